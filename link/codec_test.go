@@ -1,0 +1,206 @@
+package link
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestDecodeSpecFrames(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Frame
+	}{
+		{`{"type":"connect","peer_id":"device-001","device_name":"desk-terminal","capabilities":["text"]}`,
+			&Connect{PeerID: "device-001", DeviceName: "desk-terminal", Capabilities: []string{"text"}}},
+		{`{"type":"connected","channel_id":"terminal-dev","session_id":"terminal-dev:local:device-001"}`,
+			&Connected{ChannelID: "terminal-dev", SessionID: "terminal-dev:local:device-001"}},
+		{`{"type":"message","message_id":"m-001","text":"你好"}`, &Message{MessageID: "m-001", Text: "你好"}},
+		{`{"type":"ack","message_id":"m-001","session_id":"terminal-dev:local:device-001","accepted":true}`,
+			&Ack{MessageID: "m-001", SessionID: "terminal-dev:local:device-001", Accepted: true}},
+		{`{"type":"message","role":"assistant","message_id":"m-001","run_id":"run-id","text":"你好,我在。","finish_reason":"stop"}`,
+			&Message{Role: "assistant", MessageID: "m-001", RunID: "run-id", Text: "你好,我在。", FinishReason: "stop"}},
+		{`{"type":"ping"}`, &Ping{}},
+		{`{"type":"pong"}`, &Pong{}},
+		{`{"type":"error","error":"Unsupported websocket frame type: example"}`, &Error{Error: "Unsupported websocket frame type: example"}},
+		{`{"type":"ack","message_id":"m","session_id":"s","accepted":true,"duplicate":true,"reply":{"role":"assistant","message_id":"m","run_id":"r","text":"t","finish_reason":"stop"}}`,
+			&Ack{MessageID: "m", SessionID: "s", Accepted: true, Duplicate: true, Reply: &Message{Role: "assistant", MessageID: "m", RunID: "r", Text: "t", FinishReason: "stop"}}},
+		{`{"type":"progress","message_id":"m","text":"thinking"}`, &Progress{MessageID: "m", Text: "thinking"}},
+		{`{"type":"cancel","message_id":"m"}`, &Cancel{MessageID: "m"}},
+		{`{"type":"connected","channel_id":"c","session_id":"s","heartbeat_seconds":15}`, &Connected{ChannelID: "c", SessionID: "s", HeartbeatSeconds: 15}},
+		// unknown fields are ignored: newer peers stay compatible
+		{`{"type":"ping","future":1}`, &Ping{}},
+	}
+	for _, tt := range tests {
+		got, err := Decode([]byte(tt.in))
+		if err != nil {
+			t.Errorf("Decode(%s): %v", tt.in, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("Decode(%s) = %#v, want %#v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	tests := []struct {
+		in      string
+		wantMsg string
+		field   string
+	}{
+		{`{"type":"message",`, "invalid JSON", ""},
+		{`not json`, "invalid JSON", ""},
+		{``, "invalid JSON", ""},
+		{`[1,2]`, "frame must be a JSON object, got array", ""},
+		{`"ping"`, "frame must be a JSON object, got string", ""},
+		{`{}`, `missing "type" field`, ""},
+		{`{"peer_id":"x"}`, `missing "type" field`, ""},
+		{`{"type":7}`, `field "type" must be a string, got number`, "type"},
+		{`{"type":null}`, `field "type" must be a string, got null`, "type"},
+		{`{"type":""}`, `field "type" is empty`, "type"},
+		{`{"type":"example"}`, "Unsupported websocket frame type: example", ""},
+		{`{"type":"message","message_id":5,"text":"x"}`, `message frame: field "message_id" must be a string, got number`, "message_id"},
+		{`{"type":"message","text":"x"}`, `message frame: field "message_id" is missing or empty`, "message_id"},
+		{`{"type":"message","message_id":"m","text":["x"]}`, `message frame: field "text" must be a string, got array`, "text"},
+		{`{"type":"connect","peer_id":"p","capabilities":"text"}`, `connect frame: field "capabilities" must be an array, got string`, "capabilities"},
+		{`{"type":"connect","peer_id":"p","capabilities":[1]}`, `connect frame: field "capabilities" must be a string, got number`, "capabilities"},
+		{`{"type":"ack","message_id":"m","session_id":"s","accepted":"yes"}`, `ack frame: field "accepted" must be a boolean, got string`, "accepted"},
+		{`{"type":"ack","message_id":"m","session_id":"s","accepted":true,"reply":{"text":1}}`, `ack frame: field "reply.text" must be a string, got number`, "reply.text"},
+		{`{"type":"connected","channel_id":"c"}`, `connected frame: field "session_id" is missing or empty`, "session_id"},
+		{`{"type":"connected","channel_id":"c","session_id":"s","heartbeat_seconds":1.5}`, `connected frame: field "heartbeat_seconds" must be a number, got number 1.5`, "heartbeat_seconds"},
+		{`{"type":"error"}`, `error frame: field "error" is missing or empty`, "error"},
+		{`{"type":"cancel"}`, `cancel frame: field "message_id" is missing or empty`, "message_id"},
+		{`{"type":"progress","text":"x"}`, `progress frame: field "message_id" is missing or empty`, "message_id"},
+	}
+	for _, tt := range tests {
+		f, err := Decode([]byte(tt.in))
+		if err == nil {
+			t.Errorf("Decode(%q) = %#v, want error %q", tt.in, f, tt.wantMsg)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.wantMsg) {
+			t.Errorf("Decode(%q) error %q, want it to contain %q", tt.in, err, tt.wantMsg)
+		}
+		var de *DecodeError
+		if !errors.As(err, &de) {
+			t.Errorf("Decode(%q) error %T is not a *DecodeError", tt.in, err)
+		} else if de.Field != tt.field {
+			t.Errorf("Decode(%q) field %q, want %q", tt.in, de.Field, tt.field)
+		}
+	}
+	if _, err := Decode([]byte(`{"type":"example"}`)); !errors.Is(err, ErrUnknownType) {
+		t.Errorf("unknown type error %v does not match ErrUnknownType", err)
+	}
+}
+
+func TestEncodeTypeFirstAndRoundTrip(t *testing.T) {
+	frames := []Frame{
+		&Connect{PeerID: "p", Capabilities: []string{CapText, CapProgress}},
+		&Connected{ChannelID: "c", SessionID: "c:a:p", HeartbeatSeconds: 30},
+		&Message{MessageID: "m", Text: "a \"quoted\"\nline <b>"},
+		&Message{Role: RoleAssistant, MessageID: "m", RunID: "r", Text: "", FinishReason: FinishStop},
+		&Ack{MessageID: "m", SessionID: "s", Accepted: true, Pending: true, Duplicate: true},
+		&Ping{}, &Pong{},
+		&Error{Error: "boom", Code: CodeBadFrame},
+		&Progress{MessageID: "m", Text: "t"},
+		&Cancel{MessageID: "m"},
+	}
+	for _, f := range frames {
+		b, err := Encode(f)
+		if err != nil {
+			t.Fatalf("Encode(%#v): %v", f, err)
+		}
+		prefix := `{"type":"` + string(f.FrameType()) + `"`
+		if !strings.HasPrefix(string(b), prefix) {
+			t.Errorf("Encode(%#v) = %s, want prefix %s", f, b, prefix)
+		}
+		if !json.Valid(b) {
+			t.Errorf("Encode(%#v) = %s is not valid JSON", f, b)
+		}
+		got, err := Decode(b)
+		if err != nil {
+			t.Errorf("Decode(Encode(%#v)) = %v", f, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, f) {
+			t.Errorf("round trip: got %#v, want %#v", got, f)
+		}
+	}
+	// The spec's final assistant message carries exactly these fields.
+	b := MustEncode(&Message{Role: RoleAssistant, MessageID: "m-001", RunID: "run-id", Text: "hi", FinishReason: FinishStop})
+	want := `{"type":"message","role":"assistant","message_id":"m-001","run_id":"run-id","text":"hi","finish_reason":"stop"}`
+	if string(b) != want {
+		t.Errorf("assistant message = %s\nwant %s", b, want)
+	}
+	if _, err := Encode(nil); err == nil {
+		t.Error("Encode(nil) did not fail")
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"connect","peer_id":"device-001","device_name":"desk-terminal","capabilities":["text"]}`,
+		`{"type":"message","message_id":"m-001","text":"你好"}`,
+		`{"type":"ack","message_id":"m","session_id":"s","accepted":true,"reply":{"text":"x","message_id":"m"}}`,
+		`{"type":"ping"}`, `{"type":"example"}`, `[]`, `{"type":7}`, `{`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fr, err := Decode(data)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) || err.Error() == "" {
+				t.Fatalf("Decode error %T %q is not a descriptive *DecodeError", err, err)
+			}
+			return
+		}
+		// Whatever decodes must encode and decode back to the same frame.
+		b, err := Encode(fr)
+		if err != nil {
+			t.Fatalf("Encode(%#v): %v", fr, err)
+		}
+		again, err := Decode(b)
+		if err != nil {
+			t.Fatalf("Decode(Encode(%#v)) = %v (wire %s)", fr, err, b)
+		}
+		if !reflect.DeepEqual(normalize(again), normalize(fr)) {
+			t.Fatalf("round trip changed frame: %#v -> %#v", fr, again)
+		}
+	})
+}
+
+// normalize maps empty slices to nil: omitempty drops them on the wire.
+func normalize(f Frame) Frame {
+	if c, ok := f.(*Connect); ok && len(c.Capabilities) == 0 {
+		cc := *c
+		cc.Capabilities = nil
+		return &cc
+	}
+	return f
+}
+
+func BenchmarkDecodeMessage(b *testing.B) {
+	in := []byte(`{"type":"message","message_id":"m-000123","text":"hello from the desk terminal"}`)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := Decode(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodeReply(b *testing.B) {
+	m := &Message{Role: RoleAssistant, MessageID: "m-000123", RunID: "run-1", Text: "You said: hello", FinishReason: FinishStop}
+	var buf []byte
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		var err error
+		if buf, err = AppendEncode(buf[:0], m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

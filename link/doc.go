@@ -1,0 +1,11 @@
+// Package link is the device end of the terminal WebSocket channel and the
+// wire format both ends share.
+//
+// The frames are the ones of the Terminal WebSocket Channel spec
+// (connect, connected, message, ack, ping, pong, error) plus the opt-in
+// extensions of DESIGN.md (progress, cancel, connected.heartbeat_seconds).
+// Decode is strict: every error says what is wrong (invalid JSON, missing
+// type, unknown type, a missing or mistyped field) so the server can send
+// it back in an error frame and keep the connection open. Encode writes the
+// exact wire JSON, "type" first.
+package link

@@ -1,0 +1,135 @@
+package link
+
+// Type is the value of a frame's "type" field.
+type Type string
+
+// Frame types of the channel spec and the DESIGN.md extensions.
+const (
+	TypeConnect   Type = "connect"   // device -> server
+	TypeConnected Type = "connected" // server -> device
+	TypeMessage   Type = "message"   // both ways: user text up, assistant reply down
+	TypeAck       Type = "ack"       // server -> device
+	TypePing      Type = "ping"      // both ways
+	TypePong      Type = "pong"      // both ways
+	TypeError     Type = "error"     // server -> device
+	TypeProgress  Type = "progress"  // extension, server -> device
+	TypeCancel    Type = "cancel"    // extension, device -> server
+)
+
+// Capabilities a device may list in Connect.Capabilities.
+const (
+	CapText     = "text"
+	CapProgress = "progress"
+	CapCancel   = "cancel"
+)
+
+// Finish reasons of an assistant Message.
+const (
+	FinishStop      = "stop"
+	FinishError     = "error"
+	FinishTimeout   = "timeout"
+	FinishCancelled = "cancelled"
+)
+
+// RoleAssistant marks a Message that carries an agent's reply.
+const RoleAssistant = "assistant"
+
+// Frame is one decoded wire frame: *Connect, *Connected, *Message, *Ack,
+// *Ping, *Pong, *Error, *Progress or *Cancel.
+type Frame interface {
+	FrameType() Type
+}
+
+// Connect opens a session. PeerID is required and stable per device.
+type Connect struct {
+	PeerID       string   `json:"peer_id"`
+	DeviceName   string   `json:"device_name,omitempty"`
+	Capabilities []string `json:"capabilities,omitempty"`
+	ThreadID     string   `json:"thread_id,omitempty"`
+	UserID       string   `json:"user_id,omitempty"`
+	// Token authenticates the device when the channel has tokens and the
+	// client could not send an Authorization header.
+	Token string `json:"token,omitempty"`
+}
+
+// Connected answers Connect.
+type Connected struct {
+	ChannelID string `json:"channel_id"`
+	SessionID string `json:"session_id"`
+	// HeartbeatSeconds (extension) tells the device how often to ping.
+	HeartbeatSeconds int `json:"heartbeat_seconds,omitempty"`
+}
+
+// Message is user text (device -> server: MessageID, Text) or an
+// assistant reply (server -> device: Role "assistant", MessageID, RunID,
+// Text, FinishReason).
+type Message struct {
+	Role         string `json:"role,omitempty"`
+	MessageID    string `json:"message_id"`
+	RunID        string `json:"run_id,omitempty"`
+	Text         string `json:"text"`
+	FinishReason string `json:"finish_reason,omitempty"`
+	ThreadID     string `json:"thread_id,omitempty"`
+	UserID       string `json:"user_id,omitempty"`
+}
+
+// IsReply reports whether m is an assistant reply rather than user text.
+func (m *Message) IsReply() bool { return m.Role == RoleAssistant }
+
+// Ack acknowledges an accepted user Message. For a message id seen before,
+// Duplicate is set and either Reply (the cached final reply, run done) or
+// Pending (still running) is set.
+type Ack struct {
+	MessageID string   `json:"message_id"`
+	SessionID string   `json:"session_id"`
+	Accepted  bool     `json:"accepted"`
+	Duplicate bool     `json:"duplicate,omitempty"`
+	Pending   bool     `json:"pending,omitempty"`
+	Reply     *Message `json:"reply,omitempty"`
+}
+
+// Ping asks the other end for a Pong.
+type Ping struct{}
+
+// Pong answers Ping.
+type Pong struct{}
+
+// Error reports a refused frame; the connection stays open unless the
+// server closes it right after. MessageID and Code are optional.
+type Error struct {
+	Error     string `json:"error"`
+	MessageID string `json:"message_id,omitempty"`
+	Code      string `json:"code,omitempty"`
+}
+
+// Progress (extension) tells a device that listed "progress" how a run is
+// going: turn accepted, a tool in use, agent progress text.
+type Progress struct {
+	MessageID string `json:"message_id"`
+	Text      string `json:"text"`
+}
+
+// Cancel (extension) asks the server to interrupt the run of MessageID.
+type Cancel struct {
+	MessageID string `json:"message_id"`
+}
+
+func (*Connect) FrameType() Type   { return TypeConnect }
+func (*Connected) FrameType() Type { return TypeConnected }
+func (*Message) FrameType() Type   { return TypeMessage }
+func (*Ack) FrameType() Type       { return TypeAck }
+func (*Ping) FrameType() Type      { return TypePing }
+func (*Pong) FrameType() Type      { return TypePong }
+func (*Error) FrameType() Type     { return TypeError }
+func (*Progress) FrameType() Type  { return TypeProgress }
+func (*Cancel) FrameType() Type    { return TypeCancel }
+
+// Error codes the server puts in Error.Code.
+const (
+	CodeBadFrame     = "bad_frame"     // invalid JSON, missing/unknown type, bad field
+	CodeNotConnected = "not_connected" // frame other than connect/ping before connect
+	CodeBadMessage   = "bad_message"   // missing message_id, blank or oversized text
+	CodeUnauthorized = "unauthorized"  // token missing or wrong
+	CodeReplaced     = "replaced"      // a newer connection took this peer
+	CodeUnknownRun   = "unknown_run"   // cancel for a message that is not running
+)
