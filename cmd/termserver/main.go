@@ -1,0 +1,84 @@
+// Command termserver serves the terminal WebSocket channel and routes each
+// message to its agent.
+//
+//	termserver [--config FILE] [--listen ADDR] [--log-level LEVEL]
+//
+// With no config it serves channel terminal-dev (kind terminal, mode
+// websocket, account local) with the built-in echo agent on 127.0.0.1:8080.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"termlink/server"
+	"termlink/server/config"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "termserver:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("termserver", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "JSON config `file` (default: channel terminal-dev with the echo agent)")
+	listen := fs.String("listen", "", "listen `address`, overrides the config (default 127.0.0.1:8080)")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	grace := fs.Duration("shutdown-grace", 10*time.Second, "how long runs in progress may finish at shutdown")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *level)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+
+	cfg := config.Default()
+	if *cfgPath != "" {
+		var err error
+		if cfg, err = config.Load(*cfgPath); err != nil {
+			return err
+		}
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	srv, err := server.New(cfg, server.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		_ = srv.Shutdown(context.Background())
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	for id, ch := range cfg.Channels {
+		if ch.Enabled {
+			log.Info("channel ready", "channel", id, "url", "ws://"+ln.Addr().String()+"/api/channels/"+id+"/ws", "agent", ch.Agent)
+		}
+	}
+	log.Info("termserver listening", "addr", ln.Addr().String(), "workspace", cfg.Workspace)
+	err = srv.Serve(ctx, ln, *grace)
+	log.Info("termserver stopped")
+	return err
+}

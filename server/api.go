@@ -1,0 +1,153 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"termlink/server/events"
+)
+
+func (s *Server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/channels/{channel_id}/ws", s.serveWS)
+	mux.HandleFunc("GET /api/channels/{channel_id}/events", s.serveEvents)
+	mux.HandleFunc("GET /api/channels", s.serveChannels)
+	mux.HandleFunc("GET /api/status", s.serveStatus)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		s.rt.metrics.reg.WriteText(w)
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("channel_id")
+	ch := s.rt.channels[id]
+	switch {
+	case ch == nil:
+		writeError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
+	case ch.adapter == nil:
+		writeError(w, http.StatusServiceUnavailable, "channel "+strconv.Quote(id)+" is disabled")
+	default:
+		ch.adapter.(*terminalAdapter).ServeHTTP(w, r)
+	}
+}
+
+// ChannelCapabilities are what a channel can do, as the spec lists them.
+type ChannelCapabilities struct {
+	ReceiveText          bool `json:"receive_text"`
+	SendText             bool `json:"send_text"`
+	PersistentConnection bool `json:"persistent_connection"`
+	Progress             bool `json:"progress"`
+	Cancel               bool `json:"cancel"`
+}
+
+// ChannelStatus is one channel in /api/status and /api/channels.
+type ChannelStatus struct {
+	ChannelID        string              `json:"channel_id"`
+	Kind             string              `json:"kind"`
+	Mode             string              `json:"mode"`
+	DisplayName      string              `json:"display_name"`
+	Enabled          bool                `json:"enabled"`
+	State            string              `json:"state"`
+	AccountID        string              `json:"account_id"`
+	LastEventAt      *time.Time          `json:"last_event_at"`
+	WebsocketURL     string              `json:"websocket_url"`
+	Capabilities     ChannelCapabilities `json:"capabilities"`
+	ConnectedPeers   int                 `json:"connected_peers"`
+	Agent            string              `json:"agent"`
+	HeartbeatSeconds int                 `json:"heartbeat_seconds"`
+	MaxMessageChars  int                 `json:"max_message_chars"`
+	TokensRequired   bool                `json:"tokens_required"`
+}
+
+func (s *Server) channelStatuses(r *http.Request) []ChannelStatus {
+	scheme := "ws"
+	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
+		scheme = "wss"
+	}
+	out := make([]ChannelStatus, 0, len(s.rt.order))
+	for _, id := range s.rt.order {
+		ch := s.rt.channels[id]
+		st := ChannelStatus{
+			ChannelID: id, Kind: ch.cfg.Kind, Mode: ch.cfg.Mode, DisplayName: ch.cfg.DisplayName,
+			Enabled: ch.cfg.Enabled, State: "disabled", AccountID: ch.cfg.AccountID,
+			WebsocketURL: scheme + "://" + r.Host + "/api/channels/" + id + "/ws",
+			Capabilities: ChannelCapabilities{ReceiveText: true, SendText: true, PersistentConnection: true, Progress: true, Cancel: true},
+			Agent:        ch.cfg.Agent, HeartbeatSeconds: ch.cfg.Config.HeartbeatSeconds,
+			MaxMessageChars: ch.cfg.Config.MaxMessageChars, TokensRequired: ch.cfg.Config.Tokens.Enabled(),
+		}
+		if at := ch.events.LastAt(); !at.IsZero() {
+			st.LastEventAt = &at
+		}
+		if ch.adapter != nil {
+			st.State = "running"
+			st.ConnectedPeers = ch.adapter.ConnectedPeers()
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func (s *Server) serveChannels(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"channels": s.channelStatuses(r)})
+}
+
+func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
+	running, waiting := s.router.load()
+	chs := s.channelStatuses(r)
+	peers := 0
+	for _, c := range chs {
+		peers += c.ConnectedPeers
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"status":          "ok",
+		"started_at":      s.started.UTC().Format(time.RFC3339),
+		"uptime_seconds":  int64(time.Since(s.started).Seconds()),
+		"connected_peers": peers,
+		"runs_running":    running,
+		"runs_waiting":    waiting,
+		"channels":        chs,
+	})
+}
+
+func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("channel_id")
+	ch := s.rt.channels[id]
+	if ch == nil {
+		writeError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
+		return
+	}
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "limit must be a non-negative integer, got "+strconv.Quote(v))
+			return
+		}
+		limit = n
+	}
+	evs := ch.events.Recent(limit)
+	if evs == nil {
+		evs = []events.Event{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"channel_id": id, "events": evs})
+}

@@ -1,0 +1,38 @@
+// Package config loads and validates termserver's JSON configuration.
+//
+// The file names the address to listen on, the workspace directory, the
+// channels devices connect to and the agents that answer them:
+//
+//	{
+//	  "listen": "127.0.0.1:8080",
+//	  "workspace": "./workspace",
+//	  "channels": {
+//	    "terminal-dev": {
+//	      "enabled": true, "kind": "terminal", "mode": "websocket",
+//	      "accountId": "local", "displayName": "Terminal Dev", "agent": "echo",
+//	      "config": {"heartbeatSeconds": 30, "maxMessageChars": 20000}
+//	    }
+//	  },
+//	  "agents": {
+//	    "echo":   {"builtin": "echo"},
+//	    "helper": {"terminal": {"enabled": true, "command": "python3 agent.py"}}
+//	  }
+//	}
+//
+// As in nanobot, every key is accepted in camelCase and in snake_case
+// (accountId or account_id, passMedia or pass_media); giving both spellings
+// of one key is an error. Keys that are names chosen by the user (channel
+// ids, agent names, env variables, provider names, peer ids in tokens) are
+// taken as written. The terminal agent block is nanobot's terminal block,
+// unchanged (see spec/terminal-protocol-v1.md, "Configuration Reference").
+//
+// Parse refuses unknown keys, values of the wrong JSON type, numbers out of
+// range and dangling references. It reports every problem it finds, not just
+// the first, one per line, each starting with "config: " and naming the key's
+// path, for example:
+//
+//	config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue)
+//	config: agents.helper.terminal.timeout: must be a positive integer, got "abc"
+//
+// Each line is an *Error; use errors.As on the returned error to get one.
+package config

@@ -1,0 +1,185 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"termlink/link"
+	"termlink/server/agent"
+	"termlink/server/bus"
+)
+
+// router takes messages off the bus and runs them: one at a time and in
+// order within a session, sessions in parallel up to a limit. A session's
+// worker goroutine exists only while the session has work.
+type router struct {
+	rt        *Runtime
+	runners   map[string]agent.Runner // by channel id
+	workspace string
+	slots     chan struct{} // one token per run allowed at once
+
+	runCtx    context.Context // parent of every run; cancelled at hard stop
+	cancelRun context.CancelFunc
+
+	mu     sync.Mutex
+	queues map[string]*sessionQueue
+	wg     sync.WaitGroup
+}
+
+type sessionQueue struct {
+	waiting []bus.Inbound
+	running string // message id of the run in progress
+	cancel  context.CancelFunc
+}
+
+func newRouter(rt *Runtime, runners map[string]agent.Runner, workspace string, maxRuns int) *router {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &router{rt: rt, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
+		runCtx: ctx, cancelRun: cancel, queues: map[string]*sessionQueue{}}
+}
+
+// consume reads the bus until ctx ends.
+func (r *router) consume(ctx context.Context) {
+	for {
+		select {
+		case in := <-r.rt.bus.Inbound():
+			r.enqueue(in)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (r *router) enqueue(in bus.Inbound) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queues[in.SessionKey]
+	if q == nil {
+		q = &sessionQueue{}
+		r.queues[in.SessionKey] = q
+		r.wg.Add(1)
+		go r.work(in.SessionKey, q)
+	}
+	q.waiting = append(q.waiting, in)
+}
+
+// work runs a session's queue until it is empty.
+func (r *router) work(key string, q *sessionQueue) {
+	defer r.wg.Done()
+	for {
+		r.mu.Lock()
+		if len(q.waiting) == 0 || r.runCtx.Err() != nil {
+			// Stopping leaves waiting messages in the session log,
+			// unanswered: the next start runs them.
+			delete(r.queues, key)
+			r.mu.Unlock()
+			return
+		}
+		in := q.waiting[0]
+		q.waiting[0] = bus.Inbound{}
+		q.waiting = q.waiting[1:]
+		ctx, cancel := context.WithCancel(r.runCtx)
+		q.running, q.cancel = in.MessageID, cancel
+		r.mu.Unlock()
+
+		r.runOne(ctx, in)
+		cancel()
+
+		r.mu.Lock()
+		q.running, q.cancel = "", nil
+		r.mu.Unlock()
+	}
+}
+
+func (r *router) runOne(ctx context.Context, in bus.Inbound) {
+	select {
+	case r.slots <- struct{}{}:
+	case <-ctx.Done():
+		if r.runCtx.Err() != nil {
+			return // stopping: left for the next start
+		}
+		r.rt.runStarted(in)
+		r.rt.runFinished(context.Background(), in, cancelledBeforeStart, 0)
+		return
+	}
+	defer func() { <-r.slots }()
+	runner := r.runners[in.ChannelID]
+	if runner == nil {
+		return
+	}
+	r.rt.runStarted(in)
+	start := time.Now()
+	req := agent.Request{ChannelID: in.ChannelID, SessionKey: in.SessionKey, ChatID: in.ChatID(), PeerID: in.PeerID,
+		MessageID: in.MessageID, RunID: in.RunID, Text: in.Text, Media: in.Media, Workspace: r.workspace}
+	res := runner.Run(ctx, req, func(text string) { r.rt.progress(ctx, in, text) })
+	if r.runCtx.Err() != nil {
+		// Hard stop interrupted the run: record nothing, so the next
+		// start runs the message again instead of caching "cancelled".
+		r.rt.metrics.running.Add("", -1)
+		return
+	}
+	// Recording the reply must not be cut short by a cancelled run.
+	r.rt.runFinished(context.Background(), in, res, time.Since(start))
+}
+
+var cancelledBeforeStart = agent.Result{Text: "cancelled before it started", FinishReason: link.FinishCancelled}
+
+// cancel interrupts the run of messageID in session key, or drops it from
+// the queue with a cancelled reply. It reports whether it found it.
+func (r *router) cancel(key, messageID string) bool {
+	r.mu.Lock()
+	q := r.queues[key]
+	if q == nil {
+		r.mu.Unlock()
+		return false
+	}
+	if q.running == messageID && q.cancel != nil {
+		q.cancel()
+		r.mu.Unlock()
+		return true
+	}
+	for i, in := range q.waiting {
+		if in.MessageID == messageID {
+			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+			r.mu.Unlock()
+			r.rt.runStarted(in)
+			r.rt.runFinished(context.Background(), in, cancelledBeforeStart, 0)
+			return true
+		}
+	}
+	r.mu.Unlock()
+	return false
+}
+
+// stop waits for the runs in progress until ctx ends, then cancels them.
+// Waiting messages are not started.
+func (r *router) stop(ctx context.Context) {
+	r.mu.Lock()
+	for _, q := range r.queues {
+		q.waiting = nil // left in the session log, unanswered
+	}
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		r.cancelRun()
+		<-done
+	}
+	r.cancelRun()
+}
+
+// load reports runs in progress and messages waiting.
+func (r *router) load() (running, waiting int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range r.queues {
+		if q.running != "" {
+			running++
+		}
+		waiting += len(q.waiting)
+	}
+	return running, waiting
+}

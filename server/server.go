@@ -1,0 +1,227 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"termlink/server/agent"
+	"termlink/server/bus"
+	"termlink/server/config"
+	"termlink/server/events"
+	"termlink/server/session"
+)
+
+// Options tune a Server beyond its config.
+type Options struct {
+	Logger *slog.Logger
+	// Runners replaces the runner built from config for an agent name.
+	Runners map[string]agent.Runner
+	// NoSync skips fsync of the session log (benchmarks only).
+	NoSync bool
+	// EventsPerChannel bounds each channel's event log (default 1000).
+	EventsPerChannel int
+	// DedupePerSession bounds the message ids remembered per session
+	// (default 1024); a device resends only recent, unanswered ones.
+	DedupePerSession int
+}
+
+// Server is termserver: runtime, router, adapters and the HTTP API.
+type Server struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	rt      *Runtime
+	router  *router
+	runners []agent.Runner
+	mux     *http.ServeMux
+	started time.Time
+
+	recovered []bus.Inbound
+
+	stopBg context.CancelFunc
+	bgWG   sync.WaitGroup
+	once   sync.Once
+}
+
+// New opens the workspace's session log, rebuilds the dedupe table from it
+// and builds the channels' adapters and agents. Start begins the work.
+func New(cfg *config.Config, opt Options) (*Server, error) {
+	log := opt.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if opt.EventsPerChannel <= 0 {
+		opt.EventsPerChannel = 1000
+	}
+	if opt.DedupePerSession <= 0 {
+		opt.DedupePerSession = 1024
+	}
+	maxRuns := cfg.MaxConcurrentRuns
+	if maxRuns <= 0 {
+		maxRuns = 256
+	}
+	store, err := session.Open(filepath.Join(cfg.Workspace, "sessions"), session.Options{NoSync: opt.NoSync, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("opening the session log: %w", err)
+	}
+	rt := &Runtime{
+		log: log, bus: bus.New(4096), store: store, dedupe: newDedupe(opt.DedupePerSession),
+		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
+	}
+	s := &Server{cfg: cfg, log: log, rt: rt, started: time.Now()}
+
+	built := map[string]agent.Runner{}
+	runners := map[string]agent.Runner{}
+	for id, chCfg := range cfg.Channels {
+		ch := &channel{id: id, cfg: chCfg, events: events.NewLog(opt.EventsPerChannel)}
+		rt.channels[id] = ch
+		rt.order = append(rt.order, id)
+		if !chCfg.Enabled {
+			continue
+		}
+		r := built[chCfg.Agent]
+		if r == nil {
+			if r = opt.Runners[chCfg.Agent]; r == nil {
+				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent])
+				if err != nil {
+					s.closeRunners(built)
+					store.Close()
+					return nil, fmt.Errorf("channels.%s.agent: %w", id, err)
+				}
+			}
+			built[chCfg.Agent] = r
+		}
+		runners[id] = r
+	}
+	sort.Strings(rt.order)
+	s.router = newRouter(rt, runners, cfg.Workspace, maxRuns)
+	for _, r := range built {
+		s.runners = append(s.runners, r)
+	}
+	for _, ch := range rt.channels {
+		if ch.cfg.Enabled {
+			ch.adapter = newTerminalAdapter(rt, s.router, ch, log)
+		}
+	}
+	if s.recovered, err = rt.rebuild(); err != nil {
+		s.closeRunners(built)
+		store.Close()
+		return nil, err
+	}
+	s.mux = s.routes()
+	return s, nil
+}
+
+func (s *Server) closeRunners(m map[string]agent.Runner) {
+	for _, r := range m {
+		_ = r.Close()
+	}
+}
+
+// newRunner builds the runner of a configured agent.
+func newRunner(name string, a config.Agent) (agent.Runner, error) {
+	switch {
+	case a.Builtin != nil:
+		if a.Builtin.Name != "echo" {
+			return nil, fmt.Errorf("agent %q: unknown builtin %q", name, a.Builtin.Name)
+		}
+		return agent.Echo{Delay: time.Duration(a.Builtin.DelayMs) * time.Millisecond}, nil
+	case a.Terminal != nil, a.Nuum != nil, a.Harness != nil:
+		return nil, fmt.Errorf("agent %q: this termserver build runs only builtin agents so far (terminal, nuum and harness runners are not in it yet)", name)
+	}
+	return nil, fmt.Errorf("agent %q is not defined", name)
+}
+
+// Handler serves the HTTP API and the channels' WebSocket endpoints.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Start runs the router and the dispatcher, and re-queues the messages
+// that were accepted before a restart but never answered.
+func (s *Server) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopBg = cancel
+	s.bgWG.Add(2)
+	go func() { defer s.bgWG.Done(); s.router.consume(ctx) }()
+	go func() { defer s.bgWG.Done(); s.rt.dispatch(ctx) }()
+	for _, id := range s.rt.order {
+		if ch := s.rt.channels[id]; ch.adapter != nil {
+			ch.events.Add(events.Event{Event: events.AdapterStarted, Detail: "websocket at /api/channels/" + id + "/ws"})
+		}
+	}
+	recovered := s.recovered
+	s.recovered = nil
+	if len(recovered) > 0 {
+		s.bgWG.Add(1)
+		go func() {
+			defer s.bgWG.Done()
+			n := 0
+			for _, in := range recovered {
+				if ch := s.rt.channels[in.ChannelID]; ch == nil || ch.adapter == nil {
+					s.log.Warn("unanswered message of a channel that is gone or disabled; not run", "session", in.SessionKey, "message_id", in.MessageID)
+					continue
+				}
+				if err := s.rt.bus.PublishInbound(ctx, in); err != nil {
+					return
+				}
+				n++
+			}
+			s.log.Info("re-queued messages accepted before the restart and never answered", "count", n)
+		}()
+	}
+}
+
+// Serve accepts HTTP connections on ln until ctx ends, then shuts down:
+// connections get a going-away close frame, runs in progress get grace to
+// finish, and the session log is flushed.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	s.Start()
+	hs := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	_ = hs.Shutdown(sctx) // stops accepting; hijacked WebSockets are ours to close
+	err := s.Shutdown(sctx)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return err
+}
+
+// Shutdown closes every connection, waits for runs in progress until ctx
+// ends (then cancels them; they run again at the next start), and closes
+// the session log.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.once.Do(func() {
+		for _, id := range s.rt.order {
+			if a := s.rt.channels[id].adapter; a != nil {
+				a.Close()
+			}
+		}
+		s.router.stop(ctx)
+		s.rt.bus.Close()
+		if s.stopBg != nil {
+			// Let the dispatcher drain what the last runs published.
+			s.stopBg()
+			s.bgWG.Wait()
+		}
+		for _, r := range s.runners {
+			_ = r.Close()
+		}
+		err = s.rt.store.Close()
+	})
+	return err
+}

@@ -1,0 +1,42 @@
+// Package session is the server's durable per-session log: one JSONL file per
+// session in nanobot's format, written append-only with group commit.
+//
+// The server records every user message and assistant reply here and, at
+// start-up, rebuilds its dedupe table from these files with [Store.Scan].
+//
+// # File format
+//
+// Each session is the file <dir>/<name>.jsonl (dir is workspace/sessions).
+// The name is the session key with every byte outside [A-Za-z0-9._:-]
+// percent-encoded (%2F for '/', %25 for '%') and a leading '.' encoded as
+// %2E, so a key can never name a file outside dir; the key
+// "terminal-dev:local:device-001" is stored as
+// "terminal-dev:local:device-001.jsonl". The key is always taken from the
+// metadata line, not from the file name.
+//
+// Line 1 is nanobot's metadata record:
+//
+//	{"_type":"metadata","key":"terminal-dev:local:dev1","created_at":"2026-03-01T10:00:00.123456","updated_at":"2026-03-01T10:00:00.123456","metadata":{},"last_consolidated":0}
+//
+// Every further line is one message record:
+//
+//	{"role":"user","content":"hi","timestamp":"2026-03-15T14:30:00.123456","message_id":"m-1"}
+//	{"role":"assistant","content":"You said: hi","timestamp":"2026-03-15T14:30:00.456789","message_id":"m-1","run_id":"run-1","finish_reason":"stop"}
+//
+// Timestamps are local time without a zone, with microseconds (layout
+// [TimeLayout]). Fields this package does not know (tool_calls, name, ...)
+// are kept in [Record.Extra] and written back unchanged.
+//
+// # Durability
+//
+// One writer goroutine owns every file. [Store.Append] queues its records and
+// waits; the writer takes everything queued, writes each file's new lines
+// with one write call, fsyncs each touched file once, and then answers every
+// waiter. A new file is written to a temporary file, fsynced and renamed into
+// place, and the directory is fsynced, so a session file always starts with a
+// complete metadata line. Each line is one JSON object and a '\n', so a crash
+// leaves at most one torn last line; readers skip it with a warning, and the
+// next append starts on a fresh line.
+//
+// Only one Store may use a directory at a time.
+package session

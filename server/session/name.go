@@ -1,0 +1,102 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// fileExt is the extension of every session file.
+const fileExt = ".jsonl"
+
+// maxNameLen is the longest file name (NAME_MAX on Linux and macOS).
+const maxNameLen = 255
+
+// FileName returns the base name of the file that holds the session key:
+// the key with every byte outside [A-Za-z0-9._:-] and a leading '.'
+// percent-encoded, plus ".jsonl". It fails for an empty key or one whose
+// file name would be longer than 255 bytes.
+func FileName(key string) (string, error) {
+	if key == "" {
+		return "", errors.New("empty session key")
+	}
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(key) + len(fileExt))
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if plainByte(c) && !(i == 0 && c == '.') {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&0x0f])
+	}
+	b.WriteString(fileExt)
+	if b.Len() > maxNameLen {
+		return "", fmt.Errorf("session key too long: file name would be %d bytes, limit %d", b.Len(), maxNameLen)
+	}
+	return b.String(), nil
+}
+
+// KeyFromFileName reverses [FileName]: it strips ".jsonl" and decodes the
+// %XX escapes. It fails for a name FileName cannot have produced.
+func KeyFromFileName(name string) (string, error) {
+	base, ok := strings.CutSuffix(name, fileExt)
+	if !ok || base == "" {
+		return "", fmt.Errorf("file name %q is not <key>%s", name, fileExt)
+	}
+	if base[0] == '.' {
+		return "", fmt.Errorf("file name %q starts with an unescaped '.'", name)
+	}
+	var b strings.Builder
+	b.Grow(len(base))
+	for i := 0; i < len(base); i++ {
+		c := base[i]
+		if c != '%' {
+			if !plainByte(c) {
+				return "", fmt.Errorf("file name %q has unescaped byte %q", name, c)
+			}
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(base) {
+			return "", fmt.Errorf("file name %q has a truncated %%-escape", name)
+		}
+		hi, ok1 := unhex(base[i+1])
+		lo, ok2 := unhex(base[i+2])
+		if !ok1 || !ok2 {
+			return "", fmt.Errorf("file name %q has a bad %%-escape %q", name, base[i:i+3])
+		}
+		b.WriteByte(hi<<4 | lo)
+		i += 2
+	}
+	key := b.String()
+	if canon, err := FileName(key); err != nil || canon != name {
+		return "", fmt.Errorf("file name %q is not the canonical name of key %q", name, key)
+	}
+	return key, nil
+}
+
+func plainByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	case c == '.', c == '_', c == ':', c == '-':
+		return true
+	}
+	return false
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}

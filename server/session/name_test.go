@@ -1,0 +1,64 @@
+package session
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFileName(t *testing.T) {
+	tests := []struct {
+		key, name string
+	}{
+		{"terminal-dev:local:device-001", "terminal-dev:local:device-001.jsonl"},
+		{"terminal-dev:local:device-001:thread-7", "terminal-dev:local:device-001:thread-7.jsonl"},
+		{"telegram:12345", "telegram:12345.jsonl"},
+		{"a/b", "a%2Fb.jsonl"},
+		{"../x", "%2E.%2Fx.jsonl"},
+		{"..", "%2E..jsonl"},
+		{".hidden", "%2Ehidden.jsonl"},
+		{"a.b_c", "a.b_c.jsonl"},
+		{"a b%", "a%20b%25.jsonl"},
+		{"a\\b\x00", "a%5Cb%00.jsonl"},
+		{"é", "%C3%A9.jsonl"},
+		{"日本", "%E6%97%A5%E6%9C%AC.jsonl"},
+	}
+	for _, tt := range tests {
+		got, err := FileName(tt.key)
+		if err != nil || got != tt.name {
+			t.Errorf("FileName(%q) = %q, %v; want %q", tt.key, got, err, tt.name)
+			continue
+		}
+		back, err := KeyFromFileName(got)
+		if err != nil || back != tt.key {
+			t.Errorf("KeyFromFileName(%q) = %q, %v; want %q", got, back, err, tt.key)
+		}
+	}
+}
+
+func TestFileNameErrors(t *testing.T) {
+	if _, err := FileName(""); err == nil {
+		t.Error("FileName(\"\") did not fail")
+	}
+	if _, err := FileName(strings.Repeat("a", 249)); err != nil {
+		t.Errorf("249-byte key: %v", err)
+	}
+	if _, err := FileName(strings.Repeat("a", 250)); err == nil {
+		t.Error("250-byte key (256-byte name) did not fail")
+	}
+	if _, err := FileName(strings.Repeat("/", 83)); err != nil {
+		t.Errorf("83 escaped bytes (249+6): %v", err)
+	}
+	if _, err := FileName(strings.Repeat("/", 84)); err == nil {
+		t.Error("84 escaped bytes (252+6) did not fail")
+	}
+	for _, name := range []string{
+		"x.txt", ".jsonl", ".x.jsonl", "%zz.jsonl", "%4.jsonl", "a%.jsonl",
+		"%41.jsonl", // non-canonical: 'A' needs no escape
+		"%2f.jsonl", // non-canonical: lower-case hex
+		"a b.jsonl",
+	} {
+		if k, err := KeyFromFileName(name); err == nil {
+			t.Errorf("KeyFromFileName(%q) = %q, want an error", name, k)
+		}
+	}
+}

@@ -1,0 +1,302 @@
+package session
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// TimeLayout is nanobot's timestamp format: local time, no zone,
+// microseconds.
+const TimeLayout = "2006-01-02T15:04:05.000000"
+
+// Now returns the current local time in [TimeLayout].
+func Now() string { return time.Now().Format(TimeLayout) }
+
+// Record is one message line of a session file.
+//
+// Fields of a loaded line that Record does not know, and known fields whose
+// value has another JSON type than the Go field (content:null, content as a
+// list of parts), are kept in Extra and written back as they were: when a
+// known field is empty and Extra holds a value under its name, that value is
+// written instead. Numbers in Extra are [json.Number] so they round-trip
+// exactly.
+type Record struct {
+	Role         string         `json:"role"`
+	Content      string         `json:"content"`
+	Timestamp    string         `json:"timestamp,omitempty"` // filled by Append if empty
+	MessageID    string         `json:"message_id,omitempty"`
+	RunID        string         `json:"run_id,omitempty"`
+	FinishReason string         `json:"finish_reason,omitempty"`
+	Media        []string       `json:"media,omitempty"`
+	Extra        map[string]any `json:"-"` // unknown fields of a loaded line, written back inline
+}
+
+// Metadata is the first line of a session file. Its JSON form carries
+// "_type":"metadata" first and then the fields in the order below. Numbers
+// in Metadata and Extra are [json.Number] when loaded.
+type Metadata struct {
+	Key              string         `json:"key"`
+	CreatedAt        string         `json:"created_at"`
+	UpdatedAt        string         `json:"updated_at"`
+	Metadata         map[string]any `json:"metadata"`
+	LastConsolidated int            `json:"last_consolidated"`
+	Extra            map[string]any `json:"-"` // unknown fields of a loaded line, written back inline
+}
+
+// Session is one loaded session file.
+type Session struct {
+	Meta    Metadata
+	Records []Record
+	// Warnings lists what was skipped or guessed while loading, each as
+	// "file:line: what".
+	Warnings []string
+}
+
+// field is one known field in its output order.
+type field struct {
+	name      string
+	zero      bool
+	omitEmpty bool
+	value     any
+}
+
+// MarshalJSON writes the record as one line of nanobot's format, without the
+// trailing newline: known fields in the order above, then Extra sorted by
+// name. Non-ASCII text is written as UTF-8 and <>& unescaped, as in the
+// session file (json.Marshal escapes <>& again).
+func (r Record) MarshalJSON() ([]byte, error) {
+	return r.appendJSON(nil)
+}
+
+func (r Record) appendJSON(dst []byte) ([]byte, error) {
+	if t, ok := r.Extra["_type"].(string); ok && t == "metadata" {
+		return nil, errors.New(`record has "_type":"metadata" in Extra`)
+	}
+	return appendObject(dst, []field{
+		{"role", r.Role == "", false, r.Role},
+		{"content", r.Content == "", false, r.Content},
+		{"timestamp", r.Timestamp == "", true, r.Timestamp},
+		{"message_id", r.MessageID == "", true, r.MessageID},
+		{"run_id", r.RunID == "", true, r.RunID},
+		{"finish_reason", r.FinishReason == "", true, r.FinishReason},
+		{"media", len(r.Media) == 0, true, r.Media},
+	}, r.Extra)
+}
+
+// MarshalJSON writes the metadata line, "_type":"metadata" first, without the
+// trailing newline. A nil Metadata map is written as {}.
+func (m Metadata) MarshalJSON() ([]byte, error) {
+	return m.appendJSON(nil)
+}
+
+func (m Metadata) appendJSON(dst []byte) ([]byte, error) {
+	var meta any = m.Metadata
+	if m.Metadata == nil {
+		meta = map[string]any{}
+	}
+	return appendObject(dst, []field{
+		{"_type", false, false, "metadata"},
+		{"key", m.Key == "", false, m.Key},
+		{"created_at", m.CreatedAt == "", false, m.CreatedAt},
+		{"updated_at", m.UpdatedAt == "", false, m.UpdatedAt},
+		{"metadata", m.Metadata == nil, false, meta},
+		{"last_consolidated", m.LastConsolidated == 0, false, m.LastConsolidated},
+	}, m.Extra)
+}
+
+// appendObject writes one JSON object: the known fields in order (a zero
+// known field is replaced by extra's value of the same name if there is one,
+// else written as zero unless omitEmpty), then the other extra fields sorted
+// by name.
+func appendObject(dst []byte, fields []field, extra map[string]any) ([]byte, error) {
+	buf := bytes.NewBuffer(dst)
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	put := func(name string, v any) error {
+		if buf.Len() > len(dst)+1 {
+			buf.WriteByte(',')
+		}
+		if err := enc.Encode(name); err != nil {
+			return err
+		}
+		buf.Truncate(buf.Len() - 1) // Encode's newline
+		buf.WriteByte(':')
+		if err := enc.Encode(v); err != nil {
+			return fmt.Errorf("field %q: %w", name, err)
+		}
+		buf.Truncate(buf.Len() - 1)
+		return nil
+	}
+	buf.WriteByte('{')
+	known := make(map[string]bool, len(fields))
+	for _, f := range fields {
+		known[f.name] = true
+		v := f.value
+		if f.zero {
+			if x, ok := extra[f.name]; ok {
+				v = x
+			} else if f.omitEmpty {
+				continue
+			}
+		}
+		if err := put(f.name, v); err != nil {
+			return nil, err
+		}
+	}
+	if len(extra) > 0 {
+		names := make([]string, 0, len(extra))
+		for k := range extra {
+			if !known[k] {
+				names = append(names, k)
+			}
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			if err := put(k, extra[k]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	buf.WriteByte('}')
+	out := buf.Bytes()
+	if bytes.IndexByte(out[len(dst):], '\n') >= 0 { // cannot happen with encoding/json; guard the line format
+		return nil, errors.New("encoded record contains a newline")
+	}
+	return out, nil
+}
+
+// UnmarshalJSON reads one record line. It fails only if b is not a JSON
+// object; fields of unexpected type go to Extra.
+func (r *Record) UnmarshalJSON(b []byte) error {
+	obj, err := decodeObject(b)
+	if err != nil {
+		return err
+	}
+	*r = Record{}
+	for k, raw := range obj {
+		ok := true
+		switch k {
+		case "role":
+			ok = decodeString(raw, &r.Role)
+		case "content":
+			ok = decodeString(raw, &r.Content)
+		case "timestamp":
+			ok = decodeString(raw, &r.Timestamp)
+		case "message_id":
+			ok = decodeString(raw, &r.MessageID)
+		case "run_id":
+			ok = decodeString(raw, &r.RunID)
+		case "finish_reason":
+			ok = decodeString(raw, &r.FinishReason)
+		case "media":
+			ok = decodeStrings(raw, &r.Media)
+		default:
+			ok = false
+		}
+		if !ok {
+			if r.Extra == nil {
+				r.Extra = make(map[string]any)
+			}
+			r.Extra[k] = decodeAny(raw)
+		}
+	}
+	return nil
+}
+
+// UnmarshalJSON reads a metadata line. It fails only if b is not a JSON
+// object; "_type" is dropped and fields of unexpected type go to Extra.
+func (m *Metadata) UnmarshalJSON(b []byte) error {
+	obj, err := decodeObject(b)
+	if err != nil {
+		return err
+	}
+	*m = Metadata{}
+	for k, raw := range obj {
+		ok := true
+		switch k {
+		case "_type":
+			continue
+		case "key":
+			ok = decodeString(raw, &m.Key)
+		case "created_at":
+			ok = decodeString(raw, &m.CreatedAt)
+		case "updated_at":
+			ok = decodeString(raw, &m.UpdatedAt)
+		case "metadata":
+			if mm, isMap := decodeAny(raw).(map[string]any); isMap {
+				m.Metadata = mm
+			} else {
+				ok = false
+			}
+		case "last_consolidated":
+			ok = decodeInt(raw, &m.LastConsolidated)
+		default:
+			ok = false
+		}
+		if !ok {
+			if m.Extra == nil {
+				m.Extra = make(map[string]any)
+			}
+			m.Extra[k] = decodeAny(raw)
+		}
+	}
+	return nil
+}
+
+// decodeObject splits a JSON object into its raw fields.
+func decodeObject(b []byte) (map[string]json.RawMessage, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return nil, errors.New("not a JSON object")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+func decodeString(raw json.RawMessage, dst *string) bool {
+	if len(raw) == 0 || raw[0] != '"' {
+		return false
+	}
+	return json.Unmarshal(raw, dst) == nil
+}
+
+func decodeStrings(raw json.RawMessage, dst *[]string) bool {
+	if len(raw) == 0 || raw[0] != '[' {
+		return false
+	}
+	return json.Unmarshal(raw, dst) == nil
+}
+
+func decodeInt(raw json.RawMessage, dst *int) bool {
+	n, err := strconv.Atoi(string(raw))
+	if err != nil {
+		return false
+	}
+	*dst = n
+	return true
+}
+
+// decodeAny decodes a valid JSON value with numbers as json.Number.
+func decodeAny(raw json.RawMessage) any {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return raw // unreachable for a value json.Unmarshal accepted
+	}
+	return v
+}
+
+// isMetadataLine reports whether obj is a metadata record.
+func isMetadataLine(obj map[string]json.RawMessage) bool {
+	var t string
+	return decodeString(obj["_type"], &t) && t == "metadata"
+}

@@ -1,0 +1,557 @@
+package session
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrClosed is returned (wrapped) by Append and UpdateMetadata after Close.
+var ErrClosed = errors.New("session store closed")
+
+// Options configures a [Store]. The zero value is ready to use.
+type Options struct {
+	MaxOpenFiles int          // cached open append handles, default 256 (least recently used closed first)
+	NoSync       bool         // skip fsync (benchmarks only: Append no longer means durable)
+	Logger       *slog.Logger // default slog.Default()
+
+	// for tests in this package
+	syncHook func(*os.File) error // replaces (*os.File).Sync for session files
+	maxLine  int                  // replaces MaxLineSize
+}
+
+const (
+	defaultMaxOpenFiles = 256
+	maxBatch            = 1024 // requests the writer takes at once
+	tempPattern         = ".session-*.tmp"
+)
+
+// Stats are counters since Open, for metrics and tests.
+type Stats struct {
+	Appends   int64 // Append calls written and fsynced
+	Records   int64 // records in those appends
+	Batches   int64 // group commits (writer wake-ups)
+	FileSyncs int64 // fsyncs of session files
+	DirSyncs  int64 // fsyncs of the directory (new files, rewrites)
+	OpenFiles int64 // append handles open now
+}
+
+// Store is the set of session files in one directory. Its methods are safe
+// for concurrent use. One writer goroutine, started by Open and stopped by
+// Close, does every write.
+type Store struct {
+	dir      string
+	log      *slog.Logger
+	maxOpen  int
+	noSync   bool
+	syncHook func(*os.File) error
+	maxLine  int
+	dirFile  *os.File
+
+	mu       sync.RWMutex // guards closed
+	closed   bool
+	senders  sync.WaitGroup // Appends between the closed check and the enqueue
+	reqs     chan *request
+	done     chan struct{} // closed when the writer has exited
+	closeErr error         // set by the writer before done is closed
+
+	// ioMu is held for writing while the writer writes to session files and
+	// for reading while a reader opens a file and takes its size, so readers
+	// never see a half-written batch.
+	ioMu sync.RWMutex
+
+	// owned by the writer goroutine
+	files map[string]*handle
+	lru   *list.List // of *handle, most recently used first
+
+	appends, records, batches, fileSyncs, dirSyncs, openFiles atomic.Int64
+}
+
+type opKind int
+
+const (
+	opAppend opKind = iota
+	opUpdate
+)
+
+func (o opKind) String() string {
+	if o == opUpdate {
+		return "update metadata"
+	}
+	return "append"
+}
+
+// request is one Append or UpdateMetadata waiting for the writer.
+type request struct {
+	ctx    context.Context
+	op     opKind
+	key    string
+	name   string // file name
+	data   []byte // opAppend: encoded lines
+	n      int    // opAppend: number of records
+	update func(map[string]any)
+	done   chan error // buffered: the writer never blocks on it
+}
+
+// handle is an open append handle of one session file.
+type handle struct {
+	key  string
+	path string
+	f    *os.File
+	size int64
+	torn bool // the file does not end in '\n'
+	elem *list.Element
+}
+
+// Open opens (creating it with mode 0700 if needed) the session directory
+// dir and starts the writer goroutine. Temporary files left by a crash are
+// removed.
+func Open(dir string, opt Options) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("session: open %s: %w", dir, err)
+	}
+	dirFile, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("session: open %s: %w", dir, err)
+	}
+	s := &Store{
+		dir:      dir,
+		log:      opt.Logger,
+		maxOpen:  opt.MaxOpenFiles,
+		noSync:   opt.NoSync,
+		syncHook: opt.syncHook,
+		maxLine:  opt.maxLine,
+		dirFile:  dirFile,
+		reqs:     make(chan *request, maxBatch),
+		done:     make(chan struct{}),
+		files:    make(map[string]*handle),
+		lru:      list.New(),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.maxOpen <= 0 {
+		s.maxOpen = defaultMaxOpenFiles
+	}
+	if s.maxLine <= 0 {
+		s.maxLine = MaxLineSize
+	}
+	stale, _ := filepath.Glob(filepath.Join(dir, tempPattern))
+	for _, p := range stale {
+		if err := os.Remove(p); err != nil {
+			s.log.Warn("session: cannot remove stale temporary file", "file", p, "err", err)
+		} else {
+			s.log.Info("session: removed stale temporary file", "file", p)
+		}
+	}
+	go s.run()
+	return s, nil
+}
+
+// Dir returns the directory of the store.
+func (s *Store) Dir() string { return s.dir }
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Appends:   s.appends.Load(),
+		Records:   s.records.Load(),
+		Batches:   s.batches.Load(),
+		FileSyncs: s.fileSyncs.Load(),
+		DirSyncs:  s.dirSyncs.Load(),
+		OpenFiles: s.openFiles.Load(),
+	}
+}
+
+// Append adds recs to the end of the session key, creating the file (with
+// its metadata line) if needed. An empty Timestamp is set to now. It returns
+// once the records are written and fsynced, or with an error: the store is
+// closed ([ErrClosed]), ctx is done (the records may or may not have been
+// written), or the write failed. Appends from one goroutine land in call
+// order; appends to many sessions from many goroutines share fsyncs.
+func (s *Store) Append(ctx context.Context, key string, recs ...Record) error {
+	name, err := FileName(key)
+	if err != nil {
+		return fmt.Errorf("session: append %s: %w", key, err)
+	}
+	if len(recs) == 0 {
+		s.mu.RLock()
+		closed := s.closed
+		s.mu.RUnlock()
+		if closed {
+			return fmt.Errorf("session: append %s: %w", key, ErrClosed)
+		}
+		return nil
+	}
+	var data []byte
+	now := ""
+	for i, r := range recs {
+		if r.Timestamp == "" {
+			if now == "" {
+				now = Now()
+			}
+			r.Timestamp = now
+		}
+		start := len(data)
+		data, err = r.appendJSON(data)
+		if err != nil {
+			return fmt.Errorf("session: append %s: record %d: %w", key, i, err)
+		}
+		if n := len(data) - start; n > s.maxLine {
+			return fmt.Errorf("session: append %s: record %d is %d bytes, over the %d-byte line limit", key, i, n, s.maxLine)
+		}
+		data = append(data, '\n')
+	}
+	return s.submit(ctx, &request{ctx: ctx, op: opAppend, key: key, name: name, data: data, n: len(recs)})
+}
+
+// UpdateMetadata changes the metadata map of session key: fn gets the map
+// read from the file (numbers as json.Number) and changes it in place;
+// updated_at is set to now. The file is rewritten atomically (temporary
+// file, fsync, rename, directory fsync) with every other line kept as it
+// was; this reads the whole file, so it is meant for rare changes. A missing
+// file is created with just the metadata line. fn runs on the writer
+// goroutine, in order with appends: it must be quick and must not call the
+// Store. A panic in fn is returned as an error.
+func (s *Store) UpdateMetadata(ctx context.Context, key string, fn func(m map[string]any)) error {
+	name, err := FileName(key)
+	if err != nil {
+		return fmt.Errorf("session: update metadata %s: %w", key, err)
+	}
+	return s.submit(ctx, &request{ctx: ctx, op: opUpdate, key: key, name: name, update: fn})
+}
+
+// submit queues r for the writer and waits for its result.
+func (s *Store) submit(ctx context.Context, r *request) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("session: %s %s: %w", r.op, r.key, err)
+	}
+	r.done = make(chan error, 1)
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return fmt.Errorf("session: %s %s: %w", r.op, r.key, ErrClosed)
+	}
+	s.senders.Add(1)
+	s.mu.RUnlock()
+	select {
+	case s.reqs <- r:
+		s.senders.Done()
+	case <-ctx.Done():
+		s.senders.Done()
+		return fmt.Errorf("session: %s %s: %w", r.op, r.key, ctx.Err())
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("session: %s %s: %w", r.op, r.key, ctx.Err())
+	}
+}
+
+// Close writes and fsyncs every queued append, stops the writer and closes
+// all files. Append and UpdateMetadata after Close return ErrClosed. Close
+// may be called more than once.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		<-s.done
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.senders.Wait() // every sender has enqueued or given up
+	close(s.reqs)
+	<-s.done
+	return s.closeErr
+}
+
+// run is the writer goroutine.
+func (s *Store) run() {
+	defer close(s.done)
+	batch := make([]*request, 0, maxBatch)
+	for r := range s.reqs {
+		batch = append(batch[:0], r)
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case r, ok := <-s.reqs:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		s.process(batch)
+		clear(batch)
+	}
+	s.closeErr = s.closeAll()
+}
+
+// process runs one batch in queue order: runs of appends are group-committed,
+// a metadata update is done alone between them.
+func (s *Store) process(batch []*request) {
+	s.batches.Add(1)
+	seg := make([]*request, 0, len(batch))
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- fmt.Errorf("session: %s %s: %w", r.op, r.key, err)
+			continue
+		}
+		if r.op == opUpdate {
+			s.commit(seg)
+			seg = seg[:0]
+			r.done <- s.rewrite(r)
+			continue
+		}
+		seg = append(seg, r)
+	}
+	s.commit(seg)
+	for s.lru.Len() > s.maxOpen {
+		h := s.lru.Back().Value.(*handle)
+		if err := s.drop(h); err != nil {
+			s.log.Warn("session: closing session file", "file", h.path, "err", err)
+		}
+	}
+}
+
+// group is the part of a batch that goes to one file.
+type group struct {
+	key, path string
+	reqs      []*request
+	data      []byte
+	h         *handle  // existing file
+	tmp       *os.File // new file, renamed to path once fsynced
+	err       error
+}
+
+// commit writes a run of appends: one write per file, one fsync per file,
+// one directory fsync if files were created; then answers every request.
+func (s *Store) commit(seg []*request) {
+	if len(seg) == 0 {
+		return
+	}
+	var groups []*group
+	byKey := make(map[string]*group)
+	for _, r := range seg {
+		g := byKey[r.key]
+		if g == nil {
+			g = &group{key: r.key, path: filepath.Join(s.dir, r.name)}
+			byKey[r.key] = g
+			groups = append(groups, g)
+		}
+		g.reqs = append(g.reqs, r)
+	}
+	for _, g := range groups {
+		if len(g.reqs) == 1 {
+			g.data = g.reqs[0].data
+		} else {
+			for _, r := range g.reqs {
+				g.data = append(g.data, r.data...)
+			}
+		}
+	}
+	fail := func(g *group, err error) { g.err = fmt.Errorf("session: append %s: %w", g.key, err) }
+
+	// Open existing files; write new ones to temporary files.
+	for _, g := range groups {
+		h, err := s.handleFor(g.key, g.path)
+		if err != nil {
+			fail(g, err)
+			continue
+		}
+		if h != nil {
+			g.h = h
+			continue
+		}
+		now := Now()
+		meta, err := Metadata{Key: g.key, CreatedAt: now, UpdatedAt: now}.appendJSON(nil)
+		if err != nil {
+			fail(g, err)
+			continue
+		}
+		meta = append(meta, '\n')
+		g.tmp, err = s.writeTemp(append(meta, g.data...))
+		if err != nil {
+			fail(g, fmt.Errorf("create %s: %w", g.path, err))
+		}
+	}
+
+	// Append to existing files, one write each.
+	s.ioMu.Lock()
+	for _, g := range groups {
+		if g.err != nil || g.h == nil {
+			continue
+		}
+		h, data := g.h, g.data
+		if h.torn {
+			data = append([]byte{'\n'}, data...)
+		}
+		n, err := h.f.Write(data)
+		if err != nil {
+			if n > 0 {
+				_ = h.f.Truncate(h.size) // best effort: leave no partial line
+			}
+			_ = s.drop(h)
+			fail(g, err)
+			continue
+		}
+		h.size += int64(n)
+		h.torn = false
+	}
+	s.ioMu.Unlock()
+
+	// fsync each touched file once, then put new files in place.
+	created := false
+	for _, g := range groups {
+		if g.err != nil {
+			continue
+		}
+		if g.h != nil {
+			if err := s.sync(g.h.f); err != nil {
+				_ = s.drop(g.h)
+				fail(g, err)
+			}
+			continue
+		}
+		err := s.sync(g.tmp)
+		if err == nil {
+			err = os.Rename(g.tmp.Name(), g.path)
+		}
+		g.tmp.Close()
+		if err != nil {
+			os.Remove(g.tmp.Name())
+			fail(g, fmt.Errorf("create %s: %w", g.path, err))
+			continue
+		}
+		created = true
+	}
+	if created {
+		if err := s.syncDir(); err != nil {
+			for _, g := range groups {
+				if g.err == nil && g.tmp != nil {
+					fail(g, err)
+				}
+			}
+		}
+	}
+
+	for _, g := range groups {
+		if g.err == nil {
+			s.appends.Add(int64(len(g.reqs)))
+			for _, r := range g.reqs {
+				s.records.Add(int64(r.n))
+			}
+		}
+		for _, r := range g.reqs {
+			r.done <- g.err
+		}
+	}
+}
+
+// handleFor returns the open append handle of a session file, opening it if
+// needed. It returns nil, nil if the file must be created: it does not exist
+// or is empty (and so has no metadata line).
+func (s *Store) handleFor(key, path string) (*handle, error) {
+	if h, ok := s.files[key]; ok {
+		s.lru.MoveToFront(h.elem)
+		return h, nil
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("open %s: not a regular file", path)
+	}
+	if fi.Size() == 0 {
+		f.Close()
+		return nil, nil
+	}
+	var last [1]byte
+	if _, err := f.ReadAt(last[:], fi.Size()-1); err != nil {
+		f.Close()
+		return nil, err
+	}
+	h := &handle{key: key, path: path, f: f, size: fi.Size(), torn: last[0] != '\n'}
+	h.elem = s.lru.PushFront(h)
+	s.files[key] = h
+	s.openFiles.Add(1)
+	return h, nil
+}
+
+// drop closes a cached handle and forgets it.
+func (s *Store) drop(h *handle) error {
+	s.lru.Remove(h.elem)
+	delete(s.files, h.key)
+	s.openFiles.Add(-1)
+	return h.f.Close()
+}
+
+// writeTemp writes data to a new temporary file in the directory; the caller
+// fsyncs, renames and closes it.
+func (s *Store) writeTemp(data []byte) (*os.File, error) {
+	f, err := os.CreateTemp(s.dir, tempPattern)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return f, nil
+}
+
+func (s *Store) sync(f *os.File) error {
+	if s.noSync {
+		return nil
+	}
+	s.fileSyncs.Add(1)
+	if s.syncHook != nil {
+		return s.syncHook(f)
+	}
+	return f.Sync()
+}
+
+func (s *Store) syncDir() error {
+	if s.noSync {
+		return nil
+	}
+	s.dirSyncs.Add(1)
+	return s.dirFile.Sync()
+}
+
+// closeAll closes every file; run calls it when the queue is closed.
+func (s *Store) closeAll() error {
+	var errs []error
+	for s.lru.Len() > 0 {
+		h := s.lru.Front().Value.(*handle)
+		if err := s.drop(h); err != nil {
+			errs = append(errs, fmt.Errorf("session: close: %w", err))
+		}
+	}
+	if err := s.dirFile.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("session: close: %w", err))
+	}
+	return errors.Join(errs...)
+}

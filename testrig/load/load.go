@@ -1,0 +1,631 @@
+package load
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"termlink/link"
+)
+
+const (
+	// bufSize is each connection's read buffer and the pooled write
+	// buffer size: frames are small and 10,000 idle devices must stay cheap.
+	bufSize = 1024
+	// closeWait is how long the close handshake may take for all devices
+	// together before the remaining connections are dropped.
+	closeWait = 2 * time.Second
+	// heartbeatTick is how often the shared heartbeat loop looks for
+	// devices due a ping.
+	heartbeatTick = 100 * time.Millisecond
+	// maxWriters bounds the shared writer pool.
+	maxWriters = 32
+)
+
+// jobKind says what a writer sends.
+type jobKind uint8
+
+const (
+	jobMessage jobKind = iota
+	jobPing
+)
+
+type job struct {
+	d    *device
+	kind jobKind
+	id   string
+}
+
+// device is one simulated terminal; all are allocated before any goroutine
+// starts, and conn, every and nextPing are set before alive. Only its reader goroutine reads conn;
+// writes from the writer pool, the reader (pong) and shutdown are
+// serialised by wmu and carry a deadline.
+type device struct {
+	index int
+	conn  *websocket.Conn
+	wmu   sync.Mutex
+	alive atomic.Bool // connected and not dropped
+
+	// Heartbeat state, owned by the heartbeat loop once alive is set.
+	every    time.Duration
+	nextPing time.Time
+	pingOut  atomic.Int32 // pings sent since the last pong
+}
+
+func (d *device) write(b []byte) error {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	if err := d.conn.SetWriteDeadline(time.Now().Add(writeWait)); err != nil {
+		return err
+	}
+	return d.conn.WriteMessage(websocket.TextMessage, b)
+}
+
+// runner is one Run.
+type runner struct {
+	opt    Options
+	log    *slog.Logger
+	runID  string
+	dialer *websocket.Dialer
+	header http.Header
+	devs   []*device
+	track  *tracker
+	jobs   chan job
+
+	ping, pong []byte
+
+	closing atomic.Bool // shutdown started: read errors are expected
+	devWG   sync.WaitGroup
+
+	mu           sync.Mutex // guards the fields below
+	connectLat   []time.Duration
+	connectErrs  counter
+	failed       int
+	disconnected int
+	disconnErrs  counter
+
+	pingsSent, pongs, missedPongs, serverPings atomic.Int64
+}
+
+// Run connects opt.Devices devices to opt.URL, sends messages at opt.Rate
+// per second for opt.Duration, waits up to opt.Drain for the last replies,
+// closes every connection and reports. Cancelling ctx stops early; Run
+// still closes everything and returns the report (Interrupted set). The
+// error is non-nil only when the options are invalid; failures of the
+// server under test are in the report (see Report.Err).
+func Run(ctx context.Context, opt Options) (*Report, error) {
+	opt, err := opt.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	runID, err := newRunID()
+	if err != nil {
+		return nil, err
+	}
+	expected := 0
+	if opt.Rate > 0 {
+		expected = int(math.Ceil(opt.Rate*opt.Duration.Seconds())) + 16
+	}
+	r := &runner{
+		opt:   opt,
+		log:   opt.Logger.With("url", opt.URL),
+		runID: runID,
+		dialer: &websocket.Dialer{
+			HandshakeTimeout: opt.ConnectTimeout,
+			ReadBufferSize:   bufSize,
+			WriteBufferSize:  bufSize,
+			WriteBufferPool:  &sync.Pool{},
+		},
+		devs:        make([]*device, opt.Devices),
+		track:       newTracker(expected),
+		jobs:        make(chan job, 1024),
+		ping:        link.MustEncode(&link.Ping{}),
+		pong:        link.MustEncode(&link.Pong{}),
+		connectLat:  make([]time.Duration, 0, opt.Devices),
+		connectErrs: counter{limit: 5},
+		disconnErrs: counter{limit: 5},
+	}
+	for i := range r.devs {
+		r.devs[i] = &device{index: i}
+	}
+	if opt.Token != "" {
+		r.header = http.Header{"Authorization": {"Bearer " + opt.Token}}
+	}
+	return r.run(ctx), nil
+}
+
+func newRunID() (string, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("load: make run id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+func (r *runner) run(ctx context.Context) *Report {
+	start := time.Now()
+
+	// Shared goroutines: writer pool and heartbeat loop.
+	var writers sync.WaitGroup
+	for range min(r.opt.Devices, maxWriters) {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			r.writer()
+		}()
+	}
+	hbCtx, stopHeartbeat := context.WithCancel(ctx)
+	var hbDone sync.WaitGroup
+	hbDone.Add(1)
+	go func() {
+		defer hbDone.Done()
+		r.heartbeat(hbCtx)
+	}()
+
+	r.connectAll(ctx)
+	connected := r.connectedCount()
+	r.log.Info("connect phase done", "connected", connected, "failed", r.opt.Devices-connected,
+		"took", time.Since(start).Round(time.Millisecond))
+
+	var sendStart, sendEnd time.Time
+	switch {
+	case r.opt.Hold:
+		fmt.Fprintf(r.opt.Status, "connected %d devices\n", connected)
+		<-ctx.Done()
+	default:
+		sendStart = time.Now()
+		r.sendLoop(ctx)
+		sendEnd = time.Now()
+		r.drain(ctx)
+	}
+
+	stopHeartbeat()
+	hbDone.Wait()
+	close(r.jobs)
+	writers.Wait()
+	r.closeAll()
+
+	return r.report(start, sendStart, sendEnd, ctx.Err() != nil)
+}
+
+func (r *runner) connectedCount() int {
+	n := 0
+	for _, d := range r.devs {
+		if d.alive.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// connectAll starts the devices at opt.ConnectRate per second with at most
+// opt.ConnectRate handshakes in flight, and returns when every handshake
+// has succeeded or failed.
+func (r *runner) connectAll(ctx context.Context) {
+	rate := r.opt.ConnectRate
+	interval := time.Second / time.Duration(rate)
+	sem := make(chan struct{}, rate)
+	var handshakes sync.WaitGroup
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	start := time.Now()
+	for i := range r.devs {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+		}
+		if ctx.Err() == nil {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+			}
+		}
+		if ctx.Err() != nil {
+			r.mu.Lock()
+			n := len(r.devs) - i
+			r.failed += n
+			for range n {
+				r.connectErrs.add("not dialed: interrupted")
+			}
+			r.mu.Unlock()
+			break
+		}
+		d := r.devs[i]
+		handshakes.Add(1)
+		r.devWG.Add(1)
+		go func() {
+			defer r.devWG.Done()
+			ok := r.handshake(ctx, d)
+			<-sem
+			handshakes.Done()
+			if ok {
+				r.read(d)
+			}
+		}()
+	}
+	handshakes.Wait()
+}
+
+// handshake dials d and waits for connected. It records the outcome and
+// reports whether d is now connected.
+func (r *runner) handshake(ctx context.Context, d *device) bool {
+	start := time.Now()
+	every, err := r.dialAndConnect(ctx, d)
+	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("interrupted during handshake: %w", err)
+		}
+		r.log.Debug("device failed to connect", "peer", r.peerID(d), "err", err)
+		r.mu.Lock()
+		r.failed++
+		r.connectErrs.add(err.Error())
+		r.mu.Unlock()
+		return false
+	}
+	took := time.Since(start)
+	d.every = every
+	d.nextPing = time.Now().Add(every)
+	r.mu.Lock()
+	r.connectLat = append(r.connectLat, took)
+	r.mu.Unlock()
+	d.alive.Store(true)
+	return true
+}
+
+func (r *runner) peerID(d *device) string {
+	return r.opt.PeerPrefix + "-" + strconv.Itoa(d.index)
+}
+
+// dialAndConnect opens the WebSocket, sends connect and waits for
+// connected; it returns the heartbeat interval the server asked for.
+func (r *runner) dialAndConnect(ctx context.Context, d *device) (time.Duration, error) {
+	hctx, cancel := context.WithTimeout(ctx, r.opt.ConnectTimeout)
+	defer cancel()
+	conn, resp, err := r.dialer.DialContext(hctx, r.opt.URL, r.header)
+	if err != nil {
+		return 0, dialError(err, resp)
+	}
+	conn.SetReadLimit(link.MaxFrameBytes)
+	// Cancellation or the handshake timeout unblocks the reads below.
+	stop := context.AfterFunc(hctx, func() { conn.SetReadDeadline(time.Now()) })
+	ok := false
+	defer func() {
+		stop()
+		if !ok {
+			conn.Close()
+		}
+	}()
+	d.conn = conn
+
+	hello, err := link.Encode(&link.Connect{
+		PeerID:       r.peerID(d),
+		DeviceName:   "termrig load " + r.runID,
+		Capabilities: []string{link.CapText},
+		Token:        r.opt.Token,
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := d.write(hello); err != nil {
+		return 0, fmt.Errorf("send connect: %w", err)
+	}
+	for {
+		_, data, err := conn.ReadMessage()
+		if err != nil {
+			if hctx.Err() == context.DeadlineExceeded {
+				return 0, fmt.Errorf("no connected frame within %v", r.opt.ConnectTimeout)
+			}
+			return 0, fmt.Errorf("wait for connected: %w", err)
+		}
+		f, err := link.Decode(data)
+		if err != nil {
+			return 0, fmt.Errorf("bad frame instead of connected: %w", err)
+		}
+		switch f := f.(type) {
+		case *link.Connected:
+			if !stop() { // the deadline fired: the read deadline is set
+				return 0, fmt.Errorf("no connected frame within %v", r.opt.ConnectTimeout)
+			}
+			if err := conn.SetReadDeadline(time.Time{}); err != nil {
+				return 0, err
+			}
+			every := DefaultHeartbeat
+			if f.HeartbeatSeconds > 0 {
+				every = time.Duration(f.HeartbeatSeconds) * time.Second
+			}
+			ok = true
+			return every, nil
+		case *link.Error:
+			return 0, fmt.Errorf("connect refused by server: %s", f.Error)
+		case *link.Ping:
+			if err := d.write(r.pong); err != nil {
+				return 0, fmt.Errorf("answer ping: %w", err)
+			}
+		default:
+			return 0, fmt.Errorf("got %s frame instead of connected", f.FrameType())
+		}
+	}
+}
+
+// dialError says why the WebSocket upgrade failed, with the HTTP status
+// when there was one.
+func dialError(err error, resp *http.Response) error {
+	if resp == nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	msg := "websocket upgrade refused: HTTP " + resp.Status
+	if resp.Body != nil {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+		if line = strings.TrimSpace(line); line != "" {
+			if len(line) > 120 {
+				line = line[:120] + "..."
+			}
+			msg += ": " + line
+		}
+	}
+	return errors.New(msg)
+}
+
+// read is d's reader loop; it returns when the connection ends.
+func (r *runner) read(d *device) {
+	defer d.conn.Close()
+	for {
+		_, data, err := d.conn.ReadMessage()
+		at := time.Now()
+		if err != nil {
+			d.alive.Store(false)
+			if !r.closing.Load() {
+				r.log.Debug("device disconnected", "peer", r.peerID(d), "err", err)
+				r.mu.Lock()
+				r.disconnected++
+				r.disconnErrs.add(err.Error())
+				r.mu.Unlock()
+			}
+			return
+		}
+		f, err := link.Decode(data)
+		if err != nil {
+			r.track.badFrame(err)
+			continue
+		}
+		switch f := f.(type) {
+		case *link.Ack:
+			r.track.ack(f, at)
+		case *link.Message:
+			if f.IsReply() {
+				r.track.reply(f, at)
+			} else {
+				r.track.unexpectedFrame()
+			}
+		case *link.Pong:
+			r.pongs.Add(1)
+			d.pingOut.Store(0)
+		case *link.Ping:
+			r.serverPings.Add(1)
+			if err := d.write(r.pong); err != nil {
+				r.log.Debug("answer ping", "peer", r.peerID(d), "err", err)
+			}
+		case *link.Error:
+			r.track.errorFrame(f)
+		case *link.Progress:
+			// Not asked for; harmless.
+		default:
+			r.track.unexpectedFrame()
+		}
+	}
+}
+
+// writer sends queued frames until the queue is closed.
+func (r *runner) writer() {
+	text := r.opt.Text
+	var buf []byte
+	for j := range r.jobs {
+		if !j.d.alive.Load() {
+			continue
+		}
+		switch j.kind {
+		case jobPing:
+			if err := j.d.write(r.ping); err != nil {
+				r.writeFailed(j.d, err)
+				continue
+			}
+			r.pingsSent.Add(1)
+		case jobMessage:
+			var err error
+			buf, err = link.AppendEncode(buf[:0], &link.Message{MessageID: j.id, Text: text})
+			if err != nil { // cannot happen for a plain string
+				panic(err)
+			}
+			r.track.sending(j.id, time.Now())
+			if err := j.d.write(buf); err != nil {
+				r.track.sendFailed(j.id)
+				r.writeFailed(j.d, err)
+			}
+		}
+	}
+}
+
+// writeFailed drops a device whose write failed; its reader then ends.
+func (r *runner) writeFailed(d *device, err error) {
+	r.log.Debug("write failed", "peer", r.peerID(d), "err", err)
+	d.conn.Close()
+}
+
+// enqueue hands j to the writer pool; false when ctx ended first.
+func (r *runner) enqueue(ctx context.Context, j job) bool {
+	select {
+	case r.jobs <- j:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// heartbeat pings every live device when its heartbeat is due. One loop
+// serves all devices: no goroutine or ticker per device.
+func (r *runner) heartbeat(ctx context.Context) {
+	t := time.NewTicker(heartbeatTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			for _, d := range r.devs {
+				if !d.alive.Load() || now.Before(d.nextPing) {
+					continue
+				}
+				d.nextPing = now.Add(d.every)
+				if d.pingOut.Add(1) > 1 {
+					r.missedPongs.Add(1)
+				}
+				if !r.enqueue(ctx, job{d: d, kind: jobPing}) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// sendLoop sends messages at opt.Rate per second in total, round-robin
+// over the live devices, for opt.Duration (or until ctx ends).
+func (r *runner) sendLoop(ctx context.Context) {
+	start := time.Now()
+	end := start.Add(r.opt.Duration)
+	timer := time.NewTimer(r.opt.Duration)
+	defer timer.Stop()
+	if r.opt.Rate <= 0 {
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		return
+	}
+	var n int64
+	next := 0 // round-robin position in r.devs
+	for {
+		now := time.Now()
+		if !now.Before(end) {
+			return
+		}
+		due := int64(now.Sub(start).Seconds()*r.opt.Rate) + 1
+		for ; n < due; n++ {
+			d := r.pick(&next)
+			if d == nil {
+				r.log.Warn("no device left connected: sending stopped")
+				return
+			}
+			id := r.runID + "-" + strconv.FormatInt(n, 10)
+			if !r.enqueue(ctx, job{d: d, kind: jobMessage, id: id}) {
+				return
+			}
+		}
+		at := start.Add(time.Duration(float64(n) / r.opt.Rate * float64(time.Second)))
+		if at.After(end) {
+			at = end
+		}
+		timer.Reset(time.Until(at))
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// pick returns the next live device after *next, or nil if none is live.
+func (r *runner) pick(next *int) *device {
+	for range len(r.devs) {
+		d := r.devs[*next]
+		*next = (*next + 1) % len(r.devs)
+		if d.alive.Load() {
+			return d
+		}
+	}
+	return nil
+}
+
+// drain waits up to opt.Drain for the outstanding replies.
+func (r *runner) drain(ctx context.Context) {
+	if r.track.outstanding() == 0 || r.opt.Drain <= 0 {
+		return
+	}
+	deadline := time.NewTimer(r.opt.Drain)
+	defer deadline.Stop()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for r.track.outstanding() > 0 {
+		select {
+		case <-deadline.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+		}
+	}
+}
+
+// closeAll closes every connection: a close frame to each, up to
+// closeWait for the server to answer, then the sockets are dropped.
+// It returns when every device goroutine has ended.
+func (r *runner) closeAll() {
+	r.closing.Store(true)
+	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "load test done")
+	deadline := time.Now().Add(writeWait)
+	var wg sync.WaitGroup
+	ch := make(chan *device)
+	for range min(len(r.devs), 64) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range ch {
+				if err := d.conn.WriteControl(websocket.CloseMessage, msg, deadline); err != nil {
+					d.conn.Close()
+				}
+			}
+		}()
+	}
+	for _, d := range r.devs {
+		if d.alive.Load() {
+			ch <- d
+		}
+	}
+	close(ch)
+	wg.Wait()
+
+	done := make(chan struct{})
+	go func() {
+		r.devWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(closeWait):
+	}
+	for _, d := range r.devs {
+		if d.conn != nil {
+			d.conn.Close()
+		}
+	}
+	<-done
+}

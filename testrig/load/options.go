@@ -1,0 +1,169 @@
+package load
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Defaults used when an Options field is zero.
+const (
+	DefaultChannel        = "terminal-dev"
+	DefaultPeerPrefix     = "load"
+	DefaultText           = "hello from termrig load"
+	DefaultDrain          = 5 * time.Second
+	DefaultConnectRate    = 500
+	DefaultConnectTimeout = 10 * time.Second
+	// DefaultHeartbeat is the ping interval when connected carries no
+	// heartbeat_seconds.
+	DefaultHeartbeat = 30 * time.Second
+)
+
+// writeWait bounds every write to a connection.
+const writeWait = 5 * time.Second
+
+// Options configures Run.
+type Options struct {
+	// URL of the channel WebSocket: ws://host:port/api/channels/ID/ws.
+	// http(s):// URLs and bare host:port are accepted; without a path the
+	// channel path of Channel is filled in (see ChannelURL).
+	URL string
+	// Channel is the channel id used when URL has no path (default
+	// "terminal-dev").
+	Channel string
+	// Devices is the number of simulated devices (at least 1).
+	Devices int
+	// Rate is the total number of messages per second over all devices;
+	// 0 leaves the devices idle (heartbeats only).
+	Rate float64
+	// Duration is how long messages are sent (or, with Rate 0, how long
+	// the idle devices stay connected). Required unless Hold is set.
+	Duration time.Duration
+	// Drain is how long to wait for outstanding replies after Duration
+	// (default 5s; negative means no wait).
+	Drain time.Duration
+	// ConnectRate is how many devices start dialing per second, and how
+	// many handshakes may be in flight at once (default 500).
+	ConnectRate int
+	// ConnectTimeout bounds one device's dial + connect handshake
+	// (default 10s).
+	ConnectTimeout time.Duration
+	// PeerPrefix names the devices <PeerPrefix>-<i> (default "load").
+	PeerPrefix string
+	// Token, when set, is sent as "Authorization: Bearer <Token>" and in
+	// the connect frame.
+	Token string
+	// Text is the text of every user message (default DefaultText).
+	Text string
+	// Hold keeps the idle devices connected after the connect phase until
+	// ctx is cancelled (for measuring server memory per connection). It
+	// requires Rate 0; Duration is then ignored.
+	Hold bool
+	// Status receives progress lines meant for a person, such as
+	// "connected N devices" in Hold mode (nil: discarded).
+	Status io.Writer
+	// Logger receives debug detail (per-device errors) and phase changes
+	// (nil: discarded).
+	Logger *slog.Logger
+}
+
+// withDefaults validates opt and fills in the defaults.
+func (opt Options) withDefaults() (Options, error) {
+	var errs []error
+	if opt.Channel == "" {
+		opt.Channel = DefaultChannel
+	}
+	u, err := ChannelURL(opt.URL, opt.Channel)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	opt.URL = u
+	if opt.Devices < 1 {
+		errs = append(errs, fmt.Errorf("devices must be at least 1, got %d", opt.Devices))
+	}
+	if opt.Rate < 0 || opt.Rate != opt.Rate || opt.Rate > 1e7 {
+		errs = append(errs, fmt.Errorf("rate must be between 0 and 1e7 messages/s, got %v", opt.Rate))
+	}
+	if opt.Hold {
+		if opt.Rate != 0 {
+			errs = append(errs, errors.New("hold measures idle connections: use it with rate 0"))
+		}
+	} else if opt.Duration <= 0 {
+		errs = append(errs, fmt.Errorf("duration must be positive, got %v", opt.Duration))
+	}
+	switch {
+	case opt.Drain == 0:
+		opt.Drain = DefaultDrain
+	case opt.Drain < 0:
+		opt.Drain = 0
+	}
+	if opt.ConnectRate == 0 {
+		opt.ConnectRate = DefaultConnectRate
+	} else if opt.ConnectRate < 0 {
+		errs = append(errs, fmt.Errorf("connect rate must be positive, got %d", opt.ConnectRate))
+	}
+	if opt.ConnectTimeout == 0 {
+		opt.ConnectTimeout = DefaultConnectTimeout
+	} else if opt.ConnectTimeout < 0 {
+		errs = append(errs, fmt.Errorf("connect timeout must be positive, got %v", opt.ConnectTimeout))
+	}
+	if opt.PeerPrefix == "" {
+		opt.PeerPrefix = DefaultPeerPrefix
+	}
+	if opt.Text == "" {
+		opt.Text = DefaultText
+	} else if strings.TrimSpace(opt.Text) == "" {
+		errs = append(errs, errors.New("text must not be blank (the server refuses blank messages)"))
+	}
+	if opt.Status == nil {
+		opt.Status = io.Discard
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	return opt, errors.Join(errs...)
+}
+
+// ChannelURL turns what a user typed into the WebSocket URL of a channel:
+// ws:// and wss:// are kept, http:// and https:// become ws:// and wss://,
+// a bare host:port gets ws://, and an empty path (or "/") becomes
+// /api/channels/<channel>/ws. A URL that already has a path is used as is.
+func ChannelURL(raw, channel string) (string, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return "", errors.New("server URL is required (e.g. ws://127.0.0.1:8080)")
+	}
+	if !strings.Contains(raw, "://") {
+		raw = "ws://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("server URL %q: %w", raw, err)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "ws", "http":
+		u.Scheme = "ws"
+	case "wss", "https":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("server URL %q: scheme must be ws, wss, http or https", raw)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("server URL %q has no host", raw)
+	}
+	if u.Path == "" || u.Path == "/" {
+		if channel == "" {
+			channel = DefaultChannel
+		}
+		if strings.ContainsAny(channel, "/?#") {
+			return "", fmt.Errorf("channel id %q must not contain '/', '?' or '#'", channel)
+		}
+		u.Path = "/api/channels/" + channel + "/ws"
+		u.RawPath = ""
+	}
+	return u.String(), nil
+}

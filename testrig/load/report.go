@@ -1,0 +1,218 @@
+package load
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what a Run measured. Durations are in milliseconds.
+type Report struct {
+	URL         string  `json:"url"`
+	Rate        float64 `json:"rate"`        // messages/s asked for, over all devices
+	DurationMs  float64 `json:"duration_ms"` // how long messages were actually sent
+	ElapsedMs   float64 `json:"elapsed_ms"`  // the whole run: connect, send, drain, close
+	Interrupted bool    `json:"interrupted"` // ctx ended the run early
+	Hold        bool    `json:"hold,omitempty"`
+
+	DevicesRequested int     `json:"devices_requested"`
+	DevicesConnected int     `json:"devices_connected"`
+	DevicesFailed    int     `json:"devices_failed"`
+	ConnectErrors    []Count `json:"connect_errors,omitempty"` // first few distinct errors
+	Connect          Latency `json:"connect_ms"`               // dial to connected frame
+	// Disconnected counts connections that ended before the run closed them.
+	Disconnected     int     `json:"disconnected"`
+	DisconnectErrors []Count `json:"disconnect_errors,omitempty"`
+
+	Sent       int64 `json:"sent"`
+	SendErrors int64 `json:"send_errors"` // writes that failed (not counted in Sent)
+	Acked      int64 `json:"acked"`       // distinct messages acked
+	Rejected   int64 `json:"rejected"`    // acks with accepted:false
+	Replied    int64 `json:"replied"`     // distinct messages answered
+	// Lost counts messages sent but not answered by the end of the drain.
+	Lost int64 `json:"lost"`
+	// DuplicateAcks counts acks with duplicate:true; DuplicateReplies
+	// counts replies received again for an already answered message_id.
+	DuplicateAcks    int64 `json:"duplicate_acks"`
+	DuplicateReplies int64 `json:"duplicate_replies"`
+	// UnknownIDs counts acks and replies for message ids never sent.
+	UnknownIDs    int64            `json:"unknown_ids"`
+	FinishReasons map[string]int64 `json:"finish_reasons,omitempty"`
+
+	ErrorFrames      int64   `json:"error_frames"`
+	ErrorTexts       []Count `json:"error_texts,omitempty"` // error frames by text
+	BadFrames        int64   `json:"bad_frames"`            // frames link.Decode refused
+	BadFrameErrors   []Count `json:"bad_frame_errors,omitempty"`
+	UnexpectedFrames int64   `json:"unexpected_frames"` // valid frames out of place
+
+	PingsSent   int64 `json:"pings_sent"`
+	Pongs       int64 `json:"pongs"`
+	MissedPongs int64 `json:"missed_pongs"` // pings still unanswered at the next heartbeat
+	ServerPings int64 `json:"server_pings"`
+
+	ThroughputPerSec float64 `json:"throughput_per_sec"` // replies per second
+	RoundTrip        Latency `json:"round_trip_ms"`      // message sent to final reply
+	Ack              Latency `json:"ack_ms"`             // message sent to ack
+}
+
+// report builds the Report once every goroutine of the run has ended.
+func (r *runner) report(start, sendStart, sendEnd time.Time, interrupted bool) *Report {
+	t := r.track
+	rep := &Report{
+		URL:              r.opt.URL,
+		Rate:             r.opt.Rate,
+		ElapsedMs:        ms(time.Since(start)),
+		Interrupted:      interrupted,
+		Hold:             r.opt.Hold,
+		DevicesRequested: r.opt.Devices,
+		DevicesConnected: len(r.connectLat),
+		DevicesFailed:    r.failed,
+		ConnectErrors:    r.connectErrs.counts(),
+		Connect:          summarize(r.connectLat),
+		Disconnected:     r.disconnected,
+		DisconnectErrors: r.disconnErrs.counts(),
+
+		Sent:             t.sent,
+		SendErrors:       t.sendErrors,
+		Acked:            t.acked,
+		Rejected:         t.rejected,
+		Replied:          t.replied,
+		Lost:             int64(t.open),
+		DuplicateAcks:    t.dupAcks,
+		DuplicateReplies: t.dupReplies,
+		UnknownIDs:       t.unknown,
+		ErrorFrames:      t.errFrames,
+		ErrorTexts:       t.errText.counts(),
+		BadFrames:        t.badFrames,
+		BadFrameErrors:   t.badText.counts(),
+		UnexpectedFrames: t.unexpected,
+
+		PingsSent:   r.pingsSent.Load(),
+		Pongs:       r.pongs.Load(),
+		MissedPongs: r.missedPongs.Load(),
+		ServerPings: r.serverPings.Load(),
+
+		RoundTrip: summarize(t.rtt),
+		Ack:       summarize(t.ackLat),
+	}
+	if len(t.finish) > 0 {
+		rep.FinishReasons = maps.Clone(t.finish)
+	}
+	if !sendStart.IsZero() {
+		rep.DurationMs = ms(sendEnd.Sub(sendStart))
+		// Replies per second over the time they took to come back: the
+		// sending window, or longer when the last replies came late.
+		window := sendEnd.Sub(sendStart)
+		if last := t.lastReply.Sub(sendStart); last > window {
+			window = last
+		}
+		if t.replied > 0 && window > 0 {
+			rep.ThroughputPerSec = float64(t.replied) / window.Seconds()
+		}
+	}
+	return rep
+}
+
+// Err says why the run failed — a device that could not connect or a lost
+// message — or returns nil.
+func (r *Report) Err() error {
+	var errs []string
+	if r.DevicesFailed > 0 {
+		errs = append(errs, fmt.Sprintf("%d of %d devices failed to connect", r.DevicesFailed, r.DevicesRequested))
+	}
+	if r.Lost > 0 {
+		errs = append(errs, fmt.Sprintf("%d of %d messages lost", r.Lost, r.Sent))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(errs, "; "))
+}
+
+// WriteText writes r as a table for a person.
+func (r *Report) WriteText(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	p := func(format string, a ...any) { fmt.Fprintf(tw, format+"\n", a...) }
+	counts := func(cs []Count) {
+		for _, c := range cs {
+			p("\t  %d× %s", c.Count, c.Text)
+		}
+	}
+	lat := func(l Latency, p90 bool) string {
+		if l.N == 0 {
+			return "-"
+		}
+		s := "p50 " + msText(l.P50)
+		if p90 {
+			s += "  p90 " + msText(l.P90)
+		}
+		s += "  p99 " + msText(l.P99) + "  max " + msText(l.Max)
+		return s + fmt.Sprintf("  (n=%d)", l.N)
+	}
+
+	p("server\t%s", r.URL)
+	switch {
+	case r.Hold:
+		p("mode\thold idle connections until interrupted")
+	case r.Rate == 0:
+		p("mode\tidle (heartbeats only) for %s", msText(r.DurationMs))
+	default:
+		p("mode\t%g msg/s for %s", r.Rate, msText(r.DurationMs))
+	}
+	p("devices\trequested %d  connected %d  failed %d  disconnected %d",
+		r.DevicesRequested, r.DevicesConnected, r.DevicesFailed, r.Disconnected)
+	counts(r.ConnectErrors)
+	counts(r.DisconnectErrors)
+	p("connect\t%s", lat(r.Connect, false))
+	if r.Rate > 0 || r.Sent > 0 {
+		p("messages\tsent %d  acked %d  replied %d  lost %d", r.Sent, r.Acked, r.Replied, r.Lost)
+		if r.SendErrors > 0 || r.Rejected > 0 || r.UnknownIDs > 0 {
+			p("\tsend errors %d  rejected %d  unknown ids %d", r.SendErrors, r.Rejected, r.UnknownIDs)
+		}
+		p("duplicates\tacks %d  replies %d", r.DuplicateAcks, r.DuplicateReplies)
+		if len(r.FinishReasons) > 0 {
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(r.FinishReasons)) {
+				parts = append(parts, fmt.Sprintf("%s %d", k, r.FinishReasons[k]))
+			}
+			p("finish\t%s", strings.Join(parts, "  "))
+		}
+		p("throughput\t%.1f replies/s", r.ThroughputPerSec)
+		p("round trip\t%s", lat(r.RoundTrip, true))
+		p("ack\t%s", lat(r.Ack, false))
+	}
+	p("error frames\t%d", r.ErrorFrames)
+	counts(r.ErrorTexts)
+	if r.BadFrames > 0 || r.UnexpectedFrames > 0 {
+		p("bad frames\t%d  unexpected frames %d", r.BadFrames, r.UnexpectedFrames)
+		counts(r.BadFrameErrors)
+	}
+	p("heartbeat\tpings %d  pongs %d  missed %d", r.PingsSent, r.Pongs, r.MissedPongs)
+	p("elapsed\t%s", msText(r.ElapsedMs))
+	result := "ok"
+	if err := r.Err(); err != nil {
+		result = "FAIL: " + err.Error()
+	}
+	if r.Interrupted {
+		result += " (interrupted)"
+	}
+	p("result\t%s", result)
+	tw.Flush()
+}
+
+// msText formats milliseconds for the table: 0.42ms, 12.3ms, 1.52s.
+func msText(v float64) string {
+	switch {
+	case v >= 1000:
+		return fmt.Sprintf("%.2fs", v/1000)
+	case v >= 10:
+		return fmt.Sprintf("%.1fms", v)
+	default:
+		return fmt.Sprintf("%.2fms", v)
+	}
+}

@@ -1,0 +1,197 @@
+package load
+
+import (
+	"sync"
+	"time"
+
+	"termlink/link"
+)
+
+// Count is one distinct error text and how often it was seen.
+type Count struct {
+	Text  string `json:"text"`
+	Count int64  `json:"count"`
+}
+
+// otherText is the bucket for distinct texts beyond a counter's limit.
+const otherText = "(other)"
+
+// counter counts texts, keeping at most limit distinct ones in first-seen
+// order; the rest are counted under otherText. Not safe for concurrent use.
+type counter struct {
+	limit int
+	list  []Count
+	index map[string]int
+}
+
+func (c *counter) add(text string) {
+	if c.index == nil {
+		c.index = make(map[string]int)
+	}
+	if i, ok := c.index[text]; ok {
+		c.list[i].Count++
+		return
+	}
+	if len(c.index) >= c.limit {
+		text = otherText
+		if i, ok := c.index[text]; ok {
+			c.list[i].Count++
+			return
+		}
+	}
+	c.index[text] = len(c.list)
+	c.list = append(c.list, Count{Text: text, Count: 1})
+}
+
+// counts returns a copy of the counts in first-seen order.
+func (c *counter) counts() []Count {
+	if len(c.list) == 0 {
+		return nil
+	}
+	return append([]Count(nil), c.list...)
+}
+
+// sendState is what is known about one sent message.
+type sendState struct {
+	sent    time.Time
+	acked   bool
+	replied bool
+}
+
+// tracker matches acks and replies to sent messages. Readers of every
+// device and the writer pool share it under one mutex: its operations are
+// a map lookup and an append, cheap next to a WebSocket frame.
+type tracker struct {
+	mu      sync.Mutex
+	msgs    map[string]*sendState
+	rtt     []time.Duration
+	ackLat  []time.Duration
+	open    int // sent, not yet replied
+	errText counter
+	badText counter
+	finish  map[string]int64
+
+	sent, sendErrors, acked, rejected, replied int64
+	dupAcks, dupReplies, unknown, errFrames    int64
+	badFrames, unexpected                      int64
+	lastReply                                  time.Time
+}
+
+func newTracker(expected int) *tracker {
+	expected = min(expected, 1<<22)
+	return &tracker{
+		msgs:    make(map[string]*sendState, expected),
+		rtt:     make([]time.Duration, 0, expected),
+		ackLat:  make([]time.Duration, 0, expected),
+		errText: counter{limit: 10},
+		badText: counter{limit: 5},
+		finish:  make(map[string]int64),
+	}
+}
+
+// sending registers id as sent at t; call it before writing the frame so a
+// fast reply finds it.
+func (t *tracker) sending(id string, at time.Time) {
+	t.mu.Lock()
+	t.msgs[id] = &sendState{sent: at}
+	t.sent++
+	t.open++
+	t.mu.Unlock()
+}
+
+// sendFailed takes back a sending whose write failed.
+func (t *tracker) sendFailed(id string) {
+	t.mu.Lock()
+	if s, ok := t.msgs[id]; ok {
+		delete(t.msgs, id)
+		t.sent--
+		if !s.replied {
+			t.open--
+		}
+	}
+	t.sendErrors++
+	t.mu.Unlock()
+}
+
+func (t *tracker) ack(a *link.Ack, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.msgs[a.MessageID]
+	if !ok {
+		t.unknown++
+		return
+	}
+	if a.Duplicate {
+		t.dupAcks++
+	}
+	if !a.Accepted {
+		t.rejected++
+	}
+	if !s.acked {
+		s.acked = true
+		t.acked++
+		t.ackLat = append(t.ackLat, at.Sub(s.sent))
+	}
+	// A duplicate ack may carry the cached reply: that is how the server
+	// delivers an answer it already has.
+	if a.Reply != nil {
+		t.replyLocked(s, a.Reply, at)
+	}
+}
+
+func (t *tracker) reply(m *link.Message, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.msgs[m.MessageID]
+	if !ok {
+		t.unknown++
+		return
+	}
+	t.replyLocked(s, m, at)
+}
+
+func (t *tracker) replyLocked(s *sendState, m *link.Message, at time.Time) {
+	if s.replied {
+		t.dupReplies++
+		return
+	}
+	s.replied = true
+	t.replied++
+	t.open--
+	t.rtt = append(t.rtt, at.Sub(s.sent))
+	reason := m.FinishReason
+	if reason == "" {
+		reason = "(none)"
+	}
+	t.finish[reason]++
+	if at.After(t.lastReply) {
+		t.lastReply = at
+	}
+}
+
+func (t *tracker) errorFrame(e *link.Error) {
+	t.mu.Lock()
+	t.errFrames++
+	t.errText.add(e.Error)
+	t.mu.Unlock()
+}
+
+func (t *tracker) badFrame(err error) {
+	t.mu.Lock()
+	t.badFrames++
+	t.badText.add(err.Error())
+	t.mu.Unlock()
+}
+
+func (t *tracker) unexpectedFrame() {
+	t.mu.Lock()
+	t.unexpected++
+	t.mu.Unlock()
+}
+
+// outstanding is the number of sent messages still without a reply.
+func (t *tracker) outstanding() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.open
+}
