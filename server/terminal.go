@@ -221,16 +221,16 @@ type wsConn struct {
 
 	// Set once by the reader at connect, before register publishes c.
 	peerID, threadID, userID, deviceName, sessionKey string
-	progress, cancel                                bool
+	progress, cancel                                 bool
 
-	mu        sync.Mutex
-	queue     [][]byte
-	writing   bool
+	mu         sync.Mutex
+	queue      [][]byte
+	writing    bool
 	closing    bool   // no more frames are queued (closing or dropped)
 	dead       bool   // the writer stops at once
 	closeFrame []byte // written by the writer once the queue is empty
 	dropCause  string // why the server ended it, for the disconnect event
-	writerWG  sync.WaitGroup
+	writerWG   sync.WaitGroup
 }
 
 func (c *wsConn) serve(ctx context.Context) {

@@ -185,6 +185,8 @@ func (r *runner) run(ctx context.Context) *Report {
 	case r.opt.Hold:
 		fmt.Fprintf(r.opt.Status, "connected %d devices\n", connected)
 		<-ctx.Done()
+	case connected == 0:
+		// Nothing to send with: report the failures at once.
 	default:
 		sendStart = time.Now()
 		r.sendLoop(ctx)

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"termlink/testrig/load"
+)
+
+const loadSynopsis = `--server URL [--devices N] [--rate R] [--duration D] [flags]
+
+Simulates N terminal devices speaking the channel protocol to URL
+(ws://host:port/api/channels/ID/ws; http://host:port or host:port get the
+path of --channel). Messages go at R per second in total, spread over the
+devices; after --duration sending stops, replies are awaited for --drain,
+the connections are closed and a report is printed. Exit status 1 when a
+device failed to connect or a message was lost. --rate 0 keeps the devices
+idle (heartbeats only); --hold keeps idle devices connected until Ctrl-C.
+Ctrl-C stops early and still prints the report.`
+
+// load is `termrig load`.
+func (a *app) load(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("load", loadSynopsis)
+	var opt load.Options
+	fs.StringVar(&opt.URL, "server", "", "channel WebSocket `URL` (required)")
+	fs.StringVar(&opt.Channel, "channel", load.DefaultChannel, "channel `id` when --server has no path")
+	fs.IntVar(&opt.Devices, "devices", 10, "number of simulated `devices`")
+	fs.Float64Var(&opt.Rate, "rate", 10, "messages per second over all devices (0: idle)")
+	fs.DurationVar(&opt.Duration, "duration", 10*time.Second, "how long to send messages")
+	fs.DurationVar(&opt.Drain, "drain", load.DefaultDrain, "how long to wait for outstanding replies after --duration")
+	fs.IntVar(&opt.ConnectRate, "connect-rate", load.DefaultConnectRate, "devices dialed per second (and handshakes in flight)")
+	fs.DurationVar(&opt.ConnectTimeout, "connect-timeout", load.DefaultConnectTimeout, "limit for one device's dial and connect handshake")
+	fs.StringVar(&opt.PeerPrefix, "peer-prefix", load.DefaultPeerPrefix, "peer ids are `prefix`-0, prefix-1, ...")
+	fs.StringVar(&opt.Token, "token", "", "device `token` (Authorization: Bearer and connect.token)")
+	fs.StringVar(&opt.Text, "text", load.DefaultText, "`text` of every message")
+	fs.BoolVar(&opt.Hold, "hold", false, "connect idle devices, print \"connected N devices\", keep them until Ctrl-C")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	verbose := fs.Bool("v", false, "log per-device errors to stderr")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	switch {
+	case opt.URL == "":
+		return usagef("--server is required (e.g. --server ws://127.0.0.1:8080)")
+	case opt.Devices < 1:
+		return usagef("--devices must be at least 1, got %d", opt.Devices)
+	case opt.Rate < 0 || opt.Rate != opt.Rate:
+		return usagef("--rate must be 0 or more messages per second, got %v", opt.Rate)
+	case opt.Hold && set["rate"] && opt.Rate != 0:
+		return usagef("--hold keeps idle devices: use it with --rate 0 (or without --rate)")
+	case !opt.Hold && opt.Duration <= 0:
+		return usagef("--duration must be positive, got %v", opt.Duration)
+	case opt.Drain < 0:
+		return usagef("--drain must not be negative, got %v", opt.Drain)
+	case opt.ConnectRate < 1:
+		return usagef("--connect-rate must be at least 1 per second, got %d", opt.ConnectRate)
+	case opt.ConnectTimeout <= 0:
+		return usagef("--connect-timeout must be positive, got %v", opt.ConnectTimeout)
+	}
+	if _, err := load.ChannelURL(opt.URL, opt.Channel); err != nil {
+		return usagef("--server: %v", err)
+	}
+	if opt.Hold {
+		opt.Rate = 0
+	}
+	if opt.Drain == 0 {
+		opt.Drain = -1 // --drain 0: do not wait
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	opt.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+	opt.Status = a.stdout
+	if *asJSON {
+		opt.Status = a.stderr // keep stdout pure JSON
+	}
+
+	rep, err := load.Run(ctx, opt)
+	if err != nil {
+		return usageError{err}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+	} else {
+		rep.WriteText(a.stdout)
+	}
+	return rep.Err()
+}

@@ -1,0 +1,136 @@
+// Command termrig is the termlink test rig. Each job is a subcommand:
+//
+//	termrig load --server URL --devices N --rate R --duration D   load generator
+//
+// Run `termrig help` for the list and `termrig <command> -h` for the flags
+// of one command. Exit status: 0 success, 1 the command ran and found a
+// failure, 2 bad usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+)
+
+// subcommand is one `termrig <name>` job.
+type subcommand struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+// app holds what subcommands write to.
+type app struct {
+	stdout, stderr io.Writer
+}
+
+// subcommands lists every command; adding one (demo, chaos, selftest) is
+// one entry here and one method.
+func (a *app) subcommands() map[string]subcommand {
+	return map[string]subcommand{
+		"load": {"simulate N terminal devices against a channel; report latency, loss, duplicates", a.load},
+	}
+}
+
+// usageError is an error in how a command was called: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C kills the process
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is main without the process: it returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr}
+	cmds := a.subcommands()
+	if len(args) == 0 {
+		printUsage(stderr, cmds)
+		return 2
+	}
+	name := args[0]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			if cmd, ok := cmds[args[1]]; ok {
+				cmd.run(ctx, []string{"-h"})
+				return 0
+			}
+			fmt.Fprintf(stderr, "termrig: unknown command %q\nRun 'termrig help' for the list of commands.\n", args[1])
+			return 2
+		}
+		printUsage(stdout, cmds)
+		return 0
+	}
+	cmd, ok := cmds[name]
+	if !ok {
+		fmt.Fprintf(stderr, "termrig: unknown command %q\nRun 'termrig help' for the list of commands.\n", name)
+		return 2
+	}
+	err := cmd.run(ctx, args[1:])
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "termrig %s: %v\nRun 'termrig %s -h' for usage.\n", name, err, name)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "termrig %s: %v\n", name, err)
+		return 1
+	}
+}
+
+func printUsage(w io.Writer, cmds map[string]subcommand) {
+	fmt.Fprint(w, "termrig is the termlink test rig.\n\nUsage:\n\n\ttermrig <command> [flags]\n\nCommands:\n\n")
+	for _, name := range slices.Sorted(maps.Keys(cmds)) {
+		fmt.Fprintf(w, "\t%-10s %s\n", name, cmds[name].summary)
+	}
+	fmt.Fprint(w, "\nRun 'termrig <command> -h' for the flags of a command.\n")
+}
+
+// newFlagSet returns a FlagSet that reports nothing itself: parse returns
+// errors for run to print, and -h prints usage to stdout.
+func (a *app) newFlagSet(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("termrig "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		fmt.Fprintf(a.stdout, "Usage: termrig %s %s\n\nFlags (one or two dashes):\n", name, synopsis)
+		fs.SetOutput(a.stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs
+}
+
+// parse parses args into fs; -h prints usage and returns flag.ErrHelp.
+func parse(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err != nil:
+		return usageError{err}
+	case fs.NArg() > 0:
+		return usagef("unexpected argument %q (flags only)", fs.Arg(0))
+	}
+	return nil
+}
