@@ -24,23 +24,25 @@ Ctrl-C stops early and still prints the report.`
 
 // load is `termrig load`.
 func (a *app) load(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("load", loadSynopsis)
+	fs, usage := a.newFlagSet("load", loadSynopsis)
 	var opt load.Options
 	fs.StringVar(&opt.URL, "server", "", "channel WebSocket `URL` (required)")
 	fs.StringVar(&opt.Channel, "channel", load.DefaultChannel, "channel `id` when --server has no path")
-	fs.IntVar(&opt.Devices, "devices", 10, "number of simulated `devices`")
-	fs.Float64Var(&opt.Rate, "rate", 10, "messages per second over all devices (0: idle)")
-	fs.DurationVar(&opt.Duration, "duration", 10*time.Second, "how long to send messages")
-	fs.DurationVar(&opt.Drain, "drain", load.DefaultDrain, "how long to wait for outstanding replies after --duration")
-	fs.IntVar(&opt.ConnectRate, "connect-rate", load.DefaultConnectRate, "devices dialed per second (and handshakes in flight)")
-	fs.DurationVar(&opt.ConnectTimeout, "connect-timeout", load.DefaultConnectTimeout, "limit for one device's dial and connect handshake")
+	opt.Devices, opt.Rate, opt.Duration, opt.Drain = 10, 10, 10*time.Second, load.DefaultDrain
+	opt.ConnectRate, opt.ConnectTimeout = load.DefaultConnectRate, load.DefaultConnectTimeout
+	fs.Var(intFlag{&opt.Devices}, "devices", "number of simulated devices `N`")
+	fs.Var(floatFlag{&opt.Rate}, "rate", "`R` messages per second over all devices (0: idle devices)")
+	fs.Var(durationFlag{&opt.Duration}, "duration", "send messages for `D`")
+	fs.Var(durationFlag{&opt.Drain}, "drain", "wait up to `D` for outstanding replies after --duration (0: no wait)")
+	fs.Var(intFlag{&opt.ConnectRate}, "connect-rate", "dial `C` devices per second, with at most C handshakes in flight")
+	fs.Var(durationFlag{&opt.ConnectTimeout}, "connect-timeout", "limit `D` for one device's dial and connect handshake")
 	fs.StringVar(&opt.PeerPrefix, "peer-prefix", load.DefaultPeerPrefix, "peer ids are `prefix`-0, prefix-1, ...")
 	fs.StringVar(&opt.Token, "token", "", "device `token` (Authorization: Bearer and connect.token)")
 	fs.StringVar(&opt.Text, "text", load.DefaultText, "`text` of every message")
 	fs.BoolVar(&opt.Hold, "hold", false, "connect idle devices, print \"connected N devices\", keep them until Ctrl-C")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("v", false, "log per-device errors to stderr")
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, usage, args); err != nil {
 		return err
 	}
 	set := map[string]bool{}

@@ -14,10 +14,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"syscall"
+	"time"
 )
 
 // subcommand is one `termrig <name>` job.
@@ -106,31 +109,90 @@ func printUsage(w io.Writer, cmds map[string]subcommand) {
 	fmt.Fprint(w, "\nRun 'termrig <command> -h' for the flags of a command.\n")
 }
 
-// newFlagSet returns a FlagSet that reports nothing itself: parse returns
-// errors for run to print, and -h prints usage to stdout.
-func (a *app) newFlagSet(name, synopsis string) *flag.FlagSet {
+// newFlagSet returns a FlagSet that prints nothing itself, and the
+// function that prints its usage to stdout. Parse errors are returned for
+// run to print.
+func (a *app) newFlagSet(name, synopsis string) (*flag.FlagSet, func()) {
 	fs := flag.NewFlagSet("termrig "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
+	fs.Usage = func() {}
+	usage := func() {
 		fmt.Fprintf(a.stdout, "Usage: termrig %s %s\n\nFlags (one or two dashes):\n", name, synopsis)
 		fs.SetOutput(a.stdout)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
 	}
-	return fs
+	return fs, usage
 }
 
 // parse parses args into fs; -h prints usage and returns flag.ErrHelp.
-func parse(fs *flag.FlagSet, args []string) error {
+func parse(fs *flag.FlagSet, usage func(), args []string) error {
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		fs.Usage()
+		usage()
 		return err
 	case err != nil:
 		return usageError{err}
 	case fs.NArg() > 0:
 		return usagef("unexpected argument %q (flags only)", fs.Arg(0))
 	}
+	return nil
+}
+
+// Flag values whose parse errors say what is expected (the flag package
+// only says "parse error").
+
+type intFlag struct{ p *int }
+
+func (f intFlag) String() string {
+	if f.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(*f.p)
+}
+
+func (f intFlag) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("must be a whole number")
+	}
+	*f.p = v
+	return nil
+}
+
+type floatFlag struct{ p *float64 }
+
+func (f floatFlag) String() string {
+	if f.p == nil {
+		return "0"
+	}
+	return strconv.FormatFloat(*f.p, 'g', -1, 64)
+}
+
+func (f floatFlag) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return errors.New("must be a number")
+	}
+	*f.p = v
+	return nil
+}
+
+type durationFlag struct{ p *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.p == nil {
+		return "0s"
+	}
+	return f.p.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("must be a duration with a unit, like 500ms, 10s or 2m (%v)", err)
+	}
+	*f.p = v
 	return nil
 }

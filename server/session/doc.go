@@ -6,6 +6,9 @@
 //
 // # File format
 //
+// The format is nanobot's (spec/nanobot-data-model.md, "Session Storage
+// (JSONL)"), so nanobot and termlink can read each other's sessions.
+//
 // Each session is the file <dir>/<name>.jsonl (dir is workspace/sessions).
 // The name is the session key with every byte outside [A-Za-z0-9._:-]
 // percent-encoded (%2F for '/', %25 for '%') and a leading '.' encoded as
@@ -37,6 +40,12 @@
 // complete metadata line. Each line is one JSON object and a '\n', so a crash
 // leaves at most one torn last line; readers skip it with a warning, and the
 // next append starts on a fresh line.
+//
+// Load and Scan read files directly and may run beside appends; they see
+// only whole lines. They are tolerant: a torn, invalid or over-long
+// ([MaxLineSize]) line, a missing metadata line or an empty file is skipped
+// or guessed with a warning (logged and kept in [Session.Warnings]), never
+// an error.
 //
 // Only one Store may use a directory at a time.
 package session

@@ -135,12 +135,12 @@ func parse(r io.Reader, path, fileKey string, maxLine int, log *slog.Logger) (lo
 			if n != firstLine {
 				warn(n, "metadata record is not the first line")
 			}
-			_ = sess.Meta.UnmarshalJSON(line) // cannot fail: decodeObject succeeded
+			sess.Meta.fromObject(obj)
 			haveMeta = true
 			continue
 		}
 		var rec Record
-		_ = rec.UnmarshalJSON(line)
+		rec.fromObject(obj)
 		sess.Records = append(sess.Records, rec)
 		sawRecord = true
 	}

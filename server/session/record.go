@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // TimeLayout is nanobot's timestamp format: local time, no zone,
@@ -177,6 +178,11 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
+	r.fromObject(obj)
+	return nil
+}
+
+func (r *Record) fromObject(obj map[string]json.RawMessage) {
 	*r = Record{}
 	for k, raw := range obj {
 		ok := true
@@ -205,7 +211,6 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 			r.Extra[k] = decodeAny(raw)
 		}
 	}
-	return nil
 }
 
 // UnmarshalJSON reads a metadata line. It fails only if b is not a JSON
@@ -215,6 +220,11 @@ func (m *Metadata) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
+	m.fromObject(obj)
+	return nil
+}
+
+func (m *Metadata) fromObject(obj map[string]json.RawMessage) {
 	*m = Metadata{}
 	for k, raw := range obj {
 		ok := true
@@ -245,7 +255,6 @@ func (m *Metadata) UnmarshalJSON(b []byte) error {
 			m.Extra[k] = decodeAny(raw)
 		}
 	}
-	return nil
 }
 
 // decodeObject splits a JSON object into its raw fields.
@@ -262,8 +271,14 @@ func decodeObject(b []byte) (map[string]json.RawMessage, error) {
 }
 
 func decodeString(raw json.RawMessage, dst *string) bool {
-	if len(raw) == 0 || raw[0] != '"' {
+	if len(raw) < 2 || raw[0] != '"' {
 		return false
+	}
+	// Fast path: no escapes, valid UTF-8 (raw is valid JSON already).
+	body := raw[1 : len(raw)-1]
+	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		*dst = string(body)
+		return true
 	}
 	return json.Unmarshal(raw, dst) == nil
 }

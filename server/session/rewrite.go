@@ -34,7 +34,7 @@ func (s *Store) rewrite(r *request) error {
 		}
 	}
 	now := Now()
-	meta, at := findMetadata(lines)
+	meta, at := findMetadata(lines, s.maxLine)
 	if at < 0 {
 		meta = Metadata{Key: r.key, CreatedAt: now}
 	}
@@ -84,9 +84,13 @@ func (s *Store) rewrite(r *request) error {
 }
 
 // findMetadata finds the metadata line as parse does: the first valid line
-// if it is a metadata record. It returns -1 if there is none.
-func findMetadata(lines [][]byte) (Metadata, int) {
+// (not longer than maxLine) if it is a metadata record. It returns -1 if
+// there is none.
+func findMetadata(lines [][]byte, maxLine int) (Metadata, int) {
 	for i, l := range lines {
+		if len(l) > maxLine {
+			continue
+		}
 		obj, err := decodeObject(l)
 		if err != nil {
 			continue
@@ -95,7 +99,7 @@ func findMetadata(lines [][]byte) (Metadata, int) {
 			break
 		}
 		var m Metadata
-		_ = m.UnmarshalJSON(l)
+		m.fromObject(obj)
 		return m, i
 	}
 	return Metadata{}, -1

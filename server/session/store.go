@@ -30,6 +30,7 @@ type Options struct {
 const (
 	defaultMaxOpenFiles = 256
 	maxBatch            = 1024 // requests the writer takes at once
+	maxParallelSyncs    = 16   // fsyncs in flight at once within a batch
 	tempPattern         = ".session-*.tmp"
 )
 
@@ -332,7 +333,42 @@ type group struct {
 	data      []byte
 	h         *handle  // existing file
 	tmp       *os.File // new file, renamed to path once fsynced
+	syncErr   error
 	err       error
+}
+
+// syncAll fsyncs the file of each group, several at a time: the file
+// system can then merge them into fewer journal commits.
+func (s *Store) syncAll(gs []*group) {
+	file := func(g *group) *os.File {
+		if g.h != nil {
+			return g.h.f
+		}
+		return g.tmp
+	}
+	workers := min(len(gs), maxParallelSyncs)
+	if s.noSync || workers <= 1 {
+		for _, g := range gs {
+			g.syncErr = s.sync(file(g))
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(workers)
+	for range workers {
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(gs)) {
+					return
+				}
+				gs[i].syncErr = s.sync(file(gs[i]))
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // commit writes a run of appends: one write per file, one fsync per file,
@@ -411,20 +447,24 @@ func (s *Store) commit(seg []*request) {
 	}
 	s.ioMu.Unlock()
 
-	// fsync each touched file once, then put new files in place.
-	created := false
+	// fsync each touched file once (in parallel), then put new files in place.
+	var touched []*group
 	for _, g := range groups {
-		if g.err != nil {
-			continue
+		if g.err == nil {
+			touched = append(touched, g)
 		}
+	}
+	s.syncAll(touched)
+	created := false
+	for _, g := range touched {
 		if g.h != nil {
-			if err := s.sync(g.h.f); err != nil {
+			if g.syncErr != nil {
 				_ = s.drop(g.h)
-				fail(g, err)
+				fail(g, g.syncErr)
 			}
 			continue
 		}
-		err := s.sync(g.tmp)
+		err := g.syncErr
 		if err == nil {
 			err = os.Rename(g.tmp.Name(), g.path)
 		}

@@ -1,0 +1,28 @@
+# termlink — the commands the README names.
+GO ?= go
+
+.PHONY: test vet race cross build demo fuzz
+
+# The test command: vet, race-detector tests, and the Raspberry Pi cross-builds.
+test: vet race cross
+
+vet:
+	$(GO) vet ./...
+
+race:
+	$(GO) test -race -count=1 ./...
+
+# Raspberry Pi Zero/1 (ARMv6) and 64-bit Pis; static, no cgo.
+cross:
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -o /dev/null ./cmd/...
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./cmd/...
+
+build:
+	mkdir -p bin && $(GO) build -o bin/ ./cmd/...
+
+# Short fuzzing of every parser (longer: FUZZTIME=5m make fuzz).
+FUZZTIME ?= 20s
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./link/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./server/config/
+	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME) ./server/session/

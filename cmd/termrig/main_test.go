@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"termlink/link"
+)
+
+func runTermrig(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code = run(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestUsage(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		stdout     string
+		stderr     string
+		noStdout   bool
+		noStderror bool
+	}{
+		{name: "no args", args: nil, code: 2, stderr: "load ", noStdout: true},
+		{name: "help", args: []string{"help"}, code: 0, stdout: "Commands:", noStderror: true},
+		{name: "--help", args: []string{"--help"}, code: 0, stdout: "load "},
+		{name: "help load", args: []string{"help", "load"}, code: 0, stdout: "-connect-rate"},
+		{name: "load -h", args: []string{"load", "-h"}, code: 0, stdout: "Usage: termrig load --server URL"},
+		{name: "unknown", args: []string{"nope"}, code: 2, stderr: `unknown command "nope"`, noStdout: true},
+		{name: "help unknown", args: []string{"help", "nope"}, code: 2, stderr: `unknown command "nope"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runTermrig(t, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tt.code, stderr)
+			}
+			if !strings.Contains(stdout, tt.stdout) || !strings.Contains(stderr, tt.stderr) {
+				t.Errorf("stdout %q, stderr %q; want %q and %q in them", stdout, stderr, tt.stdout, tt.stderr)
+			}
+			if tt.noStdout && stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+			if tt.noStderror && stderr != "" {
+				t.Errorf("stderr %q, want nothing", stderr)
+			}
+		})
+	}
+}
+
+func TestLoadFlagErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "--server is required"},
+		{[]string{"--server", "ws://h", "--rate", "abc"}, `invalid value "abc" for flag -rate: must be a number`},
+		{[]string{"--server", "ws://h", "--devices", "0"}, "--devices must be at least 1, got 0"},
+		{[]string{"--server", "ws://h", "--devices", "many"}, `invalid value "many" for flag -devices: must be a whole number`},
+		{[]string{"--server", "ws://h", "--rate", "-1"}, "--rate must be 0 or more"},
+		{[]string{"--server", "ws://h", "--rate", "NaN"}, `invalid value "NaN" for flag -rate: must be a number`},
+		{[]string{"--server", "ws://h", "--duration", "5"}, `invalid value "5" for flag -duration: must be a duration with a unit, like 500ms, 10s or 2m (time: missing unit in duration "5")`},
+		{[]string{"--server", "ws://h", "--duration", "0s"}, "--duration must be positive"},
+		{[]string{"--server", "ws://h", "--drain", "-1s"}, "--drain must not be negative"},
+		{[]string{"--server", "ws://h", "--connect-rate", "0"}, "--connect-rate must be at least 1"},
+		{[]string{"--server", "ws://h", "--hold", "--rate", "5"}, "use it with --rate 0"},
+		{[]string{"--server", "ftp://h"}, "--server: server URL \"ftp://h\": scheme must be ws, wss, http or https"},
+		{[]string{"--server", "ws://h", "--text", "   "}, "text must not be blank"},
+		{[]string{"--server", "ws://h", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--nope"}, "flag provided but not defined: -nope"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runTermrig(t, append([]string{"load"}, tt.args...)...)
+			if code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			if !strings.Contains(stderr, tt.want) || !strings.HasPrefix(stderr, "termrig load: ") {
+				t.Errorf("stderr %q, want it to start with \"termrig load: \" and contain %q", stderr, tt.want)
+			}
+			if !strings.Contains(stderr, "termrig load -h") {
+				t.Errorf("stderr %q does not point at -h", stderr)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+		})
+	}
+}
+
+// echoServer is a minimal channel server: connected, ack, echo reply, pong.
+// With refuse set it answers every upgrade with 401.
+func echoServer(t *testing.T, refuse bool) string {
+	t.Helper()
+	var wg sync.WaitGroup
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refuse {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		conn, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		defer wg.Done()
+		defer conn.Close()
+		for {
+			_, data, err := conn.ReadMessage()
+			if err != nil {
+				return
+			}
+			f, err := link.Decode(data)
+			if err != nil {
+				continue
+			}
+			var out []link.Frame
+			switch f := f.(type) {
+			case *link.Connect:
+				out = append(out, &link.Connected{ChannelID: "terminal-dev", SessionID: "terminal-dev:local:" + f.PeerID})
+			case *link.Message:
+				out = append(out, &link.Ack{MessageID: f.MessageID, SessionID: "s", Accepted: true},
+					&link.Message{Role: link.RoleAssistant, MessageID: f.MessageID, Text: f.Text, FinishReason: link.FinishStop})
+			case *link.Ping:
+				out = append(out, &link.Pong{})
+			}
+			for _, f := range out {
+				conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+				if conn.WriteMessage(websocket.TextMessage, link.MustEncode(f)) != nil {
+					return
+				}
+			}
+		}
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		wg.Wait()
+	})
+	return srv.URL
+}
+
+func TestLoadJSON(t *testing.T) {
+	url := echoServer(t, false)
+	code, stdout, stderr := runTermrig(t, "load", "--server", url, "--devices", "3", "--rate", "40",
+		"--duration", "250ms", "--drain", "2s", "--json", "--peer-prefix", "cmdtest")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q, stdout %s", code, stderr, stdout)
+	}
+	var rep struct {
+		URL       string  `json:"url"`
+		Connected int     `json:"devices_connected"`
+		Sent      int64   `json:"sent"`
+		Replied   int64   `json:"replied"`
+		Lost      int64   `json:"lost"`
+		Rate      float64 `json:"rate"`
+		RoundTrip struct {
+			N   int     `json:"n"`
+			P50 float64 `json:"p50"`
+		} `json:"round_trip_ms"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("stdout is not a JSON report: %v\n%s", err, stdout)
+	}
+	if !strings.HasSuffix(rep.URL, "/api/channels/terminal-dev/ws") || !strings.HasPrefix(rep.URL, "ws://") {
+		t.Errorf("url %q, want the ws:// channel path filled in", rep.URL)
+	}
+	if rep.Connected != 3 || rep.Sent == 0 || rep.Replied != rep.Sent || rep.Lost != 0 || rep.RoundTrip.N != int(rep.Sent) || rep.Rate != 40 {
+		t.Errorf("report %+v, want 3 devices and every message answered", rep)
+	}
+}
+
+func TestLoadTextFailure(t *testing.T) {
+	url := echoServer(t, true)
+	code, stdout, stderr := runTermrig(t, "load", "--server", url, "--devices", "2", "--duration", "50ms")
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, want := range []string{"requested 2  connected 0  failed 2", "2× websocket upgrade refused: HTTP 401 Unauthorized", "result"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("text report lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "termrig load: 2 of 2 devices failed to connect") {
+		t.Errorf("stderr %q, want the failure", stderr)
+	}
+}
+
+func TestLoadHoldInterrupted(t *testing.T) {
+	url := echoServer(t, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr := &syncBuffer{}
+	var errOut bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"load", "--server", url, "--devices", "4", "--hold"}, pr, &errOut) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(pr.String(), "connected 4 devices\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no \"connected 4 devices\" line; stdout %q", pr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel() // as Ctrl-C does
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d after Ctrl-C in hold mode, want 0; stderr %q", code, errOut.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("termrig load --hold did not stop on cancel")
+	}
+	if out := pr.String(); !strings.HasPrefix(out, "connected 4 devices\n") || !strings.Contains(out, "(interrupted)") {
+		t.Errorf("stdout %q, want the connected line then the report", out)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
