@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,7 +107,7 @@ func TestLoadFlagErrors(t *testing.T) {
 // With refuse set it answers every upgrade with 401.
 func echoServer(t *testing.T, refuse bool) string {
 	t.Helper()
-	var wg sync.WaitGroup
+	var active atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if refuse {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
@@ -116,8 +117,8 @@ func echoServer(t *testing.T, refuse bool) string {
 		if err != nil {
 			return
 		}
-		wg.Add(1)
-		defer wg.Done()
+		active.Add(1)
+		defer active.Add(-1)
 		defer conn.Close()
 		for {
 			_, data, err := conn.ReadMessage()
@@ -148,7 +149,13 @@ func echoServer(t *testing.T, refuse bool) string {
 	}))
 	t.Cleanup(func() {
 		srv.Close()
-		wg.Wait()
+		deadline := time.Now().Add(3 * time.Second)
+		for active.Load() > 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := active.Load(); n > 0 {
+			t.Errorf("%d server connections still open after termrig load returned", n)
+		}
 	})
 	return srv.URL
 }

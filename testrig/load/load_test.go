@@ -36,7 +36,7 @@ type peer struct {
 	replyWait time.Duration // delay before each reply
 
 	upgrades, messages, pings, connects atomic.Int64
-	wg                                  sync.WaitGroup
+	active                              atomic.Int64 // connections being served
 }
 
 func (p *peer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -53,8 +53,8 @@ func (p *peer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	p.wg.Add(1)
-	defer p.wg.Done()
+	p.active.Add(1)
+	defer p.active.Add(-1)
 	defer conn.Close()
 	var wmu sync.Mutex
 	send := func(f link.Frame) {
@@ -116,9 +116,22 @@ func start(t *testing.T, p *peer) string {
 	srv := httptest.NewServer(p)
 	t.Cleanup(func() {
 		srv.Close()
-		p.wg.Wait()
+		waitZero(t, &p.active)
 	})
 	return srv.URL
+}
+
+// waitZero waits for the server's connections to end: Run closes them all.
+func waitZero(t *testing.T, n *atomic.Int64) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for n.Load() > 0 {
+		if time.Now().After(deadline) {
+			t.Errorf("%d server connections still open", n.Load())
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // noLeaks fails t if goroutines started during the test outlive it.
