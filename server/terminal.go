@@ -119,8 +119,13 @@ func (a *terminalAdapter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.conns[c] = struct{}{}
 	a.wg.Add(1)
 	a.mu.Unlock()
-	defer a.wg.Done()
-	c.serve(r.Context())
+	// The connection gets a goroutine of its own and the HTTP handler
+	// returns: net/http then lets go of its request, response and 8 KiB
+	// of buffers, which an idle device would otherwise hold for hours.
+	go func() {
+		defer a.wg.Done()
+		c.serve(context.Background())
+	}()
 }
 
 // Send implements Adapter.

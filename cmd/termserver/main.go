@@ -35,6 +35,7 @@ func run(args []string) error {
 	cfgPath := fs.String("config", "", "JSON config `file` (default: channel terminal-dev with the echo agent)")
 	listen := fs.String("listen", "", "listen `address`, overrides the config (default 127.0.0.1:8080)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	noSync := fs.Bool("unsafe-no-fsync", false, "do not fsync the session log (benchmarks only: a crash can lose accepted messages)")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "how long runs in progress may finish at shutdown")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -61,7 +62,7 @@ func run(args []string) error {
 	if *listen != "" {
 		cfg.Listen = *listen
 	}
-	srv, err := server.New(cfg, server.Options{Logger: log})
+	srv, err := server.New(cfg, server.Options{Logger: log, NoSync: *noSync})
 	if err != nil {
 		return err
 	}
