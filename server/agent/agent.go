@@ -22,7 +22,16 @@ type Request struct {
 	RunID      string
 	Text       string
 	Media      []string
-	Workspace  string
+	Workspace  string // absolute path of the server's workspace
+	// Capabilities the device listed in connect ("progress", "cancel").
+	Capabilities []string
+
+	// UpdateMeta changes the session's metadata (the session log's first
+	// line), e.g. to keep an agent's own session id. May be nil in tests.
+	UpdateMeta func(ctx context.Context, update func(meta map[string]any)) error
+	// Event records a channel event for this run (name like
+	// "agent_tool_result", detail a short preview). May be nil.
+	Event func(name, detail string)
 }
 
 // Result is the final reply to a message.
@@ -42,6 +51,15 @@ type Runner interface {
 	Run(ctx context.Context, req Request, progress Progress) Result
 	// Close stops whatever the runner keeps running between messages.
 	Close() error
+}
+
+// Injector is a Runner whose session can take more messages while a turn
+// runs (Nuum: the agent injects them into the turn in progress). The
+// router offers each message that arrives for a busy session to Inject; if
+// it returns true the message was handed to the running turn, is acked at
+// once, and the running turn's Result answers it too.
+type Injector interface {
+	Inject(ctx context.Context, req Request) bool
 }
 
 // Echo is the built-in agent: it answers "You said: <text>", after Delay.
