@@ -31,6 +31,13 @@ type sessionQueue struct {
 	waiting []bus.Inbound
 	running string // message id of the run in progress
 	cancel  context.CancelFunc
+	// Messages injected into the run in progress (agent.Injector): its
+	// result answers them too. gen counts runs, so an injection that
+	// lands just as its run ends is answered by that run's result.
+	joined  []bus.Inbound
+	gen     uint64
+	lastGen uint64
+	lastRes agent.Result
 }
 
 func newRouter(rt *Runtime, runners map[string]agent.Runner, workspace string, maxRuns int) *router {
@@ -52,6 +59,9 @@ func (r *router) consume(ctx context.Context) {
 }
 
 func (r *router) enqueue(in bus.Inbound) {
+	if r.inject(in) {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	q := r.queues[in.SessionKey]
@@ -62,6 +72,52 @@ func (r *router) enqueue(in bus.Inbound) {
 		go r.work(in.SessionKey, q)
 	}
 	q.waiting = append(q.waiting, in)
+}
+
+// inject offers a message for a busy session to the running turn, when
+// the session's runner takes injections and nothing else is waiting (a
+// queued message must not be overtaken).
+func (r *router) inject(in bus.Inbound) bool {
+	inj, ok := r.runners[in.ChannelID].(agent.Injector)
+	if !ok {
+		return false
+	}
+	r.mu.Lock()
+	q := r.queues[in.SessionKey]
+	if q == nil || q.running == "" || len(q.waiting) > 0 {
+		r.mu.Unlock()
+		return false
+	}
+	gen, ctx := q.gen, r.runCtx
+	r.mu.Unlock()
+
+	if !inj.Inject(ctx, r.request(ctx, in)) {
+		return false
+	}
+	r.rt.runStarted(in)
+	r.mu.Lock()
+	if q.gen == gen && q.running != "" {
+		q.joined = append(q.joined, in)
+		r.mu.Unlock()
+		return true
+	}
+	// The run it joined has just finished: answer with its result.
+	res := q.lastRes
+	r.mu.Unlock()
+	r.rt.runFinished(context.Background(), in, res, 0)
+	return true
+}
+
+func (r *router) request(ctx context.Context, in bus.Inbound) agent.Request {
+	rt := r.rt
+	return agent.Request{ChannelID: in.ChannelID, SessionKey: in.SessionKey, ChatID: in.ChatID(), PeerID: in.PeerID,
+		MessageID: in.MessageID, RunID: in.RunID, Text: in.Text, Media: in.Media, Workspace: r.workspace,
+		Capabilities: in.Capabilities,
+		UpdateMeta: func(ctx context.Context, update func(map[string]any)) error {
+			return rt.store.UpdateMetadata(ctx, in.SessionKey, update)
+		},
+		Event: func(name, detail string) { rt.agentEvent(in, name, detail) },
+	}
 }
 
 // work runs a session's queue until it is empty.
@@ -81,46 +137,53 @@ func (r *router) work(key string, q *sessionQueue) {
 		q.waiting = q.waiting[1:]
 		ctx, cancel := context.WithCancel(r.runCtx)
 		q.running, q.cancel = in.MessageID, cancel
+		q.gen++
 		r.mu.Unlock()
 
-		r.runOne(ctx, in)
+		res, took, ok := r.runOne(ctx, in)
 		cancel()
 
 		r.mu.Lock()
-		q.running, q.cancel = "", nil
+		joined := q.joined
+		q.running, q.cancel, q.joined = "", nil, nil
+		q.lastGen, q.lastRes = q.gen, res
 		r.mu.Unlock()
+		if ok {
+			r.rt.runFinished(context.Background(), in, res, took)
+			for _, j := range joined {
+				r.rt.runFinished(context.Background(), j, res, took)
+			}
+		} else {
+			r.rt.metrics.running.Add("", -int64(len(joined)))
+		}
 	}
 }
 
-func (r *router) runOne(ctx context.Context, in bus.Inbound) {
+// runOne runs one message; ok is false when nothing is to be recorded (a
+// hard stop interrupted it: the next start runs it again).
+func (r *router) runOne(ctx context.Context, in bus.Inbound) (res agent.Result, took time.Duration, ok bool) {
 	select {
 	case r.slots <- struct{}{}:
 	case <-ctx.Done():
 		if r.runCtx.Err() != nil {
-			return // stopping: left for the next start
+			return agent.Result{}, 0, false
 		}
 		r.rt.runStarted(in)
-		r.rt.runFinished(context.Background(), in, cancelledBeforeStart, 0)
-		return
+		return cancelledBeforeStart, 0, true
 	}
 	defer func() { <-r.slots }()
 	runner := r.runners[in.ChannelID]
 	if runner == nil {
-		return
+		return agent.Result{}, 0, false
 	}
 	r.rt.runStarted(in)
 	start := time.Now()
-	req := agent.Request{ChannelID: in.ChannelID, SessionKey: in.SessionKey, ChatID: in.ChatID(), PeerID: in.PeerID,
-		MessageID: in.MessageID, RunID: in.RunID, Text: in.Text, Media: in.Media, Workspace: r.workspace}
-	res := runner.Run(ctx, req, func(text string) { r.rt.progress(ctx, in, text) })
+	res = runner.Run(ctx, r.request(ctx, in), func(text string) { r.rt.progress(ctx, in, text) })
 	if r.runCtx.Err() != nil {
-		// Hard stop interrupted the run: record nothing, so the next
-		// start runs the message again instead of caching "cancelled".
 		r.rt.metrics.running.Add("", -1)
-		return
+		return agent.Result{}, 0, false
 	}
-	// Recording the reply must not be cut short by a cancelled run.
-	r.rt.runFinished(context.Background(), in, res, time.Since(start))
+	return res, time.Since(start), true
 }
 
 var cancelledBeforeStart = agent.Result{Text: "cancelled before it started", FinishReason: link.FinishCancelled}
@@ -134,10 +197,17 @@ func (r *router) cancel(key, messageID string) bool {
 		r.mu.Unlock()
 		return false
 	}
-	if q.running == messageID && q.cancel != nil {
+	if q.cancel != nil && q.running == messageID {
 		q.cancel()
 		r.mu.Unlock()
 		return true
+	}
+	for _, j := range q.joined { // injected into the running turn: interrupt it
+		if j.MessageID == messageID && q.cancel != nil {
+			q.cancel()
+			r.mu.Unlock()
+			return true
+		}
 	}
 	for i, in := range q.waiting {
 		if in.MessageID == messageID {

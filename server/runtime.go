@@ -222,6 +222,14 @@ func (rt *Runtime) runFinished(ctx context.Context, in bus.Inbound, res agent.Re
 	}
 }
 
+// agentEvent records an event a runner reports (tool results and the like).
+func (rt *Runtime) agentEvent(in bus.Inbound, name, detail string) {
+	if ch := rt.channels[in.ChannelID]; ch != nil {
+		ch.events.Add(events.Event{Event: name, PeerID: in.PeerID, SessionID: in.SessionKey,
+			MessageID: in.MessageID, RunID: in.RunID, Preview: detail})
+	}
+}
+
 // progress publishes an interim update for a run.
 func (rt *Runtime) progress(ctx context.Context, in bus.Inbound, text string) {
 	out := bus.Outbound{Kind: bus.Progress, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,

@@ -227,6 +227,7 @@ type wsConn struct {
 	// Set once by the reader at connect, before register publishes c.
 	peerID, threadID, userID, deviceName, sessionKey string
 	progress, cancel                                 bool
+	caps                                             []string
 
 	mu         sync.Mutex
 	queue      [][]byte
@@ -398,6 +399,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	}
 	c.peerID, c.threadID, c.userID, c.deviceName = f.PeerID, f.ThreadID, f.UserID, f.DeviceName
 	c.sessionKey = SessionKey(a.id, a.cfg.AccountID, f.PeerID, f.ThreadID)
+	c.caps = f.Capabilities
 	for _, cap := range f.Capabilities {
 		switch cap {
 		case link.CapProgress:
@@ -446,7 +448,7 @@ func (c *wsConn) handleMessage(ctx context.Context, f *link.Message) {
 		user = f.UserID
 	}
 	in := bus.Inbound{ChannelID: a.id, AccountID: a.cfg.AccountID, PeerID: c.peerID, ThreadID: thread, UserID: user,
-		SessionKey: key, MessageID: f.MessageID, Text: f.Text, Received: time.Now()}
+		SessionKey: key, MessageID: f.MessageID, Text: f.Text, Received: time.Now(), Capabilities: c.caps}
 	err := a.rt.AcceptInbound(ctx, in, func(res AcceptResult) {
 		c.send(&link.Ack{MessageID: f.MessageID, SessionID: key, Accepted: true,
 			Duplicate: res.Duplicate, Pending: res.Pending, Reply: res.Reply})

@@ -25,6 +25,8 @@ type Inbound struct {
 	Text       string
 	Media      []string
 	Received   time.Time
+	// Capabilities the device listed in connect.
+	Capabilities []string
 }
 
 // ChatID is the chat identifier agents see: the peer id, plus the thread.
