@@ -1,0 +1,29 @@
+// Package terminal runs nanobot terminal micro-agents: Terminal Protocol v1
+// (shared/spec/terminal-protocol-v1.md), one subprocess per message.
+//
+// For each message the Runner starts the configured command with
+// "/bin/sh -c" in the workspace, in a process group of its own, writes one
+// JSON [Envelope] line to its stdin and closes stdin. In rich mode stdout is
+// read line by line as it arrives: "message", "progress", "error" and "log"
+// frames ([ParseFrame]); every other line is kept as plain text. In plain
+// mode stdout is taken whole when the process exits. Absolute paths of
+// existing media files in plain text become attachments ([DetectMedia]).
+//
+// The run ends with one agent.Result: the message frames' texts and the
+// plain text, joined by blank lines, then the error frames' texts, then
+// "STDERR: ..." (the first 64 KiB) and "(exit code N)" when there are any.
+// Timeouts, cancellation, Close, an over-long line and too much output kill
+// the whole process group with SIGKILL, so grandchildren die too. After the
+// agent exits, processes it left behind get a short grace (KillGrace) to
+// close its stdout and stderr, then the group is killed.
+//
+// Limits: a rich-mode stdout line over Options.MaxLineBytes (1 MiB) and
+// stdout over TerminalAgent.MaxOutputBytes (4 MiB) end the run with an
+// error reply; stderr is drained as it comes, its first
+// Options.MaxStderrBytes (64 KiB) kept. Output that is not valid UTF-8 is
+// repaired with U+FFFD.
+//
+// Processes a run leaves behind that closed stdout and stderr (daemons,
+// "cmd >/dev/null &") are not waited for and not killed; a process that
+// wants to outlive its run should leave the group (setsid).
+package terminal

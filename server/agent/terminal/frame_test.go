@@ -1,0 +1,108 @@
+package terminal
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestParseFrame(t *testing.T) {
+	tests := []struct {
+		line string
+		want Frame
+		ok   bool
+	}{
+		{`{"type":"message","text":"hi"}`, Frame{Type: "message", Text: "hi"}, true},
+		{`{"type":"message","text":"hi"}` + "\r\n", Frame{Type: "message", Text: "hi"}, true},
+		{`  {"type": "message", "text": "", "media": ["/a.png", "/b.jpg"]}  `, Frame{Type: "message", Media: []string{"/a.png", "/b.jpg"}}, true},
+		{`{"type":"message"}`, Frame{Type: "message"}, true},
+		{`{"type":"message","text":null,"media":null}`, Frame{Type: "message"}, true},
+		{`{"type":"message","text":"x","extra":{"a":1}}`, Frame{Type: "message", Text: "x"}, true},
+		{`{"type":"progress","text":"Downloading..."}`, Frame{Type: "progress", Text: "Downloading..."}, true},
+		{`{"type":"error","text":"Failed","code":"RENDER_FAIL"}`, Frame{Type: "error", Text: "Failed", Code: "RENDER_FAIL"}, true},
+		{`{"type":"log","text":"x","level":"info"}`, Frame{Type: "log", Text: "x", Level: "info"}, true},
+		{`{"type":"progress","text":"x","code":5}`, Frame{Type: "progress", Text: "x"}, true}, // code is not a progress field
+		{`{"type":"message","text":"\u00fc \ud83d\ude00"}`, Frame{Type: "message", Text: "ü 😀"}, true},
+		{"{\"type\":\"message\",\"text\":\"bad \xff\"}", Frame{Type: "message", Text: "bad \uFFFD"}, true},
+		// Not frames: plain text.
+		{``, Frame{}, false},
+		{`hello`, Frame{}, false},
+		{`{}`, Frame{}, false},
+		{`{"text":"no type"}`, Frame{}, false},
+		{`{"type":null,"text":"x"}`, Frame{}, false},
+		{`{"type":7}`, Frame{}, false},
+		{`{"type":"MESSAGE","text":"x"}`, Frame{}, false},
+		{`{"Type":"message","text":"x"}`, Frame{}, false},
+		{`{"type":"weird","text":"x"}`, Frame{}, false},
+		{`{"type":"message","text":5}`, Frame{}, false},
+		{`{"type":"message","media":"/a.png"}`, Frame{}, false},
+		{`{"type":"message","media":[1]}`, Frame{}, false},
+		{`{"type":"error","code":1}`, Frame{}, false},
+		{`{"type":"log","level":["x"]}`, Frame{}, false},
+		{`{"type":"message","text":"x"} trailing`, Frame{}, false},
+		{`{"type":"message","text":"x"`, Frame{}, false},
+		{`["type","message"]`, Frame{}, false},
+		{`"message"`, Frame{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := ParseFrame([]byte(tt.line))
+		if ok != tt.ok || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ParseFrame(%q) = %+v, %v; want %+v, %v", tt.line, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// FuzzParseFrame: ParseFrame never panics, accepts only the spec's types,
+// returns valid UTF-8, and a frame it returns survives encoding and
+// parsing again.
+func FuzzParseFrame(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"message","text":"hi","media":["/a.png"]}`,
+		`{"type":"progress","text":"x"}`,
+		`{"type":"error","text":"x","code":"C"}`,
+		`{"type":"log","text":"x","level":"warning"}`,
+		`{"type":"message","text":null}`,
+		`{"type":7}`,
+		`plain text`,
+		"{\"type\":\"message\",\"text\":\"\xff\"}",
+		`{"type":"message","text":"a","type":"error"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		fr, ok := ParseFrame(line)
+		if !ok {
+			if !reflect.DeepEqual(fr, Frame{}) {
+				t.Fatalf("rejected line gave frame %+v", fr)
+			}
+			return
+		}
+		switch fr.Type {
+		case FrameMessage, FrameProgress, FrameError, FrameLog:
+		default:
+			t.Fatalf("accepted type %q", fr.Type)
+		}
+		for _, s := range append([]string{fr.Text, fr.Code, fr.Level}, fr.Media...) {
+			if !utf8.ValidString(s) {
+				t.Fatalf("invalid UTF-8 %q", s)
+			}
+		}
+		b, err := json.Marshal(fr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, ok := ParseFrame(b)
+		if !ok || !reflect.DeepEqual(normal(again), normal(fr)) {
+			t.Fatalf("round trip of %s: %+v %v, want %+v", b, again, ok, fr)
+		}
+	})
+}
+
+// normal makes an empty media list nil, as omitempty drops it.
+func normal(f Frame) Frame {
+	if len(f.Media) == 0 {
+		f.Media = nil
+	}
+	return f
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env python3
+"""Minimal nanobot terminal micro-agent."""
+import json, sys
+
+# Read input envelope from stdin
+envelope = json.loads(sys.stdin.readline())
+user_text = envelope["text"]
+media = envelope.get("media", [])
+
+# Send a progress update
+print(json.dumps({"type": "progress", "text": "Thinking..."}), flush=True)
+
+# Send the response
+print(json.dumps({"type": "message", "text": f"You said: {user_text}"}), flush=True)
