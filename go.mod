@@ -5,6 +5,7 @@ go 1.26.0
 require github.com/gorilla/websocket v1.5.3
 
 require (
+	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/creack/goselect v0.1.2 // indirect
 	github.com/creack/pty v1.1.24 // indirect
 	go.bug.st/serial v1.8.0 // indirect

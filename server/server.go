@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/terminal"
 	"termlink/server/bus"
 	"termlink/server/config"
 	"termlink/server/events"
@@ -63,6 +64,11 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	if opt.DedupePerSession <= 0 {
 		opt.DedupePerSession = 1024
 	}
+	if abs, err := filepath.Abs(cfg.Workspace); err == nil {
+		c := *cfg
+		c.Workspace = abs // agents get absolute paths in their envelopes
+		cfg = &c
+	}
 	maxRuns := cfg.MaxConcurrentRuns
 	if maxRuns <= 0 {
 		maxRuns = 256
@@ -89,7 +95,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		r := built[chCfg.Agent]
 		if r == nil {
 			if r = opt.Runners[chCfg.Agent]; r == nil {
-				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent])
+				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent], log)
 				if err != nil {
 					s.closeRunners(built)
 					store.Close()
@@ -126,15 +132,18 @@ func (s *Server) closeRunners(m map[string]agent.Runner) {
 }
 
 // newRunner builds the runner of a configured agent.
-func newRunner(name string, a config.Agent) (agent.Runner, error) {
+func newRunner(name string, a config.Agent, log *slog.Logger) (agent.Runner, error) {
+	log = log.With("agent", name)
 	switch {
 	case a.Builtin != nil:
 		if a.Builtin.Name != "echo" {
 			return nil, fmt.Errorf("agent %q: unknown builtin %q", name, a.Builtin.Name)
 		}
 		return agent.Echo{Delay: time.Duration(a.Builtin.DelayMs) * time.Millisecond}, nil
-	case a.Terminal != nil, a.Nuum != nil, a.Harness != nil:
-		return nil, fmt.Errorf("agent %q: this termserver build runs only builtin agents so far (terminal, nuum and harness runners are not in it yet)", name)
+	case a.Terminal != nil:
+		return terminal.New(name, *a.Terminal, terminal.Options{Logger: log})
+	case a.Nuum != nil, a.Harness != nil:
+		return nil, fmt.Errorf("agent %q: this termserver build does not run nuum or harness agents yet", name)
 	}
 	return nil, fmt.Errorf("agent %q is not defined", name)
 }

@@ -1,0 +1,123 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// tmuxServer is the private tmux server of one Runner: its own socket
+// (-L), no configuration file, so the user's tmux is never touched.
+type tmuxServer struct {
+	path   string // tmux binary
+	socket string // -L name
+	env    []string
+}
+
+// tmuxChunk is the most literal text sent in one send-keys, well below
+// tmux's command size limit.
+const tmuxChunk = 2048
+
+func (s *tmuxServer) run(ctx context.Context, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.path, append([]string{"-L", s.socket, "-f", "/dev/null"}, args...)...)
+	cmd.Env = s.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return nil, fmt.Errorf("tmux %s: %s", args[0], msg)
+	}
+	return out.Bytes(), nil
+}
+
+// kill stops the server and every session in it.
+func (s *tmuxServer) kill() {
+	_, _ = s.run(context.Background(), "kill-server")
+}
+
+// tmuxTerm is one tmux session (one window, one pane) of a tmuxServer.
+type tmuxTerm struct {
+	srv     *tmuxServer
+	name    string
+	target  string // exact-match pane target
+	panePID int
+}
+
+func (s *tmuxServer) start(ctx context.Context, name, dir string, shell, env []string, cols, rows int) (*tmuxTerm, error) {
+	args := []string{"new-session", "-d", "-s", name, "-x", strconv.Itoa(cols), "-y", strconv.Itoa(rows), "-c", dir}
+	for _, e := range env {
+		args = append(args, "-e", e)
+	}
+	args = append(args, "--")
+	args = append(args, shell...)
+	target := "=" + name + ":"
+	// One tmux call: the new session, no status line (the pane is the
+	// whole window), then the pane's process id.
+	args = append(args, ";", "set-option", "-t", target, "status", "off",
+		";", "display-message", "-p", "-t", target, "#{pane_pid}")
+	out, err := s.run(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return nil, fmt.Errorf("tmux: unexpected pane pid %q", strings.TrimSpace(string(out)))
+	}
+	return &tmuxTerm{srv: s, name: name, target: target, panePID: pid}, nil
+}
+
+func (t *tmuxTerm) Send(ctx context.Context, keys string) error {
+	if keys == "" {
+		return nil
+	}
+	if IsKey(keys) {
+		_, err := t.srv.run(ctx, "send-keys", "-t", t.target, keys)
+		return err
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), tmuxChunk)
+		for n < len(keys) && !utf8.RuneStart(keys[n]) {
+			n--
+		}
+		if _, err := t.srv.run(ctx, "send-keys", "-t", t.target, "-l", "--", keys[:n]); err != nil {
+			return err
+		}
+		keys = keys[n:]
+	}
+	return nil
+}
+
+func (t *tmuxTerm) Screen(ctx context.Context) (string, error) {
+	out, err := t.srv.run(ctx, "capture-pane", "-p", "-t", t.target)
+	if err != nil {
+		return "", err
+	}
+	return trimScreen(string(out)), nil
+}
+
+func (t *tmuxTerm) Alive() bool {
+	_, err := t.srv.run(context.Background(), "has-session", "-t", "="+t.name)
+	return err == nil
+}
+
+// Close kills the tmux session, then whatever of the pane's process
+// session survived the hangup.
+func (t *tmuxTerm) Close() error {
+	_, err := t.srv.run(context.Background(), "kill-session", "-t", "="+t.name)
+	killSession(t.panePID)
+	if err != nil && !t.Alive() {
+		return nil // already gone
+	}
+	return err
+}

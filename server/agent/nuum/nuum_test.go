@@ -1,0 +1,910 @@
+package nuum
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"termlink/server/agent"
+	"termlink/server/config"
+)
+
+// agentBin is the example agent (testrig/agents/nuumagent), built by TestMain.
+var agentBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "nuumtest")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	agentBin = filepath.Join(dir, "nuumagent")
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goTool); err != nil {
+		goTool = "go"
+	}
+	cmd := exec.Command(goTool, "build", "-o", agentBin, "termlink/testrig/agents/nuumagent")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building nuumagent: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// testOptions are short timeouts for tests.
+func testOptions(tb testing.TB) Options {
+	return Options{
+		Logger:            slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		IdleTimeout:       time.Minute,
+		StartTimeout:      5 * time.Second,
+		HeartbeatInterval: 200 * time.Millisecond,
+		HeartbeatTimeout:  2 * time.Second,
+		InterruptWait:     2 * time.Second,
+		InterruptedGrace:  300 * time.Millisecond,
+		FollowUpWait:      2 * time.Second,
+		WriteTimeout:      2 * time.Second,
+		StopGrace:         500 * time.Millisecond,
+		RestartBackoffMin: 50 * time.Millisecond,
+		RestartBackoffMax: 400 * time.Millisecond,
+	}
+}
+
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// newRunner returns a runner of the example agent with flags, closed at
+// the end of the test.
+func newRunner(tb testing.TB, flags string, edit func(*config.NuumAgent, *Options)) *Runner {
+	tb.Helper()
+	cfg := config.NuumAgent{Command: shellQuote(agentBin) + " " + flags, MaxProcesses: 4}
+	opt := testOptions(tb)
+	if edit != nil {
+		edit(&cfg, &opt)
+	}
+	r, err := New("test", cfg, opt)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { r.Close() })
+	return r
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// recorder is a session as the router would present it: metadata, events
+// and progress, recorded.
+type recorder struct {
+	mu        sync.Mutex
+	meta      map[string]any
+	metaCalls int
+	events    []string
+	progress  []string
+	onProg    func(string)
+}
+
+func (rc *recorder) req(key, text string) agent.Request {
+	return agent.Request{
+		ChannelID: "terminal-dev", SessionKey: key, MessageID: fmt.Sprintf("m-%d", time.Now().UnixNano()), Text: text,
+		UpdateMeta: func(ctx context.Context, update func(map[string]any)) error {
+			rc.mu.Lock()
+			defer rc.mu.Unlock()
+			if rc.meta == nil {
+				rc.meta = map[string]any{}
+			}
+			rc.metaCalls++
+			update(rc.meta)
+			return nil
+		},
+		Event: func(name, detail string) {
+			rc.mu.Lock()
+			defer rc.mu.Unlock()
+			rc.events = append(rc.events, name+" "+detail)
+		},
+	}
+}
+
+func (rc *recorder) progressFunc(text string) {
+	rc.mu.Lock()
+	rc.progress = append(rc.progress, text)
+	on := rc.onProg
+	rc.mu.Unlock()
+	if on != nil {
+		on(text)
+	}
+}
+
+func (rc *recorder) reset() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.events, rc.progress = nil, nil
+}
+
+func (rc *recorder) snapshot() (progress, events []string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return slices.Clone(rc.progress), slices.Clone(rc.events)
+}
+
+// run runs one message within a bounded time.
+func run(tb testing.TB, r *Runner, rc *recorder, key, text string) agent.Result {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return r.Run(ctx, rc.req(key, text), rc.progressFunc)
+}
+
+// agentPID asks the session's agent for its process id.
+func agentPID(tb testing.TB, r *Runner, key string) int {
+	tb.Helper()
+	res := run(tb, r, &recorder{}, key, "/pid")
+	pid, err := strconv.Atoi(strings.TrimPrefix(res.Text, "pid "))
+	if err != nil || res.FinishReason != "stop" {
+		tb.Fatalf("/pid answered %+v", res)
+	}
+	return pid
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// waitGone waits until process pid no longer exists.
+func waitGone(tb testing.TB, pid int, within time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("process %d still alive after %s", pid, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runAsync starts a run and returns its result channel; started is closed
+// at the turn's "thinking" progress.
+func runAsync(r *Runner, ctx context.Context, rc *recorder, key, text string) (res <-chan agent.Result, started <-chan struct{}) {
+	ch := make(chan agent.Result, 1)
+	st := make(chan struct{})
+	var once sync.Once
+	progress := func(s string) {
+		rc.progressFunc(s)
+		if s == "thinking" {
+			once.Do(func() { close(st) })
+		}
+	}
+	go func() { ch <- r.Run(ctx, rc.req(key, text), progress) }()
+	return ch, st
+}
+
+func await(tb testing.TB, ch <-chan agent.Result, within time.Duration) agent.Result {
+	tb.Helper()
+	select {
+	case res := <-ch:
+		return res
+	case <-time.After(within):
+		tb.Fatalf("no result within %s", within)
+		return agent.Result{}
+	}
+}
+
+func awaitStart(tb testing.TB, st <-chan struct{}) {
+	tb.Helper()
+	select {
+	case <-st:
+	case <-time.After(10 * time.Second):
+		tb.Fatal("the turn was not accepted")
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  config.NuumAgent
+		opt  Options
+	}{
+		{"empty command", config.NuumAgent{Command: "  "}, Options{}},
+		{"NUL", config.NuumAgent{Command: "a\x00b"}, Options{}},
+		{"negative config", config.NuumAgent{Command: "x", IdleTimeout: -1}, Options{}},
+		{"negative option", config.NuumAgent{Command: "x"}, Options{InterruptWait: -1}},
+		{"bad env", config.NuumAgent{Command: "x"}, Options{Env: []string{"NOEQUALS"}}},
+	} {
+		if _, err := New("a", tc.cfg, tc.opt); err == nil {
+			t.Errorf("%s: New succeeded", tc.name)
+		}
+	}
+	r, err := New("a", config.NuumAgent{Command: "x"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.idleTimeout != 600*time.Second || r.startTimeout != 30*time.Second || r.hbInterval != 30*time.Second ||
+		r.hbTimeout != 10*time.Second || r.maxProcs != 32 {
+		t.Errorf("defaults: idle %s start %s hb %s/%s max %d", r.idleTimeout, r.startTimeout, r.hbInterval, r.hbTimeout, r.maxProcs)
+	}
+}
+
+func TestTurnsReuseProcess(t *testing.T) {
+	r := newRunner(t, "", nil)
+	rc := &recorder{}
+	pid := agentPID(t, r, "s1")
+	for _, text := range []string{"hello", "second turn", "ü ∑ \"quoted\"\nnewline"} {
+		res := run(t, r, rc, "s1", text)
+		if res.FinishReason != "stop" || res.Text != "You said: "+text {
+			t.Fatalf("turn %q answered %+v", text, res)
+		}
+	}
+	if got := agentPID(t, r, "s1"); got != pid {
+		t.Fatalf("pid changed from %d to %d between turns", pid, got)
+	}
+	procs := r.Processes()
+	if len(procs) != 1 || procs[0].SessionKey != "s1" || procs[0].Busy {
+		t.Fatalf("processes %+v", procs)
+	}
+}
+
+func TestSessionIDStored(t *testing.T) {
+	r := newRunner(t, "--session-id nuum_01TEST", nil)
+	rc := &recorder{}
+	run(t, r, rc, "s1", "a")
+	run(t, r, rc, "s1", "b")
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.meta[MetaSessionID] != "nuum_01TEST" {
+		t.Errorf("meta %v", rc.meta)
+	}
+	if rc.metaCalls != 1 {
+		t.Errorf("UpdateMeta called %d times for one process, want 1", rc.metaCalls)
+	}
+	if p := r.Processes(); len(p) != 1 || p[0].SessionID != "nuum_01TEST" {
+		t.Errorf("processes %+v", p)
+	}
+	// A nil UpdateMeta is fine.
+	req := rc.req("s2", "x")
+	req.UpdateMeta, req.Event = nil, nil
+	if res := r.Run(context.Background(), req, nil); res.FinishReason != "stop" {
+		t.Errorf("run without hooks: %+v", res)
+	}
+}
+
+func TestProgressAndToolResults(t *testing.T) {
+	for _, tc := range []struct {
+		name, flags, text string
+		progress          []string
+		events            []string
+		reply             string
+	}{
+		{"nuum system/tool_result", "", "/tool read", []string{"thinking", "using read"},
+			[]string{"agent_tool_result read: result of read"}, "Used read"},
+		{"claude user tool_result", "--claude", "/tool bash", []string{"using bash"},
+			[]string{"agent_tool_result bash: result of bash"}, "Used bash"},
+		{"both shapes, reported once", "", "/tool-both grep", []string{"thinking", "using grep"},
+			[]string{"agent_tool_result grep: result of grep"}, "Used grep"},
+		{"plain turn", "", "hi", []string{"thinking"}, nil, "You said: hi"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRunner(t, tc.flags, func(_ *config.NuumAgent, o *Options) { o.HeartbeatAckOptional = true })
+			rc := &recorder{}
+			res := run(t, r, rc, "s", tc.text)
+			if res.FinishReason != "stop" || res.Text != tc.reply {
+				t.Fatalf("result %+v", res)
+			}
+			progress, events := rc.snapshot()
+			if !slices.Equal(progress, tc.progress) {
+				t.Errorf("progress %q, want %q", progress, tc.progress)
+			}
+			if !slices.Equal(events, tc.events) {
+				t.Errorf("events %q, want %q", events, tc.events)
+			}
+		})
+	}
+}
+
+func TestInject(t *testing.T) {
+	for _, tc := range []struct {
+		name, flags string
+	}{
+		{"nuum injects into the turn", ""},
+		{"claude answers in a follow-up turn", "--claude"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRunner(t, tc.flags, func(_ *config.NuumAgent, o *Options) { o.HeartbeatAckOptional = true })
+			rc := &recorder{}
+			ctx := context.Background()
+			if r.Inject(ctx, rc.req("s", "nobody")) {
+				t.Fatal("Inject into a session without a process succeeded")
+			}
+			pid := agentPID(t, r, "s")
+			if r.Inject(ctx, rc.req("s", "idle")) {
+				t.Fatal("Inject into an idle session succeeded")
+			}
+			resCh := make(chan agent.Result, 1)
+			go func() { resCh <- run(t, r, rc, "s", "/slow 800") }()
+			// Wait until the turn is open (claude mode has no turn_accepted).
+			deadline := time.Now().Add(10 * time.Second)
+			for !r.Inject(ctx, rc.req("s", "second")) {
+				if time.Now().After(deadline) {
+					t.Fatal("Inject never succeeded during the turn")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			res := await(t, resCh, 10*time.Second)
+			if want := "You said: /slow 800\nYou said: second"; res.FinishReason != "stop" || res.Text != want {
+				t.Fatalf("result %+v, want %q", res, want)
+			}
+			// The process is idle and in step: the next turn is answered alone.
+			if res := run(t, r, rc, "s", "third"); res.Text != "You said: third" {
+				t.Fatalf("next turn %+v", res)
+			}
+			if got := agentPID(t, r, "s"); got != pid {
+				t.Fatalf("pid changed from %d to %d", pid, got)
+			}
+		})
+	}
+}
+
+func TestCancel(t *testing.T) {
+	r := newRunner(t, "", nil)
+	rc := &recorder{}
+	pid := agentPID(t, r, "s")
+	ctx, cancel := context.WithCancel(context.Background())
+	resCh, started := runAsync(r, ctx, rc, "s", "/slow 10000")
+	awaitStart(t, started)
+	t0 := time.Now()
+	cancel()
+	res := await(t, resCh, 5*time.Second)
+	if res.FinishReason != "cancelled" {
+		t.Fatalf("result %+v", res)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("cancel took %s", d)
+	}
+	// The interrupt ended the turn; the process stays.
+	if res := run(t, r, rc, "s", "after"); res.Text != "You said: after" {
+		t.Fatalf("turn after cancel %+v", res)
+	}
+	if got := agentPID(t, r, "s"); got != pid {
+		t.Fatalf("pid changed from %d to %d", pid, got)
+	}
+}
+
+func TestInterruptedWithoutResult(t *testing.T) {
+	r := newRunner(t, "--no-cancel-result", nil)
+	rc := &recorder{}
+	pid := agentPID(t, r, "s")
+
+	// The agent says interrupted on its own, and no result.
+	t0 := time.Now()
+	res := run(t, r, rc, "s", "/interrupted")
+	if res.FinishReason != "cancelled" {
+		t.Fatalf("result %+v", res)
+	}
+	if d := time.Since(t0); d < 250*time.Millisecond || d > 2*time.Second {
+		t.Errorf("turn ended after %s, want about the 300ms grace", d)
+	}
+
+	// Cancelled by ctx; the agent answers the interrupt without a result.
+	ctx, cancel := context.WithCancel(context.Background())
+	resCh, started := runAsync(r, ctx, rc, "s", "/slow 10000")
+	awaitStart(t, started)
+	cancel()
+	if res := await(t, resCh, 5*time.Second); res.FinishReason != "cancelled" {
+		t.Fatalf("result %+v", res)
+	}
+	if res := run(t, r, rc, "s", "after"); res.Text != "You said: after" {
+		t.Fatalf("turn after %+v", res)
+	}
+	if got := agentPID(t, r, "s"); got != pid {
+		t.Fatalf("pid changed from %d to %d", pid, got)
+	}
+}
+
+func TestCancelUnresponsiveAgent(t *testing.T) {
+	// The Claude dialect ignores Nuum's interrupt: the process is killed.
+	r := newRunner(t, "--claude", func(_ *config.NuumAgent, o *Options) {
+		o.HeartbeatAckOptional = true
+		o.InterruptWait = 300 * time.Millisecond
+		o.RestartBackoffMin = 5 * time.Second // a kill for not stopping is not a crash
+	})
+	rc := &recorder{}
+	pid := agentPID(t, r, "s")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	res := r.Run(ctx, rc.req("s", "/slow 10000"), nil)
+	if res.FinishReason != "cancelled" {
+		t.Fatalf("result %+v", res)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("took %s", d)
+	}
+	waitGone(t, pid, 3*time.Second)
+	t0 = time.Now()
+	if got := agentPID(t, r, "s"); got == pid {
+		t.Fatal("same pid after the kill")
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Errorf("restart after a kill for not stopping waited %s (backoff)", d)
+	}
+}
+
+func TestCrashAndRestart(t *testing.T) {
+	r := newRunner(t, "--crash-after 1", func(_ *config.NuumAgent, o *Options) { o.RestartBackoffMin = 300 * time.Millisecond })
+	rc := &recorder{}
+	pid := agentPID(t, r, "s")
+	res := run(t, r, rc, "s", "hello")
+	crashed := time.Now()
+	if res.FinishReason != "error" || !strings.Contains(res.Text, "exit status 3") ||
+		!strings.Contains(res.Text, "crashing after 1 turns") {
+		t.Fatalf("crashed turn answered %+v", res)
+	}
+	waitGone(t, pid, 3*time.Second)
+	pid2 := agentPID(t, r, "s")
+	if pid2 == pid {
+		t.Fatal("same pid after the crash")
+	}
+	if d := time.Since(crashed); d < 300*time.Millisecond {
+		t.Errorf("restarted %s after the crash, before the 300ms backoff", d)
+	}
+	// A successful turn resets the backoff: the next crash waits the minimum again.
+	res = run(t, r, rc, "s", "crash again")
+	if res.FinishReason != "error" {
+		t.Fatalf("second crash answered %+v", res)
+	}
+	t0 := time.Now()
+	agentPID(t, r, "s")
+	if d := time.Since(t0); d < 300*time.Millisecond || d > 1500*time.Millisecond {
+		t.Errorf("restart after a reset backoff took %s", d)
+	}
+}
+
+func TestCrashBackoff(t *testing.T) {
+	r := newRunner(t, "--crash-after 0", func(_ *config.NuumAgent, o *Options) {
+		o.RestartBackoffMin = 100 * time.Millisecond
+		o.RestartBackoffMax = 400 * time.Millisecond
+	})
+	rc := &recorder{}
+	var gaps []time.Duration
+	for i := 0; i < 5; i++ {
+		t0 := time.Now()
+		res := run(t, r, rc, "s", "x")
+		gaps = append(gaps, time.Since(t0))
+		if res.FinishReason != "error" || !strings.Contains(res.Text, "exit status 3") {
+			t.Fatalf("run %d answered %+v", i, res)
+		}
+	}
+	want := []time.Duration{0, 100, 200, 400, 400}
+	for i, w := range want {
+		w *= time.Millisecond
+		if gaps[i] < w || gaps[i] > w+time.Second {
+			t.Errorf("run %d took %s, want %s plus the start", i, gaps[i], w)
+		}
+	}
+	// Waiting for the backoff honours ctx.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	if res := r.Run(ctx, rc.req("s", "x"), nil); res.FinishReason != "cancelled" {
+		t.Fatalf("run cancelled during the backoff answered %+v", res)
+	}
+	if d := time.Since(t0); d > 300*time.Millisecond {
+		t.Errorf("cancel during the backoff took %s", d)
+	}
+}
+
+func TestHeartbeat(t *testing.T) {
+	fast := func(_ *config.NuumAgent, o *Options) {
+		o.HeartbeatInterval = 50 * time.Millisecond
+		o.HeartbeatTimeout = 500 * time.Millisecond
+	}
+	t.Run("acked", func(t *testing.T) {
+		r := newRunner(t, "", fast)
+		rc := &recorder{}
+		pid := agentPID(t, r, "s")
+		if res := run(t, r, rc, "s", "/slow 1200"); res.FinishReason != "stop" {
+			t.Fatalf("result %+v", res)
+		}
+		if got := agentPID(t, r, "s"); got != pid {
+			t.Fatalf("pid changed from %d to %d", pid, got)
+		}
+	})
+	t.Run("not acked", func(t *testing.T) {
+		r := newRunner(t, "--no-heartbeat-ack", fast)
+		rc := &recorder{}
+		// An idle process is killed...
+		pid := agentPID(t, r, "s")
+		waitGone(t, pid, 3*time.Second)
+		// ... and a running turn is answered with an error.
+		t0 := time.Now()
+		res := run(t, r, rc, "s", "/slow 10000")
+		if res.FinishReason != "error" || !strings.HasPrefix(res.Text, "agent stopped answering heartbeats") {
+			t.Fatalf("result %+v", res)
+		}
+		if d := time.Since(t0); d > 3*time.Second {
+			t.Errorf("took %s", d)
+		}
+	})
+	t.Run("ack optional until seen", func(t *testing.T) {
+		r := newRunner(t, "--no-heartbeat-ack", func(c *config.NuumAgent, o *Options) {
+			fast(c, o)
+			o.HeartbeatAckOptional = true
+		})
+		rc := &recorder{}
+		pid := agentPID(t, r, "s")
+		if res := run(t, r, rc, "s", "/slow 1200"); res.FinishReason != "stop" {
+			t.Fatalf("result %+v", res)
+		}
+		if got := agentPID(t, r, "s"); got != pid {
+			t.Fatalf("pid changed from %d to %d", pid, got)
+		}
+	})
+}
+
+func TestStartFailures(t *testing.T) {
+	t.Run("no init", func(t *testing.T) {
+		r := newRunner(t, "--no-init", func(_ *config.NuumAgent, o *Options) { o.StartTimeout = 300 * time.Millisecond })
+		t0 := time.Now()
+		res := run(t, r, &recorder{}, "s", "hello")
+		if res.FinishReason != "error" || res.Text != "agent did not send system/init within 300ms" {
+			t.Fatalf("result %+v", res)
+		}
+		if d := time.Since(t0); d > 2*time.Second {
+			t.Errorf("took %s", d)
+		}
+		waitProcs(t, r, 0)
+	})
+	t.Run("exits before init", func(t *testing.T) {
+		r, err := New("x", config.NuumAgent{Command: "echo boom >&2; exit 7"}, testOptions(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		t0 := time.Now()
+		res := run(t, r, &recorder{}, "s", "hello")
+		if res.FinishReason != "error" || !strings.Contains(res.Text, "exit status 7") || !strings.Contains(res.Text, "boom") {
+			t.Fatalf("result %+v", res)
+		}
+		if d := time.Since(t0); d > 2*time.Second {
+			t.Errorf("took %s, not ended by the exit", d)
+		}
+	})
+	t.Run("missing workspace", func(t *testing.T) {
+		r := newRunner(t, "", nil)
+		req := (&recorder{}).req("s", "x")
+		req.Workspace = filepath.Join(t.TempDir(), "missing")
+		res := r.Run(context.Background(), req, nil)
+		if res.FinishReason != "error" || !strings.Contains(res.Text, "cannot start the agent") {
+			t.Fatalf("result %+v", res)
+		}
+	})
+	t.Run("default timeout text", func(t *testing.T) {
+		r, err := New("x", config.NuumAgent{Command: "sleep 60", StartTimeout: 1}, Options{Logger: testOptions(t).Logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if res := run(t, r, &recorder{}, "s", "x"); res.Text != "agent did not send system/init within 1s" {
+			t.Fatalf("result %+v", res)
+		}
+	})
+}
+
+func waitProcs(tb testing.TB, r *Runner, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(r.Processes()) != n {
+		if time.Now().After(deadline) {
+			tb.Fatalf("processes %+v, want %d", r.Processes(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestWorkspaceAndEnv(t *testing.T) {
+	dir := t.TempDir()
+	r, err := New("x", config.NuumAgent{
+		Command: `printf '{"type":"system","subtype":"init","session_id":"%s"}\n' "$(pwd)|$TERMLINK_SESSION_KEY|$EXTRA"; cat >/dev/null`,
+	}, func() Options {
+		o := testOptions(t)
+		o.Env = []string{"EXTRA=yes"}
+		o.HeartbeatAckOptional = true
+		o.InterruptWait = 100 * time.Millisecond
+		return o
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rc := &recorder{}
+	req := rc.req("sess-1", "x")
+	req.Workspace = dir
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	r.Run(ctx, req, nil) // the agent never answers
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if want := dir + "|sess-1|yes"; rc.meta[MetaSessionID] != want {
+		t.Errorf("agent saw %v, want %q", rc.meta[MetaSessionID], want)
+	}
+}
+
+func TestIdleStop(t *testing.T) {
+	r := newRunner(t, "", func(_ *config.NuumAgent, o *Options) { o.IdleTimeout = 300 * time.Millisecond })
+	pid := agentPID(t, r, "s")
+	// Turns keep it alive.
+	for i := 0; i < 3; i++ {
+		time.Sleep(150 * time.Millisecond)
+		if got := agentPID(t, r, "s"); got != pid {
+			t.Fatalf("pid changed from %d to %d while in use", pid, got)
+		}
+	}
+	waitGone(t, pid, 3*time.Second)
+	waitProcs(t, r, 0)
+	if got := agentPID(t, r, "s"); got == pid {
+		t.Fatal("same pid after the idle stop")
+	}
+}
+
+func TestMaxProcessesLRU(t *testing.T) {
+	r := newRunner(t, "", func(c *config.NuumAgent, _ *Options) { c.MaxProcesses = 2 })
+	pa := agentPID(t, r, "a")
+	pb := agentPID(t, r, "b")
+	pc := agentPID(t, r, "c") // evicts a, the least recently used
+	waitGone(t, pa, 3*time.Second)
+	if !alive(pb) || !alive(pc) {
+		t.Fatal("b or c stopped")
+	}
+	keys := func() []string {
+		var k []string
+		for _, p := range r.Processes() {
+			k = append(k, p.SessionKey)
+		}
+		return k
+	}
+	if k := keys(); !slices.Equal(k, []string{"b", "c"}) {
+		t.Fatalf("sessions %v", k)
+	}
+	if got := agentPID(t, r, "b"); got != pb {
+		t.Fatal("b restarted")
+	}
+	agentPID(t, r, "a") // evicts c: b was used after it
+	waitGone(t, pc, 3*time.Second)
+	if k := keys(); !slices.Equal(k, []string{"a", "b"}) {
+		t.Fatalf("sessions %v", k)
+	}
+
+	// Both busy: a third session waits for one of them, honouring ctx.
+	rc := &recorder{}
+	ctx := context.Background()
+	resA, stA := runAsync(r, ctx, rc, "a", "/slow 1000")
+	resB, stB := runAsync(r, ctx, rc, "b", "/slow 1000")
+	awaitStart(t, stA)
+	awaitStart(t, stB)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	crc := &recorder{}
+	if res := r.Run(short, crc.req("c", "x"), crc.progressFunc); res.FinishReason != "cancelled" {
+		t.Fatalf("waiting run answered %+v", res)
+	}
+	if p, _ := crc.snapshot(); !slices.Contains(p, "waiting for a free agent process") {
+		t.Errorf("progress %q", p)
+	}
+	t0 := time.Now()
+	res := run(t, r, crc, "c", "x")
+	if res.Text != "You said: x" {
+		t.Fatalf("c answered %+v", res)
+	}
+	if d := time.Since(t0); d < 300*time.Millisecond {
+		t.Errorf("c ran after %s, before a slot was free", d)
+	}
+	for _, ch := range []<-chan agent.Result{resA, resB} {
+		if res := await(t, ch, 5*time.Second); res.FinishReason != "stop" {
+			t.Errorf("slow run %+v", res)
+		}
+	}
+	if n := len(r.Processes()); n > 2 {
+		t.Errorf("%d processes", n)
+	}
+}
+
+func TestGarbageSkipped(t *testing.T) {
+	r := newRunner(t, "--garbage", nil)
+	rc := &recorder{}
+	pid := agentPID(t, r, "s")
+	for _, text := range []string{"one", "/tool read"} {
+		res := run(t, r, rc, "s", text)
+		if res.FinishReason != "stop" || strings.Contains(res.Text, "OVERLONG") {
+			t.Fatalf("turn %q answered %.200q", text, res.Text)
+		}
+	}
+	if got := agentPID(t, r, "s"); got != pid {
+		t.Fatalf("pid changed from %d to %d", pid, got)
+	}
+}
+
+func TestResultSubtypes(t *testing.T) {
+	r := newRunner(t, "", nil)
+	rc := &recorder{}
+	for _, tc := range []struct {
+		text, reason, reply string
+	}{
+		{"hello", "stop", "You said: hello"},
+		{"/result success Done!", "stop", "Done!"},
+		{"/result error_during_execution boom", "error", "agent failed during execution: boom"},
+		{"/result error_max_turns", "error", "agent stopped: it reached its maximum number of turns"},
+		{"/result error oops", "error", "agent error: oops"},
+		{"/result cancelled", "cancelled", "cancelled"},
+		{"/result error_something_new detail", "error", "agent error (error_something_new): detail"},
+		{"/iserror api down", "error", "agent error: api down"},
+		{"/syserror disk full", "error", "agent error: disk full"},
+	} {
+		rc.reset()
+		res := run(t, r, rc, "s", tc.text)
+		if res.FinishReason != tc.reason || res.Text != tc.reply {
+			t.Errorf("%q answered %+v, want %s %q", tc.text, res, tc.reason, tc.reply)
+		}
+	}
+	if _, ev := rc.snapshot(); !slices.Equal(ev, []string{"agent_error disk full"}) {
+		t.Errorf("events of /syserror: %q", ev)
+	}
+}
+
+func TestStdinNotRead(t *testing.T) {
+	r, err := New("x", config.NuumAgent{
+		Command: `printf '{"type":"system","subtype":"init","session_id":"s"}\n'; exec sleep 30`,
+	}, func() Options {
+		o := testOptions(t)
+		o.WriteTimeout = 300 * time.Millisecond
+		o.HeartbeatAckOptional = true
+		return o
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	t0 := time.Now()
+	res := run(t, r, &recorder{}, "s", strings.Repeat("x", 256<<10))
+	if res.FinishReason != "error" || !strings.Contains(res.Text, "stopped reading its stdin") {
+		t.Fatalf("result %.300q", res)
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Errorf("took %s", d)
+	}
+}
+
+func TestStdoutClosed(t *testing.T) {
+	r, err := New("x", config.NuumAgent{
+		Command: `printf '{"type":"system","subtype":"init","session_id":"s"}\n'; exec sleep 30 >&-`,
+	}, func() Options { o := testOptions(t); o.HeartbeatAckOptional = true; return o }())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	res := run(t, r, &recorder{}, "s", "x")
+	if res.FinishReason != "error" || !strings.Contains(res.Text, "closed its stdout") {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestClose(t *testing.T) {
+	r := newRunner(t, "", nil)
+	rc := &recorder{}
+	pa := agentPID(t, r, "a")
+	pb := agentPID(t, r, "b")
+	resCh, started := runAsync(r, context.Background(), rc, "a", "/slow 10000")
+	awaitStart(t, started)
+	t0 := time.Now()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Errorf("Close took %s", d)
+	}
+	res := await(t, resCh, 3*time.Second)
+	if res.FinishReason == "stop" {
+		t.Errorf("run during Close answered %+v", res)
+	}
+	for _, pid := range []int{pa, pb} {
+		if alive(pid) {
+			t.Errorf("process %d alive after Close", pid)
+		}
+	}
+	if res := run(t, r, rc, "a", "x"); res.FinishReason != "error" || !strings.Contains(res.Text, "closed") {
+		t.Errorf("run after Close %+v", res)
+	}
+	if r.Inject(context.Background(), rc.req("a", "x")) {
+		t.Error("Inject after Close succeeded")
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestExitDuringTurn(t *testing.T) {
+	r := newRunner(t, "", nil)
+	res := run(t, r, &recorder{}, "s", "/exit 9")
+	if res.FinishReason != "error" || !strings.Contains(res.Text, "exit status 9") || !strings.Contains(res.Text, "exiting with status 9") {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func BenchmarkTurn(b *testing.B) {
+	r := newRunner(b, "", func(_ *config.NuumAgent, o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	})
+	rc := &recorder{}
+	ctx := context.Background()
+	req := rc.req("bench", "hello")
+	if res := r.Run(ctx, req, nil); res.FinishReason != "stop" {
+		b.Fatalf("warm-up %+v", res)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if res := r.Run(ctx, req, nil); res.Text != "You said: hello" {
+			b.Fatalf("result %+v", res)
+		}
+	}
+}
+
+func Example() {
+	bin := agentBin // any command speaking the Nuum wire protocol, e.g. "nuum --stdio"
+	r, err := New("nuum", config.NuumAgent{Command: shellQuote(bin), IdleTimeout: 600}, Options{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer r.Close()
+	res := r.Run(context.Background(), agent.Request{SessionKey: "terminal-dev:peer1", Text: "hello"},
+		func(p string) { fmt.Println("progress:", p) })
+	fmt.Println(res.FinishReason, res.Text)
+	// Output:
+	// progress: thinking
+	// stop You said: hello
+}
+
+func TestAgentQuitsAfterAnswering(t *testing.T) {
+	// A one-shot agent: init, one answer, exit 0. Restarting it is no
+	// crash recovery, so no backoff.
+	r, err := New("x", config.NuumAgent{
+		Command: `printf '%s\n' '{"type":"system","subtype":"init","session_id":"one"}'; read -r line; ` +
+			`printf '%s\n' '{"type":"result","subtype":"success","result":"once"}'; exit 0`,
+	}, func() Options {
+		o := testOptions(t)
+		o.RestartBackoffMin = 5 * time.Second
+		o.HeartbeatAckOptional = true
+		return o
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	t0 := time.Now()
+	for i := 0; i < 3; i++ {
+		if res := run(t, r, &recorder{}, "s", "x"); res.FinishReason != "stop" || res.Text != "once" {
+			t.Fatalf("run %d: %+v", i, res)
+		}
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Errorf("three one-shot runs took %s: restarted with backoff", d)
+	}
+}

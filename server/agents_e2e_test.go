@@ -1,0 +1,149 @@
+package server
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"termlink/link"
+	"termlink/server/config"
+)
+
+// End to end with real agent processes: device -> WebSocket -> server ->
+// Terminal Protocol v1 runner -> subprocess -> back to the device.
+
+var (
+	echoAgentOnce sync.Once
+	echoAgentPath string
+	echoAgentErr  error
+)
+
+// echoAgent builds testrig/agents/echoagent once per test binary.
+func echoAgent(t *testing.T) string {
+	t.Helper()
+	echoAgentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "echoagent")
+		if err != nil {
+			echoAgentErr = err
+			return
+		}
+		echoAgentPath = filepath.Join(dir, "echoagent")
+		out, err := exec.Command("go", "build", "-o", echoAgentPath, "termlink/testrig/agents/echoagent").CombinedOutput()
+		if err != nil {
+			echoAgentErr = err
+			echoAgentPath = string(out)
+		}
+	})
+	if echoAgentErr != nil {
+		t.Fatalf("building echoagent: %v\n%s", echoAgentErr, echoAgentPath)
+	}
+	return echoAgentPath
+}
+
+// withTerminalAgent routes terminal-dev to a terminal agent.
+func withTerminalAgent(ta config.TerminalAgent) func(*config.Config) {
+	return func(c *config.Config) {
+		if ta.Timeout == 0 {
+			ta.Timeout = 30
+		}
+		if ta.Protocol == "" {
+			ta.Protocol = "rich"
+		}
+		if ta.MaxOutputBytes == 0 {
+			ta.MaxOutputBytes = 4 << 20
+		}
+		ta.Enabled = true
+		c.Agents["agent"] = config.Agent{Terminal: &ta}
+		ch := c.Channels["terminal-dev"]
+		ch.Agent = "agent"
+		c.Channels["terminal-dev"] = ch
+	}
+}
+
+func TestTerminalAgentEndToEnd(t *testing.T) {
+	bin := echoAgent(t)
+	ts := startServer(t, withTerminalAgent(config.TerminalAgent{Command: bin + " -progress", Timeout: 2}), nil)
+
+	rich := dial(t, ts.ws, nil)
+	rich.connect("rich-dev", link.CapText, link.CapProgress)
+	plain := dial(t, ts.ws, nil)
+	plain.connect("spec-dev")
+
+	// A device that listed progress sees it; a spec client sees exactly the spec.
+	rich.send(&link.Message{MessageID: "r1", Text: "hello"})
+	readAs[*link.Ack](rich)
+	if p := readAs[*link.Progress](rich); p.MessageID != "r1" || p.Text != "thinking" {
+		t.Fatalf("progress %+v", p)
+	}
+	if m := readAs[*link.Message](rich); m.Text != "You said: hello" || m.FinishReason != "stop" {
+		t.Fatalf("reply %+v", m)
+	}
+	plain.send(&link.Message{MessageID: "p1", Text: "hello"})
+	readAs[*link.Ack](plain)
+	if m := readAs[*link.Message](plain); m.Text != "You said: hello" {
+		t.Fatalf("spec client reply %+v", m)
+	}
+
+	img := filepath.Join(t.TempDir(), "photo.png")
+	if err := os.WriteFile(img, []byte("png"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		id, text, want, finish string
+	}{
+		{"multi", "/multi 3", "part 1\n\npart 2\n\npart 3", "stop"},
+		{"media", "/media " + img, "[file: photo.png]", "stop"},
+		{"error", "/error", "requested error", "error"},
+		{"timeout", "/sleep 30", "timed out after 2s", "timeout"},
+		{"exit", "/exit 3", "exit code 3", "error"},
+	}
+	for _, tt := range cases {
+		t.Run(tt.id, func(t *testing.T) {
+			plain.t = t
+			plain.send(&link.Message{MessageID: tt.id, Text: tt.text})
+			readAs[*link.Ack](plain)
+			m := readAs[*link.Message](plain)
+			if m.MessageID != tt.id || !strings.Contains(m.Text, tt.want) || m.FinishReason != tt.finish {
+				t.Fatalf("reply %+v, want text containing %q and finish %q", m, tt.want, tt.finish)
+			}
+		})
+	}
+	plain.t = t
+	// The session log has the user message and the reply.
+	lines := readLines(t, filepath.Join(ts.cfg.Workspace, "sessions", "terminal-dev:local:spec-dev.jsonl"))
+	joined := strings.Join(lines, "\n")
+	for _, want := range []string{`"role":"user","content":"/multi 3"`, `"content":"part 1\n\npart 2\n\npart 3"`, `"finish_reason":"timeout"`} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("session log lacks %s:\n%s", want, joined)
+		}
+	}
+}
+
+func TestPlainAgentQuotingAndNotFound(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "pwned")
+	ts := startServer(t, withTerminalAgent(config.TerminalAgent{Command: "printf '%s' {message}", Protocol: "plain"}), nil)
+	c := dial(t, ts.ws, nil)
+	c.connect("dev")
+	text := "it's $(touch " + marker + ") `touch " + marker + "` \"q\"\nline 2"
+	c.send(&link.Message{MessageID: "q", Text: text})
+	readAs[*link.Ack](c)
+	if m := readAs[*link.Message](c); m.Text != text {
+		t.Fatalf("plain agent echoed %q, want the text unchanged %q", m.Text, text)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the message text was run by the shell")
+	}
+
+	ts2 := startServer(t, withTerminalAgent(config.TerminalAgent{Command: "/nonexistent/agent-binary"}), nil)
+	d := dial(t, ts2.ws, nil)
+	d.connect("dev")
+	d.send(&link.Message{MessageID: "nf", Text: "hi"})
+	readAs[*link.Ack](d)
+	if m := readAs[*link.Message](d); m.FinishReason != "error" || !strings.Contains(m.Text, "not found") {
+		t.Fatalf("missing agent: %+v", m)
+	}
+}
