@@ -24,5 +24,7 @@ build:
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./link/
+	$(GO) test -run '^$$' -fuzz FuzzOutboxLine -fuzztime $(FUZZTIME) ./link/
+	$(GO) test -run '^$$' -fuzz FuzzOutboxFile -fuzztime $(FUZZTIME) ./link/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./server/config/
 	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME) ./server/session/

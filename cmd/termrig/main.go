@@ -1,6 +1,7 @@
 // Command termrig is the termlink test rig. Each job is a subcommand:
 //
 //	termrig load --server URL --devices N --rate R --duration D   load generator
+//	termrig chaos --listen ADDR --target ADDR [--schedule S]       fault-injecting TCP proxy
 //
 // Run `termrig help` for the list and `termrig <command> -h` for the flags
 // of one command. Exit status: 0 success, 1 the command ran and found a
@@ -38,7 +39,8 @@ type app struct {
 // one entry here and one method.
 func (a *app) subcommands() map[string]subcommand {
 	return map[string]subcommand{
-		"load": {"simulate N terminal devices against a channel; report latency, loss, duplicates", a.load},
+		"load":  {"simulate N terminal devices against a channel; report latency, loss, duplicates", a.load},
+		"chaos": {"TCP proxy that adds latency, cuts, refuses or stalls connections, by schedule or HTTP", a.chaos},
 	}
 }
 

@@ -1,0 +1,753 @@
+package link
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/gorilla/websocket"
+)
+
+// Client defaults (ClientConfig fields left zero).
+const (
+	DefaultHeartbeat      = 30 * time.Second
+	DefaultPongTimeout    = 10 * time.Second
+	DefaultWriteTimeout   = 10 * time.Second
+	DefaultConnectTimeout = 10 * time.Second
+	DefaultRetryInitial   = time.Second
+	DefaultRetryMax       = 30 * time.Second
+	DefaultRetryJitter    = 0.5
+	DefaultStableAfter    = 60 * time.Second
+	DefaultWindow         = 16
+	DefaultEventBuffer    = 64
+)
+
+// Errors of Client methods.
+var (
+	ErrClosed         = errors.New("link: client is closed")
+	ErrNotConnected   = errors.New("link: not connected")
+	ErrUnknownMessage = errors.New("link: no unanswered message with that id")
+	ErrBlankText      = errors.New("link: message text is blank")
+)
+
+// ClientConfig configures a Client. URL, PeerID and either StateDir or
+// Outbox are required; the rest has defaults.
+type ClientConfig struct {
+	// URL of the channel: ws://host:port/api/channels/ID/ws or wss://...
+	URL string
+	// PeerID is the device's stable id; DeviceName is shown by the server.
+	PeerID     string
+	DeviceName string
+	// ThreadID and UserID, when set, go in the connect frame.
+	ThreadID, UserID string
+	// Token, when set, is sent as "Authorization: Bearer <Token>".
+	Token string
+	// CAFile is a PEM file of CA certificates trusted for wss:// (instead
+	// of the system roots). TLSConfig, when set, is used as the base.
+	CAFile    string
+	TLSConfig *tls.Config
+
+	// StateDir holds the durable outbox (see FileOutbox). Ignored when
+	// Outbox is set.
+	StateDir string
+	// Outbox replaces the file outbox (e.g. NewMemoryOutbox() for load
+	// tests). The caller closes it.
+	Outbox Outbox
+
+	// Capabilities listed in connect (default: text, progress, cancel).
+	Capabilities []string
+
+	// Heartbeat is the ping interval until the server's connected frame
+	// gives heartbeat_seconds (default 30s).
+	Heartbeat time.Duration
+	// PongTimeout: when no frame at all arrives for Heartbeat+PongTimeout
+	// the link is dead: closed and redialled (default 10s).
+	PongTimeout time.Duration
+	// WriteTimeout bounds every write; one that times out tears the
+	// connection down (default 10s).
+	WriteTimeout time.Duration
+	// ConnectTimeout bounds dial, TLS, upgrade and the connect/connected
+	// exchange (default 10s).
+	ConnectTimeout time.Duration
+
+	// Reconnect backoff (cenkalti/backoff/v4, exponential, never gives
+	// up): the first wait is about RetryInitial (default 1s), each next
+	// one doubles, with ±RetryJitter (default 0.5) randomization, and no
+	// wait is longer than RetryMax (default 30s). The waits grow back
+	// from RetryInitial only after a session that stayed connected for
+	// StableAfter (default 60s).
+	RetryInitial time.Duration
+	RetryMax     time.Duration
+	RetryJitter  float64
+	StableAfter  time.Duration
+
+	// Window is how many messages may be sent and not yet acknowledged
+	// (default 16): a long outbox is resent in order without flooding
+	// the server's send queue.
+	Window int
+	// EventBuffer is the capacity of the Events channel (default 64);
+	// events beyond it wait in an unbounded queue, never dropped.
+	EventBuffer int
+
+	// NetDialContext dials TCP (default net.Dialer).
+	NetDialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Logger (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Status is a snapshot of a Client, for a status line on a screen.
+type Status struct {
+	State     State
+	Attempt   int
+	NextTry   time.Time // StateWaiting
+	Reason    string    // why offline
+	SessionID string    // StateConnected
+	Pending   int       // unanswered messages
+}
+
+// ClientStats count what a Client did since NewClient.
+type ClientStats struct {
+	Dials            int64 // dial attempts
+	Sessions         int64 // dials that reached connected
+	Sent             int64 // message frames written (first sends and resends)
+	Resent           int64 // message frames written for a message sent before
+	Replies          int64 // replies delivered (once per message)
+	DuplicateReplies int64 // replies for an already answered message, dropped
+	Pending          int   // unanswered messages now
+}
+
+// Client is a device's session with a terminal WebSocket channel. It keeps
+// one connection up forever (dial, connect, heartbeat, reconnect with
+// backoff) and delivers every message exactly once through its outbox:
+// each message is stored before it is sent and resent after every
+// reconnect until its reply arrives; the server's dedupe answers a resent
+// message from its cache instead of running it again.
+//
+// Use: NewClient, then Run in a goroutine (it owns every goroutine of the
+// client and returns when ctx ends or Close is called); Send and Cancel
+// from anywhere; read Events until it is closed.
+type Client struct {
+	cfg      ClientConfig
+	log      *slog.Logger
+	dialer   *websocket.Dialer
+	header   http.Header
+	outbox   Outbox
+	ownsBox  bool
+	events   chan Event
+	queue    *eventQueue
+	closing  chan struct{}
+	runDone  chan struct{}
+	closeErr error
+
+	sendMu sync.Mutex // serializes Send: outbox order = send order
+
+	mu       sync.Mutex
+	runState int // 0 not run, 1 running, 2 finished
+	closed   bool
+	list     []*outMsg          // unanswered messages in order (answered ones removed lazily)
+	stale    int                // answered messages still in list
+	msgs     map[string]*outMsg // unanswered messages by id
+	sess     *session           // the connected session, if any
+	status   Status
+
+	dials, sessions, sent, resent, replies, dupReplies atomic.Int64
+}
+
+// outMsg is one unanswered message; guarded by Client.mu.
+type outMsg struct {
+	id, text string
+	sends    int
+	answered bool
+}
+
+// NewClient checks cfg and opens the outbox (the file outbox in StateDir
+// unless cfg.Outbox is set). Nothing is dialled before Run.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("peer_id", cfg.PeerID)
+	c := &Client{cfg: cfg, log: log, queue: newEventQueue(), events: make(chan Event, cfg.EventBuffer),
+		closing: make(chan struct{}), runDone: make(chan struct{}), msgs: map[string]*outMsg{}}
+	if c.dialer, err = cfg.dialer(); err != nil {
+		return nil, err
+	}
+	c.header = http.Header{}
+	if cfg.Token != "" {
+		c.header.Set("Authorization", "Bearer "+cfg.Token)
+	}
+	c.outbox = cfg.Outbox
+	if c.outbox == nil {
+		fo, err := OpenFileOutbox(cfg.StateDir, FileOutboxOptions{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		c.outbox, c.ownsBox = fo, true
+	}
+	for _, e := range c.outbox.Pending() {
+		m := &outMsg{id: e.ID, text: e.Text}
+		c.list = append(c.list, m)
+		c.msgs[e.ID] = m
+	}
+	c.status.Pending = len(c.msgs)
+	return c, nil
+}
+
+func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
+	var errs []error
+	u, err := url.Parse(cfg.URL)
+	switch {
+	case cfg.URL == "":
+		errs = append(errs, errors.New("URL is required (ws://host:port/api/channels/ID/ws)"))
+	case err != nil:
+		errs = append(errs, fmt.Errorf("URL: %w", err))
+	case u.Scheme != "ws" && u.Scheme != "wss":
+		errs = append(errs, fmt.Errorf("URL %q: scheme must be ws or wss", cfg.URL))
+	case u.Host == "":
+		errs = append(errs, fmt.Errorf("URL %q has no host", cfg.URL))
+	}
+	if cfg.PeerID == "" {
+		errs = append(errs, errors.New("PeerID is required"))
+	}
+	if cfg.Outbox == nil && cfg.StateDir == "" {
+		errs = append(errs, errors.New("StateDir (for the outbox) or Outbox is required"))
+	}
+	if cfg.RetryJitter < 0 || cfg.RetryJitter >= 1 {
+		errs = append(errs, fmt.Errorf("RetryJitter must be in [0, 1), got %v", cfg.RetryJitter))
+	}
+	for name, d := range map[string]time.Duration{"Heartbeat": cfg.Heartbeat, "PongTimeout": cfg.PongTimeout,
+		"WriteTimeout": cfg.WriteTimeout, "ConnectTimeout": cfg.ConnectTimeout, "RetryInitial": cfg.RetryInitial,
+		"RetryMax": cfg.RetryMax, "StableAfter": cfg.StableAfter} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %v", name, d))
+		}
+	}
+	if cfg.Window < 0 || cfg.EventBuffer < 0 {
+		errs = append(errs, errors.New("Window and EventBuffer must not be negative"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cfg, fmt.Errorf("link: client config: %w", err)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.Heartbeat, DefaultHeartbeat)
+	def(&cfg.PongTimeout, DefaultPongTimeout)
+	def(&cfg.WriteTimeout, DefaultWriteTimeout)
+	def(&cfg.ConnectTimeout, DefaultConnectTimeout)
+	def(&cfg.RetryInitial, DefaultRetryInitial)
+	def(&cfg.RetryMax, DefaultRetryMax)
+	def(&cfg.StableAfter, DefaultStableAfter)
+	if cfg.RetryJitter == 0 {
+		cfg.RetryJitter = DefaultRetryJitter
+	}
+	if cfg.RetryInitial > cfg.RetryMax {
+		cfg.RetryInitial = cfg.RetryMax
+	}
+	if cfg.Window == 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.EventBuffer == 0 {
+		cfg.EventBuffer = DefaultEventBuffer
+	}
+	if cfg.Capabilities == nil {
+		cfg.Capabilities = []string{CapText, CapProgress, CapCancel}
+	}
+	return cfg, nil
+}
+
+func (cfg ClientConfig) dialer() (*websocket.Dialer, error) {
+	var tlsConf *tls.Config
+	if cfg.TLSConfig != nil {
+		tlsConf = cfg.TLSConfig.Clone()
+	}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("link: reading CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("link: CA file %s holds no PEM certificate", cfg.CAFile)
+		}
+		if tlsConf == nil {
+			tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		tlsConf.RootCAs = pool
+	}
+	netDial := cfg.NetDialContext
+	if netDial == nil {
+		netDial = (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
+	}
+	return &websocket.Dialer{
+		NetDialContext:   netDial,
+		HandshakeTimeout: cfg.ConnectTimeout,
+		TLSClientConfig:  tlsConf,
+		ReadBufferSize:   2048,
+		WriteBufferSize:  2048,
+	}, nil
+}
+
+// Events delivers the client's events in order. It is closed when Run
+// returns (or by Close when Run never ran). Read it: replies are handed
+// over through it, and a message leaves the outbox only once its reply
+// has been received here.
+func (c *Client) Events() <-chan Event { return c.events }
+
+// Send stores text in the outbox (durably, for the file outbox) and
+// returns its message id; the message goes out as soon as the link is up,
+// and again after every reconnect until it is answered. Send works before
+// Run and while offline.
+func (c *Client) Send(ctx context.Context, text string) (string, error) {
+	if strings.TrimSpace(text) == "" {
+		return "", ErrBlankText
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return "", ErrClosed
+	}
+	e, err := c.outbox.Add(text)
+	if err != nil {
+		if errors.Is(err, ErrOutboxClosed) {
+			return "", ErrClosed
+		}
+		return "", err
+	}
+	c.mu.Lock()
+	m := &outMsg{id: e.ID, text: e.Text}
+	c.list = append(c.list, m)
+	c.msgs[m.id] = m
+	c.status.Pending = len(c.msgs)
+	if s := c.sess; s != nil {
+		s.toSend = append(s.toSend, m)
+		s.wake()
+	}
+	c.mu.Unlock()
+	return e.ID, nil
+}
+
+// Cancel asks the server to interrupt the run of an unanswered message
+// (capability "cancel"). It needs a live link: offline it returns
+// ErrNotConnected. The answer comes as events: the reply with
+// finish_reason "cancelled", or an error (code "unknown_run") when the run
+// was not queued or running any more.
+func (c *Client) Cancel(ctx context.Context, messageID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return ErrClosed
+	case c.msgs[messageID] == nil:
+		return ErrUnknownMessage
+	case c.sess == nil:
+		return ErrNotConnected
+	}
+	c.sess.cancels = append(c.sess.cancels, messageID)
+	c.sess.wake()
+	return nil
+}
+
+// Status returns the link state and the number of unanswered messages.
+func (c *Client) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() ClientStats {
+	c.mu.Lock()
+	pending := len(c.msgs)
+	c.mu.Unlock()
+	return ClientStats{Dials: c.dials.Load(), Sessions: c.sessions.Load(), Sent: c.sent.Load(),
+		Resent: c.resent.Load(), Replies: c.replies.Load(), DuplicateReplies: c.dupReplies.Load(), Pending: pending}
+}
+
+// Close stops the client: the connection is closed, Run returns, Events
+// is closed and the outbox (when the client opened it) is closed. It
+// waits for Run to return; unanswered messages stay in the outbox for the
+// next start.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		<-c.runDone
+		return c.closeErr
+	}
+	c.closed = true
+	close(c.closing)
+	notRun := c.runState == 0
+	if notRun {
+		c.runState = 2
+	}
+	c.mu.Unlock()
+	if notRun {
+		c.finish()
+	}
+	<-c.runDone
+	return c.closeErr
+}
+
+// finish closes what Run (or Close, without Run) leaves behind.
+func (c *Client) finish() {
+	close(c.events)
+	if c.ownsBox {
+		c.closeErr = c.outbox.Close()
+	}
+	close(c.runDone)
+}
+
+// Run keeps the link up until ctx ends or Close is called: dial, connect,
+// resend the unanswered messages, heartbeat, and after any failure wait
+// (backoff) and dial again, forever. It returns ctx.Err() when ctx ended,
+// nil after Close. Run may be called once.
+func (c *Client) Run(ctx context.Context) error {
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return ErrClosed
+	case c.runState != 0:
+		c.mu.Unlock()
+		return errors.New("link: Run called twice")
+	}
+	c.runState = 1
+	c.mu.Unlock()
+
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopDispatch := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-c.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	go func() { defer wg.Done(); c.dispatch(stopDispatch) }()
+
+	c.loop(ctx)
+
+	reason := "closed"
+	if parent.Err() != nil {
+		reason = "context ended: " + parent.Err().Error()
+	}
+	c.setState(Event{State: StateClosed, Reason: reason})
+	cancel()
+	close(stopDispatch)
+	wg.Wait()
+	c.mu.Lock()
+	c.runState = 2
+	c.mu.Unlock()
+	c.finish()
+	if parent.Err() != nil {
+		return parent.Err()
+	}
+	return nil
+}
+
+// dispatch hands queued events to the Events channel until stop; what is
+// left then goes only as far as the channel's buffer takes it.
+func (c *Client) dispatch(stop <-chan struct{}) {
+	for {
+		e, ok := c.queue.pop()
+		if !ok {
+			select {
+			case <-c.queue.notify:
+				continue
+			case <-stop:
+			}
+			for { // stopping: flush what fits
+				e, ok := c.queue.pop()
+				if !ok {
+					return
+				}
+				select {
+				case c.events <- e:
+					c.delivered(e)
+				default:
+					return
+				}
+			}
+		}
+		select {
+		case c.events <- e:
+			c.delivered(e)
+		case <-stop:
+			select {
+			case c.events <- e:
+				c.delivered(e)
+			default:
+			}
+			return
+		}
+	}
+}
+
+// delivered runs once the caller has e: a reply's message leaves the
+// outbox. A crash before this line makes the next start resend the
+// message and show the reply again, never lose it.
+func (c *Client) delivered(e Event) {
+	if e.doneID == "" {
+		return
+	}
+	if err := c.outbox.Done(e.doneID); err != nil {
+		c.log.Error("marking a message answered in the outbox", "message_id", e.doneID, "err", err)
+	}
+}
+
+func (c *Client) emit(e Event) { c.queue.push(e) }
+
+// setState records and reports a state change.
+func (c *Client) setState(e Event) {
+	e.Kind = EventState
+	e.Time = time.Now()
+	c.mu.Lock()
+	c.status.State, c.status.Attempt, c.status.NextTry = e.State, e.Attempt, e.NextTry
+	c.status.SessionID = e.SessionID
+	if e.Reason != "" || e.State == StateConnected {
+		c.status.Reason = e.Reason
+	}
+	c.mu.Unlock()
+	c.emit(e)
+}
+
+// newBackoff builds the reconnect policy. backoff randomizes around its
+// current interval (±RetryJitter), so the interval is capped at
+// RetryMax/(1+RetryJitter) to keep every randomized wait within RetryMax.
+func (c *Client) newBackoff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(c.cfg.RetryInitial),
+		backoff.WithRandomizationFactor(c.cfg.RetryJitter),
+		backoff.WithMultiplier(2),
+		backoff.WithMaxInterval(time.Duration(float64(c.cfg.RetryMax)/(1+c.cfg.RetryJitter))),
+		backoff.WithMaxElapsedTime(0), // never give up
+	)
+	return b
+}
+
+func (c *Client) nextWait(b *backoff.ExponentialBackOff) time.Duration {
+	d := b.NextBackOff()
+	if d == backoff.Stop || d > c.cfg.RetryMax {
+		d = c.cfg.RetryMax
+	}
+	return d
+}
+
+// loop dials, serves a session, waits, and dials again until ctx ends.
+func (c *Client) loop(ctx context.Context) {
+	b := c.newBackoff()
+	attempt := 0
+	reason := ""
+	for first := true; ctx.Err() == nil; first = false {
+		if !first {
+			wait := c.nextWait(b)
+			next := time.Now().Add(wait)
+			c.setState(Event{State: StateWaiting, Attempt: attempt, NextTry: next, Reason: reason})
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		attempt++
+		c.setState(Event{State: StateConnecting, Attempt: attempt})
+		var up time.Duration
+		up, reason = c.connect(ctx)
+		if up > 0 {
+			attempt = 0
+			c.log.Info("link down", "after", up.Round(time.Millisecond), "reason", reason)
+		} else if ctx.Err() == nil {
+			c.log.Debug("dial failed", "attempt", attempt, "reason", reason)
+		}
+		if up >= c.cfg.StableAfter {
+			b.Reset()
+		}
+	}
+}
+
+// connect dials once and, when that works, serves the session until it
+// ends. up is how long it stayed connected (0: never got connected).
+func (c *Client) connect(ctx context.Context) (up time.Duration, reason string) {
+	c.dials.Add(1)
+	// gorilla only applies deadlines while dialing; closing the socket
+	// is what makes Close interrupt a handshake that hangs.
+	var held heldConn
+	d := *c.dialer
+	d.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := c.dialer.NetDialContext(ctx, network, addr)
+		if err == nil {
+			held.set(conn)
+		}
+		return conn, err
+	}
+	stop := context.AfterFunc(ctx, held.close)
+	dctx, cancel := context.WithTimeout(ctx, c.cfg.ConnectTimeout)
+	ws, resp, err := d.DialContext(dctx, c.cfg.URL, c.header)
+	cancel()
+	stop()
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, "closed by the device"
+		}
+		return 0, describeDialError(err, resp)
+	}
+	s := newSession(c, ws)
+	return s.run(ctx)
+}
+
+// heldConn is the socket of a dial in progress, closed if the client
+// stops meanwhile.
+type heldConn struct {
+	mu     sync.Mutex
+	conn   net.Conn
+	closed bool
+}
+
+func (h *heldConn) set(c net.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.conn = c
+	if h.closed {
+		c.Close()
+	}
+}
+
+func (h *heldConn) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	if h.conn != nil {
+		h.conn.Close()
+	}
+}
+
+func describeDialError(err error, resp *http.Response) string {
+	if resp != nil && errors.Is(err, websocket.ErrBadHandshake) {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		msg := fmt.Sprintf("dial: server answered HTTP %s", resp.Status)
+		if s := strings.TrimSpace(string(body)); s != "" {
+			msg += ": " + s
+		}
+		return msg
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "dial: no answer within the connect timeout (" + err.Error() + ")"
+	}
+	return "dial: " + err.Error()
+}
+
+// register makes s the live session and gives it every unanswered
+// message, in order, to (re)send.
+func (c *Client) register(s *session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.compactLocked()
+	s.toSend = append([]*outMsg(nil), c.list...)
+	c.sess = s
+}
+
+// compactLocked drops the answered messages from c.list.
+func (c *Client) compactLocked() {
+	kept := c.list[:0]
+	for _, m := range c.list {
+		if !m.answered {
+			kept = append(kept, m)
+		}
+	}
+	clear(c.list[len(kept):])
+	c.list, c.stale = kept, 0
+}
+
+// answeredLocked takes m out of the unanswered messages.
+func (c *Client) answeredLocked(m *outMsg) {
+	m.answered = true
+	delete(c.msgs, m.id)
+	c.status.Pending = len(c.msgs)
+	c.stale++
+	if c.stale > 256 && c.stale > len(c.list)/2 {
+		c.compactLocked()
+	}
+}
+
+func (c *Client) unregister(s *session) {
+	c.mu.Lock()
+	if c.sess == s {
+		c.sess = nil
+	}
+	c.mu.Unlock()
+}
+
+// complete takes the reply to a message: the first one for an unanswered
+// id becomes an EventReply; any later one is dropped.
+func (c *Client) complete(reply *Message) {
+	c.mu.Lock()
+	m := c.msgs[reply.MessageID]
+	if m == nil || m.answered {
+		c.mu.Unlock()
+		c.dupReplies.Add(1)
+		return
+	}
+	c.answeredLocked(m)
+	c.mu.Unlock()
+	c.replies.Add(1)
+	c.emit(Event{Kind: EventReply, MessageID: reply.MessageID, Reply: reply, doneID: reply.MessageID})
+}
+
+// refuse gives up on a message the server refuses for good.
+func (c *Client) refuse(e *Error) bool {
+	c.mu.Lock()
+	m := c.msgs[e.MessageID]
+	if m == nil || m.answered {
+		c.mu.Unlock()
+		return false
+	}
+	c.answeredLocked(m)
+	c.mu.Unlock()
+	c.emit(Event{Kind: EventError, MessageID: e.MessageID, Code: e.Code, Err: fmt.Errorf("server refused message %s: %s", e.MessageID, e.Error), doneID: e.MessageID})
+	return true
+}
+
+// known reports whether id is an unanswered message.
+func (c *Client) known(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.msgs[id] != nil
+}

@@ -1,0 +1,340 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// session is one connection of a Client: a reader goroutine, a writer
+// goroutine (the only one that writes frames, each with a deadline), and
+// the session loop in the caller's goroutine, which owns the protocol
+// state and feeds the writer.
+type session struct {
+	c  *Client
+	ws *websocket.Conn
+
+	out  chan []byte    // frames for the writer
+	in   chan Frame     // frames from the reader
+	wake func()         // Send and Cancel poke the loop
+	kick chan struct{}  // cap 1
+	stop chan struct{}  // closed at teardown: reader and writer return
+	dead chan struct{}  // closed by fail
+	once sync.Once      // guards dead and why
+	why  string         // first failure
+	wg   sync.WaitGroup // reader and writer
+
+	readWait atomic.Int64 // read deadline, ns: handshake, then heartbeat + pong timeout
+
+	// Guarded by Client.mu.
+	toSend  []*outMsg // messages to send on this connection, in order
+	cancels []string  // cancel frames to send
+
+	// Loop-owned.
+	unacked map[string]struct{} // sent on this connection, no ack yet
+}
+
+func newSession(c *Client, ws *websocket.Conn) *session {
+	s := &session{c: c, ws: ws, out: make(chan []byte, c.cfg.Window+8), in: make(chan Frame, 16),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), dead: make(chan struct{}),
+		unacked: map[string]struct{}{}}
+	s.wake = func() {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+	return s
+}
+
+// fail records why the connection is dead (the first reason wins) and
+// wakes the loop.
+func (s *session) fail(why string) {
+	s.once.Do(func() {
+		s.why = why
+		close(s.dead)
+	})
+}
+
+func (s *session) reason() string {
+	<-s.dead
+	return s.why
+}
+
+// run serves the connection until it dies or ctx ends; up is how long it
+// was connected.
+func (s *session) run(ctx context.Context) (up time.Duration, reason string) {
+	c := s.c
+	s.ws.SetReadLimit(MaxFrameBytes)
+	s.readWait.Store(int64(c.cfg.ConnectTimeout))
+	s.wg.Add(2)
+	go s.reader()
+	go s.writer()
+	defer s.teardown()
+
+	connected, why := s.handshake(ctx)
+	if connected == nil {
+		return 0, why
+	}
+	hb := s.heartbeat(connected)
+	start := time.Now()
+	c.sessions.Add(1)
+	c.register(s)
+	defer c.unregister(s)
+	c.log.Info("link up", "session_id", connected.SessionID, "heartbeat", hb)
+	c.setState(Event{State: StateConnected, SessionID: connected.SessionID, Heartbeat: hb})
+
+	ping := time.NewTicker(hb)
+	defer ping.Stop()
+	pingFrame := MustEncode(&Ping{})
+	for {
+		if !s.pump() {
+			return time.Since(start), s.reason()
+		}
+		select {
+		case f := <-s.in:
+			s.handle(f)
+		case <-s.kick:
+		case <-ping.C:
+			s.write(pingFrame)
+		case <-s.dead:
+			return time.Since(start), s.reason()
+		case <-ctx.Done():
+			s.goodbye()
+			return time.Since(start), "closed by the device"
+		}
+	}
+}
+
+// handshake sends connect and waits for connected.
+func (s *session) handshake(ctx context.Context) (*Connected, string) {
+	c := s.c
+	if !s.write(MustEncode(&Connect{PeerID: c.cfg.PeerID, DeviceName: c.cfg.DeviceName,
+		Capabilities: c.cfg.Capabilities, ThreadID: c.cfg.ThreadID, UserID: c.cfg.UserID})) {
+		return nil, s.reason()
+	}
+	t := time.NewTimer(c.cfg.ConnectTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case f := <-s.in:
+			switch f := f.(type) {
+			case *Connected:
+				return f, ""
+			case *Error:
+				c.emit(Event{Kind: EventError, Code: f.Code, MessageID: f.MessageID, Err: errors.New(f.Error)})
+				if f.Code == CodeUnauthorized || f.MessageID == "" {
+					return nil, "connect refused: " + f.Error
+				}
+			case *Ping:
+				s.write(MustEncode(&Pong{}))
+			}
+		case <-s.dead:
+			return nil, s.reason()
+		case <-t.C:
+			return nil, fmt.Sprintf("no connected frame within %s of connect", c.cfg.ConnectTimeout)
+		case <-ctx.Done():
+			s.goodbye()
+			return nil, "closed by the device"
+		}
+	}
+}
+
+// teardown closes the socket and waits for the reader and the writer.
+func (s *session) teardown() {
+	s.fail("closed")
+	close(s.stop)
+	s.ws.Close()
+	s.wg.Wait()
+}
+
+// goodbye tells the server the device is leaving (close frame 1000).
+func (s *session) goodbye() {
+	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "device closing")
+	_ = s.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+}
+
+// write hands a frame to the writer; false when the connection is dead.
+func (s *session) write(b []byte) bool {
+	select {
+	case s.out <- b:
+		return true
+	case <-s.dead:
+		return false
+	}
+}
+
+func (s *session) writer() {
+	defer s.wg.Done()
+	for {
+		select {
+		case b := <-s.out:
+			_ = s.ws.SetWriteDeadline(time.Now().Add(s.c.cfg.WriteTimeout))
+			if err := s.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+				s.fail(describeIOError("write", err, s.c.cfg.WriteTimeout))
+				s.ws.Close() // unblock the reader at once
+				return
+			}
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+func (s *session) reader() {
+	defer s.wg.Done()
+	for {
+		wait := time.Duration(s.readWait.Load())
+		_ = s.ws.SetReadDeadline(time.Now().Add(wait))
+		kind, data, err := s.ws.ReadMessage()
+		if err != nil {
+			s.fail(describeIOError("read", err, wait))
+			return
+		}
+		f, err := Decode(data)
+		if err != nil || kind != websocket.TextMessage {
+			if err == nil {
+				err = errors.New("binary frame")
+			}
+			s.c.emit(Event{Kind: EventError, Code: CodeBadFrame, Err: fmt.Errorf("server sent a frame this client cannot read: %w", err)})
+			continue
+		}
+		if cf, ok := f.(*Connected); ok {
+			// Set here, before the next read starts: from now on a
+			// heartbeat plus the pong timeout without a frame is death.
+			s.readWait.Store(int64(s.heartbeat(cf) + s.c.cfg.PongTimeout))
+		}
+		select {
+		case s.in <- f:
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// heartbeat is the ping interval: the server's, else the configured one.
+func (s *session) heartbeat(f *Connected) time.Duration {
+	if f.HeartbeatSeconds > 0 {
+		return time.Duration(f.HeartbeatSeconds) * time.Second
+	}
+	return s.c.cfg.Heartbeat
+}
+
+func describeIOError(op string, err error, wait time.Duration) string {
+	var ne net.Error
+	var ce *websocket.CloseError
+	switch {
+	case errors.As(err, &ne) && ne.Timeout() && op == "read":
+		return fmt.Sprintf("no frame from the server for %s: link dead", wait)
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Sprintf("write did not finish within %s: link dead", wait)
+	case errors.As(err, &ce):
+		if ce.Text != "" {
+			return fmt.Sprintf("server closed the connection (%d): %s", ce.Code, ce.Text)
+		}
+		return fmt.Sprintf("server closed the connection (%d)", ce.Code)
+	}
+	return op + ": " + err.Error()
+}
+
+// pump sends queued cancels and as many queued messages as the window
+// allows; false when the connection died meanwhile.
+func (s *session) pump() bool {
+	c := s.c
+	var frames [][]byte
+	msgs := 0
+	c.mu.Lock()
+	for _, id := range s.cancels {
+		frames = append(frames, MustEncode(&Cancel{MessageID: id}))
+	}
+	s.cancels = nil
+	for len(s.unacked) < c.cfg.Window && len(s.toSend) > 0 {
+		m := s.toSend[0]
+		s.toSend[0] = nil
+		s.toSend = s.toSend[1:]
+		if m.answered {
+			continue
+		}
+		if m.sends > 0 {
+			c.resent.Add(1)
+		}
+		m.sends++
+		s.unacked[m.id] = struct{}{}
+		msgs++
+		frames = append(frames, MustEncode(&Message{MessageID: m.id, Text: m.text}))
+	}
+	if len(s.toSend) == 0 {
+		s.toSend = nil
+	}
+	c.mu.Unlock()
+	for _, b := range frames {
+		if !s.write(b) {
+			return false
+		}
+	}
+	c.sent.Add(int64(msgs))
+	return true
+}
+
+// handle takes one frame from the server.
+func (s *session) handle(f Frame) {
+	c := s.c
+	switch f := f.(type) {
+	case *Ack:
+		delete(s.unacked, f.MessageID)
+		c.emit(Event{Kind: EventAck, MessageID: f.MessageID, Ack: f})
+		if f.Duplicate && f.Reply != nil {
+			r := *f.Reply
+			if r.MessageID == "" {
+				r.MessageID = f.MessageID
+			}
+			c.complete(&r)
+		}
+	case *Message:
+		if !f.IsReply() {
+			c.emit(Event{Kind: EventError, MessageID: f.MessageID, Code: CodeBadFrame,
+				Err: errors.New("server sent a message frame that is not an assistant reply")})
+			return
+		}
+		delete(s.unacked, f.MessageID)
+		c.complete(f)
+	case *Progress:
+		if c.known(f.MessageID) {
+			c.emit(Event{Kind: EventProgress, MessageID: f.MessageID, Text: f.Text})
+		}
+	case *Error:
+		s.handleError(f)
+	case *Ping:
+		s.write(MustEncode(&Pong{}))
+	case *Pong, *Connected:
+	default:
+		c.emit(Event{Kind: EventError, Code: CodeBadFrame, Err: fmt.Errorf("server sent a %s frame", f.FrameType())})
+	}
+}
+
+func (s *session) handleError(f *Error) {
+	c := s.c
+	if f.MessageID != "" {
+		delete(s.unacked, f.MessageID)
+	}
+	switch {
+	case f.Code == CodeBadMessage && f.MessageID != "":
+		// Blank, too long, bad id: resending cannot help.
+		if c.refuse(f) {
+			return
+		}
+	case f.Code == CodeNotConnected, f.Code == CodeUnauthorized:
+		s.fail("server: " + f.Error)
+	case f.MessageID != "" && f.Code != CodeUnknownRun && c.known(f.MessageID):
+		// The server could not take the message (e.g. its log failed):
+		// reconnect after a backoff and resend everything in order.
+		s.fail(fmt.Sprintf("server did not take message %s: %s", f.MessageID, f.Error))
+	}
+	c.emit(Event{Kind: EventError, MessageID: f.MessageID, Code: f.Code, Err: errors.New(f.Error)})
+}
