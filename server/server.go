@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/nuum"
 	"termlink/server/agent/terminal"
 	"termlink/server/bus"
 	"termlink/server/config"
@@ -142,8 +143,10 @@ func newRunner(name string, a config.Agent, log *slog.Logger) (agent.Runner, err
 		return agent.Echo{Delay: time.Duration(a.Builtin.DelayMs) * time.Millisecond}, nil
 	case a.Terminal != nil:
 		return terminal.New(name, *a.Terminal, terminal.Options{Logger: log})
-	case a.Nuum != nil, a.Harness != nil:
-		return nil, fmt.Errorf("agent %q: this termserver build does not run nuum or harness agents yet", name)
+	case a.Nuum != nil:
+		return nuum.New(name, *a.Nuum, nuum.Options{Logger: log})
+	case a.Harness != nil:
+		return nil, fmt.Errorf("agent %q: this termserver build does not run harness agents yet", name)
 	}
 	return nil, fmt.Errorf("agent %q is not defined", name)
 }

@@ -10,12 +10,19 @@
 // that stops answering; a crashed process is restarted for the next
 // message, with exponential backoff while it keeps crashing.
 //
+// A message that arrives while its session's turn runs can be handed to
+// that turn (Inject, for the router): the agent injects it, and the turn's
+// Result answers both. Cancelling a run writes an interrupt; a turn the
+// agent does not end within Options.InterruptWait is ended by killing the
+// process.
+//
 // Only the parts of the protocol that Claude Code's stream-json dialect
 // shares are required to run a turn: system/init, assistant messages
 // (text and tool_use blocks), tool results as user messages, and a result.
 // Nuum's extras (turn_accepted, system/tool_result, queued/injected,
-// interrupted, heartbeat_ack) are used when present; for an agent that never
-// answers heartbeats, see Options.HeartbeatAckOptional.
+// interrupted, heartbeat_ack) are used when present. Claude Code knows
+// neither Nuum's interrupt (such an agent is killed on cancel) nor its
+// heartbeats (see Options.HeartbeatAckOptional).
 package nuum
 
 import (
@@ -290,11 +297,9 @@ type Process struct {
 func (r *Runner) Processes() []Process {
 	r.mu.Lock()
 	out := make([]Process, 0, len(r.procs))
-	for _, p := range r.procs {
-		out = append(out, Process{SessionKey: p.key, PID: p.pid, Busy: p.busy, Started: p.started, LastUsed: p.lastUsed})
-	}
 	procs := make([]*proc, 0, len(r.procs))
 	for _, p := range r.procs {
+		out = append(out, Process{SessionKey: p.key, PID: p.pid, Busy: p.busy, Started: p.started, LastUsed: p.lastUsed})
 		procs = append(procs, p)
 	}
 	r.mu.Unlock()
@@ -425,6 +430,7 @@ func (r *Runner) start(ctx context.Context, p *proc, req agent.Request) (agent.R
 	case <-timer.C:
 		msg := fmt.Sprintf("agent did not send system/init within %s", r.startTimeout)
 		p.kill(msg)
+		p.awaitExit()
 		return errorResult(msg + p.stderrNote()), false
 	case <-ctx.Done():
 		r.markStopping(p)

@@ -165,7 +165,22 @@ func agentPID(tb testing.TB, r *Runner, key string) int {
 	return pid
 }
 
-func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+// alive reports whether process pid exists and is not a zombie (a killed
+// grandchild may wait a while for init to reap it).
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // no procfs: trust kill
+	}
+	// pid (comm) STATE ...; comm may contain spaces and parentheses.
+	if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] != 'Z'
+	}
+	return true
+}
 
 // waitGone waits until process pid no longer exists.
 func waitGone(tb testing.TB, pid int, within time.Duration) {
@@ -906,5 +921,46 @@ func TestAgentQuitsAfterAnswering(t *testing.T) {
 	}
 	if d := time.Since(t0); d > 3*time.Second {
 		t.Errorf("three one-shot runs took %s: restarted with backoff", d)
+	}
+}
+
+func TestCloseKillsProcessGroup(t *testing.T) {
+	dir := t.TempDir()
+	r := newRunner(t, "", func(c *config.NuumAgent, _ *Options) {
+		c.Command = "sleep 60 & echo $! > child.pid; exec " + c.Command
+	})
+	req := (&recorder{}).req("s", "hi")
+	req.Workspace = dir
+	if res := r.Run(context.Background(), req, nil); res.Text != "You said: hi" {
+		t.Fatalf("result %+v", res)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "child.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || !alive(child) {
+		t.Fatalf("child %q not running", b)
+	}
+	r.Close()
+	waitGone(t, child, 3*time.Second)
+}
+
+func TestDescendantHoldingStdout(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid")
+	}
+	// A descendant outside the process group keeps stdout open after the
+	// agent crashed: the turn still ends, within the read grace.
+	r := newRunner(t, "--crash-after 0", func(c *config.NuumAgent, _ *Options) {
+		c.Command = "setsid sleep 5 & exec " + c.Command
+	})
+	t0 := time.Now()
+	res := run(t, r, &recorder{}, "s", "x")
+	if res.FinishReason != "error" || !strings.Contains(res.Text, "exit status 3") {
+		t.Fatalf("result %+v", res)
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Errorf("took %s", d)
 	}
 }

@@ -1,6 +1,7 @@
 package nuum
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -165,7 +166,9 @@ func (p *proc) spawn(req agent.Request) error {
 // goroutine of p has ended releases p's hold on the runner.
 func (p *proc) wait() {
 	err := p.cmd.Wait()
-	killGroup(p.cmd.Process.Pid) // descendants left behind
+	// Kill what the agent left in its group. The group id cannot be reused
+	// while such processes live; if none do, this finds nothing.
+	killGroup(p.cmd.Process.Pid)
 	p.exitErr = err
 	// Processes outside the group may still hold stdout or stderr open.
 	deadline := time.Now().Add(p.exitDelay)
@@ -201,7 +204,7 @@ func (p *proc) readStdout() {
 			}
 			continue
 		}
-		if len(strings.TrimSpace(string(line))) == 0 {
+		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
 		f, err := parseFrame(line)
@@ -410,7 +413,7 @@ func (p *proc) shutdown() {
 		return
 	case <-t.C:
 	}
-	terminateGroup(p.cmd.Process.Pid)
+	p.signalGroup(false)
 	t.Reset(grace)
 	select {
 	case <-p.exited:
@@ -424,7 +427,22 @@ func (p *proc) shutdown() {
 // kill kills the process group at once, recording why.
 func (p *proc) kill(reason string) {
 	p.setReason(reason)
-	killGroup(p.cmd.Process.Pid)
+	p.signalGroup(true)
+}
+
+// signalGroup sends SIGKILL (or SIGTERM) to the process group, unless the
+// process has been reaped: its id may then belong to someone else.
+func (p *proc) signalGroup(kill bool) {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	if kill {
+		killGroup(p.cmd.Process.Pid)
+	} else {
+		terminateGroup(p.cmd.Process.Pid)
+	}
 }
 
 func (p *proc) setReason(reason string) {
@@ -455,17 +473,18 @@ func (p *proc) dying() bool {
 }
 
 // awaitExit waits for the process to exit, killing it if it still runs
-// after a while (it may have closed stdout only).
+// after a while (it may have closed stdout only), and for its stderr to be
+// read (for stderrNote; bounded by the read deadline set at exit).
 func (p *proc) awaitExit() {
 	t := time.NewTimer(2 * p.exitDelay)
 	defer t.Stop()
 	select {
 	case <-p.exited:
-		return
 	case <-t.C:
+		p.kill("agent closed its stdout")
+		<-p.exited
 	}
-	p.kill("agent closed its stdout")
-	<-p.exited
+	<-p.stderrDone
 }
 
 func (p *proc) closeStdin() {
