@@ -23,6 +23,7 @@ type router struct {
 	cancelRun context.CancelFunc
 
 	mu     sync.Mutex
+	cond   *sync.Cond // on mu: an injection settled
 	queues map[string]*sessionQueue
 	wg     sync.WaitGroup
 }
@@ -34,16 +35,19 @@ type sessionQueue struct {
 	// Messages injected into the run in progress (agent.Injector): its
 	// result answers them too. gen counts runs, so an injection that
 	// lands just as its run ends is answered by that run's result.
-	joined  []bus.Inbound
-	gen     uint64
-	lastGen uint64
-	lastRes agent.Result
+	joined    []bus.Inbound
+	injecting bool // an Inject call is in flight (at most one per session)
+	gen       uint64
+	lastGen   uint64
+	lastRes   agent.Result
 }
 
 func newRouter(rt *Runtime, runners map[string]agent.Runner, workspace string, maxRuns int) *router {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &router{rt: rt, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
+	r := &router{rt: rt, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
 		runCtx: ctx, cancelRun: cancel, queues: map[string]*sessionQueue{}}
+	r.cond = sync.NewCond(&r.mu)
+	return r
 }
 
 // consume reads the bus until ctx ends.
@@ -58,10 +62,8 @@ func (r *router) consume(ctx context.Context) {
 	}
 }
 
+// enqueue never blocks: the bus is read by this one goroutine.
 func (r *router) enqueue(in bus.Inbound) {
-	if r.inject(in) {
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	q := r.queues[in.SessionKey]
@@ -70,42 +72,46 @@ func (r *router) enqueue(in bus.Inbound) {
 		r.queues[in.SessionKey] = q
 		r.wg.Add(1)
 		go r.work(in.SessionKey, q)
+		q.waiting = append(q.waiting, in)
+		return
+	}
+	// A busy session whose runner takes injections: offer the message to
+	// the running turn, unless something is already waiting (it must not
+	// be overtaken) or another offer is in flight.
+	if inj, ok := r.runners[in.ChannelID].(agent.Injector); ok && q.running != "" && !q.injecting && len(q.waiting) == 0 {
+		q.injecting = true
+		r.wg.Add(1)
+		go r.inject(inj, q, in, q.gen)
+		return
 	}
 	q.waiting = append(q.waiting, in)
 }
 
-// inject offers a message for a busy session to the running turn, when
-// the session's runner takes injections and nothing else is waiting (a
-// queued message must not be overtaken).
-func (r *router) inject(in bus.Inbound) bool {
-	inj, ok := r.runners[in.ChannelID].(agent.Injector)
-	if !ok {
-		return false
+// inject offers in to the running turn of its session (generation gen).
+// Taken, the turn's result answers it; refused, it is first in line for
+// the next turn.
+func (r *router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen uint64) {
+	defer r.wg.Done()
+	taken := inj.Inject(r.runCtx, r.request(r.runCtx, in))
+	if taken {
+		r.rt.runStarted(in)
 	}
 	r.mu.Lock()
-	q := r.queues[in.SessionKey]
-	if q == nil || q.running == "" || len(q.waiting) > 0 {
-		r.mu.Unlock()
-		return false
-	}
-	gen, ctx := q.gen, r.runCtx
-	r.mu.Unlock()
-
-	if !inj.Inject(ctx, r.request(ctx, in)) {
-		return false
-	}
-	r.rt.runStarted(in)
-	r.mu.Lock()
-	if q.gen == gen && q.running != "" {
+	q.injecting = false
+	r.cond.Broadcast()
+	switch {
+	case taken && q.gen == gen && q.running != "":
 		q.joined = append(q.joined, in)
 		r.mu.Unlock()
-		return true
+	case taken:
+		// The turn it joined has just ended: answer with its result.
+		res := q.lastRes
+		r.mu.Unlock()
+		r.rt.runFinished(context.Background(), in, res, 0)
+	default:
+		q.waiting = append([]bus.Inbound{in}, q.waiting...)
+		r.mu.Unlock()
 	}
-	// The run it joined has just finished: answer with its result.
-	res := q.lastRes
-	r.mu.Unlock()
-	r.rt.runFinished(context.Background(), in, res, 0)
-	return true
 }
 
 func (r *router) request(ctx context.Context, in bus.Inbound) agent.Request {
@@ -125,6 +131,9 @@ func (r *router) work(key string, q *sessionQueue) {
 	defer r.wg.Done()
 	for {
 		r.mu.Lock()
+		for len(q.waiting) == 0 && q.injecting {
+			r.cond.Wait() // a refused injection comes back to this queue
+		}
 		if len(q.waiting) == 0 || r.runCtx.Err() != nil {
 			// Stopping leaves waiting messages in the session log,
 			// unanswered: the next start runs them.
