@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/harness"
 	"termlink/server/agent/nuum"
 	"termlink/server/agent/terminal"
 	"termlink/server/bus"
@@ -96,7 +97,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		r := built[chCfg.Agent]
 		if r == nil {
 			if r = opt.Runners[chCfg.Agent]; r == nil {
-				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent], log)
+				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent], cfg.Workspace, log)
 				if err != nil {
 					s.closeRunners(built)
 					store.Close()
@@ -133,7 +134,7 @@ func (s *Server) closeRunners(m map[string]agent.Runner) {
 }
 
 // newRunner builds the runner of a configured agent.
-func newRunner(name string, a config.Agent, log *slog.Logger) (agent.Runner, error) {
+func newRunner(name string, a config.Agent, workspace string, log *slog.Logger) (agent.Runner, error) {
 	log = log.With("agent", name)
 	switch {
 	case a.Builtin != nil:
@@ -146,7 +147,7 @@ func newRunner(name string, a config.Agent, log *slog.Logger) (agent.Runner, err
 	case a.Nuum != nil:
 		return nuum.New(name, *a.Nuum, nuum.Options{Logger: log})
 	case a.Harness != nil:
-		return nil, fmt.Errorf("agent %q: this termserver build does not run harness agents yet", name)
+		return harness.New(name, *a.Harness, harness.Options{Workspace: workspace, Logger: log})
 	}
 	return nil, fmt.Errorf("agent %q is not defined", name)
 }

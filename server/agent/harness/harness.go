@@ -395,8 +395,8 @@ func cleanEnv(drop ...string) []string {
 }
 
 // WorkDir returns the work directory of a session: {workspace}/harness/
-// followed by the session key with every byte outside [A-Za-z0-9._-] (and
-// a leading '.') percent-encoded.
+// followed by the session key with every byte outside [A-Za-z0-9._:-]
+// (and a leading '.') percent-encoded, as session files are named.
 func WorkDir(workspace, sessionKey string) string {
 	if sessionKey == "" {
 		sessionKey = "default"
@@ -406,7 +406,7 @@ func WorkDir(workspace, sessionKey string) string {
 	for i := 0; i < len(sessionKey); i++ {
 		c := sessionKey[i]
 		if (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-			c == '_' || c == '-' || (c == '.' && i > 0) {
+			c == '_' || c == '-' || c == ':' || (c == '.' && i > 0) {
 			b.WriteByte(c)
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -208,7 +209,7 @@ func TestSpecialKeys(t *testing.T) {
 				cmd{"BSpace", 0.1},
 				cmd{"Left", 0.1},
 				cmd{"Right", 0.1},
-				cmd{"Y\n", 0.3}))
+				cmd{"Y\n", 0.6}))
 			s.reply(3, jsonReply("done", true))
 			s.reply(4, jsonReply("done", true))
 			start := time.Now()
@@ -228,6 +229,38 @@ func TestSpecialKeys(t *testing.T) {
 			}
 			if countLines(screen, "abcY") != 1 {
 				t.Errorf("BSpace, Left, Right did not edit the line:\n%s", screen)
+			}
+		})
+	}
+}
+
+// Literal text reaches the shell unchanged, whatever tmux's parser makes
+// of it (a trailing ';' or "\;", a long text sent in chunks).
+func TestLiteralText(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			t.Parallel()
+			s := newScript(t)
+			r := newRunner(t, target, s.cmd, Options{}, nil)
+			long := ": " + strings.Repeat("x", tmuxChunk-3) + "; echo chunk-ok\n"
+			s.reply(1, jsonReply("type", false,
+				cmd{"echo one;", 0.1}, cmd{"Enter", 0.2},
+				cmd{"find . -maxdepth 0 -exec echo found {} \\;", 0.1}, cmd{"Enter", 0.2},
+				cmd{";", 0.1}, cmd{"C-c", 0.1},
+				cmd{"echo '#{pane_pid}' -- -l ~x\n", 0.2}))
+			s.reply(2, jsonReply("long", false, cmd{long, 0.5}))
+			s.reply(0, jsonReply("done", true))
+			if res, _ := runTask(t, r, "lit", "type"); res.FinishReason != "stop" {
+				t.Fatalf("result %+v", res)
+			}
+			screen := screenOf(s.request(2))
+			for _, line := range []string{"one", "found .", "#{pane_pid} -- -l ~x"} {
+				if countLines(screen, line) != 1 {
+					t.Errorf("no line %q:\n%s", line, screen)
+				}
+			}
+			if screen := screenOf(s.request(3)); countLines(screen, "chunk-ok") != 1 {
+				t.Errorf("long text lost its chunk-ending ';':\n%s", screen)
 			}
 		})
 	}
@@ -349,7 +382,9 @@ func TestCancel(t *testing.T) {
 		r := newRunner(t, TargetPTY, command, Options{}, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan agent.Result)
-		go func() { done <- r.Run(ctx, agent.Request{SessionKey: "c", Text: "think", Workspace: r.opt.Workspace}, nil) }()
+		go func() {
+			done <- r.Run(ctx, agent.Request{SessionKey: "c", Text: "think", Workspace: r.opt.Workspace}, nil)
+		}()
 		pid := readPID(t, pidFile)
 		cancel()
 		select {
@@ -512,6 +547,68 @@ func TestCloseStopsRuns(t *testing.T) {
 	}
 }
 
+// Close leaves no goroutine behind.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			if target == TargetTmux {
+				requireTmux(t)
+			}
+			before := runtime.NumGoroutine()
+			s := newScript(t)
+			r, err := New("leak", config.HarnessAgent{Command: s.cmd, Target: target}, Options{Workspace: t.TempDir(), Logger: quiet, IdleTimeout: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { r.Close() })
+			s.reply(1, jsonReply("a", false, cmd{"sleep 100 &\n", 0.1}))
+			s.reply(0, jsonReply("done", true))
+			for _, key := range []string{"one", "two"} {
+				if res, _ := runTask(t, r, key, "x"); res.FinishReason != "stop" {
+					t.Fatalf("result %+v", res)
+				}
+				s.reset()
+				s.reply(0, jsonReply("done", true))
+			}
+			var sids []int
+			r.mu.Lock()
+			for _, sl := range r.slots {
+				switch term := sl.term.(type) {
+				case *ptyTerm:
+					sids = append(sids, term.cmd.Process.Pid)
+				case *tmuxTerm:
+					sids = append(sids, term.panePID)
+				}
+			}
+			r.mu.Unlock()
+			if len(sids) != 2 {
+				t.Fatalf("%d terminals, want 2", len(sids))
+			}
+			jobs := 0
+			for _, sid := range sids {
+				jobs += len(sessionMembers(sid))
+			}
+			if jobs == 0 {
+				t.Fatal("the background job is in no terminal's session")
+			}
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "goroutines to stop", 5*time.Second, func() bool { return runtime.NumGoroutine() <= before })
+			for _, sid := range sids {
+				waitFor(t, "the terminal's processes to end", 5*time.Second, func() bool {
+					for _, pid := range append(sessionMembers(sid), sid) {
+						if !processGone(pid) {
+							return false
+						}
+					}
+					return true
+				})
+			}
+		})
+	}
+}
+
 func TestParallelSessions(t *testing.T) {
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
@@ -576,7 +673,7 @@ func TestNewErrors(t *testing.T) {
 
 func TestWorkDir(t *testing.T) {
 	tests := map[string]string{
-		"terminal:dev:peer-1": "terminal%3Adev%3Apeer-1",
+		"terminal:dev:peer-1": "terminal:dev:peer-1",
 		"":                    "default",
 		"../../etc":           "%2E.%2F..%2Fetc",
 		"a b/c":               "a%20b%2Fc",

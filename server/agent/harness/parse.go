@@ -59,6 +59,18 @@ type Response struct {
 	Warnings     []string
 }
 
+// maxMessages is the most errors (and warnings) a response keeps; the
+// rest are counted in a last message.
+const maxMessages = 20
+
+func limitMessages(list []string) []string {
+	if len(list) <= maxMessages {
+		return list
+	}
+	n := len(list) - (maxMessages - 1)
+	return append(list[:maxMessages-1:maxMessages-1], fmt.Sprintf("... and %d more", n))
+}
+
 // OK reports whether the response has no errors.
 func (r *Response) OK() bool { return len(r.Errors) == 0 }
 
@@ -114,7 +126,15 @@ const maxJSONCandidates = 16
 // are warnings. A missing analysis, plan or commands, commands that is not
 // an array, and a command that is not an object or lacks string keystrokes
 // are errors.
-func ParseJSON(text string) Response {
+func ParseJSON(text string) Response { return limited(parseJSON(text)) }
+
+// limited caps a response's errors and warnings.
+func limited(r Response) Response {
+	r.Errors, r.Warnings = limitMessages(r.Errors), limitMessages(r.Warnings)
+	return r
+}
+
+func parseJSON(text string) Response {
 	r := Response{Format: FormatJSON}
 	obj, start, end, fix, err := extractJSON(text)
 	if err != "" {
@@ -474,7 +494,9 @@ var xmlSections = []string{"analysis", "plan", "commands", "task_complete"}
 // elements, and a command without <keystrokes> are errors. Keystrokes are
 // taken verbatim (a CDATA section is unwrapped); a duration is a
 // <duration> element or a duration attribute of <command> or <keystrokes>.
-func ParseXML(text string) Response {
+func ParseXML(text string) Response { return limited(parseXML(text)) }
+
+func parseXML(text string) Response {
 	r := Response{Format: FormatXML}
 	open, contentStart, self := findOpen(text, "response", 0, nil)
 	if open < 0 {
@@ -571,9 +593,17 @@ func parseXMLCommands(r *Response, content string) (errs []string) {
 	}
 	var cmds []raw
 	pos := 0
+	// The next <command> and bare <keystrokes>, found again only when
+	// passed, so that many commands do not make the scan quadratic.
+	ci, cStart, cSelf := findOpen(content, "command", 0, nil)
+	ki, _, _ := findOpen(content, "keystrokes", 0, nil)
 	for {
-		ci, cStart, cSelf := findOpen(content, "command", pos, nil)
-		ki, _, _ := findOpen(content, "keystrokes", pos, nil)
+		if ci >= 0 && ci < pos {
+			ci, cStart, cSelf = findOpen(content, "command", pos, nil)
+		}
+		if ki >= 0 && ki < pos {
+			ki, _, _ = findOpen(content, "keystrokes", pos, nil)
+		}
 		n := len(cmds) + 1
 		if ci < 0 && ki < 0 {
 			if rest := strings.TrimSpace(stripComments(content[pos:])); rest != "" && len(cmds) == 0 {

@@ -287,6 +287,29 @@ Plan for next steps
 	}
 }
 
+// Huge responses parse in linear time and report a bounded number of
+// messages.
+func TestParseLimits(t *testing.T) {
+	start := time.Now()
+	in := "<response><analysis>a</analysis><plan>p</plan><commands>" + strings.Repeat("<command/>", 100000) + "</commands></response>"
+	r := ParseXML(in)
+	if len(r.Errors) != maxMessages || r.Errors[maxMessages-1] != "... and 99981 more" {
+		t.Errorf("%d errors, last %q", len(r.Errors), r.Errors[len(r.Errors)-1])
+	}
+	in = `{"analysis":"a","plan":"p","commands":[` + strings.Repeat(`{"keystrokes":"x"},`, 100000) + `{"keystrokes":"x"}]}`
+	r = ParseJSON(in)
+	if !r.OK() || len(r.Commands) != 100001 || len(r.Warnings) != maxMessages {
+		t.Errorf("json: ok %v, %d commands, %d warnings", r.OK(), len(r.Commands), len(r.Warnings))
+	}
+	in = "<response><analysis>a</analysis><plan>p</plan><commands>" + strings.Repeat("<command><keystrokes>x\n</keystrokes><duration>1</duration></command>", 50000) + "</commands></response>"
+	if r = ParseXML(in); !r.OK() || len(r.Commands) != 50000 {
+		t.Errorf("xml: ok %v, %d commands", r.OK(), len(r.Commands))
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
 func TestParseDetectsFormat(t *testing.T) {
 	tests := []struct {
 		in   string

@@ -197,7 +197,7 @@ func TestSerialTarget(t *testing.T) {
 		cmd{"Enter", 0.3},
 		cmd{"echo abcX", 0.1},
 		cmd{"BSpace", 0.1},
-		cmd{"Y\n", 0.3}))
+		cmd{"Y\n", 0.6}))
 	s.reply(3, jsonReply("done", true))
 	s.reply(4, jsonReply("the board answers", true))
 	res, _ := runTask(t, r, "dev-1", "find out what board this is")

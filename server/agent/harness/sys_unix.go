@@ -38,3 +38,7 @@ func killSession(sid int) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
+
+// setNonblock puts f back in non-blocking mode (Fd made it blocking), so
+// that Close interrupts a Read and deadlines work.
+func setNonblock(f *os.File) { _ = syscall.SetNonblock(int(f.Fd()), true) }

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/creack/pty"
@@ -123,7 +122,7 @@ func startPTY(shell []string, env []string, dir string, cols, rows int) (*ptyTer
 	// pty.Start leaves the master in blocking mode (it calls Fd); make it
 	// non-blocking again so that Close interrupts a Read and write
 	// deadlines work.
-	_ = syscall.SetNonblock(int(ptmx.Fd()), true)
+	setNonblock(ptmx)
 	t := &ptyTerm{cmd: cmd, ptmx: ptmx, feed: newScreenFeed(cols, rows), exited: make(chan struct{})}
 	go t.feed.run(ptmx, ptmx)
 	go func() {

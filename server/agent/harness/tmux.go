@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -17,6 +20,9 @@ type tmuxServer struct {
 	path   string // tmux binary
 	socket string // -L name
 	env    []string
+
+	mu         sync.Mutex
+	socketPath string // as tmux reports it, to remove after kill-server
 }
 
 // tmuxChunk is the most literal text sent in one send-keys, well below
@@ -41,9 +47,16 @@ func (s *tmuxServer) run(ctx context.Context, args ...string) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// kill stops the server and every session in it.
+// kill stops the server and every session in it, and removes its socket
+// (tmux leaves it behind).
 func (s *tmuxServer) kill() {
 	_, _ = s.run(context.Background(), "kill-server")
+	s.mu.Lock()
+	path := s.socketPath
+	s.mu.Unlock()
+	if path != "" {
+		_ = os.Remove(path)
+	}
 }
 
 // tmuxTerm is one tmux session (one window, one pane) of a tmuxServer.
@@ -56,23 +69,31 @@ type tmuxTerm struct {
 
 func (s *tmuxServer) start(ctx context.Context, name, dir string, shell, env []string, cols, rows int) (*tmuxTerm, error) {
 	args := []string{"new-session", "-d", "-s", name, "-x", strconv.Itoa(cols), "-y", strconv.Itoa(rows), "-c", dir}
-	for _, e := range env {
-		args = append(args, "-e", e)
-	}
+	// The shell's extra variables (its prompt) go through env(1), which
+	// any tmux version runs (new-session -e needs tmux 3.2).
 	args = append(args, "--")
+	if len(env) > 0 {
+		args = append(append(args, "env"), env...)
+	}
 	args = append(args, shell...)
 	target := "=" + name + ":"
 	// One tmux call: the new session, no status line (the pane is the
 	// whole window), then the pane's process id.
 	args = append(args, ";", "set-option", "-t", target, "status", "off",
-		";", "display-message", "-p", "-t", target, "#{pane_pid}")
+		";", "display-message", "-p", "-t", target, "#{pane_pid} #{socket_path}")
 	out, err := s.run(ctx, args...)
 	if err != nil {
 		return nil, err
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	pidText, socketPath, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	pid, err := strconv.Atoi(pidText)
 	if err != nil {
 		return nil, fmt.Errorf("tmux: unexpected pane pid %q", strings.TrimSpace(string(out)))
+	}
+	if filepath.IsAbs(socketPath) && filepath.Base(socketPath) == s.socket {
+		s.mu.Lock()
+		s.socketPath = socketPath
+		s.mu.Unlock()
 	}
 	return &tmuxTerm{srv: s, name: name, target: target, panePID: pid}, nil
 }
@@ -90,12 +111,21 @@ func (t *tmuxTerm) Send(ctx context.Context, keys string) error {
 		for n < len(keys) && !utf8.RuneStart(keys[n]) {
 			n--
 		}
-		if _, err := t.srv.run(ctx, "send-keys", "-t", t.target, "-l", "--", keys[:n]); err != nil {
+		if _, err := t.srv.run(ctx, "send-keys", "-t", t.target, "-l", "--", tmuxArg(keys[:n])); err != nil {
 			return err
 		}
 		keys = keys[n:]
 	}
 	return nil
+}
+
+// tmuxArg protects an argument from tmux's command parser, which takes a
+// trailing ';' as the end of the command (and "\;" as a literal ';').
+func tmuxArg(s string) string {
+	if strings.HasSuffix(s, ";") {
+		return s[:len(s)-1] + `\;`
+	}
+	return s
 }
 
 func (t *tmuxTerm) Screen(ctx context.Context) (string, error) {
