@@ -1,0 +1,58 @@
+package device
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"termlink/display/console"
+)
+
+// ConsoleView draws the model on a VT100 console (display/console): each
+// new conversation entry once, the link state in the status line and the
+// agent's progress (or the queue) beside it. The console edits the input
+// line itself.
+type ConsoleView struct {
+	Console *console.Console
+	shown   uint64 // Seq of the last entry added to the console
+	status  string
+	act     string
+}
+
+// Render implements View.
+func (v *ConsoleView) Render(_ context.Context, m *Model, now time.Time) error {
+	for _, e := range m.Entries {
+		if e.Seq <= v.shown {
+			continue
+		}
+		v.shown = e.Seq
+		switch e.Role {
+		case User:
+			v.Console.AddMessage(console.RoleUser, e.Text)
+		case Assistant:
+			v.Console.AddMessage(console.RoleAssistant, e.Text)
+		default:
+			v.Console.AddMessage(console.RoleSystem, e.Text)
+		}
+	}
+	status := m.LinkText(now)
+	if n := m.Queued(); n > 0 {
+		status += fmt.Sprintf(" | %d queued", n)
+	}
+	act := ""
+	switch {
+	case m.Busy() && m.Progress != "":
+		act = m.Progress
+	case m.Busy():
+		act = "waiting for the answer..."
+	}
+	if status != v.status {
+		v.status = status
+		v.Console.SetStatus(status)
+	}
+	if act != v.act {
+		v.act = act
+		v.Console.SetActivity(act)
+	}
+	return nil
+}

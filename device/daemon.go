@@ -1,0 +1,257 @@
+package device
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"termlink/device/input"
+	"termlink/display/console"
+	"termlink/link"
+)
+
+// InputKind is what the user asked for.
+type InputKind uint8
+
+// Input kinds.
+const (
+	InputEdit       InputKind = iota + 1 // the text being typed is now Input.Text
+	InputSend                            // send Input.Text (empty: what is being typed)
+	InputScrollUp                        // page back through the conversation
+	InputScrollDown                      // page forward
+	InputCancel                          // cancel the newest message still waiting
+	InputMode                            // the keypad's text mode is now Input.Text
+	InputQuit                            // stop termd
+)
+
+// Input is one thing the user did, from a keypad, a keyboard or a console.
+type Input struct {
+	Kind    InputKind
+	Text    string
+	Pending bool // InputEdit: the last letter is a multi-tap letter not yet committed
+}
+
+// Daemon wires a link client, a view and the user's input.
+type Daemon struct {
+	Client *link.Client
+	View   View
+	Inputs <-chan Input
+	Logger *slog.Logger
+	// Notify, when set, gets systemd notifications ("READY=1",
+	// "WATCHDOG=1", "STOPPING=1", "STATUS=...").
+	Notify func(state string)
+	// Watchdog is how often to send WATCHDOG=1 (0: never).
+	Watchdog time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+
+	m Model
+}
+
+// ErrQuit is returned by Run when the user asked to stop.
+var ErrQuit = errors.New("device: quit by the user")
+
+// Run runs the client and the screen until ctx ends or the user quits.
+// On the way out the screen says offline and the connection is closed
+// cleanly; messages still in the outbox are sent by the next run.
+func (d *Daemon) Run(ctx context.Context) error {
+	log := d.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	now := d.Now
+	if now == nil {
+		now = time.Now
+	}
+	notify := d.Notify
+	if notify == nil {
+		notify = func(string) {}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	clientDone := make(chan error, 1)
+	go func() { clientDone <- d.Client.Run(cctx) }()
+
+	render := func() {
+		if err := d.View.Render(ctx, &d.m, now()); err != nil && ctx.Err() == nil {
+			log.Warn("drawing the screen", "err", err)
+		}
+	}
+	render()
+	notify("READY=1")
+	tick := time.NewTicker(time.Second) // the retry countdown
+	defer tick.Stop()
+	var watchdog <-chan time.Time
+	if d.Watchdog > 0 {
+		t := time.NewTicker(d.Watchdog)
+		defer t.Stop()
+		watchdog = t.C
+	}
+	events := d.Client.Events()
+	lastStatus := ""
+	var quit error
+loop:
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				break loop // the client stopped
+			}
+			d.m.Apply(ev)
+			if ev.Kind == link.EventState {
+				if s := d.m.LinkText(now()); s != lastStatus {
+					lastStatus = s
+					notify("STATUS=" + s)
+				}
+			}
+			render()
+		case in := <-d.Inputs:
+			if in.Kind == InputQuit {
+				quit = ErrQuit
+				break loop
+			}
+			d.handle(ctx, in, log)
+			render()
+		case <-tick.C:
+			if d.m.Link == link.StateWaiting {
+				render()
+			}
+		case <-watchdog:
+			notify("WATCHDOG=1")
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	notify("STOPPING=1")
+	d.m.Stopping = true
+	// Draw "offline" even though ctx is done: a short context of its own.
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := d.View.Render(sctx, &d.m, now()); err != nil {
+		log.Warn("drawing the screen", "err", err)
+	}
+	scancel()
+	_ = d.Client.Close()
+	cancel()
+	err := <-clientDone
+	for range events { // let the client finish delivering
+	}
+	if quit != nil {
+		return quit
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+func (d *Daemon) handle(ctx context.Context, in Input, log *slog.Logger) {
+	m := &d.m
+	switch in.Kind {
+	case InputEdit:
+		m.Compose, m.ComposePending = in.Text, in.Pending
+	case InputMode:
+		m.Mode = in.Text
+	case InputSend:
+		text := in.Text
+		if text == "" {
+			text = m.Compose
+		}
+		m.Compose, m.ComposePending = "", false
+		text = strings.TrimSpace(text)
+		if text == "" {
+			return
+		}
+		id, err := d.Client.Send(ctx, text)
+		if err != nil {
+			log.Error("message not queued", "err", err)
+			m.Notice("not sent: " + err.Error())
+			return
+		}
+		m.Sent(id, text)
+	case InputScrollUp:
+		m.Scroll++
+	case InputScrollDown:
+		if m.Scroll > 0 {
+			m.Scroll--
+		}
+	case InputCancel:
+		id := m.Pending()
+		if id == "" {
+			return
+		}
+		if err := d.Client.Cancel(ctx, id); err != nil {
+			m.Notice("cancel: " + err.Error())
+		}
+	}
+}
+
+// FromActions turns a keypad's text-entry actions into inputs until ctx
+// ends or actions is closed.
+func FromActions(ctx context.Context, actions <-chan input.Action, out chan<- Input) {
+	for {
+		select {
+		case a, ok := <-actions:
+			if !ok {
+				return
+			}
+			var in Input
+			switch a.Kind {
+			case input.Edit:
+				in = Input{Kind: InputEdit, Text: a.Text, Pending: a.Pending}
+			case input.Send:
+				in = Input{Kind: InputSend, Text: a.Text}
+			case input.ScrollUp:
+				in = Input{Kind: InputScrollUp}
+			case input.ScrollDown:
+				in = Input{Kind: InputScrollDown}
+			case input.ModeChange:
+				in = Input{Kind: InputMode, Text: a.Mode.String()}
+			default:
+				continue
+			}
+			select {
+			case out <- in:
+			case <-ctx.Done():
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// FromConsole turns a console's events into inputs: a submitted line is
+// sent, Ctrl-C cancels the message waiting for its answer, Ctrl-D quits.
+func FromConsole(ctx context.Context, events <-chan console.Event, out chan<- Input) {
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			var in Input
+			switch ev.Kind {
+			case console.Submit:
+				in = Input{Kind: InputSend, Text: ev.Text}
+				if strings.TrimSpace(ev.Text) == "" {
+					continue
+				}
+			case console.Interrupt:
+				in = Input{Kind: InputCancel}
+			case console.EOF:
+				in = Input{Kind: InputQuit}
+			default:
+				continue
+			}
+			select {
+			case out <- in:
+			case <-ctx.Done():
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}

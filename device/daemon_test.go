@@ -1,0 +1,176 @@
+package device_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"termlink/device"
+	"termlink/device/input"
+	"termlink/display/hd44780"
+	"termlink/link"
+	"termlink/server"
+	"termlink/server/config"
+	"termlink/testrig/lcdemu"
+)
+
+// startServer runs the real termserver (echo agent) on a loopback port.
+func startServer(t *testing.T) (url string, stop func()) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Workspace = t.TempDir()
+	s, err := server.New(cfg, server.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln, 5*time.Second) }()
+	return "ws://" + ln.Addr().String() + "/api/channels/terminal-dev/ws", func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}
+}
+
+type rig struct {
+	bus    *lcdemu.Bus
+	keys   chan input.Event
+	done   chan error
+	cancel context.CancelFunc
+}
+
+// startDevice runs termd's daemon: the real HD44780 driver on the emulated
+// 20x4 LCD, multi-tap text entry fed by keypad events, a link client with
+// a file outbox in stateDir.
+func startDevice(t *testing.T, url, stateDir string) *rig {
+	t.Helper()
+	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 4, Cols: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: 4, Cols: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "kiosk-1", DeviceName: "test", StateDir: stateDir,
+		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &rig{bus: bus, keys: make(chan input.Event), done: make(chan error, 1), cancel: cancel}
+	actions := make(chan input.Action)
+	inputs := make(chan device.Input)
+	mt := input.NewMultiTap(input.MultiTapOpts{Keys: input.Keys4x4(), Timeout: 150 * time.Millisecond})
+	go func() { _ = input.Drive(ctx, r.keys, mt, actions) }()
+	go device.FromActions(ctx, actions, inputs)
+	d := &device.Daemon{Client: client, View: &device.LCDView{Screen: lcd}, Inputs: inputs}
+	go func() { r.done <- d.Run(ctx) }()
+	return r
+}
+
+func (r *rig) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon did not stop")
+	}
+}
+
+// press types keys on the emulated keypad; a space waits for the multi-tap
+// timeout so the pending letter commits.
+func (r *rig) press(keys string) {
+	for _, k := range keys {
+		if k == ' ' {
+			time.Sleep(300 * time.Millisecond)
+			continue
+		}
+		now := time.Now()
+		r.keys <- input.Event{Kind: input.KeyDown, Key: k, Row: -1, Col: -1, Time: now}
+		r.keys <- input.Event{Kind: input.KeyUp, Key: k, Row: -1, Col: -1, Time: now.Add(30 * time.Millisecond)}
+	}
+}
+
+// waitGlass waits until the glass shows want somewhere.
+func (r *rig) waitGlass(t *testing.T, want string) []string {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if text := r.bus.Text(); strings.Contains(strings.Join(text, "\n"), want) {
+			return text
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the LCD never showed %q; it shows:\n%s", want, strings.Join(r.bus.Text(), "\n"))
+	return nil
+}
+
+// Keypresses on the emulated keypad reach the real server, and its reply
+// appears on the emulated LCD through the real driver.
+func TestKeypadToLCDEndToEnd(t *testing.T) {
+	url, stop := startServer(t)
+	defer stop()
+	r := startDevice(t, url, t.TempDir())
+	defer r.stop(t)
+
+	r.waitGlass(t, "ok") // online
+	r.press("44 444 ")   // h, i
+	r.waitGlass(t, "hi_")
+	r.press("#")
+	glass := r.waitGlass(t, "You said: hi")
+	if !strings.Contains(strings.Join(glass, "\n"), ">hi") {
+		t.Fatalf("the sent message is not shown as delivered:\n%s", strings.Join(glass, "\n"))
+	}
+	if w := r.bus.Warnings(); len(w) != 0 {
+		t.Fatalf("the emulated controller saw problems: %v", w)
+	}
+}
+
+// A message typed while the server is down shows queued with the retry
+// countdown, and is answered once the server is back.
+func TestOfflineMessageQueuedThenAnswered(t *testing.T) {
+	// Reserve an address, then leave it closed: the server is "down".
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	stateDir := t.TempDir()
+	r := startDevice(t, "ws://"+addr+"/api/channels/terminal-dev/ws", stateDir)
+	defer r.stop(t)
+	r.waitGlass(t, "offline: retry in")
+	r.press("2 ") // "a"
+	r.press("#")
+	r.waitGlass(t, "^a") // queued
+
+	cfg := config.Default()
+	cfg.Workspace = t.TempDir()
+	s, err := server.New(cfg, server.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("could not re-listen on %s: %v", addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln2, 5*time.Second) }()
+	defer func() { cancel(); <-served }()
+	r.waitGlass(t, "You said: a")
+	r.waitGlass(t, ">a")
+}

@@ -1,0 +1,13 @@
+// Package device is termd's core: the conversation and link state a
+// terminal device shows (Model), the views that draw it on a character LCD
+// (LCDView, through a display.Screen such as display/hd44780) or on a
+// VT100 console (ConsoleView, display/console), and the Daemon that wires
+// a link.Client to a view and to the device's input (keypad or console).
+//
+// The screen always shows the link state and, while offline, the seconds
+// to the next try; what was typed offline is shown queued and goes out on
+// reconnect (the client's outbox); while an answer is pending a busy mark
+// and the agent's progress text; long answers are paged with the scroll
+// keys, and an answer that arrives while the user reads back gets an
+// unread mark.
+package device

@@ -1,0 +1,157 @@
+package device
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"termlink/display"
+	"termlink/link"
+)
+
+// View draws the model.
+type View interface {
+	Render(ctx context.Context, m *Model, now time.Time) error
+}
+
+// LCDView draws the model on a character display: the conversation above,
+// and a bottom line with the text being typed (or the link state, or the
+// agent's progress) and a 3-cell status field at the right:
+//
+//	cell 1: '+' an answer arrived while scrolled back, ':' waiting for an answer
+//	cells 2-3: "ok" online, ".." connecting, "--" offline, or the seconds
+//	to the next try while waiting (" 7", "29")
+//
+// In the conversation a user's message starts with '>' once the server has
+// it, '^' while it is queued (offline or not yet acknowledged) and '!' when
+// it was refused; termd's own notices start with '-'.
+type LCDView struct {
+	Screen display.Screen
+	frame  *display.Frame
+}
+
+// statusCells is the width of the status field.
+const statusCells = 3
+
+// Render implements View.
+func (v *LCDView) Render(ctx context.Context, m *Model, now time.Time) error {
+	rows, cols := v.Screen.Size()
+	if v.frame == nil || v.frame.Rows() != rows || v.frame.Cols() != cols {
+		v.frame = display.NewFrame(rows, cols)
+	}
+	f := v.frame
+	f.Clear()
+	page := rows - 1
+	if page < 1 {
+		page = 1
+	}
+	lines := v.conversation(m, cols)
+	// Clamp scrolling to the pages there are.
+	maxScroll := 0
+	if len(lines) > page {
+		maxScroll = (len(lines) - 1) / page
+	}
+	if m.Scroll > maxScroll {
+		m.Scroll = maxScroll
+	}
+	if m.Scroll == 0 {
+		m.Unread = false
+	}
+	end := len(lines) - m.Scroll*page
+	start := end - page
+	if start < 0 {
+		start = 0
+	}
+	if rows > 1 {
+		for i, l := range lines[start:end] {
+			f.SetLine(i, l)
+		}
+	}
+	f.SetLine(rows-1, v.bottom(m, cols, now))
+	return v.Screen.Draw(ctx, f)
+}
+
+func (v *LCDView) conversation(m *Model, cols int) []string {
+	var lines []string
+	for _, e := range m.Entries {
+		text := e.Text
+		switch e.Role {
+		case User:
+			mark := ">"
+			switch e.Delivery {
+			case Queued:
+				mark = "^"
+			case Failed:
+				mark = "!"
+			}
+			text = mark + text
+		case System:
+			text = "-" + text
+		}
+		lines = append(lines, display.Wrap(display.Fold(v.Screen, text), cols)...)
+	}
+	return lines
+}
+
+func (v *LCDView) bottom(m *Model, cols int, now time.Time) string {
+	width := cols - statusCells
+	if width < 1 {
+		width = cols
+	}
+	var left string
+	switch {
+	case m.Compose != "":
+		left = display.Fold(v.Screen, m.Compose)
+		if !m.ComposePending {
+			left += "_" // where the next letter goes
+		}
+		if n := utf8.RuneCountInString(left); n > width {
+			left = string([]rune(left)[n-width:]) // keep the end in view
+		}
+	case m.Stopping || m.Link != link.StateConnected:
+		left = m.LinkText(now)
+	case m.Busy() && m.Progress != "":
+		left = m.Progress
+	case m.Busy():
+		left = "waiting..."
+	case m.Mode != "":
+		left = "[" + m.Mode + "]"
+	}
+	left = display.Fold(v.Screen, left)
+	if n := utf8.RuneCountInString(left); n > width {
+		left = string([]rune(left)[:width])
+	}
+	if width == cols {
+		return left
+	}
+	return fmt.Sprintf("%-*s%s", width, left, v.status(m, now))
+}
+
+func (v *LCDView) status(m *Model, now time.Time) string {
+	mark := " "
+	switch {
+	case m.Unread:
+		mark = "+"
+	case m.Busy():
+		mark = ":"
+	}
+	var link2 string
+	switch {
+	case m.Stopping:
+		link2 = "--"
+	case m.Link == link.StateConnected:
+		link2 = "ok"
+	case m.Link == link.StateWaiting:
+		s := secondsUntil(now, m.NextTry)
+		if s > 99 {
+			s = 99
+		}
+		link2 = fmt.Sprintf("%2d", s)
+	case m.Link == link.StateClosed:
+		link2 = "--"
+	default:
+		link2 = ".."
+	}
+	return mark + link2
+}

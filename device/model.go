@@ -1,0 +1,199 @@
+package device
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"termlink/link"
+)
+
+// Role says who wrote an entry of the conversation.
+type Role uint8
+
+// Roles.
+const (
+	User Role = iota
+	Assistant
+	System // notices and errors from termd itself
+)
+
+// Delivery is where a user's message is.
+type Delivery uint8
+
+// Deliveries, in order.
+const (
+	Queued   Delivery = iota // in the outbox, not acknowledged yet
+	Accepted                 // acked by the server; the agent is on it
+	Answered                 // the reply arrived
+	Failed                   // refused by the server
+)
+
+// Entry is one message in the conversation.
+type Entry struct {
+	Role      Role
+	Text      string
+	MessageID string
+	Delivery  Delivery // User entries
+	Finish    string   // Assistant entries: the reply's finish_reason
+	Seq       uint64   // 1, 2, ... in the order entries were added
+}
+
+// MaxEntries bounds the conversation a device keeps.
+const MaxEntries = 100
+
+// Model is what the device shows. It is owned by one goroutine (the
+// daemon's); views read it while drawing.
+type Model struct {
+	Entries []Entry
+
+	// Compose is the text being typed; ComposePending marks that its last
+	// character is a multi-tap letter not yet committed.
+	Compose        string
+	ComposePending bool
+	Mode           string // keypad text mode ("abc", "ABC", "123"), when there is one
+
+	Link      link.State
+	NextTry   time.Time // StateWaiting: when the next dial starts
+	Reason    string    // why the link is offline
+	SessionID string
+
+	Progress string // the agent's latest progress text, while busy
+	Scroll   int    // pages scrolled back from the newest (LCD)
+	Unread   bool   // an answer came while scrolled back
+	Stopping bool   // termd is shutting down
+
+	seq uint64
+}
+
+// Busy reports whether a message waits for its answer.
+func (m *Model) Busy() bool {
+	for i := range m.Entries {
+		if e := &m.Entries[i]; e.Role == User && (e.Delivery == Queued || e.Delivery == Accepted) {
+			return true
+		}
+	}
+	return false
+}
+
+// Pending returns the newest message id still waiting for its answer.
+func (m *Model) Pending() string {
+	for i := len(m.Entries) - 1; i >= 0; i-- {
+		if e := &m.Entries[i]; e.Role == User && (e.Delivery == Queued || e.Delivery == Accepted) {
+			return e.MessageID
+		}
+	}
+	return ""
+}
+
+func (m *Model) add(e Entry) {
+	m.seq++
+	e.Seq = m.seq
+	m.Entries = append(m.Entries, e)
+	if over := len(m.Entries) - MaxEntries; over > 0 {
+		m.Entries = append(m.Entries[:0], m.Entries[over:]...)
+	}
+}
+
+func (m *Model) find(messageID string) *Entry {
+	for i := len(m.Entries) - 1; i >= 0; i-- {
+		if m.Entries[i].Role == User && m.Entries[i].MessageID == messageID {
+			return &m.Entries[i]
+		}
+	}
+	return nil
+}
+
+// Sent records a message the user sent (it is in the outbox).
+func (m *Model) Sent(messageID, text string) {
+	m.add(Entry{Role: User, Text: text, MessageID: messageID, Delivery: Queued})
+	m.Scroll, m.Unread = 0, false
+}
+
+// Notice adds a line from termd itself.
+func (m *Model) Notice(text string) { m.add(Entry{Role: System, Text: text}) }
+
+// Apply updates the model with an event of the link client.
+func (m *Model) Apply(ev link.Event) {
+	switch ev.Kind {
+	case link.EventState:
+		m.Link, m.NextTry, m.Reason = ev.State, ev.NextTry, ev.Reason
+		if ev.State == link.StateConnected {
+			m.SessionID, m.Reason = ev.SessionID, ""
+		}
+	case link.EventAck:
+		if e := m.find(ev.MessageID); e != nil && e.Delivery == Queued {
+			e.Delivery = Accepted
+		}
+	case link.EventProgress:
+		m.Progress = ev.Text
+	case link.EventReply:
+		if ev.Reply == nil {
+			return
+		}
+		if e := m.find(ev.MessageID); e != nil {
+			e.Delivery = Answered
+		}
+		text := ev.Reply.Text
+		switch ev.Reply.FinishReason {
+		case "", link.FinishStop:
+		case link.FinishCancelled:
+			text = "(cancelled) " + text
+		default:
+			text = fmt.Sprintf("(%s) %s", ev.Reply.FinishReason, text)
+		}
+		m.add(Entry{Role: Assistant, Text: strings.TrimSpace(text), MessageID: ev.MessageID, Finish: ev.Reply.FinishReason})
+		if !m.Busy() {
+			m.Progress = ""
+		}
+		if m.Scroll > 0 {
+			m.Unread = true
+		}
+	case link.EventError:
+		if ev.MessageID != "" {
+			if e := m.find(ev.MessageID); e != nil && e.Delivery != Answered {
+				e.Delivery = Failed
+			}
+		}
+		msg := "error"
+		if ev.Err != nil {
+			msg = ev.Err.Error()
+		}
+		m.Notice(msg)
+	}
+}
+
+// Queued counts the messages not yet acknowledged by the server.
+func (m *Model) Queued() int {
+	n := 0
+	for i := range m.Entries {
+		if e := &m.Entries[i]; e.Role == User && e.Delivery == Queued {
+			n++
+		}
+	}
+	return n
+}
+
+// LinkText says where the link is, with the seconds to the next try.
+func (m *Model) LinkText(now time.Time) string {
+	switch {
+	case m.Stopping:
+		return "offline: stopped"
+	case m.Link == link.StateConnected:
+		return "online"
+	case m.Link == link.StateWaiting:
+		return fmt.Sprintf("offline: retry in %ds", secondsUntil(now, m.NextTry))
+	case m.Link == link.StateClosed:
+		return "offline"
+	default:
+		return "connecting"
+	}
+}
+
+func secondsUntil(now, t time.Time) int {
+	d := t.Sub(now)
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
+}
