@@ -2,6 +2,7 @@
 //
 //	termrig load --server URL --devices N --rate R --duration D   load generator
 //	termrig chaos --listen ADDR --target ADDR [--schedule S]       fault-injecting TCP proxy
+//	termrig demo [--agent CMD] [--console] [--keypad]              server + agent + simulated device
 //
 // Run `termrig help` for the list and `termrig <command> -h` for the flags
 // of one command. Exit status: 0 success, 1 the command ran and found a
@@ -41,6 +42,7 @@ func (a *app) subcommands() map[string]subcommand {
 	return map[string]subcommand{
 		"load":  {"simulate N terminal devices against a channel; report latency, loss, duplicates", a.load},
 		"chaos": {"TCP proxy that adds latency, cuts, refuses or stalls connections, by schedule or HTTP", a.chaos},
+		"demo":  {"the server, an agent and a simulated LCD device in this terminal", a.demo},
 	}
 }
 
