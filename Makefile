@@ -28,3 +28,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOutboxFile -fuzztime $(FUZZTIME) ./link/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./server/config/
 	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME) ./server/session/
+	$(GO) test -run '^$$' -fuzz FuzzDecoder -fuzztime $(FUZZTIME) ./display/console/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./boards/
+	$(GO) test -run '^$$' -fuzz FuzzLayout -fuzztime $(FUZZTIME) ./display/
+	$(GO) test -run '^$$' -fuzz FuzzParseFrame -fuzztime $(FUZZTIME) ./server/agent/terminal/
