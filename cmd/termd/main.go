@@ -1,0 +1,233 @@
+// Command termd is the terminal device daemon: it drives the board's
+// display and keypad (or serial console) and holds one persistent session
+// to a termserver channel.
+//
+//	termd --server URL [--board NAME | --board-file FILE] [--peer-id ID]
+//	      [--state-dir DIR] [--token-file FILE] [--ca-file FILE] [--device-name NAME]
+//
+// The peer id is generated once and kept in the state dir, beside the
+// outbox of messages not yet answered. Under systemd (Type=notify) it sends
+// READY, WATCHDOG and STOPPING; see termd.service.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+
+	"termlink/boards"
+	"termlink/device"
+	"termlink/device/sdnotify"
+	"termlink/link"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "termd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("termd", flag.ContinueOnError)
+	server := fs.String("server", "", "channel `URL`: ws://host:8080/api/channels/terminal-dev/ws (or http://host:8080)")
+	channel := fs.String("channel", "terminal-dev", "channel `id` when --server has no path")
+	board := fs.String("board", "sim", "board profile `name`: "+strings.Join(boards.Names(), ", "))
+	boardFile := fs.String("board-file", "", "custom board profile JSON `file` (instead of --board)")
+	peerID := fs.String("peer-id", "", "this device's stable `id` (default: generated once, kept in the state dir)")
+	stateDir := fs.String("state-dir", defaultStateDir(), "`dir` for the peer id and the outbox")
+	tokenFile := fs.String("token-file", "", "`file` holding the channel token (sent as Authorization: Bearer)")
+	caFile := fs.String("ca-file", "", "PEM `file` of CAs to trust for wss://")
+	deviceName := fs.String("device-name", "", "name shown by the server (default: the host name)")
+	logFile := fs.String("log-file", "", "log to `file` (default: stderr, or state-dir/termd.log when the display is this terminal)")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
+	}
+	wsURL, err := channelURL(*server, *channel)
+	if err != nil {
+		return err
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *level)
+	}
+	var profile *boards.Profile
+	if *boardFile != "" {
+		profile, err = boards.LoadFile(*boardFile)
+	} else {
+		profile, err = boards.Load(*board)
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	id, err := loadPeerID(*stateDir, *peerID)
+	if err != nil {
+		return err
+	}
+	token := ""
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	name := *deviceName
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+
+	// The display may be this terminal: then the log goes to a file.
+	var logOut io.Writer = os.Stderr
+	if *logFile == "" && profile.Display.Kind == boards.Console && profile.Serial == nil {
+		*logFile = filepath.Join(*stateDir, "termd.log")
+	}
+	if *logFile != "" {
+		f, err := os.OpenFile(*logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return fmt.Errorf("--log-file: %w", err)
+		}
+		defer f.Close()
+		logOut = f
+	}
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: lv}))
+
+	hw, err := device.OpenBoard(ctx, profile, log)
+	if err != nil {
+		return err
+	}
+	defer hw.Close()
+	client, err := link.NewClient(link.ClientConfig{URL: wsURL, PeerID: id, DeviceName: name, Token: token,
+		CAFile: *caFile, StateDir: *stateDir, Logger: log})
+	if err != nil {
+		return err
+	}
+	notifier := sdnotify.FromEnv()
+	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log,
+		Watchdog: sdnotify.WatchdogInterval(),
+		Notify: func(state string) {
+			if err := notifier.Notify(state); err != nil {
+				log.Warn("systemd notify", "err", err)
+			}
+		}}
+	log.Info("termd starting", "server", wsURL, "board", profile.Name, "peer_id", id, "state_dir", *stateDir)
+
+	hctx, stopHW := context.WithCancel(ctx)
+	hwDone := make(chan error, 1)
+	go func() { hwDone <- hw.Run(hctx) }()
+	err = d.Run(ctx)
+	stopHW()
+	if herr := <-hwDone; herr != nil {
+		log.Warn("board", "err", herr)
+	}
+	log.Info("termd stopped")
+	if errors.Is(err, device.ErrQuit) {
+		return nil
+	}
+	return err
+}
+
+func defaultStateDir() string {
+	if d := os.Getenv("STATE_DIRECTORY"); d != "" { // systemd StateDirectory=
+		return strings.Split(d, ":")[0]
+	}
+	if d, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(d, ".local", "state", "termd")
+	}
+	return "termd-state"
+}
+
+var peerRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$`)
+
+// loadPeerID returns the flag's id, or the one kept in dir, or a new one
+// that is then kept.
+func loadPeerID(dir, flagID string) (string, error) {
+	if flagID != "" {
+		if !peerRE.MatchString(flagID) {
+			return "", fmt.Errorf("--peer-id %q: use 1-128 of A-Z a-z 0-9 . _ @ + - (starting with a letter or digit)", flagID)
+		}
+		return flagID, nil
+	}
+	path := filepath.Join(dir, "peer_id")
+	if b, err := os.ReadFile(path); err == nil {
+		id := strings.TrimSpace(string(b))
+		if !peerRE.MatchString(id) {
+			return "", fmt.Errorf("%s holds %q, which is not a valid peer id: fix or delete the file", path, id)
+		}
+		return id, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	var r [6]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	id := "termd-" + hex.EncodeToString(r[:])
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("keeping the peer id: %w", err)
+	}
+	_, werr := f.WriteString(id + "\n")
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return "", fmt.Errorf("keeping the peer id: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("keeping the peer id: %w", err)
+	}
+	return id, nil
+}
+
+// channelURL accepts ws(s)://.../ws as is and fills in the channel path
+// for http(s)://host:port or host:port.
+func channelURL(raw, channel string) (string, error) {
+	if raw == "" {
+		return "", errors.New("--server is required, e.g. --server ws://192.168.1.10:8080/api/channels/terminal-dev/ws")
+	}
+	if !strings.Contains(raw, "://") {
+		raw = "ws://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("--server %q is not a URL like ws://host:8080/api/channels/%s/ws", raw, channel)
+	}
+	switch u.Scheme {
+	case "ws", "wss":
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("--server %q: scheme must be ws, wss, http or https", raw)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/api/channels/" + channel + "/ws"
+	}
+	return u.String(), nil
+}

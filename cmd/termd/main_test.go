@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"termlink/server"
+	"termlink/server/config"
+)
+
+var termd string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "termd-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	termd = filepath.Join(dir, "termd")
+	if out, err := exec.Command("go", "build", "-o", termd, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building termd: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func startServer(t *testing.T) string {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Workspace = t.TempDir()
+	s, err := server.New(cfg, server.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln, 5*time.Second) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ln.Addr().String()
+}
+
+// termd on the sim board (console on its own terminal) in tmux, under a
+// fake systemd: a message typed is answered on the screen; READY, STATUS
+// and STOPPING reach NOTIFY_SOCKET; SIGTERM leaves "offline: stopped" and
+// exit status 0; the peer id is kept in the state dir.
+func TestTermdSimBoardUnderSystemd(t *testing.T) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed (CI installs it): this test drives termd in a real terminal")
+	}
+	addr := startServer(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "notify.sock")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	notes := make(chan string, 32)
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, err := ln.Read(buf)
+			if err != nil {
+				return
+			}
+			notes <- string(buf[:n])
+		}
+	}()
+	state := filepath.Join(dir, "state")
+	tsock := filepath.Join(dir, "tmux.sock")
+	tm := func(args ...string) string {
+		out, err := exec.Command("tmux", append([]string{"-S", tsock}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %v: %v %s", args, err, out)
+		}
+		return string(out)
+	}
+	cmd := fmt.Sprintf("NOTIFY_SOCKET=%s WATCHDOG_USEC=200000 WATCHDOG_PID= %s --server %s --board sim --state-dir %s; echo EXIT=$?; sleep 60",
+		sock, termd, addr, state)
+	tm("new-session", "-d", "-x", "80", "-y", "20", cmd)
+	defer exec.Command("tmux", "-S", tsock, "kill-server").Run()
+	waitScreen := func(want string) string {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			s := tm("capture-pane", "-p")
+			if strings.Contains(s, want) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("screen never showed %q:\n%s", want, s)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitScreen("online")
+	tm("send-keys", "-l", "hello termd")
+	tm("send-keys", "Enter")
+	waitScreen("You said: hello termd")
+
+	id, err := os.ReadFile(filepath.Join(state, "peer_id"))
+	if err != nil || !strings.HasPrefix(string(id), "termd-") {
+		t.Fatalf("peer id not kept: %q %v", id, err)
+	}
+	// The watchdog is pinged while running (every WATCHDOG_USEC/2).
+	var got []string
+	deadline := time.After(10 * time.Second)
+	for !strings.Contains(strings.Join(got, "|"), "WATCHDOG=1") {
+		select {
+		case n := <-notes:
+			got = append(got, n)
+		case <-deadline:
+			t.Fatalf("no WATCHDOG=1 from termd; got %q", got)
+		}
+	}
+	out, err := exec.Command("pgrep", "-f", "^"+termd).Output()
+	if err != nil {
+		t.Fatalf("termd not running: %v", err)
+	}
+	var pid int
+	fmt.Sscan(strings.TrimSpace(string(out)), &pid)
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s := waitScreen("EXIT=0")
+	if !strings.Contains(s, "offline: stopped") {
+		t.Fatalf("after SIGTERM the screen does not say offline:\n%s", s)
+	}
+	for len(notes) > 0 {
+		got = append(got, <-notes)
+	}
+	all := strings.Join(got, "|")
+	for _, want := range []string{"READY=1", "STATUS=online", "WATCHDOG=1", "STOPPING=1"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("systemd got %q, missing %s", got, want)
+		}
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	_ = os.WriteFile(bad, []byte(`{"name":"bad","display":{"kind":"hd44780-i2c","rows":4,"cols":20,"bus":"1","address":"0x50"}}`), 0o600)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--board", "sim"}, "--server is required"},
+		{[]string{"--server", "ftp://x", "--board", "sim"}, "scheme must be ws, wss, http or https"},
+		{[]string{"--server", "ws://127.0.0.1:1", "--board", "no-such-board"}, "no-such-board"},
+		{[]string{"--server", "ws://127.0.0.1:1", "--board-file", bad}, "display.address"},
+		{[]string{"--server", "ws://127.0.0.1:1", "--peer-id", "a:b", "--state-dir", t.TempDir()}, `--peer-id "a:b"`},
+		{[]string{"--server", "ws://127.0.0.1:1", "--log-level", "loud"}, `--log-level "loud"`},
+	}
+	for _, tt := range tests {
+		out, err := exec.Command(termd, tt.args...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+			t.Errorf("termd %v: %v, want exit 1\n%s", tt.args, err, out)
+		}
+		if !strings.Contains(string(out), tt.want) {
+			t.Errorf("termd %v said %q, want it to mention %q", tt.args, out, tt.want)
+		}
+	}
+}
+
+func TestChannelURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:8080":             "ws://127.0.0.1:8080/api/channels/terminal-dev/ws",
+		"http://h:8080":              "ws://h:8080/api/channels/terminal-dev/ws",
+		"https://h":                  "wss://h/api/channels/terminal-dev/ws",
+		"ws://h:1/api/channels/x/ws": "ws://h:1/api/channels/x/ws",
+	} {
+		got, err := channelURL(in, "terminal-dev")
+		if err != nil || got != want {
+			t.Errorf("channelURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
