@@ -147,3 +147,55 @@ func BenchmarkPeriphHD44780FullScreen(b *testing.B) {
 	}
 	reportBus(b, bus.Stats(), n)
 }
+
+func BenchmarkDraw20x4OneLine(b *testing.B) {
+	r := newRig(b, 4, 20, &hd44780.Opts{Refresh: -1})
+	f := fullFrames()[0]
+	if err := r.dev.Draw(ctx, f); err != nil {
+		b.Fatal(err)
+	}
+	r.bus.ResetStats()
+	n := 0
+	for b.Loop() {
+		f.SetLine(1, strings.Repeat(string(rune('a'+n%2)), 20))
+		if err := r.dev.Draw(ctx, f); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	reportBus(b, r.bus.Stats(), n)
+}
+
+// The same one-cell and one-line changes with periph's driver: it has no
+// frame, so the caller moves the cursor and prints what changed.
+func BenchmarkPeriphHD44780OneCell(b *testing.B) {
+	bus, dev := newPeriph(b, false)
+	bus.ResetStats()
+	n := 0
+	for b.Loop() {
+		if err := dev.SetCursor(1, 7); err != nil {
+			b.Fatal(err)
+		}
+		if err := dev.Print(string(rune('a' + n%2))); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	reportBus(b, bus.Stats(), n)
+}
+
+func BenchmarkPeriphHD44780OneLine(b *testing.B) {
+	bus, dev := newPeriph(b, false)
+	bus.ResetStats()
+	n := 0
+	for b.Loop() {
+		if err := dev.SetCursor(1, 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := dev.Print(strings.Repeat(string(rune('a'+n%2)), 20)); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	reportBus(b, bus.Stats(), n)
+}
