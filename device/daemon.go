@@ -190,63 +190,54 @@ func (d *Daemon) handle(ctx context.Context, in Input, log *slog.Logger) {
 // FromActions turns a keypad's text-entry actions into inputs until ctx
 // ends or actions is closed.
 func FromActions(ctx context.Context, actions <-chan input.Action, out chan<- Input) {
-	for {
-		select {
-		case a, ok := <-actions:
-			if !ok {
-				return
-			}
-			var in Input
-			switch a.Kind {
-			case input.Edit:
-				in = Input{Kind: InputEdit, Text: a.Text, Pending: a.Pending}
-			case input.Send:
-				in = Input{Kind: InputSend, Text: a.Text}
-			case input.ScrollUp:
-				in = Input{Kind: InputScrollUp}
-			case input.ScrollDown:
-				in = Input{Kind: InputScrollDown}
-			case input.ModeChange:
-				in = Input{Kind: InputMode, Text: a.Mode.String()}
-			default:
-				continue
-			}
-			select {
-			case out <- in:
-			case <-ctx.Done():
-				return
-			}
-		case <-ctx.Done():
-			return
+	forward(ctx, actions, out, func(a input.Action) (Input, bool) {
+		switch a.Kind {
+		case input.Edit:
+			return Input{Kind: InputEdit, Text: a.Text, Pending: a.Pending}, true
+		case input.Send:
+			return Input{Kind: InputSend, Text: a.Text}, true
+		case input.ScrollUp:
+			return Input{Kind: InputScrollUp}, true
+		case input.ScrollDown:
+			return Input{Kind: InputScrollDown}, true
+		case input.ModeChange:
+			return Input{Kind: InputMode, Text: a.Mode.String()}, true
 		}
-	}
+		return Input{}, false
+	})
 }
 
 // FromConsole turns a console's events into inputs: a submitted line is
 // sent, Ctrl-C cancels the message waiting for its answer, Ctrl-D quits.
 func FromConsole(ctx context.Context, events <-chan console.Event, out chan<- Input) {
+	forward(ctx, events, out, func(ev console.Event) (Input, bool) {
+		switch ev.Kind {
+		case console.Submit:
+			return Input{Kind: InputSend, Text: ev.Text}, strings.TrimSpace(ev.Text) != ""
+		case console.Interrupt:
+			return Input{Kind: InputCancel}, true
+		case console.EOF:
+			return Input{Kind: InputQuit}, true
+		}
+		return Input{}, false
+	})
+}
+
+// forward converts what arrives on in and passes it on, until ctx ends or
+// in is closed.
+func forward[T any](ctx context.Context, in <-chan T, out chan<- Input, conv func(T) (Input, bool)) {
 	for {
 		select {
-		case ev, ok := <-events:
+		case v, ok := <-in:
 			if !ok {
 				return
 			}
-			var in Input
-			switch ev.Kind {
-			case console.Submit:
-				in = Input{Kind: InputSend, Text: ev.Text}
-				if strings.TrimSpace(ev.Text) == "" {
-					continue
-				}
-			case console.Interrupt:
-				in = Input{Kind: InputCancel}
-			case console.EOF:
-				in = Input{Kind: InputQuit}
-			default:
+			next, ok := conv(v)
+			if !ok {
 				continue
 			}
 			select {
-			case out <- in:
+			case out <- next:
 			case <-ctx.Done():
 				return
 			}

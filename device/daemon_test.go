@@ -13,32 +13,9 @@ import (
 	"termlink/link"
 	"termlink/server"
 	"termlink/server/config"
+	"termlink/server/servertest"
 	"termlink/testrig/lcdemu"
 )
-
-// startServer runs the real termserver (echo agent) on a loopback port.
-func startServer(t *testing.T) (url string, stop func()) {
-	t.Helper()
-	cfg := config.Default()
-	cfg.Workspace = t.TempDir()
-	s, err := server.New(cfg, server.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, 5*time.Second) }()
-	return "ws://" + ln.Addr().String() + "/api/channels/terminal-dev/ws", func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}
-}
 
 type rig struct {
 	bus    *lcdemu.Bus
@@ -121,9 +98,7 @@ func (r *rig) waitGlass(t *testing.T, want string) []string {
 // Keypresses on the emulated keypad reach the real server, and its reply
 // appears on the emulated LCD through the real driver.
 func TestKeypadToLCDEndToEnd(t *testing.T) {
-	url, stop := startServer(t)
-	defer stop()
-	r := startDevice(t, url, t.TempDir())
+	r := startDevice(t, servertest.Start(t, nil).URL, t.TempDir())
 	defer r.stop(t)
 
 	r.waitGlass(t, "ok") // online

@@ -15,33 +15,38 @@ import (
 // End to end with real agent processes: device -> WebSocket -> server ->
 // Terminal Protocol v1 runner -> subprocess -> back to the device.
 
-var (
-	echoAgentOnce sync.Once
-	echoAgentPath string
-	echoAgentErr  error
-)
+// built holds the example agents built for this test binary, by package.
+var built sync.Map // package path -> *builtAgent
 
-// echoAgent builds testrig/agents/echoagent once per test binary.
-func echoAgent(t *testing.T) string {
+type builtAgent struct {
+	once sync.Once
+	path string
+	err  error
+	out  []byte
+}
+
+// buildAgent builds an example agent (e.g. termlink/testrig/agents/echoagent)
+// once per test binary and returns the binary's path.
+func buildAgent(t *testing.T, pkg string) string {
 	t.Helper()
-	echoAgentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "echoagent")
+	v, _ := built.LoadOrStore(pkg, &builtAgent{})
+	b := v.(*builtAgent)
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "termlink-agent")
 		if err != nil {
-			echoAgentErr = err
+			b.err = err
 			return
 		}
-		echoAgentPath = filepath.Join(dir, "echoagent")
-		out, err := exec.Command("go", "build", "-o", echoAgentPath, "termlink/testrig/agents/echoagent").CombinedOutput()
-		if err != nil {
-			echoAgentErr = err
-			echoAgentPath = string(out)
-		}
+		b.path = filepath.Join(dir, filepath.Base(pkg))
+		b.out, b.err = exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput()
 	})
-	if echoAgentErr != nil {
-		t.Fatalf("building echoagent: %v\n%s", echoAgentErr, echoAgentPath)
+	if b.err != nil {
+		t.Fatalf("building %s: %v\n%s", pkg, b.err, b.out)
 	}
-	return echoAgentPath
+	return b.path
 }
+
+func echoAgent(t *testing.T) string { return buildAgent(t, "termlink/testrig/agents/echoagent") }
 
 // withTerminalAgent routes terminal-dev to a terminal agent.
 func withTerminalAgent(ta config.TerminalAgent) func(*config.Config) {

@@ -2,42 +2,15 @@ package server
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"termlink/link"
 	"termlink/server/config"
 )
 
-var (
-	nuumAgentOnce sync.Once
-	nuumAgentPath string
-	nuumAgentErr  error
-)
-
-func nuumAgent(t *testing.T) string {
-	t.Helper()
-	nuumAgentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nuumagent")
-		if err != nil {
-			nuumAgentErr = err
-			return
-		}
-		nuumAgentPath = filepath.Join(dir, "nuumagent")
-		out, err := exec.Command("go", "build", "-o", nuumAgentPath, "termlink/testrig/agents/nuumagent").CombinedOutput()
-		if err != nil {
-			nuumAgentErr, nuumAgentPath = err, string(out)
-		}
-	})
-	if nuumAgentErr != nil {
-		t.Fatalf("building nuumagent: %v\n%s", nuumAgentErr, nuumAgentPath)
-	}
-	return nuumAgentPath
-}
+func nuumAgent(t *testing.T) string { return buildAgent(t, "termlink/testrig/agents/nuumagent") }
 
 // The Nuum runner end to end: one long-lived process per session, progress,
 // a message injected into the running turn answered by the same result,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -12,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"termlink/server"
-	"termlink/server/config"
+	"termlink/server/servertest"
 )
 
 var termd string
@@ -34,25 +32,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func startServer(t *testing.T) string {
-	t.Helper()
-	cfg := config.Default()
-	cfg.Workspace = t.TempDir()
-	s, err := server.New(cfg, server.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, 5*time.Second) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return ln.Addr().String()
-}
-
 // termd on the sim board (console on its own terminal) in tmux, under a
 // fake systemd: a message typed is answered on the screen; READY, STATUS
 // and STOPPING reach NOTIFY_SOCKET; SIGTERM leaves "offline: stopped" and
@@ -61,7 +40,7 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux is not installed (CI installs it): this test drives termd in a real terminal")
 	}
-	addr := startServer(t)
+	addr := servertest.Start(t, nil).Addr
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "notify.sock")
 	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
