@@ -43,6 +43,14 @@ func (a *app) subcommands() map[string]subcommand {
 		"load":  {"simulate N terminal devices against a channel; report latency, loss, duplicates", a.load},
 		"chaos": {"TCP proxy that adds latency, cuts, refuses or stalls connections, by schedule or HTTP", a.chaos},
 		"demo":  {"the server, an agent and a simulated LCD device in this terminal", a.demo},
+		// Bring-up checks (checks.go); --sim runs each on the simulated rig.
+		"serial-loopback": {"serial port with TX wired to RX: bytes back, corrupted, throughput per baud", a.serialLoopback},
+		"i2c-scan":        {"list the I2C addresses that answer, with the likely part", a.i2cScan},
+		"lcd-test":        {"HD44780 LCD patterns (pixels, ROM pages, custom chars, cursor), fps, I2C errors", a.lcdTest},
+		"gpio-loopback":   {"two GPIO pins wired together: edges seen, latency p50/p99", a.gpioLoopback},
+		"keypad-test":     {"press every key once: table of keys seen, stuck keys, ghosting", a.keypadTest},
+		"link-test":       {"connect to a server: ping p50/p99, message round trip, token/TLS errors explained", a.linkTest},
+		"selftest":        {"every check that applies to a board, as a pass/fail table (--sim: no hardware)", a.selftest},
 	}
 }
 
@@ -108,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func printUsage(w io.Writer, cmds map[string]subcommand) {
 	fmt.Fprint(w, "termrig is the termlink test rig.\n\nUsage:\n\n\ttermrig <command> [flags]\n\nCommands:\n\n")
 	for _, name := range slices.Sorted(maps.Keys(cmds)) {
-		fmt.Fprintf(w, "\t%-10s %s\n", name, cmds[name].summary)
+		fmt.Fprintf(w, "\t%-16s %s\n", name, cmds[name].summary)
 	}
 	fmt.Fprint(w, "\nRun 'termrig <command> -h' for the flags of a command.\n")
 }
