@@ -22,10 +22,11 @@ type router struct {
 	runCtx    context.Context // parent of every run; cancelled at hard stop
 	cancelRun context.CancelFunc
 
-	mu     sync.Mutex
-	cond   *sync.Cond // on mu: an injection settled
-	queues map[string]*sessionQueue
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	stopped bool       // stop has begun: no new workers
+	cond    *sync.Cond // on mu: an injection settled
+	queues  map[string]*sessionQueue
+	wg      sync.WaitGroup
 }
 
 type sessionQueue struct {
@@ -66,6 +67,9 @@ func (r *router) consume(ctx context.Context) {
 func (r *router) enqueue(in bus.Inbound) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.stopped {
+		return // in the session log, unanswered: the next start runs it
+	}
 	q := r.queues[in.SessionKey]
 	if q == nil {
 		q = &sessionQueue{}
@@ -235,6 +239,7 @@ func (r *router) cancel(key, messageID string) bool {
 // Waiting messages are not started.
 func (r *router) stop(ctx context.Context) {
 	r.mu.Lock()
+	r.stopped = true // no wg.Add after this: enqueue checks it under mu
 	for _, q := range r.queues {
 		q.waiting = nil // left in the session log, unanswered
 	}

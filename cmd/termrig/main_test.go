@@ -40,6 +40,8 @@ func TestUsage(t *testing.T) {
 		{name: "help", args: []string{"help"}, code: 0, stdout: "Commands:", noStderror: true},
 		{name: "--help", args: []string{"--help"}, code: 0, stdout: "load "},
 		{name: "help load", args: []string{"help", "load"}, code: 0, stdout: "-connect-rate"},
+		{name: "help load client", args: []string{"help", "load"}, code: 0, stdout: "-client\n    \tmake every device a real link.Client"},
+		{name: "help load outbox", args: []string{"help", "load"}, code: 0, stdout: "-outbox kind"},
 		{name: "load -h", args: []string{"load", "-h"}, code: 0, stdout: "Usage: termrig load --server URL"},
 		{name: "unknown", args: []string{"nope"}, code: 2, stderr: `unknown command "nope"`, noStdout: true},
 		{name: "help unknown", args: []string{"help", "nope"}, code: 2, stderr: `unknown command "nope"`},
@@ -82,6 +84,9 @@ func TestLoadFlagErrors(t *testing.T) {
 		{[]string{"--server", "ftp://h"}, "--server: server URL \"ftp://h\": scheme must be ws, wss, http or https"},
 		{[]string{"--server", "ws://h", "--text", "   "}, "text must not be blank"},
 		{[]string{"--server", "ws://h", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--server", "ws://h", "--outbox", "file"}, "--outbox is the outbox of --client devices: add --client"},
+		{[]string{"--server", "ws://h", "--client", "--outbox", "disk"}, `--outbox must be memory or file, got "disk"`},
+		{[]string{"--server", "ws://h", "--client=maybe"}, `invalid boolean value "maybe" for -client`},
 		{[]string{"--nope"}, "flag provided but not defined: -nope"},
 	}
 	for _, tt := range tests {
@@ -250,4 +255,48 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// --client: every device a link.Client; the report says so.
+func TestLoadClient(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir()) // the file outboxes' state dirs
+	url := echoServer(t, false)
+	code, stdout, stderr := runTermrig(t, "load", "--client", "--server", url, "--devices", "3", "--rate", "40",
+		"--duration", "250ms", "--drain", "2s", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q, stdout %s", code, stderr, stdout)
+	}
+	var rep struct {
+		Mode       string `json:"mode"`
+		Outbox     string `json:"outbox"`
+		Connected  int    `json:"devices_connected"`
+		Sent       int64  `json:"sent"`
+		Replied    int64  `json:"replied"`
+		Lost       int64  `json:"lost"`
+		DupReplies int64  `json:"duplicate_replies"`
+		Reconnects *int   `json:"reconnects"`
+		Client     *struct {
+			Sessions int64 `json:"sessions"`
+		} `json:"client"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("stdout is not a JSON report: %v\n%s", err, stdout)
+	}
+	if rep.Mode != "client" || rep.Outbox != "memory" || rep.Reconnects == nil || rep.Client == nil || rep.Client.Sessions != 3 {
+		t.Errorf("mode %q outbox %q reconnects %v client %+v, want client, memory, 0 and 3 sessions", rep.Mode, rep.Outbox, rep.Reconnects, rep.Client)
+	}
+	if rep.Connected != 3 || rep.Sent == 0 || rep.Replied != rep.Sent || rep.Lost != 0 || rep.DupReplies != 0 {
+		t.Errorf("report %+v, want 3 devices and every message answered once", rep)
+	}
+
+	code, stdout, stderr = runTermrig(t, "load", "--client", "--outbox", "file", "--server", url, "--devices", "2",
+		"--rate", "20", "--duration", "200ms")
+	if code != 0 {
+		t.Fatalf("--outbox file: exit %d, stderr %q, stdout %s", code, stderr, stdout)
+	}
+	for _, want := range []string{"every device a link.Client (file outbox)", "reconnects 0", "client        dials 2  sessions 2", "result        ok"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("text report lacks %q:\n%s", want, stdout)
+		}
+	}
 }

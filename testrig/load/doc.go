@@ -2,16 +2,35 @@
 // simulated terminal devices against a terminal WebSocket channel and
 // measures what the server does with them.
 //
-// Every device speaks the real channel protocol (link frames over
+// # Two kinds of device
+//
+// Lean mode (the default) is for the server: every device speaks the real
+// channel protocol with its own minimal code (link frames over
 // gorilla/websocket): connect, wait for connected, ping every heartbeat,
 // send user messages and match acks and assistant replies by message_id.
-// Messages go at one total rate spread round-robin over the devices by a
-// single shared scheduler, so N devices cost N reader goroutines and a few
-// shared goroutines (scheduler, heartbeat, a small writer pool) — idle
-// devices (Rate 0) are cheap enough for 10,000 connections from one
-// process, which is how server memory per connection is measured.
+// N devices cost N reader goroutines and a few shared goroutines
+// (scheduler, heartbeat, a small writer pool) — idle devices (Rate 0) are
+// cheap enough for 10,000 connections from one process, which is how
+// server memory per connection is measured. A lean device that loses its
+// connection stays down (counted in Disconnected).
 //
-// Run returns a Report: connect successes, failures and their errors,
-// connect latency, messages sent/acked/replied/lost, duplicates, error
-// frames, throughput and round-trip and ack latency percentiles.
+// Client mode (Options.Client, `termrig load --client`) is for link.Client
+// and the two ends together: every device is a real link.Client, as in
+// termd, with a link.MemoryOutbox or (Options.Outbox "file") a
+// link.FileOutbox in a temp state dir per device. Heartbeats, reconnect
+// backoff and resending unanswered messages are the client's own; the
+// report adds Reconnects and the clients' summed counters, and a reply
+// delivered twice to the caller (DuplicateReplies) is a client bug. It
+// costs about 4 times the memory of a lean device (about 55 KiB instead
+// of 14 KiB per idle device, 6 goroutines instead of 1; see
+// TestMeasureClientCost), so measure connection capacity in lean mode.
+// A device whose first connect attempt fails is
+// counted failed and closed, as in lean mode; after that the client
+// reconnects by itself and messages sent meanwhile wait in its outbox.
+//
+// In both modes messages go at one total rate spread round-robin over the
+// devices by a single shared scheduler, and Run returns a Report: connect
+// successes, failures and their errors, connect latency (dial to
+// connected), messages sent/acked/replied/lost, duplicates, error frames,
+// throughput and round-trip and ack latency percentiles.
 package load

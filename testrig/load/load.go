@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,9 +54,14 @@ type job struct {
 // starts, and conn, every and nextPing are set before alive. Only its reader goroutine reads conn;
 // writes from the writer pool, the reader (pong) and shutdown are
 // serialised by wmu and carry a deadline.
+//
+// In client mode conn is unused: cl is the device's link.Client, and alive
+// means it reached connected in the connect phase and is in use (it stays
+// set while the client reconnects: Send queues in the outbox meanwhile).
 type device struct {
 	index int
 	conn  *websocket.Conn
+	cl    *clientDev // client mode only
 	wmu   sync.Mutex
 	alive atomic.Bool // connected and not dropped
 
@@ -90,12 +96,16 @@ type runner struct {
 	closing atomic.Bool // shutdown started: read errors are expected
 	devWG   sync.WaitGroup
 
+	stateDir string // client mode, file outbox: parent of the device state dirs
+
 	mu           sync.Mutex // guards the fields below
 	connectLat   []time.Duration
 	connectErrs  counter
 	failed       int
 	disconnected int
 	disconnErrs  counter
+	reconnects   int          // client mode: sessions after the first
+	clientStats  *ClientStats // client mode: summed at close
 
 	pingsSent, pongs, missedPongs, serverPings atomic.Int64
 }
@@ -144,6 +154,16 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if opt.Token != "" {
 		r.header = http.Header{"Authorization": {"Bearer " + opt.Token}}
 	}
+	if opt.Client && opt.Outbox == OutboxFile {
+		if r.stateDir, err = makeStateDir(); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err := os.RemoveAll(r.stateDir); err != nil {
+				r.log.Warn("removing the state dir of the file outboxes", "dir", r.stateDir, "err", err)
+			}
+		}()
+	}
 	return r.run(ctx), nil
 }
 
@@ -158,7 +178,8 @@ func newRunID() (string, error) {
 func (r *runner) run(ctx context.Context) *Report {
 	start := time.Now()
 
-	// Shared goroutines: writer pool and heartbeat loop.
+	// Shared goroutines: writer pool and heartbeat loop (lean mode only:
+	// a link.Client pings by itself).
 	var writers sync.WaitGroup
 	for range min(r.opt.Devices, maxWriters) {
 		writers.Add(1)
@@ -169,11 +190,13 @@ func (r *runner) run(ctx context.Context) *Report {
 	}
 	hbCtx, stopHeartbeat := context.WithCancel(ctx)
 	var hbDone sync.WaitGroup
-	hbDone.Add(1)
-	go func() {
-		defer hbDone.Done()
-		r.heartbeat(hbCtx)
-	}()
+	if !r.opt.Client {
+		hbDone.Add(1)
+		go func() {
+			defer hbDone.Done()
+			r.heartbeat(hbCtx)
+		}()
+	}
 
 	r.connectAll(ctx)
 	connected := r.connectedCount()
@@ -198,7 +221,11 @@ func (r *runner) run(ctx context.Context) *Report {
 	hbDone.Wait()
 	close(r.jobs)
 	writers.Wait()
-	r.closeAll()
+	if r.opt.Client {
+		r.closeClients()
+	} else {
+		r.closeAll()
+	}
 
 	return r.report(start, sendStart, sendEnd, ctx.Err() != nil)
 }
@@ -254,6 +281,12 @@ func (r *runner) connectAll(ctx context.Context) {
 		r.devWG.Add(1)
 		go func() {
 			defer r.devWG.Done()
+			if r.opt.Client {
+				r.startClient(ctx, d)
+				<-sem
+				handshakes.Done()
+				return
+			}
 			ok := r.handshake(ctx, d)
 			<-sem
 			handshakes.Done()
@@ -452,6 +485,10 @@ func (r *runner) writer() {
 			}
 			r.pingsSent.Add(1)
 		case jobMessage:
+			if j.d.cl != nil {
+				r.clientSend(j.d)
+				continue
+			}
 			var err error
 			buf, err = link.AppendEncode(buf[:0], &link.Message{MessageID: j.id, Text: text})
 			if err != nil { // cannot happen for a plain string
@@ -536,7 +573,10 @@ func (r *runner) sendLoop(ctx context.Context) {
 				r.log.Warn("no device left connected: sending stopped")
 				return
 			}
-			id := r.runID + "-" + strconv.FormatInt(n, 10)
+			var id string // client mode: the client's outbox makes the id
+			if !r.opt.Client {
+				id = r.runID + "-" + strconv.FormatInt(n, 10)
+			}
 			if !r.enqueue(ctx, job{d: d, kind: jobMessage, id: id}) {
 				return
 			}

@@ -2,7 +2,11 @@ package load
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -10,31 +14,87 @@ import (
 	"termlink/server/config"
 )
 
+// realOptions tune startRealServer.
+type realOptions struct {
+	echoDelay time.Duration // the echo agent's delay before answering
+	grace     time.Duration // how long runs may finish at shutdown (default 5s)
+}
+
+// realServer is the real termserver (default config: channel
+// terminal-dev, echo agent) served in-process on loopback.
+type realServer struct {
+	URL    string // the channel's WebSocket URL
+	Addr   string // host:port
+	s      *server.Server
+	ln     net.Listener
+	cancel context.CancelFunc
+	served chan error
+}
+
+// startRealServer serves the real termserver on addr ("127.0.0.1:0" for
+// any port) with its workspace in dir.
+func startRealServer(dir, addr string, opt realOptions) (*realServer, error) {
+	cfg := config.Default()
+	cfg.Workspace = dir
+	if opt.echoDelay > 0 {
+		cfg.Agents[config.DefaultAgent].Builtin.DelayMs = int(opt.echoDelay / time.Millisecond)
+	}
+	if opt.grace <= 0 {
+		opt.grace = 5 * time.Second
+	}
+	s, err := server.New(cfg, server.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	var ln net.Listener
+	// The old listener of a restart on the same port may take a moment
+	// to let go of it.
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		ln, err = net.Listen("tcp", addr)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		_ = s.Shutdown(context.Background())
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rs := &realServer{Addr: ln.Addr().String(), s: s, ln: ln, cancel: cancel, served: make(chan error, 1)}
+	rs.URL = "ws://" + rs.Addr + "/api/channels/terminal-dev/ws"
+	go func() { rs.served <- s.Serve(ctx, rs.ln, opt.grace) }()
+	return rs, nil
+}
+
+// stop shuts the server down as termserver does on SIGTERM (going-away
+// close frames to every device, runs given the grace to finish, session
+// log flushed) and returns Serve's error.
+func (rs *realServer) stop() error {
+	rs.cancel()
+	return <-rs.served
+}
+
+// startReal serves a real termserver for one test, stopped at its end.
+func startReal(t *testing.T) *realServer {
+	t.Helper()
+	rs, err := startRealServer(t.TempDir(), "127.0.0.1:0", realOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rs.stop(); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return rs
+}
+
 // The load generator against the real termserver (in-process, loopback):
 // every message is answered exactly once, none lost.
 func TestAgainstRealServer(t *testing.T) {
-	cfg := config.Default()
-	cfg.Workspace = t.TempDir()
-	s, err := server.New(cfg, server.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln, 5*time.Second) }()
-	defer func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-
 	rep, err := Run(context.Background(), Options{
-		URL: "ws://" + ln.Addr().String() + "/api/channels/terminal-dev/ws", Devices: 20, Rate: 200,
+		URL: startReal(t).URL, Devices: 20, Rate: 200,
 		Duration: time.Second, Drain: 5 * time.Second, ConnectRate: 500, PeerPrefix: "real",
 	})
 	if err != nil {

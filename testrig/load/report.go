@@ -19,15 +19,26 @@ type Report struct {
 	ElapsedMs   float64 `json:"elapsed_ms"`  // the whole run: connect, send, drain, close
 	Interrupted bool    `json:"interrupted"` // ctx ended the run early
 	Hold        bool    `json:"hold,omitempty"`
+	// Mode is "lean" (the built-in devices) or "client" (every device a
+	// link.Client); Outbox is the clients' outbox, "memory" or "file".
+	Mode   string `json:"mode"`
+	Outbox string `json:"outbox,omitempty"`
 
 	DevicesRequested int     `json:"devices_requested"`
 	DevicesConnected int     `json:"devices_connected"`
 	DevicesFailed    int     `json:"devices_failed"`
 	ConnectErrors    []Count `json:"connect_errors,omitempty"` // first few distinct errors
 	Connect          Latency `json:"connect_ms"`               // dial to connected frame
-	// Disconnected counts connections that ended before the run closed them.
+	// Disconnected counts connections that ended before the run closed
+	// them (client mode: a link that left connected; the client then
+	// reconnects by itself).
 	Disconnected     int     `json:"disconnected"`
 	DisconnectErrors []Count `json:"disconnect_errors,omitempty"`
+	// Reconnects counts sessions a client got back after a disconnect
+	// (client mode; a lean device does not reconnect).
+	Reconnects int `json:"reconnects"`
+	// Client sums the link.Client counters (client mode).
+	Client *ClientStats `json:"client,omitempty"`
 
 	Sent       int64 `json:"sent"`
 	SendErrors int64 `json:"send_errors"` // writes that failed (not counted in Sent)
@@ -60,6 +71,17 @@ type Report struct {
 	Ack              Latency `json:"ack_ms"`             // message sent to ack
 }
 
+// ClientStats sums link.ClientStats over the devices of a client-mode run.
+type ClientStats struct {
+	Dials      int64 `json:"dials"`       // dial attempts, first ones included
+	Sessions   int64 `json:"sessions"`    // dials that reached connected
+	FramesSent int64 `json:"frames_sent"` // message frames written, resends included
+	Resent     int64 `json:"resent"`      // message frames written again after a reconnect
+	// DroppedDuplicates counts replies the server sent again for an
+	// already answered message, which the client dropped.
+	DroppedDuplicates int64 `json:"dropped_duplicates"`
+}
+
 // report builds the Report once every goroutine of the run has ended.
 func (r *runner) report(start, sendStart, sendEnd time.Time, interrupted bool) *Report {
 	t := r.track
@@ -76,6 +98,9 @@ func (r *runner) report(start, sendStart, sendEnd time.Time, interrupted bool) *
 		Connect:          summarize(r.connectLat),
 		Disconnected:     r.disconnected,
 		DisconnectErrors: r.disconnErrs.counts(),
+		Reconnects:       r.reconnects,
+		Client:           r.clientStats,
+		Mode:             "lean",
 
 		Sent:             t.sent,
 		SendErrors:       t.sendErrors,
@@ -99,6 +124,9 @@ func (r *runner) report(start, sendStart, sendEnd time.Time, interrupted bool) *
 
 		RoundTrip: summarize(t.rtt),
 		Ack:       summarize(t.ackLat),
+	}
+	if r.opt.Client {
+		rep.Mode, rep.Outbox = "client", r.opt.Outbox
 	}
 	if len(t.finish) > 0 {
 		rep.FinishReasons = maps.Clone(t.finish)
@@ -156,16 +184,25 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 
 	p("server\t%s", r.URL)
+	var mode string
 	switch {
 	case r.Hold:
-		p("mode\thold idle connections until interrupted")
+		mode = "hold idle connections until interrupted"
 	case r.Rate == 0:
-		p("mode\tidle (heartbeats only) for %s", msText(r.DurationMs))
+		mode = "idle (heartbeats only) for " + msText(r.DurationMs)
 	default:
-		p("mode\t%g msg/s for %s", r.Rate, msText(r.DurationMs))
+		mode = fmt.Sprintf("%g msg/s for %s", r.Rate, msText(r.DurationMs))
 	}
-	p("devices\trequested %d  connected %d  failed %d  disconnected %d",
+	if r.Mode == "client" {
+		mode += fmt.Sprintf(", every device a link.Client (%s outbox)", r.Outbox)
+	}
+	p("mode\t%s", mode)
+	devices := fmt.Sprintf("requested %d  connected %d  failed %d  disconnected %d",
 		r.DevicesRequested, r.DevicesConnected, r.DevicesFailed, r.Disconnected)
+	if r.Mode == "client" {
+		devices += fmt.Sprintf("  reconnects %d", r.Reconnects)
+	}
+	p("devices\t%s", devices)
 	counts(r.ConnectErrors)
 	counts(r.DisconnectErrors)
 	p("connect\t%s", lat(r.Connect, false))
@@ -192,7 +229,12 @@ func (r *Report) WriteText(w io.Writer) {
 		p("bad frames\t%d  unexpected frames %d", r.BadFrames, r.UnexpectedFrames)
 		counts(r.BadFrameErrors)
 	}
-	p("heartbeat\tpings %d  pongs %d  missed %d", r.PingsSent, r.Pongs, r.MissedPongs)
+	if c := r.Client; c != nil {
+		p("client\tdials %d  sessions %d  frames sent %d  resent %d  dropped duplicate replies %d",
+			c.Dials, c.Sessions, c.FramesSent, c.Resent, c.DroppedDuplicates)
+	} else {
+		p("heartbeat\tpings %d  pongs %d  missed %d", r.PingsSent, r.Pongs, r.MissedPongs)
+	}
 	p("elapsed\t%s", msText(r.ElapsedMs))
 	result := "ok"
 	if err := r.Err(); err != nil {

@@ -99,6 +99,14 @@ func (t *tracker) sending(id string, at time.Time) {
 	t.mu.Unlock()
 }
 
+// sendError counts a message that could not be handed over at all
+// (client mode: Send returned an error).
+func (t *tracker) sendError() {
+	t.mu.Lock()
+	t.sendErrors++
+	t.mu.Unlock()
+}
+
 // sendFailed takes back a sending whose write failed.
 func (t *tracker) sendFailed(id string) {
 	t.mu.Lock()
@@ -169,10 +177,14 @@ func (t *tracker) replyLocked(s *sendState, m *link.Message, at time.Time) {
 	}
 }
 
-func (t *tracker) errorFrame(e *link.Error) {
+func (t *tracker) errorFrame(e *link.Error) { t.errorText(e.Error) }
+
+// errorText counts an error frame (lean mode) or EventError (client mode)
+// by its text.
+func (t *tracker) errorText(text string) {
 	t.mu.Lock()
 	t.errFrames++
-	t.errText.add(e.Error)
+	t.errText.add(text)
 	t.mu.Unlock()
 }
 
