@@ -132,4 +132,8 @@ const (
 	CodeUnauthorized = "unauthorized"  // token missing or wrong
 	CodeReplaced     = "replaced"      // a newer connection took this peer
 	CodeUnknownRun   = "unknown_run"   // cancel for a message that is not running
+	// CodeBusy is retryable: the message was not accepted (no ack) because
+	// a bound was reached (session queue, peer rate, server-wide waiting
+	// runs); the device keeps it and resends after a backoff.
+	CodeBusy = "busy"
 )

@@ -24,6 +24,14 @@ const (
 	DefaultMaxMessageChars  = 20000
 	DefaultSendQueue        = 64
 
+	// Bounds of the delivery contract (DESIGN.md, "Every queue has a bound").
+	DefaultMaxWaitingRuns        = 4096     // messages waiting for a run, server-wide
+	DefaultDedupeCacheBytes      = 64 << 20 // replies cached for dedupe, server-wide
+	DefaultMaxWaitingPerSession  = 64       // messages waiting in one session
+	DefaultRatePerPeer           = 20       // messages per second a peer may send, sustained
+	DefaultRateBurst             = 40       // messages a peer may send at once
+	DefaultConnectTimeoutSeconds = 10       // a WebSocket must send connect within this
+
 	DefaultTerminalTimeout = 120
 	DefaultMaxOutputBytes  = 4 << 20
 
@@ -45,6 +53,9 @@ type Config struct {
 	Listen            string             // address to listen on; default "127.0.0.1:8080"
 	Workspace         string             // session and user data; default "./workspace", made absolute by Load
 	MaxConcurrentRuns int                // sessions running at once; default 256
+	MaxWaitingRuns    int                // messages waiting to run, server-wide; past it new messages get "busy"; default 4096
+	MaxConnections    int                // open WebSocket connections; past it upgrades get HTTP 503; 0 (default): from the fd limit
+	DedupeCacheBytes  int64              // memory for cached replies (dedupe); idle sessions are evicted and reloaded from disk; default 64 MiB
 	Channels          map[string]Channel // by channel id
 	Agents            map[string]Agent   // by agent name; always holds "echo"
 }
@@ -65,7 +76,12 @@ type ChannelConfig struct {
 	HeartbeatSeconds int    // default 30, 1..3600
 	MaxMessageChars  int    // default 20000, 1..1000000
 	Tokens           Tokens // optional device authentication
-	SendQueue        int    // frames queued per connection before a slow client is dropped; default 64, 1..65536
+	SendQueue        int    // frames queued per connection before the reader stops reading; default 64, 1..65536
+
+	MaxWaitingPerSession  int // messages waiting in one session; past it "busy", no ack; default 64, 1..65536
+	RatePerPeer           int // messages per second a peer may send, sustained; past it "busy"; default 20, 1..100000
+	RateBurst             int // messages a peer may send at once; default 40, 1..100000
+	ConnectTimeoutSeconds int // a WebSocket that sends no connect within this is closed; default 10, 1..3600
 }
 
 // Tokens are the credentials devices must present on a channel. In JSON it
@@ -229,6 +245,8 @@ func Default() *Config {
 		Listen:            DefaultListen,
 		Workspace:         DefaultWorkspace,
 		MaxConcurrentRuns: DefaultMaxConcurrentRuns,
+		MaxWaitingRuns:    DefaultMaxWaitingRuns,
+		DedupeCacheBytes:  DefaultDedupeCacheBytes,
 		Channels: map[string]Channel{
 			DefaultChannelID: {
 				Enabled:     true,
@@ -249,6 +267,11 @@ func defaultChannelConfig() ChannelConfig {
 		HeartbeatSeconds: DefaultHeartbeatSeconds,
 		MaxMessageChars:  DefaultMaxMessageChars,
 		SendQueue:        DefaultSendQueue,
+
+		MaxWaitingPerSession:  DefaultMaxWaitingPerSession,
+		RatePerPeer:           DefaultRatePerPeer,
+		RateBurst:             DefaultRateBurst,
+		ConnectTimeoutSeconds: DefaultConnectTimeoutSeconds,
 	}
 }
 

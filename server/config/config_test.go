@@ -55,6 +55,8 @@ func designExpected() *Config {
 		Listen:            "127.0.0.1:8080",
 		Workspace:         "./workspace",
 		MaxConcurrentRuns: 256,
+		MaxWaitingRuns:    DefaultMaxWaitingRuns,
+		DedupeCacheBytes:  DefaultDedupeCacheBytes,
 		Channels: map[string]Channel{
 			"terminal-dev": {
 				Enabled:     true,
@@ -63,7 +65,7 @@ func designExpected() *Config {
 				AccountID:   "local",
 				DisplayName: "Terminal Dev",
 				Agent:       "echo",
-				Config:      ChannelConfig{HeartbeatSeconds: 30, MaxMessageChars: 20000, SendQueue: 64},
+				Config:      defaultChannelConfig(),
 			},
 		},
 		Agents: map[string]Agent{
@@ -102,12 +104,13 @@ func designExpected() *Config {
 const fullCamel = `{
   "listen": ":9000",
   "workspace": "/srv/ws",
-  "maxConcurrentRuns": 8,
+  "maxConcurrentRuns": 8, "maxWaitingRuns": 100, "maxConnections": 500, "dedupeCacheBytes": 2097152,
   "channels": {
     "devA": {"enabled": false, "kind": "terminal", "mode": "websocket", "accountId": "acct.1",
       "displayName": "Dev A", "agent": "myAgent",
       "config": {"heartbeatSeconds": 15, "maxMessageChars": 500,
-                 "tokens": {"peerOne": "tok1", "peer_two": "tok2"}, "sendQueue": 8}},
+                 "tokens": {"peerOne": "tok1", "peer_two": "tok2"}, "sendQueue": 8,
+                 "maxWaitingPerSession": 3, "ratePerPeer": 5, "rateBurst": 6, "connectTimeoutSeconds": 7}},
     "dev_b": {"accountId": "x", "agent": "nu", "config": {"tokens": ["t1", "t2"]}}
   },
   "agents": {
@@ -126,12 +129,13 @@ const fullCamel = `{
 const fullSnake = `{
   "listen": ":9000",
   "workspace": "/srv/ws",
-  "max_concurrent_runs": 8,
+  "max_concurrent_runs": 8, "max_waiting_runs": 100, "max_connections": 500, "dedupe_cache_bytes": 2097152,
   "channels": {
     "devA": {"enabled": false, "kind": "terminal", "mode": "websocket", "account_id": "acct.1",
       "display_name": "Dev A", "agent": "myAgent",
       "config": {"heartbeat_seconds": 15, "max_message_chars": 500,
-                 "tokens": {"peerOne": "tok1", "peer_two": "tok2"}, "send_queue": 8}},
+                 "tokens": {"peerOne": "tok1", "peer_two": "tok2"}, "send_queue": 8,
+                 "max_waiting_per_session": 3, "rate_per_peer": 5, "rate_burst": 6, "connect_timeout_seconds": 7}},
     "dev_b": {"account_id": "x", "agent": "nu", "config": {"tokens": ["t1", "t2"]}}
   },
   "agents": {
@@ -152,12 +156,16 @@ func fullExpected() *Config {
 		Listen:            ":9000",
 		Workspace:         "/srv/ws",
 		MaxConcurrentRuns: 8,
+		MaxWaitingRuns:    100,
+		MaxConnections:    500,
+		DedupeCacheBytes:  2 << 20,
 		Channels: map[string]Channel{
 			"devA": {
 				Enabled: false, Kind: "terminal", Mode: "websocket", AccountID: "acct.1",
 				DisplayName: "Dev A", Agent: "myAgent",
 				Config: ChannelConfig{
 					HeartbeatSeconds: 15, MaxMessageChars: 500, SendQueue: 8,
+					MaxWaitingPerSession: 3, RatePerPeer: 5, RateBurst: 6, ConnectTimeoutSeconds: 7,
 					Tokens: Tokens{ByPeer: map[string]string{"peerOne": "tok1", "peer_two": "tok2"}},
 				},
 			},
@@ -166,6 +174,7 @@ func fullExpected() *Config {
 				DisplayName: "dev_b", Agent: "nu",
 				Config: ChannelConfig{
 					HeartbeatSeconds: 30, MaxMessageChars: 20000, SendQueue: 64,
+					MaxWaitingPerSession: 64, RatePerPeer: 20, RateBurst: 40, ConnectTimeoutSeconds: 10,
 					Tokens: Tokens{Any: []string{"t1", "t2"}},
 				},
 			},
@@ -214,6 +223,7 @@ func TestParseValid(t *testing.T) {
 		{"disabled channel may use disabled agent", `{"channels": {"c": {"enabled": false, "accountId": "a", "agent": "t"}},
 			"agents": {"t": {"terminal": {"command": "x"}}}}`, &Config{
 			Listen: DefaultListen, Workspace: DefaultWorkspace, MaxConcurrentRuns: 256,
+			MaxWaitingRuns: DefaultMaxWaitingRuns, DedupeCacheBytes: DefaultDedupeCacheBytes,
 			Channels: map[string]Channel{"c": {Kind: "terminal", Mode: "websocket", AccountID: "a", DisplayName: "c",
 				Agent: "t", Config: defaultChannelConfig()}},
 			Agents: map[string]Agent{
@@ -224,6 +234,7 @@ func TestParseValid(t *testing.T) {
 		{"echo may be redefined", `{"channels": {"c": {"accountId": "a"}}, "agents": {"echo": {"builtin": "echo", "delayMs": 3}}}`,
 			&Config{
 				Listen: DefaultListen, Workspace: DefaultWorkspace, MaxConcurrentRuns: 256,
+				MaxWaitingRuns: DefaultMaxWaitingRuns, DedupeCacheBytes: DefaultDedupeCacheBytes,
 				Channels: map[string]Channel{"c": {Enabled: true, Kind: "terminal", Mode: "websocket", AccountID: "a",
 					DisplayName: "c", Agent: "echo", Config: defaultChannelConfig()}},
 				Agents: map[string]Agent{"echo": {Builtin: &BuiltinAgent{Name: "echo", DelayMs: 3}}},
@@ -284,10 +295,12 @@ func TestDefault(t *testing.T) {
 		Listen:            "127.0.0.1:8080",
 		Workspace:         "./workspace",
 		MaxConcurrentRuns: 256,
+		MaxWaitingRuns:    DefaultMaxWaitingRuns,
+		DedupeCacheBytes:  DefaultDedupeCacheBytes,
 		Channels: map[string]Channel{"terminal-dev": {
 			Enabled: true, Kind: "terminal", Mode: "websocket", AccountID: "local",
 			DisplayName: "Terminal Dev", Agent: "echo",
-			Config: ChannelConfig{HeartbeatSeconds: 30, MaxMessageChars: 20000, SendQueue: 64},
+			Config: defaultChannelConfig(),
 		}},
 		Agents: map[string]Agent{"echo": {Builtin: &BuiltinAgent{Name: "echo"}}},
 	}
@@ -320,11 +333,11 @@ func TestParseErrors(t *testing.T) {
 	}{
 		// unknown keys at each level
 		{"unknown top-level key", `{"lisen": "x", ` + ch + `}`, []string{
-			"config: lisen: unknown key (known: listen, workspace, maxConcurrentRuns, channels, agents)"}},
+			"config: lisen: unknown key (known: listen, workspace, maxConcurrentRuns, maxWaitingRuns, maxConnections, dedupeCacheBytes, channels, agents)"}},
 		{"unknown channel key", `{"channels": {"terminal-dev": {"accountId": "local", "agnet": "echo"}}}`, []string{
 			"config: channels.terminal-dev.agnet: unknown key (known: enabled, kind, mode, accountId, displayName, agent, config)"}},
 		{"unknown channel config key", `{"channels": {"terminal-dev": {"accountId": "local", "config": {"heartbeat_secs": 5}}}}`, []string{
-			"config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue)"}},
+			"config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue, maxWaitingPerSession, ratePerPeer, rateBurst, connectTimeoutSeconds)"}},
 		{"unknown agent key", `{` + ch + `, "agents": {"a": {"builtin": "echo", "colour": 1}}}`, []string{
 			"config: agents.a.colour: unknown key (known: builtin, delayMs, terminal, nuum, harness)"}},
 		{"unknown terminal key with hint", `{` + ch + `, "agents": {"helper": {"terminal": {"command": "x", "timeOut": 5}}}}`, []string{
@@ -532,7 +545,7 @@ func TestParseCollectsAllErrors(t *testing.T) {
 		"config: channels.b.accountId: required (a non-empty string)",
 		`config: channels.b.agent: unknown agent "nope" (defined: echo, t, z)`,
 		"config: channels.b.config.heartbeatSeconds: must be an integer between 1 and 3600, got 0",
-		"config: lisen: unknown key (known: listen, workspace, maxConcurrentRuns, channels, agents)",
+		"config: lisen: unknown key (known: listen, workspace, maxConcurrentRuns, maxWaitingRuns, maxConnections, dedupeCacheBytes, channels, agents)",
 		"config: listen: must be a string, got number",
 	}
 	_, err := Parse([]byte(in))

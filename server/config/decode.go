@@ -221,10 +221,12 @@ func (w *walker) config(root *node) *Config {
 		Listen:            DefaultListen,
 		Workspace:         DefaultWorkspace,
 		MaxConcurrentRuns: DefaultMaxConcurrentRuns,
+		MaxWaitingRuns:    DefaultMaxWaitingRuns,
+		DedupeCacheBytes:  DefaultDedupeCacheBytes,
 		Channels:          map[string]Channel{},
 		Agents:            map[string]Agent{},
 	}
-	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "channels", "agents")
+	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes", "channels", "agents")
 	if f == nil {
 		return nil
 	}
@@ -248,6 +250,16 @@ func (w *walker) config(root *node) *Config {
 	}
 	if e, ok := f["maxConcurrentRuns"]; ok {
 		cfg.MaxConcurrentRuns, _ = w.integer(join("", e.key), e.val, 1, noMax)
+	}
+	if e, ok := f["maxWaitingRuns"]; ok {
+		cfg.MaxWaitingRuns, _ = w.integer(join("", e.key), e.val, 1, noMax)
+	}
+	if e, ok := f["maxConnections"]; ok {
+		cfg.MaxConnections, _ = w.integer(join("", e.key), e.val, 1, noMax)
+	}
+	if e, ok := f["dedupeCacheBytes"]; ok {
+		n, _ := w.integer(join("", e.key), e.val, 1<<20, noMax)
+		cfg.DedupeCacheBytes = int64(n)
 	}
 
 	// Agents first, so channels can be checked against them.
@@ -397,7 +409,8 @@ func (w *walker) channel(path, id string, n *node) (ch Channel, agentKey string,
 
 func (w *walker) channelConfig(path string, n *node) ChannelConfig {
 	cc := defaultChannelConfig()
-	f := w.fields(path, n, "heartbeatSeconds", "maxMessageChars", "tokens", "sendQueue")
+	f := w.fields(path, n, "heartbeatSeconds", "maxMessageChars", "tokens", "sendQueue",
+		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds")
 	if e, ok := f["heartbeatSeconds"]; ok {
 		cc.HeartbeatSeconds, _ = w.integer(join(path, e.key), e.val, 1, 3600)
 	}
@@ -409,6 +422,18 @@ func (w *walker) channelConfig(path string, n *node) ChannelConfig {
 	}
 	if e, ok := f["sendQueue"]; ok {
 		cc.SendQueue, _ = w.integer(join(path, e.key), e.val, 1, 65536)
+	}
+	if e, ok := f["maxWaitingPerSession"]; ok {
+		cc.MaxWaitingPerSession, _ = w.integer(join(path, e.key), e.val, 1, 65536)
+	}
+	if e, ok := f["ratePerPeer"]; ok {
+		cc.RatePerPeer, _ = w.integer(join(path, e.key), e.val, 1, 100000)
+	}
+	if e, ok := f["rateBurst"]; ok {
+		cc.RateBurst, _ = w.integer(join(path, e.key), e.val, 1, 100000)
+	}
+	if e, ok := f["connectTimeoutSeconds"]; ok {
+		cc.ConnectTimeoutSeconds, _ = w.integer(join(path, e.key), e.val, 1, 3600)
 	}
 	return cc
 }

@@ -31,7 +31,7 @@
 // the first, one per line, each starting with "config: " and naming the key's
 // path, for example:
 //
-//	config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue)
+//	config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue, maxWaitingPerSession, ratePerPeer, rateBurst, connectTimeoutSeconds)
 //	config: agents.helper.terminal.timeout: must be a positive integer, got "abc"
 //
 // Each line is an *Error; use errors.As on the returned error to get one.
