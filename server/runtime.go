@@ -335,3 +335,10 @@ func (rt *Runtime) rebuild() ([]bus.Inbound, error) {
 }
 
 var errShuttingDown = errors.New("server is shutting down")
+
+// ErrBusy is wrapped by AcceptInbound's error when a bound of the delivery
+// contract refused the message (session queue full, server-wide waiting
+// runs): the message was not accepted and not acked; the adapter answers
+// with an error frame of code link.CodeBusy and the device resends it
+// after a backoff.
+var ErrBusy = errors.New("busy")
