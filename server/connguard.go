@@ -74,7 +74,9 @@ func (c *guardedConn) Close() error {
 }
 
 // Listener wraps ln so that every accepted connection is counted.
-func (g *connGuard) Listener(ln net.Listener) net.Listener { return &guardedListener{Listener: ln, g: g} }
+func (g *connGuard) Listener(ln net.Listener) net.Listener {
+	return &guardedListener{Listener: ln, g: g}
+}
 
 type guardedListener struct {
 	net.Listener
