@@ -25,14 +25,15 @@ cat > "$tmp/cfg.json" <<JSON
 {"workspace":"$tmp/ws","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local"}},
  "agents":{"echo":{"builtin":"echo","delayMs":1000}}}
 JSON
+# start runs the server and sets SPID and READY_MS (until /healthz answers).
 start() {
-  "$TERMSERVER" --config "$tmp/cfg.json" --listen 127.0.0.1:$port 2>>"$tmp/server.log" &
-  SPID=$!
   local t0; t0=$(date +%s%N)
+  "$TERMSERVER" --config "$tmp/cfg.json" --listen 127.0.0.1:$port >/dev/null 2>>"$tmp/server.log" &
+  SPID=$!
   until curl -sf -o /dev/null 127.0.0.1:$port/healthz; do sleep 0.01; done
-  echo $(( ($(date +%s%N) - t0) / 1000000 ))
+  READY_MS=$(( ($(date +%s%N) - t0) / 1000000 ))
 }
-start >/dev/null
+start
 text=$(head -c 20000 /dev/zero | tr '\0' 'x')
 "$TERMRIG" load --server ws://127.0.0.1:$port/api/channels/terminal-dev/ws --devices "$PEERS" --rate 100000 \
   --duration "${SECS}s" --drain 0 --peer-prefix flood --text "$text" >"$tmp/load.out" 2>&1 &
@@ -48,6 +49,6 @@ logs=$(du -sm "$tmp/ws/sessions" | cut -f1)
 kill -9 $SPID; wait $SPID 2>/dev/null || true
 kill $LPID 2>/dev/null || true; wait $LPID 2>/dev/null || true
 echo "flood: peers=$PEERS seconds=$SECS peak_rss=$((hwm / 1024))MiB max_runs_waiting=$maxwait session_logs=${logs}MiB"
-ms=$(start)
+start
 rss=$(awk '/VmRSS/{print $2}' /proc/$SPID/status)
-echo "restart after kill -9: ready in ${ms}ms, rss=$((rss / 1024))MiB, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "restart after kill -9: ready in ${READY_MS}ms, rss=$((rss / 1024))MiB, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
