@@ -297,7 +297,7 @@ func legend(keypad bool) []string {
 	return append(keys,
 		"Status, right of the last row: ok online, .. connecting, a number: seconds",
 		"to the next try while offline, -- offline; : waiting for the answer,",
-		"+ an answer arrived below while you page back (page down to read it).",
+		"+ more of an answer below the page (page down to read it).",
 		"Lines: >sent, ^queued (not yet taken by the server), !refused, -note.")
 }
 

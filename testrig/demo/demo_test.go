@@ -91,10 +91,13 @@ func TestDemoLCD(t *testing.T) {
 	if err != nil || !strings.Contains(string(log), `"content":"You said: hello from tmux"`) {
 		t.Fatalf("session log: %v\n%s", err, log)
 	}
-	// Page back and forth.
+	// A long answer opens at its first line, '+' saying more is below;
+	// page back and forth.
 	tm.run("send-keys", "-l", "one two three four five six seven eight nine ten eleven")
 	tm.run("send-keys", "Enter")
-	tm.waitFor("│eleven")
+	tm.waitFor("│You said: one two", "│seven eight nine ten│", "+ok│")
+	tm.run("send-keys", "Down")
+	tm.waitFor("│eleven", " ok│")
 	tm.run("send-keys", "Up")
 	tm.waitFor("│five six seven eight")
 	tm.run("send-keys", "Down")
