@@ -143,44 +143,34 @@ func TestLCDPaging(t *testing.T) {
 	}
 	v := &device.LCDView{Screen: lcd}
 	m := &device.Model{Link: link.StateConnected}
-	render := func() []string {
+	expect := func(what string, want ...string) {
 		t.Helper()
 		if err := v.Render(context.Background(), m, time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		return bus.Text()
+		if got := bus.Text(); !slices.Equal(got, want) {
+			t.Fatalf("%s:\n%s\nwant\n%s", what, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
 	}
 	m.Sent("q1", "count")
 	m.Apply(link.Event{Kind: link.EventReply, MessageID: "q1", Reply: &link.Message{
 		Text: "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen", FinishReason: "stop"}})
-	want := []string{
+	expect("the answer opens at its first line",
 		"one two three four  ",
 		"five six seven eight",
 		"nine ten eleven     ",
-		"                 +ok",
-	}
-	if got := render(); !slices.Equal(got, want) {
-		t.Fatalf("the answer opens at\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+		"                 +ok")
 	m.PageDown()
-	want = []string{
+	expect("page down",
 		"nine ten eleven     ",
 		"twelve thirteen     ",
 		"fourteen fifteen    ",
-		"                  ok",
-	}
-	if got := render(); !slices.Equal(got, want) {
-		t.Fatalf("page down:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+		"                  ok")
 	m.PageUp()
 	m.PageUp()
-	want = []string{
+	expect("the top page is full",
 		">count              ",
 		"one two three four  ",
 		"five six seven eight",
-		"                  ok",
-	}
-	if got := render(); !slices.Equal(got, want) {
-		t.Fatalf("top page:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+		"                  ok")
 }
