@@ -390,9 +390,10 @@ func (c *Console) Close() error {
 // when cancelled, nil when the input ended, or the read error. It can be
 // called once.
 //
-// A reader goroutine is stopped by a read deadline when the ReadWriter has
-// SetReadDeadline (an *os.File TTY or PTY, a Serial); with a plain
-// io.Reader it ends at the next read that returns.
+// Input is read with ReadKeys (a lone ESC counts as Escape after EscDelay
+// of quiet). Its reader goroutine is stopped by a read deadline when the
+// ReadWriter has SetReadDeadline (an *os.File TTY or PTY, a Serial); with a
+// plain io.Reader it ends at the next read that returns.
 func (c *Console) Run(ctx context.Context) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return errors.New("console: Run called twice")
