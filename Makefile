@@ -1,7 +1,7 @@
 # termlink — the commands the README names.
 GO ?= go
 
-.PHONY: test vet race cross build demo fuzz
+.PHONY: test vet race cross build pi demo fuzz
 
 # The test command: vet, race-detector tests, and the Raspberry Pi cross-builds.
 test: vet race cross
@@ -17,8 +17,22 @@ cross:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -o /dev/null ./cmd/...
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./cmd/...
 
+# termd, termserver and termrig for this machine, in bin/ (the first build
+# takes a minute or two on a small machine; later ones are quick).
 build:
 	mkdir -p bin && $(GO) build -o bin/ ./cmd/...
+
+# The demo (README, Quick start), from the build above.
+demo: build
+	bin/termrig demo
+
+# termd, termserver and termrig for the Raspberry Pi: bin/linux-arm6/ for a
+# Pi Zero / Zero W / Pi 1 (ARMv6), bin/linux-arm64/ for a Pi 3/4/5 or Zero 2
+# with a 64-bit OS. Static, no cgo: copy them to the Pi as they are.
+pi:
+	mkdir -p bin/linux-arm6 bin/linux-arm64
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -o bin/linux-arm6/ ./cmd/...
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o bin/linux-arm64/ ./cmd/...
 
 # Short fuzzing of every parser (longer: FUZZTIME=5m make fuzz).
 FUZZTIME ?= 20s

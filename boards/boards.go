@@ -46,11 +46,19 @@ func Load(name string) (*Profile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boards: read %s: %w", file, err)
 	}
-	return Parse(file, data)
+	p, err := Parse(file, data)
+	if err != nil {
+		return nil, err
+	}
+	if p.Name != name {
+		return nil, &FieldError{File: file, Path: "name", Msg: fmt.Sprintf("%q does not match the file name %q", p.Name, file)}
+	}
+	return p, nil
 }
 
-// LoadFile reads a profile from a JSON file. Its name defaults to the file
-// name without ".json".
+// LoadFile reads a profile from a JSON file, such as a copy of an embedded
+// profile edited for other wiring. Its name defaults to the file name
+// without ".json"; a name given in the file need not match the file name.
 func LoadFile(file string) (*Profile, error) {
 	f, err := os.Open(file)
 	if err != nil {

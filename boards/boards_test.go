@@ -145,6 +145,30 @@ func TestLoadFile(t *testing.T) {
 	}
 }
 
+// The README's way to a custom board: copy an embedded profile, edit it,
+// load it by path. The copy keeps the name it was copied with.
+func TestLoadFileEditedCopy(t *testing.T) {
+	data, err := profiles.ReadFile("profiles/rpi-lcd2004-i2c.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(data), `"0x27"`, `"0x3F"`, 1)
+	if edited == string(data) {
+		t.Fatalf("the profile has no address 0x27 to edit:\n%s", data)
+	}
+	file := filepath.Join(t.TempDir(), "my-board.json")
+	if err := os.WriteFile(file, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := LoadFile(file)
+	if err != nil {
+		t.Fatalf("LoadFile(my-board.json), a copy of rpi-lcd2004-i2c: %v", err)
+	}
+	if p.Display.Address != 0x3F || p.Name != "rpi-lcd2004-i2c" {
+		t.Fatalf("loaded %q at %#x, want rpi-lcd2004-i2c at 0x3f", p.Name, p.Display.Address)
+	}
+}
+
 const lcd = `"display": {"kind": "hd44780-i2c", "rows": 2, "cols": 16, "bus": "1", "address": "0x27"}`
 const kp4 = `"kind": "4x4", "rows": ["GPIO5", "GPIO6", "GPIO13", "GPIO19"], "cols": ["GPIO12", "GPIO16", "GPIO20", "GPIO21"]`
 
@@ -223,7 +247,6 @@ func TestValidationErrors(t *testing.T) {
 		{"serial port relative", `{"display": {"kind": "console"}, "serial": {"port": "ttyUSB0"}}`, "serial.port", "want an absolute device path"},
 		{"serial baud", `{"display": {"kind": "console"}, "serial": {"port": "/dev/ttyUSB0", "baud": 1234}}`, "serial.baud", "1234 is not a standard rate"},
 		{"serial baud negative", `{"display": {"kind": "console"}, "serial": {"port": "/dev/ttyUSB0", "baud": -1}}`, "serial.baud", "-1 is not a standard rate"},
-		{"name mismatch", `{"name": "other", "display": {"kind": "console"}}`, "name", `"other" does not match the file name "test.json"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

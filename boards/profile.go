@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,7 +15,9 @@ import (
 
 // Profile describes one board: its display, keypad and serial console.
 type Profile struct {
-	// Name is the profile's name; it must match the file name when given.
+	// Name is the profile's name (default: the file name without .json).
+	// An embedded profile's name is its file name; a file loaded by path
+	// may keep the name of the profile it was copied from.
 	Name string `json:"name"`
 	// Description says what the board is, for humans.
 	Description string `json:"description"`
@@ -268,12 +269,6 @@ func (p *Profile) Validate() error {
 
 func (p *Profile) validate(file string) error {
 	v := &validator{file: file}
-	if file != "" {
-		want := strings.TrimSuffix(path.Base(file), ".json")
-		if p.Name != "" && p.Name != want {
-			v.add("name", "%q does not match the file name %q", p.Name, path.Base(file))
-		}
-	}
 	if p.Name != "" && !validName(p.Name) {
 		v.add("name", "%q: use lower-case letters, digits and dashes", p.Name)
 	}

@@ -171,11 +171,9 @@ func (d *Daemon) handle(ctx context.Context, in Input, log *slog.Logger) {
 		}
 		m.Sent(id, text)
 	case InputScrollUp:
-		m.Scroll++
+		m.PageUp()
 	case InputScrollDown:
-		if m.Scroll > 0 {
-			m.Scroll--
-		}
+		m.PageDown()
 	case InputCancel:
 		id := m.Pending()
 		if id == "" {

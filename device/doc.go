@@ -7,7 +7,8 @@
 // The screen always shows the link state and, while offline, the seconds
 // to the next try; what was typed offline is shown queued and goes out on
 // reconnect (the client's outbox); while an answer is pending a busy mark
-// and the agent's progress text; long answers are paged with the scroll
-// keys, and an answer that arrives while the user reads back gets an
-// unread mark.
+// and the agent's progress text. Long answers are paged with the scroll
+// keys: a new answer longer than the screen opens at its first line, and
+// the mark '+' says more of an answer is below the page (also when one
+// arrives while the user reads back).
 package device

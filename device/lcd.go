@@ -19,7 +19,8 @@ type View interface {
 // and a bottom line with the text being typed (or the link state, or the
 // agent's progress) and a 3-cell status field at the right:
 //
-//	cell 1: '+' an answer arrived while scrolled back, ':' waiting for an answer
+//	cell 1: '+' an answer (or more of one) is below the page shown,
+//	':' waiting for an answer
 //	cells 2-3: "ok" online, ".." connecting, "--" offline, or the seconds
 //	to the next try while waiting (" 7", "29")
 //
@@ -46,23 +47,9 @@ func (v *LCDView) Render(ctx context.Context, m *Model, now time.Time) error {
 	if page < 1 {
 		page = 1
 	}
-	lines := v.conversation(m, cols)
-	// Clamp scrolling to the pages there are.
-	maxScroll := 0
-	if len(lines) > page {
-		maxScroll = (len(lines) - 1) / page
-	}
-	if m.Scroll > maxScroll {
-		m.Scroll = maxScroll
-	}
-	if m.Scroll == 0 {
-		m.Unread = false
-	}
-	end := len(lines) - m.Scroll*page
-	start := end - page
-	if start < 0 {
-		start = 0
-	}
+	lines, seqs := v.conversation(m, cols)
+	start := m.Window(seqs, page)
+	end := min(start+page, len(lines))
 	if rows > 1 {
 		for i, l := range lines[start:end] {
 			f.SetLine(i, l)
@@ -72,8 +59,9 @@ func (v *LCDView) Render(ctx context.Context, m *Model, now time.Time) error {
 	return v.Screen.Draw(ctx, f)
 }
 
-func (v *LCDView) conversation(m *Model, cols int) []string {
-	var lines []string
+// conversation wraps the entries into lines, and gives the Seq of the
+// entry of each line.
+func (v *LCDView) conversation(m *Model, cols int) (lines []string, seqs []uint64) {
 	for _, e := range m.Entries {
 		text := e.Text
 		switch e.Role {
@@ -89,9 +77,13 @@ func (v *LCDView) conversation(m *Model, cols int) []string {
 		case System:
 			text = "-" + text
 		}
-		lines = append(lines, display.Wrap(display.Fold(v.Screen, text), cols)...)
+		wrapped := display.Wrap(display.Fold(v.Screen, text), cols)
+		lines = append(lines, wrapped...)
+		for range wrapped {
+			seqs = append(seqs, e.Seq)
+		}
 	}
-	return lines
+	return lines, seqs
 }
 
 func (v *LCDView) bottom(m *Model, cols int, now time.Time) string {

@@ -59,11 +59,78 @@ type Model struct {
 	SessionID string
 
 	Progress string // the agent's latest progress text, while busy
-	Scroll   int    // pages scrolled back from the newest (LCD)
-	Unread   bool   // an answer came while scrolled back
+	Unread   bool   // an answer (or more of one) is below the page shown (LCD)
 	Stopping bool   // termd is shutting down
 
-	seq uint64
+	seq   uint64
+	pager pager
+}
+
+// pager is where the LCD's page of the conversation is. It follows the
+// newest lines unless pinned: then its top is line top.line of the entry
+// with Seq top.seq, wherever that entry now is (entries are dropped from
+// the front, and wrapping depends on the screen). Page moves wait in moves
+// until the next layout (Window), which knows the page size.
+type pager struct {
+	pinned bool
+	top    struct {
+		seq  uint64
+		line int
+	}
+	moves int // pages forward (+) or back (-) asked for since the last layout
+}
+
+// PageUp asks for the page before the one shown.
+func (m *Model) PageUp() { m.pager.moves-- }
+
+// PageDown asks for the page after the one shown.
+func (m *Model) PageDown() { m.pager.moves++ }
+
+// Window lays out the conversation page: lineSeq holds, for each wrapped
+// line of the conversation in order, the Seq of the entry it belongs to,
+// and page is the number of rows for it. It applies the page moves asked
+// for and returns the index of the first line to show; the page is
+// lineSeq[start:min(start+page, len(lineSeq))], full whenever there are
+// enough lines. The first page (top) is full too, and a new answer longer
+// than a page opens at its first line.
+func (m *Model) Window(lineSeq []uint64, page int) (start int) {
+	page = max(page, 1)
+	bottom := max(len(lineSeq)-page, 0)
+	cur := bottom
+	if p := &m.pager; p.pinned {
+		first := -1 // the pinned entry's first line
+		for i, seq := range lineSeq {
+			if seq >= p.top.seq {
+				first = i
+				break
+			}
+		}
+		switch {
+		case first < 0: // the entry has no lines (any more)
+		case lineSeq[first] != p.top.seq: // dropped: the oldest line left
+			cur = first
+		default:
+			cur = first + p.top.line
+			if cur >= len(lineSeq) || lineSeq[cur] != p.top.seq {
+				cur = first // the entry now wraps to fewer lines
+			}
+		}
+	}
+	cur += m.pager.moves * page
+	m.pager.moves = 0
+	cur = min(max(cur, 0), bottom)
+	if cur == bottom {
+		m.pager.pinned, m.Unread = false, false
+		return bottom
+	}
+	seq := lineSeq[cur]
+	line := 0
+	for i := cur - 1; i >= 0 && lineSeq[i] == seq; i-- {
+		line++
+	}
+	m.pager.pinned = true
+	m.pager.top.seq, m.pager.top.line = seq, line
+	return cur
 }
 
 // Busy reports whether a message waits for its answer.
@@ -107,7 +174,8 @@ func (m *Model) find(messageID string) *Entry {
 // Sent records a message the user sent (it is in the outbox).
 func (m *Model) Sent(messageID, text string) {
 	m.add(Entry{Role: User, Text: text, MessageID: messageID, Delivery: Queued})
-	m.Scroll, m.Unread = 0, false
+	m.pager = pager{} // back to the newest lines
+	m.Unread = false
 }
 
 // Notice adds a line from termd itself.
@@ -146,7 +214,13 @@ func (m *Model) Apply(ev link.Event) {
 		if !m.Busy() {
 			m.Progress = ""
 		}
-		if m.Scroll > 0 {
+		if m.pager.pinned {
+			m.Unread = true // the user reads back: the page stays
+		} else {
+			// Open the answer at its first line; Window follows the newest
+			// lines again when it fits the page.
+			m.pager.pinned = true
+			m.pager.top.seq, m.pager.top.line = m.seq, 0
 			m.Unread = true
 		}
 	case link.EventError:

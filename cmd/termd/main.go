@@ -44,6 +44,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("termd", flag.ContinueOnError)
+	fs.Usage = func() { printUsage(fs) }
 	server := fs.String("server", "", "channel `URL`: ws://host:8080/api/channels/terminal-dev/ws (or http://host:8080)")
 	channel := fs.String("channel", "terminal-dev", "channel `id` when --server has no path")
 	board := fs.String("board", "sim", "board profile `name`: "+strings.Join(boards.Names(), ", "))

@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -25,8 +24,8 @@ import (
 	"termlink/testrig/checks/sim"
 )
 
-// checkOutput prints r and returns the error that gives exit status 1
-// when it failed.
+// checkOutput prints r and returns the exit status 1 when it failed (the
+// failure is printed once, in r).
 func (a *app) checkOutput(r checks.Result, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
@@ -39,7 +38,7 @@ func (a *app) checkOutput(r checks.Result, asJSON bool) error {
 		return err
 	}
 	if !r.Pass {
-		return errors.New(r.Summary)
+		return exitFailed
 	}
 	return nil
 }
@@ -440,7 +439,10 @@ I2C LCD (lcd-test for a GPIO LCD), keypad-test when the board has a keypad
 and --interactive is given (it needs a person), serial-loopback when
 --serial-port names a port with TX wired to RX, gpio-loopback when
 --gpio-out and --gpio-in are wired together, link-test when --server is
-given. Prints a pass/fail table; exit status 1 when a check failed.
+given. Prints a table (PASS, FAIL, SKIP: it could run with what it asks
+for, N/A: not on this board) and a verdict: PASS (exit status 0) only when
+every check that applies ran and passed; FAIL (1) when one failed;
+INCOMPLETE (3) when none failed but some were skipped.
 --sim (or --board sim) runs every check on the simulated rig (LCD emulator,
 PTY loopback, simulated pins and keypad, in-process termserver): it needs no
 hardware and no person, for CI.`
@@ -502,7 +504,9 @@ func (a *app) selftest(ctx context.Context, args []string) error {
 	} else {
 		p, err := h.loadBoard(f.board)
 		if err != nil {
-			return a.reportOutput(checks.Report{Results: []checks.Result{checks.Failed("selftest", err)}}, *asJSON, f.verbose)
+			var rep checks.Report
+			rep.Add(checks.Failed("selftest", err))
+			return a.reportOutput(rep, *asJSON, f.verbose)
 		}
 		var cleanup func()
 		steps, cleanup = a.boardSteps(h, p, f, bauds, *asJSON)
@@ -512,8 +516,10 @@ func (a *app) selftest(ctx context.Context, args []string) error {
 	return a.reportOutput(rep, *asJSON, f.verbose)
 }
 
-// reportOutput prints a selftest report and returns the error for exit
-// status 1 when a check failed.
+// reportOutput prints a selftest report and returns the exit status it
+// calls for: 1 when a check failed, 3 when nothing failed but checks were
+// skipped for lack of what they need (INCOMPLETE: not a failure, and not a
+// pass a script may take for "the board works").
 func (a *app) reportOutput(rep checks.Report, asJSON, verbose bool) error {
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
@@ -525,16 +531,13 @@ func (a *app) reportOutput(rep checks.Report, asJSON, verbose bool) error {
 	} else if err := rep.WriteText(a.stdout, verbose); err != nil {
 		return err
 	}
-	if rep.Pass {
+	switch rep.Verdict {
+	case checks.VerdictPass:
 		return nil
+	case checks.VerdictIncomplete:
+		return exitIncomplete
 	}
-	var failed []string
-	for _, r := range rep.Results {
-		if !r.Pass {
-			failed = append(failed, r.Name)
-		}
-	}
-	return fmt.Errorf("%d of %d checks failed: %s", len(failed), len(rep.Results), strings.Join(failed, ", "))
+	return exitFailed
 }
 
 // simSteps are every check on the simulated rig.
@@ -602,11 +605,15 @@ func (a *app) boardSteps(h hw, p *boards.Profile, f selftestFlags, bauds []int, 
 
 	var steps []checks.Step
 	switch {
+	case lcdErr != nil && p.Display.Kind != boards.HD44780I2C && p.Display.Kind != boards.HD44780GPIO:
+		steps = append(steps, checks.Step{Name: "i2c-scan", NotApplicable: "the board has no I2C LCD"},
+			checks.Step{Name: "lcd-test", NotApplicable: lcdErr.Error()})
 	case lcdErr != nil:
-		steps = append(steps, checks.Step{Name: "i2c-scan", Skip: "the board has no I2C LCD"},
-			checks.Step{Name: "lcd-test", Skip: lcdErr.Error()})
+		steps = append(steps, checks.Step{Name: "lcd-test", Run: func(context.Context) checks.Result {
+			return checks.Failed("lcd-test", lcdErr)
+		}})
 	case lcd.gpio != nil:
-		steps = append(steps, checks.Step{Name: "i2c-scan", Skip: "the LCD is on GPIO lines, not I2C"},
+		steps = append(steps, checks.Step{Name: "i2c-scan", NotApplicable: "the LCD is on GPIO lines, not I2C"},
 			checks.Step{Name: "lcd-test", Run: func(ctx context.Context) checks.Result {
 				return a.runLCD(ctx, h, lcd, checks.LCDOptions{Hold: hold})
 			}})
@@ -655,7 +662,7 @@ func (a *app) boardSteps(h hw, p *boards.Profile, f selftestFlags, bauds []int, 
 
 	switch {
 	case p.Keypad == nil:
-		steps = append(steps, checks.Step{Name: "keypad-test", Skip: "the board has no keypad"})
+		steps = append(steps, checks.Step{Name: "keypad-test", NotApplicable: "the board has no keypad"})
 	case !f.interactive:
 		steps = append(steps, checks.Step{Name: "keypad-test", Skip: "needs a person to press the keys: run with --interactive"})
 	default:

@@ -13,7 +13,7 @@ import (
 func (a *app) demo(ctx context.Context, args []string) error {
 	fs, usage := a.newFlagSet("demo", "[--agent CMD] [--console] [--keypad] [--workspace DIR]")
 	var opt demo.Options
-	fs.StringVar(&opt.Agent, "agent", "", "a Terminal Protocol v1 rich agent `command` (default: the built-in echo agent)")
+	fs.StringVar(&opt.Agent, "agent", "", "a Terminal Protocol v1 rich agent `command`, run in this directory (default: the built-in echo agent)")
 	fs.BoolVar(&opt.Console, "console", false, "show the VT100 console device instead of the 20x4 LCD")
 	fs.BoolVar(&opt.Keypad, "keypad", false, "the keyboard is a 4x4 keypad: 0-9 * # A-D with multi-tap letters")
 	fs.StringVar(&opt.Workspace, "workspace", "", "keep session logs, the outbox and demo.log in `DIR` (default: a temporary directory)")

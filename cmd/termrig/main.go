@@ -6,7 +6,8 @@
 //
 // Run `termrig help` for the list and `termrig <command> -h` for the flags
 // of one command. Exit status: 0 success, 1 the command ran and found a
-// failure, 2 bad usage.
+// failure, 2 bad usage, 3 selftest found no failure but skipped checks
+// for lack of a jumper, wired pins, a person or a server (INCOMPLETE).
 package main
 
 import (
@@ -62,6 +63,18 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
 
+// exitStatus ends a command whose outcome it has printed already: run
+// exits with the status and prints nothing more.
+type exitStatus int
+
+func (e exitStatus) Error() string { return "exit status " + strconv.Itoa(int(e)) }
+
+// Exit statuses of a command that printed its own verdict.
+const (
+	exitFailed     exitStatus = 1 // a check failed
+	exitIncomplete exitStatus = 3 // selftest: nothing failed, checks skipped
+)
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -101,9 +114,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	err := cmd.run(ctx, args[1:])
 	var ue usageError
+	var es exitStatus
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, &es):
+		return int(es)
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "termrig %s: %v\nRun 'termrig %s -h' for usage.\n", name, err, name)
 		return 2

@@ -4,7 +4,10 @@
 //	termserver [--config FILE] [--listen ADDR] [--log-level LEVEL]
 //
 // With no config it serves channel terminal-dev (kind terminal, mode
-// websocket, account local) with the built-in echo agent on 127.0.0.1:8080.
+// websocket, account local) with the built-in echo agent on 127.0.0.1:8080,
+// with the workspace ./workspace. With a config that gives no workspace
+// (or a relative one), the workspace is beside the config file. The
+// workspace in use is in the "termserver listening" log line.
 package main
 
 import (
@@ -16,6 +19,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -32,6 +36,7 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("termserver", flag.ContinueOnError)
+	fs.Usage = func() { printUsage(fs) }
 	cfgPath := fs.String("config", "", "JSON config `file` (default: channel terminal-dev with the echo agent)")
 	listen := fs.String("listen", "", "listen `address`, overrides the config (default 127.0.0.1:8080)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -78,7 +83,11 @@ func run(args []string) error {
 			log.Info("channel ready", "channel", id, "url", "ws://"+ln.Addr().String()+"/api/channels/"+id+"/ws", "agent", ch.Agent)
 		}
 	}
-	log.Info("termserver listening", "addr", ln.Addr().String(), "workspace", cfg.Workspace)
+	ws, err := filepath.Abs(cfg.Workspace)
+	if err != nil {
+		ws = cfg.Workspace
+	}
+	log.Info("termserver listening", "addr", ln.Addr().String(), "workspace", ws)
 	err = srv.Serve(ctx, ln, *grace)
 	log.Info("termserver stopped")
 	return err

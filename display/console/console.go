@@ -390,21 +390,37 @@ func (c *Console) Close() error {
 // when cancelled, nil when the input ended, or the read error. It can be
 // called once.
 //
-// A reader goroutine is stopped by a read deadline when the ReadWriter has
-// SetReadDeadline (an *os.File TTY or PTY, a Serial); with a plain
-// io.Reader it ends at the next read that returns.
+// Input is read with ReadKeys (a lone ESC counts as Escape after EscDelay
+// of quiet). Its reader goroutine is stopped by a read deadline when the
+// ReadWriter has SetReadDeadline (an *os.File TTY or PTY, a Serial); with a
+// plain io.Reader it ends at the next read that returns.
 func (c *Console) Run(ctx context.Context) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return errors.New("console: Run called twice")
 	}
 	defer close(c.events)
 
-	chunks := make(chan []byte)
+	// The keys, read and decoded by ReadKeys (which flushes a lone ESC
+	// when the input goes quiet), arrive here in order, then its end.
+	keyc := make(chan []Key)
 	rerr := make(chan error, 1)
-	stop := make(chan struct{})
+	rctx, stopReading := context.WithCancel(context.Background())
 	rdone := make(chan struct{})
-	go c.reader(chunks, rerr, stop, rdone)
-	defer c.stopReader(stop, rdone)
+	go func() {
+		defer close(rdone)
+		rerr <- ReadKeys(rctx, c.rw, func(keys []Key) error {
+			select {
+			case keyc <- keys:
+				return nil
+			case <-rctx.Done():
+				return rctx.Err()
+			}
+		})
+	}()
+	defer func() {
+		stopReading()
+		<-rdone
+	}()
 
 	var resized, reopened <-chan struct{}
 	if r, ok := c.rw.(Resizer); ok {
@@ -424,8 +440,6 @@ func (c *Console) Run(ctx context.Context) error {
 	c.startSizing()
 	c.mu.Unlock()
 
-	var dec Decoder
-	var keys []Key
 	var evs []Event
 	for {
 		c.mu.Lock()
@@ -439,8 +453,7 @@ func (c *Console) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case data := <-chunks:
-			keys = dec.Decode(keys[:0], data)
+		case keys := <-keyc:
 			evs = c.handle(keys, evs)
 			c.mu.Lock()
 			if !c.fixed && !c.sizeKnown && !c.probing && c.unanswered < maxUnanswered {
@@ -453,9 +466,7 @@ func (c *Console) Run(ctx context.Context) error {
 			}
 			c.mu.Unlock()
 		case err := <-rerr:
-			if errors.Is(err, io.EOF) {
-				keys = dec.Flush(keys[:0])
-				evs = c.handle(keys, evs)
+			if errors.Is(err, io.EOF) { // the keys held were flushed before
 				evs = append(evs, Event{Kind: EOF})
 				if err := c.emit(ctx, evs); err != nil {
 					return err
@@ -498,65 +509,8 @@ func (c *Console) emit(ctx context.Context, evs []Event) error {
 	return nil
 }
 
-func (c *Console) reader(chunks chan<- []byte, rerr chan<- error, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	buf := make([]byte, 4096)
-	for {
-		n, err := c.rw.Read(buf)
-		if n > 0 {
-			data := append([]byte(nil), buf[:n]...)
-			select {
-			case chunks <- data:
-			case <-stop:
-				return
-			}
-		}
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		if err != nil {
-			select {
-			case rerr <- err:
-			case <-stop:
-			}
-			return
-		}
-		if n == 0 {
-			// A reader with a read timeout (a raw serial.Port) returns
-			// (0, nil); don't spin on it.
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-	}
-}
-
-type readDeadliner interface {
-	SetReadDeadline(t time.Time) error
-}
-
 type writeDeadliner interface {
 	SetWriteDeadline(t time.Time) error
-}
-
-func (c *Console) stopReader(stop chan struct{}, rdone <-chan struct{}) {
-	close(stop)
-	d, ok := c.rw.(readDeadliner)
-	if ok && d.SetReadDeadline(time.Now()) != nil {
-		ok = false
-	}
-	if !ok {
-		return // the reader ends at its next read
-	}
-	select {
-	case <-rdone:
-		_ = d.SetReadDeadline(time.Time{})
-	case <-time.After(time.Second):
-	}
 }
 
 // startSizing finds the terminal size when it was not given. It returns

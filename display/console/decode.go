@@ -107,6 +107,10 @@ func (d *Decoder) Pending() bool {
 	return d.state != stGround || d.u8n > 0
 }
 
+// loneEsc reports whether the decoder holds an ESC that may start a
+// sequence or be the Escape key on its own.
+func (d *Decoder) loneEsc() bool { return d.state == stEsc }
+
 // Flush ends any incomplete sequence: a partial UTF-8 character becomes
 // utf8.RuneError, a lone ESC becomes KeyEscape, a partial control sequence is
 // dropped. Use it when input has been quiet for a while or has ended.

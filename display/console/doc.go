@@ -16,7 +16,9 @@
 // Only VT100 sequences are written (CUP, EL, ED, DECSTBM, SGR bold, dim and
 // reverse, DECSC/DECRC and the cursor position report), so it works under
 // picocom, minicom, screen and any xterm. Text is UTF-8 both ways; a
-// character split across reads is decoded once it is complete.
+// character split across reads is decoded once it is complete. A lone ESC
+// is the Escape key once the input has been quiet for EscDelay (50 ms), as
+// in terminals; ReadKeys reads keys that way for other programs too.
 //
 // The input line is edited in place: printable characters, Backspace (DEL
 // or BS), Delete, Left/Right (ESC [ C/D and ESC O C/D), Home/End, Up/Down

@@ -16,9 +16,13 @@ type Result struct {
 	Name string
 	// Pass is the verdict. A skipped check passes.
 	Pass bool
-	// Skipped is set when the check did not run (it does not apply, or it
-	// needs a person); Summary says why.
+	// Skipped is set when the check did not run; Summary says why. Unless
+	// NotApplicable is set too, it could run with what Summary asks for
+	// (a jumper, wired pins, a person, a server).
 	Skipped bool
+	// NotApplicable marks a skipped check that does not apply to the
+	// board (no keypad, no I²C LCD).
+	NotApplicable bool
 	// Summary is the verdict in one line, the reason first when it failed:
 	// "nothing received: is TX wired to RX?".
 	Summary string
@@ -76,9 +80,11 @@ func (r *Result) Fail(format string, a ...any) {
 	r.Pass, r.Summary = false, msg
 }
 
-// Status is "PASS", "FAIL" or "SKIP".
+// Status is "PASS", "FAIL", "SKIP" or "N/A" (not applicable).
 func (r *Result) Status() string {
 	switch {
+	case r.NotApplicable:
+		return "N/A"
 	case r.Skipped:
 		return "SKIP"
 	case r.Pass:
@@ -142,6 +148,9 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	b.WriteString(strconv.FormatBool(r.Pass))
 	b.WriteString(`,"skipped":`)
 	b.WriteString(strconv.FormatBool(r.Skipped))
+	if r.NotApplicable {
+		b.WriteString(`,"not_applicable":true`)
+	}
 	b.WriteString(`,"summary":`)
 	writeJSON(&b, r.Summary)
 	b.WriteString(`,"details":`)
@@ -184,6 +193,7 @@ func (r *Result) UnmarshalJSON(data []byte) error {
 		Name    string          `json:"name"`
 		Pass    bool            `json:"pass"`
 		Skipped bool            `json:"skipped"`
+		NA      bool            `json:"not_applicable"`
 		Summary string          `json:"summary"`
 		Details []string        `json:"details"`
 		Metrics json.RawMessage `json:"metrics"`
@@ -191,7 +201,7 @@ func (r *Result) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return err
 	}
-	*r = Result{Name: raw.Name, Pass: raw.Pass, Skipped: raw.Skipped, Summary: raw.Summary, Details: raw.Details}
+	*r = Result{Name: raw.Name, Pass: raw.Pass, Skipped: raw.Skipped, NotApplicable: raw.NA, Summary: raw.Summary, Details: raw.Details}
 	if len(raw.Metrics) == 0 || string(raw.Metrics) == "null" {
 		return nil
 	}
@@ -218,30 +228,77 @@ func (r *Result) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
+// Verdicts of a Report.
+const (
+	VerdictPass       = "PASS"       // every check that applies ran and passed
+	VerdictFail       = "FAIL"       // a check failed
+	VerdictIncomplete = "INCOMPLETE" // nothing failed, but checks were skipped for lack of a stand-in
+)
+
 // Report is the outcome of several checks (the selftest).
 type Report struct {
-	Pass    bool     `json:"pass"`
-	Results []Result `json:"checks"`
+	// Verdict is VerdictPass, VerdictFail or VerdictIncomplete.
+	Verdict string `json:"verdict"`
+	// Pass is Verdict == VerdictPass.
+	Pass bool `json:"pass"`
+	// The checks by outcome; Skipped counts those that could have run,
+	// NotApplicable those that do not apply to the board.
+	Passed        int      `json:"passed"`
+	Failed        int      `json:"failed"`
+	Skipped       int      `json:"skipped"`
+	NotApplicable int      `json:"not_applicable"`
+	Results       []Result `json:"checks"`
 }
 
-// Add appends r; a failed r fails the report.
+// Add appends r and updates the counts and the verdict: FAIL when a check
+// failed, else INCOMPLETE when one was skipped (or none ran), else PASS.
 func (rep *Report) Add(r Result) {
-	if len(rep.Results) == 0 {
-		rep.Pass = true
-	}
 	rep.Results = append(rep.Results, r)
-	rep.Pass = rep.Pass && r.Pass
+	switch {
+	case r.NotApplicable:
+		rep.NotApplicable++
+	case r.Skipped:
+		rep.Skipped++
+	case r.Pass:
+		rep.Passed++
+	default:
+		rep.Failed++
+	}
+	switch {
+	case rep.Failed > 0:
+		rep.Verdict = VerdictFail
+	case rep.Skipped > 0 || rep.Passed == 0:
+		rep.Verdict = VerdictIncomplete
+	default:
+		rep.Verdict = VerdictPass
+	}
+	rep.Pass = rep.Verdict == VerdictPass
 }
 
-// WriteText writes the pass/fail table, then the details of every check
-// that failed:
+// Counts says how many checks passed, failed and were skipped:
+// "1 passed, 0 failed, 4 skipped, 1 not applicable" (the last part only
+// when there are such checks).
+func (rep *Report) Counts() string {
+	s := fmt.Sprintf("%d passed, %d failed, %d skipped", rep.Passed, rep.Failed, rep.Skipped)
+	if rep.NotApplicable > 0 {
+		s += fmt.Sprintf(", %d not applicable", rep.NotApplicable)
+	}
+	return s
+}
+
+// WriteText writes the table, then the details of every check that
+// failed, then the verdict:
 //
 //	CHECK            RESULT  SUMMARY
 //	i2c-scan         PASS    1 device answers: 0x27 (PCF8574 LCD backpack)
 //	serial-loopback  FAIL    nothing received: is TX wired to RX?
 //	keypad-test      SKIP    needs a person: run with --interactive
+//	gpio-loopback    N/A     the board has no ...
 //
-//	selftest: FAIL (1 of 3 checks failed)
+//	selftest: FAIL (1 passed, 1 failed, 1 skipped, 1 not applicable)
+//
+// The verdict says PASS only when every check that applies ran and
+// passed: "selftest: PASS (6 checks)".
 func (rep *Report) WriteText(w io.Writer, verbose bool) error {
 	var b bytes.Buffer
 	width := len("CHECK")
@@ -249,12 +306,8 @@ func (rep *Report) WriteText(w io.Writer, verbose bool) error {
 		width = max(width, len(r.Name))
 	}
 	fmt.Fprintf(&b, "%-*s  %-6s  %s\n", width, "CHECK", "RESULT", "SUMMARY")
-	failed := 0
 	for _, r := range rep.Results {
 		fmt.Fprintf(&b, "%-*s  %-6s  %s\n", width, r.Name, r.Status(), r.Summary)
-		if !r.Pass {
-			failed++
-		}
 	}
 	for _, r := range rep.Results {
 		if r.Pass && !verbose || r.Skipped {
@@ -263,10 +316,15 @@ func (rep *Report) WriteText(w io.Writer, verbose bool) error {
 		b.WriteByte('\n')
 		r.WriteText(&b)
 	}
-	if failed == 0 {
-		fmt.Fprintf(&b, "\nselftest: PASS (%d checks)\n", len(rep.Results))
-	} else {
-		fmt.Fprintf(&b, "\nselftest: FAIL (%d of %d checks failed)\n", failed, len(rep.Results))
+	switch {
+	case rep.Pass && rep.NotApplicable == 0:
+		fmt.Fprintf(&b, "\nselftest: PASS (%d checks)\n", rep.Passed)
+	case rep.Pass:
+		fmt.Fprintf(&b, "\nselftest: PASS (%d checks; %d not applicable)\n", rep.Passed, rep.NotApplicable)
+	case rep.Verdict == VerdictIncomplete:
+		fmt.Fprintf(&b, "\nselftest: INCOMPLETE (%s): nothing failed, but the skipped checks did not run; give them what they ask for\n", rep.Counts())
+	default:
+		fmt.Fprintf(&b, "\nselftest: %s (%s)\n", rep.Verdict, rep.Counts())
 	}
 	_, err := w.Write(b.Bytes())
 	return err

@@ -60,7 +60,7 @@ func TestResultJSON(t *testing.T) {
 	if err := json.Unmarshal(data, &backRep); err != nil {
 		t.Fatal(err)
 	}
-	if !backRep.Pass || len(backRep.Results) != 2 || !backRep.Results[1].Skipped {
+	if backRep.Pass || backRep.Verdict != VerdictIncomplete || len(backRep.Results) != 2 || !backRep.Results[1].Skipped {
 		t.Errorf("report round trip: %s -> %+v", data, backRep)
 	}
 }
@@ -103,7 +103,7 @@ func TestSelftest(t *testing.T) {
 		"keypad-test      SKIP    needs a person: run with --interactive\n",
 		"serial-loopback  FAIL    broken: is it plugged in?\n",
 		"\nFAIL serial-loopback: broken: is it plugged in?\n",
-		"selftest: FAIL (2 of 4 checks failed)\n",
+		"selftest: FAIL (1 passed, 2 failed, 1 skipped)\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
@@ -114,6 +114,59 @@ func TestSelftest(t *testing.T) {
 	rep = Selftest(ctx, []Step{step("i2c-scan", true)}, nil)
 	if rep.Pass || !strings.Contains(rep.Results[0].Summary, "interrupted") {
 		t.Errorf("interrupted: %+v", rep)
+	}
+}
+
+// The verdict says PASS only when every check that applies ran and
+// passed; a check skipped for lack of a stand-in makes it INCOMPLETE.
+func TestReportVerdict(t *testing.T) {
+	pass := func(name string) Result { return Result{Name: name, Pass: true, Summary: "fine"} }
+	fail := func(name string) Result { return Result{Name: name, Summary: "broken"} }
+	six := []string{"i2c-scan", "lcd-test", "serial-loopback", "gpio-loopback", "keypad-test", "link-test"}
+	all := func(f func(string) Result) []Result {
+		var out []Result
+		for _, n := range six {
+			out = append(out, f(n))
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		results []Result
+		verdict string
+		line    string
+	}{
+		{"all pass", all(pass), VerdictPass, "selftest: PASS (6 checks)"},
+		{"five skipped", append([]Result{pass("lcd-test")}, Skipped("i2c-scan", "x"), Skipped("serial-loopback", "x"),
+			Skipped("gpio-loopback", "x"), Skipped("keypad-test", "x"), Skipped("link-test", "x")),
+			VerdictIncomplete, "selftest: INCOMPLETE (1 passed, 0 failed, 5 skipped)"},
+		{"not applicable", append(all(pass)[1:], NotApplicable("i2c-scan", "the LCD is on GPIO lines")),
+			VerdictPass, "selftest: PASS (5 checks; 1 not applicable)"},
+		{"fail beats skip", []Result{fail("lcd-test"), Skipped("keypad-test", "x"), NotApplicable("i2c-scan", "x")},
+			VerdictFail, "selftest: FAIL (0 passed, 1 failed, 1 skipped, 1 not applicable)"},
+		{"nothing ran", []Result{NotApplicable("i2c-scan", "x")}, VerdictIncomplete, "selftest: INCOMPLETE (0 passed, 0 failed, 0 skipped, 1 not applicable)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rep Report
+			for _, r := range tt.results {
+				rep.Add(r)
+			}
+			var b strings.Builder
+			rep.WriteText(&b, false)
+			if rep.Verdict != tt.verdict || rep.Pass != (tt.verdict == VerdictPass) || !strings.Contains(b.String(), "\n"+tt.line) {
+				t.Errorf("verdict %s pass %v, want %s; text:\n%s\nwant the line %q", rep.Verdict, rep.Pass, tt.verdict, b.String(), tt.line)
+			}
+			data, err := json.Marshal(rep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back Report
+			if err := json.Unmarshal(data, &back); err != nil || !reflect.DeepEqual(back.Counts(), rep.Counts()) ||
+				back.Verdict != rep.Verdict || back.Results[len(back.Results)-1].NotApplicable != rep.Results[len(rep.Results)-1].NotApplicable {
+				t.Errorf("JSON round trip: %v\n%s", err, data)
+			}
+		})
 	}
 }
 

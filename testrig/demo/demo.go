@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"termlink/display/hd44780"
 	"termlink/link"
 	"termlink/server"
+	"termlink/server/agent/terminal"
 	"termlink/server/config"
 	"termlink/testrig/lcdemu"
 )
@@ -36,8 +38,12 @@ import (
 // Options configure a demo run.
 type Options struct {
 	// Agent is a command for a Terminal Protocol v1 rich agent; empty runs
-	// the built-in echo agent.
+	// the built-in echo agent. It runs with sh -c in AgentDir, so relative
+	// paths in it are taken from there.
 	Agent string
+	// AgentDir is the agent's working directory; empty: the current one
+	// (where the user ran the demo).
+	AgentDir string
 	// Console shows the VT100 console device instead of the LCD.
 	Console bool
 	// Keypad makes the keyboard a 4x4 keypad (0-9 * # A-D, multi-tap).
@@ -87,7 +93,11 @@ func Run(ctx context.Context, opt Options, tty TTY) error {
 	cfg.Workspace = filepath.Join(ws, "server")
 	agentName := "echo (built in)"
 	if opt.Agent != "" {
-		cfg.Agents["demo"] = config.Agent{Terminal: &config.TerminalAgent{Enabled: true, Command: opt.Agent,
+		command, err := agentCommand(opt.AgentDir, opt.Agent)
+		if err != nil {
+			return err
+		}
+		cfg.Agents["demo"] = config.Agent{Terminal: &config.TerminalAgent{Enabled: true, Command: command,
 			Timeout: 120, Protocol: "rich", PassMedia: true, MaxOutputBytes: 4 << 20}}
 		ch := cfg.Channels["terminal-dev"]
 		ch.Agent = "demo"
@@ -159,6 +169,70 @@ func Run(ctx context.Context, opt Options, tty TTY) error {
 	return err
 }
 
+// agentCommand returns the shell command that runs the user's agent
+// command in dir (default: the current directory), so that
+// `--agent "python3 agents/mine.py"` finds its script where the user
+// typed it, not in the demo's temporary workspace. What can be checked
+// before the demo starts is, so that a typo is one short line here rather
+// than a shell error paged across the small screen: the program exists
+// (on $PATH, or at its path), and so does a script it is given.
+func agentCommand(dir, command string) (string, error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("--agent: %w", err)
+		}
+		dir = wd
+	}
+	words := strings.Fields(command)
+	if len(words) == 0 {
+		return "", errors.New("--agent: empty command")
+	}
+	for i, w := range words {
+		if strings.ContainsAny(w, "'\"\\$`=;&|<>(){}*?~") {
+			break // shell syntax: leave it to the shell
+		}
+		if i > 0 && (strings.HasPrefix(w, "-") || !isScript(w)) {
+			continue
+		}
+		p := w
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		switch {
+		case i == 0 && !strings.Contains(w, "/"):
+			if _, err := exec.LookPath(w); err != nil {
+				return "", fmt.Errorf("--agent: %s: not found on $PATH", w)
+			}
+		case !exists(p):
+			return "", fmt.Errorf("--agent: %s: no such file (relative paths are taken from %s)", w, dir)
+		case i == 0 && !executable(p):
+			return "", fmt.Errorf("--agent: %s: not executable (chmod +x it, or name its interpreter first)", w)
+		}
+	}
+	return "cd " + terminal.ShellQuote(dir) + " || exit\n" + command, nil
+}
+
+// isScript reports whether an argument names a script file by its
+// extension.
+func isScript(w string) bool {
+	switch filepath.Ext(w) {
+	case ".py", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".sh", ".php", ".lua", ".jar":
+		return true
+	}
+	return false
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func executable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
 // painter draws the emulated glass as a box whenever it changes.
 type painter struct {
 	out    io.Writer
@@ -206,16 +280,25 @@ func (p *painter) draw() {
 		b.WriteString(" │" + l + "│\x1b[K\r\n")
 	}
 	b.WriteString(" └" + strings.Repeat("─", width) + "┘\x1b[K\r\n\r\n")
-	if p.keypad {
-		b.WriteString(" Keypad: 2-9 multi-tap letters, 0 space, 1 punctuation, * case, # send,\x1b[K\r\n")
-		b.WriteString(" D delete, A/B page. Esc cancels a run, Ctrl-C quits.\x1b[K\r\n")
-	} else {
-		b.WriteString(" Type a message, Enter sends. Up/Down page. Esc cancels a run. Ctrl-C quits.\x1b[K\r\n")
-		b.WriteString(" Status (right of the last row): ok online, .. connecting, NN retry countdown;\x1b[K\r\n")
+	for _, l := range legend(p.keypad) {
+		b.WriteString(" " + l + "\x1b[K\r\n")
 	}
-	b.WriteString(" ':' waiting for the answer, '+' unread answer below.\x1b[K\r\n")
 	fmt.Fprintf(&b, "\r\n server %s\x1b[K\r\n agent  %s\x1b[K\r\n", p.url, p.agent)
 	_, _ = io.WriteString(p.out, b.String())
+}
+
+// legend explains the keys and every mark the glass shows.
+func legend(keypad bool) []string {
+	keys := []string{"Type a message, Enter sends. Up/Down page. Esc cancels a run. Ctrl-C quits."}
+	if keypad {
+		keys = []string{"Keypad: 2-9 multi-tap letters, 0 space, 1 punctuation, * case, # send,",
+			"D delete, A/B page. Esc cancels a run, Ctrl-C quits."}
+	}
+	return append(keys,
+		"Status, right of the last row: ok online, .. connecting, a number: seconds",
+		"to the next try while offline, -- offline; : waiting for the answer,",
+		"+ more of an answer below the page (page down to read it).",
+		"Lines: >sent, ^queued (not yet taken by the server), !refused, -note.")
 }
 
 // finish draws the last glass and gives the terminal its cursor back.
@@ -224,20 +307,20 @@ func (p *painter) finish() {
 	_, _ = io.WriteString(p.out, "\x1b[?25h\r\n")
 }
 
-// readKeys turns the keyboard into device inputs.
+// errQuit ends the key reader when the user quits.
+var errQuit = errors.New("quit")
+
+// readKeys turns the keyboard into device inputs. console.ReadKeys
+// delivers a lone Esc after a short quiet time, so it cancels at once.
 func readKeys(ctx context.Context, quit context.CancelFunc, in io.Reader, keypad bool, out chan<- device.Input) {
 	var (
-		dec     console.Decoder
-		keys    []console.Key
 		compose []rune
 		kpEv    chan input.Event
 	)
-	send := func(in device.Input) bool {
+	send := func(in device.Input) {
 		select {
 		case out <- in:
-			return true
 		case <-ctx.Done():
-			return false
 		}
 	}
 	if keypad {
@@ -247,41 +330,11 @@ func readKeys(ctx context.Context, quit context.CancelFunc, in io.Reader, keypad
 		go func() { _ = input.Drive(ctx, kpEv, mt, actions) }()
 		go device.FromActions(ctx, actions, out)
 	}
-	chunks := make(chan []byte)
-	if dl, ok := in.(interface{ SetReadDeadline(time.Time) error }); ok {
-		stop := context.AfterFunc(ctx, func() { _ = dl.SetReadDeadline(time.Now()) })
-		defer stop()
-	}
-	go func() { // the blocking read: ends at EOF, or at ctx's end on a TTY (read deadline)
-		buf := make([]byte, 256)
-		for {
-			n, err := in.Read(buf)
-			if n > 0 {
-				b := append([]byte(nil), buf[:n]...)
-				select {
-				case chunks <- b:
-				case <-ctx.Done():
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	for {
-		var chunk []byte
-		select {
-		case chunk = <-chunks:
-		case <-ctx.Done():
-			return
-		}
-		keys = dec.Decode(keys[:0], chunk)
+	err := console.ReadKeys(ctx, in, func(keys []console.Key) error {
 		for _, k := range keys {
 			switch k.Kind {
 			case console.KeyInterrupt, console.KeyEOF:
-				quit()
-				return
+				return errQuit
 			case console.KeyEscape:
 				send(device.Input{Kind: device.InputCancel})
 			case console.KeyUp, console.KeyPageUp:
@@ -300,7 +353,7 @@ func readKeys(ctx context.Context, quit context.CancelFunc, in io.Reader, keypad
 							select {
 							case kpEv <- input.Event{Kind: kind, Key: r, Row: -1, Col: -1, Time: now}:
 							case <-ctx.Done():
-								return
+								return ctx.Err()
 							}
 						}
 					}
@@ -326,5 +379,9 @@ func readKeys(ctx context.Context, quit context.CancelFunc, in io.Reader, keypad
 				}
 			}
 		}
+		return ctx.Err()
+	})
+	if err != nil && ctx.Err() == nil {
+		quit() // Ctrl-C, Ctrl-D, or the terminal is gone
 	}
 }

@@ -14,9 +14,15 @@ import (
 
 func buildTermrig(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "termrig")
-	if out, err := exec.Command("go", "build", "-o", bin, "termlink/cmd/termrig").CombinedOutput(); err != nil {
-		t.Fatalf("building termrig: %v\n%s", err, out)
+	return build(t, t.TempDir(), "termlink/cmd/termrig")
+}
+
+// build builds pkg into dir and returns the binary's path.
+func build(t *testing.T, dir, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", pkg, err, out)
 	}
 	return bin
 }
@@ -85,10 +91,13 @@ func TestDemoLCD(t *testing.T) {
 	if err != nil || !strings.Contains(string(log), `"content":"You said: hello from tmux"`) {
 		t.Fatalf("session log: %v\n%s", err, log)
 	}
-	// Page back and forth.
+	// A long answer opens at its first line, '+' saying more is below;
+	// page back and forth.
 	tm.run("send-keys", "-l", "one two three four five six seven eight nine ten eleven")
 	tm.run("send-keys", "Enter")
-	tm.waitFor("│eleven")
+	tm.waitFor("│You said: one two", "│seven eight nine ten│", "+ok│")
+	tm.run("send-keys", "Down")
+	tm.waitFor("│eleven", " ok│")
 	tm.run("send-keys", "Up")
 	tm.waitFor("│five six seven eight")
 	tm.run("send-keys", "Down")
@@ -123,4 +132,51 @@ func TestDemoConsole(t *testing.T) {
 	tm.waitFor("You said: hi console")
 	tm.run("send-keys", "C-d")
 	tm.waitFor("EXIT=0")
+}
+
+// Esc alone cancels a slow run: the lone ESC reaches the device after a
+// short quiet time, without another key. The agent is given by a path
+// relative to the directory the demo was started from.
+func TestDemoEscCancels(t *testing.T) {
+	bin := buildTermrig(t)
+	dir := t.TempDir()
+	build(t, dir, "termlink/testrig/agents/echoagent")
+	tm := startTmux(t, "cd "+dir+" && "+bin+" demo --agent './echoagent -progress'")
+	tm.waitFor("ok│")
+	tm.run("send-keys", "-l", "/sleep 6")
+	tm.run("send-keys", "Enter")
+	tm.waitFor("│>/sleep 6", "│sleeping")
+	tm.run("send-keys", "Escape") // and nothing after it
+	s := tm.waitFor("cancelled")
+	if strings.Contains(s, "slept") {
+		t.Fatalf("the run finished instead of being cancelled:\n%s", s)
+	}
+	tm.run("send-keys", "C-c")
+	tm.waitFor("EXIT=0")
+}
+
+// `--agent "python3 testrig/agents/python/quickstart.py"` from the repo
+// root, as the README says: the script is found, and its progress shows
+// before its answer.
+func TestDemoAgentRelativePath(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed (CI installs it)")
+	}
+	bin := buildTermrig(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := startTmux(t, "cd "+root+" && "+bin+" demo --agent 'python3 testrig/agents/python/quickstart.py'")
+	tm.waitFor("ok│")
+	tm.run("send-keys", "-l", "hi py")
+	tm.run("send-keys", "Enter")
+	tm.waitFor("│Thinking...")
+	tm.waitFor("│You said: hi py")
+	tm.run("send-keys", "C-c")
+	tm.waitFor("EXIT=0")
+
+	// A typo is one short line before the demo starts.
+	tm = startTmux(t, "cd "+root+" && "+bin+" demo --agent 'python3 testrig/agents/python/quikstart.py'")
+	tm.waitFor("termrig demo: --agent: testrig/agents/python/quikstart.py: no such file", "EXIT=1")
 }

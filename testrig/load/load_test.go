@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -444,6 +446,25 @@ func TestChannelURL(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("ChannelURL(%q, %q) = %q, %v; want %q", tt.raw, tt.channel, got, err, tt.want)
 		}
+	}
+}
+
+// Connections failing the same way count as one kind, whatever their
+// ephemeral port.
+func TestCounterGroupsByKind(t *testing.T) {
+	c := counter{limit: 5}
+	for port := 40000; port < 40008; port++ {
+		c.add(fmt.Sprintf("read tcp 127.0.0.1:%d->127.0.0.1:8080: read: connection reset by peer", port))
+		c.add(fmt.Sprintf("write tcp [::1]:%d->[::1]:8080: write: broken pipe", port))
+	}
+	c.add("dial tcp 127.0.0.1:8080: connect: connection refused")
+	want := []Count{
+		{"read tcp 127.0.0.1:8080: read: connection reset by peer", 8},
+		{"write tcp [::1]:8080: write: broken pipe", 8},
+		{"dial tcp 127.0.0.1:8080: connect: connection refused", 1},
+	}
+	if got := c.counts(); !slices.Equal(got, want) {
+		t.Fatalf("counts\n%v\nwant\n%v", got, want)
 	}
 }
 

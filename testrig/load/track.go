@@ -1,6 +1,7 @@
 package load
 
 import (
+	"regexp"
 	"sync"
 	"time"
 
@@ -16,8 +17,20 @@ type Count struct {
 // otherText is the bucket for distinct texts beyond a counter's limit.
 const otherText = "(other)"
 
-// counter counts texts, keeping at most limit distinct ones in first-seen
-// order; the rest are counted under otherText. Not safe for concurrent use.
+// localAddr matches the local address of a network error ("read tcp
+// 127.0.0.1:53812->127.0.0.1:8080: ..."): an ephemeral port, different for
+// every connection.
+var localAddr = regexp.MustCompile(`(?:\d{1,3}(?:\.\d{1,3}){3}|\[[0-9A-Fa-f:.%\w]*\]|[\w.-]+):\d+->`)
+
+// errorKind is text without what differs between connections failing the
+// same way: "read tcp 127.0.0.1:53812->127.0.0.1:8080: read: connection
+// reset by peer" becomes "read tcp 127.0.0.1:8080: read: connection reset
+// by peer".
+func errorKind(text string) string { return localAddr.ReplaceAllString(text, "") }
+
+// counter counts texts by kind (errorKind), keeping at most limit distinct
+// kinds in first-seen order; the rest are counted under otherText. Not
+// safe for concurrent use.
 type counter struct {
 	limit int
 	list  []Count
@@ -25,6 +38,7 @@ type counter struct {
 }
 
 func (c *counter) add(text string) {
+	text = errorKind(text)
 	if c.index == nil {
 		c.index = make(map[string]int)
 	}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Minimal nanobot terminal micro-agent."""
-import json, sys
+import json, sys, time
 
 # Read input envelope from stdin
 envelope = json.loads(sys.stdin.readline())
@@ -9,6 +9,7 @@ media = envelope.get("media", [])
 
 # Send a progress update
 print(json.dumps({"type": "progress", "text": "Thinking..."}), flush=True)
+time.sleep(1)  # the work a real agent does here (calling a model) takes a while
 
 # Send the response
 print(json.dumps({"type": "message", "text": f"You said: {user_text}"}), flush=True)

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+)
+
+// usageHead is what `termserver --help` says before the flags.
+const usageHead = `termserver is the termlink server: it serves the terminal WebSocket
+channel that termd devices connect to and runs each message on an agent.
+
+Example:
+
+	termserver --listen 0.0.0.0:8080                # channel terminal-dev, echo agent
+	termserver --config /etc/termlink/termserver.json
+
+Without --config it serves channel terminal-dev (the built-in echo agent) on
+127.0.0.1:8080 with its workspace (session logs) in ./workspace. With
+--config, a relative "workspace" in the file, or none (default
+"./workspace"), is taken from the directory of the config file. The
+workspace in use is logged at start.
+
+Usage: termserver [--config FILE] [flags]
+
+Flags:
+`
+
+// printUsage prints the help: what termserver is, an example, the flags.
+func printUsage(fs *flag.FlagSet) {
+	fmt.Fprint(fs.Output(), usageHead)
+	fs.PrintDefaults()
+}
