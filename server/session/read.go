@@ -212,9 +212,15 @@ func (s *Store) loadPath(path, fileKey string) (loaded, error) {
 // Scan loads every session file in the directory, one at a time, in file
 // name order, and calls fn for each; an empty file is skipped with a
 // warning. The key is the metadata line's, or the decoded file name's if the
-// file has none. Content problems are warnings, as in Load; a file that
+// file has none (a file with a hashed name and no metadata line is skipped
+// with a warning). Content problems are warnings, as in Load; a file that
 // cannot be read, or an error from fn, stops the scan and is returned.
 func (s *Store) Scan(fn func(*Session) error) error {
+	return s.scan(s.loadPath, fn)
+}
+
+// scan runs fn on every session file, read by read.
+func (s *Store) scan(read func(path, fileKey string) (loaded, error), fn func(*Session) error) error {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return fmt.Errorf("session: scan: %w", err)
@@ -226,11 +232,12 @@ func (s *Store) Scan(fn func(*Session) error) error {
 		}
 		path := filepath.Join(s.dir, name)
 		fileKey, err := KeyFromFileName(name)
-		if err != nil {
+		hashed := errors.Is(err, ErrHashedName)
+		if err != nil && !hashed {
 			fileKey = strings.TrimSuffix(name, fileExt)
 			s.log.Warn("session: file name is not an encoded key; using it as the key if the file has no metadata", "file", path, "err", err)
 		}
-		l, err := s.loadPath(path, fileKey)
+		l, err := read(path, fileKey)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // removed since ReadDir
 		}
@@ -239,6 +246,15 @@ func (s *Store) Scan(fn func(*Session) error) error {
 		}
 		if l.empty {
 			continue // warned by parse
+		}
+		if hashed {
+			if l.sess.Meta.Key == "" {
+				s.log.Warn("session: file with a hashed name has no key in its metadata line; skipped", "file", path)
+				continue
+			}
+			if canon, _ := FileName(l.sess.Meta.Key); canon != name {
+				s.log.Warn("session: metadata key does not hash to the file name; using the metadata key", "file", path, "key", l.sess.Meta.Key)
+			}
 		}
 		if err := fn(l.sess); err != nil {
 			return fmt.Errorf("session: scan %s: %w", path, err)
