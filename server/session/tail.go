@@ -91,9 +91,9 @@ func (s *Store) tailPath(path, fileKey string, n int) (loaded, error) {
 
 // tailReader walks one file back from its end, line by line.
 type tailReader struct {
-	path string
-	f    io.ReaderAt
-	size int64
+	path  string
+	f     io.ReaderAt
+	size  int64
 	max   int // longest line kept
 	want  int // records with a message id to collect
 	chunk int // bytes read at a time; default tailChunk
