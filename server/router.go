@@ -265,6 +265,13 @@ func (r *router) stop(ctx context.Context) {
 	r.cancelRun()
 }
 
+// isStopped reports whether stop has begun.
+func (r *router) isStopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped
+}
+
 // load reports runs in progress and messages waiting (accepted, not yet
 // started: queued, on the bus or being offered to a running turn).
 func (r *router) load() (running, waiting int) {
