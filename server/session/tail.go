@@ -168,6 +168,17 @@ func (t *tailReader) read() error {
 				break
 			}
 			seg := data[i+1:]
+			if len(pieces) == 0 && !tooLong && length == 0 {
+				if len(seg) > t.max {
+					tooLong = true
+				}
+				length = len(seg)
+				t.line(seg, lineEnd-int64(length), tooLong, torn) // line does not keep seg
+				length, tooLong, torn = 0, false, false
+				lineEnd = pos + int64(i)
+				data = data[:i]
+				continue
+			}
 			if !tooLong {
 				if length+len(seg) > t.max {
 					tooLong, pieces = true, pieces[:0]
@@ -236,17 +247,19 @@ func (t *tailReader) line(line []byte, start int64, tooLong, torn bool) {
 		return
 	}
 	t.sawLine = true
-	obj, err := decodeObject(line)
-	if err != nil {
-		t.warn(start, "invalid line skipped%s: %v", tornNote, err)
-		return
+	rec, ok := fastRecord(line)
+	if !ok {
+		obj, err := decodeObject(line)
+		if err != nil {
+			t.warn(start, "invalid line skipped%s: %v", tornNote, err)
+			return
+		}
+		if isMetadataLine(obj) {
+			t.warn(start, "metadata record after the first record ignored")
+			return
+		}
+		rec.fromObject(obj)
 	}
-	if isMetadataLine(obj) {
-		t.warn(start, "metadata record after the first record ignored")
-		return
-	}
-	var rec Record
-	rec.fromObject(obj)
 	if rec.MessageID != "" {
 		t.withID++
 	}

@@ -143,3 +143,37 @@ func TestLongKeyHashedName(t *testing.T) {
 		}
 	}
 }
+
+// FuzzFastRecord: whatever fastRecord accepts, the general decoder reads
+// the same way.
+func FuzzFastRecord(f *testing.F) {
+	for _, seed := range []string{
+		recLine("a"),
+		`{"role":"user","content":"a\"b\\\\","message_id":"x"}`,
+		`{"role":"user","content":"line\nbreak \u00e9 \ud83d\ude00"}`,
+		` { "role" : "assistant" , "finish_reason":"stop" } `,
+		`{"role":"user","role":"x"}`,
+		`{"content":"\xff"}`,
+		`{}`,
+		`{"media":["a"]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		fast, ok := fastRecord(line)
+		if !ok {
+			return
+		}
+		obj, err := decodeObject(line)
+		if err != nil {
+			t.Fatalf("fastRecord accepted %q, the decoder did not: %v", line, err)
+		}
+		var slow Record
+		slow.fromObject(obj)
+		a, _ := fast.MarshalJSON()
+		b, _ := slow.MarshalJSON()
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%q: fast %s, general %s", line, a, b)
+		}
+	})
+}
