@@ -123,8 +123,13 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	for _, c := range chs {
 		peers += c.ConnectedPeers
 	}
+	status, problem := "ok", ""
+	if ok, reason := s.rt.health(); !ok {
+		status, problem = "degraded", reason
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"status":          "ok",
+		"status":          status,
+		"problem":         problem,
 		"started_at":      s.started.UTC().Format(time.RFC3339),
 		"uptime_seconds":  int64(time.Since(s.started).Seconds()),
 		"connected_peers": peers,

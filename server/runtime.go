@@ -460,6 +460,9 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 		}
 		rt.dedupe.mu.Lock()
 		sess := rt.dedupe.sessions[key]
+		if sess == nil { // dropped over the byte bound meanwhile: its replies are in the log
+			sess = rt.dedupe.insert(key, nil)
+		}
 		for _, m := range marks {
 			if m.Role == "assistant" {
 				rt.dedupe.setReply(sess, m.MessageID, &link.Message{Role: link.RoleAssistant, MessageID: m.MessageID,

@@ -130,7 +130,7 @@ func (t *tailReader) read() error {
 	if t.chunk <= 0 {
 		t.chunk = tailChunk
 	}
-	buf := make([]byte, t.chunk)
+	buf := make([]byte, min(int64(t.chunk), max(t.size-head, 1)))
 	if t.size > head {
 		if _, err := t.f.ReadAt(buf[:1], t.size-1); err != nil {
 			return err
@@ -148,7 +148,7 @@ func (t *tailReader) read() error {
 	pos := t.size
 	lineEnd := t.size // end offset of the line being assembled
 	for pos > head && !t.done() {
-		m := min(int64(t.chunk), pos-head)
+		m := min(int64(len(buf)), pos-head)
 		pos -= m
 		data := buf[:m]
 		if _, err := t.f.ReadAt(data, pos); err != nil && !errors.Is(err, io.EOF) {
@@ -202,7 +202,7 @@ func (t *tailReader) read() error {
 // readHead reads the first line and returns where the records start: after
 // it if it is the metadata line, else 0.
 func (t *tailReader) readHead() (int64, error) {
-	lr := &lineReader{r: bufio.NewReaderSize(io.NewSectionReader(t.f, 0, t.size), 64<<10), max: t.max}
+	lr := &lineReader{r: bufio.NewReaderSize(io.NewSectionReader(t.f, 0, t.size), 4<<10), max: t.max}
 	var off int64
 	for {
 		line, tooLong, newline, err := lr.next()
