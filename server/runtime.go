@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -396,6 +397,7 @@ const interruptedTwice = "interrupted twice by a server restart; not run again -
 // too) is answered with an error reply instead of a third run.
 func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 	var unanswered []bus.Inbound
+	var toMark []interruptedRuns
 	sessions, records, twice := 0, 0, 0
 	err := rt.store.ScanTails(startupTail, func(s *session.Session) error {
 		sessions++
@@ -426,9 +428,6 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 				interrupted[r.MessageID] = true
 			}
 		}
-		rt.dedupe.mu.Lock()
-		rt.dedupe.insert(key, s.Records)
-		rt.dedupe.mu.Unlock()
 		var marks []session.Record
 		var again []bus.Inbound
 		for _, id := range order {
@@ -450,43 +449,86 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 				ThreadID: threadID, SessionKey: key, MessageID: id, RunID: r.RunID, Text: r.Content,
 				Received: received})
 		}
-		if len(marks) == 0 {
-			return nil
-		}
-		if err := rt.appendLog(ctx, key, marks...); err != nil {
-			// Not marked, not run: the next start finds them again.
-			rt.log.Error("cannot record interrupted runs; not run again until a later start", "session", key, "err", err)
-			return nil
-		}
-		rt.dedupe.mu.Lock()
-		sess := rt.dedupe.sessions[key]
-		if sess == nil { // dropped over the byte bound meanwhile: its replies are in the log
-			sess = rt.dedupe.insert(key, nil)
-		}
-		for _, m := range marks {
-			if m.Role == "assistant" {
-				rt.dedupe.setReply(sess, m.MessageID, &link.Message{Role: link.RoleAssistant, MessageID: m.MessageID,
-					RunID: m.RunID, Text: m.Content, FinishReason: m.FinishReason})
-			}
-		}
+		// The messages to run again are pending from the start, so the
+		// byte bound cannot drop the session before they are answered.
+		d := rt.dedupe
+		d.mu.Lock()
+		sess := d.insert(key, s.Records)
 		for _, in := range again {
 			e := &dedupeEntry{runID: in.RunID}
 			sess.entries[in.MessageID] = e
 			sess.order = append(sess.order, in.MessageID)
 			sess.pending++
-			rt.dedupe.grow(sess, entryBytes(in.MessageID, e))
+			d.grow(sess, entryBytes(in.MessageID, e))
 		}
-		rt.dedupe.trim(sess)
-		rt.dedupe.mu.Unlock()
-		unanswered = append(unanswered, again...)
+		d.trim(sess)
+		d.mu.Unlock()
+		if len(marks) == 0 {
+			return nil
+		}
+		toMark = append(toMark, interruptedRuns{key: key, marks: marks, again: again})
 		return nil
 	})
+	if err == nil {
+		unanswered = rt.markInterrupted(ctx, toMark)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rebuilding dedupe from the session log: %w", err)
 	}
 	rt.log.Info("dedupe rebuilt from the session log tails", "sessions", sessions, "records", records,
 		"unanswered", len(unanswered), "interrupted_twice", twice)
 	return unanswered, nil
+}
+
+// interruptedRuns are one session's messages found unanswered at start-up:
+// the records that say so (or answer them), and the messages to run again.
+type interruptedRuns struct {
+	key   string
+	marks []session.Record
+	again []bus.Inbound
+	err   error
+}
+
+// markInterrupted writes the records of every session (in parallel, so the
+// session log commits them together) and returns the messages to run
+// again, in order. A session whose records cannot be written is not run
+// again now: the next start finds it unanswered again.
+func (rt *Runtime) markInterrupted(ctx context.Context, sessions []interruptedRuns) []bus.Inbound {
+	var wg sync.WaitGroup
+	work := make(chan *interruptedRuns)
+	for range min(len(sessions), 64) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ir := range work {
+				ir.err = rt.appendLog(ctx, ir.key, ir.marks...)
+			}
+		}()
+	}
+	for i := range sessions {
+		work <- &sessions[i]
+	}
+	close(work)
+	wg.Wait()
+
+	var again []bus.Inbound
+	for _, ir := range sessions {
+		if ir.err != nil {
+			rt.log.Error("cannot record interrupted runs; not run again until a later start", "session", ir.key, "err", ir.err)
+			for _, in := range ir.again {
+				rt.dedupe.forget(ir.key, in.MessageID)
+			}
+			continue
+		}
+		for _, m := range ir.marks {
+			if m.Role == "assistant" {
+				rt.dedupe.finish(ir.key, m.MessageID, &link.Message{Role: link.RoleAssistant, MessageID: m.MessageID,
+					RunID: m.RunID, Text: m.Content, FinishReason: m.FinishReason})
+			}
+		}
+		again = append(again, ir.again...)
+	}
+	return again
 }
 
 // loadRecent reads a session's recent records for dedupe; a session the

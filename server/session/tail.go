@@ -30,7 +30,7 @@ func (s *Store) Tail(key string, n int) (*Session, error) {
 	if IsHashedName(name) {
 		fileKey = ""
 	}
-	l, err := s.tailPath(filepath.Join(s.dir, name), fileKey, n)
+	l, err := s.tailPath(filepath.Join(s.dir, name), fileKey, n, nil)
 	if err != nil {
 		return nil, fmt.Errorf("session: tail %s: %w", key, err)
 	}
@@ -42,12 +42,14 @@ func (s *Store) Tail(key string, n int) (*Session, error) {
 
 // ScanTails is [Store.Scan] reading each file as [Store.Tail] does.
 func (s *Store) ScanTails(n int, fn func(*Session) error) error {
-	return s.scan(func(path, fileKey string) (loaded, error) { return s.tailPath(path, fileKey, n) }, fn)
+	buf := make([]byte, tailChunk) // one read buffer for every file
+	return s.scan(func(path, fileKey string) (loaded, error) { return s.tailPath(path, fileKey, n, buf) }, fn)
 }
 
 // tailPath reads the metadata line and the last records of one file. As
 // loadPath, it reads only the bytes present when it opened the file.
-func (s *Store) tailPath(path, fileKey string, n int) (loaded, error) {
+// buf, if not nil, is the read buffer (nothing read keeps it).
+func (s *Store) tailPath(path, fileKey string, n int, buf []byte) (loaded, error) {
 	s.ioMu.RLock()
 	f, err := os.Open(path)
 	var fi fs.FileInfo
@@ -65,7 +67,7 @@ func (s *Store) tailPath(path, fileKey string, n int) (loaded, error) {
 	if !fi.Mode().IsRegular() {
 		return loaded{}, fmt.Errorf("read %s: not a regular file", path)
 	}
-	t := &tailReader{path: path, f: f, size: fi.Size(), max: s.maxLine, want: n, sess: &Session{}}
+	t := &tailReader{path: path, f: f, size: fi.Size(), max: s.maxLine, want: n, sess: &Session{}, buf: buf}
 	if err := t.read(); err != nil {
 		return loaded{}, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -94,9 +96,10 @@ type tailReader struct {
 	path  string
 	f     io.ReaderAt
 	size  int64
-	max   int // longest line kept
-	want  int // records with a message id to collect
-	chunk int // bytes read at a time; default tailChunk
+	max   int    // longest line kept
+	want  int    // records with a message id to collect
+	chunk int    // bytes read at a time; default tailChunk
+	buf   []byte // read buffer to use, if not nil
 
 	sess     *Session
 	haveMeta bool
@@ -130,7 +133,10 @@ func (t *tailReader) read() error {
 	if t.chunk <= 0 {
 		t.chunk = tailChunk
 	}
-	buf := make([]byte, min(int64(t.chunk), max(t.size-head, 1)))
+	buf := t.buf
+	if len(buf) == 0 || len(buf) > t.chunk {
+		buf = make([]byte, min(int64(t.chunk), max(t.size-head, 1)))
+	}
 	if t.size > head {
 		if _, err := t.f.ReadAt(buf[:1], t.size-1); err != nil {
 			return err
