@@ -125,13 +125,18 @@ func (d *dedupe) claim(sessionKey, messageID, runID string) (prior dedupeEntry, 
 	if e := s.entries[messageID]; e != nil {
 		return *e, false, nil
 	}
+	d.addPending(s, messageID, runID)
+	d.trim(s)
+	return dedupeEntry{}, true, nil
+}
+
+// addPending adds messageID, not yet known in s, as pending; mu is held.
+func (d *dedupe) addPending(s *sessionIDs, messageID, runID string) {
 	e := &dedupeEntry{runID: runID}
 	s.entries[messageID] = e
 	s.order = append(s.order, messageID)
 	s.pending++
 	d.grow(s, entryBytes(messageID, e))
-	d.trim(s)
-	return dedupeEntry{}, true, nil
 }
 
 func (d *dedupe) grow(s *sessionIDs, n int64) {

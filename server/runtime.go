@@ -455,11 +455,7 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 		d.mu.Lock()
 		sess := d.insert(key, s.Records)
 		for _, in := range again {
-			e := &dedupeEntry{runID: in.RunID}
-			sess.entries[in.MessageID] = e
-			sess.order = append(sess.order, in.MessageID)
-			sess.pending++
-			d.grow(sess, entryBytes(in.MessageID, e))
+			d.addPending(sess, in.MessageID, in.RunID)
 		}
 		d.trim(sess)
 		d.mu.Unlock()
