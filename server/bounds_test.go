@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,6 +49,13 @@ func sessionLog(t *testing.T, ts *testServer, key string) string {
 	return string(data)
 }
 
+// setSessionBound sets maxWaitingPerSession of channel terminal-dev.
+func setSessionBound(c *config.Config, n int) {
+	ch := c.Channels["terminal-dev"]
+	ch.Config.MaxWaitingPerSession = n
+	c.Channels["terminal-dev"] = ch
+}
+
 func (ts *testServer) waiting(t *testing.T) int {
 	t.Helper()
 	var st struct {
@@ -64,11 +70,7 @@ func (ts *testServer) waiting(t *testing.T) int {
 // queue drains the refused message is taken, and the count is back to 0.
 func TestSessionQueueBound(t *testing.T) {
 	runner := newCountingRunner(true)
-	ts := startServer(t, func(c *config.Config) {
-		ch := c.Channels["terminal-dev"]
-		ch.Config.MaxWaitingPerSession = 3
-		c.Channels["terminal-dev"] = ch
-	}, runner)
+	ts := startServer(t, func(c *config.Config) { setSessionBound(c, 3) }, runner)
 	c := dial(t, ts.ws, nil)
 	c.connect("dev")
 	for i := range 4 { // m-0 runs, m-1..m-3 wait
@@ -139,11 +141,7 @@ func TestServerWaitingBound(t *testing.T) {
 // not hold places of the session's bound.
 func TestInjectedMessagesDoNotCountAsWaiting(t *testing.T) {
 	runner := &injectingRunner{started: make(chan struct{}, 4), gate: make(chan struct{})}
-	ts := startServer(t, func(c *config.Config) {
-		ch := c.Channels["terminal-dev"]
-		ch.Config.MaxWaitingPerSession = 1
-		c.Channels["terminal-dev"] = ch
-	}, runner)
+	ts := startServer(t, func(c *config.Config) { setSessionBound(c, 1) }, runner)
 	c := dial(t, ts.ws, nil)
 	c.connect("dev")
 	c.send(&link.Message{MessageID: "a", Text: "first"})
@@ -355,20 +353,6 @@ func waitHealth(t *testing.T, ts *testServer, code int, body string) {
 	t.Fatalf("/healthz: %d %q, want %d with %q", gotCode, got, code, body)
 }
 
-// serve is startServer with explicit options.
-func serve(t *testing.T, cfg *config.Config, opt Options) *testServer {
-	t.Helper()
-	s, err := New(cfg, opt)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	s.Start()
-	ts := &testServer{Server: s}
-	ts.http = newHTTPTest(t, s)
-	ts.ws = "ws" + strings.TrimPrefix(ts.http.URL, "http") + "/api/channels/terminal-dev/ws"
-	return ts
-}
-
 // blockingAdapter stands in for the terminal adapter: Send returns only
 // once the bus is closed (the dispatcher is behind when Shutdown begins).
 type blockingAdapter struct {
@@ -449,9 +433,7 @@ func TestRecoveredMessagesRespectBounds(t *testing.T) {
 	store.Close()
 	cfg := config.Default()
 	cfg.Workspace = workspace
-	ch := cfg.Channels["terminal-dev"]
-	ch.Config.MaxWaitingPerSession = 2
-	cfg.Channels["terminal-dev"] = ch
+	setSessionBound(cfg, 2)
 	var s *Server
 	var peak atomic.Int64
 	runner := &stepRunner{step: make(chan struct{}), onRun: func() {
@@ -494,18 +476,3 @@ func (r *stepRunner) Run(ctx context.Context, req agent.Request, p agent.Progres
 func (r *stepRunner) Close() error { return nil }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// newHTTPTest serves s on a loopback port until the test ends.
-func newHTTPTest(t *testing.T, s *Server) *httptest.Server {
-	t.Helper()
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		hs.Close()
-	})
-	return hs
-}

@@ -181,10 +181,25 @@ func (s *Store) Load(key string) (*Session, error) {
 	return l.sess, nil
 }
 
-// loadPath parses one file. The open and the size are taken while no append
-// is writing, and only that many bytes are read, so a concurrent append is
-// never seen half-written.
+// loadPath parses one file. Only the bytes present when it was opened are
+// read (see openSnapshot).
 func (s *Store) loadPath(path, fileKey string) (loaded, error) {
+	f, size, err := s.openSnapshot(path)
+	if err != nil {
+		return loaded{}, err
+	}
+	defer f.Close()
+	l, err := parse(io.LimitReader(f, size), path, fileKey, s.maxLine, s.log)
+	if err != nil {
+		return loaded{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// openSnapshot opens a session file for reading and returns its size. The
+// open and the size are taken while no append is writing, so a reader that
+// reads only that many bytes never sees a concurrent append half-written.
+func (s *Store) openSnapshot(path string) (*os.File, int64, error) {
 	s.ioMu.RLock()
 	f, err := os.Open(path)
 	var fi fs.FileInfo
@@ -196,17 +211,13 @@ func (s *Store) loadPath(path, fileKey string) (loaded, error) {
 		if f != nil {
 			f.Close()
 		}
-		return loaded{}, err
+		return nil, 0, err
 	}
-	defer f.Close()
 	if !fi.Mode().IsRegular() {
-		return loaded{}, fmt.Errorf("read %s: not a regular file", path)
+		f.Close()
+		return nil, 0, fmt.Errorf("read %s: not a regular file", path)
 	}
-	l, err := parse(io.LimitReader(f, fi.Size()), path, fileKey, s.maxLine, s.log)
-	if err != nil {
-		return loaded{}, fmt.Errorf("read %s: %w", path, err)
-	}
-	return l, nil
+	return f, fi.Size(), nil
 }
 
 // Scan loads every session file in the directory, one at a time, in file

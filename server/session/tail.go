@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 )
@@ -50,24 +48,12 @@ func (s *Store) ScanTails(n int, fn func(*Session) error) error {
 // loadPath, it reads only the bytes present when it opened the file.
 // buf, if not nil, is the read buffer (nothing read keeps it).
 func (s *Store) tailPath(path, fileKey string, n int, buf []byte) (loaded, error) {
-	s.ioMu.RLock()
-	f, err := os.Open(path)
-	var fi fs.FileInfo
-	if err == nil {
-		fi, err = f.Stat()
-	}
-	s.ioMu.RUnlock()
+	f, size, err := s.openSnapshot(path)
 	if err != nil {
-		if f != nil {
-			f.Close()
-		}
 		return loaded{}, err
 	}
 	defer f.Close()
-	if !fi.Mode().IsRegular() {
-		return loaded{}, fmt.Errorf("read %s: not a regular file", path)
-	}
-	t := &tailReader{path: path, f: f, size: fi.Size(), max: s.maxLine, want: n, sess: &Session{}, buf: buf}
+	t := &tailReader{path: path, f: f, size: size, max: s.maxLine, want: n, sess: &Session{}, buf: buf}
 	if err := t.read(); err != nil {
 		return loaded{}, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -160,40 +146,32 @@ func (t *tailReader) read() error {
 		if _, err := t.f.ReadAt(data, pos); err != nil && !errors.Is(err, io.EOF) {
 			return err
 		}
+		// add puts b (earlier bytes of the line being assembled) in front.
+		add := func(b []byte) {
+			if !tooLong {
+				if length+len(b) > t.max {
+					tooLong, pieces = true, pieces[:0]
+				} else {
+					pieces = append(pieces, slices.Clone(b))
+				}
+			}
+			length += len(b)
+		}
 		for !t.done() {
 			i := bytes.LastIndexByte(data, '\n')
 			if i < 0 {
-				if !tooLong {
-					if length+len(data) > t.max {
-						tooLong, pieces = true, pieces[:0]
-					} else {
-						pieces = append(pieces, slices.Clone(data))
-					}
-				}
-				length += len(data)
+				add(data)
 				break
 			}
 			seg := data[i+1:]
-			if len(pieces) == 0 && !tooLong && length == 0 {
-				if len(seg) > t.max {
-					tooLong = true
-				}
-				length = len(seg)
-				t.line(seg, lineEnd-int64(length), tooLong, torn) // line does not keep seg
-				length, tooLong, torn = 0, false, false
-				lineEnd = pos + int64(i)
-				data = data[:i]
-				continue
+			if length == 0 && !tooLong && len(seg) <= t.max {
+				// The whole line is in buf: no copy (line does not keep it).
+				t.line(seg, lineEnd-int64(len(seg)), false, torn)
+				torn = false
+			} else {
+				add(seg)
+				emit(lineEnd)
 			}
-			if !tooLong {
-				if length+len(seg) > t.max {
-					tooLong, pieces = true, pieces[:0]
-				} else {
-					pieces = append(pieces, slices.Clone(seg))
-				}
-			}
-			length += len(seg)
-			emit(lineEnd)
 			lineEnd = pos + int64(i)
 			data = data[:i]
 		}
