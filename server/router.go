@@ -311,10 +311,10 @@ func (a *admission) reserve(key string, perSession int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if n := a.bySession[key]; n >= perSession {
-		return fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession); send it again later", ErrBusy, key, n)
+		return fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", ErrBusy, key, n)
 	}
 	if a.total >= a.maxTotal {
-		return fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns); send it again later", ErrBusy, a.total)
+		return fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", ErrBusy, a.total)
 	}
 	a.bySession[key]++
 	a.total++
