@@ -434,6 +434,10 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 			if answered[id] {
 				continue
 			}
+			if ch := rt.channels[channelID]; ch == nil || ch.adapter == nil {
+				rt.log.Warn("unanswered message of a channel that is gone or disabled; not run", "session", key, "message_id", id)
+				continue
+			}
 			r := asked[id]
 			if interrupted[id] {
 				twice++

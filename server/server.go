@@ -195,11 +195,7 @@ func (s *Server) Start() {
 			n := 0
 			for i, in := range recovered {
 				recovered[i] = bus.Inbound{} // let the queued copy be the only one
-				ch := s.rt.channels[in.ChannelID]
-				if ch == nil || ch.adapter == nil {
-					s.log.Warn("unanswered message of a channel that is gone or disabled; not run", "session", in.SessionKey, "message_id", in.MessageID)
-					continue
-				}
+				ch := s.rt.channels[in.ChannelID] // enabled: rebuild left out the others
 				if err := s.rt.admission.reserveWait(ctx, in.SessionKey, ch.maxWaitingPerSession()); err != nil {
 					return
 				}
