@@ -194,7 +194,7 @@ func (s *Server) Start() {
 			defer s.bgWG.Done()
 			n := 0
 			for i, in := range recovered {
-				recovered[i] = bus.Inbound{} // let the queued copy be the only one
+				recovered[i] = bus.Inbound{}      // let the queued copy be the only one
 				ch := s.rt.channels[in.ChannelID] // enabled: rebuild left out the others
 				if err := s.rt.admission.reserveWait(ctx, in.SessionKey, ch.maxWaitingPerSession()); err != nil {
 					return
