@@ -17,6 +17,11 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /api/status", s.serveStatus)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if ok, reason := s.rt.health(); !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(reason + "\n"))
+			return
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
@@ -118,8 +123,13 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	for _, c := range chs {
 		peers += c.ConnectedPeers
 	}
+	status, problem := "ok", ""
+	if ok, reason := s.rt.health(); !ok {
+		status, problem = "degraded", reason
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"status":          "ok",
+		"status":          status,
+		"problem":         problem,
 		"started_at":      s.started.UTC().Format(time.RFC3339),
 		"uptime_seconds":  int64(time.Since(s.started).Seconds()),
 		"connected_peers": peers,

@@ -1,23 +1,46 @@
 package server
 
 import (
+	"container/list"
 	"sync"
 
 	"termlink/link"
+	"termlink/server/session"
 )
 
 // dedupe remembers, per session, the recent message ids: pending while the
 // run goes on, then the final reply. It is the spec's "dedupe sees a
-// duplicate message id" table; it is rebuilt from the session log at start.
+// duplicate message id" table.
+//
+// It is bounded twice: per session by id count (the oldest answered ids go
+// first) and server-wide by the bytes of the cached replies. Past the byte
+// bound, idle sessions (nothing pending), least recently used first, are
+// dropped from memory; the session log still has their replies, and the
+// next message for such a session reloads them (load) before deciding
+// duplicate or fresh. A session with a pending id is never dropped, so a
+// session in memory always knows every id of its log's tail.
 type dedupe struct {
-	mu         sync.Mutex
-	sessions   map[string]*sessionIDs
-	perSession int // ids kept per session; the oldest answered ones go first
+	perSession int   // ids kept per session
+	maxBytes   int64 // bytes of cached replies before idle sessions are dropped
+	// load reads the recent records of a session from the log; nil or no
+	// records for a session the log does not have.
+	load func(key string) ([]session.Record, error)
+
+	mu        sync.Mutex
+	sessions  map[string]*sessionIDs
+	lru       *list.List // of *sessionIDs, most recently used first
+	bytes     int64
+	reloads   uint64 // sessions read back from the log on demand
+	evictions uint64 // sessions dropped to stay under maxBytes
 }
 
 type sessionIDs struct {
+	key     string
 	entries map[string]*dedupeEntry
 	order   []string // insertion order, for eviction
+	pending int      // entries without a reply
+	bytes   int64
+	elem    *list.Element
 }
 
 type dedupeEntry struct {
@@ -25,68 +48,159 @@ type dedupeEntry struct {
 	reply *link.Message // nil while pending
 }
 
-func newDedupe(perSession int) *dedupe {
-	return &dedupe{sessions: map[string]*sessionIDs{}, perSession: perSession}
+// Accounted sizes: the strings plus a rough per-item overhead of the maps,
+// slices and structs that hold them.
+const (
+	dedupeEntryOverhead   = 96
+	dedupeSessionOverhead = 256
+)
+
+func entryBytes(id string, e *dedupeEntry) int64 {
+	n := int64(dedupeEntryOverhead + 2*len(id) + len(e.runID))
+	if r := e.reply; r != nil {
+		n += int64(len(r.Text) + len(r.RunID) + len(r.FinishReason) + len(r.MessageID))
+	}
+	return n
+}
+
+func newDedupe(perSession int, maxBytes int64, load func(string) ([]session.Record, error)) *dedupe {
+	return &dedupe{perSession: perSession, maxBytes: maxBytes, load: load,
+		sessions: map[string]*sessionIDs{}, lru: list.New()}
+}
+
+// session returns the session's ids, reading them from the log first if
+// they are not in memory; mu is held on return (also on error: then s is
+// nil). The read happens without mu; if another caller put the session in
+// memory meanwhile, that copy wins (it may hold newer claims).
+func (d *dedupe) session(key string) (*sessionIDs, error) {
+	d.mu.Lock()
+	if s := d.sessions[key]; s != nil {
+		d.lru.MoveToFront(s.elem)
+		return s, nil
+	}
+	d.mu.Unlock()
+	var recs []session.Record
+	if d.load != nil {
+		var err error
+		if recs, err = d.load(key); err != nil {
+			d.mu.Lock()
+			return nil, err
+		}
+	}
+	d.mu.Lock()
+	if s := d.sessions[key]; s != nil {
+		d.lru.MoveToFront(s.elem)
+		return s, nil
+	}
+	d.reloads++
+	return d.insert(key, recs), nil
+}
+
+// insert puts a session in memory with the replies of recs (assistant
+// records with a message id; a user record without a reply is not
+// remembered: nothing runs it, so a resend runs it). mu is held.
+func (d *dedupe) insert(key string, recs []session.Record) *sessionIDs {
+	s := &sessionIDs{key: key, entries: map[string]*dedupeEntry{}, bytes: dedupeSessionOverhead + int64(len(key))}
+	s.elem = d.lru.PushFront(s)
+	d.sessions[key] = s
+	d.bytes += s.bytes
+	for _, r := range recs {
+		if r.Role == "assistant" && r.MessageID != "" {
+			d.setReply(s, r.MessageID, &link.Message{Role: link.RoleAssistant, MessageID: r.MessageID,
+				RunID: r.RunID, Text: r.Content, FinishReason: r.FinishReason})
+		}
+	}
+	return s
 }
 
 // claim records messageID as pending under runID, unless it is known: then
-// it returns the earlier entry and fresh=false.
-func (d *dedupe) claim(sessionKey, messageID, runID string) (prior dedupeEntry, fresh bool) {
-	d.mu.Lock()
+// it returns the earlier entry and fresh=false. A session not in memory is
+// read from the log first; err is that read's failure.
+func (d *dedupe) claim(sessionKey, messageID, runID string) (prior dedupeEntry, fresh bool, err error) {
+	s, err := d.session(sessionKey)
 	defer d.mu.Unlock()
-	s := d.sessions[sessionKey]
-	if s == nil {
-		s = &sessionIDs{entries: map[string]*dedupeEntry{}}
-		d.sessions[sessionKey] = s
+	if err != nil {
+		return dedupeEntry{}, false, err
 	}
 	if e := s.entries[messageID]; e != nil {
-		return *e, false
+		return *e, false, nil
 	}
-	s.entries[messageID] = &dedupeEntry{runID: runID}
-	s.order = append(s.order, messageID)
-	d.evict(s)
-	return dedupeEntry{}, true
+	d.addPending(s, messageID, runID)
+	d.trim(s)
+	return dedupeEntry{}, true, nil
 }
 
-// evict drops the oldest answered ids beyond the bound; pending ids stay.
-func (d *dedupe) evict(s *sessionIDs) {
-	for len(s.order) > d.perSession {
-		kept := s.order[:0]
+// addPending adds messageID, not yet known in s, as pending; mu is held.
+func (d *dedupe) addPending(s *sessionIDs, messageID, runID string) {
+	e := &dedupeEntry{runID: runID}
+	s.entries[messageID] = e
+	s.order = append(s.order, messageID)
+	s.pending++
+	d.grow(s, entryBytes(messageID, e))
+}
+
+func (d *dedupe) grow(s *sessionIDs, n int64) {
+	s.bytes += n
+	d.bytes += n
+}
+
+// setReply stores reply under messageID in s (adding the id if needed).
+func (d *dedupe) setReply(s *sessionIDs, messageID string, reply *link.Message) {
+	e := s.entries[messageID]
+	if e == nil {
+		e = &dedupeEntry{}
+		s.entries[messageID] = e
+		s.order = append(s.order, messageID)
+	} else {
+		d.grow(s, -entryBytes(messageID, e))
+		if e.reply == nil {
+			s.pending--
+		}
+	}
+	e.runID = reply.RunID
+	e.reply = reply
+	d.grow(s, entryBytes(messageID, e))
+	d.trim(s)
+}
+
+// trim drops the oldest answered ids of s beyond the per-session bound
+// (pending ids stay), then idle sessions beyond the byte bound.
+func (d *dedupe) trim(s *sessionIDs) {
+	if len(s.order) > d.perSession {
 		excess := len(s.order) - d.perSession
+		kept := s.order[:0]
 		for _, id := range s.order {
-			if excess > 0 && s.entries[id].reply != nil {
+			if e := s.entries[id]; excess > 0 && e.reply != nil {
+				d.grow(s, -entryBytes(id, e))
 				delete(s.entries, id)
 				excess--
 				continue
 			}
 			kept = append(kept, id)
 		}
+		clear(s.order[len(kept):])
 		s.order = kept
-		if excess > 0 { // all pending: nothing more to drop
-			return
+	}
+	for e := d.lru.Back(); e != nil && d.maxBytes > 0 && d.bytes > d.maxBytes; {
+		prev := e.Prev()
+		if idle := e.Value.(*sessionIDs); idle.pending == 0 && idle != s {
+			d.lru.Remove(e)
+			delete(d.sessions, idle.key)
+			d.bytes -= idle.bytes
+			d.evictions++
 		}
+		e = prev
 	}
 }
 
-// finish stores the reply of messageID (inserting the id if it was
-// evicted or never claimed, as when rebuilding from the log).
+// finish stores the reply of messageID. A session that is not in memory is
+// left to the log (the reply is there: it was written first).
 func (d *dedupe) finish(sessionKey, messageID string, reply *link.Message) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := d.sessions[sessionKey]
-	if s == nil {
-		s = &sessionIDs{entries: map[string]*dedupeEntry{}}
-		d.sessions[sessionKey] = s
+	if s := d.sessions[sessionKey]; s != nil {
+		d.setReply(s, messageID, reply)
 	}
-	e := s.entries[messageID]
-	if e == nil {
-		e = &dedupeEntry{}
-		s.entries[messageID] = e
-		s.order = append(s.order, messageID)
-	}
-	e.runID = reply.RunID
-	e.reply = reply
-	d.evict(s)
 }
 
 // forget removes a claim whose message could not be accepted after all.
@@ -97,6 +211,14 @@ func (d *dedupe) forget(sessionKey, messageID string) {
 	if s == nil {
 		return
 	}
+	e := s.entries[messageID]
+	if e == nil {
+		return
+	}
+	if e.reply == nil {
+		s.pending--
+	}
+	d.grow(s, -entryBytes(messageID, e))
 	delete(s.entries, messageID)
 	for i, id := range s.order {
 		if id == messageID {
@@ -106,19 +228,16 @@ func (d *dedupe) forget(sessionKey, messageID string) {
 	}
 }
 
-// pending lists the ids of a session still waiting for a reply, in order.
-func (d *dedupe) pending(sessionKey string) []string {
+// dedupeStats are the table's size and counters.
+type dedupeStats struct {
+	Sessions  int
+	Bytes     int64
+	Reloads   uint64
+	Evictions uint64
+}
+
+func (d *dedupe) stats() dedupeStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := d.sessions[sessionKey]
-	if s == nil {
-		return nil
-	}
-	var ids []string
-	for _, id := range s.order {
-		if s.entries[id].reply == nil {
-			ids = append(ids, id)
-		}
-	}
-	return ids
+	return dedupeStats{Sessions: len(d.sessions), Bytes: d.bytes, Reloads: d.reloads, Evictions: d.evictions}
 }

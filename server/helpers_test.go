@@ -70,6 +70,12 @@ func startServer(t *testing.T, mutate func(*config.Config), runner agent.Runner)
 	if runner != nil {
 		opt.Runners = map[string]agent.Runner{"echo": runner}
 	}
+	return serve(t, cfg, opt)
+}
+
+// serve is startServer with explicit options.
+func serve(t *testing.T, cfg *config.Config, opt Options) *testServer {
+	t.Helper()
 	s, err := New(cfg, opt)
 	if err != nil {
 		t.Fatalf("New: %v", err)

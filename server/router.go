@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -68,6 +69,7 @@ func (r *router) enqueue(in bus.Inbound) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
+		r.rt.admission.release(in.SessionKey, 1)
 		return // in the session log, unanswered: the next start runs it
 	}
 	q := r.queues[in.SessionKey]
@@ -98,6 +100,7 @@ func (r *router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen
 	defer r.wg.Done()
 	taken := inj.Inject(r.runCtx, r.request(r.runCtx, in))
 	if taken {
+		r.rt.admission.release(in.SessionKey, 1) // running now, in the turn it joined
 		r.rt.runStarted(in)
 	}
 	r.mu.Lock()
@@ -111,7 +114,10 @@ func (r *router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen
 		// The turn it joined has just ended: answer with its result.
 		res := q.lastRes
 		r.mu.Unlock()
-		r.rt.runFinished(context.Background(), in, res, 0)
+		r.rt.runFinished(r.runCtx, in, res, 0)
+	case r.stopped:
+		r.mu.Unlock()
+		r.rt.admission.release(in.SessionKey, 1) // unanswered in the log: the next start runs it
 	default:
 		q.waiting = append([]bus.Inbound{in}, q.waiting...)
 		r.mu.Unlock()
@@ -148,6 +154,7 @@ func (r *router) work(key string, q *sessionQueue) {
 		in := q.waiting[0]
 		q.waiting[0] = bus.Inbound{}
 		q.waiting = q.waiting[1:]
+		r.rt.admission.release(key, 1)
 		ctx, cancel := context.WithCancel(r.runCtx)
 		q.running, q.cancel = in.MessageID, cancel
 		q.gen++
@@ -162,9 +169,10 @@ func (r *router) work(key string, q *sessionQueue) {
 		q.lastGen, q.lastRes = q.gen, res
 		r.mu.Unlock()
 		if ok {
-			r.rt.runFinished(context.Background(), in, res, took)
+			// runCtx: a reply the log refuses is retried until the hard stop.
+			r.rt.runFinished(r.runCtx, in, res, took)
 			for _, j := range joined {
-				r.rt.runFinished(context.Background(), j, res, took)
+				r.rt.runFinished(r.runCtx, j, res, took)
 			}
 		} else {
 			r.rt.metrics.running.Add("", -int64(len(joined)))
@@ -226,8 +234,9 @@ func (r *router) cancel(key, messageID string) bool {
 		if in.MessageID == messageID {
 			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
 			r.mu.Unlock()
+			r.rt.admission.release(key, 1)
 			r.rt.runStarted(in)
-			r.rt.runFinished(context.Background(), in, cancelledBeforeStart, 0)
+			r.rt.runFinished(r.runCtx, in, cancelledBeforeStart, 0)
 			return true
 		}
 	}
@@ -240,7 +249,8 @@ func (r *router) cancel(key, messageID string) bool {
 func (r *router) stop(ctx context.Context) {
 	r.mu.Lock()
 	r.stopped = true // no wg.Add after this: enqueue checks it under mu
-	for _, q := range r.queues {
+	for key, q := range r.queues {
+		r.rt.admission.release(key, len(q.waiting))
 		q.waiting = nil // left in the session log, unanswered
 	}
 	r.mu.Unlock()
@@ -255,15 +265,97 @@ func (r *router) stop(ctx context.Context) {
 	r.cancelRun()
 }
 
-// load reports runs in progress and messages waiting.
-func (r *router) load() (running, waiting int) {
+// isStopped reports whether stop has begun.
+func (r *router) isStopped() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.stopped
+}
+
+// load reports runs in progress and messages waiting (accepted, not yet
+// started: queued, on the bus or being offered to a running turn).
+func (r *router) load() (running, waiting int) {
+	r.mu.Lock()
 	for _, q := range r.queues {
 		if q.running != "" {
 			running++
 		}
-		waiting += len(q.waiting)
 	}
-	return running, waiting
+	r.mu.Unlock()
+	return running, r.rt.admission.waiting()
+}
+
+// admission bounds the messages accepted and not yet started, per session
+// and server-wide. AcceptInbound reserves a place before it writes a
+// message to the session log; the place is released when the message
+// leaves the waiting state: its run starts (or it joins a running turn), it
+// is cancelled while queued, or it is left for the next start at stop. The
+// router holds every such message in one place (bus, queue, injection in
+// flight), so each release matches one reservation.
+type admission struct {
+	maxTotal int
+
+	mu        sync.Mutex
+	total     int
+	bySession map[string]int
+	freed     chan struct{} // poked (never blocks) when a place frees
+}
+
+func newAdmission(maxTotal int) *admission {
+	return &admission{maxTotal: maxTotal, bySession: map[string]int{}, freed: make(chan struct{}, 1)}
+}
+
+// reserve takes a place for one message of session key, or returns an
+// error wrapping ErrBusy that says which bound refused it.
+func (a *admission) reserve(key string, perSession int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n := a.bySession[key]; n >= perSession {
+		return fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", ErrBusy, key, n)
+	}
+	if a.total >= a.maxTotal {
+		return fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", ErrBusy, a.total)
+	}
+	a.bySession[key]++
+	a.total++
+	return nil
+}
+
+// reserveWait is reserve that waits for a place until ctx ends.
+func (a *admission) reserveWait(ctx context.Context, key string, perSession int) error {
+	for {
+		if a.reserve(key, perSession) == nil {
+			return nil
+		}
+		select {
+		case <-a.freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// release gives back n places of session key.
+func (a *admission) release(key string, n int) {
+	if n <= 0 {
+		return
+	}
+	a.mu.Lock()
+	if left := a.bySession[key] - n; left > 0 {
+		a.bySession[key] = left
+	} else {
+		delete(a.bySession, key)
+	}
+	a.total -= n
+	a.mu.Unlock()
+	select {
+	case a.freed <- struct{}{}:
+	default:
+	}
+}
+
+func (a *admission) waiting() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.total
 }

@@ -6,11 +6,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
 
 	"termlink/link"
 	"termlink/server/agent"
@@ -55,6 +59,9 @@ type serverMetrics struct {
 	runSeconds  *metrics.HistogramVec
 	replySecs   *metrics.HistogramVec
 	running     *metrics.GaugeVec
+
+	busy        *metrics.CounterVec
+	logFailures *metrics.CounterVec
 }
 
 func newServerMetrics() *serverMetrics {
@@ -73,6 +80,8 @@ func newServerMetrics() *serverMetrics {
 	m.runSeconds = r.NewHistogramVec("termlink_run_seconds", "Agent run time.", "channel", latency)
 	m.replySecs = r.NewHistogramVec("termlink_reply_seconds", "Time from accepting a message to dispatching its reply.", "channel", latency)
 	m.running = r.NewGaugeVec("termlink_runs_running", "Agent runs in progress.", "")
+	m.busy = r.NewCounterVec("termlink_inbound_busy_total", "Messages refused as busy: their session or the server had the most messages waiting.", "channel")
+	m.logFailures = r.NewCounterVec("termlink_session_log_failures_total", "Session log writes that failed (disk full, I/O error).", "")
 	return m
 }
 
@@ -90,6 +99,13 @@ type Runtime struct {
 
 	runPrefix string
 	runSeq    atomic.Uint64
+
+	// admission counts the messages accepted and not yet started (queued,
+	// on the bus, offered to a running turn), per session and in all.
+	admission *admission
+	// unwritable is the last session-log write failure, nil once a write
+	// succeeds again; /healthz reports it.
+	unwritable atomic.Pointer[string]
 }
 
 // SessionKey builds the spec's session id.
@@ -138,14 +154,21 @@ type AcceptResult struct {
 // to the session log (durably) and then ack is called, before the message
 // is published to the bus, so the ack always precedes the reply on the
 // wire. A known id calls ack with the duplicate status and publishes
-// nothing. An error means the message was not taken; the device may resend.
+// nothing (also when the server is busy). An error means the message was
+// not taken and ack was not called; the device may resend. When the
+// session already has its channel's maxWaitingPerSession messages waiting,
+// or the server its maxWaitingRuns, the error wraps [ErrBusy]; nothing is
+// written then.
 func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(AcceptResult)) error {
 	ch := rt.channels[in.ChannelID]
 	if ch == nil {
 		return fmt.Errorf("unknown channel %q", in.ChannelID)
 	}
 	in.RunID = rt.newRunID()
-	prior, fresh := rt.dedupe.claim(in.SessionKey, in.MessageID, in.RunID)
+	prior, fresh, err := rt.dedupe.claim(in.SessionKey, in.MessageID, in.RunID)
+	if err != nil {
+		return fmt.Errorf("reading the session log for duplicates: %w", err)
+	}
 	if !fresh {
 		res := AcceptResult{RunID: prior.runID, Duplicate: true, Reply: prior.reply, Pending: prior.reply == nil}
 		rt.metrics.duplicates.Inc(ch.id)
@@ -158,12 +181,18 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 		ack(res)
 		return nil
 	}
+	if err := rt.admission.reserve(in.SessionKey, ch.maxWaitingPerSession()); err != nil {
+		rt.dedupe.forget(in.SessionKey, in.MessageID)
+		rt.metrics.busy.Inc(ch.id)
+		return err
+	}
 	if in.Received.IsZero() {
 		in.Received = time.Now()
 	}
 	rec := session.Record{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
 		Timestamp: in.Received.Format(session.TimeLayout)}
-	if err := rt.store.Append(ctx, in.SessionKey, rec); err != nil {
+	if err := rt.appendLog(ctx, in.SessionKey, rec); err != nil {
+		rt.admission.release(in.SessionKey, 1)
 		rt.dedupe.forget(in.SessionKey, in.MessageID)
 		return fmt.Errorf("recording message: %w", err)
 	}
@@ -172,11 +201,73 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 		MessageID: in.MessageID, RunID: in.RunID, Preview: in.Text})
 	ack(AcceptResult{RunID: in.RunID})
 	if err := rt.bus.PublishInbound(ctx, in); err != nil {
+		rt.admission.release(in.SessionKey, 1)
 		// It is in the session log: the next start runs it.
 		rt.log.Warn("message recorded but not queued; it runs at the next start",
 			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
 	}
 	return nil
+}
+
+// maxWaitingPerSession is the channel's bound on messages waiting in one
+// session.
+func (ch *channel) maxWaitingPerSession() int {
+	if n := ch.cfg.Config.MaxWaitingPerSession; n > 0 {
+		return n
+	}
+	return config.DefaultMaxWaitingPerSession
+}
+
+// appendLog appends to the session log and keeps /healthz's view of the
+// workspace: a write failure marks it unwritable until a write succeeds.
+// A cancelled ctx or a closed store says nothing about the disk.
+func (rt *Runtime) appendLog(ctx context.Context, key string, recs ...session.Record) error {
+	err := rt.store.Append(ctx, key, recs...)
+	switch {
+	case err == nil:
+		if rt.unwritable.Load() != nil {
+			rt.unwritable.Store(nil)
+			rt.log.Info("session log writable again")
+		}
+	case ctx.Err() != nil, errors.Is(err, session.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	default:
+		msg := err.Error()
+		rt.unwritable.Store(&msg)
+		rt.metrics.logFailures.Inc("")
+	}
+	return err
+}
+
+// appendLogRetrying appends like appendLog, retrying a failed write with
+// a capped, jittered exponential backoff until it succeeds, the store is
+// closed or ctx ends. It is for records that must not be lost while the
+// server runs (replies): a full disk holds the run's session, it does not
+// drop the reply.
+func (rt *Runtime) appendLogRetrying(ctx context.Context, key string, recs ...session.Record) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 50 * time.Millisecond
+	b.MaxInterval = 5 * time.Second
+	b.MaxElapsedTime = 0 // until it works or ctx ends
+	attempt := 0
+	return backoff.Retry(func() error {
+		attempt++
+		err := rt.appendLog(ctx, key, recs...)
+		if err != nil && (errors.Is(err, session.ErrClosed) || ctx.Err() != nil) {
+			return backoff.Permanent(err)
+		}
+		if err != nil && attempt == 1 {
+			rt.log.Error("session log write failed; retrying", "session", key, "err", err)
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+}
+
+// health reports whether the workspace takes writes, and why not.
+func (rt *Runtime) health() (ok bool, reason string) {
+	if msg := rt.unwritable.Load(); msg != nil {
+		return false, "workspace unwritable: the last session log write failed: " + *msg
+	}
+	return true, ""
 }
 
 // runStarted records direct_run_started.
@@ -189,7 +280,10 @@ func (rt *Runtime) runStarted(in bus.Inbound) {
 }
 
 // runFinished writes the reply to the session log, completes the dedupe
-// entry and publishes the reply to the bus.
+// entry and publishes the reply to the bus. A reply the log refuses is
+// retried until it is written or ctx ends; one never written is not sent
+// (a restart runs the message again, once), so no device sees a reply the
+// server does not remember.
 func (rt *Runtime) runFinished(ctx context.Context, in bus.Inbound, res agent.Result, took time.Duration) {
 	rt.metrics.running.Add("", -1)
 	if res.FinishReason == "" {
@@ -199,11 +293,10 @@ func (rt *Runtime) runFinished(ctx context.Context, in bus.Inbound, res agent.Re
 		Text: res.Text, FinishReason: res.FinishReason}
 	rec := session.Record{Role: "assistant", Content: res.Text, MessageID: in.MessageID, RunID: in.RunID,
 		FinishReason: res.FinishReason, Media: res.Media}
-	if err := rt.store.Append(ctx, in.SessionKey, rec); err != nil {
-		// Still answer the device; the log misses this reply, so a restart
-		// would run the message again.
-		rt.log.Error("reply not written to the session log", "session", in.SessionKey,
-			"message_id", in.MessageID, "err", err)
+	if err := rt.appendLogRetrying(ctx, in.SessionKey, rec); err != nil {
+		rt.log.Error("reply not written to the session log; not sent, the next start runs the message again",
+			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
+		return
 	}
 	rt.dedupe.finish(in.SessionKey, in.MessageID, reply)
 	rt.metrics.runs.Inc(res.FinishReason)
@@ -238,14 +331,14 @@ func (rt *Runtime) progress(ctx context.Context, in bus.Inbound, text string) {
 }
 
 // dispatch hands outbound messages to their adapters until the bus is
-// closed and drained or ctx ends.
-func (rt *Runtime) dispatch(ctx context.Context) {
+// closed, then dispatches what is still queued and returns. It does not
+// watch a context: stopping is closing the bus, so every reply published
+// before Close is dispatched (or recorded unclaimed), whatever the timing.
+func (rt *Runtime) dispatch() {
 	for {
 		select {
 		case out := <-rt.bus.Outbound():
 			rt.dispatchOne(out)
-		case <-ctx.Done():
-			return
 		case <-rt.bus.Done():
 			for { // drain what is queued, then stop
 				select {
@@ -284,54 +377,171 @@ func (rt *Runtime) dispatchOne(out bus.Outbound) {
 	ch.events.Add(ev)
 }
 
-// rebuild fills the dedupe table from the session log and returns the
-// messages that were accepted but never answered, oldest first per session.
-func (rt *Runtime) rebuild() ([]bus.Inbound, error) {
+// startupTail is how many records with a message id rebuild reads from the
+// end of each session file; as many as dedupe keeps per session.
+const startupTail = 1024
+
+// interruptedEvent marks the session-log record that says a run was cut
+// short by a server restart (a "system" record: not a reply, so dedupe and
+// nanobot readers do not take it for an answer).
+const interruptedEvent = "run_interrupted"
+
+// interruptedTwice answers a message whose run two restarts cut short.
+const interruptedTwice = "interrupted twice by a server restart; not run again - send it again"
+
+// rebuild reads the tail of every session file (not every record: the last
+// startupTail message records), fills the dedupe table with their replies
+// and returns the messages accepted but never answered, oldest first per
+// session, to be run again. Each gets a run_interrupted record in its
+// session log first; one that already has one (its re-run was cut short
+// too) is answered with an error reply instead of a third run.
+func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 	var unanswered []bus.Inbound
-	sessions, records := 0, 0
-	err := rt.store.Scan(func(s *session.Session) error {
+	var toMark []interruptedRuns
+	sessions, records, twice := 0, 0, 0
+	err := rt.store.ScanTails(startupTail, func(s *session.Session) error {
 		sessions++
-		channelID, accountID, peerID, threadID, ok := parseSessionKey(s.Meta.Key)
+		records += len(s.Records)
+		key := s.Meta.Key
+		channelID, accountID, peerID, threadID, ok := parseSessionKey(key)
 		if !ok {
-			rt.log.Warn("session log with a key that is not a terminal session id; skipped for dedupe", "key", s.Meta.Key)
+			rt.log.Warn("session log with a key that is not a terminal session id; skipped for dedupe", "key", key)
 			return nil
 		}
 		asked := map[string]session.Record{}
+		answered := map[string]bool{}
+		interrupted := map[string]bool{}
 		var order []string
 		for _, r := range s.Records {
 			if r.MessageID == "" {
 				continue
 			}
-			records++
-			switch r.Role {
-			case "user":
+			switch {
+			case r.Role == "user":
 				if _, seen := asked[r.MessageID]; !seen {
 					order = append(order, r.MessageID)
 				}
 				asked[r.MessageID] = r
-				rt.dedupe.claim(s.Meta.Key, r.MessageID, r.RunID)
-			case "assistant":
-				rt.dedupe.finish(s.Meta.Key, r.MessageID, &link.Message{Role: link.RoleAssistant,
-					MessageID: r.MessageID, RunID: r.RunID, Text: r.Content, FinishReason: r.FinishReason})
+			case r.Role == "assistant":
+				answered[r.MessageID] = true
+			case r.Role == "system" && r.Extra["event"] == interruptedEvent:
+				interrupted[r.MessageID] = true
 			}
 		}
-		for _, id := range rt.dedupe.pending(s.Meta.Key) {
-			r, ok := asked[id]
-			if !ok {
+		var marks []session.Record
+		var again []bus.Inbound
+		for _, id := range order {
+			if answered[id] {
 				continue
 			}
+			if ch := rt.channels[channelID]; ch == nil || ch.adapter == nil {
+				rt.log.Warn("unanswered message of a channel that is gone or disabled; not run", "session", key, "message_id", id)
+				continue
+			}
+			r := asked[id]
+			if interrupted[id] {
+				twice++
+				marks = append(marks, session.Record{Role: "assistant", Content: interruptedTwice, MessageID: id,
+					RunID: r.RunID, FinishReason: link.FinishError})
+				continue
+			}
+			marks = append(marks, session.Record{Role: "system", MessageID: id, RunID: r.RunID,
+				Content: "the run of message " + id + " was interrupted by a server restart; it runs again once",
+				Extra:   map[string]any{"event": interruptedEvent}})
 			received, _ := time.ParseInLocation(session.TimeLayout, r.Timestamp, time.Local)
-			unanswered = append(unanswered, bus.Inbound{ChannelID: channelID, AccountID: accountID, PeerID: peerID,
-				ThreadID: threadID, SessionKey: s.Meta.Key, MessageID: id, RunID: r.RunID, Text: r.Content,
+			again = append(again, bus.Inbound{ChannelID: channelID, AccountID: accountID, PeerID: peerID,
+				ThreadID: threadID, SessionKey: key, MessageID: id, RunID: r.RunID, Text: r.Content,
 				Received: received})
 		}
+		// The messages to run again are pending from the start, so the
+		// byte bound cannot drop the session before they are answered.
+		d := rt.dedupe
+		d.mu.Lock()
+		sess := d.insert(key, s.Records)
+		for _, in := range again {
+			d.addPending(sess, in.MessageID, in.RunID)
+		}
+		d.trim(sess)
+		d.mu.Unlock()
+		if len(marks) == 0 {
+			return nil
+		}
+		toMark = append(toMark, interruptedRuns{key: key, marks: marks, again: again})
 		return nil
 	})
+	if err == nil {
+		unanswered = rt.markInterrupted(ctx, toMark)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rebuilding dedupe from the session log: %w", err)
 	}
-	rt.log.Info("dedupe rebuilt from the session log", "sessions", sessions, "records", records, "unanswered", len(unanswered))
+	rt.log.Info("dedupe rebuilt from the session log tails", "sessions", sessions, "records", records,
+		"unanswered", len(unanswered), "interrupted_twice", twice)
 	return unanswered, nil
+}
+
+// interruptedRuns are one session's messages found unanswered at start-up:
+// the records that say so (or answer them), and the messages to run again.
+type interruptedRuns struct {
+	key   string
+	marks []session.Record
+	again []bus.Inbound
+	err   error
+}
+
+// markInterrupted writes the records of every session (in parallel, so the
+// session log commits them together) and returns the messages to run
+// again, in order. A session whose records cannot be written is not run
+// again now: the next start finds it unanswered again.
+func (rt *Runtime) markInterrupted(ctx context.Context, sessions []interruptedRuns) []bus.Inbound {
+	var wg sync.WaitGroup
+	work := make(chan *interruptedRuns)
+	for range min(len(sessions), 64) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ir := range work {
+				ir.err = rt.appendLog(ctx, ir.key, ir.marks...)
+			}
+		}()
+	}
+	for i := range sessions {
+		work <- &sessions[i]
+	}
+	close(work)
+	wg.Wait()
+
+	var again []bus.Inbound
+	for _, ir := range sessions {
+		if ir.err != nil {
+			rt.log.Error("cannot record interrupted runs; not run again until a later start", "session", ir.key, "err", ir.err)
+			for _, in := range ir.again {
+				rt.dedupe.forget(ir.key, in.MessageID)
+			}
+			continue
+		}
+		for _, m := range ir.marks {
+			if m.Role == "assistant" {
+				rt.dedupe.finish(ir.key, m.MessageID, &link.Message{Role: link.RoleAssistant, MessageID: m.MessageID,
+					RunID: m.RunID, Text: m.Content, FinishReason: m.FinishReason})
+			}
+		}
+		again = append(again, ir.again...)
+	}
+	return again
+}
+
+// loadRecent reads a session's recent records for dedupe; a session the
+// log does not have has none.
+func (rt *Runtime) loadRecent(key string) ([]session.Record, error) {
+	s, err := rt.store.Tail(key, startupTail)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.Records, nil
 }
 
 var errShuttingDown = errors.New("server is shutting down")

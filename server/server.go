@@ -34,6 +34,9 @@ type Options struct {
 	// DedupePerSession bounds the message ids remembered per session
 	// (default 1024); a device resends only recent, unanswered ones.
 	DedupePerSession int
+
+	// session adds test hooks to the session store's options.
+	session session.Options
 }
 
 // Server is termserver: runtime, router, adapters and the HTTP API.
@@ -48,9 +51,10 @@ type Server struct {
 
 	recovered []bus.Inbound
 
-	stopBg context.CancelFunc
-	bgWG   sync.WaitGroup
-	once   sync.Once
+	stopBg       context.CancelFunc
+	bgWG         sync.WaitGroup
+	dispatchDone chan struct{} // closed when the dispatcher has drained the closed bus
+	once         sync.Once
 }
 
 // New opens the workspace's session log, rebuilds the dedupe table from it
@@ -75,14 +79,25 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	if maxRuns <= 0 {
 		maxRuns = 256
 	}
-	store, err := session.Open(filepath.Join(cfg.Workspace, "sessions"), session.Options{NoSync: opt.NoSync, Logger: log})
+	maxWaiting := cfg.MaxWaitingRuns
+	if maxWaiting <= 0 {
+		maxWaiting = config.DefaultMaxWaitingRuns
+	}
+	dedupeBytes := cfg.DedupeCacheBytes
+	if dedupeBytes <= 0 {
+		dedupeBytes = config.DefaultDedupeCacheBytes
+	}
+	sopt := opt.session
+	sopt.NoSync, sopt.Logger = opt.NoSync, log
+	store, err := session.Open(filepath.Join(cfg.Workspace, "sessions"), sopt)
 	if err != nil {
 		return nil, fmt.Errorf("opening the session log: %w", err)
 	}
 	rt := &Runtime{
-		log: log, bus: bus.New(4096), store: store, dedupe: newDedupe(opt.DedupePerSession),
+		log: log, bus: bus.New(4096), store: store, admission: newAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 	}
+	rt.dedupe = newDedupe(opt.DedupePerSession, dedupeBytes, rt.loadRecent)
 	s := &Server{cfg: cfg, log: log, rt: rt, started: time.Now()}
 
 	built := map[string]agent.Runner{}
@@ -118,7 +133,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 			ch.adapter = newTerminalAdapter(rt, s.router, ch, log)
 		}
 	}
-	if s.recovered, err = rt.rebuild(); err != nil {
+	if s.recovered, err = rt.rebuild(context.Background()); err != nil {
 		s.closeRunners(built)
 		store.Close()
 		return nil, err
@@ -156,13 +171,16 @@ func newRunner(name string, a config.Agent, workspace string, log *slog.Logger) 
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // Start runs the router and the dispatcher, and re-queues the messages
-// that were accepted before a restart but never answered.
+// that were accepted before a restart but never answered. The re-queue
+// takes a waiting place for each (as AcceptInbound does), waiting for one
+// when the bounds are reached, so a large backlog never floods the queues.
 func (s *Server) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopBg = cancel
-	s.bgWG.Add(2)
+	s.bgWG.Add(1)
 	go func() { defer s.bgWG.Done(); s.router.consume(ctx) }()
-	go func() { defer s.bgWG.Done(); s.rt.dispatch(ctx) }()
+	s.dispatchDone = make(chan struct{})
+	go func() { defer close(s.dispatchDone); s.rt.dispatch() }()
 	for _, id := range s.rt.order {
 		if ch := s.rt.channels[id]; ch.adapter != nil {
 			ch.events.Add(events.Event{Event: events.AdapterStarted, Detail: "websocket at /api/channels/" + id + "/ws"})
@@ -175,12 +193,14 @@ func (s *Server) Start() {
 		go func() {
 			defer s.bgWG.Done()
 			n := 0
-			for _, in := range recovered {
-				if ch := s.rt.channels[in.ChannelID]; ch == nil || ch.adapter == nil {
-					s.log.Warn("unanswered message of a channel that is gone or disabled; not run", "session", in.SessionKey, "message_id", in.MessageID)
-					continue
+			for i, in := range recovered {
+				recovered[i] = bus.Inbound{}      // let the queued copy be the only one
+				ch := s.rt.channels[in.ChannelID] // enabled: rebuild left out the others
+				if err := s.rt.admission.reserveWait(ctx, in.SessionKey, ch.maxWaitingPerSession()); err != nil {
+					return
 				}
 				if err := s.rt.bus.PublishInbound(ctx, in); err != nil {
+					s.rt.admission.release(in.SessionKey, 1)
 					return
 				}
 				n++
@@ -214,8 +234,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 }
 
 // Shutdown closes every connection, waits for runs in progress until ctx
-// ends (then cancels them; they run again at the next start), and closes
-// the session log.
+// ends (then cancels them; they run again at the next start), dispatches
+// every reply those runs produced (to a live connection, or recorded as
+// unclaimed), and closes the session log. The order matters: the bus is
+// closed only once no run can publish, and the dispatcher stops only once
+// it has drained the bus.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
@@ -226,8 +249,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.router.stop(ctx)
 		s.rt.bus.Close()
+		if s.dispatchDone != nil {
+			<-s.dispatchDone // drains the bus, then returns
+		}
 		if s.stopBg != nil {
-			// Let the dispatcher drain what the last runs published.
 			s.stopBg()
 			s.bgWG.Wait()
 		}

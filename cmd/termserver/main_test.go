@@ -215,15 +215,22 @@ func TestRestartKeepsDedupe(t *testing.T) {
 	} else if ack.Reply == nil || ack.Reply.Text != "You said: in flight" {
 		t.Fatalf("m-2 duplicate without reply %+v", ack)
 	}
-	// Exactly one user and one assistant record per message in the log.
+	// Exactly one user and one assistant record per message in the log,
+	// and for m-2 the record that its run was interrupted.
 	data, err := os.ReadFile(filepath.Join(workspace, "sessions", "terminal-dev:local:device-001.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"m-1", "m-2"} {
-		if n := strings.Count(string(data), `"message_id":"`+id+`"`); n != 2 {
-			t.Errorf("%s appears %d times in the session log, want 2 (user + assistant):\n%s", id, n, data)
+		for _, role := range []string{"user", "assistant"} {
+			re := regexp.MustCompile(`"role":"` + role + `".*"message_id":"` + id + `"`)
+			if n := len(re.FindAllString(string(data), -1)); n != 1 {
+				t.Errorf("%s has %d %s records in the session log, want 1:\n%s", id, n, role, data)
+			}
 		}
+	}
+	if n := strings.Count(string(data), `"event":"run_interrupted"`); n != 1 {
+		t.Errorf("%d run_interrupted records, want 1 (for m-2):\n%s", n, data)
 	}
 }
 

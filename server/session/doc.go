@@ -2,7 +2,8 @@
 // session in nanobot's format, written append-only with group commit.
 //
 // The server records every user message and assistant reply here and, at
-// start-up, rebuilds its dedupe table from these files with [Store.Scan].
+// start-up, rebuilds its dedupe table from the tails of these files with
+// [Store.ScanTails].
 //
 // # File format
 //
@@ -14,8 +15,12 @@
 // percent-encoded (%2F for '/', %25 for '%') and a leading '.' encoded as
 // %2E, so a key can never name a file outside dir; the key
 // "terminal-dev:local:device-001" is stored as
-// "terminal-dev:local:device-001.jsonl". The key is always taken from the
-// metadata line, not from the file name.
+// "terminal-dev:local:device-001.jsonl". A key whose escaped name would be
+// longer than 255 bytes (NAME_MAX) is stored as the first 120 bytes of the
+// escaped name, '~', the SHA-256 of the key in hex and ".jsonl"; '~' is
+// always escaped otherwise, so such a name cannot be mistaken for a plain
+// one. The key is always taken from the metadata line, not from the file
+// name.
 //
 // Line 1 is nanobot's metadata record:
 //
@@ -25,6 +30,11 @@
 //
 //	{"role":"user","content":"hi","timestamp":"2026-03-15T14:30:00.123456","message_id":"m-1"}
 //	{"role":"assistant","content":"You said: hi","timestamp":"2026-03-15T14:30:00.456789","message_id":"m-1","run_id":"run-1","finish_reason":"stop"}
+//
+// When a server restart cuts a run short, the server records it before
+// running the message again with a "system" record (not a reply):
+//
+//	{"role":"system","content":"the run of message m-2 was interrupted by a server restart; it runs again once","timestamp":"...","message_id":"m-2","run_id":"run-1","event":"run_interrupted"}
 //
 // Timestamps are local time without a zone, with microseconds (layout
 // [TimeLayout]). Fields this package does not know (tool_calls, name, ...)
@@ -42,7 +52,10 @@
 // next append starts on a fresh line.
 //
 // Load and Scan read files directly and may run beside appends; they see
-// only whole lines. They are tolerant: a torn, invalid or over-long
+// only whole lines. [Store.Tail] and [Store.ScanTails] read only a file's
+// metadata line and its last records, walking back from the end, so their
+// cost does not grow with the age of a session (start-up and on-demand
+// reloads of the server's dedupe table use them). They are tolerant: a torn, invalid or over-long
 // ([MaxLineSize]) line, a missing metadata line or an empty file is skipped
 // or guessed with a warning (logged and kept in [Session.Warnings]), never
 // an error.

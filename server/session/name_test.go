@@ -42,14 +42,14 @@ func TestFileNameErrors(t *testing.T) {
 	if _, err := FileName(strings.Repeat("a", 249)); err != nil {
 		t.Errorf("249-byte key: %v", err)
 	}
-	if _, err := FileName(strings.Repeat("a", 250)); err == nil {
-		t.Error("250-byte key (256-byte name) did not fail")
+	if name, err := FileName(strings.Repeat("a", 250)); err != nil || !IsHashedName(name) || len(name) > 255 {
+		t.Errorf("250-byte key (256-byte name): %q, %v; want a hashed name", name, err)
 	}
-	if _, err := FileName(strings.Repeat("/", 83)); err != nil {
-		t.Errorf("83 escaped bytes (249+6): %v", err)
+	if name, err := FileName(strings.Repeat("/", 83)); err != nil || IsHashedName(name) {
+		t.Errorf("83 escaped bytes (249+6): %q, %v", name, err)
 	}
-	if _, err := FileName(strings.Repeat("/", 84)); err == nil {
-		t.Error("84 escaped bytes (252+6) did not fail")
+	if name, err := FileName(strings.Repeat("/", 84)); err != nil || !IsHashedName(name) || len(name) > 255 {
+		t.Errorf("84 escaped bytes (252+6): %q, %v; want a hashed name", name, err)
 	}
 	for _, name := range []string{
 		"x.txt", ".jsonl", ".x.jsonl", "%zz.jsonl", "%4.jsonl", "a%.jsonl",

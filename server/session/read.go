@@ -181,10 +181,25 @@ func (s *Store) Load(key string) (*Session, error) {
 	return l.sess, nil
 }
 
-// loadPath parses one file. The open and the size are taken while no append
-// is writing, and only that many bytes are read, so a concurrent append is
-// never seen half-written.
+// loadPath parses one file. Only the bytes present when it was opened are
+// read (see openSnapshot).
 func (s *Store) loadPath(path, fileKey string) (loaded, error) {
+	f, size, err := s.openSnapshot(path)
+	if err != nil {
+		return loaded{}, err
+	}
+	defer f.Close()
+	l, err := parse(io.LimitReader(f, size), path, fileKey, s.maxLine, s.log)
+	if err != nil {
+		return loaded{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// openSnapshot opens a session file for reading and returns its size. The
+// open and the size are taken while no append is writing, so a reader that
+// reads only that many bytes never sees a concurrent append half-written.
+func (s *Store) openSnapshot(path string) (*os.File, int64, error) {
 	s.ioMu.RLock()
 	f, err := os.Open(path)
 	var fi fs.FileInfo
@@ -196,25 +211,27 @@ func (s *Store) loadPath(path, fileKey string) (loaded, error) {
 		if f != nil {
 			f.Close()
 		}
-		return loaded{}, err
+		return nil, 0, err
 	}
-	defer f.Close()
 	if !fi.Mode().IsRegular() {
-		return loaded{}, fmt.Errorf("read %s: not a regular file", path)
+		f.Close()
+		return nil, 0, fmt.Errorf("read %s: not a regular file", path)
 	}
-	l, err := parse(io.LimitReader(f, fi.Size()), path, fileKey, s.maxLine, s.log)
-	if err != nil {
-		return loaded{}, fmt.Errorf("read %s: %w", path, err)
-	}
-	return l, nil
+	return f, fi.Size(), nil
 }
 
 // Scan loads every session file in the directory, one at a time, in file
 // name order, and calls fn for each; an empty file is skipped with a
 // warning. The key is the metadata line's, or the decoded file name's if the
-// file has none. Content problems are warnings, as in Load; a file that
+// file has none (a file with a hashed name and no metadata line is skipped
+// with a warning). Content problems are warnings, as in Load; a file that
 // cannot be read, or an error from fn, stops the scan and is returned.
 func (s *Store) Scan(fn func(*Session) error) error {
+	return s.scan(s.loadPath, fn)
+}
+
+// scan runs fn on every session file, read by read.
+func (s *Store) scan(read func(path, fileKey string) (loaded, error), fn func(*Session) error) error {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return fmt.Errorf("session: scan: %w", err)
@@ -226,11 +243,12 @@ func (s *Store) Scan(fn func(*Session) error) error {
 		}
 		path := filepath.Join(s.dir, name)
 		fileKey, err := KeyFromFileName(name)
-		if err != nil {
+		hashed := errors.Is(err, ErrHashedName)
+		if err != nil && !hashed {
 			fileKey = strings.TrimSuffix(name, fileExt)
 			s.log.Warn("session: file name is not an encoded key; using it as the key if the file has no metadata", "file", path, "err", err)
 		}
-		l, err := s.loadPath(path, fileKey)
+		l, err := read(path, fileKey)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // removed since ReadDir
 		}
@@ -239,6 +257,15 @@ func (s *Store) Scan(fn func(*Session) error) error {
 		}
 		if l.empty {
 			continue // warned by parse
+		}
+		if hashed {
+			if l.sess.Meta.Key == "" {
+				s.log.Warn("session: file with a hashed name has no key in its metadata line; skipped", "file", path)
+				continue
+			}
+			if canon, _ := FileName(l.sess.Meta.Key); canon != name {
+				s.log.Warn("session: metadata key does not hash to the file name; using the metadata key", "file", path, "key", l.sess.Meta.Key)
+			}
 		}
 		if err := fn(l.sess); err != nil {
 			return fmt.Errorf("session: scan %s: %w", path, err)

@@ -315,3 +315,127 @@ func isMetadataLine(obj map[string]json.RawMessage) bool {
 	var t string
 	return decodeString(obj["_type"], &t) && t == "metadata"
 }
+
+// fastRecord decodes a record line of the shape this package writes: one
+// flat object whose keys are known Record string fields, each once. It
+// reports false for anything else (metadata, media, unknown or repeated
+// keys, non-string values, invalid JSON), which the caller then decodes
+// the general way. It exists for start-up, which reads many large lines:
+// it finds a string's end with a byte search instead of a full JSON scan.
+func fastRecord(line []byte) (Record, bool) {
+	var r Record
+	var seen [6]bool
+	p := skipSpace(line, 0)
+	if p >= len(line) || line[p] != '{' {
+		return r, false
+	}
+	p = skipSpace(line, p+1)
+	if p < len(line) && line[p] == '}' {
+		return r, skipSpace(line, p+1) == len(line)
+	}
+	for {
+		key, next, ok := fastString(line, p)
+		if !ok {
+			return r, false
+		}
+		p = skipSpace(line, next)
+		if p >= len(line) || line[p] != ':' {
+			return r, false
+		}
+		val, next, ok := fastString(line, skipSpace(line, p+1))
+		if !ok {
+			return r, false
+		}
+		var dst *string
+		var i int
+		switch key {
+		case "role":
+			dst, i = &r.Role, 0
+		case "content":
+			dst, i = &r.Content, 1
+		case "timestamp":
+			dst, i = &r.Timestamp, 2
+		case "message_id":
+			dst, i = &r.MessageID, 3
+		case "run_id":
+			dst, i = &r.RunID, 4
+		case "finish_reason":
+			dst, i = &r.FinishReason, 5
+		default:
+			return r, false
+		}
+		if seen[i] {
+			return r, false
+		}
+		seen[i], *dst = true, val
+		p = skipSpace(line, next)
+		if p >= len(line) {
+			return r, false
+		}
+		switch line[p] {
+		case ',':
+			p = skipSpace(line, p+1)
+		case '}':
+			return r, skipSpace(line, p+1) == len(line)
+		default:
+			return r, false
+		}
+	}
+}
+
+func skipSpace(b []byte, p int) int {
+	for p < len(b) && (b[p] == ' ' || b[p] == '\t' || b[p] == '\r' || b[p] == '\n') {
+		p++
+	}
+	return p
+}
+
+// fastString decodes the JSON string starting at b[p] and returns the
+// index after it. A string with escapes is decoded by encoding/json; one
+// with control or invalid UTF-8 bytes is refused (ok false).
+func fastString(b []byte, p int) (s string, next int, ok bool) {
+	if p >= len(b) || b[p] != '"' {
+		return "", 0, false
+	}
+	escaped := false
+	end := p + 1
+	for {
+		i := bytes.IndexByte(b[end:], '"')
+		if i < 0 {
+			return "", 0, false
+		}
+		end += i
+		// The quote ends the string unless an odd run of backslashes
+		// precedes it.
+		n := 0
+		for j := end - 1; j > p && b[j] == '\\'; j-- {
+			n++
+		}
+		if n > 0 {
+			escaped = true
+		}
+		if n%2 == 0 {
+			break
+		}
+		end++
+	}
+	body := b[p+1 : end]
+	if !escaped && bytes.IndexByte(body, '\\') >= 0 {
+		escaped = true
+	}
+	if escaped {
+		if err := json.Unmarshal(b[p:end+1], &s); err != nil {
+			return "", 0, false
+		}
+		return s, end + 1, true
+	}
+	for _, c := range body {
+		if c < 0x20 {
+			return "", 0, false
+		}
+	}
+	if !utf8.Valid(body) {
+		return "", 0, false
+	}
+	return string(body), end + 1, true
+}

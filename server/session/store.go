@@ -22,6 +22,11 @@ type Options struct {
 	NoSync       bool         // skip fsync (benchmarks only: Append no longer means durable)
 	Logger       *slog.Logger // default slog.Default()
 
+	// FailWrite, when set, is called before the records of session key
+	// are written; a non-nil error fails that append as a write error
+	// would (a full disk, say). For tests of callers; nil in production.
+	FailWrite func(key string) error
+
 	// for tests in this package
 	syncHook func(*os.File) error // replaces (*os.File).Sync for session files
 	maxLine  int                  // replaces MaxLineSize
@@ -55,6 +60,7 @@ type Store struct {
 	maxOpen  int
 	noSync   bool
 	syncHook func(*os.File) error
+	failHook func(key string) error
 	maxLine  int
 	dirFile  *os.File
 
@@ -130,6 +136,7 @@ func Open(dir string, opt Options) (*Store, error) {
 		maxOpen:  opt.MaxOpenFiles,
 		noSync:   opt.NoSync,
 		syncHook: opt.syncHook,
+		failHook: opt.FailWrite,
 		maxLine:  opt.maxLine,
 		dirFile:  dirFile,
 		reqs:     make(chan *request, maxBatch),
@@ -414,6 +421,12 @@ func (s *Store) commit(seg []*request) {
 
 	// Open existing files; write new ones to temporary files.
 	for _, g := range groups {
+		if s.failHook != nil {
+			if err := s.failHook(g.key); err != nil {
+				fail(g, err)
+				continue
+			}
+		}
 		h, err := s.handleFor(g.key, g.path)
 		if err != nil {
 			fail(g, err)
