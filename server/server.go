@@ -195,7 +195,9 @@ func (s *Server) Start() {
 // finish, and the session log is flushed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
 	s.Start()
-	hs := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	// Plain requests get read, write and idle timeouts and a header limit
+	// (limits.go); WebSockets leave them behind at the upgrade.
+	hs := newHTTPServer(s.mux, defaultHTTPLimits, s.log)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	var serveErr error

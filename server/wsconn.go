@@ -251,12 +251,14 @@ func (c *wsConn) offerReply(messageID string, b []byte) bool {
 		return true
 	}
 	c.a.rt.metrics.deferred.Inc(c.a.id)
+	if len(c.owed) == 0 {
+		c.a.log.Warn("reply queue full; the device is told to resend the messages to get their replies",
+			"peer_id", c.peerID, "message_id", messageID, "queue", c.max)
+	}
 	if len(c.owed) < maxOwed {
 		c.owed = append(c.owed, messageID)
 		c.wakeWriter()
 	}
-	c.a.log.Warn("reply queue full; the device is told to resend the message to get its reply",
-		"peer_id", c.peerID, "message_id", messageID, "queue", c.max)
 	return false
 }
 
