@@ -254,7 +254,7 @@ func TestReplyQueueOverflowAsksForResend(t *testing.T) {
 // read connected finds itself in /api/status (finding 10).
 func TestStatusCountsPeerOnceConnected(t *testing.T) {
 	ts := startServer(t, nil, nil)
-	for i := 1; i <= 30; i++ {
+	for i := 1; i <= 200; i++ {
 		c := dial(t, ts.ws, nil)
 		c.connect(fmt.Sprintf("dev-%d", i))
 		var st struct{ Channels []ChannelStatus }

@@ -448,7 +448,7 @@ func (c *wsConn) fail(err error) {
 	if errors.Is(err, errStalled) {
 		cause = "client too slow, dropped: " + err.Error()
 		c.a.rt.metrics.dropped.Inc(c.a.id)
-		c.a.log.Warn("dropping terminal connection", "peer_id", c.peerID, "cause", cause)
+		c.a.log.Warn("dropping terminal connection", "remote", c.remote, "cause", cause)
 	}
 	c.mu.Lock()
 	c.closing = true
