@@ -20,10 +20,12 @@ import (
 // flushConn) and the close frame. Nothing else touches the socket.
 //
 // What the writer writes, and what happens when it cannot keep up:
-//   - out: the reader's answers (connected, acks, errors, pongs), at most
-//     SendQueue of them. When out is full the reader blocks on it and
-//     stops reading: the device's own sends back up through TCP.
-//   - replies: final replies from the dispatcher, at most SendQueue. The
+//   - frames: the reader's answers (connected, acks, errors, pongs), at
+//     most SendQueue of them. When it is full the reader waits for room
+//     and stops reading: the device's own sends back up through TCP.
+//   - replies: final replies from the dispatcher, at most 4 x SendQueue
+//     (a fast agent answers a burst of messages faster than a socket
+//     takes them; each reply is one the device waits for). The
 //     dispatcher serves every connection and must never wait for one, so
 //     a full reply queue does not block it: the reply is reported
 //     unclaimed (it is already durable in the session log and in dedupe)
@@ -54,13 +56,16 @@ type wsConn struct {
 	rate   *tokenBucket
 	routes routeMemory
 
-	out        chan outFrame
-	wake       chan struct{} // cap 1: replies, progress or a close frame wait
+	wake       chan struct{} // cap 1: something waits for the writer
+	space      chan struct{} // cap 1: the writer took the reader's frames
 	readerDone chan struct{} // the reader has stopped
 	writerDone chan struct{} // the writer has stopped
 
-	mu         sync.Mutex // guards what follows
-	max        int        // bound of replies and of latest's messages
+	// Guarded by mu. An idle connection holds none of these buffers.
+	mu         sync.Mutex
+	max        int // bound of frames and of latest's messages
+	maxReplies int
+	frames     []outFrame
 	replies    [][]byte
 	owed       []string
 	latest     map[string][]byte
@@ -91,9 +96,8 @@ func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, remote, he
 	}
 	return &wsConn{a: a, ws: ws, nc: nc, remote: remote, headerToken: headerToken, opened: time.Now(),
 		rate: newTokenBucket(rate, burst),
-		out:  make(chan outFrame, n), wake: make(chan struct{}, 1),
-		readerDone: make(chan struct{}), writerDone: make(chan struct{}),
-		max: n, latest: map[string][]byte{}}
+		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
+		readerDone: make(chan struct{}), writerDone: make(chan struct{}), max: n, maxReplies: 4 * n}
 }
 
 // serve is the reader: it runs the writer, reads until the connection
@@ -207,17 +211,23 @@ func (c *wsConn) finish(reason string) {
 // enqueue hands the writer a frame from the reader, waiting while the
 // queue is full: the reader stops reading until the writer catches up.
 func (c *wsConn) enqueue(f outFrame) bool {
-	select {
-	case c.out <- f:
-		return true
-	default:
-	}
-	c.a.rt.metrics.paused.Inc(c.a.id)
-	select {
-	case c.out <- f:
-		return true
-	case <-c.writerDone:
-		return false
+	for paused := false; ; paused = true {
+		c.mu.Lock()
+		if len(c.frames) < c.max {
+			c.frames = append(c.frames, f)
+			c.mu.Unlock()
+			c.wakeWriter()
+			return true
+		}
+		c.mu.Unlock()
+		if !paused {
+			c.a.rt.metrics.paused.Inc(c.a.id)
+		}
+		select {
+		case <-c.space:
+		case <-c.writerDone:
+			return false
+		}
 	}
 }
 
@@ -245,7 +255,7 @@ func (c *wsConn) offerReply(messageID string, b []byte) bool {
 		delete(c.latest, messageID)
 		c.order = deleteString(c.order, messageID)
 	}
-	if len(c.replies) < c.max {
+	if len(c.replies) < c.maxReplies {
 		c.replies = append(c.replies, b)
 		c.wakeWriter()
 		return true
@@ -253,7 +263,7 @@ func (c *wsConn) offerReply(messageID string, b []byte) bool {
 	c.a.rt.metrics.deferred.Inc(c.a.id)
 	if len(c.owed) == 0 {
 		c.a.log.Warn("reply queue full; the device is told to resend the messages to get their replies",
-			"peer_id", c.peerID, "message_id", messageID, "queue", c.max)
+			"peer_id", c.peerID, "message_id", messageID, "queue", c.maxReplies)
 	}
 	if len(c.owed) < maxOwed {
 		c.owed = append(c.owed, messageID)
@@ -275,6 +285,9 @@ func (c *wsConn) offerProgress(messageID string, b []byte) bool {
 			return false // progress is best effort
 		}
 		c.order = append(c.order, messageID)
+	}
+	if c.latest == nil {
+		c.latest = map[string][]byte{}
 	}
 	c.latest[messageID] = b
 	c.wakeWriter()
@@ -333,10 +346,7 @@ func (c *wsConn) writePump() {
 	greeted := false // connected is written: replies and progress may go
 	var b batch
 	for {
-		b.frames = b.frames[:0]
 		select {
-		case f := <-c.out:
-			b.frames = append(b.frames, f)
 		case <-c.wake:
 		case <-c.readerDone:
 			// The reader has stopped: only a close frame still due is written.
@@ -349,25 +359,16 @@ func (c *wsConn) writePump() {
 			}
 			return
 		}
-	drain:
-		for len(b.frames) < 2*cap(c.out) {
-			select {
-			case f := <-c.out:
-				b.frames = append(b.frames, f)
-			default:
-				break drain
-			}
+		greeted = c.take(&b, greeted)
+		select { // the reader may go on
+		case c.space <- struct{}{}:
+		default:
 		}
-		for _, f := range b.frames {
-			if f.kind == connectedFrame {
-				greeted = true
-			}
-		}
-		c.take(&b, greeted)
 		if err := c.writeBatch(&b); err != nil {
 			c.fail(err)
 			return
 		}
+		b.release()
 		if b.closeFrame != nil {
 			// The peer answers (the reader sees its close) or is cut off.
 			t := time.NewTimer(closeGrace)
@@ -382,24 +383,35 @@ func (c *wsConn) writePump() {
 	}
 }
 
-// take moves what waits under mu into b.
-func (c *wsConn) take(b *batch, greeted bool) {
+// take moves what waits into b and reports whether connected is written
+// once b is.
+func (c *wsConn) take(b *batch, greeted bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b.replies, b.owed, b.progress, b.closeFrame = b.replies[:0], b.owed[:0], b.progress[:0], nil
+	b.frames, c.frames = c.frames, nil
+	for _, f := range b.frames {
+		if f.kind == connectedFrame {
+			greeted = true
+		}
+	}
 	if greeted {
-		b.replies = append(b.replies, c.replies...)
-		clear(c.replies)
-		c.replies = c.replies[:0]
-		b.owed = append(b.owed, c.owed...)
-		c.owed = c.owed[:0]
+		b.replies, c.replies = c.replies, nil
+		b.owed, c.owed = c.owed, nil
 		for _, id := range c.order {
 			b.progress = append(b.progress, c.latest[id])
 		}
-		clear(c.latest)
-		c.order = c.order[:0]
+		c.latest, c.order = nil, nil
 	}
 	b.closeFrame, c.closeFrame = c.closeFrame, nil
+	return greeted
+}
+
+// release lets go of what b held, so an idle connection holds nothing.
+func (b *batch) release() {
+	*b = batch{progress: b.progress[:0], closeFrame: b.closeFrame}
+	if cap(b.progress) > 16 {
+		b.progress = nil
+	}
 }
 
 func (c *wsConn) writeBatch(b *batch) error {
