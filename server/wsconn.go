@@ -18,6 +18,10 @@ import (
 // goroutine (serve) owns every read and the read deadlines; the writer
 // goroutine (writePump) owns every write, the write deadlines (through
 // flushConn) and the close frame. Nothing else touches the socket.
+// Unlike the chat example's, the writer does not wait parked while there
+// is nothing to write: it is started when something is queued and returns
+// when all is written (still one at a time, never two), so an idle
+// connection costs one goroutine and no buffers.
 //
 // What the writer writes, and what happens when it cannot keep up:
 //   - frames: the reader's answers (connected, acks, errors, pongs), at
@@ -56,10 +60,8 @@ type wsConn struct {
 	rate   *tokenBucket
 	routes routeMemory
 
-	wake       chan struct{} // cap 1: something waits for the writer
-	space      chan struct{} // cap 1: the writer took the reader's frames
+	space      chan struct{} // cap 1: the writer took the reader's frames, or stopped
 	readerDone chan struct{} // the reader has stopped
-	writerDone chan struct{} // the writer has stopped
 
 	// Guarded by mu. An idle connection holds none of these buffers.
 	mu         sync.Mutex
@@ -69,10 +71,15 @@ type wsConn struct {
 	replies    [][]byte
 	owed       []string
 	latest     map[string][]byte
-	order      []string // message ids in latest, oldest first
-	closing    bool     // no more frames are taken
-	closeFrame []byte   // due once what is queued is written
-	cause      string   // why the server ended it (the first reason wins)
+	order      []string      // message ids in latest, oldest first
+	closing    bool          // no more frames are taken
+	closeFrame []byte        // due once what is queued is written
+	cause      string        // why the server ended it (the first reason wins)
+	writing    bool          // a writer runs
+	writerDone chan struct{} // closed when that writer returns
+	stopped    bool          // the close frame is written or a write failed: no writer runs again
+	readerGone bool          // the reader has stopped: only a close frame is still written
+	greeted    bool          // connected is written: replies and progress may go
 }
 
 type frameKind uint8
@@ -95,16 +102,14 @@ func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, remote, he
 		rate, burst = config.DefaultRatePerPeer, config.DefaultRateBurst
 	}
 	return &wsConn{a: a, ws: ws, nc: nc, remote: remote, headerToken: headerToken, opened: time.Now(),
-		rate: newTokenBucket(rate, burst),
-		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
-		readerDone: make(chan struct{}), writerDone: make(chan struct{}), max: n, maxReplies: 4 * n}
+		rate:  newTokenBucket(rate, burst),
+		space: make(chan struct{}, 1), readerDone: make(chan struct{}), max: n, maxReplies: 4 * n}
 }
 
-// serve is the reader: it runs the writer, reads until the connection
-// ends, then takes it down.
+// serve is the reader: it reads until the connection ends, then takes it
+// down.
 func (c *wsConn) serve() {
 	a := c.a
-	go c.writePump()
 	c.ws.SetReadLimit(link.ReadLimit(a.cfg.Config.MaxMessageChars))
 	// WebSocket-level pings and closes are answered by the writer too.
 	c.ws.SetPingHandler(func(data string) error {
@@ -180,21 +185,29 @@ func (c *wsConn) isClosing() bool {
 func (c *wsConn) finish(reason string) {
 	a := c.a
 	c.mu.Lock()
-	c.closing = true
+	c.closing, c.readerGone = true, true
 	if c.cause != "" {
 		reason = c.cause
 	}
 	serverClosed := c.cause != ""
+	if c.closeFrame != nil { // an echo of the peer's close, or ours
+		c.startWriterLocked()
+	}
+	running, done := c.writing, c.writerDone
 	c.mu.Unlock()
 	close(c.readerDone)
-	t := time.NewTimer(closeGrace)
-	select {
-	case <-c.writerDone:
-	case <-t.C:
+	if running {
+		t := time.NewTimer(closeGrace)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
 	}
-	t.Stop()
 	c.ws.Close()
-	<-c.writerDone
+	if running {
+		<-done
+	}
 	live := a.unregister(c)
 	switch {
 	case c.peerID != "":
@@ -213,21 +226,21 @@ func (c *wsConn) finish(reason string) {
 func (c *wsConn) enqueue(f outFrame) bool {
 	for paused := false; ; paused = true {
 		c.mu.Lock()
-		if len(c.frames) < c.max {
-			c.frames = append(c.frames, f)
+		switch {
+		case c.closing || c.stopped:
 			c.mu.Unlock()
-			c.wakeWriter()
+			return false
+		case len(c.frames) < c.max:
+			c.frames = append(c.frames, f)
+			c.startWriterLocked()
+			c.mu.Unlock()
 			return true
 		}
 		c.mu.Unlock()
 		if !paused {
 			c.a.rt.metrics.paused.Inc(c.a.id)
 		}
-		select {
-		case <-c.space:
-		case <-c.writerDone:
-			return false
-		}
+		<-c.space // the writer is running: it took frames or stopped
 	}
 }
 
@@ -236,9 +249,20 @@ func (c *wsConn) sendFrame(f link.Frame) {
 	c.enqueue(outFrame{data: link.MustEncode(f)})
 }
 
-func (c *wsConn) wakeWriter() {
+// startWriterLocked runs the writer unless one runs (c.mu held).
+func (c *wsConn) startWriterLocked() {
+	if c.writing || c.stopped {
+		return
+	}
+	c.writing = true
+	c.writerDone = make(chan struct{})
+	go c.writePump(c.writerDone)
+}
+
+// signalSpace tells a reader waiting for room to look again.
+func (c *wsConn) signalSpace() {
 	select {
-	case c.wake <- struct{}{}:
+	case c.space <- struct{}{}:
 	default:
 	}
 }
@@ -257,7 +281,7 @@ func (c *wsConn) offerReply(messageID string, b []byte) bool {
 	}
 	if len(c.replies) < c.maxReplies {
 		c.replies = append(c.replies, b)
-		c.wakeWriter()
+		c.startWriterLocked()
 		return true
 	}
 	c.a.rt.metrics.deferred.Inc(c.a.id)
@@ -267,7 +291,7 @@ func (c *wsConn) offerReply(messageID string, b []byte) bool {
 	}
 	if len(c.owed) < maxOwed {
 		c.owed = append(c.owed, messageID)
-		c.wakeWriter()
+		c.startWriterLocked()
 	}
 	return false
 }
@@ -290,7 +314,7 @@ func (c *wsConn) offerProgress(messageID string, b []byte) bool {
 		c.latest = map[string][]byte{}
 	}
 	c.latest[messageID] = b
-	c.wakeWriter()
+	c.startWriterLocked()
 	return true
 }
 
@@ -314,7 +338,7 @@ func (c *wsConn) closeWith(code int, reason string) {
 	c.closing = true
 	c.cause = reason
 	c.closeFrame = websocket.FormatCloseMessage(code, truncateUTF8(reason, 123))
-	c.wakeWriter()
+	c.startWriterLocked()
 }
 
 // truncateUTF8 cuts s to at most n bytes without splitting a character
@@ -340,36 +364,30 @@ type batch struct {
 
 // writePump is the writer: it takes whatever waits, in order (the
 // reader's frames first: an ack is queued before its reply exists), and
-// writes it as one corked batch.
-func (c *wsConn) writePump() {
-	defer close(c.writerDone)
-	greeted := false // connected is written: replies and progress may go
+// writes it as one corked batch, until nothing waits.
+func (c *wsConn) writePump(done chan struct{}) {
+	defer close(done)
 	var b batch
 	for {
-		select {
-		case <-c.wake:
-		case <-c.readerDone:
-			// The reader has stopped: only a close frame still due is written.
-			c.mu.Lock()
-			cf := c.closeFrame
-			c.closeFrame = nil
+		c.mu.Lock()
+		c.take(&b)
+		if b.empty() {
+			c.writing = false
 			c.mu.Unlock()
-			if cf != nil {
-				_ = c.ws.WriteControl(websocket.CloseMessage, cf, time.Now().Add(closeGrace))
-			}
 			return
 		}
-		greeted = c.take(&b, greeted)
-		select { // the reader may go on
-		case c.space <- struct{}{}:
-		default:
-		}
+		c.mu.Unlock()
+		c.signalSpace()
 		if err := c.writeBatch(&b); err != nil {
 			c.fail(err)
 			return
 		}
 		b.release()
 		if b.closeFrame != nil {
+			c.mu.Lock()
+			c.stopped = true
+			c.mu.Unlock()
+			c.signalSpace()
 			// The peer answers (the reader sees its close) or is cut off.
 			t := time.NewTimer(closeGrace)
 			select {
@@ -378,23 +396,29 @@ func (c *wsConn) writePump() {
 			}
 			t.Stop()
 			c.ws.Close()
+			c.mu.Lock()
+			c.writing = false
+			c.mu.Unlock()
 			return
 		}
 	}
 }
 
-// take moves what waits into b and reports whether connected is written
-// once b is.
-func (c *wsConn) take(b *batch, greeted bool) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// take moves what waits into b (c.mu held). Once the reader has stopped
+// only a close frame is still worth writing.
+func (c *wsConn) take(b *batch) {
+	if c.readerGone {
+		c.frames, c.replies, c.owed, c.latest, c.order = nil, nil, nil, nil, nil
+		b.closeFrame, c.closeFrame = c.closeFrame, nil
+		return
+	}
 	b.frames, c.frames = c.frames, nil
 	for _, f := range b.frames {
 		if f.kind == connectedFrame {
-			greeted = true
+			c.greeted = true
 		}
 	}
-	if greeted {
+	if c.greeted {
 		b.replies, c.replies = c.replies, nil
 		b.owed, c.owed = c.owed, nil
 		for _, id := range c.order {
@@ -403,7 +427,10 @@ func (c *wsConn) take(b *batch, greeted bool) bool {
 		c.latest, c.order = nil, nil
 	}
 	b.closeFrame, c.closeFrame = c.closeFrame, nil
-	return greeted
+}
+
+func (b *batch) empty() bool {
+	return len(b.frames)+len(b.replies)+len(b.owed)+len(b.progress) == 0 && b.closeFrame == nil
 }
 
 // release lets go of what b held, so an idle connection holds nothing.
@@ -463,10 +490,11 @@ func (c *wsConn) fail(err error) {
 		c.a.log.Warn("dropping terminal connection", "remote", c.remote, "cause", cause)
 	}
 	c.mu.Lock()
-	c.closing = true
+	c.closing, c.stopped, c.writing = true, true, false
 	if c.cause == "" {
 		c.cause = cause
 	}
 	c.mu.Unlock()
+	c.signalSpace()
 	c.ws.Close() // the reader's read fails now
 }
