@@ -37,6 +37,14 @@ func (a *terminalAdapter) setWriteStall(d time.Duration) {
 	a.mu.Unlock()
 }
 
+// noneDropped fails the test if a connection was dropped as too slow.
+func (ts *testServer) noneDropped(t *testing.T) {
+	t.Helper()
+	if n := ts.rt.metrics.dropped.Value("terminal-dev"); n != 0 {
+		t.Fatalf("%d connections dropped as too slow", n)
+	}
+}
+
 // channelConfig changes the config of channel terminal-dev.
 func channelConfig(change func(*config.ChannelConfig)) func(*config.Config) {
 	return func(c *config.Config) {
@@ -135,9 +143,7 @@ func TestProgressBurstKeepsDevice(t *testing.T) {
 		}
 	}
 	c.alive()
-	if n := ts.rt.metrics.dropped.Value("terminal-dev"); n != 0 {
-		t.Fatalf("%d connections dropped", n)
-	}
+	ts.noneDropped(t)
 }
 
 // 100 pings in one TCP write get 100 pongs, and the connection stays
@@ -171,9 +177,7 @@ func TestPingsInOneWrite(t *testing.T) {
 	if len(pongs) != 100 {
 		t.Fatalf("%d WebSocket pongs, want 100", len(pongs))
 	}
-	if n := ts.rt.metrics.dropped.Value("terminal-dev"); n != 0 {
-		t.Fatalf("%d connections dropped", n)
-	}
+	ts.noneDropped(t)
 }
 
 // Resending 300 answered message ids at once gets 300 acks with their
@@ -214,9 +218,7 @@ func TestResendAnsweredIDsAtOnce(t *testing.T) {
 		}
 	}
 	c.alive()
-	if n := ts.rt.metrics.dropped.Value("terminal-dev"); n != 0 {
-		t.Fatalf("%d connections dropped", n)
-	}
+	ts.noneDropped(t)
 }
 
 // A reply queue that is full does not block the dispatcher and does not
@@ -465,22 +467,21 @@ func TestHTTPTimeouts(t *testing.T) {
 		Idle: 300 * time.Millisecond, HeaderMax: 4096}
 	addr := ts.httpServer(t, lim)
 
-	t.Run("body never sent", func(t *testing.T) {
+	request := func(t *testing.T, req string) net.Conn {
 		conn, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
-		_, _ = conn.Write([]byte("POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n"))
+		t.Cleanup(func() { conn.Close() })
+		_, _ = conn.Write([]byte(req))
+		return conn
+	}
+	t.Run("body never sent", func(t *testing.T) {
+		conn := request(t, "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
 		expectClosed(t, conn, "request without its body")
 	})
 	t.Run("idle keep-alive", func(t *testing.T) {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		_, _ = conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+		conn := request(t, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("healthz: %v %v", err, resp)
