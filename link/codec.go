@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
+	"unicode/utf8"
 )
 
 // MaxFrameBytes is the largest frame Decode is meant for; readers should set
@@ -42,23 +45,40 @@ func (e *DecodeError) Error() string {
 
 func (e *DecodeError) Unwrap() error { return e.err }
 
-// Decode parses one wire frame. Unknown fields are ignored (forward
-// compatible); everything else that is wrong is a *DecodeError.
+// Decode parses one wire frame. It is strict where encoding/json is
+// lenient: the frame must be valid UTF-8 (no byte is replaced by U+FFFD,
+// so distinct ids stay distinct), keys match case-sensitively (a key that
+// differs from a field's name only in case is refused rather than taken
+// for it) and no key may appear twice in an object. Unknown fields are
+// ignored (forward compatible); everything else that is wrong is a
+// *DecodeError.
 func Decode(data []byte) (Frame, error) {
-	var head struct {
-		Type json.RawMessage `json:"type"`
+	if !utf8.Valid(data) {
+		return nil, &DecodeError{Msg: fmt.Sprintf("frame is not valid UTF-8 (first bad byte at offset %d)", firstInvalidUTF8(data))}
 	}
-	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, jsonError("", err)
+	if !json.Valid(data) {
+		var v struct{}
+		return nil, jsonError("", json.Unmarshal(data, &v))
 	}
-	if head.Type == nil {
+	typeRaw, problem, isObject := checkKeys(data)
+	if !isObject {
+		return nil, notAnObject(data)
+	}
+	if typeRaw == nil {
+		if problem != nil {
+			return nil, problem
+		}
 		return nil, &DecodeError{Msg: `missing "type" field`}
 	}
-	var t string
-	if err := json.Unmarshal(head.Type, &t); err != nil || jsonKind(head.Type) == "null" {
-		return nil, &DecodeError{Field: "type", Msg: "must be a string, got " + jsonKind(head.Type)}
+	t, ok := unquote(typeRaw)
+	if !ok {
+		return nil, &DecodeError{Field: "type", Msg: "must be a string, got " + jsonKind(typeRaw)}
 	}
 	typ := Type(t)
+	if problem != nil {
+		problem.Type = typ
+		return nil, problem
+	}
 	var f Frame
 	switch typ {
 	case TypeConnect:
@@ -91,6 +111,238 @@ func Decode(data []byte) (Frame, error) {
 		return nil, &DecodeError{Type: typ, Field: field, Msg: "is missing or empty"}
 	}
 	return f, nil
+}
+
+// notAnObject describes valid JSON that is not an object.
+func notAnObject(data []byte) error {
+	kind := jsonKind(data)
+	if kind == "null" {
+		return &DecodeError{Msg: `missing "type" field`}
+	}
+	return &DecodeError{Msg: "frame must be a JSON object, got " + kind}
+}
+
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+// wireKeys are the field names of every frame, by their exact spelling.
+var wireKeys = func() []string {
+	var keys []string
+	seen := map[string]bool{"type": true}
+	keys = append(keys, "type")
+	for _, v := range []any{Connect{}, Connected{}, Message{}, Ack{}, Error{}, Progress{}, Cancel{}} {
+		t := reflect.TypeOf(v)
+		for i := 0; i < t.NumField(); i++ {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			if name != "" && !seen[name] {
+				seen[name] = true
+				keys = append(keys, name)
+			}
+		}
+	}
+	return keys
+}()
+
+// nestedFrames are the keys whose object values are decoded as frame
+// structs too (Ack.Reply), so their keys are checked like the frame's.
+const nestedFrameKey = "reply"
+
+// checkKeys walks the top-level object of data (valid JSON) and the
+// objects under nestedFrameKey: it returns the raw value of "type" and
+// the first key problem (a duplicate, or a near miss of a field name in
+// case). isObject is false when data is not an object.
+func checkKeys(data []byte) (typeRaw []byte, problem *DecodeError, isObject bool) {
+	s := keyScanner{data: data}
+	s.ws()
+	if s.i >= len(data) || data[s.i] != '{' {
+		return nil, nil, false
+	}
+	typeRaw, problem = s.object("", true)
+	return typeRaw, problem, true
+}
+
+// keyScanner reads JSON that json.Valid accepted.
+type keyScanner struct {
+	data []byte
+	i    int
+}
+
+func (s *keyScanner) ws() {
+	for s.i < len(s.data) {
+		switch s.data[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// str returns the string token at s.i, quotes included.
+func (s *keyScanner) str() []byte {
+	start := s.i
+	s.i++ // opening quote
+	for s.i < len(s.data) {
+		switch s.data[s.i] {
+		case '\\':
+			s.i += 2
+		case '"':
+			s.i++
+			return s.data[start:s.i]
+		default:
+			s.i++
+		}
+	}
+	return s.data[start:]
+}
+
+// skip moves past the value at s.i.
+func (s *keyScanner) skip() {
+	depth := 0
+	for s.i < len(s.data) {
+		switch c := s.data[s.i]; c {
+		case '"':
+			s.str()
+			if depth == 0 {
+				return
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return // end of the enclosing container
+			}
+			depth--
+			if depth == 0 {
+				s.i++
+				return
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return
+			}
+		}
+		s.i++
+	}
+}
+
+// object walks the object at s.i; path prefixes field names in errors.
+func (s *keyScanner) object(path string, top bool) (typeRaw []byte, problem *DecodeError) {
+	s.i++ // {
+	var seen keySet
+	for {
+		s.ws()
+		if s.i >= len(s.data) || s.data[s.i] == '}' {
+			s.i++
+			return typeRaw, problem
+		}
+		key := keyBytes(s.str())
+		s.ws()
+		s.i++ // :
+		s.ws()
+		if problem == nil {
+			problem = seen.check(path, key)
+		}
+		switch {
+		case top && string(key) == "type" && typeRaw == nil:
+			start := s.i
+			s.skip()
+			typeRaw = s.data[start:s.i]
+		case string(key) == nestedFrameKey && s.data[s.i] == '{':
+			if _, p := s.object(path+nestedFrameKey+".", false); problem == nil {
+				problem = p
+			}
+		default:
+			s.skip()
+		}
+		s.ws()
+		if s.i < len(s.data) && s.data[s.i] == ',' {
+			s.i++
+		}
+	}
+}
+
+// keyBytes is the key a string token stands for, without copying it
+// unless it has escapes.
+func keyBytes(raw []byte) []byte {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return raw[1 : len(raw)-1]
+	}
+	k, _ := unquote(raw)
+	return []byte(k)
+}
+
+// keySet holds the keys of one object: a few in a slice, many in a map
+// (so a frame of thousands of keys stays linear).
+type keySet struct {
+	small [][]byte
+	many  map[string]struct{}
+}
+
+// check refuses a key seen before in the object, or one that differs from
+// a field name only in case (encoding/json would take it for that field).
+func (ks *keySet) check(path string, key []byte) *DecodeError {
+	dup := false
+	if ks.many != nil {
+		_, dup = ks.many[string(key)]
+		if !dup {
+			ks.many[string(key)] = struct{}{}
+		}
+	} else {
+		for _, k := range ks.small {
+			if bytes.Equal(k, key) {
+				dup = true
+				break
+			}
+		}
+		ks.small = append(ks.small, key)
+		if len(ks.small) > 16 {
+			ks.many = make(map[string]struct{}, 64)
+			for _, k := range ks.small {
+				ks.many[string(k)] = struct{}{}
+			}
+			ks.small = nil
+		}
+	}
+	if dup {
+		return &DecodeError{Field: path + string(key), Msg: "appears twice: each key may appear once in an object"}
+	}
+	for _, k := range wireKeys {
+		if string(key) == k {
+			return nil
+		}
+	}
+	for _, k := range wireKeys {
+		if strings.EqualFold(k, string(key)) {
+			return &DecodeError{Field: path + string(key), Msg: fmt.Sprintf("is not known: keys are case-sensitive (did you mean %q?)", path+k)}
+		}
+	}
+	return nil
+}
+
+// unquote returns the string a JSON string token stands for; ok is false
+// when raw is not a string.
+func unquote(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // missingField names the first required field f lacks. Only fields without

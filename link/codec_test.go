@@ -1,11 +1,14 @@
 package link
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestDecodeSpecFrames(t *testing.T) {
@@ -32,6 +35,12 @@ func TestDecodeSpecFrames(t *testing.T) {
 		{`{"type":"connected","channel_id":"c","session_id":"s","heartbeat_seconds":15}`, &Connected{ChannelID: "c", SessionID: "s", HeartbeatSeconds: 15}},
 		// unknown fields are ignored: newer peers stay compatible
 		{`{"type":"ping","future":1}`, &Ping{}},
+		// ...and so are duplicate keys inside them, which are never decoded
+		{`{"type":"ping","future":{"a":1,"a":[{"b":"}"}]}}`, &Ping{}},
+		// an escaped key is the key it spells
+		{`{"typ\u0065":"ping"}`, &Ping{}},
+		{`{"type":"cancel","message_id":"m","thread_id":"kitchen"}`, &Cancel{MessageID: "m", ThreadID: "kitchen"}},
+		{manyKeys(40) + `}`, &Ping{}},
 	}
 	for _, tt := range tests {
 		got, err := Decode([]byte(tt.in))
@@ -74,6 +83,21 @@ func TestDecodeErrors(t *testing.T) {
 		{`{"type":"error"}`, `error frame: field "error" is missing or empty`, "error"},
 		{`{"type":"cancel"}`, `cancel frame: field "message_id" is missing or empty`, "message_id"},
 		{`{"type":"progress","text":"x"}`, `progress frame: field "message_id" is missing or empty`, "message_id"},
+		// Strict wire: case-sensitive keys, no duplicates, UTF-8 only.
+		{`{"type":"message","Type":"ping","message_id":"k","text":"hi"}`, `message frame: field "Type" is not known: keys are case-sensitive (did you mean "type"?)`, "Type"},
+		{`{"TYPE":"ping"}`, `field "TYPE" is not known: keys are case-sensitive (did you mean "type"?)`, "TYPE"},
+		{`{"type":"message","Message_ID":"k","text":"hi"}`, `message frame: field "Message_ID" is not known`, "Message_ID"},
+		{"{\"type\":\"message\",\"me\u017f\u017fage_id\":\"k\",\"text\":\"hi\"}", `(did you mean "message_id"?)`, "meſſage_id"},
+		{`{"type":"message","message_id":"d1","message_id":"d2","text":"x"}`, `message frame: field "message_id" appears twice: each key may appear once in an object`, "message_id"},
+		{`{"type":"ping","typ\u0065":"pong"}`, `ping frame: field "type" appears twice`, "type"},
+		{`{"type":"ack","message_id":"m","session_id":"s","accepted":true,"reply":{"text":"a","Text":"b"}}`, `ack frame: field "reply.Text" is not known: keys are case-sensitive (did you mean "reply.text"?)`, "reply.Text"},
+		{`{"type":"ack","message_id":"m","session_id":"s","accepted":true,"reply":{"text":"a","text":"b"}}`, `ack frame: field "reply.text" appears twice`, "reply.text"},
+		{manyKeys(40) + `,"k7":1}`, `ping frame: field "k7" appears twice`, "k7"},
+		{"{\"type\":\"message\",\"message_id\":\"col-\xff\",\"text\":\"x\"}", "frame is not valid UTF-8 (first bad byte at offset 36)", ""},
+		{"{\"type\":\"message\",\"message_id\":\"m\",\"text\":\"\xed\xa0\x80\"}", "frame is not valid UTF-8", ""},
+		{`{"type":"ping","x":[1,}`, "invalid JSON", ""},
+		{`true`, "frame must be a JSON object, got bool", ""},
+		{`null`, `missing "type" field`, ""},
 	}
 	for _, tt := range tests {
 		f, err := Decode([]byte(tt.in))
@@ -94,6 +118,16 @@ func TestDecodeErrors(t *testing.T) {
 	if _, err := Decode([]byte(`{"type":"example"}`)); !errors.Is(err, ErrUnknownType) {
 		t.Errorf("unknown type error %v does not match ErrUnknownType", err)
 	}
+}
+
+// manyKeys is an unclosed ping frame with n unknown keys k0..k(n-1).
+func manyKeys(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"type":"ping"`)
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, `,"k%d":%d`, i, i)
+	}
+	return b.String()
 }
 
 func TestEncodeTypeFirstAndRoundTrip(t *testing.T) {
@@ -146,6 +180,11 @@ func FuzzDecode(f *testing.F) {
 		`{"type":"message","message_id":"m-001","text":"你好"}`,
 		`{"type":"ack","message_id":"m","session_id":"s","accepted":true,"reply":{"text":"x","message_id":"m"}}`,
 		`{"type":"ping"}`, `{"type":"example"}`, `[]`, `{"type":7}`, `{`,
+		`{"type":"message","Type":"ping","message_id":"k","text":"hi"}`,
+		`{"type":"message","message_id":"d1","message_id":"d2","text":"x"}`,
+		"{\"type\":\"message\",\"message_id\":\"col-\xff\",\"text\":\"x\"}",
+		`{"typ\u0065":"ping","x":{"a":1,"a":2}}`,
+		`{"type":"ack","message_id":"m","session_id":"s","accepted":true,"reply":{"text":"a","Text":"b"}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -157,6 +196,14 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("Decode error %T %q is not a descriptive *DecodeError", err, err)
 			}
 			return
+		}
+		// Whatever decodes is UTF-8 with unique keys that are either a
+		// field's exact name or no field's name in any case.
+		if !utf8.Valid(data) {
+			t.Fatalf("Decode accepted invalid UTF-8 %q", data)
+		}
+		if bad := keyProblem(data); bad != "" {
+			t.Fatalf("Decode accepted %q: %s", data, bad)
 		}
 		// Whatever decodes must encode and decode back to the same frame.
 		b, err := Encode(fr)
@@ -203,4 +250,59 @@ func BenchmarkEncodeReply(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// keyProblem checks the top-level keys of data (and those of "reply") the
+// slow way, with encoding/json's tokenizer.
+func keyProblem(data []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var walk func(path string) string
+	walk = func(path string) string {
+		seen := map[string]bool{}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return ""
+			}
+			key := tok.(string)
+			if seen[key] {
+				return "duplicate key " + path + key
+			}
+			seen[key] = true
+			for _, k := range wireKeys {
+				if k != key && strings.EqualFold(k, key) {
+					return "near-miss key " + path + key
+				}
+			}
+			if key == "reply" && path == "" {
+				var raw json.RawMessage
+				if dec.Decode(&raw) != nil {
+					return ""
+				}
+				if len(raw) > 0 && raw[0] == '{' {
+					if p := keyProblem2(raw); p != "" {
+						return p
+					}
+				}
+				continue
+			}
+			var skip json.RawMessage
+			if dec.Decode(&skip) != nil {
+				return ""
+			}
+		}
+		return ""
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	return walk("")
+}
+
+// keyProblem2 is keyProblem for the reply object.
+func keyProblem2(raw []byte) string {
+	if p := keyProblem(raw); p != "" {
+		return "in reply: " + p
+	}
+	return ""
 }

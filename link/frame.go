@@ -110,8 +110,11 @@ type Progress struct {
 }
 
 // Cancel (extension) asks the server to interrupt the run of MessageID.
+// ThreadID, when set, names the thread the message was sent to; without
+// it the server finds the message's session itself.
 type Cancel struct {
 	MessageID string `json:"message_id"`
+	ThreadID  string `json:"thread_id,omitempty"`
 }
 
 func (*Connect) FrameType() Type   { return TypeConnect }

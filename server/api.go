@@ -52,7 +52,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	case ch.adapter == nil:
 		writeError(w, http.StatusServiceUnavailable, "channel "+strconv.Quote(id)+" is disabled")
 	default:
-		ch.adapter.(*terminalAdapter).ServeHTTP(w, r)
+		ch.adapter.(*terminalAdapter).serveUpgrade(w, r, maxConnections(s.cfg.MaxConnections))
 	}
 }
 

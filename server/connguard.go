@@ -36,19 +36,20 @@ func newConnGuard(limit int) *connGuard {
 	return &connGuard{limit: limit, idle: list.New()}
 }
 
-// fdConnLimit derives the connection limit from RLIMIT_NOFILE: the soft
-// limit less a reserve for session files, agent pipes, and the listener.
+// fdConnLimit is the limit on open TCP connections: the soft
+// RLIMIT_NOFILE less half of fdReserve. The WebSocket cap
+// (maxConnections) leaves the whole fdReserve, so past it there is still
+// room for plain HTTP requests, and below this limit there is always a
+// descriptor for session files and agent pipes.
 func fdConnLimit() int {
 	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 || rl.Cur > 1<<30 {
-		return 1 << 20
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return 1024
 	}
-	n := int(rl.Cur)
-	reserve := max(n/20, 64)
-	if n-reserve < 16 {
-		return max(n/2, 1)
+	if rl.Cur <= fdReserve(rl.Cur)/2+16 {
+		return 16
 	}
-	return n - reserve
+	return int(min(rl.Cur-fdReserve(rl.Cur)/2, 1<<30))
 }
 
 // guardedConn is a counted connection; Close uncounts it once.

@@ -144,8 +144,8 @@ func TestConnGuardRefusesWhenNoneIdle(t *testing.T) {
 }
 
 func TestFDConnLimitBelowRlimit(t *testing.T) {
-	n := fdConnLimit()
-	if n < 1 {
-		t.Fatalf("fdConnLimit() = %d", n)
+	n, ws := fdConnLimit(), maxConnections(0)
+	if n < 1 || int64(n) <= ws {
+		t.Fatalf("fdConnLimit() = %d, WebSocket cap %d: the TCP limit must leave room above the WebSocket cap", n, ws)
 	}
 }

@@ -62,6 +62,10 @@ type serverMetrics struct {
 
 	busy        *metrics.CounterVec
 	logFailures *metrics.CounterVec
+	websockets  *metrics.GaugeVec   // open WebSockets, connected or not (the connection cap counts these)
+	overCap     *metrics.CounterVec // upgrades refused with 503 at the connection cap
+	paused      *metrics.CounterVec // times a reader stopped reading because its send queue was full
+	deferred    *metrics.CounterVec // replies a full reply queue could not take (the device is told to resend)
 }
 
 func newServerMetrics() *serverMetrics {
@@ -75,13 +79,17 @@ func newServerMetrics() *serverMetrics {
 	m.rejected = r.NewCounterVec("termlink_frames_rejected_total", "Frames answered with an error frame.", "channel")
 	m.delivered = r.NewCounterVec("termlink_outbound_delivered_total", "Final replies handed to a live connection.", "channel")
 	m.unclaimed = r.NewCounterVec("termlink_outbound_unclaimed_total", "Final replies with no live connection to take them.", "channel")
-	m.dropped = r.NewCounterVec("termlink_slow_clients_dropped_total", "Connections dropped because their send queue was full or a write timed out.", "channel")
+	m.dropped = r.NewCounterVec("termlink_slow_clients_dropped_total", "Connections dropped because a write made no progress within the write timeout.", "channel")
 	m.runs = r.NewCounterVec("termlink_runs_total", "Agent runs finished, by finish reason.", "finish_reason")
 	m.runSeconds = r.NewHistogramVec("termlink_run_seconds", "Agent run time.", "channel", latency)
 	m.replySecs = r.NewHistogramVec("termlink_reply_seconds", "Time from accepting a message to dispatching its reply.", "channel", latency)
 	m.running = r.NewGaugeVec("termlink_runs_running", "Agent runs in progress.", "")
 	m.busy = r.NewCounterVec("termlink_inbound_busy_total", "Messages refused as busy: their session or the server had the most messages waiting.", "channel")
 	m.logFailures = r.NewCounterVec("termlink_session_log_failures_total", "Session log writes that failed (disk full, I/O error).", "")
+	m.websockets = r.NewGaugeVec("termlink_websockets_open", "Open WebSocket connections, before and after connect.", "")
+	m.overCap = r.NewCounterVec("termlink_websockets_refused_total", "WebSocket upgrades refused with HTTP 503 at the connection cap.", "")
+	m.paused = r.NewCounterVec("termlink_reader_paused_total", "Times a connection's reader stopped reading because its send queue was full (backpressure).", "channel")
+	m.deferred = r.NewCounterVec("termlink_replies_deferred_total", "Replies a connection's full reply queue could not take; the device was told to resend the message.", "channel")
 	return m
 }
 

@@ -215,9 +215,15 @@ func (s *Server) Start() {
 // finish, and the session log is flushed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
 	s.Start()
-	hs := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	// Plain requests get read, write and idle timeouts and a header limit
+	// (limits.go); WebSockets leave them behind at the upgrade.
+	hs := newHTTPServer(s.mux, defaultHTTPLimits, s.log)
+	// Open TCP connections stay below the fd limit (connguard.go), so the
+	// listener can always accept /healthz, the API and new devices.
+	guard := newConnGuard(fdConnLimit())
+	hs.ConnState = guard.ConnState
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(guard.Listener(ln)) }()
 	var serveErr error
 	select {
 	case <-ctx.Done():

@@ -21,17 +21,22 @@ import (
 	"termlink/server/events"
 )
 
-// Close codes the terminal adapter sends (4000-4999: application codes).
+// Close codes the terminal adapter sends besides RFC 6455's (1000 normal,
+// 1001 going away, 1007 invalid UTF-8, 1008 policy violation); 4000-4999
+// are application codes.
 const (
 	CloseReplaced     = 4001 // a newer connection for the same peer_id took over
 	CloseUnauthorized = 4003 // token missing or wrong
-	CloseSlowClient   = 4008 // send queue full or write timed out
 )
 
 const (
-	writeTimeout    = 10 * time.Second // per frame; a client slower than this is dropped
-	closeGrace      = 2 * time.Second  // wait for the peer's close frame
-	readBufferBytes = 1024             // per connection; frames larger than this are read in pieces
+	// defaultWriteStall is how long a write may make no progress (the peer
+	// accepts no byte) before the connection is dropped as too slow.
+	defaultWriteStall = 10 * time.Second
+	closeGrace        = 2 * time.Second // wait for the peer's close frame
+	readBufferBytes   = 1024            // per connection; frames larger than this are read in pieces
+	maxRoutes         = 256             // message ids a connection remembers the session of (cancel)
+	maxOwed           = 1024            // replies a connection remembers it could not queue
 )
 
 // idRE is what peer_id and thread_id may contain: they become part of the
@@ -41,6 +46,8 @@ var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$`)
 // writeBufferPool shares write buffers between connections: an idle
 // connection holds none.
 var writeBufferPool = &sync.Pool{}
+
+var pongFrame = link.MustEncode(&link.Pong{})
 
 // terminalAdapter is the TerminalWebSocketAdapter of the spec for one
 // channel: it owns the channel's connections.
@@ -54,19 +61,23 @@ type terminalAdapter struct {
 	log       *slog.Logger
 	upgrader  websocket.Upgrader
 
-	mu      sync.Mutex
-	peers   map[string]*wsConn   // connected peers
-	conns   map[*wsConn]struct{} // every open connection
-	stopped bool
-	wg      sync.WaitGroup // connection handlers
+	mu         sync.Mutex
+	peers      map[string]*wsConn   // connected peers
+	conns      map[*wsConn]struct{} // every open connection
+	stopped    bool
+	stopCtx    context.Context // accepting messages ends with the adapter
+	stopAccept context.CancelFunc
+	writeStall time.Duration  // defaultWriteStall; tests shorten it
+	wg         sync.WaitGroup // connection handlers
 }
 
 func newTerminalAdapter(rt *Runtime, r *router, ch *channel, log *slog.Logger) *terminalAdapter {
 	a := &terminalAdapter{
 		id: ch.id, cfg: ch.cfg, rt: rt, router: r, ch: ch, log: log.With("channel", ch.id),
 		heartbeat: time.Duration(ch.cfg.Config.HeartbeatSeconds) * time.Second,
-		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{},
+		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: defaultWriteStall,
 	}
+	a.stopCtx, a.stopAccept = context.WithCancel(context.Background())
 	a.upgrader = websocket.Upgrader{
 		ReadBufferSize:  readBufferBytes,
 		WriteBufferPool: writeBufferPool,
@@ -82,9 +93,24 @@ func newTerminalAdapter(rt *Runtime, r *router, ch *channel, log *slog.Logger) *
 // idleTimeout is how long a connection may stay silent: 2.5 heartbeats.
 func (a *terminalAdapter) idleTimeout() time.Duration { return a.heartbeat * 5 / 2 }
 
-// ServeHTTP upgrades GET /api/channels/{channel_id}/ws and serves the
-// connection until it ends.
-func (a *terminalAdapter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (a *terminalAdapter) connectTimeout() time.Duration {
+	if s := a.cfg.Config.ConnectTimeoutSeconds; s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return time.Duration(config.DefaultConnectTimeoutSeconds) * time.Second
+}
+
+func (a *terminalAdapter) sendQueue() int {
+	if n := a.cfg.Config.SendQueue; n > 0 {
+		return n
+	}
+	return config.DefaultSendQueue
+}
+
+// serveUpgrade upgrades GET /api/channels/{channel_id}/ws and serves the
+// connection until it ends; maxConns caps the server's open WebSockets
+// (all channels), past which the upgrade gets 503.
+func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, maxConns int64) {
 	headerToken := ""
 	if tokens := a.cfg.Config.Tokens; tokens.Enabled() {
 		if auth := r.Header.Get("Authorization"); auth != "" {
@@ -99,21 +125,36 @@ func (a *terminalAdapter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	a.mu.Lock()
-	stopped := a.stopped
+	stopped, stall := a.stopped, a.writeStall
 	a.mu.Unlock()
 	if stopped {
 		http.Error(w, "channel "+a.id+" is stopping", http.StatusServiceUnavailable)
 		return
 	}
-	ws, err := a.upgrader.Upgrade(w, r, nil)
+	// The cap keeps file descriptors for /healthz, the API, session logs
+	// and agents: past it a device is refused before it costs anything.
+	open := a.rt.metrics.websockets
+	open.Add("", 1)
+	if open.Value("") > maxConns {
+		open.Add("", -1)
+		a.rt.metrics.overCap.Inc("")
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, fmt.Sprintf("server busy: it holds its maximum of %d WebSocket connections (maxConnections); try again later", maxConns),
+			http.StatusServiceUnavailable)
+		return
+	}
+	hw := &hijackWrapper{ResponseWriter: w, stall: stall}
+	ws, err := a.upgrader.Upgrade(hw, r, nil)
 	if err != nil {
+		open.Add("", -1)
 		return // the upgrader answered with the reason
 	}
-	c := &wsConn{a: a, ws: ws, remote: r.RemoteAddr, headerToken: headerToken, sendMax: a.cfg.Config.SendQueue}
+	c := newWSConn(a, ws, hw.conn, r.RemoteAddr, headerToken)
 	a.mu.Lock()
 	if a.stopped {
 		a.mu.Unlock()
 		ws.Close()
+		open.Add("", -1)
 		return
 	}
 	a.conns[c] = struct{}{}
@@ -124,11 +165,13 @@ func (a *terminalAdapter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// of buffers, which an idle device would otherwise hold for hours.
 	go func() {
 		defer a.wg.Done()
-		c.serve(context.Background())
+		defer open.Add("", -1)
+		c.serve()
 	}()
 }
 
-// Send implements Adapter.
+// Send implements Adapter. It is called by the runtime's dispatcher and
+// never blocks; see wsConn.offerReply for what a full queue means.
 func (a *terminalAdapter) Send(out bus.Outbound) bool {
 	a.mu.Lock()
 	c := a.peers[out.PeerID]
@@ -136,22 +179,20 @@ func (a *terminalAdapter) Send(out bus.Outbound) bool {
 	if c == nil {
 		return false
 	}
-	var f link.Frame
 	switch out.Kind {
 	case bus.Progress:
 		if !c.progress {
 			return false
 		}
-		f = &link.Progress{MessageID: out.MessageID, Text: out.Text}
+		return c.offerProgress(out.MessageID, link.MustEncode(&link.Progress{MessageID: out.MessageID, Text: out.Text}))
 	default:
 		text := out.Text
 		for _, m := range out.Media {
 			text += "\n[file: " + baseName(m) + "]"
 		}
-		f = &link.Message{Role: link.RoleAssistant, MessageID: out.MessageID, RunID: out.RunID,
-			Text: text, FinishReason: out.FinishReason}
+		return c.offerReply(out.MessageID, link.MustEncode(&link.Message{Role: link.RoleAssistant,
+			MessageID: out.MessageID, RunID: out.RunID, Text: text, FinishReason: out.FinishReason}))
 	}
-	return c.send(f)
 }
 
 func baseName(p string) string {
@@ -181,6 +222,7 @@ func (a *terminalAdapter) Close() {
 		conns = append(conns, c)
 	}
 	a.mu.Unlock()
+	a.stopAccept()
 	for _, c := range conns {
 		c.closeWith(websocket.CloseGoingAway, "server shutting down; reconnect later")
 	}
@@ -214,73 +256,7 @@ func (a *terminalAdapter) unregister(c *wsConn) bool {
 	return false
 }
 
-// wsConn is one device connection: the handler goroutine reads; a writer
-// goroutine, started when frames are queued and gone when the queue is
-// empty, writes. At most one writer runs at a time.
-type wsConn struct {
-	a           *terminalAdapter
-	ws          *websocket.Conn
-	remote      string
-	headerToken string
-	sendMax     int
-
-	// Set once by the reader at connect, before register publishes c.
-	peerID, threadID, userID, deviceName, sessionKey string
-	progress, cancel                                 bool
-	caps                                             []string
-
-	mu         sync.Mutex
-	queue      [][]byte
-	writing    bool
-	closing    bool   // no more frames are queued (closing or dropped)
-	dead       bool   // the writer stops at once
-	closeFrame []byte // written by the writer once the queue is empty
-	dropCause  string // why the server ended it, for the disconnect event
-	writerWG   sync.WaitGroup
-}
-
-func (c *wsConn) serve(ctx context.Context) {
-	a := c.a
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	c.ws.SetReadLimit(link.ReadLimit(a.cfg.Config.MaxMessageChars))
-	idle := a.idleTimeout()
-	reason := "connection closed"
-	for {
-		c.extendReadDeadline(idle)
-		kind, data, err := c.ws.ReadMessage()
-		if err != nil {
-			reason = describeReadError(err, idle)
-			break
-		}
-		if c.isClosing() {
-			continue // draining until the peer answers our close frame
-		}
-		if kind != websocket.TextMessage {
-			c.sendError("", link.CodeBadFrame, "binary frames are not supported: send JSON text frames")
-			continue
-		}
-		c.handle(ctx, data)
-	}
-	cancel()
-	c.mu.Lock()
-	c.closing, c.dead = true, true
-	if c.dropCause != "" {
-		reason = c.dropCause
-	}
-	c.mu.Unlock()
-	c.ws.Close()
-	c.writerWG.Wait()
-	live := a.unregister(c)
-	if c.peerID != "" {
-		if live {
-			a.rt.metrics.connections.Add(a.id, -1)
-		}
-		a.ch.events.Add(events.Event{Event: events.TerminalDisconnected, PeerID: c.peerID, SessionID: c.sessionKey, Detail: reason})
-		a.log.Debug("terminal disconnected", "peer_id", c.peerID, "reason", reason)
-	}
-}
-
+// describeReadError says why the reader stopped, for the disconnect event.
 func describeReadError(err error, idle time.Duration) string {
 	var ne net.Error
 	switch {
@@ -292,47 +268,6 @@ func describeReadError(err error, idle time.Duration) string {
 		return "closed by the device: " + err.Error()
 	default:
 		return err.Error()
-	}
-}
-
-func (c *wsConn) isClosing() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closing
-}
-
-func (c *wsConn) handle(ctx context.Context, data []byte) {
-	f, err := link.Decode(data)
-	if err != nil {
-		c.a.rt.metrics.rejected.Inc(c.a.id)
-		c.sendError(messageIDOf(data), link.CodeBadFrame, err.Error())
-		return
-	}
-	switch f := f.(type) {
-	case *link.Ping:
-		c.send(&link.Pong{})
-	case *link.Pong:
-	case *link.Connect:
-		c.handleConnect(f)
-	case *link.Message:
-		switch {
-		case c.peerID == "":
-			c.reject(f.MessageID, link.CodeNotConnected, "send a connect frame with your peer_id before message frames")
-		case f.IsReply():
-			c.reject(f.MessageID, link.CodeBadFrame, `message frames with role "assistant" are sent by the server, not by a terminal`)
-		default:
-			c.handleMessage(ctx, f)
-		}
-	case *link.Cancel:
-		if c.peerID == "" {
-			c.reject(f.MessageID, link.CodeNotConnected, "send a connect frame with your peer_id before cancel frames")
-			return
-		}
-		if !c.a.router.cancel(c.sessionKey, f.MessageID) {
-			c.reject(f.MessageID, link.CodeUnknownRun, "cancel: message "+f.MessageID+" is not queued or running")
-		}
-	default:
-		c.reject("", link.CodeBadFrame, fmt.Sprintf("Unsupported websocket frame type: %s (sent by the server, not by a terminal)", f.FrameType()))
 	}
 }
 
@@ -352,6 +287,36 @@ func messageIDOf(data []byte) string {
 	return string(rest[:j])
 }
 
+// handle answers one text frame (valid UTF-8) from the device.
+func (c *wsConn) handle(data []byte) {
+	f, err := link.Decode(data)
+	if err != nil {
+		c.a.rt.metrics.rejected.Inc(c.a.id)
+		c.sendError(messageIDOf(data), link.CodeBadFrame, err.Error())
+		return
+	}
+	switch f := f.(type) {
+	case *link.Ping:
+		c.enqueue(outFrame{data: pongFrame})
+	case *link.Pong:
+	case *link.Connect:
+		c.handleConnect(f)
+	case *link.Message:
+		switch {
+		case c.peerID == "":
+			c.reject(f.MessageID, link.CodeNotConnected, "send a connect frame with your peer_id before message frames")
+		case f.IsReply():
+			c.reject(f.MessageID, link.CodeBadFrame, `message frames with role "assistant" are sent by the server, not by a terminal`)
+		default:
+			c.handleMessage(f)
+		}
+	case *link.Cancel:
+		c.handleCancel(f)
+	default:
+		c.reject("", link.CodeBadFrame, fmt.Sprintf("Unsupported websocket frame type: %s (sent by the server, not by a terminal)", f.FrameType()))
+	}
+}
+
 func (c *wsConn) reject(messageID, code, msg string) {
 	c.a.rt.metrics.rejected.Inc(c.a.id)
 	c.a.ch.events.Add(events.Event{Event: events.InboundRejected, PeerID: c.peerID, SessionID: c.sessionKey, MessageID: messageID, Detail: msg})
@@ -359,11 +324,12 @@ func (c *wsConn) reject(messageID, code, msg string) {
 }
 
 func (c *wsConn) sendError(messageID, code, msg string) {
-	c.send(&link.Error{Error: msg, MessageID: messageID, Code: code})
+	c.sendFrame(&link.Error{Error: msg, MessageID: messageID, Code: code})
 }
 
 func (c *wsConn) handleConnect(f *link.Connect) {
 	a := c.a
+	connected := &link.Connected{ChannelID: a.id, SessionID: c.sessionKey, HeartbeatSeconds: a.cfg.Config.HeartbeatSeconds}
 	switch {
 	case f.PeerID == "":
 		c.reject("", link.CodeBadFrame, `connect frame: field "peer_id" is missing or empty`)
@@ -378,7 +344,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 		c.reject("", link.CodeBadFrame, fmt.Sprintf("this connection is already connected as peer_id %q; open a new connection for %q", c.peerID, f.PeerID))
 		return
 	case c.peerID != "": // same peer again: answer again
-		c.send(&link.Connected{ChannelID: a.id, SessionID: c.sessionKey, HeartbeatSeconds: a.cfg.Config.HeartbeatSeconds})
+		c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
 		return
 	}
 	if tokens := a.cfg.Config.Tokens; tokens.Enabled() {
@@ -399,6 +365,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	}
 	c.peerID, c.threadID, c.userID, c.deviceName = f.PeerID, f.ThreadID, f.UserID, f.DeviceName
 	c.sessionKey = SessionKey(a.id, a.cfg.AccountID, f.PeerID, f.ThreadID)
+	connected.SessionID = c.sessionKey
 	c.caps = f.Capabilities
 	for _, cap := range f.Capabilities {
 		switch cap {
@@ -408,18 +375,19 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 			c.cancel = true
 		}
 	}
-	// connected goes out before register makes c reachable by Send, so no
-	// reply can overtake it.
-	c.send(&link.Connected{ChannelID: a.id, SessionID: c.sessionKey, HeartbeatSeconds: a.cfg.Config.HeartbeatSeconds})
+	// Registered first, so /api/status counts the peer by the time the
+	// device reads connected; the writer holds back replies and progress
+	// until connected is written, so none can overtake it.
 	if !a.register(c) {
 		a.rt.metrics.connections.Add(a.id, 1)
 	}
+	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
 	a.rt.metrics.connects.Inc(a.id)
 	a.ch.events.Add(events.Event{Event: events.TerminalConnected, PeerID: f.PeerID, SessionID: c.sessionKey,
 		Detail: fmt.Sprintf("device_name=%q capabilities=%v remote=%s", f.DeviceName, f.Capabilities, c.remote)})
 }
 
-func (c *wsConn) handleMessage(ctx context.Context, f *link.Message) {
+func (c *wsConn) handleMessage(f *link.Message) {
 	a := c.a
 	if strings.TrimSpace(f.Text) == "" {
 		c.reject(f.MessageID, link.CodeBadMessage, "message "+f.MessageID+": text is missing or blank")
@@ -443,133 +411,83 @@ func (c *wsConn) handleMessage(ctx context.Context, f *link.Message) {
 		thread = f.ThreadID
 		key = SessionKey(a.id, a.cfg.AccountID, c.peerID, thread)
 	}
+	if !c.rate.take(time.Now()) {
+		c.reject(f.MessageID, link.CodeBusy, fmt.Sprintf("message %s not accepted: peer %s sends faster than %d messages a second (burst %d, ratePerPeer); send it again later",
+			f.MessageID, c.peerID, a.cfg.Config.RatePerPeer, a.cfg.Config.RateBurst))
+		return
+	}
 	user := c.userID
 	if f.UserID != "" {
 		user = f.UserID
 	}
+	if key != c.sessionKey {
+		c.routes.remember(f.MessageID, key) // for a cancel that names no thread
+	}
 	in := bus.Inbound{ChannelID: a.id, AccountID: a.cfg.AccountID, PeerID: c.peerID, ThreadID: thread, UserID: user,
 		SessionKey: key, MessageID: f.MessageID, Text: f.Text, Received: time.Now(), Capabilities: c.caps}
-	err := a.rt.AcceptInbound(ctx, in, func(res AcceptResult) {
-		c.send(&link.Ack{MessageID: f.MessageID, SessionID: key, Accepted: true,
+	// The context is the adapter's, not the connection's: once the session
+	// log has the message, it is published even if the device has gone.
+	err := a.rt.AcceptInbound(a.stopCtx, in, func(res AcceptResult) {
+		c.sendFrame(&link.Ack{MessageID: f.MessageID, SessionID: key, Accepted: true,
 			Duplicate: res.Duplicate, Pending: res.Pending, Reply: res.Reply})
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrBusy):
+		c.reject(f.MessageID, link.CodeBusy, "message "+f.MessageID+" not accepted: "+err.Error()+"; send it again later")
+	case err != nil:
 		a.log.Error("message not accepted", "peer_id", c.peerID, "message_id", f.MessageID, "err", err)
 		c.reject(f.MessageID, "unavailable", "message "+f.MessageID+" was not accepted ("+err.Error()+"); send it again")
 	}
 }
 
-// send queues f for the writer. It never blocks: a full queue drops the
-// connection (the device resends what it misses when it reconnects).
-func (c *wsConn) send(f link.Frame) bool {
-	b, err := link.Encode(f)
-	if err != nil {
-		c.a.log.Error("encoding frame", "err", err)
-		return false
-	}
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		return false
-	}
-	if len(c.queue) >= c.sendMax {
-		c.mu.Unlock()
-		c.drop(fmt.Sprintf("send queue full (%d frames): client too slow, dropped", c.sendMax))
-		return false
-	}
-	c.queue = append(c.queue, b)
-	c.startWriterLocked()
-	c.mu.Unlock()
-	return true
-}
-
-func (c *wsConn) startWriterLocked() {
-	if !c.writing {
-		c.writing = true
-		c.writerWG.Add(1)
-		go c.writeLoop()
-	}
-}
-
-// writeLoop writes the queue, then the close frame if one is due, and
-// exits when there is nothing left.
-func (c *wsConn) writeLoop() {
-	defer c.writerWG.Done()
-	for {
-		c.mu.Lock()
-		if c.dead {
-			c.writing, c.queue = false, nil
-			c.mu.Unlock()
-			return
-		}
-		if len(c.queue) == 0 {
-			cf := c.closeFrame
-			c.closeFrame = nil
-			if cf == nil {
-				c.writing = false
-				c.mu.Unlock()
-				return
-			}
-			c.mu.Unlock()
-			_ = c.ws.WriteControl(websocket.CloseMessage, cf, time.Now().Add(time.Second))
-			c.mu.Lock()
-			// Give the peer a moment to answer the close frame.
-			_ = c.ws.SetReadDeadline(time.Now().Add(closeGrace))
-			c.writing = false
-			c.mu.Unlock()
-			return
-		}
-		batch := c.queue
-		c.queue = nil
-		c.mu.Unlock()
-		for _, b := range batch {
-			_ = c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
-			if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
-				c.drop("write failed: " + err.Error())
-				break
-			}
-		}
-	}
-}
-
-// extendReadDeadline gives a connection that is not closing another idle
-// period.
-func (c *wsConn) extendReadDeadline(idle time.Duration) {
-	c.mu.Lock()
-	if !c.closing {
-		_ = c.ws.SetReadDeadline(time.Now().Add(idle))
-	}
-	c.mu.Unlock()
-}
-
-// drop tears the connection down at once (slow or broken client).
-func (c *wsConn) drop(cause string) {
-	c.mu.Lock()
-	if c.dead {
-		c.mu.Unlock()
+// handleCancel interrupts a run in the session its message went to: the
+// thread the cancel names, else the one the message was sent with on this
+// connection, else the connection's own.
+func (c *wsConn) handleCancel(f *link.Cancel) {
+	a := c.a
+	if c.peerID == "" {
+		c.reject(f.MessageID, link.CodeNotConnected, "send a connect frame with your peer_id before cancel frames")
 		return
 	}
-	c.closing, c.dead = true, true
-	if c.dropCause == "" {
-		c.dropCause = cause
+	key := c.sessionKey
+	switch {
+	case f.ThreadID != "" && !idRE.MatchString(f.ThreadID):
+		c.reject(f.MessageID, link.CodeBadFrame, fmt.Sprintf("cancel: thread_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + -", f.ThreadID))
+		return
+	case f.ThreadID != "":
+		key = SessionKey(a.id, a.cfg.AccountID, c.peerID, f.ThreadID)
+	default:
+		if k, ok := c.routes.lookup(f.MessageID); ok {
+			key = k
+		}
 	}
-	c.mu.Unlock()
-	c.a.rt.metrics.dropped.Inc(c.a.id)
-	c.a.log.Warn("dropping terminal connection", "peer_id", c.peerID, "cause", cause)
-	_ = c.ws.NetConn().Close()
+	if !a.router.cancel(key, f.MessageID) {
+		c.reject(f.MessageID, link.CodeUnknownRun, "cancel: message "+f.MessageID+" is not queued or running in session "+key)
+	}
 }
 
-// closeWith stops new frames, and has the writer send what is queued and
-// then a close frame saying why; the reader waits a moment for the peer's
-// answer before the socket is closed.
-func (c *wsConn) closeWith(code int, reason string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closing {
-		return
+// routeMemory remembers the session of the last maxRoutes messages a
+// connection sent to a thread other than its own.
+type routeMemory struct {
+	keys  map[string]string
+	order []string
+}
+
+func (m *routeMemory) remember(messageID, key string) {
+	if m.keys == nil {
+		m.keys = map[string]string{}
 	}
-	c.closing = true
-	c.dropCause = reason
-	c.closeFrame = websocket.FormatCloseMessage(code, reason)
-	c.startWriterLocked()
+	if _, ok := m.keys[messageID]; !ok {
+		if len(m.order) >= maxRoutes {
+			delete(m.keys, m.order[0])
+			m.order = m.order[1:]
+		}
+		m.order = append(m.order, messageID)
+	}
+	m.keys[messageID] = key
+}
+
+func (m *routeMemory) lookup(messageID string) (string, bool) {
+	k, ok := m.keys[messageID]
+	return k, ok
 }

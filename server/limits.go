@@ -1,0 +1,90 @@
+package server
+
+import (
+	"log/slog"
+	"net/http"
+	"syscall"
+	"time"
+)
+
+// httpLimits bound every plain HTTP request (the API, /healthz, /metrics).
+// A WebSocket leaves them behind at the upgrade: hijackWrapper clears the
+// deadlines, and the connection's reader and writer set their own.
+type httpLimits struct {
+	ReadHeader time.Duration // request line and headers
+	Read       time.Duration // the whole request, body included
+	Write      time.Duration // from the end of the request headers to the end of the response
+	Idle       time.Duration // a keep-alive connection between requests
+	HeaderMax  int           // bytes of request headers
+}
+
+// defaultHTTPLimits are what Serve uses. Every route answers from memory,
+// so a few seconds to write is plenty; an idle keep-alive connection holds
+// a file descriptor and is let go after a minute.
+var defaultHTTPLimits = httpLimits{
+	ReadHeader: 10 * time.Second,
+	Read:       30 * time.Second,
+	Write:      30 * time.Second,
+	Idle:       60 * time.Second,
+	HeaderMax:  16 << 10,
+}
+
+// newHTTPServer is the http.Server Serve runs, with lim applied.
+func newHTTPServer(h http.Handler, lim httpLimits, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: lim.ReadHeader,
+		ReadTimeout:       lim.Read,
+		WriteTimeout:      lim.Write,
+		IdleTimeout:       lim.Idle,
+		MaxHeaderBytes:    lim.HeaderMax,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// fdReserve is how many file descriptors the connection cap leaves for
+// everything else (session logs, agent pipes, HTTP requests): 10% of the
+// limit, at least 256.
+func fdReserve(limit uint64) uint64 { return max(limit/10, 256) }
+
+// maxConnections is the cap on open WebSockets: configured when > 0, else
+// the soft RLIMIT_NOFILE minus fdReserve (at least 16).
+func maxConnections(configured int) int64 {
+	if configured > 0 {
+		return int64(configured)
+	}
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return 1024
+	}
+	if rl.Cur <= fdReserve(rl.Cur)+16 {
+		return 16
+	}
+	return int64(min(rl.Cur-fdReserve(rl.Cur), 1<<30))
+}
+
+// tokenBucket is a per-peer message rate: rate tokens a second, at most
+// burst at once. Only its connection's reader uses it.
+type tokenBucket struct {
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func newTokenBucket(rate, burst int) *tokenBucket {
+	return &tokenBucket{rate: float64(rate), burst: float64(burst), tokens: float64(burst)}
+}
+
+// take spends a token if there is one.
+func (b *tokenBucket) take(now time.Time) bool {
+	if !b.last.IsZero() {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}

@@ -1,0 +1,500 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gorilla/websocket"
+
+	"termlink/link"
+	"termlink/server/config"
+	"termlink/server/events"
+)
+
+// wsConn is one device connection, in gorilla's chat shape: the reader
+// goroutine (serve) owns every read and the read deadlines; the writer
+// goroutine (writePump) owns every write, the write deadlines (through
+// flushConn) and the close frame. Nothing else touches the socket.
+// Unlike the chat example's, the writer does not wait parked while there
+// is nothing to write: it is started when something is queued and returns
+// when all is written (still one at a time, never two), so an idle
+// connection costs one goroutine and no buffers.
+//
+// What the writer writes, and what happens when it cannot keep up:
+//   - frames: the reader's answers (connected, acks, errors, pongs), at
+//     most SendQueue of them. When it is full the reader waits for room
+//     and stops reading: the device's own sends back up through TCP.
+//   - replies: final replies from the dispatcher, at most 4 x SendQueue
+//     (a fast agent answers a burst of messages faster than a socket
+//     takes them; each reply is one the device waits for). The
+//     dispatcher serves every connection and must never wait for one, so
+//     a full reply queue does not block it: the reply is reported
+//     unclaimed (it is already durable in the session log and in dedupe)
+//     and its message id is remembered in owed; the writer then sends an
+//     error frame with code busy for it, and the device resends the
+//     message and gets the reply from dedupe in the ack. Dropping the
+//     connection instead would cut off a device that reads; waiting
+//     silently for a reconnect would leave it stuck.
+//   - latest: progress, one slot per message, the latest text wins; it is
+//     never queued beyond that and never counts toward dropping.
+//
+// The only reason to drop a device as slow is a write that makes no
+// progress for the write timeout.
+type wsConn struct {
+	a           *terminalAdapter
+	ws          *websocket.Conn
+	nc          *flushConn
+	remote      string
+	headerToken string
+	opened      time.Time
+
+	// Set by the reader at connect, before register publishes c.
+	peerID, threadID, userID, deviceName, sessionKey string
+	progress, cancel                                 bool
+	caps                                             []string
+
+	// Reader-only.
+	rate   *tokenBucket
+	routes routeMemory
+
+	space      chan struct{} // cap 1: the writer took the reader's frames, or stopped
+	readerDone chan struct{} // the reader has stopped
+
+	// Guarded by mu. An idle connection holds none of these buffers.
+	mu         sync.Mutex
+	max        int // bound of frames and of latest's messages
+	maxReplies int
+	frames     []outFrame
+	replies    [][]byte
+	owed       []string
+	latest     map[string][]byte
+	order      []string      // message ids in latest, oldest first
+	closing    bool          // no more frames are taken
+	closeFrame []byte        // due once what is queued is written
+	cause      string        // why the server ended it (the first reason wins)
+	writing    bool          // a writer runs
+	writerDone chan struct{} // closed when that writer returns
+	stopped    bool          // the close frame is written or a write failed: no writer runs again
+	readerGone bool          // the reader has stopped: only a close frame is still written
+	greeted    bool          // connected is written: replies and progress may go
+}
+
+type frameKind uint8
+
+const (
+	textFrame      frameKind = iota
+	connectedFrame           // a text frame; replies and progress may follow it
+	pongControl              // a WebSocket pong control frame
+)
+
+type outFrame struct {
+	data []byte
+	kind frameKind
+}
+
+func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, remote, headerToken string) *wsConn {
+	n := a.sendQueue()
+	rate, burst := a.cfg.Config.RatePerPeer, a.cfg.Config.RateBurst
+	if rate <= 0 || burst <= 0 {
+		rate, burst = config.DefaultRatePerPeer, config.DefaultRateBurst
+	}
+	return &wsConn{a: a, ws: ws, nc: nc, remote: remote, headerToken: headerToken, opened: time.Now(),
+		rate:  newTokenBucket(rate, burst),
+		space: make(chan struct{}, 1), readerDone: make(chan struct{}), max: n, maxReplies: 4 * n}
+}
+
+// serve is the reader: it reads until the connection ends, then takes it
+// down.
+func (c *wsConn) serve() {
+	a := c.a
+	c.ws.SetReadLimit(link.ReadLimit(a.cfg.Config.MaxMessageChars))
+	// WebSocket-level pings and closes are answered by the writer too.
+	c.ws.SetPingHandler(func(data string) error {
+		c.enqueue(outFrame{data: []byte(data), kind: pongControl})
+		return nil
+	})
+	c.ws.SetCloseHandler(func(code int, _ string) error {
+		c.mu.Lock()
+		if !c.closing { // echo the peer's close (RFC 6455 5.5.1)
+			c.closing = true
+			c.closeFrame = websocket.FormatCloseMessage(code, "")
+		}
+		c.mu.Unlock()
+		return nil
+	})
+	idle := a.idleTimeout()
+	connectBy := c.opened.Add(a.connectTimeout())
+	reason := "connection closed"
+	graceSet := false
+read:
+	for {
+		closing := c.isClosing()
+		switch {
+		case closing && !graceSet:
+			// Our close frame is out or due: the peer has a moment to answer.
+			_ = c.ws.SetReadDeadline(time.Now().Add(closeGrace))
+			graceSet = true
+		case closing:
+		case c.peerID == "" && time.Now().Add(idle).After(connectBy):
+			_ = c.ws.SetReadDeadline(connectBy) // pings do not count
+		default:
+			_ = c.ws.SetReadDeadline(time.Now().Add(idle))
+		}
+		kind, data, err := c.ws.ReadMessage()
+		if err != nil {
+			reason = describeReadError(err, idle)
+			switch {
+			case closing:
+			case c.peerID == "" && !time.Now().Before(connectBy):
+				reason = fmt.Sprintf("no connect frame within %s: connection closed", a.connectTimeout())
+				c.closeWith(websocket.ClosePolicyViolation, reason)
+			}
+			// (gorilla has sent a close frame itself for a protocol error
+			// or a frame over the read limit.)
+			break read
+		}
+		if closing {
+			continue // waiting for the peer's answer to our close frame
+		}
+		if kind != websocket.TextMessage {
+			c.sendError("", link.CodeBadFrame, "binary frames are not supported: send JSON text frames")
+			continue
+		}
+		if !utf8.Valid(data) {
+			// RFC 6455 8.1: a text frame that is not UTF-8 fails the connection with 1007.
+			c.reject(messageIDOf(data), link.CodeBadFrame, "text frame is not valid UTF-8: connection closed (1007)")
+			c.closeWith(websocket.CloseInvalidFramePayloadData, "text frame is not valid UTF-8")
+			continue
+		}
+		c.handle(data)
+	}
+	c.finish(reason)
+}
+
+func (c *wsConn) isClosing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closing
+}
+
+// finish stops the writer (after the close frame it owes, if any), closes
+// the socket and reports the disconnect.
+func (c *wsConn) finish(reason string) {
+	a := c.a
+	c.mu.Lock()
+	c.closing, c.readerGone = true, true
+	if c.cause != "" {
+		reason = c.cause
+	}
+	serverClosed := c.cause != ""
+	if c.closeFrame != nil { // an echo of the peer's close, or ours
+		c.startWriterLocked()
+	}
+	running, done := c.writing, c.writerDone
+	c.mu.Unlock()
+	close(c.readerDone)
+	if running {
+		t := time.NewTimer(closeGrace)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	c.ws.Close()
+	if running {
+		<-done
+	}
+	live := a.unregister(c)
+	switch {
+	case c.peerID != "":
+		if live {
+			a.rt.metrics.connections.Add(a.id, -1)
+		}
+		a.ch.events.Add(events.Event{Event: events.TerminalDisconnected, PeerID: c.peerID, SessionID: c.sessionKey, Detail: reason})
+	case serverClosed: // never connected, closed by us: say why
+		a.ch.events.Add(events.Event{Event: events.TerminalDisconnected, Detail: reason + " (remote " + c.remote + ")"})
+	}
+	a.log.Debug("terminal disconnected", "peer_id", c.peerID, "remote", c.remote, "reason", reason)
+}
+
+// enqueue hands the writer a frame from the reader, waiting while the
+// queue is full: the reader stops reading until the writer catches up.
+func (c *wsConn) enqueue(f outFrame) bool {
+	for paused := false; ; paused = true {
+		c.mu.Lock()
+		switch {
+		case c.closing || c.stopped:
+			c.mu.Unlock()
+			return false
+		case len(c.frames) < c.max:
+			c.frames = append(c.frames, f)
+			c.startWriterLocked()
+			c.mu.Unlock()
+			return true
+		}
+		c.mu.Unlock()
+		if !paused {
+			c.a.rt.metrics.paused.Inc(c.a.id)
+		}
+		<-c.space // the writer is running: it took frames or stopped
+	}
+}
+
+// sendFrame queues f (from the reader).
+func (c *wsConn) sendFrame(f link.Frame) {
+	c.enqueue(outFrame{data: link.MustEncode(f)})
+}
+
+// startWriterLocked runs the writer unless one runs (c.mu held).
+func (c *wsConn) startWriterLocked() {
+	if c.writing || c.stopped {
+		return
+	}
+	c.writing = true
+	c.writerDone = make(chan struct{})
+	go c.writePump(c.writerDone)
+}
+
+// signalSpace tells a reader waiting for room to look again.
+func (c *wsConn) signalSpace() {
+	select {
+	case c.space <- struct{}{}:
+	default:
+	}
+}
+
+// offerReply queues a final reply without blocking (see wsConn); false
+// means the device gets it when it resends the message.
+func (c *wsConn) offerReply(messageID string, b []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return false
+	}
+	if _, ok := c.latest[messageID]; ok { // progress after its reply would be stale
+		delete(c.latest, messageID)
+		c.order = deleteString(c.order, messageID)
+	}
+	if len(c.replies) < c.maxReplies {
+		c.replies = append(c.replies, b)
+		c.startWriterLocked()
+		return true
+	}
+	c.a.rt.metrics.deferred.Inc(c.a.id)
+	if len(c.owed) == 0 {
+		c.a.log.Warn("reply queue full; the device is told to resend the messages to get their replies",
+			"peer_id", c.peerID, "message_id", messageID, "queue", c.maxReplies)
+	}
+	if len(c.owed) < maxOwed {
+		c.owed = append(c.owed, messageID)
+		c.startWriterLocked()
+	}
+	return false
+}
+
+// offerProgress puts b in messageID's progress slot, replacing what the
+// writer has not written yet.
+func (c *wsConn) offerProgress(messageID string, b []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return false
+	}
+	if _, ok := c.latest[messageID]; !ok {
+		if len(c.order) >= c.max {
+			return false // progress is best effort
+		}
+		c.order = append(c.order, messageID)
+	}
+	if c.latest == nil {
+		c.latest = map[string][]byte{}
+	}
+	c.latest[messageID] = b
+	c.startWriterLocked()
+	return true
+}
+
+func deleteString(s []string, v string) []string {
+	for i, x := range s {
+		if x == v {
+			return append(s[:i], s[i+1:]...)
+		}
+	}
+	return s
+}
+
+// closeWith ends the connection: what is queued is written, then a close
+// frame with code and reason; the peer has closeGrace to answer it.
+func (c *wsConn) closeWith(code int, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return
+	}
+	c.closing = true
+	c.cause = reason
+	c.closeFrame = websocket.FormatCloseMessage(code, truncateUTF8(reason, 123))
+	c.startWriterLocked()
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character
+// (a close frame's reason has room for 123).
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// batch is what the writer takes in one go.
+type batch struct {
+	frames     []outFrame
+	replies    [][]byte
+	owed       []string
+	progress   [][]byte
+	closeFrame []byte
+}
+
+// writePump is the writer: it takes whatever waits, in order (the
+// reader's frames first: an ack is queued before its reply exists), and
+// writes it as one corked batch, until nothing waits.
+func (c *wsConn) writePump(done chan struct{}) {
+	defer close(done)
+	var b batch
+	for {
+		c.mu.Lock()
+		c.take(&b)
+		if b.empty() {
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.signalSpace()
+		if err := c.writeBatch(&b); err != nil {
+			c.fail(err)
+			return
+		}
+		b.release()
+		if b.closeFrame != nil {
+			c.mu.Lock()
+			c.stopped = true
+			c.mu.Unlock()
+			c.signalSpace()
+			// The peer answers (the reader sees its close) or is cut off.
+			t := time.NewTimer(closeGrace)
+			select {
+			case <-c.readerDone:
+			case <-t.C:
+			}
+			t.Stop()
+			c.ws.Close()
+			c.mu.Lock()
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+	}
+}
+
+// take moves what waits into b (c.mu held). Once the reader has stopped
+// only a close frame is still worth writing.
+func (c *wsConn) take(b *batch) {
+	if c.readerGone {
+		c.frames, c.replies, c.owed, c.latest, c.order = nil, nil, nil, nil, nil
+		b.closeFrame, c.closeFrame = c.closeFrame, nil
+		return
+	}
+	b.frames, c.frames = c.frames, nil
+	for _, f := range b.frames {
+		if f.kind == connectedFrame {
+			c.greeted = true
+		}
+	}
+	if c.greeted {
+		b.replies, c.replies = c.replies, nil
+		b.owed, c.owed = c.owed, nil
+		for _, id := range c.order {
+			b.progress = append(b.progress, c.latest[id])
+		}
+		c.latest, c.order = nil, nil
+	}
+	b.closeFrame, c.closeFrame = c.closeFrame, nil
+}
+
+func (b *batch) empty() bool {
+	return len(b.frames)+len(b.replies)+len(b.owed)+len(b.progress) == 0 && b.closeFrame == nil
+}
+
+// release lets go of what b held, so an idle connection holds nothing.
+func (b *batch) release() {
+	*b = batch{progress: b.progress[:0], closeFrame: b.closeFrame}
+	if cap(b.progress) > 16 {
+		b.progress = nil
+	}
+}
+
+func (c *wsConn) writeBatch(b *batch) error {
+	c.nc.Cork()
+	for _, f := range b.frames {
+		var err error
+		if f.kind == pongControl {
+			err = c.ws.WriteControl(websocket.PongMessage, f.data, time.Now().Add(time.Minute))
+		} else {
+			err = c.ws.WriteMessage(websocket.TextMessage, f.data)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, r := range b.replies {
+		if err := c.ws.WriteMessage(websocket.TextMessage, r); err != nil {
+			return err
+		}
+	}
+	for _, id := range b.owed {
+		e := &link.Error{MessageID: id, Code: link.CodeBusy,
+			Error: "the reply to message " + id + " is ready, but this connection's reply queue was full: send the message again to get it"}
+		if err := c.ws.WriteMessage(websocket.TextMessage, link.MustEncode(e)); err != nil {
+			return err
+		}
+	}
+	for _, p := range b.progress {
+		if err := c.ws.WriteMessage(websocket.TextMessage, p); err != nil {
+			return err
+		}
+	}
+	if err := c.nc.Flush(); err != nil {
+		return err
+	}
+	if b.closeFrame != nil {
+		return c.ws.WriteControl(websocket.CloseMessage, b.closeFrame, time.Now().Add(time.Minute))
+	}
+	return nil
+}
+
+// fail ends a connection whose write failed: a stalled write means the
+// device stopped reading and is dropped as too slow.
+func (c *wsConn) fail(err error) {
+	cause := "write failed: " + err.Error()
+	if errors.Is(err, errStalled) {
+		cause = "client too slow, dropped: " + err.Error()
+		c.a.rt.metrics.dropped.Inc(c.a.id)
+		c.a.log.Warn("dropping terminal connection", "remote", c.remote, "cause", cause)
+	}
+	c.mu.Lock()
+	c.closing, c.stopped, c.writing = true, true, false
+	if c.cause == "" {
+		c.cause = cause
+	}
+	c.mu.Unlock()
+	c.signalSpace()
+	c.ws.Close() // the reader's read fails now
+}
