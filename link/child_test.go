@@ -84,8 +84,12 @@ func childMain(mode string) int {
 		for e := range c.Events() {
 			if e.Kind == link.EventReply {
 				say("reply %s", e.MessageID)
+				if err := c.Delivered(e.MessageID); err != nil {
+					fmt.Fprintln(os.Stderr, "child: Delivered:", err)
+					return 2
+				}
 				if c.Status().Pending == 0 {
-					c.Close() // the last reply is marked done before Run returns
+					c.Close()
 					say("done")
 					return 0
 				}

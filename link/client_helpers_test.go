@@ -263,6 +263,11 @@ func (d *device) collect() {
 		close(d.changed)
 		d.changed = make(chan struct{})
 		d.mu.Unlock()
+		if e.Final {
+			if err := d.Delivered(e.MessageID); err != nil {
+				d.t.Errorf("Delivered(%s): %v", e.MessageID, err)
+			}
+		}
 	}
 }
 
