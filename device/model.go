@@ -128,8 +128,8 @@ func (m *Model) Apply(ev link.Event) {
 	case link.EventProgress:
 		m.Progress = ev.Text
 	case link.EventReply:
-		if ev.Reply == nil {
-			return
+		if ev.Reply == nil || m.answered(ev.MessageID) {
+			return // shown once, even if it came twice
 		}
 		if e := m.find(ev.MessageID); e != nil {
 			e.Delivery = Answered
@@ -161,6 +161,16 @@ func (m *Model) Apply(ev link.Event) {
 		}
 		m.Notice(msg)
 	}
+}
+
+// answered reports whether the answer to messageID is shown already.
+func (m *Model) answered(messageID string) bool {
+	for i := range m.Entries {
+		if e := &m.Entries[i]; e.Role == Assistant && e.MessageID == messageID {
+			return true
+		}
+	}
+	return false
 }
 
 // Queued counts the messages not yet acknowledged by the server.
