@@ -61,9 +61,13 @@ type ClientConfig struct {
 	CAFile    string
 	TLSConfig *tls.Config
 
-	// StateDir holds the durable outbox (see FileOutbox). Ignored when
-	// Outbox is set.
+	// StateDir holds the durable outbox (a FallbackOutbox: the
+	// FileOutbox, or memory while the state dir cannot be written; see
+	// Status.Storage and EventStorage). Ignored when Outbox is set.
 	StateDir string
+	// StorageRetry is how often the state dir is tried again while the
+	// outbox is in memory (default 10s).
+	StorageRetry time.Duration
 	// Outbox replaces the file outbox (e.g. NewMemoryOutbox() for load
 	// tests). The caller closes it.
 	Outbox Outbox
@@ -169,6 +173,8 @@ type Client struct {
 	header   http.Header
 	outbox   Outbox
 	ownsBox  bool
+	fallback *FallbackOutbox // the outbox when the client opened it
+	storeMu  sync.Mutex      // orders storage reports
 	events   chan Event
 	queue    *eventQueue
 	closing  chan struct{}
@@ -223,11 +229,15 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	c.outbox = cfg.Outbox
 	if c.outbox == nil {
-		fo, err := OpenFileOutbox(cfg.StateDir, FileOutboxOptions{Logger: log})
+		fo, err := OpenFallbackOutbox(cfg.StateDir, FallbackOptions{FileOutboxOptions: FileOutboxOptions{Logger: log},
+			RetryEvery: cfg.StorageRetry, OnChange: func(error) { c.storageChanged() }})
 		if err != nil {
 			return nil, err
 		}
-		c.outbox, c.ownsBox = fo, true
+		c.outbox, c.ownsBox, c.fallback = fo, true, fo
+		if fo.Problem() != nil {
+			c.storageChanged()
+		}
 	}
 	for _, e := range c.outbox.Pending() {
 		c.seq++
@@ -263,7 +273,7 @@ func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
 	}
 	for name, d := range map[string]time.Duration{"Heartbeat": cfg.Heartbeat, "PongTimeout": cfg.PongTimeout,
 		"WriteTimeout": cfg.WriteTimeout, "ConnectTimeout": cfg.ConnectTimeout, "RetryInitial": cfg.RetryInitial,
-		"RetryMax": cfg.RetryMax, "StableAfter": cfg.StableAfter} {
+		"RetryMax": cfg.RetryMax, "StableAfter": cfg.StableAfter, "StorageRetry": cfg.StorageRetry} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %v", name, d))
 		}
@@ -498,6 +508,22 @@ func (c *Client) Close() error {
 	}
 	<-c.runDone
 	return c.closeErr
+}
+
+// storageChanged reports the state of the outbox's storage (Status and
+// an EventStorage); it reads the state itself, so that of two reports
+// racing the last one says how things are.
+func (c *Client) storageChanged() {
+	c.storeMu.Lock()
+	defer c.storeMu.Unlock()
+	err := c.fallback.Problem()
+	c.mu.Lock()
+	c.status.Storage = ""
+	if err != nil {
+		c.status.Storage = err.Error()
+	}
+	c.mu.Unlock()
+	c.emit(Event{Kind: EventStorage, Err: err})
 }
 
 // finish closes what Run (or Close, without Run) leaves behind.

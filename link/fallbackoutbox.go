@@ -1,0 +1,270 @@
+package link
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// DefaultStorageRetry is how often a FallbackOutbox in memory tries its
+// state dir again.
+const DefaultStorageRetry = 10 * time.Second
+
+// FallbackOptions tune OpenFallbackOutbox.
+type FallbackOptions struct {
+	FileOutboxOptions
+	// RetryEvery is how often to try the state dir again while the
+	// messages are kept in memory (default DefaultStorageRetry).
+	RetryEvery time.Duration
+	// OnChange, when set, is called (without any lock of the outbox
+	// held) after the outbox went to memory (err says why) or back to
+	// the state dir (nil).
+	OnChange func(err error)
+}
+
+// FallbackOutbox is the outbox a Client keeps in its StateDir: a
+// FileOutbox while the state dir can be written, and the messages in
+// memory while it cannot (disk full, read-only, a file or directory in
+// the way), so that a device with a broken disk still starts, shows the
+// problem and sends its messages.
+//
+// It goes to memory when opening the FileOutbox fails or one of its
+// writes fails; the pending messages come along (at start, those of a
+// readable but unwritable file). Every RetryEvery it opens the state dir
+// again; once that works, the messages added in memory are written to
+// the file with their ids and those answered meanwhile are marked done,
+// and it is durable again. Messages kept in memory are lost if the
+// process ends before the disk is back; a second process on the state
+// dir (its lock held) is an error, not a fallback.
+type FallbackOutbox struct {
+	dir string
+	opt FallbackOptions
+	log *slog.Logger
+
+	mu       sync.Mutex
+	file     *FileOutbox     // nil while in memory
+	mem      *pendingList    // the messages while file == nil
+	fromFile map[string]bool // ids mem took from the file: done there if answered meanwhile
+	prefix   string          // ids added in memory: "<prefix>-<seq>"
+	seq      uint64
+	problem  error // why in memory; nil while durable
+	closed   bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// ErrStateDirInUse: another process holds the state dir's lock.
+var ErrStateDirInUse = errors.New("state dir is in use by another process")
+
+// OpenFallbackOutbox opens the outbox in dir, in memory when the state
+// dir cannot be used (Problem says why). It fails only for an empty dir
+// or a state dir another process holds. Close stops its retries.
+func OpenFallbackOutbox(dir string, opt FallbackOptions) (*FallbackOutbox, error) {
+	if dir == "" {
+		return nil, errors.New("link: outbox: state dir is empty")
+	}
+	if opt.RetryEvery <= 0 {
+		opt.RetryEvery = DefaultStorageRetry
+	}
+	o := &FallbackOutbox{dir: dir, opt: opt, log: opt.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	o.prefix = "mem" + hex.EncodeToString(r[:])
+	f, err := OpenFileOutbox(dir, opt.FileOutboxOptions)
+	switch {
+	case errors.Is(err, ErrStateDirInUse):
+		return nil, err
+	case err != nil:
+		o.problem = err
+		o.mem, o.fromFile = o.readOnly(), map[string]bool{}
+		for _, e := range o.mem.list() {
+			o.fromFile[e.ID] = true
+		}
+		o.log.Error("outbox: state dir unusable; keeping messages in memory until it works", "dir", dir, "err", err, "pending", o.mem.len())
+	default:
+		o.file = f
+	}
+	go o.retry()
+	return o, nil
+}
+
+// readOnly reads what it can of the outbox file of a state dir that
+// cannot be written, so its messages are still sent.
+func (o *FallbackOutbox) readOnly() *pendingList {
+	path := filepath.Join(o.dir, OutboxFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return newPendingList()
+	}
+	pending, _, _, _, _ := loadOutbox(data, path, o.log)
+	return pending
+}
+
+// Problem says why the messages are kept in memory (nil: durable).
+func (o *FallbackOutbox) Problem() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.problem
+}
+
+// Add implements Outbox: durable when it returns, unless Problem.
+func (o *FallbackOutbox) Add(text string) (OutboxEntry, error) {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return OutboxEntry{}, ErrOutboxClosed
+	}
+	if o.file != nil {
+		e, err := o.file.Add(text)
+		if err == nil || errors.Is(err, ErrOutboxClosed) {
+			o.mu.Unlock()
+			return e, err
+		}
+		o.toMemoryLocked(err)
+		defer o.changed()
+	}
+	defer o.mu.Unlock()
+	o.seq++
+	e := OutboxEntry{ID: o.prefix + "-" + strconv.FormatUint(o.seq, 10), Text: text, Added: time.Now()}
+	o.mem.add(e)
+	return e, nil
+}
+
+// Pending implements Outbox.
+func (o *FallbackOutbox) Pending() []OutboxEntry {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.file != nil {
+		return o.file.Pending()
+	}
+	return o.mem.list()
+}
+
+// Done implements Outbox.
+func (o *FallbackOutbox) Done(id string) error {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return ErrOutboxClosed
+	}
+	if o.file != nil {
+		err := o.file.Done(id)
+		if err == nil || errors.Is(err, ErrOutboxClosed) {
+			o.mu.Unlock()
+			return err
+		}
+		o.toMemoryLocked(err)
+		defer o.changed()
+	}
+	defer o.mu.Unlock()
+	o.mem.remove(id)
+	return nil
+}
+
+// toMemoryLocked leaves the file, which failed with err, for memory.
+func (o *FallbackOutbox) toMemoryLocked(err error) {
+	o.mem, o.fromFile = newPendingList(), map[string]bool{}
+	for _, e := range o.file.Pending() {
+		o.mem.add(e)
+		o.fromFile[e.ID] = true
+	}
+	_ = o.file.Close()
+	o.file, o.problem = nil, err
+	o.log.Error("outbox: writing to the state dir failed; keeping messages in memory until it works", "dir", o.dir, "err", err, "pending", o.mem.len())
+}
+
+// changed tells OnChange the current state.
+func (o *FallbackOutbox) changed() {
+	if o.opt.OnChange != nil {
+		o.opt.OnChange(o.Problem())
+	}
+}
+
+// retry tries the state dir every RetryEvery while in memory, until Close.
+func (o *FallbackOutbox) retry() {
+	defer close(o.done)
+	t := time.NewTicker(o.opt.RetryEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if o.recover() {
+				o.changed()
+			}
+		case <-o.stop:
+			return
+		}
+	}
+}
+
+// recover opens the state dir again and moves the messages kept in memory
+// into it; true when that changed the state (durable now, or a new
+// reason).
+func (o *FallbackOutbox) recover() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || o.file != nil {
+		return false
+	}
+	f, err := OpenFileOutbox(o.dir, o.opt.FileOutboxOptions)
+	if err == nil {
+		err = o.merge(f)
+		if err != nil {
+			_ = f.Close()
+		}
+	}
+	if err != nil {
+		same := o.problem != nil && o.problem.Error() == err.Error()
+		o.problem = err
+		return !same
+	}
+	o.log.Info("outbox: state dir works again; messages kept in memory are stored", "dir", o.dir, "pending", o.mem.len())
+	o.file, o.problem, o.mem, o.fromFile = f, nil, nil, nil
+	return true
+}
+
+// merge makes f hold what memory holds: memory's new messages added with
+// their ids, the file's messages answered meanwhile marked done.
+func (o *FallbackOutbox) merge(f *FileOutbox) error {
+	for _, e := range f.Pending() {
+		if _, kept := o.mem.index[e.ID]; !kept && o.fromFile[e.ID] {
+			if err := f.Done(e.ID); err != nil {
+				return err
+			}
+		}
+	}
+	if err := f.importEntries(o.mem.list()); err != nil {
+		return fmt.Errorf("link: outbox: %w", err)
+	}
+	return nil
+}
+
+// Close implements Outbox: it stops the retries and closes the file.
+func (o *FallbackOutbox) Close() error {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		<-o.done
+		return nil
+	}
+	o.closed = true
+	close(o.stop)
+	var err error
+	if o.file != nil {
+		err = o.file.Close()
+	}
+	o.mu.Unlock()
+	<-o.done
+	return err
+}
