@@ -123,8 +123,12 @@ loop:
 			if ev.Final {
 				undrawn = append(undrawn, ev.MessageID)
 			}
-			if ev.Kind == link.EventState {
-				if s := d.m.LinkText(now()); s != lastStatus {
+			if ev.Kind == link.EventState || ev.Kind == link.EventStorage {
+				s := d.m.LinkText(now())
+				if d.m.Storage != "" {
+					s += ", " + d.m.Storage + " (messages in memory)"
+				}
+				if s != lastStatus {
 					lastStatus = s
 					notify("STATUS=" + s)
 				}

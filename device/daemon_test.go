@@ -3,6 +3,8 @@ package device_test
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +40,7 @@ func startDevice(t *testing.T, url, stateDir string) *rig {
 		t.Fatal(err)
 	}
 	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "kiosk-1", DeviceName: "test", StateDir: stateDir,
-		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, StorageRetry: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,4 +150,44 @@ func TestOfflineMessageQueuedThenAnswered(t *testing.T) {
 	defer func() { cancel(); <-served }()
 	r.waitGlass(t, "You said: a")
 	r.waitGlass(t, ">a")
+}
+
+// A state dir the outbox cannot use (a directory where its file goes):
+// the daemon starts anyway, the LCD says so, a message typed meanwhile is
+// answered from memory, and once the path is fixed the LCD says storage
+// works again and the outbox is durable.
+func TestStorageProblemShownAndSurvived(t *testing.T) {
+	state := t.TempDir()
+	inTheWay := filepath.Join(state, link.OutboxFile)
+	if err := os.Mkdir(inTheWay, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := startDevice(t, servertest.Start(t, nil).URL, state)
+	glass := r.waitGlass(t, "disk error")
+	if last := []rune(glass[len(glass)-1]); last[len(last)-3] != '!' {
+		t.Errorf("status field of %q: want the '!' storage mark", last)
+	}
+	r.press("44 444 ") // h, i
+	r.press("#")
+	r.waitGlass(t, "You said: hi")
+
+	if err := os.Remove(inTheWay); err != nil {
+		t.Fatal(err)
+	}
+	r.waitGlass(t, "works again")
+	r.press("2 ") // a
+	r.press("#")
+	r.waitGlass(t, "You said: a")
+	r.stop(t)
+	if b, err := os.ReadFile(inTheWay); err != nil || !strings.Contains(string(b), `"text":"a"`) {
+		t.Fatalf("the message sent after the fix is not in the outbox file: %q %v", b, err)
+	}
+	o, err := link.OpenFileOutbox(state, link.FileOutboxOptions{})
+	if err != nil {
+		t.Fatalf("the outbox is not durable again: %v", err)
+	}
+	defer o.Close()
+	if p := o.Pending(); len(p) != 0 {
+		t.Fatalf("outbox holds %v after every answer was drawn", p)
+	}
 }

@@ -1,8 +1,11 @@
 package device
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
+	"syscall"
 	"time"
 
 	"termlink/link"
@@ -62,6 +65,10 @@ type Model struct {
 	Scroll   int    // pages scrolled back from the newest (LCD)
 	Unread   bool   // an answer came while scrolled back
 	Stopping bool   // termd is shutting down
+	// Storage is a short label (at most 13 characters, for a 16x2
+	// screen) of why the state dir cannot be written and messages are
+	// kept in memory; empty while storage works.
+	Storage string
 
 	seq uint64
 }
@@ -149,6 +156,16 @@ func (m *Model) Apply(ev link.Event) {
 		if m.Scroll > 0 {
 			m.Unread = true
 		}
+	case link.EventStorage:
+		label := StorageLabel(ev.Err)
+		switch {
+		case label == m.Storage:
+		case label == "":
+			m.Notice("storage works again")
+		default:
+			m.Notice(label + ": messages kept in memory")
+		}
+		m.Storage = label
 	case link.EventError:
 		if ev.MessageID != "" {
 			if e := m.find(ev.MessageID); e != nil && e.Delivery != Answered {
@@ -171,6 +188,23 @@ func (m *Model) answered(messageID string) bool {
 		}
 	}
 	return false
+}
+
+// StorageLabel names a storage error in at most 13 characters (the text
+// field of a 16x2 screen): "disk full", "disk readonly", "disk denied" or
+// "disk error"; "" for nil.
+func StorageLabel(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return "disk full"
+	case errors.Is(err, syscall.EROFS):
+		return "disk readonly"
+	case errors.Is(err, fs.ErrPermission):
+		return "disk denied"
+	}
+	return "disk error"
 }
 
 // Queued counts the messages not yet acknowledged by the server.
