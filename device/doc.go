@@ -9,5 +9,10 @@
 // reconnect (the client's outbox); while an answer is pending a busy mark
 // and the agent's progress text; long answers are paged with the scroll
 // keys, and an answer that arrives while the user reads back gets an
-// unread mark.
+// unread mark. An answer is confirmed to the client (and leaves the
+// outbox) only after a draw that shows it succeeded, so one lost to a
+// crash or a stop is shown by the next start, once; the messages still in
+// the outbox at start show as queued. A state dir that cannot be written
+// shows as a short label ("disk full") and a '!' mark while messages are
+// kept in memory.
 package device

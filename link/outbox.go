@@ -12,10 +12,11 @@ import (
 // Outbox holds the messages a device has sent and not yet seen answered.
 // A Client writes every message to its Outbox before sending it, resends
 // every Pending message after each (re)connect, and calls Done when the
-// reply has been handed to the caller.
+// caller has confirmed the final answer (Client.Delivered).
 //
 // FileOutbox is the durable one (append-only file in the state dir);
-// MemoryOutbox is for load tests and simulations.
+// FallbackOutbox is a FileOutbox that falls back to memory while the state
+// dir cannot be written; MemoryOutbox is for load tests and simulations.
 type Outbox interface {
 	// Add stores text as a new unanswered message with a fresh message id,
 	// unique for this peer across restarts. When Add returns, a durable
