@@ -110,6 +110,9 @@ func (v *holdView) Render(ctx context.Context, m *device.Model, now time.Time) e
 	for _, e := range m.Entries {
 		if e.Role == device.Assistant {
 			v.held = true
+			// A slow display: time enough for a client that marks the
+			// reply done on receipt (the old design) to have done so.
+			time.Sleep(300 * time.Millisecond)
 			v.say("received %s", e.MessageID)
 			<-ctx.Done()
 			return ctx.Err()
