@@ -2,10 +2,12 @@ package device_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -174,7 +176,7 @@ func TestStorageProblemShownAndSurvived(t *testing.T) {
 	if err := os.Remove(inTheWay); err != nil {
 		t.Fatal(err)
 	}
-	r.waitGlass(t, "works again")
+	r.waitGlass(t, "disk ok again")
 	r.press("2 ") // a
 	r.press("#")
 	r.waitGlass(t, "You said: a")
@@ -189,5 +191,36 @@ func TestStorageProblemShownAndSurvived(t *testing.T) {
 	defer o.Close()
 	if p := o.Pending(); len(p) != 0 {
 		t.Fatalf("outbox holds %v after every answer was drawn", p)
+	}
+}
+
+// On a 16x2 LCD a full disk reads "disk full" with the '!' mark on the
+// bottom line, and the notice above says what termd does about it.
+func TestLCD16x2StorageProblem(t *testing.T) {
+	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 2, Cols: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: 2, Cols: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &device.LCDView{Screen: lcd}
+	var m device.Model
+	m.Apply(link.Event{Kind: link.EventState, State: link.StateConnected})
+	m.Apply(link.Event{Kind: link.EventStorage, Err: fmt.Errorf("link: outbox: storing message: write outbox.jsonl: %w", syscall.ENOSPC)})
+	if err := v.Render(context.Background(), &m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"using memory    ", "disk full    !ok"}
+	if got := bus.Text(); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("16x2 shows %q, want %q", got, want)
+	}
+	m.Apply(link.Event{Kind: link.EventStorage})
+	if err := v.Render(context.Background(), &m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := bus.Text(); !strings.Contains(got[0], "disk ok again") || strings.Contains(got[1], "!") {
+		t.Fatalf("after the disk is back 16x2 shows %q", got)
 	}
 }

@@ -161,9 +161,9 @@ func (m *Model) Apply(ev link.Event) {
 		switch {
 		case label == m.Storage:
 		case label == "":
-			m.Notice("storage works again")
+			m.Notice("disk ok again")
 		default:
-			m.Notice(label + ": messages kept in memory")
+			m.Notice(label + ": using memory") // two lines of 16
 		}
 		m.Storage = label
 	case link.EventError:
