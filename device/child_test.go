@@ -2,12 +2,10 @@ package device_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"sync"
@@ -20,6 +18,7 @@ import (
 	"termlink/link"
 	"termlink/server/agent"
 	"termlink/server/servertest"
+	"termlink/testrig/childtest"
 	"termlink/testrig/lcdemu"
 )
 
@@ -121,86 +120,10 @@ func (v *holdView) Render(ctx context.Context, m *device.Model, now time.Time) e
 	return v.View.Render(ctx, m, now)
 }
 
-type daemonProc struct {
-	cmd    *exec.Cmd
-	stderr bytes.Buffer
-
-	mu      sync.Mutex
-	lines   []string
-	changed chan struct{}
-	exited  chan struct{}
-}
-
-func startDaemon(t *testing.T, mode, url, state, text string) *daemonProc {
+// startDaemon runs childMain in a new process.
+func startDaemon(t *testing.T, mode, url, state, text string) *childtest.Proc {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &daemonProc{changed: make(chan struct{}), exited: make(chan struct{})}
-	p.cmd = exec.Command(exe, "-test.run=^$")
-	p.cmd.Env = append(os.Environ(), "TERMD_CHILD="+mode, "TERMD_CHILD_URL="+url, "TERMD_CHILD_STATE="+state, "TERMD_CHILD_TEXT="+text)
-	p.cmd.Stderr = &p.stderr
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.lines = append(p.lines, sc.Text())
-			close(p.changed)
-			p.changed = make(chan struct{})
-			p.mu.Unlock()
-		}
-		_ = p.cmd.Wait()
-		close(p.exited)
-	}()
-	return p
-}
-
-// waitLine waits for a line starting with prefix and returns the rest.
-func (p *daemonProc) waitLine(t *testing.T, prefix string) string {
-	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
-		p.mu.Lock()
-		for _, l := range p.lines {
-			if rest, ok := strings.CutPrefix(l, prefix); ok {
-				p.mu.Unlock()
-				return rest
-			}
-		}
-		ch := p.changed
-		p.mu.Unlock()
-		select {
-		case <-ch:
-		case <-p.exited:
-			t.Fatalf("daemon exited without printing %q; output %v; stderr %s", prefix, p.lines, p.stderr.String())
-		case <-deadline:
-			t.Fatalf("daemon printed no %q in 20s; output %v; stderr %s", prefix, p.lines, p.stderr.String())
-		}
-	}
-}
-
-func (p *daemonProc) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("daemon did not exit after %v", sig)
-	}
+	return childtest.Start(t, "TERMD_CHILD="+mode, "TERMD_CHILD_URL="+url, "TERMD_CHILD_STATE="+state, "TERMD_CHILD_TEXT="+text)
 }
 
 // outboxPending opens the state dir's outbox (the daemon has exited) and
@@ -230,20 +153,18 @@ func TestReplyNotDrawnSurvivesKill(t *testing.T) {
 			state := t.TempDir()
 			text := map[syscall.Signal]string{syscall.SIGKILL: "kill", syscall.SIGTERM: "term"}[sig] // a reply on one LCD line
 			first := startDaemon(t, "hold", srv.URL, state, text)
-			id := first.waitLine(t, "received ")
-			first.signal(t, sig)
+			id := first.WaitLine(t, "received ", 20*time.Second)
+			first.Signal(t, sig)
 			if sig == syscall.SIGTERM {
-				if !first.cmd.ProcessState.Success() {
-					t.Fatalf("daemon after SIGTERM: %v; stderr %s", first.cmd.ProcessState, first.stderr.String())
-				}
-				first.waitLine(t, "stopped")
+				first.Success(t)
+				first.WaitLine(t, "stopped", time.Second)
 			}
 			if got := outboxPending(t, state); len(got) != 1 || got[0] != id {
 				t.Fatalf("after %v the outbox holds %v, want the undrawn message %s", sig, got, id)
 			}
 
 			second := startDaemon(t, "show", srv.URL, state, "")
-			glass := second.waitLine(t, "glass ")
+			glass := second.WaitLine(t, "glass ", 20*time.Second)
 			reply := agent.EchoReply(text)
 			if n := strings.Count(glass, "You said"); n != 1 || !strings.Contains(glass, reply) {
 				t.Fatalf("the restarted daemon shows %q %d times, want once; LCD: %s", reply, n, glass)
@@ -251,7 +172,7 @@ func TestReplyNotDrawnSurvivesKill(t *testing.T) {
 			if !strings.Contains(glass, ">"+text) {
 				t.Errorf("the message restored from the outbox is not shown as answered; LCD: %s", glass)
 			}
-			second.signal(t, syscall.SIGTERM)
+			second.Signal(t, syscall.SIGTERM)
 			if got := outboxPending(t, state); len(got) != 0 {
 				t.Fatalf("outbox still holds %v after the reply was drawn", got)
 			}

@@ -1,14 +1,11 @@
 package link
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -50,11 +47,9 @@ type FallbackOutbox struct {
 
 	mu       sync.Mutex
 	file     *FileOutbox     // nil while in memory
-	mem      *pendingList    // the messages while file == nil
+	mem      *MemoryOutbox   // the messages while file == nil
 	fromFile map[string]bool // ids mem took from the file: done there if answered meanwhile
-	prefix   string          // ids added in memory: "<prefix>-<seq>"
-	seq      uint64
-	problem  error // why in memory; nil while durable
+	problem  error           // why in memory; nil while durable
 	closed   bool
 
 	stop chan struct{}
@@ -78,20 +73,12 @@ func OpenFallbackOutbox(dir string, opt FallbackOptions) (*FallbackOutbox, error
 	if o.log == nil {
 		o.log = slog.Default()
 	}
-	var r [8]byte
-	_, _ = rand.Read(r[:])
-	o.prefix = "mem" + hex.EncodeToString(r[:])
 	f, err := OpenFileOutbox(dir, opt.FileOutboxOptions)
 	switch {
 	case errors.Is(err, ErrStateDirInUse):
 		return nil, err
 	case err != nil:
-		o.problem = err
-		o.mem, o.fromFile = o.readOnly(), map[string]bool{}
-		for _, e := range o.mem.list() {
-			o.fromFile[e.ID] = true
-		}
-		o.log.Error("outbox: state dir unusable; keeping messages in memory until it works", "dir", dir, "err", err, "pending", o.mem.len())
+		o.toMemory(o.readOnly(), err)
 	default:
 		o.file = f
 	}
@@ -101,14 +88,14 @@ func OpenFallbackOutbox(dir string, opt FallbackOptions) (*FallbackOutbox, error
 
 // readOnly reads what it can of the outbox file of a state dir that
 // cannot be written, so its messages are still sent.
-func (o *FallbackOutbox) readOnly() *pendingList {
+func (o *FallbackOutbox) readOnly() []OutboxEntry {
 	path := filepath.Join(o.dir, OutboxFile)
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return newPendingList()
+		return nil
 	}
 	pending, _, _, _, _ := loadOutbox(data, path, o.log)
-	return pending
+	return pending.list()
 }
 
 // Problem says why the messages are kept in memory (nil: durable).
@@ -131,14 +118,11 @@ func (o *FallbackOutbox) Add(text string) (OutboxEntry, error) {
 			o.mu.Unlock()
 			return e, err
 		}
-		o.toMemoryLocked(err)
+		o.leaveFile(err)
 		defer o.changed()
 	}
 	defer o.mu.Unlock()
-	o.seq++
-	e := OutboxEntry{ID: o.prefix + "-" + strconv.FormatUint(o.seq, 10), Text: text, Added: time.Now()}
-	o.mem.add(e)
-	return e, nil
+	return o.mem.Add(text)
 }
 
 // Pending implements Outbox.
@@ -148,7 +132,7 @@ func (o *FallbackOutbox) Pending() []OutboxEntry {
 	if o.file != nil {
 		return o.file.Pending()
 	}
-	return o.mem.list()
+	return o.mem.Pending()
 }
 
 // Done implements Outbox.
@@ -164,24 +148,29 @@ func (o *FallbackOutbox) Done(id string) error {
 			o.mu.Unlock()
 			return err
 		}
-		o.toMemoryLocked(err)
+		o.leaveFile(err)
 		defer o.changed()
 	}
 	defer o.mu.Unlock()
-	o.mem.remove(id)
-	return nil
+	return o.mem.Done(id)
 }
 
-// toMemoryLocked leaves the file, which failed with err, for memory.
-func (o *FallbackOutbox) toMemoryLocked(err error) {
-	o.mem, o.fromFile = newPendingList(), map[string]bool{}
-	for _, e := range o.file.Pending() {
-		o.mem.add(e)
+// leaveFile leaves the file, which failed with err, for memory; o.mu is
+// held.
+func (o *FallbackOutbox) leaveFile(err error) {
+	pending := o.file.Pending()
+	_ = o.file.Close()
+	o.file = nil
+	o.toMemory(pending, err)
+}
+
+// toMemory keeps pending (the file's messages) in memory because of err.
+func (o *FallbackOutbox) toMemory(pending []OutboxEntry, err error) {
+	o.mem, o.fromFile, o.problem = newMemoryOutbox(pending), map[string]bool{}, err
+	for _, e := range pending {
 		o.fromFile[e.ID] = true
 	}
-	_ = o.file.Close()
-	o.file, o.problem = nil, err
-	o.log.Error("outbox: writing to the state dir failed; keeping messages in memory until it works", "dir", o.dir, "err", err, "pending", o.mem.len())
+	o.log.Error("outbox: the state dir cannot be written; keeping messages in memory until it can", "dir", o.dir, "err", err, "pending", len(pending))
 }
 
 // changed tells OnChange the current state.
@@ -229,7 +218,7 @@ func (o *FallbackOutbox) recover() bool {
 		o.problem = err
 		return !same
 	}
-	o.log.Info("outbox: state dir works again; messages kept in memory are stored", "dir", o.dir, "pending", o.mem.len())
+	o.log.Info("outbox: state dir works again; messages kept in memory are stored", "dir", o.dir)
 	o.file, o.problem, o.mem, o.fromFile = f, nil, nil, nil
 	return true
 }
@@ -237,14 +226,19 @@ func (o *FallbackOutbox) recover() bool {
 // merge makes f hold what memory holds: memory's new messages added with
 // their ids, the file's messages answered meanwhile marked done.
 func (o *FallbackOutbox) merge(f *FileOutbox) error {
+	mem := o.mem.Pending()
+	kept := map[string]bool{}
+	for _, e := range mem {
+		kept[e.ID] = true
+	}
 	for _, e := range f.Pending() {
-		if _, kept := o.mem.index[e.ID]; !kept && o.fromFile[e.ID] {
+		if !kept[e.ID] && o.fromFile[e.ID] {
 			if err := f.Done(e.ID); err != nil {
 				return err
 			}
 		}
 	}
-	if err := f.importEntries(o.mem.list()); err != nil {
+	if err := f.importEntries(mem); err != nil {
 		return fmt.Errorf("link: outbox: %w", err)
 	}
 	return nil

@@ -20,6 +20,20 @@ func entryIDs(es []link.OutboxEntry) []string {
 	return ids
 }
 
+// openFallback opens a FallbackOutbox that retries every 20ms and
+// reports its changes on the channel; it is closed when the test ends.
+func openFallback(t *testing.T, dir string) (*link.FallbackOutbox, <-chan error) {
+	t.Helper()
+	changes := make(chan error, 8)
+	o, err := link.OpenFallbackOutbox(dir, link.FallbackOptions{FileOutboxOptions: link.FileOutboxOptions{Logger: discard},
+		RetryEvery: 20 * time.Millisecond, OnChange: func(err error) { changes <- err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.Close() })
+	return o, changes
+}
+
 // waitChange waits for the next OnChange report.
 func waitChange(t *testing.T, changes <-chan error) error {
 	t.Helper()
@@ -53,13 +67,7 @@ func TestFallbackOutboxUnwritableAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	changes := make(chan error, 8)
-	o, err := link.OpenFallbackOutbox(dir, link.FallbackOptions{FileOutboxOptions: link.FileOutboxOptions{Logger: discard},
-		RetryEvery: 20 * time.Millisecond, OnChange: func(err error) { changes <- err }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
+	o, changes := openFallback(t, dir)
 	if o.Problem() == nil {
 		t.Fatal("no problem reported with a directory in place of the boot counter")
 	}
@@ -103,13 +111,7 @@ func TestFallbackOutboxUnwritableAtStart(t *testing.T) {
 // without losing one; when the path works again they are stored.
 func TestFallbackOutboxWriteFailsWhileRunning(t *testing.T) {
 	dir := t.TempDir()
-	changes := make(chan error, 8)
-	o, err := link.OpenFallbackOutbox(dir, link.FallbackOptions{FileOutboxOptions: link.FileOutboxOptions{Logger: discard},
-		RetryEvery: 20 * time.Millisecond, OnChange: func(err error) { changes <- err }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
+	o, changes := openFallback(t, dir)
 	if o.Problem() != nil {
 		t.Fatal(o.Problem())
 	}

@@ -106,8 +106,9 @@ func idPrefix() string {
 	return hex.EncodeToString(b[:])
 }
 
-// MemoryOutbox is an Outbox that lives in memory only: for load tests and
-// simulated devices. Its ids are "<random>-<seq>", unique per process.
+// MemoryOutbox is an Outbox that lives in memory only: for load tests,
+// simulated devices, and a FallbackOutbox while its disk fails. Its ids
+// are "m<64 random bits>-<seq>".
 type MemoryOutbox struct {
 	mu      sync.Mutex
 	prefix  string
@@ -117,8 +118,15 @@ type MemoryOutbox struct {
 }
 
 // NewMemoryOutbox returns an empty in-memory outbox.
-func NewMemoryOutbox() *MemoryOutbox {
-	return &MemoryOutbox{prefix: "m" + idPrefix(), pending: newPendingList()}
+func NewMemoryOutbox() *MemoryOutbox { return newMemoryOutbox(nil) }
+
+// newMemoryOutbox starts with entries (kept with their ids).
+func newMemoryOutbox(entries []OutboxEntry) *MemoryOutbox {
+	o := &MemoryOutbox{prefix: "m" + idPrefix() + idPrefix(), pending: newPendingList()}
+	for _, e := range entries {
+		o.pending.add(e)
+	}
+	return o
 }
 
 // Add implements Outbox.
