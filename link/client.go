@@ -173,8 +173,6 @@ type Client struct {
 	header   http.Header
 	outbox   Outbox
 	ownsBox  bool
-	fallback *FallbackOutbox // the outbox when the client opened it
-	storeMu  sync.Mutex      // orders storage reports
 	events   chan Event
 	queue    *eventQueue
 	closing  chan struct{}
@@ -230,14 +228,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c.outbox = cfg.Outbox
 	if c.outbox == nil {
 		fo, err := OpenFallbackOutbox(cfg.StateDir, FallbackOptions{FileOutboxOptions: FileOutboxOptions{Logger: log},
-			RetryEvery: cfg.StorageRetry, OnChange: func(error) { c.storageChanged() }})
+			RetryEvery: cfg.StorageRetry, OnChange: c.storageChanged})
 		if err != nil {
 			return nil, err
 		}
-		c.outbox, c.ownsBox, c.fallback = fo, true, fo
-		if fo.Problem() != nil {
-			c.storageChanged()
-		}
+		c.outbox, c.ownsBox = fo, true
 	}
 	for _, e := range c.outbox.Pending() {
 		c.seq++
@@ -511,12 +506,8 @@ func (c *Client) Close() error {
 }
 
 // storageChanged reports the state of the outbox's storage (Status and
-// an EventStorage); it reads the state itself, so that of two reports
-// racing the last one says how things are.
-func (c *Client) storageChanged() {
-	c.storeMu.Lock()
-	defer c.storeMu.Unlock()
-	err := c.fallback.Problem()
+// an EventStorage; the FallbackOutbox orders the calls).
+func (c *Client) storageChanged(err error) {
 	c.mu.Lock()
 	c.status.Storage = ""
 	if err != nil {

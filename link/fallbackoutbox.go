@@ -20,9 +20,11 @@ type FallbackOptions struct {
 	// RetryEvery is how often to try the state dir again while the
 	// messages are kept in memory (default DefaultStorageRetry).
 	RetryEvery time.Duration
-	// OnChange, when set, is called (without any lock of the outbox
-	// held) after the outbox went to memory (err says why) or back to
-	// the state dir (nil).
+	// OnChange, when set, is called after the outbox went to memory (err
+	// says why; also from OpenFallbackOutbox when it opens in memory) or
+	// back to the state dir (nil). Calls do not overlap and each passes
+	// the state at its time, so the last call tells how things are. The
+	// outbox's methods may be called from it.
 	OnChange func(err error)
 }
 
@@ -44,6 +46,8 @@ type FallbackOutbox struct {
 	dir string
 	opt FallbackOptions
 	log *slog.Logger
+
+	reportMu sync.Mutex // serializes OnChange
 
 	mu       sync.Mutex
 	file     *FileOutbox     // nil while in memory
@@ -79,6 +83,7 @@ func OpenFallbackOutbox(dir string, opt FallbackOptions) (*FallbackOutbox, error
 		return nil, err
 	case err != nil:
 		o.toMemory(o.readOnly(), err)
+		o.changed()
 	default:
 		o.file = f
 	}
@@ -175,9 +180,12 @@ func (o *FallbackOutbox) toMemory(pending []OutboxEntry, err error) {
 
 // changed tells OnChange the current state.
 func (o *FallbackOutbox) changed() {
-	if o.opt.OnChange != nil {
-		o.opt.OnChange(o.Problem())
+	if o.opt.OnChange == nil {
+		return
 	}
+	o.reportMu.Lock()
+	defer o.reportMu.Unlock()
+	o.opt.OnChange(o.Problem())
 }
 
 // retry tries the state dir every RetryEvery while in memory, until Close.

@@ -68,7 +68,7 @@ func TestFallbackOutboxUnwritableAtStart(t *testing.T) {
 	}
 
 	o, changes := openFallback(t, dir)
-	if o.Problem() == nil {
+	if o.Problem() == nil || waitChange(t, changes) == nil {
 		t.Fatal("no problem reported with a directory in place of the boot counter")
 	}
 	if got := entryIDs(o.Pending()); !slices.Equal(got, []string{a.ID, b.ID}) {
