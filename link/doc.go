@@ -24,7 +24,8 @@
 //     answers it from its cache, shown once.
 //   - An error frame of code "busy" is never a final answer: the message
 //     stays in the outbox and is resent after a jittered, growing backoff
-//     on the same connection.
+//     on the same connection, ahead of the messages not sent yet (one
+//     already in flight behind it may be taken first).
 //   - Nothing queues without bound: at most Window messages are in flight
 //     or awaiting confirmation, and the events not yet read are coalesced
 //     (progress per message and the link state: latest wins) and capped.
