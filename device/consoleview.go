@@ -39,6 +39,9 @@ func (v *ConsoleView) Render(_ context.Context, m *Model, now time.Time) error {
 	if n := m.Queued(); n > 0 {
 		status += fmt.Sprintf(" | %d queued", n)
 	}
+	if m.Storage != "" {
+		status += " | " + m.Storage + ": messages in memory"
+	}
 	act := ""
 	switch {
 	case m.Busy() && m.Progress != "":

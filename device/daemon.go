@@ -56,6 +56,11 @@ var ErrQuit = errors.New("device: quit by the user")
 // Run runs the client and the screen until ctx ends or the user quits.
 // On the way out the screen says offline and the connection is closed
 // cleanly; messages still in the outbox are sent by the next run.
+//
+// A final answer (reply or refusal) is confirmed to the client
+// (link.Client.Delivered) only after a draw that shows it has succeeded;
+// one not drawn when termd stops or crashes stays in the outbox and is
+// shown by the next run, once.
 func (d *Daemon) Run(ctx context.Context) error {
 	log := d.Logger
 	if log == nil {
@@ -74,10 +79,25 @@ func (d *Daemon) Run(ctx context.Context) error {
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- d.Client.Run(cctx) }()
 
+	// Messages left in the outbox by the last run show as queued.
+	for _, e := range d.Client.Pending() {
+		d.m.Sent(e.ID, e.Text)
+	}
+	var undrawn []string // final answers applied, not drawn yet
 	render := func() {
-		if err := d.View.Render(ctx, &d.m, now()); err != nil && ctx.Err() == nil {
-			log.Warn("drawing the screen", "err", err)
+		if err := d.View.Render(ctx, &d.m, now()); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("drawing the screen", "err", err)
+			}
+			return
 		}
+		// Drawn: the answers may leave the outbox.
+		for _, id := range undrawn {
+			if err := d.Client.Delivered(id); err != nil {
+				log.Warn("confirming an answer to the outbox", "message_id", id, "err", err)
+			}
+		}
+		undrawn = undrawn[:0]
 	}
 	render()
 	notify("READY=1")
@@ -100,8 +120,15 @@ loop:
 				break loop // the client stopped
 			}
 			d.m.Apply(ev)
-			if ev.Kind == link.EventState {
-				if s := d.m.LinkText(now()); s != lastStatus {
+			if ev.Final {
+				undrawn = append(undrawn, ev.MessageID)
+			}
+			if ev.Kind == link.EventState || ev.Kind == link.EventStorage {
+				s := d.m.LinkText(now())
+				if d.m.Storage != "" {
+					s += ", " + d.m.Storage + " (messages in memory)"
+				}
+				if s != lastStatus {
 					lastStatus = s
 					notify("STATUS=" + s)
 				}
@@ -115,8 +142,8 @@ loop:
 			d.handle(ctx, in, log)
 			render()
 		case <-tick.C:
-			if d.m.Link == link.StateWaiting {
-				render()
+			if d.m.Link == link.StateWaiting || len(undrawn) > 0 {
+				render() // the countdown, or a draw that failed
 			}
 		case <-watchdog:
 			notify("WATCHDOG=1")
@@ -135,7 +162,7 @@ loop:
 	_ = d.Client.Close()
 	cancel()
 	err := <-clientDone
-	for range events { // let the client finish delivering
+	for range events { // answers not drawn stay in the outbox for the next run
 	}
 	if quit != nil {
 		return quit

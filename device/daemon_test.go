@@ -2,8 +2,12 @@ package device_test
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,7 +42,7 @@ func startDevice(t *testing.T, url, stateDir string) *rig {
 		t.Fatal(err)
 	}
 	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "kiosk-1", DeviceName: "test", StateDir: stateDir,
-		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, StorageRetry: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,4 +152,75 @@ func TestOfflineMessageQueuedThenAnswered(t *testing.T) {
 	defer func() { cancel(); <-served }()
 	r.waitGlass(t, "You said: a")
 	r.waitGlass(t, ">a")
+}
+
+// A state dir the outbox cannot use (a directory where its file goes):
+// the daemon starts anyway, the LCD says so, a message typed meanwhile is
+// answered from memory, and once the path is fixed the LCD says storage
+// works again and the outbox is durable.
+func TestStorageProblemShownAndSurvived(t *testing.T) {
+	state := t.TempDir()
+	inTheWay := filepath.Join(state, link.OutboxFile)
+	if err := os.Mkdir(inTheWay, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := startDevice(t, servertest.Start(t, nil).URL, state)
+	glass := r.waitGlass(t, "disk error")
+	if last := []rune(glass[len(glass)-1]); last[len(last)-3] != '!' {
+		t.Errorf("status field of %q: want the '!' storage mark", last)
+	}
+	r.press("44 444 ") // h, i
+	r.press("#")
+	r.waitGlass(t, "You said: hi")
+
+	if err := os.Remove(inTheWay); err != nil {
+		t.Fatal(err)
+	}
+	r.waitGlass(t, "disk ok again")
+	r.press("2 ") // a
+	r.press("#")
+	r.waitGlass(t, "You said: a")
+	r.stop(t)
+	if b, err := os.ReadFile(inTheWay); err != nil || !strings.Contains(string(b), `"text":"a"`) {
+		t.Fatalf("the message sent after the fix is not in the outbox file: %q %v", b, err)
+	}
+	o, err := link.OpenFileOutbox(state, link.FileOutboxOptions{})
+	if err != nil {
+		t.Fatalf("the outbox is not durable again: %v", err)
+	}
+	defer o.Close()
+	if p := o.Pending(); len(p) != 0 {
+		t.Fatalf("outbox holds %v after every answer was drawn", p)
+	}
+}
+
+// On a 16x2 LCD a full disk reads "disk full" with the '!' mark on the
+// bottom line, and the notice above says what termd does about it.
+func TestLCD16x2StorageProblem(t *testing.T) {
+	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 2, Cols: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: 2, Cols: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &device.LCDView{Screen: lcd}
+	var m device.Model
+	m.Apply(link.Event{Kind: link.EventState, State: link.StateConnected})
+	m.Apply(link.Event{Kind: link.EventStorage, Err: fmt.Errorf("link: outbox: storing message: write outbox.jsonl: %w", syscall.ENOSPC)})
+	if err := v.Render(context.Background(), &m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"using memory    ", "disk full    !ok"}
+	if got := bus.Text(); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("16x2 shows %q, want %q", got, want)
+	}
+	m.Apply(link.Event{Kind: link.EventStorage})
+	if err := v.Render(context.Background(), &m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := bus.Text(); !strings.Contains(got[0], "disk ok again") || strings.Contains(got[1], "!") {
+		t.Fatalf("after the disk is back 16x2 shows %q", got)
+	}
 }

@@ -10,5 +10,10 @@
 // and the agent's progress text. Long answers are paged with the scroll
 // keys: a new answer longer than the screen opens at its first line, and
 // the mark '+' says more of an answer is below the page (also when one
-// arrives while the user reads back).
+// arrives while the user reads back). An answer is confirmed to the client
+// (and leaves the outbox) only after a draw that shows it succeeded, so one
+// lost to a crash or a stop is shown by the next start, once; the messages
+// still in the outbox at start show as queued. A state dir that cannot be
+// written shows as a short label ("disk full") and a '!' mark while
+// messages are kept in memory.
 package device

@@ -17,10 +17,12 @@ type View interface {
 
 // LCDView draws the model on a character display: the conversation above,
 // and a bottom line with the text being typed (or the link state, or the
-// agent's progress) and a 3-cell status field at the right:
+// agent's progress, or a storage problem such as "disk full") and a 3-cell
+// status field at the right:
 //
 //	cell 1: '+' an answer (or more of one) is below the page shown,
-//	':' waiting for an answer
+//	        ':' waiting for an answer, '!' the state dir cannot be
+//	        written (messages are kept in memory until it can)
 //	cells 2-3: "ok" online, ".." connecting, "--" offline, or the seconds
 //	to the next try while waiting (" 7", "29")
 //
@@ -107,6 +109,8 @@ func (v *LCDView) bottom(m *Model, cols int, now time.Time) string {
 		left = m.Progress
 	case m.Busy():
 		left = "waiting..."
+	case m.Storage != "":
+		left = m.Storage
 	case m.Mode != "":
 		left = "[" + m.Mode + "]"
 	}
@@ -127,6 +131,8 @@ func (v *LCDView) status(m *Model, now time.Time) string {
 		mark = "+"
 	case m.Busy():
 		mark = ":"
+	case m.Storage != "":
+		mark = "!"
 	}
 	var link2 string
 	switch {

@@ -1,8 +1,11 @@
 package device
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
+	"syscall"
 	"time"
 
 	"termlink/link"
@@ -61,6 +64,10 @@ type Model struct {
 	Progress string // the agent's latest progress text, while busy
 	Unread   bool   // an answer (or more of one) is below the page shown (LCD)
 	Stopping bool   // termd is shutting down
+	// Storage is a short label (at most 13 characters, for a 16x2
+	// screen) of why the state dir cannot be written and messages are
+	// kept in memory; empty while storage works.
+	Storage string
 
 	seq   uint64
 	pager pager
@@ -196,8 +203,8 @@ func (m *Model) Apply(ev link.Event) {
 	case link.EventProgress:
 		m.Progress = ev.Text
 	case link.EventReply:
-		if ev.Reply == nil {
-			return
+		if ev.Reply == nil || m.answered(ev.MessageID) {
+			return // shown once, even if it came twice
 		}
 		if e := m.find(ev.MessageID); e != nil {
 			e.Delivery = Answered
@@ -223,6 +230,16 @@ func (m *Model) Apply(ev link.Event) {
 			m.pager.top.seq, m.pager.top.line = m.seq, 0
 			m.Unread = true
 		}
+	case link.EventStorage:
+		label := StorageLabel(ev.Err)
+		switch {
+		case label == m.Storage:
+		case label == "":
+			m.Notice("disk ok again")
+		default:
+			m.Notice(label + ": using memory") // two lines of 16
+		}
+		m.Storage = label
 	case link.EventError:
 		if ev.MessageID != "" {
 			if e := m.find(ev.MessageID); e != nil && e.Delivery != Answered {
@@ -235,6 +252,33 @@ func (m *Model) Apply(ev link.Event) {
 		}
 		m.Notice(msg)
 	}
+}
+
+// answered reports whether the answer to messageID is shown already.
+func (m *Model) answered(messageID string) bool {
+	for i := range m.Entries {
+		if e := &m.Entries[i]; e.Role == Assistant && e.MessageID == messageID {
+			return true
+		}
+	}
+	return false
+}
+
+// StorageLabel names a storage error in at most 13 characters (the text
+// field of a 16x2 screen): "disk full", "disk readonly", "disk denied" or
+// "disk error"; "" for nil.
+func StorageLabel(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return "disk full"
+	case errors.Is(err, syscall.EROFS):
+		return "disk readonly"
+	case errors.Is(err, fs.ErrPermission):
+		return "disk denied"
+	}
+	return "disk error"
 }
 
 // Queued counts the messages not yet acknowledged by the server.

@@ -2,25 +2,23 @@ package link_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
 	"termlink/link"
+	"termlink/testrig/childtest"
 )
 
 // The device-reboot test runs this test binary again as a child process
@@ -84,8 +82,12 @@ func childMain(mode string) int {
 		for e := range c.Events() {
 			if e.Kind == link.EventReply {
 				say("reply %s", e.MessageID)
+				if err := c.Delivered(e.MessageID); err != nil {
+					fmt.Fprintln(os.Stderr, "child: Delivered:", err)
+					return 2
+				}
 				if c.Status().Pending == 0 {
-					c.Close() // the last reply is marked done before Run returns
+					c.Close()
 					say("done")
 					return 0
 				}
@@ -97,120 +99,20 @@ func childMain(mode string) int {
 	return 2
 }
 
-type childProc struct {
-	cmd    *exec.Cmd
-	stderr bytes.Buffer
-
-	mu      sync.Mutex
-	lines   []string
-	changed chan struct{}
-	exited  chan struct{}
-}
-
-func startChild(t *testing.T, mode, url, state string, n int) *childProc {
+// startChild runs childMain in a new process.
+func startChild(t *testing.T, mode, url, state string, n int) *childtest.Proc {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := &childProc{changed: make(chan struct{}), exited: make(chan struct{})}
-	cp.cmd = exec.Command(exe, "-test.run=^$")
-	cp.cmd.Env = append(os.Environ(), "TERMLINK_CLIENT_CHILD="+mode, "TERMLINK_CHILD_URL="+url,
+	return childtest.Start(t, "TERMLINK_CLIENT_CHILD="+mode, "TERMLINK_CHILD_URL="+url,
 		"TERMLINK_CHILD_STATE="+state, "TERMLINK_CHILD_N="+strconv.Itoa(n))
-	cp.cmd.Stderr = &cp.stderr
-	stdout, err := cp.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cp.cmd.Process.Kill()
-		<-cp.exited
-	})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			cp.mu.Lock()
-			cp.lines = append(cp.lines, sc.Text())
-			close(cp.changed)
-			cp.changed = make(chan struct{})
-			cp.mu.Unlock()
-		}
-		_ = cp.cmd.Wait()
-		close(cp.exited)
-	}()
-	return cp
 }
 
-// waitLine waits for a line starting with prefix and returns it.
-func (cp *childProc) waitLine(t *testing.T, prefix string, timeout time.Duration) string {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		cp.mu.Lock()
-		for _, l := range cp.lines {
-			if strings.HasPrefix(l, prefix) {
-				cp.mu.Unlock()
-				return l
-			}
-		}
-		ch := cp.changed
-		cp.mu.Unlock()
-		select {
-		case <-ch:
-		case <-cp.exited:
-			t.Fatalf("child exited without printing %q; output %v; stderr %s", prefix, cp.lines, cp.stderr.String())
-		case <-deadline:
-			t.Fatalf("child printed no %q in %v; output %v", prefix, timeout, cp.lines)
-		}
-	}
-}
-
-func (cp *childProc) linesWith(prefix string) []string {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	var out []string
-	for _, l := range cp.lines {
-		if rest, ok := strings.CutPrefix(l, prefix); ok {
-			out = append(out, rest)
-		}
-	}
-	return out
-}
-
-func (cp *childProc) sentIDs() []string { return cp.linesWith("sent ") }
-
-func (cp *childProc) replies() map[string]int {
+// replyCounts counts the "reply ID" lines of a collect child per id.
+func replyCounts(p *childtest.Proc) map[string]int {
 	m := map[string]int{}
-	for _, id := range cp.linesWith("reply ") {
+	for _, id := range p.Lines("reply ") {
 		m[id]++
 	}
 	return m
-}
-
-func (cp *childProc) kill(t *testing.T) {
-	t.Helper()
-	if err := cp.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-cp.exited
-	if ws, ok := cp.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("child ended with %v, not SIGKILL", cp.cmd.ProcessState)
-	}
-}
-
-func (cp *childProc) wait(t *testing.T) {
-	t.Helper()
-	select {
-	case <-cp.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("child did not exit")
-	}
-	if !cp.cmd.ProcessState.Success() {
-		t.Fatalf("child: %v; stderr %s", cp.cmd.ProcessState, cp.stderr.String())
-	}
 }
 
 // fakeServer is a scripted WebSocket peer for the cases the real server

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,7 +33,6 @@ const (
 	DefaultRetryJitter    = 0.5
 	DefaultStableAfter    = 60 * time.Second
 	DefaultWindow         = 16
-	DefaultEventBuffer    = 64
 )
 
 // Errors of Client methods.
@@ -40,6 +40,7 @@ var (
 	ErrClosed         = errors.New("link: client is closed")
 	ErrNotConnected   = errors.New("link: not connected")
 	ErrUnknownMessage = errors.New("link: no unanswered message with that id")
+	ErrNotAnswered    = errors.New("link: no final answer of that message waits for confirmation")
 	ErrBlankText      = errors.New("link: message text is blank")
 )
 
@@ -60,9 +61,13 @@ type ClientConfig struct {
 	CAFile    string
 	TLSConfig *tls.Config
 
-	// StateDir holds the durable outbox (see FileOutbox). Ignored when
-	// Outbox is set.
+	// StateDir holds the durable outbox (a FallbackOutbox: the
+	// FileOutbox, or memory while the state dir cannot be written; see
+	// Status.Storage and EventStorage). Ignored when Outbox is set.
 	StateDir string
+	// StorageRetry is how often the state dir is tried again while the
+	// outbox is in memory (default 10s).
+	StorageRetry time.Duration
 	// Outbox replaces the file outbox (e.g. NewMemoryOutbox() for load
 	// tests). The caller closes it.
 	Outbox Outbox
@@ -94,12 +99,15 @@ type ClientConfig struct {
 	RetryJitter  float64
 	StableAfter  time.Duration
 
-	// Window is how many messages may be sent and not yet acknowledged
-	// (default 16): a long outbox is resent in order without flooding
-	// the server's send queue.
+	// Window is how many messages may be in flight (default 16): sent
+	// and not yet finally answered, or answered and not yet confirmed by
+	// the caller (Client.Delivered). A long outbox is resent in order
+	// without flooding the server, and a caller that does not confirm
+	// holds the sending back instead of piling up replies.
 	Window int
-	// EventBuffer is the capacity of the Events channel (default 64);
-	// events beyond it wait in an unbounded queue, never dropped.
+	// EventBuffer is the capacity of the Events channel (default 0:
+	// unbuffered, so that a caller reading slowly gets coalesced, fresh
+	// progress). Events wait in a bounded queue before it (see Events).
 	EventBuffer int
 
 	// NetDialContext dials TCP (default net.Dialer).
@@ -115,7 +123,12 @@ type Status struct {
 	NextTry   time.Time // StateWaiting
 	Reason    string    // why offline
 	SessionID string    // StateConnected
-	Pending   int       // unanswered messages
+	// Pending counts the messages in the outbox: unanswered, or answered
+	// and not yet confirmed by the caller.
+	Pending int
+	// Storage says why the outbox keeps messages in memory (empty while
+	// it is durable).
+	Storage string
 }
 
 // ClientStats count what a Client did since NewClient.
@@ -126,7 +139,12 @@ type ClientStats struct {
 	Resent           int64 // message frames written for a message sent before
 	Replies          int64 // replies delivered (once per message)
 	DuplicateReplies int64 // replies for an already answered message, dropped
-	Pending          int   // unanswered messages now
+	Busy             int64 // messages refused with code busy (resent after a backoff)
+	Pending          int   // messages in the outbox now
+	Unconfirmed      int   // final answers waiting for Delivered now
+	QueuedEvents     int   // events waiting for the caller now
+	MaxQueuedEvents  int   // the most events that waited at once
+	DroppedEvents    int64 // events coalesced or dropped by the queue's bounds
 }
 
 // Client is a device's session with a terminal WebSocket channel. It keeps
@@ -136,9 +154,18 @@ type ClientStats struct {
 // reconnect until its reply arrives; the server's dedupe answers a resent
 // message from its cache instead of running it again.
 //
+// Delivery is confirmed by the caller: a final answer (EventReply, or a
+// refusal) keeps its message in the outbox until the caller, having
+// handled it (drawn it on the screen), calls Delivered. A crash or a stop
+// before that leaves the message in the outbox; the next start resends it
+// and shows the answer the server kept. A second copy of an answer (a
+// reply and a duplicate ack) is dropped, and an answered message is not
+// resent while it waits for confirmation.
+//
 // Use: NewClient, then Run in a goroutine (it owns every goroutine of the
 // client and returns when ctx ends or Close is called); Send and Cancel
-// from anywhere; read Events until it is closed.
+// from anywhere; read Events until it is closed, and call Delivered for
+// every event with Final set.
 type Client struct {
 	cfg      ClientConfig
 	log      *slog.Logger
@@ -157,20 +184,24 @@ type Client struct {
 	mu       sync.Mutex
 	runState int // 0 not run, 1 running, 2 finished
 	closed   bool
-	list     []*outMsg          // unanswered messages in order (answered ones removed lazily)
-	stale    int                // answered messages still in list
-	msgs     map[string]*outMsg // unanswered messages by id
+	list     []*outMsg          // messages in the outbox, in order (confirmed ones removed lazily)
+	stale    int                // confirmed messages still in list
+	msgs     map[string]*outMsg // messages in the outbox by id
+	seq      uint64             // outMsg.seq of the newest message
+	unconf   int                // answered messages waiting for Delivered
 	sess     *session           // the connected session, if any
 	status   Status
 
-	dials, sessions, sent, resent, replies, dupReplies atomic.Int64
+	dials, sessions, sent, resent, replies, dupReplies, busy atomic.Int64
 }
 
-// outMsg is one unanswered message; guarded by Client.mu.
+// outMsg is one message of the outbox; guarded by Client.mu.
 type outMsg struct {
 	id, text string
+	seq      uint64 // outbox order
 	sends    int
-	answered bool
+	answered bool // its final answer went to the caller
+	done     bool // the caller confirmed it: out of the outbox
 }
 
 // NewClient checks cfg and opens the outbox (the file outbox in StateDir
@@ -185,7 +216,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		log = slog.Default()
 	}
 	log = log.With("peer_id", cfg.PeerID)
-	c := &Client{cfg: cfg, log: log, queue: newEventQueue(), events: make(chan Event, cfg.EventBuffer),
+	c := &Client{cfg: cfg, log: log, queue: newEventQueue(cfg.Window), events: make(chan Event, cfg.EventBuffer),
 		closing: make(chan struct{}), runDone: make(chan struct{}), msgs: map[string]*outMsg{}}
 	if c.dialer, err = cfg.dialer(); err != nil {
 		return nil, err
@@ -196,14 +227,16 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	c.outbox = cfg.Outbox
 	if c.outbox == nil {
-		fo, err := OpenFileOutbox(cfg.StateDir, FileOutboxOptions{Logger: log})
+		fo, err := OpenFallbackOutbox(cfg.StateDir, FallbackOptions{FileOutboxOptions: FileOutboxOptions{Logger: log},
+			RetryEvery: cfg.StorageRetry, OnChange: c.storageChanged})
 		if err != nil {
 			return nil, err
 		}
 		c.outbox, c.ownsBox = fo, true
 	}
 	for _, e := range c.outbox.Pending() {
-		m := &outMsg{id: e.ID, text: e.Text}
+		c.seq++
+		m := &outMsg{id: e.ID, text: e.Text, seq: c.seq}
 		c.list = append(c.list, m)
 		c.msgs[e.ID] = m
 	}
@@ -235,7 +268,7 @@ func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
 	}
 	for name, d := range map[string]time.Duration{"Heartbeat": cfg.Heartbeat, "PongTimeout": cfg.PongTimeout,
 		"WriteTimeout": cfg.WriteTimeout, "ConnectTimeout": cfg.ConnectTimeout, "RetryInitial": cfg.RetryInitial,
-		"RetryMax": cfg.RetryMax, "StableAfter": cfg.StableAfter} {
+		"RetryMax": cfg.RetryMax, "StableAfter": cfg.StableAfter, "StorageRetry": cfg.StorageRetry} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %v", name, d))
 		}
@@ -266,9 +299,6 @@ func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
 	}
 	if cfg.Window == 0 {
 		cfg.Window = DefaultWindow
-	}
-	if cfg.EventBuffer == 0 {
-		cfg.EventBuffer = DefaultEventBuffer
 	}
 	if cfg.Capabilities == nil {
 		cfg.Capabilities = []string{CapText, CapProgress, CapCancel}
@@ -309,10 +339,63 @@ func (cfg ClientConfig) dialer() (*websocket.Dialer, error) {
 }
 
 // Events delivers the client's events in order. It is closed when Run
-// returns (or by Close when Run never ran). Read it: replies are handed
-// over through it, and a message leaves the outbox only once its reply
-// has been received here.
+// returns (or by Close when Run never ran). Read it, and confirm every
+// event with Final set by calling Delivered once it is handled: only then
+// does its message leave the outbox. Events the caller has not read yet
+// wait in a bounded queue (progress and acks coalesced per message, state
+// and error events capped; see ClientStats.MaxQueuedEvents), so a slow
+// reader never makes the client grow without bound.
 func (c *Client) Events() <-chan Event { return c.events }
+
+// Delivered confirms that the caller has handled the final answer to
+// messageID (an event with Final set): the message leaves the outbox and
+// frees its place in the window. A final answer not confirmed when the
+// process ends is resent at the next start. ErrNotAnswered: messageID has
+// no final answer waiting (unknown, not answered yet, or confirmed
+// already). An error of the outbox (disk) is returned after the message
+// has left the client's memory: it is not shown again in this run.
+func (c *Client) Delivered(messageID string) error {
+	c.mu.Lock()
+	m := c.msgs[messageID]
+	if m == nil || !m.answered {
+		c.mu.Unlock()
+		return ErrNotAnswered
+	}
+	m.done = true
+	delete(c.msgs, messageID)
+	c.unconf--
+	c.status.Pending = len(c.msgs)
+	c.stale++
+	if c.stale > 256 && c.stale > len(c.list)/2 {
+		c.compactLocked()
+	}
+	if s := c.sess; s != nil {
+		s.wake() // a place in the window is free
+	}
+	c.mu.Unlock()
+	if err := c.outbox.Done(messageID); err != nil {
+		if errors.Is(err, ErrOutboxClosed) {
+			return ErrClosed
+		}
+		return err
+	}
+	return nil
+}
+
+// Pending lists the messages in the outbox (unanswered, or answered and
+// not yet confirmed), oldest first: what a screen shows as queued after a
+// restart.
+func (c *Client) Pending() []OutboxEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []OutboxEntry
+	for _, m := range c.list {
+		if !m.done {
+			out = append(out, OutboxEntry{ID: m.id, Text: m.text})
+		}
+	}
+	return out
+}
 
 // Send stores text in the outbox (durably, for the file outbox) and
 // returns its message id; the message goes out as soon as the link is up,
@@ -341,7 +424,8 @@ func (c *Client) Send(ctx context.Context, text string) (string, error) {
 		return "", err
 	}
 	c.mu.Lock()
-	m := &outMsg{id: e.ID, text: e.Text}
+	c.seq++
+	m := &outMsg{id: e.ID, text: e.Text, seq: c.seq}
 	c.list = append(c.list, m)
 	c.msgs[m.id] = m
 	c.status.Pending = len(c.msgs)
@@ -367,7 +451,7 @@ func (c *Client) Cancel(ctx context.Context, messageID string) error {
 	switch {
 	case c.closed:
 		return ErrClosed
-	case c.msgs[messageID] == nil:
+	case c.msgs[messageID] == nil || c.msgs[messageID].answered:
 		return ErrUnknownMessage
 	case c.sess == nil:
 		return ErrNotConnected
@@ -387,10 +471,13 @@ func (c *Client) Status() Status {
 // Stats returns the client's counters.
 func (c *Client) Stats() ClientStats {
 	c.mu.Lock()
-	pending := len(c.msgs)
+	pending, unconf := len(c.msgs), c.unconf
 	c.mu.Unlock()
+	queued, high, dropped := c.queue.stats()
 	return ClientStats{Dials: c.dials.Load(), Sessions: c.sessions.Load(), Sent: c.sent.Load(),
-		Resent: c.resent.Load(), Replies: c.replies.Load(), DuplicateReplies: c.dupReplies.Load(), Pending: pending}
+		Resent: c.resent.Load(), Replies: c.replies.Load(), DuplicateReplies: c.dupReplies.Load(),
+		Busy: c.busy.Load(), Pending: pending, Unconfirmed: unconf,
+		QueuedEvents: queued, MaxQueuedEvents: high, DroppedEvents: dropped}
 }
 
 // Close stops the client: the connection is closed, Run returns, Events
@@ -416,6 +503,18 @@ func (c *Client) Close() error {
 	}
 	<-c.runDone
 	return c.closeErr
+}
+
+// storageChanged reports the state of the outbox's storage (Status and
+// an EventStorage; the FallbackOutbox orders the calls).
+func (c *Client) storageChanged(err error) {
+	c.mu.Lock()
+	c.status.Storage = ""
+	if err != nil {
+		c.status.Storage = err.Error()
+	}
+	c.mu.Unlock()
+	c.emit(Event{Kind: EventStorage, Err: err})
 }
 
 // finish closes what Run (or Close, without Run) leaves behind.
@@ -481,7 +580,8 @@ func (c *Client) Run(ctx context.Context) error {
 }
 
 // dispatch hands queued events to the Events channel until stop; what is
-// left then goes only as far as the channel's buffer takes it.
+// left then goes only as far as the channel's buffer takes it (a final
+// answer left behind stays in the outbox: it was never confirmed).
 func (c *Client) dispatch(stop <-chan struct{}) {
 	for {
 		e, ok := c.queue.pop()
@@ -498,7 +598,6 @@ func (c *Client) dispatch(stop <-chan struct{}) {
 				}
 				select {
 				case c.events <- e:
-					c.delivered(e)
 				default:
 					return
 				}
@@ -506,27 +605,13 @@ func (c *Client) dispatch(stop <-chan struct{}) {
 		}
 		select {
 		case c.events <- e:
-			c.delivered(e)
 		case <-stop:
 			select {
 			case c.events <- e:
-				c.delivered(e)
 			default:
 			}
 			return
 		}
-	}
-}
-
-// delivered runs once the caller has e: a reply's message leaves the
-// outbox. A crash before this line makes the next start resend the
-// message and show the reply again, never lose it.
-func (c *Client) delivered(e Event) {
-	if e.doneID == "" {
-		return
-	}
-	if err := c.outbox.Done(e.doneID); err != nil {
-		c.log.Error("marking a message answered in the outbox", "message_id", e.doneID, "err", err)
 	}
 }
 
@@ -675,20 +760,26 @@ func describeDialError(err error, resp *http.Response) string {
 }
 
 // register makes s the live session and gives it every unanswered
-// message, in order, to (re)send.
+// message, in order, to (re)send. Answered messages waiting for the
+// caller's confirmation are not resent: their answer is here already.
 func (c *Client) register(s *session) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.compactLocked()
-	s.toSend = append([]*outMsg(nil), c.list...)
+	s.toSend = nil
+	for _, m := range c.list {
+		if !m.answered {
+			s.toSend = append(s.toSend, m)
+		}
+	}
 	c.sess = s
 }
 
-// compactLocked drops the answered messages from c.list.
+// compactLocked drops the confirmed messages from c.list.
 func (c *Client) compactLocked() {
 	kept := c.list[:0]
 	for _, m := range c.list {
-		if !m.answered {
+		if !m.done {
 			kept = append(kept, m)
 		}
 	}
@@ -696,15 +787,15 @@ func (c *Client) compactLocked() {
 	c.list, c.stale = kept, 0
 }
 
-// answeredLocked takes m out of the unanswered messages.
-func (c *Client) answeredLocked(m *outMsg) {
-	m.answered = true
-	delete(c.msgs, m.id)
-	c.status.Pending = len(c.msgs)
-	c.stale++
-	if c.stale > 256 && c.stale > len(c.list)/2 {
-		c.compactLocked()
+// answerLocked marks m finally answered: its answer goes to the caller,
+// and it waits there for Delivered. False when m had its answer already.
+func (c *Client) answerLocked(m *outMsg) bool {
+	if m == nil || m.answered {
+		return false
 	}
+	m.answered = true
+	c.unconf++
+	return true
 }
 
 func (c *Client) unregister(s *session) {
@@ -719,35 +810,50 @@ func (c *Client) unregister(s *session) {
 // id becomes an EventReply; any later one is dropped.
 func (c *Client) complete(reply *Message) {
 	c.mu.Lock()
-	m := c.msgs[reply.MessageID]
-	if m == nil || m.answered {
-		c.mu.Unlock()
+	ok := c.answerLocked(c.msgs[reply.MessageID])
+	c.mu.Unlock()
+	if !ok {
 		c.dupReplies.Add(1)
 		return
 	}
-	c.answeredLocked(m)
-	c.mu.Unlock()
 	c.replies.Add(1)
-	c.emit(Event{Kind: EventReply, MessageID: reply.MessageID, Reply: reply, doneID: reply.MessageID})
+	c.queue.dropProgress(reply.MessageID)
+	c.emit(Event{Kind: EventReply, MessageID: reply.MessageID, Reply: reply, Final: true})
 }
 
 // refuse gives up on a message the server refuses for good.
 func (c *Client) refuse(e *Error) bool {
 	c.mu.Lock()
-	m := c.msgs[e.MessageID]
-	if m == nil || m.answered {
-		c.mu.Unlock()
+	ok := c.answerLocked(c.msgs[e.MessageID])
+	c.mu.Unlock()
+	if !ok {
 		return false
 	}
-	c.answeredLocked(m)
-	c.mu.Unlock()
-	c.emit(Event{Kind: EventError, MessageID: e.MessageID, Code: e.Code, Err: fmt.Errorf("server refused message %s: %s", e.MessageID, e.Error), doneID: e.MessageID})
+	c.queue.dropProgress(e.MessageID)
+	c.emit(Event{Kind: EventError, MessageID: e.MessageID, Code: e.Code, Err: fmt.Errorf("server refused message %s: %s", e.MessageID, e.Error), Final: true})
 	return true
 }
 
-// known reports whether id is an unanswered message.
-func (c *Client) known(id string) bool {
+// unanswered reports whether id is a message still waiting for its answer.
+func (c *Client) unanswered(id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.msgs[id] != nil
+	m := c.msgs[id]
+	return m != nil && !m.answered
+}
+
+// requeue puts a message refused as busy back into s's send queue, in
+// outbox order, unless it was answered meanwhile.
+func (c *Client) requeue(s *session, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.msgs[id]
+	if m == nil || m.answered {
+		return
+	}
+	i := 0
+	for i < len(s.toSend) && s.toSend[i].seq < m.seq {
+		i++
+	}
+	s.toSend = slices.Insert(s.toSend, i, m)
 }

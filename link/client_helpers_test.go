@@ -205,7 +205,8 @@ func (ts *testServer) restart() {
 type device struct {
 	t *testing.T
 	*link.Client
-	runErr chan error
+	runErr  chan error
+	confirm bool // call Delivered for every final answer as it arrives
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every event
@@ -218,6 +219,13 @@ type device struct {
 }
 
 func newDevice(t *testing.T, cfg link.ClientConfig) *device {
+	t.Helper()
+	return startDevice(t, cfg, true)
+}
+
+// startDevice runs a Client and collects its events; confirm: call
+// Delivered for every final answer as it arrives.
+func startDevice(t *testing.T, cfg link.ClientConfig, confirm bool) *device {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = discard
@@ -232,7 +240,7 @@ func newDevice(t *testing.T, cfg link.ClientConfig) *device {
 	if err != nil {
 		t.Fatalf("NewClient: %v", err)
 	}
-	d := &device{t: t, Client: c, runErr: make(chan error, 1), changed: make(chan struct{}),
+	d := &device{t: t, Client: c, runErr: make(chan error, 1), confirm: confirm, changed: make(chan struct{}),
 		replies: map[string][]*link.Message{}}
 	go d.collect()
 	go func() { d.runErr <- c.Run(context.Background()) }()
@@ -263,6 +271,11 @@ func (d *device) collect() {
 		close(d.changed)
 		d.changed = make(chan struct{})
 		d.mu.Unlock()
+		if e.Final && d.confirm {
+			if err := d.Delivered(e.MessageID); err != nil {
+				d.t.Errorf("Delivered(%s): %v", e.MessageID, err)
+			}
+		}
 	}
 }
 

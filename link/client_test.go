@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -338,25 +339,25 @@ func TestClientDeviceKilled(t *testing.T) {
 
 	// 1: five messages accepted by the server (acked), none answered.
 	child := startChild(t, "send", ts.url(), state, 5)
-	acked := child.waitLine(t, "acked", 30*time.Second)
-	sent := child.sentIDs()
-	child.kill(t)
+	child.WaitLine(t, "acked", 30*time.Second)
+	sent := child.Lines("sent ")
+	child.Signal(t, syscall.SIGKILL)
 
 	// 2: three more typed while the server is unreachable.
 	dead := prepareTestServer(t, nil, nil)
 	child = startChild(t, "send-offline", dead.url(), state, 3)
-	child.waitLine(t, "stored", 30*time.Second)
-	sent = append(sent, child.sentIDs()...)
-	child.kill(t)
-	if len(sent) != 8 || acked == "" {
+	child.WaitLine(t, "stored", 30*time.Second)
+	sent = append(sent, child.Lines("sent ")...)
+	child.Signal(t, syscall.SIGKILL)
+	if len(sent) != 8 {
 		t.Fatalf("children sent %v", sent)
 	}
 	runner.openGate()
 
 	// 3: a new process on the same state dir.
 	child = startChild(t, "collect", ts.url(), state, 0)
-	child.waitLine(t, "done", 30*time.Second)
-	replies := child.replies()
+	child.WaitLine(t, "done", 30*time.Second)
+	replies := replyCounts(child)
 	for _, id := range sent {
 		if replies[id] != 1 {
 			t.Errorf("message %s: %d replies in the new process, want 1", id, replies[id])
@@ -368,7 +369,8 @@ func TestClientDeviceKilled(t *testing.T) {
 	if dups, total := runner.duplicatedRuns(); dups != 0 || total != 8 {
 		t.Errorf("agent runs: %d total, %d duplicated; want 8 and 0", total, dups)
 	}
-	child.wait(t)
+	child.Wait(t, 10*time.Second)
+	child.Success(t)
 	t.Logf("killed two device processes holding %d unanswered messages (5 acked, 3 never sent); the third process got %d replies", len(sent), len(replies))
 	// The outbox is empty now.
 	o, err := link.OpenFileOutbox(state, link.FileOutboxOptions{Logger: discard})

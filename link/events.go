@@ -42,12 +42,14 @@ const (
 	// EventState: the link changed state (State, and Attempt, NextTry,
 	// Reason, SessionID, Heartbeat as they apply).
 	EventState EventKind = iota + 1
-	// EventReply: the final reply to a message (Reply). Delivered once
-	// per message id for the life of the Client; after the caller has
-	// received it the message leaves the outbox.
+	// EventReply: the final reply to a message (Reply); Final is set.
+	// Delivered once per message id for the life of the Client. The
+	// message stays in the outbox until the caller confirms it with
+	// Client.Delivered.
 	EventReply
 	// EventProgress: progress of a run (Text); only from servers that got
-	// the "progress" capability.
+	// the "progress" capability. Coalesced per message: a caller that
+	// reads slowly gets the latest text, not every line.
 	EventProgress
 	// EventAck: the server acknowledged a message (Ack); a duplicate ack
 	// with a reply is followed by an EventReply.
@@ -55,8 +57,15 @@ const (
 	// EventError: an error frame from the server, or a frame that did not
 	// decode (Err, Code, MessageID when the error is about a message). A
 	// message the server refuses for good (blank, too long: code
-	// "bad_message") leaves the outbox after this event.
+	// "bad_message") is a final answer: Final is set, and the message
+	// leaves the outbox when the caller confirms it with Client.Delivered.
+	// A retryable refusal (code "busy") is no event: the client resends
+	// the message after a backoff.
 	EventError
+	// EventStorage: the outbox's storage changed (Err: why the state dir
+	// cannot be written and messages are kept in memory; nil: durable
+	// again). See FallbackOutbox.
+	EventStorage
 )
 
 func (k EventKind) String() string {
@@ -71,6 +80,8 @@ func (k EventKind) String() string {
 		return "ack"
 	case EventError:
 		return "error"
+	case EventStorage:
+		return "storage"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -98,12 +109,16 @@ type Event struct {
 	Reply     *Message // EventReply
 	Text      string   // EventProgress
 	Ack       *Ack     // EventAck
-	Err       error    // EventError
+	Err       error    // EventError; EventStorage (nil: storage works)
 	Code      string   // EventError: the error frame's code
 
-	// doneID is marked answered in the outbox once the caller has the
-	// event.
-	doneID string
+	// Final marks the final answer to MessageID (EventReply, or an
+	// EventError refusing the message for good). The message stays in
+	// the outbox, and counts toward the client's Window, until the caller
+	// has handled the event (drawn it, stored it) and calls
+	// Client.Delivered(MessageID). Unconfirmed at exit, it is resent at
+	// the next start and answered again from the server's dedupe cache.
+	Final bool
 }
 
 func (e Event) String() string {
@@ -129,30 +144,156 @@ func (e Event) String() string {
 		return fmt.Sprintf("ack %s duplicate=%t pending=%t", e.MessageID, e.Ack.Duplicate, e.Ack.Pending)
 	case EventError:
 		return fmt.Sprintf("error %s [%s]: %v", e.MessageID, e.Code, e.Err)
+	case EventStorage:
+		if e.Err == nil {
+			return "storage durable"
+		}
+		return fmt.Sprintf("storage in memory: %v", e.Err)
 	}
 	return e.Kind.String()
 }
 
-// eventQueue is unbounded, so the connection never waits for the caller;
-// a single dispatcher hands its events to the Events channel in order.
+// Bounds of the event queue (besides final answers, see eventQueue).
+const (
+	maxQueuedStates  = 8 // state events; past it the oldest queued one goes
+	maxQueuedNotices = 8 // non-final error events; past it the oldest goes
+)
+
+// eventQueue holds the events the caller has not read yet, in order, and
+// never grows without bound, so the connection never waits for the caller
+// and a slow caller cannot make the client eat memory. Per kind:
+//
+//   - final answers (Final: reply or refusal) are never dropped; there is
+//     at most one per message in the outbox, and the client stops sending
+//     while Window of them wait for Client.Delivered;
+//   - progress is coalesced per message (latest text wins) and at most
+//     window messages have one queued (the oldest goes first);
+//   - acks are coalesced per message, at most window queued;
+//   - state events: at most maxQueuedStates queued (the oldest goes; the
+//     caller always gets the latest state);
+//   - other errors: at most maxQueuedNotices (the oldest goes);
+//   - storage: only the latest.
+//
+// So the queue holds at most 3*window + maxQueuedStates +
+// maxQueuedNotices + 1 events while the caller confirms its final answers.
+// A single dispatcher hands the events to the Events channel in order.
 type eventQueue struct {
-	mu     sync.Mutex
-	q      []Event
-	notify chan struct{} // cap 1
+	window int
+
+	mu      sync.Mutex
+	q       []Event
+	high    int           // the most events queued at once
+	dropped int64         // events dropped or coalesced away
+	notify  chan struct{} // cap 1
 }
 
-func newEventQueue() *eventQueue { return &eventQueue{notify: make(chan struct{}, 1)} }
+func newEventQueue(window int) *eventQueue {
+	return &eventQueue{window: window, notify: make(chan struct{}, 1)}
+}
+
+// eventClass groups the events that share a bound.
+type eventClass int
+
+const (
+	classFinal eventClass = iota
+	classProgress
+	classAck
+	classState
+	classNotice
+	classStorage
+)
+
+func classOf(e *Event) eventClass {
+	switch {
+	case e.Final:
+		return classFinal
+	case e.Kind == EventProgress:
+		return classProgress
+	case e.Kind == EventAck:
+		return classAck
+	case e.Kind == EventState:
+		return classState
+	case e.Kind == EventStorage:
+		return classStorage
+	}
+	return classNotice
+}
+
+func (q *eventQueue) limit(c eventClass) int {
+	switch c {
+	case classProgress, classAck:
+		return q.window
+	case classState:
+		return maxQueuedStates
+	case classNotice:
+		return maxQueuedNotices
+	case classStorage:
+		return 1
+	}
+	return -1 // classFinal: bounded by the window through Client.Delivered
+}
 
 func (q *eventQueue) push(e Event) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
+	class := classOf(&e)
 	q.mu.Lock()
+	if q.coalesce(class, e) {
+		q.mu.Unlock()
+		return
+	}
+	if lim := q.limit(class); lim >= 0 {
+		n, oldest := 0, -1
+		for i := range q.q {
+			if classOf(&q.q[i]) == class {
+				if oldest < 0 {
+					oldest = i
+				}
+				n++
+			}
+		}
+		if n >= lim && oldest >= 0 {
+			q.q = append(q.q[:oldest], q.q[oldest+1:]...)
+			q.dropped++
+		}
+	}
 	q.q = append(q.q, e)
+	q.high = max(q.high, len(q.q))
 	q.mu.Unlock()
 	select {
 	case q.notify <- struct{}{}:
 	default:
+	}
+}
+
+// coalesce replaces a queued progress or ack event of the same message by
+// e, in place; false when there is none.
+func (q *eventQueue) coalesce(class eventClass, e Event) bool {
+	if (class != classProgress && class != classAck) || e.MessageID == "" {
+		return false
+	}
+	for i := len(q.q) - 1; i >= 0; i-- {
+		if q.q[i].Kind == e.Kind && !q.q[i].Final && q.q[i].MessageID == e.MessageID {
+			q.q[i] = e
+			q.dropped++
+			return true
+		}
+	}
+	return false
+}
+
+// dropProgress removes the queued progress of a message once its final
+// answer is in: it is stale.
+func (q *eventQueue) dropProgress(id string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range q.q {
+		if q.q[i].Kind == EventProgress && q.q[i].MessageID == id {
+			q.q = append(q.q[:i], q.q[i+1:]...)
+			q.dropped++
+			return
+		}
 	}
 }
 
@@ -169,4 +310,12 @@ func (q *eventQueue) pop() (Event, bool) {
 		q.q = nil
 	}
 	return e, true
+}
+
+// stats returns the queue's length now, its high-water mark and the
+// events dropped or coalesced away.
+func (q *eventQueue) stats() (queued, high int, dropped int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.q), q.high, q.dropped
 }

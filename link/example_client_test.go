@@ -9,7 +9,8 @@ import (
 )
 
 // A device session: messages typed on the keypad go to Send (they are on
-// disk when it returns), and the screen follows Events.
+// disk when it returns), the screen follows Events, and each final answer
+// is confirmed with Delivered once it is shown.
 func ExampleClient() {
 	c, err := link.NewClient(link.ClientConfig{
 		URL:        "ws://127.0.0.1:8080/api/channels/terminal-dev/ws",
@@ -32,6 +33,10 @@ func ExampleClient() {
 			fmt.Println("link:", e) // "state waiting until 10:00:03.250: dial: ..."
 		case link.EventReply:
 			fmt.Println(e.Reply.Text)
+			// Shown: now the message may leave the outbox.
+			if err := c.Delivered(e.MessageID); err != nil {
+				log.Print(err)
+			}
 			c.Close()
 		}
 	}

@@ -120,27 +120,8 @@ func (o *FileOutbox) open() error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("link: outbox: reading %s: %w", o.path, err)
 	}
-	complete, torn := splitComplete(data)
-	if len(torn) > 0 {
-		o.log.Warn("outbox: dropping a torn last line (power cut while writing?)", "file", o.path, "bytes", len(torn))
-	}
-	lineNo := 0
-	for line := range bytes.Lines(complete) {
-		lineNo++
-		rec, err := parseOutboxRecord(line)
-		if err != nil {
-			o.skipped++
-			o.log.Warn("outbox: skipping a line that does not parse", "file", o.path, "line", lineNo, "err", err)
-			continue
-		}
-		o.lines++
-		switch rec.Op {
-		case opAdd:
-			o.pending.add(OutboxEntry{ID: rec.ID, Text: rec.Text, Added: rec.At})
-		case opDone:
-			o.pending.remove(rec.ID)
-		}
-	}
+	var complete, torn []byte
+	o.pending, o.lines, o.skipped, complete, torn = loadOutbox(data, o.path, o.log)
 	if o.skipped > 0 || o.shouldCompact() {
 		// A rewrite also drops the skipped lines and the torn tail.
 		return o.rewrite()
@@ -151,6 +132,35 @@ func (o *FileOutbox) open() error {
 		}
 	}
 	return o.openAppend(int64(len(complete)))
+}
+
+// loadOutbox replays the records of an outbox file: the pending entries
+// in order, the records read and skipped, the complete lines and a torn
+// last line (dropped, with a warning).
+func loadOutbox(data []byte, path string, log *slog.Logger) (pending *pendingList, lines, skipped int, complete, torn []byte) {
+	pending = newPendingList()
+	complete, torn = splitComplete(data)
+	if len(torn) > 0 {
+		log.Warn("outbox: dropping a torn last line (power cut while writing?)", "file", path, "bytes", len(torn))
+	}
+	lineNo := 0
+	for line := range bytes.Lines(complete) {
+		lineNo++
+		rec, err := parseOutboxRecord(line)
+		if err != nil {
+			skipped++
+			log.Warn("outbox: skipping a line that does not parse", "file", path, "line", lineNo, "err", err)
+			continue
+		}
+		lines++
+		switch rec.Op {
+		case opAdd:
+			pending.add(OutboxEntry{ID: rec.ID, Text: rec.Text, Added: rec.At})
+		case opDone:
+			pending.remove(rec.ID)
+		}
+	}
+	return pending, lines, skipped, complete, torn
 }
 
 // splitComplete splits data after its last newline.
@@ -270,6 +280,40 @@ func (o *FileOutbox) Add(text string) (OutboxEntry, error) {
 	}
 	o.pending.add(e)
 	return e, nil
+}
+
+// importEntries stores entries kept elsewhere meanwhile (by a
+// FallbackOutbox in memory) with their ids, durably, after the others.
+func (o *FileOutbox) importEntries(entries []OutboxEntry) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.usable(); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	var added []OutboxEntry
+	for _, e := range entries {
+		if _, dup := o.pending.index[e.ID]; dup {
+			continue
+		}
+		line, err := encodeOutboxLine(outboxRecord{Op: opAdd, ID: e.ID, Text: e.Text, At: e.Added})
+		if err != nil {
+			return err
+		}
+		buf.Write(line)
+		added = append(added, e)
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	if err := o.append(buf.Bytes(), !o.opt.NoSync); err != nil {
+		return fmt.Errorf("link: outbox: storing messages kept in memory: %w", err)
+	}
+	o.lines += len(added) - 1 // append counted one record
+	for _, e := range added {
+		o.pending.add(e)
+	}
+	return nil
 }
 
 // Pending implements Outbox.

@@ -19,7 +19,7 @@ func lockFile(path string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("state dir is in use by another process (%s is locked)", path)
+			return nil, fmt.Errorf("%w (%s is locked)", ErrStateDirInUse, path)
 		}
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}

@@ -12,10 +12,11 @@ import (
 // Outbox holds the messages a device has sent and not yet seen answered.
 // A Client writes every message to its Outbox before sending it, resends
 // every Pending message after each (re)connect, and calls Done when the
-// reply has been handed to the caller.
+// caller has confirmed the final answer (Client.Delivered).
 //
 // FileOutbox is the durable one (append-only file in the state dir);
-// MemoryOutbox is for load tests and simulations.
+// FallbackOutbox is a FileOutbox that falls back to memory while the state
+// dir cannot be written; MemoryOutbox is for load tests and simulations.
 type Outbox interface {
 	// Add stores text as a new unanswered message with a fresh message id,
 	// unique for this peer across restarts. When Add returns, a durable
@@ -105,8 +106,9 @@ func idPrefix() string {
 	return hex.EncodeToString(b[:])
 }
 
-// MemoryOutbox is an Outbox that lives in memory only: for load tests and
-// simulated devices. Its ids are "<random>-<seq>", unique per process.
+// MemoryOutbox is an Outbox that lives in memory only: for load tests,
+// simulated devices, and a FallbackOutbox while its disk fails. Its ids
+// are "m<64 random bits>-<seq>".
 type MemoryOutbox struct {
 	mu      sync.Mutex
 	prefix  string
@@ -116,8 +118,15 @@ type MemoryOutbox struct {
 }
 
 // NewMemoryOutbox returns an empty in-memory outbox.
-func NewMemoryOutbox() *MemoryOutbox {
-	return &MemoryOutbox{prefix: "m" + idPrefix(), pending: newPendingList()}
+func NewMemoryOutbox() *MemoryOutbox { return newMemoryOutbox(nil) }
+
+// newMemoryOutbox starts with entries (kept with their ids).
+func newMemoryOutbox(entries []OutboxEntry) *MemoryOutbox {
+	o := &MemoryOutbox{prefix: "m" + idPrefix() + idPrefix(), pending: newPendingList()}
+	for _, e := range entries {
+		o.pending.add(e)
+	}
+	return o
 }
 
 // Add implements Outbox.

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/gorilla/websocket"
 )
 
@@ -37,13 +38,16 @@ type session struct {
 	cancels []string  // cancel frames to send
 
 	// Loop-owned.
-	unacked map[string]struct{} // sent on this connection, no ack yet
+	inflight  map[string]struct{}         // sent on this connection, no final answer (nor busy) yet
+	busyB     *backoff.ExponentialBackOff // paces resends after busy; nil until the first
+	busyUntil time.Time                   // no message is sent before this
+	busyT     *time.Timer                 // fires at busyUntil
 }
 
 func newSession(c *Client, ws *websocket.Conn) *session {
 	s := &session{c: c, ws: ws, out: make(chan []byte, c.cfg.Window+8), in: make(chan Frame, 16),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), dead: make(chan struct{}),
-		unacked: map[string]struct{}{}}
+		inflight: map[string]struct{}{}}
 	s.wake = func() {
 		select {
 		case s.kick <- struct{}{}:
@@ -92,6 +96,9 @@ func (s *session) run(ctx context.Context) (up time.Duration, reason string) {
 
 	ping := time.NewTicker(hb)
 	defer ping.Stop()
+	s.busyT = time.NewTimer(time.Hour)
+	s.busyT.Stop()
+	defer s.busyT.Stop()
 	pingFrame := MustEncode(&Ping{})
 	for {
 		if !s.pump() {
@@ -101,6 +108,7 @@ func (s *session) run(ctx context.Context) (up time.Duration, reason string) {
 		case f := <-s.in:
 			s.handle(f)
 		case <-s.kick:
+		case <-s.busyT.C:
 		case <-ping.C:
 			s.write(pingFrame)
 		case <-s.dead:
@@ -244,17 +252,20 @@ func describeIOError(op string, err error, wait time.Duration) string {
 }
 
 // pump sends queued cancels and as many queued messages as the window
-// allows; false when the connection died meanwhile.
+// allows (messages in flight on this connection plus answers waiting for
+// the caller's confirmation), unless a busy answer holds sending back;
+// false when the connection died meanwhile.
 func (s *session) pump() bool {
 	c := s.c
 	var frames [][]byte
 	msgs := 0
+	holding := time.Now().Before(s.busyUntil)
 	c.mu.Lock()
 	for _, id := range s.cancels {
 		frames = append(frames, MustEncode(&Cancel{MessageID: id}))
 	}
 	s.cancels = nil
-	for len(s.unacked) < c.cfg.Window && len(s.toSend) > 0 {
+	for !holding && len(s.inflight)+c.unconf < c.cfg.Window && len(s.toSend) > 0 {
 		m := s.toSend[0]
 		s.toSend[0] = nil
 		s.toSend = s.toSend[1:]
@@ -265,7 +276,7 @@ func (s *session) pump() bool {
 			c.resent.Add(1)
 		}
 		m.sends++
-		s.unacked[m.id] = struct{}{}
+		s.inflight[m.id] = struct{}{}
 		msgs++
 		frames = append(frames, MustEncode(&Message{MessageID: m.id, Text: m.text}))
 	}
@@ -287,14 +298,22 @@ func (s *session) handle(f Frame) {
 	c := s.c
 	switch f := f.(type) {
 	case *Ack:
-		delete(s.unacked, f.MessageID)
-		c.emit(Event{Kind: EventAck, MessageID: f.MessageID, Ack: f})
+		// An ack does not free the message's place in the window: the
+		// server has it, the answer is still to come. Acks of messages
+		// not in flight here (answered already) are not reported.
+		if _, ok := s.inflight[f.MessageID]; ok {
+			if s.busyB != nil {
+				s.busyB.Reset() // the server takes messages again
+			}
+			c.emit(Event{Kind: EventAck, MessageID: f.MessageID, Ack: f})
+		}
 		if f.Duplicate && f.Reply != nil {
+			delete(s.inflight, f.MessageID)
 			r := *f.Reply
 			if r.MessageID == "" {
 				r.MessageID = f.MessageID
 			}
-			c.complete(&r)
+			c.complete(&r) // drops a second copy
 		}
 	case *Message:
 		if !f.IsReply() {
@@ -302,10 +321,12 @@ func (s *session) handle(f Frame) {
 				Err: errors.New("server sent a message frame that is not an assistant reply")})
 			return
 		}
-		delete(s.unacked, f.MessageID)
+		delete(s.inflight, f.MessageID)
 		c.complete(f)
 	case *Progress:
-		if c.known(f.MessageID) {
+		// Only for messages in flight here: at most Window of them, each
+		// coalesced to its latest text in the event queue.
+		if _, ok := s.inflight[f.MessageID]; ok {
 			c.emit(Event{Kind: EventProgress, MessageID: f.MessageID, Text: f.Text})
 		}
 	case *Error:
@@ -320,10 +341,21 @@ func (s *session) handle(f Frame) {
 
 func (s *session) handleError(f *Error) {
 	c := s.c
+	_, inflight := s.inflight[f.MessageID]
 	if f.MessageID != "" {
-		delete(s.unacked, f.MessageID)
+		delete(s.inflight, f.MessageID)
 	}
 	switch {
+	case f.Code == CodeBusy && f.MessageID != "":
+		// Retryable, never a final answer: the message stays in the
+		// outbox and goes again after a backoff, on this connection.
+		if inflight {
+			c.busy.Add(1)
+			s.holdForBusy()
+			c.requeue(s, f.MessageID)
+			c.log.Debug("server busy: resending later", "message_id", f.MessageID, "until", s.busyUntil.Format("15:04:05.000"), "reason", f.Error)
+		}
+		return
 	case f.Code == CodeBadMessage && f.MessageID != "":
 		// Blank, too long, bad id: resending cannot help.
 		if c.refuse(f) {
@@ -331,10 +363,26 @@ func (s *session) handleError(f *Error) {
 		}
 	case f.Code == CodeNotConnected, f.Code == CodeUnauthorized:
 		s.fail("server: " + f.Error)
-	case f.MessageID != "" && f.Code != CodeUnknownRun && c.known(f.MessageID):
+	case f.MessageID != "" && f.Code != CodeUnknownRun && c.unanswered(f.MessageID):
 		// The server could not take the message (e.g. its log failed):
 		// reconnect after a backoff and resend everything in order.
 		s.fail(fmt.Sprintf("server did not take message %s: %s", f.MessageID, f.Error))
 	}
 	c.emit(Event{Kind: EventError, MessageID: f.MessageID, Code: f.Code, Err: errors.New(f.Error)})
+}
+
+// holdForBusy holds message sending back for the next wait of the busy
+// backoff (jittered, growing up to RetryMax; reset by the next ack).
+func (s *session) holdForBusy() {
+	if s.busyB == nil {
+		s.busyB = s.c.newBackoff()
+	}
+	wait := s.c.nextWait(s.busyB)
+	s.busyUntil = time.Now().Add(wait)
+	s.busyT.Stop()
+	select { // drain a fire that raced the Stop
+	case <-s.busyT.C:
+	default:
+	}
+	s.busyT.Reset(wait)
 }

@@ -6,13 +6,19 @@
 //	      [--state-dir DIR] [--token-file FILE] [--ca-file FILE] [--device-name NAME]
 //
 // The peer id is generated once and kept in the state dir, beside the
-// outbox of messages not yet answered. Under systemd (Type=notify) it sends
-// READY, WATCHDOG and STOPPING; see termd.service.
+// outbox of messages not yet answered. A state dir that cannot be written
+// (disk full, read-only, a file in the way) does not stop termd: the
+// display shows the problem ("disk full" and a '!' mark), messages are
+// kept in memory, and they are stored once the state dir works again (the
+// peer id is then kept too; meanwhile it is derived from /etc/machine-id,
+// so it stays the same across restarts). Under systemd (Type=notify) it
+// sends READY, WATCHDOG and STOPPING; see termd.service.
 package main
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -26,6 +32,7 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+	"time"
 
 	"termlink/boards"
 	"termlink/device"
@@ -82,10 +89,9 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
-		return fmt.Errorf("state dir: %w", err)
-	}
-	id, err := loadPeerID(*stateDir, *peerID)
+	// A state dir that does not work is shown on the display, not fatal.
+	stateErr := os.MkdirAll(*stateDir, 0o700)
+	id, unkept, err := loadPeerID(*stateDir, *peerID)
 	if err != nil {
 		return err
 	}
@@ -107,15 +113,29 @@ func run(ctx context.Context, args []string) error {
 	if *logFile == "" && profile.Display.Kind == boards.Console && profile.Serial == nil {
 		*logFile = filepath.Join(*stateDir, "termd.log")
 	}
+	var logErr error
 	if *logFile != "" {
 		f, err := os.OpenFile(*logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 		if err != nil {
-			return fmt.Errorf("--log-file: %w", err)
+			// Keep going: the display is worth more than the log.
+			logErr = fmt.Errorf("--log-file: %w", err)
+			if profile.Display.Kind == boards.Console && profile.Serial == nil {
+				logOut = io.Discard // stderr is the display
+			}
+		} else {
+			defer f.Close()
+			logOut = f
 		}
-		defer f.Close()
-		logOut = f
 	}
 	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: lv}))
+	for _, err := range []error{stateErr, logErr} {
+		if err != nil {
+			log.Error("state dir", "dir", *stateDir, "err", err)
+		}
+	}
+	if unkept != nil {
+		log.Error("peer id not kept in the state dir; derived from the machine id meanwhile", "peer_id", id, "err", unkept)
+	}
 
 	hw, err := device.OpenBoard(ctx, profile, log)
 	if err != nil {
@@ -140,8 +160,16 @@ func run(ctx context.Context, args []string) error {
 	hctx, stopHW := context.WithCancel(ctx)
 	hwDone := make(chan error, 1)
 	go func() { hwDone <- hw.Run(hctx) }()
+	keepDone := make(chan struct{})
+	go func() {
+		defer close(keepDone)
+		if unkept != nil {
+			keepPeerIDLater(hctx, *stateDir, id, log)
+		}
+	}()
 	err = d.Run(ctx)
 	stopHW()
+	<-keepDone
 	if herr := <-hwDone; herr != nil {
 		log.Warn("board", "err", herr)
 	}
@@ -165,44 +193,92 @@ func defaultStateDir() string {
 var peerRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$`)
 
 // loadPeerID returns the flag's id, or the one kept in dir, or a new one
-// that is then kept.
-func loadPeerID(dir, flagID string) (string, error) {
+// that is then kept. When dir cannot be read or written, the new id is
+// derived from the machine id (stable across restarts) and unkept says
+// why it is not in dir.
+func loadPeerID(dir, flagID string) (id string, unkept, err error) {
 	if flagID != "" {
 		if !peerRE.MatchString(flagID) {
-			return "", fmt.Errorf("--peer-id %q: use 1-128 of A-Z a-z 0-9 . _ @ + - (starting with a letter or digit)", flagID)
+			return "", nil, fmt.Errorf("--peer-id %q: use 1-128 of A-Z a-z 0-9 . _ @ + - (starting with a letter or digit)", flagID)
 		}
-		return flagID, nil
+		return flagID, nil, nil
 	}
 	path := filepath.Join(dir, "peer_id")
-	if b, err := os.ReadFile(path); err == nil {
+	b, rerr := os.ReadFile(path)
+	if rerr == nil {
 		id := strings.TrimSpace(string(b))
 		if !peerRE.MatchString(id) {
-			return "", fmt.Errorf("%s holds %q, which is not a valid peer id: fix or delete the file", path, id)
+			return "", nil, fmt.Errorf("%s holds %q, which is not a valid peer id: fix or delete the file", path, id)
 		}
-		return id, nil
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", err
+		return id, nil, nil
 	}
-	var r [6]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		return "", err
+	if id = machinePeerID(); id == "" {
+		var r [6]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return "", nil, err
+		}
+		id = "termd-" + hex.EncodeToString(r[:])
 	}
-	id := "termd-" + hex.EncodeToString(r[:])
+	if !errors.Is(rerr, os.ErrNotExist) {
+		return id, fmt.Errorf("reading the peer id: %w", rerr), nil
+	}
+	if err := writePeerID(path, id); err != nil {
+		return id, err, nil
+	}
+	return id, nil, nil
+}
+
+// machinePeerID derives a peer id from /etc/machine-id ("" without one).
+func machinePeerID() string {
+	b, err := os.ReadFile("/etc/machine-id")
+	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256([]byte("termd peer id\n" + strings.TrimSpace(string(b))))
+	return "termd-" + hex.EncodeToString(sum[:6])
+}
+
+// writePeerID keeps id in path (write, fsync, rename).
+func writePeerID(path, id string) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
-		return "", fmt.Errorf("keeping the peer id: %w", err)
+		return fmt.Errorf("keeping the peer id: %w", err)
 	}
 	_, werr := f.WriteString(id + "\n")
 	serr := f.Sync()
 	cerr := f.Close()
 	if err := errors.Join(werr, serr, cerr); err != nil {
-		return "", fmt.Errorf("keeping the peer id: %w", err)
+		os.Remove(tmp)
+		return fmt.Errorf("keeping the peer id: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("keeping the peer id: %w", err)
+		os.Remove(tmp)
+		return fmt.Errorf("keeping the peer id: %w", err)
 	}
-	return id, nil
+	return nil
+}
+
+// keepPeerIDLater writes the peer id into dir once that works, unless a
+// peer id appeared there meanwhile, until ctx ends.
+func keepPeerIDLater(ctx context.Context, dir, id string, log *slog.Logger) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	path := filepath.Join(dir, "peer_id")
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		if _, err := os.Stat(path); err == nil {
+			return // kept by someone else; ours stays in use until restart
+		}
+		if os.MkdirAll(dir, 0o700) == nil && writePeerID(path, id) == nil {
+			log.Info("peer id kept in the state dir", "peer_id", id)
+			return
+		}
+	}
 }
 
 // channelURL accepts ws(s)://.../ws as is and fills in the channel path

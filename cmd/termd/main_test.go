@@ -37,9 +37,6 @@ func TestMain(m *testing.M) {
 // and STOPPING reach NOTIFY_SOCKET; SIGTERM leaves "offline: stopped" and
 // exit status 0; the peer id is kept in the state dir.
 func TestTermdSimBoardUnderSystemd(t *testing.T) {
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux is not installed (CI installs it): this test drives termd in a real terminal")
-	}
 	addr := servertest.Start(t, nil).Addr
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "notify.sock")
@@ -60,32 +57,8 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 		}
 	}()
 	state := filepath.Join(dir, "state")
-	tsock := filepath.Join(dir, "tmux.sock")
-	tm := func(args ...string) string {
-		out, err := exec.Command("tmux", append([]string{"-S", tsock}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("tmux %v: %v %s", args, err, out)
-		}
-		return string(out)
-	}
-	cmd := fmt.Sprintf("NOTIFY_SOCKET=%s WATCHDOG_USEC=200000 WATCHDOG_PID= %s --server %s --board sim --state-dir %s; echo EXIT=$?; sleep 60",
-		sock, termd, addr, state)
-	tm("new-session", "-d", "-x", "80", "-y", "20", cmd)
-	defer exec.Command("tmux", "-S", tsock, "kill-server").Run()
-	waitScreen := func(want string) string {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			s := tm("capture-pane", "-p")
-			if strings.Contains(s, want) {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("screen never showed %q:\n%s", want, s)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	tm, waitScreen := termdInTmux(t, fmt.Sprintf("NOTIFY_SOCKET=%s WATCHDOG_USEC=200000 WATCHDOG_PID= %s --server %s --board sim --state-dir %s",
+		sock, termd, addr, state))
 	waitScreen("online")
 	tm("send-keys", "-l", "hello termd")
 	tm("send-keys", "Enter")
@@ -128,6 +101,63 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 			t.Errorf("systemd got %q, missing %s", got, want)
 		}
 	}
+}
+
+// termdInTmux runs cmd (termd on the sim board) in an 80x20 tmux window;
+// tm runs a tmux command on it, waitScreen waits until the window shows
+// want. After termd exits the window shows EXIT=<status>.
+func termdInTmux(t *testing.T, cmd string) (tm func(args ...string) string, waitScreen func(want string) string) {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed (CI installs it): this test drives termd in a real terminal")
+	}
+	tsock := filepath.Join(t.TempDir(), "tmux.sock")
+	tm = func(args ...string) string {
+		out, err := exec.Command("tmux", append([]string{"-S", tsock}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %v: %v %s", args, err, out)
+		}
+		return string(out)
+	}
+	tm("new-session", "-d", "-x", "80", "-y", "20", cmd+"; echo EXIT=$?; sleep 60")
+	t.Cleanup(func() { exec.Command("tmux", "-S", tsock, "kill-server").Run() })
+	waitScreen = func(want string) string {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			s := tm("capture-pane", "-p")
+			if strings.Contains(s, want) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("screen never showed %q:\n%s", want, s)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return tm, waitScreen
+}
+
+// A state dir that is a file (nothing can be stored): termd starts
+// anyway, its screen says the disk is in trouble, and a message typed is
+// answered.
+func TestTermdUnusableStateDir(t *testing.T) {
+	addr := servertest.Start(t, nil).Addr
+	state := filepath.Join(t.TempDir(), "state")
+	if err := os.WriteFile(state, []byte("a file where the state dir should be\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tm, waitScreen := termdInTmux(t, fmt.Sprintf("%s --server %s --board sim --state-dir %s", termd, addr, state))
+	waitScreen("disk error")
+	waitScreen("online")
+	tm("send-keys", "-l", "still here")
+	tm("send-keys", "Enter")
+	s := waitScreen("You said: still here")
+	if !strings.Contains(s, "messages in memory") {
+		t.Errorf("the status line does not say messages are kept in memory:\n%s", s)
+	}
+	tm("send-keys", "C-d")
+	waitScreen("EXIT=0")
 }
 
 func TestFlagErrors(t *testing.T) {

@@ -163,6 +163,9 @@ func (r *runner) clientEvents(d *device) {
 		case link.EventError:
 			r.track.errorText(e.Err.Error())
 		}
+		if e.Final { // counted: the message may leave the outbox
+			_ = cd.c.Delivered(e.MessageID)
+		}
 	}
 }
 
