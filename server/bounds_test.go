@@ -250,27 +250,50 @@ func TestInterruptedRunRunsAgainOnce(t *testing.T) {
 	store.Close()
 	cfg := config.Default()
 	cfg.Workspace = workspace
+	slow := agent.Echo{Delay: time.Hour} // every run is cut short by the stop
 	newServer := func() *Server {
-		s, err := New(cfg, Options{Logger: quietLog()})
+		s, err := New(cfg, Options{Logger: quietLog(), Runners: map[string]agent.Runner{"echo": slow}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	// First start: m-1 is to run again, marked as interrupted.
+	logText := func() string {
+		data, _ := os.ReadFile(filepath.Join(workspace, "sessions", key+".jsonl"))
+		return string(data)
+	}
+	// First start, stopped before the re-run begins: m-1 never ran in this
+	// life, so nothing counts against it.
 	s := newServer()
 	if len(s.recovered) != 1 || s.recovered[0].MessageID != "m-1" {
 		t.Fatalf("first start recovered %+v, want m-1", s.recovered)
 	}
-	// Crash before the re-run ends: the server stops without running it.
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := os.ReadFile(filepath.Join(workspace, "sessions", key+".jsonl"))
-	if !strings.Contains(string(data), `"event":"run_interrupted"`) {
-		t.Fatalf("the session log does not record the interruption:\n%s", data)
+	if strings.Contains(logText(), `"event":"run_interrupted"`) {
+		t.Fatalf("a message that never started is recorded as re-run:\n%s", logText())
 	}
-	// Second start: not run a third time, answered with an error.
+	// Second start: the re-run starts (and is recorded), then a hard stop
+	// cuts it short.
+	s = newServer()
+	if len(s.recovered) != 1 {
+		t.Fatalf("second start recovered %+v, want m-1 again", s.recovered)
+	}
+	s.Start()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logText(), `"event":"run_interrupted"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the re-run's start is not recorded:\n%s", logText())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Shutdown(expired); err != nil {
+		t.Fatal(err)
+	}
+	// Third start: not run a third time, answered with an error.
 	s = newServer()
 	if len(s.recovered) != 0 {
 		t.Fatalf("second start re-runs %+v, want none", s.recovered)
@@ -287,9 +310,8 @@ func TestInterruptedRunRunsAgainOnce(t *testing.T) {
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	data, _ = os.ReadFile(filepath.Join(workspace, "sessions", key+".jsonl"))
-	if n := strings.Count(string(data), `"role":"assistant"`); n != 1 {
-		t.Fatalf("%d assistant records, want the one error reply:\n%s", n, data)
+	if n := strings.Count(logText(), `"role":"assistant"`); n != 1 {
+		t.Fatalf("%d assistant records, want the one error reply:\n%s", n, logText())
 	}
 }
 

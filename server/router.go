@@ -84,7 +84,7 @@ func (r *router) enqueue(in bus.Inbound) {
 	// A busy session whose runner takes injections: offer the message to
 	// the running turn, unless something is already waiting (it must not
 	// be overtaken) or another offer is in flight.
-	if inj, ok := r.runners[in.ChannelID].(agent.Injector); ok && q.running != "" && !q.injecting && len(q.waiting) == 0 {
+	if inj, ok := r.runners[in.ChannelID].(agent.Injector); ok && !in.Recovered && q.running != "" && !q.injecting && len(q.waiting) == 0 {
 		q.injecting = true
 		r.wg.Add(1)
 		go r.inject(inj, q, in, q.gen)
@@ -196,6 +196,14 @@ func (r *router) runOne(ctx context.Context, in bus.Inbound) (res agent.Result, 
 	runner := r.runners[in.ChannelID]
 	if runner == nil {
 		return agent.Result{}, 0, false
+	}
+	if in.Recovered {
+		if err := r.rt.recordRerun(ctx, in); err != nil {
+			// Not recorded, not run: the next start finds it unanswered.
+			r.rt.log.Error("cannot record the re-run of a message a restart left unanswered; not run now",
+				"session", in.SessionKey, "message_id", in.MessageID, "err", err)
+			return agent.Result{}, 0, false
+		}
 	}
 	r.rt.runStarted(in)
 	start := time.Now()

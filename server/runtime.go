@@ -389,9 +389,11 @@ func (rt *Runtime) dispatchOne(out bus.Outbound) {
 // end of each session file; as many as dedupe keeps per session.
 const startupTail = 1024
 
-// interruptedEvent marks the session-log record that says a run was cut
-// short by a server restart (a "system" record: not a reply, so dedupe and
-// nanobot readers do not take it for an answer).
+// interruptedEvent marks the session-log record written when the run of a
+// message left unanswered by a server restart starts again (a "system"
+// record: not a reply, so dedupe and nanobot readers do not take it for an
+// answer). Found at a later start with the message still unanswered, it
+// means the re-run was cut short too.
 const interruptedEvent = "run_interrupted"
 
 // interruptedTwice answers a message whose run two restarts cut short.
@@ -400,9 +402,12 @@ const interruptedTwice = "interrupted twice by a server restart; not run again -
 // rebuild reads the tail of every session file (not every record: the last
 // startupTail message records), fills the dedupe table with their replies
 // and returns the messages accepted but never answered, oldest first per
-// session, to be run again. Each gets a run_interrupted record in its
-// session log first; one that already has one (its re-run was cut short
-// too) is answered with an error reply instead of a third run.
+// session, to be run again (Recovered: the router records run_interrupted
+// when the re-run starts, see recordRerun). One that already has that
+// record (its re-run was cut short too) is answered with an error reply
+// instead of a third run. A message that was only waiting when the server
+// stopped has no such record, so it is not penalised for restarts that
+// came before its run.
 func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 	var unanswered []bus.Inbound
 	var toMark []interruptedRuns
@@ -453,13 +458,10 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 					RunID: r.RunID, FinishReason: link.FinishError})
 				continue
 			}
-			marks = append(marks, session.Record{Role: "system", MessageID: id, RunID: r.RunID,
-				Content: "the run of message " + id + " was interrupted by a server restart; it runs again once",
-				Extra:   map[string]any{"event": interruptedEvent}})
 			received, _ := time.ParseInLocation(session.TimeLayout, r.Timestamp, time.Local)
 			again = append(again, bus.Inbound{ChannelID: channelID, AccountID: accountID, PeerID: peerID,
 				ThreadID: threadID, SessionKey: key, MessageID: id, RunID: r.RunID, Text: r.Content,
-				Received: received})
+				Received: received, Recovered: true})
 		}
 		// The messages to run again are pending from the start, so the
 		// byte bound cannot drop the session before they are answered.
@@ -471,7 +473,7 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 		}
 		d.trim(sess)
 		d.mu.Unlock()
-		if len(marks) == 0 {
+		if len(marks) == 0 && len(again) == 0 {
 			return nil
 		}
 		toMark = append(toMark, interruptedRuns{key: key, marks: marks, again: again})
@@ -489,7 +491,7 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 }
 
 // interruptedRuns are one session's messages found unanswered at start-up:
-// the records that say so (or answer them), and the messages to run again.
+// the error replies of those cut short twice, and the messages to run again.
 type interruptedRuns struct {
 	key   string
 	marks []session.Record
@@ -497,10 +499,10 @@ type interruptedRuns struct {
 	err   error
 }
 
-// markInterrupted writes the records of every session (in parallel, so the
-// session log commits them together) and returns the messages to run
-// again, in order. A session whose records cannot be written is not run
-// again now: the next start finds it unanswered again.
+// markInterrupted writes the error replies of every session (in parallel,
+// so the session log commits them together) and returns the messages to
+// run again, in order. A session whose records cannot be written is not
+// run again now: the next start finds it unanswered again.
 func (rt *Runtime) markInterrupted(ctx context.Context, sessions []interruptedRuns) []bus.Inbound {
 	var wg sync.WaitGroup
 	work := make(chan *interruptedRuns)
@@ -509,7 +511,9 @@ func (rt *Runtime) markInterrupted(ctx context.Context, sessions []interruptedRu
 		go func() {
 			defer wg.Done()
 			for ir := range work {
-				ir.err = rt.appendLog(ctx, ir.key, ir.marks...)
+				if len(ir.marks) > 0 {
+					ir.err = rt.appendLog(ctx, ir.key, ir.marks...)
+				}
 			}
 		}()
 	}
@@ -553,6 +557,15 @@ func (rt *Runtime) loadRecent(key string) ([]session.Record, error) {
 }
 
 var errShuttingDown = errors.New("server is shutting down")
+
+// recordRerun writes, before the re-run of a message a restart left
+// unanswered starts, the run_interrupted record that keeps it from being
+// run a third time.
+func (rt *Runtime) recordRerun(ctx context.Context, in bus.Inbound) error {
+	return rt.appendLog(ctx, in.SessionKey, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
+		Content: "the run of message " + in.MessageID + " was cut short by a server restart; it runs again once",
+		Extra:   map[string]any{"event": interruptedEvent}})
+}
 
 // ErrBusy is wrapped by AcceptInbound's error when a bound of the delivery
 // contract refused the message (session queue full, server-wide waiting

@@ -27,6 +27,10 @@ type Inbound struct {
 	Received   time.Time
 	// Capabilities the device listed in connect.
 	Capabilities []string
+	// Recovered marks a message found accepted and unanswered at start-up:
+	// its run records that it runs again before it starts (a restart that
+	// cuts this run short too answers it with an error instead).
+	Recovered bool
 }
 
 // ChatID is the chat identifier agents see: the peer id, plus the thread.
