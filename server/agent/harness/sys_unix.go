@@ -7,15 +7,12 @@ import (
 	"syscall"
 )
 
-// agentProcAttr puts the agent in a process group of its own, so that it
-// and everything it starts can be killed together.
-func agentProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
-
-// killGroup kills the process group led by p.
-func killGroup(p *os.Process) {
-	if p != nil && p.Pid > 0 {
-		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
-	}
+// ptyProcAttr makes a PTY's shell lead a session with the PTY as its
+// controlling terminal (as pty.Start would), and hang up, passing the
+// hangup on to its jobs, when the server ends (Linux: procs adds the
+// parent death signal only when none is set).
+func ptyProcAttr() *syscall.SysProcAttr {
+	return withDeathSignal(&syscall.SysProcAttr{Setsid: true, Setctty: true}, syscall.SIGHUP)
 }
 
 // hangUp sends SIGHUP to the process group pgid, as closing a terminal
@@ -42,3 +39,9 @@ func killSession(sid int) {
 // setNonblock puts f back in non-blocking mode (Fd made it blocking), so
 // that Close interrupts a Read and deadlines work.
 func setNonblock(f *os.File) { _ = syscall.SetNonblock(int(f.Fd()), true) }
+
+// processAlive tells whether a process with id pid exists.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || err == syscall.EPERM
+}

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/procs"
 	"termlink/server/config"
 )
 
@@ -107,6 +108,9 @@ type Options struct {
 	Env []string
 	// Shell runs the command as Shell -c COMMAND. Default "/bin/sh".
 	Shell string
+	// Procs records the agents' process groups for the reaping after a
+	// crash; nil records nothing (agents still die with the server).
+	Procs *procs.Registry
 }
 
 // Runner runs a Nuum agent, one process per session. It implements

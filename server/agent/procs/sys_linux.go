@@ -1,0 +1,113 @@
+package procs
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// Command returns the command that runs shell -c command under the
+// guard (see the package doc). Start it with Registry.Start.
+func Command(shell, command string) *exec.Cmd {
+	cmd := exec.Command("/bin/sh", "-c", guardScript, guardName, shell, command)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGHUP}
+	return cmd
+}
+
+// prepare makes cmd lead a process group (unless it will lead a
+// session) and die with the thread that forks it: SIGKILL, unless the
+// caller chose another signal (the guard's SIGHUP).
+func prepare(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	a := cmd.SysProcAttr
+	if !a.Setsid {
+		a.Setpgid = true
+	}
+	if a.Pdeathsig == 0 {
+		a.Pdeathsig = syscall.SIGKILL
+	}
+}
+
+// forker is the one goroutine, locked to its OS thread for the life of
+// the process, that forks every agent: the parent death signal follows
+// the forking thread, and this thread never ends before the process.
+var forker struct {
+	once sync.Once
+	jobs chan func()
+}
+
+// spawn runs start on the forking thread.
+func spawn(start func() error) error {
+	forker.once.Do(func() {
+		forker.jobs = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread must not end or be shared
+			for job := range forker.jobs {
+				job()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	forker.jobs <- func() { done <- start() }
+	return <-done
+}
+
+// startTime is field 22 of /proc/PID/stat: when the process started, in
+// clock ticks since boot. With the pid it names one process for good.
+func startTime(pid int) (uint64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state)
+	if len(f) < 20 {
+		return 0, false
+	}
+	st, err := strconv.ParseUint(f[19], 10, 64)
+	return st, err == nil
+}
+
+// markedProcesses lists the processes (other than this one) whose
+// environment holds MarkerEnv=marker.
+func markedProcesses(marker string) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := []byte(MarkerEnv + "=" + marker)
+	self := os.Getpid()
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue // gone, or not ours to read
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if bytes.Equal(kv, want) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// MarkedProcesses lists the live processes carrying marker (tests use
+// it to see that no agent survived).
+func MarkedProcesses(marker string) []int { return markedProcesses(marker) }
