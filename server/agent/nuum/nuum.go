@@ -34,6 +34,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"termlink/server/agent"
 	"termlink/server/agent/procs"
 	"termlink/server/config"
@@ -92,8 +94,10 @@ type Options struct {
 	// exit after its stdin is closed before its process group gets SIGTERM,
 	// and as long again before SIGKILL. Default 2s.
 	StopGrace time.Duration
-	// Restart backoff after crashes: RestartBackoffMin after the first,
-	// doubling up to RestartBackoffMax. Defaults 0.5s and 30s.
+	// Restart backoff after crashes: about RestartBackoffMin after the
+	// first, doubling up to RestartBackoffMax, each delay randomized
+	// (±50%, cenkalti/backoff) within [RestartBackoffMin,
+	// RestartBackoffMax]. Defaults 0.5s and 30s.
 	RestartBackoffMin time.Duration
 	RestartBackoffMax time.Duration
 	// MaxLineBytes is the longest stdout line read; longer ones are
@@ -137,8 +141,36 @@ type Runner struct {
 }
 
 type crashRecord struct {
-	n     int       // crashes in a row
-	until time.Time // no restart before
+	backoff *backoff.ExponentialBackOff // the delays of crashes in a row
+	until   time.Time                   // no restart before
+}
+
+// restartJitter is the randomization factor of restart delays, so that
+// agents that crashed together do not restart together.
+const restartJitter = 0.5
+
+// newRestartBackoff returns the restart delays after crashes in a row:
+// doubling, each randomized by ±restartJitter, and always within
+// [RestartBackoffMin, RestartBackoffMax]. The intervals are placed so that
+// the randomized values span the bounds: the first in
+// [Min, 3*Min], the last in [Max/3, Max] (cenkalti's randomized value is
+// interval*(1±factor)).
+func (r *Runner) newRestartBackoff() *backoff.ExponentialBackOff {
+	lo, hi := r.opt.RestartBackoffMin, r.opt.RestartBackoffMax
+	initial := time.Duration(float64(lo) / (1 - restartJitter))
+	maxInterval := max(time.Duration(float64(hi)/(1+restartJitter)), initial)
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(initial),
+		backoff.WithMaxInterval(maxInterval),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(restartJitter),
+		backoff.WithMaxElapsedTime(0), // never gives up
+	)
+}
+
+// next is the delay before the next restart.
+func (c *crashRecord) next(lo, hi time.Duration) time.Duration {
+	return min(max(c.backoff.NextBackOff(), lo), hi)
 }
 
 var (
@@ -522,16 +554,10 @@ func (r *Runner) recordCrashLocked(key string) {
 	}
 	c := r.crashes[key]
 	if c == nil {
-		c = &crashRecord{}
+		c = &crashRecord{backoff: r.newRestartBackoff()}
 		r.crashes[key] = c
 	}
-	c.n++
-	d := r.opt.RestartBackoffMin
-	for i := 1; i < c.n && d < r.opt.RestartBackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, r.opt.RestartBackoffMax)
-	c.until = now.Add(d)
+	c.until = now.Add(c.next(r.opt.RestartBackoffMin, r.opt.RestartBackoffMax))
 }
 
 // backoffLocked is how long the session must wait before its process may
