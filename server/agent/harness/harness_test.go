@@ -158,7 +158,7 @@ func TestMalformedXML(t *testing.T) {
 	for step, want := range map[int][]string{
 		2: {"ERROR: Command 1 missing required <keystrokes> element", "provide a proper response."},
 		3: {"WARNINGS: - AUTO-CORRECTED: Missing </response> tag", "Extra text detected before <response> tag", "Command 1: Missing duration field"},
-		4: {"ERROR: Missing required sections: <plan>"},
+		4: {"WARNINGS: - Missing <plan> section"},
 		5: {ConfirmQuestion(FormatXML)},
 	} {
 		for _, w := range want {
