@@ -507,6 +507,10 @@ func (s *runState) handleLine(line []byte) {
 		}
 	case FrameLog:
 		s.log.Log(context.Background(), logLevel(f.Level), "agent log", "text", f.Text)
+	default:
+		// A frame type of a later protocol (or "type": null): not text for
+		// a screen. nanobot ignores it too.
+		s.log.Info("agent frame of an unknown type dropped", "type", preview(f.Type), "line", preview(string(line)))
 	}
 }
 
