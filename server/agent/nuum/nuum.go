@@ -8,7 +8,13 @@
 // At most maxProcesses run at once; the least recently used idle one makes
 // room for a new session. The runner heartbeats every process and kills one
 // that stops answering; a crashed process is restarted for the next
-// message, with exponential backoff while it keeps crashing.
+// message, with jittered exponential backoff while it keeps crashing.
+// Processes die with the server (package procs).
+//
+// A turn's reply is the result frame's "result" text, Nuum's final answer;
+// each assistant frame is one model step, and the steps before the last
+// are shown as progress (to devices that asked for progress). Only when
+// the result has no text do the assistant steps, joined, make the reply.
 //
 // A message that arrives while its session's turn runs can be handed to
 // that turn (Inject, for the router): the agent injects it, and the turn's

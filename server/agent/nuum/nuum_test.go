@@ -362,8 +362,12 @@ func TestInject(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 			res := await(t, resCh, 10*time.Second)
-			if want := "You said: /slow 800\nYou said: second"; res.FinishReason != "stop" || res.Text != want {
+			// The result's text is the answer; the earlier step was progress.
+			if want := "You said: second"; res.FinishReason != "stop" || res.Text != want {
 				t.Fatalf("result %+v, want %q", res, want)
+			}
+			if p, _ := rc.snapshot(); !slices.Contains(p, "You said: /slow 800") {
+				t.Errorf("progress %q lacks the first step", p)
 			}
 			// The process is idle and in step: the next turn is answered alone.
 			if res := run(t, r, rc, "s", "third"); res.Text != "You said: third" {
@@ -1007,5 +1011,36 @@ func TestRestartBackoff(t *testing.T) {
 	}
 	if top < hi/3 {
 		t.Errorf("after 30 crashes the longest delay was %s, want the backoff near %s", top, hi)
+	}
+}
+
+// The reply is the result's text (Nuum's final answer); the assistant
+// steps before it are progress; the joined steps answer only when the
+// result has no text. Issue 11, "Nuum replies".
+func TestReplyIsTheResult(t *testing.T) {
+	r := newRunner(t, "", nil)
+	tests := []struct {
+		name, msg, reply string
+		progress         []string
+	}{
+		{"one step", "hello", "You said: hello", []string{"thinking"}},
+		{"steps, the last one the result", "/steps I'll read that file.|The file contains: Hello world!",
+			"The file contains: Hello world!", []string{"thinking", "I'll read that file."}},
+		{"streamed pieces, the result whole", "/steps Hello| world|=Hello world",
+			"Hello world", []string{"thinking", "Hello"}},
+		{"result without text", "/steps-noresult one|two", "one\ntwo", []string{"thinking", "one"}},
+		{"tool use between steps", "/tool read", "Used read", []string{"thinking", "using read"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rc := &recorder{}
+			res := run(t, r, rc, "s", tt.msg)
+			if res.FinishReason != "stop" || res.Text != tt.reply {
+				t.Errorf("reply %+v, want %q", res, tt.reply)
+			}
+			if p, _ := rc.snapshot(); !slices.Equal(p, tt.progress) {
+				t.Errorf("progress %q, want %q", p, tt.progress)
+			}
+		})
 	}
 }
