@@ -83,6 +83,11 @@ func (s *tmuxServer) start(ctx context.Context, name, dir string, shell, env []s
 	args = append(args, ";", "set-option", "-t", target, "status", "off",
 		";", "display-message", "-p", "-t", target, "#{pane_pid} #{socket_path}")
 	out, err := s.run(ctx, args...)
+	if err != nil && strings.Contains(err.Error(), "server exited unexpectedly") {
+		// The server was exiting (its last session had just been killed)
+		// as this client reached it; the next call starts a new one.
+		out, err = s.run(ctx, args...)
+	}
 	if err != nil {
 		return nil, err
 	}
