@@ -104,12 +104,4 @@ func readPidFile(t *testing.T, path string) int {
 
 // processGone tells whether pid no longer runs; a zombie (not yet reaped
 // by whoever inherited it) counts as gone.
-func processGone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && strings.HasPrefix(s[i+1:], " Z")
-}
+func processGone(pid int) bool { return !procs.Running(pid) }

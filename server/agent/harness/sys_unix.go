@@ -5,6 +5,8 @@ package harness
 import (
 	"os"
 	"syscall"
+
+	"termlink/server/agent/procs"
 )
 
 // ptyProcAttr makes a PTY's shell lead a session with the PTY as its
@@ -31,7 +33,7 @@ func killSession(sid int) {
 		return
 	}
 	_ = syscall.Kill(-sid, syscall.SIGKILL)
-	for _, pid := range sessionMembers(sid) {
+	for _, pid := range procs.SessionMembers(sid) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
@@ -39,9 +41,3 @@ func killSession(sid int) {
 // setNonblock puts f back in non-blocking mode (Fd made it blocking), so
 // that Close interrupts a Read and deadlines work.
 func setNonblock(f *os.File) { _ = syscall.SetNonblock(int(f.Fd()), true) }
-
-// processAlive tells whether a process with id pid exists.
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || err == syscall.EPERM
-}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"termlink/server/agent/procs"
 )
 
 // tmuxServer is the private tmux server of one Runner: its own socket
@@ -183,7 +185,7 @@ func reapStaleTmux(path string, env []string, log *slog.Logger) {
 		}
 		pidText, _, ok := strings.Cut(rest, "-")
 		pid, err := strconv.Atoi(pidText)
-		if !ok || err != nil || pid <= 0 || processAlive(pid) {
+		if !ok || err != nil || pid <= 0 || procs.Running(pid) {
 			continue
 		}
 		s := &tmuxServer{path: path, socket: e.Name(), env: env}

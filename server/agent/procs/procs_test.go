@@ -17,15 +17,7 @@ import (
 
 // gone tells whether pid no longer runs (a zombie counts as gone: its
 // parent, maybe PID 1, has yet to reap it).
-func gone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && strings.HasPrefix(s[i+1:], " Z")
-}
+func gone(pid int) bool { return !Running(pid) }
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()

@@ -59,52 +59,90 @@ func spawn(start func() error) error {
 	return <-done
 }
 
-// startTime is field 22 of /proc/PID/stat: when the process started, in
-// clock ticks since boot. With the pid it names one process for good.
-func startTime(pid int) (uint64, bool) {
+// stat returns the fields of /proc/PID/stat after "pid (comm)": f[0] is
+// field 3 (state), f[3] field 6 (session), f[19] field 22 (start time).
+// comm may hold spaces and parentheses, hence the last ')'.
+func stat(pid int) ([]string, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, false
+		return nil, false
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, false
+		return nil, false
 	}
-	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state)
-	if len(f) < 20 {
+	f := strings.Fields(s[i+1:])
+	return f, len(f) >= 20
+}
+
+// startTime is when the process started, in clock ticks since boot. With
+// the pid it names one process for good.
+func startTime(pid int) (uint64, bool) {
+	f, ok := stat(pid)
+	if !ok {
 		return 0, false
 	}
 	st, err := strconv.ParseUint(f[19], 10, 64)
 	return st, err == nil
 }
 
+// Running tells whether pid is a live process: it exists and is not a
+// zombie (dead, waiting for whoever inherited it to reap it).
+func Running(pid int) bool {
+	f, ok := stat(pid)
+	return ok && f[0] != "Z" && f[0] != "X"
+}
+
+// SessionMembers lists the processes (other than sid itself) whose
+// session id is sid: the job process groups an interactive shell made.
+func SessionMembers(sid int) []int {
+	var pids []int
+	eachPid(func(pid int) {
+		if pid == sid {
+			return
+		}
+		if f, ok := stat(pid); ok && f[3] == strconv.Itoa(sid) {
+			pids = append(pids, pid)
+		}
+	})
+	return pids
+}
+
+// eachPid calls fn with the id of every process in /proc.
+func eachPid(fn func(pid int)) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			fn(pid)
+		}
+	}
+}
+
 // markedProcesses lists the processes (other than this one) whose
 // environment holds MarkerEnv=marker.
 func markedProcesses(marker string) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	want := []byte(MarkerEnv + "=" + marker)
 	self := os.Getpid()
 	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
+	eachPid(func(pid int) {
+		if pid == self {
+			return
 		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 		if err != nil {
-			continue // gone, or not ours to read
+			return // gone, or not ours to read
 		}
 		for _, kv := range bytes.Split(env, []byte{0}) {
 			if bytes.Equal(kv, want) {
 				pids = append(pids, pid)
-				break
+				return
 			}
 		}
-	}
+	})
 	return pids
 }
 

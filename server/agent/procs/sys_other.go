@@ -18,3 +18,6 @@ func markedProcesses(string) []int { return nil }
 // MarkedProcesses lists the live processes carrying marker: none known
 // here.
 func MarkedProcesses(marker string) []int { return nil }
+
+// SessionMembers lists the processes of a session; only Linux lists them.
+func SessionMembers(int) []int { return nil }

@@ -20,3 +20,9 @@ func prepare(cmd *exec.Cmd) {
 // startTime is unknown here: recorded groups are never reaped without
 // proof that they are ours.
 func startTime(int) (uint64, bool) { return 0, false }
+
+// Running tells whether a process with id pid exists.
+func Running(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || err == syscall.EPERM
+}
