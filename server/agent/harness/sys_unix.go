@@ -10,11 +10,12 @@ import (
 )
 
 // ptyProcAttr makes a PTY's shell lead a session with the PTY as its
-// controlling terminal (as pty.Start would), and hang up, passing the
-// hangup on to its jobs, when the server ends (Linux: procs adds the
-// parent death signal only when none is set).
+// controlling terminal (as pty.Start would); procs.StartWith then keeps
+// it a session leader (no Setpgid) and kills it when the server ends. Its
+// foreground job gets the hangup of a terminal whose controlling process
+// died; background jobs are reaped by the next server.
 func ptyProcAttr() *syscall.SysProcAttr {
-	return withDeathSignal(&syscall.SysProcAttr{Setsid: true, Setctty: true}, syscall.SIGHUP)
+	return &syscall.SysProcAttr{Setsid: true, Setctty: true}
 }
 
 // hangUp sends SIGHUP to the process group pgid, as closing a terminal

@@ -4,7 +4,7 @@
 //
 // Three mechanisms, one per way a process can outlive the server:
 //
-//   - Parent death signal (Linux): the direct child gets SIGHUP when the
+//   - Parent death signal (Linux): the direct child gets a signal when the
 //     thread that forked it ends (prctl PR_SET_PDEATHSIG). The signal
 //     follows the creating thread, not the process (golang/go#27505), so
 //     every agent is forked by one goroutine locked to its OS thread for

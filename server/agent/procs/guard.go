@@ -3,8 +3,11 @@ package procs
 // guardScript runs "$1" -c "$2" (the agent's shell and command) as a
 // background job and waits for it, so that a trap can run while it
 // runs:
-//   - SIGHUP (the parent death signal, or a hangup of the group) kills
-//     the whole process group: the agent and everything it started.
+//   - SIGUSR2, its parent death signal, kills the whole process group:
+//     the agent and everything it started. Not SIGHUP: a server started
+//     under nohup passes SIGHUP on ignored, and a shell cannot trap a
+//     signal ignored on entry; Go resets every other signal it handles
+//     to the default in its children.
 //   - SIGTERM is passed on by the group itself (the agent gets it too);
 //     the guard keeps waiting, so the agent may end gracefully.
 //
@@ -13,7 +16,7 @@ package procs
 // agent alone holds them (closing its stdout is an EOF for the reader)
 // and the shell's job messages ("Killed") go nowhere. An agent killed by a signal ends the guard by the same
 // signal, so callers see what they would without the guard.
-const guardScript = `trap 'kill -KILL 0' HUP
+const guardScript = `trap 'kill -KILL 0' USR2
 trap 't=1' TERM
 exec 3<&0
 "$1" -c "$2" <&3 3<&- &
@@ -25,7 +28,7 @@ while :; do
 	s=$?
 	[ -n "$t" ] && kill -0 $c 2>/dev/null || break
 done
-trap - HUP TERM
+trap - USR2 TERM
 [ $s -gt 128 ] && [ $s -lt 160 ] && kill -$((s - 128)) $$
 exit $s`
 

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -96,9 +97,12 @@ func TestGuardPassesThrough(t *testing.T) {
 	}
 }
 
-// The parent death signal (SIGHUP, sent here by hand) makes the guard
+// The parent death signal (sent here by hand) makes the guard
 // kill the whole group: the agent and the grandchild it started.
-func TestGuardKillsGroupOnHangup(t *testing.T) {
+func TestGuardKillsGroupOnParentDeathSignal(t *testing.T) {
+	// As under nohup: SIGHUP ignored by the server, so by its children.
+	signal.Ignore(syscall.SIGHUP)
+	defer signal.Reset(syscall.SIGHUP)
 	dir := t.TempDir()
 	r := newRegistry(t)
 	cmd := Command("/bin/sh", "sleep 300 & echo $! > grandchild.pid; echo $$ > agent.pid; wait")
@@ -106,10 +110,10 @@ func TestGuardKillsGroupOnHangup(t *testing.T) {
 	if err := r.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Wait()
+	defer func() { _ = KillGroup(cmd.Process.Pid); _ = cmd.Wait() }()
 	grandchild, _ := strconv.Atoi(waitFile(t, filepath.Join(dir, "grandchild.pid")))
 	agent, _ := strconv.Atoi(waitFile(t, filepath.Join(dir, "agent.pid")))
-	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGHUP); err != nil {
+	if err := syscall.Kill(cmd.Process.Pid, guardDeathSignal); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, agent)

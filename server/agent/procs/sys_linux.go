@@ -11,17 +11,20 @@ import (
 	"syscall"
 )
 
+// guardDeathSignal is the guard's parent death signal (see guardScript).
+const guardDeathSignal = syscall.SIGUSR2
+
 // Command returns the command that runs shell -c command under the
 // guard (see the package doc). Start it with Registry.Start.
 func Command(shell, command string) *exec.Cmd {
 	cmd := exec.Command("/bin/sh", "-c", guardScript, guardName, shell, command)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGHUP}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: guardDeathSignal}
 	return cmd
 }
 
 // prepare makes cmd lead a process group (unless it will lead a
 // session) and die with the thread that forks it: SIGKILL, unless the
-// caller chose another signal (the guard's SIGHUP).
+// caller chose another signal (the guard's).
 func prepare(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
