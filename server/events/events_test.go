@@ -121,3 +121,26 @@ func TestRingBoundedInBytes(t *testing.T) {
 		t.Fatalf("Recent returns %d bytes of fields", sum)
 	}
 }
+
+// FuzzTruncate: the cut is never longer than the bound, keeps valid UTF-8
+// valid, and leaves short strings alone.
+func FuzzTruncate(f *testing.F) {
+	for _, s := range []string{"", "short", strings.Repeat("€", 100), "a\xffb"} {
+		f.Add(s, 10)
+	}
+	f.Fuzz(func(t *testing.T, s string, max int) {
+		if max < 0 || max > 1000 {
+			return
+		}
+		got := Truncate(s, max)
+		if len(got) > max {
+			t.Fatalf("Truncate(%q, %d) = %q, %d bytes", s, max, got, len(got))
+		}
+		if len(s) <= max && got != s {
+			t.Fatalf("short string changed: %q -> %q", s, got)
+		}
+		if utf8.ValidString(s) && !utf8.ValidString(got) {
+			t.Fatalf("Truncate(%q, %d) = %q: invalid UTF-8", s, max, got)
+		}
+	})
+}

@@ -250,3 +250,24 @@ func TestRegistryFile(t *testing.T) {
 		t.Error("nil registry")
 	}
 }
+
+// FuzzReadRegistry: any registry file parses without panicking and yields
+// only pids above 1 (never 0, 1 or a negative number, which kill(2) takes
+// for "every process").
+func FuzzReadRegistry(f *testing.F) {
+	for _, s := range []string{"123 456\n", "1 2\n0 0\n-5 3\n", "x y\n\n 77  88 \n", "99999999999999999999 1\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "agents.pids")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		groups, _ := readRegistry(path)
+		for pid := range groups {
+			if pid <= 1 {
+				t.Fatalf("pid %d from %q", pid, data)
+			}
+		}
+	})
+}
