@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,15 +17,17 @@ import (
 	"termlink/server/agent/procs"
 )
 
-// kill -9 of termserver during a run leaves no agent process behind (the
-// agent and the grandchild it started die with the server), and the
-// restarted server runs the interrupted message again: at most twice in
-// all. Issue 10, finding 6.
+// kill -9 of termserver during a run leaves no agent process behind: the
+// agent and the grandchild it started die with the server, and one that
+// left the agent's process group (setsid, as a daemon does) is killed by
+// the restarted server. The restarted server runs the interrupted message
+// again: at most twice in all. Issue 10, finding 6.
 func TestKill9LeavesNoAgent(t *testing.T) {
 	workspace := t.TempDir()
-	// Each run appends to runs.log, starts a grandchild that sleeps, notes
-	// the pids, and answers after 2 s.
-	agent := `echo run >> runs.log; sleep 300 & echo $! > grandchild.pid; echo $$ > agent.pid; sleep 2; echo done`
+	// Each run appends to runs.log, starts a grandchild that sleeps and
+	// one that leaves the group, notes the pids, and answers after 2 s.
+	agent := `echo run >> runs.log; sleep 300 & echo $! > grandchild.pid; ` +
+		`setsid sleep 301 </dev/null >/dev/null 2>&1 & echo $! > escaped.pid; echo $$ > agent.pid; sleep 2; echo done`
 	cfgPath := filepath.Join(t.TempDir(), "termserver.json")
 	cfg := fmt.Sprintf(`{"workspace": %q,
 	  "channels": {"terminal-dev": {"kind": "terminal", "mode": "websocket", "accountId": "local", "agent": "slow"}},
@@ -36,6 +40,13 @@ func TestKill9LeavesNoAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	marker := reg.Marker()
+	// Runs last: what the re-run left outside its group after the servers
+	// were killed.
+	t.Cleanup(func() {
+		for _, pid := range procs.MarkedProcesses(marker) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
 
 	p := start(t, cfgPath)
 	d := connect(t, p, "device-001")
@@ -45,6 +56,7 @@ func TestKill9LeavesNoAgent(t *testing.T) {
 	}
 	grandchild := readPidFile(t, filepath.Join(workspace, "grandchild.pid"))
 	agentPid := readPidFile(t, filepath.Join(workspace, "agent.pid"))
+	escaped := readPidFile(t, filepath.Join(workspace, "escaped.pid"))
 	if len(procs.MarkedProcesses(marker)) == 0 {
 		t.Fatal("the running agent carries no marker")
 	}
@@ -53,7 +65,7 @@ func TestKill9LeavesNoAgent(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		left := procs.MarkedProcesses(marker)
-		if len(left) == 0 && processGone(agentPid) && processGone(grandchild) {
+		if slices.Equal(left, []int{escaped}) && processGone(agentPid) && processGone(grandchild) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -64,6 +76,7 @@ func TestKill9LeavesNoAgent(t *testing.T) {
 	}
 
 	p2 := start(t, cfgPath)
+	waitGoneWithin(t, escaped, "the process that left the agent's group, after the restart")
 	d2 := connect(t, p2, "device-001")
 	d2.send(&link.Message{MessageID: "m-1", Text: "work"})
 	ack, ok := d2.read().(*link.Ack)
@@ -80,6 +93,18 @@ func TestKill9LeavesNoAgent(t *testing.T) {
 	runs, _ := os.ReadFile(filepath.Join(workspace, "runs.log"))
 	if n := strings.Count(string(runs), "run\n"); n < 1 || n > 2 {
 		t.Errorf("m-1 ran %d times, want one interrupted run and at most one re-run", n)
+	}
+}
+
+// waitGoneWithin waits (10 s at most) for pid to end.
+func waitGoneWithin(t *testing.T, pid int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !processGone(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d) still runs", what, pid)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
