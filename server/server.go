@@ -15,6 +15,7 @@ import (
 	"termlink/server/agent"
 	"termlink/server/agent/harness"
 	"termlink/server/agent/nuum"
+	"termlink/server/agent/procs"
 	"termlink/server/agent/terminal"
 	"termlink/server/bus"
 	"termlink/server/config"
@@ -87,6 +88,11 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	if dedupeBytes <= 0 {
 		dedupeBytes = config.DefaultDedupeCacheBytes
 	}
+	agentProcs, err := procs.Open(cfg.Workspace, log) // agents left by a crashed predecessor die first
+	if err != nil {
+		return nil, err
+	}
+	_, _ = agentProcs.Reap()
 	sopt := opt.session
 	sopt.NoSync, sopt.Logger = opt.NoSync, log
 	store, err := session.Open(filepath.Join(cfg.Workspace, "sessions"), sopt)
@@ -112,7 +118,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		r := built[chCfg.Agent]
 		if r == nil {
 			if r = opt.Runners[chCfg.Agent]; r == nil {
-				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent], cfg.Workspace, log)
+				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent], cfg.Workspace, agentProcs, log)
 				if err != nil {
 					s.closeRunners(built)
 					store.Close()
@@ -149,7 +155,7 @@ func (s *Server) closeRunners(m map[string]agent.Runner) {
 }
 
 // newRunner builds the runner of a configured agent.
-func newRunner(name string, a config.Agent, workspace string, log *slog.Logger) (agent.Runner, error) {
+func newRunner(name string, a config.Agent, workspace string, reg *procs.Registry, log *slog.Logger) (agent.Runner, error) {
 	log = log.With("agent", name)
 	switch {
 	case a.Builtin != nil:
@@ -158,11 +164,11 @@ func newRunner(name string, a config.Agent, workspace string, log *slog.Logger) 
 		}
 		return agent.Echo{Delay: time.Duration(a.Builtin.DelayMs) * time.Millisecond}, nil
 	case a.Terminal != nil:
-		return terminal.New(name, *a.Terminal, terminal.Options{Logger: log})
+		return terminal.New(name, *a.Terminal, terminal.Options{Logger: log, Procs: reg})
 	case a.Nuum != nil:
-		return nuum.New(name, *a.Nuum, nuum.Options{Logger: log})
+		return nuum.New(name, *a.Nuum, nuum.Options{Logger: log, Procs: reg})
 	case a.Harness != nil:
-		return harness.New(name, *a.Harness, harness.Options{Workspace: workspace, Logger: log})
+		return harness.New(name, *a.Harness, harness.Options{Workspace: workspace, Logger: log, Procs: reg})
 	}
 	return nil, fmt.Errorf("agent %q is not defined", name)
 }

@@ -1,7 +1,9 @@
 // Package events keeps a channel's recent events (terminal_connected,
 // inbound_accepted, outbound_unclaimed, ...) in a bounded ring for the
 // /api/channels/{id}/events endpoint. Events carry previews only: message
-// text is cut to PreviewChars and raw payloads are never stored.
+// text is cut to PreviewChars, every other field to MaxFieldBytes (a
+// rejected peer_id is quoted, not kept), raw payloads are never stored,
+// and the ring is bounded in bytes as well as in events.
 package events
 
 import (
@@ -29,6 +31,17 @@ const (
 
 // PreviewChars is how much of a message's text an event keeps.
 const PreviewChars = 48
+
+// MaxFieldBytes bounds every string field of a stored event (ellipsis
+// included): ids and details come from unauthenticated peers.
+const MaxFieldBytes = 200
+
+// DefaultMaxBytes bounds the memory of one channel's events.
+const DefaultMaxBytes = 1 << 20
+
+// eventOverhead is what an event costs beyond its strings (the struct,
+// sequence number and time), for the byte bound.
+const eventOverhead = 160
 
 // Event is one entry of a channel's log.
 type Event struct {
@@ -58,53 +71,105 @@ func Preview(text string) string {
 	return text
 }
 
-// Log is a bounded ring of events; safe for concurrent use.
-type Log struct {
-	mu   sync.Mutex
-	ring []Event
-	next uint64 // seq of the next event; ring index is seq % len(ring)
-	last time.Time
+// Truncate cuts s to at most max bytes at a UTF-8 boundary, marking the
+// cut with "…" (counted in max).
+func Truncate(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	const mark = "…"
+	n := max - len(mark)
+	if n < 0 {
+		return ""
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + mark
 }
 
-// NewLog keeps the newest size events.
-func NewLog(size int) *Log {
+// size is what e counts toward the byte bound.
+func (e *Event) size() int {
+	return eventOverhead + len(e.Event) + len(e.PeerID) + len(e.SessionID) +
+		len(e.MessageID) + len(e.RunID) + len(e.Preview) + len(e.Detail)
+}
+
+// Log is a ring of events bounded in count and in bytes; safe for
+// concurrent use. When either bound is reached the oldest events go.
+type Log struct {
+	mu       sync.Mutex
+	ring     []Event // capacity: the count bound
+	head     int     // index of the oldest event
+	n        int     // events held
+	bytes    int     // their sizes, summed
+	maxBytes int
+	next     uint64 // seq of the next event
+	last     time.Time
+}
+
+// NewLog keeps the newest size events, within DefaultMaxBytes.
+func NewLog(size int) *Log { return NewLogLimits(size, DefaultMaxBytes) }
+
+// NewLogLimits keeps the newest events, at most size of them and at most
+// maxBytes of them together (at least the newest one is always kept).
+func NewLogLimits(size, maxBytes int) *Log {
 	if size < 1 {
 		size = 1
 	}
-	return &Log{ring: make([]Event, size)}
+	if maxBytes < 1 {
+		maxBytes = DefaultMaxBytes
+	}
+	return &Log{ring: make([]Event, size), maxBytes: maxBytes}
 }
 
 // Add records e, setting its sequence number and, if zero, its time. The
-// preview is cut here, so callers may pass the full text.
+// preview and every other field are cut here, so callers may pass full
+// text and untrusted ids.
 func (l *Log) Add(e Event) {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
-	e.Preview = Preview(e.Preview)
+	e.Preview = Truncate(Preview(e.Preview), MaxFieldBytes)
+	for _, f := range []*string{&e.Event, &e.PeerID, &e.SessionID, &e.MessageID, &e.RunID, &e.Detail} {
+		*f = Truncate(*f, MaxFieldBytes)
+	}
+	sz := e.size()
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.n > 0 && (l.n == len(l.ring) || l.bytes+sz > l.maxBytes) {
+		l.bytes -= l.ring[l.head].size()
+		l.ring[l.head] = Event{}
+		l.head = (l.head + 1) % len(l.ring)
+		l.n--
+	}
 	e.Seq = l.next
-	l.ring[l.next%uint64(len(l.ring))] = e
+	l.ring[(l.head+l.n)%len(l.ring)] = e
+	l.n++
+	l.bytes += sz
 	l.next++
 	l.last = e.At
-	l.mu.Unlock()
 }
 
 // Recent returns up to limit newest events, oldest first (newest last).
 func (l *Log) Recent(limit int) []Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := uint64(len(l.ring))
-	if l.next < n {
-		n = l.next
-	}
-	if limit >= 0 && uint64(limit) < n {
-		n = uint64(limit)
+	n := l.n
+	if limit >= 0 && limit < n {
+		n = limit
 	}
 	out := make([]Event, 0, n)
-	for seq := l.next - n; seq < l.next; seq++ {
-		out = append(out, l.ring[seq%uint64(len(l.ring))])
+	for i := l.n - n; i < l.n; i++ {
+		out = append(out, l.ring[(l.head+i)%len(l.ring)])
 	}
 	return out
+}
+
+// Bytes is what the held events count toward the byte bound.
+func (l *Log) Bytes() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bytes
 }
 
 // LastAt is the time of the newest event (zero when none).

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/procs"
 	"termlink/server/config"
 )
 
@@ -48,6 +49,10 @@ type Options struct {
 	TmuxPath string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Procs records the agents' process groups for the reaping after a
+	// crash, and marks the terminals' processes (the tmux server
+	// included); nil records nothing (agents still die with the server).
+	Procs *procs.Registry
 }
 
 // Target kinds.
@@ -174,10 +179,12 @@ func New(name string, cfg config.HarnessAgent, opt Options) (*Runner, error) {
 		}
 		if abs, err := exec.LookPath(path); err == nil {
 			r.kind = TargetTmux
+			env := opt.Procs.Env(append(cleanEnv("TMUX", "TMUX_PANE"), "TERM=xterm"))
+			reapStaleTmux(abs, env, r.log)
 			r.tmux = &tmuxServer{
 				path:   abs,
-				socket: fmt.Sprintf("termlink-%d-%d", os.Getpid(), runnerSeq.Add(1)),
-				env:    append(cleanEnv("TMUX", "TMUX_PANE"), "TERM=xterm"),
+				socket: fmt.Sprintf("%s%d-%d", tmuxSocketPrefix, os.Getpid(), runnerSeq.Add(1)),
+				env:    env,
 			}
 		} else {
 			r.kind = TargetPTY
@@ -337,7 +344,7 @@ func (r *Runner) start(ctx context.Context, dir string) (terminal, error) {
 	case TargetPTY:
 		env := append(cleanEnv("TERM", "PS1", "COLUMNS", "LINES"), "TERM=xterm")
 		env = append(env, r.shellEnv...)
-		t, err := startPTY(r.shell, env, dir, r.opt.Cols, r.opt.Rows)
+		t, err := startPTY(r.opt.Procs, r.shell, env, dir, r.opt.Cols, r.opt.Rows)
 		if err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/procs"
 	"termlink/server/config"
 )
 
@@ -158,7 +159,7 @@ func TestMalformedXML(t *testing.T) {
 	for step, want := range map[int][]string{
 		2: {"ERROR: Command 1 missing required <keystrokes> element", "provide a proper response."},
 		3: {"WARNINGS: - AUTO-CORRECTED: Missing </response> tag", "Extra text detected before <response> tag", "Command 1: Missing duration field"},
-		4: {"ERROR: Missing required sections: <plan>"},
+		4: {"WARNINGS: - Missing <plan> section"},
 		5: {ConfirmQuestion(FormatXML)},
 	} {
 		for _, w := range want {
@@ -586,7 +587,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 			}
 			jobs := 0
 			for _, sid := range sids {
-				jobs += len(sessionMembers(sid))
+				jobs += len(procs.SessionMembers(sid))
 			}
 			if jobs == 0 {
 				t.Fatal("the background job is in no terminal's session")
@@ -597,7 +598,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 			waitFor(t, "goroutines to stop", 5*time.Second, func() bool { return runtime.NumGoroutine() <= before })
 			for _, sid := range sids {
 				waitFor(t, "the terminal's processes to end", 5*time.Second, func() bool {
-					for _, pid := range append(sessionMembers(sid), sid) {
+					for _, pid := range append(procs.SessionMembers(sid), sid) {
 						if !processGone(pid) {
 							return false
 						}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/procs"
 	"termlink/server/config"
 )
 
@@ -201,15 +202,7 @@ func countLines(s, line string) int {
 }
 
 // processGone reports whether pid has exited (or is a zombie).
-func processGone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X')
-}
+func processGone(pid int) bool { return !procs.Running(pid) }
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()

@@ -161,6 +161,7 @@ func parseJSON(text string) Response {
 		slices.Sort(unknown)
 		r.warnf("Unknown fields: %s", quoteList(unknown))
 	}
+	r.checkFieldOrder(jsonKeyOrder(text[start:end]))
 	r.TaskComplete = jsonComplete(&r, obj["task_complete"])
 	for _, f := range []string{"analysis", "plan", "commands"} {
 		if _, ok := obj[f]; !ok {
@@ -482,6 +483,56 @@ func checkKeystrokes(r *Response, n int, keys string, followed bool) {
 	}
 }
 
+// orderedFields is the order terminus-2 expects the fields in.
+var orderedFields = []string{"analysis", "plan", "commands"}
+
+// checkFieldOrder warns, as terminus-2 does, when the orderedFields among
+// found (the fields in the order the response gives them) are out of
+// order.
+func (r *Response) checkFieldOrder(found []string) {
+	var got, want []string
+	for _, f := range found {
+		if slices.Contains(orderedFields, f) && !slices.Contains(got, f) {
+			got = append(got, f)
+		}
+	}
+	for _, f := range orderedFields {
+		if slices.Contains(got, f) {
+			want = append(want, f)
+		}
+	}
+	if !slices.Equal(got, want) {
+		r.warnf("Fields appear in wrong order. Found: %s, expected: %s", strings.Join(got, " -> "), strings.Join(want, " -> "))
+	}
+}
+
+// jsonKeyOrder lists the top-level keys of the JSON object that obj
+// starts with, in the order they are written, as far as it can be read
+// (an object missing its closing braces still yields its keys).
+func jsonKeyOrder(obj string) []string {
+	dec := json.NewDecoder(strings.NewReader(obj))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	var keys []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			break
+		}
+		k, ok := t.(string)
+		if !ok {
+			break
+		}
+		keys = append(keys, k)
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			break
+		}
+	}
+	return keys
+}
+
 // ---- XML
 
 var xmlSections = []string{"analysis", "plan", "commands", "task_complete"}
@@ -489,9 +540,11 @@ var xmlSections = []string{"analysis", "plan", "commands", "task_complete"}
 // ParseXML parses an XML response (a <response> block). It is as
 // tolerant as terminus-2's parser: text around the block, a missing
 // </response> and a missing or invalid duration are warnings; unknown
-// sections and elements are warnings. A missing <analysis>, <plan> or
-// <commands> (unless the task is complete), <commands> without <command>
-// elements, and a command without <keystrokes> are errors. Keystrokes are
+// sections and elements are warnings; so are a missing <analysis> or
+// <plan> (terminus-2 runs the commands anyway) and sections out of the
+// order analysis, plan, commands. A missing <commands> (unless the task
+// is complete), <commands> without <command> elements, and a command
+// without <keystrokes> are errors. Keystrokes are
 // taken verbatim (a CDATA section is unwrapped); a duration is a
 // <duration> element or a duration attribute of <command> or <keystrokes>.
 func ParseXML(text string) Response { return limited(parseXML(text)) }
@@ -526,6 +579,7 @@ func parseXML(text string) Response {
 	type section struct {
 		inner string
 		found bool
+		at    int // offset of the opening tag
 	}
 	secs := map[string]section{}
 	var spans [][2]int
@@ -539,7 +593,7 @@ func parseXML(text string) Response {
 		if found {
 			spans = append(spans, span)
 		}
-		secs[name] = section{inner, found}
+		secs[name] = section{inner, found, span[0]}
 	}
 	for _, tag := range unknownTags(content, spans) {
 		r.warnf("Unknown section <%s> ignored", tag)
@@ -554,17 +608,25 @@ func parseXML(text string) Response {
 		}
 		r.TaskComplete = v
 	}
-	for _, name := range []string{"analysis", "plan", "commands"} {
+	for _, name := range []string{"analysis", "plan"} {
 		if !secs[name].found {
-			if name == "commands" && r.TaskComplete {
-				continue
-			}
-			missing = append(missing, "<"+name+">")
+			r.warnf("Missing <%s> section", name)
 		}
+	}
+	if !secs["commands"].found && !r.TaskComplete {
+		missing = append(missing, "<commands>")
 	}
 	if len(missing) > 0 {
 		r.errorf("Missing required sections: %s", strings.Join(missing, ", "))
 	}
+	var order []string
+	for _, name := range orderedFields {
+		if secs[name].found {
+			order = append(order, name)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b string) int { return secs[a].at - secs[b].at })
+	r.checkFieldOrder(order)
 	r.Analysis = unescapeXML(strings.TrimSpace(secs["analysis"].inner))
 	r.Plan = unescapeXML(strings.TrimSpace(secs["plan"].inner))
 

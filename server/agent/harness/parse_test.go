@@ -32,6 +32,23 @@ func TestParseJSON(t *testing.T) {
 			noWarn: true,
 		},
 		{
+			name:  "fields in the wrong order",
+			in:    `{"commands": [{"keystrokes": "ls\n", "duration": 0.1}], "plan": "p", "analysis": "a"}`,
+			cmds:  []Command{{"ls\n", 100 * time.Millisecond}},
+			warns: []string{"Fields appear in wrong order. Found: commands -> plan -> analysis, expected: analysis -> plan -> commands"},
+		},
+		{
+			name:   "order read from keys, not from values",
+			in:     `{"task_complete": false, "analysis": "then \"commands\": and \"plan\":", "plan": "p", "commands": []}`,
+			noWarn: true,
+		},
+		{
+			name:  "wrong order with missing closing brace",
+			in:    `{"plan": "p", "analysis": "a", "commands": [{"keystrokes": "ls\n", "duration": 0.1}]`,
+			cmds:  []Command{{"ls\n", 100 * time.Millisecond}},
+			warns: []string{"Found: plan -> analysis -> commands"},
+		},
+		{
 			name:     "complete without commands field",
 			in:       `{"analysis": "done", "plan": "", "task_complete": true}`,
 			complete: true,
@@ -268,7 +285,39 @@ Plan for next steps
 			cmds: []Command{{"ls\n", 100 * time.Millisecond}},
 		},
 		{name: "no response tag", in: "<analysis>a</analysis>", errs: []string{"No <response> tag found"}},
-		{name: "missing sections", in: "<response><analysis>a</analysis></response>", errs: []string{"Missing required sections: <plan>, <commands>"}},
+		{name: "missing sections", in: "<response><analysis>a</analysis></response>", errs: []string{"Missing required sections: <commands>"}, warns: []string{"Missing <plan> section"}},
+		// terminus-2 warns about a missing <analysis> or <plan> and runs the
+		// commands (issue 11).
+		{
+			name:  "missing analysis and plan",
+			in:    "<response><commands><command><keystrokes>ls\n</keystrokes><duration>0.1</duration></command></commands></response>",
+			cmds:  []Command{{"ls\n", 100 * time.Millisecond}},
+			warns: []string{"Missing <analysis> section", "Missing <plan> section"},
+		},
+		{
+			name:  "missing plan",
+			in:    "<response><analysis>a</analysis><commands><command><keystrokes>ls\n</keystrokes><duration>0.1</duration></command></commands></response>",
+			cmds:  []Command{{"ls\n", 100 * time.Millisecond}},
+			warns: []string{"Missing <plan> section"},
+		},
+		{
+			name:  "sections in the wrong order",
+			in:    "<response><plan>p</plan><commands><command><keystrokes>ls\n</keystrokes><duration>0.1</duration></command></commands><analysis>a</analysis></response>",
+			cmds:  []Command{{"ls\n", 100 * time.Millisecond}},
+			warns: []string{"Fields appear in wrong order. Found: plan -> commands -> analysis, expected: analysis -> plan -> commands"},
+		},
+		{
+			name:  "two sections in the wrong order, one missing",
+			in:    "<response><commands><command><keystrokes>ls\n</keystrokes><duration>0.1</duration></command></commands><plan>p</plan></response>",
+			cmds:  []Command{{"ls\n", 100 * time.Millisecond}},
+			warns: []string{"Missing <analysis> section", "Found: commands -> plan, expected: plan -> commands"},
+		},
+		{
+			name:   "task_complete first is in order",
+			in:     "<response><task_complete>false</task_complete><analysis>a</analysis><plan>p</plan><commands><command><keystrokes>ls\n</keystrokes><duration>0.1</duration></command></commands></response>",
+			cmds:   []Command{{"ls\n", 100 * time.Millisecond}},
+			noWarn: true,
+		},
 		{name: "unclosed section", in: "<response><analysis>a<plan>p</plan><commands></commands></response>", errs: []string{"<analysis> is not closed"}},
 		{name: "commands without command elements", in: "<response><analysis>a</analysis><plan>p</plan><commands>ls -la</commands></response>", errs: []string{"<commands> must hold <command> elements"}},
 		{name: "command without keystrokes", in: "<response><analysis>a</analysis><plan>p</plan><commands><command><duration>1</duration></command></commands></response>", errs: []string{"Command 1 missing required <keystrokes>"}},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/procs"
 )
 
 // failure is an agent failure: the run ends with FinishReason "error".
@@ -241,7 +242,7 @@ func (u *run) finishCtx() agent.Result {
 func (r *Runner) runAgent(ctx context.Context, dir, key string, step int, request string) (string, error) {
 	sctx, cancel := context.WithTimeoutCause(ctx, r.stepTimeout, errStepTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(sctx, "/bin/sh", "-c", r.cfg.Command)
+	cmd := procs.Command("/bin/sh", r.cfg.Command)
 	cmd.Dir = dir
 	cmd.Env = append(cleanEnv("TERMLINK_STEP", "TERMLINK_SESSION"),
 		"TERMLINK_STEP="+strconv.Itoa(step), "TERMLINK_SESSION="+key)
@@ -249,17 +250,16 @@ func (r *Runner) runAgent(ctx context.Context, dir, key string, step int, reques
 	out := &capWriter{max: r.opt.MaxResponseBytes}
 	errTail := &tailWriter{max: 1024}
 	cmd.Stdout, cmd.Stderr = out, errTail
-	cmd.SysProcAttr = agentProcAttr()
-	cmd.Cancel = func() error {
-		killGroup(cmd.Process)
-		return nil
-	}
 	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
+	if err := r.opt.Procs.Start(cmd); err != nil {
 		return "", failf("cannot start the agent: %v", err)
 	}
+	pid := cmd.Process.Pid
+	stop := context.AfterFunc(sctx, func() { _ = procs.KillGroup(pid) })
 	err := cmd.Wait()
-	killGroup(cmd.Process) // whatever it left running
+	stop()
+	_ = procs.KillGroup(pid) // whatever it left running
+	r.opt.Procs.Done(pid)
 	switch {
 	case ctx.Err() != nil:
 		return "", context.Cause(ctx)

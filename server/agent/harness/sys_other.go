@@ -7,13 +7,7 @@ import (
 	"syscall"
 )
 
-func agentProcAttr() *syscall.SysProcAttr { return nil }
-
-func killGroup(p *os.Process) {
-	if p != nil {
-		_ = p.Kill()
-	}
-}
+func ptyProcAttr() *syscall.SysProcAttr { return nil }
 
 func hangUp(int) {}
 

@@ -5,17 +5,17 @@ package harness
 import (
 	"os"
 	"syscall"
+
+	"termlink/server/agent/procs"
 )
 
-// agentProcAttr puts the agent in a process group of its own, so that it
-// and everything it starts can be killed together.
-func agentProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
-
-// killGroup kills the process group led by p.
-func killGroup(p *os.Process) {
-	if p != nil && p.Pid > 0 {
-		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
-	}
+// ptyProcAttr makes a PTY's shell lead a session with the PTY as its
+// controlling terminal (as pty.Start would); procs.StartWith then keeps
+// it a session leader (no Setpgid) and kills it when the server ends. Its
+// foreground job gets the hangup of a terminal whose controlling process
+// died; background jobs are reaped by the next server.
+func ptyProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setsid: true, Setctty: true}
 }
 
 // hangUp sends SIGHUP to the process group pgid, as closing a terminal
@@ -34,7 +34,7 @@ func killSession(sid int) {
 		return
 	}
 	_ = syscall.Kill(-sid, syscall.SIGKILL)
-	for _, pid := range sessionMembers(sid) {
+	for _, pid := range procs.SessionMembers(sid) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }

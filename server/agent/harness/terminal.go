@@ -15,6 +15,7 @@ import (
 	"go.bug.st/serial"
 
 	"termlink/server/agent/harness/vt"
+	"termlink/server/agent/procs"
 )
 
 // terminal is what the agent drives: a tmux pane, a shell in a PTY, or a
@@ -104,6 +105,7 @@ func (f *screenFeed) alive() bool {
 
 // ptyTerm is a shell in a pseudo-terminal, its screen kept by vt.
 type ptyTerm struct {
+	reg    *procs.Registry
 	cmd    *exec.Cmd
 	ptmx   *os.File
 	feed   *screenFeed
@@ -111,11 +113,16 @@ type ptyTerm struct {
 	once   sync.Once
 }
 
-func startPTY(shell []string, env []string, dir string, cols, rows int) (*ptyTerm, error) {
+func startPTY(reg *procs.Registry, shell []string, env []string, dir string, cols, rows int) (*ptyTerm, error) {
 	cmd := exec.Command(shell[0], shell[1:]...)
 	cmd.Dir = dir
 	cmd.Env = env
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: uint16(rows), Cols: uint16(cols)})
+	cmd.SysProcAttr = ptyProcAttr()
+	var ptmx *os.File
+	err := reg.StartWith(cmd, func() (err error) {
+		ptmx, err = pty.StartWithSize(cmd, &pty.Winsize{Rows: uint16(rows), Cols: uint16(cols)})
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("start %s in a pty: %w", shell[0], err)
 	}
@@ -123,7 +130,7 @@ func startPTY(shell []string, env []string, dir string, cols, rows int) (*ptyTer
 	// non-blocking again so that Close interrupts a Read and write
 	// deadlines work.
 	setNonblock(ptmx)
-	t := &ptyTerm{cmd: cmd, ptmx: ptmx, feed: newScreenFeed(cols, rows), exited: make(chan struct{})}
+	t := &ptyTerm{reg: reg, cmd: cmd, ptmx: ptmx, feed: newScreenFeed(cols, rows), exited: make(chan struct{})}
 	go t.feed.run(ptmx, ptmx)
 	go func() {
 		_ = cmd.Wait()
@@ -176,6 +183,7 @@ func (t *ptyTerm) Close() error {
 		}
 		killSession(pid)
 		<-t.exited
+		t.reg.Done(pid)
 		<-t.feed.done
 	})
 	return nil

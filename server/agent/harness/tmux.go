@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"termlink/server/agent/procs"
 )
 
 // tmuxServer is the private tmux server of one Runner: its own socket
@@ -82,6 +85,11 @@ func (s *tmuxServer) start(ctx context.Context, name, dir string, shell, env []s
 	args = append(args, ";", "set-option", "-t", target, "status", "off",
 		";", "display-message", "-p", "-t", target, "#{pane_pid} #{socket_path}")
 	out, err := s.run(ctx, args...)
+	if err != nil && strings.Contains(err.Error(), "server exited unexpectedly") {
+		// The server was exiting (its last session had just been killed)
+		// as this client reached it; the next call starts a new one.
+		out, err = s.run(ctx, args...)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -150,4 +158,39 @@ func (t *tmuxTerm) Close() error {
 		return nil // already gone
 	}
 	return err
+}
+
+// tmuxSocketPrefix starts the name of every private tmux server's socket:
+// termlink-<pid of the server process>-<runner number>.
+const tmuxSocketPrefix = "termlink-"
+
+// reapStaleTmux kills the private tmux servers (and removes the sockets)
+// of server processes that are gone: a crashed termserver cannot kill its
+// tmux server, which daemonized and so outlives it. A socket whose
+// process still lives is left alone, whoever that process is now.
+func reapStaleTmux(path string, env []string, log *slog.Logger) {
+	dir := os.Getenv("TMUX_TMPDIR")
+	if dir == "" {
+		dir = "/tmp"
+	}
+	dir = filepath.Join(dir, fmt.Sprintf("tmux-%d", os.Getuid()))
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), tmuxSocketPrefix)
+		if !ok {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || procs.Running(pid) {
+			continue
+		}
+		s := &tmuxServer{path: path, socket: e.Name(), env: env}
+		_, _ = s.run(context.Background(), "kill-server")
+		_ = os.Remove(filepath.Join(dir, e.Name()))
+		log.Info("harness: removed the tmux server of a server process that is gone", "socket", e.Name())
+	}
 }

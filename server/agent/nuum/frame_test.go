@@ -88,8 +88,12 @@ func TestMapResult(t *testing.T) {
 		line, text, lastErr string
 		reason, reply       string
 	}{
-		{`{"type":"result","subtype":"success","result":"r"}`, "collected", "", "stop", "collected"},
+		// The result's text is the answer; the assistant steps only when it
+		// has none (issue 11).
+		{`{"type":"result","subtype":"success","result":"r"}`, "step one\nr", "", "stop", "r"},
 		{`{"type":"result","subtype":"success","result":"r"}`, "", "", "stop", "r"},
+		{`{"type":"result","subtype":"success"}`, "step one\nstep two", "", "stop", "step one\nstep two"},
+		{`{"type":"result","subtype":"success","result":" \n"}`, "collected", "", "stop", "collected"},
 		{`{"type":"result","result":"r"}`, "", "", "stop", "r"},
 		{`{"type":"result","subtype":"success","is_error":true,"result":"API Error: 529"}`, "x", "", "error", "agent error: API Error: 529"},
 		{`{"type":"result","subtype":"cancelled"}`, "partial", "", "cancelled", "cancelled"},

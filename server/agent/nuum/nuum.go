@@ -8,7 +8,13 @@
 // At most maxProcesses run at once; the least recently used idle one makes
 // room for a new session. The runner heartbeats every process and kills one
 // that stops answering; a crashed process is restarted for the next
-// message, with exponential backoff while it keeps crashing.
+// message, with jittered exponential backoff while it keeps crashing.
+// Processes die with the server (package procs).
+//
+// A turn's reply is the result frame's "result" text, Nuum's final answer;
+// each assistant frame is one model step, and the steps before the last
+// are shown as progress (to devices that asked for progress). Only when
+// the result has no text do the assistant steps, joined, make the reply.
 //
 // A message that arrives while its session's turn runs can be handed to
 // that turn (Inject, for the router): the agent injects it, and the turn's
@@ -34,7 +40,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"termlink/server/agent"
+	"termlink/server/agent/procs"
 	"termlink/server/config"
 )
 
@@ -91,8 +100,10 @@ type Options struct {
 	// exit after its stdin is closed before its process group gets SIGTERM,
 	// and as long again before SIGKILL. Default 2s.
 	StopGrace time.Duration
-	// Restart backoff after crashes: RestartBackoffMin after the first,
-	// doubling up to RestartBackoffMax. Defaults 0.5s and 30s.
+	// Restart backoff after crashes: about RestartBackoffMin after the
+	// first, doubling up to RestartBackoffMax, each delay randomized
+	// (±50%, cenkalti/backoff) within [RestartBackoffMin,
+	// RestartBackoffMax]. Defaults 0.5s and 30s.
 	RestartBackoffMin time.Duration
 	RestartBackoffMax time.Duration
 	// MaxLineBytes is the longest stdout line read; longer ones are
@@ -107,6 +118,9 @@ type Options struct {
 	Env []string
 	// Shell runs the command as Shell -c COMMAND. Default "/bin/sh".
 	Shell string
+	// Procs records the agents' process groups for the reaping after a
+	// crash; nil records nothing (agents still die with the server).
+	Procs *procs.Registry
 }
 
 // Runner runs a Nuum agent, one process per session. It implements
@@ -133,8 +147,36 @@ type Runner struct {
 }
 
 type crashRecord struct {
-	n     int       // crashes in a row
-	until time.Time // no restart before
+	backoff *backoff.ExponentialBackOff // the delays of crashes in a row
+	until   time.Time                   // no restart before
+}
+
+// restartJitter is the randomization factor of restart delays, so that
+// agents that crashed together do not restart together.
+const restartJitter = 0.5
+
+// newRestartBackoff returns the restart delays after crashes in a row:
+// doubling, each randomized by ±restartJitter, and always within
+// [RestartBackoffMin, RestartBackoffMax]. The intervals are placed so that
+// the randomized values span the bounds: the first in
+// [Min, 3*Min], the last in [Max/3, Max] (cenkalti's randomized value is
+// interval*(1±factor)).
+func (r *Runner) newRestartBackoff() *backoff.ExponentialBackOff {
+	lo, hi := r.opt.RestartBackoffMin, r.opt.RestartBackoffMax
+	initial := time.Duration(float64(lo) / (1 - restartJitter))
+	maxInterval := max(time.Duration(float64(hi)/(1+restartJitter)), initial)
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(initial),
+		backoff.WithMaxInterval(maxInterval),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(restartJitter),
+		backoff.WithMaxElapsedTime(0), // never gives up
+	)
+}
+
+// next is the delay before the next restart.
+func (c *crashRecord) next(lo, hi time.Duration) time.Duration {
+	return min(max(c.backoff.NextBackOff(), lo), hi)
 }
 
 var (
@@ -518,16 +560,10 @@ func (r *Runner) recordCrashLocked(key string) {
 	}
 	c := r.crashes[key]
 	if c == nil {
-		c = &crashRecord{}
+		c = &crashRecord{backoff: r.newRestartBackoff()}
 		r.crashes[key] = c
 	}
-	c.n++
-	d := r.opt.RestartBackoffMin
-	for i := 1; i < c.n && d < r.opt.RestartBackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, r.opt.RestartBackoffMax)
-	c.until = now.Add(d)
+	c.until = now.Add(c.next(r.opt.RestartBackoffMin, r.opt.RestartBackoffMax))
 }
 
 // backoffLocked is how long the session must wait before its process may

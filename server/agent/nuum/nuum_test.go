@@ -362,8 +362,12 @@ func TestInject(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 			res := await(t, resCh, 10*time.Second)
-			if want := "You said: /slow 800\nYou said: second"; res.FinishReason != "stop" || res.Text != want {
+			// The result's text is the answer; the earlier step was progress.
+			if want := "You said: second"; res.FinishReason != "stop" || res.Text != want {
 				t.Fatalf("result %+v, want %q", res, want)
+			}
+			if p, _ := rc.snapshot(); !slices.Contains(p, "You said: /slow 800") {
+				t.Errorf("progress %q lacks the first step", p)
 			}
 			// The process is idle and in step: the next turn is answered alone.
 			if res := run(t, r, rc, "s", "third"); res.Text != "You said: third" {
@@ -506,11 +510,14 @@ func TestCrashBackoff(t *testing.T) {
 			t.Fatalf("run %d answered %+v", i, res)
 		}
 	}
-	want := []time.Duration{0, 100, 200, 400, 400}
-	for i, w := range want {
-		w *= time.Millisecond
-		if gaps[i] < w || gaps[i] > w+time.Second {
-			t.Errorf("run %d took %s, want %s plus the start", i, gaps[i], w)
+	// The delays are randomized within [min, max] (TestRestartBackoff).
+	for i, g := range gaps {
+		lo, hi := 100*time.Millisecond, 400*time.Millisecond
+		if i == 0 {
+			lo, hi = 0, 0
+		}
+		if g < lo || g > hi+time.Second {
+			t.Errorf("run %d took %s, want %s..%s plus the start", i, g, lo, hi)
 		}
 	}
 	// Waiting for the backoff honours ctx.
@@ -962,5 +969,78 @@ func TestDescendantHoldingStdout(t *testing.T) {
 	}
 	if d := time.Since(t0); d > 3*time.Second {
 		t.Errorf("took %s", d)
+	}
+}
+
+// Restart delays are jittered (agents that crashed together restart
+// apart) and stay within [RestartBackoffMin, RestartBackoffMax]. Issue 10,
+// finding 10.
+func TestRestartBackoff(t *testing.T) {
+	r, err := New("x", config.NuumAgent{Command: "true"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	lo, hi := DefaultRestartBackoffMin, DefaultRestartBackoffMax
+	b := r.newRestartBackoff()
+	if b.RandomizationFactor <= 0 || b.MaxElapsedTime != 0 || b.Multiplier != 2 {
+		t.Fatalf("backoff %+v: want randomized, doubling, never giving up", b)
+	}
+	// The first delay of many sessions that crashed at once.
+	firsts := map[time.Duration]bool{}
+	for range 50 {
+		c := &crashRecord{backoff: r.newRestartBackoff()}
+		d := c.next(lo, hi)
+		if d < lo || d > 3*lo {
+			t.Fatalf("first delay %s, want %s..%s", d, lo, 3*lo)
+		}
+		firsts[d] = true
+	}
+	if len(firsts) < 2 {
+		t.Errorf("50 sessions that crashed together all wait %v: no jitter", firsts)
+	}
+	// Crashes in a row: growing, never past the bounds, reaching the top.
+	c := &crashRecord{backoff: r.newRestartBackoff()}
+	var top time.Duration
+	for i := range 30 {
+		d := c.next(lo, hi)
+		if d < lo || d > hi {
+			t.Fatalf("delay %d = %s, want %s..%s", i, d, lo, hi)
+		}
+		top = max(top, d)
+	}
+	if top < hi/3 {
+		t.Errorf("after 30 crashes the longest delay was %s, want the backoff near %s", top, hi)
+	}
+}
+
+// The reply is the result's text (Nuum's final answer); the assistant
+// steps before it are progress; the joined steps answer only when the
+// result has no text. Issue 11, "Nuum replies".
+func TestReplyIsTheResult(t *testing.T) {
+	r := newRunner(t, "", nil)
+	tests := []struct {
+		name, msg, reply string
+		progress         []string
+	}{
+		{"one step", "hello", "You said: hello", []string{"thinking"}},
+		{"steps, the last one the result", "/steps I'll read that file.|The file contains: Hello world!",
+			"The file contains: Hello world!", []string{"thinking", "I'll read that file."}},
+		{"streamed pieces, the result whole", "/steps Hello| world|=Hello world",
+			"Hello world", []string{"thinking", "Hello"}},
+		{"result without text", "/steps-noresult one|two", "one\ntwo", []string{"thinking", "one"}},
+		{"tool use between steps", "/tool read", "Used read", []string{"thinking", "using read"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rc := &recorder{}
+			res := run(t, r, rc, "s", tt.msg)
+			if res.FinishReason != "stop" || res.Text != tt.reply {
+				t.Errorf("reply %+v, want %q", res, tt.reply)
+			}
+			if p, _ := rc.snapshot(); !slices.Equal(p, tt.progress) {
+				t.Errorf("progress %q, want %q", p, tt.progress)
+			}
+		})
 	}
 }

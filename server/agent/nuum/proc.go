@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/procs"
 )
 
 // Limits of what is logged from an agent.
@@ -126,7 +127,7 @@ func (p *proc) spawn(req agent.Request) error {
 		closeAll()
 		return fmt.Errorf("creating the stderr pipe: %w", err)
 	}
-	cmd := exec.Command(p.r.opt.Shell, "-c", p.r.command)
+	cmd := procs.Command(p.r.opt.Shell, p.r.command)
 	cmd.Dir = req.Workspace
 	cmd.Env = append(os.Environ(),
 		"TERMLINK_AGENT="+p.r.name,
@@ -135,8 +136,7 @@ func (p *proc) spawn(req agent.Request) error {
 	)
 	cmd.Env = append(cmd.Env, p.r.opt.Env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	setProcGroup(cmd)
-	err = cmd.Start()
+	err = p.r.opt.Procs.Start(cmd)
 	inR.Close()
 	outW.Close()
 	errW.Close()
@@ -168,7 +168,8 @@ func (p *proc) wait() {
 	err := p.cmd.Wait()
 	// Kill what the agent left in its group. The group id cannot be reused
 	// while such processes live; if none do, this finds nothing.
-	killGroup(p.cmd.Process.Pid)
+	_ = procs.KillGroup(p.cmd.Process.Pid)
+	p.r.opt.Procs.Done(p.cmd.Process.Pid)
 	p.exitErr = err
 	// Processes outside the group may still hold stdout or stderr open.
 	deadline := time.Now().Add(p.exitDelay)
@@ -439,9 +440,9 @@ func (p *proc) signalGroup(kill bool) {
 	default:
 	}
 	if kill {
-		killGroup(p.cmd.Process.Pid)
+		_ = procs.KillGroup(p.cmd.Process.Pid)
 	} else {
-		terminateGroup(p.cmd.Process.Pid)
+		_ = procs.TerminateGroup(p.cmd.Process.Pid)
 	}
 }
 

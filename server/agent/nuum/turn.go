@@ -13,6 +13,7 @@ import (
 const (
 	eventPreviewRunes = 120
 	errorDetailRunes  = 500
+	progressRunes     = 200 // an assistant step shown as progress
 )
 
 // turn is one Run's exchange with the agent. frames and done link it to
@@ -28,6 +29,7 @@ type turn struct {
 	absorbed int  // of those, confirmed (system/injected) or answered by a follow-up result
 
 	texts     []string
+	step      string            // the latest assistant text, shown as progress once another step follows
 	tools     map[string]string // tool name by tool_use id
 	reported  map[string]bool   // tool_use ids whose result was reported
 	thinking  bool              // "thinking" progress sent
@@ -198,8 +200,10 @@ func (p *proc) handleFrame(t *turn, f frame, req agent.Request, progress agent.P
 		for _, b := range f.content() {
 			switch b.Type {
 			case "text":
-				if strings.TrimSpace(b.Text) != "" {
+				if step := strings.TrimSpace(b.Text); step != "" {
 					t.texts = append(t.texts, b.Text)
+					t.stepDone(progress)
+					t.step = step
 				}
 			case "tool_use":
 				name := b.Name
@@ -209,6 +213,7 @@ func (p *proc) handleFrame(t *turn, f frame, req agent.Request, progress agent.P
 				if b.ID != "" {
 					t.tools[b.ID] = b.Name
 				}
+				t.stepDone(progress)
 				progress("using " + name)
 			}
 		}
@@ -237,6 +242,17 @@ func (p *proc) handleFrame(t *turn, f frame, req agent.Request, progress agent.P
 		if req.Event != nil && t.lastError != "" {
 			req.Event("agent_error", preview(t.lastError, eventPreviewRunes))
 		}
+	}
+}
+
+// stepDone shows the latest assistant text as progress: another step
+// follows, so it is not the answer (each assistant frame is one model
+// step; the last one is usually the result's text, and is not shown
+// twice).
+func (t *turn) stepDone(progress agent.Progress) {
+	if t.step != "" {
+		progress(preview(t.step, progressRunes))
+		t.step = ""
 	}
 }
 
@@ -304,18 +320,20 @@ func (t *turn) answer(cancelled bool) agent.Result {
 	return mapResult(t.last, strings.Join(t.texts, "\n"), t.lastError)
 }
 
-// mapResult maps a result frame to a reply: success gives the collected
-// assistant text (or the result's "result" field when there is none),
-// cancelled gives "cancelled", anything else (an error_* subtype, or
-// is_error) an error naming what went wrong.
-func mapResult(f frame, text, lastError string) agent.Result {
+// mapResult maps a result frame to a reply: success gives the result's
+// "result" text, Nuum's final answer (each assistant frame is one model
+// step, shown as progress on the way), or the assistant steps joined when
+// the result has none; cancelled gives "cancelled", anything else (an
+// error_* subtype, or is_error) an error naming what went wrong.
+func mapResult(f frame, steps, lastError string) agent.Result {
 	isError := f.boolean("is_error")
 	switch {
 	case f.Subtype == "cancelled":
 		return cancelledResult()
 	case (f.Subtype == "success" || f.Subtype == "") && !isError:
+		text := f.str("result")
 		if strings.TrimSpace(text) == "" {
-			text = f.str("result")
+			text = steps
 		}
 		return agent.Result{Text: text, FinishReason: finishStop}
 	}

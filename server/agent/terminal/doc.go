@@ -2,10 +2,14 @@
 // (shared/spec/terminal-protocol-v1.md), one subprocess per message.
 //
 // For each message the Runner starts the configured command with
-// "/bin/sh -c" in the workspace, in a process group of its own, writes one
+// "/bin/sh -c" in the workspace, in a process group of its own that dies
+// with the server (package procs: parent death signal, guard, reaping
+// after a crash), writes one
 // JSON [Envelope] line to its stdin and closes stdin. In rich mode stdout is
 // read line by line as it arrives: "message", "progress", "error" and "log"
-// frames ([ParseFrame]); every other line is kept as plain text. In plain
+// frames ([ParseFrame]); a JSON object with another "type" (a later
+// protocol's frame, or null) is dropped with a log line, as nanobot does;
+// every other line is kept as plain text. In plain
 // mode stdout is taken whole when the process exits. Absolute paths of
 // existing media files in plain text become attachments ([DetectMedia]).
 //
@@ -25,5 +29,6 @@
 //
 // Processes a run leaves behind that closed stdout and stderr (daemons,
 // "cmd >/dev/null &") are not waited for and not killed; a process that
-// wants to outlive its run should leave the group (setsid).
+// wants to outlive its run should leave the group (setsid). None outlives
+// the server: the next server kills what carries its workspace's marker.
 package terminal

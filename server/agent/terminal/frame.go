@@ -23,11 +23,14 @@ type Frame struct {
 }
 
 // ParseFrame parses one stdout line (with or without its line ending). It
-// reports false for a line that is not a frame: not a JSON object, no
-// "type" string, a type other than the four of the spec, or a known field
-// of the wrong JSON type. Such a line is the agent's plain text. Keys are
-// matched exactly (case-sensitive); unknown keys are ignored; null counts
-// as absent.
+// reports false for a line that is not a frame, which is the agent's plain
+// text: not a JSON object, no "type" key, or a frame of the spec's four
+// types with a known field of the wrong JSON type. A JSON object with a
+// "type" key of another value (a future frame type, "type": null, a
+// non-string) is a frame all the same, returned with only its Type set
+// ("" when it is not a string), for which Known is false: callers drop
+// it, as nanobot does, rather than show raw JSON. Keys are matched exactly
+// (case-sensitive); unknown keys are ignored; null counts as absent.
 func ParseFrame(line []byte) (Frame, bool) {
 	line = bytes.TrimSpace(line)
 	if len(line) < 2 || line[0] != '{' {
@@ -37,14 +40,16 @@ func ParseFrame(line []byte) (Frame, bool) {
 	if err := json.Unmarshal(line, &raw); err != nil {
 		return Frame{}, false
 	}
-	var f Frame
-	if !field(raw, "type", &f.Type) {
+	rawType, has := raw["type"]
+	if !has {
 		return Frame{}, false
 	}
-	switch f.Type {
-	case FrameMessage, FrameProgress, FrameError, FrameLog:
-	default:
-		return Frame{}, false
+	var f Frame
+	if json.Unmarshal(rawType, &f.Type) != nil {
+		return Frame{}, true // a type that is not a string: unknown
+	}
+	if !f.Known() {
+		return Frame{Type: f.Type}, true
 	}
 	ok := field(raw, "text", &f.Text)
 	switch f.Type {
@@ -59,6 +64,15 @@ func ParseFrame(line []byte) (Frame, bool) {
 		return Frame{}, false
 	}
 	return f, true
+}
+
+// Known tells whether f is of one of the spec's four frame types.
+func (f Frame) Known() bool {
+	switch f.Type {
+	case FrameMessage, FrameProgress, FrameError, FrameLog:
+		return true
+	}
+	return false
 }
 
 // field decodes raw[key] into v; an absent key or null leaves v as it is.

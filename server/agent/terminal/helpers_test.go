@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/procs"
 	"termlink/server/config"
 )
 
@@ -180,21 +181,7 @@ func writeScript(t *testing.T, body string) string {
 
 // processGone reports whether pid no longer runs (gone or a zombie nobody
 // reaped yet).
-func processGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
-		return true
-	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return os.IsNotExist(err)
-	}
-	// pid (comm) STATE ...
-	s := string(stat)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] == 'Z' || s[i+2] == 'X'
-	}
-	return false
-}
+func processGone(pid int) bool { return !procs.Running(pid) }
 
 // waitGone waits up to 5 s for pid to be gone.
 func waitGone(t *testing.T, pid int) {

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/procs"
 	"termlink/server/config"
 )
 
@@ -52,6 +52,9 @@ type Options struct {
 	KillGrace time.Duration
 	// Shell runs the command as Shell -c COMMAND. Default "/bin/sh".
 	Shell string
+	// Procs records the agents' process groups for the reaping after a
+	// crash; nil records nothing (agents still die with the server).
+	Procs *procs.Registry
 }
 
 // Runner runs a Terminal Protocol v1 agent, one process per message. It
@@ -250,7 +253,7 @@ type runState struct {
 }
 
 func (s *runState) kill() {
-	if err := killGroup(s.pid); err != nil {
+	if err := procs.KillGroup(s.pid); err != nil {
 		s.log.Warn("cannot kill the agent's process group", "pid", s.pid, "err", err)
 	}
 }
@@ -277,13 +280,12 @@ func (s *runState) run(ctx context.Context) agent.Result {
 		closeAll()
 		return errorResult("agent %s: cannot make pipes: %v", r.name, err)
 	}
-	cmd := exec.Command(r.opt.Shell, "-c", s.command)
+	cmd := procs.Command(r.opt.Shell, s.command)
 	cmd.Dir = s.workspace
 	cmd.Env = mergeEnv(os.Environ(), r.cfg.Env)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	newProcessGroup(cmd)
 	start := time.Now()
-	err := cmd.Start()
+	err := r.opt.Procs.Start(cmd)
 	inR.Close()
 	outW.Close()
 	errW.Close()
@@ -366,6 +368,7 @@ func (s *runState) run(ctx context.Context) agent.Result {
 	}
 	inW.Close() // unblocks a write the agent never read
 	<-stdinDone
+	r.opt.Procs.Done(s.pid) // a detached process left in the group keeps the marker
 
 	res := s.result(ended, cmd.ProcessState)
 	s.log.Debug("agent finished", "pid", s.pid, "exit", cmd.ProcessState.String(),
@@ -504,6 +507,10 @@ func (s *runState) handleLine(line []byte) {
 		}
 	case FrameLog:
 		s.log.Log(context.Background(), logLevel(f.Level), "agent log", "text", f.Text)
+	default:
+		// A frame type of a later protocol (or "type": null): not text for
+		// a screen. nanobot ignores it too.
+		s.log.Info("agent frame of an unknown type dropped", "type", preview(f.Type), "line", preview(string(line)))
 	}
 }
 

@@ -271,6 +271,7 @@ echo '{"type":"message","text":"framed"}'
 echo '{"no_type":true}'
 echo '{"type":7,"text":"numeric type"}'
 echo '{"type":"weird","text":"unknown"}'
+echo '{"type":null,"text":"null type"}'
 echo '[1,2]'
 echo '{"type":"message","text":5}'
 echo '{broken json'
@@ -282,8 +283,6 @@ echo 'see `+img+` and /no/such.png'
 	wantResult(t, res, "stop")
 	want := "framed\n\nplain line one\n" +
 		`{"no_type":true}` + "\n" +
-		`{"type":7,"text":"numeric type"}` + "\n" +
-		`{"type":"weird","text":"unknown"}` + "\n" +
 		"[1,2]\n" +
 		`{"type":"message","text":5}` + "\n" +
 		"{broken json\n\n" +
@@ -293,6 +292,19 @@ echo 'see `+img+` and /no/such.png'
 	}
 	if !reflect.DeepEqual(res.Media, []string{img}) {
 		t.Errorf("media %v", res.Media)
+	}
+	// Frames of an unknown type (7, "weird", null) are dropped with a log
+	// line, as nanobot ignores them; they are not shown as raw JSON.
+	f.logs.mu.Lock()
+	n := 0
+	for _, r := range f.logs.recs {
+		if r == "INFO agent frame of an unknown type dropped" {
+			n++
+		}
+	}
+	f.logs.mu.Unlock()
+	if n != 3 {
+		t.Errorf("%d log lines for the 3 dropped frames: %v", n, f.logs.recs)
 	}
 }
 

@@ -16,6 +16,9 @@
 //	/slow N               sleep N ms inside the turn (interruptible), then answer
 //	/tool NAME            tool_use, its tool_result, then the text "Used NAME"
 //	/tool-both NAME       as /tool, with the tool result in both shapes
+//	/steps A|B|...[|=R]   one assistant frame per step, then a success result
+//	                      whose "result" is R (default: the last step)
+//	/steps-noresult A|B   as /steps, the result without a "result" text
 //	/result SUBTYPE [T]   end the turn with a result of SUBTYPE, "result" T, no text
 //	/iserror T            a "success" result with is_error true and "result" T
 //	/syserror T           system/error saying T, then a bare "error" result
@@ -331,6 +334,19 @@ func (a *nuumAgent) turn(ctx context.Context, ts *turnState, text string) {
 			a.emit(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": []any{res}}, "session_id": a.opt.sessionID})
 		}
 		end.replies = []string{"Used " + arg}
+	case "/steps", "/steps-noresult":
+		steps := strings.Split(arg, "|")
+		result := steps[len(steps)-1]
+		if r, ok := strings.CutPrefix(result, "="); ok && len(steps) > 1 {
+			steps, result = steps[:len(steps)-1], r
+		}
+		for _, step := range steps {
+			a.emit(a.assistant(map[string]any{"type": "text", "text": step}))
+		}
+		if cmd == "/steps-noresult" {
+			result = ""
+		}
+		end.replies, end.frames = nil, []any{a.result("success", false, result, end.started)}
 	case "/result":
 		subtype, detail, _ := strings.Cut(arg, " ")
 		end.replies, end.frames = nil, []any{a.result(subtype, subtype != "success" && subtype != "cancelled", detail, end.started)}

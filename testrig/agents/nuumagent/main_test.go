@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -234,4 +235,38 @@ func TestBadOptions(t *testing.T) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// /steps sends one assistant frame per step and the result's text.
+func TestSteps(t *testing.T) {
+	s := start(t)
+	s.next() // init
+	tests := []struct {
+		msg    string
+		steps  []string
+		result any
+	}{
+		{"/steps a|b", []string{"a", "b"}, "b"},
+		{"/steps Hello| world|=Hello world", []string{"Hello", " world"}, "Hello world"},
+		{"/steps-noresult a|b", []string{"a", "b"}, nil},
+	}
+	for _, tt := range tests {
+		s.user(tt.msg)
+		got := s.until("result", "")
+		if tx := texts(got); !slices.Equal(tx, tt.steps) {
+			t.Errorf("%s: texts %q, want %q", tt.msg, tx, tt.steps)
+		}
+		n := 0
+		for _, f := range got {
+			if f["type"] == "assistant" {
+				n++
+			}
+		}
+		if n != len(tt.steps) {
+			t.Errorf("%s: %d assistant frames, want one per step", tt.msg, n)
+		}
+		if r := got[len(got)-1]; r["subtype"] != "success" || r["result"] != tt.result {
+			t.Errorf("%s: result %v, want %v", tt.msg, r, tt.result)
+		}
+	}
 }

@@ -1,0 +1,213 @@
+package procs
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// MarkerEnv is the variable every agent process carries; its value names
+// the workspace of the server that started it (Registry.Marker).
+const MarkerEnv = "TERMLINK_AGENT_OWNER"
+
+// FileName is the registry file, relative to the workspace.
+const FileName = "run/agents.pids"
+
+// Registry records the process groups of running agents in the
+// workspace, for the reaping a successor does after a crash. A nil
+// *Registry is valid: processes still get the parent death signal and
+// the guard, but nothing is recorded and no marker is set.
+type Registry struct {
+	path   string
+	marker string // MarkerEnv's value
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	groups map[int]uint64 // pgid -> start time of its leader (clock ticks since boot)
+}
+
+// Open returns the registry of workspace (an absolute path), creating
+// its run directory. It does not reap; call Reap before starting agents.
+func Open(workspace string, log *slog.Logger) (*Registry, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	path := filepath.Join(workspace, FileName)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("creating the agent registry directory: %w", err)
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(workspace)))
+	return &Registry{
+		path:   path,
+		marker: hex.EncodeToString(sum[:12]),
+		log:    log,
+		groups: map[int]uint64{},
+	}, nil
+}
+
+// Marker is the value of MarkerEnv in this registry's agents.
+func (r *Registry) Marker() string {
+	if r == nil {
+		return ""
+	}
+	return r.marker
+}
+
+// Env returns env with the marker variable set (replacing an inherited
+// one); a nil registry returns env unchanged.
+func (r *Registry) Env(env []string) []string {
+	if r == nil {
+		return env
+	}
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, MarkerEnv+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, MarkerEnv+"="+r.marker)
+}
+
+// Start starts cmd as the leader of a new process group, with the
+// parent death signal and the marker, and records its group. Release
+// the record with Done once the process has been waited for.
+func (r *Registry) Start(cmd *exec.Cmd) error {
+	return r.StartWith(cmd, cmd.Start)
+}
+
+// StartWith is Start where start (which must call cmd.Start, e.g.
+// pty.StartWithSize) does the starting. A start that makes the process a
+// session leader (Setsid) leaves Setpgid off: a session leader already
+// leads its group.
+func (r *Registry) StartWith(cmd *exec.Cmd, start func() error) error {
+	if r != nil {
+		if cmd.Env == nil {
+			cmd.Env = os.Environ()
+		}
+		cmd.Env = r.Env(cmd.Env)
+	}
+	prepare(cmd)
+	if err := spawn(start); err != nil {
+		return err
+	}
+	r.add(cmd.Process.Pid)
+	return nil
+}
+
+// Done forgets the group led by pid (its leader has been waited for and
+// its group killed).
+func (r *Registry) Done(pid int) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.groups[pid]; ok {
+		delete(r.groups, pid)
+		r.writeLocked()
+	}
+}
+
+func (r *Registry) add(pid int) {
+	if r == nil {
+		return
+	}
+	st, _ := startTime(pid)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.groups[pid] = st
+	r.writeLocked()
+}
+
+// writeLocked rewrites the registry file: "pgid starttime" per line. It
+// is small (one line per running agent) and needs no fsync: it only has
+// to survive the server process, not the machine (a reboot ends the
+// agents anyway).
+func (r *Registry) writeLocked() {
+	var b bytes.Buffer
+	pids := make([]int, 0, len(r.groups))
+	for pid := range r.groups {
+		pids = append(pids, pid)
+	}
+	sort.Ints(pids)
+	for _, pid := range pids {
+		fmt.Fprintf(&b, "%d %d\n", pid, r.groups[pid])
+	}
+	tmp := r.path + ".tmp"
+	err := os.WriteFile(tmp, b.Bytes(), 0o644)
+	if err == nil {
+		err = os.Rename(tmp, r.path)
+	}
+	if err != nil {
+		r.log.Warn("cannot update the agent registry; agents left by a crash may not be reaped", "file", r.path, "err", err)
+	}
+}
+
+// Reap kills what a crashed predecessor in the same workspace left: each
+// recorded group whose leader still has the recorded start time, and
+// every process that carries this workspace's marker. It returns how
+// many processes or groups it killed. Call it before starting agents:
+// it would kill this server's own too.
+func (r *Registry) Reap() (int, error) {
+	if r == nil {
+		return 0, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	recorded, err := readRegistry(r.path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		r.log.Warn("cannot read the agent registry", "file", r.path, "err", err)
+	}
+	for pgid, st := range recorded {
+		if cur, ok := startTime(pgid); ok && cur == st && st != 0 {
+			if KillGroup(pgid) == nil {
+				r.log.Warn("killed an agent process group left by a crashed server", "pgid", pgid)
+				n++
+			}
+		}
+	}
+	for _, pid := range markedProcesses(r.marker) {
+		if killPid(pid) == nil {
+			r.log.Warn("killed an agent process left by a crashed server", "pid", pid)
+			n++
+		}
+	}
+	r.groups = map[int]uint64{}
+	r.writeLocked()
+	return n, nil
+}
+
+// readRegistry parses a registry file; bad lines are skipped.
+func readRegistry(path string) (map[int]uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	groups := map[int]uint64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		pidText, stText, ok := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+		if !ok {
+			continue
+		}
+		pid, err1 := strconv.Atoi(pidText)
+		st, err2 := strconv.ParseUint(stText, 10, 64)
+		if err1 == nil && err2 == nil && pid > 1 {
+			groups[pid] = st
+		}
+	}
+	return groups, sc.Err()
+}

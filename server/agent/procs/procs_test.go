@@ -1,0 +1,273 @@
+//go:build linux
+
+package procs
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// gone tells whether pid no longer runs (a zombie counts as gone: its
+// parent, maybe PID 1, has yet to reap it).
+func gone(pid int) bool { return !Running(pid) }
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !gone(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still runs", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b, err := os.ReadFile(path); err == nil && bytes.HasSuffix(b, []byte("\n")) {
+			return strings.TrimSpace(string(b))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not written", path)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func newRegistry(t *testing.T) *Registry {
+	t.Helper()
+	r, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// The guard is invisible to the agent and its caller: stdin, stdout,
+// exit status and death by a signal pass through.
+func TestGuardPassesThrough(t *testing.T) {
+	tests := []struct {
+		name, command, stdin, stdout string
+		exit                         int // -1: killed by signal
+		signal                       syscall.Signal
+	}{
+		{"stdin to stdout", "cat", "hello\n", "hello\n", 0, 0},
+		{"exit status", "echo out; exit 3", "", "out\n", 3, 0},
+		{"command not found", "no-such-command-xyz 2>/dev/null", "", "", 127, 0},
+		{"killed by a signal", "kill -9 $$", "", "", -1, syscall.SIGKILL},
+		{"terminated", "kill -TERM $$", "", "", -1, syscall.SIGTERM},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRegistry(t)
+			cmd := Command("/bin/sh", tt.command)
+			cmd.Stdin = strings.NewReader(tt.stdin)
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			if err := r.Start(cmd); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			r.Done(cmd.Process.Pid)
+			if out.String() != tt.stdout {
+				t.Errorf("stdout %q, want %q", out.String(), tt.stdout)
+			}
+			if errb.Len() > 0 {
+				t.Errorf("stderr %q, want none (no job messages from the guard)", errb.String())
+			}
+			ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			if tt.exit >= 0 && (!ws.Exited() || ws.ExitStatus() != tt.exit) {
+				t.Errorf("ended %v, want exit status %d", cmd.ProcessState, tt.exit)
+			}
+			if tt.exit < 0 && (!ws.Signaled() || ws.Signal() != tt.signal) {
+				t.Errorf("ended %v, want signal %v", cmd.ProcessState, tt.signal)
+			}
+		})
+	}
+}
+
+// The parent death signal (sent here by hand) makes the guard
+// kill the whole group: the agent and the grandchild it started.
+func TestGuardKillsGroupOnParentDeathSignal(t *testing.T) {
+	// As under nohup: SIGHUP ignored by the server, so by its children.
+	signal.Ignore(syscall.SIGHUP)
+	defer signal.Reset(syscall.SIGHUP)
+	dir := t.TempDir()
+	r := newRegistry(t)
+	cmd := Command("/bin/sh", "sleep 300 & echo $! > grandchild.pid; echo $$ > agent.pid; wait")
+	cmd.Dir = dir
+	if err := r.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = KillGroup(cmd.Process.Pid); _ = cmd.Wait() }()
+	grandchild, _ := strconv.Atoi(waitFile(t, filepath.Join(dir, "grandchild.pid")))
+	agent, _ := strconv.Atoi(waitFile(t, filepath.Join(dir, "agent.pid")))
+	if err := syscall.Kill(cmd.Process.Pid, guardDeathSignal); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, agent)
+	waitGone(t, grandchild)
+}
+
+// SIGTERM to the group lets the agent end gracefully: the guard waits.
+func TestGuardWaitsForGracefulStop(t *testing.T) {
+	dir := t.TempDir()
+	r := newRegistry(t)
+	cmd := Command("/bin/sh", `trap 'sleep 0.3; echo graceful > done; exit 0' TERM; echo ready > ready; while :; do sleep 0.05; done`)
+	cmd.Dir = dir
+	if err := r.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(dir, "ready"))
+	if err := TerminateGroup(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if b, _ := os.ReadFile(filepath.Join(dir, "done")); string(b) != "graceful\n" {
+		t.Errorf("the guard ended before the agent finished its graceful stop (done=%q, %v)", b, cmd.ProcessState)
+	}
+}
+
+// Goroutines that lock their thread and end (which ends the thread) do not
+// take agents with them: every agent is forked by the one locked thread.
+func TestThreadExitDoesNotKillAgents(t *testing.T) {
+	r := newRegistry(t)
+	cmd := Command("/bin/sh", "exec sleep 300")
+	if err := r.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = KillGroup(cmd.Process.Pid); _ = cmd.Wait() }()
+	for range 20 {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		}()
+		<-done
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := syscall.Kill(cmd.Process.Pid, 0); err != nil || gone(cmd.Process.Pid) {
+		t.Fatalf("agent died when unrelated threads ended: %v", cmd.ProcessState)
+	}
+}
+
+// Reap kills what a crashed predecessor left: recorded groups whose
+// leader is the recorded process, and marked processes that left the
+// group; never a recorded pid whose start time differs, nor an unmarked
+// process.
+func TestReap(t *testing.T) {
+	workspace := t.TempDir()
+	old, err := Open(workspace, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A group of the "crashed" server, with a child that stays in it.
+	group := Command("/bin/sh", "sleep 300 & echo $! > member.pid; wait")
+	group.Dir = workspace
+	if err := old.Start(group); err != nil {
+		t.Fatal(err)
+	}
+	go group.Wait()
+	member, _ := strconv.Atoi(waitFile(t, filepath.Join(workspace, "member.pid")))
+	// A marked process that left the group (setsid, like a daemon).
+	escaped := exec.Command("setsid", "sleep", "300")
+	escaped.Env = old.Env(os.Environ())
+	if err := escaped.Start(); err != nil {
+		t.Skip("no setsid:", err)
+	}
+	go escaped.Wait()
+	// An unrelated process whose pid the registry file claims with another
+	// start time (a reused pid), and one without the marker.
+	stranger := exec.Command("sleep", "300")
+	stranger.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stranger.Process.Kill(); _ = stranger.Wait() }()
+	old.mu.Lock()
+	old.groups[stranger.Process.Pid] = 12345
+	old.writeLocked()
+	old.mu.Unlock()
+
+	next, err := Open(workspace, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := next.Reap(); err != nil || n < 2 {
+		t.Errorf("Reap = %d, %v; want at least 2 kills", n, err)
+	}
+	waitGone(t, group.Process.Pid)
+	waitGone(t, member)
+	waitGone(t, escaped.Process.Pid)
+	if gone(stranger.Process.Pid) {
+		t.Error("Reap killed an unrelated process whose pid was recorded with another start time")
+	}
+	if b, err := os.ReadFile(filepath.Join(workspace, FileName)); err != nil || len(b) != 0 {
+		t.Errorf("registry after Reap: %q, %v; want empty", b, err)
+	}
+	if pids := MarkedProcesses(next.Marker()); len(pids) != 0 {
+		t.Errorf("marked processes left: %v", pids)
+	}
+}
+
+// The registry file lists running groups and forgets finished ones.
+func TestRegistryFile(t *testing.T) {
+	workspace := t.TempDir()
+	r, err := Open(workspace, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := Command("/bin/sh", "exec sleep 300")
+	if err := r.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	groups, err := readRegistry(filepath.Join(workspace, FileName))
+	if st, ok := startTime(cmd.Process.Pid); err != nil || !ok || groups[cmd.Process.Pid] != st {
+		t.Errorf("registry %v (%v), want pid %d with start time %d", groups, err, cmd.Process.Pid, st)
+	}
+	if env, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/environ"); !bytes.Contains(env, []byte(MarkerEnv+"="+r.Marker())) {
+		t.Error("agent lacks the marker")
+	}
+	_ = KillGroup(cmd.Process.Pid)
+	_ = cmd.Wait()
+	r.Done(cmd.Process.Pid)
+	if groups, err := readRegistry(filepath.Join(workspace, FileName)); err != nil || len(groups) != 0 {
+		t.Errorf("registry after Done: %v, %v", groups, err)
+	}
+	var nilReg *Registry
+	if _, err := nilReg.Reap(); err != nil || nilReg.Marker() != "" {
+		t.Error("nil registry")
+	}
+}
+
+// FuzzReadRegistry: any registry file parses without panicking and yields
+// only pids above 1 (never 0, 1 or a negative number, which kill(2) takes
+// for "every process").
+func FuzzReadRegistry(f *testing.F) {
+	for _, s := range []string{"123 456\n", "1 2\n0 0\n-5 3\n", "x y\n\n 77  88 \n", "99999999999999999999 1\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "agents.pids")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		groups, _ := readRegistry(path)
+		for pid := range groups {
+			if pid <= 1 {
+				t.Fatalf("pid %d from %q", pid, data)
+			}
+		}
+	})
+}
