@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"termlink/link"
 )
@@ -24,9 +25,22 @@ func TestRunInterruptedTwiceIsNotRunAgain(t *testing.T) {
 	}
 	p.kill(t)
 
+	logFile := filepath.Join(workspace, "sessions", "terminal-dev:local:dev.jsonl")
 	p = start(t, cfg) // runs m-1 again
 	if !strings.Contains(p.log.String(), "unanswered=1") {
 		t.Fatalf("first restart does not re-run m-1:\n%s", p.log)
+	}
+	// The re-run has started once its start is in the session log.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		data, _ := os.ReadFile(logFile)
+		if strings.Contains(string(data), `"event":"run_interrupted"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the re-run of m-1 never started:\n%s\n%s", data, p.log)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	p.kill(t)
 
@@ -41,7 +55,7 @@ func TestRunInterruptedTwiceIsNotRunAgain(t *testing.T) {
 		!strings.Contains(ack.Reply.Text, "interrupted twice") {
 		t.Fatalf("resend after two interruptions: %+v", ack)
 	}
-	data, err := os.ReadFile(filepath.Join(workspace, "sessions", "terminal-dev:local:dev.jsonl"))
+	data, err := os.ReadFile(logFile)
 	if err != nil {
 		t.Fatal(err)
 	}
