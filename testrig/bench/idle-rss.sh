@@ -10,11 +10,12 @@ cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)
 trap 'kill $LPID $SPID 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
 go build -o "$tmp/" ./cmd/termserver ./cmd/termrig
+TERMSERVER=${TERMSERVER:-$tmp/termserver} # another build to compare with
 port=$((20000 + RANDOM % 20000))
 cat > "$tmp/cfg.json" <<JSON
 {"workspace":"$tmp/ws","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local","config":{"heartbeatSeconds":$HB}}}}
 JSON
-"$tmp/termserver" --config "$tmp/cfg.json" --listen 127.0.0.1:$port 2>"$tmp/server.log" &
+"$TERMSERVER" --config "$tmp/cfg.json" --listen 127.0.0.1:$port 2>"$tmp/server.log" &
 SPID=$!
 sleep 1
 base=$(awk '/VmRSS/{print $2}' /proc/$SPID/status)

@@ -6,7 +6,8 @@
 # accepted and unanswered), then starts TERMSERVER (default: built from
 # this tree; set it to an older build to compare) on a copy of that
 # workspace RUNS times (default 3) and prints the time until /healthz
-# answers and the RSS then.
+# answers and the RSS then. With BASELINE=path (an older build), each run
+# also starts that build on a fresh copy, alternating with TERMSERVER.
 set -euo pipefail
 MIB=${1:-1024}
 RUNS=${2:-3}
@@ -25,7 +26,7 @@ JSON
 cat > "$tmp/cfg.json" <<JSON
 {"workspace":"$tmp/run","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local"}}}
 JSON
-"$tmp/termserver" --config "$tmp/gen.json" --listen 127.0.0.1:$port --unsafe-no-fsync 2>"$tmp/gen.log" &
+"$tmp/termserver" --config "$tmp/gen.json" --listen 127.0.0.1:$port --unsafe-no-fsync >/dev/null 2>"$tmp/gen.log" &
 SPID=$!
 until curl -sf -o /dev/null 127.0.0.1:$port/healthz; do sleep 0.05; done
 text=$(head -c 20000 /dev/zero | tr '\0' 'y')
@@ -37,14 +38,16 @@ kill -9 $SPID; wait $SPID 2>/dev/null || true
 kill $LPID 2>/dev/null || true; wait $LPID 2>/dev/null || true
 echo "workspace: $(du -sm "$tmp/ws" | cut -f1) MiB in $(ls "$tmp/ws/sessions" | wc -l) session files"
 for i in $(seq 1 "$RUNS"); do
-  rm -rf "$tmp/run"; cp -r "$tmp/ws" "$tmp/run"
-  sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
-  t0=$(date +%s%N)
-  "$TERMSERVER" --config "$tmp/cfg.json" --listen 127.0.0.1:$port 2>"$tmp/run.log" &
-  SPID=$!
-  until curl -sf -o /dev/null 127.0.0.1:$port/healthz; do sleep 0.01; done
-  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  rss=$(awk '/VmRSS/{print $2}' /proc/$SPID/status)
-  echo "run $i: ready in ${ms}ms rss=$((rss / 1024))MiB load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-  kill -9 $SPID; wait $SPID 2>/dev/null || true
+  for bin in "$TERMSERVER" ${BASELINE:-}; do
+    rm -rf "$tmp/run"; cp -r "$tmp/ws" "$tmp/run"
+    sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+    t0=$(date +%s%N)
+    "$bin" --config "$tmp/cfg.json" --listen 127.0.0.1:$port >/dev/null 2>"$tmp/run.log" &
+    SPID=$!
+    until curl -sf -o /dev/null 127.0.0.1:$port/healthz; do sleep 0.01; done
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    rss=$(awk '/VmRSS/{print $2}' /proc/$SPID/status)
+    echo "run $i $bin: ready in ${ms}ms rss=$((rss / 1024))MiB load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+    kill -9 $SPID; wait $SPID 2>/dev/null || true
+  done
 done
