@@ -433,7 +433,7 @@ func (c *wsConn) handleMessage(f *link.Message) {
 	})
 	switch {
 	case errors.Is(err, ErrBusy):
-		c.reject(f.MessageID, link.CodeBusy, "message "+f.MessageID+" not accepted: "+err.Error()+"; send it again later")
+		c.reject(f.MessageID, link.CodeBusy, "message "+f.MessageID+" not accepted: "+strings.TrimPrefix(err.Error(), ErrBusy.Error()+": ")+"; send it again later")
 	case err != nil:
 		a.log.Error("message not accepted", "peer_id", c.peerID, "message_id", f.MessageID, "err", err)
 		c.reject(f.MessageID, "unavailable", "message "+f.MessageID+" was not accepted ("+err.Error()+"); send it again")

@@ -460,7 +460,7 @@ func (r *runner) read(d *device) {
 				r.log.Debug("answer ping", "peer", r.peerID(d), "err", err)
 			}
 		case *link.Error:
-			r.track.errorFrame(f)
+			r.track.errorFrame(f, r.peerID(d))
 		case *link.Progress:
 			// Not asked for; harmless.
 		default:
@@ -550,6 +550,10 @@ func (r *runner) heartbeat(ctx context.Context) {
 func (r *runner) sendLoop(ctx context.Context) {
 	start := time.Now()
 	end := start.Add(r.opt.Duration)
+	// A server pushing back (it stops reading a device whose answers pile
+	// up) blocks the writers and then enqueue: sending still ends on time.
+	ctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
 	timer := time.NewTimer(r.opt.Duration)
 	defer timer.Stop()
 	if r.opt.Rate <= 0 {

@@ -2,6 +2,7 @@ package load
 
 import (
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -191,7 +192,22 @@ func (t *tracker) replyLocked(s *sendState, m *link.Message, at time.Time) {
 	}
 }
 
-func (t *tracker) errorFrame(e *link.Error) { t.errorText(e.Error) }
+// errorFrame counts an error frame by its code and text, with the message
+// id and the peer id (which differ for every message and device failing
+// the same way) replaced by placeholders.
+func (t *tracker) errorFrame(e *link.Error, peerID string) {
+	text := e.Error
+	if e.MessageID != "" {
+		text = strings.ReplaceAll(text, e.MessageID, "<message_id>")
+	}
+	if peerID != "" {
+		text = strings.ReplaceAll(text, peerID, "<peer_id>")
+	}
+	if e.Code != "" {
+		text = e.Code + ": " + text
+	}
+	t.errorText(text)
+}
 
 // errorText counts an error frame (lean mode) or EventError (client mode)
 // by its text.
