@@ -13,10 +13,19 @@ import (
 // tailChunk is how much Tail reads at a time, walking back from the end.
 const tailChunk = 256 << 10
 
+// TailSettled is how many answered messages in a row (walking back from the
+// end: a user record whose assistant record with the same message id comes
+// after it) end a tail early. A session runs its messages in order, so
+// past that run every earlier message is answered too, and a device only
+// resends its last few unanswered messages (link.Client's window): start-up
+// needs neither their records nor more of the file.
+const TailSettled = 64
+
 // Tail reads the session stored under key as [Store.Load] does, but only
 // its metadata line and its last records: walking back from the end of the
 // file, it stops once it holds n records that carry a message id (or 8n
-// records in all), or at the metadata line. Records are in file order. Its
+// records in all), once it has seen [TailSettled] answered messages in a
+// row, or at the metadata line. Records are in file order. Its
 // cost is that of the tail, not of the whole file, which is what start-up
 // and on-demand reloads need. A missing file wraps [os.ErrNotExist].
 func (s *Store) Tail(key string, n int) (*Session, error) {
@@ -53,7 +62,7 @@ func (s *Store) tailPath(path, fileKey string, n int, buf []byte) (loaded, error
 		return loaded{}, err
 	}
 	defer f.Close()
-	t := &tailReader{path: path, f: f, size: size, max: s.maxLine, want: n, sess: &Session{}, buf: buf}
+	t := &tailReader{path: path, f: f, size: size, max: s.maxLine, want: n, sess: &Session{}, buf: buf, settleAfter: TailSettled}
 	if err := t.read(); err != nil {
 		return loaded{}, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -91,6 +100,10 @@ type tailReader struct {
 	haveMeta bool
 	sawLine  bool // a non-blank line other than the metadata line
 	withID   int
+
+	settleAfter int             // stop after this many answered messages in a row (0: never)
+	answered    map[string]bool // message ids with an assistant record seen so far
+	settled     int             // answered user records in a row, newest first
 }
 
 func (t *tailReader) warn(off int64, msg string, args ...any) {
@@ -99,7 +112,8 @@ func (t *tailReader) warn(off int64, msg string, args ...any) {
 
 // done reports whether enough records are collected.
 func (t *tailReader) done() bool {
-	return t.withID >= t.want || len(t.sess.Records) >= 8*t.want
+	return t.withID >= t.want || len(t.sess.Records) >= 8*t.want ||
+		(t.settleAfter > 0 && t.settled >= t.settleAfter)
 }
 
 func (t *tailReader) read() error {
@@ -246,6 +260,19 @@ func (t *tailReader) line(line []byte, start int64, tooLong, torn bool) {
 	}
 	if rec.MessageID != "" {
 		t.withID++
+		switch rec.Role {
+		case "assistant":
+			if t.answered == nil {
+				t.answered = map[string]bool{}
+			}
+			t.answered[rec.MessageID] = true
+		case "user":
+			if t.answered[rec.MessageID] {
+				t.settled++
+			} else {
+				t.settled = 0
+			}
+		}
 	}
 	t.sess.Records = append(t.sess.Records, rec)
 }

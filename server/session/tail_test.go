@@ -177,3 +177,55 @@ func FuzzFastRecord(f *testing.F) {
 		}
 	})
 }
+
+// A tail ends after TailSettled answered messages in a row: the records of
+// unanswered messages (even one older than a few answered ones) are all
+// in it, and the long answered history before them is not read.
+func TestTailSettles(t *testing.T) {
+	s := openTest(t, Options{NoSync: true})
+	ctx := context.Background()
+	const key = "terminal-dev:local:settle"
+	pair := func(id string) {
+		t.Helper()
+		if err := s.Append(ctx, key, Record{Role: "user", Content: "q" + id, MessageID: id},
+			Record{Role: "assistant", Content: "a" + id, MessageID: id, FinishReason: "stop"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ask := func(id string) {
+		t.Helper()
+		if err := s.Append(ctx, key, Record{Role: "user", Content: "q" + id, MessageID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 500 {
+		pair(fmt.Sprintf("old-%d", i))
+	}
+	ask("lost-1") // unanswered, then a few answered after it
+	for i := range 10 {
+		pair(fmt.Sprintf("new-%d", i))
+	}
+	ask("lost-2")
+	ask("lost-3")
+	got, err := s.Tail(key, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	users := 0
+	for _, r := range got.Records {
+		if r.Role == "user" {
+			ids[r.MessageID] = true
+			users++
+		}
+	}
+	for _, id := range []string{"lost-1", "lost-2", "lost-3", "new-0", "new-9"} {
+		if !ids[id] {
+			t.Errorf("tail lacks %s", id)
+		}
+	}
+	// 3 unanswered, 10 answered after lost-1, then TailSettled answered.
+	if want := 3 + 10 + TailSettled; users != want {
+		t.Errorf("tail holds %d user records, want %d (stopped once settled)", users, want)
+	}
+}

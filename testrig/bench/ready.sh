@@ -2,7 +2,7 @@
 # ready.sh [MIB] [RUNS]
 # Time to ready after kill -9 with a large workspace: fills session logs
 # to about MIB MiB (default 1024) with 20,000-character messages from 50
-# devices, kills the server with SIGKILL mid-flood (so some messages are
+# devices (the server's default bounds, but no rate limit), kills the server with SIGKILL mid-flood (so some messages are
 # accepted and unanswered), then starts TERMSERVER (default: built from
 # this tree; set it to an older build to compare) on a copy of that
 # workspace RUNS times (default 3) and prints the time until /healthz
@@ -19,9 +19,9 @@ go build -o "$tmp/" ./cmd/termserver ./cmd/termrig
 TERMSERVER=${TERMSERVER:-$tmp/termserver}
 port=$((20000 + RANDOM % 20000))
 cat > "$tmp/gen.json" <<JSON
-{"workspace":"$tmp/ws","maxWaitingRuns":100000,
+{"workspace":"$tmp/ws",
  "channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local",
-   "config":{"ratePerPeer":100000,"rateBurst":100000,"maxWaitingPerSession":65536}}}}
+   "config":{"ratePerPeer":100000,"rateBurst":100000}}}}
 JSON
 cat > "$tmp/cfg.json" <<JSON
 {"workspace":"$tmp/run","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local"}}}
