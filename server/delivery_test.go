@@ -229,15 +229,19 @@ func TestReplyQueueOverflowAsksForResend(t *testing.T) {
 	c := dial(t, ts.ws, nil)
 	c.connect("flooded")
 	a := ts.terminal()
-	const n = 400
+	const n = 200
+	// 128 KiB replies, and the device reads nothing until all are handed
+	// over: the socket buffers (a few MiB on loopback) fill, the writer
+	// blocks, and the reply queue (4 x sendQueue) must overflow.
+	big := strings.Repeat("r", 128<<10)
 	taken := 0
 	for i := 0; i < n; i++ { // as the dispatcher would, as fast as it can
-		if a.Send(bus.Outbound{Kind: bus.Final, ChannelID: "terminal-dev", PeerID: "flooded", MessageID: fmt.Sprintf("x-%d", i), Text: "r"}) {
+		if a.Send(bus.Outbound{Kind: bus.Final, ChannelID: "terminal-dev", PeerID: "flooded", MessageID: fmt.Sprintf("x-%d", i), Text: big}) {
 			taken++
 		}
 	}
 	if taken == n {
-		t.Skip("the writer kept up with every reply; nothing overflowed")
+		t.Fatalf("all %d replies of 128 KiB were taken by a device reading nothing: the reply queue is not bounded", n)
 	}
 	seen := map[string]bool{}
 	for len(seen) < n {
