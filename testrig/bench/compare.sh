@@ -20,7 +20,10 @@
 # round) and drives it with the same `termrig load` built from this tree:
 #   warm-up      DEVICES devices, one message each (creates termserver's
 #                session logs); not reported.
-#   saturated    DEVICES devices, SAT_RATE msg/s offered (above capacity)
+#   fixed rates  DEVICES devices, each of RATES msg/s for PHASE: the p50
+#                and p99 of the round trip (message sent to final reply).
+#   (each phase starts once the server is idle again)
+#   saturated    last, DEVICES devices, SAT_RATE msg/s offered (above capacity)
 #                for PHASE, then up to 3 s of drain. "replies/s" is termrig
 #                load's throughput: replies / (sending window, or until the
 #                last reply if later). "CPU/reply" is the server process's
@@ -28,8 +31,6 @@
 #                --server-pid) from the start of sending to the end of the
 #                drain, divided by the replies received in that window
 #                (what is still queued at the end is in neither).
-#   fixed rates  DEVICES devices, each of RATES msg/s for PHASE: the p50
-#                and p99 of the round trip (message sent to final reply).
 #   idle RSS     a second fresh server; IDLE idle devices connect (rate 0,
 #                --hold) and heartbeat for 6 s: (VmRSS then - VmRSS at
 #                start) / IDLE.
@@ -90,10 +91,31 @@ JSON
 	exit 1
 }
 
+# stop ends the server: SIGTERM, and SIGKILL if it is still busy with a
+# backlog after 5 s (its workspace is thrown away).
 stop() {
 	kill "$SPID" 2>/dev/null || true
+	for _ in $(seq 1 50); do
+		kill -0 "$SPID" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$SPID" 2>/dev/null || true
 	wait "$SPID" 2>/dev/null || true
 	SPID=
+}
+
+# settle waits (up to 15 s) until the server is idle — under 3% of a core
+# over half a second — so that no backlog of the previous phase runs into
+# the next one.
+settle() {
+	local a b
+	for _ in $(seq 1 30); do
+		a=$(awk '{print $14 + $15}' "/proc/$SPID/stat")
+		sleep 0.5
+		b=$(awk '{print $14 + $15}' "/proc/$SPID/stat")
+		[ $((b - a)) -le 1 ] && return
+	done
+	echo "  $srv: still busy 15 s after the last phase" >&2
 }
 
 # load ARGS...: runs termrig load against URL, JSON report in $tmp/rep.json
@@ -111,16 +133,18 @@ record() { printf '%s\t%s\t%s\t%s\n' "$round" "$srv" "$1" "$2" >>"$results"; }
 measure() {
 	start "$srv"
 	load --devices "$DEVICES" --rate "$DEVICES" --duration 1s --peer-prefix bench
-	load --devices "$DEVICES" --rate "$SAT_RATE" --duration "$PHASE" --drain 3s --peer-prefix bench --server-pid "$SPID"
-	record "replies/s saturated" "$(field 'round(r["throughput_per_sec"])')"
-	record "CPU/reply µs" "$(field 'round(r.get("server_cpu_per_reply_us", 0), 1)')"
-	echo "  $srv saturated: $(field '"%d replies/s, sent %d acked %d replied %d lost %d, error frames %d, disconnected %d; server cpu %d ms for %d replies" % (r["throughput_per_sec"], r["sent"], r["acked"], r["replied"], r["lost"], r["error_frames"], r["disconnected"], r.get("server_cpu_ms", 0), r.get("server_cpu_replies", 0))')"
 	for rate in $RATES; do
+		settle
 		load --devices "$DEVICES" --rate "$rate" --duration "$PHASE" --peer-prefix bench
 		record "p50 ms @$rate/s" "$(field 'r["round_trip_ms"]["p50"]')"
 		record "p99 ms @$rate/s" "$(field 'r["round_trip_ms"]["p99"]')"
 		echo "  $srv $rate msg/s: $(field '"round trip p50 %.2f ms p99 %.2f ms, %d replies/s, lost %d, error frames %d" % (r["round_trip_ms"]["p50"], r["round_trip_ms"]["p99"], r["throughput_per_sec"], r["lost"], r["error_frames"])')"
 	done
+	settle
+	load --devices "$DEVICES" --rate "$SAT_RATE" --duration "$PHASE" --drain 3s --peer-prefix bench --server-pid "$SPID"
+	record "replies/s saturated" "$(field 'round(r["throughput_per_sec"])')"
+	record "CPU/reply µs" "$(field 'round(r.get("server_cpu_per_reply_us", 0), 1)')"
+	echo "  $srv saturated: $(field '"%d replies/s, sent %d acked %d replied %d lost %d, error frames %d, disconnected %d; server cpu %d ms for %d replies" % (r["throughput_per_sec"], r["sent"], r["acked"], r["replied"], r["lost"], r["error_frames"], r["disconnected"], r.get("server_cpu_ms", 0), r.get("server_cpu_replies", 0))')"
 	stop
 
 	start "$srv"
