@@ -52,6 +52,7 @@ func (a *app) load(ctx context.Context, args []string) error {
 	fs.BoolVar(&opt.Hold, "hold", false, "connect idle devices, print \"connected N devices\", keep them until Ctrl-C")
 	fs.BoolVar(&opt.Client, "client", false, "make every device a real link.Client (end to end, reconnects; higher cost per device)")
 	fs.StringVar(&opt.Outbox, "outbox", load.OutboxMemory, "with --client: the clients' outbox, `kind` memory or file (fsync, temp state dir per device)")
+	fs.Var(intFlag{&opt.ServerPID}, "server-pid", "report the CPU time process `PID` (the server, on this machine) spent sending and draining, per reply")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("v", false, "log per-device errors to stderr")
 	if err := parse(fs, usage, args); err != nil {

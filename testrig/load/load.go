@@ -204,6 +204,7 @@ func (r *runner) run(ctx context.Context) *Report {
 		"took", time.Since(start).Round(time.Millisecond))
 
 	var sendStart, sendEnd time.Time
+	var cpu serverCPU
 	switch {
 	case r.opt.Hold:
 		fmt.Fprintf(r.opt.Status, "connected %d devices\n", connected)
@@ -211,10 +212,12 @@ func (r *runner) run(ctx context.Context) *Report {
 	case connected == 0:
 		// Nothing to send with: report the failures at once.
 	default:
+		cpu.start(r.opt.ServerPID)
 		sendStart = time.Now()
 		r.sendLoop(ctx)
 		sendEnd = time.Now()
 		r.drain(ctx)
+		cpu.stop(r.track.repliedCount())
 	}
 
 	stopHeartbeat()
@@ -227,7 +230,9 @@ func (r *runner) run(ctx context.Context) *Report {
 		r.closeAll()
 	}
 
-	return r.report(start, sendStart, sendEnd, ctx.Err() != nil)
+	rep := r.report(start, sendStart, sendEnd, ctx.Err() != nil)
+	cpu.fill(rep)
+	return rep
 }
 
 func (r *runner) connectedCount() int {

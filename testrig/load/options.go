@@ -76,6 +76,11 @@ type Options struct {
 	// OutboxFile (a link.FileOutbox, fsync per message, in a temp state
 	// dir per device, removed when Run returns). Client mode only.
 	Outbox string
+	// ServerPID, when set, is the process id of the server under test,
+	// on this machine (Linux): the report then has the CPU time it spent
+	// from the start of sending to the end of the drain (ServerCPUMs),
+	// and that time per reply received in the same window.
+	ServerPID int
 	// Status receives progress lines meant for a person, such as
 	// "connected N devices" in Hold mode (nil: discarded).
 	Status io.Writer
@@ -140,6 +145,13 @@ func (opt Options) withDefaults() (Options, error) {
 		opt.Outbox = OutboxMemory
 	case opt.Outbox != OutboxMemory && opt.Outbox != OutboxFile:
 		errs = append(errs, fmt.Errorf("outbox must be %q or %q, got %q", OutboxMemory, OutboxFile, opt.Outbox))
+	}
+	if opt.ServerPID < 0 {
+		errs = append(errs, fmt.Errorf("server pid must be positive, got %d", opt.ServerPID))
+	} else if opt.ServerPID > 0 {
+		if _, err := processCPU(opt.ServerPID); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if opt.Status == nil {
 		opt.Status = io.Discard

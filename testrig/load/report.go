@@ -69,6 +69,14 @@ type Report struct {
 	ThroughputPerSec float64 `json:"throughput_per_sec"` // replies per second
 	RoundTrip        Latency `json:"round_trip_ms"`      // message sent to final reply
 	Ack              Latency `json:"ack_ms"`             // message sent to ack
+
+	// With Options.ServerPID: the server process's CPU time (user +
+	// system) from the start of sending to the end of the drain, the
+	// replies received in that window, and the CPU time per reply.
+	ServerCPUMs         float64 `json:"server_cpu_ms,omitempty"`
+	ServerCPUReplies    int64   `json:"server_cpu_replies,omitempty"`
+	ServerCPUPerReplyUs float64 `json:"server_cpu_per_reply_us,omitempty"`
+	ServerCPUError      string  `json:"server_cpu_error,omitempty"`
 }
 
 // ClientStats sums link.ClientStats over the devices of a client-mode run.
@@ -222,6 +230,13 @@ func (r *Report) WriteText(w io.Writer) {
 		p("throughput\t%.1f replies/s", r.ThroughputPerSec)
 		p("round trip\t%s", lat(r.RoundTrip, true))
 		p("ack\t%s", lat(r.Ack, false))
+		if r.ServerCPUMs > 0 || r.ServerCPUError != "" {
+			if r.ServerCPUError != "" {
+				p("server cpu\t%s", r.ServerCPUError)
+			} else {
+				p("server cpu\t%s while sending and draining, %.1fµs per reply (%d replies)", msText(r.ServerCPUMs), r.ServerCPUPerReplyUs, r.ServerCPUReplies)
+			}
+		}
 	}
 	p("error frames\t%d", r.ErrorFrames)
 	counts(r.ErrorTexts)

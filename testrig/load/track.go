@@ -237,3 +237,10 @@ func (t *tracker) outstanding() int {
 	defer t.mu.Unlock()
 	return t.open
 }
+
+// repliedCount is the number of distinct messages answered so far.
+func (t *tracker) repliedCount() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.replied
+}

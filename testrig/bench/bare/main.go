@@ -1,0 +1,232 @@
+// Command bare is the yardstick of testrig/bench/compare.sh: a plain
+// gorilla/websocket server that speaks the same frames as termserver's
+// terminal channel with the built-in echo agent (connect -> connected,
+// message -> ack then the assistant reply "You said: ...", ping -> pong),
+// encoded by the link package, with no bus, no session log and no agent.
+// Each connection is one goroutine that reads a frame and writes its
+// answers itself, one WebSocket frame per write.
+//
+//	bare [--listen 127.0.0.1:0] [--channel terminal-dev] [--heartbeat 30]
+//
+// It prints "listening on ADDR" once it accepts connections, on any path
+// (so ws://ADDR/api/channels/terminal-dev/ws works), and stops on SIGINT
+// or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"termlink/link"
+	"termlink/server/agent"
+)
+
+// Same bounds as termserver's terminal channel.
+const (
+	writeWait       = 10 * time.Second
+	maxMessageChars = 20000
+	accountID       = "local"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:0", "`address` to listen on")
+	channel := flag.String("channel", "terminal-dev", "channel `id` sent in connected and session ids")
+	heartbeat := flag.Int("heartbeat", 30, "heartbeat_seconds sent in connected (`seconds`); a device silent for 2.5 of them is dropped")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *listen, newServer(*channel, *heartbeat)); err != nil {
+		fmt.Fprintln(os.Stderr, "bare:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves s on addr until ctx ends.
+func run(ctx context.Context, addr string, s *server) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Printf("listening on %s\n", ln.Addr())
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(ln) }()
+	select {
+	case err := <-done:
+		s.Close()
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = hs.Shutdown(sctx)
+	s.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// server answers WebSocket upgrades on any path; Close ends every
+// connection it has taken and waits for their goroutines.
+type server struct {
+	channel   string
+	heartbeat int
+	runPrefix string
+	runSeq    atomic.Uint64
+	upgrader  websocket.Upgrader
+
+	mu     sync.Mutex
+	conns  map[*websocket.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func newServer(channel string, heartbeat int) *server {
+	return &server{
+		channel:   channel,
+		heartbeat: heartbeat,
+		runPrefix: "run-bare-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
+		upgrader:  websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }},
+		conns:     map[*websocket.Conn]struct{}{},
+	}
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		fmt.Fprintln(w, "ok")
+		return
+	}
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered with the reason
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ws.Close()
+		return
+	}
+	s.conns[ws] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	// Like termserver, the connection gets a goroutine of its own and the
+	// HTTP handler returns.
+	go func() {
+		defer s.wg.Done()
+		s.serve(ws)
+		s.mu.Lock()
+		delete(s.conns, ws)
+		s.mu.Unlock()
+		ws.Close()
+	}()
+}
+
+// Close closes every connection and waits until their goroutines end.
+func (s *server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	for ws := range s.conns {
+		ws.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// conn is the state of one connection, owned by its goroutine.
+type conn struct {
+	s          *server
+	ws         *websocket.Conn
+	sessionKey string
+	buf        []byte // reused for every frame written
+}
+
+// serve reads and answers frames until the connection ends.
+func (s *server) serve(ws *websocket.Conn) {
+	c := &conn{s: s, ws: ws}
+	ws.SetReadLimit(link.ReadLimit(maxMessageChars))
+	idle := time.Duration(s.heartbeat) * time.Second * 5 / 2
+	for {
+		if idle > 0 {
+			if err := ws.SetReadDeadline(time.Now().Add(idle)); err != nil {
+				return
+			}
+		}
+		typ, data, err := ws.ReadMessage()
+		if err != nil {
+			return
+		}
+		if typ != websocket.TextMessage {
+			if !c.send(&link.Error{Error: "only text frames carry JSON frames", Code: link.CodeBadFrame}) {
+				return
+			}
+			continue
+		}
+		if !c.handle(data) {
+			return
+		}
+	}
+}
+
+// handle answers one frame; false when a write failed.
+func (c *conn) handle(data []byte) bool {
+	f, err := link.Decode(data)
+	if err != nil {
+		return c.send(&link.Error{Error: err.Error(), Code: link.CodeBadFrame})
+	}
+	switch f := f.(type) {
+	case *link.Ping:
+		return c.send(&link.Pong{})
+	case *link.Pong:
+		return true
+	case *link.Connect:
+		if f.PeerID == "" {
+			return c.send(&link.Error{Error: `connect frame: field "peer_id" is missing or empty`, Code: link.CodeBadFrame})
+		}
+		key := c.s.channel + ":" + accountID + ":" + f.PeerID
+		if f.ThreadID != "" {
+			key += ":" + f.ThreadID
+		}
+		c.sessionKey = key
+		return c.send(&link.Connected{ChannelID: c.s.channel, SessionID: key, HeartbeatSeconds: c.s.heartbeat})
+	case *link.Message:
+		switch {
+		case c.sessionKey == "":
+			return c.send(&link.Error{Error: "send a connect frame with your peer_id before message frames", MessageID: f.MessageID, Code: link.CodeNotConnected})
+		case f.IsReply() || strings.TrimSpace(f.Text) == "":
+			return c.send(&link.Error{Error: "message " + f.MessageID + ": not user text", MessageID: f.MessageID, Code: link.CodeBadMessage})
+		}
+		runID := c.s.runPrefix + strconv.FormatUint(c.s.runSeq.Add(1), 10)
+		return c.send(&link.Ack{MessageID: f.MessageID, SessionID: c.sessionKey, Accepted: true}) &&
+			c.send(&link.Message{Role: link.RoleAssistant, MessageID: f.MessageID, RunID: runID,
+				Text: agent.EchoReply(f.Text), FinishReason: link.FinishStop})
+	default:
+		return c.send(&link.Error{Error: fmt.Sprintf("unsupported frame type %s", f.FrameType()), Code: link.CodeBadFrame})
+	}
+}
+
+// send writes one frame, with a deadline; false when the write failed.
+func (c *conn) send(f link.Frame) bool {
+	var err error
+	if c.buf, err = link.AppendEncode(c.buf[:0], f); err != nil {
+		return false
+	}
+	if c.ws.SetWriteDeadline(time.Now().Add(writeWait)) != nil {
+		return false
+	}
+	return c.ws.WriteMessage(websocket.TextMessage, c.buf) == nil
+}

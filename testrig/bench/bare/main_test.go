@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"termlink/link"
+	"termlink/testrig/load"
+)
+
+// start serves a bare server on a free loopback port; it returns the
+// channel WebSocket URL.
+func start(t *testing.T) string {
+	t.Helper()
+	s := newServer("terminal-dev", 30)
+	hs := httptest.NewServer(s)
+	t.Cleanup(func() {
+		hs.Close()
+		s.Close()
+	})
+	return "ws" + strings.TrimPrefix(hs.URL, "http") + "/api/channels/terminal-dev/ws"
+}
+
+// A link.Client gets connected with its session id, an accepted ack and
+// the echo agent's reply with the same message id.
+func TestLinkClient(t *testing.T) {
+	url := start(t)
+	c, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "dev-1", Outbox: link.NewMemoryOutbox()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() { runDone <- c.Run(ctx) }()
+	defer func() {
+		c.Close()
+		<-runDone
+	}()
+	id, err := c.Send(ctx, "hi there")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var session string
+	var acked bool
+	for {
+		var e link.Event
+		select {
+		case e = <-c.Events():
+		case <-ctx.Done():
+			t.Fatalf("no reply (connected %q, acked %v)", session, acked)
+		}
+		switch e.Kind {
+		case link.EventState:
+			if e.State == link.StateConnected {
+				session = e.SessionID
+			}
+		case link.EventAck:
+			if e.Ack.MessageID != id || !e.Ack.Accepted || e.Ack.SessionID != "terminal-dev:local:dev-1" {
+				t.Fatalf("ack %+v, want accepted for %s in terminal-dev:local:dev-1", e.Ack, id)
+			}
+			acked = true
+		case link.EventError:
+			t.Fatalf("error event: %v", e.Err)
+		case link.EventReply:
+			r := e.Reply
+			if session != "terminal-dev:local:dev-1" || !acked {
+				t.Fatalf("reply before connected/ack: session %q acked %v", session, acked)
+			}
+			if r.MessageID != id || r.Role != link.RoleAssistant || r.RunID == "" ||
+				r.Text != "You said: hi there" || r.FinishReason != link.FinishStop {
+				t.Fatalf("reply %+v", r)
+			}
+			return
+		}
+	}
+}
+
+// termrig load gets every message acked and answered, pings answered, and
+// no error or unexpected frame.
+func TestLoad(t *testing.T) {
+	url := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := load.Run(ctx, load.Options{URL: url, Devices: 20, Rate: 200, Duration: time.Second, Drain: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Sent == 0 || rep.Acked != rep.Sent || rep.Replied != rep.Sent || rep.FinishReasons["stop"] != rep.Sent {
+		t.Fatalf("sent %d acked %d replied %d finish %v", rep.Sent, rep.Acked, rep.Replied, rep.FinishReasons)
+	}
+	if rep.ErrorFrames+rep.BadFrames+rep.UnexpectedFrames+rep.UnknownIDs+rep.DuplicateReplies != 0 {
+		t.Fatalf("error %d bad %d unexpected %d unknown %d duplicate replies %d: %v %v", rep.ErrorFrames, rep.BadFrames,
+			rep.UnexpectedFrames, rep.UnknownIDs, rep.DuplicateReplies, rep.ErrorTexts, rep.BadFrameErrors)
+	}
+}
+
+// Ping gets pong before connect; a message before connect is refused
+// with not_connected; garbage gets bad_frame and the connection stays.
+func TestFramesOutOfPlace(t *testing.T) {
+	url := start(t)
+	ws, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	ws.SetReadDeadline(time.Now().Add(20 * time.Second))
+	ws.SetWriteDeadline(time.Now().Add(20 * time.Second))
+	exchange := func(send string) link.Frame {
+		t.Helper()
+		if err := ws.WriteMessage(websocket.TextMessage, []byte(send)); err != nil {
+			t.Fatal(err)
+		}
+		_, data, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := link.Decode(data)
+		if err != nil {
+			t.Fatalf("%s: %v", data, err)
+		}
+		return f
+	}
+	if f, ok := exchange(`{"type":"ping"}`).(*link.Pong); !ok {
+		t.Fatalf("ping answered with %#v", f)
+	}
+	if f, ok := exchange(`{"type":"message","message_id":"m1","text":"x"}`).(*link.Error); !ok || f.Code != link.CodeNotConnected || f.MessageID != "m1" {
+		t.Fatalf("message before connect answered with %#v", f)
+	}
+	if f, ok := exchange(`{"type":`).(*link.Error); !ok || f.Code != link.CodeBadFrame {
+		t.Fatalf("garbage answered with %#v", f)
+	}
+	if f, ok := exchange(`{"type":"connect","peer_id":"p","thread_id":"t"}`).(*link.Connected); !ok || f.SessionID != "terminal-dev:local:p:t" || f.HeartbeatSeconds != 30 {
+		t.Fatalf("connect answered with %#v", f)
+	}
+}

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# compare.sh — termserver side by side with a bare WebSocket echo.
+#
+# Usage: [TERMSERVER=path] [ROUNDS=3] [DEVICES=1000] [IDLE=5000] [PHASE=8s]
+#        [SAT_RATE=40000] [RATES="2000 10000"] testrig/bench/compare.sh
+#
+# Judges termserver by its ratio to a yardstick measured in the same run,
+# not by absolute numbers on a noisy machine. The yardstick is
+# testrig/bench/bare: a plain gorilla/websocket server speaking the same
+# frames (connect -> connected, message -> ack + "You said: ..." reply,
+# ping -> pong, encoded by the link package) with no bus, no session log
+# and no agent. termserver runs with the echo agent, fsync on (always),
+# its workspace in a temp dir under $TMPDIR (the normal disk, not tmpfs),
+# and ratePerPeer/rateBurst raised to 1000 so that the saturated phase
+# (SAT_RATE/DEVICES = 40 messages/s per device by default, over the
+# default limit of 20) measures capacity, not the rate limit; every other
+# bound keeps its default. Both get heartbeatSeconds 5.
+#
+# Each round starts each server fresh (the order alternates from round to
+# round) and drives it with the same `termrig load` built from this tree:
+#   warm-up      DEVICES devices, one message each (creates termserver's
+#                session logs); not reported.
+#   fixed rates  DEVICES devices, each of RATES msg/s for PHASE: the p50
+#                and p99 of the round trip (message sent to final reply).
+#   (each phase starts once the server is idle again)
+#   saturated    last, DEVICES devices, SAT_RATE msg/s offered (above capacity)
+#                for PHASE, then up to 3 s of drain. "replies/s" is termrig
+#                load's throughput: replies / (sending window, or until the
+#                last reply if later). "CPU/reply" is the server process's
+#                utime+stime (/proc/PID/stat, read by termrig load
+#                --server-pid) from the start of sending to the end of the
+#                drain, divided by the replies received in that window
+#                (what is still queued at the end is in neither).
+#   idle RSS     a second fresh server; IDLE idle devices connect (rate 0,
+#                --hold) and heartbeat for 6 s: (VmRSS then - VmRSS at
+#                start) / IDLE.
+# Both the load generator and the server share the machine: at saturation
+# the cores are the limit for both servers, and the bare figure is partly
+# bounded by the load generator itself.
+#
+# Output: one line per measurement as it goes, then a table with the median
+# of each figure per server over ROUNDS and the ratio termserver/bare, and
+# the load average (/proc/loadavg) before and after.
+set -euo pipefail
+ROUNDS=${ROUNDS:-3}
+DEVICES=${DEVICES:-1000}
+IDLE=${IDLE:-5000}
+PHASE=${PHASE:-8s}
+SAT_RATE=${SAT_RATE:-40000}
+RATES=${RATES:-2000 10000}
+HB=5
+cd "$(dirname "$0")/../.."
+tmp=$(mktemp -d)
+SPID= LPID=
+cleanup() {
+	[ -n "$LPID" ] && kill "$LPID" 2>/dev/null || true
+	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null || true
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+go build -o "$tmp/" ./cmd/termserver ./cmd/termrig ./testrig/bench/bare
+TERMSERVER=${TERMSERVER:-$tmp/termserver}
+results=$tmp/results.tsv # round server figure value
+: >"$results"
+
+# start NAME: runs server NAME on a free port in the background (SPID, URL).
+start() {
+	local port=$((20000 + RANDOM % 20000))
+	case $1 in
+	termserver)
+		rm -rf "$tmp/ws"
+		cat >"$tmp/cfg.json" <<JSON
+{"workspace":"$tmp/ws","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local","config":{"heartbeatSeconds":$HB,"ratePerPeer":1000,"rateBurst":1000}}}}
+JSON
+		"$TERMSERVER" --config "$tmp/cfg.json" --listen 127.0.0.1:$port 2>"$tmp/server.log" &
+		;;
+	bare)
+		"$tmp/bare" --listen 127.0.0.1:$port --heartbeat $HB >/dev/null 2>"$tmp/server.log" &
+		;;
+	esac
+	SPID=$!
+	URL=ws://127.0.0.1:$port/api/channels/terminal-dev/ws
+	for _ in $(seq 1 100); do
+		curl -sf "127.0.0.1:$port/healthz" >/dev/null && return
+		kill -0 $SPID 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "$1 did not start:" >&2
+	cat "$tmp/server.log" >&2
+	exit 1
+}
+
+# stop ends the server: SIGTERM, and SIGKILL if it is still busy with a
+# backlog after 5 s (its workspace is thrown away).
+stop() {
+	kill "$SPID" 2>/dev/null || true
+	for _ in $(seq 1 50); do
+		kill -0 "$SPID" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$SPID" 2>/dev/null || true
+	wait "$SPID" 2>/dev/null || true
+	SPID=
+}
+
+# settle waits (up to 15 s) until the server is idle — under 3% of a core
+# over half a second — so that no backlog of the previous phase runs into
+# the next one.
+settle() {
+	local a b
+	for _ in $(seq 1 30); do
+		a=$(awk '{print $14 + $15}' "/proc/$SPID/stat")
+		sleep 0.5
+		b=$(awk '{print $14 + $15}' "/proc/$SPID/stat")
+		[ $((b - a)) -le 1 ] && return
+	done
+	echo "  $srv: still busy 15 s after the last phase" >&2
+}
+
+# load ARGS...: runs termrig load against URL, JSON report in $tmp/rep.json
+# (the exit status is ignored: lost messages at saturation are expected).
+load() {
+	"$tmp/termrig" load --server "$URL" --connect-rate 2000 --json "$@" >"$tmp/rep.json" 2>"$tmp/load.err" || true
+	[ -s "$tmp/rep.json" ] || { echo "termrig load $*: no report" >&2; cat "$tmp/load.err" >&2; exit 1; }
+}
+
+# field EXPR: a Python expression over the report r.
+field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($1)" "$tmp/rep.json"; }
+
+record() { printf '%s\t%s\t%s\t%s\n' "$round" "$srv" "$1" "$2" >>"$results"; }
+
+measure() {
+	start "$srv"
+	load --devices "$DEVICES" --rate "$DEVICES" --duration 1s --peer-prefix bench
+	for rate in $RATES; do
+		settle
+		load --devices "$DEVICES" --rate "$rate" --duration "$PHASE" --peer-prefix bench
+		record "p50 ms @$rate/s" "$(field 'r["round_trip_ms"]["p50"]')"
+		record "p99 ms @$rate/s" "$(field 'r["round_trip_ms"]["p99"]')"
+		echo "  $srv $rate msg/s: $(field '"round trip p50 %.2f ms p99 %.2f ms, %d replies/s, lost %d, error frames %d" % (r["round_trip_ms"]["p50"], r["round_trip_ms"]["p99"], r["throughput_per_sec"], r["lost"], r["error_frames"])')"
+	done
+	settle
+	load --devices "$DEVICES" --rate "$SAT_RATE" --duration "$PHASE" --drain 3s --peer-prefix bench --server-pid "$SPID"
+	record "replies/s saturated" "$(field 'round(r["throughput_per_sec"])')"
+	record "CPU/reply µs" "$(field 'round(r.get("server_cpu_per_reply_us", 0), 1)')"
+	echo "  $srv saturated: $(field '"%d replies/s, sent %d acked %d replied %d lost %d, error frames %d, disconnected %d; server cpu %d ms for %d replies" % (r["throughput_per_sec"], r["sent"], r["acked"], r["replied"], r["lost"], r["error_frames"], r["disconnected"], r.get("server_cpu_ms", 0), r.get("server_cpu_replies", 0))')"
+	stop
+
+	start "$srv"
+	local base rss
+	base=$(awk '/VmRSS/{print $2}' "/proc/$SPID/status")
+	"$tmp/termrig" load --server "$URL" --devices "$IDLE" --rate 0 --hold --connect-rate 2000 --peer-prefix idle >"$tmp/hold.out" 2>&1 &
+	LPID=$!
+	for _ in $(seq 1 300); do
+		grep -q "connected $IDLE devices" "$tmp/hold.out" && break
+		kill -0 $LPID 2>/dev/null || break
+		sleep 0.2
+	done
+	grep -q "connected $IDLE devices" "$tmp/hold.out" || { echo "$srv: idle devices did not all connect:" >&2; cat "$tmp/hold.out" >&2; exit 1; }
+	sleep 6 # every device heartbeats at least once
+	rss=$(awk '/VmRSS/{print $2}' "/proc/$SPID/status")
+	kill -INT $LPID 2>/dev/null || true
+	wait $LPID 2>/dev/null || true
+	LPID=
+	record "RSS/idle conn KiB" "$(python3 -c "print(round(($rss-$base)/$IDLE,2))")"
+	echo "  $srv idle: $IDLE devices, RSS ${base} -> ${rss} KiB"
+	stop
+}
+
+load_before=$(cat /proc/loadavg)
+echo "termserver: $TERMSERVER; $DEVICES devices, saturated at $SAT_RATE msg/s, rates $RATES, $PHASE phases, $IDLE idle devices, $ROUNDS rounds"
+echo "load average before: $load_before"
+for round in $(seq 1 "$ROUNDS"); do
+	order="termserver bare"
+	[ $((round % 2)) -eq 0 ] && order="bare termserver"
+	echo "round $round ($order), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+	for srv in $order; do
+		measure
+	done
+done
+echo "load average after: $(cat /proc/loadavg)"
+echo
+python3 - "$results" <<'PY'
+import statistics, sys
+vals = {}
+order = []
+for line in open(sys.argv[1]):
+    _, srv, fig, v = line.rstrip("\n").split("\t")
+    if fig not in order:
+        order.append(fig)
+    vals.setdefault((fig, srv), []).append(float(v))
+print(f"{'figure (median)':24} {'termserver':>12} {'bare':>12} {'ratio t/b':>10}   per round (termserver | bare)")
+for fig in order:
+    t, b = vals.get((fig, "termserver"), []), vals.get((fig, "bare"), [])
+    mt, mb = statistics.median(t), statistics.median(b)
+    ratio = f"{mt / mb:.2f}" if mb else "-"
+    print(f"{fig:24} {mt:12.2f} {mb:12.2f} {ratio:>10}   {' '.join(f'{x:g}' for x in t)} | {' '.join(f'{x:g}' for x in b)}")
+PY
