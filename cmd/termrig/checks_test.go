@@ -76,7 +76,9 @@ func TestCheckCommandsSim(t *testing.T) {
 		{[]string{"lcd-test", "--board", "sim", "--size", "20x4", "--rom", "A02", "--frames", "5"}, []string{"PASS lcd-test: 20x4 A02 at 0x27"}},
 		{[]string{"serial-loopback", "--sim", "--bytes", "100"}, []string{"PASS serial-loopback: all 600 bytes came back intact at 9600, 115200 baud"}},
 		{[]string{"gpio-loopback", "--sim", "--toggles", "20"}, []string{"PASS gpio-loopback: IN followed all 20 changes of OUT with an edge each"}},
-		{[]string{"keypad-test", "--sim"}, []string{"seen 0 of 16", "PASS keypad-test: all 16 keys seen (16 presses), no stuck keys, no ghosting"}},
+		// The simulated person presses a key again when a busy machine made the
+		// scan miss it, so the number of presses is not fixed.
+		{[]string{"keypad-test", "--sim"}, []string{"seen 0 of 16", "PASS keypad-test: all 16 keys seen (", " presses), no stuck keys, no ghosting"}},
 		{[]string{"link-test", "--sim", "--pings", "3"}, []string{"PASS link-test: connected in", `"You said: termrig link-test `}},
 	}
 	for _, tt := range tests {
