@@ -1,8 +1,10 @@
 package procs
 
-// guardScript runs "$1" -c "$2" (the agent's shell and command) as a
-// background job and waits for it, so that a trap can run while it
-// runs:
+// guardScript runs its arguments ("$@": the agent's program and
+// arguments, or its shell, -c and command) as a background job and waits
+// for it, so that a trap can run while it runs. The job is a simple
+// command, so the shell's fork of it execs the program: one shell (the
+// guard) per agent, whether or not a second one runs the command:
 //   - SIGUSR2, its parent death signal, kills the whole process group:
 //     the agent and everything it started. Not SIGHUP: a server started
 //     under nohup passes SIGHUP on ignored, and a shell cannot trap a
@@ -19,7 +21,7 @@ package procs
 const guardScript = `trap 'kill -KILL 0' USR2
 trap 't=1' TERM
 exec 3<&0
-"$1" -c "$2" <&3 3<&- &
+"$@" <&3 3<&- &
 c=$!
 exec 3<&- </dev/null >/dev/null 2>&1
 while :; do
