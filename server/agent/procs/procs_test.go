@@ -271,3 +271,18 @@ func FuzzReadRegistry(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkRegistryStartDone is the registry's part of an agent run:
+// recording a group and forgetting it, beside two other running groups.
+func BenchmarkRegistryStartDone(b *testing.B) {
+	r, err := Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.groups[1000001], r.groups[1000002] = 1, 2
+	pid := os.Getpid()
+	for b.Loop() {
+		r.add(pid)
+		r.Done(pid)
+	}
+}
