@@ -286,3 +286,35 @@ func BenchmarkRegistryStartDone(b *testing.B) {
 		r.Done(pid)
 	}
 }
+
+// BenchmarkStart* start /bin/true and wait for it: without a guard
+// (Pdeathsig only, as a PTY session's shell), under the guard directly
+// (Exec), and under the guard with sh -c (Command). child-ms/op is the
+// CPU time of the started processes per run.
+func BenchmarkStartNoGuard(b *testing.B) { benchStart(b, func() *exec.Cmd { return exec.Command("/bin/true") }) }
+func BenchmarkStartExec(b *testing.B)    { benchStart(b, func() *exec.Cmd { return Exec("/bin/true") }) }
+func BenchmarkStartShell(b *testing.B) {
+	benchStart(b, func() *exec.Cmd { return Command("/bin/sh", "/bin/true") })
+}
+
+func benchStart(b *testing.B, command func() *exec.Cmd) {
+	r, err := Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var c0, c1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &c0)
+	for b.Loop() {
+		cmd := command()
+		if err := r.Start(cmd); err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		r.Done(cmd.Process.Pid)
+	}
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &c1)
+	cpu := c1.Utime.Nano() + c1.Stime.Nano() - c0.Utime.Nano() - c0.Stime.Nano()
+	b.ReportMetric(float64(cpu)/1e6/float64(b.N), "child-ms/op")
+}
