@@ -3,8 +3,9 @@ package procs
 // guardScript runs its arguments ("$@": the agent's program and
 // arguments, or its shell, -c and command) as a background job and waits
 // for it, so that a trap can run while it runs. The job is a simple
-// command, so the shell's fork of it execs the program: one shell (the
-// guard) per agent, whether or not a second one runs the command:
+// command: the guard's fork of itself execs the program, so a program
+// started with Exec costs one shell (the guard), a command started with
+// Command two (the guard and the command's shell):
 //   - SIGUSR2, its parent death signal, kills the whole process group:
 //     the agent and everything it started. Not SIGHUP: a server started
 //     under nohup passes SIGHUP on ignored, and a shell cannot trap a

@@ -291,8 +291,10 @@ func BenchmarkRegistryStartDone(b *testing.B) {
 // (Pdeathsig only, as a PTY session's shell), under the guard directly
 // (Exec), and under the guard with sh -c (Command). child-ms/op is the
 // CPU time of the started processes per run.
-func BenchmarkStartNoGuard(b *testing.B) { benchStart(b, func() *exec.Cmd { return exec.Command("/bin/true") }) }
-func BenchmarkStartExec(b *testing.B)    { benchStart(b, func() *exec.Cmd { return Exec("/bin/true") }) }
+func BenchmarkStartNoGuard(b *testing.B) {
+	benchStart(b, func() *exec.Cmd { return exec.Command("/bin/true") })
+}
+func BenchmarkStartExec(b *testing.B) { benchStart(b, func() *exec.Cmd { return Exec("/bin/true") }) }
 func BenchmarkStartShell(b *testing.B) {
 	benchStart(b, func() *exec.Cmd { return Command("/bin/sh", "/bin/true") })
 }
