@@ -29,6 +29,13 @@ run_server() { # binary
   sleep 1
 }
 
+cpu_ticks() { # utime+stime and cutime+cstime of pid, in clock ticks
+  awk '{sub(/.*\) /, ""); print $12 + $13, $14 + $15}' /proc/$1/stat
+}
+cpu_ms() { # before after field(1 self, 2 children) messages
+  echo "$1 $2" | awk -v f=$3 -v n=$4 -v hz="$(getconf CLK_TCK)" '{d = $(f + 2) - $f; printf "%.2f", n ? d * 1000 / hz / n : 0}'
+}
+
 p50() { # the p50 of a figure line, in ms
   sed -n 's/.*p50 \([0-9.]*\)\(ms\|s\|µs\) .*/\1 \2/p' | head -1 |
     awk '{print ($2 == "s") ? $1 * 1000 : ($2 == "µs") ? $1 / 1000 : $1}'
@@ -45,11 +52,15 @@ for round in $(seq "${ROUNDS:-1}"); do
   echo "direct (sh -c):     $("$tmp/direct" -n 300 -- /bin/sh -c "$tmp/echoagent")"
   for bin in "$TERMSERVER" ${BASELINE:-}; do
     run_server "$bin"
+    cpu0=$(cpu_ticks $SPID)
     out=$("$tmp/termrig" load --server ws://127.0.0.1:$port/api/channels/terminal-dev/ws --devices 1 --rate "$RATE" --duration "$DURATION" | grep -E "messages|round trip")
+    cpu1=$(cpu_ticks $SPID)
     kill $SPID; wait $SPID 2>/dev/null || true
+    replied=$(echo "$out" | sed -n 's/.*replied \([0-9]*\).*/\1/p')
     rm -rf "$tmp/ws"
     echo "through $bin (1 device, $RATE msg/s for $DURATION, terminal runner, same agent):"
     echo "$out"
+    echo "cpu/message: server $(cpu_ms "$cpu0" "$cpu1" 1 "$replied") ms, its agents (the runs' processes) $(cpu_ms "$cpu0" "$cpu1" 2 "$replied") ms"
     echo "added p50 over direct (no shell): $(awk -v a="$(echo "$out" | grep 'round trip' | p50)" -v b="$(echo "$direct" | p50)" 'BEGIN{printf "%.2f ms", a-b}')"
   done
 done
