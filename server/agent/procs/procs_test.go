@@ -69,31 +69,86 @@ func TestGuardPassesThrough(t *testing.T) {
 		{"terminated", "kill -TERM $$", "", "", -1, syscall.SIGTERM},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := newRegistry(t)
-			cmd := Command("/bin/sh", tt.command)
-			cmd.Stdin = strings.NewReader(tt.stdin)
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			if err := r.Start(cmd); err != nil {
-				t.Fatal(err)
-			}
-			_ = cmd.Wait()
-			r.Done(cmd.Process.Pid)
-			if out.String() != tt.stdout {
-				t.Errorf("stdout %q, want %q", out.String(), tt.stdout)
-			}
-			if errb.Len() > 0 {
-				t.Errorf("stderr %q, want none (no job messages from the guard)", errb.String())
-			}
-			ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-			if tt.exit >= 0 && (!ws.Exited() || ws.ExitStatus() != tt.exit) {
-				t.Errorf("ended %v, want exit status %d", cmd.ProcessState, tt.exit)
-			}
-			if tt.exit < 0 && (!ws.Signaled() || ws.Signal() != tt.signal) {
-				t.Errorf("ended %v, want signal %v", cmd.ProcessState, tt.signal)
-			}
-		})
+		for _, how := range starts {
+			t.Run(tt.name+"/"+how, func(t *testing.T) {
+				r := newRegistry(t)
+				cmd := agentCmd(t, how, tt.command)
+				cmd.Stdin = strings.NewReader(tt.stdin)
+				var out, errb bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &errb
+				if err := r.Start(cmd); err != nil {
+					t.Fatal(err)
+				}
+				_ = cmd.Wait()
+				r.Done(cmd.Process.Pid)
+				if out.String() != tt.stdout {
+					t.Errorf("stdout %q, want %q", out.String(), tt.stdout)
+				}
+				if errb.Len() > 0 {
+					t.Errorf("stderr %q, want none (no job messages from the guard)", errb.String())
+				}
+				ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+				if tt.exit >= 0 && (!ws.Exited() || ws.ExitStatus() != tt.exit) {
+					t.Errorf("ended %v, want exit status %d", cmd.ProcessState, tt.exit)
+				}
+				if tt.exit < 0 && (!ws.Signaled() || ws.Signal() != tt.signal) {
+					t.Errorf("ended %v, want signal %v", cmd.ProcessState, tt.signal)
+				}
+			})
+		}
+	}
+}
+
+// starts are the ways to start an agent under the guard.
+var starts = []string{"Command", "Exec"}
+
+// agentCmd returns the command that runs body, a sh script: with Command,
+// or with Exec of a script file holding it.
+func agentCmd(t *testing.T, how, body string) *exec.Cmd {
+	t.Helper()
+	if how == "Command" {
+		return Command("/bin/sh", body)
+	}
+	p := filepath.Join(t.TempDir(), "agent.sh")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return Exec(p)
+}
+
+// Exec finds the program as sh does and fails as sh does: 127 when it is
+// not found (PATH of the command's environment, relative entries from its
+// directory), 126 when it cannot be executed; arguments pass unchanged.
+func TestExec(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "bin"), 0o755)
+	os.WriteFile(filepath.Join(dir, "bin", "args"), []byte("#!/bin/sh\nprintf '%s|' \"$@\"\n"), 0o755)
+	os.WriteFile(filepath.Join(dir, "noexec"), []byte("#!/bin/sh\n"), 0o644)
+	tests := []struct {
+		argv         []string
+		exit         int
+		stdout, errs string
+	}{
+		{[]string{"args", "a b", "", "$HOME *"}, 0, "a b||$HOME *|", ""},
+		{[]string{"./bin/args", "x"}, 0, "x|", ""},
+		{[]string{"no-such-program-xyz", "x"}, 127, "", "no-such-program-xyz: not found"},
+		{[]string{"./noexec"}, 126, "", "Permission denied"},
+	}
+	for _, tt := range tests {
+		r := newRegistry(t)
+		cmd := Exec(tt.argv[0], tt.argv[1:]...)
+		cmd.Dir = dir
+		cmd.Env = []string{"PATH=bin:/usr/bin:/bin"}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := r.Start(cmd); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		r.Done(cmd.Process.Pid)
+		if cmd.ProcessState.ExitCode() != tt.exit || out.String() != tt.stdout || !strings.Contains(errb.String(), tt.errs) {
+			t.Errorf("%q: %v, stdout %q, stderr %q; want exit %d, %q, %q", tt.argv, cmd.ProcessState, out.String(), errb.String(), tt.exit, tt.stdout, tt.errs)
+		}
 	}
 }
 
@@ -103,9 +158,15 @@ func TestGuardKillsGroupOnParentDeathSignal(t *testing.T) {
 	// As under nohup: SIGHUP ignored by the server, so by its children.
 	signal.Ignore(syscall.SIGHUP)
 	defer signal.Reset(syscall.SIGHUP)
+	for _, how := range starts {
+		t.Run(how, func(t *testing.T) { testGuardKillsGroup(t, how) })
+	}
+}
+
+func testGuardKillsGroup(t *testing.T, how string) {
 	dir := t.TempDir()
 	r := newRegistry(t)
-	cmd := Command("/bin/sh", "sleep 300 & echo $! > grandchild.pid; echo $$ > agent.pid; wait")
+	cmd := agentCmd(t, how, "sleep 300 & echo $! > grandchild.pid; echo $$ > agent.pid; wait")
 	cmd.Dir = dir
 	if err := r.Start(cmd); err != nil {
 		t.Fatal(err)
