@@ -300,6 +300,26 @@ func TestRegistryFile(t *testing.T) {
 	if env, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/environ"); !bytes.Contains(env, []byte(MarkerEnv+"="+r.Marker())) {
 		t.Error("agent lacks the marker")
 	}
+	// Updated in place (one write, no new file and rename), a shorter
+	// list padded: the reader sees the groups still running.
+	before, _ := os.Stat(filepath.Join(workspace, FileName))
+	r.mu.Lock()
+	for _, update := range []func(){
+		func() { r.groups[1000001], r.groups[1000002] = 11, 22 },
+		func() { delete(r.groups, 1000002) },
+	} {
+		update()
+		r.writeLocked()
+		if after, _ := os.Stat(filepath.Join(workspace, FileName)); !os.SameFile(before, after) {
+			t.Error("the registry file was replaced, not rewritten")
+		}
+	}
+	r.mu.Unlock()
+	groups, err = readRegistry(filepath.Join(workspace, FileName))
+	if st, _ := startTime(cmd.Process.Pid); err != nil || len(groups) != 2 || groups[1000001] != 11 || groups[cmd.Process.Pid] != st {
+		t.Errorf("registry %v (%v), want pid %d and 1000001", groups, err, cmd.Process.Pid)
+	}
+	r.Done(1000001)
 	_ = KillGroup(cmd.Process.Pid)
 	_ = cmd.Wait()
 	r.Done(cmd.Process.Pid)
