@@ -71,16 +71,9 @@ func TestGuardPassesThrough(t *testing.T) {
 	for _, tt := range tests {
 		for _, how := range starts {
 			t.Run(tt.name+"/"+how, func(t *testing.T) {
-				r := newRegistry(t)
 				cmd := agentCmd(t, how, tt.command)
 				cmd.Stdin = strings.NewReader(tt.stdin)
-				var out, errb bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &out, &errb
-				if err := r.Start(cmd); err != nil {
-					t.Fatal(err)
-				}
-				_ = cmd.Wait()
-				r.Done(cmd.Process.Pid)
+				out, errb := runGuarded(t, cmd)
 				if out.String() != tt.stdout {
 					t.Errorf("stdout %q, want %q", out.String(), tt.stdout)
 				}
@@ -97,6 +90,21 @@ func TestGuardPassesThrough(t *testing.T) {
 			})
 		}
 	}
+}
+
+// runGuarded starts cmd with a registry, waits for it and returns its
+// stdout and stderr.
+func runGuarded(t *testing.T, cmd *exec.Cmd) (stdout, stderr *bytes.Buffer) {
+	t.Helper()
+	r := newRegistry(t)
+	stdout, stderr = &bytes.Buffer{}, &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := r.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	r.Done(cmd.Process.Pid)
+	return stdout, stderr
 }
 
 // starts are the ways to start an agent under the guard.
@@ -135,17 +143,10 @@ func TestExec(t *testing.T) {
 		{[]string{"./noexec"}, 126, "", "Permission denied"},
 	}
 	for _, tt := range tests {
-		r := newRegistry(t)
 		cmd := Exec(tt.argv[0], tt.argv[1:]...)
 		cmd.Dir = dir
 		cmd.Env = []string{"PATH=bin:/usr/bin:/bin"}
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := r.Start(cmd); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait()
-		r.Done(cmd.Process.Pid)
+		out, errb := runGuarded(t, cmd)
 		if cmd.ProcessState.ExitCode() != tt.exit || out.String() != tt.stdout || !strings.Contains(errb.String(), tt.errs) {
 			t.Errorf("%q: %v, stdout %q, stderr %q; want exit %d, %q, %q", tt.argv, cmd.ProcessState, out.String(), errb.String(), tt.exit, tt.stdout, tt.errs)
 		}
