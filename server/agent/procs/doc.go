@@ -9,10 +9,12 @@
 //     follows the creating thread, not the process (golang/go#27505), so
 //     every agent is forked by one goroutine locked to its OS thread for
 //     the life of the process: that thread ends only with the process.
-//   - A guard shell: the signal reaches only the direct child, so a shell
-//     command runs under a small POSIX sh guard that leads the process
-//     group and, on the parent death signal, kills the whole group
-//     (grandchildren included). See Command.
+//   - A guard shell: the signal reaches only the direct child, so an
+//     agent (a program, Exec, or a shell command, Command) runs under a
+//     small POSIX sh guard that leads the process group and, on the
+//     parent death signal, kills the whole group (grandchildren
+//     included). Its price is one start of sh and one fork per agent
+//     (BenchmarkStartNoGuard, BenchmarkStartExec).
 //   - A registry (Registry): the process groups are recorded in a file in
 //     the workspace (run/agents.pids) and every agent carries a marker
 //     variable naming the workspace; at start the next server kills the

@@ -1,8 +1,11 @@
 package procs
 
-// guardScript runs "$1" -c "$2" (the agent's shell and command) as a
-// background job and waits for it, so that a trap can run while it
-// runs:
+// guardScript runs its arguments ("$@": the agent's program and
+// arguments, or its shell, -c and command) as a background job and waits
+// for it, so that a trap can run while it runs. The job is a simple
+// command: the guard's fork of itself execs the program, so a program
+// started with Exec costs one shell (the guard), a command started with
+// Command two (the guard and the command's shell):
 //   - SIGUSR2, its parent death signal, kills the whole process group:
 //     the agent and everything it started. Not SIGHUP: a server started
 //     under nohup passes SIGHUP on ignored, and a shell cannot trap a
@@ -19,7 +22,7 @@ package procs
 const guardScript = `trap 'kill -KILL 0' USR2
 trap 't=1' TERM
 exec 3<&0
-"$1" -c "$2" <&3 3<&- &
+"$@" <&3 3<&- &
 c=$!
 exec 3<&- </dev/null >/dev/null 2>&1
 while :; do

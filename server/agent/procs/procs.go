@@ -2,7 +2,6 @@ package procs
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -35,6 +34,9 @@ type Registry struct {
 
 	mu     sync.Mutex
 	groups map[int]uint64 // pgid -> start time of its leader (clock ticks since boot)
+	file   *os.File       // the registry file, open for rewriting; nil until the first write
+	size   int            // its length
+	buf    []byte
 }
 
 // Open returns the registry of workspace (an absolute path), creating
@@ -133,25 +135,55 @@ func (r *Registry) add(pid int) {
 // writeLocked rewrites the registry file: "pgid starttime" per line. It
 // is small (one line per running agent) and needs no fsync: it only has
 // to survive the server process, not the machine (a reboot ends the
-// agents anyway).
+// agents anyway). It is rewritten in place, with one write (or, when no
+// agent runs, one truncate): a process dies between system calls, so a
+// successor reads the old or the new list, never a mix. A shorter list
+// is padded with newlines to the length of the last, which the reader
+// skips. That keeps two system calls per agent run (one at its start,
+// one at its end) instead of a new file and a rename each time.
 func (r *Registry) writeLocked() {
-	var b bytes.Buffer
+	if err := r.writeFileLocked(); err != nil {
+		r.log.Warn("cannot update the agent registry; agents left by a crash may not be reaped", "file", r.path, "err", err)
+		if r.file != nil {
+			r.file.Close()
+			r.file = nil // reopened on the next update
+		}
+	}
+}
+
+func (r *Registry) writeFileLocked() error {
+	if r.file == nil {
+		f, err := os.OpenFile(r.path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		r.file, r.size = f, 0
+	}
+	r.buf = r.buf[:0]
 	pids := make([]int, 0, len(r.groups))
 	for pid := range r.groups {
 		pids = append(pids, pid)
 	}
 	sort.Ints(pids)
 	for _, pid := range pids {
-		fmt.Fprintf(&b, "%d %d\n", pid, r.groups[pid])
+		r.buf = strconv.AppendInt(r.buf, int64(pid), 10)
+		r.buf = append(r.buf, ' ')
+		r.buf = strconv.AppendUint(r.buf, r.groups[pid], 10)
+		r.buf = append(r.buf, '\n')
 	}
-	tmp := r.path + ".tmp"
-	err := os.WriteFile(tmp, b.Bytes(), 0o644)
-	if err == nil {
-		err = os.Rename(tmp, r.path)
+	if len(r.buf) == 0 {
+		r.size = 0
+		return r.file.Truncate(0)
 	}
-	if err != nil {
-		r.log.Warn("cannot update the agent registry; agents left by a crash may not be reaped", "file", r.path, "err", err)
+	n := len(r.buf)
+	for len(r.buf) < r.size {
+		r.buf = append(r.buf, '\n')
 	}
+	if _, err := r.file.WriteAt(r.buf, 0); err != nil {
+		return err
+	}
+	r.size = max(r.size, n)
+	return nil
 }
 
 // Reap kills what a crashed predecessor in the same workspace left: each

@@ -69,31 +69,87 @@ func TestGuardPassesThrough(t *testing.T) {
 		{"terminated", "kill -TERM $$", "", "", -1, syscall.SIGTERM},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := newRegistry(t)
-			cmd := Command("/bin/sh", tt.command)
-			cmd.Stdin = strings.NewReader(tt.stdin)
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			if err := r.Start(cmd); err != nil {
-				t.Fatal(err)
-			}
-			_ = cmd.Wait()
-			r.Done(cmd.Process.Pid)
-			if out.String() != tt.stdout {
-				t.Errorf("stdout %q, want %q", out.String(), tt.stdout)
-			}
-			if errb.Len() > 0 {
-				t.Errorf("stderr %q, want none (no job messages from the guard)", errb.String())
-			}
-			ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-			if tt.exit >= 0 && (!ws.Exited() || ws.ExitStatus() != tt.exit) {
-				t.Errorf("ended %v, want exit status %d", cmd.ProcessState, tt.exit)
-			}
-			if tt.exit < 0 && (!ws.Signaled() || ws.Signal() != tt.signal) {
-				t.Errorf("ended %v, want signal %v", cmd.ProcessState, tt.signal)
-			}
-		})
+		for _, how := range starts {
+			t.Run(tt.name+"/"+how, func(t *testing.T) {
+				cmd := agentCmd(t, how, tt.command)
+				cmd.Stdin = strings.NewReader(tt.stdin)
+				out, errb := runGuarded(t, cmd)
+				if out.String() != tt.stdout {
+					t.Errorf("stdout %q, want %q", out.String(), tt.stdout)
+				}
+				if errb.Len() > 0 {
+					t.Errorf("stderr %q, want none (no job messages from the guard)", errb.String())
+				}
+				ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+				if tt.exit >= 0 && (!ws.Exited() || ws.ExitStatus() != tt.exit) {
+					t.Errorf("ended %v, want exit status %d", cmd.ProcessState, tt.exit)
+				}
+				if tt.exit < 0 && (!ws.Signaled() || ws.Signal() != tt.signal) {
+					t.Errorf("ended %v, want signal %v", cmd.ProcessState, tt.signal)
+				}
+			})
+		}
+	}
+}
+
+// runGuarded starts cmd with a registry, waits for it and returns its
+// stdout and stderr.
+func runGuarded(t *testing.T, cmd *exec.Cmd) (stdout, stderr *bytes.Buffer) {
+	t.Helper()
+	r := newRegistry(t)
+	stdout, stderr = &bytes.Buffer{}, &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := r.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	r.Done(cmd.Process.Pid)
+	return stdout, stderr
+}
+
+// starts are the ways to start an agent under the guard.
+var starts = []string{"Command", "Exec"}
+
+// agentCmd returns the command that runs body, a sh script: with Command,
+// or with Exec of a script file holding it.
+func agentCmd(t *testing.T, how, body string) *exec.Cmd {
+	t.Helper()
+	if how == "Command" {
+		return Command("/bin/sh", body)
+	}
+	p := filepath.Join(t.TempDir(), "agent.sh")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return Exec(p)
+}
+
+// Exec finds the program as sh does and fails as sh does: 127 when it is
+// not found (PATH of the command's environment, relative entries from its
+// directory), 126 when it cannot be executed; arguments pass unchanged.
+func TestExec(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "bin"), 0o755)
+	os.WriteFile(filepath.Join(dir, "bin", "args"), []byte("#!/bin/sh\nprintf '%s|' \"$@\"\n"), 0o755)
+	os.WriteFile(filepath.Join(dir, "noexec"), []byte("#!/bin/sh\n"), 0o644)
+	tests := []struct {
+		argv         []string
+		exit         int
+		stdout, errs string
+	}{
+		{[]string{"args", "a b", "", "$HOME *"}, 0, "a b||$HOME *|", ""},
+		{[]string{"./bin/args", "x"}, 0, "x|", ""},
+		{[]string{"no-such-program-xyz", "x"}, 127, "", "no-such-program-xyz: not found"},
+		{[]string{"./noexec"}, 126, "", "Permission denied"},
+	}
+	for _, tt := range tests {
+		cmd := Exec(tt.argv[0], tt.argv[1:]...)
+		cmd.Dir = dir
+		cmd.Env = []string{"PATH=bin:/usr/bin:/bin"}
+		out, errb := runGuarded(t, cmd)
+		if cmd.ProcessState.ExitCode() != tt.exit || out.String() != tt.stdout || !strings.Contains(errb.String(), tt.errs) {
+			t.Errorf("%q: %v, stdout %q, stderr %q; want exit %d, %q, %q", tt.argv, cmd.ProcessState, out.String(), errb.String(), tt.exit, tt.stdout, tt.errs)
+		}
 	}
 }
 
@@ -103,9 +159,15 @@ func TestGuardKillsGroupOnParentDeathSignal(t *testing.T) {
 	// As under nohup: SIGHUP ignored by the server, so by its children.
 	signal.Ignore(syscall.SIGHUP)
 	defer signal.Reset(syscall.SIGHUP)
+	for _, how := range starts {
+		t.Run(how, func(t *testing.T) { testGuardKillsGroup(t, how) })
+	}
+}
+
+func testGuardKillsGroup(t *testing.T, how string) {
 	dir := t.TempDir()
 	r := newRegistry(t)
-	cmd := Command("/bin/sh", "sleep 300 & echo $! > grandchild.pid; echo $$ > agent.pid; wait")
+	cmd := agentCmd(t, how, "sleep 300 & echo $! > grandchild.pid; echo $$ > agent.pid; wait")
 	cmd.Dir = dir
 	if err := r.Start(cmd); err != nil {
 		t.Fatal(err)
@@ -239,6 +301,26 @@ func TestRegistryFile(t *testing.T) {
 	if env, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/environ"); !bytes.Contains(env, []byte(MarkerEnv+"="+r.Marker())) {
 		t.Error("agent lacks the marker")
 	}
+	// Updated in place (one write, no new file and rename), a shorter
+	// list padded: the reader sees the groups still running.
+	before, _ := os.Stat(filepath.Join(workspace, FileName))
+	r.mu.Lock()
+	for _, update := range []func(){
+		func() { r.groups[1000001], r.groups[1000002] = 11, 22 },
+		func() { delete(r.groups, 1000002) },
+	} {
+		update()
+		r.writeLocked()
+		if after, _ := os.Stat(filepath.Join(workspace, FileName)); !os.SameFile(before, after) {
+			t.Error("the registry file was replaced, not rewritten")
+		}
+	}
+	r.mu.Unlock()
+	groups, err = readRegistry(filepath.Join(workspace, FileName))
+	if st, _ := startTime(cmd.Process.Pid); err != nil || len(groups) != 2 || groups[1000001] != 11 || groups[cmd.Process.Pid] != st {
+		t.Errorf("registry %v (%v), want pid %d and 1000001", groups, err, cmd.Process.Pid)
+	}
+	r.Done(1000001)
 	_ = KillGroup(cmd.Process.Pid)
 	_ = cmd.Wait()
 	r.Done(cmd.Process.Pid)
@@ -270,4 +352,53 @@ func FuzzReadRegistry(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkRegistryStartDone is the registry's part of an agent run:
+// recording a group and forgetting it, beside two other running groups.
+func BenchmarkRegistryStartDone(b *testing.B) {
+	r, err := Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.groups[1000001], r.groups[1000002] = 1, 2
+	pid := os.Getpid()
+	for b.Loop() {
+		r.add(pid)
+		r.Done(pid)
+	}
+}
+
+// BenchmarkStart* start /bin/true and wait for it: without a guard
+// (Pdeathsig only, as a PTY session's shell), under the guard directly
+// (Exec), and under the guard with sh -c (Command). child-ms/op is the
+// CPU time of the started processes per run.
+func BenchmarkStartNoGuard(b *testing.B) {
+	benchStart(b, func() *exec.Cmd { return exec.Command("/bin/true") })
+}
+func BenchmarkStartExec(b *testing.B) { benchStart(b, func() *exec.Cmd { return Exec("/bin/true") }) }
+func BenchmarkStartShell(b *testing.B) {
+	benchStart(b, func() *exec.Cmd { return Command("/bin/sh", "/bin/true") })
+}
+
+func benchStart(b *testing.B, command func() *exec.Cmd) {
+	r, err := Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var c0, c1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &c0)
+	for b.Loop() {
+		cmd := command()
+		if err := r.Start(cmd); err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		r.Done(cmd.Process.Pid)
+	}
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &c1)
+	cpu := c1.Utime.Nano() + c1.Stime.Nano() - c0.Utime.Nano() - c0.Stime.Nano()
+	b.ReportMetric(float64(cpu)/1e6/float64(b.N), "child-ms/op")
 }

@@ -16,8 +16,17 @@ const guardDeathSignal = syscall.SIGUSR2
 
 // Command returns the command that runs shell -c command under the
 // guard (see the package doc). Start it with Registry.Start.
-func Command(shell, command string) *exec.Cmd {
-	cmd := exec.Command("/bin/sh", "-c", guardScript, guardName, shell, command)
+func Command(shell, command string) *exec.Cmd { return Exec(shell, "-c", command) }
+
+// Exec returns the command that runs program with args under the guard,
+// without a shell of its own: the guard finds program as sh does (PATH
+// of the command's environment, relative to its Dir; a builtin of sh if
+// it names one) and reports a missing or non-executable program as sh
+// does (exit status 127 or 126, a message on stderr). Start it with
+// Registry.Start.
+func Exec(program string, args ...string) *exec.Cmd {
+	argv := append([]string{"-c", guardScript, guardName, program}, args...)
+	cmd := exec.Command("/bin/sh", argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: guardDeathSignal}
 	return cmd
 }

@@ -9,6 +9,12 @@ import "os/exec"
 // server's Reap only through its recorded group.
 func Command(shell, command string) *exec.Cmd { return exec.Command(shell, "-c", command) }
 
+// Exec returns the command that runs program with args, found as sh
+// finds it (through sh, which execs it).
+func Exec(program string, args ...string) *exec.Cmd {
+	return exec.Command("/bin/sh", append([]string{"-c", `exec "$@"`, "sh", program}, args...)...)
+}
+
 // spawn runs start: without a parent death signal any thread may fork.
 func spawn(start func() error) error { return start() }
 

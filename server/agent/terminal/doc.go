@@ -1,10 +1,15 @@
 // Package terminal runs nanobot terminal micro-agents: Terminal Protocol v1
 // (shared/spec/terminal-protocol-v1.md), one subprocess per message.
 //
-// For each message the Runner starts the configured command with
-// "/bin/sh -c" in the workspace, in a process group of its own that dies
-// with the server (package procs: parent death signal, guard, reaping
-// after a crash), writes one
+// For each message the Runner starts the configured command in the
+// workspace: a command of plain words (see splitCommand: no quoting but
+// simple single quotes, no $, globs, redirections or operators) is split
+// into its program and arguments and run without a shell, {message}
+// becoming one argument; any other runs with "/bin/sh -c", {message}
+// replaced by the POSIX-quoted text. Either way the program is found as
+// sh finds it (PATH, relative to the workspace) and runs in a process
+// group of its own that dies with the server (package procs: parent
+// death signal, guard, reaping after a crash). The Runner writes one
 // JSON [Envelope] line to its stdin and closes stdin. In rich mode stdout is
 // read line by line as it arrives: "message", "progress", "error" and "log"
 // frames ([ParseFrame]); a JSON object with another "type" (a later

@@ -231,3 +231,40 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// How the runner starts an agent: "shell" runs the command with sh -c,
+// "direct" runs its program without a shell (splitCommand).
+var startModes = []string{"shell", "direct"}
+
+// agentCommand returns a command that runs body, a sh script: itself
+// (mode "shell") or a script file holding it, named by its path (mode
+// "direct"). It fails the test if the runner would not start the command
+// the way mode says.
+func agentCommand(t *testing.T, mode, body string) string {
+	t.Helper()
+	command := body
+	if mode == "direct" {
+		command = ShellQuote(writeScript(t, body))
+	}
+	checkMode(t, mode, command)
+	return command
+}
+
+// goAgentCommand returns the command that runs the Go echo agent with
+// args ("" or plain words) the way mode says.
+func goAgentCommand(t *testing.T, mode, args string) string {
+	t.Helper()
+	command := strings.TrimSpace(ShellQuote(echoAgent) + " " + args)
+	if mode == "shell" {
+		command += ";"
+	}
+	checkMode(t, mode, command)
+	return command
+}
+
+func checkMode(t *testing.T, mode, command string) {
+	t.Helper()
+	if _, direct := splitCommand(command); direct != (mode == "direct") {
+		t.Fatalf("the runner would not run %q in mode %s", command, mode)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -50,7 +51,9 @@ type Options struct {
 	// stdout or stderr open after it exited before its process group is
 	// killed. Default 200ms.
 	KillGrace time.Duration
-	// Shell runs the command as Shell -c COMMAND. Default "/bin/sh".
+	// Shell runs the command as Shell -c COMMAND when it has shell
+	// syntax; a command of plain words is run without it. Default
+	// "/bin/sh".
 	Shell string
 	// Procs records the agents' process groups for the reaping after a
 	// crash; nil records nothing (agents still die with the server).
@@ -66,6 +69,7 @@ type Runner struct {
 	log       *slog.Logger
 	timeout   time.Duration
 	providers map[string]EnvelopeProvider // read-only after New
+	argv      argvTemplate                // the command without a shell; nil: Shell -c
 
 	mu      sync.Mutex
 	closed  bool
@@ -139,8 +143,9 @@ func New(name string, cfg config.TerminalAgent, opt Options) (*Runner, error) {
 	if int64(cfg.Timeout) < math.MaxInt64/int64(time.Second) {
 		timeout = time.Duration(cfg.Timeout) * time.Second
 	}
+	argv, _ := splitCommand(cfg.Command)
 	return &Runner{
-		name: name, cfg: cfg, opt: opt, timeout: timeout,
+		name: name, cfg: cfg, opt: opt, timeout: timeout, argv: argv,
 		log:       opt.Logger.With("agent", name),
 		providers: envelopeProviders(cfg.Providers),
 		closing:   make(chan struct{}),
@@ -211,7 +216,7 @@ func (r *Runner) Run(ctx context.Context, req agent.Request, progress agent.Prog
 		return errorResult("agent %s: cannot encode the envelope: %v", r.name, err)
 	}
 	s := &runState{r: r, log: log, req: req, progress: progress, workspace: ws, payload: payload,
-		command: ExpandCommand(r.cfg.Command, req.Text), mediaSeen: map[string]bool{}}
+		mediaSeen: map[string]bool{}}
 	return s.run(ctx)
 }
 
@@ -235,7 +240,6 @@ type runState struct {
 	progress  agent.Progress
 	workspace string
 	payload   []byte
-	command   string
 	pid       int
 
 	// stdout
@@ -280,7 +284,7 @@ func (s *runState) run(ctx context.Context) agent.Result {
 		closeAll()
 		return errorResult("agent %s: cannot make pipes: %v", r.name, err)
 	}
-	cmd := procs.Command(r.opt.Shell, s.command)
+	cmd := r.command(s.req.Text)
 	cmd.Dir = s.workspace
 	cmd.Env = mergeEnv(os.Environ(), r.cfg.Env)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
@@ -374,6 +378,18 @@ func (s *runState) run(ctx context.Context) agent.Result {
 	s.log.Debug("agent finished", "pid", s.pid, "exit", cmd.ProcessState.String(),
 		"finish_reason", res.FinishReason, "duration", time.Since(start))
 	return res
+}
+
+// command returns the command that runs the agent for text: the
+// program itself when the command has no shell syntax, else Shell -c
+// with {message} quoted. Both run under the procs guard, which looks the
+// program up as sh does.
+func (r *Runner) command(text string) *exec.Cmd {
+	if r.argv != nil {
+		argv := r.argv.argv(text)
+		return procs.Exec(argv[0], argv[1:]...)
+	}
+	return procs.Command(r.opt.Shell, ExpandCommand(r.cfg.Command, text))
 }
 
 // writeStdin writes the envelope and closes stdin. An agent that exits

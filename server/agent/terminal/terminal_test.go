@@ -72,59 +72,65 @@ func TestEnvelope(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dump := filepath.Join(t.TempDir(), "envelope.json")
-			cfg := rich(`cat > "$DUMP"; echo '{"type":"message","text":"ok"}'`)
-			cfg.PassMedia = tt.passMedia
-			cfg.Providers = tt.providers
-			cfg.Env = map[string]string{"DUMP": dump}
-			f := newFixture(t, cfg)
-			req := f.req("hi <&> \"q\" ü\n2nd")
-			req.Media = tt.media
-			req.ChatID = tt.chatID
-			res, _ := f.run(context.Background(), req)
-			wantResult(t, res, "stop")
-			if res.Text != "ok" {
-				t.Fatalf("reply %q", res.Text)
-			}
-			raw, err := os.ReadFile(dump)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if bytes.Count(raw, []byte("\n")) != 1 || raw[len(raw)-1] != '\n' {
-				t.Fatalf("envelope is not one line and a newline: %q", raw)
-			}
-			for _, camel := range []string{"apiKeys", "baseUrl", "chatId", "sessionKey", "userDataDir", `\u003c`} {
-				if bytes.Contains(raw, []byte(camel)) {
-					t.Errorf("envelope contains %q: %s", camel, raw)
+		for _, mode := range startModes {
+			t.Run(tt.name+"/"+mode, func(t *testing.T) {
+				dump := filepath.Join(t.TempDir(), "envelope.json")
+				cfg := rich(agentCommand(t, mode, `cat > "$DUMP"; echo '{"type":"message","text":"ok"}'`))
+				cfg.PassMedia = tt.passMedia
+				cfg.Providers = tt.providers
+				cfg.Env = map[string]string{"DUMP": dump}
+				f := newFixture(t, cfg)
+				req := f.req("hi <&> \"q\" ü\n2nd")
+				req.Media = tt.media
+				req.ChatID = tt.chatID
+				res, _ := f.run(context.Background(), req)
+				wantResult(t, res, "stop")
+				if res.Text != "ok" {
+					t.Fatalf("reply %q", res.Text)
 				}
-			}
-			var got map[string]any
-			if err := json.Unmarshal(raw, &got); err != nil {
-				t.Fatal(err)
-			}
-			want := tt.want(f.ws)
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("envelope\n got %v\nwant %v", got, want)
-			}
-			udd := want["user_data_dir"].(string)
-			st, err := os.Stat(udd)
-			if err != nil || !st.IsDir() || st.Mode().Perm() != 0o700 {
-				t.Fatalf("user_data_dir %s: %v %v", udd, st, err)
-			}
-			if filepath.Dir(udd) != filepath.Join(f.ws, "users") {
-				t.Fatalf("user_data_dir %s is not in %s/users", udd, f.ws)
-			}
-		})
+				raw, err := os.ReadFile(dump)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if bytes.Count(raw, []byte("\n")) != 1 || raw[len(raw)-1] != '\n' {
+					t.Fatalf("envelope is not one line and a newline: %q", raw)
+				}
+				for _, camel := range []string{"apiKeys", "baseUrl", "chatId", "sessionKey", "userDataDir", `\u003c`} {
+					if bytes.Contains(raw, []byte(camel)) {
+						t.Errorf("envelope contains %q: %s", camel, raw)
+					}
+				}
+				var got map[string]any
+				if err := json.Unmarshal(raw, &got); err != nil {
+					t.Fatal(err)
+				}
+				want := tt.want(f.ws)
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("envelope\n got %v\nwant %v", got, want)
+				}
+				udd := want["user_data_dir"].(string)
+				st, err := os.Stat(udd)
+				if err != nil || !st.IsDir() || st.Mode().Perm() != 0o700 {
+					t.Fatalf("user_data_dir %s: %v %v", udd, st, err)
+				}
+				if filepath.Dir(udd) != filepath.Join(f.ws, "users") {
+					t.Fatalf("user_data_dir %s is not in %s/users", udd, f.ws)
+				}
+			})
+		}
 	}
 }
 
 func TestWorkingDirectoryAndRelativeWorkspace(t *testing.T) {
-	f := newFixture(t, plain("pwd"))
-	res := f.text("x")
-	if res.Text != f.ws {
-		t.Fatalf("pwd = %q, want %q", res.Text, f.ws)
+	for _, mode := range startModes {
+		// $PWD as well as the directory itself: sh sets PWD.
+		f := newFixture(t, plain(agentCommand(t, mode, `pwd; echo "$PWD"`)))
+		res := f.text("x")
+		if res.Text != f.ws+"\n"+f.ws {
+			t.Fatalf("%s: pwd = %q, want %q twice", mode, res.Text, f.ws)
+		}
 	}
+	f := newFixture(t, plain("pwd"))
 	req := f.req("x")
 	req.Workspace = ""
 	wantResult(t, f.r.Run(context.Background(), req, nil), "error", "no workspace")
@@ -346,7 +352,24 @@ func TestMessagePlaceholder(t *testing.T) {
 		"",
 		"ü 日本 \x00nul",
 	}
-	f := newFixture(t, plain(`printf '%s' {message} > out.txt; printf '[%s]' {message}`))
+	args := writeScript(t, `printf '%s' "$1" > out.txt; printf '[%s]' "$1"`)
+	for _, command := range []string{`printf '%s' {message} > out.txt; printf '[%s]' {message}`, ShellQuote(args) + " {message}"} {
+		testPlaceholder(t, command, texts)
+	}
+	for _, p := range []string{touched, backtick} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s was created: the text was run by the shell", p)
+		}
+	}
+	// {message} and stdin together.
+	for _, mode := range startModes {
+		f := newFixture(t, rich(goAgentCommand(t, mode, "{message}")))
+		wantResult(t, f.text("it's $(x)"), "stop", "You said: it's $(x)")
+	}
+}
+
+func testPlaceholder(t *testing.T, command string, texts []string) {
+	f := newFixture(t, plain(command))
 	for _, text := range texts {
 		res := f.text(text)
 		want := strings.ReplaceAll(text, "\x00", "")
@@ -355,17 +378,9 @@ func TestMessagePlaceholder(t *testing.T) {
 			t.Errorf("argument for %q arrived as %q", text, got)
 		}
 		if res.Text != cleanText("["+want+"]") {
-			t.Errorf("reply for %q is %q", text, res.Text)
+			t.Errorf("%s: reply for %q is %q", command, text, res.Text)
 		}
 	}
-	for _, p := range []string{touched, backtick} {
-		if _, err := os.Stat(p); err == nil {
-			t.Errorf("%s was created: the text was run by the shell", p)
-		}
-	}
-	// {message} and stdin together.
-	f = newFixture(t, rich(ShellQuote(echoAgent)+" {message}"))
-	wantResult(t, f.text("it's $(x)"), "stop", "You said: it's $(x)")
 }
 
 func TestShellQuote(t *testing.T) {
@@ -389,8 +404,14 @@ func TestShellQuote(t *testing.T) {
 }
 
 func TestTimeoutKillsGrandchild(t *testing.T) {
+	for _, mode := range startModes {
+		t.Run(mode, func(t *testing.T) { testTimeoutKillsGrandchild(t, mode) })
+	}
+}
+
+func testTimeoutKillsGrandchild(t *testing.T, mode string) {
 	// A shell agent whose grandchild holds stdout.
-	cfg := rich(`sleep 1000 & echo $! > gc.pid; echo '{"type":"progress","text":"started"}'; echo '{"type":"message","text":"early"}'; wait`)
+	cfg := rich(agentCommand(t, mode, `sleep 1000 & echo $! > gc.pid; echo '{"type":"progress","text":"started"}'; echo '{"type":"message","text":"early"}'; wait`))
 	cfg.Timeout = 1
 	f := newFixture(t, cfg)
 	start := time.Now()
@@ -407,7 +428,7 @@ func TestTimeoutKillsGrandchild(t *testing.T) {
 	waitGone(t, readPid(t, filepath.Join(f.ws, "gc.pid")))
 
 	// The Go agent's grandchild.
-	cfg = rich(ShellQuote(echoAgent))
+	cfg = rich(goAgentCommand(t, mode, ""))
 	cfg.Timeout = 1
 	f = newFixture(t, cfg)
 	res, progress = f.run(context.Background(), f.req("/grandchild"))
@@ -477,7 +498,13 @@ func TestEscapedProcessHoldingStdout(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	f := newFixture(t, rich(`sleep 1000 & echo $! > gc.pid; echo '{"type":"progress","text":"working"}'; wait`))
+	for _, mode := range startModes {
+		t.Run(mode, func(t *testing.T) { testCancel(t, mode) })
+	}
+}
+
+func testCancel(t *testing.T, mode string) {
+	f := newFixture(t, rich(agentCommand(t, mode, `sleep 1000 & echo $! > gc.pid; echo '{"type":"progress","text":"working"}'; wait`)))
 	ctx, cancel := context.WithCancel(context.Background())
 	progressed := make(chan struct{})
 	var once sync.Once
@@ -509,7 +536,13 @@ func TestCancel(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
-	f := newFixture(t, rich(`echo $$ > main.pid; echo '{"type":"progress","text":"up"}'; sleep 1000`))
+	for _, mode := range startModes {
+		t.Run(mode, func(t *testing.T) { testClose(t, mode) })
+	}
+}
+
+func testClose(t *testing.T, mode string) {
+	f := newFixture(t, rich(agentCommand(t, mode, `echo $$ > main.pid; echo '{"type":"progress","text":"up"}'; sleep 1000`)))
 	up := make(chan struct{}, 1)
 	done := make(chan agent.Result, 1)
 	go func() {
@@ -622,7 +655,8 @@ func TestNonUTF8(t *testing.T) {
 }
 
 func TestAgentNotFound(t *testing.T) {
-	for _, command := range []string{"no-such-agent-x1 --flag", "/no/such/dir/agent {message}"} {
+	for _, command := range []string{"no-such-agent-x1 --flag", "/no/such/dir/agent {message}",
+		"no-such-agent-x1 --flag;", "/no/such/dir/agent {message};"} {
 		f := newFixture(t, rich(command))
 		res := f.text("x")
 		name := strings.Fields(command)[0]
@@ -633,38 +667,62 @@ func TestAgentNotFound(t *testing.T) {
 	}
 	noExec := writeScript(t, "echo hi")
 	os.Chmod(noExec, 0o644)
-	f := newFixture(t, rich(noExec))
-	wantResult(t, f.text("x"), "error", "agent command cannot be executed: "+noExec)
+	for _, command := range []string{noExec, noExec + ";"} {
+		f := newFixture(t, rich(command))
+		wantResult(t, f.text("x"), "error", "agent command cannot be executed: "+command)
+	}
 }
 
 func TestEnvMerge(t *testing.T) {
 	t.Setenv("TERMLINK_PARENT_ONLY", "parent")
 	t.Setenv("TERMLINK_OVERRIDDEN", "parent")
-	cfg := plain(`printf '%s|%s|%s' "$TERMLINK_PARENT_ONLY" "$TERMLINK_OVERRIDDEN" "$CUSTOM_VAR"; env | grep -c '^TERMLINK_OVERRIDDEN='`)
-	cfg.Env = map[string]string{"TERMLINK_OVERRIDDEN": "config", "CUSTOM_VAR": "a b=c 'd'"}
-	f := newFixture(t, cfg)
-	if res := f.text("x"); res.Text != "parent|config|a b=c 'd'1" {
-		t.Fatalf("env: %q", res.Text)
+	for _, mode := range startModes {
+		cfg := plain(agentCommand(t, mode, `printf '%s|%s|%s' "$TERMLINK_PARENT_ONLY" "$TERMLINK_OVERRIDDEN" "$CUSTOM_VAR"; env | grep -c '^TERMLINK_OVERRIDDEN='`))
+		cfg.Env = map[string]string{"TERMLINK_OVERRIDDEN": "config", "CUSTOM_VAR": "a b=c 'd'"}
+		f := newFixture(t, cfg)
+		if res := f.text("x"); res.Text != "parent|config|a b=c 'd'1" {
+			t.Fatalf("%s: env: %q", mode, res.Text)
+		}
+		// The Go agent sees it too.
+		cfg = rich(goAgentCommand(t, mode, ""))
+		cfg.Env = map[string]string{"CUSTOM_VAR": "value"}
+		f = newFixture(t, cfg)
+		if res := f.text("/env CUSTOM_VAR"); res.Text != "value" {
+			t.Fatalf("%s: env: %q", mode, res.Text)
+		}
 	}
-	// The Go agent sees it too.
-	cfg = rich(ShellQuote(echoAgent))
-	cfg.Env = map[string]string{"CUSTOM_VAR": "value"}
-	f = newFixture(t, cfg)
-	if res := f.text("/env CUSTOM_VAR"); res.Text != "value" {
-		t.Fatalf("env: %q", res.Text)
+	// PATH from the config finds the program, relative entries from the
+	// workspace (as sh finds it).
+	for _, mode := range startModes {
+		command := "agent-on-path {message}"
+		if mode == "shell" {
+			command += ";"
+		}
+		checkMode(t, mode, command)
+		cfg := plain(command)
+		cfg.Env = map[string]string{"PATH": "bin:/usr/bin:/bin"}
+		f := newFixture(t, cfg)
+		os.Mkdir(filepath.Join(f.ws, "bin"), 0o755)
+		f.script("bin/agent-on-path", `printf '%s|' "$@"`)
+		if res := f.text("a b"); res.Text != "a b|" {
+			t.Fatalf("%s: argv %q", mode, res.Text)
+		}
 	}
 }
 
 func TestStdinNeverRead(t *testing.T) {
 	// An envelope far larger than a pipe buffer, to an agent that never
 	// reads stdin (and one that keeps it open in a grandchild).
-	for _, command := range []string{`echo ok`, `sleep 0.2; echo ok`, `(sleep 0.1 <&0) & echo ok`} {
-		f := newFixture(t, plain(command))
-		start := time.Now()
-		res := f.text(strings.Repeat("z", 2<<20))
-		wantResult(t, res, "stop", "ok")
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("%s: took %v", command, d)
+	for _, body := range []string{`echo ok`, `sleep 0.2; echo ok`, `(sleep 0.1 <&0) & echo ok`} {
+		for _, mode := range startModes {
+			command := agentCommand(t, mode, body)
+			f := newFixture(t, plain(command))
+			start := time.Now()
+			res := f.text(strings.Repeat("z", 2<<20))
+			wantResult(t, res, "stop", "ok")
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("%s: took %v", command, d)
+			}
 		}
 	}
 }
@@ -776,5 +834,17 @@ func TestReadmeConfigs(t *testing.T) {
 				t.Errorf("README agent %s: %v", name, err)
 			}
 		}
+	}
+}
+
+// TestDirectStartHasNoShell: a command of plain words runs with no shell
+// between the guard and the program: the agent's parent is the guard.
+func TestDirectStartHasNoShell(t *testing.T) {
+	if _, err := os.Stat("/proc/self/cmdline"); err != nil {
+		t.Skip("no /proc")
+	}
+	f := newFixture(t, plain(agentCommand(t, "direct", `tr '\0' ' ' < /proc/$PPID/cmdline`)))
+	if res := f.text("x"); !strings.Contains(res.Text, "termlink-agent-guard") {
+		t.Errorf("the agent's parent is %q, not the guard", res.Text)
 	}
 }
