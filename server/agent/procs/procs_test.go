@@ -298,8 +298,18 @@ func TestRegistryFile(t *testing.T) {
 	if st, ok := startTime(cmd.Process.Pid); err != nil || !ok || groups[cmd.Process.Pid] != st {
 		t.Errorf("registry %v (%v), want pid %d with start time %d", groups, err, cmd.Process.Pid, st)
 	}
-	if env, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/environ"); !bytes.Contains(env, []byte(MarkerEnv+"="+r.Marker())) {
-		t.Error("agent lacks the marker")
+	// The environment shows once the new image runs; poll for it (a busy
+	// machine was seen reading it a moment too early).
+	marker := []byte(MarkerEnv + "=" + r.Marker())
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		env, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/environ")
+		if bytes.Contains(env, marker) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Error("agent lacks the marker")
+			break
+		}
 	}
 	// Updated in place (one write, no new file and rename), a shorter
 	// list padded: the reader sees the groups still running.
