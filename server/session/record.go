@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"termlink/internal/jsonstr"
 )
 
 // TimeLayout is nanobot's timestamp format: local time, no zone,
@@ -75,6 +77,9 @@ func (r Record) MarshalJSON() ([]byte, error) {
 }
 
 func (r Record) appendJSON(dst []byte) ([]byte, error) {
+	if len(r.Extra) == 0 {
+		return r.appendPlain(dst), nil
+	}
 	if t, ok := r.Extra["_type"].(string); ok && t == "metadata" {
 		return nil, errors.New(`record has "_type":"metadata" in Extra`)
 	}
@@ -87,6 +92,39 @@ func (r Record) appendJSON(dst []byte) ([]byte, error) {
 		{"finish_reason", r.FinishReason == "", true, r.FinishReason},
 		{"media", len(r.Media) == 0, true, r.Media},
 	}, r.Extra)
+}
+
+// appendPlain is appendJSON for a record without Extra (every record the
+// server writes): the same bytes, written field by field without
+// reflection or an encoder.
+func (r Record) appendPlain(dst []byte) []byte {
+	dst = append(dst, `{"role":`...)
+	dst = jsonstr.Append(dst, r.Role, false)
+	dst = append(dst, `,"content":`...)
+	dst = jsonstr.Append(dst, r.Content, false)
+	dst = optString(dst, `,"timestamp":`, r.Timestamp)
+	dst = optString(dst, `,"message_id":`, r.MessageID)
+	dst = optString(dst, `,"run_id":`, r.RunID)
+	dst = optString(dst, `,"finish_reason":`, r.FinishReason)
+	if len(r.Media) > 0 {
+		dst = append(dst, `,"media":[`...)
+		for i, m := range r.Media {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = jsonstr.Append(dst, m, false)
+		}
+		dst = append(dst, ']')
+	}
+	return append(dst, '}')
+}
+
+// optString appends key (`,"name":`) and v unless v is empty.
+func optString(dst []byte, key, v string) []byte {
+	if v == "" {
+		return dst
+	}
+	return jsonstr.Append(append(dst, key...), v, false)
 }
 
 // MarshalJSON writes the metadata line, "_type":"metadata" first, without the
