@@ -289,6 +289,7 @@ func keyBytes(raw []byte) []byte {
 type keySet struct {
 	small [][]byte
 	many  map[string]struct{}
+	arr   [8][]byte // small's first backing array: no allocation for a frame's few keys
 }
 
 // check refuses a key seen before in the object, or one that differs from
@@ -306,6 +307,9 @@ func (ks *keySet) check(path string, key []byte) *DecodeError {
 				dup = true
 				break
 			}
+		}
+		if ks.small == nil {
+			ks.small = ks.arr[:0]
 		}
 		ks.small = append(ks.small, key)
 		if len(ks.small) > 16 {
