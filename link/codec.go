@@ -468,14 +468,7 @@ func AppendEncode(dst []byte, f Frame) ([]byte, error) {
 		dst = str(dst, "peer_id", f.PeerID)
 		dst = optStr(dst, "device_name", f.DeviceName)
 		if len(f.Capabilities) > 0 {
-			dst = append(dst, `,"capabilities":[`...)
-			for i, c := range f.Capabilities {
-				if i > 0 {
-					dst = append(dst, ',')
-				}
-				dst = jsonstr.Append(dst, c, true)
-			}
-			dst = append(dst, ']')
+			dst = jsonstr.AppendArray(key(dst, "capabilities"), f.Capabilities, true)
 		}
 		dst = optStr(dst, "thread_id", f.ThreadID)
 		dst = optStr(dst, "user_id", f.UserID)
@@ -484,8 +477,7 @@ func AppendEncode(dst []byte, f Frame) ([]byte, error) {
 		dst = str(dst, "channel_id", f.ChannelID)
 		dst = str(dst, "session_id", f.SessionID)
 		if f.HeartbeatSeconds != 0 {
-			dst = append(dst, `,"heartbeat_seconds":`...)
-			dst = strconv.AppendInt(dst, int64(f.HeartbeatSeconds), 10)
+			dst = strconv.AppendInt(key(dst, "heartbeat_seconds"), int64(f.HeartbeatSeconds), 10)
 		}
 	case *Message:
 		dst = appendMessageFields(dst, f)
@@ -500,7 +492,7 @@ func AppendEncode(dst []byte, f Frame) ([]byte, error) {
 			dst = boolField(dst, "pending", true)
 		}
 		if f.Reply != nil {
-			dst = append(dst, `,"reply":{`...)
+			dst = append(key(dst, "reply"), '{')
 			n := len(dst)
 			dst = appendMessageFields(dst, f.Reply)
 			dst = append(dst[:n], dst[n+1:]...) // its first field's comma
@@ -534,28 +526,25 @@ func appendMessageFields(dst []byte, m *Message) []byte {
 	return optStr(dst, "user_id", m.UserID)
 }
 
-// str appends ,"key":"value"; key needs no escaping.
-func str(dst []byte, key, v string) []byte {
+// key appends ,"k": (k needs no escaping).
+func key(dst []byte, k string) []byte {
 	dst = append(dst, ',', '"')
-	dst = append(dst, key...)
-	dst = append(dst, '"', ':')
-	return jsonstr.Append(dst, v, true)
+	dst = append(dst, k...)
+	return append(dst, '"', ':')
 }
 
+// str appends ,"k":"v".
+func str(dst []byte, k, v string) []byte { return jsonstr.Append(key(dst, k), v, true) }
+
 // optStr is str for an omitempty field.
-func optStr(dst []byte, key, v string) []byte {
+func optStr(dst []byte, k, v string) []byte {
 	if v == "" {
 		return dst
 	}
-	return str(dst, key, v)
+	return str(dst, k, v)
 }
 
-func boolField(dst []byte, key string, v bool) []byte {
-	dst = append(dst, ',', '"')
-	dst = append(dst, key...)
-	dst = append(dst, '"', ':')
-	return strconv.AppendBool(dst, v)
-}
+func boolField(dst []byte, k string, v bool) []byte { return strconv.AppendBool(key(dst, k), v) }
 
 // encodedSize is about the length of f's encoding (exact unless a string
 // needs escaping), so Encode allocates once.

@@ -76,3 +76,15 @@ func Append(dst []byte, s string, escapeHTML bool) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// AppendArray appends ss as a JSON array of strings, escaped as by Append.
+func AppendArray(dst []byte, ss []string, escapeHTML bool) []byte {
+	dst = append(dst, '[')
+	for i, s := range ss {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = Append(dst, s, escapeHTML)
+	}
+	return append(dst, ']')
+}

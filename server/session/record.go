@@ -83,7 +83,12 @@ func (r Record) appendJSON(dst []byte) ([]byte, error) {
 	if t, ok := r.Extra["_type"].(string); ok && t == "metadata" {
 		return nil, errors.New(`record has "_type":"metadata" in Extra`)
 	}
-	return appendObject(dst, []field{
+	return appendObject(dst, r.fields(), r.Extra)
+}
+
+// fields are r's known fields in their output order.
+func (r Record) fields() []field {
+	return []field{
 		{"role", r.Role == "", false, r.Role},
 		{"content", r.Content == "", false, r.Content},
 		{"timestamp", r.Timestamp == "", true, r.Timestamp},
@@ -91,7 +96,7 @@ func (r Record) appendJSON(dst []byte) ([]byte, error) {
 		{"run_id", r.RunID == "", true, r.RunID},
 		{"finish_reason", r.FinishReason == "", true, r.FinishReason},
 		{"media", len(r.Media) == 0, true, r.Media},
-	}, r.Extra)
+	}
 }
 
 // appendPlain is appendJSON for a record without Extra (every record the
@@ -107,14 +112,7 @@ func (r Record) appendPlain(dst []byte) []byte {
 	dst = optString(dst, `,"run_id":`, r.RunID)
 	dst = optString(dst, `,"finish_reason":`, r.FinishReason)
 	if len(r.Media) > 0 {
-		dst = append(dst, `,"media":[`...)
-		for i, m := range r.Media {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = jsonstr.Append(dst, m, false)
-		}
-		dst = append(dst, ']')
+		dst = jsonstr.AppendArray(append(dst, `,"media":`...), r.Media, false)
 	}
 	return append(dst, '}')
 }

@@ -8,15 +8,7 @@ import (
 // generalJSON is a record's line written by the general encoder (the one
 // for records with Extra), which appendPlain must match byte for byte.
 func generalJSON(t testing.TB, r Record) []byte {
-	b, err := appendObject(nil, []field{
-		{"role", r.Role == "", false, r.Role},
-		{"content", r.Content == "", false, r.Content},
-		{"timestamp", r.Timestamp == "", true, r.Timestamp},
-		{"message_id", r.MessageID == "", true, r.MessageID},
-		{"run_id", r.RunID == "", true, r.RunID},
-		{"finish_reason", r.FinishReason == "", true, r.FinishReason},
-		{"media", len(r.Media) == 0, true, r.Media},
-	}, nil)
+	b, err := appendObject(nil, r.fields(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
