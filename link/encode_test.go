@@ -79,15 +79,7 @@ func FuzzEncode(f *testing.F) {
 	f.Add("m-1", "run", "hello", 30, true)
 	f.Add("<&>", "\u2028", "\xff\x00\"\\", 0, false)
 	f.Fuzz(func(t *testing.T, a, b, c string, n int, flag bool) {
-		for _, fr := range framesOf(a, b, c, n, flag) {
-			got, err := Encode(fr)
-			if err != nil {
-				t.Fatalf("Encode(%#v): %v", fr, err)
-			}
-			if want := reflectEncode(t, fr); !bytes.Equal(got, want) {
-				t.Fatalf("Encode(%#v)\n got %s\nwant %s (encoding/json)", fr, got, want)
-			}
-		}
+		checkEncodeMatchesReflect(t, framesOf(a, b, c, n, flag))
 	})
 }
 
