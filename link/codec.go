@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"termlink/internal/jsonstr"
 )
 
 // MaxFrameBytes is the largest frame Decode is meant for; readers should set
@@ -286,6 +289,7 @@ func keyBytes(raw []byte) []byte {
 type keySet struct {
 	small [][]byte
 	many  map[string]struct{}
+	arr   [8][]byte // small's first backing array: no allocation for a frame's few keys
 }
 
 // check refuses a key seen before in the object, or one that differs from
@@ -303,6 +307,9 @@ func (ks *keySet) check(path string, key []byte) *DecodeError {
 				dup = true
 				break
 			}
+		}
+		if ks.small == nil {
+			ks.small = ks.arr[:0]
 		}
 		ks.small = append(ks.small, key)
 		if len(ks.small) > 16 {
@@ -432,32 +439,144 @@ func jsonKind(raw json.RawMessage) string {
 	}
 }
 
-// Encode returns the wire JSON of f with "type" as the first field.
-func Encode(f Frame) ([]byte, error) { return AppendEncode(nil, f) }
+// Encode returns the wire JSON of f with "type" as the first field, in
+// one allocation of about the right size.
+func Encode(f Frame) ([]byte, error) {
+	if isNil(f) {
+		return nil, errNilFrame
+	}
+	return AppendEncode(make([]byte, 0, encodedSize(f)), f)
+}
 
-// AppendEncode appends the wire JSON of f to dst.
+var errNilFrame = errors.New("link: encode nil frame")
+
+// isNil reports a nil frame, also a typed nil pointer.
+func isNil(f Frame) bool { return f == nil || reflect.ValueOf(f).IsNil() }
+
+// AppendEncode appends the wire JSON of f to dst: what json.Marshal writes
+// for the frame's struct (same field order, omitempty and escaping), with
+// "type" spliced in first, written field by field without reflection.
 func AppendEncode(dst []byte, f Frame) ([]byte, error) {
-	if f == nil {
-		return dst, errors.New("link: encode nil frame")
+	if isNil(f) {
+		return dst, errNilFrame
 	}
 	dst = append(dst, `{"type":"`...)
 	dst = append(dst, f.FrameType()...)
 	dst = append(dst, '"')
-	switch f.(type) {
+	switch f := f.(type) {
+	case *Connect:
+		dst = str(dst, "peer_id", f.PeerID)
+		dst = optStr(dst, "device_name", f.DeviceName)
+		if len(f.Capabilities) > 0 {
+			dst = jsonstr.AppendArray(key(dst, "capabilities"), f.Capabilities, true)
+		}
+		dst = optStr(dst, "thread_id", f.ThreadID)
+		dst = optStr(dst, "user_id", f.UserID)
+		dst = optStr(dst, "token", f.Token)
+	case *Connected:
+		dst = str(dst, "channel_id", f.ChannelID)
+		dst = str(dst, "session_id", f.SessionID)
+		if f.HeartbeatSeconds != 0 {
+			dst = strconv.AppendInt(key(dst, "heartbeat_seconds"), int64(f.HeartbeatSeconds), 10)
+		}
+	case *Message:
+		dst = appendMessageFields(dst, f)
+	case *Ack:
+		dst = str(dst, "message_id", f.MessageID)
+		dst = str(dst, "session_id", f.SessionID)
+		dst = boolField(dst, "accepted", f.Accepted)
+		if f.Duplicate {
+			dst = boolField(dst, "duplicate", true)
+		}
+		if f.Pending {
+			dst = boolField(dst, "pending", true)
+		}
+		if f.Reply != nil {
+			dst = append(key(dst, "reply"), '{')
+			n := len(dst)
+			dst = appendMessageFields(dst, f.Reply)
+			dst = append(dst[:n], dst[n+1:]...) // its first field's comma
+			dst = append(dst, '}')
+		}
+	case *Error:
+		dst = str(dst, "error", f.Error)
+		dst = optStr(dst, "message_id", f.MessageID)
+		dst = optStr(dst, "code", f.Code)
+	case *Progress:
+		dst = str(dst, "message_id", f.MessageID)
+		dst = str(dst, "text", f.Text)
+	case *Cancel:
+		dst = str(dst, "message_id", f.MessageID)
+		dst = optStr(dst, "thread_id", f.ThreadID)
 	case *Ping, *Pong:
-		return append(dst, '}'), nil
+	default:
+		return dst, fmt.Errorf("link: encode %s frame: unknown frame (%T)", f.FrameType(), f)
 	}
-	body, err := json.Marshal(f)
-	if err != nil {
-		return dst, fmt.Errorf("link: encode %s frame: %w", f.FrameType(), err)
+	return append(dst, '}'), nil
+}
+
+// appendMessageFields writes m's fields, each with a leading comma.
+func appendMessageFields(dst []byte, m *Message) []byte {
+	dst = optStr(dst, "role", m.Role)
+	dst = str(dst, "message_id", m.MessageID)
+	dst = optStr(dst, "run_id", m.RunID)
+	dst = str(dst, "text", m.Text)
+	dst = optStr(dst, "finish_reason", m.FinishReason)
+	dst = optStr(dst, "thread_id", m.ThreadID)
+	return optStr(dst, "user_id", m.UserID)
+}
+
+// key appends ,"k": (k needs no escaping).
+func key(dst []byte, k string) []byte {
+	dst = append(dst, ',', '"')
+	dst = append(dst, k...)
+	return append(dst, '"', ':')
+}
+
+// str appends ,"k":"v".
+func str(dst []byte, k, v string) []byte { return jsonstr.Append(key(dst, k), v, true) }
+
+// optStr is str for an omitempty field.
+func optStr(dst []byte, k, v string) []byte {
+	if v == "" {
+		return dst
 	}
-	if len(body) > 2 { // body is {...}; splice its fields after "type"
-		dst = append(dst, ',')
-		dst = append(dst, body[1:]...)
-	} else {
-		dst = append(dst, '}')
+	return str(dst, k, v)
+}
+
+func boolField(dst []byte, k string, v bool) []byte { return strconv.AppendBool(key(dst, k), v) }
+
+// encodedSize is about the length of f's encoding (exact unless a string
+// needs escaping), so Encode allocates once.
+func encodedSize(f Frame) int {
+	n := 24 // {"type":"connected"}
+	switch f := f.(type) {
+	case *Connect:
+		n += 80 + len(f.PeerID) + len(f.DeviceName) + len(f.ThreadID) + len(f.UserID) + len(f.Token)
+		for _, c := range f.Capabilities {
+			n += len(c) + 3
+		}
+	case *Connected:
+		n += 40 + len(f.ChannelID) + len(f.SessionID)
+	case *Message:
+		n += messageSize(f)
+	case *Ack:
+		n += 40 + len(f.MessageID) + len(f.SessionID)
+		if f.Reply != nil {
+			n += 10 + messageSize(f.Reply)
+		}
+	case *Error:
+		n += 30 + len(f.Error) + len(f.MessageID) + len(f.Code)
+	case *Progress:
+		n += 20 + len(f.MessageID) + len(f.Text)
+	case *Cancel:
+		n += 20 + len(f.MessageID) + len(f.ThreadID)
 	}
-	return dst, nil
+	return n
+}
+
+func messageSize(m *Message) int {
+	return 90 + len(m.Role) + len(m.MessageID) + len(m.RunID) + len(m.Text) + len(m.FinishReason) + len(m.ThreadID) + len(m.UserID)
 }
 
 // MustEncode is Encode for frames built in code, which cannot fail to

@@ -18,7 +18,16 @@ var errStalled = errors.New("write made no progress")
 // them out; frames larger than this are written as they come.
 const corkLimit = 64 << 10
 
-var corkPool = sync.Pool{New: func() any { b := make([]byte, 0, corkLimit); return &b }}
+// corkStart is a cork buffer's first size: most batches are a few frames
+// of a few hundred bytes, so a full corkLimit per batch would make most of
+// the server's allocation (and GC) for nothing. A buffer grows as needed;
+// only buffers up to corkKeep go back to the pool.
+const (
+	corkStart = 4 << 10
+	corkKeep  = 16 << 10
+)
+
+var corkPool = sync.Pool{New: func() any { b := make([]byte, 0, corkStart); return &b }}
 
 // flushConn is the net.Conn under a device's WebSocket. It owns the write
 // deadlines: a write fails only when the peer accepts no byte of it for
@@ -111,8 +120,10 @@ func (c *flushConn) flushLocked() error {
 	b := c.cork
 	c.cork = nil
 	_, err := c.writeLocked(*b)
-	*b = (*b)[:0]
-	corkPool.Put(b)
+	if cap(*b) <= corkKeep {
+		*b = (*b)[:0]
+		corkPool.Put(b)
+	}
 	return err
 }
 

@@ -252,19 +252,19 @@ func (rt *Runtime) appendLog(ctx context.Context, key string, recs ...session.Re
 // server runs (replies): a full disk holds the run's session, it does not
 // drop the reply.
 func (rt *Runtime) appendLogRetrying(ctx context.Context, key string, recs ...session.Record) error {
+	err := rt.appendLog(ctx, key, recs...)
+	if err == nil || errors.Is(err, session.ErrClosed) || ctx.Err() != nil {
+		return err // the common case needs no backoff state
+	}
+	rt.log.Error("session log write failed; retrying", "session", key, "err", err)
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 50 * time.Millisecond
 	b.MaxInterval = 5 * time.Second
 	b.MaxElapsedTime = 0 // until it works or ctx ends
-	attempt := 0
 	return backoff.Retry(func() error {
-		attempt++
 		err := rt.appendLog(ctx, key, recs...)
 		if err != nil && (errors.Is(err, session.ErrClosed) || ctx.Err() != nil) {
 			return backoff.Permanent(err)
-		}
-		if err != nil && attempt == 1 {
-			rt.log.Error("session log write failed; retrying", "session", key, "err", err)
 		}
 		return err
 	}, backoff.WithContext(b, ctx))
@@ -312,7 +312,7 @@ func (rt *Runtime) runFinished(ctx context.Context, in bus.Inbound, res agent.Re
 	if ch := rt.channels[in.ChannelID]; ch != nil {
 		ch.events.Add(events.Event{Event: events.DirectRunFinished, PeerID: in.PeerID, SessionID: in.SessionKey,
 			MessageID: in.MessageID, RunID: in.RunID, Preview: res.Text,
-			Detail: fmt.Sprintf("finish_reason=%s took=%s", res.FinishReason, took.Round(time.Microsecond))})
+			Detail: "finish_reason=" + res.FinishReason + " took=" + took.Round(time.Microsecond).String()})
 	}
 	out := bus.Outbound{Kind: bus.Final, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Text: res.Text, FinishReason: res.FinishReason,

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -143,7 +144,7 @@ read:
 		default:
 			_ = c.ws.SetReadDeadline(time.Now().Add(idle))
 		}
-		kind, data, err := c.ws.ReadMessage()
+		kind, buf, err := readMessage(c.ws)
 		if err != nil {
 			reason = describeReadError(err, idle)
 			switch {
@@ -156,22 +157,66 @@ read:
 			// or a frame over the read limit.)
 			break read
 		}
-		if closing {
-			continue // waiting for the peer's answer to our close frame
-		}
-		if kind != websocket.TextMessage {
-			c.sendError("", link.CodeBadFrame, "binary frames are not supported: send JSON text frames")
-			continue
-		}
-		if !utf8.Valid(data) {
-			// RFC 6455 8.1: a text frame that is not UTF-8 fails the connection with 1007.
-			c.reject(messageIDOf(data), link.CodeBadFrame, "text frame is not valid UTF-8: connection closed (1007)")
-			c.closeWith(websocket.CloseInvalidFramePayloadData, "text frame is not valid UTF-8")
-			continue
-		}
-		c.handle(data)
+		c.received(kind, *buf, closing)
+		putReadBuffer(buf)
 	}
 	c.finish(reason)
+}
+
+// received handles one frame the reader read; data is not kept.
+func (c *wsConn) received(kind int, data []byte, closing bool) {
+	switch {
+	case closing: // waiting for the peer's answer to our close frame
+	case kind != websocket.TextMessage:
+		c.sendError("", link.CodeBadFrame, "binary frames are not supported: send JSON text frames")
+	case !utf8.Valid(data):
+		// RFC 6455 8.1: a text frame that is not UTF-8 fails the connection with 1007.
+		c.reject(messageIDOf(data), link.CodeBadFrame, "text frame is not valid UTF-8: connection closed (1007)")
+		c.closeWith(websocket.CloseInvalidFramePayloadData, "text frame is not valid UTF-8")
+	default:
+		c.handle(data)
+	}
+}
+
+// readBufferPool holds the buffers frames are read into: a frame is
+// handled (decoded into fresh strings) before the next is read, so the
+// buffer goes back at once, and an idle connection holds none.
+var readBufferPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const keepReadBuffer = 64 << 10 // larger buffers are left to the GC
+
+// readMessage is websocket.Conn.ReadMessage into a pooled buffer (return
+// it with putReadBuffer); gorilla's read limit applies as there.
+func readMessage(ws *websocket.Conn) (kind int, buf *[]byte, err error) {
+	kind, r, err := ws.NextReader()
+	if err != nil {
+		return kind, nil, err
+	}
+	buf = readBufferPool.Get().(*[]byte)
+	b := (*buf)[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			*buf = b
+			return kind, buf, nil
+		}
+		if err != nil {
+			*buf = b
+			putReadBuffer(buf)
+			return kind, nil, err
+		}
+	}
+}
+
+func putReadBuffer(buf *[]byte) {
+	if cap(*buf) <= keepReadBuffer {
+		*buf = (*buf)[:0]
+		readBufferPool.Put(buf)
+	}
 }
 
 func (c *wsConn) isClosing() bool {

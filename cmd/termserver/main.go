@@ -42,6 +42,7 @@ func run(args []string) error {
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	noSync := fs.Bool("unsafe-no-fsync", false, "do not fsync the session log (benchmarks only: a crash can lose accepted messages)")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "how long runs in progress may finish at shutdown")
+	debugAddr := fs.String("debug-addr", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060; off by default)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -78,6 +79,17 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *debugAddr != "" {
+		dln, err := debugListen(*debugAddr)
+		if err != nil {
+			_ = ln.Close()
+			_ = srv.Shutdown(context.Background())
+			return err
+		}
+		debugCtx, stopDebug := context.WithCancel(ctx)
+		defer stopDebug()
+		go serveDebug(debugCtx, dln, log)
+	}
 	for id, ch := range cfg.Channels {
 		if ch.Enabled {
 			log.Info("channel ready", "channel", id, "url", "ws://"+ln.Addr().String()+"/api/channels/"+id+"/ws", "agent", ch.Agent)

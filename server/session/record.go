@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"termlink/internal/jsonstr"
 )
 
 // TimeLayout is nanobot's timestamp format: local time, no zone,
@@ -75,10 +77,18 @@ func (r Record) MarshalJSON() ([]byte, error) {
 }
 
 func (r Record) appendJSON(dst []byte) ([]byte, error) {
+	if len(r.Extra) == 0 {
+		return r.appendPlain(dst), nil
+	}
 	if t, ok := r.Extra["_type"].(string); ok && t == "metadata" {
 		return nil, errors.New(`record has "_type":"metadata" in Extra`)
 	}
-	return appendObject(dst, []field{
+	return appendObject(dst, r.fields(), r.Extra)
+}
+
+// fields are r's known fields in their output order.
+func (r Record) fields() []field {
+	return []field{
 		{"role", r.Role == "", false, r.Role},
 		{"content", r.Content == "", false, r.Content},
 		{"timestamp", r.Timestamp == "", true, r.Timestamp},
@@ -86,7 +96,33 @@ func (r Record) appendJSON(dst []byte) ([]byte, error) {
 		{"run_id", r.RunID == "", true, r.RunID},
 		{"finish_reason", r.FinishReason == "", true, r.FinishReason},
 		{"media", len(r.Media) == 0, true, r.Media},
-	}, r.Extra)
+	}
+}
+
+// appendPlain is appendJSON for a record without Extra (every record the
+// server writes): the same bytes, written field by field without
+// reflection or an encoder.
+func (r Record) appendPlain(dst []byte) []byte {
+	dst = append(dst, `{"role":`...)
+	dst = jsonstr.Append(dst, r.Role, false)
+	dst = append(dst, `,"content":`...)
+	dst = jsonstr.Append(dst, r.Content, false)
+	dst = optString(dst, `,"timestamp":`, r.Timestamp)
+	dst = optString(dst, `,"message_id":`, r.MessageID)
+	dst = optString(dst, `,"run_id":`, r.RunID)
+	dst = optString(dst, `,"finish_reason":`, r.FinishReason)
+	if len(r.Media) > 0 {
+		dst = jsonstr.AppendArray(append(dst, `,"media":`...), r.Media, false)
+	}
+	return append(dst, '}')
+}
+
+// optString appends key (`,"name":`) and v unless v is empty.
+func optString(dst []byte, key, v string) []byte {
+	if v == "" {
+		return dst
+	}
+	return jsonstr.Append(append(dst, key...), v, false)
 }
 
 // MarshalJSON writes the metadata line, "_type":"metadata" first, without the

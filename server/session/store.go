@@ -201,7 +201,11 @@ func (s *Store) Append(ctx context.Context, key string, recs ...Record) error {
 		}
 		return nil
 	}
-	var data []byte
+	size := 0
+	for _, r := range recs {
+		size += 128 + len(r.Content) + len(r.MessageID) + len(r.RunID)
+	}
+	data := make([]byte, 0, size) // usually exact: one allocation
 	now := ""
 	for i, r := range recs {
 		if r.Timestamp == "" {
