@@ -63,6 +63,19 @@ func entryBytes(id string, e *dedupeEntry) int64 {
 	return n
 }
 
+// isPending reports whether messageID of the session is accepted and not
+// yet answered (a session with a pending id is always in memory).
+func (d *dedupe) isPending(sessionKey, messageID string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.sessions[sessionKey]
+	if s == nil {
+		return false
+	}
+	e := s.entries[messageID]
+	return e != nil && e.reply == nil
+}
+
 func newDedupe(perSession int, maxBytes int64, load func(string) ([]session.Record, error)) *dedupe {
 	return &dedupe{perSession: perSession, maxBytes: maxBytes, load: load,
 		sessions: map[string]*sessionIDs{}, lru: list.New()}

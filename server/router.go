@@ -28,7 +28,15 @@ type router struct {
 	cond    *sync.Cond // on mu: an injection settled
 	queues  map[string]*sessionQueue
 	wg      sync.WaitGroup
+	// precancelled holds cancels for messages that were accepted (acked)
+	// but had not reached the router yet (on the bus, or offered to a
+	// running turn): the message is answered cancelled when it arrives.
+	// Its size is bounded by the accepted-not-started messages
+	// (maxWaitingRuns); stop clears it.
+	precancelled map[cancelKey]bool
 }
+
+type cancelKey struct{ session, messageID string }
 
 type sessionQueue struct {
 	waiting []bus.Inbound
@@ -47,7 +55,7 @@ type sessionQueue struct {
 func newRouter(rt *Runtime, runners map[string]agent.Runner, workspace string, maxRuns int) *router {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &router{rt: rt, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
-		runCtx: ctx, cancelRun: cancel, queues: map[string]*sessionQueue{}}
+		runCtx: ctx, cancelRun: cancel, queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{}}
 	r.cond = sync.NewCond(&r.mu)
 	return r
 }
@@ -71,6 +79,11 @@ func (r *router) enqueue(in bus.Inbound) {
 	if r.stopped {
 		r.rt.admission.release(in.SessionKey, 1)
 		return // in the session log, unanswered: the next start runs it
+	}
+	if k := (cancelKey{in.SessionKey, in.MessageID}); r.precancelled[k] {
+		delete(r.precancelled, k)
+		r.answerCancelled(in)
+		return
 	}
 	q := r.queues[in.SessionKey]
 	if q == nil {
@@ -106,9 +119,18 @@ func (r *router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen
 	r.mu.Lock()
 	q.injecting = false
 	r.cond.Broadcast()
+	k := cancelKey{in.SessionKey, in.MessageID}
+	cancelled := r.precancelled[k]
+	delete(r.precancelled, k)
 	switch {
 	case taken && q.gen == gen && q.running != "":
 		q.joined = append(q.joined, in)
+		if cancelled && q.cancel != nil {
+			q.cancel() // cancelled while offered: interrupt the turn it joined
+		}
+		r.mu.Unlock()
+	case cancelled && !taken && !r.stopped:
+		r.answerCancelled(in)
 		r.mu.Unlock()
 	case taken:
 		// The turn it joined has just ended: answer with its result.
@@ -224,7 +246,7 @@ func (r *router) cancel(key, messageID string) bool {
 	q := r.queues[key]
 	if q == nil {
 		r.mu.Unlock()
-		return false
+		return r.cancelInFlight(key, messageID)
 	}
 	if q.cancel != nil && q.running == messageID {
 		q.cancel()
@@ -241,15 +263,53 @@ func (r *router) cancel(key, messageID string) bool {
 	for i, in := range q.waiting {
 		if in.MessageID == messageID {
 			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+			r.answerCancelled(in)
 			r.mu.Unlock()
-			r.rt.admission.release(key, 1)
-			r.rt.runStarted(in)
-			r.rt.runFinished(r.runCtx, in, cancelledBeforeStart, 0)
 			return true
 		}
 	}
 	r.mu.Unlock()
-	return false
+	return r.cancelInFlight(key, messageID)
+}
+
+// cancelInFlight handles a cancel for a message the router does not hold:
+// accepted and acked (dedupe has it pending) but still on the bus or being
+// offered to a running turn. It is answered cancelled when it arrives.
+func (r *router) cancelInFlight(key, messageID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped || !r.rt.dedupe.isPending(key, messageID) {
+		return false
+	}
+	if q := r.queues[key]; q != nil {
+		// Arrived meanwhile: waiting now, or running.
+		if q.running == messageID && q.cancel != nil {
+			q.cancel()
+			return true
+		}
+		for i, in := range q.waiting {
+			if in.MessageID == messageID {
+				q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+				r.answerCancelled(in)
+				return true
+			}
+		}
+	}
+	r.precancelled[cancelKey{key, messageID}] = true
+	return true
+}
+
+// answerCancelled answers a message that never started with a cancelled
+// reply, from a goroutine of its own (the reply is logged; r.mu may be
+// held by the caller). The waiting place it held is released.
+func (r *router) answerCancelled(in bus.Inbound) {
+	r.rt.admission.release(in.SessionKey, 1)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.rt.runStarted(in)
+		r.rt.runFinished(r.runCtx, in, cancelledBeforeStart, 0)
+	}()
 }
 
 // stop waits for the runs in progress until ctx ends, then cancels them.
@@ -257,6 +317,7 @@ func (r *router) cancel(key, messageID string) bool {
 func (r *router) stop(ctx context.Context) {
 	r.mu.Lock()
 	r.stopped = true // no wg.Add after this: enqueue checks it under mu
+	clear(r.precancelled)
 	for key, q := range r.queues {
 		r.rt.admission.release(key, len(q.waiting))
 		q.waiting = nil // left in the session log, unanswered

@@ -26,8 +26,12 @@ func TestKill9LeavesNoAgent(t *testing.T) {
 	workspace := t.TempDir()
 	// Each run appends to runs.log, starts a grandchild that sleeps and
 	// one that leaves the group, notes the pids, and answers after 2 s.
+	// agent.pid is written last, once the escaped one has left the group
+	// (it writes its own pid after setsid), so a kill that follows cannot
+	// catch it still in the group on a busy machine.
 	agent := `echo run >> runs.log; sleep 300 & echo $! > grandchild.pid; ` +
-		`setsid sleep 301 </dev/null >/dev/null 2>&1 & echo $! > escaped.pid; echo $$ > agent.pid; sleep 2; echo done`
+		`rm -f escaped.pid; setsid sh -c 'echo $$ > escaped.tmp; mv escaped.tmp escaped.pid; exec sleep 301' </dev/null >/dev/null 2>&1 & ` +
+		`while [ ! -s escaped.pid ]; do sleep 0.01; done; echo $$ > agent.pid; sleep 2; echo done`
 	cfgPath := filepath.Join(t.TempDir(), "termserver.json")
 	cfg := fmt.Sprintf(`{"workspace": %q,
 	  "channels": {"terminal-dev": {"kind": "terminal", "mode": "websocket", "accountId": "local", "agent": "slow"}},

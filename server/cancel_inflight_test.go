@@ -1,0 +1,63 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"termlink/link"
+	"termlink/server/agent"
+	"termlink/server/bus"
+	"termlink/server/config"
+)
+
+// A cancel that arrives after the ack but before the router has taken the
+// message off the bus (the ack goes out first) is not "unknown_run": the
+// message is answered cancelled when it arrives, and never runs.
+func TestCancelBeforeTheRouterHasIt(t *testing.T) {
+	cfg := config.Default()
+	cfg.Workspace = t.TempDir()
+	runs := newCountingRunner(false)
+	s, err := New(cfg, Options{Logger: quietLog(), NoSync: true, Runners: map[string]agent.Runner{"echo": runs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	const key = "terminal-dev:local:dev"
+	in := bus.Inbound{ChannelID: "terminal-dev", AccountID: "local", PeerID: "dev", SessionKey: key, MessageID: "m-1", Text: "stop me"}
+	var acked AcceptResult
+	if err := s.rt.AcceptInbound(context.Background(), in, func(r AcceptResult) { acked = r }); err != nil || acked.Duplicate {
+		t.Fatalf("accept: %v %+v", err, acked)
+	}
+	// Not started yet: the message is on the bus, no router has it.
+	if !s.router.cancel(key, "m-1") {
+		t.Fatal("cancel of an accepted message still on the bus: not found")
+	}
+	if s.router.cancel(key, "m-unknown") {
+		t.Fatal("cancel of a message never accepted: found")
+	}
+	s.Start()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got AcceptResult
+		if err := s.rt.AcceptInbound(context.Background(), in, func(r AcceptResult) { got = r }); err != nil {
+			t.Fatal(err)
+		}
+		if got.Reply != nil {
+			if got.Reply.FinishReason != link.FinishCancelled {
+				t.Fatalf("reply %+v, want finish_reason cancelled", got.Reply)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no reply for the cancelled message: %+v", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runs.runs.Load(); n != 0 {
+		t.Fatalf("the agent ran %d times for a message cancelled before it started", n)
+	}
+	if _, waiting := s.router.load(); waiting != 0 {
+		t.Fatalf("%d messages still counted as waiting", waiting)
+	}
+}
