@@ -74,9 +74,9 @@ type Log struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
-	cur      *batch    // filling; never nil while open
-	next     LSN       // LSN of the next Append
-	err      error     // sticky failure
+	cur      *batch // filling; never nil while open
+	next     LSN    // LSN of the next Append
+	err      error  // sticky failure
 	closed   bool
 	segments []segment // on disk, oldest first; the last is being written
 	released LSN
