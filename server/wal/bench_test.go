@@ -12,10 +12,11 @@ import (
 
 // BenchmarkAppend runs b.N appends of 200-byte records from a fixed
 // number of goroutines and reports records/s, fsyncs/s, records per sync
-// and the p50/p99 latency of one Append.
+// and the p50/p99 latency of one Append. 64 appenders match the 64
+// goroutines of server/session's BenchmarkAppendParallel on 2 CPUs.
 func BenchmarkAppend(b *testing.B) {
 	for _, sync := range []bool{true, false} {
-		for _, appenders := range []int{1, 16, 256} {
+		for _, appenders := range []int{1, 16, 64, 256} {
 			name := fmt.Sprintf("appenders=%d/fsync", appenders)
 			if !sync {
 				name = fmt.Sprintf("appenders=%d/nosync", appenders)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestAppendReopenReplay(t *testing.T) {
@@ -325,5 +326,113 @@ func TestReplayError(t *testing.T) {
 	})
 	if !errors.Is(err, boom) || n != 2 {
 		t.Fatalf("replay error: %v after %d records", err, n)
+	}
+}
+
+// TestPipelinedGroupCommit holds each sync until the test releases it:
+// an Append returns only after its batch's sync; while one batch syncs,
+// the next fills and is not written; then it goes out as one write and
+// one sync.
+func TestPipelinedGroupCommit(t *testing.T) {
+	entered := make(chan string)
+	release := make(chan struct{})
+	ended := make(chan struct{}) // the test is over: syncs pass
+	dir := t.TempDir()
+	l, _ := open(t, dir, Options{Sync: func(f *os.File) error {
+		select {
+		case entered <- f.Name():
+		case <-ended:
+			return nil
+		}
+		select {
+		case <-release:
+		case <-ended:
+		}
+		return nil
+	}})
+	t.Cleanup(func() { close(ended) }) // runs before open's Close
+	type result struct {
+		lsn LSN
+		err error
+	}
+	appendAsync := func(p string) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			lsn, err := l.Append(context.Background(), []byte(p))
+			ch <- result{lsn, err}
+		}()
+		return ch
+	}
+	returned := func(ch chan result) bool {
+		select {
+		case r := <-ch:
+			ch <- r
+			return true
+		default:
+			return false
+		}
+	}
+	fileSize := func() int64 {
+		fi, err := os.Stat(segmentFiles(t, dir)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	waitEntered := func() {
+		select {
+		case <-entered:
+		case <-time.After(20 * time.Second):
+			t.Fatal("no sync started")
+		}
+	}
+
+	first := appendAsync("first")
+	waitEntered() // batch 1 is written and syncing
+	var second []chan result
+	for i := range 10 {
+		second = append(second, appendAsync(fmt.Sprint("second-", i)))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l.mu.Lock()
+		n := l.cur.n
+		l.mu.Unlock()
+		if n == 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 10 appends queued behind the sync", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if returned(first) {
+		t.Fatal("Append returned before its sync finished")
+	}
+	frame := int64(headerSize + len("second-0"))
+	if got, want := fileSize(), int64(headerSize+len("first")); got != want {
+		t.Fatalf("during the first sync the segment is %d bytes, want %d (only the first batch)", got, want)
+	}
+	release <- struct{}{}
+	if r := <-first; r.err != nil || r.lsn != 1 {
+		t.Fatalf("first append: %v %v", r.lsn, r.err)
+	}
+	waitEntered() // batch 2: one write of all ten
+	if got, want := fileSize(), int64(headerSize+len("first"))+10*frame; got != want {
+		t.Fatalf("during the second sync the segment is %d bytes, want %d", got, want)
+	}
+	for _, ch := range second {
+		if returned(ch) {
+			t.Fatal("Append returned before its sync finished")
+		}
+	}
+	release <- struct{}{}
+	for _, ch := range second {
+		if r := <-ch; r.err != nil || r.lsn < 2 || r.lsn > 11 {
+			t.Fatalf("second batch append: %v %v", r.lsn, r.err)
+		}
+	}
+	if st := l.Stats(); st.Batches != 2 || st.Syncs != 2 || st.Appends != 11 {
+		t.Fatalf("stats %+v, want 11 appends in 2 batches and 2 syncs", st)
 	}
 }
