@@ -88,7 +88,7 @@ type Log struct {
 	// Owned by the writer goroutine.
 	file    *os.File
 	size    int64
-	durable LSN // last LSN synced (atomic via mu for readers)
+	durable LSN // last LSN synced; written by the writer under mu
 
 	releaseMu sync.Mutex // serialises Release's file work
 
@@ -139,6 +139,15 @@ func Open(dir string, opt Options, replay func(lsn LSN, payload []byte) error) (
 	l.released = readReleaseMark(filepath.Join(dir, releaseFile), l.log)
 	if err := l.recover(segs, replay); err != nil {
 		return nil, err
+	}
+	if l.released >= l.next {
+		// Only after TruncateCorrupt dropped released records: new
+		// records must not hide below the mark.
+		l.log.Warn("wal: release mark beyond the last record; lowering it", "mark", l.released, "last", l.next-1)
+		l.released = l.next - 1
+		if err := writeReleaseMark(filepath.Join(dir, releaseFile), l.released); err != nil {
+			return nil, err
+		}
 	}
 	if len(l.segments) == 0 {
 		if err := l.createSegment(l.next); err != nil {
@@ -367,11 +376,11 @@ func (l *Log) writer() {
 				l.mu.Unlock()
 			}
 		}
+		if err == nil {
+			l.appends.Add(uint64(b.n)) // before the answer: Stats after Append counts it
+		}
 		b.err = err
 		close(b.done)
-		if err == nil {
-			l.appends.Add(uint64(b.n))
-		}
 		spare = b.buf
 		b.buf = nil
 		// Another batch may have filled meanwhile; its kick is pending.

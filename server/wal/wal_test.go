@@ -436,3 +436,34 @@ func TestPipelinedGroupCommit(t *testing.T) {
 		t.Fatalf("stats %+v, want 11 appends in 2 batches and 2 syncs", st)
 	}
 }
+
+// TestTruncateCorruptLowersReleaseMark: when TruncateCorrupt drops
+// released records, the mark comes down so new records replay.
+func TestTruncateCorruptLowersReleaseMark(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := open(t, dir, Options{NoSync: true})
+	appendN(t, l, "r", 10)
+	if err := l.Release(8); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	seg := segmentFiles(t, dir)[0]
+	data, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[4*(headerSize+len("r-0"))+headerSize] ^= 1 // LSN 5's payload
+	if err := os.WriteFile(seg, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, recs := open(t, dir, Options{NoSync: true, TruncateCorrupt: true})
+	if len(recs) != 0 {
+		t.Fatalf("replayed released records %v", recs)
+	}
+	if lsn, err := l.Append(context.Background(), []byte("new")); err != nil || lsn != 5 {
+		t.Fatalf("append: %d %v", lsn, err)
+	}
+	l.Close()
+	_, recs = open(t, dir, Options{NoSync: true})
+	equalRecs(t, recs, []rec{{5, "new"}})
+}
