@@ -7,22 +7,13 @@ import (
 )
 
 // fdatasync flushes f's data and the metadata needed to read it (its
-// size), not its timestamps.
+// size), not its timestamps. A segment is a regular file, which the
+// runtime never puts in non-blocking mode, so Fd is harmless here.
 func fdatasync(f *os.File) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		for {
-			serr = unix.Fdatasync(int(fd))
-			if serr != unix.EINTR {
-				return
-			}
+	for {
+		err := unix.Fdatasync(int(f.Fd()))
+		if err != unix.EINTR {
+			return err // the caller names the file
 		}
-	}); err != nil {
-		return err
 	}
-	return serr
 }
