@@ -46,7 +46,8 @@
 // [Options.SegmentBytes]. [Log.Release] records that everything up to an
 // LSN is applied elsewhere and deletes the segments wholly below it; the
 // mark goes to the file "released" (atomic rename, no fsync), and Open
-// replays only records after it.
+// replays only records after it. An flock on the file "LOCK" keeps a
+// second process from opening the same log.
 //
 // # Recovery
 //

@@ -69,9 +69,10 @@ type Stats struct {
 
 // Log is an open write-ahead log. Its methods are safe for concurrent use.
 type Log struct {
-	dir string
-	opt Options
-	log *slog.Logger
+	dir  string
+	opt  Options
+	log  *slog.Logger
+	lock *os.File // flock on dir/LOCK; nil where there is none
 
 	mu       sync.Mutex
 	cur      *batch // filling; never nil while open
@@ -131,6 +132,24 @@ func Open(dir string, opt Options, replay func(lsn LSN, payload []byte) error) (
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("wal: %w", err)
 	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	l, err := load(dir, opt, replay)
+	if err != nil {
+		if lock != nil {
+			lock.Close()
+		}
+		return nil, err
+	}
+	l.lock = lock
+	go l.writer()
+	return l, nil
+}
+
+// load does the work of Open but for the lock and the writer.
+func load(dir string, opt Options, replay func(LSN, []byte) error) (*Log, error) {
 	l := &Log{dir: dir, opt: opt, log: opt.Logger, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	segs, err := listSegments(dir)
 	if err != nil {
@@ -168,7 +187,6 @@ func Open(dir string, opt Options, replay func(lsn LSN, payload []byte) error) (
 	}
 	l.durable = l.next - 1
 	l.cur = &batch{done: make(chan struct{})}
-	go l.writer()
 	return l, nil
 }
 
@@ -504,6 +522,9 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	if cerr := l.file.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("wal: %w", cerr)
+	}
+	if l.lock != nil {
+		l.lock.Close()
 	}
 	return err
 }

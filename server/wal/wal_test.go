@@ -467,3 +467,17 @@ func TestTruncateCorruptLowersReleaseMark(t *testing.T) {
 	_, recs = open(t, dir, Options{NoSync: true})
 	equalRecs(t, recs, []rec{{5, "new"}})
 }
+
+func TestOpenTwiceRefused(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := open(t, dir, Options{})
+	if _, _, err := tryOpen(dir, Options{}); err == nil || !strings.Contains(err.Error(), "open elsewhere") {
+		t.Fatalf("second open: %v", err)
+	}
+	l.Close()
+	l2, _, err := tryOpen(dir, Options{})
+	if err != nil {
+		t.Fatalf("open after close: %v", err)
+	}
+	l2.Close()
+}
