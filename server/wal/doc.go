@@ -23,10 +23,12 @@
 // # What it does not do
 //
 // A cancelled Append returns ctx.Err() at once, but its record may still
-// be written: the caller must treat it as "maybe logged". Replay hands
-// records to the caller but does not know what they mean; the caller's
-// apply must be idempotent, because the release mark (see below) is
-// written without fsync and a crash can replay records already applied.
+// be written: the caller must treat it as "maybe logged", and so an
+// Append that failed with ErrFailed, whose write may have reached the disk
+// and replays after reopening. Replay hands records to the caller but does
+// not know what they mean; the caller's apply must be idempotent, because
+// the release mark (see below) is written without fsync and a crash can
+// replay records already applied.
 // The log does not compress, encrypt or index records.
 //
 // # On disk
