@@ -1,0 +1,82 @@
+// Package wal is the server's write-ahead log: one append-only log per
+// server for everything that must be durable before an ack, written with
+// group commit so that one fdatasync covers every record appended while
+// the previous batch was syncing, whatever the number of sessions.
+//
+// # Guarantees
+//
+// [Log.Append] returns once its record is written and fdatasynced (unless
+// [Options.NoSync]). Records get consecutive log sequence numbers ([LSN])
+// starting at 1, in the order Append took them. One writer goroutine takes
+// everything queued, writes it with one write call and syncs it once;
+// while it syncs, the next batch fills (pipelining), so an Append waits
+// for at most one sync it is not part of, and fsync costs latency once,
+// not throughput.
+//
+// A failed write or fsync fails that batch and every Append after it
+// (errors.Is(err, [ErrFailed])) until the log is reopened. An fsync error
+// is not retried: on Linux a failed fsync may have dropped the dirty pages
+// and cleared the error, so a retry can report success for data that never
+// reached the disk (the 2018 "fsyncgate" lesson from PostgreSQL). Reopening
+// re-reads what is really on disk.
+//
+// # What it does not do
+//
+// A cancelled Append returns ctx.Err() at once, but its record may still
+// be written: the caller must treat it as "maybe logged", and so an
+// Append that failed with ErrFailed, whose write may have reached the disk
+// and replays after reopening. Replay hands records to the caller but does
+// not know what they mean; the caller's apply must be idempotent, because
+// the release mark (see below) is written without fsync and a crash can
+// replay records already applied.
+// The log does not compress, encrypt or index records.
+//
+// # On disk
+//
+// The log is a directory of segments named by the LSN of their first
+// record, "%016x.wal". A segment is a sequence of frames, little-endian:
+//
+//	0:4    payload length n
+//	4:12   LSN
+//	12:16  batch offset: LSN minus the LSN of the first record of the same write
+//	16:20  CRC-32C (Castagnoli) of the payload
+//	20:24  CRC-32C of bytes 0:20
+//	24:24+n payload
+//
+// A batch (one write) never spans segments, so no record does either: a
+// new segment is cut before a batch that would take the current one over
+// [Options.SegmentBytes]. [Log.Release] records that everything up to an
+// LSN is applied elsewhere and deletes the segments wholly below it; the
+// mark goes to the file "released" (atomic rename, no fsync), and Open
+// replays only records after it. An flock on the file "LOCK" keeps a
+// second process from opening the same log.
+//
+// # Recovery
+//
+// Open reads every segment, checks each frame's CRCs and that LSNs run on
+// without gaps, and calls the replay function for every record after the
+// release mark. Only the last write can be unsynced at a crash, and it is
+// always in the last segment, so a bad frame there is a torn tail when no
+// valid frame of a later write follows it: Open truncates the segment at
+// the bad frame and logs a warning naming the file, the offset and the
+// reason; the records it drops were never acknowledged. Any other bad frame
+// (in an older segment, or followed by a valid frame of a later, hence
+// synced-after, write) is corruption of acknowledged data: Open fails with
+// a [*CorruptError] naming the segment and offset, and the records after
+// it are refused, not silently dropped. [Options.TruncateCorrupt] makes
+// Open truncate there instead, dropping those records, with a warning; it
+// is the operator's choice. A bit flip in the very last frame cannot be
+// told from a torn write and is truncated like one.
+//
+// # How termserver uses it
+//
+// Every accepted message, reply and dedupe change is appended here before
+// the ack goes out; this is the only fsync on the message path. The
+// nanobot session JSONL files, the format users read and tools consume,
+// are written from the log afterwards without a per-record fsync. After a
+// crash, Open replays the unreleased records and the session files are
+// brought up to date from them (skipping records a file already holds).
+// Once the session files are synced (one syncfs for all of them), the
+// server calls Release with the last LSN they hold, and whole segments
+// below it are deleted.
+package wal
