@@ -23,6 +23,7 @@ import (
 	"termlink/server/events"
 	"termlink/server/metrics"
 	"termlink/server/session"
+	"termlink/server/wal"
 )
 
 // Adapter is a channel transport the runtime dispatches replies to.
@@ -99,7 +100,8 @@ func newServerMetrics() *serverMetrics {
 type Runtime struct {
 	log      *slog.Logger
 	bus      *bus.Bus
-	store    *session.Store
+	store    *session.Store // read here; written through journal
+	journal  *journal
 	dedupe   *dedupe
 	channels map[string]*channel
 	order    []string // channel ids, sorted
@@ -226,18 +228,20 @@ func (ch *channel) maxWaitingPerSession() int {
 	return config.DefaultMaxWaitingPerSession
 }
 
-// appendLog appends to the session log and keeps /healthz's view of the
+// appendLog makes records durable in the write-ahead log and writes them
+// to the session file (journal.append), and keeps /healthz's view of the
 // workspace: a write failure marks it unwritable until a write succeeds.
-// A cancelled ctx or a closed store says nothing about the disk.
+// A cancelled ctx or a closed store or log says nothing about the disk.
 func (rt *Runtime) appendLog(ctx context.Context, key string, recs ...session.Record) error {
-	err := rt.store.Append(ctx, key, recs...)
+	err := rt.journal.append(ctx, key, recs)
 	switch {
 	case err == nil:
 		if rt.unwritable.Load() != nil {
 			rt.unwritable.Store(nil)
 			rt.log.Info("session log writable again")
 		}
-	case ctx.Err() != nil, errors.Is(err, session.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case ctx.Err() != nil, errors.Is(err, session.ErrClosed), errors.Is(err, wal.ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 	default:
 		msg := err.Error()
 		rt.unwritable.Store(&msg)

@@ -21,6 +21,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/session"
+	"termlink/server/wal"
 )
 
 // Options tune a Server beyond its config.
@@ -28,7 +29,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Runners replaces the runner built from config for an agent name.
 	Runners map[string]agent.Runner
-	// NoSync skips fsync of the session log (benchmarks only).
+	// NoSync skips fsync of the write-ahead log and the session files (benchmarks only).
 	NoSync bool
 	// EventsPerChannel bounds each channel's event log (default 1000).
 	EventsPerChannel int
@@ -36,8 +37,10 @@ type Options struct {
 	// (default 1024); a device resends only recent, unanswered ones.
 	DedupePerSession int
 
-	// session adds test hooks to the session store's options.
+	// session adds test hooks to the session store's options, wal to the
+	// write-ahead log's.
 	session session.Options
+	wal     wal.Options
 }
 
 // Server is termserver: runtime, router, adapters and the HTTP API.
@@ -58,7 +61,8 @@ type Server struct {
 	once         sync.Once
 }
 
-// New opens the workspace's session log, rebuilds the dedupe table from it
+// New opens the workspace's write-ahead log (replaying what the session
+// files lack) and session log, rebuilds the dedupe table from it
 // and builds the channels' adapters and agents. Start begins the work.
 func New(cfg *config.Config, opt Options) (*Server, error) {
 	log := opt.Logger
@@ -94,13 +98,24 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	}
 	_, _ = agentProcs.Reap()
 	sopt := opt.session
-	sopt.NoSync, sopt.Logger = opt.NoSync, log
+	sopt.NoSync, sopt.SyncLater, sopt.Logger = opt.NoSync, true, log
 	store, err := session.Open(filepath.Join(cfg.Workspace, "sessions"), sopt)
 	if err != nil {
 		return nil, fmt.Errorf("opening the session log: %w", err)
 	}
+	wopt := opt.wal
+	wopt.NoSync = opt.NoSync
+	jrnl, err := openJournal(filepath.Join(cfg.Workspace, "wal"), wopt, store, log)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	closeLogs := func() {
+		_ = jrnl.close()
+		_ = store.Close()
+	}
 	rt := &Runtime{
-		log: log, bus: bus.New(4096), store: store, admission: newAdmission(maxWaiting),
+		log: log, bus: bus.New(4096), store: store, journal: jrnl, admission: newAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 	}
 	rt.dedupe = newDedupe(opt.DedupePerSession, dedupeBytes, rt.loadRecent)
@@ -121,7 +136,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent], cfg.Workspace, agentProcs, log)
 				if err != nil {
 					s.closeRunners(built)
-					store.Close()
+					closeLogs()
 					return nil, fmt.Errorf("channels.%s.agent: %w", id, err)
 				}
 			}
@@ -141,7 +156,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	}
 	if s.recovered, err = rt.rebuild(context.Background()); err != nil {
 		s.closeRunners(built)
-		store.Close()
+		closeLogs()
 		return nil, err
 	}
 	s.mux = s.routes()
@@ -271,7 +286,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		for _, r := range s.runners {
 			_ = r.Close()
 		}
-		err = s.rt.store.Close()
+		err = errors.Join(s.rt.journal.close(), s.rt.store.Close())
 	})
 	return err
 }

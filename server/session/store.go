@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"errors"
@@ -18,9 +19,14 @@ var ErrClosed = errors.New("session store closed")
 
 // Options configures a [Store]. The zero value is ready to use.
 type Options struct {
-	MaxOpenFiles int          // cached open append handles, default 256 (least recently used closed first)
-	NoSync       bool         // skip fsync (benchmarks only: Append no longer means durable)
-	Logger       *slog.Logger // default slog.Default()
+	MaxOpenFiles int  // cached open append handles, default 256 (least recently used closed first)
+	NoSync       bool // skip fsync (benchmarks only: Append no longer means durable)
+	// SyncLater writes appends (and new files) without fsync: Append
+	// returns once the lines are written, and [Store.Sync] makes every
+	// append that returned before it durable. For a caller that keeps its
+	// own write-ahead log (termserver). Metadata rewrites still fsync.
+	SyncLater bool
+	Logger    *slog.Logger // default slog.Default()
 
 	// FailWrite, when set, is called before the records of session key
 	// are written; a non-nil error fails that append as a write error
@@ -59,6 +65,7 @@ type Store struct {
 	log      *slog.Logger
 	maxOpen  int
 	noSync   bool
+	later    bool // Options.SyncLater
 	syncHook func(*os.File) error
 	failHook func(key string) error
 	maxLine  int
@@ -135,6 +142,7 @@ func Open(dir string, opt Options) (*Store, error) {
 		log:      opt.Logger,
 		maxOpen:  opt.MaxOpenFiles,
 		noSync:   opt.NoSync,
+		later:    opt.SyncLater && haveSyncFS, // elsewhere Sync could not cover closed handles: fsync as usual
 		syncHook: opt.syncHook,
 		failHook: opt.FailWrite,
 		maxLine:  opt.maxLine,
@@ -201,12 +209,51 @@ func (s *Store) Append(ctx context.Context, key string, recs ...Record) error {
 		}
 		return nil
 	}
+	data, err := encodeRecords(recs, s.maxLine)
+	if err != nil {
+		return fmt.Errorf("session: append %s: %w", key, err)
+	}
+	return s.submit(ctx, &request{ctx: ctx, op: opAppend, key: key, name: name, data: data, n: len(recs)})
+}
+
+// AppendEncoded is Append for n records already encoded by
+// [EncodeRecords] (timestamps set), so a caller that logs the same bytes
+// elsewhere encodes them once.
+func (s *Store) AppendEncoded(ctx context.Context, key string, data []byte, n int) error {
+	name, err := FileName(key)
+	if err != nil {
+		return fmt.Errorf("session: append %s: %w", key, err)
+	}
+	if n == 0 {
+		return s.Append(ctx, key)
+	}
+	return s.submit(ctx, &request{ctx: ctx, op: opAppend, key: key, name: name, data: data, n: n})
+}
+
+// EncodeRecords encodes recs as session file lines ('\n'-terminated),
+// setting an empty Timestamp to now (in recs too, so the caller sees
+// what was written).
+func EncodeRecords(recs []Record) ([]byte, error) {
+	now := ""
+	for i := range recs {
+		if recs[i].Timestamp == "" {
+			if now == "" {
+				now = Now()
+			}
+			recs[i].Timestamp = now
+		}
+	}
+	return encodeRecords(recs, MaxLineSize)
+}
+
+func encodeRecords(recs []Record, maxLine int) ([]byte, error) {
 	size := 0
 	for _, r := range recs {
 		size += 128 + len(r.Content) + len(r.MessageID) + len(r.RunID)
 	}
 	data := make([]byte, 0, size) // usually exact: one allocation
 	now := ""
+	var err error
 	for i, r := range recs {
 		if r.Timestamp == "" {
 			if now == "" {
@@ -217,14 +264,51 @@ func (s *Store) Append(ctx context.Context, key string, recs ...Record) error {
 		start := len(data)
 		data, err = r.appendJSON(data)
 		if err != nil {
-			return fmt.Errorf("session: append %s: record %d: %w", key, i, err)
+			return nil, fmt.Errorf("record %d: %w", i, err)
 		}
-		if n := len(data) - start; n > s.maxLine {
-			return fmt.Errorf("session: append %s: record %d is %d bytes, over the %d-byte line limit", key, i, n, s.maxLine)
+		if n := len(data) - start; n > maxLine {
+			return nil, fmt.Errorf("record %d is %d bytes, over the %d-byte line limit", i, n, maxLine)
 		}
 		data = append(data, '\n')
 	}
-	return s.submit(ctx, &request{ctx: ctx, op: opAppend, key: key, name: name, data: data, n: len(recs)})
+	return data, nil
+}
+
+// DecodeRecords reads lines written by [EncodeRecords].
+func DecodeRecords(data []byte) ([]Record, error) {
+	var recs []Record
+	for len(data) > 0 {
+		line, rest, ok := bytes.Cut(data, []byte{'\n'})
+		if !ok {
+			return nil, errors.New("session: encoded records: last line has no newline")
+		}
+		data = rest
+		var r Record
+		if err := r.UnmarshalJSON(line); err != nil {
+			return nil, fmt.Errorf("session: encoded records: %w", err)
+		}
+		recs = append(recs, r)
+	}
+	return recs, nil
+}
+
+// Sync makes every append that returned before it durable (with
+// [Options.SyncLater]; otherwise they already are): one syncfs(2) of the
+// file system holding the directory, which also covers new files' names.
+func (s *Store) Sync() error {
+	if !s.later || s.noSync {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("session: sync: %w", ErrClosed)
+	}
+	s.fsSyncs.Add(1)
+	if err := syncFS(s.dirFile); err != nil {
+		return fmt.Errorf("session: sync: %w", err)
+	}
+	return nil
 }
 
 // UpdateMetadata changes the metadata map of session key: fn gets the map
@@ -359,6 +443,9 @@ func (s *Store) syncAll(gs []*group) {
 			return g.h.f
 		}
 		return g.tmp
+	}
+	if s.later {
+		return // Sync makes them durable
 	}
 	if !s.noSync && s.syncHook == nil && haveSyncFS && len(gs) >= syncFSThreshold {
 		// Many files: one syncfs(2) of the whole file system is cheaper
@@ -506,7 +593,7 @@ func (s *Store) commit(seg []*request) {
 		}
 		created = true
 	}
-	if created {
+	if created && !s.later {
 		if err := s.syncDir(); err != nil {
 			for _, g := range groups {
 				if g.err == nil && g.tmp != nil {

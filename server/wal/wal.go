@@ -528,3 +528,19 @@ func (l *Log) Close() error {
 	}
 	return err
 }
+
+// Next returns the LSN the next Append will get: every Append that starts
+// after Next returns gets an LSN at least this.
+func (l *Log) Next() LSN {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next
+}
+
+// Durable returns the last LSN written and synced (the highest Release
+// accepts).
+func (l *Log) Durable() LSN {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.durable
+}

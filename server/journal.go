@@ -1,0 +1,328 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"termlink/server/session"
+	"termlink/server/wal"
+)
+
+// journal puts the write-ahead log (workspace/wal) in front of the session
+// files: a record is durable once the log holds it (one group-committed
+// fdatasync for every session), and is then written to its session file
+// without fsync before append returns, so readers of the files (rebuild,
+// dedupe reloads) see it. Every checkpointInterval one syncfs makes the
+// session files durable and the log is released up to the last record
+// they hold.
+//
+// Crash: Open replays the unreleased records into the session files,
+// skipping those a file already holds (same role, message id and event:
+// each is written at most once per message), then syncs and releases.
+//
+// Disk trouble: a failed log write or fsync fails the log (wal.ErrFailed)
+// until it is reopened; every append fails meanwhile (the runtime refuses
+// new messages, holds replies, and /healthz says unwritable). The
+// checkpointer reopens it with a backoff; records of the failed batch were
+// answered as failed, so the reopen releases them instead of replaying.
+type journal struct {
+	dir   string
+	opt   wal.Options
+	store *session.Store
+	log   *slog.Logger
+
+	mu     sync.RWMutex // appends hold it for reading; reopen and close for writing
+	wl     *wal.Log
+	broken error // non-nil while the log is failed and not yet reopened
+	failed atomic.Bool
+
+	fmu    sync.Mutex
+	floors map[uint64]wal.LSN // appends in flight: the log's Next when each began
+	seq    uint64
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+const checkpointInterval = time.Second
+
+// openJournal opens the log in dir, brings the session files up to date
+// from it and starts the checkpointer.
+func openJournal(dir string, opt wal.Options, store *session.Store, log *slog.Logger) (*journal, error) {
+	opt.Logger = log
+	j := &journal{dir: dir, opt: opt, store: store, log: log, floors: map[uint64]wal.LSN{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	wl, err := j.open(true)
+	if err != nil {
+		return nil, err
+	}
+	j.wl = wl
+	go j.checkpointer()
+	return j, nil
+}
+
+// walRecord is one replayed log record: a session key and encoded lines.
+type walRecord struct {
+	key   string
+	lines []byte
+}
+
+func encodeWAL(key string, lines []byte) []byte {
+	p := make([]byte, 0, len(key)+1+len(lines))
+	p = append(p, key...)
+	p = append(p, '\n')
+	return append(p, lines...)
+}
+
+func decodeWAL(p []byte) (walRecord, error) {
+	key, lines, ok := bytes.Cut(p, []byte{'\n'})
+	if !ok || len(key) == 0 {
+		return walRecord{}, errors.New("write-ahead log record without a session key")
+	}
+	return walRecord{key: string(key), lines: bytes.Clone(lines)}, nil
+}
+
+// open opens the log; apply says whether the unreleased records are
+// written to the session files (at start-up) or dropped (at a reopen
+// after a failure: they belong to appends that were answered as failed).
+// Then the session files are synced and the log released.
+func (j *journal) open(apply bool) (*wal.Log, error) {
+	var recs []walRecord
+	replay := func(lsn wal.LSN, p []byte) error {
+		r, err := decodeWAL(p)
+		if err != nil {
+			j.log.Warn("write-ahead log: skipping a record", "lsn", lsn, "err", err)
+			return nil
+		}
+		recs = append(recs, r)
+		return nil
+	}
+	if !apply {
+		replay = nil
+	}
+	wl, err := wal.Open(j.dir, j.opt, replay)
+	if err != nil {
+		return nil, fmt.Errorf("opening the write-ahead log: %w", err)
+	}
+	if err := j.replay(recs); err != nil {
+		wl.Close()
+		return nil, err
+	}
+	if err := j.store.Sync(); err != nil {
+		wl.Close()
+		return nil, fmt.Errorf("syncing the session files: %w", err)
+	}
+	if err := wl.Release(wl.Durable()); err != nil {
+		wl.Close()
+		return nil, err
+	}
+	return wl, nil
+}
+
+// recordID names a record within its session: each role, message id and
+// event is written once.
+func recordID(r session.Record) string {
+	ev, _ := r.Extra["event"].(string)
+	return r.Role + "\x00" + r.MessageID + "\x00" + ev
+}
+
+// replay writes to each session file the records it does not hold yet,
+// in log order.
+func (j *journal) replay(recs []walRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	byKey := map[string][]session.Record{}
+	var keys []string
+	for _, r := range recs {
+		rs, err := session.DecodeRecords(r.lines)
+		if err != nil {
+			j.log.Warn("write-ahead log: skipping a record", "session", r.key, "err", err)
+			continue
+		}
+		if _, ok := byKey[r.key]; !ok {
+			keys = append(keys, r.key)
+		}
+		byKey[r.key] = append(byKey[r.key], rs...)
+	}
+	written := 0
+	for _, key := range keys {
+		rs := byKey[key]
+		have := map[string]bool{}
+		s, err := j.store.Tail(key, startupTail+len(rs))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("replaying the write-ahead log into %s: %w", key, err)
+		}
+		if s != nil {
+			for _, r := range s.Records {
+				have[recordID(r)] = true
+			}
+		}
+		var missing []session.Record
+		for _, r := range rs {
+			if id := recordID(r); !have[id] {
+				have[id] = true
+				missing = append(missing, r)
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		if err := j.store.Append(context.Background(), key, missing...); err != nil {
+			return fmt.Errorf("replaying the write-ahead log into %s: %w", key, err)
+		}
+		written += len(missing)
+	}
+	j.log.Info("session files brought up to date from the write-ahead log", "records", len(recs), "written", written)
+	return nil
+}
+
+// append makes recs durable in the log, then writes them to the session
+// file of key (without fsync). An error means the records may or may not
+// be logged: the caller treats them as not written.
+func (j *journal) append(ctx context.Context, key string, recs []session.Record) error {
+	lines, err := session.EncodeRecords(recs)
+	if err != nil {
+		return fmt.Errorf("session: append %s: %w", key, err)
+	}
+	payload := encodeWAL(key, lines)
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	if j.broken != nil {
+		return j.broken
+	}
+	id := j.begin()
+	defer j.end(id)
+	if _, err := j.wl.Append(ctx, payload); err != nil {
+		if errors.Is(err, wal.ErrFailed) {
+			j.failed.Store(true)
+		}
+		return err
+	}
+	return j.store.AppendEncoded(ctx, key, lines, len(recs))
+}
+
+// begin registers an append in flight: the checkpointer releases nothing
+// at or above the log's next LSN now.
+func (j *journal) begin() uint64 {
+	j.fmu.Lock()
+	defer j.fmu.Unlock()
+	j.seq++
+	j.floors[j.seq] = j.wl.Next()
+	return j.seq
+}
+
+func (j *journal) end(id uint64) {
+	j.fmu.Lock()
+	delete(j.floors, id)
+	j.fmu.Unlock()
+}
+
+// checkpoint syncs the session files and releases the log up to the last
+// record every one of which is in its session file.
+func (j *journal) checkpoint() error {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	if j.broken != nil {
+		return nil
+	}
+	j.fmu.Lock()
+	upTo := j.wl.Next() - 1
+	for _, f := range j.floors {
+		upTo = min(upTo, f-1)
+	}
+	j.fmu.Unlock()
+	upTo = min(upTo, j.wl.Durable())
+	if err := j.store.Sync(); err != nil {
+		return err
+	}
+	return j.wl.Release(upTo)
+}
+
+// reopen replaces a failed log: appends wait for it.
+func (j *journal) reopen() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.broken == nil {
+		// First attempt: what the log synced is in the session files
+		// (appends hold the read lock until written there); make that
+		// durable and release it, so only the failed batch is left.
+		_ = j.store.Sync()
+		_ = j.wl.Release(j.wl.Durable())
+		err := j.wl.Close()
+		j.broken = fmt.Errorf("%w (reopening)", err)
+		if err == nil {
+			j.broken = fmt.Errorf("%w: reopening", wal.ErrFailed)
+		}
+	}
+	wl, err := j.open(false)
+	if err != nil {
+		return err
+	}
+	j.wl, j.broken = wl, nil
+	j.failed.Store(false)
+	j.log.Info("write-ahead log reopened after a failure")
+	return nil
+}
+
+// checkpointer checkpoints every checkpointInterval and reopens a failed
+// log with a backoff, until close.
+func (j *journal) checkpointer() {
+	defer close(j.done)
+	t := time.NewTicker(checkpointInterval)
+	defer t.Stop()
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 50 * time.Millisecond
+	b.MaxInterval = 5 * time.Second
+	b.MaxElapsedTime = 0
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	poll := time.NewTicker(20 * time.Millisecond) // notices a failure soon
+	defer poll.Stop()
+	waiting := false
+	for {
+		select {
+		case <-j.stop:
+			return
+		case <-t.C:
+			if err := j.checkpoint(); err != nil {
+				j.log.Warn("write-ahead log checkpoint failed; retrying", "err", err)
+			}
+		case <-poll.C:
+			if j.failed.Load() && !waiting {
+				waiting = true
+				retry.Reset(b.NextBackOff())
+			}
+		case <-retry.C:
+			waiting = false
+			if err := j.reopen(); err != nil {
+				j.log.Error("cannot reopen the write-ahead log; retrying", "err", err)
+				continue
+			}
+			b.Reset()
+		}
+	}
+}
+
+// close stops the checkpointer, makes the session files durable, releases
+// the log and closes it. Appends must be over.
+func (j *journal) close() error {
+	close(j.stop)
+	<-j.done
+	err := j.checkpoint()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.broken != nil {
+		return err
+	}
+	return errors.Join(err, j.wl.Close())
+}
