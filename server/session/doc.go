@@ -51,6 +51,12 @@
 // leaves at most one torn last line; readers skip it with a warning, and the
 // next append starts on a fresh line.
 //
+// With [Options.SyncLater] (termserver, whose write-ahead log holds every
+// record first) appends and new files are written without fsync, and
+// [Store.Sync] makes everything appended before it durable with one
+// syncfs(2); metadata rewrites still fsync. [EncodeRecords] and
+// [Store.AppendEncoded] let such a caller encode the lines once for both.
+//
 // Load and Scan read files directly and may run beside appends; they see
 // only whole lines. [Store.Tail] and [Store.ScanTails] read only a file's
 // metadata line and its last records, walking back from the end, so their
