@@ -315,43 +315,18 @@ func TestInterruptedRunRunsAgainOnce(t *testing.T) {
 	}
 }
 
-// A reply the session log refuses (disk full) is retried, not sent;
+// A reply the session file refuses (disk full) is retried, not sent;
 // /healthz says the workspace is unwritable until a write succeeds, and
 // then the reply reaches the device.
 func TestReplyWaitsForTheLog(t *testing.T) {
-	var failing atomic.Bool
-	runner := newCountingRunner(true)
-	cfg := config.Default()
-	cfg.Workspace = t.TempDir()
-	opt := Options{Logger: quietLog(), Runners: map[string]agent.Runner{"echo": runner}}
-	opt.session.FailWrite = func(string) error {
-		if failing.Load() {
-			return errors.New("no space left on device (injected)")
+	testReplyWaits(t, func(opt *Options, failing *atomic.Bool) {
+		opt.session.FailWrite = func(string) error {
+			if failing.Load() {
+				return errors.New("no space left on device (injected)")
+			}
+			return nil
 		}
-		return nil
-	}
-	ts := serve(t, cfg, opt)
-	c := dial(t, ts.ws, nil)
-	c.connect("dev")
-	c.send(&link.Message{MessageID: "m-1", Text: "hi"})
-	readAs[*link.Ack](c)
-	<-runner.started
-	failing.Store(true)
-	close(runner.gate)
-	waitHealth(t, ts, http.StatusServiceUnavailable, "workspace unwritable")
-	// The reply is held: a resend is still pending, not answered.
-	c.send(&link.Message{MessageID: "m-1", Text: "hi"})
-	if ack := readAs[*link.Ack](c); !ack.Duplicate || !ack.Pending {
-		t.Fatalf("resend while the log refuses the reply: %+v, want pending", ack)
-	}
-	failing.Store(false)
-	if m := readAs[*link.Message](c); m.MessageID != "m-1" || m.Text != "You said: hi" {
-		t.Fatalf("reply %+v", m)
-	}
-	waitHealth(t, ts, http.StatusOK, "ok")
-	if log := sessionLog(t, ts, "terminal-dev:local:dev"); strings.Count(log, `"role":"assistant"`) != 1 {
-		t.Fatalf("session log:\n%s", log)
-	}
+	})
 }
 
 func waitHealth(t *testing.T, ts *testServer, code int, body string) {
