@@ -17,7 +17,8 @@ import (
 )
 
 // wsConn is one device connection, in gorilla's chat shape: the reader
-// goroutine (serve) owns every read and the read deadlines; the writer
+// (serve, which waits for data, and the steps it has the stepper run for
+// it, one at a time) owns every read and the read deadlines; the writer
 // goroutine (writePump) owns every write, the write deadlines (through
 // flushConn) and the close frame. Nothing else touches the socket.
 // Unlike the chat example's, the writer does not wait parked while there
