@@ -34,7 +34,7 @@ const (
 	// accepts no byte) before the connection is dropped as too slow.
 	defaultWriteStall = 10 * time.Second
 	closeGrace        = 2 * time.Second // wait for the peer's close frame
-	readBufferBytes   = 1024            // per connection; frames larger than this are read in pieces
+	readBufferBytes   = 512             // per connection (gorilla takes it if > 256); larger frames are read past it
 	maxRoutes         = 256             // message ids a connection remembers the session of (cancel)
 	maxOwed           = 1024            // replies a connection remembers it could not queue
 )
@@ -60,6 +60,7 @@ type terminalAdapter struct {
 	ch        *channel
 	log       *slog.Logger
 	upgrader  websocket.Upgrader
+	steps     *stepper // reads and handles frames for the connections
 
 	mu         sync.Mutex
 	peers      map[string]*wsConn   // connected peers
@@ -76,10 +77,11 @@ func newTerminalAdapter(rt *Runtime, r *router, ch *channel, log *slog.Logger) *
 		id: ch.id, cfg: ch.cfg, rt: rt, router: r, ch: ch, log: log.With("channel", ch.id),
 		heartbeat: time.Duration(ch.cfg.Config.HeartbeatSeconds) * time.Second,
 		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: defaultWriteStall,
+		steps: newStepper(),
 	}
 	a.stopCtx, a.stopAccept = context.WithCancel(context.Background())
 	a.upgrader = websocket.Upgrader{
-		ReadBufferSize:  readBufferBytes,
+		// ReadBufferSize 0: gorilla reads through hijackWrapper's buffer.
 		WriteBufferPool: writeBufferPool,
 		// Terminals are not browsers; any Origin (or none) is fine.
 		CheckOrigin: func(*http.Request) bool { return true },
@@ -149,7 +151,12 @@ func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, m
 		open.Add("", -1)
 		return // the upgrader answered with the reason
 	}
-	c := newWSConn(a, ws, hw.conn, r.RemoteAddr, headerToken)
+	if hw.br == nil { // cannot happen: gorilla refuses a connection with buffered data
+		ws.Close()
+		open.Add("", -1)
+		return
+	}
+	c := newWSConn(a, ws, hw.conn, hw.br, r.RemoteAddr, headerToken)
 	a.mu.Lock()
 	if a.stopped {
 		a.mu.Unlock()
@@ -163,11 +170,8 @@ func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, m
 	// The connection gets a goroutine of its own and the HTTP handler
 	// returns: net/http then lets go of its request, response and 8 KiB
 	// of buffers, which an idle device would otherwise hold for hours.
-	go func() {
-		defer a.wg.Done()
-		defer open.Add("", -1)
-		c.serve()
-	}()
+	c.start()
+	go c.serve()
 }
 
 // Send implements Adapter. It is called by the runtime's dispatcher and
@@ -227,6 +231,7 @@ func (a *terminalAdapter) Close() {
 		c.closeWith(websocket.CloseGoingAway, "server shutting down; reconnect later")
 	}
 	a.wg.Wait()
+	a.steps.stop()
 	a.ch.events.Add(events.Event{Event: events.AdapterStopped})
 }
 

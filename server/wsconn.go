@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +17,8 @@ import (
 )
 
 // wsConn is one device connection, in gorilla's chat shape: the reader
-// goroutine (serve) owns every read and the read deadlines; the writer
+// (serve, which waits for data, and the steps it has the stepper run for
+// it, one at a time) owns every read and the read deadlines; the writer
 // goroutine (writePump) owns every write, the write deadlines (through
 // flushConn) and the close frame. Nothing else touches the socket.
 // Unlike the chat example's, the writer does not wait parked while there
@@ -57,9 +59,14 @@ type wsConn struct {
 	progress, cancel                                 bool
 	caps                                             []string
 
-	// Reader-only.
-	rate   *tokenBucket
-	routes routeMemory
+	// Reader-only (the connection's goroutine and its steps, in turn).
+	br          *bufio.Reader // gorilla's read buffer
+	waitErr     error         // why waiting for data failed
+	readClosing bool          // the connection was closing when the read deadline was set
+	graceSet    bool          // the read deadline is the close grace
+	stepDone    chan bool     // where the running step reports
+	rate        *tokenBucket
+	routes      routeMemory
 
 	space      chan struct{} // cap 1: the writer took the reader's frames, or stopped
 	readerDone chan struct{} // the reader has stopped
@@ -96,20 +103,19 @@ type outFrame struct {
 	kind frameKind
 }
 
-func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, remote, headerToken string) *wsConn {
+func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, br *bufio.Reader, remote, headerToken string) *wsConn {
 	n := a.sendQueue()
 	rate, burst := a.cfg.Config.RatePerPeer, a.cfg.Config.RateBurst
 	if rate <= 0 || burst <= 0 {
 		rate, burst = config.DefaultRatePerPeer, config.DefaultRateBurst
 	}
-	return &wsConn{a: a, ws: ws, nc: nc, remote: remote, headerToken: headerToken, opened: time.Now(),
+	return &wsConn{a: a, ws: ws, nc: nc, br: br, remote: remote, headerToken: headerToken, opened: time.Now(),
 		rate:  newTokenBucket(rate, burst),
 		space: make(chan struct{}, 1), readerDone: make(chan struct{}), max: n, maxReplies: 4 * n}
 }
 
-// serve is the reader: it reads until the connection ends, then takes it
-// down.
-func (c *wsConn) serve() {
+// start sets the connection up for reading; it runs before serve.
+func (c *wsConn) start() {
 	a := c.a
 	c.ws.SetReadLimit(link.ReadLimit(a.cfg.Config.MaxMessageChars))
 	// WebSocket-level pings and closes are answered by the writer too.
@@ -126,41 +132,83 @@ func (c *wsConn) serve() {
 		c.mu.Unlock()
 		return nil
 	})
-	idle := a.idleTimeout()
-	connectBy := c.opened.Add(a.connectTimeout())
-	reason := "connection closed"
-	graceSet := false
-read:
+	c.setReadDeadline()
+}
+
+// serve is the connection's own goroutine: it waits until the device
+// sends something, then has the stepper read and handle the frame (see
+// stepper), until the connection ends. Waiting needs little stack; what
+// needs more runs elsewhere.
+func (c *wsConn) serve() {
+	defer c.a.wg.Done()
+	defer c.a.rt.metrics.websockets.Add("", -1)
 	for {
-		closing := c.isClosing()
-		switch {
-		case closing && !graceSet:
-			// Our close frame is out or due: the peer has a moment to answer.
-			_ = c.ws.SetReadDeadline(time.Now().Add(closeGrace))
-			graceSet = true
-		case closing:
-		case c.peerID == "" && time.Now().Add(idle).After(connectBy):
-			_ = c.ws.SetReadDeadline(connectBy) // pings do not count
-		default:
-			_ = c.ws.SetReadDeadline(time.Now().Add(idle))
+		if c.br.Buffered() == 0 {
+			_, c.waitErr = c.br.Peek(1) // gorilla reads what this buffers
 		}
-		kind, buf, err := readMessage(c.ws)
-		if err != nil {
-			reason = describeReadError(err, idle)
-			switch {
-			case closing:
-			case c.peerID == "" && !time.Now().Before(connectBy):
-				reason = fmt.Sprintf("no connect frame within %s: connection closed", a.connectTimeout())
-				c.closeWith(websocket.ClosePolicyViolation, reason)
-			}
-			// (gorilla has sent a close frame itself for a protocol error
-			// or a frame over the read limit.)
-			break read
+		if !c.a.steps.run(c) {
+			return
 		}
-		c.received(kind, *buf, closing)
-		putReadBuffer(buf)
 	}
-	c.finish(reason)
+}
+
+// setReadDeadline sets the deadline of the next read: the idle timeout,
+// the connect timeout before a connect frame, or a moment for the peer
+// to answer our close frame.
+func (c *wsConn) setReadDeadline() {
+	a := c.a
+	c.readClosing = c.isClosing()
+	idle, connectBy := a.idleTimeout(), c.opened.Add(a.connectTimeout())
+	switch {
+	case c.readClosing && !c.graceSet:
+		// Our close frame is out or due: the peer has a moment to answer.
+		_ = c.ws.SetReadDeadline(time.Now().Add(closeGrace))
+		c.graceSet = true
+	case c.readClosing:
+	case c.peerID == "" && time.Now().Add(idle).After(connectBy):
+		_ = c.ws.SetReadDeadline(connectBy) // pings do not count
+	default:
+		_ = c.ws.SetReadDeadline(time.Now().Add(idle))
+	}
+}
+
+// errUnexpectedEOF is what gorilla reports for a connection that ends
+// without a close frame.
+var errUnexpectedEOF = &websocket.CloseError{Code: websocket.CloseAbnormalClosure, Text: io.ErrUnexpectedEOF.Error()}
+
+// step reads and handles one frame, and sets the deadline of the next
+// read; false means the connection has ended (and is taken down).
+func (c *wsConn) step() bool {
+	a := c.a
+	var (
+		kind int
+		buf  *[]byte
+		err  = c.waitErr
+	)
+	if err == io.EOF {
+		err = errUnexpectedEOF
+	}
+	if err == nil {
+		kind, buf, err = readMessage(c.ws)
+	}
+	if err != nil {
+		idle := a.idleTimeout()
+		reason := describeReadError(err, idle)
+		switch {
+		case c.readClosing:
+		case c.peerID == "" && !time.Now().Before(c.opened.Add(a.connectTimeout())):
+			reason = fmt.Sprintf("no connect frame within %s: connection closed", a.connectTimeout())
+			c.closeWith(websocket.ClosePolicyViolation, reason)
+		}
+		// (gorilla has sent a close frame itself for a protocol error
+		// or a frame over the read limit.)
+		c.finish(reason)
+		return false
+	}
+	c.received(kind, *buf, c.readClosing)
+	putReadBuffer(buf)
+	c.setReadDeadline()
+	return true
 }
 
 // received handles one frame the reader read; data is not kept.
