@@ -17,7 +17,7 @@ cat > "$tmp/cfg.json" <<JSON
 JSON
 "$TERMSERVER" --config "$tmp/cfg.json" --listen 127.0.0.1:$port 2>"$tmp/server.log" &
 SPID=$!
-sleep 1
+until curl -sf -o /dev/null 127.0.0.1:$port/healthz; do sleep 0.05; done # ready, however busy the machine
 base=$(awk '/VmRSS/{print $2}' /proc/$SPID/status)
 "$tmp/termrig" load --server ws://127.0.0.1:$port/api/channels/terminal-dev/ws --devices "$N" --rate 0 --hold --connect-rate 2000 >"$tmp/load.out" 2>&1 &
 LPID=$!

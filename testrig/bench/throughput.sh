@@ -18,7 +18,7 @@ cat > "$tmp/cfg.json" <<JSON
 JSON
 "$TERMSERVER" --config "$tmp/cfg.json" --listen 127.0.0.1:$port 2>"$tmp/server.log" &
 SPID=$!
-sleep 1
+until curl -sf -o /dev/null 127.0.0.1:$port/healthz; do sleep 0.05; done # ready, however busy the machine
 url=ws://127.0.0.1:$port/api/channels/terminal-dev/ws
 echo "== warm-up: $D devices, one message each (creates the session logs)"
 "$tmp/termrig" load --server $url --devices "$D" --rate "$D" --duration 1s --peer-prefix bench | grep -E "messages|round trip"
