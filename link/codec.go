@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -102,6 +103,12 @@ func Decode(data []byte) (Frame, error) {
 		f = new(Progress)
 	case TypeCancel:
 		f = new(Cancel)
+	case TypeNotice:
+		f = new(Notice)
+	case TypeNoticeAck:
+		f = new(NoticeAck)
+	case TypeScreen:
+		f = new(Screen)
 	case "":
 		return nil, &DecodeError{Field: "type", Msg: "is empty"}
 	default:
@@ -384,6 +391,14 @@ func missingField(f Frame) string {
 		if f.MessageID == "" {
 			return "message_id"
 		}
+	case *Notice:
+		if f.NoticeID == "" {
+			return "notice_id"
+		}
+	case *NoticeAck:
+		if f.NoticeID == "" {
+			return "notice_id"
+		}
 	}
 	return ""
 }
@@ -473,6 +488,11 @@ func AppendEncode(dst []byte, f Frame) ([]byte, error) {
 		dst = optStr(dst, "thread_id", f.ThreadID)
 		dst = optStr(dst, "user_id", f.UserID)
 		dst = optStr(dst, "token", f.Token)
+		dst = optStr(dst, "board", f.Board)
+		dst = optStr(dst, "version", f.Version)
+		if len(f.Tags) > 0 {
+			dst = appendStringMap(key(dst, "tags"), f.Tags)
+		}
 	case *Connected:
 		dst = str(dst, "channel_id", f.ChannelID)
 		dst = str(dst, "session_id", f.SessionID)
@@ -508,11 +528,52 @@ func AppendEncode(dst []byte, f Frame) ([]byte, error) {
 	case *Cancel:
 		dst = str(dst, "message_id", f.MessageID)
 		dst = optStr(dst, "thread_id", f.ThreadID)
+	case *Notice:
+		dst = str(dst, "notice_id", f.NoticeID)
+		dst = str(dst, "text", f.Text)
+		dst = str(dst, "priority", f.Priority)
+		if f.DisplaySeconds != 0 {
+			dst = strconv.AppendInt(key(dst, "display_seconds"), int64(f.DisplaySeconds), 10)
+		}
+		dst = optStr(dst, "expires_at", f.ExpiresAt)
+	case *NoticeAck:
+		dst = str(dst, "notice_id", f.NoticeID)
+	case *Screen:
+		dst = key(dst, "rows")
+		if f.Rows == nil {
+			dst = append(dst, "null"...)
+		} else {
+			dst = jsonstr.AppendArray(dst, f.Rows, true)
+		}
+		dst = strconv.AppendInt(key(dst, "cursor_row"), int64(f.CursorRow), 10)
+		dst = strconv.AppendInt(key(dst, "cursor_col"), int64(f.CursorCol), 10)
+		dst = boolField(dst, "cursor_on", f.CursorOn)
+		dst = boolField(dst, "backlight", f.Backlight)
 	case *Ping, *Pong:
 	default:
 		return dst, fmt.Errorf("link: encode %s frame: unknown frame (%T)", f.FrameType(), f)
 	}
 	return append(dst, '}'), nil
+}
+
+// appendStringMap appends m as a JSON object with its keys sorted, as
+// encoding/json writes a map.
+func appendStringMap(dst []byte, m map[string]string) []byte {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = jsonstr.Append(dst, k, true)
+		dst = append(dst, ':')
+		dst = jsonstr.Append(dst, m[k], true)
+	}
+	return append(dst, '}')
 }
 
 // appendMessageFields writes m's fields, each with a leading comma.
@@ -552,7 +613,10 @@ func encodedSize(f Frame) int {
 	n := 24 // {"type":"connected"}
 	switch f := f.(type) {
 	case *Connect:
-		n += 80 + len(f.PeerID) + len(f.DeviceName) + len(f.ThreadID) + len(f.UserID) + len(f.Token)
+		n += 110 + len(f.PeerID) + len(f.DeviceName) + len(f.ThreadID) + len(f.UserID) + len(f.Token) + len(f.Board) + len(f.Version)
+		for k, v := range f.Tags {
+			n += len(k) + len(v) + 6
+		}
 		for _, c := range f.Capabilities {
 			n += len(c) + 3
 		}
@@ -571,6 +635,15 @@ func encodedSize(f Frame) int {
 		n += 20 + len(f.MessageID) + len(f.Text)
 	case *Cancel:
 		n += 20 + len(f.MessageID) + len(f.ThreadID)
+	case *Notice:
+		n += 90 + len(f.NoticeID) + len(f.Text) + len(f.Priority) + len(f.ExpiresAt)
+	case *NoticeAck:
+		n += 20 + len(f.NoticeID)
+	case *Screen:
+		n += 90
+		for _, r := range f.Rows {
+			n += len(r) + 3
+		}
 	}
 	return n
 }

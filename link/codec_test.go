@@ -41,6 +41,13 @@ func TestDecodeSpecFrames(t *testing.T) {
 		{`{"typ\u0065":"ping"}`, &Ping{}},
 		{`{"type":"cancel","message_id":"m","thread_id":"kitchen"}`, &Cancel{MessageID: "m", ThreadID: "kitchen"}},
 		{manyKeys(40) + `}`, &Ping{}},
+		{`{"type":"connect","peer_id":"kiosk-7","board":"pi-lcd2004","version":"0.2.0","tags":{"site":"lobby","floor":"1"}}`,
+			&Connect{PeerID: "kiosk-7", Board: "pi-lcd2004", Version: "0.2.0", Tags: map[string]string{"site": "lobby", "floor": "1"}}},
+		{`{"type":"notice","notice_id":"n-1","text":"Closing at 18:00","priority":"alert","display_seconds":20,"expires_at":"2026-11-23T18:00:00Z"}`,
+			&Notice{NoticeID: "n-1", Text: "Closing at 18:00", Priority: "alert", DisplaySeconds: 20, ExpiresAt: "2026-11-23T18:00:00Z"}},
+		{`{"type":"notice_ack","notice_id":"n-1"}`, &NoticeAck{NoticeID: "n-1"}},
+		{`{"type":"screen","rows":["You said: hi    ","> _"],"cursor_row":1,"cursor_col":2,"cursor_on":true,"backlight":false}`,
+			&Screen{Rows: []string{"You said: hi    ", "> _"}, CursorRow: 1, CursorCol: 2, CursorOn: true}},
 	}
 	for _, tt := range tests {
 		got, err := Decode([]byte(tt.in))
@@ -83,6 +90,11 @@ func TestDecodeErrors(t *testing.T) {
 		{`{"type":"error"}`, `error frame: field "error" is missing or empty`, "error"},
 		{`{"type":"cancel"}`, `cancel frame: field "message_id" is missing or empty`, "message_id"},
 		{`{"type":"progress","text":"x"}`, `progress frame: field "message_id" is missing or empty`, "message_id"},
+		{`{"type":"notice","text":"x","priority":"info"}`, `notice frame: field "notice_id" is missing or empty`, "notice_id"},
+		{`{"type":"notice_ack"}`, `notice_ack frame: field "notice_id" is missing or empty`, "notice_id"},
+		{`{"type":"notice","notice_id":"n","text":"x","priority":"info","display_seconds":"5"}`, `notice frame: field "display_seconds" must be a number, got string`, "display_seconds"},
+		{`{"type":"screen","rows":"abc"}`, `screen frame: field "rows" must be an array, got string`, "rows"},
+		{`{"type":"connect","peer_id":"p","tags":{"site":1}}`, `connect frame: field "tags" must be a string, got number`, "tags"},
 		// Strict wire: case-sensitive keys, no duplicates, UTF-8 only.
 		{`{"type":"message","Type":"ping","message_id":"k","text":"hi"}`, `message frame: field "Type" is not known: keys are case-sensitive (did you mean "type"?)`, "Type"},
 		{`{"TYPE":"ping"}`, `field "TYPE" is not known: keys are case-sensitive (did you mean "type"?)`, "TYPE"},

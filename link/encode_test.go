@@ -46,6 +46,13 @@ func framesOf(a, b, c string, n int, flag bool) []Frame {
 		&Progress{MessageID: a, Text: c},
 		&Cancel{MessageID: a, ThreadID: b},
 		&Cancel{MessageID: a},
+		&Connect{PeerID: a, Board: b, Version: c, Tags: map[string]string{a: b, c: a, "site": c}},
+		&Notice{NoticeID: a, Text: c, Priority: b, DisplaySeconds: n, ExpiresAt: c},
+		&Notice{NoticeID: a, Text: c, Priority: PriorityAlert},
+		&NoticeAck{NoticeID: a},
+		&Screen{Rows: []string{a, b, c}, CursorRow: n, CursorCol: -n, CursorOn: flag, Backlight: !flag},
+		&Screen{Rows: []string{}},
+		&Screen{},
 	}
 }
 

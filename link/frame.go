@@ -5,15 +5,18 @@ type Type string
 
 // Frame types of the channel spec and the DESIGN.md extensions.
 const (
-	TypeConnect   Type = "connect"   // device -> server
-	TypeConnected Type = "connected" // server -> device
-	TypeMessage   Type = "message"   // both ways: user text up, assistant reply down
-	TypeAck       Type = "ack"       // server -> device
-	TypePing      Type = "ping"      // both ways
-	TypePong      Type = "pong"      // both ways
-	TypeError     Type = "error"     // server -> device
-	TypeProgress  Type = "progress"  // extension, server -> device
-	TypeCancel    Type = "cancel"    // extension, device -> server
+	TypeConnect   Type = "connect"    // device -> server
+	TypeConnected Type = "connected"  // server -> device
+	TypeMessage   Type = "message"    // both ways: user text up, assistant reply down
+	TypeAck       Type = "ack"        // server -> device
+	TypePing      Type = "ping"       // both ways
+	TypePong      Type = "pong"       // both ways
+	TypeError     Type = "error"      // server -> device
+	TypeProgress  Type = "progress"   // extension, server -> device
+	TypeCancel    Type = "cancel"     // extension, device -> server
+	TypeNotice    Type = "notice"     // extension, server -> device
+	TypeNoticeAck Type = "notice_ack" // extension, device -> server
+	TypeScreen    Type = "screen"     // extension, device -> server
 )
 
 // Capabilities a device may list in Connect.Capabilities.
@@ -21,6 +24,14 @@ const (
 	CapText     = "text"
 	CapProgress = "progress"
 	CapCancel   = "cancel"
+	CapNotice   = "notice" // the device shows server-pushed notices and acks them
+	CapScreen   = "screen" // the device sends Screen frames (mirror of its display)
+)
+
+// Notice priorities.
+const (
+	PriorityInfo  = "info"
+	PriorityAlert = "alert"
 )
 
 // Finish reasons of an assistant Message.
@@ -35,7 +46,7 @@ const (
 const RoleAssistant = "assistant"
 
 // Frame is one decoded wire frame: *Connect, *Connected, *Message, *Ack,
-// *Ping, *Pong, *Error, *Progress or *Cancel.
+// *Ping, *Pong, *Error, *Progress, *Cancel, *Notice, *NoticeAck or *Screen.
 type Frame interface {
 	FrameType() Type
 }
@@ -50,6 +61,12 @@ type Connect struct {
 	// Token authenticates the device when the channel has tokens and the
 	// client could not send an Authorization header.
 	Token string `json:"token,omitempty"`
+	// Board, Version and Tags (extension) describe the device for the
+	// server's device registry: its board profile name, the termd
+	// version, and operator tags such as {"site":"lobby"}.
+	Board   string            `json:"board,omitempty"`
+	Version string            `json:"version,omitempty"`
+	Tags    map[string]string `json:"tags,omitempty"`
 }
 
 // Connected answers Connect.
@@ -117,6 +134,35 @@ type Cancel struct {
 	ThreadID  string `json:"thread_id,omitempty"`
 }
 
+// Notice (extension) is a server push to a device that listed "notice":
+// text the device shows on its own, not as a reply. ExpiresAt is RFC 3339
+// (UTC); a device does not show a notice past it. DisplaySeconds is how
+// long it takes over the screen (0: the device's default).
+type Notice struct {
+	NoticeID       string `json:"notice_id"`
+	Text           string `json:"text"`
+	Priority       string `json:"priority"`
+	DisplaySeconds int    `json:"display_seconds,omitempty"`
+	ExpiresAt      string `json:"expires_at,omitempty"`
+}
+
+// NoticeAck (extension) tells the server a notice has been drawn; the
+// server stops resending it.
+type NoticeAck struct {
+	NoticeID string `json:"notice_id"`
+}
+
+// Screen (extension) is what a device that listed "screen" shows now: one
+// string per display row, the cursor (0-based) and the backlight. Sent on
+// change, coalesced, a few per second at most.
+type Screen struct {
+	Rows      []string `json:"rows"`
+	CursorRow int      `json:"cursor_row"`
+	CursorCol int      `json:"cursor_col"`
+	CursorOn  bool     `json:"cursor_on"`
+	Backlight bool     `json:"backlight"`
+}
+
 func (*Connect) FrameType() Type   { return TypeConnect }
 func (*Connected) FrameType() Type { return TypeConnected }
 func (*Message) FrameType() Type   { return TypeMessage }
@@ -126,6 +172,9 @@ func (*Pong) FrameType() Type      { return TypePong }
 func (*Error) FrameType() Type     { return TypeError }
 func (*Progress) FrameType() Type  { return TypeProgress }
 func (*Cancel) FrameType() Type    { return TypeCancel }
+func (*Notice) FrameType() Type    { return TypeNotice }
+func (*NoticeAck) FrameType() Type { return TypeNoticeAck }
+func (*Screen) FrameType() Type    { return TypeScreen }
 
 // Error codes the server puts in Error.Code.
 const (
