@@ -284,6 +284,9 @@ func TestHTTPEndpoints(t *testing.T) {
 		`termlink_outbound_delivered_total{channel="terminal-dev"} 1`,
 		`termlink_run_seconds_count{channel="terminal-dev"} 1`,
 		"# TYPE termlink_outbound_unclaimed_total counter",
+		"termlink_wal_records_total 2", // the user record and the reply
+		"termlink_wal_segments 1",
+		"# TYPE termlink_wal_syncs_total counter",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)

@@ -45,6 +45,8 @@ type journal struct {
 	broken error // non-nil while the log is failed and not yet reopened
 	failed atomic.Bool
 
+	prior wal.Stats // counts of the logs a reopen replaced (under mu)
+
 	fmu    sync.Mutex
 	floors map[uint64]wal.LSN // appends in flight: the log's Next when each began
 	seq    uint64
@@ -268,10 +270,28 @@ func (j *journal) reopen() error {
 	if err != nil {
 		return err
 	}
+	j.prior = j.stats()
 	j.wl, j.broken = wl, nil
 	j.failed.Store(false)
 	j.log.Info("write-ahead log reopened after a failure")
 	return nil
+}
+
+// stats are the log's counters since the server started, across reopens;
+// Segments is the current log's. The caller holds mu (either way).
+func (j *journal) stats() wal.Stats {
+	s := j.wl.Stats()
+	s.Appends += j.prior.Appends
+	s.Batches += j.prior.Batches
+	s.Syncs += j.prior.Syncs
+	return s
+}
+
+// Stats is stats for /metrics.
+func (j *journal) Stats() wal.Stats {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	return j.stats()
 }
 
 // checkpointer checkpoints every checkpointInterval and reopens a failed

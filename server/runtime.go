@@ -94,6 +94,17 @@ func newServerMetrics() *serverMetrics {
 	return m
 }
 
+// walSeries registers the write-ahead log's counters, read from stats at
+// each scrape: records made durable, batches written, fdatasyncs (their
+// ratio to records is the group commit's batching) and segments on disk.
+func (m *serverMetrics) walSeries(stats func() wal.Stats) {
+	r := &m.reg
+	r.NewCounterFunc("termlink_wal_records_total", "Records made durable in the write-ahead log.", func() float64 { return float64(stats().Appends) })
+	r.NewCounterFunc("termlink_wal_batches_total", "Write-ahead log batches written (one write each).", func() float64 { return float64(stats().Batches) })
+	r.NewCounterFunc("termlink_wal_syncs_total", "Write-ahead log fdatasyncs; records/syncs is the group commit's batch size.", func() float64 { return float64(stats().Syncs) })
+	r.NewGaugeFunc("termlink_wal_segments", "Write-ahead log segments on disk.", func() float64 { return float64(stats().Segments) })
+}
+
 // Runtime is the channel runtime: it accepts inbound messages (session id,
 // dedupe, session log, events), records finished runs, and dispatches
 // outbound messages to the adapters.

@@ -119,6 +119,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 	}
 	rt.dedupe = newDedupe(opt.DedupePerSession, dedupeBytes, rt.loadRecent)
+	rt.metrics.walSeries(jrnl.Stats)
 	s := &Server{cfg: cfg, log: log, rt: rt, started: time.Now()}
 
 	built := map[string]agent.Runner{}

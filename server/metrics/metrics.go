@@ -220,3 +220,30 @@ func (h *HistogramVec) write(w io.Writer) {
 		fmt.Fprintf(w, "%s %d\n", h.series("_count", l, ""), cum)
 	})
 }
+
+// Func is a series whose value is read when /metrics is scraped, for
+// counts another component already keeps (the write-ahead log's counters).
+type Func struct {
+	desc
+	fn func() float64
+}
+
+// NewCounterFunc registers a counter read from fn at scrape time; fn must
+// never decrease and be safe to call from any goroutine.
+func (r *Registry) NewCounterFunc(name, help string, fn func() float64) *Func {
+	f := &Func{desc: desc{name: name, help: help, kind: "counter"}, fn: fn}
+	r.add(f)
+	return f
+}
+
+// NewGaugeFunc registers a gauge read from fn at scrape time.
+func (r *Registry) NewGaugeFunc(name, help string, fn func() float64) *Func {
+	f := &Func{desc: desc{name: name, help: help, kind: "gauge"}, fn: fn}
+	r.add(f)
+	return f
+}
+
+func (f *Func) write(w io.Writer) {
+	f.header(w)
+	fmt.Fprintf(w, "%s %s\n", f.series("", "", ""), strconv.FormatFloat(f.fn(), 'g', -1, 64))
+}

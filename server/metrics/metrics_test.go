@@ -18,6 +18,9 @@ func TestTextFormat(t *testing.T) {
 	h.Observe("terminal-dev", 0.0005)
 	h.Observe("terminal-dev", 0.05)
 	h.Observe("terminal-dev", 5)
+	n := 41.0
+	r.NewCounterFunc("termlink_wal_syncs_total", "Syncs.", func() float64 { n++; return n })
+	r.NewGaugeFunc("termlink_wal_segments", "Segments.", func() float64 { return 2 })
 	var b strings.Builder
 	r.WriteText(&b)
 	want := `# HELP termlink_inbound_total Messages accepted.
@@ -35,6 +38,12 @@ termlink_run_seconds_bucket{channel="terminal-dev",le="0.1"} 2
 termlink_run_seconds_bucket{channel="terminal-dev",le="+Inf"} 3
 termlink_run_seconds_sum{channel="terminal-dev"} 5.0505
 termlink_run_seconds_count{channel="terminal-dev"} 3
+# HELP termlink_wal_syncs_total Syncs.
+# TYPE termlink_wal_syncs_total counter
+termlink_wal_syncs_total 42
+# HELP termlink_wal_segments Segments.
+# TYPE termlink_wal_segments gauge
+termlink_wal_segments 2
 `
 	if b.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", b.String(), want)
