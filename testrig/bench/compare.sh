@@ -9,7 +9,10 @@
 # testrig/bench/bare: a plain gorilla/websocket server speaking the same
 # frames (connect -> connected, message -> ack + "You said: ..." reply,
 # ping -> pong, encoded by the link package) with no bus, no session log
-# and no agent. termserver runs with the echo agent, fsync on (always),
+# and no agent. A second yardstick, bare-wal, is the same server with
+# termserver's durability and nothing else (bare --wal: message and reply
+# each synced in a group-committed write-ahead log before they are
+# answered); its latency is the floor this machine's disk sets. termserver runs with the echo agent, fsync on (always),
 # its workspace in a temp dir under $TMPDIR (the normal disk, not tmpfs),
 # and ratePerPeer/rateBurst raised to 1000 so that the saturated phase
 # (SAT_RATE/DEVICES = 40 messages/s per device by default, over the
@@ -39,7 +42,8 @@
 # bounded by the load generator itself.
 #
 # Output: one line per measurement as it goes, then a table with the median
-# of each figure per server over ROUNDS and the ratio termserver/bare, and
+# of each figure per server over ROUNDS and the ratios termserver/bare and
+# termserver/bare-wal, and
 # the load average (/proc/loadavg) before and after.
 set -euo pipefail
 ROUNDS=${ROUNDS:-3}
@@ -77,6 +81,10 @@ JSON
 		;;
 	bare)
 		"$tmp/bare" --listen 127.0.0.1:$port --heartbeat $HB >/dev/null 2>"$tmp/server.log" &
+		;;
+	bare-wal)
+		rm -rf "$tmp/bwal"
+		"$tmp/bare" --listen 127.0.0.1:$port --heartbeat $HB --wal "$tmp/bwal" >/dev/null 2>"$tmp/server.log" &
 		;;
 	esac
 	SPID=$!
@@ -172,8 +180,11 @@ load_before=$(cat /proc/loadavg)
 echo "termserver: $TERMSERVER; $DEVICES devices, saturated at $SAT_RATE msg/s, rates $RATES, $PHASE phases, $IDLE idle devices, $ROUNDS rounds"
 echo "load average before: $load_before"
 for round in $(seq 1 "$ROUNDS"); do
-	order="termserver bare"
-	[ $((round % 2)) -eq 0 ] && order="bare termserver"
+	case $((round % 3)) in
+	1) order="termserver bare bare-wal" ;;
+	2) order="bare bare-wal termserver" ;;
+	0) order="bare-wal termserver bare" ;;
+	esac
 	echo "round $round ($order), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 	for srv in $order; do
 		measure
@@ -190,10 +201,12 @@ for line in open(sys.argv[1]):
     if fig not in order:
         order.append(fig)
     vals.setdefault((fig, srv), []).append(float(v))
-print(f"{'figure (median)':24} {'termserver':>12} {'bare':>12} {'ratio t/b':>10}   per round (termserver | bare)")
+print(f"{'figure (median)':24} {'termserver':>12} {'bare':>12} {'bare-wal':>12} {'t/bare':>8} {'t/bare-wal':>10}   per round (termserver | bare | bare-wal)")
 for fig in order:
-    t, b = vals.get((fig, "termserver"), []), vals.get((fig, "bare"), [])
-    mt, mb = statistics.median(t), statistics.median(b)
-    ratio = f"{mt / mb:.2f}" if mb else "-"
-    print(f"{fig:24} {mt:12.2f} {mb:12.2f} {ratio:>10}   {' '.join(f'{x:g}' for x in t)} | {' '.join(f'{x:g}' for x in b)}")
+    t, b, w = (vals.get((fig, s), []) for s in ("termserver", "bare", "bare-wal"))
+    mt, mb, mw = (statistics.median(x) if x else 0 for x in (t, b, w))
+    rb = f"{mt / mb:.2f}" if mb else "-"
+    rw = f"{mt / mw:.2f}" if mw else "-"
+    per = " | ".join(" ".join(f"{x:g}" for x in xs) for xs in (t, b, w))
+    print(f"{fig:24} {mt:12.2f} {mb:12.2f} {mw:12.2f} {rb:>8} {rw:>10}   {per}")
 PY

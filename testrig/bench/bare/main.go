@@ -6,7 +6,13 @@
 // Each connection is one goroutine that reads a frame and writes its
 // answers itself, one WebSocket frame per write.
 //
-//	bare [--listen 127.0.0.1:0] [--channel terminal-dev] [--heartbeat 30]
+//	bare [--listen 127.0.0.1:0] [--channel terminal-dev] [--heartbeat 30] [--wal DIR]
+//
+// With --wal the yardstick has termserver's durability and nothing else:
+// the message is appended to a write-ahead log (termlink/server/wal,
+// group-committed, fdatasync per batch) before its ack, and the reply
+// before it is sent, as termserver does. Its latency is the floor the
+// disk sets for termserver's.
 //
 // It prints "listening on ADDR" once it accepts connections, on any path
 // (so ws://ADDR/api/channels/terminal-dev/ws works), and stops on SIGINT
@@ -33,6 +39,7 @@ import (
 
 	"termlink/link"
 	"termlink/server/agent"
+	"termlink/server/wal"
 )
 
 // Same bounds as termserver's terminal channel.
@@ -46,10 +53,21 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "`address` to listen on")
 	channel := flag.String("channel", "terminal-dev", "channel `id` sent in connected and session ids")
 	heartbeat := flag.Int("heartbeat", 30, "heartbeat_seconds sent in connected (`seconds`); a device silent for 2.5 of them is dropped")
+	walDir := flag.String("wal", "", "make each message and reply durable in a write-ahead log in `dir` before answering (termserver's durability)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *listen, newServer(*channel, *heartbeat)); err != nil {
+	s := newServer(*channel, *heartbeat)
+	if *walDir != "" {
+		wl, err := wal.Open(*walDir, wal.Options{}, nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bare:", err)
+			os.Exit(1)
+		}
+		defer wl.Close()
+		s.wal = wl
+	}
+	if err := run(ctx, *listen, s); err != nil {
 		fmt.Fprintln(os.Stderr, "bare:", err)
 		os.Exit(1)
 	}
@@ -89,6 +107,7 @@ type server struct {
 	runPrefix string
 	runSeq    atomic.Uint64
 	upgrader  websocket.Upgrader
+	wal       *wal.Log // nil: nothing is made durable
 
 	mu     sync.Mutex
 	conns  map[*websocket.Conn]struct{}
@@ -211,12 +230,29 @@ func (c *conn) handle(data []byte) bool {
 			return c.send(&link.Error{Error: "message " + f.MessageID + ": not user text", MessageID: f.MessageID, Code: link.CodeBadMessage})
 		}
 		runID := c.s.runPrefix + strconv.FormatUint(c.s.runSeq.Add(1), 10)
-		return c.send(&link.Ack{MessageID: f.MessageID, SessionID: c.sessionKey, Accepted: true}) &&
-			c.send(&link.Message{Role: link.RoleAssistant, MessageID: f.MessageID, RunID: runID,
-				Text: agent.EchoReply(f.Text), FinishReason: link.FinishStop})
+		reply := &link.Message{Role: link.RoleAssistant, MessageID: f.MessageID, RunID: runID,
+			Text: agent.EchoReply(f.Text), FinishReason: link.FinishStop}
+		return c.durable(f) && c.send(&link.Ack{MessageID: f.MessageID, SessionID: c.sessionKey, Accepted: true}) &&
+			c.durable(reply) && c.send(reply)
 	default:
 		return c.send(&link.Error{Error: fmt.Sprintf("unsupported frame type %s", f.FrameType()), Code: link.CodeBadFrame})
 	}
+}
+
+// durable appends m to the write-ahead log and waits until it is synced,
+// when the server has one; false when the log failed.
+func (c *conn) durable(m *link.Message) bool {
+	if c.s.wal == nil {
+		return true
+	}
+	rec, err := link.AppendEncode([]byte(c.sessionKey+"\n"), m)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), writeWait)
+	defer cancel()
+	_, err = c.s.wal.Append(ctx, rec)
+	return err == nil
 }
 
 // send writes one frame, with a deadline; false when the write failed.

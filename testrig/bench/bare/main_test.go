@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"termlink/link"
+	"termlink/server/wal"
 	"termlink/testrig/load"
 )
 
@@ -17,7 +19,11 @@ import (
 // channel WebSocket URL.
 func start(t *testing.T) string {
 	t.Helper()
-	s := newServer("terminal-dev", 30)
+	return startServer(t, newServer("terminal-dev", 30))
+}
+
+func startServer(t *testing.T, s *server) string {
+	t.Helper()
 	hs := httptest.NewServer(s)
 	t.Cleanup(func() {
 		hs.Close()
@@ -100,6 +106,49 @@ func TestLoad(t *testing.T) {
 	if rep.ErrorFrames+rep.BadFrames+rep.UnexpectedFrames+rep.UnknownIDs+rep.DuplicateReplies != 0 {
 		t.Fatalf("error %d bad %d unexpected %d unknown %d duplicate replies %d: %v %v", rep.ErrorFrames, rep.BadFrames,
 			rep.UnexpectedFrames, rep.UnknownIDs, rep.DuplicateReplies, rep.ErrorTexts, rep.BadFrameErrors)
+	}
+}
+
+// With a write-ahead log every message and every reply is in it, synced,
+// before the device sees the ack and the reply: two records per message,
+// replayed from the log after it is closed.
+func TestLoadWithWAL(t *testing.T) {
+	dir := t.TempDir()
+	wl, err := wal.Open(dir, wal.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer("terminal-dev", 30)
+	s.wal = wl
+	url := startServer(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := load.Run(ctx, load.Options{URL: url, Devices: 10, Rate: 100, Duration: time.Second, Drain: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Err(); err != nil || rep.Sent == 0 || rep.Replied != rep.Sent {
+		t.Fatalf("sent %d replied %d: %v", rep.Sent, rep.Replied, err)
+	}
+	if st := wl.Stats(); st.Appends != uint64(2*rep.Sent) || st.Syncs == 0 {
+		t.Fatalf("log stats %+v, want %d records synced", st, 2*rep.Sent)
+	}
+	if err := wl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var replies int64
+	wl, err = wal.Open(dir, wal.Options{}, func(_ wal.LSN, p []byte) error {
+		if bytes.Contains(p, []byte(`"role":"assistant"`)) {
+			replies++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Close()
+	if replies != rep.Sent {
+		t.Fatalf("%d replies replayed from the log, want %d", replies, rep.Sent)
 	}
 }
 
