@@ -50,6 +50,7 @@ type Server struct {
 	rt      *Runtime
 	router  *router
 	runners []agent.Runner
+	procs   *procs.Registry // agent process groups and their sentinel
 	mux     *http.ServeMux
 	started time.Time
 
@@ -120,7 +121,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	}
 	rt.dedupe = newDedupe(opt.DedupePerSession, dedupeBytes, rt.loadRecent)
 	rt.metrics.walSeries(jrnl.Stats)
-	s := &Server{cfg: cfg, log: log, rt: rt, started: time.Now()}
+	s := &Server{cfg: cfg, log: log, rt: rt, procs: agentProcs, started: time.Now()}
 
 	built := map[string]agent.Runner{}
 	runners := map[string]agent.Runner{}
@@ -287,6 +288,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		for _, r := range s.runners {
 			_ = r.Close()
 		}
+		s.procs.Close() // its sentinel kills any agent group a runner left
 		err = errors.Join(s.rt.journal.close(), s.rt.store.Close())
 	})
 	return err

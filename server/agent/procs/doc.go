@@ -4,17 +4,20 @@
 //
 // Three mechanisms, one per way a process can outlive the server:
 //
-//   - Parent death signal (Linux): the direct child gets a signal when the
-//     thread that forked it ends (prctl PR_SET_PDEATHSIG). The signal
-//     follows the creating thread, not the process (golang/go#27505), so
-//     every agent is forked by one goroutine locked to its OS thread for
-//     the life of the process: that thread ends only with the process.
-//   - A guard shell: the signal reaches only the direct child, so an
-//     agent (a program, Exec, or a shell command, Command) runs under a
-//     small POSIX sh guard that leads the process group and, on the
-//     parent death signal, kills the whole group (grandchildren
-//     included). Its price is one start of sh and one fork per agent
-//     (BenchmarkStartNoGuard, BenchmarkStartExec).
+//   - Parent death signal (Linux): every agent leads its own process
+//     group and gets SIGKILL when the thread that forked it ends (prctl
+//     PR_SET_PDEATHSIG). The signal follows the creating thread, not the
+//     process (golang/go#27505), so every agent is forked by one goroutine
+//     locked to its OS thread for the life of the process: that thread
+//     ends only with the process.
+//   - A sentinel (Linux): the signal reaches only the agent itself, not
+//     what it started, so each registry keeps one small sh process that
+//     waits on a pipe only the server writes to. When the server ends,
+//     however it ends, the kernel closes the pipe and the sentinel kills
+//     every process group the registry file still lists (grandchildren
+//     included). One sentinel per server, started with the first agent,
+//     instead of a guard shell per agent: an agent run costs one fork and
+//     exec of the agent and nothing else (BenchmarkStartExec).
 //   - A registry (Registry): the process groups are recorded in a file in
 //     the workspace (run/agents.pids) and every agent carries a marker
 //     variable naming the workspace; at start the next server kills the

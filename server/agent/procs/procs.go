@@ -24,9 +24,10 @@ const MarkerEnv = "TERMLINK_AGENT_OWNER"
 const FileName = "run/agents.pids"
 
 // Registry records the process groups of running agents in the
-// workspace, for the reaping a successor does after a crash. A nil
-// *Registry is valid: processes still get the parent death signal and
-// the guard, but nothing is recorded and no marker is set.
+// workspace, for the sentinel that kills them when the server dies and
+// for the reaping a successor does after a crash. A nil *Registry is
+// valid: processes still get the parent death signal, but nothing is
+// recorded, no marker is set and no sentinel watches them.
 type Registry struct {
 	path   string
 	marker string // MarkerEnv's value
@@ -37,6 +38,10 @@ type Registry struct {
 	file   *os.File       // the registry file, open for rewriting; nil until the first write
 	size   int            // its length
 	buf    []byte
+
+	smu      sync.Mutex
+	sentinel *sentinel // started with the first agent; replaced if it died
+	closed   bool
 }
 
 // Open returns the registry of workspace (an absolute path), creating
@@ -98,13 +103,54 @@ func (r *Registry) StartWith(cmd *exec.Cmd, start func() error) error {
 			cmd.Env = os.Environ()
 		}
 		cmd.Env = r.Env(cmd.Env)
+		if err := r.watch(); err != nil {
+			return err
+		}
 	}
+	resolve(cmd)
 	prepare(cmd)
 	if err := spawn(start); err != nil {
 		return err
 	}
 	r.add(cmd.Process.Pid)
 	return nil
+}
+
+// watch makes sure the sentinel runs before an agent starts.
+func (r *Registry) watch() error {
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	if r.closed {
+		return errors.New("the agent registry is closed")
+	}
+	if r.sentinel != nil && r.sentinel.alive() {
+		return nil
+	}
+	if r.sentinel != nil {
+		r.log.Warn("the agent sentinel ended; starting another")
+	}
+	s, err := startSentinel(r.path)
+	if err != nil {
+		return err
+	}
+	r.sentinel = s
+	return nil
+}
+
+// Close stops the sentinel, which first kills every group still
+// recorded; call it once the agents have been stopped. Start fails
+// afterwards.
+func (r *Registry) Close() {
+	if r == nil {
+		return
+	}
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	r.closed = true
+	if r.sentinel != nil {
+		r.sentinel.close()
+		r.sentinel = nil
+	}
 }
 
 // Done forgets the group led by pid (its leader has been waited for and

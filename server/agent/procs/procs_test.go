@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -51,11 +50,12 @@ func newRegistry(t *testing.T) *Registry {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(r.Close)
 	return r
 }
 
-// The guard is invisible to the agent and its caller: stdin, stdout,
-// exit status and death by a signal pass through.
+// Nothing stands between the agent and its caller: stdin, stdout, exit
+// status and death by a signal pass through.
 func TestGuardPassesThrough(t *testing.T) {
 	tests := []struct {
 		name, command, stdin, stdout string
@@ -78,7 +78,7 @@ func TestGuardPassesThrough(t *testing.T) {
 					t.Errorf("stdout %q, want %q", out.String(), tt.stdout)
 				}
 				if errb.Len() > 0 {
-					t.Errorf("stderr %q, want none (no job messages from the guard)", errb.String())
+					t.Errorf("stderr %q, want none", errb.String())
 				}
 				ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 				if tt.exit >= 0 && (!ws.Exited() || ws.ExitStatus() != tt.exit) {
@@ -107,7 +107,7 @@ func runGuarded(t *testing.T, cmd *exec.Cmd) (stdout, stderr *bytes.Buffer) {
 	return stdout, stderr
 }
 
-// starts are the ways to start an agent under the guard.
+// starts are the ways to start an agent.
 var starts = []string{"Command", "Exec"}
 
 // agentCmd returns the command that runs body, a sh script: with Command,
@@ -153,18 +153,18 @@ func TestExec(t *testing.T) {
 	}
 }
 
-// The parent death signal (sent here by hand) makes the guard
-// kill the whole group: the agent and the grandchild it started.
-func TestGuardKillsGroupOnParentDeathSignal(t *testing.T) {
-	// As under nohup: SIGHUP ignored by the server, so by its children.
-	signal.Ignore(syscall.SIGHUP)
-	defer signal.Reset(syscall.SIGHUP)
+// When the server ends, the sentinel kills every recorded group: the
+// agent and the grandchild it started. Here the sentinel's pipe is
+// closed by hand, as the kernel closes it when the server dies, while
+// the forking thread (and so the agent's own parent death signal) lives
+// on: what dies, the sentinel killed.
+func TestSentinelKillsGroupsWhenTheServerEnds(t *testing.T) {
 	for _, how := range starts {
-		t.Run(how, func(t *testing.T) { testGuardKillsGroup(t, how) })
+		t.Run(how, func(t *testing.T) { testSentinelKillsGroups(t, how) })
 	}
 }
 
-func testGuardKillsGroup(t *testing.T, how string) {
+func testSentinelKillsGroups(t *testing.T, how string) {
 	dir := t.TempDir()
 	r := newRegistry(t)
 	cmd := agentCmd(t, how, "sleep 300 & echo $! > grandchild.pid; echo $$ > agent.pid; wait")
@@ -175,14 +175,39 @@ func testGuardKillsGroup(t *testing.T, how string) {
 	defer func() { _ = KillGroup(cmd.Process.Pid); _ = cmd.Wait() }()
 	grandchild, _ := strconv.Atoi(waitFile(t, filepath.Join(dir, "grandchild.pid")))
 	agent, _ := strconv.Atoi(waitFile(t, filepath.Join(dir, "agent.pid")))
-	if err := syscall.Kill(cmd.Process.Pid, guardDeathSignal); err != nil {
-		t.Fatal(err)
+	if agent != cmd.Process.Pid {
+		t.Errorf("agent pid %d, started %d: something stands between the server and the agent", agent, cmd.Process.Pid)
 	}
+	r.sentinel.w.Close()
 	waitGone(t, agent)
 	waitGone(t, grandchild)
+	<-r.sentinel.done
 }
 
-// SIGTERM to the group lets the agent end gracefully: the guard waits.
+// A sentinel that died is replaced at the next start.
+func TestSentinelRestarted(t *testing.T) {
+	r := newRegistry(t)
+	start := func() *exec.Cmd {
+		cmd := Exec("sleep", "300")
+		if err := r.Start(cmd); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = KillGroup(cmd.Process.Pid); _ = cmd.Wait() })
+		return cmd
+	}
+	start()
+	first := r.sentinel
+	_ = first.cmd.Process.Kill()
+	<-first.done
+	second := start()
+	if r.sentinel == first || !r.sentinel.alive() {
+		t.Fatal("no new sentinel after the first one died")
+	}
+	r.sentinel.w.Close()
+	waitGone(t, second.Process.Pid)
+}
+
+// SIGTERM to the group lets the agent end gracefully: Wait waits for it.
 func TestGuardWaitsForGracefulStop(t *testing.T) {
 	dir := t.TempDir()
 	r := newRegistry(t)
@@ -197,7 +222,7 @@ func TestGuardWaitsForGracefulStop(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	if b, _ := os.ReadFile(filepath.Join(dir, "done")); string(b) != "graceful\n" {
-		t.Errorf("the guard ended before the agent finished its graceful stop (done=%q, %v)", b, cmd.ProcessState)
+		t.Errorf("Wait returned before the agent finished its graceful stop (done=%q, %v)", b, cmd.ProcessState)
 	}
 }
 
@@ -234,6 +259,7 @@ func TestReap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(old.Close)
 	// A group of the "crashed" server, with a child that stays in it.
 	group := Command("/bin/sh", "sleep 300 & echo $! > member.pid; wait")
 	group.Dir = workspace
@@ -371,6 +397,7 @@ func BenchmarkRegistryStartDone(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(r.Close)
 	r.groups[1000001], r.groups[1000002] = 1, 2
 	pid := os.Getpid()
 	for b.Loop() {
@@ -379,10 +406,10 @@ func BenchmarkRegistryStartDone(b *testing.B) {
 	}
 }
 
-// BenchmarkStart* start /bin/true and wait for it: without a guard
-// (Pdeathsig only, as a PTY session's shell), under the guard directly
-// (Exec), and under the guard with sh -c (Command). child-ms/op is the
-// CPU time of the started processes per run.
+// BenchmarkStart* start /bin/true and wait for it: with exec.Command
+// (no registry bookkeeping of the command's own), with Exec (looked up as
+// sh would, then executed directly) and with sh -c (Command). child-ms/op
+// is the CPU time of the started processes per run.
 func BenchmarkStartNoGuard(b *testing.B) {
 	benchStart(b, func() *exec.Cmd { return exec.Command("/bin/true") })
 }
@@ -396,6 +423,7 @@ func benchStart(b *testing.B, command func() *exec.Cmd) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(r.Close)
 	var c0, c1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &c0)
 	for b.Loop() {

@@ -11,29 +11,22 @@ import (
 	"syscall"
 )
 
-// guardDeathSignal is the guard's parent death signal (see guardScript).
-const guardDeathSignal = syscall.SIGUSR2
+// Command returns the command that runs shell -c command, the shell
+// leading the agent's process group. Start it with Registry.Start.
+func Command(shell, command string) *exec.Cmd { return exec.Command(shell, "-c", command) }
 
-// Command returns the command that runs shell -c command under the
-// guard (see the package doc). Start it with Registry.Start.
-func Command(shell, command string) *exec.Cmd { return Exec(shell, "-c", command) }
-
-// Exec returns the command that runs program with args under the guard,
-// without a shell of its own: the guard finds program as sh does (PATH
-// of the command's environment, relative to its Dir; a builtin of sh if
-// it names one) and reports a missing or non-executable program as sh
-// does (exit status 127 or 126, a message on stderr). Start it with
-// Registry.Start.
+// Exec returns the command that runs program with args directly, with no
+// shell: Start finds program as sh would (PATH of the command's
+// environment, relative to its Dir) and reports a missing or
+// non-executable program as sh does (exit status 127 or 126, a message
+// on stderr). Start it with Registry.Start.
 func Exec(program string, args ...string) *exec.Cmd {
-	argv := append([]string{"-c", guardScript, guardName, program}, args...)
-	cmd := exec.Command("/bin/sh", argv...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: guardDeathSignal}
-	return cmd
+	return &exec.Cmd{Path: program, Args: append([]string{program}, args...)}
 }
 
 // prepare makes cmd lead a process group (unless it will lead a
 // session) and die with the thread that forks it: SIGKILL, unless the
-// caller chose another signal (the guard's).
+// caller chose another signal.
 func prepare(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
