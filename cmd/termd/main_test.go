@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"termlink/server/servertest"
+	"termlink/testrig/childtest"
 )
 
-var termd string
+// termd is the binary built for the test; termdRun is the shell command
+// that runs it (under the emulator when the tests run under one).
+var termd, termdRun string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "termd-test")
@@ -26,6 +29,10 @@ func TestMain(m *testing.M) {
 	if out, err := exec.Command("go", "build", "-o", termd, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building termd: %v\n%s", err, out)
 		os.Exit(1)
+	}
+	termdRun = termd
+	if emu := childtest.Emulator(); emu != "" {
+		termdRun = emu + " " + termd
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -58,7 +65,7 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 	}()
 	state := filepath.Join(dir, "state")
 	tm, waitScreen := termdInTmux(t, fmt.Sprintf("NOTIFY_SOCKET=%s WATCHDOG_USEC=200000 WATCHDOG_PID= %s --server %s --board sim --state-dir %s",
-		sock, termd, addr, state))
+		sock, termdRun, addr, state))
 	waitScreen("online")
 	tm("send-keys", "-l", "hello termd")
 	tm("send-keys", "Enter")
@@ -79,7 +86,7 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 			t.Fatalf("no WATCHDOG=1 from termd; got %q", got)
 		}
 	}
-	out, err := exec.Command("pgrep", "-f", "^"+termd).Output()
+	out, err := exec.Command("pgrep", "-f", "^"+termdRun).Output()
 	if err != nil {
 		t.Fatalf("termd not running: %v", err)
 	}
@@ -147,7 +154,7 @@ func TestTermdUnusableStateDir(t *testing.T) {
 	if err := os.WriteFile(state, []byte("a file where the state dir should be\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tm, waitScreen := termdInTmux(t, fmt.Sprintf("%s --server %s --board sim --state-dir %s", termd, addr, state))
+	tm, waitScreen := termdInTmux(t, fmt.Sprintf("%s --server %s --board sim --state-dir %s", termdRun, addr, state))
 	waitScreen("disk error")
 	waitScreen("online")
 	tm("send-keys", "-l", "still here")
@@ -175,7 +182,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--server", "ws://127.0.0.1:1", "--log-level", "loud"}, `--log-level "loud"`},
 	}
 	for _, tt := range tests {
-		out, err := exec.Command(termd, tt.args...).CombinedOutput()
+		out, err := childtest.Command(termd, tt.args...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 			t.Errorf("termd %v: %v, want exit 1\n%s", tt.args, err, out)
 		}
