@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,18 +52,43 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	notes := make(chan string, 32)
+	// Every notification is kept (a slow machine, or qemu, sends many
+	// WATCHDOG=1 before STOPPING=1; a bounded channel would fill and stop
+	// the reader).
+	var notesMu sync.Mutex
+	var notes []string
+	readerDone := make(chan struct{})
 	go func() {
+		defer close(readerDone)
 		buf := make([]byte, 512)
 		for {
 			n, err := ln.Read(buf)
 			if err != nil {
 				return
 			}
-			notes <- string(buf[:n])
+			notesMu.Lock()
+			notes = append(notes, string(buf[:n]))
+			notesMu.Unlock()
 		}
 	}()
+	defer func() { ln.Close(); <-readerDone }()
+	// waitNote waits until systemd got want.
+	waitNote := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			notesMu.Lock()
+			all := strings.Join(notes, "|")
+			notesMu.Unlock()
+			if strings.Contains(all, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("systemd never got %s; got %s", want, all)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	state := filepath.Join(dir, "state")
 	tm, waitScreen := termdInTmux(t, fmt.Sprintf("NOTIFY_SOCKET=%s WATCHDOG_USEC=200000 WATCHDOG_PID= %s --server %s --board sim --state-dir %s",
 		sock, termdRun, addr, state))
@@ -76,16 +102,7 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 		t.Fatalf("peer id not kept: %q %v", id, err)
 	}
 	// The watchdog is pinged while running (every WATCHDOG_USEC/2).
-	var got []string
-	deadline := time.After(10 * time.Second)
-	for !strings.Contains(strings.Join(got, "|"), "WATCHDOG=1") {
-		select {
-		case n := <-notes:
-			got = append(got, n)
-		case <-deadline:
-			t.Fatalf("no WATCHDOG=1 from termd; got %q", got)
-		}
-	}
+	waitNote("WATCHDOG=1")
 	out, err := exec.Command("pgrep", "-f", "^"+termdRun).Output()
 	if err != nil {
 		t.Fatalf("termd not running: %v", err)
@@ -99,14 +116,8 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 	if !strings.Contains(s, "offline: stopped") {
 		t.Fatalf("after SIGTERM the screen does not say offline:\n%s", s)
 	}
-	for len(notes) > 0 {
-		got = append(got, <-notes)
-	}
-	all := strings.Join(got, "|")
 	for _, want := range []string{"READY=1", "STATUS=online", "WATCHDOG=1", "STOPPING=1"} {
-		if !strings.Contains(all, want) {
-			t.Errorf("systemd got %q, missing %s", got, want)
-		}
+		waitNote(want)
 	}
 }
 
