@@ -14,6 +14,7 @@ import (
 
 	"termlink/server/servertest"
 	"termlink/testrig/childtest"
+	"termlink/testrig/tmuxtest"
 )
 
 // termd is the binary built for the test; termdRun is the shell command
@@ -126,34 +127,11 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 // want. After termd exits the window shows EXIT=<status>.
 func termdInTmux(t *testing.T, cmd string) (tm func(args ...string) string, waitScreen func(want string) string) {
 	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux is not installed (CI installs it): this test drives termd in a real terminal")
-	}
-	tsock := filepath.Join(t.TempDir(), "tmux.sock")
-	tm = func(args ...string) string {
-		out, err := exec.Command("tmux", append([]string{"-S", tsock}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("tmux %v: %v %s", args, err, out)
-		}
-		return string(out)
-	}
-	tm("new-session", "-d", "-x", "80", "-y", "20", cmd+"; echo EXIT=$?; sleep 60")
-	t.Cleanup(func() { exec.Command("tmux", "-S", tsock, "kill-server").Run() })
-	waitScreen = func(want string) string {
+	w := tmuxtest.Start(t, 80, 20, cmd)
+	return w.Run, func(want string) string {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			s := tm("capture-pane", "-p")
-			if strings.Contains(s, want) {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("screen never showed %q:\n%s", want, s)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		return w.WaitFor(want, 20*time.Second)
 	}
-	return tm, waitScreen
 }
 
 // A state dir that is a file (nothing can be stored): termd starts

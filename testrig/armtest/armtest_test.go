@@ -13,6 +13,7 @@ import (
 
 	"termlink/server/servertest"
 	"termlink/testrig/needtool"
+	"termlink/testrig/tmuxtest"
 )
 
 // The ARM targets termd is released for (make pi).
@@ -34,7 +35,6 @@ func TestTermdOnARM(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("runs the ARM builds under qemu-user from an amd64 host; this is %s", runtime.GOARCH)
 	}
-	tmux := needtool.Path(t, "tmux", "apt-get install tmux; the sim board's console runs in a tmux window")
 	srv := servertest.Start(t, nil)
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
@@ -43,14 +43,17 @@ func TestTermdOnARM(t *testing.T) {
 			termd := buildTermd(t, tg.env, tg.machine)
 			state := t.TempDir()
 			msg := "hello from " + tg.name
-			tm, waitScreen := inTmux(t, tmux, fmt.Sprintf("%s %s --server %s --board sim --state-dir %s --device-name %s-kiosk",
+			// The sim board's console is this terminal: a tmux window.
+			w := tmuxtest.Start(t, 80, 20, fmt.Sprintf("%s %s --server %s --board sim --state-dir %s --device-name %s-kiosk",
 				qemu, termd, srv.Addr, state, tg.name))
-			waitScreen("online")
-			tm("send-keys", "-l", msg)
-			tm("send-keys", "Enter")
-			waitScreen("You said: " + msg)
-			tm("send-keys", "C-d")
-			waitScreen("EXIT=0")
+			// qemu-user is slow to start a Go binary on a busy machine.
+			const wait = 60 * time.Second
+			w.WaitFor("online", wait)
+			w.Type(msg)
+			w.Keys("Enter")
+			w.WaitFor("You said: "+msg, wait)
+			w.Keys("C-d")
+			w.WaitFor("EXIT=0", wait)
 		})
 	}
 }
@@ -74,38 +77,4 @@ func buildTermd(t *testing.T, env []string, machine elf.Machine) string {
 		t.Fatalf("termd built with %v is for %v, want %v", env, f.Machine, machine)
 	}
 	return bin
-}
-
-// inTmux runs cmd in an 80x20 tmux window on its own server; tm runs a tmux
-// command on it, waitScreen waits until the window shows want. After cmd
-// exits the window shows EXIT=<status>.
-func inTmux(t *testing.T, tmux, cmd string) (tm func(args ...string) string, waitScreen func(want string) string) {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "tmux.sock")
-	tm = func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command(tmux, append([]string{"-S", sock}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("tmux %v: %v %s", args, err, out)
-		}
-		return string(out)
-	}
-	tm("new-session", "-d", "-x", "80", "-y", "20", cmd+"; echo EXIT=$?; sleep 60")
-	t.Cleanup(func() { exec.Command(tmux, "-S", sock, "kill-server").Run() })
-	waitScreen = func(want string) string {
-		t.Helper()
-		// qemu-user is slow to start a Go binary on a busy machine.
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			s := tm("capture-pane", "-p")
-			if strings.Contains(s, want) {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("screen never showed %q:\n%s", want, s)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	return tm, waitScreen
 }
