@@ -76,53 +76,45 @@ static int open_fake(void)
 	return fd;
 }
 
-static mode_t mode_arg(int flags, va_list ap)
+/* The mode argument of open, open64 and openat, present with O_CREAT or O_TMPFILE. */
+#define MODE_ARG(flags, last) \
+	mode_t mode = 0; \
+	if ((flags) & (O_CREAT | O_TMPFILE)) { \
+		va_list ap; \
+		va_start(ap, last); \
+		mode = (mode_t)va_arg(ap, int); \
+		va_end(ap); \
+	}
+
+/* real_open calls the libc function sym (open, open64 or openat). */
+static int real_open(const char *sym, int dirfd, const char *path, int flags, mode_t mode)
 {
-	if (flags & (O_CREAT | O_TMPFILE))
-		return (mode_t)va_arg(ap, int);
-	return 0;
+	if (is_fake(path))
+		return open_fake();
+	if (strcmp(sym, "openat") == 0) {
+		int (*real)(int, const char *, int, ...) = (int (*)(int, const char *, int, ...))dlsym(RTLD_NEXT, sym);
+		return real(dirfd, path, flags, mode);
+	}
+	int (*real)(const char *, int, ...) = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, sym);
+	return real(path, flags, mode);
 }
 
 int open(const char *path, int flags, ...)
 {
-	va_list ap;
-	va_start(ap, flags);
-	mode_t mode = mode_arg(flags, ap);
-	va_end(ap);
-	if (is_fake(path))
-		return open_fake();
-	static int (*real)(const char *, int, ...);
-	if (!real)
-		real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
-	return real(path, flags, mode);
+	MODE_ARG(flags, flags);
+	return real_open("open", AT_FDCWD, path, flags, mode);
 }
 
 int open64(const char *path, int flags, ...)
 {
-	va_list ap;
-	va_start(ap, flags);
-	mode_t mode = mode_arg(flags, ap);
-	va_end(ap);
-	if (is_fake(path))
-		return open_fake();
-	static int (*real)(const char *, int, ...);
-	if (!real)
-		real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open64");
-	return real(path, flags, mode);
+	MODE_ARG(flags, flags);
+	return real_open("open64", AT_FDCWD, path, flags, mode);
 }
 
 int openat(int dirfd, const char *path, int flags, ...)
 {
-	va_list ap;
-	va_start(ap, flags);
-	mode_t mode = mode_arg(flags, ap);
-	va_end(ap);
-	if (is_fake(path))
-		return open_fake();
-	static int (*real)(int, const char *, int, ...);
-	if (!real)
-		real = (int (*)(int, const char *, int, ...))dlsym(RTLD_NEXT, "openat");
-	return real(dirfd, path, flags, mode);
+	MODE_ARG(flags, flags);
+	return real_open("openat", dirfd, path, flags, mode);
 }
 
 int ioctl(int fd, unsigned long req, ...)
