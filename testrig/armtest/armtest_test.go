@@ -36,17 +36,22 @@ func TestTermdOnARM(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("runs the ARM builds under qemu-user from an amd64 host; this is %s", runtime.GOARCH)
 	}
+	// The tools first: nothing is built when one is missing.
+	qemu := map[string]string{}
+	for _, tg := range targets {
+		qemu[tg.name] = needtool.Path(t, tg.qemu, "apt-get install qemu-user-static; CI installs it")
+	}
+	needtool.Path(t, "tmux", "apt-get install tmux; the sim board's console is a tmux window")
 	addr := startTermserver(t)
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			t.Parallel()
-			qemu := needtool.Path(t, tg.qemu, "apt-get install qemu-user-static; CI installs it")
 			termd := buildTermd(t, tg.env, tg.machine)
 			state := t.TempDir()
 			msg := "hello from " + tg.name
 			// The sim board's console is this terminal: a tmux window.
 			w := tmuxtest.Start(t, 80, 20, fmt.Sprintf("%s %s --server %s --board sim --state-dir %s --device-name %s-kiosk",
-				qemu, termd, addr, state, tg.name))
+				qemu[tg.name], termd, addr, state, tg.name))
 			// qemu-user is slow to start a Go binary on a busy machine.
 			const wait = 60 * time.Second
 			w.WaitFor("online", wait)
