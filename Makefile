@@ -1,10 +1,11 @@
 # termlink — the commands the README names.
 GO ?= go
 
-.PHONY: test vet race cross build pi demo fuzz
+.PHONY: test vet race cross test-arm build pi demo fuzz
 
-# The test command: vet, race-detector tests, and the Raspberry Pi cross-builds.
-test: vet race cross
+# The test command: vet, race-detector tests, the Raspberry Pi cross-builds
+# and termd's tests executed on emulated ARM.
+test: vet race cross test-arm
 
 vet:
 	$(GO) vet ./...
@@ -16,6 +17,27 @@ race:
 cross:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -o /dev/null ./cmd/...
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./cmd/...
+
+# The unit tests of every package of this module termd is built from,
+# executed on emulated ARM (qemu-user): ARMv6 as on a Pi Zero/1, and arm64.
+# This is where 64-bit atomics on 32-bit ARM, alignment and word size
+# show. TERMLINK_EMULATOR tells the tests they run under qemu (a test that
+# starts a program built for its own architecture starts it under qemu
+# too). Without qemu-user-static (apt-get install qemu-user-static) this
+# is skipped, unless CI_REQUIRE_TOOLS=1.
+TERMD_PKGS = $(GO) list -deps -f '{{if .Module}}{{if .Module.Main}}{{.ImportPath}}{{end}}{{end}}' ./cmd/termd
+test-arm:
+	@if ! command -v qemu-arm-static >/dev/null || ! command -v qemu-aarch64-static >/dev/null; then \
+	  if [ "$$CI_REQUIRE_TOOLS" = 1 ]; then echo "test-arm: qemu-user-static is not installed (CI_REQUIRE_TOOLS=1)" >&2; exit 1; fi; \
+	  echo "test-arm: skipped: qemu-user-static is not installed (apt-get install qemu-user-static)"; exit 0; \
+	fi; \
+	pkgs=$$($(TERMD_PKGS)) || exit 1; \
+	echo "== termd's tests on ARMv6 (qemu-arm-static)"; \
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 TERMLINK_EMULATOR=qemu-arm-static \
+	  $(GO) test -count=1 -exec qemu-arm-static $$pkgs || exit 1; \
+	echo "== termd's tests on arm64 (qemu-aarch64-static)"; \
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 TERMLINK_EMULATOR=qemu-aarch64-static \
+	  $(GO) test -count=1 -exec qemu-aarch64-static $$pkgs
 
 # termd, termserver and termrig for this machine, in bin/ (the first build
 # takes a minute or two on a small machine; later ones are quick).

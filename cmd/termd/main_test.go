@@ -7,14 +7,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"termlink/server/servertest"
+	"termlink/testrig/childtest"
+	"termlink/testrig/tmuxtest"
 )
 
-var termd string
+// termd is the binary built for the test; termdRun is the shell command
+// that runs it (under the emulator when the tests run under one).
+var termd, termdRun string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "termd-test")
@@ -26,6 +31,10 @@ func TestMain(m *testing.M) {
 	if out, err := exec.Command("go", "build", "-o", termd, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building termd: %v\n%s", err, out)
 		os.Exit(1)
+	}
+	termdRun = termd
+	if emu := childtest.Emulator(); emu != "" {
+		termdRun = emu + " " + termd
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -44,21 +53,46 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	notes := make(chan string, 32)
+	// Every notification is kept (a slow machine, or qemu, sends many
+	// WATCHDOG=1 before STOPPING=1; a bounded channel would fill and stop
+	// the reader).
+	var notesMu sync.Mutex
+	var notes []string
+	readerDone := make(chan struct{})
 	go func() {
+		defer close(readerDone)
 		buf := make([]byte, 512)
 		for {
 			n, err := ln.Read(buf)
 			if err != nil {
 				return
 			}
-			notes <- string(buf[:n])
+			notesMu.Lock()
+			notes = append(notes, string(buf[:n]))
+			notesMu.Unlock()
 		}
 	}()
+	defer func() { ln.Close(); <-readerDone }()
+	// waitNote waits until systemd got want.
+	waitNote := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			notesMu.Lock()
+			all := strings.Join(notes, "|")
+			notesMu.Unlock()
+			if strings.Contains(all, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("systemd never got %s; got %s", want, all)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	state := filepath.Join(dir, "state")
 	tm, waitScreen := termdInTmux(t, fmt.Sprintf("NOTIFY_SOCKET=%s WATCHDOG_USEC=200000 WATCHDOG_PID= %s --server %s --board sim --state-dir %s",
-		sock, termd, addr, state))
+		sock, termdRun, addr, state))
 	waitScreen("online")
 	tm("send-keys", "-l", "hello termd")
 	tm("send-keys", "Enter")
@@ -69,17 +103,8 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 		t.Fatalf("peer id not kept: %q %v", id, err)
 	}
 	// The watchdog is pinged while running (every WATCHDOG_USEC/2).
-	var got []string
-	deadline := time.After(10 * time.Second)
-	for !strings.Contains(strings.Join(got, "|"), "WATCHDOG=1") {
-		select {
-		case n := <-notes:
-			got = append(got, n)
-		case <-deadline:
-			t.Fatalf("no WATCHDOG=1 from termd; got %q", got)
-		}
-	}
-	out, err := exec.Command("pgrep", "-f", "^"+termd).Output()
+	waitNote("WATCHDOG=1")
+	out, err := exec.Command("pgrep", "-f", "^"+termdRun).Output()
 	if err != nil {
 		t.Fatalf("termd not running: %v", err)
 	}
@@ -92,14 +117,8 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 	if !strings.Contains(s, "offline: stopped") {
 		t.Fatalf("after SIGTERM the screen does not say offline:\n%s", s)
 	}
-	for len(notes) > 0 {
-		got = append(got, <-notes)
-	}
-	all := strings.Join(got, "|")
 	for _, want := range []string{"READY=1", "STATUS=online", "WATCHDOG=1", "STOPPING=1"} {
-		if !strings.Contains(all, want) {
-			t.Errorf("systemd got %q, missing %s", got, want)
-		}
+		waitNote(want)
 	}
 }
 
@@ -108,34 +127,11 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 // want. After termd exits the window shows EXIT=<status>.
 func termdInTmux(t *testing.T, cmd string) (tm func(args ...string) string, waitScreen func(want string) string) {
 	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux is not installed (CI installs it): this test drives termd in a real terminal")
-	}
-	tsock := filepath.Join(t.TempDir(), "tmux.sock")
-	tm = func(args ...string) string {
-		out, err := exec.Command("tmux", append([]string{"-S", tsock}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("tmux %v: %v %s", args, err, out)
-		}
-		return string(out)
-	}
-	tm("new-session", "-d", "-x", "80", "-y", "20", cmd+"; echo EXIT=$?; sleep 60")
-	t.Cleanup(func() { exec.Command("tmux", "-S", tsock, "kill-server").Run() })
-	waitScreen = func(want string) string {
+	w := tmuxtest.Start(t, 80, 20, cmd)
+	return w.Run, func(want string) string {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			s := tm("capture-pane", "-p")
-			if strings.Contains(s, want) {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("screen never showed %q:\n%s", want, s)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		return w.WaitFor(want, 20*time.Second)
 	}
-	return tm, waitScreen
 }
 
 // A state dir that is a file (nothing can be stored): termd starts
@@ -147,7 +143,7 @@ func TestTermdUnusableStateDir(t *testing.T) {
 	if err := os.WriteFile(state, []byte("a file where the state dir should be\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tm, waitScreen := termdInTmux(t, fmt.Sprintf("%s --server %s --board sim --state-dir %s", termd, addr, state))
+	tm, waitScreen := termdInTmux(t, fmt.Sprintf("%s --server %s --board sim --state-dir %s", termdRun, addr, state))
 	waitScreen("disk error")
 	waitScreen("online")
 	tm("send-keys", "-l", "still here")
@@ -175,7 +171,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--server", "ws://127.0.0.1:1", "--log-level", "loud"}, `--log-level "loud"`},
 	}
 	for _, tt := range tests {
-		out, err := exec.Command(termd, tt.args...).CombinedOutput()
+		out, err := childtest.Command(termd, tt.args...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 			t.Errorf("termd %v: %v, want exit 1\n%s", tt.args, err, out)
 		}

@@ -16,6 +16,28 @@ import (
 	"time"
 )
 
+// EmulatorEnv names the environment variable that holds the emulator
+// the tests run under: the Makefile's test-arm target runs the ARM test
+// binaries with go test -exec qemu-arm-static (or qemu-aarch64-static)
+// and sets it to the same program. qemu-user does not follow an execve
+// into a child, and without binfmt_misc (containers, CI) the kernel cannot
+// run an ARM binary, so a test that starts a program built for its own
+// architecture (itself again, or a termd it built) starts it through
+// Command, which runs it under the emulator too.
+const EmulatorEnv = "TERMLINK_EMULATOR"
+
+// Emulator returns the emulator the tests run under ("" when native).
+func Emulator() string { return os.Getenv(EmulatorEnv) }
+
+// Command is exec.Command for a program built for the test binary's
+// architecture: under an emulator (Emulator) it runs the program there.
+func Command(name string, args ...string) *exec.Cmd {
+	if emu := Emulator(); emu != "" {
+		return exec.Command(emu, append([]string{name}, args...)...)
+	}
+	return exec.Command(name, args...)
+}
+
 // Proc is a running child.
 type Proc struct {
 	Cmd    *exec.Cmd
@@ -36,7 +58,7 @@ func Start(t testing.TB, env ...string) *Proc {
 		t.Fatal(err)
 	}
 	p := &Proc{changed: make(chan struct{}), exited: make(chan struct{})}
-	p.Cmd = exec.Command(exe, "-test.run=^$")
+	p.Cmd = Command(exe, "-test.run=^$")
 	p.Cmd.Env = append(os.Environ(), env...)
 	p.Cmd.Stderr = &p.stderr
 	stdout, err := p.Cmd.StdoutPipe()

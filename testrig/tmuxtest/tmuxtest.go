@@ -1,0 +1,84 @@
+// Package tmuxtest runs a program in a real terminal for a test: a
+// detached tmux window on a tmux server of its own, that the test types
+// into and reads the screen of.
+package tmuxtest
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"termlink/testrig/needtool"
+)
+
+// Window is a tmux window running one shell command.
+type Window struct {
+	t    testing.TB
+	tmux string
+	sock string
+}
+
+// Start runs the shell command line cmd in a cols x rows window. After cmd
+// exits the window shows EXIT=<its status> (and stays a minute). Without
+// tmux the test is skipped (failed under CI_REQUIRE_TOOLS=1). The tmux
+// server is killed when the test ends.
+func Start(t testing.TB, cols, rows int, cmd string) *Window {
+	t.Helper()
+	w := &Window{
+		t:    t,
+		tmux: needtool.Path(t, "tmux", "apt-get install tmux; the test drives a program in a real terminal"),
+		sock: filepath.Join(t.TempDir(), "tmux.sock"),
+	}
+	w.Run("new-session", "-d", "-x", strconv.Itoa(cols), "-y", strconv.Itoa(rows), cmd+"; echo EXIT=$?; sleep 60")
+	t.Cleanup(func() { exec.Command(w.tmux, "-S", w.sock, "kill-server").Run() })
+	return w
+}
+
+// Run runs a tmux command (send-keys, capture-pane, ...) on the window's
+// server and returns its output; a failure fails the test.
+func (w *Window) Run(args ...string) string {
+	w.t.Helper()
+	out, err := exec.Command(w.tmux, append([]string{"-S", w.sock}, args...)...).CombinedOutput()
+	if err != nil {
+		w.t.Fatalf("tmux %v: %v %s", args, err, out)
+	}
+	return string(out)
+}
+
+// Type types s, literally.
+func (w *Window) Type(s string) {
+	w.t.Helper()
+	w.Run("send-keys", "-l", s)
+}
+
+// Keys presses keys by tmux name (Enter, C-d, Up).
+func (w *Window) Keys(keys ...string) {
+	w.t.Helper()
+	w.Run(append([]string{"send-keys"}, keys...)...)
+}
+
+// Screen returns the text the window shows.
+func (w *Window) Screen() string {
+	w.t.Helper()
+	return w.Run("capture-pane", "-p")
+}
+
+// WaitFor waits up to timeout until the screen shows want, and returns the
+// screen; at the timeout it fails the test with the screen.
+func (w *Window) WaitFor(want string, timeout time.Duration) string {
+	w.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		s := w.Screen()
+		if strings.Contains(s, want) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("the screen never showed %q in %v:\n%s", want, timeout, s)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
