@@ -41,27 +41,41 @@ p50() { # the p50 of a figure line, in ms
     awk '{print ($2 == "s") ? $1 * 1000 : ($2 == "µs") ? $1 / 1000 : $1}'
 }
 
-cat > "$tmp/cfg.json" <<JSON
+cat > "$tmp/cfg-terminal.json" <<JSON
 {"workspace":"$tmp/ws","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local","agent":"echo-go"}},
  "agents":{"echo-go":{"terminal":{"enabled":true,"protocol":"rich","command":"$tmp/echoagent"}}}}
 JSON
+# The same server path with the built-in echo agent (no process): what
+# the server adds (two write-ahead log syncs among it) whatever the runner.
+cat > "$tmp/cfg-builtin.json" <<JSON
+{"workspace":"$tmp/ws","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local"}}}
+JSON
+roundtrip() { # binary config: the load's output; the server's CPU ticks before and after in $tmp/cpu
+  cp "$2" "$tmp/cfg.json"
+  run_server "$1"
+  cpu0=$(cpu_ticks $SPID)
+  "$tmp/termrig" load --server ws://127.0.0.1:$port/api/channels/terminal-dev/ws --devices 1 --rate "$RATE" --duration "$DURATION" | grep -E "messages|round trip"
+  echo "$cpu0" "$(cpu_ticks $SPID)" >"$tmp/cpu"
+  kill $SPID; wait $SPID 2>/dev/null || true
+  rm -rf "$tmp/ws"
+}
 for round in $(seq "${ROUNDS:-1}"); do
   echo "== round $round, load $(cut -d' ' -f1-3 /proc/loadavg)"
   direct=$("$tmp/direct" -n 300 -- "$tmp/echoagent")
   echo "direct (no shell):  $direct"
   echo "direct (sh -c):     $("$tmp/direct" -n 300 -- /bin/sh -c "$tmp/echoagent")"
   for bin in "$TERMSERVER" ${BASELINE:-}; do
-    run_server "$bin"
-    cpu0=$(cpu_ticks $SPID)
-    out=$("$tmp/termrig" load --server ws://127.0.0.1:$port/api/channels/terminal-dev/ws --devices 1 --rate "$RATE" --duration "$DURATION" | grep -E "messages|round trip")
-    cpu1=$(cpu_ticks $SPID)
-    kill $SPID; wait $SPID 2>/dev/null || true
+    builtin=$(roundtrip "$bin" "$tmp/cfg-builtin.json" | grep 'round trip')
+    out=$(roundtrip "$bin" "$tmp/cfg-terminal.json")
     replied=$(echo "$out" | sed -n 's/.*replied \([0-9]*\).*/\1/p')
-    rm -rf "$tmp/ws"
+    read -r s0 c0 s1 c1 <"$tmp/cpu"
+    cpu0="$s0 $c0" cpu1="$s1 $c1"
     echo "through $bin (1 device, $RATE msg/s for $DURATION, terminal runner, same agent):"
     echo "$out"
+    echo "same server, built-in echo agent: $builtin"
     echo "cpu/message: server $(cpu_ms "$cpu0" "$cpu1" 1 "$replied") ms, its agents (the runs' processes) $(cpu_ms "$cpu0" "$cpu1" 2 "$replied") ms"
-    echo "added p50 over direct (no shell): $(awk -v a="$(echo "$out" | grep 'round trip' | p50)" -v b="$(echo "$direct" | p50)" 'BEGIN{printf "%.2f ms", a-b}')"
+    a=$(echo "$out" | grep 'round trip' | p50) b=$(echo "$direct" | p50) c=$(echo "$builtin" | p50)
+    echo "added p50 over direct (no shell): $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f ms", a-b}'); of which the server path (built-in echo) $(awk -v c="$c" 'BEGIN{printf "%.2f ms", c}'), the runner $(awk -v a="$a" -v b="$b" -v c="$c" 'BEGIN{printf "%.2f ms", a-b-c}')"
   done
 done
 [ "${NUUM:-1}" = 0 ] && exit 0
