@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"termlink/device/input"
+	"termlink/internal/keymap"
 )
 
 func TestNames(t *testing.T) {
@@ -48,15 +48,12 @@ func TestEmbeddedProfilesLoad(t *testing.T) {
 				t.Errorf("round trip differs:\n%+v\n%+v", p, p2)
 			}
 			if k := p.Keypad; k != nil {
-				km, err := k.InputKeymap()
+				km, err := k.Layout()
 				if err != nil {
 					t.Fatalf("keymap: %v", err)
 				}
 				if r, c := km.Size(); r != len(k.Rows) || c != len(k.Cols) {
 					t.Errorf("keymap %dx%d for %d rows %d cols", r, c, len(k.Rows), len(k.Cols))
-				}
-				if _, err := k.Entry(); err != nil {
-					t.Errorf("Entry: %v", err)
 				}
 			}
 		})
@@ -83,7 +80,7 @@ func TestEmbeddedProfileContents(t *testing.T) {
 	for name, size := range map[string][2]int{"rpi-lcd1602-i2c": {2, 16}, "rpi-lcd2004-i2c": {4, 20}} {
 		p := load(name)
 		d := p.Display
-		if d.Kind != HD44780I2C || d.Rows != size[0] || d.Cols != size[1] || d.Bus != "1" || d.Address != 0x27 ||
+		if d.Kind != HD44780I2C || d.Rows != size[0] || d.Cols != size[1] || d.Bus != "1" || d.Address.I2C != 0x27 ||
 			d.ROM != "A00" || d.Backlight == nil || !*d.Backlight {
 			t.Errorf("%s display: %+v", name, d)
 		}
@@ -91,7 +88,7 @@ func TestEmbeddedProfileContents(t *testing.T) {
 		if k == nil || k.Kind != Keypad4x4 || k.Mode != "multitap" {
 			t.Fatalf("%s keypad: %+v", name, k)
 		}
-		if got := k.EntryKeys(); got != input.Keys4x4() {
+		if got := k.EntryKeys(); got != keymap.Keys4x4() {
 			t.Errorf("%s keys %+v", name, got)
 		}
 	}
@@ -99,13 +96,13 @@ func TestEmbeddedProfileContents(t *testing.T) {
 	if g.Display.Kind != HD44780GPIO || g.Display.Pins == nil || g.Display.Pins.RS != "GPIO25" || g.Display.Pins.D7 != "GPIO22" {
 		t.Errorf("gpio display %+v", g.Display)
 	}
-	if g.Keypad.Kind != Keypad3x4 || g.Keypad.EntryKeys() != input.Keys3x4() {
+	if g.Keypad.Kind != Keypad3x4 || g.Keypad.EntryKeys() != keymap.Keys3x4() {
 		t.Errorf("gpio keypad %+v", g.Keypad)
 	}
 	l := load("rpi-lcd1602-i2c")
-	if tm := l.Keypad.Timing(); tm.Debounce != 20*time.Millisecond || tm.RepeatDelay != 500*time.Millisecond ||
-		tm.RepeatInterval != time.Second/15 {
-		t.Errorf("timing %+v", tm)
+	if k := l.Keypad; time.Duration(k.Debounce) != 20*time.Millisecond || time.Duration(k.RepeatDelay) != 500*time.Millisecond ||
+		k.RepeatInterval() != time.Second/15 {
+		t.Errorf("timing %+v", k)
 	}
 }
 
@@ -164,7 +161,7 @@ func TestLoadFileEditedCopy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadFile(my-board.json), a copy of rpi-lcd2004-i2c: %v", err)
 	}
-	if p.Display.Address != 0x3F || p.Name != "rpi-lcd2004-i2c" {
+	if p.Display.Address.I2C != 0x3F || p.Name != "rpi-lcd2004-i2c" {
 		t.Fatalf("loaded %q at %#x, want rpi-lcd2004-i2c at 0x3f", p.Name, p.Display.Address)
 	}
 }
@@ -281,7 +278,7 @@ func TestValidationReportsEverything(t *testing.T) {
 }
 
 func TestValidateFillsDefaults(t *testing.T) {
-	p := &Profile{Name: "code", Display: Display{Kind: HD44780I2C, Rows: 2, Cols: 16, Bus: "1", Address: 0x3f},
+	p := &Profile{Name: "code", Display: Display{Kind: HD44780I2C, Rows: 2, Cols: 16, Bus: "1", Address: Address{I2C: 0x3f}},
 		Keypad: &Keypad{Kind: Keypad3x4, Rows: []string{"GPIO5", "GPIO6", "GPIO13", "GPIO19"}, Cols: []string{"GPIO12", "GPIO16", "GPIO20"}}}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
@@ -302,21 +299,6 @@ func TestCamelCaseKeys(t *testing.T) {
 	}
 	if p.Keypad.RepeatDelay != Duration(300*time.Millisecond) || p.Keypad.Keys.ScrollUp != "A" || p.Keypad.Keys.Send != "#" {
 		t.Fatalf("%+v %+v", p.Keypad, p.Keypad.Keys)
-	}
-}
-
-func TestKioskEntry(t *testing.T) {
-	p, err := Parse("k.json", []byte(`{`+lcd+`, "keypad": {`+kp4+`, "mode": "kiosk", "phrases": {"1": "yes", "2": "no"}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := p.Keypad.Entry()
-	if err != nil {
-		t.Fatal(err)
-	}
-	acts := e.Handle(input.Event{Kind: input.KeyDown, Key: '2'})
-	if len(acts) != 1 || acts[0].Kind != input.Send || acts[0].Text != "no" {
-		t.Fatalf("kiosk 2: %+v", acts)
 	}
 }
 
