@@ -15,7 +15,7 @@ import (
 )
 
 func TestNames(t *testing.T) {
-	want := []string{"rpi-lcd1602-gpio", "rpi-lcd1602-i2c", "rpi-lcd2004-i2c", "rpi-serial-console", "sim"}
+	want := []string{"lcdproc", "rpi-lcd1602-gpio", "rpi-lcd1602-i2c", "rpi-lcd2004-i2c", "rpi-serial-console", "sim"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %q, want %q", got, want)
 	}
@@ -188,6 +188,17 @@ func TestValidationErrors(t *testing.T) {
 		{"fraction", `{"display": {"kind": "hd44780-i2c", "rows": 2.5}}`, "display.rows", "want an integer, got 2.5"},
 		{"bool", `{"display": {"kind": "hd44780-i2c", "backlight": "yes"}}`, "display.backlight", "want true or false"},
 		{"kind missing", `{"display": {}}`, "display.kind", `required: one of "hd44780-i2c", "hd44780-gpio", "console"`},
+		{"lcdproc address", `{"display": {"kind": "lcdproc", "address": "0x27"}}`, "display.address", `LCDd's address is host:port`},
+		{"lcdproc port", `{"display": {"kind": "lcdproc", "address": "localhost:99999"}}`, "display.address", "the port must be 1-65535"},
+		{"lcdproc host", `{"display": {"kind": "lcdproc", "address": ":13666"}}`, "display.address", "want host:port"},
+		{"lcdproc key label", `{"display": {"kind": "lcdproc", "keys": {"Up": "X"}}}`, "display.keys.Up", `key 'X' is not on the keypad (123A/456B/789C/*0#D)`},
+		{"lcdproc key binding", `{"display": {"kind": "lcdproc", "keys": {"Up": "AB"}}}`, "display.keys.Up", `"AB": want one keypad key`},
+		{"lcdproc key name", `{"display": {"kind": "lcdproc", "keys": {"Page Up": "A"}}}`, "display.keys.Page Up", "is not an LCDd key name"},
+		{"lcdproc rom", `{"display": {"kind": "lcdproc", "rom": "A00"}}`, "display.rom", "LCDd's driver maps characters"},
+		{"lcdproc bus", `{"display": {"kind": "lcdproc", "bus": "1"}}`, "display.bus", "only an hd44780-i2c display"},
+		{"keys on console", `{"display": {"kind": "console", "keys": {"Up": "A"}}}`, "display.keys", "only an lcdproc display reports keys"},
+		{"network address on i2c", `{"display": {"kind": "hd44780-i2c", "rows": 2, "cols": 16, "bus": "1", "address": "127.0.0.1:13666"}}`, "display.address", "is a network address"},
+		{"lcdproc keypad 3x4 label", `{"display": {"kind": "lcdproc", "keys": {"Up": "A"}}, "keypad": {"kind": "3x4"}}`, "display.keys.Up", "not on the keypad (123/456/789/*0#)"},
 		{"kind unknown", `{"display": {"kind": "oled"}}`, "display.kind", `"oled": want one of`},
 		{"rows", `{"display": {"kind": "hd44780-i2c", "rows": 3, "cols": 16, "bus": "1", "address": 39}}`, "display.rows", "3: an HD44780 has 1, 2 or 4 rows"},
 		{"rows missing", `{"display": {"kind": "hd44780-i2c", "cols": 16, "bus": "1", "address": 39}}`, "display.rows", "required"},
@@ -317,4 +328,28 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse accepted a profile Validate refuses: %v", err)
 		}
 	})
+}
+
+func TestLCDprocProfile(t *testing.T) {
+	p, err := Load("lcdproc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := p.Display
+	if d.Kind != LCDproc || d.Address.Host != "127.0.0.1:13666" || d.Rows != 4 || d.Cols != 20 || d.Keys["Enter"] != "#" || d.Keys["Up"] != "A" {
+		t.Fatalf("lcdproc display %+v", d)
+	}
+	// Defaults: address, size, keys. A keypad block without pins sets up
+	// kiosk entry for LCDd's keys.
+	p, err = Parse("k.json", []byte(`{"display": {"kind": "lcdproc"}, "keypad": {"kind": "3x4", "mode": "kiosk", "phrases": {"1": "yes"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Display.Address.Host != "127.0.0.1:13666" || p.Display.Keys["Enter"] != "#" || p.Display.Keys["Down"] != "" || p.Keypad.Mode != "kiosk" {
+		t.Fatalf("%+v %+v", p.Display, p.Keypad)
+	}
+	// Without pins only on lcdproc.
+	if _, err := Parse("k.json", []byte(`{`+lcd+`, "keypad": {"kind": "3x4"}}`)); err == nil || !strings.Contains(err.Error(), "keypad.rows") {
+		t.Fatalf("pinless keypad on an I2C LCD: %v", err)
+	}
 }

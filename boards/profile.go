@@ -116,6 +116,8 @@ const (
 type Keypad struct {
 	Kind KeypadKind `json:"kind"`
 	// Rows are the GPIO names of the row lines (driven), top to bottom.
+	// An lcdproc board may leave Rows and Cols out: the block then only
+	// sets up the text entry (mode, keys, phrases) for LCDd's keys.
 	Rows []string `json:"rows"`
 	// Cols are the GPIO names of the column lines (inputs with pull-ups),
 	// left to right.
@@ -199,7 +201,7 @@ func (a Address) String() string {
 }
 
 // DefaultLCDprocKeys maps the keys LCDd's drivers usually report to a
-// 4x4 keypad: the arrows scroll (Up, Down), delete (Left) and change the
+// 4x4 keypad (a profile with another keypad keeps the keys it has): the arrows scroll (Up, Down), delete (Left) and change the
 // case (Right), Enter sends; digits, letters A-D, * and # (from a driver
 // with a keyboard, such as curses) are themselves.
 func DefaultLCDprocKeys() map[string]string {
@@ -301,9 +303,6 @@ func (p *Profile) applyDefaults() {
 			on := true
 			d.Backlight = &on
 		}
-		if d.Keys == nil {
-			d.Keys = DefaultLCDprocKeys()
-		}
 	}
 	if k := p.Keypad; k != nil {
 		if k.Keymap == nil {
@@ -323,6 +322,21 @@ func (p *Profile) applyDefaults() {
 				k.Keys = &KeyBindings{Case: "*", Send: "#", Delete: "D", ScrollUp: "A", ScrollDown: "B"}
 			case Keypad3x4:
 				k.Keys = &KeyBindings{Case: "*", Send: "#", Delete: "hold:*"}
+			}
+		}
+	}
+	if d.Kind == LCDproc && d.Keys == nil {
+		// The default map, less the keys the keypad does not have.
+		km := keymap.Keymap4x4()
+		if k := p.Keypad; k != nil {
+			if m, err := keymap.Parse(k.Keymap); err == nil {
+				km = m
+			}
+		}
+		d.Keys = map[string]string{}
+		for name, label := range DefaultLCDprocKeys() {
+			if b, err := keymap.ParseBinding(label); err == nil && km.Has(b.Key) {
+				d.Keys[name] = label
 			}
 		}
 	}
@@ -374,7 +388,7 @@ func (p *Profile) validate(file string) error {
 		}
 	}
 	if p.Keypad != nil {
-		p.Keypad.validate(v, usePin)
+		p.Keypad.validate(v, usePin, p.Display.Kind == LCDproc)
 	}
 	if p.Serial != nil {
 		s := p.Serial
@@ -426,6 +440,9 @@ func joinInts(xs []int) string {
 
 func (p *Profile) validateDisplay(v *validator) {
 	d := &p.Display
+	if d.Keys != nil && d.Kind != LCDproc && d.Kind != "" {
+		v.add("display.keys", "only an lcdproc display reports keys (a keypad's keys are keypad.keys)")
+	}
 	switch d.Kind {
 	case "":
 		v.add("display.kind", "required: one of %s", kindList())
@@ -594,7 +611,9 @@ func (m *PinMap) fields() []bitField {
 	return []bitField{{"rs", m.RS}, {"rw", m.RW}, {"en", m.EN}, {"bl", m.BL}, {"d4", m.D4}, {"d5", m.D5}, {"d6", m.D6}, {"d7", m.D7}}
 }
 
-func (k *Keypad) validate(v *validator, usePin func(field, name string)) {
+// validate checks the keypad; pinless allows a keypad block without pins
+// (on an lcdproc display it only sets up the text entry for LCDd's keys).
+func (k *Keypad) validate(v *validator, usePin func(field, name string), pinless bool) {
 	var nr, nc int
 	switch k.Kind {
 	case Keypad4x4:
@@ -608,10 +627,11 @@ func (k *Keypad) validate(v *validator, usePin func(field, name string)) {
 		v.add("keypad.kind", "%q: want \"4x4\" or \"3x4\"", k.Kind)
 		return
 	}
-	if len(k.Rows) != nr {
+	noPins := pinless && len(k.Rows) == 0 && len(k.Cols) == 0
+	if len(k.Rows) != nr && !noPins {
 		v.add("keypad.rows", "a %s keypad has %d row pins, got %d", k.Kind, nr, len(k.Rows))
 	}
-	if len(k.Cols) != nc {
+	if len(k.Cols) != nc && !noPins {
 		v.add("keypad.cols", "a %s keypad has %d column pins, got %d", k.Kind, nc, len(k.Cols))
 	}
 	for i, p := range k.Rows {
