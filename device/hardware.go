@@ -63,7 +63,7 @@ func OpenBoard(ctx context.Context, p *boards.Profile, log *slog.Logger) (*Hardw
 		h.View = &LCDView{Screen: lcd}
 		h.runs = append(h.runs, lcd.Run) // heals a glitched glass while idle
 	case boards.LCDproc:
-		lcd, keys, err := NewLCDproc(p, log)
+		lcd, keys, err := NewLCDproc(ctx, p, log)
 		if err != nil {
 			return fail(err)
 		}

@@ -16,7 +16,7 @@ import (
 // NewLCDproc makes the LCDd client of an lcdproc profile (not connected
 // yet: its Run connects and reconnects) and the map from the key names
 // LCDd reports to keypad key presses.
-func NewLCDproc(p *boards.Profile, log *slog.Logger) (*lcdproc.Dev, map[string]input.Binding, error) {
+func NewLCDproc(ctx context.Context, p *boards.Profile, log *slog.Logger) (*lcdproc.Dev, map[string]input.Binding, error) {
 	d := p.Display
 	if d.Kind != boards.LCDproc {
 		return nil, nil, fmt.Errorf("board %s: display kind %q is not lcdproc", p.Name, d.Kind)
@@ -33,6 +33,17 @@ func NewLCDproc(p *boards.Profile, log *slog.Logger) (*lcdproc.Dev, map[string]i
 	}
 	sort.Strings(names)
 	o := lcdproc.Opts{Address: d.Address.Host, Name: "termd", Rows: d.Rows, Cols: d.Cols, Keys: names, Logger: log}
+	// Ask LCDd for its size now, so that the first frames fit; if it is
+	// not up yet, the profile's size holds until it answers.
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	hello, err := lcdproc.Hello(hctx, o.Address)
+	cancel()
+	if err == nil {
+		o.Rows, o.Cols = hello.Rows, hello.Cols
+	} else {
+		log.Info("LCDd is not answering yet; drawing at the profile's size until it does",
+			"lcdd", o.Address, "rows", o.Rows, "cols", o.Cols, "err", err)
+	}
 	if d.Backlight != nil && !*d.Backlight {
 		o.BacklightOff = true
 	}

@@ -104,3 +104,29 @@ func TestLCDprocEndToEnd(t *testing.T) {
 	}
 	shows("You said: hi")
 }
+
+// termd asks LCDd for its size when it opens the board, so that its first
+// frames fit a display of another size than the profile's 20x4.
+func TestLCDprocSizeAtStart(t *testing.T) {
+	lcdd.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lcd, err := lcdd.Start(ctx, t.TempDir(), lcdd.Options{Rows: 2, Cols: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lcd.Stop()
+	p, err := boards.Load("lcdproc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Display.Address = boards.Address{Host: lcd.Addr}
+	hw, err := device.OpenBoard(ctx, p, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hw.Close()
+	if r, c := hw.View.(*device.LCDView).Screen.Size(); r != 2 || c != 16 {
+		t.Fatalf("size at start %dx%d, want LCDd's 2x16", r, c)
+	}
+}

@@ -368,6 +368,35 @@ func (d *Dev) session(ctx context.Context) error {
 	return d.read(conn, sc)
 }
 
+// Hello connects to LCDd at address, says hello and returns its answer
+// (the display's size and LCDd's version), then disconnects. termd uses it
+// at start to draw its first frames at the right size.
+func Hello(ctx context.Context, address string) (Response, error) {
+	if address == "" {
+		address = DefaultAddress
+	}
+	var dialer net.Dialer
+	conn, err := dialer.DialContext(ctx, "tcp", address)
+	if err != nil {
+		return Response{}, fmt.Errorf("lcdproc: dialing LCDd: %w", err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	d := &Dev{o: Opts{HandshakeTimeout: 5 * time.Second}, log: slog.New(slog.DiscardHandler)}
+	if dl, ok := ctx.Deadline(); ok {
+		d.o.HandshakeTimeout = time.Until(dl)
+	}
+	sc := bufio.NewScanner(conn)
+	sc.Buffer(make([]byte, 0, 512), maxLine+1)
+	r, err := d.handshake(conn, sc)
+	if err == nil {
+		conn.SetWriteDeadline(time.Now().Add(time.Second))
+		conn.Write([]byte("bye\n"))
+	}
+	return r, err
+}
+
 func (d *Dev) handshake(conn net.Conn, sc *bufio.Scanner) (Response, error) {
 	deadline := time.Now().Add(d.o.HandshakeTimeout)
 	conn.SetDeadline(deadline)

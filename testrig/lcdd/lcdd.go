@@ -31,7 +31,7 @@ type Server struct {
 	Rows, Cols int
 	Conf       string // the LCDd.conf written for it
 
-	dir     string
+	bin     string // LCDd
 	socket  string // tmux -L name
 	errLog  string
 	stopped bool
@@ -66,7 +66,7 @@ func Lookup() (lcdd, driverDir string, err error) {
 	return lcdd, filepath.Dir(cands[0]) + "/", nil
 }
 
-// Require returns LCDd's paths, or skips the test when LCDd is missing —
+// Require skips the test when LCDd (or tmux) is missing —
 // a failure instead when CI_REQUIRE_TOOLS=1 (CI installs it).
 func Require(t testing.TB) {
 	t.Helper()
@@ -92,7 +92,7 @@ func Start(ctx context.Context, dir string, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Rows: o.Rows, Cols: o.Cols, dir: dir,
+	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Rows: o.Rows, Cols: o.Cols,
 		socket: fmt.Sprintf("lcdd-%d-%d", os.Getpid(), port), errLog: filepath.Join(dir, "LCDd.log"),
 		Conf: filepath.Join(dir, "LCDd.conf")}
 	who := "nobody"
@@ -122,15 +122,21 @@ TopLeftY=0
 	if err := os.WriteFile(s.Conf, []byte(conf), 0o644); err != nil {
 		return nil, fmt.Errorf("lcdd: writing LCDd.conf: %w", err)
 	}
-	cmd := fmt.Sprintf("exec %s -c %s -f -s 0 -r 4 2>>%s", bin, s.Conf, s.errLog)
-	if err := s.tmux(ctx, "new-session", "-d", "-s", "lcdd", "-x", fmt.Sprint(o.Cols+10), "-y", fmt.Sprint(o.Rows+6), cmd); err != nil {
-		return nil, err
-	}
-	if err := s.waitListening(ctx); err != nil {
+	s.bin = bin
+	if err := s.launch(ctx); err != nil {
 		s.Stop()
 		return nil, err
 	}
 	return s, nil
+}
+
+// launch starts LCDd in a new tmux session and waits until it listens.
+func (s *Server) launch(ctx context.Context) error {
+	cmd := fmt.Sprintf("exec %s -c %s -f -s 0 -r 4 2>>%s", s.bin, s.Conf, s.errLog)
+	if err := s.tmux(ctx, "new-session", "-d", "-s", "lcdd", "-x", fmt.Sprint(s.Cols+10), "-y", fmt.Sprint(s.Rows+6), cmd); err != nil {
+		return err
+	}
+	return s.waitListening(ctx)
 }
 
 func freePort() (int, error) {
@@ -271,14 +277,6 @@ func (s *Server) Restart(ctx context.Context) error {
 	if err := s.Stop(); err != nil {
 		return err
 	}
-	bin, _, err := Lookup()
-	if err != nil {
-		return err
-	}
 	s.stopped = false
-	cmd := fmt.Sprintf("exec %s -c %s -f -s 0 -r 4 2>>%s", bin, s.Conf, s.errLog)
-	if err := s.tmux(ctx, "new-session", "-d", "-s", "lcdd", "-x", fmt.Sprint(s.Cols+10), "-y", fmt.Sprint(s.Rows+6), cmd); err != nil {
-		return err
-	}
-	return s.waitListening(ctx)
+	return s.launch(ctx)
 }
