@@ -111,6 +111,9 @@ func ParseBinding(s string) (Binding, error) {
 	if size == 0 || size != len(s) || r == utf8.RuneError {
 		return Binding{}, fmt.Errorf("key binding %q: want one key label, optionally after \"hold:\"", s)
 	}
+	if r < 0x21 || r == 0x7f {
+		return Binding{}, fmt.Errorf("key binding %q: %q is not a printable key label", s, r)
+	}
 	b.Key = r
 	return b, nil
 }
