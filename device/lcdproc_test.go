@@ -80,7 +80,9 @@ func TestLCDprocEndToEnd(t *testing.T) {
 		return rows
 	}
 	// Online: the status field's "ok" at the end of the bottom row.
-	lcd.WaitScreen(ctx, "online", func(rows []string) bool { return strings.HasSuffix(rows[3], " ok") })
+	if _, err := lcd.WaitScreen(ctx, "online", func(rows []string) bool { return strings.HasSuffix(rows[3], " ok") }); err != nil {
+		t.Fatal(err)
+	}
 
 	// Multi-tap on LCDd's keys: 4 4 (h), wait, 4 4 4 (i), Enter sends.
 	for _, step := range []string{"44", "444"} {

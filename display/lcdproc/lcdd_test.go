@@ -126,6 +126,20 @@ func TestLCDdDraw(t *testing.T) {
 	if n := dev.Stats().BytesOut - after.BytesOut; n != 0 {
 		t.Errorf("an unchanged frame sent %d bytes", n)
 	}
+	for _, p := range []string{"alert", "background", "foreground"} {
+		if err := dev.SetPriority(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dev.SetBacklight(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.SetPriority(ctx, "urgent"); err == nil {
+		t.Error("priority urgent accepted")
+	}
+	if err := dev.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if r := dev.Stats().Refused; r != 0 {
 		t.Errorf("LCDd refused %d commands; its log:\n%s", r, s.Log())
 	}

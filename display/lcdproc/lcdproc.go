@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -60,8 +61,8 @@ type Opts struct {
 	// reports them only while termd's screen is shown).
 	Keys       []string
 	SharedKeys bool
-	// Priority is the screen's priority ("foreground" by default; "info",
-	// "alert", ... as LCDd knows them).
+	// Priority is the screen's priority: "foreground" by default, or one
+	// of Priorities.
 	Priority string
 	// BacklightOff starts with the backlight off.
 	BacklightOff bool
@@ -209,6 +210,25 @@ func (d *Dev) SetBacklight(ctx context.Context, on bool) error {
 		return fmt.Errorf("%w at %s", ErrNotConnected, d.o.Address)
 	}
 	return d.writeLocked(ctx, fmt.Sprintf("screen_set %s -backlight %s\n", screenID, onOff(on)))
+}
+
+// Priorities LCDd knows for a screen (server/screen.c), lowest first.
+var Priorities = []string{"hidden", "background", "info", "foreground", "alert", "input"}
+
+// SetPriority changes the priority of termd's screen: "alert" puts it in
+// front of every other client's screens (a notice), "foreground" is the
+// usual, "background" lets LCDd rotate other screens in.
+func (d *Dev) SetPriority(ctx context.Context, priority string) error {
+	if !slices.Contains(Priorities, priority) {
+		return fmt.Errorf("lcdproc: screen priority %q: want one of %s", priority, strings.Join(Priorities, ", "))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.o.Priority = priority
+	if d.conn == nil {
+		return fmt.Errorf("%w at %s", ErrNotConnected, d.o.Address)
+	}
+	return d.writeLocked(ctx, fmt.Sprintf("screen_set %s -priority %s\n", screenID, priority))
 }
 
 // Sync waits until LCDd has processed everything sent before it (a noop
