@@ -31,10 +31,12 @@ type Server struct {
 	Rows, Cols int
 	Conf       string // the LCDd.conf written for it
 
-	bin     string // LCDd
-	socket  string // tmux -L name
-	errLog  string
-	stopped bool
+	bin      string // LCDd
+	name     string // tmux -L names start with it
+	socket   string // tmux -L name of the current tmux server
+	launches int
+	errLog   string
+	stopped  bool
 }
 
 // Lookup finds LCDd, its curses driver and tmux; the error says what is
@@ -93,7 +95,7 @@ func Start(ctx context.Context, dir string, o Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Rows: o.Rows, Cols: o.Cols,
-		socket: fmt.Sprintf("lcdd-%d-%d", os.Getpid(), port), errLog: filepath.Join(dir, "LCDd.log"),
+		name: fmt.Sprintf("lcdd-%d-%d", os.Getpid(), port), errLog: filepath.Join(dir, "LCDd.log"),
 		Conf: filepath.Join(dir, "LCDd.conf")}
 	who := "nobody"
 	if u, err := user.Current(); err == nil {
@@ -130,8 +132,11 @@ TopLeftY=0
 	return s, nil
 }
 
-// launch starts LCDd in a new tmux session and waits until it listens.
+// launch starts LCDd in a new tmux session (on a tmux server of its own:
+// the last one may still be exiting) and waits until it listens.
 func (s *Server) launch(ctx context.Context) error {
+	s.launches++
+	s.socket = fmt.Sprintf("%s-%d", s.name, s.launches)
 	cmd := fmt.Sprintf("exec %s -c %s -f -s 0 -r 4 2>>%s", s.bin, s.Conf, s.errLog)
 	if err := s.tmux(ctx, "new-session", "-d", "-s", "lcdd", "-x", fmt.Sprint(s.Cols+10), "-y", fmt.Sprint(s.Rows+6), cmd); err != nil {
 		return err
