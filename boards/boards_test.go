@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"termlink/device/input"
+	"termlink/internal/keymap"
 )
 
 func TestNames(t *testing.T) {
-	want := []string{"rpi-lcd1602-gpio", "rpi-lcd1602-i2c", "rpi-lcd2004-i2c", "rpi-serial-console", "sim"}
+	want := []string{"lcdproc", "rpi-lcd1602-gpio", "rpi-lcd1602-i2c", "rpi-lcd2004-i2c", "rpi-serial-console", "sim"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %q, want %q", got, want)
 	}
@@ -48,15 +48,12 @@ func TestEmbeddedProfilesLoad(t *testing.T) {
 				t.Errorf("round trip differs:\n%+v\n%+v", p, p2)
 			}
 			if k := p.Keypad; k != nil {
-				km, err := k.InputKeymap()
+				km, err := k.Layout()
 				if err != nil {
 					t.Fatalf("keymap: %v", err)
 				}
 				if r, c := km.Size(); r != len(k.Rows) || c != len(k.Cols) {
 					t.Errorf("keymap %dx%d for %d rows %d cols", r, c, len(k.Rows), len(k.Cols))
-				}
-				if _, err := k.Entry(); err != nil {
-					t.Errorf("Entry: %v", err)
 				}
 			}
 		})
@@ -83,7 +80,7 @@ func TestEmbeddedProfileContents(t *testing.T) {
 	for name, size := range map[string][2]int{"rpi-lcd1602-i2c": {2, 16}, "rpi-lcd2004-i2c": {4, 20}} {
 		p := load(name)
 		d := p.Display
-		if d.Kind != HD44780I2C || d.Rows != size[0] || d.Cols != size[1] || d.Bus != "1" || d.Address != 0x27 ||
+		if d.Kind != HD44780I2C || d.Rows != size[0] || d.Cols != size[1] || d.Bus != "1" || d.Address.I2C != 0x27 ||
 			d.ROM != "A00" || d.Backlight == nil || !*d.Backlight {
 			t.Errorf("%s display: %+v", name, d)
 		}
@@ -91,7 +88,7 @@ func TestEmbeddedProfileContents(t *testing.T) {
 		if k == nil || k.Kind != Keypad4x4 || k.Mode != "multitap" {
 			t.Fatalf("%s keypad: %+v", name, k)
 		}
-		if got := k.EntryKeys(); got != input.Keys4x4() {
+		if got := k.EntryKeys(); got != keymap.Keys4x4() {
 			t.Errorf("%s keys %+v", name, got)
 		}
 	}
@@ -99,13 +96,13 @@ func TestEmbeddedProfileContents(t *testing.T) {
 	if g.Display.Kind != HD44780GPIO || g.Display.Pins == nil || g.Display.Pins.RS != "GPIO25" || g.Display.Pins.D7 != "GPIO22" {
 		t.Errorf("gpio display %+v", g.Display)
 	}
-	if g.Keypad.Kind != Keypad3x4 || g.Keypad.EntryKeys() != input.Keys3x4() {
+	if g.Keypad.Kind != Keypad3x4 || g.Keypad.EntryKeys() != keymap.Keys3x4() {
 		t.Errorf("gpio keypad %+v", g.Keypad)
 	}
 	l := load("rpi-lcd1602-i2c")
-	if tm := l.Keypad.Timing(); tm.Debounce != 20*time.Millisecond || tm.RepeatDelay != 500*time.Millisecond ||
-		tm.RepeatInterval != time.Second/15 {
-		t.Errorf("timing %+v", tm)
+	if k := l.Keypad; time.Duration(k.Debounce) != 20*time.Millisecond || time.Duration(k.RepeatDelay) != 500*time.Millisecond ||
+		k.RepeatInterval() != time.Second/15 {
+		t.Errorf("timing %+v", k)
 	}
 }
 
@@ -164,7 +161,7 @@ func TestLoadFileEditedCopy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadFile(my-board.json), a copy of rpi-lcd2004-i2c: %v", err)
 	}
-	if p.Display.Address != 0x3F || p.Name != "rpi-lcd2004-i2c" {
+	if p.Display.Address.I2C != 0x3F || p.Name != "rpi-lcd2004-i2c" {
 		t.Fatalf("loaded %q at %#x, want rpi-lcd2004-i2c at 0x3f", p.Name, p.Display.Address)
 	}
 }
@@ -191,6 +188,17 @@ func TestValidationErrors(t *testing.T) {
 		{"fraction", `{"display": {"kind": "hd44780-i2c", "rows": 2.5}}`, "display.rows", "want an integer, got 2.5"},
 		{"bool", `{"display": {"kind": "hd44780-i2c", "backlight": "yes"}}`, "display.backlight", "want true or false"},
 		{"kind missing", `{"display": {}}`, "display.kind", `required: one of "hd44780-i2c", "hd44780-gpio", "console"`},
+		{"lcdproc address", `{"display": {"kind": "lcdproc", "address": "0x27"}}`, "display.address", `LCDd's address is host:port`},
+		{"lcdproc port", `{"display": {"kind": "lcdproc", "address": "localhost:99999"}}`, "display.address", "the port must be 1-65535"},
+		{"lcdproc host", `{"display": {"kind": "lcdproc", "address": ":13666"}}`, "display.address", "want host:port"},
+		{"lcdproc key label", `{"display": {"kind": "lcdproc", "keys": {"Up": "X"}}}`, "display.keys.Up", `key 'X' is not on the keypad (123A/456B/789C/*0#D)`},
+		{"lcdproc key binding", `{"display": {"kind": "lcdproc", "keys": {"Up": "AB"}}}`, "display.keys.Up", `"AB": want one keypad key`},
+		{"lcdproc key name", `{"display": {"kind": "lcdproc", "keys": {"Page Up": "A"}}}`, "display.keys.Page Up", "is not an LCDd key name"},
+		{"lcdproc rom", `{"display": {"kind": "lcdproc", "rom": "A00"}}`, "display.rom", "LCDd's driver maps characters"},
+		{"lcdproc bus", `{"display": {"kind": "lcdproc", "bus": "1"}}`, "display.bus", "only an hd44780-i2c display"},
+		{"keys on console", `{"display": {"kind": "console", "keys": {"Up": "A"}}}`, "display.keys", "only an lcdproc display reports keys"},
+		{"network address on i2c", `{"display": {"kind": "hd44780-i2c", "rows": 2, "cols": 16, "bus": "1", "address": "127.0.0.1:13666"}}`, "display.address", "is a network address"},
+		{"lcdproc keypad 3x4 label", `{"display": {"kind": "lcdproc", "keys": {"Up": "A"}}, "keypad": {"kind": "3x4"}}`, "display.keys.Up", "not on the keypad (123/456/789/*0#)"},
 		{"kind unknown", `{"display": {"kind": "oled"}}`, "display.kind", `"oled": want one of`},
 		{"rows", `{"display": {"kind": "hd44780-i2c", "rows": 3, "cols": 16, "bus": "1", "address": 39}}`, "display.rows", "3: an HD44780 has 1, 2 or 4 rows"},
 		{"rows missing", `{"display": {"kind": "hd44780-i2c", "cols": 16, "bus": "1", "address": 39}}`, "display.rows", "required"},
@@ -281,7 +289,7 @@ func TestValidationReportsEverything(t *testing.T) {
 }
 
 func TestValidateFillsDefaults(t *testing.T) {
-	p := &Profile{Name: "code", Display: Display{Kind: HD44780I2C, Rows: 2, Cols: 16, Bus: "1", Address: 0x3f},
+	p := &Profile{Name: "code", Display: Display{Kind: HD44780I2C, Rows: 2, Cols: 16, Bus: "1", Address: Address{I2C: 0x3f}},
 		Keypad: &Keypad{Kind: Keypad3x4, Rows: []string{"GPIO5", "GPIO6", "GPIO13", "GPIO19"}, Cols: []string{"GPIO12", "GPIO16", "GPIO20"}}}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
@@ -305,21 +313,6 @@ func TestCamelCaseKeys(t *testing.T) {
 	}
 }
 
-func TestKioskEntry(t *testing.T) {
-	p, err := Parse("k.json", []byte(`{`+lcd+`, "keypad": {`+kp4+`, "mode": "kiosk", "phrases": {"1": "yes", "2": "no"}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := p.Keypad.Entry()
-	if err != nil {
-		t.Fatal(err)
-	}
-	acts := e.Handle(input.Event{Kind: input.KeyDown, Key: '2'})
-	if len(acts) != 1 || acts[0].Kind != input.Send || acts[0].Text != "no" {
-		t.Fatalf("kiosk 2: %+v", acts)
-	}
-}
-
 func FuzzParse(f *testing.F) {
 	for _, name := range Names() {
 		data, _ := profiles.ReadFile("profiles/" + name + ".json")
@@ -335,4 +328,28 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse accepted a profile Validate refuses: %v", err)
 		}
 	})
+}
+
+func TestLCDprocProfile(t *testing.T) {
+	p, err := Load("lcdproc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := p.Display
+	if d.Kind != LCDproc || d.Address.Host != "127.0.0.1:13666" || d.Rows != 4 || d.Cols != 20 || d.Keys["Enter"] != "#" || d.Keys["Up"] != "A" {
+		t.Fatalf("lcdproc display %+v", d)
+	}
+	// Defaults: address, size, keys. A keypad block without pins sets up
+	// kiosk entry for LCDd's keys.
+	p, err = Parse("k.json", []byte(`{"display": {"kind": "lcdproc"}, "keypad": {"kind": "3x4", "mode": "kiosk", "phrases": {"1": "yes"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Display.Address.Host != "127.0.0.1:13666" || p.Display.Keys["Enter"] != "#" || p.Display.Keys["Down"] != "" || p.Keypad.Mode != "kiosk" {
+		t.Fatalf("%+v %+v", p.Display, p.Keypad)
+	}
+	// Without pins only on lcdproc.
+	if _, err := Parse("k.json", []byte(`{`+lcd+`, "keypad": {"kind": "3x4"}}`)); err == nil || !strings.Contains(err.Error(), "keypad.rows") {
+		t.Fatalf("pinless keypad on an I2C LCD: %v", err)
+	}
 }

@@ -1,16 +1,16 @@
 package boards
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
+
+	"termlink/internal/strictjson"
 )
 
 // FieldError is a problem with one field of a profile: its file, its path
@@ -35,29 +35,18 @@ func (e *FieldError) Error() string {
 	return b.String()
 }
 
-// node is a parsed JSON value that keeps object keys in order (so
-// duplicates can be refused) and numbers as written.
-type node struct {
-	kind   byte // 'o' object, 'a' array, 's' string, 'n' number, 'b' bool, 'z' null
-	keys   []string
-	vals   []*node
-	str    string
-	num    json.Number
-	b      bool
-	offset int64
-}
-
-func (n *node) what() string {
-	switch n.kind {
-	case 'o':
+// what names a value's type for messages: "an object", "a string".
+func what(n *strictjson.Node) string {
+	switch n.Kind {
+	case strictjson.Object:
 		return "an object"
-	case 'a':
+	case strictjson.Array:
 		return "an array"
-	case 's':
+	case strictjson.String:
 		return "a string"
-	case 'n':
+	case strictjson.Number:
 		return "a number"
-	case 'b':
+	case strictjson.Bool:
 		return "a boolean"
 	}
 	return "null"
@@ -66,96 +55,20 @@ func (n *node) what() string {
 // decodeStrict decodes data into v (a pointer to a struct) refusing unknown
 // and duplicate keys and mistyped values, with the field path in the error.
 // Keys match the json tag; camelCase spellings of snake_case tags are
-// accepted too.
+// accepted too. The JSON tree is strictjson's, as for the server's config.
 func decodeStrict(file string, data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	root, err := parseNode(dec)
+	root, err := strictjson.Parse(data)
 	if err != nil {
-		return syntaxError(file, data, dec, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return &FieldError{File: file, Msg: "unexpected data after the top-level object"}
+		var se *strictjson.SyntaxError
+		switch {
+		case errors.As(err, &se) && se.EOF:
+			return &FieldError{File: file, Msg: "unexpected end of JSON"}
+		case errors.As(err, &se) && se.Trailing:
+			return &FieldError{File: file, Msg: "unexpected data after the top-level object"}
+		}
+		return &FieldError{File: file, Msg: err.Error()}
 	}
 	return bind(file, "", root, reflect.ValueOf(v).Elem())
-}
-
-func syntaxError(file string, data []byte, dec *json.Decoder, err error) error {
-	off := dec.InputOffset()
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		off = se.Offset
-	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return &FieldError{File: file, Msg: "unexpected end of JSON"}
-	}
-	line, col := 1, 1
-	for _, c := range data[:min(int(off), len(data))] {
-		if c == '\n' {
-			line, col = line+1, 1
-		} else {
-			col++
-		}
-	}
-	msg := strings.TrimPrefix(err.Error(), "json: ")
-	return &FieldError{File: file, Msg: fmt.Sprintf("line %d, column %d: %s", line, col, msg)}
-}
-
-const maxDepth = 32
-
-func parseNode(dec *json.Decoder) (*node, error) { return parseDepth(dec, 0) }
-
-func parseDepth(dec *json.Decoder, depth int) (*node, error) {
-	if depth > maxDepth {
-		return nil, errors.New("nested too deep")
-	}
-	off := dec.InputOffset()
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	n := &node{offset: off}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			n.kind = 'o'
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				key, _ := kt.(string)
-				v, err := parseDepth(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				n.keys = append(n.keys, key)
-				n.vals = append(n.vals, v)
-			}
-		case '[':
-			n.kind = 'a'
-			for dec.More() {
-				v, err := parseDepth(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				n.vals = append(n.vals, v)
-			}
-		}
-		if _, err := dec.Token(); err != nil { // closing delimiter
-			return nil, err
-		}
-	case string:
-		n.kind, n.str = 's', t
-	case json.Number:
-		n.kind, n.num = 'n', t
-	case bool:
-		n.kind, n.b = 'b', t
-	case nil:
-		n.kind = 'z'
-	}
-	return n, nil
 }
 
 // normKey folds "scroll_up", "scrollUp" and "ScrollUp" together.
@@ -172,12 +85,12 @@ func join(path, key string) string {
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 
-func bind(file, path string, n *node, v reflect.Value) error {
+func bind(file, path string, n *strictjson.Node, v reflect.Value) error {
 	fail := func(format string, args ...any) error {
 		return &FieldError{File: file, Path: path, Msg: fmt.Sprintf(format, args...)}
 	}
 	if v.Kind() == reflect.Pointer {
-		if n.kind == 'z' {
+		if n.Kind == strictjson.Null {
 			v.SetZero()
 			return nil
 		}
@@ -187,7 +100,7 @@ func bind(file, path string, n *node, v reflect.Value) error {
 		return bind(file, path, n, v.Elem())
 	}
 	if v.CanAddr() && v.Addr().Type().Implements(unmarshalerType) {
-		raw, err := n.raw()
+		raw, err := rawScalar(n)
 		if err != nil {
 			return fail("%v", err)
 		}
@@ -198,8 +111,8 @@ func bind(file, path string, n *node, v reflect.Value) error {
 	}
 	switch v.Kind() {
 	case reflect.Struct:
-		if n.kind != 'o' {
-			return fail("want an object, got %s", n.what())
+		if n.Kind != strictjson.Object {
+			return fail("want an object, got %s", what(n))
 		}
 		fields := map[string]int{}
 		var names []string
@@ -212,8 +125,11 @@ func bind(file, path string, n *node, v reflect.Value) error {
 			fields[normKey(tag)] = i
 			names = append(names, tag)
 		}
+		if len(n.Dups) > 0 {
+			return &FieldError{File: file, Path: join(path, n.Dups[0]), Msg: "given twice"}
+		}
 		seen := map[string]string{}
-		for i, key := range n.keys {
+		for i, key := range n.Keys {
 			p := join(path, key)
 			idx, ok := fields[normKey(key)]
 			if !ok {
@@ -224,21 +140,21 @@ func bind(file, path string, n *node, v reflect.Value) error {
 				return &FieldError{File: file, Path: p, Msg: fmt.Sprintf("given twice (also as %q)", prev)}
 			}
 			seen[normKey(key)] = key
-			if err := bind(file, p, n.vals[i], v.Field(idx)); err != nil {
+			if err := bind(file, p, n.Vals[i], v.Field(idx)); err != nil {
 				return err
 			}
 		}
 		return nil
 	case reflect.Slice:
-		if n.kind == 'z' {
+		if n.Kind == strictjson.Null {
 			v.SetZero()
 			return nil
 		}
-		if n.kind != 'a' {
-			return fail("want an array, got %s", n.what())
+		if n.Kind != strictjson.Array {
+			return fail("want an array, got %s", what(n))
 		}
-		s := reflect.MakeSlice(v.Type(), len(n.vals), len(n.vals))
-		for i, e := range n.vals {
+		s := reflect.MakeSlice(v.Type(), len(n.Elems), len(n.Elems))
+		for i, e := range n.Elems {
 			if err := bind(file, fmt.Sprintf("%s[%d]", path, i), e, s.Index(i)); err != nil {
 				return err
 			}
@@ -246,17 +162,20 @@ func bind(file, path string, n *node, v reflect.Value) error {
 		v.Set(s)
 		return nil
 	case reflect.Map:
-		if n.kind != 'o' {
-			return fail("want an object, got %s", n.what())
+		if n.Kind != strictjson.Object {
+			return fail("want an object, got %s", what(n))
 		}
-		m := reflect.MakeMapWithSize(v.Type(), len(n.keys))
-		for i, key := range n.keys {
+		if len(n.Dups) > 0 {
+			return &FieldError{File: file, Path: join(path, n.Dups[0]), Msg: "given twice"}
+		}
+		m := reflect.MakeMapWithSize(v.Type(), len(n.Keys))
+		for i, key := range n.Keys {
 			kv := reflect.ValueOf(key).Convert(v.Type().Key())
 			if m.MapIndex(kv).IsValid() {
 				return &FieldError{File: file, Path: join(path, key), Msg: "given twice"}
 			}
 			ev := reflect.New(v.Type().Elem()).Elem()
-			if err := bind(file, join(path, key), n.vals[i], ev); err != nil {
+			if err := bind(file, join(path, key), n.Vals[i], ev); err != nil {
 				return err
 			}
 			m.SetMapIndex(kv, ev)
@@ -264,44 +183,44 @@ func bind(file, path string, n *node, v reflect.Value) error {
 		v.Set(m)
 		return nil
 	case reflect.String:
-		if n.kind != 's' {
-			return fail("want a string, got %s", n.what())
+		if n.Kind != strictjson.String {
+			return fail("want a string, got %s", what(n))
 		}
-		v.SetString(n.str)
+		v.SetString(n.Str)
 		return nil
 	case reflect.Bool:
-		if n.kind != 'b' {
-			return fail("want true or false, got %s", n.what())
+		if n.Kind != strictjson.Bool {
+			return fail("want true or false, got %s", what(n))
 		}
-		v.SetBool(n.b)
+		v.SetBool(n.Bool)
 		return nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		if n.kind != 'n' {
-			return fail("want an integer, got %s", n.what())
+		if n.Kind != strictjson.Number {
+			return fail("want an integer, got %s", what(n))
 		}
-		i, err := strconv.ParseInt(string(n.num), 10, 64)
+		i, err := strconv.ParseInt(string(n.Num), 10, 64)
 		if err != nil || v.OverflowInt(i) {
-			return fail("want an integer, got %s", n.num)
+			return fail("want an integer, got %s", n.Num)
 		}
 		v.SetInt(i)
 		return nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		if n.kind != 'n' {
-			return fail("want a non-negative integer, got %s", n.what())
+		if n.Kind != strictjson.Number {
+			return fail("want a non-negative integer, got %s", what(n))
 		}
-		u, err := strconv.ParseUint(string(n.num), 10, 64)
+		u, err := strconv.ParseUint(string(n.Num), 10, 64)
 		if err != nil || v.OverflowUint(u) {
-			return fail("want an integer from 0 to %d, got %s", uint64(1)<<(v.Type().Bits())-1, n.num)
+			return fail("want an integer from 0 to %d, got %s", uint64(1)<<(v.Type().Bits())-1, n.Num)
 		}
 		v.SetUint(u)
 		return nil
 	case reflect.Float32, reflect.Float64:
-		if n.kind != 'n' {
-			return fail("want a number, got %s", n.what())
+		if n.Kind != strictjson.Number {
+			return fail("want a number, got %s", what(n))
 		}
-		f, err := n.num.Float64()
+		f, err := n.Num.Float64()
 		if err != nil || math.IsInf(f, 0) {
-			return fail("want a number, got %s", n.num)
+			return fail("want a number, got %s", n.Num)
 		}
 		v.SetFloat(f)
 		return nil
@@ -309,17 +228,17 @@ func bind(file, path string, n *node, v reflect.Value) error {
 	return fail("cannot decode into %s", v.Type())
 }
 
-// raw re-encodes a scalar node for a json.Unmarshaler.
-func (n *node) raw() ([]byte, error) {
-	switch n.kind {
-	case 's':
-		return json.Marshal(n.str)
-	case 'n':
-		return []byte(n.num), nil
-	case 'b':
-		return json.Marshal(n.b)
-	case 'z':
+// rawScalar re-encodes a scalar for a json.Unmarshaler.
+func rawScalar(n *strictjson.Node) ([]byte, error) {
+	switch n.Kind {
+	case strictjson.String:
+		return json.Marshal(n.Str)
+	case strictjson.Number:
+		return []byte(n.Num), nil
+	case strictjson.Bool:
+		return json.Marshal(n.Bool)
+	case strictjson.Null:
 		return []byte("null"), nil
 	}
-	return nil, fmt.Errorf("want a single value, got %s", n.what())
+	return nil, fmt.Errorf("want a single value, got %s", what(n))
 }

@@ -1,22 +1,24 @@
-// Package boards describes the supported boards as data and opens their
-// hardware.
+// Package boards describes the supported boards as data: profiles, their
+// strict decoding and their validation.
 //
 // A profile (embedded JSON, see profiles/) says what is connected: the
 // display (an HD44780 character LCD behind a PCF8574 I²C backpack or on GPIO
-// lines, or a VT100 console on this terminal or on a serial port), its size
+// lines, a VT100 console on this terminal or on a serial port, or any
+// display LCDd drives), its size
 // and character ROM, the keypad's GPIO lines and keymap, the serial port.
 // Load and LoadFile decode a profile strictly: unknown fields, duplicate
 // fields and bad values are errors that name the field,
 //
 //	rpi-lcd2004-i2c.json: display.address: 0x50 is not a PCF8574 address (0x20-0x27, 0x38-0x3F)
 //
-// Open turns a profile into opened pieces (an I²C bus and address, GPIO
-// pins, a serial port, the terminal) for the drivers in display/hd44780,
-// display/console and device/input. periph's host drivers are initialised
-// there (host.Init), never at package init, and only when the profile uses
-// GPIO or I²C. Open's errors say what to check: a missing /dev/i2c-1 means
-// "enable I2C with raspi-config", a permission error means "add the user to
-// the i2c / gpio / dialout group".
+// The package is data only: it opens nothing. device.OpenBoard (and
+// device.OpenParts for the bare parts) turns a profile into hardware, for
+// termd and for every termrig check. The keypad grammar (keymaps and key
+// bindings) is termlink/internal/keymap's, shared with device/input.
+//
+// An lcdproc display makes termd a client of LCDproc's LCDd, which drives
+// the glass: display.address is LCDd's host:port and display.keys maps the
+// keys LCDd reports to keypad keys.
 //
 // PCF8574 datasheet (addresses): https://www.ti.com/lit/ds/symlink/pcf8574.pdf
 // Raspberry Pi GPIO and interfaces:

@@ -1,7 +1,6 @@
 package boards_test
 
 import (
-	"context"
 	"fmt"
 	"log"
 
@@ -27,19 +26,4 @@ func ExampleParse() {
 	}`))
 	fmt.Println(err)
 	// Output: rpi-lcd2004-i2c.json: display.address: 0x50 is not a PCF8574 address (0x20-0x27, 0x38-0x3F)
-}
-
-func ExampleOpen() {
-	p, err := boards.Load("rpi-lcd1602-i2c")
-	if err != nil {
-		log.Fatal(err)
-	}
-	dev, err := boards.Open(context.Background(), p)
-	if err != nil {
-		// e.g. boards: rpi-lcd1602-i2c: open I2C bus "1": /dev/i2c-1 does not
-		// exist: enable I2C with raspi-config (Interface Options > I2C), ...
-		log.Fatal(err)
-	}
-	defer dev.Close()
-	fmt.Println(dev.Bus, dev.Addr)
 }

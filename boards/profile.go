@@ -4,13 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"termlink/device/input"
+	"termlink/internal/keymap"
 )
 
 // Profile describes one board: its display, keypad and serial console.
@@ -41,22 +43,30 @@ const (
 	HD44780I2C  DisplayKind = "hd44780-i2c"  // character LCD behind a PCF8574 I²C backpack
 	HD44780GPIO DisplayKind = "hd44780-gpio" // character LCD on six GPIO lines (4-bit mode)
 	Console     DisplayKind = "console"      // VT100 terminal: this one, or over Serial
+	LCDproc     DisplayKind = "lcdproc"      // any display LCDproc's LCDd drives, termd as its client
 )
 
-var displayKinds = []DisplayKind{HD44780I2C, HD44780GPIO, Console}
+var displayKinds = []DisplayKind{HD44780I2C, HD44780GPIO, Console, LCDproc}
 
 // Display describes the screen.
 type Display struct {
 	Kind DisplayKind `json:"kind"`
 	// Rows and Cols are the LCD size (1, 2 or 4 rows; 8-40 columns, at
-	// most 20 with 4 rows). Not used by console displays.
+	// most 20 with 4 rows). Not used by console displays; for lcdproc the
+	// size assumed until LCDd tells its own (default 4 x 20).
 	Rows int `json:"rows,omitempty"`
 	Cols int `json:"cols,omitempty"`
 	// Bus is the periph I²C bus name ("1", "I2C1" or "/dev/i2c-1").
 	Bus string `json:"bus,omitempty"`
-	// Address is the backpack's I²C address, a JSON number or a string
-	// such as "0x27".
-	Address Addr `json:"address,omitempty"`
+	// Address is the backpack's I²C address (hd44780-i2c: a JSON number
+	// or a string such as "0x27"), or LCDd's host:port (lcdproc; default
+	// "127.0.0.1:13666").
+	Address Address `json:"address,omitzero"`
+	// Keys maps the names of the keys LCDd reports ("Up", "Enter", "1")
+	// to keypad keys, in the keypad's binding grammar ("#", "hold:*"):
+	// they drive the same text entry as a keypad. lcdproc only; default
+	// DefaultLCDprocKeys.
+	Keys map[string]string `json:"keys,omitempty"`
 	// PinMap is the backpack's wiring when it is not the common one
 	// (P0=RS, P1=RW, P2=EN, P3=backlight, P4-P7=D4-D7).
 	PinMap *PinMap `json:"pinmap,omitempty"`
@@ -106,6 +116,8 @@ const (
 type Keypad struct {
 	Kind KeypadKind `json:"kind"`
 	// Rows are the GPIO names of the row lines (driven), top to bottom.
+	// An lcdproc board may leave Rows and Cols out: the block then only
+	// sets up the text entry (mode, keys, phrases) for LCDd's keys.
 	Rows []string `json:"rows"`
 	// Cols are the GPIO names of the column lines (inputs with pull-ups),
 	// left to right.
@@ -152,6 +164,53 @@ type ConsoleSize struct {
 
 // Addr is an I²C address. In JSON it is a number (39) or a string ("0x27").
 type Addr uint16
+
+// Address is display.address: an I²C address or a network host:port,
+// as the display kind wants.
+type Address struct {
+	I2C  Addr   // hd44780-i2c
+	Host string // lcdproc: "127.0.0.1:13666"
+}
+
+// UnmarshalJSON accepts 39, "0x27" (I²C) and "host:port".
+func (a *Address) UnmarshalJSON(b []byte) error {
+	var s string
+	if len(b) > 0 && b[0] == '"' && json.Unmarshal(b, &s) == nil && strings.Contains(s, ":") {
+		*a = Address{Host: s}
+		return nil
+	}
+	var i Addr
+	if err := i.UnmarshalJSON(b); err != nil {
+		return err
+	}
+	*a = Address{I2C: i}
+	return nil
+}
+
+// MarshalJSON writes "0x27" or "host:port".
+func (a Address) MarshalJSON() ([]byte, error) { return json.Marshal(a.String()) }
+
+// IsZero reports an address not given.
+func (a Address) IsZero() bool { return a == Address{} }
+
+func (a Address) String() string {
+	if a.Host != "" {
+		return a.Host
+	}
+	return a.I2C.String()
+}
+
+// DefaultLCDprocKeys maps the keys LCDd's drivers usually report to a
+// 4x4 keypad (a profile with another keypad keeps the keys it has): the arrows scroll (Up, Down), delete (Left) and change the
+// case (Right), Enter sends; digits, letters A-D, * and # (from a driver
+// with a keyboard, such as curses) are themselves.
+func DefaultLCDprocKeys() map[string]string {
+	m := map[string]string{"Up": "A", "Down": "B", "Left": "D", "Right": "*", "Enter": "#"}
+	for _, k := range "0123456789ABCD*#" {
+		m[string(k)] = string(k)
+	}
+	return m
+}
 
 // UnmarshalJSON accepts 39, "39" or "0x27".
 func (a *Addr) UnmarshalJSON(b []byte) error {
@@ -233,6 +292,18 @@ func (p *Profile) applyDefaults() {
 			d.Backlight = &on
 		}
 	}
+	if d.Kind == LCDproc {
+		if d.Address.IsZero() {
+			d.Address = Address{Host: "127.0.0.1:13666"}
+		}
+		if d.Rows == 0 && d.Cols == 0 {
+			d.Rows, d.Cols = 4, 20
+		}
+		if d.Backlight == nil {
+			on := true
+			d.Backlight = &on
+		}
+	}
 	if k := p.Keypad; k != nil {
 		if k.Keymap == nil {
 			switch k.Kind {
@@ -251,6 +322,21 @@ func (p *Profile) applyDefaults() {
 				k.Keys = &KeyBindings{Case: "*", Send: "#", Delete: "D", ScrollUp: "A", ScrollDown: "B"}
 			case Keypad3x4:
 				k.Keys = &KeyBindings{Case: "*", Send: "#", Delete: "hold:*"}
+			}
+		}
+	}
+	if d.Kind == LCDproc && d.Keys == nil {
+		// The default map, less the keys the keypad does not have.
+		km := keymap.Keymap4x4()
+		if k := p.Keypad; k != nil {
+			if m, err := keymap.Parse(k.Keymap); err == nil {
+				km = m
+			}
+		}
+		d.Keys = map[string]string{}
+		for name, label := range DefaultLCDprocKeys() {
+			if b, err := keymap.ParseBinding(label); err == nil && km.Has(b.Key) {
+				d.Keys[name] = label
 			}
 		}
 	}
@@ -302,7 +388,7 @@ func (p *Profile) validate(file string) error {
 		}
 	}
 	if p.Keypad != nil {
-		p.Keypad.validate(v, usePin)
+		p.Keypad.validate(v, usePin, p.Display.Kind == LCDproc)
 	}
 	if p.Serial != nil {
 		s := p.Serial
@@ -354,6 +440,9 @@ func joinInts(xs []int) string {
 
 func (p *Profile) validateDisplay(v *validator) {
 	d := &p.Display
+	if d.Keys != nil && d.Kind != LCDproc && d.Kind != "" {
+		v.add("display.keys", "only an lcdproc display reports keys (a keypad's keys are keypad.keys)")
+	}
 	switch d.Kind {
 	case "":
 		v.add("display.kind", "required: one of %s", kindList())
@@ -387,6 +476,8 @@ func (p *Profile) validateDisplay(v *validator) {
 		if d.Backlight != nil {
 			v.add("display.backlight", "only an LCD has a backlight")
 		}
+	case LCDproc:
+		p.validateLCDproc(v)
 	default:
 		v.add("display.kind", "%q: want one of %s", d.Kind, kindList())
 		return
@@ -395,7 +486,9 @@ func (p *Profile) validateDisplay(v *validator) {
 		if d.Bus == "" {
 			v.add("display.bus", "required: the I2C bus, \"1\" on a Raspberry Pi")
 		}
-		switch a := d.Address; {
+		switch a := d.Address.I2C; {
+		case d.Address.Host != "":
+			v.add("display.address", "%q is a network address; an hd44780-i2c display wants the backpack's I2C address, such as \"0x27\"", d.Address.Host)
 		case a == 0:
 			v.add("display.address", "required: the backpack's address, usually \"0x27\" (PCF8574) or \"0x3F\" (PCF8574A)")
 		case !(a >= 0x20 && a <= 0x27) && !(a >= 0x38 && a <= 0x3f):
@@ -420,7 +513,7 @@ func (p *Profile) validateDisplay(v *validator) {
 		if d.Bus != "" {
 			v.add("display.bus", "only an hd44780-i2c display is on an I2C bus")
 		}
-		if d.Address != 0 {
+		if !d.Address.IsZero() && d.Kind != LCDproc {
 			v.add("display.address", "only an hd44780-i2c display has an I2C address")
 		}
 		if d.PinMap != nil {
@@ -439,6 +532,56 @@ func (p *Profile) validateDisplay(v *validator) {
 		}
 	} else if d.Pins != nil {
 		v.add("display.pins", "only an hd44780-gpio display has GPIO pins")
+	}
+}
+
+// validateLCDproc checks an lcdproc display: LCDd's address and the key
+// map.
+func (p *Profile) validateLCDproc(v *validator) {
+	d := &p.Display
+	if d.Address.Host == "" {
+		v.add("display.address", "%s: LCDd's address is host:port, such as \"127.0.0.1:13666\"", d.Address)
+	} else if host, port, err := net.SplitHostPort(d.Address.Host); err != nil || host == "" {
+		v.add("display.address", "%q: want host:port, such as \"127.0.0.1:13666\"", d.Address.Host)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		v.add("display.address", "%q: the port must be 1-65535", d.Address.Host)
+	}
+	if d.Rows < 1 || d.Rows > 64 {
+		v.add("display.rows", "%d: want 1-64 (the size until LCDd tells its own)", d.Rows)
+	}
+	if d.Cols < 1 || d.Cols > 256 {
+		v.add("display.cols", "%d: want 1-256 (the size until LCDd tells its own)", d.Cols)
+	}
+	if d.ROM != "" {
+		v.add("display.rom", "only an HD44780 has a character ROM; LCDd's driver maps characters itself")
+	}
+	if d.Pins != nil {
+		v.add("display.pins", "only an hd44780-gpio display has GPIO pins")
+	}
+	km := keymap.Keymap4x4()
+	if k := p.Keypad; k != nil {
+		if m, err := keymap.Parse(k.Keymap); err == nil {
+			km = m
+		}
+	}
+	names := make([]string, 0, len(d.Keys))
+	for name := range d.Keys {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		path := "display.keys." + name
+		if name == "" || len(name) > 40 || strings.ContainsFunc(name, func(r rune) bool { return r <= ' ' || r == '"' || r == '\\' || r == '{' || r == '}' || r > 0x7e }) {
+			v.add(path, "%q is not an LCDd key name (printable ASCII without spaces, quotes, braces or backslashes)", name)
+			continue
+		}
+		b, err := keymap.ParseBinding(d.Keys[name])
+		switch {
+		case err != nil || b.Key == 0:
+			v.add(path, "%q: want one keypad key such as \"#\", or \"hold:*\"", d.Keys[name])
+		case !km.Has(b.Key):
+			v.add(path, "key %q is not on the keypad (%s)", b.Key, km)
+		}
 	}
 }
 
@@ -468,7 +611,9 @@ func (m *PinMap) fields() []bitField {
 	return []bitField{{"rs", m.RS}, {"rw", m.RW}, {"en", m.EN}, {"bl", m.BL}, {"d4", m.D4}, {"d5", m.D5}, {"d6", m.D6}, {"d7", m.D7}}
 }
 
-func (k *Keypad) validate(v *validator, usePin func(field, name string)) {
+// validate checks the keypad; pinless allows a keypad block without pins
+// (on an lcdproc display it only sets up the text entry for LCDd's keys).
+func (k *Keypad) validate(v *validator, usePin func(field, name string), pinless bool) {
 	var nr, nc int
 	switch k.Kind {
 	case Keypad4x4:
@@ -482,10 +627,11 @@ func (k *Keypad) validate(v *validator, usePin func(field, name string)) {
 		v.add("keypad.kind", "%q: want \"4x4\" or \"3x4\"", k.Kind)
 		return
 	}
-	if len(k.Rows) != nr {
+	noPins := pinless && len(k.Rows) == 0 && len(k.Cols) == 0
+	if len(k.Rows) != nr && !noPins {
 		v.add("keypad.rows", "a %s keypad has %d row pins, got %d", k.Kind, nr, len(k.Rows))
 	}
-	if len(k.Cols) != nc {
+	if len(k.Cols) != nc && !noPins {
 		v.add("keypad.cols", "a %s keypad has %d column pins, got %d", k.Kind, nc, len(k.Cols))
 	}
 	for i, p := range k.Rows {
@@ -500,10 +646,10 @@ func (k *Keypad) validate(v *validator, usePin func(field, name string)) {
 		}
 		usePin(fmt.Sprintf("keypad.cols[%d]", i), p)
 	}
-	km, err := input.ParseKeymap(k.Keymap)
+	km, err := keymap.Parse(k.Keymap)
 	switch {
 	case err != nil:
-		v.add("keypad.keymap", "%s", strings.TrimPrefix(err.Error(), "input: "))
+		v.add("keypad.keymap", "%s", err.Error())
 		km = nil
 	default:
 		if r, c := km.Size(); r != nr || c != nc {
@@ -534,10 +680,10 @@ func (k *Keypad) validate(v *validator, usePin func(field, name string)) {
 	default:
 		v.add("keypad.mode", "%q: want \"multitap\" or \"kiosk\"", k.Mode)
 	}
-	bound := map[input.Binding]string{}
+	bound := map[keymap.Binding]string{}
 	if k.Keys != nil {
 		for _, f := range k.Keys.fields() {
-			b, err := input.ParseBinding(f.value)
+			b, err := keymap.ParseBinding(f.value)
 			p := "keypad.keys." + f.name
 			if err != nil {
 				v.add(p, "%q: want one key label such as \"#\", or \"hold:*\"", f.value)
@@ -563,8 +709,8 @@ func (k *Keypad) validate(v *validator, usePin func(field, name string)) {
 			v.add(p, "want one key label as the name")
 		case km != nil && !km.Has(r):
 			v.add(p, "key %q is not on the keypad (%s)", r, km)
-		case bound[input.Binding{Key: r}] != "" && k.Mode == "kiosk":
-			v.add(p, "key %q is also bound to %s", r, bound[input.Binding{Key: r}])
+		case bound[keymap.Binding{Key: r}] != "" && k.Mode == "kiosk":
+			v.add(p, "key %q is also bound to %s", r, bound[keymap.Binding{Key: r}])
 		}
 		if strings.TrimSpace(phrase) == "" {
 			v.add(p, "blank phrase")
@@ -578,30 +724,29 @@ func (b *KeyBindings) fields() []pinField {
 	return []pinField{{"case", b.Case}, {"send", b.Send}, {"delete", b.Delete}, {"scroll_up", b.ScrollUp}, {"scroll_down", b.ScrollDown}}
 }
 
-// InputKeymap returns the keymap for input.Opts.
-func (k *Keypad) InputKeymap() (input.Keymap, error) { return input.ParseKeymap(k.Keymap) }
+// Layout returns the keypad's keymap, parsed.
+func (k *Keypad) Layout() (keymap.Keymap, error) { return keymap.Parse(k.Keymap) }
 
-// Timing returns the debounce and repeat settings for input.Opts (zero
-// fields mean input's defaults).
-func (k *Keypad) Timing() input.Timing {
-	t := input.Timing{Debounce: time.Duration(k.Debounce), RepeatDelay: time.Duration(k.RepeatDelay)}
+// RepeatInterval is the time between auto-repeats (RepeatRate), zero for
+// the keypad driver's default.
+func (k *Keypad) RepeatInterval() time.Duration {
 	if k.RepeatRate > 0 {
-		t.RepeatInterval = time.Duration(float64(time.Second) / k.RepeatRate)
+		return time.Duration(float64(time.Second) / k.RepeatRate)
 	}
-	return t
+	return 0
 }
 
 // EntryKeys returns the text-entry bindings.
-func (k *Keypad) EntryKeys() input.Keys {
-	var out input.Keys
+func (k *Keypad) EntryKeys() keymap.Keys {
+	var out keymap.Keys
 	if k.Keys == nil {
 		return out
 	}
-	out.Case, _ = input.ParseBinding(k.Keys.Case)
-	out.Send, _ = input.ParseBinding(k.Keys.Send)
-	out.Delete, _ = input.ParseBinding(k.Keys.Delete)
-	out.ScrollUp, _ = input.ParseBinding(k.Keys.ScrollUp)
-	out.ScrollDown, _ = input.ParseBinding(k.Keys.ScrollDown)
+	out.Case, _ = keymap.ParseBinding(k.Keys.Case)
+	out.Send, _ = keymap.ParseBinding(k.Keys.Send)
+	out.Delete, _ = keymap.ParseBinding(k.Keys.Delete)
+	out.ScrollUp, _ = keymap.ParseBinding(k.Keys.ScrollUp)
+	out.ScrollDown, _ = keymap.ParseBinding(k.Keys.ScrollDown)
 	return out
 }
 
@@ -613,13 +758,4 @@ func (k *Keypad) PhraseMap() map[rune]string {
 		out[r] = p
 	}
 	return out
-}
-
-// Entry returns the text entry the profile asks for: a MultiTap or, in
-// kiosk mode, a Kiosk.
-func (k *Keypad) Entry() (input.Entry, error) {
-	if k.Mode == "kiosk" {
-		return input.NewKiosk(k.PhraseMap(), k.EntryKeys())
-	}
-	return input.NewMultiTap(input.MultiTapOpts{Keys: k.EntryKeys(), Timeout: time.Duration(k.MultitapTimeout)}), nil
 }

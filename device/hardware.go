@@ -25,18 +25,21 @@ type Hardware struct {
 	// sim board): logs must not go to it.
 	LocalTTY bool
 
-	dev     *boards.Device
+	dev     *Parts
 	runs    []func(ctx context.Context) error
 	closers []func() error
 }
 
 // OpenBoard opens the display and keypad (or console) a board profile
-// describes, with the drivers termd uses on them.
+// describes, with the drivers termd uses on them. It is the one place a
+// profile becomes hardware: termd and every termrig check open boards
+// through it (OpenParts for the bare parts, NewLCD and NewKeypad for the
+// drivers).
 func OpenBoard(ctx context.Context, p *boards.Profile, log *slog.Logger) (*Hardware, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	dev, err := boards.Open(ctx, p)
+	dev, err := OpenParts(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -47,35 +50,30 @@ func OpenBoard(ctx context.Context, p *boards.Profile, log *slog.Logger) (*Hardw
 		_ = dev.Close()
 		return nil, fmt.Errorf("board %s: %w", p.Name, err)
 	}
+	// Key events for the text entry: from the matrix keypad and from the
+	// keys LCDd reports.
+	var keySources []<-chan input.Event
 	d := p.Display
 	switch d.Kind {
 	case boards.HD44780I2C, boards.HD44780GPIO:
-		rom, err := display.ParseROM(d.ROM)
+		lcd, err := NewLCD(dev, hd44780.Opts{Logger: log})
 		if err != nil {
 			return fail(err)
 		}
-		opts := &hd44780.Opts{Rows: d.Rows, Cols: d.Cols, ROM: rom, Logger: log}
-		if d.Backlight != nil && !*d.Backlight {
-			opts.BacklightOff = true
-		}
-		var lcd *hd44780.Dev
-		if d.Kind == boards.HD44780I2C {
-			if pm := d.PinMap; pm != nil {
-				opts.Pins = pinMap(pm)
-			}
-			lcd, err = hd44780.New(dev.Bus, dev.Addr, opts)
-		} else {
-			l := dev.LCD
-			if l.Backlight != nil {
-				opts.Backlight = l.Backlight
-			}
-			lcd, err = hd44780.NewGPIO(l.RS, l.EN, l.D4, l.D5, l.D6, l.D7, opts)
-		}
-		if err != nil {
-			return fail(fmt.Errorf("LCD: %w", err))
-		}
 		h.View = &LCDView{Screen: lcd}
 		h.runs = append(h.runs, lcd.Run) // heals a glitched glass while idle
+	case boards.LCDproc:
+		lcd, keys, err := NewLCDproc(ctx, p, log)
+		if err != nil {
+			return fail(err)
+		}
+		h.View = &LCDView{Screen: lcd}
+		events := make(chan input.Event)
+		keySources = append(keySources, events)
+		h.runs = append(h.runs, lcd.Run, func(ctx context.Context) error {
+			FromLCDprocKeys(ctx, lcd.Keys(), keys, events)
+			return nil
+		})
 	case boards.Console:
 		var rw io.ReadWriter
 		if dev.Serial != nil {
@@ -102,28 +100,67 @@ func OpenBoard(ctx context.Context, p *boards.Profile, log *slog.Logger) (*Hardw
 	default:
 		return fail(fmt.Errorf("display kind %q is not supported", d.Kind))
 	}
-	if kp := p.Keypad; kp != nil && dev.Keypad != nil {
-		km, err := kp.InputKeymap()
+	if dev.Keypad != nil {
+		pad, err := NewKeypad(dev, input.Opts{Logger: log})
 		if err != nil {
 			return fail(err)
 		}
-		entry, err := kp.Entry()
+		keySources = append(keySources, pad.Events())
+		h.runs = append(h.runs, pad.Run)
+	}
+	if len(keySources) > 0 {
+		entry, err := KeypadEntry(p.Keypad)
 		if err != nil {
 			return fail(err)
 		}
-		pad, err := input.New(dev.Keypad.Rows, dev.Keypad.Cols, input.Opts{Keymap: km, Timing: kp.Timing(), Logger: log})
-		if err != nil {
-			return fail(fmt.Errorf("keypad: %w", err))
-		}
+		events := mergeEvents(keySources)
 		actions := make(chan input.Action)
-		h.runs = append(h.runs, pad.Run,
-			func(ctx context.Context) error { return input.Drive(ctx, pad.Events(), entry, actions) },
+		h.runs = append(h.runs, events.run,
+			func(ctx context.Context) error { return input.Drive(ctx, events.out, entry, actions) },
 			func(ctx context.Context) error { FromActions(ctx, actions, inputs); return nil })
 	}
 	return h, nil
 }
 
-func pinMap(pm *boards.PinMap) hd44780.PinMap {
+// NewLCD starts the HD44780 driver on an opened hd44780-i2c or
+// hd44780-gpio profile: size, ROM, backlight and backpack wiring from the
+// profile; opts gives the rest (logger, refresh, sleep).
+func NewLCD(parts *Parts, opts hd44780.Opts) (*hd44780.Dev, error) {
+	p := parts.Profile
+	d := p.Display
+	rom, err := display.ParseROM(d.ROM)
+	if err != nil {
+		return nil, fmt.Errorf("board %s: %w", p.Name, err)
+	}
+	opts.Rows, opts.Cols, opts.ROM = d.Rows, d.Cols, rom
+	if d.Backlight != nil && !*d.Backlight {
+		opts.BacklightOff = true
+	}
+	var lcd *hd44780.Dev
+	switch {
+	case d.Kind == boards.HD44780I2C && parts.Bus != nil:
+		if pm := d.PinMap; pm != nil {
+			opts.Pins = PinMap(pm)
+		}
+		lcd, err = hd44780.New(parts.Bus, parts.Addr, &opts)
+	case d.Kind == boards.HD44780GPIO && parts.LCD != nil:
+		l := parts.LCD
+		if l.Backlight != nil {
+			opts.Backlight = l.Backlight
+		}
+		lcd, err = hd44780.NewGPIO(l.RS, l.EN, l.D4, l.D5, l.D6, l.D7, &opts)
+	default:
+		return nil, fmt.Errorf("board %s has no character LCD on I2C or GPIO (display kind %q)", p.Name, d.Kind)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("LCD: %w", err)
+	}
+	return lcd, nil
+}
+
+// PinMap converts a profile's PCF8574 wiring into the driver's; fields
+// the profile leaves out keep the common wiring.
+func PinMap(pm *boards.PinMap) hd44780.PinMap {
 	m := hd44780.DefaultPinMap
 	set := func(dst *uint8, v *int) {
 		if v != nil {
@@ -140,6 +177,55 @@ func pinMap(pm *boards.PinMap) hd44780.PinMap {
 	set(&m.D7, pm.D7)
 	m.BacklightActiveLow = pm.BacklightActiveLow
 	return m
+}
+
+// NewKeypad starts the matrix keypad scanner on an opened profile's
+// keypad lines, with its keymap and timing; opts gives the rest, and its
+// non-zero Timing fields override the profile's (a check that counts a
+// held key as one press sets RepeatDelay -1).
+func NewKeypad(parts *Parts, opts input.Opts) (*input.Keypad, error) {
+	k := parts.Profile.Keypad
+	if k == nil || parts.Keypad == nil {
+		return nil, fmt.Errorf("board %s has no keypad", parts.Profile.Name)
+	}
+	km, err := k.Layout()
+	if err != nil {
+		return nil, err
+	}
+	t := KeypadTiming(k)
+	for _, f := range []struct{ dst, src *time.Duration }{{&t.Debounce, &opts.Timing.Debounce},
+		{&t.RepeatDelay, &opts.Timing.RepeatDelay}, {&t.RepeatInterval, &opts.Timing.RepeatInterval},
+		{&t.StuckAfter, &opts.Timing.StuckAfter}} {
+		if *f.src != 0 {
+			*f.dst = *f.src
+		}
+	}
+	opts.Keymap, opts.Timing = km, t
+	pad, err := input.New(parts.Keypad.Rows, parts.Keypad.Cols, opts)
+	if err != nil {
+		return nil, fmt.Errorf("keypad: %w", err)
+	}
+	return pad, nil
+}
+
+// KeypadTiming returns a profile keypad's debounce and repeat settings
+// (zero fields mean input's defaults).
+func KeypadTiming(k *boards.Keypad) input.Timing {
+	return input.Timing{Debounce: time.Duration(k.Debounce), RepeatDelay: time.Duration(k.RepeatDelay),
+		RepeatInterval: k.RepeatInterval()}
+}
+
+// KeypadEntry returns the text entry a profile's keypad asks for: a
+// MultiTap or, in kiosk mode, a Kiosk. Without a keypad block it is
+// multi-tap with the 4x4 bindings (LCDd's keys on an lcdproc board).
+func KeypadEntry(k *boards.Keypad) (input.Entry, error) {
+	if k == nil {
+		return input.NewMultiTap(input.MultiTapOpts{Keys: input.Keys4x4()}), nil
+	}
+	if k.Mode == "kiosk" {
+		return input.NewKiosk(k.PhraseMap(), k.EntryKeys())
+	}
+	return input.NewMultiTap(input.MultiTapOpts{Keys: k.EntryKeys(), Timeout: time.Duration(k.MultitapTimeout)}), nil
 }
 
 // Run runs the board's drivers (keypad scanning, console input, LCD

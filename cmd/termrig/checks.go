@@ -14,10 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"periph.io/x/conn/v3/gpio"
 	"periph.io/x/conn/v3/i2c"
 
 	"termlink/boards"
+	"termlink/device"
 	"termlink/device/input"
 	"termlink/display"
 	"termlink/testrig/checks"
@@ -226,8 +226,8 @@ func (a *app) lcdTest(ctx context.Context, args []string) error {
 // runLCD opens the LCD of spec and runs the patterns.
 func (a *app) runLCD(ctx context.Context, h hw, spec lcdSpec, o checks.LCDOptions) checks.Result {
 	o.Rows, o.Cols, o.ROM, o.Pins = spec.rows, spec.cols, spec.rom, spec.pins
-	if spec.gpio != nil {
-		dev, where, err := h.openGPIOLCD(spec)
+	if spec.board != nil {
+		dev, where, err := h.openGPIOLCD(ctx, spec)
 		if err != nil {
 			return h.openError("lcd-test", err)
 		}
@@ -340,7 +340,7 @@ func (a *app) keypadTest(ctx context.Context, args []string) error {
 	if err != nil {
 		return a.checkOutput(checks.Failed("keypad-test", err), *asJSON)
 	}
-	kp, err := a.boardKeypad(h, p, stuckAfter, &o)
+	kp, err := a.boardKeypad(ctx, p, stuckAfter, &o)
 	if err != nil {
 		return a.checkOutput(h.openError("keypad-test", err), *asJSON)
 	}
@@ -349,35 +349,17 @@ func (a *app) keypadTest(ctx context.Context, args []string) error {
 
 // boardKeypad opens the keypad of a profile (only its pins) and fills in
 // o's keymap and pin names.
-func (a *app) boardKeypad(h hw, p *boards.Profile, stuckAfter time.Duration, o *checks.KeypadOptions) (*input.Keypad, error) {
+func (a *app) boardKeypad(ctx context.Context, p *boards.Profile, stuckAfter time.Duration, o *checks.KeypadOptions) (*input.Keypad, error) {
 	k := p.Keypad
 	if k == nil {
 		return nil, fmt.Errorf("board %s has no keypad", p.Name)
 	}
-	km, err := k.InputKeymap()
+	km, err := k.Layout()
 	if err != nil {
 		return nil, fmt.Errorf("board %s: %w", p.Name, err)
 	}
-	rowPins, err := h.pins(k.Rows)
-	if err != nil {
-		return nil, err
-	}
-	colPins, err := h.pins(k.Cols)
-	if err != nil {
-		return nil, err
-	}
-	var rows []gpio.PinOut
-	for _, p := range rowPins {
-		rows = append(rows, p)
-	}
-	var cols []gpio.PinIn
-	for _, p := range colPins {
-		cols = append(cols, p)
-	}
-	timing := k.Timing()
-	timing.StuckAfter = stuckAfter
-	timing.RepeatDelay = -1 // a held key is one press here
-	kp, err := input.New(rows, cols, input.Opts{Keymap: km, Timing: timing})
+	// A held key is one press here.
+	kp, err := device.OpenKeypad(ctx, p, input.Opts{Timing: input.Timing{StuckAfter: stuckAfter, RepeatDelay: -1}})
 	if err != nil {
 		return nil, err
 	}
@@ -612,7 +594,7 @@ func (a *app) boardSteps(h hw, p *boards.Profile, f selftestFlags, bauds []int, 
 		steps = append(steps, checks.Step{Name: "lcd-test", Run: func(context.Context) checks.Result {
 			return checks.Failed("lcd-test", lcdErr)
 		}})
-	case lcd.gpio != nil:
+	case lcd.board != nil:
 		steps = append(steps, checks.Step{Name: "i2c-scan", NotApplicable: "the LCD is on GPIO lines, not I2C"},
 			checks.Step{Name: "lcd-test", Run: func(ctx context.Context) checks.Result {
 				return a.runLCD(ctx, h, lcd, checks.LCDOptions{Hold: hold})
@@ -672,7 +654,7 @@ func (a *app) boardSteps(h hw, p *boards.Profile, f selftestFlags, bauds []int, 
 				live = a.stderr
 			}
 			o := checks.KeypadOptions{Timeout: f.keypadTimeout, Live: live, ANSI: h.isTerminal(live)}
-			kp, err := a.boardKeypad(h, p, 5*time.Second, &o)
+			kp, err := a.boardKeypad(ctx, p, 5*time.Second, &o)
 			if err != nil {
 				return h.openError("keypad-test", err)
 			}

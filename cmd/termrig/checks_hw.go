@@ -5,115 +5,44 @@ package main
 // termlink/testrig/checks.
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"periph.io/x/conn/v3/gpio"
-	"periph.io/x/conn/v3/gpio/gpioreg"
 	"periph.io/x/conn/v3/i2c"
-	"periph.io/x/conn/v3/i2c/i2creg"
-	"periph.io/x/host/v3"
 
 	"termlink/boards"
+	"termlink/device"
 	"termlink/display"
 	"termlink/display/hd44780"
 	"termlink/testrig/checks"
 	"termlink/testrig/checks/sim"
 )
 
-// hw opens devices for the check commands.
+// hw opens devices for the check commands, through device's opener (the
+// one termd uses).
 type hw struct{}
 
-// hostInit loads periph's host drivers; it is cheap after the first call.
-func (hw) hostInit() error {
-	if _, err := host.Init(); err != nil {
-		return fmt.Errorf("loading periph's host drivers: %w", err)
-	}
-	return nil
-}
-
-var i2cBusNumber = regexp.MustCompile(`^(?:I2C|/dev/i2c-)?([0-9]+)$`)
-
-// i2cPath maps a bus name ("1", "I2C1", "/dev/i2c-1") to its device node,
-// "" for names that are not Linux bus numbers.
-func (hw) i2cPath(bus string) string {
-	if m := i2cBusNumber.FindStringSubmatch(bus); m != nil {
-		return "/dev/i2c-" + m[1]
-	}
-	return ""
-}
-
-// openI2C opens an I²C bus by number or name. A missing node or a
-// permission problem is explained before periph is asked (periph's own
-// errors lose the errno).
-func (h hw) openI2C(bus string) (i2c.BusCloser, string, error) {
+// openI2C opens an I²C bus by number or name and returns the name to show
+// (its /dev/i2c-N node when it has one).
+func (hw) openI2C(bus string) (i2c.BusCloser, string, error) {
 	name := bus
-	if dev := h.i2cPath(bus); dev != "" {
-		name = dev
-		if _, err := os.Stat(dev); err != nil {
-			return nil, name, checks.ExplainOpen(checks.I2CDevice, dev, err)
-		}
-		f, err := os.OpenFile(dev, os.O_RDWR, 0)
-		if err != nil {
-			return nil, name, checks.ExplainOpen(checks.I2CDevice, dev, err)
-		}
-		f.Close()
+	if node := device.I2CNode(bus); node != "" {
+		name = node
 	}
-	if err := h.hostInit(); err != nil {
-		return nil, name, err
-	}
-	b, err := i2creg.Open(bus)
+	b, err := device.OpenI2C(bus)
 	if err != nil {
-		var names []string
-		for _, r := range i2creg.All() {
-			names = append(names, r.Name)
-		}
-		if len(names) == 0 {
-			return nil, name, checks.ExplainOpen(checks.I2CDevice, name, fmt.Errorf("%w: no I2C bus found (%v)", fs.ErrNotExist, err))
-		}
-		return nil, name, fmt.Errorf("I2C bus %q: %v (buses: %s)", bus, err, strings.Join(names, ", "))
+		return nil, name, err
 	}
 	return b, name, nil
 }
 
-// pin looks a GPIO pin up by name ("GPIO17"), explaining why it is
-// missing: no GPIO chip, no permission, or a wrong name.
-func (h hw) pin(name string) (gpio.PinIO, error) {
-	if err := h.hostInit(); err != nil {
-		return nil, err
-	}
-	if p := gpioreg.ByName(name); p != nil {
-		return p, nil
-	}
-	chip := "/dev/gpiochip0"
-	if _, err := os.Stat(chip); err != nil {
-		return nil, fmt.Errorf("GPIO pin %s: %w", name, checks.ExplainOpen(checks.GPIODevice, chip, err))
-	}
-	if f, err := os.OpenFile(chip, os.O_RDWR, 0); err != nil {
-		return nil, fmt.Errorf("GPIO pin %s: %w", name, checks.ExplainOpen(checks.GPIODevice, chip, err))
-	} else {
-		f.Close()
-	}
-	return nil, fmt.Errorf("no GPIO pin named %q: periph names the lines GPIO0-GPIO27 on a Raspberry Pi (gpioinfo lists them)", name)
-}
-
-// pins looks several pins up.
-func (h hw) pins(names []string) ([]gpio.PinIO, error) {
-	var out []gpio.PinIO
-	for _, n := range names {
-		p, err := h.pin(n)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
-}
+// pin looks a GPIO pin up by name ("GPIO17").
+func (hw) pin(name string) (gpio.PinIO, error) { return device.OpenPin(name) }
 
 // isSim reports whether a board name means the simulated rig.
 func (hw) isSim(board string) bool { return board == "sim" }
@@ -138,7 +67,7 @@ type lcdSpec struct {
 	rows, cols int
 	rom        display.ROM
 	pins       hd44780.PinMap
-	gpio       *boards.LCDPins
+	board      *boards.Profile // the profile of a GPIO LCD, opened by device
 }
 
 // boardLCD returns the LCD of a profile, or an error when it has none.
@@ -154,49 +83,31 @@ func (hw) boardLCD(p *boards.Profile) (lcdSpec, error) {
 	}
 	switch d.Kind {
 	case boards.HD44780I2C:
-		s.bus, s.addr = d.Bus, uint16(d.Address)
+		s.bus, s.addr = d.Bus, uint16(d.Address.I2C)
 		if m := d.PinMap; m != nil {
-			s.pins = hd44780.DefaultPinMap
-			for _, f := range []struct {
-				src *int
-				dst *uint8
-			}{{m.RS, &s.pins.RS}, {m.RW, &s.pins.RW}, {m.EN, &s.pins.EN}, {m.BL, &s.pins.BL},
-				{m.D4, &s.pins.D4}, {m.D5, &s.pins.D5}, {m.D6, &s.pins.D6}, {m.D7, &s.pins.D7}} {
-				if f.src != nil {
-					*f.dst = uint8(*f.src)
-				}
-			}
-			s.pins.BacklightActiveLow = m.BacklightActiveLow
+			s.pins = device.PinMap(m)
 		}
 	case boards.HD44780GPIO:
-		s.gpio = d.Pins
+		s.board = p
 	default:
 		return s, fmt.Errorf("board %s has no character LCD (display kind %q)", p.Name, d.Kind)
 	}
 	return s, nil
 }
 
-// openGPIOLCD opens an HD44780 wired to GPIO lines.
-func (h hw) openGPIOLCD(s lcdSpec) (*hd44780.Dev, string, error) {
-	lp := s.gpio
-	names := []string{lp.RS, lp.EN, lp.D4, lp.D5, lp.D6, lp.D7}
-	ps, err := h.pins(names)
+// openGPIOLCD opens an HD44780 wired to GPIO lines, as termd does.
+func (hw) openGPIOLCD(ctx context.Context, s lcdSpec) (*hd44780.Dev, string, error) {
+	parts, err := device.OpenParts(ctx, s.board)
 	if err != nil {
 		return nil, "", err
 	}
-	opts := &hd44780.Opts{Rows: s.rows, Cols: s.cols, ROM: s.rom, Refresh: -1}
-	if lp.Backlight != "" {
-		bl, err := h.pin(lp.Backlight)
-		if err != nil {
-			return nil, "", err
-		}
-		opts.Backlight = bl
-	}
-	dev, err := hd44780.NewGPIO(ps[0], ps[1], ps[2], ps[3], ps[4], ps[5], opts)
+	dev, err := device.NewLCD(parts, hd44780.Opts{Refresh: -1})
 	if err != nil {
+		parts.Close()
 		return nil, "", err
 	}
-	return dev, "GPIO " + strings.Join(names, ","), nil
+	lp := s.board.Display.Pins
+	return dev, "GPIO " + strings.Join([]string{lp.RS, lp.EN, lp.D4, lp.D5, lp.D6, lp.D7}, ","), nil
 }
 
 // parseAddr parses an I²C address: 0x27, 39.
@@ -253,10 +164,28 @@ func (hw) isTerminal(w any) bool {
 }
 
 // openError is how a device that did not open is reported: as a failed
-// Result, so that --json still prints one.
+// Result, so that --json still prints one. A missing or forbidden device
+// node is explained as the other checks explain it.
 func (hw) openError(name string, err error) checks.Result {
-	var oe *boards.OpenError
-	if errors.As(err, &oe) && oe.Hint != "" {
+	var oe *device.OpenError
+	if !errors.As(err, &oe) {
+		return checks.Failed(name, err)
+	}
+	if oe.Node != "" {
+		kind := checks.SerialDevice
+		switch {
+		case strings.HasPrefix(oe.Node, "/dev/i2c"):
+			kind = checks.I2CDevice
+		case strings.HasPrefix(oe.Node, "/dev/gpiochip"):
+			kind = checks.GPIODevice
+		}
+		err := checks.ExplainOpen(kind, oe.Node, oe.Err)
+		if oe.Pin != "" {
+			err = fmt.Errorf("GPIO pin %s: %w", oe.Pin, err)
+		}
+		return checks.Failed(name, err)
+	}
+	if oe.Hint != "" {
 		return checks.Failed(name, fmt.Errorf("%s: %v: %s", oe.What, oe.Err, oe.Hint))
 	}
 	return checks.Failed(name, err)

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"termlink/internal/keymap"
 	"time"
 	"unicode"
-	"unicode/utf8"
 )
 
 // Mode is the multi-tap letter case.
@@ -31,62 +31,28 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
 
-// Binding ties a function to a key: pressed (Hold false) or held until it
-// auto-repeats (Hold true).
-type Binding struct {
-	Key  rune
-	Hold bool
-}
+// Binding ties a function to a key: pressed or held (keymap.Binding).
+type Binding = keymap.Binding
 
 // ParseBinding parses "#" (press) or "hold:*" (hold); "" is no binding.
 func ParseBinding(s string) (Binding, error) {
-	if s == "" {
-		return Binding{}, nil
+	b, err := keymap.ParseBinding(s)
+	if err != nil {
+		return Binding{}, fmt.Errorf("input: %w", err)
 	}
-	b := Binding{}
-	if rest, ok := strings.CutPrefix(s, "hold:"); ok {
-		b.Hold, s = true, rest
-	}
-	r, size := utf8.DecodeRuneInString(s)
-	if size == 0 || size != len(s) || r == utf8.RuneError {
-		return Binding{}, fmt.Errorf("input: key binding %q: want one key label, optionally after \"hold:\"", s)
-	}
-	b.Key = r
 	return b, nil
 }
 
-func (b Binding) String() string {
-	switch {
-	case b.Key == 0:
-		return ""
-	case b.Hold:
-		return "hold:" + string(b.Key)
-	}
-	return string(b.Key)
-}
-
-// Keys binds the text-entry functions to keypad keys. A zero Binding
-// leaves the function unbound.
-type Keys struct {
-	Case       Binding // cycle abc / ABC / 123
-	Send       Binding // send the text
-	Delete     Binding // delete the last character (repeats while held)
-	ScrollUp   Binding // scroll the conversation (repeats while held)
-	ScrollDown Binding
-}
+// Keys binds the text-entry functions to keypad keys (keymap.Keys).
+type Keys = keymap.Keys
 
 // Keys4x4 is the default binding for a 4x4 keypad: * case, # send,
 // D delete, A/B scroll up/down.
-func Keys4x4() Keys {
-	return Keys{Case: Binding{Key: '*'}, Send: Binding{Key: '#'}, Delete: Binding{Key: 'D'},
-		ScrollUp: Binding{Key: 'A'}, ScrollDown: Binding{Key: 'B'}}
-}
+func Keys4x4() Keys { return keymap.Keys4x4() }
 
 // Keys3x4 is the default binding for a 3x4 keypad: * case, holding *
 // deletes, # send; no scrolling.
-func Keys3x4() Keys {
-	return Keys{Case: Binding{Key: '*'}, Send: Binding{Key: '#'}, Delete: Binding{Key: '*', Hold: true}}
-}
+func Keys3x4() Keys { return keymap.Keys3x4() }
 
 type function uint8
 
@@ -99,7 +65,7 @@ const (
 	fnScrollDown
 )
 
-func (k Keys) lookup(key rune, hold bool) function {
+func lookup(k Keys, key rune, hold bool) function {
 	for _, b := range []struct {
 		b  Binding
 		fn function
@@ -274,7 +240,7 @@ func (m *MultiTap) Handle(ev Event) []Action {
 	case KeyDown:
 		acts := m.Tick(ev.Time)
 		m.down, m.held = ev.Key, false
-		m.deferred = m.o.Keys.lookup(ev.Key, true) != fnNone
+		m.deferred = lookup(m.o.Keys, ev.Key, true) != fnNone
 		if m.deferred {
 			return acts
 		}
@@ -286,13 +252,13 @@ func (m *MultiTap) Handle(ev Event) []Action {
 		}
 		first := !m.held
 		m.held = true
-		if fn := m.o.Keys.lookup(ev.Key, true); fn != fnNone {
+		if fn := lookup(m.o.Keys, ev.Key, true); fn != fnNone {
 			if first || repeats(fn) {
 				return m.do(fn)
 			}
 			return nil
 		}
-		if _, ok := m.letters[ev.Key]; ok && m.o.Keys.lookup(ev.Key, false) == fnNone {
+		if _, ok := m.letters[ev.Key]; ok && lookup(m.o.Keys, ev.Key, false) == fnNone {
 			if first && unicode.IsDigit(ev.Key) && m.mode != Digits {
 				// Held letter key: undo the press, type the digit.
 				m.restore(m.undo)
@@ -302,7 +268,7 @@ func (m *MultiTap) Handle(ev Event) []Action {
 			}
 			return nil
 		}
-		if fn := m.o.Keys.lookup(ev.Key, false); repeats(fn) {
+		if fn := lookup(m.o.Keys, ev.Key, false); repeats(fn) {
 			return m.do(fn)
 		}
 	case KeyUp:
@@ -322,7 +288,7 @@ func repeats(fn function) bool {
 }
 
 func (m *MultiTap) tap(key rune, now time.Time) []Action {
-	if fn := m.o.Keys.lookup(key, false); fn != fnNone {
+	if fn := lookup(m.o.Keys, key, false); fn != fnNone {
 		return m.do(fn)
 	}
 	letters, ok := m.letters[key]
@@ -450,7 +416,7 @@ func (k *Kiosk) Handle(ev Event) []Action {
 		}
 		return nil
 	}
-	switch k.keys.lookup(ev.Key, false) {
+	switch lookup(k.keys, ev.Key, false) {
 	case fnScrollUp:
 		return []Action{{Kind: ScrollUp}}
 	case fnScrollDown:

@@ -3,89 +3,28 @@ package input
 import (
 	"fmt"
 	"strconv"
-	"strings"
+	"termlink/internal/keymap"
 	"time"
-	"unicode/utf8"
 )
 
-// Keymap gives the label of each key of a matrix keypad, by row then
-// column, as printed on the keypad ('0'-'9', 'A'-'D', '*', '#').
-type Keymap [][]rune
+// Keymap gives the label of each key of a matrix keypad (the grammar is
+// termlink/internal/keymap's, shared with board profiles).
+type Keymap = keymap.Keymap
 
 // Keymap4x4 is the usual 16-key membrane keypad.
-func Keymap4x4() Keymap { return mustKeymap("123A", "456B", "789C", "*0#D") }
+func Keymap4x4() Keymap { return keymap.Keymap4x4() }
 
 // Keymap3x4 is the usual 12-key telephone keypad (4 rows, 3 columns).
-func Keymap3x4() Keymap { return mustKeymap("123", "456", "789", "*0#") }
+func Keymap3x4() Keymap { return keymap.Keymap3x4() }
 
-func mustKeymap(rows ...string) Keymap {
-	km, err := ParseKeymap(rows)
-	if err != nil {
-		panic(err)
-	}
-	return km
-}
-
-// ParseKeymap builds a Keymap from one string per row, one character per
-// key, as board profiles store it: ["123A", "456B", "789C", "*0#D"]. Rows
-// must have the same length and labels must be unique.
+// ParseKeymap builds a Keymap from one string per row: ["123A", "456B",
+// "789C", "*0#D"] (keymap.Parse).
 func ParseKeymap(rows []string) (Keymap, error) {
-	if len(rows) == 0 {
-		return nil, fmt.Errorf("input: keymap has no rows")
-	}
-	seen := map[rune][2]int{}
-	km := make(Keymap, len(rows))
-	for r, s := range rows {
-		if !utf8.ValidString(s) {
-			return nil, fmt.Errorf("input: keymap row %d is not UTF-8", r)
-		}
-		km[r] = []rune(s)
-		if len(km[r]) != len(km[0]) {
-			return nil, fmt.Errorf("input: keymap row %d has %d keys, row 0 has %d", r, len(km[r]), len(km[0]))
-		}
-		for c, k := range km[r] {
-			if k < 0x21 || k == 0x7f {
-				return nil, fmt.Errorf("input: keymap row %d column %d: %q is not a printable label", r, c, k)
-			}
-			if at, dup := seen[k]; dup {
-				return nil, fmt.Errorf("input: keymap key %q is at row %d column %d and row %d column %d", k, at[0], at[1], r, c)
-			}
-			seen[k] = [2]int{r, c}
-		}
-	}
-	if len(km[0]) == 0 {
-		return nil, fmt.Errorf("input: keymap has no columns")
+	km, err := keymap.Parse(rows)
+	if err != nil {
+		return nil, fmt.Errorf("input: %w", err)
 	}
 	return km, nil
-}
-
-// Size returns the number of rows and columns.
-func (km Keymap) Size() (rows, cols int) {
-	if len(km) == 0 {
-		return 0, 0
-	}
-	return len(km), len(km[0])
-}
-
-// Has reports whether key is on the keypad.
-func (km Keymap) Has(key rune) bool {
-	for _, row := range km {
-		for _, k := range row {
-			if k == key {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// String returns the keymap in the profile form, "123A/456B/789C/*0#D".
-func (km Keymap) String() string {
-	rows := make([]string, len(km))
-	for i, r := range km {
-		rows[i] = string(r)
-	}
-	return strings.Join(rows, "/")
 }
 
 // Kind is the kind of a keypad Event.

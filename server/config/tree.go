@@ -1,43 +1,27 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
+
+	"termlink/internal/strictjson"
 )
 
 // kind is a JSON value's type.
-type kind int
+type kind = strictjson.Kind
 
 const (
-	kNull kind = iota
-	kBool
-	kNumber
-	kString
-	kArray
-	kObject
+	kNull   = strictjson.Null
+	kBool   = strictjson.Bool
+	kNumber = strictjson.Number
+	kString = strictjson.String
+	kArray  = strictjson.Array
+	kObject = strictjson.Object
 )
 
-func (k kind) String() string {
-	switch k {
-	case kBool:
-		return "boolean"
-	case kNumber:
-		return "number"
-	case kString:
-		return "string"
-	case kArray:
-		return "array"
-	case kObject:
-		return "object"
-	}
-	return "null"
-}
-
 // node is a decoded JSON value that keeps object keys in order and notes
-// keys given more than once.
+// keys given more than once: strictjson's tree (shared with boards), in
+// the field names this package's walker uses.
 type node struct {
 	kind  kind
 	b     bool
@@ -51,87 +35,24 @@ type node struct {
 
 // decodeTree decodes data, which must hold exactly one JSON value.
 func decodeTree(data []byte) (*node, *Error) {
-	// encoding/json's Decoder.Token reports offsets relative to its buffer,
-	// so find syntax errors (with exact positions) first.
-	var raw json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return nil, syntaxError(data, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	n, err := readValue(dec)
+	root, err := strictjson.Parse(data)
 	if err != nil {
-		return nil, &Error{Msg: "invalid JSON: " + err.Error(), Err: err}
+		var se *strictjson.SyntaxError
+		if errors.As(err, &se) {
+			return nil, syntaxError(data, se.Err)
+		}
+		return nil, &Error{Msg: err.Error(), Err: errors.Unwrap(err)}
 	}
-	return n, nil
+	return fromTree(root), nil
 }
 
-func readValue(dec *json.Decoder) (*node, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
+func fromTree(n *strictjson.Node) *node {
+	out := &node{kind: n.Kind, b: n.Bool, num: n.Num, str: n.Str, keys: n.Keys, dups: n.Dups}
+	for _, e := range n.Elems {
+		out.elems = append(out.elems, fromTree(e))
 	}
-	switch t := tok.(type) {
-	case nil:
-		return &node{kind: kNull}, nil
-	case bool:
-		return &node{kind: kBool, b: t}, nil
-	case json.Number:
-		return &node{kind: kNumber, num: t}, nil
-	case string:
-		return &node{kind: kString, str: t}, nil
-	case json.Delim:
-		switch t {
-		case '[':
-			n := &node{kind: kArray}
-			for dec.More() {
-				v, err := readValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				n.elems = append(n.elems, v)
-			}
-			return n, closeDelim(dec, ']')
-		case '{':
-			n := &node{kind: kObject}
-			seen := map[string]bool{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				key, ok := kt.(string)
-				if !ok {
-					return nil, fmt.Errorf("object key is %v", kt)
-				}
-				v, err := readValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				if seen[key] {
-					n.dups = append(n.dups, key)
-					continue
-				}
-				seen[key] = true
-				n.keys = append(n.keys, key)
-				n.vals = append(n.vals, v)
-			}
-			return n, closeDelim(dec, '}')
-		}
+	for _, v := range n.Vals {
+		out.vals = append(out.vals, fromTree(v))
 	}
-	return nil, fmt.Errorf("unexpected token %v", tok)
-}
-
-func closeDelim(dec *json.Decoder, want json.Delim) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != want {
-		return errors.New("unbalanced " + want.String())
-	}
-	return nil
+	return out
 }

@@ -1,4 +1,4 @@
-package boards
+package device
 
 import (
 	"context"
@@ -17,13 +17,15 @@ import (
 	"periph.io/x/conn/v3/i2c/i2creg"
 	"periph.io/x/host/v3"
 
+	"termlink/boards"
+	"termlink/device/input"
 	"termlink/display/console"
 )
 
-// Device is an opened profile: the pieces its drivers need. Only the
+// Parts is an opened profile: the pieces its drivers need. Only the
 // fields for the profile's display kind and keypad are set.
-type Device struct {
-	Profile *Profile
+type Parts struct {
+	Profile *boards.Profile
 
 	// hd44780-i2c: the bus and the backpack's address.
 	Bus  i2c.BusCloser
@@ -56,7 +58,7 @@ type KeypadLines struct {
 }
 
 // Close releases what Open opened.
-func (d *Device) Close() error {
+func (d *Parts) Close() error {
 	var errs []error
 	if d.Bus != nil {
 		errs = append(errs, d.Bus.Close())
@@ -73,14 +75,22 @@ func (d *Device) Close() error {
 // OpenError is a failure to open part of a board, with a hint of what to
 // check.
 type OpenError struct {
-	Board string // profile name
+	Board string // profile name; "" when not opening a profile
 	What  string // "I2C bus \"1\"", "GPIO pin GPIO25 (display.pins.rs)", ...
 	Hint  string // what to check, for a human
-	Err   error
+	// Node is the device node that is missing or not allowed
+	// ("/dev/i2c-1", "/dev/gpiochip0", "/dev/ttyUSB0"), when that is the
+	// problem; Err then is the error of stat or open on it.
+	Node string
+	Pin  string // the GPIO pin name, for a pin
+	Err  error
 }
 
 func (e *OpenError) Error() string {
-	s := fmt.Sprintf("boards: %s: open %s: %v", e.Board, e.What, e.Err)
+	s := fmt.Sprintf("open %s: %v", e.What, e.Err)
+	if e.Board != "" {
+		s = "board " + e.Board + ": " + s
+	}
 	if e.Hint != "" {
 		s += ": " + e.Hint
 	}
@@ -144,22 +154,22 @@ func realSystem() *system {
 // Open opens the hardware a profile describes. periph's host drivers are
 // initialised (host.Init) here, and only when the profile has an LCD or a
 // keypad. Errors are *OpenError with a hint of what to check. Close the
-// Device when done.
-func Open(ctx context.Context, p *Profile) (*Device, error) {
+// Parts when done.
+func OpenParts(ctx context.Context, p *boards.Profile) (*Parts, error) {
 	return realSystem().open(ctx, p)
 }
 
-func (s *system) open(ctx context.Context, p *Profile) (_ *Device, err error) {
+func (s *system) open(ctx context.Context, p *boards.Profile) (_ *Parts, err error) {
 	if p == nil {
-		return nil, errors.New("boards: Open: nil profile")
+		return nil, errors.New("device: OpenParts: nil profile")
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("boards: %s: %w", p.Name, err)
+		return nil, fmt.Errorf("board %s: %w", p.Name, err)
 	}
 	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("boards: %s: invalid profile: %w", p.Name, err)
+		return nil, fmt.Errorf("board %s: invalid profile: %w", p.Name, err)
 	}
-	d := &Device{Profile: p}
+	d := &Parts{Profile: p}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -170,36 +180,20 @@ func (s *system) open(ctx context.Context, p *Profile) (_ *Device, err error) {
 	}
 
 	disp := p.Display
-	if disp.Kind == HD44780I2C || disp.Kind == HD44780GPIO || p.Keypad != nil {
+	if disp.Kind == boards.HD44780I2C || disp.Kind == boards.HD44780GPIO || hasKeypadPins(p) {
 		if err := s.hostInit(); err != nil {
 			return nil, fail("periph host drivers", "", err)
 		}
 	}
 
 	switch disp.Kind {
-	case HD44780I2C:
-		what := fmt.Sprintf("I2C bus %q", disp.Bus)
-		if dev := i2cDevice(disp.Bus); dev != "" {
-			if _, err := s.stat(dev); errors.Is(err, fs.ErrNotExist) {
-				return nil, fail(what, HintI2CMissing, fmt.Errorf("%s does not exist", dev))
-			}
-			if err := s.canOpen(dev); errors.Is(err, fs.ErrPermission) {
-				return nil, fail(what, HintI2CPermission, err)
-			}
-		}
-		bus, err := s.i2cOpen(disp.Bus)
+	case boards.HD44780I2C:
+		bus, err := s.openI2C(p.Name, disp.Bus)
 		if err != nil {
-			hint := HintI2CBus
-			if names := s.i2cNames(); len(names) > 0 {
-				sort.Strings(names)
-				hint += " (buses present: " + strings.Join(names, ", ") + ")"
-			} else {
-				hint += "; no I2C bus found: " + HintI2CMissing
-			}
-			return nil, fail(what, hint, err)
+			return nil, err
 		}
-		d.Bus, d.Addr = bus, uint16(disp.Address)
-	case HD44780GPIO:
+		d.Bus, d.Addr = bus, uint16(disp.Address.I2C)
+	case boards.HD44780GPIO:
 		lp := disp.Pins
 		l := &LCDLines{}
 		for _, f := range []struct {
@@ -218,7 +212,7 @@ func (s *system) open(ctx context.Context, p *Profile) (_ *Device, err error) {
 			*f.dst = pin
 		}
 		d.LCD = l
-	case Console:
+	case boards.Console:
 		if sp := p.Serial; sp != nil {
 			what := "serial port " + sp.Port
 			if _, err := s.stat(sp.Port); errors.Is(err, fs.ErrNotExist) {
@@ -247,47 +241,142 @@ func (s *system) open(ctx context.Context, p *Profile) (_ *Device, err error) {
 		}
 	}
 
-	if k := p.Keypad; k != nil {
-		kl := &KeypadLines{}
-		for i, name := range k.Rows {
-			pin, err := s.gpio(p, fmt.Sprintf("keypad.rows[%d]", i), name)
-			if err != nil {
-				return nil, err
-			}
-			kl.Rows = append(kl.Rows, pin)
-		}
-		for i, name := range k.Cols {
-			pin, err := s.gpio(p, fmt.Sprintf("keypad.cols[%d]", i), name)
-			if err != nil {
-				return nil, err
-			}
-			kl.Cols = append(kl.Cols, pin)
+	if hasKeypadPins(p) {
+		kl, err := s.keypadLines(p)
+		if err != nil {
+			return nil, err
 		}
 		d.Keypad = kl
 	}
 	return d, nil
 }
 
+// hasKeypadPins reports whether the profile has a matrix keypad on GPIO
+// lines (an lcdproc display's keypad block may only configure text entry
+// for LCDd's keys).
+func hasKeypadPins(p *boards.Profile) bool {
+	return p.Keypad != nil && len(p.Keypad.Rows)+len(p.Keypad.Cols) > 0
+}
+
 // gpio looks a pin up by name; a missing pin gets a hint about why.
-func (s *system) gpio(p *Profile, field, name string) (gpio.PinIO, error) {
+func (s *system) gpio(p *boards.Profile, field, name string) (gpio.PinIO, error) {
+	return s.pinNamed(p.Name, field, name)
+}
+
+// openI2C opens an I²C bus, explaining a missing or forbidden node.
+func (s *system) openI2C(board, busName string) (i2c.BusCloser, error) {
+	what := fmt.Sprintf("I2C bus %q", busName)
+	if dev := i2cDevice(busName); dev != "" {
+		if _, err := s.stat(dev); errors.Is(err, fs.ErrNotExist) {
+			return nil, &OpenError{Board: board, What: what, Hint: HintI2CMissing, Node: dev, Err: err}
+		}
+		if err := s.canOpen(dev); errors.Is(err, fs.ErrPermission) {
+			return nil, &OpenError{Board: board, What: what, Hint: HintI2CPermission, Node: dev, Err: err}
+		}
+	}
+	bus, err := s.i2cOpen(busName)
+	if err != nil {
+		hint := HintI2CBus
+		if names := s.i2cNames(); len(names) > 0 {
+			sort.Strings(names)
+			hint += " (buses present: " + strings.Join(names, ", ") + ")"
+		} else {
+			hint += "; no I2C bus found: " + HintI2CMissing
+		}
+		return nil, &OpenError{Board: board, What: what, Hint: hint, Err: err}
+	}
+	return bus, nil
+}
+
+// OpenI2C opens an I²C bus by periph name ("1", "I2C1", "/dev/i2c-1"),
+// for checks given a bus rather than a board; errors are *OpenError.
+func OpenI2C(bus string) (i2c.BusCloser, error) {
+	s := realSystem()
+	if err := s.hostInit(); err != nil {
+		return nil, &OpenError{What: "periph host drivers", Err: err}
+	}
+	return s.openI2C("", bus)
+}
+
+// OpenPin looks a GPIO pin up by periph name ("GPIO17"), for checks given
+// pins rather than a board; errors are *OpenError.
+func OpenPin(name string) (gpio.PinIO, error) {
+	s := realSystem()
+	if err := s.hostInit(); err != nil {
+		return nil, &OpenError{What: "periph host drivers", Err: err}
+	}
+	return s.pinNamed("", "", name)
+}
+
+// OpenKeypad opens only the keypad of a profile (its GPIO lines) and
+// starts its scanner, for the keypad check; opts gives what the profile
+// does not (logger, stuck-key time).
+func OpenKeypad(ctx context.Context, p *boards.Profile, opts input.Opts) (*input.Keypad, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("board %s: invalid profile: %w", p.Name, err)
+	}
+	if !hasKeypadPins(p) {
+		return nil, fmt.Errorf("board %s has no keypad", p.Name)
+	}
+	s := realSystem()
+	if err := s.hostInit(); err != nil {
+		return nil, &OpenError{Board: p.Name, What: "periph host drivers", Err: err}
+	}
+	kl, err := s.keypadLines(p)
+	if err != nil {
+		return nil, err
+	}
+	return NewKeypad(&Parts{Profile: p, Keypad: kl}, opts)
+}
+
+func (s *system) keypadLines(p *boards.Profile) (*KeypadLines, error) {
+	k := p.Keypad
+	kl := &KeypadLines{}
+	for i, name := range k.Rows {
+		pin, err := s.gpio(p, fmt.Sprintf("keypad.rows[%d]", i), name)
+		if err != nil {
+			return nil, err
+		}
+		kl.Rows = append(kl.Rows, pin)
+	}
+	for i, name := range k.Cols {
+		pin, err := s.gpio(p, fmt.Sprintf("keypad.cols[%d]", i), name)
+		if err != nil {
+			return nil, err
+		}
+		kl.Cols = append(kl.Cols, pin)
+	}
+	return kl, nil
+}
+
+// pinNamed looks a pin up by name; a missing pin gets a hint about why.
+func (s *system) pinNamed(board, field, name string) (gpio.PinIO, error) {
 	if pin := s.pin(name); pin != nil {
 		return pin, nil
 	}
-	hint := HintGPIOName
+	what := "GPIO pin " + name
+	if field != "" {
+		what += " (" + field + ")"
+	}
+	e := &OpenError{Board: board, What: what, Pin: name, Hint: HintGPIOName, Err: errors.New("not found")}
 	chips := "/dev/gpiochip0"
 	if _, err := s.stat(chips); errors.Is(err, fs.ErrNotExist) {
-		hint = HintGPIOMissing
+		e.Hint, e.Node, e.Err = HintGPIOMissing, chips, err
 	} else if err := s.canOpen(chips); errors.Is(err, fs.ErrPermission) {
-		hint = HintGPIOPerm
+		e.Hint, e.Node, e.Err = HintGPIOPerm, chips, err
 	}
-	return nil, &OpenError{Board: p.Name, What: fmt.Sprintf("GPIO pin %s (%s)", name, field), Hint: hint,
-		Err: errors.New("not found")}
+	return nil, e
 }
 
 var i2cNumber = regexp.MustCompile(`^(?:I2C|/dev/i2c-)?([0-9]+)$`)
 
-// i2cDevice maps a periph bus name to its /dev/i2c-N node, or "" when the
-// name is not a Linux bus number.
+// I2CNode maps a periph bus name ("1", "I2C1", "/dev/i2c-1") to its
+// /dev/i2c-N node, or "" when the name is not a Linux bus number.
+func I2CNode(bus string) string { return i2cDevice(bus) }
+
 func i2cDevice(bus string) string {
 	m := i2cNumber.FindStringSubmatch(bus)
 	if m == nil {

@@ -1,4 +1,4 @@
-package boards
+package device
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"periph.io/x/conn/v3/i2c"
 	"periph.io/x/conn/v3/physic"
 
+	"termlink/boards"
 	"termlink/display/console"
 )
 
@@ -82,9 +83,9 @@ func fakeSystem(t *testing.T) (*system, *fakeBus, *int, fakeFS) {
 	return s, bus, inits, files
 }
 
-func mustLoad(t *testing.T, name string) *Profile {
+func mustLoadBoard(t *testing.T, name string) *boards.Profile {
 	t.Helper()
-	p, err := Load(name)
+	p, err := boards.Load(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func openErr(t *testing.T, err error) *OpenError {
 
 func TestOpenI2C(t *testing.T) {
 	s, bus, inits, _ := fakeSystem(t)
-	d, err := s.open(context.Background(), mustLoad(t, "rpi-lcd2004-i2c"))
+	d, err := s.open(context.Background(), mustLoadBoard(t, "rpi-lcd2004-i2c"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,17 +125,17 @@ func TestOpenI2CErrors(t *testing.T) {
 	t.Run("no /dev/i2c-1", func(t *testing.T) {
 		s, _, _, files := fakeSystem(t)
 		delete(files, "/dev/i2c-1")
-		_, err := s.open(context.Background(), mustLoad(t, "rpi-lcd1602-i2c"))
+		_, err := s.open(context.Background(), mustLoadBoard(t, "rpi-lcd1602-i2c"))
 		oe := openErr(t, err)
 		if oe.Hint != HintI2CMissing || !strings.Contains(err.Error(), "enable I2C with raspi-config") ||
-			!strings.Contains(err.Error(), "/dev/i2c-1 does not exist") {
+			!errors.Is(err, fs.ErrNotExist) || oe.Node != "/dev/i2c-1" {
 			t.Errorf("%v", err)
 		}
 	})
 	t.Run("permission", func(t *testing.T) {
 		s, _, _, files := fakeSystem(t)
 		files["/dev/i2c-1"] = &fs.PathError{Op: "open", Path: "/dev/i2c-1", Err: syscall.EACCES}
-		_, err := s.open(context.Background(), mustLoad(t, "rpi-lcd1602-i2c"))
+		_, err := s.open(context.Background(), mustLoadBoard(t, "rpi-lcd1602-i2c"))
 		if oe := openErr(t, err); oe.Hint != HintI2CPermission || !strings.Contains(err.Error(), "add the user to the i2c group") {
 			t.Errorf("%v", err)
 		}
@@ -144,7 +145,7 @@ func TestOpenI2CErrors(t *testing.T) {
 	})
 	t.Run("unknown bus", func(t *testing.T) {
 		s, _, _, _ := fakeSystem(t)
-		p := mustLoad(t, "rpi-lcd1602-i2c")
+		p := mustLoadBoard(t, "rpi-lcd1602-i2c")
 		p.Display.Bus = "FT232H"
 		_, err := s.open(context.Background(), p)
 		if oe := openErr(t, err); !strings.Contains(oe.Hint, "check display.bus (buses present: /dev/i2c-1)") {
@@ -154,7 +155,7 @@ func TestOpenI2CErrors(t *testing.T) {
 	t.Run("no bus at all", func(t *testing.T) {
 		s, _, _, _ := fakeSystem(t)
 		s.i2cNames = func() []string { return nil }
-		p := mustLoad(t, "rpi-lcd1602-i2c")
+		p := mustLoadBoard(t, "rpi-lcd1602-i2c")
 		p.Display.Bus = "I2C7"
 		s.stat = func(string) (fs.FileInfo, error) { return nil, nil }
 		_, err := s.open(context.Background(), p)
@@ -165,7 +166,7 @@ func TestOpenI2CErrors(t *testing.T) {
 	t.Run("host init", func(t *testing.T) {
 		s, _, _, _ := fakeSystem(t)
 		s.hostInit = func() error { return errors.New("bcm283x: boom") }
-		_, err := s.open(context.Background(), mustLoad(t, "rpi-lcd1602-i2c"))
+		_, err := s.open(context.Background(), mustLoadBoard(t, "rpi-lcd1602-i2c"))
 		if oe := openErr(t, err); oe.What != "periph host drivers" || !strings.Contains(err.Error(), "boom") {
 			t.Errorf("%v", err)
 		}
@@ -174,7 +175,7 @@ func TestOpenI2CErrors(t *testing.T) {
 
 func TestOpenGPIO(t *testing.T) {
 	s, _, _, _ := fakeSystem(t)
-	d, err := s.open(context.Background(), mustLoad(t, "rpi-lcd1602-gpio"))
+	d, err := s.open(context.Background(), mustLoadBoard(t, "rpi-lcd1602-gpio"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestOpenGPIOErrors(t *testing.T) {
 				}
 				return &fakePin{PinIO: gpio.INVALID, name: name}
 			}
-			_, err := s.open(context.Background(), mustLoad(t, "rpi-lcd2004-i2c"))
+			_, err := s.open(context.Background(), mustLoadBoard(t, "rpi-lcd2004-i2c"))
 			oe := openErr(t, err)
 			if oe.Hint != tt.hint || oe.What != "GPIO pin GPIO21 (keypad.cols[3])" {
 				t.Errorf("%v", err)
@@ -218,7 +219,7 @@ func TestOpenGPIOErrors(t *testing.T) {
 	}
 	s, _, _, _ := fakeSystem(t)
 	s.pin = func(string) gpio.PinIO { return nil }
-	_, err := s.open(context.Background(), mustLoad(t, "rpi-lcd1602-gpio"))
+	_, err := s.open(context.Background(), mustLoadBoard(t, "rpi-lcd1602-gpio"))
 	if oe := openErr(t, err); oe.What != "GPIO pin GPIO25 (display.pins.rs)" {
 		t.Errorf("%v", err)
 	}
@@ -243,7 +244,7 @@ func TestOpenSerialErrors(t *testing.T) {
 			} else {
 				s.openSerial = func(context.Context, string, int) (*console.Serial, error) { return nil, tt.openErr }
 			}
-			p := mustLoad(t, "rpi-serial-console")
+			p := mustLoadBoard(t, "rpi-serial-console")
 			p.Serial.Port = tt.port
 			_, err := s.open(context.Background(), p)
 			if oe := openErr(t, err); oe.Hint != tt.hint {
@@ -258,7 +259,7 @@ func TestOpenSerialErrors(t *testing.T) {
 
 func TestOpenSim(t *testing.T) {
 	s, _, inits, _ := fakeSystem(t)
-	_, err := s.open(context.Background(), mustLoad(t, "sim"))
+	_, err := s.open(context.Background(), mustLoadBoard(t, "sim"))
 	if oe := openErr(t, err); oe.Hint != HintTTY || oe.What != "this terminal" {
 		t.Errorf("%v", err)
 	}
@@ -270,7 +271,7 @@ func TestOpenSim(t *testing.T) {
 	defer master.Close()
 	defer term.Close()
 	s.openTTY = func() (*console.TTY, error) { return console.NewTTY(term) }
-	d, err := s.open(context.Background(), mustLoad(t, "sim"))
+	d, err := s.open(context.Background(), mustLoadBoard(t, "sim"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,14 +287,14 @@ func TestOpenRefusesBadInput(t *testing.T) {
 	s, _, _, _ := fakeSystem(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := s.open(ctx, mustLoad(t, "sim")); !errors.Is(err, context.Canceled) {
+	if _, err := s.open(ctx, mustLoadBoard(t, "sim")); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
 	if _, err := s.open(context.Background(), nil); err == nil {
 		t.Error("nil profile opened")
 	}
-	p := mustLoad(t, "rpi-lcd1602-i2c")
-	p.Display.Address = 0x50
+	p := mustLoadBoard(t, "rpi-lcd1602-i2c")
+	p.Display.Address = boards.Address{I2C: 0x50}
 	if _, err := s.open(context.Background(), p); err == nil || !strings.Contains(err.Error(), "display.address") {
 		t.Errorf("invalid profile: %v", err)
 	}
@@ -305,17 +306,17 @@ func TestOpenRealHostWithoutHardware(t *testing.T) {
 	if _, err := os.Stat("/dev/i2c-1"); err == nil {
 		t.Skip("this machine has /dev/i2c-1")
 	}
-	_, err := Open(context.Background(), mustLoad(t, "rpi-lcd1602-i2c"))
+	_, err := OpenParts(context.Background(), mustLoadBoard(t, "rpi-lcd1602-i2c"))
 	if oe := openErr(t, err); oe.Hint != HintI2CMissing {
 		t.Errorf("%v", err)
 	}
-	_, err = Open(context.Background(), mustLoad(t, "rpi-lcd1602-gpio"))
+	_, err = OpenParts(context.Background(), mustLoadBoard(t, "rpi-lcd1602-gpio"))
 	if oe := openErr(t, err); !strings.Contains(oe.What, "display.pins.rs") {
 		t.Errorf("%v", err)
 	}
-	p := mustLoad(t, "rpi-serial-console")
+	p := mustLoadBoard(t, "rpi-serial-console")
 	p.Serial.Port = filepath.Join(t.TempDir(), "ttyUSB0")
-	_, err = Open(context.Background(), p)
+	_, err = OpenParts(context.Background(), p)
 	if oe := openErr(t, err); oe.Hint != HintSerialUSB {
 		t.Errorf("%v", err)
 	}
@@ -342,9 +343,9 @@ func TestOpenRealSerial(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	p := mustLoad(t, "rpi-serial-console")
+	p := mustLoadBoard(t, "rpi-serial-console")
 	p.Serial.Port = b
-	d, err := Open(context.Background(), p)
+	d, err := OpenParts(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}

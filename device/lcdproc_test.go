@@ -1,0 +1,134 @@
+package device_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"termlink/boards"
+	"termlink/device"
+	"termlink/link"
+	"termlink/server/servertest"
+	"termlink/testrig/lcdd"
+)
+
+// The whole device on the lcdproc profile against the real LCDd (curses
+// driver in tmux) and a real termserver: termd's conversation appears on
+// LCDd's screen, keys typed on LCDd's keyboard go through the same
+// multi-tap entry as the keypad and the message reaches the server (whose
+// echo agent answers), and LCDd restarting is a lost link: termd
+// reconnects and draws the conversation again.
+func TestLCDprocEndToEnd(t *testing.T) {
+	lcdd.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	lcd, err := lcdd.Start(ctx, t.TempDir(), lcdd.Options{Rows: 4, Cols: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lcd.Stop()
+	defer func() {
+		if t.Failed() {
+			t.Logf("LCDd's log:\n%s", lcd.Log())
+		}
+	}()
+
+	p, err := boards.Load("lcdproc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Display.Address = boards.Address{Host: lcd.Addr}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	hw, err := device.OpenBoard(ctx, p, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hw.Close()
+	client, err := link.NewClient(link.ClientConfig{URL: servertest.Start(t, nil).URL, PeerID: "lcdproc-1", DeviceName: "test",
+		StateDir: t.TempDir(), RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	hwDone, dDone := make(chan error, 1), make(chan error, 1)
+	go func() { hwDone <- hw.Run(rctx) }()
+	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log}
+	go func() { dDone <- d.Run(rctx) }()
+	defer func() {
+		stop()
+		for _, c := range []chan error{dDone, hwDone} {
+			select {
+			case err := <-c:
+				if err != nil {
+					t.Errorf("stopping: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("did not stop")
+			}
+		}
+	}()
+
+	shows := func(what string) []string {
+		t.Helper()
+		rows, err := lcd.WaitScreen(ctx, what, func(rows []string) bool { return lcdd.Contains(rows, what) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	// Online: the status field's "ok" at the end of the bottom row.
+	if _, err := lcd.WaitScreen(ctx, "online", func(rows []string) bool { return strings.HasSuffix(rows[3], " ok") }); err != nil {
+		t.Fatal(err)
+	}
+
+	// Multi-tap on LCDd's keys: 4 4 (h), wait, 4 4 4 (i), Enter sends.
+	for _, step := range []string{"44", "444"} {
+		if err := lcd.Type(ctx, step); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1200 * time.Millisecond) // past the multi-tap timeout (800ms)
+	}
+	shows("hi_")
+	if err := lcd.Press(ctx, "Enter"); err != nil {
+		t.Fatal(err)
+	}
+	rows := shows("You said: hi")
+	if !lcdd.Contains(rows, ">hi") {
+		t.Fatalf("the sent message is not shown as delivered:\n%s", strings.Join(rows, "\n"))
+	}
+
+	// LCDd restarts: the screen comes back with the conversation.
+	if err := lcd.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	shows("You said: hi")
+}
+
+// termd asks LCDd for its size when it opens the board, so that its first
+// frames fit a display of another size than the profile's 20x4.
+func TestLCDprocSizeAtStart(t *testing.T) {
+	lcdd.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lcd, err := lcdd.Start(ctx, t.TempDir(), lcdd.Options{Rows: 2, Cols: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lcd.Stop()
+	p, err := boards.Load("lcdproc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Display.Address = boards.Address{Host: lcd.Addr}
+	hw, err := device.OpenBoard(ctx, p, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hw.Close()
+	if r, c := hw.View.(*device.LCDView).Screen.Size(); r != 2 || c != 16 {
+		t.Fatalf("size at start %dx%d, want LCDd's 2x16", r, c)
+	}
+}
