@@ -816,10 +816,10 @@ type noticeSnapshot struct {
 
 type snapshotItem struct {
 	noticeRecord
-	Open      []string     `json:"open,omitempty"`
+	Open      []string      `json:"open,omitempty"`
 	Acked     []snapshotAck `json:"acked,omitempty"`
-	Withdrawn []string     `json:"withdrawn,omitempty"`
-	Expired   []string     `json:"expired,omitempty"`
+	Withdrawn []string      `json:"withdrawn,omitempty"`
+	Expired   []string      `json:"expired,omitempty"`
 }
 
 type snapshotAck struct {
