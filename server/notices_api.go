@@ -179,6 +179,9 @@ func intField(raw map[string]json.RawMessage, key string, lo, hi int) (int, erro
 	if err := jsonField(raw, key, &num, "a whole number"); err != nil {
 		return 0, err
 	}
+	if m := bytes.TrimSpace(raw[key]); len(m) > 0 && m[0] == '"' { // json.Number takes "5" too
+		return 0, fmt.Errorf("field %q must be a whole number, not %s", key, noticePreview(string(m), 40))
+	}
 	n, err := strconv.Atoi(num.String())
 	if err != nil || n < lo || n > hi {
 		return 0, fmt.Errorf("field %q must be a whole number from %d to %d, not %s", key, lo, hi, num)
