@@ -90,6 +90,9 @@ type noticeOptions struct {
 	Wake func(channelID, peerID string) bool
 	// Event records a channel event.
 	Event func(channelID string, e events.Event)
+	// Changed is told of each peer whose count of open notices changed
+	// (the device registry's notices_pending); called without locks held.
+	Changed func(channelID, peerID string)
 	// Metrics registers the notice series here (nil: none kept).
 	Metrics *metrics.Registry
 	// Sweep is how often expiry is checked (default 1s).
@@ -480,6 +483,7 @@ func (ns *Notices) create(channel string, peers []string, sp noticeSpec) (create
 			}
 		}
 	}
+	ns.changed(channel, res.Targets...)
 	return res, nil
 }
 
@@ -508,7 +512,19 @@ func (ns *Notices) ack(channel, peer, id string) error {
 		return nil
 	}
 	at := time.Now().UTC()
-	return ns.append(&noticeRecord{Op: "ack", Channel: channel, ID: id, Peers: []string{peer}, At: &at})
+	if err := ns.append(&noticeRecord{Op: "ack", Channel: channel, ID: id, Peers: []string{peer}, At: &at}); err != nil {
+		return err
+	}
+	ns.changed(channel, peer)
+	return nil
+}
+
+func (ns *Notices) changed(channel string, peers ...string) {
+	if ns.opt.Changed != nil {
+		for _, p := range peers {
+			ns.opt.Changed(channel, p)
+		}
+	}
 }
 
 // withdraw withdraws notice id from peer ("" = every peer) where it is
@@ -535,6 +551,7 @@ func (ns *Notices) withdraw(channel, id, peer string) (int, error) {
 		return 0, err
 	}
 	ns.event(channel, events.Event{Event: "notice_withdrawn", MessageID: id, PeerID: peer, Detail: fmt.Sprintf("peers=%d", len(peers))})
+	ns.changed(channel, peers...)
 	return len(peers), nil
 }
 
@@ -752,7 +769,7 @@ func (ns *Notices) sweeper() {
 func (ns *Notices) sweep(now time.Time) {
 	type expired struct {
 		n     *notice
-		peers int
+		peers []string
 	}
 	var done []expired
 	ns.mu.Lock()
@@ -779,11 +796,11 @@ func (ns *Notices) sweep(now time.Time) {
 		for _, d := range n.peers {
 			if d.open() {
 				ns.finish(d, NoticeExpired)
-				x.peers++
+				x.peers = append(x.peers, d.peer)
 			}
 		}
-		if x.peers > 0 {
-			ns.met.expired.Add(n.channel, uint64(x.peers))
+		if len(x.peers) > 0 {
+			ns.met.expired.Add(n.channel, uint64(len(x.peers)))
 			done = append(done, x)
 		}
 		heap.Push(&ns.expiry, expiryEntry{at: n.expires.Add(keepExpired), n: n, final: true})
@@ -791,7 +808,8 @@ func (ns *Notices) sweep(now time.Time) {
 	ns.mu.Unlock()
 	for _, x := range done {
 		ns.event(x.n.channel, events.Event{Event: "notice_expired", MessageID: x.n.id, Preview: events.Preview(x.n.text),
-			Detail: fmt.Sprintf("%d peers had not acked it by %s", x.peers, x.n.expires.UTC().Format(time.RFC3339))})
+			Detail: fmt.Sprintf("%d peers had not acked it by %s", len(x.peers), x.n.expires.UTC().Format(time.RFC3339))})
+		ns.changed(x.n.channel, x.peers...)
 	}
 }
 

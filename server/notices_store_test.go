@@ -130,3 +130,29 @@ func TestNoticeSweep(t *testing.T) {
 		t.Fatalf("pending gauge %d", v)
 	}
 }
+
+// Changed hears of every peer whose open count changed: created, acked,
+// withdrawn, expired.
+func TestNoticeChangedHook(t *testing.T) {
+	var got []string
+	ns, err := openNotices(t.TempDir(), noticeOptions{Sweep: time.Hour, Changed: func(ch, p string) { got = append(got, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	sp := spec("x")
+	res, err := ns.create("ch", []string{"p", "q", "r"}, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.ack("ch", "p", res.NoticeID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.withdraw("ch", res.NoticeID, "q"); err != nil {
+		t.Fatal(err)
+	}
+	ns.sweep(sp.ExpiresAt.Add(time.Second))
+	if want := []string{"p", "q", "r", "p", "q", "r"}; !slices.Equal(got, want) {
+		t.Fatalf("changed %v, want %v", got, want)
+	}
+}
