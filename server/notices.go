@@ -273,22 +273,26 @@ func (ns *Notices) append(r *noticeRecord) error {
 		}
 		return fmt.Errorf("writing the notice log: %w", err)
 	}
-	ns.apply(r, true)
+	ev := ns.apply(r, true)
 	ns.mu.Lock()
 	ns.sinceSnap += len(p)
 	ns.mu.Unlock()
+	if ev != nil {
+		ns.event(r.Channel, *ev)
+	}
 	return nil
 }
 
-// apply changes the state by r; live says it happens now (events,
-// counters), not in a replay. Applying a record twice changes nothing.
-func (ns *Notices) apply(r *noticeRecord, live bool) {
+// apply changes the state by r; live says it happens now (counters, and
+// the event it returns for the caller to record), not in a replay.
+// Applying a record twice changes nothing.
+func (ns *Notices) apply(r *noticeRecord, live bool) *events.Event {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	switch r.Op {
 	case "create":
 		if ns.byID[r.ID] != nil || r.Created == nil || r.Expires == nil {
-			return
+			return nil
 		}
 		n := &notice{id: r.ID, channel: r.Channel, text: r.Text, priority: r.Priority, source: r.Source,
 			display: r.Display, seq: r.Seq, created: *r.Created, expires: *r.Expires, peers: map[string]*delivery{}}
@@ -306,11 +310,11 @@ func (ns *Notices) apply(r *noticeRecord, live bool) {
 	case "ack":
 		n := ns.byID[r.ID]
 		if n == nil {
-			return
+			return nil
 		}
 		d := n.peers[firstOr(r.Peers)]
 		if d == nil || !d.open() {
-			return
+			return nil
 		}
 		at := time.Now()
 		if r.At != nil {
@@ -320,12 +324,12 @@ func (ns *Notices) apply(r *noticeRecord, live bool) {
 		d.ackedAt = at
 		if live {
 			ns.met.acked.Inc(n.channel)
-			ns.event(n.channel, events.Event{Event: "notice_acked", PeerID: d.peer, MessageID: n.id})
+			return &events.Event{Event: "notice_acked", PeerID: d.peer, MessageID: n.id}
 		}
 	case "withdraw":
 		n := ns.byID[r.ID]
 		if n == nil {
-			return
+			return nil
 		}
 		for _, p := range r.Peers {
 			if d := n.peers[p]; d != nil && d.open() {
@@ -336,6 +340,7 @@ func (ns *Notices) apply(r *noticeRecord, live bool) {
 			}
 		}
 	}
+	return nil
 }
 
 func firstOr(s []string) string {
