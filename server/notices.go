@@ -605,38 +605,45 @@ func (ns *Notices) markSent(channel, peer string, ids []string, at time.Time) {
 	}
 }
 
-// NoticeDelivery is one peer's delivery state of a notice.
-type NoticeDelivery struct {
-	PeerID  string     `json:"peer_id"`
-	State   string     `json:"state"`
+// NoticeContent is what a notice says (the API's notice fields).
+type NoticeContent struct {
+	NoticeID       string    `json:"notice_id"`
+	Text           string    `json:"text"`
+	Priority       string    `json:"priority"`
+	DisplaySeconds int       `json:"display_seconds"`
+	ExpiresAt      time.Time `json:"expires_at"`
+	CreatedAt      time.Time `json:"created_at"`
+	Source         string    `json:"source"`
+}
+
+// DeliveryState is where a notice is with one peer.
+type DeliveryState struct {
+	State   string     `json:"state"` // NoticePending, NoticeSent, NoticeAcked, NoticeExpired or NoticeWithdrawn
 	SentAt  *time.Time `json:"sent_at"`
 	AckedAt *time.Time `json:"acked_at"`
 }
 
-// Notice is a notice as the API shows it.
+// NoticeDelivery is one peer's delivery state of a notice.
+type NoticeDelivery struct {
+	PeerID string `json:"peer_id"`
+	DeliveryState
+}
+
+// Notice is a notice as the API shows it, with every peer's state.
 type Notice struct {
-	NoticeID       string           `json:"notice_id"`
-	Text           string           `json:"text"`
-	Priority       string           `json:"priority"`
-	DisplaySeconds int              `json:"display_seconds"`
-	ExpiresAt      time.Time        `json:"expires_at"`
-	CreatedAt      time.Time        `json:"created_at"`
-	Source         string           `json:"source"`
-	Peers          []NoticeDelivery `json:"peers"`
+	NoticeContent
+	Peers []NoticeDelivery `json:"peers"`
 }
 
 // NoticeForPeer is a notice as one peer's mailbox holds it.
 type NoticeForPeer struct {
-	NoticeID       string     `json:"notice_id"`
-	Text           string     `json:"text"`
-	Priority       string     `json:"priority"`
-	DisplaySeconds int        `json:"display_seconds"`
-	ExpiresAt      time.Time  `json:"expires_at"`
-	CreatedAt      time.Time  `json:"created_at"`
-	Source         string     `json:"source"`
-	State          string     `json:"state"`
-	SentAt         *time.Time `json:"sent_at"`
-	AckedAt        *time.Time `json:"acked_at"`
+	NoticeContent
+	DeliveryState
+}
+
+func (n *notice) content() NoticeContent {
+	return NoticeContent{NoticeID: n.id, Text: n.text, Priority: n.priority, DisplaySeconds: n.display,
+		ExpiresAt: n.expires, CreatedAt: n.created, Source: n.source}
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -654,11 +661,8 @@ func (d *delivery) shown(now time.Time) string {
 	return d.state
 }
 
-func (d *delivery) forPeer(now time.Time) NoticeForPeer {
-	n := d.n
-	return NoticeForPeer{NoticeID: n.id, Text: n.text, Priority: n.priority, DisplaySeconds: n.display,
-		ExpiresAt: n.expires, CreatedAt: n.created, Source: n.source, State: d.shown(now),
-		SentAt: timePtr(d.sentAt), AckedAt: timePtr(d.ackedAt)}
+func (d *delivery) delivery(now time.Time) DeliveryState {
+	return DeliveryState{State: d.shown(now), SentAt: timePtr(d.sentAt), AckedAt: timePtr(d.ackedAt)}
 }
 
 // Pending returns peer's notices not yet acked, expired or withdrawn,
@@ -686,7 +690,7 @@ func (ns *Notices) listPeer(channel, peer string, all bool) []NoticeForPeer {
 	if b := ns.box(channel, peer, false); b != nil {
 		for _, d := range b.list {
 			if all || d.shown(now) == NoticePending || d.shown(now) == NoticeSent {
-				out = append(out, d.forPeer(now))
+				out = append(out, NoticeForPeer{NoticeContent: d.n.content(), DeliveryState: d.delivery(now)})
 			}
 		}
 	}
@@ -707,13 +711,12 @@ func (ns *Notices) list(channel string, all bool) []Notice {
 	sort.Slice(list, func(i, j int) bool { return list[i].seq < list[j].seq })
 	out := []Notice{}
 	for _, n := range list {
-		v := Notice{NoticeID: n.id, Text: n.text, Priority: n.priority, DisplaySeconds: n.display,
-			ExpiresAt: n.expires, CreatedAt: n.created, Source: n.source, Peers: make([]NoticeDelivery, 0, len(n.peers))}
+		v := Notice{NoticeContent: n.content(), Peers: make([]NoticeDelivery, 0, len(n.peers))}
 		open := false
 		for _, d := range n.peers {
-			st := d.shown(now)
-			open = open || st == NoticePending || st == NoticeSent
-			v.Peers = append(v.Peers, NoticeDelivery{PeerID: d.peer, State: st, SentAt: timePtr(d.sentAt), AckedAt: timePtr(d.ackedAt)})
+			st := d.delivery(now)
+			open = open || st.State == NoticePending || st.State == NoticeSent
+			v.Peers = append(v.Peers, NoticeDelivery{PeerID: d.peer, DeliveryState: st})
 		}
 		if open || all {
 			sort.Slice(v.Peers, func(i, j int) bool { return v.Peers[i].PeerID < v.Peers[j].PeerID })
