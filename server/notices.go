@@ -215,6 +215,7 @@ func openNotices(dir string, opt noticeOptions) (*Notices, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("opening the notice mailboxes: %w", err)
 	}
+	t0 := time.Now()
 	snapLSN, err := ns.loadSnapshot()
 	if err != nil {
 		return nil, err
@@ -243,6 +244,7 @@ func openNotices(dir string, opt noticeOptions) (*Notices, error) {
 			return nil, err
 		}
 	}
+	ns.log.Info("notice mailboxes opened", "notices", len(ns.byID), "replayed", replayed, "took", time.Since(t0).Round(time.Millisecond))
 	go ns.sweeper()
 	return ns, nil
 }
@@ -295,14 +297,16 @@ func (ns *Notices) apply(r *noticeRecord, live bool) *events.Event {
 			return nil
 		}
 		n := &notice{id: r.ID, channel: r.Channel, text: r.Text, priority: r.Priority, source: r.Source,
-			display: r.Display, seq: r.Seq, created: *r.Created, expires: *r.Expires, peers: map[string]*delivery{}}
+			display: r.Display, seq: r.Seq, created: *r.Created, expires: *r.Expires, peers: make(map[string]*delivery, len(r.Peers))}
 		n.wire = link.MustEncode(&link.Notice{NoticeID: n.id, Text: n.text, Priority: n.priority,
 			DisplaySeconds: n.display, ExpiresAt: n.expires.UTC().Format(time.RFC3339)})
 		ns.seq = max(ns.seq, r.Seq)
 		ns.byID[n.id] = n
-		for _, p := range r.Peers {
-			ns.addDelivery(n, p, NoticePending, time.Time{})
+		ds := make([]*delivery, len(r.Peers))
+		for i, p := range r.Peers {
+			ds[i] = &delivery{peer: p, state: NoticePending}
 		}
+		ns.addDeliveries(n, ds)
 		heap.Push(&ns.expiry, expiryEntry{at: n.expires, n: n})
 		if live {
 			ns.met.created.Add(n.channel, uint64(len(r.Peers)))
@@ -350,35 +354,54 @@ func firstOr(s []string) string {
 	return s[0]
 }
 
-// addDelivery puts n in peer's mailbox (ns.mu held); finished deliveries
-// beyond the bound are pruned, oldest first.
-func (ns *Notices) addDelivery(n *notice, peer, state string, ackedAt time.Time) {
-	d := &delivery{n: n, peer: peer, state: state, ackedAt: ackedAt}
-	n.peers[peer] = d
-	box := ns.box(n.channel, peer, true)
-	box.list = append(box.list, d)
-	if d.open() {
-		if box.open == 0 {
-			ns.met.mailboxes.Add(n.channel, 1)
-		}
-		box.open++
-		ns.met.pending.Add(n.channel, 1)
+// addDeliveries puts n in the mailboxes of ds's peers (ns.mu held).
+// Finished deliveries beyond the bound are pruned, oldest first.
+func (ns *Notices) addDeliveries(n *notice, ds []*delivery) {
+	ch := n.channel
+	limit := ns.opt.MaxPerPeer(ch)
+	boxes := ns.boxes[ch]
+	if boxes == nil {
+		boxes = map[string]*mailbox{}
+		ns.boxes[ch] = boxes
 	}
-	limit := ns.opt.MaxPerPeer(n.channel)
-	if finished := len(box.list) - box.open; finished > limit {
-		drop := finished - limit
-		kept := box.list[:0]
-		for _, x := range box.list {
-			if drop > 0 && !x.open() {
-				drop--
-				ns.forget(x)
-				continue
+	var open, opened int64
+	for _, d := range ds {
+		d.n = n
+		n.peers[d.peer] = d
+		box := boxes[d.peer]
+		if box == nil {
+			box = &mailbox{}
+			boxes[d.peer] = box
+		}
+		box.list = append(box.list, d)
+		if d.open() {
+			if box.open == 0 {
+				opened++
 			}
-			kept = append(kept, x)
+			box.open++
+			open++
 		}
-		clear(box.list[len(kept):])
-		box.list = kept
+		if finished := len(box.list) - box.open; finished > limit {
+			ns.prune(box, finished-limit)
+		}
 	}
+	ns.met.pending.Add(ch, open)
+	ns.met.mailboxes.Add(ch, opened)
+}
+
+// prune drops box's drop oldest finished deliveries (ns.mu held).
+func (ns *Notices) prune(box *mailbox, drop int) {
+	kept := box.list[:0]
+	for _, x := range box.list {
+		if drop > 0 && !x.open() {
+			drop--
+			ns.forget(x)
+			continue
+		}
+		kept = append(kept, x)
+	}
+	clear(box.list[len(kept):])
+	box.list = kept
 }
 
 // forget removes d from its notice, and the notice once it has no peer
@@ -914,22 +937,25 @@ func (ns *Notices) loadSnapshot() (uint64, error) {
 			continue
 		}
 		n := &notice{id: r.ID, channel: r.Channel, text: r.Text, priority: r.Priority, source: r.Source,
-			display: r.Display, seq: r.Seq, created: *r.Created, expires: *r.Expires, peers: map[string]*delivery{}}
+			display: r.Display, seq: r.Seq, created: *r.Created, expires: *r.Expires}
 		n.wire = link.MustEncode(&link.Notice{NoticeID: n.id, Text: n.text, Priority: n.priority,
 			DisplaySeconds: n.display, ExpiresAt: n.expires.UTC().Format(time.RFC3339)})
 		ns.byID[n.id] = n
+		ds := make([]*delivery, 0, len(it.Open)+len(it.Acked)+len(it.Withdrawn)+len(it.Expired))
 		for _, p := range it.Open {
-			ns.addDelivery(n, p, NoticePending, time.Time{})
+			ds = append(ds, &delivery{peer: p, state: NoticePending})
 		}
 		for _, a := range it.Acked {
-			ns.addDelivery(n, a.Peer, NoticeAcked, time.UnixMilli(a.At).UTC())
+			ds = append(ds, &delivery{peer: a.Peer, state: NoticeAcked, ackedAt: time.UnixMilli(a.At).UTC()})
 		}
 		for _, p := range it.Withdrawn {
-			ns.addDelivery(n, p, NoticeWithdrawn, time.Time{})
+			ds = append(ds, &delivery{peer: p, state: NoticeWithdrawn})
 		}
 		for _, p := range it.Expired {
-			ns.addDelivery(n, p, NoticeExpired, time.Time{})
+			ds = append(ds, &delivery{peer: p, state: NoticeExpired})
 		}
+		n.peers = make(map[string]*delivery, len(ds))
+		ns.addDeliveries(n, ds)
 		if len(n.peers) == 0 {
 			delete(ns.byID, n.id)
 			continue
