@@ -239,10 +239,7 @@ func openNotices(dir string, opt noticeOptions) (*Notices, error) {
 	}
 	ns.wl = wl
 	if replayed > 0 {
-		if err := ns.snapshot(); err != nil {
-			wl.Close()
-			return nil, err
-		}
+		ns.sinceSnap = opt.SnapshotBytes // the sweeper's first round writes a snapshot
 	}
 	ns.log.Info("notice mailboxes opened", "notices", len(ns.byID), "replayed", replayed, "took", time.Since(t0).Round(time.Millisecond))
 	go ns.sweeper()
