@@ -106,6 +106,7 @@ type Runtime struct {
 	channels map[string]*channel
 	order    []string // channel ids, sorted
 	metrics  *serverMetrics
+	fleet    *fleet // device registry, peers API, live streams (fleet.go)
 
 	runPrefix string
 	runSeq    atomic.Uint64
