@@ -428,7 +428,7 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if errors.Is(err, errLagged) {
+	if evs.Lagged() || peers.Lagged() { // also when a write then timed out
 		fl.streamDropped.Inc(ch.id)
 		s.log.Warn("event stream client fell behind; disconnected (it reconnects)", "channel", ch.id, "remote", r.RemoteAddr,
 			"buffer", fl.opt.streamBuffer)
