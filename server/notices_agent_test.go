@@ -9,6 +9,17 @@ import (
 	"termlink/server/config"
 )
 
+// withNuumAgent routes terminal-dev to a Nuum agent.
+func withNuumAgent(command string) func(*config.Config) {
+	return func(c *config.Config) {
+		c.Agents["nuum"] = config.Agent{Nuum: &config.NuumAgent{Command: command, IdleTimeout: 600, MaxProcesses: 4,
+			StartTimeout: 30, HeartbeatSeconds: 30, HeartbeatTimeout: 10}}
+		ch := c.Channels["terminal-dev"]
+		ch.Agent = "nuum"
+		c.Channels["terminal-dev"] = ch
+	}
+}
+
 func writeScript(t *testing.T, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "agent.sh")
@@ -69,13 +80,7 @@ while IFS= read -r line; do
   esac
 done
 `)
-	ts := startServer(t, func(c *config.Config) {
-		c.Agents["nuum"] = config.Agent{Nuum: &config.NuumAgent{Command: script, IdleTimeout: 600, MaxProcesses: 4,
-			StartTimeout: 30, HeartbeatSeconds: 30, HeartbeatTimeout: 10}}
-		ch := c.Channels["terminal-dev"]
-		ch.Agent = "nuum"
-		c.Channels["terminal-dev"] = ch
-	}, nil)
+	ts := startServer(t, withNuumAgent(script), nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("lobby-2", noticeCaps...)
 	c.send(&link.Message{MessageID: "m1", Text: "hello"})
@@ -116,13 +121,7 @@ while IFS= read -r line; do
   esac
 done
 `)
-	ts := startServer(t, func(c *config.Config) {
-		c.Agents["nuum"] = config.Agent{Nuum: &config.NuumAgent{Command: script, IdleTimeout: 600, MaxProcesses: 4,
-			StartTimeout: 30, HeartbeatSeconds: 30, HeartbeatTimeout: 10}}
-		ch := c.Channels["terminal-dev"]
-		ch.Agent = "nuum"
-		c.Channels["terminal-dev"] = ch
-	}, nil)
+	ts := startServer(t, withNuumAgent(script), nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("lobby-3", link.CapText, link.CapCancel, link.CapProgress, link.CapNotice)
 	c.send(&link.Message{MessageID: "m1", Text: "wait"})
