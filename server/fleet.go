@@ -475,3 +475,44 @@ func (st *sseWriter) write(b []byte) error {
 	}
 	return st.rc.Flush()
 }
+
+// noticeOptions adds the registry to the notice mailboxes' options: a
+// changed count of pending notices is a change of the peer.
+func (fl *fleet) noticeOptions(o noticeOptions) noticeOptions {
+	o.Changed = fl.reg.Changed
+	return o
+}
+
+// wireNotices makes the registry the mailboxes' peer directory (for
+// broadcasts by tag or to all) and the mailboxes the source of the
+// peers' notices_pending and notice lists. It runs before the server
+// serves.
+func (fl *fleet) wireNotices(ns *Notices) {
+	ns.dir = registryDirectory{fl.reg}
+	fl.notices = mailboxNotices{ns}
+}
+
+// registryDirectory is the device registry as the notices' PeerDirectory:
+// every device ever seen, with its tags.
+type registryDirectory struct{ reg *registry.Registry }
+
+func (d registryDirectory) KnownPeers(channelID string) []KnownPeer {
+	devs := d.reg.Devices(channelID)
+	out := make([]KnownPeer, len(devs))
+	for i, dv := range devs {
+		out[i] = KnownPeer{PeerID: dv.PeerID, Tags: dv.Tags}
+	}
+	return out
+}
+
+// mailboxNotices is the notice mailboxes as the peer API's peerNotices.
+type mailboxNotices struct{ ns *Notices }
+
+func (m mailboxNotices) Count(channelID, peerID string) int { return m.ns.Count(channelID, peerID) }
+
+func (m mailboxNotices) ForPeer(channelID, peerID string) any {
+	if p := m.ns.Pending(channelID, peerID); p != nil {
+		return p
+	}
+	return []NoticeForPeer{}
+}

@@ -319,6 +319,8 @@ func (c *wsConn) handle(data []byte) {
 		c.handleCancel(f)
 	case *link.Screen:
 		c.handleScreen(f)
+	case *link.NoticeAck:
+		c.handleNoticeAck(f)
 	default:
 		c.reject("", link.CodeBadFrame, fmt.Sprintf("Unsupported websocket frame type: %s (sent by the server, not by a terminal)", f.FrameType()))
 	}
@@ -380,6 +382,8 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 			c.progress = true
 		case link.CapCancel:
 			c.cancel = true
+		case link.CapNotice:
+			c.notice = true
 		}
 	}
 	// Registered first, so /api/status counts the peer by the time the
@@ -390,6 +394,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	}
 	c.regGen = a.rt.fleet.connected(c, f)
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
+	c.noticesOnConnect(f)
 	a.rt.metrics.connects.Inc(a.id)
 	a.ch.events.Add(events.Event{Event: events.TerminalConnected, PeerID: f.PeerID, SessionID: c.sessionKey,
 		Detail: fmt.Sprintf("device_name=%q capabilities=%v remote=%s", f.DeviceName, f.Capabilities, c.remote)})
