@@ -465,3 +465,40 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The registry is the notices' directory: a broadcast by tag reaches a
+// device seen before a restart, the peer shows its pending notices, and
+// the live stream tells of the change.
+func TestNoticesThroughRegistry(t *testing.T) {
+	cfg := config.Default()
+	cfg.Workspace = t.TempDir()
+	ts := serve(t, cfg, Options{})
+	c := connectDevice(t, ts, "lobby-1", map[string]string{"site": "lobby"}, link.CapText) // takes no notices
+	connectDevice(t, ts, "shop-1", map[string]string{"site": "shop"}, link.CapText)
+	waitPeers(t, ts, "", "lobby-1:true shop-1:true")
+	c.ws.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ts.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	ts2 := serve(t, cfg, Options{})
+	s := openStream(t, ts2, "")
+	s.next("hello", func(e sseEvent) bool { return e.name == "hello" })
+	r := api(t, "POST", ts2.http.URL+"/api/channels/terminal-dev/notices", "", `{"text": "Lobby closes at 6", "tags": {"site": "lobby"}}`)
+	if r.status != 201 || !strings.Contains(string(r.body), `"targets": 1`) {
+		t.Fatalf("broadcast to site=lobby: HTTP %d %s", r.status, r.body)
+	}
+	s.next("lobby-1 with a pending notice", func(e sseEvent) bool {
+		return e.name == "peer" && strings.Contains(e.data, `"peer_id":"lobby-1"`) && strings.Contains(e.data, `"notices_pending":1`)
+	})
+	ps := peersOf(t, ts2, "")
+	if ps[0].NoticesPending != 1 || ps[1].NoticesPending != 0 {
+		t.Fatalf("notices_pending %d %d", ps[0].NoticesPending, ps[1].NoticesPending)
+	}
+	notices, _ := getPeer(t, ts2, "lobby-1")["notices"].([]any)
+	if len(notices) != 1 || notices[0].(map[string]any)["text"] != "Lobby closes at 6" {
+		t.Fatalf("lobby-1's notices %v", notices)
+	}
+}
