@@ -118,20 +118,12 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		log: log, bus: bus.New(4096), store: store, journal: jrnl, admission: newAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 	}
-	if rt.fleet, err = openFleet(cfg.Workspace, opt.fleet, opt.NoSync, log, rt.metrics); err != nil {
+	if rt.notices, err = openNotices(filepath.Join(cfg.Workspace, "notices"), rt.noticeOptions(opt.NoSync, log)); err != nil {
 		_ = jrnl.close()
 		store.Close()
 		return nil, err
 	}
-	if rt.notices, err = openNotices(filepath.Join(cfg.Workspace, "notices"), rt.fleet.noticeOptions(rt.noticeOptions(opt.NoSync, log))); err != nil {
-		_ = rt.fleet.close()
-		_ = jrnl.close()
-		store.Close()
-		return nil, err
-	}
-	rt.fleet.wireNotices(rt.notices)
 	closeLogs := func() {
-		_ = rt.fleet.close()
 		_ = rt.notices.Close()
 		_ = jrnl.close()
 		_ = store.Close()
@@ -177,7 +169,14 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		closeLogs()
 		return nil, err
 	}
+	if rt.fleet, err = openFleet(cfg.Workspace, opt.fleet, opt.NoSync, log, rt.metrics); err != nil {
+		s.closeRunners(built)
+		closeLogs()
+		return nil, err
+	}
 	rt.fleet.registerMetrics(rt.metrics, rt.order)
+	rt.fleet.notices, rt.notices.dir, rt.notices.opt.Changed = rt.notices, registryDirectory{rt.fleet.reg}, rt.fleet.reg.Changed
+	rt.notices.start()
 	s.mux = s.routes()
 	return s, nil
 }
@@ -309,7 +308,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		for _, r := range s.runners {
 			_ = r.Close()
 		}
-		err = errors.Join(s.rt.fleet.close(), s.rt.notices.Close(), s.rt.journal.close(), s.rt.store.Close())
+		err = errors.Join(s.rt.notices.Close(), s.rt.fleet.close(), s.rt.journal.close(), s.rt.store.Close())
 	})
 	return err
 }

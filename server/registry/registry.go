@@ -763,21 +763,3 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
-
-// Devices returns what every device of the channel said in its last
-// connect, sorted by peer id. Unlike List it calls no callback, so it may
-// be called with locks the NoticesPending callback takes.
-func (r *Registry) Devices(channelID string) []Device {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	cs := r.channels[channelID]
-	if cs == nil {
-		return nil
-	}
-	out := make([]Device, 0, len(cs.peers))
-	for _, e := range cs.peers {
-		out = append(out, e.dev)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].PeerID < out[j].PeerID })
-	return out
-}
