@@ -11,10 +11,10 @@
 package registry
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -26,6 +26,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"termlink/internal/durable"
 	"termlink/server/fanout"
 )
 
@@ -189,7 +190,7 @@ func (r *Registry) Close() error {
 	r.once.Do(func() {
 		close(r.stop)
 		<-r.done
-		err = r.Flush()
+		err = r.flush(true)
 	})
 	return err
 }
@@ -250,6 +251,9 @@ func (r *Registry) Disconnected(channelID, peerID string, gen uint64) {
 }
 
 // MessageAccepted records that the device's message was accepted now.
+// It is written with the once-a-minute write of online devices (a device
+// that sends is online), not at once: busy devices do not rewrite the
+// file every flush.
 func (r *Registry) MessageAccepted(channelID, peerID string) {
 	now := r.now()
 	r.mu.Lock()
@@ -257,7 +261,6 @@ func (r *Registry) MessageAccepted(channelID, peerID string) {
 	if cs := r.channels[channelID]; cs != nil {
 		if e := cs.peers[peerID]; e != nil {
 			e.lastMessage, e.lastSeen = now, now
-			cs.dirty = true
 		}
 	}
 }
@@ -657,7 +660,7 @@ func (r *Registry) flusher() {
 		case <-r.stop:
 			return
 		case <-t.C:
-			if err := r.Flush(); err != nil {
+			if err := r.flush(false); err != nil {
 				r.log.Error("writing the device registry", "err", err)
 			}
 		}
@@ -665,8 +668,12 @@ func (r *Registry) flusher() {
 }
 
 // Flush writes the channels changed since the last flush (and, once a
-// minute, those with online devices, for their last_seen).
-func (r *Registry) Flush() error {
+// minute, those with online devices, for their last_seen and
+// last_message_at).
+func (r *Registry) Flush() error { return r.flush(false) }
+
+// flush is Flush; all writes every channel.
+func (r *Registry) flush(all bool) error {
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
 	now := r.now()
@@ -690,7 +697,7 @@ func (r *Registry) Flush() error {
 				}
 			}
 		}
-		if !cs.dirty && !online {
+		if !cs.dirty && !online && !all {
 			continue
 		}
 		cs.dirty = false
@@ -721,45 +728,13 @@ func (r *Registry) Flush() error {
 	return errors.Join(errs...)
 }
 
-// write replaces registry/<channel>.json atomically (temp file, fsync,
-// rename, fsync of the directory).
+// write replaces registry/<channel>.json atomically.
 func (r *Registry) write(channelID string, f *file) error {
-	b, err := json.Marshal(f)
+	err := durable.WriteFile(filepath.Join(r.dir, channelID+".json"), func(w *bufio.Writer) error {
+		return json.NewEncoder(w).Encode(f)
+	}, r.opt.NoSync)
 	if err != nil {
-		return fmt.Errorf("registry: encoding %s: %w", channelID, err)
-	}
-	name := filepath.Join(r.dir, channelID+".json")
-	tmp, err := os.CreateTemp(r.dir, "."+channelID+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("registry: writing %s: %w", name, err)
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename: nothing there
-	if _, err = tmp.Write(b); err == nil && !r.opt.NoSync {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), name)
-	}
-	if err == nil && !r.opt.NoSync {
-		err = syncDir(r.dir)
-	}
-	if err != nil {
-		return fmt.Errorf("registry: writing %s: %w", name, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, fs.ErrInvalid) {
-		return err
+		return fmt.Errorf("registry: %w", err)
 	}
 	return nil
 }
