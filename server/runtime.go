@@ -117,6 +117,8 @@ type Runtime struct {
 	channels map[string]*channel
 	order    []string // channel ids, sorted
 	metrics  *serverMetrics
+	notices  *Notices // the notice mailboxes (notices.go)
+	fleet    *fleet   // device registry, peers API, live streams (fleet.go)
 
 	runPrefix string
 	runSeq    atomic.Uint64

@@ -37,6 +37,8 @@ type Options struct {
 	// (default 1024); a device resends only recent, unanswered ones.
 	DedupePerSession int
 
+	fleet fleetOptions // tests shorten the fleet's periods
+
 	// session adds test hooks to the session store's options, wal to the
 	// write-ahead log's.
 	session session.Options
@@ -51,7 +53,7 @@ type Server struct {
 	router  *router
 	runners []agent.Runner
 	procs   *procs.Registry // agent process groups and their sentinel
-	mux     *http.ServeMux
+	mux     http.Handler    // the routes behind the operator guard (auth.go)
 	started time.Time
 
 	recovered []bus.Inbound
@@ -60,6 +62,8 @@ type Server struct {
 	bgWG         sync.WaitGroup
 	dispatchDone chan struct{} // closed when the dispatcher has drained the closed bus
 	once         sync.Once
+
+	patterns []string // the routes registered, for the test that checks them all
 }
 
 // New opens the workspace's write-ahead log (replaying what the session
@@ -111,13 +115,19 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		store.Close()
 		return nil, err
 	}
-	closeLogs := func() {
-		_ = jrnl.close()
-		_ = store.Close()
-	}
 	rt := &Runtime{
 		log: log, bus: bus.New(4096), store: store, journal: jrnl, admission: newAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
+	}
+	if rt.notices, err = openNotices(filepath.Join(cfg.Workspace, "notices"), rt.noticeOptions(opt.NoSync, log)); err != nil {
+		_ = jrnl.close()
+		store.Close()
+		return nil, err
+	}
+	closeLogs := func() {
+		_ = rt.notices.Close()
+		_ = jrnl.close()
+		_ = store.Close()
 	}
 	rt.dedupe = newDedupe(opt.DedupePerSession, dedupeBytes, rt.loadRecent)
 	rt.metrics.walSeries(jrnl.Stats)
@@ -135,7 +145,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		r := built[chCfg.Agent]
 		if r == nil {
 			if r = opt.Runners[chCfg.Agent]; r == nil {
-				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent], cfg.Workspace, agentProcs, log)
+				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent], cfg.Workspace, agentProcs, s.pushFromAgent, log)
 				if err != nil {
 					s.closeRunners(built)
 					closeLogs()
@@ -161,6 +171,14 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		closeLogs()
 		return nil, err
 	}
+	if rt.fleet, err = openFleet(cfg.Workspace, opt.fleet, opt.NoSync, log, rt.metrics); err != nil {
+		s.closeRunners(built)
+		closeLogs()
+		return nil, err
+	}
+	rt.fleet.registerMetrics(rt.metrics, rt.order)
+	rt.fleet.notices, rt.notices.dir, rt.notices.opt.Changed = rt.notices, registryDirectory{rt.fleet.reg}, rt.fleet.reg.Changed
+	rt.notices.start()
 	s.mux = s.routes()
 	return s, nil
 }
@@ -172,7 +190,8 @@ func (s *Server) closeRunners(m map[string]agent.Runner) {
 }
 
 // newRunner builds the runner of a configured agent.
-func newRunner(name string, a config.Agent, workspace string, reg *procs.Registry, log *slog.Logger) (agent.Runner, error) {
+// push takes what an agent sends outside a turn (a notice for the session's peer).
+func newRunner(name string, a config.Agent, workspace string, reg *procs.Registry, push func(sessionKey, text string), log *slog.Logger) (agent.Runner, error) {
 	log = log.With("agent", name)
 	switch {
 	case a.Builtin != nil:
@@ -181,9 +200,9 @@ func newRunner(name string, a config.Agent, workspace string, reg *procs.Registr
 		}
 		return agent.Echo{Delay: time.Duration(a.Builtin.DelayMs) * time.Millisecond}, nil
 	case a.Terminal != nil:
-		return terminal.New(name, *a.Terminal, terminal.Options{Logger: log, Procs: reg})
+		return terminal.New(name, *a.Terminal, terminal.Options{Logger: log, Procs: reg, Push: push})
 	case a.Nuum != nil:
-		return nuum.New(name, *a.Nuum, nuum.Options{Logger: log, Procs: reg})
+		return nuum.New(name, *a.Nuum, nuum.Options{Logger: log, Procs: reg, Push: push})
 	case a.Harness != nil:
 		return harness.New(name, *a.Harness, harness.Options{Workspace: workspace, Logger: log, Procs: reg})
 	}
@@ -237,6 +256,7 @@ func (s *Server) Start() {
 // connections get a going-away close frame, runs in progress get grace to
 // finish, and the session log is flushed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	s.warnOpenAPI(ln.Addr())
 	s.Start()
 	// Plain requests get read, write and idle timeouts and a header limit
 	// (limits.go); WebSockets leave them behind at the upgrade.
@@ -254,7 +274,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	_ = hs.Shutdown(sctx) // stops accepting; hijacked WebSockets are ours to close
+	s.rt.fleet.stopStreams() // live streams would hold hs.Shutdown up
+	_ = hs.Shutdown(sctx)    // stops accepting; hijacked WebSockets are ours to close
 	err := s.Shutdown(sctx)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
@@ -271,6 +292,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
+		s.rt.fleet.stopStreams()
 		for _, id := range s.rt.order {
 			if a := s.rt.channels[id].adapter; a != nil {
 				a.Close()
@@ -289,7 +311,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			_ = r.Close()
 		}
 		s.procs.Close() // its sentinel kills any agent group a runner left
-		err = errors.Join(s.rt.journal.close(), s.rt.store.Close())
+		err = errors.Join(s.rt.notices.Close(), s.rt.fleet.close(), s.rt.journal.close(), s.rt.store.Close())
 	})
 	return err
 }

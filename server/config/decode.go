@@ -226,7 +226,7 @@ func (w *walker) config(root *node) *Config {
 		Channels:          map[string]Channel{},
 		Agents:            map[string]Agent{},
 	}
-	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes", "channels", "agents")
+	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes", "channels", "agents", "admin")
 	if f == nil {
 		return nil
 	}
@@ -260,6 +260,9 @@ func (w *walker) config(root *node) *Config {
 	if e, ok := f["dedupeCacheBytes"]; ok {
 		n, _ := w.integer(join("", e.key), e.val, 1<<20, noMax)
 		cfg.DedupeCacheBytes = int64(n)
+	}
+	if e, ok := f["admin"]; ok {
+		cfg.Admin = w.admin(join("", e.key), e.val)
 	}
 
 	// Agents first, so channels can be checked against them.
@@ -410,7 +413,7 @@ func (w *walker) channel(path, id string, n *node) (ch Channel, agentKey string,
 func (w *walker) channelConfig(path string, n *node) ChannelConfig {
 	cc := defaultChannelConfig()
 	f := w.fields(path, n, "heartbeatSeconds", "maxMessageChars", "tokens", "sendQueue",
-		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds")
+		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds", "maxNoticesPerPeer")
 	if e, ok := f["heartbeatSeconds"]; ok {
 		cc.HeartbeatSeconds, _ = w.integer(join(path, e.key), e.val, 1, 3600)
 	}
@@ -434,6 +437,9 @@ func (w *walker) channelConfig(path string, n *node) ChannelConfig {
 	}
 	if e, ok := f["connectTimeoutSeconds"]; ok {
 		cc.ConnectTimeoutSeconds, _ = w.integer(join(path, e.key), e.val, 1, 3600)
+	}
+	if e, ok := f["maxNoticesPerPeer"]; ok {
+		cc.MaxNoticesPerPeer, _ = w.integer(join(path, e.key), e.val, 1, 10000)
 	}
 	return cc
 }
