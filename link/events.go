@@ -172,7 +172,7 @@ func (e Event) String() string {
 
 // Bounds of the event queue (besides final answers, see eventQueue).
 const (
-	maxQueuedStates  = 8 // state events; past it the oldest queued one goes
+	maxQueuedStates  = 8  // state events; past it the oldest queued one goes
 	maxQueuedNotices = 8  // non-final error events; past it the oldest goes
 	maxQueuedPushes  = 32 // EventNotice; past it the oldest goes (the server resends it after a reconnect)
 )
