@@ -91,9 +91,8 @@ func (c *Client) notice(s *session, n *Notice) {
 	if c.shown.Shown(n.NoticeID) {
 		c.noticesReacked.Add(1)
 		c.log.Debug("notice shown before: acking it again", "notice_id", n.NoticeID)
-		if s.write(MustEncode(&NoticeAck{NoticeID: n.NoticeID})) {
-			c.noticeAcks.Add(1)
-		}
+		c.noticeAcks.Add(1)
+		s.write(MustEncode(&NoticeAck{NoticeID: n.NoticeID}))
 		return
 	}
 	exp, ok := parseExpiry(n.ExpiresAt)

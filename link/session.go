@@ -296,14 +296,14 @@ func (s *session) pump() bool {
 	if screenWait > 0 {
 		s.screenT.Reset(screenWait)
 	}
+	c.noticeAcks.Add(int64(acks))
+	if screen {
+		c.screens.Add(1)
+	}
 	for _, b := range frames {
 		if !s.write(b) {
 			return false
 		}
-	}
-	c.noticeAcks.Add(int64(acks))
-	if screen {
-		c.screens.Add(1)
 	}
 	c.sent.Add(int64(msgs))
 	return true

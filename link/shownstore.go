@@ -41,6 +41,7 @@ type shownStore struct {
 	dir, path string
 	log       *slog.Logger
 	now       func() time.Time
+	max       int // MaxShownNotices (tests lower it)
 
 	mu      sync.Mutex
 	recs    []shownRecord // oldest first
@@ -51,7 +52,7 @@ type shownStore struct {
 // openShownStore loads the ids kept in dir ("": memory only). It never
 // fails: a file that cannot be read leaves the set in memory.
 func openShownStore(dir string, log *slog.Logger, now func() time.Time) *shownStore {
-	s := &shownStore{dir: dir, log: log, now: now, ids: map[string]bool{}}
+	s := &shownStore{dir: dir, log: log, now: now, max: MaxShownNotices, ids: map[string]bool{}}
 	if dir == "" {
 		return s
 	}
@@ -131,7 +132,7 @@ func (s *shownStore) addLocked(r shownRecord) {
 	}
 	s.recs = append(s.recs, r)
 	s.ids[r.ID] = true
-	if over := len(s.recs) - MaxShownNotices; over > 0 {
+	if over := len(s.recs) - s.max; over > 0 {
 		for _, old := range s.recs[:over] {
 			delete(s.ids, old.ID)
 		}
