@@ -35,6 +35,7 @@ type pushServer struct {
 	acks     []string
 	screens  []link.Screen
 	refuse   bool
+	deaf     bool            // acks are not recorded (lost)
 	onAck    func(id string) // called as an ack arrives
 	changed  chan struct{}   // cap 1
 }
@@ -94,6 +95,9 @@ func (ps *pushServer) serve(ws *websocket.Conn) {
 			ps.poke()
 			continue
 		case *link.NoticeAck:
+			if ps.deaf {
+				break
+			}
 			ps.acks = append(ps.acks, f.NoticeID)
 			if cb := ps.onAck; cb != nil {
 				cb(f.NoticeID)
