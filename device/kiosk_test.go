@@ -234,6 +234,11 @@ type kioskRig struct {
 
 func startKiosk(t *testing.T, url, stateDir string, k device.Kiosk) *kioskRig {
 	t.Helper()
+	return startKioskCaps(t, url, stateDir, k, append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen))
+}
+
+func startKioskCaps(t *testing.T, url, stateDir string, k device.Kiosk, caps []string) *kioskRig {
+	t.Helper()
 	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 4, Cols: 20})
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +248,7 @@ func startKiosk(t *testing.T, url, stateDir string, k device.Kiosk) *kioskRig {
 		t.Fatal(err)
 	}
 	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "kiosk-1", DeviceName: "test", StateDir: stateDir,
-		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), Board: "test-lcd2004", Version: "test",
+		Capabilities: caps, Board: "test-lcd2004", Version: "test",
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
