@@ -165,7 +165,7 @@ func run(ctx context.Context, args []string) error {
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, PeerID: id, DeviceName: name, Token: token,
 		CAFile: *caFile, StateDir: *stateDir, Logger: log,
 		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen),
-		Board: profile.Name, Version: termdVersion(), Tags: tags})
+		Board:        profile.Name, Version: termdVersion(), Tags: tags})
 	if err != nil {
 		return err
 	}
