@@ -324,3 +324,30 @@ func TestNoticeShownThenKilledBeforeAck(t *testing.T) {
 		t.Fatalf("the restarted device showed %v, want only n-2 (n-1 was drawn before the kill)", got)
 	}
 }
+
+// A server that predates the screen extension answers a screen frame
+// with the channel spec's "Unsupported websocket frame type" error: the
+// client stops mirroring on that connection and reports no error.
+func TestScreenToServerWithoutIt(t *testing.T) {
+	fs := newFakeServer(t)
+	c, events := noticeClient(t, fs.url(), t.TempDir())
+	conn := fs.accept(t)
+	conn.handshake(t)
+	c.SetScreen(screen(1))
+	next[*link.Screen](t, conn)
+	conn.write(t, &link.Error{Error: "Unsupported websocket frame type: screen"})
+	conn.write(t, &link.Error{Error: "a later error"})
+	if e := waitEvent(t, events, link.EventError); e.Err.Error() != "a later error" {
+		t.Fatalf("first error event %v, want the unsupported screen kept from the caller", e)
+	}
+	c.SetScreen(screen(2))
+	if _, err := c.Send(context.Background(), "after"); err != nil {
+		t.Fatal(err)
+	}
+	if m := next[*link.Message](t, conn); m.Text != "after" {
+		t.Fatal(m)
+	}
+	if st := c.Stats(); st.Screens != 1 {
+		t.Fatalf("%d screen frames, want 1: the mirror goes on after the server refused it", st.Screens)
+	}
+}
