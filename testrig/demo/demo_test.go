@@ -37,6 +37,9 @@ type tmux struct {
 func startTmux(t *testing.T, command string) *tmux {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
+		if os.Getenv("CI_REQUIRE_TOOLS") == "1" {
+			t.Fatal("tmux is not installed and CI_REQUIRE_TOOLS=1")
+		}
 		t.Skip("tmux is not installed (CI installs it): the demo test drives a real terminal through it")
 	}
 	tm := &tmux{t: t, socket: filepath.Join(t.TempDir(), "tmux.sock")}
