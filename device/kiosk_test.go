@@ -16,7 +16,9 @@ import (
 	"termlink/device"
 	"termlink/device/input"
 	"termlink/display/console"
+	"termlink/display/hd44780"
 	"termlink/link"
+	"termlink/testrig/lcdemu"
 )
 
 // pushServer is a small real WebSocket server that speaks the channel
@@ -510,4 +512,34 @@ func TestConsoleNoticeStatusLine(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// On a 16x2 LCD a notice longer than the screen turns its pages.
+func TestLongNoticePages16x2(t *testing.T) {
+	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 2, Cols: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: 2, Cols: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &device.LCDView{Screen: lcd}
+	start := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	m := &device.Model{Overlay: device.Overlay{Kind: device.OverlayNotice, Alert: true, ID: "n-1", Since: start,
+		Text: "The lobby closes at six tonight; please leave by the main door"}}
+	var pages []string
+	for i := range 4 {
+		if err := v.Render(context.Background(), m, start.Add(time.Duration(i)*device.NoticePage)); err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, strings.Join(bus.Text(), "|"))
+	}
+	want := []string{"! The lobby     |closes at six   ", "tonight; please |leave by the    ", "main door       |                ", "! The lobby     |closes at six   "}
+	if strings.Join(pages, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("pages:\n%s\nwant:\n%s", strings.Join(pages, "\n"), strings.Join(want, "\n"))
+	}
+	if s := v.Mirror(); strings.Join(s.Rows, "|") != want[3] || !s.Backlight {
+		t.Fatalf("mirror %+v", s)
+	}
 }
