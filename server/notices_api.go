@@ -196,11 +196,13 @@ func noticePreview(s string, n int) string {
 	return truncateUTF8(s, n) + "…"
 }
 
-// noticeRoutes adds the notice API to mux.
-func (s *Server) noticeRoutes(mux *http.ServeMux) {
-	// auth: GET viewer, POST and DELETE operator (wrap with requireRole once merged).
+// noticeRoutes adds the notice API to mux; the operator guard covers it
+// (GET: viewer, POST and DELETE: operator).
+func (s *Server) noticeRoutes(mux interface {
+	HandleFunc(string, func(http.ResponseWriter, *http.Request))
+}) {
 	mux.HandleFunc("POST /api/channels/{channel_id}/peers/{peer_id}/notices", s.postNotice)
-	mux.HandleFunc("GET /api/channels/{channel_id}/peers/{peer_id}/notices", s.getPeerNotices)
+	mux.HandleFunc("GET /api/channels/{channel_id}/peers/{peer_id}/notices", s.getNotices)
 	mux.HandleFunc("DELETE /api/channels/{channel_id}/peers/{peer_id}/notices/{notice_id}", s.deleteNotice)
 	mux.HandleFunc("POST /api/channels/{channel_id}/notices", s.postNotice)
 	mux.HandleFunc("GET /api/channels/{channel_id}/notices", s.getNotices)
@@ -255,7 +257,7 @@ func (s *Server) postNotice(w http.ResponseWriter, r *http.Request) {
 	if broadcast {
 		targets = req.peers
 		if targets == nil {
-			targets = selectPeers(s.rt.notices.dir, chID, req.tags)
+			targets = s.rt.notices.dir.PeersWithTags(chID, req.tags)
 		}
 		if len(targets) == 0 {
 			what := "knows no peers yet"
@@ -306,19 +308,7 @@ func allParam(w http.ResponseWriter, r *http.Request) (all, ok bool) {
 	}
 }
 
-func (s *Server) getPeerNotices(w http.ResponseWriter, r *http.Request) {
-	chID, ok := s.noticeChannel(w, r)
-	if !ok {
-		return
-	}
-	all, ok := allParam(w, r)
-	if !ok {
-		return
-	}
-	peer := r.PathValue("peer_id")
-	writeJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "peer_id": peer, "notices": s.rt.notices.listPeer(chID, peer, all)})
-}
-
+// getNotices lists the path's peer's notices, or the channel's.
 func (s *Server) getNotices(w http.ResponseWriter, r *http.Request) {
 	chID, ok := s.noticeChannel(w, r)
 	if !ok {
@@ -326,6 +316,10 @@ func (s *Server) getNotices(w http.ResponseWriter, r *http.Request) {
 	}
 	all, ok := allParam(w, r)
 	if !ok {
+		return
+	}
+	if peer := r.PathValue("peer_id"); peer != "" {
+		writeJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "peer_id": peer, "notices": s.rt.notices.listPeer(chID, peer, all)})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "notices": s.rt.notices.list(chID, all)})

@@ -6,9 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/gorilla/websocket"
 
 	"termlink/link"
 )
@@ -39,7 +36,7 @@ func TestKill9KeepsNoticesAndAcks(t *testing.T) {
 	p.kill(t)
 
 	p = start(t, cfg)
-	d := connectNotices(t, p, "kiosk")
+	d := connect(t, p, "kiosk", link.CapText, link.CapNotice)
 	for i, id := range ids {
 		f, ok := d.read().(*link.Notice)
 		if !ok || f.NoticeID != id || f.Text != fmt.Sprintf("notice %d", i) {
@@ -61,7 +58,7 @@ func TestKill9KeepsNoticesAndAcks(t *testing.T) {
 	p.kill(t)
 
 	p = start(t, cfg)
-	d = connectNotices(t, p, "kiosk")
+	d = connect(t, p, "kiosk", link.CapText, link.CapNotice)
 	for _, id := range ids[n/2:] {
 		if f, ok := d.read().(*link.Notice); !ok || f.NoticeID != id {
 			t.Fatalf("after the second kill -9: %+v, want %s (the first %d were acked)", f, id, n/2)
@@ -71,20 +68,4 @@ func TestKill9KeepsNoticesAndAcks(t *testing.T) {
 	if f, ok := d.read().(*link.Pong); !ok {
 		t.Fatalf("after the unacked notices: %+v, want nothing more", f)
 	}
-}
-
-func connectNotices(t *testing.T, p *proc, peer string) *device {
-	t.Helper()
-	ws, _, err := websocket.DefaultDialer.Dial("ws://"+p.addr+"/api/channels/terminal-dev/ws", nil)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	t.Cleanup(func() { ws.Close() })
-	d := &device{t: t, ws: ws}
-	d.send(&link.Connect{PeerID: peer, Capabilities: []string{link.CapText, link.CapNotice}})
-	_ = ws.SetReadDeadline(time.Now().Add(20 * time.Second))
-	if _, ok := d.read().(*link.Connected); !ok {
-		t.Fatal("no connected frame")
-	}
-	return d
 }

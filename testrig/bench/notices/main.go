@@ -288,11 +288,11 @@ func offline(bin, tmp string, n, per int) {
 	s, replay := start(bin, dir, ws)
 	rss = s.rssMiB()
 	s.stop(syscall.SIGTERM)
-	fmt.Printf("offline: start-up after kill -9 (log replay, then a snapshot) %s, RSS %.1f MiB\n", replay.Round(time.Millisecond), rss)
+	fmt.Printf("offline: start-up after kill -9 (log replay; the snapshot follows in the background) %s, RSS %.1f MiB; %s\n", replay.Round(time.Millisecond), rss, openedLine(dir))
 	fmt.Printf("offline: after a clean stop: notices/ uses %s\n", du(filepath.Join(ws, "notices")))
 	s, clean := start(bin, dir, ws)
 	s.stop(syscall.SIGTERM)
-	fmt.Printf("offline: start-up from the snapshot %s\n", clean.Round(time.Millisecond))
+	fmt.Printf("offline: start-up from the snapshot %s; %s\n", clean.Round(time.Millisecond), openedLine(dir))
 }
 
 // du is the disk the files under dir use (allocated blocks).
@@ -309,4 +309,15 @@ func du(dir string) string {
 		return nil
 	})
 	return fmt.Sprintf("%.1f MiB on disk (%s)", float64(total)/(1<<20), strings.Join(files, ", "))
+}
+
+// openedLine is what the server logged about opening the mailboxes.
+func openedLine(dir string) string {
+	log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+	for _, l := range strings.Split(string(log), "\n") {
+		if i := strings.Index(l, "notice mailboxes opened"); i >= 0 {
+			return "server log: " + l[i:]
+		}
+	}
+	return "no notice log line"
 }
