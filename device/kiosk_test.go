@@ -16,9 +16,7 @@ import (
 	"termlink/device"
 	"termlink/device/input"
 	"termlink/display/console"
-	"termlink/display/hd44780"
 	"termlink/link"
-	"termlink/testrig/lcdemu"
 )
 
 // pushServer is a small real WebSocket server that speaks the channel
@@ -239,7 +237,7 @@ func startKiosk(t *testing.T, url, stateDir string, k device.Kiosk) *kioskRig {
 
 func startKioskCaps(t *testing.T, url, stateDir string, k device.Kiosk, caps []string) *kioskRig {
 	t.Helper()
-	bus, lcd := emulatedLCD(t)
+	bus, lcd := emulatedLCD(t, 4, 20)
 	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "kiosk-1", DeviceName: "test", StateDir: stateDir,
 		Capabilities: caps, Board: "test-lcd2004", Version: "test",
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard})
@@ -516,14 +514,7 @@ func TestConsoleNoticeStatusLine(t *testing.T) {
 
 // On a 16x2 LCD a notice longer than the screen turns its pages.
 func TestLongNoticePages16x2(t *testing.T) {
-	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 2, Cols: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: 2, Cols: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	bus, lcd := emulatedLCD(t, 2, 16)
 	v := &device.LCDView{Screen: lcd}
 	start := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	m := &device.Model{Overlay: device.Overlay{Kind: device.OverlayNotice, Alert: true, ID: "n-1", Since: start,
