@@ -12,3 +12,5 @@ require (
 	periph.io/x/devices/v3 v3.7.4
 	periph.io/x/host/v3 v3.8.5
 )
+
+require github.com/coder/acp-go-sdk v0.13.5 // indirect
