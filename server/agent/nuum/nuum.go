@@ -40,10 +40,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"termlink/server/agent"
 	"termlink/server/agent/procs"
+	"termlink/server/agent/restart"
 	"termlink/server/config"
 )
 
@@ -69,6 +68,7 @@ const (
 	finishStop      = "stop"
 	finishError     = "error"
 	finishCancelled = "cancelled"
+	finishTimeout   = "timeout"
 )
 
 // Options tune a Runner beyond its config. The zero value is the default.
@@ -81,6 +81,10 @@ type Options struct {
 	StartTimeout      time.Duration
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
+	// TurnTimeout bounds a turn: after it the turn is interrupted (as a
+	// cancel would) and its reply says it timed out (FinishReason
+	// "timeout"). Zero keeps the config's turnTimeout (0: no limit).
+	TurnTimeout time.Duration
 
 	// InterruptWait is how long a cancelled turn waits for the agent to
 	// end the turn after the interrupt before the process is killed.
@@ -135,48 +139,16 @@ type Runner struct {
 	startTimeout time.Duration
 	hbInterval   time.Duration
 	hbTimeout    time.Duration
+	turnTimeout  time.Duration // 0: none
 	maxProcs     int
 
 	mu      sync.Mutex
 	closed  bool
-	procs   map[string]*proc        // by session key; a stopping process is no longer here
-	live    int                     // processes reserved, running or stopping
-	crashes map[string]*crashRecord // restart backoff by session key
-	notify  chan struct{}           // closed and replaced when procs, live or closed change
-	wg      sync.WaitGroup          // one per process, done when all its goroutines are
-}
-
-type crashRecord struct {
-	backoff *backoff.ExponentialBackOff // the delays of crashes in a row
-	until   time.Time                   // no restart before
-}
-
-// restartJitter is the randomization factor of restart delays, so that
-// agents that crashed together do not restart together.
-const restartJitter = 0.5
-
-// newRestartBackoff returns the restart delays after crashes in a row:
-// doubling, each randomized by ±restartJitter, and always within
-// [RestartBackoffMin, RestartBackoffMax]. The intervals are placed so that
-// the randomized values span the bounds: the first in
-// [Min, 3*Min], the last in [Max/3, Max] (cenkalti's randomized value is
-// interval*(1±factor)).
-func (r *Runner) newRestartBackoff() *backoff.ExponentialBackOff {
-	lo, hi := r.opt.RestartBackoffMin, r.opt.RestartBackoffMax
-	initial := time.Duration(float64(lo) / (1 - restartJitter))
-	maxInterval := max(time.Duration(float64(hi)/(1+restartJitter)), initial)
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(initial),
-		backoff.WithMaxInterval(maxInterval),
-		backoff.WithMultiplier(2),
-		backoff.WithRandomizationFactor(restartJitter),
-		backoff.WithMaxElapsedTime(0), // never gives up
-	)
-}
-
-// next is the delay before the next restart.
-func (c *crashRecord) next(lo, hi time.Duration) time.Duration {
-	return min(max(c.backoff.NextBackOff(), lo), hi)
+	procs   map[string]*proc // by session key; a stopping process is no longer here
+	live    int              // processes reserved, running or stopping
+	crashes *restart.Tracker // restart backoff by session key
+	notify  chan struct{}    // closed and replaced when procs, live or closed change
+	wg      sync.WaitGroup   // one per process, done when all its goroutines are
 }
 
 var (
@@ -196,9 +168,11 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 		return fail("command is empty")
 	case strings.ContainsRune(cfg.Command, 0):
 		return fail("command contains a NUL byte")
-	case cfg.IdleTimeout < 0, cfg.MaxProcesses < 0, cfg.StartTimeout < 0, cfg.HeartbeatSeconds < 0, cfg.HeartbeatTimeout < 0:
-		return fail("idleTimeout, maxProcesses, startTimeout, heartbeatSeconds and heartbeatTimeout must not be negative")
-	case opt.IdleTimeout < 0, opt.StartTimeout < 0, opt.HeartbeatInterval < 0, opt.HeartbeatTimeout < 0,
+	case cfg.IdleTimeout < 0, cfg.MaxProcesses < 0, cfg.StartTimeout < 0, cfg.HeartbeatSeconds < 0, cfg.HeartbeatTimeout < 0, cfg.TurnTimeout < 0:
+		return fail("idleTimeout, maxProcesses, startTimeout, heartbeatSeconds, heartbeatTimeout and turnTimeout must not be negative")
+	case cfg.HeartbeatAck != "" && cfg.HeartbeatAck != config.NuumHeartbeatAckRequired && cfg.HeartbeatAck != config.NuumHeartbeatAckOptional:
+		return fail("heartbeatAck must be %q or %q, got %q", config.NuumHeartbeatAckRequired, config.NuumHeartbeatAckOptional, cfg.HeartbeatAck)
+	case opt.TurnTimeout < 0, opt.IdleTimeout < 0, opt.StartTimeout < 0, opt.HeartbeatInterval < 0, opt.HeartbeatTimeout < 0,
 		opt.InterruptWait < 0, opt.InterruptedGrace < 0, opt.FollowUpWait < 0, opt.WriteTimeout < 0,
 		opt.StopGrace < 0, opt.RestartBackoffMin < 0, opt.RestartBackoffMax < 0, opt.MaxLineBytes < 0:
 		return fail("options must not be negative")
@@ -241,6 +215,13 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
+	if cfg.HeartbeatAck == config.NuumHeartbeatAckOptional {
+		opt.HeartbeatAckOptional = true
+	}
+	turnTimeout := opt.TurnTimeout
+	if turnTimeout == 0 {
+		turnTimeout = time.Duration(cfg.TurnTimeout) * time.Second
+	}
 	maxProcs := cfg.MaxProcesses
 	if maxProcs == 0 {
 		maxProcs = config.DefaultNuumMaxProcesses
@@ -254,9 +235,10 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 		startTimeout: seconds(opt.StartTimeout, cfg.StartTimeout, config.DefaultNuumStartTimeout),
 		hbInterval:   seconds(opt.HeartbeatInterval, cfg.HeartbeatSeconds, config.DefaultNuumHeartbeatSeconds),
 		hbTimeout:    seconds(opt.HeartbeatTimeout, cfg.HeartbeatTimeout, config.DefaultNuumHeartbeatTimeout),
+		turnTimeout:  turnTimeout,
 		maxProcs:     maxProcs,
 		procs:        map[string]*proc{},
-		crashes:      map[string]*crashRecord{},
+		crashes:      restart.New(opt.RestartBackoffMin, opt.RestartBackoffMax),
 		notify:       make(chan struct{}),
 	}, nil
 }
@@ -375,7 +357,7 @@ func (r *Runner) acquire(ctx context.Context, req agent.Request, progress agent.
 		wait := r.notify
 		existing := r.procs[key]
 		if existing == nil {
-			delay = r.backoffLocked(key)
+			delay = r.crashes.Wait(key)
 		}
 		switch {
 		case existing != nil:
@@ -456,7 +438,7 @@ func (r *Runner) start(ctx context.Context, p *proc, req agent.Request) (agent.R
 			delete(r.procs, p.key)
 		}
 		r.live--
-		r.recordCrashLocked(p.key)
+		r.crashes.Crashed(p.key, time.Now())
 		r.broadcastLocked()
 		r.mu.Unlock()
 		r.wg.Done()
@@ -539,7 +521,7 @@ func (r *Runner) exited(p *proc) {
 	quit := p.exitErr == nil && p.inited && (!p.awaiting || !p.answering)
 	p.mu.Unlock()
 	if !p.stopping && !quit && !r.closed {
-		r.recordCrashLocked(p.key)
+		r.crashes.Crashed(p.key, time.Now())
 	}
 	r.broadcastLocked()
 }
@@ -547,33 +529,8 @@ func (r *Runner) exited(p *proc) {
 // turnAnswered resets the session's restart backoff: its agent works.
 func (r *Runner) turnAnswered(key string) {
 	r.mu.Lock()
-	delete(r.crashes, key)
+	r.crashes.Reset(key)
 	r.mu.Unlock()
-}
-
-func (r *Runner) recordCrashLocked(key string) {
-	now := time.Now()
-	for k, c := range r.crashes { // forget sessions that have not come back
-		if now.Sub(c.until) > 10*r.opt.RestartBackoffMax {
-			delete(r.crashes, k)
-		}
-	}
-	c := r.crashes[key]
-	if c == nil {
-		c = &crashRecord{backoff: r.newRestartBackoff()}
-		r.crashes[key] = c
-	}
-	c.until = now.Add(c.next(r.opt.RestartBackoffMin, r.opt.RestartBackoffMax))
-}
-
-// backoffLocked is how long the session must wait before its process may
-// be restarted.
-func (r *Runner) backoffLocked(key string) time.Duration {
-	c := r.crashes[key]
-	if c == nil {
-		return 0
-	}
-	return time.Until(c.until)
 }
 
 func (r *Runner) broadcastLocked() {
@@ -583,6 +540,11 @@ func (r *Runner) broadcastLocked() {
 
 func errorResult(text string) agent.Result {
 	return agent.Result{Text: text, FinishReason: finishError}
+}
+
+// timeoutResult answers a turn interrupted by the turn timeout d.
+func timeoutResult(d time.Duration) agent.Result {
+	return agent.Result{Text: fmt.Sprintf("the agent did not finish within %s; the turn was interrupted", d), FinishReason: finishTimeout}
 }
 
 func cancelledResult() agent.Result {

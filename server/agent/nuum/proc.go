@@ -527,7 +527,7 @@ func (p *proc) inject(req agent.Request) bool {
 	t.injected++
 	p.awaiting = true
 	p.mu.Unlock()
-	if err := p.write(userFrame(req.Text)); err != nil {
+	if err := p.write(userFrame(req)); err != nil {
 		p.log.Warn("cannot inject a message into the running turn", "message_id", req.MessageID, "error", err)
 		p.mu.Lock()
 		t.injected--
@@ -567,7 +567,11 @@ type (
 	}
 	userMessage struct {
 		Role    string `json:"role"`
-		Content string `json:"content"`
+		Content any    `json:"content"` // a string, or []textBlock when the message has media
+	}
+	textBlock struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
 	}
 	userMessageFrame struct {
 		Type    string      `json:"type"`
@@ -575,8 +579,23 @@ type (
 	}
 )
 
-func userFrame(text string) userMessageFrame {
-	return userMessageFrame{Type: "user", Message: userMessage{Role: "user", Content: text}}
+// userFrame is the user message of req: its text as the content string,
+// or, when the message has media, the spec's content blocks: a text block
+// with the text, then one text block per file naming its absolute path
+// (the spec's blocks are text, tool_use and tool_result; the agent reads
+// the file itself, as a terminal agent does with its envelope's media).
+func userFrame(req agent.Request) userMessageFrame {
+	if len(req.Media) == 0 {
+		return userMessageFrame{Type: "user", Message: userMessage{Role: "user", Content: req.Text}}
+	}
+	blocks := make([]textBlock, 0, 1+len(req.Media))
+	if req.Text != "" {
+		blocks = append(blocks, textBlock{Type: "text", Text: req.Text})
+	}
+	for _, m := range req.Media {
+		blocks = append(blocks, textBlock{Type: "text", Text: "Attached file: " + m})
+	}
+	return userMessageFrame{Type: "user", Message: userMessage{Role: "user", Content: blocks}}
 }
 
 // limiter allows logBurst events per logWindow.
