@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0
+	github.com/coder/acp-go-sdk v0.13.5
 	github.com/creack/pty v1.1.24
 	github.com/gorilla/websocket v1.5.3
 	go.bug.st/serial v1.8.0
@@ -12,5 +13,3 @@ require (
 	periph.io/x/devices/v3 v3.7.4
 	periph.io/x/host/v3 v3.8.5
 )
-
-require github.com/coder/acp-go-sdk v0.13.5 // indirect
