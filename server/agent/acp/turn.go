@@ -397,8 +397,8 @@ func (t *turn) ask(ctx context.Context, title string, options []sdk.PermissionOp
 	defer timer.Stop()
 	select {
 	case text := <-q.answers:
-		n, err := strconv.Atoi(strings.TrimSpace(text))
-		if err != nil || n < 1 || n > len(options) {
+		n, ok := parseAnswer(text, len(options))
+		if !ok {
 			t.progress(preview(fmt.Sprintf("%q is not 1-%d: rejected", strings.TrimSpace(text), len(options)), progressRunes))
 			return rejectOutcome(options)
 		}
@@ -426,6 +426,16 @@ func (t *turn) answer(text string) bool {
 	q.taken = true
 	q.answers <- text
 	return true
+}
+
+// parseAnswer reads a device's answer to a question of n options: the
+// number of an option, 1 to n, blanks around it allowed.
+func parseAnswer(text string, n int) (int, bool) {
+	i, err := strconv.Atoi(strings.TrimSpace(text))
+	if err != nil || i < 1 || i > n {
+		return 0, false
+	}
+	return i, true
 }
 
 // questionText is a permission question as one progress line:
