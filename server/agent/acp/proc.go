@@ -16,6 +16,7 @@ import (
 
 	"termlink/server/agent"
 	"termlink/server/agent/procs"
+	"termlink/server/agent/terminal"
 )
 
 // Limits of what is kept from an agent's stderr.
@@ -101,6 +102,8 @@ func (p *proc) spawn(req agent.Request, cwd string) error {
 	var cmd *exec.Cmd
 	if len(r.cfg.Args) > 0 {
 		cmd = procs.Exec(r.cfg.Command, r.cfg.Args...)
+	} else if words, ok := terminal.PlainWords(r.cfg.Command); ok {
+		cmd = procs.Exec(words[0], words[1:]...) // no shell for plain words
 	} else {
 		cmd = procs.Command(r.opt.Shell, r.cfg.Command)
 	}
