@@ -184,10 +184,10 @@ func (p *proc) errorReply(step string, err error) agent.Result {
 	if errors.As(err, &re) && !p.disconnected(re) {
 		detail := preview(requestErrorText(re), 300)
 		if re.Code == -32000 || strings.Contains(strings.ToLower(re.Message), "auth") {
-			return errorResult(fmt.Sprintf("Sign the agent in or give it its API key (agents.%s.acp.env in the server config), then send the message again.\n%s: %s",
-				p.r.name, step, detail))
+			return errorResult(fmt.Sprintf("Sign the agent in or give it its API key (agents.%s.acp.env in the server config), then send the message again.\n%s: %s%s",
+				p.r.name, step, detail, p.stderrNote()))
 		}
-		return errorResult(fmt.Sprintf("The agent answered %s with an error; send the message again, or check the agent's setup.\n%s", step, detail))
+		return errorResult(fmt.Sprintf("The agent answered %s with an error; send the message again, or check the agent's setup.\n%s%s", step, detail, p.stderrNote()))
 	}
 	// No answer: the connection ended, i.e. the process exited.
 	p.awaitExit()
