@@ -50,12 +50,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/pool"
 	"termlink/server/agent/procs"
-	"termlink/server/agent/restart"
 	"termlink/server/config"
 )
 
@@ -133,13 +132,7 @@ type Runner struct {
 	askTimeout   time.Duration
 	maxProcs     int
 
-	mu      sync.Mutex
-	closed  bool
-	procs   map[string]*proc // by session key; a stopping process is no longer here
-	live    int              // processes reserved, running or stopping
-	crashes *restart.Tracker // restart backoff by session key
-	notify  chan struct{}    // closed and replaced when procs, live or closed change
-	wg      sync.WaitGroup   // one per process, done when all its goroutines are
+	pool *pool.Pool[*proc] // the sessions' processes
 }
 
 var (
@@ -220,9 +213,7 @@ func New(name string, cfg config.ACPAgent, opt Options) (*Runner, error) {
 		startTimeout: seconds(opt.StartTimeout, cfg.StartTimeout, config.DefaultACPStartTimeout),
 		askTimeout:   seconds(opt.AskTimeout, cfg.AskTimeout, config.DefaultACPAskTimeout),
 		maxProcs:     maxProcs,
-		procs:        map[string]*proc{},
-		crashes:      restart.New(opt.RestartBackoffMin, opt.RestartBackoffMax),
-		notify:       make(chan struct{}),
+		pool:         pool.New[*proc](maxProcs, opt.RestartBackoffMin, opt.RestartBackoffMax, opt.Logger.With("agent", name)),
 	}, nil
 }
 
@@ -238,7 +229,7 @@ func (r *Runner) Run(ctx context.Context, req agent.Request, progress agent.Prog
 	}
 	p.storeMeta(ctx, req)
 	res = p.prompt(ctx, req, progress)
-	r.release(p)
+	r.pool.Release(p)
 	return res
 }
 
@@ -249,10 +240,8 @@ func (r *Runner) Inject(ctx context.Context, req agent.Request) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	r.mu.Lock()
-	p := r.procs[req.SessionKey]
-	r.mu.Unlock()
-	if p == nil {
+	p, ok := r.pool.Get(req.SessionKey)
+	if !ok {
 		return false
 	}
 	p.mu.Lock()
@@ -268,102 +257,41 @@ func (r *Runner) Inject(ctx context.Context, req agent.Request) bool {
 // Close stops every process and waits for them and their goroutines. Runs
 // in progress end with an error; later ones are refused.
 func (r *Runner) Close() error {
-	r.mu.Lock()
-	if !r.closed {
-		r.closed = true
-		for key, p := range r.procs {
-			delete(r.procs, key)
-			p.stopping = true
-			p.requestStop("the agent runner was closed")
-		}
-		r.broadcastLocked()
-	}
-	r.mu.Unlock()
-	r.wg.Wait()
+	r.pool.Close("the agent runner was closed")
 	return nil
 }
 
 // Live reports how many agent processes run (or start, or stop).
-func (r *Runner) Live() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.live
-}
+func (r *Runner) Live() int { return r.pool.Live() }
 
 // PID returns the process id of the session's agent process (the group
 // leader), or 0.
 func (r *Runner) PID(sessionKey string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if p := r.procs[sessionKey]; p != nil {
-		return p.pid
+	p, ok := r.pool.Get(sessionKey)
+	if !ok {
+		return 0
 	}
-	return 0
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
 }
 
 // acquire returns the session's process, started and idle, marked busy.
 // When ok is false, res answers the message.
 func (r *Runner) acquire(ctx context.Context, req agent.Request, progress agent.Progress) (p *proc, res agent.Result, ok bool) {
-	key := req.SessionKey
-	toldFull := false
-	for {
-		if ctx.Err() != nil {
-			return nil, cancelledResult(), false
-		}
-		var delay time.Duration
-		r.mu.Lock()
-		if r.closed {
-			r.mu.Unlock()
-			return nil, errorResult("The agent runner is shutting down; send the message again in a moment."), false
-		}
-		wait := r.notify
-		existing := r.procs[key]
-		if existing == nil {
-			delay = r.crashes.Wait(key)
-		}
-		switch {
-		case existing != nil:
-			if !existing.busy && !existing.dying() {
-				existing.busy = true
-				r.mu.Unlock()
-				return existing, agent.Result{}, true
-			}
-		case delay > 0:
-		case r.live < r.maxProcs:
-			p := newProc(r, key)
-			p.busy = true
-			r.procs[key] = p
-			r.live++
-			r.wg.Add(1)
-			r.mu.Unlock()
-			if res, ok := r.start(ctx, p, req); !ok {
-				return nil, res, false
-			}
-			return p, agent.Result{}, true
-		default:
-			if victim := r.lruIdleLocked(); victim != nil {
-				delete(r.procs, victim.key)
-				victim.stopping = true
-				victim.requestStop("making room for another session (maxProcesses reached)")
-				r.log.Info("stopping the least recently used agent process", "session", victim.key, "for", key)
-			} else if !toldFull {
-				toldFull = true
-				progress("waiting for a free agent process")
-			}
-		}
-		r.mu.Unlock()
-		var timerC <-chan time.Time
-		if delay > 0 {
-			t := time.NewTimer(delay)
-			defer t.Stop()
-			timerC = t.C
-		}
-		select {
-		case <-wait:
-		case <-timerC:
-		case <-ctx.Done():
+	p, out := r.pool.Acquire(ctx, req.SessionKey, func() *proc { return newProc(r, req.SessionKey) },
+		func() { progress("waiting for a free agent process") })
+	switch out {
+	case pool.Cancelled:
+		return nil, cancelledResult(), false
+	case pool.Closed:
+		return nil, errorResult("The agent runner is shutting down; send the message again in a moment."), false
+	case pool.Created:
+		if res, ok := r.start(ctx, p, req); !ok {
+			return nil, res, false
 		}
 	}
+	return p, agent.Result{}, true
 }
 
 // start spawns p and does the handshake.
@@ -371,19 +299,11 @@ func (r *Runner) start(ctx context.Context, p *proc, req agent.Request) (agent.R
 	cwd := r.cwd(req)
 	if err := p.spawn(req, cwd); err != nil {
 		r.log.Error("cannot start the agent", "session", p.key, "error", err)
-		r.mu.Lock()
-		if r.procs[p.key] == p {
-			delete(r.procs, p.key)
-		}
-		r.live--
-		r.crashes.Crashed(p.key, time.Now())
-		r.broadcastLocked()
-		r.mu.Unlock()
-		r.wg.Done()
+		r.pool.StartFailed(p)
 		return errorResult(fmt.Sprintf("Check agents.%s.acp.command in the server config: the agent cannot be started.\n%v", r.name, err)), false
 	}
 	if res, ok := p.handshake(ctx, cwd); !ok {
-		r.markStopping(p)
+		r.pool.MarkStopping(p)
 		p.kill("the handshake failed")
 		p.awaitExit()
 		return res, false
@@ -404,75 +324,6 @@ func (r *Runner) cwd(req agent.Request) string {
 		return filepath.Join(dir, c)
 	}
 	return dir
-}
-
-func (r *Runner) release(p *proc) {
-	r.mu.Lock()
-	p.busy = false
-	p.lastUsed = time.Now()
-	r.broadcastLocked()
-	r.mu.Unlock()
-}
-
-func (r *Runner) markStopping(p *proc) {
-	r.mu.Lock()
-	p.stopping = true
-	r.mu.Unlock()
-}
-
-func (r *Runner) lruIdleLocked() *proc {
-	var victim *proc
-	for _, p := range r.procs {
-		if p.busy || p.dying() {
-			continue
-		}
-		if victim == nil || p.lastUsed.Before(victim.lastUsed) {
-			victim = p
-		}
-	}
-	return victim
-}
-
-// idleCheck stops p when it has been idle for idleTimeout (returning 0),
-// or returns how long to wait before checking again.
-func (r *Runner) idleCheck(p *proc) time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.procs[p.key] != p || p.busy {
-		return r.idleTimeout
-	}
-	if idle := time.Since(p.lastUsed); idle < r.idleTimeout {
-		return r.idleTimeout - idle
-	}
-	delete(r.procs, p.key)
-	p.stopping = true
-	return 0
-}
-
-// exited is called once p's process has exited: an exit the runner did
-// not ask for is a crash and delays the session's next start.
-func (r *Runner) exited(p *proc) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.procs[p.key] == p {
-		delete(r.procs, p.key)
-	}
-	r.live--
-	if !p.stopping && !r.closed {
-		r.crashes.Crashed(p.key, time.Now())
-	}
-	r.broadcastLocked()
-}
-
-func (r *Runner) turnAnswered(key string) {
-	r.mu.Lock()
-	r.crashes.Reset(key)
-	r.mu.Unlock()
-}
-
-func (r *Runner) broadcastLocked() {
-	close(r.notify)
-	r.notify = make(chan struct{})
 }
 
 func errorResult(text string) agent.Result {

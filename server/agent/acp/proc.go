@@ -44,16 +44,11 @@ type proc struct {
 	conn      *sdk.ClientSideConnection
 	sessionID sdk.SessionId
 
-	// Guarded by r.mu.
-	pid      int
-	busy     bool
-	stopping bool // the runner stopped it: its exit is no crash
-	lastUsed time.Time
-
 	wmu       sync.Mutex
 	stdinOnce sync.Once
 
 	mu         sync.Mutex
+	pid        int
 	turn       *turn // the prompt in progress
 	reason     string
 	stderrTail []string
@@ -128,10 +123,9 @@ func (p *proc) spawn(req agent.Request, cwd string) error {
 	p.cmd, p.stdin, p.stdout, p.stderr = cmd, inW, outR, errR
 	pid := cmd.Process.Pid
 	p.log = p.log.With("pid", pid)
-	r.mu.Lock()
+	p.mu.Lock()
 	p.pid = pid
-	p.lastUsed = time.Now()
-	r.mu.Unlock()
+	p.mu.Unlock()
 	p.conn = sdk.NewClientSideConnection(client{p}, stdinWriter{p}, outR)
 	p.conn.SetLogger(p.log.With("component", "acp-sdk"))
 	p.log.Info("agent started", "command", r.cfg.Command, "args", r.cfg.Args, "dir", cwd)
@@ -254,14 +248,14 @@ func (p *proc) wait() {
 	_ = p.stderr.SetReadDeadline(deadline)
 	close(p.exited)
 	p.log.Info("agent exited", "status", exitText(err), "reason", p.killReason())
-	p.r.exited(p)
+	p.r.pool.Exited(p, false)
 	<-p.conn.Done() // the SDK's reader has ended (EOF, or the deadline)
 	<-p.stderrDone
 	<-p.supDone
 	p.closeStdin()
 	p.stdout.Close()
 	p.stderr.Close()
-	p.r.wg.Done()
+	p.r.pool.Done()
 }
 
 // readStderr drains stderr, logging lines (a bounded number) and keeping
@@ -323,7 +317,7 @@ func (p *proc) supervise() {
 			p.shutdown()
 			return
 		case <-idle.C:
-			if d := p.r.idleCheck(p); d > 0 {
+			if d := p.r.pool.IdleCheck(p, p.r.idleTimeout); d > 0 {
 				idle.Reset(d)
 				continue
 			}
@@ -335,7 +329,8 @@ func (p *proc) supervise() {
 	}
 }
 
-func (p *proc) requestStop(reason string) {
+// RequestStop asks the supervisor to stop the process (pool.Member).
+func (p *proc) RequestStop(reason string) {
 	p.stopOnce.Do(func() {
 		p.mu.Lock()
 		p.stopReason = reason
@@ -414,8 +409,9 @@ func (p *proc) killReason() string {
 	return p.reason
 }
 
-// dying reports whether the process has exited or is being stopped.
-func (p *proc) dying() bool {
+// Dying reports whether the process has exited or is being stopped
+// (pool.Member).
+func (p *proc) Dying() bool {
 	select {
 	case <-p.exited:
 		return true

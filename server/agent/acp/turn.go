@@ -111,7 +111,7 @@ func (p *proc) prompt(ctx context.Context, req agent.Request, progress agent.Pro
 				}
 				return p.errorReply("session/prompt", a.err)
 			}
-			p.r.turnAnswered(p.key)
+			p.r.pool.Answered(p.key)
 			return t.result(a.resp.StopReason)
 		case <-ctxDone:
 			ctxDone = nil
@@ -128,7 +128,7 @@ func (p *proc) prompt(ctx context.Context, req agent.Request, progress agent.Pro
 		case <-interruptC:
 			msg := fmt.Sprintf("agent did not answer the prompt within %s of session/cancel", p.r.opt.InterruptWait)
 			p.log.Warn(msg + "; killing it")
-			p.r.markStopping(p)
+			p.r.pool.MarkStopping(p)
 			p.kill(msg)
 			return cancelledResult()
 		case <-p.exited:
@@ -139,7 +139,7 @@ func (p *proc) prompt(ctx context.Context, req agent.Request, progress agent.Pro
 				return cancelledResult()
 			}
 			if a.err == nil {
-				p.r.turnAnswered(p.key)
+				p.r.pool.Answered(p.key)
 				return t.result(a.resp.StopReason)
 			}
 			return p.errorReply("session/prompt", a.err)
