@@ -37,12 +37,11 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/pool"
 	"termlink/server/agent/procs"
-	"termlink/server/agent/restart"
 	"termlink/server/config"
 )
 
@@ -142,13 +141,7 @@ type Runner struct {
 	turnTimeout  time.Duration // 0: none
 	maxProcs     int
 
-	mu      sync.Mutex
-	closed  bool
-	procs   map[string]*proc // by session key; a stopping process is no longer here
-	live    int              // processes reserved, running or stopping
-	crashes *restart.Tracker // restart backoff by session key
-	notify  chan struct{}    // closed and replaced when procs, live or closed change
-	wg      sync.WaitGroup   // one per process, done when all its goroutines are
+	pool *pool.Pool[*proc] // the sessions' processes
 }
 
 var (
@@ -237,9 +230,7 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 		hbTimeout:    seconds(opt.HeartbeatTimeout, cfg.HeartbeatTimeout, config.DefaultNuumHeartbeatTimeout),
 		turnTimeout:  turnTimeout,
 		maxProcs:     maxProcs,
-		procs:        map[string]*proc{},
-		crashes:      restart.New(opt.RestartBackoffMin, opt.RestartBackoffMax),
-		notify:       make(chan struct{}),
+		pool:         pool.New[*proc](maxProcs, opt.RestartBackoffMin, opt.RestartBackoffMax, opt.Logger.With("agent", name)),
 	}, nil
 }
 
@@ -258,7 +249,7 @@ func (r *Runner) Run(ctx context.Context, req agent.Request, progress agent.Prog
 		}
 		p.storeMeta(ctx, req)
 		res, retry := p.runTurn(ctx, req, progress)
-		r.release(p)
+		r.pool.Release(p)
 		if !retry || attempt > 0 {
 			if retry {
 				res = errorResult("agent exited (exit status 0) without answering")
@@ -277,11 +268,8 @@ func (r *Runner) Inject(ctx context.Context, req agent.Request) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	r.mu.Lock()
-	p := r.procs[req.SessionKey]
-	closed := r.closed
-	r.mu.Unlock()
-	if p == nil || closed {
+	p, ok := r.pool.Get(req.SessionKey)
+	if !ok {
 		return false
 	}
 	return p.inject(req)
@@ -292,18 +280,7 @@ func (r *Runner) Inject(ctx context.Context, req agent.Request) bool {
 // each) and waits for them and their goroutines. Runs in progress end with
 // an error; later ones are refused.
 func (r *Runner) Close() error {
-	r.mu.Lock()
-	if !r.closed {
-		r.closed = true
-		for key, p := range r.procs {
-			delete(r.procs, key)
-			p.stopping = true
-			p.requestStop("the agent runner was closed")
-		}
-		r.broadcastLocked()
-	}
-	r.mu.Unlock()
-	r.wg.Wait()
+	r.pool.Close("the agent runner was closed")
 	return nil
 }
 
@@ -319,17 +296,15 @@ type Process struct {
 
 // Processes lists the sessions' processes, by session key.
 func (r *Runner) Processes() []Process {
-	r.mu.Lock()
-	out := make([]Process, 0, len(r.procs))
-	procs := make([]*proc, 0, len(r.procs))
-	for _, p := range r.procs {
-		out = append(out, Process{SessionKey: p.key, PID: p.pid, Busy: p.busy, Started: p.started, LastUsed: p.lastUsed})
+	var out []Process
+	var procs []*proc
+	r.pool.Each(func(p *proc, st pool.State) {
+		out = append(out, Process{SessionKey: st.Key, Busy: st.Busy, LastUsed: st.LastUsed})
 		procs = append(procs, p)
-	}
-	r.mu.Unlock()
+	})
 	for i, p := range procs {
 		p.mu.Lock()
-		out[i].SessionID = p.sessionID
+		out[i].PID, out[i].Started, out[i].SessionID = p.pid, p.started, p.sessionID
 		p.mu.Unlock()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].SessionKey < out[j].SessionKey })
@@ -339,109 +314,26 @@ func (r *Runner) Processes() []Process {
 // acquire returns the session's process, idle and marked busy, starting it
 // if needed. When ok is false, res answers the message.
 func (r *Runner) acquire(ctx context.Context, req agent.Request, progress agent.Progress) (p *proc, res agent.Result, ok bool) {
-	key := req.SessionKey
-	toldFull, toldBackoff := false, false
-	for {
-		if ctx.Err() != nil {
-			return nil, cancelledResult(), false
-		}
-		var (
-			delay time.Duration // wait for the restart backoff
-			full  bool          // wait for a free process slot
-		)
-		r.mu.Lock()
-		if r.closed {
-			r.mu.Unlock()
-			return nil, errorResult("the agent runner is closed"), false
-		}
-		wait := r.notify
-		existing := r.procs[key]
-		if existing == nil {
-			delay = r.crashes.Wait(key)
-		}
-		switch {
-		case existing != nil:
-			if !existing.busy && !existing.dying() {
-				existing.busy = true
-				r.mu.Unlock()
-				return existing, agent.Result{}, true
-			}
-			// Busy (a second Run for the session) or dying: wait for it.
-		case delay > 0:
-			// Crashed recently: wait for the backoff.
-		case r.live < r.maxProcs:
-			p := newProc(r, key)
-			p.busy = true
-			r.procs[key] = p
-			r.live++
-			r.wg.Add(1)
-			r.mu.Unlock()
-			if res, ok := r.start(ctx, p, req); !ok {
-				return nil, res, false
-			}
-			return p, agent.Result{}, true
-		default:
-			victim := r.lruIdleLocked()
-			if victim == nil {
-				full = true
-				break
-			}
-			// It leaves the map now and frees its slot once it has exited.
-			delete(r.procs, victim.key)
-			victim.stopping = true
-			victim.requestStop("making room for another session (maxProcesses reached)")
-			r.log.Info("stopping the least recently used agent process", "session", victim.key, "for", key)
-		}
-		r.mu.Unlock()
-
-		var timer *time.Timer
-		var timerC <-chan time.Time
-		if delay > 0 {
-			if !toldBackoff {
-				toldBackoff = true
-				r.log.Info("waiting before restarting the agent", "session", key, "delay", delay)
-			}
-			timer = time.NewTimer(delay)
-			timerC = timer.C
-		}
-		if full && !toldFull {
-			toldFull = true
-			r.log.Info("all agent processes are busy; waiting", "session", key, "maxProcesses", r.maxProcs)
-			progress("waiting for a free agent process")
-		}
-		select {
-		case <-wait:
-		case <-timerC:
-		case <-ctx.Done():
-		}
-		if timer != nil {
-			timer.Stop()
+	p, out := r.pool.Acquire(ctx, req.SessionKey, func() *proc { return newProc(r, req.SessionKey) },
+		func() { progress("waiting for a free agent process") })
+	switch out {
+	case pool.Cancelled:
+		return nil, cancelledResult(), false
+	case pool.Closed:
+		return nil, errorResult("the agent runner is closed"), false
+	case pool.Created:
+		if res, ok := r.start(ctx, p, req); !ok {
+			return nil, res, false
 		}
 	}
-}
-
-// release marks p idle after a turn.
-func (r *Runner) release(p *proc) {
-	r.mu.Lock()
-	p.busy = false
-	p.lastUsed = time.Now()
-	r.broadcastLocked()
-	r.mu.Unlock()
+	return p, agent.Result{}, true
 }
 
 // start spawns p's process and waits for its system/init.
 func (r *Runner) start(ctx context.Context, p *proc, req agent.Request) (agent.Result, bool) {
 	if err := p.spawn(req); err != nil {
 		r.log.Error("cannot start the agent", "session", p.key, "error", err)
-		r.mu.Lock()
-		if r.procs[p.key] == p {
-			delete(r.procs, p.key)
-		}
-		r.live--
-		r.crashes.Crashed(p.key, time.Now())
-		r.broadcastLocked()
-		r.mu.Unlock()
-		r.wg.Done()
+		r.pool.StartFailed(p)
 		return errorResult("cannot start the agent: " + err.Error()), false
 	}
 	timer := time.NewTimer(r.startTimeout)
@@ -457,7 +349,7 @@ func (r *Runner) start(ctx context.Context, p *proc, req agent.Request) (agent.R
 		p.awaitExit()
 		return errorResult(msg + p.stderrNote()), false
 	case <-ctx.Done():
-		r.markStopping(p)
+		r.pool.MarkStopping(p)
 		p.kill("the message was cancelled while the agent was starting")
 		return cancelledResult(), false
 	}
@@ -469,73 +361,15 @@ func (r *Runner) start(ctx context.Context, p *proc, req agent.Request) (agent.R
 	return errorResult(fmt.Sprintf("agent exited before sending system/init (%s)%s", exitText(p.exitErr), p.stderrNote())), false
 }
 
-// markStopping records that p's coming exit is not a crash.
-func (r *Runner) markStopping(p *proc) {
-	r.mu.Lock()
-	p.stopping = true
-	r.mu.Unlock()
-}
-
-// lruIdleLocked returns the idle process used least recently, or nil.
-func (r *Runner) lruIdleLocked() *proc {
-	var victim *proc
-	for _, p := range r.procs {
-		if p.busy || p.dying() {
-			continue
-		}
-		if victim == nil || p.lastUsed.Before(victim.lastUsed) {
-			victim = p
-		}
-	}
-	return victim
-}
-
-// idleCheck stops p when it has been idle for idleTimeout (returning 0), or
-// returns how long to wait before checking again.
-func (r *Runner) idleCheck(p *proc) time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.procs[p.key] != p || p.busy {
-		return r.idleTimeout
-	}
-	if idle := time.Since(p.lastUsed); idle < r.idleTimeout {
-		return r.idleTimeout - idle
-	}
-	delete(r.procs, p.key)
-	p.stopping = true
-	return 0
-}
-
 // exited is called once p's process has exited.
 func (r *Runner) exited(p *proc) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.procs[p.key] == p {
-		delete(r.procs, p.key)
-	}
-	r.live--
 	// An agent may end itself (exit status 0) after answering, or before
 	// taking up a message just written (Run then retries it once); any other
 	// exit the runner did not ask for is a crash and delays the next start.
 	p.mu.Lock()
 	quit := p.exitErr == nil && p.inited && (!p.awaiting || !p.answering)
 	p.mu.Unlock()
-	if !p.stopping && !quit && !r.closed {
-		r.crashes.Crashed(p.key, time.Now())
-	}
-	r.broadcastLocked()
-}
-
-// turnAnswered resets the session's restart backoff: its agent works.
-func (r *Runner) turnAnswered(key string) {
-	r.mu.Lock()
-	r.crashes.Reset(key)
-	r.mu.Unlock()
-}
-
-func (r *Runner) broadcastLocked() {
-	close(r.notify)
-	r.notify = make(chan struct{})
+	r.pool.Exited(p, quit)
 }
 
 func errorResult(text string) agent.Result {

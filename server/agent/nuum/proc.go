@@ -30,7 +30,7 @@ const (
 // proc is one agent process. Its goroutines: the stdout reader (the only
 // reader of stdout), the stderr drain, the waiter (cmd.Wait, then cleanup)
 // and the supervisor (heartbeats, idle stop, stop requests). The waiter
-// finishes last and releases the process's hold on Runner.wg.
+// finishes last and releases the process's hold on the pool (Close).
 type proc struct {
 	r   *Runner
 	key string
@@ -42,17 +42,12 @@ type proc struct {
 	stdout *os.File
 	stderr *os.File
 
-	// Guarded by r.mu.
-	pid      int
-	busy     bool // a Run holds the process
-	stopping bool // the runner stopped it: its exit is no crash
-	started  time.Time
-	lastUsed time.Time
-
 	wmu       sync.Mutex // serializes writes to stdin
 	stdinOnce sync.Once
 
 	mu         sync.Mutex
+	pid        int
+	started    time.Time
 	turn       *turn // the turn in progress
 	inited     bool
 	sessionID  string
@@ -68,7 +63,7 @@ type proc struct {
 	ackSeen  atomic.Bool   // the agent has answered a heartbeat
 	ackCh    chan struct{} // heartbeat_ack arrived (buffered 1)
 	initDone chan struct{} // closed on the first system/init
-	stopCh   chan struct{} // closed by requestStop
+	stopCh   chan struct{} // closed by RequestStop
 	stopOnce sync.Once
 
 	readerDone chan struct{} // stdout reader ended (EOF or error)
@@ -149,11 +144,10 @@ func (p *proc) spawn(req agent.Request) error {
 	p.cmd, p.stdin, p.stdout, p.stderr = cmd, inW, outR, errR
 	pid := cmd.Process.Pid
 	p.log = p.log.With("pid", pid)
-	p.r.mu.Lock()
+	p.mu.Lock()
 	p.pid = pid
 	p.started = time.Now()
-	p.lastUsed = p.started
-	p.r.mu.Unlock()
+	p.mu.Unlock()
 	p.log.Info("agent started", "command", p.r.command, "dir", req.Workspace)
 	go p.readStdout()
 	go p.readStderr()
@@ -184,7 +178,7 @@ func (p *proc) wait() {
 	p.closeStdin()
 	p.stdout.Close()
 	p.stderr.Close()
-	p.r.wg.Done()
+	p.r.pool.Done()
 }
 
 // readStdout is the one reader of the agent's stdout.
@@ -363,7 +357,7 @@ func (p *proc) supervise() {
 			p.log.Warn("agent did not answer a heartbeat; killing it", "timeout", r.hbTimeout)
 			p.kill("agent stopped answering heartbeats")
 		case <-idleTimer.C:
-			if d := r.idleCheck(p); d > 0 {
+			if d := r.pool.IdleCheck(p, r.idleTimeout); d > 0 {
 				idleTimer.Reset(d)
 				continue
 			}
@@ -381,8 +375,9 @@ func (p *proc) supervise() {
 	}
 }
 
-// requestStop asks the supervisor to stop the process gracefully.
-func (p *proc) requestStop(reason string) {
+// RequestStop asks the supervisor to stop the process gracefully
+// (pool.Member).
+func (p *proc) RequestStop(reason string) {
 	p.stopOnce.Do(func() {
 		p.mu.Lock()
 		p.stopReason = reason
@@ -460,9 +455,9 @@ func (p *proc) killReason() string {
 	return p.reason
 }
 
-// dying reports whether the process has exited or is being killed. Callers
-// hold r.mu or not; it reads only channels and p.mu.
-func (p *proc) dying() bool {
+// Dying reports whether the process has exited or is being killed
+// (pool.Member). It reads only channels and p.mu.
+func (p *proc) Dying() bool {
 	select {
 	case <-p.exited:
 		return true

@@ -60,7 +60,7 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 	}()
 	if err := p.write(userFrame(req)); err != nil {
 		// The agent is exiting or closed its stdin: either way it is done.
-		if !p.dying() {
+		if !p.Dying() {
 			timer := time.NewTimer(p.exitDelay)
 			select {
 			case <-p.exited:
@@ -127,7 +127,7 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 				return agent.Result{}, false
 			}
 			t.seen = true
-			p.r.turnAnswered(p.key)
+			p.r.pool.Answered(p.key)
 			stop(graceTimer)
 			graceTimer, graceC = nil, nil
 			t.last = f
@@ -184,7 +184,7 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 		case <-interruptC:
 			msg := fmt.Sprintf("agent did not end the turn within %s of an interrupt", p.r.opt.InterruptWait)
 			p.log.Warn(msg + "; killing it")
-			p.r.markStopping(p)
+			p.r.pool.MarkStopping(p)
 			p.kill(msg)
 			return cancelledResult(), false
 		case <-graceC:
