@@ -304,7 +304,7 @@ func (r *Runner) start(ctx context.Context, p *proc, req agent.Request) (agent.R
 	}
 	if res, ok := p.handshake(ctx, cwd); !ok {
 		r.pool.MarkStopping(p)
-		p.kill("the handshake failed")
+		p.Kill("the handshake failed")
 		p.awaitExit()
 		return res, false
 	}

@@ -32,6 +32,8 @@ const (
 // (idle stop, stop requests). The waiter finishes last and releases the
 // process's hold on Runner.wg.
 type proc struct {
+	*procs.Handle // kill, stop, and why
+
 	r   *Runner
 	key string
 	log *slog.Logger
@@ -50,7 +52,6 @@ type proc struct {
 	mu         sync.Mutex
 	pid        int
 	turn       *turn // the prompt in progress
-	reason     string
 	stderrTail []string
 	stopReason string
 
@@ -65,14 +66,16 @@ type proc struct {
 }
 
 func newProc(r *Runner, key string) *proc {
+	exited := make(chan struct{})
 	return &proc{
+		Handle:     procs.NewHandle(exited),
 		r:          r,
 		key:        key,
 		log:        r.log.With("session", key),
 		stopCh:     make(chan struct{}),
 		stderrDone: make(chan struct{}),
 		supDone:    make(chan struct{}),
-		exited:     make(chan struct{}),
+		exited:     exited,
 	}
 }
 
@@ -125,6 +128,7 @@ func (p *proc) spawn(req agent.Request, cwd string) error {
 	p.log = p.log.With("pid", pid)
 	p.mu.Lock()
 	p.pid = pid
+	p.SetPid(pid)
 	p.mu.Unlock()
 	p.conn = sdk.NewClientSideConnection(client{p}, stdinWriter{p}, outR)
 	p.conn.SetLogger(p.log.With("component", "acp-sdk"))
@@ -186,7 +190,7 @@ func (p *proc) errorReply(step string, err error) agent.Result {
 	// No answer: the connection ended, i.e. the process exited.
 	p.awaitExit()
 	what := fmt.Sprintf("the agent exited during %s (%s)", step, exitText(p.exitErr))
-	if reason := p.killReason(); reason != "" {
+	if reason := p.Reason(); reason != "" {
 		what = fmt.Sprintf("the agent was stopped during %s: %s", step, reason)
 	}
 	if step != "session/prompt" {
@@ -247,7 +251,7 @@ func (p *proc) wait() {
 	_ = p.stdout.SetReadDeadline(deadline)
 	_ = p.stderr.SetReadDeadline(deadline)
 	close(p.exited)
-	p.log.Info("agent exited", "status", exitText(err), "reason", p.killReason())
+	p.log.Info("agent exited", "status", exitText(err), "reason", p.Reason())
 	p.r.pool.Exited(p, false)
 	<-p.conn.Done() // the SDK's reader has ended (EOF, or the deadline)
 	<-p.stderrDone
@@ -322,7 +326,7 @@ func (p *proc) supervise() {
 				continue
 			}
 			p.log.Info("stopping idle agent", "idle", p.r.idleTimeout)
-			p.setReason("agent was idle")
+			p.SetReason("agent was idle")
 			p.shutdown()
 			return
 		}
@@ -347,7 +351,7 @@ func (p *proc) shutdown() {
 	reason := p.stopReason
 	p.mu.Unlock()
 	if reason != "" {
-		p.setReason(reason)
+		p.SetReason(reason)
 	}
 	if t != nil {
 		t.cancel()
@@ -356,57 +360,7 @@ func (p *proc) shutdown() {
 		cancel()
 	}
 	p.closeStdin()
-	grace := p.r.opt.StopGrace
-	t2 := time.NewTimer(grace)
-	defer t2.Stop()
-	select {
-	case <-p.exited:
-		return
-	case <-t2.C:
-	}
-	p.signalGroup(false)
-	t2.Reset(grace)
-	select {
-	case <-p.exited:
-		return
-	case <-t2.C:
-	}
-	p.kill("agent did not exit when stopped")
-	<-p.exited
-}
-
-func (p *proc) kill(reason string) {
-	p.setReason(reason)
-	p.signalGroup(true)
-}
-
-// signalGroup signals the process group, unless the process has been
-// reaped: its id may then belong to someone else.
-func (p *proc) signalGroup(kill bool) {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	if kill {
-		_ = procs.KillGroup(p.cmd.Process.Pid)
-	} else {
-		_ = procs.TerminateGroup(p.cmd.Process.Pid)
-	}
-}
-
-func (p *proc) setReason(reason string) {
-	p.mu.Lock()
-	if p.reason == "" {
-		p.reason = reason
-	}
-	p.mu.Unlock()
-}
-
-func (p *proc) killReason() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.reason
+	p.StopGracefully(p.r.opt.StopGrace)
 }
 
 // Dying reports whether the process has exited or is being stopped
@@ -419,20 +373,13 @@ func (p *proc) Dying() bool {
 		return true
 	default:
 	}
-	return p.killReason() != ""
+	return p.Reason() != ""
 }
 
 // awaitExit waits for the process to exit (killing it if it lingers) and
 // for its stderr to be read.
 func (p *proc) awaitExit() {
-	t := time.NewTimer(2 * time.Second)
-	defer t.Stop()
-	select {
-	case <-p.exited:
-	case <-t.C:
-		p.kill("agent closed its stdout but kept running")
-		<-p.exited
-	}
+	p.AwaitExit(2*time.Second, "agent closed its stdout but kept running")
 	<-p.stderrDone
 }
 
@@ -455,7 +402,7 @@ func (w stdinWriter) Write(b []byte) (int, error) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		msg := fmt.Sprintf("agent stopped reading its stdin (a write timed out after %s)", p.r.opt.WriteTimeout)
 		p.log.Warn(msg + "; killing it")
-		p.kill(msg)
+		p.Kill(msg)
 	}
 	return n, err
 }

@@ -129,7 +129,7 @@ func (p *proc) prompt(ctx context.Context, req agent.Request, progress agent.Pro
 			msg := fmt.Sprintf("agent did not answer the prompt within %s of session/cancel", p.r.opt.InterruptWait)
 			p.log.Warn(msg + "; killing it")
 			p.r.pool.MarkStopping(p)
-			p.kill(msg)
+			p.Kill(msg)
 			return cancelledResult()
 		case <-p.exited:
 			// The SDK fails the prompt once it has read everything the

@@ -345,17 +345,17 @@ func (r *Runner) start(ctx context.Context, p *proc, req agent.Request) (agent.R
 	case <-p.exited:
 	case <-timer.C:
 		msg := fmt.Sprintf("agent did not send system/init within %s", r.startTimeout)
-		p.kill(msg)
+		p.Kill(msg)
 		p.awaitExit()
 		return errorResult(msg + p.stderrNote()), false
 	case <-ctx.Done():
 		r.pool.MarkStopping(p)
-		p.kill("the message was cancelled while the agent was starting")
+		p.Kill("the message was cancelled while the agent was starting")
 		return cancelledResult(), false
 	}
 	// The process exited (or closed stdout) before saying init.
 	p.awaitExit()
-	if reason := p.killReason(); reason != "" {
+	if reason := p.Reason(); reason != "" {
 		return errorResult("agent stopped before sending system/init: " + reason + p.stderrNote()), false
 	}
 	return errorResult(fmt.Sprintf("agent exited before sending system/init (%s)%s", exitText(p.exitErr), p.stderrNote())), false

@@ -32,6 +32,8 @@ const (
 // and the supervisor (heartbeats, idle stop, stop requests). The waiter
 // finishes last and releases the process's hold on the pool (Close).
 type proc struct {
+	*procs.Handle // kill, stop, and why
+
 	r   *Runner
 	key string
 	log *slog.Logger
@@ -54,7 +56,6 @@ type proc struct {
 	staleUntil time.Time // a result before then may be that of an abandoned turn
 	awaiting   bool      // a user message was written and no result has come since
 	answering  bool      // the agent sent frames of the turn since the message
-	reason     string    // why the runner killed or stopped the process; first wins
 	stderrTail []string
 	stopReason string
 
@@ -78,7 +79,9 @@ type proc struct {
 }
 
 func newProc(r *Runner, key string) *proc {
+	exited := make(chan struct{})
 	return &proc{
+		Handle:     procs.NewHandle(exited),
 		r:          r,
 		key:        key,
 		log:        r.log.With("session", key),
@@ -88,7 +91,7 @@ func newProc(r *Runner, key string) *proc {
 		readerDone: make(chan struct{}),
 		stderrDone: make(chan struct{}),
 		supDone:    make(chan struct{}),
-		exited:     make(chan struct{}),
+		exited:     exited,
 		exitDelay:  time.Second,
 	}
 }
@@ -146,6 +149,7 @@ func (p *proc) spawn(req agent.Request) error {
 	p.log = p.log.With("pid", pid)
 	p.mu.Lock()
 	p.pid = pid
+	p.SetPid(pid)
 	p.started = time.Now()
 	p.mu.Unlock()
 	p.log.Info("agent started", "command", p.r.command, "dir", req.Workspace)
@@ -170,7 +174,7 @@ func (p *proc) wait() {
 	_ = p.stdout.SetReadDeadline(deadline)
 	_ = p.stderr.SetReadDeadline(deadline)
 	close(p.exited)
-	p.log.Info("agent exited", "status", exitText(err), "reason", p.killReason())
+	p.log.Info("agent exited", "status", exitText(err), "reason", p.Reason())
 	<-p.readerDone // every frame is dispatched: p.awaiting is final
 	p.r.exited(p)
 	<-p.stderrDone
@@ -355,14 +359,14 @@ func (p *proc) supervise() {
 				continue
 			}
 			p.log.Warn("agent did not answer a heartbeat; killing it", "timeout", r.hbTimeout)
-			p.kill("agent stopped answering heartbeats")
+			p.Kill("agent stopped answering heartbeats")
 		case <-idleTimer.C:
 			if d := r.pool.IdleCheck(p, r.idleTimeout); d > 0 {
 				idleTimer.Reset(d)
 				continue
 			}
 			p.log.Info("stopping idle agent", "idle", r.idleTimeout)
-			p.setReason("agent was idle")
+			p.SetReason("agent was idle")
 			p.shutdown()
 			return
 		case <-reader:
@@ -370,7 +374,7 @@ func (p *proc) supervise() {
 			eof = time.After(p.exitDelay)
 		case <-eof:
 			p.log.Warn("agent closed its stdout but keeps running; killing it")
-			p.kill("agent closed its stdout")
+			p.Kill("agent closed its stdout")
 		}
 	}
 }
@@ -395,64 +399,13 @@ func (p *proc) shutdown() {
 	reason := p.stopReason
 	p.mu.Unlock()
 	if reason != "" {
-		p.setReason(reason)
+		p.SetReason(reason)
 	}
 	if inTurn {
 		_ = p.write(controlFrame{Type: "control", Action: "interrupt"})
 	}
 	p.closeStdin()
-	grace := p.r.opt.StopGrace
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-p.exited:
-		return
-	case <-t.C:
-	}
-	p.signalGroup(false)
-	t.Reset(grace)
-	select {
-	case <-p.exited:
-		return
-	case <-t.C:
-	}
-	p.kill("agent did not exit when stopped")
-	<-p.exited
-}
-
-// kill kills the process group at once, recording why.
-func (p *proc) kill(reason string) {
-	p.setReason(reason)
-	p.signalGroup(true)
-}
-
-// signalGroup sends SIGKILL (or SIGTERM) to the process group, unless the
-// process has been reaped: its id may then belong to someone else.
-func (p *proc) signalGroup(kill bool) {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	if kill {
-		_ = procs.KillGroup(p.cmd.Process.Pid)
-	} else {
-		_ = procs.TerminateGroup(p.cmd.Process.Pid)
-	}
-}
-
-func (p *proc) setReason(reason string) {
-	p.mu.Lock()
-	if p.reason == "" {
-		p.reason = reason
-	}
-	p.mu.Unlock()
-}
-
-func (p *proc) killReason() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.reason
+	p.StopGracefully(p.r.opt.StopGrace)
 }
 
 // Dying reports whether the process has exited or is being killed
@@ -465,21 +418,14 @@ func (p *proc) Dying() bool {
 		return true
 	default:
 	}
-	return p.killReason() != ""
+	return p.Reason() != ""
 }
 
 // awaitExit waits for the process to exit, killing it if it still runs
 // after a while (it may have closed stdout only), and for its stderr to be
 // read (for stderrNote; bounded by the read deadline set at exit).
 func (p *proc) awaitExit() {
-	t := time.NewTimer(2 * p.exitDelay)
-	defer t.Stop()
-	select {
-	case <-p.exited:
-	case <-t.C:
-		p.kill("agent closed its stdout")
-		<-p.exited
-	}
+	p.AwaitExit(2*p.exitDelay, "agent closed its stdout")
 	<-p.stderrDone
 }
 
@@ -504,7 +450,7 @@ func (p *proc) write(v any) error {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			msg := fmt.Sprintf("agent stopped reading its stdin (a write timed out after %s)", p.r.opt.WriteTimeout)
 			p.log.Warn(msg + "; killing it")
-			p.kill(msg)
+			p.Kill(msg)
 		}
 		return fmt.Errorf("writing to the agent's stdin: %w", err)
 	}

@@ -65,7 +65,7 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 			select {
 			case <-p.exited:
 			case <-timer.C:
-				p.kill("cannot send the message to the agent: " + err.Error())
+				p.Kill("cannot send the message to the agent: " + err.Error())
 			}
 			timer.Stop()
 		}
@@ -185,7 +185,7 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 			msg := fmt.Sprintf("agent did not end the turn within %s of an interrupt", p.r.opt.InterruptWait)
 			p.log.Warn(msg + "; killing it")
 			p.r.pool.MarkStopping(p)
-			p.kill(msg)
+			p.Kill(msg)
 			return cancelledResult(), false
 		case <-graceC:
 			// system/interrupted without a result: the turn is over.
@@ -315,7 +315,7 @@ func (p *proc) diedResult(ctx context.Context, t *turn) (agent.Result, bool) {
 	if ctx.Err() != nil {
 		return cancelledResult(), false
 	}
-	reason := p.killReason()
+	reason := p.Reason()
 	p.mu.Lock()
 	injected := t.injected
 	p.mu.Unlock()
