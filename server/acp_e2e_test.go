@@ -133,6 +133,23 @@ func TestACPAgentEndToEnd(t *testing.T) {
 	if second := d.ask("pid2", "/pid"); second.Text == first.Text || !strings.HasPrefix(second.Text, "pid ") {
 		t.Fatalf("pid before the crash %q, after %q: want a fresh process", first.Text, second.Text)
 	}
+	// A message sent during a turn waits for it (ACP has no injection),
+	// then is a turn of its own.
+	d.send(&link.Message{MessageID: "w1", Text: "/slow 400"})
+	readAs[*link.Ack](d.client)
+	d.send(&link.Message{MessageID: "w2", Text: "next"})
+	var order []string
+	for len(order) < 3 {
+		switch f := d.next().(type) {
+		case *link.Ack:
+			order = append(order, "ack "+f.MessageID)
+		case *link.Message:
+			order = append(order, f.MessageID+": "+f.Text)
+		}
+	}
+	if order[0] != "ack w2" || order[1] != "w1: slept" || order[2] != "w2: You said: next" {
+		t.Fatalf("a message during a turn: %q", order)
+	}
 	// A JSON-RPC error.
 	if m := d.ask("e1", "/auth"); m.FinishReason != link.FinishError || !strings.HasPrefix(m.Text, "Sign the agent in") {
 		t.Fatalf("auth error reply %+v", m)
