@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/acp"
 	"termlink/server/agent/harness"
 	"termlink/server/agent/nuum"
 	"termlink/server/agent/procs"
@@ -205,6 +206,8 @@ func newRunner(name string, a config.Agent, workspace string, reg *procs.Registr
 		return nuum.New(name, *a.Nuum, nuum.Options{Logger: log, Procs: reg, Push: push})
 	case a.Harness != nil:
 		return harness.New(name, *a.Harness, harness.Options{Workspace: workspace, Logger: log, Procs: reg})
+	case a.ACP != nil:
+		return acp.New(name, *a.ACP, acp.Options{Logger: log, Procs: reg})
 	}
 	return nil, fmt.Errorf("agent %q is not defined", name)
 }

@@ -153,6 +153,7 @@ type Agent struct {
 	Terminal *TerminalAgent // agent protocol 1 (spec/terminal-protocol-v1.md)
 	Nuum     *NuumAgent     // agent protocol 2 (spec/nuum-wire-protocol.md)
 	Harness  *HarnessAgent  // agent protocol 3 (spec/term-challenge-protocol.md)
+	ACP      *ACPAgent      // agent protocol 4: Agent Client Protocol v1
 }
 
 // BuiltinAgent is an agent built into the server.
@@ -193,6 +194,8 @@ type NuumAgent struct {
 	StartTimeout     int    // seconds; default 30
 	HeartbeatSeconds int    // default 30, 1..3600
 	HeartbeatTimeout int    // seconds; default 10
+	TurnTimeout      int    // seconds a turn may run before it is interrupted; 0 (default): no limit
+	HeartbeatAck     string // "required" (default) or "optional": an agent that never answered a heartbeat is not killed for it
 }
 
 // HarnessAgent is an agent that drives a terminal, the server being the

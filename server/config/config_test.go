@@ -27,7 +27,8 @@ const designExample = `{
     "helper":  {"terminal": {"enabled": true, "command": "python3 agent.py", "timeout": 120,
                 "protocol": "rich", "passMedia": true, "env": {}, "providers": {}}},
     "nuum":    {"nuum": {"command": "nuum --stdio", "idleTimeout": 600}},
-    "bringup": {"harness": {"command": "./agent", "target": "tmux", "maxSteps": 50}}
+    "bringup": {"harness": {"command": "./agent", "target": "tmux", "maxSteps": 50}},
+    "coder":   {"acp": {"command": "gemini --acp", "permission": "reject"}}
   }
 }`
 
@@ -46,7 +47,8 @@ const designExampleSnake = `{
     "helper":  {"terminal": {"enabled": true, "command": "python3 agent.py", "timeout": 120,
                 "protocol": "rich", "pass_media": true, "env": {}, "providers": {}}},
     "nuum":    {"nuum": {"command": "nuum --stdio", "idle_timeout": 600}},
-    "bringup": {"harness": {"command": "./agent", "target": "tmux", "max_steps": 50}}
+    "bringup": {"harness": {"command": "./agent", "target": "tmux", "max_steps": 50}},
+    "coder":   {"acp": {"command": "gemini --acp", "permission": "reject"}}
   }
 }`
 
@@ -85,6 +87,11 @@ func designExpected() *Config {
 				StartTimeout:     30,
 				HeartbeatSeconds: 30,
 				HeartbeatTimeout: 10,
+				HeartbeatAck:     "required",
+			}},
+			"coder": {ACP: &ACPAgent{
+				Command: "gemini --acp", IdleTimeout: 600, MaxProcesses: 32, StartTimeout: 30,
+				Permission: "reject", AskTimeout: 60,
 			}},
 			"bringup": {Harness: &HarnessAgent{
 				Command:          "./agent",
@@ -119,7 +126,9 @@ const fullCamel = `{
       "providers": {"myProvider": {"apiKeys": ["k1", "k2"], "models": ["m1"], "baseUrl": "https://api.example.com/v1"}},
       "maxOutputBytes": 1024}},
     "nu": {"nuum": {"command": "nuum", "idleTimeout": 60, "maxProcesses": 2, "startTimeout": 3,
-      "heartbeatSeconds": 4, "heartbeatTimeout": 5}},
+      "heartbeatSeconds": 4, "heartbeatTimeout": 5, "turnTimeout": 90, "heartbeatAck": "optional"}},
+    "coder": {"acp": {"command": "node", "args": ["agent.js", "--acp", ""], "env": {"API_KEY": "k"}, "cwd": "proj",
+      "idleTimeout": 11, "maxProcesses": 12, "startTimeout": 13, "permission": "ask", "askTimeout": 14}},
     "h": {"harness": {"command": "./a", "target": "serial:/dev/ttyUSB0@115200", "maxSteps": 7,
       "maxDuration": 8, "observationBytes": 9, "stepTimeout": 10}},
     "slow": {"builtin": "echo", "delayMs": 250}
@@ -144,7 +153,9 @@ const fullSnake = `{
       "providers": {"myProvider": {"api_keys": ["k1", "k2"], "models": ["m1"], "base_url": "https://api.example.com/v1"}},
       "max_output_bytes": 1024}},
     "nu": {"nuum": {"command": "nuum", "idle_timeout": 60, "max_processes": 2, "start_timeout": 3,
-      "heartbeat_seconds": 4, "heartbeat_timeout": 5}},
+      "heartbeat_seconds": 4, "heartbeat_timeout": 5, "turn_timeout": 90, "heartbeat_ack": "optional"}},
+    "coder": {"acp": {"command": "node", "args": ["agent.js", "--acp", ""], "env": {"API_KEY": "k"}, "cwd": "proj",
+      "idle_timeout": 11, "max_processes": 12, "start_timeout": 13, "permission": "ask", "ask_timeout": 14}},
     "h": {"harness": {"command": "./a", "target": "serial:/dev/ttyUSB0@115200", "max_steps": 7,
       "max_duration": 8, "observation_bytes": 9, "step_timeout": 10}},
     "slow": {"builtin": "echo", "delay_ms": 250}
@@ -190,7 +201,10 @@ func fullExpected() *Config {
 				MaxOutputBytes: 1024,
 			}},
 			"nu": {Nuum: &NuumAgent{Command: "nuum", IdleTimeout: 60, MaxProcesses: 2, StartTimeout: 3,
-				HeartbeatSeconds: 4, HeartbeatTimeout: 5}},
+				HeartbeatSeconds: 4, HeartbeatTimeout: 5, TurnTimeout: 90, HeartbeatAck: "optional"}},
+			"coder": {ACP: &ACPAgent{Command: "node", Args: []string{"agent.js", "--acp", ""},
+				Env: map[string]string{"API_KEY": "k"}, Cwd: "proj", IdleTimeout: 11, MaxProcesses: 12,
+				StartTimeout: 13, Permission: "ask", AskTimeout: 14}},
 			"h": {Harness: &HarnessAgent{Command: "./a", Target: "serial:/dev/ttyUSB0@115200", MaxSteps: 7,
 				MaxDuration: 8, ObservationBytes: 9, StepTimeout: 10}},
 			"slow": {Builtin: &BuiltinAgent{Name: "echo", DelayMs: 250}},
@@ -339,7 +353,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown channel config key", `{"channels": {"terminal-dev": {"accountId": "local", "config": {"heartbeat_secs": 5}}}}`, []string{
 			"config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue, maxWaitingPerSession, ratePerPeer, rateBurst, connectTimeoutSeconds, maxNoticesPerPeer)"}},
 		{"unknown agent key", `{` + ch + `, "agents": {"a": {"builtin": "echo", "colour": 1}}}`, []string{
-			"config: agents.a.colour: unknown key (known: builtin, delayMs, terminal, nuum, harness)"}},
+			"config: agents.a.colour: unknown key (known: builtin, delayMs, terminal, nuum, harness, acp)"}},
 		{"unknown terminal key with hint", `{` + ch + `, "agents": {"helper": {"terminal": {"command": "x", "timeOut": 5}}}}`, []string{
 			"config: agents.helper.terminal.timeOut: unknown key (known: enabled, command, timeout, protocol, passMedia, env, providers, maxOutputBytes); did you mean timeout?"}},
 		{"wrong casing hints both spellings", `{"channels": {"terminal-dev": {"accountID": "local"}}}`, []string{
@@ -348,7 +362,26 @@ func TestParseErrors(t *testing.T) {
 		{"unknown provider key", `{` + ch + `, "agents": {"h": {"terminal": {"command": "x", "providers": {"openai": {"apiKeys": ["k"], "api_key": "k"}}}}}}`, []string{
 			"config: agents.h.terminal.providers.openai.api_key: unknown key (known: apiKeys, models, baseUrl)"}},
 		{"unknown nuum key", `{` + ch + `, "agents": {"n": {"nuum": {"command": "x", "idle": 5}}}}`, []string{
-			"config: agents.n.nuum.idle: unknown key (known: command, idleTimeout, maxProcesses, startTimeout, heartbeatSeconds, heartbeatTimeout)"}},
+			"config: agents.n.nuum.idle: unknown key (known: command, idleTimeout, maxProcesses, startTimeout, heartbeatSeconds, heartbeatTimeout, turnTimeout, heartbeatAck)"}},
+		{"unknown acp key", `{` + ch + `, "agents": {"c": {"acp": {"command": "x", "permissions": "ask"}}}}`, []string{
+			"config: agents.c.acp.permissions: unknown key (known: command, args, env, cwd, idleTimeout, maxProcesses, startTimeout, permission, askTimeout)"}},
+		{"bad acp permission", `{` + ch + `, "agents": {"c": {"acp": {"command": "x", "permission": "allow_always"}}}}`, []string{
+			`config: agents.c.acp.permission: must be "reject", "allow_once" or "ask", got "allow_always"`}},
+		{"missing acp command", `{` + ch + `, "agents": {"c": {"acp": {"args": ["a"]}}}}`, []string{
+			"config: agents.c.acp.command: required (a non-empty string)"}},
+		{"bad acp args", `{` + ch + `, "agents": {"c": {"acp": {"command": "x", "args": ["a", 2]}}}}`, []string{
+			"config: agents.c.acp.args[1]: must be a string, got number"}},
+		{"acp args not array", `{` + ch + `, "agents": {"c": {"acp": {"command": "x", "args": "a b"}}}}`, []string{
+			"config: agents.c.acp.args: must be an array of strings, got string"}},
+		{"bad acp timeouts", `{` + ch + `, "agents": {"c": {"acp": {"command": "x", "idleTimeout": 0, "askTimeout": -1}}}}`, []string{
+			"config: agents.c.acp.askTimeout: must be a positive integer, got -1",
+			"config: agents.c.acp.idleTimeout: must be a positive integer, got 0"}},
+		{"bad acp env", `{` + ch + `, "agents": {"c": {"acp": {"command": "x", "env": {"A=B": "1"}}}}}`, []string{
+			`config: agents.c.acp.env."A=B": invalid variable name "A=B": must be non-empty, without '=' or NUL`}},
+		{"bad nuum heartbeatAck", `{` + ch + `, "agents": {"n": {"nuum": {"command": "x", "heartbeatAck": "never"}}}}`, []string{
+			`config: agents.n.nuum.heartbeatAck: must be "required" or "optional", got "never"`}},
+		{"negative nuum turnTimeout", `{` + ch + `, "agents": {"n": {"nuum": {"command": "x", "turnTimeout": -5}}}}`, []string{
+			"config: agents.n.nuum.turnTimeout: must be a non-negative integer, got -5"}},
 		{"unknown harness key", `{` + ch + `, "agents": {"b": {"harness": {"command": "x", "steps": 5}}}}`, []string{
 			"config: agents.b.harness.steps: unknown key (known: command, target, maxSteps, maxDuration, observationBytes, stepTimeout)"}},
 
@@ -452,9 +485,9 @@ func TestParseErrors(t *testing.T) {
 
 		// agent kinds
 		{"no agent kind", `{` + ch + `, "agents": {"a": {}}}`, []string{
-			"config: agents.a: must set exactly one of builtin, terminal, nuum, harness; got none"}},
+			"config: agents.a: must set exactly one of builtin, terminal, nuum, harness, acp; got none"}},
 		{"several agent kinds", `{` + ch + `, "agents": {"a": {"builtin": "echo", "nuum": {"command": "x"}}}}`, []string{
-			"config: agents.a: must set exactly one of builtin, terminal, nuum, harness; got builtin, nuum"}},
+			"config: agents.a: must set exactly one of builtin, terminal, nuum, harness, acp; got builtin, nuum"}},
 
 		// names
 		{"channel id with space", `{"channels": {"bad id": {"accountId": "local"}}}`, []string{
@@ -540,7 +573,7 @@ func TestParseCollectsAllErrors(t *testing.T) {
 	want := []string{
 		"config: agents.t.terminal.command: required (a non-empty string)",
 		`config: agents.t.terminal.timeout: must be a positive integer, got "abc"`,
-		"config: agents.z: must set exactly one of builtin, terminal, nuum, harness; got none",
+		"config: agents.z: must set exactly one of builtin, terminal, nuum, harness, acp; got none",
 		"config: channels.a.enabled: must be a boolean (true or false), got string",
 		"config: channels.b.accountId: required (a non-empty string)",
 		`config: channels.b.agent: unknown agent "nope" (defined: echo, t, z)`,

@@ -478,23 +478,23 @@ func (w *walker) tokens(path string, n *node) Tokens {
 // agent decodes one agent definition.
 func (w *walker) agent(path string, n *node) (Agent, bool) {
 	var a Agent
-	f := w.fields(path, n, "builtin", "delayMs", "terminal", "nuum", "harness")
+	f := w.fields(path, n, "builtin", "delayMs", "terminal", "nuum", "harness", "acp")
 	if f == nil {
 		return a, false
 	}
 	before := len(w.errs)
 	var kinds []string
-	for _, k := range []string{"builtin", "terminal", "nuum", "harness"} {
+	for _, k := range []string{"builtin", "terminal", "nuum", "harness", "acp"} {
 		if e, ok := f[k]; ok {
 			kinds = append(kinds, e.key)
 		}
 	}
 	switch len(kinds) {
 	case 0:
-		w.errorf(path, "must set exactly one of builtin, terminal, nuum, harness; got none")
+		w.errorf(path, "must set exactly one of builtin, terminal, nuum, harness, acp; got none")
 	case 1:
 	default:
-		w.errorf(path, "must set exactly one of builtin, terminal, nuum, harness; got %s", strings.Join(kinds, ", "))
+		w.errorf(path, "must set exactly one of builtin, terminal, nuum, harness, acp; got %s", strings.Join(kinds, ", "))
 	}
 	if e, ok := f["builtin"]; ok {
 		b := &BuiltinAgent{}
@@ -520,6 +520,9 @@ func (w *walker) agent(path string, n *node) (Agent, bool) {
 	}
 	if e, ok := f["harness"]; ok {
 		a.Harness = w.harness(join(path, e.key), e.val)
+	}
+	if e, ok := f["acp"]; ok {
+		a.ACP = w.acp(join(path, e.key), e.val)
 	}
 	return a, len(w.errs) == before
 }
@@ -658,8 +661,9 @@ func (w *walker) nuum(path string, n *node) *NuumAgent {
 		StartTimeout:     DefaultNuumStartTimeout,
 		HeartbeatSeconds: DefaultNuumHeartbeatSeconds,
 		HeartbeatTimeout: DefaultNuumHeartbeatTimeout,
+		HeartbeatAck:     NuumHeartbeatAckRequired,
 	}
-	f := w.fields(path, n, "command", "idleTimeout", "maxProcesses", "startTimeout", "heartbeatSeconds", "heartbeatTimeout")
+	f := w.fields(path, n, "command", "idleTimeout", "maxProcesses", "startTimeout", "heartbeatSeconds", "heartbeatTimeout", "turnTimeout", "heartbeatAck")
 	if f == nil {
 		return a
 	}
@@ -678,10 +682,20 @@ func (w *walker) nuum(path string, n *node) *NuumAgent {
 		{"startTimeout", &a.StartTimeout, 1, noMax},
 		{"heartbeatSeconds", &a.HeartbeatSeconds, 1, 3600},
 		{"heartbeatTimeout", &a.HeartbeatTimeout, 1, noMax},
+		{"turnTimeout", &a.TurnTimeout, 0, noMax},
 	}
 	for _, in := range ints {
 		if e, ok := f[in.key]; ok {
 			*in.dst, _ = w.integer(join(path, e.key), e.val, in.lo, in.hi)
+		}
+	}
+	if e, ok := f["heartbeatAck"]; ok {
+		p := join(path, e.key)
+		if s, good := w.str(p, e.val); good {
+			if s != NuumHeartbeatAckRequired && s != NuumHeartbeatAckOptional {
+				w.errorf(p, `must be "required" or "optional", got %s`, quote(s))
+			}
+			a.HeartbeatAck = s
 		}
 	}
 	return a

@@ -15,6 +15,8 @@ func FuzzParse(f *testing.F) {
 		`{"channels": {"c": {"accountId": "a", "config": {"tokens": {"p": "t"}}}}}`,
 		`{"maxConcurrentRuns": 1e400}`, `{"a": 1, "a": 2}`, "{\"\x00\": 1}",
 		`{"agents": {"x": {"harness": {"command": "c", "target": "serial:@"}}}}`,
+		`{"agents": {"c": {"acp": {"command": "x", "args": [1, "a"], "env": {"": "v"}, "permission": "ask", "askTimeout": 0}}}}`,
+		`{"agents": {"n": {"nuum": {"command": "x", "turnTimeout": 0, "heartbeatAck": "optional"}}}}`,
 	} {
 		f.Add([]byte(s))
 	}

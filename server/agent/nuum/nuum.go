@@ -37,12 +37,10 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"termlink/server/agent"
+	"termlink/server/agent/pool"
 	"termlink/server/agent/procs"
 	"termlink/server/config"
 )
@@ -69,6 +67,7 @@ const (
 	finishStop      = "stop"
 	finishError     = "error"
 	finishCancelled = "cancelled"
+	finishTimeout   = "timeout"
 )
 
 // Options tune a Runner beyond its config. The zero value is the default.
@@ -81,6 +80,10 @@ type Options struct {
 	StartTimeout      time.Duration
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
+	// TurnTimeout bounds a turn: after it the turn is interrupted (as a
+	// cancel would) and its reply says it timed out (FinishReason
+	// "timeout"). Zero keeps the config's turnTimeout (0: no limit).
+	TurnTimeout time.Duration
 
 	// InterruptWait is how long a cancelled turn waits for the agent to
 	// end the turn after the interrupt before the process is killed.
@@ -138,48 +141,10 @@ type Runner struct {
 	startTimeout time.Duration
 	hbInterval   time.Duration
 	hbTimeout    time.Duration
+	turnTimeout  time.Duration // 0: none
 	maxProcs     int
 
-	mu      sync.Mutex
-	closed  bool
-	procs   map[string]*proc        // by session key; a stopping process is no longer here
-	live    int                     // processes reserved, running or stopping
-	crashes map[string]*crashRecord // restart backoff by session key
-	notify  chan struct{}           // closed and replaced when procs, live or closed change
-	wg      sync.WaitGroup          // one per process, done when all its goroutines are
-}
-
-type crashRecord struct {
-	backoff *backoff.ExponentialBackOff // the delays of crashes in a row
-	until   time.Time                   // no restart before
-}
-
-// restartJitter is the randomization factor of restart delays, so that
-// agents that crashed together do not restart together.
-const restartJitter = 0.5
-
-// newRestartBackoff returns the restart delays after crashes in a row:
-// doubling, each randomized by ±restartJitter, and always within
-// [RestartBackoffMin, RestartBackoffMax]. The intervals are placed so that
-// the randomized values span the bounds: the first in
-// [Min, 3*Min], the last in [Max/3, Max] (cenkalti's randomized value is
-// interval*(1±factor)).
-func (r *Runner) newRestartBackoff() *backoff.ExponentialBackOff {
-	lo, hi := r.opt.RestartBackoffMin, r.opt.RestartBackoffMax
-	initial := time.Duration(float64(lo) / (1 - restartJitter))
-	maxInterval := max(time.Duration(float64(hi)/(1+restartJitter)), initial)
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(initial),
-		backoff.WithMaxInterval(maxInterval),
-		backoff.WithMultiplier(2),
-		backoff.WithRandomizationFactor(restartJitter),
-		backoff.WithMaxElapsedTime(0), // never gives up
-	)
-}
-
-// next is the delay before the next restart.
-func (c *crashRecord) next(lo, hi time.Duration) time.Duration {
-	return min(max(c.backoff.NextBackOff(), lo), hi)
+	pool *pool.Pool[*proc] // the sessions' processes
 }
 
 var (
@@ -199,9 +164,11 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 		return fail("command is empty")
 	case strings.ContainsRune(cfg.Command, 0):
 		return fail("command contains a NUL byte")
-	case cfg.IdleTimeout < 0, cfg.MaxProcesses < 0, cfg.StartTimeout < 0, cfg.HeartbeatSeconds < 0, cfg.HeartbeatTimeout < 0:
-		return fail("idleTimeout, maxProcesses, startTimeout, heartbeatSeconds and heartbeatTimeout must not be negative")
-	case opt.IdleTimeout < 0, opt.StartTimeout < 0, opt.HeartbeatInterval < 0, opt.HeartbeatTimeout < 0,
+	case cfg.IdleTimeout < 0, cfg.MaxProcesses < 0, cfg.StartTimeout < 0, cfg.HeartbeatSeconds < 0, cfg.HeartbeatTimeout < 0, cfg.TurnTimeout < 0:
+		return fail("idleTimeout, maxProcesses, startTimeout, heartbeatSeconds, heartbeatTimeout and turnTimeout must not be negative")
+	case cfg.HeartbeatAck != "" && cfg.HeartbeatAck != config.NuumHeartbeatAckRequired && cfg.HeartbeatAck != config.NuumHeartbeatAckOptional:
+		return fail("heartbeatAck must be %q or %q, got %q", config.NuumHeartbeatAckRequired, config.NuumHeartbeatAckOptional, cfg.HeartbeatAck)
+	case opt.TurnTimeout < 0, opt.IdleTimeout < 0, opt.StartTimeout < 0, opt.HeartbeatInterval < 0, opt.HeartbeatTimeout < 0,
 		opt.InterruptWait < 0, opt.InterruptedGrace < 0, opt.FollowUpWait < 0, opt.WriteTimeout < 0,
 		opt.StopGrace < 0, opt.RestartBackoffMin < 0, opt.RestartBackoffMax < 0, opt.MaxLineBytes < 0:
 		return fail("options must not be negative")
@@ -244,6 +211,13 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
+	if cfg.HeartbeatAck == config.NuumHeartbeatAckOptional {
+		opt.HeartbeatAckOptional = true
+	}
+	turnTimeout := opt.TurnTimeout
+	if turnTimeout == 0 {
+		turnTimeout = time.Duration(cfg.TurnTimeout) * time.Second
+	}
 	maxProcs := cfg.MaxProcesses
 	if maxProcs == 0 {
 		maxProcs = config.DefaultNuumMaxProcesses
@@ -257,10 +231,9 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 		startTimeout: seconds(opt.StartTimeout, cfg.StartTimeout, config.DefaultNuumStartTimeout),
 		hbInterval:   seconds(opt.HeartbeatInterval, cfg.HeartbeatSeconds, config.DefaultNuumHeartbeatSeconds),
 		hbTimeout:    seconds(opt.HeartbeatTimeout, cfg.HeartbeatTimeout, config.DefaultNuumHeartbeatTimeout),
+		turnTimeout:  turnTimeout,
 		maxProcs:     maxProcs,
-		procs:        map[string]*proc{},
-		crashes:      map[string]*crashRecord{},
-		notify:       make(chan struct{}),
+		pool:         pool.New[*proc](maxProcs, opt.RestartBackoffMin, opt.RestartBackoffMax, opt.Logger.With("agent", name)),
 	}, nil
 }
 
@@ -279,7 +252,7 @@ func (r *Runner) Run(ctx context.Context, req agent.Request, progress agent.Prog
 		}
 		p.storeMeta(ctx, req)
 		res, retry := p.runTurn(ctx, req, progress)
-		r.release(p)
+		r.pool.Release(p)
 		if !retry || attempt > 0 {
 			if retry {
 				res = errorResult("agent exited (exit status 0) without answering")
@@ -298,11 +271,8 @@ func (r *Runner) Inject(ctx context.Context, req agent.Request) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	r.mu.Lock()
-	p := r.procs[req.SessionKey]
-	closed := r.closed
-	r.mu.Unlock()
-	if p == nil || closed {
+	p, ok := r.pool.Get(req.SessionKey)
+	if !ok {
 		return false
 	}
 	return p.inject(req)
@@ -313,18 +283,7 @@ func (r *Runner) Inject(ctx context.Context, req agent.Request) bool {
 // each) and waits for them and their goroutines. Runs in progress end with
 // an error; later ones are refused.
 func (r *Runner) Close() error {
-	r.mu.Lock()
-	if !r.closed {
-		r.closed = true
-		for key, p := range r.procs {
-			delete(r.procs, key)
-			p.stopping = true
-			p.requestStop("the agent runner was closed")
-		}
-		r.broadcastLocked()
-	}
-	r.mu.Unlock()
-	r.wg.Wait()
+	r.pool.Close("the agent runner was closed")
 	return nil
 }
 
@@ -340,17 +299,15 @@ type Process struct {
 
 // Processes lists the sessions' processes, by session key.
 func (r *Runner) Processes() []Process {
-	r.mu.Lock()
-	out := make([]Process, 0, len(r.procs))
-	procs := make([]*proc, 0, len(r.procs))
-	for _, p := range r.procs {
-		out = append(out, Process{SessionKey: p.key, PID: p.pid, Busy: p.busy, Started: p.started, LastUsed: p.lastUsed})
+	var out []Process
+	var procs []*proc
+	r.pool.Each(func(p *proc, st pool.State) {
+		out = append(out, Process{SessionKey: st.Key, Busy: st.Busy, LastUsed: st.LastUsed})
 		procs = append(procs, p)
-	}
-	r.mu.Unlock()
+	})
 	for i, p := range procs {
 		p.mu.Lock()
-		out[i].SessionID = p.sessionID
+		out[i].PID, out[i].Started, out[i].SessionID = p.pid, p.started, p.sessionID
 		p.mu.Unlock()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].SessionKey < out[j].SessionKey })
@@ -360,109 +317,26 @@ func (r *Runner) Processes() []Process {
 // acquire returns the session's process, idle and marked busy, starting it
 // if needed. When ok is false, res answers the message.
 func (r *Runner) acquire(ctx context.Context, req agent.Request, progress agent.Progress) (p *proc, res agent.Result, ok bool) {
-	key := req.SessionKey
-	toldFull, toldBackoff := false, false
-	for {
-		if ctx.Err() != nil {
-			return nil, cancelledResult(), false
-		}
-		var (
-			delay time.Duration // wait for the restart backoff
-			full  bool          // wait for a free process slot
-		)
-		r.mu.Lock()
-		if r.closed {
-			r.mu.Unlock()
-			return nil, errorResult("the agent runner is closed"), false
-		}
-		wait := r.notify
-		existing := r.procs[key]
-		if existing == nil {
-			delay = r.backoffLocked(key)
-		}
-		switch {
-		case existing != nil:
-			if !existing.busy && !existing.dying() {
-				existing.busy = true
-				r.mu.Unlock()
-				return existing, agent.Result{}, true
-			}
-			// Busy (a second Run for the session) or dying: wait for it.
-		case delay > 0:
-			// Crashed recently: wait for the backoff.
-		case r.live < r.maxProcs:
-			p := newProc(r, key)
-			p.busy = true
-			r.procs[key] = p
-			r.live++
-			r.wg.Add(1)
-			r.mu.Unlock()
-			if res, ok := r.start(ctx, p, req); !ok {
-				return nil, res, false
-			}
-			return p, agent.Result{}, true
-		default:
-			victim := r.lruIdleLocked()
-			if victim == nil {
-				full = true
-				break
-			}
-			// It leaves the map now and frees its slot once it has exited.
-			delete(r.procs, victim.key)
-			victim.stopping = true
-			victim.requestStop("making room for another session (maxProcesses reached)")
-			r.log.Info("stopping the least recently used agent process", "session", victim.key, "for", key)
-		}
-		r.mu.Unlock()
-
-		var timer *time.Timer
-		var timerC <-chan time.Time
-		if delay > 0 {
-			if !toldBackoff {
-				toldBackoff = true
-				r.log.Info("waiting before restarting the agent", "session", key, "delay", delay)
-			}
-			timer = time.NewTimer(delay)
-			timerC = timer.C
-		}
-		if full && !toldFull {
-			toldFull = true
-			r.log.Info("all agent processes are busy; waiting", "session", key, "maxProcesses", r.maxProcs)
-			progress("waiting for a free agent process")
-		}
-		select {
-		case <-wait:
-		case <-timerC:
-		case <-ctx.Done():
-		}
-		if timer != nil {
-			timer.Stop()
+	p, out := r.pool.Acquire(ctx, req.SessionKey, func() *proc { return newProc(r, req.SessionKey) },
+		func() { progress("waiting for a free agent process") })
+	switch out {
+	case pool.Cancelled:
+		return nil, cancelledResult(), false
+	case pool.Closed:
+		return nil, errorResult("the agent runner is closed"), false
+	case pool.Created:
+		if res, ok := r.start(ctx, p, req); !ok {
+			return nil, res, false
 		}
 	}
-}
-
-// release marks p idle after a turn.
-func (r *Runner) release(p *proc) {
-	r.mu.Lock()
-	p.busy = false
-	p.lastUsed = time.Now()
-	r.broadcastLocked()
-	r.mu.Unlock()
+	return p, agent.Result{}, true
 }
 
 // start spawns p's process and waits for its system/init.
 func (r *Runner) start(ctx context.Context, p *proc, req agent.Request) (agent.Result, bool) {
 	if err := p.spawn(req); err != nil {
 		r.log.Error("cannot start the agent", "session", p.key, "error", err)
-		r.mu.Lock()
-		if r.procs[p.key] == p {
-			delete(r.procs, p.key)
-		}
-		r.live--
-		r.recordCrashLocked(p.key)
-		r.broadcastLocked()
-		r.mu.Unlock()
-		r.wg.Done()
+		r.pool.StartFailed(p)
 		return errorResult("cannot start the agent: " + err.Error()), false
 	}
 	timer := time.NewTimer(r.startTimeout)
@@ -474,118 +348,40 @@ func (r *Runner) start(ctx context.Context, p *proc, req agent.Request) (agent.R
 	case <-p.exited:
 	case <-timer.C:
 		msg := fmt.Sprintf("agent did not send system/init within %s", r.startTimeout)
-		p.kill(msg)
+		p.Kill(msg)
 		p.awaitExit()
 		return errorResult(msg + p.stderrNote()), false
 	case <-ctx.Done():
-		r.markStopping(p)
-		p.kill("the message was cancelled while the agent was starting")
+		r.pool.MarkStopping(p)
+		p.Kill("the message was cancelled while the agent was starting")
 		return cancelledResult(), false
 	}
 	// The process exited (or closed stdout) before saying init.
 	p.awaitExit()
-	if reason := p.killReason(); reason != "" {
+	if reason := p.Reason(); reason != "" {
 		return errorResult("agent stopped before sending system/init: " + reason + p.stderrNote()), false
 	}
 	return errorResult(fmt.Sprintf("agent exited before sending system/init (%s)%s", exitText(p.exitErr), p.stderrNote())), false
 }
 
-// markStopping records that p's coming exit is not a crash.
-func (r *Runner) markStopping(p *proc) {
-	r.mu.Lock()
-	p.stopping = true
-	r.mu.Unlock()
-}
-
-// lruIdleLocked returns the idle process used least recently, or nil.
-func (r *Runner) lruIdleLocked() *proc {
-	var victim *proc
-	for _, p := range r.procs {
-		if p.busy || p.dying() {
-			continue
-		}
-		if victim == nil || p.lastUsed.Before(victim.lastUsed) {
-			victim = p
-		}
-	}
-	return victim
-}
-
-// idleCheck stops p when it has been idle for idleTimeout (returning 0), or
-// returns how long to wait before checking again.
-func (r *Runner) idleCheck(p *proc) time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.procs[p.key] != p || p.busy {
-		return r.idleTimeout
-	}
-	if idle := time.Since(p.lastUsed); idle < r.idleTimeout {
-		return r.idleTimeout - idle
-	}
-	delete(r.procs, p.key)
-	p.stopping = true
-	return 0
-}
-
 // exited is called once p's process has exited.
 func (r *Runner) exited(p *proc) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.procs[p.key] == p {
-		delete(r.procs, p.key)
-	}
-	r.live--
 	// An agent may end itself (exit status 0) after answering, or before
 	// taking up a message just written (Run then retries it once); any other
 	// exit the runner did not ask for is a crash and delays the next start.
 	p.mu.Lock()
 	quit := p.exitErr == nil && p.inited && (!p.awaiting || !p.answering)
 	p.mu.Unlock()
-	if !p.stopping && !quit && !r.closed {
-		r.recordCrashLocked(p.key)
-	}
-	r.broadcastLocked()
-}
-
-// turnAnswered resets the session's restart backoff: its agent works.
-func (r *Runner) turnAnswered(key string) {
-	r.mu.Lock()
-	delete(r.crashes, key)
-	r.mu.Unlock()
-}
-
-func (r *Runner) recordCrashLocked(key string) {
-	now := time.Now()
-	for k, c := range r.crashes { // forget sessions that have not come back
-		if now.Sub(c.until) > 10*r.opt.RestartBackoffMax {
-			delete(r.crashes, k)
-		}
-	}
-	c := r.crashes[key]
-	if c == nil {
-		c = &crashRecord{backoff: r.newRestartBackoff()}
-		r.crashes[key] = c
-	}
-	c.until = now.Add(c.next(r.opt.RestartBackoffMin, r.opt.RestartBackoffMax))
-}
-
-// backoffLocked is how long the session must wait before its process may
-// be restarted.
-func (r *Runner) backoffLocked(key string) time.Duration {
-	c := r.crashes[key]
-	if c == nil {
-		return 0
-	}
-	return time.Until(c.until)
-}
-
-func (r *Runner) broadcastLocked() {
-	close(r.notify)
-	r.notify = make(chan struct{})
+	r.pool.Exited(p, quit)
 }
 
 func errorResult(text string) agent.Result {
 	return agent.Result{Text: text, FinishReason: finishError}
+}
+
+// timeoutResult answers a turn interrupted by the turn timeout d.
+func timeoutResult(d time.Duration) agent.Result {
+	return agent.Result{Text: fmt.Sprintf("the agent did not finish within %s; the turn was interrupted", d), FinishReason: finishTimeout}
 }
 
 func cancelledResult() agent.Result {

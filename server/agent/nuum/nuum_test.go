@@ -972,48 +972,6 @@ func TestDescendantHoldingStdout(t *testing.T) {
 	}
 }
 
-// Restart delays are jittered (agents that crashed together restart
-// apart) and stay within [RestartBackoffMin, RestartBackoffMax]. Issue 10,
-// finding 10.
-func TestRestartBackoff(t *testing.T) {
-	r, err := New("x", config.NuumAgent{Command: "true"}, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	lo, hi := DefaultRestartBackoffMin, DefaultRestartBackoffMax
-	b := r.newRestartBackoff()
-	if b.RandomizationFactor <= 0 || b.MaxElapsedTime != 0 || b.Multiplier != 2 {
-		t.Fatalf("backoff %+v: want randomized, doubling, never giving up", b)
-	}
-	// The first delay of many sessions that crashed at once.
-	firsts := map[time.Duration]bool{}
-	for range 50 {
-		c := &crashRecord{backoff: r.newRestartBackoff()}
-		d := c.next(lo, hi)
-		if d < lo || d > 3*lo {
-			t.Fatalf("first delay %s, want %s..%s", d, lo, 3*lo)
-		}
-		firsts[d] = true
-	}
-	if len(firsts) < 2 {
-		t.Errorf("50 sessions that crashed together all wait %v: no jitter", firsts)
-	}
-	// Crashes in a row: growing, never past the bounds, reaching the top.
-	c := &crashRecord{backoff: r.newRestartBackoff()}
-	var top time.Duration
-	for i := range 30 {
-		d := c.next(lo, hi)
-		if d < lo || d > hi {
-			t.Fatalf("delay %d = %s, want %s..%s", i, d, lo, hi)
-		}
-		top = max(top, d)
-	}
-	if top < hi/3 {
-		t.Errorf("after 30 crashes the longest delay was %s, want the backoff near %s", top, hi)
-	}
-}
-
 // The reply is the result's text (Nuum's final answer); the assistant
 // steps before it are progress; the joined steps answer only when the
 // result has no text. Issue 11, "Nuum replies".

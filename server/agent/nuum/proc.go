@@ -30,8 +30,10 @@ const (
 // proc is one agent process. Its goroutines: the stdout reader (the only
 // reader of stdout), the stderr drain, the waiter (cmd.Wait, then cleanup)
 // and the supervisor (heartbeats, idle stop, stop requests). The waiter
-// finishes last and releases the process's hold on Runner.wg.
+// finishes last and releases the process's hold on the pool (Close).
 type proc struct {
+	*procs.Handle // kill, stop, and why
+
 	r   *Runner
 	key string
 	log *slog.Logger
@@ -42,24 +44,18 @@ type proc struct {
 	stdout *os.File
 	stderr *os.File
 
-	// Guarded by r.mu.
-	pid      int
-	busy     bool // a Run holds the process
-	stopping bool // the runner stopped it: its exit is no crash
-	started  time.Time
-	lastUsed time.Time
-
 	wmu       sync.Mutex // serializes writes to stdin
 	stdinOnce sync.Once
 
 	mu         sync.Mutex
+	pid        int
+	started    time.Time
 	turn       *turn // the turn in progress
 	inited     bool
 	sessionID  string
 	staleUntil time.Time // a result before then may be that of an abandoned turn
 	awaiting   bool      // a user message was written and no result has come since
 	answering  bool      // the agent sent frames of the turn since the message
-	reason     string    // why the runner killed or stopped the process; first wins
 	stderrTail []string
 	stopReason string
 
@@ -68,7 +64,7 @@ type proc struct {
 	ackSeen  atomic.Bool   // the agent has answered a heartbeat
 	ackCh    chan struct{} // heartbeat_ack arrived (buffered 1)
 	initDone chan struct{} // closed on the first system/init
-	stopCh   chan struct{} // closed by requestStop
+	stopCh   chan struct{} // closed by RequestStop
 	stopOnce sync.Once
 
 	readerDone chan struct{} // stdout reader ended (EOF or error)
@@ -83,7 +79,9 @@ type proc struct {
 }
 
 func newProc(r *Runner, key string) *proc {
+	exited := make(chan struct{})
 	return &proc{
+		Handle:     procs.NewHandle(exited),
 		r:          r,
 		key:        key,
 		log:        r.log.With("session", key),
@@ -93,7 +91,7 @@ func newProc(r *Runner, key string) *proc {
 		readerDone: make(chan struct{}),
 		stderrDone: make(chan struct{}),
 		supDone:    make(chan struct{}),
-		exited:     make(chan struct{}),
+		exited:     exited,
 		exitDelay:  time.Second,
 	}
 }
@@ -149,11 +147,11 @@ func (p *proc) spawn(req agent.Request) error {
 	p.cmd, p.stdin, p.stdout, p.stderr = cmd, inW, outR, errR
 	pid := cmd.Process.Pid
 	p.log = p.log.With("pid", pid)
-	p.r.mu.Lock()
+	p.mu.Lock()
 	p.pid = pid
+	p.SetPid(pid)
 	p.started = time.Now()
-	p.lastUsed = p.started
-	p.r.mu.Unlock()
+	p.mu.Unlock()
 	p.log.Info("agent started", "command", p.r.command, "dir", req.Workspace)
 	go p.readStdout()
 	go p.readStderr()
@@ -176,7 +174,7 @@ func (p *proc) wait() {
 	_ = p.stdout.SetReadDeadline(deadline)
 	_ = p.stderr.SetReadDeadline(deadline)
 	close(p.exited)
-	p.log.Info("agent exited", "status", exitText(err), "reason", p.killReason())
+	p.log.Info("agent exited", "status", exitText(err), "reason", p.Reason())
 	<-p.readerDone // every frame is dispatched: p.awaiting is final
 	p.r.exited(p)
 	<-p.stderrDone
@@ -184,7 +182,7 @@ func (p *proc) wait() {
 	p.closeStdin()
 	p.stdout.Close()
 	p.stderr.Close()
-	p.r.wg.Done()
+	p.r.pool.Done()
 }
 
 // readStdout is the one reader of the agent's stdout.
@@ -365,14 +363,14 @@ func (p *proc) supervise() {
 				continue
 			}
 			p.log.Warn("agent did not answer a heartbeat; killing it", "timeout", r.hbTimeout)
-			p.kill("agent stopped answering heartbeats")
+			p.Kill("agent stopped answering heartbeats")
 		case <-idleTimer.C:
-			if d := r.idleCheck(p); d > 0 {
+			if d := r.pool.IdleCheck(p, r.idleTimeout); d > 0 {
 				idleTimer.Reset(d)
 				continue
 			}
 			p.log.Info("stopping idle agent", "idle", r.idleTimeout)
-			p.setReason("agent was idle")
+			p.SetReason("agent was idle")
 			p.shutdown()
 			return
 		case <-reader:
@@ -380,13 +378,14 @@ func (p *proc) supervise() {
 			eof = time.After(p.exitDelay)
 		case <-eof:
 			p.log.Warn("agent closed its stdout but keeps running; killing it")
-			p.kill("agent closed its stdout")
+			p.Kill("agent closed its stdout")
 		}
 	}
 }
 
-// requestStop asks the supervisor to stop the process gracefully.
-func (p *proc) requestStop(reason string) {
+// RequestStop asks the supervisor to stop the process gracefully
+// (pool.Member).
+func (p *proc) RequestStop(reason string) {
 	p.stopOnce.Do(func() {
 		p.mu.Lock()
 		p.stopReason = reason
@@ -404,69 +403,18 @@ func (p *proc) shutdown() {
 	reason := p.stopReason
 	p.mu.Unlock()
 	if reason != "" {
-		p.setReason(reason)
+		p.SetReason(reason)
 	}
 	if inTurn {
 		_ = p.write(controlFrame{Type: "control", Action: "interrupt"})
 	}
 	p.closeStdin()
-	grace := p.r.opt.StopGrace
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-p.exited:
-		return
-	case <-t.C:
-	}
-	p.signalGroup(false)
-	t.Reset(grace)
-	select {
-	case <-p.exited:
-		return
-	case <-t.C:
-	}
-	p.kill("agent did not exit when stopped")
-	<-p.exited
+	p.StopGracefully(p.r.opt.StopGrace)
 }
 
-// kill kills the process group at once, recording why.
-func (p *proc) kill(reason string) {
-	p.setReason(reason)
-	p.signalGroup(true)
-}
-
-// signalGroup sends SIGKILL (or SIGTERM) to the process group, unless the
-// process has been reaped: its id may then belong to someone else.
-func (p *proc) signalGroup(kill bool) {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	if kill {
-		_ = procs.KillGroup(p.cmd.Process.Pid)
-	} else {
-		_ = procs.TerminateGroup(p.cmd.Process.Pid)
-	}
-}
-
-func (p *proc) setReason(reason string) {
-	p.mu.Lock()
-	if p.reason == "" {
-		p.reason = reason
-	}
-	p.mu.Unlock()
-}
-
-func (p *proc) killReason() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.reason
-}
-
-// dying reports whether the process has exited or is being killed. Callers
-// hold r.mu or not; it reads only channels and p.mu.
-func (p *proc) dying() bool {
+// Dying reports whether the process has exited or is being killed
+// (pool.Member). It reads only channels and p.mu.
+func (p *proc) Dying() bool {
 	select {
 	case <-p.exited:
 		return true
@@ -474,21 +422,14 @@ func (p *proc) dying() bool {
 		return true
 	default:
 	}
-	return p.killReason() != ""
+	return p.Reason() != ""
 }
 
 // awaitExit waits for the process to exit, killing it if it still runs
 // after a while (it may have closed stdout only), and for its stderr to be
 // read (for stderrNote; bounded by the read deadline set at exit).
 func (p *proc) awaitExit() {
-	t := time.NewTimer(2 * p.exitDelay)
-	defer t.Stop()
-	select {
-	case <-p.exited:
-	case <-t.C:
-		p.kill("agent closed its stdout")
-		<-p.exited
-	}
+	p.AwaitExit(2*p.exitDelay, "agent closed its stdout")
 	<-p.stderrDone
 }
 
@@ -513,7 +454,7 @@ func (p *proc) write(v any) error {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			msg := fmt.Sprintf("agent stopped reading its stdin (a write timed out after %s)", p.r.opt.WriteTimeout)
 			p.log.Warn(msg + "; killing it")
-			p.kill(msg)
+			p.Kill(msg)
 		}
 		return fmt.Errorf("writing to the agent's stdin: %w", err)
 	}
@@ -531,7 +472,7 @@ func (p *proc) inject(req agent.Request) bool {
 	t.injected++
 	p.awaiting = true
 	p.mu.Unlock()
-	if err := p.write(userFrame(req.Text)); err != nil {
+	if err := p.write(userFrame(req)); err != nil {
 		p.log.Warn("cannot inject a message into the running turn", "message_id", req.MessageID, "error", err)
 		p.mu.Lock()
 		t.injected--
@@ -571,7 +512,11 @@ type (
 	}
 	userMessage struct {
 		Role    string `json:"role"`
-		Content string `json:"content"`
+		Content any    `json:"content"` // a string, or []textBlock when the message has media
+	}
+	textBlock struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
 	}
 	userMessageFrame struct {
 		Type    string      `json:"type"`
@@ -579,8 +524,23 @@ type (
 	}
 )
 
-func userFrame(text string) userMessageFrame {
-	return userMessageFrame{Type: "user", Message: userMessage{Role: "user", Content: text}}
+// userFrame is the user message of req: its text as the content string,
+// or, when the message has media, the spec's content blocks: a text block
+// with the text, then one text block per file naming its absolute path
+// (the spec's blocks are text, tool_use and tool_result; the agent reads
+// the file itself, as a terminal agent does with its envelope's media).
+func userFrame(req agent.Request) userMessageFrame {
+	if len(req.Media) == 0 {
+		return userMessageFrame{Type: "user", Message: userMessage{Role: "user", Content: req.Text}}
+	}
+	blocks := make([]textBlock, 0, 1+len(req.Media))
+	if req.Text != "" {
+		blocks = append(blocks, textBlock{Type: "text", Text: req.Text})
+	}
+	for _, m := range req.Media {
+		blocks = append(blocks, textBlock{Type: "text", Text: "Attached file: " + m})
+	}
+	return userMessageFrame{Type: "user", Message: userMessage{Role: "user", Content: blocks}}
 }
 
 // limiter allows logBurst events per logWindow.

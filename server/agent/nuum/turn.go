@@ -58,14 +58,14 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 		p.mu.Unlock()
 		close(t.done)
 	}()
-	if err := p.write(userFrame(req.Text)); err != nil {
+	if err := p.write(userFrame(req)); err != nil {
 		// The agent is exiting or closed its stdin: either way it is done.
-		if !p.dying() {
+		if !p.Dying() {
 			timer := time.NewTimer(p.exitDelay)
 			select {
 			case <-p.exited:
 			case <-timer.C:
-				p.kill("cannot send the message to the agent: " + err.Error())
+				p.Kill("cannot send the message to the agent: " + err.Error())
 			}
 			timer.Stop()
 		}
@@ -78,6 +78,8 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 	var (
 		ctxDone     = ctx.Done()
 		cancelled   bool
+		timedOut    bool             // cancelled by the turn timeout, not the device
+		turnC       <-chan time.Time // the turn timeout
 		interruptC  <-chan time.Time // InterruptWait after the interrupt
 		graceC      <-chan time.Time // InterruptedGrace after system/interrupted
 		graceTimer  *time.Timer
@@ -90,6 +92,23 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 		}
 	}
 	defer func() { stop(graceTimer); stop(followTimer) }()
+	if d := p.r.turnTimeout; d > 0 {
+		tt := time.NewTimer(d)
+		defer tt.Stop()
+		turnC = tt.C
+		// A turn ended by its timeout says so, whichever way it ended.
+		defer func() {
+			if timedOut && res.FinishReason == finishCancelled {
+				res = timeoutResult(d)
+			}
+		}()
+	}
+	interrupt := func() {
+		ctxDone, turnC, cancelled = nil, nil, true
+		p.log.Info("interrupting the turn", "message_id", req.MessageID, "timeout", timedOut)
+		_ = p.write(controlFrame{Type: "control", Action: "interrupt"})
+		interruptC = time.After(p.r.opt.InterruptWait)
+	}
 
 	handle := func(f frame) (agent.Result, bool) {
 		if followTimer != nil && f.kind() != kindResult {
@@ -108,7 +127,7 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 				return agent.Result{}, false
 			}
 			t.seen = true
-			p.r.turnAnswered(p.key)
+			p.r.pool.Answered(p.key)
 			stop(graceTimer)
 			graceTimer, graceC = nil, nil
 			t.last = f
@@ -158,17 +177,15 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 			}
 			return p.diedResult(ctx, t)
 		case <-ctxDone:
-			ctxDone, cancelled = nil, true
-			p.log.Info("interrupting the turn", "message_id", req.MessageID)
-			_ = p.write(controlFrame{Type: "control", Action: "interrupt"})
-			it := time.NewTimer(p.r.opt.InterruptWait)
-			defer it.Stop()
-			interruptC = it.C
+			interrupt()
+		case <-turnC:
+			timedOut = true
+			interrupt()
 		case <-interruptC:
 			msg := fmt.Sprintf("agent did not end the turn within %s of an interrupt", p.r.opt.InterruptWait)
 			p.log.Warn(msg + "; killing it")
-			p.r.markStopping(p)
-			p.kill(msg)
+			p.r.pool.MarkStopping(p)
+			p.Kill(msg)
 			return cancelledResult(), false
 		case <-graceC:
 			// system/interrupted without a result: the turn is over.
@@ -298,7 +315,7 @@ func (p *proc) diedResult(ctx context.Context, t *turn) (agent.Result, bool) {
 	if ctx.Err() != nil {
 		return cancelledResult(), false
 	}
-	reason := p.killReason()
+	reason := p.Reason()
 	p.mu.Lock()
 	injected := t.injected
 	p.mu.Unlock()

@@ -61,6 +61,10 @@ type Options struct {
 	// Push takes the text of a rich-mode "notice" line (notice.go); nil
 	// drops it.
 	Push func(sessionKey, text string)
+	// ProgressInterval is the least time between two progress updates
+	// passed on: progress frames are coalesced (latest wins) before they
+	// reach the bus. Default agent.DefaultProgressInterval (250ms).
+	ProgressInterval time.Duration
 }
 
 // Runner runs a Terminal Protocol v1 agent, one process per message. It
@@ -101,7 +105,7 @@ func New(name string, cfg config.TerminalAgent, opt Options) (*Runner, error) {
 		return fail("timeout must not be negative, got %d", cfg.Timeout)
 	case cfg.MaxOutputBytes < 0:
 		return fail("maxOutputBytes must not be negative, got %d", cfg.MaxOutputBytes)
-	case opt.MaxLineBytes < 0, opt.MaxStderrBytes < 0, opt.KillGrace < 0:
+	case opt.MaxLineBytes < 0, opt.MaxStderrBytes < 0, opt.KillGrace < 0, opt.ProgressInterval < 0:
 		return fail("options must not be negative")
 	}
 	switch cfg.Protocol {
@@ -217,6 +221,12 @@ func (r *Runner) Run(ctx context.Context, req agent.Request, progress agent.Prog
 	payload, err := env.Marshal()
 	if err != nil {
 		return errorResult("agent %s: cannot encode the envelope: %v", r.name, err)
+	}
+	if progress != nil {
+		// 10,000 progress lines must not cost 10,000 frames.
+		c := agent.NewCoalescer(progress, r.opt.ProgressInterval)
+		defer c.Stop()
+		progress = c.Progress
 	}
 	s := &runState{r: r, log: log, req: req, progress: progress, workspace: ws, payload: payload,
 		mediaSeen: map[string]bool{}}

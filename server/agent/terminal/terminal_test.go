@@ -850,3 +850,30 @@ func TestDirectStartHasNoShell(t *testing.T) {
 		t.Errorf("the agent's parent is %q, not the server (%d)", res.Text, os.Getpid())
 	}
 }
+
+// An agent printing 10,000 progress lines costs a few progress updates
+// (what reaches the bus), not 10,000; the last one still arrives. Issue 16.
+func TestProgressCoalesced(t *testing.T) {
+	script := writeScript(t, `read -r line
+i=0
+while [ $i -lt 10000 ]; do
+	printf '{"type":"progress","text":"line %d"}\n' $i
+	i=$((i+1))
+done
+printf '%s\n' '{"type":"message","text":"done"}'
+`)
+	f := newFixture(t, rich(script), Options{ProgressInterval: 100 * time.Millisecond})
+	start := time.Now()
+	res, progress := f.run(context.Background(), f.req("go"))
+	elapsed := time.Since(start)
+	wantResult(t, res, "stop", "done")
+	// One at once, at most one per interval after it, and the last at the end.
+	limit := int(elapsed/(100*time.Millisecond)) + 2
+	t.Logf("10000 progress lines in %s: %d updates (limit %d)", elapsed, len(progress), limit)
+	if len(progress) > limit || len(progress) == 0 {
+		t.Fatalf("%d progress updates for 10000 progress lines in %s, want at most %d", len(progress), elapsed, limit)
+	}
+	if progress[0] != "line 0" || progress[len(progress)-1] != "line 9999" {
+		t.Fatalf("first %q, last %q: want the first at once and the last kept", progress[0], progress[len(progress)-1])
+	}
+}

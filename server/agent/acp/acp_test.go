@@ -1,0 +1,340 @@
+package acp
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"termlink/server/config"
+)
+
+func TestNewValidates(t *testing.T) {
+	for name, cfg := range map[string]config.ACPAgent{
+		"empty command":   {Command: " "},
+		"bad permission":  {Command: "x", Permission: "always"},
+		"negative idle":   {Command: "x", IdleTimeout: -1},
+		"bad env":         {Command: "x", Env: map[string]string{"A=B": "1"}},
+		"NUL in argument": {Command: "x", Args: []string{"a\x00"}},
+	} {
+		if _, err := New("a", cfg, Options{}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// A chat: the message chunks make the reply; turns reuse the process;
+// the ACP session id is kept in the session metadata.
+func TestChat(t *testing.T) {
+	r := newRunner(t, nil, nil)
+	rc := &recorder{}
+	if res := run(t, r, rc, "s", "hello"); res.FinishReason != "stop" || res.Text != "You said: hello" {
+		t.Fatalf("result %+v", res)
+	}
+	pid := agentPID(t, r, "s")
+	if got := agentPID(t, r, "s"); got != pid {
+		t.Fatalf("pid changed from %d to %d", pid, got)
+	}
+	rc.mu.Lock()
+	id := rc.meta[MetaSessionID]
+	rc.mu.Unlock()
+	if id == nil || !strings.HasPrefix(id.(string), "sess_") {
+		t.Fatalf("metadata %v", rc.meta)
+	}
+	// Sessions have processes of their own.
+	if other := agentPID(t, r, "other"); other == pid {
+		t.Fatal("two sessions share a process")
+	}
+}
+
+// tool_call, tool_call_update, plan and thoughts are progress lines;
+// unknown update kinds are ignored.
+func TestProgress(t *testing.T) {
+	r := newRunner(t, nil, nil)
+	rc := &recorder{}
+	if res := run(t, r, rc, "s", "/tool read_file"); res.Text != "used read_file" {
+		t.Fatalf("result %+v", res)
+	}
+	if res := run(t, r, rc, "s", "/plan"); res.Text != "planned" {
+		t.Fatalf("result %+v", res)
+	}
+	if res := run(t, r, rc, "s", "/thought"); res.Text != "thought" {
+		t.Fatalf("result %+v", res)
+	}
+	if res := run(t, r, rc, "s", "/unknown"); res.Text != "ok" || res.FinishReason != "stop" {
+		t.Fatalf("result %+v", res)
+	}
+	prog, events := rc.snapshot()
+	want := []string{"tool: read_file", "tool: read_file (running)", "tool: read_file (done)", "plan 1/3 done: write the fix", "thinking"}
+	if !slices.Equal(prog, want) {
+		t.Fatalf("progress %q, want %q", prog, want)
+	}
+	if !slices.Contains(events, "agent_tool_result read_file: completed") {
+		t.Fatalf("events %q", events)
+	}
+}
+
+func TestStopReasons(t *testing.T) {
+	r := newRunner(t, nil, nil)
+	for stop, want := range map[string]string{"max_tokens": "length", "max_turn_requests": "max_turns", "refusal": "refusal", "cancelled": "cancelled", "end_turn": "stop"} {
+		res := run(t, r, &recorder{}, "s", "/stop "+stop)
+		if res.FinishReason != want {
+			t.Errorf("stopReason %s: result %+v, want finish %s", stop, res, want)
+		}
+		if want != "stop" && res.Text == "" {
+			t.Errorf("stopReason %s: empty text", stop)
+		}
+	}
+}
+
+// Permission requests by policy: reject (default) and allow_once.
+func TestPermissionPolicy(t *testing.T) {
+	for policy, want := range map[string]string{"": "rejected", "reject": "rejected", "allow_once": "allowed"} {
+		r := newRunner(t, nil, func(c *config.ACPAgent, _ *Options) { c.Permission = policy })
+		rc := &recorder{caps: []string{"progress"}}
+		res := run(t, r, rc, "s", "/perm")
+		if res.Text != want || res.FinishReason != "stop" {
+			t.Errorf("policy %q: result %+v, want %q", policy, res, want)
+		}
+		_, events := rc.snapshot()
+		if !slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "agent_permission Edit config.json") }) {
+			t.Errorf("policy %q: events %q", policy, events)
+		}
+	}
+}
+
+// ask: the question is a progress line with numbered options; the next
+// message (Inject) answers it; no answer in time rejects; a device without
+// progress cannot see it and gets reject.
+func TestPermissionAsk(t *testing.T) {
+	ask := func(c *config.ACPAgent, o *Options) { c.Permission = "ask"; o.AskTimeout = 10 * time.Second }
+	r := newRunner(t, nil, ask)
+	rc := &recorder{caps: []string{"progress", "cancel"}}
+	if r.Inject(context.Background(), rc.req("s", "1")) {
+		t.Fatal("Inject took a message with no question open")
+	}
+	for answer, want := range map[string]string{"1": "allowed", " 2 ": "rejected", "yes please": "rejected"} {
+		res := runAsync(context.Background(), r, rc, "s", "/perm")
+		waitProgress(t, rc, "Allow? Edit config.json: 1 Allow, 2 Skip (send the number)")
+		if !r.Inject(context.Background(), rc.req("s", answer)) {
+			t.Fatalf("answer %q not taken", answer)
+		}
+		if got := await(t, res, 10*time.Second); got.Text != want {
+			t.Fatalf("answer %q: result %+v, want %q", answer, got, want)
+		}
+		rc.mu.Lock()
+		rc.progress = nil
+		rc.mu.Unlock()
+	}
+	// Only one message answers a question; a message with none waits.
+	res := runAsync(context.Background(), r, rc, "s", "/slow 300")
+	time.Sleep(50 * time.Millisecond)
+	if r.Inject(context.Background(), rc.req("s", "1")) {
+		t.Fatal("Inject took a message while no question was open")
+	}
+	await(t, res, 10*time.Second)
+
+	t.Run("timeout", func(t *testing.T) {
+		r := newRunner(t, nil, func(c *config.ACPAgent, o *Options) { c.Permission = "ask"; o.AskTimeout = 200 * time.Millisecond })
+		rc := &recorder{caps: []string{"progress"}}
+		if res := run(t, r, rc, "s", "/perm"); res.Text != "rejected" {
+			t.Fatalf("result %+v", res)
+		}
+		waitProgress(t, rc, "no answer within 200ms: rejected")
+	})
+	t.Run("device without progress", func(t *testing.T) {
+		r := newRunner(t, nil, ask)
+		rc := &recorder{}
+		if res := run(t, r, rc, "s", "/perm"); res.Text != "rejected" {
+			t.Fatalf("result %+v", res)
+		}
+	})
+}
+
+// A cancel sends session/cancel: the prompt ends cancelled and the process
+// stays; an open permission question is answered cancelled.
+func TestCancel(t *testing.T) {
+	r := newRunner(t, nil, func(c *config.ACPAgent, _ *Options) { c.Permission = "ask" })
+	rc := &recorder{caps: []string{"progress"}}
+	pid := agentPID(t, r, "s")
+	ctx, cancel := context.WithCancel(context.Background())
+	res := runAsync(ctx, r, rc, "s", "/slow 10000")
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	if got := await(t, res, 5*time.Second); got.FinishReason != "cancelled" {
+		t.Fatalf("result %+v", got)
+	}
+	if got := agentPID(t, r, "s"); got != pid {
+		t.Fatalf("pid changed from %d to %d", pid, got)
+	}
+	// The open question: the agent ends the turn cancelled only when the
+	// permission request was answered cancelled (else it says
+	// allowed/rejected).
+	ctx, cancel = context.WithCancel(context.Background())
+	res = runAsync(ctx, r, rc, "s", "/perm")
+	waitProgress(t, rc, "Allow? Edit config.json")
+	cancel()
+	got := await(t, res, 5*time.Second)
+	if got.FinishReason != "cancelled" || strings.Contains(got.Text, "rejected") || strings.Contains(got.Text, "allowed") {
+		t.Fatalf("result %+v", got)
+	}
+	if r.Inject(context.Background(), rc.req("s", "1")) {
+		t.Fatal("a cancelled question took an answer")
+	}
+	if got := agentPID(t, r, "s"); got != pid {
+		t.Fatalf("pid changed from %d to %d", pid, got)
+	}
+}
+
+// JSON-RPC errors and auth failures are error replies whose first line
+// says what to do.
+func TestErrors(t *testing.T) {
+	r := newRunner(t, nil, nil)
+	res := run(t, r, &recorder{}, "s", "/error")
+	if res.FinishReason != "error" || firstLine(res.Text) != "The agent answered session/prompt with an error; send the message again, or check the agent's setup." ||
+		!strings.Contains(res.Text, "something broke") {
+		t.Fatalf("result %+v", res)
+	}
+	res = run(t, r, &recorder{}, "s", "/auth")
+	if res.FinishReason != "error" || !strings.HasPrefix(res.Text, "Sign the agent in or give it its API key (agents.test.acp.env") ||
+		!strings.Contains(res.Text, "the API key expired") {
+		t.Fatalf("result %+v", res)
+	}
+	// The process survives errors.
+	if res := run(t, r, &recorder{}, "s", "hi"); res.Text != "You said: hi" {
+		t.Fatalf("result %+v", res)
+	}
+	t.Run("auth at session/new", func(t *testing.T) {
+		r := newRunner(t, []string{"--auth-required"}, nil)
+		res := run(t, r, &recorder{}, "s", "hi")
+		if res.FinishReason != "error" || !strings.HasPrefix(res.Text, "Sign the agent in") || !strings.Contains(res.Text, "session/new") {
+			t.Fatalf("result %+v", res)
+		}
+	})
+	t.Run("protocol version", func(t *testing.T) {
+		r := newRunner(t, []string{"--protocol", "2"}, nil)
+		res := run(t, r, &recorder{}, "s", "hi")
+		if res.FinishReason != "error" || firstLine(res.Text) != "Use an agent that speaks ACP version 1: this one answered version 2." {
+			t.Fatalf("result %+v", res)
+		}
+	})
+	t.Run("silent", func(t *testing.T) {
+		r := newRunner(t, []string{"--silent"}, func(_ *config.ACPAgent, o *Options) { o.StartTimeout = 300 * time.Millisecond })
+		res := run(t, r, &recorder{}, "s", "hi")
+		if res.FinishReason != "error" || !strings.HasPrefix(res.Text, "The agent did not answer initialize within 300ms; check that agents.test.acp.command") {
+			t.Fatalf("result %+v", res)
+		}
+	})
+	t.Run("not found", func(t *testing.T) {
+		r := newRunner(t, nil, func(c *config.ACPAgent, _ *Options) { c.Command, c.Args = "no-such-acp-agent --acp", nil })
+		res := run(t, r, &recorder{}, "s", "hi")
+		if res.FinishReason != "error" || !strings.HasPrefix(res.Text, "Check agents.test.acp.command in the server config: the agent exited during initialize (exit status 127)") ||
+			!strings.Contains(res.Text, "not found") {
+			t.Fatalf("result %+v", res)
+		}
+	})
+}
+
+// A crash mid-turn is an error reply quoting stderr; the next message gets
+// a fresh process.
+func TestCrashAndRestart(t *testing.T) {
+	r := newRunner(t, nil, nil)
+	pid := agentPID(t, r, "s")
+	res := run(t, r, &recorder{}, "s", "/crash")
+	if res.FinishReason != "error" || firstLine(res.Text) != "The agent stopped; send the message again to start a new one." ||
+		!strings.Contains(res.Text, "exit status 3") || !strings.Contains(res.Text, "crashing as asked") {
+		t.Fatalf("result %+v", res)
+	}
+	waitGone(t, pid, 5*time.Second)
+	if got := agentPID(t, r, "s"); got == pid {
+		t.Fatal("same pid after a crash")
+	}
+}
+
+func TestIdleStop(t *testing.T) {
+	r := newRunner(t, nil, func(_ *config.ACPAgent, o *Options) { o.IdleTimeout = 300 * time.Millisecond })
+	pid := agentPID(t, r, "s")
+	waitGone(t, pid, 5*time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for r.Live() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := r.Live(); n != 0 {
+		t.Fatalf("%d processes live after the idle stop", n)
+	}
+	if res := run(t, r, &recorder{}, "s", "again"); res.Text != "You said: again" {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+// maxProcesses: the least recently used idle process makes room.
+func TestMaxProcesses(t *testing.T) {
+	r := newRunner(t, nil, func(c *config.ACPAgent, _ *Options) { c.MaxProcesses = 2 })
+	a := agentPID(t, r, "a")
+	agentPID(t, r, "b")
+	agentPID(t, r, "c")
+	waitGone(t, a, 5*time.Second)
+	if n := r.Live(); n > 2 {
+		t.Fatalf("%d processes live, max 2", n)
+	}
+}
+
+// The session cwd is the workspace, or the config's cwd inside it; media
+// go as resource links.
+func TestCwdAndMedia(t *testing.T) {
+	ws := t.TempDir()
+	if err := os.Mkdir(filepath.Join(ws, "proj"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := newRunner(t, nil, func(c *config.ACPAgent, _ *Options) { c.Cwd = "proj" })
+	rc := &recorder{ws: ws}
+	if res := run(t, r, rc, "s", "/cwd"); res.Text != "cwd "+filepath.Join(ws, "proj") {
+		t.Fatalf("result %+v", res)
+	}
+	req := rc.req("s", "see")
+	req.Media = []string{"/tmp/a b.png"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res := r.Run(ctx, req, nil); res.Text != "You said: see [file:///tmp/a%20b.png]" {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestClose(t *testing.T) {
+	r := newRunner(t, nil, nil)
+	pid := agentPID(t, r, "s")
+	res := runAsync(context.Background(), r, &recorder{}, "s", "/slow 10000")
+	time.Sleep(100 * time.Millisecond)
+	r.Close()
+	if got := await(t, res, 10*time.Second); got.FinishReason == "stop" {
+		t.Fatalf("result %+v", got)
+	}
+	waitGone(t, pid, time.Second)
+	if res := run(t, r, &recorder{}, "s", "hi"); res.FinishReason != "error" {
+		t.Fatalf("run after Close: %+v", res)
+	}
+}
+
+// The SDK's example agent, an independent implementation: a full turn with
+// chunks, tool calls and a permission request.
+func TestSDKExampleAgent(t *testing.T) {
+	r, err := New("example", config.ACPAgent{Command: sdkAgentBin, Args: []string{}, Permission: "allow_once"}, testOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rc := &recorder{caps: []string{"progress"}}
+	res := run(t, r, rc, "s", "hello")
+	if res.FinishReason != "stop" || !strings.HasPrefix(res.Text, "ACP Go Example Agent") || !strings.Contains(res.Text, "Perfect! I've successfully updated the configuration.") {
+		t.Fatalf("result %+v", res)
+	}
+	prog, _ := rc.snapshot()
+	for _, want := range []string{"tool: Reading project files", "tool: Reading project files (done)", "permission allow once: Modifying critical configuration file"} {
+		if !slices.Contains(prog, want) {
+			t.Errorf("progress %q lacks %q", prog, want)
+		}
+	}
+}
