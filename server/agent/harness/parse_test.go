@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -339,7 +340,6 @@ Plan for next steps
 // Huge responses parse in linear time and report a bounded number of
 // messages.
 func TestParseLimits(t *testing.T) {
-	start := time.Now()
 	in := "<response><analysis>a</analysis><plan>p</plan><commands>" + strings.Repeat("<command/>", 100000) + "</commands></response>"
 	r := ParseXML(in)
 	if len(r.Errors) != maxMessages || r.Errors[maxMessages-1] != "... and 99981 more" {
@@ -354,8 +354,28 @@ func TestParseLimits(t *testing.T) {
 	if r = ParseXML(in); !r.OK() || len(r.Commands) != 50000 {
 		t.Errorf("xml: ok %v, %d commands", r.OK(), len(r.Commands))
 	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("took %v", d)
+}
+
+// BenchmarkParseLarge parses responses of 1,000 and 10,000 commands: the
+// time per command must stay flat (a parser that rescans would show it
+// growing tenfold), without a wall-clock limit in a test.
+func BenchmarkParseLarge(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		xml := "<response><analysis>a</analysis><plan>p</plan><commands>" +
+			strings.Repeat("<command><keystrokes>x\n</keystrokes><duration>1</duration></command>", n) + "</commands></response>"
+		js := `{"analysis":"a","plan":"p","commands":[` + strings.Repeat(`{"keystrokes":"x"},`, n-1) + `{"keystrokes":"x"}]}`
+		b.Run(fmt.Sprintf("xml-%d", n), func(b *testing.B) {
+			for b.Loop() {
+				ParseXML(xml)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/command")
+		})
+		b.Run(fmt.Sprintf("json-%d", n), func(b *testing.B) {
+			for b.Loop() {
+				ParseJSON(js)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/command")
+		})
 	}
 }
 
