@@ -270,11 +270,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	hs.ConnState = guard.ConnState
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(guard.Listener(ln)) }()
+	adv := s.startDiscovery(ctx, ln.Addr()) // nil unless "discovery" is on (discovery.go)
 	var serveErr error
 	select {
 	case <-ctx.Done():
 	case serveErr = <-errc:
 	}
+	_ = adv.Stop()
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	s.rt.fleet.stopStreams() // live streams would hold hs.Shutdown up

@@ -59,6 +59,7 @@ type Config struct {
 	Channels          map[string]Channel // by channel id
 	Agents            map[string]Agent   // by agent name; always holds "echo"
 	Admin             Admin              // operator API tokens; none: loopback clients only
+	Discovery         Discovery          // mDNS/DNS-SD advertisement on the LAN; off by default
 }
 
 // Channel is one channel devices connect to.

@@ -226,7 +226,7 @@ func (w *walker) config(root *node) *Config {
 		Channels:          map[string]Channel{},
 		Agents:            map[string]Agent{},
 	}
-	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes", "channels", "agents", "admin")
+	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes", "channels", "agents", "admin", "discovery")
 	if f == nil {
 		return nil
 	}
@@ -263,6 +263,9 @@ func (w *walker) config(root *node) *Config {
 	}
 	if e, ok := f["admin"]; ok {
 		cfg.Admin = w.admin(join("", e.key), e.val)
+	}
+	if e, ok := f["discovery"]; ok {
+		cfg.Discovery = w.discovery(join("", e.key), e.val)
 	}
 
 	// Agents first, so channels can be checked against them.
