@@ -7,6 +7,8 @@ require (
 	github.com/coder/acp-go-sdk v0.13.5
 	github.com/creack/pty v1.1.24
 	github.com/gorilla/websocket v1.5.3
+	github.com/hashicorp/mdns v1.0.5
+	github.com/miekg/dns v1.1.41
 	go.bug.st/serial v1.8.0
 	golang.org/x/sys v0.49.0
 	periph.io/x/conn/v3 v3.7.2
@@ -14,8 +16,4 @@ require (
 	periph.io/x/host/v3 v3.8.5
 )
 
-require (
-	github.com/hashicorp/mdns v1.0.5 // indirect
-	github.com/miekg/dns v1.1.41 // indirect
-	golang.org/x/net v0.0.0-20210410081132-afb366fc7cd1 // indirect
-)
+require golang.org/x/net v0.0.0-20210410081132-afb366fc7cd1 // indirect

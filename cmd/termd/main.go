@@ -59,7 +59,9 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("termd", flag.ContinueOnError)
 	fs.Usage = func() { printUsage(fs) }
-	server := fs.String("server", "", "channel `URL`: ws://host:8080/api/channels/terminal-dev/ws (or http://host:8080)")
+	server := fs.String("server", "", "channel `URL`: ws://host:8080/api/channels/terminal-dev/ws (or http://host:8080), or \"auto\": find it on the LAN (mDNS)")
+	serverName := fs.String("server-name", "", "with --server auto: use the server advertised as `name` (default: the first that answers)")
+	serverFallback := fs.String("server-fallback", "", "with --server auto: channel `URL` used when no server answers (default: the last one found)")
 	channel := fs.String("channel", "terminal-dev", "channel `id` when --server has no path")
 	board := fs.String("board", "sim", "board profile `name`: "+strings.Join(boards.Names(), ", "))
 	boardFile := fs.String("board-file", "", "custom board profile JSON `file` (instead of --board)")
@@ -92,7 +94,15 @@ func run(ctx context.Context, args []string) error {
 	if *idleSeconds < 0 || *backlightOff < 0 {
 		return errors.New("--idle-seconds and --backlight-off-after must not be negative")
 	}
+	auto, fallback := *server == serverAuto, *serverFallback
 	wsURL, err := channelURL(*server, *channel)
+	if auto && fallback != "" {
+		if fallback, err = channelURL(fallback, *channel); err != nil {
+			err = fmt.Errorf("--server-fallback: %w", err)
+		}
+	} else if auto {
+		err = nil
+	}
 	if err != nil {
 		return err
 	}
@@ -162,6 +172,11 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer hw.Close()
+	if auto {
+		if wsURL, err = resolveAuto(ctx, hw.View, log, *serverName, *channel, fallback, *stateDir); err != nil {
+			return err
+		}
+	}
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, PeerID: id, DeviceName: name, Token: token,
 		CAFile: *caFile, StateDir: *stateDir, Logger: log,
 		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen),
