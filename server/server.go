@@ -269,8 +269,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	guard := newConnGuard(fdConnLimit())
 	hs.ConnState = guard.ConnState
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(guard.Listener(ln)) }()
 	adv := s.startDiscovery(ctx, ln.Addr()) // nil unless "discovery" is on (discovery.go)
+	go func() { errc <- hs.Serve(guard.Listener(ln)) }()
 	var serveErr error
 	select {
 	case <-ctx.Done():
