@@ -16,4 +16,4 @@ require (
 	periph.io/x/host/v3 v3.8.5
 )
 
-require golang.org/x/net v0.0.0-20210410081132-afb366fc7cd1 // indirect
+require golang.org/x/net v0.62.0 // indirect
