@@ -18,7 +18,7 @@ const serverAuto = "auto"
 func resolveAuto(ctx context.Context, view device.View, log *slog.Logger, name, channel, fallback, stateDir string) (string, error) {
 	discover.QuietLibraryLog() // its log would land on a console display
 	show := func(text string) {
-		m := &device.Model{Overlay: device.Overlay{Kind: device.OverlayIdle, Text: text}}
+		m := &device.Model{Overlay: device.Overlay{Kind: device.OverlayNotice, Text: text}}
 		if err := view.Render(ctx, m, time.Now()); err != nil {
 			log.Warn("display", "err", err)
 		}
