@@ -14,8 +14,8 @@ import (
 	"termlink/server/discovery/socktest"
 )
 
-// serveReal runs s.Serve on a loopback listener (the discovery hook is in
-// Serve) and waits until /healthz answers.
+// serveReal runs a Server with Serve (the discovery hook is in Serve) on a
+// loopback port and waits until /healthz answers.
 func serveReal(t *testing.T, mutate func(*config.Config)) string {
 	t.Helper()
 	cfg := config.Default()
@@ -23,23 +23,11 @@ func serveReal(t *testing.T, mutate func(*config.Config)) string {
 	if mutate != nil {
 		mutate(cfg)
 	}
-	s, err := New(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, 5*time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	serveOn(t, cfg, Options{}, ln)
 	addr := ln.Addr().String()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
