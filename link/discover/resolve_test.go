@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +123,24 @@ func TestResolveCancelled(t *testing.T) {
 	_, err := Resolve(ctx, Options{Fallback: "ws://10.0.0.9:8080/x"})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Resolve on a cancelled context: %v", err)
+	}
+}
+
+// Browse leaves no goroutine behind: the library's readers end with its
+// sockets.
+func TestBrowseLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := Browse(ctx, BrowseOptions{Window: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines after Browse, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
