@@ -16,7 +16,7 @@ const serverAuto = "auto"
 // for _termlink._tcp (showing what it does on the display), else falls back
 // to fallback (already a channel URL) or the URL saved in the state dir.
 func resolveAuto(ctx context.Context, view device.View, log *slog.Logger, name, channel, fallback, stateDir string) (string, error) {
-	discover.QuietLibraryLog() // its log would land on a console display
+	discover.LibraryLog(log) // its log would land on a console display
 	show := func(text string) {
 		m := &device.Model{Overlay: device.Overlay{Kind: device.OverlayNotice, Text: text}}
 		if err := view.Render(ctx, m, time.Now()); err != nil {

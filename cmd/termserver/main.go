@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"termlink/link/discover"
 	"termlink/server"
 	"termlink/server/config"
 )
@@ -57,6 +58,7 @@ func run(args []string) error {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *level)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	discover.LibraryLog(log) // the mDNS library's lines ("discovery" on) at debug
 
 	cfg := config.Default()
 	if *cfgPath != "" {

@@ -13,8 +13,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/url"
 	"strconv"
@@ -118,10 +118,30 @@ func Browse(ctx context.Context, o BrowseOptions) ([]Found, error) {
 	return found, nil
 }
 
-// QuietLibraryLog silences the mDNS library's standard-library logging
-// ("[INFO] mdns: Closing client ..." on every query) for the life of the
-// process; termd logs what it found itself. Commands call it once.
-func QuietLibraryLog() { log.SetOutput(io.Discard) }
+// LibraryLog routes the standard library logger, which the mDNS library
+// writes to ("[INFO] mdns: Closing client ..." on every query, "[ERR]
+// mdns: ..." for packets it cannot handle), into l: the library's lines at
+// debug level, any other line at warn. A command calls it once at start
+// (it sets the process's standard logger); on a console board stderr is
+// the display.
+func LibraryLog(l *slog.Logger) {
+	log.SetFlags(0)
+	log.SetOutput(stdLogWriter{l})
+}
+
+type stdLogWriter struct{ l *slog.Logger }
+
+func (w stdLogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	if rest, ok := strings.CutPrefix(line, "[INFO] mdns: "); ok {
+		w.l.Debug("mdns library", "detail", rest)
+	} else if rest, ok := strings.CutPrefix(line, "[ERR] mdns: "); ok {
+		w.l.Debug("mdns library", "err", rest)
+	} else {
+		w.l.Warn(line)
+	}
+	return len(p), nil
+}
 
 func entryFound(e *mdns.ServiceEntry) Found {
 	f := Found{
