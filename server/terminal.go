@@ -52,15 +52,16 @@ var pongFrame = link.MustEncode(&link.Pong{})
 // terminalAdapter is the TerminalWebSocketAdapter of the spec for one
 // channel: it owns the channel's connections.
 type terminalAdapter struct {
-	id        string
-	cfg       config.Channel
-	heartbeat time.Duration
-	rt        *Runtime
-	router    *router
-	ch        *channel
-	log       *slog.Logger
-	upgrader  websocket.Upgrader
-	steps     *stepper // reads and handles frames for the connections
+	id         string
+	cfg        config.Channel
+	heartbeat  time.Duration
+	rt         *Runtime
+	router     *router
+	ch         *channel
+	log        *slog.Logger
+	upgrader   websocket.Upgrader
+	steps      *stepper    // reads and handles frames for the connections
+	clientAuth *clientAuth // mutual TLS (mtls.go); nil: none
 
 	mu         sync.Mutex
 	peers      map[string]*wsConn   // connected peers
@@ -126,6 +127,10 @@ func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, m
 			headerToken = tok
 		}
 	}
+	certPeer, ok := a.checkClientCert(w, r)
+	if !ok {
+		return
+	}
 	a.mu.Lock()
 	stopped, stall := a.stopped, a.writeStall
 	a.mu.Unlock()
@@ -157,6 +162,7 @@ func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, m
 		return
 	}
 	c := newWSConn(a, ws, hw.conn, hw.br, r.RemoteAddr, headerToken)
+	c.certPeer = certPeer
 	a.mu.Lock()
 	if a.stopped {
 		a.mu.Unlock()
@@ -354,6 +360,9 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 		return
 	case c.peerID != "": // same peer again: answer again
 		c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
+		return
+	}
+	if !c.certAllows(f.PeerID) {
 		return
 	}
 	if tokens := a.cfg.Config.Tokens; tokens.Enabled() {

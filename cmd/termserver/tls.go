@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"termlink/server"
+	"termlink/server/config"
+)
+
+// tlsFlags applies --tls-cert and --tls-key over the config's tls block.
+func tlsFlags(cfg *config.Config, cert, key string) error {
+	if cert == "" && key == "" {
+		return nil
+	}
+	if cert == "" || key == "" {
+		return errors.New("--tls-cert and --tls-key go together: give both")
+	}
+	cfg.TLS = config.TLS{CertFile: cert, KeyFile: key}
+	return nil
+}
+
+// reloadOnHUP takes SIGHUP from now on and, until ctx ends, reads the
+// TLS certificate and key again on each; a certificate that does not load
+// leaves the current one in use (the server logs why).
+func reloadOnHUP(ctx context.Context, srv *server.Server, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP) // before returning: a SIGHUP from now on does not kill termserver
+	go func() {
+		defer signal.Stop(hup)
+		serveHUP(ctx, hup, srv, log)
+	}()
+}
+
+func serveHUP(ctx context.Context, hup <-chan os.Signal, srv *server.Server, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			log.Info("SIGHUP: reloading the TLS certificate")
+			_ = srv.ReloadTLS()
+		}
+	}
+}

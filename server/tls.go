@@ -1,0 +1,120 @@
+package server
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"termlink/server/config"
+)
+
+// serverTLS is termserver's TLS: the certificate, swapped atomically by
+// ReloadTLS (SIGHUP) so that new handshakes get the new one while open
+// connections keep theirs, and the client CAs of the channels that
+// require mutual TLS (mtls.go).
+type serverTLS struct {
+	certFile, keyFile string
+	cert              atomic.Pointer[tls.Certificate]
+	conf              *tls.Config
+	clients           map[string]*clientAuth // by channel id; only mutual TLS channels
+}
+
+// newServerTLS loads what cfg.TLS and the channels' clientCA name; nil
+// when TLS is off.
+func newServerTLS(cfg *config.Config) (*serverTLS, error) {
+	clients := map[string]*clientAuth{}
+	var caPEM [][]byte
+	for id, ch := range cfg.Channels {
+		if ch.Config.ClientCA == "" || !ch.Enabled {
+			continue
+		}
+		if !cfg.TLS.Enabled() {
+			return nil, fmt.Errorf("channels.%s.config.clientCA: mutual TLS needs TLS: set the tls block (or --tls-cert and --tls-key)", id)
+		}
+		ca, pem, err := newClientAuth(ch.Config)
+		if err != nil {
+			return nil, fmt.Errorf("channels.%s.config.clientCA: %w", id, err)
+		}
+		clients[id] = ca
+		caPEM = append(caPEM, pem)
+	}
+	if !cfg.TLS.Enabled() {
+		return nil, nil
+	}
+	if cfg.TLS.KeyFile == "" {
+		return nil, errors.New("tls: a certificate file is given but no key file (tls.keyFile or --tls-key)")
+	}
+	t := &serverTLS{certFile: cfg.TLS.CertFile, keyFile: cfg.TLS.KeyFile, clients: clients}
+	cert, err := config.LoadKeyPair(t.certFile, t.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	t.cert.Store(&cert)
+	t.conf = &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// HTTP/1.1 only: a WebSocket upgrade is an HTTP/1.1 request.
+		NextProtos:     []string{"http/1.1"},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return t.cert.Load(), nil },
+	}
+	if len(clients) > 0 {
+		// One listener serves every channel: the handshake asks for a
+		// certificate (naming the CAs accepted) without requiring or
+		// verifying one; the channel's handler verifies it against its
+		// own clientCA and answers 401/403 with the reason (mtls.go).
+		t.conf.ClientAuth = tls.RequestClientCert
+		t.conf.ClientCAs = poolOf(caPEM)
+	}
+	return t, nil
+}
+
+// wrap serves TLS on ln (already the connection guard's listener) and
+// keeps hs to HTTP/1.1.
+func (t *serverTLS) wrap(hs *http.Server, ln net.Listener) net.Listener {
+	if t == nil {
+		return ln
+	}
+	hs.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){} // no h2
+	return tls.NewListener(ln, t.conf)
+}
+
+// TLSEnabled reports whether the server serves TLS.
+func (s *Server) TLSEnabled() bool { return s.tls != nil }
+
+// ReloadTLS reads the certificate and key files again and, when they load,
+// uses them for every new connection; open connections keep theirs.
+// When they do not load, the current certificate stays and the error
+// says why.
+func (s *Server) ReloadTLS() error {
+	t := s.tls
+	if t == nil {
+		return errors.New("TLS is not configured: nothing to reload")
+	}
+	cert, err := config.LoadKeyPair(t.certFile, t.keyFile)
+	if err != nil {
+		s.log.Error("TLS certificate not reloaded: keeping the current one", "err", err)
+		return fmt.Errorf("TLS certificate not reloaded (the current one stays): %w", err)
+	}
+	old := t.cert.Swap(&cert)
+	leaf := cert.Leaf
+	if time.Now().After(leaf.NotAfter) {
+		s.log.Warn("the reloaded TLS certificate has expired; devices will refuse it", "not_after", leaf.NotAfter)
+	}
+	s.log.Info("TLS certificate reloaded", "subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(),
+		"not_after", leaf.NotAfter.UTC().Format(time.RFC3339), "previous_serial", old.Leaf.SerialNumber.String())
+	return nil
+}
+
+// logStart says at start what TLS serves.
+func (t *serverTLS) logStart(log *slog.Logger) {
+	if t == nil {
+		return
+	}
+	leaf := t.cert.Load().Leaf
+	log.Info("TLS on", "cert", t.certFile, "subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(),
+		"not_after", leaf.NotAfter.UTC().Format(time.RFC3339), "mutual_tls_channels", len(t.clients))
+}
