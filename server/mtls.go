@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -36,30 +35,17 @@ type clientAuth struct {
 	deny map[config.Fingerprint]bool
 }
 
-// newClientAuth loads cc's clientCA; pem is the file's content.
-func newClientAuth(cc config.ChannelConfig) (*clientAuth, []byte, error) {
-	pem, err := os.ReadFile(cc.ClientCA)
+// newClientAuth loads cc's clientCA.
+func newClientAuth(cc config.ChannelConfig) (*clientAuth, error) {
+	pool, err := config.LoadCAFile(cc.ClientCA)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading the client CA file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, nil, fmt.Errorf("%s holds no PEM certificate", cc.ClientCA)
+		return nil, err
 	}
 	ca := &clientAuth{file: cc.ClientCA, pool: pool, deny: map[config.Fingerprint]bool{}}
 	for _, fp := range cc.DenyCerts {
 		ca.deny[fp] = true
 	}
-	return ca, pem, nil
-}
-
-// poolOf is one pool of every CA in pems (what the handshake names).
-func poolOf(pems [][]byte) *x509.CertPool {
-	pool := x509.NewCertPool()
-	for _, p := range pems {
-		pool.AppendCertsFromPEM(p)
-	}
-	return pool
+	return ca, nil
 }
 
 // check verifies the client certificate of a connection: the peer_id it
@@ -74,8 +60,8 @@ func (ca *clientAuth) check(st *tls.ConnectionState, now time.Time) (peer string
 	leaf := st.PeerCertificates[0]
 	fp := config.FingerprintOf(leaf)
 	if ca.deny[fp] {
-		return "", http.StatusForbidden, fmt.Sprintf("client certificate %s (CN %q, serial %s) is revoked: it is on the channel's denyCerts list",
-			fp, leaf.Subject.CommonName, leaf.SerialNumber)
+		return "", http.StatusForbidden, fmt.Sprintf("client certificate is revoked (on the channel's denyCerts list): CN %q, serial %s, SHA-256 %s",
+			leaf.Subject.CommonName, leaf.SerialNumber, fp)
 	}
 	inter := x509.NewCertPool()
 	for _, c := range st.PeerCertificates[1:] {

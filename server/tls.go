@@ -28,7 +28,6 @@ type serverTLS struct {
 // when TLS is off.
 func newServerTLS(cfg *config.Config) (*serverTLS, error) {
 	clients := map[string]*clientAuth{}
-	var caPEM [][]byte
 	for id, ch := range cfg.Channels {
 		if ch.Config.ClientCA == "" || !ch.Enabled {
 			continue
@@ -36,12 +35,11 @@ func newServerTLS(cfg *config.Config) (*serverTLS, error) {
 		if !cfg.TLS.Enabled() {
 			return nil, fmt.Errorf("channels.%s.config.clientCA: mutual TLS needs TLS: set the tls block (or --tls-cert and --tls-key)", id)
 		}
-		ca, pem, err := newClientAuth(ch.Config)
+		ca, err := newClientAuth(ch.Config)
 		if err != nil {
 			return nil, fmt.Errorf("channels.%s.config.clientCA: %w", id, err)
 		}
 		clients[id] = ca
-		caPEM = append(caPEM, pem)
 	}
 	if !cfg.TLS.Enabled() {
 		return nil, nil
@@ -63,11 +61,13 @@ func newServerTLS(cfg *config.Config) (*serverTLS, error) {
 	}
 	if len(clients) > 0 {
 		// One listener serves every channel: the handshake asks for a
-		// certificate (naming the CAs accepted) without requiring or
-		// verifying one; the channel's handler verifies it against its
-		// own clientCA and answers 401/403 with the reason (mtls.go).
+		// certificate without requiring or verifying one; the channel's
+		// handler verifies it against its own clientCA and answers
+		// 401/403 with the reason (mtls.go). The request names no CA
+		// (ClientCAs unset): a client then sends its certificate even
+		// when another CA signed it, and is told so, instead of sending
+		// none and being told it has none.
 		t.conf.ClientAuth = tls.RequestClientCert
-		t.conf.ClientCAs = poolOf(caPEM)
 	}
 	return t, nil
 }
