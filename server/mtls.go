@@ -157,7 +157,7 @@ func (c *wsConn) certAllows(peerID string) bool {
 	}
 	why := fmt.Sprintf("certificate is for peer %s, connect says %s", c.certPeer, peerID)
 	c.a.ch.events.Add(events.Event{Event: events.TerminalRefused, PeerID: peerID, Detail: "connect refused: " + why})
-	c.sendError("", link.CodeUnauthorized, "connect refused: "+why)
+	c.sendError("", link.CodeUnauthorized, why)
 	c.closeWith(CloseUnauthorized, "unauthorized")
 	return false
 }
