@@ -280,7 +280,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	hs.ConnState = guard.ConnState
 	errc := make(chan error, 1)
 	s.tls.logStart(s.log)
-	tln := s.tls.wrap(hs, guard.Listener(ln)) // TLS, when configured, inside the guard (tls.go)
+	tln := s.tls.listener(hs, ln, guard) // the guard's listener, in TLS when configured (tls.go)
 	go func() { errc <- hs.Serve(tln) }()
 	var serveErr error
 	select {
