@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -46,23 +45,11 @@ func startTLSServer(t *testing.T, mutate func(cfg *config.Config, ca *testpki.CA
 	if mutate != nil {
 		mutate(cfg, ca)
 	}
-	s, err := New(cfg, Options{})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, 5*time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	s := serveOn(t, cfg, Options{}, ln)
 	return &pkiServer{Server: s, addr: ln.Addr().String(), ca: ca, dir: dir}
 }
 
@@ -415,17 +402,7 @@ func TestFlushConnStallOverTLS(t *testing.T) {
 		client, fc := pair(t)
 		done := make(chan error, 1)
 		go func() { _, err := fc.Write(payload); done <- err }()
-		buf := make([]byte, 256<<10)
-		got := 0
-		for got < len(payload) {
-			_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
-			n, err := io.ReadFull(client, buf[:min(len(buf), len(payload)-got)])
-			if err != nil {
-				t.Fatalf("read after %d bytes: %v", got, err)
-			}
-			got += n
-			time.Sleep(100 * time.Millisecond)
-		}
+		readSlowly(t, client, len(payload))
 		if err := <-done; err != nil {
 			t.Fatalf("write to a slow reader over TLS: %v", err)
 		}

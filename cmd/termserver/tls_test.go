@@ -62,6 +62,14 @@ func (p *proc) waitLog(t *testing.T, want string, n int) {
 	}
 }
 
+// hup sends the process a real SIGHUP.
+func (p *proc) hup(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The real termserver with --tls-cert/--tls-key serves wss://; a SIGHUP
 // (the real signal) makes new connections get the new certificate while
 // an open WebSocket stays up and answers; a SIGHUP with a broken key file
@@ -82,9 +90,7 @@ func TestSIGHUPReloadsCertificate(t *testing.T) {
 	old.ask("m1", "before the reload")
 
 	second := ca.Server(t, "server") // new certificate, same files
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	p.hup(t)
 	p.waitLog(t, "TLS certificate reloaded", 1)
 	_, serial = wssConnect(t, p, ca, "kiosk-2")
 	if serial != second.Cert.SerialNumber.String() {
@@ -95,9 +101,7 @@ func TestSIGHUPReloadsCertificate(t *testing.T) {
 	if err := os.WriteFile(second.KeyFile, []byte("-----BEGIN PRIVATE KEY-----\nbroken\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	p.hup(t)
 	p.waitLog(t, "TLS certificate not reloaded: keeping the current one", 1)
 	_, serial = wssConnect(t, p, ca, "kiosk-3")
 	if serial != second.Cert.SerialNumber.String() {
