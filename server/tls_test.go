@@ -135,7 +135,7 @@ func TestTLSServesWebSocket(t *testing.T) {
 		Channels []ChannelStatus `json:"channels"`
 	}
 	p.get(t, "/api/channels", &chs)
-	if len(chs.Channels) != 1 || !strings.HasPrefix(chs.Channels[0].WebsocketURL, "wss://") {
+	if len(chs.Channels) != 1 || !strings.HasPrefix(chs.Channels[0].WebsocketURL, "wss://") || chs.Channels[0].ClientCertRequired {
 		t.Errorf("channels %+v: want a wss:// websocket_url", chs.Channels)
 	}
 
@@ -268,6 +268,16 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatalf("after the mismatch: %v, want close %d", err, CloseUnauthorized)
 	}
 	c.alive() // the real kiosk-1 was not taken over
+
+	var chs struct {
+		Channels []ChannelStatus `json:"channels"`
+	}
+	m.get(t, "/api/channels", &chs)
+	for _, ch := range chs.Channels {
+		if ch.ClientCertRequired != (ch.ChannelID == "secure") {
+			t.Errorf("channel %s: client_cert_required %v", ch.ChannelID, ch.ClientCertRequired)
+		}
+	}
 
 	var refusals []string
 	for _, e := range m.events(t, "secure") {
