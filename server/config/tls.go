@@ -45,11 +45,16 @@ func (f Fingerprint) String() string {
 }
 
 // ParseFingerprint reads a certificate's SHA-256 fingerprint: 64 hex
-// digits, either case, optionally with a colon between each byte (as
-// openssl prints it) and optionally prefixed "sha256:".
+// digits, either case, optionally with a colon between each byte, and
+// optionally prefixed "sha256:" or with openssl's whole line
+// ("sha256 Fingerprint=AB:CD:...").
 func ParseFingerprint(s string) (Fingerprint, error) {
 	var f Fingerprint
-	h := strings.TrimPrefix(strings.TrimPrefix(s, "sha256:"), "SHA256:")
+	h := s
+	if label, rest, ok := strings.Cut(h, "="); ok && strings.EqualFold(strings.TrimSpace(label), "sha256 fingerprint") {
+		h = rest
+	}
+	h = strings.TrimPrefix(strings.TrimPrefix(h, "sha256:"), "SHA256:")
 	if strings.Contains(h, ":") {
 		parts := strings.Split(h, ":")
 		if len(parts) != sha256.Size {

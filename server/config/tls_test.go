@@ -77,7 +77,7 @@ func TestLoadTLSErrors(t *testing.T) {
 func TestParseFingerprint(t *testing.T) {
 	hex := strings.Repeat("0a", 32)
 	colons := strings.TrimSuffix(strings.Repeat("0A:", 32), ":")
-	for _, s := range []string{hex, strings.ToUpper(hex), colons, "sha256:" + hex, "SHA256:" + colons} {
+	for _, s := range []string{hex, strings.ToUpper(hex), colons, "sha256:" + hex, "SHA256:" + colons, "sha256 Fingerprint=" + colons, "SHA256 Fingerprint=" + hex} {
 		f, err := ParseFingerprint(s)
 		if err != nil || f[0] != 0x0a || f[31] != 0x0a {
 			t.Errorf("ParseFingerprint(%q) = %v, %v", s, f, err)
@@ -98,6 +98,7 @@ func FuzzParseFingerprint(f *testing.F) {
 	f.Add(strings.TrimSuffix(strings.Repeat("0A:", 32), ":"))
 	f.Add("sha256:" + strings.Repeat("ff", 32))
 	f.Add("::::")
+	f.Add("sha256 Fingerprint=" + strings.TrimSuffix(strings.Repeat("0A:", 32), ":"))
 	f.Fuzz(func(t *testing.T, s string) {
 		fp, err := ParseFingerprint(s)
 		if err != nil {
