@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"termlink/link"
 	"termlink/server/config"
 )
 
@@ -180,4 +181,8 @@ func (t *serverTLS) logStart(log *slog.Logger) {
 	leaf := t.cert.Load().Leaf
 	log.Info("TLS on", "cert", t.certFile, "subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(),
 		"not_after", leaf.NotAfter.UTC().Format(time.RFC3339), "mutual_tls_channels", len(t.clients))
+	// A warning, not a refusal: Debian's ssl-cert group reads keys (0640).
+	if err := link.CheckPrivateFile(t.keyFile); err != nil {
+		log.Warn("the TLS key file is not private", "err", err)
+	}
 }
