@@ -132,32 +132,92 @@ func peerFromURI(u *url.URL) (id string, ours bool, err error) {
 	return id, true, nil
 }
 
+// certIdentity is what a connection's client certificate proved: the
+// peer it names and its fingerprint (for a deny list reloaded later).
+type certIdentity struct {
+	peer string
+	fp   config.Fingerprint
+}
+
 // checkClientCert refuses, before the upgrade, a connection to a mutual
-// TLS channel without an acceptable certificate; it returns the peer_id
-// the certificate names ("" on a channel without clientCA).
-func (a *terminalAdapter) checkClientCert(w http.ResponseWriter, r *http.Request) (peer string, ok bool) {
-	if a.clientAuth == nil {
-		return "", true
+// TLS channel without an acceptable certificate; it returns what the
+// certificate proved (zero on a channel without clientCA).
+func (a *terminalAdapter) checkClientCert(w http.ResponseWriter, r *http.Request) (certIdentity, bool) {
+	ca := a.clientAuth.Load()
+	if ca == nil {
+		return certIdentity{}, true
 	}
-	peer, status, reason := a.clientAuth.check(r.TLS, time.Now())
+	peer, status, reason := ca.check(r.TLS, time.Now())
 	if status == 0 {
-		return peer, true
+		return certIdentity{peer: peer, fp: config.FingerprintOf(r.TLS.PeerCertificates[0])}, true
 	}
 	a.ch.events.Add(events.Event{Event: events.TerminalRefused,
 		Detail: fmt.Sprintf("%d before upgrade: %s; from %s", status, reason, r.RemoteAddr)})
 	http.Error(w, "unauthorized: "+reason, status)
-	return "", false
+	return certIdentity{}, false
 }
 
 // certAllows checks connect's peer_id against the certificate's; on a
 // mismatch the device is told and the connection closed.
 func (c *wsConn) certAllows(peerID string) bool {
-	if c.certPeer == "" || c.certPeer == peerID {
+	if c.cert.peer == "" || c.cert.peer == peerID {
 		return true
 	}
-	why := fmt.Sprintf("certificate is for peer %s, connect says %s", c.certPeer, peerID)
+	why := fmt.Sprintf("certificate is for peer %s, connect says %s", c.cert.peer, peerID)
 	c.a.ch.events.Add(events.Event{Event: events.TerminalRefused, PeerID: peerID, Detail: "connect refused: " + why})
 	c.sendError("", link.CodeUnauthorized, why)
 	c.closeWith(CloseUnauthorized, "unauthorized")
 	return false
+}
+
+// ReloadClientCerts reads the clientCA files of cfg's channels again and
+// takes their denyCerts lists: new connections are checked against them,
+// and an open connection whose certificate is now denied is closed (4003).
+// A channel cannot turn mutual TLS on or off this way (the listener asks
+// for certificates or not from the start): that needs a restart. Nothing
+// changes when any channel's files do not load.
+func (s *Server) ReloadClientCerts(cfg *config.Config) error {
+	next := map[*terminalAdapter]*clientAuth{}
+	for _, id := range s.rt.order {
+		a, ok := s.rt.channels[id].adapter.(*terminalAdapter)
+		if !ok {
+			continue
+		}
+		cc := cfg.Channels[id].Config
+		had := a.clientAuth.Load() != nil
+		switch {
+		case had != (cc.ClientCA != ""):
+			return fmt.Errorf("channels.%s.config.clientCA: turning mutual TLS on or off needs a restart; client certificates not reloaded", id)
+		case !had:
+			continue
+		}
+		ca, err := newClientAuth(cc)
+		if err != nil {
+			return fmt.Errorf("channels.%s.config.clientCA: %w; client certificates not reloaded", id, err)
+		}
+		next[a] = ca
+	}
+	for a, ca := range next {
+		a.clientAuth.Store(ca)
+		a.closeDenied(ca)
+	}
+	s.log.Info("client CAs and deny lists reloaded", "channels", len(next))
+	return nil
+}
+
+// closeDenied closes the open connections whose certificate ca denies.
+func (a *terminalAdapter) closeDenied(ca *clientAuth) {
+	var denied []*wsConn
+	a.mu.Lock()
+	for c := range a.conns {
+		if c.cert.peer != "" && ca.deny[c.cert.fp] {
+			denied = append(denied, c)
+		}
+	}
+	a.mu.Unlock()
+	for _, c := range denied {
+		a.ch.events.Add(events.Event{Event: events.TerminalRefused, PeerID: c.cert.peer,
+			Detail: "certificate revoked (denyCerts, reloaded): connection closed; SHA-256 " + c.cert.fp.String()})
+		c.closeWith(CloseUnauthorized, "client certificate revoked")
+	}
 }

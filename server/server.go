@@ -171,8 +171,8 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	for _, ch := range rt.channels {
 		if ch.cfg.Enabled {
 			a := newTerminalAdapter(rt, s.router, ch, log)
-			if srvTLS != nil {
-				a.clientAuth = srvTLS.clients[ch.id]
+			if ca := srvTLS.client(ch.id); ca != nil {
+				a.clientAuth.Store(ca)
 			}
 			ch.adapter = a
 		}

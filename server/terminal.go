@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -61,7 +62,7 @@ type terminalAdapter struct {
 	log        *slog.Logger
 	upgrader   websocket.Upgrader
 	steps      *stepper    // reads and handles frames for the connections
-	clientAuth *clientAuth // mutual TLS (mtls.go); nil: none
+	clientAuth atomic.Pointer[clientAuth] // mutual TLS (mtls.go); nil: none
 
 	mu         sync.Mutex
 	peers      map[string]*wsConn   // connected peers
@@ -127,7 +128,7 @@ func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, m
 			headerToken = tok
 		}
 	}
-	certPeer, ok := a.checkClientCert(w, r)
+	cert, ok := a.checkClientCert(w, r)
 	if !ok {
 		return
 	}
@@ -162,7 +163,7 @@ func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, m
 		return
 	}
 	c := newWSConn(a, ws, hw.conn, hw.br, r.RemoteAddr, headerToken)
-	c.certPeer = certPeer
+	c.cert = cert
 	a.mu.Lock()
 	if a.stopped {
 		a.mu.Unlock()

@@ -74,6 +74,14 @@ func newServerTLS(cfg *config.Config) (*serverTLS, error) {
 	return t, nil
 }
 
+// client is the mutual TLS of channel id; nil without.
+func (t *serverTLS) client(id string) *clientAuth {
+	if t == nil {
+		return nil
+	}
+	return t.clients[id]
+}
+
 // listener is what hs serves: ln with every connection counted by guard
 // and, with TLS, in TLS (HTTP/1.1 only) over a stallConn.
 func (t *serverTLS) listener(hs *http.Server, ln net.Listener, guard *connGuard) net.Listener {

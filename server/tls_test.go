@@ -424,3 +424,56 @@ func TestFlushConnStallOverTLS(t *testing.T) {
 		}
 	})
 }
+
+// ReloadClientCerts takes a new deny list: the open connection of the
+// certificate now denied is closed with 4003 and its next dial refused as
+// revoked, while other devices stay; turning mutual TLS off is refused
+// (it needs a restart) and changes nothing.
+func TestReloadClientCerts(t *testing.T) {
+	m := startMTLS(t)
+	k1, _, err := m.dialTLS(t, "secure", m.uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1.connect("kiosk-1")
+	d7, _, err := m.dialTLS(t, "secure", m.cn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d7.connect("desk-7")
+
+	with := func(change func(*config.ChannelConfig)) *config.Config {
+		cfg := *m.Server.cfg
+		cfg.Channels = map[string]config.Channel{}
+		for id, ch := range m.Server.cfg.Channels {
+			if id == "secure" {
+				change(&ch.Config)
+			}
+			cfg.Channels[id] = ch
+		}
+		return &cfg
+	}
+	off := with(func(cc *config.ChannelConfig) { cc.ClientCA, cc.DenyCerts = "", nil })
+	if err := m.ReloadClientCerts(off); err == nil || !strings.Contains(err.Error(), "needs a restart") {
+		t.Fatalf("turning mutual TLS off: %v, want needs a restart", err)
+	}
+	k1.alive()
+
+	revoke := with(func(cc *config.ChannelConfig) {
+		cc.DenyCerts = append(append([]config.Fingerprint(nil), cc.DenyCerts...), config.FingerprintOf(m.uri.Cert))
+	})
+	if err := m.ReloadClientCerts(revoke); err != nil {
+		t.Fatalf("ReloadClientCerts: %v", err)
+	}
+	_ = k1.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _, err = k1.ws.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != CloseUnauthorized || !strings.Contains(ce.Text, "revoked") {
+		t.Fatalf("kiosk-1 after its certificate was denied: %v, want close %d revoked", err, CloseUnauthorized)
+	}
+	d7.alive()
+	_, resp, err := m.dialTLS(t, "secure", m.uri)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("kiosk-1 dialled again: %v %v, want 403", err, resp)
+	}
+}

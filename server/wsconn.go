@@ -52,7 +52,7 @@ type wsConn struct {
 	nc          *flushConn
 	remote      string
 	headerToken string
-	certPeer    string // the peer_id the client certificate names (mtls.go); "" without mutual TLS
+	cert        certIdentity // the client certificate's (mtls.go); zero without mutual TLS
 	opened      time.Time
 
 	// Set by the reader at connect, before register publishes c.

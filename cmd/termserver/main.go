@@ -98,7 +98,7 @@ func run(args []string) error {
 	scheme := "ws://"
 	if srv.TLSEnabled() {
 		scheme = "wss://"
-		reloadOnHUP(ctx, srv, log)
+		reloadOnHUP(ctx, srv, log, *cfgPath)
 	}
 	for id, ch := range cfg.Channels {
 		if ch.Enabled {

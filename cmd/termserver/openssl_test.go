@@ -33,17 +33,24 @@ func TestOpenSSLLabCA(t *testing.T) {
 	if out, err := mk.CombinedOutput(); err != nil {
 		t.Fatalf("lab-ca.sh: %v\n%s", err, out)
 	}
-	fp, err := exec.Command("openssl", "x509", "-in", filepath.Join(dir, "kiosk-2.pem"), "-noout", "-fingerprint", "-sha256").Output()
-	if err != nil {
-		t.Fatal(err)
+	fingerprint := func(peer string) string {
+		fp, err := exec.Command("openssl", "x509", "-in", filepath.Join(dir, peer+".pem"), "-noout", "-fingerprint", "-sha256").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(fp))
 	}
 	cfg := filepath.Join(dir, "termserver.json")
-	body := fmt.Sprintf(`{"workspace": %q, "tls": {"certFile": "server.pem", "keyFile": "server-key.pem"},
-	  "channels": {"terminal-dev": {"accountId": "local", "config": {"clientCA": "ca.pem", "denyCerts": [%q]}}}}`,
-		t.TempDir(), strings.TrimSpace(string(fp)))
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
+	workspace := t.TempDir()
+	writeCfg := func(deny ...string) {
+		body := fmt.Sprintf(`{"workspace": %q, "tls": {"certFile": "server.pem", "keyFile": "server-key.pem"},
+	  "channels": {"terminal-dev": {"accountId": "local", "config": {"clientCA": "ca.pem", "denyCerts": ["%s"]}}}}`,
+			workspace, strings.Join(deny, `", "`))
+		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	writeCfg(fingerprint("kiosk-2"))
 	p := start(t, cfg)
 	url := "wss://" + p.addr + "/api/channels/terminal-dev/ws"
 
@@ -89,5 +96,15 @@ func TestOpenSSLLabCA(t *testing.T) {
 	e := wait(ev2, "refusal of kiosk-2", func(e link.Event) bool { return e.State == link.StateWaiting })
 	if !strings.Contains(e.Reason, "403") || !strings.Contains(e.Reason, "revoked") {
 		t.Fatalf("kiosk-2 offline with %q, want 403 revoked", e.Reason)
+	}
+
+	// Revoking kiosk-1 in the file and sending SIGHUP closes its open
+	// connection: no restart needed.
+	writeCfg(fingerprint("kiosk-2"), fingerprint("kiosk-1"))
+	p.hup(t)
+	p.waitLog(t, "client CAs and deny lists reloaded", 1)
+	e = wait(ev1, "kiosk-1 offline", func(e link.Event) bool { return e.State == link.StateWaiting })
+	if !strings.Contains(e.Reason, "revoked") {
+		t.Fatalf("kiosk-1 offline with %q, want its certificate revoked", e.Reason)
 	}
 }

@@ -25,18 +25,19 @@ func tlsFlags(cfg *config.Config, cert, key string) error {
 }
 
 // reloadOnHUP takes SIGHUP from now on and, until ctx ends, reads the
-// TLS certificate and key again on each; a certificate that does not load
-// leaves the current one in use (the server logs why).
-func reloadOnHUP(ctx context.Context, srv *server.Server, log *slog.Logger) {
+// TLS certificate and key again on each, and, with a config file, the
+// channels' clientCA files and denyCerts lists; what does not load leaves
+// what is in use (the server logs why).
+func reloadOnHUP(ctx context.Context, srv *server.Server, log *slog.Logger, cfgPath string) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP) // before returning: a SIGHUP from now on does not kill termserver
 	go func() {
 		defer signal.Stop(hup)
-		serveHUP(ctx, hup, srv, log)
+		serveHUP(ctx, hup, srv, log, cfgPath)
 	}()
 }
 
-func serveHUP(ctx context.Context, hup <-chan os.Signal, srv *server.Server, log *slog.Logger) {
+func serveHUP(ctx context.Context, hup <-chan os.Signal, srv *server.Server, log *slog.Logger, cfgPath string) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -44,6 +45,16 @@ func serveHUP(ctx context.Context, hup <-chan os.Signal, srv *server.Server, log
 		case <-hup:
 			log.Info("SIGHUP: reloading the TLS certificate")
 			_ = srv.ReloadTLS()
+			if cfgPath == "" {
+				continue
+			}
+			cfg, err := config.Load(cfgPath)
+			if err == nil {
+				err = srv.ReloadClientCerts(cfg)
+			}
+			if err != nil {
+				log.Error("client CAs and deny lists not reloaded: keeping the current ones", "err", err)
+			}
 		}
 	}
 }
