@@ -61,7 +61,7 @@ type terminalAdapter struct {
 	ch         *channel
 	log        *slog.Logger
 	upgrader   websocket.Upgrader
-	steps      *stepper    // reads and handles frames for the connections
+	steps      *stepper                   // reads and handles frames for the connections
 	clientAuth atomic.Pointer[clientAuth] // mutual TLS (mtls.go); nil: none
 
 	mu         sync.Mutex
