@@ -92,22 +92,23 @@ type ChannelCapabilities struct {
 
 // ChannelStatus is one channel in /api/status and /api/channels.
 type ChannelStatus struct {
-	ChannelID          string              `json:"channel_id"`
-	Kind               string              `json:"kind"`
-	Mode               string              `json:"mode"`
-	DisplayName        string              `json:"display_name"`
-	Enabled            bool                `json:"enabled"`
-	State              string              `json:"state"`
-	AccountID          string              `json:"account_id"`
-	LastEventAt        *time.Time          `json:"last_event_at"`
-	WebsocketURL       string              `json:"websocket_url"`
-	Capabilities       ChannelCapabilities `json:"capabilities"`
-	ConnectedPeers     int                 `json:"connected_peers"`
-	Agent              string              `json:"agent"`
-	HeartbeatSeconds   int                 `json:"heartbeat_seconds"`
-	MaxMessageChars    int                 `json:"max_message_chars"`
-	TokensRequired     bool                `json:"tokens_required"`
-	ClientCertRequired bool                `json:"client_cert_required"` // mutual TLS (clientCA)
+	ChannelID        string              `json:"channel_id"`
+	Kind             string              `json:"kind"`
+	Mode             string              `json:"mode"`
+	DisplayName      string              `json:"display_name"`
+	Enabled          bool                `json:"enabled"`
+	State            string              `json:"state"`
+	AccountID        string              `json:"account_id"`
+	LastEventAt      *time.Time          `json:"last_event_at"`
+	WebsocketURL     string              `json:"websocket_url"`
+	Capabilities     ChannelCapabilities `json:"capabilities"`
+	ConnectedPeers   int                 `json:"connected_peers"`
+	Agent            string              `json:"agent"`
+	HeartbeatSeconds int                 `json:"heartbeat_seconds"`
+	MaxMessageChars  int                 `json:"max_message_chars"`
+	TokensRequired   bool                `json:"tokens_required"`
+
+	ClientCertRequired bool `json:"client_cert_required"` // mutual TLS (clientCA)
 }
 
 func (s *Server) channelStatuses(r *http.Request) []ChannelStatus {

@@ -53,15 +53,16 @@ var pongFrame = link.MustEncode(&link.Pong{})
 // terminalAdapter is the TerminalWebSocketAdapter of the spec for one
 // channel: it owns the channel's connections.
 type terminalAdapter struct {
-	id         string
-	cfg        config.Channel
-	heartbeat  time.Duration
-	rt         *Runtime
-	router     *router
-	ch         *channel
-	log        *slog.Logger
-	upgrader   websocket.Upgrader
-	steps      *stepper                   // reads and handles frames for the connections
+	id        string
+	cfg       config.Channel
+	heartbeat time.Duration
+	rt        *Runtime
+	router    *router
+	ch        *channel
+	log       *slog.Logger
+	upgrader  websocket.Upgrader
+	steps     *stepper // reads and handles frames for the connections
+
 	clientAuth atomic.Pointer[clientAuth] // mutual TLS (mtls.go); nil: none
 
 	mu         sync.Mutex
