@@ -3,7 +3,6 @@ package link
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -61,6 +59,11 @@ type ClientConfig struct {
 	// of the system roots). TLSConfig, when set, is used as the base.
 	CAFile    string
 	TLSConfig *tls.Config
+	// CertFile and KeyFile are the device's client certificate and key
+	// (PEM) for a channel with mutual TLS; both or neither. The key file
+	// must not be accessible by group or others. They are read again at
+	// every dial, so a renewed certificate needs no restart.
+	CertFile, KeyFile string
 
 	// StateDir holds the durable outbox (a FallbackOutbox: the
 	// FileOutbox, or memory while the state dir cannot be written; see
@@ -332,23 +335,9 @@ func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
 }
 
 func (cfg ClientConfig) dialer() (*websocket.Dialer, error) {
-	var tlsConf *tls.Config
-	if cfg.TLSConfig != nil {
-		tlsConf = cfg.TLSConfig.Clone()
-	}
-	if cfg.CAFile != "" {
-		pem, err := os.ReadFile(cfg.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("link: reading CA file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("link: CA file %s holds no PEM certificate", cfg.CAFile)
-		}
-		if tlsConf == nil {
-			tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
-		}
-		tlsConf.RootCAs = pool
+	tlsConf, err := cfg.tlsConfig() // tls.go
+	if err != nil {
+		return nil, err
 	}
 	netDial := cfg.NetDialContext
 	if netDial == nil {
@@ -771,6 +760,9 @@ func (h *heldConn) close() {
 }
 
 func describeDialError(err error, resp *http.Response) string {
+	if msg, ok := describeTLSError(err); ok {
+		return "dial: " + msg
+	}
 	if resp != nil && errors.Is(err, websocket.ErrBadHandshake) {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 		msg := fmt.Sprintf("dial: server answered HTTP %s", resp.Status)

@@ -107,6 +107,8 @@ type ChannelStatus struct {
 	HeartbeatSeconds int                 `json:"heartbeat_seconds"`
 	MaxMessageChars  int                 `json:"max_message_chars"`
 	TokensRequired   bool                `json:"tokens_required"`
+
+	ClientCertRequired bool `json:"client_cert_required"` // mutual TLS (clientCA)
 }
 
 func (s *Server) channelStatuses(r *http.Request) []ChannelStatus {
@@ -125,6 +127,7 @@ func (s *Server) channelStatuses(r *http.Request) []ChannelStatus {
 			Agent:        ch.cfg.Agent, HeartbeatSeconds: ch.cfg.Config.HeartbeatSeconds,
 			MaxMessageChars: ch.cfg.Config.MaxMessageChars, TokensRequired: ch.cfg.Config.Tokens.Enabled(),
 		}
+		st.ClientCertRequired = ch.cfg.Config.ClientCA != ""
 		if at := ch.events.LastAt(); !at.IsZero() {
 			st.LastEventAt = &at
 		}

@@ -90,19 +90,7 @@ func TestFlushConnStall(t *testing.T) {
 		fc := newFlushConn(server, stall)
 		done := make(chan error, 1)
 		go func() { _, err := fc.Write(payload); done <- err }()
-		// Take 256 KiB every 100 ms: the whole write lasts more than a
-		// second, far past the stall period, but never stalls.
-		buf := make([]byte, 256<<10)
-		got := 0
-		for got < len(payload) {
-			_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
-			n, err := io.ReadFull(client, buf[:min(len(buf), len(payload)-got)])
-			if err != nil {
-				t.Fatalf("read after %d bytes: %v", got, err)
-			}
-			got += n
-			time.Sleep(100 * time.Millisecond)
-		}
+		readSlowly(t, client, len(payload))
 		if err := <-done; err != nil {
 			t.Fatalf("write to a slow reader: %v", err)
 		}
@@ -115,4 +103,22 @@ func TestFlushConnStall(t *testing.T) {
 			t.Fatalf("write to a reader that stopped: %v, want errStalled", err)
 		}
 	})
+}
+
+// readSlowly takes total bytes from c, 256 KiB every 100 ms: a write of
+// 4 MiB lasts more than a second, far past a stall period of a second,
+// but never stalls.
+func readSlowly(t *testing.T, c net.Conn, total int) {
+	t.Helper()
+	buf := make([]byte, 256<<10)
+	got := 0
+	for got < total {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := io.ReadFull(c, buf[:min(len(buf), total-got)])
+		if err != nil {
+			t.Fatalf("read after %d bytes: %v", got, err)
+		}
+		got += n
+		time.Sleep(100 * time.Millisecond)
+	}
 }

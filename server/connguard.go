@@ -2,6 +2,7 @@ package server
 
 import (
 	"container/list"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"strconv"
@@ -131,6 +132,9 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 
 // ConnState is http.Server's hook: it tracks which connections are idle.
 func (g *connGuard) ConnState(c net.Conn, state http.ConnState) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
 	gc, ok := c.(*guardedConn)
 	if !ok {
 		return

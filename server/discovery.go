@@ -36,7 +36,7 @@ func (s *Server) startDiscovery(ctx context.Context, addr net.Addr) *discovery.A
 		s.log.Warn("LAN discovery advertises a loopback address: only this machine can use it", "addr", addr.String())
 	}
 	txt := discover.TXT{Paths: s.channelPaths(),
-		TLS:    false, // hook for the tls block (issue 14 item 1): true when it is configured
+		TLS:    s.TLSEnabled(),
 		Enroll: false, // hook for the channels' enrollment switch (item 4): true when any enabled channel has it
 	}
 	adv, err := discovery.Start(ctx, discovery.Config{Instance: d.Instance, Port: addr.(*net.TCPAddr).Port,

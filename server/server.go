@@ -65,6 +65,8 @@ type Server struct {
 	once         sync.Once
 
 	patterns []string // the routes registered, for the test that checks them all
+
+	tls *serverTLS // nil: plain HTTP (tls.go)
 }
 
 // New opens the workspace's write-ahead log (replaying what the session
@@ -85,6 +87,10 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		c := *cfg
 		c.Workspace = abs // agents get absolute paths in their envelopes
 		cfg = &c
+	}
+	srvTLS, err := newServerTLS(cfg)
+	if err != nil {
+		return nil, err
 	}
 	maxRuns := cfg.MaxConcurrentRuns
 	if maxRuns <= 0 {
@@ -132,7 +138,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	}
 	rt.dedupe = newDedupe(opt.DedupePerSession, dedupeBytes, rt.loadRecent)
 	rt.metrics.walSeries(jrnl.Stats)
-	s := &Server{cfg: cfg, log: log, rt: rt, procs: agentProcs, started: time.Now()}
+	s := &Server{cfg: cfg, log: log, rt: rt, procs: agentProcs, started: time.Now(), tls: srvTLS}
 
 	built := map[string]agent.Runner{}
 	runners := map[string]agent.Runner{}
@@ -164,7 +170,11 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	}
 	for _, ch := range rt.channels {
 		if ch.cfg.Enabled {
-			ch.adapter = newTerminalAdapter(rt, s.router, ch, log)
+			a := newTerminalAdapter(rt, s.router, ch, log)
+			if ca := srvTLS.client(ch.id); ca != nil {
+				a.clientAuth.Store(ca)
+			}
+			ch.adapter = a
 		}
 	}
 	if s.recovered, err = rt.rebuild(context.Background()); err != nil {
@@ -270,7 +280,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	hs.ConnState = guard.ConnState
 	errc := make(chan error, 1)
 	adv := s.startDiscovery(ctx, ln.Addr()) // nil unless "discovery" is on (discovery.go)
-	go func() { errc <- hs.Serve(guard.Listener(ln)) }()
+	s.tls.logStart(s.log)
+	tln := s.tls.listener(hs, ln, guard) // the guard's listener, in TLS when configured (tls.go)
+	go func() { errc <- hs.Serve(tln) }()
 	var serveErr error
 	select {
 	case <-ctx.Done():

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -61,6 +62,8 @@ type terminalAdapter struct {
 	log       *slog.Logger
 	upgrader  websocket.Upgrader
 	steps     *stepper // reads and handles frames for the connections
+
+	clientAuth atomic.Pointer[clientAuth] // mutual TLS (mtls.go); nil: none
 
 	mu         sync.Mutex
 	peers      map[string]*wsConn   // connected peers
@@ -126,6 +129,10 @@ func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, m
 			headerToken = tok
 		}
 	}
+	cert, ok := a.checkClientCert(w, r)
+	if !ok {
+		return
+	}
 	a.mu.Lock()
 	stopped, stall := a.stopped, a.writeStall
 	a.mu.Unlock()
@@ -157,6 +164,7 @@ func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, m
 		return
 	}
 	c := newWSConn(a, ws, hw.conn, hw.br, r.RemoteAddr, headerToken)
+	c.cert = cert
 	a.mu.Lock()
 	if a.stopped {
 		a.mu.Unlock()
@@ -354,6 +362,9 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 		return
 	case c.peerID != "": // same peer again: answer again
 		c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
+		return
+	}
+	if !c.certAllows(f.PeerID) {
 		return
 	}
 	if tokens := a.cfg.Config.Tokens; tokens.Enabled() {

@@ -52,6 +52,7 @@ type wsConn struct {
 	nc          *flushConn
 	remote      string
 	headerToken string
+	cert        certIdentity // the client certificate's (mtls.go); zero without mutual TLS
 	opened      time.Time
 
 	// Set by the reader at connect, before register publishes c.

@@ -3,7 +3,7 @@
 // to a termserver channel.
 //
 //	termd --server URL [--board NAME | --board-file FILE] [--peer-id ID]
-//	      [--state-dir DIR] [--token-file FILE] [--ca-file FILE] [--device-name NAME]
+//	      [--state-dir DIR] [--token-file FILE] [--ca-file FILE] [--cert FILE --key FILE] [--device-name NAME]
 //	      [--tag KEY=VALUE]... [--idle-seconds N] [--idle-text TEXT] [--backlight-off-after N]
 //
 // As a kiosk termd shows the notices the server pushes (they take over
@@ -69,6 +69,8 @@ func run(ctx context.Context, args []string) error {
 	stateDir := fs.String("state-dir", defaultStateDir(), "`dir` for the peer id and the outbox")
 	tokenFile := fs.String("token-file", "", "`file` holding the channel token (sent as Authorization: Bearer)")
 	caFile := fs.String("ca-file", "", "PEM `file` of CAs to trust for wss://")
+	certFile := fs.String("cert", "", "PEM `file` of this device's client certificate, for a channel with mutual TLS (with --key)")
+	keyFile := fs.String("key", "", "PEM `file` of the client certificate's private key (mode 0600: refused when group or others may read it)")
 	deviceName := fs.String("device-name", "", "name shown by the server (default: the host name)")
 	logFile := fs.String("log-file", "", "log to `file` (default: stderr, or state-dir/termd.log when the display is this terminal)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
@@ -133,6 +135,14 @@ func run(ctx context.Context, args []string) error {
 		}
 		token = strings.TrimSpace(string(b))
 	}
+	if (*certFile == "") != (*keyFile == "") {
+		return errors.New("--cert and --key go together: give both")
+	}
+	if *keyFile != "" {
+		if err := link.CheckPrivateFile(*keyFile); err != nil {
+			return fmt.Errorf("--key: %w", err)
+		}
+	}
 	name := *deviceName
 	if name == "" {
 		name, _ = os.Hostname()
@@ -178,7 +188,7 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, PeerID: id, DeviceName: name, Token: token,
-		CAFile: *caFile, StateDir: *stateDir, Logger: log,
+		CAFile: *caFile, CertFile: *certFile, KeyFile: *keyFile, StateDir: *stateDir, Logger: log,
 		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen),
 		Board:        profile.Name, Version: termdVersion(), Tags: tags})
 	if err != nil {

@@ -43,6 +43,8 @@ func run(args []string) error {
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	noSync := fs.Bool("unsafe-no-fsync", false, "do not fsync the session log (benchmarks only: a crash can lose accepted messages)")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "how long runs in progress may finish at shutdown")
+	tlsCert := fs.String("tls-cert", "", "PEM `file` of the TLS certificate (chain), overrides tls.certFile; reloaded on SIGHUP")
+	tlsKey := fs.String("tls-key", "", "PEM `file` of the TLS private key, overrides tls.keyFile")
 	debugAddr := fs.String("debug-addr", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060; off by default)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -70,6 +72,9 @@ func run(args []string) error {
 	if *listen != "" {
 		cfg.Listen = *listen
 	}
+	if err := tlsFlags(cfg, *tlsCert, *tlsKey); err != nil {
+		return err
+	}
 	srv, err := server.New(cfg, server.Options{Logger: log, NoSync: *noSync})
 	if err != nil {
 		return err
@@ -92,9 +97,14 @@ func run(args []string) error {
 		defer stopDebug()
 		go serveDebug(debugCtx, dln, log)
 	}
+	scheme := "ws://"
+	if srv.TLSEnabled() {
+		scheme = "wss://"
+		reloadOnHUP(ctx, srv, log, *cfgPath)
+	}
 	for id, ch := range cfg.Channels {
 		if ch.Enabled {
-			log.Info("channel ready", "channel", id, "url", "ws://"+ln.Addr().String()+"/api/channels/"+id+"/ws", "agent", ch.Agent)
+			log.Info("channel ready", "channel", id, "url", scheme+ln.Addr().String()+"/api/channels/"+id+"/ws", "agent", ch.Agent)
 		}
 	}
 	ws, err := filepath.Abs(cfg.Workspace)

@@ -68,10 +68,11 @@ func (l *logBuf) String() string {
 
 var listenRE = regexp.MustCompile(`termserver listening"? addr=(\S+)`)
 
-// start runs termserver with config file cfg and waits until it listens.
-func start(t *testing.T, cfg string) *proc {
+// start runs termserver with config file cfg (and the flags in extra)
+// and waits until it listens.
+func start(t *testing.T, cfg string, extra ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, "--config", cfg, "--listen", "127.0.0.1:0")
+	cmd := exec.Command(binary, append([]string{"--config", cfg, "--listen", "127.0.0.1:0"}, extra...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ Example:
 
 	termserver --listen 0.0.0.0:8080                # channel terminal-dev, echo agent
 	termserver --config /etc/termlink/termserver.json
+	termserver --listen 0.0.0.0:8443 --tls-cert server.pem --tls-key server-key.pem   # wss://; kill -HUP reloads the certificate, clientCA and denyCerts
 
 Without --config it serves channel terminal-dev (the built-in echo agent) on
 127.0.0.1:8080 with its workspace (session logs) in ./workspace. With

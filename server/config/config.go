@@ -60,6 +60,7 @@ type Config struct {
 	Agents            map[string]Agent   // by agent name; always holds "echo"
 	Admin             Admin              // operator API tokens; none: loopback clients only
 	Discovery         Discovery          // mDNS/DNS-SD advertisement on the LAN; off by default
+	TLS               TLS                // serve https and wss:// (tls.go); zero: plain http and ws://
 }
 
 // Channel is one channel devices connect to.
@@ -86,6 +87,12 @@ type ChannelConfig struct {
 	ConnectTimeoutSeconds int // a WebSocket that sends no connect within this is closed; default 10, 1..3600
 
 	MaxNoticesPerPeer int // notices a peer's mailbox holds not yet acked; past it the notice API answers 429; 0: 100; 1..10000
+
+	// Mutual TLS (tls.go): devices must present a client certificate
+	// signed by a CA in this PEM file, naming their peer_id; certificates
+	// whose SHA-256 fingerprint is in DenyCerts are refused.
+	ClientCA  string
+	DenyCerts []Fingerprint
 }
 
 // Tokens are the credentials devices must present on a channel. In JSON it
@@ -320,6 +327,12 @@ func Load(path string) (*Config, error) {
 		return nil, &Error{File: path, Path: "workspace", Msg: err.Error(), Err: err}
 	}
 	cfg.Workspace = ws
+	if errs := checkTLSFiles(cfg, filepath.Dir(path)); len(errs) > 0 {
+		for _, e := range errs {
+			e.File = path
+		}
+		return nil, joinErrors(errs)
+	}
 	return cfg, nil
 }
 

@@ -26,14 +26,20 @@ type entry struct {
 	val *node
 }
 
-// snake converts a camelCase name to snake_case.
+// snake converts a camelCase name to snake_case; a run of capitals is one
+// word (clientCA: client_ca).
 func snake(camel string) string {
 	var b strings.Builder
+	prevUpper := false
 	for _, r := range camel {
-		if unicode.IsUpper(r) {
-			b.WriteByte('_')
+		up := unicode.IsUpper(r)
+		if up {
+			if !prevUpper {
+				b.WriteByte('_')
+			}
 			r = unicode.ToLower(r)
 		}
+		prevUpper = up
 		b.WriteRune(r)
 	}
 	return b.String()
@@ -226,7 +232,7 @@ func (w *walker) config(root *node) *Config {
 		Channels:          map[string]Channel{},
 		Agents:            map[string]Agent{},
 	}
-	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes", "channels", "agents", "admin", "discovery")
+	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes", "channels", "agents", "admin", "discovery", "tls")
 	if f == nil {
 		return nil
 	}
@@ -266,6 +272,9 @@ func (w *walker) config(root *node) *Config {
 	}
 	if e, ok := f["discovery"]; ok {
 		cfg.Discovery = w.discovery(join("", e.key), e.val)
+	}
+	if e, ok := f["tls"]; ok {
+		cfg.TLS = w.tls(join("", e.key), e.val)
 	}
 
 	// Agents first, so channels can be checked against them.
@@ -416,7 +425,9 @@ func (w *walker) channel(path, id string, n *node) (ch Channel, agentKey string,
 func (w *walker) channelConfig(path string, n *node) ChannelConfig {
 	cc := defaultChannelConfig()
 	f := w.fields(path, n, "heartbeatSeconds", "maxMessageChars", "tokens", "sendQueue",
-		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds", "maxNoticesPerPeer")
+		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds", "maxNoticesPerPeer",
+		"clientCA", "denyCerts")
+	w.clientCerts(path, f, &cc)
 	if e, ok := f["heartbeatSeconds"]; ok {
 		cc.HeartbeatSeconds, _ = w.integer(join(path, e.key), e.val, 1, 3600)
 	}

@@ -35,4 +35,10 @@
 //	config: agents.helper.terminal.timeout: must be a positive integer, got "abc"
 //
 // Each line is an *Error; use errors.As on the returned error to get one.
+//
+// The "tls" block ({"certFile", "keyFile"}) and a channel config's
+// "clientCA" (and "denyCerts", SHA-256 fingerprints of refused client
+// certificates) name files: Load resolves relative ones against the config
+// file's directory and refuses, with the key's path, one it cannot read or
+// parse. Parse checks their shape only.
 package config

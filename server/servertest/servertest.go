@@ -16,7 +16,7 @@ import (
 // Server is a running termserver.
 type Server struct {
 	Addr string // host:port
-	URL  string // ws:// URL of channel terminal-dev
+	URL  string // ws:// (wss:// with TLS) URL of channel terminal-dev
 	*server.Server
 }
 
@@ -48,5 +48,9 @@ func Start(tb testing.TB, mutate func(*config.Config)) *Server {
 		}
 	})
 	addr := ln.Addr().String()
-	return &Server{Addr: addr, URL: "ws://" + addr + "/api/channels/terminal-dev/ws", Server: s}
+	scheme := "ws"
+	if cfg.TLS.Enabled() {
+		scheme = "wss"
+	}
+	return &Server{Addr: addr, URL: scheme + "://" + addr + "/api/channels/terminal-dev/ws", Server: s}
 }

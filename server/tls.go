@@ -1,0 +1,196 @@
+package server
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"termlink/link"
+	"termlink/server/config"
+)
+
+// serverTLS is termserver's TLS: the certificate, swapped atomically by
+// ReloadTLS (SIGHUP) so that new handshakes get the new one while open
+// connections keep theirs, and the client CAs of the channels that
+// require mutual TLS (mtls.go).
+type serverTLS struct {
+	certFile, keyFile string
+	cert              atomic.Pointer[tls.Certificate]
+	conf              *tls.Config
+	clients           map[string]*clientAuth // by channel id; only mutual TLS channels
+}
+
+// newServerTLS loads what cfg.TLS and the channels' clientCA name; nil
+// when TLS is off.
+func newServerTLS(cfg *config.Config) (*serverTLS, error) {
+	clients := map[string]*clientAuth{}
+	for id, ch := range cfg.Channels {
+		if ch.Config.ClientCA == "" || !ch.Enabled {
+			continue
+		}
+		if !cfg.TLS.Enabled() {
+			return nil, fmt.Errorf("channels.%s.config.clientCA: mutual TLS needs TLS: set the tls block (or --tls-cert and --tls-key)", id)
+		}
+		ca, err := newClientAuth(ch.Config)
+		if err != nil {
+			return nil, fmt.Errorf("channels.%s.config.clientCA: %w", id, err)
+		}
+		clients[id] = ca
+	}
+	if !cfg.TLS.Enabled() {
+		return nil, nil
+	}
+	if cfg.TLS.KeyFile == "" {
+		return nil, errors.New("tls: a certificate file is given but no key file (tls.keyFile or --tls-key)")
+	}
+	t := &serverTLS{certFile: cfg.TLS.CertFile, keyFile: cfg.TLS.KeyFile, clients: clients}
+	cert, err := config.LoadKeyPair(t.certFile, t.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	t.cert.Store(&cert)
+	t.conf = &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// HTTP/1.1 only: a WebSocket upgrade is an HTTP/1.1 request.
+		NextProtos:     []string{"http/1.1"},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return t.cert.Load(), nil },
+	}
+	if len(clients) > 0 {
+		// One listener serves every channel: the handshake asks for a
+		// certificate without requiring or verifying one; the channel's
+		// handler verifies it against its own clientCA and answers
+		// 401/403 with the reason (mtls.go). The request names no CA
+		// (ClientCAs unset): a client then sends its certificate even
+		// when another CA signed it, and is told so, instead of sending
+		// none and being told it has none.
+		t.conf.ClientAuth = tls.RequestClientCert
+	}
+	return t, nil
+}
+
+// client is the mutual TLS of channel id; nil without.
+func (t *serverTLS) client(id string) *clientAuth {
+	if t == nil {
+		return nil
+	}
+	return t.clients[id]
+}
+
+// listener is what hs serves: ln with every connection counted by guard
+// and, with TLS, in TLS (HTTP/1.1 only) over a stallConn.
+func (t *serverTLS) listener(hs *http.Server, ln net.Listener, guard *connGuard) net.Listener {
+	if t == nil {
+		return guard.Listener(ln)
+	}
+	hs.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){} // no h2
+	return tls.NewListener(guard.Listener(stallListener{ln}), t.conf)
+}
+
+// stallListener hands out its connections as stallConns.
+type stallListener struct{ net.Listener }
+
+func (l stallListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &stallConn{Conn: c}, nil
+}
+
+// stallConn is the socket under a TLS connection. A write deadline set
+// on it bounds a stall, not the whole write: each write (TLS writes a
+// record at a time) and each time the peer accepts some bytes of it gets
+// the same span again. flushConn gives a
+// device's writes that meaning (a slow reader is never cut off, one that
+// stopped is); over TLS it must live below the TLS layer, because a
+// tls.Conn whose write timed out can never write again.
+type stallConn struct {
+	net.Conn
+	mu   sync.Mutex
+	span time.Duration // of the last write deadline; <= 0: none
+}
+
+func (c *stallConn) SetWriteDeadline(t time.Time) error {
+	c.setSpan(t)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *stallConn) SetDeadline(t time.Time) error {
+	c.setSpan(t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *stallConn) setSpan(t time.Time) {
+	c.mu.Lock()
+	c.span = 0
+	if !t.IsZero() {
+		c.span = time.Until(t)
+	}
+	c.mu.Unlock()
+}
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	span := c.span
+	c.mu.Unlock()
+	done := 0
+	for {
+		if span > 0 {
+			_ = c.Conn.SetWriteDeadline(time.Now().Add(span))
+		}
+		n, err := c.Conn.Write(p[done:])
+		done += n
+		var ne net.Error
+		if err == nil || n == 0 || span <= 0 || !errors.As(err, &ne) || !ne.Timeout() {
+			return done, err
+		}
+		// progress: another span
+	}
+}
+
+// TLSEnabled reports whether the server serves TLS.
+func (s *Server) TLSEnabled() bool { return s.tls != nil }
+
+// ReloadTLS reads the certificate and key files again and, when they load,
+// uses them for every new connection; open connections keep theirs.
+// When they do not load, the current certificate stays and the error
+// says why.
+func (s *Server) ReloadTLS() error {
+	t := s.tls
+	if t == nil {
+		return errors.New("TLS is not configured: nothing to reload")
+	}
+	cert, err := config.LoadKeyPair(t.certFile, t.keyFile)
+	if err != nil {
+		s.log.Error("TLS certificate not reloaded: keeping the current one", "err", err)
+		return fmt.Errorf("TLS certificate not reloaded (the current one stays): %w", err)
+	}
+	old := t.cert.Swap(&cert)
+	leaf := cert.Leaf
+	if time.Now().After(leaf.NotAfter) {
+		s.log.Warn("the reloaded TLS certificate has expired; devices will refuse it", "not_after", leaf.NotAfter)
+	}
+	s.log.Info("TLS certificate reloaded", "subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(),
+		"not_after", leaf.NotAfter.UTC().Format(time.RFC3339), "previous_serial", old.Leaf.SerialNumber.String())
+	return nil
+}
+
+// logStart says at start what TLS serves.
+func (t *serverTLS) logStart(log *slog.Logger) {
+	if t == nil {
+		return
+	}
+	leaf := t.cert.Load().Leaf
+	log.Info("TLS on", "cert", t.certFile, "subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(),
+		"not_after", leaf.NotAfter.UTC().Format(time.RFC3339), "mutual_tls_channels", len(t.clients))
+	// A warning, not a refusal: Debian's ssl-cert group reads keys (0640).
+	if err := link.CheckPrivateFile(t.keyFile); err != nil {
+		log.Warn("the TLS key file is not private", "err", err)
+	}
+}
