@@ -24,6 +24,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/status", s.serveStatus)
 	s.noticeRoutes(mux)     // notices_api.go
 	s.credentialRoutes(mux) // credentials.go
+	s.enrollRoutes(mux)     // enroll.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if ok, reason := s.rt.health(); !ok {

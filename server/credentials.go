@@ -51,6 +51,9 @@ type binding struct {
 	BoundAt time.Time `json:"bound_at"`
 	Remote  string    `json:"remote,omitempty"`
 	Name    string    `json:"name,omitempty"`
+	// Enrolled: the operator's tags and name.
+	Tags       map[string]string `json:"tags,omitempty"`
+	ApprovedBy string            `json:"approved_by,omitempty"`
 }
 
 // credStore is one channel's learnt bindings, kept durable.
@@ -150,6 +153,20 @@ func (cs *credStore) addLocked(d config.Digest, b *binding) error {
 	b.Digest = hex.EncodeToString(d[:])
 	cs.byPeer[b.PeerID], cs.byDigest[d] = b, b
 	return cs.saveLocked()
+}
+
+var errClaimed = errors.New("the peer_id already has a credential")
+
+// enroll binds an enrolled token to b.PeerID unless the peer already has
+// a learnt credential (reset it first).
+func (cs *credStore) enroll(d config.Digest, b *binding) error {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if old := cs.byPeer[b.PeerID]; old != nil {
+		return fmt.Errorf("%w: peer_id %s is bound (%s since %s); reset it with DELETE /api/channels/{channel_id}/bindings/%s, or choose another peer_id",
+			errClaimed, b.PeerID, old.Source, old.BoundAt.UTC().Format(time.RFC3339), b.PeerID)
+	}
+	return cs.addLocked(d, b)
 }
 
 // reset forgets peerID's binding: a first-use token may then bind again,
@@ -283,12 +300,14 @@ func (s *Server) credentialRoutes(mux interface {
 // bindingView is a binding as the API shows it: the token's digest cut to
 // a fingerprint.
 type bindingView struct {
-	PeerID      string    `json:"peer_id"`
-	Source      string    `json:"source"`
-	Fingerprint string    `json:"token_fingerprint"` // first 12 hex digits of the token's SHA-256
-	BoundAt     time.Time `json:"bound_at"`
-	Remote      string    `json:"remote,omitempty"`
-	Name        string    `json:"name,omitempty"`
+	PeerID      string            `json:"peer_id"`
+	Source      string            `json:"source"`
+	Fingerprint string            `json:"token_fingerprint"` // first 12 hex digits of the token's SHA-256
+	BoundAt     time.Time         `json:"bound_at"`
+	Remote      string            `json:"remote,omitempty"`
+	Name        string            `json:"name,omitempty"`
+	Tags        map[string]string `json:"tags,omitempty"`
+	ApprovedBy  string            `json:"approved_by,omitempty"`
 }
 
 func (s *Server) credChannel(w http.ResponseWriter, r *http.Request) *channel {
@@ -312,7 +331,8 @@ func (s *Server) getBindings(w http.ResponseWriter, r *http.Request) {
 		if len(fp) > 12 {
 			fp = fp[:12]
 		}
-		out = append(out, bindingView{PeerID: b.PeerID, Source: b.Source, Fingerprint: fp, BoundAt: b.BoundAt, Remote: b.Remote, Name: b.Name})
+		out = append(out, bindingView{PeerID: b.PeerID, Source: b.Source, Fingerprint: fp, BoundAt: b.BoundAt, Remote: b.Remote, Name: b.Name,
+			Tags: b.Tags, ApprovedBy: b.ApprovedBy})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"channel_id": ch.id, "bindings": out})
 }

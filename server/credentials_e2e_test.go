@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
@@ -241,3 +243,40 @@ func TestBindingsAPIGuarded(t *testing.T) {
 	}
 }
 
+// Secrets hygiene: with the server logging at debug level, connects
+// that pass, fail, try a takeover or present a wrong bearer token leave
+// no trace of any token in the log or the events.
+func TestServerLogHasNoToken(t *testing.T) {
+	logs := &syncBuffer{}
+	cfg := config.Default()
+	cfg.Workspace = t.TempDir()
+	channelTokens(config.Tokens{Any: []string{"KNOWN-lab-token-1", hashed("KNOWN-lab-token-2")}}, false)(cfg)
+	ts := serve(t, cfg, Options{Logger: debugLogger(logs)})
+	mustConnect(t, ts, "lab-1", "KNOWN-lab-token-1")
+	mustRefuse(t, ts, "lab-1", "KNOWN-lab-token-2", "bound to another token") // takeover
+	mustRefuse(t, ts, "lab-2", "KNOWN-wrong-token", "not valid")
+	if _, resp, err := websocketDial(ts.ws, "Bearer KNOWN-bearer-token"); err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("unknown bearer: %v %v", err, resp)
+	}
+	if !strings.Contains(logs.String(), "takeover refused") {
+		t.Fatalf("the log has no takeover line:\n%s", logs.String())
+	}
+	var all strings.Builder
+	all.WriteString(logs.String())
+	for _, e := range ts.events(t) {
+		all.WriteString(e.Detail + e.Preview)
+	}
+	for _, secret := range []string{"KNOWN-lab-token", "KNOWN-wrong-token", "KNOWN-bearer-token", sha256Hex("KNOWN-lab-token-2")} {
+		if strings.Contains(all.String(), secret) {
+			t.Fatalf("the log or the events show %q:\n%s", secret, all.String())
+		}
+	}
+}
+
+func websocketDial(url, auth string) (*websocket.Conn, *http.Response, error) {
+	c, resp, err := websocket.DefaultDialer.Dial(url, http.Header{"Authorization": {auth}})
+	if c != nil {
+		c.Close()
+	}
+	return c, resp, err
+}

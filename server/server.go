@@ -65,6 +65,8 @@ type Server struct {
 	once         sync.Once
 
 	patterns []string // the routes registered, for the test that checks them all
+
+	enroll *enrollments // pairing codes (enroll.go)
 }
 
 // New opens the workspace's write-ahead log (replaying what the session

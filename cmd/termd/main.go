@@ -65,7 +65,8 @@ func run(ctx context.Context, args []string) error {
 	boardFile := fs.String("board-file", "", "custom board profile JSON `file` (instead of --board)")
 	peerID := fs.String("peer-id", "", "this device's stable `id` (default: generated once, kept in the state dir)")
 	stateDir := fs.String("state-dir", defaultStateDir(), "`dir` for the peer id and the outbox")
-	tokenFile := fs.String("token-file", "", "`file` holding the channel token (sent as Authorization: Bearer)")
+	tokenFile := fs.String("token-file", "", "`file` holding the channel token (sent as Authorization: Bearer); mode 0600 (default: state-dir/token, kept by --enroll)")
+	enrollFlag := fs.Bool("enroll", false, "with no token: get one by a pairing code shown on the display, which an operator approves (the channel needs \"enrollment\": true)")
 	caFile := fs.String("ca-file", "", "PEM `file` of CAs to trust for wss://")
 	deviceName := fs.String("device-name", "", "name shown by the server (default: the host name)")
 	logFile := fs.String("log-file", "", "log to `file` (default: stderr, or state-dir/termd.log when the display is this terminal)")
@@ -115,13 +116,9 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	token := ""
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			return fmt.Errorf("--token-file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := loadToken(*tokenFile, *stateDir) // enroll.go
+	if err != nil {
+		return err
 	}
 	name := *deviceName
 	if name == "" {
@@ -162,11 +159,31 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer hw.Close()
+	hctx, stopHW := context.WithCancel(ctx)
+	hwDone := make(chan error, 1)
+	go func() { hwDone <- hw.Run(hctx) }()
+	if token == "" && *enrollFlag {
+		var approved string
+		token, approved, err = enrollDevice(ctx, wsURL, *caFile, *stateDir, id, name, hw.View, log) // enroll.go
+		if err == nil && approved != id {
+			log.Info("the operator approved another peer id; using it", "peer_id", approved, "was", id)
+			if id = approved; *peerID == "" {
+				err = writePeerID(filepath.Join(*stateDir, "peer_id"), id)
+			}
+		}
+		if err != nil {
+			stopHW()
+			<-hwDone
+			return err
+		}
+	}
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, PeerID: id, DeviceName: name, Token: token,
 		CAFile: *caFile, StateDir: *stateDir, Logger: log,
 		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen),
 		Board:        profile.Name, Version: termdVersion(), Tags: tags})
 	if err != nil {
+		stopHW()
+		<-hwDone
 		return err
 	}
 	notifier := sdnotify.FromEnv()
@@ -195,9 +212,6 @@ func run(ctx context.Context, args []string) error {
 		}}
 	log.Info("termd starting", "version", termdVersion(), "server", wsURL, "board", profile.Name, "peer_id", id, "state_dir", *stateDir, "tags", tags.String())
 
-	hctx, stopHW := context.WithCancel(ctx)
-	hwDone := make(chan error, 1)
-	go func() { hwDone <- hw.Run(hctx) }()
 	keepDone := make(chan struct{})
 	go func() {
 		defer close(keepDone)
