@@ -127,13 +127,23 @@ func (cs *credStore) saveLocked() error {
 	return err
 }
 
-// known reports whether d is a learnt token (for the check before the
-// WebSocket upgrade).
+// known reports whether d is an enrolled token (for the check before
+// the WebSocket upgrade; a first-use token is known by the config).
 func (cs *credStore) known(d config.Digest) bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	_, ok := cs.byDigest[d]
-	return ok
+	b, ok := cs.byDigest[d]
+	return ok && b.Source == bindEnrolled
+}
+
+// staleLocked reports whether b is a first-use binding whose token is no
+// longer in the config's list.
+func (cs *credStore) staleLocked(tokens config.Tokens, b *binding) bool {
+	if b.Source != bindFirstUse {
+		return false
+	}
+	d, err := parseDigestHex(b.Digest)
+	return err != nil || !tokens.Listed(d)
 }
 
 // add records b (replacing what the peer had); the caller checked that no
@@ -205,8 +215,9 @@ type authResult struct {
 }
 
 // authorize decides whether a connection presenting token may be peerID.
-// In order: a peer with a learnt binding (first use or enrolled) takes
-// only its token; a peer named exactly in the config only its own; a
+// In order: a peer named exactly in the config takes only its own token
+// (the config wins over what the server learnt); a peer with a learnt
+// binding (first use or enrolled) only its token; a
 // token bound elsewhere (learnt or exact) is refused for any other peer;
 // then a matching glob; then a list token not yet bound, which is bound
 // to peerID now.
@@ -217,7 +228,15 @@ func (cs *credStore) authorize(tokens config.Tokens, peerID, token, remote strin
 	d := config.DigestOf(token)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if b := cs.byPeer[peerID]; b != nil {
+	if want, ok := tokens.Exact(peerID); ok {
+		if subtle.ConstantTimeCompare(want[:], d[:]) == 1 {
+			return authResult{ok: true}
+		}
+		return authResult{takeover: true, why: "peer_id " + peerID + " has its own token in the config; this token is not it"}
+	}
+	// A first-use binding whose token left the config binds nothing: the
+	// token is revoked and the peer free for another list token.
+	if b := cs.byPeer[peerID]; b != nil && !cs.staleLocked(tokens, b) {
 		want, _ := parseDigestHex(b.Digest)
 		if subtle.ConstantTimeCompare(want[:], d[:]) == 1 {
 			return authResult{ok: true}
@@ -225,13 +244,7 @@ func (cs *credStore) authorize(tokens config.Tokens, peerID, token, remote strin
 		return authResult{takeover: true, why: "peer_id " + peerID + " is bound to another token (" + b.Source + " " + b.BoundAt.UTC().Format(time.RFC3339) +
 			"); an operator can reset it with DELETE /api/channels/{channel_id}/bindings/" + peerID}
 	}
-	if want, ok := tokens.Exact(peerID); ok {
-		if subtle.ConstantTimeCompare(want[:], d[:]) == 1 {
-			return authResult{ok: true}
-		}
-		return authResult{takeover: true, why: "peer_id " + peerID + " has its own token in the config; this token is not it"}
-	}
-	if b := cs.byDigest[d]; b != nil {
+	if b := cs.byDigest[d]; b != nil && !cs.staleLocked(tokens, b) {
 		return authResult{why: "this token is bound to another peer_id (" + b.Source + "); each device needs its own token"}
 	}
 	if _, owned := tokens.ExactOwner(d); owned {

@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"termlink/link"
+	"termlink/link/enroll"
 	"termlink/server/config"
 	"termlink/server/events"
 )
@@ -206,6 +207,43 @@ func TestFirstUseBindingPersistsAndResets(t *testing.T) {
 	mustRefuse(t, ts, "bench-1", "lab-token", "bound to another peer_id")
 	if code := getJSON(t, url, &got); code != 200 || len(got.Bindings) != 1 || got.Bindings[0].PeerID != "bench-2" {
 		t.Fatalf("bindings after reset: HTTP %d %+v", code, got)
+	}
+
+	// A list token taken out of the config is revoked, binding or not,
+	// and its peer is free for another list token.
+	if err := ts.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	channelTokens(config.Tokens{Any: []string{"lab-token-2"}}, false)(cfg)
+	ts = serve(t, cfg, Options{})
+	mustRefuse(t, ts, "bench-2", "lab-token", "not valid")
+	mustConnect(t, ts, "bench-2", "lab-token-2")
+}
+
+// The takeover chain with an enrolled victim: a holder of a list token
+// cannot be the enrolled peer, nor read its cached replies.
+func TestTakeoverChainRefusedEnrolled(t *testing.T) {
+	ts := startServer(t, channelTokens(config.Tokens{Any: []string{"attacker-tok"}}, true), nil)
+	c := enroll.Client{Endpoint: enrollURL(ts)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g, err := c.Start(ctx, enroll.StartRequest{PeerID: "victim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, body := approve(t, ts, g.Code, `{}`); status != 200 {
+		t.Fatalf("approve: %d %s", status, body)
+	}
+	tr, err := c.Wait(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := mustConnect(t, ts, "victim", tr.Token)
+	victim.ask("v-1", "the victim's secret")
+	mustRefuse(t, ts, "victim", "attacker-tok", "bound to another token")
+	attacker := mustConnect(t, ts, "attacker", "attacker-tok")
+	if ack, reply := attacker.ask("v-1", "mine"); strings.Contains(reply, "secret") || ack == nil || ack.Duplicate {
+		t.Fatalf("attacker got ack %+v reply %q", ack, reply)
 	}
 }
 

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -59,7 +59,8 @@ func TestEnrollOnTheLCD(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var logs bytes.Buffer // read once enrollDevice has returned
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	type result struct {
 		token, peer string
@@ -92,6 +93,9 @@ func TestEnrollOnTheLCD(t *testing.T) {
 	}
 	if r.err != nil || r.peer != "lobby-7" || r.token == "" {
 		t.Fatalf("enrollDevice: peer %q err %v", r.peer, r.err)
+	}
+	if strings.Contains(logs.String(), r.token) || !strings.Contains(logs.String(), code) {
+		t.Fatalf("termd's log shows the token, or not the code:\n%s", logs.String())
 	}
 	waitGlass(t, bus, regexp.MustCompile(`Enrolled as`))
 	for p, want := range map[string]os.FileMode{state: 0o700, filepath.Join(state, enroll.TokenFileName): 0o600} {

@@ -3,8 +3,12 @@
 // to a termserver channel.
 //
 //	termd --server URL [--board NAME | --board-file FILE] [--peer-id ID]
-//	      [--state-dir DIR] [--token-file FILE] [--ca-file FILE] [--device-name NAME]
+//	      [--state-dir DIR] [--token-file FILE | --enroll] [--ca-file FILE] [--device-name NAME]
 //	      [--tag KEY=VALUE]... [--idle-seconds N] [--idle-text TEXT] [--backlight-off-after N]
+//
+// Without a token (no --token-file, none kept in the state dir) and with
+// --enroll, termd shows a pairing code on its display for an operator to
+// approve and keeps the token it gets in state-dir/token (0600; enroll.go).
 //
 // As a kiosk termd shows the notices the server pushes (they take over
 // the screen for their display_seconds; an alert blinks the backlight; a
