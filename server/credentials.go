@@ -41,6 +41,8 @@ const (
 const (
 	evCredentialBound = "credential_bound" // a list token bound on first use, or an enrolled token issued
 	evCredentialReset = "credential_reset" // an operator reset a binding
+
+	evEnrollmentRequested = "enrollment_requested" // a device asked for a pairing code (enroll.go)
 )
 
 // binding is one token bound to one peer.

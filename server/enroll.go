@@ -193,6 +193,22 @@ func (s *Server) enrollChannel(w http.ResponseWriter, r *http.Request) *channel 
 	return nil
 }
 
+// enrollGate begins both device routes: the channel (nil: answered
+// already), then the remote address's rate limit (limit takes a token or
+// only checks there is one); tooMuch starts the 429's text.
+func (s *Server) enrollGate(w http.ResponseWriter, r *http.Request, limit func(string, time.Time) (bool, time.Duration), tooMuch string) (*channel, string, time.Time) {
+	addr, now := remoteHost(r), s.enroll.now()
+	ch := s.enrollChannel(w, r)
+	if ch == nil {
+		return nil, addr, now
+	}
+	if ok, retry := limit(addr, now); !ok {
+		tooMany(w, retry, tooMuch+addr)
+		return nil, addr, now
+	}
+	return ch, addr, now
+}
+
 // decodeBody reads an optional JSON body into v.
 func decodeBody(r *http.Request, v any) error {
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxEnrollBody+1))
@@ -220,14 +236,9 @@ func randomSecret(prefix string) (string, error) {
 }
 
 func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
-	ch := s.enrollChannel(w, r)
+	e := s.enroll
+	ch, _, now := s.enrollGate(w, r, e.codeLimit.take, "too many pairing codes asked for from ")
 	if ch == nil {
-		return
-	}
-	e, addr := s.enroll, remoteHost(r)
-	now := e.now()
-	if ok, retry := e.codeLimit.take(addr, now); !ok {
-		tooMany(w, retry, "too many pairing codes asked for from "+addr)
 		return
 	}
 	var req enroll.StartRequest
@@ -269,7 +280,7 @@ func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 	e.byCode[code], e.byDevice[p.deviceDigest] = p, p
 	e.mu.Unlock()
 
-	ch.events.Add(events.Event{Event: "enrollment_requested", PeerID: req.PeerID,
+	ch.events.Add(events.Event{Event: evEnrollmentRequested, PeerID: req.PeerID,
 		Detail: fmt.Sprintf("pairing code asked for (remote=%s device_name=%q); approve it with POST /api/enrollments/{code}/approve", r.RemoteAddr, req.DeviceName)})
 	s.log.Info("pairing code issued", "channel", ch.id, "remote", r.RemoteAddr, "peer_id", req.PeerID, "expires_in", ttl.String())
 	scheme := "http"
@@ -281,14 +292,9 @@ func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) pollEnroll(w http.ResponseWriter, r *http.Request) {
-	ch := s.enrollChannel(w, r)
+	e := s.enroll
+	ch, addr, now := s.enrollGate(w, r, e.guessLimit.allow, "too many unknown device codes or pairing codes from ")
 	if ch == nil {
-		return
-	}
-	e, addr := s.enroll, remoteHost(r)
-	now := e.now()
-	if ok, retry := e.guessLimit.allow(addr, now); !ok {
-		tooMany(w, retry, "too many unknown device codes or pairing codes from "+addr)
 		return
 	}
 	var req enroll.TokenRequest
