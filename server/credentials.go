@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"termlink/internal/durable"
+	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
 )
@@ -214,6 +216,10 @@ type authResult struct {
 	takeover bool   // refused because the peer belongs to another credential
 	why      string // for the device and the events log; never the token
 	bound    bool   // a list token was bound to the peer just now
+	// name and tags an operator gave the peer when approving its
+	// enrollment: they win over what the device says of itself.
+	name string
+	tags map[string]string
 }
 
 // authorize decides whether a connection presenting token may be peerID.
@@ -241,7 +247,7 @@ func (cs *credStore) authorize(tokens config.Tokens, peerID, token, remote strin
 	if b := cs.byPeer[peerID]; b != nil && !cs.staleLocked(tokens, b) {
 		want, _ := parseDigestHex(b.Digest)
 		if subtle.ConstantTimeCompare(want[:], d[:]) == 1 {
-			return authResult{ok: true}
+			return authResult{ok: true, name: b.Name, tags: b.Tags}
 		}
 		return authResult{takeover: true, why: "peer_id " + peerID + " is bound to another token (" + b.Source + " " + b.BoundAt.UTC().Format(time.RFC3339) +
 			"); an operator can reset it with DELETE /api/channels/{channel_id}/bindings/" + peerID}
@@ -281,10 +287,22 @@ func (a *terminalAdapter) tokenKnown(token string) bool {
 
 // authorizeConnect runs authorize for a connect frame and records a
 // refusal (peer, remote address, reason; never the token) in the events
-// log. It reports whether the connect may go on.
-func (c *wsConn) authorizeConnect(peerID, token string) (bool, string) {
-	a := c.a
+// log. It reports whether the connect may go on; an enrolled peer's
+// frame gets the name and tags the operator approved it with.
+func (c *wsConn) authorizeConnect(f *link.Connect, token string) (bool, string) {
+	a, peerID := c.a, f.PeerID
 	res := a.ch.creds.authorize(a.cfg.Config.Tokens, peerID, token, c.remote)
+	if res.name != "" {
+		f.DeviceName = res.name
+	}
+	if len(res.tags) > 0 {
+		tags := maps.Clone(f.Tags)
+		if tags == nil {
+			tags = map[string]string{}
+		}
+		maps.Copy(tags, res.tags)
+		f.Tags = tags
+	}
 	if res.bound {
 		a.ch.events.Add(events.Event{Event: evCredentialBound, PeerID: peerID,
 			Detail: "list token bound to this peer_id on first use (remote=" + c.remote + ")"})

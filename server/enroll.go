@@ -18,6 +18,7 @@ import (
 	"termlink/link/enroll"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/registry"
 )
 
 // Enrollment by pairing code (issue 14; the shape of RFC 8628's device
@@ -327,6 +328,19 @@ func (s *Server) pollEnroll(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// checkTags holds operator tags to what the registry takes from devices.
+func checkTags(tags map[string]string) error {
+	if len(tags) > registry.MaxTags {
+		return fmt.Errorf("at most %d tags", registry.MaxTags)
+	}
+	kv := make([]string, 0, len(tags))
+	for k, v := range tags {
+		kv = append(kv, k+":"+v)
+	}
+	_, err := registry.ParseTagFilter(kv)
+	return err
+}
+
 // pendingView is a pending code as GET /api/enrollments shows it.
 type pendingView struct {
 	Code        string    `json:"code"`
@@ -407,8 +421,9 @@ func (s *Server) approveEnroll(w http.ResponseWriter, r *http.Request) {
 	case !idRE.MatchString(peer):
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("approve: peer_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + - (starting with a letter or digit)", peer))
 		return
-	case len(req.Tags) > 32:
-		writeError(w, http.StatusBadRequest, "approve: at most 32 tags")
+	}
+	if err := checkTags(req.Tags); err != nil {
+		writeError(w, http.StatusBadRequest, "approve: "+err.Error())
 		return
 	}
 	ch := s.rt.channels[p.channelID]

@@ -70,6 +70,9 @@ func TestEnrollmentFlow(t *testing.T) {
 	if status, _, body := post(t, enrollURL(ts)+"/token", `{"device_code":"`+g.DeviceCode+`"}`); status != 400 || !strings.Contains(body, enroll.Pending) {
 		t.Fatalf("poll before approval: %d %s", status, body)
 	}
+	if status, body := approve(t, ts, g.Code, `{"tags": {"bad key": "x"}}`); status != 400 || !strings.Contains(body, "the key may hold only") {
+		t.Fatalf("approve with a bad tag: %d %s", status, body)
+	}
 	// The operator types it in lower case without the dash.
 	typed := strings.ToLower(strings.ReplaceAll(g.Code, "-", ""))
 	if status, body := approve(t, ts, typed, `{"name": "Lobby kiosk", "tags": {"site": "hq"}}`); status != 200 || !strings.Contains(body, `"peer_id": "lobby-1"`) {
@@ -98,6 +101,14 @@ func TestEnrollmentFlow(t *testing.T) {
 		t.Fatalf("reply %q", reply)
 	}
 	mustRefuse(t, ts, "lobby-2", tr.Token, "bound to another peer_id")
+	// The registry shows the name and tags the operator approved.
+	var peer struct {
+		DeviceName string            `json:"device_name"`
+		Tags       map[string]string `json:"tags"`
+	}
+	if code := getJSON(t, ts.http.URL+"/api/channels/terminal-dev/peers/lobby-1", &peer); code != 200 || peer.DeviceName != "Lobby kiosk" || peer.Tags["site"] != "hq" {
+		t.Fatalf("registry: HTTP %d %+v", code, peer)
+	}
 	var b struct{ Bindings []bindingView }
 	getJSON(t, ts.http.URL+"/api/channels/terminal-dev/bindings", &b)
 	if len(b.Bindings) != 1 || b.Bindings[0].Source != bindEnrolled || b.Bindings[0].Name != "Lobby kiosk" || b.Bindings[0].Tags["site"] != "hq" ||

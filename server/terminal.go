@@ -361,7 +361,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 		if tok == "" {
 			tok = f.Token
 		}
-		if ok, why := c.authorizeConnect(f.PeerID, tok); !ok {
+		if ok, why := c.authorizeConnect(f, tok); !ok {
 			c.sendError("", link.CodeUnauthorized, "connect refused for peer_id "+f.PeerID+": "+why)
 			c.closeWith(CloseUnauthorized, "unauthorized")
 			return
