@@ -224,9 +224,27 @@ func TestOpenChannelWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Shutdown(context.Background())
+	s.warnOpenChannels(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080})
+	if strings.Contains(logs.String(), "channel is open") {
+		t.Fatalf("a warning for a loopback listener: %s", logs.String())
+	}
 	s.warnOpenChannels(&netTCPAddr)
 	if !strings.Contains(logs.String(), "channel is open: any device may connect as any peer_id") {
 		t.Fatalf("no warning in %s", logs.String())
+	}
+	// A channel with enrollment (or tokens) is not open.
+	logs2 := &syncBuffer{}
+	cfg2 := config.Default()
+	cfg2.Workspace = t.TempDir()
+	channelTokens(config.Tokens{}, true)(cfg2)
+	s2, err := New(cfg2, Options{Logger: debugLogger(logs2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Shutdown(context.Background())
+	s2.warnOpenChannels(&netTCPAddr)
+	if strings.Contains(logs2.String(), "channel is open") {
+		t.Fatalf("a warning for a channel with enrollment: %s", logs2.String())
 	}
 }
 
