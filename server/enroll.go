@@ -458,3 +458,14 @@ func (s *Server) approveEnroll(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"code": code, "channel_id": ch.id, "peer_id": peer, "name": name, "tags": req.Tags,
 		"note": "the device collects its token on its next poll"})
 }
+
+// enrollmentOn reports whether any enabled channel takes enrollment (for
+// the LAN advertisement's TXT record).
+func (s *Server) enrollmentOn() bool {
+	for _, ch := range s.cfg.Channels {
+		if ch.Enabled && ch.Config.Enrollment {
+			return true
+		}
+	}
+	return false
+}

@@ -207,6 +207,12 @@ func TestEnrollmentRateLimited(t *testing.T) {
 
 func TestEnrollmentOffByDefault(t *testing.T) {
 	ts := startServer(t, nil, nil)
+	if ts.enrollmentOn() {
+		t.Error("enrollmentOn with no channel taking enrollment")
+	}
+	if on := startServer(t, channelTokens(config.Tokens{}, true), nil); !on.enrollmentOn() {
+		t.Error("enrollmentOn false with enrollment on")
+	}
 	status, _, body := post(t, enrollURL(ts), `{}`)
 	if status != http.StatusNotFound || !strings.Contains(body, `enrollment is off on channel \"terminal-dev\"`) {
 		t.Fatalf("enroll on a channel without enrollment: %d %s", status, body)
