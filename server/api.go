@@ -22,7 +22,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/channels/{channel_id}/peers/{peer_id}/cancel", s.serveCancel)
 	mux.HandleFunc("GET /api/channels", s.serveChannels)
 	mux.HandleFunc("GET /api/status", s.serveStatus)
-	s.noticeRoutes(mux) // notices_api.go
+	s.noticeRoutes(mux)     // notices_api.go
+	s.credentialRoutes(mux) // credentials.go
+	s.enrollRoutes(mux)     // enroll.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if ok, reason := s.rt.health(); !ok {

@@ -73,7 +73,7 @@ func (s *Server) guarded(mux *http.ServeMux, r *http.Request) bool {
 		return false
 	}
 	_, pattern := mux.Handler(r)
-	return pattern != wsPattern
+	return !deviceOpen(pattern) // the device WebSocket and enroll endpoints (enroll.go)
 }
 
 // RequireRole wraps h so it answers only callers holding at least role

@@ -82,7 +82,7 @@ func guardedRoutes(t *testing.T, s *Server) (routes [][2]string) {
 		if !ok {
 			method, path = "GET", p
 		}
-		if p == wsPattern || !strings.HasPrefix(path, "/api/") {
+		if deviceOpen(p) || !strings.HasPrefix(path, "/api/") {
 			continue
 		}
 		path = wildcardRE.ReplaceAllStringFunc(path, func(w string) string {

@@ -37,7 +37,7 @@ func (s *Server) startDiscovery(ctx context.Context, addr net.Addr) *discovery.A
 	}
 	txt := discover.TXT{Paths: s.channelPaths(),
 		TLS:    s.TLSEnabled(),
-		Enroll: false, // hook for the channels' enrollment switch (item 4): true when any enabled channel has it
+		Enroll: s.enrollmentOn(),
 	}
 	adv, err := discovery.Start(ctx, discovery.Config{Instance: d.Instance, Port: addr.(*net.TCPAddr).Port,
 		IPs: ips, Interface: iface, TXT: txt, Logger: s.log})

@@ -175,8 +175,12 @@ func TestTokens(t *testing.T) {
 		ok := dial(t, ts.ws, http.Header{"Authorization": {"Bearer s3cret-token"}})
 		ok.connect("dev")
 		inFrame := dial(t, ts.ws, nil)
-		inFrame.send(&link.Connect{PeerID: "dev2", Token: "s3cret-token"})
+		inFrame.send(&link.Connect{PeerID: "dev", Token: "s3cret-token"})
 		readAs[*link.Connected](inFrame)
+		// The token is now bound to "dev" (trust on first use).
+		other := dial(t, ts.ws, nil)
+		other.send(&link.Connect{PeerID: "dev2", Token: "s3cret-token"})
+		other.expectError("this token is bound to another peer_id", link.CodeUnauthorized)
 		ts.waitEvent(t, events.TerminalRefused, "")
 		for _, e := range ts.events(t) {
 			if strings.Contains(e.Detail+e.Preview, "s3cret") || strings.Contains(e.Detail+e.Preview, "wrong-token") {
@@ -188,7 +192,7 @@ func TestTokens(t *testing.T) {
 		ts := startServer(t, withTokens(config.Tokens{ByPeer: map[string]string{"a": "token-a", "b": "token-b"}}), nil)
 		c := dial(t, ts.ws, http.Header{"Authorization": {"Bearer token-a"}})
 		c.send(&link.Connect{PeerID: "b"}) // a's token for b
-		c.expectError("the token is not valid for this peer_id", link.CodeUnauthorized)
+		c.expectError("peer_id b has its own token in the config", link.CodeUnauthorized)
 		good := dial(t, ts.ws, http.Header{"Authorization": {"Bearer token-b"}})
 		good.connect("b")
 	})

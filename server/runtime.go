@@ -42,7 +42,8 @@ type channel struct {
 	id      string
 	cfg     config.Channel
 	events  *events.Log
-	adapter Adapter // nil when disabled
+	adapter Adapter    // nil when disabled
+	creds   *credStore // device tokens learnt (credentials.go)
 }
 
 // serverMetrics are the series /metrics serves.

@@ -66,7 +66,8 @@ type Server struct {
 
 	patterns []string // the routes registered, for the test that checks them all
 
-	tls *serverTLS // nil: plain HTTP (tls.go)
+	tls    *serverTLS   // nil: plain HTTP (tls.go)
+	enroll *enrollments // pairing codes (enroll.go)
 }
 
 // New opens the workspace's write-ahead log (replaying what the session
@@ -164,6 +165,11 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		runners[id] = r
 	}
 	sort.Strings(rt.order)
+	if err := rt.openCreds(cfg.Workspace, opt.NoSync, log); err != nil {
+		s.closeRunners(built)
+		closeLogs()
+		return nil, err
+	}
 	s.router = newRouter(rt, runners, cfg.Workspace, maxRuns)
 	for _, r := range built {
 		s.runners = append(s.runners, r)
@@ -270,6 +276,7 @@ func (s *Server) Start() {
 // finish, and the session log is flushed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
 	s.warnOpenAPI(ln.Addr())
+	s.warnOpenChannels(ln.Addr())
 	s.Start()
 	// Plain requests get read, write and idle timeouts and a header limit
 	// (limits.go); WebSockets leave them behind at the upgrade.

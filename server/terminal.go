@@ -117,10 +117,10 @@ func (a *terminalAdapter) sendQueue() int {
 // (all channels), past which the upgrade gets 503.
 func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, maxConns int64) {
 	headerToken := ""
-	if tokens := a.cfg.Config.Tokens; tokens.Enabled() {
+	if requiresToken(a.cfg.Config) {
 		if auth := r.Header.Get("Authorization"); auth != "" {
 			tok, ok := strings.CutPrefix(auth, "Bearer ")
-			if !ok || !tokens.Known(tok) {
+			if !ok || !a.tokenKnown(tok) {
 				a.ch.events.Add(events.Event{Event: events.TerminalRefused,
 					Detail: "401 before upgrade: unknown bearer token from " + r.RemoteAddr})
 				http.Error(w, "unauthorized: the bearer token is not valid for channel "+a.id, http.StatusUnauthorized)
@@ -367,17 +367,12 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	if !c.certAllows(f.PeerID) {
 		return
 	}
-	if tokens := a.cfg.Config.Tokens; tokens.Enabled() {
+	if requiresToken(a.cfg.Config) {
 		tok := c.headerToken
 		if tok == "" {
 			tok = f.Token
 		}
-		if !tokens.Allows(f.PeerID, tok) {
-			why := "no token: send Authorization: Bearer <token> or token in the connect frame"
-			if tok != "" {
-				why = "the token is not valid for this peer_id"
-			}
-			a.ch.events.Add(events.Event{Event: events.TerminalRefused, PeerID: f.PeerID, Detail: "connect refused: " + why})
+		if ok, why := c.authorizeConnect(f, tok); !ok {
 			c.sendError("", link.CodeUnauthorized, "connect refused for peer_id "+f.PeerID+": "+why)
 			c.closeWith(CloseUnauthorized, "unauthorized")
 			return

@@ -3,8 +3,12 @@
 // to a termserver channel.
 //
 //	termd --server URL [--board NAME | --board-file FILE] [--peer-id ID]
-//	      [--state-dir DIR] [--token-file FILE] [--ca-file FILE] [--cert FILE --key FILE] [--device-name NAME]
+//	      [--state-dir DIR] [--token-file FILE | --enroll] [--ca-file FILE] [--cert FILE --key FILE] [--device-name NAME]
 //	      [--tag KEY=VALUE]... [--idle-seconds N] [--idle-text TEXT] [--backlight-off-after N]
+//
+// Without a token (no --token-file, none kept in the state dir) and with
+// --enroll, termd shows a pairing code on its display for an operator to
+// approve and keeps the token it gets in state-dir/token (0600; enroll.go).
 //
 // As a kiosk termd shows the notices the server pushes (they take over
 // the screen for their display_seconds; an alert blinks the backlight; a
@@ -67,7 +71,8 @@ func run(ctx context.Context, args []string) error {
 	boardFile := fs.String("board-file", "", "custom board profile JSON `file` (instead of --board)")
 	peerID := fs.String("peer-id", "", "this device's stable `id` (default: generated once, kept in the state dir)")
 	stateDir := fs.String("state-dir", defaultStateDir(), "`dir` for the peer id and the outbox")
-	tokenFile := fs.String("token-file", "", "`file` holding the channel token (sent as Authorization: Bearer)")
+	tokenFile := fs.String("token-file", "", "`file` holding the channel token (sent as Authorization: Bearer); mode 0600 (default: state-dir/token, kept by --enroll)")
+	enrollFlag := fs.Bool("enroll", false, "with no token: get one by a pairing code shown on the display, which an operator approves (the channel needs \"enrollment\": true)")
 	caFile := fs.String("ca-file", "", "PEM `file` of CAs to trust for wss://")
 	certFile := fs.String("cert", "", "PEM `file` of this device's client certificate, for a channel with mutual TLS (with --key)")
 	keyFile := fs.String("key", "", "PEM `file` of the client certificate's private key (mode 0600: refused when group or others may read it)")
@@ -127,13 +132,9 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	token := ""
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			return fmt.Errorf("--token-file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := loadToken(*tokenFile, *stateDir) // enroll.go
+	if err != nil {
+		return err
 	}
 	if (*certFile == "") != (*keyFile == "") {
 		return errors.New("--cert and --key go together: give both")
@@ -182,8 +183,28 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer hw.Close()
+	hctx, stopHW := context.WithCancel(ctx)
+	hwDone := make(chan error, 1)
+	go func() { hwDone <- hw.Run(hctx) }()
 	if auto {
 		if wsURL, err = resolveAuto(ctx, hw.View, log, *serverName, *channel, fallback, *stateDir); err != nil {
+			stopHW()
+			<-hwDone
+			return err
+		}
+	}
+	if token == "" && *enrollFlag {
+		var approved string
+		token, approved, err = enrollDevice(ctx, wsURL, *caFile, *stateDir, id, name, hw.View, log) // enroll.go
+		if err == nil && approved != id {
+			log.Info("the operator approved another peer id; using it", "peer_id", approved, "was", id)
+			if id = approved; *peerID == "" {
+				err = writePeerID(filepath.Join(*stateDir, "peer_id"), id)
+			}
+		}
+		if err != nil {
+			stopHW()
+			<-hwDone
 			return err
 		}
 	}
@@ -192,6 +213,8 @@ func run(ctx context.Context, args []string) error {
 		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen),
 		Board:        profile.Name, Version: termdVersion(), Tags: tags})
 	if err != nil {
+		stopHW()
+		<-hwDone
 		return err
 	}
 	notifier := sdnotify.FromEnv()
@@ -220,9 +243,6 @@ func run(ctx context.Context, args []string) error {
 		}}
 	log.Info("termd starting", "version", termdVersion(), "server", wsURL, "board", profile.Name, "peer_id", id, "state_dir", *stateDir, "tags", tags.String())
 
-	hctx, stopHW := context.WithCancel(ctx)
-	hwDone := make(chan error, 1)
-	go func() { hwDone <- hw.Run(hctx) }()
 	keepDone := make(chan struct{})
 	go func() {
 		defer close(keepDone)

@@ -51,6 +51,7 @@ func (a *app) subcommands() map[string]subcommand {
 		"gpio-loopback":   {"two GPIO pins wired together: edges seen, latency p50/p99", a.gpioLoopback},
 		"keypad-test":     {"press every key once: table of keys seen, stuck keys, ghosting", a.keypadTest},
 		"link-test":       {"connect to a server: ping p50/p99, message round trip, token/TLS errors explained", a.linkTest},
+		"enroll-test":     {"enrollment by pairing code against a server: code, approval, token, a message", a.enrollTest},
 		"selftest":        {"every check that applies to a board, as a pass/fail table (--sim: no hardware)", a.selftest},
 	}
 }

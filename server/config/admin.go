@@ -92,6 +92,11 @@ func NewAdminToken(token string, role Role, name string) (AdminToken, error) {
 // ParseAdminToken checks the config form of a token and returns the
 // SHA-256 digest it stands for.
 func ParseAdminToken(token string) (digest [sha256.Size]byte, hashed bool, err error) {
+	return parseToken(token, MinPlainTokenChars)
+}
+
+// parseToken is ParseAdminToken with the shortest plain token allowed.
+func parseToken(token string, minPlain int) (digest [sha256.Size]byte, hashed bool, err error) {
 	if hexPart, ok := strings.CutPrefix(token, hashPrefix); ok {
 		if len(hexPart) != 2*sha256.Size {
 			return digest, true, fmt.Errorf("sha256 token must be \"sha256:\" and 64 hex digits, got %d characters after the prefix", len(hexPart))
@@ -108,9 +113,9 @@ func ParseAdminToken(token string) (digest [sha256.Size]byte, hashed bool, err e
 		return digest, false, fmt.Errorf("must not be empty")
 	case strings.IndexFunc(token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
 		return digest, false, fmt.Errorf("must not contain spaces or control characters (it is sent in an Authorization header)")
-	case len([]rune(token)) < MinPlainTokenChars:
+	case len([]rune(token)) < minPlain:
 		return digest, false, fmt.Errorf("a plain token must be at least %d characters, got %d; better, give its hash: \"sha256:\" + the hex SHA-256 of the token (printf %%s TOKEN | sha256sum)",
-			MinPlainTokenChars, len([]rune(token)))
+			minPlain, len([]rune(token)))
 	}
 	return sha256.Sum256([]byte(token)), false, nil
 }

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -93,51 +92,26 @@ type ChannelConfig struct {
 	// whose SHA-256 fingerprint is in DenyCerts are refused.
 	ClientCA  string
 	DenyCerts []Fingerprint
+	// Enrollment lets a device with no token get one by a pairing code an
+	// operator approves (enroll.go in package server); the channel then
+	// requires a token even when Tokens is empty.
+	Enrollment            bool
+	EnrollmentCodeSeconds int // a pairing code's lifetime; 0: 600; 1..3600
 }
 
 // Tokens are the credentials devices must present on a channel. In JSON it
-// is either a list of tokens any peer may use, or an object from peer id to
-// the token that peer must use. The zero value requires no token.
+// is either a list of tokens (lab mode: each binds to the first peer_id it
+// connects with, trust on first use), or an object from a peer id, or a
+// glob of peer ids ("kiosk-*"), to the token those peers must use. A token
+// is a plain secret or "sha256:<64 hex>", the SHA-256 of the secret. The
+// zero value requires no token. Matching is in devtokens.go.
 type Tokens struct {
-	Any    []string          // from a list: any of these tokens, any peer
-	ByPeer map[string]string // from an object: this peer must use this token
+	Any    []string          // from a list: any of these tokens, bound to a peer on first use
+	ByPeer map[string]string // from an object: peer id or glob -> token (plain or sha256:<hex>)
 }
 
 // Enabled reports whether the channel requires a token.
 func (t Tokens) Enabled() bool { return len(t.Any) > 0 || len(t.ByPeer) > 0 }
-
-// Known reports whether token is one of the configured tokens, for any peer.
-// Every token is compared, in constant time.
-func (t Tokens) Known(token string) bool {
-	if token == "" {
-		return false
-	}
-	found := 0
-	for _, a := range t.Any {
-		found |= subtle.ConstantTimeCompare([]byte(a), []byte(token))
-	}
-	for _, v := range t.ByPeer {
-		found |= subtle.ConstantTimeCompare([]byte(v), []byte(token))
-	}
-	return found == 1
-}
-
-// Allows reports whether peerID may connect with token: token is in Any, or
-// it is the token ByPeer gives for peerID. It is false when no tokens are
-// configured; check Enabled first.
-func (t Tokens) Allows(peerID, token string) bool {
-	if token == "" {
-		return false
-	}
-	ok := 0
-	for _, a := range t.Any {
-		ok |= subtle.ConstantTimeCompare([]byte(a), []byte(token))
-	}
-	if want, has := t.ByPeer[peerID]; has {
-		ok |= subtle.ConstantTimeCompare([]byte(want), []byte(token))
-	}
-	return ok == 1
-}
 
 // String describes t without revealing the tokens.
 func (t Tokens) String() string {

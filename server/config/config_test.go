@@ -351,7 +351,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown channel key", `{"channels": {"terminal-dev": {"accountId": "local", "agnet": "echo"}}}`, []string{
 			"config: channels.terminal-dev.agnet: unknown key (known: enabled, kind, mode, accountId, displayName, agent, config)"}},
 		{"unknown channel config key", `{"channels": {"terminal-dev": {"accountId": "local", "config": {"heartbeat_secs": 5}}}}`, []string{
-			"config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue, maxWaitingPerSession, ratePerPeer, rateBurst, connectTimeoutSeconds, maxNoticesPerPeer, clientCA, denyCerts)"}},
+			"config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue, maxWaitingPerSession, ratePerPeer, rateBurst, connectTimeoutSeconds, maxNoticesPerPeer, clientCA, denyCerts, enrollment, enrollmentCodeSeconds)"}},
 		{"unknown agent key", `{` + ch + `, "agents": {"a": {"builtin": "echo", "colour": 1}}}`, []string{
 			"config: agents.a.colour: unknown key (known: builtin, delayMs, terminal, nuum, harness, acp)"}},
 		{"unknown terminal key with hint", `{` + ch + `, "agents": {"helper": {"terminal": {"command": "x", "timeOut": 5}}}}`, []string{
@@ -517,7 +517,7 @@ func TestParseErrors(t *testing.T) {
 
 		// tokens
 		{"tokens wrong type", `{"channels": {"terminal-dev": {"accountId": "local", "config": {"tokens": "secret"}}}}`, []string{
-			"config: channels.terminal-dev.config.tokens: must be an array of tokens or an object from peer id to token, got string"}},
+			"config: channels.terminal-dev.config.tokens: must be an array of tokens or an object from peer id (or glob) to token, got string"}},
 		{"tokens empty list", `{"channels": {"terminal-dev": {"accountId": "local", "config": {"tokens": []}}}}`, []string{
 			"config: channels.terminal-dev.config.tokens: must not be empty (leave tokens out to accept any device)"}},
 		{"tokens empty object", `{"channels": {"terminal-dev": {"accountId": "local", "config": {"tokens": {}}}}}`, []string{

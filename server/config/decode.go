@@ -426,7 +426,7 @@ func (w *walker) channelConfig(path string, n *node) ChannelConfig {
 	cc := defaultChannelConfig()
 	f := w.fields(path, n, "heartbeatSeconds", "maxMessageChars", "tokens", "sendQueue",
 		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds", "maxNoticesPerPeer",
-		"clientCA", "denyCerts")
+		"clientCA", "denyCerts", "enrollment", "enrollmentCodeSeconds")
 	w.clientCerts(path, f, &cc)
 	if e, ok := f["heartbeatSeconds"]; ok {
 		cc.HeartbeatSeconds, _ = w.integer(join(path, e.key), e.val, 1, 3600)
@@ -455,6 +455,12 @@ func (w *walker) channelConfig(path string, n *node) ChannelConfig {
 	if e, ok := f["maxNoticesPerPeer"]; ok {
 		cc.MaxNoticesPerPeer, _ = w.integer(join(path, e.key), e.val, 1, 10000)
 	}
+	if e, ok := f["enrollment"]; ok {
+		cc.Enrollment, _ = w.boolean(join(path, e.key), e.val)
+	}
+	if e, ok := f["enrollmentCodeSeconds"]; ok {
+		cc.EnrollmentCodeSeconds, _ = w.integer(join(path, e.key), e.val, 1, 3600)
+	}
 	return cc
 }
 
@@ -467,6 +473,21 @@ func (w *walker) tokens(path string, n *node) Tokens {
 			return t
 		}
 		t.Any, _ = w.strList(path, n)
+		seen := map[Digest]int{}
+		for i, tok := range t.Any {
+			if strings.TrimSpace(tok) == "" {
+				continue // strList said so
+			}
+			d, err := ParseDeviceToken(tok)
+			if err != nil {
+				w.errorf(index(path, i), "%v", err) // never the value: it is a secret
+				continue
+			}
+			if prev, dup := seen[d]; dup {
+				w.errorf(index(path, i), "the same token as %s", index(path, prev))
+			}
+			seen[d] = i
+		}
 	case kObject:
 		w.object(path, n)
 		if len(n.keys) == 0 {
@@ -476,15 +497,20 @@ func (w *walker) tokens(path string, n *node) Tokens {
 		t.ByPeer = make(map[string]string, len(n.keys))
 		for i, peer := range n.keys {
 			p := join(path, peer)
-			if strings.TrimSpace(peer) == "" {
-				w.errorf(p, "peer id must not be empty")
+			if err := validPeerPattern(peer); err != nil {
+				w.errorf(p, "%v", err)
+				continue
 			}
 			if s, ok := w.nonEmpty(p, n.vals[i]); ok {
+				if _, err := ParseDeviceToken(s); err != nil {
+					w.errorf(p, "%v", err) // never the value: it is a secret
+					continue
+				}
 				t.ByPeer[peer] = s
 			}
 		}
 	default:
-		w.errorf(path, "must be an array of tokens or an object from peer id to token, got %s", n.kind)
+		w.errorf(path, "must be an array of tokens or an object from peer id (or glob) to token, got %s", n.kind)
 	}
 	return t
 }

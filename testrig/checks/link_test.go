@@ -137,7 +137,7 @@ func TestLinkTest(t *testing.T) {
 			"the server refused the token (HTTP 401): check --token against the channel's tokens in the server config (unauthorized: the bearer token is not valid for channel terminal-dev)"},
 		{"no token", LinkOptions{Server: withTokens}, false, "the server wants a token: pass --token (connect refused for peer_id termrig-link-test: no token"},
 		{"token of another peer", LinkOptions{Server: perPeer, Token: "k1-token"}, false,
-			"the server refused the token: connect refused for peer_id termrig-link-test: the token is not valid for this peer_id"},
+			"the server refused the token: connect refused for peer_id termrig-link-test: this token belongs to another peer_id in the config"},
 		{"TLS without CA", LinkOptions{Server: tlsURL}, false, "the server's certificate is not trusted: pass --ca-file"},
 		{"TLS with CA", LinkOptions{Server: tlsURL, CAFile: caFile}, true, "message answered in"},
 		{"TLS with the wrong CA", LinkOptions{Server: tlsURL, CAFile: otherCA}, false, "the server's certificate is not trusted, not even with --ca-file"},
