@@ -35,10 +35,12 @@ func TestMain(m *testing.M) {
 //	send          send N messages, print "sent ID" each, wait for their acks, print "acked", hang
 //	send-offline  send N messages (server unreachable), print "sent ID" each, then "stored", hang
 //	collect       print "reply ID" for each reply; when nothing is pending print "done" and exit
+//	notice        for each notice print "notice ID", confirm it (NoticeShown), print "shown ID"
 func childMain(mode string) int {
 	n, _ := strconv.Atoi(os.Getenv("TERMLINK_CHILD_N"))
 	c, err := link.NewClient(link.ClientConfig{URL: os.Getenv("TERMLINK_CHILD_URL"), PeerID: "rebooted-dev",
-		StateDir: os.Getenv("TERMLINK_CHILD_STATE"), RetryInitial: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard})
+		StateDir: os.Getenv("TERMLINK_CHILD_STATE"), RetryInitial: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard,
+		Capabilities: append(link.DefaultCapabilities(), link.CapNotice)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
@@ -78,6 +80,18 @@ func childMain(mode string) int {
 		for range c.Events() { // keep reading until killed
 		}
 		select {}
+	case "notice":
+		for e := range c.Events() {
+			if e.Kind == link.EventNotice {
+				say("notice %s", e.Notice.NoticeID)
+				if err := c.NoticeShown(e.Notice.NoticeID); err != nil {
+					fmt.Fprintln(os.Stderr, "child: NoticeShown:", err)
+					return 2
+				}
+				say("shown %s", e.Notice.NoticeID)
+			}
+		}
+		return 1
 	case "collect":
 		for e := range c.Events() {
 			if e.Kind == link.EventReply {

@@ -42,6 +42,7 @@ var (
 	ErrUnknownMessage = errors.New("link: no unanswered message with that id")
 	ErrNotAnswered    = errors.New("link: no final answer of that message waits for confirmation")
 	ErrBlankText      = errors.New("link: message text is blank")
+	ErrUnknownNotice  = errors.New("link: no notice with that id was received")
 )
 
 // ClientConfig configures a Client. URL, PeerID and either StateDir or
@@ -72,8 +73,15 @@ type ClientConfig struct {
 	// tests). The caller closes it.
 	Outbox Outbox
 
-	// Capabilities listed in connect (default: text, progress, cancel).
+	// Capabilities listed in connect (default: DefaultCapabilities()).
+	// List CapNotice to get notices (EventNotice) and CapScreen to send
+	// screen mirrors (SetScreen).
 	Capabilities []string
+	// Board, Version and Tags go in connect for the server's device
+	// registry: the board profile's name, the software version, and
+	// operator tags such as {"site": "lobby"}.
+	Board, Version string
+	Tags           map[string]string
 
 	// Heartbeat is the ping interval until the server's connected frame
 	// gives heartbeat_seconds (default 30s).
@@ -142,6 +150,12 @@ type ClientStats struct {
 	Busy             int64 // messages refused with code busy (resent after a backoff)
 	Pending          int   // messages in the outbox now
 	Unconfirmed      int   // final answers waiting for Delivered now
+	Notices          int64 // notice frames received (first sends and resends)
+	NoticesExpired   int64 // notices received past their expiry: not shown, not acked
+	NoticesReacked   int64 // notices received again after they were shown: acked again, not shown
+	NoticeAcks       int64 // notice_ack frames written (first acks and re-acks)
+	Screens          int64 // screen frames written
+	ScreensCoalesced int64 // screens replaced by a newer one before they were sent
 	QueuedEvents     int   // events waiting for the caller now
 	MaxQueuedEvents  int   // the most events that waited at once
 	DroppedEvents    int64 // events coalesced or dropped by the queue's bounds
@@ -192,6 +206,16 @@ type Client struct {
 	sess     *session           // the connected session, if any
 	status   Status
 
+	// Notices and the screen mirror (see notices.go); guarded by mu.
+	shown    *shownStore          // ids of the notices drawn, kept in the state dir
+	received map[string]time.Time // notices handed to the caller, not yet shown: their expiry
+	recvList []string             // received's ids, oldest first (bounds it)
+	acks     []string             // notice_ack frames to send once connected
+	screen   *Screen              // the latest screen (SetScreen)
+	screenQ  bool                 // screen not sent yet on the live session
+
+	notices, noticesExpired, noticesReacked, noticeAcks, screens, screensCoalesced atomic.Int64
+
 	dials, sessions, sent, resent, replies, dupReplies, busy atomic.Int64
 }
 
@@ -217,7 +241,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	log = log.With("peer_id", cfg.PeerID)
 	c := &Client{cfg: cfg, log: log, queue: newEventQueue(cfg.Window), events: make(chan Event, cfg.EventBuffer),
-		closing: make(chan struct{}), runDone: make(chan struct{}), msgs: map[string]*outMsg{}}
+		closing: make(chan struct{}), runDone: make(chan struct{}), msgs: map[string]*outMsg{}, received: map[string]time.Time{}}
 	if c.dialer, err = cfg.dialer(); err != nil {
 		return nil, err
 	}
@@ -234,6 +258,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		}
 		c.outbox, c.ownsBox = fo, true
 	}
+	c.shown = openShownStore(cfg.StateDir, log, time.Now)
 	for _, e := range c.outbox.Pending() {
 		c.seq++
 		m := &outMsg{id: e.ID, text: e.Text, seq: c.seq}
@@ -301,7 +326,7 @@ func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
 		cfg.Window = DefaultWindow
 	}
 	if cfg.Capabilities == nil {
-		cfg.Capabilities = []string{CapText, CapProgress, CapCancel}
+		cfg.Capabilities = DefaultCapabilities()
 	}
 	return cfg, nil
 }
@@ -477,6 +502,8 @@ func (c *Client) Stats() ClientStats {
 	return ClientStats{Dials: c.dials.Load(), Sessions: c.sessions.Load(), Sent: c.sent.Load(),
 		Resent: c.resent.Load(), Replies: c.replies.Load(), DuplicateReplies: c.dupReplies.Load(),
 		Busy: c.busy.Load(), Pending: pending, Unconfirmed: unconf,
+		Notices: c.notices.Load(), NoticesExpired: c.noticesExpired.Load(), NoticesReacked: c.noticesReacked.Load(),
+		NoticeAcks: c.noticeAcks.Load(), Screens: c.screens.Load(), ScreensCoalesced: c.screensCoalesced.Load(),
 		QueuedEvents: queued, MaxQueuedEvents: high, DroppedEvents: dropped}
 }
 
@@ -773,6 +800,7 @@ func (c *Client) register(s *session) {
 		}
 	}
 	c.sess = s
+	c.screenQ = c.screen != nil // the server gets the current screen on every connect
 }
 
 // compactLocked drops the confirmed messages from c.list.

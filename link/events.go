@@ -66,6 +66,14 @@ const (
 	// cannot be written and messages are kept in memory; nil: durable
 	// again). See FallbackOutbox.
 	EventStorage
+	// EventNotice: the server pushed a notice (Notice; Expires is its
+	// parsed expires_at, zero when it does not expire). Only from servers
+	// that got the "notice" capability, never one past its expiry nor one
+	// confirmed with Client.NoticeShown before (the client acks those
+	// again itself). Call NoticeShown once it has been drawn: only then
+	// does the server stop resending it. A notice resent while the event
+	// waits in the queue replaces it there.
+	EventNotice
 )
 
 func (k EventKind) String() string {
@@ -82,6 +90,8 @@ func (k EventKind) String() string {
 		return "error"
 	case EventStorage:
 		return "storage"
+	case EventNotice:
+		return "notice"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -111,6 +121,11 @@ type Event struct {
 	Ack       *Ack     // EventAck
 	Err       error    // EventError; EventStorage (nil: storage works)
 	Code      string   // EventError: the error frame's code
+
+	// EventNotice: the notice, and its expiry (zero: none, or an
+	// expires_at that did not parse, which the client logs).
+	Notice  *Notice
+	Expires time.Time
 
 	// Final marks the final answer to MessageID (EventReply, or an
 	// EventError refusing the message for good). The message stays in
@@ -144,6 +159,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("ack %s duplicate=%t pending=%t", e.MessageID, e.Ack.Duplicate, e.Ack.Pending)
 	case EventError:
 		return fmt.Sprintf("error %s [%s]: %v", e.MessageID, e.Code, e.Err)
+	case EventNotice:
+		return fmt.Sprintf("notice %s [%s]: %q", e.Notice.NoticeID, e.Notice.Priority, e.Notice.Text)
 	case EventStorage:
 		if e.Err == nil {
 			return "storage durable"
@@ -155,8 +172,9 @@ func (e Event) String() string {
 
 // Bounds of the event queue (besides final answers, see eventQueue).
 const (
-	maxQueuedStates  = 8 // state events; past it the oldest queued one goes
-	maxQueuedNotices = 8 // non-final error events; past it the oldest goes
+	maxQueuedStates  = 8  // state events; past it the oldest queued one goes
+	maxQueuedNotices = 8  // non-final error events; past it the oldest goes
+	maxQueuedPushes  = 32 // EventNotice; past it the oldest goes (the server resends it after a reconnect)
 )
 
 // eventQueue holds the events the caller has not read yet, in order, and
@@ -172,10 +190,13 @@ const (
 //   - state events: at most maxQueuedStates queued (the oldest goes; the
 //     caller always gets the latest state);
 //   - other errors: at most maxQueuedNotices (the oldest goes);
-//   - storage: only the latest.
+//   - storage: only the latest;
+//   - server notices (EventNotice): coalesced per notice id, at most
+//     maxQueuedPushes (the oldest goes; not acked, the server resends it
+//     after the next reconnect).
 //
 // So the queue holds at most 3*window + maxQueuedStates +
-// maxQueuedNotices + 1 events while the caller confirms its final answers.
+// maxQueuedNotices + maxQueuedPushes + 1 events while the caller confirms its final answers.
 // A single dispatcher hands the events to the Events channel in order.
 type eventQueue struct {
 	window int
@@ -201,6 +222,7 @@ const (
 	classState
 	classNotice
 	classStorage
+	classPush
 )
 
 func classOf(e *Event) eventClass {
@@ -215,6 +237,8 @@ func classOf(e *Event) eventClass {
 		return classState
 	case e.Kind == EventStorage:
 		return classStorage
+	case e.Kind == EventNotice:
+		return classPush
 	}
 	return classNotice
 }
@@ -229,6 +253,8 @@ func (q *eventQueue) limit(c eventClass) int {
 		return maxQueuedNotices
 	case classStorage:
 		return 1
+	case classPush:
+		return maxQueuedPushes
 	}
 	return -1 // classFinal: bounded by the window through Client.Delivered
 }
@@ -267,9 +293,19 @@ func (q *eventQueue) push(e Event) {
 	}
 }
 
-// coalesce replaces a queued progress or ack event of the same message by
-// e, in place; false when there is none.
+// coalesce replaces a queued progress or ack event of the same message
+// (a notice of the same id) by e, in place; false when there is none.
 func (q *eventQueue) coalesce(class eventClass, e Event) bool {
+	if class == classPush {
+		for i := range q.q {
+			if q.q[i].Kind == EventNotice && q.q[i].Notice.NoticeID == e.Notice.NoticeID {
+				q.q[i] = e
+				q.dropped++
+				return true
+			}
+		}
+		return false
+	}
 	if (class != classProgress && class != classAck) || e.MessageID == "" {
 		return false
 	}

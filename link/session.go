@@ -42,6 +42,8 @@ type session struct {
 	busyB     *backoff.ExponentialBackOff // paces resends after busy; nil until the first
 	busyUntil time.Time                   // no message is sent before this
 	busyT     *time.Timer                 // fires at busyUntil
+	screenAt  time.Time                   // when the last screen frame went
+	screenT   *time.Timer                 // fires when a held-back screen is due
 }
 
 func newSession(c *Client, ws *websocket.Conn) *session {
@@ -99,6 +101,9 @@ func (s *session) run(ctx context.Context) (up time.Duration, reason string) {
 	s.busyT = time.NewTimer(time.Hour)
 	s.busyT.Stop()
 	defer s.busyT.Stop()
+	s.screenT = time.NewTimer(time.Hour)
+	s.screenT.Stop()
+	defer s.screenT.Stop()
 	pingFrame := MustEncode(&Ping{})
 	for {
 		if !s.pump() {
@@ -109,6 +114,7 @@ func (s *session) run(ctx context.Context) (up time.Duration, reason string) {
 			s.handle(f)
 		case <-s.kick:
 		case <-s.busyT.C:
+		case <-s.screenT.C:
 		case <-ping.C:
 			s.write(pingFrame)
 		case <-s.dead:
@@ -124,7 +130,8 @@ func (s *session) run(ctx context.Context) (up time.Duration, reason string) {
 func (s *session) handshake(ctx context.Context) (*Connected, string) {
 	c := s.c
 	if !s.write(MustEncode(&Connect{PeerID: c.cfg.PeerID, DeviceName: c.cfg.DeviceName,
-		Capabilities: c.cfg.Capabilities, ThreadID: c.cfg.ThreadID, UserID: c.cfg.UserID})) {
+		Capabilities: c.cfg.Capabilities, ThreadID: c.cfg.ThreadID, UserID: c.cfg.UserID,
+		Board: c.cfg.Board, Version: c.cfg.Version, Tags: c.cfg.Tags})) {
 		return nil, s.reason()
 	}
 	t := time.NewTimer(c.cfg.ConnectTimeout)
@@ -251,16 +258,18 @@ func describeIOError(op string, err error, wait time.Duration) string {
 	return op + ": " + err.Error()
 }
 
-// pump sends queued cancels and as many queued messages as the window
-// allows (messages in flight on this connection plus answers waiting for
-// the caller's confirmation), unless a busy answer holds sending back;
-// false when the connection died meanwhile.
+// pump sends queued notice acks, the screen (when one is due), queued
+// cancels and as many queued messages as the window allows (messages in
+// flight on this connection plus answers waiting for the caller's
+// confirmation), unless a busy answer holds sending back; false when the
+// connection died meanwhile.
 func (s *session) pump() bool {
 	c := s.c
-	var frames [][]byte
 	msgs := 0
-	holding := time.Now().Before(s.busyUntil)
+	now := time.Now()
+	holding := now.Before(s.busyUntil)
 	c.mu.Lock()
+	frames, acks, screen, screenWait := c.pendingPushLocked(s, now)
 	for _, id := range s.cancels {
 		frames = append(frames, MustEncode(&Cancel{MessageID: id}))
 	}
@@ -284,6 +293,13 @@ func (s *session) pump() bool {
 		s.toSend = nil
 	}
 	c.mu.Unlock()
+	if screenWait > 0 {
+		s.screenT.Reset(screenWait)
+	}
+	c.noticeAcks.Add(int64(acks))
+	if screen {
+		c.screens.Add(1)
+	}
 	for _, b := range frames {
 		if !s.write(b) {
 			return false
@@ -329,6 +345,8 @@ func (s *session) handle(f Frame) {
 		if _, ok := s.inflight[f.MessageID]; ok {
 			c.emit(Event{Kind: EventProgress, MessageID: f.MessageID, Text: f.Text})
 		}
+	case *Notice:
+		c.notice(s, f)
 	case *Error:
 		s.handleError(f)
 	case *Ping:

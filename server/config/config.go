@@ -58,6 +58,7 @@ type Config struct {
 	DedupeCacheBytes  int64              // memory for cached replies (dedupe); idle sessions are evicted and reloaded from disk; default 64 MiB
 	Channels          map[string]Channel // by channel id
 	Agents            map[string]Agent   // by agent name; always holds "echo"
+	Admin             Admin              // operator API tokens; none: loopback clients only
 }
 
 // Channel is one channel devices connect to.

@@ -226,7 +226,7 @@ func (w *walker) config(root *node) *Config {
 		Channels:          map[string]Channel{},
 		Agents:            map[string]Agent{},
 	}
-	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes", "channels", "agents")
+	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes", "channels", "agents", "admin")
 	if f == nil {
 		return nil
 	}
@@ -260,6 +260,9 @@ func (w *walker) config(root *node) *Config {
 	if e, ok := f["dedupeCacheBytes"]; ok {
 		n, _ := w.integer(join("", e.key), e.val, 1<<20, noMax)
 		cfg.DedupeCacheBytes = int64(n)
+	}
+	if e, ok := f["admin"]; ok {
+		cfg.Admin = w.admin(join("", e.key), e.val)
 	}
 
 	// Agents first, so channels can be checked against them.

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"termlink/server/fanout"
 )
 
 // Event names of the terminal channel spec.
@@ -105,6 +107,7 @@ type Log struct {
 	maxBytes int
 	next     uint64 // seq of the next event
 	last     time.Time
+	live     fanout.Hub[Event] // Subscribe: every event as it is added
 }
 
 // NewLog keeps the newest size events, within DefaultMaxBytes.
@@ -148,6 +151,7 @@ func (l *Log) Add(e Event) {
 	l.bytes += sz
 	l.next++
 	l.last = e.At
+	l.live.Publish(e) // under mu: subscribers see seq order
 }
 
 // Recent returns up to limit newest events, oldest first (newest last).

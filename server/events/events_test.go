@@ -144,3 +144,25 @@ func FuzzTruncate(f *testing.F) {
 		}
 	})
 }
+
+func TestSubscribe(t *testing.T) {
+	l := NewLog(10)
+	l.Add(Event{Event: "before"})
+	s := l.Subscribe(2)
+	defer s.Close()
+	l.Add(Event{Event: "one", Detail: strings.Repeat("x", 500)})
+	l.Add(Event{Event: "two"})
+	if e := <-s.C(); e.Event != "one" || e.Seq != 1 || len(e.Detail) > MaxFieldBytes {
+		t.Fatalf("first streamed event %+v", e)
+	}
+	if e := <-s.C(); e.Event != "two" || e.Seq != 2 {
+		t.Fatalf("second streamed event %+v", e)
+	}
+	for range 3 { // one more than the buffer: dropped, Add never waits
+		l.Add(Event{Event: "more"})
+	}
+	<-s.Done()
+	if !s.Lagged() {
+		t.Fatal("subscriber that fell behind is not marked lagged")
+	}
+}

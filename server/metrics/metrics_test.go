@@ -43,3 +43,22 @@ termlink_run_seconds_count{channel="terminal-dev"} 3
 		t.Fatal("Value/Count disagree with the text")
 	}
 }
+
+func TestGaugeFunc(t *testing.T) {
+	var r Registry
+	n := int64(2)
+	r.NewGaugeFunc("termserver_devices_online", "Devices online.", []string{"channel", "tag"}, func(emit func(int64, ...string)) {
+		emit(n, "terminal-dev", "")
+		emit(1, "terminal-dev", `site=lo"bby`)
+	})
+	var b strings.Builder
+	r.WriteText(&b)
+	want := `# HELP termserver_devices_online Devices online.
+# TYPE termserver_devices_online gauge
+termserver_devices_online{channel="terminal-dev",tag=""} 2
+termserver_devices_online{channel="terminal-dev",tag="site=lo\"bby"} 1
+`
+	if b.String() != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
