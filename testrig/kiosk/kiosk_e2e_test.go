@@ -310,6 +310,12 @@ func sameScreen(glass, mirror []string) bool {
 	return true
 }
 
+// setValue sets a form control's value as typing would (chromedp's
+// SetValue refuses some inputs).
+func setValue(sel, value string) chromedp.Action {
+	return chromedp.Evaluate(fmt.Sprintf(`(() => { const e = document.querySelector(%q); e.value = %q; e.dispatchEvent(new Event('input', {bubbles: true})); return true })()`, sel, value), nil)
+}
+
 func peerRow(peerID string, online bool) string {
 	return fmt.Sprintf(`!!document.querySelector('[data-testid=peer-row][data-peer-id=%q][data-online="%t"]')`, peerID, online)
 }
@@ -345,7 +351,7 @@ func TestConsoleInChromium(t *testing.T) {
 	b.screenshot("00-login-refused")
 
 	// Log in; both kiosks are online.
-	b.must("logging in", chromedp.SetValue(`#token`, "", chromedp.ByQuery), chromedp.SendKeys(`#token`, adminToken, chromedp.ByQuery),
+	b.must("logging in", setValue(`#token`, ""), chromedp.SendKeys(`#token`, adminToken, chromedp.ByQuery),
 		chromedp.Click(`#login-button`, chromedp.ByQuery))
 	b.waitFor("the fleet is shown", `!document.getElementById('fleet-view').hidden`)
 	b.waitFor("the live stream is connected", `document.getElementById('stream-state').textContent === 'live'`)
@@ -363,7 +369,7 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.Click(`[data-testid=target-tag]`, chromedp.ByQuery),
 		chromedp.SendKeys(`#notice-tag`, "site:lobby", chromedp.ByQuery),
 		chromedp.SendKeys(`#notice-text`, text, chromedp.ByQuery),
-		chromedp.SetValue(`#notice-form [name=display_seconds]`, "120", chromedp.ByQuery),
+		setValue(`#notice-form [name=display_seconds]`, "120"),
 		chromedp.Click(`#notice-send`, chromedp.ByQuery))
 	b.waitFor("the console confirms the notice", `/queued for 1 device \(1 online\)/.test(document.getElementById('notice-result').textContent)`)
 	b.screenshot("02-notice-sent")

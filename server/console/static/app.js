@@ -502,9 +502,9 @@
       }))) : [el('li', { class: 'hint', text: 'Nothing running.' })]));
     const notices = d.notices || [];
     $('peer-notices').replaceChildren(...(notices.length ? notices.map((n) => el('li', { 'data-testid': 'peer-notice', 'data-notice-id': n.notice_id, 'data-state': n.state },
-      el('span', { class: 'badge' + (n.priority === 'alert' ? '' : ' on'), text: n.priority || 'info' }),
+      el('span', { class: `badge ${n.priority === 'alert' ? 'alert' : 'info'}`, text: n.priority || 'info' }),
       el('span', { text: n.text }),
-      el('span', { class: 'sub', text: `${n.state}${n.sent_at ? ', sent ' + fmtTime(n.sent_at) : ''}, expires ${fmtTime(n.expires_at)}` }),
+      el('span', { class: 'sub', text: [n.state, n.sent_at && `sent ${fmtTime(n.sent_at)}`, `expires ${fmtTime(n.expires_at)}`].filter(Boolean).join(' · ') }),
       (n.state === 'pending' || n.state === 'sent') ? el('button', {
         type: 'button', text: 'Withdraw', 'aria-label': `Withdraw notice ${n.notice_id}`,
         onclick: (ev) => act(ev.currentTarget, 'DELETE', `${base}/notices/${enc(n.notice_id)}`),
