@@ -322,10 +322,12 @@
     return true;
   }
 
+  // scheduleDraw redraws the fleet soon, at most about 6 times a second
+  // however many peer events arrive (a large fleet sends many).
   function scheduleDraw() {
     if (state.drawPending) return;
     state.drawPending = true;
-    requestAnimationFrame(() => { state.drawPending = false; drawFleet(); });
+    setTimeout(() => requestAnimationFrame(() => { state.drawPending = false; drawFleet(); }), 150);
   }
 
   function drawFleet() {
