@@ -3,20 +3,24 @@ package device
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"termlink/display/console"
+	"termlink/link"
 )
 
 // ConsoleView draws the model on a VT100 console (display/console): each
 // new conversation entry once, the link state in the status line and the
-// agent's progress (or the queue) beside it. The console edits the input
-// line itself.
+// agent's progress (or the queue) beside it. A server notice shows in the
+// status line ("NOTICE: ..." or "ALERT: ...") while it is on. The console
+// edits the input line itself.
 type ConsoleView struct {
 	Console *console.Console
 	shown   uint64 // Seq of the last entry added to the console
 	status  string
 	act     string
+	rows    []string // what Mirror reports: the status line and the activity
 }
 
 // Render implements View.
@@ -36,6 +40,13 @@ func (v *ConsoleView) Render(_ context.Context, m *Model, now time.Time) error {
 		}
 	}
 	status := m.LinkText(now)
+	if o := m.Overlay; o.Kind == OverlayNotice {
+		label := "NOTICE: "
+		if o.Alert {
+			label = "ALERT: "
+		}
+		status = label + o.Text + " | " + status
+	}
 	if n := m.Queued(); n > 0 {
 		status += fmt.Sprintf(" | %d queued", n)
 	}
@@ -57,5 +68,14 @@ func (v *ConsoleView) Render(_ context.Context, m *Model, now time.Time) error {
 		v.act = act
 		v.Console.SetActivity(act)
 	}
+	v.rows = append(v.rows[:0], status)
+	if act != "" {
+		v.rows = append(v.rows, act)
+	}
 	return nil
+}
+
+// Mirror implements Mirror: the status line and the activity line.
+func (v *ConsoleView) Mirror() link.Screen {
+	return link.Screen{Rows: slices.Clone(v.rows), Backlight: true}
 }

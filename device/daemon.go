@@ -46,8 +46,20 @@ type Daemon struct {
 	Watchdog time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Kiosk is the kiosk behaviour: notices, idle screen, backlight.
+	Kiosk Kiosk
+	// Gate, when set, is the KeyGate on the keypad's events: the key that
+	// dismisses a notice or wakes the screen types nothing. Without it an
+	// input dismisses and wakes and is then handled as usual.
+	Gate *KeyGate
 
 	m Model
+}
+
+// Mirror is implemented by views that can say what the display shows
+// now, for the server's screen mirror (link.Client.SetScreen).
+type Mirror interface {
+	Mirror() link.Screen
 }
 
 // ErrQuit is returned by Run when the user asked to stop.
@@ -84,20 +96,42 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.m.Sent(e.ID, e.Text)
 	}
 	var undrawn []string // final answers applied, not drawn yet
+	k := newKiosk(d.Kiosk, now())
+	kt := time.NewTimer(time.Hour)
+	defer kt.Stop()
+	gate := d.Gate
+	if gate == nil {
+		gate = NewKeyGate() // never fed: inputs wake instead
+	}
 	render := func() {
+		next, armed := k.step(&d.m, now())
+		gate.armed.Store(armed)
+		if next.IsZero() {
+			kt.Stop()
+		} else {
+			kt.Reset(max(next.Sub(now()), time.Millisecond))
+		}
 		if err := d.View.Render(ctx, &d.m, now()); err != nil {
 			if ctx.Err() == nil {
 				log.Warn("drawing the screen", "err", err)
 			}
 			return
 		}
-		// Drawn: the answers may leave the outbox.
+		// Drawn: the answers may leave the outbox, the notice is shown.
 		for _, id := range undrawn {
 			if err := d.Client.Delivered(id); err != nil {
 				log.Warn("confirming an answer to the outbox", "message_id", id, "err", err)
 			}
 		}
 		undrawn = undrawn[:0]
+		if id := k.drawn(&d.m); id != "" {
+			if err := d.Client.NoticeShown(id); err != nil {
+				log.Warn("confirming a notice", "notice_id", id, "err", err)
+			}
+		}
+		if mv, ok := d.View.(Mirror); ok {
+			d.Client.SetScreen(mv.Mirror())
+		}
 	}
 	render()
 	notify("READY=1")
@@ -120,6 +154,9 @@ loop:
 				break loop // the client stopped
 			}
 			d.m.Apply(ev)
+			if ev.Kind == link.EventNotice {
+				k.add(ev, now())
+			}
 			if ev.Final {
 				undrawn = append(undrawn, ev.MessageID)
 			}
@@ -139,11 +176,25 @@ loop:
 				quit = ErrQuit
 				break loop
 			}
+			if d.Gate == nil && gate.armed.Load() {
+				k.wake(now()) // no gate: the input wakes, then counts
+			}
+			k.touch(now())
 			d.handle(ctx, in, log)
 			render()
+		case <-gate.woke:
+			k.wake(now())
+			render()
+		case <-gate.active:
+			k.touch(now())
+			if d.m.Overlay.Kind != OverlayNone || d.m.Dark {
+				render()
+			}
+		case <-kt.C:
+			render()
 		case <-tick.C:
-			if d.m.Link == link.StateWaiting || len(undrawn) > 0 {
-				render() // the countdown, or a draw that failed
+			if d.m.Link == link.StateWaiting || len(undrawn) > 0 || d.m.Overlay.Kind == OverlayIdle {
+				render() // the countdown, a draw that failed, the clock
 			}
 		case <-watchdog:
 			notify("WATCHDOG=1")

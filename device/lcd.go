@@ -2,12 +2,15 @@ package device
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
 
 	"termlink/display"
 	"termlink/link"
+
+	pdisplay "periph.io/x/conn/v3/display"
 )
 
 // View draws the model.
@@ -29,9 +32,19 @@ type View interface {
 // In the conversation a user's message starts with '>' once the server has
 // it, '^' while it is queued (offline or not yet acknowledged) and '!' when
 // it was refused; termd's own notices start with '-'.
+//
+// A notice (Model.Overlay) takes the whole screen, an alert starting with
+// "!"; the idle screen shows its text or a clock. Model.Dark turns the
+// backlight off when the screen has one (hd44780.Dev does).
 type LCDView struct {
 	Screen display.Screen
 	frame  *display.Frame
+	light  *bool // the backlight as last set; nil: not yet
+}
+
+// backlighter is a screen with a backlight switch (hd44780.Dev).
+type backlighter interface {
+	Backlight(pdisplay.Intensity) error
 }
 
 // statusCells is the width of the status field.
@@ -45,6 +58,13 @@ func (v *LCDView) Render(ctx context.Context, m *Model, now time.Time) error {
 	}
 	f := v.frame
 	f.Clear()
+	if m.Overlay.Kind != OverlayNone {
+		v.overlay(m, rows, cols, now)
+		if err := v.Screen.Draw(ctx, f); err != nil {
+			return err
+		}
+		return v.backlight(m)
+	}
 	page := rows - 1
 	if page < 1 {
 		page = 1
@@ -58,7 +78,67 @@ func (v *LCDView) Render(ctx context.Context, m *Model, now time.Time) error {
 		}
 	}
 	f.SetLine(rows-1, v.bottom(m, cols, now))
-	return v.Screen.Draw(ctx, f)
+	if err := v.Screen.Draw(ctx, f); err != nil {
+		return err
+	}
+	return v.backlight(m)
+}
+
+// overlay lays out a notice or the idle screen on the whole frame.
+func (v *LCDView) overlay(m *Model, rows, cols int, now time.Time) {
+	o := m.Overlay
+	text := o.Text
+	if o.Kind == OverlayIdle && text == "" {
+		clock := []string{now.Format("15:04"), now.Format("Mon 2 Jan")}
+		top := max((rows-len(clock))/2, 0)
+		for i, l := range clock {
+			if top+i < rows {
+				pad := max((cols-utf8.RuneCountInString(l))/2, 0)
+				v.frame.SetLine(top+i, fmt.Sprintf("%*s%s", pad, "", l))
+			}
+		}
+		return
+	}
+	if o.Alert {
+		text = "! " + text
+	}
+	lines := display.Wrap(display.Fold(v.Screen, text), cols)
+	if len(lines) > rows {
+		lines = lines[:rows]
+	}
+	v.frame.SetLines(lines)
+}
+
+// backlight switches the backlight to !m.Dark when it changed (screens
+// without one are left alone).
+func (v *LCDView) backlight(m *Model) error {
+	on := !m.Dark
+	b, ok := v.Screen.(backlighter)
+	if !ok || (v.light != nil && *v.light == on) {
+		return nil
+	}
+	level := pdisplay.Intensity(0)
+	if on {
+		level = 255
+	}
+	if err := b.Backlight(level); err != nil {
+		if errors.Is(err, pdisplay.ErrNotImplemented) {
+			v.light = &on // no backlight pin: nothing to switch
+			return nil
+		}
+		return fmt.Errorf("switching the backlight: %w", err)
+	}
+	v.light = &on
+	return nil
+}
+
+// Mirror implements Mirror: the rows last drawn, and the backlight.
+func (v *LCDView) Mirror() link.Screen {
+	s := link.Screen{Backlight: v.light == nil || *v.light}
+	if v.frame != nil {
+		s.Rows = v.frame.Lines()
+	}
+	return s
 }
 
 // conversation wraps the entries into lines, and gives the Seq of the

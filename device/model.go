@@ -69,6 +69,12 @@ type Model struct {
 	// kept in memory; empty while storage works.
 	Storage string
 
+	// Overlay is what takes over the screen (a notice, the idle screen);
+	// Dark turns the backlight off (idle, or an alert's blink). Set by the
+	// daemon's kiosk behaviour (see Kiosk).
+	Overlay Overlay
+	Dark    bool
+
 	seq   uint64
 	pager pager
 }

@@ -16,6 +16,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /api/channels/{channel_id}/events", s.serveEvents)
 	mux.HandleFunc("GET /api/channels", s.serveChannels)
 	mux.HandleFunc("GET /api/status", s.serveStatus)
+	s.noticeRoutes(mux) // notices_api.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if ok, reason := s.rt.health(); !ok {

@@ -106,6 +106,7 @@ type Runtime struct {
 	channels map[string]*channel
 	order    []string // channel ids, sorted
 	metrics  *serverMetrics
+	notices  *Notices // the notice mailboxes (notices.go)
 
 	runPrefix string
 	runSeq    atomic.Uint64

@@ -110,13 +110,19 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		store.Close()
 		return nil, err
 	}
-	closeLogs := func() {
-		_ = jrnl.close()
-		_ = store.Close()
-	}
 	rt := &Runtime{
 		log: log, bus: bus.New(4096), store: store, journal: jrnl, admission: newAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
+	}
+	if rt.notices, err = openNotices(filepath.Join(cfg.Workspace, "notices"), rt.noticeOptions(opt.NoSync, log)); err != nil {
+		_ = jrnl.close()
+		store.Close()
+		return nil, err
+	}
+	closeLogs := func() {
+		_ = rt.notices.Close()
+		_ = jrnl.close()
+		_ = store.Close()
 	}
 	rt.dedupe = newDedupe(opt.DedupePerSession, dedupeBytes, rt.loadRecent)
 	s := &Server{cfg: cfg, log: log, rt: rt, started: time.Now()}
@@ -133,7 +139,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		r := built[chCfg.Agent]
 		if r == nil {
 			if r = opt.Runners[chCfg.Agent]; r == nil {
-				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent], cfg.Workspace, agentProcs, log)
+				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent], cfg.Workspace, agentProcs, s.pushFromAgent, log)
 				if err != nil {
 					s.closeRunners(built)
 					closeLogs()
@@ -170,7 +176,8 @@ func (s *Server) closeRunners(m map[string]agent.Runner) {
 }
 
 // newRunner builds the runner of a configured agent.
-func newRunner(name string, a config.Agent, workspace string, reg *procs.Registry, log *slog.Logger) (agent.Runner, error) {
+// push takes what an agent sends outside a turn (a notice for the session's peer).
+func newRunner(name string, a config.Agent, workspace string, reg *procs.Registry, push func(sessionKey, text string), log *slog.Logger) (agent.Runner, error) {
 	log = log.With("agent", name)
 	switch {
 	case a.Builtin != nil:
@@ -179,9 +186,9 @@ func newRunner(name string, a config.Agent, workspace string, reg *procs.Registr
 		}
 		return agent.Echo{Delay: time.Duration(a.Builtin.DelayMs) * time.Millisecond}, nil
 	case a.Terminal != nil:
-		return terminal.New(name, *a.Terminal, terminal.Options{Logger: log, Procs: reg})
+		return terminal.New(name, *a.Terminal, terminal.Options{Logger: log, Procs: reg, Push: push})
 	case a.Nuum != nil:
-		return nuum.New(name, *a.Nuum, nuum.Options{Logger: log, Procs: reg})
+		return nuum.New(name, *a.Nuum, nuum.Options{Logger: log, Procs: reg, Push: push})
 	case a.Harness != nil:
 		return harness.New(name, *a.Harness, harness.Options{Workspace: workspace, Logger: log, Procs: reg})
 	}
@@ -286,7 +293,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		for _, r := range s.runners {
 			_ = r.Close()
 		}
-		err = errors.Join(s.rt.journal.close(), s.rt.store.Close())
+		err = errors.Join(s.rt.notices.Close(), s.rt.journal.close(), s.rt.store.Close())
 	})
 	return err
 }

@@ -317,6 +317,8 @@ func (c *wsConn) handle(data []byte) {
 		}
 	case *link.Cancel:
 		c.handleCancel(f)
+	case *link.NoticeAck:
+		c.handleNoticeAck(f)
 	default:
 		c.reject("", link.CodeBadFrame, fmt.Sprintf("Unsupported websocket frame type: %s (sent by the server, not by a terminal)", f.FrameType()))
 	}
@@ -378,6 +380,8 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 			c.progress = true
 		case link.CapCancel:
 			c.cancel = true
+		case link.CapNotice:
+			c.notice = true
 		}
 	}
 	// Registered first, so /api/status counts the peer by the time the
@@ -387,6 +391,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 		a.rt.metrics.connections.Add(a.id, 1)
 	}
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
+	c.noticesOnConnect(f)
 	a.rt.metrics.connects.Inc(a.id)
 	a.ch.events.Add(events.Event{Event: events.TerminalConnected, PeerID: f.PeerID, SessionID: c.sessionKey,
 		Detail: fmt.Sprintf("device_name=%q capabilities=%v remote=%s", f.DeviceName, f.Capabilities, c.remote)})

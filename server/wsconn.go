@@ -56,7 +56,7 @@ type wsConn struct {
 
 	// Set by the reader at connect, before register publishes c.
 	peerID, threadID, userID, deviceName, sessionKey string
-	progress, cancel                                 bool
+	progress, cancel, notice                         bool
 	caps                                             []string
 
 	// Reader-only (the connection's goroutine and its steps, in turn).
@@ -67,6 +67,7 @@ type wsConn struct {
 	stepDone    chan bool     // where the running step reports
 	rate        *tokenBucket
 	routes      routeMemory
+	noticeSeq   uint64 // writer-only: the last notice this connection sent (notices_conn.go)
 
 	space      chan struct{} // cap 1: the writer took the reader's frames, or stopped
 	readerDone chan struct{} // the reader has stopped
@@ -88,6 +89,7 @@ type wsConn struct {
 	stopped    bool          // the close frame is written or a write failed: no writer runs again
 	readerGone bool          // the reader has stopped: only a close frame is still written
 	greeted    bool          // connected is written: replies and progress may go
+	noticesDue bool          // the mailbox may hold notices this connection has not sent
 }
 
 type frameKind uint8
@@ -453,6 +455,10 @@ type batch struct {
 	owed       []string
 	progress   [][]byte
 	closeFrame []byte
+
+	fetchNotices bool     // take due notices from the mailbox (notices_conn.go)
+	notices      [][]byte // encoded notice frames
+	noticeIDs    []string
 }
 
 // writePump is the writer: it takes whatever waits, in order (the
@@ -471,10 +477,12 @@ func (c *wsConn) writePump(done chan struct{}) {
 		}
 		c.mu.Unlock()
 		c.signalSpace()
+		c.takeNotices(&b)
 		if err := c.writeBatch(&b); err != nil {
 			c.fail(err)
 			return
 		}
+		c.sentNotices(&b)
 		b.release()
 		if b.closeFrame != nil {
 			c.mu.Lock()
@@ -518,12 +526,13 @@ func (c *wsConn) take(b *batch) {
 			b.progress = append(b.progress, c.latest[id])
 		}
 		c.latest, c.order = nil, nil
+		b.fetchNotices, c.noticesDue = c.noticesDue, false
 	}
 	b.closeFrame, c.closeFrame = c.closeFrame, nil
 }
 
 func (b *batch) empty() bool {
-	return len(b.frames)+len(b.replies)+len(b.owed)+len(b.progress) == 0 && b.closeFrame == nil
+	return len(b.frames)+len(b.replies)+len(b.owed)+len(b.progress) == 0 && b.closeFrame == nil && !b.fetchNotices
 }
 
 // release lets go of what b held, so an idle connection holds nothing.
@@ -544,6 +553,11 @@ func (c *wsConn) writeBatch(b *batch) error {
 			err = c.ws.WriteMessage(websocket.TextMessage, f.data)
 		}
 		if err != nil {
+			return err
+		}
+	}
+	for _, n := range b.notices {
+		if err := c.ws.WriteMessage(websocket.TextMessage, n); err != nil {
 			return err
 		}
 	}

@@ -83,6 +83,8 @@ type ChannelConfig struct {
 	RatePerPeer           int // messages per second a peer may send, sustained; past it "busy"; default 20, 1..100000
 	RateBurst             int // messages a peer may send at once; default 40, 1..100000
 	ConnectTimeoutSeconds int // a WebSocket that sends no connect within this is closed; default 10, 1..3600
+
+	MaxNoticesPerPeer int // notices a peer's mailbox holds not yet acked; past it the notice API answers 429; 0: 100; 1..10000
 }
 
 // Tokens are the credentials devices must present on a channel. In JSON it

@@ -413,7 +413,7 @@ func (w *walker) channel(path, id string, n *node) (ch Channel, agentKey string,
 func (w *walker) channelConfig(path string, n *node) ChannelConfig {
 	cc := defaultChannelConfig()
 	f := w.fields(path, n, "heartbeatSeconds", "maxMessageChars", "tokens", "sendQueue",
-		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds")
+		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds", "maxNoticesPerPeer")
 	if e, ok := f["heartbeatSeconds"]; ok {
 		cc.HeartbeatSeconds, _ = w.integer(join(path, e.key), e.val, 1, 3600)
 	}
@@ -437,6 +437,9 @@ func (w *walker) channelConfig(path string, n *node) ChannelConfig {
 	}
 	if e, ok := f["connectTimeoutSeconds"]; ok {
 		cc.ConnectTimeoutSeconds, _ = w.integer(join(path, e.key), e.val, 1, 3600)
+	}
+	if e, ok := f["maxNoticesPerPeer"]; ok {
+		cc.MaxNoticesPerPeer, _ = w.integer(join(path, e.key), e.val, 1, 10000)
 	}
 	return cc
 }

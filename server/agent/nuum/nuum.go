@@ -116,6 +116,9 @@ type Options struct {
 	HeartbeatAckOptional bool
 	// Env is added to the agent's environment ("KEY=value").
 	Env []string
+	// Push takes the text of an assistant frame sent outside any turn
+	// (push.go); nil drops it.
+	Push func(sessionKey, text string)
 	// Shell runs the command as Shell -c COMMAND. Default "/bin/sh".
 	Shell string
 	// Procs records the agents' process groups for the reaping after a

@@ -256,7 +256,11 @@ func (p *proc) dispatch(f frame) {
 		if stale {
 			p.staleUntil = time.Time{}
 		}
+		push := k == kindAssistant && !p.awaiting && !time.Now().Before(p.staleUntil)
 		p.mu.Unlock()
+		if push {
+			p.push(f)
+		}
 		if k == kindResult && !stale {
 			p.log.Info("agent sent a result outside a turn; ignored", "subtype", f.Subtype)
 		}

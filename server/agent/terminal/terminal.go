@@ -58,6 +58,9 @@ type Options struct {
 	// Procs records the agents' process groups for the reaping after a
 	// crash; nil records nothing (agents still die with the server).
 	Procs *procs.Registry
+	// Push takes the text of a rich-mode "notice" line (notice.go); nil
+	// drops it.
+	Push func(sessionKey, text string)
 }
 
 // Runner runs a Terminal Protocol v1 agent, one process per message. It
@@ -523,6 +526,8 @@ func (s *runState) handleLine(line []byte) {
 		}
 	case FrameLog:
 		s.log.Log(context.Background(), logLevel(f.Level), "agent log", "text", f.Text)
+	case FrameNotice:
+		s.pushNotice(line)
 	default:
 		// A frame type of a later protocol (or "type": null): not text for
 		// a screen. nanobot ignores it too.

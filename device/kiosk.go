@@ -1,0 +1,273 @@
+package device
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"termlink/device/input"
+	"termlink/link"
+)
+
+// Kiosk configures what a daemon does for a kiosk beyond the chat: server
+// notices take over the screen, and an unattended screen goes idle and
+// dark. The zero value shows notices for DefaultNoticeSeconds and never
+// goes idle or dark.
+type Kiosk struct {
+	// NoticeSeconds is how long a notice that gives no display_seconds
+	// takes over the screen (default DefaultNoticeSeconds).
+	NoticeSeconds int
+	// IdleAfter: after this long without a key the screen shows the
+	// latest notice still unexpired, or IdleText, or a clock (0: never).
+	IdleAfter time.Duration
+	// IdleText is the idle screen's text ("": a clock).
+	IdleText string
+	// BacklightOffAfter: after this long without a key the backlight
+	// goes off (0: never). A notice lights it while it is shown.
+	BacklightOffAfter time.Duration
+	// Blink is how long an alert notice's backlight stays on, and off,
+	// in turn (default DefaultBlink).
+	Blink time.Duration
+}
+
+// Kiosk defaults.
+const (
+	DefaultNoticeSeconds = 15
+	DefaultBlink         = 500 * time.Millisecond
+	maxQueuedNotices     = 32 // notices waiting for the screen; past it the oldest goes (not acked: resent)
+)
+
+// OverlayKind says what has taken over the screen.
+type OverlayKind uint8
+
+// Overlays.
+const (
+	OverlayNone   OverlayKind = iota // the conversation
+	OverlayNotice                    // a server notice (Overlay.Text, Overlay.Alert)
+	OverlayIdle                      // the idle screen: Overlay.Text, or a clock when it is empty
+)
+
+// Overlay is what the screen shows instead of the conversation.
+type Overlay struct {
+	Kind  OverlayKind
+	Text  string
+	Alert bool
+	ID    string // OverlayNotice: the notice id
+}
+
+// KeyGate sits between a keypad and its text entry: while the kiosk
+// shows a notice, its idle screen or a dark backlight, the next key press
+// only dismisses or wakes (it is swallowed, with its release), so it
+// types nothing. It also tells the daemon about every press, which keeps
+// the screen awake. Create it with NewKeyGate; the daemon arms it.
+type KeyGate struct {
+	armed  atomic.Bool
+	active chan struct{} // cap 1: a key was pressed and passed on
+	woke   chan struct{} // cap 1: a key was swallowed to wake or dismiss
+}
+
+// NewKeyGate returns a disarmed gate.
+func NewKeyGate() *KeyGate {
+	return &KeyGate{active: make(chan struct{}, 1), woke: make(chan struct{}, 1)}
+}
+
+// Press reports a key press; true: swallow it (it only woke the kiosk).
+func (g *KeyGate) Press() bool {
+	if g.armed.CompareAndSwap(true, false) {
+		poke(g.woke)
+		return true
+	}
+	poke(g.active)
+	return false
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// GateKeys passes keypad events from in to out through g until ctx ends
+// or in is closed: a press g swallows is dropped with everything of that
+// key up to its release.
+func GateKeys(ctx context.Context, g *KeyGate, in <-chan input.Event, out chan<- input.Event) {
+	swallowed := map[rune]bool{}
+	for {
+		select {
+		case ev, ok := <-in:
+			if !ok {
+				return
+			}
+			switch ev.Kind {
+			case input.KeyDown:
+				if g.Press() {
+					swallowed[ev.Key] = true
+					continue
+				}
+			case input.KeyRepeat:
+				if swallowed[ev.Key] {
+					continue
+				}
+			case input.KeyUp:
+				if swallowed[ev.Key] {
+					delete(swallowed, ev.Key)
+					continue
+				}
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// shownNotice is a notice on its way to the screen.
+type shownNotice struct {
+	n       link.Notice
+	expires time.Time // zero: never
+	acked   bool      // drawn and confirmed to the client
+}
+
+func (s *shownNotice) expired(now time.Time) bool {
+	return !s.expires.IsZero() && !now.Before(s.expires)
+}
+
+// kiosk is the daemon's kiosk state, owned by the daemon's goroutine.
+type kiosk struct {
+	cfg Kiosk
+
+	queue     []*shownNotice // waiting for the screen, in arrival order
+	cur       *shownNotice   // on the screen now
+	curUntil  time.Time
+	last      *shownNotice // the latest notice drawn (for the idle screen)
+	lastInput time.Time
+	blinkOff  bool
+	nextBlink time.Time
+}
+
+func newKiosk(cfg Kiosk, now time.Time) *kiosk {
+	if cfg.NoticeSeconds <= 0 {
+		cfg.NoticeSeconds = DefaultNoticeSeconds
+	}
+	if cfg.Blink <= 0 {
+		cfg.Blink = DefaultBlink
+	}
+	return &kiosk{cfg: cfg, lastInput: now}
+}
+
+// add queues a notice for the screen, unless it is there or queued.
+func (k *kiosk) add(ev link.Event, now time.Time) {
+	n := ev.Notice
+	if n == nil {
+		return
+	}
+	sn := &shownNotice{n: *n, expires: ev.Expires}
+	if sn.expired(now) || (k.cur != nil && k.cur.n.NoticeID == n.NoticeID) ||
+		slices.ContainsFunc(k.queue, func(q *shownNotice) bool { return q.n.NoticeID == n.NoticeID }) {
+		return
+	}
+	k.queue = append(k.queue, sn)
+	if over := len(k.queue) - maxQueuedNotices; over > 0 {
+		k.queue = slices.Delete(k.queue, 0, over)
+	}
+}
+
+// wake is a key press that woke the screen or dismissed a notice.
+func (k *kiosk) wake(now time.Time) {
+	if k.cur != nil {
+		k.end()
+	}
+	k.lastInput = now
+}
+
+// touch is a key press passed on as input.
+func (k *kiosk) touch(now time.Time) { k.lastInput = now }
+
+func (k *kiosk) end() {
+	if k.cur != nil && k.cur.acked {
+		k.last = k.cur
+	}
+	k.cur, k.blinkOff = nil, false
+}
+
+// step brings the kiosk to now: ends a notice whose time is up, puts the
+// next one on the screen, blinks, and sets the model's overlay and
+// backlight. It returns when the next change is due (zero: none) and
+// whether the gate should swallow the next key.
+func (k *kiosk) step(m *Model, now time.Time) (next time.Time, armed bool) {
+	if k.cur != nil && (!now.Before(k.curUntil) || k.cur.expired(now)) {
+		k.end()
+	}
+	for k.cur == nil && len(k.queue) > 0 {
+		sn := k.queue[0]
+		k.queue = slices.Delete(k.queue, 0, 1)
+		if sn.expired(now) {
+			continue
+		}
+		secs := sn.n.DisplaySeconds
+		if secs <= 0 {
+			secs = k.cfg.NoticeSeconds
+		}
+		k.cur, k.curUntil = sn, now.Add(time.Duration(secs)*time.Second)
+		k.nextBlink = now.Add(k.cfg.Blink)
+	}
+	soonest := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	idleFor := now.Sub(k.lastInput)
+	idle := k.cfg.IdleAfter > 0 && idleFor >= k.cfg.IdleAfter
+	dark := k.cfg.BacklightOffAfter > 0 && idleFor >= k.cfg.BacklightOffAfter
+	if !idle && k.cfg.IdleAfter > 0 {
+		soonest(k.lastInput.Add(k.cfg.IdleAfter))
+	}
+	if !dark && k.cfg.BacklightOffAfter > 0 {
+		soonest(k.lastInput.Add(k.cfg.BacklightOffAfter))
+	}
+	m.Overlay = Overlay{}
+	switch {
+	case k.cur != nil:
+		n := &k.cur.n
+		alert := n.Priority == link.PriorityAlert
+		m.Overlay = Overlay{Kind: OverlayNotice, Text: n.Text, Alert: alert, ID: n.NoticeID}
+		soonest(k.curUntil)
+		soonest(k.cur.expires)
+		if alert {
+			for !now.Before(k.nextBlink) {
+				k.blinkOff = !k.blinkOff
+				k.nextBlink = k.nextBlink.Add(k.cfg.Blink)
+				if k.nextBlink.Before(now) { // late: no catching up
+					k.nextBlink = now.Add(k.cfg.Blink)
+				}
+			}
+			soonest(k.nextBlink)
+		}
+		dark = false // a notice lights the screen (an alert blinks it)
+	case idle:
+		m.Overlay = Overlay{Kind: OverlayIdle, Text: k.cfg.IdleText}
+		if l := k.last; l != nil && !l.expired(now) {
+			m.Overlay.Text = l.n.Text
+			soonest(l.expires)
+		}
+	}
+	m.Dark = dark || (k.cur != nil && k.blinkOff)
+	return next, k.cur != nil || idle || dark
+}
+
+// drawn is called after a draw succeeded: the notice on the screen is
+// confirmed to the client (once).
+func (k *kiosk) drawn(m *Model) (confirm string) {
+	if k.cur == nil || k.cur.acked || m.Overlay.Kind != OverlayNotice || m.Overlay.ID != k.cur.n.NoticeID {
+		return ""
+	}
+	k.cur.acked = true
+	k.last = k.cur
+	return k.cur.n.NoticeID
+}

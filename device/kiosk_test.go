@@ -1,0 +1,513 @@
+package device_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"termlink/device"
+	"termlink/device/input"
+	"termlink/display/console"
+	"termlink/display/hd44780"
+	"termlink/link"
+	"termlink/testrig/lcdemu"
+)
+
+// pushServer is a small real WebSocket server that speaks the channel
+// protocol's notice extension: it answers connect, sends the notices a
+// test gives it, and records the notice_ack and screen frames it gets.
+// (termserver's own notices are tested end to end elsewhere.)
+type pushServer struct {
+	hs *httptest.Server
+
+	mu       sync.Mutex
+	conn     *websocket.Conn
+	wmu      sync.Mutex // one writer at a time
+	connects []*link.Connect
+	acks     []string
+	screens  []link.Screen
+	refuse   bool
+	onAck    func(id string) // called as an ack arrives
+	changed  chan struct{}   // cap 1
+}
+
+func newPushServer(t *testing.T) *pushServer {
+	ps := &pushServer{changed: make(chan struct{}, 1)}
+	up := websocket.Upgrader{}
+	ps.hs = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ps.mu.Lock()
+		refuse := ps.refuse
+		ps.mu.Unlock()
+		if refuse {
+			http.Error(w, "down for the test", http.StatusServiceUnavailable)
+			return
+		}
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		ps.serve(ws)
+	}))
+	t.Cleanup(func() {
+		ps.drop()
+		ps.hs.Close()
+	})
+	return ps
+}
+
+func (ps *pushServer) url() string { return "ws" + strings.TrimPrefix(ps.hs.URL, "http") + "/ws" }
+
+func (ps *pushServer) poke() {
+	select {
+	case ps.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (ps *pushServer) serve(ws *websocket.Conn) {
+	defer ws.Close()
+	for {
+		_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, data, err := ws.ReadMessage()
+		if err != nil {
+			return
+		}
+		f, err := link.Decode(data)
+		if err != nil {
+			continue
+		}
+		ps.mu.Lock()
+		switch f := f.(type) {
+		case *link.Connect:
+			ps.connects = append(ps.connects, f)
+			ps.conn = ws
+			ps.mu.Unlock()
+			ps.write(ws, &link.Connected{ChannelID: "terminal-dev", SessionID: "s-" + f.PeerID})
+			ps.poke()
+			continue
+		case *link.NoticeAck:
+			ps.acks = append(ps.acks, f.NoticeID)
+			if cb := ps.onAck; cb != nil {
+				cb(f.NoticeID)
+			}
+		case *link.Screen:
+			ps.screens = append(ps.screens, *f)
+		case *link.Ping:
+			ps.mu.Unlock()
+			ps.write(ws, &link.Pong{})
+			continue
+		case *link.Message:
+			ps.mu.Unlock()
+			ps.write(ws, &link.Ack{MessageID: f.MessageID, SessionID: "s", Accepted: true})
+			ps.write(ws, &link.Message{Role: link.RoleAssistant, MessageID: f.MessageID, Text: "You said: " + f.Text, FinishReason: link.FinishStop})
+			continue
+		}
+		ps.mu.Unlock()
+		ps.poke()
+	}
+}
+
+func (ps *pushServer) write(ws *websocket.Conn, f link.Frame) {
+	ps.wmu.Lock()
+	defer ps.wmu.Unlock()
+	_ = ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_ = ws.WriteMessage(websocket.TextMessage, link.MustEncode(f))
+}
+
+// push sends a notice to the connected device (waiting for it to connect).
+func (ps *pushServer) push(t *testing.T, n *link.Notice) {
+	t.Helper()
+	ps.waitFor(t, "a connected device", func() bool { return ps.conn != nil })
+	ps.mu.Lock()
+	ws := ps.conn
+	ps.mu.Unlock()
+	ps.write(ws, n)
+}
+
+// drop closes the device's connection.
+func (ps *pushServer) drop() {
+	ps.mu.Lock()
+	ws := ps.conn
+	ps.conn = nil
+	ps.mu.Unlock()
+	if ws != nil {
+		ws.Close()
+	}
+}
+
+func (ps *pushServer) setRefuse(v bool) {
+	ps.mu.Lock()
+	ps.refuse = v
+	ps.mu.Unlock()
+}
+
+// waitFor waits until cond (called with ps.mu held) holds.
+func (ps *pushServer) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		ps.mu.Lock()
+		ok := cond()
+		ps.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ps.changed:
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("the server never saw %s", what)
+		}
+	}
+}
+
+func (ps *pushServer) ackCount(id string) int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	n := 0
+	for _, a := range ps.acks {
+		if a == id {
+			n++
+		}
+	}
+	return n
+}
+
+func pushNotice(id, text string, secs int) *link.Notice {
+	return &link.Notice{NoticeID: id, Text: text, Priority: link.PriorityInfo, DisplaySeconds: secs,
+		ExpiresAt: time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
+}
+
+// countView counts how often each notice comes onto the screen.
+type countView struct {
+	device.View
+	mu    sync.Mutex
+	shown map[string]int
+	cur   string
+}
+
+func (v *countView) Render(ctx context.Context, m *device.Model, now time.Time) error {
+	if err := v.View.Render(ctx, m, now); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	id := ""
+	if m.Overlay.Kind == device.OverlayNotice {
+		id = m.Overlay.ID
+	}
+	if id != "" && id != v.cur {
+		v.shown[id]++
+	}
+	v.cur = id
+	return nil
+}
+
+// Mirror passes the LCD's mirror on.
+func (v *countView) Mirror() link.Screen { return v.View.(device.Mirror).Mirror() }
+
+func (v *countView) count(id string) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.shown[id]
+}
+
+// kioskRig is termd's daemon as a kiosk: the emulated 20x4 LCD through
+// the real driver, a keypad through the KeyGate and multi-tap entry, and
+// a client listing notice and screen.
+type kioskRig struct {
+	*rig
+	view *countView
+}
+
+func startKiosk(t *testing.T, url, stateDir string, k device.Kiosk) *kioskRig {
+	t.Helper()
+	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 4, Cols: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: 4, Cols: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "kiosk-1", DeviceName: "test", StateDir: stateDir,
+		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), Board: "test-lcd2004", Version: "test",
+		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &rig{bus: bus, keys: make(chan input.Event), done: make(chan error, 1), cancel: cancel}
+	gate := device.NewKeyGate()
+	gated := make(chan input.Event)
+	actions := make(chan input.Action)
+	inputs := make(chan device.Input)
+	mt := input.NewMultiTap(input.MultiTapOpts{Keys: input.Keys4x4(), Timeout: 150 * time.Millisecond})
+	go device.GateKeys(ctx, gate, r.keys, gated)
+	go func() { _ = input.Drive(ctx, gated, mt, actions) }()
+	go device.FromActions(ctx, actions, inputs)
+	view := &countView{View: &device.LCDView{Screen: lcd}, shown: map[string]int{}}
+	d := &device.Daemon{Client: client, View: view, Inputs: inputs, Kiosk: k, Gate: gate, Logger: discard}
+	go func() { r.done <- d.Run(ctx) }()
+	kr := &kioskRig{rig: r, view: view}
+	t.Cleanup(func() { r.cancel(); <-r.done })
+	return kr
+}
+
+// waitNoGlass waits until the glass no longer shows text.
+func (r *rig) waitNoGlass(t *testing.T, text string) []string {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if g := r.bus.Text(); !strings.Contains(strings.Join(g, "\n"), text) {
+			return g
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the LCD still shows %q:\n%s", text, strings.Join(r.bus.Text(), "\n"))
+	return nil
+}
+
+func (r *rig) waitBacklight(t *testing.T, on bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for r.bus.State().Backlight != on {
+		if time.Now().After(deadline) {
+			t.Fatalf("the backlight never went %v", map[bool]string{true: "on", false: "off"}[on])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A notice takes over the LCD, is acked only once drawn (the glass shows
+// it when the ack arrives), is mirrored to the server, and after its
+// display_seconds the conversation returns.
+func TestNoticeTakesOverAndReturns(t *testing.T) {
+	ps := newPushServer(t)
+	r := startKiosk(t, ps.url(), t.TempDir(), device.Kiosk{})
+	r.waitGlass(t, "ok")
+	var glassAtAck string
+	ps.mu.Lock()
+	ps.onAck = func(string) { glassAtAck = strings.Join(r.bus.Text(), "|") }
+	ps.mu.Unlock()
+	ps.push(t, pushNotice("n-1", "Lobby closes at 6 pm today", 1))
+	r.waitGlass(t, "Lobby closes at 6")
+	ps.waitFor(t, "the notice's ack", func() bool { return len(ps.acks) == 1 })
+	if !strings.Contains(glassAtAck, "Lobby closes at 6") {
+		t.Fatalf("the ack arrived while the glass showed %q, before the notice was drawn", glassAtAck)
+	}
+	ps.waitFor(t, "a screen frame with the notice", func() bool {
+		for _, s := range ps.screens {
+			if strings.Contains(strings.Join(s.Rows, "|"), "Lobby closes at 6") && s.Backlight {
+				return true
+			}
+		}
+		return false
+	})
+	glass := r.waitNoGlass(t, "Lobby closes")
+	if !strings.HasSuffix(glass[3], "ok") {
+		t.Fatalf("after the notice the conversation screen did not return:\n%s", strings.Join(glass, "\n"))
+	}
+	ps.mu.Lock()
+	hello := ps.connects[0]
+	ps.mu.Unlock()
+	if hello.Board != "test-lcd2004" || hello.Version != "test" {
+		t.Fatalf("connect %+v", hello)
+	}
+}
+
+// A key dismisses a notice at once, and types nothing.
+func TestKeyDismissesNotice(t *testing.T) {
+	ps := newPushServer(t)
+	r := startKiosk(t, ps.url(), t.TempDir(), device.Kiosk{})
+	r.waitGlass(t, "ok")
+	ps.push(t, pushNotice("n-2", "Fire drill at noon", 600))
+	r.waitGlass(t, "Fire drill")
+	r.press("2 ")
+	glass := r.waitNoGlass(t, "Fire drill")
+	if strings.Contains(glass[3], "a") {
+		t.Fatalf("the dismissing key typed a letter:\n%s", strings.Join(glass, "\n"))
+	}
+	r.press("2 ") // the next key types
+	r.waitGlass(t, "a_")
+	if n := ps.ackCount("n-2"); n != 1 {
+		t.Fatalf("%d acks of the dismissed notice, want 1", n)
+	}
+}
+
+// An alert blinks the backlight while it is shown; afterwards it stays on.
+func TestAlertBlinksBacklight(t *testing.T) {
+	ps := newPushServer(t)
+	r := startKiosk(t, ps.url(), t.TempDir(), device.Kiosk{Blink: 100 * time.Millisecond})
+	r.waitGlass(t, "ok")
+	n := pushNotice("n-3", "Evacuate now", 2)
+	n.Priority = link.PriorityAlert
+	ps.push(t, n)
+	r.waitGlass(t, "! Evacuate now")
+	changes, last := 0, r.bus.State().Backlight
+	for strings.Contains(strings.Join(r.bus.Text(), "\n"), "Evacuate") {
+		if b := r.bus.State().Backlight; b != last {
+			changes++
+			last = b
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if changes < 4 {
+		t.Fatalf("the backlight changed %d times during a 2 s alert blinking every 100 ms", changes)
+	}
+	r.waitBacklight(t, true)
+}
+
+// The same notice sent three times (twice while it is on the screen, once
+// after its ack) is shown once and acked each time it came after the
+// draw; a new daemon on the same state dir acks it without showing it.
+func TestDuplicateNoticeShownOnce(t *testing.T) {
+	ps := newPushServer(t)
+	state := t.TempDir()
+	r := startKiosk(t, ps.url(), state, device.Kiosk{})
+	r.waitGlass(t, "ok")
+	n := pushNotice("n-4", "Free coffee", 1)
+	ps.push(t, n)
+	ps.push(t, n)
+	r.waitGlass(t, "Free coffee")
+	ps.waitFor(t, "the ack", func() bool { return len(ps.acks) >= 1 })
+	r.waitNoGlass(t, "Free coffee")
+	ps.push(t, n)
+	ps.waitFor(t, "the re-ack", func() bool { return len(ps.acks) >= 2 })
+	if c := r.view.count("n-4"); c != 1 {
+		t.Fatalf("shown %d times, want once", c)
+	}
+	r.cancel()
+	<-r.done
+	r.done <- nil // for the cleanup
+
+	ps.drop()
+	r2 := startKiosk(t, ps.url(), state, device.Kiosk{})
+	ps.waitFor(t, "the second daemon", func() bool { return len(ps.connects) == 2 && ps.conn != nil })
+	ps.push(t, n)
+	ps.push(t, pushNotice("n-5", "Next one", 1))
+	r2.waitGlass(t, "Next one")
+	if c := r2.view.count("n-4"); c != 0 || ps.ackCount("n-4") < 3 {
+		t.Fatalf("after a restart n-4 was shown %d times and acked %d times in all; want 0 and 3", c, ps.ackCount("n-4"))
+	}
+}
+
+// An expired notice is never shown, nor one that expires while it waits
+// behind another.
+func TestExpiredNoticeNeverShownOnLCD(t *testing.T) {
+	ps := newPushServer(t)
+	r := startKiosk(t, ps.url(), t.TempDir(), device.Kiosk{})
+	r.waitGlass(t, "ok")
+	old := pushNotice("n-old", "Yesterday's news", 5)
+	old.ExpiresAt = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	ps.push(t, old)
+	ps.push(t, pushNotice("n-long", "First in line", 2))
+	soon := pushNotice("n-soon", "Gone soon", 5)
+	soon.ExpiresAt = time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)
+	ps.push(t, soon)
+	ps.push(t, pushNotice("n-last", "Last in line", 1))
+	r.waitGlass(t, "First in line")
+	r.waitGlass(t, "Last in line")
+	if r.view.count("n-old") != 0 || r.view.count("n-soon") != 0 || ps.ackCount("n-old")+ps.ackCount("n-soon") != 0 {
+		t.Fatalf("expired notices were shown (%d, %d) or acked", r.view.count("n-old"), r.view.count("n-soon"))
+	}
+}
+
+// Idle: after IdleAfter the idle text, later the backlight off; a key
+// wakes the screen and types nothing; after a notice the idle screen
+// shows that notice.
+func TestIdleScreenBacklightOffAndWake(t *testing.T) {
+	ps := newPushServer(t)
+	r := startKiosk(t, ps.url(), t.TempDir(), device.Kiosk{IdleAfter: 400 * time.Millisecond,
+		IdleText: "Welcome! Press a key", BacklightOffAfter: 1200 * time.Millisecond})
+	r.waitGlass(t, "Welcome!")
+	r.waitBacklight(t, false)
+	r.press("2 ")
+	r.waitBacklight(t, true)
+	glass := r.waitNoGlass(t, "Welcome!")
+	if strings.Contains(glass[3], "a") {
+		t.Fatalf("the waking key typed a letter:\n%s", strings.Join(glass, "\n"))
+	}
+	r.waitGlass(t, "Welcome!") // idle again
+	ps.push(t, pushNotice("n-6", "Library open till 8", 1))
+	r.waitGlass(t, "Library open")
+	ps.waitFor(t, "the ack", func() bool { return len(ps.acks) == 1 })
+	time.Sleep(1500 * time.Millisecond) // the notice's time is up; still idle
+	g := r.waitGlass(t, "Library open")
+	if strings.Contains(strings.Join(g, "\n"), "Welcome") {
+		t.Fatalf("the idle screen shows the idle text, not the latest notice:\n%s", strings.Join(g, "\n"))
+	}
+	if r.view.count("n-6") != 1 {
+		t.Fatalf("the idle screen counts as showing the notice again")
+	}
+}
+
+// lockedBuffer is the console's output.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+type consoleRW struct {
+	io.Reader
+	io.Writer
+}
+
+// On the serial console a notice shows in the status line, and is acked.
+func TestConsoleNoticeStatusLine(t *testing.T) {
+	ps := newPushServer(t)
+	client, err := link.NewClient(link.ClientConfig{URL: ps.url(), PeerID: "console-1", StateDir: t.TempDir(),
+		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), Logger: discard,
+		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &lockedBuffer{}
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	con := console.New(consoleRW{pr, out}, console.Opts{Width: 100, Height: 20, Logger: discard})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = con.Run(ctx) }()
+	d := &device.Daemon{Client: client, View: &device.ConsoleView{Console: con}, Inputs: make(chan device.Input), Logger: discard}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	ps.push(t, pushNotice("n-7", "Store closes in 10 minutes", 1))
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(out.String(), "NOTICE: Store closes in 10 minutes") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the console never showed the notice in its status line; output %q", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ps.waitFor(t, "the ack", func() bool { return len(ps.acks) == 1 })
+	ps.waitFor(t, "a screen frame with the notice", func() bool {
+		for _, s := range ps.screens {
+			if len(s.Rows) > 0 && strings.HasPrefix(s.Rows[0], "NOTICE: Store closes") {
+				return true
+			}
+		}
+		return false
+	})
+}
