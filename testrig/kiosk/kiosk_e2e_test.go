@@ -5,11 +5,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,8 +22,8 @@ import (
 	"termlink/device"
 	"termlink/display/hd44780"
 	"termlink/link"
-	"termlink/server"
 	"termlink/server/config"
+	"termlink/server/servertest"
 	"termlink/testrig/lcdemu"
 )
 
@@ -55,47 +53,17 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// startServer runs termserver in this process from a JSON config, as
-// termserver --config would read it, with one operator token given as its
-// sha256 digest; it stops when the test ends.
+// startServer runs termserver (servertest: channel terminal-dev, the echo
+// agent) with the admin block as termserver --config reads it: one
+// operator token, given as its sha256 digest.
 func startServer(t *testing.T) (addr string) {
 	t.Helper()
 	sum := sha256.Sum256([]byte(adminToken))
-	raw, err := json.Marshal(map[string]any{
-		"workspace": t.TempDir(),
-		"channels": map[string]any{channelID: map[string]any{
-			"enabled": true, "kind": "terminal", "mode": "websocket", "accountId": "local",
-			"displayName": "Kiosks", "agent": "echo",
-		}},
-		"admin": map[string]any{"tokens": []map[string]string{
-			{"token": "sha256:" + hex.EncodeToString(sum[:]), "role": "operator", "name": "e2e"},
-		}},
-	})
+	admin, err := config.Parse([]byte(`{"admin": {"tokens": [{"token": "sha256:` + hex.EncodeToString(sum[:]) + `", "role": "operator", "name": "e2e"}]}}`))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("admin config: %v", err)
 	}
-	cfg, err := config.Parse(raw)
-	if err != nil {
-		t.Fatalf("server config: %v", err)
-	}
-	srv, err := server.New(cfg, server.Options{Logger: testLogger(t, "server")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln, 5*time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	return ln.Addr().String()
+	return servertest.Start(t, func(c *config.Config) { c.Admin = admin.Admin }).Addr
 }
 
 // kiosk is one simulated device: termd's daemon with the real HD44780
@@ -158,7 +126,9 @@ func (k *kiosk) stop(t *testing.T) {
 
 // glass is what the emulated LCD shows, rows joined by spaces with runs of
 // spaces folded (a notice may wrap across rows).
-func (k *kiosk) glass() string { return strings.Join(strings.Fields(strings.Join(k.bus.Text(), " ")), " ") }
+func (k *kiosk) glass() string {
+	return strings.Join(strings.Fields(strings.Join(k.bus.Text(), " ")), " ")
+}
 
 func testLogger(t *testing.T, who string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("who", who)
