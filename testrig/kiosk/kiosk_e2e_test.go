@@ -59,7 +59,9 @@ func chromiumPath(t *testing.T) string {
 func startServer(t *testing.T) (addr string) {
 	t.Helper()
 	sum := sha256.Sum256([]byte(adminToken))
-	admin, err := config.Parse([]byte(`{"admin": {"tokens": [{"token": "sha256:` + hex.EncodeToString(sum[:]) + `", "role": "operator", "name": "e2e"}]}}`))
+	admin, err := config.Parse([]byte(`{
+		"channels": {"terminal-dev": {"enabled": true, "kind": "terminal", "mode": "websocket", "accountId": "local", "agent": "echo"}},
+		"admin": {"tokens": [{"token": "sha256:` + hex.EncodeToString(sum[:]) + `", "role": "operator", "name": "e2e"}]}}`))
 	if err != nil {
 		t.Fatalf("admin config: %v", err)
 	}
