@@ -10,10 +10,17 @@ import (
 	"termlink/server/events"
 )
 
-func (s *Server) routes() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/channels/{channel_id}/ws", s.serveWS)
+// routes builds the mux behind the operator guard (auth.go): every
+// /api/* route but the device WebSocket takes an admin token.
+func (s *Server) routes() http.Handler {
+	mux := &routeMux{ServeMux: http.NewServeMux()}
+	defer func() { s.patterns = mux.patterns }()
+	mux.HandleFunc(wsPattern, s.serveWS)
 	mux.HandleFunc("GET /api/channels/{channel_id}/events", s.serveEvents)
+	mux.HandleFunc("GET /api/channels/{channel_id}/events/stream", s.serveEventStream)
+	mux.HandleFunc("GET /api/channels/{channel_id}/peers", s.servePeers)
+	mux.HandleFunc("GET /api/channels/{channel_id}/peers/{peer_id}", s.servePeer)
+	mux.HandleFunc("POST /api/channels/{channel_id}/peers/{peer_id}/cancel", s.serveCancel)
 	mux.HandleFunc("GET /api/channels", s.serveChannels)
 	mux.HandleFunc("GET /api/status", s.serveStatus)
 	s.noticeRoutes(mux) // notices_api.go
@@ -32,7 +39,24 @@ func (s *Server) routes() *http.ServeMux {
 	})
 	mux.Handle("GET /{$}", console.Handler())      // the web console (open: its files hold no data)
 	mux.Handle("GET /console/", console.Handler()) // its scripts and styles
-	return mux
+	return s.guard(mux.ServeMux)
+}
+
+// routeMux is a ServeMux that remembers its patterns (for the test that
+// every guarded route refuses a request without a token).
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.HandleFunc(pattern, h)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -197,8 +197,10 @@ func noticePreview(s string, n int) string {
 }
 
 // noticeRoutes adds the notice API to mux.
-func (s *Server) noticeRoutes(mux *http.ServeMux) {
-	// auth: GET viewer, POST and DELETE operator (wrap with requireRole once merged).
+func (s *Server) noticeRoutes(mux interface {
+	HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request))
+}) {
+	// auth: the guard (auth.go) asks viewer for GET, operator for POST and DELETE.
 	mux.HandleFunc("POST /api/channels/{channel_id}/peers/{peer_id}/notices", s.postNotice)
 	mux.HandleFunc("GET /api/channels/{channel_id}/peers/{peer_id}/notices", s.getPeerNotices)
 	mux.HandleFunc("DELETE /api/channels/{channel_id}/peers/{peer_id}/notices/{notice_id}", s.deleteNotice)

@@ -107,6 +107,7 @@ type Runtime struct {
 	order    []string // channel ids, sorted
 	metrics  *serverMetrics
 	notices  *Notices // the notice mailboxes (notices.go)
+	fleet    *fleet   // device registry, peers API, live streams (fleet.go)
 
 	runPrefix string
 	runSeq    atomic.Uint64

@@ -37,6 +37,8 @@ type Options struct {
 	// (default 1024); a device resends only recent, unanswered ones.
 	DedupePerSession int
 
+	fleet fleetOptions // tests shorten the fleet's periods
+
 	// session adds test hooks to the session store's options, wal to the
 	// write-ahead log's.
 	session session.Options
@@ -50,7 +52,7 @@ type Server struct {
 	rt      *Runtime
 	router  *router
 	runners []agent.Runner
-	mux     *http.ServeMux
+	mux     http.Handler // the routes behind the operator guard (auth.go)
 	started time.Time
 
 	recovered []bus.Inbound
@@ -59,6 +61,8 @@ type Server struct {
 	bgWG         sync.WaitGroup
 	dispatchDone chan struct{} // closed when the dispatcher has drained the closed bus
 	once         sync.Once
+
+	patterns []string // the routes registered, for the test that checks them all
 }
 
 // New opens the workspace's write-ahead log (replaying what the session
@@ -165,6 +169,12 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		closeLogs()
 		return nil, err
 	}
+	if rt.fleet, err = openFleet(cfg.Workspace, opt.fleet, opt.NoSync, log, rt.metrics); err != nil {
+		s.closeRunners(built)
+		closeLogs()
+		return nil, err
+	}
+	rt.fleet.registerMetrics(rt.metrics, rt.order)
 	s.mux = s.routes()
 	return s, nil
 }
@@ -242,6 +252,7 @@ func (s *Server) Start() {
 // connections get a going-away close frame, runs in progress get grace to
 // finish, and the session log is flushed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	s.warnOpenAPI(ln.Addr())
 	s.Start()
 	// Plain requests get read, write and idle timeouts and a header limit
 	// (limits.go); WebSockets leave them behind at the upgrade.
@@ -259,7 +270,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	_ = hs.Shutdown(sctx) // stops accepting; hijacked WebSockets are ours to close
+	s.rt.fleet.stopStreams() // live streams would hold hs.Shutdown up
+	_ = hs.Shutdown(sctx)    // stops accepting; hijacked WebSockets are ours to close
 	err := s.Shutdown(sctx)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
@@ -276,6 +288,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
+		s.rt.fleet.stopStreams()
 		for _, id := range s.rt.order {
 			if a := s.rt.channels[id].adapter; a != nil {
 				a.Close()
@@ -293,7 +306,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		for _, r := range s.runners {
 			_ = r.Close()
 		}
-		err = errors.Join(s.rt.notices.Close(), s.rt.journal.close(), s.rt.store.Close())
+		err = errors.Join(s.rt.fleet.close(), s.rt.notices.Close(), s.rt.journal.close(), s.rt.store.Close())
 	})
 	return err
 }

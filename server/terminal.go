@@ -319,6 +319,8 @@ func (c *wsConn) handle(data []byte) {
 		c.handleCancel(f)
 	case *link.NoticeAck:
 		c.handleNoticeAck(f)
+	case *link.Screen:
+		c.handleScreen(f)
 	default:
 		c.reject("", link.CodeBadFrame, fmt.Sprintf("Unsupported websocket frame type: %s (sent by the server, not by a terminal)", f.FrameType()))
 	}
@@ -390,6 +392,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	if !a.register(c) {
 		a.rt.metrics.connections.Add(a.id, 1)
 	}
+	c.regGen = a.rt.fleet.connected(c, f)
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
 	c.noticesOnConnect(f)
 	a.rt.metrics.connects.Inc(a.id)
@@ -447,6 +450,8 @@ func (c *wsConn) handleMessage(f *link.Message) {
 	case err != nil:
 		a.log.Error("message not accepted", "peer_id", c.peerID, "message_id", f.MessageID, "err", err)
 		c.reject(f.MessageID, "unavailable", "message "+f.MessageID+" was not accepted ("+err.Error()+"); send it again")
+	default:
+		a.rt.fleet.reg.MessageAccepted(a.id, c.peerID)
 	}
 }
 

@@ -58,6 +58,7 @@ type wsConn struct {
 	peerID, threadID, userID, deviceName, sessionKey string
 	progress, cancel, notice                         bool
 	caps                                             []string
+	regGen                                           uint64 // the registry's generation of this connection
 
 	// Reader-only (the connection's goroutine and its steps, in turn).
 	br          *bufio.Reader // gorilla's read buffer
@@ -310,6 +311,7 @@ func (c *wsConn) finish(reason string) {
 			a.rt.metrics.connections.Add(a.id, -1)
 		}
 		a.ch.events.Add(events.Event{Event: events.TerminalDisconnected, PeerID: c.peerID, SessionID: c.sessionKey, Detail: reason})
+		a.rt.fleet.reg.Disconnected(a.id, c.peerID, c.regGen) // no-op if a newer connection took over
 	case serverClosed: // never connected, closed by us: say why
 		a.ch.events.Add(events.Event{Event: events.TerminalDisconnected, Detail: reason + " (remote " + c.remote + ")"})
 	}
