@@ -175,6 +175,12 @@ type browser struct {
 func startBrowser(t *testing.T, execPath string) *browser {
 	t.Helper()
 	out := &lockedBuffer{}
+	// A fresh profile, removed after chromium has exited (its helper
+	// processes may still write to it for a moment, so not t.TempDir).
+	profile, err := os.MkdirTemp("", "kiosk-e2e-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(execPath),
 		chromedp.Flag("headless", true),
@@ -185,19 +191,35 @@ func startBrowser(t *testing.T, execPath string) *browser {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1280, 1100),
 		chromedp.CombinedOutput(out),
 	}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(allocCtx, chromedp.WithErrorf(t.Logf))
+	ctx, cancelCtx := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(format string, args ...any) {
+		if msg := fmt.Sprintf(format, args...); !strings.Contains(msg, "could not unmarshal event") {
+			t.Log("chromedp: " + msg) // (events newer than chromedp's protocol tables are not errors)
+		}
+	}))
 	t.Cleanup(func() {
+		if err := chromedp.Cancel(ctx); err != nil { // closes the browser, waits for it
+			t.Logf("closing chromium: %v", err)
+		}
 		cancelCtx()
-		cancelAlloc() // waits for chromium to exit
+		cancelAlloc()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if err := os.RemoveAll(profile); err == nil || time.Now().After(deadline) {
+				if err != nil {
+					t.Logf("removing chromium's profile %s: %v", profile, err)
+				}
+				break
+			}
+		}
 	})
-	start, cancelStart := context.WithTimeout(ctx, waitLong)
-	defer cancelStart()
-	if err := chromedp.Run(start); err != nil { // starts chromium
+	// The first Run starts chromium and its tab; it must get the
+	// browser's own context (cancelling a derived one would close the
+	// tab). chromedp bounds the start itself (20 s for DevTools to answer).
+	if err := chromedp.Run(ctx); err != nil {
 		t.Fatalf("starting chromium %s: %v\n%s", execPath, err, out.String())
 	}
 	b := &browser{t: t, ctx: ctx, shots: t.ArtifactDir(), output: out}
