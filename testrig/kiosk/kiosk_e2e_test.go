@@ -310,6 +310,11 @@ func setValue(sel, value string) chromedp.Action {
 	return chromedp.Evaluate(fmt.Sprintf(`(() => { const e = document.querySelector(%q); e.value = %q; e.dispatchEvent(new Event('input', {bubbles: true})); return true })()`, sel, value), nil)
 }
 
+// eventShown: the live event list has an event of that name for peer.
+func eventShown(name, peer string) string {
+	return fmt.Sprintf(`Array.from(document.querySelectorAll('#events [data-event=%q]')).some(e => e.textContent.includes(%q))`, name, "peer "+peer)
+}
+
 func peerRow(peerID string, online bool) string {
 	return fmt.Sprintf(`!!document.querySelector('[data-testid=peer-row][data-peer-id=%q][data-online="%t"]')`, peerID, online)
 }
@@ -350,6 +355,8 @@ func TestConsoleInChromium(t *testing.T) {
 	b.waitFor("the fleet is shown", `!document.getElementById('fleet-view').hidden`)
 	b.waitFor("the live stream is connected", `document.getElementById('stream-state').textContent === 'live'`)
 	b.waitFor("both kiosks are online", peerRow("kiosk-lobby", true)+" && "+peerRow("kiosk-shop", true))
+	// They connected before the login: their events come from the recent ones.
+	b.waitFor("the event list shows both connections", eventShown("terminal_connected", "kiosk-lobby")+" && "+eventShown("terminal_connected", "kiosk-shop"))
 	var stored string
 	b.must("reading sessionStorage", chromedp.Evaluate(`sessionStorage.getItem('termlink.console.token') + '|' + (localStorage.length)`, &stored))
 	if stored != adminToken+"|0" {
@@ -411,5 +418,6 @@ func TestConsoleInChromium(t *testing.T) {
 	b.must("back to the fleet", chromedp.Click(`#back`, chromedp.ByQuery))
 	shop.stop(t)
 	b.waitFor("kiosk-shop goes offline", peerRow("kiosk-shop", false)+" && "+peerRow("kiosk-lobby", true))
+	b.waitFor("the live events show it leaving", eventShown("terminal_disconnected", "kiosk-shop"))
 	b.screenshot("04-shop-offline")
 }

@@ -24,6 +24,7 @@
     detail: null, // the open device's GET .../peers/{id} answer
     detailTimer: 0,
     drawPending: false,
+    seqs: new Set(), // seq of the events listed
     loggingIn: false,
   };
 
@@ -134,6 +135,7 @@
     sessionStorage.removeItem(TOKEN_KEY);
     for (const id of ['session', 'fleet-view', 'peer-view', 'events-view']) $(id).hidden = true;
     $('events').replaceChildren();
+    state.seqs.clear();
     $('login-view').hidden = false;
     $('login-error').textContent = message || '';
     $('token').value = '';
@@ -251,6 +253,7 @@
     if (name === 'hello') {
       state.peers = new Map((obj.peers || []).map((p) => [p.peer_id, p]));
       scheduleDraw();
+      loadRecentEvents(state.channel);
       if (state.route.view === 'peer') {
         const p = state.peers.get(state.route.peer);
         if (p) drawPeerLive(p);
@@ -288,15 +291,58 @@
     return `${Math.round(s / 86400)} d ago`;
   }
 
-  function addEvent(name, e) {
-    const list = $('events');
+  function eventItem(name, e) {
     const at = e.at ? new Date(e.at) : new Date();
-    const parts = [e.peer_id && `peer ${e.peer_id}`, e.message_id && `msg ${e.message_id}`, e.preview && `“${e.preview}”`, e.detail];
+    const id = e.message_id && (e.message_id.startsWith('n-') ? `notice ${e.message_id}` : `msg ${e.message_id}`);
+    const parts = [e.peer_id && `peer ${e.peer_id}`, id, e.preview && `“${e.preview}”`, e.detail];
     const li = el('li', { 'data-testid': 'event', 'data-event': name },
       el('time', { datetime: at.toISOString(), text: at.toLocaleTimeString() }), ' ',
       el('span', { class: 'name', text: name }), ' ', parts.filter(Boolean).join(' · '));
-    list.prepend(li);
-    while (list.childElementCount > MAX_EVENTS) list.lastElementChild.remove();
+    li.seq = typeof e.seq === 'number' ? e.seq : null;
+    return li;
+  }
+
+  // addEvent puts an event at the top of the list, once per seq (the
+  // recent events loaded on connect and the stream may overlap).
+  function addEvent(name, e) {
+    const list = $('events');
+    if (typeof e.seq === 'number') {
+      if (state.seqs.has(e.seq)) return;
+      state.seqs.add(e.seq);
+    }
+    list.prepend(eventItem(name, e));
+    trimEvents(list);
+  }
+
+  function trimEvents(list) {
+    while (list.childElementCount > MAX_EVENTS) {
+      const gone = list.lastElementChild;
+      if (gone.seq !== null) state.seqs.delete(gone.seq);
+      gone.remove();
+    }
+  }
+
+  // loadRecentEvents fills the list with what happened before the stream
+  // was opened (GET .../events), merged by seq with what the stream sent.
+  async function loadRecentEvents(channel) {
+    let data;
+    try {
+      data = await api('GET', `/api/channels/${enc(channel)}/events?limit=${MAX_EVENTS}`);
+    } catch (e) {
+      showError(e.message);
+      return;
+    }
+    if (channel !== state.channel) return;
+    const list = $('events');
+    const items = [...list.children];
+    for (const e of (data && data.events) || []) {
+      if (typeof e.seq === 'number' && state.seqs.has(e.seq)) continue;
+      if (typeof e.seq === 'number') state.seqs.add(e.seq);
+      items.push(eventItem(e.event, e));
+    }
+    items.sort((a, b) => (b.seq ?? Infinity) - (a.seq ?? Infinity));
+    list.replaceChildren(...items);
+    trimEvents(list);
   }
 
   // ---- fleet ----
@@ -580,6 +626,7 @@
     sessionStorage.setItem(CHANNEL_KEY, id);
     state.peers.clear();
     $('events').replaceChildren();
+    state.seqs.clear();
     startStream();
     drawFleet();
   }
