@@ -633,6 +633,10 @@
 
   // ---- wiring ----
   document.addEventListener('DOMContentLoaded', () => {
+    // Both notice forms share their options (priority, how long, expiry).
+    for (const slot of document.querySelectorAll('[data-slot=notice-options]')) {
+      slot.append($('notice-options').content.cloneNode(true));
+    }
     $('login-form').addEventListener('submit', async (ev) => {
       ev.preventDefault();
       $('login-error').textContent = '';
