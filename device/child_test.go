@@ -3,10 +3,12 @@ package device_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +42,8 @@ func TestMain(m *testing.M) {
 //	      fails); print "stopped" when the daemon has returned
 //	show  draw normally; once the outbox is empty print "glass" and the
 //	      LCD's lines joined by "|", then run until SIGTERM
+//	kiosk list notice and screen; print "drawn ID" when a notice is on the
+//	      glass, and "kept ID" once its id is in the state dir's shown list
 func childMain(mode string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
@@ -61,8 +65,10 @@ func childMain(mode string) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
 	}
+	state := os.Getenv("TERMD_CHILD_STATE")
 	client, err := link.NewClient(link.ClientConfig{URL: os.Getenv("TERMD_CHILD_URL"), PeerID: "rebooted-kiosk",
-		StateDir: os.Getenv("TERMD_CHILD_STATE"), RetryInitial: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard})
+		StateDir: state, RetryInitial: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard,
+		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
@@ -79,6 +85,22 @@ func childMain(mode string) int {
 				time.Sleep(10 * time.Millisecond)
 			}
 			say("glass %s", strings.Join(bus.Text(), "|"))
+		}()
+	case "kiosk":
+		view = &sayView{View: view, say: say}
+		go func() {
+			kept := map[string]bool{}
+			for ctx.Err() == nil {
+				b, _ := os.ReadFile(filepath.Join(state, link.ShownNoticesFile))
+				for line := range strings.Lines(string(b)) {
+					var r struct{ ID string }
+					if json.Unmarshal([]byte(line), &r) == nil && r.ID != "" && !kept[r.ID] {
+						kept[r.ID] = true
+						say("kept %s", r.ID)
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 		}()
 	default:
 		fmt.Fprintln(os.Stderr, "child: unknown mode", mode)
@@ -118,6 +140,62 @@ func (v *holdView) Render(ctx context.Context, m *device.Model, now time.Time) e
 		}
 	}
 	return v.View.Render(ctx, m, now)
+}
+
+// sayView prints "drawn ID" after a draw that put notice ID on the glass.
+type sayView struct {
+	device.View
+	say func(string, ...any)
+	cur string
+}
+
+func (v *sayView) Render(ctx context.Context, m *device.Model, now time.Time) error {
+	if err := v.View.Render(ctx, m, now); err != nil {
+		return err
+	}
+	id := ""
+	if m.Overlay.Kind == device.OverlayNotice {
+		id = m.Overlay.ID
+	}
+	if id != "" && id != v.cur {
+		v.say("drawn %s", id)
+	}
+	v.cur = id
+	return nil
+}
+
+// A kiosk killed (SIGKILL) after it drew a notice and before the server
+// got its ack: the next daemon on the same state dir acks the resent
+// notice without showing it again.
+func TestNoticeDrawnThenKilledBeforeAck(t *testing.T) {
+	ps := newPushServer(t)
+	ps.deaf = true // acks are lost
+	state := t.TempDir()
+	first := startDaemon(t, "kiosk", ps.url(), state, "")
+	ps.push(t, pushNotice("n-1", "Shown once", 60))
+	first.WaitLine(t, "drawn n-1", 20*time.Second)
+	ps.setRefuse(true) // and the server is gone
+	ps.drop()
+	first.WaitLine(t, "kept n-1", 20*time.Second)
+	first.Signal(t, syscall.SIGKILL)
+	first.Wait(t, 10*time.Second)
+	if n := ps.ackCount("n-1"); n != 0 {
+		t.Fatalf("the server recorded %d acks before the kill", n)
+	}
+
+	ps.mu.Lock()
+	ps.deaf, ps.conn = false, nil
+	ps.mu.Unlock()
+	ps.setRefuse(false)
+	second := startDaemon(t, "kiosk", ps.url(), state, "")
+	ps.push(t, pushNotice("n-1", "Shown once", 60))
+	ps.waitFor(t, "the re-ack of n-1", func() bool { return len(ps.acks) == 1 })
+	ps.push(t, pushNotice("n-2", "Shown next", 60))
+	second.WaitLine(t, "drawn n-2", 20*time.Second)
+	if got := second.Lines("drawn "); len(got) != 1 || got[0] != "n-2" {
+		t.Fatalf("the restarted kiosk drew %v, want only n-2", got)
+	}
+	second.Signal(t, syscall.SIGTERM)
 }
 
 // startDaemon runs childMain in a new process.

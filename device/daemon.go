@@ -155,6 +155,7 @@ loop:
 			}
 			d.m.Apply(ev)
 			if ev.Kind == link.EventNotice {
+				log.Debug("notice for the screen", "notice_id", ev.Notice.NoticeID, "expires", ev.Expires)
 				k.add(ev, now())
 			}
 			if ev.Final {

@@ -24,6 +24,9 @@ type Hardware struct {
 	// LocalTTY is set when the display is this process's own terminal (the
 	// sim board): logs must not go to it.
 	LocalTTY bool
+	// Gate is the KeyGate on the keypad (nil without one): give it to
+	// Daemon.Gate.
+	Gate *KeyGate
 
 	dev     *boards.Device
 	runs    []func(ctx context.Context) error
@@ -116,8 +119,11 @@ func OpenBoard(ctx context.Context, p *boards.Profile, log *slog.Logger) (*Hardw
 			return fail(fmt.Errorf("keypad: %w", err))
 		}
 		actions := make(chan input.Action)
+		h.Gate = NewKeyGate()
+		gated := make(chan input.Event)
 		h.runs = append(h.runs, pad.Run,
-			func(ctx context.Context) error { return input.Drive(ctx, pad.Events(), entry, actions) },
+			func(ctx context.Context) error { GateKeys(ctx, h.Gate, pad.Events(), gated); return nil },
+			func(ctx context.Context) error { return input.Drive(ctx, gated, entry, actions) },
 			func(ctx context.Context) error { FromActions(ctx, actions, inputs); return nil })
 	}
 	return h, nil

@@ -35,6 +35,7 @@ type pushServer struct {
 	acks     []string
 	screens  []link.Screen
 	refuse   bool
+	deaf     bool            // acks are not recorded (lost)
 	onAck    func(id string) // called as an ack arrives
 	changed  chan struct{}   // cap 1
 }
@@ -94,6 +95,9 @@ func (ps *pushServer) serve(ws *websocket.Conn) {
 			ps.poke()
 			continue
 		case *link.NoticeAck:
+			if ps.deaf {
+				break
+			}
 			ps.acks = append(ps.acks, f.NoticeID)
 			if cb := ps.onAck; cb != nil {
 				cb(f.NoticeID)
@@ -230,6 +234,11 @@ type kioskRig struct {
 
 func startKiosk(t *testing.T, url, stateDir string, k device.Kiosk) *kioskRig {
 	t.Helper()
+	return startKioskCaps(t, url, stateDir, k, append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen))
+}
+
+func startKioskCaps(t *testing.T, url, stateDir string, k device.Kiosk, caps []string) *kioskRig {
+	t.Helper()
 	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 4, Cols: 20})
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +248,7 @@ func startKiosk(t *testing.T, url, stateDir string, k device.Kiosk) *kioskRig {
 		t.Fatal(err)
 	}
 	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "kiosk-1", DeviceName: "test", StateDir: stateDir,
-		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), Board: "test-lcd2004", Version: "test",
+		Capabilities: caps, Board: "test-lcd2004", Version: "test",
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard})
 	if err != nil {
 		t.Fatal(err)

@@ -88,6 +88,7 @@ func sameScreen(a, b *Screen) bool {
 // other goes to the caller as an EventNotice.
 func (c *Client) notice(s *session, n *Notice) {
 	c.notices.Add(1)
+	c.log.Debug("notice received", "notice_id", n.NoticeID, "priority", n.Priority, "expires_at", n.ExpiresAt)
 	if c.shown.Shown(n.NoticeID) {
 		c.noticesReacked.Add(1)
 		c.log.Debug("notice shown before: acking it again", "notice_id", n.NoticeID)

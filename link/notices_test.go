@@ -17,7 +17,7 @@ func noticeClient(t *testing.T, url, dir string) (*link.Client, <-chan link.Even
 	t.Helper()
 	c, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "kiosk-7", StateDir: dir,
 		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen),
-		Board: "sim", Version: "v1.2.3", Tags: map[string]string{"site": "lobby"},
+		Board:        "sim", Version: "v1.2.3", Tags: map[string]string{"site": "lobby"},
 		RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +298,8 @@ func TestNoticeShownThenKilledBeforeAck(t *testing.T) {
 	conn := fs.accept(t)
 	conn.handshake(t)
 	conn.write(t, notice("n-1"))
-	conn.ws.Close() // the link drops: no ack reaches this server
+	first.WaitLine(t, "notice n-1", 10*time.Second)
+	conn.ws.Close() // the link drops: this server reads no ack
 	first.WaitLine(t, "shown n-1", 10*time.Second)
 	first.Signal(t, syscall.SIGKILL)
 	first.Wait(t, 10*time.Second)

@@ -97,7 +97,7 @@ func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger
 
 // registerMetrics adds termserver_devices_online for the channels.
 func (fl *fleet) registerMetrics(m *serverMetrics, channels []string) {
-	m.reg.NewGaugeFunc("termserver_devices_online", "Devices online, per channel and per tag (key=value); tag=\"\" counts all.",
+	m.reg.NewGaugeSet("termserver_devices_online", "Devices online, per channel and per tag (key=value); tag=\"\" counts all.",
 		[]string{"channel", "tag"}, func(emit func(int64, ...string)) {
 			for _, id := range channels {
 				total, byTag := fl.reg.Online(id, maxTagSeries)

@@ -90,6 +90,9 @@ type noticeOptions struct {
 	Wake func(channelID, peerID string) bool
 	// Event records a channel event.
 	Event func(channelID string, e events.Event)
+	// Changed is told of each peer whose count of open notices changed
+	// (the device registry's notices_pending); called without locks held.
+	Changed func(channelID, peerID string)
 	// Metrics registers the notice series here (nil: none kept).
 	Metrics *metrics.Registry
 	// Sweep is how often expiry is checked (default 1s).
@@ -212,6 +215,7 @@ func openNotices(dir string, opt noticeOptions) (*Notices, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("opening the notice mailboxes: %w", err)
 	}
+	t0 := time.Now()
 	snapLSN, err := ns.loadSnapshot()
 	if err != nil {
 		return nil, err
@@ -235,11 +239,9 @@ func openNotices(dir string, opt noticeOptions) (*Notices, error) {
 	}
 	ns.wl = wl
 	if replayed > 0 {
-		if err := ns.snapshot(); err != nil {
-			wl.Close()
-			return nil, err
-		}
+		ns.sinceSnap = opt.SnapshotBytes // the sweeper's first round writes a snapshot
 	}
+	ns.log.Info("notice mailboxes opened", "notices", len(ns.byID), "replayed", replayed, "took", time.Since(t0).Round(time.Millisecond))
 	go ns.sweeper()
 	return ns, nil
 }
@@ -270,32 +272,38 @@ func (ns *Notices) append(r *noticeRecord) error {
 		}
 		return fmt.Errorf("writing the notice log: %w", err)
 	}
-	ns.apply(r, true)
+	ev := ns.apply(r, true)
 	ns.mu.Lock()
 	ns.sinceSnap += len(p)
 	ns.mu.Unlock()
+	if ev != nil {
+		ns.event(r.Channel, *ev)
+	}
 	return nil
 }
 
-// apply changes the state by r; live says it happens now (events,
-// counters), not in a replay. Applying a record twice changes nothing.
-func (ns *Notices) apply(r *noticeRecord, live bool) {
+// apply changes the state by r; live says it happens now (counters, and
+// the event it returns for the caller to record), not in a replay.
+// Applying a record twice changes nothing.
+func (ns *Notices) apply(r *noticeRecord, live bool) *events.Event {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	switch r.Op {
 	case "create":
 		if ns.byID[r.ID] != nil || r.Created == nil || r.Expires == nil {
-			return
+			return nil
 		}
 		n := &notice{id: r.ID, channel: r.Channel, text: r.Text, priority: r.Priority, source: r.Source,
-			display: r.Display, seq: r.Seq, created: *r.Created, expires: *r.Expires, peers: map[string]*delivery{}}
+			display: r.Display, seq: r.Seq, created: *r.Created, expires: *r.Expires, peers: make(map[string]*delivery, len(r.Peers))}
 		n.wire = link.MustEncode(&link.Notice{NoticeID: n.id, Text: n.text, Priority: n.priority,
 			DisplaySeconds: n.display, ExpiresAt: n.expires.UTC().Format(time.RFC3339)})
 		ns.seq = max(ns.seq, r.Seq)
 		ns.byID[n.id] = n
-		for _, p := range r.Peers {
-			ns.addDelivery(n, p, NoticePending, time.Time{})
+		ds := make([]*delivery, len(r.Peers))
+		for i, p := range r.Peers {
+			ds[i] = &delivery{peer: p, state: NoticePending}
 		}
+		ns.addDeliveries(n, ds)
 		heap.Push(&ns.expiry, expiryEntry{at: n.expires, n: n})
 		if live {
 			ns.met.created.Add(n.channel, uint64(len(r.Peers)))
@@ -303,11 +311,11 @@ func (ns *Notices) apply(r *noticeRecord, live bool) {
 	case "ack":
 		n := ns.byID[r.ID]
 		if n == nil {
-			return
+			return nil
 		}
 		d := n.peers[firstOr(r.Peers)]
 		if d == nil || !d.open() {
-			return
+			return nil
 		}
 		at := time.Now()
 		if r.At != nil {
@@ -317,12 +325,12 @@ func (ns *Notices) apply(r *noticeRecord, live bool) {
 		d.ackedAt = at
 		if live {
 			ns.met.acked.Inc(n.channel)
-			ns.event(n.channel, events.Event{Event: "notice_acked", PeerID: d.peer, MessageID: n.id})
+			return &events.Event{Event: "notice_acked", PeerID: d.peer, MessageID: n.id}
 		}
 	case "withdraw":
 		n := ns.byID[r.ID]
 		if n == nil {
-			return
+			return nil
 		}
 		for _, p := range r.Peers {
 			if d := n.peers[p]; d != nil && d.open() {
@@ -333,6 +341,7 @@ func (ns *Notices) apply(r *noticeRecord, live bool) {
 			}
 		}
 	}
+	return nil
 }
 
 func firstOr(s []string) string {
@@ -342,35 +351,54 @@ func firstOr(s []string) string {
 	return s[0]
 }
 
-// addDelivery puts n in peer's mailbox (ns.mu held); finished deliveries
-// beyond the bound are pruned, oldest first.
-func (ns *Notices) addDelivery(n *notice, peer, state string, ackedAt time.Time) {
-	d := &delivery{n: n, peer: peer, state: state, ackedAt: ackedAt}
-	n.peers[peer] = d
-	box := ns.box(n.channel, peer, true)
-	box.list = append(box.list, d)
-	if d.open() {
-		if box.open == 0 {
-			ns.met.mailboxes.Add(n.channel, 1)
-		}
-		box.open++
-		ns.met.pending.Add(n.channel, 1)
+// addDeliveries puts n in the mailboxes of ds's peers (ns.mu held).
+// Finished deliveries beyond the bound are pruned, oldest first.
+func (ns *Notices) addDeliveries(n *notice, ds []*delivery) {
+	ch := n.channel
+	limit := ns.opt.MaxPerPeer(ch)
+	boxes := ns.boxes[ch]
+	if boxes == nil {
+		boxes = map[string]*mailbox{}
+		ns.boxes[ch] = boxes
 	}
-	limit := ns.opt.MaxPerPeer(n.channel)
-	if finished := len(box.list) - box.open; finished > limit {
-		drop := finished - limit
-		kept := box.list[:0]
-		for _, x := range box.list {
-			if drop > 0 && !x.open() {
-				drop--
-				ns.forget(x)
-				continue
+	var open, opened int64
+	for _, d := range ds {
+		d.n = n
+		n.peers[d.peer] = d
+		box := boxes[d.peer]
+		if box == nil {
+			box = &mailbox{}
+			boxes[d.peer] = box
+		}
+		box.list = append(box.list, d)
+		if d.open() {
+			if box.open == 0 {
+				opened++
 			}
-			kept = append(kept, x)
+			box.open++
+			open++
 		}
-		clear(box.list[len(kept):])
-		box.list = kept
+		if finished := len(box.list) - box.open; finished > limit {
+			ns.prune(box, finished-limit)
+		}
 	}
+	ns.met.pending.Add(ch, open)
+	ns.met.mailboxes.Add(ch, opened)
+}
+
+// prune drops box's drop oldest finished deliveries (ns.mu held).
+func (ns *Notices) prune(box *mailbox, drop int) {
+	kept := box.list[:0]
+	for _, x := range box.list {
+		if drop > 0 && !x.open() {
+			drop--
+			ns.forget(x)
+			continue
+		}
+		kept = append(kept, x)
+	}
+	clear(box.list[len(kept):])
+	box.list = kept
 }
 
 // forget removes d from its notice, and the notice once it has no peer
@@ -480,6 +508,7 @@ func (ns *Notices) create(channel string, peers []string, sp noticeSpec) (create
 			}
 		}
 	}
+	ns.changed(channel, res.Targets...)
 	return res, nil
 }
 
@@ -508,7 +537,19 @@ func (ns *Notices) ack(channel, peer, id string) error {
 		return nil
 	}
 	at := time.Now().UTC()
-	return ns.append(&noticeRecord{Op: "ack", Channel: channel, ID: id, Peers: []string{peer}, At: &at})
+	if err := ns.append(&noticeRecord{Op: "ack", Channel: channel, ID: id, Peers: []string{peer}, At: &at}); err != nil {
+		return err
+	}
+	ns.changed(channel, peer)
+	return nil
+}
+
+func (ns *Notices) changed(channel string, peers ...string) {
+	if ns.opt.Changed != nil {
+		for _, p := range peers {
+			ns.opt.Changed(channel, p)
+		}
+	}
 }
 
 // withdraw withdraws notice id from peer ("" = every peer) where it is
@@ -535,6 +576,7 @@ func (ns *Notices) withdraw(channel, id, peer string) (int, error) {
 		return 0, err
 	}
 	ns.event(channel, events.Event{Event: "notice_withdrawn", MessageID: id, PeerID: peer, Detail: fmt.Sprintf("peers=%d", len(peers))})
+	ns.changed(channel, peers...)
 	return len(peers), nil
 }
 
@@ -583,38 +625,45 @@ func (ns *Notices) markSent(channel, peer string, ids []string, at time.Time) {
 	}
 }
 
-// NoticeDelivery is one peer's delivery state of a notice.
-type NoticeDelivery struct {
-	PeerID  string     `json:"peer_id"`
-	State   string     `json:"state"`
+// NoticeContent is what a notice says (the API's notice fields).
+type NoticeContent struct {
+	NoticeID       string    `json:"notice_id"`
+	Text           string    `json:"text"`
+	Priority       string    `json:"priority"`
+	DisplaySeconds int       `json:"display_seconds"`
+	ExpiresAt      time.Time `json:"expires_at"`
+	CreatedAt      time.Time `json:"created_at"`
+	Source         string    `json:"source"`
+}
+
+// DeliveryState is where a notice is with one peer.
+type DeliveryState struct {
+	State   string     `json:"state"` // NoticePending, NoticeSent, NoticeAcked, NoticeExpired or NoticeWithdrawn
 	SentAt  *time.Time `json:"sent_at"`
 	AckedAt *time.Time `json:"acked_at"`
 }
 
-// Notice is a notice as the API shows it.
+// NoticeDelivery is one peer's delivery state of a notice.
+type NoticeDelivery struct {
+	PeerID string `json:"peer_id"`
+	DeliveryState
+}
+
+// Notice is a notice as the API shows it, with every peer's state.
 type Notice struct {
-	NoticeID       string           `json:"notice_id"`
-	Text           string           `json:"text"`
-	Priority       string           `json:"priority"`
-	DisplaySeconds int              `json:"display_seconds"`
-	ExpiresAt      time.Time        `json:"expires_at"`
-	CreatedAt      time.Time        `json:"created_at"`
-	Source         string           `json:"source"`
-	Peers          []NoticeDelivery `json:"peers"`
+	NoticeContent
+	Peers []NoticeDelivery `json:"peers"`
 }
 
 // NoticeForPeer is a notice as one peer's mailbox holds it.
 type NoticeForPeer struct {
-	NoticeID       string     `json:"notice_id"`
-	Text           string     `json:"text"`
-	Priority       string     `json:"priority"`
-	DisplaySeconds int        `json:"display_seconds"`
-	ExpiresAt      time.Time  `json:"expires_at"`
-	CreatedAt      time.Time  `json:"created_at"`
-	Source         string     `json:"source"`
-	State          string     `json:"state"`
-	SentAt         *time.Time `json:"sent_at"`
-	AckedAt        *time.Time `json:"acked_at"`
+	NoticeContent
+	DeliveryState
+}
+
+func (n *notice) content() NoticeContent {
+	return NoticeContent{NoticeID: n.id, Text: n.text, Priority: n.priority, DisplaySeconds: n.display,
+		ExpiresAt: n.expires, CreatedAt: n.created, Source: n.source}
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -632,11 +681,8 @@ func (d *delivery) shown(now time.Time) string {
 	return d.state
 }
 
-func (d *delivery) forPeer(now time.Time) NoticeForPeer {
-	n := d.n
-	return NoticeForPeer{NoticeID: n.id, Text: n.text, Priority: n.priority, DisplaySeconds: n.display,
-		ExpiresAt: n.expires, CreatedAt: n.created, Source: n.source, State: d.shown(now),
-		SentAt: timePtr(d.sentAt), AckedAt: timePtr(d.ackedAt)}
+func (d *delivery) delivery(now time.Time) DeliveryState {
+	return DeliveryState{State: d.shown(now), SentAt: timePtr(d.sentAt), AckedAt: timePtr(d.ackedAt)}
 }
 
 // Pending returns peer's notices not yet acked, expired or withdrawn,
@@ -664,7 +710,7 @@ func (ns *Notices) listPeer(channel, peer string, all bool) []NoticeForPeer {
 	if b := ns.box(channel, peer, false); b != nil {
 		for _, d := range b.list {
 			if all || d.shown(now) == NoticePending || d.shown(now) == NoticeSent {
-				out = append(out, d.forPeer(now))
+				out = append(out, NoticeForPeer{NoticeContent: d.n.content(), DeliveryState: d.delivery(now)})
 			}
 		}
 	}
@@ -685,13 +731,12 @@ func (ns *Notices) list(channel string, all bool) []Notice {
 	sort.Slice(list, func(i, j int) bool { return list[i].seq < list[j].seq })
 	out := []Notice{}
 	for _, n := range list {
-		v := Notice{NoticeID: n.id, Text: n.text, Priority: n.priority, DisplaySeconds: n.display,
-			ExpiresAt: n.expires, CreatedAt: n.created, Source: n.source, Peers: make([]NoticeDelivery, 0, len(n.peers))}
+		v := Notice{NoticeContent: n.content(), Peers: make([]NoticeDelivery, 0, len(n.peers))}
 		open := false
 		for _, d := range n.peers {
-			st := d.shown(now)
-			open = open || st == NoticePending || st == NoticeSent
-			v.Peers = append(v.Peers, NoticeDelivery{PeerID: d.peer, State: st, SentAt: timePtr(d.sentAt), AckedAt: timePtr(d.ackedAt)})
+			st := d.delivery(now)
+			open = open || st.State == NoticePending || st.State == NoticeSent
+			v.Peers = append(v.Peers, NoticeDelivery{PeerID: d.peer, DeliveryState: st})
 		}
 		if open || all {
 			sort.Slice(v.Peers, func(i, j int) bool { return v.Peers[i].PeerID < v.Peers[j].PeerID })
@@ -752,7 +797,7 @@ func (ns *Notices) sweeper() {
 func (ns *Notices) sweep(now time.Time) {
 	type expired struct {
 		n     *notice
-		peers int
+		peers []string
 	}
 	var done []expired
 	ns.mu.Lock()
@@ -779,11 +824,11 @@ func (ns *Notices) sweep(now time.Time) {
 		for _, d := range n.peers {
 			if d.open() {
 				ns.finish(d, NoticeExpired)
-				x.peers++
+				x.peers = append(x.peers, d.peer)
 			}
 		}
-		if x.peers > 0 {
-			ns.met.expired.Add(n.channel, uint64(x.peers))
+		if len(x.peers) > 0 {
+			ns.met.expired.Add(n.channel, uint64(len(x.peers)))
 			done = append(done, x)
 		}
 		heap.Push(&ns.expiry, expiryEntry{at: n.expires.Add(keepExpired), n: n, final: true})
@@ -791,7 +836,8 @@ func (ns *Notices) sweep(now time.Time) {
 	ns.mu.Unlock()
 	for _, x := range done {
 		ns.event(x.n.channel, events.Event{Event: "notice_expired", MessageID: x.n.id, Preview: events.Preview(x.n.text),
-			Detail: fmt.Sprintf("%d peers had not acked it by %s", x.peers, x.n.expires.UTC().Format(time.RFC3339))})
+			Detail: fmt.Sprintf("%d peers had not acked it by %s", len(x.peers), x.n.expires.UTC().Format(time.RFC3339))})
+		ns.changed(x.n.channel, x.peers...)
 	}
 }
 
@@ -888,22 +934,25 @@ func (ns *Notices) loadSnapshot() (uint64, error) {
 			continue
 		}
 		n := &notice{id: r.ID, channel: r.Channel, text: r.Text, priority: r.Priority, source: r.Source,
-			display: r.Display, seq: r.Seq, created: *r.Created, expires: *r.Expires, peers: map[string]*delivery{}}
+			display: r.Display, seq: r.Seq, created: *r.Created, expires: *r.Expires}
 		n.wire = link.MustEncode(&link.Notice{NoticeID: n.id, Text: n.text, Priority: n.priority,
 			DisplaySeconds: n.display, ExpiresAt: n.expires.UTC().Format(time.RFC3339)})
 		ns.byID[n.id] = n
+		ds := make([]*delivery, 0, len(it.Open)+len(it.Acked)+len(it.Withdrawn)+len(it.Expired))
 		for _, p := range it.Open {
-			ns.addDelivery(n, p, NoticePending, time.Time{})
+			ds = append(ds, &delivery{peer: p, state: NoticePending})
 		}
 		for _, a := range it.Acked {
-			ns.addDelivery(n, a.Peer, NoticeAcked, time.UnixMilli(a.At).UTC())
+			ds = append(ds, &delivery{peer: a.Peer, state: NoticeAcked, ackedAt: time.UnixMilli(a.At).UTC()})
 		}
 		for _, p := range it.Withdrawn {
-			ns.addDelivery(n, p, NoticeWithdrawn, time.Time{})
+			ds = append(ds, &delivery{peer: p, state: NoticeWithdrawn})
 		}
 		for _, p := range it.Expired {
-			ns.addDelivery(n, p, NoticeExpired, time.Time{})
+			ds = append(ds, &delivery{peer: p, state: NoticeExpired})
 		}
+		n.peers = make(map[string]*delivery, len(ds))
+		ns.addDeliveries(n, ds)
 		if len(n.peers) == 0 {
 			delete(ns.byID, n.id)
 			continue

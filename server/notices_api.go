@@ -202,7 +202,7 @@ func (s *Server) noticeRoutes(mux interface {
 }) {
 	// auth: the guard (auth.go) asks viewer for GET, operator for POST and DELETE.
 	mux.HandleFunc("POST /api/channels/{channel_id}/peers/{peer_id}/notices", s.postNotice)
-	mux.HandleFunc("GET /api/channels/{channel_id}/peers/{peer_id}/notices", s.getPeerNotices)
+	mux.HandleFunc("GET /api/channels/{channel_id}/peers/{peer_id}/notices", s.getNotices)
 	mux.HandleFunc("DELETE /api/channels/{channel_id}/peers/{peer_id}/notices/{notice_id}", s.deleteNotice)
 	mux.HandleFunc("POST /api/channels/{channel_id}/notices", s.postNotice)
 	mux.HandleFunc("GET /api/channels/{channel_id}/notices", s.getNotices)
@@ -308,19 +308,7 @@ func allParam(w http.ResponseWriter, r *http.Request) (all, ok bool) {
 	}
 }
 
-func (s *Server) getPeerNotices(w http.ResponseWriter, r *http.Request) {
-	chID, ok := s.noticeChannel(w, r)
-	if !ok {
-		return
-	}
-	all, ok := allParam(w, r)
-	if !ok {
-		return
-	}
-	peer := r.PathValue("peer_id")
-	writeJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "peer_id": peer, "notices": s.rt.notices.listPeer(chID, peer, all)})
-}
-
+// getNotices lists the path's peer's notices, or the channel's.
 func (s *Server) getNotices(w http.ResponseWriter, r *http.Request) {
 	chID, ok := s.noticeChannel(w, r)
 	if !ok {
@@ -328,6 +316,10 @@ func (s *Server) getNotices(w http.ResponseWriter, r *http.Request) {
 	}
 	all, ok := allParam(w, r)
 	if !ok {
+		return
+	}
+	if peer := r.PathValue("peer_id"); peer != "" {
+		writeJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "peer_id": peer, "notices": s.rt.notices.listPeer(chID, peer, all)})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "notices": s.rt.notices.list(chID, all)})

@@ -4,6 +4,13 @@
 //
 //	termd --server URL [--board NAME | --board-file FILE] [--peer-id ID]
 //	      [--state-dir DIR] [--token-file FILE] [--ca-file FILE] [--device-name NAME]
+//	      [--tag KEY=VALUE]... [--idle-seconds N] [--idle-text TEXT] [--backlight-off-after N]
+//
+// As a kiosk termd shows the notices the server pushes (they take over
+// the screen for their display_seconds; an alert blinks the backlight; a
+// key dismisses them), and with --idle-seconds an unattended screen shows
+// the latest notice, --idle-text or a clock; --backlight-off-after turns
+// the backlight off. The key that wakes the screen types nothing.
 //
 // The peer id is generated once and kept in the state dir, beside the
 // outbox of messages not yet answered. A state dir that cannot be written
@@ -63,6 +70,12 @@ func run(ctx context.Context, args []string) error {
 	deviceName := fs.String("device-name", "", "name shown by the server (default: the host name)")
 	logFile := fs.String("log-file", "", "log to `file` (default: stderr, or state-dir/termd.log when the display is this terminal)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	tags := tagFlag{}
+	fs.Var(tags, "tag", "operator tag `key=value` sent to the server's device registry (repeatable), e.g. --tag site=lobby")
+	idleSeconds := fs.Int("idle-seconds", 0, "after `N` seconds without a key show the latest notice, --idle-text or a clock (0: never)")
+	idleText := fs.String("idle-text", "", "`text` of the idle screen (default: a clock)")
+	backlightOff := fs.Int("backlight-off-after", 0, "turn the LCD backlight off after `N` seconds without a key (0: never)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -71,6 +84,13 @@ func run(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
+	}
+	if *showVersion {
+		fmt.Fprintln(fs.Output(), "termd", termdVersion())
+		return nil
+	}
+	if *idleSeconds < 0 || *backlightOff < 0 {
+		return errors.New("--idle-seconds and --backlight-off-after must not be negative")
 	}
 	wsURL, err := channelURL(*server, *channel)
 	if err != nil {
@@ -143,19 +163,23 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer hw.Close()
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, PeerID: id, DeviceName: name, Token: token,
-		CAFile: *caFile, StateDir: *stateDir, Logger: log})
+		CAFile: *caFile, StateDir: *stateDir, Logger: log,
+		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen),
+		Board:        profile.Name, Version: termdVersion(), Tags: tags})
 	if err != nil {
 		return err
 	}
 	notifier := sdnotify.FromEnv()
-	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log,
+	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log, Gate: hw.Gate,
+		Kiosk: device.Kiosk{IdleAfter: time.Duration(*idleSeconds) * time.Second, IdleText: *idleText,
+			BacklightOffAfter: time.Duration(*backlightOff) * time.Second},
 		Watchdog: sdnotify.WatchdogInterval(),
 		Notify: func(state string) {
 			if err := notifier.Notify(state); err != nil {
 				log.Warn("systemd notify", "err", err)
 			}
 		}}
-	log.Info("termd starting", "server", wsURL, "board", profile.Name, "peer_id", id, "state_dir", *stateDir)
+	log.Info("termd starting", "version", termdVersion(), "server", wsURL, "board", profile.Name, "peer_id", id, "state_dir", *stateDir, "tags", tags.String())
 
 	hctx, stopHW := context.WithCancel(ctx)
 	hwDone := make(chan error, 1)

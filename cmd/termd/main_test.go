@@ -173,6 +173,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--server", "ws://127.0.0.1:1", "--board-file", bad}, "display.address"},
 		{[]string{"--server", "ws://127.0.0.1:1", "--peer-id", "a:b", "--state-dir", t.TempDir()}, `--peer-id "a:b"`},
 		{[]string{"--server", "ws://127.0.0.1:1", "--log-level", "loud"}, `--log-level "loud"`},
+		{[]string{"--server", "ws://127.0.0.1:1", "--tag", "lobby"}, `"lobby": want key=value`},
+		{[]string{"--server", "ws://127.0.0.1:1", "--tag", "a=1", "--tag", "a=2"}, "tag a is given twice"},
+		{[]string{"--server", "ws://127.0.0.1:1", "--idle-seconds", "-1"}, "must not be negative"},
 	}
 	for _, tt := range tests {
 		out, err := exec.Command(termd, tt.args...).CombinedOutput()

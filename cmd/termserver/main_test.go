@@ -118,7 +118,7 @@ type device struct {
 	ws *websocket.Conn
 }
 
-func connect(t *testing.T, p *proc, peer string) *device {
+func connect(t *testing.T, p *proc, peer string, caps ...string) *device {
 	t.Helper()
 	ws, _, err := websocket.DefaultDialer.Dial("ws://"+p.addr+"/api/channels/terminal-dev/ws", nil)
 	if err != nil {
@@ -126,7 +126,10 @@ func connect(t *testing.T, p *proc, peer string) *device {
 	}
 	t.Cleanup(func() { ws.Close() })
 	d := &device{t: t, ws: ws}
-	d.send(&link.Connect{PeerID: peer, Capabilities: []string{"text"}})
+	if len(caps) == 0 {
+		caps = []string{link.CapText}
+	}
+	d.send(&link.Connect{PeerID: peer, Capabilities: caps})
 	if _, ok := d.read().(*link.Connected); !ok {
 		t.Fatal("no connected frame")
 	}

@@ -337,7 +337,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown channel key", `{"channels": {"terminal-dev": {"accountId": "local", "agnet": "echo"}}}`, []string{
 			"config: channels.terminal-dev.agnet: unknown key (known: enabled, kind, mode, accountId, displayName, agent, config)"}},
 		{"unknown channel config key", `{"channels": {"terminal-dev": {"accountId": "local", "config": {"heartbeat_secs": 5}}}}`, []string{
-			"config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue, maxWaitingPerSession, ratePerPeer, rateBurst, connectTimeoutSeconds)"}},
+			"config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue, maxWaitingPerSession, ratePerPeer, rateBurst, connectTimeoutSeconds, maxNoticesPerPeer)"}},
 		{"unknown agent key", `{` + ch + `, "agents": {"a": {"builtin": "echo", "colour": 1}}}`, []string{
 			"config: agents.a.colour: unknown key (known: builtin, delayMs, terminal, nuum, harness)"}},
 		{"unknown terminal key with hint", `{` + ch + `, "agents": {"helper": {"terminal": {"command": "x", "timeOut": 5}}}}`, []string{

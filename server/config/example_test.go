@@ -35,5 +35,5 @@ func ExampleParse_errors() {
 	// Output:
 	// config: agents.helper.terminal.timeout: must be a positive integer, got "abc"
 	// config: channels.terminal-dev.agent: unknown agent "helpr" (defined: echo, helper)
-	// config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue, maxWaitingPerSession, ratePerPeer, rateBurst, connectTimeoutSeconds)
+	// config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue, maxWaitingPerSession, ratePerPeer, rateBurst, connectTimeoutSeconds, maxNoticesPerPeer)
 }

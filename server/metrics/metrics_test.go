@@ -44,10 +44,10 @@ termlink_run_seconds_count{channel="terminal-dev"} 3
 	}
 }
 
-func TestGaugeFunc(t *testing.T) {
+func TestGaugeSet(t *testing.T) {
 	var r Registry
 	n := int64(2)
-	r.NewGaugeFunc("termserver_devices_online", "Devices online.", []string{"channel", "tag"}, func(emit func(int64, ...string)) {
+	r.NewGaugeSet("termserver_devices_online", "Devices online.", []string{"channel", "tag"}, func(emit func(int64, ...string)) {
 		emit(n, "terminal-dev", "")
 		emit(1, "terminal-dev", `site=lo"bby`)
 	})

@@ -8,6 +8,11 @@
 // framed 20x4 box. The keyboard types the message (or, with Keypad, acts
 // as a 4x4 keypad with multi-tap entry); with Console the device is a
 // VT100 chat console instead.
+//
+// With Kiosk the device is a kiosk: it lists the notice and screen
+// capabilities, goes idle (a clock) and dark on a schedule, and the lines
+// below the box give the web console's URL and a curl command that sends
+// it a notice.
 package demo
 
 import (
@@ -53,7 +58,22 @@ type Options struct {
 	Workspace string
 	// Rows and Cols of the LCD (default 4 x 20).
 	Rows, Cols int
+	// Kiosk runs the LCD device as a kiosk (notices, idle screen,
+	// backlight off) and shows the console URL and a notice command.
+	Kiosk bool
+	// IdleAfter and BacklightOffAfter of the kiosk (defaults with Kiosk:
+	// DefaultIdleAfter, DefaultBacklightOffAfter).
+	IdleAfter, BacklightOffAfter time.Duration
 }
+
+// Kiosk defaults of the demo.
+const (
+	DefaultIdleAfter         = 30 * time.Second
+	DefaultBacklightOffAfter = 90 * time.Second
+)
+
+// demoPeer is the simulated device's peer id.
+const demoPeer = "demo-device"
 
 // TTY is the terminal the demo runs in (console.TTY implements it).
 type TTY interface {
@@ -114,6 +134,7 @@ func Run(ctx context.Context, opt Options, tty TTY) error {
 		return err
 	}
 	url := "ws://" + ln.Addr().String() + "/api/channels/terminal-dev/ws"
+	httpBase := "http://" + ln.Addr().String()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sctx, stopServer := context.WithCancel(context.Background())
@@ -126,13 +147,28 @@ func Run(ctx context.Context, opt Options, tty TTY) error {
 		}
 	}()
 
-	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "demo-device", DeviceName: "termrig demo",
-		StateDir: filepath.Join(ws, "device"), Logger: log, RetryInitial: 200 * time.Millisecond, RetryMax: 5 * time.Second})
+	ccfg := link.ClientConfig{URL: url, PeerID: demoPeer, DeviceName: "termrig demo",
+		StateDir: filepath.Join(ws, "device"), Logger: log, RetryInitial: 200 * time.Millisecond, RetryMax: 5 * time.Second}
+	var gate *device.KeyGate
+	var kiosk device.Kiosk
+	if opt.Kiosk {
+		ccfg.Capabilities = append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen)
+		ccfg.Board, ccfg.Version, ccfg.Tags = "demo-lcd", "demo", map[string]string{"site": "demo"}
+		gate = device.NewKeyGate()
+		kiosk = device.Kiosk{IdleAfter: opt.IdleAfter, BacklightOffAfter: opt.BacklightOffAfter}
+		if kiosk.IdleAfter == 0 {
+			kiosk.IdleAfter = DefaultIdleAfter
+		}
+		if kiosk.BacklightOffAfter == 0 {
+			kiosk.BacklightOffAfter = DefaultBacklightOffAfter
+		}
+	}
+	client, err := link.NewClient(ccfg)
 	if err != nil {
 		return err
 	}
 	inputs := make(chan device.Input)
-	d := &device.Daemon{Client: client, Inputs: inputs, Logger: log}
+	d := &device.Daemon{Client: client, Inputs: inputs, Logger: log, Gate: gate, Kiosk: kiosk}
 
 	if opt.Console {
 		con := console.New(tty, console.Opts{Logger: log})
@@ -156,9 +192,12 @@ func Run(ctx context.Context, opt Options, tty TTY) error {
 		}
 		d.View = &device.LCDView{Screen: lcd}
 		p := &painter{out: tty, bus: bus, url: url, agent: agentName, keypad: opt.Keypad}
+		if opt.Kiosk {
+			p.kiosk = kioskLines(httpBase, opt, kiosk)
+		}
 		wg.Add(2)
 		go func() { defer wg.Done(); p.run(ctx) }()
-		go func() { defer wg.Done(); readKeys(ctx, cancel, tty, opt.Keypad, inputs) }()
+		go func() { defer wg.Done(); readKeys(ctx, cancel, tty, opt.Keypad, gate, inputs) }()
 		err = d.Run(ctx)
 		cancel()
 		p.finish()
@@ -233,6 +272,19 @@ func executable(p string) bool {
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }
 
+// kioskLines tell the user of the kiosk demo where the web console is,
+// how to send the device a notice, and what the kiosk does.
+func kioskLines(base string, opt Options, k device.Kiosk) []string {
+	return []string{
+		"Kiosk: a notice takes over the LCD, a key dismisses it; idle after " + k.IdleAfter.String() +
+			", dark after " + k.BacklightOffAfter.String() + ".",
+		"Web console: " + base + "/",
+		"Send a notice:",
+		"  curl -X POST " + base + "/api/channels/terminal-dev/peers/" + demoPeer + "/notices \\",
+		`    -H 'Content-Type: application/json' -d '{"text":"Lobby closes at 6","display_seconds":10}'`,
+	}
+}
+
 // painter draws the emulated glass as a box whenever it changes.
 type painter struct {
 	out    io.Writer
@@ -240,6 +292,7 @@ type painter struct {
 	url    string
 	agent  string
 	keypad bool
+	kiosk  []string // extra lines of the kiosk demo
 
 	mu   sync.Mutex
 	last string
@@ -261,9 +314,10 @@ func (p *painter) run(ctx context.Context) {
 
 func (p *painter) draw() {
 	lines := p.bus.Text()
+	light := p.bus.State().Backlight
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	key := strings.Join(lines, "\n")
+	key := fmt.Sprint(light, strings.Join(lines, "\n"))
 	if key == p.last {
 		return
 	}
@@ -274,9 +328,17 @@ func (p *painter) draw() {
 	}
 	var b strings.Builder
 	b.WriteString("\x1b[H")
-	fmt.Fprintf(&b, " termlink demo: %dx%d LCD (HD44780 on a PCF8574 at 0x27, emulated)\x1b[K\r\n\r\n", width, len(lines))
+	fmt.Fprintf(&b, " termlink demo: %dx%d LCD (HD44780 on a PCF8574 at 0x27, emulated)\x1b[K\r\n", width, len(lines))
+	if light {
+		b.WriteString(" backlight on\x1b[K\r\n")
+	} else {
+		b.WriteString(" backlight off\x1b[K\r\n")
+	}
 	b.WriteString(" ┌" + strings.Repeat("─", width) + "┐\x1b[K\r\n")
 	for _, l := range lines {
+		if !light {
+			l = "\x1b[2m" + l + "\x1b[22m" // a dark glass: dim
+		}
 		b.WriteString(" │" + l + "│\x1b[K\r\n")
 	}
 	b.WriteString(" └" + strings.Repeat("─", width) + "┘\x1b[K\r\n\r\n")
@@ -284,6 +346,12 @@ func (p *painter) draw() {
 		b.WriteString(" " + l + "\x1b[K\r\n")
 	}
 	fmt.Fprintf(&b, "\r\n server %s\x1b[K\r\n agent  %s\x1b[K\r\n", p.url, p.agent)
+	if len(p.kiosk) > 0 {
+		b.WriteString("\r\n")
+		for _, l := range p.kiosk {
+			b.WriteString(" " + l + "\x1b[K\r\n")
+		}
+	}
 	_, _ = io.WriteString(p.out, b.String())
 }
 
@@ -312,7 +380,9 @@ var errQuit = errors.New("quit")
 
 // readKeys turns the keyboard into device inputs. console.ReadKeys
 // delivers a lone Esc after a short quiet time, so it cancels at once.
-func readKeys(ctx context.Context, quit context.CancelFunc, in io.Reader, keypad bool, out chan<- device.Input) {
+// With a gate (the kiosk), a key that dismisses a notice or wakes the
+// screen does nothing else.
+func readKeys(ctx context.Context, quit context.CancelFunc, in io.Reader, keypad bool, gate *device.KeyGate, out chan<- device.Input) {
 	var (
 		compose []rune
 		kpEv    chan input.Event
@@ -332,9 +402,13 @@ func readKeys(ctx context.Context, quit context.CancelFunc, in io.Reader, keypad
 	}
 	err := console.ReadKeys(ctx, in, func(keys []console.Key) error {
 		for _, k := range keys {
-			switch k.Kind {
-			case console.KeyInterrupt, console.KeyEOF:
+			if k.Kind == console.KeyInterrupt || k.Kind == console.KeyEOF {
 				return errQuit
+			}
+			if gate != nil && gate.Press() {
+				continue
+			}
+			switch k.Kind {
 			case console.KeyEscape:
 				send(device.Input{Kind: device.InputCancel})
 			case console.KeyUp, console.KeyPageUp:

@@ -1,6 +1,7 @@
 package demo_test
 
 import (
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,4 +180,40 @@ func TestDemoAgentRelativePath(t *testing.T) {
 	// A typo is one short line before the demo starts.
 	tm = startTmux(t, "cd "+root+" && "+bin+" demo --agent 'python3 testrig/agents/python/quikstart.py'")
 	tm.waitFor("termrig demo: --agent: testrig/agents/python/quikstart.py: no such file", "EXIT=1")
+}
+
+// The kiosk demo: the console URL and a curl line are shown; a notice
+// sent to the URL it gives takes over the LCD box; the idle clock and the
+// dark backlight follow, and a key wakes the screen.
+func TestDemoKiosk(t *testing.T) {
+	bin := buildTermrig(t)
+	tm := startTmux(t, bin+" demo --kiosk --idle-seconds 3 --backlight-off-after 5")
+	s := tm.waitFor("ok│", "Web console: http://127.0.0.1:", "curl -X POST http://127.0.0.1:")
+	var base string
+	for _, l := range strings.Split(s, "\n") {
+		if _, url, ok := strings.Cut(l, "Web console: "); ok {
+			base = strings.TrimSuffix(strings.TrimSpace(url), "/")
+		}
+	}
+	if !strings.Contains(s, base+"/api/channels/terminal-dev/peers/demo-device/notices") {
+		t.Fatalf("the curl line does not post to the demo device on %s:\n%s", base, s)
+	}
+	resp, err := http.Post(base+"/api/channels/terminal-dev/peers/demo-device/notices", "application/json",
+		strings.NewReader(`{"text":"Lobby closes at 6","display_seconds":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST notice: HTTP %d", resp.StatusCode)
+	}
+	tm.waitFor("│Lobby closes at 6")
+	tm.waitFor("backlight off") // idle, then dark
+	tm.run("send-keys", "x")    // wakes only
+	s = tm.waitFor("backlight on", "ok│")
+	if strings.Contains(s, "x_") {
+		t.Fatalf("the waking key was typed:\n%s", s)
+	}
+	tm.run("send-keys", "C-c")
+	tm.waitFor("EXIT=0")
 }

@@ -1,0 +1,106 @@
+package device_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"termlink/device"
+	"termlink/link"
+	"termlink/server/servertest"
+)
+
+// apiCall sends a JSON request to the server's operator API.
+func apiCall(t *testing.T, method, url, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatalf("%s %s: HTTP %d: %s", method, url, resp.StatusCode, data)
+	}
+	return resp.StatusCode, out
+}
+
+// noticeState returns the delivery state of notice id for peer from the
+// server's notice API.
+func noticeState(t *testing.T, base, peer, id string) string {
+	t.Helper()
+	_, out := apiCall(t, "GET", base+"/api/channels/terminal-dev/peers/"+peer+"/notices?all=true", "")
+	b, _ := json.Marshal(out)
+	var list struct {
+		Notices []struct {
+			NoticeID string `json:"notice_id"`
+			State    string `json:"state"`
+		} `json:"notices"`
+	}
+	_ = json.Unmarshal(b, &list)
+	for _, n := range list.Notices {
+		if n.NoticeID == id {
+			return n.State
+		}
+	}
+	return ""
+}
+
+// End to end with termserver's notices: a notice posted while the kiosk
+// is offline is shown once after it connects, acked on the server after
+// the draw, not shown again by a restarted kiosk on the same state dir;
+// one posted while online takes over and the conversation returns.
+func TestKioskNoticesFromTermserver(t *testing.T) {
+	srv := servertest.Start(t, nil)
+	base := "http://" + srv.Addr
+	code, out := apiCall(t, "POST", base+"/api/channels/terminal-dev/peers/kiosk-1/notices",
+		`{"text":"Posted while you were away","display_seconds":1}`)
+	if code != http.StatusCreated {
+		t.Fatalf("POST notice: HTTP %d %v", code, out)
+	}
+	first := out["notice_ids"].([]any)[0].(string)
+
+	caps := append(link.DefaultCapabilities(), link.CapNotice)
+	state := t.TempDir()
+	r := startKioskCaps(t, srv.URL, state, device.Kiosk{}, caps)
+	r.waitGlass(t, "Posted while you")
+	deadline := time.Now().Add(15 * time.Second)
+	for noticeState(t, base, "kiosk-1", first) != "acked" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server never recorded the ack of %s (state %q)", first, noticeState(t, base, "kiosk-1", first))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.waitNoGlass(t, "Posted while you")
+
+	code, out = apiCall(t, "POST", base+"/api/channels/terminal-dev/notices", `{"text":"Everyone: lunch is served","display_seconds":1}`)
+	if code != http.StatusCreated {
+		t.Fatalf("broadcast: HTTP %d %v", code, out)
+	}
+	r.waitGlass(t, "Everyone: lunch is")
+	r.waitNoGlass(t, "Everyone: lunch is")
+	r.press("44 444 #") // the conversation works as before
+	r.waitGlass(t, "You said: hi")
+	r.cancel()
+	<-r.done
+	r.done <- nil
+
+	r2 := startKioskCaps(t, srv.URL, state, device.Kiosk{}, caps)
+	r2.waitGlass(t, "ok")
+	code, _ = apiCall(t, "POST", base+"/api/channels/terminal-dev/peers/kiosk-1/notices", `{"text":"After the restart","display_seconds":1}`)
+	if code != http.StatusCreated {
+		t.Fatal(code)
+	}
+	r2.waitGlass(t, "After the restart")
+	if n := r.view.count(first) + r2.view.count(first); n != 1 {
+		t.Fatalf("the offline notice was shown %d times, want once", n)
+	}
+}

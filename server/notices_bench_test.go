@@ -1,0 +1,44 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// BenchmarkNoticesOpen opens mailboxes of -per notices for each of 5,000
+// peers (created as broadcasts), from the snapshot a clean close wrote.
+func BenchmarkNoticesOpen(b *testing.B) {
+	dir := b.TempDir()
+	ns, err := openNotices(dir, noticeOptions{NoSync: true, Sweep: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	peers := make([]string, 5000)
+	for i := range peers {
+		peers[i] = fmt.Sprintf("kiosk-%05d", i)
+	}
+	for i := range 100 {
+		if _, err := ns.create("ch", peers, spec(fmt.Sprint("notice ", i))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := ns.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		ns, err := openNotices(dir, noticeOptions{NoSync: true, Sweep: time.Hour})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if n := ns.Count("ch", peers[0]); n != 100 {
+			b.Fatalf("count %d", n)
+		}
+		close(ns.stop)
+		<-ns.done
+		_ = ns.wl.Close()
+		b.StartTimer()
+	}
+}

@@ -1,0 +1,57 @@
+package server
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"termlink/link"
+)
+
+// FuzzParseNoticeRequest: any body gets a notice request within every
+// bound or an error, never a panic.
+func FuzzParseNoticeRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"text":"hello"}`,
+		`{"text":"a","priority":"alert","display_seconds":30,"ttl_seconds":60}`,
+		`{"text":"a","expires_at":"2026-11-24T00:00:00Z"}`,
+		`{"text":"a","peers":["k1","k2"]}`,
+		`{"text":"a","tags":{"site":"lobby"}}`,
+		`{"text":"a","display_seconds":"5"}`,
+		`{"text":null}`, `[]`, `null`, `{"text":"a"} x`, `{"text":"\u00e9\ud800"}`,
+	} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, body []byte, broadcast bool) {
+		req, err := parseNoticeRequest(body, broadcast, now)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error")
+			}
+			return
+		}
+		sp := req.spec
+		switch {
+		case strings.TrimSpace(sp.Text) == "" || utf8.RuneCountInString(sp.Text) > maxNoticeChars:
+			t.Fatalf("text %q accepted", sp.Text)
+		case sp.Priority != link.PriorityInfo && sp.Priority != link.PriorityAlert:
+			t.Fatalf("priority %q accepted", sp.Priority)
+		case sp.DisplaySeconds < 1 || sp.DisplaySeconds > maxDisplaySeconds:
+			t.Fatalf("display_seconds %d accepted", sp.DisplaySeconds)
+		case !sp.ExpiresAt.After(now) || sp.ExpiresAt.Sub(now) > maxNoticeTTL:
+			t.Fatalf("expiry %v accepted", sp.ExpiresAt)
+		case !broadcast && (req.peers != nil || req.tags != nil):
+			t.Fatal("a selector accepted on the peer route")
+		case req.peers != nil && req.tags != nil:
+			t.Fatal("both selectors accepted")
+		}
+		for _, p := range req.peers {
+			if !idRE.MatchString(p) {
+				t.Fatalf("peer %q accepted", p)
+			}
+		}
+	})
+}

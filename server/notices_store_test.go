@@ -1,0 +1,158 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+func openTestNotices(t *testing.T, dir string, max int) *Notices {
+	t.Helper()
+	ns, err := openNotices(dir, noticeOptions{MaxPerPeer: func(string) int { return max }, Sweep: time.Hour})
+	if err != nil {
+		t.Fatalf("openNotices: %v", err)
+	}
+	return ns
+}
+
+// crash stops ns the way kill -9 would leave it: no final snapshot.
+func crash(ns *Notices) {
+	close(ns.stop)
+	<-ns.done
+	_ = ns.wl.Close()
+}
+
+func spec(text string) noticeSpec {
+	return noticeSpec{Text: text, Priority: "info", DisplaySeconds: 15, ExpiresAt: time.Now().Add(time.Hour), Source: "api"}
+}
+
+func ids(list []NoticeForPeer) (out []string) {
+	for _, n := range list {
+		out = append(out, n.Text+"="+n.State)
+	}
+	return out
+}
+
+// A snapshot holds every record up to its LSN; records after it are
+// replayed from the log. When the log's release mark is lost (it is
+// written without fsync), records the snapshot holds are replayed no
+// more: a notice pruned before the snapshot does not come back.
+func TestNoticeSnapshotAndReplay(t *testing.T) {
+	dir := t.TempDir()
+	ns := openTestNotices(t, dir, 2)
+	create := func(text string) string {
+		t.Helper()
+		res, err := ns.create("ch", []string{"p"}, spec(text))
+		if err != nil {
+			t.Fatalf("create %s: %v", text, err)
+		}
+		return res.NoticeID
+	}
+	ack := func(id string) {
+		t.Helper()
+		if err := ns.ack("ch", "p", id); err != nil {
+			t.Fatalf("ack: %v", err)
+		}
+	}
+	ack(create("a"))
+	ack(create("b"))
+	ack(create("c"))
+	create("d") // three finished beside one open: "a", the oldest finished, is pruned
+	if got := ids(ns.listPeer("ch", "p", true)); len(got) != 3 || got[0] != "b=acked" || got[2] != "d=pending" {
+		t.Fatalf("before the snapshot: %v", got)
+	}
+	if err := ns.snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	e := create("e") // after the snapshot: only in the log
+	crash(ns)
+	if err := os.Remove(filepath.Join(dir, "wal", "released")); err != nil {
+		t.Fatal(err)
+	}
+
+	ns = openTestNotices(t, dir, 2)
+	got := ids(ns.listPeer("ch", "p", true))
+	want := []string{"b=acked", "c=acked", "d=pending", "e=pending"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after the crash: %v, want %v", got, want)
+	}
+	if n := ns.Count("ch", "p"); n != 2 {
+		t.Fatalf("Count %d, want 2", n)
+	}
+	ack(e)
+	if err := ns.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ns = openTestNotices(t, dir, 2)
+	defer ns.Close()
+	if got := ids(ns.Pending("ch", "p")); len(got) != 1 || got[0] != "d=pending" {
+		t.Fatalf("after a clean stop: %v", got)
+	}
+}
+
+// Expiry: an open notice expires at expires_at (counted, listed as
+// expired, never due), and is pruned keepExpired later.
+func TestNoticeSweep(t *testing.T) {
+	ns := openTestNotices(t, t.TempDir(), 10)
+	defer ns.Close()
+	sp := spec("soon")
+	sp.ExpiresAt = time.Now().Add(time.Minute)
+	res, err := ns.create("ch", []string{"p", "q"}, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if frames, _, _, _ := ns.due("ch", "p", 0, 10, time.Now()); len(frames) != 1 {
+		t.Fatalf("due before expiry: %d", len(frames))
+	}
+	if frames, _, _, _ := ns.due("ch", "p", 0, 10, sp.ExpiresAt.Add(time.Second)); len(frames) != 0 {
+		t.Fatalf("due after expiry: %d", len(frames))
+	}
+	ns.sweep(sp.ExpiresAt.Add(time.Second))
+	if got := ns.met.expired.Value("ch"); got != 2 {
+		t.Fatalf("expired counter %d, want 2", got)
+	}
+	if got := ids(ns.listPeer("ch", "q", true)); len(got) != 1 || got[0] != "soon=expired" {
+		t.Fatalf("after expiry: %v", got)
+	}
+	if n := ns.Count("ch", "p"); n != 0 {
+		t.Fatalf("Count %d after expiry", n)
+	}
+	ns.sweep(sp.ExpiresAt.Add(keepExpired + 2*time.Second))
+	if got := ns.listPeer("ch", "q", true); len(got) != 0 {
+		t.Fatalf("after pruning: %+v", got)
+	}
+	if _, err := ns.withdraw("ch", res.NoticeID, ""); err != errUnknownNotice {
+		t.Fatalf("withdraw of a pruned notice: %v", err)
+	}
+	if v := ns.met.pending.Value("ch"); v != 0 {
+		t.Fatalf("pending gauge %d", v)
+	}
+}
+
+// Changed hears of every peer whose open count changed: created, acked,
+// withdrawn, expired.
+func TestNoticeChangedHook(t *testing.T) {
+	var got []string
+	ns, err := openNotices(t.TempDir(), noticeOptions{Sweep: time.Hour, Changed: func(ch, p string) { got = append(got, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	sp := spec("x")
+	res, err := ns.create("ch", []string{"p", "q", "r"}, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.ack("ch", "p", res.NoticeID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.withdraw("ch", res.NoticeID, "q"); err != nil {
+		t.Fatal(err)
+	}
+	ns.sweep(sp.ExpiresAt.Add(time.Second))
+	if want := []string{"p", "q", "r", "p", "q", "r"}; !slices.Equal(got, want) {
+		t.Fatalf("changed %v, want %v", got, want)
+	}
+}
