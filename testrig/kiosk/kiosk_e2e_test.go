@@ -421,3 +421,17 @@ func TestConsoleInChromium(t *testing.T) {
 	b.waitFor("the live events show it leaving", eventShown("terminal_disconnected", "kiosk-shop"))
 	b.screenshot("04-shop-offline")
 }
+
+// Without admin tokens the API answers loopback clients only, and the
+// console opened on the server's own machine needs no login (as
+// termrig demo --kiosk runs it).
+func TestConsoleWithoutTokens(t *testing.T) {
+	chromium := chromiumPath(t)
+	srv := servertest.Start(t, nil)
+	startKiosk(t, srv.Addr, "kiosk-1", map[string]string{"site": "lab"})
+	b := startBrowser(t, chromium)
+	b.must("opening the console", chromedp.Navigate("http://"+srv.Addr+"/"))
+	b.waitFor("the fleet is shown without a login", `!document.getElementById('fleet-view').hidden && document.getElementById('login-view').hidden`)
+	b.waitFor("the kiosk is online", peerRow("kiosk-1", true))
+	b.screenshot("fleet-without-tokens")
+}

@@ -672,11 +672,10 @@
     // "last seen" ages as time passes.
     setInterval(() => { if (state.token !== null && state.route.view === 'fleet') scheduleDraw(); }, 15000);
 
+    // A token from earlier in this tab, or none: a server without admin
+    // tokens answers its own machine without one, and then no login is
+    // asked for (as termrig demo --kiosk runs it).
     const saved = sessionStorage.getItem(TOKEN_KEY);
-    if (saved === null) {
-      logout('');
-    } else {
-      login(saved).catch((e) => logout(e.message));
-    }
+    login(saved || '').catch((e) => logout(saved === null ? '' : e.message));
   });
 })();
