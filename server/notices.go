@@ -62,8 +62,9 @@ type Notices struct {
 	met  noticeMetrics
 	snap string // snapshot file path
 	// dir knows the channels' peers and tags, for broadcasts by tag or to
-	// all (the device registry once merged; seenPeers until then).
-	dir PeerDirectory
+	// all: the device registry (set before start).
+	dir     PeerDirectory
+	started bool
 
 	createMu sync.Mutex   // one create at a time: bound check, seq, apply
 	logMu    sync.RWMutex // appends and their apply hold it for reading; a snapshot for writing
@@ -202,7 +203,7 @@ func openNotices(dir string, opt noticeOptions) (*Notices, error) {
 		reg = &metrics.Registry{}
 	}
 	ns := &Notices{path: dir, log: opt.Logger, opt: opt, snap: filepath.Join(dir, noticeSnapshotFile),
-		byID: map[string]*notice{}, boxes: map[string]map[string]*mailbox{}, dir: &seenPeers{},
+		byID: map[string]*notice{}, boxes: map[string]map[string]*mailbox{}, dir: noPeers{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	ns.met = noticeMetrics{
 		created:   reg.NewCounterVec("termlink_notices_created_total", "Notices put in a peer's mailbox (a broadcast counts once per peer).", "channel"),
@@ -242,14 +243,22 @@ func openNotices(dir string, opt noticeOptions) (*Notices, error) {
 		ns.sinceSnap = opt.SnapshotBytes // the sweeper's first round writes a snapshot
 	}
 	ns.log.Info("notice mailboxes opened", "notices", len(ns.byID), "replayed", replayed, "took", time.Since(t0).Round(time.Millisecond))
-	go ns.sweeper()
 	return ns, nil
+}
+
+// start runs the sweeper (expiry, pruning, snapshots); the hooks and dir
+// are set by then.
+func (ns *Notices) start() {
+	ns.started = true
+	go ns.sweeper()
 }
 
 // Close stops the sweeper, writes a snapshot and closes the log.
 func (ns *Notices) Close() error {
-	close(ns.stop)
-	<-ns.done
+	if ns.started {
+		close(ns.stop)
+		<-ns.done
+	}
 	err := ns.snapshot()
 	return errors.Join(err, ns.wl.Close())
 }

@@ -196,11 +196,11 @@ func noticePreview(s string, n int) string {
 	return truncateUTF8(s, n) + "…"
 }
 
-// noticeRoutes adds the notice API to mux.
+// noticeRoutes adds the notice API to mux; the operator guard covers it
+// (GET: viewer, POST and DELETE: operator).
 func (s *Server) noticeRoutes(mux interface {
-	HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request))
+	HandleFunc(string, func(http.ResponseWriter, *http.Request))
 }) {
-	// auth: the guard (auth.go) asks viewer for GET, operator for POST and DELETE.
 	mux.HandleFunc("POST /api/channels/{channel_id}/peers/{peer_id}/notices", s.postNotice)
 	mux.HandleFunc("GET /api/channels/{channel_id}/peers/{peer_id}/notices", s.getNotices)
 	mux.HandleFunc("DELETE /api/channels/{channel_id}/peers/{peer_id}/notices/{notice_id}", s.deleteNotice)
@@ -257,7 +257,7 @@ func (s *Server) postNotice(w http.ResponseWriter, r *http.Request) {
 	if broadcast {
 		targets = req.peers
 		if targets == nil {
-			targets = selectPeers(s.rt.notices.dir, chID, req.tags)
+			targets = s.rt.notices.dir.PeersWithTags(chID, req.tags)
 		}
 		if len(targets) == 0 {
 			what := "knows no peers yet"

@@ -36,8 +36,6 @@ func BenchmarkNoticesOpen(b *testing.B) {
 		if n := ns.Count("ch", peers[0]); n != 100 {
 			b.Fatalf("count %d", n)
 		}
-		close(ns.stop)
-		<-ns.done
 		_ = ns.wl.Close()
 		b.StartTimer()
 	}

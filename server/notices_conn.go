@@ -19,12 +19,8 @@ import (
 // an ack takes a notice out of the mailbox for good.
 
 // noticesOnConnect arms delivery for a connection that listed "notice":
-// every open notice of its peer goes out after connected. It also tells
-// the notices' own peer directory the peer and its tags.
-func (c *wsConn) noticesOnConnect(f *link.Connect) {
-	if s, ok := c.a.rt.notices.dir.(*seenPeers); ok {
-		s.record(c.a.id, c.peerID, f.Tags)
-	}
+// every open notice of its peer goes out after connected.
+func (c *wsConn) noticesOnConnect() {
 	if c.notice {
 		c.wakeNotices()
 	}

@@ -523,3 +523,30 @@ func TestNoticeMetrics(t *testing.T) {
 		}
 	}
 }
+
+// The device registry shows a peer's open notices: notices_pending and
+// the notices on its page, also for a device that is offline.
+func TestNoticePeerPage(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	c := dial(t, ts.ws, nil)
+	c.connect("kiosk-11", noticeCaps...)
+	id, _ := ts.postNotice(t, "kiosk-11", `{"text":"on the page"}`)
+	readAs[*link.Notice](c)
+	c.ws.Close()
+	var page struct {
+		NoticesPending int             `json:"notices_pending"`
+		Notices        []NoticeForPeer `json:"notices"`
+	}
+	url := ts.http.URL + "/api/channels/terminal-dev/peers/kiosk-11"
+	if code := getJSON(t, url, &page); code != 200 || page.NoticesPending != 1 || len(page.Notices) != 1 || page.Notices[0].NoticeID != id {
+		t.Fatalf("peer page: HTTP %d %+v", code, page)
+	}
+	c = dial(t, ts.ws, nil)
+	c.connect("kiosk-11", noticeCaps...)
+	readAs[*link.Notice](c)
+	c.send(&link.NoticeAck{NoticeID: id})
+	c.quiet()
+	if getJSON(t, url, &page); page.NoticesPending != 0 || len(page.Notices) != 0 {
+		t.Fatalf("peer page after the ack: %+v", page)
+	}
+}

@@ -175,6 +175,8 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		return nil, err
 	}
 	rt.fleet.registerMetrics(rt.metrics, rt.order)
+	rt.fleet.notices, rt.notices.dir, rt.notices.opt.Changed = rt.notices, registryDirectory{rt.fleet.reg}, rt.fleet.reg.Changed
+	rt.notices.start()
 	s.mux = s.routes()
 	return s, nil
 }
@@ -306,7 +308,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		for _, r := range s.runners {
 			_ = r.Close()
 		}
-		err = errors.Join(s.rt.fleet.close(), s.rt.notices.Close(), s.rt.journal.close(), s.rt.store.Close())
+		err = errors.Join(s.rt.notices.Close(), s.rt.fleet.close(), s.rt.journal.close(), s.rt.store.Close())
 	})
 	return err
 }

@@ -394,7 +394,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	}
 	c.regGen = a.rt.fleet.connected(c, f)
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
-	c.noticesOnConnect(f)
+	c.noticesOnConnect()
 	a.rt.metrics.connects.Inc(a.id)
 	a.ch.events.Add(events.Event{Event: events.TerminalConnected, PeerID: f.PeerID, SessionID: c.sessionKey,
 		Detail: fmt.Sprintf("device_name=%q capabilities=%v remote=%s", f.DeviceName, f.Capabilities, c.remote)})
