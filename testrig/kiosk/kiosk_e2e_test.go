@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -420,6 +421,41 @@ func TestConsoleInChromium(t *testing.T) {
 	b.waitFor("kiosk-shop goes offline", peerRow("kiosk-shop", false)+" && "+peerRow("kiosk-lobby", true))
 	b.waitFor("the live events show it leaving", eventShown("terminal_disconnected", "kiosk-shop"))
 	b.screenshot("04-shop-offline")
+
+	// A notice for the offline kiosk waits in its mailbox, listed on its
+	// page, until the operator withdraws it.
+	const later = "Shop opens 9h"
+	b.must("sending a notice from kiosk-shop's page",
+		chromedp.Click(`[data-peer-id="kiosk-shop"] a`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#peer-notice-text`, chromedp.ByQuery),
+		chromedp.SendKeys(`#peer-notice-text`, later, chromedp.ByQuery),
+		chromedp.Click(`#peer-notice-form button[type=submit]`, chromedp.ByQuery))
+	b.waitFor("the console confirms it is queued for the offline kiosk", `/queued for 1 device \(0 online\)/.test(document.querySelector('#peer-notice-form .result').textContent)`)
+	pending := fmt.Sprintf(`Array.from(document.querySelectorAll('[data-testid=peer-notice][data-state=pending]')).some(e => e.textContent.includes(%q))`, later)
+	b.waitFor("the notice is listed as pending", pending)
+	b.screenshot("05-shop-pending")
+	b.must("withdrawing it", chromedp.Click(`[data-testid=peer-notice][data-state=pending] button`, chromedp.ByQuery))
+	b.waitFor("the notice is gone from the page", "!("+pending+")")
+	b.screenshot("06-shop-withdrawn")
+	req, err := http.NewRequest(http.MethodGet, base+"/api/channels/"+channelID+"/peers/kiosk-shop/notices", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left struct {
+		Notices []struct {
+			Text string `json:"text"`
+		} `json:"notices"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&left)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || len(left.Notices) != 0 {
+		t.Errorf("kiosk-shop's pending notices after the withdraw: status %d, %+v, %v; want none", resp.StatusCode, left.Notices, err)
+	}
 }
 
 // Without admin tokens the API answers loopback clients only, and the
