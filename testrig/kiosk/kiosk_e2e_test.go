@@ -75,6 +75,7 @@ func startServer(t *testing.T) (addr string) {
 type kiosk struct {
 	peerID string
 	bus    *lcdemu.Bus
+	inputs chan device.Input // the keypad, as termd's input layer hands it on
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -101,8 +102,8 @@ func startKiosk(t *testing.T, addr, peerID string, tags map[string]string) *kios
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &kiosk{peerID: peerID, bus: bus, cancel: cancel, done: make(chan error, 1)}
-	d := &device.Daemon{Client: client, View: &device.LCDView{Screen: lcd}, Inputs: make(chan device.Input), Logger: testLogger(t, peerID)}
+	k := &kiosk{peerID: peerID, bus: bus, inputs: make(chan device.Input), cancel: cancel, done: make(chan error, 1)}
+	d := &device.Daemon{Client: client, View: &device.LCDView{Screen: lcd}, Inputs: k.inputs, Logger: testLogger(t, peerID)}
 	go func() { k.done <- d.Run(ctx) }()
 	t.Cleanup(func() { k.stop(t) })
 	return k
@@ -124,6 +125,16 @@ func (k *kiosk) stop(t *testing.T) {
 		}
 	case <-time.After(waitLong):
 		t.Errorf("kiosk %s did not stop within %v", k.peerID, waitLong)
+	}
+}
+
+// send types text on the kiosk and sends it to the agent.
+func (k *kiosk) send(t *testing.T, text string) {
+	t.Helper()
+	select {
+	case k.inputs <- device.Input{Kind: device.InputSend, Text: text}:
+	case <-time.After(waitLong):
+		t.Fatalf("kiosk %s took no input within %v", k.peerID, waitLong)
 	}
 }
 
@@ -365,6 +376,9 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	b.screenshot("01-fleet")
 
+	// The lobby kiosk's user talks to the agent (its page shows the conversation).
+	lobby.send(t, "where is room 4")
+
 	// Send a notice to the tag site:lobby.
 	const text = "Lobby closes 18h"
 	b.must("sending a notice to site:lobby",
@@ -408,6 +422,7 @@ func TestConsoleInChromium(t *testing.T) {
 	if want := map[bool]string{true: "on", false: "off"}[lobby.bus.State().Backlight]; light != want && light != "dim" {
 		t.Errorf("mirror backlight %q, the LCD's is %q", light, want)
 	}
+	b.waitFor("the page shows the conversation", `Array.from(document.querySelectorAll('#conversation [data-role=user]')).some(e => e.textContent.includes('where is room 4')) && !!document.querySelector('#conversation [data-role=assistant]')`)
 	b.screenshot("03-lobby-mirror")
 
 	// Only the tag's kiosk got it.
