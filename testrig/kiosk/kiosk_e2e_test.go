@@ -203,6 +203,7 @@ func startBrowser(t *testing.T, execPath string) *browser {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true), // containers' /dev/shm is often 64 MB: chromium's tabs crash in it
 		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1280, 1100),
 		chromedp.CombinedOutput(out),
