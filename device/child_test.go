@@ -66,9 +66,13 @@ func childMain(mode string) int {
 		return 2
 	}
 	state := os.Getenv("TERMD_CHILD_STATE")
+	var caps []string // the default
+	if mode == "kiosk" {
+		caps = append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen)
+	}
 	client, err := link.NewClient(link.ClientConfig{URL: os.Getenv("TERMD_CHILD_URL"), PeerID: "rebooted-kiosk",
 		StateDir: state, RetryInitial: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard,
-		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen)})
+		Capabilities: caps})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2

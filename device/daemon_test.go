@@ -28,10 +28,8 @@ type rig struct {
 	cancel context.CancelFunc
 }
 
-// startDevice runs termd's daemon: the real HD44780 driver on the emulated
-// 20x4 LCD, multi-tap text entry fed by keypad events, a link client with
-// a file outbox in stateDir.
-func startDevice(t *testing.T, url, stateDir string) *rig {
+// emulatedLCD is the real HD44780 driver on an emulated 20x4 LCD.
+func emulatedLCD(t *testing.T) (*lcdemu.Bus, *hd44780.Dev) {
 	t.Helper()
 	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 4, Cols: 20})
 	if err != nil {
@@ -41,6 +39,15 @@ func startDevice(t *testing.T, url, stateDir string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return bus, lcd
+}
+
+// startDevice runs termd's daemon: the real HD44780 driver on the emulated
+// 20x4 LCD, multi-tap text entry fed by keypad events, a link client with
+// a file outbox in stateDir.
+func startDevice(t *testing.T, url, stateDir string) *rig {
+	t.Helper()
+	bus, lcd := emulatedLCD(t)
 	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "kiosk-1", DeviceName: "test", StateDir: stateDir,
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, StorageRetry: 100 * time.Millisecond})
 	if err != nil {

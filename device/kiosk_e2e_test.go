@@ -81,11 +81,13 @@ func TestKioskNoticesFromTermserver(t *testing.T) {
 	}
 	r.waitNoGlass(t, "Posted while you")
 
+	posted := time.Now()
 	code, out = apiCall(t, "POST", base+"/api/channels/terminal-dev/notices", `{"text":"Everyone: lunch is served","display_seconds":1}`)
 	if code != http.StatusCreated {
 		t.Fatalf("broadcast: HTTP %d %v", code, out)
 	}
 	r.waitGlass(t, "Everyone: lunch is")
+	t.Logf("broadcast to the glass (polled every 20 ms): %v", time.Since(posted).Round(time.Millisecond))
 	r.waitNoGlass(t, "Everyone: lunch is")
 	r.press("44 444 #") // the conversation works as before
 	r.waitGlass(t, "You said: hi")

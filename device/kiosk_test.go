@@ -16,9 +16,7 @@ import (
 	"termlink/device"
 	"termlink/device/input"
 	"termlink/display/console"
-	"termlink/display/hd44780"
 	"termlink/link"
-	"termlink/testrig/lcdemu"
 )
 
 // pushServer is a small real WebSocket server that speaks the channel
@@ -239,14 +237,7 @@ func startKiosk(t *testing.T, url, stateDir string, k device.Kiosk) *kioskRig {
 
 func startKioskCaps(t *testing.T, url, stateDir string, k device.Kiosk, caps []string) *kioskRig {
 	t.Helper()
-	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 4, Cols: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: 4, Cols: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	bus, lcd := emulatedLCD(t)
 	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "kiosk-1", DeviceName: "test", StateDir: stateDir,
 		Capabilities: caps, Board: "test-lcd2004", Version: "test",
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard})

@@ -2,6 +2,7 @@ package link
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -130,7 +131,7 @@ func (c *Client) pendingPushLocked(s *session, now time.Time) (frames [][]byte, 
 	}
 	acks = len(c.acks)
 	c.acks = nil
-	if c.screenQ && c.screen != nil {
+	if c.screenQ && c.screen != nil && !s.noScreen.Load() {
 		if next := s.screenAt.Add(ScreenInterval); now.Before(next) {
 			return frames, acks, false, next.Sub(now)
 		}
@@ -140,4 +141,31 @@ func (c *Client) pendingPushLocked(s *session, now time.Time) (frames [][]byte, 
 		screen = true
 	}
 	return frames, acks, screen, 0
+}
+
+// unsupportedPrefix starts the channel spec's error for a frame type the
+// server does not know ("Unsupported websocket frame type: example").
+const unsupportedPrefix = "Unsupported websocket frame type: "
+
+// unsupported takes the error a server that predates an extension gives
+// for the extension frames this client sends unasked (screen,
+// notice_ack): the screen mirror stops for this connection, and the
+// caller is not bothered (true). False for any other error.
+func (s *session) unsupported(f *Error) bool {
+	rest, ok := strings.CutPrefix(f.Error, unsupportedPrefix)
+	if !ok || f.MessageID != "" {
+		return false
+	}
+	typ, _, _ := strings.Cut(rest, " ")
+	switch Type(typ) {
+	case TypeScreen:
+		if !s.noScreen.Swap(true) {
+			s.c.log.Info("the server does not take screen frames: no screen mirror on this connection", "error", f.Error)
+		}
+		return true
+	case TypeNoticeAck:
+		s.c.log.Warn("the server does not take notice_ack frames", "error", f.Error)
+		return true
+	}
+	return false
 }

@@ -29,6 +29,17 @@ func noticeClient(t *testing.T, url, dir string) (*link.Client, <-chan link.Even
 	return c, c.Events()
 }
 
+// noticeSession starts a notice client on a fresh state dir and accepts
+// its connection on a new fake server.
+func noticeSession(t *testing.T) (*fakeServer, *link.Client, <-chan link.Event, *fakeConn) {
+	t.Helper()
+	fs := newFakeServer(t)
+	c, events := noticeClient(t, fs.url(), t.TempDir())
+	conn := fs.accept(t)
+	conn.handshake(t)
+	return fs, c, events, conn
+}
+
 // handshake answers the connect frame and returns it.
 func (c *fakeConn) handshake(t *testing.T) *link.Connect {
 	t.Helper()
@@ -146,10 +157,7 @@ func TestNoticeAckedOnlyAfterShownAndShownOnce(t *testing.T) {
 
 // NoticeShown while offline: the ack waits and goes after the reconnect.
 func TestNoticeAckQueuedWhileOffline(t *testing.T) {
-	fs := newFakeServer(t)
-	c, events := noticeClient(t, fs.url(), t.TempDir())
-	conn := fs.accept(t)
-	conn.handshake(t)
+	fs, c, events, conn := noticeSession(t)
 	conn.write(t, notice("n-9"))
 	waitEvent(t, events, link.EventNotice)
 	conn.ws.Close() // the link drops before the notice is drawn
@@ -169,10 +177,7 @@ func TestNoticeAckQueuedWhileOffline(t *testing.T) {
 // An expired notice is no event and no ack; a bad expires_at does not
 // expire.
 func TestExpiredNoticeNeverShown(t *testing.T) {
-	fs := newFakeServer(t)
-	c, events := noticeClient(t, fs.url(), t.TempDir())
-	conn := fs.accept(t)
-	conn.handshake(t)
+	_, c, events, conn := noticeSession(t)
 	old := notice("n-old")
 	old.ExpiresAt = time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
 	conn.write(t, old)
@@ -322,5 +327,29 @@ func TestNoticeShownThenKilledBeforeAck(t *testing.T) {
 	second.WaitLine(t, "shown n-2", 10*time.Second)
 	if got := second.Lines("notice "); !slices.Equal(got, []string{"n-2"}) {
 		t.Fatalf("the restarted device showed %v, want only n-2 (n-1 was drawn before the kill)", got)
+	}
+}
+
+// A server that predates the screen extension answers a screen frame
+// with the channel spec's "Unsupported websocket frame type" error: the
+// client stops mirroring on that connection and reports no error.
+func TestScreenToServerWithoutIt(t *testing.T) {
+	_, c, events, conn := noticeSession(t)
+	c.SetScreen(screen(1))
+	next[*link.Screen](t, conn)
+	conn.write(t, &link.Error{Error: "Unsupported websocket frame type: screen"})
+	conn.write(t, &link.Error{Error: "a later error"})
+	if e := waitEvent(t, events, link.EventError); e.Err.Error() != "a later error" {
+		t.Fatalf("first error event %v, want the unsupported screen kept from the caller", e)
+	}
+	c.SetScreen(screen(2))
+	if _, err := c.Send(context.Background(), "after"); err != nil {
+		t.Fatal(err)
+	}
+	if m := next[*link.Message](t, conn); m.Text != "after" {
+		t.Fatal(m)
+	}
+	if st := c.Stats(); st.Screens != 1 {
+		t.Fatalf("%d screen frames, want 1: the mirror goes on after the server refused it", st.Screens)
 	}
 }

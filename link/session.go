@@ -43,6 +43,7 @@ type session struct {
 	busyUntil time.Time                   // no message is sent before this
 	busyT     *time.Timer                 // fires at busyUntil
 	screenAt  time.Time                   // when the last screen frame went
+	noScreen  atomic.Bool                 // the server does not take screen frames
 	screenT   *time.Timer                 // fires when a held-back screen is due
 }
 
@@ -359,6 +360,9 @@ func (s *session) handle(f Frame) {
 
 func (s *session) handleError(f *Error) {
 	c := s.c
+	if s.unsupported(f) {
+		return
+	}
 	_, inflight := s.inflight[f.MessageID]
 	if f.MessageID != "" {
 		delete(s.inflight, f.MessageID)

@@ -88,3 +88,29 @@ func TestShownStoreSkipsBadLines(t *testing.T) {
 		t.Fatalf("loaded %d ids", s.Len())
 	}
 }
+
+// Whatever the shown-notice file holds, opening it keeps going, keeps
+// only valid ids within the bound, and can store again.
+func FuzzShownStoreLoad(f *testing.F) {
+	f.Add([]byte("{\"id\":\"n-1\",\"expires\":\"2999-01-01T00:00:00Z\",\"shown\":\"2026-11-23T12:00:00Z\"}\n"))
+	f.Add([]byte("{\"id\":\"n-2\",\"expires\":\"yesterday\"}\n{\"id\":\"n-2\"}\n"))
+	f.Add([]byte("not json\n\n{\"id\":"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, ShownNoticesFile), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := openShownStore(dir, shownLog, time.Now)
+		if s.Len() > MaxShownNotices {
+			t.Fatalf("%d ids kept", s.Len())
+		}
+		for _, r := range s.recs {
+			if r.ID == "" || len(r.ID) > maxOutboxID || !s.ids[r.ID] {
+				t.Fatalf("kept a bad record %+v", r)
+			}
+		}
+		if len(s.ids) != len(s.recs) {
+			t.Fatalf("%d ids, %d records", len(s.ids), len(s.recs))
+		}
+	})
+}

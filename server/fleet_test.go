@@ -293,9 +293,9 @@ type sseStream struct {
 	events chan sseEvent
 }
 
-func openStream(t *testing.T, ts *testServer, token string) *sseStream {
+func openStream(t *testing.T, baseURL, token string) *sseStream {
 	t.Helper()
-	req, _ := http.NewRequest("GET", ts.http.URL+"/api/channels/terminal-dev/events/stream", nil)
+	req, _ := http.NewRequest("GET", baseURL+"/api/channels/terminal-dev/events/stream", nil)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -368,7 +368,7 @@ func TestEventStream(t *testing.T) {
 	cfg := adminConfig(t, withAdmin(t))
 	ts := serve(t, cfg, Options{fleet: fleetOptions{streamKeepalive: 50 * time.Millisecond}})
 	connectDevice(t, ts, "kiosk-1", map[string]string{"site": "lobby"})
-	s := openStream(t, ts, viewerSecret)
+	s := openStream(t, ts.http.URL, viewerSecret)
 	hello := s.next("hello", func(e sseEvent) bool { return e.name == "hello" })
 	var h struct {
 		ChannelID string          `json:"channel_id"`
@@ -450,7 +450,7 @@ func TestEventStreamSlowSubscriberDropped(t *testing.T) {
 	c.send(&link.Message{MessageID: "m-1", Text: "still there?"})
 	readAs[*link.Ack](c)
 	readAs[*link.Message](c)
-	s := openStream(t, ts, "")
+	s := openStream(t, ts.http.URL, "")
 	s.next("hello", func(e sseEvent) bool { return e.name == "hello" })
 	waitFor(t, "the dropped stream's handler to end", func() bool { return fl.streamOpen.Value("terminal-dev") == 1 })
 }
@@ -463,5 +463,61 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The registry is the notices' directory: a broadcast by tag reaches a
+// device seen before a restart, the peer shows its pending notices, and
+// the live stream tells of the change.
+func TestNoticesThroughRegistry(t *testing.T) {
+	cfg := config.Default()
+	cfg.Workspace = t.TempDir()
+	ts := serve(t, cfg, Options{})
+	c := connectDevice(t, ts, "lobby-1", map[string]string{"site": "lobby"}, link.CapText) // takes no notices
+	connectDevice(t, ts, "shop-1", map[string]string{"site": "shop"}, link.CapText)
+	waitPeers(t, ts, "", "lobby-1:true shop-1:true")
+	c.ws.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ts.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	ts2 := serve(t, cfg, Options{})
+	s := openStream(t, ts2.http.URL, "")
+	s.next("hello", func(e sseEvent) bool { return e.name == "hello" })
+	r := api(t, "POST", ts2.http.URL+"/api/channels/terminal-dev/notices", "", `{"text": "Lobby closes at 6", "tags": {"site": "lobby"}}`)
+	if r.status != 201 || !strings.Contains(string(r.body), `"targets": 1`) {
+		t.Fatalf("broadcast to site=lobby: HTTP %d %s", r.status, r.body)
+	}
+	s.next("lobby-1 with a pending notice", func(e sseEvent) bool {
+		return e.name == "peer" && strings.Contains(e.data, `"peer_id":"lobby-1"`) && strings.Contains(e.data, `"notices_pending":1`)
+	})
+	ps := peersOf(t, ts2, "")
+	if ps[0].NoticesPending != 1 || ps[1].NoticesPending != 0 {
+		t.Fatalf("notices_pending %d %d", ps[0].NoticesPending, ps[1].NoticesPending)
+	}
+	notices, _ := getPeer(t, ts2, "lobby-1")["notices"].([]any)
+	if len(notices) != 1 || notices[0].(map[string]any)["text"] != "Lobby closes at 6" {
+		t.Fatalf("lobby-1's notices %v", notices)
+	}
+}
+
+// The live stream outlives the HTTP server's read and write timeouts
+// (meant for plain requests): keepalives keep coming.
+func TestEventStreamOutlivesHTTPTimeouts(t *testing.T) {
+	saved := defaultHTTPLimits
+	t.Cleanup(func() { defaultHTTPLimits = saved }) // after the server stops
+	defaultHTTPLimits.Read, defaultHTTPLimits.Write = 500*time.Millisecond, 500*time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveOn(t, adminConfig(t), Options{fleet: fleetOptions{streamKeepalive: 200 * time.Millisecond}}, ln)
+	s := openStream(t, "http://"+ln.Addr().String(), "")
+	s.next("hello", func(e sseEvent) bool { return e.name == "hello" })
+	start := time.Now()
+	for n := 0; n < 10 || time.Since(start) < 2*time.Second; n++ {
+		s.next("keepalive", func(e sseEvent) bool { return e.comment })
 	}
 }

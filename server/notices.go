@@ -109,6 +109,10 @@ const (
 	DefaultMaxNoticesPerPeer = 100
 	keepExpired              = 10 * time.Minute // an expired notice stays listed this long
 	noticeSnapshotFile       = "snapshot.json"
+	// noticeSegmentBytes is the notice log's segment size: released
+	// segments are deleted, so the log holds at most about this much
+	// beyond what the snapshot holds.
+	noticeSegmentBytes = 16 << 20
 )
 
 // Notice states, as the API names them.
@@ -222,7 +226,7 @@ func openNotices(dir string, opt noticeOptions) (*Notices, error) {
 		return nil, err
 	}
 	replayed := 0
-	wl, err := wal.Open(filepath.Join(dir, "wal"), wal.Options{NoSync: opt.NoSync, Logger: opt.Logger}, func(lsn wal.LSN, p []byte) error {
+	wl, err := wal.Open(filepath.Join(dir, "wal"), wal.Options{NoSync: opt.NoSync, Logger: opt.Logger, SegmentBytes: noticeSegmentBytes}, func(lsn wal.LSN, p []byte) error {
 		if uint64(lsn) <= snapLSN {
 			return nil // the snapshot holds it
 		}

@@ -189,7 +189,7 @@ func (r *Registry) Close() error {
 	r.once.Do(func() {
 		close(r.stop)
 		<-r.done
-		err = r.Flush()
+		err = r.flush(true)
 	})
 	return err
 }
@@ -250,6 +250,9 @@ func (r *Registry) Disconnected(channelID, peerID string, gen uint64) {
 }
 
 // MessageAccepted records that the device's message was accepted now.
+// It is written with the once-a-minute write of online devices (a device
+// that sends is online), not at once: busy devices do not rewrite the
+// file every flush.
 func (r *Registry) MessageAccepted(channelID, peerID string) {
 	now := r.now()
 	r.mu.Lock()
@@ -257,7 +260,6 @@ func (r *Registry) MessageAccepted(channelID, peerID string) {
 	if cs := r.channels[channelID]; cs != nil {
 		if e := cs.peers[peerID]; e != nil {
 			e.lastMessage, e.lastSeen = now, now
-			cs.dirty = true
 		}
 	}
 }
@@ -657,7 +659,7 @@ func (r *Registry) flusher() {
 		case <-r.stop:
 			return
 		case <-t.C:
-			if err := r.Flush(); err != nil {
+			if err := r.flush(false); err != nil {
 				r.log.Error("writing the device registry", "err", err)
 			}
 		}
@@ -665,8 +667,12 @@ func (r *Registry) flusher() {
 }
 
 // Flush writes the channels changed since the last flush (and, once a
-// minute, those with online devices, for their last_seen).
-func (r *Registry) Flush() error {
+// minute, those with online devices, for their last_seen and
+// last_message_at).
+func (r *Registry) Flush() error { return r.flush(false) }
+
+// flush is Flush; all writes every channel.
+func (r *Registry) flush(all bool) error {
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
 	now := r.now()
@@ -690,7 +696,7 @@ func (r *Registry) Flush() error {
 				}
 			}
 		}
-		if !cs.dirty && !online {
+		if !cs.dirty && !online && !all {
 			continue
 		}
 		cs.dirty = false
