@@ -182,7 +182,7 @@ func TestValidationErrors(t *testing.T) {
 		{"truncated", `{"display": {"kind": "console"`, "", "unexpected end of JSON"},
 		{"trailing data", `{"display": {"kind": "console"}} {}`, "", "unexpected data after the top-level object"},
 		{"not an object", `[]`, "", "want an object, got an array"},
-		{"unknown field", `{"displya": {}}`, "displya", "unknown field (known: console, description, display, keypad, name, serial)"},
+		{"unknown field", `{"displya": {}}`, "displya", "unknown field (known: console, description, display, keypad, kiosk, name, serial)"},
 		{"unknown nested field", `{"display": {"kind": "console", "colour": "red"}}`, "display.colour", "unknown field"},
 		{"duplicate field", `{"display": {"kind": "console", "kind": "console"}}`, "display.kind", "given twice"},
 		{"duplicate camelCase", `{` + lcd + `, "keypad": {` + kp4 + `, "keys": {"scroll_up": "A", "scrollUp": "A"}}}`, "keypad.keys.scrollUp", `given twice (also as "scroll_up")`},

@@ -31,6 +31,16 @@ type Profile struct {
 	// Console sets the terminal size of a console display; zero (or
 	// absent) asks the terminal.
 	Console *ConsoleSize `json:"console,omitempty"`
+	// Kiosk gives termd's kiosk defaults for the board (its flags
+	// --idle-seconds, --idle-text and --backlight-off-after win).
+	Kiosk *Kiosk `json:"kiosk,omitempty"`
+}
+
+// Kiosk is the idle behaviour of a kiosk board; 0 seconds: never.
+type Kiosk struct {
+	IdleSeconds       int    `json:"idleSeconds"`
+	IdleText          string `json:"idleText"`
+	BacklightOffAfter int    `json:"backlightOffAfter"`
 }
 
 // DisplayKind is the kind of screen.
@@ -273,6 +283,9 @@ func (p *Profile) validate(file string) error {
 		v.add("name", "%q: use lower-case letters, digits and dashes", p.Name)
 	}
 	p.validateDisplay(v)
+	if k := p.Kiosk; k != nil && (k.IdleSeconds < 0 || k.BacklightOffAfter < 0) {
+		v.add("kiosk", "idleSeconds and backlightOffAfter must not be negative")
+	}
 	reserved := map[string]string{}
 	if p.Display.Kind == HD44780I2C && (p.Display.Bus == "1" || p.Display.Bus == "I2C1" || p.Display.Bus == "/dev/i2c-1") {
 		reserved["GPIO2"] = "the I2C1 SDA line used by the display"

@@ -194,8 +194,8 @@ loop:
 		case <-kt.C:
 			render()
 		case <-tick.C:
-			if d.m.Link == link.StateWaiting || len(undrawn) > 0 || d.m.Overlay.Kind == OverlayIdle {
-				render() // the countdown, a draw that failed, the clock
+			if d.m.Link == link.StateWaiting || len(undrawn) > 0 || d.m.Overlay.Kind != OverlayNone {
+				render() // the countdown, a draw that failed, the clock, a notice's pages
 			}
 		case <-watchdog:
 			notify("WATCHDOG=1")

@@ -28,14 +28,15 @@ type rig struct {
 	cancel context.CancelFunc
 }
 
-// emulatedLCD is the real HD44780 driver on an emulated 20x4 LCD.
-func emulatedLCD(t *testing.T) (*lcdemu.Bus, *hd44780.Dev) {
+// emulatedLCD is the real HD44780 driver on an emulated LCD of rows x
+// cols.
+func emulatedLCD(t *testing.T, rows, cols int) (*lcdemu.Bus, *hd44780.Dev) {
 	t.Helper()
-	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 4, Cols: 20})
+	bus, err := lcdemu.New(&lcdemu.Opts{Rows: rows, Cols: cols})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: 4, Cols: 20})
+	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: rows, Cols: cols})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func emulatedLCD(t *testing.T) (*lcdemu.Bus, *hd44780.Dev) {
 // a file outbox in stateDir.
 func startDevice(t *testing.T, url, stateDir string) *rig {
 	t.Helper()
-	bus, lcd := emulatedLCD(t)
+	bus, lcd := emulatedLCD(t, 4, 20)
 	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "kiosk-1", DeviceName: "test", StateDir: stateDir,
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, StorageRetry: 100 * time.Millisecond})
 	if err != nil {
@@ -204,14 +205,7 @@ func TestStorageProblemShownAndSurvived(t *testing.T) {
 // On a 16x2 LCD a full disk reads "disk full" with the '!' mark on the
 // bottom line, and the notice above says what termd does about it.
 func TestLCD16x2StorageProblem(t *testing.T) {
-	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 2, Cols: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: 2, Cols: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	bus, lcd := emulatedLCD(t, 2, 16)
 	v := &device.LCDView{Screen: lcd}
 	var m device.Model
 	m.Apply(link.Event{Kind: link.EventState, State: link.StateConnected})

@@ -53,7 +53,8 @@ type Overlay struct {
 	Kind  OverlayKind
 	Text  string
 	Alert bool
-	ID    string // OverlayNotice: the notice id
+	ID    string    // OverlayNotice: the notice id
+	Since time.Time // when it took over the screen (a long text turns pages from then)
 }
 
 // KeyGate sits between a keypad and its text entry: while the kiosk
@@ -144,6 +145,7 @@ type kiosk struct {
 
 	queue     []*shownNotice // waiting for the screen, in arrival order
 	cur       *shownNotice   // on the screen now
+	curSince  time.Time
 	curUntil  time.Time
 	last      *shownNotice // the latest notice drawn (for the idle screen)
 	lastInput time.Time
@@ -214,7 +216,7 @@ func (k *kiosk) step(m *Model, now time.Time) (next time.Time, armed bool) {
 		if secs <= 0 {
 			secs = k.cfg.NoticeSeconds
 		}
-		k.cur, k.curUntil = sn, now.Add(time.Duration(secs)*time.Second)
+		k.cur, k.curSince, k.curUntil = sn, now, now.Add(time.Duration(secs)*time.Second)
 		k.nextBlink = now.Add(k.cfg.Blink)
 	}
 	soonest := func(t time.Time) {
@@ -236,7 +238,7 @@ func (k *kiosk) step(m *Model, now time.Time) (next time.Time, armed bool) {
 	case k.cur != nil:
 		n := &k.cur.n
 		alert := n.Priority == link.PriorityAlert
-		m.Overlay = Overlay{Kind: OverlayNotice, Text: n.Text, Alert: alert, ID: n.NoticeID}
+		m.Overlay = Overlay{Kind: OverlayNotice, Text: n.Text, Alert: alert, ID: n.NoticeID, Since: k.curSince}
 		soonest(k.curUntil)
 		soonest(k.cur.expires)
 		if alert {
@@ -251,7 +253,7 @@ func (k *kiosk) step(m *Model, now time.Time) (next time.Time, armed bool) {
 		}
 		dark = false // a notice lights the screen (an alert blinks it)
 	case idle:
-		m.Overlay = Overlay{Kind: OverlayIdle, Text: k.cfg.IdleText}
+		m.Overlay = Overlay{Kind: OverlayIdle, Text: k.cfg.IdleText, Since: k.lastInput.Add(k.cfg.IdleAfter)}
 		if l := k.last; l != nil && !l.expired(now) {
 			m.Overlay.Text = l.n.Text
 			soonest(l.expires)

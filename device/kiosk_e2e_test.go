@@ -54,10 +54,11 @@ func noticeState(t *testing.T, base, peer, id string) string {
 	return ""
 }
 
-// End to end with termserver's notices: a notice posted while the kiosk
-// is offline is shown once after it connects, acked on the server after
-// the draw, not shown again by a restarted kiosk on the same state dir;
-// one posted while online takes over and the conversation returns.
+// End to end with termserver's notices and device registry: a notice
+// posted while the kiosk is offline is shown once after it connects,
+// mirrored to the registry's screen, acked on the server after the draw,
+// not shown again by a restarted kiosk on the same state dir; one posted
+// while online takes over and the conversation returns.
 func TestKioskNoticesFromTermserver(t *testing.T) {
 	srv := servertest.Start(t, nil)
 	base := "http://" + srv.Addr
@@ -68,11 +69,24 @@ func TestKioskNoticesFromTermserver(t *testing.T) {
 	}
 	first := out["notice_ids"].([]any)[0].(string)
 
-	caps := append(link.DefaultCapabilities(), link.CapNotice)
+	caps := append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen)
 	state := t.TempDir()
 	r := startKioskCaps(t, srv.URL, state, device.Kiosk{}, caps)
 	r.waitGlass(t, "Posted while you")
+	// The registry has the device's board, version and its screen mirror.
 	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, peer := apiCall(t, "GET", base+"/api/channels/terminal-dev/peers/kiosk-1", "")
+		b, _ := json.Marshal(peer["screen"])
+		if peer["board"] == "test-lcd2004" && peer["version"] == "test" && strings.Contains(string(b), "Posted while you") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the registry never showed the device's board, version and notice screen: %v", peer)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	deadline = time.Now().Add(15 * time.Second)
 	for noticeState(t, base, "kiosk-1", first) != "acked" {
 		if time.Now().After(deadline) {
 			t.Fatalf("the server never recorded the ack of %s (state %q)", first, noticeState(t, base, "kiosk-1", first))

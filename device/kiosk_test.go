@@ -237,7 +237,7 @@ func startKiosk(t *testing.T, url, stateDir string, k device.Kiosk) *kioskRig {
 
 func startKioskCaps(t *testing.T, url, stateDir string, k device.Kiosk, caps []string) *kioskRig {
 	t.Helper()
-	bus, lcd := emulatedLCD(t)
+	bus, lcd := emulatedLCD(t, 4, 20)
 	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: "kiosk-1", DeviceName: "test", StateDir: stateDir,
 		Capabilities: caps, Board: "test-lcd2004", Version: "test",
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard})
@@ -510,4 +510,27 @@ func TestConsoleNoticeStatusLine(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// On a 16x2 LCD a notice longer than the screen turns its pages.
+func TestLongNoticePages16x2(t *testing.T) {
+	bus, lcd := emulatedLCD(t, 2, 16)
+	v := &device.LCDView{Screen: lcd}
+	start := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	m := &device.Model{Overlay: device.Overlay{Kind: device.OverlayNotice, Alert: true, ID: "n-1", Since: start,
+		Text: "The lobby closes at six tonight; please leave by the main door"}}
+	var pages []string
+	for i := range 4 {
+		if err := v.Render(context.Background(), m, start.Add(time.Duration(i)*device.NoticePage)); err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, strings.Join(bus.Text(), "|"))
+	}
+	want := []string{"! The lobby     |closes at six   ", "tonight; please |leave by the    ", "main door       |                ", "! The lobby     |closes at six   "}
+	if strings.Join(pages, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("pages:\n%s\nwant:\n%s", strings.Join(pages, "\n"), strings.Join(want, "\n"))
+	}
+	if s := v.Mirror(); strings.Join(s.Rows, "|") != want[3] || !s.Backlight {
+		t.Fatalf("mirror %+v", s)
+	}
 }

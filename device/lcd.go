@@ -34,7 +34,8 @@ type View interface {
 // it was refused; termd's own notices start with '-'.
 //
 // A notice (Model.Overlay) takes the whole screen, an alert starting with
-// "!"; the idle screen shows its text or a clock. Model.Dark turns the
+// "!", one page after the other when it is longer than the screen; the
+// idle screen shows its text or a clock. Model.Dark turns the
 // backlight off when the screen has one (hd44780.Dev does).
 type LCDView struct {
 	Screen display.Screen
@@ -102,12 +103,21 @@ func (v *LCDView) overlay(m *Model, rows, cols int, now time.Time) {
 	if o.Alert {
 		text = "! " + text
 	}
-	lines := display.Wrap(display.Fold(v.Screen, text), cols)
-	if len(lines) > rows {
-		lines = lines[:rows]
+	pages := display.Layout(v.Screen, text, rows, cols)
+	if len(pages) == 0 {
+		return
 	}
-	v.frame.SetLines(lines)
+	// A text longer than the screen turns its pages every NoticePage.
+	page := 0
+	if !o.Since.IsZero() && now.After(o.Since) {
+		page = int(now.Sub(o.Since)/NoticePage) % len(pages)
+	}
+	v.frame.SetLines(pages[page])
 }
+
+// NoticePage is how long each page of a notice (or idle text) longer
+// than the screen stays before the next one.
+const NoticePage = 3 * time.Second
 
 // backlight switches the backlight to !m.Dark when it changed (screens
 // without one are left alone).

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
@@ -316,4 +317,24 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// RequireRole asks more of one route than its method does.
+func TestRequireRole(t *testing.T) {
+	ts := serve(t, adminConfig(t, withAdmin(t)), Options{})
+	h := ts.RequireRole(config.RoleOperator, func(w http.ResponseWriter, r *http.Request) {
+		op := OperatorOf(r)
+		writeJSON(w, 200, map[string]string{"name": op.Name, "role": op.Role.String()})
+	})
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	if r := api(t, "GET", hs.URL, viewerSecret, ""); r.status != 403 || !strings.Contains(string(r.body), "role viewer may not GET /: it needs role operator") {
+		t.Fatalf("viewer: HTTP %d %s", r.status, r.body)
+	}
+	if r := api(t, "GET", hs.URL, operatorSecret, ""); r.status != 200 || !strings.Contains(string(r.body), `"name": "otto"`) {
+		t.Fatalf("operator: HTTP %d %s", r.status, r.body)
+	}
+	if r := api(t, "GET", hs.URL, "", ""); r.status != 401 {
+		t.Fatalf("no token: HTTP %d", r.status)
+	}
 }

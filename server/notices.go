@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"termlink/internal/durable"
 	"termlink/link"
 	"termlink/server/events"
 	"termlink/server/metrics"
@@ -914,7 +915,7 @@ func (ns *Notices) snapshot() error {
 	ns.mu.Unlock()
 	ns.logMu.Unlock()
 	sort.Slice(s.Notices, func(i, j int) bool { return s.Notices[i].Seq < s.Notices[j].Seq })
-	if err := writeFileDurably(ns.snap, func(w *bufio.Writer) error { return json.NewEncoder(w).Encode(&s) }, ns.opt.NoSync); err != nil {
+	if err := durable.WriteFile(ns.snap, func(w *bufio.Writer) error { return json.NewEncoder(w).Encode(&s) }, ns.opt.NoSync); err != nil {
 		return fmt.Errorf("writing the notice snapshot: %w", err)
 	}
 	if err := ns.wl.Release(lsn); err != nil {
@@ -978,42 +979,4 @@ func (ns *Notices) loadSnapshot() (uint64, error) {
 	}
 	ns.seq = max(ns.seq, s.Seq)
 	return s.LSN, nil
-}
-
-// writeFileDurably writes path through a temporary file: written, synced,
-// renamed over path, and the directory synced, so a crash leaves the old
-// file or the new one, whole.
-func writeFileDurably(path string, write func(*bufio.Writer) error, noSync bool) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriterSize(f, 256<<10)
-	err = write(w)
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil && !noSync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	if noSync {
-		return nil
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -9,6 +9,17 @@ import (
 	"termlink/server/config"
 )
 
+// withNuumAgent routes terminal-dev to a Nuum agent.
+func withNuumAgent(command string) func(*config.Config) {
+	return func(c *config.Config) {
+		c.Agents["nuum"] = config.Agent{Nuum: &config.NuumAgent{Command: command, IdleTimeout: 600, MaxProcesses: 4,
+			StartTimeout: 30, HeartbeatSeconds: 30, HeartbeatTimeout: 10}}
+		ch := c.Channels["terminal-dev"]
+		ch.Agent = "nuum"
+		c.Channels["terminal-dev"] = ch
+	}
+}
+
 func writeScript(t *testing.T, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "agent.sh")
@@ -69,13 +80,7 @@ while IFS= read -r line; do
   esac
 done
 `)
-	ts := startServer(t, func(c *config.Config) {
-		c.Agents["nuum"] = config.Agent{Nuum: &config.NuumAgent{Command: script, IdleTimeout: 600, MaxProcesses: 4,
-			StartTimeout: 30, HeartbeatSeconds: 30, HeartbeatTimeout: 10}}
-		ch := c.Channels["terminal-dev"]
-		ch.Agent = "nuum"
-		c.Channels["terminal-dev"] = ch
-	}, nil)
+	ts := startServer(t, withNuumAgent(script), nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("lobby-2", noticeCaps...)
 	c.send(&link.Message{MessageID: "m1", Text: "hello"})
@@ -94,4 +99,40 @@ done
 	if got := ts.peerNotices(t, "lobby-2", false); len(got) != 1 || got[0].Source != "agent" {
 		t.Fatalf("mailbox %+v", got)
 	}
+}
+
+// What a Nuum agent sends for a turn the runner gave up on (cancelled,
+// interrupted without a result) is not pushed: only what it says after
+// that turn's result is.
+func TestNuumAgentAbandonedTurnNotPushed(t *testing.T) {
+	script := writeScript(t, `echo '{"type":"system","subtype":"init","session_id":"s-2"}'
+while IFS= read -r line; do
+  case "$line" in
+    *heartbeat*) echo '{"type":"system","subtype":"heartbeat_ack"}' ;;
+    *'"type":"user"'*) echo '{"type":"system","subtype":"turn_accepted"}' ;;
+    *'"action":"interrupt"'*)
+      echo '{"type":"system","subtype":"interrupted"}'
+      sleep 1.5
+      echo '{"type":"assistant","message":{"content":[{"type":"text","text":"late part of the cancelled turn"}]}}'
+      echo '{"type":"result","subtype":"success","result":"late"}'
+      sleep 0.3
+      echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Reminder after the turn"}]}}'
+      ;;
+  esac
+done
+`)
+	ts := startServer(t, withNuumAgent(script), nil)
+	c := dial(t, ts.ws, nil)
+	c.connect("lobby-3", link.CapText, link.CapCancel, link.CapProgress, link.CapNotice)
+	c.send(&link.Message{MessageID: "m1", Text: "wait"})
+	readAs[*link.Ack](c)
+	readAs[*link.Progress](c) // the turn is open
+	c.send(&link.Cancel{MessageID: "m1"})
+	if m := readAs[*link.Message](c); m.FinishReason != link.FinishCancelled {
+		t.Fatalf("reply %+v", m)
+	}
+	if n := readAs[*link.Notice](c); n.Text != "Reminder after the turn" {
+		t.Fatalf("notice %+v, want only the reminder", n)
+	}
+	c.quiet()
 }

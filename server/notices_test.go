@@ -550,3 +550,26 @@ func TestNoticePeerPage(t *testing.T) {
 		t.Fatalf("peer page after the ack: %+v", page)
 	}
 }
+
+// A full mailbox (more notices than a connection's send queue takes in
+// one batch) reaches the device whole, in created order.
+func TestNoticeFullMailboxDelivered(t *testing.T) {
+	ts := startServer(t, func(c *config.Config) {
+		ch := c.Channels["terminal-dev"]
+		ch.Config.SendQueue = 8
+		c.Channels["terminal-dev"] = ch
+	}, nil)
+	var ids []string
+	for i := range DefaultMaxNoticesPerPeer {
+		id, _ := ts.postNotice(t, "kiosk-12", fmt.Sprintf(`{"text":"n%d"}`, i))
+		ids = append(ids, id)
+	}
+	c := dial(t, ts.ws, nil)
+	c.connect("kiosk-12", noticeCaps...)
+	for i, id := range ids {
+		if n := readAs[*link.Notice](c); n.NoticeID != id {
+			t.Fatalf("notice %d: %+v, want %s", i, n, id)
+		}
+	}
+	c.quiet()
+}

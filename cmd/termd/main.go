@@ -72,9 +72,9 @@ func run(ctx context.Context, args []string) error {
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	tags := tagFlag{}
 	fs.Var(tags, "tag", "operator tag `key=value` sent to the server's device registry (repeatable), e.g. --tag site=lobby")
-	idleSeconds := fs.Int("idle-seconds", 0, "after `N` seconds without a key show the latest notice, --idle-text or a clock (0: never)")
-	idleText := fs.String("idle-text", "", "`text` of the idle screen (default: a clock)")
-	backlightOff := fs.Int("backlight-off-after", 0, "turn the LCD backlight off after `N` seconds without a key (0: never)")
+	idleSeconds := fs.Int("idle-seconds", 0, "after `N` seconds without a key show the latest notice, --idle-text or a clock (0: never; default: the board's kiosk.idleSeconds)")
+	idleText := fs.String("idle-text", "", "`text` of the idle screen (default: the board's kiosk.idleText, else a clock)")
+	backlightOff := fs.Int("backlight-off-after", 0, "turn the LCD backlight off after `N` seconds without a key (0: never; default: the board's kiosk.backlightOffAfter)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -170,6 +170,20 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	notifier := sdnotify.FromEnv()
+	// The board's kiosk block gives defaults; flags given win.
+	if k := profile.Kiosk; k != nil {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["idle-seconds"] {
+			*idleSeconds = k.IdleSeconds
+		}
+		if !set["idle-text"] {
+			*idleText = k.IdleText
+		}
+		if !set["backlight-off-after"] {
+			*backlightOff = k.BacklightOffAfter
+		}
+	}
 	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log, Gate: hw.Gate,
 		Kiosk: device.Kiosk{IdleAfter: time.Duration(*idleSeconds) * time.Second, IdleText: *idleText,
 			BacklightOffAfter: time.Duration(*backlightOff) * time.Second},

@@ -11,10 +11,10 @@
 package registry
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -26,6 +26,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"termlink/internal/durable"
 	"termlink/server/fanout"
 )
 
@@ -727,45 +728,13 @@ func (r *Registry) flush(all bool) error {
 	return errors.Join(errs...)
 }
 
-// write replaces registry/<channel>.json atomically (temp file, fsync,
-// rename, fsync of the directory).
+// write replaces registry/<channel>.json atomically.
 func (r *Registry) write(channelID string, f *file) error {
-	b, err := json.Marshal(f)
+	err := durable.WriteFile(filepath.Join(r.dir, channelID+".json"), func(w *bufio.Writer) error {
+		return json.NewEncoder(w).Encode(f)
+	}, r.opt.NoSync)
 	if err != nil {
-		return fmt.Errorf("registry: encoding %s: %w", channelID, err)
-	}
-	name := filepath.Join(r.dir, channelID+".json")
-	tmp, err := os.CreateTemp(r.dir, "."+channelID+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("registry: writing %s: %w", name, err)
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename: nothing there
-	if _, err = tmp.Write(b); err == nil && !r.opt.NoSync {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), name)
-	}
-	if err == nil && !r.opt.NoSync {
-		err = syncDir(r.dir)
-	}
-	if err != nil {
-		return fmt.Errorf("registry: writing %s: %w", name, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, fs.ErrInvalid) {
-		return err
+		return fmt.Errorf("registry: %w", err)
 	}
 	return nil
 }
