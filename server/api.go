@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"termlink/server/console"
 	"termlink/server/events"
 )
 
@@ -38,6 +39,8 @@ func (s *Server) routes() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.rt.metrics.reg.WriteText(w)
 	})
+	mux.Handle("GET /{$}", console.Handler())      // the web console (open: its files hold no data)
+	mux.Handle("GET /console/", console.Handler()) // its scripts and styles
 	return s.guard(mux.ServeMux)
 }
 

@@ -1,0 +1,681 @@
+// termlink console: plain JavaScript, no build step, no libraries.
+// Talks to termserver's JSON API on this origin with the admin token from
+// sessionStorage as "Authorization: Bearer"; reads the live stream
+// (Server-Sent Events) with fetch() so the header can be sent.
+'use strict';
+
+(() => {
+  const TOKEN_KEY = 'termlink.console.token';
+  const CHANNEL_KEY = 'termlink.console.channel';
+  const MAX_EVENTS = 200; // events kept in the live list
+  const MAX_ROWS = 500; // fleet rows drawn at once (filter to see others)
+  const STALL_MS = 45000; // no byte (not even a keepalive) this long: reconnect
+
+  const $ = (id) => document.getElementById(id);
+  const enc = encodeURIComponent;
+
+  const state = {
+    token: null, // null: logged out; '' : no token (loopback server without admin tokens)
+    channels: [],
+    channel: '',
+    peers: new Map(), // peer_id -> Peer of the current channel
+    stream: null, // AbortController of the running stream
+    route: { view: 'fleet' },
+    detail: null, // the open device's GET .../peers/{id} answer
+    detailTimer: 0,
+    drawPending: false,
+    seqs: new Set(), // seq of the events listed
+    loggingIn: false,
+  };
+
+  // ---- small DOM helper: text only, never innerHTML ----
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children) {
+      if (c === null || c === undefined || c === false) continue;
+      e.append(c instanceof Node ? c : String(c));
+    }
+    return e;
+  }
+
+  // ---- errors, shown as they are ----
+  function showError(msg) {
+    $('error-text').textContent = msg;
+    $('error').hidden = false;
+  }
+  function clearError() {
+    $('error').hidden = true;
+    $('error-text').textContent = '';
+  }
+
+  // ---- API ----
+  class APIError extends Error {
+    constructor(status, message) { super(message); this.status = status; }
+  }
+
+  function headers(extra) {
+    const h = Object.assign({ Accept: 'application/json' }, extra || {});
+    if (state.token) h.Authorization = 'Bearer ' + state.token;
+    return h;
+  }
+
+  // errorText is the API's {"error": ...} message, or the body, or the status text.
+  async function errorText(resp) {
+    const text = await resp.text().catch(() => '');
+    try {
+      const j = JSON.parse(text);
+      if (j && typeof j.error === 'string') return j.error;
+    } catch (_) { /* not JSON */ }
+    return text.trim().slice(0, 300) || resp.statusText || 'no message';
+  }
+
+  async function api(method, path, body) {
+    const init = { method, headers: headers(), cache: 'no-store' };
+    if (body !== undefined) {
+      init.headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    let resp;
+    try {
+      resp = await fetch(path, init);
+    } catch (e) {
+      throw new APIError(0, `${method} ${path}: the server did not answer (${e.message})`);
+    }
+    if (!resp.ok) {
+      const msg = await errorText(resp);
+      if (resp.status === 401 && state.token !== null && !state.loggingIn) {
+        logout(`The server refused the token: ${msg}`);
+      }
+      throw new APIError(resp.status, `${method} ${path}: ${resp.status} ${msg}`);
+    }
+    if (resp.status === 204) return null;
+    return resp.json();
+  }
+
+  // ---- login ----
+  async function login(token) {
+    state.token = token;
+    state.loggingIn = true;
+    try {
+      const data = await api('GET', '/api/channels');
+      state.channels = (data && data.channels) || [];
+    } catch (e) {
+      state.token = null;
+      throw e;
+    } finally {
+      state.loggingIn = false;
+    }
+    sessionStorage.setItem(TOKEN_KEY, token);
+    const saved = sessionStorage.getItem(CHANNEL_KEY);
+    const ids = state.channels.map((c) => c.channel_id);
+    const first = state.channels.find((c) => c.enabled) || state.channels[0];
+    state.channel = ids.includes(saved) ? saved : (first ? first.channel_id : '');
+    const sel = $('channel');
+    sel.replaceChildren(...state.channels.map((c) => el('option', { value: c.channel_id, text: c.display_name ? `${c.display_name} (${c.channel_id})` : c.channel_id })));
+    sel.value = state.channel;
+    $('login-view').hidden = true;
+    $('session').hidden = false;
+    $('events-view').hidden = false;
+    startStream();
+    route();
+  }
+
+  function logout(message) {
+    stopStream();
+    state.token = null;
+    state.peers.clear();
+    state.detail = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    for (const id of ['session', 'fleet-view', 'peer-view', 'events-view']) $(id).hidden = true;
+    $('events').replaceChildren();
+    state.seqs.clear();
+    $('login-view').hidden = false;
+    $('login-error').textContent = message || '';
+    $('token').value = '';
+    $('token').focus();
+  }
+
+  // ---- live stream (SSE over fetch) ----
+  function setStreamState(text, cls) {
+    const s = $('stream-state');
+    s.textContent = text;
+    s.className = 'stream-state' + (cls ? ' ' + cls : '');
+  }
+
+  function stopStream() {
+    if (state.stream) state.stream.abort();
+    state.stream = null;
+  }
+
+  function startStream() {
+    stopStream();
+    if (!state.channel) { setStreamState('no channel'); return; }
+    const ctl = new AbortController();
+    state.stream = ctl;
+    runStream(state.channel, ctl.signal);
+  }
+
+  function sleep(ms, signal) {
+    return new Promise((resolve) => {
+      const t = setTimeout(resolve, ms);
+      signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+    });
+  }
+
+  async function runStream(channel, signal) {
+    let delay = 1000;
+    while (!signal.aborted) {
+      setStreamState('connecting…');
+      let why = 'the stream ended';
+      const conn = new AbortController();
+      const onAbort = () => conn.abort();
+      signal.addEventListener('abort', onAbort, { once: true });
+      let stall = 0;
+      const alive = () => {
+        clearTimeout(stall);
+        stall = setTimeout(() => { why = 'no data for 45 s'; conn.abort(); }, STALL_MS);
+      };
+      try {
+        alive();
+        const resp = await fetch(`/api/channels/${enc(channel)}/events/stream`, {
+          headers: headers({ Accept: 'text/event-stream' }), cache: 'no-store', signal: conn.signal,
+        });
+        if (resp.status === 401) {
+          logout(`The server refused the token: ${await errorText(resp)}`);
+          return;
+        }
+        if (!resp.ok) throw new Error(`${resp.status} ${await errorText(resp)}`);
+        setStreamState('live', 'live');
+        delay = 1000;
+        await readSSE(resp.body, alive, onStreamEvent);
+      } catch (e) {
+        if (signal.aborted) return;
+        if (e.name !== 'AbortError') why = e.message;
+      } finally {
+        clearTimeout(stall);
+        signal.removeEventListener('abort', onAbort);
+      }
+      if (signal.aborted) return;
+      setStreamState(`reconnecting in ${delay / 1000} s (${why})`, 'down');
+      await sleep(delay, signal);
+      delay = Math.min(delay * 2, 15000);
+    }
+  }
+
+  // readSSE parses a text/event-stream body, calling onEvent(name, data)
+  // per event and alive() per chunk received (keepalives included).
+  async function readSSE(body, alive, onEvent) {
+    const reader = body.getReader();
+    const decoder = new TextDecoder();
+    let buf = '';
+    let name = '';
+    let data = [];
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      alive();
+      buf += decoder.decode(value, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        let line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        if (line.endsWith('\r')) line = line.slice(0, -1);
+        if (line === '') {
+          if (data.length) onEvent(name || 'message', data.join('\n'));
+          name = '';
+          data = [];
+          continue;
+        }
+        if (line.startsWith(':')) continue; // comment (keepalive)
+        const colon = line.indexOf(':');
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let val = colon < 0 ? '' : line.slice(colon + 1);
+        if (val.startsWith(' ')) val = val.slice(1);
+        if (field === 'event') name = val;
+        else if (field === 'data') data.push(val);
+      }
+    }
+  }
+
+  function onStreamEvent(name, raw) {
+    let obj;
+    try { obj = JSON.parse(raw); } catch (e) {
+      showError(`The live stream sent an event "${name}" that is not JSON: ${raw.slice(0, 120)}`);
+      return;
+    }
+    if (name === 'hello') {
+      state.peers = new Map((obj.peers || []).map((p) => [p.peer_id, p]));
+      scheduleDraw();
+      loadRecentEvents(state.channel);
+      if (state.route.view === 'peer') {
+        const p = state.peers.get(state.route.peer);
+        if (p) drawPeerLive(p);
+      }
+      return;
+    }
+    if (name === 'peer') {
+      const old = state.peers.get(obj.peer_id);
+      state.peers.set(obj.peer_id, obj);
+      scheduleDraw();
+      if (state.route.view === 'peer' && state.route.peer === obj.peer_id) {
+        drawPeerLive(obj);
+        if (!old || old.notices_pending !== obj.notices_pending || old.online !== obj.online) refreshDetailSoon();
+      }
+      return;
+    }
+    addEvent(name, obj);
+    if (state.route.view === 'peer' && obj.peer_id === state.route.peer) refreshDetailSoon();
+  }
+
+  // ---- events list ----
+  function fmtTime(t) {
+    if (!t) return '—';
+    const d = new Date(t);
+    return isNaN(d) ? String(t) : d.toLocaleString();
+  }
+  function ago(t) {
+    if (!t) return 'never';
+    const s = Math.round((Date.now() - new Date(t).getTime()) / 1000);
+    if (!isFinite(s)) return String(t);
+    if (s < 5) return 'just now';
+    if (s < 90) return `${s} s ago`;
+    if (s < 5400) return `${Math.round(s / 60)} min ago`;
+    if (s < 129600) return `${Math.round(s / 3600)} h ago`;
+    return `${Math.round(s / 86400)} d ago`;
+  }
+
+  function eventItem(name, e) {
+    const at = e.at ? new Date(e.at) : new Date();
+    const id = e.message_id && (e.message_id.startsWith('n-') ? `notice ${e.message_id}` : `msg ${e.message_id}`);
+    const parts = [e.peer_id && `peer ${e.peer_id}`, id, e.preview && `“${e.preview}”`, e.detail];
+    const li = el('li', { 'data-testid': 'event', 'data-event': name },
+      el('time', { datetime: at.toISOString(), text: at.toLocaleTimeString() }), ' ',
+      el('span', { class: 'name', text: name }), ' ', parts.filter(Boolean).join(' · '));
+    li.seq = typeof e.seq === 'number' ? e.seq : null;
+    return li;
+  }
+
+  // addEvent puts an event at the top of the list, once per seq (the
+  // recent events loaded on connect and the stream may overlap).
+  function addEvent(name, e) {
+    const list = $('events');
+    if (typeof e.seq === 'number') {
+      if (state.seqs.has(e.seq)) return;
+      state.seqs.add(e.seq);
+    }
+    list.prepend(eventItem(name, e));
+    trimEvents(list);
+  }
+
+  function trimEvents(list) {
+    while (list.childElementCount > MAX_EVENTS) {
+      const gone = list.lastElementChild;
+      if (gone.seq !== null) state.seqs.delete(gone.seq);
+      gone.remove();
+    }
+  }
+
+  // loadRecentEvents fills the list with what happened before the stream
+  // was opened (GET .../events), merged by seq with what the stream sent.
+  async function loadRecentEvents(channel) {
+    let data;
+    try {
+      data = await api('GET', `/api/channels/${enc(channel)}/events?limit=${MAX_EVENTS}`);
+    } catch (e) {
+      showError(e.message);
+      return;
+    }
+    if (channel !== state.channel) return;
+    const list = $('events');
+    const items = [...list.children];
+    for (const e of (data && data.events) || []) {
+      if (typeof e.seq === 'number' && state.seqs.has(e.seq)) continue;
+      if (typeof e.seq === 'number') state.seqs.add(e.seq);
+      items.push(eventItem(e.event, e));
+    }
+    items.sort((a, b) => (b.seq ?? Infinity) - (a.seq ?? Infinity));
+    list.replaceChildren(...items);
+    trimEvents(list);
+  }
+
+  // ---- fleet ----
+  function parseTags(text) {
+    // "site:lobby, floor=2" -> {site: "lobby", floor: "2"}
+    const tags = {};
+    for (const part of text.split(',').map((s) => s.trim()).filter(Boolean)) {
+      const m = /^([^:=\s]+)\s*[:=]\s*(.+)$/.exec(part);
+      if (!m) throw new Error(`tag "${part}" is not key:value (e.g. site:lobby)`);
+      tags[m[1]] = m[2].trim();
+    }
+    return tags;
+  }
+
+  function matches(p, f) {
+    if (f.online !== '' && String(!!p.online) !== f.online) return false;
+    for (const [k, v] of Object.entries(f.tags)) if (!p.tags || p.tags[k] !== v) return false;
+    if (f.text) {
+      const hay = [p.peer_id, p.device_name, p.board, p.version, p.remote_addr,
+        ...Object.entries(p.tags || {}).map(([k, v]) => `${k}:${v}`)].join(' ').toLowerCase();
+      if (!hay.includes(f.text)) return false;
+    }
+    return true;
+  }
+
+  // scheduleDraw redraws the fleet soon, at most about 6 times a second
+  // however many peer events arrive (a large fleet sends many).
+  function scheduleDraw() {
+    if (state.drawPending) return;
+    state.drawPending = true;
+    setTimeout(() => requestAnimationFrame(() => { state.drawPending = false; drawFleet(); }), 150);
+  }
+
+  function drawFleet() {
+    const f = { text: $('filter-text').value.trim().toLowerCase(), online: $('filter-online').value, tags: {} };
+    let tagErr = '';
+    try { f.tags = parseTags($('filter-tag').value); } catch (e) { tagErr = e.message; }
+    const all = [...state.peers.values()].sort((a, b) => (a.peer_id < b.peer_id ? -1 : 1));
+    const shown = all.filter((p) => matches(p, f));
+    const online = all.filter((p) => p.online).length;
+    $('fleet-count').textContent = `${online} of ${all.length} online`;
+    const rows = shown.slice(0, MAX_ROWS).map((p) => el('tr', { 'data-testid': 'peer-row', 'data-peer-id': p.peer_id, 'data-online': String(!!p.online) },
+      el('td', {}, el('a', { href: `#/peer/${enc(state.channel)}/${enc(p.peer_id)}`, text: p.peer_id }),
+        p.device_name ? el('div', { class: 'sub', text: p.device_name }) : null),
+      el('td', { 'data-testid': 'peer-state' }, el('span', { class: 'badge' + (p.online ? ' on' : ''), text: p.online ? 'online' : 'offline' })),
+      el('td', {}, ...Object.entries(p.tags || {}).map(([k, v]) => el('button', {
+        type: 'button', class: 'tag', title: `Show devices with ${k}:${v}`, text: `${k}:${v}`,
+        onclick: () => { $('filter-tag').value = `${k}:${v}`; drawFleet(); },
+      }))),
+      el('td', {}, p.board || '—', p.version ? el('div', { class: 'sub', text: p.version }) : null),
+      el('td', {}, el('time', { datetime: p.last_seen || '', title: fmtTime(p.last_seen), text: p.online ? 'now' : ago(p.last_seen) })),
+      el('td', {}, String(p.notices_pending || 0))));
+    $('fleet-body').replaceChildren(...rows);
+    const empty = $('fleet-empty');
+    empty.hidden = !tagErr && shown.length > 0 && shown.length <= MAX_ROWS;
+    empty.textContent = tagErr || (shown.length > MAX_ROWS ? `Showing ${MAX_ROWS} of ${shown.length}: filter to narrow.`
+      : all.length ? 'No device matches the filter.' : 'No device has connected to this channel yet.');
+    drawPeerSelect(all);
+  }
+
+  function drawPeerSelect(all) {
+    const sel = $('notice-peer');
+    const keep = sel.value;
+    const ids = all.map((p) => p.peer_id);
+    const same = sel.options.length === ids.length && ids.every((id, i) => sel.options[i].value === id);
+    if (!same) sel.replaceChildren(...ids.map((id) => el('option', { value: id, text: id })));
+    if (ids.includes(keep)) sel.value = keep;
+  }
+
+  // ---- notices ----
+  function noticeBody(form) {
+    const fd = new FormData(form);
+    const body = { text: String(fd.get('text') || '').trim(), priority: String(fd.get('priority') || 'info') };
+    if (!body.text) throw new Error('the notice has no text');
+    const secs = Number(fd.get('display_seconds'));
+    if (fd.get('display_seconds') && secs > 0) body.display_seconds = Math.round(secs);
+    const ttl = Number(fd.get('ttl_seconds'));
+    if (fd.get('ttl_seconds') && ttl > 0) body.ttl_seconds = Math.round(ttl);
+    return body;
+  }
+
+  function describeSent(r) {
+    const ids = (r.notice_ids || []).join(', ');
+    let s = `Notice ${ids} queued for ${r.targets} device${r.targets === 1 ? '' : 's'} (${r.online} online).`;
+    if (r.skipped && r.skipped.length) s += ` Skipped (mailbox full): ${r.skipped.join(', ')}.`;
+    return s;
+  }
+
+  async function submitNotice(form, pathAndBody) {
+    const out = form.querySelector('.result');
+    out.className = 'result';
+    out.textContent = 'Sending…';
+    try {
+      const [path, body] = pathAndBody();
+      const r = await api('POST', path, body);
+      out.textContent = describeSent(r || {});
+      form.querySelector('textarea').value = '';
+      if (state.route.view === 'peer') refreshDetailSoon();
+    } catch (e) {
+      out.className = 'result bad';
+      out.textContent = e.message;
+    }
+  }
+
+  function onNoticeForm(ev) {
+    ev.preventDefault();
+    const form = ev.currentTarget;
+    submitNotice(form, () => {
+      const body = noticeBody(form);
+      const target = new FormData(form).get('target');
+      const base = `/api/channels/${enc(state.channel)}`;
+      if (target === 'peer') {
+        const peer = $('notice-peer').value;
+        if (!peer) throw new Error('choose a device (none has connected yet)');
+        return [`${base}/peers/${enc(peer)}/notices`, body];
+      }
+      if (target === 'tag') {
+        const tags = parseTags($('notice-tag').value);
+        if (!Object.keys(tags).length) throw new Error('give a tag as key:value, e.g. site:lobby');
+        body.tags = tags;
+      }
+      return [`${base}/notices`, body];
+    });
+  }
+
+  function onPeerNoticeForm(ev) {
+    ev.preventDefault();
+    const form = ev.currentTarget;
+    const { channel, peer } = state.route;
+    submitNotice(form, () => [`/api/channels/${enc(channel)}/peers/${enc(peer)}/notices`, noticeBody(form)]);
+  }
+
+  // ---- one device ----
+  function drawLCD(p) {
+    const box = $('lcd');
+    const s = p && p.screen;
+    box.replaceChildren();
+    if (!s || !Array.isArray(s.rows)) {
+      box.className = 'lcd blank';
+      box.setAttribute('aria-label', 'LCD mirror: no screen reported');
+      box.append(el('span', { text: 'no screen reported by this device' }));
+      $('lcd-caption').textContent = '';
+      return;
+    }
+    // backlight: true/false, or "dim" / a level 0..1 should a device report one.
+    let light = 'on';
+    const bl = s.backlight;
+    if (bl === false || bl === 'off' || bl === 0) light = 'off';
+    else if (bl === 'dim' || s.dim === true || (typeof bl === 'number' && bl < 1)) light = 'dim';
+    box.className = `lcd ${light}${p.online ? '' : ' stale'}`;
+    box.dataset.backlight = light;
+    const rows = s.rows.map((r) => Array.from(String(r)));
+    const cols = Math.max(1, ...rows.map((r) => r.length));
+    rows.forEach((chars, r) => {
+      const line = el('div', { class: 'lcd-row', 'data-testid': 'lcd-row', 'data-row': r, 'aria-hidden': 'true' });
+      for (let c = 0; c < cols; c++) {
+        let ch = chars[c] === undefined ? ' ' : chars[c];
+        if (ch < ' ') ch = '\u25af'; // a custom (CGRAM) glyph: drawn as a box
+        const cursor = s.cursor_on && r === s.cursor_row && c === s.cursor_col;
+        line.append(el('span', { class: cursor ? 'cell cursor' : 'cell', text: ch }));
+      }
+      box.append(line);
+    });
+    box.setAttribute('aria-label', `LCD mirror, backlight ${light}: ${s.rows.map((r) => String(r).trimEnd()).join(' / ')}`);
+    $('lcd-caption').textContent = `${rows.length}×${cols}, backlight ${light}` +
+      (s.updated_at ? `, updated ${fmtTime(s.updated_at)}` : '') + (p.online ? '' : ' — device offline, last known screen');
+  }
+
+  function drawInfo(p) {
+    const tags = Object.entries(p.tags || {}).map(([k, v]) => `${k}:${v}`).join(', ');
+    const items = [
+      ['State', el('span', { class: 'badge' + (p.online ? ' on' : ''), 'data-testid': 'peer-online', text: p.online ? 'online' : 'offline' })],
+      ['Name', p.device_name || '—'],
+      ['Board', p.board || '—'],
+      ['Version', p.version || '—'],
+      ['Tags', tags || '—'],
+      ['Connected since', p.online ? fmtTime(p.connected_since) : '—'],
+      ['Last seen', `${fmtTime(p.last_seen)} (${ago(p.last_seen)})`],
+      ['Last message', fmtTime(p.last_message_at)],
+      ['Address', p.remote_addr || '—'],
+      ['Reconnects (1 h)', String(p.reconnects_last_hour ?? '—')],
+      ['Session', p.session_id || '—'],
+      ['Capabilities', (p.capabilities || []).join(', ') || '—'],
+      ['Notices pending', String(p.notices_pending || 0)],
+    ];
+    $('peer-info').replaceChildren(...items.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)]));
+  }
+
+  function drawPeerLive(p) {
+    $('peer-title').textContent = p.device_name ? `${p.peer_id} — ${p.device_name}` : p.peer_id;
+    drawLCD(p);
+    drawInfo(p);
+  }
+
+  function drawDetail(d) {
+    drawPeerLive(d);
+    const { channel, peer } = state.route;
+    const base = `/api/channels/${enc(channel)}/peers/${enc(peer)}`;
+    const running = d.running || [];
+    $('running').replaceChildren(...(running.length ? running.map((id) => el('li', { 'data-testid': 'run', 'data-message-id': id },
+      el('code', { text: id }),
+      el('button', {
+        type: 'button', text: 'Cancel', 'aria-label': `Cancel run ${id}`,
+        onclick: (ev) => act(ev.currentTarget, 'POST', `${base}/cancel`, { message_id: id }),
+      }))) : [el('li', { class: 'hint', text: 'Nothing running.' })]));
+    const notices = d.notices || [];
+    $('peer-notices').replaceChildren(...(notices.length ? notices.map((n) => el('li', { 'data-testid': 'peer-notice', 'data-notice-id': n.notice_id, 'data-state': n.state },
+      el('span', { class: `badge ${n.priority === 'alert' ? 'alert' : 'info'}`, text: n.priority || 'info' }),
+      el('span', { text: n.text }),
+      el('span', { class: 'sub', text: [n.state, n.sent_at && `sent ${fmtTime(n.sent_at)}`, `expires ${fmtTime(n.expires_at)}`].filter(Boolean).join(' · ') }),
+      (n.state === 'pending' || n.state === 'sent') ? el('button', {
+        type: 'button', text: 'Withdraw', 'aria-label': `Withdraw notice ${n.notice_id}`,
+        onclick: (ev) => act(ev.currentTarget, 'DELETE', `${base}/notices/${enc(n.notice_id)}`),
+      }) : null)) : [el('li', { class: 'hint', text: 'No pending notices.' })]));
+    const conv = d.conversation || [];
+    $('conversation').replaceChildren(...(conv.length ? conv.map((m) => el('li', { 'data-testid': 'message', 'data-role': m.role },
+      el('span', { class: 'role', text: m.role === 'user' ? 'device' : 'agent' }),
+      el('time', { class: 'sub', datetime: m.timestamp || '', text: fmtTime(m.timestamp) }),
+      m.finish_reason && m.finish_reason !== 'stop' ? el('span', { class: 'sub', text: ` (${m.finish_reason})` }) : null,
+      '\n', m.text)) : [el('li', { class: 'hint', text: 'No messages yet.' })]));
+  }
+
+  async function act(button, method, path, body) {
+    button.disabled = true;
+    try {
+      await api(method, path, body);
+      clearError();
+    } catch (e) {
+      showError(e.message);
+    } finally {
+      button.disabled = false;
+      refreshDetailSoon(0);
+    }
+  }
+
+  async function loadDetail() {
+    const { channel, peer } = state.route;
+    try {
+      const d = await api('GET', `/api/channels/${enc(channel)}/peers/${enc(peer)}`);
+      if (state.route.view !== 'peer' || state.route.peer !== peer) return;
+      state.detail = d;
+      drawDetail(d);
+    } catch (e) {
+      showError(e.message);
+    }
+  }
+
+  function refreshDetailSoon(ms) {
+    clearTimeout(state.detailTimer);
+    state.detailTimer = setTimeout(loadDetail, ms === undefined ? 300 : ms);
+  }
+
+  // ---- routing: #/ (fleet) and #/peer/{channel}/{peer_id} ----
+  function route() {
+    if (state.token === null) return;
+    const m = /^#\/peer\/([^/]+)\/(.+)$/.exec(location.hash);
+    if (m) {
+      const channel = decodeURIComponent(m[1]);
+      state.route = { view: 'peer', channel, peer: decodeURIComponent(m[2]) };
+      if (channel !== state.channel && state.channels.some((c) => c.channel_id === channel)) selectChannel(channel);
+      $('fleet-view').hidden = true;
+      $('peer-view').hidden = false;
+      const p = state.peers.get(state.route.peer);
+      if (p) drawPeerLive(p); else { $('peer-title').textContent = state.route.peer; drawLCD(null); }
+      $('running').replaceChildren();
+      $('peer-notices').replaceChildren();
+      $('conversation').replaceChildren();
+      loadDetail();
+    } else {
+      state.route = { view: 'fleet' };
+      state.detail = null;
+      $('peer-view').hidden = true;
+      $('fleet-view').hidden = false;
+      drawFleet();
+    }
+  }
+
+  function selectChannel(id) {
+    state.channel = id;
+    $('channel').value = id;
+    sessionStorage.setItem(CHANNEL_KEY, id);
+    state.peers.clear();
+    $('events').replaceChildren();
+    state.seqs.clear();
+    startStream();
+    drawFleet();
+  }
+
+  // ---- wiring ----
+  document.addEventListener('DOMContentLoaded', () => {
+    // Both notice forms share their options (priority, how long, expiry).
+    for (const slot of document.querySelectorAll('[data-slot=notice-options]')) {
+      slot.append($('notice-options').content.cloneNode(true));
+    }
+    $('login-form').addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      $('login-error').textContent = '';
+      $('login-button').disabled = true;
+      try {
+        await login($('token').value.trim());
+        clearError();
+      } catch (e) {
+        $('login-error').textContent = e.status === 401 ? `That token was refused: ${e.message}` : e.message;
+      } finally {
+        $('login-button').disabled = false;
+      }
+    });
+    $('logout').addEventListener('click', () => logout('Logged out.'));
+    $('error-close').addEventListener('click', clearError);
+    $('channel').addEventListener('change', (ev) => {
+      selectChannel(ev.target.value);
+      if (state.route.view === 'peer') location.hash = '#/';
+    });
+    for (const id of ['filter-text', 'filter-tag', 'filter-online']) $(id).addEventListener('input', scheduleDraw);
+    $('filter').addEventListener('submit', (ev) => ev.preventDefault());
+    $('filter-clear').addEventListener('click', () => {
+      $('filter-text').value = '';
+      $('filter-tag').value = '';
+      $('filter-online').value = '';
+      drawFleet();
+    });
+    $('notice-form').addEventListener('submit', onNoticeForm);
+    $('notice-tag').addEventListener('focus', () => { $('notice-form').querySelector('[value=tag]').checked = true; });
+    $('notice-peer').addEventListener('focus', () => { $('notice-form').querySelector('[value=peer]').checked = true; });
+    $('peer-notice-form').addEventListener('submit', onPeerNoticeForm);
+    window.addEventListener('hashchange', route);
+    // "last seen" ages as time passes.
+    setInterval(() => { if (state.token !== null && state.route.view === 'fleet') scheduleDraw(); }, 15000);
+
+    // A token from earlier in this tab, or none: a server without admin
+    // tokens answers its own machine without one, and then no login is
+    // asked for (as termrig demo --kiosk runs it).
+    const saved = sessionStorage.getItem(TOKEN_KEY);
+    login(saved || '').catch((e) => logout(saved === null ? '' : e.message));
+  });
+})();

@@ -1,0 +1,489 @@
+package kiosk_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"termlink/device"
+	"termlink/display/hd44780"
+	"termlink/link"
+	"termlink/server/config"
+	"termlink/server/servertest"
+	"termlink/testrig/lcdemu"
+)
+
+const (
+	adminToken = "e2e-operator-token-0123456789"
+	channelID  = "terminal-dev"
+	waitLong   = 30 * time.Second // bound of every wait for an event
+)
+
+// chromiumPath finds Debian's chromium; without it the test skips, or
+// fails when CI_REQUIRE_TOOLS=1 (CI installs it).
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	msg := "chromium not found on PATH (Debian: apt-get install chromium): the real-browser test of the web console cannot run"
+	if os.Getenv("CI_REQUIRE_TOOLS") == "1" {
+		t.Fatal(msg + " and CI_REQUIRE_TOOLS=1")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// startServer runs termserver (servertest: channel terminal-dev, the echo
+// agent) with the admin block as termserver --config reads it: one
+// operator token, given as its sha256 digest.
+func startServer(t *testing.T) (addr string) {
+	t.Helper()
+	sum := sha256.Sum256([]byte(adminToken))
+	admin, err := config.Parse([]byte(`{
+		"channels": {"terminal-dev": {"enabled": true, "kind": "terminal", "mode": "websocket", "accountId": "local", "agent": "echo"}},
+		"admin": {"tokens": [{"token": "sha256:` + hex.EncodeToString(sum[:]) + `", "role": "operator", "name": "e2e"}]}}`))
+	if err != nil {
+		t.Fatalf("admin config: %v", err)
+	}
+	return servertest.Start(t, func(c *config.Config) { c.Admin = admin.Admin }).Addr
+}
+
+// kiosk is one simulated device: termd's daemon with the real HD44780
+// driver on the emulated 20x4 LCD and a link client listing notice and
+// screen.
+type kiosk struct {
+	peerID string
+	bus    *lcdemu.Bus
+	inputs chan device.Input // the keypad, as termd's input layer hands it on
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startKiosk(t *testing.T, addr, peerID string, tags map[string]string) *kiosk {
+	t.Helper()
+	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 4, Cols: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: 4, Cols: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := link.NewClient(link.ClientConfig{
+		URL:    "ws://" + addr + "/api/channels/" + channelID + "/ws",
+		PeerID: peerID, DeviceName: "kiosk " + peerID, StateDir: t.TempDir(),
+		Board: "emulated-2004", Version: "e2e", Tags: tags,
+		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen),
+		RetryInitial: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond,
+		Logger: testLogger(t, peerID),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &kiosk{peerID: peerID, bus: bus, inputs: make(chan device.Input), cancel: cancel, done: make(chan error, 1)}
+	d := &device.Daemon{Client: client, View: &device.LCDView{Screen: lcd}, Inputs: k.inputs, Logger: testLogger(t, peerID)}
+	go func() { k.done <- d.Run(ctx) }()
+	t.Cleanup(func() { k.stop(t) })
+	return k
+}
+
+// stop ends the daemon (it closes its connection cleanly); a second call
+// does nothing.
+func (k *kiosk) stop(t *testing.T) {
+	t.Helper()
+	if k.cancel == nil {
+		return
+	}
+	k.cancel()
+	k.cancel = nil
+	select {
+	case err := <-k.done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("kiosk %s: %v", k.peerID, err)
+		}
+	case <-time.After(waitLong):
+		t.Errorf("kiosk %s did not stop within %v", k.peerID, waitLong)
+	}
+}
+
+// send types text on the kiosk and sends it to the agent.
+func (k *kiosk) send(t *testing.T, text string) {
+	t.Helper()
+	select {
+	case k.inputs <- device.Input{Kind: device.InputSend, Text: text}:
+	case <-time.After(waitLong):
+		t.Fatalf("kiosk %s took no input within %v", k.peerID, waitLong)
+	}
+}
+
+// glass is what the emulated LCD shows, rows joined by spaces with runs of
+// spaces folded (a notice may wrap across rows).
+func (k *kiosk) glass() string {
+	return strings.Join(strings.Fields(strings.Join(k.bus.Text(), " ")), " ")
+}
+
+func testLogger(t *testing.T, who string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("who", who)
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// lockedBuffer collects chromium's output, written from its goroutine.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len() > 1<<20 {
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// browser is headless chromium driven over the DevTools protocol.
+type browser struct {
+	t      *testing.T
+	ctx    context.Context
+	shots  string
+	output *lockedBuffer
+}
+
+func startBrowser(t *testing.T, execPath string) *browser {
+	t.Helper()
+	out := &lockedBuffer{}
+	// A fresh profile, removed after chromium has exited (its helper
+	// processes may still write to it for a moment, so not t.TempDir).
+	profile, err := os.MkdirTemp("", "kiosk-e2e-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(execPath),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true), // root in a container: chromium's sandbox cannot start
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true), // containers' /dev/shm is often 64 MB: chromium's tabs crash in it
+		chromedp.UserDataDir(profile),
+		chromedp.WindowSize(1280, 1100),
+		chromedp.CombinedOutput(out),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(format string, args ...any) {
+		if msg := fmt.Sprintf(format, args...); !strings.Contains(msg, "could not unmarshal event") {
+			t.Log("chromedp: " + msg) // (events newer than chromedp's protocol tables are not errors)
+		}
+	}))
+	t.Cleanup(func() {
+		if err := chromedp.Cancel(ctx); err != nil { // closes the browser, waits for it
+			t.Logf("closing chromium: %v", err)
+		}
+		cancelCtx()
+		cancelAlloc()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if err := os.RemoveAll(profile); err == nil || time.Now().After(deadline) {
+				if err != nil {
+					t.Logf("removing chromium's profile %s: %v", profile, err)
+				}
+				break
+			}
+		}
+	})
+	// The first Run starts chromium and its tab; it must get the
+	// browser's own context (cancelling a derived one would close the
+	// tab). chromedp bounds the start itself (20 s for DevTools to answer).
+	if err := chromedp.Run(ctx); err != nil {
+		t.Fatalf("starting chromium %s: %v\n%s", execPath, err, out.String())
+	}
+	b := &browser{t: t, ctx: ctx, shots: t.ArtifactDir(), output: out}
+	t.Logf("screenshots go to %s (kept with go test -artifacts)", b.shots)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b.screenshot("failure")
+			var page string
+			_ = b.run("dumping the page", chromedp.Evaluate(`document.body ? document.body.innerText : ''`, &page))
+			t.Logf("page text at failure:\n%s\nchromium output:\n%s", page, out.String())
+		}
+	})
+	return b
+}
+
+// run runs actions with the test's bound on waiting.
+func (b *browser) run(what string, actions ...chromedp.Action) error {
+	ctx, cancel := context.WithTimeout(b.ctx, waitLong)
+	defer cancel()
+	if err := chromedp.Run(ctx, actions...); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func (b *browser) must(what string, actions ...chromedp.Action) {
+	b.t.Helper()
+	if err := b.run(what, actions...); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// waitFor polls a JavaScript expression in the page until it is true.
+func (b *browser) waitFor(what, expr string) {
+	b.t.Helper()
+	var ok bool
+	b.must("waiting until "+what, chromedp.Poll(expr, &ok, chromedp.WithPollingTimeout(waitLong), chromedp.WithPollingInterval(100*time.Millisecond)))
+}
+
+func (b *browser) screenshot(name string) {
+	var png []byte
+	if err := b.run("screenshot "+name, chromedp.CaptureScreenshot(&png)); err != nil {
+		b.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	path := filepath.Join(b.shots, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	b.t.Logf("screenshot: %s", path)
+}
+
+// mirror is the console's LCD mirror, one string per row.
+func (b *browser) mirror() ([]string, string, error) {
+	var rows []string
+	var light string
+	err := b.run("reading the LCD mirror",
+		chromedp.Evaluate(`Array.from(document.querySelectorAll('#lcd [data-testid=lcd-row]')).map(r => r.textContent)`, &rows),
+		chromedp.Evaluate(`document.getElementById('lcd').dataset.backlight || ''`, &light))
+	return rows, light, err
+}
+
+// sameScreen: the mirror shows what the glass shows, cell by cell
+// (trailing blanks aside; a custom CGRAM glyph, ⓪-⑦ on the glass, may be
+// drawn otherwise).
+func sameScreen(glass, mirror []string) bool {
+	if len(glass) != len(mirror) {
+		return false
+	}
+	for i := range glass {
+		g, m := []rune(strings.TrimRight(glass[i], " ")), []rune(strings.TrimRight(mirror[i], " "))
+		if len(g) != len(m) {
+			return false
+		}
+		for j := range g {
+			if g[j] != m[j] && !strings.ContainsRune("⓪①②③④⑤⑥⑦", g[j]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// setValue sets a form control's value as typing would (chromedp's
+// SetValue refuses some inputs).
+func setValue(sel, value string) chromedp.Action {
+	return chromedp.Evaluate(fmt.Sprintf(`(() => { const e = document.querySelector(%q); e.value = %q; e.dispatchEvent(new Event('input', {bubbles: true})); return true })()`, sel, value), nil)
+}
+
+// eventShown: the live event list has an event of that name for peer.
+func eventShown(name, peer string) string {
+	return fmt.Sprintf(`Array.from(document.querySelectorAll('#events [data-event=%q]')).some(e => e.textContent.includes(%q))`, name, "peer "+peer)
+}
+
+func peerRow(peerID string, online bool) string {
+	return fmt.Sprintf(`!!document.querySelector('[data-testid=peer-row][data-peer-id=%q][data-online="%t"]')`, peerID, online)
+}
+
+// TestConsoleInChromium is issue 13's real-browser test: an operator logs
+// in to the console, sees both kiosks online, sends a notice to one tag,
+// sees it on that kiosk's LCD and in the console's mirror of it (and not
+// on the other kiosk), and sees a stopped kiosk go offline.
+func TestConsoleInChromium(t *testing.T) {
+	chromium := chromiumPath(t)
+	addr := startServer(t)
+	base := "http://" + addr
+
+	// The API is closed without the token (so the console's login is what opens it).
+	resp, err := http.Get(base + "/api/channels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET /api/channels without a token: status %d, want 401", resp.StatusCode)
+	}
+
+	lobby := startKiosk(t, addr, "kiosk-lobby", map[string]string{"site": "lobby"})
+	shop := startKiosk(t, addr, "kiosk-shop", map[string]string{"site": "shop"})
+
+	b := startBrowser(t, chromium)
+
+	// A wrong token is refused, plainly.
+	b.must("opening the console", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`#token`, chromedp.ByQuery))
+	b.must("logging in with a wrong token", chromedp.SendKeys(`#token`, "not-the-token", chromedp.ByQuery), chromedp.Click(`#login-button`, chromedp.ByQuery))
+	b.waitFor("the wrong token is refused", `document.getElementById('login-error').textContent.includes('401')`)
+	b.screenshot("00-login-refused")
+
+	// Log in; both kiosks are online.
+	b.must("logging in", setValue(`#token`, ""), chromedp.SendKeys(`#token`, adminToken, chromedp.ByQuery),
+		chromedp.Click(`#login-button`, chromedp.ByQuery))
+	b.waitFor("the fleet is shown", `!document.getElementById('fleet-view').hidden`)
+	b.waitFor("the live stream is connected", `document.getElementById('stream-state').textContent === 'live'`)
+	b.waitFor("both kiosks are online", peerRow("kiosk-lobby", true)+" && "+peerRow("kiosk-shop", true))
+	// They connected before the login: their events come from the recent ones.
+	b.waitFor("the event list shows both connections", eventShown("terminal_connected", "kiosk-lobby")+" && "+eventShown("terminal_connected", "kiosk-shop"))
+	var stored string
+	b.must("reading sessionStorage", chromedp.Evaluate(`sessionStorage.getItem('termlink.console.token') + '|' + (localStorage.length)`, &stored))
+	if stored != adminToken+"|0" {
+		t.Errorf("token storage: sessionStorage|localStorage.length = %q, want the token in sessionStorage only", stored)
+	}
+	b.screenshot("01-fleet")
+
+	// The lobby kiosk's user talks to the agent (its page shows the conversation).
+	lobby.send(t, "where is room 4")
+
+	// Send a notice to the tag site:lobby.
+	const text = "Lobby closes 18h"
+	b.must("sending a notice to site:lobby",
+		chromedp.Click(`[data-testid=target-tag]`, chromedp.ByQuery),
+		chromedp.SendKeys(`#notice-tag`, "site:lobby", chromedp.ByQuery),
+		chromedp.SendKeys(`#notice-text`, text, chromedp.ByQuery),
+		setValue(`#notice-form [name=display_seconds]`, "120"),
+		chromedp.Click(`#notice-send`, chromedp.ByQuery))
+	b.waitFor("the console confirms the notice", `/queued for 1 device \(1 online\)/.test(document.getElementById('notice-result').textContent)`)
+	b.screenshot("02-notice-sent")
+
+	// The lobby kiosk's glass shows it.
+	deadline := time.Now().Add(waitLong)
+	for !strings.Contains(lobby.glass(), text) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the notice %q never reached kiosk-lobby's LCD; it shows:\n%s", text, lobby.bus.Render())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("kiosk-lobby's LCD:\n%s", lobby.bus.Render())
+
+	// The console's mirror of that kiosk shows the same screen.
+	b.must("opening kiosk-lobby's page", chromedp.Click(`[data-peer-id="kiosk-lobby"] a`, chromedp.ByQuery))
+	b.waitFor("the device page is shown", `!document.getElementById('peer-view').hidden`)
+	var rows []string
+	var light string
+	for {
+		rows, light, err = b.mirror()
+		if err != nil {
+			t.Fatal(err)
+		}
+		glass := lobby.bus.Text()
+		if strings.Contains(strings.Join(strings.Fields(strings.Join(rows, " ")), " "), text) && sameScreen(glass, rows) {
+			break
+		}
+		if time.Now().After(deadline.Add(waitLong)) {
+			t.Fatalf("the console's mirror of kiosk-lobby never showed the notice as the LCD does:\nmirror: %q\nglass:  %q", rows, glass)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if want := map[bool]string{true: "on", false: "off"}[lobby.bus.State().Backlight]; light != want && light != "dim" {
+		t.Errorf("mirror backlight %q, the LCD's is %q", light, want)
+	}
+	b.waitFor("the page shows the conversation", `Array.from(document.querySelectorAll('#conversation [data-role=user]')).some(e => e.textContent.includes('where is room 4')) && !!document.querySelector('#conversation [data-role=assistant]')`)
+	b.screenshot("03-lobby-mirror")
+
+	// Only the tag's kiosk got it.
+	if g := shop.glass(); strings.Contains(g, text) {
+		t.Errorf("kiosk-shop (site:shop) shows the notice sent to site:lobby:\n%s", shop.bus.Render())
+	}
+
+	// Stop the shop kiosk: the console shows it offline.
+	b.must("back to the fleet", chromedp.Click(`#back`, chromedp.ByQuery))
+	shop.stop(t)
+	b.waitFor("kiosk-shop goes offline", peerRow("kiosk-shop", false)+" && "+peerRow("kiosk-lobby", true))
+	b.waitFor("the live events show it leaving", eventShown("terminal_disconnected", "kiosk-shop"))
+	b.screenshot("04-shop-offline")
+
+	// A notice for the offline kiosk waits in its mailbox, listed on its
+	// page, until the operator withdraws it.
+	const later = "Shop opens 9h"
+	b.must("sending a notice from kiosk-shop's page",
+		chromedp.Click(`[data-peer-id="kiosk-shop"] a`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#peer-notice-text`, chromedp.ByQuery),
+		chromedp.SendKeys(`#peer-notice-text`, later, chromedp.ByQuery),
+		chromedp.Click(`#peer-notice-form button[type=submit]`, chromedp.ByQuery))
+	b.waitFor("the console confirms it is queued for the offline kiosk", `/queued for 1 device \(0 online\)/.test(document.querySelector('#peer-notice-form .result').textContent)`)
+	pending := fmt.Sprintf(`Array.from(document.querySelectorAll('[data-testid=peer-notice][data-state=pending]')).some(e => e.textContent.includes(%q))`, later)
+	b.waitFor("the notice is listed as pending", pending)
+	b.screenshot("05-shop-pending")
+	b.must("withdrawing it", chromedp.Click(`[data-testid=peer-notice][data-state=pending] button`, chromedp.ByQuery))
+	b.waitFor("the notice is gone from the page", "!("+pending+")")
+	b.screenshot("06-shop-withdrawn")
+	req, err := http.NewRequest(http.MethodGet, base+"/api/channels/"+channelID+"/peers/kiosk-shop/notices", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left struct {
+		Notices []struct {
+			Text string `json:"text"`
+		} `json:"notices"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&left)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || len(left.Notices) != 0 {
+		t.Errorf("kiosk-shop's pending notices after the withdraw: status %d, %+v, %v; want none", resp.StatusCode, left.Notices, err)
+	}
+}
+
+// Without admin tokens the API answers loopback clients only, and the
+// console opened on the server's own machine needs no login (as
+// termrig demo --kiosk runs it).
+func TestConsoleWithoutTokens(t *testing.T) {
+	chromium := chromiumPath(t)
+	srv := servertest.Start(t, nil)
+	startKiosk(t, srv.Addr, "kiosk-1", map[string]string{"site": "lab"})
+	b := startBrowser(t, chromium)
+	b.must("opening the console", chromedp.Navigate("http://"+srv.Addr+"/"))
+	b.waitFor("the fleet is shown without a login", `!document.getElementById('fleet-view').hidden && document.getElementById('login-view').hidden`)
+	b.waitFor("the kiosk is online", peerRow("kiosk-1", true))
+	b.screenshot("fleet-without-tokens")
+}
