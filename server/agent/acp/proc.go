@@ -44,6 +44,7 @@ type proc struct {
 	stdout    *os.File
 	stderr    *os.File
 	conn      *sdk.ClientSideConnection
+	sdkLog    *logGate // the SDK's logger, closed once p is done
 	sessionID sdk.SessionId
 
 	wmu       sync.Mutex
@@ -131,7 +132,8 @@ func (p *proc) spawn(req agent.Request, cwd string) error {
 	p.SetPid(pid)
 	p.mu.Unlock()
 	p.conn = sdk.NewClientSideConnection(client{p}, stdinWriter{p}, outR)
-	p.conn.SetLogger(p.log.With("component", "acp-sdk"))
+	p.sdkLog = &logGate{}
+	p.conn.SetLogger(slog.New(gatedHandler{p.log.With("component", "acp-sdk").Handler(), p.sdkLog}))
 	p.log.Info("agent started", "command", r.cfg.Command, "args", r.cfg.Args, "dir", cwd)
 	go p.readStderr()
 	go p.supervise()
@@ -259,7 +261,48 @@ func (p *proc) wait() {
 	p.closeStdin()
 	p.stdout.Close()
 	p.stderr.Close()
+	p.sdkLog.close()
 	p.r.pool.Done()
+}
+
+// logGate silences the SDK's logger once a process is done: the SDK's
+// reader goroutine logs "connection closed" after its Done channel has
+// closed, so it may still write while (or after) the runner that owns the
+// log goes away. close waits for a write in progress; later ones are
+// dropped.
+type logGate struct {
+	mu     sync.RWMutex
+	closed bool
+}
+
+func (g *logGate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+}
+
+type gatedHandler struct {
+	h slog.Handler
+	g *logGate
+}
+
+func (h gatedHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.h.Enabled(ctx, l) }
+
+func (h gatedHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.g.mu.RLock()
+	defer h.g.mu.RUnlock()
+	if h.g.closed {
+		return nil
+	}
+	return h.h.Handle(ctx, r)
+}
+
+func (h gatedHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return gatedHandler{h.h.WithAttrs(as), h.g}
+}
+
+func (h gatedHandler) WithGroup(name string) slog.Handler {
+	return gatedHandler{h.h.WithGroup(name), h.g}
 }
 
 // readStderr drains stderr, logging lines (a bounded number) and keeping
