@@ -487,3 +487,58 @@ func TestConsoleWithoutTokens(t *testing.T) {
 	b.waitFor("the kiosk is online", peerRow("kiosk-1", true))
 	b.screenshot("fleet-without-tokens")
 }
+
+// A device asking to be paired (enrollment by code) is listed in the
+// console, the operator approves it there with a peer id and tags, and
+// the device then collects its token with its device code, for that
+// peer id.
+func TestConsoleApprovesPairing(t *testing.T) {
+	chromium := chromiumPath(t)
+	srv := servertest.Start(t, func(c *config.Config) {
+		ch := c.Channels[channelID]
+		ch.Config.Enrollment = true
+		c.Channels[channelID] = ch
+	})
+	base := "http://" + srv.Addr
+	post := func(path string, body any, into any) int {
+		t.Helper()
+		b, _ := json.Marshal(body)
+		resp, err := http.Post(base+path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if into != nil {
+			if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+				t.Fatalf("POST %s: %v", path, err)
+			}
+		}
+		return resp.StatusCode
+	}
+	var grant struct {
+		Code       string `json:"code"`
+		DeviceCode string `json:"device_code"`
+	}
+	if st := post("/api/channels/"+channelID+"/enroll", map[string]string{"device_name": "lobby-pi"}, &grant); st != http.StatusOK || grant.Code == "" {
+		t.Fatalf("enroll: status %d, %+v", st, grant)
+	}
+	b := startBrowser(t, chromium)
+	b.must("opening the console", chromedp.Navigate(base+"/"))
+	item := fmt.Sprintf(`[data-testid=pairing-request][data-code=%q]`, grant.Code)
+	b.waitFor("the pairing request is listed", fmt.Sprintf(`!!document.querySelector(%q)`, item))
+	b.screenshot("pairing-listed")
+	b.must("approving it as lobby-1",
+		setValue(item+` [data-testid=pair-peer]`, "lobby-1"),
+		setValue(item+` [data-testid=pair-tags]`, "site:hq"),
+		chromedp.Click(item+` [data-testid=pair-approve]`, chromedp.ByQuery))
+	b.waitFor("the console says it is approved", fmt.Sprintf(`/Approved as lobby-1/.test(document.querySelector(%q).textContent)`, item+` [data-testid=pair-result]`))
+	b.screenshot("pairing-approved")
+	var tok struct {
+		Token  string `json:"token"`
+		PeerID string `json:"peer_id"`
+	}
+	if st := post("/api/channels/"+channelID+"/enroll/token", map[string]string{"device_code": grant.DeviceCode}, &tok); st != http.StatusOK || tok.Token == "" || tok.PeerID != "lobby-1" {
+		t.Fatalf("collecting the token: status %d, peer %q, token given %v; want 200 for lobby-1", st, tok.PeerID, tok.Token != "")
+	}
+	b.waitFor("the collected code leaves the list", fmt.Sprintf(`!document.querySelector(%q)`, item))
+}

@@ -565,6 +565,68 @@
       '\n', m.text)) : [el('li', { class: 'hint', text: 'No messages yet.' })]));
   }
 
+  // ---- pairing requests (enrollment by code): listed, approved here ----
+  const pairingItems = new Map(); // code -> <li>, kept while pending so typing survives a refresh
+
+  function pairingItem(p) {
+    const peer = el('input', { type: 'text', value: p.peer_id || '', required: true, 'aria-label': `Peer id for ${p.code}`, 'data-testid': 'pair-peer' });
+    const name = el('input', { type: 'text', value: p.device_name || '', 'aria-label': `Name for ${p.code}`, 'data-testid': 'pair-name' });
+    const tags = el('input', { type: 'text', placeholder: 'site:lobby, floor:2', 'aria-label': `Tags for ${p.code}`, 'data-testid': 'pair-tags' });
+    const result = el('span', { class: 'result', role: 'status', 'data-testid': 'pair-result' });
+    const button = el('button', { type: 'submit', text: 'Approve', 'data-testid': 'pair-approve' });
+    const form = el('form', {
+      class: 'row',
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        const body = { peer_id: peer.value.trim(), name: name.value.trim() };
+        try {
+          const t = parseTags(tags.value);
+          if (Object.keys(t).length) body.tags = t;
+        } catch (e) {
+          result.textContent = e.message;
+          return;
+        }
+        button.disabled = true;
+        try {
+          await api('POST', `/api/enrollments/${enc(p.code)}/approve`, body);
+          result.textContent = `Approved as ${body.peer_id}: the device collects its token and connects.`;
+          clearError();
+        } catch (e) {
+          result.textContent = e.message;
+          button.disabled = false;
+        }
+      },
+    }, el('label', {}, 'Peer id ', peer), el('label', {}, 'Name ', name), el('label', {}, 'Tags ', tags), button);
+    return el('li', { 'data-testid': 'pairing-request', 'data-code': p.code },
+      el('strong', { class: 'code', text: p.code }),
+      el('span', { class: 'sub', text: ` from ${p.remote}, expires ${fmtTime(p.expires_at)}` }),
+      form, result);
+  }
+
+  async function loadPairing() {
+    if (state.token === null || state.route.view !== 'fleet' || !state.channel) return;
+    let list;
+    try {
+      list = ((await api('GET', '/api/enrollments')) || {}).enrollments || [];
+    } catch (e) {
+      if (e.status !== 401) showError(e.message);
+      return;
+    }
+    // A code stays listed while the server has it: pending, or approved
+    // and not yet collected by its device (its result line says so).
+    const listed = new Set();
+    for (const p of list) {
+      if (p.channel_id !== state.channel) continue;
+      listed.add(p.code);
+      if (!p.approved && !pairingItems.has(p.code)) pairingItems.set(p.code, pairingItem(p));
+    }
+    for (const code of [...pairingItems.keys()]) {
+      if (!listed.has(code)) pairingItems.delete(code);
+    }
+    $('pairing').replaceChildren(...pairingItems.values());
+    $('pairing-empty').hidden = pairingItems.size > 0;
+  }
+
   async function act(button, method, path, body) {
     button.disabled = true;
     try {
@@ -617,6 +679,7 @@
       $('peer-view').hidden = true;
       $('fleet-view').hidden = false;
       drawFleet();
+      loadPairing();
     }
   }
 
@@ -671,6 +734,8 @@
     window.addEventListener('hashchange', route);
     // "last seen" ages as time passes.
     setInterval(() => { if (state.token !== null && state.route.view === 'fleet') scheduleDraw(); }, 15000);
+    // Pairing requests have no stream event of their own: poll them.
+    setInterval(loadPairing, 3000);
 
     // A token from earlier in this tab, or none: a server without admin
     // tokens answers its own machine without one, and then no login is
