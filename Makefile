@@ -31,13 +31,14 @@ test-arm:
 	  if [ "$$CI_REQUIRE_TOOLS" = 1 ]; then echo "test-arm: qemu-user-static is not installed (CI_REQUIRE_TOOLS=1)" >&2; exit 1; fi; \
 	  echo "test-arm: skipped: qemu-user-static is not installed (apt-get install qemu-user-static)"; exit 0; \
 	fi; \
-	pkgs=$$($(TERMD_PKGS)) || exit 1; \
+	pkgs=$$($(TERMD_PKGS)) || exit 1; start=$$(date +%s); \
 	echo "== termd's tests on ARMv6 (qemu-arm-static)"; \
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 TERMLINK_EMULATOR=qemu-arm-static \
 	  $(GO) test -count=1 -exec qemu-arm-static $$pkgs || exit 1; \
 	echo "== termd's tests on arm64 (qemu-aarch64-static)"; \
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 TERMLINK_EMULATOR=qemu-aarch64-static \
-	  $(GO) test -count=1 -exec qemu-aarch64-static $$pkgs
+	  $(GO) test -count=1 -exec qemu-aarch64-static $$pkgs || exit 1; \
+	echo "test-arm: both architectures in $$(( $$(date +%s) - start )) s"
 
 # termd, termserver and termrig for this machine, in bin/ (the first build
 # takes a minute or two on a small machine; later ones are quick).
