@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"termlink/link"
 	"termlink/server/agent"
@@ -13,12 +14,13 @@ import (
 // injectingRunner behaves like a Nuum session: while a turn runs, more
 // messages join it, and the turn's answer covers all of them.
 type injectingRunner struct {
-	mu      sync.Mutex
-	running bool
-	texts   []string
-	started chan struct{}
-	gate    chan struct{}
-	runs    int
+	mu       sync.Mutex
+	running  bool
+	texts    []string
+	started  chan struct{}
+	injected chan struct{} // a message joined the running turn
+	gate     chan struct{}
+	runs     int
 }
 
 func (r *injectingRunner) Run(ctx context.Context, req agent.Request, _ agent.Progress) agent.Result {
@@ -41,13 +43,17 @@ func (r *injectingRunner) Inject(_ context.Context, req agent.Request) bool {
 		return false
 	}
 	r.texts = append(r.texts, req.Text)
+	select {
+	case r.injected <- struct{}{}:
+	default:
+	}
 	return true
 }
 
 func (r *injectingRunner) Close() error { return nil }
 
 func TestInjectedMessagesShareTheTurnsReply(t *testing.T) {
-	runner := &injectingRunner{started: make(chan struct{}, 4), gate: make(chan struct{})}
+	runner := &injectingRunner{started: make(chan struct{}, 4), injected: make(chan struct{}, 4), gate: make(chan struct{})}
 	ts := startServer(t, nil, runner)
 	c := dial(t, ts.ws, nil)
 	c.connect("dev")
@@ -57,6 +63,13 @@ func TestInjectedMessagesShareTheTurnsReply(t *testing.T) {
 	c.send(&link.Message{MessageID: "b", Text: "second"})
 	if ack := readAs[*link.Ack](c); ack.MessageID != "b" || ack.Duplicate {
 		t.Fatalf("ack of the injected message %+v", ack)
+	}
+	// The ack can come before the router offers b to the running turn:
+	// the turn ends only once b has joined it.
+	select {
+	case <-runner.injected:
+	case <-time.After(20 * time.Second):
+		t.Fatal("b was never offered to the running turn")
 	}
 	close(runner.gate)
 	got := map[string]*link.Message{}
