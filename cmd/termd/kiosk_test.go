@@ -18,7 +18,7 @@ func TestTermdTagNotice(t *testing.T) {
 	addr := servertest.Start(t, nil).Addr
 	state := filepath.Join(t.TempDir(), "state")
 	_, waitScreen := termdInTmux(t, fmt.Sprintf("%s --server %s --board sim --state-dir %s --tag site=lobby --tag floor=2",
-		termd, addr, state))
+		termdRun, addr, state))
 	waitScreen("online")
 	post := func(body string) int {
 		resp, err := http.Post("http://"+addr+"/api/channels/terminal-dev/notices", "application/json", strings.NewReader(body))
