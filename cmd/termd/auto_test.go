@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"termlink/testrig/childtest"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 // mDNS on this machine: it finds the server by name, says so in its log,
 // saves the URL as the last known one, and talks to the server.
 func TestTermdServerAuto(t *testing.T) {
+	childtest.SkipMulticastUnderEmulator(t)
 	name := fmt.Sprintf("auto-%d", rand.Uint32())
 	srv := servertest.Start(t, func(c *config.Config) {
 		c.Discovery = config.Discovery{Enabled: true, Instance: name}
@@ -58,6 +60,7 @@ func TestTermdServerAuto(t *testing.T) {
 // When no server answers (none advertises the name asked for), termd
 // waits out its browse and uses --server-fallback, saying so.
 func TestTermdServerAutoFallback(t *testing.T) {
+	childtest.SkipMulticastUnderEmulator(t)
 	srv := servertest.Start(t, nil) // discovery off
 	state := filepath.Join(t.TempDir(), "state")
 	name := fmt.Sprintf("nobody-%d", rand.Uint32())

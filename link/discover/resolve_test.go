@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"termlink/testrig/childtest"
 	"testing"
 	"time"
 )
@@ -58,6 +59,7 @@ func noSuchName() string { return fmt.Sprintf("nobody-%d", rand.Uint64()) }
 // When nothing answers, Resolve waits out its (bounded) window and uses
 // --server-fallback, and says so on the display.
 func TestResolveFallsBackWhenNothingAnswers(t *testing.T) {
+	childtest.SkipMulticastUnderEmulator(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var shown []string
@@ -129,6 +131,7 @@ func TestResolveCancelled(t *testing.T) {
 // Browse leaves no goroutine behind: the library's readers end with its
 // sockets.
 func TestBrowseLeavesNoGoroutines(t *testing.T) {
+	childtest.SkipMulticastUnderEmulator(t)
 	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -156,3 +156,14 @@ func (p *Proc) Success(t testing.TB) {
 		t.Fatalf("child: %v; stderr %s", p.Cmd.ProcessState, p.stderr.String())
 	}
 }
+
+// SkipMulticastUnderEmulator skips a test that joins a multicast group
+// (mDNS) when the tests run under qemu-user: qemu does not translate
+// IP_ADD_MEMBERSHIP, which fails there with ENODEV ("no such device").
+// Natively, and on a real Pi, the test runs.
+func SkipMulticastUnderEmulator(t testing.TB) {
+	t.Helper()
+	if emu := Emulator(); emu != "" {
+		t.Skipf("under %s: qemu-user does not emulate joining a multicast group (IP_ADD_MEMBERSHIP fails with ENODEV)", emu)
+	}
+}
