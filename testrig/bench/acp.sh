@@ -14,7 +14,7 @@ trap 'kill $SPID 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"' E
 go build -o "$tmp/" ./cmd/termserver ./testrig/agents/acpagent ./testrig/bench/acpbench
 cat /proc/loadavg
 "$tmp/acpbench" latency -agent "$tmp/acpagent" -n "$N" -rounds "$R"
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-)
 cat > "$tmp/cfg.json" <<JSON
 {"workspace":"$tmp/ws","maxConcurrentRuns":256,
  "channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local","agent":"coder"}},

@@ -21,7 +21,7 @@ go build -o "$tmp/" ./cmd/termserver ./cmd/termrig ./testrig/agents/echoagent ./
 TERMSERVER=${TERMSERVER:-$tmp/termserver}
 DURATION=${DURATION:-15s}
 RATE=${RATE:-20}
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-)
 
 run_server() { # binary
   "$1" --config "$tmp/cfg.json" --listen 127.0.0.1:$port 2>"$tmp/server.log" &

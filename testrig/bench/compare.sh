@@ -69,8 +69,29 @@ results=$tmp/results.tsv # round server figure value
 : >"$results"
 
 # start NAME: runs server NAME on a free port in the background (SPID, URL).
+# The port is picked at random; one taken meanwhile (another program, or a
+# load client's ephemeral port) makes the server exit with "address already
+# in use", and another port is tried.
 start() {
-	local port=$((20000 + RANDOM % 20000))
+	local try
+	for try in 1 2 3 4 5; do
+		launch "$1"
+		for _ in $(seq 1 100); do
+			curl -sf "127.0.0.1:$port/healthz" >/dev/null && return
+			kill -0 $SPID 2>/dev/null || break
+			sleep 0.1
+		done
+		wait $SPID 2>/dev/null || true
+		grep -q "address already in use" "$tmp/server.log" || break
+	done
+	echo "$1 did not start:" >&2
+	cat "$tmp/server.log" >&2
+	exit 1
+}
+
+# launch NAME: starts server NAME on a random port (port, SPID, URL).
+launch() {
+	port=$((20000 + RANDOM % 12000)) # below Linux's ephemeral range (32768-)
 	case $1 in
 	termserver)
 		rm -rf "$tmp/ws"
@@ -89,14 +110,6 @@ JSON
 	esac
 	SPID=$!
 	URL=ws://127.0.0.1:$port/api/channels/terminal-dev/ws
-	for _ in $(seq 1 100); do
-		curl -sf "127.0.0.1:$port/healthz" >/dev/null && return
-		kill -0 $SPID 2>/dev/null || break
-		sleep 0.1
-	done
-	echo "$1 did not start:" >&2
-	cat "$tmp/server.log" >&2
-	exit 1
 }
 
 # stop ends the server: SIGTERM, and SIGKILL if it is still busy with a

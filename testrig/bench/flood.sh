@@ -20,7 +20,7 @@ if [ -z "${TERMSERVER:-}" ] || [ -z "${TERMRIG:-}" ]; then
 fi
 TERMSERVER=${TERMSERVER:-$tmp/termserver}
 TERMRIG=${TERMRIG:-$tmp/termrig}
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-)
 cat > "$tmp/cfg.json" <<JSON
 {"workspace":"$tmp/ws","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local"}},
  "agents":{"echo":{"builtin":"echo","delayMs":1000}}}

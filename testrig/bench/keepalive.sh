@@ -14,7 +14,7 @@ trap 'kill $HPID $LPID $SPID 2>/dev/null || true; wait 2>/dev/null || true; rm -
 HPID= LPID= SPID=
 go build -o "$tmp/" ./cmd/termserver ./cmd/termrig ./testrig/bench/holdconns
 TERMSERVER=${TERMSERVER:-$tmp/termserver}
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-)
 cat > "$tmp/cfg.json" <<JSON
 {"workspace":"$tmp/ws","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local"}}}
 JSON

@@ -12,7 +12,7 @@ tmp=$(mktemp -d)
 sock="$tmp/tmux.sock"
 trap 'tmux -S "$sock" kill-server 2>/dev/null || true; kill $SPID $TPID 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
 go build -o "$tmp/" ./cmd/termserver ./cmd/termd
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-)
 lport=$((port + 1))
 driver=$(dirname "$(ls /usr/lib/*/lcdproc/curses.so /usr/lib/lcdproc/curses.so 2>/dev/null | head -1)")
 cat > "$tmp/LCDd.conf" <<CONF

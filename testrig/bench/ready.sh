@@ -17,7 +17,7 @@ trap 'kill -9 $SPID $LPID 2>/dev/null || true; wait 2>/dev/null || true; rm -rf 
 SPID= LPID=
 go build -o "$tmp/" ./cmd/termserver ./cmd/termrig
 TERMSERVER=${TERMSERVER:-$tmp/termserver}
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-)
 cat > "$tmp/gen.json" <<JSON
 {"workspace":"$tmp/ws",
  "channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local",

@@ -29,7 +29,7 @@ results=$tmp/results.tsv
 : >"$results"
 
 measure() { # devices
-	local d=$1 port=$((20000 + RANDOM % 20000))
+	local d=$1 port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-)
 	rm -rf "$tmp/ws"
 	cat >"$tmp/cfg.json" <<JSON
 {"workspace":"$tmp/ws","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local","config":{"ratePerPeer":1000,"rateBurst":1000}}}}

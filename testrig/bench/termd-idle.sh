@@ -10,7 +10,7 @@ tmp=$(mktemp -d)
 sock="$tmp/tmux.sock"
 trap 'tmux -S "$sock" kill-server 2>/dev/null || true; kill $SPID 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
 go build -o "$tmp/" ./cmd/termserver ./cmd/termd
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-)
 echo '{"workspace":"'"$tmp"'/ws","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local"}}}' > "$tmp/cfg.json"
 "$tmp/termserver" --config "$tmp/cfg.json" --listen 127.0.0.1:$port 2>"$tmp/server.log" &
 SPID=$!

@@ -12,7 +12,7 @@ tmp=$(mktemp -d)
 trap 'kill $SPID 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
 go build -o "$tmp/" ./cmd/termserver ./cmd/termrig
 TERMSERVER=${TERMSERVER:-$tmp/termserver} # another build to compare with
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-)
 cat > "$tmp/cfg.json" <<JSON
 {"workspace":"$tmp/ws","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local"}}}
 JSON
