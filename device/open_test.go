@@ -20,6 +20,7 @@ import (
 
 	"termlink/boards"
 	"termlink/display/console"
+	"termlink/testrig/needtool"
 )
 
 type fakeBus struct {
@@ -324,9 +325,7 @@ func TestOpenRealHostWithoutHardware(t *testing.T) {
 
 // The real Open of a serial console on a PTY pair.
 func TestOpenRealSerial(t *testing.T) {
-	if _, err := exec.LookPath("socat"); err != nil {
-		t.Skip("socat not installed")
-	}
+	needtool.Path(t, "socat", "a PTY pair for the serial port; apt-get install socat")
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
 	cmd := exec.Command("socat", "pty,raw,echo=0,link="+a, "pty,raw,echo=0,link="+b)

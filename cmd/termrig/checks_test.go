@@ -18,6 +18,7 @@ import (
 	"termlink/server"
 	"termlink/server/config"
 	"termlink/testrig/checks"
+	"termlink/testrig/needtool"
 )
 
 func TestCheckCommandsUsage(t *testing.T) {
@@ -135,10 +136,7 @@ func TestCheckCommandsMissingDevices(t *testing.T) {
 // serial-loopback over a socat PTY pair: with the far end echoing (a
 // jumper) and without.
 func TestSerialLoopbackCommand(t *testing.T) {
-	bin, err := exec.LookPath("socat")
-	if err != nil {
-		t.Skip("socat not installed")
-	}
+	bin := needtool.Path(t, "socat", "a PTY pair for the serial port; apt-get install socat")
 	dir := t.TempDir()
 	near, far := filepath.Join(dir, "near"), filepath.Join(dir, "far")
 	cmd := exec.Command(bin, "pty,raw,echo=0,link="+near, "pty,raw,echo=0,link="+far)

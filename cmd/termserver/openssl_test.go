@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"termlink/link"
+	"termlink/testrig/needtool"
 )
 
 // The README's lab CA, made by openssl (testdata/lab-ca.sh), works end to
@@ -20,9 +21,7 @@ import (
 // CertFile and KeyFile as termd's --ca-file, --cert and --key: kiosk-1
 // is answered, kiosk-2 is refused as revoked.
 func TestOpenSSLLabCA(t *testing.T) {
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Skip("openssl not installed")
-	}
+	needtool.Path(t, "openssl", "the lab CA script; apt-get install openssl")
 	script, err := filepath.Abs("testdata/lab-ca.sh")
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"syscall"
+	"termlink/testrig/needtool"
 	"testing"
 	"time"
 )
@@ -28,9 +29,7 @@ type socatPair struct {
 
 func newSocatPair(t *testing.T) *socatPair {
 	t.Helper()
-	if _, err := exec.LookPath("socat"); err != nil {
-		t.Skip("socat not installed")
-	}
+	needtool.Path(t, "socat", "a PTY pair for the serial console; apt-get install socat")
 	dir := t.TempDir()
 	p := &socatPair{t: t, a: filepath.Join(dir, "a"), b: filepath.Join(dir, "b")}
 	p.start()

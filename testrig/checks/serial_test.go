@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.bug.st/serial"
+	"termlink/testrig/needtool"
 )
 
 // socatPair starts socat joining two PTYs and returns their paths: what is
@@ -21,10 +22,7 @@ import (
 // stopped when the test ends.
 func socatPair(t *testing.T) (near, far string) {
 	t.Helper()
-	bin, err := exec.LookPath("socat")
-	if err != nil {
-		t.Skip("socat not installed (apt-get install socat): the serial stand-in is a socat PTY pair")
-	}
+	bin := needtool.Path(t, "socat", "the serial stand-in is a socat PTY pair; apt-get install socat")
 	dir := t.TempDir()
 	near, far = filepath.Join(dir, "near"), filepath.Join(dir, "far")
 	cmd := exec.Command(bin, "pty,raw,echo=0,link="+near, "pty,raw,echo=0,link="+far)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"termlink/server/agent"
 	"termlink/server/agent/procs"
 	"termlink/server/config"
+	"termlink/testrig/needtool"
 )
 
 // script is a scripted agent: a shell script that saves each request it
@@ -117,9 +117,7 @@ func xmlReply(analysis string, complete bool, cmds ...cmd) string {
 
 func requireTmux(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux is not installed; skipping the tmux target (install tmux to run it)")
-	}
+	needtool.Path(t, "tmux", "the harness's tmux target; apt-get install tmux")
 }
 
 // newRunner returns a Runner for the scripted agent, closed at the end of

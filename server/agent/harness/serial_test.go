@@ -12,14 +12,13 @@ import (
 	"time"
 
 	"go.bug.st/serial"
+	"termlink/testrig/needtool"
 )
 
 // socatPair starts socat with two linked PTYs and returns their paths.
 func socatPair(t *testing.T) (a, b string) {
 	t.Helper()
-	if _, err := exec.LookPath("socat"); err != nil {
-		t.Skip("socat is not installed; skipping the serial target (install socat to run it)")
-	}
+	needtool.Path(t, "socat", "a PTY pair for the serial target; apt-get install socat")
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, "socat", "-d", "-d", "pty,raw,echo=0", "pty,raw,echo=0")
 	stderr, err := cmd.StderrPipe()
