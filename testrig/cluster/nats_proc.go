@@ -1,0 +1,115 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// natsModule is the nats-server module the binary is built from; its
+// version is the one go.mod pins (natsVersion reads it from the build).
+const natsModule = "github.com/nats-io/nats-server/v2"
+
+// natsConfig is a node's config file in nats-server's format.
+func (n *NATSNode) natsConfig() string {
+	var routes []string
+	for _, r := range n.routes {
+		routes = append(routes, strconv.Quote(r))
+	}
+	return fmt.Sprintf(`server_name: %s
+listen: "127.0.0.1:%d"
+jetstream {
+  store_dir: %s
+}
+cluster {
+  name: %s
+  listen: "127.0.0.1:%d"
+  routes: [%s]
+}
+`, n.Name, n.ClientPort, strconv.Quote(n.StoreDir), n.clusterName, n.ClusterPort, strings.Join(routes, ", "))
+}
+
+// procRun is a nats-server process.
+type procRun struct{ p *proc }
+
+func (r procRun) stop(ctx context.Context) error { return r.p.stop(ctx) }
+func (r procRun) kill()                          { r.p.kill() }
+func (r procRun) exited() bool                   { return r.p.exited() }
+
+func (n *NATSNode) startProcess(ctx context.Context) (natsRun, error) {
+	if err := os.WriteFile(n.confFile, []byte(n.natsConfig()), 0o644); err != nil {
+		return nil, fmt.Errorf("nats %s: writing config: %w", n.Name, err)
+	}
+	p, err := startProc(n.LogFile, nil, n.binary, "-c", n.confFile)
+	if err != nil {
+		return nil, fmt.Errorf("nats %s: %w", n.Name, err)
+	}
+	r := procRun{p}
+	if err := n.waitListening(ctx, r); err != nil {
+		p.kill()
+		return nil, err
+	}
+	return r, nil
+}
+
+// natsVersion is the version of the nats-server module go.mod pins
+// (go list -m, run from inside the termlink module).
+func natsVersion(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", natsModule).CombinedOutput()
+	v := strings.TrimSpace(string(out))
+	if err != nil || v == "" {
+		return "", fmt.Errorf("go list -m %s (run from inside the termlink module): %v %s", natsModule, err, out)
+	}
+	return v, nil
+}
+
+var buildMu sync.Mutex
+
+// BuildNATSServer builds the nats-server binary from the module go.mod
+// pins (go build, run from inside the termlink module) into
+// cacheDir/nats-server-VERSION/nats-server, or returns the one built
+// there before. cacheDir empty: the user cache directory. The build goes
+// to a temporary name and is renamed into place, so test binaries that
+// build at the same time do not see half a file.
+func BuildNATSServer(ctx context.Context, cacheDir string) (string, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	v, err := natsVersion(ctx)
+	if err != nil {
+		return "", fmt.Errorf("building nats-server: %w", err)
+	}
+	if cacheDir == "" {
+		d, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("building nats-server: no cache directory: %w", err)
+		}
+		cacheDir = filepath.Join(d, "termlink")
+	}
+	dir := filepath.Join(cacheDir, "nats-server-"+v)
+	bin := filepath.Join(dir, "nats-server")
+	if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("building nats-server: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, "nats-server-*.tmp")
+	if err != nil {
+		return "", fmt.Errorf("building nats-server: %w", err)
+	}
+	_ = tmp.Close()
+	defer os.Remove(tmp.Name())
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp.Name(), natsModule)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building nats-server (go build %s, from inside the termlink module): %w\n%s", natsModule, err, out)
+	}
+	if err := os.Rename(tmp.Name(), bin); err != nil {
+		return "", fmt.Errorf("building nats-server: %w", err)
+	}
+	return bin, nil
+}
