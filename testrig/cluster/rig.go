@@ -20,9 +20,9 @@ import (
 
 // RigOptions configures Rig: `termrig cluster`.
 type RigOptions struct {
-	Nodes   int    // NATS nodes started here (ignored with NATS)
-	Edges   int    // termserver edges
-	Workers int    // termserver workers
+	Nodes   int // NATS nodes started here (ignored with NATS)
+	Edges   int // termserver edges
+	Workers int // termserver workers
 	// NATS is an external cluster's URLs (comma-separated): no NATS
 	// node is started.
 	NATS string
