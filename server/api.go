@@ -81,6 +81,9 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
 	case ch.adapter == nil:
 		writeError(w, http.StatusServiceUnavailable, "channel "+strconv.Quote(id)+" is disabled")
+	case s.rt.cluster != nil && !s.cfg.Cluster.Edge():
+		writeError(w, http.StatusServiceUnavailable, "this termserver is cluster node "+strconv.Quote(s.cfg.Cluster.Name)+
+			" with role "+strconv.Quote(s.cfg.Cluster.Role)+": it runs agents and takes no devices; connect to an edge")
 	default:
 		ch.adapter.(*terminalAdapter).serveUpgrade(w, r, maxConnections(s.cfg.MaxConnections))
 	}
@@ -160,7 +163,7 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	if ok, reason := s.rt.health(); !ok {
 		status, problem = "degraded", reason
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	body := map[string]any{
 		"status":          status,
 		"problem":         problem,
 		"started_at":      s.started.UTC().Format(time.RFC3339),
@@ -169,7 +172,11 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 		"runs_running":    running,
 		"runs_waiting":    waiting,
 		"channels":        chs,
-	})
+	}
+	if c := s.rt.cluster; c != nil {
+		body["cluster"] = c.status(r.Context())
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {

@@ -219,13 +219,13 @@ func (r *router) runOne(ctx context.Context, in bus.Inbound) (res agent.Result, 
 	if runner == nil {
 		return agent.Result{}, 0, false
 	}
-	if in.Recovered {
-		if err := r.rt.recordRerun(ctx, in); err != nil {
-			// Not recorded, not run: the next start finds it unanswered.
-			r.rt.log.Error("cannot record the re-run of a message a restart left unanswered; not run now",
-				"session", in.SessionKey, "message_id", in.MessageID, "err", err)
-			return agent.Result{}, 0, false
-		}
+	answer, run := r.rt.beforeRun(ctx, in)
+	if !run {
+		return agent.Result{}, 0, false
+	}
+	if answer != nil {
+		r.rt.runStarted(in)
+		return *answer, 0, true
 	}
 	r.rt.runStarted(in)
 	start := time.Now()

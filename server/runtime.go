@@ -127,6 +127,9 @@ type Runtime struct {
 	// admission counts the messages accepted and not yet started (queued,
 	// on the bus, offered to a running turn), per session and in all.
 	admission *admission
+	// cluster is the NATS side in cluster mode (cluster.go); nil: the
+	// embedded server, whose store of record is the workspace.
+	cluster *clusterNode
 	// unwritable is the last session-log write failure, nil once a write
 	// succeeds again; /healthz reports it.
 	unwritable atomic.Pointer[string]
@@ -189,6 +192,12 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 		return fmt.Errorf("unknown channel %q", in.ChannelID)
 	}
 	in.RunID = rt.newRunID()
+	if in.Received.IsZero() {
+		in.Received = time.Now()
+	}
+	if rt.cluster != nil {
+		return rt.cluster.accept(ctx, ch, in, ack)
+	}
 	prior, fresh, err := rt.dedupe.claim(in.SessionKey, in.MessageID, in.RunID)
 	if err != nil {
 		return fmt.Errorf("reading the session log for duplicates: %w", err)
@@ -209,9 +218,6 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 		rt.dedupe.forget(in.SessionKey, in.MessageID)
 		rt.metrics.busy.Inc(ch.id)
 		return err
-	}
-	if in.Received.IsZero() {
-		in.Received = time.Now()
 	}
 	rec := session.Record{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
 		Timestamp: in.Received.Format(session.TimeLayout)}
@@ -317,14 +323,9 @@ func (rt *Runtime) runFinished(ctx context.Context, in bus.Inbound, res agent.Re
 	}
 	reply := &link.Message{Role: link.RoleAssistant, MessageID: in.MessageID, RunID: in.RunID,
 		Text: res.Text, FinishReason: res.FinishReason}
-	rec := session.Record{Role: "assistant", Content: res.Text, MessageID: in.MessageID, RunID: in.RunID,
-		FinishReason: res.FinishReason, Media: res.Media}
-	if err := rt.appendLogRetrying(ctx, in.SessionKey, rec); err != nil {
-		rt.log.Error("reply not written to the session log; not sent, the next start runs the message again",
-			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
+	if !rt.recordReply(ctx, in, reply, res.Media) {
 		return
 	}
-	rt.dedupe.finish(in.SessionKey, in.MessageID, reply)
 	rt.metrics.runs.Inc(res.FinishReason)
 	rt.metrics.runSeconds.Observe(in.ChannelID, took.Seconds())
 	if ch := rt.channels[in.ChannelID]; ch != nil {
@@ -335,10 +336,53 @@ func (rt *Runtime) runFinished(ctx context.Context, in bus.Inbound, res agent.Re
 	out := bus.Outbound{Kind: bus.Final, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Text: res.Text, FinishReason: res.FinishReason,
 		Media: res.Media, Started: in.Received}
+	if rt.cluster != nil {
+		rt.cluster.sendFinal(ctx, in, out)
+		return
+	}
 	if err := rt.bus.PublishOutbound(ctx, out); err != nil {
 		rt.log.Warn("reply not dispatched; the device gets it from dedupe when it resends",
 			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
 	}
+}
+
+// recordReply makes a reply the store of record's before it is sent: the
+// session log and the dedupe table, or in the cluster the history and the
+// message's claim. A reply the log refuses is retried until it is written
+// or ctx ends; false means it was not recorded and is not to be sent.
+func (rt *Runtime) recordReply(ctx context.Context, in bus.Inbound, reply *link.Message, media []string) bool {
+	if rt.cluster != nil {
+		return rt.cluster.finish(ctx, in, reply, media)
+	}
+	rec := session.Record{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
+		FinishReason: reply.FinishReason, Media: media}
+	if err := rt.appendLogRetrying(ctx, in.SessionKey, rec); err != nil {
+		rt.log.Error("reply not written to the session log; not sent, the next start runs the message again",
+			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
+		return false
+	}
+	rt.dedupe.finish(in.SessionKey, in.MessageID, reply)
+	return true
+}
+
+// beforeRun is what happens before a message's run starts. Embedded: a
+// message a restart left unanswered gets its run_interrupted record.
+// Cluster: the claim is marked running (clusterNode.startRun). ok false:
+// not to be run (nothing recorded); answer non-nil: answer with it
+// instead of running.
+func (rt *Runtime) beforeRun(ctx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
+	if rt.cluster != nil {
+		return rt.cluster.startRun(ctx, in)
+	}
+	if in.Recovered {
+		if err := rt.recordRerun(ctx, in); err != nil {
+			// Not recorded, not run: the next start finds it unanswered.
+			rt.log.Error("cannot record the re-run of a message a restart left unanswered; not run now",
+				"session", in.SessionKey, "message_id", in.MessageID, "err", err)
+			return nil, false
+		}
+	}
+	return nil, true
 }
 
 // agentEvent records an event a runner reports (tool results and the like).
@@ -353,6 +397,10 @@ func (rt *Runtime) agentEvent(in bus.Inbound, name, detail string) {
 func (rt *Runtime) progress(ctx context.Context, in bus.Inbound, text string) {
 	out := bus.Outbound{Kind: bus.Progress, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Text: text}
+	if rt.cluster != nil {
+		rt.cluster.send(ctx, in, out)
+		return
+	}
 	_ = rt.bus.PublishOutbound(ctx, out) // progress is best effort
 }
 

@@ -132,7 +132,18 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		store.Close()
 		return nil, err
 	}
+	if cfg.Cluster.Enabled() {
+		if rt.cluster, err = openClusterNode(rt, cfg.Cluster); err != nil {
+			_ = rt.notices.Close()
+			_ = jrnl.close()
+			store.Close()
+			return nil, err
+		}
+	}
 	closeLogs := func() {
+		if rt.cluster != nil {
+			rt.cluster.close()
+		}
 		_ = rt.notices.Close()
 		_ = jrnl.close()
 		_ = store.Close()
@@ -183,7 +194,10 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 			ch.adapter = a
 		}
 	}
-	if s.recovered, err = rt.rebuild(context.Background()); err != nil {
+	if rt.cluster != nil {
+		// The store of record is JetStream: nothing in the workspace's
+		// session files is waiting for this node.
+	} else if s.recovered, err = rt.rebuild(context.Background()); err != nil {
 		s.closeRunners(built)
 		closeLogs()
 		return nil, err
@@ -228,6 +242,17 @@ func newRunner(name string, a config.Agent, workspace string, reg *procs.Registr
 	return nil, fmt.Errorf("agent %q is not defined", name)
 }
 
+// devicesOnline is the number of connected peers over every channel.
+func (s *Server) devicesOnline() int {
+	n := 0
+	for _, ch := range s.rt.channels {
+		if ch.adapter != nil {
+			n += ch.adapter.ConnectedPeers()
+		}
+	}
+	return n
+}
+
 // Handler serves the HTTP API and the channels' WebSocket endpoints.
 func (s *Server) Handler() http.Handler { return s.mux }
 
@@ -242,6 +267,11 @@ func (s *Server) Start() {
 	go func() { defer s.bgWG.Done(); s.router.consume(ctx) }()
 	s.dispatchDone = make(chan struct{})
 	go func() { defer close(s.dispatchDone); s.rt.dispatch() }()
+	if c := s.rt.cluster; c != nil {
+		if err := c.start(s.router, s.devicesOnline); err != nil {
+			s.log.Error("cluster: node not started", "err", err)
+		}
+	}
 	for _, id := range s.rt.order {
 		if ch := s.rt.channels[id]; ch.adapter != nil {
 			ch.events.Add(events.Event{Event: events.AdapterStarted, Detail: "websocket at /api/channels/" + id + "/ws"})
@@ -275,6 +305,13 @@ func (s *Server) Start() {
 // connections get a going-away close frame, runs in progress get grace to
 // finish, and the session log is flushed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	if c := s.rt.cluster; c != nil {
+		scheme := "http://"
+		if s.TLSEnabled() {
+			scheme = "https://"
+		}
+		c.node.SetURL(scheme + ln.Addr().String())
+	}
 	s.warnOpenAPI(ln.Addr())
 	s.warnOpenChannels(ln.Addr())
 	s.Start()
@@ -323,6 +360,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 		}
 		s.router.stop(ctx)
+		if c := s.rt.cluster; c != nil {
+			c.stopWorker() // runs are over: the next owner takes the partitions now
+		}
 		s.rt.bus.Close()
 		if s.dispatchDone != nil {
 			<-s.dispatchDone // drains the bus, then returns
@@ -335,6 +375,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			_ = r.Close()
 		}
 		s.procs.Close() // its sentinel kills any agent group a runner left
+		if c := s.rt.cluster; c != nil {
+			c.close()
+		}
 		err = errors.Join(s.rt.notices.Close(), s.rt.fleet.close(), s.rt.journal.close(), s.rt.store.Close())
 	})
 	return err

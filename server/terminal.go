@@ -257,6 +257,17 @@ func (a *terminalAdapter) register(c *wsConn) (replaced bool) {
 	return false
 }
 
+// replaceElsewhere closes the peer's connection here because the peer
+// connected to another edge of the cluster (close code 4001).
+func (a *terminalAdapter) replaceElsewhere(peerID, edge string) {
+	a.mu.Lock()
+	c := a.peers[peerID]
+	a.mu.Unlock()
+	if c != nil {
+		c.closeWith(CloseReplaced, "replaced by a newer connection for peer_id "+peerID+" on edge "+edge)
+	}
+}
+
 // unregister forgets c; it reports whether c was its peer's live connection.
 func (a *terminalAdapter) unregister(c *wsConn) bool {
 	a.mu.Lock()
@@ -398,6 +409,9 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	if !a.register(c) {
 		a.rt.metrics.connections.Add(a.id, 1)
 	}
+	if a.rt.cluster != nil {
+		a.rt.cluster.connected(a.id, f.PeerID) // before connected: replies find this edge
+	}
 	c.regGen = a.rt.fleet.connected(c, f)
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
 	c.noticesOnConnect()
@@ -482,7 +496,13 @@ func (c *wsConn) handleCancel(f *link.Cancel) {
 			key = k
 		}
 	}
-	if !a.router.cancel(key, f.MessageID) {
+	var found bool
+	if a.rt.cluster != nil {
+		found = a.rt.cluster.cancel(a.stopCtx, key, f.MessageID)
+	} else {
+		found = a.router.cancel(key, f.MessageID)
+	}
+	if !found {
 		c.reject(f.MessageID, link.CodeUnknownRun, "cancel: message "+f.MessageID+" is not queued or running in session "+key)
 	}
 }

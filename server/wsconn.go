@@ -306,6 +306,9 @@ func (c *wsConn) finish(reason string) {
 		<-done
 	}
 	live := a.unregister(c)
+	if live && c.peerID != "" && a.rt.cluster != nil {
+		a.rt.cluster.disconnected(a.id, c.peerID)
+	}
 	switch {
 	case c.peerID != "":
 		if live {

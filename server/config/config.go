@@ -60,6 +60,7 @@ type Config struct {
 	Admin             Admin              // operator API tokens; none: loopback clients only
 	Discovery         Discovery          // mDNS/DNS-SD advertisement on the LAN; off by default
 	TLS               TLS                // serve https and wss:// (tls.go); zero: plain http and ws://
+	Cluster           Cluster            // NATS JetStream cluster (cluster.go); zero: the embedded single node
 }
 
 // Channel is one channel devices connect to.

@@ -232,7 +232,7 @@ func (w *walker) config(root *node) *Config {
 		Channels:          map[string]Channel{},
 		Agents:            map[string]Agent{},
 	}
-	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes", "channels", "agents", "admin", "discovery", "tls")
+	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes", "channels", "agents", "admin", "discovery", "tls", "cluster")
 	if f == nil {
 		return nil
 	}
@@ -275,6 +275,9 @@ func (w *walker) config(root *node) *Config {
 	}
 	if e, ok := f["tls"]; ok {
 		cfg.TLS = w.tls(join("", e.key), e.val)
+	}
+	if e, ok := f["cluster"]; ok {
+		cfg.Cluster = w.cluster(join("", e.key), e.val)
 	}
 
 	// Agents first, so channels can be checked against them.

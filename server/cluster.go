@@ -1,0 +1,562 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"termlink/link"
+	"termlink/server/agent"
+	"termlink/server/bus"
+	"termlink/server/cluster"
+	"termlink/server/config"
+	"termlink/server/events"
+	"termlink/server/session"
+)
+
+// clusterNode is the server's side of the cluster mode (package
+// server/cluster has the NATS side). With it the runtime's store of
+// record is JetStream instead of the workspace: an edge claims and
+// publishes what devices send and delivers what workers answer; a worker
+// runs what its partitions deliver through the same router as the
+// embedded server.
+type clusterNode struct {
+	rt   *Runtime
+	node *cluster.Node
+	cfg  config.Cluster
+
+	mu      sync.Mutex
+	tickets map[msgKey]*ticket   // worker: deliveries held until answered
+	waiting map[msgKey]*edgeWait // edge: acked to a device here, reply not yet sent
+	bySess  map[string]int       // edge: len(waiting) per session
+	router  *router              // worker: the router runs take
+}
+
+type msgKey struct{ session, messageID string }
+
+// ticket is a delivery a worker holds: queued or running.
+type ticket struct {
+	d     *cluster.Delivery
+	claim cluster.Claim
+	rev   uint64 // the claim's revision as this worker last wrote or read it
+	hist  *cluster.History
+}
+
+// edgeWait is a message an edge acked and has not answered yet.
+type edgeWait struct {
+	channel, peer string
+	since         time.Time
+	checked       time.Time
+}
+
+func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := cluster.Open(ctx, cfg, rt.log)
+	if err != nil {
+		return nil, err
+	}
+	return &clusterNode{rt: rt, node: n, cfg: cfg, tickets: map[msgKey]*ticket{},
+		waiting: map[msgKey]*edgeWait{}, bySess: map[string]int{}}, nil
+}
+
+// start subscribes and starts the node's loops: an edge takes replies and
+// watches presence, a worker takes partitions and cancels.
+func (c *clusterNode) start(r *router, devices func() int) error {
+	c.router = r
+	if c.cfg.Edge() {
+		if err := c.node.SubscribeOut(c.reply); err != nil {
+			return err
+		}
+		c.node.WatchPresence(c.presenceMoved)
+		c.loop(2*time.Second, c.sweep)
+	}
+	if c.cfg.Worker() {
+		if err := c.node.SubscribeCancel(func(key, id string) { r.cancel(key, id) }); err != nil {
+			return err
+		}
+		c.node.RunWorker(cluster.WorkerHooks{Deliver: c.deliver, Unfinished: c.unfinished, Lost: c.lost})
+		c.loop(c.cfg.AckWait/3, c.keepInProgress)
+	}
+	c.node.Heartbeat(devices, c.node.Owned)
+	return nil
+}
+
+// loop runs fn every d on a goroutine the node stops at close.
+func (c *clusterNode) loop(d time.Duration, fn func(ctx context.Context)) {
+	c.node.Go(func(ctx context.Context) {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				fn(ctx)
+			}
+		}
+	})
+}
+
+// stopWorker gives the partitions up (after the router has stopped).
+func (c *clusterNode) stopWorker() { c.node.StopWorker() }
+
+func (c *clusterNode) close() { c.node.Close() }
+
+// ---- edge ----
+
+// accept is AcceptInbound in the cluster: claim the message id in the
+// dedupe bucket (create-only), store the message in the inbound stream,
+// then ack. A known id is answered from its claim.
+func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, ack func(AcceptResult)) error {
+	rt := c.rt
+	k := msgKey{in.SessionKey, in.MessageID}
+	claim := cluster.Claim{State: cluster.StatePending, Session: in.SessionKey, MessageID: in.MessageID,
+		RunID: in.RunID, Edge: c.node.Name()}
+	prior, rev, fresh, err := c.node.CreateClaim(ctx, claim)
+	if err != nil {
+		return err
+	}
+	if !fresh {
+		res := AcceptResult{RunID: prior.RunID, Duplicate: true}
+		detail := "pending: run still in progress"
+		if prior.State == cluster.StateDone && prior.Reply != nil {
+			res.Reply = replyMessage(prior)
+			detail = "done: cached reply sent"
+		} else {
+			res.Pending = true
+			c.wait(k, in) // its reply comes here now
+		}
+		rt.metrics.duplicates.Inc(ch.id)
+		ch.events.Add(events.Event{Event: events.InboundDuplicate, PeerID: in.PeerID, SessionID: in.SessionKey,
+			MessageID: in.MessageID, RunID: prior.RunID, Preview: in.Text, Detail: detail})
+		ack(res)
+		return nil
+	}
+	if err := c.admit(ch, in.SessionKey); err != nil {
+		_ = c.node.DropClaim(ctx, in.SessionKey, in.MessageID, rev)
+		rt.metrics.busy.Inc(ch.id)
+		return err
+	}
+	c.wait(k, in)
+	if err := c.node.PublishInbound(ctx, in); err != nil {
+		c.done(k)
+		// Not stored (or not known to be): the claim goes, so the
+		// device's resend claims and publishes again; the same
+		// Nats-Msg-Id keeps a second copy out of the stream.
+		_ = c.node.DropClaim(context.WithoutCancel(ctx), in.SessionKey, in.MessageID, rev)
+		return err
+	}
+	rt.metrics.inbound.Inc(ch.id)
+	ch.events.Add(events.Event{Event: events.InboundAccepted, PeerID: in.PeerID, SessionID: in.SessionKey,
+		MessageID: in.MessageID, RunID: in.RunID, Preview: in.Text})
+	ack(AcceptResult{RunID: in.RunID})
+	return nil
+}
+
+// admit applies the channel's bounds to the messages this edge waits on.
+func (c *clusterNode) admit(ch *channel, key string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.bySess[key]; n >= ch.maxWaitingPerSession() {
+		return fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", ErrBusy, key, n)
+	}
+	if max := c.rt.admission.maxTotal; len(c.waiting) >= max {
+		return fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", ErrBusy, len(c.waiting))
+	}
+	return nil
+}
+
+func (c *clusterNode) wait(k msgKey, in bus.Inbound) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.waiting[k] == nil {
+		c.waiting[k] = &edgeWait{channel: in.ChannelID, peer: in.PeerID, since: time.Now()}
+		c.bySess[k.session]++
+	}
+}
+
+// done forgets a message this edge waited on; false if it did not.
+func (c *clusterNode) done(k msgKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.waiting[k] == nil {
+		return false
+	}
+	delete(c.waiting, k)
+	if c.bySess[k.session]--; c.bySess[k.session] <= 0 {
+		delete(c.bySess, k.session)
+	}
+	return true
+}
+
+// disconnected forgets what a peer's connection waited on: the device
+// resends it wherever it reconnects.
+func (c *clusterNode) disconnected(channel, peer string) {
+	c.mu.Lock()
+	for k, w := range c.waiting {
+		if w.channel == channel && w.peer == peer {
+			delete(c.waiting, k)
+			if c.bySess[k.session]--; c.bySess[k.session] <= 0 {
+				delete(c.bySess, k.session)
+			}
+		}
+	}
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c.node.ClearPresence(ctx, channel, peer)
+}
+
+// connected records that this edge holds the peer now.
+func (c *clusterNode) connected(channel, peer string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.node.SetPresence(ctx, channel, peer); err != nil {
+		c.rt.log.Warn("cluster: presence not recorded; replies find the peer when it resends", "peer_id", peer, "err", err)
+	}
+}
+
+// presenceMoved closes this edge's connection of a peer that connected
+// to another edge (close code 4001, as for a newer connection here).
+func (c *clusterNode) presenceMoved(channel, peer, edge string) {
+	if edge == c.node.Name() {
+		return
+	}
+	if ch := c.rt.channels[channel]; ch != nil {
+		if a, ok := ch.adapter.(*terminalAdapter); ok {
+			a.replaceElsewhere(peer, edge)
+		}
+	}
+}
+
+// reply takes a reply or progress update a worker sent here. A final is
+// sent only if this edge waits on it: a second copy (a worker re-sent it
+// after a partition moved) or one whose device left is dropped, and the
+// device gets it from its claim when it resends.
+func (c *clusterNode) reply(out bus.Outbound) {
+	if out.Kind == bus.Final && !c.done(msgKey{out.SessionKey, out.MessageID}) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.rt.bus.PublishOutbound(ctx, out); err != nil && out.Kind == bus.Final {
+		c.rt.log.Warn("cluster: reply not dispatched; the device gets it when it resends", "message_id", out.MessageID, "err", err)
+	}
+}
+
+// sweep looks up the claims of messages waited on for a while: a reply
+// lost on its way here (this edge was reconnecting to NATS, or the peer
+// moved here just as its reply went to the old edge) is sent from there.
+func (c *clusterNode) sweep(ctx context.Context) {
+	const age, max = 3 * time.Second, 256
+	now := time.Now()
+	var due []msgKey
+	c.mu.Lock()
+	for k, w := range c.waiting {
+		if now.Sub(w.since) > age && now.Sub(w.checked) > age {
+			w.checked = now
+			due = append(due, k)
+			if len(due) == max {
+				break
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, k := range due {
+		cl, _, found, err := c.node.GetClaim(ctx, k.session, k.messageID)
+		if err != nil || !found || cl.State != cluster.StateDone || cl.Reply == nil {
+			continue
+		}
+		c.mu.Lock()
+		w := c.waiting[k]
+		c.mu.Unlock()
+		if w == nil {
+			continue
+		}
+		c.reply(bus.Outbound{Kind: bus.Final, ChannelID: w.channel, PeerID: w.peer, SessionKey: k.session,
+			MessageID: k.messageID, RunID: cl.Reply.RunID, Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason,
+			Media: cl.Reply.Media, Started: w.since})
+	}
+}
+
+// cancel interrupts a message wherever it is: not started, its claim
+// says so (the worker answers it cancelled); running, the workers are
+// told. It reports whether the message is queued or running.
+func (c *clusterNode) cancel(ctx context.Context, key, messageID string) bool {
+	for range 3 {
+		cl, rev, found, err := c.node.GetClaim(ctx, key, messageID)
+		if err != nil || !found {
+			return false
+		}
+		switch cl.State {
+		case cluster.StatePending:
+			cl.State = cluster.StateCancel
+			if _, err := c.node.UpdateClaim(ctx, cl, rev); errors.Is(err, cluster.ErrConflict) {
+				continue // started meanwhile: look again
+			} else if err != nil {
+				return false
+			}
+			// A worker may hold it queued: tell it too.
+			_ = c.node.Cancel(key, messageID)
+			return true
+		case cluster.StateRunning:
+			return c.node.Cancel(key, messageID) == nil
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+func replyMessage(cl cluster.Claim) *link.Message {
+	return &link.Message{Role: link.RoleAssistant, MessageID: cl.MessageID, RunID: cl.Reply.RunID,
+		Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason}
+}
+
+// ---- worker ----
+
+// deliver takes a message of an owned partition: by its claim, it is
+// answered already (the reply is sent again), cancelled, cut short on a
+// worker that died (run again, once) or new; then it goes to the router.
+func (c *clusterNode) deliver(ctx context.Context, d *cluster.Delivery) {
+	in := d.In
+	k := msgKey{in.SessionKey, in.MessageID}
+	c.mu.Lock()
+	if t := c.tickets[k]; t != nil {
+		// JetStream sent it again while this worker holds it (an
+		// in-progress ack was lost): the copy held answers it.
+		t.d = d
+		c.mu.Unlock()
+		_ = d.InProgress()
+		return
+	}
+	c.mu.Unlock()
+	cl, rev, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
+	if err != nil {
+		c.rt.log.Warn("cluster: cannot read a claim; the message comes again", "message_id", in.MessageID, "err", err)
+		_ = d.Nak()
+		return
+	}
+	if !found {
+		cl = cluster.Claim{State: cluster.StatePending, Session: in.SessionKey, MessageID: in.MessageID, RunID: in.RunID}
+	}
+	switch cl.State {
+	case cluster.StateDone:
+		if cl.Reply != nil {
+			c.send(ctx, in, bus.Outbound{Kind: bus.Final, ChannelID: in.ChannelID, PeerID: in.PeerID,
+				SessionKey: in.SessionKey, MessageID: in.MessageID, RunID: cl.Reply.RunID, Text: cl.Reply.Text,
+				FinishReason: cl.Reply.FinishReason, Media: cl.Reply.Media})
+		}
+		_ = d.Ack()
+		return
+	case cluster.StateRunning:
+		in.Recovered = true // cut short where it ran: run again once (startRun)
+	}
+	in.RunID = cl.RunID
+	if in.RunID == "" {
+		in.RunID = c.rt.newRunID()
+	}
+	t := &ticket{d: d, claim: cl, rev: rev}
+	t.d.In = in
+	if err := c.rt.admission.reserveWait(ctx, in.SessionKey, math.MaxInt); err != nil {
+		return // stopping: unacked, the next owner runs it
+	}
+	c.mu.Lock()
+	c.tickets[k] = t
+	c.mu.Unlock()
+	if cl.State == cluster.StateCancel {
+		c.router.mu.Lock()
+		c.router.precancelled[cancelKey{in.SessionKey, in.MessageID}] = true
+		c.router.mu.Unlock()
+	}
+	if err := c.rt.bus.PublishInbound(ctx, in); err != nil {
+		c.rt.admission.release(in.SessionKey, 1)
+		c.forget(k)
+	}
+}
+
+func (c *clusterNode) ticket(in bus.Inbound) *ticket {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tickets[msgKey{in.SessionKey, in.MessageID}]
+}
+
+func (c *clusterNode) forget(k msgKey) {
+	c.mu.Lock()
+	delete(c.tickets, k)
+	c.mu.Unlock()
+}
+
+// startRun marks the claim running (compare-and-set: one worker starts a
+// message) and records the user message in the session history; a
+// message cut short before is recorded as interrupted, and one cut short
+// twice is answered with an error instead. ok false: not to be run here.
+func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
+	t := c.ticket(in)
+	if t == nil {
+		return nil, false // the partition moved away
+	}
+	cl := t.claim
+	attempt := 1
+	if in.Recovered {
+		attempt = cl.Attempt + 1
+	}
+	cl.State, cl.Worker, cl.Attempt, cl.RunID = cluster.StateRunning, c.node.Name(), attempt, in.RunID
+	if cl.Edge == "" {
+		cl.Edge = "?"
+	}
+	rev, err := c.node.UpdateClaim(ctx, cl, t.rev)
+	if err != nil {
+		c.rt.log.Warn("cluster: not starting a message whose claim changed (another worker has it)",
+			"message_id", in.MessageID, "err", err)
+		c.forget(msgKey{in.SessionKey, in.MessageID})
+		return nil, false
+	}
+	t.claim, t.rev = cl, rev
+	recs := []session.Record{{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
+		Timestamp: in.Received.Format(session.TimeLayout)}}
+	if in.Recovered {
+		recs = append(recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
+			Content: fmt.Sprintf("the run of message %s was cut short on worker %s; it runs again once", in.MessageID, t.claim.Worker),
+			Extra:   map[string]any{"event": interruptedEvent, "attempt": attempt}})
+	}
+	t.hist = c.node.AppendHistory(in.SessionKey, recs...)
+	if attempt > 2 {
+		return &agent.Result{Text: "interrupted twice by a worker failure; not run again - send it again", FinishReason: link.FinishError}, true
+	}
+	return nil, true
+}
+
+// finish records a reply: the history (after the records of the start),
+// then the claim set to done with the cached reply. ok false: another
+// worker took the message over meanwhile and answers it.
+func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Message, media []string) bool {
+	t := c.ticket(in)
+	if t == nil {
+		return false
+	}
+	rec := session.Record{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
+		FinishReason: reply.FinishReason, Media: media}
+	if err := t.hist.Wait(ctx); err != nil {
+		c.rt.log.Warn("cluster: session history not stored", "message_id", in.MessageID, "err", err)
+	}
+	if err := c.node.AppendHistory(in.SessionKey, rec).Wait(ctx); err != nil {
+		c.rt.log.Warn("cluster: reply not stored in the session history", "message_id", in.MessageID, "err", err)
+	}
+	cl := t.claim
+	cl.State = cluster.StateDone
+	cl.Reply = &cluster.Reply{Text: reply.Text, FinishReason: reply.FinishReason, RunID: in.RunID, Media: media}
+	for {
+		rev, err := c.node.UpdateClaim(ctx, cl, t.rev)
+		if err == nil {
+			t.claim, t.rev = cl, rev
+			return true
+		}
+		if errors.Is(err, cluster.ErrConflict) || ctx.Err() != nil {
+			c.rt.log.Warn("cluster: reply dropped: the message's claim changed (another worker took it over)",
+				"message_id", in.MessageID, "err", err)
+			c.forget(msgKey{in.SessionKey, in.MessageID})
+			return false
+		}
+		c.rt.log.Warn("cluster: claim not updated; retrying", "message_id", in.MessageID, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// send dispatches a final reply to the edge of its peer and acks the
+// message: it is answered.
+func (c *clusterNode) sendFinal(ctx context.Context, in bus.Inbound, out bus.Outbound) {
+	c.send(ctx, in, out)
+	if t := c.ticket(in); t != nil {
+		_ = t.d.Ack()
+	}
+	c.forget(msgKey{in.SessionKey, in.MessageID})
+}
+
+func (c *clusterNode) send(ctx context.Context, in bus.Inbound, out bus.Outbound) {
+	edge, err := c.node.SendOut(ctx, out)
+	if out.Kind != bus.Final {
+		return
+	}
+	if err != nil || edge == "" {
+		ch := c.rt.channels[out.ChannelID]
+		if ch == nil {
+			return
+		}
+		detail := "no edge holds the peer; the device gets the reply when it resends the message"
+		if err != nil {
+			detail = err.Error() + "; the device gets the reply when it resends the message"
+		}
+		c.rt.metrics.unclaimed.Inc(ch.id)
+		ch.events.Add(events.Event{Event: events.OutboundUnclaimed, PeerID: out.PeerID, SessionID: out.SessionKey,
+			MessageID: out.MessageID, RunID: out.RunID, Preview: out.Text, Detail: detail})
+	}
+}
+
+// keepInProgress tells JetStream that every message held is still being
+// worked on, so none is redelivered while its run goes on.
+func (c *clusterNode) keepInProgress(context.Context) {
+	c.mu.Lock()
+	ds := make([]*cluster.Delivery, 0, len(c.tickets))
+	for _, t := range c.tickets {
+		ds = append(ds, t.d)
+	}
+	c.mu.Unlock()
+	for _, d := range ds {
+		_ = d.InProgress()
+	}
+}
+
+func (c *clusterNode) unfinished(p int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.tickets {
+		if t.d.Partition == p {
+			n++
+		}
+	}
+	return n
+}
+
+// lost drops the tickets of a partition another worker owns now: their
+// runs, if any start, find the claim changed.
+func (c *clusterNode) lost(p int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, t := range c.tickets {
+		if t.d.Partition == p && t.claim.State != cluster.StateRunning {
+			delete(c.tickets, k)
+		}
+	}
+}
+
+// clusterStatus is /api/status's "cluster" object.
+type clusterStatus struct {
+	Name       string             `json:"name"`
+	Role       string             `json:"role"`
+	Partitions int                `json:"partitions"`
+	Nodes      []cluster.NodeInfo `json:"nodes"`
+	Problem    string             `json:"problem,omitempty"`
+}
+
+func (c *clusterNode) status(ctx context.Context) clusterStatus {
+	st := clusterStatus{Name: c.cfg.Name, Role: c.cfg.Role, Partitions: c.cfg.Partitions, Nodes: []cluster.NodeInfo{}}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	nodes, err := c.node.Nodes(ctx)
+	if err != nil {
+		st.Problem = err.Error()
+	}
+	if nodes != nil {
+		st.Nodes = nodes
+	}
+	return st
+}

@@ -1,0 +1,127 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Claim states in the dedupe bucket.
+const (
+	StatePending  = "pending" // accepted by an edge, not started
+	StateRunning  = "running" // a worker runs it (Attempt says which run)
+	StateDone     = "done"    // answered: Reply is the cached reply
+	StateCancel   = "cancel"  // the device cancelled it before it started
+	maxRunAttempt = 2         // a run cut short is run again once
+)
+
+// Claim is a message's entry in the dedupe bucket. The key is created
+// only once (KV create), so two edges can never both accept the same
+// message, and each change is a compare-and-set on the revision read,
+// so two workers can never both start (or both answer) it.
+type Claim struct {
+	State     string `json:"state"`
+	Session   string `json:"session"`
+	MessageID string `json:"message_id"`
+	RunID     string `json:"run_id"`
+	Edge      string `json:"edge,omitempty"`
+	Worker    string `json:"worker,omitempty"`
+	Attempt   int    `json:"attempt,omitempty"`
+	Reply     *Reply `json:"reply,omitempty"`
+}
+
+// Reply is a cached final reply.
+type Reply struct {
+	Text         string   `json:"text"`
+	FinishReason string   `json:"finish_reason"`
+	RunID        string   `json:"run_id"`
+	Media        []string `json:"media,omitempty"`
+}
+
+// ErrConflict is returned by a compare-and-set that lost: another node
+// changed the claim since it was read.
+var ErrConflict = errors.New("cluster: the claim changed meanwhile")
+
+// CreateClaim claims a new message. fresh is false when the key exists:
+// prior is then the claim found and rev its revision.
+func (n *Node) CreateClaim(ctx context.Context, c Claim) (prior Claim, rev uint64, fresh bool, err error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	key := MessageKey(c.Session, c.MessageID)
+	b, _ := json.Marshal(c)
+	rev, err = n.dedupe.Create(ctx, key, b)
+	if err == nil {
+		return c, rev, true, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return Claim{}, 0, false, fmt.Errorf("cluster: claiming message %s: %w", c.MessageID, err)
+	}
+	prior, rev, found, err := n.GetClaim(ctx, c.Session, c.MessageID)
+	if err != nil {
+		return Claim{}, 0, false, err
+	}
+	if !found { // deleted between create and get: try once more
+		rev, err = n.dedupe.Create(ctx, key, b)
+		if err != nil {
+			return Claim{}, 0, false, fmt.Errorf("cluster: claiming message %s: %w", c.MessageID, err)
+		}
+		return c, rev, true, nil
+	}
+	return prior, rev, false, nil
+}
+
+// GetClaim reads a message's claim; found is false when there is none.
+func (n *Node) GetClaim(ctx context.Context, session, messageID string) (c Claim, rev uint64, found bool, err error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	e, err := n.dedupe.Get(ctx, MessageKey(session, messageID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Claim{}, 0, false, nil
+	}
+	if err != nil {
+		return Claim{}, 0, false, fmt.Errorf("cluster: reading the claim of message %s: %w", messageID, err)
+	}
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		return Claim{}, 0, false, fmt.Errorf("cluster: the claim of message %s is not JSON: %w", messageID, err)
+	}
+	return c, e.Revision(), true, nil
+}
+
+// UpdateClaim replaces the claim read at revision rev; ErrConflict when it
+// changed since. rev 0 creates it (it must not exist).
+func (n *Node) UpdateClaim(ctx context.Context, c Claim, rev uint64) (uint64, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	key := MessageKey(c.Session, c.MessageID)
+	b, _ := json.Marshal(c)
+	var err error
+	var nrev uint64
+	if rev == 0 {
+		nrev, err = n.dedupe.Create(ctx, key, b)
+	} else {
+		nrev, err = n.dedupe.Update(ctx, key, b, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) {
+		return 0, ErrConflict
+	}
+	if err != nil {
+		return 0, fmt.Errorf("cluster: updating the claim of message %s: %w", c.MessageID, err)
+	}
+	return nrev, nil
+}
+
+// DropClaim deletes a claim this node created at rev and could not follow
+// through (the publish to the stream failed): a resend claims it again.
+func (n *Node) DropClaim(ctx context.Context, session, messageID string, rev uint64) error {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	return n.dedupe.Delete(ctx, MessageKey(session, messageID), jetstream.LastRevision(rev))
+}
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}

@@ -1,0 +1,161 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/server/session"
+)
+
+// histEntry is one record of the session history stream.
+type histEntry struct {
+	Session string         `json:"session"`
+	Record  session.Record `json:"record"`
+}
+
+// recordKey names a record within its session: each role, message id and
+// event is written once (the Nats-Msg-Id of a history record, so a
+// re-run's second write of the user record is stored once, and the
+// export's key for the same check beyond the duplicate window).
+func recordKey(sessionKey string, r session.Record) string {
+	ev, _ := r.Extra["event"].(string)
+	return r.Role + "\x00" + r.MessageID + "\x00" + ev + "\x00" + sessionKey
+}
+
+// History is an append in flight: Wait returns when JetStream stored it.
+type History struct {
+	futures []jetstream.PubAckFuture
+	err     error
+}
+
+// Wait waits for the records' acks until ctx ends.
+func (h *History) Wait(ctx context.Context) error {
+	if h == nil {
+		return nil
+	}
+	if h.err != nil {
+		return h.err
+	}
+	for _, f := range h.futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("cluster: storing session history: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// AppendHistory starts storing records of a session in the history
+// stream and returns without waiting (Wait does).
+func (n *Node) AppendHistory(sessionKey string, recs ...session.Record) *History {
+	h := &History{}
+	subj := histPrefix + SessionDigest(sessionKey)
+	for _, r := range recs {
+		if r.Timestamp == "" {
+			r.Timestamp = session.Now()
+		}
+		b, err := json.Marshal(histEntry{Session: sessionKey, Record: r})
+		if err != nil {
+			h.err = err
+			return h
+		}
+		f, err := n.js.PublishAsync(subj, b, jetstream.WithMsgID(digest(recordKey(sessionKey, r))))
+		if err != nil {
+			h.err = fmt.Errorf("cluster: storing session history: %w", err)
+			return h
+		}
+		h.futures = append(h.futures, f)
+	}
+	return h
+}
+
+// ReadHistory calls fn with every record of the history stream, oldest
+// first, each record once (by role, message id and event). An empty
+// sessionKey reads every session.
+func (n *Node) ReadHistory(ctx context.Context, sessionKey string, fn func(sessionKey string, r session.Record) error) error {
+	filter := histPrefix + ">"
+	if sessionKey != "" {
+		filter = histPrefix + SessionDigest(sessionKey)
+	}
+	info, err := n.hist.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return fmt.Errorf("cluster: reading %s: %w", HistStream, err)
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cons, err := n.js.OrderedConsumer(ctx, HistStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return fmt.Errorf("cluster: reading %s: %w", HistStream, err)
+	}
+	seen := map[string]bool{}
+	for {
+		batch, err := cons.Fetch(512, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return fmt.Errorf("cluster: reading %s: %w", HistStream, err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			var e histEntry
+			if err := json.Unmarshal(m.Data(), &e); err != nil {
+				n.log.Warn("cluster: skipping a history record that is not JSON", "seq", md.Sequence.Stream, "err", err)
+			} else if k := recordKey(e.Session, e.Record); !seen[k] {
+				seen[k] = true
+				if err := fn(e.Session, e.Record); err != nil {
+					return err
+				}
+			}
+			if md.Sequence.Stream >= last || md.NumPending == 0 {
+				return nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return fmt.Errorf("cluster: reading %s: %w", HistStream, err)
+		}
+		if got == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// ExportSessions writes the history of every session as nanobot JSONL
+// files in dir (the layout of workspace/sessions, package session).
+func (n *Node) ExportSessions(ctx context.Context, dir string) (sessions, records int, err error) {
+	store, err := session.Open(dir, session.Options{})
+	if err != nil {
+		return 0, 0, fmt.Errorf("export: opening %s: %w", dir, err)
+	}
+	defer store.Close()
+	seen := map[string]bool{}
+	err = n.ReadHistory(ctx, "", func(key string, r session.Record) error {
+		if !seen[key] {
+			seen[key] = true
+			sessions++
+		}
+		records++
+		if err := store.Append(ctx, key, r); err != nil {
+			return fmt.Errorf("export: writing session %s: %w", key, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return sessions, records, err
+	}
+	return sessions, records, store.Sync()
+}

@@ -1,0 +1,204 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/server/bus"
+)
+
+// PublishInbound puts an accepted message in the inbound stream, on its
+// session's partition, and returns once JetStream has stored it on a
+// quorum of its replicas. Its Nats-Msg-Id is the claim key, so a publish
+// retried within the duplicate window is stored once.
+func (n *Node) PublishInbound(ctx context.Context, in bus.Inbound) error {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	subj := inPrefix + strconv.Itoa(Partition(in.SessionKey, n.cfg.Partitions))
+	if _, err := n.js.Publish(ctx, subj, b, jetstream.WithMsgID(MessageKey(in.SessionKey, in.MessageID))); err != nil {
+		return fmt.Errorf("cluster: storing message %s in %s: %w", in.MessageID, InStream, err)
+	}
+	return nil
+}
+
+// outMsg is a reply or progress update on its way to an edge.
+type outMsg struct {
+	Kind         bus.Kind `json:"kind"`
+	ChannelID    string   `json:"channel"`
+	PeerID       string   `json:"peer"`
+	SessionKey   string   `json:"session"`
+	MessageID    string   `json:"message_id"`
+	RunID        string   `json:"run_id"`
+	Text         string   `json:"text"`
+	FinishReason string   `json:"finish_reason,omitempty"`
+	Media        []string `json:"media,omitempty"`
+	Started      int64    `json:"started,omitempty"` // unix nanoseconds the edge accepted it
+}
+
+// SendOut sends a reply or progress update to the edge that holds its
+// peer (core NATS: at most once; a lost reply is found by the edge's
+// sweep of the dedupe bucket, or by the device's resend). It reports the
+// edge, "" when no edge holds the peer.
+func (n *Node) SendOut(ctx context.Context, out bus.Outbound) (edge string, err error) {
+	edge, err = n.Presence(ctx, out.ChannelID, out.PeerID)
+	if err != nil || edge == "" {
+		return "", err
+	}
+	m := outMsg{Kind: out.Kind, ChannelID: out.ChannelID, PeerID: out.PeerID, SessionKey: out.SessionKey,
+		MessageID: out.MessageID, RunID: out.RunID, Text: out.Text, FinishReason: out.FinishReason, Media: out.Media}
+	if !out.Started.IsZero() {
+		m.Started = out.Started.UnixNano()
+	}
+	b, _ := json.Marshal(m)
+	if err := n.nc.Publish(outPrefix+edge, b); err != nil {
+		return edge, fmt.Errorf("cluster: sending the reply of %s to edge %s: %w", out.MessageID, edge, err)
+	}
+	return edge, nil
+}
+
+// SubscribeOut calls fn with every reply and progress update sent to this
+// node, until Close.
+func (n *Node) SubscribeOut(fn func(bus.Outbound)) error {
+	s, err := n.nc.Subscribe(outPrefix+n.cfg.Name, func(msg *nats.Msg) {
+		var m outMsg
+		if err := json.Unmarshal(msg.Data, &m); err != nil {
+			n.log.Warn("cluster: dropping an outbound message that is not JSON", "err", err)
+			return
+		}
+		out := bus.Outbound{Kind: m.Kind, ChannelID: m.ChannelID, PeerID: m.PeerID, SessionKey: m.SessionKey,
+			MessageID: m.MessageID, RunID: m.RunID, Text: m.Text, FinishReason: m.FinishReason, Media: m.Media}
+		if m.Started != 0 {
+			out.Started = time.Unix(0, m.Started)
+		}
+		fn(out)
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: subscribing to %s: %w", outPrefix+n.cfg.Name, err)
+	}
+	s.SetPendingLimits(1<<16, 256<<20)
+	n.addSub(s)
+	return nil
+}
+
+type cancelMsg struct {
+	Session   string `json:"session"`
+	MessageID string `json:"message_id"`
+}
+
+// Cancel tells every worker to interrupt the run of a message.
+func (n *Node) Cancel(session, messageID string) error {
+	b, _ := json.Marshal(cancelMsg{session, messageID})
+	return n.nc.Publish(cancelSubject, b)
+}
+
+// SubscribeCancel calls fn for every cancel sent to the workers.
+func (n *Node) SubscribeCancel(fn func(session, messageID string)) error {
+	s, err := n.nc.Subscribe(cancelSubject, func(msg *nats.Msg) {
+		var m cancelMsg
+		if json.Unmarshal(msg.Data, &m) == nil {
+			fn(m.Session, m.MessageID)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: subscribing to %s: %w", cancelSubject, err)
+	}
+	n.addSub(s)
+	return nil
+}
+
+// presence is a peer's entry in the presence bucket.
+type presence struct {
+	Edge    string `json:"edge"`
+	Channel string `json:"channel"`
+	Peer    string `json:"peer"`
+	Since   string `json:"since"`
+}
+
+func presenceKey(channel, peer string) string { return "p." + digest(channel+"\n"+peer) }
+
+// SetPresence records that this edge holds the peer's connection now.
+// The edge that held it before sees the change (WatchPresence) and
+// closes its connection.
+func (n *Node) SetPresence(ctx context.Context, channel, peer string) error {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	b, _ := json.Marshal(presence{Edge: n.cfg.Name, Channel: channel, Peer: peer, Since: time.Now().UTC().Format(time.RFC3339Nano)})
+	if _, err := n.presence.Put(ctx, presenceKey(channel, peer), b); err != nil {
+		return fmt.Errorf("cluster: recording the presence of %s: %w", peer, err)
+	}
+	return nil
+}
+
+// ClearPresence removes the peer's presence if this edge still holds it.
+func (n *Node) ClearPresence(ctx context.Context, channel, peer string) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	key := presenceKey(channel, peer)
+	e, err := n.presence.Get(ctx, key)
+	if err != nil {
+		return
+	}
+	var p presence
+	if json.Unmarshal(e.Value(), &p) != nil || p.Edge != n.cfg.Name {
+		return
+	}
+	_ = n.presence.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+}
+
+// Presence is the edge that holds the peer, "" for none.
+func (n *Node) Presence(ctx context.Context, channel, peer string) (string, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	e, err := n.presence.Get(ctx, presenceKey(channel, peer))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("cluster: reading the presence of %s: %w", peer, err)
+	}
+	var p presence
+	if err := json.Unmarshal(e.Value(), &p); err != nil {
+		return "", nil
+	}
+	return p.Edge, nil
+}
+
+// WatchPresence calls fn(channel, peer, edge) for every presence change
+// made after the call, until Close; the watch is set up again after a
+// failure.
+func (n *Node) WatchPresence(fn func(channel, peer, edge string)) {
+	n.Go(func(ctx context.Context) {
+		for ctx.Err() == nil {
+			w, err := n.presence.WatchAll(ctx, jetstream.UpdatesOnly())
+			if err != nil {
+				n.log.Warn("cluster: cannot watch presence; retrying", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			for e := range w.Updates() {
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				var p presence
+				if json.Unmarshal(e.Value(), &p) == nil {
+					fn(p.Channel, p.Peer, p.Edge)
+				}
+			}
+			_ = w.Stop()
+		}
+	})
+}

@@ -1,0 +1,335 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/server/config"
+)
+
+// Names of the streams, buckets and subjects (the README and the tests
+// name them too).
+const (
+	InStream       = "TERMLINK_IN"
+	HistStream     = "TERMLINK_HIST"
+	DedupeBucket   = "termlink_dedupe"
+	PresenceBucket = "termlink_presence"
+	NodesBucket    = "termlink_nodes"
+	PartsBucket    = "termlink_parts"
+
+	inPrefix      = "termlink.in."
+	histPrefix    = "termlink.hist."
+	outPrefix     = "termlink.out."
+	cancelSubject = "termlink.cancel"
+)
+
+// opTimeout bounds one NATS request when the caller's context has no
+// deadline of its own.
+const opTimeout = 10 * time.Second
+
+// Node is this termserver's membership in the cluster: its NATS
+// connection and the streams and buckets every node shares.
+type Node struct {
+	cfg config.Cluster
+	log *slog.Logger
+
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	in       jetstream.Stream
+	hist     jetstream.Stream
+	dedupe   jetstream.KeyValue
+	presence jetstream.KeyValue
+	nodes    jetstream.KeyValue
+	parts    jetstream.KeyValue
+
+	mu     sync.Mutex
+	info   NodeInfo // what the heartbeat publishes
+	subs   []*nats.Subscription
+	worker *worker
+
+	bg     sync.WaitGroup
+	stopBg context.CancelFunc
+	bgCtx  context.Context
+}
+
+// NodeInfo is one node as the nodes bucket has it.
+type NodeInfo struct {
+	Name            string  `json:"name"`
+	Role            string  `json:"role"`
+	URL             string  `json:"url,omitempty"`
+	DevicesOnline   int     `json:"devicesOnline"`
+	PartitionsOwned int     `json:"partitionsOwned"`
+	Updated         string  `json:"updated"`
+	SeenSecondsAgo  float64 `json:"seenSecondsAgo"`
+}
+
+// Open connects to NATS, creates or updates the streams and buckets, and
+// checks that this node agrees with the cluster on the partition count.
+func Open(ctx context.Context, cfg config.Cluster, log *slog.Logger) (*Node, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	opts := []nats.Option{
+		nats.Name("termserver " + cfg.Name),
+		nats.MaxReconnects(-1), // never give up: the cluster comes back
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(false),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("cluster: disconnected from NATS; reconnecting", "err", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("cluster: reconnected to NATS", "server", c.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			subj := ""
+			if s != nil {
+				subj = s.Subject
+			}
+			log.Warn("cluster: NATS error", "subject", subj, "err", err)
+		}),
+	}
+	if cfg.Credentials != "" {
+		opts = append(opts, nats.UserCredentials(cfg.Credentials))
+	}
+	if cfg.TLS.CAFile != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLS.CAFile))
+	}
+	if cfg.TLS.CertFile != "" {
+		opts = append(opts, nats.ClientCert(cfg.TLS.CertFile, cfg.TLS.KeyFile))
+	}
+	nc, err := nats.Connect(strings.Join(cfg.NATS, ","), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: connecting to NATS %s: %w", strings.Join(cfg.NATS, ","), err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("cluster: JetStream: %w", err)
+	}
+	n := &Node{cfg: cfg, log: log, nc: nc, js: js,
+		info: NodeInfo{Name: cfg.Name, Role: cfg.Role}}
+	if err := n.setup(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	n.bgCtx, n.stopBg = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// setup creates or updates what the cluster shares. Creation is
+// idempotent, so every node does it at start.
+func (n *Node) setup(ctx context.Context) error {
+	cfg := n.cfg
+	var err error
+	partitions := strconv.Itoa(cfg.Partitions)
+	n.in, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        InStream,
+		Description: "termlink: accepted device messages, one subject per session partition",
+		Subjects:    []string{inPrefix + ">"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		MaxAge:      cfg.DedupeTTL, // a message older than its dedupe entry is never run
+		Metadata:    map[string]string{"partitions": partitions},
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: stream %s: %w", InStream, err)
+	}
+	info, err := n.in.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: stream %s: %w", InStream, err)
+	}
+	if got := info.Config.Metadata["partitions"]; got != partitions {
+		// CreateOrUpdate set ours: another node would have refused a
+		// different count; say what the stream had.
+		return fmt.Errorf("cluster: stream %s is partitioned %s ways, this node is configured with %d partitions: every node must use the same cluster.partitions", InStream, got, cfg.Partitions)
+	}
+	n.hist, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        HistStream,
+		Description: "termlink: session history (nanobot records), one subject per session",
+		Subjects:    []string{histPrefix + ">"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: stream %s: %w", HistStream, err)
+	}
+	kv := func(name, what string, ttl time.Duration, storage jetstream.StorageType) (jetstream.KeyValue, error) {
+		b, err := n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Description: what,
+			TTL: ttl, History: 1, Replicas: cfg.Replicas, Storage: storage})
+		if err != nil {
+			return nil, fmt.Errorf("cluster: bucket %s: %w", name, err)
+		}
+		return b, nil
+	}
+	if n.dedupe, err = kv(DedupeBucket, "termlink: message claims and cached replies", cfg.DedupeTTL, jetstream.FileStorage); err != nil {
+		return err
+	}
+	if n.presence, err = kv(PresenceBucket, "termlink: which edge holds which peer", 0, jetstream.FileStorage); err != nil {
+		return err
+	}
+	if n.nodes, err = kv(NodesBucket, "termlink: live nodes", cfg.Lease, jetstream.MemoryStorage); err != nil {
+		return err
+	}
+	if n.parts, err = kv(PartsBucket, "termlink: partition leases", cfg.Lease, jetstream.MemoryStorage); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Name is this node's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Config is the cluster block this node runs with.
+func (n *Node) Config() config.Cluster { return n.cfg }
+
+// Conn is the NATS connection.
+func (n *Node) Conn() *nats.Conn { return n.nc }
+
+// Close stops the heartbeat and the subscriptions, removes this node from
+// the nodes bucket and closes the connection (draining what it sent).
+func (n *Node) Close() {
+	n.stopBg()
+	n.bg.Wait()
+	n.mu.Lock()
+	subs := n.subs
+	n.subs = nil
+	n.mu.Unlock()
+	for _, s := range subs {
+		_ = s.Unsubscribe()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = n.nodes.Delete(ctx, n.cfg.Name)
+	cancel()
+	_ = n.nc.Drain()
+	n.nc.Close()
+}
+
+// Go runs fn on a goroutine the node owns until Close.
+func (n *Node) Go(fn func(ctx context.Context)) {
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		fn(n.bgCtx)
+	}()
+}
+
+// Partition is the partition of a session: FNV-1a of its key.
+func Partition(sessionKey string, partitions int) int {
+	h := fnv.New32a()
+	h.Write([]byte(sessionKey))
+	return int(h.Sum32() % uint32(partitions))
+}
+
+// MessageKey is a message's key in the dedupe bucket and its Nats-Msg-Id.
+func MessageKey(sessionKey, messageID string) string {
+	return "m." + digest(sessionKey+"\n"+messageID)
+}
+
+// SessionDigest names a session in subjects (session keys may hold
+// characters subjects cannot).
+func SessionDigest(sessionKey string) string { return digest(sessionKey) }
+
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:20])
+}
+
+func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, opTimeout)
+}
+
+// SetURL records the node's HTTP base URL for the nodes bucket.
+func (n *Node) SetURL(url string) {
+	n.mu.Lock()
+	n.info.URL = url
+	n.mu.Unlock()
+}
+
+// Heartbeat publishes this node in the nodes bucket every lease/3 until
+// Close; devices reports the devices online now.
+func (n *Node) Heartbeat(devices func() int, owned func() int) {
+	n.Go(func(ctx context.Context) {
+		t := time.NewTicker(n.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			n.beat(ctx, devices, owned)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+}
+
+func (n *Node) beat(ctx context.Context, devices func() int, owned func() int) {
+	n.mu.Lock()
+	info := n.info
+	n.mu.Unlock()
+	if devices != nil {
+		info.DevicesOnline = devices()
+	}
+	if owned != nil {
+		info.PartitionsOwned = owned()
+	}
+	info.Updated = time.Now().UTC().Format(time.RFC3339Nano)
+	b, _ := json.Marshal(info)
+	cctx, cancel := context.WithTimeout(ctx, n.cfg.Lease/3)
+	defer cancel()
+	if _, err := n.nodes.Put(cctx, info.Name, b); err != nil && ctx.Err() == nil {
+		n.log.Warn("cluster: heartbeat not published", "err", err)
+	}
+}
+
+// Nodes lists the live nodes, sorted by name.
+func (n *Node) Nodes(ctx context.Context) ([]NodeInfo, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	keys, err := n.nodes.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: listing nodes: %w", err)
+	}
+	var out []NodeInfo
+	for _, k := range keys {
+		e, err := n.nodes.Get(ctx, k)
+		if err != nil {
+			continue // expired meanwhile
+		}
+		var ni NodeInfo
+		if json.Unmarshal(e.Value(), &ni) != nil {
+			continue
+		}
+		ni.SeenSecondsAgo = time.Since(e.Created()).Seconds()
+		out = append(out, ni)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (n *Node) addSub(s *nats.Subscription) {
+	n.mu.Lock()
+	n.subs = append(n.subs, s)
+	n.mu.Unlock()
+}

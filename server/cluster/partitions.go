@@ -1,0 +1,302 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/server/bus"
+)
+
+// Delivery is one inbound message handed to this worker by the consumer
+// of a partition it owns. It stays unacked (in progress) until the worker
+// has answered it.
+type Delivery struct {
+	In        bus.Inbound
+	Partition int
+	// Redelivered is set when JetStream delivered it before (to this or
+	// another worker).
+	Redelivered bool
+	msg         jetstream.Msg
+}
+
+// Ack tells JetStream the message is answered.
+func (d *Delivery) Ack() error { return d.msg.Ack() }
+
+// Nak asks JetStream to deliver the message again.
+func (d *Delivery) Nak() error { return d.msg.Nak() }
+
+// InProgress resets the message's ack wait: its run goes on.
+func (d *Delivery) InProgress() error { return d.msg.InProgress() }
+
+// WorkerHooks connect the partitions this worker owns to its router.
+type WorkerHooks struct {
+	// Deliver takes a message of an owned partition; it is called for one
+	// partition's messages one at a time, in stream order, and may block
+	// (back-pressure) until ctx ends.
+	Deliver func(ctx context.Context, d *Delivery)
+	// Unfinished reports how many messages of partition p the worker
+	// holds (queued or running): a partition given up waits for 0.
+	Unfinished func(p int) int
+	// Lost says partition p is no longer this worker's: what it holds of
+	// it is not to be answered by it (the new owner runs it).
+	Lost func(p int)
+}
+
+// partition is a partition this worker owns.
+type partition struct {
+	rev       uint64 // the lease's revision
+	cc        jetstream.ConsumeContext
+	releasing time.Time // when giving it up began; zero while kept
+}
+
+type worker struct {
+	n     *Node
+	hooks WorkerHooks
+
+	mu    sync.Mutex
+	owned map[int]*partition
+}
+
+// RunWorker makes this node a worker: it takes the partitions that
+// rendezvous hashing assigns it among the live workers (leases in the
+// parts bucket), consumes them and hands their messages to hooks.Deliver,
+// until StopWorker or Close.
+func (n *Node) RunWorker(hooks WorkerHooks) {
+	w := &worker{n: n, hooks: hooks, owned: map[int]*partition{}}
+	n.mu.Lock()
+	n.worker = w
+	n.mu.Unlock()
+	n.Go(w.loop)
+}
+
+// Owned is the number of partitions this node owns.
+func (n *Node) Owned() int {
+	n.mu.Lock()
+	w := n.worker
+	n.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.owned)
+}
+
+// StopWorker stops consuming and gives every partition up at once (the
+// leases are deleted, so the next owner need not wait for them to
+// expire). Call it after the router has finished its runs.
+func (n *Node) StopWorker() {
+	n.mu.Lock()
+	w := n.worker
+	n.worker = nil
+	n.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	owned := w.owned
+	w.owned = map[int]*partition{}
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for p, part := range owned {
+		if part.cc != nil {
+			part.cc.Stop()
+		}
+		_ = n.parts.Delete(ctx, leaseKey(p), jetstream.LastRevision(part.rev))
+	}
+}
+
+func leaseKey(p int) string { return "p." + strconv.Itoa(p) }
+
+// score is the rendezvous hash of a worker and a partition: the live
+// worker with the highest score owns the partition.
+func score(worker string, p int) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(worker))
+	h.Write([]byte{0})
+	h.Write([]byte(strconv.Itoa(p)))
+	return h.Sum32()
+}
+
+func (w *worker) loop(ctx context.Context) {
+	t := time.NewTicker(w.n.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		w.tick(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// liveWorkers are the workers in the nodes bucket, this one included.
+func (w *worker) liveWorkers(ctx context.Context) []string {
+	live := []string{w.n.cfg.Name}
+	nodes, err := w.n.Nodes(ctx)
+	if err != nil {
+		return nil
+	}
+	for _, ni := range nodes {
+		if ni.Name != w.n.cfg.Name && (ni.Role == "worker" || ni.Role == "all") {
+			live = append(live, ni.Name)
+		}
+	}
+	return live
+}
+
+// tick renews, gives up and takes leases to match the assignment.
+func (w *worker) tick(ctx context.Context) {
+	live := w.liveWorkers(ctx)
+	if live == nil {
+		return // NATS unreachable: keep what we have; leases tell the truth later
+	}
+	me := w.n.cfg.Name
+	wanted := func(p int) bool {
+		best, bestScore := "", uint32(0)
+		for _, name := range live {
+			if s := score(name, p); best == "" || s > bestScore || (s == bestScore && name < best) {
+				best, bestScore = name, s
+			}
+		}
+		return best == me
+	}
+	w.mu.Lock()
+	owned := make(map[int]*partition, len(w.owned))
+	for p, part := range w.owned {
+		owned[p] = part
+	}
+	w.mu.Unlock()
+	for p, part := range owned {
+		if !wanted(p) && part.releasing.IsZero() {
+			part.releasing = time.Now()
+			if part.cc != nil {
+				part.cc.Stop()
+				part.cc = nil
+			}
+			w.n.log.Info("cluster: giving partition up to another worker", "partition", p)
+		}
+		if !part.releasing.IsZero() && (w.hooks.Unfinished(p) == 0 || time.Since(part.releasing) > w.n.cfg.AckWait) {
+			_ = w.n.parts.Delete(ctx, leaseKey(p), jetstream.LastRevision(part.rev))
+			w.drop(p)
+			continue
+		}
+		rev, err := w.n.parts.Update(ctx, leaseKey(p), []byte(me), part.rev)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
+				w.n.log.Warn("cluster: lost the lease of a partition", "partition", p, "err", err)
+				w.drop(p)
+			}
+			continue // NATS trouble: try again next tick (the lease may still hold)
+		}
+		part.rev = rev
+	}
+	for p := 0; p < w.n.cfg.Partitions; p++ {
+		if owned[p] != nil || !wanted(p) {
+			continue
+		}
+		rev, err := w.n.parts.Create(ctx, leaseKey(p), []byte(me))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			e, gerr := w.n.parts.Get(ctx, leaseKey(p))
+			if gerr != nil || string(e.Value()) != me {
+				continue // another worker holds it until it gives it up or its lease expires
+			}
+			// Ours from an earlier life of this node: take it again.
+			if rev, err = w.n.parts.Update(ctx, leaseKey(p), []byte(me), e.Revision()); err != nil {
+				continue
+			}
+		} else if err != nil {
+			continue
+		}
+		part := &partition{rev: rev}
+		if err := w.start(ctx, p, part); err != nil {
+			w.n.log.Warn("cluster: cannot consume partition; retrying", "partition", p, "err", err)
+			_ = w.n.parts.Delete(ctx, leaseKey(p), jetstream.LastRevision(rev))
+			continue
+		}
+		w.mu.Lock()
+		w.owned[p] = part
+		w.mu.Unlock()
+	}
+}
+
+// drop forgets partition p and tells the hooks.
+func (w *worker) drop(p int) {
+	w.mu.Lock()
+	part := w.owned[p]
+	delete(w.owned, p)
+	w.mu.Unlock()
+	if part != nil && part.cc != nil {
+		part.cc.Stop()
+	}
+	if w.hooks.Lost != nil {
+		w.hooks.Lost(p)
+	}
+}
+
+// start consumes partition p from its consumer's ack floor: the consumer
+// is made again there, so what the last owner left unanswered comes first
+// and in stream order (JetStream's redelivery after the ack wait would
+// let newer messages of a session overtake it).
+func (w *worker) start(ctx context.Context, p int, part *partition) error {
+	name := "p" + strconv.Itoa(p)
+	cfg := jetstream.ConsumerConfig{Durable: name, FilterSubject: inPrefix + strconv.Itoa(p),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.n.cfg.AckWait, MaxAckPending: 1024,
+		MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
+		Description: "termlink: partition " + strconv.Itoa(p)}
+	c, err := w.n.in.Consumer(ctx, name)
+	switch {
+	case err == nil:
+		floor := c.CachedInfo().AckFloor.Stream
+		if err := w.n.in.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("resetting consumer %s: %w", name, err)
+		}
+		if floor > 0 {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
+		}
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+	default:
+		return fmt.Errorf("reading consumer %s: %w", name, err)
+	}
+	cons, err := w.n.in.CreateConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("creating consumer %s: %w", name, err)
+	}
+	bg := w.n.bgCtx
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var in bus.Inbound
+		if err := json.Unmarshal(m.Data(), &in); err != nil {
+			w.n.log.Error("cluster: dropping an inbound message that is not JSON", "partition", p, "err", err)
+			_ = m.Term()
+			return
+		}
+		d := &Delivery{In: in, Partition: p, msg: m}
+		if md, err := m.Metadata(); err == nil {
+			d.Redelivered = md.NumDelivered > 1
+		}
+		w.hooks.Deliver(bg, d)
+	}, jetstream.PullMaxMessages(256), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if bg.Err() == nil {
+			w.n.log.Debug("cluster: partition consumer", "partition", p, "err", err)
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("consuming %s: %w", name, err)
+	}
+	part.cc = cc
+	w.n.log.Info("cluster: partition taken", "partition", p, "from_seq", cfg.OptStartSeq)
+	return nil
+}
