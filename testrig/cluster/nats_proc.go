@@ -72,8 +72,11 @@ var buildMu sync.Mutex
 
 // BuildNATSServer builds the nats-server binary from the module go.mod
 // pins (go build, run from inside the termlink module) into
-// cacheDir/nats-server-VERSION/nats-server, or returns the one built
-// there before. cacheDir empty: the user cache directory. The build goes
+// cacheDir/natsnode-VERSION/natsnode, or returns the one built there
+// before. The name is not "nats-server" on purpose: someone's
+// `killall nats-server` or `pkill -f nats-server` (seen on a shared
+// machine, restarting a hand-made cluster) must not take the nodes of a
+// running test down. cacheDir empty: the user cache directory. The build goes
 // to a temporary name and is renamed into place, so test binaries that
 // build at the same time do not see half a file.
 func BuildNATSServer(ctx context.Context, cacheDir string) (string, error) {
@@ -90,15 +93,15 @@ func BuildNATSServer(ctx context.Context, cacheDir string) (string, error) {
 		}
 		cacheDir = filepath.Join(d, "termlink")
 	}
-	dir := filepath.Join(cacheDir, "nats-server-"+v)
-	bin := filepath.Join(dir, "nats-server")
+	dir := filepath.Join(cacheDir, "natsnode-"+v)
+	bin := filepath.Join(dir, "natsnode")
 	if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() {
 		return bin, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("building nats-server: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, "nats-server-*.tmp")
+	tmp, err := os.CreateTemp(dir, "natsnode-*.tmp")
 	if err != nil {
 		return "", fmt.Errorf("building nats-server: %w", err)
 	}

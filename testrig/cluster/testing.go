@@ -10,9 +10,11 @@ import (
 )
 
 // BuildTermserver builds termlink's termserver into dir (go build, run
-// from inside the termlink module) and returns its path.
+// from inside the termlink module) and returns its path. The binary is
+// named tlnode, not termserver: someone's `pkill termserver` on the same
+// machine must not take a running test's nodes down.
 func BuildTermserver(ctx context.Context, dir string, race bool) (string, error) {
-	bin := filepath.Join(dir, "termserver")
+	bin := filepath.Join(dir, "tlnode")
 	args := []string{"build", "-o", bin}
 	if race {
 		args = append(args, "-race")

@@ -1,0 +1,340 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/link"
+	"termlink/server/session"
+	"termlink/testrig/cluster"
+)
+
+// termserverBin is the termserver the end-to-end tests run, built once
+// (not race-instrumented: seven processes share two cores).
+var termserverBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cluster-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	termserverBin, err = cluster.BuildTermserver(ctx, dir, false)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// waitFor bounds every wait of these tests.
+const waitFor = 60 * time.Second
+
+// testCluster is 3 NATS nodes plus termserver edges and workers.
+type testCluster struct {
+	nats    *cluster.NATS
+	edges   []*cluster.Server
+	workers []*cluster.Server
+}
+
+type clusterOpts struct {
+	edges, workers int
+	agent          cluster.Agent
+	cluster        map[string]any // more keys of the cluster block
+	concurrent     bool           // start the termserver nodes at the same time
+}
+
+// startCluster starts the NATS cluster, then the termserver nodes one
+// after the other (see TestConcurrentNodeStart for why not at once),
+// and waits until every node's /api/status lists them all.
+func startCluster(t *testing.T, o clusterOpts) *testCluster {
+	t.Helper()
+	tc := &testCluster{nats: cluster.StartNATSForTest(t, 3)}
+	extra := map[string]any{"leaseSeconds": 2, "ackWaitSeconds": 5}
+	for k, v := range o.cluster {
+		extra[k] = v
+	}
+	var specs []cluster.NodeSpec
+	for i := range o.edges {
+		specs = append(specs, cluster.NodeSpec{Name: fmt.Sprintf("edge-%d", i+1), Role: "edge"})
+	}
+	for i := range o.workers {
+		specs = append(specs, cluster.NodeSpec{Name: fmt.Sprintf("worker-%d", i+1), Role: "worker"})
+	}
+	dir := t.TempDir()
+	servers := make([]*cluster.Server, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for i, s := range specs {
+		s.NATS, s.Partitions, s.Replicas, s.Agent, s.Cluster = tc.nats.URLs(), 8, 3, o.agent, extra
+		s.Dir = filepath.Join(dir, s.Name)
+		start := func() { servers[i], errs[i] = cluster.StartServer(ctx, termserverBin, s) }
+		if o.concurrent {
+			wg.Add(1)
+			go func() { defer wg.Done(); start() }()
+		} else {
+			start()
+		}
+	}
+	wg.Wait()
+	for i, s := range servers {
+		if s == nil {
+			continue
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("--- %s log tail:\n%s", s.Spec.Name, s.LogTail(40))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := s.Close(ctx); err != nil {
+				t.Errorf("stopping %s: %v", s.Spec.Name, err)
+			}
+		})
+		if specs[i].Role == "edge" {
+			tc.edges = append(tc.edges, s)
+		} else {
+			tc.workers = append(tc.workers, s)
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range servers {
+		if err := s.WaitClusterNodes(ctx, len(servers)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tc
+}
+
+// device is a terminal device: a link.Client with an in-memory outbox
+// that outlives the client, so the device can move to another edge (a
+// new client on the same outbox resends what is unanswered, as a device
+// with a list of servers does).
+type device struct {
+	t    *testing.T
+	peer string
+	box  *link.MemoryOutbox
+
+	mu       sync.Mutex
+	c        *link.Client
+	runDone  chan struct{}
+	evDone   chan struct{}
+	texts    map[string]string // message id -> text
+	sentIDs  []string
+	replies  map[string]string // message id -> reply text (first)
+	finals   map[string]int    // message id -> final answers seen
+	order    []string          // message ids in the order their replies came
+	sessions map[string]bool   // session ids seen in connected and acks
+	dupes    int64             // link.Client's DuplicateReplies over every client
+	changed  chan struct{}
+}
+
+func newDevice(t *testing.T, peer, url string) *device {
+	d := &device{t: t, peer: peer, box: link.NewMemoryOutbox(), texts: map[string]string{}, replies: map[string]string{},
+		finals: map[string]int{}, sessions: map[string]bool{}, changed: make(chan struct{})}
+	d.connect(url)
+	t.Cleanup(func() { d.close(); _ = d.box.Close() })
+	return d
+}
+
+// connect closes the device's client (if any) and starts a new one on
+// url with the same peer id and outbox.
+func (d *device) connect(url string) {
+	d.t.Helper()
+	d.close()
+	c, err := link.NewClient(link.ClientConfig{URL: url, PeerID: d.peer, DeviceName: d.peer, Outbox: d.box,
+		RetryInitial: 100 * time.Millisecond, RetryMax: time.Second, Heartbeat: 2 * time.Second, PongTimeout: 3 * time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	run, ev := make(chan struct{}), make(chan struct{})
+	d.mu.Lock()
+	d.c, d.runDone, d.evDone = c, run, ev
+	d.mu.Unlock()
+	go func() { defer close(run); _ = c.Run(context.Background()) }()
+	go func() { defer close(ev); d.events(c) }()
+}
+
+func (d *device) events(c *link.Client) {
+	for e := range c.Events() {
+		d.mu.Lock()
+		switch e.Kind {
+		case link.EventState:
+			if e.State == link.StateConnected && e.SessionID != "" {
+				d.sessions[e.SessionID] = true
+			}
+		case link.EventAck:
+			if e.Ack.SessionID != "" {
+				d.sessions[e.Ack.SessionID] = true
+			}
+		case link.EventReply:
+			if _, ok := d.replies[e.MessageID]; !ok {
+				d.replies[e.MessageID] = e.Reply.Text
+				d.order = append(d.order, e.MessageID)
+			}
+			d.finals[e.MessageID]++
+		case link.EventError:
+			if e.Final {
+				d.finals[e.MessageID]++
+				d.replies[e.MessageID] = "ERROR: " + e.Err.Error()
+				d.order = append(d.order, e.MessageID)
+			}
+		}
+		close(d.changed)
+		d.changed = make(chan struct{})
+		d.mu.Unlock()
+		if e.Final {
+			_ = c.Delivered(e.MessageID)
+		}
+	}
+}
+
+// close stops the current client and waits for its goroutines.
+func (d *device) close() {
+	d.mu.Lock()
+	c, run, ev := d.c, d.runDone, d.evDone
+	d.c = nil
+	d.mu.Unlock()
+	if c == nil {
+		return
+	}
+	_ = c.Close()
+	<-run
+	<-ev
+	d.mu.Lock()
+	d.dupes += c.Stats().DuplicateReplies
+	d.mu.Unlock()
+}
+
+// send queues text and returns its message id.
+func (d *device) send(text string) string {
+	d.t.Helper()
+	d.mu.Lock()
+	c := d.c
+	d.mu.Unlock()
+	id, err := c.Send(context.Background(), text)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.mu.Lock()
+	d.texts[id] = text
+	d.sentIDs = append(d.sentIDs, id)
+	d.mu.Unlock()
+	return id
+}
+
+// waitReplies waits until every message sent has its final answer.
+func (d *device) waitReplies(timeout time.Duration) {
+	d.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		d.mu.Lock()
+		missing := 0
+		for _, id := range d.sentIDs {
+			if _, ok := d.replies[id]; !ok {
+				missing++
+			}
+		}
+		ch := d.changed
+		d.mu.Unlock()
+		if missing == 0 {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			d.t.Fatalf("device %s: %d of %d messages unanswered after %v", d.peer, missing, len(d.sentIDs), timeout)
+		}
+	}
+}
+
+// check fails the test unless every message got exactly one final
+// answer, the echo of its text, and (inOrder) the answers came in send
+// order.
+func (d *device) check(inOrder bool) {
+	d.t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, id := range d.sentIDs {
+		if n := d.finals[id]; n != 1 {
+			d.t.Errorf("device %s message %s (%q): %d final answers, want 1", d.peer, id, d.texts[id], n)
+		}
+		if r := d.replies[id]; !strings.Contains(r, d.texts[id]) {
+			d.t.Errorf("device %s message %s: reply %q does not answer %q", d.peer, id, r, d.texts[id])
+		}
+	}
+	if inOrder && !slices.Equal(d.order, d.sentIDs) {
+		d.t.Errorf("device %s: replies came in the order %v, sent %v", d.peer, d.order, d.sentIDs)
+	}
+}
+
+// histRecord is a record of the TERMLINK_HIST stream.
+type histRecord struct {
+	Session string         `json:"session"`
+	Record  session.Record `json:"record"`
+}
+
+// readHistory reads every record of the TERMLINK_HIST stream, in stream
+// order (duplicates included: the caller counts).
+func readHistory(t *testing.T, urls string) []histRecord {
+	t.Helper()
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, "TERMLINK_HIST")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []histRecord
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			if strings.Contains(err.Error(), "not found") {
+				continue
+			}
+			t.Fatalf("history seq %d: %v", seq, err)
+		}
+		var r histRecord
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatalf("history seq %d: %v: %s", seq, err, m.Data)
+		}
+		out = append(out, r)
+	}
+	return out
+}
