@@ -148,13 +148,15 @@ type device struct {
 	finals   map[string]int    // message id -> final answers seen
 	order    []string          // message ids in the order their replies came
 	sessions map[string]bool   // session ids seen in connected and acks
+	acked    map[string]bool   // message ids acked
+	online   bool              // the current client's link is up
 	dupes    int64             // link.Client's DuplicateReplies over every client
 	changed  chan struct{}
 }
 
 func newDevice(t *testing.T, peer, url string) *device {
 	d := &device{t: t, peer: peer, box: link.NewMemoryOutbox(), texts: map[string]string{}, replies: map[string]string{},
-		finals: map[string]int{}, sessions: map[string]bool{}, changed: make(chan struct{})}
+		finals: map[string]int{}, sessions: map[string]bool{}, acked: map[string]bool{}, changed: make(chan struct{})}
 	d.connect(url)
 	t.Cleanup(func() { d.close(); _ = d.box.Close() })
 	return d
@@ -173,7 +175,7 @@ func (d *device) connect(url string) {
 	}
 	run, ev := make(chan struct{}), make(chan struct{})
 	d.mu.Lock()
-	d.c, d.runDone, d.evDone = c, run, ev
+	d.c, d.runDone, d.evDone, d.online = c, run, ev, false
 	d.mu.Unlock()
 	go func() { defer close(run); _ = c.Run(context.Background()) }()
 	go func() { defer close(ev); d.events(c) }()
@@ -184,10 +186,12 @@ func (d *device) events(c *link.Client) {
 		d.mu.Lock()
 		switch e.Kind {
 		case link.EventState:
+			d.online = e.State == link.StateConnected
 			if e.State == link.StateConnected && e.SessionID != "" {
 				d.sessions[e.SessionID] = true
 			}
 		case link.EventAck:
+			d.acked[e.MessageID] = true
 			if e.Ack.SessionID != "" {
 				d.sessions[e.Ack.SessionID] = true
 			}
@@ -337,4 +341,44 @@ func readHistory(t *testing.T, urls string) []histRecord {
 		out = append(out, r)
 	}
 	return out
+}
+
+// waitAcked waits until every message sent was acked or answered.
+func (d *device) waitAcked(timeout time.Duration) {
+	d.t.Helper()
+	d.waitUntil(timeout, "acked", func() bool {
+		for _, id := range d.sentIDs {
+			if !d.acked[id] {
+				if _, ok := d.replies[id]; !ok {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// waitOffline waits until the current client's link is not connected.
+func (d *device) waitOffline(timeout time.Duration) {
+	d.t.Helper()
+	d.waitUntil(timeout, "offline", func() bool { return !d.online })
+}
+
+func (d *device) waitUntil(timeout time.Duration, what string, ok func() bool) {
+	d.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		d.mu.Lock()
+		done := ok()
+		ch := d.changed
+		d.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			d.t.Fatalf("device %s: not %s after %v", d.peer, what, timeout)
+		}
+	}
 }
