@@ -213,6 +213,7 @@ func TestKillWorkerDuringRuns(t *testing.T) {
 		}
 		d.mu.Unlock()
 	}
+	checkHistory(t, tc, ds...)
 	if rerun == 0 {
 		t.Errorf("no run ran again after the kill (killed during %v): the kill interrupted nothing", killedDuring)
 	}
@@ -255,6 +256,7 @@ func TestKillEdge(t *testing.T) {
 		d.close()
 		d.check(true)
 	}
+	checkHistory(t, tc, ds...)
 	starts, _ := runStarts(t, runLog)
 	for text, n := range starts {
 		if n != 1 {
@@ -305,6 +307,7 @@ func TestNATSNodeRestartUnderLoad(t *testing.T) {
 	if err := tc.nats.WaitReady(ctx); err != nil {
 		t.Error(err)
 	}
+	checkHistory(t, tc, ds...)
 	starts, _ := runStarts(t, runLog)
 	for text, n := range starts {
 		if n != 1 {
@@ -394,6 +397,59 @@ func exchange(t *testing.T, url, peer, messageID, text string) exchanged {
 			}
 		case *link.Error:
 			t.Fatalf("error frame: %+v", f)
+		}
+	}
+}
+
+// checkHistory fails the test unless the session history in JetStream
+// has, for every device, one session (the session id the device saw)
+// whose user records are the device's messages in send order, each with
+// its assistant record (the reply the device got) after it.
+func checkHistory(t *testing.T, tc *testCluster, ds ...*device) {
+	t.Helper()
+	all := readHistory(t, tc.nats.URLs())
+	for _, d := range ds {
+		d.mu.Lock()
+		var key string
+		for k := range d.sessions {
+			key = k
+		}
+		if len(d.sessions) != 1 {
+			t.Errorf("device %s saw session ids %v, want one", d.peer, d.sessions)
+		}
+		ids := append([]string(nil), d.sentIDs...)
+		replies := map[string]string{}
+		for id, r := range d.replies {
+			replies[id] = r
+		}
+		d.mu.Unlock()
+		var users []string
+		seenUser := map[string]bool{}
+		answered := map[string]string{}
+		for _, r := range all {
+			if r.Session != key {
+				continue
+			}
+			switch id := r.Record.MessageID; r.Record.Role {
+			case "user":
+				if !seenUser[id] {
+					seenUser[id] = true
+					users = append(users, id)
+				}
+			case "assistant":
+				if !seenUser[id] {
+					t.Errorf("session %s: the reply to %s is recorded before the message", key, id)
+				}
+				answered[id] = r.Record.Content
+			}
+		}
+		if strings.Join(users, " ") != strings.Join(ids, " ") {
+			t.Errorf("session %s: user records %v, want the messages sent %v", key, users, ids)
+		}
+		for _, id := range ids {
+			if got, ok := answered[id]; !ok || got != replies[id] {
+				t.Errorf("session %s: the reply to %s recorded as %q (recorded: %v), the device got %q", key, id, got, ok, replies[id])
+			}
 		}
 	}
 }
