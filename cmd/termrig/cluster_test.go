@@ -18,8 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/link"
+	"termlink/testrig/cluster"
 )
 
 func TestClusterFlagErrors(t *testing.T) {
@@ -194,9 +198,9 @@ func portClosed(addr string) bool {
 // /api/status lists the whole cluster, and SIGINT stops everything
 // (exit 0, every port closed, the temporary directory removed).
 func TestClusterRig(t *testing.T) {
-	const edges, workers = 0, 0
+	const edges, workers = 2, 2
 	bin := buildTermrig(t)
-	r := startRig(t, bin, "--nodes", "3", "--edges", "0", "--workers", "0")
+	r := startRig(t, bin, "--nodes", "3", "--edges", "2", "--workers", "2")
 	natsURLs, httpURLs := rigLines(t, r.printed(), 3, edges, workers)
 	m := regexp.MustCompile(`node files and logs in (\S+)`).FindStringSubmatch(r.stderr.String())
 	if m == nil {
@@ -222,6 +226,14 @@ func TestClusterRig(t *testing.T) {
 		addrs = append(addrs, hostPort(t, u))
 		checkClusterStatus(t, name, u, edges+workers)
 	}
+	// A message through each edge is answered (by a worker).
+	for _, l := range r.printed() {
+		if m := edgeLineRE.FindStringSubmatch(l); m != nil {
+			if got := rigRoundTrip(t, m[3], "rig-"+m[1], "hello "+m[1]); got != "You said: hello "+m[1] {
+				t.Errorf("through %s: reply %q", m[1], got)
+			}
+		}
+	}
 	r.interrupt(t)
 	for _, a := range addrs {
 		if !portClosed(a) {
@@ -230,6 +242,35 @@ func TestClusterRig(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("temporary directory %s not removed at exit (stat: %v)", dir, err)
+	}
+}
+
+// rigRoundTrip sends one message as peer with raw frames and returns the
+// reply's text.
+func rigRoundTrip(t *testing.T, wsURL, peer, text string) string {
+	t.Helper()
+	ws, _, err := websocket.DefaultDialer.Dial(wsURL, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", wsURL, err)
+	}
+	defer ws.Close()
+	_ = ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	for _, f := range []link.Frame{&link.Connect{PeerID: peer}, &link.Message{MessageID: "m-1", Text: text}} {
+		if err := ws.WriteMessage(websocket.TextMessage, link.MustEncode(f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for {
+		_, data, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatalf("%s: no reply: %v", wsURL, err)
+		}
+		if f, err := link.Decode(data); err == nil {
+			if m, ok := f.(*link.Message); ok && m.MessageID == "m-1" {
+				return m.Text
+			}
+		}
 	}
 }
 
@@ -257,5 +298,34 @@ func checkClusterStatus(t *testing.T, name, base string, nodes int) {
 	}
 	if st.Cluster == nil || st.Cluster.Name != name || len(st.Cluster.Nodes) != nodes {
 		t.Errorf("%s /api/status cluster = %+v, want %s with %d nodes", name, st.Cluster, name, nodes)
+	}
+}
+
+// --nats: against an external JetStream cluster (here 3 nats-server
+// processes) no NATS node is started and no nats line printed; the
+// edge answers through the worker.
+func TestClusterRigExternalNATS(t *testing.T) {
+	ext := cluster.StartNATSForTest(t, 3)
+	bin := buildTermrig(t)
+	dir := t.TempDir()
+	r := startRig(t, bin, "--nats", ext.URLs(), "--edges", "1", "--workers", "1", "--dir", dir, "--partitions", "4")
+	_, httpURLs := rigLines(t, r.printed(), 0, 1, 1)
+	for name, u := range httpURLs {
+		checkClusterStatus(t, name, u, 2)
+	}
+	for _, l := range r.printed() {
+		if m := edgeLineRE.FindStringSubmatch(l); m != nil {
+			if got := rigRoundTrip(t, m[3], "ext-1", "hi"); got != "You said: hi" {
+				t.Errorf("reply %q", got)
+			}
+		}
+	}
+	r.interrupt(t)
+	if _, err := os.Stat(filepath.Join(dir, "edge-1", "termserver.log")); err != nil {
+		t.Errorf("--dir %s not kept: %v", dir, err)
+	}
+	// The external cluster is still there.
+	if err := ext.WaitReady(context.Background()); err != nil {
+		t.Error(err)
 	}
 }

@@ -94,17 +94,35 @@ func Rig(ctx context.Context, opt RigOptions, out io.Writer, log *slog.Logger) e
 		stopServers()
 		wg.Wait()
 	}()
+	addrs := map[string]string{}
 	for _, spec := range specs {
 		spec.NATS, spec.Partitions, spec.Replicas, spec.Agent = natsURLs, opt.Partitions, opt.Replicas, agent
 		spec.Dir = filepath.Join(opt.Dir, spec.Name)
+		// One after the other: JetStream does not answer all of several
+		// clients creating the same stream at once.
 		addr, err := serveInProcess(sctx, &wg, spec)
 		if err != nil {
 			return err
 		}
+		addrs[spec.Name] = addr
 		if spec.Role == "edge" {
 			fmt.Fprintf(out, "%-8s%s http://%s ws://%s/api/channels/%s/ws\n", spec.Role, spec.Name, addr, addr, Channel)
 		} else {
 			fmt.Fprintf(out, "%-8s%s http://%s\n", spec.Role, spec.Name, addr)
+		}
+	}
+	// Ready when every node sees the whole cluster: a script that reads
+	// "ready" can check /api/status at once.
+	var urls []string
+	for _, spec := range specs {
+		urls = append(urls, "http://"+addrs[spec.Name])
+	}
+	for _, u := range urls {
+		if err := WaitClusterNodes(ctx, u, len(specs)); err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted while starting
+			}
+			return err
 		}
 	}
 	fmt.Fprintln(out, "ready")
