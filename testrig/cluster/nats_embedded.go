@@ -47,13 +47,11 @@ func (n *NATSNode) startEmbedded() (natsRun, error) {
 		Port:       n.ClientPort,
 		JetStream:  true,
 		StoreDir:   n.StoreDir,
-		Cluster: natsserver.ClusterOpts{
-			Name: n.clusterName,
-			Host: "127.0.0.1",
-			Port: n.ClusterPort,
-		},
-		Routes: natsserver.RoutesFromStr(strings.Join(n.routes, ",")),
-		NoSigs: true,
+		NoSigs:     true,
+	}
+	if len(n.routes) > 1 { // alone, a clustered node elects no meta leader
+		opts.Cluster = natsserver.ClusterOpts{Name: n.clusterName, Host: "127.0.0.1", Port: n.ClusterPort}
+		opts.Routes = natsserver.RoutesFromStr(strings.Join(n.routes, ","))
 	}
 	s, err := natsserver.NewServer(opts)
 	if err != nil {

@@ -15,23 +15,21 @@ import (
 // version is the one go.mod pins (natsVersion reads it from the build).
 const natsModule = "github.com/nats-io/nats-server/v2"
 
-// natsConfig is a node's config file in nats-server's format.
+// natsConfig is a node's config file in nats-server's format. A single
+// node has no cluster block: alone, a clustered node waits for routes
+// and never elects a JetStream meta leader.
 func (n *NATSNode) natsConfig() string {
+	conf := fmt.Sprintf("server_name: %s\nlisten: \"127.0.0.1:%d\"\njetstream {\n  store_dir: %s\n}\n",
+		n.Name, n.ClientPort, strconv.Quote(n.StoreDir))
+	if len(n.routes) < 2 {
+		return conf
+	}
 	var routes []string
 	for _, r := range n.routes {
 		routes = append(routes, strconv.Quote(r))
 	}
-	return fmt.Sprintf(`server_name: %s
-listen: "127.0.0.1:%d"
-jetstream {
-  store_dir: %s
-}
-cluster {
-  name: %s
-  listen: "127.0.0.1:%d"
-  routes: [%s]
-}
-`, n.Name, n.ClientPort, strconv.Quote(n.StoreDir), n.clusterName, n.ClusterPort, strings.Join(routes, ", "))
+	return conf + fmt.Sprintf("cluster {\n  name: %s\n  listen: \"127.0.0.1:%d\"\n  routes: [%s]\n}\n",
+		n.clusterName, n.ClusterPort, strings.Join(routes, ", "))
 }
 
 // procRun is a nats-server process.
