@@ -53,7 +53,7 @@ type edgeWait struct {
 }
 
 func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	n, err := cluster.Open(ctx, cfg, rt.log)
 	if err != nil {

@@ -2,10 +2,11 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"sync"
 	"time"
@@ -120,11 +121,10 @@ func leaseKey(p int) string { return "p." + strconv.Itoa(p) }
 // score is the rendezvous hash of a worker and a partition: the live
 // worker with the highest score owns the partition.
 func score(worker string, p int) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(worker))
-	h.Write([]byte{0})
-	h.Write([]byte(strconv.Itoa(p)))
-	return h.Sum32()
+	// A cryptographic hash: FNV of names that differ in one character
+	// orders them the same way for every partition.
+	sum := sha256.Sum256([]byte(worker + "\x00" + strconv.Itoa(p)))
+	return binary.BigEndian.Uint32(sum[:4])
 }
 
 func (w *worker) loop(ctx context.Context) {
