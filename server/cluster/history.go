@@ -12,10 +12,11 @@ import (
 	"termlink/server/session"
 )
 
-// histEntry is one record of the session history stream.
+// histEntry is one message of the session history stream: the records of
+// one turn (the user message, a run_interrupted record, the reply).
 type histEntry struct {
-	Session string         `json:"session"`
-	Record  session.Record `json:"record"`
+	Session string           `json:"session"`
+	Records []session.Record `json:"records"`
 }
 
 // recordKey names a record within its session: each role, message id and
@@ -54,26 +55,32 @@ func (h *History) Wait(ctx context.Context) error {
 }
 
 // AppendHistory starts storing records of a session in the history
-// stream and returns without waiting (Wait does).
+// stream, as one message, and returns without waiting (Wait does).
 func (n *Node) AppendHistory(sessionKey string, recs ...session.Record) *History {
 	h := &History{}
-	subj := histPrefix + SessionDigest(sessionKey)
-	for _, r := range recs {
-		if r.Timestamp == "" {
-			r.Timestamp = session.Now()
-		}
-		b, err := json.Marshal(histEntry{Session: sessionKey, Record: r})
-		if err != nil {
-			h.err = err
-			return h
-		}
-		f, err := n.js.PublishAsync(subj, b, jetstream.WithMsgID(digest(recordKey(sessionKey, r))))
-		if err != nil {
-			h.err = fmt.Errorf("cluster: storing session history: %w", err)
-			return h
-		}
-		h.futures = append(h.futures, f)
+	if len(recs) == 0 {
+		return h
 	}
+	for i := range recs {
+		if recs[i].Timestamp == "" {
+			recs[i].Timestamp = session.Now()
+		}
+	}
+	b, err := json.Marshal(histEntry{Session: sessionKey, Records: recs})
+	if err != nil {
+		h.err = err
+		return h
+	}
+	id := ""
+	for _, r := range recs {
+		id += recordKey(sessionKey, r) + "\x01"
+	}
+	f, err := n.js.PublishAsync(histPrefix+SessionDigest(sessionKey), b, jetstream.WithMsgID(digest(id)))
+	if err != nil {
+		h.err = fmt.Errorf("cluster: storing session history: %w", err)
+		return h
+	}
+	h.futures = append(h.futures, f)
 	return h
 }
 
@@ -113,10 +120,14 @@ func (n *Node) ReadHistory(ctx context.Context, sessionKey string, fn func(sessi
 			var e histEntry
 			if err := json.Unmarshal(m.Data(), &e); err != nil {
 				n.log.Warn("cluster: skipping a history record that is not JSON", "seq", md.Sequence.Stream, "err", err)
-			} else if k := recordKey(e.Session, e.Record); !seen[k] {
-				seen[k] = true
-				if err := fn(e.Session, e.Record); err != nil {
-					return err
+			} else {
+				for _, r := range e.Records {
+					if k := recordKey(e.Session, r); !seen[k] {
+						seen[k] = true
+						if err := fn(e.Session, r); err != nil {
+							return err
+						}
+					}
 				}
 			}
 			if md.Sequence.Stream >= last || md.NumPending == 0 {

@@ -18,10 +18,10 @@ import (
 // session's partition, and returns once JetStream has stored it on a
 // quorum of its replicas. Its Nats-Msg-Id is the claim key, so a publish
 // retried within the duplicate window is stored once.
-func (n *Node) PublishInbound(ctx context.Context, in bus.Inbound) error {
+func (n *Node) PublishInbound(ctx context.Context, in bus.Inbound, claimRev uint64) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	b, err := json.Marshal(in)
+	b, err := json.Marshal(inMsg{Inbound: in, ClaimRev: claimRev})
 	if err != nil {
 		return err
 	}
@@ -30,6 +30,14 @@ func (n *Node) PublishInbound(ctx context.Context, in bus.Inbound) error {
 		return fmt.Errorf("cluster: storing message %s in %s: %w", in.MessageID, InStream, err)
 	}
 	return nil
+}
+
+// inMsg is a message in the inbound stream: the message and the revision
+// of the claim the edge created, so the worker's first compare-and-set
+// needs no read.
+type inMsg struct {
+	bus.Inbound
+	ClaimRev uint64 `json:"claim_rev"`
 }
 
 // outMsg is a reply or progress update on its way to an edge.

@@ -22,10 +22,9 @@ import (
 type Delivery struct {
 	In        bus.Inbound
 	Partition int
-	// Redelivered is set when JetStream delivered it before (to this or
-	// another worker).
-	Redelivered bool
-	msg         jetstream.Msg
+	// ClaimRev is the revision of the claim the edge created.
+	ClaimRev uint64
+	msg      jetstream.Msg
 }
 
 // Ack tells JetStream the message is answered.
@@ -277,17 +276,13 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	}
 	bg := w.n.bgCtx
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var in bus.Inbound
+		var in inMsg
 		if err := json.Unmarshal(m.Data(), &in); err != nil {
 			w.n.log.Error("cluster: dropping an inbound message that is not JSON", "partition", p, "err", err)
 			_ = m.Term()
 			return
 		}
-		d := &Delivery{In: in, Partition: p, msg: m}
-		if md, err := m.Metadata(); err == nil {
-			d.Redelivered = md.NumDelivered > 1
-		}
-		w.hooks.Deliver(bg, d)
+		w.hooks.Deliver(bg, &Delivery{In: in.Inbound, ClaimRev: in.ClaimRev, Partition: p, msg: m})
 	}, jetstream.PullMaxMessages(256), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if bg.Err() == nil {
 			w.n.log.Debug("cluster: partition consumer", "partition", p, "err", err)
