@@ -80,6 +80,51 @@ type NodeInfo struct {
 // Open connects to NATS, creates or updates the streams and buckets, and
 // checks that this node agrees with the cluster on the partition count.
 func Open(ctx context.Context, cfg config.Cluster, log *slog.Logger) (*Node, error) {
+	n, err := connect(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	// A cluster just started may not have elected its JetStream leader
+	// yet, and requests then go unanswered: try again until ctx ends.
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = n.setup(actx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || errors.Is(err, errPartitions) {
+			n.nc.Close()
+			return nil, err
+		}
+		n.log.Warn("cluster: JetStream not ready; retrying", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			n.nc.Close()
+			return nil, err
+		case <-time.After(time.Duration(min(attempt, 5)) * 500 * time.Millisecond):
+		}
+	}
+	n.bgCtx, n.stopBg = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// OpenReader connects to read what the cluster stores (the session
+// history) without joining it: no stream or bucket is created or changed.
+func OpenReader(ctx context.Context, cfg config.Cluster, log *slog.Logger) (*Node, error) {
+	n, err := connect(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if n.hist, err = n.js.Stream(ctx, HistStream); err != nil {
+		n.nc.Close()
+		return nil, fmt.Errorf("cluster: stream %s: %w", HistStream, err)
+	}
+	n.bgCtx, n.stopBg = context.WithCancel(context.Background())
+	return n, nil
+}
+
+func connect(cfg config.Cluster, log *slog.Logger) (*Node, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -120,31 +165,7 @@ func Open(ctx context.Context, cfg config.Cluster, log *slog.Logger) (*Node, err
 		nc.Close()
 		return nil, fmt.Errorf("cluster: JetStream: %w", err)
 	}
-	n := &Node{cfg: cfg, log: log, nc: nc, js: js,
-		info: NodeInfo{Name: cfg.Name, Role: cfg.Role}}
-	// A cluster just started may not have elected its JetStream leader
-	// yet, and requests then go unanswered: try again until ctx ends.
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = n.setup(actx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil || errors.Is(err, errPartitions) {
-			nc.Close()
-			return nil, err
-		}
-		log.Warn("cluster: JetStream not ready; retrying", "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-			nc.Close()
-			return nil, err
-		case <-time.After(time.Duration(min(attempt, 5)) * 500 * time.Millisecond):
-		}
-	}
-	n.bgCtx, n.stopBg = context.WithCancel(context.Background())
-	return n, nil
+	return &Node{cfg: cfg, log: log, nc: nc, js: js, info: NodeInfo{Name: cfg.Name, Role: cfg.Role}}, nil
 }
 
 // setup creates or updates what the cluster shares. Creation is
@@ -256,9 +277,11 @@ func (n *Node) Close() {
 	for _, s := range subs {
 		_ = s.Unsubscribe()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = n.nodes.Delete(ctx, n.cfg.Name)
-	cancel()
+	if n.nodes != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = n.nodes.Delete(ctx, n.cfg.Name)
+		cancel()
+	}
 	_ = n.nc.Drain()
 	n.nc.Close()
 }
