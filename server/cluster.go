@@ -130,6 +130,17 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 		} else {
 			res.Pending = true
 			c.wait(k, in) // its reply comes here now
+			if prior.State == cluster.StatePending {
+				// Maybe never stored: its first accept may have failed
+				// after the claim was made. Publishing again is free
+				// within the duplicate window (same Nats-Msg-Id), and
+				// a worker holding it already takes a copy as the same.
+				in.RunID = prior.RunID
+				if err := c.node.PublishInbound(ctx, in, rev); err != nil {
+					c.done(k)
+					return err
+				}
+			}
 		}
 		rt.metrics.duplicates.Inc(ch.id)
 		ch.events.Add(events.Event{Event: events.InboundDuplicate, PeerID: in.PeerID, SessionID: in.SessionKey,
@@ -468,14 +479,15 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 	hist := c.node.AppendHistory(in.SessionKey, recs...)
 	cl, rev := t.claim, t.rev
 	mine := cl.State == cluster.StateRunning // the run this worker marked running
+retry:
 	for {
 		done := cl
-		done.State = cluster.StateDone
+		done.State, done.Worker = cluster.StateDone, c.node.Name()
 		done.Reply = &cluster.Reply{Text: reply.Text, FinishReason: reply.FinishReason, RunID: in.RunID, Media: media}
 		nrev, err := c.node.UpdateClaim(ctx, done, rev)
 		if err == nil {
 			t.claim, t.rev = done, nrev
-			break
+			break retry
 		}
 		if ctx.Err() != nil {
 			c.forget(msgKey{in.SessionKey, in.MessageID})
@@ -485,6 +497,9 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 			cur, crev, found, gerr := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
 			switch {
 			case gerr != nil:
+			case found && cur.State == cluster.StateDone && cur.Worker == c.node.Name() && cur.Reply != nil && cur.Reply.RunID == in.RunID:
+				t.claim, t.rev = cur, crev // our write went through; its answer was lost
+				break retry
 			case !found, cur.State == cluster.StateDone,
 				cur.State == cluster.StateRunning && (!mine || cur.Worker != c.node.Name() || cur.Attempt != t.claim.Attempt):
 				c.rt.log.Warn("cluster: reply dropped: another worker took the message over",

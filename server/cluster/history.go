@@ -30,34 +30,51 @@ func recordKey(sessionKey string, r session.Record) string {
 
 // History is an append in flight: Wait returns when JetStream stored it.
 type History struct {
-	futures []jetstream.PubAckFuture
-	err     error
+	n        *Node
+	subj, id string
+	data     []byte
+	future   jetstream.PubAckFuture // nil: not sent yet (or nothing to send)
+	err      error
 }
 
-// Wait waits for the records' acks until ctx ends.
+// Wait waits until JetStream stored the records, publishing them again
+// (same Nats-Msg-Id: stored once) while NATS fails, until ctx ends.
 func (h *History) Wait(ctx context.Context) error {
-	if h == nil {
+	if h == nil || h.err != nil || h.data == nil {
+		if h != nil {
+			return h.err
+		}
 		return nil
 	}
-	if h.err != nil {
-		return h.err
-	}
-	for _, f := range h.futures {
+	if h.future != nil {
 		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("cluster: storing session history: %w", err)
+		case <-h.future.Ok():
+			return nil
+		case <-h.future.Err():
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	return nil
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := h.n.js.Publish(actx, h.subj, h.data, jetstream.WithMsgID(h.id))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		h.n.log.Warn("cluster: session history not stored yet; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: storing session history: %w", err)
+		case <-time.After(wait):
+		}
+	}
 }
 
 // AppendHistory starts storing records of a session in the history
 // stream, as one message, and returns without waiting (Wait does).
 func (n *Node) AppendHistory(sessionKey string, recs ...session.Record) *History {
-	h := &History{}
+	h := &History{n: n}
 	if len(recs) == 0 {
 		return h
 	}
@@ -75,12 +92,10 @@ func (n *Node) AppendHistory(sessionKey string, recs ...session.Record) *History
 	for _, r := range recs {
 		id += recordKey(sessionKey, r) + "\x01"
 	}
-	f, err := n.js.PublishAsync(histPrefix+SessionDigest(sessionKey), b, jetstream.WithMsgID(digest(id)))
-	if err != nil {
-		h.err = fmt.Errorf("cluster: storing session history: %w", err)
-		return h
+	h.n, h.subj, h.id, h.data = n, histPrefix+SessionDigest(sessionKey), digest(id), b
+	if f, err := n.js.PublishAsync(h.subj, b, jetstream.WithMsgID(h.id)); err == nil {
+		h.future = f
 	}
-	h.futures = append(h.futures, f)
 	return h
 }
 
