@@ -84,8 +84,8 @@ func (n *Node) GetClaim(ctx context.Context, session, messageID string) (c Claim
 	if err != nil {
 		return Claim{}, 0, false, fmt.Errorf("cluster: reading the claim of message %s: %w", messageID, err)
 	}
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
-		return Claim{}, 0, false, fmt.Errorf("cluster: the claim of message %s is not JSON: %w", messageID, err)
+	if c, err = decodeClaim(e.Value()); err != nil {
+		return Claim{}, 0, false, fmt.Errorf("cluster: message %s: %w", messageID, err)
 	}
 	return c, e.Revision(), true, nil
 }

@@ -132,9 +132,8 @@ func (n *Node) ReadHistory(ctx context.Context, sessionKey string, fn func(sessi
 			if err != nil {
 				return err
 			}
-			var e histEntry
-			if err := json.Unmarshal(m.Data(), &e); err != nil {
-				n.log.Warn("cluster: skipping a history record that is not JSON", "seq", md.Sequence.Stream, "err", err)
+			if e, err := decodeHist(m.Data()); err != nil {
+				n.log.Warn("cluster: skipping a bad history message", "seq", md.Sequence.Stream, "err", err)
 			} else {
 				for _, r := range e.Records {
 					if k := recordKey(e.Session, r); !seen[k] {

@@ -79,9 +79,9 @@ func (n *Node) SendOut(ctx context.Context, out bus.Outbound) (edge string, err 
 // node, until Close.
 func (n *Node) SubscribeOut(fn func(bus.Outbound)) error {
 	s, err := n.nc.Subscribe(outPrefix+n.cfg.Name, func(msg *nats.Msg) {
-		var m outMsg
-		if err := json.Unmarshal(msg.Data, &m); err != nil {
-			n.log.Warn("cluster: dropping an outbound message that is not JSON", "err", err)
+		m, err := decodeOut(msg.Data)
+		if err != nil {
+			n.log.Warn("cluster: dropping a bad outbound message", "err", err)
 			return
 		}
 		out := bus.Outbound{Kind: m.Kind, ChannelID: m.ChannelID, PeerID: m.PeerID, SessionKey: m.SessionKey,

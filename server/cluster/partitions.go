@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -276,9 +275,9 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	}
 	bg := w.n.bgCtx
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var in inMsg
-		if err := json.Unmarshal(m.Data(), &in); err != nil {
-			w.n.log.Error("cluster: dropping an inbound message that is not JSON", "partition", p, "err", err)
+		in, err := decodeIn(m.Data())
+		if err != nil {
+			w.n.log.Error("cluster: dropping a bad inbound message", "partition", p, "err", err)
 			_ = m.Term()
 			return
 		}
