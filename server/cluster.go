@@ -39,10 +39,11 @@ type msgKey struct{ session, messageID string }
 
 // ticket is a delivery a worker holds: queued or running.
 type ticket struct {
-	d     *cluster.Delivery
-	claim cluster.Claim
-	rev   uint64 // the claim's revision as this worker last wrote or read it
-	hist  *cluster.History
+	d      *cluster.Delivery
+	claim  cluster.Claim
+	rev    uint64           // the claim's revision as this worker last wrote or read it
+	recs   []session.Record // the turn's records before the reply (startRun)
+	cached bool             // answered before: the claim has the reply
 }
 
 // edgeWait is a message an edge acked and has not answered yet.
@@ -53,7 +54,7 @@ type edgeWait struct {
 }
 
 func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	n, err := cluster.Open(ctx, cfg, rt.log)
 	if err != nil {
@@ -129,6 +130,17 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 		} else {
 			res.Pending = true
 			c.wait(k, in) // its reply comes here now
+			if prior.State == cluster.StatePending {
+				// Maybe never stored: its first accept may have failed
+				// after the claim was made. Publishing again is free
+				// within the duplicate window (same Nats-Msg-Id), and
+				// a worker holding it already takes a copy as the same.
+				in.RunID = prior.RunID
+				if err := c.node.PublishInbound(ctx, in, rev); err != nil {
+					c.done(k)
+					return err
+				}
+			}
 		}
 		rt.metrics.duplicates.Inc(ch.id)
 		ch.events.Add(events.Event{Event: events.InboundDuplicate, PeerID: in.PeerID, SessionID: in.SessionKey,
@@ -142,7 +154,7 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 		return err
 	}
 	c.wait(k, in)
-	if err := c.node.PublishInbound(ctx, in); err != nil {
+	if err := c.node.PublishInbound(ctx, in, rev); err != nil {
 		c.done(k)
 		// Not stored (or not known to be): the claim goes, so the
 		// device's resend claims and publishes again; the same
@@ -319,9 +331,9 @@ func replyMessage(cl cluster.Claim) *link.Message {
 
 // ---- worker ----
 
-// deliver takes a message of an owned partition: by its claim, it is
-// answered already (the reply is sent again), cancelled, cut short on a
-// worker that died (run again, once) or new; then it goes to the router.
+// deliver takes a message of an owned partition to the router. What its
+// claim says (new, answered, cancelled, cut short on a worker that died)
+// is decided when its run starts (startRun).
 func (c *clusterNode) deliver(ctx context.Context, d *cluster.Delivery) {
 	in := d.In
 	k := msgKey{in.SessionKey, in.MessageID}
@@ -335,44 +347,18 @@ func (c *clusterNode) deliver(ctx context.Context, d *cluster.Delivery) {
 		return
 	}
 	c.mu.Unlock()
-	cl, rev, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
-	if err != nil {
-		c.rt.log.Warn("cluster: cannot read a claim; the message comes again", "message_id", in.MessageID, "err", err)
-		_ = d.Nak()
-		return
-	}
-	if !found {
-		cl = cluster.Claim{State: cluster.StatePending, Session: in.SessionKey, MessageID: in.MessageID, RunID: in.RunID}
-	}
-	switch cl.State {
-	case cluster.StateDone:
-		if cl.Reply != nil {
-			c.send(ctx, in, bus.Outbound{Kind: bus.Final, ChannelID: in.ChannelID, PeerID: in.PeerID,
-				SessionKey: in.SessionKey, MessageID: in.MessageID, RunID: cl.Reply.RunID, Text: cl.Reply.Text,
-				FinishReason: cl.Reply.FinishReason, Media: cl.Reply.Media})
-		}
-		_ = d.Ack()
-		return
-	case cluster.StateRunning:
-		in.Recovered = true // cut short where it ran: run again once (startRun)
-	}
-	in.RunID = cl.RunID
 	if in.RunID == "" {
 		in.RunID = c.rt.newRunID()
 	}
-	t := &ticket{d: d, claim: cl, rev: rev}
-	t.d.In = in
+	d.In = in
+	t := &ticket{d: d, rev: d.ClaimRev, claim: cluster.Claim{State: cluster.StatePending, Session: in.SessionKey,
+		MessageID: in.MessageID, RunID: in.RunID}}
 	if err := c.rt.admission.reserveWait(ctx, in.SessionKey, math.MaxInt); err != nil {
 		return // stopping: unacked, the next owner runs it
 	}
 	c.mu.Lock()
 	c.tickets[k] = t
 	c.mu.Unlock()
-	if cl.State == cluster.StateCancel {
-		c.router.mu.Lock()
-		c.router.precancelled[cancelKey{in.SessionKey, in.MessageID}] = true
-		c.router.mu.Unlock()
-	}
 	if err := c.rt.bus.PublishInbound(ctx, in); err != nil {
 		c.rt.admission.release(in.SessionKey, 1)
 		c.forget(k)
@@ -391,76 +377,139 @@ func (c *clusterNode) forget(k msgKey) {
 	c.mu.Unlock()
 }
 
-// startRun marks the claim running (compare-and-set: one worker starts a
-// message) and records the user message in the session history; a
-// message cut short before is recorded as interrupted, and one cut short
-// twice is answered with an error instead. ok false: not to be run here.
+// interruptedTwiceCluster answers a message whose run two workers' deaths
+// cut short.
+const interruptedTwiceCluster = "interrupted twice by a worker failure; not run again - send it again"
+
+// startRun decides, by the message's claim, what its turn is, and marks
+// the claim running (compare-and-set: one worker starts a message). New:
+// run. Cut short on a worker that died: run again, recorded as
+// interrupted; cut short twice: answered with an error. Answered
+// already (a partition moved after the reply): answered with the cached
+// reply. Cancelled before it started: answered cancelled. ok false: not
+// to be run here (NATS trouble: it comes again).
 func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
 	t := c.ticket(in)
 	if t == nil {
 		return nil, false // the partition moved away
 	}
-	cl := t.claim
-	attempt := 1
-	if in.Recovered {
-		attempt = cl.Attempt + 1
+	cl, rev := t.claim, t.rev
+	for try := 0; try < 8; try++ {
+		if rev == 0 || try > 0 {
+			var found bool
+			var err error
+			cl, rev, found, err = c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
+			if err != nil {
+				return c.notNow(t, err)
+			}
+			if !found { // its claim was dropped (the edge's publish looked failed): ours again
+				cl, rev = t.claim, 0
+			}
+		}
+		attempt := 1
+		switch cl.State {
+		case cluster.StateDone:
+			t.claim, t.rev, t.cached = cl, rev, true
+			return &agent.Result{Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason, Media: cl.Reply.Media}, true
+		case cluster.StateCancel:
+			t.claim, t.rev = cl, rev
+			t.recs = []session.Record{userRecord(in)}
+			res := cancelledBeforeStart
+			return &res, true
+		case cluster.StateRunning:
+			attempt = cl.Attempt + 1
+		}
+		next := cl
+		next.State, next.Worker, next.Attempt, next.RunID = cluster.StateRunning, c.node.Name(), attempt, in.RunID
+		nrev, err := c.node.UpdateClaim(ctx, next, rev)
+		if errors.Is(err, cluster.ErrConflict) {
+			continue // changed since read: read it again
+		}
+		if err != nil {
+			return c.notNow(t, err)
+		}
+		t.claim, t.rev = next, nrev
+		t.recs = []session.Record{userRecord(in)}
+		if attempt > 1 {
+			t.recs = append(t.recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
+				Content: fmt.Sprintf("the run of message %s was cut short on worker %s; it runs again once", in.MessageID, cl.Worker),
+				Extra:   map[string]any{"event": interruptedEvent, "attempt": attempt}})
+		}
+		if attempt > maxRunAttempts {
+			return &agent.Result{Text: interruptedTwiceCluster, FinishReason: link.FinishError}, true
+		}
+		return nil, true
 	}
-	cl.State, cl.Worker, cl.Attempt, cl.RunID = cluster.StateRunning, c.node.Name(), attempt, in.RunID
-	if cl.Edge == "" {
-		cl.Edge = "?"
-	}
-	rev, err := c.node.UpdateClaim(ctx, cl, t.rev)
-	if err != nil {
-		c.rt.log.Warn("cluster: not starting a message whose claim changed (another worker has it)",
-			"message_id", in.MessageID, "err", err)
-		c.forget(msgKey{in.SessionKey, in.MessageID})
-		return nil, false
-	}
-	t.claim, t.rev = cl, rev
-	recs := []session.Record{{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
-		Timestamp: in.Received.Format(session.TimeLayout)}}
-	if in.Recovered {
-		recs = append(recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
-			Content: fmt.Sprintf("the run of message %s was cut short on worker %s; it runs again once", in.MessageID, t.claim.Worker),
-			Extra:   map[string]any{"event": interruptedEvent, "attempt": attempt}})
-	}
-	t.hist = c.node.AppendHistory(in.SessionKey, recs...)
-	if attempt > 2 {
-		return &agent.Result{Text: "interrupted twice by a worker failure; not run again - send it again", FinishReason: link.FinishError}, true
-	}
-	return nil, true
+	return c.notNow(t, errors.New("its claim keeps changing"))
 }
 
-// finish records a reply: the history (after the records of the start),
-// then the claim set to done with the cached reply. ok false: another
-// worker took the message over meanwhile and answers it.
+// maxRunAttempts: a run cut short is run again once.
+const maxRunAttempts = 2
+
+// notNow gives a message back to JetStream, to come again.
+func (c *clusterNode) notNow(t *ticket, err error) (*agent.Result, bool) {
+	c.rt.log.Warn("cluster: message not started now; it comes again", "message_id", t.d.In.MessageID, "err", err)
+	c.forget(msgKey{t.d.In.SessionKey, t.d.In.MessageID})
+	_ = t.d.Nak()
+	return nil, false
+}
+
+func userRecord(in bus.Inbound) session.Record {
+	return session.Record{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
+		Timestamp: in.Received.Format(session.TimeLayout)}
+}
+
+// finish records a reply: the turn's records in the history and the claim
+// set to done with the cached reply, both stored before it is sent. ok
+// false: another worker took the message over meanwhile and answers it.
 func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Message, media []string) bool {
 	t := c.ticket(in)
 	if t == nil {
 		return false
 	}
-	rec := session.Record{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
-		FinishReason: reply.FinishReason, Media: media}
-	if err := t.hist.Wait(ctx); err != nil {
-		c.rt.log.Warn("cluster: session history not stored", "message_id", in.MessageID, "err", err)
+	if t.cached {
+		return true // answered before: stored already
 	}
-	if err := c.node.AppendHistory(in.SessionKey, rec).Wait(ctx); err != nil {
-		c.rt.log.Warn("cluster: reply not stored in the session history", "message_id", in.MessageID, "err", err)
+	recs := t.recs
+	if len(recs) == 0 { // cancelled while queued: never started
+		recs = []session.Record{userRecord(in)}
 	}
-	cl := t.claim
-	cl.State = cluster.StateDone
-	cl.Reply = &cluster.Reply{Text: reply.Text, FinishReason: reply.FinishReason, RunID: in.RunID, Media: media}
+	recs = append(recs, session.Record{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
+		FinishReason: reply.FinishReason, Media: media})
+	hist := c.node.AppendHistory(in.SessionKey, recs...)
+	cl, rev := t.claim, t.rev
+	mine := cl.State == cluster.StateRunning // the run this worker marked running
+retry:
 	for {
-		rev, err := c.node.UpdateClaim(ctx, cl, t.rev)
+		done := cl
+		done.State, done.Worker = cluster.StateDone, c.node.Name()
+		done.Reply = &cluster.Reply{Text: reply.Text, FinishReason: reply.FinishReason, RunID: in.RunID, Media: media}
+		nrev, err := c.node.UpdateClaim(ctx, done, rev)
 		if err == nil {
-			t.claim, t.rev = cl, rev
-			return true
+			t.claim, t.rev = done, nrev
+			break retry
 		}
-		if errors.Is(err, cluster.ErrConflict) || ctx.Err() != nil {
-			c.rt.log.Warn("cluster: reply dropped: the message's claim changed (another worker took it over)",
-				"message_id", in.MessageID, "err", err)
+		if ctx.Err() != nil {
 			c.forget(msgKey{in.SessionKey, in.MessageID})
 			return false
+		}
+		if errors.Is(err, cluster.ErrConflict) {
+			cur, crev, found, gerr := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
+			switch {
+			case gerr != nil:
+			case found && cur.State == cluster.StateDone && cur.Worker == c.node.Name() && cur.Reply != nil && cur.Reply.RunID == in.RunID:
+				t.claim, t.rev = cur, crev // our write went through; its answer was lost
+				break retry
+			case !found, cur.State == cluster.StateDone,
+				cur.State == cluster.StateRunning && (!mine || cur.Worker != c.node.Name() || cur.Attempt != t.claim.Attempt):
+				c.rt.log.Warn("cluster: reply dropped: another worker took the message over",
+					"message_id", in.MessageID, "claim", cur.State, "worker", cur.Worker)
+				c.forget(msgKey{in.SessionKey, in.MessageID})
+				return false
+			default: // cancelled or pending meanwhile (a cancel that lost the race): ours to answer
+				cl, rev = cur, crev
+				continue
+			}
 		}
 		c.rt.log.Warn("cluster: claim not updated; retrying", "message_id", in.MessageID, "err", err)
 		select {
@@ -468,6 +517,10 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+	if err := hist.Wait(ctx); err != nil {
+		c.rt.log.Warn("cluster: turn not stored in the session history", "message_id", in.MessageID, "err", err)
+	}
+	return true
 }
 
 // send dispatches a final reply to the edge of its peer and acks the

@@ -52,8 +52,8 @@ func run(args []string) error {
 		}
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
+	if fs.NArg() > 0 && fs.Arg(0) != "export-sessions" {
+		return fmt.Errorf("unexpected argument %q (flags only, or the command export-sessions DIR; see --help)", fs.Arg(0))
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
@@ -71,6 +71,9 @@ func run(args []string) error {
 	}
 	if *listen != "" {
 		cfg.Listen = *listen
+	}
+	if fs.NArg() > 0 {
+		return exportSessions(cfg, fs.Args()[1:], log)
 	}
 	if err := tlsFlags(cfg, *tlsCert, *tlsKey); err != nil {
 		return err

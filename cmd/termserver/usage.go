@@ -21,7 +21,13 @@ Without --config it serves channel terminal-dev (the built-in echo agent) on
 "./workspace"), is taken from the directory of the config file. The
 workspace in use is logged at start.
 
+In a cluster (the config's "cluster" block), session history is in NATS
+JetStream; export-sessions writes it as nanobot JSONL session files:
+
+	termserver --config edge-1.json export-sessions ./sessions
+
 Usage: termserver [--config FILE] [flags]
+       termserver --config FILE export-sessions DIR
 
 Flags:
 `

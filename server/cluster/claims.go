@@ -56,7 +56,7 @@ func (n *Node) CreateClaim(ctx context.Context, c Claim) (prior Claim, rev uint6
 	if err == nil {
 		return c, rev, true, nil
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
+	if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
 		return Claim{}, 0, false, fmt.Errorf("cluster: claiming message %s: %w", c.MessageID, err)
 	}
 	prior, rev, found, err := n.GetClaim(ctx, c.Session, c.MessageID)
@@ -84,8 +84,8 @@ func (n *Node) GetClaim(ctx context.Context, session, messageID string) (c Claim
 	if err != nil {
 		return Claim{}, 0, false, fmt.Errorf("cluster: reading the claim of message %s: %w", messageID, err)
 	}
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
-		return Claim{}, 0, false, fmt.Errorf("cluster: the claim of message %s is not JSON: %w", messageID, err)
+	if c, err = decodeClaim(e.Value()); err != nil {
+		return Claim{}, 0, false, fmt.Errorf("cluster: message %s: %w", messageID, err)
 	}
 	return c, e.Revision(), true, nil
 }
@@ -121,7 +121,11 @@ func (n *Node) DropClaim(ctx context.Context, session, messageID string, rev uin
 	return n.dedupe.Delete(ctx, MessageKey(session, messageID), jetstream.LastRevision(rev))
 }
 
+// isWrongLastSequence reports a compare-and-set refused by the stream:
+// "wrong last sequence", with the sequence (10071) or without (10164,
+// which nats.go does not map to ErrKeyExists).
 func isWrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == 10164)
 }

@@ -12,10 +12,11 @@ import (
 	"termlink/server/session"
 )
 
-// histEntry is one record of the session history stream.
+// histEntry is one message of the session history stream: the records of
+// one turn (the user message, a run_interrupted record, the reply).
 type histEntry struct {
-	Session string         `json:"session"`
-	Record  session.Record `json:"record"`
+	Session string           `json:"session"`
+	Records []session.Record `json:"records"`
 }
 
 // recordKey names a record within its session: each role, message id and
@@ -29,50 +30,71 @@ func recordKey(sessionKey string, r session.Record) string {
 
 // History is an append in flight: Wait returns when JetStream stored it.
 type History struct {
-	futures []jetstream.PubAckFuture
-	err     error
+	n        *Node
+	subj, id string
+	data     []byte
+	future   jetstream.PubAckFuture // nil: not sent yet (or nothing to send)
+	err      error
 }
 
-// Wait waits for the records' acks until ctx ends.
+// Wait waits until JetStream stored the records, publishing them again
+// (same Nats-Msg-Id: stored once) while NATS fails, until ctx ends.
 func (h *History) Wait(ctx context.Context) error {
-	if h == nil {
+	if h == nil || h.err != nil || h.data == nil {
+		if h != nil {
+			return h.err
+		}
 		return nil
 	}
-	if h.err != nil {
-		return h.err
-	}
-	for _, f := range h.futures {
+	if h.future != nil {
 		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("cluster: storing session history: %w", err)
+		case <-h.future.Ok():
+			return nil
+		case <-h.future.Err():
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	return nil
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := h.n.js.Publish(actx, h.subj, h.data, jetstream.WithMsgID(h.id))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		h.n.log.Warn("cluster: session history not stored yet; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: storing session history: %w", err)
+		case <-time.After(wait):
+		}
+	}
 }
 
 // AppendHistory starts storing records of a session in the history
-// stream and returns without waiting (Wait does).
+// stream, as one message, and returns without waiting (Wait does).
 func (n *Node) AppendHistory(sessionKey string, recs ...session.Record) *History {
-	h := &History{}
-	subj := histPrefix + SessionDigest(sessionKey)
+	h := &History{n: n}
+	if len(recs) == 0 {
+		return h
+	}
+	for i := range recs {
+		if recs[i].Timestamp == "" {
+			recs[i].Timestamp = session.Now()
+		}
+	}
+	b, err := json.Marshal(histEntry{Session: sessionKey, Records: recs})
+	if err != nil {
+		h.err = err
+		return h
+	}
+	id := ""
 	for _, r := range recs {
-		if r.Timestamp == "" {
-			r.Timestamp = session.Now()
-		}
-		b, err := json.Marshal(histEntry{Session: sessionKey, Record: r})
-		if err != nil {
-			h.err = err
-			return h
-		}
-		f, err := n.js.PublishAsync(subj, b, jetstream.WithMsgID(digest(recordKey(sessionKey, r))))
-		if err != nil {
-			h.err = fmt.Errorf("cluster: storing session history: %w", err)
-			return h
-		}
-		h.futures = append(h.futures, f)
+		id += recordKey(sessionKey, r) + "\x01"
+	}
+	h.n, h.subj, h.id, h.data = n, histPrefix+SessionDigest(sessionKey), digest(id), b
+	if f, err := n.js.PublishAsync(h.subj, b, jetstream.WithMsgID(h.id)); err == nil {
+		h.future = f
 	}
 	return h
 }
@@ -110,13 +132,16 @@ func (n *Node) ReadHistory(ctx context.Context, sessionKey string, fn func(sessi
 			if err != nil {
 				return err
 			}
-			var e histEntry
-			if err := json.Unmarshal(m.Data(), &e); err != nil {
-				n.log.Warn("cluster: skipping a history record that is not JSON", "seq", md.Sequence.Stream, "err", err)
-			} else if k := recordKey(e.Session, e.Record); !seen[k] {
-				seen[k] = true
-				if err := fn(e.Session, e.Record); err != nil {
-					return err
+			if e, err := decodeHist(m.Data()); err != nil {
+				n.log.Warn("cluster: skipping a bad history message", "seq", md.Sequence.Stream, "err", err)
+			} else {
+				for _, r := range e.Records {
+					if k := recordKey(e.Session, r); !seen[k] {
+						seen[k] = true
+						if err := fn(e.Session, r); err != nil {
+							return err
+						}
+					}
 				}
 			}
 			if md.Sequence.Stream >= last || md.NumPending == 0 {

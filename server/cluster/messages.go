@@ -18,10 +18,10 @@ import (
 // session's partition, and returns once JetStream has stored it on a
 // quorum of its replicas. Its Nats-Msg-Id is the claim key, so a publish
 // retried within the duplicate window is stored once.
-func (n *Node) PublishInbound(ctx context.Context, in bus.Inbound) error {
+func (n *Node) PublishInbound(ctx context.Context, in bus.Inbound, claimRev uint64) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	b, err := json.Marshal(in)
+	b, err := json.Marshal(inMsg{Inbound: in, ClaimRev: claimRev})
 	if err != nil {
 		return err
 	}
@@ -30,6 +30,14 @@ func (n *Node) PublishInbound(ctx context.Context, in bus.Inbound) error {
 		return fmt.Errorf("cluster: storing message %s in %s: %w", in.MessageID, InStream, err)
 	}
 	return nil
+}
+
+// inMsg is a message in the inbound stream: the message and the revision
+// of the claim the edge created, so the worker's first compare-and-set
+// needs no read.
+type inMsg struct {
+	bus.Inbound
+	ClaimRev uint64 `json:"claim_rev"`
 }
 
 // outMsg is a reply or progress update on its way to an edge.
@@ -71,9 +79,9 @@ func (n *Node) SendOut(ctx context.Context, out bus.Outbound) (edge string, err 
 // node, until Close.
 func (n *Node) SubscribeOut(fn func(bus.Outbound)) error {
 	s, err := n.nc.Subscribe(outPrefix+n.cfg.Name, func(msg *nats.Msg) {
-		var m outMsg
-		if err := json.Unmarshal(msg.Data, &m); err != nil {
-			n.log.Warn("cluster: dropping an outbound message that is not JSON", "err", err)
+		m, err := decodeOut(msg.Data)
+		if err != nil {
+			n.log.Warn("cluster: dropping a bad outbound message", "err", err)
 			return
 		}
 		out := bus.Outbound{Kind: m.Kind, ChannelID: m.ChannelID, PeerID: m.PeerID, SessionKey: m.SessionKey,

@@ -80,6 +80,51 @@ type NodeInfo struct {
 // Open connects to NATS, creates or updates the streams and buckets, and
 // checks that this node agrees with the cluster on the partition count.
 func Open(ctx context.Context, cfg config.Cluster, log *slog.Logger) (*Node, error) {
+	n, err := connect(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	// A cluster just started may not have elected its JetStream leader
+	// yet, and requests then go unanswered: try again until ctx ends.
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = n.setup(actx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || errors.Is(err, errPartitions) {
+			n.nc.Close()
+			return nil, err
+		}
+		n.log.Warn("cluster: JetStream not ready; retrying", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			n.nc.Close()
+			return nil, err
+		case <-time.After(time.Duration(min(attempt, 5)) * 500 * time.Millisecond):
+		}
+	}
+	n.bgCtx, n.stopBg = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// OpenReader connects to read what the cluster stores (the session
+// history) without joining it: no stream or bucket is created or changed.
+func OpenReader(ctx context.Context, cfg config.Cluster, log *slog.Logger) (*Node, error) {
+	n, err := connect(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if n.hist, err = n.js.Stream(ctx, HistStream); err != nil {
+		n.nc.Close()
+		return nil, fmt.Errorf("cluster: stream %s: %w", HistStream, err)
+	}
+	n.bgCtx, n.stopBg = context.WithCancel(context.Background())
+	return n, nil
+}
+
+func connect(cfg config.Cluster, log *slog.Logger) (*Node, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -120,14 +165,7 @@ func Open(ctx context.Context, cfg config.Cluster, log *slog.Logger) (*Node, err
 		nc.Close()
 		return nil, fmt.Errorf("cluster: JetStream: %w", err)
 	}
-	n := &Node{cfg: cfg, log: log, nc: nc, js: js,
-		info: NodeInfo{Name: cfg.Name, Role: cfg.Role}}
-	if err := n.setup(ctx); err != nil {
-		nc.Close()
-		return nil, err
-	}
-	n.bgCtx, n.stopBg = context.WithCancel(context.Background())
-	return n, nil
+	return &Node{cfg: cfg, log: log, nc: nc, js: js, info: NodeInfo{Name: cfg.Name, Role: cfg.Role}}, nil
 }
 
 // setup creates or updates what the cluster shares. Creation is
@@ -156,7 +194,7 @@ func (n *Node) setup(ctx context.Context) error {
 	if got := info.Config.Metadata["partitions"]; got != partitions {
 		// CreateOrUpdate set ours: another node would have refused a
 		// different count; say what the stream had.
-		return fmt.Errorf("cluster: stream %s is partitioned %s ways, this node is configured with %d partitions: every node must use the same cluster.partitions", InStream, got, cfg.Partitions)
+		return fmt.Errorf("%w: stream %s is partitioned %s ways, this node is configured with %d: every node must use the same cluster.partitions", errPartitions, InStream, got, cfg.Partitions)
 	}
 	n.hist, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        HistStream,
@@ -177,7 +215,31 @@ func (n *Node) setup(ctx context.Context) error {
 		}
 		return b, nil
 	}
-	if n.dedupe, err = kv(DedupeBucket, "termlink: message claims and cached replies", cfg.DedupeTTL, jetstream.FileStorage); err != nil {
+	// linearizable is kv for buckets whose reads decide a compare-and-set
+	// (claims, leases): a KV bucket lets any replica answer a read (direct
+	// get), and a follower may not have applied the last write yet, so
+	// these buckets' reads go to the stream leader.
+	linearizable := func(name, what string, ttl time.Duration, storage jetstream.StorageType) (jetstream.KeyValue, error) {
+		if _, err := kv(name, what, ttl, storage); err != nil {
+			return nil, err
+		}
+		st, err := n.js.Stream(ctx, "KV_"+name)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: bucket %s: %w", name, err)
+		}
+		if sc := st.CachedInfo().Config; sc.AllowDirect {
+			sc.AllowDirect = false
+			if _, err := n.js.UpdateStream(ctx, sc); err != nil {
+				return nil, fmt.Errorf("cluster: bucket %s: reads from the leader: %w", name, err)
+			}
+		}
+		b, err := n.js.KeyValue(ctx, name) // bound now: reads go to the leader
+		if err != nil {
+			return nil, fmt.Errorf("cluster: bucket %s: %w", name, err)
+		}
+		return b, nil
+	}
+	if n.dedupe, err = linearizable(DedupeBucket, "termlink: message claims and cached replies", cfg.DedupeTTL, jetstream.FileStorage); err != nil {
 		return err
 	}
 	if n.presence, err = kv(PresenceBucket, "termlink: which edge holds which peer", 0, jetstream.FileStorage); err != nil {
@@ -186,11 +248,13 @@ func (n *Node) setup(ctx context.Context) error {
 	if n.nodes, err = kv(NodesBucket, "termlink: live nodes", cfg.Lease, jetstream.MemoryStorage); err != nil {
 		return err
 	}
-	if n.parts, err = kv(PartsBucket, "termlink: partition leases", cfg.Lease, jetstream.MemoryStorage); err != nil {
+	if n.parts, err = linearizable(PartsBucket, "termlink: partition leases", cfg.Lease, jetstream.MemoryStorage); err != nil {
 		return err
 	}
 	return nil
 }
+
+var errPartitions = errors.New("cluster: partition count mismatch")
 
 // Name is this node's name.
 func (n *Node) Name() string { return n.cfg.Name }
@@ -213,9 +277,11 @@ func (n *Node) Close() {
 	for _, s := range subs {
 		_ = s.Unsubscribe()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = n.nodes.Delete(ctx, n.cfg.Name)
-	cancel()
+	if n.nodes != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = n.nodes.Delete(ctx, n.cfg.Name)
+		cancel()
+	}
 	_ = n.nc.Drain()
 	n.nc.Close()
 }

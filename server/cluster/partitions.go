@@ -2,10 +2,10 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"sync"
 	"time"
@@ -21,10 +21,9 @@ import (
 type Delivery struct {
 	In        bus.Inbound
 	Partition int
-	// Redelivered is set when JetStream delivered it before (to this or
-	// another worker).
-	Redelivered bool
-	msg         jetstream.Msg
+	// ClaimRev is the revision of the claim the edge created.
+	ClaimRev uint64
+	msg      jetstream.Msg
 }
 
 // Ack tells JetStream the message is answered.
@@ -120,11 +119,10 @@ func leaseKey(p int) string { return "p." + strconv.Itoa(p) }
 // score is the rendezvous hash of a worker and a partition: the live
 // worker with the highest score owns the partition.
 func score(worker string, p int) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(worker))
-	h.Write([]byte{0})
-	h.Write([]byte(strconv.Itoa(p)))
-	return h.Sum32()
+	// A cryptographic hash: FNV of names that differ in one character
+	// orders them the same way for every partition.
+	sum := sha256.Sum256([]byte(worker + "\x00" + strconv.Itoa(p)))
+	return binary.BigEndian.Uint32(sum[:4])
 }
 
 func (w *worker) loop(ctx context.Context) {
@@ -277,17 +275,13 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	}
 	bg := w.n.bgCtx
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var in bus.Inbound
-		if err := json.Unmarshal(m.Data(), &in); err != nil {
-			w.n.log.Error("cluster: dropping an inbound message that is not JSON", "partition", p, "err", err)
+		in, err := decodeIn(m.Data())
+		if err != nil {
+			w.n.log.Error("cluster: dropping a bad inbound message", "partition", p, "err", err)
 			_ = m.Term()
 			return
 		}
-		d := &Delivery{In: in, Partition: p, msg: m}
-		if md, err := m.Metadata(); err == nil {
-			d.Redelivered = md.NumDelivered > 1
-		}
-		w.hooks.Deliver(bg, d)
+		w.hooks.Deliver(bg, &Delivery{In: in.Inbound, ClaimRev: in.ClaimRev, Partition: p, msg: m})
 	}, jetstream.PullMaxMessages(256), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if bg.Err() == nil {
 			w.n.log.Debug("cluster: partition consumer", "partition", p, "err", err)
