@@ -298,8 +298,8 @@ func (d *device) check(inOrder bool) {
 
 // histRecord is a record of the TERMLINK_HIST stream.
 type histRecord struct {
-	Session string         `json:"session"`
-	Record  session.Record `json:"record"`
+	Session string
+	Record  session.Record
 }
 
 // readHistory reads every record of the TERMLINK_HIST stream, in stream
@@ -334,11 +334,25 @@ func readHistory(t *testing.T, urls string) []histRecord {
 			}
 			t.Fatalf("history seq %d: %v", seq, err)
 		}
-		var r histRecord
-		if err := json.Unmarshal(m.Data, &r); err != nil {
+		// {"session": KEY, "records": [...]}: the records one write
+		// stored together ("record": one, in the first version).
+		var e struct {
+			Session string           `json:"session"`
+			Record  *session.Record  `json:"record"`
+			Records []session.Record `json:"records"`
+		}
+		if err := json.Unmarshal(m.Data, &e); err != nil {
 			t.Fatalf("history seq %d: %v: %s", seq, err, m.Data)
 		}
-		out = append(out, r)
+		if e.Record != nil {
+			e.Records = append(e.Records, *e.Record)
+		}
+		if e.Session == "" || len(e.Records) == 0 {
+			t.Fatalf("history seq %d: no session or no records: %s", seq, m.Data)
+		}
+		for _, r := range e.Records {
+			out = append(out, histRecord{Session: e.Session, Record: r})
+		}
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"termlink/link"
+	"termlink/server/session"
 	"termlink/testrig/cluster"
 )
 
@@ -134,6 +135,30 @@ func TestMoveEdgeMidConversation(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("history of %s:\n%s\nwant:\n%s", key, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+	// The same history as nanobot JSONL (termserver export-sessions).
+	exp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := tc.workers[0].ExportSessions(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	store, err := session.Open(exp, session.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	sess, err := store.Load(key)
+	if err != nil {
+		t.Fatalf("exported session %s: %v", key, err)
+	}
+	got = got[:0]
+	for _, r := range sess.Records {
+		got = append(got, r.Role+" "+r.MessageID)
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("exported session %s:\n%s\nwant:\n%s", key, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
 	starts, _ := runStarts(t, runLog)
 	for text, n := range starts {
 		if n != 1 {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -320,3 +321,16 @@ func (s *Server) Close(ctx context.Context) error {
 
 // LogTail returns the last n lines of the node's log.
 func (s *Server) LogTail(n int) string { return logTail(s.LogFile, n) }
+
+// ExportSessions runs `termserver --config CONFIG export-sessions dir`
+// with the node's config: the cluster's session history as nanobot
+// JSONL files in dir.
+func (s *Server) ExportSessions(ctx context.Context, dir string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, s.Binary, "--config", s.ConfigFile, "export-sessions", dir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("termserver %s export-sessions: %w\n%s", s.Spec.Name, err, out)
+	}
+	return nil
+}
