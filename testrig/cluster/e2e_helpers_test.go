@@ -149,6 +149,7 @@ type device struct {
 	order    []string          // message ids in the order their replies came
 	sessions map[string]bool   // session ids seen in connected and acks
 	acked    map[string]bool   // message ids acked
+	ackOrder []string          // message ids in the order of their first ack
 	online   bool              // the current client's link is up
 	dupes    int64             // link.Client's DuplicateReplies over every client
 	changed  chan struct{}
@@ -191,7 +192,10 @@ func (d *device) events(c *link.Client) {
 				d.sessions[e.SessionID] = true
 			}
 		case link.EventAck:
-			d.acked[e.MessageID] = true
+			if !d.acked[e.MessageID] {
+				d.acked[e.MessageID] = true
+				d.ackOrder = append(d.ackOrder, e.MessageID)
+			}
 			if e.Ack.SessionID != "" {
 				d.sessions[e.Ack.SessionID] = true
 			}
@@ -278,7 +282,10 @@ func (d *device) waitReplies(timeout time.Duration) {
 
 // check fails the test unless every message got exactly one final
 // answer, the echo of its text, and (inOrder) the answers came in send
-// order.
+// order. Whatever inOrder, the answers must come in the order the
+// messages were accepted (first acked): a session runs one message at a
+// time in that order. (A message refused for a while, code busy or
+// unavailable, is accepted after the ones sent behind it.)
 func (d *device) check(inOrder bool) {
 	d.t.Helper()
 	d.mu.Lock()
@@ -293,6 +300,21 @@ func (d *device) check(inOrder bool) {
 	}
 	if inOrder && !slices.Equal(d.order, d.sentIDs) {
 		d.t.Errorf("device %s: replies came in the order %v, sent %v", d.peer, d.order, d.sentIDs)
+	}
+	var acked []string // the replies of acked messages, without those answered by a duplicate ack only
+	for _, id := range d.order {
+		if d.acked[id] {
+			acked = append(acked, id)
+		}
+	}
+	var ackOrder []string
+	for _, id := range d.ackOrder {
+		if _, ok := d.replies[id]; ok {
+			ackOrder = append(ackOrder, id)
+		}
+	}
+	if !slices.Equal(acked, ackOrder) {
+		d.t.Errorf("device %s: replies came in the order %v, messages were accepted in the order %v", d.peer, acked, ackOrder)
 	}
 }
 
