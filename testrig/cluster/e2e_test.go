@@ -54,6 +54,27 @@ func runStarts(t *testing.T, runLog string) (map[string]int, []string) {
 	return n, lines
 }
 
+// checkRanOnce fails the test unless the agent ran once per message
+// (counted from the run log).
+func checkRanOnce(t *testing.T, runLog string) {
+	t.Helper()
+	starts, _ := runStarts(t, runLog)
+	for text, n := range starts {
+		if n != 1 {
+			t.Errorf("message %q ran %d times, want 1", text, n)
+		}
+	}
+}
+
+// closeAndCheck stops every device's client and checks its answers
+// (device.check).
+func closeAndCheck(inOrder bool, ds ...*device) {
+	for _, d := range ds {
+		d.close()
+		d.check(inOrder)
+	}
+}
+
 // sessionRecords returns the history of one session, each record once
 // (by role, message id and event, as the export reads it), in stream
 // order.
@@ -159,12 +180,7 @@ func TestMoveEdgeMidConversation(t *testing.T) {
 		t.Errorf("exported session %s:\n%s\nwant:\n%s", key, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 
-	starts, _ := runStarts(t, runLog)
-	for text, n := range starts {
-		if n != 1 {
-			t.Errorf("message %q ran %d times, want 1", text, n)
-		}
-	}
+	checkRanOnce(t, runLog)
 }
 
 // kill -9 of a worker during runs: every message is answered, no reply
@@ -277,17 +293,9 @@ func TestKillEdge(t *testing.T) {
 	for _, d := range ds {
 		d.waitReplies(waitFor)
 	}
-	for _, d := range ds {
-		d.close()
-		d.check(true)
-	}
+	closeAndCheck(true, ds...)
 	checkHistory(t, tc, ds...)
-	starts, _ := runStarts(t, runLog)
-	for text, n := range starts {
-		if n != 1 {
-			t.Errorf("message %q ran %d times, want 1", text, n)
-		}
-	}
+	checkRanOnce(t, runLog)
 }
 
 // One NATS node killed and restarted while devices send: nothing lost
@@ -323,25 +331,17 @@ func TestNATSNodeRestartUnderLoad(t *testing.T) {
 	for _, d := range ds {
 		d.waitReplies(waitFor)
 	}
-	for _, d := range ds {
-		d.close()
-		// Not send order: a message the edge could not store while
-		// JetStream elected new leaders is refused (code unavailable)
-		// and accepted after the ones behind it.
-		d.check(false)
-	}
+	// Not send order: a message the edge could not store while
+	// JetStream elected new leaders is refused (code unavailable) and
+	// accepted after the ones behind it.
+	closeAndCheck(false, ds...)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	if err := tc.nats.WaitReady(ctx); err != nil {
 		t.Error(err)
 	}
 	checkHistory(t, tc, ds...)
-	starts, _ := runStarts(t, runLog)
-	for text, n := range starts {
-		if n != 1 {
-			t.Errorf("message %q ran %d times, want 1", text, n)
-		}
-	}
+	checkRanOnce(t, runLog)
 }
 
 // Dedupe outlives JetStream's duplicate window: a device that got its
