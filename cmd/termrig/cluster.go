@@ -12,7 +12,7 @@ import (
 // cluster runs `termrig cluster`: a NATS JetStream cluster plus
 // termserver edges and workers on loopback (testrig/cluster.Rig).
 func (a *app) cluster(ctx context.Context, args []string) error {
-	fs, usage := a.newFlagSet("cluster", "[--nodes 3] [--edges 2] [--workers 2] [--nats URLS] [--agent CMD] [--dir DIR] [--partitions N]")
+	fs, usage := a.newFlagSet("cluster", "[--nodes 3] [--edges 2] [--workers 2] [--nats URLS] [--agent CMD] [--dir DIR] [--partitions N] [--replicas N]")
 	opt := cluster.RigOptions{Nodes: 3, Edges: 2, Workers: 2}
 	fs.Var(intFlag{&opt.Nodes}, "nodes", "`N` NATS JetStream nodes started in this process (ignored with --nats)")
 	fs.Var(intFlag{&opt.Edges}, "edges", "`N` termserver edges (they hold the device WebSockets)")
@@ -21,14 +21,15 @@ func (a *app) cluster(ctx context.Context, args []string) error {
 	fs.StringVar(&opt.Agent, "agent", "", "a Terminal Protocol v1 rich agent `command`, run in this directory (default: the built-in echo agent)")
 	fs.StringVar(&opt.Dir, "dir", "", "keep every node's config, store, workspace and log in `DIR` (default: a temporary directory, removed at exit)")
 	fs.Var(intFlag{&opt.Partitions}, "partitions", "`N` partitions of the inbound stream (default: the server's, 64)")
+	fs.Var(intFlag{&opt.Replicas}, "replicas", "`N` JetStream replicas of the streams and buckets (default: the NATS nodes started, at most 3; with --nats, 3)")
 	if err := parse(fs, usage, args); err != nil {
 		return err
 	}
 	if opt.NATS == "" && opt.Nodes < 1 {
 		return usagef("--nodes must be at least 1 (or give --nats)")
 	}
-	if opt.Edges < 0 || opt.Workers < 0 || opt.Partitions < 0 {
-		return usagef("--edges, --workers and --partitions must not be negative")
+	if opt.Edges < 0 || opt.Workers < 0 || opt.Partitions < 0 || opt.Replicas < 0 {
+		return usagef("--edges, --workers, --partitions and --replicas must not be negative")
 	}
 	if opt.Dir == "" {
 		dir, err := os.MkdirTemp("", "termrig-cluster-")

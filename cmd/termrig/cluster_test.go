@@ -30,6 +30,7 @@ func TestClusterFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"cluster", "--nodes", "0"},
 		{"cluster", "--edges", "-1"},
+		{"cluster", "--replicas", "-1"},
 		{"cluster", "--partitions", "x"},
 		{"cluster", "extra"},
 	} {
@@ -301,14 +302,14 @@ func checkClusterStatus(t *testing.T, name, base string, nodes int) {
 	}
 }
 
-// --nats: against an external JetStream cluster (here 3 nats-server
-// processes) no NATS node is started and no nats line printed; the
-// edge answers through the worker.
+// --nats: against an external JetStream server (here one nats-server
+// process, so --replicas 1) no NATS node is started and no nats line
+// printed; the edge answers through the worker.
 func TestClusterRigExternalNATS(t *testing.T) {
-	ext := cluster.StartNATSForTest(t, 3)
+	ext := cluster.StartNATSForTest(t, 1)
 	bin := buildTermrig(t)
 	dir := t.TempDir()
-	r := startRig(t, bin, "--nats", ext.URLs(), "--edges", "1", "--workers", "1", "--dir", dir, "--partitions", "4")
+	r := startRig(t, bin, "--nats", ext.URLs(), "--edges", "1", "--workers", "1", "--dir", dir, "--partitions", "4", "--replicas", "1")
 	_, httpURLs := rigLines(t, r.printed(), 0, 1, 1)
 	for name, u := range httpURLs {
 		checkClusterStatus(t, name, u, 2)

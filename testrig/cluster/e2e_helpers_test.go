@@ -21,8 +21,10 @@ import (
 	"termlink/testrig/cluster"
 )
 
-// termserverBin is the termserver the end-to-end tests run, built once
-// (not race-instrumented: seven processes share two cores).
+// termserverBin is the termserver the end-to-end tests run, built once:
+// not race-instrumented (seven processes share two cores) unless
+// TERMLINK_CLUSTER_RACE=1; then a race a node reports fails the test
+// (Server.Close).
 var termserverBin string
 
 func TestMain(m *testing.M) {
@@ -32,7 +34,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	termserverBin, err = cluster.BuildTermserver(ctx, dir, false)
+	termserverBin, err = cluster.BuildTermserver(ctx, dir, os.Getenv("TERMLINK_CLUSTER_RACE") == "1")
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

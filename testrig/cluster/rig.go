@@ -32,7 +32,7 @@ type RigOptions struct {
 	// Partitions for every node (0: the server's default).
 	Partitions int
 	// Replicas of the streams and buckets (0: the number of NATS nodes
-	// started here, at most 3; the server's default with NATS).
+	// started here, at most 3; with NATS, the server's default, 3).
 	Replicas int
 	// Dir holds every node's files and logs (required).
 	Dir string

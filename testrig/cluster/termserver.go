@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -307,7 +308,9 @@ func (s *Server) Running() bool {
 	return s.p != nil && !s.p.exited()
 }
 
-// Close stops the node and anything its process group left behind.
+// Close stops the node and anything its process group left behind. A
+// data race the node reported (a termserver built with -race) is an
+// error, with the report.
 func (s *Server) Close(ctx context.Context) error {
 	err := s.Stop(ctx)
 	s.mu.Lock()
@@ -315,6 +318,15 @@ func (s *Server) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	if p != nil {
 		p.killGroup()
+	}
+	if b, rerr := os.ReadFile(s.LogFile); rerr == nil {
+		if i := strings.Index(string(b), "WARNING: DATA RACE"); i >= 0 {
+			report := string(b[i:])
+			if len(report) > 8000 {
+				report = report[:8000]
+			}
+			err = errors.Join(err, fmt.Errorf("termserver %s reported a data race:\n%s", s.Spec.Name, report))
+		}
 	}
 	return err
 }

@@ -1,22 +1,6 @@
 package cluster_test
 
-import (
-	"fmt"
-	"testing"
-)
-
-func TestSmoke(t *testing.T) {
-	tc := startCluster(t, clusterOpts{edges: 2, workers: 2})
-	d := newDevice(t, "smoke-1", tc.edges[0].WSURL())
-	for i := range 3 {
-		d.send(fmt.Sprintf("m%d", i))
-	}
-	d.waitReplies(waitFor)
-	d.check(true)
-	for _, r := range readHistory(t, tc.nats.URLs()) {
-		t.Logf("%s %s %s %q %v", r.Session, r.Record.Role, r.Record.MessageID, r.Record.Content, r.Record.Extra)
-	}
-}
+import "testing"
 
 // Nodes started at the same time (as a service manager does) all come
 // up: each creates the shared streams and buckets, and JetStream gives a
