@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"termlink/link"
@@ -33,6 +34,28 @@ type clusterNode struct {
 	waiting map[msgKey]*edgeWait // edge: acked to a device here, reply not yet sent
 	bySess  map[string]int       // edge: len(waiting) per session
 	router  *router              // worker: the router runs take
+
+	reruns, conflicts, swept, resent atomic.Uint64 // for /metrics (registerMetrics)
+}
+
+// registerMetrics adds the cluster's series to /metrics.
+func (c *clusterNode) registerMetrics(m *serverMetrics) {
+	r := &m.reg
+	r.NewGaugeFunc("termlink_cluster_partitions_owned", "Session partitions this worker owns.", func() float64 { return float64(c.node.Owned()) })
+	r.NewGaugeFunc("termlink_cluster_messages_held", "Messages of owned partitions this worker holds (queued or running, unacked in JetStream).", func() float64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return float64(len(c.tickets))
+	})
+	r.NewGaugeFunc("termlink_cluster_replies_awaited", "Messages this edge acked and has not answered yet.", func() float64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return float64(len(c.waiting))
+	})
+	r.NewCounterFunc("termlink_cluster_reruns_total", "Runs started again because the worker running them died.", func() float64 { return float64(c.reruns.Load()) })
+	r.NewCounterFunc("termlink_cluster_claim_conflicts_total", "Claim compare-and-sets another node won (read again and decided).", func() float64 { return float64(c.conflicts.Load()) })
+	r.NewCounterFunc("termlink_cluster_swept_replies_total", "Replies an edge found in the dedupe bucket after the worker's send was lost.", func() float64 { return float64(c.swept.Load()) })
+	r.NewCounterFunc("termlink_cluster_replies_resent_total", "Answered messages a worker got again (a partition moved) and answered from the claim.", func() float64 { return float64(c.resent.Load()) })
 }
 
 type msgKey struct{ session, messageID string }
@@ -289,6 +312,7 @@ func (c *clusterNode) sweep(ctx context.Context) {
 		if w == nil {
 			continue
 		}
+		c.swept.Add(1)
 		c.reply(bus.Outbound{Kind: bus.Final, ChannelID: w.channel, PeerID: w.peer, SessionKey: k.session,
 			MessageID: k.messageID, RunID: cl.Reply.RunID, Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason,
 			Media: cl.Reply.Media, Started: w.since})
@@ -409,6 +433,7 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 		attempt := 1
 		switch cl.State {
 		case cluster.StateDone:
+			c.resent.Add(1)
 			t.claim, t.rev, t.cached = cl, rev, true
 			return &agent.Result{Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason, Media: cl.Reply.Media}, true
 		case cluster.StateCancel:
@@ -423,6 +448,7 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 		next.State, next.Worker, next.Attempt, next.RunID = cluster.StateRunning, c.node.Name(), attempt, in.RunID
 		nrev, err := c.node.UpdateClaim(ctx, next, rev)
 		if errors.Is(err, cluster.ErrConflict) {
+			c.conflicts.Add(1)
 			continue // changed since read: read it again
 		}
 		if err != nil {
@@ -431,6 +457,7 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 		t.claim, t.rev = next, nrev
 		t.recs = []session.Record{userRecord(in)}
 		if attempt > 1 {
+			c.reruns.Add(1)
 			t.recs = append(t.recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
 				Content: fmt.Sprintf("the run of message %s was cut short on worker %s; it runs again once", in.MessageID, cl.Worker),
 				Extra:   map[string]any{"event": interruptedEvent, "attempt": attempt}})
