@@ -74,6 +74,8 @@ type edgeWait struct {
 	channel, peer string
 	since         time.Time
 	checked       time.Time
+	acking        bool          // the ack is not written yet
+	parked        *bus.Outbound // a reply that came before the ack
 }
 
 func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
@@ -152,7 +154,7 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 			detail = "done: cached reply sent"
 		} else {
 			res.Pending = true
-			c.wait(k, in) // its reply comes here now
+			c.wait(k, in, false) // its reply comes here now
 			if prior.State == cluster.StatePending {
 				// Maybe never stored: its first accept may have failed
 				// after the claim was made. Publishing again is free
@@ -176,7 +178,7 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 		rt.metrics.busy.Inc(ch.id)
 		return err
 	}
-	c.wait(k, in)
+	c.wait(k, in, true)
 	if err := c.node.PublishInbound(ctx, in, rev); err != nil {
 		c.done(k)
 		// Not stored (or not known to be): the claim goes, so the
@@ -189,6 +191,7 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 	ch.events.Add(events.Event{Event: events.InboundAccepted, PeerID: in.PeerID, SessionID: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Preview: in.Text})
 	ack(AcceptResult{RunID: in.RunID})
+	c.acked(k)
 	return nil
 }
 
@@ -205,12 +208,28 @@ func (c *clusterNode) admit(ch *channel, key string) error {
 	return nil
 }
 
-func (c *clusterNode) wait(k msgKey, in bus.Inbound) {
+// wait records that this edge waits on a message's reply; acking: its
+// ack is still to be written, and a reply must not overtake it.
+func (c *clusterNode) wait(k msgKey, in bus.Inbound, acking bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.waiting[k] == nil {
-		c.waiting[k] = &edgeWait{channel: in.ChannelID, peer: in.PeerID, since: time.Now()}
+		c.waiting[k] = &edgeWait{channel: in.ChannelID, peer: in.PeerID, since: time.Now(), acking: acking}
 		c.bySess[k.session]++
+	}
+}
+
+// acked says the ack is written: a reply that came first goes now.
+func (c *clusterNode) acked(k msgKey) {
+	c.mu.Lock()
+	w := c.waiting[k]
+	var parked *bus.Outbound
+	if w != nil {
+		w.acking, parked, w.parked = false, w.parked, nil
+	}
+	c.mu.Unlock()
+	if parked != nil {
+		c.reply(*parked)
 	}
 }
 
@@ -273,8 +292,19 @@ func (c *clusterNode) presenceMoved(channel, peer, edge string) {
 // after a partition moved) or one whose device left is dropped, and the
 // device gets it from its claim when it resends.
 func (c *clusterNode) reply(out bus.Outbound) {
-	if out.Kind == bus.Final && !c.done(msgKey{out.SessionKey, out.MessageID}) {
-		return
+	if out.Kind == bus.Final {
+		k := msgKey{out.SessionKey, out.MessageID}
+		c.mu.Lock()
+		w := c.waiting[k]
+		if w != nil && w.acking {
+			w.parked = &out // the accept sends it after the ack
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		if !c.done(k) {
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
