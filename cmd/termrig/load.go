@@ -6,16 +6,24 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"termlink/testrig/load"
 )
 
-const loadSynopsis = `--server URL [--devices N] [--rate R] [--duration D] [flags]
+const loadSynopsis = `--server URL[,URL...] [--devices N] [--rate R] [--duration D] [--move D] [flags]
 
 Simulates N terminal devices speaking the channel protocol to URL
 (ws://host:port/api/channels/ID/ws; http://host:port or host:port get the
-path of --channel). Messages go at R per second in total, spread over the
+path of --channel). Several servers (the edges of a cluster): repeat
+--server or separate the URLs with commas; device i uses server i mod n.
+--move D makes every device hop to the next server every D while messages
+are sent (staggered: device i first moves at D*(i+1)/N): it closes its
+connection, connects to the next server with the same peer id and resends
+its unanswered messages with the same message ids; the report counts the
+moves, the failed ones, and replies to one message id received twice as
+duplicates. Messages go at R per second in total, spread over the
 devices; after --duration sending stops, replies are awaited for --drain,
 the connections are closed and a report is printed. Exit status 1 when a
 device failed to connect or a message was lost. --rate 0 keeps the devices
@@ -30,13 +38,17 @@ outbox, resend until answered, as in termd), with a memory outbox or, with
 message). Use it to test link.Client end to end and how devices ride out
 server restarts (the report adds reconnects). It costs about 4 times the
 memory of a lean device (about 55 KiB instead of 14 KiB per idle device,
-6 goroutines instead of 1): measure connection capacity in lean mode.`
+6 goroutines instead of 1): measure connection capacity in lean mode.
+With --move a --client device's link.Client is closed and a new one
+started on the next server with the same outbox (memory or file), which
+resends what is unanswered.`
 
 // load is `termrig load`.
 func (a *app) load(ctx context.Context, args []string) error {
 	fs, usage := a.newFlagSet("load", loadSynopsis)
 	var opt load.Options
-	fs.StringVar(&opt.URL, "server", "", "channel WebSocket `URL` (required)")
+	var servers listFlag
+	fs.Var(&servers, "server", "channel WebSocket `URL` (required); repeat it or separate URLs with commas for several servers: device i uses server i mod n")
 	fs.StringVar(&opt.Channel, "channel", load.DefaultChannel, "channel `id` when --server has no path")
 	opt.Devices, opt.Rate, opt.Duration, opt.Drain = 10, 10, 10*time.Second, load.DefaultDrain
 	opt.ConnectRate, opt.ConnectTimeout = load.DefaultConnectRate, load.DefaultConnectTimeout
@@ -51,6 +63,7 @@ func (a *app) load(ctx context.Context, args []string) error {
 	fs.StringVar(&opt.Text, "text", load.DefaultText, "`text` of every message")
 	fs.BoolVar(&opt.Hold, "hold", false, "connect idle devices, print \"connected N devices\", keep them until Ctrl-C")
 	fs.BoolVar(&opt.Client, "client", false, "make every device a real link.Client (end to end, reconnects; higher cost per device)")
+	fs.Var(durationFlag{&opt.Move}, "move", "every `D` each device hops to the next --server, staggered, resending its unanswered messages (needs two or more servers; 0: off)")
 	fs.StringVar(&opt.Outbox, "outbox", load.OutboxMemory, "with --client: the clients' outbox, `kind` memory or file (fsync, temp state dir per device)")
 	fs.Var(intFlag{&opt.ServerPID}, "server-pid", "report the CPU time process `PID` (the server, on this machine) spent sending and draining, per reply")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -62,8 +75,10 @@ func (a *app) load(ctx context.Context, args []string) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	switch {
-	case opt.URL == "":
+	case len(servers) == 0 || len(servers) == 1 && servers[0] == "":
 		return usagef("--server is required (e.g. --server ws://127.0.0.1:8080)")
+	case opt.Move < 0:
+		return usagef("--move must not be negative, got %v", opt.Move)
 	case opt.Devices < 1:
 		return usagef("--devices must be at least 1, got %d", opt.Devices)
 	case opt.Rate < 0 || opt.Rate != opt.Rate:
@@ -86,8 +101,17 @@ func (a *app) load(ctx context.Context, args []string) error {
 	if !opt.Client {
 		opt.Outbox = ""
 	}
-	if _, err := load.ChannelURL(opt.URL, opt.Channel); err != nil {
+	urls, err := load.ChannelURLs(servers, opt.Channel)
+	if err != nil {
 		return usagef("--server: %v", err)
+	}
+	if opt.Move > 0 && len(urls) < 2 {
+		return usagef("--move hops devices between servers: give at least two --server URLs, got %d", len(urls))
+	}
+	if len(urls) == 1 {
+		opt.URL = servers[0] // the single-server form, as typed
+	} else {
+		opt.URLs = servers
 	}
 	if opt.Hold {
 		opt.Rate = 0
@@ -119,4 +143,14 @@ func (a *app) load(ctx context.Context, args []string) error {
 		rep.WriteText(a.stdout)
 	}
 	return rep.Err()
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (f *listFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *listFlag) Set(s string) error {
+	*f = append(*f, s)
+	return nil
 }
