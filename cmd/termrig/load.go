@@ -16,19 +16,23 @@ const loadSynopsis = `--server URL[,URL...] [--devices N] [--rate R] [--duration
 
 Simulates N terminal devices speaking the channel protocol to URL
 (ws://host:port/api/channels/ID/ws; http://host:port or host:port get the
-path of --channel). Several servers (the edges of a cluster): repeat
---server or separate the URLs with commas; device i uses server i mod n.
---move D makes every device hop to the next server every D while messages
-are sent (staggered: device i first moves at D*(i+1)/N): it closes its
-connection, connects to the next server with the same peer id and resends
-its unanswered messages with the same message ids; the report counts the
-moves, the failed ones, and replies to one message id received twice as
-duplicates. Messages go at R per second in total, spread over the
+path of --channel). Messages go at R per second in total, spread over the
 devices; after --duration sending stops, replies are awaited for --drain,
 the connections are closed and a report is printed. Exit status 1 when a
 device failed to connect or a message was lost. --rate 0 keeps the devices
 idle (heartbeats only); --hold keeps idle devices connected until Ctrl-C.
 Ctrl-C stops early and still prints the report.
+
+Several servers (the edges of a cluster): repeat --server or separate the
+URLs with commas; device i uses server i mod n, and the report lists the
+devices connected to each. --move D makes every device hop to the next
+server every D while messages are sent (with --hold: until Ctrl-C),
+staggered so that device i first moves at D*(i+1)/N: it closes its
+connection, connects to the next server with the same peer id and resends
+its unanswered messages with the same message ids (a lean device that lost
+its connection, or failed a move, comes back at its next move). The report
+counts moves and failed moves; a reply received twice for one message id
+counts as a duplicate, a message never answered as lost.
 
 By default every device is lean built-in code, cheap enough for 10,000
 idle connections from one process: use it to load the server. --client
