@@ -312,7 +312,10 @@ func (r *runner) closeClients() {
 		if d.cl == nil {
 			continue
 		}
-		st := d.clStats
+		var st link.ClientStats
+		if d.clStats != nil {
+			st = *d.clStats
+		}
 		addClientStats(&st, d.cl.c.Stats())
 		sum.Dials += st.Dials
 		sum.Sessions += st.Sessions

@@ -75,11 +75,11 @@ type device struct {
 	pingOut  atomic.Int32 // pings sent since the last pong
 
 	// Moves (Options.Move > 0); see move.go.
-	state   atomic.Int32     // devDead, devUp, devClosing, devDialing, devDown
-	moveCh  chan struct{}    // lean: the mover wakes a device that is down (cap 1)
-	pending map[string]int64 // lean: sent and not answered, by id: send order; guarded by wmu
-	seq     int64            // lean: messages sent; guarded by wmu
-	clStats link.ClientStats // client mode: summed stats of the clients a move closed
+	state   atomic.Int32      // devDead, devUp, devClosing, devDialing, devDown
+	moveCh  chan struct{}     // lean: the mover wakes a device that is down (cap 1)
+	pending map[string]int64  // lean: sent and not answered, by id: send order; guarded by wmu
+	seq     int64             // lean: messages sent; guarded by wmu
+	clStats *link.ClientStats // client mode: summed stats of the clients moves replaced; guarded by wmu
 }
 
 func (d *device) write(b []byte) error {

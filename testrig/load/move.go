@@ -230,7 +230,6 @@ func (r *runner) moveClient(d *device) {
 		r.log.Debug("closing link.Client for a move", "peer", r.peerID(d), "err", err)
 	}
 	<-old.done // every final answer it handed over is confirmed in the outbox
-	addClientStats(&d.clStats, old.c.Stats())
 
 	d.server.Store((d.server.Load() + 1) % int32(len(r.opt.URLs)))
 	cd, err := r.newClient(d, old.box)
@@ -250,6 +249,12 @@ func (r *runner) moveClient(d *device) {
 		d.state.Store(devDead)
 		return
 	}
+	// old's counters move to clStats as cd takes its place (while d.cl
+	// is old, closeClients counts them from there).
+	if d.clStats == nil {
+		d.clStats = new(link.ClientStats)
+	}
+	addClientStats(d.clStats, old.c.Stats())
 	d.cl = cd
 	r.runClient(d, cd)
 	d.state.Store(devUp)
