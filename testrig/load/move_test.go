@@ -2,7 +2,9 @@ package load
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -225,4 +227,34 @@ func TestSeveralServersOptionErrors(t *testing.T) {
 	if strings.Join(urls, " ") != strings.Join(want, " ") {
 		t.Errorf("ChannelURLs = %q, want %q", urls, want)
 	}
+}
+
+// ChannelURLs on any list: no panic; on success one ws:// or wss:// URL
+// with a host and a path per comma-separated part; an error that names
+// the empty part otherwise.
+func FuzzChannelURLs(f *testing.F) {
+	for _, s := range []string{"ws://a:1", "a:1,b:2", "ws://a,,ws://b", ",", "http://h/x/ws,https://h2", "ftp://x", "ws://[::1]:8/", " a:1 , b:2 "} {
+		f.Add(s, "terminal-dev")
+	}
+	f.Fuzz(func(t *testing.T, list, channel string) {
+		urls, err := ChannelURLs([]string{list}, channel)
+		parts := strings.Split(list, ",")
+		if err != nil {
+			for i, p := range parts {
+				if strings.TrimSpace(p) == "" && !strings.Contains(err.Error(), fmt.Sprintf("server URL %d of %d is empty", i+1, len(parts))) {
+					t.Errorf("error %q does not name empty part %d of %d", err, i+1, len(parts))
+				}
+			}
+			return
+		}
+		if len(urls) != len(parts) {
+			t.Fatalf("%d URLs from %d parts", len(urls), len(parts))
+		}
+		for _, u := range urls {
+			pu, err := url.Parse(u)
+			if err != nil || (pu.Scheme != "ws" && pu.Scheme != "wss") || pu.Host == "" || pu.Path == "" {
+				t.Errorf("URL %q: scheme, host or path missing (%v)", u, err)
+			}
+		}
+	})
 }
