@@ -6,37 +6,6 @@ import (
 	"testing"
 )
 
-// Usage errors of several servers and --move: exit 2, a message that says
-// which URL or flag is wrong, nothing on stdout.
-func TestLoadSeveralServersFlagErrors(t *testing.T) {
-	tests := []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--server", "ws://a", "--server", ""}, "--server: server URL 2 of 2 is empty"},
-		{[]string{"--server", "ws://a,,ws://c"}, "--server: server URL 2 of 3 is empty"},
-		{[]string{"--server", "ws://a,ftp://b"}, `--server: server URL "ftp://b": scheme must be ws, wss, http or https`},
-		{[]string{"--server", "ws://a", "--move", "1s"}, "--move hops devices between servers: give at least two --server URLs, got 1"},
-		{[]string{"--server", "ws://a,ws://b", "--move", "-1s"}, "--move must not be negative, got -1s"},
-		{[]string{"--server", "ws://a,ws://b", "--move", "soon"}, `invalid value "soon" for flag -move`},
-		{[]string{"--move", "1s"}, "--server is required"},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, stdout, stderr := runTermrig(t, append([]string{"load"}, tt.args...)...)
-			if code != 2 {
-				t.Errorf("exit %d, want 2", code)
-			}
-			if !strings.Contains(stderr, tt.want) || !strings.HasPrefix(stderr, "termrig load: ") {
-				t.Errorf("stderr %q, want it to start with \"termrig load: \" and contain %q", stderr, tt.want)
-			}
-			if stdout != "" {
-				t.Errorf("stdout %q, want nothing", stdout)
-			}
-		})
-	}
-}
-
 // loadReport is the part of the JSON report the several-server tests read.
 type loadReport struct {
 	URL        string `json:"url"`
