@@ -3,8 +3,8 @@
 # embedded termserver, under the same load.
 #
 # Usage: [ROUNDS=3] [DEVICES=1000] [PHASE=8s] [RATE=1000] [SAT_RATE=15000]
-#        [MOVE=2s] [NODES=3] [EDGES=2] [WORKERS=2] [TERMSERVER=path]
-#        [CLUSTER_TERMRIG=path] testrig/bench/cluster.sh
+#        [MOVE=2s] [NODES=3] [EDGES=2] [WORKERS=2] [NATS=URLS]
+#        [TERMSERVER=path] [CLUSTER_TERMRIG=path] testrig/bench/cluster.sh
 #
 # Judges the cluster by its ratio to the embedded server measured in the
 # same run, not by absolute numbers on a noisy machine. Each round runs,
@@ -53,6 +53,10 @@
 # killed from here; the lead measures it with edges as separate processes.
 # This script does not measure it and prints nothing for it.
 #
+# NATS, when set, is an external NATS JetStream cluster's URLs (comma-
+# separated) passed to termrig cluster --nats: no NATS node is started and
+# NODES is ignored (the streams then keep what earlier rounds left).
+#
 # CLUSTER_TERMRIG is the termrig binary that runs `termrig cluster`
 # (default: the one built from this tree); termrig load is always the one
 # built from this tree.
@@ -69,6 +73,7 @@ RATE=${RATE:-1000}
 SAT_RATE=${SAT_RATE:-15000}
 MOVE=${MOVE:-2s}
 NODES=${NODES:-3}
+NATS=${NATS:-}
 EDGES=${EDGES:-2}
 WORKERS=${WORKERS:-2}
 cd "$(dirname "$0")/../.."
@@ -95,7 +100,7 @@ fi
 start_cluster() {
 	rm -rf "$tmp/cluster"
 	"$CLUSTER_TERMRIG" cluster --nodes "$NODES" --edges "$EDGES" --workers "$WORKERS" --dir "$tmp/cluster" \
-		>"$tmp/cluster.out" 2>"$tmp/server.log" &
+		${NATS:+--nats "$NATS"} >"$tmp/cluster.out" 2>"$tmp/server.log" &
 	SPID=$!
 	for _ in $(seq 1 1800); do
 		grep -qx ready "$tmp/cluster.out" && break
@@ -246,7 +251,7 @@ measure() {
 }
 
 load_before=$(cat /proc/loadavg)
-echo "cluster: $CLUSTER_TERMRIG cluster --nodes $NODES --edges $EDGES --workers $WORKERS; embedded: $TERMSERVER"
+echo "cluster: $CLUSTER_TERMRIG cluster --nodes $NODES --edges $EDGES --workers $WORKERS${NATS:+ --nats $NATS}; embedded: $TERMSERVER"
 echo "$DEVICES devices, $RATE msg/s fixed, $SAT_RATE msg/s saturated, $PHASE phases, move every $MOVE, $ROUNDS rounds"
 echo "load average before: $load_before"
 for round in $(seq 1 "$ROUNDS"); do
