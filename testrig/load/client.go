@@ -59,8 +59,14 @@ type connectResult struct {
 // newClient makes d's link.Client (not running yet) for d's server, with
 // box as its outbox, or a new one when box is nil.
 func (r *runner) newClient(d *device, box link.Outbox) (*clientDev, error) {
+	home := int(d.server.Load())
+	var fallbacks []string // the other servers, in ring order: a dead one is left for the next
+	for i := 1; i < len(r.opt.URLs); i++ {
+		fallbacks = append(fallbacks, r.opt.URLs[(home+i)%len(r.opt.URLs)])
+	}
 	cfg := link.ClientConfig{
-		URL:            r.opt.URLs[d.server.Load()],
+		URL:            r.opt.URLs[home],
+		Fallbacks:      fallbacks,
 		PeerID:         r.peerID(d),
 		DeviceName:     "termrig load " + r.runID,
 		Token:          r.opt.Token,
