@@ -48,6 +48,10 @@ var (
 type ClientConfig struct {
 	// URL of the channel: ws://host:port/api/channels/ID/ws or wss://...
 	URL string
+	// Fallbacks are more URLs of the same channel (the edges of a
+	// termserver cluster): when a dial fails, the next URL in the ring
+	// URL, Fallbacks[0], ... is dialled; a working one is kept.
+	Fallbacks []string
 	// PeerID is the device's stable id; DeviceName is shown by the server.
 	PeerID     string
 	DeviceName string
@@ -185,6 +189,7 @@ type ClientStats struct {
 // every event with Final set.
 type Client struct {
 	cfg      ClientConfig
+	urlIdx   atomic.Uint64 // which of URL and Fallbacks is dialled (dialURL)
 	log      *slog.Logger
 	dialer   *websocket.Dialer
 	header   http.Header
@@ -274,16 +279,28 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 
 func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
 	var errs []error
-	u, err := url.Parse(cfg.URL)
-	switch {
-	case cfg.URL == "":
+	if cfg.URL == "" {
 		errs = append(errs, errors.New("URL is required (ws://host:port/api/channels/ID/ws)"))
-	case err != nil:
-		errs = append(errs, fmt.Errorf("URL: %w", err))
-	case u.Scheme != "ws" && u.Scheme != "wss":
-		errs = append(errs, fmt.Errorf("URL %q: scheme must be ws or wss", cfg.URL))
-	case u.Host == "":
-		errs = append(errs, fmt.Errorf("URL %q has no host", cfg.URL))
+	}
+	for i, raw := range append([]string{cfg.URL}, cfg.Fallbacks...) {
+		if raw == "" && i == 0 {
+			continue
+		}
+		what := "URL"
+		if i > 0 {
+			what = fmt.Sprintf("Fallbacks[%d]", i-1)
+		}
+		u, err := url.Parse(raw)
+		switch {
+		case raw == "":
+			errs = append(errs, fmt.Errorf("%s is empty", what))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+		case u.Scheme != "ws" && u.Scheme != "wss":
+			errs = append(errs, fmt.Errorf("%s %q: scheme must be ws or wss", what, raw))
+		case u.Host == "":
+			errs = append(errs, fmt.Errorf("%s %q has no host", what, raw))
+		}
 	}
 	if cfg.PeerID == "" {
 		errs = append(errs, errors.New("PeerID is required"))
@@ -720,17 +737,35 @@ func (c *Client) connect(ctx context.Context) (up time.Duration, reason string) 
 	}
 	stop := context.AfterFunc(ctx, held.close)
 	dctx, cancel := context.WithTimeout(ctx, c.cfg.ConnectTimeout)
-	ws, resp, err := d.DialContext(dctx, c.cfg.URL, c.header)
+	target := c.dialURL()
+	ws, resp, err := d.DialContext(dctx, target, c.header)
 	cancel()
 	stop()
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, "closed by the device"
 		}
-		return 0, describeDialError(err, resp)
+		reason := describeDialError(err, resp)
+		if len(c.cfg.Fallbacks) > 0 {
+			c.urlIdx.Add(1) // the next URL of the ring next time
+			reason = target + ": " + reason
+		}
+		return 0, reason
 	}
 	s := newSession(c, ws)
 	return s.run(ctx)
+}
+
+// dialURL is the URL to dial now: URL, or the Fallbacks ring's current one.
+func (c *Client) dialURL() string {
+	if len(c.cfg.Fallbacks) == 0 {
+		return c.cfg.URL
+	}
+	i := int(c.urlIdx.Load() % uint64(len(c.cfg.Fallbacks)+1))
+	if i == 0 {
+		return c.cfg.URL
+	}
+	return c.cfg.Fallbacks[i-1]
 }
 
 // heldConn is the socket of a dial in progress, closed if the client

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"termlink/link"
@@ -33,6 +34,28 @@ type clusterNode struct {
 	waiting map[msgKey]*edgeWait // edge: acked to a device here, reply not yet sent
 	bySess  map[string]int       // edge: len(waiting) per session
 	router  *router              // worker: the router runs take
+
+	reruns, conflicts, swept, resent atomic.Uint64 // for /metrics (registerMetrics)
+}
+
+// registerMetrics adds the cluster's series to /metrics.
+func (c *clusterNode) registerMetrics(m *serverMetrics) {
+	r := &m.reg
+	r.NewGaugeFunc("termlink_cluster_partitions_owned", "Session partitions this worker owns.", func() float64 { return float64(c.node.Owned()) })
+	r.NewGaugeFunc("termlink_cluster_messages_held", "Messages of owned partitions this worker holds (queued or running, unacked in JetStream).", func() float64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return float64(len(c.tickets))
+	})
+	r.NewGaugeFunc("termlink_cluster_replies_awaited", "Messages this edge acked and has not answered yet.", func() float64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return float64(len(c.waiting))
+	})
+	r.NewCounterFunc("termlink_cluster_reruns_total", "Runs started again because the worker running them died.", func() float64 { return float64(c.reruns.Load()) })
+	r.NewCounterFunc("termlink_cluster_claim_conflicts_total", "Claim compare-and-sets another node won (read again and decided).", func() float64 { return float64(c.conflicts.Load()) })
+	r.NewCounterFunc("termlink_cluster_swept_replies_total", "Replies an edge found in the dedupe bucket after the worker's send was lost.", func() float64 { return float64(c.swept.Load()) })
+	r.NewCounterFunc("termlink_cluster_replies_resent_total", "Answered messages a worker got again (a partition moved) and answered from the claim.", func() float64 { return float64(c.resent.Load()) })
 }
 
 type msgKey struct{ session, messageID string }
@@ -51,6 +74,8 @@ type edgeWait struct {
 	channel, peer string
 	since         time.Time
 	checked       time.Time
+	acking        bool          // the ack is not written yet
+	parked        *bus.Outbound // a reply that came before the ack
 }
 
 func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
@@ -129,7 +154,7 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 			detail = "done: cached reply sent"
 		} else {
 			res.Pending = true
-			c.wait(k, in) // its reply comes here now
+			c.wait(k, in, false) // its reply comes here now
 			if prior.State == cluster.StatePending {
 				// Maybe never stored: its first accept may have failed
 				// after the claim was made. Publishing again is free
@@ -153,7 +178,7 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 		rt.metrics.busy.Inc(ch.id)
 		return err
 	}
-	c.wait(k, in)
+	c.wait(k, in, true)
 	if err := c.node.PublishInbound(ctx, in, rev); err != nil {
 		c.done(k)
 		// Not stored (or not known to be): the claim goes, so the
@@ -166,6 +191,7 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 	ch.events.Add(events.Event{Event: events.InboundAccepted, PeerID: in.PeerID, SessionID: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Preview: in.Text})
 	ack(AcceptResult{RunID: in.RunID})
+	c.acked(k)
 	return nil
 }
 
@@ -182,12 +208,28 @@ func (c *clusterNode) admit(ch *channel, key string) error {
 	return nil
 }
 
-func (c *clusterNode) wait(k msgKey, in bus.Inbound) {
+// wait records that this edge waits on a message's reply; acking: its
+// ack is still to be written, and a reply must not overtake it.
+func (c *clusterNode) wait(k msgKey, in bus.Inbound, acking bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.waiting[k] == nil {
-		c.waiting[k] = &edgeWait{channel: in.ChannelID, peer: in.PeerID, since: time.Now()}
+		c.waiting[k] = &edgeWait{channel: in.ChannelID, peer: in.PeerID, since: time.Now(), acking: acking}
 		c.bySess[k.session]++
+	}
+}
+
+// acked says the ack is written: a reply that came first goes now.
+func (c *clusterNode) acked(k msgKey) {
+	c.mu.Lock()
+	w := c.waiting[k]
+	var parked *bus.Outbound
+	if w != nil {
+		w.acking, parked, w.parked = false, w.parked, nil
+	}
+	c.mu.Unlock()
+	if parked != nil {
+		c.reply(*parked)
 	}
 }
 
@@ -250,8 +292,19 @@ func (c *clusterNode) presenceMoved(channel, peer, edge string) {
 // after a partition moved) or one whose device left is dropped, and the
 // device gets it from its claim when it resends.
 func (c *clusterNode) reply(out bus.Outbound) {
-	if out.Kind == bus.Final && !c.done(msgKey{out.SessionKey, out.MessageID}) {
-		return
+	if out.Kind == bus.Final {
+		k := msgKey{out.SessionKey, out.MessageID}
+		c.mu.Lock()
+		w := c.waiting[k]
+		if w != nil && w.acking {
+			w.parked = &out // the accept sends it after the ack
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		if !c.done(k) {
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -289,6 +342,7 @@ func (c *clusterNode) sweep(ctx context.Context) {
 		if w == nil {
 			continue
 		}
+		c.swept.Add(1)
 		c.reply(bus.Outbound{Kind: bus.Final, ChannelID: w.channel, PeerID: w.peer, SessionKey: k.session,
 			MessageID: k.messageID, RunID: cl.Reply.RunID, Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason,
 			Media: cl.Reply.Media, Started: w.since})
@@ -409,6 +463,7 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 		attempt := 1
 		switch cl.State {
 		case cluster.StateDone:
+			c.resent.Add(1)
 			t.claim, t.rev, t.cached = cl, rev, true
 			return &agent.Result{Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason, Media: cl.Reply.Media}, true
 		case cluster.StateCancel:
@@ -423,6 +478,7 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 		next.State, next.Worker, next.Attempt, next.RunID = cluster.StateRunning, c.node.Name(), attempt, in.RunID
 		nrev, err := c.node.UpdateClaim(ctx, next, rev)
 		if errors.Is(err, cluster.ErrConflict) {
+			c.conflicts.Add(1)
 			continue // changed since read: read it again
 		}
 		if err != nil {
@@ -431,6 +487,7 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 		t.claim, t.rev = next, nrev
 		t.recs = []session.Record{userRecord(in)}
 		if attempt > 1 {
+			c.reruns.Add(1)
 			t.recs = append(t.recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
 				Content: fmt.Sprintf("the run of message %s was cut short on worker %s; it runs again once", in.MessageID, cl.Worker),
 				Extra:   map[string]any{"event": interruptedEvent, "attempt": attempt}})

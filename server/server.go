@@ -150,6 +150,9 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	}
 	rt.dedupe = newDedupe(opt.DedupePerSession, dedupeBytes, rt.loadRecent)
 	rt.metrics.walSeries(jrnl.Stats)
+	if rt.cluster != nil {
+		rt.cluster.registerMetrics(rt.metrics)
+	}
 	s := &Server{cfg: cfg, log: log, rt: rt, procs: agentProcs, started: time.Now(), tls: srvTLS}
 
 	built := map[string]agent.Runner{}

@@ -63,7 +63,7 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("termd", flag.ContinueOnError)
 	fs.Usage = func() { printUsage(fs) }
-	server := fs.String("server", "", "channel `URL`: ws://host:8080/api/channels/terminal-dev/ws (or http://host:8080), or \"auto\": find it on the LAN (mDNS)")
+	server := fs.String("server", "", "channel `URL`: ws://host:8080/api/channels/terminal-dev/ws (or http://host:8080), several comma-separated (the edges of a cluster: the next is dialled when one fails), or \"auto\": find it on the LAN (mDNS)")
 	serverName := fs.String("server-name", "", "with --server auto: use the server advertised as `name` (default: the first that answers)")
 	serverFallback := fs.String("server-fallback", "", "with --server auto: channel `URL` used when no server answers (default: the last one found)")
 	channel := fs.String("channel", "terminal-dev", "channel `id` when --server has no path")
@@ -102,7 +102,20 @@ func run(ctx context.Context, args []string) error {
 		return errors.New("--idle-seconds and --backlight-off-after must not be negative")
 	}
 	auto, fallback := *server == serverAuto, *serverFallback
-	wsURL, err := channelURL(*server, *channel)
+	// Several URLs (the edges of a termserver cluster): the first is
+	// dialled first, the others when a dial fails.
+	first, rest, _ := strings.Cut(*server, ",")
+	var edges []string
+	for _, e := range strings.Split(rest, ",") {
+		if e = strings.TrimSpace(e); e != "" && !auto {
+			u, err := channelURL(e, *channel)
+			if err != nil {
+				return fmt.Errorf("--server %q: %w", e, err)
+			}
+			edges = append(edges, u)
+		}
+	}
+	wsURL, err := channelURL(strings.TrimSpace(first), *channel)
 	if auto && fallback != "" {
 		if fallback, err = channelURL(fallback, *channel); err != nil {
 			err = fmt.Errorf("--server-fallback: %w", err)
@@ -208,7 +221,7 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	client, err := link.NewClient(link.ClientConfig{URL: wsURL, PeerID: id, DeviceName: name, Token: token,
+	client, err := link.NewClient(link.ClientConfig{URL: wsURL, Fallbacks: edges, PeerID: id, DeviceName: name, Token: token,
 		CAFile: *caFile, CertFile: *certFile, KeyFile: *keyFile, StateDir: *stateDir, Logger: log,
 		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen),
 		Board:        profile.Name, Version: termdVersion(), Tags: tags})

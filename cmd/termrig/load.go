@@ -6,12 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"termlink/testrig/load"
 )
 
-const loadSynopsis = `--server URL [--devices N] [--rate R] [--duration D] [flags]
+const loadSynopsis = `--server URL[,URL...] [--devices N] [--rate R] [--duration D] [--move D] [flags]
 
 Simulates N terminal devices speaking the channel protocol to URL
 (ws://host:port/api/channels/ID/ws; http://host:port or host:port get the
@@ -22,6 +23,17 @@ device failed to connect or a message was lost. --rate 0 keeps the devices
 idle (heartbeats only); --hold keeps idle devices connected until Ctrl-C.
 Ctrl-C stops early and still prints the report.
 
+Several servers (the edges of a cluster): repeat --server or separate the
+URLs with commas; device i uses server i mod n, and the report lists the
+devices connected to each. --move D makes every device hop to the next
+server every D while messages are sent (with --hold: until Ctrl-C),
+staggered so that device i first moves at D*(i+1)/N: it closes its
+connection, connects to the next server with the same peer id and resends
+its unanswered messages with the same message ids (a lean device that lost
+its connection, or failed a move, comes back at its next move). The report
+counts moves and failed moves; a reply received twice for one message id
+counts as a duplicate, a message never answered as lost.
+
 By default every device is lean built-in code, cheap enough for 10,000
 idle connections from one process: use it to load the server. --client
 makes every device a real link.Client (heartbeats, reconnect backoff,
@@ -30,13 +42,17 @@ outbox, resend until answered, as in termd), with a memory outbox or, with
 message). Use it to test link.Client end to end and how devices ride out
 server restarts (the report adds reconnects). It costs about 4 times the
 memory of a lean device (about 55 KiB instead of 14 KiB per idle device,
-6 goroutines instead of 1): measure connection capacity in lean mode.`
+6 goroutines instead of 1): measure connection capacity in lean mode.
+With --move a --client device's link.Client is closed and a new one
+started on the next server with the same outbox (memory or file), which
+resends what is unanswered.`
 
 // load is `termrig load`.
 func (a *app) load(ctx context.Context, args []string) error {
 	fs, usage := a.newFlagSet("load", loadSynopsis)
 	var opt load.Options
-	fs.StringVar(&opt.URL, "server", "", "channel WebSocket `URL` (required)")
+	var servers listFlag
+	fs.Var(&servers, "server", "channel WebSocket `URL` (required); repeat it or separate URLs with commas for several servers: device i uses server i mod n")
 	fs.StringVar(&opt.Channel, "channel", load.DefaultChannel, "channel `id` when --server has no path")
 	opt.Devices, opt.Rate, opt.Duration, opt.Drain = 10, 10, 10*time.Second, load.DefaultDrain
 	opt.ConnectRate, opt.ConnectTimeout = load.DefaultConnectRate, load.DefaultConnectTimeout
@@ -51,6 +67,7 @@ func (a *app) load(ctx context.Context, args []string) error {
 	fs.StringVar(&opt.Text, "text", load.DefaultText, "`text` of every message")
 	fs.BoolVar(&opt.Hold, "hold", false, "connect idle devices, print \"connected N devices\", keep them until Ctrl-C")
 	fs.BoolVar(&opt.Client, "client", false, "make every device a real link.Client (end to end, reconnects; higher cost per device)")
+	fs.Var(durationFlag{&opt.Move}, "move", "every `D` each device hops to the next --server, staggered, resending its unanswered messages (needs two or more servers; 0: off)")
 	fs.StringVar(&opt.Outbox, "outbox", load.OutboxMemory, "with --client: the clients' outbox, `kind` memory or file (fsync, temp state dir per device)")
 	fs.Var(intFlag{&opt.ServerPID}, "server-pid", "report the CPU time process `PID` (the server, on this machine) spent sending and draining, per reply")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -62,8 +79,10 @@ func (a *app) load(ctx context.Context, args []string) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	switch {
-	case opt.URL == "":
+	case len(servers) == 0 || len(servers) == 1 && servers[0] == "":
 		return usagef("--server is required (e.g. --server ws://127.0.0.1:8080)")
+	case opt.Move < 0:
+		return usagef("--move must not be negative, got %v", opt.Move)
 	case opt.Devices < 1:
 		return usagef("--devices must be at least 1, got %d", opt.Devices)
 	case opt.Rate < 0 || opt.Rate != opt.Rate:
@@ -86,8 +105,17 @@ func (a *app) load(ctx context.Context, args []string) error {
 	if !opt.Client {
 		opt.Outbox = ""
 	}
-	if _, err := load.ChannelURL(opt.URL, opt.Channel); err != nil {
+	urls, err := load.ChannelURLs(servers, opt.Channel)
+	if err != nil {
 		return usagef("--server: %v", err)
+	}
+	if opt.Move > 0 && len(urls) < 2 {
+		return usagef("--move hops devices between servers: give at least two --server URLs, got %d", len(urls))
+	}
+	if len(urls) == 1 {
+		opt.URL = servers[0] // the single-server form, as typed
+	} else {
+		opt.URLs = servers
 	}
 	if opt.Hold {
 		opt.Rate = 0
@@ -119,4 +147,14 @@ func (a *app) load(ctx context.Context, args []string) error {
 		rep.WriteText(a.stdout)
 	}
 	return rep.Err()
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (f *listFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *listFlag) Set(s string) error {
+	*f = append(*f, s)
+	return nil
 }

@@ -88,6 +88,14 @@ func TestLoadFlagErrors(t *testing.T) {
 		{[]string{"--server", "ws://h", "--client", "--outbox", "disk"}, `--outbox must be memory or file, got "disk"`},
 		{[]string{"--server", "ws://h", "--client=maybe"}, `invalid boolean value "maybe" for -client`},
 		{[]string{"--nope"}, "flag provided but not defined: -nope"},
+		// Several servers and --move.
+		{[]string{"--server", "ws://a", "--server", ""}, "--server: server URL 2 of 2 is empty"},
+		{[]string{"--server", "ws://a,,ws://c"}, "--server: server URL 2 of 3 is empty"},
+		{[]string{"--server", "ws://a,ftp://b"}, `--server: server URL "ftp://b": scheme must be ws, wss, http or https`},
+		{[]string{"--server", "ws://a", "--move", "1s"}, "--move hops devices between servers: give at least two --server URLs, got 1"},
+		{[]string{"--server", "ws://a,ws://b", "--move", "-1s"}, "--move must not be negative, got -1s"},
+		{[]string{"--server", "ws://a,ws://b", "--move", "soon"}, `invalid value "soon" for flag -move`},
+		{[]string{"--move", "1s"}, "--server is required"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

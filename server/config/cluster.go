@@ -49,7 +49,7 @@ const (
 	DefaultAckWait         = 30 * time.Second
 	DefaultLease           = 5 * time.Second
 	DefaultDuplicateWindow = 2 * time.Minute
-	DefaultDedupeTTL       = 7 * 24 * time.Hour
+	DefaultDedupeTTL       = 24 * time.Hour
 )
 
 // Enabled reports whether the cluster block is present.

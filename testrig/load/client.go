@@ -29,8 +29,16 @@ const (
 
 // clientDev is the link.Client of one device in client mode.
 type clientDev struct {
-	c   *link.Client
-	box *link.MemoryOutbox // nil with the file outbox (the client owns that one)
+	c *link.Client
+	// box is the device's outbox, opened by the runner (a MemoryOutbox or
+	// a FallbackOutbox in the device's state dir) so that it outlives the
+	// client: a move closes the client and hands the box to the next one.
+	box       link.Outbox
+	closeOnce sync.Once
+	done      chan struct{} // closed when the event reader has ended
+
+	leaving   atomic.Bool // a move is closing this client: not a disconnect
+	awaitMove atomic.Bool // started by a move: its first connect decides the move
 
 	// phase decides the connect phase once: the event reader (connected,
 	// or a failed first attempt) or the connect timeout, whoever is first.
@@ -48,23 +56,40 @@ type connectResult struct {
 	err error
 }
 
-// newClient makes d's link.Client (not running yet).
-func (r *runner) newClient(d *device) (*clientDev, error) {
+// newClient makes d's link.Client (not running yet) for d's server, with
+// box as its outbox, or a new one when box is nil.
+func (r *runner) newClient(d *device, box link.Outbox) (*clientDev, error) {
+	home := int(d.server.Load())
+	var fallbacks []string // the other servers, in ring order: a dead one is left for the next
+	for i := 1; i < len(r.opt.URLs); i++ {
+		fallbacks = append(fallbacks, r.opt.URLs[(home+i)%len(r.opt.URLs)])
+	}
 	cfg := link.ClientConfig{
-		URL:            r.opt.URL,
+		URL:            r.opt.URLs[home],
+		Fallbacks:      fallbacks,
 		PeerID:         r.peerID(d),
 		DeviceName:     "termrig load " + r.runID,
 		Token:          r.opt.Token,
 		ConnectTimeout: r.opt.ConnectTimeout,
 		Logger:         r.opt.Logger,
 	}
-	cd := &clientDev{result: make(chan connectResult, 1)}
 	if r.opt.Outbox == OutboxFile {
 		cfg.StateDir = filepath.Join(r.stateDir, strconv.Itoa(d.index))
-	} else {
-		cd.box = link.NewMemoryOutbox()
-		cfg.Outbox = cd.box
 	}
+	if box == nil {
+		if r.opt.Outbox == OutboxFile {
+			fo, err := link.OpenFallbackOutbox(cfg.StateDir, link.FallbackOptions{
+				FileOutboxOptions: link.FileOutboxOptions{Logger: r.opt.Logger}})
+			if err != nil {
+				return nil, fmt.Errorf("open the file outbox: %w", err)
+			}
+			box = fo
+		} else {
+			box = link.NewMemoryOutbox()
+		}
+	}
+	cfg.Outbox = box
+	cd := &clientDev{box: box, result: make(chan connectResult, 1), done: make(chan struct{})}
 	c, err := link.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("new link.Client: %w", err)
@@ -73,18 +98,9 @@ func (r *runner) newClient(d *device) (*clientDev, error) {
 	return cd, nil
 }
 
-// startClient makes d's client, runs it and waits until it reached
-// connected (d is then in use) or failed its first attempt, or the connect
-// timeout passed (d is then closed). Its goroutines are counted in
-// r.devWG.
-func (r *runner) startClient(ctx context.Context, d *device) {
-	cd, err := r.newClient(d)
-	if err != nil {
-		r.connectFailed(d, err)
-		return
-	}
-	d.cl = cd
-	start := time.Now()
+// runClient runs cd, d's client, and reads its events; both goroutines
+// are counted in r.devWG.
+func (r *runner) runClient(d *device, cd *clientDev) {
 	r.devWG.Add(2)
 	go func() {
 		defer r.devWG.Done()
@@ -94,8 +110,24 @@ func (r *runner) startClient(ctx context.Context, d *device) {
 	}()
 	go func() {
 		defer r.devWG.Done()
-		r.clientEvents(d)
+		defer close(cd.done)
+		r.clientEvents(d, cd)
 	}()
+}
+
+// startClient makes d's client, runs it and waits until it reached
+// connected (d is then in use) or failed its first attempt, or the connect
+// timeout passed (d is then closed). Its goroutines are counted in
+// r.devWG.
+func (r *runner) startClient(ctx context.Context, d *device) {
+	cd, err := r.newClient(d, nil)
+	if err != nil {
+		r.connectFailed(d, err)
+		return
+	}
+	d.cl = cd
+	start := time.Now()
+	r.runClient(d, cd)
 
 	// The client bounds dial+upgrade and the connect/connected exchange by
 	// ConnectTimeout each and reports a failure as StateWaiting; the timer
@@ -118,6 +150,7 @@ func (r *runner) startClient(ctx context.Context, d *device) {
 	r.mu.Lock()
 	r.connectLat = append(r.connectLat, res.at.Sub(start))
 	r.mu.Unlock()
+	d.state.Store(devUp)
 	d.alive.Store(true)
 }
 
@@ -139,14 +172,14 @@ func (r *runner) connectFailed(d *device, err error) {
 	r.mu.Unlock()
 }
 
-// clientEvents reads d's events until the client closes them.
-func (r *runner) clientEvents(d *device) {
-	cd := d.cl
+// clientEvents reads the events of cd, d's client, until the client
+// closes them.
+func (r *runner) clientEvents(d *device, cd *clientDev) {
 	connected := false // the link is up now
 	for e := range cd.c.Events() {
 		switch e.Kind {
 		case link.EventState:
-			r.clientState(d, e, connected)
+			r.clientState(d, cd, e, connected)
 			connected = e.State == link.StateConnected
 		case link.EventAck:
 			a := *e.Ack
@@ -169,9 +202,8 @@ func (r *runner) clientEvents(d *device) {
 	}
 }
 
-// clientState takes one state change of d's link.
-func (r *runner) clientState(d *device, e link.Event, wasConnected bool) {
-	cd := d.cl
+// clientState takes one state change of the link of cd, d's client.
+func (r *runner) clientState(d *device, cd *clientDev, e link.Event, wasConnected bool) {
 	switch phase := cd.phase.Load(); {
 	case phase == phaseConnecting && e.State == link.StateConnected:
 		if cd.phase.CompareAndSwap(phaseConnecting, phaseInUse) {
@@ -188,12 +220,23 @@ func (r *runner) clientState(d *device, e link.Event, wasConnected bool) {
 	case phase != phaseInUse:
 		return
 	}
+	if cd.awaitMove.Load() { // a move's first connect: it decides the move
+		switch e.State {
+		case link.StateConnected:
+			cd.awaitMove.Store(false)
+			return
+		case link.StateWaiting:
+			cd.awaitMove.Store(false)
+			r.moveFailed(d, e.Reason)
+			return
+		}
+	}
 	switch {
 	case e.State == link.StateConnected:
 		r.mu.Lock()
 		r.reconnects++
 		r.mu.Unlock()
-	case wasConnected && !r.closing.Load():
+	case wasConnected && !r.closing.Load() && !cd.leaving.Load():
 		reason := e.Reason
 		if reason == "" {
 			reason = "link left connected: " + e.State.String()
@@ -206,8 +249,14 @@ func (r *runner) clientState(d *device, e link.Event, wasConnected bool) {
 	}
 }
 
-// clientSend sends one message through d's client.
+// clientSend sends one message through d's client if d is in use. It
+// holds d.wmu so that a move does not close the client meanwhile.
 func (r *runner) clientSend(d *device) {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	if !d.alive.Load() {
+		return
+	}
 	cd := d.cl
 	cd.smu.Lock()
 	defer cd.smu.Unlock()
@@ -221,15 +270,17 @@ func (r *runner) clientSend(d *device) {
 	r.track.sending(id, at)
 }
 
-// closeClient stops cd's client (Run returns, Events is closed) and its
-// memory outbox.
+// closeClient stops cd's client (Run returns, Events is closed) and
+// closes its outbox, once.
 func (r *runner) closeClient(cd *clientDev) {
-	if err := cd.c.Close(); err != nil {
-		r.log.Debug("closing link.Client", "err", err)
-	}
-	if cd.box != nil {
-		cd.box.Close()
-	}
+	cd.closeOnce.Do(func() {
+		if err := cd.c.Close(); err != nil {
+			r.log.Debug("closing link.Client", "err", err)
+		}
+		if err := cd.box.Close(); err != nil {
+			r.log.Debug("closing the outbox", "err", err)
+		}
+	})
 }
 
 // closeClients closes every client, sums their counters and returns when
@@ -249,8 +300,13 @@ func (r *runner) closeClients() {
 		}()
 	}
 	for _, d := range r.devs {
-		if d.cl != nil && d.alive.Load() {
-			ch <- d.cl
+		// A move in progress (alive clear) sees closing and leaves d.cl
+		// for this loop.
+		d.wmu.Lock()
+		cd := d.cl
+		d.wmu.Unlock()
+		if cd != nil {
+			ch <- cd
 		}
 	}
 	close(ch)
@@ -262,7 +318,11 @@ func (r *runner) closeClients() {
 		if d.cl == nil {
 			continue
 		}
-		st := d.cl.c.Stats()
+		var st link.ClientStats
+		if d.clStats != nil {
+			st = *d.clStats
+		}
+		addClientStats(&st, d.cl.c.Stats())
 		sum.Dials += st.Dials
 		sum.Sessions += st.Sessions
 		sum.FramesSent += st.Sent

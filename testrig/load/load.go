@@ -51,33 +51,53 @@ type job struct {
 }
 
 // device is one simulated terminal; all are allocated before any goroutine
-// starts, and conn, every and nextPing are set before alive. Only its reader goroutine reads conn;
-// writes from the writer pool, the reader (pong) and shutdown are
-// serialised by wmu and carry a deadline.
+// starts, and conn, every and nextPing are set before alive. Only its
+// reader goroutine reads conn and replaces it (a move, under wmu); writes
+// from the writer pool, the reader (pong, resends) and shutdown are
+// serialised by wmu and carry a deadline. A writer checks alive under wmu.
 //
 // In client mode conn is unused: cl is the device's link.Client, and alive
 // means it reached connected in the connect phase and is in use (it stays
-// set while the client reconnects: Send queues in the outbox meanwhile).
+// set while the client reconnects: Send queues in the outbox meanwhile;
+// it is cleared while a move replaces cl, under wmu).
 type device struct {
-	index int
-	conn  *websocket.Conn
-	cl    *clientDev // client mode only
-	wmu   sync.Mutex
-	alive atomic.Bool // connected and not dropped
+	index  int
+	server atomic.Int32 // index in Options.URLs; changed only by the device's mover (reader or moveClient)
+	conn   *websocket.Conn
+	cl     *clientDev // client mode only; replaced under wmu by a move
+	wmu    sync.Mutex
+	alive  atomic.Bool // connected and not dropped
 
-	// Heartbeat state, owned by the heartbeat loop once alive is set.
-	every    time.Duration
-	nextPing time.Time
+	// Heartbeat state: set before alive, then updated by the heartbeat
+	// loop (and by a reconnect after a move, while alive is clear).
+	every    atomic.Int64 // ns
+	nextPing atomic.Int64 // unix ns
 	pingOut  atomic.Int32 // pings sent since the last pong
+
+	// Moves (Options.Move > 0); see move.go.
+	state   atomic.Int32      // devDead, devUp, devClosing, devDialing, devDown
+	moveCh  chan struct{}     // lean: the mover wakes a device that is down (cap 1)
+	pending map[string]int64  // lean: sent and not answered, by id: send order; guarded by wmu
+	seq     int64             // lean: messages sent; guarded by wmu
+	clStats *link.ClientStats // client mode: summed stats of the clients moves replaced; guarded by wmu
 }
 
 func (d *device) write(b []byte) error {
 	d.wmu.Lock()
 	defer d.wmu.Unlock()
-	if err := d.conn.SetWriteDeadline(time.Now().Add(writeWait)); err != nil {
+	return d.writeLocked(b)
+}
+
+func (d *device) writeLocked(b []byte) error {
+	return writeConn(d.conn, b)
+}
+
+// writeConn writes one text frame with the write deadline.
+func writeConn(conn *websocket.Conn, b []byte) error {
+	if err := conn.SetWriteDeadline(time.Now().Add(writeWait)); err != nil {
 		return err
 	}
-	return d.conn.WriteMessage(websocket.TextMessage, b)
+	return conn.WriteMessage(websocket.TextMessage, b)
 }
 
 // runner is one Run.
@@ -106,6 +126,16 @@ type runner struct {
 	disconnErrs  counter
 	reconnects   int          // client mode: sessions after the first
 	clientStats  *ClientStats // client mode: summed at close
+	moves        int          // moves started (Options.Move)
+	movesFailed  int          // moves whose device did not reach connected on the next server
+	moveErrs     counter
+	servers      []ServerCount
+
+	// The mover starts moves until moverCtx ends (sending ended);
+	// moveCtx ends when the run stops moving devices altogether: a
+	// reconnect in progress is abandoned, a device down stays down.
+	moverCtx, moveCtx     context.Context
+	stopMover, stopMoving context.CancelFunc
 
 	pingsSent, pongs, missedPongs, serverPings atomic.Int64
 }
@@ -130,9 +160,10 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		expected = int(math.Ceil(opt.Rate*opt.Duration.Seconds())) + 16
 	}
 	r := &runner{
-		opt:   opt,
-		log:   opt.Logger.With("url", opt.URL),
-		runID: runID,
+		opt:     opt,
+		log:     opt.Logger.With("url", opt.URL),
+		servers: make([]ServerCount, len(opt.URLs)),
+		runID:   runID,
 		dialer: &websocket.Dialer{
 			HandshakeTimeout: opt.ConnectTimeout,
 			ReadBufferSize:   bufSize,
@@ -147,13 +178,26 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		connectLat:  make([]time.Duration, 0, opt.Devices),
 		connectErrs: counter{limit: 5},
 		disconnErrs: counter{limit: 5},
+		moveErrs:    counter{limit: 5},
 	}
 	for i := range r.devs {
-		r.devs[i] = &device{index: i}
+		d := &device{index: i}
+		d.server.Store(int32(i % len(opt.URLs)))
+		if opt.Move > 0 && !opt.Client {
+			d.moveCh = make(chan struct{}, 1)
+		}
+		r.devs[i] = d
+		r.servers[d.server.Load()].Devices++
+	}
+	for i, u := range opt.URLs {
+		r.servers[i].URL = u
 	}
 	if opt.Token != "" {
 		r.header = http.Header{"Authorization": {"Bearer " + opt.Token}}
 	}
+	r.moveCtx, r.stopMoving = context.WithCancel(context.Background())
+	defer r.stopMoving()
+	r.moverCtx, r.stopMover = context.WithCancel(r.moveCtx)
 	if opt.Client && opt.Outbox == OutboxFile {
 		if r.stateDir, err = makeStateDir(); err != nil {
 			return nil, err
@@ -200,25 +244,47 @@ func (r *runner) run(ctx context.Context) *Report {
 
 	r.connectAll(ctx)
 	connected := r.connectedCount()
+	r.countServers(func(sc *ServerCount) *int { return &sc.Connected })
 	r.log.Info("connect phase done", "connected", connected, "failed", r.opt.Devices-connected,
 		"took", time.Since(start).Round(time.Millisecond))
 
 	var sendStart, sendEnd time.Time
 	var cpu serverCPU
+	var moverDone sync.WaitGroup
+	startMover := func() {
+		if r.opt.Move <= 0 {
+			return
+		}
+		moverDone.Add(1)
+		go func() {
+			defer moverDone.Done()
+			r.mover(r.moverCtx)
+		}()
+	}
 	switch {
 	case r.opt.Hold:
 		fmt.Fprintf(r.opt.Status, "connected %d devices\n", connected)
+		startMover()
 		<-ctx.Done()
+		r.stopMoving()
+		moverDone.Wait()
 	case connected == 0:
 		// Nothing to send with: report the failures at once.
 	default:
 		cpu.start(r.opt.ServerPID)
 		sendStart = time.Now()
+		startMover()
 		r.sendLoop(ctx)
 		sendEnd = time.Now()
+		// The moves end with the sending: the drain collects the answers
+		// to what was sent, resent by the last moves.
+		r.stopMover()
+		moverDone.Wait()
 		r.drain(ctx)
 		cpu.stop(r.track.repliedCount())
 	}
+	r.stopMoving()
+	r.countServers(func(sc *ServerCount) *int { return &sc.ConnectedAtEnd })
 
 	stopHeartbeat()
 	hbDone.Wait()
@@ -307,7 +373,7 @@ func (r *runner) connectAll(ctx context.Context) {
 // reports whether d is now connected.
 func (r *runner) handshake(ctx context.Context, d *device) bool {
 	start := time.Now()
-	every, err := r.dialAndConnect(ctx, d)
+	conn, every, err := r.dialAndConnect(ctx, d)
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("interrupted during handshake: %w", err)
@@ -320,8 +386,9 @@ func (r *runner) handshake(ctx context.Context, d *device) bool {
 		return false
 	}
 	took := time.Since(start)
-	d.every = every
-	d.nextPing = time.Now().Add(every)
+	d.conn = conn
+	d.setHeartbeat(every)
+	d.state.Store(devUp)
 	r.mu.Lock()
 	r.connectLat = append(r.connectLat, took)
 	r.mu.Unlock()
@@ -333,14 +400,22 @@ func (r *runner) peerID(d *device) string {
 	return r.opt.PeerPrefix + "-" + strconv.Itoa(d.index)
 }
 
-// dialAndConnect opens the WebSocket, sends connect and waits for
-// connected; it returns the heartbeat interval the server asked for.
-func (r *runner) dialAndConnect(ctx context.Context, d *device) (time.Duration, error) {
+// setHeartbeat starts d's heartbeat schedule (before d is alive).
+func (d *device) setHeartbeat(every time.Duration) {
+	d.every.Store(int64(every))
+	d.nextPing.Store(time.Now().Add(every).UnixNano())
+	d.pingOut.Store(0)
+}
+
+// dialAndConnect opens the WebSocket to d's server, sends connect and
+// waits for connected; it returns the connection (not yet d's: the caller
+// installs it) and the heartbeat interval the server asked for.
+func (r *runner) dialAndConnect(ctx context.Context, d *device) (*websocket.Conn, time.Duration, error) {
 	hctx, cancel := context.WithTimeout(ctx, r.opt.ConnectTimeout)
 	defer cancel()
-	conn, resp, err := r.dialer.DialContext(hctx, r.opt.URL, r.header)
+	conn, resp, err := r.dialer.DialContext(hctx, r.opt.URLs[d.server.Load()], r.header)
 	if err != nil {
-		return 0, dialError(err, resp)
+		return nil, 0, dialError(err, resp)
 	}
 	conn.SetReadLimit(link.MaxFrameBytes)
 	// Cancellation or the handshake timeout unblocks the reads below.
@@ -352,7 +427,6 @@ func (r *runner) dialAndConnect(ctx context.Context, d *device) (time.Duration, 
 			conn.Close()
 		}
 	}()
-	d.conn = conn
 
 	hello, err := link.Encode(&link.Connect{
 		PeerID:       r.peerID(d),
@@ -361,45 +435,46 @@ func (r *runner) dialAndConnect(ctx context.Context, d *device) (time.Duration, 
 		Token:        r.opt.Token,
 	})
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
-	if err := d.write(hello); err != nil {
-		return 0, fmt.Errorf("send connect: %w", err)
+	// Nobody else has conn yet: no lock needed.
+	if err := writeConn(conn, hello); err != nil {
+		return nil, 0, fmt.Errorf("send connect: %w", err)
 	}
 	for {
 		_, data, err := conn.ReadMessage()
 		if err != nil {
 			if hctx.Err() == context.DeadlineExceeded {
-				return 0, fmt.Errorf("no connected frame within %v", r.opt.ConnectTimeout)
+				return nil, 0, fmt.Errorf("no connected frame within %v", r.opt.ConnectTimeout)
 			}
-			return 0, fmt.Errorf("wait for connected: %w", err)
+			return nil, 0, fmt.Errorf("wait for connected: %w", err)
 		}
 		f, err := link.Decode(data)
 		if err != nil {
-			return 0, fmt.Errorf("bad frame instead of connected: %w", err)
+			return nil, 0, fmt.Errorf("bad frame instead of connected: %w", err)
 		}
 		switch f := f.(type) {
 		case *link.Connected:
 			if !stop() { // the deadline fired: the read deadline is set
-				return 0, fmt.Errorf("no connected frame within %v", r.opt.ConnectTimeout)
+				return nil, 0, fmt.Errorf("no connected frame within %v", r.opt.ConnectTimeout)
 			}
 			if err := conn.SetReadDeadline(time.Time{}); err != nil {
-				return 0, err
+				return nil, 0, err
 			}
 			every := DefaultHeartbeat
 			if f.HeartbeatSeconds > 0 {
 				every = time.Duration(f.HeartbeatSeconds) * time.Second
 			}
 			ok = true
-			return every, nil
+			return conn, every, nil
 		case *link.Error:
-			return 0, fmt.Errorf("connect refused by server: %s", f.Error)
+			return nil, 0, fmt.Errorf("connect refused by server: %s", f.Error)
 		case *link.Ping:
-			if err := d.write(r.pong); err != nil {
-				return 0, fmt.Errorf("answer ping: %w", err)
+			if err := writeConn(conn, r.pong); err != nil {
+				return nil, 0, fmt.Errorf("answer ping: %w", err)
 			}
 		default:
-			return 0, fmt.Errorf("got %s frame instead of connected", f.FrameType())
+			return nil, 0, fmt.Errorf("got %s frame instead of connected", f.FrameType())
 		}
 	}
 }
@@ -425,15 +500,27 @@ func dialError(err error, resp *http.Response) error {
 	return errors.New(msg)
 }
 
-// read is d's reader loop; it returns when the connection ends.
+// read is d's reader loop; it returns when the connection ends, or, with
+// moves, when the run stops moving devices.
 func (r *runner) read(d *device) {
-	defer d.conn.Close()
 	for {
-		_, data, err := d.conn.ReadMessage()
+		r.readConn(d, d.conn)
+		if r.opt.Move <= 0 || !r.rejoin(d) {
+			return
+		}
+	}
+}
+
+// readConn reads conn, d's connection, until it ends, and closes it.
+func (r *runner) readConn(d *device, conn *websocket.Conn) {
+	defer conn.Close()
+	for {
+		_, data, err := conn.ReadMessage()
 		at := time.Now()
 		if err != nil {
 			d.alive.Store(false)
-			if !r.closing.Load() {
+			moving := !d.state.CompareAndSwap(devUp, devDown) // the mover closed it
+			if !r.closing.Load() && !moving {
 				r.log.Debug("device disconnected", "peer", r.peerID(d), "err", err)
 				r.mu.Lock()
 				r.disconnected++
@@ -450,9 +537,13 @@ func (r *runner) read(d *device) {
 		switch f := f.(type) {
 		case *link.Ack:
 			r.track.ack(f, at)
+			if f.Reply != nil {
+				r.answered(d, f.MessageID)
+			}
 		case *link.Message:
 			if f.IsReply() {
 				r.track.reply(f, at)
+				r.answered(d, f.MessageID)
 			} else {
 				r.track.unexpectedFrame()
 			}
@@ -476,39 +567,61 @@ func (r *runner) read(d *device) {
 
 // writer sends queued frames until the queue is closed.
 func (r *runner) writer() {
-	text := r.opt.Text
 	var buf []byte
 	for j := range r.jobs {
-		if !j.d.alive.Load() {
+		if !j.d.alive.Load() { // cheap check; again under the lock
 			continue
 		}
-		switch j.kind {
-		case jobPing:
-			if err := j.d.write(r.ping); err != nil {
-				r.writeFailed(j.d, err)
-				continue
-			}
-			r.pingsSent.Add(1)
-		case jobMessage:
-			if j.d.cl != nil {
-				r.clientSend(j.d)
-				continue
-			}
-			var err error
-			buf, err = link.AppendEncode(buf[:0], &link.Message{MessageID: j.id, Text: text})
-			if err != nil { // cannot happen for a plain string
-				panic(err)
-			}
-			r.track.sending(j.id, time.Now())
-			if err := j.d.write(buf); err != nil {
-				r.track.sendFailed(j.id)
-				r.writeFailed(j.d, err)
-			}
+		switch {
+		case r.opt.Client:
+			r.clientSend(j.d)
+		case j.kind == jobPing:
+			r.sendPing(j.d)
+		default:
+			buf = r.sendMessage(j.d, j.id, buf)
 		}
 	}
 }
 
-// writeFailed drops a device whose write failed; its reader then ends.
+// sendPing pings d if it is still alive.
+func (r *runner) sendPing(d *device) {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	if !d.alive.Load() {
+		return
+	}
+	if err := d.writeLocked(r.ping); err != nil {
+		r.writeFailed(d, err)
+		return
+	}
+	r.pingsSent.Add(1)
+}
+
+// sendMessage sends message id from d if it is still alive; buf is a
+// scratch buffer, returned for reuse.
+func (r *runner) sendMessage(d *device, id string, buf []byte) []byte {
+	var err error
+	buf, err = link.AppendEncode(buf[:0], &link.Message{MessageID: id, Text: r.opt.Text})
+	if err != nil { // cannot happen for a plain string
+		panic(err)
+	}
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	if !d.alive.Load() {
+		return buf
+	}
+	r.track.sending(id, time.Now())
+	if err := d.writeLocked(buf); err != nil {
+		r.track.sendFailed(id)
+		r.writeFailed(d, err)
+		return buf
+	}
+	r.remember(d, id)
+	return buf
+}
+
+// writeFailed drops a device whose write failed (wmu held); its reader
+// then ends.
 func (r *runner) writeFailed(d *device, err error) {
 	r.log.Debug("write failed", "peer", r.peerID(d), "err", err)
 	d.conn.Close()
@@ -535,10 +648,10 @@ func (r *runner) heartbeat(ctx context.Context) {
 			return
 		case now := <-t.C:
 			for _, d := range r.devs {
-				if !d.alive.Load() || now.Before(d.nextPing) {
+				if !d.alive.Load() || now.UnixNano() < d.nextPing.Load() {
 					continue
 				}
-				d.nextPing = now.Add(d.every)
+				d.nextPing.Store(now.Add(time.Duration(d.every.Load())).UnixNano())
 				if d.pingOut.Add(1) > 1 {
 					r.missedPongs.Add(1)
 				}
@@ -578,6 +691,11 @@ func (r *runner) sendLoop(ctx context.Context) {
 		due := int64(now.Sub(start).Seconds()*r.opt.Rate) + 1
 		for ; n < due; n++ {
 			d := r.pick(&next)
+			if d == nil && r.opt.Move > 0 {
+				// Every device is between servers; moves bring them
+				// back. This message is not sent.
+				continue
+			}
 			if d == nil {
 				r.log.Warn("no device left connected: sending stopped")
 				return
@@ -615,16 +733,18 @@ func (r *runner) pick(next *int) *device {
 	return nil
 }
 
-// drain waits up to opt.Drain for the outstanding replies.
+// drain waits up to opt.Drain for the outstanding replies (and, with
+// moves, for the moves in progress to reach their next server).
 func (r *runner) drain(ctx context.Context) {
-	if r.track.outstanding() == 0 || r.opt.Drain <= 0 {
+	done := func() bool { return r.track.outstanding() == 0 && r.movesSettled() }
+	if done() || r.opt.Drain <= 0 {
 		return
 	}
 	deadline := time.NewTimer(r.opt.Drain)
 	defer deadline.Stop()
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
-	for r.track.outstanding() > 0 {
+	for !done() {
 		select {
 		case <-deadline.C:
 			return
@@ -637,7 +757,8 @@ func (r *runner) drain(ctx context.Context) {
 
 // closeAll closes every connection: a close frame to each, up to
 // closeWait for the server to answer, then the sockets are dropped.
-// It returns when every device goroutine has ended.
+// It returns when every device goroutine has ended. The moves have
+// stopped (moveCtx ended): a device reconnecting gives up.
 func (r *runner) closeAll() {
 	r.closing.Store(true)
 	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "load test done")
@@ -649,9 +770,13 @@ func (r *runner) closeAll() {
 		go func() {
 			defer wg.Done()
 			for d := range ch {
-				if err := d.conn.WriteControl(websocket.CloseMessage, msg, deadline); err != nil {
-					d.conn.Close()
+				d.wmu.Lock()
+				if d.alive.Load() {
+					if err := d.conn.WriteControl(websocket.CloseMessage, msg, deadline); err != nil {
+						d.conn.Close()
+					}
 				}
+				d.wmu.Unlock()
 			}
 		}()
 	}
@@ -674,9 +799,11 @@ func (r *runner) closeAll() {
 	case <-time.After(closeWait):
 	}
 	for _, d := range r.devs {
+		d.wmu.Lock()
 		if d.conn != nil {
 			d.conn.Close()
 		}
+		d.wmu.Unlock()
 	}
 	<-done
 }

@@ -30,8 +30,22 @@ const writeWait = 5 * time.Second
 type Options struct {
 	// URL of the channel WebSocket: ws://host:port/api/channels/ID/ws.
 	// http(s):// URLs and bare host:port are accepted; without a path the
-	// channel path of Channel is filled in (see ChannelURL).
+	// channel path of Channel is filled in (see ChannelURL). Set URL or
+	// URLs, not both.
 	URL string
+	// URLs are several servers (the edges of a cluster): device i uses
+	// URLs[i mod len(URLs)]. Each is read like URL. After withDefaults
+	// URLs holds the channel URLs and URL their comma-separated list.
+	URLs []string
+	// Move, when positive, makes every device hop to the next server of
+	// URLs every Move while messages are sent (and in Hold mode): a lean
+	// device closes its WebSocket, dials the next server with the same
+	// peer id and resends its unanswered messages (same message ids); a
+	// client-mode device's link.Client is closed and a new one started on
+	// the next URL with the same outbox, which resends them. The moves
+	// are staggered: device i first moves at Move*(i+1)/Devices after
+	// sending starts. It needs at least two URLs.
+	Move time.Duration
 	// Channel is the channel id used when URL has no path (default
 	// "terminal-dev").
 	Channel string
@@ -95,11 +109,17 @@ func (opt Options) withDefaults() (Options, error) {
 	if opt.Channel == "" {
 		opt.Channel = DefaultChannel
 	}
-	u, err := ChannelURL(opt.URL, opt.Channel)
+	urls, err := channelURLs(opt.URL, opt.URLs, opt.Channel)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	opt.URL = u
+	opt.URLs, opt.URL = urls, strings.Join(urls, ",")
+	switch {
+	case opt.Move < 0:
+		errs = append(errs, fmt.Errorf("move must not be negative, got %v", opt.Move))
+	case opt.Move > 0 && len(urls) < 2 && err == nil:
+		errs = append(errs, fmt.Errorf("move hops devices between servers: give at least two server URLs, got %d", len(urls)))
+	}
 	if opt.Devices < 1 {
 		errs = append(errs, fmt.Errorf("devices must be at least 1, got %d", opt.Devices))
 	}
@@ -160,6 +180,59 @@ func (opt Options) withDefaults() (Options, error) {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
 	return opt, errors.Join(errs...)
+}
+
+// ChannelURLs is ChannelURL for each server of a list whose entries may
+// be comma-separated lists themselves; an empty entry is an error that
+// says which.
+func ChannelURLs(list []string, channel string) ([]string, error) {
+	return channelURLs("", list, channel)
+}
+
+// channelURLs checks and completes the server URLs: single (the URL
+// field) or several (URLs; each entry may itself be a comma-separated
+// list), not both.
+func channelURLs(single string, several []string, channel string) ([]string, error) {
+	if single != "" && len(several) > 0 {
+		return nil, errors.New("give the server URL in URL or URLs, not both")
+	}
+	if len(several) == 0 {
+		u, err := ChannelURL(single, channel)
+		if err != nil {
+			return nil, err
+		}
+		return []string{u}, nil
+	}
+	raw := SplitURLs(several)
+	urls := make([]string, 0, len(raw))
+	var errs []error
+	for i, r := range raw {
+		if strings.TrimSpace(r) == "" {
+			errs = append(errs, fmt.Errorf("server URL %d of %d is empty", i+1, len(raw)))
+			continue
+		}
+		u, err := ChannelURL(r, channel)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		urls = append(urls, u)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return urls, nil
+}
+
+// SplitURLs splits every comma-separated entry of list: {"a,b", "c"}
+// gives {"a", "b", "c"}. Empty parts are kept (as "") for the caller to
+// refuse.
+func SplitURLs(list []string) []string {
+	var out []string
+	for _, e := range list {
+		out = append(out, strings.Split(e, ",")...)
+	}
+	return out
 }
 
 // ChannelURL turns what a user typed into the WebSocket URL of a channel:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,12 +24,13 @@ type realOptions struct {
 // realServer is the real termserver (default config: channel
 // terminal-dev, echo agent) served in-process on loopback.
 type realServer struct {
-	URL    string // the channel's WebSocket URL
-	Addr   string // host:port
-	s      *server.Server
-	ln     net.Listener
-	cancel context.CancelFunc
-	served chan error
+	URL     string       // the channel's WebSocket URL
+	Addr    string       // host:port
+	accepts atomic.Int64 // connections accepted
+	s       *server.Server
+	ln      net.Listener
+	cancel  context.CancelFunc
+	served  chan error
 }
 
 // startRealServer serves the real termserver on addr ("127.0.0.1:0" for
@@ -61,10 +63,25 @@ func startRealServer(dir, addr string, opt realOptions) (*realServer, error) {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rs := &realServer{Addr: ln.Addr().String(), s: s, ln: ln, cancel: cancel, served: make(chan error, 1)}
+	rs := &realServer{Addr: ln.Addr().String(), s: s, cancel: cancel, served: make(chan error, 1)}
+	rs.ln = countingListener{ln, &rs.accepts}
 	rs.URL = "ws://" + rs.Addr + "/api/channels/terminal-dev/ws"
 	go func() { rs.served <- s.Serve(ctx, rs.ln, opt.grace) }()
 	return rs, nil
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
 }
 
 // stop shuts the server down as termserver does on SIGTERM (going-away

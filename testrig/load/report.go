@@ -39,6 +39,19 @@ type Report struct {
 	Reconnects int `json:"reconnects"`
 	// Client sums the link.Client counters (client mode).
 	Client *ClientStats `json:"client,omitempty"`
+	// Servers lists the servers and the devices on each, when there are
+	// several.
+	Servers []ServerCount `json:"servers,omitempty"`
+	// With Options.Move: Moves counts moves started (a device left its
+	// server for the next), MovesFailed those whose device did not get
+	// connected to the next server (first attempt), MoveErrors says why.
+	// Resent counts the messages lean devices wrote again, with the same
+	// message id, after a move (client mode: see Client.Resent).
+	Move        float64 `json:"move_ms,omitempty"`
+	Moves       int     `json:"moves"`
+	MovesFailed int     `json:"moves_failed"`
+	MoveErrors  []Count `json:"move_errors,omitempty"`
+	Resent      int64   `json:"resent"`
 
 	Sent       int64 `json:"sent"`
 	SendErrors int64 `json:"send_errors"` // writes that failed (not counted in Sent)
@@ -79,6 +92,16 @@ type Report struct {
 	ServerCPUError      string  `json:"server_cpu_error,omitempty"`
 }
 
+// ServerCount is one server of a run with several and its devices.
+type ServerCount struct {
+	URL       string `json:"url"`
+	Devices   int    `json:"devices"`   // devices that started on it (i mod n)
+	Connected int    `json:"connected"` // connected to it after the connect phase
+	// ConnectedAtEnd counts the devices connected to it when the sending
+	// and the drain ended (moves change it).
+	ConnectedAtEnd int `json:"connected_at_end"`
+}
+
 // ClientStats sums link.ClientStats over the devices of a client-mode run.
 type ClientStats struct {
 	Dials      int64 `json:"dials"`       // dial attempts, first ones included
@@ -109,6 +132,11 @@ func (r *runner) report(start, sendStart, sendEnd time.Time, interrupted bool) *
 		Reconnects:       r.reconnects,
 		Client:           r.clientStats,
 		Mode:             "lean",
+		Move:             ms(r.opt.Move),
+		Moves:            r.moves,
+		MovesFailed:      r.movesFailed,
+		MoveErrors:       r.moveErrs.counts(),
+		Resent:           t.resent,
 
 		Sent:             t.sent,
 		SendErrors:       t.sendErrors,
@@ -135,6 +163,9 @@ func (r *runner) report(start, sendStart, sendEnd time.Time, interrupted bool) *
 	}
 	if r.opt.Client {
 		rep.Mode, rep.Outbox = "client", r.opt.Outbox
+	}
+	if len(r.servers) > 1 {
+		rep.Servers = slices.Clone(r.servers)
 	}
 	if len(t.finish) > 0 {
 		rep.FinishReasons = maps.Clone(t.finish)
@@ -191,7 +222,11 @@ func (r *Report) WriteText(w io.Writer) {
 		return s + fmt.Sprintf("  (n=%d)", l.N)
 	}
 
-	p("server\t%s", r.URL)
+	if len(r.Servers) > 1 {
+		p("servers\t%d, devices spread round-robin", len(r.Servers))
+	} else {
+		p("server\t%s", r.URL)
+	}
 	var mode string
 	switch {
 	case r.Hold:
@@ -213,6 +248,18 @@ func (r *Report) WriteText(w io.Writer) {
 	p("devices\t%s", devices)
 	counts(r.ConnectErrors)
 	counts(r.DisconnectErrors)
+	for i, s := range r.Servers {
+		p("server %d\t%d devices  connected %d  at the end %d  %s", i+1, s.Devices, s.Connected, s.ConnectedAtEnd, s.URL)
+	}
+	if r.Move > 0 {
+		every := time.Duration(r.Move * float64(time.Millisecond)).String()
+		moves := fmt.Sprintf("every %s: moves %d  failed %d", every, r.Moves, r.MovesFailed)
+		if r.Mode != "client" {
+			moves += fmt.Sprintf("  resent %d", r.Resent)
+		}
+		p("moves\t%s", moves)
+		counts(r.MoveErrors)
+	}
 	p("connect\t%s", lat(r.Connect, false))
 	if r.Rate > 0 || r.Sent > 0 {
 		p("messages\tsent %d  acked %d  replied %d  lost %d", r.Sent, r.Acked, r.Replied, r.Lost)

@@ -87,6 +87,7 @@ type tracker struct {
 	finish  map[string]int64
 
 	sent, sendErrors, acked, rejected, replied int64
+	resent                                     int64 // lean: messages written again after a move
 	dupAcks, dupReplies, unknown, errFrames    int64
 	badFrames, unexpected                      int64
 	lastReply                                  time.Time
@@ -111,6 +112,13 @@ func (t *tracker) sending(id string, at time.Time) {
 	t.msgs[id] = &sendState{sent: at}
 	t.sent++
 	t.open++
+	t.mu.Unlock()
+}
+
+// resend counts a message written again (same id) after a move.
+func (t *tracker) resend() {
+	t.mu.Lock()
+	t.resent++
 	t.mu.Unlock()
 }
 
