@@ -153,24 +153,26 @@ type device struct {
 	acked    map[string]bool   // message ids acked
 	ackOrder []string          // message ids in the order of their first ack
 	online   bool              // the current client's link is up
+	connects int               // sessions that reached connected, over every client
 	dupes    int64             // link.Client's DuplicateReplies over every client
 	changed  chan struct{}
 }
 
-func newDevice(t *testing.T, peer, url string) *device {
+func newDevice(t *testing.T, peer, url string, fallbacks ...string) *device {
 	d := &device{t: t, peer: peer, box: link.NewMemoryOutbox(), texts: map[string]string{}, replies: map[string]string{},
 		finals: map[string]int{}, sessions: map[string]bool{}, acked: map[string]bool{}, changed: make(chan struct{})}
-	d.connect(url)
+	d.connect(url, fallbacks...)
 	t.Cleanup(func() { d.close(); _ = d.box.Close() })
 	return d
 }
 
 // connect closes the device's client (if any) and starts a new one on
-// url with the same peer id and outbox.
-func (d *device) connect(url string) {
+// url (and the fallbacks, dialled in a ring when a dial fails) with the
+// same peer id and outbox.
+func (d *device) connect(url string, fallbacks ...string) {
 	d.t.Helper()
 	d.close()
-	c, err := link.NewClient(link.ClientConfig{URL: url, PeerID: d.peer, DeviceName: d.peer, Outbox: d.box,
+	c, err := link.NewClient(link.ClientConfig{URL: url, Fallbacks: fallbacks, PeerID: d.peer, DeviceName: d.peer, Outbox: d.box,
 		RetryInitial: 100 * time.Millisecond, RetryMax: time.Second, Heartbeat: 2 * time.Second, PongTimeout: 3 * time.Second,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -190,6 +192,9 @@ func (d *device) events(c *link.Client) {
 		switch e.Kind {
 		case link.EventState:
 			d.online = e.State == link.StateConnected
+			if d.online {
+				d.connects++
+			}
 			if e.State == link.StateConnected && e.SessionID != "" {
 				d.sessions[e.SessionID] = true
 			}
@@ -396,10 +401,18 @@ func (d *device) waitAcked(timeout time.Duration) {
 	})
 }
 
-// waitOffline waits until the current client's link is not connected.
-func (d *device) waitOffline(timeout time.Duration) {
+// connected returns how many sessions reached connected so far.
+func (d *device) connected() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.connects
+}
+
+// waitReconnected waits until a session after the first n reached
+// connected.
+func (d *device) waitReconnected(n int, timeout time.Duration) {
 	d.t.Helper()
-	d.waitUntil(timeout, "offline", func() bool { return !d.online })
+	d.waitUntil(timeout, "reconnected", func() bool { return d.connects > n })
 }
 
 func (d *device) waitUntil(timeout time.Duration, what string, ok func() bool) {

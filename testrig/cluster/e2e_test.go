@@ -260,32 +260,34 @@ func TestKillWorkerDuringRuns(t *testing.T) {
 	}
 }
 
-// kill -9 of an edge: its devices reconnect to the other edge (as a
-// device with a list of servers does) and nothing is lost: every message
-// answered exactly once, in order.
+// kill -9 of an edge: its devices, which have both edges' URLs
+// (link.ClientConfig.Fallbacks), reconnect to the other edge, and
+// nothing is lost: every message answered exactly once, in order, run
+// once, recorded once.
 func TestKillEdge(t *testing.T) {
 	runLog := filepath.Join(t.TempDir(), "runs.log")
 	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, agent: slowAgent(runLog, 200*time.Millisecond)})
 	var ds []*device
 	for i := range 6 {
-		ds = append(ds, newDevice(t, fmt.Sprintf("ke-%d", i), tc.edges[i%2].WSURL()))
+		ds = append(ds, newDevice(t, fmt.Sprintf("ke-%d", i), tc.edges[i%2].WSURL(), tc.edges[(i+1)%2].WSURL()))
 	}
 	for round := range 3 {
 		for i, d := range ds {
 			d.send(fmt.Sprintf("ke-%d-%d", i, round))
 		}
 	}
-	for _, d := range ds {
-		d.waitAcked(waitFor)
+	sessions := make([]int, len(ds))
+	for i, d := range ds {
+		d.waitAcked(waitFor) // some still run when the edge dies
+		sessions[i] = d.connected()
 	}
 	tc.edges[0].Kill()
 	for i, d := range ds {
 		if i%2 == 0 {
-			d.waitOffline(waitFor)
-			d.connect(tc.edges[1].WSURL())
+			d.waitReconnected(sessions[i], waitFor)
 		}
 	}
-	for round := 3; round < 6; round++ {
+	for round := 3; round < 6; round++ { // answered only through edge-2
 		for i, d := range ds {
 			d.send(fmt.Sprintf("ke-%d-%d", i, round))
 		}
