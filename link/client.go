@@ -691,8 +691,13 @@ func (c *Client) loop(ctx context.Context) {
 	b := c.newBackoff()
 	attempt := 0
 	reason := ""
+	ringTried := 0 // URLs of the ring dialled in vain since the last wait
 	for first := true; ctx.Err() == nil; first = false {
-		if !first {
+		if ringTried > 0 && ringTried <= len(c.cfg.Fallbacks) {
+			// Another URL of the ring is still untried: dial it now
+			// (a dead edge's devices move to a live one at once).
+		} else if !first {
+			ringTried = 0
 			wait := c.nextWait(b)
 			next := time.Now().Add(wait)
 			c.setState(Event{State: StateWaiting, Attempt: attempt, NextTry: next, Reason: reason})
@@ -708,6 +713,12 @@ func (c *Client) loop(ctx context.Context) {
 		c.setState(Event{State: StateConnecting, Attempt: attempt})
 		var up time.Duration
 		up, reason = c.connect(ctx)
+		switch {
+		case up == 0 && len(c.cfg.Fallbacks) > 0:
+			ringTried++
+		default:
+			ringTried = 0
+		}
 		if up > 0 {
 			attempt = 0
 			c.log.Info("link down", "after", up.Round(time.Millisecond), "reason", reason)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -73,21 +74,65 @@ func (n *Node) CreateClaim(ctx context.Context, c Claim) (prior Claim, rev uint6
 	return prior, rev, false, nil
 }
 
-// GetClaim reads a message's claim; found is false when there is none.
+// GetClaim reads a message's claim from the bucket's stream leader;
+// found is false when there is none. (A KV get may be answered by any
+// replica, and a follower may not have applied the last write yet: a
+// compare-and-set decided on that would fail, or an edge would miss a
+// reply. Every node keeps the bucket's direct gets on, so no node ever
+// binds to a setting another one changed.)
 func (n *Node) GetClaim(ctx context.Context, session, messageID string) (c Claim, rev uint64, found bool, err error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	e, err := n.dedupe.Get(ctx, MessageKey(session, messageID))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Claim{}, 0, false, nil
-	}
+	data, rev, found, err := n.leaderGet(ctx, "KV_"+DedupeBucket, "$KV."+DedupeBucket+"."+MessageKey(session, messageID))
 	if err != nil {
 		return Claim{}, 0, false, fmt.Errorf("cluster: reading the claim of message %s: %w", messageID, err)
 	}
-	if c, err = decodeClaim(e.Value()); err != nil {
+	if !found {
+		return Claim{}, 0, false, nil
+	}
+	if c, err = decodeClaim(data); err != nil {
 		return Claim{}, 0, false, fmt.Errorf("cluster: message %s: %w", messageID, err)
 	}
-	return c, e.Revision(), true, nil
+	return c, rev, true, nil
+}
+
+// leaderGet reads the last message of subject in stream from the
+// stream's leader (the JetStream API's STREAM.MSG.GET, not a direct
+// get). found is false for no message, or a KV delete or purge marker.
+func (n *Node) leaderGet(ctx context.Context, stream, subject string) (data []byte, seq uint64, found bool, err error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	msg, err := n.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Data []byte `json:"data"`
+			Hdrs []byte `json:"hdrs"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, 0, false, fmt.Errorf("reading %s: answer is not JSON: %w", stream, err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrCode == 10037 { // no message found
+			return nil, 0, false, nil
+		}
+		return nil, 0, false, fmt.Errorf("reading %s: %s (code %d)", stream, resp.Error.Description, resp.Error.ErrCode)
+	}
+	if resp.Message == nil {
+		return nil, 0, false, fmt.Errorf("reading %s: answer without a message", stream)
+	}
+	if h := resp.Message.Hdrs; bytes.Contains(h, []byte("KV-Operation: DEL")) || bytes.Contains(h, []byte("KV-Operation: PURGE")) {
+		return nil, 0, false, nil
+	}
+	return resp.Message.Data, resp.Message.Seq, true, nil
 }
 
 // UpdateClaim replaces the claim read at revision rev; ErrConflict when it

@@ -215,31 +215,7 @@ func (n *Node) setup(ctx context.Context) error {
 		}
 		return b, nil
 	}
-	// linearizable is kv for buckets whose reads decide a compare-and-set
-	// (claims, leases): a KV bucket lets any replica answer a read (direct
-	// get), and a follower may not have applied the last write yet, so
-	// these buckets' reads go to the stream leader.
-	linearizable := func(name, what string, ttl time.Duration, storage jetstream.StorageType) (jetstream.KeyValue, error) {
-		if _, err := kv(name, what, ttl, storage); err != nil {
-			return nil, err
-		}
-		st, err := n.js.Stream(ctx, "KV_"+name)
-		if err != nil {
-			return nil, fmt.Errorf("cluster: bucket %s: %w", name, err)
-		}
-		if sc := st.CachedInfo().Config; sc.AllowDirect {
-			sc.AllowDirect = false
-			if _, err := n.js.UpdateStream(ctx, sc); err != nil {
-				return nil, fmt.Errorf("cluster: bucket %s: reads from the leader: %w", name, err)
-			}
-		}
-		b, err := n.js.KeyValue(ctx, name) // bound now: reads go to the leader
-		if err != nil {
-			return nil, fmt.Errorf("cluster: bucket %s: %w", name, err)
-		}
-		return b, nil
-	}
-	if n.dedupe, err = linearizable(DedupeBucket, "termlink: message claims and cached replies", cfg.DedupeTTL, jetstream.FileStorage); err != nil {
+	if n.dedupe, err = kv(DedupeBucket, "termlink: message claims and cached replies", cfg.DedupeTTL, jetstream.FileStorage); err != nil {
 		return err
 	}
 	if n.presence, err = kv(PresenceBucket, "termlink: which edge holds which peer", 0, jetstream.FileStorage); err != nil {
@@ -248,7 +224,7 @@ func (n *Node) setup(ctx context.Context) error {
 	if n.nodes, err = kv(NodesBucket, "termlink: live nodes", cfg.Lease, jetstream.MemoryStorage); err != nil {
 		return err
 	}
-	if n.parts, err = linearizable(PartsBucket, "termlink: partition leases", cfg.Lease, jetstream.MemoryStorage); err != nil {
+	if n.parts, err = kv(PartsBucket, "termlink: partition leases", cfg.Lease, jetstream.MemoryStorage); err != nil {
 		return err
 	}
 	return nil

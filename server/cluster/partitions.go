@@ -282,11 +282,16 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 			return
 		}
 		w.hooks.Deliver(bg, &Delivery{In: in.Inbound, ClaimRev: in.ClaimRev, Partition: p, msg: m})
-	}, jetstream.PullMaxMessages(256), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if bg.Err() == nil {
-			w.n.log.Debug("cluster: partition consumer", "partition", p, "err", err)
-		}
-	}))
+	}, jetstream.PullMaxMessages(256),
+		// Short pulls: a pull request sent while the new consumer elects
+		// its leader is lost, and the client notices only when a pull
+		// expires without heartbeats (30 s by default).
+		jetstream.PullExpiry(5*time.Second),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if bg.Err() == nil {
+				w.n.log.Debug("cluster: partition consumer", "partition", p, "err", err)
+			}
+		}))
 	if err != nil {
 		return fmt.Errorf("consuming %s: %w", name, err)
 	}
