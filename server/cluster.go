@@ -140,52 +140,43 @@ func (c *clusterNode) close() { c.node.Close() }
 func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, ack func(AcceptResult)) error {
 	rt := c.rt
 	k := msgKey{in.SessionKey, in.MessageID}
-	claim := cluster.Claim{State: cluster.StatePending, Session: in.SessionKey, MessageID: in.MessageID,
-		RunID: in.RunID, Edge: c.node.Name()}
-	prior, rev, fresh, err := c.node.CreateClaim(ctx, claim)
+	prior, _, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
 	if err != nil {
 		return err
 	}
-	if !fresh {
-		res := AcceptResult{RunID: prior.RunID, Duplicate: true}
-		detail := "pending: run still in progress"
-		if prior.State == cluster.StateDone && prior.Reply != nil {
-			res.Reply = replyMessage(prior)
-			detail = "done: cached reply sent"
-		} else {
-			res.Pending = true
-			c.wait(k, in, false) // its reply comes here now
-			if prior.State == cluster.StatePending {
-				// Maybe never stored: its first accept may have failed
-				// after the claim was made. Publishing again is free
-				// within the duplicate window (same Nats-Msg-Id), and
-				// a worker holding it already takes a copy as the same.
-				in.RunID = prior.RunID
-				if err := c.node.PublishInbound(ctx, in, rev); err != nil {
-					c.done(k)
-					return err
-				}
-			}
-		}
+	duplicate := func(runID string, detail string, res AcceptResult) {
 		rt.metrics.duplicates.Inc(ch.id)
 		ch.events.Add(events.Event{Event: events.InboundDuplicate, PeerID: in.PeerID, SessionID: in.SessionKey,
-			MessageID: in.MessageID, RunID: prior.RunID, Preview: in.Text, Detail: detail})
+			MessageID: in.MessageID, RunID: runID, Preview: in.Text, Detail: detail})
 		ack(res)
+	}
+	if found { // a worker has started it, answered it, or it was cancelled
+		if prior.State == cluster.StateDone && prior.Reply != nil {
+			duplicate(prior.RunID, "done: cached reply sent", AcceptResult{RunID: prior.RunID, Duplicate: true, Reply: replyMessage(prior)})
+			return nil
+		}
+		c.wait(k, in, false) // its reply comes here now
+		duplicate(prior.RunID, "pending: run still in progress", AcceptResult{RunID: prior.RunID, Duplicate: true, Pending: true})
 		return nil
 	}
 	if err := c.admit(ch, in.SessionKey); err != nil {
-		_ = c.node.DropClaim(ctx, in.SessionKey, in.MessageID, rev)
 		rt.metrics.busy.Inc(ch.id)
 		return err
 	}
 	c.wait(k, in, true)
-	if err := c.node.PublishInbound(ctx, in, rev); err != nil {
+	stored, err := c.node.PublishInbound(ctx, in)
+	if err != nil {
+		// Not stored, or not known to be: the device resends it, and the
+		// same Nats-Msg-Id keeps a second copy out of the stream.
 		c.done(k)
-		// Not stored (or not known to be): the claim goes, so the
-		// device's resend claims and publishes again; the same
-		// Nats-Msg-Id keeps a second copy out of the stream.
-		_ = c.node.DropClaim(context.WithoutCancel(ctx), in.SessionKey, in.MessageID, rev)
 		return err
+	}
+	if stored.Duplicate {
+		// In the stream already (a resend before a worker started it,
+		// or a second edge): the first copy answers it.
+		duplicate(in.RunID, "pending: queued, not started yet", AcceptResult{RunID: in.RunID, Duplicate: true, Pending: true})
+		c.acked(k)
+		return nil
 	}
 	rt.metrics.inbound.Inc(ch.id)
 	ch.events.Add(events.Event{Event: events.InboundAccepted, PeerID: in.PeerID, SessionID: in.SessionKey,
@@ -355,8 +346,19 @@ func (c *clusterNode) sweep(ctx context.Context) {
 func (c *clusterNode) cancel(ctx context.Context, key, messageID string) bool {
 	for range 3 {
 		cl, rev, found, err := c.node.GetClaim(ctx, key, messageID)
-		if err != nil || !found {
+		if err != nil {
 			return false
+		}
+		if !found {
+			c.mu.Lock()
+			queued := c.waiting[msgKey{key, messageID}] != nil
+			c.mu.Unlock()
+			if !queued {
+				return false // not a message this edge waits on: unknown
+			}
+			// Queued: a cancel claim, created only if no worker has
+			// claimed it meanwhile, answers it cancelled.
+			cl, rev = cluster.Claim{State: cluster.StatePending, Session: key, MessageID: messageID}, 0
 		}
 		switch cl.State {
 		case cluster.StatePending:
@@ -405,7 +407,7 @@ func (c *clusterNode) deliver(ctx context.Context, d *cluster.Delivery) {
 		in.RunID = c.rt.newRunID()
 	}
 	d.In = in
-	t := &ticket{d: d, rev: d.ClaimRev, claim: cluster.Claim{State: cluster.StatePending, Session: in.SessionKey,
+	t := &ticket{d: d, claim: cluster.Claim{State: cluster.StatePending, Session: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID}}
 	if err := c.rt.admission.reserveWait(ctx, in.SessionKey, math.MaxInt); err != nil {
 		return // stopping: unacked, the next owner runs it
@@ -449,7 +451,7 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 	}
 	cl, rev := t.claim, t.rev
 	for try := 0; try < 8; try++ {
-		if rev == 0 || try > 0 {
+		if try > 0 { // the create (or an update) lost: see what is there
 			var found bool
 			var err error
 			cl, rev, found, err = c.node.GetClaim(ctx, in.SessionKey, in.MessageID)

@@ -19,10 +19,12 @@ const (
 	maxRunAttempt = 2         // a run cut short is run again once
 )
 
-// Claim is a message's entry in the dedupe bucket. The key is created
-// only once (KV create), so two edges can never both accept the same
-// message, and each change is a compare-and-set on the revision read,
-// so two workers can never both start (or both answer) it.
+// Claim is a message's entry in the dedupe bucket. The worker that starts
+// the message creates it (KV create: only one can, so two workers never
+// both start it), and each later change is a compare-and-set on the
+// revision read, so no two nodes both answer it either. An edge reads it
+// to answer a resend (done: the cached reply; else pending), and creates
+// it in state cancel for a message cancelled before it started.
 type Claim struct {
 	State     string `json:"state"`
 	Session   string `json:"session"`
@@ -45,34 +47,6 @@ type Reply struct {
 // ErrConflict is returned by a compare-and-set that lost: another node
 // changed the claim since it was read.
 var ErrConflict = errors.New("cluster: the claim changed meanwhile")
-
-// CreateClaim claims a new message. fresh is false when the key exists:
-// prior is then the claim found and rev its revision.
-func (n *Node) CreateClaim(ctx context.Context, c Claim) (prior Claim, rev uint64, fresh bool, err error) {
-	ctx, cancel := withTimeout(ctx)
-	defer cancel()
-	key := MessageKey(c.Session, c.MessageID)
-	b, _ := json.Marshal(c)
-	rev, err = n.dedupe.Create(ctx, key, b)
-	if err == nil {
-		return c, rev, true, nil
-	}
-	if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
-		return Claim{}, 0, false, fmt.Errorf("cluster: claiming message %s: %w", c.MessageID, err)
-	}
-	prior, rev, found, err := n.GetClaim(ctx, c.Session, c.MessageID)
-	if err != nil {
-		return Claim{}, 0, false, err
-	}
-	if !found { // deleted between create and get: try once more
-		rev, err = n.dedupe.Create(ctx, key, b)
-		if err != nil {
-			return Claim{}, 0, false, fmt.Errorf("cluster: claiming message %s: %w", c.MessageID, err)
-		}
-		return c, rev, true, nil
-	}
-	return prior, rev, false, nil
-}
 
 // GetClaim reads a message's claim from the bucket's stream leader;
 // found is false when there is none. (A KV get may be answered by any
@@ -156,14 +130,6 @@ func (n *Node) UpdateClaim(ctx context.Context, c Claim, rev uint64) (uint64, er
 		return 0, fmt.Errorf("cluster: updating the claim of message %s: %w", c.MessageID, err)
 	}
 	return nrev, nil
-}
-
-// DropClaim deletes a claim this node created at rev and could not follow
-// through (the publish to the stream failed): a resend claims it again.
-func (n *Node) DropClaim(ctx context.Context, session, messageID string, rev uint64) error {
-	ctx, cancel := withTimeout(ctx)
-	defer cancel()
-	return n.dedupe.Delete(ctx, MessageKey(session, messageID), jetstream.LastRevision(rev))
 }
 
 // isWrongLastSequence reports a compare-and-set refused by the stream:

@@ -35,10 +35,10 @@ func TestDecodeRefusesWhatNamesNothing(t *testing.T) {
 }
 
 func TestDecodeRoundTrip(t *testing.T) {
-	in := inMsg{Inbound: bus.Inbound{ChannelID: "c", PeerID: "p", SessionKey: "c:a:p", MessageID: "m1", Text: "hi"}, ClaimRev: 7}
+	in := inMsg{Inbound: bus.Inbound{ChannelID: "c", PeerID: "p", SessionKey: "c:a:p", MessageID: "m1", Text: "hi"}}
 	b, _ := json.Marshal(in)
 	got, err := decodeIn(b)
-	if err != nil || got.ClaimRev != 7 || got.Text != "hi" || got.MessageID != "m1" {
+	if err != nil || got.Text != "hi" || got.MessageID != "m1" {
 		t.Fatalf("decodeIn(%s) = %+v, %v", b, got, err)
 	}
 	c := Claim{State: StateDone, Session: "c:a:p", MessageID: "m1", Reply: &Reply{Text: "ok", FinishReason: "stop"}}
@@ -97,7 +97,7 @@ func TestPartitionAndKeys(t *testing.T) {
 }
 
 func FuzzDecodeIn(f *testing.F) {
-	f.Add([]byte(`{"ChannelID":"c","PeerID":"p","SessionKey":"c:a:p","MessageID":"m","claim_rev":3}`))
+	f.Add([]byte(`{"ChannelID":"c","PeerID":"p","SessionKey":"c:a:p","MessageID":"m"}`))
 	f.Add([]byte(`{"Media":[1]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if m, err := decodeIn(b); err == nil && (m.MessageID == "" || m.SessionKey == "") {

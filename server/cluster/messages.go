@@ -18,26 +18,26 @@ import (
 // session's partition, and returns once JetStream has stored it on a
 // quorum of its replicas. Its Nats-Msg-Id is the claim key, so a publish
 // retried within the duplicate window is stored once.
-func (n *Node) PublishInbound(ctx context.Context, in bus.Inbound, claimRev uint64) error {
+// JetStream's ack says Duplicate when the stream had the message already
+// (within the duplicate window).
+func (n *Node) PublishInbound(ctx context.Context, in bus.Inbound) (*jetstream.PubAck, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	b, err := json.Marshal(inMsg{Inbound: in, ClaimRev: claimRev})
+	b, err := json.Marshal(inMsg{Inbound: in})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	subj := inPrefix + strconv.Itoa(Partition(in.SessionKey, n.cfg.Partitions))
-	if _, err := n.js.Publish(ctx, subj, b, jetstream.WithMsgID(MessageKey(in.SessionKey, in.MessageID))); err != nil {
-		return fmt.Errorf("cluster: storing message %s in %s: %w", in.MessageID, InStream, err)
+	pa, err := n.js.Publish(ctx, subj, b, jetstream.WithMsgID(MessageKey(in.SessionKey, in.MessageID)))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: storing message %s in %s: %w", in.MessageID, InStream, err)
 	}
-	return nil
+	return pa, nil
 }
 
-// inMsg is a message in the inbound stream: the message and the revision
-// of the claim the edge created, so the worker's first compare-and-set
-// needs no read.
+// inMsg is a message in the inbound stream.
 type inMsg struct {
 	bus.Inbound
-	ClaimRev uint64 `json:"claim_rev"`
 }
 
 // outMsg is a reply or progress update on its way to an edge.

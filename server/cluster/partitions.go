@@ -21,9 +21,7 @@ import (
 type Delivery struct {
 	In        bus.Inbound
 	Partition int
-	// ClaimRev is the revision of the claim the edge created.
-	ClaimRev uint64
-	msg      jetstream.Msg
+	msg       jetstream.Msg
 }
 
 // Ack tells JetStream the message is answered.
@@ -281,7 +279,7 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 			_ = m.Term()
 			return
 		}
-		w.hooks.Deliver(bg, &Delivery{In: in.Inbound, ClaimRev: in.ClaimRev, Partition: p, msg: m})
+		w.hooks.Deliver(bg, &Delivery{In: in.Inbound, Partition: p, msg: m})
 	}, jetstream.PullMaxMessages(256),
 		// Short pulls: a pull request sent while the new consumer elects
 		// its leader is lost, and the client notices only when a pull
