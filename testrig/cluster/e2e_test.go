@@ -54,6 +54,37 @@ func runStarts(t *testing.T, runLog string) (map[string]int, []string) {
 	return n, lines
 }
 
+// checkReruns fails the test unless every message of the devices ran
+// once, or twice with its interruption recorded in the history (a
+// system record with event run_interrupted, once): the run of a worker
+// that died, or lost its partition, runs again once. It returns how many
+// ran twice.
+func checkReruns(t *testing.T, tc *testCluster, runLog string, ds ...*device) (rerun int) {
+	t.Helper()
+	starts, _ := runStarts(t, runLog)
+	inter := interruptions(t, tc)
+	for _, d := range ds {
+		d.mu.Lock()
+		for _, id := range d.sentIDs {
+			text := d.texts[id]
+			ni := inter[fmt.Sprintf("terminal-dev:local:%s/%s", d.peer, id)]
+			switch n := starts[text]; {
+			case n > 2:
+				t.Errorf("message %q ran %d times, want at most 2 (one re-run)", text, n)
+			case n == 2:
+				rerun++
+				if ni != 1 {
+					t.Errorf("message %q ran twice, and the history records %d interruptions, want 1", text, ni)
+				}
+			case ni > 1:
+				t.Errorf("message %q: %d interruptions recorded, want at most 1", text, ni)
+			}
+		}
+		d.mu.Unlock()
+	}
+	return rerun
+}
+
 // checkRanOnce fails the test unless the agent ran once per message
 // (counted from the run log).
 func checkRanOnce(t *testing.T, runLog string) {
@@ -232,28 +263,7 @@ func TestKillWorkerDuringRuns(t *testing.T) {
 	if dupes != 0 {
 		t.Errorf("%d replies reached a device for a message it had its answer to already", dupes)
 	}
-	starts, _ := runStarts(t, runLog)
-	inter := interruptions(t, tc)
-	rerun := 0
-	for _, d := range ds {
-		d.mu.Lock()
-		for _, id := range d.sentIDs {
-			text := d.texts[id]
-			ni := inter[fmt.Sprintf("terminal-dev:local:%s/%s", d.peer, id)]
-			switch n := starts[text]; {
-			case n > 2:
-				t.Errorf("message %q ran %d times, want at most 2 (one re-run)", text, n)
-			case n == 2:
-				rerun++
-				if ni != 1 {
-					t.Errorf("message %q ran twice, and the history records %d interruptions, want 1", text, ni)
-				}
-			case ni > 1:
-				t.Errorf("message %q: %d interruptions recorded, want at most 1", text, ni)
-			}
-		}
-		d.mu.Unlock()
-	}
+	rerun := checkReruns(t, tc, runLog, ds...)
 	checkHistory(t, tc, ds...)
 	if rerun == 0 {
 		t.Errorf("no run ran again after the kill (killed during %v): the kill interrupted nothing", killedDuring)
@@ -301,7 +311,8 @@ func TestKillEdge(t *testing.T) {
 }
 
 // One NATS node killed and restarted while devices send: nothing lost
-// (every message answered exactly once, in order), nothing run twice.
+// (every message answered exactly once and recorded, run in the order
+// accepted), nothing run twice unless its interruption is recorded.
 func TestNATSNodeRestartUnderLoad(t *testing.T) {
 	runLog := filepath.Join(t.TempDir(), "runs.log")
 	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, agent: slowAgent(runLog, 0)})
@@ -333,9 +344,12 @@ func TestNATSNodeRestartUnderLoad(t *testing.T) {
 	for _, d := range ds {
 		d.waitReplies(waitFor)
 	}
-	// Not send order: a message the edge could not store while
-	// JetStream elected new leaders is refused (code unavailable) and
-	// accepted after the ones behind it.
+	// The replies need not come in send order: a message the edge
+	// could not store while JetStream elected new leaders is refused
+	// (code unavailable) and accepted after the ones behind it, and a
+	// reply published while an edge reconnected to NATS reaches the
+	// device later, from the claim. The messages must have RUN in the
+	// order they were accepted (checkHistory).
 	closeAndCheck(false, ds...)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
@@ -343,7 +357,11 @@ func TestNATSNodeRestartUnderLoad(t *testing.T) {
 		t.Error(err)
 	}
 	checkHistory(t, tc, ds...)
-	checkRanOnce(t, runLog)
+	// A worker whose NATS node died can lose its partitions' leases:
+	// its runs then run again once on the new owner, recorded.
+	if n := checkReruns(t, tc, runLog, ds...); n > 0 {
+		t.Logf("%d messages ran again after a partition moved", n)
+	}
 }
 
 // Dedupe outlives JetStream's duplicate window: a device that got its
