@@ -449,69 +449,109 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 	if t == nil {
 		return nil, false // the partition moved away
 	}
+	me := c.workerID()
 	cl, rev := t.claim, t.rev
-	for try := 0; try < 8; try++ {
-		if try > 0 { // the create (or an update) lost: see what is there
-			var found bool
-			var err error
-			cl, rev, found, err = c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
+	read := false // the first try creates the claim without reading it
+	wait := 100 * time.Millisecond
+	for conflicts := 0; conflicts < 8; {
+		if ctx.Err() != nil || c.ticket(in) != t {
+			c.forget(msgKey{in.SessionKey, in.MessageID})
+			return nil, false // stopping, or the partition moved: the next owner runs it
+		}
+		if read {
+			cur, crev, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
 			if err != nil {
-				return c.notNow(t, err)
+				// NATS trouble: this session waits here (its later
+				// messages must not overtake this one); the message
+				// stays in progress meanwhile.
+				c.rt.log.Warn("cluster: cannot read a claim; retrying", "message_id", in.MessageID, "err", err)
+				wait = pause(ctx, wait)
+				continue
 			}
-			if !found { // its claim was dropped (the edge's publish looked failed): ours again
+			if found {
+				cl, rev = cur, crev
+			} else {
 				cl, rev = t.claim, 0
 			}
+			read = false
 		}
 		attempt := 1
-		switch cl.State {
-		case cluster.StateDone:
+		switch {
+		case cl.State == cluster.StateRunning && cl.Worker == me && cl.RunID == in.RunID:
+			// Our own write, whose answer was lost: started.
+			return c.started(t, in, cl, rev, cl.Attempt), true
+		case cl.State == cluster.StateDone:
 			c.resent.Add(1)
 			t.claim, t.rev, t.cached = cl, rev, true
 			return &agent.Result{Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason, Media: cl.Reply.Media}, true
-		case cluster.StateCancel:
+		case cl.State == cluster.StateCancel:
 			t.claim, t.rev = cl, rev
 			t.recs = []session.Record{userRecord(in)}
 			res := cancelledBeforeStart
 			return &res, true
-		case cluster.StateRunning:
-			attempt = cl.Attempt + 1
+		case cl.State == cluster.StateRunning:
+			attempt = cl.Attempt + 1 // cut short where it ran
 		}
 		next := cl
-		next.State, next.Worker, next.Attempt, next.RunID = cluster.StateRunning, c.node.Name(), attempt, in.RunID
+		next.State, next.Worker, next.Attempt, next.RunID = cluster.StateRunning, me, attempt, in.RunID
 		nrev, err := c.node.UpdateClaim(ctx, next, rev)
-		if errors.Is(err, cluster.ErrConflict) {
+		switch {
+		case errors.Is(err, cluster.ErrConflict):
 			c.conflicts.Add(1)
-			continue // changed since read: read it again
+			conflicts++
+			read = true // changed since read: read it again
+			continue
+		case err != nil:
+			c.rt.log.Warn("cluster: cannot write a claim; retrying", "message_id", in.MessageID, "err", err)
+			wait = pause(ctx, wait)
+			read = true // it may have been written: see
+			continue
 		}
-		if err != nil {
-			return c.notNow(t, err)
-		}
-		t.claim, t.rev = next, nrev
-		t.recs = []session.Record{userRecord(in)}
 		if attempt > 1 {
 			c.reruns.Add(1)
-			t.recs = append(t.recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
-				Content: fmt.Sprintf("the run of message %s was cut short on worker %s; it runs again once", in.MessageID, cl.Worker),
-				Extra:   map[string]any{"event": interruptedEvent, "attempt": attempt}})
 		}
-		if attempt > maxRunAttempts {
-			return &agent.Result{Text: interruptedTwiceCluster, FinishReason: link.FinishError}, true
-		}
-		return nil, true
+		return c.started(t, in, next, nrev, attempt), true
 	}
-	return c.notNow(t, errors.New("its claim keeps changing"))
+	c.rt.log.Warn("cluster: message not started: its claim keeps changing; it comes again", "message_id", in.MessageID)
+	c.forget(msgKey{in.SessionKey, in.MessageID})
+	_ = t.d.Nak()
+	return nil, false
+}
+
+// started records that this worker runs the message (attempt: which
+// run); the answer is non-nil for a message cut short too often.
+func (c *clusterNode) started(t *ticket, in bus.Inbound, cl cluster.Claim, rev uint64, attempt int) *agent.Result {
+	t.claim, t.rev = cl, rev
+	t.recs = []session.Record{userRecord(in)}
+	if attempt > 1 {
+		t.recs = append(t.recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
+			Content: fmt.Sprintf("the run of message %s was cut short; run %d of at most %d", in.MessageID, attempt, maxRunAttempts),
+			Extra:   map[string]any{"event": interruptedEvent, "attempt": attempt}})
+	}
+	if attempt > maxRunAttempts {
+		return &agent.Result{Text: interruptedTwiceCluster, FinishReason: link.FinishError}
+	}
+	return nil
+}
+
+// workerID names this worker process in claims: the node name and the
+// process's run prefix, so a worker restarted under the same name tells
+// its predecessor's runs (cut short) from its own.
+func (c *clusterNode) workerID() string { return c.node.Name() + "#" + c.rt.runPrefix }
+
+// pause waits d (or until ctx ends) and returns the next, longer wait.
+func pause(ctx context.Context, d time.Duration) time.Duration {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return min(2*d, 2*time.Second)
 }
 
 // maxRunAttempts: a run cut short is run again once.
 const maxRunAttempts = 2
-
-// notNow gives a message back to JetStream, to come again.
-func (c *clusterNode) notNow(t *ticket, err error) (*agent.Result, bool) {
-	c.rt.log.Warn("cluster: message not started now; it comes again", "message_id", t.d.In.MessageID, "err", err)
-	c.forget(msgKey{t.d.In.SessionKey, t.d.In.MessageID})
-	_ = t.d.Nak()
-	return nil, false
-}
 
 func userRecord(in bus.Inbound) session.Record {
 	return session.Record{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
@@ -541,7 +581,7 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 retry:
 	for {
 		done := cl
-		done.State, done.Worker = cluster.StateDone, c.node.Name()
+		done.State, done.Worker = cluster.StateDone, c.workerID()
 		done.Reply = &cluster.Reply{Text: reply.Text, FinishReason: reply.FinishReason, RunID: in.RunID, Media: media}
 		nrev, err := c.node.UpdateClaim(ctx, done, rev)
 		if err == nil {
@@ -556,11 +596,11 @@ retry:
 			cur, crev, found, gerr := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
 			switch {
 			case gerr != nil:
-			case found && cur.State == cluster.StateDone && cur.Worker == c.node.Name() && cur.Reply != nil && cur.Reply.RunID == in.RunID:
+			case found && cur.State == cluster.StateDone && cur.Worker == c.workerID() && cur.Reply != nil && cur.Reply.RunID == in.RunID:
 				t.claim, t.rev = cur, crev // our write went through; its answer was lost
 				break retry
 			case !found, cur.State == cluster.StateDone,
-				cur.State == cluster.StateRunning && (!mine || cur.Worker != c.node.Name() || cur.Attempt != t.claim.Attempt):
+				cur.State == cluster.StateRunning && (!mine || cur.Worker != c.workerID() || cur.Attempt != t.claim.Attempt):
 				c.rt.log.Warn("cluster: reply dropped: another worker took the message over",
 					"message_id", in.MessageID, "claim", cur.State, "worker", cur.Worker)
 				c.forget(msgKey{in.SessionKey, in.MessageID})
