@@ -32,6 +32,7 @@ type clusterNode struct {
 	mu      sync.Mutex
 	tickets map[msgKey]*ticket   // worker: deliveries held until answered
 	waiting map[msgKey]*edgeWait // edge: acked to a device here, reply not yet sent
+	failed  map[string]string    // edge: per session, a message whose accept failed (holdBack)
 	bySess  map[string]int       // edge: len(waiting) per session
 	router  *router              // worker: the router runs take
 
@@ -86,7 +87,7 @@ func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
 		return nil, err
 	}
 	return &clusterNode{rt: rt, node: n, cfg: cfg, tickets: map[msgKey]*ticket{},
-		waiting: map[msgKey]*edgeWait{}, bySess: map[string]int{}}, nil
+		waiting: map[msgKey]*edgeWait{}, bySess: map[string]int{}, failed: map[string]string{}}, nil
 }
 
 // start subscribes and starts the node's loops: an edge takes replies and
@@ -138,6 +139,35 @@ func (c *clusterNode) close() { c.node.Close() }
 // dedupe bucket (create-only), store the message in the inbound stream,
 // then ack. A known id is answered from its claim.
 func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, ack func(AcceptResult)) error {
+	if err := c.holdBack(in); err != nil {
+		return err
+	}
+	err := c.acceptInOrder(ctx, ch, in, ack)
+	c.mu.Lock()
+	if err != nil && !errors.Is(err, ErrBusy) { // busy: nothing was sent to NATS
+		c.failed[in.SessionKey] = in.MessageID
+	} else if err == nil && c.failed[in.SessionKey] == in.MessageID {
+		delete(c.failed, in.SessionKey)
+	}
+	c.mu.Unlock()
+	return err
+}
+
+// holdBack refuses a session's messages after one whose accept failed,
+// until that one is accepted. A failed publish may still be stored later
+// (JetStream stores a message whose ack was lost in a leader election),
+// after a message behind it that went through: the session would run out
+// of order. The device resends in order, the failed one first.
+func (c *clusterNode) holdBack(in bus.Inbound) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id, ok := c.failed[in.SessionKey]; ok && id != in.MessageID {
+		return fmt.Errorf("message %s of this session is not stored yet; messages are taken in order: resend %s first", id, id)
+	}
+	return nil
+}
+
+func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inbound, ack func(AcceptResult)) error {
 	rt := c.rt
 	k := msgKey{in.SessionKey, in.MessageID}
 	prior, _, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
@@ -242,6 +272,11 @@ func (c *clusterNode) done(k msgKey) bool {
 // resends it wherever it reconnects.
 func (c *clusterNode) disconnected(channel, peer string) {
 	c.mu.Lock()
+	for key := range c.failed {
+		if ch, _, p, _, ok := parseSessionKey(key); ok && ch == channel && p == peer {
+			delete(c.failed, key)
+		}
+	}
 	for k, w := range c.waiting {
 		if w.channel == channel && w.peer == peer {
 			delete(c.waiting, k)
