@@ -72,7 +72,7 @@ EOF
 	"$tmp/flnode" -config "$d/$name.json" > "$d/$name.log" 2>&1 &
 }
 
-addr_of() { sed -n 's/.*termserver listening addr=\([^ ]*\).*/\1/p' "$1/$2.log" | head -1; }
+addr_of() { sed -n 's/.*termserver listening" addr=\([^ ]*\).*/\1/p' "$1/$2.log" | head -1; }
 
 wait_nodes() {
 	local d=$1 i n
