@@ -189,11 +189,10 @@ func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inb
 		duplicate(prior.RunID, "pending: run still in progress", AcceptResult{RunID: prior.RunID, Duplicate: true, Pending: true})
 		return nil
 	}
-	if err := c.admit(ch, in.SessionKey); err != nil {
+	if err := c.admitAndWait(ch, k, in); err != nil {
 		rt.metrics.busy.Inc(ch.id)
 		return err
 	}
-	c.wait(k, in, true)
 	stored, err := c.node.PublishInbound(ctx, in)
 	if err != nil {
 		// Not stored, or not known to be: the device resends it, and the
@@ -216,16 +215,19 @@ func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inb
 	return nil
 }
 
-// admit applies the channel's bounds to the messages this edge waits on.
-func (c *clusterNode) admit(ch *channel, key string) error {
+// admitAndWait applies the channel's bounds to the messages this edge
+// waits on and, within them, starts waiting on k (its ack not written
+// yet), in one step: two accepts cannot both take the last place.
+func (c *clusterNode) admitAndWait(ch *channel, k msgKey, in bus.Inbound) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n := c.bySess[key]; n >= ch.maxWaitingPerSession() {
-		return fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", ErrBusy, key, n)
+	if n := c.bySess[k.session]; n >= ch.maxWaitingPerSession() {
+		return fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", ErrBusy, k.session, n)
 	}
 	if max := c.rt.admission.maxTotal; len(c.waiting) >= max {
 		return fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", ErrBusy, len(c.waiting))
 	}
+	c.waitLocked(k, in, true)
 	return nil
 }
 
@@ -234,6 +236,10 @@ func (c *clusterNode) admit(ch *channel, key string) error {
 func (c *clusterNode) wait(k msgKey, in bus.Inbound, acking bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.waitLocked(k, in, acking)
+}
+
+func (c *clusterNode) waitLocked(k msgKey, in bus.Inbound, acking bool) {
 	if c.waiting[k] == nil {
 		c.waiting[k] = &edgeWait{channel: in.ChannelID, peer: in.PeerID, since: time.Now(), acking: acking}
 		c.bySess[k.session]++
