@@ -57,6 +57,11 @@ type partition struct {
 type worker struct {
 	n     *Node
 	hooks WorkerHooks
+	stop  context.CancelFunc // ends loop
+	done  chan struct{}      // closed when loop has ended
+
+	// owned is read by Owned and changed by loop; a partition's fields
+	// belong to loop until it has ended (StopWorker reads them then).
 
 	mu    sync.Mutex
 	owned map[int]*partition
@@ -67,11 +72,15 @@ type worker struct {
 // parts bucket), consumes them and hands their messages to hooks.Deliver,
 // until StopWorker or Close.
 func (n *Node) RunWorker(hooks WorkerHooks) {
-	w := &worker{n: n, hooks: hooks, owned: map[int]*partition{}}
+	ctx, stop := context.WithCancel(n.bgCtx)
+	w := &worker{n: n, hooks: hooks, owned: map[int]*partition{}, stop: stop, done: make(chan struct{})}
 	n.mu.Lock()
 	n.worker = w
 	n.mu.Unlock()
-	n.Go(w.loop)
+	n.Go(func(context.Context) {
+		defer close(w.done)
+		w.loop(ctx)
+	})
 }
 
 // Owned is the number of partitions this node owns.
@@ -98,6 +107,8 @@ func (n *Node) StopWorker() {
 	if w == nil {
 		return
 	}
+	w.stop()
+	<-w.done // the loop owns the partitions until it ends
 	w.mu.Lock()
 	owned := w.owned
 	w.owned = map[int]*partition{}
