@@ -4,10 +4,12 @@
 package tmuxtest
 
 import (
+	"context"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,8 +35,37 @@ func Start(t testing.TB, cols, rows int, cmd string) *Window {
 		sock: filepath.Join(t.TempDir(), "tmux.sock"),
 	}
 	w.Run("new-session", "-d", "-x", strconv.Itoa(cols), "-y", strconv.Itoa(rows), cmd+"; echo EXIT=$?; sleep 60")
-	t.Cleanup(func() { exec.Command(w.tmux, "-S", w.sock, "kill-server").Run() })
+	t.Cleanup(w.stop)
 	return w
+}
+
+// stop ends the window's program and its tmux server, each bounded in
+// time: the pane's process group is killed first (a program that ignores
+// the hangup, e.g. under qemu-user, once held kill-server for minutes),
+// then the server, and a server that still does not go is killed.
+func (w *Window) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ids := func(format string) []int {
+		out, _ := exec.CommandContext(ctx, w.tmux, "-S", w.sock, "display-message", "-p", format).Output()
+		var pids []int
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
+	server := ids("#{pid}")
+	for _, pid := range ids("#{pane_pid}") {
+		_ = syscall.Kill(-pid, syscall.SIGKILL) // the pane leads its own session and group
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if exec.CommandContext(ctx, w.tmux, "-S", w.sock, "kill-server").Run() != nil {
+		for _, pid := range server {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // Run runs a tmux command (send-keys, capture-pane, ...) on the window's
