@@ -33,6 +33,7 @@ type clusterNode struct {
 	tickets map[msgKey]*ticket   // worker: deliveries held until answered
 	waiting map[msgKey]*edgeWait // edge: acked to a device here, reply not yet sent
 	failed  map[string]string    // edge: per session, a message whose accept failed (holdBack)
+	present map[string]uint64    // edge: per channel+peer held here, its presence revision
 	bySess  map[string]int       // edge: len(waiting) per session
 	router  *router              // worker: the router runs take
 
@@ -87,7 +88,7 @@ func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
 		return nil, err
 	}
 	return &clusterNode{rt: rt, node: n, cfg: cfg, tickets: map[msgKey]*ticket{},
-		waiting: map[msgKey]*edgeWait{}, bySess: map[string]int{}, failed: map[string]string{}}, nil
+		waiting: map[msgKey]*edgeWait{}, bySess: map[string]int{}, failed: map[string]string{}, present: map[string]uint64{}}, nil
 }
 
 // start subscribes and starts the node's loops: an edge takes replies and
@@ -291,6 +292,7 @@ func (c *clusterNode) disconnected(channel, peer string) {
 			}
 		}
 	}
+	delete(c.present, channel+"\n"+peer)
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -301,16 +303,27 @@ func (c *clusterNode) disconnected(channel, peer string) {
 func (c *clusterNode) connected(channel, peer string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.node.SetPresence(ctx, channel, peer); err != nil {
+	rev, err := c.node.SetPresence(ctx, channel, peer)
+	if err != nil {
 		c.rt.log.Warn("cluster: presence not recorded; replies find the peer when it resends", "peer_id", peer, "err", err)
+		return
 	}
+	c.mu.Lock()
+	c.present[channel+"\n"+peer] = rev
+	c.mu.Unlock()
 }
 
 // presenceMoved closes this edge's connection of a peer that connected
 // to another edge (close code 4001, as for a newer connection here).
-func (c *clusterNode) presenceMoved(channel, peer, edge string) {
+func (c *clusterNode) presenceMoved(channel, peer, edge string, rev uint64) {
 	if edge == c.node.Name() {
 		return
+	}
+	c.mu.Lock()
+	mine := c.present[channel+"\n"+peer]
+	c.mu.Unlock()
+	if rev <= mine {
+		return // older than the connection held here (a watch running late)
 	}
 	if ch := c.rt.channels[channel]; ch != nil {
 		if a, ok := ch.adapter.(*terminalAdapter); ok {
@@ -616,7 +629,15 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 	}
 	recs = append(recs, session.Record{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
 		FinishReason: reply.FinishReason, Media: media})
-	hist := c.node.AppendHistory(in.SessionKey, recs...)
+	// The turn is in the history before the claim says done: a worker
+	// that finds the claim done (this one's partition moved while NATS
+	// was away) answers from it without writing history, so the history
+	// would otherwise get this turn after the session's later ones.
+	if err := c.node.AppendHistory(in.SessionKey, recs...).Wait(ctx); err != nil {
+		c.rt.log.Warn("cluster: turn not stored in the session history; not answered here", "message_id", in.MessageID, "err", err)
+		c.forget(msgKey{in.SessionKey, in.MessageID})
+		return false
+	}
 	cl, rev := t.claim, t.rev
 	mine := cl.State == cluster.StateRunning // the run this worker marked running
 retry:
@@ -656,9 +677,6 @@ retry:
 		case <-ctx.Done():
 		case <-time.After(500 * time.Millisecond):
 		}
-	}
-	if err := hist.Wait(ctx); err != nil {
-		c.rt.log.Warn("cluster: turn not stored in the session history", "message_id", in.MessageID, "err", err)
 	}
 	return true
 }

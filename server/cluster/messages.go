@@ -138,14 +138,16 @@ func presenceKey(channel, peer string) string { return "p." + digest(channel+"\n
 // SetPresence records that this edge holds the peer's connection now.
 // The edge that held it before sees the change (WatchPresence) and
 // closes its connection.
-func (n *Node) SetPresence(ctx context.Context, channel, peer string) error {
+// It returns the entry's revision.
+func (n *Node) SetPresence(ctx context.Context, channel, peer string) (uint64, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	b, _ := json.Marshal(presence{Edge: n.cfg.Name, Channel: channel, Peer: peer, Since: time.Now().UTC().Format(time.RFC3339Nano)})
-	if _, err := n.presence.Put(ctx, presenceKey(channel, peer), b); err != nil {
-		return fmt.Errorf("cluster: recording the presence of %s: %w", peer, err)
+	rev, err := n.presence.Put(ctx, presenceKey(channel, peer), b)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: recording the presence of %s: %w", peer, err)
 	}
-	return nil
+	return rev, nil
 }
 
 // ClearPresence removes the peer's presence if this edge still holds it.
@@ -182,10 +184,10 @@ func (n *Node) Presence(ctx context.Context, channel, peer string) (string, erro
 	return p.Edge, nil
 }
 
-// WatchPresence calls fn(channel, peer, edge) for every presence change
-// made after the call, until Close; the watch is set up again after a
-// failure.
-func (n *Node) WatchPresence(fn func(channel, peer, edge string)) {
+// WatchPresence calls fn(channel, peer, edge, revision) for every
+// presence change made after the call, until Close; the watch is set up
+// again after a failure.
+func (n *Node) WatchPresence(fn func(channel, peer, edge string, rev uint64)) {
 	n.Go(func(ctx context.Context) {
 		for ctx.Err() == nil {
 			w, err := n.presence.WatchAll(ctx, jetstream.UpdatesOnly())
@@ -203,7 +205,7 @@ func (n *Node) WatchPresence(fn func(channel, peer, edge string)) {
 				}
 				var p presence
 				if json.Unmarshal(e.Value(), &p) == nil {
-					fn(p.Channel, p.Peer, p.Edge)
+					fn(p.Channel, p.Peer, p.Edge, e.Revision())
 				}
 			}
 			_ = w.Stop()

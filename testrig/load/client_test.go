@@ -48,6 +48,12 @@ func runClean(t *testing.T, opt Options) *Report {
 // answered exactly once, by devices that all connected.
 func checkAllAnswered(t *testing.T, rep *Report, devices int) {
 	t.Helper()
+	checkAnswered(t, rep, devices, 0)
+}
+
+// checkAnswered is checkAllAnswered allowing maxDup duplicate replies.
+func checkAnswered(t *testing.T, rep *Report, devices int, maxDup int64) {
+	t.Helper()
 	if rep.DevicesConnected != devices || rep.DevicesFailed != 0 {
 		t.Errorf("connected %d failed %d (errors %v), want %d and 0", rep.DevicesConnected, rep.DevicesFailed, rep.ConnectErrors, devices)
 	}
@@ -55,8 +61,8 @@ func checkAllAnswered(t *testing.T, rep *Report, devices int) {
 		t.Errorf("sent %d acked %d replied %d lost %d send errors %d, want every message acked and answered",
 			rep.Sent, rep.Acked, rep.Replied, rep.Lost, rep.SendErrors)
 	}
-	if rep.DuplicateReplies != 0 || rep.UnknownIDs != 0 {
-		t.Errorf("duplicate replies %d unknown ids %d, want 0 (the client delivers a reply once)", rep.DuplicateReplies, rep.UnknownIDs)
+	if rep.DuplicateReplies > maxDup || rep.UnknownIDs != 0 {
+		t.Errorf("duplicate replies %d unknown ids %d, want at most %d and 0 (the client delivers a reply once)", rep.DuplicateReplies, rep.UnknownIDs, maxDup)
 	}
 	if rep.RoundTrip.N != int(rep.Replied) || rep.Ack.N != int(rep.Acked) || rep.Connect.N != rep.DevicesConnected {
 		t.Errorf("samples: round trip %d ack %d connect %d", rep.RoundTrip.N, rep.Ack.N, rep.Connect.N)
