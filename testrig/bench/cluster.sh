@@ -197,18 +197,8 @@ settle() {
 	echo "  $srv: still busy 15 s after the last phase" >&2
 }
 
-# load ARGS...: runs termrig load against URL (one or several servers),
-# JSON report in $tmp/rep.json (the exit status is ignored: lost messages
-# at saturation are expected).
-load() {
-	"$tmp/termrig" load --server "$URL" --connect-rate 2000 --json "$@" >"$tmp/rep.json" 2>"$tmp/load.err" || true
-	[ -s "$tmp/rep.json" ] || { echo "termrig load $*: no report" >&2; cat "$tmp/load.err" >&2; exit 1; }
-}
-
-# field EXPR: a Python expression over the report r.
-field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($1)" "$tmp/rep.json"; }
-
-record() { printf '%s\t%s\t%s\t%s\n' "$round" "$srv" "$1" "$2" >>"$results"; }
+# load, field and record are in lib.sh.
+. testrig/bench/lib.sh # the scripts run from the repository root (cd above)
 
 # summary: one line about the last report.
 summary() {
