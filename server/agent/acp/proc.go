@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -131,9 +132,15 @@ func (p *proc) spawn(req agent.Request, cwd string) error {
 	p.pid = pid
 	p.SetPid(pid)
 	p.mu.Unlock()
-	p.conn = sdk.NewClientSideConnection(client{p}, stdinWriter{p}, outR)
+	// The SDK's receive goroutine starts in NewClientSideConnection and
+	// reads the logger unlocked when the agent's output ends; SetLogger
+	// is unlocked too. It reads nothing until the logger is set (an
+	// agent that exits at once raced here).
+	out := &heldReader{r: outR, open: make(chan struct{})}
+	p.conn = sdk.NewClientSideConnection(client{p}, stdinWriter{p}, out)
 	p.sdkLog = &logGate{}
 	p.conn.SetLogger(slog.New(gatedHandler{p.log.With("component", "acp-sdk").Handler(), p.sdkLog}))
+	close(out.open)
 	p.log.Info("agent started", "command", r.cfg.Command, "args", r.cfg.Args, "dir", cwd)
 	go p.readStderr()
 	go p.supervise()
@@ -204,6 +211,13 @@ func (p *proc) errorReply(step string, err error) agent.Result {
 // disconnected reports whether re is the SDK's "no answer: the peer went
 // away", not an error the agent sent.
 func (p *proc) disconnected(re *sdk.RequestError) bool {
+	if re.Code == -32603 {
+		// The request could not be written: the agent's stdin is closed
+		// because the agent has exited (it may exit before initialize).
+		if t := requestErrorText(re); strings.Contains(t, "broken pipe") || strings.Contains(t, "file already closed") {
+			return true
+		}
+	}
 	select {
 	case <-p.conn.Done():
 	default:
@@ -472,4 +486,15 @@ func exitText(err error) string {
 		return "exit status 0"
 	}
 	return err.Error()
+}
+
+// heldReader reads r once open is closed.
+type heldReader struct {
+	r    io.Reader
+	open chan struct{}
+}
+
+func (h *heldReader) Read(b []byte) (int, error) {
+	<-h.open
+	return h.r.Read(b)
 }
