@@ -125,6 +125,8 @@ type enrollments struct {
 	// codeLimit charges each code asked for, badPollLimit each unknown
 	// device code polled, per source network.
 	codeLimit, badPollLimit *netLimiter
+	evicted                 int       // codes dropped at the cap since capWarned
+	capWarned               time.Time // when the log last said so
 	now                     func() time.Time
 }
 
@@ -370,6 +372,10 @@ func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("enroll: peer_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + - (starting with a letter or digit)", req.PeerID))
 		return
 	}
+	if len(req.DeviceName) > registry.MaxField {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("enroll: device_name must be at most %d bytes (this one has %d)", registry.MaxField, len(req.DeviceName)))
+		return
+	}
 	deviceCode, err := randomSecret("")
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "enroll: no randomness: "+err.Error())
@@ -395,8 +401,14 @@ func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		e.dropLocked(victim, dropEvicted)
-		s.log.Warn("pairing code dropped to make room: all are taken", "channel", victim.channelID, "code", victim.code, "from", netName(victim.network),
-			"pending_from_it", e.perNet[victim.network]+1, "for", netName(network), "cap", maxPending)
+		// One line a minute at most: a flood from many networks evicts
+		// on every request.
+		if e.evicted++; now.Sub(e.capWarned) >= time.Minute || now.Before(e.capWarned) {
+			evicted := e.evicted
+			e.evicted, e.capWarned = 0, now
+			defer s.log.Warn("pairing codes at the cap: the oldest unapproved code of the network holding the most made room for another network",
+				"cap", maxPending, "dropped_since_last_warning", evicted, "last_dropped_from", netName(victim.network), "for", netName(network))
+		}
 	}
 	var code string
 	for code == "" || e.byCode[code] != nil {
@@ -599,6 +611,10 @@ func (s *Server) approveEnroll(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := checkTags(req.Tags); err != nil {
 		writeError(w, http.StatusBadRequest, "approve: "+err.Error())
+		return
+	}
+	if len(req.Name) > registry.MaxField {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("approve: name must be at most %d bytes (this one has %d)", registry.MaxField, len(req.Name)))
 		return
 	}
 	ch := s.rt.channels[p.channelID]

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -43,6 +42,12 @@ func (c *fakeClock) Add(d time.Duration) {
 // serveEnroll runs a server with enrollment on terminal-dev and the
 // enrollment clock given (set before the server takes a request).
 func serveEnroll(t *testing.T, mutate func(*config.Config)) (*testServer, *fakeClock) {
+	ts, clk, _ := serveEnrollLogs(t, mutate)
+	return ts, clk
+}
+
+// serveEnrollLogs is serveEnroll with the server's log (debug level).
+func serveEnrollLogs(t *testing.T, mutate func(*config.Config)) (*testServer, *fakeClock, *syncBuffer) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
@@ -50,7 +55,8 @@ func serveEnroll(t *testing.T, mutate func(*config.Config)) (*testServer, *fakeC
 	if mutate != nil {
 		mutate(cfg)
 	}
-	s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	logs := &syncBuffer{}
+	s, err := New(cfg, Options{Logger: debugLogger(logs)})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -66,7 +72,7 @@ func serveEnroll(t *testing.T, mutate func(*config.Config)) (*testServer, *fakeC
 		}
 		hs.Close()
 	})
-	return &testServer{Server: s, http: hs, ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/api/channels/terminal-dev/ws"}, clk
+	return &testServer{Server: s, http: hs, ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/api/channels/terminal-dev/ws"}, clk, logs
 }
 
 // device is an HTTP client whose connections come from one loopback
@@ -247,7 +253,7 @@ func TestEnrollFullCapMakesRoom(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1,000 connections")
 	}
-	ts, clk := serveEnroll(t, nil)
+	ts, clk, logs := serveEnrollLogs(t, nil)
 	var first enroll.Grant
 	for k := 0; k < maxPending; k++ {
 		g, a := deviceAt(t, fmt.Sprintf("127.%d.%d.1", 1+k/256, k%256)).start(ts)
@@ -278,6 +284,15 @@ func TestEnrollFullCapMakesRoom(t *testing.T) {
 	if r := api(t, "POST", ts.http.URL+"/api/enrollments/"+first.Code+"/approve", "", `{"peer_id":"x"}`); r.status != http.StatusGone ||
 		!strings.Contains(string(r.body), "to make room") {
 		t.Fatalf("approving the evicted code: %d %s", r.status, r.body)
+	}
+	// More networks make more room; the log says so once a minute.
+	for i := 10; i < 20; i++ {
+		if _, a := deviceAt(t, fmt.Sprintf("127.9.%d.1", i)).start(ts); a.status != 200 {
+			t.Fatalf("network 127.9.%d.0/24 at the cap: %d %s", i, a.status, a.body)
+		}
+	}
+	if n := strings.Count(logs.String(), "pairing codes at the cap"); n != 1 {
+		t.Fatalf("%d log lines about the cap for 11 codes dropped in a second, want 1", n)
 	}
 }
 
@@ -390,5 +405,24 @@ func TestEnrollDeny(t *testing.T) {
 		if r := api(t, m, ts.http.URL+path, operatorSecret, `{"peer_id":"x"}`); r.status != http.StatusGone || !strings.Contains(string(r.body), "denied") {
 			t.Fatalf("%s %s after deny: %d %s", m, path, r.status, r.body)
 		}
+	}
+}
+
+// A device_name or an approved name longer than the registry takes is
+// refused with the reason (a pending code holds a few hundred bytes).
+func TestEnrollNamesBounded(t *testing.T) {
+	ts, _ := serveEnroll(t, nil)
+	d := deviceAt(t, "127.0.11.1")
+	if a := d.post(enrollURL(ts), `{"device_name":"`+strings.Repeat("n", 129)+`"}`); a.status != 400 || !strings.Contains(a.body, "device_name must be at most 128 bytes (this one has 129)") {
+		t.Fatalf("device_name of 129 bytes: %d %s", a.status, a.body)
+	}
+	a := d.post(enrollURL(ts), `{"device_name":"`+strings.Repeat("n", 128)+`"}`)
+	var g enroll.Grant
+	if a.status != 200 || json.Unmarshal([]byte(a.body), &g) != nil {
+		t.Fatalf("device_name of 128 bytes: %d %s", a.status, a.body)
+	}
+	if r := api(t, "POST", ts.http.URL+"/api/enrollments/"+g.Code+"/approve", "", `{"peer_id":"p","name":"`+strings.Repeat("n", 129)+`"}`); r.status != 400 ||
+		!strings.Contains(string(r.body), "name must be at most 128 bytes") {
+		t.Fatalf("approving with a name of 129 bytes: %d %s", r.status, r.body)
 	}
 }
