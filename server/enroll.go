@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"sort"
 	"strconv"
 	"sync"
@@ -25,11 +26,32 @@ import (
 // grant). A device with no token POSTs to the channel's enroll endpoint
 // (no credentials) and gets a short code and a device code; it shows the
 // code on its screen and polls .../enroll/token with the device code. An
-// operator approves the code (POST /api/enrollments/{code}/approve); the
-// server makes a device token, binds its digest to the peer in the
-// workspace (credentials.go) and hands the token to the device's next
-// poll, once. Codes expire, are single use, and both asking for codes and
-// guessing them are rate-limited per remote address.
+// operator approves the code (POST /api/enrollments/{code}/approve) or
+// denies it (DELETE /api/enrollments/{code}); the server makes a device
+// token, binds its digest to the peer in the workspace (credentials.go)
+// and hands the token to the device's next poll, once.
+//
+// Nobody without credentials can lock enrollment (issue 22):
+//   - The operator routes take the operator's own authentication (auth.go)
+//     and no limit: what devices do never refuses an operator.
+//   - The device routes are limited per source network (IPv4 /24, IPv6
+//     /64; an IPv4-mapped IPv6 address counts as IPv4): codes asked for,
+//     unknown device codes polled, and codes pending at once. A network
+//     past its budget gets 429; other networks are unaffected.
+//   - A known device code is limited on its own: polled faster than half
+//     its interval it answers slow_down (RFC 8628) and its interval grows.
+//     The network's budget for unknown codes never refuses a known one,
+//     so real devices behind a guessing neighbour keep polling.
+//   - A code whose device stops polling (idlePolls intervals) is dropped,
+//     from the list and the console too; the global cap (maxPending) when
+//     full gives a network holding fewer codes room by dropping the oldest
+//     unapproved code of the network holding the most.
+//   - A device code dropped (expired, abandoned, evicted, denied) is
+//     remembered (maxDropped) so its device's next poll says why
+//     (expired_token: ask for a new code; access_denied) instead of
+//     invalid_grant.
+// Guessing stays infeasible: a device code is 256 random bits, and a
+// pairing code (30 bits) is only taken by the operator's approval.
 
 const (
 	enrollPattern      = "POST /api/channels/{channel_id}/enroll"
@@ -37,8 +59,19 @@ const (
 
 	defaultCodeSeconds = 600
 	pollInterval       = 2 // seconds between a device's polls
-	maxPending         = 1000
+	idlePolls          = 3 // a code not polled for this many intervals is dropped
+	slowDownStep       = 5 * time.Second
+	maxPending         = 1000 // codes waiting, all networks
+	maxPendingPerNet   = 16   // codes waiting from one /24 or /64
+	netCodeBurst       = 16   // codes one network may ask for at once,
+	netCodeEvery       = 4 * time.Second
+	netBadPollBurst    = 16 // unknown device codes one network may poll at once,
+	netBadPollEvery    = 4 * time.Second
+	maxDropped         = 2048 // dropped device codes remembered
+	maxNetBuckets      = 10000
 	maxEnrollBody      = 4 << 10
+
+	accessDenied = "access_denied" // RFC 8628 section 3.5
 )
 
 // deviceOpen reports whether a route takes no admin token: the device
@@ -53,51 +86,160 @@ type pending struct {
 	deviceDigest      config.Digest
 	peerID, name      string // suggested by the device; set by the approval
 	remote            string
+	network           netip.Prefix // sourceNet(remote)
 	requested, expiry time.Time
+	lastPoll          time.Time     // requested until the first poll
+	polled            bool          // lastPoll is a poll
+	interval          time.Duration // grows by slowDownStep with each slow_down
 	approved          bool
 	approvedBy        string
 	token             string // from approval until the device collects it
+}
+
+// Why a code left before its device collected its token.
+const (
+	dropCollected = iota // the token was handed over: no answer kept
+	dropExpired
+	dropAbandoned
+	dropEvicted
+	dropDenied
+)
+
+// droppedRef is a dropped code in the ring of those remembered.
+type droppedRef struct {
+	deviceDigest config.Digest
+	code         string
 }
 
 type enrollments struct {
 	mu       sync.Mutex
 	byCode   map[string]*pending
 	byDevice map[config.Digest]*pending
-	// codeLimit charges each code asked for; guessLimit each failed
-	// approval or unknown device code, per remote address.
-	codeLimit, guessLimit *addrLimiter
-	now                   func() time.Time
+	perNet   map[netip.Prefix]int // codes in byCode per source network
+	// dropped and droppedCodes remember why recent codes left, by device
+	// code and by pairing code (a ring of maxDropped).
+	dropped      map[config.Digest]int
+	droppedCodes map[string]int
+	droppedRing  []droppedRef
+	droppedNext  int
+	// codeLimit charges each code asked for, badPollLimit each unknown
+	// device code polled, per source network.
+	codeLimit, badPollLimit *netLimiter
+	evicted                 int       // codes dropped at the cap since capWarned
+	capWarned               time.Time // when the log last said so
+	now                     func() time.Time
 }
 
 func newEnrollments() *enrollments {
-	return &enrollments{byCode: map[string]*pending{}, byDevice: map[config.Digest]*pending{},
-		codeLimit:  newAddrLimiter(5, 12*time.Second),
-		guessLimit: newAddrLimiter(5, 12*time.Second),
-		now:        time.Now}
+	return &enrollments{byCode: map[string]*pending{}, byDevice: map[config.Digest]*pending{}, perNet: map[netip.Prefix]int{},
+		dropped: map[config.Digest]int{}, droppedCodes: map[string]int{}, droppedRing: make([]droppedRef, 0, maxDropped),
+		codeLimit:    newNetLimiter(netCodeBurst, netCodeEvery),
+		badPollLimit: newNetLimiter(netBadPollBurst, netBadPollEvery),
+		now:          time.Now}
 }
 
-// sweepLocked drops what expired.
+// idleAfter is how long p may go unpolled before it is dropped.
+func (p *pending) idleAfter() time.Duration { return idlePolls * p.interval }
+
+// sweepLocked drops what expired, and unapproved codes whose device
+// stopped polling. (An approved code waits for its device until it
+// expires: its token is bound already.)
 func (e *enrollments) sweepLocked(now time.Time) {
-	for c, p := range e.byCode {
-		if now.After(p.expiry) {
-			delete(e.byCode, c)
-			delete(e.byDevice, p.deviceDigest)
+	for _, p := range e.byCode {
+		switch {
+		case now.After(p.expiry):
+			e.dropLocked(p, dropExpired)
+		case !p.approved && now.Sub(p.lastPoll) > p.idleAfter():
+			e.dropLocked(p, dropAbandoned)
 		}
 	}
 }
 
-func (e *enrollments) dropLocked(p *pending) {
-	delete(e.byCode, p.code)
-	delete(e.byDevice, p.deviceDigest)
+func (e *enrollments) addLocked(p *pending) {
+	e.byCode[p.code], e.byDevice[p.deviceDigest] = p, p
+	e.perNet[p.network]++
 }
 
-// addrLimiter is a token bucket per remote address: burst at once, then
-// one per interval.
-type addrLimiter struct {
+func (e *enrollments) dropLocked(p *pending, why int) {
+	if e.byCode[p.code] != p {
+		return
+	}
+	delete(e.byCode, p.code)
+	delete(e.byDevice, p.deviceDigest)
+	if e.perNet[p.network]--; e.perNet[p.network] <= 0 {
+		delete(e.perNet, p.network)
+	}
+	if why == dropCollected {
+		return
+	}
+	p.token = ""
+	if len(e.droppedRing) < maxDropped {
+		e.droppedRing = append(e.droppedRing, droppedRef{p.deviceDigest, p.code})
+	} else {
+		old := e.droppedRing[e.droppedNext]
+		delete(e.dropped, old.deviceDigest)
+		delete(e.droppedCodes, old.code)
+		e.droppedRing[e.droppedNext] = droppedRef{p.deviceDigest, p.code}
+		e.droppedNext = (e.droppedNext + 1) % maxDropped
+	}
+	e.dropped[p.deviceDigest], e.droppedCodes[p.code] = why, why
+}
+
+// evictableLocked returns the code to drop so that network may have one
+// while all maxPending are taken: the oldest unapproved code of the
+// network holding the most, if that is more than network holds; else nil.
+func (e *enrollments) evictableLocked(network netip.Prefix) *pending {
+	mine := e.perNet[network]
+	var victim *pending
+	for _, p := range e.byCode {
+		n := e.perNet[p.network]
+		if p.approved || n <= mine {
+			continue
+		}
+		if victim == nil || n > e.perNet[victim.network] || n == e.perNet[victim.network] && p.requested.Before(victim.requested) {
+			victim = p
+		}
+	}
+	return victim
+}
+
+// sourceNet is the network a remote address ("ip:port") is limited by:
+// its IPv4 /24 or IPv6 /64 (an IPv4-mapped IPv6 address counts as IPv4,
+// a zone is ignored). An address that does not parse gives the invalid
+// Prefix, one network for all such.
+func sourceNet(remote string) netip.Prefix {
+	host := remote
+	if h, _, err := net.SplitHostPort(remote); err == nil {
+		host = h
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	a = a.Unmap().WithZone("")
+	bits := 64
+	if a.Is4() {
+		bits = 24
+	}
+	p, _ := a.Prefix(bits)
+	return p
+}
+
+func netName(p netip.Prefix) string {
+	if !p.IsValid() {
+		return "an address that is not IP"
+	}
+	return "network " + p.String()
+}
+
+// netLimiter is a token bucket per source network: burst at once, then
+// one per interval. It tracks at most maxNetBuckets networks: past that
+// it forgets the refilled ones, then any.
+type netLimiter struct {
 	mu       sync.Mutex
 	burst    float64
 	interval time.Duration
-	buckets  map[string]*bucket
+	buckets  map[netip.Prefix]*bucket
 }
 
 type bucket struct {
@@ -105,45 +247,42 @@ type bucket struct {
 	last   time.Time
 }
 
-func newAddrLimiter(burst int, interval time.Duration) *addrLimiter {
-	return &addrLimiter{burst: float64(burst), interval: interval, buckets: map[string]*bucket{}}
+func newNetLimiter(burst int, interval time.Duration) *netLimiter {
+	return &netLimiter{burst: float64(burst), interval: interval, buckets: map[netip.Prefix]*bucket{}}
 }
 
-func (l *addrLimiter) refillLocked(addr string, now time.Time) *bucket {
-	b := l.buckets[addr]
+func (l *netLimiter) refillLocked(n netip.Prefix, now time.Time) *bucket {
+	b := l.buckets[n]
 	if b == nil {
-		if len(l.buckets) >= 10000 { // forget full buckets first
-			for a, o := range l.buckets {
-				if now.Sub(o.last) > time.Duration(l.burst)*l.interval {
-					delete(l.buckets, a)
+		if len(l.buckets) >= maxNetBuckets {
+			for k, o := range l.buckets { // forget full buckets first
+				if now.Sub(o.last) >= time.Duration(l.burst)*l.interval {
+					delete(l.buckets, k)
 				}
+			}
+			for k := range l.buckets { // then any
+				if len(l.buckets) < maxNetBuckets {
+					break
+				}
+				delete(l.buckets, k)
 			}
 		}
 		b = &bucket{tokens: l.burst, last: now}
-		l.buckets[addr] = b
+		l.buckets[n] = b
 	}
-	b.tokens = math.Min(l.burst, b.tokens+float64(now.Sub(b.last))/float64(l.interval))
-	b.last = now
+	if now.After(b.last) {
+		b.tokens = math.Min(l.burst, b.tokens+float64(now.Sub(b.last))/float64(l.interval))
+		b.last = now
+	}
 	return b
 }
 
-// allow reports whether addr has a token left (without taking it), and
-// else how long until it has.
-func (l *addrLimiter) allow(addr string, now time.Time) (bool, time.Duration) {
+// take takes a token of network n if there is one, and else reports how
+// long until there is.
+func (l *netLimiter) take(n netip.Prefix, now time.Time) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b := l.refillLocked(addr, now)
-	if b.tokens >= 1 {
-		return true, 0
-	}
-	return false, time.Duration((1 - b.tokens) * float64(l.interval))
-}
-
-// take takes a token if there is one.
-func (l *addrLimiter) take(addr string, now time.Time) (bool, time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.refillLocked(addr, now)
+	b := l.refillLocked(n, now)
 	if b.tokens >= 1 {
 		b.tokens--
 		return true, 0
@@ -158,14 +297,6 @@ func tooMany(w http.ResponseWriter, retry time.Duration, what string) {
 		Description: fmt.Sprintf("%s; try again in %d s", what, secs)})
 }
 
-func remoteHost(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
 // enrollRoutes registers the enrollment routes; the device's two take no
 // admin token (deviceOpen), the operator's need the operator role.
 func (s *Server) enrollRoutes(mux interface {
@@ -176,6 +307,7 @@ func (s *Server) enrollRoutes(mux interface {
 	mux.HandleFunc(enrollTokenPattern, s.pollEnroll)
 	mux.HandleFunc("GET /api/enrollments", s.listEnrollments) // viewers may see codes; approving takes an operator
 	mux.HandleFunc("POST /api/enrollments/{code}/approve", s.approveEnroll)
+	mux.HandleFunc("DELETE /api/enrollments/{code}", s.denyEnroll)
 }
 
 func (s *Server) enrollChannel(w http.ResponseWriter, r *http.Request) *channel {
@@ -192,22 +324,6 @@ func (s *Server) enrollChannel(w http.ResponseWriter, r *http.Request) *channel 
 		return ch
 	}
 	return nil
-}
-
-// enrollGate begins both device routes: the channel (nil: answered
-// already), then the remote address's rate limit (limit takes a token or
-// only checks there is one); tooMuch starts the 429's text.
-func (s *Server) enrollGate(w http.ResponseWriter, r *http.Request, limit func(string, time.Time) (bool, time.Duration), tooMuch string) (*channel, string, time.Time) {
-	addr, now := remoteHost(r), s.enroll.now()
-	ch := s.enrollChannel(w, r)
-	if ch == nil {
-		return nil, addr, now
-	}
-	if ok, retry := limit(addr, now); !ok {
-		tooMany(w, retry, tooMuch+addr)
-		return nil, addr, now
-	}
-	return ch, addr, now
 }
 
 // decodeBody reads an optional JSON body into v.
@@ -238,8 +354,13 @@ func randomSecret(prefix string) (string, error) {
 
 func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 	e := s.enroll
-	ch, _, now := s.enrollGate(w, r, e.codeLimit.take, "too many pairing codes asked for from ")
+	ch := s.enrollChannel(w, r)
 	if ch == nil {
+		return
+	}
+	now, network := e.now(), sourceNet(r.RemoteAddr)
+	if ok, retry := e.codeLimit.take(network, now); !ok {
+		tooMany(w, retry, fmt.Sprintf("too many pairing codes asked for from %s (%d at once, then one every %s)", netName(network), netCodeBurst, netCodeEvery))
 		return
 	}
 	var req enroll.StartRequest
@@ -249,6 +370,10 @@ func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.PeerID != "" && !idRE.MatchString(req.PeerID) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("enroll: peer_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + - (starting with a letter or digit)", req.PeerID))
+		return
+	}
+	if len(req.DeviceName) > registry.MaxField {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("enroll: device_name must be at most %d bytes (this one has %d)", registry.MaxField, len(req.DeviceName)))
 		return
 	}
 	deviceCode, err := randomSecret("")
@@ -262,11 +387,28 @@ func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 	}
 	e.mu.Lock()
 	e.sweepLocked(now)
-	if len(e.byCode) >= maxPending {
+	if n := e.perNet[network]; n >= maxPendingPerNet {
 		e.mu.Unlock()
-		w.Header().Set("Retry-After", "60")
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("enroll: %d pairing codes are waiting for approval already; try again later", maxPending))
+		tooMany(w, idlePolls*pollInterval*time.Second, fmt.Sprintf("enroll: %d pairing codes from %s are waiting for approval already (at most %d per network); approve or deny them, or wait until their devices stop polling", n, netName(network), maxPendingPerNet))
 		return
+	}
+	if len(e.byCode) >= maxPending {
+		victim := e.evictableLocked(network)
+		if victim == nil {
+			e.mu.Unlock()
+			w.Header().Set("Retry-After", "60")
+			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("enroll: %d pairing codes are waiting for approval already, and %s holds as many as any other network; try again later", maxPending, netName(network)))
+			return
+		}
+		e.dropLocked(victim, dropEvicted)
+		// One line a minute at most: a flood from many networks evicts
+		// on every request.
+		if e.evicted++; now.Sub(e.capWarned) >= time.Minute || now.Before(e.capWarned) {
+			evicted := e.evicted
+			e.evicted, e.capWarned = 0, now
+			defer s.log.Warn("pairing codes at the cap: the oldest unapproved code of the network holding the most made room for another network",
+				"cap", maxPending, "dropped_since_last_warning", evicted, "last_dropped_from", netName(victim.network), "for", netName(network))
+		}
 	}
 	var code string
 	for code == "" || e.byCode[code] != nil {
@@ -277,8 +419,8 @@ func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p := &pending{code: code, channelID: ch.id, deviceDigest: config.DigestOf(deviceCode), peerID: req.PeerID, name: req.DeviceName,
-		remote: r.RemoteAddr, requested: now, expiry: now.Add(ttl)}
-	e.byCode[code], e.byDevice[p.deviceDigest] = p, p
+		remote: r.RemoteAddr, network: network, requested: now, expiry: now.Add(ttl), lastPoll: now, interval: pollInterval * time.Second}
+	e.addLocked(p)
 	e.mu.Unlock()
 
 	ch.events.Add(events.Event{Event: evEnrollmentRequested, PeerID: req.PeerID,
@@ -292,12 +434,27 @@ func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 		ExpiresIn: int(ttl / time.Second), Interval: pollInterval})
 }
 
+// droppedAnswer is the poll answer for a device code that left before
+// its token was collected.
+func droppedAnswer(why int, idle time.Duration) enroll.ErrorResponse {
+	switch why {
+	case dropDenied:
+		return enroll.ErrorResponse{Error: accessDenied, Description: "an operator denied this pairing code"}
+	case dropAbandoned:
+		return enroll.ErrorResponse{Error: enroll.Expired, Description: fmt.Sprintf("the pairing code was dropped: it was not polled for %s; ask for a new one", idle)}
+	case dropEvicted:
+		return enroll.ErrorResponse{Error: enroll.Expired, Description: "the pairing code was dropped to make room (all are taken, most by the network this one came from); ask for a new one"}
+	}
+	return enroll.ErrorResponse{Error: enroll.Expired, Description: "the pairing code expired before an operator approved it: ask for a new one"}
+}
+
 func (s *Server) pollEnroll(w http.ResponseWriter, r *http.Request) {
 	e := s.enroll
-	ch, addr, now := s.enrollGate(w, r, e.guessLimit.allow, "too many unknown device codes or pairing codes from ")
+	ch := s.enrollChannel(w, r)
 	if ch == nil {
 		return
 	}
+	now, network := e.now(), sourceNet(r.RemoteAddr)
 	var req enroll.TokenRequest
 	if err := decodeBody(r, &req); err != nil || req.DeviceCode == "" {
 		writeJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: "invalid_request", Description: "send {\"device_code\": ...} from the enroll answer"})
@@ -305,26 +462,45 @@ func (s *Server) pollEnroll(w http.ResponseWriter, r *http.Request) {
 	}
 	d := config.DigestOf(req.DeviceCode)
 	e.mu.Lock()
+	e.sweepLocked(now)
 	p := e.byDevice[d]
+	if p == nil || p.channelID != ch.id {
+		why, gone := e.dropped[d]
+		e.mu.Unlock()
+		switch {
+		case gone:
+			writeJSON(w, http.StatusBadRequest, droppedAnswer(why, idlePolls*pollInterval*time.Second))
+		default:
+			// Only an unknown device code costs its network: a device
+			// that lost its code pays once, then asks for a new one.
+			if ok, retry := e.badPollLimit.take(network, now); !ok {
+				tooMany(w, retry, fmt.Sprintf("too many unknown device codes polled from %s (%d at once, then one every %s)", netName(network), netBadPollBurst, netBadPollEvery))
+				return
+			}
+			writeJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: enroll.Invalid, Description: "unknown device code (already used, or never issued): ask for a new pairing code"})
+		}
+		return
+	}
+	since := now.Sub(p.lastPoll)
+	fast := p.polled && since < p.interval/2
+	p.lastPoll, p.polled = now, true
 	switch {
-	case p == nil || p.channelID != ch.id:
-		e.mu.Unlock()
-		e.guessLimit.take(addr, now)
-		writeJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: enroll.Invalid, Description: "unknown device code (already used, or never issued): ask for a new pairing code"})
-	case now.After(p.expiry):
-		e.dropLocked(p)
-		e.mu.Unlock()
-		writeJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: enroll.Expired, Description: "the pairing code expired before an operator approved it: ask for a new one"})
-	case !p.approved:
-		e.mu.Unlock()
-		writeJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: enroll.Pending, Description: "waiting for an operator to approve code " + p.code})
-	default:
-		e.dropLocked(p) // single use: the token is handed over once
+	case p.approved:
+		e.dropLocked(p, dropCollected) // single use: the token is handed over once
 		tok, peer := p.token, p.peerID
 		p.token = ""
 		e.mu.Unlock()
 		s.log.Info("device token collected by the enrolled device", "channel", ch.id, "peer_id", peer, "remote", r.RemoteAddr)
 		writeJSON(w, http.StatusOK, enroll.TokenResponse{Token: tok, PeerID: peer, ChannelID: ch.id})
+	case fast: // this code's own limit (RFC 8628 section 3.5)
+		p.interval += slowDownStep
+		interval := p.interval
+		e.mu.Unlock()
+		writeJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: enroll.SlowDown,
+			Description: fmt.Sprintf("polled %s after the last poll; poll every %s from now on", since.Round(time.Millisecond), interval)})
+	default:
+		e.mu.Unlock()
+		writeJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: enroll.Pending, Description: "waiting for an operator to approve code " + p.code})
 	}
 }
 
@@ -348,7 +524,9 @@ type pendingView struct {
 	PeerID      string    `json:"peer_id,omitempty"`
 	DeviceName  string    `json:"device_name,omitempty"`
 	Remote      string    `json:"remote"`
+	Network     string    `json:"network"` // the source network it is limited by
 	RequestedAt time.Time `json:"requested_at"`
+	LastPollAt  time.Time `json:"last_poll_at"` // requested_at until its device polls
 	ExpiresAt   time.Time `json:"expires_at"`
 	Approved    bool      `json:"approved"`
 }
@@ -360,7 +538,7 @@ func (s *Server) listEnrollments(w http.ResponseWriter, _ *http.Request) {
 	out := make([]pendingView, 0, len(e.byCode))
 	for _, p := range e.byCode {
 		out = append(out, pendingView{Code: p.code, ChannelID: p.channelID, PeerID: p.peerID, DeviceName: p.name, Remote: p.remote,
-			RequestedAt: p.requested.UTC(), ExpiresAt: p.expiry.UTC(), Approved: p.approved})
+			Network: p.network.String(), RequestedAt: p.requested.UTC(), LastPollAt: p.lastPoll.UTC(), ExpiresAt: p.expiry.UTC(), Approved: p.approved})
 	}
 	e.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].RequestedAt.Before(out[j].RequestedAt) })
@@ -374,20 +552,32 @@ type approveRequest struct {
 	Tags   map[string]string `json:"tags"`
 }
 
+// notPendingLocked answers a pairing code the operator typed that is not
+// pending: 410 when it was dropped lately, with why; else 404.
+func (e *enrollments) notPendingLocked(w http.ResponseWriter, code string) {
+	why, gone := e.droppedCodes[code]
+	switch {
+	case !gone:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no pending pairing code %s: mistyped, already used, or gone long ago (GET /api/enrollments lists the pending ones)", code))
+	case why == dropExpired:
+		writeError(w, http.StatusGone, "pairing code "+code+" expired; the device asks for a new one")
+	case why == dropAbandoned:
+		writeError(w, http.StatusGone, fmt.Sprintf("pairing code %s was dropped: its device stopped polling (none for %d s); a device still waiting asks for a new one", code, idlePolls*pollInterval))
+	case why == dropEvicted:
+		writeError(w, http.StatusGone, "pairing code "+code+" was dropped to make room for a device of another network (all codes were taken); the device asks for a new one")
+	default:
+		writeError(w, http.StatusGone, "pairing code "+code+" was denied")
+	}
+}
+
+// approveEnroll and denyEnroll are operator routes: the guard has
+// authenticated the operator, and nothing a device does limits them.
 func (s *Server) approveEnroll(w http.ResponseWriter, r *http.Request) {
-	e, addr := s.enroll, remoteHost(r)
+	e := s.enroll
 	now := e.now()
-	if ok, retry := e.guessLimit.allow(addr, now); !ok {
-		tooMany(w, retry, "too many wrong pairing codes from "+addr)
-		return
-	}
-	fail := func(status int, msg string) {
-		e.guessLimit.take(addr, now)
-		writeError(w, status, msg)
-	}
 	code, err := enroll.ParseCode(r.PathValue("code"))
 	if err != nil {
-		fail(http.StatusBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	var req approveRequest
@@ -397,17 +587,14 @@ func (s *Server) approveEnroll(w http.ResponseWriter, r *http.Request) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.sweepLocked(now)
 	p := e.byCode[code]
 	switch {
 	case p == nil:
-		fail(http.StatusNotFound, "no pending pairing code "+code+": mistyped, already used, or expired (GET /api/enrollments lists the pending ones)")
-		return
-	case now.After(p.expiry):
-		e.dropLocked(p)
-		fail(http.StatusGone, "pairing code "+code+" expired at "+p.expiry.UTC().Format(time.RFC3339)+"; the device asks for a new one")
+		e.notPendingLocked(w, code)
 		return
 	case p.approved:
-		fail(http.StatusConflict, "pairing code "+code+" is already approved (for peer_id "+p.peerID+"); codes are single use")
+		writeError(w, http.StatusConflict, "pairing code "+code+" is already approved (for peer_id "+p.peerID+"); codes are single use")
 		return
 	}
 	peer := req.PeerID
@@ -424,6 +611,10 @@ func (s *Server) approveEnroll(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := checkTags(req.Tags); err != nil {
 		writeError(w, http.StatusBadRequest, "approve: "+err.Error())
+		return
+	}
+	if len(req.Name) > registry.MaxField {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("approve: name must be at most %d bytes (this one has %d)", registry.MaxField, len(req.Name)))
 		return
 	}
 	ch := s.rt.channels[p.channelID]
@@ -457,6 +648,36 @@ func (s *Server) approveEnroll(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("enrollment approved", "channel", ch.id, "peer_id", peer, "operator", op.Name, "device_remote", p.remote)
 	writeJSON(w, http.StatusOK, map[string]any{"code": code, "channel_id": ch.id, "peer_id": peer, "name": name, "tags": req.Tags,
 		"note": "the device collects its token on its next poll"})
+}
+
+// denyEnroll drops a pending code (DELETE /api/enrollments/{code}); its
+// device's next poll answers access_denied.
+func (s *Server) denyEnroll(w http.ResponseWriter, r *http.Request) {
+	e := s.enroll
+	code, err := enroll.ParseCode(r.PathValue("code"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	e.mu.Lock()
+	e.sweepLocked(e.now())
+	p := e.byCode[code]
+	switch {
+	case p == nil:
+		e.notPendingLocked(w, code)
+		e.mu.Unlock()
+		return
+	case p.approved:
+		e.mu.Unlock()
+		writeError(w, http.StatusConflict, "pairing code "+code+" is approved already (peer_id "+p.peerID+"); revoke its token with DELETE /api/channels/"+p.channelID+"/bindings/"+p.peerID)
+		return
+	}
+	e.dropLocked(p, dropDenied)
+	e.mu.Unlock()
+	op := OperatorOf(r)
+	s.log.Info("enrollment denied", "channel", p.channelID, "code", code, "operator", op.Name, "device_remote", p.remote)
+	writeJSON(w, http.StatusOK, map[string]any{"code": code, "channel_id": p.channelID, "denied": true,
+		"note": "the device is told on its next poll (access_denied)"})
 }
 
 // enrollmentOn reports whether any enabled channel takes enrollment (for

@@ -23,6 +23,7 @@ import (
 	"termlink/device"
 	"termlink/display/hd44780"
 	"termlink/link"
+	"termlink/link/enroll"
 	"termlink/server/config"
 	"termlink/server/servertest"
 	"termlink/testrig/lcdemu"
@@ -515,13 +516,23 @@ func TestConsoleApprovesPairing(t *testing.T) {
 		}
 		return resp.StatusCode
 	}
-	var grant struct {
-		Code       string `json:"code"`
-		DeviceCode string `json:"device_code"`
-	}
+	var grant enroll.Grant
 	if st := post("/api/channels/"+channelID+"/enroll", map[string]string{"device_name": "lobby-pi"}, &grant); st != http.StatusOK || grant.Code == "" {
 		t.Fatalf("enroll: status %d, %+v", st, grant)
 	}
+	// The device polls while it waits, as a real one does (the server
+	// drops a code nobody polls), and collects its token once approved.
+	type collected struct {
+		tr  enroll.TokenResponse
+		err error
+	}
+	got := make(chan collected, 1)
+	wctx, stopWaiting := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer stopWaiting()
+	go func() {
+		tr, err := enroll.Client{Endpoint: base + "/api/channels/" + channelID + "/enroll"}.Wait(wctx, grant)
+		got <- collected{tr, err}
+	}()
 	b := startBrowser(t, chromium)
 	b.must("opening the console", chromedp.Navigate(base+"/"))
 	item := fmt.Sprintf(`[data-testid=pairing-request][data-code=%q]`, grant.Code)
@@ -533,12 +544,8 @@ func TestConsoleApprovesPairing(t *testing.T) {
 		chromedp.Click(item+` [data-testid=pair-approve]`, chromedp.ByQuery))
 	b.waitFor("the console says it is approved", fmt.Sprintf(`/Approved as lobby-1/.test(document.querySelector(%q).textContent)`, item+` [data-testid=pair-result]`))
 	b.screenshot("pairing-approved")
-	var tok struct {
-		Token  string `json:"token"`
-		PeerID string `json:"peer_id"`
-	}
-	if st := post("/api/channels/"+channelID+"/enroll/token", map[string]string{"device_code": grant.DeviceCode}, &tok); st != http.StatusOK || tok.Token == "" || tok.PeerID != "lobby-1" {
-		t.Fatalf("collecting the token: status %d, peer %q, token given %v; want 200 for lobby-1", st, tok.PeerID, tok.Token != "")
+	if c := <-got; c.err != nil || c.tr.Token == "" || c.tr.PeerID != "lobby-1" {
+		t.Fatalf("collecting the token: %v, peer %q, token given %v; want lobby-1", c.err, c.tr.PeerID, c.tr.Token != "")
 	}
 	b.waitFor("the collected code leaves the list", fmt.Sprintf(`!document.querySelector(%q)`, item))
 }
