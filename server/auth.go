@@ -356,7 +356,7 @@ func (s *Server) checkHost(r *http.Request) string {
 // checkOrigin returns why r comes from a page of another origin, or ""
 // when it does not (a same-origin page, or no browser at all).
 func (s *Server) checkOrigin(r *http.Request) string {
-	const only = "the operator API answers its own console and clients that are not browsers only"
+	const only = "this server takes requests from its own pages (the console) and from clients that are not browsers"
 	site := r.Header.Get("Sec-Fetch-Site")
 	origin := r.Header.Get("Origin")
 	if strings.EqualFold(site, "cross-site") {
@@ -439,8 +439,10 @@ func checkJSONBody(body []byte) error {
 	case err != nil:
 		return fmt.Errorf("the body must be a JSON object: %v", err) // the API's bodies are all objects
 	}
-	if path, key := duplicateKey(root, "$"); path != "" {
-		return fmt.Errorf("the body gives key %q twice in %s: each key may appear once", truncateUTF8(key, 100), path)
+	if path, key := duplicateKey(root, "$"); path == "$" {
+		return fmt.Errorf("the body gives key %q twice: each key may appear once", truncateUTF8(key, 100))
+	} else if path != "" {
+		return fmt.Errorf("the body gives key %q twice in %s: each key may appear once", truncateUTF8(key, 100), truncateUTF8(strings.TrimPrefix(path, "$."), 200))
 	}
 	return nil
 }

@@ -126,8 +126,8 @@ func TestBrowserSafeOperatorAPI(t *testing.T) {
 				{"JSON, charset utf-8", browserReq{header: map[string]string{"Content-Type": "Application/JSON; charset=UTF-8"}}, 201, ""},
 
 				// The body policy (row 9): the device wire's.
-				{"duplicate key", browserReq{header: map[string]string{"Content-Type": jsonCT}, body: `{"text":"hello","text":"again"}`}, 400, `the body gives key \"text\" twice in $`},
-				{"duplicate nested key", browserReq{path: "/api/channels/terminal-dev/notices", header: map[string]string{"Content-Type": jsonCT}, body: `{"text":"hi","tags":{"site":"a","site":"b"}}`}, 400, `key \"site\" twice in $.tags`},
+				{"duplicate key", browserReq{header: map[string]string{"Content-Type": jsonCT}, body: `{"text":"hello","text":"again"}`}, 400, `the body gives key \"text\" twice: each`},
+				{"duplicate nested key", browserReq{path: "/api/channels/terminal-dev/notices", header: map[string]string{"Content-Type": jsonCT}, body: `{"text":"hi","tags":{"site":"a","site":"b"}}`}, 400, `key \"site\" twice in tags:`},
 				{"invalid UTF-8", browserReq{header: map[string]string{"Content-Type": jsonCT}, body: "{\"text\":\"hello \xff\"}"}, 400, "not valid UTF-8 (first bad byte at offset 15)"},
 				{"not JSON", browserReq{header: map[string]string{"Content-Type": jsonCT}, body: "text=hello"}, 400, "must be a JSON object"},
 			} {
@@ -386,9 +386,9 @@ func TestCheckJSONBody(t *testing.T) {
 		{`{"a":1,"b":{"a":2},"c":[{"a":3},{"a":4}]}`, ""},
 		{`[1,"x",null]`, ""},
 		{`{"a":"\ud800"}`, ""}, // an escaped lone surrogate is valid JSON (U+FFFD), as on the wire
-		{`{"a":1,"a":1}`, `key "a" twice in $`},
-		{`{"c":[{"x":1},{"y":1,"y":2}]}`, `key "y" twice in $.c[1]`},
-		{`{"é":1,"\u00e9":2}`, `key "é" twice in $`}, // the same key spelt two ways
+		{`{"a":1,"a":1}`, `key "a" twice: each`},
+		{`{"c":[{"x":1},{"y":1,"y":2}]}`, `key "y" twice in c[1]:`},
+		{`{"é":1,"\u00e9":2}`, `key "é" twice: each`}, // the same key spelt two ways
 		{"{\"a\":\"\xc3\"}", "not valid UTF-8 (first bad byte at offset 6)"},
 		{"{\"a\":\"\xed\xa0\x80\"}", "not valid UTF-8"}, // a raw surrogate
 		{`{"a":1} {"b":2}`, "must be one JSON object; something follows it (line 1, column 9)"},
@@ -490,8 +490,8 @@ func hasDuplicateKey(t *testing.T, body []byte) bool {
 func TestParseNoticeRequestStrict(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct{ body, want string }{
-		{`{"text":"hello","text":"bye"}`, `key "text" twice`},
-		{`{"text":"hi","tags":{"site":"a","site":"b"}}`, `key "site" twice in $.tags`},
+		{`{"text":"hello","text":"bye"}`, `key "text" twice: each`},
+		{`{"text":"hi","tags":{"site":"a","site":"b"}}`, `key "site" twice in tags:`},
 		{"{\"text\":\"caf\xe9\"}", "not valid UTF-8 (first bad byte at offset 12)"},
 	} {
 		if _, err := parseNoticeRequest([]byte(tc.body), true, now); err == nil || !strings.Contains(err.Error(), tc.want) {
