@@ -43,8 +43,9 @@ import (
 //     browsers (curl, termd, termrig) send neither header and pass. The
 //     device routes take this check too, so another origin's page (or a
 //     rebinding one) can neither open the device WebSocket as a device nor
-//     ask for enrollment codes; gorilla's own CheckOrigin is left open
-//     because this check runs first and says why.
+//     ask for enrollment codes (an Origin no page sends, such as the
+//     "file://" of some device libraries, passes there); gorilla's own
+//     CheckOrigin is left open because this check runs first and says why.
 //   - Writes (POST, PUT, PATCH, DELETE) must say Content-Type:
 //     application/json (415): a page can send text/plain or a form to
 //     another origin without asking, never JSON. No route takes another
@@ -101,7 +102,7 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 			}
 		}
 		if kind == operatorRoute || kind == deviceRoute {
-			if msg := s.checkOrigin(r); msg != "" {
+			if msg := s.checkOrigin(r, kind == deviceRoute); msg != "" {
 				writeError(w, http.StatusForbidden, msg)
 				return
 			}
@@ -354,8 +355,11 @@ func (s *Server) checkHost(r *http.Request) string {
 }
 
 // checkOrigin returns why r comes from a page of another origin, or ""
-// when it does not (a same-origin page, or no browser at all).
-func (s *Server) checkOrigin(r *http.Request) string {
+// when it does not (a same-origin page, or no browser at all). On a device
+// route an Origin no browser page sends (not http or https, nor "null":
+// some embedded WebSocket libraries send "file://") passes, since a page
+// cannot forge it.
+func (s *Server) checkOrigin(r *http.Request, device bool) string {
 	const only = "this server takes requests from its own pages (the console) and from clients that are not browsers"
 	site := r.Header.Get("Sec-Fetch-Site")
 	origin := r.Header.Get("Origin")
@@ -369,14 +373,19 @@ func (s *Server) checkOrigin(r *http.Request) string {
 		return ""
 	}
 	u, err := url.Parse(origin)
-	if err != nil || origin == "null" || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	web := err == nil && (u.Scheme == "http" || u.Scheme == "https")
+	if device && !web && origin != "null" {
+		return ""
+	}
+	if !web || u.Host == "" {
 		return fmt.Sprintf("cross-origin request refused: Origin %q is not this server's; %s", truncateUTF8(origin, 100), only)
 	}
 	host, port, ok := splitHost(u.Host, defaultPort(u.Scheme))
 	if ok && s.answersFor(r, host, port) {
 		return ""
 	}
-	return fmt.Sprintf("cross-origin request refused: Origin %q is not this server (Host %q); %s", truncateUTF8(origin, 100), truncateUTF8(r.Host, 100), only)
+	return fmt.Sprintf("cross-origin request refused: Origin %q is not this server (Host %q); %s "+
+		"(a name the server is reached by goes in the config's admin.allowedHosts)", truncateUTF8(origin, 100), truncateUTF8(r.Host, 100), only)
 }
 
 // checkContentType returns why a write's Content-Type is not JSON, or "".

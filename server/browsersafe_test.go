@@ -299,7 +299,9 @@ func TestBrowserSafeDeviceSocket(t *testing.T) {
 		{"another local port", http.Header{"Origin": {"http://127.0.0.1:" + otherPort(ts)}, "Sec-Fetch-Site": {"same-site"}}, 403},
 		{"rebinding page", http.Header{"Origin": {"http://evil.example:" + ts.port()}, "Host": {"evil.example:" + ts.port()}}, 403},
 		{"cross-site", http.Header{"Sec-Fetch-Site": {"cross-site"}}, 403},
+		{"a page from a file", http.Header{"Origin": {"null"}}, 403},
 		{"a device by another name", http.Header{"Host": {"termserver.local:8080"}}, 101},
+		{"a device library that sends Origin file://", http.Header{"Origin": {"file://"}}, 101},
 		{"the server's own page", http.Header{"Origin": {"http://" + ts.addr()}}, 101},
 		{"a device", nil, 101},
 	} {
