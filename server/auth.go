@@ -1,12 +1,21 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
+	"termlink/internal/strictjson"
 	"termlink/server/config"
 )
 
@@ -16,6 +25,34 @@ import (
 // POST, PUT, PATCH, DELETE); without any it answers loopback clients only.
 // The guard wraps the whole mux (guard), so a route added later is guarded
 // without anyone remembering to; RequireRole demands more of one route.
+//
+// The guard also keeps a web page the operator's browser opens from
+// acting as the operator (issue 22), with or without admin tokens:
+//   - Host must name this server (checkHost): the address the request came
+//     in on, localhost or a loopback address with that port, the listen
+//     address's host name, or an entry of admin.allowedHosts (reverse
+//     proxies); else 421. This stops DNS rebinding (evil.example resolved
+//     to 127.0.0.1). It covers the operator routes and the console page,
+//     not the device routes (a device reaches the server by whatever name
+//     its network gives it: NAT, port forwards, mDNS), /healthz or
+//     /metrics (probes and scrapers use service names).
+//   - A browser's request must come from a page of this server
+//     (checkOrigin): an Origin header must name the server as Host may,
+//     and Sec-Fetch-Site "cross-site", or "same-site" without an Origin
+//     proving the same origin, is refused with 403. Clients that are not
+//     browsers (curl, termd, termrig) send neither header and pass. The
+//     device routes take this check too, so another origin's page (or a
+//     rebinding one) can neither open the device WebSocket as a device nor
+//     ask for enrollment codes (an Origin no page sends, such as the
+//     "file://" of some device libraries, passes there); gorilla's own
+//     CheckOrigin is left open because this check runs first and says why.
+//   - Writes (POST, PUT, PATCH, DELETE) must say Content-Type:
+//     application/json (415): a page can send text/plain or a form to
+//     another origin without asking, never JSON. No route takes another
+//     type.
+//   - One body policy (strictBody): every write's body is one JSON value
+//     in valid UTF-8 with no key twice in any object, as the device wire
+//     demands (link.Decode); else 400 naming the problem.
 
 // wsPattern is the device WebSocket route, the only /api/ route the guard
 // leaves to its own (device token) authentication.
@@ -51,13 +88,41 @@ func roleFor(method string) config.Role {
 	return config.RoleOperator
 }
 
-// guard wraps mux: /api/* (but the device WebSocket) and, when the config
-// says so, /metrics need a role fitting the method; the rest is open.
+// guard wraps mux with the checks each kind of route takes (routeKind),
+// in this order: Host (421), Origin and Sec-Fetch-Site (403), the admin
+// token (401, 403), then for writes the content type (415) and the body
+// policy (400, 413), as the comment at the top of this file says.
 func (s *Server) guard(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.guarded(mux, r) {
+		kind := routeKindOf(mux, r)
+		if kind == operatorRoute || kind == consoleRoute {
+			if msg := s.checkHost(r); msg != "" {
+				writeError(w, http.StatusMisdirectedRequest, msg)
+				return
+			}
+		}
+		if kind == operatorRoute || kind == deviceRoute {
+			if msg := s.checkOrigin(r, kind == deviceRoute); msg != "" {
+				writeError(w, http.StatusForbidden, msg)
+				return
+			}
+		}
+		if kind == operatorRoute || (kind == metricsRoute && s.cfg.Admin.MetricsRequireToken) {
 			var ok bool
 			if r, ok = s.authorize(w, r, roleFor(r.Method)); !ok {
+				return
+			}
+		}
+		if (kind == operatorRoute || kind == deviceRoute) && isWrite(r.Method) {
+			if msg := checkContentType(r); msg != "" {
+				writeError(w, http.StatusUnsupportedMediaType, msg)
+				return
+			}
+			limit := int64(maxOperatorBody)
+			if kind == deviceRoute {
+				limit = maxDeviceBody
+			}
+			if !strictBody(w, r, limit) {
 				return
 			}
 		}
@@ -65,15 +130,30 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 	})
 }
 
-func (s *Server) guarded(mux *http.ServeMux, r *http.Request) bool {
-	switch {
-	case r.URL.Path == "/metrics":
-		return s.cfg.Admin.MetricsRequireToken
-	case !strings.HasPrefix(r.URL.Path, "/api/"):
-		return false
+// routeKind is which checks a route takes.
+type routeKind int
+
+const (
+	openRoute     routeKind = iota // /healthz, unknown paths: no checks
+	metricsRoute                   // /metrics: the token when admin.metricsRequireToken
+	consoleRoute                   // the console's page and files: Host
+	deviceRoute                    // the device WebSocket and enrollment: Origin; writes: JSON
+	operatorRoute                  // the rest of /api/: Host, Origin, token; writes: JSON
+)
+
+func routeKindOf(mux *http.ServeMux, r *http.Request) routeKind {
+	switch p := r.URL.Path; {
+	case p == "/metrics":
+		return metricsRoute
+	case strings.HasPrefix(p, "/api/"):
+		if _, pattern := mux.Handler(r); deviceOpen(pattern) { // the device WebSocket and enroll endpoints (enroll.go)
+			return deviceRoute
+		}
+		return operatorRoute
+	case p == "/" || p == "/console" || strings.HasPrefix(p, "/console/"):
+		return consoleRoute
 	}
-	_, pattern := mux.Handler(r)
-	return !deviceOpen(pattern) // the device WebSocket and enroll endpoints (enroll.go)
+	return openRoute
 }
 
 // RequireRole wraps h so it answers only callers holding at least role
@@ -171,4 +251,242 @@ func (s *Server) warnOpenAPI(addr net.Addr) {
 	}
 	s.log.Warn("listening beyond loopback with no admin tokens: the operator API (/api/*) answers loopback clients only; "+
 		"add an \"admin\" block with tokens to the config to use it remotely", "addr", addr.String())
+}
+
+// Bounds of a write's body as the guard reads it to check it: an
+// operator's largest (a broadcast notice listing many peers), and a
+// device's (enrollment's few fields; enroll.go refuses past its own).
+const (
+	maxOperatorBody = maxNoticeBodyBytes
+	maxDeviceBody   = 64 << 10
+)
+
+func isWrite(method string) bool {
+	switch method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// defaultPort is the port a Host or Origin without one means.
+func defaultPort(scheme string) string {
+	if scheme == "https" || scheme == "wss" {
+		return "443"
+	}
+	return "80"
+}
+
+// splitHost splits a Host header (or an Origin's host) into a lower-case
+// host (an IPv6 address without brackets, no trailing dot) and a port,
+// defPort when it has none.
+func splitHost(hostport, defPort string) (host, port string, ok bool) {
+	host, port = hostport, defPort
+	if h, p, err := net.SplitHostPort(hostport); err == nil {
+		host, port = h, p
+		if port == "" || strings.Trim(port, "0123456789") != "" {
+			return "", "", false
+		}
+	} else if strings.HasPrefix(hostport, "[") && strings.HasSuffix(hostport, "]") {
+		host = hostport[1 : len(hostport)-1]
+	} else if strings.Contains(hostport, ":") {
+		return "", "", false
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	return host, port, host != ""
+}
+
+// answersFor reports whether host:port names this server for a request
+// that came in on r's connection: the connection's own address, localhost
+// or a loopback address with its port, the config's listen host with its
+// port, or an admin.allowedHosts entry.
+func (s *Server) answersFor(r *http.Request, host, port string) bool {
+	for _, h := range s.cfg.Admin.AllowedHosts {
+		if h.Allows(host, port) {
+			return true
+		}
+	}
+	var local netip.AddrPort
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		local, _ = netip.ParseAddrPort(a.String())
+	}
+	localPort := ""
+	if local.IsValid() {
+		localPort = strconv.Itoa(int(local.Port()))
+	} else if _, p, err := net.SplitHostPort(s.cfg.Listen); err == nil {
+		localPort = p
+	}
+	if port != localPort {
+		return false
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ip = ip.Unmap()
+		return ip.IsLoopback() || (local.IsValid() && ip == local.Addr().Unmap())
+	}
+	if host == "localhost" {
+		return true
+	}
+	lh, _, err := net.SplitHostPort(s.cfg.Listen)
+	return err == nil && host == strings.ToLower(strings.TrimSuffix(lh, "."))
+}
+
+// requestScheme is how the client reached the server.
+func requestScheme(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// checkHost returns why r's Host is not one this server answers for, or
+// "" when it is.
+func (s *Server) checkHost(r *http.Request) string {
+	host, port, ok := splitHost(r.Host, defaultPort(requestScheme(r)))
+	switch {
+	case r.Host == "":
+		return "the request has no Host header: the operator API answers only requests that name it"
+	case !ok:
+		return fmt.Sprintf("Host %q is not a host[:port]", r.Host)
+	case s.answersFor(r, host, port):
+		return ""
+	}
+	return fmt.Sprintf("this server does not answer for Host %q (it answers for its listen address and localhost; "+
+		"a name a reverse proxy or the operator uses goes in the config's admin.allowedHosts): refused against DNS rebinding", r.Host)
+}
+
+// checkOrigin returns why r comes from a page of another origin, or ""
+// when it does not (a same-origin page, or no browser at all). On a device
+// route an Origin no browser page sends (not http or https, nor "null":
+// some embedded WebSocket libraries send "file://") passes, since a page
+// cannot forge it.
+func (s *Server) checkOrigin(r *http.Request, device bool) string {
+	const only = "this server takes requests from its own pages (the console) and from clients that are not browsers"
+	site := r.Header.Get("Sec-Fetch-Site")
+	origin := r.Header.Get("Origin")
+	if strings.EqualFold(site, "cross-site") {
+		return "cross-site request refused (Sec-Fetch-Site: cross-site): a page of another site sent it; " + only
+	}
+	if origin == "" {
+		if strings.EqualFold(site, "same-site") {
+			return "cross-origin request refused (Sec-Fetch-Site: same-site and no Origin): a page of another origin sent it; " + only
+		}
+		return ""
+	}
+	u, err := url.Parse(origin)
+	web := err == nil && (u.Scheme == "http" || u.Scheme == "https")
+	if device && !web && origin != "null" {
+		return ""
+	}
+	if !web || u.Host == "" {
+		return fmt.Sprintf("cross-origin request refused: Origin %q is not this server's; %s", truncateUTF8(origin, 100), only)
+	}
+	host, port, ok := splitHost(u.Host, defaultPort(u.Scheme))
+	if ok && s.answersFor(r, host, port) {
+		return ""
+	}
+	return fmt.Sprintf("cross-origin request refused: Origin %q is not this server (Host %q); %s "+
+		"(a name the server is reached by goes in the config's admin.allowedHosts)", truncateUTF8(origin, 100), truncateUTF8(r.Host, 100), only)
+}
+
+// checkContentType returns why a write's Content-Type is not JSON, or "".
+func checkContentType(r *http.Request) string {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return "a " + r.Method + " to the API must say Content-Type: application/json (it has none)"
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return fmt.Sprintf("a %s to the API must say Content-Type: application/json, not %q", r.Method, truncateUTF8(ct, 100))
+	}
+	if cs, has := params["charset"]; has && !strings.EqualFold(cs, "utf-8") {
+		return fmt.Sprintf("a JSON body is UTF-8: charset %q is not taken", truncateUTF8(cs, 40))
+	}
+	return ""
+}
+
+// strictBody reads r's body (at most limit bytes), checks it with
+// checkJSONBody, and puts it back for the route; it answers 413 or 400
+// itself and returns false when the body is refused. An empty body is
+// left to the route (some take none).
+func strictBody(w http.ResponseWriter, r *http.Request, limit int64) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", limit))
+			return false
+		}
+		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return false
+	}
+	if err := checkJSONBody(body); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	return true
+}
+
+// checkJSONBody is the API's one body policy, the device wire's
+// (link.Decode): valid UTF-8 (no byte quietly replaced by U+FFFD), one
+// JSON value, and no key twice in any object (encoding/json would keep
+// the last one, so two readers could see different bodies). A blank body
+// passes: the route says whether it needs one.
+func checkJSONBody(body []byte) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	if !utf8.Valid(body) {
+		return fmt.Errorf("the body is not valid UTF-8 (first bad byte at offset %d)", firstInvalidUTF8(body))
+	}
+	root, err := strictjson.Parse(body)
+	var se *strictjson.SyntaxError
+	switch {
+	case errors.As(err, &se) && se.Trailing:
+		return fmt.Errorf("the body must be one JSON object; something follows it (line %d, column %d)", se.Line, se.Column)
+	case err != nil:
+		return fmt.Errorf("the body must be a JSON object: %v", err) // the API's bodies are all objects
+	}
+	if path, key := duplicateKey(root, "$"); path == "$" {
+		return fmt.Errorf("the body gives key %q twice: each key may appear once", truncateUTF8(key, 100))
+	} else if path != "" {
+		return fmt.Errorf("the body gives key %q twice in %s: each key may appear once", truncateUTF8(key, 100), truncateUTF8(strings.TrimPrefix(path, "$."), 200))
+	}
+	return nil
+}
+
+// duplicateKey finds the first object under n (depth first) that gives a
+// key twice: its path ($, $.a, $.a[2]) and the key.
+func duplicateKey(n *strictjson.Node, path string) (string, string) {
+	switch n.Kind {
+	case strictjson.Object:
+		if len(n.Dups) > 0 {
+			return path, n.Dups[0]
+		}
+		for i, k := range n.Keys {
+			if p, key := duplicateKey(n.Vals[i], path+"."+k); p != "" {
+				return p, key
+			}
+		}
+	case strictjson.Array:
+		for i, e := range n.Elems {
+			if p, key := duplicateKey(e, path+"["+strconv.Itoa(i)+"]"); p != "" {
+				return p, key
+			}
+		}
+	}
+	return "", ""
+}
+
+// firstInvalidUTF8 is the offset of b's first byte that is not UTF-8.
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }

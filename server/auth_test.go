@@ -56,7 +56,7 @@ func api(t *testing.T, method, url, token, body string) apiResponse {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	if body != "" {
+	if body != "" || isWrite(method) {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -426,7 +426,7 @@ func TestEventStreamSlowSubscriberDropped(t *testing.T) {
 	}
 	defer conn.Close()
 	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
-	fmt.Fprintf(conn, "GET /api/channels/terminal-dev/events/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+	fmt.Fprintf(conn, "GET /api/channels/terminal-dev/events/stream HTTP/1.1\r\nHost: %s\r\n\r\n", conn.RemoteAddr()) // a Host the server answers for
 	fl := ts.rt.fleet
 	waitFor(t, "the slow stream to open", func() bool { return fl.streamOpen.Value("terminal-dev") == 1 })
 

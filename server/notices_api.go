@@ -38,9 +38,14 @@ type noticeRequest struct {
 var noticeKeys = []string{"text", "priority", "display_seconds", "expires_at", "ttl_seconds"}
 
 // parseNoticeRequest parses and checks a POST body; broadcast allows the
-// peers and tags selectors. Every error names the field.
+// peers and tags selectors. Every error names the field. The body policy
+// is the device wire's (checkJSONBody): invalid UTF-8 or a key given twice
+// is refused, never replaced or overwritten.
 func parseNoticeRequest(body []byte, broadcast bool, now time.Time) (noticeRequest, error) {
 	var req noticeRequest
+	if err := checkJSONBody(body); err != nil {
+		return req, err
+	}
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()

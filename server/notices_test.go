@@ -28,6 +28,9 @@ func apiDo(t *testing.T, method, url, body string) (int, map[string]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if isWrite(method) {
+		req.Header.Set("Content-Type", "application/json") // the API takes JSON only (auth.go)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)

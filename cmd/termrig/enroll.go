@@ -90,6 +90,7 @@ func approveCode(ctx context.Context, hc *http.Client, base, code, peer, admin s
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Content-Type", "application/json") // the API takes JSON only
 	if admin != "" {
 		req.Header.Set("Authorization", "Bearer "+admin)
 	}

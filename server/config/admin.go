@@ -5,6 +5,9 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
 	"strings"
 	"unicode"
 )
@@ -42,6 +45,84 @@ type Admin struct {
 	// MetricsRequireToken puts /metrics behind the tokens too (viewer or
 	// operator); by default /metrics is open.
 	MetricsRequireToken bool
+	// AllowedHosts are the names (besides its listen address and
+	// localhost) the operator API answers for in the Host header, and
+	// accepts in Origin: what a reverse proxy or the operator's browser
+	// calls the server. Each is a lower-case host (any port) or host:port.
+	AllowedHosts []HostPort
+}
+
+// HostPort is one allowed host: Port "" matches any port.
+type HostPort struct {
+	Host string // lower case; an IPv6 address without brackets
+	Port string
+}
+
+func (h HostPort) String() string {
+	if h.Port == "" {
+		return h.Host
+	}
+	return net.JoinHostPort(h.Host, h.Port)
+}
+
+// Allows reports whether host and port (as a request gives them: a
+// lower-case name or address without brackets, and a port) match h.
+func (h HostPort) Allows(host, port string) bool {
+	return h.Host == host && (h.Port == "" || h.Port == port)
+}
+
+// ParseHostPort parses an allowedHosts entry: a DNS name or an IP
+// address, with an optional port ("ops.example.com",
+// "ops.example.com:8443", "[2001:db8::1]:8080"); no scheme, path or
+// wildcard.
+func ParseHostPort(s string) (HostPort, error) {
+	const like = `like "ops.example.com" or "ops.example.com:8443"`
+	if s == "" {
+		return HostPort{}, fmt.Errorf("must not be empty: give a host name %s", like)
+	}
+	if strings.Contains(s, "://") || strings.ContainsAny(s, "/?#@*") {
+		return HostPort{}, fmt.Errorf("%s is not a host: give the name only (no scheme, path or wildcard), %s", quote(s), like)
+	}
+	host, port := s, ""
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		host, port = h, p
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 || strings.Trim(p, "0123456789") != "" {
+			return HostPort{}, fmt.Errorf("port of %s must be a number from 1 to 65535", quote(s))
+		}
+	} else if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		host = s[1 : len(s)-1]
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return HostPort{Host: ip.Unmap().WithZone("").String(), Port: port}, nil
+	}
+	if strings.Contains(host, ":") {
+		return HostPort{}, fmt.Errorf("%s is not a host: write an IPv6 address in brackets with a port, like \"[2001:db8::1]:8080\"", quote(s))
+	}
+	if !validHostname(host) {
+		return HostPort{}, fmt.Errorf("%s is not a host name (letters, digits, '-' and '.', labels of 1 to 63 characters), %s", quote(s), like)
+	}
+	return HostPort{Host: strings.ToLower(strings.TrimSuffix(host, ".")), Port: port}, nil
+}
+
+// validHostname checks a DNS name's syntax (RFC 1123 labels; '_' is
+// accepted, as resolvers do).
+func validHostname(h string) bool {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Enabled reports whether admin tokens are configured. Without any, the
@@ -140,12 +221,15 @@ func (t AdminToken) GoString() string { return t.String() }
 // admin decodes the "admin" block.
 func (w *walker) admin(path string, n *node) Admin {
 	var a Admin
-	f := w.fields(path, n, "tokens", "metricsRequireToken")
+	f := w.fields(path, n, "tokens", "metricsRequireToken", "allowedHosts")
 	if f == nil {
 		return a
 	}
 	if e, ok := f["metricsRequireToken"]; ok {
 		a.MetricsRequireToken, _ = w.boolean(join(path, e.key), e.val)
+	}
+	if e, ok := f["allowedHosts"]; ok {
+		a.AllowedHosts = w.allowedHosts(join(path, e.key), e.val)
 	}
 	e, ok := f["tokens"]
 	if !ok {
@@ -179,6 +263,35 @@ func (w *walker) admin(path string, n *node) Admin {
 		a.Tokens = append(a.Tokens, t)
 	}
 	return a
+}
+
+// allowedHosts decodes admin.allowedHosts: an array of hosts.
+func (w *walker) allowedHosts(path string, n *node) []HostPort {
+	if n.kind != kArray {
+		w.errorf(path, `must be an array of host names like ["ops.example.com"], got %s`, n.kind)
+		return nil
+	}
+	var out []HostPort
+	seen := map[HostPort]string{}
+	for i, el := range n.elems {
+		p := index(path, i)
+		s, ok := w.str(p, el)
+		if !ok {
+			continue
+		}
+		h, err := ParseHostPort(s)
+		if err != nil {
+			w.errorf(p, "%v", err)
+			continue
+		}
+		if prev, dup := seen[h]; dup {
+			w.errorf(p, "%s is already listed at %s", quote(s), prev)
+			continue
+		}
+		seen[h] = p
+		out = append(out, h)
+	}
+	return out
 }
 
 func (w *walker) adminToken(path string, n *node, i int) (AdminToken, bool) {

@@ -66,7 +66,7 @@ func TestAdminErrors(t *testing.T) {
 		want        []string
 	}{
 		{"not an object", `[]`, []string{"config: admin: must be an object, got array"}},
-		{"unknown key", `{"token": []}`, []string{"config: admin.token: unknown key (known: tokens, metricsRequireToken)"}},
+		{"unknown key", `{"token": []}`, []string{"config: admin.token: unknown key (known: tokens, metricsRequireToken, allowedHosts)"}},
 		{"tokens not an array", `{"tokens": {"a": "b"}}`, []string{`config: admin.tokens: must be an array of {"token", "role", "name"} objects, got object`}},
 		{"tokens empty", `{"tokens": []}`, []string{"config: admin.tokens: must not be empty (leave tokens out to serve loopback clients only)"}},
 		{"token a string", `{"tokens": ["abc"]}`, []string{"config: admin.tokens[0]: must be an object, got string"}},
@@ -90,6 +90,20 @@ func TestAdminErrors(t *testing.T) {
 			`config: admin.tokens[1].name: name "bob" is already used by admin.tokens[0]`}},
 		{"empty name", `{"tokens": [{"token": "` + long + `", "role": "viewer", "name": " "}]}`, []string{`config: admin.tokens[0].name: must not be empty`}},
 		{"metrics switch not a bool", `{"metricsRequireToken": "yes"}`, []string{`config: admin.metricsRequireToken: must be a boolean (true or false), got string`}},
+		{"allowed hosts not an array", `{"allowedHosts": "ops.example.com"}`, []string{`config: admin.allowedHosts: must be an array of host names like ["ops.example.com"], got string`}},
+		{"allowed host with a scheme", `{"allowed_hosts": ["https://ops.example.com"]}`, []string{
+			`config: admin.allowed_hosts[0]: "https://ops.example.com" is not a host: give the name only (no scheme, path or wildcard), like "ops.example.com" or "ops.example.com:8443"`}},
+		{"allowed host wildcard", `{"allowedHosts": ["ok.example", "*.example.com"]}`, []string{
+			`config: admin.allowedHosts[1]: "*.example.com" is not a host: give the name only (no scheme, path or wildcard), like "ops.example.com" or "ops.example.com:8443"`}},
+		{"allowed host bad port", `{"allowedHosts": ["ops.example.com:0", "ops.example.com:http"]}`, []string{
+			`config: admin.allowedHosts[0]: port of "ops.example.com:0" must be a number from 1 to 65535`,
+			`config: admin.allowedHosts[1]: port of "ops.example.com:http" must be a number from 1 to 65535`}},
+		{"allowed host bad name", `{"allowedHosts": ["ops..example", "", 5]}`, []string{
+			`config: admin.allowedHosts[0]: "ops..example" is not a host name (letters, digits, '-' and '.', labels of 1 to 63 characters), like "ops.example.com" or "ops.example.com:8443"`,
+			`config: admin.allowedHosts[1]: must not be empty: give a host name like "ops.example.com" or "ops.example.com:8443"`,
+			`config: admin.allowedHosts[2]: must be a string, got number`}},
+		{"allowed host twice", `{"allowedHosts": ["Ops.Example.com", "ops.example.com."]}`, []string{
+			`config: admin.allowedHosts[1]: "ops.example.com." is already listed at admin.allowedHosts[0]`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,6 +119,35 @@ func TestAdminErrors(t *testing.T) {
 				t.Errorf("the error shows the token: %s", err)
 			}
 		})
+	}
+}
+
+func TestAdminAllowedHosts(t *testing.T) {
+	cfg, err := Parse([]byte(`{` + adminCh + `, "admin": {"allowedHosts": ["Ops.Example.com", "kiosk.lan:8443", "10.0.0.5", "[2001:db8::1]:8080", "[::1]"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []HostPort{{"ops.example.com", ""}, {"kiosk.lan", "8443"}, {"10.0.0.5", ""}, {"2001:db8::1", "8080"}, {"::1", ""}}
+	if fmt.Sprint(cfg.Admin.AllowedHosts) != fmt.Sprint(want) {
+		t.Fatalf("allowedHosts = %v, want %v", cfg.Admin.AllowedHosts, want)
+	}
+	if cfg.Admin.Enabled() {
+		t.Error("allowedHosts alone turned admin tokens on")
+	}
+	for _, tt := range []struct {
+		h          HostPort
+		host, port string
+		ok         bool
+	}{
+		{want[0], "ops.example.com", "443", true},
+		{want[0], "evil.example.com", "443", false},
+		{want[1], "kiosk.lan", "8443", true},
+		{want[1], "kiosk.lan", "80", false},
+		{want[3], "2001:db8::1", "8080", true},
+	} {
+		if got := tt.h.Allows(tt.host, tt.port); got != tt.ok {
+			t.Errorf("%v.Allows(%q, %q) = %v, want %v", tt.h, tt.host, tt.port, got, tt.ok)
+		}
 	}
 }
 
@@ -151,6 +194,36 @@ func FuzzParseAdminToken(f *testing.F) {
 		}
 		if _, ok := a.Lookup(s + "x"); ok && !hashed {
 			t.Fatalf("%q matches a longer secret", s)
+		}
+	})
+}
+
+// FuzzParseHostPort: any string is accepted or refused without a panic;
+// an accepted host is lower case, prints back to itself and allows
+// itself.
+func FuzzParseHostPort(f *testing.F) {
+	for _, s := range []string{"", "ops.example.com", "OPS.example.com:8443", "[::1]:80", "[::1]", "10.0.0.1:65535", "::ffff:127.0.0.1",
+		"a:b:c", "https://x", "x:0", "-x.example", "[fe80::1%eth0]:80", "ü.example"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		h, err := ParseHostPort(s)
+		if err != nil {
+			return
+		}
+		if h.Host == "" || h.Host != strings.ToLower(h.Host) {
+			t.Fatalf("ParseHostPort(%q) = %#v: empty or not lower case", s, h)
+		}
+		back, err := ParseHostPort(h.String())
+		if err != nil || back != h {
+			t.Fatalf("ParseHostPort(%q) = %#v; its String %q parses to %#v, %v", s, h, h.String(), back, err)
+		}
+		port := h.Port
+		if port == "" {
+			port = "80"
+		}
+		if !h.Allows(h.Host, port) {
+			t.Fatalf("%#v does not allow itself", h)
 		}
 	})
 }

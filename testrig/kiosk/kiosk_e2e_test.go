@@ -185,7 +185,9 @@ type browser struct {
 	output *lockedBuffer
 }
 
-func startBrowser(t *testing.T, execPath string) *browser {
+// startBrowser starts headless chromium; extra are more allocator
+// options (flags) for one test.
+func startBrowser(t *testing.T, execPath string, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	out := &lockedBuffer{}
 	// A fresh profile, removed after chromium has exited (its helper
@@ -209,6 +211,7 @@ func startBrowser(t *testing.T, execPath string) *browser {
 		chromedp.WindowSize(1280, 1100),
 		chromedp.CombinedOutput(out),
 	}
+	opts = append(opts, extra...)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(format string, args ...any) {
 		if msg := fmt.Sprintf(format, args...); !strings.Contains(msg, "could not unmarshal event") {

@@ -78,10 +78,10 @@
 
   async function api(method, path, body) {
     const init = { method, headers: headers(), cache: 'no-store' };
-    if (body !== undefined) {
-      init.headers['Content-Type'] = 'application/json';
-      init.body = JSON.stringify(body);
-    }
+    // Every write says JSON, with a body or not: the server refuses any
+    // other type (a page of another origin can send text/plain, never JSON).
+    if (method !== 'GET' && method !== 'HEAD') init.headers['Content-Type'] = 'application/json';
+    if (body !== undefined) init.body = JSON.stringify(body);
     let resp;
     try {
       resp = await fetch(path, init);
