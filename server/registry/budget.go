@@ -164,7 +164,7 @@ func encLen(s string) int {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			switch {
-			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f':
 				n += 2
 			case c < 0x20:
 				n += 6

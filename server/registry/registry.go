@@ -256,7 +256,8 @@ func Open(dir string, opt Options) (*Registry, error) {
 	return r, nil
 }
 
-// Close stops the write-behind, writes what is left and closes the log.
+// Close stops the write-behind, writes what is left (a snapshot when
+// anything was logged since the last) and closes the log.
 func (r *Registry) Close() error {
 	var err error
 	r.once.Do(func() {
@@ -264,6 +265,9 @@ func (r *Registry) Close() error {
 		<-r.done
 		err = r.flush(true)
 		r.writeMu.Lock()
+		if err == nil && r.sinceSnap > 0 { // the next start reads one file
+			err = r.snapshot()
+		}
 		if cerr := r.wl.Close(); err == nil && cerr != nil && !errors.Is(cerr, wal.ErrFailed) {
 			err = fmt.Errorf("registry: closing the log: %w", cerr)
 		}
