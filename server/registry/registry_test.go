@@ -130,6 +130,12 @@ func TestFilters(t *testing.T) {
 	if total != 3 || !reflect.DeepEqual(byTag, map[string]int{"site=lobby": 1, "floor=1": 0, "floor=2": 1, "site=shop": 1}) {
 		t.Errorf("Online = %d %v", total, byTag)
 	}
+	// Past the series cap, online devices with a tag left out count once
+	// under "other".
+	total, byTag = r.Online("ch", 1)
+	if total != 3 || len(byTag) != 2 || byTag[OtherTags] < 1 {
+		t.Errorf("Online capped at 1 = %d %v", total, byTag)
+	}
 }
 
 // A connection replaced by a newer one of the same device ends after the
