@@ -184,6 +184,11 @@ const (
 	CodeUnauthorized = "unauthorized"  // token missing or wrong
 	CodeReplaced     = "replaced"      // a newer connection took this peer
 	CodeUnknownRun   = "unknown_run"   // cancel for a message that is not running
+	// CodeRegistryFull: connect refused, the channel's device registry
+	// holds its maximum of anonymous devices (or bytes); the connection is
+	// closed (1013, try again later). A known or authenticated device is
+	// not refused.
+	CodeRegistryFull = "registry_full"
 	// CodeBusy is retryable: the message was not accepted (no ack) because
 	// a bound was reached (session queue, peer rate, server-wide waiting
 	// runs); the device keeps it and resends after a backoff.

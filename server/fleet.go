@@ -1,7 +1,10 @@
 package server
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +21,7 @@ import (
 	"time"
 
 	"termlink/link"
+	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/metrics"
 	"termlink/server/registry"
@@ -33,6 +37,9 @@ type fleetOptions struct {
 	streamBuffer    int           // events a stream subscriber may fall behind; default 1024
 	streamWrite     time.Duration // a stream write that makes no progress this long ends it; default 10 s
 	streamKeepalive time.Duration // default 15 s
+	helloPeers      int           // peers in the stream's hello; default helloPeers
+	maxPeers        int           // registry bounds per channel; 0: the registry's defaults
+	maxAnonymous    int
 }
 
 const (
@@ -80,9 +87,12 @@ func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger
 	if opt.streamKeepalive <= 0 {
 		opt.streamKeepalive = 15 * time.Second
 	}
+	if opt.helloPeers <= 0 {
+		opt.helloPeers = helloPeers
+	}
 	fl := &fleet{notices: noNotices{}, opt: opt, log: log}
 	reg, err := registry.Open(filepath.Join(workspace, "registry"), registry.Options{
-		Logger: log, FlushInterval: opt.flushInterval, NoSync: noSync,
+		Logger: log, FlushInterval: opt.flushInterval, NoSync: noSync, MaxPeers: opt.maxPeers, MaxAnonymous: opt.maxAnonymous,
 		NoticesPending: func(channelID, peerID string) int { return fl.notices.Count(channelID, peerID) },
 	})
 	if err != nil {
@@ -95,9 +105,12 @@ func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger
 	return fl, nil
 }
 
-// registerMetrics adds termserver_devices_online for the channels.
+// registerMetrics adds termserver_devices_online for the channels. Tag
+// series come only from authenticated devices (anonymous ones cannot
+// choose labels), at most maxTagSeries per channel; the online devices
+// with a tag past it count once under tag="other".
 func (fl *fleet) registerMetrics(m *serverMetrics, channels []string) {
-	m.reg.NewGaugeSet("termserver_devices_online", "Devices online, per channel and per tag (key=value); tag=\"\" counts all.",
+	m.reg.NewGaugeSet("termserver_devices_online", "Devices online, per channel and per tag (key=value) of authenticated devices; tag=\"\" counts all, tag=\"other\" the devices with tags past the series cap.",
 		[]string{"channel", "tag"}, func(emit func(int64, ...string)) {
 			for _, id := range channels {
 				total, byTag := fl.reg.Online(id, maxTagSeries)
@@ -131,17 +144,25 @@ func (fl *fleet) close() error {
 }
 
 // connected records c's connect in the registry; what the registry
-// ignored of it (bad tags, oversized fields) becomes an event.
-func (fl *fleet) connected(c *wsConn, f *link.Connect) uint64 {
+// ignored of it (bad tags, oversized fields) becomes an event. A device
+// authenticated when its channel requires a token (configured or learnt
+// by enrollment: the connect path checked it) or it showed a client
+// certificate. The error is the registry's *registry.FullError for a new
+// anonymous device past the channel's bounds.
+func (fl *fleet) connected(c *wsConn, f *link.Connect) (uint64, error) {
 	a := c.a
-	gen, ignored := fl.reg.Connected(registry.Device{ChannelID: a.id, PeerID: c.peerID, SessionID: c.sessionKey,
+	authed := requiresToken(a.cfg.Config) || c.cert.fp != (config.Fingerprint{})
+	gen, ignored, err := fl.reg.Connected(registry.Device{ChannelID: a.id, PeerID: c.peerID, SessionID: c.sessionKey,
 		DeviceName: f.DeviceName, Board: f.Board, Version: f.Version, Capabilities: f.Capabilities, Tags: f.Tags,
-		RemoteAddr: c.remote})
+		RemoteAddr: c.remote, Authenticated: authed})
+	if err != nil {
+		return 0, err
+	}
 	if len(ignored) > 0 {
 		a.ch.events.Add(events.Event{Event: events.InboundRejected, PeerID: c.peerID, SessionID: c.sessionKey,
 			Detail: "connect: ignored " + strings.Join(ignored, "; ")})
 	}
-	return gen
+	return gen, nil
 }
 
 // handleScreen takes a screen frame into the registry's mirror; only a
@@ -171,7 +192,17 @@ func (s *Server) channelOf(w http.ResponseWriter, r *http.Request) *channel {
 	return ch
 }
 
-// servePeers is GET /api/channels/{channel_id}/peers?tag=k:v&online=true.
+// Pages of the peers API and the live stream's hello.
+const (
+	defaultPeersLimit = 100
+	maxPeersLimit     = 1000
+	helloPeers        = 100 // peers in hello; the console pages the rest
+)
+
+// servePeers is GET /api/channels/{channel_id}/peers?tag=k:v&online=true&limit=N&cursor=C:
+// at most limit peers (default 100, at most 1000) in peer id order after
+// the cursor, and next_cursor for the next page (null on the last).
+// The answer is written a peer at a time.
 func (s *Server) servePeers(w http.ResponseWriter, r *http.Request) {
 	ch := s.channelOf(w, r)
 	if ch == nil {
@@ -192,7 +223,94 @@ func (s *Server) servePeers(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Online = &b
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"channel_id": ch.id, "peers": s.rt.fleet.reg.List(ch.id, f)})
+	limit := defaultPeersLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPeersLimit {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be a number from 1 to %d, got %s", maxPeersLimit, strconv.Quote(truncateUTF8(v, 40))))
+			return
+		}
+		limit = n
+	}
+	after, err := parsePeerCursor(q.Get("cursor"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	peers, next := s.rt.fleet.reg.Page(ch.id, f, after, limit)
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_ = writePeerPage(w, map[string]any{"channel_id": ch.id}, peers, next)
+}
+
+// writePeerPage writes {head..., "peers": [...], "next_cursor": ...} on
+// one line, a peer at a time (an encoder without HTML escaping, one
+// buffer).
+func writePeerPage(w io.Writer, head map[string]any, peers []registry.Peer, next string) error {
+	bw := bufio.NewWriterSize(w, 32<<10)
+	var one bytes.Buffer
+	enc := json.NewEncoder(&one)
+	enc.SetEscapeHTML(false)
+	put := func(v any) error {
+		one.Reset()
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+		_, err := bw.Write(bytes.TrimSuffix(one.Bytes(), []byte("\n")))
+		return err
+	}
+	bw.WriteByte('{')
+	keys := make([]string, 0, len(head))
+	for k := range head {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := put(k); err != nil {
+			return err
+		}
+		bw.WriteByte(':')
+		if err := put(head[k]); err != nil {
+			return err
+		}
+		bw.WriteByte(',')
+	}
+	bw.WriteString(`"peers":[`)
+	for i := range peers {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		if err := put(&peers[i]); err != nil {
+			return err
+		}
+	}
+	bw.WriteString(`],"next_cursor":`)
+	var cur any
+	if next != "" {
+		cur = peerCursor(next)
+	}
+	if err := put(cur); err != nil {
+		return err
+	}
+	bw.WriteString("}\n")
+	return bw.Flush()
+}
+
+// A cursor is the last peer id of a page, base64url: opaque to clients,
+// stable while peers come and go (order is by peer id).
+func peerCursor(peerID string) string { return base64.RawURLEncoding.EncodeToString([]byte(peerID)) }
+
+func parsePeerCursor(c string) (string, error) {
+	if c == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || len(b) == 0 || len(b) > 256 {
+		return "", errors.New("cursor " + strconv.Quote(truncateUTF8(c, 40)) + " is not one this server gave (pass next_cursor of the previous page as it is)")
+	}
+	return string(b), nil
 }
 
 // conversationEntry is one record of a peer's session log on its page.
@@ -369,7 +487,8 @@ func (s *Server) serveCancel(w http.ResponseWriter, r *http.Request) {
 
 // serveEventStream is GET /api/channels/{channel_id}/events/stream, the
 // channel's events and its peers' changes as Server-Sent Events: first
-// "hello" with every peer, then each event as it happens under its own
+// "hello" with the first helloPeers peers, "total" and "next_cursor" (the
+// client pages the rest with GET .../peers?cursor=), then each event as it happens under its own
 // name, "peer" with a peer's new state when it changes, and a keepalive
 // comment every 15 s. It ends when the client goes, the server shuts
 // down, or the client falls streamBuffer events behind (it reconnects).
@@ -403,8 +522,10 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // a proxy must not hold the stream back
 	w.WriteHeader(http.StatusOK)
-	hello := map[string]any{"channel_id": ch.id, "peers": fl.reg.List(ch.id, registry.Filter{})}
-	if st.event("hello", "", hello) != nil {
+	first, next := fl.reg.Page(ch.id, registry.Filter{}, "", fl.opt.helloPeers)
+	var buf bytes.Buffer
+	if writePeerPage(&buf, map[string]any{"channel_id": ch.id, "total": fl.reg.Count(ch.id)}, first, next) != nil ||
+		st.raw("hello", "", bytes.TrimSuffix(buf.Bytes(), []byte("\n"))) != nil {
 		return
 	}
 	keepalive := time.NewTicker(fl.opt.streamKeepalive)
@@ -444,15 +565,23 @@ type sseWriter struct {
 	rc      *http.ResponseController
 	timeout time.Duration
 	buf     []byte
+	enc     bytes.Buffer
 }
 
 var sseNameReplacer = strings.NewReplacer("\n", "_", "\r", "_", ":", "_")
 
 func (st *sseWriter) event(name, id string, v any) error {
-	data, err := json.Marshal(v) // one line: JSON escapes newlines
-	if err != nil {
+	st.enc.Reset()
+	e := json.NewEncoder(&st.enc)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(v); err != nil { // one line: JSON escapes newlines
 		return fmt.Errorf("encoding %s: %w", name, err)
 	}
+	return st.raw(name, id, bytes.TrimSuffix(st.enc.Bytes(), []byte("\n")))
+}
+
+// raw writes an event whose data is one line of JSON.
+func (st *sseWriter) raw(name, id string, data []byte) error {
 	b := append(st.buf[:0], "event: "...)
 	b = append(b, sseNameReplacer.Replace(name)...)
 	if id != "" {

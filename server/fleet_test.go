@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/registry"
+
+	"github.com/gorilla/websocket"
 )
 
 // connectDevice connects a device that describes itself as termd does.
@@ -156,15 +159,138 @@ func TestPeersFilters(t *testing.T) {
 	}
 	// Metrics: devices online per channel and tag.
 	r := api(t, "GET", ts.http.URL+"/metrics", "", "")
+	if want := `termserver_devices_online{channel="terminal-dev",tag=""} 3`; !strings.Contains(string(r.body), want+"\n") {
+		t.Errorf("metrics lack %s", want)
+	}
+	// The channel takes anonymous devices: their tags are theirs to
+	// choose, so they get no series (the label set stays bounded).
+	if strings.Contains(string(r.body), `tag="site=`) || strings.Contains(string(r.body), `tag="floor=`) {
+		t.Errorf("metrics have series for anonymous devices' tags:\n%s", r.body)
+	}
+}
+
+// Devices that authenticated get a series per tag; anonymous ones none.
+func TestTagSeriesOfAuthenticatedDevices(t *testing.T) {
+	ts := startServer(t, channelTokens(config.Tokens{Any: []string{"lab-one", "lab-two"}}, false), nil)
+	for _, d := range [][2]string{{"a", "lab-one"}, {"b", "lab-two"}} {
+		c := dial(t, ts.ws, nil)
+		c.send(&link.Connect{PeerID: d[0], Token: d[1], Capabilities: []string{link.CapText}, Tags: map[string]string{"site": "lobby", "id": d[0]}})
+		readAs[*link.Connected](c)
+	}
+	r := api(t, "GET", ts.http.URL+"/metrics", "", "")
 	for _, want := range []string{
-		`termserver_devices_online{channel="terminal-dev",tag=""} 3`,
+		`termserver_devices_online{channel="terminal-dev",tag=""} 2`,
 		`termserver_devices_online{channel="terminal-dev",tag="site=lobby"} 2`,
-		`termserver_devices_online{channel="terminal-dev",tag="site=shop"} 1`,
-		`termserver_devices_online{channel="terminal-dev",tag="floor=2"} 1`,
+		`termserver_devices_online{channel="terminal-dev",tag="id=a"} 1`,
 	} {
 		if !strings.Contains(string(r.body), want+"\n") {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	if p := getPeer(t, ts, "a"); p["authenticated"] != true {
+		t.Errorf("peer a: authenticated %v", p["authenticated"])
+	}
+}
+
+// The peers API pages in peer id order; following next_cursor walks
+// every peer once; the answer is not HTML-escaped.
+func TestPeersPagination(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	want := []string{"a", "b", "c", "d", "e"}
+	for _, p := range []string{"c", "a", "e", "b", "d"} {
+		connectDevice(t, ts, p, map[string]string{"shape": "<" + p + ">"})
+	}
+	var got []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 5 {
+			t.Fatalf("more pages than peers: %v", got)
+		}
+		r := api(t, "GET", ts.http.URL+"/api/channels/terminal-dev/peers?limit=2&cursor="+cursor, "", "")
+		if r.status != 200 {
+			t.Fatalf("page %d: HTTP %d %s", pages, r.status, r.body)
+		}
+		if bytes.Contains(r.body, []byte(`\u003c`)) || !bytes.Contains(r.body, []byte(`"shape":"<`)) {
+			t.Fatalf("page %d is HTML-escaped: %s", pages, r.body)
+		}
+		var page struct {
+			Peers      []registry.Peer `json:"peers"`
+			NextCursor *string         `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(r.body, &page); err != nil {
+			t.Fatalf("page %d: %v: %s", pages, err, r.body)
+		}
+		if len(page.Peers) > 2 {
+			t.Fatalf("page %d has %d peers, limit 2", pages, len(page.Peers))
+		}
+		for _, p := range page.Peers {
+			got = append(got, p.PeerID)
+		}
+		if page.NextCursor == nil {
+			break
+		}
+		cursor = *page.NextCursor
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("walk %v, want %v", got, want)
+	}
+	for query, want := range map[string]string{
+		"?limit=0":       "limit must be a number from 1 to 1000",
+		"?limit=1001":    "limit must be a number from 1 to 1000",
+		"?limit=x":       "limit must be a number from 1 to 1000",
+		"?cursor=%21%21": "is not one this server gave",
+	} {
+		r := api(t, "GET", ts.http.URL+"/api/channels/terminal-dev/peers"+query, "", "")
+		if r.status != 400 || !strings.Contains(string(r.body), want) {
+			t.Errorf("peers%s: HTTP %d %s, want 400 with %s", query, r.status, r.body, want)
+		}
+	}
+}
+
+// Past the anonymous cap a new anonymous device is refused at connect
+// (registry_full, close 1013) and the registry is unchanged; a device
+// the registry knows is taken back, and so is an authenticated one.
+func TestAnonymousCapRefusedAtConnect(t *testing.T) {
+	ts := serve(t, func() *config.Config { c := config.Default(); c.Workspace = t.TempDir(); return c }(),
+		Options{fleet: fleetOptions{maxAnonymous: 2}})
+	a := connectDevice(t, ts, "a", nil)
+	connectDevice(t, ts, "b", nil)
+	c := dial(t, ts.ws, nil)
+	c.send(&link.Connect{PeerID: "c", Capabilities: []string{link.CapText}})
+	e, ok := c.read().(*link.Error)
+	if !ok || e.Code != link.CodeRegistryFull || !strings.Contains(e.Error, "maximum of 2 anonymous devices") {
+		t.Fatalf("third anonymous device: %+v, want a registry_full error", e)
+	}
+	if ce := c.readClose(); ce.Code != websocket.CloseTryAgainLater {
+		t.Fatalf("close %+v, want 1013", ce)
+	}
+	waitPeers(t, ts, "", "a:true b:true")
+	a.ws.Close()
+	waitPeers(t, ts, "", "a:false b:true")
+	connectDevice(t, ts, "a", nil) // known: taken back
+	waitPeers(t, ts, "", "a:true b:true")
+}
+
+// hello carries the first peers, the total and a cursor for the rest.
+func TestHelloBounded(t *testing.T) {
+	cfg := adminConfig(t, withAdmin(t))
+	ts := serve(t, cfg, Options{fleet: fleetOptions{helloPeers: 2}})
+	for _, p := range []string{"a", "b", "c"} {
+		connectDevice(t, ts, p, nil)
+	}
+	s := openStream(t, ts.http.URL, viewerSecret)
+	hello := s.next("hello", func(e sseEvent) bool { return e.name == "hello" })
+	var h struct {
+		Peers      []registry.Peer `json:"peers"`
+		Total      int             `json:"total"`
+		NextCursor *string         `json:"next_cursor"`
+	}
+	if err := json.Unmarshal([]byte(hello.data), &h); err != nil || peerIDs(h.Peers) != "a:true b:true" || h.Total != 3 || h.NextCursor == nil {
+		t.Fatalf("hello %s (%v)", hello.data, err)
+	}
+	r := api(t, "GET", ts.http.URL+"/api/channels/terminal-dev/peers?cursor="+*h.NextCursor, viewerSecret, "")
+	if r.status != 200 || !strings.Contains(string(r.body), `"peer_id":"c"`) || strings.Contains(string(r.body), `"peer_id":"a"`) {
+		t.Fatalf("the rest after hello: HTTP %d %s", r.status, r.body)
 	}
 }
 

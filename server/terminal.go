@@ -392,6 +392,18 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	c.peerID, c.threadID, c.userID, c.deviceName = f.PeerID, f.ThreadID, f.UserID, f.DeviceName
 	c.sessionKey = SessionKey(a.id, a.cfg.AccountID, f.PeerID, f.ThreadID)
 	connected.SessionID = c.sessionKey
+	// The registry first: a new anonymous device past its bounds is
+	// refused before it is registered anywhere.
+	gen, err := a.rt.fleet.connected(c, f)
+	if err != nil {
+		c.peerID, c.threadID, c.userID, c.deviceName, c.sessionKey = "", "", "", "", ""
+		a.rt.metrics.rejected.Inc(a.id)
+		a.ch.events.Add(events.Event{Event: events.TerminalRefused, PeerID: f.PeerID, Detail: "connect refused: " + err.Error()})
+		c.sendError("", link.CodeRegistryFull, "connect refused for peer_id "+f.PeerID+": "+err.Error())
+		c.closeWith(websocket.CloseTryAgainLater, "device registry full")
+		return
+	}
+	c.regGen = gen
 	c.caps = f.Capabilities
 	for _, cap := range f.Capabilities {
 		switch cap {
@@ -412,7 +424,6 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	if a.rt.cluster != nil {
 		a.rt.cluster.connected(a.id, f.PeerID) // before connected: replies find this edge
 	}
-	c.regGen = a.rt.fleet.connected(c, f)
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
 	c.noticesOnConnect()
 	a.rt.metrics.connects.Inc(a.id)

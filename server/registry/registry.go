@@ -1,46 +1,68 @@
 // Package registry is the server's device registry: every device that has
 // connected to a channel, what it said about itself in connect (name,
-// board, version, capabilities, tags), whether it is online now, since
-// when, when it was last seen, how often it reconnected in the last hour,
-// when it last sent a message, and what its display shows (the screen
-// mirror). It is kept in memory and written behind to one JSON file per
-// channel in the workspace (registry/<channel>.json), so a restart keeps
-// every device ever seen; as no connection survives a restart, every
-// device is offline when the registry opens. Changes stream to
-// subscribers (the operator API's live stream).
+// board, version, capabilities, tags), whether it authenticated, whether
+// it is online now, since when, when it was last seen, how often it
+// reconnected in the last hour, when it last sent a message, and what its
+// display shows (the screen mirror, online devices only). Changes stream
+// to subscribers (the operator API's live stream).
+//
+// # Bounds
+//
+// What a device says of itself is cut to MaxDeviceBytes (JSON as
+// written), a screen to MaxScreenBytes. A channel holds at most
+// Options.MaxPeers devices and Options.MaxChannelBytes (accounted about
+// as stored), of which at most Options.MaxAnonymous did not authenticate
+// (no token, client certificate or enrollment). A new anonymous device
+// past any of these is refused (a *FullError) and the registry is
+// unchanged; a device the registry knows is always taken back. A new
+// authenticated device past MaxPeers or MaxChannelBytes makes room by
+// forgetting the offline device seen longest ago, anonymous ones first,
+// never one with pending notices; if none can go, the channel grows past
+// the bound (the operator issued its credentials).
+//
+// # Durability
+//
+// The registry is kept in memory and written behind, incrementally, to
+// dir: a log (package wal; CRC per record, torn-tail repair on open) gets
+// every FlushInterval the devices that changed since the last flush (a
+// connect writes the device, a disconnect or a message only its times),
+// and once enough was logged (at least SnapshotBytes and as much as the
+// last snapshot) the whole registry is written to snapshot.jsonl (one
+// header line, then a device per line; temporary file, fsync, rename) and
+// the log is released up to it. Open reads the snapshot, replays the log
+// after it, and removes temporary files a kill left. As no connection
+// survives a restart, every device is offline when the registry opens.
+// A registry of the earlier format (one <channel>.json per channel) is
+// read once and replaced by a snapshot.
 package registry
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
-	"termlink/internal/durable"
 	"termlink/server/fanout"
+	"termlink/server/wal"
 )
 
 // Defaults of Options.
 const (
-	DefaultFlushInterval = 2 * time.Second
-	DefaultMaxPeers      = 100000 // per channel; past it the longest-unseen offline device is forgotten
+	DefaultFlushInterval   = 2 * time.Second
+	DefaultMaxPeers        = 100000   // per channel
+	DefaultMaxAnonymous    = 10000    // per channel: devices that did not authenticate
+	DefaultMaxChannelBytes = 64 << 20 // per channel, accounted about as stored
+	DefaultSnapshotBytes   = 4 << 20  // logged before a snapshot (at least)
 	// ScreensPerSecond is how many screen frames a second a peer's mirror
 	// takes; more are ignored (a device sends a few a second at most).
 	ScreensPerSecond = 10
 	// lastSeenEvery is how often the last_seen of online devices is
 	// written, so a crash loses little of it.
 	lastSeenEvery = time.Minute
-	maxReconnects = 3600 // connect times kept for reconnects_last_hour
 )
 
 // Bounds of what a device may say about itself (connect comes from
@@ -59,13 +81,16 @@ var tagKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 // Options tune a Registry.
 type Options struct {
-	Logger        *slog.Logger
-	FlushInterval time.Duration // write-behind period; default DefaultFlushInterval
-	MaxPeers      int           // per channel; default DefaultMaxPeers
-	NoSync        bool          // skip fsync (benchmarks)
-	// NoticesPending counts a peer's pending notices for Peer.NoticesPending;
-	// nil: 0. It is called with the registry's lock held: it must not call
-	// back into the registry.
+	Logger          *slog.Logger
+	FlushInterval   time.Duration // write-behind period; default DefaultFlushInterval
+	MaxPeers        int           // per channel; default DefaultMaxPeers
+	MaxAnonymous    int           // per channel; default DefaultMaxAnonymous
+	MaxChannelBytes int           // per channel; default DefaultMaxChannelBytes
+	SnapshotBytes   int           // default DefaultSnapshotBytes
+	NoSync          bool          // skip fsync (benchmarks)
+	// NoticesPending counts a peer's pending notices for Peer.NoticesPending
+	// and eviction; nil: 0. It is called with the registry's lock held: it
+	// must not call back into the registry.
 	NoticesPending func(channelID, peerID string) int
 }
 
@@ -80,6 +105,10 @@ type Device struct {
 	Capabilities []string
 	Tags         map[string]string
 	RemoteAddr   string
+	// Authenticated: the connection showed a token, a client certificate
+	// or an enrollment's credential. Once a device authenticated, the
+	// registry keeps it as such.
+	Authenticated bool
 }
 
 // Screen is a device's display as its last screen frame showed it.
@@ -102,6 +131,7 @@ type Peer struct {
 	Version            string            `json:"version"`
 	Capabilities       []string          `json:"capabilities"`
 	Tags               map[string]string `json:"tags"`
+	Authenticated      bool              `json:"authenticated"`
 	Online             bool              `json:"online"`
 	ConnectedSince     *string           `json:"connected_since"`
 	LastSeen           string            `json:"last_seen"` // now, while online
@@ -118,25 +148,51 @@ type Filter struct {
 	Online *bool
 }
 
+// FullError is a new anonymous device refused because its channel is
+// full; the registry is unchanged.
+type FullError struct {
+	ChannelID string
+	Reason    string
+}
+
+func (e *FullError) Error() string {
+	return "the device registry of channel " + e.ChannelID + " is full: " + e.Reason +
+		"; a device it already knows, or one that authenticates (token, client certificate, enrollment), is still taken"
+}
+
 // entry is one device. Its slices and maps are replaced, never changed,
 // so a Peer may share them.
 type entry struct {
-	dev            Device
+	dev            Device // Authenticated: ever
+	bytes          int    // accounted in the channel's budget
 	online         bool
 	gen            uint64 // of the live connection
 	connectedSince time.Time
 	lastSeen       time.Time
 	lastMessage    time.Time
-	reconnects     []time.Time // connects after the first, oldest first
+	reconnects     []minuteCount // connects after the first, per minute, the last hour
 	screen         *Screen
 	screenWindow   time.Time // start of the current one-second window
 	screenCount    int
 }
 
+// minuteCount is how many reconnects happened in one minute (Unix minute).
+type minuteCount [2]int64
+
+// What a flush must write of a peer.
+const (
+	dirtySeen = 1 // its times
+	dirtyFull = 2 // all of it
+)
+
 type channelState struct {
-	peers map[string]*entry
-	live  fanout.Hub[Peer]
-	dirty bool
+	peers     map[string]*entry
+	ids       []string // sorted peer ids; nil when it must be rebuilt
+	bytes     int      // sum of entry.bytes
+	anonymous int      // peers never authenticated
+	live      fanout.Hub[Peer]
+	dirty     map[string]uint8    // peer -> dirtySeen|dirtyFull, since the last flush
+	deleted   map[string]struct{} // forgotten since the last flush
 }
 
 // Registry is the device registry; safe for concurrent use.
@@ -151,16 +207,23 @@ type Registry struct {
 	gen      uint64
 	lastFull time.Time // last time online devices' last_seen was written
 
-	writeMu sync.Mutex // one flush at a time
-	stop    chan struct{}
-	done    chan struct{}
-	once    sync.Once
+	// Owned by the flusher (writeMu held).
+	writeMu   sync.Mutex
+	wl        *wal.Log
+	sinceSnap int   // bytes logged since the last snapshot
+	snapBytes int   // size of the last snapshot
+	needSnap  bool  // a log write failed: the next flush writes a snapshot
+	walErr    error // the log failed: reopened before the next snapshot
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
 }
 
 // Open loads the registry kept in dir (created if missing), every device
-// offline, and starts writing changes behind. A file that cannot be read
-// is moved aside (name.corrupt-TIME) with a warning; the registry starts
-// without it rather than refusing to start.
+// offline, and starts writing changes behind. An unreadable snapshot is
+// moved aside (name.corrupt-TIME) with a warning; the registry starts
+// with what the log holds rather than refusing to start.
 func Open(dir string, opt Options) (*Registry, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
@@ -170,6 +233,15 @@ func Open(dir string, opt Options) (*Registry, error) {
 	}
 	if opt.MaxPeers <= 0 {
 		opt.MaxPeers = DefaultMaxPeers
+	}
+	if opt.MaxAnonymous <= 0 {
+		opt.MaxAnonymous = DefaultMaxAnonymous
+	}
+	if opt.MaxChannelBytes <= 0 {
+		opt.MaxChannelBytes = DefaultMaxChannelBytes
+	}
+	if opt.SnapshotBytes <= 0 {
+		opt.SnapshotBytes = DefaultSnapshotBytes
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("registry: creating %s: %w", dir, err)
@@ -184,13 +256,22 @@ func Open(dir string, opt Options) (*Registry, error) {
 	return r, nil
 }
 
-// Close stops the write-behind and writes what is left.
+// Close stops the write-behind, writes what is left (a snapshot when
+// anything was logged since the last) and closes the log.
 func (r *Registry) Close() error {
 	var err error
 	r.once.Do(func() {
 		close(r.stop)
 		<-r.done
 		err = r.flush(true)
+		r.writeMu.Lock()
+		if err == nil && r.sinceSnap > 0 { // the next start reads one file
+			err = r.snapshot()
+		}
+		if cerr := r.wl.Close(); err == nil && cerr != nil && !errors.Is(cerr, wal.ErrFailed) {
+			err = fmt.Errorf("registry: closing the log: %w", cerr)
+		}
+		r.writeMu.Unlock()
 	})
 	return err
 }
@@ -198,44 +279,98 @@ func (r *Registry) Close() error {
 func (r *Registry) channel(id string) *channelState {
 	cs := r.channels[id]
 	if cs == nil {
-		cs = &channelState{peers: map[string]*entry{}}
+		cs = &channelState{peers: map[string]*entry{}, dirty: map[string]uint8{}, deleted: map[string]struct{}{}}
 		r.channels[id] = cs
 	}
 	return cs
 }
 
+// markLocked records that peer must be written (r.mu held).
+func (cs *channelState) markLocked(peer string, what uint8) {
+	cs.dirty[peer] = max(cs.dirty[peer], what)
+}
+
+// addLocked puts a new entry in the channel (r.mu held).
+func (cs *channelState) addLocked(e *entry) {
+	cs.peers[e.dev.PeerID] = e
+	cs.bytes += e.bytes
+	if !e.dev.Authenticated {
+		cs.anonymous++
+	}
+	cs.ids = nil
+	delete(cs.deleted, e.dev.PeerID)
+}
+
+// removeLocked forgets an entry (r.mu held).
+func (cs *channelState) removeLocked(id string) {
+	e := cs.peers[id]
+	if e == nil {
+		return
+	}
+	delete(cs.peers, id)
+	cs.bytes -= e.bytes
+	if !e.dev.Authenticated {
+		cs.anonymous--
+	}
+	cs.ids = nil
+	delete(cs.dirty, id)
+	cs.deleted[id] = struct{}{}
+}
+
+// sortedIDs is the channel's peer ids in order (r.mu held).
+func (cs *channelState) sortedIDs() []string {
+	if cs.ids == nil {
+		cs.ids = make([]string, 0, len(cs.peers))
+		for id := range cs.peers {
+			cs.ids = append(cs.ids, id)
+		}
+		sort.Strings(cs.ids)
+	}
+	return cs.ids
+}
+
 // Connected records a device's connect and returns the generation of its
 // connection, which Disconnected and SetScreen take so that a connection
 // replaced by a newer one cannot mark the device offline. It returns
-// what was dropped from d as invalid (tags, oversized fields), to report.
-func (r *Registry) Connected(d Device) (gen uint64, ignored []string) {
+// what was dropped from d as invalid or over budget (tags, oversized
+// fields), to report. A new anonymous device past the channel's bounds is
+// refused with a *FullError, and nothing changes.
+func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error) {
 	d, ignored = sanitize(d)
+	size := peerBytes(d)
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cs := r.channel(d.ChannelID)
 	e := cs.peers[d.PeerID]
 	if e == nil {
-		r.makeRoom(cs)
-		e = &entry{}
-		cs.peers[d.PeerID] = e
-	} else {
-		e.reconnects = append(pruneHour(e.reconnects, now), now)
-		if len(e.reconnects) > maxReconnects {
-			e.reconnects = e.reconnects[len(e.reconnects)-maxReconnects:]
+		if err := r.makeRoom(cs, d, size); err != nil {
+			return 0, ignored, err
 		}
+		e = &entry{dev: d, bytes: size}
+		cs.addLocked(e)
+	} else {
+		if e.dev.Authenticated && !d.Authenticated {
+			d.Authenticated = true
+		} else if !e.dev.Authenticated && d.Authenticated {
+			cs.anonymous--
+		}
+		cs.bytes += size - e.bytes
+		e.bytes = size
+		e.reconnects = addReconnect(e.reconnects, now)
 	}
 	r.gen++
 	e.dev, e.online, e.gen = d, true, r.gen
 	e.connectedSince, e.lastSeen = now, now
 	e.screen = nil // what it showed before is not what it shows now
-	cs.dirty = true
+	cs.markLocked(d.PeerID, dirtyFull)
 	r.publishLocked(cs, e)
-	return e.gen, ignored
+	return e.gen, ignored, nil
 }
 
 // Disconnected records the end of connection gen; it does nothing when a
-// newer connection of the device has taken over.
+// newer connection of the device has taken over. The screen mirror goes
+// with the connection.
 func (r *Registry) Disconnected(channelID, peerID string, gen uint64) {
 	now := r.now()
 	r.mu.Lock()
@@ -245,15 +380,14 @@ func (r *Registry) Disconnected(channelID, peerID string, gen uint64) {
 		return
 	}
 	e := cs.peers[peerID]
-	e.online, e.lastSeen = false, now
-	cs.dirty = true
+	e.online, e.lastSeen, e.screen = false, now, nil
+	cs.markLocked(peerID, dirtySeen)
 	r.publishLocked(cs, e)
 }
 
 // MessageAccepted records that the device's message was accepted now.
 // It is written with the once-a-minute write of online devices (a device
-// that sends is online), not at once: busy devices do not rewrite the
-// file every flush.
+// that sends is online), not at once.
 func (r *Registry) MessageAccepted(channelID, peerID string) {
 	now := r.now()
 	r.mu.Lock()
@@ -316,23 +450,70 @@ func (r *Registry) Get(channelID, peerID string) (Peer, bool) {
 	return Peer{}, false
 }
 
-// List returns the channel's peers that f selects, sorted by peer id.
+// List returns the channel's peers that f selects, sorted by peer id. It
+// is for the server's own use (a broadcast's targets); the API pages
+// with Page.
 func (r *Registry) List(channelID string, f Filter) []Peer {
+	out, _ := r.Page(channelID, f, "", 0)
+	return out
+}
+
+// Page returns, in peer id order, at most limit peers (0: all) that f
+// selects with a peer id after `after` ("" : from the first), and the
+// peer id to pass as after for the next page ("" when there is none).
+func (r *Registry) Page(channelID string, f Filter, after string, limit int) (peers []Peer, next string) {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := []Peer{}
+	peers = []Peer{}
 	cs := r.channels[channelID]
 	if cs == nil {
-		return out
+		return peers, ""
 	}
-	for _, e := range cs.peers {
-		if f.matches(e) {
-			out = append(out, r.peerLocked(e, now))
+	ids := cs.sortedIDs()
+	i := 0
+	if after != "" {
+		i = sort.SearchStrings(ids, after)
+		if i < len(ids) && ids[i] == after {
+			i++
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].PeerID < out[j].PeerID })
-	return out
+	for ; i < len(ids); i++ {
+		e := cs.peers[ids[i]]
+		if !f.matches(e) {
+			continue
+		}
+		if limit > 0 && len(peers) == limit {
+			return peers, peers[len(peers)-1].PeerID // one more matches
+		}
+		peers = append(peers, r.peerLocked(e, now))
+	}
+	return peers, ""
+}
+
+// Count is how many peers the channel holds.
+func (r *Registry) Count(channelID string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cs := r.channels[channelID]; cs != nil {
+		return len(cs.peers)
+	}
+	return 0
+}
+
+// Usage is a channel's use of its bounds.
+type Usage struct {
+	Peers, Anonymous, Bytes int
+}
+
+// Usage returns how much of its bounds the channel uses.
+func (r *Registry) Usage(channelID string) Usage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cs := r.channels[channelID]; cs != nil {
+		return Usage{Peers: len(cs.peers), Anonymous: cs.anonymous, Bytes: cs.bytes}
+	}
+	return Usage{}
 }
 
 func (f Filter) matches(e *entry) bool {
@@ -356,9 +537,15 @@ func (r *Registry) Subscribe(channelID string, buf int) *fanout.Sub[Peer] {
 	return r.channel(channelID).live.Subscribe(buf)
 }
 
+// OtherTags is the byTag key of Online that counts the online devices
+// whose tags did not get a series of their own.
+const OtherTags = "other"
+
 // Online counts the channel's online devices: in all, and per tag
-// ("key=value") of any device the registry knows (0 when none of them is
-// online), at most maxTags tags.
+// ("key=value") of the authenticated devices only (0 when none of them is
+// online), so anonymous devices cannot choose the label set. Past maxTags
+// tags, the online devices with a tag left out are counted once under
+// OtherTags.
 func (r *Registry) Online(channelID string, maxTags int) (total int, byTag map[string]int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -368,9 +555,17 @@ func (r *Registry) Online(channelID string, maxTags int) (total int, byTag map[s
 		return 0, byTag
 	}
 	for _, e := range cs.peers {
+		if e.online {
+			total++
+		}
+		if !e.dev.Authenticated {
+			continue
+		}
+		other := false
 		for k, v := range e.dev.Tags {
 			t := k + "=" + v
 			if _, ok := byTag[t]; !ok && len(byTag) >= maxTags {
+				other = true
 				continue
 			}
 			if e.online {
@@ -379,8 +574,8 @@ func (r *Registry) Online(channelID string, maxTags int) (total int, byTag map[s
 				byTag[t] += 0
 			}
 		}
-		if e.online {
-			total++
+		if other && e.online {
+			byTag[OtherTags]++
 		}
 	}
 	return total, byTag
@@ -397,8 +592,8 @@ func (r *Registry) publishLocked(cs *channelState, e *entry) {
 func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 	d := e.dev
 	p := Peer{PeerID: d.PeerID, ChannelID: d.ChannelID, SessionID: d.SessionID, DeviceName: d.DeviceName,
-		Board: d.Board, Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, Online: e.online,
-		LastSeen: formatTime(e.lastSeen), RemoteAddr: d.RemoteAddr, Screen: e.screen}
+		Board: d.Board, Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, Authenticated: d.Authenticated,
+		Online: e.online, LastSeen: formatTime(e.lastSeen), RemoteAddr: d.RemoteAddr, Screen: e.screen}
 	if p.Capabilities == nil {
 		p.Capabilities = []string{}
 	}
@@ -410,43 +605,112 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 		p.ConnectedSince = optTime(e.connectedSince)
 	}
 	p.LastMessageAt = optTime(e.lastMessage)
-	for _, t := range e.reconnects {
-		if now.Sub(t) < time.Hour {
-			p.ReconnectsLastHour++
-		}
-	}
-	if r.opt.NoticesPending != nil {
-		p.NoticesPending = r.opt.NoticesPending(d.ChannelID, d.PeerID)
-	}
+	p.ReconnectsLastHour = reconnectsLastHour(e.reconnects, now)
+	p.NoticesPending = r.noticesLocked(d.ChannelID, d.PeerID)
 	return p
 }
 
-// makeRoom forgets the longest-unseen offline device when the channel is
-// full (r.mu held). If every device is online the channel grows past the
-// bound: an online device is never forgotten.
-func (r *Registry) makeRoom(cs *channelState) {
-	if len(cs.peers) < r.opt.MaxPeers {
-		return
+func (r *Registry) noticesLocked(channelID, peerID string) int {
+	if r.opt.NoticesPending == nil {
+		return 0
 	}
-	var oldest string
-	var at time.Time
-	for id, e := range cs.peers {
-		if !e.online && (oldest == "" || e.lastSeen.Before(at)) {
-			oldest, at = id, e.lastSeen
-		}
-	}
-	if oldest != "" {
-		delete(cs.peers, oldest)
-		r.log.Warn("device registry full: forgot the device seen longest ago", "peer_id", oldest, "last_seen", formatTime(at), "max", r.opt.MaxPeers)
-	}
+	return r.opt.NoticesPending(channelID, peerID)
 }
 
-func pruneHour(ts []time.Time, now time.Time) []time.Time {
-	i := 0
-	for i < len(ts) && now.Sub(ts[i]) >= time.Hour {
-		i++
+// makeRoom admits new device d of size bytes to cs (r.mu held): an
+// anonymous one only within every bound, refused otherwise; an
+// authenticated one, when the channel is full, by forgetting the offline
+// device seen longest ago (anonymous first) that has no pending notices.
+func (r *Registry) makeRoom(cs *channelState, d Device, size int) error {
+	full := func() string {
+		switch {
+		case len(cs.peers) >= r.opt.MaxPeers:
+			return fmt.Sprintf("it holds its maximum of %d devices", r.opt.MaxPeers)
+		case cs.bytes+size > r.opt.MaxChannelBytes:
+			return fmt.Sprintf("its devices take %d of its %d bytes", cs.bytes, r.opt.MaxChannelBytes)
+		}
+		return ""
 	}
-	return append([]time.Time(nil), ts[i:]...)
+	if !d.Authenticated {
+		why := full()
+		if why == "" && cs.anonymous >= r.opt.MaxAnonymous {
+			why = fmt.Sprintf("it holds its maximum of %d anonymous devices", r.opt.MaxAnonymous)
+		}
+		if why != "" {
+			return &FullError{ChannelID: d.ChannelID, Reason: why}
+		}
+		return nil
+	}
+	for why := full(); why != ""; why = full() {
+		id := r.evictable(cs)
+		if id == "" {
+			r.log.Warn("device registry full and nothing can be forgotten (online, or with pending notices): the channel grows past its bound for an authenticated device",
+				"channel", d.ChannelID, "peer_id", d.PeerID, "why", why)
+			return nil
+		}
+		at := cs.peers[id].lastSeen
+		cs.removeLocked(id)
+		r.log.Warn("device registry full: forgot the offline device seen longest ago to make room for an authenticated one",
+			"channel", d.ChannelID, "forgot", id, "last_seen", formatTime(at), "for", d.PeerID, "why", why)
+	}
+	return nil
+}
+
+// evictable is the offline device seen longest ago with no pending
+// notices, an anonymous one if any (r.mu held); "" if none.
+func (r *Registry) evictable(cs *channelState) string {
+	var best string
+	var bestE *entry
+	for id, e := range cs.peers {
+		if e.online {
+			continue
+		}
+		if bestE != nil {
+			switch {
+			case bestE.dev.Authenticated == e.dev.Authenticated:
+				if !e.lastSeen.Before(bestE.lastSeen) {
+					continue
+				}
+			case !bestE.dev.Authenticated: // anonymous first
+				continue
+			}
+		}
+		if r.noticesLocked(e.dev.ChannelID, id) > 0 {
+			continue
+		}
+		best, bestE = id, e
+	}
+	return best
+}
+
+// addReconnect counts a reconnect at now and drops counts older than an
+// hour.
+func addReconnect(rc []minuteCount, now time.Time) []minuteCount {
+	m := now.Unix() / 60
+	out := make([]minuteCount, 0, len(rc)+1)
+	for _, c := range rc {
+		if m-c[0] < 60 {
+			out = append(out, c)
+		}
+	}
+	if n := len(out); n > 0 && out[n-1][0] == m {
+		out[n-1][1]++
+	} else {
+		out = append(out, minuteCount{m, 1})
+	}
+	return out
+}
+
+// reconnectsLastHour sums the counts of the last 60 minutes (to the minute).
+func reconnectsLastHour(rc []minuteCount, now time.Time) int {
+	m := now.Unix() / 60
+	n := 0
+	for _, c := range rc {
+		if age := m - c[0]; age >= 0 && age < 60 {
+			n += int(c[1])
+		}
+	}
+	return n
 }
 
 // formatTime is RFC 3339 in UTC, to the second.
@@ -458,283 +722,4 @@ func optTime(t time.Time) *string {
 	}
 	s := formatTime(t)
 	return &s
-}
-
-// ParseTagFilter parses the tag query values of the peers API, each
-// "key:value"; all must match.
-func ParseTagFilter(values []string) (map[string]string, error) {
-	if len(values) == 0 {
-		return nil, nil
-	}
-	out := make(map[string]string, len(values))
-	for _, v := range values {
-		k, val, ok := strings.Cut(v, ":")
-		switch {
-		case !ok:
-			return nil, fmt.Errorf("tag %q: want key:value, e.g. tag=site:lobby", truncate(v, 80))
-		case checkTagKey(k) != nil:
-			return nil, fmt.Errorf("tag %q: %v", truncate(v, 80), checkTagKey(k))
-		case checkTagValue(val) != nil:
-			return nil, fmt.Errorf("tag %q: %v", truncate(v, 80), checkTagValue(val))
-		}
-		if prev, dup := out[k]; dup && prev != val {
-			return nil, fmt.Errorf("tag %q: key %q is already given as %q; a device has one value per key", truncate(v, 80), k, prev)
-		}
-		out[k] = val
-	}
-	return out, nil
-}
-
-func checkTagKey(k string) error {
-	switch {
-	case k == "":
-		return errors.New("the key is empty")
-	case len(k) > MaxTagKey:
-		return fmt.Errorf("the key is longer than %d bytes", MaxTagKey)
-	case !tagKeyRE.MatchString(k):
-		return errors.New("the key may hold only A-Z a-z 0-9 . _ - and must start with a letter or digit")
-	}
-	return nil
-}
-
-func checkTagValue(v string) error {
-	switch {
-	case v == "":
-		return errors.New("the value is empty")
-	case len(v) > MaxTagValue:
-		return fmt.Errorf("the value is longer than %d bytes", MaxTagValue)
-	case !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0:
-		return errors.New("the value must be UTF-8 text without control characters")
-	}
-	return nil
-}
-
-// sanitize bounds what a device says about itself; ignored lists what was
-// dropped or cut, for the operator.
-func sanitize(d Device) (Device, []string) {
-	var ignored []string
-	for _, f := range []struct {
-		name string
-		p    *string
-	}{{"device_name", &d.DeviceName}, {"board", &d.Board}, {"version", &d.Version}} {
-		if len(*f.p) > MaxField || !utf8.ValidString(*f.p) {
-			*f.p = truncate(strings.ToValidUTF8(*f.p, "?"), MaxField)
-			ignored = append(ignored, f.name+" cut to "+fmt.Sprint(MaxField)+" bytes")
-		}
-	}
-	caps := make([]string, 0, len(d.Capabilities))
-	for _, c := range d.Capabilities {
-		if len(caps) >= MaxCaps || len(c) > MaxField {
-			ignored = append(ignored, fmt.Sprintf("capability %q", truncate(c, 40)))
-			continue
-		}
-		caps = append(caps, c)
-	}
-	d.Capabilities = caps
-	tags := make(map[string]string, len(d.Tags))
-	keys := make([]string, 0, len(d.Tags))
-	for k := range d.Tags {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := d.Tags[k]
-		err := checkTagKey(k)
-		if err == nil {
-			err = checkTagValue(v)
-		}
-		if err == nil && len(tags) >= MaxTags {
-			err = fmt.Errorf("more than %d tags", MaxTags)
-		}
-		if err != nil {
-			ignored = append(ignored, fmt.Sprintf("tag %q: %v", truncate(k, 40), err))
-			continue
-		}
-		tags[k] = v
-	}
-	d.Tags = tags
-	return d, ignored
-}
-
-func sanitizeScreen(s Screen) Screen {
-	rows := s.Rows
-	if len(rows) > MaxScreenRows {
-		rows = rows[:MaxScreenRows]
-	}
-	out := make([]string, len(rows))
-	for i, row := range rows {
-		out[i] = truncate(strings.ToValidUTF8(row, "?"), MaxScreenRow)
-	}
-	s.Rows = out
-	return s
-}
-
-// truncate cuts s to at most n bytes at a character boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-// stored is one device in a registry file.
-type stored struct {
-	PeerID        string            `json:"peer_id"`
-	SessionID     string            `json:"session_id"`
-	DeviceName    string            `json:"device_name,omitempty"`
-	Board         string            `json:"board,omitempty"`
-	Version       string            `json:"version,omitempty"`
-	Capabilities  []string          `json:"capabilities,omitempty"`
-	Tags          map[string]string `json:"tags,omitempty"`
-	RemoteAddr    string            `json:"remote_addr,omitempty"`
-	LastSeen      time.Time         `json:"last_seen"`
-	LastMessageAt time.Time         `json:"last_message_at,omitzero"`
-	Reconnects    []time.Time       `json:"reconnects,omitempty"`
-}
-
-type file struct {
-	Version   int      `json:"version"`
-	ChannelID string   `json:"channel_id"`
-	Peers     []stored `json:"peers"`
-}
-
-const fileVersion = 1
-
-func (r *Registry) load() error {
-	names, err := filepath.Glob(filepath.Join(r.dir, "*.json"))
-	if err != nil {
-		return fmt.Errorf("registry: listing %s: %w", r.dir, err)
-	}
-	for _, name := range names {
-		f, err := readFile(name)
-		if err != nil {
-			aside := name + ".corrupt-" + time.Now().UTC().Format("20060102T150405")
-			r.log.Warn("device registry file unreadable; moved aside, its devices are forgotten", "file", name, "moved_to", aside, "err", err)
-			if rerr := os.Rename(name, aside); rerr != nil {
-				return fmt.Errorf("registry: moving aside unreadable %s: %w", name, rerr)
-			}
-			continue
-		}
-		cs := r.channel(f.ChannelID)
-		for _, s := range f.Peers {
-			d, _ := sanitize(Device{ChannelID: f.ChannelID, PeerID: s.PeerID, SessionID: s.SessionID, DeviceName: s.DeviceName,
-				Board: s.Board, Version: s.Version, Capabilities: s.Capabilities, Tags: s.Tags, RemoteAddr: s.RemoteAddr})
-			cs.peers[s.PeerID] = &entry{dev: d, lastSeen: s.LastSeen, lastMessage: s.LastMessageAt, reconnects: s.Reconnects}
-		}
-	}
-	return nil
-}
-
-func readFile(name string) (*file, error) {
-	b, err := os.ReadFile(name)
-	if err != nil {
-		return nil, err
-	}
-	var f file
-	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("decoding: %w", err)
-	}
-	switch {
-	case f.Version != fileVersion:
-		return nil, fmt.Errorf("version %d, want %d", f.Version, fileVersion)
-	case f.ChannelID == "" || filepath.Base(name) != f.ChannelID+".json":
-		return nil, fmt.Errorf("channel_id %q does not match the file name", f.ChannelID)
-	}
-	for i, p := range f.Peers {
-		if p.PeerID == "" {
-			return nil, fmt.Errorf("peers[%d]: no peer_id", i)
-		}
-	}
-	return &f, nil
-}
-
-func (r *Registry) flusher() {
-	defer close(r.done)
-	t := time.NewTicker(r.opt.FlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.stop:
-			return
-		case <-t.C:
-			if err := r.flush(false); err != nil {
-				r.log.Error("writing the device registry", "err", err)
-			}
-		}
-	}
-}
-
-// Flush writes the channels changed since the last flush (and, once a
-// minute, those with online devices, for their last_seen and
-// last_message_at).
-func (r *Registry) Flush() error { return r.flush(false) }
-
-// flush is Flush; all writes every channel.
-func (r *Registry) flush(all bool) error {
-	r.writeMu.Lock()
-	defer r.writeMu.Unlock()
-	now := r.now()
-	type job struct {
-		id string
-		f  file
-	}
-	var jobs []job
-	r.mu.Lock()
-	full := now.Sub(r.lastFull) >= lastSeenEvery
-	if full {
-		r.lastFull = now
-	}
-	for id, cs := range r.channels {
-		online := false
-		if full {
-			for _, e := range cs.peers {
-				if e.online {
-					online = true
-					break
-				}
-			}
-		}
-		if !cs.dirty && !online && !all {
-			continue
-		}
-		cs.dirty = false
-		f := file{Version: fileVersion, ChannelID: id, Peers: make([]stored, 0, len(cs.peers))}
-		for _, e := range cs.peers {
-			seen := e.lastSeen
-			if e.online {
-				seen = now
-			}
-			d := e.dev
-			f.Peers = append(f.Peers, stored{PeerID: d.PeerID, SessionID: d.SessionID, DeviceName: d.DeviceName, Board: d.Board,
-				Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, RemoteAddr: d.RemoteAddr, LastSeen: seen.UTC(),
-				LastMessageAt: e.lastMessage.UTC(), Reconnects: pruneHour(e.reconnects, now)})
-		}
-		jobs = append(jobs, job{id, f})
-	}
-	r.mu.Unlock()
-	var errs []error
-	for _, j := range jobs {
-		sort.Slice(j.f.Peers, func(a, b int) bool { return j.f.Peers[a].PeerID < j.f.Peers[b].PeerID })
-		if err := r.write(j.id, &j.f); err != nil {
-			errs = append(errs, err)
-			r.mu.Lock()
-			r.channel(j.id).dirty = true // try again next time
-			r.mu.Unlock()
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// write replaces registry/<channel>.json atomically.
-func (r *Registry) write(channelID string, f *file) error {
-	err := durable.WriteFile(filepath.Join(r.dir, channelID+".json"), func(w *bufio.Writer) error {
-		return json.NewEncoder(w).Encode(f)
-	}, r.opt.NoSync)
-	if err != nil {
-		return fmt.Errorf("registry: %w", err)
-	}
-	return nil
 }

@@ -30,11 +30,16 @@ func dev(peer string, tags map[string]string) Device {
 		Version: "1.2.3", Capabilities: []string{"text", "screen"}, Tags: tags, RemoteAddr: "127.0.0.1:5000"}
 }
 
+func authed(d Device) Device {
+	d.Authenticated = true
+	return d
+}
+
 func TestRestartKeepsDevicesOffline(t *testing.T) {
 	dir := t.TempDir()
 	c := &clock{time.Date(2026, 11, 23, 18, 0, 0, 0, time.UTC)}
 	r := open(t, dir, c)
-	gen, _ := r.Connected(dev("kiosk-1", map[string]string{"site": "lobby"}))
+	gen, _, _ := r.Connected(dev("kiosk-1", map[string]string{"site": "lobby"}))
 	r.Connected(dev("kiosk-2", nil))
 	c.t = c.t.Add(time.Minute)
 	r.MessageAccepted("ch", "kiosk-1")
@@ -94,10 +99,10 @@ func TestCorruptFileMovedAside(t *testing.T) {
 func TestFilters(t *testing.T) {
 	r := open(t, t.TempDir(), nil)
 	defer r.Close()
-	g1, _ := r.Connected(dev("a", map[string]string{"site": "lobby", "floor": "1"}))
-	r.Connected(dev("b", map[string]string{"site": "lobby", "floor": "2"}))
-	r.Connected(dev("c", map[string]string{"site": "shop"}))
-	r.Connected(dev("d", nil))
+	g1, _, _ := r.Connected(authed(dev("a", map[string]string{"site": "lobby", "floor": "1"})))
+	r.Connected(authed(dev("b", map[string]string{"site": "lobby", "floor": "2"})))
+	r.Connected(authed(dev("c", map[string]string{"site": "shop"})))
+	r.Connected(dev("d", map[string]string{"attacker": "chosen"})) // anonymous: no series of its own
 	r.Disconnected("ch", "a", g1)
 	yes, no := true, false
 	tests := []struct {
@@ -125,6 +130,12 @@ func TestFilters(t *testing.T) {
 	if total != 3 || !reflect.DeepEqual(byTag, map[string]int{"site=lobby": 1, "floor=1": 0, "floor=2": 1, "site=shop": 1}) {
 		t.Errorf("Online = %d %v", total, byTag)
 	}
+	// Past the series cap, online devices with a tag left out count once
+	// under "other".
+	total, byTag = r.Online("ch", 1)
+	if total != 3 || len(byTag) != 2 || byTag[OtherTags] < 1 {
+		t.Errorf("Online capped at 1 = %d %v", total, byTag)
+	}
 }
 
 // A connection replaced by a newer one of the same device ends after the
@@ -133,8 +144,8 @@ func TestFilters(t *testing.T) {
 func TestReplacedConnection(t *testing.T) {
 	r := open(t, t.TempDir(), nil)
 	defer r.Close()
-	old, _ := r.Connected(dev("a", nil))
-	cur, _ := r.Connected(dev("a", nil))
+	old, _, _ := r.Connected(dev("a", nil))
+	cur, _, _ := r.Connected(dev("a", nil))
 	r.Disconnected("ch", "a", old)
 	if r.SetScreen("ch", "a", old, Screen{Rows: []string{"stale"}}) {
 		t.Error("screen from the replaced connection taken")
@@ -152,7 +163,7 @@ func TestScreenRateAndLatestWins(t *testing.T) {
 	c := &clock{time.Date(2026, 11, 23, 18, 0, 0, 0, time.UTC)}
 	r := open(t, t.TempDir(), c)
 	defer r.Close()
-	gen, _ := r.Connected(dev("a", nil))
+	gen, _, _ := r.Connected(dev("a", nil))
 	sub := r.Subscribe("ch", 100)
 	defer sub.Close()
 	for i := range ScreensPerSecond {
@@ -185,7 +196,7 @@ func TestSanitize(t *testing.T) {
 	d.DeviceName = strings.Repeat("n", 500)
 	r := open(t, t.TempDir(), nil)
 	defer r.Close()
-	_, ignored := r.Connected(d)
+	_, ignored, _ := r.Connected(d)
 	p, _ := r.Get("ch", "a")
 	if !reflect.DeepEqual(p.Tags, map[string]string{"site": "lobby"}) || len(p.DeviceName) != MaxField {
 		t.Fatalf("peer %+v", p)

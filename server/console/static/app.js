@@ -10,6 +10,7 @@
   const MAX_EVENTS = 200; // events kept in the live list
   const MAX_ROWS = 500; // fleet rows drawn at once (filter to see others)
   const STALL_MS = 45000; // no byte (not even a keepalive) this long: reconnect
+  const PEERS_PAGE = 1000; // peers per GET .../peers page (the server's maximum)
 
   const $ = (id) => document.getElementById(id);
   const enc = encodeURIComponent;
@@ -26,6 +27,7 @@
     drawPending: false,
     seqs: new Set(), // seq of the events listed
     loggingIn: false,
+    hello: 0, // hellos received: a newer one stops paging the older one's peers
   };
 
   // ---- small DOM helper: text only, never innerHTML ----
@@ -251,7 +253,11 @@
       return;
     }
     if (name === 'hello') {
+      // hello holds the first page of peers; the rest are paged in behind
+      // (GET .../peers?cursor=), while "peer" events keep them current.
       state.peers = new Map((obj.peers || []).map((p) => [p.peer_id, p]));
+      state.hello += 1;
+      if (obj.next_cursor) loadRestOfPeers(state.channel, obj.next_cursor, state.hello);
       scheduleDraw();
       loadRecentEvents(state.channel);
       if (state.route.view === 'peer') {
@@ -272,6 +278,28 @@
     }
     addEvent(name, obj);
     if (state.route.view === 'peer' && obj.peer_id === state.route.peer) refreshDetailSoon();
+  }
+
+  // loadRestOfPeers follows next_cursor from cursor until the last page,
+  // adding the peers a "peer" event has not brought already (an event is
+  // at least as new as the page). It stops when another hello came (the
+  // stream reconnected) or the channel changed.
+  async function loadRestOfPeers(channel, cursor, hello) {
+    while (cursor && hello === state.hello && channel === state.channel) {
+      let page;
+      try {
+        page = await api('GET', `/api/channels/${enc(channel)}/peers?limit=${PEERS_PAGE}&cursor=${enc(cursor)}`);
+      } catch (e) {
+        if (hello === state.hello) showError(`Listing the devices: ${e.message}`);
+        return;
+      }
+      if (hello !== state.hello || channel !== state.channel) return;
+      for (const p of (page && page.peers) || []) {
+        if (!state.peers.has(p.peer_id)) state.peers.set(p.peer_id, p);
+      }
+      scheduleDraw();
+      cursor = page && page.next_cursor;
+    }
   }
 
   // ---- events list ----

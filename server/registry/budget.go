@@ -1,0 +1,229 @@
+package registry
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// The byte budget of one peer. What a device says of itself in connect
+// (name, board, version, capabilities, tags) is measured as the registry
+// writes it: JSON without HTML escaping, so "<" costs 1 byte, not 6.
+// Past MaxDeviceBytes the tags that do not fit are dropped (in key
+// order), then the capabilities, and the device is told in the
+// connect's "ignored" event; the connection is kept.
+const (
+	MaxDeviceBytes = 2048
+	// MaxScreenBytes bounds a screen mirror's rows (bytes of text); rows
+	// past it are cut. Only online devices keep a mirror.
+	MaxScreenBytes = 4096
+	// peerOverhead is what a stored record costs beside what the device
+	// says and its ids: field names, times, reconnect counts (at most 60).
+	peerOverhead = 600
+)
+
+// ParseTagFilter parses the tag query values of the peers API, each
+// "key:value"; all must match.
+func ParseTagFilter(values []string) (map[string]string, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(values))
+	for _, v := range values {
+		k, val, ok := strings.Cut(v, ":")
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("tag %q: want key:value, e.g. tag=site:lobby", truncate(v, 80))
+		case checkTagKey(k) != nil:
+			return nil, fmt.Errorf("tag %q: %v", truncate(v, 80), checkTagKey(k))
+		case checkTagValue(val) != nil:
+			return nil, fmt.Errorf("tag %q: %v", truncate(v, 80), checkTagValue(val))
+		}
+		if prev, dup := out[k]; dup && prev != val {
+			return nil, fmt.Errorf("tag %q: key %q is already given as %q; a device has one value per key", truncate(v, 80), k, prev)
+		}
+		out[k] = val
+	}
+	return out, nil
+}
+
+func checkTagKey(k string) error {
+	switch {
+	case k == "":
+		return errors.New("the key is empty")
+	case len(k) > MaxTagKey:
+		return fmt.Errorf("the key is longer than %d bytes", MaxTagKey)
+	case !tagKeyRE.MatchString(k):
+		return errors.New("the key may hold only A-Z a-z 0-9 . _ - and must start with a letter or digit")
+	}
+	return nil
+}
+
+func checkTagValue(v string) error {
+	switch {
+	case v == "":
+		return errors.New("the value is empty")
+	case len(v) > MaxTagValue:
+		return fmt.Errorf("the value is longer than %d bytes", MaxTagValue)
+	case !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0:
+		return errors.New("the value must be UTF-8 text without control characters")
+	}
+	return nil
+}
+
+// sanitize bounds what a device says about itself; ignored lists what was
+// dropped or cut, for the operator. Fields are kept first, then tags (in
+// key order), then capabilities, while the encoded total stays within
+// MaxDeviceBytes.
+func sanitize(d Device) (Device, []string) {
+	var ignored []string
+	for _, f := range []struct {
+		name string
+		p    *string
+	}{{"device_name", &d.DeviceName}, {"board", &d.Board}, {"version", &d.Version}} {
+		if len(*f.p) > MaxField || !utf8.ValidString(*f.p) {
+			*f.p = truncate(strings.ToValidUTF8(*f.p, "?"), MaxField)
+			ignored = append(ignored, f.name+" cut to "+fmt.Sprint(MaxField)+" bytes")
+		}
+	}
+	used := encLen(d.DeviceName) + encLen(d.Board) + encLen(d.Version)
+	overBudget := fmt.Errorf("over the %d-byte budget of what a device says of itself", MaxDeviceBytes)
+	tags := make(map[string]string, min(len(d.Tags), MaxTags))
+	keys := make([]string, 0, len(d.Tags))
+	for k := range d.Tags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := d.Tags[k]
+		err := checkTagKey(k)
+		if err == nil {
+			err = checkTagValue(v)
+		}
+		if err == nil && len(tags) >= MaxTags {
+			err = fmt.Errorf("more than %d tags", MaxTags)
+		}
+		n := encLen(k) + encLen(v) + 2 // ':' and ','
+		if err == nil && used+n > MaxDeviceBytes {
+			err = overBudget
+		}
+		if err != nil {
+			ignored = append(ignored, fmt.Sprintf("tag %q: %v", truncate(k, 40), err))
+			continue
+		}
+		used += n
+		tags[k] = v
+	}
+	d.Tags = tags
+	caps := make([]string, 0, min(len(d.Capabilities), MaxCaps))
+	for _, c := range d.Capabilities {
+		n := encLen(c) + 1
+		switch {
+		case len(caps) >= MaxCaps || len(c) > MaxField:
+			ignored = append(ignored, fmt.Sprintf("capability %q", truncate(c, 40)))
+			continue
+		case used+n > MaxDeviceBytes:
+			ignored = append(ignored, fmt.Sprintf("capability %q: %v", truncate(c, 40), overBudget))
+			continue
+		}
+		used += n
+		caps = append(caps, c)
+	}
+	d.Capabilities = caps
+	return d, ignored
+}
+
+// deviceBytes is what d (sanitized) costs against MaxDeviceBytes.
+func deviceBytes(d Device) int {
+	n := encLen(d.DeviceName) + encLen(d.Board) + encLen(d.Version)
+	for k, v := range d.Tags {
+		n += encLen(k) + encLen(v) + 2
+	}
+	for _, c := range d.Capabilities {
+		n += encLen(c) + 1
+	}
+	return n
+}
+
+// peerBytes is what a peer is accounted in its channel's byte budget:
+// about the size of its stored record.
+func peerBytes(d Device) int {
+	return deviceBytes(d) + encLen(d.PeerID) + encLen(d.SessionID) + encLen(d.RemoteAddr) + peerOverhead
+}
+
+// encLen is the length of s as a JSON string without HTML escaping, as
+// the registry writes it (quotes included).
+func encLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f':
+				n += 2
+			case c < 0x20:
+				n += 6
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			n += 6 // \ufffd
+		case r == '\u2028' || r == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
+// newEncoder is the registry's JSON encoder: no HTML escaping ("<" stays
+// one byte).
+func newEncoder(b *bytes.Buffer) *json.Encoder {
+	e := json.NewEncoder(b)
+	e.SetEscapeHTML(false)
+	return e
+}
+
+// sanitizeScreen bounds a screen: at most MaxScreenRows rows of at most
+// MaxScreenRow bytes, MaxScreenBytes in all (the rows past it are cut).
+func sanitizeScreen(s Screen) Screen {
+	rows := s.Rows
+	if len(rows) > MaxScreenRows {
+		rows = rows[:MaxScreenRows]
+	}
+	out := make([]string, 0, len(rows))
+	left := MaxScreenBytes
+	for _, row := range rows {
+		row = truncate(strings.ToValidUTF8(row, "?"), min(MaxScreenRow, left))
+		out = append(out, row)
+		left -= len(row)
+		if left <= 0 {
+			break
+		}
+	}
+	s.Rows = out
+	return s
+}
+
+// truncate cuts s to at most n bytes at a character boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
