@@ -21,7 +21,7 @@ var ErrClosed = errors.New("session store closed")
 
 // Options configures a [Store]. The zero value is ready to use.
 type Options struct {
-	MaxOpenFiles int  // cached open append handles, default 4096 (least recently used closed first)
+	MaxOpenFiles int // cached open append handles, default 4096 (least recently used closed first)
 	// FDs, when set, is the share of the process's file descriptors
 	// the store may hold (fdbudget.Files): every file it opens (append
 	// handles, new files, readers) takes one from it. Open keeps a few
@@ -31,8 +31,8 @@ type Options struct {
 	// fails for lack of a descriptor (a batch that needs more files
 	// than it can hold open is written in several rounds). The cache
 	// holds at most the share's maximum. Nil: nothing is counted.
-	FDs *fdbudget.Pool
-	NoSync       bool // skip fsync (benchmarks only: Append no longer means durable)
+	FDs    *fdbudget.Pool
+	NoSync bool // skip fsync (benchmarks only: Append no longer means durable)
 	// SyncLater writes appends (and new files) without fsync: Append
 	// returns once the lines are written, and [Store.Sync] makes every
 	// append that returned before it durable. For a caller that keeps its
