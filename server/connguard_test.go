@@ -10,13 +10,27 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"termlink/server/fdbudget"
 )
+
+// socketsOnly is the sockets' share of a descriptor budget with room
+// for just n more connections.
+func socketsOnly(n int) *fdbudget.Pool {
+	p := fdbudget.New(1024).Pool(fdbudget.Sockets)
+	held := 0
+	for p.TryAcquire(1) {
+		held++
+	}
+	p.Release(n)
+	return p
+}
 
 // guardedServer serves /healthz (and /hold, which hijacks and keeps the
 // connection, as a WebSocket upgrade does) behind a connGuard of limit.
 func guardedServer(t *testing.T, limit int) (addr string, g *connGuard) {
 	t.Helper()
-	g = newConnGuard(limit)
+	g = newConnGuard(socketsOnly(limit))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	var heldMu sync.Mutex
@@ -143,9 +157,13 @@ func TestConnGuardRefusesWhenNoneIdle(t *testing.T) {
 	waitGuard(t, g, "refused one uncounted", func(open, idle int) bool { return open == 2 })
 }
 
-func TestFDConnLimitBelowRlimit(t *testing.T) {
-	n, ws := fdConnLimit(), maxConnections(0)
-	if n < 1 || int64(n) <= ws {
-		t.Fatalf("fdConnLimit() = %d, WebSocket cap %d: the TCP limit must leave room above the WebSocket cap", n, ws)
+// The default WebSocket cap leaves sockets for plain HTTP requests.
+func TestWebSocketCapBelowSocketBudget(t *testing.T) {
+	b := fdbudget.New(1024)
+	if ws, n := maxConnections(0, b), b.Max(fdbudget.Sockets); ws < 16 || ws >= int64(n) {
+		t.Fatalf("WebSocket cap %d, sockets budget %d: the cap must leave room for HTTP requests", ws, n)
+	}
+	if ws := maxConnections(5, b); ws != 5 {
+		t.Fatalf("configured cap 5 gives %d", ws)
 	}
 }

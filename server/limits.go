@@ -3,8 +3,9 @@ package server
 import (
 	"log/slog"
 	"net/http"
-	"syscall"
 	"time"
+
+	"termlink/server/fdbudget"
 )
 
 // httpLimits bound every plain HTTP request (the API, /healthz, /metrics).
@@ -42,25 +43,19 @@ func newHTTPServer(h http.Handler, lim httpLimits, log *slog.Logger) *http.Serve
 	}
 }
 
-// fdReserve is how many file descriptors the connection cap leaves for
-// everything else (session logs, agent pipes, HTTP requests): 10% of the
-// limit, at least 256.
-func fdReserve(limit uint64) uint64 { return max(limit/10, 256) }
-
-// maxConnections is the cap on open WebSockets: configured when > 0, else
-// the soft RLIMIT_NOFILE minus fdReserve (at least 16).
-func maxConnections(configured int) int64 {
+// maxConnections is the cap on open WebSockets: configured when > 0,
+// else what the descriptor budget can ever give sockets less room for
+// plain HTTP requests (a sixteenth, at least 16), so that /healthz and
+// the API still answer when devices hold every WebSocket they may. Past
+// the cap a device gets 503 before it costs anything (terminal.go); the
+// connection guard (connguard.go) refuses any connection the budget has
+// no descriptor for.
+func maxConnections(configured int, fds *fdbudget.Budget) int64 {
 	if configured > 0 {
 		return int64(configured)
 	}
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
-		return 1024
-	}
-	if rl.Cur <= fdReserve(rl.Cur)+16 {
-		return 16
-	}
-	return int64(min(rl.Cur-fdReserve(rl.Cur), 1<<30))
+	n := fds.Max(fdbudget.Sockets)
+	return int64(max(16, n-max(16, n/16)))
 }
 
 // tokenBucket is a per-peer message rate: rate tokens a second, at most

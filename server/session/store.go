@@ -717,7 +717,6 @@ func (s *Store) takeSlot() bool {
 			if err := s.closeHandle(h); err != nil { // its descriptor is ours again
 				s.log.Warn("session: closing session file", "file", h.path, "err", err)
 			}
-			s.inUse++
 			return true
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"termlink/server/fdbudget"
 )
 
 // MarkerEnv is the variable every agent process carries; its value names
@@ -32,6 +34,7 @@ type Registry struct {
 	path   string
 	marker string // MarkerEnv's value
 	log    *slog.Logger
+	fds    *fdbudget.Pool // descriptors of agent processes; nil: not counted
 
 	mu     sync.Mutex
 	groups map[int]uint64 // pgid -> start time of its leader (clock ticks since boot)
@@ -61,6 +64,16 @@ func Open(workspace string, log *slog.Logger) (*Registry, error) {
 		log:    log,
 		groups: map[int]uint64{},
 	}, nil
+}
+
+// SetFDs makes every agent started from now on take
+// fdbudget.PerAgent descriptors of fds, given back by Done; an agent
+// the budget has no room for is not started (StartWith says why). Call
+// it before the first Start.
+func (r *Registry) SetFDs(fds *fdbudget.Pool) {
+	if r != nil {
+		r.fds = fds
+	}
 }
 
 // Marker is the value of MarkerEnv in this registry's agents.
@@ -109,7 +122,15 @@ func (r *Registry) StartWith(cmd *exec.Cmd, start func() error) error {
 	}
 	resolve(cmd)
 	prepare(cmd)
+	var fds *fdbudget.Pool
+	if r != nil {
+		fds = r.fds
+	}
+	if !fds.TryAcquire(fdbudget.PerAgent) {
+		return fmt.Errorf("agent not started: the server has no file descriptors left for it (%s); try again later", fds.Budget())
+	}
 	if err := spawn(start); err != nil {
+		fds.Release(fdbudget.PerAgent)
 		return err
 	}
 	r.add(cmd.Process.Pid)
@@ -164,6 +185,7 @@ func (r *Registry) Done(pid int) {
 	if _, ok := r.groups[pid]; ok {
 		delete(r.groups, pid)
 		r.writeLocked()
+		r.fds.Release(fdbudget.PerAgent)
 	}
 }
 
