@@ -1,6 +1,7 @@
 package server
 
 import (
+	stdlog "log"
 	"log/slog"
 	"net/http"
 	"time"
@@ -17,6 +18,10 @@ type httpLimits struct {
 	Write      time.Duration // from the end of the request headers to the end of the response
 	Idle       time.Duration // a keep-alive connection between requests
 	HeaderMax  int           // bytes of request headers
+	// ErrorEvery is how often, at most, a kind of failure net/http logs
+	// per connection (a failed TLS handshake, a failed accept) is logged
+	// (tls.go, httpErrorLog).
+	ErrorEvery time.Duration
 }
 
 // defaultHTTPLimits are what Serve uses. Every route answers from memory,
@@ -28,19 +33,25 @@ var defaultHTTPLimits = httpLimits{
 	Write:      30 * time.Second,
 	Idle:       60 * time.Second,
 	HeaderMax:  16 << 10,
+	ErrorEvery: time.Minute,
 }
 
 // newHTTPServer is the http.Server Serve runs, with lim applied.
+// Its error log counts repeated failures instead of logging each one
+// (httpErrorLog); Shutdown logs what is counted.
 func newHTTPServer(h http.Handler, lim httpLimits, log *slog.Logger) *http.Server {
-	return &http.Server{
+	el := newHTTPErrorLog(log, lim.ErrorEvery)
+	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: lim.ReadHeader,
 		ReadTimeout:       lim.Read,
 		WriteTimeout:      lim.Write,
 		IdleTimeout:       lim.Idle,
 		MaxHeaderBytes:    lim.HeaderMax,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          stdlog.New(el, "", 0),
 	}
+	hs.RegisterOnShutdown(el.Close)
+	return hs
 }
 
 // maxConnections is the cap on open WebSockets: configured when > 0,
