@@ -94,3 +94,19 @@ func (b *tokenBucket) take(now time.Time) bool {
 	b.tokens--
 	return true
 }
+
+// fdSeries exports the descriptor budget: the limit, what each class
+// holds now, and how often each was refused one.
+func (m *serverMetrics) fdSeries(b *fdbudget.Budget) {
+	r := &m.reg
+	r.NewGaugeFunc("termlink_fd_limit", "The process's file descriptor limit (soft RLIMIT_NOFILE at start).", func() float64 { return float64(b.Limit()) })
+	for _, c := range []struct {
+		class fdbudget.Class
+		name  string
+	}{{fdbudget.Sockets, "sockets"}, {fdbudget.Files, "session_files"}, {fdbudget.Agents, "agents"}} {
+		r.NewGaugeFunc("termlink_fd_"+c.name, "File descriptors held by "+c.class.String()+" (descriptor budget).",
+			func() float64 { return float64(b.Stats().Used[c.class]) })
+		r.NewCounterFunc("termlink_fd_"+c.name+"_refused_total", "Times "+c.class.String()+" found no file descriptor left in the budget.",
+			func() float64 { return float64(b.Stats().Refused[c.class]) })
+	}
+}

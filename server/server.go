@@ -165,6 +165,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	}
 	rt.dedupe = newDedupe(opt.DedupePerSession, dedupeBytes, rt.loadRecent)
 	rt.metrics.walSeries(jrnl.Stats)
+	rt.metrics.fdSeries(fds)
 	if rt.cluster != nil {
 		rt.cluster.registerMetrics(rt.metrics)
 	}
