@@ -86,7 +86,6 @@ type Store struct {
 	dirFile  *os.File
 	fds      *fdbudget.Pool
 	readers  chan struct{} // with fds: a slot per reader with a file open
-	keep     int           // descriptors taken from fds at Open and kept until closeAll
 
 	mu       sync.RWMutex // guards closed
 	closed   bool
@@ -185,8 +184,7 @@ func Open(dir string, opt Options) (*Store, error) {
 		// Readers and the writer's minimum come out of the floor, which
 		// the budget keeps for the store whatever else is open.
 		nr := max(1, min(maxReaders, s.fds.Floor()-writerKeep-2))
-		s.keep = writerKeep + nr
-		if !s.fds.TryAcquire(s.keep) {
+		if !s.fds.TryAcquire(writerKeep + nr) { // kept until closeAll
 			dirFile.Close()
 			return nil, fmt.Errorf("session: open %s: no file descriptors left for the session files (%s)", dir, s.fds.Budget())
 		}
