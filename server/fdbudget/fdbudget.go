@@ -25,9 +25,10 @@
 //
 // A class takes n descriptors with [Pool.TryAcquire] when it stays within
 // its cap and what remains still covers every other class's unused floor;
-// [Pool.Release] gives them back. So Sockets can always count on
-// Total - cap(Files) - floor(Agents), and the session store and agents on
-// their floors, whatever the others do.
+// [Pool.Release] gives them back. So the session store and the agents can
+// always count on their floors whatever the sockets do, and sockets get
+// the rest: at least Total - cap(Files) - floor(Agents) while the agents
+// stay within their floor (804 of a limit of 1024).
 package fdbudget
 
 import (
