@@ -23,7 +23,8 @@
 //     No floor: every descriptor the others neither use nor keep. A
 //     connection that finds none gets 503 (connguard.go).
 //
-// A class takes n descriptors with [Pool.TryAcquire] when it stays within
+// A class takes n descriptors with [Pool.TryAcquire] (or waits for them
+// with [Pool.Acquire]) when it stays within
 // its cap and what remains still covers every other class's unused floor;
 // [Pool.Release] gives them back. So the session store and the agents can
 // always count on their floors whatever the sockets do, and sockets get
@@ -32,6 +33,7 @@
 package fdbudget
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"syscall"
@@ -87,6 +89,8 @@ type Budget struct {
 	mu      sync.Mutex
 	used    [numClasses]int
 	refused [numClasses]int64
+	freed   chan struct{} // closed (and replaced) when descriptors are released while some Acquire waits
+	waiting int           // Acquire calls waiting
 }
 
 // New returns the budget of a process allowed limit descriptors:
@@ -95,7 +99,7 @@ type Budget struct {
 // at most 1,024 agents); Sockets have the rest.
 func New(limit int) *Budget {
 	limit = max(limit, MinLimit)
-	b := &Budget{limit: limit, total: limit - Base}
+	b := &Budget{limit: limit, total: limit - Base, freed: make(chan struct{})}
 	t := b.total
 	b.floor[Files] = clamp(t/64, 8, 64)
 	b.cap[Files] = clamp(t/10, b.floor[Files], MaxFiles)
@@ -144,8 +148,15 @@ func (b *Budget) Pool(c Class) *Pool { return &Pool{b: b, c: c} }
 func (b *Budget) tryAcquire(c Class, n int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.used[c]+n > b.cap[c] {
+	if !b.takeLocked(c, n) {
 		b.refused[c]++
+		return false
+	}
+	return true
+}
+
+func (b *Budget) takeLocked(c Class, n int) bool {
+	if b.used[c]+n > b.cap[c] {
 		return false
 	}
 	need := n
@@ -156,11 +167,43 @@ func (b *Budget) tryAcquire(c Class, n int) bool {
 		}
 	}
 	if need > b.total {
-		b.refused[c]++
 		return false
 	}
 	b.used[c] += n
 	return true
+}
+
+func (b *Budget) acquire(ctx context.Context, c Class, n int) error {
+	if n > b.Max(c) {
+		return fmt.Errorf("fdbudget: %s asked for %d descriptors, more than they can ever hold (%d)", c, n, b.Max(c))
+	}
+	counted := false
+	for {
+		b.mu.Lock()
+		if b.takeLocked(c, n) {
+			b.mu.Unlock()
+			return nil
+		}
+		if !counted {
+			b.refused[c]++
+			counted = true
+		}
+		freed := b.freed
+		b.waiting++
+		b.mu.Unlock()
+		var done bool
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			done = true
+		}
+		b.mu.Lock()
+		b.waiting--
+		b.mu.Unlock()
+		if done {
+			return fmt.Errorf("waiting for %d file descriptors for %s (%s): %w", n, c, b, ctx.Err())
+		}
+	}
 }
 
 func (b *Budget) release(c Class, n int) {
@@ -170,6 +213,10 @@ func (b *Budget) release(c Class, n int) {
 		panic(fmt.Sprintf("fdbudget: %s released %d descriptors but holds %d", c, n, b.used[c]))
 	}
 	b.used[c] -= n
+	if b.waiting > 0 {
+		close(b.freed) // wake every Acquire waiting
+		b.freed = make(chan struct{})
+	}
 }
 
 // Stats is a snapshot of the budget.
@@ -209,7 +256,17 @@ func (p *Pool) TryAcquire(n int) bool {
 	return p.b.tryAcquire(p.c, n)
 }
 
-// Release gives back n descriptors taken by TryAcquire.
+// Acquire takes n descriptors, waiting until the budget has room for
+// them (another user releases some) or ctx is done. A nil Pool returns
+// at once.
+func (p *Pool) Acquire(ctx context.Context, n int) error {
+	if p == nil {
+		return nil
+	}
+	return p.b.acquire(ctx, p.c, n)
+}
+
+// Release gives back n descriptors taken by TryAcquire or Acquire.
 func (p *Pool) Release(n int) {
 	if p == nil {
 		return

@@ -1,9 +1,13 @@
 package fdbudget
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestShares(t *testing.T) {
@@ -149,5 +153,51 @@ func TestFromProcessReadsTheSoftLimit(t *testing.T) {
 	}
 	if got, want := FromProcess().Limit(), max(int(min(rl.Cur, 1<<24)), MinLimit); got != want {
 		t.Fatalf("limit %d, want the soft RLIMIT_NOFILE %d", got, want)
+	}
+}
+
+// Acquire waits for room and gets it when another user releases some;
+// it gives up when its context ends.
+func TestAcquireWaits(t *testing.T) {
+	b := New(1024)
+	agents, sockets := b.Pool(Agents), b.Pool(Sockets)
+	for agents.TryAcquire(1) { // agents take everything they can
+	}
+	got := make(chan error, 1)
+	go func() { got <- agents.Acquire(context.Background(), PerAgent) }()
+	select {
+	case err := <-got:
+		t.Fatalf("Acquire returned %v with no room", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if sockets.TryAcquire(1) {
+		t.Fatal("a socket got a descriptor the agents hold")
+	}
+	agents.Release(PerAgent)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire did not get the descriptors released")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { got <- agents.Acquire(ctx, 1) }()
+	cancel()
+	select {
+	case err := <-got:
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "waiting for 1 file descriptors for agents") {
+			t.Fatalf("cancelled Acquire: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire did not end with its context")
+	}
+	if err := agents.Acquire(context.Background(), b.Total()+1); err == nil {
+		t.Fatal("Acquire of more than the class can ever hold did not fail at once")
+	}
+	if err := (*Pool)(nil).Acquire(ctx, 1); err != nil {
+		t.Fatalf("nil pool: %v", err)
 	}
 }

@@ -1,9 +1,11 @@
 package procs
 
 import (
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"termlink/server/fdbudget"
 )
@@ -53,4 +55,76 @@ func TestAgentsTakeTheirDescriptors(t *testing.T) {
 	}
 	third.Wait()
 	r.Done(third.Process.Pid)
+}
+
+// TestReserveWaitsForDescriptors: Reserve waits for an agent's
+// descriptors (pipes are made after it), StartReserved starts with them,
+// and a ticket not used gives them back.
+func TestReserveWaitsForDescriptors(t *testing.T) {
+	b := fdbudget.New(fdbudget.MinLimit) // room for one agent beside full sockets
+	sockets := b.Pool(fdbudget.Sockets)
+	for sockets.TryAcquire(1) {
+	}
+	r := newRegistry(t)
+	r.SetFDs(b.Pool(fdbudget.Agents))
+	ctx := context.Background()
+
+	first, err := r.Reserve(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", "cat >/dev/null")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.StartReserved(first, cmd); err != nil {
+		t.Fatal(err)
+	}
+	first.Release() // no-op: the process holds them
+	if got := b.Stats().Used[fdbudget.Agents]; got != fdbudget.PerAgent {
+		t.Fatalf("agents hold %d, want %d", got, fdbudget.PerAgent)
+	}
+
+	waited := make(chan *Ticket, 1)
+	go func() {
+		tk, err := r.Reserve(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- tk
+	}()
+	select {
+	case <-waited:
+		t.Fatal("a second reservation got descriptors the first agent holds")
+	case <-time.After(50 * time.Millisecond):
+	}
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if _, err := r.Reserve(short); err == nil || !strings.Contains(err.Error(), "agent not started: waiting for 6 file descriptors") {
+		t.Fatalf("a reservation past its deadline: %v", err)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	r.Done(cmd.Process.Pid)
+	var second *Ticket
+	select {
+	case second = <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting reservation did not get the descriptors given back")
+	}
+	second.Release()
+	second.Release()
+	if got := b.Stats().Used[fdbudget.Agents]; got != 0 {
+		t.Fatalf("agents hold %d after every ticket is released", got)
+	}
+
+	var nilReg *Registry // a nil registry counts nothing
+	tk, err := nilReg.Reserve(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Release()
 }
