@@ -17,8 +17,9 @@
 //     nobody else uses, and closes its least recently used handle rather
 //     than fail a write.
 //   - [Agents]: the pipes of agent processes ([PerAgent] each). Its floor
-//     is kept for it; past the floor an agent takes free room or is not
-//     started (the run answers an error).
+//     is kept for it; past the floor an agent takes free room, or waits
+//     for some ([Pool.Acquire]: a terminal agent's run), or is not started
+//     (the run answers an error).
 //   - [Sockets]: accepted TCP connections (HTTP requests and WebSockets).
 //     No floor: every descriptor the others neither use nor keep. A
 //     connection that finds none gets 503 (connguard.go).
