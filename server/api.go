@@ -85,7 +85,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "this termserver is cluster node "+strconv.Quote(s.cfg.Cluster.Name)+
 			" with role "+strconv.Quote(s.cfg.Cluster.Role)+": it runs agents and takes no devices; connect to an edge")
 	default:
-		ch.adapter.(*terminalAdapter).serveUpgrade(w, r, maxConnections(s.cfg.MaxConnections))
+		ch.adapter.(*terminalAdapter).serveUpgrade(w, r, maxConnections(s.cfg.MaxConnections, s.fds))
 	}
 }
 

@@ -7,24 +7,29 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
+
+	"termlink/server/fdbudget"
 )
 
-// connGuard keeps the number of open TCP connections below a limit set
-// under the process's file descriptor limit, so that the listener can
-// always accept: /healthz, the API and new devices stay reachable however
-// many idle keep-alive connections a client piles up.
+// connGuard admits a TCP connection only while the process's descriptor
+// budget (fdbudget.Sockets) has room for it, so that the listener can
+// always accept and session files, agents and the write-ahead log always
+// find a descriptor: /healthz, the API and new devices stay reachable
+// however many idle keep-alive connections a client piles up, and a
+// message is never refused for "too many open files".
 //
-// It wraps the listener (every accepted connection is counted until it is
-// closed) and follows http.Server's ConnState: connections idle between
-// requests are kept in least-recently-idle order. When an accept takes the
-// count over the limit, the connection idle the longest is closed to make
-// room (an HTTP client reopens a keep-alive connection it finds closed);
-// when none is idle — every connection is a device or a request in
-// progress — the new connection gets a plain HTTP 503 and is closed.
+// It wraps the listener (every accepted connection holds one descriptor
+// of the budget until it is closed) and follows http.Server's ConnState:
+// connections idle between requests are kept in least-recently-idle
+// order. When the budget has no room for an accepted connection, the
+// connection idle the longest is closed to make room (an HTTP client
+// reopens a keep-alive connection it finds closed); when none is idle —
+// every connection is a device or a request in progress — the new
+// connection gets a plain HTTP 503 and is closed (its descriptor is one of
+// fdbudget.Base's).
 type connGuard struct {
-	limit int
+	fds *fdbudget.Pool
 
 	mu    sync.Mutex
 	open  int
@@ -33,24 +38,8 @@ type connGuard struct {
 	refus int64      // connections refused with 503
 }
 
-func newConnGuard(limit int) *connGuard {
-	return &connGuard{limit: limit, idle: list.New()}
-}
-
-// fdConnLimit is the limit on open TCP connections: the soft
-// RLIMIT_NOFILE less half of fdReserve. The WebSocket cap
-// (maxConnections) leaves the whole fdReserve, so past it there is still
-// room for plain HTTP requests, and below this limit there is always a
-// descriptor for session files and agent pipes.
-func fdConnLimit() int {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
-		return 1024
-	}
-	if rl.Cur <= fdReserve(rl.Cur)/2+16 {
-		return 16
-	}
-	return int(min(rl.Cur-fdReserve(rl.Cur)/2, 1<<30))
+func newConnGuard(fds *fdbudget.Pool) *connGuard {
+	return &connGuard{fds: fds, idle: list.New()}
 }
 
 // guardedConn is a counted connection; Close uncounts it once.
@@ -71,6 +60,7 @@ func (c *guardedConn) Close() error {
 			c.elem = nil
 		}
 		c.g.mu.Unlock()
+		c.g.fds.Release(1)
 	})
 	return err
 }
@@ -98,35 +88,42 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		g := l.g
-		gc := &guardedConn{Conn: c, g: g}
-		g.mu.Lock()
-		g.open++
-		var victim *guardedConn
-		if g.open > g.limit {
-			if front := g.idle.Front(); front != nil {
-				victim = front.Value.(*guardedConn)
-				g.idle.Remove(front)
-				victim.elem = nil
-				g.shed++
-			}
+		if gc := l.g.admit(c); gc != nil {
+			return gc, nil
 		}
-		refuse := g.open > g.limit && victim == nil
-		if refuse {
+		// Answer without blocking the accept loop for long.
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = c.Write(busyResponse)
+		_ = c.Close()
+	}
+}
+
+// admit counts c if the budget has a descriptor for it, closing the
+// connection idle the longest to make room if needed; nil: refused.
+func (g *connGuard) admit(c net.Conn) *guardedConn {
+	for {
+		if g.fds.TryAcquire(1) {
+			gc := &guardedConn{Conn: c, g: g}
+			g.mu.Lock()
+			g.open++
+			g.mu.Unlock()
+			return gc
+		}
+		g.mu.Lock()
+		var victim *guardedConn
+		if front := g.idle.Front(); front != nil {
+			victim = front.Value.(*guardedConn)
+			g.idle.Remove(front)
+			victim.elem = nil
+			g.shed++
+		} else {
 			g.refus++
 		}
 		g.mu.Unlock()
-		if victim != nil {
-			_ = victim.Close()
+		if victim == nil {
+			return nil
 		}
-		if refuse {
-			// Answer without blocking the accept loop for long.
-			_ = gc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			_, _ = gc.Write(busyResponse)
-			_ = gc.Close()
-			continue
-		}
-		return gc, nil
+		_ = victim.Close() // gives its descriptor back: try again
 	}
 }
 

@@ -10,13 +10,27 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"termlink/server/fdbudget"
 )
+
+// socketsOnly is the sockets' share of a descriptor budget with room
+// for just n more connections.
+func socketsOnly(n int) *fdbudget.Pool {
+	p := fdbudget.New(1024).Pool(fdbudget.Sockets)
+	held := 0
+	for p.TryAcquire(1) {
+		held++
+	}
+	p.Release(n)
+	return p
+}
 
 // guardedServer serves /healthz (and /hold, which hijacks and keeps the
 // connection, as a WebSocket upgrade does) behind a connGuard of limit.
 func guardedServer(t *testing.T, limit int) (addr string, g *connGuard) {
 	t.Helper()
-	g = newConnGuard(limit)
+	g = newConnGuard(socketsOnly(limit))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	var heldMu sync.Mutex
@@ -143,9 +157,61 @@ func TestConnGuardRefusesWhenNoneIdle(t *testing.T) {
 	waitGuard(t, g, "refused one uncounted", func(open, idle int) bool { return open == 2 })
 }
 
-func TestFDConnLimitBelowRlimit(t *testing.T) {
-	n, ws := fdConnLimit(), maxConnections(0)
-	if n < 1 || int64(n) <= ws {
-		t.Fatalf("fdConnLimit() = %d, WebSocket cap %d: the TCP limit must leave room above the WebSocket cap", n, ws)
+// The default WebSocket cap leaves sockets for plain HTTP requests.
+func TestWebSocketCapBelowSocketBudget(t *testing.T) {
+	b := fdbudget.New(1024)
+	if ws, n := maxConnections(0, b), b.Max(fdbudget.Sockets); ws < 16 || ws >= int64(n) {
+		t.Fatalf("WebSocket cap %d, sockets budget %d: the cap must leave room for HTTP requests", ws, n)
 	}
+	if ws := maxConnections(5, b); ws != 5 {
+		t.Fatalf("configured cap 5 gives %d", ws)
+	}
+}
+
+// The guard admits what the shared budget has room for: descriptors held
+// by agents (or session files) are not there for sockets, and a closed
+// connection gives its descriptor back.
+func TestConnGuardFollowsTheBudget(t *testing.T) {
+	b := fdbudget.New(1024)
+	agents := b.Pool(fdbudget.Agents)
+	held := 0
+	for agents.TryAcquire(1) {
+		held++
+	}
+	g := newConnGuard(b.Pool(fdbudget.Sockets))
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: mux, ConnState: g.ConnState, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(g.Listener(ln))
+	t.Cleanup(func() { hs.Close() })
+	addr := ln.Addr().String()
+
+	c, got := keepAliveGet(t, addr, "/healthz")
+	if c != nil {
+		c.Close()
+	}
+	if !strings.HasPrefix(got, "503 ") {
+		t.Fatalf("with agents holding every descriptor sockets may use: %q, want 503", got)
+	}
+	agents.Release(1)
+	c, got = keepAliveGet(t, addr, "/healthz")
+	if got != "200 ok" {
+		t.Fatalf("with one descriptor given back: %q, want 200 ok", got)
+	}
+	if used := b.Stats().Used[fdbudget.Sockets]; used != 1 {
+		t.Fatalf("sockets hold %d descriptors with one connection open", used)
+	}
+	c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Stats().Used[fdbudget.Sockets] != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sockets still hold %d descriptors after the client closed", b.Stats().Used[fdbudget.Sockets])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	agents.Release(held - 1)
 }

@@ -1,10 +1,12 @@
 package server
 
 import (
+	stdlog "log"
 	"log/slog"
 	"net/http"
-	"syscall"
 	"time"
+
+	"termlink/server/fdbudget"
 )
 
 // httpLimits bound every plain HTTP request (the API, /healthz, /metrics).
@@ -16,6 +18,10 @@ type httpLimits struct {
 	Write      time.Duration // from the end of the request headers to the end of the response
 	Idle       time.Duration // a keep-alive connection between requests
 	HeaderMax  int           // bytes of request headers
+	// ErrorEvery is how often, at most, a kind of failure net/http logs
+	// per connection (a failed TLS handshake, a failed accept) is logged
+	// (tls.go, httpErrorLog).
+	ErrorEvery time.Duration
 }
 
 // defaultHTTPLimits are what Serve uses. Every route answers from memory,
@@ -27,40 +33,40 @@ var defaultHTTPLimits = httpLimits{
 	Write:      30 * time.Second,
 	Idle:       60 * time.Second,
 	HeaderMax:  16 << 10,
+	ErrorEvery: time.Minute,
 }
 
 // newHTTPServer is the http.Server Serve runs, with lim applied.
+// Its error log counts repeated failures instead of logging each one
+// (httpErrorLog); Shutdown logs what is counted.
 func newHTTPServer(h http.Handler, lim httpLimits, log *slog.Logger) *http.Server {
-	return &http.Server{
+	el := newHTTPErrorLog(log, lim.ErrorEvery)
+	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: lim.ReadHeader,
 		ReadTimeout:       lim.Read,
 		WriteTimeout:      lim.Write,
 		IdleTimeout:       lim.Idle,
 		MaxHeaderBytes:    lim.HeaderMax,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          stdlog.New(el, "", 0),
 	}
+	hs.RegisterOnShutdown(el.Close)
+	return hs
 }
 
-// fdReserve is how many file descriptors the connection cap leaves for
-// everything else (session logs, agent pipes, HTTP requests): 10% of the
-// limit, at least 256.
-func fdReserve(limit uint64) uint64 { return max(limit/10, 256) }
-
-// maxConnections is the cap on open WebSockets: configured when > 0, else
-// the soft RLIMIT_NOFILE minus fdReserve (at least 16).
-func maxConnections(configured int) int64 {
+// maxConnections is the cap on open WebSockets: configured when > 0,
+// else what the descriptor budget can ever give sockets less room for
+// plain HTTP requests (a sixteenth, at least 16), so that /healthz and
+// the API still answer when devices hold every WebSocket they may. Past
+// the cap a device gets 503 before it costs anything (terminal.go); the
+// connection guard (connguard.go) refuses any connection the budget has
+// no descriptor for.
+func maxConnections(configured int, fds *fdbudget.Budget) int64 {
 	if configured > 0 {
 		return int64(configured)
 	}
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
-		return 1024
-	}
-	if rl.Cur <= fdReserve(rl.Cur)+16 {
-		return 16
-	}
-	return int64(min(rl.Cur-fdReserve(rl.Cur), 1<<30))
+	n := fds.Max(fdbudget.Sockets)
+	return int64(max(16, n-max(16, n/16)))
 }
 
 // tokenBucket is a per-peer message rate: rate tokens a second, at most
@@ -87,4 +93,20 @@ func (b *tokenBucket) take(now time.Time) bool {
 	}
 	b.tokens--
 	return true
+}
+
+// fdSeries exports the descriptor budget: the limit, what each class
+// holds now, and how often each was refused one.
+func (m *serverMetrics) fdSeries(b *fdbudget.Budget) {
+	r := &m.reg
+	r.NewGaugeFunc("termlink_fd_limit", "The process's file descriptor limit (soft RLIMIT_NOFILE at start).", func() float64 { return float64(b.Limit()) })
+	for _, c := range []struct {
+		class fdbudget.Class
+		name  string
+	}{{fdbudget.Sockets, "sockets"}, {fdbudget.Files, "session_files"}, {fdbudget.Agents, "agents"}} {
+		r.NewGaugeFunc("termlink_fd_"+c.name, "File descriptors held by "+c.class.String()+" (descriptor budget).",
+			func() float64 { return float64(b.Stats().Used[c.class]) })
+		r.NewCounterFunc("termlink_fd_"+c.name+"_refused_total", "Times "+c.class.String()+" found no file descriptor left in the budget.",
+			func() float64 { return float64(b.Stats().Refused[c.class]) })
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"termlink/server/bus"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/fdbudget"
 	"termlink/server/session"
 	"termlink/server/wal"
 )
@@ -40,6 +41,9 @@ type Options struct {
 
 	fleet fleetOptions // tests shorten the fleet's periods
 
+	// fds replaces the descriptor budget read from RLIMIT_NOFILE (tests).
+	fds *fdbudget.Budget
+
 	// session adds test hooks to the session store's options, wal to the
 	// write-ahead log's.
 	session session.Options
@@ -53,8 +57,9 @@ type Server struct {
 	rt      *Runtime
 	router  *router
 	runners []agent.Runner
-	procs   *procs.Registry // agent process groups and their sentinel
-	mux     http.Handler    // the routes behind the operator guard (auth.go)
+	procs   *procs.Registry  // agent process groups and their sentinel
+	fds     *fdbudget.Budget // the process's file descriptors: sockets, session files, agents
+	mux     http.Handler     // the routes behind the operator guard (auth.go)
 	started time.Time
 
 	recovered []bus.Inbound
@@ -110,8 +115,18 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		return nil, err
 	}
 	_, _ = agentProcs.Reap()
+	// One budget of file descriptors (fdbudget): the session store, the
+	// agents and the connection guard (Serve) each take their share.
+	fds := opt.fds
+	if fds == nil {
+		fds = fdbudget.FromProcess()
+	}
+	agentProcs.SetFDs(fds.Pool(fdbudget.Agents))
+	log.Info("file descriptor budget", "limit", fds.Limit(), "sockets_max", fds.Max(fdbudget.Sockets),
+		"session_files_max", fds.Max(fdbudget.Files), "agents_kept", fds.Floor(fdbudget.Agents)/fdbudget.PerAgent)
 	sopt := opt.session
 	sopt.NoSync, sopt.SyncLater, sopt.Logger = opt.NoSync, true, log
+	sopt.FDs = fds.Pool(fdbudget.Files)
 	store, err := session.Open(filepath.Join(cfg.Workspace, "sessions"), sopt)
 	if err != nil {
 		return nil, fmt.Errorf("opening the session log: %w", err)
@@ -150,10 +165,11 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	}
 	rt.dedupe = newDedupe(opt.DedupePerSession, dedupeBytes, rt.loadRecent)
 	rt.metrics.walSeries(jrnl.Stats)
+	rt.metrics.fdSeries(fds)
 	if rt.cluster != nil {
 		rt.cluster.registerMetrics(rt.metrics)
 	}
-	s := &Server{cfg: cfg, log: log, rt: rt, procs: agentProcs, started: time.Now(), tls: srvTLS}
+	s := &Server{cfg: cfg, log: log, rt: rt, procs: agentProcs, fds: fds, started: time.Now(), tls: srvTLS}
 
 	built := map[string]agent.Runner{}
 	runners := map[string]agent.Runner{}
@@ -321,9 +337,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	// Plain requests get read, write and idle timeouts and a header limit
 	// (limits.go); WebSockets leave them behind at the upgrade.
 	hs := newHTTPServer(s.mux, defaultHTTPLimits, s.log)
-	// Open TCP connections stay below the fd limit (connguard.go), so the
-	// listener can always accept /healthz, the API and new devices.
-	guard := newConnGuard(fdConnLimit())
+	// Open TCP connections stay within the descriptor budget
+	// (connguard.go), so the listener can always accept /healthz, the API
+	// and new devices, and session files and agents find descriptors.
+	guard := newConnGuard(s.fds.Pool(fdbudget.Sockets))
 	hs.ConnState = guard.ConnState
 	errc := make(chan error, 1)
 	adv := s.startDiscovery(ctx, ln.Addr()) // nil unless "discovery" is on (discovery.go)

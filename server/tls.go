@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -192,5 +193,112 @@ func (t *serverTLS) logStart(log *slog.Logger) {
 	// A warning, not a refusal: Debian's ssl-cert group reads keys (0640).
 	if err := link.CheckPrivateFile(t.keyFile); err != nil {
 		log.Warn("the TLS key file is not private", "err", err)
+	}
+}
+
+// httpErrorLog is http.Server's ErrorLog. net/http logs a line for each
+// failed TLS handshake (a scanner, a half-open connection, a client that
+// does not trust the certificate) and for each failed accept; anyone who
+// can open connections could fill the log with them. httpErrorLog logs
+// the first of a kind at WARN, then counts: at most one summary line
+// per every (a minute in Serve) with how many failed since and the last
+// one's address and error. After a quiet span the next failure is logged
+// again at once. Every other line goes to the logger as it comes.
+type httpErrorLog struct {
+	log   *slog.Logger
+	every time.Duration
+
+	mu     sync.Mutex
+	kinds  map[string]*errorKind
+	closed bool
+}
+
+// errorKind is one rate-limited kind of net/http error line.
+type errorKind struct {
+	msg     string    // what the summary says
+	last    time.Time // when a line of this kind was last logged
+	count   int       // failures not logged since
+	detail  string    // the last one not logged
+	pending *time.Timer
+}
+
+// rateLimitedPrefixes are the net/http lines httpErrorLog counts, and
+// what it calls them.
+var rateLimitedPrefixes = []struct{ prefix, msg string }{
+	{"http: TLS handshake error from ", "TLS handshake failed"},
+	{"http: Accept error: ", "accepting a connection failed"},
+}
+
+func newHTTPErrorLog(log *slog.Logger, every time.Duration) *httpErrorLog {
+	return &httpErrorLog{log: log, every: every, kinds: map[string]*errorKind{}}
+}
+
+// Write takes one line from net/http's log.Logger.
+func (e *httpErrorLog) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	for _, k := range rateLimitedPrefixes {
+		if detail, ok := strings.CutPrefix(line, k.prefix); ok {
+			e.count(k.msg, detail)
+			return len(p), nil
+		}
+	}
+	e.log.Warn(line)
+	return len(p), nil
+}
+
+func (e *httpErrorLog) count(msg, detail string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := e.kinds[msg]
+	if k == nil {
+		k = &errorKind{msg: msg}
+		e.kinds[msg] = k
+	}
+	now := time.Now()
+	if e.closed { // shutting down: no more summaries
+		e.log.Warn(msg, "detail", detail)
+		return
+	}
+	if k.count == 0 && (k.last.IsZero() || now.Sub(k.last) >= e.every) {
+		k.last = now
+		e.log.Warn(msg, "detail", detail, "note", fmt.Sprintf("more of these are counted and logged at most once every %v", e.every))
+		return
+	}
+	k.count++
+	k.detail = detail
+	if k.pending == nil {
+		k.pending = time.AfterFunc(k.last.Add(e.every).Sub(now), func() { e.flush(k) })
+	}
+}
+
+// flush logs the summary of k; it runs on k's timer.
+func (e *httpErrorLog) flush(k *errorKind) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k.pending = nil
+	e.summaryLocked(k)
+}
+
+func (e *httpErrorLog) summaryLocked(k *errorKind) {
+	if k.count == 0 {
+		return
+	}
+	e.log.Warn(k.msg+" (summary)", "count", k.count, "since", k.last.UTC().Format(time.RFC3339), "last", k.detail)
+	k.last = time.Now()
+	k.count = 0
+	k.detail = ""
+}
+
+// Close stops the timers and logs what is counted and not yet logged.
+func (e *httpErrorLog) Close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.closed = true
+	for _, k := range e.kinds {
+		if k.pending != nil {
+			k.pending.Stop()
+			k.pending = nil
+		}
+		e.summaryLocked(k)
 	}
 }

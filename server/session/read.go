@@ -188,7 +188,7 @@ func (s *Store) loadPath(path, fileKey string) (loaded, error) {
 	if err != nil {
 		return loaded{}, err
 	}
-	defer f.Close()
+	defer s.closeSnapshot(f)
 	l, err := parse(io.LimitReader(f, size), path, fileKey, s.maxLine, s.log)
 	if err != nil {
 		return loaded{}, fmt.Errorf("read %s: %w", path, err)
@@ -199,7 +199,14 @@ func (s *Store) loadPath(path, fileKey string) (loaded, error) {
 // openSnapshot opens a session file for reading and returns its size. The
 // open and the size are taken while no append is writing, so a reader that
 // reads only that many bytes never sees a concurrent append half-written.
+//
+// With a descriptor budget (Options.FDs) a reader first takes one of the
+// store's reader slots, waiting while every slot is taken (each is held
+// for one read of one file); closeSnapshot gives it back.
 func (s *Store) openSnapshot(path string) (*os.File, int64, error) {
+	if s.readers != nil {
+		s.readers <- struct{}{}
+	}
 	s.ioMu.RLock()
 	f, err := os.Open(path)
 	var fi fs.FileInfo
@@ -209,15 +216,25 @@ func (s *Store) openSnapshot(path string) (*os.File, int64, error) {
 	s.ioMu.RUnlock()
 	if err != nil {
 		if f != nil {
-			f.Close()
+			s.closeSnapshot(f)
+		} else if s.readers != nil {
+			<-s.readers
 		}
 		return nil, 0, err
 	}
 	if !fi.Mode().IsRegular() {
-		f.Close()
+		s.closeSnapshot(f)
 		return nil, 0, fmt.Errorf("read %s: not a regular file", path)
 	}
 	return f, fi.Size(), nil
+}
+
+// closeSnapshot closes a file openSnapshot opened.
+func (s *Store) closeSnapshot(f *os.File) {
+	f.Close()
+	if s.readers != nil {
+		<-s.readers
+	}
 }
 
 // Scan loads every session file in the directory, one at a time, in file

@@ -23,7 +23,11 @@ func (s *Store) rewrite(r *request) error {
 			s.log.Warn("session: closing session file", "file", h.path, "err", err)
 		}
 	}
+	if !s.takeSlot() { // cannot happen: the writer keeps writerKeep descriptors, none pinned
+		return wrap(fmt.Errorf("no file descriptor left for session files (%s)", s.fds.Budget()))
+	}
 	data, err := os.ReadFile(path)
+	s.giveSlot()
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return wrap(err)
 	}
@@ -64,8 +68,12 @@ func (s *Store) rewrite(r *request) error {
 			out = append(out, '\n')
 		}
 	}
+	if !s.takeSlot() {
+		return wrap(fmt.Errorf("no file descriptor left for session files (%s)", s.fds.Budget()))
+	}
 	tmp, err := s.writeTemp(out)
 	if err != nil {
+		s.giveSlot()
 		return wrap(fmt.Errorf("rewrite %s: %w", path, err))
 	}
 	err = s.sync(tmp)
@@ -73,6 +81,7 @@ func (s *Store) rewrite(r *request) error {
 		err = os.Rename(tmp.Name(), path)
 	}
 	tmp.Close()
+	s.giveSlot()
 	if err != nil {
 		os.Remove(tmp.Name())
 		return wrap(fmt.Errorf("rewrite %s: %w", path, err))

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+
+	"termlink/server/fdbudget"
 )
 
 // ErrClosed is returned (wrapped) by Append and UpdateMetadata after Close.
@@ -19,8 +21,18 @@ var ErrClosed = errors.New("session store closed")
 
 // Options configures a [Store]. The zero value is ready to use.
 type Options struct {
-	MaxOpenFiles int  // cached open append handles, default 256 (least recently used closed first)
-	NoSync       bool // skip fsync (benchmarks only: Append no longer means durable)
+	MaxOpenFiles int // cached open append handles, default 4096 (least recently used closed first)
+	// FDs, when set, is the share of the process's file descriptors
+	// the store may hold (fdbudget.Files): every file it opens (append
+	// handles, new files, readers) takes one from it. Open keeps a few
+	// for good (readers and the writer's minimum); past those the writer
+	// takes one more from the budget or, when the budget has none,
+	// closes its least recently used append handle, so an append never
+	// fails for lack of a descriptor (a batch that needs more files
+	// than it can hold open is written in several rounds). The cache
+	// holds at most the share's maximum. Nil: nothing is counted.
+	FDs    *fdbudget.Pool
+	NoSync bool // skip fsync (benchmarks only: Append no longer means durable)
 	// SyncLater writes appends (and new files) without fsync: Append
 	// returns once the lines are written, and [Store.Sync] makes every
 	// append that returned before it durable. For a caller that keeps its
@@ -41,6 +53,8 @@ type Options struct {
 const (
 	defaultMaxOpenFiles = 4096
 	maxBatch            = 1024 // requests the writer takes at once
+	writerKeep          = 2    // descriptors the writer keeps from FDs (a metadata rewrite reads one file and writes another)
+	maxReaders          = 8    // readers with a file open at once, with FDs
 	maxParallelSyncs    = 16   // fsyncs in flight at once within a batch
 	syncFSThreshold     = 8    // files in one batch from which one syncfs replaces the fsyncs
 	tempPattern         = ".session-*.tmp"
@@ -70,6 +84,8 @@ type Store struct {
 	failHook func(key string) error
 	maxLine  int
 	dirFile  *os.File
+	fds      *fdbudget.Pool
+	readers  chan struct{} // with fds: a slot per reader with a file open
 
 	mu       sync.RWMutex // guards closed
 	closed   bool
@@ -84,8 +100,11 @@ type Store struct {
 	ioMu sync.RWMutex
 
 	// owned by the writer goroutine
-	files map[string]*handle
-	lru   *list.List // of *handle, most recently used first
+	files    map[string]*handle
+	lru      *list.List // of *handle, most recently used first
+	slots    int        // descriptors the writer holds from fds (keep + taken since)
+	maxSlots int        // the most it takes
+	inUse    int        // of them, open now (append handles, temporary files, a rewrite's read)
 
 	appends, records, batches, fileSyncs, dirSyncs, fsSyncs, openFiles atomic.Int64
 }
@@ -123,6 +142,7 @@ type handle struct {
 	f    *os.File
 	size int64
 	torn bool // the file does not end in '\n'
+	pin  bool // in the round of a batch being written: not closed to make room
 	elem *list.Element
 }
 
@@ -147,6 +167,7 @@ func Open(dir string, opt Options) (*Store, error) {
 		failHook: opt.FailWrite,
 		maxLine:  opt.maxLine,
 		dirFile:  dirFile,
+		fds:      opt.FDs,
 		reqs:     make(chan *request, maxBatch),
 		done:     make(chan struct{}),
 		files:    make(map[string]*handle),
@@ -157,6 +178,20 @@ func Open(dir string, opt Options) (*Store, error) {
 	}
 	if s.maxOpen <= 0 {
 		s.maxOpen = defaultMaxOpenFiles
+	}
+	s.maxSlots = int(^uint(0) >> 1)
+	if s.fds != nil {
+		// Readers and the writer's minimum come out of the floor, which
+		// the budget keeps for the store whatever else is open.
+		nr := max(1, min(maxReaders, s.fds.Floor()-writerKeep-2))
+		if !s.fds.TryAcquire(writerKeep + nr) { // kept until closeAll
+			dirFile.Close()
+			return nil, fmt.Errorf("session: open %s: no file descriptors left for the session files (%s)", dir, s.fds.Budget())
+		}
+		s.readers = make(chan struct{}, nr)
+		s.slots = writerKeep
+		s.maxSlots = max(writerKeep, s.fds.Max()-nr)
+		s.maxOpen = min(s.maxOpen, s.maxSlots)
 	}
 	if s.maxLine <= 0 {
 		s.maxLine = MaxLineSize
@@ -508,38 +543,79 @@ func (s *Store) commit(seg []*request) {
 			}
 		}
 	}
-	fail := func(g *group, err error) { g.err = fmt.Errorf("session: append %s: %w", g.key, err) }
+	// Each round opens the files of as many groups as it can hold open
+	// (all of them unless the descriptor budget is short), writes them and
+	// closes what it created.
+	for len(groups) > 0 {
+		n := s.openRound(groups)
+		s.writeRound(groups[:n])
+		groups = groups[n:]
+	}
+}
 
-	// Open existing files; write new ones to temporary files.
-	for _, g := range groups {
+func fail(g *group, err error) { g.err = fmt.Errorf("session: append %s: %w", g.key, err) }
+
+// openRound opens the files of the first groups: an existing file's
+// append handle (cached, or opened), a new file's temporary file. It
+// stops before a group it finds no descriptor for, which only happens
+// once every descriptor the store may take is open for an earlier group
+// of the round, and returns how many groups it handled (at least one).
+func (s *Store) openRound(groups []*group) int {
+	for i, g := range groups {
 		if s.failHook != nil {
 			if err := s.failHook(g.key); err != nil {
 				fail(g, err)
 				continue
 			}
 		}
+		if h, ok := s.files[g.key]; ok {
+			s.lru.MoveToFront(h.elem)
+			h.pin = true
+			g.h = h
+			continue
+		}
+		if !s.takeSlot() {
+			if i > 0 {
+				return i
+			}
+			// Cannot happen: the writer keeps writerKeep descriptors and
+			// nothing is pinned yet.
+			fail(g, fmt.Errorf("no file descriptor left for session files (%s)", s.fds.Budget()))
+			continue
+		}
 		h, err := s.handleFor(g.key, g.path)
 		if err != nil {
+			s.giveSlot()
 			fail(g, err)
 			continue
 		}
 		if h != nil {
+			h.pin = true
 			g.h = h
 			continue
 		}
+		// A new file: its temporary file uses the descriptor taken.
 		now := Now()
 		meta, err := Metadata{Key: g.key, CreatedAt: now, UpdatedAt: now}.appendJSON(nil)
 		if err != nil {
+			s.giveSlot()
 			fail(g, err)
 			continue
 		}
 		meta = append(meta, '\n')
 		g.tmp, err = s.writeTemp(append(meta, g.data...))
 		if err != nil {
+			s.giveSlot()
 			fail(g, fmt.Errorf("create %s: %w", g.path, err))
 		}
 	}
+	return len(groups)
+}
 
+// writeRound writes the groups openRound opened: one write per file, one
+// fsync per file, one directory fsync if files were created; then answers
+// every request.
+func (s *Store) writeRound(groups []*group) {
 	// Append to existing files, one write each.
 	s.ioMu.Lock()
 	for _, g := range groups {
@@ -586,6 +662,7 @@ func (s *Store) commit(seg []*request) {
 			err = os.Rename(g.tmp.Name(), g.path)
 		}
 		g.tmp.Close()
+		s.giveSlot()
 		if err != nil {
 			os.Remove(g.tmp.Name())
 			fail(g, fmt.Errorf("create %s: %w", g.path, err))
@@ -604,6 +681,9 @@ func (s *Store) commit(seg []*request) {
 	}
 
 	for _, g := range groups {
+		if g.h != nil {
+			g.h.pin = false
+		}
 		if g.err == nil {
 			s.appends.Add(int64(len(g.reqs)))
 			for _, r := range g.reqs {
@@ -616,14 +696,46 @@ func (s *Store) commit(seg []*request) {
 	}
 }
 
-// handleFor returns the open append handle of a session file, opening it if
-// needed. It returns nil, nil if the file must be created: it does not exist
-// or is empty (and so has no metadata line).
-func (s *Store) handleFor(key, path string) (*handle, error) {
-	if h, ok := s.files[key]; ok {
-		s.lru.MoveToFront(h.elem)
-		return h, nil
+// takeSlot finds a descriptor for one more file the writer opens: one it
+// holds and does not use, one more from the budget, or that of the least
+// recently used append handle not pinned, which it closes. False when
+// none of them is left.
+func (s *Store) takeSlot() bool {
+	if s.inUse < s.slots {
+		s.inUse++
+		return true
 	}
+	if s.slots < s.maxSlots && s.fds.TryAcquire(1) {
+		s.slots++
+		s.inUse++
+		return true
+	}
+	for e := s.lru.Back(); e != nil; e = e.Prev() {
+		if h := e.Value.(*handle); !h.pin {
+			if err := s.closeHandle(h); err != nil { // its descriptor is ours again
+				s.log.Warn("session: closing session file", "file", h.path, "err", err)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// giveSlot is called once a file the writer opened is closed: its
+// descriptor goes back to the budget unless it is one the writer keeps.
+func (s *Store) giveSlot() {
+	s.inUse--
+	if s.slots > writerKeep && s.slots > s.inUse {
+		s.fds.Release(1)
+		s.slots--
+	}
+}
+
+// handleFor opens an append handle of a session file that is not cached,
+// with a descriptor taken by takeSlot. It returns nil, nil if the file
+// must be created: it does not exist or is empty (and so has no metadata
+// line).
+func (s *Store) handleFor(key, path string) (*handle, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -658,6 +770,13 @@ func (s *Store) handleFor(key, path string) (*handle, error) {
 
 // drop closes a cached handle and forgets it.
 func (s *Store) drop(h *handle) error {
+	err := s.closeHandle(h)
+	s.giveSlot()
+	return err
+}
+
+// closeHandle is drop keeping the descriptor's slot in use, for takeSlot.
+func (s *Store) closeHandle(h *handle) error {
 	s.lru.Remove(h.elem)
 	delete(s.files, h.key)
 	s.openFiles.Add(-1)
@@ -709,6 +828,10 @@ func (s *Store) closeAll() error {
 	}
 	if err := s.dirFile.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("session: close: %w", err))
+	}
+	if s.fds != nil {
+		s.fds.Release(s.slots + cap(s.readers))
+		s.slots = 0
 	}
 	return errors.Join(errs...)
 }

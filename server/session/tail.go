@@ -61,7 +61,7 @@ func (s *Store) tailPath(path, fileKey string, n int, buf []byte) (loaded, error
 	if err != nil {
 		return loaded{}, err
 	}
-	defer f.Close()
+	defer s.closeSnapshot(f)
 	t := &tailReader{path: path, f: f, size: size, max: s.maxLine, want: n, sess: &Session{}, buf: buf, settleAfter: TailSettled}
 	if err := t.read(); err != nil {
 		return loaded{}, fmt.Errorf("read %s: %w", path, err)

@@ -2,6 +2,7 @@ package procs
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"termlink/server/fdbudget"
 )
 
 // MarkerEnv is the variable every agent process carries; its value names
@@ -32,6 +35,7 @@ type Registry struct {
 	path   string
 	marker string // MarkerEnv's value
 	log    *slog.Logger
+	fds    *fdbudget.Pool // descriptors of agent processes; nil: not counted
 
 	mu     sync.Mutex
 	groups map[int]uint64 // pgid -> start time of its leader (clock ticks since boot)
@@ -61,6 +65,16 @@ func Open(workspace string, log *slog.Logger) (*Registry, error) {
 		log:    log,
 		groups: map[int]uint64{},
 	}, nil
+}
+
+// SetFDs makes every agent started from now on take
+// fdbudget.PerAgent descriptors of fds, given back by Done; an agent
+// the budget has no room for is not started (StartWith says why). Call
+// it before the first Start.
+func (r *Registry) SetFDs(fds *fdbudget.Pool) {
+	if r != nil {
+		r.fds = fds
+	}
 }
 
 // Marker is the value of MarkerEnv in this registry's agents.
@@ -98,6 +112,47 @@ func (r *Registry) Start(cmd *exec.Cmd) error {
 // session leader (Setsid) leaves Setpgid off: a session leader already
 // leads its group.
 func (r *Registry) StartWith(cmd *exec.Cmd, start func() error) error {
+	return r.startWith(cmd, start, nil)
+}
+
+// Ticket holds the descriptors of one agent process from before it
+// starts (Reserve), so that the pipes made for it before Start are
+// counted too.
+type Ticket struct {
+	fds  *fdbudget.Pool
+	held bool // the descriptors are the ticket's (not yet a started process's)
+}
+
+// Reserve waits until the descriptor budget (SetFDs) has room for one
+// more agent process, fdbudget.PerAgent descriptors, or ctx ends. Make
+// the process's pipes after it, start the process with StartReserved,
+// and Release the ticket when done with it: a started process has taken
+// its descriptors over (Done gives them back).
+func (r *Registry) Reserve(ctx context.Context) (*Ticket, error) {
+	if r == nil || r.fds == nil {
+		return &Ticket{}, nil
+	}
+	if err := r.fds.Acquire(ctx, fdbudget.PerAgent); err != nil {
+		return nil, fmt.Errorf("agent not started: %w", err)
+	}
+	return &Ticket{fds: r.fds, held: true}, nil
+}
+
+// Release gives the ticket's descriptors back unless a process started
+// with them. It may be called more than once.
+func (t *Ticket) Release() {
+	if t != nil && t.held {
+		t.held = false
+		t.fds.Release(fdbudget.PerAgent)
+	}
+}
+
+// StartReserved is Start with the descriptors of t (from Reserve).
+func (r *Registry) StartReserved(t *Ticket, cmd *exec.Cmd) error {
+	return r.startWith(cmd, cmd.Start, t)
+}
+
+func (r *Registry) startWith(cmd *exec.Cmd, start func() error, t *Ticket) error {
 	if r != nil {
 		if cmd.Env == nil {
 			cmd.Env = os.Environ()
@@ -109,8 +164,22 @@ func (r *Registry) StartWith(cmd *exec.Cmd, start func() error) error {
 	}
 	resolve(cmd)
 	prepare(cmd)
+	var fds *fdbudget.Pool
+	if r != nil {
+		fds = r.fds
+	}
+	reserved := t != nil && t.held && t.fds == fds
+	if !reserved && !fds.TryAcquire(fdbudget.PerAgent) {
+		return fmt.Errorf("agent not started: the server has no file descriptors left for it (%s); try again later", fds.Budget())
+	}
 	if err := spawn(start); err != nil {
+		if !reserved {
+			fds.Release(fdbudget.PerAgent)
+		}
 		return err
+	}
+	if reserved {
+		t.held = false // the process's now, until Done
 	}
 	r.add(cmd.Process.Pid)
 	return nil
@@ -164,6 +233,7 @@ func (r *Registry) Done(pid int) {
 	if _, ok := r.groups[pid]; ok {
 		delete(r.groups, pid)
 		r.writeLocked()
+		r.fds.Release(fdbudget.PerAgent)
 	}
 }
 

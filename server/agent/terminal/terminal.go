@@ -277,6 +277,13 @@ func (s *runState) kill() {
 
 func (s *runState) run(ctx context.Context) agent.Result {
 	r := s.r
+	// The process's descriptors (its pipes too) come out of the server's
+	// budget: wait for room before making the pipes.
+	ticket, err := r.opt.Procs.Reserve(ctx)
+	if err != nil {
+		return errorResult("agent %s: %v", r.name, err)
+	}
+	defer ticket.Release()
 	var files []*os.File
 	closeAll := func() {
 		for _, f := range files {
@@ -302,7 +309,7 @@ func (s *runState) run(ctx context.Context) agent.Result {
 	cmd.Env = mergeEnv(os.Environ(), r.cfg.Env)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	start := time.Now()
-	err := r.opt.Procs.Start(cmd)
+	err = r.opt.Procs.StartReserved(ticket, cmd)
 	inR.Close()
 	outW.Close()
 	errW.Close()
