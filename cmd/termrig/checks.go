@@ -367,12 +367,14 @@ func (a *app) boardKeypad(ctx context.Context, p *boards.Profile, stuckAfter tim
 	return kp, nil
 }
 
-const linkTestSynopsis = `--server URL [--token T] [--ca-file F] [--pings N] [--json]
+const linkTestSynopsis = `--server URL [--token T] [--ca-file F] [--cert F --key F] [--pings N] [--json]
 
 Connects to a termlink server's terminal channel as a device does, times N
 ping round trips (p50/p99) and one message round trip through the channel's
-agent, and explains failures: a refused token, an untrusted certificate,
-nothing listening, a wrong channel. URL is ws://host:port, wss://host:port,
+agent, and explains failures in the server's own words: a refused token,
+an untrusted certificate, a refused or missing client certificate (a
+channel with mutual TLS: --cert and --key, as termd's), nothing listening,
+a wrong channel. URL is ws://host:port, wss://host:port,
 http(s)://host:port or host:port; the path /api/channels/ID/ws is added when
 missing. --sim runs it against an in-process termserver.`
 
@@ -383,6 +385,7 @@ func (a *app) linkTest(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Channel, "channel", "terminal-dev", "channel `id` when the URL has no path")
 	fs.StringVar(&o.Token, "token", "", "device `token`")
 	fs.StringVar(&o.CAFile, "ca-file", "", "PEM `file` of CA certificates to trust for wss://")
+	certFlags(fs, &o)
 	fs.StringVar(&o.PeerID, "peer-id", "termrig-link-test", "connect as peer `id` (a peer id the channel's tokens allow)")
 	o.Pings, o.Timeout = 20, 10*time.Second
 	fs.Var(intFlag{&o.Pings}, "pings", "ping round trips `N` to time")
@@ -402,6 +405,8 @@ func (a *app) linkTest(ctx context.Context, args []string) error {
 		return usagef("--server is required (e.g. --server ws://127.0.0.1:8080), or --sim")
 	case o.Server != "" && *useSim:
 		return usagef("--server and --sim exclude each other")
+	case (o.CertFile == "") != (o.KeyFile == ""):
+		return usagef("--cert and --key go together: give both")
 	}
 	if *useSim {
 		rig, err := hw{}.simRig(sim.Options{Server: true})
@@ -412,6 +417,12 @@ func (a *app) linkTest(ctx context.Context, args []string) error {
 		o.Server = rig.ServerURL
 	}
 	return a.checkOutput(checks.LinkTest(ctx, o), *asJSON)
+}
+
+// certFlags are link-test's client certificate flags, named as termd's.
+func certFlags(fs *flag.FlagSet, o *checks.LinkOptions) {
+	fs.StringVar(&o.CertFile, "cert", "", "PEM `file` of a client certificate, for a channel with mutual TLS (with --key)")
+	fs.StringVar(&o.KeyFile, "key", "", "PEM `file` of the client certificate's private key (mode 0600)")
 }
 
 const selftestSynopsis = `--board B | --sim [--interactive] [--serial-port P] [--gpio-out PIN --gpio-in PIN] [--server URL] [--json]
@@ -451,6 +462,7 @@ func (a *app) selftest(ctx context.Context, args []string) error {
 	fs.StringVar(&f.link.Server, "server", "", "termserver `URL` for link-test (with --sim: an in-process server when not given)")
 	fs.StringVar(&f.link.Token, "token", "", "device `token` for link-test")
 	fs.StringVar(&f.link.CAFile, "ca-file", "", "PEM `file` of CA certificates for link-test over wss://")
+	certFlags(fs, &f.link)
 	f.hold, f.keypadTimeout = time.Second, 2*time.Minute
 	fs.Var(durationFlag{&f.hold}, "hold", "with --interactive, keep each LCD pattern up for `D`")
 	fs.Var(durationFlag{&f.keypadTimeout}, "keypad-timeout", "with --interactive, give the keypad test `D`")
@@ -467,6 +479,8 @@ func (a *app) selftest(ctx context.Context, args []string) error {
 		return usagef("--board is required (e.g. --board rpi-lcd2004-i2c), or --sim")
 	case (f.gpioOut == "") != (f.gpioIn == ""):
 		return usagef("--gpio-out and --gpio-in go together")
+	case (f.link.CertFile == "") != (f.link.KeyFile == ""):
+		return usagef("--cert and --key go together: give both")
 	case f.hold < 0 || f.keypadTimeout <= 0:
 		return usagef("--hold must not be negative and --keypad-timeout must be positive")
 	}
