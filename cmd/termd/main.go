@@ -130,12 +130,16 @@ func run(ctx context.Context, args []string) error {
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *level)
 	}
-	var profile *boards.Profile
+	boardName := *board // --board's default gives way to --board-file; both given is an error
 	if *boardFile != "" {
-		profile, err = boards.LoadFile(*boardFile)
-	} else {
-		profile, err = boards.Load(*board)
+		boardName = ""
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "board" {
+				boardName = *board
+			}
+		})
 	}
+	profile, err := boards.Select(boardName, *boardFile)
 	if err != nil {
 		return err
 	}

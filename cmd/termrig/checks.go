@@ -144,7 +144,7 @@ func (a *app) i2cScan(ctx context.Context, args []string) error {
 	return a.checkOutput(checks.I2CScan(ctx, b, o), *asJSON)
 }
 
-const lcdTestSynopsis = `--board B | [--bus N] [--addr 0x27] [--size 16x2] [--rom A00] [--hold D] [--json]
+const lcdTestSynopsis = `--board NAME | --board-file F | [--bus N] [--addr 0x27] [--size 16x2] [--rom A00] [--hold D] [--json]
 
 Shows test patterns on an HD44780 character LCD with the real driver: every
 pixel on, both pages of the character ROM, eight custom characters, a
@@ -152,12 +152,14 @@ blinking cursor moving over every cell, and full-screen redraws to measure
 frames per second. I2C errors are counted; the driver re-initialises the
 display after each, and the check fails only when it does not come back.
 Look at the glass while it runs: --hold keeps each pattern up that long.
-The LCD comes from the board profile (--board) or from the flags.
+The LCD comes from the board profile (--board or --board-file) or from
+the flags.
 --sim (or --board sim) runs it on the LCD emulator and draws its glass.`
 
 func (a *app) lcdTest(ctx context.Context, args []string) error {
 	fs, usage := a.newFlagSet("lcd-test", lcdTestSynopsis)
-	board := fs.String("board", "", "board profile `B` (rpi-lcd2004-i2c, a .json file, or sim)")
+	var board boardFlags
+	board.register(fs, "")
 	bus := fs.String("bus", "1", "I2C bus `N`")
 	addrS := fs.String("addr", "0x27", "backpack I2C `address`")
 	size := fs.String("size", "16x2", "display size `COLSxROWS`")
@@ -173,8 +175,11 @@ func (a *app) lcdTest(ctx context.Context, args []string) error {
 	}
 	set := visited(fs)
 	var h hw
-	if *board != "" && !h.isSim(*board) && (set["bus"] || set["addr"] || set["size"] || set["rom"]) {
-		return usagef("--board gives the LCD: --bus, --addr, --size and --rom go without it (except with --board sim)")
+	if err := board.check(); err != nil {
+		return err
+	}
+	if board.given() && !board.sim() && (set["bus"] || set["addr"] || set["size"] || set["rom"]) {
+		return usagef("%s gives the LCD: --bus, --addr, --size and --rom go without it (except with --board sim)", board)
 	}
 	if frames < 1 {
 		return usagef("--frames must be at least 1, got %d", frames)
@@ -195,7 +200,7 @@ func (a *app) lcdTest(ctx context.Context, args []string) error {
 	}
 	o := checks.LCDOptions{Hold: hold, Frames: frames}
 
-	if *useSim || h.isSim(*board) {
+	if *useSim || board.sim() {
 		if !set["hold"] {
 			o.Hold = 0
 		}
@@ -211,8 +216,8 @@ func (a *app) lcdTest(ctx context.Context, args []string) error {
 		}
 		return a.checkOutput(checks.LCDTest(ctx, rig.LCD, rig.Addr, o), *asJSON)
 	}
-	if *board != "" {
-		p, err := h.loadBoard(*board)
+	if board.given() {
+		p, err := board.load()
 		if err != nil {
 			return a.checkOutput(checks.Failed("lcd-test", err), *asJSON)
 		}
@@ -290,7 +295,7 @@ func (a *app) gpioLoopback(ctx context.Context, args []string) error {
 	return a.checkOutput(checks.GPIOLoopback(ctx, out, in, o), *asJSON)
 }
 
-const keypadTestSynopsis = `--board B [--timeout D] [--stuck-after D] [--json]
+const keypadTestSynopsis = `--board NAME | --board-file F [--timeout D] [--stuck-after D] [--json]
 
 For a person to press every key of the board's matrix keypad once. A table
 of the keys seen so far is redrawn after every press; the test ends when
@@ -301,7 +306,8 @@ keypad whose keys a robot presses.`
 
 func (a *app) keypadTest(ctx context.Context, args []string) error {
 	fs, usage := a.newFlagSet("keypad-test", keypadTestSynopsis)
-	board := fs.String("board", "", "board profile `B` with a keypad (rpi-lcd2004-i2c, a .json file, or sim)")
+	var board boardFlags
+	board.register(fs, " with a keypad")
 	timeout := 2 * time.Minute
 	fs.Var(durationFlag{&timeout}, "timeout", "give up after `D`")
 	stuckAfter := 5 * time.Second
@@ -315,15 +321,18 @@ func (a *app) keypadTest(ctx context.Context, args []string) error {
 	switch {
 	case timeout <= 0 || stuckAfter <= 0:
 		return usagef("--timeout and --stuck-after must be positive")
-	case *board == "" && !*useSim:
-		return usagef("--board is required (e.g. --board rpi-lcd2004-i2c), or --sim")
+	case !board.given() && !*useSim:
+		return usagef("--board is required (e.g. --board rpi-lcd2004-i2c, or --board-file F), or --sim")
+	}
+	if err := board.check(); err != nil {
+		return err
 	}
 	live := a.stdout
 	if *asJSON {
 		live = a.stderr
 	}
 	o := checks.KeypadOptions{Timeout: timeout, Live: live, ANSI: h.isTerminal(live)}
-	if *useSim || h.isSim(*board) {
+	if *useSim || board.sim() {
 		rig, err := h.simRig(sim.Options{})
 		if err != nil {
 			return err
@@ -336,7 +345,7 @@ func (a *app) keypadTest(ctx context.Context, args []string) error {
 		o.Keymap = rig.Keymap
 		return a.checkOutput(checks.KeypadTest(ctx, kp, o), *asJSON)
 	}
-	p, err := h.loadBoard(*board)
+	p, err := board.load()
 	if err != nil {
 		return a.checkOutput(checks.Failed("keypad-test", err), *asJSON)
 	}
@@ -367,12 +376,14 @@ func (a *app) boardKeypad(ctx context.Context, p *boards.Profile, stuckAfter tim
 	return kp, nil
 }
 
-const linkTestSynopsis = `--server URL [--token T] [--ca-file F] [--pings N] [--json]
+const linkTestSynopsis = `--server URL [--token T] [--ca-file F] [--cert F --key F] [--pings N] [--json]
 
 Connects to a termlink server's terminal channel as a device does, times N
 ping round trips (p50/p99) and one message round trip through the channel's
-agent, and explains failures: a refused token, an untrusted certificate,
-nothing listening, a wrong channel. URL is ws://host:port, wss://host:port,
+agent, and explains failures in the server's own words: a refused token,
+an untrusted certificate, a refused or missing client certificate (a
+channel with mutual TLS: --cert and --key, as termd's), nothing listening,
+a wrong channel. URL is ws://host:port, wss://host:port,
 http(s)://host:port or host:port; the path /api/channels/ID/ws is added when
 missing. --sim runs it against an in-process termserver.`
 
@@ -383,6 +394,7 @@ func (a *app) linkTest(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Channel, "channel", "terminal-dev", "channel `id` when the URL has no path")
 	fs.StringVar(&o.Token, "token", "", "device `token`")
 	fs.StringVar(&o.CAFile, "ca-file", "", "PEM `file` of CA certificates to trust for wss://")
+	certFlags(fs, &o)
 	fs.StringVar(&o.PeerID, "peer-id", "termrig-link-test", "connect as peer `id` (a peer id the channel's tokens allow)")
 	o.Pings, o.Timeout = 20, 10*time.Second
 	fs.Var(intFlag{&o.Pings}, "pings", "ping round trips `N` to time")
@@ -402,6 +414,8 @@ func (a *app) linkTest(ctx context.Context, args []string) error {
 		return usagef("--server is required (e.g. --server ws://127.0.0.1:8080), or --sim")
 	case o.Server != "" && *useSim:
 		return usagef("--server and --sim exclude each other")
+	case (o.CertFile == "") != (o.KeyFile == ""):
+		return usagef("--cert and --key go together: give both")
 	}
 	if *useSim {
 		rig, err := hw{}.simRig(sim.Options{Server: true})
@@ -414,7 +428,13 @@ func (a *app) linkTest(ctx context.Context, args []string) error {
 	return a.checkOutput(checks.LinkTest(ctx, o), *asJSON)
 }
 
-const selftestSynopsis = `--board B | --sim [--interactive] [--serial-port P] [--gpio-out PIN --gpio-in PIN] [--server URL] [--json]
+// certFlags are link-test's client certificate flags, named as termd's.
+func certFlags(fs *flag.FlagSet, o *checks.LinkOptions) {
+	fs.StringVar(&o.CertFile, "cert", "", "PEM `file` of a client certificate, for a channel with mutual TLS (with --key)")
+	fs.StringVar(&o.KeyFile, "key", "", "PEM `file` of the client certificate's private key (mode 0600)")
+}
+
+const selftestSynopsis = `--board NAME | --board-file F | --sim [--interactive] [--serial-port P] [--gpio-out PIN --gpio-in PIN] [--server URL] [--json]
 
 Runs every check that applies to the board: i2c-scan and lcd-test for an
 I2C LCD (lcd-test for a GPIO LCD), keypad-test when the board has a keypad
@@ -431,17 +451,18 @@ hardware and no person, for CI.`
 
 // selftestFlags are selftest's options.
 type selftestFlags struct {
-	board, serialPort, bauds string
-	gpioOut, gpioIn          string
-	interactive, verbose     bool
-	link                     checks.LinkOptions
-	hold, keypadTimeout      time.Duration
+	board                boardFlags
+	serialPort, bauds    string
+	gpioOut, gpioIn      string
+	interactive, verbose bool
+	link                 checks.LinkOptions
+	hold, keypadTimeout  time.Duration
 }
 
 func (a *app) selftest(ctx context.Context, args []string) error {
 	fs, usage := a.newFlagSet("selftest", selftestSynopsis)
 	var f selftestFlags
-	fs.StringVar(&f.board, "board", "", "board profile `B` (rpi-lcd2004-i2c, a .json file, or sim)")
+	f.board.register(fs, "")
 	useSim := fs.Bool("sim", false, "run on the simulated rig (same as --board sim)")
 	fs.BoolVar(&f.interactive, "interactive", false, "a person is here: run keypad-test, keep each LCD pattern up for --hold")
 	fs.StringVar(&f.serialPort, "serial-port", "", "serial port `P` with TX wired to RX, for serial-loopback")
@@ -451,6 +472,7 @@ func (a *app) selftest(ctx context.Context, args []string) error {
 	fs.StringVar(&f.link.Server, "server", "", "termserver `URL` for link-test (with --sim: an in-process server when not given)")
 	fs.StringVar(&f.link.Token, "token", "", "device `token` for link-test")
 	fs.StringVar(&f.link.CAFile, "ca-file", "", "PEM `file` of CA certificates for link-test over wss://")
+	certFlags(fs, &f.link)
 	f.hold, f.keypadTimeout = time.Second, 2*time.Minute
 	fs.Var(durationFlag{&f.hold}, "hold", "with --interactive, keep each LCD pattern up for `D`")
 	fs.Var(durationFlag{&f.keypadTimeout}, "keypad-timeout", "with --interactive, give the keypad test `D`")
@@ -461,14 +483,19 @@ func (a *app) selftest(ctx context.Context, args []string) error {
 	}
 	var h hw
 	switch {
-	case *useSim && f.board != "" && !h.isSim(f.board):
-		return usagef("--sim and --board %s exclude each other", f.board)
-	case !*useSim && f.board == "":
-		return usagef("--board is required (e.g. --board rpi-lcd2004-i2c), or --sim")
+	case *useSim && f.board.given() && !f.board.sim():
+		return usagef("--sim and %s exclude each other", f.board)
+	case !*useSim && !f.board.given():
+		return usagef("--board is required (e.g. --board rpi-lcd2004-i2c, or --board-file F), or --sim")
 	case (f.gpioOut == "") != (f.gpioIn == ""):
 		return usagef("--gpio-out and --gpio-in go together")
+	case (f.link.CertFile == "") != (f.link.KeyFile == ""):
+		return usagef("--cert and --key go together: give both")
 	case f.hold < 0 || f.keypadTimeout <= 0:
 		return usagef("--hold must not be negative and --keypad-timeout must be positive")
+	}
+	if err := f.board.check(); err != nil {
+		return err
 	}
 	bauds, err := h.parseBauds(f.bauds)
 	if err != nil {
@@ -476,7 +503,7 @@ func (a *app) selftest(ctx context.Context, args []string) error {
 	}
 
 	var steps []checks.Step
-	if *useSim || h.isSim(f.board) {
+	if *useSim || f.board.sim() {
 		rig, err := h.simRig(sim.Options{Server: f.link.Server == ""})
 		if err != nil {
 			return err
@@ -484,7 +511,7 @@ func (a *app) selftest(ctx context.Context, args []string) error {
 		defer rig.Close()
 		steps = a.simSteps(rig, f, bauds)
 	} else {
-		p, err := h.loadBoard(f.board)
+		p, err := f.board.load()
 		if err != nil {
 			var rep checks.Report
 			rep.Add(checks.Failed("selftest", err))

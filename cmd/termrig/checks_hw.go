@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -44,21 +45,40 @@ func (hw) openI2C(bus string) (i2c.BusCloser, string, error) {
 // pin looks a GPIO pin up by name ("GPIO17").
 func (hw) pin(name string) (gpio.PinIO, error) { return device.OpenPin(name) }
 
-// isSim reports whether a board name means the simulated rig.
-func (hw) isSim(board string) bool { return board == "sim" }
+// boardFlags are the board flags of lcd-test, keypad-test and selftest,
+// the same family as termd's: --board NAME (an embedded profile, or sim:
+// the simulated rig) or --board-file PATH (a profile file).
+type boardFlags struct{ name, file string }
 
-// loadBoard loads an embedded profile by name, or a profile file (a name
-// with a '/' or ending in .json).
-func (hw) loadBoard(name string) (*boards.Profile, error) {
-	if strings.Contains(name, "/") || strings.HasSuffix(name, ".json") {
-		return boards.LoadFile(name)
-	}
-	p, err := boards.Load(name)
-	if err != nil {
-		return nil, fmt.Errorf("%w (boards: %s, or a profile file)", err, strings.Join(boards.Names(), ", "))
-	}
-	return p, nil
+func (b *boardFlags) register(fs *flag.FlagSet, what string) {
+	fs.StringVar(&b.name, "board", "", "board profile `name`"+what+": "+strings.Join(boards.Names(), ", ")+" (sim: the simulated rig)")
+	fs.StringVar(&b.file, "board-file", "", "custom board profile JSON `file` (instead of --board)")
 }
+
+// given reports whether either flag was given.
+func (b boardFlags) given() bool { return b.name != "" || b.file != "" }
+
+// sim reports whether the board is the simulated rig (--board sim).
+func (b boardFlags) sim() bool { return b.name == "sim" && b.file == "" }
+
+// String is the flag as given, for messages.
+func (b boardFlags) String() string {
+	if b.file != "" {
+		return "--board-file " + b.file
+	}
+	return "--board " + b.name
+}
+
+// check refuses both flags at once and a path in --board (usage errors).
+func (b boardFlags) check() error {
+	if err := boards.CheckFlags(b.name, b.file); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// load loads the profile: the file, or the embedded profile by name.
+func (b boardFlags) load() (*boards.Profile, error) { return boards.Select(b.name, b.file) }
 
 // lcdSpec is an LCD to test: from a profile or from flags.
 type lcdSpec struct {

@@ -30,7 +30,7 @@ func TestCheckCommandsUsage(t *testing.T) {
 		{[]string{"help"}, 0, "selftest"},
 		{[]string{"serial-loopback", "-h"}, 0, "Usage: termrig serial-loopback --port P [--baud B,...] [--bytes N] [--json]"},
 		{[]string{"i2c-scan", "-h"}, 0, "0x20-0x27 a PCF8574 LCD backpack"},
-		{[]string{"lcd-test", "-h"}, 0, "Usage: termrig lcd-test --board B | [--bus N] [--addr 0x27]"},
+		{[]string{"lcd-test", "-h"}, 0, "Usage: termrig lcd-test --board NAME | --board-file F | [--bus N] [--addr 0x27]"},
 		{[]string{"gpio-loopback", "-h"}, 0, "--out PIN --in PIN"},
 		{[]string{"keypad-test", "-h"}, 0, "-stuck-after"},
 		{[]string{"link-test", "-h"}, 0, "-ca-file"},
@@ -39,7 +39,7 @@ func TestCheckCommandsUsage(t *testing.T) {
 		{[]string{"serial-loopback", "--port", "/dev/x", "--baud", "fast"}, 2, `baud rate "fast": want positive numbers`},
 		{[]string{"serial-loopback", "--port", "/dev/x", "--bytes", "0"}, 2, "--bytes must be 1 to 1048576"},
 		{[]string{"i2c-scan", "--expect", "0x99"}, 2, `--expect: I2C address "0x99": want a 7-bit address`},
-		{[]string{"lcd-test", "--board", "rpi-lcd2004-i2c", "--addr", "0x3f"}, 2, "--board gives the LCD"},
+		{[]string{"lcd-test", "--board", "rpi-lcd2004-i2c", "--addr", "0x3f"}, 2, "--board rpi-lcd2004-i2c gives the LCD"},
 		{[]string{"lcd-test", "--size", "16"}, 2, `--size: size "16": want COLSxROWS`},
 		{[]string{"lcd-test", "--rom", "A01"}, 2, "--rom:"},
 		{[]string{"gpio-loopback", "--out", "GPIO17"}, 2, "--out and --in are required"},
@@ -50,6 +50,18 @@ func TestCheckCommandsUsage(t *testing.T) {
 		{[]string{"selftest"}, 2, "--board is required"},
 		{[]string{"selftest", "--sim", "--gpio-out", "GPIO17"}, 2, "--gpio-out and --gpio-in go together"},
 		{[]string{"selftest", "--sim", "--board", "rpi-lcd2004-i2c"}, 2, "--sim and --board rpi-lcd2004-i2c exclude each other"},
+		// The board flag family, as termd's: a path in --board points at
+		// --board-file; not both.
+		{[]string{"lcd-test", "--board", "/etc/my-board.json"}, 2, "--board takes a board name (known: lcdproc, "},
+		{[]string{"lcd-test", "--board", "/etc/my-board.json"}, 2, "use --board-file /etc/my-board.json"},
+		{[]string{"keypad-test", "--board", "my-board.json"}, 2, "use --board-file my-board.json"},
+		{[]string{"selftest", "--board", "boards/x.json"}, 2, "use --board-file boards/x.json"},
+		{[]string{"lcd-test", "--board", "sim", "--board-file", "b.json"}, 2, "--board sim and --board-file b.json exclude each other"},
+		{[]string{"lcd-test", "--board-file", "b.json", "--size", "20x4"}, 2, "--board-file b.json gives the LCD"},
+		{[]string{"selftest", "--sim", "--board-file", "b.json"}, 2, "--sim and --board-file b.json exclude each other"},
+		{[]string{"lcd-test", "-h"}, 0, "-board-file file"},
+		{[]string{"keypad-test", "-h"}, 0, "-board-file file"},
+		{[]string{"selftest", "-h"}, 0, "-board-file file"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -104,7 +116,21 @@ func TestCheckCommandsSim(t *testing.T) {
 
 // Devices that are not there: the message says what to do. (Skipped on a
 // machine that has them.)
+// consoleBoard writes a copy of the rpi-serial-console profile as a file.
+func consoleBoard(t *testing.T) string {
+	data, err := os.ReadFile("../../boards/profiles/rpi-serial-console.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "console-board.json")
+	if err := os.WriteFile(f, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func TestCheckCommandsMissingDevices(t *testing.T) {
+	consoleBoardFile := consoleBoard(t)
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
 	tests := []struct {
 		args  []string
@@ -119,6 +145,11 @@ func TestCheckCommandsMissingDevices(t *testing.T) {
 		{[]string{"keypad-test", "--board", "rpi-serial-console"}, "", "FAIL keypad-test: board rpi-serial-console has no keypad"},
 		{[]string{"lcd-test", "--board", "rpi-serial-console"}, "", `FAIL lcd-test: board rpi-serial-console has no character LCD (display kind "console")`},
 		{[]string{"lcd-test", "--board", "no-such-board"}, "", "rpi-lcd2004-i2c"},
+		{[]string{"lcd-test", "--board", "no-such-board"}, "", "a profile file goes in --board-file PATH"},
+		// --board-file reads a profile file, as termd's.
+		{[]string{"lcd-test", "--board-file", consoleBoardFile}, "", `FAIL lcd-test: board rpi-serial-console has no character LCD (display kind "console")`},
+		{[]string{"keypad-test", "--board-file", consoleBoardFile}, "", "FAIL keypad-test: board rpi-serial-console has no keypad"},
+		{[]string{"lcd-test", "--board-file", "/no/such/board.json"}, "", "FAIL lcd-test: boards: open /no/such/board.json: no such file or directory"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

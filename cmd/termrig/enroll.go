@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -62,10 +63,10 @@ func (a *app) enrollTest(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "pairing code %s (expires in %d s); approve it at %s:\n  curl -X POST %sapi/enrollments/%s/approve -d '{\"peer_id\":\"%s\"}'\n",
-		g.Code, g.ExpiresIn, g.VerificationURI, g.VerificationURI, g.Code, *peer)
+	base := strings.TrimSuffix(endpoint, "/api/channels/"+*channel+"/enroll")
+	fmt.Fprintf(a.stdout, "pairing code %s (expires in %d s); approve it at %s:\n%s", g.Code, g.ExpiresIn, g.VerificationURI,
+		approveCommand(base, g.Code, *peer, *adminFile))
 	if *approve {
-		base := strings.TrimSuffix(endpoint, "/api/channels/"+*channel+"/enroll")
 		if err := approveCode(ctx, hc, base, g.Code, *peer, admin); err != nil {
 			return err
 		}
@@ -76,7 +77,10 @@ func (a *app) enrollTest(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintf(a.stdout, "enrolled as peer_id %s on channel %s (token received, %d characters; not shown)\n", tr.PeerID, tr.ChannelID, len(tr.Token))
-	reply, err := roundTrip(ctx, wsURL, tr.PeerID, tr.Token)
+	// The link's own log in termrig's format (slog key=value on stderr, as
+	// load and chaos), warnings only: the steps above are the output.
+	log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	reply, err := roundTrip(ctx, wsURL, tr.PeerID, tr.Token, log)
 	if err != nil {
 		return fmt.Errorf("connecting with the enrolled token: %w", err)
 	}
@@ -101,20 +105,66 @@ func approveCode(ctx context.Context, hc *http.Client, base, code, peer, admin s
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("approving %s: HTTP %d %s", code, resp.StatusCode, strings.TrimSpace(string(b)))
+		msg := fmt.Sprintf("approving %s: HTTP %d %s", code, resp.StatusCode, apiError(b))
+		switch {
+		case resp.StatusCode == http.StatusUnauthorized && admin == "":
+			msg += " (the server has admin tokens: pass --admin-token-file with an operator token)"
+		case resp.StatusCode == http.StatusUnauthorized:
+			msg += " (the server did not accept the token in --admin-token-file)"
+		case resp.StatusCode == http.StatusForbidden && admin != "":
+			msg += " (the token in --admin-token-file needs the operator role)"
+		}
+		return errors.New(msg)
 	}
 	return nil
 }
 
+// apiError is the text of the API's {"error": "..."} body, or the body.
+func apiError(body []byte) string {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return strings.TrimSpace(string(body))
+}
+
+// approveCommand is the curl command that approves code, as an operator
+// would type it: JSON (the API takes JSON only) and, with an admin token
+// file, its token read from the file rather than printed.
+func approveCommand(base, code, peer, adminFile string) string {
+	body, _ := json.Marshal(map[string]string{"peer_id": peer})
+	auth := ""
+	if adminFile != "" {
+		auth = ` -H "Authorization: Bearer $(cat ` + shellQuote(adminFile) + `)"`
+	}
+	cmd := fmt.Sprintf("  curl -X POST%s -H 'Content-Type: application/json' %s -d %s\n",
+		auth, shellQuote(base+"/api/enrollments/"+code+"/approve"), shellQuote(string(body)))
+	if adminFile == "" {
+		cmd += "  (a server with admin tokens also needs -H \"Authorization: Bearer $(cat ADMIN_TOKEN_FILE)\")\n"
+	}
+	return cmd
+}
+
+// shellQuote quotes s for a POSIX shell when it needs quoting.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@,+") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // roundTrip connects as peer with token and sends one message, returning
 // the reply's text.
-func roundTrip(ctx context.Context, wsURL, peer, token string) (string, error) {
+// The link's log goes to log (termrig's key=value lines on stderr).
+func roundTrip(ctx context.Context, wsURL, peer, token string, log *slog.Logger) (string, error) {
 	dir, err := os.MkdirTemp("", "termrig-enroll-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	cl, err := link.NewClient(link.ClientConfig{URL: wsURL, PeerID: peer, Token: token, DeviceName: "termrig enroll-test", StateDir: dir})
+	cl, err := link.NewClient(link.ClientConfig{URL: wsURL, PeerID: peer, Token: token, DeviceName: "termrig enroll-test", StateDir: dir, Logger: log})
 	if err != nil {
 		return "", err
 	}

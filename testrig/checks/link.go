@@ -35,6 +35,10 @@ type LinkOptions struct {
 	Token string
 	// CAFile is a PEM file of CA certificates to trust for wss://.
 	CAFile string
+	// CertFile and KeyFile are a client certificate and its key (PEM), for
+	// a channel with mutual TLS; both or neither. The key file must be
+	// private to the user (as termd's --key).
+	CertFile, KeyFile string
 	// TLSConfig is the base TLS configuration (tests); nil means the
 	// system's.
 	TLSConfig *tls.Config
@@ -53,7 +57,9 @@ type LinkOptions struct {
 // does, times N ping round trips (p50/p99) and one message round trip
 // (through the channel's agent: the built-in echo answers at once), and
 // explains what went wrong when it could not: a refused token, an
-// untrusted certificate, nothing listening, a wrong channel.
+// untrusted certificate, a refused client certificate, nothing listening,
+// a wrong channel. A refusal's verdict carries the server's own reason
+// (the HTTP body, the error frame, the close reason).
 func LinkTest(ctx context.Context, o LinkOptions) Result {
 	r := newResult("link-test")
 	if o.Pings <= 0 {
@@ -155,22 +161,54 @@ func linkTLS(o LinkOptions) (*tls.Config, error) {
 	if o.TLSConfig != nil {
 		conf = o.TLSConfig.Clone()
 	}
-	if o.CAFile == "" {
-		return conf, nil
+	base := func() {
+		if conf == nil {
+			conf = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
 	}
-	pem, err := os.ReadFile(o.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("reading --ca-file: %w", err)
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading --ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", o.CAFile)
+		}
+		base()
+		conf.RootCAs = pool
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", o.CAFile)
+	if o.CertFile != "" || o.KeyFile != "" {
+		if o.CertFile == "" || o.KeyFile == "" {
+			return nil, errors.New("--cert and --key go together: give both")
+		}
+		if err := link.CheckPrivateFile(o.KeyFile); err != nil {
+			return nil, fmt.Errorf("--key: %w", err)
+		}
+		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("loading the client certificate %s with the key %s (--cert, --key): %w", o.CertFile, o.KeyFile, err)
+		}
+		base()
+		conf.Certificates = []tls.Certificate{cert}
 	}
-	if conf == nil {
-		conf = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	conf.RootCAs = pool
 	return conf, nil
+}
+
+// aboutCert reports whether a server's refusal is about the client
+// certificate (mutual TLS) rather than the token.
+func aboutCert(reason string) bool {
+	r := strings.ToLower(reason)
+	return strings.Contains(r, "certificate") || strings.Contains(r, "mutual tls")
+}
+
+// certRefusal words a refusal of the client certificate, with the
+// server's reason and what to do about it.
+func certRefusal(what string, o LinkOptions, reason string) string {
+	if o.CertFile == "" {
+		return fmt.Sprintf("the server wants a client certificate%s: pass --cert and --key (%s)", what, reason)
+	}
+	return fmt.Sprintf("the server refused the client certificate %s%s: %s", o.CertFile, what, reason)
 }
 
 // explainDial says why the WebSocket could not be opened.
@@ -180,10 +218,12 @@ func explainDial(wsURL string, o LinkOptions, err error, resp *http.Response) st
 		host = u.Host
 	}
 	if resp != nil {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		resp.Body.Close()
 		msg := strings.TrimSpace(string(body))
 		switch {
+		case (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && aboutCert(msg):
+			return certRefusal(fmt.Sprintf(" (HTTP %d)", resp.StatusCode), o, msg)
 		case resp.StatusCode == http.StatusUnauthorized && o.Token == "":
 			return fmt.Sprintf("the server wants a token (HTTP 401): pass --token (%s)", msg)
 		case resp.StatusCode == http.StatusUnauthorized:
@@ -214,6 +254,8 @@ func explainDial(wsURL string, o LinkOptions, err error, resp *http.Response) st
 		return fmt.Sprintf("the server's certificate is not trusted: pass --ca-file with the CA that signed it (%v)", err)
 	case errors.As(err, &verify):
 		return fmt.Sprintf("the server's certificate is not trusted: pass --ca-file (%v)", err)
+	case isCertRequired(err):
+		return certRefusal(" (TLS handshake)", o, err.Error())
 	case errors.As(err, &recErr):
 		return fmt.Sprintf("the server at %s does not speak TLS: use ws:// instead of wss://", host)
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -226,6 +268,17 @@ func explainDial(wsURL string, o LinkOptions, err error, resp *http.Response) st
 		return "interrupted"
 	}
 	return fmt.Sprintf("dialing %s: %v", wsURL, err)
+}
+
+// isCertRequired reports a handshake the server ended because it wanted a
+// client certificate (a server that requires one at the TLS layer).
+func isCertRequired(err error) bool {
+	var alert tls.AlertError
+	if errors.As(err, &alert) {
+		return alert == 116 || alert == 42 // certificate_required; bad_certificate
+	}
+	s := err.Error()
+	return strings.Contains(s, "certificate required") || strings.Contains(s, "bad certificate")
 }
 
 // linkConn speaks the channel protocol over one WebSocket, one frame at a
@@ -349,6 +402,10 @@ func (c *linkConn) explain(ctx context.Context, err error, o LinkOptions) error 
 	switch {
 	case ctx.Err() != nil:
 		return errors.New("interrupted")
+	case errors.As(err, &ref) && ref.f.Code == link.CodeUnauthorized && strings.Contains(ref.f.Error, "certificate is for peer"):
+		return fmt.Errorf("the server refused peer_id %s for this client certificate: %s (pass the certificate's peer as --peer-id)", o.PeerID, ref.f.Error)
+	case errors.As(err, &ref) && ref.f.Code == link.CodeUnauthorized && aboutCert(ref.f.Error):
+		return errors.New(certRefusal("", o, ref.f.Error))
 	case errors.As(err, &ref) && ref.f.Code == link.CodeUnauthorized && o.Token == "":
 		return fmt.Errorf("the server wants a token: pass --token (%s)", ref.f.Error)
 	case errors.As(err, &ref) && ref.f.Code == link.CodeUnauthorized:
@@ -357,6 +414,8 @@ func (c *linkConn) explain(ctx context.Context, err error, o LinkOptions) error 
 		return fmt.Errorf("another connection with peer_id %s replaced this one: pass another --peer-id", o.PeerID)
 	case errors.As(err, &ref):
 		return err
+	case errors.As(err, &ce) && aboutCert(ce.Text):
+		return fmt.Errorf("the server closed the connection (%d): %s", ce.Code, certRefusal("", o, ce.Text))
 	case errors.As(err, &ce):
 		return fmt.Errorf("the server closed the connection (%d %s)", ce.Code, ce.Text)
 	case errors.As(err, &ne) && ne.Timeout():

@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -183,5 +184,26 @@ func TestLinkTestInterrupted(t *testing.T) {
 	res := LinkTest(ctx, LinkOptions{Server: addr, Timeout: time.Second})
 	if res.Pass || !strings.Contains(res.Summary, "interrupted") {
 		t.Fatalf("pass %v summary %q", res.Pass, res.Summary)
+	}
+}
+
+// A server that requires a client certificate in the TLS handshake (not
+// termserver, which asks and answers 401 with its reason): the verdict
+// points at --cert and --key, not at a token.
+func TestLinkTestHandshakeWantsClientCert(t *testing.T) {
+	s := newServer(t, config.Tokens{})
+	ts := httptest.NewUnstartedServer(s.Handler())
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0)
+	ts.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := LinkTest(context.Background(), LinkOptions{Server: strings.Replace(ts.URL, "https://", "wss://", 1), CAFile: caFile, Pings: 1, Timeout: 3 * time.Second})
+	if res.Pass || !strings.Contains(res.Summary, "the server wants a client certificate (TLS handshake): pass --cert and --key") ||
+		strings.Contains(res.Summary, "token") {
+		t.Fatalf("pass %v, summary %q", res.Pass, res.Summary)
 	}
 }

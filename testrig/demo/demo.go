@@ -12,7 +12,8 @@
 // With Kiosk the device is a kiosk: it lists the notice and screen
 // capabilities, goes idle (a clock) and dark on a schedule, and the lines
 // below the box give the web console's URL and a curl command that sends
-// it a notice.
+// it a notice. The whole screen fits 80x24 and never scrolls; a smaller
+// terminal is told the size the demo needs.
 package demo
 
 import (
@@ -191,7 +192,7 @@ func Run(ctx context.Context, opt Options, tty TTY) error {
 			return err2
 		}
 		d.View = &device.LCDView{Screen: lcd}
-		p := &painter{out: tty, bus: bus, url: url, agent: agentName, keypad: opt.Keypad}
+		p := &painter{out: tty, size: tty.Size, bus: bus, url: url, agent: agentName, keypad: opt.Keypad}
 		if opt.Kiosk {
 			p.kiosk = kioskLines(httpBase, opt, kiosk)
 		}
@@ -273,21 +274,26 @@ func executable(p string) bool {
 }
 
 // kioskLines tell the user of the kiosk demo where the web console is,
-// how to send the device a notice, and what the kiosk does.
+// how to send the device a notice, and what the kiosk does. Each fits 79
+// columns (the notices URL, the longest, has a line of its own).
 func kioskLines(base string, opt Options, k device.Kiosk) []string {
 	return []string{
-		"Kiosk: a notice takes over the LCD, a key dismisses it; idle after " + k.IdleAfter.String() +
-			", dark after " + k.BacklightOffAfter.String() + ".",
-		"Web console: " + base + "/",
+		"Kiosk: a notice takes over the LCD, a key dismisses it; idle after " + k.IdleAfter.String() + ",",
+		"dark after " + k.BacklightOffAfter.String() + ". Web console: " + base + "/",
 		"Send a notice:",
-		"  curl -X POST " + base + "/api/channels/terminal-dev/peers/" + demoPeer + "/notices \\",
-		`    -H 'Content-Type: application/json' -d '{"text":"Lobby closes at 6","display_seconds":10}'`,
+		`  curl -X POST -H 'Content-Type: application/json' \`,
+		`    -d '{"text":"Lobby closes at 6","display_seconds":10}' \`,
+		"    " + base + "/api/channels/terminal-dev/peers/" + demoPeer + "/notices",
 	}
 }
 
-// painter draws the emulated glass as a box whenever it changes.
+// painter draws the emulated glass as a box whenever it changes, and the
+// lines around it. The whole screen fits 80x24 (kiosk lines included);
+// it never scrolls: in a smaller terminal the first line says so and the
+// rest is cut to fit, the box first.
 type painter struct {
 	out    io.Writer
+	size   func() (cols, rows int, err error) // the terminal's; nil: unknown
 	bus    *lcdemu.Bus
 	url    string
 	agent  string
@@ -312,46 +318,104 @@ func (p *painter) run(ctx context.Context) {
 	}
 }
 
-func (p *painter) draw() {
-	lines := p.bus.Text()
-	light := p.bus.State().Backlight
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	key := fmt.Sprint(light, strings.Join(lines, "\n"))
-	if key == p.last {
-		return
-	}
-	p.last = key
+// screenLines are the lines the demo shows, without escapes; the LCD's
+// rows are lines glass to glass+rows-1.
+func (p *painter) screenLines(lines []string, light bool) (out []string, glass int) {
 	width := 0
 	if len(lines) > 0 {
 		width = len([]rune(lines[0]))
 	}
+	state := "on"
+	if !light {
+		state = "off"
+	}
+	out = append(out, fmt.Sprintf(" termlink demo: %dx%d LCD (HD44780, PCF8574 at 0x27, emulated); backlight %s", width, len(lines), state))
+	out = append(out, " ┌"+strings.Repeat("─", width)+"┐")
+	glass = len(out)
+	for _, l := range lines {
+		out = append(out, " │"+l+"│")
+	}
+	out = append(out, " └"+strings.Repeat("─", width)+"┘")
+	for _, l := range legend(p.keypad) {
+		out = append(out, " "+l)
+	}
+	out = append(out, "", clip(" server "+p.url, 79), clip(" agent  "+p.agent, 79))
+	if len(p.kiosk) > 0 {
+		out = append(out, "")
+		for _, l := range p.kiosk {
+			out = append(out, " "+l)
+		}
+	}
+	return out, glass
+}
+
+// clip cuts s to n runes, the last an ellipsis.
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// fit cuts a screen to a terminal of cols x rows (0: unknown), keeping the
+// last column free so that no line wraps. When it had to cut, the first
+// line says what the terminal is and what the demo needs.
+func fit(screen []string, glass, cols, rows int) ([]string, int) {
+	needCols, needRows := 0, len(screen)
+	for _, l := range screen {
+		needCols = max(needCols, len([]rune(l))+1)
+	}
+	if (cols <= 0 || cols >= needCols) && (rows <= 0 || rows >= needRows) {
+		return screen, glass
+	}
+	warn := fmt.Sprintf(" The terminal is %dx%d; this demo needs %dx%d: enlarge it.", cols, rows, needCols, needRows)
+	screen = append([]string{warn}, screen...)
+	glass++
+	if rows > 0 && len(screen) > rows {
+		screen = screen[:rows]
+	}
+	if cols > 0 {
+		for i, l := range screen {
+			if r := []rune(l); len(r) > cols-1 {
+				screen[i] = string(r[:max(cols-1, 0)])
+			}
+		}
+	}
+	return screen, glass
+}
+
+func (p *painter) draw() {
+	lines := p.bus.Text()
+	light := p.bus.State().Backlight
+	cols, rows := 0, 0
+	if p.size != nil {
+		if c, r, err := p.size(); err == nil {
+			cols, rows = c, r
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	key := fmt.Sprint(light, cols, rows, strings.Join(lines, "\n"))
+	if key == p.last {
+		return
+	}
+	p.last = key
+	screen, glass := p.screenLines(lines, light)
+	screen, glass = fit(screen, glass, cols, rows)
 	var b strings.Builder
 	b.WriteString("\x1b[H")
-	fmt.Fprintf(&b, " termlink demo: %dx%d LCD (HD44780 on a PCF8574 at 0x27, emulated)\x1b[K\r\n", width, len(lines))
-	if light {
-		b.WriteString(" backlight on\x1b[K\r\n")
-	} else {
-		b.WriteString(" backlight off\x1b[K\r\n")
-	}
-	b.WriteString(" ┌" + strings.Repeat("─", width) + "┐\x1b[K\r\n")
-	for _, l := range lines {
-		if !light {
-			l = "\x1b[2m" + l + "\x1b[22m" // a dark glass: dim
+	for i, l := range screen {
+		if i > 0 {
+			b.WriteString("\r\n") // none after the last line: the screen never scrolls
 		}
-		b.WriteString(" │" + l + "│\x1b[K\r\n")
-	}
-	b.WriteString(" └" + strings.Repeat("─", width) + "┘\x1b[K\r\n\r\n")
-	for _, l := range legend(p.keypad) {
-		b.WriteString(" " + l + "\x1b[K\r\n")
-	}
-	fmt.Fprintf(&b, "\r\n server %s\x1b[K\r\n agent  %s\x1b[K\r\n", p.url, p.agent)
-	if len(p.kiosk) > 0 {
-		b.WriteString("\r\n")
-		for _, l := range p.kiosk {
-			b.WriteString(" " + l + "\x1b[K\r\n")
+		if !light && i >= glass && i < glass+len(lines) {
+			if j := strings.Index(l, "│"); j >= 0 { // a dark glass: dim
+				l = l[:j] + "\x1b[2m" + l[j:] + "\x1b[22m"
+			}
 		}
+		b.WriteString(l + "\x1b[K")
 	}
+	b.WriteString("\x1b[J") // clear what a taller screen left below
 	_, _ = io.WriteString(p.out, b.String())
 }
 

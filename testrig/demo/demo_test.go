@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,12 @@ type tmux struct {
 
 func startTmux(t *testing.T, command string) *tmux {
 	t.Helper()
+	return startTmuxSize(t, 100, 30, command)
+}
+
+// startTmuxSize runs command in a cols x rows tmux window.
+func startTmuxSize(t *testing.T, cols, rows int, command string) *tmux {
+	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		if os.Getenv("CI_REQUIRE_TOOLS") == "1" {
 			t.Fatal("tmux is not installed and CI_REQUIRE_TOOLS=1")
@@ -43,7 +50,7 @@ func startTmux(t *testing.T, command string) *tmux {
 		t.Skip("tmux is not installed (CI installs it): the demo test drives a real terminal through it")
 	}
 	tm := &tmux{t: t, socket: filepath.Join(t.TempDir(), "tmux.sock")}
-	tm.run("new-session", "-d", "-x", "100", "-y", "30", command+"; echo EXIT=$?; sleep 60")
+	tm.run("new-session", "-d", "-x", strconv.Itoa(cols), "-y", strconv.Itoa(rows), command+"; echo EXIT=$?; sleep 60")
 	t.Cleanup(func() { _ = exec.Command("tmux", "-S", tm.socket, "kill-server").Run() })
 	return tm
 }
@@ -58,6 +65,15 @@ func (tm *tmux) run(args ...string) string {
 }
 
 func (tm *tmux) screen() string { return tm.run("capture-pane", "-p") }
+
+// scrolled is how many lines have scrolled off the top of the window.
+func (tm *tmux) scrolled() int {
+	n, err := strconv.Atoi(strings.TrimSpace(tm.run("display-message", "-p", "#{history_size}")))
+	if err != nil {
+		tm.t.Fatal(err)
+	}
+	return n
+}
 
 // waitFor waits until the screen contains every want.
 func (tm *tmux) waitFor(want ...string) string {
@@ -192,7 +208,7 @@ func TestDemoAgentRelativePath(t *testing.T) {
 func TestDemoKiosk(t *testing.T) {
 	bin := buildTermrig(t)
 	tm := startTmux(t, bin+" demo --kiosk --idle-seconds 2 --backlight-off-after 4")
-	s := tm.waitFor("Web console: http://127.0.0.1:", "curl -X POST http://127.0.0.1:")
+	s := tm.waitFor("Web console: http://127.0.0.1:", "curl -X POST", "/notices")
 	var base string
 	for _, l := range strings.Split(s, "\n") {
 		if _, url, ok := strings.Cut(l, "Web console: "); ok {
@@ -226,6 +242,72 @@ func TestDemoKiosk(t *testing.T) {
 		t.Fatalf("POST notice: HTTP %d", resp.StatusCode)
 	}
 	tm.waitFor("│Lobby closes at 6")
+	tm.run("send-keys", "C-c")
+	tm.waitFor("EXIT=0")
+}
+
+// The kiosk demo in a default 80x24 terminal: the whole screen (box,
+// legend, server, console URL, the notice command) fits, drawn once,
+// nothing scrolls, no line wraps, even as the glass changes; the curl
+// command as shown sends a notice when a shell runs it.
+func TestDemoKioskFits80x24(t *testing.T) {
+	bin := buildTermrig(t)
+	tm := startTmuxSize(t, 80, 24, bin+" demo --kiosk")
+	s := tm.waitFor("┌────────────────────┐", "ok│", "Web console: http://127.0.0.1:", "/notices")
+	check := func(s string) {
+		t.Helper()
+		if n := tm.scrolled(); n != 0 {
+			t.Fatalf("%d lines scrolled off the top:\n%s", n, s)
+		}
+		for _, w := range []string{"termlink demo: 20x4 LCD", "┌────", "└────", "Web console:", "Type a message", "server ws://", "Send a notice:"} {
+			if n := strings.Count(s, w); n != 1 {
+				t.Fatalf("%q shows %d times, want once:\n%s", w, n, s)
+			}
+		}
+		if strings.Contains(s, "The terminal is") {
+			t.Fatalf("80x24 is called too small:\n%s", s)
+		}
+	}
+	check(s)
+	// The printed command, as a person would paste it.
+	var cmd []string
+	for _, l := range strings.Split(s, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "curl ") || len(cmd) > 0 && len(cmd) < 3 {
+			cmd = append(cmd, l)
+		}
+	}
+	if len(cmd) != 3 || !strings.HasSuffix(cmd[2], "/api/channels/terminal-dev/peers/demo-device/notices") {
+		t.Fatalf("no three-line curl command:\n%s", s)
+	}
+	if out, err := exec.Command("sh", "-c", strings.Join(cmd, "\n")+" --silent --show-error --fail-with-body").CombinedOutput(); err != nil {
+		t.Fatalf("the printed curl: %v\n%s\n%s", err, strings.Join(cmd, "\n"), out)
+	}
+	check(tm.waitFor("│Lobby closes at 6"))
+	tm.run("send-keys", "x") // dismisses the notice
+	tm.waitFor(" ok│")
+	tm.run("send-keys", "C-c")
+	tm.waitFor("EXIT=0")
+}
+
+// In a terminal smaller than the demo needs, the first line says so and
+// the box is still drawn at the top; nothing scrolls.
+func TestDemoSmallTerminal(t *testing.T) {
+	bin := buildTermrig(t)
+	tm := startTmuxSize(t, 60, 16, bin+" demo --kiosk")
+	s := tm.waitFor("┌────────────────────┐", "ok│")
+	if !regexp.MustCompile(`The terminal is 60x16; this demo needs \d\dx22: enlarge it`).MatchString(strings.ReplaceAll(s, "\n", "")) {
+		t.Fatalf("no size notice:\n%s", s)
+	}
+	if n := tm.scrolled(); n != 0 {
+		t.Fatalf("%d lines scrolled off the top:\n%s", n, s)
+	}
+	// Enlarged, the notice goes and everything shows.
+	tm.run("resize-window", "-x", "80", "-y", "24")
+	s = tm.waitFor("/notices")
+	if strings.Contains(s, "The terminal is") {
+		t.Fatalf("the size notice stayed at 80x24:\n%s", s)
+	}
 	tm.run("send-keys", "C-c")
 	tm.waitFor("EXIT=0")
 }

@@ -125,11 +125,11 @@ func TestMalformedJSON(t *testing.T) {
 		want []string
 	}{
 		{2, []string{"Previous response had parsing errors:\nERROR: Missing required fields: plan\n", "Nothing was typed. Please fix these issues and provide a proper JSON response.\n\nCurrent terminal state:\n"}},
-		{3, []string{"Previous response had warnings:\nWARNINGS: - Extra text detected before JSON object", `Command 1: Unknown fields: "why"`, "Command 1: Missing duration field, using default 1.0"}},
+		{3, []string{"Previous response had warnings:\nWARNINGS: - Extra text detected before JSON object", "Command 1: Unknown fields: why\n", "Command 1: Missing duration field, using default 1.0"}},
 		{4, []string{"ERROR: Field 'commands' must be an array"}},
 		{5, []string{"ERROR: Command 2 missing required 'keystrokes' field"}},
 		{6, []string{"ERROR: No JSON object or <response> block found"}},
-		{7, []string{"WARNINGS: - AUTO-CORRECTED: Fixed incomplete JSON by adding missing 1 closing brace", ConfirmQuestion(FormatJSON)}},
+		{7, []string{"WARNINGS: - AUTO-CORRECTED: Fixed incomplete JSON by adding missing closing brace - please fix this in future responses", ConfirmQuestion(FormatJSON)}},
 	}
 	for _, tt := range tests {
 		req := s.request(tt.step)

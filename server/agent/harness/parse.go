@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -159,7 +160,7 @@ func parseJSON(text string) Response {
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)
-		r.warnf("Unknown fields: %s", quoteList(unknown))
+		r.warnf("Unknown fields: %s", nameList(unknown))
 	}
 	r.checkFieldOrder(jsonKeyOrder(text[start:end]))
 	r.TaskComplete = jsonComplete(&r, obj["task_complete"])
@@ -213,7 +214,7 @@ func parseJSON(text string) Response {
 		}
 		if len(unknown) > 0 {
 			slices.Sort(unknown)
-			r.warnf("Command %d: Unknown fields: %s", n, quoteList(unknown))
+			r.warnf("Command %d: Unknown fields: %s", n, nameList(unknown))
 		}
 		secs, present, valid := jsonDuration(c["duration"])
 		cmd := Command{Keystrokes: keys, Duration: clampDuration(&r, n, secs, present, valid)}
@@ -331,30 +332,32 @@ func scanJSON(text string, i int) (body string, end int, closers string) {
 	return text[i:], len(text), string(stack)
 }
 
+// describeClosers words the repair as terminus-2 does ("closing brace",
+// whatever the count); terminus-2 never closes brackets, so those get the
+// nearest wording.
 func describeClosers(c string) string {
 	braces := strings.Count(c, "}")
-	brackets := len(c) - braces
-	var parts []string
-	if braces > 0 {
-		parts = append(parts, plural(braces, "closing brace"))
+	switch {
+	case braces == len(c):
+		return "closing brace"
+	case braces == 0:
+		return "closing bracket"
 	}
-	if brackets > 0 {
-		parts = append(parts, plural(brackets, "closing bracket"))
-	}
-	return strings.Join(parts, " and ")
+	return "closing brace and bracket"
 }
 
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
-}
-
-func quoteList(names []string) string {
+// nameList lists field names as terminus-2 does ("a, b", unquoted); a
+// name that would not read back unambiguously (empty, or with a comma,
+// space, quote or control character) is quoted.
+func nameList(names []string) string {
 	q := make([]string, len(names))
 	for i, n := range names {
-		q[i] = strconv.Quote(n)
+		q[i] = n
+		if n == "" || strings.ContainsFunc(n, func(r rune) bool {
+			return r == ',' || r == '"' || unicode.IsSpace(r) || !unicode.IsPrint(r)
+		}) {
+			q[i] = strconv.Quote(n)
+		}
 	}
 	return strings.Join(q, ", ")
 }
@@ -414,6 +417,11 @@ func jsonComplete(r *Response, raw json.RawMessage) bool {
 			r.warnf("Field 'task_complete' should be a boolean, got the string %q", s)
 			return v
 		}
+	}
+	if !isNull(raw) && !strings.HasPrefix(strings.TrimSpace(string(raw)), `"`) {
+		// terminus-2's words for a task_complete of another type.
+		r.warnf("Field 'task_complete' should be a boolean or string")
+		return false
 	}
 	r.warnf("Field 'task_complete' should be true or false, got %s; taken as false", jsonKind(raw))
 	return false
@@ -617,7 +625,9 @@ func parseXML(text string) Response {
 		missing = append(missing, "<commands>")
 	}
 	if len(missing) > 0 {
-		r.errorf("Missing required sections: %s", strings.Join(missing, ", "))
+		for _, m := range missing {
+			r.errorf("Missing %s section", m) // terminus-2's words
+		}
 	}
 	var order []string
 	for _, name := range orderedFields {

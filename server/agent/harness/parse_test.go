@@ -65,13 +65,19 @@ func TestParseJSON(t *testing.T) {
 			name:  "missing closing brace",
 			in:    `{"analysis":"a","plan":"p","commands":[{"keystrokes":"ls\n","duration":0.1}]`,
 			cmds:  []Command{{"ls\n", 100 * time.Millisecond}},
-			warns: []string{"AUTO-CORRECTED", "1 closing brace"},
+			warns: []string{"AUTO-CORRECTED: Fixed incomplete JSON by adding missing closing brace - please fix this in future responses"},
+		},
+		{
+			// terminus-2 says "closing brace" whatever the count.
+			name:  "two missing closing braces",
+			in:    `{"analysis":"a","plan":"p","commands":[],"x":{"y":1`,
+			warns: []string{"AUTO-CORRECTED: Fixed incomplete JSON by adding missing closing brace - please fix this in future responses"},
 		},
 		{
 			name:  "missing brace and bracket",
 			in:    `{"analysis":"a","plan":"p","commands":[{"keystrokes":"ls\n","duration":0.1}`,
 			cmds:  []Command{{"ls\n", 100 * time.Millisecond}},
-			warns: []string{"1 closing brace and 1 closing bracket"},
+			warns: []string{"adding missing closing brace and bracket - please fix"},
 		},
 		{
 			name:   "braces inside strings",
@@ -100,7 +106,12 @@ func TestParseJSON(t *testing.T) {
 			name:  "unknown fields",
 			in:    `{"analysis":"a","plan":"p","thoughts":"hm","commands":[{"keystrokes":"C-c","duration":0.1,"wait":true}]}`,
 			cmds:  []Command{{"C-c", 100 * time.Millisecond}},
-			warns: []string{`Unknown fields: "thoughts"`, `Command 1: Unknown fields: "wait"`},
+			warns: []string{"Unknown fields: thoughts", "Command 1: Unknown fields: wait"},
+		},
+		{
+			name:  "unknown fields listed as terminus-2 lists them",
+			in:    `{"analysis":"a","plan":"p","zz":1,"aa":2,"":3,"a b":4,"commands":[]}`,
+			warns: []string{`Unknown fields: "", "a b", aa, zz`},
 		},
 		{
 			name:  "concatenation warning",
@@ -123,6 +134,11 @@ func TestParseJSON(t *testing.T) {
 		{
 			name:  "task_complete of a wrong type",
 			in:    `{"analysis":"a","plan":"p","commands":[],"task_complete":3}`,
+			warns: []string{"Field 'task_complete' should be a boolean or string"},
+		},
+		{
+			name:  "task_complete an unreadable string",
+			in:    `{"analysis":"a","plan":"p","commands":[],"task_complete":"maybe"}`,
 			warns: []string{"taken as false"},
 		},
 		{
@@ -286,7 +302,7 @@ Plan for next steps
 			cmds: []Command{{"ls\n", 100 * time.Millisecond}},
 		},
 		{name: "no response tag", in: "<analysis>a</analysis>", errs: []string{"No <response> tag found"}},
-		{name: "missing sections", in: "<response><analysis>a</analysis></response>", errs: []string{"Missing required sections: <commands>"}, warns: []string{"Missing <plan> section"}},
+		{name: "missing sections", in: "<response><analysis>a</analysis></response>", errs: []string{"Missing <commands> section"}, warns: []string{"Missing <plan> section"}},
 		// terminus-2 warns about a missing <analysis> or <plan> and runs the
 		// commands (issue 11).
 		{

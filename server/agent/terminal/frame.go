@@ -3,6 +3,7 @@ package terminal
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 )
 
 // Frame types of a rich-mode agent's stdout.
@@ -25,7 +26,10 @@ type Frame struct {
 // ParseFrame parses one stdout line (with or without its line ending). It
 // reports false for a line that is not a frame, which is the agent's plain
 // text: not a JSON object, no "type" key, or a frame of the spec's four
-// types with a known field of the wrong JSON type. A JSON object with a
+// types with a known field of the wrong JSON type. A "text" that is not a
+// string (a number, a boolean, an array, an object) is not that: the frame
+// stands and its Text is the value's JSON text (`5`, `true`, `{"a":1}`), so
+// the user sees the value rather than the raw line. A JSON object with a
 // "type" key of another value (a future frame type, "type": null, a
 // non-string) is a frame all the same, returned with only its Type set
 // ("" when it is not a string), for which Known is false: callers drop
@@ -51,7 +55,10 @@ func ParseFrame(line []byte) (Frame, bool) {
 	if !f.Known() {
 		return Frame{Type: f.Type}, true
 	}
-	ok := field(raw, "text", &f.Text)
+	ok := true
+	if !field(raw, "text", &f.Text) {
+		f.Text = compactJSON(raw["text"])
+	}
 	switch f.Type {
 	case FrameMessage:
 		ok = ok && field(raw, "media", &f.Media)
@@ -83,4 +90,15 @@ func field(raw map[string]json.RawMessage, key string, v any) bool {
 		return true
 	}
 	return json.Unmarshal(msg, v) == nil
+}
+
+// compactJSON is v's JSON text without insignificant space, invalid UTF-8
+// replaced as the decoder replaces it in strings.
+func compactJSON(v json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, v) != nil {
+		b.Reset()
+		b.Write(bytes.TrimSpace(v))
+	}
+	return strings.ToValidUTF8(b.String(), "\uFFFD")
 }

@@ -34,13 +34,19 @@ func TestParseFrame(t *testing.T) {
 		{`{"type":"weird","text":"x"}`, Frame{Type: "weird"}, true},
 		{`{"type":"tool_call","name":"x","args":{}}`, Frame{Type: "tool_call"}, true},
 		{`{"type":"","text":"x"}`, Frame{}, true},
+		// A text that is not a string: the frame stands with the value.
+		{`{"type":"message","text":5}`, Frame{Type: "message", Text: "5"}, true},
+		{`{"type":"message","text":true}`, Frame{Type: "message", Text: "true"}, true},
+		{`{"type":"message","text":1.50}`, Frame{Type: "message", Text: "1.50"}, true},
+		{`{"type":"message","text": {"a" : [1, 2]}}`, Frame{Type: "message", Text: `{"a":[1,2]}`}, true},
+		{`{"type":"error","text":404,"code":"x"}`, Frame{Type: "error", Text: "404", Code: "x"}, true},
+		{`{"type":"message","text":5,"media":7}`, Frame{}, false},
 		// Not frames: plain text.
 		{``, Frame{}, false},
 		{`hello`, Frame{}, false},
 		{`{}`, Frame{}, false},
 		{`{"text":"no type"}`, Frame{}, false},
 		{`{"Type":"message","text":"x"}`, Frame{}, false},
-		{`{"type":"message","text":5}`, Frame{}, false},
 		{`{"type":"message","media":"/a.png"}`, Frame{}, false},
 		{`{"type":"message","media":[1]}`, Frame{}, false},
 		{`{"type":"error","code":1}`, Frame{}, false},
@@ -72,6 +78,8 @@ func FuzzParseFrame(f *testing.F) {
 		`plain text`,
 		"{\"type\":\"message\",\"text\":\"\xff\"}",
 		`{"type":"message","text":"a","type":"error"}`,
+		"{\"type\":\"message\",\"text\":{\"a\":\"\xff\"}}",
+		`{"type":"message","text":[1, 2.50, true]}`,
 	} {
 		f.Add([]byte(s))
 	}

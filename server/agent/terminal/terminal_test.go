@@ -287,10 +287,11 @@ echo 'see `+img+` and /no/such.png'
 	f := newFixture(t, rich(script))
 	res := f.text("x")
 	wantResult(t, res, "stop")
-	want := "framed\n\nplain line one\n" +
+	// A message frame whose text is not a string shows the value (5),
+	// not the raw line.
+	want := "framed\n\n5\n\nplain line one\n" +
 		`{"no_type":true}` + "\n" +
 		"[1,2]\n" +
-		`{"type":"message","text":5}` + "\n" +
 		"{broken json\n\n" +
 		"see " + img + " and /no/such.png"
 	if res.Text != want {
