@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"testing"
 
+	"termlink/link"
 	"termlink/server/events"
 )
 
@@ -65,5 +66,21 @@ func TestEventsOfOnePeer(t *testing.T) {
 	}
 	if getJSON(t, ts.http.URL+"/api/channels/terminal-dev/events?peer_id=nobody", &got); len(got.Events) != 0 {
 		t.Errorf("events of an unknown peer: %+v, want none", got.Events)
+	}
+}
+
+// A screen frame's ROM reaches the API when it is one the console can
+// draw (A00, A02, any case); anything else is left out (plain text rows).
+func TestScreenROM(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	k := connectDevice(t, ts, "kiosk", nil)
+	for _, c := range []struct{ sent, want string }{{"A02", "A02"}, {"a00", "A00"}, {"Z99", ""}, {"", ""}} {
+		k.send(&link.Screen{Rows: []string{"Hello " + c.sent}, ROM: c.sent, Backlight: true})
+		k.alive() // the frame before the ping is handled
+		scr, _ := getPeer(t, ts, "kiosk")["screen"].(map[string]any)
+		got, has := scr["rom"]
+		if scr == nil || fmt.Sprint(scr["rows"]) != "[Hello "+c.sent+"]" || (c.want == "" && has) || (c.want != "" && got != c.want) {
+			t.Errorf("screen with rom %q: mirror %v, want rom %q", c.sent, scr, c.want)
+		}
 	}
 }
