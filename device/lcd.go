@@ -148,6 +148,9 @@ func (v *LCDView) Mirror() link.Screen {
 	if v.frame != nil {
 		s.Rows = v.frame.Lines()
 	}
+	if g, ok := v.Screen.(interface{ ROM() display.ROM }); ok { // an HD44780: the console draws its glyphs
+		s.ROM = g.ROM().String()
+	}
 	return s
 }
 

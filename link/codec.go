@@ -545,6 +545,7 @@ func AppendEncode(dst []byte, f Frame) ([]byte, error) {
 		} else {
 			dst = jsonstr.AppendArray(dst, f.Rows, true)
 		}
+		dst = optStr(dst, "rom", f.ROM)
 		dst = strconv.AppendInt(key(dst, "cursor_row"), int64(f.CursorRow), 10)
 		dst = strconv.AppendInt(key(dst, "cursor_col"), int64(f.CursorCol), 10)
 		dst = boolField(dst, "cursor_on", f.CursorOn)

@@ -154,9 +154,12 @@ type NoticeAck struct {
 
 // Screen (extension) is what a device that listed "screen" shows now: one
 // string per display row, the cursor (0-based) and the backlight. Sent on
-// change, coalesced, a few per second at most.
+// change, coalesced, a few per second at most. ROM is the character ROM
+// ("A00", "A02") of the HD44780 glass the rows are on; empty when the rows
+// are plain text (a console) or the font is not known.
 type Screen struct {
 	Rows      []string `json:"rows"`
+	ROM       string   `json:"rom,omitempty"`
 	CursorRow int      `json:"cursor_row"`
 	CursorCol int      `json:"cursor_col"`
 	CursorOn  bool     `json:"cursor_on"`

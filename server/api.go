@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -23,9 +24,10 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/channels/{channel_id}/peers/{peer_id}/cancel", s.serveCancel)
 	mux.HandleFunc("GET /api/channels", s.serveChannels)
 	mux.HandleFunc("GET /api/status", s.serveStatus)
-	s.noticeRoutes(mux)     // notices_api.go
-	s.credentialRoutes(mux) // credentials.go
-	s.enrollRoutes(mux)     // enroll.go
+	mux.HandleFunc("GET /api/whoami", s.serveWhoami) // the console's role-aware controls
+	s.noticeRoutes(mux)                              // notices_api.go
+	s.credentialRoutes(mux)                          // credentials.go
+	s.enrollRoutes(mux)                              // enroll.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if ok, reason := s.rt.health(); !ok {
@@ -179,6 +181,14 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
+// serveWhoami says who the guard let through: the admin token's name and
+// role, and whether a login (a token) was needed at all ("login": false
+// when the server has no admin tokens and answers its own machine).
+func (s *Server) serveWhoami(w http.ResponseWriter, r *http.Request) {
+	op := OperatorOf(r)
+	writeJSON(w, http.StatusOK, map[string]any{"name": op.Name, "role": op.Role.String(), "login": s.cfg.Admin.Enabled()})
+}
+
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("channel_id")
 	ch := s.rt.channels[id]
@@ -195,7 +205,19 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	evs := ch.events.Recent(limit)
+	var evs []events.Event
+	if peer := r.URL.Query().Get("peer_id"); peer != "" {
+		// One device's events: the newest limit of those naming it.
+		all := ch.events.Recent(-1)
+		for i := len(all) - 1; i >= 0 && len(evs) < limit; i-- {
+			if all[i].PeerID == peer {
+				evs = append(evs, all[i])
+			}
+		}
+		slices.Reverse(evs)
+	} else {
+		evs = ch.events.Recent(limit)
+	}
 	if evs == nil {
 		evs = []events.Event{}
 	}

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"termlink/display"
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
@@ -177,7 +178,11 @@ func (c *wsConn) handleScreen(f *link.Screen) {
 		a.rt.metrics.rejected.Inc(a.id)
 		c.sendError("", link.CodeBadFrame, `screen frame from a device that did not list "screen" in connect.capabilities: ignored`)
 	default:
-		a.rt.fleet.reg.SetScreen(a.id, c.peerID, c.regGen, registry.Screen{Rows: f.Rows,
+		rom := "" // only a ROM the console can draw; anything else is plain text
+		if r, err := display.ParseROM(f.ROM); err == nil && f.ROM != "" {
+			rom = r.String()
+		}
+		a.rt.fleet.reg.SetScreen(a.id, c.peerID, c.regGen, registry.Screen{Rows: f.Rows, ROM: rom,
 			CursorRow: f.CursorRow, CursorCol: f.CursorCol, CursorOn: f.CursorOn, Backlight: f.Backlight})
 	}
 }

@@ -796,6 +796,9 @@ func (d *Dev) String() string {
 	return fmt.Sprintf("HD44780 %dx%d ROM %s on %s", d.cols, d.rows, d.rom, d.port)
 }
 
+// ROM is the character ROM the glass draws with.
+func (d *Dev) ROM() display.ROM { return d.rom }
+
 // Rows implements display.TextDisplay.
 func (d *Dev) Rows() int { return d.rows }
 

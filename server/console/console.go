@@ -11,6 +11,12 @@
 // live stream is read with fetch() from
 // /api/channels/{id}/events/stream (Server-Sent Events), because
 // EventSource cannot send that header and tokens never go into URLs.
+//
+// GET /api/whoami tells the page the token's role: a viewer gets read-only
+// pages (no control that would send, withdraw, cancel or approve). A
+// device's HD44780 glass is drawn on a canvas, dot by dot, with its ROM's
+// 5x8 patterns from glyphs.js, which go generate makes from glyphs.go and
+// display.ROM (TestGlyphsJSUpToDate keeps them equal).
 package console
 
 import (

@@ -114,6 +114,7 @@ type Device struct {
 // Screen is a device's display as its last screen frame showed it.
 type Screen struct {
 	Rows      []string `json:"rows"`
+	ROM       string   `json:"rom,omitempty"` // the HD44780 ROM ("A00", "A02") of an LCD; "": plain text rows
 	CursorRow int      `json:"cursor_row"`
 	CursorCol int      `json:"cursor_col"`
 	CursorOn  bool     `json:"cursor_on"`

@@ -282,6 +282,11 @@ func (b *browser) screenshot(name string) {
 		b.t.Logf("screenshot %s: %v", name, err)
 		return
 	}
+	b.saveShot(name, png)
+}
+
+// saveShot keeps a screenshot with the test's artifacts.
+func (b *browser) saveShot(name string, png []byte) {
 	path := filepath.Join(b.shots, name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		b.t.Logf("screenshot %s: %v", name, err)
@@ -363,7 +368,7 @@ func TestConsoleInChromium(t *testing.T) {
 	// A wrong token is refused, plainly.
 	b.must("opening the console", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`#token`, chromedp.ByQuery))
 	b.must("logging in with a wrong token", chromedp.SendKeys(`#token`, "not-the-token", chromedp.ByQuery), chromedp.Click(`#login-button`, chromedp.ByQuery))
-	b.waitFor("the wrong token is refused", `document.getElementById('login-error').textContent.includes('401')`)
+	b.waitFor("the wrong token is refused, in the API's words", `document.getElementById('login-error').textContent.includes('the bearer token is not a configured admin token')`)
 	b.screenshot("00-login-refused")
 
 	// Log in; both kiosks are online.

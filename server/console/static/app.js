@@ -11,6 +11,9 @@
   const MAX_ROWS = 500; // fleet rows drawn at once (filter to see others)
   const STALL_MS = 45000; // no byte (not even a keepalive) this long: reconnect
   const PEERS_PAGE = 1000; // peers per GET .../peers page (the server's maximum)
+  const NOTICE_MAX = 1000; // characters in a notice: the API refuses longer text
+  const PEER_EVENTS = 50; // events listed on a device's page
+  const GLYPHS = window.TERMLINK_GLYPHS || {}; // glyphs.js: the HD44780 ROMs
 
   const $ = (id) => document.getElementById(id);
   const enc = encodeURIComponent;
@@ -26,9 +29,15 @@
     detailTimer: 0,
     drawPending: false,
     seqs: new Set(), // seq of the events listed
+    peerSeqs: new Set(), // seq of the events listed on the device's page
     loggingIn: false,
     hello: 0, // hellos received: a newer one stops paging the older one's peers
+    loaded: false, // the stream's hello has come: the fleet is known
+    role: 'operator', // GET /api/whoami: "viewer" sees read-only pages
+    login: false, // a token was needed (so "Log out" means something)
   };
+
+  const canWrite = () => state.role === 'operator';
 
   // ---- small DOM helper: text only, never innerHTML ----
   function el(tag, attrs, ...children) {
@@ -88,14 +97,14 @@
     try {
       resp = await fetch(path, init);
     } catch (e) {
-      throw new APIError(0, `${method} ${path}: the server did not answer (${e.message})`);
+      throw new APIError(0, `The server did not answer (${e.message}).`);
     }
     if (!resp.ok) {
       const msg = await errorText(resp);
       if (resp.status === 401 && state.token !== null && !state.loggingIn) {
         logout(`The server refused the token: ${msg}`);
       }
-      throw new APIError(resp.status, `${method} ${path}: ${resp.status} ${msg}`);
+      throw new APIError(resp.status, msg); // the API's own words
     }
     if (resp.status === 204) return null;
     return resp.json();
@@ -108,6 +117,17 @@
     try {
       const data = await api('GET', '/api/channels');
       state.channels = (data && data.channels) || [];
+      // Who am I: the role decides which controls are shown; "login"
+      // false means the server asked for no token (loopback, no tokens).
+      try {
+        const me = await api('GET', '/api/whoami');
+        state.role = (me && me.role) || 'viewer';
+        state.login = !!(me && me.login);
+      } catch (e) {
+        if (e.status !== 404) throw e;
+        state.role = 'operator'; // a server without whoami: it refuses what a viewer may not do
+        state.login = token !== '';
+      }
     } catch (e) {
       state.token = null;
       throw e;
@@ -115,23 +135,37 @@
       state.loggingIn = false;
     }
     sessionStorage.setItem(TOKEN_KEY, token);
+    document.body.dataset.role = state.role;
+    $('logout').hidden = !state.login;
+    $('whoami').textContent = state.role === 'operator' ? '' : `${state.role}: read only`;
+    $('whoami').hidden = state.role === 'operator';
+    for (const e of document.querySelectorAll('[data-write]')) e.hidden = !canWrite();
+    for (const e of document.querySelectorAll('[data-readonly]')) e.hidden = canWrite();
     const saved = sessionStorage.getItem(CHANNEL_KEY);
     const ids = state.channels.map((c) => c.channel_id);
     const first = state.channels.find((c) => c.enabled) || state.channels[0];
     state.channel = ids.includes(saved) ? saved : (first ? first.channel_id : '');
     const sel = $('channel');
-    sel.replaceChildren(...state.channels.map((c) => el('option', { value: c.channel_id, text: c.display_name ? `${c.display_name} (${c.channel_id})` : c.channel_id })));
+    sel.replaceChildren(...state.channels.map((c) => el('option', { value: c.channel_id, text: named(c.display_name, c.channel_id) })));
     sel.value = state.channel;
     $('login-view').hidden = true;
     $('session').hidden = false;
     $('events-view').hidden = false;
+    $('events-note').textContent = 'Loading the events…';
+    $('events-note').hidden = false;
     startStream();
     route();
+  }
+
+  // named is "name (id)", or the id alone when the name is the id or none.
+  function named(name, id) {
+    return name && name !== id ? `${name} (${id})` : id;
   }
 
   function logout(message) {
     stopStream();
     state.token = null;
+    state.loaded = false;
     state.peers.clear();
     state.detail = null;
     sessionStorage.removeItem(TOKEN_KEY);
@@ -194,7 +228,7 @@
           return;
         }
         if (!resp.ok) throw new Error(`${resp.status} ${await errorText(resp)}`);
-        setStreamState('live', 'live');
+        setStreamState('connected, loading…');
         delay = 1000;
         await readSSE(resp.body, alive, onStreamEvent);
       } catch (e) {
@@ -257,6 +291,8 @@
       // (GET .../peers?cursor=), while "peer" events keep them current.
       state.peers = new Map((obj.peers || []).map((p) => [p.peer_id, p]));
       state.hello += 1;
+      state.loaded = true;
+      setStreamState('live', 'live');
       if (obj.next_cursor) loadRestOfPeers(state.channel, obj.next_cursor, state.hello);
       scheduleDraw();
       loadRecentEvents(state.channel);
@@ -277,7 +313,10 @@
       return;
     }
     addEvent(name, obj);
-    if (state.route.view === 'peer' && obj.peer_id === state.route.peer) refreshDetailSoon();
+    if (state.route.view === 'peer' && obj.peer_id === state.route.peer) {
+      addPeerEvent(name, obj);
+      refreshDetailSoon();
+    }
   }
 
   // loadRestOfPeers follows next_cursor from cursor until the last page,
@@ -340,6 +379,44 @@
     }
     list.prepend(eventItem(name, e));
     trimEvents(list);
+    $('events-note').hidden = true;
+  }
+
+  // addPeerEvent lists a stream event on the open device's page.
+  function addPeerEvent(name, e) {
+    const list = $('peer-events');
+    if (typeof e.seq === 'number') {
+      if (state.peerSeqs.has(e.seq)) return;
+      state.peerSeqs.add(e.seq);
+    }
+    list.prepend(eventItem(name, e));
+    while (list.childElementCount > PEER_EVENTS) list.lastElementChild.remove();
+    $('peer-events-note').hidden = true;
+  }
+
+  // loadPeerEvents lists the open device's recent events (GET
+  // .../events?peer_id=), merged by seq with what the stream sent.
+  async function loadPeerEvents(channel, peer) {
+    let data;
+    try {
+      data = await api('GET', `/api/channels/${enc(channel)}/events?peer_id=${enc(peer)}&limit=${PEER_EVENTS}`);
+    } catch (e) {
+      $('peer-events-note').textContent = `Listing this device's events: ${e.message}`;
+      return;
+    }
+    if (state.route.view !== 'peer' || state.route.peer !== peer || state.route.channel !== channel) return;
+    const list = $('peer-events');
+    const items = [...list.children];
+    for (const e of (data && data.events) || []) {
+      if (e.peer_id !== peer) continue; // (a server without the peer_id filter sends all)
+      if (typeof e.seq === 'number' && state.peerSeqs.has(e.seq)) continue;
+      if (typeof e.seq === 'number') state.peerSeqs.add(e.seq);
+      items.push(eventItem(e.event, e));
+    }
+    items.sort((a, b) => (b.seq ?? Infinity) - (a.seq ?? Infinity));
+    list.replaceChildren(...items.slice(0, PEER_EVENTS));
+    $('peer-events-note').textContent = 'No event of this device is in the recent ones.';
+    $('peer-events-note').hidden = items.length > 0;
   }
 
   function trimEvents(list) {
@@ -371,6 +448,8 @@
     items.sort((a, b) => (b.seq ?? Infinity) - (a.seq ?? Infinity));
     list.replaceChildren(...items);
     trimEvents(list);
+    $('events-note').textContent = 'No events yet.';
+    $('events-note').hidden = items.length > 0;
   }
 
   // ---- fleet ----
@@ -411,22 +490,22 @@
     const all = [...state.peers.values()].sort((a, b) => (a.peer_id < b.peer_id ? -1 : 1));
     const shown = all.filter((p) => matches(p, f));
     const online = all.filter((p) => p.online).length;
-    $('fleet-count').textContent = `${online} of ${all.length} online`;
+    $('fleet-count').textContent = state.loaded ? `${online} of ${all.length} online` : 'loading…';
     const rows = shown.slice(0, MAX_ROWS).map((p) => el('tr', { 'data-testid': 'peer-row', 'data-peer-id': p.peer_id, 'data-online': String(!!p.online) },
-      el('td', {}, el('a', { href: `#/peer/${enc(state.channel)}/${enc(p.peer_id)}`, text: p.peer_id }),
-        p.device_name ? el('div', { class: 'sub', text: p.device_name }) : null),
-      el('td', { 'data-testid': 'peer-state' }, el('span', { class: 'badge' + (p.online ? ' on' : ''), text: p.online ? 'online' : 'offline' })),
-      el('td', {}, ...Object.entries(p.tags || {}).map(([k, v]) => el('button', {
+      el('td', { 'data-label': 'Device' }, el('a', { href: `#/peer/${enc(state.channel)}/${enc(p.peer_id)}`, text: p.peer_id }),
+        p.device_name && p.device_name !== p.peer_id ? el('div', { class: 'sub', text: p.device_name }) : null),
+      el('td', { 'data-testid': 'peer-state', 'data-label': 'State' }, el('span', { class: 'badge' + (p.online ? ' on' : ''), text: p.online ? 'online' : 'offline' })),
+      el('td', { 'data-label': 'Tags' }, ...Object.entries(p.tags || {}).map(([k, v]) => el('button', {
         type: 'button', class: 'tag', title: `Show devices with ${k}:${v}`, text: `${k}:${v}`,
         onclick: () => { $('filter-tag').value = `${k}:${v}`; drawFleet(); },
       }))),
-      el('td', {}, p.board || '—', p.version ? el('div', { class: 'sub', text: p.version }) : null),
-      el('td', {}, el('time', { datetime: p.last_seen || '', title: fmtTime(p.last_seen), text: p.online ? 'now' : ago(p.last_seen) })),
-      el('td', {}, String(p.notices_pending || 0))));
+      el('td', { 'data-label': 'Board' }, p.board || '—', p.version ? el('div', { class: 'sub', text: p.version }) : null),
+      el('td', { 'data-label': 'Last seen' }, el('time', { datetime: p.last_seen || '', title: fmtTime(p.last_seen), text: p.online ? 'now' : ago(p.last_seen) })),
+      el('td', { 'data-label': 'Notices' }, String(p.notices_pending || 0))));
     $('fleet-body').replaceChildren(...rows);
     const empty = $('fleet-empty');
-    empty.hidden = !tagErr && shown.length > 0 && shown.length <= MAX_ROWS;
-    empty.textContent = tagErr || (shown.length > MAX_ROWS ? `Showing ${MAX_ROWS} of ${shown.length}: filter to narrow.`
+    empty.hidden = state.loaded && !tagErr && shown.length > 0 && shown.length <= MAX_ROWS;
+    empty.textContent = !state.loaded ? 'Loading the devices…' : tagErr || (shown.length > MAX_ROWS ? `Showing ${MAX_ROWS} of ${shown.length}: filter to narrow.`
       : all.length ? 'No device matches the filter.' : 'No device has connected to this channel yet.');
     drawPeerSelect(all);
   }
@@ -459,6 +538,15 @@
     return s;
   }
 
+  // noticeCount shows how much of the API's limit the text uses.
+  function noticeCount(form) {
+    const area = form.querySelector('textarea');
+    const n = Array.from(area.value).length; // characters, as the API counts them
+    const out = form.querySelector('.chars');
+    out.textContent = `${n} of ${NOTICE_MAX} characters`;
+    out.classList.toggle('bad', n > NOTICE_MAX);
+  }
+
   async function submitNotice(form, pathAndBody) {
     const out = form.querySelector('.result');
     out.className = 'result';
@@ -468,6 +556,7 @@
       const r = await api('POST', path, body);
       out.textContent = describeSent(r || {});
       form.querySelector('textarea').value = '';
+      noticeCount(form);
       if (state.route.view === 'peer') refreshDetailSoon();
     } catch (e) {
       out.className = 'result bad';
@@ -504,39 +593,112 @@
   }
 
   // ---- one device ----
+  // The LCD mirror draws the glass as the HD44780 does: each cell a 5x8
+  // dot matrix with the ROM's pattern for its character (glyphs.js), at
+  // the device's own rows x columns. A device whose screen has no ROM (a
+  // console, an unknown font) has its rows shown as plain text.
+  const DOT = 4; // canvas pixels from one dot to the next (a dot is DOT-1 wide)
+  const PAD = 3 * DOT; // the glass around the cells
+  const LCD_COLORS = {
+    on: { bg: '#9fc93c', off: '#93bb35', lit: '#1c2a0b' },
+    dim: { bg: '#667f2a', off: '#5f7727', lit: '#121a06' },
+    off: { bg: '#3b4628', off: '#37412a', lit: '#151b0e' },
+  };
+
+  function backlightOf(s) {
+    // backlight: true/false, or "dim" / a level 0..1 should a device report one.
+    const bl = s.backlight;
+    if (bl === false || bl === 'off' || bl === 0) return 'off';
+    if (bl === 'dim' || s.dim === true || (typeof bl === 'number' && bl < 1)) return 'dim';
+    return 'on';
+  }
+
+  // cellPattern is the 8 rows of 5 dots the ROM draws for ch, or null.
+  function cellPattern(rom, ch) {
+    const code = rom.codes[ch];
+    const hex = code === undefined ? undefined : rom.glyphs[code];
+    if (hex === undefined) return null;
+    const rows = [];
+    for (let i = 0; i < 8; i++) rows.push(parseInt(hex.slice(2 * i, 2 * i + 2), 16));
+    return rows;
+  }
+
+  function drawGlass(canvas, s, rom, rows, cols, light) {
+    const cw = 6 * DOT; const ch = 9 * DOT;
+    canvas.width = 2 * PAD + cols * cw - DOT;
+    canvas.height = 2 * PAD + rows.length * ch - DOT;
+    const g = canvas.getContext('2d');
+    const c = LCD_COLORS[light];
+    g.fillStyle = c.bg;
+    g.fillRect(0, 0, canvas.width, canvas.height);
+    rows.forEach((chars, r) => {
+      for (let col = 0; col < cols; col++) {
+        const chr = chars[col] === undefined ? ' ' : chars[col];
+        const x0 = PAD + col * cw; const y0 = PAD + r * ch;
+        let pat = cellPattern(rom, chr);
+        const custom = !pat && (chr < ' ' || (chr >= '\uE000' && chr <= '\uF8FF'));
+        if (custom) pat = [31, 17, 17, 17, 17, 17, 31, 0]; // a custom (CGRAM) glyph: its pattern is not reported
+        if (s.cursor_on && r === s.cursor_row && col === s.cursor_col) pat = (pat || [0, 0, 0, 0, 0, 0, 0, 0]).slice(0, 7).concat([31]);
+        for (let y = 0; y < 8; y++) {
+          for (let x = 0; x < 5; x++) {
+            const lit = pat && (pat[y] >> (4 - x)) & 1;
+            g.fillStyle = lit ? c.lit : c.off;
+            g.fillRect(x0 + x * DOT, y0 + y * DOT, DOT - 1, DOT - 1);
+          }
+        }
+        if (!pat && chr !== ' ') {
+          // A character the tables have no pattern for: the browser draws it.
+          g.fillStyle = c.lit;
+          g.font = `${7 * DOT}px sans-serif`;
+          g.textAlign = 'center';
+          g.textBaseline = 'alphabetic';
+          g.fillText(chr, x0 + 2.5 * DOT, y0 + 6.5 * DOT, 5 * DOT);
+        }
+      }
+    });
+  }
+
   function drawLCD(p) {
     const box = $('lcd');
     const s = p && p.screen;
     box.replaceChildren();
+    delete box.dataset.backlight;
     if (!s || !Array.isArray(s.rows)) {
       box.className = 'lcd blank';
-      box.setAttribute('aria-label', 'LCD mirror: no screen reported');
+      box.setAttribute('aria-label', 'Screen mirror: no screen reported');
       box.append(el('span', { text: 'no screen reported by this device' }));
       $('lcd-caption').textContent = '';
       return;
     }
-    // backlight: true/false, or "dim" / a level 0..1 should a device report one.
-    let light = 'on';
-    const bl = s.backlight;
-    if (bl === false || bl === 'off' || bl === 0) light = 'off';
-    else if (bl === 'dim' || s.dim === true || (typeof bl === 'number' && bl < 1)) light = 'dim';
-    box.className = `lcd ${light}${p.online ? '' : ' stale'}`;
+    const light = backlightOf(s);
     box.dataset.backlight = light;
     const rows = s.rows.map((r) => Array.from(String(r)));
     const cols = Math.max(1, ...rows.map((r) => r.length));
-    rows.forEach((chars, r) => {
-      const line = el('div', { class: 'lcd-row', 'data-testid': 'lcd-row', 'data-row': r, 'aria-hidden': 'true' });
-      for (let c = 0; c < cols; c++) {
-        let ch = chars[c] === undefined ? ' ' : chars[c];
-        if (ch < ' ') ch = '\u25af'; // a custom (CGRAM) glyph: drawn as a box
-        const cursor = s.cursor_on && r === s.cursor_row && c === s.cursor_col;
-        line.append(el('span', { class: cursor ? 'cell cursor' : 'cell', text: ch }));
-      }
-      box.append(line);
-    });
-    box.setAttribute('aria-label', `LCD mirror, backlight ${light}: ${s.rows.map((r) => String(r).trimEnd()).join(' / ')}`);
-    $('lcd-caption').textContent = `${rows.length}×${cols}, backlight ${light}` +
-      (s.updated_at ? `, updated ${fmtTime(s.updated_at)}` : '') + (p.online ? '' : ' — device offline, last known screen');
+    const rom = s.rom && GLYPHS[s.rom];
+    const stale = p.online ? '' : ' — device offline, last known screen';
+    const text = s.rows.map((r) => String(r).trimEnd()).join(' / ');
+    // The rows as text (for screen readers, and to copy): shown as such
+    // for a text display, hidden behind the glass of an LCD.
+    const lines = el('div', { class: rom ? 'lcd-text sr-only' : 'lcd-text' }, ...s.rows.map((r, i) =>
+      el('div', { class: 'lcd-row', 'data-testid': 'lcd-row', 'data-row': i, text: String(r) })));
+    if (!rom) {
+      box.className = `screen-text${p.online ? '' : ' stale'}`;
+      box.dataset.kind = 'text';
+      box.setAttribute('aria-label', `Screen mirror (text): ${text}`);
+      box.append(lines);
+      $('lcd-caption').textContent = `text display, ${rows.length} row${rows.length === 1 ? '' : 's'}` +
+        (s.updated_at ? `, updated ${fmtTime(s.updated_at)}` : '') + stale;
+      return;
+    }
+    box.className = `lcd ${light}${p.online ? '' : ' stale'}`;
+    box.dataset.kind = 'lcd';
+    const canvas = el('canvas', { 'data-testid': 'lcd-glass', 'data-rows': rows.length, 'data-cols': cols,
+      'data-rom': s.rom, 'data-dot': DOT, 'data-pad': PAD, 'aria-hidden': 'true' });
+    drawGlass(canvas, s, rom, rows, cols, light);
+    box.setAttribute('aria-label', `LCD mirror, ${rows.length}×${cols}, backlight ${light}: ${text}`);
+    box.append(canvas, lines);
+    $('lcd-caption').textContent = `${rows.length}×${cols} HD44780 (ROM ${s.rom}), backlight ${light}` +
+      (s.updated_at ? `, updated ${fmtTime(s.updated_at)}` : '') + stale;
   }
 
   function drawInfo(p) {
@@ -560,7 +722,7 @@
   }
 
   function drawPeerLive(p) {
-    $('peer-title').textContent = p.device_name ? `${p.peer_id} — ${p.device_name}` : p.peer_id;
+    $('peer-title').textContent = p.device_name && p.device_name !== p.peer_id ? `${p.peer_id} — ${p.device_name}` : p.peer_id;
     drawLCD(p);
     drawInfo(p);
   }
@@ -572,7 +734,7 @@
     const running = d.running || [];
     $('running').replaceChildren(...(running.length ? running.map((id) => el('li', { 'data-testid': 'run', 'data-message-id': id },
       el('code', { text: id }),
-      el('button', {
+      canWrite() && el('button', {
         type: 'button', text: 'Cancel', 'aria-label': `Cancel run ${id}`,
         onclick: (ev) => act(ev.currentTarget, 'POST', `${base}/cancel`, { message_id: id }),
       }))) : [el('li', { class: 'hint', text: 'Nothing running.' })]));
@@ -581,7 +743,7 @@
       el('span', { class: `badge ${n.priority === 'alert' ? 'alert' : 'info'}`, text: n.priority || 'info' }),
       el('span', { text: n.text }),
       el('span', { class: 'sub', text: [n.state, n.sent_at && `sent ${fmtTime(n.sent_at)}`, `expires ${fmtTime(n.expires_at)}`].filter(Boolean).join(' · ') }),
-      (n.state === 'pending' || n.state === 'sent') ? el('button', {
+      canWrite() && (n.state === 'pending' || n.state === 'sent') ? el('button', {
         type: 'button', text: 'Withdraw', 'aria-label': `Withdraw notice ${n.notice_id}`,
         onclick: (ev) => act(ev.currentTarget, 'DELETE', `${base}/notices/${enc(n.notice_id)}`),
       }) : null)) : [el('li', { class: 'hint', text: 'No pending notices.' })]));
@@ -597,6 +759,11 @@
   const pairingItems = new Map(); // code -> <li>, kept while pending so typing survives a refresh
 
   function pairingItem(p) {
+    if (!canWrite()) {
+      return el('li', { 'data-testid': 'pairing-request', 'data-code': p.code },
+        el('strong', { class: 'code', text: p.code }),
+        el('span', { class: 'sub', text: ` from ${p.remote}, expires ${fmtTime(p.expires_at)}; an operator approves it` }));
+    }
     const peer = el('input', { type: 'text', value: p.peer_id || '', required: true, 'aria-label': `Peer id for ${p.code}`, 'data-testid': 'pair-peer' });
     const name = el('input', { type: 'text', value: p.device_name || '', 'aria-label': `Name for ${p.code}`, 'data-testid': 'pair-name' });
     const tags = el('input', { type: 'text', placeholder: 'site:lobby, floor:2', 'aria-label': `Tags for ${p.code}`, 'data-testid': 'pair-tags' });
@@ -700,12 +867,19 @@
       $('running').replaceChildren();
       $('peer-notices').replaceChildren();
       $('conversation').replaceChildren();
+      $('peer-events').replaceChildren();
+      state.peerSeqs.clear();
+      $('peer-events-note').textContent = 'Loading this device\'s events…';
+      $('peer-events-note').hidden = false;
+      $('events-view').hidden = true; // the page lists this device's events only
       loadDetail();
+      loadPeerEvents(channel, state.route.peer);
     } else {
       state.route = { view: 'fleet' };
       state.detail = null;
       $('peer-view').hidden = true;
       $('fleet-view').hidden = false;
+      $('events-view').hidden = false;
       drawFleet();
       loadPairing();
     }
@@ -716,7 +890,10 @@
     $('channel').value = id;
     sessionStorage.setItem(CHANNEL_KEY, id);
     state.peers.clear();
+    state.loaded = false;
     $('events').replaceChildren();
+    $('events-note').textContent = 'Loading the events…';
+    $('events-note').hidden = false;
     state.seqs.clear();
     startStream();
     drawFleet();
@@ -759,6 +936,11 @@
     $('notice-tag').addEventListener('focus', () => { $('notice-form').querySelector('[value=tag]').checked = true; });
     $('notice-peer').addEventListener('focus', () => { $('notice-form').querySelector('[value=peer]').checked = true; });
     $('peer-notice-form').addEventListener('submit', onPeerNoticeForm);
+    for (const form of [$('notice-form'), $('peer-notice-form')]) {
+      form.querySelector('textarea').maxLength = NOTICE_MAX;
+      form.querySelector('textarea').addEventListener('input', () => noticeCount(form));
+      noticeCount(form);
+    }
     window.addEventListener('hashchange', route);
     // "last seen" ages as time passes.
     setInterval(() => { if (state.token !== null && state.route.view === 'fleet') scheduleDraw(); }, 15000);
