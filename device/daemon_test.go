@@ -139,7 +139,7 @@ func TestOfflineMessageQueuedThenAnswered(t *testing.T) {
 	stateDir := t.TempDir()
 	r := startDevice(t, "ws://"+addr+"/api/channels/terminal-dev/ws", stateDir)
 	defer r.stop(t)
-	r.waitGlass(t, "offline: retry in")
+	r.waitGlass(t, "no server") // the short reason; the countdown is in the status field
 	r.press("2 ") // "a"
 	r.press("#")
 	r.waitGlass(t, "^a") // queued
