@@ -53,9 +53,16 @@ type Daemon struct {
 	// dismisses a notice or wakes the screen types nothing. Without it an
 	// input dismisses and wakes and is then handled as usual.
 	Gate *KeyGate
+	// Hello, when set, is shown over the screen for HelloSeconds or until
+	// a key, and kept as a line of the conversation (e.g. "Enrolled as
+	// lobby-7" after enrollment).
+	Hello string
 
 	m Model
 }
+
+// HelloSeconds is how long Daemon.Hello stays over the screen.
+const HelloSeconds = 5
 
 // Mirror is implemented by views that can say what the display shows
 // now, for the server's screen mirror (link.Client.SetScreen).
@@ -98,6 +105,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	var undrawn []string // final answers applied, not drawn yet
 	k := newKiosk(d.Kiosk, now())
+	if d.Hello != "" {
+		d.m.Notice(d.Hello)
+		k.addLocal(d.Hello, HelloSeconds)
+	}
 	kt := time.NewTimer(time.Hour)
 	defer kt.Stop()
 	gate := d.Gate

@@ -138,6 +138,7 @@ type shownNotice struct {
 	n       link.Notice
 	expires time.Time // zero: never
 	acked   bool      // drawn and confirmed to the client
+	local   bool      // termd's own (Daemon.Hello): never confirmed to the server
 }
 
 func (s *shownNotice) expired(now time.Time) bool {
@@ -186,6 +187,13 @@ func (k *kiosk) add(ev link.Event, now time.Time) {
 	}
 }
 
+// addLocal puts termd's own text on the screen for secs, before the
+// notices waiting.
+func (k *kiosk) addLocal(text string, secs int) {
+	sn := &shownNotice{n: link.Notice{NoticeID: "termd-local", Text: text, DisplaySeconds: secs}, local: true}
+	k.queue = append([]*shownNotice{sn}, k.queue...)
+}
+
 // wake is a key press that woke the screen or dismissed a notice.
 func (k *kiosk) wake(now time.Time) {
 	if k.cur != nil {
@@ -200,7 +208,7 @@ func (k *kiosk) wake(now time.Time) {
 func (k *kiosk) touch(now time.Time) { k.lastInput = now }
 
 func (k *kiosk) end() {
-	if k.cur != nil && k.cur.acked {
+	if k.cur != nil && k.cur.acked && !k.cur.local {
 		k.last = k.cur
 	}
 	k.cur, k.blinkOff = nil, false
@@ -290,7 +298,7 @@ func (k *kiosk) whyOpen() bool { return !k.why.IsZero() }
 // drawn is called after a draw succeeded: the notice on the screen is
 // confirmed to the client (once).
 func (k *kiosk) drawn(m *Model) (confirm string) {
-	if k.cur == nil || k.cur.acked || m.Overlay.Kind != OverlayNotice || m.Overlay.ID != k.cur.n.NoticeID {
+	if k.cur == nil || k.cur.acked || k.cur.local || m.Overlay.Kind != OverlayNotice || m.Overlay.ID != k.cur.n.NoticeID {
 		return ""
 	}
 	k.cur.acked = true

@@ -93,37 +93,8 @@ func offlineCases() []offlineCase {
 func TestOfflineReasonOnLCD(t *testing.T) {
 	for _, tc := range offlineCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := tc.cfg(t)
-			cfg.DeviceName, cfg.StateDir = "test", t.TempDir()
-			cfg.RetryInitial, cfg.RetryMax = 50*time.Millisecond, 200*time.Millisecond
-			client, err := link.NewClient(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			bus, lcd := emulatedLCD(t, 2, 16)
-			var logs syncBuffer
-			ctx, cancel := context.WithCancel(context.Background())
-			keys, gated := make(chan input.Event), make(chan input.Event)
-			actions, inputs := make(chan input.Action), make(chan device.Input)
-			gate := device.NewKeyGate()
-			mt := input.NewMultiTap(input.MultiTapOpts{Keys: input.Keys4x4(), Timeout: 150 * time.Millisecond})
-			var wg sync.WaitGroup
-			wg.Add(3)
-			go func() { defer wg.Done(); device.GateKeys(ctx, gate, keys, gated) }()
-			go func() { defer wg.Done(); _ = input.Drive(ctx, gated, mt, actions) }()
-			go func() { defer wg.Done(); device.FromActions(ctx, actions, inputs) }()
-			d := &device.Daemon{Client: client, View: &device.LCDView{Screen: lcd}, Inputs: inputs, Gate: gate,
-				Logger: slog.New(slog.NewTextHandler(&logs, nil))}
-			done := make(chan error, 1)
-			go func() { done <- d.Run(ctx) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("daemon: %v", err)
-				}
-				wg.Wait()
-			}()
-			r := &rig{bus: bus, keys: keys}
+			r, client, logs := startGatedLCD(t, tc.cfg(t), "")
+			bus := r.bus
 
 			glass := r.waitGlass(t, tc.short)
 			if !strings.HasPrefix(glass[1], tc.short) {
@@ -174,4 +145,74 @@ func (r *rig) waitGlassFor(t *testing.T, want string, timeout time.Duration) []s
 	}
 	t.Fatalf("the LCD never showed %q; it shows:\n%s", want, strings.Join(r.bus.Text(), "\n"))
 	return nil
+}
+
+// startGatedLCD runs the daemon as termd does on a keypad board: the real
+// HD44780 driver on an emulated 16x2 LCD, keypad events through the
+// KeyGate into multi-tap entry; the daemon stops when the test ends.
+func startGatedLCD(t *testing.T, cfg link.ClientConfig, hello string) (*rig, *link.Client, *syncBuffer) {
+	t.Helper()
+	cfg.DeviceName, cfg.StateDir = "test", t.TempDir()
+	cfg.RetryInitial, cfg.RetryMax = 50*time.Millisecond, 200*time.Millisecond
+	client, err := link.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus, lcd := emulatedLCD(t, 2, 16)
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	keys, gated := make(chan input.Event), make(chan input.Event)
+	actions, inputs := make(chan input.Action), make(chan device.Input)
+	gate := device.NewKeyGate()
+	mt := input.NewMultiTap(input.MultiTapOpts{Keys: input.Keys4x4(), Timeout: 150 * time.Millisecond})
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); device.GateKeys(ctx, gate, keys, gated) }()
+	go func() { defer wg.Done(); _ = input.Drive(ctx, gated, mt, actions) }()
+	go func() { defer wg.Done(); device.FromActions(ctx, actions, inputs) }()
+	d := &device.Daemon{Client: client, View: &device.LCDView{Screen: lcd}, Inputs: inputs, Gate: gate, Hello: hello,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+		wg.Wait()
+	})
+	return &rig{bus: bus, keys: keys}, client, logs
+}
+
+// Daemon.Hello ("Enrolled as ...") stays over the screen while the device
+// is online until a key closes it; that key types nothing; it stays a line
+// of the conversation.
+func TestHelloStaysUntilAKey(t *testing.T) {
+	s := servertest.Start(t, nil)
+	r, client, _ := startGatedLCD(t, link.ClientConfig{URL: s.URL, PeerID: "k1"}, "Enrolled as k1")
+	r.waitGlass(t, "Enrolled as")
+	for client.Status().State != link.StateConnected {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if g := strings.Join(r.bus.Text(), "|"); !strings.Contains(g, "Enrolled as") {
+		t.Fatalf("online, the greeting is gone at once: %q", g)
+	}
+	r.press("2")
+	g := r.waitGlass(t, "ok")
+	if !strings.Contains(g[0], "-Enrolled as") || strings.Contains(g[1], "a") {
+		t.Fatalf("after the key: %q, want the greeting in the conversation and nothing typed", g)
+	}
+}
+
+// Without a key the greeting goes after HelloSeconds.
+func TestHelloGoesByItself(t *testing.T) {
+	s := servertest.Start(t, nil)
+	r, _, _ := startGatedLCD(t, link.ClientConfig{URL: s.URL, PeerID: "k1"}, "Enrolled as k1")
+	r.waitGlass(t, "Enrolled as")
+	start := time.Now()
+	r.waitGlassFor(t, "ok", device.HelloSeconds*time.Second+10*time.Second)
+	if d := time.Since(start); d < (device.HelloSeconds-1)*time.Second {
+		t.Fatalf("the greeting went after %v, want about %ds", d, device.HelloSeconds)
+	}
 }

@@ -207,6 +207,7 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	hello := "" // the first screen's greeting
 	if token == "" && *enrollFlag {
 		var approved string
 		token, approved, err = enrollDevice(ctx, wsURL, *caFile, *stateDir, id, name, hw.View, log) // enroll.go
@@ -221,6 +222,7 @@ func run(ctx context.Context, args []string) error {
 			<-hwDone
 			return err
 		}
+		hello = "Enrolled as " + id
 	}
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, Fallbacks: edges, PeerID: id, DeviceName: name, Token: token,
 		CAFile: *caFile, CertFile: *certFile, KeyFile: *keyFile, StateDir: *stateDir, Logger: log,
@@ -246,7 +248,7 @@ func run(ctx context.Context, args []string) error {
 			*backlightOff = k.BacklightOffAfter
 		}
 	}
-	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log, Gate: hw.Gate,
+	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log, Gate: hw.Gate, Hello: hello,
 		Kiosk: device.Kiosk{IdleAfter: time.Duration(*idleSeconds) * time.Second, IdleText: *idleText,
 			BacklightOffAfter: time.Duration(*backlightOff) * time.Second},
 		Watchdog: sdnotify.WatchdogInterval(),
