@@ -140,7 +140,7 @@ func TestOfflineMessageQueuedThenAnswered(t *testing.T) {
 	r := startDevice(t, "ws://"+addr+"/api/channels/terminal-dev/ws", stateDir)
 	defer r.stop(t)
 	r.waitGlass(t, "no server") // the short reason; the countdown is in the status field
-	r.press("2 ") // "a"
+	r.press("2 ")               // "a"
 	r.press("#")
 	r.waitGlass(t, "^a") // queued
 

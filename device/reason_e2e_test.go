@@ -119,7 +119,7 @@ func TestOfflineReasonOnLCD(t *testing.T) {
 				t.Errorf("the conversation shows %q: the reason belongs on the status line", g[0])
 			}
 
-			r.press("#") // nothing typed: the page with the full reason
+			r.press("#")                // nothing typed: the page with the full reason
 			r.waitGlass(t, "Offline: ") // 16x2: the first page, then the next every 3s
 			words := strings.Fields(tc.full)
 			r.waitGlassFor(t, words[len(words)-1], 3*device.NoticePage+5*time.Second)
