@@ -43,3 +43,17 @@ func TestShortReason(t *testing.T) {
 		}
 	}
 }
+
+// Whatever the reason, its short form fits the 16x2 text field and is
+// empty only for an empty reason.
+func FuzzShortReason(f *testing.F) {
+	f.Add("dial: server answered HTTP 599 Whatever")
+	f.Add("connect refused: certificate is for peer a, connect says b")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, reason string) {
+		got := link.ShortReason(reason)
+		if n := utf8.RuneCountInString(got); n > link.MaxShortReason || (got == "") != (reason == "") {
+			t.Fatalf("ShortReason(%q) = %q", reason, got)
+		}
+	})
+}

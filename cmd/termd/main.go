@@ -16,7 +16,13 @@
 // the latest notice, --idle-text or a clock; --backlight-off-after turns
 // the backlight off. The key that wakes the screen types nothing.
 //
-// The peer id is generated once and kept in the state dir, beside the
+// Offline, the status line says why in short ("unknown CA", "token
+// refused"); the send key with nothing typed (keypad '#', console Enter on
+// a blank line) shows the full reason, which is logged at INFO once per
+// change with the next try. After --enroll, "Enrolled as ID" stays over
+// the screen for a few seconds or until a key.
+//
+// The peer id is random, generated once and kept in the state dir, beside the
 // outbox of messages not yet answered. A state dir that cannot be written
 // (disk full, read-only, a file in the way) does not stop termd: the
 // display shows the problem ("disk full" and a '!' mark), messages are
