@@ -13,11 +13,15 @@ import (
 // ConsoleView draws the model on a VT100 console (display/console): each
 // new conversation entry once, the link state in the status line and the
 // agent's progress (or the queue) beside it. A server notice shows in the
-// status line ("NOTICE: ..." or "ALERT: ...") while it is on. The console
-// edits the input line itself.
+// status line ("NOTICE: ..." or "ALERT: ...") while it is on. Offline, the
+// status line has the short reason ("offline (unknown CA): retry in 14s");
+// the full one, with the next try, is added to the conversation when the
+// user opens it (Enter on a blank line). The console edits the input line
+// itself.
 type ConsoleView struct {
 	Console *console.Console
-	shown   uint64 // Seq of the last entry added to the console
+	shown   uint64    // Seq of the last entry added to the console
+	why     time.Time // Since of the last offline reason added to the console
 	status  string
 	act     string
 	rows    []string // what Mirror reports: the status line and the activity
@@ -39,7 +43,18 @@ func (v *ConsoleView) Render(_ context.Context, m *Model, now time.Time) error {
 			v.Console.AddMessage(console.RoleSystem, e.Text)
 		}
 	}
+	if o := m.Overlay; o.Kind == OverlayReason && !o.Since.Equal(v.why) {
+		v.why = o.Since
+		text := o.Text
+		if m.Link == link.StateWaiting {
+			text += " (next try at " + m.NextTry.Format("15:04:05") + ")"
+		}
+		v.Console.AddMessage(console.RoleSystem, text)
+	}
 	status := m.LinkText(now)
+	if m.ShortReason() != "" {
+		status += " | Enter: why"
+	}
 	if o := m.Overlay; o.Kind == OverlayNotice {
 		label := "NOTICE: "
 		if o.Alert {

@@ -24,6 +24,7 @@ const (
 	InputCancel                          // cancel the newest message still waiting
 	InputMode                            // the keypad's text mode is now Input.Text
 	InputQuit                            // stop termd
+	InputWhy                             // send with nothing typed: open the page saying why the link is offline
 )
 
 // Input is one thing the user did, from a keypad, a keyboard or a console.
@@ -52,9 +53,16 @@ type Daemon struct {
 	// dismisses a notice or wakes the screen types nothing. Without it an
 	// input dismisses and wakes and is then handled as usual.
 	Gate *KeyGate
+	// Hello, when set, is shown over the screen for HelloSeconds or until
+	// a key, and kept as a line of the conversation (e.g. "Enrolled as
+	// lobby-7" after enrollment).
+	Hello string
 
 	m Model
 }
+
+// HelloSeconds is how long Daemon.Hello stays over the screen.
+const HelloSeconds = 5
 
 // Mirror is implemented by views that can say what the display shows
 // now, for the server's screen mirror (link.Client.SetScreen).
@@ -97,6 +105,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	var undrawn []string // final answers applied, not drawn yet
 	k := newKiosk(d.Kiosk, now())
+	if d.Hello != "" {
+		d.m.Notice(d.Hello)
+		k.addLocal(d.Hello, HelloSeconds)
+	}
 	kt := time.NewTimer(time.Hour)
 	defer kt.Stop()
 	gate := d.Gate
@@ -145,6 +157,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	events := d.Client.Events()
 	lastStatus := ""
+	lastReason := "" // the offline reason logged last
 	var quit error
 loop:
 	for {
@@ -154,6 +167,9 @@ loop:
 				break loop // the client stopped
 			}
 			d.m.Apply(ev)
+			if ev.Kind == link.EventState {
+				lastReason = logReason(log, ev, lastReason)
+			}
 			if ev.Kind == link.EventNotice {
 				log.Debug("notice for the screen", "notice_id", ev.Notice.NoticeID, "expires", ev.Expires)
 				k.add(ev, now())
@@ -177,11 +193,20 @@ loop:
 				quit = ErrQuit
 				break loop
 			}
+			wasWhy := k.whyOpen()
 			if d.Gate == nil && gate.armed.Load() {
 				k.wake(now()) // no gate: the input wakes, then counts
 			}
 			k.touch(now())
-			d.handle(ctx, in, log)
+			if in.Kind == InputWhy {
+				// Opens the page with the offline reason; a second one
+				// closes it (with a gate, the gate did).
+				if !wasWhy && d.m.Link != link.StateConnected && d.m.Reason != "" {
+					k.openWhy(now())
+				}
+			} else {
+				d.handle(ctx, in, log)
+			}
 			render()
 		case <-gate.woke:
 			k.wake(now())
@@ -223,6 +248,21 @@ loop:
 		return err
 	}
 	return nil
+}
+
+// logReason logs why the link is offline at INFO when the reason
+// changed since last (not at every retry), with the next try; a session
+// that came up resets it. It returns the reason logged last.
+func logReason(log *slog.Logger, ev link.Event, last string) string {
+	switch {
+	case ev.State == link.StateConnected:
+		return ""
+	case ev.State == link.StateWaiting && ev.Reason != "" && ev.Reason != last:
+		log.Info("offline", "reason", ev.Reason, "short", link.ShortReason(ev.Reason),
+			"next_try", ev.NextTry.Format("15:04:05"), "retry_in", time.Until(ev.NextTry).Round(time.Second))
+		return ev.Reason
+	}
+	return last
 }
 
 func (d *Daemon) handle(ctx context.Context, in Input, log *slog.Logger) {
@@ -279,18 +319,23 @@ func FromActions(ctx context.Context, actions <-chan input.Action, out chan<- In
 			return Input{Kind: InputScrollDown}, true
 		case input.ModeChange:
 			return Input{Kind: InputMode, Text: a.Mode.String()}, true
+		case input.SendBlank:
+			return Input{Kind: InputWhy}, true
 		}
 		return Input{}, false
 	})
 }
 
 // FromConsole turns a console's events into inputs: a submitted line is
-// sent, Ctrl-C cancels the message waiting for its answer, Ctrl-D quits.
+// sent, Enter on a blank line opens why the link is offline, Ctrl-C
+// cancels the message waiting for its answer, Ctrl-D quits.
 func FromConsole(ctx context.Context, events <-chan console.Event, out chan<- Input) {
 	forward(ctx, events, out, func(ev console.Event) (Input, bool) {
 		switch ev.Kind {
 		case console.Submit:
 			return Input{Kind: InputSend, Text: ev.Text}, strings.TrimSpace(ev.Text) != ""
+		case console.Blank:
+			return Input{Kind: InputWhy}, true
 		case console.Interrupt:
 			return Input{Kind: InputCancel}, true
 		case console.EOF:

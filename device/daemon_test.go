@@ -139,8 +139,8 @@ func TestOfflineMessageQueuedThenAnswered(t *testing.T) {
 	stateDir := t.TempDir()
 	r := startDevice(t, "ws://"+addr+"/api/channels/terminal-dev/ws", stateDir)
 	defer r.stop(t)
-	r.waitGlass(t, "offline: retry in")
-	r.press("2 ") // "a"
+	r.waitGlass(t, "no server") // the short reason; the countdown is in the status field
+	r.press("2 ")               // "a"
 	r.press("#")
 	r.waitGlass(t, "^a") // queued
 

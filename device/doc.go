@@ -5,7 +5,9 @@
 // a link.Client to a view and to the device's input (keypad or console).
 //
 // The screen always shows the link state and, while offline, the seconds
-// to the next try; what was typed offline is shown queued and goes out on
+// to the next try and why in short ("unknown CA", "token refused"); the
+// send key with nothing typed opens the full reason (the daemon logs it
+// once per change, with the next try). What was typed offline is shown queued and goes out on
 // reconnect (the client's outbox); while an answer is pending a busy mark
 // and the agent's progress text. Long answers are paged with the scroll
 // keys: a new answer longer than the screen opens at its first line, and

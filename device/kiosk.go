@@ -46,7 +46,12 @@ const (
 	OverlayNone   OverlayKind = iota // the conversation
 	OverlayNotice                    // a server notice (Overlay.Text, Overlay.Alert)
 	OverlayIdle                      // the idle screen: Overlay.Text, or a clock when it is empty
+	OverlayReason                    // why the link is offline, in full (Overlay.Text), opened by the user
 )
+
+// ReasonPageFor is how long the page with the offline reason stays open
+// when no key closes it (it closes at once when the link comes up).
+const ReasonPageFor = time.Minute
 
 // Overlay is what the screen shows instead of the conversation.
 type Overlay struct {
@@ -133,6 +138,7 @@ type shownNotice struct {
 	n       link.Notice
 	expires time.Time // zero: never
 	acked   bool      // drawn and confirmed to the client
+	local   bool      // termd's own (Daemon.Hello): never confirmed to the server
 }
 
 func (s *shownNotice) expired(now time.Time) bool {
@@ -149,6 +155,7 @@ type kiosk struct {
 	curUntil  time.Time
 	last      *shownNotice // the latest notice drawn (for the idle screen)
 	lastInput time.Time
+	why       time.Time // the offline reason's page opened then; zero: closed
 	blinkOff  bool
 	nextBlink time.Time
 }
@@ -180,10 +187,19 @@ func (k *kiosk) add(ev link.Event, now time.Time) {
 	}
 }
 
+// addLocal puts termd's own text on the screen for secs, before the
+// notices waiting.
+func (k *kiosk) addLocal(text string, secs int) {
+	sn := &shownNotice{n: link.Notice{NoticeID: "termd-local", Text: text, DisplaySeconds: secs}, local: true}
+	k.queue = append([]*shownNotice{sn}, k.queue...)
+}
+
 // wake is a key press that woke the screen or dismissed a notice.
 func (k *kiosk) wake(now time.Time) {
 	if k.cur != nil {
 		k.end()
+	} else {
+		k.why = time.Time{} // the key closes the reason's page
 	}
 	k.lastInput = now
 }
@@ -192,7 +208,7 @@ func (k *kiosk) wake(now time.Time) {
 func (k *kiosk) touch(now time.Time) { k.lastInput = now }
 
 func (k *kiosk) end() {
-	if k.cur != nil && k.cur.acked {
+	if k.cur != nil && k.cur.acked && !k.cur.local {
 		k.last = k.cur
 	}
 	k.cur, k.blinkOff = nil, false
@@ -233,8 +249,15 @@ func (k *kiosk) step(m *Model, now time.Time) (next time.Time, armed bool) {
 	if !dark && k.cfg.BacklightOffAfter > 0 {
 		soonest(k.lastInput.Add(k.cfg.BacklightOffAfter))
 	}
+	if !k.why.IsZero() && (m.Link == link.StateConnected || m.Reason == "" || m.Stopping || !now.Before(k.why.Add(ReasonPageFor))) {
+		k.why = time.Time{}
+	}
 	m.Overlay = Overlay{}
 	switch {
+	case !k.why.IsZero() && k.cur == nil:
+		m.Overlay = Overlay{Kind: OverlayReason, Text: "Offline: " + m.Reason, Since: k.why}
+		soonest(k.why.Add(ReasonPageFor))
+		idle, dark = false, false // the user is reading
 	case k.cur != nil:
 		n := &k.cur.n
 		alert := n.Priority == link.PriorityAlert
@@ -260,13 +283,22 @@ func (k *kiosk) step(m *Model, now time.Time) (next time.Time, armed bool) {
 		}
 	}
 	m.Dark = dark || (k.cur != nil && k.blinkOff)
-	return next, k.cur != nil || idle || dark
+	return next, k.cur != nil || idle || dark || !k.why.IsZero()
 }
+
+// openWhy opens the page with the full offline reason (the next key
+// closes it).
+func (k *kiosk) openWhy(now time.Time) {
+	k.why, k.lastInput = now, now
+}
+
+// whyOpen reports whether the page with the offline reason is open.
+func (k *kiosk) whyOpen() bool { return !k.why.IsZero() }
 
 // drawn is called after a draw succeeded: the notice on the screen is
 // confirmed to the client (once).
 func (k *kiosk) drawn(m *Model) (confirm string) {
-	if k.cur == nil || k.cur.acked || m.Overlay.Kind != OverlayNotice || m.Overlay.ID != k.cur.n.NoticeID {
+	if k.cur == nil || k.cur.acked || k.cur.local || m.Overlay.Kind != OverlayNotice || m.Overlay.ID != k.cur.n.NoticeID {
 		return ""
 	}
 	k.cur.acked = true

@@ -20,8 +20,9 @@ type View interface {
 
 // LCDView draws the model on a character display: the conversation above,
 // and a bottom line with the text being typed (or the link state, or the
-// agent's progress, or a storage problem such as "disk full") and a 3-cell
-// status field at the right:
+// agent's progress, or a storage problem such as "disk full", or why the
+// link is offline: "unknown CA", "token refused", "no server" ...) and a
+// 3-cell status field at the right:
 //
 //	cell 1: '+' an answer (or more of one) is below the page shown,
 //	        ':' waiting for an answer, '!' the state dir cannot be
@@ -34,8 +35,9 @@ type View interface {
 // it was refused; termd's own notices start with '-'.
 //
 // A notice (Model.Overlay) takes the whole screen, an alert starting with
-// "!", one page after the other when it is longer than the screen; the
-// idle screen shows its text or a clock. Model.Dark turns the
+// "!", one page after the other when it is longer than the screen, and so
+// does the full offline reason the user opened (the send key with nothing
+// typed); the idle screen shows its text or a clock. Model.Dark turns the
 // backlight off when the screen has one (hd44780.Dev does).
 type LCDView struct {
 	Screen display.Screen
@@ -196,6 +198,8 @@ func (v *LCDView) bottom(m *Model, cols int, now time.Time) string {
 		if n := utf8.RuneCountInString(left); n > width {
 			left = string([]rune(left)[n-width:]) // keep the end in view
 		}
+	case !m.Stopping && m.Link != link.StateConnected && m.Reason != "":
+		left = m.ShortReason() // the countdown is in the status field
 	case m.Stopping || m.Link != link.StateConnected:
 		left = m.LinkText(now)
 	case m.Busy() && m.Progress != "":

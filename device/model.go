@@ -198,7 +198,10 @@ func (m *Model) Notice(text string) { m.add(Entry{Role: System, Text: text}) }
 func (m *Model) Apply(ev link.Event) {
 	switch ev.Kind {
 	case link.EventState:
-		m.Link, m.NextTry, m.Reason = ev.State, ev.NextTry, ev.Reason
+		m.Link, m.NextTry = ev.State, ev.NextTry
+		if ev.Reason != "" { // the last failure's reason stays while connecting again
+			m.Reason = ev.Reason
+		}
 		if ev.State == link.StateConnected {
 			m.SessionID, m.Reason = ev.SessionID, ""
 		}
@@ -247,6 +250,12 @@ func (m *Model) Apply(ev link.Event) {
 		}
 		m.Storage = label
 	case link.EventError:
+		if ev.MessageID == "" && m.Link == link.StateConnecting {
+			// The server refused the connect: that is the reason of the
+			// next offline state, shown on the status line, not a line of
+			// the conversation at every retry.
+			return
+		}
 		if ev.MessageID != "" {
 			if e := m.find(ev.MessageID); e != nil && e.Delivery != Answered {
 				e.Delivery = Failed
@@ -298,13 +307,26 @@ func (m *Model) Queued() int {
 	return n
 }
 
-// LinkText says where the link is, with the seconds to the next try.
+// ShortReason is the short form of why the link is offline (see
+// link.ShortReason: "unknown CA", "token refused", "no server" ...); ""
+// while online or before the first failure.
+func (m *Model) ShortReason() string {
+	if m.Link == link.StateConnected || m.Stopping {
+		return ""
+	}
+	return link.ShortReason(m.Reason)
+}
+
+// LinkText says where the link is, with the short reason it is offline
+// and the seconds to the next try: "offline (unknown CA): retry in 14s".
 func (m *Model) LinkText(now time.Time) string {
 	switch {
 	case m.Stopping:
 		return "offline: stopped"
 	case m.Link == link.StateConnected:
 		return "online"
+	case m.Link == link.StateWaiting && m.Reason != "":
+		return fmt.Sprintf("offline (%s): retry in %ds", m.ShortReason(), secondsUntil(now, m.NextTry))
 	case m.Link == link.StateWaiting:
 		return fmt.Sprintf("offline: retry in %ds", secondsUntil(now, m.NextTry))
 	case m.Link == link.StateClosed:

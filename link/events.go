@@ -108,7 +108,8 @@ type Event struct {
 	Attempt int
 	// NextTry is when the next dial starts (StateWaiting).
 	NextTry time.Time
-	// Reason says why the link is offline (StateWaiting, StateClosed).
+	// Reason says why the link is offline (StateWaiting, StateClosed);
+	// ShortReason gives its short form for a small display.
 	Reason string
 	// SessionID and Heartbeat of the session (StateConnected).
 	SessionID string

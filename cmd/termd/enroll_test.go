@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -115,7 +116,7 @@ func TestEnrollOnTheLCD(t *testing.T) {
 		t.Fatal(err)
 	}
 	inputs := make(chan device.Input, 1)
-	d := &device.Daemon{Client: client, View: view, Inputs: inputs}
+	d := &device.Daemon{Client: client, View: view, Inputs: inputs, Hello: "Enrolled as " + r.peer} // as run() does
 	dctx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- d.Run(dctx) }()
@@ -125,7 +126,22 @@ func TestEnrollOnTheLCD(t *testing.T) {
 			t.Errorf("daemon: %v", err)
 		}
 	}()
+	// "Enrolled as" stays over the screen for a few seconds, online,
+	// and then the pairing code is gone.
+	for client.Status().State != link.StateConnected {
+		if ctx.Err() != nil {
+			t.Fatal("never online")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	if g := strings.Join(bus.Text(), "\n"); !strings.Contains(g, "Enrolled as") {
+		t.Fatalf("online for 1s, the LCD no longer says it enrolled:\n%s", g)
+	}
 	waitGlass(t, bus, regexp.MustCompile(`ok`))
+	if g := strings.Join(bus.Text(), "\n"); strings.Contains(g, "Pair") {
+		t.Fatalf("the pairing code stays after approval:\n%s", g)
+	}
 	inputs <- device.Input{Kind: device.InputSend, Text: "hi"}
 	waitGlass(t, bus, regexp.MustCompile(`You said`))
 }
@@ -147,4 +163,50 @@ func TestTermdRefusesReadableTokenFile(t *testing.T) {
 	if strings.Contains(err.Error(), "tl_secret") {
 		t.Fatalf("the error shows the token: %v", err)
 	}
+}
+
+// termd --enroll on a console (the sim board, a real PTY in tmux): the
+// pairing code is on the status line; once approved it is gone, "Enrolled
+// as" stays in view (status line and conversation) while termd is
+// online, and the conversation goes on (the first message is shown).
+func TestEnrollOnTheConsole(t *testing.T) {
+	srv := servertest.Start(t, func(c *config.Config) {
+		ch := c.Channels["terminal-dev"]
+		ch.Config.Enrollment = true
+		c.Channels["terminal-dev"] = ch
+	})
+	state := filepath.Join(t.TempDir(), "state")
+	tm, waitScreen := termdInTmux(t, fmt.Sprintf("%s --server %s --board sim --state-dir %s --enroll", termdRun, srv.URL, state))
+	s := waitScreen("Pairing code")
+	m := regexp.MustCompile(`Pairing code ([2-9A-HJ-NP-Z]{3}-[2-9A-HJ-NP-Z]{3})`).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("no pairing code on the screen:\n%s", s)
+	}
+	resp, err := http.Post("http://"+srv.Addr+"/api/enrollments/"+m[1]+"/approve", "application/json",
+		strings.NewReader(`{"peer_id": "desk-3", "name": "Desk"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("approve %s: HTTP %d", m[1], resp.StatusCode)
+	}
+	s = waitScreen("online")
+	if !strings.Contains(s, "NOTICE: Enrolled as desk-3") {
+		t.Errorf("online, the status line does not say it enrolled:\n%s", s)
+	}
+	if strings.Contains(s, "Pairing code") {
+		t.Errorf("the pairing code stays after approval:\n%s", s)
+	}
+	tm("send-keys", "-l", "first words")
+	tm("send-keys", "Enter")
+	s = waitScreen("You said: first words")
+	if strings.Count(s, "first words") < 2 { // the message sent, then the answer
+		t.Errorf("the message sent is not in the conversation:\n%s", s)
+	}
+	if !strings.Contains(s, "Enrolled as desk-3") || strings.Contains(s, "Pairing code") {
+		t.Errorf("after the first message:\n%s", s)
+	}
+	tm("send-keys", "C-d")
+	waitScreen("EXIT=0")
 }

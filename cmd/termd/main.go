@@ -16,13 +16,20 @@
 // the latest notice, --idle-text or a clock; --backlight-off-after turns
 // the backlight off. The key that wakes the screen types nothing.
 //
-// The peer id is generated once and kept in the state dir, beside the
+// Offline, the status line says why in short ("unknown CA", "token
+// refused"); the send key with nothing typed (keypad '#', console Enter on
+// a blank line) shows the full reason, which is logged at INFO once per
+// change with the next try. After --enroll, "Enrolled as ID" stays over
+// the screen for a few seconds or until a key.
+//
+// The peer id is random, generated once and kept in the state dir, beside the
 // outbox of messages not yet answered. A state dir that cannot be written
 // (disk full, read-only, a file in the way) does not stop termd: the
 // display shows the problem ("disk full" and a '!' mark), messages are
 // kept in memory, and they are stored once the state dir works again (the
-// peer id is then kept too; meanwhile it is derived from /etc/machine-id,
-// so it stays the same across restarts). Under systemd (Type=notify) it
+// peer id is then kept too; meanwhile it is derived from /etc/machine-id
+// and the state dir's path, so it stays the same across restarts and two
+// termd with different state dirs still differ). Under systemd (Type=notify) it
 // sends READY, WATCHDOG and STOPPING; see termd.service.
 package main
 
@@ -192,7 +199,7 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	if unkept != nil {
-		log.Error("peer id not kept in the state dir; derived from the machine id meanwhile", "peer_id", id, "err", unkept)
+		log.Error("peer id not kept in the state dir; derived from the machine id and the state dir meanwhile", "peer_id", id, "err", unkept)
 	}
 
 	hw, err := device.OpenBoard(ctx, profile, log)
@@ -210,6 +217,7 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	hello := "" // the first screen's greeting
 	if token == "" && *enrollFlag {
 		var approved string
 		token, approved, err = enrollDevice(ctx, wsURL, *caFile, *stateDir, id, name, hw.View, log) // enroll.go
@@ -224,6 +232,7 @@ func run(ctx context.Context, args []string) error {
 			<-hwDone
 			return err
 		}
+		hello = "Enrolled as " + id
 	}
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, Fallbacks: edges, PeerID: id, DeviceName: name, Token: token,
 		CAFile: *caFile, CertFile: *certFile, KeyFile: *keyFile, StateDir: *stateDir, Logger: log,
@@ -249,7 +258,7 @@ func run(ctx context.Context, args []string) error {
 			*backlightOff = k.BacklightOffAfter
 		}
 	}
-	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log, Gate: hw.Gate,
+	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log, Gate: hw.Gate, Hello: hello,
 		Kiosk: device.Kiosk{IdleAfter: time.Duration(*idleSeconds) * time.Second, IdleText: *idleText,
 			BacklightOffAfter: time.Duration(*backlightOff) * time.Second},
 		Watchdog: sdnotify.WatchdogInterval(),
@@ -292,10 +301,13 @@ func defaultStateDir() string {
 
 var peerRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$`)
 
-// loadPeerID returns the flag's id, or the one kept in dir, or a new one
-// that is then kept. When dir cannot be read or written, the new id is
-// derived from the machine id (stable across restarts) and unkept says
-// why it is not in dir.
+// loadPeerID returns the flag's id, or the one kept in dir (whatever made
+// it: an earlier termd derived it from /etc/machine-id; it stays), or a
+// new random one that is then kept, so two termd with different state
+// dirs never share an id. When dir cannot be read or written, the id is
+// derived from the machine id and dir's absolute path (stable across
+// restarts, different per state dir) and unkept says why it is not in
+// dir.
 func loadPeerID(dir, flagID string) (id string, unkept, err error) {
 	if flagID != "" {
 		if !peerRE.MatchString(flagID) {
@@ -312,30 +324,47 @@ func loadPeerID(dir, flagID string) (id string, unkept, err error) {
 		}
 		return id, nil, nil
 	}
-	if id = machinePeerID(); id == "" {
-		var r [6]byte
-		if _, err := rand.Read(r[:]); err != nil {
+	if !errors.Is(rerr, os.ErrNotExist) {
+		id, err := fallbackPeerID(dir)
+		if err != nil {
 			return "", nil, err
 		}
-		id = "termd-" + hex.EncodeToString(r[:])
-	}
-	if !errors.Is(rerr, os.ErrNotExist) {
 		return id, fmt.Errorf("reading the peer id: %w", rerr), nil
 	}
-	if err := writePeerID(path, id); err != nil {
-		return id, err, nil
+	var r [6]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", nil, fmt.Errorf("generating a peer id: %w", err)
+	}
+	id = "termd-" + hex.EncodeToString(r[:])
+	if werr := writePeerID(path, id); werr != nil {
+		// Not kept: an id that is the same at the next start instead.
+		if id, err = fallbackPeerID(dir); err != nil {
+			return "", nil, err
+		}
+		return id, werr, nil
 	}
 	return id, nil, nil
 }
 
-// machinePeerID derives a peer id from /etc/machine-id ("" without one).
-func machinePeerID() string {
+// fallbackPeerID is the id of a state dir that cannot keep one: derived
+// from /etc/machine-id and the state dir's absolute path, so it stays the
+// same across restarts and differs between state dirs; random (for this
+// run only) on a machine without a machine id.
+func fallbackPeerID(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
 	b, err := os.ReadFile("/etc/machine-id")
 	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
-		return ""
+		var r [6]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return "", fmt.Errorf("generating a peer id: %w", err)
+		}
+		return "termd-" + hex.EncodeToString(r[:]), nil
 	}
-	sum := sha256.Sum256([]byte("termd peer id\n" + strings.TrimSpace(string(b))))
-	return "termd-" + hex.EncodeToString(sum[:6])
+	sum := sha256.Sum256([]byte("termd peer id\n" + strings.TrimSpace(string(b)) + "\n" + abs))
+	return "termd-" + hex.EncodeToString(sum[:6]), nil
 }
 
 // writePeerID keeps id in path (write, fsync, rename).

@@ -14,7 +14,7 @@
 // ... 9 = w x y z 9, 0 = space 0, 1 = . , ? ! ' - 1; a pause (default 800ms)
 // or another key commits the letter; holding a key types its digit; a case
 // key cycles abc / ABC / 123; send, delete and scroll keys are bound by
-// Keys. Kiosk instead maps keys to canned phrases. Both are pure state
+// Keys (send with nothing typed is SendBlank). Kiosk instead maps keys to canned phrases. Both are pure state
 // machines with time passed in, so they are tested on a fake clock; Drive
 // runs one on the real clock.
 //

@@ -87,6 +87,7 @@ const (
 	ScrollUp                         // scroll the conversation back
 	ScrollDown                       // scroll the conversation forward
 	ModeChange                       // the case mode changed: Action.Mode
+	SendBlank                        // the send key with nothing typed (termd: why offline)
 )
 
 func (k ActionKind) String() string {
@@ -101,6 +102,8 @@ func (k ActionKind) String() string {
 		return "ScrollDown"
 	case ModeChange:
 		return "ModeChange"
+	case SendBlank:
+		return "SendBlank"
 	}
 	return fmt.Sprintf("ActionKind(%d)", uint8(k))
 }
@@ -325,7 +328,7 @@ func (m *MultiTap) do(fn function) []Action {
 		m.commit()
 		text := string(m.text)
 		if strings.TrimSpace(text) == "" {
-			return nil
+			return []Action{{Kind: SendBlank, Mode: m.mode}}
 		}
 		m.text = m.text[:0]
 		return []Action{{Kind: Send, Text: text, Mode: m.mode}, m.edit()}
@@ -417,6 +420,10 @@ func (k *Kiosk) Handle(ev Event) []Action {
 		return nil
 	}
 	switch lookup(k.keys, ev.Key, false) {
+	case fnSend:
+		if ev.Kind == KeyDown {
+			return []Action{{Kind: SendBlank}}
+		}
 	case fnScrollUp:
 		return []Action{{Kind: ScrollUp}}
 	case fnScrollDown:

@@ -202,9 +202,18 @@ func TestMultiTapSend(t *testing.T) {
 	if got := ty.e.(*MultiTap).Text(); got != "" {
 		t.Fatalf("text after send %q", got)
 	}
-	ty.typeSeq("#0#") // blank: nothing sent
+	ty.typeSeq("#0#") // blank: nothing sent, a SendBlank each
 	if got := ty.sent(); len(got) != 1 {
 		t.Fatalf("blank sends %q", got)
+	}
+	n := 0
+	for _, a := range ty.acts {
+		if a.Kind == SendBlank {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d SendBlank for two sends with nothing typed, want 2", n)
 	}
 }
 
@@ -305,6 +314,10 @@ func TestKiosk(t *testing.T) {
 	}
 	if a, _ := ty.last(ScrollDown); a.Kind != ScrollDown {
 		t.Fatal("no scroll")
+	}
+	ty.tap('#') // the send key, not a phrase: why offline
+	if a, _ := ty.last(SendBlank); a.Kind != SendBlank {
+		t.Fatal("the send key gives no SendBlank")
 	}
 	if _, ok := k.Deadline(); ok || k.Tick(ty.now) != nil {
 		t.Fatal("kiosk has time-outs")

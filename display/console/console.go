@@ -33,6 +33,7 @@ const (
 	Interrupt                      // Ctrl-C
 	EOF                            // Ctrl-D on an empty line, or the input ended
 	Resize                         // the terminal size changed; Event.Width/Height
+	Blank                          // Enter on a blank line (termd: why the link is offline)
 )
 
 func (k EventKind) String() string {
@@ -45,6 +46,8 @@ func (k EventKind) String() string {
 		return "EOF"
 	case Resize:
 		return "Resize"
+	case Blank:
+		return "Blank"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -583,6 +586,8 @@ func (c *Console) handle(keys []Key, evs []Event) []Event {
 			changed = true
 			if !isBlank(text) {
 				evs = append(evs, Event{Kind: Submit, Text: text})
+			} else {
+				evs = append(evs, Event{Kind: Blank})
 			}
 		case KeyBackspace:
 			changed = ed.backspace()

@@ -145,8 +145,13 @@ func TestConsoleSubmit(t *testing.T) {
 		t.Fatalf("event %+v, want Submit hello", ev)
 	}
 	h.waitRow(10, ">")
-	// Blank lines are not submitted.
+	// Blank lines are not submitted: Enter on one is a Blank event.
 	h.typ("   \r\r")
+	for range 2 {
+		if ev := h.event(); ev.Kind != Blank {
+			t.Fatalf("event %+v for Enter on a blank line, want Blank", ev)
+		}
+	}
 	h.noEvent(100 * time.Millisecond)
 	if got := h.c.Line(); got != "" {
 		t.Fatalf("Line() = %q after Enter", got)

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"termlink/internal/testpki"
+	"termlink/server/config"
+	"termlink/server/servertest"
+)
+
+// termd on the sim board (its console on a real PTY, in tmux), kept
+// offline by a real termserver: the status line says why in short, Enter
+// on a blank line adds the full reason with the next try to the
+// conversation, and termd.log has the reason at INFO once however often
+// termd retries.
+func TestTermdOfflineReasonOnConsole(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) (args string)
+		short string
+		full  string
+	}{
+		{"bad CA", func(t *testing.T) string {
+			dir := t.TempDir()
+			ca := testpki.NewCA(t, dir, "lab")
+			srv := ca.Server(t, "server")
+			s := servertest.Start(t, func(c *config.Config) {
+				c.TLS = config.TLS{CertFile: srv.CertFile, KeyFile: srv.KeyFile}
+			})
+			return fmt.Sprintf("--server %s --ca-file %s", s.URL, testpki.NewCA(t, dir, "other").File)
+		}, "offline (unknown CA)", "server certificate is signed by an unknown authority"},
+		{"wrong token", func(t *testing.T) string {
+			s := servertest.Start(t, func(c *config.Config) {
+				ch := c.Channels["terminal-dev"]
+				ch.Config.Tokens = config.Tokens{ByPeer: map[string]string{"kiosk-1": "the-right-token"}}
+				c.Channels["terminal-dev"] = ch
+			})
+			tok := filepath.Join(t.TempDir(), "token")
+			if err := os.WriteFile(tok, []byte("a-wrong-token\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return fmt.Sprintf("--server %s --peer-id kiosk-1 --token-file %s", s.URL, tok)
+		}, "offline (token refused)", "server answered HTTP 401"},
+		{"refused certificate", func(t *testing.T) string {
+			dir := t.TempDir()
+			ca := testpki.NewCA(t, dir, "lab")
+			devCA := testpki.NewCA(t, dir, "devices")
+			kiosk := devCA.Client(t, "kiosk-1", "kiosk-1", "termlink:peer/kiosk-1")
+			srv := ca.Server(t, "server")
+			s := servertest.Start(t, func(c *config.Config) {
+				c.TLS = config.TLS{CertFile: srv.CertFile, KeyFile: srv.KeyFile}
+				ch := c.Channels["terminal-dev"]
+				ch.Config.ClientCA = devCA.File
+				c.Channels["terminal-dev"] = ch
+			})
+			return fmt.Sprintf("--server %s --ca-file %s --cert %s --key %s --peer-id kiosk-9", s.URL, ca.File, kiosk.CertFile, kiosk.KeyFile)
+		}, "offline (peer mismatch)", "certificate is for peer kiosk-1, connect says kiosk-9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			state := filepath.Join(t.TempDir(), "state")
+			tm, waitScreen := termdInTmux(t, fmt.Sprintf("%s %s --board sim --state-dir %s --log-level debug", termdRun, tc.start(t), state))
+			s := waitScreen(tc.short)
+			if !strings.Contains(s, "Enter: why") {
+				t.Errorf("the status line does not say how to see why:\n%s", s)
+			}
+			if strings.Contains(s, tc.full) {
+				t.Errorf("the full reason is on the screen before it was asked for:\n%s", s)
+			}
+			tm("send-keys", "Enter")
+			s = waitFlat(t, tm, tc.full)
+			if !strings.Contains(s, "next try at") {
+				t.Errorf("the full reason does not say when the next try is:\n%s", s)
+			}
+			// Three attempts (1s, then 2s apart), one INFO line.
+			logFile := filepath.Join(state, "termd.log")
+			var log string
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				b, _ := os.ReadFile(logFile)
+				log = string(b)
+				if strings.Count(log, "msg=\"dial failed\"") >= 3 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if n := strings.Count(log, "msg=\"dial failed\""); n < 3 {
+				t.Fatalf("%d attempts logged in 30s:\n%s", n, log)
+			}
+			if n := strings.Count(log, "level=INFO msg=offline"); n != 1 || !strings.Contains(log, tc.full) || !strings.Contains(log, "next_try=") {
+				t.Errorf("%d INFO offline lines, want 1 with the reason and the next try:\n%s", n, log)
+			}
+			// The conversation has the reason once: the one asked for.
+			if n := strings.Count(flat(tm("capture-pane", "-p")), tc.full); n != 1 {
+				t.Errorf("the reason is %d times on the screen, want once:\n%s", n, tm("capture-pane", "-p"))
+			}
+			tm("send-keys", "C-d")
+			waitScreen("EXIT=0")
+		})
+	}
+}
+
+// flat is a screen's text with its lines joined and runs of spaces
+// collapsed, so a text the console wrapped reads as one.
+func flat(screen string) string { return strings.Join(strings.Fields(screen), " ") }
+
+// waitFlat waits until the screen shows want, wrapped or not.
+func waitFlat(t *testing.T, tm func(args ...string) string, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s := tm("capture-pane", "-p")
+		if strings.Contains(flat(s), want) {
+			return flat(s)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the screen never showed %q:\n%s", want, s)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
