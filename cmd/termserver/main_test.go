@@ -321,3 +321,20 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Errorf("log:\n%s", p.log)
 	}
 }
+
+// A second termserver on the same workspace is refused, and the refusal
+// names the pid of the termserver that holds it (issue 23 row 11).
+func TestSecondTermserverNamesTheHolder(t *testing.T) {
+	cfg := writeConfig(t, t.TempDir(), 0)
+	first := start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "--config", cfg, "--listen", "127.0.0.1:0").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("second termserver: %v, want exit 1; output:\n%s", err, out)
+	}
+	want := fmt.Sprintf("process %d holds", first.cmd.Process.Pid)
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("second termserver's refusal %q does not name the holder (%q)", out, want)
+	}
+}
