@@ -2,6 +2,8 @@
 // message to its agent.
 //
 //	termserver [--config FILE] [--listen ADDR] [--log-level LEVEL]
+//	termserver --check-config FILE
+//	termserver --version
 //
 // With no config it serves channel terminal-dev (kind terminal, mode
 // websocket, account local) with the built-in echo agent on 127.0.0.1:8080,
@@ -52,6 +54,7 @@ func run(args []string) error {
 	tlsCert := fs.String("tls-cert", "", "PEM `file` of the TLS certificate (chain), overrides tls.certFile; reloaded on SIGHUP")
 	tlsKey := fs.String("tls-key", "", "PEM `file` of the TLS private key, overrides tls.keyFile")
 	debugAddr := fs.String("debug-addr", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060; off by default)")
+	checkConfig := fs.String("check-config", "", "check the config `file` as start-up would (every problem with its key path) and exit: 0 when it is good, 1 when not")
 	showVersion := fs.Bool("version", false, "print the version (module version, commit, toolchain) and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -65,6 +68,9 @@ func run(args []string) error {
 	if *showVersion {
 		fmt.Fprint(os.Stdout, buildinfo.Read(version).String("termserver"))
 		return nil
+	}
+	if *checkConfig != "" {
+		return checkConfigFile(*checkConfig, os.Stdout, os.Stderr)
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
