@@ -14,24 +14,26 @@ LDFLAGS := -X main.version=$(VERSION)
 # The test command: vet, race-detector tests, the Raspberry Pi cross-builds
 # and termd's tests executed on emulated ARM. Every step runs even when
 # one fails; the end says which failed and lists every skipped test with
-# its reason (a missing tool shows without -v). TESTREPORT_SKIPS names the
-# file the go test steps append skipped tests to.
+# its reason (a missing tool shows without -v) and the tests passed,
+# failed and skipped in all. TESTREPORT_SKIPS and TESTREPORT_COUNTS name
+# the files the go test steps append skipped tests and counts to.
 STEPS := vet race cross test-arm
 test:
-	@skips=$$(mktemp); trap 'rm -f "$$skips"' EXIT; failed=; passed=; \
+	@skips=$$(mktemp); counts=$$(mktemp); trap 'rm -f "$$skips" "$$counts"' EXIT; failed=; passed=; \
 	for step in $(STEPS); do \
 	  echo "== make $$step"; \
-	  if $(MAKE) --no-print-directory $$step TESTREPORT_SKIPS="$$skips"; then passed="$$passed $$step"; else failed="$$failed $$step"; fi; \
+	  if $(MAKE) --no-print-directory $$step TESTREPORT_SKIPS="$$skips" TESTREPORT_COUNTS="$$counts"; then passed="$$passed $$step"; else failed="$$failed $$step"; fi; \
 	done; \
 	echo; echo "== make test: summary"; \
 	n=$$(wc -l <"$$skips"); \
 	if [ "$$n" -gt 0 ]; then echo "skipped ($$n):"; cat "$$skips"; else echo "no test skipped"; fi; \
-	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed (passed:$${passed:- none})"; exit 1; fi; \
-	echo "make test: every step passed ($(STEPS))"
+	tests=$$(awk '{p+=$$1; f+=$$2; s+=$$3} END {printf "%d passed, %d failed, %d skipped", p, f, s}' "$$counts"); \
+	if [ -n "$$failed" ]; then echo "make test: $$tests; FAILED:$$failed (passed:$${passed:- none})"; exit 1; fi; \
+	echo "make test: $$tests; every step passed ($(STEPS))"
 
 # go test -json through testreport: plain go test's output (ok/FAIL
 # lines, failed tests' output), then the skipped tests with their reasons.
-TESTREPORT = $(GO) run ./testrig/testreport $(if $(TESTREPORT_SKIPS),-skips $(TESTREPORT_SKIPS))
+TESTREPORT = $(GO) run ./testrig/testreport $(if $(TESTREPORT_SKIPS),-skips $(TESTREPORT_SKIPS)) $(if $(TESTREPORT_COUNTS),-counts $(TESTREPORT_COUNTS))
 
 vet:
 	$(GO) vet $(PKGS)

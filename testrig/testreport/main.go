@@ -7,7 +7,9 @@
 //	go test -json ./... | go run ./testrig/testreport [-skips FILE] [-label STEP]
 //
 // -skips appends one line per skipped test ("STEP: SKIP pkg Test: reason")
-// to FILE, for make test's closing summary. The exit status is 1 when a
+// to FILE, and -counts one line "PASSED FAILED SKIPPED" (tests and
+// subtests), for make test's closing summary. The run ends with the
+// skipped tests and "N passed, N failed, N skipped". The exit status is 1 when a
 // test or package failed (or the input ended inside a package's run, or
 // was not go test -json), else 0; run it under set -o pipefail so go
 // test's own status counts too.
@@ -25,6 +27,7 @@ import (
 
 func main() {
 	skips := flag.String("skips", "", "append the skipped tests to `file` (one line each)")
+	counts := flag.String("counts", "", "append \"passed failed skipped\" to `file`")
 	label := flag.String("label", "", "the `step` the -skips lines are prefixed with (race, armv6, ...)")
 	flag.Parse()
 	var out io.Writer = os.Stdout
@@ -47,6 +50,11 @@ func main() {
 			fmt.Fprintln(sf, s.line())
 		}
 		if cerr := sf.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	if *counts != "" {
+		if cerr := appendLine(*counts, fmt.Sprintf("%d %d %d", r.passed, r.nfailed, len(r.skipped))); cerr != nil && err == nil {
 			err = cerr
 		}
 	}
@@ -90,7 +98,9 @@ type report struct {
 	running map[key]*buffer // output of tests not finished yet
 	open    map[string]bool // packages started and not finished
 	skipped []skip
-	failed  bool
+	passed  int  // tests and subtests
+	nfailed int  // tests and subtests
+	failed  bool // a test, a package or the stream failed
 }
 
 func newReport(w io.Writer) *report {
@@ -165,12 +175,14 @@ func (r *report) event(e event) {
 		}
 		b.add(e.Output)
 	case "pass":
+		r.passed++
 		delete(r.running, k)
 	case "skip":
 		r.skipped = append(r.skipped, skip{e.Package, e.Test, reason(r.running[k])})
 		delete(r.running, k)
 	case "fail":
 		r.failed = true
+		r.nfailed++
 		if b := r.running[k]; b != nil {
 			b.writeTo(r.w)
 		}
@@ -188,13 +200,25 @@ func (r *report) flush(pkg string) {
 	}
 }
 
-// summary prints the skipped tests with their reasons.
+// summary prints the skipped tests with their reasons, then the counts.
 func (r *report) summary() {
-	if len(r.skipped) == 0 {
-		return
+	if len(r.skipped) > 0 {
+		fmt.Fprintf(r.w, "\n%d skipped:\n", len(r.skipped))
+		for _, s := range r.skipped {
+			fmt.Fprintln(r.w, s.line())
+		}
 	}
-	fmt.Fprintf(r.w, "\n%d skipped:\n", len(r.skipped))
-	for _, s := range r.skipped {
-		fmt.Fprintln(r.w, s.line())
+	fmt.Fprintf(r.w, "%d passed, %d failed, %d skipped\n", r.passed, r.nfailed, len(r.skipped))
+}
+
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
 	}
+	_, err = fmt.Fprintln(f, line)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

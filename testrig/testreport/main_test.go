@@ -43,6 +43,7 @@ func TestPassingPackage(t *testing.T) {
 		"\n2 skipped:\n",
 		"SKIP termlink/testrig/testreport/testdata/sample TestSkips: frobnicator is not installed (apt-get install frobnicator)\n",
 		"SKIP termlink/testrig/testreport/testdata/sample TestSubtests/skips: needs a jumper\n",
+		"\n4 passed, 0 failed, 2 skipped\n", // tests and subtests
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
