@@ -102,7 +102,7 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
 	}
 	if *showVersion {
-		fmt.Fprintln(fs.Output(), "termd", termdVersion())
+		fmt.Fprint(fs.Output(), versionText())
 		return nil
 	}
 	if *idleSeconds < 0 || *backlightOff < 0 {

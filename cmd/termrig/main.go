@@ -24,7 +24,13 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"termlink/internal/buildinfo"
 )
+
+// version is termrig's version; release builds set it with
+// -ldflags "-X main.version=v1.2.3" (make pi does).
+var version = ""
 
 // subcommand is one `termrig <name>` job.
 type subcommand struct {
@@ -97,6 +103,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	name := args[0]
 	switch name {
+	case "version", "-version", "--version":
+		fmt.Fprint(stdout, buildinfo.Read(version).String("termrig"))
+		return 0
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if cmd, ok := cmds[args[1]]; ok {
@@ -136,7 +145,7 @@ func printUsage(w io.Writer, cmds map[string]subcommand) {
 	for _, name := range slices.Sorted(maps.Keys(cmds)) {
 		fmt.Fprintf(w, "\t%-16s %s\n", name, cmds[name].summary)
 	}
-	fmt.Fprint(w, "\nRun 'termrig <command> -h' for the flags of a command.\n")
+	fmt.Fprint(w, "\nRun 'termrig <command> -h' for the flags of a command, 'termrig --version' for the version.\n")
 }
 
 // newFlagSet returns a FlagSet that prints nothing itself, and the

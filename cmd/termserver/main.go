@@ -2,6 +2,8 @@
 // message to its agent.
 //
 //	termserver [--config FILE] [--listen ADDR] [--log-level LEVEL]
+//	termserver --check-config FILE
+//	termserver --version
 //
 // With no config it serves channel terminal-dev (kind terminal, mode
 // websocket, account local) with the built-in echo agent on 127.0.0.1:8080,
@@ -23,10 +25,16 @@ import (
 	"syscall"
 	"time"
 
+	"termlink/internal/buildinfo"
 	"termlink/link/discover"
 	"termlink/server"
 	"termlink/server/config"
 )
+
+// version is termserver's version; release builds set it with
+// -ldflags "-X main.version=v1.2.3" (make pi does). Otherwise --version
+// gives the module version and the commit from the build info.
+var version = ""
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -46,6 +54,8 @@ func run(args []string) error {
 	tlsCert := fs.String("tls-cert", "", "PEM `file` of the TLS certificate (chain), overrides tls.certFile; reloaded on SIGHUP")
 	tlsKey := fs.String("tls-key", "", "PEM `file` of the TLS private key, overrides tls.keyFile")
 	debugAddr := fs.String("debug-addr", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060; off by default)")
+	checkConfig := fs.String("check-config", "", "check the config `file` as start-up would (every problem with its key path) and exit: 0 when it is good, 1 when not")
+	showVersion := fs.Bool("version", false, "print the version (module version, commit, toolchain) and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -54,6 +64,13 @@ func run(args []string) error {
 	}
 	if fs.NArg() > 0 && fs.Arg(0) != "export-sessions" {
 		return fmt.Errorf("unexpected argument %q (flags only, or the command export-sessions DIR; see --help)", fs.Arg(0))
+	}
+	if *showVersion {
+		fmt.Fprint(os.Stdout, buildinfo.Read(version).String("termserver"))
+		return nil
+	}
+	if *checkConfig != "" {
+		return checkConfigFile(*checkConfig, os.Stdout, os.Stderr)
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
@@ -114,7 +131,7 @@ func run(args []string) error {
 	if err != nil {
 		ws = cfg.Workspace
 	}
-	log.Info("termserver listening", "addr", ln.Addr().String(), "workspace", ws)
+	log.Info("termserver listening", "addr", ln.Addr().String(), "workspace", ws, "version", buildinfo.Read(version).Version)
 	err = srv.Serve(ctx, ln, *grace)
 	log.Info("termserver stopped")
 	return err

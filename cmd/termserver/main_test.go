@@ -23,6 +23,8 @@ import (
 
 var binary string
 
+const stampedVersion = "v0.0.0-termserver-test"
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "termserver-test")
 	if err != nil {
@@ -30,7 +32,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "termserver")
-	build := exec.Command("go", "build", "-race", "-o", binary, ".")
+	// Stamped as make pi stamps a release (TestVersion checks it took).
+	build := exec.Command("go", "build", "-race", "-ldflags", "-X main.version="+stampedVersion, "-o", binary, ".")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building termserver:", err)
@@ -319,5 +322,40 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	if !strings.Contains(p.log.String(), "termserver stopped") {
 		t.Errorf("log:\n%s", p.log)
+	}
+}
+
+// A second termserver on the same workspace is refused, and the refusal
+// names the pid of the termserver that holds it (issue 23 row 11).
+func TestSecondTermserverNamesTheHolder(t *testing.T) {
+	cfg := writeConfig(t, t.TempDir(), 0)
+	first := start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "--config", cfg, "--listen", "127.0.0.1:0").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("second termserver: %v, want exit 1; output:\n%s", err, out)
+	}
+	want := fmt.Sprintf("process %d holds", first.cmd.Process.Pid)
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("second termserver's refusal %q does not name the holder (%q)", out, want)
+	}
+}
+
+// --version prints the version stamped with -X main.version, then the
+// module version and toolchain, on stdout, and exits 0 (issue 23 row 11).
+func TestVersion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "--version")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("--version: %v; stderr %q", err, stderr.String())
+	}
+	if !strings.HasPrefix(string(out), "termserver "+stampedVersion+"\n") || !strings.Contains(string(out), "\n  module  ") ||
+		!strings.Contains(string(out), "\n  go      go") {
+		t.Fatalf("--version printed %q", out)
 	}
 }

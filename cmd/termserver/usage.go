@@ -13,6 +13,7 @@ Example:
 
 	termserver --listen 0.0.0.0:8080                # channel terminal-dev, echo agent
 	termserver --config /etc/termlink/termserver.json
+	termserver --check-config /etc/termlink/termserver.json   # exit 0, or 1 with every problem and its key path
 	termserver --listen 0.0.0.0:8443 --tls-cert server.pem --tls-key server-key.pem   # wss://; kill -HUP reloads the certificate, clientCA and denyCerts
 
 Without --config it serves channel terminal-dev (the built-in echo agent) on
@@ -26,8 +27,13 @@ JetStream; export-sessions writes it as nanobot JSONL session files:
 
 	termserver --config edge-1.json export-sessions ./sessions
 
+Example configs (each one checked by the tests): cmd/termserver/examples/
+in the termlink source; a hardened systemd unit: cmd/termserver/termserver.service.
+
 Usage: termserver [--config FILE] [flags]
        termserver --config FILE export-sessions DIR
+       termserver --check-config FILE
+       termserver --version
 
 Flags:
 `

@@ -46,7 +46,7 @@ func (w *walker) acp(path string, n *node) *ACPAgent {
 		Permission:   DefaultACPPermission,
 		AskTimeout:   DefaultACPAskTimeout,
 	}
-	f := w.fields(path, n, "command", "args", "env", "cwd", "idleTimeout", "maxProcesses", "startTimeout", "permission", "askTimeout")
+	f := w.fields(path, n, "agents.*.acp")
 	if f == nil {
 		return a
 	}

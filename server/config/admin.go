@@ -221,7 +221,7 @@ func (t AdminToken) GoString() string { return t.String() }
 // admin decodes the "admin" block.
 func (w *walker) admin(path string, n *node) Admin {
 	var a Admin
-	f := w.fields(path, n, "tokens", "metricsRequireToken", "allowedHosts")
+	f := w.fields(path, n, "admin")
 	if f == nil {
 		return a
 	}
@@ -296,7 +296,7 @@ func (w *walker) allowedHosts(path string, n *node) []HostPort {
 
 func (w *walker) adminToken(path string, n *node, i int) (AdminToken, bool) {
 	t := AdminToken{Name: fmt.Sprintf("token %d", i)}
-	f := w.fields(path, n, "token", "role", "name")
+	f := w.fields(path, n, "admin.tokens.[]")
 	if f == nil {
 		return t, false
 	}

@@ -66,7 +66,7 @@ func TestAdminErrors(t *testing.T) {
 		want        []string
 	}{
 		{"not an object", `[]`, []string{"config: admin: must be an object, got array"}},
-		{"unknown key", `{"token": []}`, []string{"config: admin.token: unknown key (known: tokens, metricsRequireToken, allowedHosts)"}},
+		{"unknown key", `{"token": []}`, []string{"config: admin.token: unknown key (known: tokens, metricsRequireToken, allowedHosts); it belongs in admin.tokens[N].token"}},
 		{"tokens not an array", `{"tokens": {"a": "b"}}`, []string{`config: admin.tokens: must be an array of {"token", "role", "name"} objects, got object`}},
 		{"tokens empty", `{"tokens": []}`, []string{"config: admin.tokens: must not be empty (leave tokens out to serve loopback clients only)"}},
 		{"token a string", `{"tokens": ["abc"]}`, []string{"config: admin.tokens[0]: must be an object, got string"}},

@@ -69,8 +69,7 @@ var nodeNameRE = regexp.MustCompile(nodeNamePattern)
 func (w *walker) cluster(path string, n *node) Cluster {
 	c := Cluster{Partitions: DefaultPartitions, Replicas: DefaultReplicas, AckWait: DefaultAckWait,
 		Lease: DefaultLease, DuplicateWindow: DefaultDuplicateWindow, DedupeTTL: DefaultDedupeTTL}
-	f := w.fields(path, n, "nats", "role", "name", "partitions", "replicas", "credentials", "tls",
-		"ackWaitSeconds", "leaseSeconds", "duplicateWindowSeconds", "dedupeHours")
+	f := w.fields(path, n, "cluster")
 	if f == nil {
 		return Cluster{}
 	}
@@ -130,7 +129,7 @@ func (w *walker) cluster(path string, n *node) Cluster {
 	}
 	if e, ok := f["tls"]; ok {
 		p := join(path, e.key)
-		if tf := w.fields(p, e.val, "caFile", "certFile", "keyFile"); tf != nil {
+		if tf := w.fields(p, e.val, "cluster.tls"); tf != nil {
 			for _, k := range []struct {
 				key string
 				dst *string

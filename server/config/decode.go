@@ -63,11 +63,14 @@ func (w *walker) object(path string, n *node) bool {
 	return true
 }
 
-// fields matches the keys of object n against known (canonical camelCase
-// names, in documentation order), each also accepted in snake_case. It
-// returns the known keys present, by canonical name; nil if n is not an
-// object.
-func (w *walker) fields(path string, n *node, known ...string) map[string]entry {
+// fields matches the keys of object n, the block tmpl of the schema (at
+// path), against its known keys (canonical camelCase names, in
+// documentation order), each also accepted in snake_case. It returns the
+// known keys present, by canonical name; nil if n is not an object. An
+// unknown key's error names the known keys, a near miss, and the blocks
+// that know the key.
+func (w *walker) fields(path string, n *node, tmpl string) map[string]entry {
+	known := known(tmpl)
 	if !w.object(path, n) {
 		return nil
 	}
@@ -89,6 +92,11 @@ func (w *walker) fields(path string, n *node, known ...string) map[string]entry 
 						hint = fmt.Sprintf("; did you mean %s?", k)
 					}
 					break
+				}
+			}
+			if hint == "" {
+				if places := belongs(path, tmpl, key); len(places) > 0 {
+					hint = "; it belongs in " + strings.Join(places, " or ")
 				}
 			}
 			w.errorf(join(path, key), "unknown key (known: %s)%s", strings.Join(known, ", "), hint)
@@ -232,7 +240,7 @@ func (w *walker) config(root *node) *Config {
 		Channels:          map[string]Channel{},
 		Agents:            map[string]Agent{},
 	}
-	f := w.fields("", root, "listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes", "channels", "agents", "admin", "discovery", "tls", "cluster")
+	f := w.fields("", root, "")
 	if f == nil {
 		return nil
 	}
@@ -369,7 +377,7 @@ func (w *walker) channel(path, id string, n *node) (ch Channel, agentKey string,
 		Config:      defaultChannelConfig(),
 	}
 	agentKey = "agent"
-	f := w.fields(path, n, "enabled", "kind", "mode", "accountId", "displayName", "agent", "config")
+	f := w.fields(path, n, "channels.*")
 	if f == nil {
 		return ch, agentKey, false
 	}
@@ -427,9 +435,7 @@ func (w *walker) channel(path, id string, n *node) (ch Channel, agentKey string,
 
 func (w *walker) channelConfig(path string, n *node) ChannelConfig {
 	cc := defaultChannelConfig()
-	f := w.fields(path, n, "heartbeatSeconds", "maxMessageChars", "tokens", "sendQueue",
-		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds", "maxNoticesPerPeer",
-		"clientCA", "denyCerts", "enrollment", "enrollmentCodeSeconds")
+	f := w.fields(path, n, "channels.*.config")
 	w.clientCerts(path, f, &cc)
 	if e, ok := f["heartbeatSeconds"]; ok {
 		cc.HeartbeatSeconds, _ = w.integer(join(path, e.key), e.val, 1, 3600)
@@ -521,7 +527,7 @@ func (w *walker) tokens(path string, n *node) Tokens {
 // agent decodes one agent definition.
 func (w *walker) agent(path string, n *node) (Agent, bool) {
 	var a Agent
-	f := w.fields(path, n, "builtin", "delayMs", "terminal", "nuum", "harness", "acp")
+	f := w.fields(path, n, "agents.*")
 	if f == nil {
 		return a, false
 	}
@@ -582,7 +588,7 @@ func (w *walker) terminal(path string, n *node) *TerminalAgent {
 		PassMedia:      true,
 		MaxOutputBytes: DefaultMaxOutputBytes,
 	}
-	f := w.fields(path, n, "enabled", "command", "timeout", "protocol", "passMedia", "env", "providers", "maxOutputBytes")
+	f := w.fields(path, n, "agents.*.terminal")
 	if f == nil {
 		return t
 	}
@@ -668,7 +674,7 @@ func (w *walker) providers(path string, n *node) map[string]Provider {
 
 func (w *walker) provider(path string, n *node) Provider {
 	var pr Provider
-	f := w.fields(path, n, "apiKeys", "models", "baseUrl")
+	f := w.fields(path, n, "agents.*.terminal.providers.*")
 	if f == nil {
 		return pr
 	}
@@ -706,7 +712,7 @@ func (w *walker) nuum(path string, n *node) *NuumAgent {
 		HeartbeatTimeout: DefaultNuumHeartbeatTimeout,
 		HeartbeatAck:     NuumHeartbeatAckRequired,
 	}
-	f := w.fields(path, n, "command", "idleTimeout", "maxProcesses", "startTimeout", "heartbeatSeconds", "heartbeatTimeout", "turnTimeout", "heartbeatAck")
+	f := w.fields(path, n, "agents.*.nuum")
 	if f == nil {
 		return a
 	}
@@ -752,7 +758,7 @@ func (w *walker) harness(path string, n *node) *HarnessAgent {
 		ObservationBytes: DefaultHarnessObservationBytes,
 		StepTimeout:      DefaultHarnessStepTimeout,
 	}
-	f := w.fields(path, n, "command", "target", "maxSteps", "maxDuration", "observationBytes", "stepTimeout")
+	f := w.fields(path, n, "agents.*.harness")
 	if f == nil {
 		return h
 	}

@@ -35,7 +35,7 @@ func (w *walker) discovery(path string, n *node) Discovery {
 		return Discovery{}
 	}
 	d := Discovery{Enabled: true}
-	f := w.fields(path, n, "enabled", "instance", "interface")
+	f := w.fields(path, n, "discovery")
 	if f == nil {
 		return Discovery{}
 	}

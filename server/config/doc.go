@@ -31,8 +31,13 @@
 // the first, one per line, each starting with "config: " and naming the key's
 // path, for example:
 //
-//	config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue, maxWaitingPerSession, ratePerPeer, rateBurst, connectTimeoutSeconds)
+//	config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, ...)
+//	config: channels.terminal-dev.enrollment: unknown key (known: enabled, kind, ...); it belongs in channels.terminal-dev.config.enrollment
 //	config: agents.helper.terminal.timeout: must be a positive integer, got "abc"
+//
+// An unknown key gets a "did you mean" for a near miss in its block, else
+// the places of the other blocks that know it (the schema table lists
+// every block and its keys).
 //
 // Each line is an *Error; use errors.As on the returned error to get one.
 //

@@ -17,6 +17,8 @@ func FuzzParse(f *testing.F) {
 		`{"agents": {"x": {"harness": {"command": "c", "target": "serial:@"}}}}`,
 		`{"agents": {"c": {"acp": {"command": "x", "args": [1, "a"], "env": {"": "v"}, "permission": "ask", "askTimeout": 0}}}}`,
 		`{"agents": {"n": {"nuum": {"command": "x", "turnTimeout": 0, "heartbeatAck": "optional"}}}}`,
+		// keys of other blocks: the "it belongs in" hints
+		`{"enrollment": true, "channels": {"c.d": {"accountId": "a", "enrollment": 1, "config": {"agent": "x"}}}, "admin": {"tokens": [{"tokens": 1}]}, "agents": {"h": {"command": "x", "terminal": {"idleTimeout": 1, "providers": {"p.q": {"timeout": 1}}}}}}`,
 	} {
 		f.Add([]byte(s))
 	}

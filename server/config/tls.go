@@ -81,7 +81,7 @@ func ParseFingerprint(s string) (Fingerprint, error) {
 // tls decodes the top-level "tls" block.
 func (w *walker) tls(path string, n *node) TLS {
 	var t TLS
-	f := w.fields(path, n, "certFile", "keyFile")
+	f := w.fields(path, n, "tls")
 	if f == nil {
 		return t
 	}

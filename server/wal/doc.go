@@ -49,7 +49,8 @@
 // LSN is applied elsewhere and deletes the segments wholly below it; the
 // mark goes to the file "released" (atomic rename, no fsync), and Open
 // replays only records after it. An flock on the file "LOCK" keeps a
-// second process from opening the same log.
+// second process from opening the same log; the holder writes its pid
+// into the file, and the refusal names it.
 //
 // # Recovery
 //

@@ -5,14 +5,19 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
 // lockDir takes an exclusive flock on dir/LOCK, so a second process (or
 // a second Open in this one) cannot write the same log; the lock goes
-// with the process.
+// with the process. The holder writes its pid into the file, so the
+// refusal can name it (a stale pid left by a dead holder is harmless: the
+// flock, not the pid, decides).
 func lockDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, "LOCK")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
@@ -26,11 +31,32 @@ func lockDir(dir string) (*os.File, error) {
 		}
 	}
 	if err != nil {
-		f.Close()
+		defer f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("wal: %s is open elsewhere (%s is locked)", dir, path)
+			holder := "another process"
+			if pid := lockHolder(f); pid > 0 {
+				holder = "process " + strconv.Itoa(pid)
+			}
+			return nil, fmt.Errorf("wal: %s is open elsewhere: %s holds %s (another termserver on this workspace?)", dir, holder, path)
 		}
 		return nil, fmt.Errorf("wal: lock %s: %w", path, err)
 	}
+	// Best effort: the pid only names the holder in another's refusal.
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
 	return f, nil
+}
+
+// lockHolder reads the pid the holder of the lock file wrote (0: none).
+func lockHolder(f *os.File) int {
+	b, err := io.ReadAll(io.LimitReader(f, 32))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
 }

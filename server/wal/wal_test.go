@@ -471,7 +471,9 @@ func TestTruncateCorruptLowersReleaseMark(t *testing.T) {
 func TestOpenTwiceRefused(t *testing.T) {
 	dir := t.TempDir()
 	l, _ := open(t, dir, Options{})
-	if _, _, err := tryOpen(dir, Options{}); err == nil || !strings.Contains(err.Error(), "open elsewhere") {
+	// The refusal names the holder (issue 23 row 11): this process's pid.
+	if _, _, err := tryOpen(dir, Options{}); err == nil || !strings.Contains(err.Error(), "open elsewhere") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("process %d holds", os.Getpid())) {
 		t.Fatalf("second open: %v", err)
 	}
 	l.Close()

@@ -1,0 +1,224 @@
+// Command testreport reads `go test -json` on stdin and prints what plain
+// `go test` prints (each package's ok/FAIL line, a failed test's output,
+// build errors), then a summary of the skipped tests with their reasons,
+// so a test skipped for lack of a tool (LCDd, qemu, chromium) shows
+// without -v. make test pipes its go test steps through it:
+//
+//	go test -json ./... | go run ./testrig/testreport [-skips FILE] [-label STEP]
+//
+// -skips appends one line per skipped test ("STEP: SKIP pkg Test: reason")
+// to FILE, and -counts one line "PASSED FAILED SKIPPED" (tests and
+// subtests), for make test's closing summary. The run ends with the
+// skipped tests and "N passed, N failed, N skipped". The exit status is 1 when a
+// test or package failed (or the input ended inside a package's run, or
+// was not go test -json), else 0; run it under set -o pipefail so go
+// test's own status counts too.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	skips := flag.String("skips", "", "append the skipped tests to `file` (one line each)")
+	counts := flag.String("counts", "", "append \"passed failed skipped\" to `file`")
+	label := flag.String("label", "", "the `step` the -skips lines are prefixed with (race, armv6, ...)")
+	flag.Parse()
+	var out io.Writer = os.Stdout
+	var sf *os.File
+	if *skips != "" {
+		var err error
+		if sf, err = os.OpenFile(*skips, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "testreport:", err)
+			os.Exit(2)
+		}
+	}
+	r := newReport(out)
+	err := r.read(os.Stdin)
+	r.summary()
+	if sf != nil {
+		for _, s := range r.skipped {
+			if *label != "" {
+				fmt.Fprint(sf, *label, ": ")
+			}
+			fmt.Fprintln(sf, s.line())
+		}
+		if cerr := sf.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	if *counts != "" {
+		if cerr := appendLine(*counts, fmt.Sprintf("%d %d %d", r.passed, r.nfailed, len(r.skipped))); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testreport:", err)
+		os.Exit(1)
+	}
+	if r.failed {
+		os.Exit(1)
+	}
+}
+
+// event is one line of go test -json (cmd/test2json).
+type event struct {
+	Action     string
+	Package    string
+	ImportPath string // build-output, build-fail
+	Test       string
+	Output     string
+}
+
+// maxKept bounds the output kept for one test that is still running; a
+// failed test's last maxKept bytes are printed.
+const maxKept = 256 << 10
+
+type key struct{ pkg, test string }
+
+type skip struct {
+	pkg, test, reason string
+}
+
+func (s skip) line() string {
+	if s.reason == "" {
+		return fmt.Sprintf("SKIP %s %s (no reason given)", s.pkg, s.test)
+	}
+	return fmt.Sprintf("SKIP %s %s: %s", s.pkg, s.test, s.reason)
+}
+
+type report struct {
+	w       io.Writer
+	running map[key]*buffer // output of tests not finished yet
+	open    map[string]bool // packages started and not finished
+	skipped []skip
+	passed  int  // tests and subtests
+	nfailed int  // tests and subtests
+	failed  bool // a test, a package or the stream failed
+}
+
+func newReport(w io.Writer) *report {
+	return &report{w: w, running: map[key]*buffer{}, open: map[string]bool{}}
+}
+
+// read consumes the stream; an error means the stream was not go test
+// -json or ended inside a package's run (go test died).
+func (r *report) read(in io.Reader) error {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var e event
+		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
+			// Not an event (go vet, a crash before test2json): as is.
+			r.w.Write(append(line, '\n'))
+			continue
+		}
+		r.event(e)
+	}
+	if err := sc.Err(); err != nil {
+		r.failed = true
+		return err
+	}
+	if len(r.open) > 0 {
+		r.failed = true
+		for pkg := range r.open {
+			r.flush(pkg)
+		}
+		return errors.New("the go test output ended before every package finished")
+	}
+	return nil
+}
+
+func (r *report) event(e event) {
+	switch e.Action {
+	case "build-output":
+		io.WriteString(r.w, e.Output)
+		return
+	case "build-fail":
+		r.failed = true
+		return
+	case "start":
+		r.open[e.Package] = true
+		return
+	}
+	if e.Test == "" {
+		switch e.Action {
+		case "output":
+			if e.Output != "PASS\n" { // plain go test prints only the ok line
+				io.WriteString(r.w, e.Output)
+			}
+		case "pass", "skip":
+			delete(r.open, e.Package)
+		case "fail":
+			r.failed = true
+			r.flush(e.Package) // tests cut short (a panic, a timeout)
+			delete(r.open, e.Package)
+		}
+		return
+	}
+	k := key{e.Package, e.Test}
+	switch e.Action {
+	case "run":
+		r.running[k] = &buffer{}
+	case "output":
+		b := r.running[k]
+		if b == nil {
+			b = &buffer{}
+			r.running[k] = b
+		}
+		b.add(e.Output)
+	case "pass":
+		r.passed++
+		delete(r.running, k)
+	case "skip":
+		r.skipped = append(r.skipped, skip{e.Package, e.Test, reason(r.running[k])})
+		delete(r.running, k)
+	case "fail":
+		r.failed = true
+		r.nfailed++
+		if b := r.running[k]; b != nil {
+			b.writeTo(r.w)
+		}
+		delete(r.running, k)
+	}
+}
+
+// flush prints the output of every unfinished test of pkg.
+func (r *report) flush(pkg string) {
+	for k, b := range r.running {
+		if k.pkg == pkg {
+			b.writeTo(r.w)
+			delete(r.running, k)
+		}
+	}
+}
+
+// summary prints the skipped tests with their reasons, then the counts.
+func (r *report) summary() {
+	if len(r.skipped) > 0 {
+		fmt.Fprintf(r.w, "\n%d skipped:\n", len(r.skipped))
+		for _, s := range r.skipped {
+			fmt.Fprintln(r.w, s.line())
+		}
+	}
+	fmt.Fprintf(r.w, "%d passed, %d failed, %d skipped\n", r.passed, r.nfailed, len(r.skipped))
+}
+
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, line)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

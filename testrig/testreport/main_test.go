@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// goTestJSON runs the real go test -json on testdata/sample.
+func goTestJSON(t *testing.T, fail bool) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-json", "./testdata/sample")
+	cmd.Env = append(os.Environ(), "TESTREPORT_SAMPLE_FAIL=")
+	if fail {
+		cmd.Env = append(cmd.Env, "TESTREPORT_SAMPLE_FAIL=1")
+	}
+	out, err := cmd.Output()
+	if _, ok := err.(*exec.ExitError); err != nil && !(ok && fail) {
+		t.Fatalf("go test -json: %v\n%s", err, out)
+	}
+	return out
+}
+
+func TestPassingPackage(t *testing.T) {
+	var out bytes.Buffer
+	r := newReport(&out)
+	if err := r.read(bytes.NewReader(goTestJSON(t, false))); err != nil {
+		t.Fatal(err)
+	}
+	r.summary()
+	s := out.String()
+	if r.failed {
+		t.Errorf("failed with every test passing or skipped:\n%s", s)
+	}
+	for _, want := range []string{
+		"ok  \ttermlink/testrig/testreport/testdata/sample\t",
+		"\n2 skipped:\n",
+		"SKIP termlink/testrig/testreport/testdata/sample TestSkips: frobnicator is not installed (apt-get install frobnicator)\n",
+		"SKIP termlink/testrig/testreport/testdata/sample TestSubtests/skips: needs a jumper\n",
+		"\n4 passed, 0 failed, 2 skipped\n", // tests and subtests
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	// Plain go test's quiet output: no -v framing, no passing test's log.
+	for _, not := range []string{"=== RUN", "chatter of a passing test", "--- PASS", "\nPASS\n"} {
+		if strings.Contains(s, not) {
+			t.Errorf("output has %q:\n%s", not, s)
+		}
+	}
+}
+
+func TestFailingPackage(t *testing.T) {
+	var out bytes.Buffer
+	r := newReport(&out)
+	if err := r.read(bytes.NewReader(goTestJSON(t, true))); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	if !r.failed {
+		t.Errorf("a failed test did not fail the report:\n%s", s)
+	}
+	// As plain go test: the verdict line, then the test's log.
+	for _, want := range []string{"--- FAIL: TestFails (", "s)\n    sample_test.go:27: what went wrong\n", "the expected failure",
+		"FAIL\ttermlink/testrig/testreport/testdata/sample\t"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "=== RUN") {
+		t.Errorf("output has -v framing:\n%s", s)
+	}
+}
+
+// go test killed halfway (its stream ends inside a package): a failure,
+// with what the unfinished tests printed.
+func TestCutStreamFails(t *testing.T) {
+	in := goTestJSON(t, true)
+	i := bytes.Index(in, []byte(`"Action":"fail","Package":"termlink/testrig/testreport/testdata/sample","Test":"TestFails"`))
+	if i < 0 {
+		t.Fatalf("no fail event in\n%s", in)
+	}
+	in = in[:bytes.LastIndexByte(in[:i], '\n')+1]
+	var out bytes.Buffer
+	r := newReport(&out)
+	if err := r.read(bytes.NewReader(in)); err == nil || !r.failed {
+		t.Fatalf("cut stream: err %v, failed %v", err, r.failed)
+	}
+	if !strings.Contains(out.String(), "the expected failure") {
+		t.Errorf("the unfinished test's output is not shown:\n%s", out.String())
+	}
+}
+
+// Lines that are not events (go vet, a crash before test2json) pass
+// through.
+func TestNonJSONPassesThrough(t *testing.T) {
+	var out bytes.Buffer
+	r := newReport(&out)
+	if err := r.read(strings.NewReader("# termlink/x\nx.go:1: bad\n")); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "# termlink/x\nx.go:1: bad\n" {
+		t.Errorf("got %q", out.String())
+	}
+}
+
+func TestBufferKeepsTheTail(t *testing.T) {
+	var b buffer
+	line := strings.Repeat("x", 1023) + "\n"
+	for range 2 * maxKept / len(line) {
+		b.add(line)
+	}
+	b.add("the end\n")
+	var out bytes.Buffer
+	b.writeTo(&out)
+	if out.Len() > maxKept+100 || !strings.HasSuffix(out.String(), "the end\n") || !strings.Contains(out.String(), "bytes of output cut") {
+		t.Errorf("kept %d bytes, tail %q", out.Len(), out.String()[max(0, out.Len()-20):])
+	}
+}
