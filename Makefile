@@ -28,8 +28,8 @@ test:
 	n=$$(wc -l <"$$skips"); \
 	if [ "$$n" -gt 0 ]; then echo "skipped ($$n):"; cat "$$skips"; else echo "no test skipped"; fi; \
 	tests=$$(awk '{p+=$$1; f+=$$2; s+=$$3} END {printf "%d passed, %d failed, %d skipped", p, f, s}' "$$counts"); \
-	if [ -n "$$failed" ]; then echo "make test: $$tests; FAILED:$$failed (passed:$${passed:- none})"; exit 1; fi; \
-	echo "make test: $$tests; every step passed ($(STEPS))"
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed (passed:$${passed:- none})"; echo "tests: $$tests"; exit 1; fi; \
+	echo "make test: every step passed ($(STEPS))"; echo "tests: $$tests"
 
 # go test -json through testreport: plain go test's output (ok/FAIL
 # lines, failed tests' output), then the skipped tests with their reasons.

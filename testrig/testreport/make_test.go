@@ -39,7 +39,7 @@ func TestMakeTestReportsStepsAndSkips(t *testing.T) {
 		"--- FAIL: TestFails",
 		"== make vet\n", // the step after the failed one ran
 		"race: SKIP termlink/testrig/testreport/testdata/sample TestSkips: frobnicator is not installed",
-		"make test: 3 passed, 1 failed, 2 skipped; FAILED: race (passed: vet)",
+		"make test: FAILED: race (passed: vet)\ntests: 3 passed, 1 failed, 2 skipped\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("failing make test: output lacks %q:\n%s", want, out)
@@ -53,7 +53,7 @@ func TestMakeTestReportsStepsAndSkips(t *testing.T) {
 		"ok  \ttermlink/testrig/testreport/testdata/sample\t",
 		"skipped (2):\n",
 		"race: SKIP termlink/testrig/testreport/testdata/sample TestSubtests/skips: needs a jumper",
-		"make test: 4 passed, 0 failed, 2 skipped; every step passed (race vet)",
+		"make test: every step passed (race vet)\ntests: 4 passed, 0 failed, 2 skipped\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("passing make test: output lacks %q:\n%s", want, out)
