@@ -67,20 +67,25 @@ func startClusterServer(t *testing.T, runner *countingRunner, mutate func(*confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the partition is owned", func() bool { return ts.rt.cluster.node.Owns(0) })
+	if !waitUntil(t, "the partition is owned", func() bool { return ts.rt.cluster.node.Owns(0) }) {
+		t.FailNow()
+	}
 	return ts, js
 }
 
-// waitUntil polls ok every 10 ms for at most 20 s.
-func waitUntil(t *testing.T, what string, ok func() bool) {
+// waitUntil polls ok every 10 ms for at most 20 s; false (and the test
+// marked failed) if it never held. It may be called from any goroutine.
+func waitUntil(t *testing.T, what string, ok func() bool) bool {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !ok() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not %s after 20 s", what)
+			t.Errorf("not %s after 20 s", what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 // dropLease removes partition 0's lease as its expiry does (no delete
@@ -119,7 +124,7 @@ func heldTicket(c *clusterNode, session, messageID string) *ticket {
 	return c.tickets[msgKey{session, messageID}]
 }
 
-// frames reads frames until want has seen what it waits for (true), for
+// until reads frames until want has seen what it waits for (true), for
 // at most 15 s.
 func (c *client) until(want func(link.Frame) bool) {
 	c.t.Helper()
@@ -199,6 +204,8 @@ func TestClusterPartitionRetakenKeepsSessionOrder(t *testing.T) {
 		}
 		first = false
 		c := ts.rt.cluster
+		// The hook runs on the router's goroutine: failures are
+		// marked (t.Error), never fatal here.
 		waitUntil(t, "B delivered", func() bool { return heldTicket(c, in.SessionKey, "B") != nil })
 		b0 := heldTicket(c, in.SessionKey, "B")
 		dropLease(t, ts, js)
