@@ -9,6 +9,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/testrig/cluster"
 )
 
 // TestFaultRepetition is one repetition of each fault scenario of
@@ -81,6 +86,7 @@ func faultRepetition(t *testing.T, scenario string) {
 	victim := tc.nats.Nodes[rep%len(tc.nats.Nodes)]
 	start := time.Now()
 	fault := ""
+	killed := make(chan string, 1) // the worker scenario's kill, done meanwhile
 	for s := range seconds {
 		switch {
 		case s == seconds/3 && scenario == "nats":
@@ -95,21 +101,15 @@ func faultRepetition(t *testing.T, scenario string) {
 			}
 			fault += fmt.Sprintf(", restarted at %.1fs", time.Since(start).Seconds())
 		case s == seconds/3 && scenario == "worker":
-			// While it runs something: a run started in the last 0.3 s
-			// (the runs last 0.6 s), waiting at most 10 s for one.
-			victim := tc.workers[0]
-			for wait := time.Now().Add(10 * time.Second); time.Now().Before(wait); time.Sleep(20 * time.Millisecond) {
-				if recentRun(runLog, filepath.Join(victim.Spec.Dir, "workspace"), 300*time.Millisecond) {
-					break
-				}
-			}
-			victim.Kill()
-			fault = fmt.Sprintf("killed %s at %.1fs", victim.Spec.Name, time.Since(start).Seconds())
+			go killWhileRunning(t, tc.workers[0], runLog, tc.nats.URLs(), start, killed)
 		}
 		for i, d := range ds {
 			d.send(fmt.Sprintf("f%d-%d-%d", rep, i, s))
 		}
 		time.Sleep(time.Until(start.Add(time.Duration(s+1) * time.Second)))
+	}
+	if scenario == "worker" {
+		fault = <-killed
 	}
 	unanswered := 0
 	deadline := time.Now().Add(2 * waitFor)
@@ -201,6 +201,23 @@ func faultRepetition(t *testing.T, scenario string) {
 	}
 }
 
+// killWhileRunning kills victim with SIGKILL as soon as it has started a
+// run (one started less than 0.3 s ago: runs last 0.6 s), waiting at
+// most 10 s for one, and says when on killed.
+func killWhileRunning(t *testing.T, victim *cluster.Server, runLog, natsURLs string, start time.Time, killed chan<- string) {
+	ws := filepath.Join(victim.Spec.Dir, "workspace")
+	for wait := time.Now().Add(10 * time.Second); time.Now().Before(wait); time.Sleep(20 * time.Millisecond) {
+		if recentRun(runLog, ws, 300*time.Millisecond) {
+			break
+		}
+	}
+	if os.Getenv("FAULT_DEBUG") != "" {
+		t.Logf("consumers before the kill:\n%s", consumerStates(natsURLs))
+	}
+	victim.Kill()
+	killed <- fmt.Sprintf("killed %s at %.1fs", victim.Spec.Name, time.Since(start).Seconds())
+}
+
 // recentRun reports whether the run log's last line is a run started in
 // workspace, written less than within ago.
 func recentRun(runLog, workspace string, within time.Duration) bool {
@@ -253,4 +270,37 @@ func (d *device) badAnswers() int {
 		}
 	}
 	return n
+}
+
+// consumerStates describes the inbound stream's consumers (FAULT_DEBUG).
+func consumerStates(urls string) string {
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		return err.Error()
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err.Error()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "TERMLINK_IN")
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	l := st.ListConsumers(ctx)
+	for ci := range l.Info() {
+		leader := ""
+		if ci.Cluster != nil {
+			leader = ci.Cluster.Leader
+		}
+		fmt.Fprintf(&b, "%s leader=%s delivered=%d ackfloor=%d pending=%d ackpending=%d waiting=%d redelivered=%d\n",
+			ci.Name, leader, ci.Delivered.Stream, ci.AckFloor.Stream, ci.NumPending, ci.NumAckPending, ci.NumWaiting, ci.NumRedelivered)
+	}
+	if err := l.Err(); err != nil {
+		fmt.Fprintf(&b, "listing: %v\n", err)
+	}
+	return b.String()
 }
