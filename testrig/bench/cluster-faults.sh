@@ -16,8 +16,10 @@
 # edge, the other one as fallback; each keeps up to 16 unacked messages)
 # send one message a second each for FAULT_SECONDS; the agent logs each
 # run's start. Scenarios:
-#   nats    kill -9 of one NATS node (n1, n2, n3 in turn) after a third of
-#           the time, started again after two thirds;
+#   nats    kill -9 of one NATS node after a third of the time, started
+#           again after two thirds: the leader of the partition leases'
+#           bucket, of the claims' bucket or of the inbound stream, in turn
+#           (the workers' "lost the lease" lines are counted: leases_lost);
 #   worker  kill -9 of worker-1 after a third of the time, as soon as it
 #           has started a run (runs last 0.6 s).
 # (termrig cluster runs its NATS nodes and termservers inside one
@@ -60,13 +62,14 @@ for line in open(sys.argv[1]):
     f = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
     c = tot[f["scenario"]]
     c["repetitions"] += 1
-    for k in ("messages", "double_no_interruption", "out_of_order", "unanswered", "bad_answers", "reruns"):
+    for k in ("messages", "double_no_interruption", "out_of_order", "unanswered", "bad_answers", "reruns", "leases_lost"):
         c[k] += int(f[k])
 for sc, c in sorted(tot.items()):
     print(f"TOTAL {sc}: {c['repetitions']} repetitions, {c['messages']} messages: "
           f"double runs without an interruption record {c['double_no_interruption']}, "
           f"out-of-order first runs {c['out_of_order']}, unanswered {c['unanswered']}, "
-          f"bad answers {c['bad_answers']}; reruns with the interruption recorded {c['reruns']}")
+          f"bad answers {c['bad_answers']}; reruns with the interruption recorded {c['reruns']}, "
+          f"leases lost {c['leases_lost']}")
 PY
 if [ $status -ne 0 ]; then
 	echo "go test failed (status $status); its output:" >&2

@@ -25,9 +25,10 @@ import (
 // second for FAULT_SECONDS (24), each with a window of up to 16 unacked
 // messages (link.Client's default), while
 //
-//	nats    one NATS node (a different one each repetition) gets SIGKILL
-//	        after a third of the time and is started again after two
-//	        thirds;
+//	nats    one NATS node gets SIGKILL after a third of the time and is
+//	        started again after two thirds: in turn the leader of the
+//	        partition leases' bucket, of the claims' bucket and of the
+//	        inbound stream;
 //	worker  worker-1 gets SIGKILL after a third of the time, as soon as
 //	        it has started a run (runs last 0.6 s).
 //
@@ -83,7 +84,19 @@ func faultRepetition(t *testing.T, scenario string) {
 		ds = append(ds, newDevice(t, fmt.Sprintf("f%d-%d", rep, i), tc.edges[i%2].WSURL(), tc.edges[(i+1)%2].WSURL()))
 	}
 	time.Sleep(3 * time.Second) // the partitions' consumers have elected their leaders
+	// The NATS node to kill: the leader of a stream whose election stalls
+	// what matters, in turn the partition leases' (KV_termlink_parts:
+	// its keys outlive an election shorter than the lease), the claims'
+	// and the inbound messages'; else a node in turn.
 	victim := tc.nats.Nodes[rep%len(tc.nats.Nodes)]
+	leaderOf := []string{"KV_termlink_parts", "KV_termlink_dedupe", "TERMLINK_IN"}[(rep/2)%3]
+	if name := streamLeader(tc.nats.URLs(), leaderOf); name != "" {
+		for _, n := range tc.nats.Nodes {
+			if n.Name == name {
+				victim = n
+			}
+		}
+	}
 	start := time.Now()
 	fault := ""
 	killed := make(chan string, 1) // the worker scenario's kill, done meanwhile
@@ -91,7 +104,7 @@ func faultRepetition(t *testing.T, scenario string) {
 		switch {
 		case s == seconds/3 && scenario == "nats":
 			victim.Kill()
-			fault = fmt.Sprintf("killed nats %s at %.1fs", victim.Name, time.Since(start).Seconds())
+			fault = fmt.Sprintf("killed nats %s (leader of %s) at %.1fs", victim.Name, leaderOf, time.Since(start).Seconds())
 		case s == 2*seconds/3 && scenario == "nats":
 			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 			err := victim.Start(ctx)
@@ -165,8 +178,15 @@ func faultRepetition(t *testing.T, scenario string) {
 		}
 		d.mu.Unlock()
 	}
-	line := fmt.Sprintf("scenario=%s rep=%d messages=%d runs=%d double_no_interruption=%d out_of_order=%d unanswered=%d bad_answers=%d reruns=%d runs_by=%s/%d,%s/%d fault=%q",
-		scenario, rep, devices*seconds, len(lines), doubles, outOfOrder, unanswered, bad, reruns,
+	leasesLost, taken := 0, 0
+	for _, w := range tc.workers {
+		if b, err := os.ReadFile(w.LogFile); err == nil {
+			leasesLost += strings.Count(string(b), "lost the lease of a partition")
+			taken += strings.Count(string(b), "partition taken")
+		}
+	}
+	line := fmt.Sprintf("scenario=%s rep=%d messages=%d runs=%d double_no_interruption=%d out_of_order=%d unanswered=%d bad_answers=%d reruns=%d leases_lost=%d partitions_taken=%d runs_by=%s/%d,%s/%d fault=%q",
+		scenario, rep, devices*seconds, len(lines), doubles, outOfOrder, unanswered, bad, reruns, leasesLost, taken,
 		tc.workers[0].Spec.Name, byWorker[tc.workers[0].Spec.Name], tc.workers[1].Spec.Name, byWorker[tc.workers[1].Spec.Name], fault)
 	t.Log(line)
 	for i, e := range examples {
@@ -303,4 +323,27 @@ func consumerStates(urls string) string {
 		fmt.Fprintf(&b, "listing: %v\n", err)
 	}
 	return b.String()
+}
+
+// streamLeader is the NATS node that leads stream, "" if unknown.
+func streamLeader(urls, stream string) string {
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		return ""
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return ""
+	}
+	if ci := st.CachedInfo(); ci.Cluster != nil {
+		return ci.Cluster.Leader
+	}
+	return ""
 }
