@@ -31,6 +31,7 @@ type clusterNode struct {
 
 	mu      sync.Mutex
 	tickets map[msgKey]*ticket   // worker: deliveries held until answered
+	nextGen uint64               // worker: the last ticket's gen
 	waiting map[msgKey]*edgeWait // edge: acked to a device here, reply not yet sent
 	failed  map[string]string    // edge: per session, a message whose accept failed (holdBack)
 	present map[string]uint64    // edge: per channel+peer held here, its presence revision
@@ -62,14 +63,26 @@ func (c *clusterNode) registerMetrics(m *serverMetrics) {
 
 type msgKey struct{ session, messageID string }
 
-// ticket is a delivery a worker holds: queued or running.
+// ticket is a delivery a worker holds: queued, starting or running.
+// d and state change under clusterNode.mu; the other fields belong to
+// the router goroutine that runs the ticket's copy.
 type ticket struct {
 	d      *cluster.Delivery
+	gen    uint64 // the Delivery of the router copy this ticket is for
+	state  ticketState
 	claim  cluster.Claim
 	rev    uint64           // the claim's revision as this worker last wrote or read it
 	recs   []session.Record // the turn's records before the reply (startRun)
 	cached bool             // answered before: the claim has the reply
 }
+
+type ticketState uint8
+
+const (
+	ticketQueued   ticketState = iota // in the router's queue
+	ticketStarting                    // startRun may be writing its claim
+	ticketRunning                     // started here: its claim says so
+)
 
 // edgeWait is a message an edge acked and has not answered yet.
 type edgeWait struct {
@@ -145,7 +158,10 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 	}
 	err := c.acceptInOrder(ctx, ch, in, ack)
 	c.mu.Lock()
-	if err != nil && !errors.Is(err, ErrBusy) { // busy: nothing was sent to NATS
+	if err != nil {
+		// Busy too: nothing was sent to NATS, but a place may free
+		// before the next message of the session, which the device has
+		// sent already (its window): it must not go first.
 		c.failed[in.SessionKey] = in.MessageID
 	} else if err == nil && c.failed[in.SessionKey] == in.MessageID {
 		delete(c.failed, in.SessionKey)
@@ -158,12 +174,15 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 // until that one is accepted. A failed publish may still be stored later
 // (JetStream stores a message whose ack was lost in a leader election),
 // after a message behind it that went through: the session would run out
-// of order. The device resends in order, the failed one first.
+// of order. A message refused busy would be overtaken too by the next
+// one, already sent, if a place freed meanwhile. The refusal is busy:
+// the device puts the message back in send order, after the failed one,
+// and resends both in order.
 func (c *clusterNode) holdBack(in bus.Inbound) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if id, ok := c.failed[in.SessionKey]; ok && id != in.MessageID {
-		return fmt.Errorf("message %s of this session is not stored yet; messages are taken in order: resend %s first", id, id)
+		return fmt.Errorf("%w: message %s of this session is not accepted yet; messages are taken in order: resend %s first", ErrBusy, id, id)
 	}
 	return nil
 }
@@ -447,44 +466,89 @@ func replyMessage(cl cluster.Claim) *link.Message {
 func (c *clusterNode) deliver(ctx context.Context, d *cluster.Delivery) {
 	in := d.In
 	k := msgKey{in.SessionKey, in.MessageID}
-	c.mu.Lock()
-	if t := c.tickets[k]; t != nil {
-		// JetStream sent it again while this worker holds it (an
-		// in-progress ack was lost): the copy held answers it.
-		t.d = d
-		c.mu.Unlock()
-		_ = d.InProgress()
+	if c.attach(k, d) {
 		return
 	}
-	c.mu.Unlock()
 	if in.RunID == "" {
 		in.RunID = c.rt.newRunID()
 	}
-	d.In = in
-	t := &ticket{d: d, claim: cluster.Claim{State: cluster.StatePending, Session: in.SessionKey,
-		MessageID: in.MessageID, RunID: in.RunID}}
 	if err := c.rt.admission.reserveWait(ctx, in.SessionKey, math.MaxInt); err != nil {
 		return // stopping: unacked, the next owner runs it
 	}
 	c.mu.Lock()
+	if c.tickets[k] != nil {
+		c.mu.Unlock()
+		c.rt.admission.release(in.SessionKey, 1)
+		c.attach(k, d)
+		return
+	}
+	c.nextGen++
+	in.Delivery = c.nextGen
+	d.In = in
+	t := &ticket{d: d, gen: in.Delivery, claim: cluster.Claim{State: cluster.StatePending, Session: in.SessionKey,
+		MessageID: in.MessageID, RunID: in.RunID}}
 	c.tickets[k] = t
 	c.mu.Unlock()
 	if err := c.rt.bus.PublishInbound(ctx, in); err != nil {
 		c.rt.admission.release(in.SessionKey, 1)
-		c.forget(k)
+		c.forgetTicket(k, t)
 	}
 }
 
+// attach gives a ticket held for k the delivery d: JetStream sent the
+// message again while this worker holds it (an in-progress ack was
+// lost, or this worker took its partition again and the consumer was
+// made again). The copy already queued or running answers it.
+func (c *clusterNode) attach(k msgKey, d *cluster.Delivery) bool {
+	c.mu.Lock()
+	t := c.tickets[k]
+	if t != nil {
+		t.d = d
+	}
+	c.mu.Unlock()
+	if t != nil {
+		_ = d.InProgress()
+	}
+	return t != nil
+}
+
+// ticket is the ticket of the router's copy in: nil for a copy left
+// queued from an earlier delivery (its ticket was dropped when the
+// partition moved, and a later delivery has its own ticket and copy).
 func (c *clusterNode) ticket(in bus.Inbound) *ticket {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.tickets[msgKey{in.SessionKey, in.MessageID}]
+	if t := c.tickets[msgKey{in.SessionKey, in.MessageID}]; t != nil && t.gen == in.Delivery {
+		return t
+	}
+	return nil
 }
 
-func (c *clusterNode) forget(k msgKey) {
+// forgetTicket drops t, if it is still k's ticket.
+func (c *clusterNode) forgetTicket(k msgKey, t *ticket) {
 	c.mu.Lock()
-	delete(c.tickets, k)
+	if c.tickets[k] == t {
+		delete(c.tickets, k)
+	}
 	c.mu.Unlock()
+}
+
+// delivery is t's current delivery.
+func (c *clusterNode) delivery(t *ticket) *cluster.Delivery {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return t.d
+}
+
+// setState changes t's state if t is still k's ticket; false if not.
+func (c *clusterNode) setState(k msgKey, t *ticket, s ticketState) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tickets[k] != t {
+		return false
+	}
+	t.state = s
+	return true
 }
 
 // interruptedTwiceCluster answers a message whose run two workers' deaths
@@ -498,19 +562,32 @@ const interruptedTwiceCluster = "interrupted twice by a worker failure; not run 
 // already (a partition moved after the reply): answered with the cached
 // reply. Cancelled before it started: answered cancelled. ok false: not
 // to be run here (NATS trouble: it comes again).
+//
+// A copy whose ticket was dropped (its partition moved while it waited
+// in the queue) is not run, even if a later delivery of the message has a
+// ticket: that delivery has its own copy, queued behind the copies of
+// the session's earlier messages, so it runs in stream order. From here
+// on the ticket is starting: a partition lost while its claim is being
+// written keeps it, so a delivery after the partition came back finds
+// it, and the run's reply is recorded and acked through it.
 func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
+	k := msgKey{in.SessionKey, in.MessageID}
 	t := c.ticket(in)
-	if t == nil {
-		return nil, false // the partition moved away
+	if t == nil || !c.setState(k, t, ticketStarting) {
+		return nil, false // a copy from before the partition moved
 	}
 	me := c.workerID()
 	cl, rev := t.claim, t.rev
 	read := false // the first try creates the claim without reading it
 	wait := 100 * time.Millisecond
 	for conflicts := 0; conflicts < 8; {
-		if ctx.Err() != nil || c.ticket(in) != t {
-			c.forget(msgKey{in.SessionKey, in.MessageID})
-			return nil, false // stopping, or the partition moved: the next owner runs it
+		if ctx.Err() != nil || !c.node.Owns(c.delivery(t).Partition) {
+			// Stopping, or the partition moved while the claim could
+			// not be written: the next owner runs it (and finds it
+			// running here, cut short, if a write that failed was
+			// stored after all).
+			c.forgetTicket(k, t)
+			return nil, false
 		}
 		if read {
 			cur, crev, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
@@ -548,7 +625,14 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 		}
 		next := cl
 		next.State, next.Worker, next.Attempt, next.RunID = cluster.StateRunning, me, attempt, in.RunID
-		nrev, err := c.node.UpdateClaim(ctx, next, rev)
+		var nrev uint64
+		var err error
+		if hook := testHookClaimWrite; hook != nil {
+			err = hook(in)
+		}
+		if err == nil {
+			nrev, err = c.node.UpdateClaim(ctx, next, rev)
+		}
 		switch {
 		case errors.Is(err, cluster.ErrConflict):
 			c.conflicts.Add(1)
@@ -567,15 +651,23 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 		return c.started(t, in, next, nrev, attempt), true
 	}
 	c.rt.log.Warn("cluster: message not started: its claim keeps changing; it comes again", "message_id", in.MessageID)
-	c.forget(msgKey{in.SessionKey, in.MessageID})
-	_ = t.d.Nak()
+	c.forgetTicket(k, t)
+	_ = c.delivery(t).Nak()
 	return nil, false
 }
+
+// testHookClaimWrite, set by tests before the node starts, runs before
+// each claim write of startRun; an error stands for a write that failed
+// (a NATS leader election).
+var testHookClaimWrite func(in bus.Inbound) error
 
 // started records that this worker runs the message (attempt: which
 // run); the answer is non-nil for a message cut short too often.
 func (c *clusterNode) started(t *ticket, in bus.Inbound, cl cluster.Claim, rev uint64, attempt int) *agent.Result {
 	t.claim, t.rev = cl, rev
+	c.mu.Lock()
+	t.state = ticketRunning
+	c.mu.Unlock()
 	t.recs = []session.Record{userRecord(in)}
 	if attempt > 1 {
 		t.recs = append(t.recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
@@ -633,9 +725,10 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 	// that finds the claim done (this one's partition moved while NATS
 	// was away) answers from it without writing history, so the history
 	// would otherwise get this turn after the session's later ones.
+	k := msgKey{in.SessionKey, in.MessageID}
 	if err := c.node.AppendHistory(in.SessionKey, recs...).Wait(ctx); err != nil {
 		c.rt.log.Warn("cluster: turn not stored in the session history; not answered here", "message_id", in.MessageID, "err", err)
-		c.forget(msgKey{in.SessionKey, in.MessageID})
+		c.forgetTicket(k, t)
 		return false
 	}
 	cl, rev := t.claim, t.rev
@@ -651,7 +744,7 @@ retry:
 			break retry
 		}
 		if ctx.Err() != nil {
-			c.forget(msgKey{in.SessionKey, in.MessageID})
+			c.forgetTicket(k, t)
 			return false
 		}
 		if errors.Is(err, cluster.ErrConflict) {
@@ -665,7 +758,7 @@ retry:
 				cur.State == cluster.StateRunning && (!mine || cur.Worker != c.workerID() || cur.Attempt != t.claim.Attempt):
 				c.rt.log.Warn("cluster: reply dropped: another worker took the message over",
 					"message_id", in.MessageID, "claim", cur.State, "worker", cur.Worker)
-				c.forget(msgKey{in.SessionKey, in.MessageID})
+				c.forgetTicket(k, t)
 				return false
 			default: // cancelled or pending meanwhile (a cancel that lost the race): ours to answer
 				cl, rev = cur, crev
@@ -686,9 +779,9 @@ retry:
 func (c *clusterNode) sendFinal(ctx context.Context, in bus.Inbound, out bus.Outbound) {
 	c.send(ctx, in, out)
 	if t := c.ticket(in); t != nil {
-		_ = t.d.Ack()
+		_ = c.delivery(t).Ack()
+		c.forgetTicket(msgKey{in.SessionKey, in.MessageID}, t)
 	}
-	c.forget(msgKey{in.SessionKey, in.MessageID})
 }
 
 func (c *clusterNode) send(ctx context.Context, in bus.Inbound, out bus.Outbound) {
@@ -737,13 +830,17 @@ func (c *clusterNode) unfinished(p int) int {
 	return n
 }
 
-// lost drops the tickets of a partition another worker owns now: their
-// runs, if any start, find the claim changed.
+// lost drops the queued tickets of a partition this worker no longer
+// owns: their copies in the router are not run (startRun), and a later
+// delivery (this worker took the partition again) queues copies of its
+// own, in stream order. A ticket starting or running is kept: its claim
+// may say it runs here, and a later delivery must find it rather than
+// run it a second time as "this worker's own write".
 func (c *clusterNode) lost(p int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, t := range c.tickets {
-		if t.d.Partition == p && t.claim.State != cluster.StateRunning {
+		if t.d.Partition == p && t.state == ticketQueued {
 			delete(c.tickets, k)
 		}
 	}

@@ -31,6 +31,11 @@ type Inbound struct {
 	// its run records that it runs again before it starts (a restart that
 	// cuts this run short too answers it with an error instead).
 	Recovered bool
+	// Delivery tells the copies of one message apart in a cluster worker
+	// (which delivery from the partition's consumer this copy is): a copy
+	// left queued from before a partition moved must not run as the copy
+	// delivered after it. 0 elsewhere.
+	Delivery uint64 `json:"-"`
 }
 
 // ChatID is the chat identifier agents see: the peer id, plus the thread.

@@ -4,18 +4,21 @@
 //
 // One message's path across nodes:
 //
-//	edge: claim in KV termlink_dedupe (create-only) -> publish to stream
-//	      TERMLINK_IN, subject termlink.in.<partition> (Nats-Msg-Id: the
-//	      claim key) -> JetStream's ack -> ack to the device
-//	worker owning the partition: durable consumer p<N> -> claim read ->
-//	      run (claim CAS pending -> running) -> history records in stream
-//	      TERMLINK_HIST -> claim CAS running -> done with the reply ->
-//	      core publish termlink.out.<edge of the peer> -> ack the message
+//	edge: claim read from KV termlink_dedupe (a resend is answered from
+//	      it) -> publish to stream TERMLINK_IN, subject
+//	      termlink.in.<partition> (Nats-Msg-Id: the claim key) ->
+//	      JetStream's ack -> ack to the device
+//	worker owning the partition: its consumer p<N>_<id> -> claim created
+//	      running (create-only: one worker starts it) -> run -> history
+//	      records in stream TERMLINK_HIST -> claim CAS running -> done
+//	      with the reply -> core publish termlink.out.<edge of the peer>
+//	      -> ack the message
 //	edge: reply to the device if it is still waiting for it
 //
 // Presence (KV termlink_presence) says which edge holds a peer; live nodes
 // (KV termlink_nodes) and partition leases (KV termlink_parts) expire
 // unless renewed, so a killed worker's partitions move after one lease.
-// The new owner recreates the partition's consumer at its ack floor, so
-// the messages of a session come again in stream order.
+// The new owner makes a consumer of its own at the earlier consumers' ack
+// floor and deletes them, so the messages of a session come again in
+// stream order and the old owner can no longer pull them (DESIGN.md).
 package cluster

@@ -2,11 +2,14 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -96,6 +99,21 @@ func (n *Node) Owned() int {
 	return len(w.owned)
 }
 
+// Owns reports whether this worker holds partition p (giving it up
+// included): a message of a partition it no longer holds is the next
+// owner's to start.
+func (n *Node) Owns(p int) bool {
+	n.mu.Lock()
+	w := n.worker
+	n.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.owned[p] != nil
+}
+
 // StopWorker stops consuming and gives every partition up at once (the
 // leases are deleted, so the next owner need not wait for them to
 // expire). Call it after the router has finished its runs.
@@ -124,6 +142,13 @@ func (n *Node) StopWorker() {
 }
 
 func leaseKey(p int) string { return "p." + strconv.Itoa(p) }
+
+// randomSuffix names a partition's consumer for one owner.
+func randomSuffix() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
 
 // score is the rendezvous hash of a worker and a partition: the live
 // worker with the highest score owns the partition.
@@ -228,15 +253,20 @@ func (w *worker) tick(ctx context.Context) {
 		} else if err != nil {
 			continue
 		}
+		// Owned before its consumer delivers: a delivery's run starts
+		// only in a partition this worker owns (Owns).
 		part := &partition{rev: rev}
-		if err := w.start(ctx, p, part); err != nil {
-			w.n.log.Warn("cluster: cannot consume partition; retrying", "partition", p, "err", err)
-			_ = w.n.parts.Delete(ctx, leaseKey(p), jetstream.LastRevision(rev))
-			continue
-		}
 		w.mu.Lock()
 		w.owned[p] = part
 		w.mu.Unlock()
+		if err := w.start(ctx, p, part); err != nil {
+			w.n.log.Warn("cluster: cannot consume partition; retrying", "partition", p, "err", err)
+			w.mu.Lock()
+			delete(w.owned, p)
+			w.mu.Unlock()
+			_ = w.n.parts.Delete(ctx, leaseKey(p), jetstream.LastRevision(rev))
+			continue
+		}
 	}
 }
 
@@ -254,33 +284,67 @@ func (w *worker) drop(p int) {
 	}
 }
 
-// start consumes partition p from its consumer's ack floor: the consumer
-// is made again there, so what the last owner left unanswered comes first
+// start consumes partition p from its consumers' ack floor, on a
+// consumer of its own: what the last owner left unanswered comes first
 // and in stream order (JetStream's redelivery after the ack wait would
 // let newer messages of a session overtake it).
+//
+// Each owner makes a consumer under a new name (p<N>_<random>) and then
+// deletes the earlier ones. With one durable name for every owner, an old
+// owner that has not yet seen its lease go (it was reconnecting to NATS,
+// and missed the deletion notice) pulls from the new owner's consumer:
+// the partition's messages are then split between two workers, and a
+// message delivered to the old one, which drops it when it sees the lease
+// gone, comes again only after the ack wait, after the session's later
+// messages ran on the new owner. Its acks and in-progress signals would
+// also land on the new consumer. A consumer name the old owner does not
+// know fences it off.
 func (w *worker) start(ctx context.Context, p int, part *partition) error {
-	name := "p" + strconv.Itoa(p)
+	prefix := "p" + strconv.Itoa(p)
+	var old []string
+	var floor uint64
+	names := w.n.in.ConsumerNames(ctx)
+	for name := range names.Name() {
+		if name != prefix && !strings.HasPrefix(name, prefix+"_") {
+			continue
+		}
+		c, err := w.n.in.Consumer(ctx, name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading consumer %s: %w", name, err)
+		}
+		// Several: one left by an owner that died between making its
+		// consumer and deleting the earlier one. The lowest floor loses
+		// nothing (messages answered above it are answered from claims).
+		if f := c.CachedInfo().AckFloor.Stream; len(old) == 0 || f < floor {
+			floor = f
+		}
+		old = append(old, name)
+	}
+	if err := names.Err(); err != nil {
+		return fmt.Errorf("listing the consumers of %s: %w", InStream, err)
+	}
+	name := prefix + "_" + randomSuffix()
 	cfg := jetstream.ConsumerConfig{Durable: name, FilterSubject: inPrefix + strconv.Itoa(p),
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.n.cfg.AckWait, MaxAckPending: 1024,
 		MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
 		Description: "termlink: partition " + strconv.Itoa(p)}
-	c, err := w.n.in.Consumer(ctx, name)
-	switch {
-	case err == nil:
-		floor := c.CachedInfo().AckFloor.Stream
-		if err := w.n.in.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return fmt.Errorf("resetting consumer %s: %w", name, err)
-		}
-		if floor > 0 {
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
-		}
-	case errors.Is(err, jetstream.ErrConsumerNotFound):
-	default:
-		return fmt.Errorf("reading consumer %s: %w", name, err)
+	if floor > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
 	}
 	cons, err := w.n.in.CreateConsumer(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("creating consumer %s: %w", name, err)
+	}
+	// Made before the old ones go: a death in between leaves both, and
+	// the next owner starts from the lower floor.
+	for _, o := range old {
+		if err := w.n.in.DeleteConsumer(ctx, o); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			_ = w.n.in.DeleteConsumer(ctx, name)
+			return fmt.Errorf("deleting the earlier consumer %s: %w", o, err)
+		}
 	}
 	bg := w.n.bgCtx
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -305,6 +369,6 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 		return fmt.Errorf("consuming %s: %w", name, err)
 	}
 	part.cc = cc
-	w.n.log.Info("cluster: partition taken", "partition", p, "from_seq", cfg.OptStartSeq)
+	w.n.log.Info("cluster: partition taken", "partition", p, "consumer", name, "from_seq", cfg.OptStartSeq)
 	return nil
 }

@@ -15,3 +15,6 @@ field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($1)
 
 # record NAME VALUE: one result row of this round and server.
 record() { printf '%s\t%s\t%s\t%s\n' "$round" "$srv" "$1" "$2" >>"$results"; }
+
+# loadavg: the 1, 5 and 15 minute load averages.
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }

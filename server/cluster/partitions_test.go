@@ -1,0 +1,107 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/server/bus"
+	"termlink/server/config"
+)
+
+// startJetStream runs a one-node JetStream (the nats-server library) on
+// 127.0.0.1 and returns its client URL.
+func startJetStream(t *testing.T) string {
+	t.Helper()
+	s, err := natsserver.NewServer(&natsserver.Options{ServerName: "t1", Host: "127.0.0.1", Port: -1,
+		JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatal("nats-server not ready in 10 s")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL()
+}
+
+// consumerNames lists the inbound stream's consumers.
+func consumerNames(t *testing.T, ctx context.Context, n *Node) []string {
+	t.Helper()
+	var out []string
+	l := n.in.ConsumerNames(ctx)
+	for name := range l.Name() {
+		out = append(out, name)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A worker that takes a partition over fences the old owner off: a pull
+// the old owner sends afterwards, by the consumer name it knows (it was
+// reconnecting to NATS when the consumer was deleted and missed the
+// notice), must not get the partition's messages. With one durable name
+// for every owner it pulled from the new owner's consumer: the
+// partition's messages were split between two workers, and one the old
+// owner dropped came again only after the ack wait, after the session's
+// later messages had run on the new owner (issue 22, row 8).
+func TestTakeOverFencesTheOldOwner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
+		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+	n, err := Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	hooks := WorkerHooks{Deliver: func(context.Context, *Delivery) {}, Unfinished: func(int) int { return 0 }}
+
+	oldOwner := &worker{n: n, hooks: hooks, owned: map[int]*partition{}}
+	po := &partition{}
+	if err := oldOwner.start(ctx, 0, po); err != nil {
+		t.Fatal(err)
+	}
+	po.cc.Stop() // its pulls are made by hand below
+	names := consumerNames(t, ctx, n)
+	if len(names) != 1 {
+		t.Fatalf("consumers %v after the first take, want one", names)
+	}
+	oldName := names[0]
+
+	newOwner := &worker{n: n, hooks: hooks, owned: map[int]*partition{}}
+	pn := &partition{}
+	if err := newOwner.start(ctx, 0, pn); err != nil {
+		t.Fatal(err)
+	}
+	pn.cc.Stop() // holds the message for the old owner's pull to find, if it can
+	if got := consumerNames(t, ctx, n); len(got) != 1 {
+		t.Errorf("consumers %v after the take-over, want only the new owner's", got)
+	}
+
+	if _, err := n.PublishInbound(ctx, bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: "m-1", Text: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := n.in.Consumer(ctx, oldName)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return // fenced off
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		t.Errorf("the old owner's pull on consumer %s got a message of the new owner's: %s", oldName, m.Data())
+	}
+}

@@ -1,0 +1,267 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/link"
+	"termlink/server/bus"
+	"termlink/server/cluster"
+	"termlink/server/config"
+)
+
+// These tests run one termserver with role "all" (edge and worker) on a
+// real single-node JetStream (the nats-server library in this process,
+// on a loopback port) and make a partition's lease vanish at a chosen
+// moment, as it does when NATS elects new leaders for longer than the
+// lease ("lost the lease ... wrong last sequence: 0"): the worker drops
+// the partition, takes it again, and its new consumer delivers what is
+// unanswered again.
+
+// startJetStream runs a one-node JetStream on 127.0.0.1 and returns its
+// client URL.
+func startJetStream(t *testing.T) string {
+	t.Helper()
+	s, err := natsserver.NewServer(&natsserver.Options{ServerName: "t1", Host: "127.0.0.1", Port: -1,
+		JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatal("nats-server not ready in 10 s")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL()
+}
+
+// startClusterServer runs a termserver with role "all", one partition,
+// replicas 1, a 1 s lease and a 1 s ack wait on its own JetStream, and
+// waits until it owns the partition. hook, if set, is testHookClaimWrite
+// for the test.
+func startClusterServer(t *testing.T, runner *countingRunner, mutate func(*config.Config), hook func(bus.Inbound) error) (*testServer, jetstream.JetStream) {
+	t.Helper()
+	url := startJetStream(t)
+	testHookClaimWrite = hook
+	t.Cleanup(func() { testHookClaimWrite = nil }) // after the server's shutdown (cleanups run last first)
+	ts := startServer(t, func(c *config.Config) {
+		c.Cluster = config.Cluster{NATS: []string{url}, Role: config.RoleAll, Name: "node-1", Partitions: 1, Replicas: 1,
+			AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+		if mutate != nil {
+			mutate(c)
+		}
+	}, runner)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitUntil(t, "the partition is owned", func() bool { return ts.rt.cluster.node.Owns(0) }) {
+		t.FailNow()
+	}
+	return ts, js
+}
+
+// waitUntil polls ok every 10 ms for at most 20 s; false (and the test
+// marked failed) if it never held. It may be called from any goroutine.
+func waitUntil(t *testing.T, what string, ok func() bool) bool {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Errorf("not %s after 20 s", what)
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// dropLease removes partition 0's lease as its expiry does (no delete
+// marker: the key has no revision left, so the owner's renewal fails
+// with "wrong last sequence: 0"), and waits until the worker has given
+// the partition up and taken it again.
+func dropLease(t *testing.T, ts *testServer, js jetstream.JetStream) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, "KV_"+cluster.PartsBucket)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject("$KV."+cluster.PartsBucket+".p.0")); err != nil {
+		t.Error(err)
+		return
+	}
+	node := ts.rt.cluster.node
+	deadline := time.Now().Add(10 * time.Second)
+	for node.Owns(0) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for !node.Owns(0) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !node.Owns(0) {
+		t.Error("the worker did not take partition 0 again in 10 s")
+	}
+}
+
+// heldTicket is the ticket the worker holds for a message, nil for none.
+func heldTicket(c *clusterNode, session, messageID string) *ticket {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tickets[msgKey{session, messageID}]
+}
+
+// until reads frames until want has seen what it waits for (true), for
+// at most 15 s.
+func (c *client) until(want func(link.Frame) bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if want(c.read()) {
+			return
+		}
+	}
+	c.t.Fatal("frame not seen in 15 s")
+}
+
+func isReply(id string) func(link.Frame) bool {
+	return func(f link.Frame) bool {
+		m, ok := f.(*link.Message)
+		return ok && m.MessageID == id
+	}
+}
+
+func isAck(id string) func(link.Frame) bool {
+	return func(f link.Frame) bool {
+		a, ok := f.(*link.Ack)
+		return ok && a.MessageID == id
+	}
+}
+
+// Row 7 of issue 22: the lease vanished (a NATS leader election longer
+// than the lease) while the worker wrote a message's claim. The worker
+// dropped the partition and its tickets, took the partition again, and
+// the new consumer delivered the message again; the run went on without
+// a ticket, its reply was not recorded through the new one, and the next
+// delivery found the claim "running, by this worker, this run id" and
+// took it for its own write whose answer was lost: a second run, with no
+// interruption recorded. The message must run once.
+func TestClusterLeaseLostWhileClaimIsWritten(t *testing.T) {
+	runner := newCountingRunner(false)
+	var ts *testServer
+	var js jetstream.JetStream
+	ready := make(chan struct{}) // ts and js are set
+	first := true
+	ts, js = startClusterServer(t, runner, nil, func(in bus.Inbound) error {
+		<-ready
+		if in.MessageID == "m-1" && first {
+			first = false
+			dropLease(t, ts, js)
+			time.Sleep(1500 * time.Millisecond) // the new consumer delivers m-1 again (ack wait 1 s)
+		}
+		return nil
+	})
+	close(ready)
+	c := dial(t, ts.ws, nil)
+	c.connect("dev-7")
+	c.send(&link.Message{MessageID: "m-1", Text: "once"})
+	c.until(isReply("m-1"))
+	time.Sleep(3 * time.Second) // three ack waits: a delivery left behind comes again
+	if n := runner.runs.Load(); n != 1 {
+		t.Errorf("m-1 ran %d times, want once", n)
+	}
+}
+
+// Row 8 of issue 22 (the worker's side): A and B of one session are
+// delivered; A's claim write fails (NATS electing leaders) while the
+// lease vanishes, the worker takes the partition again and both are
+// delivered again. A's queued-up copy gave up (its ticket had been
+// replaced) while B's copy, queued before the partition moved, ran with
+// B's new ticket: B ran before A. The session must run A, then B.
+func TestClusterPartitionRetakenKeepsSessionOrder(t *testing.T) {
+	runner := newCountingRunner(false)
+	var ts *testServer
+	var js jetstream.JetStream
+	ready := make(chan struct{}) // ts and js are set
+	first := true
+	ts, js = startClusterServer(t, runner, nil, func(in bus.Inbound) error {
+		<-ready
+		if in.MessageID != "A" || !first {
+			return nil
+		}
+		first = false
+		c := ts.rt.cluster
+		// The hook runs on the router's goroutine: failures are
+		// marked (t.Error), never fatal here.
+		waitUntil(t, "B delivered", func() bool { return heldTicket(c, in.SessionKey, "B") != nil })
+		b0 := heldTicket(c, in.SessionKey, "B")
+		dropLease(t, ts, js)
+		waitUntil(t, "B delivered again", func() bool {
+			b := heldTicket(c, in.SessionKey, "B")
+			return b != nil && b != b0
+		})
+		return errors.New("simulated: the claim write failed while NATS elected leaders")
+	})
+	close(ready)
+	c := dial(t, ts.ws, nil)
+	c.connect("dev-8")
+	c.send(&link.Message{MessageID: "A", Text: "first"})
+	c.send(&link.Message{MessageID: "B", Text: "second"})
+	got := map[string]bool{}
+	c.until(func(f link.Frame) bool {
+		if m, ok := f.(*link.Message); ok {
+			got[m.MessageID] = true
+		}
+		return got["A"] && got["B"]
+	})
+	order := []string{<-runner.started, <-runner.started}
+	if order[0] != "A" || order[1] != "B" {
+		t.Errorf("runs started in the order %v, want [A B]", order)
+	}
+}
+
+// Row 8 of issue 22 (the edge's side): with a window of messages in
+// flight, a message refused busy must not be overtaken by the next one
+// when a place frees in between.
+func TestClusterEdgeBusyRefusalHoldsLaterMessages(t *testing.T) {
+	runner := newCountingRunner(true)
+	ts, _ := startClusterServer(t, runner, func(c *config.Config) { setSessionBound(c, 1) }, nil)
+	c := dial(t, ts.ws, nil)
+	c.connect("dev-busy")
+	c.send(&link.Message{MessageID: "A", Text: "a"})
+	c.until(isAck("A"))
+	if id := <-runner.started; id != "A" {
+		t.Fatalf("run of %s, want A", id)
+	}
+	c.send(&link.Message{MessageID: "B", Text: "b"}) // A still waits for its reply: no place
+	c.expectError("maxWaitingPerSession", link.CodeBusy)
+	runner.gate <- struct{}{} // A answered: the place frees
+	c.until(isReply("A"))
+	c.send(&link.Message{MessageID: "C", Text: "c"}) // sent in the device's window, before B came again
+	f := c.read()
+	if e, ok := f.(*link.Error); !ok || e.Code != link.CodeBusy || e.MessageID != "C" {
+		t.Fatalf("C, sent while B is refused: got %s %+v, want a busy error for C", f.FrameType(), f)
+	}
+	close(runner.gate)
+	c.send(&link.Message{MessageID: "B", Text: "b"})
+	c.until(isReply("B"))
+	c.send(&link.Message{MessageID: "C", Text: "c"})
+	c.until(isReply("C"))
+	order := []string{"A", <-runner.started, <-runner.started}
+	if order[1] != "B" || order[2] != "C" {
+		t.Errorf("runs in the order %v, want [A B C]", order)
+	}
+}
