@@ -451,8 +451,11 @@ func (rt *Runtime) dispatchOne(out bus.Outbound) {
 	ch.events.Add(ev)
 }
 
-// startupTail is how many records with a message id rebuild reads from the
-// end of each session file; as many as dedupe keeps per session.
+// startupTail is how many records with a message id rebuild reads at most
+// from the end of each session file. The walk usually stops earlier, after
+// session.TailSettled answered messages in a row (all it needs to find
+// the unanswered ones); dedupe completes such a partial session from the
+// log (its last DedupePerSession messages) on its first unknown id.
 const startupTail = 1024
 
 // interruptedEvent marks the session-log record written when the run of a
@@ -534,6 +537,7 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 		d := rt.dedupe
 		d.mu.Lock()
 		sess := d.insert(key, s.Records)
+		sess.partial = s.Partial // completed from the log on its first unknown id
 		for _, in := range again {
 			d.addPending(sess, in.MessageID, in.RunID)
 		}
@@ -609,10 +613,10 @@ func (rt *Runtime) markInterrupted(ctx context.Context, sessions []interruptedRu
 	return again
 }
 
-// loadRecent reads a session's recent records for dedupe; a session the
-// log does not have has none.
-func (rt *Runtime) loadRecent(key string) ([]session.Record, error) {
-	s, err := rt.store.Tail(key, startupTail)
+// loadRecent reads the records of a session's last n messages for dedupe;
+// a session the log does not have has none.
+func (rt *Runtime) loadRecent(key string, n int) ([]session.Record, error) {
+	s, err := rt.store.TailMessages(key, n)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

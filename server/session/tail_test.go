@@ -229,3 +229,42 @@ func TestTailSettles(t *testing.T) {
 		t.Errorf("tail holds %d user records, want %d (stopped once settled)", users, want)
 	}
 }
+
+// TailMessages reads the records of the last n messages, past any run of
+// answered ones (no TailSettled stop), counting user records only; Partial
+// says whether older records are left.
+func TestTailMessages(t *testing.T) {
+	s := openTest(t, Options{NoSync: true})
+	ctx := context.Background()
+	const key = "terminal-dev:local:msgs"
+	for i := range 300 {
+		id := fmt.Sprintf("m-%d", i)
+		if err := s.Append(ctx, key, Record{Role: "user", Content: "q", MessageID: id},
+			Record{Role: "system", MessageID: id, Extra: map[string]any{"event": "run_started"}},
+			Record{Role: "assistant", Content: "a", MessageID: id, FinishReason: "stop"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.TailMessages(key, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Records) != 600 || got.Records[0].MessageID != "m-100" || got.Records[0].Role != "user" || !got.Partial {
+		t.Fatalf("last 200 messages: %d records, first %+v, partial %v; want 600 from m-100's user record, partial",
+			len(got.Records), got.Records[0], got.Partial)
+	}
+	all, err := s.TailMessages(key, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Records) != 900 || all.Partial {
+		t.Fatalf("all 300 messages: %d records, partial %v; want 900, not partial", len(all.Records), all.Partial)
+	}
+	settled, err := s.Tail(key, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !settled.Partial || len(settled.Records) >= 900 {
+		t.Fatalf("Tail: %d records, partial %v; want it settled early, partial", len(settled.Records), settled.Partial)
+	}
+}
