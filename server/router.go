@@ -115,6 +115,7 @@ func (r *router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen
 	if taken {
 		r.rt.admission.release(in.SessionKey, 1) // running now, in the turn it joined
 		r.rt.runStarted(in)
+		r.rt.injected(r.runCtx, in)
 	}
 	r.mu.Lock()
 	q.injecting = false
@@ -219,7 +220,7 @@ func (r *router) runOne(ctx context.Context, in bus.Inbound) (res agent.Result, 
 	if runner == nil {
 		return agent.Result{}, 0, false
 	}
-	answer, run := r.rt.beforeRun(ctx, in)
+	answer, run := r.rt.beforeRun(ctx, r.runCtx, in)
 	if !run {
 		return agent.Result{}, 0, false
 	}

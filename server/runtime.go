@@ -133,6 +133,10 @@ type Runtime struct {
 	// unwritable is the last session-log write failure, nil once a write
 	// succeeds again; /healthz reports it.
 	unwritable atomic.Pointer[string]
+	// reruns holds the messages rebuild found started and cut short once
+	// (session key + "\x00" + message id): their next start is recorded
+	// run_interrupted instead of run_started (beforeRun).
+	reruns sync.Map
 }
 
 // SessionKey builds the spec's session id.
@@ -365,22 +369,30 @@ func (rt *Runtime) recordReply(ctx context.Context, in bus.Inbound, reply *link.
 	return true
 }
 
-// beforeRun is what happens before a message's run starts. Embedded: a
-// message a restart left unanswered gets its run_interrupted record.
-// Cluster: the claim is marked running (clusterNode.startRun). ok false:
-// not to be run (nothing recorded); answer non-nil: answer with it
-// instead of running.
-func (rt *Runtime) beforeRun(ctx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
+// beforeRun is what happens before a message's run starts. Embedded: the
+// start is made durable before the agent gets the message: a run_started
+// record, or for a message whose earlier run a restart cut short (rebuild
+// found its run_started), a run_interrupted record. Cluster: the claim is
+// marked running (clusterNode.startRun). ok false: not to be run (nothing
+// recorded); answer non-nil: answer with it instead of running. ctx is
+// the run's (a cancel ends it), stopCtx the router's (a hard stop ends
+// it): the start record is written under stopCtx, because a cancel
+// answers the run (the runner sees ctx done) but does not undo its start.
+func (rt *Runtime) beforeRun(ctx, stopCtx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
 	if rt.cluster != nil {
 		return rt.cluster.startRun(ctx, in)
 	}
-	if in.Recovered {
-		if err := rt.recordRerun(ctx, in); err != nil {
-			// Not recorded, not run: the next start finds it unanswered.
-			rt.log.Error("cannot record the re-run of a message a restart left unanswered; not run now",
-				"session", in.SessionKey, "message_id", in.MessageID, "err", err)
-			return nil, false
-		}
+	rerunKey := in.SessionKey + "\x00" + in.MessageID
+	_, rerun := rt.reruns.Load(rerunKey)
+	rerun = rerun && in.Recovered
+	if err := rt.recordStart(stopCtx, in, rerun); err != nil {
+		// Not recorded, not run: the next start finds it unanswered.
+		rt.log.Error("cannot record the start of a run; not run now",
+			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
+		return nil, false
+	}
+	if rerun {
+		rt.reruns.Delete(rerunKey)
 	}
 	return nil, true
 }
@@ -458,25 +470,31 @@ func (rt *Runtime) dispatchOne(out bus.Outbound) {
 // log (its last DedupePerSession messages) on its first unknown id.
 const startupTail = 1024
 
+// startedEvent marks the session-log record written (durably) before a
+// message's first run starts (a "system" record: not a reply, so dedupe
+// and nanobot readers do not take it for an answer). Found at a later
+// start with the message unanswered, it means that run was cut short; a
+// message without it only waited, and no restart counts against it.
+const startedEvent = "run_started"
+
 // interruptedEvent marks the session-log record written when the run of a
-// message left unanswered by a server restart starts again (a "system"
-// record: not a reply, so dedupe and nanobot readers do not take it for an
-// answer). Found at a later start with the message still unanswered, it
-// means the re-run was cut short too.
+// message whose first run a server restart cut short starts again.
+// Found at a later start with the message still unanswered, it means the
+// re-run was cut short too.
 const interruptedEvent = "run_interrupted"
 
 // interruptedTwice answers a message whose run two restarts cut short.
 const interruptedTwice = "interrupted twice by a server restart; not run again - send it again"
 
-// rebuild reads the tail of every session file (not every record: the last
-// startupTail message records), fills the dedupe table with their replies
-// and returns the messages accepted but never answered, oldest first per
-// session, to be run again (Recovered: the router records run_interrupted
-// when the re-run starts, see recordRerun). One that already has that
-// record (its re-run was cut short too) is answered with an error reply
-// instead of a third run. A message that was only waiting when the server
-// stopped has no such record, so it is not penalised for restarts that
-// came before its run.
+// rebuild reads the tail of every session file (not every record: see
+// startupTail), fills the dedupe table with their replies and returns the
+// messages accepted but never answered, oldest first per session, to be
+// run (Recovered). A message whose run started (run_started) was cut short
+// once: its re-run is recorded run_interrupted when it starts
+// (rt.reruns). One that has run_interrupted (its re-run was cut short
+// too) is answered with an error reply instead of a third run. A message
+// that was only waiting when the server stopped has neither record, so
+// restarts before its run never count against it.
 func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 	var unanswered []bus.Inbound
 	var toMark []interruptedRuns
@@ -493,6 +511,7 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 		asked := map[string]session.Record{}
 		answered := map[string]bool{}
 		interrupted := map[string]bool{}
+		started := map[string]bool{}
 		var order []string
 		for _, r := range s.Records {
 			if r.MessageID == "" {
@@ -508,6 +527,8 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 				answered[r.MessageID] = true
 			case r.Role == "system" && r.Extra["event"] == interruptedEvent:
 				interrupted[r.MessageID] = true
+			case r.Role == "system" && r.Extra["event"] == startedEvent:
+				started[r.MessageID] = true
 			}
 		}
 		var marks []session.Record
@@ -526,6 +547,9 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 				marks = append(marks, session.Record{Role: "assistant", Content: interruptedTwice, MessageID: id,
 					RunID: r.RunID, FinishReason: link.FinishError})
 				continue
+			}
+			if started[id] {
+				rt.reruns.Store(key+"\x00"+id, true)
 			}
 			received, _ := time.ParseInLocation(session.TimeLayout, r.Timestamp, time.Local)
 			again = append(again, bus.Inbound{ChannelID: channelID, AccountID: accountID, PeerID: peerID,
@@ -628,13 +652,34 @@ func (rt *Runtime) loadRecent(key string, n int) ([]session.Record, error) {
 
 var errShuttingDown = errors.New("server is shutting down")
 
-// recordRerun writes, before the re-run of a message a restart left
-// unanswered starts, the run_interrupted record that keeps it from being
-// run a third time.
-func (rt *Runtime) recordRerun(ctx context.Context, in bus.Inbound) error {
-	return rt.appendLog(ctx, in.SessionKey, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
-		Content: "the run of message " + in.MessageID + " was cut short by a server restart; it runs again once",
-		Extra:   map[string]any{"event": interruptedEvent}})
+// injected records the start of a message a running turn took
+// (agent.Injector). The turn has it already, so the record follows the
+// start instead of preceding it: a crash in between lets it run once more
+// than counted. Best effort: a failure is logged.
+func (rt *Runtime) injected(ctx context.Context, in bus.Inbound) {
+	if rt.cluster != nil {
+		return
+	}
+	if err := rt.recordStart(ctx, in, false); err != nil {
+		rt.log.Warn("cannot record the start of a message a running turn took", "session", in.SessionKey,
+			"message_id", in.MessageID, "err", err)
+	}
+}
+
+// recordStart makes a run's start durable before the agent gets the
+// message: run_started, or for the re-run of a run a restart cut short
+// (rerun), the run_interrupted record that keeps it from a third run. It
+// is one write-ahead log append, group-committed with everything else
+// being appended.
+func (rt *Runtime) recordStart(ctx context.Context, in bus.Inbound, rerun bool) error {
+	rec := session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
+		Content: "the run of message " + in.MessageID + " started",
+		Extra:   map[string]any{"event": startedEvent}}
+	if rerun {
+		rec.Content = "the run of message " + in.MessageID + " was cut short by a server restart; it runs again once"
+		rec.Extra = map[string]any{"event": interruptedEvent}
+	}
+	return rt.appendLog(ctx, in.SessionKey, rec)
 }
 
 // ErrBusy is wrapped by AcceptInbound's error when a bound of the delivery
