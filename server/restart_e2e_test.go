@@ -226,6 +226,19 @@ echo late
 	if a, b, cc := count("msg-A"), count("msg-B"), count("msg-C"); a != 2 || b != 2 || cc != 1 {
 		t.Errorf("%s, want A 2, B 2, C 1", counts())
 	}
+	// Each message's start is recorded once (A's with the message itself:
+	// its session was idle), each re-run once.
+	marks := map[string]int{}
+	for _, r := range readSessionFile(t, logFile) {
+		if ev, _ := r.Extra["event"].(string); ev != "" {
+			marks[r.MessageID+" "+ev]++
+		}
+	}
+	want := map[string]int{"m-A run_started": 1, "m-A run_interrupted": 1, "m-B run_started": 1,
+		"m-B run_interrupted": 1, "m-C run_started": 1}
+	if fmt.Sprint(marks) != fmt.Sprint(want) {
+		t.Errorf("start records %v, want %v", marks, want)
+	}
 }
 
 // After a kill, dedupe still knows the last DedupePerSession (1,024)

@@ -57,7 +57,21 @@ func newRouter(rt *Runtime, runners map[string]agent.Runner, workspace string, m
 	r := &router{rt: rt, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
 		runCtx: ctx, cancelRun: cancel, queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{}}
 	r.cond = sync.NewCond(&r.mu)
+	rt.startsAtOnce = r.startsAtOnce
 	return r
+}
+
+// startsAtOnce reports whether a message of session key accepted now
+// would start without waiting: nothing of the session is queued or
+// running (the caller checks that nothing is on its way either), a run
+// slot is free and the router is not stopping. AcceptInbound then records
+// the start with the message (one log append instead of two); only if
+// every slot fills in between does the message wait with its start
+// recorded.
+func (r *router) startsAtOnce(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.stopped && r.queues[key] == nil && len(r.slots) < cap(r.slots)
 }
 
 // consume reads the bus until ctx ends.
@@ -378,17 +392,25 @@ func newAdmission(maxTotal int) *admission {
 // reserve takes a place for one message of session key, or returns an
 // error wrapping ErrBusy that says which bound refused it.
 func (a *admission) reserve(key string, perSession int) error {
+	_, err := a.reserveFirst(key, perSession)
+	return err
+}
+
+// reserveFirst is reserve that also reports whether the session had no
+// other message waiting (accepted, not yet started).
+func (a *admission) reserveFirst(key string, perSession int) (first bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if n := a.bySession[key]; n >= perSession {
-		return fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", ErrBusy, key, n)
+	n := a.bySession[key]
+	if n >= perSession {
+		return false, fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", ErrBusy, key, n)
 	}
 	if a.total >= a.maxTotal {
-		return fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", ErrBusy, a.total)
+		return false, fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", ErrBusy, a.total)
 	}
 	a.bySession[key]++
 	a.total++
-	return nil
+	return n == 0, nil
 }
 
 // reserveWait is reserve that waits for a place until ctx ends.

@@ -133,6 +133,11 @@ type Runtime struct {
 	// unwritable is the last session-log write failure, nil once a write
 	// succeeds again; /healthz reports it.
 	unwritable atomic.Pointer[string]
+	// startsAtOnce (the router's) tells AcceptInbound whether a message
+	// of an idle session would start without waiting; then its start is
+	// recorded with it (premarked) and beforeRun writes nothing.
+	startsAtOnce func(key string) bool
+	premarked    sync.Map // session key + "\x00" + message id
 	// reruns holds the messages rebuild found started and cut short once
 	// (session key + "\x00" + message id): their next start is recorded
 	// run_interrupted instead of run_started (beforeRun).
@@ -218,14 +223,23 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 		ack(res)
 		return nil
 	}
-	if err := rt.admission.reserve(in.SessionKey, ch.maxWaitingPerSession()); err != nil {
+	first, err := rt.admission.reserveFirst(in.SessionKey, ch.maxWaitingPerSession())
+	if err != nil {
 		rt.dedupe.forget(in.SessionKey, in.MessageID)
 		rt.metrics.busy.Inc(ch.id)
 		return err
 	}
-	rec := session.Record{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
-		Timestamp: in.Received.Format(session.TimeLayout)}
-	if err := rt.appendLog(ctx, in.SessionKey, rec); err != nil {
+	recs := []session.Record{{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
+		Timestamp: in.Received.Format(session.TimeLayout)}}
+	// A message that starts at once gets its start recorded with it: one
+	// log append (one group commit) instead of a second before its run.
+	premark := first && rt.startsAtOnce != nil && rt.startsAtOnce(in.SessionKey)
+	if premark {
+		recs = append(recs, startRecord(in, false))
+		rt.premarked.Store(in.SessionKey+"\x00"+in.MessageID, true)
+	}
+	if err := rt.appendLog(ctx, in.SessionKey, recs...); err != nil {
+		rt.premarked.Delete(in.SessionKey + "\x00" + in.MessageID)
 		rt.admission.release(in.SessionKey, 1)
 		rt.dedupe.forget(in.SessionKey, in.MessageID)
 		return fmt.Errorf("recording message: %w", err)
@@ -366,6 +380,7 @@ func (rt *Runtime) recordReply(ctx context.Context, in bus.Inbound, reply *link.
 		return false
 	}
 	rt.dedupe.finish(in.SessionKey, in.MessageID, reply)
+	rt.premarked.Delete(in.SessionKey + "\x00" + in.MessageID) // answered without starting (cancelled)
 	return true
 }
 
@@ -383,6 +398,9 @@ func (rt *Runtime) beforeRun(ctx, stopCtx context.Context, in bus.Inbound) (answ
 		return rt.cluster.startRun(ctx, in)
 	}
 	rerunKey := in.SessionKey + "\x00" + in.MessageID
+	if _, ok := rt.premarked.LoadAndDelete(rerunKey); ok {
+		return nil, true // recorded with the message (AcceptInbound)
+	}
 	_, rerun := rt.reruns.Load(rerunKey)
 	rerun = rerun && in.Recovered
 	if err := rt.recordStart(stopCtx, in, rerun); err != nil {
@@ -672,14 +690,20 @@ func (rt *Runtime) injected(ctx context.Context, in bus.Inbound) {
 // is one write-ahead log append, group-committed with everything else
 // being appended.
 func (rt *Runtime) recordStart(ctx context.Context, in bus.Inbound, rerun bool) error {
-	rec := session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
+	return rt.appendLog(ctx, in.SessionKey, startRecord(in, rerun))
+}
+
+// startRecord is the record of a run's start: run_started, or
+// run_interrupted for the re-run of a run a restart cut short.
+func startRecord(in bus.Inbound, rerun bool) session.Record {
+	if rerun {
+		return session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
+			Content: "the run of message " + in.MessageID + " was cut short by a server restart; it runs again once",
+			Extra:   map[string]any{"event": interruptedEvent}}
+	}
+	return session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
 		Content: "the run of message " + in.MessageID + " started",
 		Extra:   map[string]any{"event": startedEvent}}
-	if rerun {
-		rec.Content = "the run of message " + in.MessageID + " was cut short by a server restart; it runs again once"
-		rec.Extra = map[string]any{"event": interruptedEvent}
-	}
-	return rt.appendLog(ctx, in.SessionKey, rec)
 }
 
 // ErrBusy is wrapped by AcceptInbound's error when a bound of the delivery
