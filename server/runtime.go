@@ -655,10 +655,21 @@ func (rt *Runtime) markInterrupted(ctx context.Context, sessions []interruptedRu
 	return again
 }
 
-// loadRecent reads the records of a session's last n messages for dedupe;
-// a session the log does not have has none.
+// dedupeReadBytes bounds how much of a session file dedupe reads when it
+// completes or reloads a session: the last DedupePerSession messages, or
+// as many as the last 4 MiB hold (1,024 messages of up to ~1 KiB of text
+// each way fit; sessions of long messages keep fewer ids, never fewer
+// than the start-up tail's). Reading the whole of a session of 20 KB
+// messages (20 MB) for the first message after a restart is what it
+// saves: no device resends an id that old (link.Client resends only its
+// unanswered messages).
+const dedupeReadBytes = 4 << 20
+
+// loadRecent reads the records of a session's last n messages for dedupe
+// (at most dedupeReadBytes of them); a session the log does not have has
+// none.
 func (rt *Runtime) loadRecent(key string, n int) ([]session.Record, error) {
-	s, err := rt.store.TailMessages(key, n)
+	s, err := rt.store.TailMessages(key, n, dedupeReadBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

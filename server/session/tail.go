@@ -39,9 +39,10 @@ func (s *Store) Tail(key string, n int) (*Session, error) {
 // them, with no early stop at [TailSettled]: what a dedupe table that
 // remembers n answered ids per session needs (the server's on-demand
 // reloads), and what replaying n records of a write-ahead log into the
-// file must compare with.
-func (s *Store) TailMessages(key string, n int) (*Session, error) {
-	return s.tail(key, tailOpts{want: n, messages: true})
+// file must compare with. maxBytes > 0 also stops it once the lines it
+// read take that many bytes (the last line read may end past it).
+func (s *Store) TailMessages(key string, n int, maxBytes int64) (*Session, error) {
+	return s.tail(key, tailOpts{want: n, messages: true, maxBytes: maxBytes})
 }
 
 // tailOpts say when a tail walk stops.
@@ -49,6 +50,7 @@ type tailOpts struct {
 	want     int  // records with a message id to collect (messages: user records)
 	messages bool // count user records with a message id only
 	settle   int  // stop after this many answered messages in a row (0: never)
+	maxBytes int64
 }
 
 func (s *Store) tail(key string, o tailOpts) (*Session, error) {
@@ -87,7 +89,7 @@ func (s *Store) tailPath(path, fileKey string, o tailOpts, buf []byte) (loaded, 
 	}
 	defer f.Close()
 	t := &tailReader{path: path, f: f, size: size, max: s.maxLine, want: o.want, sess: &Session{}, buf: buf,
-		settleAfter: o.settle, messages: o.messages}
+		settleAfter: o.settle, messages: o.messages, maxBytes: o.maxBytes}
 	if err := t.read(); err != nil {
 		return loaded{}, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -121,6 +123,8 @@ type tailReader struct {
 	// messages counts only user records with a message id toward want
 	// (the records of the last want messages).
 	messages bool
+	maxBytes int64 // stop once the lines read from the end take this many bytes (0: no bound)
+	walked   int64 // bytes from the start of the last line taken to the end of the file
 	chunk    int    // bytes read at a time; default tailChunk
 	buf      []byte // read buffer to use, if not nil
 
@@ -141,7 +145,8 @@ func (t *tailReader) warn(off int64, msg string, args ...any) {
 // done reports whether enough records are collected.
 func (t *tailReader) done() bool {
 	return t.withID >= t.want || len(t.sess.Records) >= 8*t.want ||
-		(t.settleAfter > 0 && t.settled >= t.settleAfter)
+		(t.settleAfter > 0 && t.settled >= t.settleAfter) ||
+		(t.maxBytes > 0 && t.walked >= t.maxBytes)
 }
 
 func (t *tailReader) read() error {
@@ -262,6 +267,7 @@ func (t *tailReader) readHead() (int64, error) {
 
 // line takes one line found by the walk (start is its offset).
 func (t *tailReader) line(line []byte, start int64, tooLong, torn bool) {
+	t.walked = t.size - start
 	tornNote := ""
 	if torn {
 		tornNote = " (torn last line)"

@@ -245,7 +245,7 @@ func TestTailMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := s.TailMessages(key, 200)
+	got, err := s.TailMessages(key, 200, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,12 +253,19 @@ func TestTailMessages(t *testing.T) {
 		t.Fatalf("last 200 messages: %d records, first %+v, partial %v; want 600 from m-100's user record, partial",
 			len(got.Records), got.Records[0], got.Partial)
 	}
-	all, err := s.TailMessages(key, 1024)
+	all, err := s.TailMessages(key, 1024, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(all.Records) != 900 || all.Partial {
 		t.Fatalf("all 300 messages: %d records, partial %v; want 900, not partial", len(all.Records), all.Partial)
+	}
+	bounded, err := s.TailMessages(key, 1024, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(bounded.Records); n == 0 || n >= 900 || !bounded.Partial {
+		t.Fatalf("TailMessages bounded to 4 KiB: %d records, partial %v", n, bounded.Partial)
 	}
 	settled, err := s.Tail(key, 1024)
 	if err != nil {

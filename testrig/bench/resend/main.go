@@ -10,7 +10,10 @@
 // Run it against a server started on the workspace after the kill
 // (testrig/bench/restart-dedupe.sh). Sessions go -parallel at a time; the
 // ids of one session are sent one after another, each waiting for its ack.
-// -last N resends only the last N answered ids of each session.
+// -last N resends only the last N answered ids of each session. -fresh
+// sends one new message id per session instead and prints the time to its
+// ack (median and max): the cost of the first unknown id of a session
+// after a restart.
 package main
 
 import (
@@ -21,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +47,7 @@ func main() {
 	dir := flag.String("sessions", "", "the workspace's sessions directory (read before the resend)")
 	par := flag.Int("parallel", 100, "sessions resent at once")
 	last := flag.Int("last", 0, "resend only the last N answered ids of each session (0: all)")
+	fresh := flag.Bool("fresh", false, "send one new id per session and time its ack instead")
 	flag.Parse()
 	if *dir == "" {
 		fmt.Fprintln(os.Stderr, "resend: -sessions DIR is required")
@@ -55,6 +60,13 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	if *fresh {
+		for i := range sessions {
+			sessions[i].answered = []msg{{id: fmt.Sprintf("fresh-%d", time.Now().UnixNano()), text: "fresh"}}
+		}
+	}
+	var mu sync.Mutex
+	var took []time.Duration
 	var resent, dup, again, busy, failed atomic.Int64
 	work := make(chan sess)
 	var wg sync.WaitGroup
@@ -63,7 +75,12 @@ func main() {
 		go func() {
 			defer wg.Done()
 			for s := range work {
-				if err := resendSession(ctx, *server, s, &resent, &dup, &again, &busy); err != nil {
+				t0 := time.Now()
+				err := resendSession(ctx, *server, s, &resent, &dup, &again, &busy)
+				mu.Lock()
+				took = append(took, time.Since(t0))
+				mu.Unlock()
+				if err != nil {
 					failed.Add(1)
 					fmt.Fprintf(os.Stderr, "resend: peer %s: %v\n", s.peer, err)
 				}
@@ -75,6 +92,12 @@ func main() {
 	}
 	close(work)
 	wg.Wait()
+	if *fresh {
+		slices.Sort(took)
+		fmt.Printf("sessions %d: connect+fresh message acked in median %s, max %s\n", len(took),
+			took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+		return
+	}
 	fmt.Printf("answered %d resent %d duplicates %d second-runs %d busy %d failed-sessions %d\n",
 		total, resent.Load(), dup.Load(), again.Load(), busy.Load(), failed.Load())
 }
