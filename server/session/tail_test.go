@@ -9,17 +9,21 @@ import (
 	"testing"
 )
 
-// checkTail reads data with the tail walk (n records with an id, chunk
-// bytes at a time) and with the whole-file parser, and fails unless the
-// tail's records are the parser's last ones, and as many as asked for.
-func checkTail(t *testing.T, data []byte, n, chunk int) {
+// checkTail reads data with the tail walk (n records with an id, or with
+// messages n user records; at most maxBytes if > 0; chunk bytes at a time)
+// and with the whole-file parser, and fails unless the tail's records are
+// the parser's last ones, as many as asked for, and Partial unless all.
+func checkTail(t *testing.T, data []byte, n, chunk int) { checkTailOpts(t, data, n, chunk, false, 0) }
+
+func checkTailOpts(t *testing.T, data []byte, n, chunk int, messages bool, maxBytes int64) {
 	t.Helper()
 	const max = 256
 	full, err := parse(bytes.NewReader(data), "f", "k", max, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &tailReader{path: "f", f: bytes.NewReader(data), size: int64(len(data)), max: max, want: n, chunk: chunk, sess: &Session{}}
+	tr := &tailReader{path: "f", f: bytes.NewReader(data), size: int64(len(data)), max: max, want: n, chunk: chunk, sess: &Session{},
+		messages: messages, maxBytes: maxBytes}
 	if err := tr.read(); err != nil {
 		t.Fatalf("tail: %v", err)
 	}
@@ -29,6 +33,9 @@ func checkTail(t *testing.T, data []byte, n, chunk int) {
 	}
 	if len(got) < len(all) && !tr.done() {
 		t.Fatalf("n=%d chunk=%d: tail stopped at %d of %d records without enough of them", n, chunk, len(got), len(all))
+	}
+	if !tr.sess.Partial && len(got) != len(all) {
+		t.Fatalf("n=%d chunk=%d: tail has %d of %d records and says it is not partial", n, chunk, len(got), len(all))
 	}
 	suffix := all[len(all)-len(got):]
 	for i := range got {
@@ -58,6 +65,8 @@ func FuzzTail(f *testing.F) {
 		for _, n := range []int{1, 2, 1 << 20} {
 			for _, chunk := range []int{1, 3, 17, 4096} {
 				checkTail(t, data, n, chunk)
+				checkTailOpts(t, data, n, chunk, true, 0)
+				checkTailOpts(t, data, n, chunk, true, 100)
 			}
 		}
 	})
