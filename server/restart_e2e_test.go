@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"termlink/link"
+	"termlink/server/agent"
 	"termlink/server/session"
 )
 
@@ -306,3 +307,49 @@ func jsonString(s string) string {
 	return string(b)
 }
 
+
+// Every run's start is recorded exactly once and before its reply, whether
+// it was recorded with the message (idle session), with the previous reply
+// (busy session) or on its own; the agent runs each message once.
+func TestStartRecordedOncePerRun(t *testing.T) {
+	ts := startServer(t, nil, agent.Echo{Delay: 2 * time.Millisecond})
+	c := dial(t, ts.ws, nil)
+	c.connect("marks")
+	const n = 40
+	for i := range n {
+		c.send(&link.Message{MessageID: fmt.Sprintf("m-%d", i), Text: "hi"})
+	}
+	replies := 0
+	for replies < n {
+		if _, ok := c.read().(*link.Message); ok {
+			replies++
+		}
+	}
+	// A lone message on the now idle session: recorded with the message.
+	c.send(&link.Message{MessageID: "lone", Text: "hi"})
+	for {
+		if m, ok := c.read().(*link.Message); ok && m.MessageID == "lone" {
+			break
+		}
+	}
+	recs := readSessionFile(t, filepath.Join(ts.cfg.Workspace, "sessions", "terminal-dev:local:marks.jsonl"))
+	started := map[string]int{}
+	for _, r := range recs {
+		switch ev, _ := r.Extra["event"].(string); {
+		case ev == "run_started":
+			started[r.MessageID]++
+		case ev != "":
+			t.Errorf("unexpected %s record for %s", ev, r.MessageID)
+		case r.Role == "assistant" && started[r.MessageID] != 1:
+			t.Errorf("reply of %s with %d start records before it, want 1", r.MessageID, started[r.MessageID])
+		}
+	}
+	if len(started) != n+1 {
+		t.Errorf("%d messages with a start record, want %d", len(started), n+1)
+	}
+	for id, k := range started {
+		if k != 1 {
+			t.Errorf("%s: %d start records, want 1", id, k)
+		}
+	}
+}

@@ -335,13 +335,21 @@ func (rt *Runtime) runStarted(in bus.Inbound) {
 // (a restart runs the message again, once), so no device sees a reply the
 // server does not remember.
 func (rt *Runtime) runFinished(ctx context.Context, in bus.Inbound, res agent.Result, took time.Duration) {
+	rt.runFinishedThen(ctx, in, res, took, nil)
+}
+
+// runFinishedThen is runFinished that, with next (the session's next
+// message, taken to start right after this reply), records next's start
+// in the same log append as the reply (premarked: beforeRun writes
+// nothing for it then).
+func (rt *Runtime) runFinishedThen(ctx context.Context, in bus.Inbound, res agent.Result, took time.Duration, next *bus.Inbound) {
 	rt.metrics.running.Add("", -1)
 	if res.FinishReason == "" {
 		res.FinishReason = link.FinishStop
 	}
 	reply := &link.Message{Role: link.RoleAssistant, MessageID: in.MessageID, RunID: in.RunID,
 		Text: res.Text, FinishReason: res.FinishReason}
-	if !rt.recordReply(ctx, in, reply, res.Media) {
+	if !rt.recordReply(ctx, in, reply, res.Media, next) {
 		return
 	}
 	rt.metrics.runs.Inc(res.FinishReason)
@@ -368,13 +376,25 @@ func (rt *Runtime) runFinished(ctx context.Context, in bus.Inbound, res agent.Re
 // session log and the dedupe table, or in the cluster the history and the
 // message's claim. A reply the log refuses is retried until it is written
 // or ctx ends; false means it was not recorded and is not to be sent.
-func (rt *Runtime) recordReply(ctx context.Context, in bus.Inbound, reply *link.Message, media []string) bool {
+func (rt *Runtime) recordReply(ctx context.Context, in bus.Inbound, reply *link.Message, media []string, next *bus.Inbound) bool {
 	if rt.cluster != nil {
 		return rt.cluster.finish(ctx, in, reply, media)
 	}
-	rec := session.Record{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
-		FinishReason: reply.FinishReason, Media: media}
-	if err := rt.appendLogRetrying(ctx, in.SessionKey, rec); err != nil {
+	recs := []session.Record{{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
+		FinishReason: reply.FinishReason, Media: media}}
+	var nextKey string
+	if next != nil && next.SessionKey == in.SessionKey {
+		_, rerun := rt.reruns.Load(next.SessionKey + "\x00" + next.MessageID)
+		if !rerun || !next.Recovered { // a re-run records run_interrupted itself (beforeRun)
+			nextKey = next.SessionKey + "\x00" + next.MessageID
+			recs = append(recs, startRecord(*next, false))
+			rt.premarked.Store(nextKey, true)
+		}
+	}
+	if err := rt.appendLogRetrying(ctx, in.SessionKey, recs...); err != nil {
+		if nextKey != "" {
+			rt.premarked.Delete(nextKey)
+		}
 		rt.log.Error("reply not written to the session log; not sent, the next start runs the message again",
 			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
 		return false
