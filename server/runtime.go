@@ -135,9 +135,12 @@ type Runtime struct {
 	unwritable atomic.Pointer[string]
 	// startsAtOnce (the router's) tells AcceptInbound whether a message
 	// of an idle session would start without waiting; then its start is
-	// recorded with it (premarked) and beforeRun writes nothing.
+	// recorded with it. A busy session's next message, taken with a run
+	// slot as a run ends, has its start recorded with that run's reply
+	// (recordReply). Such messages are premarked (session key + "\x00" +
+	// message id), and beforeRun writes nothing for them.
 	startsAtOnce func(key string) bool
-	premarked    sync.Map // session key + "\x00" + message id
+	premarked    sync.Map
 	// reruns holds the messages rebuild found started and cut short once
 	// (session key + "\x00" + message id): their next start is recorded
 	// run_interrupted instead of run_started (beforeRun).
