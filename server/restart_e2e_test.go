@@ -307,7 +307,6 @@ func jsonString(s string) string {
 	return string(b)
 }
 
-
 // Every run's start is recorded exactly once and before its reply, whether
 // it was recorded with the message (idle session), with the previous reply
 // (busy session) or on its own; the agent runs each message once.

@@ -123,8 +123,8 @@ type tailReader struct {
 	// messages counts only user records with a message id toward want
 	// (the records of the last want messages).
 	messages bool
-	maxBytes int64 // stop once the lines read from the end take this many bytes (0: no bound)
-	walked   int64 // bytes from the start of the last line taken to the end of the file
+	maxBytes int64  // stop once the lines read from the end take this many bytes (0: no bound)
+	walked   int64  // bytes from the start of the last line taken to the end of the file
 	chunk    int    // bytes read at a time; default tailChunk
 	buf      []byte // read buffer to use, if not nil
 
