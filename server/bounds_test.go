@@ -234,9 +234,9 @@ func TestLongIdsCanSend(t *testing.T) {
 	}
 }
 
-// A message found unanswered at start-up is run again once, and the log
-// says so; found unanswered a second time (the re-run was cut short too),
-// it is answered with an error instead of a third run.
+// A message whose run started and was cut short is run again once, and the
+// log says so; found unanswered a second time (the re-run was cut short
+// too), it is answered with an error instead of a third run.
 func TestInterruptedRunRunsAgainOnce(t *testing.T) {
 	workspace := t.TempDir()
 	const key = "terminal-dev:local:dev"
@@ -244,7 +244,8 @@ func TestInterruptedRunRunsAgainOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Append(context.Background(), key, session.Record{Role: "user", Content: "cut short", MessageID: "m-1", RunID: "run-1"}); err != nil {
+	if err := store.Append(context.Background(), key, session.Record{Role: "user", Content: "cut short", MessageID: "m-1", RunID: "run-1"},
+		session.Record{Role: "system", MessageID: "m-1", RunID: "run-1", Extra: map[string]any{"event": startedEvent}}); err != nil {
 		t.Fatal(err)
 	}
 	store.Close()

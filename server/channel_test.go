@@ -77,11 +77,16 @@ func TestMessagePublishesThroughRuntime(t *testing.T) {
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("events %v, want %v", names, want)
 	}
-	// The session log: metadata first, then user and assistant records.
+	// The session log: metadata first, then the user record, the run's
+	// start (a system record) and the assistant record.
 	lines := readLines(t, filepath.Join(ts.cfg.Workspace, "sessions", "terminal-dev:local:device-001.jsonl"))
-	if len(lines) != 3 {
-		t.Fatalf("session log has %d lines, want 3:\n%s", len(lines), strings.Join(lines, "\n"))
+	if len(lines) != 4 {
+		t.Fatalf("session log has %d lines, want 4:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
+	if !strings.Contains(lines[2], `"role":"system"`) || !strings.Contains(lines[2], `"event":"run_started"`) {
+		t.Fatalf("line 3 = %s, want the run_started record", lines[2])
+	}
+	lines = append(lines[:2], lines[3:]...)
 	var meta map[string]any
 	_ = json.Unmarshal([]byte(lines[0]), &meta)
 	if meta["_type"] != "metadata" || meta["key"] != "terminal-dev:local:device-001" {

@@ -19,18 +19,25 @@ import (
 // next message for such a session reloads them (load) before deciding
 // duplicate or fresh. A session with a pending id is never dropped, so a
 // session in memory always knows every id of its log's tail.
+//
+// Start-up reads only a short tail of each session file (rebuild: enough
+// to find the messages left unanswered); such a session is partial, and
+// the first id it does not know is looked up after completing it from the
+// log (the last perSession messages), so after a restart a resend of any
+// of the last perSession answered ids is still a duplicate.
 type dedupe struct {
 	perSession int   // ids kept per session
 	maxBytes   int64 // bytes of cached replies before idle sessions are dropped
-	// load reads the recent records of a session from the log; nil or no
-	// records for a session the log does not have.
-	load func(key string) ([]session.Record, error)
+	// load reads the records of a session's last n messages from the
+	// log; nil or no records for a session the log does not have.
+	load func(key string, n int) ([]session.Record, error)
 
 	mu        sync.Mutex
 	sessions  map[string]*sessionIDs
 	lru       *list.List // of *sessionIDs, most recently used first
 	bytes     int64
 	reloads   uint64 // sessions read back from the log on demand
+	completed uint64 // partial sessions completed from the log
 	evictions uint64 // sessions dropped to stay under maxBytes
 }
 
@@ -41,6 +48,9 @@ type sessionIDs struct {
 	pending int      // entries without a reply
 	bytes   int64
 	elem    *list.Element
+	// partial: filled from a short tail of the log (start-up), which may
+	// lack older answered ids; completed on the first unknown id.
+	partial bool
 }
 
 type dedupeEntry struct {
@@ -76,7 +86,7 @@ func (d *dedupe) isPending(sessionKey, messageID string) bool {
 	return e != nil && e.reply == nil
 }
 
-func newDedupe(perSession int, maxBytes int64, load func(string) ([]session.Record, error)) *dedupe {
+func newDedupe(perSession int, maxBytes int64, load func(string, int) ([]session.Record, error)) *dedupe {
 	return &dedupe{perSession: perSession, maxBytes: maxBytes, load: load,
 		sessions: map[string]*sessionIDs{}, lru: list.New()}
 }
@@ -95,7 +105,7 @@ func (d *dedupe) session(key string) (*sessionIDs, error) {
 	var recs []session.Record
 	if d.load != nil {
 		var err error
-		if recs, err = d.load(key); err != nil {
+		if recs, err = d.load(key, d.perSession); err != nil {
 			d.mu.Lock()
 			return nil, err
 		}
@@ -138,9 +148,56 @@ func (d *dedupe) claim(sessionKey, messageID, runID string) (prior dedupeEntry, 
 	if e := s.entries[messageID]; e != nil {
 		return *e, false, nil
 	}
+	if s.partial {
+		if s, err = d.complete(s); err != nil {
+			return dedupeEntry{}, false, err
+		}
+		if e := s.entries[messageID]; e != nil {
+			return *e, false, nil
+		}
+	}
 	d.addPending(s, messageID, runID)
 	d.trim(s)
 	return dedupeEntry{}, true, nil
+}
+
+// complete reads the last perSession messages of a partial session from
+// the log and adds the answered ids it lacks, as older than those it has.
+// mu is held on entry and on return; the read happens without it. It
+// returns the session as it is in memory now (it may have been dropped
+// and read back meanwhile; then that copy, complete, is returned).
+func (d *dedupe) complete(s *sessionIDs) (*sessionIDs, error) {
+	key := s.key
+	d.mu.Unlock()
+	recs, err := d.load(key, d.perSession)
+	d.mu.Lock()
+	if err != nil {
+		return nil, err
+	}
+	cur := d.sessions[key]
+	if cur == nil {
+		d.reloads++
+		return d.insert(key, recs), nil
+	}
+	if !cur.partial {
+		return cur, nil // completed meanwhile
+	}
+	cur.partial = false
+	d.completed++
+	var older []string
+	for _, r := range recs {
+		if r.Role != "assistant" || r.MessageID == "" || cur.entries[r.MessageID] != nil {
+			continue
+		}
+		e := &dedupeEntry{runID: r.RunID, reply: &link.Message{Role: link.RoleAssistant, MessageID: r.MessageID,
+			RunID: r.RunID, Text: r.Content, FinishReason: r.FinishReason}}
+		cur.entries[r.MessageID] = e
+		older = append(older, r.MessageID)
+		d.grow(cur, entryBytes(r.MessageID, e))
+	}
+	cur.order = append(older, cur.order...)
+	d.trim(cur)
+	return cur, nil
 }
 
 // addPending adds messageID, not yet known in s, as pending; mu is held.
@@ -246,11 +303,12 @@ type dedupeStats struct {
 	Sessions  int
 	Bytes     int64
 	Reloads   uint64
+	Completed uint64
 	Evictions uint64
 }
 
 func (d *dedupe) stats() dedupeStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return dedupeStats{Sessions: len(d.sessions), Bytes: d.bytes, Reloads: d.reloads, Evictions: d.evictions}
+	return dedupeStats{Sessions: len(d.sessions), Bytes: d.bytes, Reloads: d.reloads, Completed: d.completed, Evictions: d.evictions}
 }

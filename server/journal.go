@@ -160,7 +160,10 @@ func (j *journal) replay(recs []walRecord) error {
 	for _, key := range keys {
 		rs := byKey[key]
 		have := map[string]bool{}
-		s, err := j.store.Tail(key, startupTail+len(rs))
+		// Every record appended to the file since the log's release mark
+		// is one of rs, so the file's last len(rs) messages hold every
+		// record of rs it has (a few more for margin); no early stop.
+		s, err := j.store.TailMessages(key, len(rs)+16, 0)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("replaying the write-ahead log into %s: %w", key, err)
 		}

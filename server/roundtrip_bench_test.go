@@ -21,14 +21,26 @@ import (
 // path) over loopback WebSockets: 16 devices, each with up to 8 messages
 // in flight; one op is one message acked and answered. Run with
 // -benchmem; -cpuprofile shows where the server's time goes.
-func BenchmarkServerRoundTrip(b *testing.B) {
-	const devices, window = 16, 8
+func BenchmarkServerRoundTrip(b *testing.B) { benchRoundTrip(b, true, 16, 8) }
+
+// BenchmarkServerRoundTripDurable is BenchmarkServerRoundTrip with the
+// write-ahead log's fsyncs (group commit) on: what every durable record
+// on the message path costs (the accepted message, the run's start, the
+// reply).
+func BenchmarkServerRoundTripDurable(b *testing.B) { benchRoundTrip(b, false, 16, 8) }
+
+// BenchmarkServerRoundTripSerial is one device with one message at a time,
+// fsyncs on: the latency of a message alone, where no group commit
+// shares a sync.
+func BenchmarkServerRoundTripSerial(b *testing.B) { benchRoundTrip(b, false, 1, 1) }
+
+func benchRoundTrip(b *testing.B, noSync bool, devices, window int) {
 	cfg := config.Default()
 	cfg.Workspace = b.TempDir()
 	ch := cfg.Channels["terminal-dev"]
 	ch.Config.RatePerPeer, ch.Config.RateBurst = 1<<20, 1<<20 // the bench measures the path, not the limit
 	cfg.Channels["terminal-dev"] = ch
-	s, err := New(cfg, Options{NoSync: true, Logger: slog.New(slog.DiscardHandler)})
+	s, err := New(cfg, Options{NoSync: noSync, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -57,7 +57,21 @@ func newRouter(rt *Runtime, runners map[string]agent.Runner, workspace string, m
 	r := &router{rt: rt, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
 		runCtx: ctx, cancelRun: cancel, queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{}}
 	r.cond = sync.NewCond(&r.mu)
+	rt.startsAtOnce = r.startsAtOnce
 	return r
+}
+
+// startsAtOnce reports whether a message of session key accepted now
+// would start without waiting: nothing of the session is queued or
+// running (the caller checks that nothing is on its way either), a run
+// slot is free and the router is not stopping. AcceptInbound then records
+// the start with the message (one log append instead of two); only if
+// every slot fills in between does the message wait with its start
+// recorded.
+func (r *router) startsAtOnce(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.stopped && r.queues[key] == nil && len(r.slots) < cap(r.slots)
 }
 
 // consume reads the bus until ctx ends.
@@ -115,6 +129,7 @@ func (r *router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen
 	if taken {
 		r.rt.admission.release(in.SessionKey, 1) // running now, in the turn it joined
 		r.rt.runStarted(in)
+		r.rt.injected(r.runCtx, in)
 	}
 	r.mu.Lock()
 	q.injecting = false
@@ -159,40 +174,67 @@ func (r *router) request(ctx context.Context, in bus.Inbound) agent.Request {
 }
 
 // work runs a session's queue until it is empty.
+//
+// When a run ends with the next message waiting and a run slot free, the
+// next message is taken (with the slot) before the reply is recorded, and
+// its start is recorded in the same log append as the reply: one group
+// commit between two runs of a busy session instead of two.
 func (r *router) work(key string, q *sessionQueue) {
 	defer r.wg.Done()
+	var (
+		next     *bus.Inbound // taken with a slot; its start is recorded with the last reply
+		nextCtx  context.Context
+		nextStop context.CancelFunc
+	)
 	for {
-		r.mu.Lock()
-		for len(q.waiting) == 0 && q.injecting {
-			r.cond.Wait() // a refused injection comes back to this queue
-		}
-		if len(q.waiting) == 0 || r.runCtx.Err() != nil {
-			// Stopping leaves waiting messages in the session log,
-			// unanswered: the next start runs them.
-			delete(r.queues, key)
+		var (
+			in       bus.Inbound
+			ctx      context.Context
+			cancel   context.CancelFunc
+			haveSlot bool
+		)
+		if next != nil {
+			in, ctx, cancel, haveSlot = *next, nextCtx, nextStop, true
+			next = nil
+		} else {
+			r.mu.Lock()
+			for len(q.waiting) == 0 && q.injecting {
+				r.cond.Wait() // a refused injection comes back to this queue
+			}
+			if len(q.waiting) == 0 || r.runCtx.Err() != nil {
+				// Stopping leaves waiting messages in the session log,
+				// unanswered: the next start runs them.
+				delete(r.queues, key)
+				r.mu.Unlock()
+				return
+			}
+			in = r.take(key, q)
+			ctx, cancel = context.WithCancel(r.runCtx)
+			q.running, q.cancel = in.MessageID, cancel
 			r.mu.Unlock()
-			return
 		}
-		in := q.waiting[0]
-		q.waiting[0] = bus.Inbound{}
-		q.waiting = q.waiting[1:]
-		r.rt.admission.release(key, 1)
-		ctx, cancel := context.WithCancel(r.runCtx)
-		q.running, q.cancel = in.MessageID, cancel
-		q.gen++
-		r.mu.Unlock()
 
-		res, took, ok := r.runOne(ctx, in)
+		res, took, ok := r.runOne(ctx, in, haveSlot)
 		cancel()
 
 		r.mu.Lock()
 		joined := q.joined
 		q.running, q.cancel, q.joined = "", nil, nil
 		q.lastGen, q.lastRes = q.gen, res
+		if ok && !r.stopped && r.runCtx.Err() == nil && len(q.waiting) > 0 && !q.injecting {
+			select {
+			case r.slots <- struct{}{}:
+				n := r.take(key, q)
+				next = &n
+				nextCtx, nextStop = context.WithCancel(r.runCtx)
+				q.running, q.cancel = n.MessageID, nextStop
+			default: // every slot is busy: it waits for one, its start recorded then
+			}
+		}
 		r.mu.Unlock()
 		if ok {
 			// runCtx: a reply the log refuses is retried until the hard stop.
-			r.rt.runFinished(r.runCtx, in, res, took)
+			r.rt.runFinishedThen(r.runCtx, in, res, took, next)
 			for _, j := range joined {
 				r.rt.runFinished(r.runCtx, j, res, took)
 			}
@@ -202,24 +244,38 @@ func (r *router) work(key string, q *sessionQueue) {
 	}
 }
 
-// runOne runs one message; ok is false when nothing is to be recorded (a
-// hard stop interrupted it: the next start runs it again).
-func (r *router) runOne(ctx context.Context, in bus.Inbound) (res agent.Result, took time.Duration, ok bool) {
-	select {
-	case r.slots <- struct{}{}:
-	case <-ctx.Done():
-		if r.runCtx.Err() != nil {
-			return agent.Result{}, 0, false
+// take removes the first waiting message of q, which starts now; r.mu is
+// held.
+func (r *router) take(key string, q *sessionQueue) bus.Inbound {
+	in := q.waiting[0]
+	q.waiting[0] = bus.Inbound{}
+	q.waiting = q.waiting[1:]
+	r.rt.admission.release(key, 1)
+	q.gen++
+	return in
+}
+
+// runOne runs one message (haveSlot: with a run slot taken for it); ok is
+// false when nothing is to be recorded (a hard stop interrupted it: the
+// next start runs it again).
+func (r *router) runOne(ctx context.Context, in bus.Inbound, haveSlot bool) (res agent.Result, took time.Duration, ok bool) {
+	if !haveSlot {
+		select {
+		case r.slots <- struct{}{}:
+		case <-ctx.Done():
+			if r.runCtx.Err() != nil {
+				return agent.Result{}, 0, false
+			}
+			r.rt.runStarted(in)
+			return cancelledBeforeStart, 0, true
 		}
-		r.rt.runStarted(in)
-		return cancelledBeforeStart, 0, true
 	}
 	defer func() { <-r.slots }()
 	runner := r.runners[in.ChannelID]
 	if runner == nil {
 		return agent.Result{}, 0, false
 	}
-	answer, run := r.rt.beforeRun(ctx, in)
+	answer, run := r.rt.beforeRun(ctx, r.runCtx, in)
 	if !run {
 		return agent.Result{}, 0, false
 	}
@@ -377,17 +433,25 @@ func newAdmission(maxTotal int) *admission {
 // reserve takes a place for one message of session key, or returns an
 // error wrapping ErrBusy that says which bound refused it.
 func (a *admission) reserve(key string, perSession int) error {
+	_, err := a.reserveFirst(key, perSession)
+	return err
+}
+
+// reserveFirst is reserve that also reports whether the session had no
+// other message waiting (accepted, not yet started).
+func (a *admission) reserveFirst(key string, perSession int) (first bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if n := a.bySession[key]; n >= perSession {
-		return fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", ErrBusy, key, n)
+	n := a.bySession[key]
+	if n >= perSession {
+		return false, fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", ErrBusy, key, n)
 	}
 	if a.total >= a.maxTotal {
-		return fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", ErrBusy, a.total)
+		return false, fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", ErrBusy, a.total)
 	}
 	a.bySession[key]++
 	a.total++
-	return nil
+	return n == 0, nil
 }
 
 // reserveWait is reserve that waits for a place until ctx ends.

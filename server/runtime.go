@@ -133,6 +133,18 @@ type Runtime struct {
 	// unwritable is the last session-log write failure, nil once a write
 	// succeeds again; /healthz reports it.
 	unwritable atomic.Pointer[string]
+	// startsAtOnce (the router's) tells AcceptInbound whether a message
+	// of an idle session would start without waiting; then its start is
+	// recorded with it. A busy session's next message, taken with a run
+	// slot as a run ends, has its start recorded with that run's reply
+	// (recordReply). Such messages are premarked (session key + "\x00" +
+	// message id), and beforeRun writes nothing for them.
+	startsAtOnce func(key string) bool
+	premarked    sync.Map
+	// reruns holds the messages rebuild found started and cut short once
+	// (session key + "\x00" + message id): their next start is recorded
+	// run_interrupted instead of run_started (beforeRun).
+	reruns sync.Map
 }
 
 // SessionKey builds the spec's session id.
@@ -214,14 +226,23 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 		ack(res)
 		return nil
 	}
-	if err := rt.admission.reserve(in.SessionKey, ch.maxWaitingPerSession()); err != nil {
+	first, err := rt.admission.reserveFirst(in.SessionKey, ch.maxWaitingPerSession())
+	if err != nil {
 		rt.dedupe.forget(in.SessionKey, in.MessageID)
 		rt.metrics.busy.Inc(ch.id)
 		return err
 	}
-	rec := session.Record{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
-		Timestamp: in.Received.Format(session.TimeLayout)}
-	if err := rt.appendLog(ctx, in.SessionKey, rec); err != nil {
+	recs := []session.Record{{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
+		Timestamp: in.Received.Format(session.TimeLayout)}}
+	// A message that starts at once gets its start recorded with it: one
+	// log append (one group commit) instead of a second before its run.
+	premark := first && rt.startsAtOnce != nil && rt.startsAtOnce(in.SessionKey)
+	if premark {
+		recs = append(recs, startRecord(in, false))
+		rt.premarked.Store(in.SessionKey+"\x00"+in.MessageID, true)
+	}
+	if err := rt.appendLog(ctx, in.SessionKey, recs...); err != nil {
+		rt.premarked.Delete(in.SessionKey + "\x00" + in.MessageID)
 		rt.admission.release(in.SessionKey, 1)
 		rt.dedupe.forget(in.SessionKey, in.MessageID)
 		return fmt.Errorf("recording message: %w", err)
@@ -317,13 +338,21 @@ func (rt *Runtime) runStarted(in bus.Inbound) {
 // (a restart runs the message again, once), so no device sees a reply the
 // server does not remember.
 func (rt *Runtime) runFinished(ctx context.Context, in bus.Inbound, res agent.Result, took time.Duration) {
+	rt.runFinishedThen(ctx, in, res, took, nil)
+}
+
+// runFinishedThen is runFinished that, with next (the session's next
+// message, taken to start right after this reply), records next's start
+// in the same log append as the reply (premarked: beforeRun writes
+// nothing for it then).
+func (rt *Runtime) runFinishedThen(ctx context.Context, in bus.Inbound, res agent.Result, took time.Duration, next *bus.Inbound) {
 	rt.metrics.running.Add("", -1)
 	if res.FinishReason == "" {
 		res.FinishReason = link.FinishStop
 	}
 	reply := &link.Message{Role: link.RoleAssistant, MessageID: in.MessageID, RunID: in.RunID,
 		Text: res.Text, FinishReason: res.FinishReason}
-	if !rt.recordReply(ctx, in, reply, res.Media) {
+	if !rt.recordReply(ctx, in, reply, res.Media, next) {
 		return
 	}
 	rt.metrics.runs.Inc(res.FinishReason)
@@ -350,37 +379,61 @@ func (rt *Runtime) runFinished(ctx context.Context, in bus.Inbound, res agent.Re
 // session log and the dedupe table, or in the cluster the history and the
 // message's claim. A reply the log refuses is retried until it is written
 // or ctx ends; false means it was not recorded and is not to be sent.
-func (rt *Runtime) recordReply(ctx context.Context, in bus.Inbound, reply *link.Message, media []string) bool {
+func (rt *Runtime) recordReply(ctx context.Context, in bus.Inbound, reply *link.Message, media []string, next *bus.Inbound) bool {
 	if rt.cluster != nil {
 		return rt.cluster.finish(ctx, in, reply, media)
 	}
-	rec := session.Record{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
-		FinishReason: reply.FinishReason, Media: media}
-	if err := rt.appendLogRetrying(ctx, in.SessionKey, rec); err != nil {
+	recs := []session.Record{{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
+		FinishReason: reply.FinishReason, Media: media}}
+	var nextKey string
+	if next != nil && next.SessionKey == in.SessionKey {
+		_, rerun := rt.reruns.Load(next.SessionKey + "\x00" + next.MessageID)
+		if !rerun || !next.Recovered { // a re-run records run_interrupted itself (beforeRun)
+			nextKey = next.SessionKey + "\x00" + next.MessageID
+			recs = append(recs, startRecord(*next, false))
+			rt.premarked.Store(nextKey, true)
+		}
+	}
+	if err := rt.appendLogRetrying(ctx, in.SessionKey, recs...); err != nil {
+		if nextKey != "" {
+			rt.premarked.Delete(nextKey)
+		}
 		rt.log.Error("reply not written to the session log; not sent, the next start runs the message again",
 			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
 		return false
 	}
 	rt.dedupe.finish(in.SessionKey, in.MessageID, reply)
+	rt.premarked.Delete(in.SessionKey + "\x00" + in.MessageID) // answered without starting (cancelled)
 	return true
 }
 
-// beforeRun is what happens before a message's run starts. Embedded: a
-// message a restart left unanswered gets its run_interrupted record.
-// Cluster: the claim is marked running (clusterNode.startRun). ok false:
-// not to be run (nothing recorded); answer non-nil: answer with it
-// instead of running.
-func (rt *Runtime) beforeRun(ctx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
+// beforeRun is what happens before a message's run starts. Embedded: the
+// start is made durable before the agent gets the message: a run_started
+// record, or for a message whose earlier run a restart cut short (rebuild
+// found its run_started), a run_interrupted record. Cluster: the claim is
+// marked running (clusterNode.startRun). ok false: not to be run (nothing
+// recorded); answer non-nil: answer with it instead of running. ctx is
+// the run's (a cancel ends it), stopCtx the router's (a hard stop ends
+// it): the start record is written under stopCtx, because a cancel
+// answers the run (the runner sees ctx done) but does not undo its start.
+func (rt *Runtime) beforeRun(ctx, stopCtx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
 	if rt.cluster != nil {
 		return rt.cluster.startRun(ctx, in)
 	}
-	if in.Recovered {
-		if err := rt.recordRerun(ctx, in); err != nil {
-			// Not recorded, not run: the next start finds it unanswered.
-			rt.log.Error("cannot record the re-run of a message a restart left unanswered; not run now",
-				"session", in.SessionKey, "message_id", in.MessageID, "err", err)
-			return nil, false
-		}
+	rerunKey := in.SessionKey + "\x00" + in.MessageID
+	if _, ok := rt.premarked.LoadAndDelete(rerunKey); ok {
+		return nil, true // recorded with the message (AcceptInbound)
+	}
+	_, rerun := rt.reruns.Load(rerunKey)
+	rerun = rerun && in.Recovered
+	if err := rt.recordStart(stopCtx, in, rerun); err != nil {
+		// Not recorded, not run: the next start finds it unanswered.
+		rt.log.Error("cannot record the start of a run; not run now",
+			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
+		return nil, false
+	}
+	if rerun {
+		rt.reruns.Delete(rerunKey)
 	}
 	return nil, true
 }
@@ -451,29 +504,38 @@ func (rt *Runtime) dispatchOne(out bus.Outbound) {
 	ch.events.Add(ev)
 }
 
-// startupTail is how many records with a message id rebuild reads from the
-// end of each session file; as many as dedupe keeps per session.
+// startupTail is how many records with a message id rebuild reads at most
+// from the end of each session file. The walk usually stops earlier, after
+// session.TailSettled answered messages in a row (all it needs to find
+// the unanswered ones); dedupe completes such a partial session from the
+// log (its last DedupePerSession messages) on its first unknown id.
 const startupTail = 1024
 
+// startedEvent marks the session-log record written (durably) before a
+// message's first run starts (a "system" record: not a reply, so dedupe
+// and nanobot readers do not take it for an answer). Found at a later
+// start with the message unanswered, it means that run was cut short; a
+// message without it only waited, and no restart counts against it.
+const startedEvent = "run_started"
+
 // interruptedEvent marks the session-log record written when the run of a
-// message left unanswered by a server restart starts again (a "system"
-// record: not a reply, so dedupe and nanobot readers do not take it for an
-// answer). Found at a later start with the message still unanswered, it
-// means the re-run was cut short too.
+// message whose first run a server restart cut short starts again.
+// Found at a later start with the message still unanswered, it means the
+// re-run was cut short too.
 const interruptedEvent = "run_interrupted"
 
 // interruptedTwice answers a message whose run two restarts cut short.
 const interruptedTwice = "interrupted twice by a server restart; not run again - send it again"
 
-// rebuild reads the tail of every session file (not every record: the last
-// startupTail message records), fills the dedupe table with their replies
-// and returns the messages accepted but never answered, oldest first per
-// session, to be run again (Recovered: the router records run_interrupted
-// when the re-run starts, see recordRerun). One that already has that
-// record (its re-run was cut short too) is answered with an error reply
-// instead of a third run. A message that was only waiting when the server
-// stopped has no such record, so it is not penalised for restarts that
-// came before its run.
+// rebuild reads the tail of every session file (not every record: see
+// startupTail), fills the dedupe table with their replies and returns the
+// messages accepted but never answered, oldest first per session, to be
+// run (Recovered). A message whose run started (run_started) was cut short
+// once: its re-run is recorded run_interrupted when it starts
+// (rt.reruns). One that has run_interrupted (its re-run was cut short
+// too) is answered with an error reply instead of a third run. A message
+// that was only waiting when the server stopped has neither record, so
+// restarts before its run never count against it.
 func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 	var unanswered []bus.Inbound
 	var toMark []interruptedRuns
@@ -490,6 +552,7 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 		asked := map[string]session.Record{}
 		answered := map[string]bool{}
 		interrupted := map[string]bool{}
+		started := map[string]bool{}
 		var order []string
 		for _, r := range s.Records {
 			if r.MessageID == "" {
@@ -505,6 +568,8 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 				answered[r.MessageID] = true
 			case r.Role == "system" && r.Extra["event"] == interruptedEvent:
 				interrupted[r.MessageID] = true
+			case r.Role == "system" && r.Extra["event"] == startedEvent:
+				started[r.MessageID] = true
 			}
 		}
 		var marks []session.Record
@@ -524,6 +589,9 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 					RunID: r.RunID, FinishReason: link.FinishError})
 				continue
 			}
+			if started[id] {
+				rt.reruns.Store(key+"\x00"+id, true)
+			}
 			received, _ := time.ParseInLocation(session.TimeLayout, r.Timestamp, time.Local)
 			again = append(again, bus.Inbound{ChannelID: channelID, AccountID: accountID, PeerID: peerID,
 				ThreadID: threadID, SessionKey: key, MessageID: id, RunID: r.RunID, Text: r.Content,
@@ -534,6 +602,7 @@ func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
 		d := rt.dedupe
 		d.mu.Lock()
 		sess := d.insert(key, s.Records)
+		sess.partial = s.Partial // completed from the log on its first unknown id
 		for _, in := range again {
 			d.addPending(sess, in.MessageID, in.RunID)
 		}
@@ -609,10 +678,21 @@ func (rt *Runtime) markInterrupted(ctx context.Context, sessions []interruptedRu
 	return again
 }
 
-// loadRecent reads a session's recent records for dedupe; a session the
-// log does not have has none.
-func (rt *Runtime) loadRecent(key string) ([]session.Record, error) {
-	s, err := rt.store.Tail(key, startupTail)
+// dedupeReadBytes bounds how much of a session file dedupe reads when it
+// completes or reloads a session: the last DedupePerSession messages, or
+// as many as the last 4 MiB hold (1,024 messages of up to ~1 KiB of text
+// each way fit; sessions of long messages keep fewer ids, never fewer
+// than the start-up tail's). Reading the whole of a session of 20 KB
+// messages (20 MB) for the first message after a restart is what it
+// saves: no device resends an id that old (link.Client resends only its
+// unanswered messages).
+const dedupeReadBytes = 4 << 20
+
+// loadRecent reads the records of a session's last n messages for dedupe
+// (at most dedupeReadBytes of them); a session the log does not have has
+// none.
+func (rt *Runtime) loadRecent(key string, n int) ([]session.Record, error) {
+	s, err := rt.store.TailMessages(key, n, dedupeReadBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -624,13 +704,40 @@ func (rt *Runtime) loadRecent(key string) ([]session.Record, error) {
 
 var errShuttingDown = errors.New("server is shutting down")
 
-// recordRerun writes, before the re-run of a message a restart left
-// unanswered starts, the run_interrupted record that keeps it from being
-// run a third time.
-func (rt *Runtime) recordRerun(ctx context.Context, in bus.Inbound) error {
-	return rt.appendLog(ctx, in.SessionKey, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
-		Content: "the run of message " + in.MessageID + " was cut short by a server restart; it runs again once",
-		Extra:   map[string]any{"event": interruptedEvent}})
+// injected records the start of a message a running turn took
+// (agent.Injector). The turn has it already, so the record follows the
+// start instead of preceding it: a crash in between lets it run once more
+// than counted. Best effort: a failure is logged.
+func (rt *Runtime) injected(ctx context.Context, in bus.Inbound) {
+	if rt.cluster != nil {
+		return
+	}
+	if err := rt.recordStart(ctx, in, false); err != nil {
+		rt.log.Warn("cannot record the start of a message a running turn took", "session", in.SessionKey,
+			"message_id", in.MessageID, "err", err)
+	}
+}
+
+// recordStart makes a run's start durable before the agent gets the
+// message: run_started, or for the re-run of a run a restart cut short
+// (rerun), the run_interrupted record that keeps it from a third run. It
+// is one write-ahead log append, group-committed with everything else
+// being appended.
+func (rt *Runtime) recordStart(ctx context.Context, in bus.Inbound, rerun bool) error {
+	return rt.appendLog(ctx, in.SessionKey, startRecord(in, rerun))
+}
+
+// startRecord is the record of a run's start: run_started, or
+// run_interrupted for the re-run of a run a restart cut short.
+func startRecord(in bus.Inbound, rerun bool) session.Record {
+	if rerun {
+		return session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
+			Content: "the run of message " + in.MessageID + " was cut short by a server restart; it runs again once",
+			Extra:   map[string]any{"event": interruptedEvent}}
+	}
+	return session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
+		Content: "the run of message " + in.MessageID + " started",
+		Extra:   map[string]any{"event": startedEvent}}
 }
 
 // ErrBusy is wrapped by AcceptInbound's error when a bound of the delivery

@@ -31,10 +31,21 @@
 //	{"role":"user","content":"hi","timestamp":"2026-03-15T14:30:00.123456","message_id":"m-1"}
 //	{"role":"assistant","content":"You said: hi","timestamp":"2026-03-15T14:30:00.456789","message_id":"m-1","run_id":"run-1","finish_reason":"stop"}
 //
-// When a server restart cuts a run short, the server records it before
-// running the message again with a "system" record (not a reply):
+// Before a message's run starts (before the agent gets it), the server
+// records the start with a "system" record (not a reply: nanobot readers
+// and dedupe do not take it for an answer):
 //
-//	{"role":"system","content":"the run of message m-2 was interrupted by a server restart; it runs again once","timestamp":"...","message_id":"m-2","run_id":"run-1","event":"run_interrupted"}
+//	{"role":"system","content":"the run of message m-2 started","timestamp":"...","message_id":"m-2","run_id":"run-1","event":"run_started"}
+//
+// A message found unanswered at start-up without it only waited, and is
+// simply run. One with it was cut short by a restart: the server records
+// that before running it again, instead of a second run_started:
+//
+//	{"role":"system","content":"the run of message m-2 was cut short by a server restart; it runs again once","timestamp":"...","message_id":"m-2","run_id":"run-1","event":"run_interrupted"}
+//
+// Found unanswered with run_interrupted, its re-run was cut short too: it
+// is answered with an error reply, never run a third time. Each of these
+// records is written at most once per message id.
 //
 // Timestamps are local time without a zone, with microseconds (layout
 // [TimeLayout]). Fields this package does not know (tool_calls, name, ...)
@@ -58,10 +69,12 @@
 // [Store.AppendEncoded] let such a caller encode the lines once for both.
 //
 // Load and Scan read files directly and may run beside appends; they see
-// only whole lines. [Store.Tail] and [Store.ScanTails] read only a file's
-// metadata line and its last records, walking back from the end, so their
-// cost does not grow with the age of a session (start-up and on-demand
-// reloads of the server's dedupe table use them). They are tolerant: a torn, invalid or over-long
+// only whole lines. [Store.Tail], [Store.TailMessages] and
+// [Store.ScanTails] read only a file's metadata line and its last
+// records, walking back from the end, so their cost does not grow with the
+// age of a session (start-up uses ScanTails, which stops early once the
+// tail is settled; the server's dedupe table reads the last messages it
+// remembers with TailMessages when it first needs them). They are tolerant: a torn, invalid or over-long
 // ([MaxLineSize]) line, a missing metadata line or an empty file is skipped
 // or guessed with a warning (logged and kept in [Session.Warnings]), never
 // an error.

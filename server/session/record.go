@@ -58,6 +58,10 @@ type Session struct {
 	// Warnings lists what was skipped or guessed while loading, each as
 	// "file:line: what".
 	Warnings []string
+	// Partial is set by [Store.Tail], [Store.TailMessages] and
+	// [Store.ScanTails] when the walk stopped before the first record:
+	// the file holds older records than Records.
+	Partial bool
 }
 
 // field is one known field in its output order.

@@ -27,8 +27,33 @@ const TailSettled = 64
 // records in all), once it has seen [TailSettled] answered messages in a
 // row, or at the metadata line. Records are in file order. Its
 // cost is that of the tail, not of the whole file, which is what start-up
-// and on-demand reloads need. A missing file wraps [os.ErrNotExist].
+// needs. A missing file wraps [os.ErrNotExist]. [Session.Partial] says
+// whether it stopped before the first record.
 func (s *Store) Tail(key string, n int) (*Session, error) {
+	return s.tail(key, tailOpts{want: n, settle: TailSettled})
+}
+
+// TailMessages reads the session stored under key as [Store.Tail] does, but
+// walks back until it holds the records of the last n messages (n user
+// records with a message id; or 8n records in all) and every record after
+// them, with no early stop at [TailSettled]: what a dedupe table that
+// remembers n answered ids per session needs (the server's on-demand
+// reloads), and what replaying n records of a write-ahead log into the
+// file must compare with. maxBytes > 0 also stops it once the lines it
+// read take that many bytes (the last line read may end past it).
+func (s *Store) TailMessages(key string, n int, maxBytes int64) (*Session, error) {
+	return s.tail(key, tailOpts{want: n, messages: true, maxBytes: maxBytes})
+}
+
+// tailOpts say when a tail walk stops.
+type tailOpts struct {
+	want     int  // records with a message id to collect (messages: user records)
+	messages bool // count user records with a message id only
+	settle   int  // stop after this many answered messages in a row (0: never)
+	maxBytes int64
+}
+
+func (s *Store) tail(key string, o tailOpts) (*Session, error) {
 	name, err := FileName(key)
 	if err != nil {
 		return nil, fmt.Errorf("session: tail %s: %w", key, err)
@@ -37,7 +62,7 @@ func (s *Store) Tail(key string, n int) (*Session, error) {
 	if IsHashedName(name) {
 		fileKey = ""
 	}
-	l, err := s.tailPath(filepath.Join(s.dir, name), fileKey, n, nil)
+	l, err := s.tailPath(filepath.Join(s.dir, name), fileKey, o, nil)
 	if err != nil {
 		return nil, fmt.Errorf("session: tail %s: %w", key, err)
 	}
@@ -50,19 +75,21 @@ func (s *Store) Tail(key string, n int) (*Session, error) {
 // ScanTails is [Store.Scan] reading each file as [Store.Tail] does.
 func (s *Store) ScanTails(n int, fn func(*Session) error) error {
 	buf := make([]byte, tailChunk) // one read buffer for every file
-	return s.scan(func(path, fileKey string) (loaded, error) { return s.tailPath(path, fileKey, n, buf) }, fn)
+	o := tailOpts{want: n, settle: TailSettled}
+	return s.scan(func(path, fileKey string) (loaded, error) { return s.tailPath(path, fileKey, o, buf) }, fn)
 }
 
 // tailPath reads the metadata line and the last records of one file. As
 // loadPath, it reads only the bytes present when it opened the file.
 // buf, if not nil, is the read buffer (nothing read keeps it).
-func (s *Store) tailPath(path, fileKey string, n int, buf []byte) (loaded, error) {
+func (s *Store) tailPath(path, fileKey string, o tailOpts, buf []byte) (loaded, error) {
 	f, size, err := s.openSnapshot(path)
 	if err != nil {
 		return loaded{}, err
 	}
 	defer s.closeSnapshot(f)
-	t := &tailReader{path: path, f: f, size: size, max: s.maxLine, want: n, sess: &Session{}, buf: buf, settleAfter: TailSettled}
+	t := &tailReader{path: path, f: f, size: size, max: s.maxLine, want: o.want, sess: &Session{}, buf: buf,
+		settleAfter: o.settle, messages: o.messages, maxBytes: o.maxBytes}
 	if err := t.read(); err != nil {
 		return loaded{}, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -88,13 +115,18 @@ func (s *Store) tailPath(path, fileKey string, n int, buf []byte) (loaded, error
 
 // tailReader walks one file back from its end, line by line.
 type tailReader struct {
-	path  string
-	f     io.ReaderAt
-	size  int64
-	max   int    // longest line kept
-	want  int    // records with a message id to collect
-	chunk int    // bytes read at a time; default tailChunk
-	buf   []byte // read buffer to use, if not nil
+	path string
+	f    io.ReaderAt
+	size int64
+	max  int // longest line kept
+	want int // records with a message id to collect
+	// messages counts only user records with a message id toward want
+	// (the records of the last want messages).
+	messages bool
+	maxBytes int64  // stop once the lines read from the end take this many bytes (0: no bound)
+	walked   int64  // bytes from the start of the last line taken to the end of the file
+	chunk    int    // bytes read at a time; default tailChunk
+	buf      []byte // read buffer to use, if not nil
 
 	sess     *Session
 	haveMeta bool
@@ -113,7 +145,8 @@ func (t *tailReader) warn(off int64, msg string, args ...any) {
 // done reports whether enough records are collected.
 func (t *tailReader) done() bool {
 	return t.withID >= t.want || len(t.sess.Records) >= 8*t.want ||
-		(t.settleAfter > 0 && t.settled >= t.settleAfter)
+		(t.settleAfter > 0 && t.settled >= t.settleAfter) ||
+		(t.maxBytes > 0 && t.walked >= t.maxBytes)
 }
 
 func (t *tailReader) read() error {
@@ -193,6 +226,9 @@ func (t *tailReader) read() error {
 	if pos <= head && !t.done() && (length > 0 || tooLong) {
 		emit(lineEnd) // the first line after the metadata line
 	}
+	// Stopped early (or just at the first record: then a reader that
+	// wants more reads once more for nothing).
+	t.sess.Partial = t.done()
 	slices.Reverse(t.sess.Records)
 	return nil
 }
@@ -231,6 +267,7 @@ func (t *tailReader) readHead() (int64, error) {
 
 // line takes one line found by the walk (start is its offset).
 func (t *tailReader) line(line []byte, start int64, tooLong, torn bool) {
+	t.walked = t.size - start
 	tornNote := ""
 	if torn {
 		tornNote = " (torn last line)"
@@ -259,7 +296,9 @@ func (t *tailReader) line(line []byte, start int64, tooLong, torn bool) {
 		rec.fromObject(obj)
 	}
 	if rec.MessageID != "" {
-		t.withID++
+		if !t.messages || rec.Role == "user" {
+			t.withID++
+		}
 		switch rec.Role {
 		case "assistant":
 			if t.answered == nil {

@@ -9,17 +9,21 @@ import (
 	"testing"
 )
 
-// checkTail reads data with the tail walk (n records with an id, chunk
-// bytes at a time) and with the whole-file parser, and fails unless the
-// tail's records are the parser's last ones, and as many as asked for.
-func checkTail(t *testing.T, data []byte, n, chunk int) {
+// checkTail reads data with the tail walk (n records with an id, or with
+// messages n user records; at most maxBytes if > 0; chunk bytes at a time)
+// and with the whole-file parser, and fails unless the tail's records are
+// the parser's last ones, as many as asked for, and Partial unless all.
+func checkTail(t *testing.T, data []byte, n, chunk int) { checkTailOpts(t, data, n, chunk, false, 0) }
+
+func checkTailOpts(t *testing.T, data []byte, n, chunk int, messages bool, maxBytes int64) {
 	t.Helper()
 	const max = 256
 	full, err := parse(bytes.NewReader(data), "f", "k", max, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &tailReader{path: "f", f: bytes.NewReader(data), size: int64(len(data)), max: max, want: n, chunk: chunk, sess: &Session{}}
+	tr := &tailReader{path: "f", f: bytes.NewReader(data), size: int64(len(data)), max: max, want: n, chunk: chunk, sess: &Session{},
+		messages: messages, maxBytes: maxBytes}
 	if err := tr.read(); err != nil {
 		t.Fatalf("tail: %v", err)
 	}
@@ -29,6 +33,9 @@ func checkTail(t *testing.T, data []byte, n, chunk int) {
 	}
 	if len(got) < len(all) && !tr.done() {
 		t.Fatalf("n=%d chunk=%d: tail stopped at %d of %d records without enough of them", n, chunk, len(got), len(all))
+	}
+	if !tr.sess.Partial && len(got) != len(all) {
+		t.Fatalf("n=%d chunk=%d: tail has %d of %d records and says it is not partial", n, chunk, len(got), len(all))
 	}
 	suffix := all[len(all)-len(got):]
 	for i := range got {
@@ -58,6 +65,8 @@ func FuzzTail(f *testing.F) {
 		for _, n := range []int{1, 2, 1 << 20} {
 			for _, chunk := range []int{1, 3, 17, 4096} {
 				checkTail(t, data, n, chunk)
+				checkTailOpts(t, data, n, chunk, true, 0)
+				checkTailOpts(t, data, n, chunk, true, 100)
 			}
 		}
 	})
@@ -227,5 +236,51 @@ func TestTailSettles(t *testing.T) {
 	// 3 unanswered, 10 answered after lost-1, then TailSettled answered.
 	if want := 3 + 10 + TailSettled; users != want {
 		t.Errorf("tail holds %d user records, want %d (stopped once settled)", users, want)
+	}
+}
+
+// TailMessages reads the records of the last n messages, past any run of
+// answered ones (no TailSettled stop), counting user records only; Partial
+// says whether older records are left.
+func TestTailMessages(t *testing.T) {
+	s := openTest(t, Options{NoSync: true})
+	ctx := context.Background()
+	const key = "terminal-dev:local:msgs"
+	for i := range 300 {
+		id := fmt.Sprintf("m-%d", i)
+		if err := s.Append(ctx, key, Record{Role: "user", Content: "q", MessageID: id},
+			Record{Role: "system", MessageID: id, Extra: map[string]any{"event": "run_started"}},
+			Record{Role: "assistant", Content: "a", MessageID: id, FinishReason: "stop"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.TailMessages(key, 200, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Records) != 600 || got.Records[0].MessageID != "m-100" || got.Records[0].Role != "user" || !got.Partial {
+		t.Fatalf("last 200 messages: %d records, first %+v, partial %v; want 600 from m-100's user record, partial",
+			len(got.Records), got.Records[0], got.Partial)
+	}
+	all, err := s.TailMessages(key, 1024, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Records) != 900 || all.Partial {
+		t.Fatalf("all 300 messages: %d records, partial %v; want 900, not partial", len(all.Records), all.Partial)
+	}
+	bounded, err := s.TailMessages(key, 1024, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(bounded.Records); n == 0 || n >= 900 || !bounded.Partial {
+		t.Fatalf("TailMessages bounded to 4 KiB: %d records, partial %v", n, bounded.Partial)
+	}
+	settled, err := s.Tail(key, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !settled.Partial || len(settled.Records) >= 900 {
+		t.Fatalf("Tail: %d records, partial %v; want it settled early, partial", len(settled.Records), settled.Partial)
 	}
 }

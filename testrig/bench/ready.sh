@@ -8,6 +8,9 @@
 # workspace RUNS times (default 3) and prints the time until /healthz
 # answers and the RSS then. With BASELINE=path (an older build), each run
 # also starts that build on a fresh copy, alternating with TERMSERVER.
+# With FRESH=1, each run then sends one new message to every session and
+# prints the time to its ack (testrig/bench/resend -fresh): what the first
+# message of a session costs after the start.
 set -euo pipefail
 MIB=${1:-1024}
 RUNS=${2:-3}
@@ -15,7 +18,7 @@ cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)
 trap 'kill -9 $SPID $LPID 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
 SPID= LPID=
-go build -o "$tmp/" ./cmd/termserver ./cmd/termrig
+go build -o "$tmp/" ./cmd/termserver ./cmd/termrig ./testrig/bench/resend
 TERMSERVER=${TERMSERVER:-$tmp/termserver}
 port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-)
 cat > "$tmp/gen.json" <<JSON
@@ -48,6 +51,10 @@ for i in $(seq 1 "$RUNS"); do
     ms=$(( ($(date +%s%N) - t0) / 1000000 ))
     rss=$(awk '/VmRSS/{print $2}' /proc/$SPID/status)
     echo "run $i $bin: ready in ${ms}ms rss=$((rss / 1024))MiB load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+    if [ "${FRESH:-}" = 1 ]; then
+      echo "  $("$tmp/resend" -fresh -parallel 50 -server ws://127.0.0.1:$port/api/channels/terminal-dev/ws -sessions "$tmp/run/sessions")" \
+        "rss=$(( $(awk '/VmRSS/{print $2}' /proc/$SPID/status) / 1024 ))MiB"
+    fi
     kill -9 $SPID; wait $SPID 2>/dev/null || true
   done
 done
