@@ -39,6 +39,7 @@ type fleetOptions struct {
 	streamWrite     time.Duration // a stream write that makes no progress this long ends it; default 10 s
 	streamKeepalive time.Duration // default 15 s
 	helloPeers      int           // peers in the stream's hello; default helloPeers
+	maxStreams      int           // live event streams open at once, server-wide; default maxStreams
 	maxPeers        int           // registry bounds per channel; 0: the registry's defaults
 	maxAnonymous    int
 }
@@ -76,6 +77,9 @@ type fleet struct {
 	streams  context.Context // ends every live stream at shutdown
 	stop     context.CancelFunc
 	streamWG sync.WaitGroup
+	// streamsOpen counts the live event streams (under mu), at most
+	// opt.maxStreams.
+	streamsOpen int
 }
 
 func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger, m *serverMetrics) (*fleet, error) {
@@ -90,6 +94,9 @@ func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger
 	}
 	if opt.helloPeers <= 0 {
 		opt.helloPeers = helloPeers
+	}
+	if opt.maxStreams <= 0 {
+		opt.maxStreams = maxStreams
 	}
 	fl := &fleet{notices: noNotices{}, opt: opt, log: log}
 	reg, err := registry.Open(filepath.Join(workspace, "registry"), registry.Options{
@@ -202,6 +209,9 @@ const (
 	defaultPeersLimit = 100
 	maxPeersLimit     = 1000
 	helloPeers        = 100 // peers in hello; the console pages the rest
+	// maxStreams bounds the live event streams open at once: each holds a
+	// subscriber's buffer of up to streamBuffer events and peer changes.
+	maxStreams = 64
 )
 
 // servePeers is GET /api/channels/{channel_id}/peers?tag=k:v&online=true&limit=N&cursor=C:
@@ -509,9 +519,22 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "the server is shutting down")
 		return
 	}
+	if fl.streamsOpen >= fl.opt.maxStreams {
+		fl.mu.Unlock()
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf(
+			"too many live event streams: %d are open, the most this server keeps; close one, or poll %s instead",
+			fl.opt.maxStreams, strings.TrimSuffix(r.URL.Path, "/stream")))
+		return
+	}
+	fl.streamsOpen++
 	fl.streamWG.Add(1)
 	fl.mu.Unlock()
-	defer fl.streamWG.Done()
+	defer func() {
+		fl.mu.Lock()
+		fl.streamsOpen--
+		fl.mu.Unlock()
+		fl.streamWG.Done()
+	}()
 	fl.streamOpen.Add(ch.id, 1)
 	defer fl.streamOpen.Add(ch.id, -1)
 

@@ -647,3 +647,38 @@ func TestEventStreamOutlivesHTTPTimeouts(t *testing.T) {
 		s.next("keepalive", func(e sseEvent) bool { return e.comment })
 	}
 }
+
+// Live event streams are bounded server-wide: past the cap a new one gets
+// 503 with the reason, and a closed one makes room again.
+func TestEventStreamsBounded(t *testing.T) {
+	cfg := adminConfig(t, withAdmin(t))
+	ts := serve(t, cfg, Options{fleet: fleetOptions{maxStreams: 2}})
+	isHello := func(e sseEvent) bool { return e.name == "hello" }
+	a := openStream(t, ts.http.URL, viewerSecret)
+	a.next("hello", isHello)
+	openStream(t, ts.http.URL, viewerSecret).next("hello", isHello)
+	r := api(t, "GET", ts.http.URL+"/api/channels/terminal-dev/events/stream", viewerSecret, "")
+	if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "too many live event streams: 2 are open") ||
+		!strings.Contains(string(r.body), "/api/channels/terminal-dev/events") {
+		t.Fatalf("third stream: HTTP %d %s, want 503 naming the cap", r.status, r.body)
+	}
+	a.resp.Body.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := api(t, "GET", ts.http.URL+"/api/channels/terminal-dev/events?limit=1", viewerSecret, "")
+		if r.status != 200 {
+			t.Fatalf("events: HTTP %d %s", r.status, r.body)
+		}
+		ts.rt.fleet.mu.Lock()
+		open := ts.rt.fleet.streamsOpen
+		ts.rt.fleet.mu.Unlock()
+		if open < 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed stream still counts: %d open", open)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	openStream(t, ts.http.URL, viewerSecret).next("hello", isHello)
+}
