@@ -152,6 +152,22 @@ func (s *session) handshake(ctx context.Context) (*Connected, string) {
 				s.write(MustEncode(&Pong{}))
 			}
 		case <-s.dead:
+			// The server's refusal (an error frame) comes just before its
+			// close: the reader may have queued it when the close made the
+			// connection dead, and select picks either at random. The
+			// refusal says why; the close only that it happened.
+			for {
+				select {
+				case f := <-s.in:
+					if e, ok := f.(*Error); ok && (e.Code == CodeUnauthorized || e.MessageID == "") {
+						c.emit(Event{Kind: EventError, Code: e.Code, MessageID: e.MessageID, Err: errors.New(e.Error)})
+						return nil, "connect refused: " + e.Error
+					}
+					continue
+				default:
+				}
+				break
+			}
 			return nil, s.reason()
 		case <-t.C:
 			return nil, fmt.Sprintf("no connected frame within %s of connect", c.cfg.ConnectTimeout)
