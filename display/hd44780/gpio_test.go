@@ -3,55 +3,15 @@ package hd44780_test
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 
 	pdisplay "periph.io/x/conn/v3/display"
-	"periph.io/x/conn/v3/gpio"
-	"periph.io/x/conn/v3/physic"
 
 	"termlink/display"
 	"termlink/display/hd44780"
+	"termlink/testrig/fakepin"
 	"termlink/testrig/lcdemu"
 )
-
-// emuPins wires GPIO lines to the emulator: every Out writes the port byte.
-type emuPins struct {
-	mu  sync.Mutex
-	bus *lcdemu.Bus
-	v   byte
-}
-
-type emuPin struct {
-	p    *emuPins
-	bit  byte
-	name string
-}
-
-func (p *emuPin) String() string { return p.name }
-
-func (p *emuPin) Halt() error { return nil }
-
-func (p *emuPin) Name() string { return p.name }
-
-func (p *emuPin) Number() int { return int(p.bit) }
-
-func (p *emuPin) Function() string { return "Out" }
-
-func (p *emuPin) PWM(gpio.Duty, physic.Frequency) error {
-	return errors.New("no PWM")
-}
-
-func (p *emuPin) Out(l gpio.Level) error {
-	p.p.mu.Lock()
-	defer p.p.mu.Unlock()
-	if l {
-		p.p.v |= 1 << p.bit
-	} else {
-		p.p.v &^= 1 << p.bit
-	}
-	return p.p.bus.Tx(0x27, []byte{p.p.v}, nil)
-}
 
 func TestGPIO(t *testing.T) {
 	clk := &lcdemu.Clock{}
@@ -59,8 +19,10 @@ func TestGPIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep := &emuPins{bus: bus}
-	pin := func(bit byte, name string) *emuPin { return &emuPin{p: ep, bit: bit, name: name} }
+	// The GPIO lines drive the emulated PCF8574's port: each Out writes the
+	// port byte, so the emulator sees every edge the transport makes.
+	port := fakepin.NewPort(func(v byte) error { return bus.Tx(0x27, []byte{v}, nil) })
+	pin := port.Pin
 	dev, err := hd44780.NewGPIO(pin(0, "RS"), pin(2, "EN"), pin(4, "D4"), pin(5, "D5"), pin(6, "D6"), pin(7, "D7"),
 		&hd44780.Opts{Rows: 4, Cols: 20, Sleep: clk.Sleep, Now: clk.Now, Backlight: pin(3, "BL")})
 	if err != nil {
