@@ -39,24 +39,7 @@ func TestDefaultPinMapIsACopy(t *testing.T) {
 	if got := hd44780.DefaultPinMap(); got == m || got.RS != 0 || got.EN != 2 {
 		t.Fatalf("DefaultPinMap() = %+v after changing a copy", got)
 	}
-	clk := &lcdemu.Clock{}
-	bus, err := lcdemu.New(&lcdemu.Opts{Timing: true, Clock: clk}) // common wiring
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := hd44780.New(bus, 0x27, &hd44780.Opts{Sleep: clk.Sleep, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := display.NewFrame(2, 16)
-	f.SetLine(0, "common wiring")
-	if err := dev.Draw(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	if got := bus.Text()[0]; got != "common wiring   " {
-		t.Errorf("row 0 = %q", got)
-	}
-	for _, w := range bus.Warnings() {
-		t.Error(w)
-	}
+	r := newRig(t, 2, 16, nil) // the emulator wired as the common backpack
+	r.glassIs(r.draw("common wiring"))
+	r.noWarnings()
 }
