@@ -167,7 +167,7 @@ func NewLCD(parts *Parts, opts hd44780.Opts) (*hd44780.Dev, error) {
 // PinMap converts a profile's PCF8574 wiring into the driver's; fields
 // the profile leaves out keep the common wiring.
 func PinMap(pm *boards.PinMap) hd44780.PinMap {
-	m := hd44780.DefaultPinMap
+	m := hd44780.DefaultPinMap()
 	set := func(dst *uint8, v *int) {
 		if v != nil {
 			*dst = uint8(*v)

@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"periph.io/x/conn/v3/gpio"
+
+	"termlink/testrig/fakepin"
 )
 
 type keypadRig struct {
 	t      *testing.T
-	m      *fakeMatrix
+	m      *fakepin.Matrix
 	k      *Keypad
 	cancel context.CancelFunc
 	done   chan error
@@ -31,9 +33,9 @@ func fastOpts(km Keymap) Opts {
 	}
 }
 
-func startKeypad(t *testing.T, m *fakeMatrix, o Opts) *keypadRig {
+func startKeypad(t *testing.T, m *fakepin.Matrix, o Opts) *keypadRig {
 	t.Helper()
-	k, err := New(m.outs(), m.ins(), o)
+	k, err := New(m.Rows(), m.Cols(), o)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -50,9 +52,8 @@ func startKeypad(t *testing.T, m *fakeMatrix, o Opts) *keypadRig {
 	})
 	// Wait until Run has configured the pins.
 	waitFor(t, "pins configured", func() bool {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return m.cols[len(m.cols)-1].edge == gpio.FallingEdge && m.rows[len(m.rows)-1].l == gpio.Low
+		_, edge := m.ColConfig(len(m.Cols()) - 1)
+		return edge == gpio.FallingEdge && m.RowLevel(len(m.Rows())-1) == gpio.Low
 	})
 	return rig
 }
@@ -110,26 +111,24 @@ func TestKeypadDecodesEveryKey(t *testing.T) {
 	}{{"4x4", Keymap4x4()}, {"3x4", Keymap3x4()}} {
 		t.Run(tt.name, func(t *testing.T) {
 			nr, nc := tt.km.Size()
-			m := newFakeMatrix(nr, nc)
+			m := fakepin.NewMatrix(nr, nc, "")
 			rig := startKeypad(t, m, fastOpts(tt.km))
 			for r := range nr {
 				for c := range nc {
-					m.press(r, c)
+					m.Press(r, c)
 					ev := rig.next()
 					if ev.Kind != KeyDown || ev.Key != tt.km[r][c] || ev.Row != r || ev.Col != c {
 						t.Fatalf("press (%d,%d): %+v, want KeyDown %q", r, c, ev, tt.km[r][c])
 					}
-					m.release(r, c)
+					m.Release(r, c)
 					if ev := rig.next(); ev.Kind != KeyUp || ev.Key != tt.km[r][c] {
 						t.Fatalf("release (%d,%d): %+v", r, c, ev)
 					}
 				}
 			}
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			for _, col := range m.cols {
-				if col.pull != gpio.PullUp || col.edge != gpio.FallingEdge {
-					t.Errorf("%s configured %s %s, want PullUp FallingEdge", col, col.pull, col.edge)
+			for c, col := range m.Cols() {
+				if pull, edge := m.ColConfig(c); pull != gpio.PullUp || edge != gpio.FallingEdge {
+					t.Errorf("%s configured %s %s, want PullUp FallingEdge", col, pull, edge)
 				}
 			}
 		})
@@ -138,61 +137,59 @@ func TestKeypadDecodesEveryKey(t *testing.T) {
 
 // Idle, the keypad sleeps in WaitForEdge: no column reads at all.
 func TestKeypadIdleDoesNotPoll(t *testing.T) {
-	m := newFakeMatrix(4, 4)
+	m := fakepin.NewMatrix(4, 4, "")
 	rig := startKeypad(t, m, fastOpts(Keymap4x4()))
-	m.press(0, 0)
+	m.Press(0, 0)
 	rig.expect("+1")
-	m.release(0, 0)
+	m.Release(0, 0)
 	rig.expect("-1")
 	time.Sleep(20 * ms) // let the scanner go idle
-	reads, waits := m.reads.Load(), m.waits.Load()
+	reads, waits := m.Reads(), m.Waits()
 	time.Sleep(300 * ms)
-	if n := m.reads.Load() - reads; n != 0 {
+	if n := m.Reads() - reads; n != 0 {
 		t.Errorf("%d column reads while idle for 300ms", n)
 	}
 	// Four watchers with a 50ms edge timeout: about 24 waits, not thousands.
-	if n := m.waits.Load() - waits; n > 60 {
+	if n := m.Waits() - waits; n > 60 {
 		t.Errorf("%d WaitForEdge calls in 300ms", n)
 	}
-	m.mu.Lock()
-	for _, r := range m.rows {
-		if r.l != gpio.Low {
-			t.Errorf("%s is %s while idle, want Low", r, r.l)
+	for i, r := range m.Rows() {
+		if l := m.RowLevel(i); l != gpio.Low {
+			t.Errorf("%s is %s while idle, want Low", r, l)
 		}
 	}
-	m.mu.Unlock()
 	// And it still wakes up.
-	m.press(2, 1)
+	m.Press(2, 1)
 	rig.expect("+8")
 }
 
 func TestKeypadDebouncesBouncingContact(t *testing.T) {
-	m := newFakeMatrix(4, 4)
+	m := fakepin.NewMatrix(4, 4, "")
 	rig := startKeypad(t, m, fastOpts(Keymap4x4()))
-	m.chatter(1, 1, 9)
-	m.press(1, 1)
+	m.Chatter(1, 1, 9)
+	m.Press(1, 1)
 	rig.expect("+5")
 	rig.quiet(50 * ms)
 	// Bouncing again while held (a wobbly finger), then released.
-	m.chatter(1, 1, 8)
+	m.Chatter(1, 1, 8)
 	rig.quiet(50 * ms)
-	m.release(1, 1)
+	m.Release(1, 1)
 	rig.expect("-5")
 	rig.quiet(50 * ms)
 }
 
 func TestKeypadAutoRepeat(t *testing.T) {
-	m := newFakeMatrix(4, 4)
+	m := fakepin.NewMatrix(4, 4, "")
 	o := fastOpts(Keymap4x4())
 	o.RepeatDelay, o.RepeatInterval = 60*ms, 20*ms
 	rig := startKeypad(t, m, o)
-	m.press(3, 3)
+	m.Press(3, 3)
 	first := rig.expect("+D")[0]
 	evs := rig.expect("rDrDrD")
 	if d := evs[0].Time.Sub(first.Time); d < 60*ms {
 		t.Errorf("first repeat after %v, want >= 60ms", d)
 	}
-	m.release(3, 3)
+	m.Release(3, 3)
 	for ev := rig.next(); ev.Kind != KeyUp; ev = rig.next() {
 		if ev.Kind != KeyRepeat {
 			t.Fatalf("unexpected %v", ev)
@@ -201,11 +198,11 @@ func TestKeypadAutoRepeat(t *testing.T) {
 }
 
 func TestKeypadStuckKey(t *testing.T) {
-	m := newFakeMatrix(4, 4)
+	m := fakepin.NewMatrix(4, 4, "")
 	o := fastOpts(Keymap4x4())
 	o.StuckAfter = 100 * ms
 	rig := startKeypad(t, m, o)
-	m.press(3, 0)
+	m.Press(3, 0)
 	rig.expect("+*")
 	ev := rig.next()
 	if ev.Kind != Stuck || ev.Key != '*' {
@@ -213,85 +210,85 @@ func TestKeypadStuckKey(t *testing.T) {
 	}
 	// With only a stuck key down, scanning slows to StuckPoll (50ms).
 	time.Sleep(20 * ms)
-	reads := m.reads.Load()
+	reads := m.Reads()
 	time.Sleep(300 * ms)
-	if n := m.reads.Load() - reads; n > 8*4*4 {
+	if n := m.Reads() - reads; n > 8*4*4 {
 		t.Errorf("%d column reads in 300ms with a stuck key; want slow polling", n)
 	}
 	// Other keys still work, and the stuck key's release is seen.
-	m.press(0, 1)
+	m.Press(0, 1)
 	rig.expect("+2")
-	m.release(0, 1)
+	m.Release(0, 1)
 	rig.expect("-2")
-	m.release(3, 0)
+	m.Release(3, 0)
 	if ev := rig.expect("-*")[0]; !strings.Contains(ev.Detail, "released after") {
 		t.Errorf("release detail %q", ev.Detail)
 	}
 }
 
 func TestKeypadShortedColumn(t *testing.T) {
-	m := newFakeMatrix(4, 4)
-	m.short(2, true)
+	m := fakepin.NewMatrix(4, 4, "")
+	m.Short(2, true)
 	rig := startKeypad(t, m, fastOpts(Keymap4x4()))
 	ev := rig.next()
 	if ev.Kind != Stuck || ev.Row != -1 || ev.Col != 2 || !strings.Contains(ev.Detail, "COL2") {
 		t.Fatalf("event %+v, want Stuck on column 2", ev)
 	}
 	// No phantom presses of the whole column, and the rest still works.
-	m.press(1, 0)
+	m.Press(1, 0)
 	rig.expect("+4")
-	m.release(1, 0)
+	m.Release(1, 0)
 	rig.expect("-4")
 	rig.quiet(100 * ms)
 	// Short removed: column 2 works again.
-	m.short(2, false)
+	m.Short(2, false)
 	time.Sleep(100 * ms)
-	m.press(0, 2)
+	m.Press(0, 2)
 	rig.expect("+3")
 }
 
 func TestKeypadGhosting(t *testing.T) {
-	m := newFakeMatrix(4, 4)
+	m := fakepin.NewMatrix(4, 4, "")
 	rig := startKeypad(t, m, fastOpts(Keymap4x4()))
-	m.press(0, 0)
+	m.Press(0, 0)
 	rig.expect("+1")
-	m.press(0, 1)
+	m.Press(0, 1)
 	rig.expect("+2")
 	// A third key makes a rectangle: 5 reads down too (no diodes).
-	m.press(1, 0)
+	m.Press(1, 0)
 	ev := rig.next()
 	if ev.Kind != Ghost {
 		t.Fatalf("event %v, want Ghost", ev)
 	}
 	rig.quiet(60 * ms) // neither 4 nor the phantom 5 is reported
-	m.release(0, 1)
+	m.Release(0, 1)
 	evs := rig.expect("-2+4")
 	_ = evs
-	m.release(0, 0)
-	m.release(1, 0)
+	m.Release(0, 0)
+	m.Release(1, 0)
 	rig.expect("-1-4")
 }
 
 func TestKeypadWithoutEdgeDetection(t *testing.T) {
-	m := newFakeMatrix(4, 4)
-	m.noEdges = true
+	m := fakepin.NewMatrix(4, 4, "")
+	m.NoEdges()
 	rig := startKeypad(t, m, fastOpts(Keymap4x4()))
-	m.press(2, 2)
+	m.Press(2, 2)
 	rig.expect("+9")
-	m.release(2, 2)
+	m.Release(2, 2)
 	rig.expect("-9")
 }
 
 func TestKeypadStops(t *testing.T) {
-	m := newFakeMatrix(4, 4)
-	k, err := New(m.outs(), m.ins(), fastOpts(Keymap4x4()))
+	m := fakepin.NewMatrix(4, 4, "")
+	k, err := New(m.Rows(), m.Cols(), fastOpts(Keymap4x4()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- k.Run(ctx) }()
-	m.press(0, 0) // stop while scanning
+	m.Press(0, 0) // stop while scanning
 	<-k.Events()
 	cancel()
 	select {
@@ -313,9 +310,9 @@ func TestKeypadStops(t *testing.T) {
 }
 
 func TestKeypadPinError(t *testing.T) {
-	m := newFakeMatrix(4, 4)
-	m.rowErr = 2
-	k, err := New(m.outs(), m.ins(), fastOpts(Keymap4x4()))
+	m := fakepin.NewMatrix(4, 4, "")
+	m.FailRow(2)
+	k, err := New(m.Rows(), m.Cols(), fastOpts(Keymap4x4()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +325,7 @@ func TestKeypadPinError(t *testing.T) {
 }
 
 func TestNewKeypadErrors(t *testing.T) {
-	m := newFakeMatrix(4, 4)
+	m := fakepin.NewMatrix(4, 4, "")
 	for _, tt := range []struct {
 		name string
 		rows []gpio.PinOut
@@ -336,10 +333,10 @@ func TestNewKeypadErrors(t *testing.T) {
 		km   Keymap
 		want string
 	}{
-		{"no keymap", m.outs(), m.ins(), nil, "needs a keymap"},
-		{"3x4 keymap on 4x4 pins", m.outs(), m.ins(), Keymap3x4(), "is 4x3 but 4 row and 4 column pins"},
-		{"nil pin", []gpio.PinOut{m.rows[0], nil, m.rows[2], m.rows[3]}, m.ins(), Keymap4x4(), "row pin 1 is nil"},
-		{"nil col", m.outs(), []gpio.PinIn{m.cols[0], m.cols[1], m.cols[2], nil}, Keymap4x4(), "column pin 3 is nil"},
+		{"no keymap", m.Rows(), m.Cols(), nil, "needs a keymap"},
+		{"3x4 keymap on 4x4 pins", m.Rows(), m.Cols(), Keymap3x4(), "is 4x3 but 4 row and 4 column pins"},
+		{"nil pin", []gpio.PinOut{m.Rows()[0], nil, m.Rows()[2], m.Rows()[3]}, m.Cols(), Keymap4x4(), "row pin 1 is nil"},
+		{"nil col", m.Rows(), []gpio.PinIn{m.Cols()[0], m.Cols()[1], m.Cols()[2], nil}, Keymap4x4(), "column pin 3 is nil"},
 	} {
 		_, err := New(tt.rows, tt.cols, Opts{Keymap: tt.km})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -7,30 +7,31 @@ import (
 	"time"
 
 	"periph.io/x/conn/v3/gpio"
+
+	"termlink/testrig/fakepin"
 )
 
 func TestGPIOLoopback(t *testing.T) {
-	low, high := gpio.Low, gpio.High
 	tests := []struct {
 		name    string
-		setup   func(n *fakeNet)
+		setup   func(w *fakepin.Wire)
 		pass    bool
 		summary string
 		edges   float64
 	}{
-		{"wired", func(n *fakeNet) {}, true, "IN followed all 50 changes of OUT with an edge each", 50},
-		{"no wire", func(n *fakeNet) { n.connected = false }, false,
+		{"wired", func(w *fakepin.Wire) {}, true, "IN followed all 50 changes of OUT with an edge each", 50},
+		{"no wire", func(w *fakepin.Wire) { w.Cut() }, false,
 			"IN GPIO27 only follows its own pull resistor, not OUT GPIO17: is OUT wired to IN? (missing wire, or the wrong pins)", 0},
-		{"shorted to ground", func(n *fakeNet) { n.tied = &low }, false, "IN GPIO27 stays low whatever OUT GPIO17 does: shorted to ground", 0},
-		{"shorted to 3.3V", func(n *fakeNet) { n.tied = &high }, false, "IN GPIO27 stays high whatever OUT GPIO17 does", 0},
-		{"no edge detection", func(n *fakeNet) { n.noEdges = true }, false,
+		{"shorted to ground", func(w *fakepin.Wire) { w.Tie(gpio.Low) }, false, "IN GPIO27 stays low whatever OUT GPIO17 does: shorted to ground", 0},
+		{"shorted to 3.3V", func(w *fakepin.Wire) { w.Tie(gpio.High) }, false, "IN GPIO27 stays high whatever OUT GPIO17 does", 0},
+		{"no edge detection", func(w *fakepin.Wire) { w.NoEdges() }, false,
 			"IN follows OUT but reported no edges: edge detection does not work on GPIO27", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			n, out, in := newFakeNet(true)
-			tt.setup(n)
-			res := GPIOLoopback(context.Background(), out, in, GPIOOptions{Toggles: 50, Timeout: 20 * time.Millisecond})
+			w := fakepin.NewWire("GPIO17", "GPIO27")
+			tt.setup(w)
+			res := GPIOLoopback(context.Background(), w.Out(), w.In(), GPIOOptions{Toggles: 50, Timeout: 20 * time.Millisecond})
 			var b strings.Builder
 			res.WriteText(&b)
 			t.Logf("\n%s", b.String())
@@ -47,7 +48,7 @@ func TestGPIOLoopback(t *testing.T) {
 					t.Errorf("latency p50 %v p99 %v", p50, p99)
 				}
 			}
-			if n.outLevel != gpio.Low {
+			if w.Driven() != gpio.Low {
 				t.Errorf("OUT left high")
 			}
 		})
@@ -57,10 +58,9 @@ func TestGPIOLoopback(t *testing.T) {
 // A wire that breaks in the middle of the toggling: the changes stop
 // arriving.
 func TestGPIOLoopbackWireBreaks(t *testing.T) {
-	n, out, in := newFakeNet(true)
-	breaker := &breakingIn{fakeIn: in, after: 10}
-	res := GPIOLoopback(context.Background(), out, breaker, GPIOOptions{Toggles: 20, Timeout: 5 * time.Millisecond})
-	_ = n
+	w := fakepin.NewWire("GPIO17", "GPIO27")
+	breaker := &breakingIn{WireIn: w.In(), w: w, after: 10}
+	res := GPIOLoopback(context.Background(), w.Out(), breaker, GPIOOptions{Toggles: 20, Timeout: 5 * time.Millisecond})
 	// Once IN is held low, the changes to high never arrive.
 	if res.Pass || !strings.Contains(res.Summary, "of 20 changes of OUT within 5ms: a loose wire") {
 		t.Fatalf("pass %v summary %q", res.Pass, res.Summary)
@@ -72,20 +72,18 @@ func TestGPIOLoopbackWireBreaks(t *testing.T) {
 
 // breakingIn disconnects the wire after a number of edge waits.
 type breakingIn struct {
-	*fakeIn
+	*fakepin.WireIn
+	w     *fakepin.Wire
 	after int
 }
 
 func (p *breakingIn) WaitForEdge(timeout time.Duration) bool {
 	if p.after == 0 {
-		p.n.mu.Lock()
-		p.n.connected = false
-		p.n.tied = new(gpio.Level) // held low, whatever OUT does
-		p.n.update()
-		p.n.mu.Unlock()
-		for p.fakeIn.WaitForEdge(0) {
+		p.w.Cut()
+		p.w.Tie(gpio.Low) // held low, whatever OUT does
+		for p.WireIn.WaitForEdge(0) {
 		}
 	}
 	p.after--
-	return p.fakeIn.WaitForEdge(timeout)
+	return p.WireIn.WaitForEdge(timeout)
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"termlink/device/input"
-	"termlink/testrig/checks/sim"
+	"termlink/testrig/fakepin"
 )
 
 // scriptSource plays events, then waits for the end (or fails with err).
@@ -153,7 +153,7 @@ func TestKeypadTestRealScanner(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			km := input.Keymap3x4()
-			m := sim.NewMatrix(4, 3)
+			m := fakepin.NewMatrix(4, 3, "SIM_")
 			kp, err := input.New(m.Rows(), m.Cols(), input.Opts{
 				Keymap:       km,
 				Timing:       input.Timing{Debounce: 5 * time.Millisecond, RepeatDelay: -1, StuckAfter: 150 * time.Millisecond},

@@ -31,6 +31,7 @@ import (
 	"termlink/display"
 	"termlink/server"
 	"termlink/server/config"
+	"termlink/testrig/fakepin"
 	"termlink/testrig/lcdemu"
 )
 
@@ -68,7 +69,7 @@ type Rig struct {
 	// Keymap and Matrix are the keypad; NewKeypad returns a scanner with a
 	// robot pressing every key.
 	Keymap input.Keymap
-	Matrix *Matrix
+	Matrix *fakepin.Matrix
 
 	// ServerURL is the in-process termserver ("ws://127.0.0.1:port"), ""
 	// without Options.Server.
@@ -108,7 +109,7 @@ func New(o Options) (_ *Rig, err error) {
 	}
 	r.GPIOOut, r.GPIOIn = NewWire("SIM_OUT", "SIM_IN")
 	rows, cols := o.Keymap.Size()
-	r.Matrix = NewMatrix(rows, cols)
+	r.Matrix = fakepin.NewMatrix(rows, cols, "SIM_")
 	if o.Server {
 		if r.ServerURL, err = r.startServer(); err != nil {
 			return nil, fmt.Errorf("sim: termserver: %w", err)
@@ -226,7 +227,7 @@ func (r *Rig) NewKeypad(hold time.Duration) (*Keypad, error) {
 // Keypad is the scanner with its robot.
 type Keypad struct {
 	*input.Keypad
-	m    *Matrix
+	m    *fakepin.Matrix
 	km   input.Keymap
 	hold time.Duration
 }
@@ -275,4 +276,11 @@ func (k *Keypad) pressAll(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// NewWire returns an output pin and an input pin joined by a wire: the
+// input reads what the output drives and reports its edges.
+func NewWire(outName, inName string) (gpio.PinOut, gpio.PinIn) {
+	w := fakepin.NewWire(outName, inName)
+	return w.Out(), w.In()
 }
