@@ -1,150 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
-	"termlink/device"
-	"termlink/display/hd44780"
-	"termlink/link"
-	"termlink/link/enroll"
 	"termlink/server/config"
 	"termlink/server/servertest"
-	"termlink/testrig/lcdemu"
 )
-
-var codeOnGlass = regexp.MustCompile(`Pair: ([2-9A-HJ-NP-Z]{3}-[2-9A-HJ-NP-Z]{3})`)
-
-// waitGlass waits until the emulated LCD shows something matching re.
-func waitGlass(t *testing.T, bus *lcdemu.Bus, re *regexp.Regexp) []string {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(strings.Join(bus.Text(), "\n")); m != nil {
-			return m
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the LCD never showed %s; it shows:\n%s", re, strings.Join(bus.Text(), "\n"))
-	return nil
-}
-
-// A fresh device with no token shows a pairing code on its (emulated)
-// 16x2 LCD; the test reads the code from the glass and approves it
-// through the operator API; the device keeps its token (0600 in a 0700
-// state dir) and, run as termd runs it, is online with it and answered.
-func TestEnrollOnTheLCD(t *testing.T) {
-	srv := servertest.Start(t, func(c *config.Config) {
-		ch := c.Channels["terminal-dev"]
-		ch.Config.Enrollment = true
-		c.Channels["terminal-dev"] = ch
-	})
-	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 2, Cols: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: 2, Cols: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	view := &device.LCDView{Screen: lcd}
-	state := filepath.Join(t.TempDir(), "state")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var logs bytes.Buffer // read once enrollDevice has returned
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-
-	type result struct {
-		token, peer string
-		err         error
-	}
-	done := make(chan result, 1)
-	go func() {
-		tok, peer, err := enrollDevice(ctx, srv.URL, "", state, "termd-fresh", "Lobby", view, log)
-		done <- result{tok, peer, err}
-	}()
-	m := waitGlass(t, bus, codeOnGlass)
-	if !strings.Contains(strings.Join(bus.Text(), "\n"), srv.Addr) {
-		t.Errorf("the LCD does not show where to approve (%s):\n%s", srv.Addr, strings.Join(bus.Text(), "\n"))
-	}
-	code := m[1]
-	resp, err := http.Post("http://"+srv.Addr+"/api/enrollments/"+code+"/approve", "application/json",
-		strings.NewReader(`{"peer_id": "lobby-7", "name": "Lobby"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("approve %s: HTTP %d", code, resp.StatusCode)
-	}
-	var r result
-	select {
-	case r = <-done:
-	case <-ctx.Done():
-		t.Fatal("the device did not receive its token")
-	}
-	if r.err != nil || r.peer != "lobby-7" || r.token == "" {
-		t.Fatalf("enrollDevice: peer %q err %v", r.peer, r.err)
-	}
-	if strings.Contains(logs.String(), r.token) || !strings.Contains(logs.String(), code) {
-		t.Fatalf("termd's log shows the token, or not the code:\n%s", logs.String())
-	}
-	waitGlass(t, bus, regexp.MustCompile(`Enrolled as`))
-	for p, want := range map[string]os.FileMode{state: 0o700, filepath.Join(state, enroll.TokenFileName): 0o600} {
-		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != want {
-			t.Fatalf("%s: %v %v, want mode %v", p, fi, err, want)
-		}
-	}
-	tok, err := loadToken("", state) // what the next start finds
-	if err != nil || tok != r.token {
-		t.Fatalf("loadToken: %v (same token: %v)", err, tok == r.token)
-	}
-
-	// Online with its own token: the daemon on the same LCD, a message, the reply.
-	client, err := link.NewClient(link.ClientConfig{URL: srv.URL, PeerID: r.peer, Token: tok, DeviceName: "Lobby", StateDir: state,
-		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inputs := make(chan device.Input, 1)
-	d := &device.Daemon{Client: client, View: view, Inputs: inputs, Hello: "Enrolled as " + r.peer} // as run() does
-	dctx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(dctx) }()
-	defer func() {
-		stop()
-		if err := <-ran; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
-	}()
-	// "Enrolled as" stays over the screen for a few seconds, online,
-	// and then the pairing code is gone.
-	for client.Status().State != link.StateConnected {
-		if ctx.Err() != nil {
-			t.Fatal("never online")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(time.Second)
-	if g := strings.Join(bus.Text(), "\n"); !strings.Contains(g, "Enrolled as") {
-		t.Fatalf("online for 1s, the LCD no longer says it enrolled:\n%s", g)
-	}
-	waitGlass(t, bus, regexp.MustCompile(`ok`))
-	if g := strings.Join(bus.Text(), "\n"); strings.Contains(g, "Pair") {
-		t.Fatalf("the pairing code stays after approval:\n%s", g)
-	}
-	inputs <- device.Input{Kind: device.InputSend, Text: "hi"}
-	waitGlass(t, bus, regexp.MustCompile(`You said`))
-}
 
 // termd refuses a token file group or others may read, naming the file
 // and the fix, before it opens the board.

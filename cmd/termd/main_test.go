@@ -183,17 +183,3 @@ func TestFlagErrors(t *testing.T) {
 		}
 	}
 }
-
-func TestChannelURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"127.0.0.1:8080":             "ws://127.0.0.1:8080/api/channels/terminal-dev/ws",
-		"http://h:8080":              "ws://h:8080/api/channels/terminal-dev/ws",
-		"https://h":                  "wss://h/api/channels/terminal-dev/ws",
-		"ws://h:1/api/channels/x/ws": "ws://h:1/api/channels/x/ws",
-	} {
-		got, err := channelURL(in, "terminal-dev")
-		if err != nil || got != want {
-			t.Errorf("channelURL(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-}

@@ -15,7 +15,6 @@ import (
 
 	"termlink/link"
 	"termlink/link/enroll"
-	"termlink/testrig/load"
 )
 
 const enrollTestSynopsis = `--server URL [--channel ID] [--peer-id ID] [--approve [--admin-token-file F]] [--timeout D]
@@ -41,7 +40,7 @@ func (a *app) enrollTest(ctx context.Context, args []string) error {
 	if *server == "" {
 		return usagef("--server is required (e.g. --server http://127.0.0.1:8080)")
 	}
-	wsURL, err := load.ChannelURL(*server, *channel)
+	wsURL, err := link.ChannelURL(*server, *channel)
 	if err != nil {
 		return usagef("%v", err)
 	}

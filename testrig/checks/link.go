@@ -20,7 +20,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"termlink/link"
-	"termlink/testrig/load"
 )
 
 // LinkOptions configure LinkTest.
@@ -71,7 +70,7 @@ func LinkTest(ctx context.Context, o LinkOptions) Result {
 	if o.PeerID == "" {
 		o.PeerID = "termrig-link-test"
 	}
-	wsURL, err := load.ChannelURL(o.Server, o.Channel)
+	wsURL, err := link.ChannelURL(o.Server, o.Channel)
 	if err != nil {
 		r.Fail("%v", err)
 		return *r

@@ -419,36 +419,6 @@ func TestRunOptionErrors(t *testing.T) {
 	}
 }
 
-func TestChannelURL(t *testing.T) {
-	tests := []struct {
-		raw, channel, want, err string
-	}{
-		{"ws://127.0.0.1:8080/api/channels/terminal-dev/ws", "", "ws://127.0.0.1:8080/api/channels/terminal-dev/ws", ""},
-		{"http://127.0.0.1:8080", "", "ws://127.0.0.1:8080/api/channels/terminal-dev/ws", ""},
-		{"http://127.0.0.1:8080/", "lab", "ws://127.0.0.1:8080/api/channels/lab/ws", ""},
-		{"https://example.com", "", "wss://example.com/api/channels/terminal-dev/ws", ""},
-		{"wss://example.com/custom/path", "lab", "wss://example.com/custom/path", ""},
-		{"127.0.0.1:8080", "", "ws://127.0.0.1:8080/api/channels/terminal-dev/ws", ""},
-		{"HTTP://h:1", "", "ws://h:1/api/channels/terminal-dev/ws", ""},
-		{"", "", "", "required"},
-		{"ftp://h", "", "", "scheme must be ws, wss, http or https"},
-		{"http://", "", "", "has no host"},
-		{"http://h:1", "a/b", "", "must not contain"},
-	}
-	for _, tt := range tests {
-		got, err := ChannelURL(tt.raw, tt.channel)
-		if tt.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Errorf("ChannelURL(%q, %q) error = %v, want %q", tt.raw, tt.channel, err, tt.err)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("ChannelURL(%q, %q) = %q, %v; want %q", tt.raw, tt.channel, got, err, tt.want)
-		}
-	}
-}
-
 // Connections failing the same way count as one kind, whatever their
 // ephemeral port.
 func TestCounterGroupsByKind(t *testing.T) {

@@ -5,14 +5,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"strings"
 	"time"
+
+	"termlink/link"
 )
 
 // Defaults used when an Options field is zero.
 const (
-	DefaultChannel        = "terminal-dev"
+	DefaultChannel        = link.DefaultChannel
 	DefaultPeerPrefix     = "load"
 	DefaultText           = "hello from termrig load"
 	DefaultDrain          = 5 * time.Second
@@ -182,7 +183,7 @@ func (opt Options) withDefaults() (Options, error) {
 	return opt, errors.Join(errs...)
 }
 
-// ChannelURLs is ChannelURL for each server of a list whose entries may
+// ChannelURLs is link.ChannelURL for each server of a list whose entries may
 // be comma-separated lists themselves; an empty entry is an error that
 // says which.
 func ChannelURLs(list []string, channel string) ([]string, error) {
@@ -197,7 +198,7 @@ func channelURLs(single string, several []string, channel string) ([]string, err
 		return nil, errors.New("give the server URL in URL or URLs, not both")
 	}
 	if len(several) == 0 {
-		u, err := ChannelURL(single, channel)
+		u, err := link.ChannelURL(single, channel)
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +212,7 @@ func channelURLs(single string, several []string, channel string) ([]string, err
 			errs = append(errs, fmt.Errorf("server URL %d of %d is empty", i+1, len(raw)))
 			continue
 		}
-		u, err := ChannelURL(r, channel)
+		u, err := link.ChannelURL(r, channel)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -233,44 +234,4 @@ func SplitURLs(list []string) []string {
 		out = append(out, strings.Split(e, ",")...)
 	}
 	return out
-}
-
-// ChannelURL turns what a user typed into the WebSocket URL of a channel:
-// ws:// and wss:// are kept, http:// and https:// become ws:// and wss://,
-// a bare host:port gets ws://, and an empty path (or "/") becomes
-// /api/channels/<channel>/ws. A URL that already has a path is used as is.
-func ChannelURL(raw, channel string) (string, error) {
-	raw = strings.TrimSpace(raw)
-	if raw == "" {
-		return "", errors.New("server URL is required (e.g. ws://127.0.0.1:8080)")
-	}
-	if !strings.Contains(raw, "://") {
-		raw = "ws://" + raw
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", fmt.Errorf("server URL %q: %w", raw, err)
-	}
-	switch strings.ToLower(u.Scheme) {
-	case "ws", "http":
-		u.Scheme = "ws"
-	case "wss", "https":
-		u.Scheme = "wss"
-	default:
-		return "", fmt.Errorf("server URL %q: scheme must be ws, wss, http or https", raw)
-	}
-	if u.Host == "" {
-		return "", fmt.Errorf("server URL %q has no host", raw)
-	}
-	if u.Path == "" || u.Path == "/" {
-		if channel == "" {
-			channel = DefaultChannel
-		}
-		if strings.ContainsAny(channel, "/?#") {
-			return "", fmt.Errorf("channel id %q must not contain '/', '?' or '#'", channel)
-		}
-		u.Path = "/api/channels/" + channel + "/ws"
-		u.RawPath = ""
-	}
-	return u.String(), nil
 }

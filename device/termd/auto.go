@@ -1,4 +1,4 @@
-package main
+package termd
 
 import (
 	"context"
@@ -8,9 +8,6 @@ import (
 	"termlink/device"
 	"termlink/link/discover"
 )
-
-// serverAuto is the --server value that finds the server on the LAN.
-const serverAuto = "auto"
 
 // resolveAuto finds the channel URL for --server auto: it browses the LAN
 // for _termlink._tcp (showing what it does on the display), else falls back

@@ -1,0 +1,305 @@
+// Package termd is the terminal device daemon put together: from a Config
+// (what cmd/termd's flags say) it opens the board, finds the server
+// (--server auto: on the LAN), gets a token by pairing code when asked,
+// keeps the peer id in the state dir (device/state), connects a
+// link.Client and runs the device.Daemon on the board until ctx ends or
+// the user quits, telling systemd (Type=notify) READY, WATCHDOG and
+// STOPPING.
+//
+// A state dir that cannot be written (disk full, read-only, a file in the
+// way) does not stop it: the display shows the problem, messages are kept
+// in memory, and the peer id is kept once the state dir works again.
+package termd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"termlink/boards"
+	"termlink/device"
+	"termlink/device/sdnotify"
+	"termlink/device/state"
+	"termlink/link"
+)
+
+// ServerAuto is the Server value that finds the server on the LAN.
+const ServerAuto = "auto"
+
+// Config is what termd runs with. The error messages name the flags of
+// cmd/termd (--server, --peer-id...), which set the fields of the same
+// names.
+type Config struct {
+	// Server is the channel URL (link.ChannelURL completes it), several
+	// comma-separated (the edges of a cluster: the first is dialled
+	// first, the others when a dial fails), or ServerAuto.
+	Server string
+	// ServerName and ServerFallback are for ServerAuto: the advertised
+	// name to use ("" the first that answers) and the channel URL when
+	// none answers ("" the last one found).
+	ServerName, ServerFallback string
+	Channel                    string // the channel id when Server has no path
+	Board, BoardFile           string // for boards.Select
+	PeerID                     string // "" generated once, kept in StateDir
+	StateDir                   string // the peer id, the token, the outbox
+	TokenFile                  string // "" the token kept in StateDir (if any)
+	Enroll                     bool   // no token: get one by pairing code
+	CAFile, CertFile, KeyFile  string
+	DeviceName                 string // "" the host name
+	LogFile                    string // "" stderr, or StateDir/termd.log when the display is this terminal
+	LogLevel                   slog.Level
+	Tags                       map[string]string
+	// IdleSeconds, IdleText and BacklightOffAfter override the board's
+	// kiosk block when not nil.
+	IdleSeconds, BacklightOffAfter *int
+	IdleText                       *string
+	Version                        string
+}
+
+// Run runs termd until ctx ends (nil) or the user quits (nil), or
+// returns why it cannot start.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := prepare(cfg)
+	if err != nil {
+		return err
+	}
+	defer s.closeLog()
+	return s.run(ctx)
+}
+
+// setup is what Run found before opening the board.
+type setup struct {
+	cfg             Config
+	edges           []string // the other edges of a cluster
+	wsURL, fallback string   // fallback: for ServerAuto
+	profile         *boards.Profile
+	id, token, name string
+	unkept          error // why the peer id is not kept in the state dir
+	log             *slog.Logger
+	closeLog        func()
+}
+
+// prepare checks cfg and finds what termd needs before the board opens:
+// the server URLs, the board profile, the peer id, the token, the log.
+func prepare(cfg Config) (*setup, error) {
+	if (cfg.IdleSeconds != nil && *cfg.IdleSeconds < 0) || (cfg.BacklightOffAfter != nil && *cfg.BacklightOffAfter < 0) {
+		return nil, errors.New("--idle-seconds and --backlight-off-after must not be negative")
+	}
+	s := &setup{cfg: cfg}
+	var err error
+	if s.edges, s.wsURL, s.fallback, err = serverURLs(cfg); err != nil {
+		return nil, err
+	}
+	if s.profile, err = boards.Select(cfg.Board, cfg.BoardFile); err != nil {
+		return nil, err
+	}
+	// A state dir that does not work is shown on the display, not fatal.
+	stateErr := os.MkdirAll(cfg.StateDir, 0o700)
+	if s.id, s.unkept, err = peerID(cfg); err != nil {
+		return nil, err
+	}
+	if s.token, err = loadToken(cfg.TokenFile, cfg.StateDir); err != nil { // enroll.go
+		return nil, err
+	}
+	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+		return nil, errors.New("--cert and --key go together: give both")
+	}
+	if cfg.KeyFile != "" {
+		if err := link.CheckPrivateFile(cfg.KeyFile); err != nil {
+			return nil, fmt.Errorf("--key: %w", err)
+		}
+	}
+	if s.name = cfg.DeviceName; s.name == "" {
+		s.name, _ = os.Hostname()
+	}
+	s.log, s.closeLog = openLog(cfg, s.profile, stateErr)
+	if s.unkept != nil {
+		s.log.Error("peer id not kept in the state dir; derived from the machine id and the state dir meanwhile", "peer_id", s.id, "err", s.unkept)
+	}
+	return s, nil
+}
+
+// run opens the board and runs the daemon on it.
+func (s *setup) run(ctx context.Context) error {
+	cfg, log := s.cfg, s.log
+	hw, err := device.OpenBoard(ctx, s.profile, log)
+	if err != nil {
+		return err
+	}
+	defer hw.Close()
+	hctx, stopHW := context.WithCancel(ctx)
+	hwDone := make(chan error, 1)
+	go func() { hwDone <- hw.Run(hctx) }()
+	fail := func(err error) error {
+		stopHW()
+		<-hwDone
+		return err
+	}
+	wsURL, id := s.wsURL, s.id
+	if cfg.Server == ServerAuto {
+		if wsURL, err = resolveAuto(ctx, hw.View, log, cfg.ServerName, cfg.Channel, s.fallback, cfg.StateDir); err != nil {
+			return fail(err)
+		}
+	}
+	token, hello := s.token, "" // hello: the first screen's greeting
+	if token == "" && cfg.Enroll {
+		var approved string
+		token, approved, err = enrollDevice(ctx, wsURL, cfg.CAFile, cfg.StateDir, id, s.name, hw.View, log) // enroll.go
+		if err == nil && approved != id {
+			log.Info("the operator approved another peer id; using it", "peer_id", approved, "was", id)
+			if id = approved; cfg.PeerID == "" {
+				err = state.KeepPeerID(cfg.StateDir, id)
+			}
+		}
+		if err != nil {
+			return fail(err)
+		}
+		hello = "Enrolled as " + id
+	}
+	client, err := link.NewClient(link.ClientConfig{URL: wsURL, Fallbacks: s.edges, PeerID: id, DeviceName: s.name, Token: token,
+		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, StateDir: cfg.StateDir, Logger: log,
+		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen),
+		Board:        s.profile.Name, Version: cfg.Version, Tags: cfg.Tags})
+	if err != nil {
+		return fail(err)
+	}
+	notifier := sdnotify.FromEnv()
+	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log, Gate: hw.Gate, Hello: hello,
+		Kiosk: kiosk(cfg, s.profile), Watchdog: sdnotify.WatchdogInterval(),
+		Notify: func(state string) {
+			if err := notifier.Notify(state); err != nil {
+				log.Warn("systemd notify", "err", err)
+			}
+		}}
+	log.Info("termd starting", "version", cfg.Version, "server", wsURL, "board", s.profile.Name, "peer_id", id, "state_dir", cfg.StateDir, "tags", tagsText(cfg.Tags))
+
+	keepDone := make(chan struct{})
+	go func() {
+		defer close(keepDone)
+		if s.unkept != nil {
+			state.KeepPeerIDLater(hctx, cfg.StateDir, id, log)
+		}
+	}()
+	err = d.Run(ctx)
+	stopHW()
+	<-keepDone
+	if herr := <-hwDone; herr != nil {
+		log.Warn("board", "err", herr)
+	}
+	log.Info("termd stopped")
+	if errors.Is(err, device.ErrQuit) {
+		return nil
+	}
+	return err
+}
+
+// serverURLs completes cfg.Server: the first channel URL, the others (the
+// edges of a cluster), and with ServerAuto the fallback's.
+func serverURLs(cfg Config) (edges []string, first, fallback string, err error) {
+	if strings.TrimSpace(cfg.Server) == "" {
+		return nil, "", "", errors.New("--server is required, e.g. --server ws://192.168.1.10:8080/api/channels/terminal-dev/ws")
+	}
+	if cfg.Server == ServerAuto {
+		if cfg.ServerFallback != "" {
+			if fallback, err = link.ChannelURL(cfg.ServerFallback, cfg.Channel); err != nil {
+				return nil, "", "", fmt.Errorf("--server-fallback: %w", err)
+			}
+		}
+		return nil, "", fallback, nil
+	}
+	head, rest, _ := strings.Cut(cfg.Server, ",")
+	for _, e := range strings.Split(rest, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			u, err := link.ChannelURL(e, cfg.Channel)
+			if err != nil {
+				return nil, "", "", fmt.Errorf("--server %q: %w", e, err)
+			}
+			edges = append(edges, u)
+		}
+	}
+	if first, err = link.ChannelURL(head, cfg.Channel); err != nil {
+		return nil, "", "", fmt.Errorf("--server: %w", err)
+	}
+	return edges, first, "", nil
+}
+
+// peerID is cfg.PeerID when given, else the state dir's (state.PeerID).
+func peerID(cfg Config) (id string, unkept, err error) {
+	if cfg.PeerID != "" {
+		if err := state.CheckPeerID(cfg.PeerID); err != nil {
+			return "", nil, fmt.Errorf("--peer-id %q: %w", cfg.PeerID, err)
+		}
+		return cfg.PeerID, nil, nil
+	}
+	return state.PeerID(cfg.StateDir)
+}
+
+// openLog opens the log: cfg.LogFile, else stderr, except when the display
+// is this terminal (then StateDir/termd.log). A log file that cannot be
+// opened does not stop termd (the display is worth more than the log);
+// it and stateErr are logged.
+func openLog(cfg Config, profile *boards.Profile, stateErr error) (*slog.Logger, func()) {
+	var out io.Writer = os.Stderr
+	closeLog := func() {}
+	onConsole := profile.Display.Kind == boards.Console && profile.Serial == nil
+	file := cfg.LogFile
+	if file == "" && onConsole {
+		file = filepath.Join(cfg.StateDir, "termd.log")
+	}
+	var logErr error
+	if file != "" {
+		f, err := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			logErr = fmt.Errorf("--log-file: %w", err)
+			if onConsole {
+				out = io.Discard // stderr is the display
+			}
+		} else {
+			out, closeLog = f, func() { f.Close() }
+		}
+	}
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	for _, err := range []error{stateErr, logErr} {
+		if err != nil {
+			log.Error("state dir", "dir", cfg.StateDir, "err", err)
+		}
+	}
+	return log, closeLog
+}
+
+// kiosk is the board's kiosk block with cfg's overrides.
+func kiosk(cfg Config, profile *boards.Profile) device.Kiosk {
+	var idle, backlight int
+	var text string
+	if k := profile.Kiosk; k != nil {
+		idle, text, backlight = k.IdleSeconds, k.IdleText, k.BacklightOffAfter
+	}
+	if cfg.IdleSeconds != nil {
+		idle = *cfg.IdleSeconds
+	}
+	if cfg.IdleText != nil {
+		text = *cfg.IdleText
+	}
+	if cfg.BacklightOffAfter != nil {
+		backlight = *cfg.BacklightOffAfter
+	}
+	return device.Kiosk{IdleAfter: time.Duration(idle) * time.Second, IdleText: text,
+		BacklightOffAfter: time.Duration(backlight) * time.Second}
+}
+
+// tagsText is tags as key=value,... in key order, for the log.
+func tagsText(tags map[string]string) string {
+	keys := slices.Sorted(maps.Keys(tags))
+	for i, k := range keys {
+		keys[i] = k + "=" + tags[k]
+	}
+	return strings.Join(keys, ",")
+}
