@@ -154,7 +154,7 @@ func (p *Pool[M]) StartFailed(m M) {
 			delete(p.byKey, e.Key)
 		}
 		delete(p.entries, m)
-		p.crashes.Crashed(e.Key, time.Now())
+		p.crashedLocked(e.Key)
 	}
 	p.broadcastLocked()
 	p.mu.Unlock()
@@ -226,9 +226,15 @@ func (p *Pool[M]) Exited(m M, selfQuit bool) {
 	}
 	delete(p.entries, m)
 	if !e.stopping && !selfQuit && !p.closed {
-		p.crashes.Crashed(e.Key, time.Now())
+		p.crashedLocked(e.Key)
 	}
 	p.broadcastLocked()
+}
+
+// crashedLocked records a crash of key's process: its next start waits.
+func (p *Pool[M]) crashedLocked(key string) {
+	d := p.crashes.Crashed(key, time.Now())
+	p.log.Info("agent crashed; its next start waits", "session", key, "delay", d, "crashes", p.crashes.Crashes(key))
 }
 
 // Done releases a member's hold on Close.
