@@ -143,10 +143,8 @@ func New(name string, cfg config.ACPAgent, opt Options) (*Runner, error) {
 		return nil, fmt.Errorf("acp agent %q: %s", name, fmt.Sprintf(format, a...))
 	}
 	switch {
-	case strings.TrimSpace(cfg.Command) == "":
-		return fail("command is empty")
-	case strings.ContainsRune(cfg.Command, 0) || strings.ContainsRune(strings.Join(cfg.Args, ""), 0):
-		return fail("command or args contain a NUL byte")
+	case stdio.CheckCommand(cfg.Command, cfg.Args...) != nil:
+		return fail("%v", stdio.CheckCommand(cfg.Command, cfg.Args...))
 	case cfg.IdleTimeout < 0, cfg.MaxProcesses < 0, cfg.StartTimeout < 0, cfg.AskTimeout < 0:
 		return fail("idleTimeout, maxProcesses, startTimeout and askTimeout must not be negative")
 	case opt.IdleTimeout < 0, opt.StartTimeout < 0, opt.AskTimeout < 0, opt.InterruptWait < 0, opt.WriteTimeout < 0,
@@ -199,9 +197,6 @@ func New(name string, cfg config.ACPAgent, opt Options) (*Runner, error) {
 			return fmt.Sprintf("Check agents.%s.acp.command in the server config: the agent cannot be started.\n%v", name, err)
 		},
 	}, func(b *stdio.Proc) *proc { return &proc{Proc: b, r: r} })
-	r.opt.WriteTimeout, r.opt.StopGrace = r.Cfg.WriteTimeout, r.Cfg.StopGrace
-	r.opt.RestartBackoffMin, r.opt.RestartBackoffMax = r.Cfg.RestartBackoffMin, r.Cfg.RestartBackoffMax
-	r.opt.Shell, r.opt.Logger = r.Cfg.Shell, r.Cfg.Logger
 	return r, nil
 }
 

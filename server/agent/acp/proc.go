@@ -54,7 +54,7 @@ func (p *proc) Interrupt() {
 	p.mu.Unlock()
 	if t != nil {
 		t.cancel()
-		ctx, cancel := context.WithTimeout(context.Background(), p.r.opt.WriteTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), p.r.Cfg.WriteTimeout)
 		_ = p.conn.Cancel(ctx, sdk.CancelNotification{SessionId: p.sessionID})
 		cancel()
 	}

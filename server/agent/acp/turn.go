@@ -116,7 +116,7 @@ func (p *proc) prompt(ctx context.Context, req agent.Request, progress agent.Pro
 			ctxDone = nil
 			p.Log.Info("cancelling the prompt", "message_id", req.MessageID)
 			t.cancel()
-			cctx, cancel := context.WithTimeout(context.Background(), p.r.opt.WriteTimeout)
+			cctx, cancel := context.WithTimeout(context.Background(), p.r.Cfg.WriteTimeout)
 			if err := p.conn.Cancel(cctx, sdk.CancelNotification{SessionId: p.sessionID}); err != nil {
 				p.Log.Warn("cannot send session/cancel", "error", err)
 			}

@@ -36,7 +36,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"time"
 
 	"termlink/server/agent"
@@ -167,10 +166,8 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 		return nil, fmt.Errorf("nuum agent %q: %s", name, fmt.Sprintf(format, a...))
 	}
 	switch {
-	case strings.TrimSpace(cfg.Command) == "":
-		return fail("command is empty")
-	case strings.ContainsRune(cfg.Command, 0):
-		return fail("command contains a NUL byte")
+	case stdio.CheckCommand(cfg.Command) != nil:
+		return fail("%v", stdio.CheckCommand(cfg.Command))
 	case cfg.IdleTimeout < 0, cfg.MaxProcesses < 0, cfg.StartTimeout < 0, cfg.HeartbeatSeconds < 0, cfg.HeartbeatTimeout < 0, cfg.TurnTimeout < 0:
 		return fail("idleTimeout, maxProcesses, startTimeout, heartbeatSeconds, heartbeatTimeout and turnTimeout must not be negative")
 	case cfg.HeartbeatAck != "" && cfg.HeartbeatAck != config.NuumHeartbeatAckRequired && cfg.HeartbeatAck != config.NuumHeartbeatAckOptional:
@@ -223,9 +220,6 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 		RestartBackoffMin: opt.RestartBackoffMin, RestartBackoffMax: opt.RestartBackoffMax,
 		StderrNote: "; stderr: ", ClosedText: "the agent runner is closed",
 	}, func(b *stdio.Proc) *proc { return newProc(r, b) })
-	r.opt.WriteTimeout, r.opt.StopGrace = r.Cfg.WriteTimeout, r.Cfg.StopGrace
-	r.opt.RestartBackoffMin, r.opt.RestartBackoffMax = r.Cfg.RestartBackoffMin, r.Cfg.RestartBackoffMax
-	r.opt.Shell, r.opt.Logger = r.Cfg.Shell, r.Cfg.Logger
 	return r, nil
 }
 

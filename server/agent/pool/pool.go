@@ -2,8 +2,9 @@
 // run one process per session (Nuum, ACP): the table of sessions to
 // processes, at most Max processes at once (the least recently used idle
 // one makes room), one turn at a time per process, the idle stop, and the
-// restart backoff after a crash (package restart). The runners own what a
-// process is and how it talks; the pool owns when one may run.
+// restart backoff after a crash (package restart). Package stdio builds
+// the process on it and the protocol runners how it talks; the pool owns
+// when one may run.
 package pool
 
 import (

@@ -2,6 +2,7 @@ package stdio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -167,6 +168,19 @@ func (c *Config) command() *exec.Cmd {
 		}
 	}
 	return procs.Command(c.Shell, c.Command)
+}
+
+// CheckCommand checks a configured command and its args.
+func CheckCommand(command string, args ...string) error {
+	switch {
+	case strings.TrimSpace(command) == "":
+		return errors.New("command is empty")
+	case len(args) > 0 && (strings.ContainsRune(command, 0) || strings.ContainsRune(strings.Join(args, ""), 0)):
+		return errors.New("command or args contain a NUL byte")
+	case strings.ContainsRune(command, 0):
+		return errors.New("command contains a NUL byte")
+	}
+	return nil
 }
 
 // ValidEnv checks "KEY=value" entries.
