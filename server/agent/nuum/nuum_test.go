@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/stdio/stdiotest"
 	"termlink/server/config"
 )
 
@@ -36,13 +36,8 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	agentBin = filepath.Join(dir, "nuumagent")
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
-	}
-	cmd := exec.Command(goTool, "build", "-o", agentBin, "termlink/testrig/agents/nuumagent")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building nuumagent: %v\n%s", err, out)
+	if err := stdiotest.Build(map[string]string{agentBin: "termlink/testrig/agents/nuumagent"}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
@@ -51,7 +46,7 @@ func testMain(m *testing.M) int {
 // testOptions are short timeouts for tests.
 func testOptions(tb testing.TB) Options {
 	return Options{
-		Logger:            slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:            stdiotest.Logger(tb),
 		IdleTimeout:       time.Minute,
 		StartTimeout:      5 * time.Second,
 		HeartbeatInterval: 200 * time.Millisecond,
@@ -64,13 +59,6 @@ func testOptions(tb testing.TB) Options {
 		RestartBackoffMin: 50 * time.Millisecond,
 		RestartBackoffMax: 400 * time.Millisecond,
 	}
-}
-
-type tbWriter struct{ tb testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.tb.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
 }
 
 // newRunner returns a runner of the example agent with flags, closed at
@@ -92,66 +80,15 @@ func newRunner(tb testing.TB, flags string, edit func(*config.NuumAgent, *Option
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// recorder is a session as the router would present it: metadata, events
-// and progress, recorded.
-type recorder struct {
-	mu        sync.Mutex
-	meta      map[string]any
-	metaCalls int
-	events    []string
-	progress  []string
-	onProg    func(string)
-}
-
-func (rc *recorder) req(key, text string) agent.Request {
-	return agent.Request{
-		ChannelID: "terminal-dev", SessionKey: key, MessageID: fmt.Sprintf("m-%d", time.Now().UnixNano()), Text: text,
-		UpdateMeta: func(ctx context.Context, update func(map[string]any)) error {
-			rc.mu.Lock()
-			defer rc.mu.Unlock()
-			if rc.meta == nil {
-				rc.meta = map[string]any{}
-			}
-			rc.metaCalls++
-			update(rc.meta)
-			return nil
-		},
-		Event: func(name, detail string) {
-			rc.mu.Lock()
-			defer rc.mu.Unlock()
-			rc.events = append(rc.events, name+" "+detail)
-		},
-	}
-}
-
-func (rc *recorder) progressFunc(text string) {
-	rc.mu.Lock()
-	rc.progress = append(rc.progress, text)
-	on := rc.onProg
-	rc.mu.Unlock()
-	if on != nil {
-		on(text)
-	}
-}
-
-func (rc *recorder) reset() {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	rc.events, rc.progress = nil, nil
-}
-
-func (rc *recorder) snapshot() (progress, events []string) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return slices.Clone(rc.progress), slices.Clone(rc.events)
-}
+// recorder is a session as the router would present it.
+type recorder = stdiotest.Recorder
 
 // run runs one message within a bounded time.
 func run(tb testing.TB, r *Runner, rc *recorder, key, text string) agent.Result {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return r.Run(ctx, rc.req(key, text), rc.progressFunc)
+	return r.Run(ctx, rc.Req(key, text), rc.Progress)
 }
 
 // agentPID asks the session's agent for its process id.
@@ -165,34 +102,11 @@ func agentPID(tb testing.TB, r *Runner, key string) int {
 	return pid
 }
 
-// alive reports whether process pid exists and is not a zombie (a killed
-// grandchild may wait a while for init to reap it).
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true // no procfs: trust kill
-	}
-	// pid (comm) STATE ...; comm may contain spaces and parentheses.
-	if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) {
-		return stat[i+2] != 'Z'
-	}
-	return true
-}
-
-// waitGone waits until process pid no longer exists.
-func waitGone(tb testing.TB, pid int, within time.Duration) {
-	tb.Helper()
-	deadline := time.Now().Add(within)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("process %d still alive after %s", pid, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var (
+	alive    = stdiotest.Alive
+	waitGone = stdiotest.WaitGone
+	await    = stdiotest.Await
+)
 
 // runAsync starts a run and returns its result channel; started is closed
 // at the turn's "thinking" progress.
@@ -201,24 +115,13 @@ func runAsync(r *Runner, ctx context.Context, rc *recorder, key, text string) (r
 	st := make(chan struct{})
 	var once sync.Once
 	progress := func(s string) {
-		rc.progressFunc(s)
+		rc.Progress(s)
 		if s == "thinking" {
 			once.Do(func() { close(st) })
 		}
 	}
-	go func() { ch <- r.Run(ctx, rc.req(key, text), progress) }()
+	go func() { ch <- r.Run(ctx, rc.Req(key, text), progress) }()
 	return ch, st
-}
-
-func await(tb testing.TB, ch <-chan agent.Result, within time.Duration) agent.Result {
-	tb.Helper()
-	select {
-	case res := <-ch:
-		return res
-	case <-time.After(within):
-		tb.Fatalf("no result within %s", within)
-		return agent.Result{}
-	}
 }
 
 func awaitStart(tb testing.TB, st <-chan struct{}) {
@@ -281,19 +184,18 @@ func TestSessionIDStored(t *testing.T) {
 	rc := &recorder{}
 	run(t, r, rc, "s1", "a")
 	run(t, r, rc, "s1", "b")
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if rc.meta[MetaSessionID] != "nuum_01TEST" {
-		t.Errorf("meta %v", rc.meta)
+	meta, metaCalls := rc.Meta()
+	if meta[MetaSessionID] != "nuum_01TEST" {
+		t.Errorf("meta %v", meta)
 	}
-	if rc.metaCalls != 1 {
-		t.Errorf("UpdateMeta called %d times for one process, want 1", rc.metaCalls)
+	if metaCalls != 1 {
+		t.Errorf("UpdateMeta called %d times for one process, want 1", metaCalls)
 	}
 	if p := r.Processes(); len(p) != 1 || p[0].SessionID != "nuum_01TEST" {
 		t.Errorf("processes %+v", p)
 	}
 	// A nil UpdateMeta is fine.
-	req := rc.req("s2", "x")
+	req := rc.Req("s2", "x")
 	req.UpdateMeta, req.Event = nil, nil
 	if res := r.Run(context.Background(), req, nil); res.FinishReason != "stop" {
 		t.Errorf("run without hooks: %+v", res)
@@ -322,7 +224,7 @@ func TestProgressAndToolResults(t *testing.T) {
 			if res.FinishReason != "stop" || res.Text != tc.reply {
 				t.Fatalf("result %+v", res)
 			}
-			progress, events := rc.snapshot()
+			progress, events := rc.Snapshot()
 			if !slices.Equal(progress, tc.progress) {
 				t.Errorf("progress %q, want %q", progress, tc.progress)
 			}
@@ -344,18 +246,18 @@ func TestInject(t *testing.T) {
 			r := newRunner(t, tc.flags, func(_ *config.NuumAgent, o *Options) { o.HeartbeatAckOptional = true })
 			rc := &recorder{}
 			ctx := context.Background()
-			if r.Inject(ctx, rc.req("s", "nobody")) {
+			if r.Inject(ctx, rc.Req("s", "nobody")) {
 				t.Fatal("Inject into a session without a process succeeded")
 			}
 			pid := agentPID(t, r, "s")
-			if r.Inject(ctx, rc.req("s", "idle")) {
+			if r.Inject(ctx, rc.Req("s", "idle")) {
 				t.Fatal("Inject into an idle session succeeded")
 			}
 			resCh := make(chan agent.Result, 1)
 			go func() { resCh <- run(t, r, rc, "s", "/slow 800") }()
 			// Wait until the turn is open (claude mode has no turn_accepted).
 			deadline := time.Now().Add(10 * time.Second)
-			for !r.Inject(ctx, rc.req("s", "second")) {
+			for !r.Inject(ctx, rc.Req("s", "second")) {
 				if time.Now().After(deadline) {
 					t.Fatal("Inject never succeeded during the turn")
 				}
@@ -366,7 +268,7 @@ func TestInject(t *testing.T) {
 			if want := "You said: second"; res.FinishReason != "stop" || res.Text != want {
 				t.Fatalf("result %+v, want %q", res, want)
 			}
-			if p, _ := rc.snapshot(); !slices.Contains(p, "You said: /slow 800") {
+			if p, _ := rc.Snapshot(); !slices.Contains(p, "You said: /slow 800") {
 				t.Errorf("progress %q lacks the first step", p)
 			}
 			// The process is idle and in step: the next turn is answered alone.
@@ -394,7 +296,7 @@ func TestCancel(t *testing.T) {
 	if res.FinishReason != "cancelled" {
 		t.Fatalf("result %+v", res)
 	}
-	if ex := log.find("agent exited"); len(ex) != 0 {
+	if ex := log.Find("agent exited"); len(ex) != 0 {
 		t.Errorf("the agent exited on the cancel: %v", ex[0].Attrs)
 	}
 	// The interrupt ended the turn; the process stays.
@@ -449,20 +351,20 @@ func TestCancelUnresponsiveAgent(t *testing.T) {
 	pid := agentPID(t, r, "s")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	res := r.Run(ctx, rc.req("s", "/slow 10000"), nil)
+	res := r.Run(ctx, rc.Req("s", "/slow 10000"), nil)
 	if res.FinishReason != "cancelled" {
 		t.Fatalf("result %+v", res)
 	}
 	// The turn ended by the kill, not by the agent's 10s step.
-	ex := log.wait(t, "agent exited", 1)
-	if got := ex[0].str("reason"); got != "agent did not end the turn within 300ms of an interrupt" {
+	ex := log.Wait(t, "agent exited", 1)
+	if got := ex[0].Str("reason"); got != "agent did not end the turn within 300ms of an interrupt" {
 		t.Errorf("exit reason %q", got)
 	}
 	waitGone(t, pid, 3*time.Second)
 	if got := agentPID(t, r, "s"); got == pid {
 		t.Fatal("same pid after the kill")
 	}
-	if c := log.find("agent crashed; its next start waits"); len(c) != 0 {
+	if c := log.Find("agent crashed; its next start waits"); len(c) != 0 {
 		t.Errorf("a kill for not stopping counted as a crash: %v", c[0].Attrs)
 	}
 }
@@ -488,8 +390,8 @@ func TestCrashAndRestart(t *testing.T) {
 		t.Fatalf("second crash answered %+v", res)
 	}
 	agentPID(t, r, "s")
-	crashes := log.find("agent crashed; its next start waits")
-	starts := log.find("agent started")
+	crashes := log.Find("agent crashed; its next start waits")
+	starts := log.Find("agent started")
 	if len(crashes) != 2 || len(starts) != 3 {
 		t.Fatalf("%d crashes and %d starts, want 2 and 3", len(crashes), len(starts))
 	}
@@ -521,8 +423,8 @@ func TestCrashBackoff(t *testing.T) {
 	}
 	// Each crash is one more in a row; its delay is randomized within
 	// [min, max] (package restart's TestDelays); the next start waits it.
-	crashes := log.wait(t, "agent crashed; its next start waits", 5)
-	starts := log.find("agent started")
+	crashes := log.Wait(t, "agent crashed; its next start waits", 5)
+	starts := log.Find("agent started")
 	if len(starts) != 5 {
 		t.Fatalf("%d starts, want 5", len(starts))
 	}
@@ -545,13 +447,13 @@ func TestCrashBackoff(t *testing.T) {
 	if res := run(t, r, rc, "s", "x"); res.FinishReason != "error" {
 		t.Fatalf("run answered %+v", res)
 	}
-	log.wait(t, "agent crashed; its next start waits", 1)
+	log.Wait(t, "agent crashed; its next start waits", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if res := r.Run(ctx, rc.req("s", "x"), nil); res.FinishReason != "cancelled" {
+	if res := r.Run(ctx, rc.Req("s", "x"), nil); res.FinishReason != "cancelled" {
 		t.Fatalf("run cancelled during the backoff answered %+v", res)
 	}
-	if n := len(log.find("agent started")); n != 1 {
+	if n := len(log.Find("agent started")); n != 1 {
 		t.Errorf("%d starts, want 1: the cancelled run started an agent", n)
 	}
 }
@@ -626,7 +528,7 @@ func TestStartFailures(t *testing.T) {
 	})
 	t.Run("missing workspace", func(t *testing.T) {
 		r := newRunner(t, "", nil)
-		req := (&recorder{}).req("s", "x")
+		req := (&recorder{}).Req("s", "x")
 		req.Workspace = filepath.Join(t.TempDir(), "missing")
 		res := r.Run(context.Background(), req, nil)
 		if res.FinishReason != "error" || !strings.Contains(res.Text, "cannot start the agent") {
@@ -672,15 +574,14 @@ func TestWorkspaceAndEnv(t *testing.T) {
 	}
 	defer r.Close()
 	rc := &recorder{}
-	req := rc.req("sess-1", "x")
+	req := rc.Req("sess-1", "x")
 	req.Workspace = dir
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	r.Run(ctx, req, nil) // the agent never answers
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if want := dir + "|sess-1|yes"; rc.meta[MetaSessionID] != want {
-		t.Errorf("agent saw %v, want %q", rc.meta[MetaSessionID], want)
+	meta, _ := rc.Meta()
+	if want := dir + "|sess-1|yes"; meta[MetaSessionID] != want {
+		t.Errorf("agent saw %v, want %q", meta[MetaSessionID], want)
 	}
 }
 
@@ -702,7 +603,7 @@ func TestIdleStop(t *testing.T) {
 }
 
 func TestMaxProcessesLRU(t *testing.T) {
-	var log *logRecorder
+	var log *stdiotest.Log
 	r := newRunner(t, "", func(c *config.NuumAgent, o *Options) { c.MaxProcesses = 2; log = recordLog(o) })
 	pa := agentPID(t, r, "a")
 	pb := agentPID(t, r, "b")
@@ -740,10 +641,10 @@ func TestMaxProcessesLRU(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	crc := &recorder{}
-	if res := r.Run(short, crc.req("c", "x"), crc.progressFunc); res.FinishReason != "cancelled" {
+	if res := r.Run(short, crc.Req("c", "x"), crc.Progress); res.FinishReason != "cancelled" {
 		t.Fatalf("waiting run answered %+v", res)
 	}
-	if p, _ := crc.snapshot(); !slices.Contains(p, "waiting for a free agent process") {
+	if p, _ := crc.Snapshot(); !slices.Contains(p, "waiting for a free agent process") {
 		t.Errorf("progress %q", p)
 	}
 	res := run(t, r, crc, "c", "x")
@@ -752,8 +653,8 @@ func TestMaxProcessesLRU(t *testing.T) {
 	}
 	// c got its slot by evicting a or b once its turn had ended (only an
 	// idle process is evicted), not beside them.
-	if ev := log.find("stopping the least recently used agent process"); len(ev) == 0 ||
-		ev[len(ev)-1].str("for") != "c" || (ev[len(ev)-1].str("session") != "a" && ev[len(ev)-1].str("session") != "b") {
+	if ev := log.Find("stopping the least recently used agent process"); len(ev) == 0 ||
+		ev[len(ev)-1].Str("for") != "c" || (ev[len(ev)-1].Str("session") != "a" && ev[len(ev)-1].Str("session") != "b") {
 		t.Errorf("c did not take an idle slot of a or b: %v", ev)
 	}
 	for _, ch := range []<-chan agent.Result{resA, resB} {
@@ -797,13 +698,13 @@ func TestResultSubtypes(t *testing.T) {
 		{"/iserror api down", "error", "agent error: api down"},
 		{"/syserror disk full", "error", "agent error: disk full"},
 	} {
-		rc.reset()
+		rc.Reset()
 		res := run(t, r, rc, "s", tc.text)
 		if res.FinishReason != tc.reason || res.Text != tc.reply {
 			t.Errorf("%q answered %+v, want %s %q", tc.text, res, tc.reason, tc.reply)
 		}
 	}
-	if _, ev := rc.snapshot(); !slices.Equal(ev, []string{"agent_error disk full"}) {
+	if _, ev := rc.Snapshot(); !slices.Equal(ev, []string{"agent_error disk full"}) {
 		t.Errorf("events of /syserror: %q", ev)
 	}
 }
@@ -854,13 +755,13 @@ func TestClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Close returned once both processes had exited, stopped by it.
-	ex := log.find("agent exited")
+	ex := log.Find("agent exited")
 	if len(ex) != 2 {
 		t.Fatalf("%d exits when Close returned, want 2", len(ex))
 	}
 	for _, e := range ex {
-		if got := e.str("reason"); got != "the agent runner was closed" {
-			t.Errorf("pid %s exited for %q", e.str("pid"), got)
+		if got := e.Str("reason"); got != "the agent runner was closed" {
+			t.Errorf("pid %s exited for %q", e.Str("pid"), got)
 		}
 	}
 	res := await(t, resCh, 20*time.Second)
@@ -875,7 +776,7 @@ func TestClose(t *testing.T) {
 	if res := run(t, r, rc, "a", "x"); res.FinishReason != "error" || !strings.Contains(res.Text, "closed") {
 		t.Errorf("run after Close %+v", res)
 	}
-	if r.Inject(context.Background(), rc.req("a", "x")) {
+	if r.Inject(context.Background(), rc.Req("a", "x")) {
 		t.Error("Inject after Close succeeded")
 	}
 	if err := r.Close(); err != nil {
@@ -897,7 +798,7 @@ func BenchmarkTurn(b *testing.B) {
 	})
 	rc := &recorder{}
 	ctx := context.Background()
-	req := rc.req("bench", "hello")
+	req := rc.Req("bench", "hello")
 	if res := r.Run(ctx, req, nil); res.FinishReason != "stop" {
 		b.Fatalf("warm-up %+v", res)
 	}
@@ -930,7 +831,7 @@ func Example() {
 func TestAgentQuitsAfterAnswering(t *testing.T) {
 	// A one-shot agent: init, one answer, exit 0. Restarting it is no
 	// crash recovery, so no backoff.
-	var log *logRecorder
+	var log *stdiotest.Log
 	r, err := New("x", config.NuumAgent{
 		Command: `printf '%s\n' '{"type":"system","subtype":"init","session_id":"one"}'; read -r line; ` +
 			`printf '%s\n' '{"type":"result","subtype":"success","result":"once"}'; exit 0`,
@@ -950,10 +851,10 @@ func TestAgentQuitsAfterAnswering(t *testing.T) {
 			t.Fatalf("run %d: %+v", i, res)
 		}
 	}
-	if n := len(log.find("agent started")); n != 3 {
+	if n := len(log.Find("agent started")); n != 3 {
 		t.Errorf("%d starts for three one-shot runs, want 3", n)
 	}
-	if c := log.find("agent crashed; its next start waits"); len(c) != 0 {
+	if c := log.Find("agent crashed; its next start waits"); len(c) != 0 {
 		t.Errorf("an agent that quit after answering counted as a crash: %v", c[0].Attrs)
 	}
 }
@@ -963,7 +864,7 @@ func TestCloseKillsProcessGroup(t *testing.T) {
 	r := newRunner(t, "", func(c *config.NuumAgent, _ *Options) {
 		c.Command = "sleep 60 & echo $! > child.pid; exec " + c.Command
 	})
-	req := (&recorder{}).req("s", "hi")
+	req := (&recorder{}).Req("s", "hi")
 	req.Workspace = dir
 	if res := r.Run(context.Background(), req, nil); res.Text != "You said: hi" {
 		t.Fatalf("result %+v", res)
@@ -991,7 +892,7 @@ func TestDescendantHoldingStdout(t *testing.T) {
 	r := newRunner(t, "--crash-after 0", func(c *config.NuumAgent, _ *Options) {
 		c.Command = "setsid sleep 60 & echo $! > desc.pid; exec " + c.Command
 	})
-	req := (&recorder{}).req("s", "x")
+	req := (&recorder{}).Req("s", "x")
 	req.Workspace = dir
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -1037,7 +938,7 @@ func TestReplyIsTheResult(t *testing.T) {
 			if res.FinishReason != "stop" || res.Text != tt.reply {
 				t.Errorf("reply %+v, want %q", res, tt.reply)
 			}
-			if p, _ := rc.snapshot(); !slices.Equal(p, tt.progress) {
+			if p, _ := rc.Snapshot(); !slices.Equal(p, tt.progress) {
 				t.Errorf("progress %q, want %q", p, tt.progress)
 			}
 		})
