@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,22 +17,11 @@ import (
 // and the SDK's own example agent, an independent implementation.
 var agentBin, sdkAgentBin string
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
-
-func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "acptest")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	agentBin = filepath.Join(dir, "acpagent")
-	sdkAgentBin = filepath.Join(dir, "sdkagent")
-	if err := stdiotest.Build(map[string]string{agentBin: "termlink/testrig/agents/acpagent", sdkAgentBin: "github.com/coder/acp-go-sdk/example/agent"}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(stdiotest.Main(m, map[*string]string{
+		&agentBin:    "termlink/testrig/agents/acpagent",
+		&sdkAgentBin: "github.com/coder/acp-go-sdk/example/agent",
+	}))
 }
 
 func testOptions(tb testing.TB) Options {

@@ -25,22 +25,7 @@ import (
 var agentBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(testMain(m))
-}
-
-func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "nuumtest")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	agentBin = filepath.Join(dir, "nuumagent")
-	if err := stdiotest.Build(map[string]string{agentBin: "termlink/testrig/agents/nuumagent"}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(stdiotest.Main(m, map[*string]string{&agentBin: "termlink/testrig/agents/nuumagent"}))
 }
 
 // testOptions are short timeouts for tests.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -22,18 +23,28 @@ import (
 	"termlink/server/agent"
 )
 
-// Build builds each Go package of bins (binary path: package).
-func Build(bins map[string]string) error {
+// Main builds each Go package of bins into a temporary directory, sets
+// each *bin to its binary, then runs m; it returns the exit code (for a
+// TestMain).
+func Main(m *testing.M, bins map[*string]string) int {
+	dir, err := os.MkdirTemp("", "stdiotest")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
 	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goTool); err != nil {
 		goTool = "go"
 	}
 	for bin, pkg := range bins {
-		if out, err := exec.Command(goTool, "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			return fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+		*bin = filepath.Join(dir, path.Base(pkg))
+		if out, err := exec.Command(goTool, "build", "-o", *bin, pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
+			return 1
 		}
 	}
-	return nil
+	return m.Run()
 }
 
 // Logger logs to tb at debug level.
