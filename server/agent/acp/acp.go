@@ -4,7 +4,7 @@
 // @zed-industries/claude-code-acp, codex-acp, goose acp. termlink is the
 // ACP client ("host"), through github.com/coder/acp-go-sdk.
 //
-// The lifecycle is the Nuum runner's: one long-lived process per session,
+// The lifecycle is package stdio's: one long-lived process per session,
 // started for the session's first message (initialize, advertising no file
 // system and no terminal: a text-only screen; then session/new with the
 // configured cwd, the server workspace by default), stopped after
@@ -53,8 +53,9 @@ import (
 	"time"
 
 	"termlink/server/agent"
-	"termlink/server/agent/pool"
 	"termlink/server/agent/procs"
+	"termlink/server/agent/stdio"
+	"termlink/server/agent/terminal"
 	"termlink/server/config"
 )
 
@@ -65,11 +66,11 @@ const MetaSessionID = "acp_session_id"
 // Defaults of Options.
 const (
 	DefaultInterruptWait     = 5 * time.Second
-	DefaultWriteTimeout      = 10 * time.Second
-	DefaultStopGrace         = 2 * time.Second
-	DefaultRestartBackoffMin = 500 * time.Millisecond
-	DefaultRestartBackoffMax = 30 * time.Second
-	DefaultShell             = "/bin/sh"
+	DefaultWriteTimeout      = stdio.DefaultWriteTimeout
+	DefaultStopGrace         = stdio.DefaultStopGrace
+	DefaultRestartBackoffMin = stdio.DefaultRestartBackoffMin
+	DefaultRestartBackoffMax = stdio.DefaultRestartBackoffMax
+	DefaultShell             = stdio.DefaultShell
 	// DefaultMaxReplyBytes bounds the reply accumulated from message
 	// chunks; what comes after is dropped and the reply says so.
 	DefaultMaxReplyBytes = 1 << 20
@@ -78,8 +79,8 @@ const (
 // Finish reasons of a Result.
 const (
 	finishStop      = "stop"
-	finishError     = "error"
-	finishCancelled = "cancelled"
+	finishError     = stdio.FinishError
+	finishCancelled = stdio.FinishCancelled
 	finishLength    = "length"
 	finishMaxTurns  = "max_turns"
 	finishRefusal   = "refusal"
@@ -117,22 +118,17 @@ type Options struct {
 	Procs *procs.Registry
 }
 
-// Runner runs an ACP agent, one process per session. It implements
-// agent.Runner and agent.Injector (for the answers to permission
-// questions) and is safe for concurrent use.
+// Runner runs an ACP agent, one process per session (package stdio). It
+// implements agent.Runner and agent.Injector (for the answers to
+// permission questions) and is safe for concurrent use.
 type Runner struct {
+	*stdio.Runner[*proc]
 	name string
 	cfg  config.ACPAgent
 	opt  Options
-	log  *slog.Logger
-	env  []string
 
-	idleTimeout  time.Duration
 	startTimeout time.Duration
 	askTimeout   time.Duration
-	maxProcs     int
-
-	pool *pool.Pool[*proc] // the sessions' processes
 }
 
 var (
@@ -147,10 +143,8 @@ func New(name string, cfg config.ACPAgent, opt Options) (*Runner, error) {
 		return nil, fmt.Errorf("acp agent %q: %s", name, fmt.Sprintf(format, a...))
 	}
 	switch {
-	case strings.TrimSpace(cfg.Command) == "":
-		return fail("command is empty")
-	case strings.ContainsRune(cfg.Command, 0) || strings.ContainsRune(strings.Join(cfg.Args, ""), 0):
-		return fail("command or args contain a NUL byte")
+	case stdio.CheckCommand(cfg.Command, cfg.Args...) != nil:
+		return fail("%v", stdio.CheckCommand(cfg.Command, cfg.Args...))
 	case cfg.IdleTimeout < 0, cfg.MaxProcesses < 0, cfg.StartTimeout < 0, cfg.AskTimeout < 0:
 		return fail("idleTimeout, maxProcesses, startTimeout and askTimeout must not be negative")
 	case opt.IdleTimeout < 0, opt.StartTimeout < 0, opt.AskTimeout < 0, opt.InterruptWait < 0, opt.WriteTimeout < 0,
@@ -177,44 +171,33 @@ func New(name string, cfg config.ACPAgent, opt Options) (*Runner, error) {
 		}
 	}
 	dur(&opt.InterruptWait, DefaultInterruptWait)
-	dur(&opt.WriteTimeout, DefaultWriteTimeout)
-	dur(&opt.StopGrace, DefaultStopGrace)
-	dur(&opt.RestartBackoffMin, DefaultRestartBackoffMin)
-	dur(&opt.RestartBackoffMax, DefaultRestartBackoffMax)
 	if opt.MaxReplyBytes == 0 {
 		opt.MaxReplyBytes = DefaultMaxReplyBytes
 	}
-	if opt.Shell == "" {
-		opt.Shell = DefaultShell
-	}
-	if opt.Logger == nil {
-		opt.Logger = slog.Default()
-	}
-	seconds := func(override time.Duration, v, def int) time.Duration {
-		if override > 0 {
-			return override
-		}
-		if v == 0 {
-			v = def
-		}
-		return time.Duration(v) * time.Second
-	}
+	seconds := stdio.Seconds
 	maxProcs := cfg.MaxProcesses
 	if maxProcs == 0 {
 		maxProcs = config.DefaultACPMaxProcesses
 	}
-	return &Runner{
+	r := &Runner{
 		name:         name,
 		cfg:          cfg,
 		opt:          opt,
-		log:          opt.Logger.With("agent", name),
-		env:          env,
-		idleTimeout:  seconds(opt.IdleTimeout, cfg.IdleTimeout, config.DefaultACPIdleTimeout),
 		startTimeout: seconds(opt.StartTimeout, cfg.StartTimeout, config.DefaultACPStartTimeout),
 		askTimeout:   seconds(opt.AskTimeout, cfg.AskTimeout, config.DefaultACPAskTimeout),
-		maxProcs:     maxProcs,
-		pool:         pool.New[*proc](maxProcs, opt.RestartBackoffMin, opt.RestartBackoffMax, opt.Logger.With("agent", name)),
-	}, nil
+	}
+	r.Runner = stdio.NewRunner(stdio.Config{
+		Name: name, Logger: opt.Logger, Command: cfg.Command, Args: cfg.Args, PlainWords: terminal.PlainWords,
+		Shell: opt.Shell, Env: env, Procs: opt.Procs, MaxProcesses: maxProcs,
+		IdleTimeout:  seconds(opt.IdleTimeout, cfg.IdleTimeout, config.DefaultACPIdleTimeout),
+		WriteTimeout: opt.WriteTimeout, StopGrace: opt.StopGrace,
+		RestartBackoffMin: opt.RestartBackoffMin, RestartBackoffMax: opt.RestartBackoffMax,
+		StderrNote: "\nstderr: ", ClosedText: "The agent runner is shutting down; send the message again in a moment.",
+		StartFailed: func(err error) string {
+			return fmt.Sprintf("Check agents.%s.acp.command in the server config: the agent cannot be started.\n%v", name, err)
+		},
+	}, func(b *stdio.Proc) *proc { return &proc{Proc: b, r: r} })
+	return r, nil
 }
 
 // Run answers req as one prompt turn of the session's agent process,
@@ -223,13 +206,16 @@ func (r *Runner) Run(ctx context.Context, req agent.Request, progress agent.Prog
 	if progress == nil {
 		progress = func(string) {}
 	}
-	p, res, ok := r.acquire(ctx, req, progress)
+	cwd := r.cwd(req)
+	p, res, ok := r.Acquire(ctx, req, cwd, progress, func(ctx context.Context, p *proc) (agent.Result, bool) {
+		return r.start(ctx, p, cwd)
+	})
 	if !ok {
 		return res
 	}
-	p.storeMeta(ctx, req)
+	p.StoreMeta(ctx, req, MetaSessionID, string(p.sessionID))
 	res = p.prompt(ctx, req, progress)
-	r.pool.Release(p)
+	r.Pool.Release(p)
 	return res
 }
 
@@ -237,10 +223,7 @@ func (r *Runner) Run(ctx context.Context, req agent.Request, progress agent.Prog
 // session, if there is one; otherwise it returns false and the message
 // waits for the turn (ACP has no injection).
 func (r *Runner) Inject(ctx context.Context, req agent.Request) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	p, ok := r.pool.Get(req.SessionKey)
+	p, ok := r.Get(ctx, req.SessionKey)
 	if !ok {
 		return false
 	}
@@ -250,60 +233,24 @@ func (r *Runner) Inject(ctx context.Context, req agent.Request) bool {
 	if t == nil || !t.answer(req.Text) {
 		return false
 	}
-	p.log.Info("message taken as the answer to the permission question", "message_id", req.MessageID)
+	p.Log.Info("message taken as the answer to the permission question", "message_id", req.MessageID)
 	return true
 }
-
-// Close stops every process and waits for them and their goroutines. Runs
-// in progress end with an error; later ones are refused.
-func (r *Runner) Close() error {
-	r.pool.Close("the agent runner was closed")
-	return nil
-}
-
-// Live reports how many agent processes run (or start, or stop).
-func (r *Runner) Live() int { return r.pool.Live() }
 
 // PID returns the process id of the session's agent process (the group
 // leader), or 0.
 func (r *Runner) PID(sessionKey string) int {
-	p, ok := r.pool.Get(sessionKey)
+	p, ok := r.Pool.Get(sessionKey)
 	if !ok {
 		return 0
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.pid
+	return p.PID()
 }
 
-// acquire returns the session's process, started and idle, marked busy.
-// When ok is false, res answers the message.
-func (r *Runner) acquire(ctx context.Context, req agent.Request, progress agent.Progress) (p *proc, res agent.Result, ok bool) {
-	p, out := r.pool.Acquire(ctx, req.SessionKey, func() *proc { return newProc(r, req.SessionKey) },
-		func() { progress("waiting for a free agent process") })
-	switch out {
-	case pool.Cancelled:
-		return nil, cancelledResult(), false
-	case pool.Closed:
-		return nil, errorResult("The agent runner is shutting down; send the message again in a moment."), false
-	case pool.Created:
-		if res, ok := r.start(ctx, p, req); !ok {
-			return nil, res, false
-		}
-	}
-	return p, agent.Result{}, true
-}
-
-// start spawns p and does the handshake.
-func (r *Runner) start(ctx context.Context, p *proc, req agent.Request) (agent.Result, bool) {
-	cwd := r.cwd(req)
-	if err := p.spawn(req, cwd); err != nil {
-		r.log.Error("cannot start the agent", "session", p.key, "error", err)
-		r.pool.StartFailed(p)
-		return errorResult(fmt.Sprintf("Check agents.%s.acp.command in the server config: the agent cannot be started.\n%v", r.name, err)), false
-	}
+// start does the handshake of p's process, just spawned in cwd.
+func (r *Runner) start(ctx context.Context, p *proc, cwd string) (agent.Result, bool) {
 	if res, ok := p.handshake(ctx, cwd); !ok {
-		r.pool.MarkStopping(p)
+		r.Pool.MarkStopping(p)
 		p.Kill("the handshake failed")
 		p.awaitExit()
 		return res, false
@@ -326,10 +273,9 @@ func (r *Runner) cwd(req agent.Request) string {
 	return dir
 }
 
-func errorResult(text string) agent.Result {
-	return agent.Result{Text: text, FinishReason: finishError}
-}
-
-func cancelledResult() agent.Result {
-	return agent.Result{Text: "cancelled", FinishReason: finishCancelled}
-}
+var (
+	errorResult     = stdio.ErrorResult
+	cancelledResult = stdio.CancelledResult
+	exitText        = stdio.ExitText
+	preview         = stdio.Preview
+)

@@ -38,11 +38,10 @@ func TestChat(t *testing.T) {
 	if got := agentPID(t, r, "s"); got != pid {
 		t.Fatalf("pid changed from %d to %d", pid, got)
 	}
-	rc.mu.Lock()
-	id := rc.meta[MetaSessionID]
-	rc.mu.Unlock()
+	meta, _ := rc.Meta()
+	id := meta[MetaSessionID]
 	if id == nil || !strings.HasPrefix(id.(string), "sess_") {
-		t.Fatalf("metadata %v", rc.meta)
+		t.Fatalf("metadata %v", meta)
 	}
 	// Sessions have processes of their own.
 	if other := agentPID(t, r, "other"); other == pid {
@@ -67,7 +66,7 @@ func TestProgress(t *testing.T) {
 	if res := run(t, r, rc, "s", "/unknown"); res.Text != "ok" || res.FinishReason != "stop" {
 		t.Fatalf("result %+v", res)
 	}
-	prog, events := rc.snapshot()
+	prog, events := rc.Snapshot()
 	want := []string{"tool: read_file", "tool: read_file (running)", "tool: read_file (done)", "plan 1/3 done: write the fix", "thinking"}
 	if !slices.Equal(prog, want) {
 		t.Fatalf("progress %q, want %q", prog, want)
@@ -94,12 +93,12 @@ func TestStopReasons(t *testing.T) {
 func TestPermissionPolicy(t *testing.T) {
 	for policy, want := range map[string]string{"": "rejected", "reject": "rejected", "allow_once": "allowed"} {
 		r := newRunner(t, nil, func(c *config.ACPAgent, _ *Options) { c.Permission = policy })
-		rc := &recorder{caps: []string{"progress"}}
+		rc := &recorder{Caps: []string{"progress"}}
 		res := run(t, r, rc, "s", "/perm")
 		if res.Text != want || res.FinishReason != "stop" {
 			t.Errorf("policy %q: result %+v, want %q", policy, res, want)
 		}
-		_, events := rc.snapshot()
+		_, events := rc.Snapshot()
 		if !slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "agent_permission Edit config.json") }) {
 			t.Errorf("policy %q: events %q", policy, events)
 		}
@@ -112,34 +111,32 @@ func TestPermissionPolicy(t *testing.T) {
 func TestPermissionAsk(t *testing.T) {
 	ask := func(c *config.ACPAgent, o *Options) { c.Permission = "ask"; o.AskTimeout = 10 * time.Second }
 	r := newRunner(t, nil, ask)
-	rc := &recorder{caps: []string{"progress", "cancel"}}
-	if r.Inject(context.Background(), rc.req("s", "1")) {
+	rc := &recorder{Caps: []string{"progress", "cancel"}}
+	if r.Inject(context.Background(), rc.Req("s", "1")) {
 		t.Fatal("Inject took a message with no question open")
 	}
 	for answer, want := range map[string]string{"1": "allowed", " 2 ": "rejected", "yes please": "rejected"} {
 		res := runAsync(context.Background(), r, rc, "s", "/perm")
 		waitProgress(t, rc, "Allow? Edit config.json: 1 Allow, 2 Skip (send the number)")
-		if !r.Inject(context.Background(), rc.req("s", answer)) {
+		if !r.Inject(context.Background(), rc.Req("s", answer)) {
 			t.Fatalf("answer %q not taken", answer)
 		}
 		if got := await(t, res, 10*time.Second); got.Text != want {
 			t.Fatalf("answer %q: result %+v, want %q", answer, got, want)
 		}
-		rc.mu.Lock()
-		rc.progress = nil
-		rc.mu.Unlock()
+		rc.Reset()
 	}
 	// Only one message answers a question; a message with none waits.
 	res := runAsync(context.Background(), r, rc, "s", "/slow 300")
 	time.Sleep(50 * time.Millisecond)
-	if r.Inject(context.Background(), rc.req("s", "1")) {
+	if r.Inject(context.Background(), rc.Req("s", "1")) {
 		t.Fatal("Inject took a message while no question was open")
 	}
 	await(t, res, 10*time.Second)
 
 	t.Run("timeout", func(t *testing.T) {
 		r := newRunner(t, nil, func(c *config.ACPAgent, o *Options) { c.Permission = "ask"; o.AskTimeout = 200 * time.Millisecond })
-		rc := &recorder{caps: []string{"progress"}}
+		rc := &recorder{Caps: []string{"progress"}}
 		if res := run(t, r, rc, "s", "/perm"); res.Text != "rejected" {
 			t.Fatalf("result %+v", res)
 		}
@@ -158,7 +155,7 @@ func TestPermissionAsk(t *testing.T) {
 // stays; an open permission question is answered cancelled.
 func TestCancel(t *testing.T) {
 	r := newRunner(t, nil, func(c *config.ACPAgent, _ *Options) { c.Permission = "ask" })
-	rc := &recorder{caps: []string{"progress"}}
+	rc := &recorder{Caps: []string{"progress"}}
 	pid := agentPID(t, r, "s")
 	ctx, cancel := context.WithCancel(context.Background())
 	res := runAsync(ctx, r, rc, "s", "/slow 10000")
@@ -181,7 +178,7 @@ func TestCancel(t *testing.T) {
 	if got.FinishReason != "cancelled" || strings.Contains(got.Text, "rejected") || strings.Contains(got.Text, "allowed") {
 		t.Fatalf("result %+v", got)
 	}
-	if r.Inject(context.Background(), rc.req("s", "1")) {
+	if r.Inject(context.Background(), rc.Req("s", "1")) {
 		t.Fatal("a cancelled question took an answer")
 	}
 	if got := agentPID(t, r, "s"); got != pid {
@@ -290,11 +287,11 @@ func TestCwdAndMedia(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRunner(t, nil, func(c *config.ACPAgent, _ *Options) { c.Cwd = "proj" })
-	rc := &recorder{ws: ws}
+	rc := &recorder{Workspace: ws}
 	if res := run(t, r, rc, "s", "/cwd"); res.Text != "cwd "+filepath.Join(ws, "proj") {
 		t.Fatalf("result %+v", res)
 	}
-	req := rc.req("s", "see")
+	req := rc.Req("s", "see")
 	req.Media = []string{"/tmp/a b.png"}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -326,12 +323,12 @@ func TestSDKExampleAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	rc := &recorder{caps: []string{"progress"}}
+	rc := &recorder{Caps: []string{"progress"}}
 	res := run(t, r, rc, "s", "hello")
 	if res.FinishReason != "stop" || !strings.HasPrefix(res.Text, "ACP Go Example Agent") || !strings.Contains(res.Text, "Perfect! I've successfully updated the configuration.") {
 		t.Fatalf("result %+v", res)
 	}
-	prog, _ := rc.snapshot()
+	prog, _ := rc.Snapshot()
 	for _, want := range []string{"tool: Reading project files", "tool: Reading project files (done)", "permission allow once: Modifying critical configuration file"} {
 		if !slices.Contains(prog, want) {
 			t.Errorf("progress %q lacks %q", prog, want)

@@ -12,13 +12,14 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 
 	"termlink/server/agent"
+	"termlink/server/agent/stdio"
 	"termlink/server/config"
 )
 
 // fuzzTurn is a turn outside any process, for the parsers.
 func fuzzTurn(policy string) (*turn, *[]string) {
 	r := &Runner{name: "f", cfg: config.ACPAgent{Permission: policy}, opt: Options{MaxReplyBytes: 1 << 10}}
-	p := &proc{r: r, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := &proc{r: r, Proc: &stdio.Proc{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}}
 	var prog []string
 	t := p.newTurn(agent.Request{}, func(s string) { prog = append(prog, s) })
 	return t, &prog

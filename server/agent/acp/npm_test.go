@@ -31,7 +31,7 @@ func TestRealNPMAgent(t *testing.T) {
 		c.Command, c.Args = bin, []string{}
 		o.StartTimeout = 60 * time.Second
 	})
-	res := run(t, r, &recorder{ws: t.TempDir()}, "s", "hello")
+	res := run(t, r, &recorder{Workspace: t.TempDir()}, "s", "hello")
 	t.Logf("reply: %+v", res)
 	if res.FinishReason != "error" {
 		t.Fatalf("without credentials the agent answered %+v", res)

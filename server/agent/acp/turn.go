@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	sdk "github.com/coder/acp-go-sdk"
 
@@ -111,15 +110,15 @@ func (p *proc) prompt(ctx context.Context, req agent.Request, progress agent.Pro
 				}
 				return p.errorReply("session/prompt", a.err)
 			}
-			p.r.pool.Answered(p.key)
+			p.r.Pool.Answered(p.Key)
 			return t.result(a.resp.StopReason)
 		case <-ctxDone:
 			ctxDone = nil
-			p.log.Info("cancelling the prompt", "message_id", req.MessageID)
+			p.Log.Info("cancelling the prompt", "message_id", req.MessageID)
 			t.cancel()
-			cctx, cancel := context.WithTimeout(context.Background(), p.r.opt.WriteTimeout)
+			cctx, cancel := context.WithTimeout(context.Background(), p.r.Cfg.WriteTimeout)
 			if err := p.conn.Cancel(cctx, sdk.CancelNotification{SessionId: p.sessionID}); err != nil {
-				p.log.Warn("cannot send session/cancel", "error", err)
+				p.Log.Warn("cannot send session/cancel", "error", err)
 			}
 			cancel()
 			it := time.NewTimer(p.r.opt.InterruptWait)
@@ -127,11 +126,11 @@ func (p *proc) prompt(ctx context.Context, req agent.Request, progress agent.Pro
 			interruptC = it.C
 		case <-interruptC:
 			msg := fmt.Sprintf("agent did not answer the prompt within %s of session/cancel", p.r.opt.InterruptWait)
-			p.log.Warn(msg + "; killing it")
-			p.r.pool.MarkStopping(p)
+			p.Log.Warn(msg + "; killing it")
+			p.r.Pool.MarkStopping(p)
 			p.Kill(msg)
 			return cancelledResult()
-		case <-p.exited:
+		case <-p.Exited():
 			// The SDK fails the prompt once it has read everything the
 			// agent wrote; wait for that (bounded by the read deadline).
 			a := <-done
@@ -139,7 +138,7 @@ func (p *proc) prompt(ctx context.Context, req agent.Request, progress agent.Pro
 				return cancelledResult()
 			}
 			if a.err == nil {
-				p.r.pool.Answered(p.key)
+				p.r.Pool.Answered(p.Key)
 				return t.result(a.resp.StopReason)
 			}
 			return p.errorReply("session/prompt", a.err)
@@ -182,7 +181,7 @@ func (t *turn) result(stop sdk.StopReason) agent.Result {
 	case sdk.StopReasonRefusal:
 		return agent.Result{Text: orDefault(text, "the agent refused to answer"), FinishReason: finishRefusal}
 	}
-	t.p.log.Warn("unknown stopReason; taken as end_turn", "stopReason", stop)
+	t.p.Log.Warn("unknown stopReason; taken as end_turn", "stopReason", stop)
 	return agent.Result{Text: text, FinishReason: finishStop}
 }
 
@@ -242,7 +241,7 @@ func (t *turn) update(u sdk.SessionUpdate) {
 	case u.Plan != nil:
 		t.say(planLine(u.Plan.Entries))
 	default:
-		t.p.log.Debug("ignored a session/update kind termlink does not show", "kind", updateKind(u))
+		t.p.Log.Debug("ignored a session/update kind termlink does not show", "kind", updateKind(u))
 	}
 }
 
@@ -338,7 +337,7 @@ func (t *turn) permission(ctx context.Context, req sdk.RequestPermissionRequest)
 	}
 	policy := t.p.r.cfg.Permission
 	if policy == config.ACPPermissionAsk && !slices.Contains(t.req.Capabilities, "progress") {
-		t.p.log.Info("permission policy is ask, but the device did not ask for progress and cannot see the question; rejecting", "tool", title)
+		t.p.Log.Info("permission policy is ask, but the device did not ask for progress and cannot see the question; rejecting", "tool", title)
 		policy = config.ACPPermissionReject
 	}
 	var resp sdk.RequestPermissionResponse
@@ -362,7 +361,7 @@ func (t *turn) permission(ctx context.Context, req sdk.RequestPermissionRequest)
 			}
 		}
 	}
-	t.p.log.Info("permission request answered", "tool", title, "policy", policy, "decision", decision)
+	t.p.Log.Info("permission request answered", "tool", title, "policy", policy, "decision", decision)
 	if t.req.Event != nil {
 		t.req.Event("agent_permission", preview(title+": "+decision, eventPreviewRunes))
 	}
@@ -505,7 +504,7 @@ func (c client) currentTurn(session sdk.SessionId) *turn {
 func (c client) SessionUpdate(ctx context.Context, n sdk.SessionNotification) error {
 	t := c.currentTurn(n.SessionId)
 	if t == nil {
-		c.p.log.Debug("session/update outside a turn; ignored", "kind", updateKind(n.Update))
+		c.p.Log.Debug("session/update outside a turn; ignored", "kind", updateKind(n.Update))
 		return nil
 	}
 	t.update(n.Update)
@@ -515,7 +514,7 @@ func (c client) SessionUpdate(ctx context.Context, n sdk.SessionNotification) er
 func (c client) RequestPermission(ctx context.Context, req sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
 	t := c.currentTurn(req.SessionId)
 	if t == nil {
-		c.p.log.Warn("permission request outside a turn; rejected")
+		c.p.Log.Warn("permission request outside a turn; rejected")
 		return rejectOutcome(req.Options), nil
 	}
 	return t.permission(ctx, req), nil
@@ -549,14 +548,4 @@ func (client) ReleaseTerminal(context.Context, sdk.ReleaseTerminalRequest) (sdk.
 
 func (client) WaitForTerminalExit(context.Context, sdk.WaitForTerminalExitRequest) (sdk.WaitForTerminalExitResponse, error) {
 	return sdk.WaitForTerminalExitResponse{}, errNotOffered
-}
-
-// preview is s on one line, cut to at most n runes.
-func preview(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
 }

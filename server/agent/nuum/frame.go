@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"unicode/utf8"
 )
 
 // kind is what a stdout frame means to the runner.
@@ -266,16 +265,6 @@ func textOf(raw json.RawMessage) string {
 		return buf.String()
 	}
 	return string(raw)
-}
-
-// preview is s on one line, cut to at most n runes.
-func preview(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
 }
 
 // lineReader reads newline-terminated lines of at most max bytes. A longer

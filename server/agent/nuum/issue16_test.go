@@ -65,11 +65,11 @@ func TestTurnTimeoutAndHeartbeatAckFromConfig(t *testing.T) {
 func TestMediaAsContentBlocks(t *testing.T) {
 	r := newRunner(t, "", nil)
 	rc := &recorder{}
-	req := rc.req("s", "look at these")
+	req := rc.Req("s", "look at these")
 	req.Media = []string{"/tmp/a.png", "/tmp/b.pdf"}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res := r.Run(ctx, req, rc.progressFunc)
+	res := r.Run(ctx, req, rc.Progress)
 	want := "You said: look at these\nAttached file: /tmp/a.png\nAttached file: /tmp/b.pdf"
 	if res.FinishReason != "stop" || res.Text != want {
 		t.Fatalf("result %+v, want %q", res, want)
@@ -80,7 +80,7 @@ func TestMediaAsContentBlocks(t *testing.T) {
 		t.Fatalf("content %#v", f.Message.Content)
 	}
 	// Without media the content stays a string, as before.
-	if s, ok := userFrame(rc.req("s", "x")).Message.Content.(string); !ok || s != "x" {
-		t.Fatalf("content without media %#v", userFrame(rc.req("s", "x")).Message.Content)
+	if s, ok := userFrame(rc.Req("s", "x")).Message.Content.(string); !ok || s != "x" {
+		t.Fatalf("content without media %#v", userFrame(rc.Req("s", "x")).Message.Content)
 	}
 }

@@ -36,12 +36,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"time"
 
 	"termlink/server/agent"
 	"termlink/server/agent/pool"
 	"termlink/server/agent/procs"
+	"termlink/server/agent/stdio"
 	"termlink/server/config"
 )
 
@@ -54,20 +54,27 @@ const (
 	DefaultInterruptWait     = 5 * time.Second
 	DefaultInterruptedGrace  = time.Second
 	DefaultFollowUpWait      = 5 * time.Second
-	DefaultWriteTimeout      = 10 * time.Second
-	DefaultStopGrace         = 2 * time.Second
-	DefaultRestartBackoffMin = 500 * time.Millisecond
-	DefaultRestartBackoffMax = 30 * time.Second
+	DefaultWriteTimeout      = stdio.DefaultWriteTimeout
+	DefaultStopGrace         = stdio.DefaultStopGrace
+	DefaultRestartBackoffMin = stdio.DefaultRestartBackoffMin
+	DefaultRestartBackoffMax = stdio.DefaultRestartBackoffMax
 	DefaultMaxLineBytes      = 1 << 20
-	DefaultShell             = "/bin/sh"
+	DefaultShell             = stdio.DefaultShell
 )
 
 // Finish reasons of a Result (the link package's values).
 const (
 	finishStop      = "stop"
-	finishError     = "error"
-	finishCancelled = "cancelled"
+	finishError     = stdio.FinishError
+	finishCancelled = stdio.FinishCancelled
 	finishTimeout   = "timeout"
+)
+
+var (
+	errorResult     = stdio.ErrorResult
+	cancelledResult = stdio.CancelledResult
+	exitText        = stdio.ExitText
+	preview         = stdio.Preview
 )
 
 // Options tune a Runner beyond its config. The zero value is the default.
@@ -129,13 +136,14 @@ type Options struct {
 	Procs *procs.Registry
 }
 
-// Runner runs a Nuum agent, one process per session. It implements
-// agent.Runner and agent.Injector and is safe for concurrent use.
+// Runner runs a Nuum agent, one process per session (package stdio). It
+// implements agent.Runner and agent.Injector and is safe for concurrent
+// use.
 type Runner struct {
+	*stdio.Runner[*proc]
 	name    string
 	command string
 	opt     Options
-	log     *slog.Logger
 
 	idleTimeout  time.Duration
 	startTimeout time.Duration
@@ -143,8 +151,6 @@ type Runner struct {
 	hbTimeout    time.Duration
 	turnTimeout  time.Duration // 0: none
 	maxProcs     int
-
-	pool *pool.Pool[*proc] // the sessions' processes
 }
 
 var (
@@ -160,10 +166,8 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 		return nil, fmt.Errorf("nuum agent %q: %s", name, fmt.Sprintf(format, a...))
 	}
 	switch {
-	case strings.TrimSpace(cfg.Command) == "":
-		return fail("command is empty")
-	case strings.ContainsRune(cfg.Command, 0):
-		return fail("command contains a NUL byte")
+	case stdio.CheckCommand(cfg.Command) != nil:
+		return fail("%v", stdio.CheckCommand(cfg.Command))
 	case cfg.IdleTimeout < 0, cfg.MaxProcesses < 0, cfg.StartTimeout < 0, cfg.HeartbeatSeconds < 0, cfg.HeartbeatTimeout < 0, cfg.TurnTimeout < 0:
 		return fail("idleTimeout, maxProcesses, startTimeout, heartbeatSeconds, heartbeatTimeout and turnTimeout must not be negative")
 	case cfg.HeartbeatAck != "" && cfg.HeartbeatAck != config.NuumHeartbeatAckRequired && cfg.HeartbeatAck != config.NuumHeartbeatAckOptional:
@@ -173,20 +177,10 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 		opt.StopGrace < 0, opt.RestartBackoffMin < 0, opt.RestartBackoffMax < 0, opt.MaxLineBytes < 0:
 		return fail("options must not be negative")
 	}
-	for _, kv := range opt.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
-			return fail("invalid env entry %q", kv)
-		}
+	if err := stdio.ValidEnv(opt.Env); err != nil {
+		return fail("%v", err)
 	}
-	seconds := func(override time.Duration, v, def int) time.Duration {
-		if override > 0 {
-			return override
-		}
-		if v == 0 {
-			v = def
-		}
-		return time.Duration(v) * time.Second
-	}
+	seconds := stdio.Seconds
 	dur := func(v *time.Duration, def time.Duration) {
 		if *v == 0 {
 			*v = def
@@ -195,21 +189,8 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 	dur(&opt.InterruptWait, DefaultInterruptWait)
 	dur(&opt.InterruptedGrace, DefaultInterruptedGrace)
 	dur(&opt.FollowUpWait, DefaultFollowUpWait)
-	dur(&opt.WriteTimeout, DefaultWriteTimeout)
-	dur(&opt.StopGrace, DefaultStopGrace)
-	dur(&opt.RestartBackoffMin, DefaultRestartBackoffMin)
-	dur(&opt.RestartBackoffMax, DefaultRestartBackoffMax)
-	if opt.RestartBackoffMax < opt.RestartBackoffMin {
-		opt.RestartBackoffMax = opt.RestartBackoffMin
-	}
 	if opt.MaxLineBytes == 0 {
 		opt.MaxLineBytes = DefaultMaxLineBytes
-	}
-	if opt.Shell == "" {
-		opt.Shell = DefaultShell
-	}
-	if opt.Logger == nil {
-		opt.Logger = slog.Default()
 	}
 	if cfg.HeartbeatAck == config.NuumHeartbeatAckOptional {
 		opt.HeartbeatAckOptional = true
@@ -222,19 +203,24 @@ func New(name string, cfg config.NuumAgent, opt Options) (*Runner, error) {
 	if maxProcs == 0 {
 		maxProcs = config.DefaultNuumMaxProcesses
 	}
-	return &Runner{
+	r := &Runner{
 		name:         name,
 		command:      cfg.Command,
 		opt:          opt,
-		log:          opt.Logger.With("agent", name),
 		idleTimeout:  seconds(opt.IdleTimeout, cfg.IdleTimeout, config.DefaultNuumIdleTimeout),
 		startTimeout: seconds(opt.StartTimeout, cfg.StartTimeout, config.DefaultNuumStartTimeout),
 		hbInterval:   seconds(opt.HeartbeatInterval, cfg.HeartbeatSeconds, config.DefaultNuumHeartbeatSeconds),
 		hbTimeout:    seconds(opt.HeartbeatTimeout, cfg.HeartbeatTimeout, config.DefaultNuumHeartbeatTimeout),
 		turnTimeout:  turnTimeout,
 		maxProcs:     maxProcs,
-		pool:         pool.New[*proc](maxProcs, opt.RestartBackoffMin, opt.RestartBackoffMax, opt.Logger.With("agent", name)),
-	}, nil
+	}
+	r.Runner = stdio.NewRunner(stdio.Config{
+		Name: name, Logger: opt.Logger, Command: cfg.Command, Shell: opt.Shell, Env: opt.Env, Procs: opt.Procs,
+		MaxProcesses: maxProcs, IdleTimeout: r.idleTimeout, WriteTimeout: opt.WriteTimeout, StopGrace: opt.StopGrace,
+		RestartBackoffMin: opt.RestartBackoffMin, RestartBackoffMax: opt.RestartBackoffMax,
+		StderrNote: "; stderr: ", ClosedText: "the agent runner is closed",
+	}, func(b *stdio.Proc) *proc { return newProc(r, b) })
+	return r, nil
 }
 
 // Run answers req as one turn of the session's agent process, starting the
@@ -246,13 +232,16 @@ func (r *Runner) Run(ctx context.Context, req agent.Request, progress agent.Prog
 		progress = func(string) {}
 	}
 	for attempt := 0; ; attempt++ {
-		p, res, ok := r.acquire(ctx, req, progress)
+		p, res, ok := r.Acquire(ctx, req, req.Workspace, progress, r.start)
 		if !ok {
 			return res
 		}
-		p.storeMeta(ctx, req)
+		p.mu.Lock()
+		id := p.sessionID
+		p.mu.Unlock()
+		p.StoreMeta(ctx, req, MetaSessionID, id)
 		res, retry := p.runTurn(ctx, req, progress)
-		r.pool.Release(p)
+		r.Pool.Release(p)
 		if !retry || attempt > 0 {
 			if retry {
 				res = errorResult("agent exited (exit status 0) without answering")
@@ -268,23 +257,8 @@ func (r *Runner) Run(ctx context.Context, req agent.Request, progress agent.Prog
 // too. It returns false, writing nothing, when the session has no turn in
 // progress, the turn is ending, or the write fails.
 func (r *Runner) Inject(ctx context.Context, req agent.Request) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	p, ok := r.pool.Get(req.SessionKey)
-	if !ok {
-		return false
-	}
-	return p.inject(req)
-}
-
-// Close stops every process (interrupting a turn in progress, closing
-// stdin, then SIGTERM and SIGKILL to the process group after StopGrace
-// each) and waits for them and their goroutines. Runs in progress end with
-// an error; later ones are refused.
-func (r *Runner) Close() error {
-	r.pool.Close("the agent runner was closed")
-	return nil
+	p, ok := r.Get(ctx, req.SessionKey)
+	return ok && p.inject(req)
 }
 
 // Process describes one agent process.
@@ -301,97 +275,48 @@ type Process struct {
 func (r *Runner) Processes() []Process {
 	var out []Process
 	var procs []*proc
-	r.pool.Each(func(p *proc, st pool.State) {
+	r.Pool.Each(func(p *proc, st pool.State) {
 		out = append(out, Process{SessionKey: st.Key, Busy: st.Busy, LastUsed: st.LastUsed})
 		procs = append(procs, p)
 	})
 	for i, p := range procs {
+		out[i].PID, out[i].Started = p.PID(), p.Started()
 		p.mu.Lock()
-		out[i].PID, out[i].Started, out[i].SessionID = p.pid, p.started, p.sessionID
+		out[i].SessionID = p.sessionID
 		p.mu.Unlock()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].SessionKey < out[j].SessionKey })
 	return out
 }
 
-// acquire returns the session's process, idle and marked busy, starting it
-// if needed. When ok is false, res answers the message.
-func (r *Runner) acquire(ctx context.Context, req agent.Request, progress agent.Progress) (p *proc, res agent.Result, ok bool) {
-	p, out := r.pool.Acquire(ctx, req.SessionKey, func() *proc { return newProc(r, req.SessionKey) },
-		func() { progress("waiting for a free agent process") })
-	switch out {
-	case pool.Cancelled:
-		return nil, cancelledResult(), false
-	case pool.Closed:
-		return nil, errorResult("the agent runner is closed"), false
-	case pool.Created:
-		if res, ok := r.start(ctx, p, req); !ok {
-			return nil, res, false
-		}
-	}
-	return p, agent.Result{}, true
-}
-
-// start spawns p's process and waits for its system/init.
-func (r *Runner) start(ctx context.Context, p *proc, req agent.Request) (agent.Result, bool) {
-	if err := p.spawn(req); err != nil {
-		r.log.Error("cannot start the agent", "session", p.key, "error", err)
-		r.pool.StartFailed(p)
-		return errorResult("cannot start the agent: " + err.Error()), false
-	}
+// start waits for the system/init of p's process, just spawned.
+func (r *Runner) start(ctx context.Context, p *proc) (agent.Result, bool) {
 	timer := time.NewTimer(r.startTimeout)
 	defer timer.Stop()
 	select {
 	case <-p.initDone:
 		return agent.Result{}, true
 	case <-p.readerDone:
-	case <-p.exited:
+	case <-p.Exited():
 	case <-timer.C:
 		msg := fmt.Sprintf("agent did not send system/init within %s", r.startTimeout)
 		p.Kill(msg)
-		p.awaitExit()
-		return errorResult(msg + p.stderrNote()), false
+		p.AwaitExit()
+		return errorResult(msg + p.StderrNote()), false
 	case <-ctx.Done():
-		r.pool.MarkStopping(p)
+		r.Pool.MarkStopping(p)
 		p.Kill("the message was cancelled while the agent was starting")
 		return cancelledResult(), false
 	}
 	// The process exited (or closed stdout) before saying init.
-	p.awaitExit()
+	p.AwaitExit()
 	if reason := p.Reason(); reason != "" {
-		return errorResult("agent stopped before sending system/init: " + reason + p.stderrNote()), false
+		return errorResult("agent stopped before sending system/init: " + reason + p.StderrNote()), false
 	}
-	return errorResult(fmt.Sprintf("agent exited before sending system/init (%s)%s", exitText(p.exitErr), p.stderrNote())), false
-}
-
-// exited is called once p's process has exited.
-func (r *Runner) exited(p *proc) {
-	// An agent may end itself (exit status 0) after answering, or before
-	// taking up a message just written (Run then retries it once); any other
-	// exit the runner did not ask for is a crash and delays the next start.
-	p.mu.Lock()
-	quit := p.exitErr == nil && p.inited && (!p.awaiting || !p.answering)
-	p.mu.Unlock()
-	r.pool.Exited(p, quit)
-}
-
-func errorResult(text string) agent.Result {
-	return agent.Result{Text: text, FinishReason: finishError}
+	return errorResult(fmt.Sprintf("agent exited before sending system/init (%s)%s", exitText(p.ExitErr), p.StderrNote())), false
 }
 
 // timeoutResult answers a turn interrupted by the turn timeout d.
 func timeoutResult(d time.Duration) agent.Result {
 	return agent.Result{Text: fmt.Sprintf("the agent did not finish within %s; the turn was interrupted", d), FinishReason: finishTimeout}
-}
-
-func cancelledResult() agent.Result {
-	return agent.Result{Text: "cancelled", FinishReason: finishCancelled}
-}
-
-// exitText names how a process ended, from cmd.Wait's error.
-func exitText(err error) string {
-	if err == nil {
-		return "exit status 0"
-	}
-	return err.Error()
 }

@@ -2,204 +2,102 @@ package nuum
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"termlink/server/agent"
-	"termlink/server/agent/procs"
+	"termlink/server/agent/stdio"
 )
 
-// Limits of what is logged from an agent.
-const (
-	stderrLineBytes = 1 << 10 // longer stderr lines are skipped (their length is logged)
-	stderrTailLines = 3       // last stderr lines quoted in error replies
-	logBurst        = 50      // log lines per process per logWindow, stderr and bad stdout each
-	logWindow       = 10 * time.Second
-)
-
-// proc is one agent process. Its goroutines: the stdout reader (the only
-// reader of stdout), the stderr drain, the waiter (cmd.Wait, then cleanup)
-// and the supervisor (heartbeats, idle stop, stop requests). The waiter
-// finishes last and releases the process's hold on the pool (Close).
+// proc is one agent process (package stdio) and its Nuum state. Its
+// goroutines beyond the base's: the stdout reader (the only reader of
+// stdout) and the watch (heartbeats, stdout closed).
 type proc struct {
-	*procs.Handle // kill, stop, and why
+	*stdio.Proc
 
-	r   *Runner
-	key string
-	log *slog.Logger
-
-	// Set by spawn before the goroutines start.
-	cmd    *exec.Cmd
-	stdin  *os.File
-	stdout *os.File
-	stderr *os.File
-
-	wmu       sync.Mutex // serializes writes to stdin
-	stdinOnce sync.Once
+	r *Runner
 
 	mu         sync.Mutex
-	pid        int
-	started    time.Time
 	turn       *turn // the turn in progress
 	inited     bool
 	sessionID  string
 	staleUntil time.Time // a result before then may be that of an abandoned turn
 	awaiting   bool      // a user message was written and no result has come since
 	answering  bool      // the agent sent frames of the turn since the message
-	stderrTail []string
-	stopReason string
-
-	metaStored bool // only touched by the Run holding the process
 
 	ackSeen  atomic.Bool   // the agent has answered a heartbeat
 	ackCh    chan struct{} // heartbeat_ack arrived (buffered 1)
 	initDone chan struct{} // closed on the first system/init
-	stopCh   chan struct{} // closed by RequestStop
-	stopOnce sync.Once
 
 	readerDone chan struct{} // stdout reader ended (EOF or error)
-	stderrDone chan struct{}
-	supDone    chan struct{}
-	exited     chan struct{} // the process has exited; exitErr is set
-	exitErr    error
+	watchDone  chan struct{}
 
-	badLines  limiter
-	errLines  limiter
-	exitDelay time.Duration // how long stdout may stay open after the process exited
+	badLines stdio.Limiter
 }
 
-func newProc(r *Runner, key string) *proc {
-	exited := make(chan struct{})
+func newProc(r *Runner, base *stdio.Proc) *proc {
 	return &proc{
-		Handle:     procs.NewHandle(exited),
+		Proc:       base,
 		r:          r,
-		key:        key,
-		log:        r.log.With("session", key),
 		ackCh:      make(chan struct{}, 1),
 		initDone:   make(chan struct{}),
-		stopCh:     make(chan struct{}),
 		readerDone: make(chan struct{}),
-		stderrDone: make(chan struct{}),
-		supDone:    make(chan struct{}),
-		exited:     exited,
-		exitDelay:  time.Second,
+		watchDone:  make(chan struct{}),
 	}
 }
 
-// spawn starts the process and its goroutines.
-func (p *proc) spawn(req agent.Request) error {
-	var files []*os.File
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err == nil {
-			files = append(files, r, w)
-		}
-		return r, w, err
-	}
-	inR, inW, err := pipe()
-	if err != nil {
-		return fmt.Errorf("creating the stdin pipe: %w", err)
-	}
-	outR, outW, err := pipe()
-	if err != nil {
-		closeAll()
-		return fmt.Errorf("creating the stdout pipe: %w", err)
-	}
-	errR, errW, err := pipe()
-	if err != nil {
-		closeAll()
-		return fmt.Errorf("creating the stderr pipe: %w", err)
-	}
-	cmd := procs.Command(p.r.opt.Shell, p.r.command)
-	cmd.Dir = req.Workspace
-	cmd.Env = append(os.Environ(),
-		"TERMLINK_AGENT="+p.r.name,
-		"TERMLINK_SESSION_KEY="+req.SessionKey,
-		"TERMLINK_CHANNEL_ID="+req.ChannelID,
-	)
-	cmd.Env = append(cmd.Env, p.r.opt.Env...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	err = p.r.opt.Procs.Start(cmd)
-	inR.Close()
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		inW.Close()
-		outR.Close()
-		errR.Close()
-		return err
-	}
-	p.cmd, p.stdin, p.stdout, p.stderr = cmd, inW, outR, errR
-	pid := cmd.Process.Pid
-	p.log = p.log.With("pid", pid)
-	p.mu.Lock()
-	p.pid = pid
-	p.SetPid(pid)
-	p.started = time.Now()
-	p.mu.Unlock()
-	p.log.Info("agent started", "command", p.r.command, "dir", req.Workspace)
+// Begin starts the stdout reader and the watch (stdio.Protocol).
+func (p *proc) Begin() {
 	go p.readStdout()
-	go p.readStderr()
-	go p.supervise()
-	go p.wait()
-	return nil
+	go p.watch()
 }
 
-// wait reaps the process, kills what it left in its group, and once every
-// goroutine of p has ended releases p's hold on the runner.
-func (p *proc) wait() {
-	err := p.cmd.Wait()
-	// Kill what the agent left in its group. The group id cannot be reused
-	// while such processes live; if none do, this finds nothing.
-	_ = procs.KillGroup(p.cmd.Process.Pid)
-	p.r.opt.Procs.Done(p.cmd.Process.Pid)
-	p.exitErr = err
-	// Processes outside the group may still hold stdout or stderr open.
-	deadline := time.Now().Add(p.exitDelay)
-	_ = p.stdout.SetReadDeadline(deadline)
-	_ = p.stderr.SetReadDeadline(deadline)
-	close(p.exited)
-	p.log.Info("agent exited", "status", exitText(err), "reason", p.Reason())
-	<-p.readerDone // every frame is dispatched: p.awaiting is final
-	p.r.exited(p)
-	<-p.stderrDone
-	<-p.supDone
-	p.closeStdin()
-	p.stdout.Close()
-	p.stderr.Close()
-	p.r.pool.Done()
+// Ended waits for every frame to be dispatched (p.awaiting is final) and
+// reports whether the agent quit on its own (stdio.Protocol): an agent may
+// end itself (exit status 0) after answering, or before taking up a
+// message just written (Run then retries it once); any other exit the
+// runner did not ask for is a crash and delays the next start.
+func (p *proc) Ended() bool {
+	<-p.readerDone
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ExitErr == nil && p.inited && (!p.awaiting || !p.answering)
+}
+
+// Finish waits for the watch (stdio.Protocol).
+func (p *proc) Finish() { <-p.watchDone }
+
+// Interrupt writes an interrupt when a turn runs (stdio.Protocol).
+func (p *proc) Interrupt() {
+	p.mu.Lock()
+	inTurn := p.turn != nil
+	p.mu.Unlock()
+	if inTurn {
+		_ = p.write(controlFrame{Type: "control", Action: "interrupt"})
+	}
 }
 
 // readStdout is the one reader of the agent's stdout.
 func (p *proc) readStdout() {
 	defer close(p.readerDone)
-	lr := newLineReader(p.stdout, p.r.opt.MaxLineBytes)
+	lr := newLineReader(p.Stdout(), p.r.opt.MaxLineBytes)
 	for {
 		line, skipped, err := lr.next()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, os.ErrClosed) {
-				p.log.Warn("reading the agent's stdout", "error", err)
+				p.Log.Warn("reading the agent's stdout", "error", err)
 			}
 			return
 		}
 		if skipped > 0 {
-			if p.badLines.allow() {
-				p.log.Warn("agent wrote an over-long stdout line; skipped", "bytes", skipped, "max", p.r.opt.MaxLineBytes)
+			if p.badLines.Allow() {
+				p.Log.Warn("agent wrote an over-long stdout line; skipped", "bytes", skipped, "max", p.r.opt.MaxLineBytes)
 			}
 			continue
 		}
@@ -208,8 +106,8 @@ func (p *proc) readStdout() {
 		}
 		f, err := parseFrame(line)
 		if err != nil {
-			if p.badLines.allow() {
-				p.log.Warn("agent wrote a stdout line that is not a protocol frame; skipped", "error", err, "line", preview(string(line), 120))
+			if p.badLines.Allow() {
+				p.Log.Warn("agent wrote a stdout line that is not a protocol frame; skipped", "error", err, "line", preview(string(line), 120))
 			}
 			continue
 		}
@@ -238,7 +136,7 @@ func (p *proc) dispatch(f frame) {
 		}
 		p.mu.Unlock()
 		if first {
-			p.log.Info("agent ready", "session_id", f.SessionID)
+			p.Log.Info("agent ready", "session_id", f.SessionID)
 			close(p.initDone)
 		}
 		return
@@ -260,7 +158,7 @@ func (p *proc) dispatch(f frame) {
 			p.push(f)
 		}
 		if k == kindResult && !stale {
-			p.log.Info("agent sent a result outside a turn; ignored", "subtype", f.Subtype)
+			p.Log.Info("agent sent a result outside a turn; ignored", "subtype", f.Subtype)
 		}
 		return
 	}
@@ -271,71 +169,27 @@ func (p *proc) dispatch(f frame) {
 	}
 }
 
-// readStderr drains stderr, logging lines (rate-limited) and keeping the
-// last few for error replies.
-func (p *proc) readStderr() {
-	defer close(p.stderrDone)
-	lr := newLineReader(p.stderr, stderrLineBytes)
-	for {
-		line, skipped, err := lr.next()
-		if err != nil {
-			return
-		}
-		var s string
-		if skipped > 0 {
-			s = fmt.Sprintf("(%d-byte line)", skipped)
-		} else {
-			s = strings.ToValidUTF8(strings.TrimSpace(string(line)), "?")
-			if s == "" {
-				continue
-			}
-		}
-		p.mu.Lock()
-		p.stderrTail = append(p.stderrTail, preview(s, 200))
-		if len(p.stderrTail) > stderrTailLines {
-			p.stderrTail = p.stderrTail[1:]
-		}
-		p.mu.Unlock()
-		if p.errLines.allow() {
-			p.log.Info("agent stderr", "line", s)
-		}
-	}
-}
-
-// stderrNote is "; stderr: ..." quoting the agent's last stderr lines, or "".
-func (p *proc) stderrNote() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.stderrTail) == 0 {
-		return ""
-	}
-	return "; stderr: " + strings.Join(p.stderrTail, " | ")
-}
-
-// supervise sends heartbeats, kills a process that stops answering them or
-// keeps running with stdout closed, stops it when idle, and carries out
-// stop requests.
-func (p *proc) supervise() {
-	defer close(p.supDone)
+// watch sends heartbeats and kills a process that stops answering them or
+// keeps running with stdout closed, until the process exits or is being
+// stopped.
+func (p *proc) watch() {
+	defer close(p.watchDone)
 	r := p.r
 	var (
-		tick      <-chan time.Time
-		eof       <-chan time.Time
-		pending   bool
-		initDone  = p.initDone
-		reader    = p.readerDone
-		ackTimer  = time.NewTimer(time.Hour)
-		idleTimer = time.NewTimer(r.idleTimeout)
+		tick     <-chan time.Time
+		eof      <-chan time.Time
+		pending  bool
+		initDone = p.initDone
+		reader   = p.readerDone
+		ackTimer = time.NewTimer(time.Hour)
 	)
 	ackTimer.Stop()
 	defer ackTimer.Stop()
-	defer idleTimer.Stop()
 	for {
 		select {
-		case <-p.exited:
+		case <-p.Exited():
 			return
-		case <-p.stopCh:
-			p.shutdown()
+		case <-p.Halting():
 			return
 		case <-initDone:
 			initDone = nil
@@ -362,79 +216,16 @@ func (p *proc) supervise() {
 			if r.opt.HeartbeatAckOptional && !p.ackSeen.Load() {
 				continue
 			}
-			p.log.Warn("agent did not answer a heartbeat; killing it", "timeout", r.hbTimeout)
+			p.Log.Warn("agent did not answer a heartbeat; killing it", "timeout", r.hbTimeout)
 			p.Kill("agent stopped answering heartbeats")
-		case <-idleTimer.C:
-			if d := r.pool.IdleCheck(p, r.idleTimeout); d > 0 {
-				idleTimer.Reset(d)
-				continue
-			}
-			p.log.Info("stopping idle agent", "idle", r.idleTimeout)
-			p.SetReason("agent was idle")
-			p.shutdown()
-			return
 		case <-reader:
 			reader = nil
-			eof = time.After(p.exitDelay)
+			eof = time.After(stdio.ExitDelay)
 		case <-eof:
-			p.log.Warn("agent closed its stdout but keeps running; killing it")
+			p.Log.Warn("agent closed its stdout but keeps running; killing it")
 			p.Kill("agent closed its stdout")
 		}
 	}
-}
-
-// RequestStop asks the supervisor to stop the process gracefully
-// (pool.Member).
-func (p *proc) RequestStop(reason string) {
-	p.stopOnce.Do(func() {
-		p.mu.Lock()
-		p.stopReason = reason
-		p.mu.Unlock()
-		close(p.stopCh)
-	})
-}
-
-// shutdown stops the process: interrupt a running turn, close stdin, wait
-// StopGrace, SIGTERM the group, wait StopGrace, SIGKILL it. It returns
-// once the process has exited.
-func (p *proc) shutdown() {
-	p.mu.Lock()
-	inTurn := p.turn != nil
-	reason := p.stopReason
-	p.mu.Unlock()
-	if reason != "" {
-		p.SetReason(reason)
-	}
-	if inTurn {
-		_ = p.write(controlFrame{Type: "control", Action: "interrupt"})
-	}
-	p.closeStdin()
-	p.StopGracefully(p.r.opt.StopGrace)
-}
-
-// Dying reports whether the process has exited or is being killed
-// (pool.Member). It reads only channels and p.mu.
-func (p *proc) Dying() bool {
-	select {
-	case <-p.exited:
-		return true
-	case <-p.stopCh:
-		return true
-	default:
-	}
-	return p.Reason() != ""
-}
-
-// awaitExit waits for the process to exit, killing it if it still runs
-// after a while (it may have closed stdout only), and for its stderr to be
-// read (for stderrNote; bounded by the read deadline set at exit).
-func (p *proc) awaitExit() {
-	p.AwaitExit(2*p.exitDelay, "agent closed its stdout")
-	<-p.stderrDone
-}
-
-func (p *proc) closeStdin() {
-	p.stdinOnce.Do(func() { p.stdin.Close() })
 }
 
 // write sends one frame to the agent, within WriteTimeout; an agent that
@@ -445,17 +236,7 @@ func (p *proc) write(v any) error {
 		return fmt.Errorf("encoding a frame for the agent: %w", err)
 	}
 	b = append(b, '\n')
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	if err := p.stdin.SetWriteDeadline(time.Now().Add(p.r.opt.WriteTimeout)); err != nil {
-		return fmt.Errorf("writing to the agent's stdin: %w", err)
-	}
-	if _, err := p.stdin.Write(b); err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			msg := fmt.Sprintf("agent stopped reading its stdin (a write timed out after %s)", p.r.opt.WriteTimeout)
-			p.log.Warn(msg + "; killing it")
-			p.Kill(msg)
-		}
+	if _, err := p.Write(b); err != nil {
 		return fmt.Errorf("writing to the agent's stdin: %w", err)
 	}
 	return nil
@@ -473,35 +254,14 @@ func (p *proc) inject(req agent.Request) bool {
 	p.awaiting = true
 	p.mu.Unlock()
 	if err := p.write(userFrame(req)); err != nil {
-		p.log.Warn("cannot inject a message into the running turn", "message_id", req.MessageID, "error", err)
+		p.Log.Warn("cannot inject a message into the running turn", "message_id", req.MessageID, "error", err)
 		p.mu.Lock()
 		t.injected--
 		p.mu.Unlock()
 		return false
 	}
-	p.log.Info("message injected into the running turn", "message_id", req.MessageID)
+	p.Log.Info("message injected into the running turn", "message_id", req.MessageID)
 	return true
-}
-
-// storeMeta keeps the agent's session id in the session's metadata, once
-// per process.
-func (p *proc) storeMeta(ctx context.Context, req agent.Request) {
-	if req.UpdateMeta == nil || p.metaStored {
-		return
-	}
-	p.mu.Lock()
-	id := p.sessionID
-	p.mu.Unlock()
-	if id == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := req.UpdateMeta(ctx, func(meta map[string]any) { meta[MetaSessionID] = id }); err != nil {
-		p.log.Warn("cannot keep the agent's session id in the session metadata", "error", err)
-		return
-	}
-	p.metaStored = true
 }
 
 // Frames written to the agent.
@@ -541,27 +301,4 @@ func userFrame(req agent.Request) userMessageFrame {
 		blocks = append(blocks, textBlock{Type: "text", Text: "Attached file: " + m})
 	}
 	return userMessageFrame{Type: "user", Message: userMessage{Role: "user", Content: blocks}}
-}
-
-// limiter allows logBurst events per logWindow.
-type limiter struct {
-	mu         sync.Mutex
-	start      time.Time
-	n          int
-	suppressed int
-}
-
-func (l *limiter) allow() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if now.Sub(l.start) >= logWindow {
-		l.start, l.n, l.suppressed = now, 0, 0
-	}
-	l.n++
-	if l.n > logBurst {
-		l.suppressed++
-		return false
-	}
-	return true
 }

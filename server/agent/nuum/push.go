@@ -18,6 +18,6 @@ func (p *proc) push(f frame) {
 	if len(parts) == 0 {
 		return
 	}
-	p.log.Info("agent spoke outside a turn; pushed to the device as a notice")
-	p.r.opt.Push(p.key, strings.Join(parts, "\n"))
+	p.Log.Info("agent spoke outside a turn; pushed to the device as a notice")
+	p.r.opt.Push(p.Key, strings.Join(parts, "\n"))
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"termlink/server/agent"
+	"termlink/server/agent/stdio"
 )
 
 // Lengths of previews in events and error replies, in runes.
@@ -61,9 +62,9 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 	if err := p.write(userFrame(req)); err != nil {
 		// The agent is exiting or closed its stdin: either way it is done.
 		if !p.Dying() {
-			timer := time.NewTimer(p.exitDelay)
+			timer := time.NewTimer(stdio.ExitDelay)
 			select {
-			case <-p.exited:
+			case <-p.Exited():
 			case <-timer.C:
 				p.Kill("cannot send the message to the agent: " + err.Error())
 			}
@@ -105,7 +106,7 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 	}
 	interrupt := func() {
 		ctxDone, turnC, cancelled = nil, nil, true
-		p.log.Info("interrupting the turn", "message_id", req.MessageID, "timeout", timedOut)
+		p.Log.Info("interrupting the turn", "message_id", req.MessageID, "timeout", timedOut)
 		_ = p.write(controlFrame{Type: "control", Action: "interrupt"})
 		interruptC = time.After(p.r.opt.InterruptWait)
 	}
@@ -123,11 +124,11 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 			}
 		case kindResult:
 			if !t.seen && p.takeStale() {
-				p.log.Info("ignored the result of an earlier, abandoned turn", "subtype", f.Subtype)
+				p.Log.Info("ignored the result of an earlier, abandoned turn", "subtype", f.Subtype)
 				return agent.Result{}, false
 			}
 			t.seen = true
-			p.r.pool.Answered(p.key)
+			p.r.Pool.Answered(p.Key)
 			stop(graceTimer)
 			graceTimer, graceC = nil, nil
 			t.last = f
@@ -172,7 +173,7 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 				break
 			}
 			if cancelled {
-				p.awaitExit()
+				p.AwaitExit()
 				return cancelledResult(), false
 			}
 			return p.diedResult(ctx, t)
@@ -183,8 +184,8 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 			interrupt()
 		case <-interruptC:
 			msg := fmt.Sprintf("agent did not end the turn within %s of an interrupt", p.r.opt.InterruptWait)
-			p.log.Warn(msg + "; killing it")
-			p.r.pool.MarkStopping(p)
+			p.Log.Warn(msg + "; killing it")
+			p.r.Pool.MarkStopping(p)
 			p.Kill(msg)
 			return cancelledResult(), false
 		case <-graceC:
@@ -196,7 +197,7 @@ func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Pr
 			p.mu.Unlock()
 			return cancelledResult(), false
 		case <-followC:
-			p.log.Info("no answer to injected messages after the result; ending the turn", "wait", p.r.opt.FollowUpWait)
+			p.Log.Info("no answer to injected messages after the result; ending the turn", "wait", p.r.opt.FollowUpWait)
 			return t.answer(cancelled), false
 		}
 	}
@@ -311,7 +312,7 @@ func (p *proc) takeStale() bool {
 // diedResult answers a turn whose process died, or asks for a retry when
 // the agent ended by itself before showing any sign of the message.
 func (p *proc) diedResult(ctx context.Context, t *turn) (agent.Result, bool) {
-	p.awaitExit()
+	p.AwaitExit()
 	if ctx.Err() != nil {
 		return cancelledResult(), false
 	}
@@ -319,14 +320,14 @@ func (p *proc) diedResult(ctx context.Context, t *turn) (agent.Result, bool) {
 	p.mu.Lock()
 	injected := t.injected
 	p.mu.Unlock()
-	if p.exitErr == nil && reason == "" && !t.seen && injected == 0 {
-		p.log.Info("agent exited (status 0) before taking up the message; sending it to a new process")
+	if p.ExitErr == nil && reason == "" && !t.seen && injected == 0 {
+		p.Log.Info("agent exited (status 0) before taking up the message; sending it to a new process")
 		return agent.Result{}, true
 	}
 	if reason != "" {
-		return errorResult(reason + p.stderrNote()), false
+		return errorResult(reason + p.StderrNote()), false
 	}
-	return errorResult(fmt.Sprintf("agent exited during the turn (%s)%s", exitText(p.exitErr), p.stderrNote())), false
+	return errorResult(fmt.Sprintf("agent exited during the turn (%s)%s", exitText(p.ExitErr), p.StderrNote())), false
 }
 
 // answer maps the turn's last result to the reply.

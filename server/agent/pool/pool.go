@@ -2,8 +2,9 @@
 // run one process per session (Nuum, ACP): the table of sessions to
 // processes, at most Max processes at once (the least recently used idle
 // one makes room), one turn at a time per process, the idle stop, and the
-// restart backoff after a crash (package restart). The runners own what a
-// process is and how it talks; the pool owns when one may run.
+// restart backoff after a crash (package restart). Package stdio builds
+// the process on it and the protocol runners how it talks; the pool owns
+// when one may run.
 package pool
 
 import (
@@ -154,7 +155,7 @@ func (p *Pool[M]) StartFailed(m M) {
 			delete(p.byKey, e.Key)
 		}
 		delete(p.entries, m)
-		p.crashes.Crashed(e.Key, time.Now())
+		p.crashedLocked(e.Key)
 	}
 	p.broadcastLocked()
 	p.mu.Unlock()
@@ -226,9 +227,15 @@ func (p *Pool[M]) Exited(m M, selfQuit bool) {
 	}
 	delete(p.entries, m)
 	if !e.stopping && !selfQuit && !p.closed {
-		p.crashes.Crashed(e.Key, time.Now())
+		p.crashedLocked(e.Key)
 	}
 	p.broadcastLocked()
+}
+
+// crashedLocked records a crash of key's process: its next start waits.
+func (p *Pool[M]) crashedLocked(key string) {
+	d := p.crashes.Crashed(key, time.Now())
+	p.log.Info("agent crashed; its next start waits", "session", key, "delay", d, "crashes", p.crashes.Crashes(key))
 }
 
 // Done releases a member's hold on Close.

@@ -24,6 +24,7 @@ type Tracker struct {
 type record struct {
 	backoff *backoff.ExponentialBackOff // the delays of crashes in a row
 	until   time.Time                   // no restart before
+	n       int                         // crashes in a row
 }
 
 // New returns a tracker whose delays stay within [lo, hi] (hi below lo is
@@ -68,7 +69,16 @@ func (t *Tracker) Crashed(key string, now time.Time) time.Duration {
 	}
 	d := t.next(r)
 	r.until = now.Add(d)
+	r.n++
 	return d
+}
+
+// Crashes is how many crashes in a row key has had since its last Reset.
+func (t *Tracker) Crashes(key string) int {
+	if r := t.crashes[key]; r != nil {
+		return r.n
+	}
+	return 0
 }
 
 // Wait is how long key must wait before its process may be started.

@@ -43,9 +43,15 @@ func TestDelays(t *testing.T) {
 	if w := tr.Wait("row"); w <= 0 {
 		t.Errorf("Wait after a crash = %s, want > 0", w)
 	}
+	if n := tr.Crashes("row"); n != 30 {
+		t.Errorf("Crashes after 30 in a row = %d", n)
+	}
 	tr.Reset("row")
 	if w := tr.Wait("row"); w != 0 {
 		t.Errorf("Wait after Reset = %s, want 0", w)
+	}
+	if n := tr.Crashes("row"); n != 0 {
+		t.Errorf("Crashes after Reset = %d, want 0", n)
 	}
 	// Keys long past their wait are forgotten at the next crash.
 	tr.Crashed("other", now.Add(20*hi))
