@@ -200,11 +200,11 @@ func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inb
 			MessageID: in.MessageID, RunID: runID, Preview: in.Text, Detail: detail})
 		ack(res)
 	}
-	if found { // a worker has started it, answered it, or it was cancelled
-		if prior.State == cluster.StateDone && prior.Reply != nil {
-			duplicate(prior.RunID, "done: cached reply sent", AcceptResult{RunID: prior.RunID, Duplicate: true, Reply: replyMessage(prior)})
-			return nil
-		}
+	switch cluster.DecideAccept(prior, found) {
+	case cluster.EdgeCached:
+		duplicate(prior.RunID, "done: cached reply sent", AcceptResult{RunID: prior.RunID, Duplicate: true, Reply: replyMessage(prior)})
+		return nil
+	case cluster.EdgePending: // a worker has started it, or it was cancelled
 		c.wait(k, in, false) // its reply comes here now
 		duplicate(prior.RunID, "pending: run still in progress", AcceptResult{RunID: prior.RunID, Duplicate: true, Pending: true})
 		return nil
@@ -397,7 +397,7 @@ func (c *clusterNode) sweep(ctx context.Context) {
 	c.mu.Unlock()
 	for _, k := range due {
 		cl, _, found, err := c.node.GetClaim(ctx, k.session, k.messageID)
-		if err != nil || !found || cl.State != cluster.StateDone || cl.Reply == nil {
+		if err != nil || !found || !cl.Answered() {
 			continue
 		}
 		c.mu.Lock()
@@ -422,20 +422,12 @@ func (c *clusterNode) cancel(ctx context.Context, key, messageID string) bool {
 		if err != nil {
 			return false
 		}
-		if !found {
-			c.mu.Lock()
-			queued := c.waiting[msgKey{key, messageID}] != nil
-			c.mu.Unlock()
-			if !queued {
-				return false // not a message this edge waits on: unknown
-			}
-			// Queued: a cancel claim, created only if no worker has
-			// claimed it meanwhile, answers it cancelled.
-			cl, rev = cluster.Claim{State: cluster.StatePending, Session: key, MessageID: messageID}, 0
-		}
-		switch cl.State {
-		case cluster.StatePending:
-			cl.State = cluster.StateCancel
+		c.mu.Lock()
+		waited := c.waiting[msgKey{key, messageID}] != nil
+		c.mu.Unlock()
+		act, cl := cluster.DecideCancel(cl, found, waited, key, messageID)
+		switch act {
+		case cluster.CancelWrite:
 			if _, err := c.node.UpdateClaim(ctx, cl, rev); errors.Is(err, cluster.ErrConflict) {
 				continue // started meanwhile: look again
 			} else if err != nil {
@@ -444,9 +436,9 @@ func (c *clusterNode) cancel(ctx context.Context, key, messageID string) bool {
 			// A worker may hold it queued: tell it too.
 			_ = c.node.Cancel(key, messageID)
 			return true
-		case cluster.StateRunning:
+		case cluster.CancelTell:
 			return c.node.Cancel(key, messageID) == nil
-		default:
+		default: // unknown here, answered or cancelled already
 			return false
 		}
 	}
@@ -580,7 +572,8 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 	cl, rev := t.claim, t.rev
 	read := false // the first try creates the claim without reading it
 	wait := 100 * time.Millisecond
-	for conflicts := 0; conflicts < 8; {
+	conflicts := 0
+	for {
 		if ctx.Err() != nil || !c.node.Owns(c.delivery(t).Partition) {
 			// Stopping, or the partition moved while the claim could
 			// not be written: the next owner runs it (and finds it
@@ -606,54 +599,52 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 			}
 			read = false
 		}
-		attempt := 1
-		switch {
-		case cl.State == cluster.StateRunning && cl.Worker == me && cl.RunID == in.RunID:
-			// Our own write, whose answer was lost: started.
-			return c.started(t, in, cl, rev, cl.Attempt), true
-		case cl.State == cluster.StateDone:
+		step := cluster.DecideStart(cl, me, in.RunID)
+		switch step.Action {
+		case cluster.StartStarted: // our own write, whose answer was lost
+			return c.started(t, in, step.Claim, rev, step), true
+		case cluster.StartCached:
 			c.resent.Add(1)
 			t.claim, t.rev, t.cached = cl, rev, true
 			return &agent.Result{Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason, Media: cl.Reply.Media}, true
-		case cl.State == cluster.StateCancel:
+		case cluster.StartCancelled:
 			t.claim, t.rev = cl, rev
 			t.recs = []session.Record{userRecord(in)}
 			res := cancelledBeforeStart
 			return &res, true
-		case cl.State == cluster.StateRunning:
-			attempt = cl.Attempt + 1 // cut short where it ran
 		}
-		next := cl
-		next.State, next.Worker, next.Attempt, next.RunID = cluster.StateRunning, me, attempt, in.RunID
 		var nrev uint64
 		var err error
 		if hook := testHookClaimWrite; hook != nil {
 			err = hook(in)
 		}
 		if err == nil {
-			nrev, err = c.node.UpdateClaim(ctx, next, rev)
+			nrev, err = c.node.UpdateClaim(ctx, step.Claim, rev)
 		}
-		switch {
-		case errors.Is(err, cluster.ErrConflict):
+		var next cluster.AfterWrite
+		next, conflicts = cluster.AfterStartWrite(cluster.WriteResultOf(err), conflicts)
+		switch next {
+		case cluster.AfterReread: // changed since read: read it again
 			c.conflicts.Add(1)
-			conflicts++
-			read = true // changed since read: read it again
+			read = true
 			continue
-		case err != nil:
+		case cluster.AfterGiveUp:
+			c.conflicts.Add(1)
+			c.rt.log.Warn("cluster: message not started: its claim keeps changing; it comes again", "message_id", in.MessageID)
+			c.forgetTicket(k, t)
+			_ = c.delivery(t).Nak()
+			return nil, false
+		case cluster.AfterPauseRead:
 			c.rt.log.Warn("cluster: cannot write a claim; retrying", "message_id", in.MessageID, "err", err)
 			wait = pause(ctx, wait)
 			read = true // it may have been written: see
 			continue
 		}
-		if attempt > 1 {
+		if step.Attempt > 1 {
 			c.reruns.Add(1)
 		}
-		return c.started(t, in, next, nrev, attempt), true
+		return c.started(t, in, step.Claim, nrev, step), true
 	}
-	c.rt.log.Warn("cluster: message not started: its claim keeps changing; it comes again", "message_id", in.MessageID)
-	c.forgetTicket(k, t)
-	_ = c.delivery(t).Nak()
-	return nil, false
 }
 
 // testHookClaimWrite, set by tests before the node starts, runs before
@@ -661,20 +652,20 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 // (a NATS leader election).
 var testHookClaimWrite func(in bus.Inbound) error
 
-// started records that this worker runs the message (attempt: which
+// started records that this worker runs the message (step: which
 // run); the answer is non-nil for a message cut short too often.
-func (c *clusterNode) started(t *ticket, in bus.Inbound, cl cluster.Claim, rev uint64, attempt int) *agent.Result {
+func (c *clusterNode) started(t *ticket, in bus.Inbound, cl cluster.Claim, rev uint64, step cluster.StartStep) *agent.Result {
 	t.claim, t.rev = cl, rev
 	c.mu.Lock()
 	t.state = ticketRunning
 	c.mu.Unlock()
 	t.recs = []session.Record{userRecord(in)}
-	if attempt > 1 {
+	if step.Attempt > 1 {
 		t.recs = append(t.recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
-			Content: fmt.Sprintf("the run of message %s was cut short; run %d of at most %d", in.MessageID, attempt, maxRunAttempts),
-			Extra:   map[string]any{"event": interruptedEvent, "attempt": attempt}})
+			Content: fmt.Sprintf("the run of message %s was cut short; run %d of at most %d", in.MessageID, step.Attempt, cluster.MaxRunAttempts),
+			Extra:   map[string]any{"event": interruptedEvent, "attempt": step.Attempt}})
 	}
-	if attempt > maxRunAttempts {
+	if step.Interrupted() {
 		return &agent.Result{Text: interruptedTwiceCluster, FinishReason: link.FinishError}
 	}
 	return nil
@@ -695,9 +686,6 @@ func pause(ctx context.Context, d time.Duration) time.Duration {
 	}
 	return min(2*d, 2*time.Second)
 }
-
-// maxRunAttempts: a run cut short is run again once.
-const maxRunAttempts = 2
 
 func userRecord(in bus.Inbound) session.Record {
 	return session.Record{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
@@ -732,16 +720,12 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 		return false
 	}
 	cl, rev := t.claim, t.rev
-	mine := cl.State == cluster.StateRunning // the run this worker marked running
-retry:
 	for {
-		done := cl
-		done.State, done.Worker = cluster.StateDone, c.workerID()
-		done.Reply = &cluster.Reply{Text: reply.Text, FinishReason: reply.FinishReason, RunID: in.RunID, Media: media}
+		done := cluster.Done(cl, c.workerID(), cluster.Reply{Text: reply.Text, FinishReason: reply.FinishReason, RunID: in.RunID, Media: media})
 		nrev, err := c.node.UpdateClaim(ctx, done, rev)
 		if err == nil {
 			t.claim, t.rev = done, nrev
-			break retry
+			return true
 		}
 		if ctx.Err() != nil {
 			c.forgetTicket(k, t)
@@ -749,20 +733,20 @@ retry:
 		}
 		if errors.Is(err, cluster.ErrConflict) {
 			cur, crev, found, gerr := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
-			switch {
-			case gerr != nil:
-			case found && cur.State == cluster.StateDone && cur.Worker == c.workerID() && cur.Reply != nil && cur.Reply.RunID == in.RunID:
-				t.claim, t.rev = cur, crev // our write went through; its answer was lost
-				break retry
-			case !found, cur.State == cluster.StateDone,
-				cur.State == cluster.StateRunning && (!mine || cur.Worker != c.workerID() || cur.Attempt != t.claim.Attempt):
-				c.rt.log.Warn("cluster: reply dropped: another worker took the message over",
-					"message_id", in.MessageID, "claim", cur.State, "worker", cur.Worker)
-				c.forgetTicket(k, t)
-				return false
-			default: // cancelled or pending meanwhile (a cancel that lost the race): ours to answer
-				cl, rev = cur, crev
-				continue
+			if gerr == nil {
+				switch cluster.DecideFinishConflict(cur, found, t.claim, c.workerID(), in.RunID) {
+				case cluster.FinishWritten: // our write went through; its answer was lost
+					t.claim, t.rev = cur, crev
+					return true
+				case cluster.FinishDropped:
+					c.rt.log.Warn("cluster: reply dropped: another worker took the message over",
+						"message_id", in.MessageID, "claim", cur.State, "worker", cur.Worker)
+					c.forgetTicket(k, t)
+					return false
+				case cluster.FinishRetry: // cancelled or pending meanwhile (a cancel that lost the race): ours to answer
+					cl, rev = cur, crev
+					continue
+				}
 			}
 		}
 		c.rt.log.Warn("cluster: claim not updated; retrying", "message_id", in.MessageID, "err", err)
@@ -771,7 +755,6 @@ retry:
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	return true
 }
 
 // send dispatches a final reply to the edge of its peer and acks the

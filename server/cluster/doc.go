@@ -21,4 +21,9 @@
 // The new owner makes a consumer of its own at the earlier consumers' ack
 // floor and deletes them, so the messages of a session come again in
 // stream order and the old owner can no longer pull them (DESIGN.md).
+//
+// The claim's state machine is pure (claim.go): DecideStart,
+// AfterStartWrite, DecideFinishConflict, DecideAccept and DecideCancel
+// say what to do from the claim read and the last write's result;
+// package server performs the reads, writes and runs they name.
 package cluster
