@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,14 +28,8 @@ type clusterNode struct {
 	node *cluster.Node
 	cfg  config.Cluster
 
-	mu      sync.Mutex
-	tickets map[msgKey]*ticket   // worker: deliveries held until answered
-	nextGen uint64               // worker: the last ticket's gen
-	waiting map[msgKey]*edgeWait // edge: acked to a device here, reply not yet sent
-	failed  map[string]string    // edge: per session, a message whose accept failed (holdBack)
-	present map[string]uint64    // edge: per channel+peer held here, its presence revision
-	bySess  map[string]int       // edge: len(waiting) per session
-	router  *router              // worker: the router runs take
+	edge    *cluster.Waits   // edge: what it acked and has not answered yet
+	tickets *cluster.Tickets // worker: deliveries held until answered
 
 	reruns, conflicts, swept, resent atomic.Uint64 // for /metrics (registerMetrics)
 }
@@ -46,51 +39,15 @@ func (c *clusterNode) registerMetrics(m *serverMetrics) {
 	r := &m.reg
 	r.NewGaugeFunc("termlink_cluster_partitions_owned", "Session partitions this worker owns.", func() float64 { return float64(c.node.Owned()) })
 	r.NewGaugeFunc("termlink_cluster_messages_held", "Messages of owned partitions this worker holds (queued or running, unacked in JetStream).", func() float64 {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return float64(len(c.tickets))
+		return float64(c.tickets.Len())
 	})
 	r.NewGaugeFunc("termlink_cluster_replies_awaited", "Messages this edge acked and has not answered yet.", func() float64 {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return float64(len(c.waiting))
+		return float64(c.edge.Len())
 	})
 	r.NewCounterFunc("termlink_cluster_reruns_total", "Runs started again because the worker running them died.", func() float64 { return float64(c.reruns.Load()) })
 	r.NewCounterFunc("termlink_cluster_claim_conflicts_total", "Claim compare-and-sets another node won (read again and decided).", func() float64 { return float64(c.conflicts.Load()) })
 	r.NewCounterFunc("termlink_cluster_swept_replies_total", "Replies an edge found in the dedupe bucket after the worker's send was lost.", func() float64 { return float64(c.swept.Load()) })
 	r.NewCounterFunc("termlink_cluster_replies_resent_total", "Answered messages a worker got again (a partition moved) and answered from the claim.", func() float64 { return float64(c.resent.Load()) })
-}
-
-type msgKey struct{ session, messageID string }
-
-// ticket is a delivery a worker holds: queued, starting or running.
-// d and state change under clusterNode.mu; the other fields belong to
-// the router goroutine that runs the ticket's copy.
-type ticket struct {
-	d      *cluster.Delivery
-	gen    uint64 // the Delivery of the router copy this ticket is for
-	state  ticketState
-	claim  cluster.Claim
-	rev    uint64           // the claim's revision as this worker last wrote or read it
-	recs   []session.Record // the turn's records before the reply (startRun)
-	cached bool             // answered before: the claim has the reply
-}
-
-type ticketState uint8
-
-const (
-	ticketQueued   ticketState = iota // in the router's queue
-	ticketStarting                    // startRun may be writing its claim
-	ticketRunning                     // started here: its claim says so
-)
-
-// edgeWait is a message an edge acked and has not answered yet.
-type edgeWait struct {
-	channel, peer string
-	since         time.Time
-	checked       time.Time
-	acking        bool          // the ack is not written yet
-	parked        *bus.Outbound // a reply that came before the ack
 }
 
 func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
@@ -100,14 +57,12 @@ func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clusterNode{rt: rt, node: n, cfg: cfg, tickets: map[msgKey]*ticket{},
-		waiting: map[msgKey]*edgeWait{}, bySess: map[string]int{}, failed: map[string]string{}, present: map[string]uint64{}}, nil
+	return &clusterNode{rt: rt, node: n, cfg: cfg, edge: cluster.NewWaits(), tickets: cluster.NewTickets()}, nil
 }
 
 // start subscribes and starts the node's loops: an edge takes replies and
 // watches presence, a worker takes partitions and cancels.
 func (c *clusterNode) start(r *router, devices func() int) error {
-	c.router = r
 	if c.cfg.Edge() {
 		if err := c.node.SubscribeOut(c.reply); err != nil {
 			return err
@@ -119,7 +74,9 @@ func (c *clusterNode) start(r *router, devices func() int) error {
 		if err := c.node.SubscribeCancel(func(key, id string) { r.cancel(key, id) }); err != nil {
 			return err
 		}
-		c.node.RunWorker(cluster.WorkerHooks{Deliver: c.deliver, Unfinished: c.unfinished, Lost: c.lost})
+		// Lost: the queued copies of a partition this worker no longer owns
+		// are not run (startRun), and a later delivery queues its own.
+		c.node.RunWorker(cluster.WorkerHooks{Deliver: c.deliver, Unfinished: c.tickets.Unfinished, Lost: c.tickets.Lost})
 		c.loop(c.cfg.AckWait/3, c.keepInProgress)
 	}
 	c.node.Heartbeat(devices, c.node.Owned)
@@ -157,31 +114,19 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 		return err
 	}
 	err := c.acceptInOrder(ctx, ch, in, ack)
-	c.mu.Lock()
-	if err != nil {
-		// Busy too: nothing was sent to NATS, but a place may free
-		// before the next message of the session, which the device has
-		// sent already (its window): it must not go first.
-		c.failed[in.SessionKey] = in.MessageID
-	} else if err == nil && c.failed[in.SessionKey] == in.MessageID {
-		delete(c.failed, in.SessionKey)
-	}
-	c.mu.Unlock()
+	// Busy too: nothing was sent to NATS, but a place may free before
+	// the next message of the session, which the device has sent
+	// already (its window): it must not go first.
+	c.edge.Accepted(in, err)
 	return err
 }
 
 // holdBack refuses a session's messages after one whose accept failed,
-// until that one is accepted. A failed publish may still be stored later
-// (JetStream stores a message whose ack was lost in a leader election),
-// after a message behind it that went through: the session would run out
-// of order. A message refused busy would be overtaken too by the next
-// one, already sent, if a place freed meanwhile. The refusal is busy:
-// the device puts the message back in send order, after the failed one,
-// and resends both in order.
+// until that one is accepted (cluster.Waits.HoldBack says why). The
+// refusal is busy: the device puts the message back in send order,
+// after the failed one, and resends both in order.
 func (c *clusterNode) holdBack(in bus.Inbound) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if id, ok := c.failed[in.SessionKey]; ok && id != in.MessageID {
+	if id := c.edge.HoldBack(in); id != "" {
 		return fmt.Errorf("%w: message %s of this session is not accepted yet; messages are taken in order: resend %s first", ErrBusy, id, id)
 	}
 	return nil
@@ -189,7 +134,7 @@ func (c *clusterNode) holdBack(in bus.Inbound) error {
 
 func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inbound, ack func(AcceptResult)) error {
 	rt := c.rt
-	k := msgKey{in.SessionKey, in.MessageID}
+	k := cluster.KeyOf(in)
 	prior, _, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
 	if err != nil {
 		return err
@@ -205,19 +150,22 @@ func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inb
 		duplicate(prior.RunID, "done: cached reply sent", AcceptResult{RunID: prior.RunID, Duplicate: true, Reply: replyMessage(prior)})
 		return nil
 	case cluster.EdgePending: // a worker has started it, or it was cancelled
-		c.wait(k, in, false) // its reply comes here now
+		c.edge.Wait(in, false) // its reply comes here now
 		duplicate(prior.RunID, "pending: run still in progress", AcceptResult{RunID: prior.RunID, Duplicate: true, Pending: true})
 		return nil
 	}
-	if err := c.admitAndWait(ch, k, in); err != nil {
+	// The channel's bounds and the start of the wait (its ack not
+	// written yet) in one step: two accepts cannot both take the last
+	// place.
+	if refused := c.edge.Admit(in, ch.maxWaitingPerSession(), rt.admission.maxTotal); refused != "" {
 		rt.metrics.busy.Inc(ch.id)
-		return err
+		return fmt.Errorf("%w: %s", ErrBusy, refused)
 	}
 	stored, err := c.node.PublishInbound(ctx, in)
 	if err != nil {
 		// Not stored, or not known to be: the device resends it, and the
 		// same Nats-Msg-Id keeps a second copy out of the stream.
-		c.done(k)
+		c.edge.Done(k)
 		return err
 	}
 	if stored.Duplicate {
@@ -235,84 +183,17 @@ func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inb
 	return nil
 }
 
-// admitAndWait applies the channel's bounds to the messages this edge
-// waits on and, within them, starts waiting on k (its ack not written
-// yet), in one step: two accepts cannot both take the last place.
-func (c *clusterNode) admitAndWait(ch *channel, k msgKey, in bus.Inbound) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n := c.bySess[k.session]; n >= ch.maxWaitingPerSession() {
-		return fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", ErrBusy, k.session, n)
-	}
-	if max := c.rt.admission.maxTotal; len(c.waiting) >= max {
-		return fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", ErrBusy, len(c.waiting))
-	}
-	c.waitLocked(k, in, true)
-	return nil
-}
-
-// wait records that this edge waits on a message's reply; acking: its
-// ack is still to be written, and a reply must not overtake it.
-func (c *clusterNode) wait(k msgKey, in bus.Inbound, acking bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.waitLocked(k, in, acking)
-}
-
-func (c *clusterNode) waitLocked(k msgKey, in bus.Inbound, acking bool) {
-	if c.waiting[k] == nil {
-		c.waiting[k] = &edgeWait{channel: in.ChannelID, peer: in.PeerID, since: time.Now(), acking: acking}
-		c.bySess[k.session]++
-	}
-}
-
 // acked says the ack is written: a reply that came first goes now.
-func (c *clusterNode) acked(k msgKey) {
-	c.mu.Lock()
-	w := c.waiting[k]
-	var parked *bus.Outbound
-	if w != nil {
-		w.acking, parked, w.parked = false, w.parked, nil
-	}
-	c.mu.Unlock()
-	if parked != nil {
+func (c *clusterNode) acked(k cluster.Key) {
+	if parked := c.edge.Acked(k); parked != nil {
 		c.reply(*parked)
 	}
-}
-
-// done forgets a message this edge waited on; false if it did not.
-func (c *clusterNode) done(k msgKey) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.waiting[k] == nil {
-		return false
-	}
-	delete(c.waiting, k)
-	if c.bySess[k.session]--; c.bySess[k.session] <= 0 {
-		delete(c.bySess, k.session)
-	}
-	return true
 }
 
 // disconnected forgets what a peer's connection waited on: the device
 // resends it wherever it reconnects.
 func (c *clusterNode) disconnected(channel, peer string) {
-	c.mu.Lock()
-	for key := range c.failed {
-		if ch, _, p, _, ok := parseSessionKey(key); ok && ch == channel && p == peer {
-			delete(c.failed, key)
-		}
-	}
-	for k, w := range c.waiting {
-		if w.channel == channel && w.peer == peer {
-			delete(c.waiting, k)
-			if c.bySess[k.session]--; c.bySess[k.session] <= 0 {
-				delete(c.bySess, k.session)
-			}
-		}
-	}
-	delete(c.present, channel+"\n"+peer)
-	c.mu.Unlock()
+	c.edge.Disconnected(channel, peer)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	c.node.ClearPresence(ctx, channel, peer)
@@ -327,9 +208,7 @@ func (c *clusterNode) connected(channel, peer string) {
 		c.rt.log.Warn("cluster: presence not recorded; replies find the peer when it resends", "peer_id", peer, "err", err)
 		return
 	}
-	c.mu.Lock()
-	c.present[channel+"\n"+peer] = rev
-	c.mu.Unlock()
+	c.edge.Present(channel, peer, rev)
 }
 
 // presenceMoved closes this edge's connection of a peer that connected
@@ -338,10 +217,7 @@ func (c *clusterNode) presenceMoved(channel, peer, edge string, rev uint64) {
 	if edge == c.node.Name() {
 		return
 	}
-	c.mu.Lock()
-	mine := c.present[channel+"\n"+peer]
-	c.mu.Unlock()
-	if rev <= mine {
+	if !c.edge.Newer(channel, peer, rev) {
 		return // older than the connection held here (a watch running late)
 	}
 	if ch := c.rt.channels[channel]; ch != nil {
@@ -356,19 +232,8 @@ func (c *clusterNode) presenceMoved(channel, peer, edge string, rev uint64) {
 // after a partition moved) or one whose device left is dropped, and the
 // device gets it from its claim when it resends.
 func (c *clusterNode) reply(out bus.Outbound) {
-	if out.Kind == bus.Final {
-		k := msgKey{out.SessionKey, out.MessageID}
-		c.mu.Lock()
-		w := c.waiting[k]
-		if w != nil && w.acking {
-			w.parked = &out // the accept sends it after the ack
-			c.mu.Unlock()
-			return
-		}
-		c.mu.Unlock()
-		if !c.done(k) {
-			return
-		}
+	if out.Kind == bus.Final && !c.edge.Final(out) {
+		return // parked until its ack is written, or not waited on here
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -381,35 +246,19 @@ func (c *clusterNode) reply(out bus.Outbound) {
 // lost on its way here (this edge was reconnecting to NATS, or the peer
 // moved here just as its reply went to the old edge) is sent from there.
 func (c *clusterNode) sweep(ctx context.Context) {
-	const age, max = 3 * time.Second, 256
-	now := time.Now()
-	var due []msgKey
-	c.mu.Lock()
-	for k, w := range c.waiting {
-		if now.Sub(w.since) > age && now.Sub(w.checked) > age {
-			w.checked = now
-			due = append(due, k)
-			if len(due) == max {
-				break
-			}
-		}
-	}
-	c.mu.Unlock()
-	for _, k := range due {
-		cl, _, found, err := c.node.GetClaim(ctx, k.session, k.messageID)
+	for _, k := range c.edge.Due(time.Now(), 3*time.Second, 256) {
+		cl, _, found, err := c.node.GetClaim(ctx, k.Session, k.MessageID)
 		if err != nil || !found || !cl.Answered() {
 			continue
 		}
-		c.mu.Lock()
-		w := c.waiting[k]
-		c.mu.Unlock()
-		if w == nil {
+		w, ok := c.edge.Waiting(k)
+		if !ok {
 			continue
 		}
 		c.swept.Add(1)
-		c.reply(bus.Outbound{Kind: bus.Final, ChannelID: w.channel, PeerID: w.peer, SessionKey: k.session,
-			MessageID: k.messageID, RunID: cl.Reply.RunID, Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason,
-			Media: cl.Reply.Media, Started: w.since})
+		c.reply(bus.Outbound{Kind: bus.Final, ChannelID: w.Channel, PeerID: w.Peer, SessionKey: k.Session,
+			MessageID: k.MessageID, RunID: cl.Reply.RunID, Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason,
+			Media: cl.Reply.Media, Started: w.Since})
 	}
 }
 
@@ -422,9 +271,7 @@ func (c *clusterNode) cancel(ctx context.Context, key, messageID string) bool {
 		if err != nil {
 			return false
 		}
-		c.mu.Lock()
-		waited := c.waiting[msgKey{key, messageID}] != nil
-		c.mu.Unlock()
+		_, waited := c.edge.Waiting(cluster.Key{Session: key, MessageID: messageID})
 		act, cl := cluster.DecideCancel(cl, found, waited, key, messageID)
 		switch act {
 		case cluster.CancelWrite:
@@ -457,7 +304,7 @@ func replyMessage(cl cluster.Claim) *link.Message {
 // is decided when its run starts (startRun).
 func (c *clusterNode) deliver(ctx context.Context, d *cluster.Delivery) {
 	in := d.In
-	k := msgKey{in.SessionKey, in.MessageID}
+	k := cluster.KeyOf(in)
 	if c.attach(k, d) {
 		return
 	}
@@ -467,23 +314,15 @@ func (c *clusterNode) deliver(ctx context.Context, d *cluster.Delivery) {
 	if err := c.rt.admission.reserveWait(ctx, in.SessionKey, math.MaxInt); err != nil {
 		return // stopping: unacked, the next owner runs it
 	}
-	c.mu.Lock()
-	if c.tickets[k] != nil {
-		c.mu.Unlock()
+	t, in := c.tickets.Add(d, in)
+	if t == nil {
 		c.rt.admission.release(in.SessionKey, 1)
 		c.attach(k, d)
 		return
 	}
-	c.nextGen++
-	in.Delivery = c.nextGen
-	d.In = in
-	t := &ticket{d: d, gen: in.Delivery, claim: cluster.Claim{State: cluster.StatePending, Session: in.SessionKey,
-		MessageID: in.MessageID, RunID: in.RunID}}
-	c.tickets[k] = t
-	c.mu.Unlock()
 	if err := c.rt.bus.PublishInbound(ctx, in); err != nil {
 		c.rt.admission.release(in.SessionKey, 1)
-		c.forgetTicket(k, t)
+		c.tickets.Forget(k, t)
 	}
 }
 
@@ -491,56 +330,19 @@ func (c *clusterNode) deliver(ctx context.Context, d *cluster.Delivery) {
 // message again while this worker holds it (an in-progress ack was
 // lost, or this worker took its partition again and the consumer was
 // made again). The copy already queued or running answers it.
-func (c *clusterNode) attach(k msgKey, d *cluster.Delivery) bool {
-	c.mu.Lock()
-	t := c.tickets[k]
-	if t != nil {
-		t.d = d
+func (c *clusterNode) attach(k cluster.Key, d *cluster.Delivery) bool {
+	if !c.tickets.Attach(k, d) {
+		return false
 	}
-	c.mu.Unlock()
-	if t != nil {
-		_ = d.InProgress()
-	}
-	return t != nil
+	_ = d.InProgress()
+	return true
 }
 
 // ticket is the ticket of the router's copy in: nil for a copy left
 // queued from an earlier delivery (its ticket was dropped when the
 // partition moved, and a later delivery has its own ticket and copy).
-func (c *clusterNode) ticket(in bus.Inbound) *ticket {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t := c.tickets[msgKey{in.SessionKey, in.MessageID}]; t != nil && t.gen == in.Delivery {
-		return t
-	}
-	return nil
-}
-
-// forgetTicket drops t, if it is still k's ticket.
-func (c *clusterNode) forgetTicket(k msgKey, t *ticket) {
-	c.mu.Lock()
-	if c.tickets[k] == t {
-		delete(c.tickets, k)
-	}
-	c.mu.Unlock()
-}
-
-// delivery is t's current delivery.
-func (c *clusterNode) delivery(t *ticket) *cluster.Delivery {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return t.d
-}
-
-// setState changes t's state if t is still k's ticket; false if not.
-func (c *clusterNode) setState(k msgKey, t *ticket, s ticketState) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.tickets[k] != t {
-		return false
-	}
-	t.state = s
-	return true
+func (c *clusterNode) ticket(in bus.Inbound) *cluster.Ticket {
+	return c.tickets.Of(cluster.KeyOf(in), in.Delivery)
 }
 
 // interruptedTwiceCluster answers a message whose run two workers' deaths
@@ -563,23 +365,23 @@ const interruptedTwiceCluster = "interrupted twice by a worker failure; not run 
 // written keeps it, so a delivery after the partition came back finds
 // it, and the run's reply is recorded and acked through it.
 func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
-	k := msgKey{in.SessionKey, in.MessageID}
+	k := cluster.KeyOf(in)
 	t := c.ticket(in)
-	if t == nil || !c.setState(k, t, ticketStarting) {
+	if t == nil || !c.tickets.SetState(k, t, cluster.TicketStarting) {
 		return nil, false // a copy from before the partition moved
 	}
 	me := c.workerID()
-	cl, rev := t.claim, t.rev
+	cl, rev := t.Claim, t.Rev
 	read := false // the first try creates the claim without reading it
 	wait := 100 * time.Millisecond
 	conflicts := 0
 	for {
-		if ctx.Err() != nil || !c.node.Owns(c.delivery(t).Partition) {
+		if ctx.Err() != nil || !c.node.Owns(c.tickets.Delivery(t).Partition) {
 			// Stopping, or the partition moved while the claim could
 			// not be written: the next owner runs it (and finds it
 			// running here, cut short, if a write that failed was
 			// stored after all).
-			c.forgetTicket(k, t)
+			c.tickets.Forget(k, t)
 			return nil, false
 		}
 		if read {
@@ -595,7 +397,7 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 			if found {
 				cl, rev = cur, crev
 			} else {
-				cl, rev = t.claim, 0
+				cl, rev = t.Claim, 0
 			}
 			read = false
 		}
@@ -605,11 +407,11 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 			return c.started(t, in, step.Claim, rev, step), true
 		case cluster.StartCached:
 			c.resent.Add(1)
-			t.claim, t.rev, t.cached = cl, rev, true
+			t.Claim, t.Rev, t.Cached = cl, rev, true
 			return &agent.Result{Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason, Media: cl.Reply.Media}, true
 		case cluster.StartCancelled:
-			t.claim, t.rev = cl, rev
-			t.recs = []session.Record{userRecord(in)}
+			t.Claim, t.Rev = cl, rev
+			t.Recs = []session.Record{userRecord(in)}
 			res := cancelledBeforeStart
 			return &res, true
 		}
@@ -631,8 +433,8 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 		case cluster.AfterGiveUp:
 			c.conflicts.Add(1)
 			c.rt.log.Warn("cluster: message not started: its claim keeps changing; it comes again", "message_id", in.MessageID)
-			c.forgetTicket(k, t)
-			_ = c.delivery(t).Nak()
+			c.tickets.Forget(k, t)
+			_ = c.tickets.Delivery(t).Nak()
 			return nil, false
 		case cluster.AfterPauseRead:
 			c.rt.log.Warn("cluster: cannot write a claim; retrying", "message_id", in.MessageID, "err", err)
@@ -654,14 +456,12 @@ var testHookClaimWrite func(in bus.Inbound) error
 
 // started records that this worker runs the message (step: which
 // run); the answer is non-nil for a message cut short too often.
-func (c *clusterNode) started(t *ticket, in bus.Inbound, cl cluster.Claim, rev uint64, step cluster.StartStep) *agent.Result {
-	t.claim, t.rev = cl, rev
-	c.mu.Lock()
-	t.state = ticketRunning
-	c.mu.Unlock()
-	t.recs = []session.Record{userRecord(in)}
+func (c *clusterNode) started(t *cluster.Ticket, in bus.Inbound, cl cluster.Claim, rev uint64, step cluster.StartStep) *agent.Result {
+	t.Claim, t.Rev = cl, rev
+	c.tickets.Running(t)
+	t.Recs = []session.Record{userRecord(in)}
 	if step.Attempt > 1 {
-		t.recs = append(t.recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
+		t.Recs = append(t.Recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
 			Content: fmt.Sprintf("the run of message %s was cut short; run %d of at most %d", in.MessageID, step.Attempt, cluster.MaxRunAttempts),
 			Extra:   map[string]any{"event": interruptedEvent, "attempt": step.Attempt}})
 	}
@@ -700,10 +500,10 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 	if t == nil {
 		return false
 	}
-	if t.cached {
+	if t.Cached {
 		return true // answered before: stored already
 	}
-	recs := t.recs
+	recs := t.Recs
 	if len(recs) == 0 { // cancelled while queued: never started
 		recs = []session.Record{userRecord(in)}
 	}
@@ -713,35 +513,35 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 	// that finds the claim done (this one's partition moved while NATS
 	// was away) answers from it without writing history, so the history
 	// would otherwise get this turn after the session's later ones.
-	k := msgKey{in.SessionKey, in.MessageID}
+	k := cluster.KeyOf(in)
 	if err := c.node.AppendHistory(in.SessionKey, recs...).Wait(ctx); err != nil {
 		c.rt.log.Warn("cluster: turn not stored in the session history; not answered here", "message_id", in.MessageID, "err", err)
-		c.forgetTicket(k, t)
+		c.tickets.Forget(k, t)
 		return false
 	}
-	cl, rev := t.claim, t.rev
+	cl, rev := t.Claim, t.Rev
 	for {
 		done := cluster.Done(cl, c.workerID(), cluster.Reply{Text: reply.Text, FinishReason: reply.FinishReason, RunID: in.RunID, Media: media})
 		nrev, err := c.node.UpdateClaim(ctx, done, rev)
 		if err == nil {
-			t.claim, t.rev = done, nrev
+			t.Claim, t.Rev = done, nrev
 			return true
 		}
 		if ctx.Err() != nil {
-			c.forgetTicket(k, t)
+			c.tickets.Forget(k, t)
 			return false
 		}
 		if errors.Is(err, cluster.ErrConflict) {
 			cur, crev, found, gerr := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
 			if gerr == nil {
-				switch cluster.DecideFinishConflict(cur, found, t.claim, c.workerID(), in.RunID) {
+				switch cluster.DecideFinishConflict(cur, found, t.Claim, c.workerID(), in.RunID) {
 				case cluster.FinishWritten: // our write went through; its answer was lost
-					t.claim, t.rev = cur, crev
+					t.Claim, t.Rev = cur, crev
 					return true
 				case cluster.FinishDropped:
 					c.rt.log.Warn("cluster: reply dropped: another worker took the message over",
 						"message_id", in.MessageID, "claim", cur.State, "worker", cur.Worker)
-					c.forgetTicket(k, t)
+					c.tickets.Forget(k, t)
 					return false
 				case cluster.FinishRetry: // cancelled or pending meanwhile (a cancel that lost the race): ours to answer
 					cl, rev = cur, crev
@@ -762,8 +562,8 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 func (c *clusterNode) sendFinal(ctx context.Context, in bus.Inbound, out bus.Outbound) {
 	c.send(ctx, in, out)
 	if t := c.ticket(in); t != nil {
-		_ = c.delivery(t).Ack()
-		c.forgetTicket(msgKey{in.SessionKey, in.MessageID}, t)
+		_ = c.tickets.Delivery(t).Ack()
+		c.tickets.Forget(cluster.KeyOf(in), t)
 	}
 }
 
@@ -790,42 +590,8 @@ func (c *clusterNode) send(ctx context.Context, in bus.Inbound, out bus.Outbound
 // keepInProgress tells JetStream that every message held is still being
 // worked on, so none is redelivered while its run goes on.
 func (c *clusterNode) keepInProgress(context.Context) {
-	c.mu.Lock()
-	ds := make([]*cluster.Delivery, 0, len(c.tickets))
-	for _, t := range c.tickets {
-		ds = append(ds, t.d)
-	}
-	c.mu.Unlock()
-	for _, d := range ds {
+	for _, d := range c.tickets.Deliveries() {
 		_ = d.InProgress()
-	}
-}
-
-func (c *clusterNode) unfinished(p int) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, t := range c.tickets {
-		if t.d.Partition == p {
-			n++
-		}
-	}
-	return n
-}
-
-// lost drops the queued tickets of a partition this worker no longer
-// owns: their copies in the router are not run (startRun), and a later
-// delivery (this worker took the partition again) queues copies of its
-// own, in stream order. A ticket starting or running is kept: its claim
-// may say it runs here, and a later delivery must find it rather than
-// run it a second time as "this worker's own write".
-func (c *clusterNode) lost(p int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, t := range c.tickets {
-		if t.d.Partition == p && t.state == ticketQueued {
-			delete(c.tickets, k)
-		}
 	}
 }
 
