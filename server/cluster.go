@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync/atomic"
 	"time"
@@ -24,9 +25,11 @@ import (
 // runs what its partitions deliver through the same router as the
 // embedded server.
 type clusterNode struct {
-	rt   *Runtime
-	node *cluster.Node
-	cfg  config.Cluster
+	host    clusterHost
+	log     *slog.Logger
+	metrics *serverMetrics
+	node    *cluster.Node
+	cfg     config.Cluster
 
 	edge    *cluster.Waits   // edge: what it acked and has not answered yet
 	tickets *cluster.Tickets // worker: deliveries held until answered
@@ -50,6 +53,66 @@ func (c *clusterNode) registerMetrics(m *serverMetrics) {
 	r.NewCounterFunc("termlink_cluster_replies_resent_total", "Answered messages a worker got again (a partition moved) and answered from the claim.", func() float64 { return float64(c.resent.Load()) })
 }
 
+// clusterHost is what the cluster glue needs of the runtime, and no
+// more: the local router's queue and admission, run ids, the way out
+// to the devices connected here, and the channels' records.
+type clusterHost interface {
+	// reserve takes a place in the router's admission for a session
+	// (waiting while the server is full); release gives it back.
+	reserve(ctx context.Context, session string) error
+	release(session string)
+	// maxWaiting is the server's bound on the messages waiting
+	// (maxWaitingRuns).
+	maxWaiting() int
+	// queue puts a delivery in the local router's queue.
+	queue(ctx context.Context, in bus.Inbound) error
+	// dispatch sends a reply or progress to a device connected here.
+	dispatch(ctx context.Context, out bus.Outbound) error
+	newRunID() string
+	// runPrefix names this process in its run ids.
+	runPrefix() string
+	// replaceElsewhere closes the connection here of a peer that
+	// connected to another edge.
+	replaceElsewhere(channel, peer, edge string)
+	// unclaimed records a final reply no edge took (its channel's
+	// metric and event).
+	unclaimed(out bus.Outbound, detail string)
+}
+
+// runtimeHost is the runtime's clusterHost: the one place the cluster
+// glue reaches into the runtime.
+type runtimeHost struct{ rt *Runtime }
+
+func (h runtimeHost) reserve(ctx context.Context, session string) error {
+	return h.rt.admission.reserveWait(ctx, session, math.MaxInt)
+}
+func (h runtimeHost) release(session string) { h.rt.admission.release(session, 1) }
+func (h runtimeHost) maxWaiting() int        { return h.rt.admission.maxTotal }
+func (h runtimeHost) queue(ctx context.Context, in bus.Inbound) error {
+	return h.rt.bus.PublishInbound(ctx, in)
+}
+func (h runtimeHost) dispatch(ctx context.Context, out bus.Outbound) error {
+	return h.rt.bus.PublishOutbound(ctx, out)
+}
+func (h runtimeHost) newRunID() string  { return h.rt.newRunID() }
+func (h runtimeHost) runPrefix() string { return h.rt.runPrefix }
+func (h runtimeHost) replaceElsewhere(channel, peer, edge string) {
+	if ch := h.rt.channels[channel]; ch != nil {
+		if a, ok := ch.adapter.(*terminalAdapter); ok {
+			a.replaceElsewhere(peer, edge)
+		}
+	}
+}
+func (h runtimeHost) unclaimed(out bus.Outbound, detail string) {
+	ch := h.rt.channels[out.ChannelID]
+	if ch == nil {
+		return
+	}
+	h.rt.metrics.unclaimed.Inc(ch.id)
+	ch.events.Add(events.Event{Event: events.OutboundUnclaimed, PeerID: out.PeerID, SessionID: out.SessionKey,
+		MessageID: out.MessageID, RunID: out.RunID, Preview: out.Text, Detail: detail})
+}
+
 func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -57,7 +120,8 @@ func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clusterNode{rt: rt, node: n, cfg: cfg, edge: cluster.NewWaits(), tickets: cluster.NewTickets()}, nil
+	return &clusterNode{host: runtimeHost{rt}, log: rt.log, metrics: rt.metrics, node: n, cfg: cfg,
+		edge: cluster.NewWaits(), tickets: cluster.NewTickets()}, nil
 }
 
 // start subscribes and starts the node's loops: an edge takes replies and
@@ -133,14 +197,13 @@ func (c *clusterNode) holdBack(in bus.Inbound) error {
 }
 
 func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inbound, ack func(AcceptResult)) error {
-	rt := c.rt
 	k := cluster.KeyOf(in)
 	prior, _, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
 	if err != nil {
 		return err
 	}
 	duplicate := func(runID string, detail string, res AcceptResult) {
-		rt.metrics.duplicates.Inc(ch.id)
+		c.metrics.duplicates.Inc(ch.id)
 		ch.events.Add(events.Event{Event: events.InboundDuplicate, PeerID: in.PeerID, SessionID: in.SessionKey,
 			MessageID: in.MessageID, RunID: runID, Preview: in.Text, Detail: detail})
 		ack(res)
@@ -157,8 +220,8 @@ func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inb
 	// The channel's bounds and the start of the wait (its ack not
 	// written yet) in one step: two accepts cannot both take the last
 	// place.
-	if refused := c.edge.Admit(in, ch.maxWaitingPerSession(), rt.admission.maxTotal); refused != "" {
-		rt.metrics.busy.Inc(ch.id)
+	if refused := c.edge.Admit(in, ch.maxWaitingPerSession(), c.host.maxWaiting()); refused != "" {
+		c.metrics.busy.Inc(ch.id)
 		return fmt.Errorf("%w: %s", ErrBusy, refused)
 	}
 	stored, err := c.node.PublishInbound(ctx, in)
@@ -175,7 +238,7 @@ func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inb
 		c.acked(k)
 		return nil
 	}
-	rt.metrics.inbound.Inc(ch.id)
+	c.metrics.inbound.Inc(ch.id)
 	ch.events.Add(events.Event{Event: events.InboundAccepted, PeerID: in.PeerID, SessionID: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Preview: in.Text})
 	ack(AcceptResult{RunID: in.RunID})
@@ -205,7 +268,7 @@ func (c *clusterNode) connected(channel, peer string) {
 	defer cancel()
 	rev, err := c.node.SetPresence(ctx, channel, peer)
 	if err != nil {
-		c.rt.log.Warn("cluster: presence not recorded; replies find the peer when it resends", "peer_id", peer, "err", err)
+		c.log.Warn("cluster: presence not recorded; replies find the peer when it resends", "peer_id", peer, "err", err)
 		return
 	}
 	c.edge.Present(channel, peer, rev)
@@ -220,11 +283,7 @@ func (c *clusterNode) presenceMoved(channel, peer, edge string, rev uint64) {
 	if !c.edge.Newer(channel, peer, rev) {
 		return // older than the connection held here (a watch running late)
 	}
-	if ch := c.rt.channels[channel]; ch != nil {
-		if a, ok := ch.adapter.(*terminalAdapter); ok {
-			a.replaceElsewhere(peer, edge)
-		}
-	}
+	c.host.replaceElsewhere(channel, peer, edge)
 }
 
 // reply takes a reply or progress update a worker sent here. A final is
@@ -237,8 +296,8 @@ func (c *clusterNode) reply(out bus.Outbound) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.rt.bus.PublishOutbound(ctx, out); err != nil && out.Kind == bus.Final {
-		c.rt.log.Warn("cluster: reply not dispatched; the device gets it when it resends", "message_id", out.MessageID, "err", err)
+	if err := c.host.dispatch(ctx, out); err != nil && out.Kind == bus.Final {
+		c.log.Warn("cluster: reply not dispatched; the device gets it when it resends", "message_id", out.MessageID, "err", err)
 	}
 }
 
@@ -309,19 +368,19 @@ func (c *clusterNode) deliver(ctx context.Context, d *cluster.Delivery) {
 		return
 	}
 	if in.RunID == "" {
-		in.RunID = c.rt.newRunID()
+		in.RunID = c.host.newRunID()
 	}
-	if err := c.rt.admission.reserveWait(ctx, in.SessionKey, math.MaxInt); err != nil {
+	if err := c.host.reserve(ctx, in.SessionKey); err != nil {
 		return // stopping: unacked, the next owner runs it
 	}
 	t, in := c.tickets.Add(d, in)
 	if t == nil {
-		c.rt.admission.release(in.SessionKey, 1)
+		c.host.release(in.SessionKey)
 		c.attach(k, d)
 		return
 	}
-	if err := c.rt.bus.PublishInbound(ctx, in); err != nil {
-		c.rt.admission.release(in.SessionKey, 1)
+	if err := c.host.queue(ctx, in); err != nil {
+		c.host.release(in.SessionKey)
 		c.tickets.Forget(k, t)
 	}
 }
@@ -390,7 +449,7 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 				// NATS trouble: this session waits here (its later
 				// messages must not overtake this one); the message
 				// stays in progress meanwhile.
-				c.rt.log.Warn("cluster: cannot read a claim; retrying", "message_id", in.MessageID, "err", err)
+				c.log.Warn("cluster: cannot read a claim; retrying", "message_id", in.MessageID, "err", err)
 				wait = pause(ctx, wait)
 				continue
 			}
@@ -432,12 +491,12 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 			continue
 		case cluster.AfterGiveUp:
 			c.conflicts.Add(1)
-			c.rt.log.Warn("cluster: message not started: its claim keeps changing; it comes again", "message_id", in.MessageID)
+			c.log.Warn("cluster: message not started: its claim keeps changing; it comes again", "message_id", in.MessageID)
 			c.tickets.Forget(k, t)
 			_ = c.tickets.Delivery(t).Nak()
 			return nil, false
 		case cluster.AfterPauseRead:
-			c.rt.log.Warn("cluster: cannot write a claim; retrying", "message_id", in.MessageID, "err", err)
+			c.log.Warn("cluster: cannot write a claim; retrying", "message_id", in.MessageID, "err", err)
 			wait = pause(ctx, wait)
 			read = true // it may have been written: see
 			continue
@@ -474,7 +533,7 @@ func (c *clusterNode) started(t *cluster.Ticket, in bus.Inbound, cl cluster.Clai
 // workerID names this worker process in claims: the node name and the
 // process's run prefix, so a worker restarted under the same name tells
 // its predecessor's runs (cut short) from its own.
-func (c *clusterNode) workerID() string { return c.node.Name() + "#" + c.rt.runPrefix }
+func (c *clusterNode) workerID() string { return c.node.Name() + "#" + c.host.runPrefix() }
 
 // pause waits d (or until ctx ends) and returns the next, longer wait.
 func pause(ctx context.Context, d time.Duration) time.Duration {
@@ -515,7 +574,7 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 	// would otherwise get this turn after the session's later ones.
 	k := cluster.KeyOf(in)
 	if err := c.node.AppendHistory(in.SessionKey, recs...).Wait(ctx); err != nil {
-		c.rt.log.Warn("cluster: turn not stored in the session history; not answered here", "message_id", in.MessageID, "err", err)
+		c.log.Warn("cluster: turn not stored in the session history; not answered here", "message_id", in.MessageID, "err", err)
 		c.tickets.Forget(k, t)
 		return false
 	}
@@ -539,7 +598,7 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 					t.Claim, t.Rev = cur, crev
 					return true
 				case cluster.FinishDropped:
-					c.rt.log.Warn("cluster: reply dropped: another worker took the message over",
+					c.log.Warn("cluster: reply dropped: another worker took the message over",
 						"message_id", in.MessageID, "claim", cur.State, "worker", cur.Worker)
 					c.tickets.Forget(k, t)
 					return false
@@ -549,7 +608,7 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 				}
 			}
 		}
-		c.rt.log.Warn("cluster: claim not updated; retrying", "message_id", in.MessageID, "err", err)
+		c.log.Warn("cluster: claim not updated; retrying", "message_id", in.MessageID, "err", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(500 * time.Millisecond):
@@ -573,17 +632,11 @@ func (c *clusterNode) send(ctx context.Context, in bus.Inbound, out bus.Outbound
 		return
 	}
 	if err != nil || edge == "" {
-		ch := c.rt.channels[out.ChannelID]
-		if ch == nil {
-			return
-		}
 		detail := "no edge holds the peer; the device gets the reply when it resends the message"
 		if err != nil {
 			detail = err.Error() + "; the device gets the reply when it resends the message"
 		}
-		c.rt.metrics.unclaimed.Inc(ch.id)
-		ch.events.Add(events.Event{Event: events.OutboundUnclaimed, PeerID: out.PeerID, SessionID: out.SessionKey,
-			MessageID: out.MessageID, RunID: out.RunID, Preview: out.Text, Detail: detail})
+		c.host.unclaimed(out, detail)
 	}
 }
 
