@@ -33,8 +33,9 @@ type clusterNode struct {
 
 	edge    *cluster.Waits   // edge: what it acked and has not answered yet
 	tickets *cluster.Tickets // worker: deliveries held until answered
+	claims  *cluster.Claimer // worker: starts and finishes them
 
-	reruns, conflicts, swept, resent atomic.Uint64 // for /metrics (registerMetrics)
+	swept atomic.Uint64 // for /metrics (registerMetrics)
 }
 
 // registerMetrics adds the cluster's series to /metrics.
@@ -47,10 +48,10 @@ func (c *clusterNode) registerMetrics(m *serverMetrics) {
 	r.NewGaugeFunc("termlink_cluster_replies_awaited", "Messages this edge acked and has not answered yet.", func() float64 {
 		return float64(c.edge.Len())
 	})
-	r.NewCounterFunc("termlink_cluster_reruns_total", "Runs started again because the worker running them died.", func() float64 { return float64(c.reruns.Load()) })
-	r.NewCounterFunc("termlink_cluster_claim_conflicts_total", "Claim compare-and-sets another node won (read again and decided).", func() float64 { return float64(c.conflicts.Load()) })
+	r.NewCounterFunc("termlink_cluster_reruns_total", "Runs started again because the worker running them died.", func() float64 { return float64(c.claims.Reruns.Load()) })
+	r.NewCounterFunc("termlink_cluster_claim_conflicts_total", "Claim compare-and-sets another node won (read again and decided).", func() float64 { return float64(c.claims.Conflicts.Load()) })
 	r.NewCounterFunc("termlink_cluster_swept_replies_total", "Replies an edge found in the dedupe bucket after the worker's send was lost.", func() float64 { return float64(c.swept.Load()) })
-	r.NewCounterFunc("termlink_cluster_replies_resent_total", "Answered messages a worker got again (a partition moved) and answered from the claim.", func() float64 { return float64(c.resent.Load()) })
+	r.NewCounterFunc("termlink_cluster_replies_resent_total", "Answered messages a worker got again (a partition moved) and answered from the claim.", func() float64 { return float64(c.claims.Resent.Load()) })
 }
 
 // clusterHost is what the cluster glue needs of the runtime, and no
@@ -69,8 +70,6 @@ type clusterHost interface {
 	// dispatch sends a reply or progress to a device connected here.
 	dispatch(ctx context.Context, out bus.Outbound) error
 	newRunID() string
-	// runPrefix names this process in its run ids.
-	runPrefix() string
 	// replaceElsewhere closes the connection here of a peer that
 	// connected to another edge.
 	replaceElsewhere(channel, peer, edge string)
@@ -94,8 +93,7 @@ func (h runtimeHost) queue(ctx context.Context, in bus.Inbound) error {
 func (h runtimeHost) dispatch(ctx context.Context, out bus.Outbound) error {
 	return h.rt.bus.PublishOutbound(ctx, out)
 }
-func (h runtimeHost) newRunID() string  { return h.rt.newRunID() }
-func (h runtimeHost) runPrefix() string { return h.rt.runPrefix }
+func (h runtimeHost) newRunID() string { return h.rt.newRunID() }
 func (h runtimeHost) replaceElsewhere(channel, peer, edge string) {
 	if ch := h.rt.channels[channel]; ch != nil {
 		if a, ok := ch.adapter.(*terminalAdapter); ok {
@@ -120,8 +118,18 @@ func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clusterNode{host: runtimeHost{rt}, log: rt.log, metrics: rt.metrics, node: n, cfg: cfg,
-		edge: cluster.NewWaits(), tickets: cluster.NewTickets()}, nil
+	c := &clusterNode{host: runtimeHost{rt}, log: rt.log, metrics: rt.metrics, node: n, cfg: cfg,
+		edge: cluster.NewWaits(), tickets: cluster.NewTickets()}
+	// Claims name the worker process: the node name and the process's
+	// run prefix, so a worker restarted under the same name tells its
+	// predecessor's runs (cut short) from its own.
+	c.claims = cluster.NewClaimer(n, c.tickets, n.Name()+"#"+rt.runPrefix, rt.log, func(in bus.Inbound) error {
+		if hook := testHookClaimWrite; hook != nil {
+			return hook(in)
+		}
+		return nil
+	})
+	return c, nil
 }
 
 // start subscribes and starts the node's loops: an edge takes replies and
@@ -424,88 +432,24 @@ const interruptedTwiceCluster = "interrupted twice by a worker failure; not run 
 // written keeps it, so a delivery after the partition came back finds
 // it, and the run's reply is recorded and acked through it.
 func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
-	k := cluster.KeyOf(in)
 	t := c.ticket(in)
-	if t == nil || !c.tickets.SetState(k, t, cluster.TicketStarting) {
+	if t == nil || !c.tickets.SetState(cluster.KeyOf(in), t, cluster.TicketStarting) {
 		return nil, false // a copy from before the partition moved
 	}
-	me := c.workerID()
-	cl, rev := t.Claim, t.Rev
-	read := false // the first try creates the claim without reading it
-	wait := 100 * time.Millisecond
-	conflicts := 0
-	for {
-		if ctx.Err() != nil || !c.node.Owns(c.tickets.Delivery(t).Partition) {
-			// Stopping, or the partition moved while the claim could
-			// not be written: the next owner runs it (and finds it
-			// running here, cut short, if a write that failed was
-			// stored after all).
-			c.tickets.Forget(k, t)
-			return nil, false
-		}
-		if read {
-			cur, crev, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
-			if err != nil {
-				// NATS trouble: this session waits here (its later
-				// messages must not overtake this one); the message
-				// stays in progress meanwhile.
-				c.log.Warn("cluster: cannot read a claim; retrying", "message_id", in.MessageID, "err", err)
-				wait = pause(ctx, wait)
-				continue
-			}
-			if found {
-				cl, rev = cur, crev
-			} else {
-				cl, rev = t.Claim, 0
-			}
-			read = false
-		}
-		step := cluster.DecideStart(cl, me, in.RunID)
-		switch step.Action {
-		case cluster.StartStarted: // our own write, whose answer was lost
-			return c.started(t, in, step.Claim, rev, step), true
-		case cluster.StartCached:
-			c.resent.Add(1)
-			t.Claim, t.Rev, t.Cached = cl, rev, true
-			return &agent.Result{Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason, Media: cl.Reply.Media}, true
-		case cluster.StartCancelled:
-			t.Claim, t.Rev = cl, rev
-			t.Recs = []session.Record{userRecord(in)}
-			res := cancelledBeforeStart
-			return &res, true
-		}
-		var nrev uint64
-		var err error
-		if hook := testHookClaimWrite; hook != nil {
-			err = hook(in)
-		}
-		if err == nil {
-			nrev, err = c.node.UpdateClaim(ctx, step.Claim, rev)
-		}
-		var next cluster.AfterWrite
-		next, conflicts = cluster.AfterStartWrite(cluster.WriteResultOf(err), conflicts)
-		switch next {
-		case cluster.AfterReread: // changed since read: read it again
-			c.conflicts.Add(1)
-			read = true
-			continue
-		case cluster.AfterGiveUp:
-			c.conflicts.Add(1)
-			c.log.Warn("cluster: message not started: its claim keeps changing; it comes again", "message_id", in.MessageID)
-			c.tickets.Forget(k, t)
-			_ = c.tickets.Delivery(t).Nak()
-			return nil, false
-		case cluster.AfterPauseRead:
-			c.log.Warn("cluster: cannot write a claim; retrying", "message_id", in.MessageID, "err", err)
-			wait = pause(ctx, wait)
-			read = true // it may have been written: see
-			continue
-		}
-		if step.Attempt > 1 {
-			c.reruns.Add(1)
-		}
-		return c.started(t, in, step.Claim, nrev, step), true
+	step, ok := c.claims.Start(ctx, t, in)
+	if !ok {
+		return nil, false
 	}
+	switch step.Action {
+	case cluster.StartCached:
+		r := t.Claim.Reply
+		return &agent.Result{Text: r.Text, FinishReason: r.FinishReason, Media: r.Media}, true
+	case cluster.StartCancelled:
+		t.Recs = []session.Record{userRecord(in)}
+		res := cancelledBeforeStart
+		return &res, true
+	}
+	return c.started(t, in, step), true
 }
 
 // testHookClaimWrite, set by tests before the node starts, runs before
@@ -513,11 +457,9 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 // (a NATS leader election).
 var testHookClaimWrite func(in bus.Inbound) error
 
-// started records that this worker runs the message (step: which
-// run); the answer is non-nil for a message cut short too often.
-func (c *clusterNode) started(t *cluster.Ticket, in bus.Inbound, cl cluster.Claim, rev uint64, step cluster.StartStep) *agent.Result {
-	t.Claim, t.Rev = cl, rev
-	c.tickets.Running(t)
+// started records the turn's first records (step: which run); the
+// answer is non-nil for a message cut short too often.
+func (c *clusterNode) started(t *cluster.Ticket, in bus.Inbound, step cluster.StartStep) *agent.Result {
 	t.Recs = []session.Record{userRecord(in)}
 	if step.Attempt > 1 {
 		t.Recs = append(t.Recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
@@ -528,22 +470,6 @@ func (c *clusterNode) started(t *cluster.Ticket, in bus.Inbound, cl cluster.Clai
 		return &agent.Result{Text: interruptedTwiceCluster, FinishReason: link.FinishError}
 	}
 	return nil
-}
-
-// workerID names this worker process in claims: the node name and the
-// process's run prefix, so a worker restarted under the same name tells
-// its predecessor's runs (cut short) from its own.
-func (c *clusterNode) workerID() string { return c.node.Name() + "#" + c.host.runPrefix() }
-
-// pause waits d (or until ctx ends) and returns the next, longer wait.
-func pause(ctx context.Context, d time.Duration) time.Duration {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	return min(2*d, 2*time.Second)
 }
 
 func userRecord(in bus.Inbound) session.Record {
@@ -568,52 +494,7 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 	}
 	recs = append(recs, session.Record{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
 		FinishReason: reply.FinishReason, Media: media})
-	// The turn is in the history before the claim says done: a worker
-	// that finds the claim done (this one's partition moved while NATS
-	// was away) answers from it without writing history, so the history
-	// would otherwise get this turn after the session's later ones.
-	k := cluster.KeyOf(in)
-	if err := c.node.AppendHistory(in.SessionKey, recs...).Wait(ctx); err != nil {
-		c.log.Warn("cluster: turn not stored in the session history; not answered here", "message_id", in.MessageID, "err", err)
-		c.tickets.Forget(k, t)
-		return false
-	}
-	cl, rev := t.Claim, t.Rev
-	for {
-		done := cluster.Done(cl, c.workerID(), cluster.Reply{Text: reply.Text, FinishReason: reply.FinishReason, RunID: in.RunID, Media: media})
-		nrev, err := c.node.UpdateClaim(ctx, done, rev)
-		if err == nil {
-			t.Claim, t.Rev = done, nrev
-			return true
-		}
-		if ctx.Err() != nil {
-			c.tickets.Forget(k, t)
-			return false
-		}
-		if errors.Is(err, cluster.ErrConflict) {
-			cur, crev, found, gerr := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
-			if gerr == nil {
-				switch cluster.DecideFinishConflict(cur, found, t.Claim, c.workerID(), in.RunID) {
-				case cluster.FinishWritten: // our write went through; its answer was lost
-					t.Claim, t.Rev = cur, crev
-					return true
-				case cluster.FinishDropped:
-					c.log.Warn("cluster: reply dropped: another worker took the message over",
-						"message_id", in.MessageID, "claim", cur.State, "worker", cur.Worker)
-					c.tickets.Forget(k, t)
-					return false
-				case cluster.FinishRetry: // cancelled or pending meanwhile (a cancel that lost the race): ours to answer
-					cl, rev = cur, crev
-					continue
-				}
-			}
-		}
-		c.log.Warn("cluster: claim not updated; retrying", "message_id", in.MessageID, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	return c.claims.Finish(ctx, t, in, recs, cluster.Reply{Text: reply.Text, FinishReason: reply.FinishReason, RunID: in.RunID, Media: media})
 }
 
 // send dispatches a final reply to the edge of its peer and acks the

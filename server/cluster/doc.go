@@ -24,6 +24,9 @@
 //
 // The claim's state machine is pure (claim.go): DecideStart,
 // AfterStartWrite, DecideFinishConflict, DecideAccept and DecideCancel
-// say what to do from the claim read and the last write's result;
-// package server performs the reads, writes and runs they name.
+// say what to do from the claim read and the last write's result. A
+// worker's Claimer (worker.go) does the reads and writes they name for
+// the deliveries its Tickets hold; an edge's Waits (edge.go) is its book
+// of messages acked and not answered yet. Package server's cluster glue
+// runs the messages and talks to the devices.
 package cluster
