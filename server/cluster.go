@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,20 +25,17 @@ import (
 // runs what its partitions deliver through the same router as the
 // embedded server.
 type clusterNode struct {
-	rt   *Runtime
-	node *cluster.Node
-	cfg  config.Cluster
+	host    clusterHost
+	log     *slog.Logger
+	metrics *serverMetrics
+	node    *cluster.Node
+	cfg     config.Cluster
 
-	mu      sync.Mutex
-	tickets map[msgKey]*ticket   // worker: deliveries held until answered
-	nextGen uint64               // worker: the last ticket's gen
-	waiting map[msgKey]*edgeWait // edge: acked to a device here, reply not yet sent
-	failed  map[string]string    // edge: per session, a message whose accept failed (holdBack)
-	present map[string]uint64    // edge: per channel+peer held here, its presence revision
-	bySess  map[string]int       // edge: len(waiting) per session
-	router  *router              // worker: the router runs take
+	edge    *cluster.Waits   // edge: what it acked and has not answered yet
+	tickets *cluster.Tickets // worker: deliveries held until answered
+	claims  *cluster.Claimer // worker: starts and finishes them
 
-	reruns, conflicts, swept, resent atomic.Uint64 // for /metrics (registerMetrics)
+	swept atomic.Uint64 // for /metrics (registerMetrics)
 }
 
 // registerMetrics adds the cluster's series to /metrics.
@@ -46,51 +43,72 @@ func (c *clusterNode) registerMetrics(m *serverMetrics) {
 	r := &m.reg
 	r.NewGaugeFunc("termlink_cluster_partitions_owned", "Session partitions this worker owns.", func() float64 { return float64(c.node.Owned()) })
 	r.NewGaugeFunc("termlink_cluster_messages_held", "Messages of owned partitions this worker holds (queued or running, unacked in JetStream).", func() float64 {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return float64(len(c.tickets))
+		return float64(c.tickets.Len())
 	})
 	r.NewGaugeFunc("termlink_cluster_replies_awaited", "Messages this edge acked and has not answered yet.", func() float64 {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return float64(len(c.waiting))
+		return float64(c.edge.Len())
 	})
-	r.NewCounterFunc("termlink_cluster_reruns_total", "Runs started again because the worker running them died.", func() float64 { return float64(c.reruns.Load()) })
-	r.NewCounterFunc("termlink_cluster_claim_conflicts_total", "Claim compare-and-sets another node won (read again and decided).", func() float64 { return float64(c.conflicts.Load()) })
+	r.NewCounterFunc("termlink_cluster_reruns_total", "Runs started again because the worker running them died.", func() float64 { return float64(c.claims.Reruns.Load()) })
+	r.NewCounterFunc("termlink_cluster_claim_conflicts_total", "Claim compare-and-sets another node won (read again and decided).", func() float64 { return float64(c.claims.Conflicts.Load()) })
 	r.NewCounterFunc("termlink_cluster_swept_replies_total", "Replies an edge found in the dedupe bucket after the worker's send was lost.", func() float64 { return float64(c.swept.Load()) })
-	r.NewCounterFunc("termlink_cluster_replies_resent_total", "Answered messages a worker got again (a partition moved) and answered from the claim.", func() float64 { return float64(c.resent.Load()) })
+	r.NewCounterFunc("termlink_cluster_replies_resent_total", "Answered messages a worker got again (a partition moved) and answered from the claim.", func() float64 { return float64(c.claims.Resent.Load()) })
 }
 
-type msgKey struct{ session, messageID string }
-
-// ticket is a delivery a worker holds: queued, starting or running.
-// d and state change under clusterNode.mu; the other fields belong to
-// the router goroutine that runs the ticket's copy.
-type ticket struct {
-	d      *cluster.Delivery
-	gen    uint64 // the Delivery of the router copy this ticket is for
-	state  ticketState
-	claim  cluster.Claim
-	rev    uint64           // the claim's revision as this worker last wrote or read it
-	recs   []session.Record // the turn's records before the reply (startRun)
-	cached bool             // answered before: the claim has the reply
+// clusterHost is what the cluster glue needs of the runtime, and no
+// more: the local router's queue and admission, run ids, the way out
+// to the devices connected here, and the channels' records.
+type clusterHost interface {
+	// reserve takes a place in the router's admission for a session
+	// (waiting while the server is full); release gives it back.
+	reserve(ctx context.Context, session string) error
+	release(session string)
+	// maxWaiting is the server's bound on the messages waiting
+	// (maxWaitingRuns).
+	maxWaiting() int
+	// queue puts a delivery in the local router's queue.
+	queue(ctx context.Context, in bus.Inbound) error
+	// dispatch sends a reply or progress to a device connected here.
+	dispatch(ctx context.Context, out bus.Outbound) error
+	newRunID() string
+	// replaceElsewhere closes the connection here of a peer that
+	// connected to another edge.
+	replaceElsewhere(channel, peer, edge string)
+	// unclaimed records a final reply no edge took (its channel's
+	// metric and event).
+	unclaimed(out bus.Outbound, detail string)
 }
 
-type ticketState uint8
+// runtimeHost is the runtime's clusterHost: the one place the cluster
+// glue reaches into the runtime.
+type runtimeHost struct{ rt *Runtime }
 
-const (
-	ticketQueued   ticketState = iota // in the router's queue
-	ticketStarting                    // startRun may be writing its claim
-	ticketRunning                     // started here: its claim says so
-)
-
-// edgeWait is a message an edge acked and has not answered yet.
-type edgeWait struct {
-	channel, peer string
-	since         time.Time
-	checked       time.Time
-	acking        bool          // the ack is not written yet
-	parked        *bus.Outbound // a reply that came before the ack
+func (h runtimeHost) reserve(ctx context.Context, session string) error {
+	return h.rt.admission.reserveWait(ctx, session, math.MaxInt)
+}
+func (h runtimeHost) release(session string) { h.rt.admission.release(session, 1) }
+func (h runtimeHost) maxWaiting() int        { return h.rt.admission.maxTotal }
+func (h runtimeHost) queue(ctx context.Context, in bus.Inbound) error {
+	return h.rt.bus.PublishInbound(ctx, in)
+}
+func (h runtimeHost) dispatch(ctx context.Context, out bus.Outbound) error {
+	return h.rt.bus.PublishOutbound(ctx, out)
+}
+func (h runtimeHost) newRunID() string { return h.rt.newRunID() }
+func (h runtimeHost) replaceElsewhere(channel, peer, edge string) {
+	if ch := h.rt.channels[channel]; ch != nil {
+		if a, ok := ch.adapter.(*terminalAdapter); ok {
+			a.replaceElsewhere(peer, edge)
+		}
+	}
+}
+func (h runtimeHost) unclaimed(out bus.Outbound, detail string) {
+	ch := h.rt.channels[out.ChannelID]
+	if ch == nil {
+		return
+	}
+	h.rt.metrics.unclaimed.Inc(ch.id)
+	ch.events.Add(events.Event{Event: events.OutboundUnclaimed, PeerID: out.PeerID, SessionID: out.SessionKey,
+		MessageID: out.MessageID, RunID: out.RunID, Preview: out.Text, Detail: detail})
 }
 
 func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
@@ -100,14 +118,23 @@ func openClusterNode(rt *Runtime, cfg config.Cluster) (*clusterNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clusterNode{rt: rt, node: n, cfg: cfg, tickets: map[msgKey]*ticket{},
-		waiting: map[msgKey]*edgeWait{}, bySess: map[string]int{}, failed: map[string]string{}, present: map[string]uint64{}}, nil
+	c := &clusterNode{host: runtimeHost{rt}, log: rt.log, metrics: rt.metrics, node: n, cfg: cfg,
+		edge: cluster.NewWaits(), tickets: cluster.NewTickets()}
+	// Claims name the worker process: the node name and the process's
+	// run prefix, so a worker restarted under the same name tells its
+	// predecessor's runs (cut short) from its own.
+	c.claims = cluster.NewClaimer(n, c.tickets, n.Name()+"#"+rt.runPrefix, rt.log, func(in bus.Inbound) error {
+		if hook := testHookClaimWrite; hook != nil {
+			return hook(in)
+		}
+		return nil
+	})
+	return c, nil
 }
 
 // start subscribes and starts the node's loops: an edge takes replies and
 // watches presence, a worker takes partitions and cancels.
 func (c *clusterNode) start(r *router, devices func() int) error {
-	c.router = r
 	if c.cfg.Edge() {
 		if err := c.node.SubscribeOut(c.reply); err != nil {
 			return err
@@ -119,7 +146,9 @@ func (c *clusterNode) start(r *router, devices func() int) error {
 		if err := c.node.SubscribeCancel(func(key, id string) { r.cancel(key, id) }); err != nil {
 			return err
 		}
-		c.node.RunWorker(cluster.WorkerHooks{Deliver: c.deliver, Unfinished: c.unfinished, Lost: c.lost})
+		// Lost: the queued copies of a partition this worker no longer owns
+		// are not run (startRun), and a later delivery queues its own.
+		c.node.RunWorker(cluster.WorkerHooks{Deliver: c.deliver, Unfinished: c.tickets.Unfinished, Lost: c.tickets.Lost})
 		c.loop(c.cfg.AckWait/3, c.keepInProgress)
 	}
 	c.node.Heartbeat(devices, c.node.Owned)
@@ -157,67 +186,57 @@ func (c *clusterNode) accept(ctx context.Context, ch *channel, in bus.Inbound, a
 		return err
 	}
 	err := c.acceptInOrder(ctx, ch, in, ack)
-	c.mu.Lock()
-	if err != nil {
-		// Busy too: nothing was sent to NATS, but a place may free
-		// before the next message of the session, which the device has
-		// sent already (its window): it must not go first.
-		c.failed[in.SessionKey] = in.MessageID
-	} else if err == nil && c.failed[in.SessionKey] == in.MessageID {
-		delete(c.failed, in.SessionKey)
-	}
-	c.mu.Unlock()
+	// Busy too: nothing was sent to NATS, but a place may free before
+	// the next message of the session, which the device has sent
+	// already (its window): it must not go first.
+	c.edge.Accepted(in, err)
 	return err
 }
 
 // holdBack refuses a session's messages after one whose accept failed,
-// until that one is accepted. A failed publish may still be stored later
-// (JetStream stores a message whose ack was lost in a leader election),
-// after a message behind it that went through: the session would run out
-// of order. A message refused busy would be overtaken too by the next
-// one, already sent, if a place freed meanwhile. The refusal is busy:
-// the device puts the message back in send order, after the failed one,
-// and resends both in order.
+// until that one is accepted (cluster.Waits.HoldBack says why). The
+// refusal is busy: the device puts the message back in send order,
+// after the failed one, and resends both in order.
 func (c *clusterNode) holdBack(in bus.Inbound) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if id, ok := c.failed[in.SessionKey]; ok && id != in.MessageID {
+	if id := c.edge.HoldBack(in); id != "" {
 		return fmt.Errorf("%w: message %s of this session is not accepted yet; messages are taken in order: resend %s first", ErrBusy, id, id)
 	}
 	return nil
 }
 
 func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inbound, ack func(AcceptResult)) error {
-	rt := c.rt
-	k := msgKey{in.SessionKey, in.MessageID}
+	k := cluster.KeyOf(in)
 	prior, _, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
 	if err != nil {
 		return err
 	}
 	duplicate := func(runID string, detail string, res AcceptResult) {
-		rt.metrics.duplicates.Inc(ch.id)
+		c.metrics.duplicates.Inc(ch.id)
 		ch.events.Add(events.Event{Event: events.InboundDuplicate, PeerID: in.PeerID, SessionID: in.SessionKey,
 			MessageID: in.MessageID, RunID: runID, Preview: in.Text, Detail: detail})
 		ack(res)
 	}
-	if found { // a worker has started it, answered it, or it was cancelled
-		if prior.State == cluster.StateDone && prior.Reply != nil {
-			duplicate(prior.RunID, "done: cached reply sent", AcceptResult{RunID: prior.RunID, Duplicate: true, Reply: replyMessage(prior)})
-			return nil
-		}
-		c.wait(k, in, false) // its reply comes here now
+	switch cluster.DecideAccept(prior, found) {
+	case cluster.EdgeCached:
+		duplicate(prior.RunID, "done: cached reply sent", AcceptResult{RunID: prior.RunID, Duplicate: true, Reply: replyMessage(prior)})
+		return nil
+	case cluster.EdgePending: // a worker has started it, or it was cancelled
+		c.edge.Wait(in, false) // its reply comes here now
 		duplicate(prior.RunID, "pending: run still in progress", AcceptResult{RunID: prior.RunID, Duplicate: true, Pending: true})
 		return nil
 	}
-	if err := c.admitAndWait(ch, k, in); err != nil {
-		rt.metrics.busy.Inc(ch.id)
-		return err
+	// The channel's bounds and the start of the wait (its ack not
+	// written yet) in one step: two accepts cannot both take the last
+	// place.
+	if refused := c.edge.Admit(in, ch.maxWaitingPerSession(), c.host.maxWaiting()); refused != "" {
+		c.metrics.busy.Inc(ch.id)
+		return fmt.Errorf("%w: %s", ErrBusy, refused)
 	}
 	stored, err := c.node.PublishInbound(ctx, in)
 	if err != nil {
 		// Not stored, or not known to be: the device resends it, and the
 		// same Nats-Msg-Id keeps a second copy out of the stream.
-		c.done(k)
+		c.edge.Done(k)
 		return err
 	}
 	if stored.Duplicate {
@@ -227,7 +246,7 @@ func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inb
 		c.acked(k)
 		return nil
 	}
-	rt.metrics.inbound.Inc(ch.id)
+	c.metrics.inbound.Inc(ch.id)
 	ch.events.Add(events.Event{Event: events.InboundAccepted, PeerID: in.PeerID, SessionID: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Preview: in.Text})
 	ack(AcceptResult{RunID: in.RunID})
@@ -235,84 +254,17 @@ func (c *clusterNode) acceptInOrder(ctx context.Context, ch *channel, in bus.Inb
 	return nil
 }
 
-// admitAndWait applies the channel's bounds to the messages this edge
-// waits on and, within them, starts waiting on k (its ack not written
-// yet), in one step: two accepts cannot both take the last place.
-func (c *clusterNode) admitAndWait(ch *channel, k msgKey, in bus.Inbound) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n := c.bySess[k.session]; n >= ch.maxWaitingPerSession() {
-		return fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", ErrBusy, k.session, n)
-	}
-	if max := c.rt.admission.maxTotal; len(c.waiting) >= max {
-		return fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", ErrBusy, len(c.waiting))
-	}
-	c.waitLocked(k, in, true)
-	return nil
-}
-
-// wait records that this edge waits on a message's reply; acking: its
-// ack is still to be written, and a reply must not overtake it.
-func (c *clusterNode) wait(k msgKey, in bus.Inbound, acking bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.waitLocked(k, in, acking)
-}
-
-func (c *clusterNode) waitLocked(k msgKey, in bus.Inbound, acking bool) {
-	if c.waiting[k] == nil {
-		c.waiting[k] = &edgeWait{channel: in.ChannelID, peer: in.PeerID, since: time.Now(), acking: acking}
-		c.bySess[k.session]++
-	}
-}
-
 // acked says the ack is written: a reply that came first goes now.
-func (c *clusterNode) acked(k msgKey) {
-	c.mu.Lock()
-	w := c.waiting[k]
-	var parked *bus.Outbound
-	if w != nil {
-		w.acking, parked, w.parked = false, w.parked, nil
-	}
-	c.mu.Unlock()
-	if parked != nil {
+func (c *clusterNode) acked(k cluster.Key) {
+	if parked := c.edge.Acked(k); parked != nil {
 		c.reply(*parked)
 	}
-}
-
-// done forgets a message this edge waited on; false if it did not.
-func (c *clusterNode) done(k msgKey) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.waiting[k] == nil {
-		return false
-	}
-	delete(c.waiting, k)
-	if c.bySess[k.session]--; c.bySess[k.session] <= 0 {
-		delete(c.bySess, k.session)
-	}
-	return true
 }
 
 // disconnected forgets what a peer's connection waited on: the device
 // resends it wherever it reconnects.
 func (c *clusterNode) disconnected(channel, peer string) {
-	c.mu.Lock()
-	for key := range c.failed {
-		if ch, _, p, _, ok := parseSessionKey(key); ok && ch == channel && p == peer {
-			delete(c.failed, key)
-		}
-	}
-	for k, w := range c.waiting {
-		if w.channel == channel && w.peer == peer {
-			delete(c.waiting, k)
-			if c.bySess[k.session]--; c.bySess[k.session] <= 0 {
-				delete(c.bySess, k.session)
-			}
-		}
-	}
-	delete(c.present, channel+"\n"+peer)
-	c.mu.Unlock()
+	c.edge.Disconnected(channel, peer)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	c.node.ClearPresence(ctx, channel, peer)
@@ -324,12 +276,10 @@ func (c *clusterNode) connected(channel, peer string) {
 	defer cancel()
 	rev, err := c.node.SetPresence(ctx, channel, peer)
 	if err != nil {
-		c.rt.log.Warn("cluster: presence not recorded; replies find the peer when it resends", "peer_id", peer, "err", err)
+		c.log.Warn("cluster: presence not recorded; replies find the peer when it resends", "peer_id", peer, "err", err)
 		return
 	}
-	c.mu.Lock()
-	c.present[channel+"\n"+peer] = rev
-	c.mu.Unlock()
+	c.edge.Present(channel, peer, rev)
 }
 
 // presenceMoved closes this edge's connection of a peer that connected
@@ -338,17 +288,10 @@ func (c *clusterNode) presenceMoved(channel, peer, edge string, rev uint64) {
 	if edge == c.node.Name() {
 		return
 	}
-	c.mu.Lock()
-	mine := c.present[channel+"\n"+peer]
-	c.mu.Unlock()
-	if rev <= mine {
+	if !c.edge.Newer(channel, peer, rev) {
 		return // older than the connection held here (a watch running late)
 	}
-	if ch := c.rt.channels[channel]; ch != nil {
-		if a, ok := ch.adapter.(*terminalAdapter); ok {
-			a.replaceElsewhere(peer, edge)
-		}
-	}
+	c.host.replaceElsewhere(channel, peer, edge)
 }
 
 // reply takes a reply or progress update a worker sent here. A final is
@@ -356,24 +299,13 @@ func (c *clusterNode) presenceMoved(channel, peer, edge string, rev uint64) {
 // after a partition moved) or one whose device left is dropped, and the
 // device gets it from its claim when it resends.
 func (c *clusterNode) reply(out bus.Outbound) {
-	if out.Kind == bus.Final {
-		k := msgKey{out.SessionKey, out.MessageID}
-		c.mu.Lock()
-		w := c.waiting[k]
-		if w != nil && w.acking {
-			w.parked = &out // the accept sends it after the ack
-			c.mu.Unlock()
-			return
-		}
-		c.mu.Unlock()
-		if !c.done(k) {
-			return
-		}
+	if out.Kind == bus.Final && !c.edge.Final(out) {
+		return // parked until its ack is written, or not waited on here
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.rt.bus.PublishOutbound(ctx, out); err != nil && out.Kind == bus.Final {
-		c.rt.log.Warn("cluster: reply not dispatched; the device gets it when it resends", "message_id", out.MessageID, "err", err)
+	if err := c.host.dispatch(ctx, out); err != nil && out.Kind == bus.Final {
+		c.log.Warn("cluster: reply not dispatched; the device gets it when it resends", "message_id", out.MessageID, "err", err)
 	}
 }
 
@@ -381,35 +313,19 @@ func (c *clusterNode) reply(out bus.Outbound) {
 // lost on its way here (this edge was reconnecting to NATS, or the peer
 // moved here just as its reply went to the old edge) is sent from there.
 func (c *clusterNode) sweep(ctx context.Context) {
-	const age, max = 3 * time.Second, 256
-	now := time.Now()
-	var due []msgKey
-	c.mu.Lock()
-	for k, w := range c.waiting {
-		if now.Sub(w.since) > age && now.Sub(w.checked) > age {
-			w.checked = now
-			due = append(due, k)
-			if len(due) == max {
-				break
-			}
-		}
-	}
-	c.mu.Unlock()
-	for _, k := range due {
-		cl, _, found, err := c.node.GetClaim(ctx, k.session, k.messageID)
-		if err != nil || !found || cl.State != cluster.StateDone || cl.Reply == nil {
+	for _, k := range c.edge.Due(time.Now(), 3*time.Second, 256) {
+		cl, _, found, err := c.node.GetClaim(ctx, k.Session, k.MessageID)
+		if err != nil || !found || !cl.Answered() {
 			continue
 		}
-		c.mu.Lock()
-		w := c.waiting[k]
-		c.mu.Unlock()
-		if w == nil {
+		w, ok := c.edge.Waiting(k)
+		if !ok {
 			continue
 		}
 		c.swept.Add(1)
-		c.reply(bus.Outbound{Kind: bus.Final, ChannelID: w.channel, PeerID: w.peer, SessionKey: k.session,
-			MessageID: k.messageID, RunID: cl.Reply.RunID, Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason,
-			Media: cl.Reply.Media, Started: w.since})
+		c.reply(bus.Outbound{Kind: bus.Final, ChannelID: w.Channel, PeerID: w.Peer, SessionKey: k.Session,
+			MessageID: k.MessageID, RunID: cl.Reply.RunID, Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason,
+			Media: cl.Reply.Media, Started: w.Since})
 	}
 }
 
@@ -422,20 +338,10 @@ func (c *clusterNode) cancel(ctx context.Context, key, messageID string) bool {
 		if err != nil {
 			return false
 		}
-		if !found {
-			c.mu.Lock()
-			queued := c.waiting[msgKey{key, messageID}] != nil
-			c.mu.Unlock()
-			if !queued {
-				return false // not a message this edge waits on: unknown
-			}
-			// Queued: a cancel claim, created only if no worker has
-			// claimed it meanwhile, answers it cancelled.
-			cl, rev = cluster.Claim{State: cluster.StatePending, Session: key, MessageID: messageID}, 0
-		}
-		switch cl.State {
-		case cluster.StatePending:
-			cl.State = cluster.StateCancel
+		_, waited := c.edge.Waiting(cluster.Key{Session: key, MessageID: messageID})
+		act, cl := cluster.DecideCancel(cl, found, waited, key, messageID)
+		switch act {
+		case cluster.CancelWrite:
 			if _, err := c.node.UpdateClaim(ctx, cl, rev); errors.Is(err, cluster.ErrConflict) {
 				continue // started meanwhile: look again
 			} else if err != nil {
@@ -444,9 +350,9 @@ func (c *clusterNode) cancel(ctx context.Context, key, messageID string) bool {
 			// A worker may hold it queued: tell it too.
 			_ = c.node.Cancel(key, messageID)
 			return true
-		case cluster.StateRunning:
+		case cluster.CancelTell:
 			return c.node.Cancel(key, messageID) == nil
-		default:
+		default: // unknown here, answered or cancelled already
 			return false
 		}
 	}
@@ -465,33 +371,25 @@ func replyMessage(cl cluster.Claim) *link.Message {
 // is decided when its run starts (startRun).
 func (c *clusterNode) deliver(ctx context.Context, d *cluster.Delivery) {
 	in := d.In
-	k := msgKey{in.SessionKey, in.MessageID}
+	k := cluster.KeyOf(in)
 	if c.attach(k, d) {
 		return
 	}
 	if in.RunID == "" {
-		in.RunID = c.rt.newRunID()
+		in.RunID = c.host.newRunID()
 	}
-	if err := c.rt.admission.reserveWait(ctx, in.SessionKey, math.MaxInt); err != nil {
+	if err := c.host.reserve(ctx, in.SessionKey); err != nil {
 		return // stopping: unacked, the next owner runs it
 	}
-	c.mu.Lock()
-	if c.tickets[k] != nil {
-		c.mu.Unlock()
-		c.rt.admission.release(in.SessionKey, 1)
+	t, in := c.tickets.Add(d, in)
+	if t == nil {
+		c.host.release(in.SessionKey)
 		c.attach(k, d)
 		return
 	}
-	c.nextGen++
-	in.Delivery = c.nextGen
-	d.In = in
-	t := &ticket{d: d, gen: in.Delivery, claim: cluster.Claim{State: cluster.StatePending, Session: in.SessionKey,
-		MessageID: in.MessageID, RunID: in.RunID}}
-	c.tickets[k] = t
-	c.mu.Unlock()
-	if err := c.rt.bus.PublishInbound(ctx, in); err != nil {
-		c.rt.admission.release(in.SessionKey, 1)
-		c.forgetTicket(k, t)
+	if err := c.host.queue(ctx, in); err != nil {
+		c.host.release(in.SessionKey)
+		c.tickets.Forget(k, t)
 	}
 }
 
@@ -499,56 +397,19 @@ func (c *clusterNode) deliver(ctx context.Context, d *cluster.Delivery) {
 // message again while this worker holds it (an in-progress ack was
 // lost, or this worker took its partition again and the consumer was
 // made again). The copy already queued or running answers it.
-func (c *clusterNode) attach(k msgKey, d *cluster.Delivery) bool {
-	c.mu.Lock()
-	t := c.tickets[k]
-	if t != nil {
-		t.d = d
+func (c *clusterNode) attach(k cluster.Key, d *cluster.Delivery) bool {
+	if !c.tickets.Attach(k, d) {
+		return false
 	}
-	c.mu.Unlock()
-	if t != nil {
-		_ = d.InProgress()
-	}
-	return t != nil
+	_ = d.InProgress()
+	return true
 }
 
 // ticket is the ticket of the router's copy in: nil for a copy left
 // queued from an earlier delivery (its ticket was dropped when the
 // partition moved, and a later delivery has its own ticket and copy).
-func (c *clusterNode) ticket(in bus.Inbound) *ticket {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t := c.tickets[msgKey{in.SessionKey, in.MessageID}]; t != nil && t.gen == in.Delivery {
-		return t
-	}
-	return nil
-}
-
-// forgetTicket drops t, if it is still k's ticket.
-func (c *clusterNode) forgetTicket(k msgKey, t *ticket) {
-	c.mu.Lock()
-	if c.tickets[k] == t {
-		delete(c.tickets, k)
-	}
-	c.mu.Unlock()
-}
-
-// delivery is t's current delivery.
-func (c *clusterNode) delivery(t *ticket) *cluster.Delivery {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return t.d
-}
-
-// setState changes t's state if t is still k's ticket; false if not.
-func (c *clusterNode) setState(k msgKey, t *ticket, s ticketState) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.tickets[k] != t {
-		return false
-	}
-	t.state = s
-	return true
+func (c *clusterNode) ticket(in bus.Inbound) *cluster.Ticket {
+	return c.tickets.Of(cluster.KeyOf(in), in.Delivery)
 }
 
 // interruptedTwiceCluster answers a message whose run two workers' deaths
@@ -571,89 +432,24 @@ const interruptedTwiceCluster = "interrupted twice by a worker failure; not run 
 // written keeps it, so a delivery after the partition came back finds
 // it, and the run's reply is recorded and acked through it.
 func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
-	k := msgKey{in.SessionKey, in.MessageID}
 	t := c.ticket(in)
-	if t == nil || !c.setState(k, t, ticketStarting) {
+	if t == nil || !c.tickets.SetState(cluster.KeyOf(in), t, cluster.TicketStarting) {
 		return nil, false // a copy from before the partition moved
 	}
-	me := c.workerID()
-	cl, rev := t.claim, t.rev
-	read := false // the first try creates the claim without reading it
-	wait := 100 * time.Millisecond
-	for conflicts := 0; conflicts < 8; {
-		if ctx.Err() != nil || !c.node.Owns(c.delivery(t).Partition) {
-			// Stopping, or the partition moved while the claim could
-			// not be written: the next owner runs it (and finds it
-			// running here, cut short, if a write that failed was
-			// stored after all).
-			c.forgetTicket(k, t)
-			return nil, false
-		}
-		if read {
-			cur, crev, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
-			if err != nil {
-				// NATS trouble: this session waits here (its later
-				// messages must not overtake this one); the message
-				// stays in progress meanwhile.
-				c.rt.log.Warn("cluster: cannot read a claim; retrying", "message_id", in.MessageID, "err", err)
-				wait = pause(ctx, wait)
-				continue
-			}
-			if found {
-				cl, rev = cur, crev
-			} else {
-				cl, rev = t.claim, 0
-			}
-			read = false
-		}
-		attempt := 1
-		switch {
-		case cl.State == cluster.StateRunning && cl.Worker == me && cl.RunID == in.RunID:
-			// Our own write, whose answer was lost: started.
-			return c.started(t, in, cl, rev, cl.Attempt), true
-		case cl.State == cluster.StateDone:
-			c.resent.Add(1)
-			t.claim, t.rev, t.cached = cl, rev, true
-			return &agent.Result{Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason, Media: cl.Reply.Media}, true
-		case cl.State == cluster.StateCancel:
-			t.claim, t.rev = cl, rev
-			t.recs = []session.Record{userRecord(in)}
-			res := cancelledBeforeStart
-			return &res, true
-		case cl.State == cluster.StateRunning:
-			attempt = cl.Attempt + 1 // cut short where it ran
-		}
-		next := cl
-		next.State, next.Worker, next.Attempt, next.RunID = cluster.StateRunning, me, attempt, in.RunID
-		var nrev uint64
-		var err error
-		if hook := testHookClaimWrite; hook != nil {
-			err = hook(in)
-		}
-		if err == nil {
-			nrev, err = c.node.UpdateClaim(ctx, next, rev)
-		}
-		switch {
-		case errors.Is(err, cluster.ErrConflict):
-			c.conflicts.Add(1)
-			conflicts++
-			read = true // changed since read: read it again
-			continue
-		case err != nil:
-			c.rt.log.Warn("cluster: cannot write a claim; retrying", "message_id", in.MessageID, "err", err)
-			wait = pause(ctx, wait)
-			read = true // it may have been written: see
-			continue
-		}
-		if attempt > 1 {
-			c.reruns.Add(1)
-		}
-		return c.started(t, in, next, nrev, attempt), true
+	step, ok := c.claims.Start(ctx, t, in)
+	if !ok {
+		return nil, false
 	}
-	c.rt.log.Warn("cluster: message not started: its claim keeps changing; it comes again", "message_id", in.MessageID)
-	c.forgetTicket(k, t)
-	_ = c.delivery(t).Nak()
-	return nil, false
+	switch step.Action {
+	case cluster.StartCached:
+		r := t.Claim.Reply
+		return &agent.Result{Text: r.Text, FinishReason: r.FinishReason, Media: r.Media}, true
+	case cluster.StartCancelled:
+		t.Recs = []session.Record{userRecord(in)}
+		res := cancelledBeforeStart
+		return &res, true
+	}
+	return c.started(t, in, step), true
 }
 
 // testHookClaimWrite, set by tests before the node starts, runs before
@@ -661,43 +457,20 @@ func (c *clusterNode) startRun(ctx context.Context, in bus.Inbound) (answer *age
 // (a NATS leader election).
 var testHookClaimWrite func(in bus.Inbound) error
 
-// started records that this worker runs the message (attempt: which
-// run); the answer is non-nil for a message cut short too often.
-func (c *clusterNode) started(t *ticket, in bus.Inbound, cl cluster.Claim, rev uint64, attempt int) *agent.Result {
-	t.claim, t.rev = cl, rev
-	c.mu.Lock()
-	t.state = ticketRunning
-	c.mu.Unlock()
-	t.recs = []session.Record{userRecord(in)}
-	if attempt > 1 {
-		t.recs = append(t.recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
-			Content: fmt.Sprintf("the run of message %s was cut short; run %d of at most %d", in.MessageID, attempt, maxRunAttempts),
-			Extra:   map[string]any{"event": interruptedEvent, "attempt": attempt}})
+// started records the turn's first records (step: which run); the
+// answer is non-nil for a message cut short too often.
+func (c *clusterNode) started(t *cluster.Ticket, in bus.Inbound, step cluster.StartStep) *agent.Result {
+	t.Recs = []session.Record{userRecord(in)}
+	if step.Attempt > 1 {
+		t.Recs = append(t.Recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
+			Content: fmt.Sprintf("the run of message %s was cut short; run %d of at most %d", in.MessageID, step.Attempt, cluster.MaxRunAttempts),
+			Extra:   map[string]any{"event": interruptedEvent, "attempt": step.Attempt}})
 	}
-	if attempt > maxRunAttempts {
+	if step.Interrupted() {
 		return &agent.Result{Text: interruptedTwiceCluster, FinishReason: link.FinishError}
 	}
 	return nil
 }
-
-// workerID names this worker process in claims: the node name and the
-// process's run prefix, so a worker restarted under the same name tells
-// its predecessor's runs (cut short) from its own.
-func (c *clusterNode) workerID() string { return c.node.Name() + "#" + c.rt.runPrefix }
-
-// pause waits d (or until ctx ends) and returns the next, longer wait.
-func pause(ctx context.Context, d time.Duration) time.Duration {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	return min(2*d, 2*time.Second)
-}
-
-// maxRunAttempts: a run cut short is run again once.
-const maxRunAttempts = 2
 
 func userRecord(in bus.Inbound) session.Record {
 	return session.Record{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
@@ -712,66 +485,16 @@ func (c *clusterNode) finish(ctx context.Context, in bus.Inbound, reply *link.Me
 	if t == nil {
 		return false
 	}
-	if t.cached {
+	if t.Cached {
 		return true // answered before: stored already
 	}
-	recs := t.recs
+	recs := t.Recs
 	if len(recs) == 0 { // cancelled while queued: never started
 		recs = []session.Record{userRecord(in)}
 	}
 	recs = append(recs, session.Record{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
 		FinishReason: reply.FinishReason, Media: media})
-	// The turn is in the history before the claim says done: a worker
-	// that finds the claim done (this one's partition moved while NATS
-	// was away) answers from it without writing history, so the history
-	// would otherwise get this turn after the session's later ones.
-	k := msgKey{in.SessionKey, in.MessageID}
-	if err := c.node.AppendHistory(in.SessionKey, recs...).Wait(ctx); err != nil {
-		c.rt.log.Warn("cluster: turn not stored in the session history; not answered here", "message_id", in.MessageID, "err", err)
-		c.forgetTicket(k, t)
-		return false
-	}
-	cl, rev := t.claim, t.rev
-	mine := cl.State == cluster.StateRunning // the run this worker marked running
-retry:
-	for {
-		done := cl
-		done.State, done.Worker = cluster.StateDone, c.workerID()
-		done.Reply = &cluster.Reply{Text: reply.Text, FinishReason: reply.FinishReason, RunID: in.RunID, Media: media}
-		nrev, err := c.node.UpdateClaim(ctx, done, rev)
-		if err == nil {
-			t.claim, t.rev = done, nrev
-			break retry
-		}
-		if ctx.Err() != nil {
-			c.forgetTicket(k, t)
-			return false
-		}
-		if errors.Is(err, cluster.ErrConflict) {
-			cur, crev, found, gerr := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
-			switch {
-			case gerr != nil:
-			case found && cur.State == cluster.StateDone && cur.Worker == c.workerID() && cur.Reply != nil && cur.Reply.RunID == in.RunID:
-				t.claim, t.rev = cur, crev // our write went through; its answer was lost
-				break retry
-			case !found, cur.State == cluster.StateDone,
-				cur.State == cluster.StateRunning && (!mine || cur.Worker != c.workerID() || cur.Attempt != t.claim.Attempt):
-				c.rt.log.Warn("cluster: reply dropped: another worker took the message over",
-					"message_id", in.MessageID, "claim", cur.State, "worker", cur.Worker)
-				c.forgetTicket(k, t)
-				return false
-			default: // cancelled or pending meanwhile (a cancel that lost the race): ours to answer
-				cl, rev = cur, crev
-				continue
-			}
-		}
-		c.rt.log.Warn("cluster: claim not updated; retrying", "message_id", in.MessageID, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	return true
+	return c.claims.Finish(ctx, t, in, recs, cluster.Reply{Text: reply.Text, FinishReason: reply.FinishReason, RunID: in.RunID, Media: media})
 }
 
 // send dispatches a final reply to the edge of its peer and acks the
@@ -779,8 +502,8 @@ retry:
 func (c *clusterNode) sendFinal(ctx context.Context, in bus.Inbound, out bus.Outbound) {
 	c.send(ctx, in, out)
 	if t := c.ticket(in); t != nil {
-		_ = c.delivery(t).Ack()
-		c.forgetTicket(msgKey{in.SessionKey, in.MessageID}, t)
+		_ = c.tickets.Delivery(t).Ack()
+		c.tickets.Forget(cluster.KeyOf(in), t)
 	}
 }
 
@@ -790,59 +513,19 @@ func (c *clusterNode) send(ctx context.Context, in bus.Inbound, out bus.Outbound
 		return
 	}
 	if err != nil || edge == "" {
-		ch := c.rt.channels[out.ChannelID]
-		if ch == nil {
-			return
-		}
 		detail := "no edge holds the peer; the device gets the reply when it resends the message"
 		if err != nil {
 			detail = err.Error() + "; the device gets the reply when it resends the message"
 		}
-		c.rt.metrics.unclaimed.Inc(ch.id)
-		ch.events.Add(events.Event{Event: events.OutboundUnclaimed, PeerID: out.PeerID, SessionID: out.SessionKey,
-			MessageID: out.MessageID, RunID: out.RunID, Preview: out.Text, Detail: detail})
+		c.host.unclaimed(out, detail)
 	}
 }
 
 // keepInProgress tells JetStream that every message held is still being
 // worked on, so none is redelivered while its run goes on.
 func (c *clusterNode) keepInProgress(context.Context) {
-	c.mu.Lock()
-	ds := make([]*cluster.Delivery, 0, len(c.tickets))
-	for _, t := range c.tickets {
-		ds = append(ds, t.d)
-	}
-	c.mu.Unlock()
-	for _, d := range ds {
+	for _, d := range c.tickets.Deliveries() {
 		_ = d.InProgress()
-	}
-}
-
-func (c *clusterNode) unfinished(p int) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, t := range c.tickets {
-		if t.d.Partition == p {
-			n++
-		}
-	}
-	return n
-}
-
-// lost drops the queued tickets of a partition this worker no longer
-// owns: their copies in the router are not run (startRun), and a later
-// delivery (this worker took the partition again) queues copies of its
-// own, in stream order. A ticket starting or running is kept: its claim
-// may say it runs here, and a later delivery must find it rather than
-// run it a second time as "this worker's own write".
-func (c *clusterNode) lost(p int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, t := range c.tickets {
-		if t.d.Partition == p && t.state == ticketQueued {
-			delete(c.tickets, k)
-		}
 	}
 }
 

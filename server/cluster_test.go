@@ -118,10 +118,8 @@ func dropLease(t *testing.T, ts *testServer, js jetstream.JetStream) {
 }
 
 // heldTicket is the ticket the worker holds for a message, nil for none.
-func heldTicket(c *clusterNode, session, messageID string) *ticket {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.tickets[msgKey{session, messageID}]
+func heldTicket(c *clusterNode, session, messageID string) *cluster.Ticket {
+	return c.tickets.Held(cluster.Key{Session: session, MessageID: messageID})
 }
 
 // until reads frames until want has seen what it waits for (true), for

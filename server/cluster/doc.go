@@ -21,4 +21,12 @@
 // The new owner makes a consumer of its own at the earlier consumers' ack
 // floor and deletes them, so the messages of a session come again in
 // stream order and the old owner can no longer pull them (DESIGN.md).
+//
+// The claim's state machine is pure (claim.go): DecideStart,
+// AfterStartWrite, DecideFinishConflict, DecideAccept and DecideCancel
+// say what to do from the claim read and the last write's result. A
+// worker's Claimer (worker.go) does the reads and writes they name for
+// the deliveries its Tickets hold; an edge's Waits (edge.go) is its book
+// of messages acked and not answered yet. Package server's cluster glue
+// runs the messages and talks to the devices.
 package cluster

@@ -1,0 +1,226 @@
+package cluster
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"termlink/server/bus"
+)
+
+// Key names a message: its session and id.
+type Key struct{ Session, MessageID string }
+
+// KeyOf is in's key.
+func KeyOf(in bus.Inbound) Key { return Key{in.SessionKey, in.MessageID} }
+
+// Waits is an edge's book of what it owes devices: the messages it
+// acked (or is acking) and has not answered yet, per session; per
+// session a message whose accept failed (later ones wait for it); the
+// presence revision of each peer it holds. Safe for concurrent use.
+type Waits struct {
+	mu      sync.Mutex
+	waiting map[Key]*edgeWait    // acked to a device here, reply not yet sent
+	bySess  map[string]int       // len(waiting) per session
+	failed  map[string]failedMsg // per session, a message whose accept failed (HoldBack)
+	present map[string]uint64    // per channel+peer held here, its presence revision
+}
+
+type failedMsg struct{ id, channel, peer string }
+
+// edgeWait is a message an edge acked and has not answered yet.
+type edgeWait struct {
+	channel, peer string
+	since         time.Time
+	checked       time.Time
+	acking        bool          // the ack is not written yet
+	parked        *bus.Outbound // a reply that came before the ack
+}
+
+// NewWaits makes an empty book.
+func NewWaits() *Waits {
+	return &Waits{waiting: map[Key]*edgeWait{}, bySess: map[string]int{}, failed: map[string]failedMsg{}, present: map[string]uint64{}}
+}
+
+// Len is the number of messages waited on.
+func (w *Waits) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.waiting)
+}
+
+// HoldBack names the message of in's session whose accept failed, if it
+// is not in: in must not overtake it ("" when in may go). A failed
+// publish may still be stored later (JetStream stores a message whose
+// ack was lost in a leader election), after a message behind it that
+// went through: the session would run out of order. A message refused
+// busy would be overtaken too by the next one, already sent, if a place
+// freed meanwhile.
+func (w *Waits) HoldBack(in bus.Inbound) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if f, ok := w.failed[in.SessionKey]; ok && f.id != in.MessageID {
+		return f.id
+	}
+	return ""
+}
+
+// Accepted records the outcome of in's accept: a failure holds the
+// session's later messages back until in is accepted.
+func (w *Waits) Accepted(in bus.Inbound, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.failed[in.SessionKey] = failedMsg{in.MessageID, in.ChannelID, in.PeerID}
+	} else if w.failed[in.SessionKey].id == in.MessageID {
+		delete(w.failed, in.SessionKey)
+	}
+}
+
+// Admit applies the bounds (per session, in all) to the messages
+// waited on and, within them, starts waiting on in with its ack not
+// written yet, in one step: two accepts cannot both take the last place.
+// Refused, it says why.
+func (w *Waits) Admit(in bus.Inbound, perSession, total int) (refused string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := w.bySess[in.SessionKey]; n >= perSession {
+		return fmt.Sprintf("session %s has %d messages waiting (maxWaitingPerSession)", in.SessionKey, n)
+	}
+	if len(w.waiting) >= total {
+		return fmt.Sprintf("the server has %d messages waiting (maxWaitingRuns)", len(w.waiting))
+	}
+	w.waitLocked(in, true)
+	return ""
+}
+
+// Wait records that the edge waits on in's reply; acking: its ack is
+// still to be written, and a reply must not overtake it.
+func (w *Waits) Wait(in bus.Inbound, acking bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.waitLocked(in, acking)
+}
+
+func (w *Waits) waitLocked(in bus.Inbound, acking bool) {
+	k := KeyOf(in)
+	if w.waiting[k] == nil {
+		w.waiting[k] = &edgeWait{channel: in.ChannelID, peer: in.PeerID, since: time.Now(), acking: acking}
+		w.bySess[k.Session]++
+	}
+}
+
+// Acked says k's ack is written; it returns a reply that came first,
+// to be sent now.
+func (w *Waits) Acked(k Key) *bus.Outbound {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e := w.waiting[k]
+	var parked *bus.Outbound
+	if e != nil {
+		e.acking, parked, e.parked = false, e.parked, nil
+	}
+	return parked
+}
+
+// Done forgets a message waited on; false if it was not.
+func (w *Waits) Done(k Key) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.doneLocked(k)
+}
+
+func (w *Waits) doneLocked(k Key) bool {
+	if w.waiting[k] == nil {
+		return false
+	}
+	delete(w.waiting, k)
+	if w.bySess[k.Session]--; w.bySess[k.Session] <= 0 {
+		delete(w.bySess, k.Session)
+	}
+	return true
+}
+
+// Final takes a final reply: send, it is to be sent to the device now
+// (and is no longer waited on); false, it was parked (its ack is not
+// written yet: Acked returns it) or is not waited on here (a second
+// copy, or its device left: it gets it from its claim when it resends).
+func (w *Waits) Final(out bus.Outbound) (send bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := Key{out.SessionKey, out.MessageID}
+	if e := w.waiting[k]; e != nil && e.acking {
+		e.parked = &out // the accept sends it after the ack
+		return false
+	}
+	return w.doneLocked(k)
+}
+
+// Disconnected forgets what a peer's connection waited on (the device
+// resends it wherever it reconnects) and its presence.
+func (w *Waits) Disconnected(channel, peer string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for key, f := range w.failed {
+		if f.channel == channel && f.peer == peer {
+			delete(w.failed, key)
+		}
+	}
+	for k, e := range w.waiting {
+		if e.channel == channel && e.peer == peer {
+			w.doneLocked(k)
+		}
+	}
+	delete(w.present, channel+"\n"+peer)
+}
+
+// Present records that the edge holds the peer since presence revision
+// rev.
+func (w *Waits) Present(channel, peer string, rev uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.present[channel+"\n"+peer] = rev
+}
+
+// Newer reports a presence change at rev newer than the connection the
+// edge holds for the peer (an older one is a watch running late).
+func (w *Waits) Newer(channel, peer string, rev uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return rev > w.present[channel+"\n"+peer]
+}
+
+// Due lists up to max messages waited on for longer than age and not
+// checked for as long (it marks them checked at now).
+func (w *Waits) Due(now time.Time, age time.Duration, max int) []Key {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var due []Key
+	for k, e := range w.waiting {
+		if now.Sub(e.since) > age && now.Sub(e.checked) > age {
+			e.checked = now
+			due = append(due, k)
+			if len(due) == max {
+				break
+			}
+		}
+	}
+	return due
+}
+
+// Waiter is who waits on a message and since when.
+type Waiter struct {
+	Channel, Peer string
+	Since         time.Time
+}
+
+// Waiting says who waits on k; false if the edge does not.
+func (w *Waits) Waiting(k Key) (Waiter, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e := w.waiting[k]
+	if e == nil {
+		return Waiter{}, false
+	}
+	return Waiter{e.channel, e.peer, e.since}, true
+}

@@ -1,0 +1,180 @@
+package cluster
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"termlink/server/bus"
+)
+
+func inbound(session, id string) bus.Inbound {
+	return bus.Inbound{ChannelID: "c", PeerID: "p", SessionKey: session, MessageID: id}
+}
+
+func TestWaitsHoldBackUntilTheFailedOneIsAccepted(t *testing.T) {
+	w := NewWaits()
+	a, b := inbound("s", "A"), inbound("s", "B")
+	w.Accepted(a, errors.New("publish: no answer"))
+	if got := w.HoldBack(b); got != "A" {
+		t.Fatalf("HoldBack(B) after A failed = %q; want A", got)
+	}
+	if got := w.HoldBack(a); got != "" {
+		t.Fatalf("HoldBack(A) = %q; the failed message itself may go", got)
+	}
+	if got := w.HoldBack(inbound("other", "X")); got != "" {
+		t.Fatalf("another session held back by %q", got)
+	}
+	w.Accepted(b, nil) // B is not the failed one: A still holds the session
+	if got := w.HoldBack(b); got != "A" {
+		t.Fatalf("after B's accept HoldBack = %q; want A still", got)
+	}
+	w.Accepted(a, nil)
+	if got := w.HoldBack(b); got != "" {
+		t.Fatalf("after A's accept HoldBack = %q; want none", got)
+	}
+	w.Accepted(a, errors.New("busy"))
+	w.Disconnected("c", "p")
+	if got := w.HoldBack(b); got != "" {
+		t.Fatalf("after the peer left HoldBack = %q; want none (it resends)", got)
+	}
+}
+
+func TestWaitsAdmitBounds(t *testing.T) {
+	w := NewWaits()
+	if r := w.Admit(inbound("s", "1"), 2, 3); r != "" {
+		t.Fatal(r)
+	}
+	if r := w.Admit(inbound("s", "2"), 2, 3); r != "" {
+		t.Fatal(r)
+	}
+	if r := w.Admit(inbound("s", "3"), 2, 3); r == "" {
+		t.Fatal("a third message of a session admitted past maxWaitingPerSession 2")
+	}
+	if r := w.Admit(inbound("t", "1"), 2, 3); r != "" {
+		t.Fatal(r)
+	}
+	if r := w.Admit(inbound("u", "1"), 2, 3); r == "" {
+		t.Fatal("a fourth message admitted past maxWaitingRuns 3")
+	}
+	if !w.Done(Key{"s", "1"}) || w.Done(Key{"s", "1"}) {
+		t.Fatal("Done: true once for a message waited on, then false")
+	}
+	if r := w.Admit(inbound("s", "3"), 2, 3); r != "" {
+		t.Fatalf("after a place freed: %s", r)
+	}
+}
+
+// Admit takes a place in one step: of many accepts racing for the last
+// places, exactly as many as there are places get one (the edge once let
+// 4097 of 4096 through).
+func TestWaitsAdmitRace(t *testing.T) {
+	w := NewWaits()
+	const places, tries = 64, 256
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted := 0
+	for i := range tries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if w.Admit(inbound("s"+strconv.Itoa(i%26), strconv.Itoa(i)), tries, places) == "" {
+				mu.Lock()
+				admitted++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted != places || w.Len() != places {
+		t.Fatalf("admitted %d, waiting %d; want %d", admitted, w.Len(), places)
+	}
+}
+
+func TestWaitsReplyBeforeAckIsParked(t *testing.T) {
+	w := NewWaits()
+	in := inbound("s", "m")
+	if r := w.Admit(in, 8, 8); r != "" { // acking
+		t.Fatal(r)
+	}
+	out := bus.Outbound{Kind: bus.Final, SessionKey: "s", MessageID: "m", Text: "hi"}
+	if w.Final(out) {
+		t.Fatal("a reply before the ack is to be sent")
+	}
+	parked := w.Acked(KeyOf(in))
+	if parked == nil || parked.Text != "hi" {
+		t.Fatalf("Acked returned %v; want the parked reply", parked)
+	}
+	if !w.Final(*parked) {
+		t.Fatal("the parked reply, after the ack, is not to be sent")
+	}
+	if w.Final(*parked) {
+		t.Fatal("a second copy of the reply is to be sent")
+	}
+	w.Wait(in, false)
+	if w.Acked(KeyOf(in)) != nil {
+		t.Fatal("Acked returned a reply when none was parked")
+	}
+	if !w.Final(out) {
+		t.Fatal("a reply after the ack is not to be sent")
+	}
+}
+
+func TestWaitsDisconnectedForgetsThePeer(t *testing.T) {
+	w := NewWaits()
+	w.Wait(inbound("s", "1"), false)
+	other := bus.Inbound{ChannelID: "c", PeerID: "q", SessionKey: "s2", MessageID: "1"}
+	w.Wait(other, false)
+	w.Present("c", "p", 5)
+	w.Disconnected("c", "p")
+	if _, ok := w.Waiting(Key{"s", "1"}); ok {
+		t.Fatal("the peer's message is still waited on")
+	}
+	if _, ok := w.Waiting(KeyOf(other)); !ok {
+		t.Fatal("another peer's message was forgotten")
+	}
+	if !w.Newer("c", "p", 1) {
+		t.Fatal("the presence of a peer that left still counts")
+	}
+	if w.Admit(inbound("s", "2"), 1, 8) != "" {
+		t.Fatal("the session's count was not freed")
+	}
+}
+
+func TestWaitsPresence(t *testing.T) {
+	w := NewWaits()
+	w.Present("c", "p", 7)
+	if w.Newer("c", "p", 7) || w.Newer("c", "p", 3) {
+		t.Fatal("a presence change no newer than the connection held counts as newer")
+	}
+	if !w.Newer("c", "p", 8) {
+		t.Fatal("a newer presence change does not count")
+	}
+}
+
+func TestWaitsDue(t *testing.T) {
+	w := NewWaits()
+	for _, id := range []string{"1", "2", "3"} {
+		w.Wait(inbound("s", id), false)
+	}
+	now := time.Now()
+	if due := w.Due(now, time.Second, 8); len(due) != 0 {
+		t.Fatalf("due at once: %v", due)
+	}
+	later := now.Add(2 * time.Second)
+	if due := w.Due(later, time.Second, 2); len(due) != 2 {
+		t.Fatalf("due %v; want 2 (the max)", due)
+	}
+	if due := w.Due(later, time.Second, 8); len(due) != 1 {
+		t.Fatalf("due %v; want the 1 not checked yet", due)
+	}
+	if due := w.Due(later.Add(2*time.Second), time.Second, 8); len(due) != 3 {
+		t.Fatalf("due %v; want all 3 again after age", due)
+	}
+	wt, ok := w.Waiting(Key{"s", "1"})
+	if !ok || wt.Channel != "c" || wt.Peer != "p" || wt.Since.IsZero() {
+		t.Fatalf("Waiting = %+v %v", wt, ok)
+	}
+}

@@ -1,0 +1,195 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"termlink/server/bus"
+	"termlink/server/session"
+)
+
+// Claimer is a worker's side of the claims: it starts and finishes the
+// messages its partitions deliver. The claim's state machine (claim.go)
+// decides; the Claimer does the reads, writes and pauses it names.
+type Claimer struct {
+	node    *Node
+	tickets *Tickets
+	me      string
+	log     *slog.Logger
+	hook    func(bus.Inbound) error
+
+	// For /metrics: runs started again (their worker died), lost
+	// compare-and-sets, answered messages answered again from the claim.
+	Reruns, Conflicts, Resent atomic.Uint64
+}
+
+// NewClaimer makes the claimer of worker process me (its node name and
+// run prefix: see DecideStart) holding tickets. writeHook, if not nil,
+// runs before each claim write of a start; an error stands for a write
+// that failed (tests: a NATS leader election).
+func NewClaimer(n *Node, tickets *Tickets, me string, log *slog.Logger, writeHook func(bus.Inbound) error) *Claimer {
+	return &Claimer{node: n, tickets: tickets, me: me, log: log, hook: writeHook}
+}
+
+// Me names this worker process in claims.
+func (w *Claimer) Me() string { return w.me }
+
+// Start decides, by the message's claim, what the turn of in (held by
+// ticket t, starting) is, and marks the claim running (compare-and-set:
+// one worker starts a message). The step's action is StartStarted (run
+// it: t is running, its claim written), StartCached (t.Claim has the
+// reply) or StartCancelled. ok false: not to be run here (stopping, the
+// partition moved, or its claim keeps changing: it comes again).
+func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step StartStep, ok bool) {
+	k := KeyOf(in)
+	cl, rev := t.Claim, t.Rev
+	read := false // the first try creates the claim without reading it
+	wait := 100 * time.Millisecond
+	conflicts := 0
+	for {
+		if ctx.Err() != nil || !w.node.Owns(w.tickets.Delivery(t).Partition) {
+			// Stopping, or the partition moved while the claim could
+			// not be written: the next owner runs it (and finds it
+			// running here, cut short, if a write that failed was
+			// stored after all).
+			w.tickets.Forget(k, t)
+			return StartStep{}, false
+		}
+		if read {
+			cur, crev, found, err := w.node.GetClaim(ctx, in.SessionKey, in.MessageID)
+			if err != nil {
+				// NATS trouble: this session waits here (its later
+				// messages must not overtake this one); the message
+				// stays in progress meanwhile.
+				w.log.Warn("cluster: cannot read a claim; retrying", "message_id", in.MessageID, "err", err)
+				wait = pause(ctx, wait)
+				continue
+			}
+			if found {
+				cl, rev = cur, crev
+			} else {
+				cl, rev = t.Claim, 0
+			}
+			read = false
+		}
+		step := DecideStart(cl, w.me, in.RunID)
+		switch step.Action {
+		case StartStarted: // our own write, whose answer was lost
+			w.started(t, step.Claim, rev)
+			return step, true
+		case StartCached:
+			w.Resent.Add(1)
+			t.Claim, t.Rev, t.Cached = cl, rev, true
+			return step, true
+		case StartCancelled:
+			t.Claim, t.Rev = cl, rev
+			return step, true
+		}
+		var nrev uint64
+		var err error
+		if w.hook != nil {
+			err = w.hook(in)
+		}
+		if err == nil {
+			nrev, err = w.node.UpdateClaim(ctx, step.Claim, rev)
+		}
+		var next AfterWrite
+		next, conflicts = AfterStartWrite(WriteResultOf(err), conflicts)
+		switch next {
+		case AfterReread: // changed since read: read it again
+			w.Conflicts.Add(1)
+			read = true
+			continue
+		case AfterGiveUp:
+			w.Conflicts.Add(1)
+			w.log.Warn("cluster: message not started: its claim keeps changing; it comes again", "message_id", in.MessageID)
+			w.tickets.Forget(k, t)
+			_ = w.tickets.Delivery(t).Nak()
+			return StartStep{}, false
+		case AfterPauseRead:
+			w.log.Warn("cluster: cannot write a claim; retrying", "message_id", in.MessageID, "err", err)
+			wait = pause(ctx, wait)
+			read = true // it may have been written: see
+			continue
+		}
+		if step.Attempt > 1 {
+			w.Reruns.Add(1)
+		}
+		w.started(t, step.Claim, nrev)
+		step.Action = StartStarted
+		return step, true
+	}
+}
+
+// started records that this worker runs t's message under claim cl.
+func (w *Claimer) started(t *Ticket, cl Claim, rev uint64) {
+	t.Claim, t.Rev = cl, rev
+	w.tickets.Running(t)
+}
+
+// Finish records a reply: the turn's records in the session history,
+// then the claim set to done with the reply, both stored before it is
+// sent. ok false: not stored, or another worker took the message over
+// meanwhile and answers it.
+func (w *Claimer) Finish(ctx context.Context, t *Ticket, in bus.Inbound, recs []session.Record, reply Reply) bool {
+	// The turn is in the history before the claim says done: a worker
+	// that finds the claim done (this one's partition moved while NATS
+	// was away) answers from it without writing history, so the history
+	// would otherwise get this turn after the session's later ones.
+	k := KeyOf(in)
+	if err := w.node.AppendHistory(in.SessionKey, recs...).Wait(ctx); err != nil {
+		w.log.Warn("cluster: turn not stored in the session history; not answered here", "message_id", in.MessageID, "err", err)
+		w.tickets.Forget(k, t)
+		return false
+	}
+	cl, rev := t.Claim, t.Rev
+	for {
+		done := Done(cl, w.me, reply)
+		nrev, err := w.node.UpdateClaim(ctx, done, rev)
+		if err == nil {
+			t.Claim, t.Rev = done, nrev
+			return true
+		}
+		if ctx.Err() != nil {
+			w.tickets.Forget(k, t)
+			return false
+		}
+		if errors.Is(err, ErrConflict) {
+			cur, crev, found, gerr := w.node.GetClaim(ctx, in.SessionKey, in.MessageID)
+			if gerr == nil {
+				switch DecideFinishConflict(cur, found, t.Claim, w.me, in.RunID) {
+				case FinishWritten: // our write went through; its answer was lost
+					t.Claim, t.Rev = cur, crev
+					return true
+				case FinishDropped:
+					w.log.Warn("cluster: reply dropped: another worker took the message over",
+						"message_id", in.MessageID, "claim", cur.State, "worker", cur.Worker)
+					w.tickets.Forget(k, t)
+					return false
+				case FinishRetry: // cancelled or pending meanwhile (a cancel that lost the race): ours to answer
+					cl, rev = cur, crev
+					continue
+				}
+			}
+		}
+		w.log.Warn("cluster: claim not updated; retrying", "message_id", in.MessageID, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// pause waits d (or until ctx ends) and returns the next, longer wait.
+func pause(ctx context.Context, d time.Duration) time.Duration {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return min(2*d, 2*time.Second)
+}
