@@ -116,13 +116,37 @@ func OpenReader(ctx context.Context, cfg config.Cluster, log *slog.Logger) (*Nod
 	if err != nil {
 		return nil, err
 	}
-	if n.hist, err = n.js.Stream(ctx, HistStream); err != nil {
-		n.nc.Close()
-		return nil, fmt.Errorf("cluster: stream %s: %w", HistStream, err)
+	// As in Open: a JetStream that is electing its leader (a node just
+	// restarted, or the cluster just started) answers "no responders" or
+	// not at all; ask again for a while. A stream that is not there is
+	// an answer, not a wait.
+	ready, cancel := context.WithTimeout(ctx, readerReadyWait)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		actx, acancel := context.WithTimeout(ready, 5*time.Second)
+		n.hist, err = n.js.Stream(actx, HistStream)
+		acancel()
+		if err == nil {
+			break
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) || ready.Err() != nil {
+			n.nc.Close()
+			return nil, fmt.Errorf("cluster: stream %s: %w", HistStream, err)
+		}
+		n.log.Warn("cluster: JetStream not ready; retrying", "attempt", attempt, "err", err)
+		select {
+		case <-ready.Done():
+			n.nc.Close()
+			return nil, fmt.Errorf("cluster: stream %s: JetStream not ready within %s: %w", HistStream, readerReadyWait, err)
+		case <-time.After(time.Duration(min(attempt, 5)) * 200 * time.Millisecond):
+		}
 	}
 	n.bgCtx, n.stopBg = context.WithCancel(context.Background())
 	return n, nil
 }
+
+// readerReadyWait is how long OpenReader waits for JetStream to answer.
+const readerReadyWait = 30 * time.Second
 
 func connect(cfg config.Cluster, log *slog.Logger) (*Node, error) {
 	if log == nil {
