@@ -327,6 +327,26 @@ func (d *device) waitReplies(ids []string, timeout time.Duration) {
 	})
 }
 
+// stateSince returns the i-th (from 0) event of state s at or after
+// since, or the zero Event.
+func (d *device) stateSince(s link.State, since time.Time, i int) link.Event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stateSinceLocked(s, since, i)
+}
+
+func (d *device) stateSinceLocked(s link.State, since time.Time, i int) link.Event {
+	for _, e := range d.states {
+		if e.State == s && !e.Time.Before(since) {
+			if i == 0 {
+				return e
+			}
+			i--
+		}
+	}
+	return link.Event{}
+}
+
 // waitState waits for a state event after since; it returns its time.
 func (d *device) waitState(s link.State, since time.Time, timeout time.Duration) time.Time {
 	d.t.Helper()

@@ -179,6 +179,26 @@ func runTask(t *testing.T, r *Runner, session, task string) (agent.Result, *prog
 	return res, p
 }
 
+// runGuard bounds a run whose command waits MaxDuration (60 s) when the
+// behaviour under test must cut that wait short: a hang guard, far from
+// both the second such a run takes and the minute it takes without it.
+const runGuard = 30 * time.Second
+
+// runWithin runs req and fails the test if Run has not returned within
+// runGuard.
+func runWithin(t *testing.T, r *Runner, ctx context.Context, req agent.Request, progress agent.Progress) agent.Result {
+	t.Helper()
+	done := make(chan agent.Result, 1)
+	go func() { done <- r.Run(ctx, req, progress) }()
+	select {
+	case res := <-done:
+		return res
+	case <-time.After(runGuard):
+		t.Fatalf("Run(%q) did not return within %v", req.Text, runGuard)
+		return agent.Result{}
+	}
+}
+
 // screenOf returns the terminal state part of a request.
 func screenOf(req string) string {
 	_, s, _ := strings.Cut(req, "Current terminal state:\n")

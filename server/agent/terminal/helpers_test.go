@@ -86,6 +86,31 @@ func (l *logRecorder) has(s string) bool {
 	return false
 }
 
+// all returns what was logged so far.
+func (l *logRecorder) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.recs...)
+}
+
+// wantOrder fails the test unless each of want was logged, in this order.
+func (l *logRecorder) wantOrder(t *testing.T, want ...string) {
+	t.Helper()
+	recs, i := l.all(), 0
+	for _, r := range recs {
+		if i < len(want) && r == want[i] {
+			i++
+		}
+	}
+	if i < len(want) {
+		t.Errorf("log lacks %q (in order %q): %q", want[i], want, recs)
+	}
+}
+
+// msgLeftBehind is what the runner logs when it kills the group because
+// processes the agent left behind hold its output past the grace.
+const msgLeftBehind = "INFO processes the agent left behind hold its output open; killing its process group"
+
 // fixture is a workspace and a runner.
 type fixture struct {
 	t    *testing.T
