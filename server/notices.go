@@ -87,8 +87,9 @@ type noticeOptions struct {
 	NoSync bool
 	// MaxPerPeer is the bound of a channel's mailboxes.
 	MaxPerPeer func(channelID string) int
-	// Wake tells the channel's live connection of peer that notices are
-	// due; it reports whether the peer is online and takes notices.
+	// Wake pushes the notices due for peer into the channel's live
+	// connection of peer; it reports whether the peer is online and takes
+	// notices.
 	Wake func(channelID, peerID string) bool
 	// Event records a channel event.
 	Event func(channelID string, e events.Event)
@@ -620,7 +621,7 @@ func (ns *Notices) due(channel, peer string, after uint64, limit int, now time.T
 	return frames, ids, last, false
 }
 
-// markSent records that ids were written to peer's connection.
+// markSent records that ids were queued on peer's connection.
 func (ns *Notices) markSent(channel, peer string, ids []string, at time.Time) {
 	for _, id := range ids {
 		ns.mu.Lock()
