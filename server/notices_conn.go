@@ -102,7 +102,7 @@ func (rt *Runtime) noticeOptions(noSync bool, log *slog.Logger) noticeOptions {
 				ch.events.Add(e)
 			}
 		},
-		Wake: func(chID, peerID string) bool {
+		Push: func(chID, peerID string) bool {
 			if ch := rt.channels[chID]; ch != nil {
 				if a, ok := ch.adapter.(*terminalAdapter); ok {
 					return a.pushNotices(peerID)
