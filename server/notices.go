@@ -87,9 +87,10 @@ type noticeOptions struct {
 	NoSync bool
 	// MaxPerPeer is the bound of a channel's mailboxes.
 	MaxPerPeer func(channelID string) int
-	// Wake tells the channel's live connection of peer that notices are
-	// due; it reports whether the peer is online and takes notices.
-	Wake func(channelID, peerID string) bool
+	// Push pushes the notices due for peer into the channel's live
+	// connection of peer; it reports whether the peer is online and takes
+	// notices.
+	Push func(channelID, peerID string) bool
 	// Event records a channel event.
 	Event func(channelID string, e events.Event)
 	// Changed is told of each peer whose count of open notices changed
@@ -480,7 +481,7 @@ type createResult struct {
 }
 
 // create puts a new notice in the mailboxes of peers (no duplicates),
-// durably, then wakes those online. A peer whose mailbox is full is
+// durably, then pushes it to those online. A peer whose mailbox is full is
 // skipped; when every peer is, the error is a *mailboxFullError.
 func (ns *Notices) create(channel string, peers []string, sp noticeSpec) (createResult, error) {
 	ns.createMu.Lock()
@@ -515,9 +516,9 @@ func (ns *Notices) create(channel string, peers []string, sp noticeSpec) (create
 	}
 	ns.event(channel, events.Event{Event: "notice_created", MessageID: res.NoticeID, Preview: events.Preview(sp.Text),
 		Detail: fmt.Sprintf("source=%s targets=%d skipped=%d priority=%s", sp.Source, len(res.Targets), len(res.Skipped), sp.Priority)})
-	if ns.opt.Wake != nil {
+	if ns.opt.Push != nil {
 		for _, p := range res.Targets {
-			if ns.opt.Wake(channel, p) {
+			if ns.opt.Push(channel, p) {
 				res.Online++
 			}
 		}
@@ -620,7 +621,7 @@ func (ns *Notices) due(channel, peer string, after uint64, limit int, now time.T
 	return frames, ids, last, false
 }
 
-// markSent records that ids were written to peer's connection.
+// markSent records that ids were queued on peer's connection.
 func (ns *Notices) markSent(channel, peer string, ids []string, at time.Time) {
 	for _, id := range ids {
 		ns.mu.Lock()

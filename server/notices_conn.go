@@ -11,65 +11,59 @@ import (
 
 // Notice delivery on a device connection. Only a connection whose connect
 // listed "notice" takes part. It keeps a cursor (noticeSeq): the created
-// number of the last notice it sent. Notices are numbered in created
+// number of the last notice queued on it. Notices are numbered in created
 // order, so the ones it owes are exactly its peer's open notices numbered
-// above the cursor; the connection's single writer takes them from the
-// mailbox itself (takeNotices), after connected, a bounded number per
-// batch. A new connection starts at 0, which is the resend on reconnect;
-// an ack takes a notice out of the mailbox for good.
+// above the cursor. The mailbox side pushes them into the connection's
+// queue, as the dispatcher pushes replies: at connect (pushed behind
+// connected, which they wait for) and whenever a notice is created for
+// the peer while it is online. The writer only writes them, a bounded
+// number per batch; it never calls the mailbox. A new connection starts
+// at 0, which is the resend on reconnect; an ack takes a notice out of
+// the mailbox for good.
 
-// noticesOnConnect arms delivery for a connection that listed "notice":
-// every open notice of its peer goes out after connected.
+// noticesOnConnect queues every open notice of c's peer behind connected,
+// if c listed "notice".
 func (c *wsConn) noticesOnConnect() {
 	if c.notice {
-		c.wakeNotices()
+		c.pushNotices(c.a.rt.notices)
 	}
 }
 
-// wakeNotices tells c's writer to look in the mailbox.
-func (c *wsConn) wakeNotices() {
+// pushNotices queues on c the notices of its peer it has not queued yet
+// and records them as sent: each is the connection's to write now, and
+// the next connection sends again whatever is not acked.
+func (c *wsConn) pushNotices(ns *Notices) {
+	var ids []string
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closing {
-		return
+	if c.state < connClosing {
+		for more := true; more; {
+			var frames [][]byte
+			var next []string
+			frames, next, c.noticeSeq, more = ns.due(c.a.id, c.peerID, c.noticeSeq, c.max, time.Now())
+			c.notices = append(c.notices, frames...)
+			ids = append(ids, next...)
+		}
+		if len(ids) > 0 {
+			c.startWriterLocked()
+		}
 	}
-	c.noticesDue = true
-	c.startWriterLocked()
+	c.mu.Unlock()
+	if len(ids) > 0 {
+		ns.markSent(c.a.id, c.peerID, ids, time.Now())
+	}
 }
 
-// wakeNotices is the mailbox's wake-up for peer; it reports whether the
+// pushNotices is the mailbox's push for peer; it reports whether the
 // peer is connected and takes notices.
-func (a *terminalAdapter) wakeNotices(peerID string) bool {
+func (a *terminalAdapter) pushNotices(peerID string) bool {
 	a.mu.Lock()
 	c := a.peers[peerID]
 	a.mu.Unlock()
 	if c == nil || !c.notice {
 		return false
 	}
-	c.wakeNotices()
+	c.pushNotices(a.rt.notices)
 	return true
-}
-
-// takeNotices (the writer, without c.mu) fills b with the notices due.
-func (c *wsConn) takeNotices(b *batch) {
-	if !b.fetchNotices {
-		return
-	}
-	ns := c.a.rt.notices
-	var more bool
-	b.notices, b.noticeIDs, c.noticeSeq, more = ns.due(c.a.id, c.peerID, c.noticeSeq, c.max, time.Now())
-	if more {
-		c.mu.Lock()
-		c.noticesDue = true // the writer loops until every due notice is out
-		c.mu.Unlock()
-	}
-}
-
-// sentNotices (the writer) records the notices b carried as sent.
-func (c *wsConn) sentNotices(b *batch) {
-	if len(b.noticeIDs) > 0 {
-		c.a.rt.notices.markSent(c.a.id, c.peerID, b.noticeIDs, time.Now())
-	}
 }
 
 // handleNoticeAck takes a device's notice_ack out of the mailbox.
@@ -108,10 +102,10 @@ func (rt *Runtime) noticeOptions(noSync bool, log *slog.Logger) noticeOptions {
 				ch.events.Add(e)
 			}
 		},
-		Wake: func(chID, peerID string) bool {
+		Push: func(chID, peerID string) bool {
 			if ch := rt.channels[chID]; ch != nil {
 				if a, ok := ch.adapter.(*terminalAdapter); ok {
-					return a.wakeNotices(peerID)
+					return a.pushNotices(peerID)
 				}
 			}
 			return false

@@ -43,6 +43,14 @@ import (
 //     silently for a reconnect would leave it stuck.
 //   - latest: progress, one slot per message, the latest text wins; it is
 //     never queued beyond that and never counts toward dropping.
+//   - notices: pushed by the mailbox side (notices_conn.go), like replies;
+//     at most the peer's mailbox bound, since each is an open notice
+//     queued once. The writer never calls a store.
+//
+// What may be written is one state (connState, moved only by nextState):
+// open (frames only: replies, progress and notices wait for connected),
+// greeted, closing (nothing more is taken; what is queued goes, then the
+// close frame) and closed (nothing more is written).
 //
 // The only reason to drop a device as slow is a write that makes no
 // progress for the write timeout.
@@ -69,13 +77,13 @@ type wsConn struct {
 	stepDone    chan bool     // where the running step reports
 	rate        *tokenBucket
 	routes      routeMemory
-	noticeSeq   uint64 // writer-only: the last notice this connection sent (notices_conn.go)
 
 	space      chan struct{} // cap 1: the writer took the reader's frames, or stopped
 	readerDone chan struct{} // the reader has stopped
 
 	// Guarded by mu. An idle connection holds none of these buffers.
 	mu         sync.Mutex
+	state      connState
 	max        int // bound of frames and of latest's messages
 	maxReplies int
 	frames     []outFrame
@@ -83,15 +91,73 @@ type wsConn struct {
 	owed       []string
 	latest     map[string][]byte
 	order      []string      // message ids in latest, oldest first
-	closing    bool          // no more frames are taken
+	notices    [][]byte      // encoded notice frames (notices_conn.go)
+	noticeSeq  uint64        // the last notice queued here (notices_conn.go)
 	closeFrame []byte        // due once what is queued is written
 	cause      string        // why the server ended it (the first reason wins)
-	writing    bool          // a writer runs
-	writerDone chan struct{} // closed when that writer returns
-	stopped    bool          // the close frame is written or a write failed: no writer runs again
-	readerGone bool          // the reader has stopped: only a close frame is still written
-	greeted    bool          // connected is written: replies and progress may go
-	noticesDue bool          // the mailbox may hold notices this connection has not sent
+	writerDone chan struct{} // non-nil while a writer runs; closed when it returns
+}
+
+// connState is what the writer may write; see wsConn.
+type connState uint8
+
+const (
+	connOpen    connState = iota // frames go; replies, progress and notices wait for connected
+	connGreeted                  // the writer took connected: everything goes
+	connClosing                  // nothing more is taken: what is queued goes, then the close frame
+	connClosed                   // the close frame is written or a write failed: no writer runs again
+)
+
+func (s connState) String() string {
+	return [...]string{"open", "greeted", "closing", "closed"}[s]
+}
+
+// connEvent moves a connection's state.
+type connEvent uint8
+
+const (
+	evGreet connEvent = iota // the writer took a connected frame
+	evClose                  // the server's close, the peer's close or the reader's end
+	evStop                   // the close frame is written or a write failed
+)
+
+// nextState is the writer's state machine: the state after e in s.
+// A connection only moves forward; closed is final.
+func nextState(s connState, e connEvent) connState {
+	switch {
+	case s == connClosed || e == evStop:
+		return connClosed
+	case e == evClose:
+		return connClosing
+	case e == evGreet && s == connOpen:
+		return connGreeted
+	}
+	return s
+}
+
+// closeLocked moves c to closing (c.mu held); false if it was closing
+// already. Replies, progress and notices queued before connected was
+// taken go only if connected is still queued (they follow it): else they
+// are let go now, as the writer never writes them.
+func (c *wsConn) closeLocked() bool {
+	if c.state >= connClosing {
+		return false
+	}
+	if c.state == connOpen && !c.greetQueued() {
+		c.replies, c.owed, c.latest, c.order, c.notices = nil, nil, nil, nil, nil
+	}
+	c.state = nextState(c.state, evClose)
+	return true
+}
+
+// greetQueued reports whether a connected frame waits (c.mu held).
+func (c *wsConn) greetQueued() bool {
+	for _, f := range c.frames {
+		if f.kind == connectedFrame {
+			return true
+		}
+	}
+	return false
 }
 
 type frameKind uint8
@@ -129,8 +195,7 @@ func (c *wsConn) start() {
 	})
 	c.ws.SetCloseHandler(func(code int, _ string) error {
 		c.mu.Lock()
-		if !c.closing { // echo the peer's close (RFC 6455 5.5.1)
-			c.closing = true
+		if c.closeLocked() { // echo the peer's close (RFC 6455 5.5.1)
 			c.closeFrame = websocket.FormatCloseMessage(code, "")
 		}
 		c.mu.Unlock()
@@ -274,7 +339,7 @@ func putReadBuffer(buf *[]byte) {
 func (c *wsConn) isClosing() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.closing
+	return c.state >= connClosing
 }
 
 // finish stops the writer (after the close frame it owes, if any), closes
@@ -282,7 +347,9 @@ func (c *wsConn) isClosing() bool {
 func (c *wsConn) finish(reason string) {
 	a := c.a
 	c.mu.Lock()
-	c.closing, c.readerGone = true, true
+	c.closeLocked()
+	// The reader has stopped: only a close frame is still worth writing.
+	c.frames, c.replies, c.owed, c.latest, c.order, c.notices = nil, nil, nil, nil, nil, nil
 	if c.cause != "" {
 		reason = c.cause
 	}
@@ -290,7 +357,8 @@ func (c *wsConn) finish(reason string) {
 	if c.closeFrame != nil { // an echo of the peer's close, or ours
 		c.startWriterLocked()
 	}
-	running, done := c.writing, c.writerDone
+	done := c.writerDone
+	running := done != nil
 	c.mu.Unlock()
 	close(c.readerDone)
 	if running {
@@ -328,7 +396,7 @@ func (c *wsConn) enqueue(f outFrame) bool {
 	for paused := false; ; paused = true {
 		c.mu.Lock()
 		switch {
-		case c.closing || c.stopped:
+		case c.state >= connClosing:
 			c.mu.Unlock()
 			return false
 		case len(c.frames) < c.max:
@@ -352,10 +420,9 @@ func (c *wsConn) sendFrame(f link.Frame) {
 
 // startWriterLocked runs the writer unless one runs (c.mu held).
 func (c *wsConn) startWriterLocked() {
-	if c.writing || c.stopped {
+	if c.writerDone != nil || c.state == connClosed {
 		return
 	}
-	c.writing = true
 	c.writerDone = make(chan struct{})
 	go c.writePump(c.writerDone)
 }
@@ -373,7 +440,7 @@ func (c *wsConn) signalSpace() {
 func (c *wsConn) offerReply(messageID string, b []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing {
+	if c.state >= connClosing {
 		return false
 	}
 	if _, ok := c.latest[messageID]; ok { // progress after its reply would be stale
@@ -402,7 +469,7 @@ func (c *wsConn) offerReply(messageID string, b []byte) bool {
 func (c *wsConn) offerProgress(messageID string, b []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing {
+	if c.state >= connClosing {
 		return false
 	}
 	if _, ok := c.latest[messageID]; !ok {
@@ -433,10 +500,9 @@ func deleteString(s []string, v string) []string {
 func (c *wsConn) closeWith(code int, reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing {
+	if !c.closeLocked() {
 		return
 	}
-	c.closing = true
 	c.cause = reason
 	c.closeFrame = websocket.FormatCloseMessage(code, truncateUTF8(reason, 123))
 	c.startWriterLocked()
@@ -461,10 +527,7 @@ type batch struct {
 	owed       []string
 	progress   [][]byte
 	closeFrame []byte
-
-	fetchNotices bool     // take due notices from the mailbox (notices_conn.go)
-	notices      [][]byte // encoded notice frames
-	noticeIDs    []string
+	notices    [][]byte // encoded notice frames
 }
 
 // writePump is the writer: it takes whatever waits, in order (the
@@ -477,22 +540,20 @@ func (c *wsConn) writePump(done chan struct{}) {
 		c.mu.Lock()
 		c.take(&b)
 		if b.empty() {
-			c.writing = false
+			c.writerDone = nil
 			c.mu.Unlock()
 			return
 		}
 		c.mu.Unlock()
 		c.signalSpace()
-		c.takeNotices(&b)
 		if err := c.writeBatch(&b); err != nil {
 			c.fail(err)
 			return
 		}
-		c.sentNotices(&b)
 		b.release()
 		if b.closeFrame != nil {
 			c.mu.Lock()
-			c.stopped = true
+			c.state = nextState(c.state, evStop)
 			c.mu.Unlock()
 			c.signalSpace()
 			// The peer answers (the reader sees its close) or is cut off.
@@ -504,41 +565,40 @@ func (c *wsConn) writePump(done chan struct{}) {
 			t.Stop()
 			c.ws.Close()
 			c.mu.Lock()
-			c.writing = false
+			c.writerDone = nil
 			c.mu.Unlock()
 			return
 		}
 	}
 }
 
-// take moves what waits into b (c.mu held). Once the reader has stopped
-// only a close frame is still worth writing.
+// take moves what waits into b (c.mu held): the reader's frames, then,
+// once connected is taken, the rest (at most max notices a batch).
 func (c *wsConn) take(b *batch) {
-	if c.readerGone {
-		c.frames, c.replies, c.owed, c.latest, c.order = nil, nil, nil, nil, nil
-		b.closeFrame, c.closeFrame = c.closeFrame, nil
-		return
-	}
 	b.frames, c.frames = c.frames, nil
 	for _, f := range b.frames {
 		if f.kind == connectedFrame {
-			c.greeted = true
+			c.state = nextState(c.state, evGreet)
 		}
 	}
-	if c.greeted {
+	if c.state != connOpen {
 		b.replies, c.replies = c.replies, nil
 		b.owed, c.owed = c.owed, nil
 		for _, id := range c.order {
 			b.progress = append(b.progress, c.latest[id])
 		}
 		c.latest, c.order = nil, nil
-		b.fetchNotices, c.noticesDue = c.noticesDue, false
+		n := min(len(c.notices), c.max)
+		b.notices, c.notices = c.notices[:n:n], c.notices[n:]
+		if len(c.notices) == 0 {
+			c.notices = nil
+		}
 	}
 	b.closeFrame, c.closeFrame = c.closeFrame, nil
 }
 
 func (b *batch) empty() bool {
-	return len(b.frames)+len(b.replies)+len(b.owed)+len(b.progress) == 0 && b.closeFrame == nil && !b.fetchNotices
+	return len(b.frames)+len(b.replies)+len(b.owed)+len(b.progress)+len(b.notices) == 0 && b.closeFrame == nil
 }
 
 // release lets go of what b held, so an idle connection holds nothing.
@@ -603,7 +663,8 @@ func (c *wsConn) fail(err error) {
 		c.a.log.Warn("dropping terminal connection", "remote", c.remote, "cause", cause)
 	}
 	c.mu.Lock()
-	c.closing, c.stopped, c.writing = true, true, false
+	c.closeLocked()
+	c.state, c.writerDone = nextState(c.state, evStop), nil
 	if c.cause == "" {
 		c.cause = cause
 	}
