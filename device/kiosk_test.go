@@ -1,7 +1,6 @@
 package device_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"termlink/device"
 	"termlink/device/input"
 	"termlink/display/console"
+	"termlink/internal/syncbuf"
 	"termlink/link"
 )
 
@@ -450,24 +450,6 @@ func TestIdleScreenBacklightOffAndWake(t *testing.T) {
 	}
 }
 
-// lockedBuffer is the console's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type consoleRW struct {
 	io.Reader
 	io.Writer
@@ -482,7 +464,7 @@ func TestConsoleNoticeStatusLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	con := console.New(consoleRW{pr, out}, console.Opts{Width: 100, Height: 20, Logger: discard})

@@ -1,7 +1,6 @@
 package device_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -11,29 +10,12 @@ import (
 
 	"termlink/device"
 	"termlink/device/input"
+	"termlink/internal/syncbuf"
 	"termlink/internal/testpki"
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/servertest"
 )
-
-// syncBuffer is a log sink the test reads while the daemon writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // offlineCase is a device the server (a real termserver on 127.0.0.1:0)
 // keeps offline, and what it must say why.
@@ -150,7 +132,7 @@ func (r *rig) waitGlassFor(t *testing.T, want string, timeout time.Duration) []s
 // startGatedLCD runs the daemon as termd does on a keypad board: the real
 // HD44780 driver on an emulated 16x2 LCD, keypad events through the
 // KeyGate into multi-tap entry; the daemon stops when the test ends.
-func startGatedLCD(t *testing.T, cfg link.ClientConfig, hello string) (*rig, *link.Client, *syncBuffer) {
+func startGatedLCD(t *testing.T, cfg link.ClientConfig, hello string) (*rig, *link.Client, *syncbuf.Buffer) {
 	t.Helper()
 	cfg.DeviceName, cfg.StateDir = "test", t.TempDir()
 	cfg.RetryInitial, cfg.RetryMax = 50*time.Millisecond, 200*time.Millisecond
@@ -159,7 +141,7 @@ func startGatedLCD(t *testing.T, cfg link.ClientConfig, hello string) (*rig, *li
 		t.Fatal(err)
 	}
 	bus, lcd := emulatedLCD(t, 2, 16)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	keys, gated := make(chan input.Event), make(chan input.Event)
 	actions, inputs := make(chan input.Action), make(chan device.Input)

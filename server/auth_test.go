@@ -12,10 +12,10 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"termlink/internal/syncbuf"
 	"termlink/server/config"
 )
 
@@ -104,7 +104,7 @@ func guardedRoutes(t *testing.T, s *Server) (routes [][2]string) {
 // only read, an operator may do everything. The routes come from the
 // mux, so a route added later is checked too.
 func TestAPIAuthEveryRoute(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	ts := serve(t, adminConfig(t, withAdmin(t)), Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	for _, rt := range guardedRoutes(t, ts.Server) {
 		method, url := rt[0], ts.http.URL+rt[1]
@@ -233,7 +233,7 @@ func TestNoTokensLoopbackOnly(t *testing.T) {
 	if ip == nil {
 		t.Skip("this machine has no non-loopback address; TestIsLoopbackAddr covers the address check")
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +276,7 @@ func TestNoWarningWithTokens(t *testing.T) {
 	if ip == nil {
 		t.Skip("this machine has no non-loopback address")
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -300,23 +300,6 @@ func TestIsLoopbackAddr(t *testing.T) {
 			t.Errorf("isLoopbackAddr(%q) = %v, want %v", addr, got, want)
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // RequireRole asks more of one route than its method does.

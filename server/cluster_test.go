@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"termlink/link"
 	"termlink/server/bus"
 	"termlink/server/cluster"
+	"termlink/server/cluster/natstest"
 	"termlink/server/config"
 )
 
@@ -26,21 +26,7 @@ import (
 
 // startJetStream runs a one-node JetStream on 127.0.0.1 and returns its
 // client URL.
-func startJetStream(t *testing.T) string {
-	t.Helper()
-	s, err := natsserver.NewServer(&natsserver.Options{ServerName: "t1", Host: "127.0.0.1", Port: -1,
-		JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats-server not ready in 10 s")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s.ClientURL()
-}
+func startJetStream(t *testing.T) string { return natstest.Start(t, true).ClientURL() }
 
 // startClusterServer runs a termserver with role "all", one partition,
 // replicas 1, a 1 s lease and a 1 s ack wait on its own JetStream, and

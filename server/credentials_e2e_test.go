@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"termlink/internal/syncbuf"
 	"termlink/link"
 	"termlink/link/enroll"
 	"termlink/server/config"
@@ -286,7 +287,7 @@ func TestBindingsAPIGuarded(t *testing.T) {
 // that pass, fail, try a takeover or present a wrong bearer token leave
 // no trace of any token in the log or the events.
 func TestServerLogHasNoToken(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
 	channelTokens(config.Tokens{Any: []string{"KNOWN-lab-token-1", hashed("KNOWN-lab-token-2")}}, false)(cfg)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/syncbuf"
 	"termlink/link/enroll"
 	"termlink/server/config"
 )
@@ -42,7 +43,7 @@ func approve(t *testing.T, ts *testServer, code, body string) (int, string) {
 // its token once and connects with it; the code cannot be used again,
 // and neither the server log nor the workspace holds the token.
 func TestEnrollmentFlow(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
 	channelTokens(config.Tokens{}, true)(cfg)
@@ -209,7 +210,7 @@ func TestEnrollmentOffByDefault(t *testing.T) {
 // With no tokens and no enrollment a channel is open; the startup log
 // says so when the server listens beyond loopback.
 func TestOpenChannelWarning(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
 	s, err := New(cfg, Options{Logger: debugLogger(logs)})
@@ -226,7 +227,7 @@ func TestOpenChannelWarning(t *testing.T) {
 		t.Fatalf("no warning in %s", logs.String())
 	}
 	// A channel with enrollment (or tokens) is not open.
-	logs2 := &syncBuffer{}
+	logs2 := &syncbuf.Buffer{}
 	cfg2 := config.Default()
 	cfg2.Workspace = t.TempDir()
 	channelTokens(config.Tokens{}, true)(cfg2)

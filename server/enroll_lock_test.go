@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/syncbuf"
 	"termlink/link/enroll"
 	"termlink/server/config"
 )
@@ -47,7 +48,7 @@ func serveEnroll(t *testing.T, mutate func(*config.Config)) (*testServer, *fakeC
 }
 
 // serveEnrollLogs is serveEnroll with the server's log (debug level).
-func serveEnrollLogs(t *testing.T, mutate func(*config.Config)) (*testServer, *fakeClock, *syncBuffer) {
+func serveEnrollLogs(t *testing.T, mutate func(*config.Config)) (*testServer, *fakeClock, *syncbuf.Buffer) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
@@ -55,7 +56,7 @@ func serveEnrollLogs(t *testing.T, mutate func(*config.Config)) (*testServer, *f
 	if mutate != nil {
 		mutate(cfg)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	s, err := New(cfg, Options{Logger: debugLogger(logs)})
 	if err != nil {
 		t.Fatalf("New: %v", err)

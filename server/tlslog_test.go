@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/syncbuf"
 	"termlink/internal/testpki"
 )
 
@@ -47,7 +48,7 @@ func TestTLSHandshakeFailuresAggregated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	lim := defaultHTTPLimits
 	lim.ErrorEvery = 500 * time.Millisecond
@@ -123,7 +124,7 @@ func TestTLSHandshakeFailuresAggregated(t *testing.T) {
 // TestHTTPErrorLogKinds: each kind is counted on its own; other lines
 // pass through; nothing is logged after Close.
 func TestHTTPErrorLogKinds(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	el := newHTTPErrorLog(slog.New(slog.NewTextHandler(logs, nil)), time.Hour)
 	for i := range 1000 {
 		el.Write([]byte("http: TLS handshake error from 10.0.0.1:" + strconv.Itoa(i) + ": EOF\n"))

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"termlink/internal/syncbuf"
 )
 
 func TestChaosFlagErrors(t *testing.T) {
@@ -68,7 +70,7 @@ func TestChaosRunScheduleAndControl(t *testing.T) {
 	target := tcpEcho(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	var errOut bytes.Buffer
 	done := make(chan int, 1)
 	go func() {

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"termlink/internal/syncbuf"
 	"termlink/link"
 	"termlink/testrig/cluster"
 )
@@ -47,7 +48,7 @@ func TestClusterFlagErrors(t *testing.T) {
 // rigProc is a `termrig cluster` process and the lines it printed.
 type rigProc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	mu     sync.Mutex
 	lines  []string
 	ready  chan struct{}
@@ -56,7 +57,7 @@ type rigProc struct {
 
 func startRig(t *testing.T, bin string, args ...string) *rigProc {
 	t.Helper()
-	r := &rigProc{stderr: &syncBuffer{}, ready: make(chan struct{}), done: make(chan struct{})}
+	r := &rigProc{stderr: &syncbuf.Buffer{}, ready: make(chan struct{}), done: make(chan struct{})}
 	r.cmd = exec.Command(bin, append([]string{"cluster"}, args...)...)
 	r.cmd.Stderr = r.stderr
 	out, err := r.cmd.StdoutPipe()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/syncbuf"
 	"termlink/server/config"
 	"termlink/server/servertest"
 )
@@ -80,7 +81,7 @@ func TestEnrollTestAdminToken(t *testing.T) {
 	bin := buildTermrig(t)
 	cmd := exec.CommandContext(ctx, bin, "enroll-test", "--server", "http://"+srv.Addr, "--peer-id", "rig-2",
 		"--admin-token-file", tokenFile, "--timeout", "60s")
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {

@@ -7,13 +7,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"termlink/internal/syncbuf"
 	"termlink/link"
 )
 
@@ -223,7 +223,7 @@ func TestLoadHoldInterrupted(t *testing.T) {
 	url := echoServer(t, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pr := &syncBuffer{}
+	pr := &syncbuf.Buffer{}
 	var errOut bytes.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"load", "--server", url, "--devices", "4", "--hold"}, pr, &errOut) }()
@@ -246,23 +246,6 @@ func TestLoadHoldInterrupted(t *testing.T) {
 	if out := pr.String(); !strings.HasPrefix(out, "connected 4 devices\n") || !strings.Contains(out, "(interrupted)") {
 		t.Errorf("stdout %q, want the connected line then the report", out)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // --client: every device a link.Client; the report says so.

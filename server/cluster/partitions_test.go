@@ -6,30 +6,16 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"termlink/server/bus"
+	"termlink/server/cluster/natstest"
 	"termlink/server/config"
 )
 
 // startJetStream runs a one-node JetStream (the nats-server library) on
 // 127.0.0.1 and returns its client URL.
-func startJetStream(t *testing.T) string {
-	t.Helper()
-	s, err := natsserver.NewServer(&natsserver.Options{ServerName: "t1", Host: "127.0.0.1", Port: -1,
-		JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats-server not ready in 10 s")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s.ClientURL()
-}
+func startJetStream(t *testing.T) string { return natstest.Start(t, true).ClientURL() }
 
 // consumerNames lists the inbound stream's consumers.
 func consumerNames(t *testing.T, ctx context.Context, n *Node) []string {

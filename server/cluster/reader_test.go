@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"termlink/server/cluster/natstest"
 	"termlink/server/config"
 )
 
@@ -20,16 +21,7 @@ import (
 // without JetStream, which answers JetStream requests exactly so, and
 // gets it while the reader waits.
 func TestOpenReaderWaitsForJetStream(t *testing.T) {
-	s, err := natsserver.NewServer(&natsserver.Options{ServerName: "r1", Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats-server not ready in 10 s")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := natstest.Start(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), readerReadyWait)
 	defer cancel()
 	cfg := config.Cluster{NATS: []string{s.ClientURL()}, Name: "export"}

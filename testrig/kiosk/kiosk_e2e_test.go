@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 
 	"termlink/device"
 	"termlink/display/hd44780"
+	"termlink/internal/syncbuf"
 	"termlink/link"
 	"termlink/link/enroll"
 	"termlink/server/config"
@@ -156,40 +156,19 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// lockedBuffer collects chromium's output, written from its goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len() > 1<<20 {
-		return len(p), nil
-	}
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // browser is headless chromium driven over the DevTools protocol.
 type browser struct {
 	t      *testing.T
 	ctx    context.Context
 	shots  string
-	output *lockedBuffer
+	output *syncbuf.Buffer
 }
 
 // startBrowser starts headless chromium; extra are more allocator
 // options (flags) for one test.
 func startBrowser(t *testing.T, execPath string, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{Max: 1 << 20}
 	// A fresh profile, removed after chromium has exited (its helper
 	// processes may still write to it for a moment, so not t.TempDir).
 	profile, err := os.MkdirTemp("", "kiosk-e2e-chromium-")
