@@ -142,6 +142,7 @@ func TestServerWaitingBound(t *testing.T) {
 func TestInjectedMessagesDoNotCountAsWaiting(t *testing.T) {
 	runner := &injectingRunner{started: make(chan struct{}, 4), gate: make(chan struct{})}
 	ts := startServer(t, func(c *config.Config) { setSessionBound(c, 1) }, runner)
+	runner.releaseOnCleanup(t)
 	c := dial(t, ts.ws, nil)
 	c.connect("dev")
 	c.send(&link.Message{MessageID: "a", Text: "first"})
@@ -161,7 +162,7 @@ func TestInjectedMessagesDoNotCountAsWaiting(t *testing.T) {
 	if n := ts.waiting(t); n != 0 {
 		t.Fatalf("runs_waiting %d with every message injected, want 0", n)
 	}
-	close(runner.gate)
+	runner.release()
 	for range 4 {
 		readAs[*link.Message](c)
 	}

@@ -143,6 +143,17 @@ func (r *router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen
 		if cancelled && q.cancel != nil {
 			q.cancel() // cancelled while offered: interrupt the turn it joined
 		}
+		// A message that came while this offer was in flight (its
+		// run_started record is a durable write) waited behind it: offer
+		// it to the same turn now, in order, rather than leave it for
+		// the next turn.
+		if len(q.waiting) > 0 && !q.waiting[0].Recovered && !r.stopped {
+			next := q.waiting[0]
+			q.waiting = q.waiting[1:]
+			q.injecting = true
+			r.wg.Add(1)
+			go r.inject(inj, q, next, gen)
+		}
 		r.mu.Unlock()
 	case cancelled && !taken && !r.stopped:
 		r.answerCancelled(in)
