@@ -99,12 +99,17 @@ type report struct {
 	open    map[string]bool // packages started and not finished
 	skipped []skip
 	passed  int  // tests and subtests
-	nfailed int  // tests and subtests
+	nfailed int  // tests and subtests; a package that failed without a failed test counts one
 	failed  bool // a test, a package or the stream failed
+	// pkgFailed counts the failed tests of each package, so a package
+	// that fails with none (a timeout's panic, a crash, a build error)
+	// still counts as a failure.
+	pkgFailed map[string]int
+	cutShort  int // unfinished tests flush printed, not yet counted
 }
 
 func newReport(w io.Writer) *report {
-	return &report{w: w, running: map[key]*buffer{}, open: map[string]bool{}}
+	return &report{w: w, running: map[key]*buffer{}, open: map[string]bool{}, pkgFailed: map[string]int{}}
 }
 
 // read consumes the stream; an error means the stream was not go test
@@ -130,6 +135,7 @@ func (r *report) read(in io.Reader) error {
 		r.failed = true
 		for pkg := range r.open {
 			r.flush(pkg)
+			r.countCutShort(pkg)
 		}
 		return errors.New("the go test output ended before every package finished")
 	}
@@ -159,6 +165,7 @@ func (r *report) event(e event) {
 		case "fail":
 			r.failed = true
 			r.flush(e.Package) // tests cut short (a panic, a timeout)
+			r.countCutShort(e.Package)
 			delete(r.open, e.Package)
 		}
 		return
@@ -183,6 +190,7 @@ func (r *report) event(e event) {
 	case "fail":
 		r.failed = true
 		r.nfailed++
+		r.pkgFailed[e.Package]++
 		if b := r.running[k]; b != nil {
 			b.writeTo(r.w)
 		}
@@ -190,14 +198,29 @@ func (r *report) event(e event) {
 	}
 }
 
-// flush prints the output of every unfinished test of pkg.
-func (r *report) flush(pkg string) {
+// flush prints the output of every unfinished test of pkg; it returns
+// how many there were.
+func (r *report) flush(pkg string) int {
+	n := 0
 	for k, b := range r.running {
 		if k.pkg == pkg {
 			b.writeTo(r.w)
 			delete(r.running, k)
+			n++
 		}
 	}
+	r.cutShort += n
+	return n
+}
+
+// countCutShort counts a failed package's failure: the tests it cut short
+// (flush counted them), or the package itself when no test of it failed.
+func (r *report) countCutShort(pkg string) {
+	r.nfailed += r.cutShort
+	if r.cutShort == 0 && r.pkgFailed[pkg] == 0 {
+		r.nfailed++
+	}
+	r.cutShort = 0
 }
 
 // summary prints the skipped tests with their reasons, then the counts.

@@ -124,3 +124,33 @@ func TestBufferKeepsTheTail(t *testing.T) {
 		t.Errorf("kept %d bytes, tail %q", out.Len(), out.String()[max(0, out.Len()-20):])
 	}
 }
+
+// A package that dies (a test binary's timeout panic) fails the run and
+// counts: the test it cut short is a failed test, and a package that
+// fails with no test at all (a crash in TestMain, say) counts as one.
+// (CI once closed with "tests: 3522 passed, 0 failed" after server's
+// test binary timed out.)
+func TestDeadPackageCounts(t *testing.T) {
+	stream := strings.Join([]string{
+		`{"Action":"start","Package":"p"}`,
+		`{"Action":"run","Package":"p","Test":"TestOK"}`,
+		`{"Action":"pass","Package":"p","Test":"TestOK"}`,
+		`{"Action":"run","Package":"p","Test":"TestHangs"}`,
+		`{"Action":"output","Package":"p","Test":"TestHangs","Output":"=== RUN   TestHangs\n"}`,
+		`{"Action":"output","Package":"p","Output":"panic: test timed out after 10m0s\n"}`,
+		`{"Action":"output","Package":"p","Output":"FAIL\tp\t600.034s\n"}`,
+		`{"Action":"fail","Package":"p","Elapsed":600.034}`,
+		`{"Action":"start","Package":"q"}`,
+		`{"Action":"output","Package":"q","Output":"FAIL\tq\t0.01s\n"}`,
+		`{"Action":"fail","Package":"q","Elapsed":0.01}`,
+	}, "\n") + "\n"
+	var out bytes.Buffer
+	r := newReport(&out)
+	if err := r.read(strings.NewReader(stream)); err != nil {
+		t.Fatal(err)
+	}
+	r.summary()
+	if !r.failed || !strings.Contains(out.String(), "\n1 passed, 2 failed, 0 skipped\n") {
+		t.Fatalf("failed=%v, output:\n%s\nwant 1 passed, 2 failed", r.failed, out.String())
+	}
+}
