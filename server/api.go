@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
@@ -9,6 +8,7 @@ import (
 
 	"termlink/server/console"
 	"termlink/server/events"
+	"termlink/server/httpapi"
 )
 
 // routes builds the mux behind the operator guard (auth.go): every
@@ -63,28 +63,16 @@ func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.
 	m.ServeMux.HandleFunc(pattern, h)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
-}
-
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("channel_id")
 	ch := s.rt.channels[id]
 	switch {
 	case ch == nil:
-		writeError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
+		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
 	case ch.adapter == nil:
-		writeError(w, http.StatusServiceUnavailable, "channel "+strconv.Quote(id)+" is disabled")
+		httpapi.WriteError(w, http.StatusServiceUnavailable, "channel "+strconv.Quote(id)+" is disabled")
 	case s.rt.cluster != nil && !s.cfg.Cluster.Edge():
-		writeError(w, http.StatusServiceUnavailable, "this termserver is cluster node "+strconv.Quote(s.cfg.Cluster.Name)+
+		httpapi.WriteError(w, http.StatusServiceUnavailable, "this termserver is cluster node "+strconv.Quote(s.cfg.Cluster.Name)+
 			" with role "+strconv.Quote(s.cfg.Cluster.Role)+": it runs agents and takes no devices; connect to an edge")
 	default:
 		ch.adapter.(*terminalAdapter).serveUpgrade(w, r, maxConnections(s.cfg.MaxConnections, s.fds))
@@ -151,7 +139,7 @@ func (s *Server) channelStatuses(r *http.Request) []ChannelStatus {
 }
 
 func (s *Server) serveChannels(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"channels": s.channelStatuses(r)})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channels": s.channelStatuses(r)})
 }
 
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
@@ -178,29 +166,29 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	if c := s.rt.cluster; c != nil {
 		body["cluster"] = c.status(r.Context())
 	}
-	writeJSON(w, http.StatusOK, body)
+	httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 // serveWhoami says who the guard let through: the admin token's name and
 // role, and whether a login (a token) was needed at all ("login": false
 // when the server has no admin tokens and answers its own machine).
 func (s *Server) serveWhoami(w http.ResponseWriter, r *http.Request) {
-	op := OperatorOf(r)
-	writeJSON(w, http.StatusOK, map[string]any{"name": op.Name, "role": op.Role.String(), "login": s.cfg.Admin.Enabled()})
+	op := httpapi.OperatorOf(r)
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"name": op.Name, "role": op.Role.String(), "login": s.cfg.Admin.Enabled()})
 }
 
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("channel_id")
 	ch := s.rt.channels[id]
 	if ch == nil {
-		writeError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
+		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
 		return
 	}
 	limit := 100
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "limit must be a non-negative integer, got "+strconv.Quote(v))
+			httpapi.WriteError(w, http.StatusBadRequest, "limit must be a non-negative integer, got "+strconv.Quote(v))
 			return
 		}
 		limit = n
@@ -221,5 +209,5 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if evs == nil {
 		evs = []events.Event{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"channel_id": id, "events": evs})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": id, "events": evs})
 }

@@ -1,22 +1,16 @@
 package server
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
-	"termlink/internal/strictjson"
 	"termlink/server/config"
+	"termlink/server/httpapi"
 )
 
 // Operator authentication (DESIGN.md "HTTP"; issue 13). Every route under
@@ -60,24 +54,6 @@ const wsPattern = "GET /api/channels/{channel_id}/ws"
 
 const noTokensMsg = "no admin tokens configured: the API answers loopback clients only"
 
-type operatorKey struct{}
-
-// Operator is who made an API request: the admin token's name and role
-// ("local" and RoleOperator for a loopback client when no tokens are
-// configured).
-type Operator struct {
-	Name string
-	Role config.Role
-}
-
-// OperatorOf returns the operator the guard let through for r.
-func OperatorOf(r *http.Request) Operator {
-	if op, ok := r.Context().Value(operatorKey{}).(Operator); ok {
-		return op
-	}
-	return Operator{}
-}
-
 // roleFor is what an HTTP method needs: reading takes a viewer, anything
 // else an operator.
 func roleFor(method string) config.Role {
@@ -97,13 +73,13 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 		kind := routeKindOf(mux, r)
 		if kind == operatorRoute || kind == consoleRoute {
 			if msg := s.checkHost(r); msg != "" {
-				writeError(w, http.StatusMisdirectedRequest, msg)
+				httpapi.WriteError(w, http.StatusMisdirectedRequest, msg)
 				return
 			}
 		}
 		if kind == operatorRoute || kind == deviceRoute {
 			if msg := s.checkOrigin(r, kind == deviceRoute); msg != "" {
-				writeError(w, http.StatusForbidden, msg)
+				httpapi.WriteError(w, http.StatusForbidden, msg)
 				return
 			}
 		}
@@ -114,15 +90,15 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 			}
 		}
 		if (kind == operatorRoute || kind == deviceRoute) && isWrite(r.Method) {
-			if msg := checkContentType(r); msg != "" {
-				writeError(w, http.StatusUnsupportedMediaType, msg)
+			if msg := httpapi.CheckContentType(r); msg != "" {
+				httpapi.WriteError(w, http.StatusUnsupportedMediaType, msg)
 				return
 			}
 			limit := int64(maxOperatorBody)
 			if kind == deviceRoute {
 				limit = maxDeviceBody
 			}
-			if !strictBody(w, r, limit) {
+			if !httpapi.StrictBody(w, r, limit) {
 				return
 			}
 		}
@@ -174,32 +150,28 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need config.R
 	admin := s.cfg.Admin
 	if !admin.Enabled() {
 		if !localClient(r) {
-			writeError(w, http.StatusForbidden, noTokensMsg)
+			httpapi.WriteError(w, http.StatusForbidden, noTokensMsg)
 			return r, false
 		}
-		return withOperator(r, Operator{Name: "local", Role: config.RoleOperator}), true
+		return httpapi.WithOperator(r, httpapi.Operator{Name: "local", Role: config.RoleOperator}), true
 	}
 	secret, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="termlink"`)
-		writeError(w, http.StatusUnauthorized, "authorization required: send Authorization: Bearer <admin token>")
+		httpapi.WriteError(w, http.StatusUnauthorized, "authorization required: send Authorization: Bearer <admin token>")
 		return r, false
 	}
 	tok, ok := admin.Lookup(secret)
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="termlink", error="invalid_token"`)
-		writeError(w, http.StatusUnauthorized, "the bearer token is not a configured admin token")
+		httpapi.WriteError(w, http.StatusUnauthorized, "the bearer token is not a configured admin token")
 		return r, false
 	}
 	if tok.Role < need {
-		writeError(w, http.StatusForbidden, "role "+tok.Role.String()+" may not "+r.Method+" "+r.URL.Path+": it needs role "+need.String())
+		httpapi.WriteError(w, http.StatusForbidden, "role "+tok.Role.String()+" may not "+r.Method+" "+r.URL.Path+": it needs role "+need.String())
 		return r, false
 	}
-	return withOperator(r, Operator{Name: tok.Name, Role: tok.Role}), true
-}
-
-func withOperator(r *http.Request, op Operator) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), operatorKey{}, op))
+	return httpapi.WithOperator(r, httpapi.Operator{Name: tok.Name, Role: tok.Role}), true
 }
 
 // bearer extracts the token of an "Authorization: Bearer <token>" header
@@ -378,115 +350,12 @@ func (s *Server) checkOrigin(r *http.Request, device bool) string {
 		return ""
 	}
 	if !web || u.Host == "" {
-		return fmt.Sprintf("cross-origin request refused: Origin %q is not this server's; %s", truncateUTF8(origin, 100), only)
+		return fmt.Sprintf("cross-origin request refused: Origin %q is not this server's; %s", httpapi.TruncateUTF8(origin, 100), only)
 	}
 	host, port, ok := splitHost(u.Host, defaultPort(u.Scheme))
 	if ok && s.answersFor(r, host, port) {
 		return ""
 	}
 	return fmt.Sprintf("cross-origin request refused: Origin %q is not this server (Host %q); %s "+
-		"(a name the server is reached by goes in the config's admin.allowedHosts)", truncateUTF8(origin, 100), truncateUTF8(r.Host, 100), only)
-}
-
-// checkContentType returns why a write's Content-Type is not JSON, or "".
-func checkContentType(r *http.Request) string {
-	ct := r.Header.Get("Content-Type")
-	if ct == "" {
-		return "a " + r.Method + " to the API must say Content-Type: application/json (it has none)"
-	}
-	mt, params, err := mime.ParseMediaType(ct)
-	if err != nil || mt != "application/json" {
-		return fmt.Sprintf("a %s to the API must say Content-Type: application/json, not %q", r.Method, truncateUTF8(ct, 100))
-	}
-	if cs, has := params["charset"]; has && !strings.EqualFold(cs, "utf-8") {
-		return fmt.Sprintf("a JSON body is UTF-8: charset %q is not taken", truncateUTF8(cs, 40))
-	}
-	return ""
-}
-
-// strictBody reads r's body (at most limit bytes), checks it with
-// checkJSONBody, and puts it back for the route; it answers 413 or 400
-// itself and returns false when the body is refused. An empty body is
-// left to the route (some take none).
-func strictBody(w http.ResponseWriter, r *http.Request, limit int64) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", limit))
-			return false
-		}
-		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
-		return false
-	}
-	if err := checkJSONBody(body); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return false
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
-	return true
-}
-
-// checkJSONBody is the API's one body policy, the device wire's
-// (link.Decode): valid UTF-8 (no byte quietly replaced by U+FFFD), one
-// JSON value, and no key twice in any object (encoding/json would keep
-// the last one, so two readers could see different bodies). A blank body
-// passes: the route says whether it needs one.
-func checkJSONBody(body []byte) error {
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil
-	}
-	if !utf8.Valid(body) {
-		return fmt.Errorf("the body is not valid UTF-8 (first bad byte at offset %d)", firstInvalidUTF8(body))
-	}
-	root, err := strictjson.Parse(body)
-	var se *strictjson.SyntaxError
-	switch {
-	case errors.As(err, &se) && se.Trailing:
-		return fmt.Errorf("the body must be one JSON object; something follows it (line %d, column %d)", se.Line, se.Column)
-	case err != nil:
-		return fmt.Errorf("the body must be a JSON object: %v", err) // the API's bodies are all objects
-	}
-	if path, key := duplicateKey(root, "$"); path == "$" {
-		return fmt.Errorf("the body gives key %q twice: each key may appear once", truncateUTF8(key, 100))
-	} else if path != "" {
-		return fmt.Errorf("the body gives key %q twice in %s: each key may appear once", truncateUTF8(key, 100), truncateUTF8(strings.TrimPrefix(path, "$."), 200))
-	}
-	return nil
-}
-
-// duplicateKey finds the first object under n (depth first) that gives a
-// key twice: its path ($, $.a, $.a[2]) and the key.
-func duplicateKey(n *strictjson.Node, path string) (string, string) {
-	switch n.Kind {
-	case strictjson.Object:
-		if len(n.Dups) > 0 {
-			return path, n.Dups[0]
-		}
-		for i, k := range n.Keys {
-			if p, key := duplicateKey(n.Vals[i], path+"."+k); p != "" {
-				return p, key
-			}
-		}
-	case strictjson.Array:
-		for i, e := range n.Elems {
-			if p, key := duplicateKey(e, path+"["+strconv.Itoa(i)+"]"); p != "" {
-				return p, key
-			}
-		}
-	}
-	return "", ""
-}
-
-// firstInvalidUTF8 is the offset of b's first byte that is not UTF-8.
-func firstInvalidUTF8(b []byte) int {
-	for i := 0; i < len(b); {
-		r, n := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && n <= 1 {
-			return i
-		}
-		i += n
-	}
-	return len(b)
+		"(a name the server is reached by goes in the config's admin.allowedHosts)", httpapi.TruncateUTF8(origin, 100), httpapi.TruncateUTF8(r.Host, 100), only)
 }

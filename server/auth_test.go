@@ -17,6 +17,7 @@ import (
 
 	"termlink/internal/syncbuf"
 	"termlink/server/config"
+	"termlink/server/httpapi"
 )
 
 const (
@@ -306,8 +307,8 @@ func TestIsLoopbackAddr(t *testing.T) {
 func TestRequireRole(t *testing.T) {
 	ts := serve(t, adminConfig(t, withAdmin(t)), Options{})
 	h := ts.RequireRole(config.RoleOperator, func(w http.ResponseWriter, r *http.Request) {
-		op := OperatorOf(r)
-		writeJSON(w, 200, map[string]string{"name": op.Name, "role": op.Role.String()})
+		op := httpapi.OperatorOf(r)
+		httpapi.WriteJSON(w, 200, map[string]string{"name": op.Name, "role": op.Role.String()})
 	})
 	hs := httptest.NewServer(h)
 	defer hs.Close()

@@ -16,6 +16,7 @@ import (
 
 	"termlink/link/enroll"
 	"termlink/server/config"
+	"termlink/server/httpapi"
 )
 
 // Issue 22, row 2: the operator API is browser-safe (auth.go's guard).
@@ -379,34 +380,6 @@ func TestBrowserSafeAllowedHosts(t *testing.T) {
 	}
 }
 
-func TestCheckJSONBody(t *testing.T) {
-	for _, tc := range []struct {
-		body, want string // want "" = accepted
-	}{
-		{``, ""},
-		{" \n", ""},
-		{`{"a":1,"b":{"a":2},"c":[{"a":3},{"a":4}]}`, ""},
-		{`[1,"x",null]`, ""},
-		{`{"a":"\ud800"}`, ""}, // an escaped lone surrogate is valid JSON (U+FFFD), as on the wire
-		{`{"a":1,"a":1}`, `key "a" twice: each`},
-		{`{"c":[{"x":1},{"y":1,"y":2}]}`, `key "y" twice in c[1]:`},
-		{`{"é":1,"\u00e9":2}`, `key "é" twice: each`}, // the same key spelt two ways
-		{"{\"a\":\"\xc3\"}", "not valid UTF-8 (first bad byte at offset 6)"},
-		{"{\"a\":\"\xed\xa0\x80\"}", "not valid UTF-8"}, // a raw surrogate
-		{`{"a":1} {"b":2}`, "must be one JSON object; something follows it (line 1, column 9)"},
-		{`{"a":`, "must be a JSON object: line 1, column 6"},
-		{strings.Repeat("[", 100) + strings.Repeat("]", 100), "nested deeper than 64"},
-	} {
-		err := checkJSONBody([]byte(tc.body))
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("%q refused: %v", tc.body, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("%q: %v, want %q", tc.body, err, tc.want)
-		}
-	}
-}
-
 // FuzzCheckJSONBody: an accepted body is valid UTF-8, one JSON value with
 // no key twice in any object (checked here with encoding/json's token
 // reader), and the notice parser refuses whatever the policy refuses.
@@ -415,7 +388,7 @@ func FuzzCheckJSONBody(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		err := checkJSONBody(body)
+		err := httpapi.CheckBody(body)
 		if err != nil {
 			if _, perr := parseNoticeRequest(body, true, time.Now()); perr == nil {
 				t.Fatalf("the notice parser took %q, which the body policy refuses: %v", body, err)

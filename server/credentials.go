@@ -24,6 +24,7 @@ import (
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/httpapi"
 )
 
 // Device credentials (issue 14): which token may connect as which peer.
@@ -347,7 +348,7 @@ func (s *Server) credChannel(w http.ResponseWriter, r *http.Request) *channel {
 	id := r.PathValue("channel_id")
 	ch := s.rt.channels[id]
 	if ch == nil || ch.creds == nil {
-		writeError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
+		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
 		return nil
 	}
 	return ch
@@ -367,7 +368,7 @@ func (s *Server) getBindings(w http.ResponseWriter, r *http.Request) {
 		out = append(out, bindingView{PeerID: b.PeerID, Source: b.Source, Fingerprint: fp, BoundAt: b.BoundAt, Remote: b.Remote, Name: b.Name,
 			Tags: b.Tags, ApprovedBy: b.ApprovedBy})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"channel_id": ch.id, "bindings": out})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": ch.id, "bindings": out})
 }
 
 func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
@@ -380,13 +381,13 @@ func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		s.log.Error("resetting a binding not kept", "channel_id", ch.id, "peer_id", peer, "err", err)
-		writeError(w, http.StatusInternalServerError, "the binding was removed in memory but not on disk: "+err.Error())
+		httpapi.WriteError(w, http.StatusInternalServerError, "the binding was removed in memory but not on disk: "+err.Error())
 		return
 	case b == nil:
-		writeError(w, http.StatusNotFound, "peer_id "+strconv.Quote(peer)+" has no binding on channel "+ch.id)
+		httpapi.WriteError(w, http.StatusNotFound, "peer_id "+strconv.Quote(peer)+" has no binding on channel "+ch.id)
 		return
 	}
-	op := OperatorOf(r)
+	op := httpapi.OperatorOf(r)
 	ch.events.Add(events.Event{Event: evCredentialReset, PeerID: peer,
 		Detail: "binding reset by operator " + op.Name + " (" + b.Source + "): the peer's token no longer binds it"})
 	s.log.Info("device binding reset", "channel_id", ch.id, "peer_id", peer, "source", b.Source, "operator", op.Name)

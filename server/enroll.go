@@ -19,6 +19,7 @@ import (
 	"termlink/link/enroll"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/httpapi"
 	"termlink/server/registry"
 )
 
@@ -293,7 +294,7 @@ func (l *netLimiter) take(n netip.Prefix, now time.Time) (bool, time.Duration) {
 func tooMany(w http.ResponseWriter, retry time.Duration, what string) {
 	secs := max(int(math.Ceil(retry.Seconds())), 1)
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	writeJSON(w, http.StatusTooManyRequests, enroll.ErrorResponse{Error: "rate_limited",
+	httpapi.WriteJSON(w, http.StatusTooManyRequests, enroll.ErrorResponse{Error: "rate_limited",
 		Description: fmt.Sprintf("%s; try again in %d s", what, secs)})
 }
 
@@ -315,11 +316,11 @@ func (s *Server) enrollChannel(w http.ResponseWriter, r *http.Request) *channel 
 	ch := s.rt.channels[id]
 	switch {
 	case ch == nil:
-		writeError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
+		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
 	case ch.adapter == nil:
-		writeError(w, http.StatusServiceUnavailable, "channel "+strconv.Quote(id)+" is disabled")
+		httpapi.WriteError(w, http.StatusServiceUnavailable, "channel "+strconv.Quote(id)+" is disabled")
 	case !ch.cfg.Config.Enrollment:
-		writeError(w, http.StatusNotFound, "enrollment is off on channel "+strconv.Quote(id)+" (set \"enrollment\": true in its config)")
+		httpapi.WriteError(w, http.StatusNotFound, "enrollment is off on channel "+strconv.Quote(id)+" (set \"enrollment\": true in its config)")
 	default:
 		return ch
 	}
@@ -365,20 +366,20 @@ func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 	}
 	var req enroll.StartRequest
 	if err := decodeBody(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "enroll: "+err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, "enroll: "+err.Error())
 		return
 	}
 	if req.PeerID != "" && !idRE.MatchString(req.PeerID) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("enroll: peer_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + - (starting with a letter or digit)", req.PeerID))
+		httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("enroll: peer_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + - (starting with a letter or digit)", req.PeerID))
 		return
 	}
 	if len(req.DeviceName) > registry.MaxField {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("enroll: device_name must be at most %d bytes (this one has %d)", registry.MaxField, len(req.DeviceName)))
+		httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("enroll: device_name must be at most %d bytes (this one has %d)", registry.MaxField, len(req.DeviceName)))
 		return
 	}
 	deviceCode, err := randomSecret("")
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "enroll: no randomness: "+err.Error())
+		httpapi.WriteError(w, http.StatusInternalServerError, "enroll: no randomness: "+err.Error())
 		return
 	}
 	ttl := time.Duration(ch.cfg.Config.EnrollmentCodeSeconds) * time.Second
@@ -397,7 +398,7 @@ func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 		if victim == nil {
 			e.mu.Unlock()
 			w.Header().Set("Retry-After", "60")
-			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("enroll: %d pairing codes are waiting for approval already, and %s holds as many as any other network; try again later", maxPending, netName(network)))
+			httpapi.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("enroll: %d pairing codes are waiting for approval already, and %s holds as many as any other network; try again later", maxPending, netName(network)))
 			return
 		}
 		e.dropLocked(victim, dropEvicted)
@@ -414,7 +415,7 @@ func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 	for code == "" || e.byCode[code] != nil {
 		if code, err = enroll.NewCode(); err != nil {
 			e.mu.Unlock()
-			writeError(w, http.StatusInternalServerError, "enroll: "+err.Error())
+			httpapi.WriteError(w, http.StatusInternalServerError, "enroll: "+err.Error())
 			return
 		}
 	}
@@ -430,7 +431,7 @@ func (s *Server) startEnroll(w http.ResponseWriter, r *http.Request) {
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	writeJSON(w, http.StatusOK, enroll.Grant{Code: code, DeviceCode: deviceCode, VerificationURI: scheme + "://" + r.Host + "/",
+	httpapi.WriteJSON(w, http.StatusOK, enroll.Grant{Code: code, DeviceCode: deviceCode, VerificationURI: scheme + "://" + r.Host + "/",
 		ExpiresIn: int(ttl / time.Second), Interval: pollInterval})
 }
 
@@ -457,7 +458,7 @@ func (s *Server) pollEnroll(w http.ResponseWriter, r *http.Request) {
 	now, network := e.now(), sourceNet(r.RemoteAddr)
 	var req enroll.TokenRequest
 	if err := decodeBody(r, &req); err != nil || req.DeviceCode == "" {
-		writeJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: "invalid_request", Description: "send {\"device_code\": ...} from the enroll answer"})
+		httpapi.WriteJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: "invalid_request", Description: "send {\"device_code\": ...} from the enroll answer"})
 		return
 	}
 	d := config.DigestOf(req.DeviceCode)
@@ -469,7 +470,7 @@ func (s *Server) pollEnroll(w http.ResponseWriter, r *http.Request) {
 		e.mu.Unlock()
 		switch {
 		case gone:
-			writeJSON(w, http.StatusBadRequest, droppedAnswer(why, idlePolls*pollInterval*time.Second))
+			httpapi.WriteJSON(w, http.StatusBadRequest, droppedAnswer(why, idlePolls*pollInterval*time.Second))
 		default:
 			// Only an unknown device code costs its network: a device
 			// that lost its code pays once, then asks for a new one.
@@ -477,7 +478,7 @@ func (s *Server) pollEnroll(w http.ResponseWriter, r *http.Request) {
 				tooMany(w, retry, fmt.Sprintf("too many unknown device codes polled from %s (%d at once, then one every %s)", netName(network), netBadPollBurst, netBadPollEvery))
 				return
 			}
-			writeJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: enroll.Invalid, Description: "unknown device code (already used, or never issued): ask for a new pairing code"})
+			httpapi.WriteJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: enroll.Invalid, Description: "unknown device code (already used, or never issued): ask for a new pairing code"})
 		}
 		return
 	}
@@ -491,16 +492,16 @@ func (s *Server) pollEnroll(w http.ResponseWriter, r *http.Request) {
 		p.token = ""
 		e.mu.Unlock()
 		s.log.Info("device token collected by the enrolled device", "channel", ch.id, "peer_id", peer, "remote", r.RemoteAddr)
-		writeJSON(w, http.StatusOK, enroll.TokenResponse{Token: tok, PeerID: peer, ChannelID: ch.id})
+		httpapi.WriteJSON(w, http.StatusOK, enroll.TokenResponse{Token: tok, PeerID: peer, ChannelID: ch.id})
 	case fast: // this code's own limit (RFC 8628 section 3.5)
 		p.interval += slowDownStep
 		interval := p.interval
 		e.mu.Unlock()
-		writeJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: enroll.SlowDown,
+		httpapi.WriteJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: enroll.SlowDown,
 			Description: fmt.Sprintf("polled %s after the last poll; poll every %s from now on", since.Round(time.Millisecond), interval)})
 	default:
 		e.mu.Unlock()
-		writeJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: enroll.Pending, Description: "waiting for an operator to approve code " + p.code})
+		httpapi.WriteJSON(w, http.StatusBadRequest, enroll.ErrorResponse{Error: enroll.Pending, Description: "waiting for an operator to approve code " + p.code})
 	}
 }
 
@@ -542,7 +543,7 @@ func (s *Server) listEnrollments(w http.ResponseWriter, _ *http.Request) {
 	}
 	e.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].RequestedAt.Before(out[j].RequestedAt) })
-	writeJSON(w, http.StatusOK, map[string]any{"enrollments": out})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"enrollments": out})
 }
 
 // approveRequest is the body of POST /api/enrollments/{code}/approve.
@@ -558,15 +559,15 @@ func (e *enrollments) notPendingLocked(w http.ResponseWriter, code string) {
 	why, gone := e.droppedCodes[code]
 	switch {
 	case !gone:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no pending pairing code %s: mistyped, already used, or gone long ago (GET /api/enrollments lists the pending ones)", code))
+		httpapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no pending pairing code %s: mistyped, already used, or gone long ago (GET /api/enrollments lists the pending ones)", code))
 	case why == dropExpired:
-		writeError(w, http.StatusGone, "pairing code "+code+" expired; the device asks for a new one")
+		httpapi.WriteError(w, http.StatusGone, "pairing code "+code+" expired; the device asks for a new one")
 	case why == dropAbandoned:
-		writeError(w, http.StatusGone, fmt.Sprintf("pairing code %s was dropped: its device stopped polling (none for %d s); a device still waiting asks for a new one", code, idlePolls*pollInterval))
+		httpapi.WriteError(w, http.StatusGone, fmt.Sprintf("pairing code %s was dropped: its device stopped polling (none for %d s); a device still waiting asks for a new one", code, idlePolls*pollInterval))
 	case why == dropEvicted:
-		writeError(w, http.StatusGone, "pairing code "+code+" was dropped to make room for a device of another network (all codes were taken); the device asks for a new one")
+		httpapi.WriteError(w, http.StatusGone, "pairing code "+code+" was dropped to make room for a device of another network (all codes were taken); the device asks for a new one")
 	default:
-		writeError(w, http.StatusGone, "pairing code "+code+" was denied")
+		httpapi.WriteError(w, http.StatusGone, "pairing code "+code+" was denied")
 	}
 }
 
@@ -577,12 +578,12 @@ func (s *Server) approveEnroll(w http.ResponseWriter, r *http.Request) {
 	now := e.now()
 	code, err := enroll.ParseCode(r.PathValue("code"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	var req approveRequest
 	if err := decodeBody(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "approve: "+err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, "approve: "+err.Error())
 		return
 	}
 	e.mu.Lock()
@@ -594,7 +595,7 @@ func (s *Server) approveEnroll(w http.ResponseWriter, r *http.Request) {
 		e.notPendingLocked(w, code)
 		return
 	case p.approved:
-		writeError(w, http.StatusConflict, "pairing code "+code+" is already approved (for peer_id "+p.peerID+"); codes are single use")
+		httpapi.WriteError(w, http.StatusConflict, "pairing code "+code+" is already approved (for peer_id "+p.peerID+"); codes are single use")
 		return
 	}
 	peer := req.PeerID
@@ -603,50 +604,50 @@ func (s *Server) approveEnroll(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case peer == "":
-		writeError(w, http.StatusBadRequest, "approve: give \"peer_id\": the device suggested none")
+		httpapi.WriteError(w, http.StatusBadRequest, "approve: give \"peer_id\": the device suggested none")
 		return
 	case !idRE.MatchString(peer):
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("approve: peer_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + - (starting with a letter or digit)", peer))
+		httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("approve: peer_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + - (starting with a letter or digit)", peer))
 		return
 	}
 	if err := checkTags(req.Tags); err != nil {
-		writeError(w, http.StatusBadRequest, "approve: "+err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, "approve: "+err.Error())
 		return
 	}
 	if len(req.Name) > registry.MaxField {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("approve: name must be at most %d bytes (this one has %d)", registry.MaxField, len(req.Name)))
+		httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("approve: name must be at most %d bytes (this one has %d)", registry.MaxField, len(req.Name)))
 		return
 	}
 	ch := s.rt.channels[p.channelID]
 	if _, exact := ch.cfg.Config.Tokens.Exact(peer); exact {
-		writeError(w, http.StatusConflict, "approve: peer_id "+peer+" has its own token in the config; choose another peer_id")
+		httpapi.WriteError(w, http.StatusConflict, "approve: peer_id "+peer+" has its own token in the config; choose another peer_id")
 		return
 	}
 	token, err := randomSecret("tl_")
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "approve: no randomness: "+err.Error())
+		httpapi.WriteError(w, http.StatusInternalServerError, "approve: no randomness: "+err.Error())
 		return
 	}
 	name := req.Name
 	if name == "" {
 		name = p.name
 	}
-	op := OperatorOf(r)
+	op := httpapi.OperatorOf(r)
 	b := &binding{PeerID: peer, Source: bindEnrolled, BoundAt: now.UTC(), Remote: p.remote, Name: name, Tags: req.Tags, ApprovedBy: op.Name}
 	if err := ch.creds.enroll(config.DigestOf(token), b); err != nil {
 		if errors.Is(err, errClaimed) {
-			writeError(w, http.StatusConflict, "approve: "+err.Error())
+			httpapi.WriteError(w, http.StatusConflict, "approve: "+err.Error())
 			return
 		}
 		s.log.Error("enrolled token not kept", "channel", ch.id, "peer_id", peer, "err", err)
-		writeError(w, http.StatusInternalServerError, "approve: the token could not be kept: "+err.Error())
+		httpapi.WriteError(w, http.StatusInternalServerError, "approve: the token could not be kept: "+err.Error())
 		return
 	}
 	p.approved, p.peerID, p.token, p.approvedBy = true, peer, token, op.Name
 	ch.events.Add(events.Event{Event: evCredentialBound, PeerID: peer,
 		Detail: fmt.Sprintf("enrolled by operator %s with a pairing code (device remote=%s name=%q)", op.Name, p.remote, name)})
 	s.log.Info("enrollment approved", "channel", ch.id, "peer_id", peer, "operator", op.Name, "device_remote", p.remote)
-	writeJSON(w, http.StatusOK, map[string]any{"code": code, "channel_id": ch.id, "peer_id": peer, "name": name, "tags": req.Tags,
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"code": code, "channel_id": ch.id, "peer_id": peer, "name": name, "tags": req.Tags,
 		"note": "the device collects its token on its next poll"})
 }
 
@@ -656,7 +657,7 @@ func (s *Server) denyEnroll(w http.ResponseWriter, r *http.Request) {
 	e := s.enroll
 	code, err := enroll.ParseCode(r.PathValue("code"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	e.mu.Lock()
@@ -669,14 +670,14 @@ func (s *Server) denyEnroll(w http.ResponseWriter, r *http.Request) {
 		return
 	case p.approved:
 		e.mu.Unlock()
-		writeError(w, http.StatusConflict, "pairing code "+code+" is approved already (peer_id "+p.peerID+"); revoke its token with DELETE /api/channels/"+p.channelID+"/bindings/"+p.peerID)
+		httpapi.WriteError(w, http.StatusConflict, "pairing code "+code+" is approved already (peer_id "+p.peerID+"); revoke its token with DELETE /api/channels/"+p.channelID+"/bindings/"+p.peerID)
 		return
 	}
 	e.dropLocked(p, dropDenied)
 	e.mu.Unlock()
-	op := OperatorOf(r)
+	op := httpapi.OperatorOf(r)
 	s.log.Info("enrollment denied", "channel", p.channelID, "code", code, "operator", op.Name, "device_remote", p.remote)
-	writeJSON(w, http.StatusOK, map[string]any{"code": code, "channel_id": p.channelID, "denied": true,
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"code": code, "channel_id": p.channelID, "denied": true,
 		"note": "the device is told on its next poll (access_denied)"})
 }
 

@@ -24,6 +24,7 @@ import (
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/httpapi"
 	"termlink/server/metrics"
 	"termlink/server/registry"
 	"termlink/server/session"
@@ -199,7 +200,7 @@ func (s *Server) channelOf(w http.ResponseWriter, r *http.Request) *channel {
 	id := r.PathValue("channel_id")
 	ch := s.rt.channels[id]
 	if ch == nil {
-		writeError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
+		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
 	}
 	return ch
 }
@@ -227,13 +228,13 @@ func (s *Server) servePeers(w http.ResponseWriter, r *http.Request) {
 	var f registry.Filter
 	var err error
 	if f.Tags, err = registry.ParseTagFilter(q["tag"]); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if v := q.Get("online"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil || (v != "true" && v != "false") {
-			writeError(w, http.StatusBadRequest, "online must be true or false, got "+strconv.Quote(v))
+			httpapi.WriteError(w, http.StatusBadRequest, "online must be true or false, got "+strconv.Quote(v))
 			return
 		}
 		f.Online = &b
@@ -242,14 +243,14 @@ func (s *Server) servePeers(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxPeersLimit {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be a number from 1 to %d, got %s", maxPeersLimit, strconv.Quote(truncateUTF8(v, 40))))
+			httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("limit must be a number from 1 to %d, got %s", maxPeersLimit, strconv.Quote(httpapi.TruncateUTF8(v, 40))))
 			return
 		}
 		limit = n
 	}
 	after, err := parsePeerCursor(q.Get("cursor"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	peers, next := s.rt.fleet.reg.Page(ch.id, f, after, limit)
@@ -323,7 +324,7 @@ func parsePeerCursor(c string) (string, error) {
 	}
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil || len(b) == 0 || len(b) > 256 {
-		return "", errors.New("cursor " + strconv.Quote(truncateUTF8(c, 40)) + " is not one this server gave (pass next_cursor of the previous page as it is)")
+		return "", errors.New("cursor " + strconv.Quote(httpapi.TruncateUTF8(c, 40)) + " is not one this server gave (pass next_cursor of the previous page as it is)")
 	}
 	return string(b), nil
 }
@@ -353,14 +354,14 @@ func (s *Server) servePeer(w http.ResponseWriter, r *http.Request) {
 	conv, err := s.conversation(p.SessionID)
 	if err != nil {
 		s.log.Warn("reading a peer's conversation", "peer_id", p.PeerID, "session", p.SessionID, "err", err)
-		writeError(w, http.StatusInternalServerError, "reading the session log of "+p.SessionID+": "+err.Error())
+		httpapi.WriteError(w, http.StatusInternalServerError, "reading the session log of "+p.SessionID+": "+err.Error())
 		return
 	}
 	var running []string
 	for _, run := range s.router.peerRuns(SessionKey(ch.id, ch.cfg.AccountID, p.PeerID, "")) {
 		running = append(running, run.messageID)
 	}
-	writeJSON(w, http.StatusOK, peerDetail{Peer: p, Conversation: conv, Running: nonNil(running),
+	httpapi.WriteJSON(w, http.StatusOK, peerDetail{Peer: p, Conversation: conv, Running: nonNil(running),
 		Notices: s.rt.fleet.notices.ForPeer(ch.id, p.PeerID)})
 }
 
@@ -379,7 +380,7 @@ func (s *Server) peerOf(w http.ResponseWriter, r *http.Request) (*channel, regis
 	id := r.PathValue("peer_id")
 	p, ok := s.rt.fleet.reg.Get(ch.id, id)
 	if !ok {
-		writeError(w, http.StatusNotFound, "no peer "+strconv.Quote(id)+" has connected to channel "+ch.id)
+		httpapi.WriteError(w, http.StatusNotFound, "no peer "+strconv.Quote(id)+" has connected to channel "+ch.id)
 	}
 	return ch, p, ok
 }
@@ -465,7 +466,7 @@ func (s *Server) serveCancel(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "request body: want {\"message_id\": \"...\"} (or none): "+err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, "request body: want {\"message_id\": \"...\"} (or none): "+err.Error())
 		return
 	}
 	base := SessionKey(ch.id, ch.cfg.AccountID, p.PeerID, "")
@@ -477,7 +478,7 @@ func (s *Server) serveCancel(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if len(cancelled) == 0 {
-			writeError(w, http.StatusConflict, "nothing is running for peer "+p.PeerID)
+			httpapi.WriteError(w, http.StatusConflict, "nothing is running for peer "+p.PeerID)
 			return
 		}
 	} else {
@@ -488,16 +489,16 @@ func (s *Server) serveCancel(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if len(cancelled) == 0 {
-			writeError(w, http.StatusNotFound, "message "+strconv.Quote(body.MessageID)+" is not queued or running for peer "+p.PeerID)
+			httpapi.WriteError(w, http.StatusNotFound, "message "+strconv.Quote(body.MessageID)+" is not queued or running for peer "+p.PeerID)
 			return
 		}
 	}
-	op := OperatorOf(r)
+	op := httpapi.OperatorOf(r)
 	for _, id := range cancelled {
 		ch.events.Add(events.Event{Event: eventOperatorCancel, PeerID: p.PeerID, SessionID: base, MessageID: id,
 			Detail: "cancelled by " + op.Name + " (" + op.Role.String() + ") through the API"})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"cancelled": cancelled})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"cancelled": cancelled})
 }
 
 // serveEventStream is GET /api/channels/{channel_id}/events/stream, the
@@ -516,12 +517,12 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	fl.mu.Lock()
 	if fl.stopped {
 		fl.mu.Unlock()
-		writeError(w, http.StatusServiceUnavailable, "the server is shutting down")
+		httpapi.WriteError(w, http.StatusServiceUnavailable, "the server is shutting down")
 		return
 	}
 	if fl.streamsOpen >= fl.opt.maxStreams {
 		fl.mu.Unlock()
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf(
+		httpapi.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf(
 			"too many live event streams: %d are open, the most this server keeps; close one, or poll %s instead",
 			fl.opt.maxStreams, strings.TrimSuffix(r.URL.Path, "/stream")))
 		return

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"termlink/link"
+	"termlink/server/httpapi"
 )
 
 // Limits and defaults of a notice (the operator API and agent pushes).
@@ -43,7 +44,7 @@ var noticeKeys = []string{"text", "priority", "display_seconds", "expires_at", "
 // is refused, never replaced or overwritten.
 func parseNoticeRequest(body []byte, broadcast bool, now time.Time) (noticeRequest, error) {
 	var req noticeRequest
-	if err := checkJSONBody(body); err != nil {
+	if err := httpapi.CheckBody(body); err != nil {
 		return req, err
 	}
 	var raw map[string]json.RawMessage
@@ -198,7 +199,7 @@ func noticePreview(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return truncateUTF8(s, n) + "…"
+	return httpapi.TruncateUTF8(s, n) + "…"
 }
 
 // noticeRoutes adds the notice API to mux; the operator guard covers it
@@ -221,14 +222,14 @@ func (s *Server) noticeChannel(w http.ResponseWriter, r *http.Request) (string, 
 	ch := s.rt.channels[id]
 	switch {
 	case ch == nil:
-		writeError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
+		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
 		return "", false
 	case ch.adapter == nil:
-		writeError(w, http.StatusConflict, "channel "+strconv.Quote(id)+" is disabled: it takes no notices")
+		httpapi.WriteError(w, http.StatusConflict, "channel "+strconv.Quote(id)+" is disabled: it takes no notices")
 		return "", false
 	}
 	if p := r.PathValue("peer_id"); p != "" && !idRE.MatchString(p) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is not a peer id (1-128 characters of A-Z a-z 0-9 . _ @ + -, starting with a letter or digit)", p))
+		httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("%q is not a peer id (1-128 characters of A-Z a-z 0-9 . _ @ + -, starting with a letter or digit)", p))
 		return "", false
 	}
 	return id, true
@@ -247,15 +248,15 @@ func (s *Server) postNotice(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxNoticeBodyBytes))
+			httpapi.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxNoticeBodyBytes))
 			return
 		}
-		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, "reading the body: "+err.Error())
 		return
 	}
 	req, err := parseNoticeRequest(body, broadcast, time.Now())
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	targets := []string{peer}
@@ -269,7 +270,7 @@ func (s *Server) postNotice(w http.ResponseWriter, r *http.Request) {
 			if len(req.tags) > 0 {
 				what = "has no known peer with tags " + formatTags(req.tags)
 			}
-			writeError(w, http.StatusNotFound, "channel "+strconv.Quote(chID)+" "+what)
+			httpapi.WriteError(w, http.StatusNotFound, "channel "+strconv.Quote(chID)+" "+what)
 			return
 		}
 	}
@@ -277,18 +278,18 @@ func (s *Server) postNotice(w http.ResponseWriter, r *http.Request) {
 	var full *mailboxFullError
 	switch {
 	case errors.As(err, &full):
-		writeError(w, http.StatusTooManyRequests, err.Error())
+		httpapi.WriteError(w, http.StatusTooManyRequests, err.Error())
 		return
 	case err != nil:
 		s.log.Error("notice not created", "channel", chID, "err", err)
-		writeError(w, http.StatusServiceUnavailable, "the notice was not stored: "+err.Error())
+		httpapi.WriteError(w, http.StatusServiceUnavailable, "the notice was not stored: "+err.Error())
 		return
 	}
 	out := map[string]any{"notice_ids": []string{res.NoticeID}, "targets": len(res.Targets), "online": res.Online}
 	if broadcast {
 		out["skipped"] = append([]string{}, res.Skipped...)
 	}
-	writeJSON(w, http.StatusCreated, out)
+	httpapi.WriteJSON(w, http.StatusCreated, out)
 }
 
 func formatTags(tags map[string]string) string {
@@ -308,7 +309,7 @@ func allParam(w http.ResponseWriter, r *http.Request) (all, ok bool) {
 	case "true", "1":
 		return true, true
 	default:
-		writeError(w, http.StatusBadRequest, "all must be true or false, got "+strconv.Quote(v))
+		httpapi.WriteError(w, http.StatusBadRequest, "all must be true or false, got "+strconv.Quote(v))
 		return false, false
 	}
 }
@@ -324,10 +325,10 @@ func (s *Server) getNotices(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if peer := r.PathValue("peer_id"); peer != "" {
-		writeJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "peer_id": peer, "notices": s.rt.notices.listPeer(chID, peer, all)})
+		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "peer_id": peer, "notices": s.rt.notices.listPeer(chID, peer, all)})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "notices": s.rt.notices.list(chID, all)})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "notices": s.rt.notices.list(chID, all)})
 }
 
 // deleteNotice withdraws a notice from the path's peer, or from all.
@@ -340,13 +341,13 @@ func (s *Server) deleteNotice(w http.ResponseWriter, r *http.Request) {
 	n, err := s.rt.notices.withdraw(chID, id, peer)
 	switch {
 	case errors.Is(err, errUnknownNotice) && peer != "":
-		writeError(w, http.StatusNotFound, "peer "+peer+" of channel "+strconv.Quote(chID)+" has no notice "+strconv.Quote(id))
+		httpapi.WriteError(w, http.StatusNotFound, "peer "+peer+" of channel "+strconv.Quote(chID)+" has no notice "+strconv.Quote(id))
 	case errors.Is(err, errUnknownNotice):
-		writeError(w, http.StatusNotFound, "channel "+strconv.Quote(chID)+" has no notice "+strconv.Quote(id))
+		httpapi.WriteError(w, http.StatusNotFound, "channel "+strconv.Quote(chID)+" has no notice "+strconv.Quote(id))
 	case err != nil:
-		writeError(w, http.StatusServiceUnavailable, "the withdrawal was not stored: "+err.Error())
+		httpapi.WriteError(w, http.StatusServiceUnavailable, "the withdrawal was not stored: "+err.Error())
 	default:
-		writeJSON(w, http.StatusOK, map[string]any{"withdrawn": n})
+		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"withdrawn": n})
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/httpapi"
 )
 
 // wsConn is one device connection, in gorilla's chat shape: the reader
@@ -504,20 +505,8 @@ func (c *wsConn) closeWith(code int, reason string) {
 		return
 	}
 	c.cause = reason
-	c.closeFrame = websocket.FormatCloseMessage(code, truncateUTF8(reason, 123))
+	c.closeFrame = websocket.FormatCloseMessage(code, httpapi.TruncateUTF8(reason, 123))
 	c.startWriterLocked()
-}
-
-// truncateUTF8 cuts s to at most n bytes without splitting a character
-// (a close frame's reason has room for 123).
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // batch is what the writer takes in one go.

@@ -1,0 +1,69 @@
+// Package httpapi holds what every route of termserver's HTTP API shares:
+// JSON answers, the one body policy (Decode, CheckBody), the operator a
+// request was let through as, and the Mux a capability package registers
+// its routes on. The guard itself (Host, Origin, admin tokens) is the
+// server's; it wraps the mux the routes are registered on.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"unicode/utf8"
+
+	"termlink/server/config"
+)
+
+// Mux is what a capability package registers its routes on (an
+// *http.ServeMux, or the server's mux that remembers its patterns).
+type Mux interface {
+	HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request))
+}
+
+// WriteJSON answers with v as indented JSON.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// WriteError answers with {"error": msg}.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	WriteJSON(w, status, map[string]string{"error": msg})
+}
+
+type operatorKey struct{}
+
+// Operator is who made an API request: the admin token's name and role
+// ("local" and RoleOperator for a loopback client when no tokens are
+// configured).
+type Operator struct {
+	Name string
+	Role config.Role
+}
+
+// OperatorOf returns the operator the guard let through for r.
+func OperatorOf(r *http.Request) Operator {
+	if op, ok := r.Context().Value(operatorKey{}).(Operator); ok {
+		return op
+	}
+	return Operator{}
+}
+
+// WithOperator is r as let through for op (the guard's).
+func WithOperator(r *http.Request, op Operator) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), operatorKey{}, op))
+}
+
+// TruncateUTF8 cuts s to at most n bytes without splitting a character.
+func TruncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
