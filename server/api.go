@@ -71,9 +71,8 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
 	case ch.adapter == nil:
 		httpapi.WriteError(w, http.StatusServiceUnavailable, "channel "+strconv.Quote(id)+" is disabled")
-	case s.rt.cluster != nil && !s.cfg.Cluster.Edge():
-		httpapi.WriteError(w, http.StatusServiceUnavailable, "this termserver is cluster node "+strconv.Quote(s.cfg.Cluster.Name)+
-			" with role "+strconv.Quote(s.cfg.Cluster.Role)+": it runs agents and takes no devices; connect to an edge")
+	case s.rt.records.Refuses() != "":
+		httpapi.WriteError(w, http.StatusServiceUnavailable, s.rt.records.Refuses())
 	default:
 		ch.adapter.(*terminalAdapter).serveUpgrade(w, r, maxConnections(s.cfg.MaxConnections, s.fds))
 	}
@@ -163,8 +162,8 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 		"runs_waiting":    waiting,
 		"channels":        chs,
 	}
-	if c := s.rt.cluster; c != nil {
-		body["cluster"] = c.status(r.Context())
+	if st := s.rt.records.Status(r.Context()); st != nil {
+		body["cluster"] = st
 	}
 	httpapi.WriteJSON(w, http.StatusOK, body)
 }

@@ -19,6 +19,8 @@ import (
 	"termlink/server/agent"
 	"termlink/server/bus"
 	"termlink/server/config"
+	"termlink/server/record"
+	"termlink/server/record/local"
 	"termlink/server/session"
 )
 
@@ -183,7 +185,7 @@ func TestDedupeBoundedAndReloaded(t *testing.T) {
 		readAs[*link.Message](c)
 		c.ws.Close()
 	}
-	st := ts.rt.dedupe.stats()
+	st := ts.rt.records.(*local.Store).DedupeStats()
 	if st.Bytes > budget+20000 || st.Evictions == 0 {
 		t.Fatalf("dedupe after 30 sessions of 8 kB replies: %+v, want at most ~%d bytes and evictions", st, budget)
 	}
@@ -194,7 +196,7 @@ func TestDedupeBoundedAndReloaded(t *testing.T) {
 	if !ack.Duplicate || ack.Reply == nil || ack.Reply.Text != "You said: "+text {
 		t.Fatalf("resend to an evicted session: duplicate=%v reply=%v, want the cached reply", ack.Duplicate, ack.Reply != nil)
 	}
-	if after := ts.rt.dedupe.stats(); after.Reloads <= st.Reloads {
+	if after := ts.rt.records.(*local.Store).DedupeStats(); after.Reloads <= st.Reloads {
 		t.Fatalf("reloads %d -> %d: the evicted session was not read back", st.Reloads, after.Reloads)
 	}
 }
@@ -246,7 +248,7 @@ func TestInterruptedRunRunsAgainOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := store.Append(context.Background(), key, session.Record{Role: "user", Content: "cut short", MessageID: "m-1", RunID: "run-1"},
-		session.Record{Role: "system", MessageID: "m-1", RunID: "run-1", Extra: map[string]any{"event": startedEvent}}); err != nil {
+		session.Record{Role: "system", MessageID: "m-1", RunID: "run-1", Extra: map[string]any{"event": record.EventStarted}}); err != nil {
 		t.Fatal(err)
 	}
 	store.Close()

@@ -53,7 +53,7 @@ func startClusterServer(t *testing.T, runner *countingRunner, mutate func(*confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !waitUntil(t, "the partition is owned", func() bool { return ts.rt.cluster.node.Owns(0) }) {
+	if !waitUntil(t, "the partition is owned", func() bool { return clusterStore(ts).Node().Owns(0) }) {
 		t.FailNow()
 	}
 	return ts, js
@@ -90,7 +90,7 @@ func dropLease(t *testing.T, ts *testServer, js jetstream.JetStream) {
 		t.Error(err)
 		return
 	}
-	node := ts.rt.cluster.node
+	node := clusterStore(ts).Node()
 	deadline := time.Now().Add(10 * time.Second)
 	for node.Owns(0) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
@@ -104,9 +104,12 @@ func dropLease(t *testing.T, ts *testServer, js jetstream.JetStream) {
 }
 
 // heldTicket is the ticket the worker holds for a message, nil for none.
-func heldTicket(c *clusterNode, session, messageID string) *cluster.Ticket {
-	return c.tickets.Held(cluster.Key{Session: session, MessageID: messageID})
+func heldTicket(c *cluster.Store, session, messageID string) *cluster.Ticket {
+	return c.Held(session, messageID)
 }
+
+// clusterStore is the server's store of record in cluster mode.
+func clusterStore(ts *testServer) *cluster.Store { return ts.rt.records.(*cluster.Store) }
 
 // until reads frames until want has seen what it waits for (true), for
 // at most 15 s.
@@ -187,7 +190,7 @@ func TestClusterPartitionRetakenKeepsSessionOrder(t *testing.T) {
 			return nil
 		}
 		first = false
-		c := ts.rt.cluster
+		c := clusterStore(ts)
 		// The hook runs on the router's goroutine: failures are
 		// marked (t.Error), never fatal here.
 		waitUntil(t, "B delivered", func() bool { return heldTicket(c, in.SessionKey, "B") != nil })

@@ -1,22 +1,19 @@
-// Package server is termserver: the terminal WebSocket channel of
-// shared/spec/terminal-websocket-channel.md and the runtime around it.
+// Package server is termserver put together: the terminal WebSocket
+// channel of shared/spec/terminal-websocket-channel.md, the router that
+// hands each message to its agent, and the HTTP API, composed around one
+// store of record (package record).
 //
-// One message takes one path (DESIGN.md):
+// One message takes one path (DESIGN.md; server/README.md has the map):
 //
-//	terminal adapter -> Runtime.AcceptInbound (session id, dedupe, session log, events)
-//	-> bus inbound -> router (one FIFO per session, bounded parallelism) -> agent.Runner
-//	-> session log + dedupe -> bus outbound -> dispatcher -> terminal adapter send
+//	terminal adapter -> Runtime.AcceptInbound -> record.Store.Accept
+//	  (dedupe, durable record, the ack, the run queue)
+//	-> router (one FIFO per session, bounded parallelism)
+//	  -> record.Store.Start (the claim) -> agent.Runner
+//	  -> record.Store.Finish (the reply recorded before it is sent)
+//	-> record.Store.Deliver -> dispatcher -> terminal adapter send
 //
-// The adapter never calls a runner. A reply is written to the session log
-// before it is sent, so the dedupe table rebuilt from the log at start-up
-// answers a resent message with its cached reply instead of a second run;
-// a message that was accepted but never answered (the server died) is run
-// again at start-up.
-//
-// "Written to the session log" means: made durable in the workspace's
-// write-ahead log (workspace/wal, package wal: one fdatasync per batch for
-// every session), then written to the session file without fsync. One
-// syncfs a second makes the files durable and releases the log; at
-// start-up the records the files lack are replayed into them before the
-// dedupe table is rebuilt (journal.go).
+// The adapter never calls a runner, and the runtime never asks which
+// store it has: records.go builds record/local's (the workspace's
+// write-ahead log and session files) or, in cluster mode, cluster's
+// (JetStream), and that is the only place that knows.
 package server

@@ -391,7 +391,7 @@ func (s *Server) conversation(key string) ([]conversationEntry, error) {
 	if key == "" {
 		return out, nil
 	}
-	sess, err := s.rt.store.Tail(key, conversationRecords)
+	sess, err := s.rt.sessions.Tail(key, conversationRecords)
 	if errors.Is(err, fs.ErrNotExist) {
 		return out, nil
 	}

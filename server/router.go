@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"termlink/link"
 	"termlink/server/agent"
 	"termlink/server/bus"
+	"termlink/server/record"
 )
 
 // router takes messages off the bus and runs them: one at a time and in
@@ -178,7 +178,7 @@ func (r *router) request(ctx context.Context, in bus.Inbound) agent.Request {
 		MessageID: in.MessageID, RunID: in.RunID, Text: in.Text, Media: in.Media, Workspace: r.workspace,
 		Capabilities: in.Capabilities,
 		UpdateMeta: func(ctx context.Context, update func(map[string]any)) error {
-			return rt.store.UpdateMetadata(ctx, in.SessionKey, update)
+			return rt.sessions.UpdateMetadata(ctx, in.SessionKey, update)
 		},
 		Event: func(name, detail string) { rt.agentEvent(in, name, detail) },
 	}
@@ -278,7 +278,7 @@ func (r *router) runOne(ctx context.Context, in bus.Inbound, haveSlot bool) (res
 				return agent.Result{}, 0, false
 			}
 			r.rt.runStarted(in)
-			return cancelledBeforeStart, 0, true
+			return record.CancelledBeforeStart, 0, true
 		}
 	}
 	defer func() { <-r.slots }()
@@ -303,8 +303,6 @@ func (r *router) runOne(ctx context.Context, in bus.Inbound, haveSlot bool) (res
 	}
 	return res, time.Since(start), true
 }
-
-var cancelledBeforeStart = agent.Result{Text: "cancelled before it started", FinishReason: link.FinishCancelled}
 
 // cancel interrupts the run of messageID in session key, or drops it from
 // the queue with a cancelled reply. It reports whether it found it.
@@ -345,7 +343,7 @@ func (r *router) cancel(key, messageID string) bool {
 func (r *router) cancelInFlight(key, messageID string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopped || !r.rt.dedupe.isPending(key, messageID) {
+	if r.stopped || !r.rt.records.Pending(key, messageID) {
 		return false
 	}
 	if q := r.queues[key]; q != nil {
@@ -375,7 +373,7 @@ func (r *router) answerCancelled(in bus.Inbound) {
 	go func() {
 		defer r.wg.Done()
 		r.rt.runStarted(in)
-		r.rt.runFinished(r.runCtx, in, cancelledBeforeStart, 0)
+		r.rt.runFinished(r.runCtx, in, record.CancelledBeforeStart, 0)
 	}()
 }
 

@@ -6,15 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/cenkalti/backoff/v4"
 
 	"termlink/link"
 	"termlink/server/agent"
@@ -22,8 +17,8 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/metrics"
+	"termlink/server/record"
 	"termlink/server/session"
-	"termlink/server/wal"
 )
 
 // Adapter is a channel transport the runtime dispatches replies to.
@@ -95,26 +90,14 @@ func newServerMetrics() *serverMetrics {
 	return m
 }
 
-// walSeries registers the write-ahead log's counters, read from stats at
-// each scrape: records made durable, batches written, fdatasyncs (their
-// ratio to records is the group commit's batching) and segments on disk.
-func (m *serverMetrics) walSeries(stats func() wal.Stats) {
-	r := &m.reg
-	r.NewCounterFunc("termlink_wal_records_total", "Records made durable in the write-ahead log.", func() float64 { return float64(stats().Appends) })
-	r.NewCounterFunc("termlink_wal_batches_total", "Write-ahead log batches written (one write each).", func() float64 { return float64(stats().Batches) })
-	r.NewCounterFunc("termlink_wal_syncs_total", "Write-ahead log fdatasyncs; records/syncs is the group commit's batch size.", func() float64 { return float64(stats().Syncs) })
-	r.NewGaugeFunc("termlink_wal_segments", "Write-ahead log segments on disk.", func() float64 { return float64(stats().Segments) })
-}
-
-// Runtime is the channel runtime: it accepts inbound messages (session id,
-// dedupe, session log, events), records finished runs, and dispatches
-// outbound messages to the adapters.
+// Runtime is the channel runtime: it accepts inbound messages through the
+// store of record (session id, dedupe, durable record, events), records
+// finished runs there, and dispatches outbound messages to the adapters.
 type Runtime struct {
 	log      *slog.Logger
 	bus      *bus.Bus
-	store    *session.Store // read here; written through journal
-	journal  *journal
-	dedupe   *dedupe
+	sessions *session.Store // the workspace's session files: metadata, conversations
+	records  record.Store   // the store of record (records.go builds it)
 	channels map[string]*channel
 	order    []string // channel ids, sorted
 	metrics  *serverMetrics
@@ -127,24 +110,10 @@ type Runtime struct {
 	// admission counts the messages accepted and not yet started (queued,
 	// on the bus, offered to a running turn), per session and in all.
 	admission *admission
-	// cluster is the NATS side in cluster mode (cluster.go); nil: the
-	// embedded server, whose store of record is the workspace.
-	cluster *clusterNode
-	// unwritable is the last session-log write failure, nil once a write
-	// succeeds again; /healthz reports it.
-	unwritable atomic.Pointer[string]
-	// startsAtOnce (the router's) tells AcceptInbound whether a message
-	// of an idle session would start without waiting; then its start is
-	// recorded with it. A busy session's next message, taken with a run
-	// slot as a run ends, has its start recorded with that run's reply
-	// (recordReply). Such messages are premarked (session key + "\x00" +
-	// message id), and beforeRun writes nothing for them.
+	// router runs what is queued; startsAtOnce (its) tells the store
+	// whether a message of an idle session would start without waiting.
+	router       *router
 	startsAtOnce func(key string) bool
-	premarked    sync.Map
-	// reruns holds the messages rebuild found started and cut short once
-	// (session key + "\x00" + message id): their next start is recorded
-	// run_interrupted instead of run_started (beforeRun).
-	reruns sync.Map
 }
 
 // SessionKey builds the spec's session id.
@@ -154,19 +123,6 @@ func SessionKey(channelID, accountID, peerID, threadID string) string {
 		key += ":" + threadID
 	}
 	return key
-}
-
-// parseSessionKey splits a session id; ids, accounts, peers and threads
-// contain no ':' (the adapter and the config refuse it).
-func parseSessionKey(key string) (channelID, accountID, peerID, threadID string, ok bool) {
-	parts := strings.Split(key, ":")
-	switch len(parts) {
-	case 3:
-		return parts[0], parts[1], parts[2], "", true
-	case 4:
-		return parts[0], parts[1], parts[2], parts[3], true
-	}
-	return "", "", "", "", false
 }
 
 func newRunPrefix() string {
@@ -182,22 +138,21 @@ func (rt *Runtime) newRunID() string {
 }
 
 // AcceptResult tells the adapter how to acknowledge a message.
-type AcceptResult struct {
-	RunID     string
-	Duplicate bool
-	Pending   bool          // duplicate whose run is still going
-	Reply     *link.Message // duplicate whose run is done
-}
+type AcceptResult = record.Accepted
 
-// AcceptInbound takes a message from a device. A new message id is written
-// to the session log (durably) and then ack is called, before the message
-// is published to the bus, so the ack always precedes the reply on the
-// wire. A known id calls ack with the duplicate status and publishes
-// nothing (also when the server is busy). An error means the message was
-// not taken and ack was not called; the device may resend. When the
-// session already has its channel's maxWaitingPerSession messages waiting,
-// or the server its maxWaitingRuns, the error wraps [ErrBusy]; nothing is
-// written then.
+// ErrBusy is wrapped by AcceptInbound's error when a bound of the delivery
+// contract refused the message (record.ErrBusy).
+var ErrBusy = record.ErrBusy
+
+// AcceptInbound takes a message from a device through the store of
+// record: a new message id is recorded (durably) and then ack is called,
+// before the message is queued to run, so the ack always precedes the
+// reply on the wire. A known id calls ack with the duplicate status and
+// queues nothing (also when the server is busy). An error means the
+// message was not taken and ack was not called; the device may resend.
+// When the session already has its channel's maxWaitingPerSession
+// messages waiting, or the server its maxWaitingRuns, the error wraps
+// [ErrBusy]; nothing is written then.
 func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(AcceptResult)) error {
 	ch := rt.channels[in.ChannelID]
 	if ch == nil {
@@ -207,57 +162,22 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 	if in.Received.IsZero() {
 		in.Received = time.Now()
 	}
-	if rt.cluster != nil {
-		return rt.cluster.accept(ctx, ch, in, ack)
-	}
-	prior, fresh, err := rt.dedupe.claim(in.SessionKey, in.MessageID, in.RunID)
-	if err != nil {
-		return fmt.Errorf("reading the session log for duplicates: %w", err)
-	}
-	if !fresh {
-		res := AcceptResult{RunID: prior.runID, Duplicate: true, Reply: prior.reply, Pending: prior.reply == nil}
-		rt.metrics.duplicates.Inc(ch.id)
-		detail := "done: cached reply sent"
-		if res.Pending {
-			detail = "pending: run still in progress"
+	err := rt.records.Accept(ctx, in, ch.maxWaitingPerSession(), func(res record.Accepted) {
+		if res.Duplicate {
+			rt.metrics.duplicates.Inc(ch.id)
+			ch.events.Add(events.Event{Event: events.InboundDuplicate, PeerID: in.PeerID, SessionID: in.SessionKey,
+				MessageID: in.MessageID, RunID: res.RunID, Preview: in.Text, Detail: res.Detail})
+		} else {
+			rt.metrics.inbound.Inc(ch.id)
+			ch.events.Add(events.Event{Event: events.InboundAccepted, PeerID: in.PeerID, SessionID: in.SessionKey,
+				MessageID: in.MessageID, RunID: in.RunID, Preview: in.Text})
 		}
-		ch.events.Add(events.Event{Event: events.InboundDuplicate, PeerID: in.PeerID, SessionID: in.SessionKey,
-			MessageID: in.MessageID, RunID: prior.runID, Preview: in.Text, Detail: detail})
 		ack(res)
-		return nil
-	}
-	first, err := rt.admission.reserveFirst(in.SessionKey, ch.maxWaitingPerSession())
-	if err != nil {
-		rt.dedupe.forget(in.SessionKey, in.MessageID)
+	})
+	if errors.Is(err, ErrBusy) {
 		rt.metrics.busy.Inc(ch.id)
-		return err
 	}
-	recs := []session.Record{{Role: "user", Content: in.Text, MessageID: in.MessageID, RunID: in.RunID,
-		Timestamp: in.Received.Format(session.TimeLayout)}}
-	// A message that starts at once gets its start recorded with it: one
-	// log append (one group commit) instead of a second before its run.
-	premark := first && rt.startsAtOnce != nil && rt.startsAtOnce(in.SessionKey)
-	if premark {
-		recs = append(recs, startRecord(in, false))
-		rt.premarked.Store(in.SessionKey+"\x00"+in.MessageID, true)
-	}
-	if err := rt.appendLog(ctx, in.SessionKey, recs...); err != nil {
-		rt.premarked.Delete(in.SessionKey + "\x00" + in.MessageID)
-		rt.admission.release(in.SessionKey, 1)
-		rt.dedupe.forget(in.SessionKey, in.MessageID)
-		return fmt.Errorf("recording message: %w", err)
-	}
-	rt.metrics.inbound.Inc(ch.id)
-	ch.events.Add(events.Event{Event: events.InboundAccepted, PeerID: in.PeerID, SessionID: in.SessionKey,
-		MessageID: in.MessageID, RunID: in.RunID, Preview: in.Text})
-	ack(AcceptResult{RunID: in.RunID})
-	if err := rt.bus.PublishInbound(ctx, in); err != nil {
-		rt.admission.release(in.SessionKey, 1)
-		// It is in the session log: the next start runs it.
-		rt.log.Warn("message recorded but not queued; it runs at the next start",
-			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
-	}
-	return nil
+	return err
 }
 
 // maxWaitingPerSession is the channel's bound on messages waiting in one
@@ -269,59 +189,8 @@ func (ch *channel) maxWaitingPerSession() int {
 	return config.DefaultMaxWaitingPerSession
 }
 
-// appendLog makes records durable in the write-ahead log and writes them
-// to the session file (journal.append), and keeps /healthz's view of the
-// workspace: a write failure marks it unwritable until a write succeeds.
-// A cancelled ctx or a closed store or log says nothing about the disk.
-func (rt *Runtime) appendLog(ctx context.Context, key string, recs ...session.Record) error {
-	err := rt.journal.append(ctx, key, recs)
-	switch {
-	case err == nil:
-		if rt.unwritable.Load() != nil {
-			rt.unwritable.Store(nil)
-			rt.log.Info("session log writable again")
-		}
-	case ctx.Err() != nil, errors.Is(err, session.ErrClosed), errors.Is(err, wal.ErrClosed),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-	default:
-		msg := err.Error()
-		rt.unwritable.Store(&msg)
-		rt.metrics.logFailures.Inc("")
-	}
-	return err
-}
-
-// appendLogRetrying appends like appendLog, retrying a failed write with
-// a capped, jittered exponential backoff until it succeeds, the store is
-// closed or ctx ends. It is for records that must not be lost while the
-// server runs (replies): a full disk holds the run's session, it does not
-// drop the reply.
-func (rt *Runtime) appendLogRetrying(ctx context.Context, key string, recs ...session.Record) error {
-	err := rt.appendLog(ctx, key, recs...)
-	if err == nil || errors.Is(err, session.ErrClosed) || ctx.Err() != nil {
-		return err // the common case needs no backoff state
-	}
-	rt.log.Error("session log write failed; retrying", "session", key, "err", err)
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 50 * time.Millisecond
-	b.MaxInterval = 5 * time.Second
-	b.MaxElapsedTime = 0 // until it works or ctx ends
-	return backoff.Retry(func() error {
-		err := rt.appendLog(ctx, key, recs...)
-		if err != nil && (errors.Is(err, session.ErrClosed) || ctx.Err() != nil) {
-			return backoff.Permanent(err)
-		}
-		return err
-	}, backoff.WithContext(b, ctx))
-}
-
-// health reports whether the workspace takes writes, and why not.
-func (rt *Runtime) health() (ok bool, reason string) {
-	if msg := rt.unwritable.Load(); msg != nil {
-		return false, "workspace unwritable: the last session log write failed: " + *msg
-	}
-	return true, ""
-}
+// health reports whether the store of record takes writes, and why not.
+func (rt *Runtime) health() (ok bool, reason string) { return rt.records.Health() }
 
 // runStarted records direct_run_started.
 func (rt *Runtime) runStarted(in bus.Inbound) {
@@ -332,19 +201,17 @@ func (rt *Runtime) runStarted(in bus.Inbound) {
 	}
 }
 
-// runFinished writes the reply to the session log, completes the dedupe
-// entry and publishes the reply to the bus. A reply the log refuses is
-// retried until it is written or ctx ends; one never written is not sent
-// (a restart runs the message again, once), so no device sees a reply the
-// server does not remember.
+// runFinished records the reply in the store of record and sends it.
+// A reply the store refuses is retried until it is written or ctx ends;
+// one never written is not sent (a restart runs the message again,
+// once), so no device sees a reply the server does not remember.
 func (rt *Runtime) runFinished(ctx context.Context, in bus.Inbound, res agent.Result, took time.Duration) {
 	rt.runFinishedThen(ctx, in, res, took, nil)
 }
 
 // runFinishedThen is runFinished that, with next (the session's next
-// message, taken to start right after this reply), records next's start
-// in the same log append as the reply (premarked: beforeRun writes
-// nothing for it then).
+// message, taken to start right after this reply), lets the store record
+// next's start with the reply (record.Store.Finish).
 func (rt *Runtime) runFinishedThen(ctx context.Context, in bus.Inbound, res agent.Result, took time.Duration, next *bus.Inbound) {
 	rt.metrics.running.Add("", -1)
 	if res.FinishReason == "" {
@@ -352,7 +219,7 @@ func (rt *Runtime) runFinishedThen(ctx context.Context, in bus.Inbound, res agen
 	}
 	reply := &link.Message{Role: link.RoleAssistant, MessageID: in.MessageID, RunID: in.RunID,
 		Text: res.Text, FinishReason: res.FinishReason}
-	if !rt.recordReply(ctx, in, reply, res.Media, next) {
+	if !rt.records.Finish(ctx, in, reply, res.Media, next) {
 		return
 	}
 	rt.metrics.runs.Inc(res.FinishReason)
@@ -362,81 +229,20 @@ func (rt *Runtime) runFinishedThen(ctx context.Context, in bus.Inbound, res agen
 			MessageID: in.MessageID, RunID: in.RunID, Preview: res.Text,
 			Detail: "finish_reason=" + res.FinishReason + " took=" + took.Round(time.Microsecond).String()})
 	}
-	out := bus.Outbound{Kind: bus.Final, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
+	rt.records.Deliver(ctx, in, bus.Outbound{Kind: bus.Final, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Text: res.Text, FinishReason: res.FinishReason,
-		Media: res.Media, Started: in.Received}
-	if rt.cluster != nil {
-		rt.cluster.sendFinal(ctx, in, out)
-		return
-	}
-	if err := rt.bus.PublishOutbound(ctx, out); err != nil {
-		rt.log.Warn("reply not dispatched; the device gets it from dedupe when it resends",
-			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
-	}
+		Media: res.Media, Started: in.Received})
 }
 
-// recordReply makes a reply the store of record's before it is sent: the
-// session log and the dedupe table, or in the cluster the history and the
-// message's claim. A reply the log refuses is retried until it is written
-// or ctx ends; false means it was not recorded and is not to be sent.
-func (rt *Runtime) recordReply(ctx context.Context, in bus.Inbound, reply *link.Message, media []string, next *bus.Inbound) bool {
-	if rt.cluster != nil {
-		return rt.cluster.finish(ctx, in, reply, media)
-	}
-	recs := []session.Record{{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
-		FinishReason: reply.FinishReason, Media: media}}
-	var nextKey string
-	if next != nil && next.SessionKey == in.SessionKey {
-		_, rerun := rt.reruns.Load(next.SessionKey + "\x00" + next.MessageID)
-		if !rerun || !next.Recovered { // a re-run records run_interrupted itself (beforeRun)
-			nextKey = next.SessionKey + "\x00" + next.MessageID
-			recs = append(recs, startRecord(*next, false))
-			rt.premarked.Store(nextKey, true)
-		}
-	}
-	if err := rt.appendLogRetrying(ctx, in.SessionKey, recs...); err != nil {
-		if nextKey != "" {
-			rt.premarked.Delete(nextKey)
-		}
-		rt.log.Error("reply not written to the session log; not sent, the next start runs the message again",
-			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
-		return false
-	}
-	rt.dedupe.finish(in.SessionKey, in.MessageID, reply)
-	rt.premarked.Delete(in.SessionKey + "\x00" + in.MessageID) // answered without starting (cancelled)
-	return true
-}
-
-// beforeRun is what happens before a message's run starts. Embedded: the
-// start is made durable before the agent gets the message: a run_started
-// record, or for a message whose earlier run a restart cut short (rebuild
-// found its run_started), a run_interrupted record. Cluster: the claim is
-// marked running (clusterNode.startRun). ok false: not to be run (nothing
-// recorded); answer non-nil: answer with it instead of running. ctx is
-// the run's (a cancel ends it), stopCtx the router's (a hard stop ends
-// it): the start record is written under stopCtx, because a cancel
-// answers the run (the runner sees ctx done) but does not undo its start.
+// beforeRun is what happens before a message's run starts: the store of
+// record decides and records it (record.Store.Start).
 func (rt *Runtime) beforeRun(ctx, stopCtx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
-	if rt.cluster != nil {
-		return rt.cluster.startRun(ctx, in)
-	}
-	rerunKey := in.SessionKey + "\x00" + in.MessageID
-	if _, ok := rt.premarked.LoadAndDelete(rerunKey); ok {
-		return nil, true // recorded with the message (AcceptInbound)
-	}
-	_, rerun := rt.reruns.Load(rerunKey)
-	rerun = rerun && in.Recovered
-	if err := rt.recordStart(stopCtx, in, rerun); err != nil {
-		// Not recorded, not run: the next start finds it unanswered.
-		rt.log.Error("cannot record the start of a run; not run now",
-			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
-		return nil, false
-	}
-	if rerun {
-		rt.reruns.Delete(rerunKey)
-	}
-	return nil, true
+	return rt.records.Start(ctx, stopCtx, in)
 }
+
+// injected records the start of a message a running turn took
+// (agent.Injector; record.Store.Joined).
+func (rt *Runtime) injected(ctx context.Context, in bus.Inbound) { rt.records.Joined(ctx, in) }
 
 // agentEvent records an event a runner reports (tool results and the like).
 func (rt *Runtime) agentEvent(in bus.Inbound, name, detail string) {
@@ -450,11 +256,7 @@ func (rt *Runtime) agentEvent(in bus.Inbound, name, detail string) {
 func (rt *Runtime) progress(ctx context.Context, in bus.Inbound, text string) {
 	out := bus.Outbound{Kind: bus.Progress, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Text: text}
-	if rt.cluster != nil {
-		rt.cluster.send(ctx, in, out)
-		return
-	}
-	_ = rt.bus.PublishOutbound(ctx, out) // progress is best effort
+	rt.records.Deliver(ctx, in, out) // progress is best effort
 }
 
 // dispatch hands outbound messages to their adapters until the bus is
@@ -504,245 +306,4 @@ func (rt *Runtime) dispatchOne(out bus.Outbound) {
 	ch.events.Add(ev)
 }
 
-// startupTail is how many records with a message id rebuild reads at most
-// from the end of each session file. The walk usually stops earlier, after
-// session.TailSettled answered messages in a row (all it needs to find
-// the unanswered ones); dedupe completes such a partial session from the
-// log (its last DedupePerSession messages) on its first unknown id.
-const startupTail = 1024
-
-// startedEvent marks the session-log record written (durably) before a
-// message's first run starts (a "system" record: not a reply, so dedupe
-// and nanobot readers do not take it for an answer). Found at a later
-// start with the message unanswered, it means that run was cut short; a
-// message without it only waited, and no restart counts against it.
-const startedEvent = "run_started"
-
-// interruptedEvent marks the session-log record written when the run of a
-// message whose first run a server restart cut short starts again.
-// Found at a later start with the message still unanswered, it means the
-// re-run was cut short too.
-const interruptedEvent = "run_interrupted"
-
-// interruptedTwice answers a message whose run two restarts cut short.
-const interruptedTwice = "interrupted twice by a server restart; not run again - send it again"
-
-// rebuild reads the tail of every session file (not every record: see
-// startupTail), fills the dedupe table with their replies and returns the
-// messages accepted but never answered, oldest first per session, to be
-// run (Recovered). A message whose run started (run_started) was cut short
-// once: its re-run is recorded run_interrupted when it starts
-// (rt.reruns). One that has run_interrupted (its re-run was cut short
-// too) is answered with an error reply instead of a third run. A message
-// that was only waiting when the server stopped has neither record, so
-// restarts before its run never count against it.
-func (rt *Runtime) rebuild(ctx context.Context) ([]bus.Inbound, error) {
-	var unanswered []bus.Inbound
-	var toMark []interruptedRuns
-	sessions, records, twice := 0, 0, 0
-	err := rt.store.ScanTails(startupTail, func(s *session.Session) error {
-		sessions++
-		records += len(s.Records)
-		key := s.Meta.Key
-		channelID, accountID, peerID, threadID, ok := parseSessionKey(key)
-		if !ok {
-			rt.log.Warn("session log with a key that is not a terminal session id; skipped for dedupe", "key", key)
-			return nil
-		}
-		asked := map[string]session.Record{}
-		answered := map[string]bool{}
-		interrupted := map[string]bool{}
-		started := map[string]bool{}
-		var order []string
-		for _, r := range s.Records {
-			if r.MessageID == "" {
-				continue
-			}
-			switch {
-			case r.Role == "user":
-				if _, seen := asked[r.MessageID]; !seen {
-					order = append(order, r.MessageID)
-				}
-				asked[r.MessageID] = r
-			case r.Role == "assistant":
-				answered[r.MessageID] = true
-			case r.Role == "system" && r.Extra["event"] == interruptedEvent:
-				interrupted[r.MessageID] = true
-			case r.Role == "system" && r.Extra["event"] == startedEvent:
-				started[r.MessageID] = true
-			}
-		}
-		var marks []session.Record
-		var again []bus.Inbound
-		for _, id := range order {
-			if answered[id] {
-				continue
-			}
-			if ch := rt.channels[channelID]; ch == nil || ch.adapter == nil {
-				rt.log.Warn("unanswered message of a channel that is gone or disabled; not run", "session", key, "message_id", id)
-				continue
-			}
-			r := asked[id]
-			if interrupted[id] {
-				twice++
-				marks = append(marks, session.Record{Role: "assistant", Content: interruptedTwice, MessageID: id,
-					RunID: r.RunID, FinishReason: link.FinishError})
-				continue
-			}
-			if started[id] {
-				rt.reruns.Store(key+"\x00"+id, true)
-			}
-			received, _ := time.ParseInLocation(session.TimeLayout, r.Timestamp, time.Local)
-			again = append(again, bus.Inbound{ChannelID: channelID, AccountID: accountID, PeerID: peerID,
-				ThreadID: threadID, SessionKey: key, MessageID: id, RunID: r.RunID, Text: r.Content,
-				Received: received, Recovered: true})
-		}
-		// The messages to run again are pending from the start, so the
-		// byte bound cannot drop the session before they are answered.
-		d := rt.dedupe
-		d.mu.Lock()
-		sess := d.insert(key, s.Records)
-		sess.partial = s.Partial // completed from the log on its first unknown id
-		for _, in := range again {
-			d.addPending(sess, in.MessageID, in.RunID)
-		}
-		d.trim(sess)
-		d.mu.Unlock()
-		if len(marks) == 0 && len(again) == 0 {
-			return nil
-		}
-		toMark = append(toMark, interruptedRuns{key: key, marks: marks, again: again})
-		return nil
-	})
-	if err == nil {
-		unanswered = rt.markInterrupted(ctx, toMark)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("rebuilding dedupe from the session log: %w", err)
-	}
-	rt.log.Info("dedupe rebuilt from the session log tails", "sessions", sessions, "records", records,
-		"unanswered", len(unanswered), "interrupted_twice", twice)
-	return unanswered, nil
-}
-
-// interruptedRuns are one session's messages found unanswered at start-up:
-// the error replies of those cut short twice, and the messages to run again.
-type interruptedRuns struct {
-	key   string
-	marks []session.Record
-	again []bus.Inbound
-	err   error
-}
-
-// markInterrupted writes the error replies of every session (in parallel,
-// so the session log commits them together) and returns the messages to
-// run again, in order. A session whose records cannot be written is not
-// run again now: the next start finds it unanswered again.
-func (rt *Runtime) markInterrupted(ctx context.Context, sessions []interruptedRuns) []bus.Inbound {
-	var wg sync.WaitGroup
-	work := make(chan *interruptedRuns)
-	for range min(len(sessions), 64) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ir := range work {
-				if len(ir.marks) > 0 {
-					ir.err = rt.appendLog(ctx, ir.key, ir.marks...)
-				}
-			}
-		}()
-	}
-	for i := range sessions {
-		work <- &sessions[i]
-	}
-	close(work)
-	wg.Wait()
-
-	var again []bus.Inbound
-	for _, ir := range sessions {
-		if ir.err != nil {
-			rt.log.Error("cannot record interrupted runs; not run again until a later start", "session", ir.key, "err", ir.err)
-			for _, in := range ir.again {
-				rt.dedupe.forget(ir.key, in.MessageID)
-			}
-			continue
-		}
-		for _, m := range ir.marks {
-			if m.Role == "assistant" {
-				rt.dedupe.finish(ir.key, m.MessageID, &link.Message{Role: link.RoleAssistant, MessageID: m.MessageID,
-					RunID: m.RunID, Text: m.Content, FinishReason: m.FinishReason})
-			}
-		}
-		again = append(again, ir.again...)
-	}
-	return again
-}
-
-// dedupeReadBytes bounds how much of a session file dedupe reads when it
-// completes or reloads a session: the last DedupePerSession messages, or
-// as many as the last 4 MiB hold (1,024 messages of up to ~1 KiB of text
-// each way fit; sessions of long messages keep fewer ids, never fewer
-// than the start-up tail's). Reading the whole of a session of 20 KB
-// messages (20 MB) for the first message after a restart is what it
-// saves: no device resends an id that old (link.Client resends only its
-// unanswered messages).
-const dedupeReadBytes = 4 << 20
-
-// loadRecent reads the records of a session's last n messages for dedupe
-// (at most dedupeReadBytes of them); a session the log does not have has
-// none.
-func (rt *Runtime) loadRecent(key string, n int) ([]session.Record, error) {
-	s, err := rt.store.TailMessages(key, n, dedupeReadBytes)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return s.Records, nil
-}
-
 var errShuttingDown = errors.New("server is shutting down")
-
-// injected records the start of a message a running turn took
-// (agent.Injector). The turn has it already, so the record follows the
-// start instead of preceding it: a crash in between lets it run once more
-// than counted. Best effort: a failure is logged.
-func (rt *Runtime) injected(ctx context.Context, in bus.Inbound) {
-	if rt.cluster != nil {
-		return
-	}
-	if err := rt.recordStart(ctx, in, false); err != nil {
-		rt.log.Warn("cannot record the start of a message a running turn took", "session", in.SessionKey,
-			"message_id", in.MessageID, "err", err)
-	}
-}
-
-// recordStart makes a run's start durable before the agent gets the
-// message: run_started, or for the re-run of a run a restart cut short
-// (rerun), the run_interrupted record that keeps it from a third run. It
-// is one write-ahead log append, group-committed with everything else
-// being appended.
-func (rt *Runtime) recordStart(ctx context.Context, in bus.Inbound, rerun bool) error {
-	return rt.appendLog(ctx, in.SessionKey, startRecord(in, rerun))
-}
-
-// startRecord is the record of a run's start: run_started, or
-// run_interrupted for the re-run of a run a restart cut short.
-func startRecord(in bus.Inbound, rerun bool) session.Record {
-	if rerun {
-		return session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
-			Content: "the run of message " + in.MessageID + " was cut short by a server restart; it runs again once",
-			Extra:   map[string]any{"event": interruptedEvent}}
-	}
-	return session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
-		Content: "the run of message " + in.MessageID + " started",
-		Extra:   map[string]any{"event": startedEvent}}
-}
-
-// ErrBusy is wrapped by AcceptInbound's error when a bound of the delivery
-// contract refused the message (session queue full, server-wide waiting
-// runs): the message was not accepted and not acked; the adapter answers
-// with an error frame of code link.CodeBusy and the device resends it
-// after a backoff.
-var ErrBusy = errors.New("busy")

@@ -131,44 +131,26 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the session log: %w", err)
 	}
-	wopt := opt.wal
-	wopt.NoSync = opt.NoSync
-	jrnl, err := openJournal(filepath.Join(cfg.Workspace, "wal"), wopt, store, log)
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
 	rt := &Runtime{
-		log: log, bus: bus.New(4096), store: store, journal: jrnl, admission: newAdmission(maxWaiting),
+		log: log, bus: bus.New(4096), sessions: store, admission: newAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 	}
 	if rt.notices, err = openNotices(filepath.Join(cfg.Workspace, "notices"), rt.noticeOptions(opt.NoSync, log)); err != nil {
-		_ = jrnl.close()
 		store.Close()
 		return nil, err
 	}
-	if cfg.Cluster.Enabled() {
-		if rt.cluster, err = openClusterNode(rt, cfg.Cluster); err != nil {
-			_ = rt.notices.Close()
-			_ = jrnl.close()
-			store.Close()
-			return nil, err
-		}
+	if rt.records, err = openRecords(rt, cfg, opt, dedupeBytes); err != nil {
+		_ = rt.notices.Close()
+		store.Close()
+		return nil, err
 	}
 	closeLogs := func() {
-		if rt.cluster != nil {
-			rt.cluster.close()
-		}
+		_ = rt.records.Close()
 		_ = rt.notices.Close()
-		_ = jrnl.close()
 		_ = store.Close()
 	}
-	rt.dedupe = newDedupe(opt.DedupePerSession, dedupeBytes, rt.loadRecent)
-	rt.metrics.walSeries(jrnl.Stats)
+	rt.records.Metrics(&rt.metrics.reg)
 	rt.metrics.fdSeries(fds)
-	if rt.cluster != nil {
-		rt.cluster.registerMetrics(rt.metrics)
-	}
 	s := &Server{cfg: cfg, log: log, rt: rt, procs: agentProcs, fds: fds, started: time.Now(), tls: srvTLS}
 
 	built := map[string]agent.Runner{}
@@ -201,6 +183,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		return nil, err
 	}
 	s.router = newRouter(rt, runners, cfg.Workspace, maxRuns)
+	rt.router = s.router
 	for _, r := range built {
 		s.runners = append(s.runners, r)
 	}
@@ -213,10 +196,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 			ch.adapter = a
 		}
 	}
-	if rt.cluster != nil {
-		// The store of record is JetStream: nothing in the workspace's
-		// session files is waiting for this node.
-	} else if s.recovered, err = rt.rebuild(context.Background()); err != nil {
+	if s.recovered, err = rt.records.Recover(context.Background()); err != nil {
 		s.closeRunners(built)
 		closeLogs()
 		return nil, err
@@ -286,10 +266,8 @@ func (s *Server) Start() {
 	go func() { defer s.bgWG.Done(); s.router.consume(ctx) }()
 	s.dispatchDone = make(chan struct{})
 	go func() { defer close(s.dispatchDone); s.rt.dispatch() }()
-	if c := s.rt.cluster; c != nil {
-		if err := c.start(s.router, s.devicesOnline); err != nil {
-			s.log.Error("cluster: node not started", "err", err)
-		}
+	if err := s.rt.records.Run(s.router.cancel, s.devicesOnline); err != nil {
+		s.log.Error("cluster: node not started", "err", err)
 	}
 	for _, id := range s.rt.order {
 		if ch := s.rt.channels[id]; ch.adapter != nil {
@@ -324,13 +302,11 @@ func (s *Server) Start() {
 // connections get a going-away close frame, runs in progress get grace to
 // finish, and the session log is flushed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	if c := s.rt.cluster; c != nil {
-		scheme := "http://"
-		if s.TLSEnabled() {
-			scheme = "https://"
-		}
-		c.node.SetURL(scheme + ln.Addr().String())
+	scheme := "http://"
+	if s.TLSEnabled() {
+		scheme = "https://"
 	}
+	s.rt.records.Advertise(scheme + ln.Addr().String())
 	s.warnOpenAPI(ln.Addr())
 	s.warnOpenChannels(ln.Addr())
 	s.Start()
@@ -380,9 +356,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 		}
 		s.router.stop(ctx)
-		if c := s.rt.cluster; c != nil {
-			c.stopWorker() // runs are over: the next owner takes the partitions now
-		}
+		s.rt.records.StopRuns() // runs are over: a cluster's next owner takes the partitions now
 		s.rt.bus.Close()
 		if s.dispatchDone != nil {
 			<-s.dispatchDone // drains the bus, then returns
@@ -395,10 +369,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			_ = r.Close()
 		}
 		s.procs.Close() // its sentinel kills any agent group a runner left
-		if c := s.rt.cluster; c != nil {
-			c.close()
-		}
-		err = errors.Join(s.rt.notices.Close(), s.rt.fleet.close(), s.rt.journal.close(), s.rt.store.Close())
+		err = errors.Join(s.rt.records.Close(), s.rt.notices.Close(), s.rt.fleet.close(), s.rt.sessions.Close())
 	})
 	return err
 }

@@ -421,9 +421,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	if !a.register(c) {
 		a.rt.metrics.connections.Add(a.id, 1)
 	}
-	if a.rt.cluster != nil {
-		a.rt.cluster.connected(a.id, f.PeerID) // before connected: replies find this edge
-	}
+	a.rt.records.Connected(a.id, f.PeerID) // before connected: a cluster's replies find this edge
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
 	c.noticesOnConnect()
 	a.rt.metrics.connects.Inc(a.id)
@@ -507,13 +505,7 @@ func (c *wsConn) handleCancel(f *link.Cancel) {
 			key = k
 		}
 	}
-	var found bool
-	if a.rt.cluster != nil {
-		found = a.rt.cluster.cancel(a.stopCtx, key, f.MessageID)
-	} else {
-		found = a.router.cancel(key, f.MessageID)
-	}
-	if !found {
+	if !a.rt.records.Cancel(a.stopCtx, key, f.MessageID) {
 		c.reject(f.MessageID, link.CodeUnknownRun, "cancel: message "+f.MessageID+" is not queued or running in session "+key)
 	}
 }

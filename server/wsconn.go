@@ -375,8 +375,8 @@ func (c *wsConn) finish(reason string) {
 		<-done
 	}
 	live := a.unregister(c)
-	if live && c.peerID != "" && a.rt.cluster != nil {
-		a.rt.cluster.disconnected(a.id, c.peerID)
+	if live && c.peerID != "" {
+		a.rt.records.Disconnected(a.id, c.peerID)
 	}
 	switch {
 	case c.peerID != "":

@@ -1,4 +1,4 @@
-package server
+package local
 
 import (
 	"container/list"
@@ -298,8 +298,8 @@ func (d *dedupe) forget(sessionKey, messageID string) {
 	}
 }
 
-// dedupeStats are the table's size and counters.
-type dedupeStats struct {
+// DedupeStats are the dedupe table's size and counters.
+type DedupeStats struct {
 	Sessions  int
 	Bytes     int64
 	Reloads   uint64
@@ -307,8 +307,8 @@ type dedupeStats struct {
 	Evictions uint64
 }
 
-func (d *dedupe) stats() dedupeStats {
+func (d *dedupe) stats() DedupeStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return dedupeStats{Sessions: len(d.sessions), Bytes: d.bytes, Reloads: d.reloads, Completed: d.completed, Evictions: d.evictions}
+	return DedupeStats{Sessions: len(d.sessions), Bytes: d.bytes, Reloads: d.reloads, Completed: d.completed, Evictions: d.evictions}
 }

@@ -1,0 +1,90 @@
+package server
+
+import (
+	"context"
+	"path/filepath"
+
+	"termlink/server/bus"
+	"termlink/server/cluster"
+	"termlink/server/config"
+	"termlink/server/events"
+	"termlink/server/record"
+	"termlink/server/record/local"
+)
+
+// openRecords builds the store of record: JetStream in cluster mode
+// (cluster.Store), else the workspace's write-ahead log and session files
+// (local.Store). It is the one place that knows which; the runtime calls
+// only record.Store.
+func openRecords(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64) (record.Store, error) {
+	host := runtimeHost{rt}
+	if cfg.Cluster.Enabled() {
+		return cluster.OpenStore(cfg.Cluster, host, cluster.StoreOptions{Logger: rt.log, Process: rt.runPrefix,
+			ClaimHook: func(in bus.Inbound) error {
+				if hook := testHookClaimWrite; hook != nil {
+					return hook(in)
+				}
+				return nil
+			}})
+	}
+	wopt := opt.wal
+	wopt.NoSync = opt.NoSync
+	return local.Open(filepath.Join(cfg.Workspace, "wal"), rt.sessions, host, local.Options{
+		Logger: rt.log, DedupePerSession: opt.DedupePerSession, DedupeBytes: dedupeBytes, WAL: wopt,
+		Runs: func(id string) bool {
+			ch := rt.channels[id]
+			return ch != nil && ch.cfg.Enabled
+		},
+		WriteFailed: func() { rt.metrics.logFailures.Inc("") },
+	})
+}
+
+// testHookClaimWrite, set by tests before the server starts, runs before
+// each claim write of a cluster worker's start; an error stands for a
+// write that failed (a NATS leader election).
+var testHookClaimWrite func(in bus.Inbound) error
+
+// runtimeHost is what a store of record reaches of the runtime: the
+// router's queue and admission (record.Queue), and for the cluster the
+// connections here and the channels' records (cluster.Host).
+type runtimeHost struct{ rt *Runtime }
+
+var _ cluster.Host = runtimeHost{}
+
+func (h runtimeHost) ReserveFirst(session string, perSession int) (bool, error) {
+	return h.rt.admission.reserveFirst(session, perSession)
+}
+func (h runtimeHost) ReserveWait(ctx context.Context, session string, perSession int) error {
+	return h.rt.admission.reserveWait(ctx, session, perSession)
+}
+func (h runtimeHost) Release(session string) { h.rt.admission.release(session, 1) }
+func (h runtimeHost) MaxWaiting() int        { return h.rt.admission.maxTotal }
+func (h runtimeHost) StartsAtOnce(session string) bool {
+	return h.rt.startsAtOnce != nil && h.rt.startsAtOnce(session)
+}
+func (h runtimeHost) Put(ctx context.Context, in bus.Inbound) error {
+	return h.rt.bus.PublishInbound(ctx, in)
+}
+func (h runtimeHost) Dispatch(ctx context.Context, out bus.Outbound) error {
+	return h.rt.bus.PublishOutbound(ctx, out)
+}
+func (h runtimeHost) Cancel(sessionKey, messageID string) bool {
+	return h.rt.router.cancel(sessionKey, messageID)
+}
+func (h runtimeHost) NewRunID() string { return h.rt.newRunID() }
+func (h runtimeHost) ReplaceElsewhere(channel, peer, edge string) {
+	if ch := h.rt.channels[channel]; ch != nil {
+		if a, ok := ch.adapter.(*terminalAdapter); ok {
+			a.replaceElsewhere(peer, edge)
+		}
+	}
+}
+func (h runtimeHost) Unclaimed(out bus.Outbound, detail string) {
+	ch := h.rt.channels[out.ChannelID]
+	if ch == nil {
+		return
+	}
+	h.rt.metrics.unclaimed.Inc(ch.id)
+	ch.events.Add(events.Event{Event: events.OutboundUnclaimed, PeerID: out.PeerID, SessionID: out.SessionKey,
+		MessageID: out.MessageID, RunID: out.RunID, Preview: out.Text, Detail: detail})
+}
