@@ -306,8 +306,8 @@ func (s *Store) Disconnected(string, string) {}
 // Run, Advertise and StopRuns implement record.Store: the journal's
 // checkpointer runs from Open.
 func (s *Store) Run(func(string, string) bool, func() int) error { return nil }
-func (s *Store) Advertise(string)                               {}
-func (s *Store) StopRuns()                                      {}
+func (s *Store) Advertise(string)                                {}
+func (s *Store) StopRuns()                                       {}
 
 // Close closes the write-ahead log (after a last checkpoint). The session
 // store is the caller's.
