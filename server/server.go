@@ -22,6 +22,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/fdbudget"
+	"termlink/server/notices"
 	"termlink/server/session"
 	"termlink/server/wal"
 )
@@ -142,11 +143,13 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		log: log, bus: bus.New(4096), store: store, journal: jrnl, admission: newAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 	}
-	if rt.notices, err = openNotices(filepath.Join(cfg.Workspace, "notices"), rt.noticeOptions(opt.NoSync, log)); err != nil {
+	mailboxes, err := notices.Open(filepath.Join(cfg.Workspace, "notices"), rt.noticeOptions(opt.NoSync, log))
+	if err != nil {
 		_ = jrnl.close()
 		store.Close()
 		return nil, err
 	}
+	rt.notices = mailboxes
 	if cfg.Cluster.Enabled() {
 		if rt.cluster, err = openClusterNode(rt, cfg.Cluster); err != nil {
 			_ = rt.notices.Close()
@@ -210,7 +213,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 			if ca := srvTLS.client(ch.id); ca != nil {
 				a.clientAuth.Store(ca)
 			}
-			ch.adapter = a
+			ch.adapter, ch.pushNotices = a, a.pushNotices
 		}
 	}
 	if rt.cluster != nil {
@@ -227,8 +230,8 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		return nil, err
 	}
 	rt.fleet.registerMetrics(rt.metrics, rt.order)
-	rt.fleet.notices, rt.notices.dir, rt.notices.opt.Changed = rt.notices, registryDirectory{rt.fleet.reg}, rt.fleet.reg.Changed
-	rt.notices.start()
+	rt.fleet.notices = rt.notices
+	rt.notices.Start()
 	s.mux = s.routes()
 	return s, nil
 }
