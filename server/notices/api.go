@@ -49,8 +49,8 @@ var noticeKeys = []string{"text", "priority", "display_seconds", "expires_at", "
 
 // parseNoticeRequest parses and checks a POST body; broadcast allows the
 // peers and tags selectors. Every error names the field. The body policy
-// is the device wire's (checkJSONBody): invalid UTF-8 or a key given twice
-// is refused, never replaced or overwritten.
+// is the device wire's (httpapi.CheckBody): invalid UTF-8 or a key given
+// twice is refused, never replaced or overwritten.
 func parseNoticeRequest(body []byte, broadcast bool, now time.Time) (noticeRequest, error) {
 	var req noticeRequest
 	if err := httpapi.CheckBody(body); err != nil {
