@@ -25,7 +25,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/channels", s.serveChannels)
 	mux.HandleFunc("GET /api/status", s.serveStatus)
 	mux.HandleFunc("GET /api/whoami", s.serveWhoami) // the console's role-aware controls
-	s.noticeRoutes(mux)                              // notices_api.go
+	s.rt.notices.Routes(mux)                         // package notices
 	s.credentialRoutes(mux)                          // credentials.go
 	s.enrollRoutes(mux)                              // enroll.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

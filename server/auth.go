@@ -11,6 +11,7 @@ import (
 
 	"termlink/server/config"
 	"termlink/server/httpapi"
+	"termlink/server/notices"
 )
 
 // Operator authentication (DESIGN.md "HTTP"; issue 13). Every route under
@@ -229,7 +230,7 @@ func (s *Server) warnOpenAPI(addr net.Addr) {
 // operator's largest (a broadcast notice listing many peers), and a
 // device's (enrollment's few fields; enroll.go refuses past its own).
 const (
-	maxOperatorBody = maxNoticeBodyBytes
+	maxOperatorBody = notices.MaxBodyBytes
 	maxDeviceBody   = 64 << 10
 )
 

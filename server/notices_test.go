@@ -14,6 +14,7 @@ import (
 
 	"termlink/link"
 	"termlink/server/config"
+	"termlink/server/notices"
 )
 
 // apiDo sends a request with an optional JSON body and decodes the answer
@@ -66,13 +67,13 @@ func (ts *testServer) postNotice(t *testing.T, peer, body string) (string, map[s
 }
 
 // peerNotices lists a peer's notices through the API.
-func (ts *testServer) peerNotices(t *testing.T, peer string, all bool) []NoticeForPeer {
+func (ts *testServer) peerNotices(t *testing.T, peer string, all bool) []notices.PeerNotice {
 	t.Helper()
 	url := ts.noticeURL(peer)
 	if all {
 		url += "?all=true"
 	}
-	var out struct{ Notices []NoticeForPeer }
+	var out struct{ Notices []notices.PeerNotice }
 	if code := getJSON(t, url, &out); code != 200 {
 		t.Fatalf("GET %s: HTTP %d", url, code)
 	}
@@ -100,7 +101,7 @@ func TestNoticeToOfflineDeviceDeliveredOnceAfterConnect(t *testing.T) {
 	if out["online"].(float64) != 0 || out["targets"].(float64) != 1 {
 		t.Fatalf("answer %v, want targets 1 online 0", out)
 	}
-	if got := ts.peerNotices(t, "kiosk-1", false); len(got) != 1 || got[0].State != NoticePending || got[0].Source != "api" {
+	if got := ts.peerNotices(t, "kiosk-1", false); len(got) != 1 || got[0].State != notices.Pending || got[0].Source != "api" {
 		t.Fatalf("pending %+v", got)
 	}
 	c := dial(t, ts.ws, nil)
@@ -112,7 +113,7 @@ func TestNoticeToOfflineDeviceDeliveredOnceAfterConnect(t *testing.T) {
 		t.Fatalf("notice %+v (expires %v, %v)", n, exp, err)
 	}
 	ts.waitEvent(t, "notice_sent", id) // recorded once the write is done
-	if got := ts.peerNotices(t, "kiosk-1", false); len(got) != 1 || got[0].State != NoticeSent || got[0].SentAt == nil {
+	if got := ts.peerNotices(t, "kiosk-1", false); len(got) != 1 || got[0].State != notices.Sent || got[0].SentAt == nil {
 		t.Fatalf("after sending: %+v", got)
 	}
 	c.send(&link.NoticeAck{NoticeID: id})
@@ -121,7 +122,7 @@ func TestNoticeToOfflineDeviceDeliveredOnceAfterConnect(t *testing.T) {
 	if got := ts.peerNotices(t, "kiosk-1", false); len(got) != 0 {
 		t.Fatalf("pending after ack: %+v", got)
 	}
-	if got := ts.peerNotices(t, "kiosk-1", true); len(got) != 1 || got[0].State != NoticeAcked || got[0].AckedAt == nil {
+	if got := ts.peerNotices(t, "kiosk-1", true); len(got) != 1 || got[0].State != notices.Acked || got[0].AckedAt == nil {
 		t.Fatalf("all after ack: %+v", got)
 	}
 	c.ws.Close()
@@ -223,7 +224,7 @@ func TestNoticeSurvivesRestart(t *testing.T) {
 		t.Fatalf("after restart: %+v, want only %s", n, b)
 	}
 	c.quiet()
-	if got := s2.peerNotices(t, "kiosk-4", true); len(got) != 2 || got[0].State != NoticeAcked || got[1].State != NoticeSent {
+	if got := s2.peerNotices(t, "kiosk-4", true); len(got) != 2 || got[0].State != notices.Acked || got[1].State != notices.Sent {
 		t.Fatalf("after restart: %+v", got)
 	}
 	c.send(&link.NoticeAck{NoticeID: b})
@@ -284,13 +285,13 @@ func TestNoticeExpiredNeverSent(t *testing.T) {
 	c.quiet()
 	ts.waitEvent(t, "notice_expired", id)
 	all := ts.peerNotices(t, "kiosk-5", true)
-	if len(all) != 2 || all[0].NoticeID != id || all[0].State != NoticeExpired {
+	if len(all) != 2 || all[0].NoticeID != id || all[0].State != notices.Expired {
 		t.Fatalf("all: %+v", all)
 	}
 	// An ack that comes late changes nothing and is no error.
 	c.send(&link.NoticeAck{NoticeID: id})
 	c.quiet()
-	if got := ts.peerNotices(t, "kiosk-5", true); got[0].State != NoticeExpired {
+	if got := ts.peerNotices(t, "kiosk-5", true); got[0].State != notices.Expired {
 		t.Fatalf("after a late ack: %+v", got[0])
 	}
 }
@@ -362,9 +363,9 @@ func TestNoticeWithdraw(t *testing.T) {
 			t.Fatalf("DELETE %s: HTTP %d %v, want 404", url, code, out)
 		}
 	}
-	var list struct{ Notices []Notice }
+	var list struct{ Notices []notices.Notice }
 	getJSON(t, ts.noticeURL("")+"?all=true", &list)
-	if len(list.Notices) != 2 || list.Notices[0].Peers[0].State != NoticeWithdrawn {
+	if len(list.Notices) != 2 || list.Notices[0].Peers[0].State != notices.Withdrawn {
 		t.Fatalf("list: %+v", list.Notices)
 	}
 }
@@ -443,7 +444,7 @@ func TestNoticeBroadcastByTags(t *testing.T) {
 // Bad bodies and paths get 400 with a message naming what is wrong.
 func TestNoticeAPIBadRequests(t *testing.T) {
 	ts := startServer(t, nil, nil)
-	long := strings.Repeat("é", maxNoticeChars+1)
+	long := strings.Repeat("é", notices.MaxTextChars+1)
 	for _, tc := range []struct {
 		name, url, body string
 		code            int
@@ -489,7 +490,7 @@ func TestNoticeAPIBadRequests(t *testing.T) {
 	if code, out := apiDo(t, "GET", ts.noticeURL("k")+"?all=maybe", ""); code != 400 || !strings.Contains(fmt.Sprint(out["error"]), "all must be true or false") {
 		t.Fatalf("GET ?all=maybe: HTTP %d %v", code, out)
 	}
-	big := bytes.Repeat([]byte(" "), maxNoticeBodyBytes+1)
+	big := bytes.Repeat([]byte(" "), notices.MaxBodyBytes+1)
 	if code, out := apiDo(t, "POST", ts.noticeURL("k"), string(big)); code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("huge body: HTTP %d %v", code, out)
 	}
@@ -537,8 +538,8 @@ func TestNoticePeerPage(t *testing.T) {
 	readAs[*link.Notice](c)
 	c.ws.Close()
 	var page struct {
-		NoticesPending int             `json:"notices_pending"`
-		Notices        []NoticeForPeer `json:"notices"`
+		NoticesPending int                  `json:"notices_pending"`
+		Notices        []notices.PeerNotice `json:"notices"`
 	}
 	url := ts.http.URL + "/api/channels/terminal-dev/peers/kiosk-11"
 	if code := getJSON(t, url, &page); code != 200 || page.NoticesPending != 1 || len(page.Notices) != 1 || page.Notices[0].NoticeID != id {
@@ -563,7 +564,7 @@ func TestNoticeFullMailboxDelivered(t *testing.T) {
 		c.Channels["terminal-dev"] = ch
 	}, nil)
 	var ids []string
-	for i := range DefaultMaxNoticesPerPeer {
+	for i := range notices.DefaultMaxPerPeer {
 		id, _ := ts.postNotice(t, "kiosk-12", fmt.Sprintf(`{"text":"n%d"}`, i))
 		ids = append(ids, id)
 	}

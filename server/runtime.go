@@ -17,6 +17,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/metrics"
+	"termlink/server/notices"
 	"termlink/server/record"
 	"termlink/server/session"
 )
@@ -39,6 +40,9 @@ type channel struct {
 	events  *events.Log
 	adapter Adapter    // nil when disabled
 	creds   *credStore // device tokens learnt (credentials.go)
+	// pushNotices is the adapter's push of a peer's due notices
+	// (notices_conn.go); nil when disabled.
+	pushNotices func(peerID string) bool
 }
 
 // serverMetrics are the series /metrics serves.
@@ -101,8 +105,8 @@ type Runtime struct {
 	channels map[string]*channel
 	order    []string // channel ids, sorted
 	metrics  *serverMetrics
-	notices  *Notices // the notice mailboxes (notices.go)
-	fleet    *fleet   // device registry, peers API, live streams (fleet.go)
+	notices  notices.Mailboxes // the notice mailboxes (package notices; notices_conn.go wires them)
+	fleet    *fleet            // device registry, peers API, live streams (fleet.go)
 
 	runPrefix string
 	runSeq    atomic.Uint64

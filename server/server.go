@@ -22,6 +22,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/fdbudget"
+	"termlink/server/notices"
 	"termlink/server/session"
 	"termlink/server/wal"
 )
@@ -135,10 +136,12 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		log: log, bus: bus.New(4096), sessions: store, admission: newAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 	}
-	if rt.notices, err = openNotices(filepath.Join(cfg.Workspace, "notices"), rt.noticeOptions(opt.NoSync, log)); err != nil {
+	mailboxes, err := notices.Open(filepath.Join(cfg.Workspace, "notices"), rt.noticeOptions(opt.NoSync, log))
+	if err != nil {
 		store.Close()
 		return nil, err
 	}
+	rt.notices = mailboxes
 	if rt.records, err = openRecords(rt, cfg, opt, dedupeBytes); err != nil {
 		_ = rt.notices.Close()
 		store.Close()
@@ -193,7 +196,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 			if ca := srvTLS.client(ch.id); ca != nil {
 				a.clientAuth.Store(ca)
 			}
-			ch.adapter = a
+			ch.adapter, ch.pushNotices = a, a.pushNotices
 		}
 	}
 	if s.recovered, err = rt.records.Recover(context.Background()); err != nil {
@@ -207,8 +210,8 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		return nil, err
 	}
 	rt.fleet.registerMetrics(rt.metrics, rt.order)
-	rt.fleet.notices, rt.notices.dir, rt.notices.opt.Changed = rt.notices, registryDirectory{rt.fleet.reg}, rt.fleet.reg.Changed
-	rt.notices.start()
+	rt.fleet.notices = rt.notices
+	rt.notices.Start()
 	s.mux = s.routes()
 	return s, nil
 }

@@ -1,4 +1,4 @@
-package server
+package notices
 
 import (
 	"bufio"
@@ -23,48 +23,15 @@ import (
 	"termlink/server/wal"
 )
 
-// Notices is the durable per-peer notice mailbox of every channel (server
-// push to kiosks, issue 13). A notice is addressed to one or more peers;
-// each (notice, peer) pair is a delivery that is pending, sent (on the
-// current or an earlier connection, not yet acked), acked, expired or
-// withdrawn.
-//
-// # Durability
-//
-// workspace/notices/ holds a write-ahead log (package wal: group commit,
-// one fdatasync for every record appended meanwhile, torn-tail repair)
-// and snapshot.json. Creating a notice, an ack and a withdrawal are each
-// appended to the log and applied in memory only once the log holds them,
-// so the API answers (and the device is sent a notice) only after the
-// notice is on disk, and kill -9 loses nothing that was answered. When
-// enough has been logged, the whole state is written to snapshot.json
-// (temporary file, fsync, rename, directory fsync), which records the last
-// LSN it holds; the log is then released up to it. Open reads the
-// snapshot and replays only the records after its LSN, so a record is
-// applied once even when the release mark was lost.
-//
-// "sent" is not logged: after a restart a sent notice is pending again,
-// which it is for the device (it is resent on connect until acked).
-// Expiry needs no record either: it follows from expires_at.
-//
-// # Bounds
-//
-// A peer holds at most maxNoticesPerPeer (channel config, default 100)
-// open (pending or sent) notices: a create for a full mailbox is refused
-// for that peer, never dropped silently. Finished deliveries (acked,
-// withdrawn) are kept for the API until their notice expires, at most as
-// many per peer as open ones (the oldest go first); an expired notice is
-// kept keepExpired longer, then pruned.
-type Notices struct {
-	path string // workspace/notices
-	log  *slog.Logger
-	wl   *wal.Log
-	opt  noticeOptions
-	met  noticeMetrics
-	snap string // snapshot file path
-	// dir knows the channels' peers and tags, for broadcasts by tag or to
-	// all: the device registry (set before start).
-	dir     PeerDirectory
+// Local is the mailboxes kept in the workspace (the package doc's
+// Durability and Bounds): the Mailboxes of a single termserver.
+type Local struct {
+	path    string // workspace/notices
+	log     *slog.Logger
+	wl      *wal.Log
+	opt     Options
+	met     noticeMetrics
+	snap    string // snapshot file path
 	started bool
 
 	createMu sync.Mutex   // one create at a time: bound check, seq, apply
@@ -82,10 +49,13 @@ type Notices struct {
 	done chan struct{}
 }
 
-// noticeOptions wire Notices to the rest of the server.
-type noticeOptions struct {
+// Options are everything the mailboxes need of the rest of the server,
+// given at Open. The functions are called without the mailboxes' locks
+// held, and only once Start ran (Open's replay calls none of them) or an
+// API call was made.
+type Options struct {
 	NoSync bool
-	// MaxPerPeer is the bound of a channel's mailboxes.
+	// MaxPerPeer is the bound of a channel's mailboxes (nil: DefaultMaxPerPeer).
 	MaxPerPeer func(channelID string) int
 	// Push pushes the notices due for peer into the channel's live
 	// connection of peer; it reports whether the peer is online and takes
@@ -94,8 +64,14 @@ type noticeOptions struct {
 	// Event records a channel event.
 	Event func(channelID string, e events.Event)
 	// Changed is told of each peer whose count of open notices changed
-	// (the device registry's notices_pending); called without locks held.
+	// (the device registry's notices_pending).
 	Changed func(channelID, peerID string)
+	// Directory knows the channels' peers and tags, for broadcasts by tag
+	// or to all: the device registry (nil: no peer is known).
+	Directory PeerDirectory
+	// Channel says whether a channel is configured and enabled, for the
+	// HTTP API's answers (nil: every channel is).
+	Channel func(channelID string) (configured, enabled bool)
 	// Metrics registers the notice series here (nil: none kept).
 	Metrics *metrics.Registry
 	// Sweep is how often expiry is checked (default 1s).
@@ -106,11 +82,11 @@ type noticeOptions struct {
 }
 
 const (
-	// DefaultMaxNoticesPerPeer bounds a mailbox when the channel sets no
+	// DefaultMaxPerPeer bounds a mailbox when the channel sets no
 	// maxNoticesPerPeer.
-	DefaultMaxNoticesPerPeer = 100
-	keepExpired              = 10 * time.Minute // an expired notice stays listed this long
-	noticeSnapshotFile       = "snapshot.json"
+	DefaultMaxPerPeer  = 100
+	keepExpired        = 10 * time.Minute // an expired notice stays listed this long
+	noticeSnapshotFile = "snapshot.json"
 	// noticeSegmentBytes is the notice log's segment size: released
 	// segments are deleted, so the log holds at most about this much
 	// beyond what the snapshot holds.
@@ -119,11 +95,11 @@ const (
 
 // Notice states, as the API names them.
 const (
-	NoticePending   = "pending"
-	NoticeSent      = "sent"
-	NoticeAcked     = "acked"
-	NoticeExpired   = "expired"
-	NoticeWithdrawn = "withdrawn"
+	Pending   = "pending"
+	Sent      = "sent"
+	Acked     = "acked"
+	Expired   = "expired"
+	Withdrawn = "withdrawn"
 )
 
 type notice struct {
@@ -143,7 +119,7 @@ type delivery struct {
 	sentAt, ackedAt time.Time
 }
 
-func (d *delivery) open() bool { return d.state == NoticePending || d.state == NoticeSent }
+func (d *delivery) open() bool { return d.state == Pending || d.state == Sent }
 
 // mailbox is one peer's deliveries in created order.
 type mailbox struct {
@@ -169,7 +145,7 @@ type noticeRecord struct {
 
 // Errors of the Go API; the HTTP API turns them into statuses.
 var (
-	errUnknownNotice = errors.New("unknown notice")
+	ErrUnknownNotice = errors.New("unknown notice")
 )
 
 // mailboxFullError names the peers whose mailbox is full.
@@ -190,8 +166,8 @@ type noticeMetrics struct {
 	pending, mailboxes                 *metrics.GaugeVec
 }
 
-// openNotices opens (or creates) the mailboxes in dir.
-func openNotices(dir string, opt noticeOptions) (*Notices, error) {
+// Open opens (or creates) the mailboxes in dir; Start runs their sweeper.
+func Open(dir string, opt Options) (*Local, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
@@ -202,14 +178,20 @@ func openNotices(dir string, opt noticeOptions) (*Notices, error) {
 		opt.SnapshotBytes = 8 << 20
 	}
 	if opt.MaxPerPeer == nil {
-		opt.MaxPerPeer = func(string) int { return DefaultMaxNoticesPerPeer }
+		opt.MaxPerPeer = func(string) int { return DefaultMaxPerPeer }
+	}
+	if opt.Directory == nil {
+		opt.Directory = noPeers{}
+	}
+	if opt.Channel == nil {
+		opt.Channel = func(string) (bool, bool) { return true, true }
 	}
 	reg := opt.Metrics
 	if reg == nil {
 		reg = &metrics.Registry{}
 	}
-	ns := &Notices{path: dir, log: opt.Logger, opt: opt, snap: filepath.Join(dir, noticeSnapshotFile),
-		byID: map[string]*notice{}, boxes: map[string]map[string]*mailbox{}, dir: noPeers{},
+	ns := &Local{path: dir, log: opt.Logger, opt: opt, snap: filepath.Join(dir, noticeSnapshotFile),
+		byID: map[string]*notice{}, boxes: map[string]map[string]*mailbox{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	ns.met = noticeMetrics{
 		created:   reg.NewCounterVec("termlink_notices_created_total", "Notices put in a peer's mailbox (a broadcast counts once per peer).", "channel"),
@@ -252,15 +234,15 @@ func openNotices(dir string, opt noticeOptions) (*Notices, error) {
 	return ns, nil
 }
 
-// start runs the sweeper (expiry, pruning, snapshots); the hooks and dir
-// are set by then.
-func (ns *Notices) start() {
+// Start runs the sweeper (expiry, pruning, snapshots) until Close; the
+// server calls it once what the Options' functions reach is built.
+func (ns *Local) Start() {
 	ns.started = true
 	go ns.sweeper()
 }
 
 // Close stops the sweeper, writes a snapshot and closes the log.
-func (ns *Notices) Close() error {
+func (ns *Local) Close() error {
 	if ns.started {
 		close(ns.stop)
 		<-ns.done
@@ -270,7 +252,7 @@ func (ns *Notices) Close() error {
 }
 
 // append logs r (durable on return) and applies it.
-func (ns *Notices) append(r *noticeRecord) error {
+func (ns *Local) append(r *noticeRecord) error {
 	p, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encoding a notice record: %w", err)
@@ -300,7 +282,7 @@ func (ns *Notices) append(r *noticeRecord) error {
 // apply changes the state by r; live says it happens now (counters, and
 // the event it returns for the caller to record), not in a replay.
 // Applying a record twice changes nothing.
-func (ns *Notices) apply(r *noticeRecord, live bool) *events.Event {
+func (ns *Local) apply(r *noticeRecord, live bool) *events.Event {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	switch r.Op {
@@ -316,7 +298,7 @@ func (ns *Notices) apply(r *noticeRecord, live bool) *events.Event {
 		ns.byID[n.id] = n
 		ds := make([]*delivery, len(r.Peers))
 		for i, p := range r.Peers {
-			ds[i] = &delivery{peer: p, state: NoticePending}
+			ds[i] = &delivery{peer: p, state: Pending}
 		}
 		ns.addDeliveries(n, ds)
 		heap.Push(&ns.expiry, expiryEntry{at: n.expires, n: n})
@@ -336,7 +318,7 @@ func (ns *Notices) apply(r *noticeRecord, live bool) *events.Event {
 		if r.At != nil {
 			at = *r.At
 		}
-		ns.finish(d, NoticeAcked)
+		ns.finish(d, Acked)
 		d.ackedAt = at
 		if live {
 			ns.met.acked.Inc(n.channel)
@@ -349,7 +331,7 @@ func (ns *Notices) apply(r *noticeRecord, live bool) *events.Event {
 		}
 		for _, p := range r.Peers {
 			if d := n.peers[p]; d != nil && d.open() {
-				ns.finish(d, NoticeWithdrawn)
+				ns.finish(d, Withdrawn)
 				if live {
 					ns.met.withdrawn.Inc(n.channel)
 				}
@@ -368,7 +350,7 @@ func firstOr(s []string) string {
 
 // addDeliveries puts n in the mailboxes of ds's peers (ns.mu held).
 // Finished deliveries beyond the bound are pruned, oldest first.
-func (ns *Notices) addDeliveries(n *notice, ds []*delivery) {
+func (ns *Local) addDeliveries(n *notice, ds []*delivery) {
 	ch := n.channel
 	limit := ns.opt.MaxPerPeer(ch)
 	boxes := ns.boxes[ch]
@@ -402,7 +384,7 @@ func (ns *Notices) addDeliveries(n *notice, ds []*delivery) {
 }
 
 // prune drops box's drop oldest finished deliveries (ns.mu held).
-func (ns *Notices) prune(box *mailbox, drop int) {
+func (ns *Local) prune(box *mailbox, drop int) {
 	kept := box.list[:0]
 	for _, x := range box.list {
 		if drop > 0 && !x.open() {
@@ -418,7 +400,7 @@ func (ns *Notices) prune(box *mailbox, drop int) {
 
 // forget removes d from its notice, and the notice once it has no peer
 // (ns.mu held; d's mailbox is the caller's to fix).
-func (ns *Notices) forget(d *delivery) {
+func (ns *Local) forget(d *delivery) {
 	n := d.n
 	delete(n.peers, d.peer)
 	if len(n.peers) == 0 {
@@ -427,7 +409,7 @@ func (ns *Notices) forget(d *delivery) {
 	}
 }
 
-func (ns *Notices) box(channel, peer string, create bool) *mailbox {
+func (ns *Local) box(channel, peer string, create bool) *mailbox {
 	m := ns.boxes[channel]
 	if m == nil {
 		if !create {
@@ -445,7 +427,7 @@ func (ns *Notices) box(channel, peer string, create bool) *mailbox {
 }
 
 // finish moves an open delivery to a final state (ns.mu held).
-func (ns *Notices) finish(d *delivery, state string) {
+func (ns *Local) finish(d *delivery, state string) {
 	d.state = state
 	ch := d.n.channel
 	ns.met.pending.Add(ch, -1)
@@ -457,7 +439,7 @@ func (ns *Notices) finish(d *delivery, state string) {
 	}
 }
 
-func (ns *Notices) event(channel string, e events.Event) {
+func (ns *Local) event(channel string, e events.Event) {
 	if ns.opt.Event != nil {
 		ns.opt.Event(channel, e)
 	}
@@ -483,7 +465,7 @@ type createResult struct {
 // create puts a new notice in the mailboxes of peers (no duplicates),
 // durably, then pushes it to those online. A peer whose mailbox is full is
 // skipped; when every peer is, the error is a *mailboxFullError.
-func (ns *Notices) create(channel string, peers []string, sp noticeSpec) (createResult, error) {
+func (ns *Local) create(channel string, peers []string, sp noticeSpec) (createResult, error) {
 	ns.createMu.Lock()
 	defer ns.createMu.Unlock()
 	var res createResult
@@ -535,8 +517,8 @@ func newNoticeID() string {
 
 // ack records that peer's device drew notice id. An ack for a notice
 // already finished changes nothing; one for a notice the peer was never
-// sent is errUnknownNotice.
-func (ns *Notices) ack(channel, peer, id string) error {
+// sent is ErrUnknownNotice.
+func (ns *Local) Ack(channel, peer, id string) error {
 	ns.mu.Lock()
 	n := ns.byID[id]
 	var d *delivery
@@ -547,7 +529,7 @@ func (ns *Notices) ack(channel, peer, id string) error {
 	ns.mu.Unlock()
 	switch {
 	case d == nil:
-		return errUnknownNotice
+		return ErrUnknownNotice
 	case !open:
 		return nil
 	}
@@ -559,7 +541,7 @@ func (ns *Notices) ack(channel, peer, id string) error {
 	return nil
 }
 
-func (ns *Notices) changed(channel string, peers ...string) {
+func (ns *Local) changed(channel string, peers ...string) {
 	if ns.opt.Changed != nil {
 		for _, p := range peers {
 			ns.opt.Changed(channel, p)
@@ -569,12 +551,12 @@ func (ns *Notices) changed(channel string, peers ...string) {
 
 // withdraw withdraws notice id from peer ("" = every peer) where it is
 // not yet acked; it returns how many deliveries it withdrew.
-func (ns *Notices) withdraw(channel, id, peer string) (int, error) {
+func (ns *Local) withdraw(channel, id, peer string) (int, error) {
 	ns.mu.Lock()
 	n := ns.byID[id]
 	if n == nil || n.channel != channel || (peer != "" && n.peers[peer] == nil) {
 		ns.mu.Unlock()
-		return 0, errUnknownNotice
+		return 0, ErrUnknownNotice
 	}
 	var peers []string
 	for p, d := range n.peers {
@@ -599,7 +581,7 @@ func (ns *Notices) withdraw(channel, id, peer string) (int, error) {
 // sent yet (created after the one numbered after), oldest first, at most
 // limit, leaving out expired ones; more says some were left for the next
 // call.
-func (ns *Notices) due(channel, peer string, after uint64, limit int, now time.Time) (frames [][]byte, ids []string, last uint64, more bool) {
+func (ns *Local) Due(channel, peer string, after uint64, limit int, now time.Time) (frames [][]byte, ids []string, last uint64, more bool) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	last = after
@@ -622,7 +604,7 @@ func (ns *Notices) due(channel, peer string, after uint64, limit int, now time.T
 }
 
 // markSent records that ids were queued on peer's connection.
-func (ns *Notices) markSent(channel, peer string, ids []string, at time.Time) {
+func (ns *Local) MarkSent(channel, peer string, ids []string, at time.Time) {
 	for _, id := range ids {
 		ns.mu.Lock()
 		var d *delivery
@@ -631,7 +613,7 @@ func (ns *Notices) markSent(channel, peer string, ids []string, at time.Time) {
 		}
 		ok := d != nil && d.open()
 		if ok {
-			d.state, d.sentAt = NoticeSent, at
+			d.state, d.sentAt = Sent, at
 		}
 		ns.mu.Unlock()
 		if ok {
@@ -640,8 +622,8 @@ func (ns *Notices) markSent(channel, peer string, ids []string, at time.Time) {
 	}
 }
 
-// NoticeContent is what a notice says (the API's notice fields).
-type NoticeContent struct {
+// Content is what a notice says (the API's notice fields).
+type Content struct {
 	NoticeID       string    `json:"notice_id"`
 	Text           string    `json:"text"`
 	Priority       string    `json:"priority"`
@@ -653,31 +635,31 @@ type NoticeContent struct {
 
 // DeliveryState is where a notice is with one peer.
 type DeliveryState struct {
-	State   string     `json:"state"` // NoticePending, NoticeSent, NoticeAcked, NoticeExpired or NoticeWithdrawn
+	State   string     `json:"state"` // Pending, Sent, Acked, Expired or Withdrawn
 	SentAt  *time.Time `json:"sent_at"`
 	AckedAt *time.Time `json:"acked_at"`
 }
 
-// NoticeDelivery is one peer's delivery state of a notice.
-type NoticeDelivery struct {
+// Delivery is one peer's delivery state of a notice.
+type Delivery struct {
 	PeerID string `json:"peer_id"`
 	DeliveryState
 }
 
 // Notice is a notice as the API shows it, with every peer's state.
 type Notice struct {
-	NoticeContent
-	Peers []NoticeDelivery `json:"peers"`
+	Content
+	Peers []Delivery `json:"peers"`
 }
 
-// NoticeForPeer is a notice as one peer's mailbox holds it.
-type NoticeForPeer struct {
-	NoticeContent
+// PeerNotice is a notice as one peer's mailbox holds it.
+type PeerNotice struct {
+	Content
 	DeliveryState
 }
 
-func (n *notice) content() NoticeContent {
-	return NoticeContent{NoticeID: n.id, Text: n.text, Priority: n.priority, DisplaySeconds: n.display,
+func (n *notice) content() Content {
+	return Content{NoticeID: n.id, Text: n.text, Priority: n.priority, DisplaySeconds: n.display,
 		ExpiresAt: n.expires, CreatedAt: n.created, Source: n.source}
 }
 
@@ -691,7 +673,7 @@ func timePtr(t time.Time) *time.Time {
 
 func (d *delivery) shown(now time.Time) string {
 	if d.open() && !now.Before(d.n.expires) {
-		return NoticeExpired // the sweeper has not got to it yet
+		return Expired // the sweeper has not got to it yet
 	}
 	return d.state
 }
@@ -702,13 +684,13 @@ func (d *delivery) delivery(now time.Time) DeliveryState {
 
 // Pending returns peer's notices not yet acked, expired or withdrawn,
 // oldest first.
-func (ns *Notices) Pending(channelID, peerID string) []NoticeForPeer {
+func (ns *Local) pending(channelID, peerID string) []PeerNotice {
 	return ns.listPeer(channelID, peerID, false)
 }
 
 // Count is how many notices peer's mailbox holds not yet acked, expired or
 // withdrawn.
-func (ns *Notices) Count(channelID, peerID string) int {
+func (ns *Local) Count(channelID, peerID string) int {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	if b := ns.box(channelID, peerID, false); b != nil {
@@ -717,15 +699,15 @@ func (ns *Notices) Count(channelID, peerID string) int {
 	return 0
 }
 
-func (ns *Notices) listPeer(channel, peer string, all bool) []NoticeForPeer {
+func (ns *Local) listPeer(channel, peer string, all bool) []PeerNotice {
 	now := time.Now()
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	out := []NoticeForPeer{}
+	out := []PeerNotice{}
 	if b := ns.box(channel, peer, false); b != nil {
 		for _, d := range b.list {
-			if all || d.shown(now) == NoticePending || d.shown(now) == NoticeSent {
-				out = append(out, NoticeForPeer{NoticeContent: d.n.content(), DeliveryState: d.delivery(now)})
+			if all || d.shown(now) == Pending || d.shown(now) == Sent {
+				out = append(out, PeerNotice{Content: d.n.content(), DeliveryState: d.delivery(now)})
 			}
 		}
 	}
@@ -734,7 +716,7 @@ func (ns *Notices) listPeer(channel, peer string, all bool) []NoticeForPeer {
 
 // list returns the channel's notices with an open delivery (all: every
 // notice kept), oldest first, with every peer's state.
-func (ns *Notices) list(channel string, all bool) []Notice {
+func (ns *Local) list(channel string, all bool) []Notice {
 	now := time.Now()
 	ns.mu.Lock()
 	var list []*notice
@@ -746,12 +728,12 @@ func (ns *Notices) list(channel string, all bool) []Notice {
 	sort.Slice(list, func(i, j int) bool { return list[i].seq < list[j].seq })
 	out := []Notice{}
 	for _, n := range list {
-		v := Notice{NoticeContent: n.content(), Peers: make([]NoticeDelivery, 0, len(n.peers))}
+		v := Notice{Content: n.content(), Peers: make([]Delivery, 0, len(n.peers))}
 		open := false
 		for _, d := range n.peers {
 			st := d.delivery(now)
-			open = open || st.State == NoticePending || st.State == NoticeSent
-			v.Peers = append(v.Peers, NoticeDelivery{PeerID: d.peer, DeliveryState: st})
+			open = open || st.State == Pending || st.State == Sent
+			v.Peers = append(v.Peers, Delivery{PeerID: d.peer, DeliveryState: st})
 		}
 		if open || all {
 			sort.Slice(v.Peers, func(i, j int) bool { return v.Peers[i].PeerID < v.Peers[j].PeerID })
@@ -786,7 +768,7 @@ func (h *expiryHeap) Pop() any {
 
 // sweeper expires and prunes notices, and snapshots once enough is
 // logged, until Close.
-func (ns *Notices) sweeper() {
+func (ns *Local) sweeper() {
 	defer close(ns.done)
 	t := time.NewTicker(ns.opt.Sweep)
 	defer t.Stop()
@@ -809,7 +791,7 @@ func (ns *Notices) sweeper() {
 }
 
 // sweep expires the notices due by now and prunes those kept long enough.
-func (ns *Notices) sweep(now time.Time) {
+func (ns *Local) sweep(now time.Time) {
 	type expired struct {
 		n     *notice
 		peers []string
@@ -838,7 +820,7 @@ func (ns *Notices) sweep(now time.Time) {
 		x := expired{n: n}
 		for _, d := range n.peers {
 			if d.open() {
-				ns.finish(d, NoticeExpired)
+				ns.finish(d, Expired)
 				x.peers = append(x.peers, d.peer)
 			}
 		}
@@ -889,7 +871,7 @@ type snapshotAck struct {
 }
 
 // snapshot writes the state to snapshot.json and releases the log up to it.
-func (ns *Notices) snapshot() error {
+func (ns *Local) snapshot() error {
 	ns.logMu.Lock() // no append in flight: the state holds every durable record
 	lsn := ns.wl.Durable()
 	ns.mu.Lock()
@@ -900,13 +882,13 @@ func (ns *Notices) snapshot() error {
 			Priority: n.priority, Display: n.display, Source: n.source, Created: &created, Expires: &expires}}
 		for _, d := range n.peers {
 			switch d.state {
-			case NoticePending, NoticeSent:
+			case Pending, Sent:
 				it.Open = append(it.Open, d.peer)
-			case NoticeAcked:
+			case Acked:
 				it.Acked = append(it.Acked, snapshotAck{Peer: d.peer, At: d.ackedAt.UnixMilli()})
-			case NoticeWithdrawn:
+			case Withdrawn:
 				it.Withdrawn = append(it.Withdrawn, d.peer)
-			case NoticeExpired:
+			case Expired:
 				it.Expired = append(it.Expired, d.peer)
 			}
 		}
@@ -926,7 +908,7 @@ func (ns *Notices) snapshot() error {
 }
 
 // loadSnapshot reads snapshot.json, if any, and returns its LSN.
-func (ns *Notices) loadSnapshot() (uint64, error) {
+func (ns *Local) loadSnapshot() (uint64, error) {
 	f, err := os.Open(ns.snap)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -955,16 +937,16 @@ func (ns *Notices) loadSnapshot() (uint64, error) {
 		ns.byID[n.id] = n
 		ds := make([]*delivery, 0, len(it.Open)+len(it.Acked)+len(it.Withdrawn)+len(it.Expired))
 		for _, p := range it.Open {
-			ds = append(ds, &delivery{peer: p, state: NoticePending})
+			ds = append(ds, &delivery{peer: p, state: Pending})
 		}
 		for _, a := range it.Acked {
-			ds = append(ds, &delivery{peer: a.Peer, state: NoticeAcked, ackedAt: time.UnixMilli(a.At).UTC()})
+			ds = append(ds, &delivery{peer: a.Peer, state: Acked, ackedAt: time.UnixMilli(a.At).UTC()})
 		}
 		for _, p := range it.Withdrawn {
-			ds = append(ds, &delivery{peer: p, state: NoticeWithdrawn})
+			ds = append(ds, &delivery{peer: p, state: Withdrawn})
 		}
 		for _, p := range it.Expired {
-			ds = append(ds, &delivery{peer: p, state: NoticeExpired})
+			ds = append(ds, &delivery{peer: p, state: Expired})
 		}
 		n.peers = make(map[string]*delivery, len(ds))
 		ns.addDeliveries(n, ds)

@@ -1,4 +1,4 @@
-package server
+package notices
 
 import (
 	"os"
@@ -8,17 +8,17 @@ import (
 	"time"
 )
 
-func openTestNotices(t *testing.T, dir string, max int) *Notices {
+func openTestNotices(t *testing.T, dir string, max int) *Local {
 	t.Helper()
-	ns, err := openNotices(dir, noticeOptions{MaxPerPeer: func(string) int { return max }, Sweep: time.Hour})
+	ns, err := Open(dir, Options{MaxPerPeer: func(string) int { return max }, Sweep: time.Hour})
 	if err != nil {
-		t.Fatalf("openNotices: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	return ns
 }
 
 // crash stops ns the way kill -9 would leave it: no final snapshot.
-func crash(ns *Notices) {
+func crash(ns *Local) {
 	_ = ns.wl.Close() // (the sweeper was not started)
 }
 
@@ -26,7 +26,7 @@ func spec(text string) noticeSpec {
 	return noticeSpec{Text: text, Priority: "info", DisplaySeconds: 15, ExpiresAt: time.Now().Add(time.Hour), Source: "api"}
 }
 
-func ids(list []NoticeForPeer) (out []string) {
+func ids(list []PeerNotice) (out []string) {
 	for _, n := range list {
 		out = append(out, n.Text+"="+n.State)
 	}
@@ -50,7 +50,7 @@ func TestNoticeSnapshotAndReplay(t *testing.T) {
 	}
 	ack := func(id string) {
 		t.Helper()
-		if err := ns.ack("ch", "p", id); err != nil {
+		if err := ns.Ack("ch", "p", id); err != nil {
 			t.Fatalf("ack: %v", err)
 		}
 	}
@@ -85,7 +85,7 @@ func TestNoticeSnapshotAndReplay(t *testing.T) {
 	}
 	ns = openTestNotices(t, dir, 2)
 	defer ns.Close()
-	if got := ids(ns.Pending("ch", "p")); len(got) != 1 || got[0] != "d=pending" {
+	if got := ids(ns.pending("ch", "p")); len(got) != 1 || got[0] != "d=pending" {
 		t.Fatalf("after a clean stop: %v", got)
 	}
 }
@@ -101,10 +101,10 @@ func TestNoticeSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if frames, _, _, _ := ns.due("ch", "p", 0, 10, time.Now()); len(frames) != 1 {
+	if frames, _, _, _ := ns.Due("ch", "p", 0, 10, time.Now()); len(frames) != 1 {
 		t.Fatalf("due before expiry: %d", len(frames))
 	}
-	if frames, _, _, _ := ns.due("ch", "p", 0, 10, sp.ExpiresAt.Add(time.Second)); len(frames) != 0 {
+	if frames, _, _, _ := ns.Due("ch", "p", 0, 10, sp.ExpiresAt.Add(time.Second)); len(frames) != 0 {
 		t.Fatalf("due after expiry: %d", len(frames))
 	}
 	ns.sweep(sp.ExpiresAt.Add(time.Second))
@@ -121,7 +121,7 @@ func TestNoticeSweep(t *testing.T) {
 	if got := ns.listPeer("ch", "q", true); len(got) != 0 {
 		t.Fatalf("after pruning: %+v", got)
 	}
-	if _, err := ns.withdraw("ch", res.NoticeID, ""); err != errUnknownNotice {
+	if _, err := ns.withdraw("ch", res.NoticeID, ""); err != ErrUnknownNotice {
 		t.Fatalf("withdraw of a pruned notice: %v", err)
 	}
 	if v := ns.met.pending.Value("ch"); v != 0 {
@@ -133,7 +133,7 @@ func TestNoticeSweep(t *testing.T) {
 // withdrawn, expired.
 func TestNoticeChangedHook(t *testing.T) {
 	var got []string
-	ns, err := openNotices(t.TempDir(), noticeOptions{Sweep: time.Hour, Changed: func(ch, p string) { got = append(got, p) }})
+	ns, err := Open(t.TempDir(), Options{Sweep: time.Hour, Changed: func(ch, p string) { got = append(got, p) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestNoticeChangedHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ns.ack("ch", "p", res.NoticeID); err != nil {
+	if err := ns.Ack("ch", "p", res.NoticeID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ns.withdraw("ch", res.NoticeID, "q"); err != nil {

@@ -1,4 +1,4 @@
-package server
+package notices
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -20,8 +21,12 @@ import (
 
 // Limits and defaults of a notice (the operator API and agent pushes).
 const (
-	maxNoticeChars        = 1000    // a kiosk shows a few lines; longer text is refused
-	maxNoticeBodyBytes    = 4 << 20 // a broadcast may list many peers
+	// MaxTextChars is the longest notice text: a kiosk shows a few lines;
+	// longer text is refused (an agent's is cut).
+	MaxTextChars = 1000
+	// MaxBodyBytes is the largest POST body: a broadcast may list many
+	// peers.
+	MaxBodyBytes          = 4 << 20
 	maxNoticeTargets      = 100000
 	maxDisplaySeconds     = 3600
 	maxNoticeTTL          = 30 * 24 * time.Hour
@@ -36,12 +41,16 @@ type noticeRequest struct {
 	tags  map[string]string // broadcast: the tags selector
 }
 
+// peerIDRE is what a peer id may be (package server's idRE, the device
+// wire's rule).
+var peerIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$`)
+
 var noticeKeys = []string{"text", "priority", "display_seconds", "expires_at", "ttl_seconds"}
 
 // parseNoticeRequest parses and checks a POST body; broadcast allows the
 // peers and tags selectors. Every error names the field. The body policy
-// is the device wire's (checkJSONBody): invalid UTF-8 or a key given twice
-// is refused, never replaced or overwritten.
+// is the device wire's (httpapi.CheckBody): invalid UTF-8 or a key given
+// twice is refused, never replaced or overwritten.
 func parseNoticeRequest(body []byte, broadcast bool, now time.Time) (noticeRequest, error) {
 	var req noticeRequest
 	if err := httpapi.CheckBody(body); err != nil {
@@ -79,8 +88,8 @@ func parseNoticeRequest(body []byte, broadcast bool, now time.Time) (noticeReque
 	switch n := utf8.RuneCountInString(sp.Text); {
 	case strings.TrimSpace(sp.Text) == "":
 		return req, errors.New(`field "text" is missing or blank`)
-	case n > maxNoticeChars:
-		return req, fmt.Errorf(`field "text" is %d characters; a notice holds at most %d`, n, maxNoticeChars)
+	case n > MaxTextChars:
+		return req, fmt.Errorf(`field "text" is %d characters; a notice holds at most %d`, n, MaxTextChars)
 	}
 	if _, has := raw["priority"]; has {
 		if err := jsonField(raw, "priority", &sp.Priority, "a string"); err != nil {
@@ -144,7 +153,7 @@ func parseNoticeRequest(body []byte, broadcast bool, now time.Time) (noticeReque
 		}
 		seen := make(map[string]bool, len(req.peers))
 		for i, p := range req.peers {
-			if !idRE.MatchString(p) {
+			if !peerIDRE.MatchString(p) {
 				return req, fmt.Errorf(`field "peers"[%d]: %q is not a peer id (1-128 characters of A-Z a-z 0-9 . _ @ + -, starting with a letter or digit)`, i, p)
 			}
 			if seen[p] {
@@ -202,33 +211,31 @@ func noticePreview(s string, n int) string {
 	return httpapi.TruncateUTF8(s, n) + "…"
 }
 
-// noticeRoutes adds the notice API to mux; the operator guard covers it
-// (GET: viewer, POST and DELETE: operator).
-func (s *Server) noticeRoutes(mux interface {
-	HandleFunc(string, func(http.ResponseWriter, *http.Request))
-}) {
-	mux.HandleFunc("POST /api/channels/{channel_id}/peers/{peer_id}/notices", s.postNotice)
-	mux.HandleFunc("GET /api/channels/{channel_id}/peers/{peer_id}/notices", s.getNotices)
-	mux.HandleFunc("DELETE /api/channels/{channel_id}/peers/{peer_id}/notices/{notice_id}", s.deleteNotice)
-	mux.HandleFunc("POST /api/channels/{channel_id}/notices", s.postNotice)
-	mux.HandleFunc("GET /api/channels/{channel_id}/notices", s.getNotices)
-	mux.HandleFunc("DELETE /api/channels/{channel_id}/notices/{notice_id}", s.deleteNotice)
+// Routes adds the notice API to mux; the server's operator guard covers
+// it (GET: viewer, POST and DELETE: operator).
+func (ns *Local) Routes(mux httpapi.Mux) {
+	mux.HandleFunc("POST /api/channels/{channel_id}/peers/{peer_id}/notices", ns.postNotice)
+	mux.HandleFunc("GET /api/channels/{channel_id}/peers/{peer_id}/notices", ns.getNotices)
+	mux.HandleFunc("DELETE /api/channels/{channel_id}/peers/{peer_id}/notices/{notice_id}", ns.deleteNotice)
+	mux.HandleFunc("POST /api/channels/{channel_id}/notices", ns.postNotice)
+	mux.HandleFunc("GET /api/channels/{channel_id}/notices", ns.getNotices)
+	mux.HandleFunc("DELETE /api/channels/{channel_id}/notices/{notice_id}", ns.deleteNotice)
 }
 
 // noticeChannel finds the channel of a notice route, answering for a
 // missing one.
-func (s *Server) noticeChannel(w http.ResponseWriter, r *http.Request) (string, bool) {
+func (ns *Local) noticeChannel(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("channel_id")
-	ch := s.rt.channels[id]
+	configured, enabled := ns.opt.Channel(id)
 	switch {
-	case ch == nil:
+	case !configured:
 		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
 		return "", false
-	case ch.adapter == nil:
+	case !enabled:
 		httpapi.WriteError(w, http.StatusConflict, "channel "+strconv.Quote(id)+" is disabled: it takes no notices")
 		return "", false
 	}
-	if p := r.PathValue("peer_id"); p != "" && !idRE.MatchString(p) {
+	if p := r.PathValue("peer_id"); p != "" && !peerIDRE.MatchString(p) {
 		httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("%q is not a peer id (1-128 characters of A-Z a-z 0-9 . _ @ + -, starting with a letter or digit)", p))
 		return "", false
 	}
@@ -237,18 +244,18 @@ func (s *Server) noticeChannel(w http.ResponseWriter, r *http.Request) (string, 
 
 // postNotice creates a notice: for the path's peer, or (broadcast) for
 // the peers the body selects.
-func (s *Server) postNotice(w http.ResponseWriter, r *http.Request) {
-	chID, ok := s.noticeChannel(w, r)
+func (ns *Local) postNotice(w http.ResponseWriter, r *http.Request) {
+	chID, ok := ns.noticeChannel(w, r)
 	if !ok {
 		return
 	}
 	peer := r.PathValue("peer_id")
 	broadcast := peer == ""
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxNoticeBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			httpapi.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxNoticeBodyBytes))
+			httpapi.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
 			return
 		}
 		httpapi.WriteError(w, http.StatusBadRequest, "reading the body: "+err.Error())
@@ -263,7 +270,7 @@ func (s *Server) postNotice(w http.ResponseWriter, r *http.Request) {
 	if broadcast {
 		targets = req.peers
 		if targets == nil {
-			targets = s.rt.notices.dir.PeersWithTags(chID, req.tags)
+			targets = ns.opt.Directory.PeersWithTags(chID, req.tags)
 		}
 		if len(targets) == 0 {
 			what := "knows no peers yet"
@@ -274,14 +281,14 @@ func (s *Server) postNotice(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := s.rt.notices.create(chID, targets, req.spec)
+	res, err := ns.create(chID, targets, req.spec)
 	var full *mailboxFullError
 	switch {
 	case errors.As(err, &full):
 		httpapi.WriteError(w, http.StatusTooManyRequests, err.Error())
 		return
 	case err != nil:
-		s.log.Error("notice not created", "channel", chID, "err", err)
+		ns.log.Error("notice not created", "channel", chID, "err", err)
 		httpapi.WriteError(w, http.StatusServiceUnavailable, "the notice was not stored: "+err.Error())
 		return
 	}
@@ -315,8 +322,8 @@ func allParam(w http.ResponseWriter, r *http.Request) (all, ok bool) {
 }
 
 // getNotices lists the path's peer's notices, or the channel's.
-func (s *Server) getNotices(w http.ResponseWriter, r *http.Request) {
-	chID, ok := s.noticeChannel(w, r)
+func (ns *Local) getNotices(w http.ResponseWriter, r *http.Request) {
+	chID, ok := ns.noticeChannel(w, r)
 	if !ok {
 		return
 	}
@@ -325,24 +332,24 @@ func (s *Server) getNotices(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if peer := r.PathValue("peer_id"); peer != "" {
-		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "peer_id": peer, "notices": s.rt.notices.listPeer(chID, peer, all)})
+		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "peer_id": peer, "notices": ns.listPeer(chID, peer, all)})
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "notices": s.rt.notices.list(chID, all)})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "notices": ns.list(chID, all)})
 }
 
 // deleteNotice withdraws a notice from the path's peer, or from all.
-func (s *Server) deleteNotice(w http.ResponseWriter, r *http.Request) {
-	chID, ok := s.noticeChannel(w, r)
+func (ns *Local) deleteNotice(w http.ResponseWriter, r *http.Request) {
+	chID, ok := ns.noticeChannel(w, r)
 	if !ok {
 		return
 	}
 	id, peer := r.PathValue("notice_id"), r.PathValue("peer_id")
-	n, err := s.rt.notices.withdraw(chID, id, peer)
+	n, err := ns.withdraw(chID, id, peer)
 	switch {
-	case errors.Is(err, errUnknownNotice) && peer != "":
+	case errors.Is(err, ErrUnknownNotice) && peer != "":
 		httpapi.WriteError(w, http.StatusNotFound, "peer "+peer+" of channel "+strconv.Quote(chID)+" has no notice "+strconv.Quote(id))
-	case errors.Is(err, errUnknownNotice):
+	case errors.Is(err, ErrUnknownNotice):
 		httpapi.WriteError(w, http.StatusNotFound, "channel "+strconv.Quote(chID)+" has no notice "+strconv.Quote(id))
 	case err != nil:
 		httpapi.WriteError(w, http.StatusServiceUnavailable, "the withdrawal was not stored: "+err.Error())
@@ -351,37 +358,14 @@ func (s *Server) deleteNotice(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// pushFromAgent turns an agent's unsolicited output (a Nuum frame after
-// its turn ended, a Terminal Protocol v1 "notice" line) into a notice for
-// the peer of the session.
-func (s *Server) pushFromAgent(sessionKey, text string) {
-	chID, peer, ok := s.peerOfSession(sessionKey)
-	text = strings.TrimSpace(text)
-	if !ok || text == "" {
-		s.log.Warn("agent output outside a turn dropped: no peer for its session", "session", sessionKey)
-		return
+// FromAgent implements Mailboxes: an agent's unsolicited output (a Nuum
+// frame after its turn ended, a Terminal Protocol v1 "notice" line)
+// becomes a notice for peer.
+func (ns *Local) FromAgent(channelID, peerID, text string) error {
+	if utf8.RuneCountInString(text) > MaxTextChars {
+		text = string([]rune(text)[:MaxTextChars-1]) + "…"
 	}
-	if utf8.RuneCountInString(text) > maxNoticeChars {
-		text = string([]rune(text)[:maxNoticeChars-1]) + "…"
-	}
-	_, err := s.rt.notices.create(chID, []string{peer}, noticeSpec{Text: text, Priority: link.PriorityInfo,
+	_, err := ns.create(channelID, []string{peerID}, noticeSpec{Text: text, Priority: link.PriorityInfo,
 		DisplaySeconds: defaultDisplaySeconds, ExpiresAt: time.Now().Add(defaultNoticeTTL), Source: "agent"})
-	if err != nil {
-		s.log.Warn("agent push not stored as a notice", "session", sessionKey, "err", err)
-	}
-}
-
-// peerOfSession splits a session key (channel:account:peer[:thread]).
-func (s *Server) peerOfSession(key string) (channelID, peerID string, ok bool) {
-	chID, rest, ok := strings.Cut(key, ":")
-	ch := s.rt.channels[chID]
-	if !ok || ch == nil {
-		return "", "", false
-	}
-	rest, ok = strings.CutPrefix(rest, ch.cfg.AccountID+":")
-	if !ok {
-		return "", "", false
-	}
-	peer, _, _ := strings.Cut(rest, ":")
-	return chID, peer, idRE.MatchString(peer)
+	return err
 }

@@ -1,4 +1,4 @@
-package server
+package notices
 
 import (
 	"strings"
@@ -35,7 +35,7 @@ func FuzzParseNoticeRequest(f *testing.F) {
 		}
 		sp := req.spec
 		switch {
-		case strings.TrimSpace(sp.Text) == "" || utf8.RuneCountInString(sp.Text) > maxNoticeChars:
+		case strings.TrimSpace(sp.Text) == "" || utf8.RuneCountInString(sp.Text) > MaxTextChars:
 			t.Fatalf("text %q accepted", sp.Text)
 		case sp.Priority != link.PriorityInfo && sp.Priority != link.PriorityAlert:
 			t.Fatalf("priority %q accepted", sp.Priority)
@@ -49,7 +49,7 @@ func FuzzParseNoticeRequest(f *testing.F) {
 			t.Fatal("both selectors accepted")
 		}
 		for _, p := range req.peers {
-			if !idRE.MatchString(p) {
+			if !peerIDRE.MatchString(p) {
 				t.Fatalf("peer %q accepted", p)
 			}
 		}

@@ -1,4 +1,4 @@
-package server
+package notices
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 // peers (created as broadcasts), from the snapshot a clean close wrote.
 func BenchmarkNoticesOpen(b *testing.B) {
 	dir := b.TempDir()
-	ns, err := openNotices(dir, noticeOptions{NoSync: true, Sweep: time.Hour})
+	ns, err := Open(dir, Options{NoSync: true, Sweep: time.Hour})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func BenchmarkNoticesOpen(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		ns, err := openNotices(dir, noticeOptions{NoSync: true, Sweep: time.Hour})
+		ns, err := Open(dir, Options{NoSync: true, Sweep: time.Hour})
 		if err != nil {
 			b.Fatal(err)
 		}
