@@ -221,13 +221,12 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		closeLogs()
 		return nil, err
 	}
-	if rt.fleet, err = openFleet(cfg.Workspace, opt.fleet, opt.NoSync, log, rt.metrics); err != nil {
+	if rt.fleet, err = openFleet(cfg.Workspace, opt.fleet, opt.NoSync, log, rt, s.router); err != nil {
 		s.closeRunners(built)
 		closeLogs()
 		return nil, err
 	}
-	rt.fleet.registerMetrics(rt.metrics, rt.order)
-	rt.fleet.notices, rt.notices.dir, rt.notices.opt.Changed = rt.notices, registryDirectory{rt.fleet.reg}, rt.fleet.reg.Changed
+	rt.notices.dir, rt.notices.opt.Changed = registryDirectory{rt.fleet.reg}, rt.fleet.reg.Changed
 	rt.notices.start()
 	s.mux = s.routes()
 	return s, nil
