@@ -2,12 +2,10 @@ package server
 
 import (
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
 	"termlink/server/console"
-	"termlink/server/events"
 	"termlink/server/httpapi"
 )
 
@@ -17,11 +15,7 @@ func (s *Server) routes() http.Handler {
 	mux := &routeMux{ServeMux: http.NewServeMux()}
 	defer func() { s.patterns = mux.patterns }()
 	mux.HandleFunc(wsPattern, s.serveWS)
-	mux.HandleFunc("GET /api/channels/{channel_id}/events", s.serveEvents)
-	mux.HandleFunc("GET /api/channels/{channel_id}/events/stream", s.serveEventStream)
-	mux.HandleFunc("GET /api/channels/{channel_id}/peers", s.servePeers)
-	mux.HandleFunc("GET /api/channels/{channel_id}/peers/{peer_id}", s.servePeer)
-	mux.HandleFunc("POST /api/channels/{channel_id}/peers/{peer_id}/cancel", s.serveCancel)
+	s.rt.fleet.api.Routes(mux) // events, live stream, peers, cancel (package fleet)
 	mux.HandleFunc("GET /api/channels", s.serveChannels)
 	mux.HandleFunc("GET /api/status", s.serveStatus)
 	mux.HandleFunc("GET /api/whoami", s.serveWhoami) // the console's role-aware controls
@@ -174,39 +168,4 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveWhoami(w http.ResponseWriter, r *http.Request) {
 	op := httpapi.OperatorOf(r)
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"name": op.Name, "role": op.Role.String(), "login": s.cfg.Admin.Enabled()})
-}
-
-func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("channel_id")
-	ch := s.rt.channels[id]
-	if ch == nil {
-		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
-		return
-	}
-	limit := 100
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			httpapi.WriteError(w, http.StatusBadRequest, "limit must be a non-negative integer, got "+strconv.Quote(v))
-			return
-		}
-		limit = n
-	}
-	var evs []events.Event
-	if peer := r.URL.Query().Get("peer_id"); peer != "" {
-		// One device's events: the newest limit of those naming it.
-		all := ch.events.Recent(-1)
-		for i := len(all) - 1; i >= 0 && len(evs) < limit; i-- {
-			if all[i].PeerID == peer {
-				evs = append(evs, all[i])
-			}
-		}
-		slices.Reverse(evs)
-	} else {
-		evs = ch.events.Recent(limit)
-	}
-	if evs == nil {
-		evs = []events.Event{}
-	}
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": id, "events": evs})
 }

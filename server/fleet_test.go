@@ -15,6 +15,7 @@ import (
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
+	fleetapi "termlink/server/fleet"
 	"termlink/server/registry"
 
 	"github.com/gorilla/websocket"
@@ -374,7 +375,7 @@ func TestPeerPageAndCancel(t *testing.T) {
 	if m := readAs[*link.Message](c); m.MessageID != "m-1" || m.FinishReason != link.FinishCancelled {
 		t.Fatalf("m-1 reply %+v", m)
 	}
-	ts.waitEvent(t, eventOperatorCancel, "m-1")
+	ts.waitEvent(t, fleetapi.EventOperatorCancel, "m-1")
 
 	close(runner.gate)
 	c.send(&link.Message{MessageID: "m-3", Text: "third"})
@@ -553,8 +554,10 @@ func TestEventStreamSlowSubscriberDropped(t *testing.T) {
 	defer conn.Close()
 	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
 	fmt.Fprintf(conn, "GET /api/channels/terminal-dev/events/stream HTTP/1.1\r\nHost: %s\r\n\r\n", conn.RemoteAddr()) // a Host the server answers for
-	fl := ts.rt.fleet
-	waitFor(t, "the slow stream to open", func() bool { return fl.streamOpen.Value("terminal-dev") == 1 })
+	streamsOpen := func(n int) func() bool {
+		return func() bool { return hasSeries(ts, fmt.Sprintf(`termserver_event_streams_open{channel="terminal-dev"} %d`, n)) }
+	}
+	waitFor(t, "the slow stream to open", streamsOpen(1))
 
 	ch := ts.rt.channels["terminal-dev"]
 	added := make(chan struct{})
@@ -569,7 +572,9 @@ func TestEventStreamSlowSubscriberDropped(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("adding events waited for the slow subscriber")
 	}
-	waitFor(t, "the slow stream to be dropped", func() bool { return fl.streamDropped.Value("terminal-dev") == 1 })
+	waitFor(t, "the slow stream to be dropped", func() bool {
+		return hasSeries(ts, `termserver_event_streams_dropped_total{channel="terminal-dev"} 1`)
+	})
 
 	// The server goes on: a device is answered, a new stream says hello.
 	c := connectDevice(t, ts, "kiosk", nil)
@@ -578,7 +583,14 @@ func TestEventStreamSlowSubscriberDropped(t *testing.T) {
 	readAs[*link.Message](c)
 	s := openStream(t, ts.http.URL, "")
 	s.next("hello", func(e sseEvent) bool { return e.name == "hello" })
-	waitFor(t, "the dropped stream's handler to end", func() bool { return fl.streamOpen.Value("terminal-dev") == 1 })
+	waitFor(t, "the dropped stream's handler to end", streamsOpen(1))
+}
+
+// hasSeries says whether the server's metrics list the series line.
+func hasSeries(ts *testServer, line string) bool {
+	var b bytes.Buffer
+	ts.rt.metrics.reg.WriteText(&b)
+	return strings.Contains(b.String(), "\n"+line+"\n")
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -669,9 +681,7 @@ func TestEventStreamsBounded(t *testing.T) {
 		if r.status != 200 {
 			t.Fatalf("events: HTTP %d %s", r.status, r.body)
 		}
-		ts.rt.fleet.mu.Lock()
-		open := ts.rt.fleet.streamsOpen
-		ts.rt.fleet.mu.Unlock()
+		open := ts.rt.fleet.api.StreamsOpen()
 		if open < 2 {
 			break
 		}

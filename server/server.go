@@ -204,13 +204,11 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		closeLogs()
 		return nil, err
 	}
-	if rt.fleet, err = openFleet(cfg.Workspace, opt.fleet, opt.NoSync, log, rt.metrics); err != nil {
+	if rt.fleet, err = openFleet(cfg.Workspace, opt.fleet, opt.NoSync, log, rt, s.router); err != nil {
 		s.closeRunners(built)
 		closeLogs()
 		return nil, err
 	}
-	rt.fleet.registerMetrics(rt.metrics, rt.order)
-	rt.fleet.notices = rt.notices
 	rt.notices.Start()
 	s.mux = s.routes()
 	return s, nil
