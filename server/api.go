@@ -136,7 +136,7 @@ func (s *Server) serveChannels(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
-	running, waiting := s.router.load()
+	running, waiting := s.router.Load()
 	chs := s.channelStatuses(r)
 	peers := 0
 	for _, c := range chs {

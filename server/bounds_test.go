@@ -402,7 +402,7 @@ func TestShutdownDrainsReplies(t *testing.T) {
 		done <- s.Shutdown(ctx)
 	}()
 	// Let the runs end during the grace period.
-	for !s.router.isStopped() {
+	for !s.router.IsStopped() {
 		time.Sleep(time.Millisecond)
 	}
 	close(runner.gate)
@@ -438,7 +438,7 @@ func TestRecoveredMessagesRespectBounds(t *testing.T) {
 	var s *Server
 	var peak atomic.Int64
 	runner := &stepRunner{step: make(chan struct{}), onRun: func() {
-		if _, w := s.router.load(); int64(w) > peak.Load() {
+		if _, w := s.router.Load(); int64(w) > peak.Load() {
 			peak.Store(int64(w))
 		}
 	}}

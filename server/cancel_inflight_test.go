@@ -30,10 +30,10 @@ func TestCancelBeforeTheRouterHasIt(t *testing.T) {
 		t.Fatalf("accept: %v %+v", err, acked)
 	}
 	// Not started yet: the message is on the bus, no router has it.
-	if !s.router.cancel(key, "m-1") {
+	if !s.router.Cancel(key, "m-1") {
 		t.Fatal("cancel of an accepted message still on the bus: not found")
 	}
-	if s.router.cancel(key, "m-unknown") {
+	if s.router.Cancel(key, "m-unknown") {
 		t.Fatal("cancel of a message never accepted: found")
 	}
 	s.Start()
@@ -57,7 +57,7 @@ func TestCancelBeforeTheRouterHasIt(t *testing.T) {
 	if n := runs.runs.Load(); n != 0 {
 		t.Fatalf("the agent ran %d times for a message cancelled before it started", n)
 	}
-	if _, waiting := s.router.load(); waiting != 0 {
+	if _, waiting := s.router.Load(); waiting != 0 {
 		t.Fatalf("%d messages still counted as waiting", waiting)
 	}
 }

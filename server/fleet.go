@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"termlink/server/events"
 	fleetapi "termlink/server/fleet"
 	"termlink/server/registry"
+	"termlink/server/router"
 	"termlink/server/session"
 )
 
@@ -42,7 +42,7 @@ type fleet struct {
 
 // openFleet opens the device registry and builds the fleet API on it,
 // the channels, the session store, the router and the notice mailboxes.
-func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger, rt *Runtime, r *router) (*fleet, error) {
+func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger, rt *Runtime, r *router.Router) (*fleet, error) {
 	reg, err := registry.Open(filepath.Join(workspace, "registry"), registry.Options{
 		Logger: log, FlushInterval: opt.flushInterval, NoSync: noSync, MaxPeers: opt.maxPeers, MaxAnonymous: opt.maxAnonymous,
 		NoticesPending: rt.notices.Count,
@@ -123,43 +123,14 @@ func (c *wsConn) handleScreen(f *link.Screen) {
 }
 
 // routerRuns is the router as the fleet API's Runs.
-type routerRuns struct{ r *router }
+type routerRuns struct{ r *router.Router }
 
-func (rr routerRuns) PeerRuns(base string) []fleetapi.Run   { return rr.r.peerRuns(base) }
-func (rr routerRuns) PeerSessions(base string) []string     { return rr.r.peerSessions(base) }
-func (rr routerRuns) Cancel(session, messageID string) bool { return rr.r.cancel(session, messageID) }
-
-// peerRuns lists the runs in progress in every session of the peer whose
-// session id (thread-less) is base: its own and its threads'.
-func (r *router) peerRuns(base string) []fleetapi.Run {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (rr routerRuns) PeerRuns(base string) []fleetapi.Run {
 	var out []fleetapi.Run
-	for key, q := range r.queues {
-		if key != base && !strings.HasPrefix(key, base+":") {
-			continue
-		}
-		if q.running != "" {
-			out = append(out, fleetapi.Run{Session: key, MessageID: q.running})
-		}
-		for _, j := range q.joined {
-			out = append(out, fleetapi.Run{Session: key, MessageID: j.MessageID})
-		}
+	for _, run := range rr.r.PeerRuns(base) {
+		out = append(out, fleetapi.Run{Session: run.Session, MessageID: run.MessageID})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].MessageID < out[j].MessageID })
 	return out
 }
-
-// peerSessions lists the peer's sessions with queued or running work.
-func (r *router) peerSessions(base string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := []string{base}
-	for key := range r.queues {
-		if strings.HasPrefix(key, base+":") {
-			out = append(out, key)
-		}
-	}
-	sort.Strings(out[1:])
-	return out
-}
+func (rr routerRuns) PeerSessions(base string) []string     { return rr.r.PeerSessions(base) }
+func (rr routerRuns) Cancel(session, messageID string) bool { return rr.r.Cancel(session, messageID) }

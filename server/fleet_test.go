@@ -555,7 +555,9 @@ func TestEventStreamSlowSubscriberDropped(t *testing.T) {
 	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
 	fmt.Fprintf(conn, "GET /api/channels/terminal-dev/events/stream HTTP/1.1\r\nHost: %s\r\n\r\n", conn.RemoteAddr()) // a Host the server answers for
 	streamsOpen := func(n int) func() bool {
-		return func() bool { return hasSeries(ts, fmt.Sprintf(`termserver_event_streams_open{channel="terminal-dev"} %d`, n)) }
+		return func() bool {
+			return hasSeries(ts, fmt.Sprintf(`termserver_event_streams_open{channel="terminal-dev"} %d`, n))
+		}
 	}
 	waitFor(t, "the slow stream to open", streamsOpen(1))
 

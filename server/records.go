@@ -52,15 +52,15 @@ type runtimeHost struct{ rt *Runtime }
 var _ cluster.Host = runtimeHost{}
 
 func (h runtimeHost) ReserveFirst(session string, perSession int) (bool, error) {
-	return h.rt.admission.reserveFirst(session, perSession)
+	return h.rt.admission.ReserveFirst(session, perSession)
 }
 func (h runtimeHost) ReserveWait(ctx context.Context, session string, perSession int) error {
-	return h.rt.admission.reserveWait(ctx, session, perSession)
+	return h.rt.admission.ReserveWait(ctx, session, perSession)
 }
-func (h runtimeHost) Release(session string) { h.rt.admission.release(session, 1) }
-func (h runtimeHost) MaxWaiting() int        { return h.rt.admission.maxTotal }
+func (h runtimeHost) Release(session string) { h.rt.admission.Release(session, 1) }
+func (h runtimeHost) MaxWaiting() int        { return h.rt.admission.MaxTotal() }
 func (h runtimeHost) StartsAtOnce(session string) bool {
-	return h.rt.startsAtOnce != nil && h.rt.startsAtOnce(session)
+	return h.rt.router.StartsAtOnce(session)
 }
 func (h runtimeHost) Put(ctx context.Context, in bus.Inbound) error {
 	return h.rt.bus.PublishInbound(ctx, in)
@@ -69,7 +69,7 @@ func (h runtimeHost) Dispatch(ctx context.Context, out bus.Outbound) error {
 	return h.rt.bus.PublishOutbound(ctx, out)
 }
 func (h runtimeHost) Cancel(sessionKey, messageID string) bool {
-	return h.rt.router.cancel(sessionKey, messageID)
+	return h.rt.router.Cancel(sessionKey, messageID)
 }
 func (h runtimeHost) NewRunID() string { return h.rt.newRunID() }
 func (h runtimeHost) ReplaceElsewhere(channel, peer, edge string) {

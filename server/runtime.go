@@ -19,6 +19,7 @@ import (
 	"termlink/server/metrics"
 	"termlink/server/notices"
 	"termlink/server/record"
+	"termlink/server/router"
 	"termlink/server/session"
 )
 
@@ -113,11 +114,10 @@ type Runtime struct {
 
 	// admission counts the messages accepted and not yet started (queued,
 	// on the bus, offered to a running turn), per session and in all.
-	admission *admission
-	// router runs what is queued; startsAtOnce (its) tells the store
-	// whether a message of an idle session would start without waiting.
-	router       *router
-	startsAtOnce func(key string) bool
+	admission *router.Admission
+	// router runs what is queued (it tells the store whether a message of
+	// an idle session would start without waiting).
+	router *router.Router
 }
 
 // SessionKey builds the spec's session id.
@@ -196,8 +196,8 @@ func (ch *channel) maxWaitingPerSession() int {
 // health reports whether the store of record takes writes, and why not.
 func (rt *Runtime) health() (ok bool, reason string) { return rt.records.Health() }
 
-// runStarted records direct_run_started.
-func (rt *Runtime) runStarted(in bus.Inbound) {
+// Started records direct_run_started (router.Host).
+func (rt *Runtime) Started(in bus.Inbound) {
 	rt.metrics.running.Add("", 1)
 	if ch := rt.channels[in.ChannelID]; ch != nil {
 		ch.events.Add(events.Event{Event: events.DirectRunStarted, PeerID: in.PeerID, SessionID: in.SessionKey,
@@ -205,18 +205,13 @@ func (rt *Runtime) runStarted(in bus.Inbound) {
 	}
 }
 
-// runFinished records the reply in the store of record and sends it.
-// A reply the store refuses is retried until it is written or ctx ends;
-// one never written is not sent (a restart runs the message again,
-// once), so no device sees a reply the server does not remember.
-func (rt *Runtime) runFinished(ctx context.Context, in bus.Inbound, res agent.Result, took time.Duration) {
-	rt.runFinishedThen(ctx, in, res, took, nil)
-}
-
-// runFinishedThen is runFinished that, with next (the session's next
-// message, taken to start right after this reply), lets the store record
-// next's start with the reply (record.Store.Finish).
-func (rt *Runtime) runFinishedThen(ctx context.Context, in bus.Inbound, res agent.Result, took time.Duration, next *bus.Inbound) {
+// Finished records the reply in the store of record and sends it
+// (router.Host). A reply the store refuses is retried until it is written
+// or ctx ends; one never written is not sent (a restart runs the message
+// again, once), so no device sees a reply the server does not remember.
+// With next (the session's next message, taken to start right after this
+// reply) the store may record next's start with the reply.
+func (rt *Runtime) Finished(ctx context.Context, in bus.Inbound, res agent.Result, took time.Duration, next *bus.Inbound) {
 	rt.metrics.running.Add("", -1)
 	if res.FinishReason == "" {
 		res.FinishReason = link.FinishStop
@@ -238,26 +233,26 @@ func (rt *Runtime) runFinishedThen(ctx context.Context, in bus.Inbound, res agen
 		Media: res.Media, Started: in.Received})
 }
 
-// beforeRun is what happens before a message's run starts: the store of
-// record decides and records it (record.Store.Start).
-func (rt *Runtime) beforeRun(ctx, stopCtx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
+// Start is what happens before a message's run starts (router.Host): the
+// store of record decides and records it (record.Store.Start).
+func (rt *Runtime) Start(ctx, stopCtx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
 	return rt.records.Start(ctx, stopCtx, in)
 }
 
-// injected records the start of a message a running turn took
-// (agent.Injector; record.Store.Joined).
-func (rt *Runtime) injected(ctx context.Context, in bus.Inbound) { rt.records.Joined(ctx, in) }
+// Joined records the start of a message a running turn took
+// (router.Host; record.Store.Joined).
+func (rt *Runtime) Joined(ctx context.Context, in bus.Inbound) { rt.records.Joined(ctx, in) }
 
-// agentEvent records an event a runner reports (tool results and the like).
-func (rt *Runtime) agentEvent(in bus.Inbound, name, detail string) {
+// Event records an event a runner reports (tool results and the like).
+func (rt *Runtime) Event(in bus.Inbound, name, detail string) {
 	if ch := rt.channels[in.ChannelID]; ch != nil {
 		ch.events.Add(events.Event{Event: name, PeerID: in.PeerID, SessionID: in.SessionKey,
 			MessageID: in.MessageID, RunID: in.RunID, Preview: detail})
 	}
 }
 
-// progress publishes an interim update for a run.
-func (rt *Runtime) progress(ctx context.Context, in bus.Inbound, text string) {
+// Progress sends an interim update for a run (router.Host).
+func (rt *Runtime) Progress(ctx context.Context, in bus.Inbound, text string) {
 	out := bus.Outbound{Kind: bus.Progress, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Text: text}
 	rt.records.Deliver(ctx, in, out) // progress is best effort
@@ -309,5 +304,19 @@ func (rt *Runtime) dispatchOne(out bus.Outbound) {
 	}
 	ch.events.Add(ev)
 }
+
+// Dropped says n started runs ended without a result (router.Host).
+func (rt *Runtime) Dropped(n int) { rt.metrics.running.Add("", -int64(n)) }
+
+// UpdateMeta changes a session's metadata (router.Host).
+func (rt *Runtime) UpdateMeta(ctx context.Context, key string, update func(map[string]any)) error {
+	return rt.sessions.UpdateMetadata(ctx, key, update)
+}
+
+// Pending reports whether a message is accepted and not answered
+// (router.Host).
+func (rt *Runtime) Pending(key, messageID string) bool { return rt.records.Pending(key, messageID) }
+
+var _ router.Host = (*Runtime)(nil)
 
 var errShuttingDown = errors.New("server is shutting down")

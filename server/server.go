@@ -23,6 +23,7 @@ import (
 	"termlink/server/events"
 	"termlink/server/fdbudget"
 	"termlink/server/notices"
+	"termlink/server/router"
 	"termlink/server/session"
 	"termlink/server/wal"
 )
@@ -56,7 +57,7 @@ type Server struct {
 	cfg     *config.Config
 	log     *slog.Logger
 	rt      *Runtime
-	router  *router
+	router  *router.Router
 	runners []agent.Runner
 	procs   *procs.Registry  // agent process groups and their sentinel
 	fds     *fdbudget.Budget // the process's file descriptors: sockets, session files, agents
@@ -133,7 +134,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		return nil, fmt.Errorf("opening the session log: %w", err)
 	}
 	rt := &Runtime{
-		log: log, bus: bus.New(4096), sessions: store, admission: newAdmission(maxWaiting),
+		log: log, bus: bus.New(4096), sessions: store, admission: router.NewAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 	}
 	mailboxes, err := notices.Open(filepath.Join(cfg.Workspace, "notices"), rt.noticeOptions(opt.NoSync, log))
@@ -185,7 +186,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		closeLogs()
 		return nil, err
 	}
-	s.router = newRouter(rt, runners, cfg.Workspace, maxRuns)
+	s.router = router.New(rt, rt.bus.Inbound(), rt.admission, runners, cfg.Workspace, maxRuns)
 	rt.router = s.router
 	for _, r := range built {
 		s.runners = append(s.runners, r)
@@ -264,10 +265,10 @@ func (s *Server) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopBg = cancel
 	s.bgWG.Add(1)
-	go func() { defer s.bgWG.Done(); s.router.consume(ctx) }()
+	go func() { defer s.bgWG.Done(); s.router.Consume(ctx) }()
 	s.dispatchDone = make(chan struct{})
 	go func() { defer close(s.dispatchDone); s.rt.dispatch() }()
-	if err := s.rt.records.Run(s.router.cancel, s.devicesOnline); err != nil {
+	if err := s.rt.records.Run(s.router.Cancel, s.devicesOnline); err != nil {
 		s.log.Error("cluster: node not started", "err", err)
 	}
 	for _, id := range s.rt.order {
@@ -285,11 +286,11 @@ func (s *Server) Start() {
 			for i, in := range recovered {
 				recovered[i] = bus.Inbound{}      // let the queued copy be the only one
 				ch := s.rt.channels[in.ChannelID] // enabled: rebuild left out the others
-				if err := s.rt.admission.reserveWait(ctx, in.SessionKey, ch.maxWaitingPerSession()); err != nil {
+				if err := s.rt.admission.ReserveWait(ctx, in.SessionKey, ch.maxWaitingPerSession()); err != nil {
 					return
 				}
 				if err := s.rt.bus.PublishInbound(ctx, in); err != nil {
-					s.rt.admission.release(in.SessionKey, 1)
+					s.rt.admission.Release(in.SessionKey, 1)
 					return
 				}
 				n++
@@ -356,7 +357,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				a.Close()
 			}
 		}
-		s.router.stop(ctx)
+		s.router.Stop(ctx)
 		s.rt.records.StopRuns() // runs are over: a cluster's next owner takes the partitions now
 		s.rt.bus.Close()
 		if s.dispatchDone != nil {

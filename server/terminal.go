@@ -20,6 +20,7 @@ import (
 	"termlink/server/bus"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/router"
 )
 
 // Close codes the terminal adapter sends besides RFC 6455's (1000 normal,
@@ -57,7 +58,7 @@ type terminalAdapter struct {
 	cfg       config.Channel
 	heartbeat time.Duration
 	rt        *Runtime
-	router    *router
+	router    *router.Router
 	ch        *channel
 	log       *slog.Logger
 	upgrader  websocket.Upgrader
@@ -75,7 +76,7 @@ type terminalAdapter struct {
 	wg         sync.WaitGroup // connection handlers
 }
 
-func newTerminalAdapter(rt *Runtime, r *router, ch *channel, log *slog.Logger) *terminalAdapter {
+func newTerminalAdapter(rt *Runtime, r *router.Router, ch *channel, log *slog.Logger) *terminalAdapter {
 	a := &terminalAdapter{
 		id: ch.id, cfg: ch.cfg, rt: rt, router: r, ch: ch, log: log.With("channel", ch.id),
 		heartbeat: time.Duration(ch.cfg.Config.HeartbeatSeconds) * time.Second,

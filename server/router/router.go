@@ -1,8 +1,17 @@
-package server
+// Package router runs what the store of record accepted: it takes
+// messages off the bus and hands each to its channel's agent.Runner, one
+// at a time and in order within a session, sessions in parallel up to a
+// limit, offering a message to a running turn when the runner takes
+// injections (agent.Injector). Admission bounds the messages accepted and
+// not yet started. What happens around a run (recording its start and
+// reply, events, metrics, progress) is the Host's: the server's runtime.
+package router
 
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,11 +20,13 @@ import (
 	"termlink/server/record"
 )
 
-// router takes messages off the bus and runs them: one at a time and in
+// Router takes messages off the bus and runs them: one at a time and in
 // order within a session, sessions in parallel up to a limit. A session's
 // worker goroutine exists only while the session has work.
-type router struct {
-	rt        *Runtime
+type Router struct {
+	host      Host
+	inbound   <-chan bus.Inbound
+	admission *Admission
 	runners   map[string]agent.Runner // by channel id
 	workspace string
 	slots     chan struct{} // one token per run allowed at once
@@ -52,33 +63,60 @@ type sessionQueue struct {
 	lastRes   agent.Result
 }
 
-func newRouter(rt *Runtime, runners map[string]agent.Runner, workspace string, maxRuns int) *router {
+// Host is what happens around a run: the server's runtime (the store of
+// record, events, metrics, progress).
+type Host interface {
+	// Start decides and records the start of in's run (record.Store.Start).
+	Start(ctx, stopCtx context.Context, in bus.Inbound) (answer *agent.Result, ok bool)
+	// Started says a run (or its answer without one) began.
+	Started(in bus.Inbound)
+	// Joined records the start of a message a running turn took.
+	Joined(ctx context.Context, in bus.Inbound)
+	// Finished records and sends a run's result; next, the session's next
+	// message taken to start right after it, may be recorded with it.
+	Finished(ctx context.Context, in bus.Inbound, res agent.Result, took time.Duration, next *bus.Inbound)
+	// Dropped says n started runs end without a result (a hard stop).
+	Dropped(n int)
+	// Progress sends an interim update of a run.
+	Progress(ctx context.Context, in bus.Inbound, text string)
+	// Event records an event a runner reports.
+	Event(in bus.Inbound, name, detail string)
+	// UpdateMeta changes a session's metadata (agent.Request.UpdateMeta).
+	UpdateMeta(ctx context.Context, sessionKey string, update func(map[string]any)) error
+	// Pending reports whether a message is accepted and not answered
+	// (record.Store.Pending).
+	Pending(sessionKey, messageID string) bool
+}
+
+// New returns a router that runs the messages read from inbound with the
+// runners (by channel id), at most maxRuns at once; admission is where
+// the messages it takes had their waiting places.
+func New(host Host, inbound <-chan bus.Inbound, admission *Admission, runners map[string]agent.Runner, workspace string, maxRuns int) *Router {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &router{rt: rt, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
+	r := &Router{host: host, inbound: inbound, admission: admission, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
 		runCtx: ctx, cancelRun: cancel, queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{}}
 	r.cond = sync.NewCond(&r.mu)
-	rt.startsAtOnce = r.startsAtOnce
 	return r
 }
 
-// startsAtOnce reports whether a message of session key accepted now
+// StartsAtOnce reports whether a message of session key accepted now
 // would start without waiting: nothing of the session is queued or
 // running (the caller checks that nothing is on its way either), a run
-// slot is free and the router is not stopping. AcceptInbound then records
+// slot is free and the router is not stopping. The store of record then records
 // the start with the message (one log append instead of two); only if
 // every slot fills in between does the message wait with its start
 // recorded.
-func (r *router) startsAtOnce(key string) bool {
+func (r *Router) StartsAtOnce(key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return !r.stopped && r.queues[key] == nil && len(r.slots) < cap(r.slots)
 }
 
-// consume reads the bus until ctx ends.
-func (r *router) consume(ctx context.Context) {
+// Consume reads the bus until ctx ends.
+func (r *Router) Consume(ctx context.Context) {
 	for {
 		select {
-		case in := <-r.rt.bus.Inbound():
+		case in := <-r.inbound:
 			r.enqueue(in)
 		case <-ctx.Done():
 			return
@@ -87,11 +125,11 @@ func (r *router) consume(ctx context.Context) {
 }
 
 // enqueue never blocks: the bus is read by this one goroutine.
-func (r *router) enqueue(in bus.Inbound) {
+func (r *Router) enqueue(in bus.Inbound) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
-		r.rt.admission.release(in.SessionKey, 1)
+		r.admission.Release(in.SessionKey, 1)
 		return // in the session log, unanswered: the next start runs it
 	}
 	if k := (cancelKey{in.SessionKey, in.MessageID}); r.precancelled[k] {
@@ -123,13 +161,13 @@ func (r *router) enqueue(in bus.Inbound) {
 // inject offers in to the running turn of its session (generation gen).
 // Taken, the turn's result answers it; refused, it is first in line for
 // the next turn.
-func (r *router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen uint64) {
+func (r *Router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen uint64) {
 	defer r.wg.Done()
 	taken := inj.Inject(r.runCtx, r.request(r.runCtx, in))
 	if taken {
-		r.rt.admission.release(in.SessionKey, 1) // running now, in the turn it joined
-		r.rt.runStarted(in)
-		r.rt.injected(r.runCtx, in)
+		r.admission.Release(in.SessionKey, 1) // running now, in the turn it joined
+		r.host.Started(in)
+		r.host.Joined(r.runCtx, in)
 	}
 	r.mu.Lock()
 	q.injecting = false
@@ -162,25 +200,25 @@ func (r *router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen
 		// The turn it joined has just ended: answer with its result.
 		res := q.lastRes
 		r.mu.Unlock()
-		r.rt.runFinished(r.runCtx, in, res, 0)
+		r.host.Finished(r.runCtx, in, res, 0, nil)
 	case r.stopped:
 		r.mu.Unlock()
-		r.rt.admission.release(in.SessionKey, 1) // unanswered in the log: the next start runs it
+		r.admission.Release(in.SessionKey, 1) // unanswered in the log: the next start runs it
 	default:
 		q.waiting = append([]bus.Inbound{in}, q.waiting...)
 		r.mu.Unlock()
 	}
 }
 
-func (r *router) request(ctx context.Context, in bus.Inbound) agent.Request {
-	rt := r.rt
+func (r *Router) request(ctx context.Context, in bus.Inbound) agent.Request {
+	h := r.host
 	return agent.Request{ChannelID: in.ChannelID, SessionKey: in.SessionKey, ChatID: in.ChatID(), PeerID: in.PeerID,
 		MessageID: in.MessageID, RunID: in.RunID, Text: in.Text, Media: in.Media, Workspace: r.workspace,
 		Capabilities: in.Capabilities,
 		UpdateMeta: func(ctx context.Context, update func(map[string]any)) error {
-			return rt.sessions.UpdateMetadata(ctx, in.SessionKey, update)
+			return h.UpdateMeta(ctx, in.SessionKey, update)
 		},
-		Event: func(name, detail string) { rt.agentEvent(in, name, detail) },
+		Event: func(name, detail string) { h.Event(in, name, detail) },
 	}
 }
 
@@ -190,7 +228,7 @@ func (r *router) request(ctx context.Context, in bus.Inbound) agent.Request {
 // next message is taken (with the slot) before the reply is recorded, and
 // its start is recorded in the same log append as the reply: one group
 // commit between two runs of a busy session instead of two.
-func (r *router) work(key string, q *sessionQueue) {
+func (r *Router) work(key string, q *sessionQueue) {
 	defer r.wg.Done()
 	var (
 		next     *bus.Inbound // taken with a slot; its start is recorded with the last reply
@@ -245,23 +283,23 @@ func (r *router) work(key string, q *sessionQueue) {
 		r.mu.Unlock()
 		if ok {
 			// runCtx: a reply the log refuses is retried until the hard stop.
-			r.rt.runFinishedThen(r.runCtx, in, res, took, next)
+			r.host.Finished(r.runCtx, in, res, took, next)
 			for _, j := range joined {
-				r.rt.runFinished(r.runCtx, j, res, took)
+				r.host.Finished(r.runCtx, j, res, took, nil)
 			}
 		} else {
-			r.rt.metrics.running.Add("", -int64(len(joined)))
+			r.host.Dropped(len(joined))
 		}
 	}
 }
 
 // take removes the first waiting message of q, which starts now; r.mu is
 // held.
-func (r *router) take(key string, q *sessionQueue) bus.Inbound {
+func (r *Router) take(key string, q *sessionQueue) bus.Inbound {
 	in := q.waiting[0]
 	q.waiting[0] = bus.Inbound{}
 	q.waiting = q.waiting[1:]
-	r.rt.admission.release(key, 1)
+	r.admission.Release(key, 1)
 	q.gen++
 	return in
 }
@@ -269,7 +307,7 @@ func (r *router) take(key string, q *sessionQueue) bus.Inbound {
 // runOne runs one message (haveSlot: with a run slot taken for it); ok is
 // false when nothing is to be recorded (a hard stop interrupted it: the
 // next start runs it again).
-func (r *router) runOne(ctx context.Context, in bus.Inbound, haveSlot bool) (res agent.Result, took time.Duration, ok bool) {
+func (r *Router) runOne(ctx context.Context, in bus.Inbound, haveSlot bool) (res agent.Result, took time.Duration, ok bool) {
 	if !haveSlot {
 		select {
 		case r.slots <- struct{}{}:
@@ -277,7 +315,7 @@ func (r *router) runOne(ctx context.Context, in bus.Inbound, haveSlot bool) (res
 			if r.runCtx.Err() != nil {
 				return agent.Result{}, 0, false
 			}
-			r.rt.runStarted(in)
+			r.host.Started(in)
 			return record.CancelledBeforeStart, 0, true
 		}
 	}
@@ -286,27 +324,27 @@ func (r *router) runOne(ctx context.Context, in bus.Inbound, haveSlot bool) (res
 	if runner == nil {
 		return agent.Result{}, 0, false
 	}
-	answer, run := r.rt.beforeRun(ctx, r.runCtx, in)
+	answer, run := r.host.Start(ctx, r.runCtx, in)
 	if !run {
 		return agent.Result{}, 0, false
 	}
 	if answer != nil {
-		r.rt.runStarted(in)
+		r.host.Started(in)
 		return *answer, 0, true
 	}
-	r.rt.runStarted(in)
+	r.host.Started(in)
 	start := time.Now()
-	res = runner.Run(ctx, r.request(ctx, in), func(text string) { r.rt.progress(ctx, in, text) })
+	res = runner.Run(ctx, r.request(ctx, in), func(text string) { r.host.Progress(ctx, in, text) })
 	if r.runCtx.Err() != nil {
-		r.rt.metrics.running.Add("", -1)
+		r.host.Dropped(1)
 		return agent.Result{}, 0, false
 	}
 	return res, time.Since(start), true
 }
 
-// cancel interrupts the run of messageID in session key, or drops it from
+// Cancel interrupts the run of messageID in session key, or drops it from
 // the queue with a cancelled reply. It reports whether it found it.
-func (r *router) cancel(key, messageID string) bool {
+func (r *Router) Cancel(key, messageID string) bool {
 	r.mu.Lock()
 	q := r.queues[key]
 	if q == nil {
@@ -340,10 +378,10 @@ func (r *router) cancel(key, messageID string) bool {
 // cancelInFlight handles a cancel for a message the router does not hold:
 // accepted and acked (dedupe has it pending) but still on the bus or being
 // offered to a running turn. It is answered cancelled when it arrives.
-func (r *router) cancelInFlight(key, messageID string) bool {
+func (r *Router) cancelInFlight(key, messageID string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopped || !r.rt.records.Pending(key, messageID) {
+	if r.stopped || !r.host.Pending(key, messageID) {
 		return false
 	}
 	if q := r.queues[key]; q != nil {
@@ -367,24 +405,24 @@ func (r *router) cancelInFlight(key, messageID string) bool {
 // answerCancelled answers a message that never started with a cancelled
 // reply, from a goroutine of its own (the reply is logged; r.mu may be
 // held by the caller). The waiting place it held is released.
-func (r *router) answerCancelled(in bus.Inbound) {
-	r.rt.admission.release(in.SessionKey, 1)
+func (r *Router) answerCancelled(in bus.Inbound) {
+	r.admission.Release(in.SessionKey, 1)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.rt.runStarted(in)
-		r.rt.runFinished(r.runCtx, in, record.CancelledBeforeStart, 0)
+		r.host.Started(in)
+		r.host.Finished(r.runCtx, in, record.CancelledBeforeStart, 0, nil)
 	}()
 }
 
 // stop waits for the runs in progress until ctx ends, then cancels them.
 // Waiting messages are not started.
-func (r *router) stop(ctx context.Context) {
+func (r *Router) Stop(ctx context.Context) {
 	r.mu.Lock()
 	r.stopped = true // no wg.Add after this: enqueue checks it under mu
 	clear(r.precancelled)
 	for key, q := range r.queues {
-		r.rt.admission.release(key, len(q.waiting))
+		r.admission.Release(key, len(q.waiting))
 		q.waiting = nil // left in the session log, unanswered
 	}
 	r.mu.Unlock()
@@ -399,16 +437,16 @@ func (r *router) stop(ctx context.Context) {
 	r.cancelRun()
 }
 
-// isStopped reports whether stop has begun.
-func (r *router) isStopped() bool {
+// IsStopped reports whether stop has begun.
+func (r *Router) IsStopped() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.stopped
 }
 
-// load reports runs in progress and messages waiting (accepted, not yet
+// Load reports runs in progress and messages waiting (accepted, not yet
 // started: queued, on the bus or being offered to a running turn).
-func (r *router) load() (running, waiting int) {
+func (r *Router) Load() (running, waiting int) {
 	r.mu.Lock()
 	for _, q := range r.queues {
 		if q.running != "" {
@@ -416,17 +454,17 @@ func (r *router) load() (running, waiting int) {
 		}
 	}
 	r.mu.Unlock()
-	return running, r.rt.admission.waiting()
+	return running, r.admission.Waiting()
 }
 
-// admission bounds the messages accepted and not yet started, per session
+// Admission bounds the messages accepted and not yet started, per session
 // and server-wide. AcceptInbound reserves a place before it writes a
 // message to the session log; the place is released when the message
 // leaves the waiting state: its run starts (or it joins a running turn), it
 // is cancelled while queued, or it is left for the next start at stop. The
 // router holds every such message in one place (bus, queue, injection in
 // flight), so each release matches one reservation.
-type admission struct {
+type Admission struct {
 	maxTotal int
 
 	mu        sync.Mutex
@@ -435,38 +473,39 @@ type admission struct {
 	freed     chan struct{} // poked (never blocks) when a place frees
 }
 
-func newAdmission(maxTotal int) *admission {
-	return &admission{maxTotal: maxTotal, bySession: map[string]int{}, freed: make(chan struct{}, 1)}
+// NewAdmission bounds the messages waiting to maxTotal in all.
+func NewAdmission(maxTotal int) *Admission {
+	return &Admission{maxTotal: maxTotal, bySession: map[string]int{}, freed: make(chan struct{}, 1)}
 }
 
-// reserve takes a place for one message of session key, or returns an
-// error wrapping ErrBusy that says which bound refused it.
-func (a *admission) reserve(key string, perSession int) error {
-	_, err := a.reserveFirst(key, perSession)
+// Reserve takes a place for one message of session key, or returns an
+// error wrapping record.ErrBusy that says which bound refused it.
+func (a *Admission) Reserve(key string, perSession int) error {
+	_, err := a.ReserveFirst(key, perSession)
 	return err
 }
 
-// reserveFirst is reserve that also reports whether the session had no
+// ReserveFirst is Reserve that also reports whether the session had no
 // other message waiting (accepted, not yet started).
-func (a *admission) reserveFirst(key string, perSession int) (first bool, err error) {
+func (a *Admission) ReserveFirst(key string, perSession int) (first bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := a.bySession[key]
 	if n >= perSession {
-		return false, fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", ErrBusy, key, n)
+		return false, fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", record.ErrBusy, key, n)
 	}
 	if a.total >= a.maxTotal {
-		return false, fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", ErrBusy, a.total)
+		return false, fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", record.ErrBusy, a.total)
 	}
 	a.bySession[key]++
 	a.total++
 	return n == 0, nil
 }
 
-// reserveWait is reserve that waits for a place until ctx ends.
-func (a *admission) reserveWait(ctx context.Context, key string, perSession int) error {
+// ReserveWait is Reserve that waits for a place until ctx ends.
+func (a *Admission) ReserveWait(ctx context.Context, key string, perSession int) error {
 	for {
-		if a.reserve(key, perSession) == nil {
+		if a.Reserve(key, perSession) == nil {
 			return nil
 		}
 		select {
@@ -477,8 +516,8 @@ func (a *admission) reserveWait(ctx context.Context, key string, perSession int)
 	}
 }
 
-// release gives back n places of session key.
-func (a *admission) release(key string, n int) {
+// Release gives back n places of session key.
+func (a *Admission) Release(key string, n int) {
 	if n <= 0 {
 		return
 	}
@@ -496,8 +535,51 @@ func (a *admission) release(key string, n int) {
 	}
 }
 
-func (a *admission) waiting() int {
+// Waiting is the number of messages waiting.
+func (a *Admission) Waiting() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.total
+}
+
+// MaxTotal is the bound on the messages waiting in all.
+func (a *Admission) MaxTotal() int { return a.maxTotal }
+
+// Run is a run in progress: its session and message.
+type Run struct{ Session, MessageID string }
+
+// PeerRuns lists the runs in progress in every session of the peer whose
+// session id (thread-less) is base: its own and its threads'.
+func (r *Router) PeerRuns(base string) []Run {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Run
+	for key, q := range r.queues {
+		if key != base && !strings.HasPrefix(key, base+":") {
+			continue
+		}
+		if q.running != "" {
+			out = append(out, Run{Session: key, MessageID: q.running})
+		}
+		for _, j := range q.joined {
+			out = append(out, Run{Session: key, MessageID: j.MessageID})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].MessageID < out[j].MessageID })
+	return out
+}
+
+// PeerSessions lists the peer's sessions with queued or running work
+// (base, the thread-less one, first).
+func (r *Router) PeerSessions(base string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []string{base}
+	for key := range r.queues {
+		if strings.HasPrefix(key, base+":") {
+			out = append(out, key)
+		}
+	}
+	sort.Strings(out[1:])
+	return out
 }
