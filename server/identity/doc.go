@@ -21,10 +21,12 @@
 // Bindings and Codes are interfaces so that a JetStream implementation
 // (issue 25: a code requested through one edge approved on another, a
 // token bound on one edge known to the other) is another implementation
-// beside the local ones, not an edit of the routes or of the server. The
-// decision on a connect (decide) and the rules of a pending code are
-// plain code such an implementation reuses; the per-network rate limits
-// stay with each Service (an edge limits what reaches it).
+// beside the local ones, not an edit of the routes or of the server: the
+// decision on a connect is a pure function (decide) a second store of
+// bindings calls as LocalBindings does, and a store of codes answers in
+// the package's own terms (PollResult, NotPendingError, ...). The
+// per-network rate limits stay with each Service (an edge limits what
+// reaches it).
 //
 // The server's root package builds a Service over its channels (New),
 // registers its routes on the mux behind its guard, and calls
