@@ -289,8 +289,10 @@ func (e *LocalCodes) List(now time.Time) []Pending {
 	return out
 }
 
-// pendingLocked is code's pending entry, or the error saying why not.
-func (e *LocalCodes) pendingLocked(code string) (*Pending, error) {
+// pendingLocked sweeps, then returns code's pending entry, or the error
+// saying why it has none.
+func (e *LocalCodes) pendingLocked(code string, now time.Time) (*Pending, error) {
+	e.sweepLocked(now)
 	p := e.byCode[code]
 	switch {
 	case p == nil:
@@ -306,8 +308,7 @@ func (e *LocalCodes) pendingLocked(code string) (*Pending, error) {
 func (e *LocalCodes) Approve(code string, now time.Time, approve func(Pending) (Approval, error)) (Pending, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.sweepLocked(now)
-	p, err := e.pendingLocked(code)
+	p, err := e.pendingLocked(code, now)
 	if err != nil {
 		return Pending{}, err
 	}
@@ -323,8 +324,7 @@ func (e *LocalCodes) Approve(code string, now time.Time, approve func(Pending) (
 func (e *LocalCodes) Deny(code string, now time.Time) (Pending, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.sweepLocked(now)
-	p, err := e.pendingLocked(code)
+	p, err := e.pendingLocked(code, now)
 	if err != nil {
 		return Pending{}, err
 	}
