@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"termlink/link/enroll"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/identity"
 )
 
 // channelTokens sets terminal-dev's tokens (and enrollment).
@@ -27,6 +30,12 @@ func channelTokens(tok config.Tokens, enroll bool) func(*config.Config) {
 }
 
 func hashed(token string) string { return "sha256:" + sha256Hex(token) }
+
+// sha256Hex is a token's SHA-256 in hex, as the workspace keeps it.
+func sha256Hex(s string) string {
+	d := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(d[:])
+}
 
 // connectAs dials with token in the connect frame and returns the client
 // and the first frame the server answers.
@@ -188,11 +197,11 @@ func TestFirstUseBindingPersistsAndResets(t *testing.T) {
 	ts = serve(t, cfg, Options{}) // same workspace
 	mustRefuse(t, ts, "bench-2", "lab-token", "bound to another peer_id")
 	var got struct {
-		Bindings []bindingView
+		Bindings []identity.BindingView
 	}
 	url := ts.http.URL + "/api/channels/terminal-dev/bindings"
 	if code := getJSON(t, url, &got); code != 200 || len(got.Bindings) != 1 || got.Bindings[0].PeerID != "bench-1" ||
-		got.Bindings[0].Source != bindFirstUse || got.Bindings[0].Fingerprint != sha256Hex("lab-token")[:12] {
+		got.Bindings[0].Source != identity.BindFirstUse || got.Bindings[0].Fingerprint != sha256Hex("lab-token")[:12] {
 		t.Fatalf("bindings: HTTP %d %+v", code, got)
 	}
 	req, _ := http.NewRequest(http.MethodDelete, url+"/bench-1", nil)

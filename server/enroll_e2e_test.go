@@ -16,6 +16,7 @@ import (
 	"termlink/internal/syncbuf"
 	"termlink/link/enroll"
 	"termlink/server/config"
+	"termlink/server/identity"
 )
 
 func enrollURL(ts *testServer) string { return ts.http.URL + "/api/channels/terminal-dev/enroll" }
@@ -62,7 +63,7 @@ func TestEnrollmentFlow(t *testing.T) {
 	if _, err := enroll.ParseCode(g.Code); err != nil || g.ExpiresIn != 600 || !strings.HasPrefix(g.VerificationURI, ts.http.URL) {
 		t.Fatalf("grant %+v (code: %v)", g, err)
 	}
-	var list struct{ Enrollments []pendingView }
+	var list struct{ Enrollments []identity.PendingView }
 	if code := getJSON(t, ts.http.URL+"/api/enrollments", &list); code != 200 || len(list.Enrollments) != 1 ||
 		list.Enrollments[0].Code != g.Code || list.Enrollments[0].PeerID != "lobby-1" {
 		t.Fatalf("GET /api/enrollments: %d %+v", code, list)
@@ -109,9 +110,9 @@ func TestEnrollmentFlow(t *testing.T) {
 	if code := getJSON(t, ts.http.URL+"/api/channels/terminal-dev/peers/lobby-1", &peer); code != 200 || peer.DeviceName != "Lobby kiosk" || peer.Tags["site"] != "hq" {
 		t.Fatalf("registry: HTTP %d %+v", code, peer)
 	}
-	var b struct{ Bindings []bindingView }
+	var b struct{ Bindings []identity.BindingView }
 	getJSON(t, ts.http.URL+"/api/channels/terminal-dev/bindings", &b)
-	if len(b.Bindings) != 1 || b.Bindings[0].Source != bindEnrolled || b.Bindings[0].Name != "Lobby kiosk" || b.Bindings[0].Tags["site"] != "hq" ||
+	if len(b.Bindings) != 1 || b.Bindings[0].Source != identity.BindEnrolled || b.Bindings[0].Name != "Lobby kiosk" || b.Bindings[0].Tags["site"] != "hq" ||
 		b.Bindings[0].ApprovedBy != "local" {
 		t.Fatalf("bindings %+v", b)
 	}
@@ -177,19 +178,19 @@ func TestEnrollmentCodeExpires(t *testing.T) {
 	}
 }
 
-// One address asks for codes: netCodeBurst at once, then 429 with
+// One address asks for codes: identity.NetCodeBurst at once, then 429 with
 // Retry-After. (The operator's routes and the other limits are in
 // enroll_lock_test.go.)
 func TestEnrollmentRateLimited(t *testing.T) {
 	ts := startServer(t, channelTokens(config.Tokens{}, true), nil)
-	for i := 0; i < netCodeBurst; i++ {
+	for i := 0; i < identity.NetCodeBurst; i++ {
 		if status, _, body := post(t, enrollURL(ts), `{}`); status != 200 {
 			t.Fatalf("code %d: %d %s", i, status, body)
 		}
 	}
 	status, retry, body := post(t, enrollURL(ts), `{}`)
 	if status != http.StatusTooManyRequests || retry == "" || !strings.Contains(body, "too many pairing codes asked for from network 127.0.0.0/24") {
-		t.Fatalf("code %d: %d Retry-After %q %s", netCodeBurst+1, status, retry, body)
+		t.Fatalf("code %d: %d Retry-After %q %s", identity.NetCodeBurst+1, status, retry, body)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"termlink/internal/syncbuf"
 	"termlink/link/enroll"
 	"termlink/server/config"
+	"termlink/server/identity"
 )
 
 // Issue 22 row 3: enrollment that cannot be locked. Real HTTP on
@@ -62,7 +63,7 @@ func serveEnrollLogs(t *testing.T, mutate func(*config.Config)) (*testServer, *f
 		t.Fatalf("New: %v", err)
 	}
 	clk := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	s.enroll.now = clk.Now
+	s.ident.Now = clk.Now
 	s.Start()
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
@@ -129,17 +130,17 @@ func (d *device) poll(ts *testServer, deviceCode string) answer {
 	return d.post(enrollURL(ts)+"/token", `{"device_code":"`+deviceCode+`"}`)
 }
 
-func listEnrollments(t *testing.T, ts *testServer, token string) []pendingView {
+func listEnrollments(t *testing.T, ts *testServer, token string) []identity.PendingView {
 	t.Helper()
 	r := api(t, "GET", ts.http.URL+"/api/enrollments", token, "")
-	var list struct{ Enrollments []pendingView }
+	var list struct{ Enrollments []identity.PendingView }
 	if r.status != 200 || json.Unmarshal(r.body, &list) != nil {
 		t.Fatalf("GET /api/enrollments: %d %s", r.status, r.body)
 	}
 	return list.Enrollments
 }
 
-func listed(list []pendingView, code string) bool {
+func listed(list []identity.PendingView, code string) bool {
 	for _, p := range list {
 		if p.Code == code {
 			return true
@@ -195,10 +196,10 @@ func TestEnrollBadPollsDoNotLockOperator(t *testing.T) {
 		t.Fatalf("the operator's approval after bad polls from its address: %d %s", r.status, r.body)
 	}
 	// The network's budget for unknown codes runs out; known codes poll on.
-	if c := badPolls(3 * netBadPollBurst); c["invalid"] != netBadPollBurst-5 || c["429"] != 2*netBadPollBurst+5 {
-		t.Fatalf("bad polls answered %v, want %d more invalid_grant then 429", c, netBadPollBurst-5)
+	if c := badPolls(3 * identity.NetBadPollBurst); c["invalid"] != identity.NetBadPollBurst-5 || c["429"] != 2*identity.NetBadPollBurst+5 {
+		t.Fatalf("bad polls answered %v, want %d more invalid_grant then 429", c, identity.NetBadPollBurst-5)
 	}
-	clk.Add(pollInterval * time.Second)
+	clk.Add(identity.PollInterval * time.Second)
 	a = dev.poll(ts, g.DeviceCode)
 	var tr enroll.TokenResponse
 	if a.status != 200 || json.Unmarshal([]byte(a.body), &tr) != nil || tr.PeerID != "lobby-7" || tr.Token == "" {
@@ -225,13 +226,13 @@ func TestEnrollOneNetworkCapped(t *testing.T) {
 			t.Fatalf("request %d: %d %s", i, a.status, a.body)
 		}
 	}
-	if ok != maxPendingPerNet || limited != 40-maxPendingPerNet {
-		t.Fatalf("one /24 got %d codes and %d refusals, want %d and %d", ok, limited, maxPendingPerNet, 40-maxPendingPerNet)
+	if ok != identity.MaxPendingPerNet || limited != 40-identity.MaxPendingPerNet {
+		t.Fatalf("one /24 got %d codes and %d refusals, want %d and %d", ok, limited, identity.MaxPendingPerNet, 40-identity.MaxPendingPerNet)
 	}
 	// The request budget refills, the pending cap holds.
-	clk.Add(netCodeEvery)
+	clk.Add(identity.NetCodeEvery)
 	if _, a := deviceAt(t, "127.0.5.41").start(ts); a.status != http.StatusTooManyRequests ||
-		!strings.Contains(a.body, fmt.Sprintf("at most %d per network", maxPendingPerNet)) {
+		!strings.Contains(a.body, fmt.Sprintf("at most %d per network", identity.MaxPendingPerNet)) {
 		t.Fatalf("past the network's pending cap: %d %s", a.status, a.body)
 	}
 	if _, a := deviceAt(t, "127.0.6.1").start(ts); a.status != 200 {
@@ -241,7 +242,7 @@ func TestEnrollOneNetworkCapped(t *testing.T) {
 	for _, p := range listEnrollments(t, ts, "") {
 		perNet[p.Network]++
 	}
-	if perNet["127.0.5.0/24"] != maxPendingPerNet || perNet["127.0.6.0/24"] != 1 || len(perNet) != 2 {
+	if perNet["127.0.5.0/24"] != identity.MaxPendingPerNet || perNet["127.0.6.0/24"] != 1 || len(perNet) != 2 {
 		t.Fatalf("pending per network %v", perNet)
 	}
 }
@@ -256,7 +257,7 @@ func TestEnrollFullCapMakesRoom(t *testing.T) {
 	}
 	ts, clk, logs := serveEnrollLogs(t, nil)
 	var first enroll.Grant
-	for k := 0; k < maxPending; k++ {
+	for k := 0; k < identity.MaxPending; k++ {
 		g, a := deviceAt(t, fmt.Sprintf("127.%d.%d.1", 1+k/256, k%256)).start(ts)
 		if a.status != 200 {
 			t.Fatalf("network %d: %d %s", k, a.status, a.body)
@@ -275,7 +276,7 @@ func TestEnrollFullCapMakesRoom(t *testing.T) {
 		t.Fatalf("a device on a new network at the cap: %d %s", a.status, a.body)
 	}
 	list := listEnrollments(t, ts, "")
-	if len(list) != maxPending || listed(list, first.Code) || !listed(list, g.Code) {
+	if len(list) != identity.MaxPending || listed(list, first.Code) || !listed(list, g.Code) {
 		t.Fatalf("%d listed; the oldest %s listed %v, the new %s listed %v", len(list), first.Code, listed(list, first.Code), g.Code, listed(list, g.Code))
 	}
 	if a := deviceAt(t, "127.1.0.1").poll(ts, first.DeviceCode); a.status != 400 || a.er.Error != enroll.Expired ||
@@ -298,7 +299,7 @@ func TestEnrollFullCapMakesRoom(t *testing.T) {
 }
 
 // A code whose device stopped polling leaves the list (and the console,
-// which shows the list) after idlePolls intervals; its device, should it
+// which shows the list) after identity.IdlePolls intervals; its device, should it
 // come back, is told to ask for a new code. A device that keeps polling
 // keeps its code, and an approved code waits for its device.
 // (Before: an abandoned code stayed listed until it expired, 600 s.)
@@ -310,7 +311,7 @@ func TestEnrollAbandonedCodeLeaves(t *testing.T) {
 	if a1.status != 200 || a2.status != 200 {
 		t.Fatalf("codes: %d %s / %d %s", a1.status, a1.body, a2.status, a2.body)
 	}
-	step := pollInterval * time.Second
+	step := identity.PollInterval * time.Second
 	clk.Add(step)
 	for _, d := range []struct {
 		d *device
@@ -320,7 +321,7 @@ func TestEnrollAbandonedCodeLeaves(t *testing.T) {
 			t.Fatalf("first poll: %d %s", a.status, a.body)
 		}
 	}
-	for i := 0; i < idlePolls; i++ { // gone stops polling
+	for i := 0; i < identity.IdlePolls; i++ { // gone stops polling
 		clk.Add(step)
 		if a := stays.poll(ts, g2.DeviceCode); a.er.Error != enroll.Pending {
 			t.Fatalf("poll %d: %d %s", i, a.status, a.body)
@@ -331,7 +332,7 @@ func TestEnrollAbandonedCodeLeaves(t *testing.T) {
 	}
 	clk.Add(step / 2)
 	if list := listEnrollments(t, ts, ""); listed(list, g1.Code) || !listed(list, g2.Code) {
-		t.Fatalf("after %s without a poll the code is still listed (or the polled one is not): %+v", time.Duration(idlePolls)*step+step/2, list)
+		t.Fatalf("after %s without a poll the code is still listed (or the polled one is not): %+v", time.Duration(identity.IdlePolls)*step+step/2, list)
 	}
 	if r := api(t, "POST", ts.http.URL+"/api/enrollments/"+g1.Code+"/approve", "", `{}`); r.status != http.StatusGone ||
 		!strings.Contains(string(r.body), "stopped polling") {
@@ -344,7 +345,7 @@ func TestEnrollAbandonedCodeLeaves(t *testing.T) {
 	if r := api(t, "POST", ts.http.URL+"/api/enrollments/"+g2.Code+"/approve", "", `{}`); r.status != 200 {
 		t.Fatalf("approve: %d %s", r.status, r.body)
 	}
-	clk.Add(10 * time.Duration(idlePolls) * step)
+	clk.Add(10 * time.Duration(identity.IdlePolls) * step)
 	if a := stays.poll(ts, g2.DeviceCode); a.status != 200 || !strings.Contains(a.body, `"token"`) {
 		t.Fatalf("collecting after a long silence once approved: %d %s", a.status, a.body)
 	}
@@ -360,7 +361,7 @@ func TestEnrollSlowDownPerCode(t *testing.T) {
 	if a.status != 200 {
 		t.Fatalf("code: %d %s", a.status, a.body)
 	}
-	clk.Add(pollInterval * time.Second)
+	clk.Add(identity.PollInterval * time.Second)
 	if a := d.poll(ts, g.DeviceCode); a.er.Error != enroll.Pending {
 		t.Fatalf("poll: %d %s", a.status, a.body)
 	}

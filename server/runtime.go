@@ -16,6 +16,7 @@ import (
 	"termlink/server/bus"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/identity"
 	"termlink/server/metrics"
 	"termlink/server/notices"
 	"termlink/server/record"
@@ -39,8 +40,8 @@ type channel struct {
 	id      string
 	cfg     config.Channel
 	events  *events.Log
-	adapter Adapter    // nil when disabled
-	creds   *credStore // device tokens learnt (credentials.go)
+	adapter Adapter           // nil when disabled
+	creds   identity.Bindings // device tokens learnt (package identity)
 	// pushNotices is the adapter's push of a peer's due notices
 	// (notices_conn.go); nil when disabled.
 	pushNotices func(peerID string) bool

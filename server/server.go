@@ -22,6 +22,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/fdbudget"
+	"termlink/server/identity"
 	"termlink/server/notices"
 	"termlink/server/router"
 	"termlink/server/session"
@@ -73,8 +74,8 @@ type Server struct {
 
 	patterns []string // the routes registered, for the test that checks them all
 
-	tls    *serverTLS   // nil: plain HTTP (tls.go)
-	enroll *enrollments // pairing codes (enroll.go)
+	tls   *serverTLS        // nil: plain HTTP (tls.go)
+	ident *identity.Service // device identity: bindings and enrollment routes (identity_conn.go)
 }
 
 // New opens the workspace's write-ahead log (replaying what the session

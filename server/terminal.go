@@ -20,6 +20,7 @@ import (
 	"termlink/server/bus"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/identity"
 	"termlink/server/router"
 )
 
@@ -64,7 +65,7 @@ type terminalAdapter struct {
 	upgrader  websocket.Upgrader
 	steps     *stepper // reads and handles frames for the connections
 
-	clientAuth atomic.Pointer[clientAuth] // mutual TLS (mtls.go); nil: none
+	clientAuth atomic.Pointer[identity.ClientAuth] // mutual TLS (identity_conn.go); nil: none
 
 	mu         sync.Mutex
 	peers      map[string]*wsConn   // connected peers

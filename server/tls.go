@@ -14,23 +14,24 @@ import (
 
 	"termlink/link"
 	"termlink/server/config"
+	"termlink/server/identity"
 )
 
 // serverTLS is termserver's TLS: the certificate, swapped atomically by
 // ReloadTLS (SIGHUP) so that new handshakes get the new one while open
 // connections keep theirs, and the client CAs of the channels that
-// require mutual TLS (mtls.go).
+// require mutual TLS (package identity).
 type serverTLS struct {
 	certFile, keyFile string
 	cert              atomic.Pointer[tls.Certificate]
 	conf              *tls.Config
-	clients           map[string]*clientAuth // by channel id; only mutual TLS channels
+	clients           map[string]*identity.ClientAuth // by channel id; only mutual TLS channels
 }
 
 // newServerTLS loads what cfg.TLS and the channels' clientCA name; nil
 // when TLS is off.
 func newServerTLS(cfg *config.Config) (*serverTLS, error) {
-	clients := map[string]*clientAuth{}
+	clients := map[string]*identity.ClientAuth{}
 	for id, ch := range cfg.Channels {
 		if ch.Config.ClientCA == "" || !ch.Enabled {
 			continue
@@ -38,7 +39,7 @@ func newServerTLS(cfg *config.Config) (*serverTLS, error) {
 		if !cfg.TLS.Enabled() {
 			return nil, fmt.Errorf("channels.%s.config.clientCA: mutual TLS needs TLS: set the tls block (or --tls-cert and --tls-key)", id)
 		}
-		ca, err := newClientAuth(ch.Config)
+		ca, err := identity.NewClientAuth(ch.Config)
 		if err != nil {
 			return nil, fmt.Errorf("channels.%s.config.clientCA: %w", id, err)
 		}
@@ -66,7 +67,7 @@ func newServerTLS(cfg *config.Config) (*serverTLS, error) {
 		// One listener serves every channel: the handshake asks for a
 		// certificate without requiring or verifying one; the channel's
 		// handler verifies it against its own clientCA and answers
-		// 401/403 with the reason (mtls.go). The request names no CA
+		// 401/403 with the reason (identity_conn.go). The request names no CA
 		// (ClientCAs unset): a client then sends its certificate even
 		// when another CA signed it, and is told so, instead of sending
 		// none and being told it has none.
@@ -76,7 +77,7 @@ func newServerTLS(cfg *config.Config) (*serverTLS, error) {
 }
 
 // client is the mutual TLS of channel id; nil without.
-func (t *serverTLS) client(id string) *clientAuth {
+func (t *serverTLS) client(id string) *identity.ClientAuth {
 	if t == nil {
 		return nil
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -348,36 +347,6 @@ func TestMutualTLSNeedsTLS(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "mutual TLS needs TLS") {
 		t.Fatalf("New: %v, want mutual TLS needs TLS", err)
 	}
-}
-
-func FuzzPeerURI(f *testing.F) {
-	for _, s := range []string{"termlink:peer/kiosk-1", "termlink://peer/a", "TERMLINK:peer/x", "termlink:peer/", "termlink:peer/a?b",
-		"spiffe://x/y", "termlink:peer/%41", "termlink:device/a", "termlink:peer/a/b", "termlink:peer/a#f"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		u, err := url.Parse(s)
-		if err != nil {
-			return
-		}
-		id, ours, err := peerFromURI(u)
-		if err != nil || !ours {
-			if id != "" {
-				t.Fatalf("%q: id %q with err %v ours %v", s, id, err, ours)
-			}
-			return
-		}
-		if !idRE.MatchString(id) {
-			t.Fatalf("%q gave peer_id %q, not a valid id", s, id)
-		}
-		u2, err := url.Parse("termlink:peer/" + id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if id2, ok, err := peerFromURI(u2); err != nil || !ok || id2 != id {
-			t.Fatalf("round trip of %q: %q %v %v", id, id2, ok, err)
-		}
-	})
 }
 
 // flushConn's promise holds over TLS (stallConn under the tls.Conn): a

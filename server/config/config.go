@@ -94,7 +94,7 @@ type ChannelConfig struct {
 	ClientCA  string
 	DenyCerts []Fingerprint
 	// Enrollment lets a device with no token get one by a pairing code an
-	// operator approves (enroll.go in package server); the channel then
+	// operator approves (package server/identity); the channel then
 	// requires a token even when Tokens is empty.
 	Enrollment            bool
 	EnrollmentCodeSeconds int // a pairing code's lifetime; 0: 600; 1..3600
