@@ -5,9 +5,20 @@ import (
 	"strconv"
 	"time"
 
+	"termlink/server/config"
 	"termlink/server/console"
 	"termlink/server/httpapi"
 )
+
+// wsPattern is the device WebSocket route, the only /api/ route the guard
+// leaves to its own (device token) authentication.
+const wsPattern = "GET /api/channels/{channel_id}/ws"
+
+// RequireRole wraps h so it answers only callers holding at least role
+// (guard.Guard.RequireRole).
+func (s *Server) RequireRole(role config.Role, h http.HandlerFunc) http.HandlerFunc {
+	return s.guard.RequireRole(role, h)
+}
 
 // routes builds the mux behind the operator guard (auth.go): every
 // /api/* route but the device WebSocket takes an admin token.
@@ -36,7 +47,7 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.Handle("GET /{$}", console.Handler())      // the web console (open: its files hold no data)
 	mux.Handle("GET /console/", console.Handler()) // its scripts and styles
-	return s.guard(mux.ServeMux)
+	return s.guard.Wrap(mux.ServeMux)
 }
 
 // routeMux is a ServeMux that remembers its patterns (for the test that

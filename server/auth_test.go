@@ -17,6 +17,7 @@ import (
 
 	"termlink/internal/syncbuf"
 	"termlink/server/config"
+	"termlink/server/guard"
 	"termlink/server/httpapi"
 )
 
@@ -57,7 +58,7 @@ func api(t *testing.T, method, url, token, body string) apiResponse {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	if body != "" || isWrite(method) {
+	if body != "" || guard.IsWrite(method) {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -244,7 +245,7 @@ func TestNoTokensLoopbackOnly(t *testing.T) {
 	// Dialing the machine's own address comes from that address: not loopback.
 	for _, rt := range guardedRoutes(t, s) {
 		r := api(t, rt[0], remote+rt[1], operatorSecret, "")
-		if r.status != http.StatusForbidden || !bytes.Contains(r.body, []byte(noTokensMsg)) {
+		if r.status != http.StatusForbidden || !bytes.Contains(r.body, []byte(guard.NoTokensMsg)) {
 			t.Fatalf("%s %s from %s: HTTP %d %s, want 403", rt[0], rt[1], ip, r.status, r.body)
 		}
 	}
@@ -288,18 +289,6 @@ func TestNoWarningWithTokens(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "beyond loopback") {
 		t.Fatalf("warning with tokens configured:\n%s", logs.String())
-	}
-}
-
-func TestIsLoopbackAddr(t *testing.T) {
-	for addr, want := range map[string]bool{
-		"127.0.0.1:80": true, "127.255.0.9:1": true, "[::1]:8080": true, "[::ffff:127.0.0.1]:80": true,
-		"192.0.2.2:80": false, "[::2]:80": false, "10.0.0.1:5": false, "0.0.0.0:80": false, "localhost:80": false,
-		"": false, "garbage": false,
-	} {
-		if got := isLoopbackAddr(addr); got != want {
-			t.Errorf("isLoopbackAddr(%q) = %v, want %v", addr, got, want)
-		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"termlink/link/enroll"
 	"termlink/server/config"
+	"termlink/server/guard"
 	"termlink/server/notices"
 )
 
@@ -186,7 +187,7 @@ func TestBrowserSafeEveryWriteRoute(t *testing.T) {
 	n := 0
 	for _, rt := range guardedRoutes(t, ts.Server) {
 		method, path := rt[0], rt[1]
-		if !isWrite(method) {
+		if !guard.IsWrite(method) {
 			continue
 		}
 		n++

@@ -14,6 +14,7 @@ import (
 
 	"termlink/link"
 	"termlink/server/config"
+	"termlink/server/guard"
 	"termlink/server/notices"
 )
 
@@ -29,7 +30,7 @@ func apiDo(t *testing.T, method, url, body string) (int, map[string]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if isWrite(method) {
+	if guard.IsWrite(method) {
 		req.Header.Set("Content-Type", "application/json") // the API takes JSON only (auth.go)
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -22,6 +22,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/fdbudget"
+	"termlink/server/guard"
 	"termlink/server/identity"
 	"termlink/server/notices"
 	"termlink/server/router"
@@ -53,6 +54,10 @@ type Options struct {
 	wal     wal.Options
 }
 
+// maxDeviceBody bounds a device's write body as the guard reads it
+// (enrollment's few fields; its routes refuse past their own).
+const maxDeviceBody = 64 << 10
+
 // Server is termserver: runtime, router, adapters and the HTTP API.
 type Server struct {
 	cfg     *config.Config
@@ -62,7 +67,8 @@ type Server struct {
 	runners []agent.Runner
 	procs   *procs.Registry  // agent process groups and their sentinel
 	fds     *fdbudget.Budget // the process's file descriptors: sockets, session files, agents
-	mux     http.Handler     // the routes behind the operator guard (auth.go)
+	guard   *guard.Guard     // the operator guard (Host, Origin, admin tokens, the body policy)
+	mux     http.Handler     // the routes behind the guard
 	started time.Time
 
 	recovered []bus.Inbound
@@ -212,6 +218,8 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		return nil, err
 	}
 	rt.notices.Start()
+	s.guard = guard.New(guard.Options{Admin: cfg.Admin, Listen: cfg.Listen, DeviceRoute: deviceOpen,
+		MaxOperatorBody: notices.MaxBodyBytes, MaxDeviceBody: maxDeviceBody, Log: log})
 	s.mux = s.routes()
 	return s, nil
 }
@@ -310,7 +318,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		scheme = "https://"
 	}
 	s.rt.records.Advertise(scheme + ln.Addr().String())
-	s.warnOpenAPI(ln.Addr())
+	s.guard.WarnOpen(ln.Addr())
 	s.warnOpenChannels(ln.Addr())
 	s.Start()
 	// Plain requests get read, write and idle timeouts and a header limit

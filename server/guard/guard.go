@@ -1,24 +1,9 @@
-package server
-
-import (
-	"fmt"
-	"net"
-	"net/http"
-	"net/netip"
-	"net/url"
-	"strconv"
-	"strings"
-
-	"termlink/server/config"
-	"termlink/server/httpapi"
-	"termlink/server/notices"
-)
-
-// Operator authentication (DESIGN.md "HTTP"; issue 13). Every route under
+// Package guard is the operator guard of termserver's HTTP API
+// (DESIGN.md "HTTP"; issue 13). Every route under
 // /api/ except the device WebSocket is guarded: with admin tokens it takes
 // "Authorization: Bearer <token>" (viewer: GET and HEAD; operator: also
 // POST, PUT, PATCH, DELETE); without any it answers loopback clients only.
-// The guard wraps the whole mux (guard), so a route added later is guarded
+// The guard wraps the whole mux (Guard.Wrap), so a route added later is guarded
 // without anyone remembering to; RequireRole demands more of one route.
 //
 // The guard also keeps a web page the operator's browser opens from
@@ -45,15 +30,58 @@ import (
 //     application/json (415): a page can send text/plain or a form to
 //     another origin without asking, never JSON. No route takes another
 //     type.
-//   - One body policy (strictBody): every write's body is one JSON value
+//   - One body policy (httpapi.StrictBody): every write's body is one JSON value
 //     in valid UTF-8 with no key twice in any object, as the device wire
 //     demands (link.Decode); else 400 naming the problem.
+package guard
 
-// wsPattern is the device WebSocket route, the only /api/ route the guard
-// leaves to its own (device token) authentication.
-const wsPattern = "GET /api/channels/{channel_id}/ws"
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
 
-const noTokensMsg = "no admin tokens configured: the API answers loopback clients only"
+	"termlink/server/config"
+	"termlink/server/httpapi"
+)
+
+// NoTokensMsg is the refusal of a remote client when no admin tokens are
+// configured.
+const NoTokensMsg = "no admin tokens configured: the API answers loopback clients only"
+
+// Options configure a Guard.
+type Options struct {
+	// Admin holds the admin tokens, allowedHosts and metricsRequireToken.
+	Admin config.Admin
+	// Listen is the config's listen address (its host names the server).
+	Listen string
+	// DeviceRoute reports whether a route is a device's (no admin token:
+	// the device WebSocket and the enroll endpoints).
+	DeviceRoute func(pattern string) bool
+	// Bounds of a write's body as the guard reads it to check it: an
+	// operator's largest (a broadcast notice listing many peers), and a
+	// device's (enrollment's few fields; its routes refuse past their own).
+	MaxOperatorBody, MaxDeviceBody int64
+	Log                            *slog.Logger
+}
+
+// Guard is the operator guard.
+type Guard struct{ opt Options }
+
+// New returns the guard of opt.
+func New(opt Options) *Guard {
+	if opt.Log == nil {
+		opt.Log = slog.Default()
+	}
+	if opt.DeviceRoute == nil {
+		opt.DeviceRoute = func(string) bool { return false }
+	}
+	return &Guard{opt: opt}
+}
 
 // roleFor is what an HTTP method needs: reading takes a viewer, anything
 // else an operator.
@@ -65,13 +93,13 @@ func roleFor(method string) config.Role {
 	return config.RoleOperator
 }
 
-// guard wraps mux with the checks each kind of route takes (routeKind),
+// Wrap wraps mux with the checks each kind of route takes (routeKind),
 // in this order: Host (421), Origin and Sec-Fetch-Site (403), the admin
 // token (401, 403), then for writes the content type (415) and the body
 // policy (400, 413), as the comment at the top of this file says.
-func (s *Server) guard(mux *http.ServeMux) http.Handler {
+func (s *Guard) Wrap(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		kind := routeKindOf(mux, r)
+		kind := s.routeKindOf(mux, r)
 		if kind == operatorRoute || kind == consoleRoute {
 			if msg := s.checkHost(r); msg != "" {
 				httpapi.WriteError(w, http.StatusMisdirectedRequest, msg)
@@ -84,20 +112,20 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 				return
 			}
 		}
-		if kind == operatorRoute || (kind == metricsRoute && s.cfg.Admin.MetricsRequireToken) {
+		if kind == operatorRoute || (kind == metricsRoute && s.opt.Admin.MetricsRequireToken) {
 			var ok bool
 			if r, ok = s.authorize(w, r, roleFor(r.Method)); !ok {
 				return
 			}
 		}
-		if (kind == operatorRoute || kind == deviceRoute) && isWrite(r.Method) {
+		if (kind == operatorRoute || kind == deviceRoute) && IsWrite(r.Method) {
 			if msg := httpapi.CheckContentType(r); msg != "" {
 				httpapi.WriteError(w, http.StatusUnsupportedMediaType, msg)
 				return
 			}
-			limit := int64(maxOperatorBody)
+			limit := s.opt.MaxOperatorBody
 			if kind == deviceRoute {
-				limit = maxDeviceBody
+				limit = s.opt.MaxDeviceBody
 			}
 			if !httpapi.StrictBody(w, r, limit) {
 				return
@@ -118,12 +146,12 @@ const (
 	operatorRoute                  // the rest of /api/: Host, Origin, token; writes: JSON
 )
 
-func routeKindOf(mux *http.ServeMux, r *http.Request) routeKind {
+func (s *Guard) routeKindOf(mux *http.ServeMux, r *http.Request) routeKind {
 	switch p := r.URL.Path; {
 	case p == "/metrics":
 		return metricsRoute
 	case strings.HasPrefix(p, "/api/"):
-		if _, pattern := mux.Handler(r); deviceOpen(pattern) { // the device WebSocket and enroll endpoints (enroll.go)
+		if _, pattern := mux.Handler(r); s.opt.DeviceRoute(pattern) { // the device WebSocket and enroll endpoints
 			return deviceRoute
 		}
 		return operatorRoute
@@ -136,7 +164,7 @@ func routeKindOf(mux *http.ServeMux, r *http.Request) routeKind {
 // RequireRole wraps h so it answers only callers holding at least role
 // (beyond what the guard asks for the method), e.g. a GET that shows what
 // only operators may see.
-func (s *Server) RequireRole(role config.Role, h http.HandlerFunc) http.HandlerFunc {
+func (s *Guard) RequireRole(role config.Role, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r, ok := s.authorize(w, r, role); ok {
 			h(w, r)
@@ -147,11 +175,11 @@ func (s *Server) RequireRole(role config.Role, h http.HandlerFunc) http.HandlerF
 // authorize checks r against the admin tokens (or, with none, that it
 // comes from a loopback client), answering 401 or 403 itself when it may
 // not pass; the request it returns carries the Operator.
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need config.Role) (*http.Request, bool) {
-	admin := s.cfg.Admin
+func (s *Guard) authorize(w http.ResponseWriter, r *http.Request, need config.Role) (*http.Request, bool) {
+	admin := s.opt.Admin
 	if !admin.Enabled() {
 		if !localClient(r) {
-			httpapi.WriteError(w, http.StatusForbidden, noTokensMsg)
+			httpapi.WriteError(w, http.StatusForbidden, NoTokensMsg)
 			return r, false
 		}
 		return httpapi.WithOperator(r, httpapi.Operator{Name: "local", Role: config.RoleOperator}), true
@@ -212,29 +240,22 @@ func isLoopbackAddr(hostport string) bool {
 	return ip.Unmap().IsLoopback()
 }
 
-// warnOpenAPI logs a warning when the server listens beyond loopback with
+// WarnOpen logs a warning when the server listens beyond loopback with
 // no admin tokens: the operator API then refuses every remote client.
-func (s *Server) warnOpenAPI(addr net.Addr) {
-	if s.cfg.Admin.Enabled() {
+func (s *Guard) WarnOpen(addr net.Addr) {
+	if s.opt.Admin.Enabled() {
 		return
 	}
 	tcp, ok := addr.(*net.TCPAddr)
 	if ok && tcp.IP.IsLoopback() {
 		return
 	}
-	s.log.Warn("listening beyond loopback with no admin tokens: the operator API (/api/*) answers loopback clients only; "+
+	s.opt.Log.Warn("listening beyond loopback with no admin tokens: the operator API (/api/*) answers loopback clients only; "+
 		"add an \"admin\" block with tokens to the config to use it remotely", "addr", addr.String())
 }
 
-// Bounds of a write's body as the guard reads it to check it: an
-// operator's largest (a broadcast notice listing many peers), and a
-// device's (enrollment's few fields; enroll.go refuses past its own).
-const (
-	maxOperatorBody = notices.MaxBodyBytes
-	maxDeviceBody   = 64 << 10
-)
-
-func isWrite(method string) bool {
+// IsWrite reports whether a method writes (POST, PUT, PATCH, DELETE).
+func IsWrite(method string) bool {
 	switch method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 		return true
@@ -273,8 +294,8 @@ func splitHost(hostport, defPort string) (host, port string, ok bool) {
 // that came in on r's connection: the connection's own address, localhost
 // or a loopback address with its port, the config's listen host with its
 // port, or an admin.allowedHosts entry.
-func (s *Server) answersFor(r *http.Request, host, port string) bool {
-	for _, h := range s.cfg.Admin.AllowedHosts {
+func (s *Guard) answersFor(r *http.Request, host, port string) bool {
+	for _, h := range s.opt.Admin.AllowedHosts {
 		if h.Allows(host, port) {
 			return true
 		}
@@ -286,7 +307,7 @@ func (s *Server) answersFor(r *http.Request, host, port string) bool {
 	localPort := ""
 	if local.IsValid() {
 		localPort = strconv.Itoa(int(local.Port()))
-	} else if _, p, err := net.SplitHostPort(s.cfg.Listen); err == nil {
+	} else if _, p, err := net.SplitHostPort(s.opt.Listen); err == nil {
 		localPort = p
 	}
 	if port != localPort {
@@ -299,7 +320,7 @@ func (s *Server) answersFor(r *http.Request, host, port string) bool {
 	if host == "localhost" {
 		return true
 	}
-	lh, _, err := net.SplitHostPort(s.cfg.Listen)
+	lh, _, err := net.SplitHostPort(s.opt.Listen)
 	return err == nil && host == strings.ToLower(strings.TrimSuffix(lh, "."))
 }
 
@@ -313,7 +334,7 @@ func requestScheme(r *http.Request) string {
 
 // checkHost returns why r's Host is not one this server answers for, or
 // "" when it is.
-func (s *Server) checkHost(r *http.Request) string {
+func (s *Guard) checkHost(r *http.Request) string {
 	host, port, ok := splitHost(r.Host, defaultPort(requestScheme(r)))
 	switch {
 	case r.Host == "":
@@ -332,7 +353,7 @@ func (s *Server) checkHost(r *http.Request) string {
 // route an Origin no browser page sends (not http or https, nor "null":
 // some embedded WebSocket libraries send "file://") passes, since a page
 // cannot forge it.
-func (s *Server) checkOrigin(r *http.Request, device bool) string {
+func (s *Guard) checkOrigin(r *http.Request, device bool) string {
 	const only = "this server takes requests from its own pages (the console) and from clients that are not browsers"
 	site := r.Header.Get("Sec-Fetch-Site")
 	origin := r.Header.Get("Origin")
