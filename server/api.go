@@ -20,7 +20,7 @@ func (s *Server) RequireRole(role config.Role, h http.HandlerFunc) http.HandlerF
 	return s.guard.RequireRole(role, h)
 }
 
-// routes builds the mux behind the operator guard (auth.go): every
+// routes builds the mux behind the operator guard (package guard): every
 // /api/* route but the device WebSocket takes an admin token.
 func (s *Server) routes() http.Handler {
 	mux := &routeMux{ServeMux: http.NewServeMux()}

@@ -19,7 +19,7 @@ import (
 	"termlink/server/notices"
 )
 
-// Issue 22, row 2: the operator API is browser-safe (auth.go's guard).
+// Issue 22, row 2: the operator API is browser-safe (package guard).
 // Every rule is tried on a real server, with and without admin tokens.
 
 // browserReq is one request as a browser (or an attacker's script) might

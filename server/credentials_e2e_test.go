@@ -205,7 +205,7 @@ func TestFirstUseBindingPersistsAndResets(t *testing.T) {
 		t.Fatalf("bindings: HTTP %d %+v", code, got)
 	}
 	req, _ := http.NewRequest(http.MethodDelete, url+"/bench-1", nil)
-	req.Header.Set("Content-Type", "application/json") // every write says JSON (auth.go)
+	req.Header.Set("Content-Type", "application/json") // every write says JSON (package guard)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

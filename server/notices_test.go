@@ -31,7 +31,7 @@ func apiDo(t *testing.T, method, url, body string) (int, map[string]any) {
 		t.Fatal(err)
 	}
 	if guard.IsWrite(method) {
-		req.Header.Set("Content-Type", "application/json") // the API takes JSON only (auth.go)
+		req.Header.Set("Content-Type", "application/json") // the API takes JSON only (package guard)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

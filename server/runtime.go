@@ -108,7 +108,7 @@ type Runtime struct {
 	order    []string // channel ids, sorted
 	metrics  *serverMetrics
 	notices  notices.Mailboxes // the notice mailboxes (package notices; notices_conn.go wires them)
-	fleet    *fleet            // device registry, peers API, live streams (fleet.go)
+	fleet    *fleet            // device registry and the fleet API (fleet.go, package fleet)
 
 	runPrefix string
 	runSeq    atomic.Uint64

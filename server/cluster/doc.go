@@ -1,6 +1,9 @@
 // Package cluster is termserver's store and transport when several
 // termservers share one NATS JetStream cluster (the config's "cluster"
-// block). It knows NATS, not the channel: package server calls it.
+// block). It knows NATS, not the channel: Store is the store of record
+// (record.Store) package server builds in cluster mode, in place of
+// record/local's; the runtime and the router call it through that
+// interface only, and Store reaches the server through Host.
 //
 // One message's path across nodes:
 //
