@@ -38,6 +38,7 @@ type ConnGuard struct {
 	refus int64      // connections refused with 503
 }
 
+// NewConnGuard guards connections with fds, the budget's Sockets pool.
 func NewConnGuard(fds *fdbudget.Pool) *ConnGuard {
 	return &ConnGuard{fds: fds, idle: list.New()}
 }
