@@ -135,8 +135,8 @@ type Deps struct {
 	Events     EventLog
 	// SessionKey builds the spec's session id (server.SessionKey).
 	SessionKey func(channelID, accountID, peerID, threadID string) string
-	Metrics    *Metrics // shared by every channel's adapter
-	Log        *slog.Logger
+	Metrics    *Metrics     // shared by every channel's adapter; required
+	Log        *slog.Logger // nil: slog.Default()
 }
 
 // Options tune an adapter beyond its channel's config.
@@ -182,6 +182,9 @@ func New(id string, cfg config.Channel, d Deps, opt Options) Adapter {
 }
 
 func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *terminalAdapter {
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
 	a := &terminalAdapter{
 		id: id, cfg: cfg, accept: d.Accept, records: d.Records, registry: d.Registry, notices: d.Notices,
 		creds: d.Bindings, events: d.Events, keyOf: d.SessionKey, m: d.Metrics, log: d.Log.With("channel", id),
