@@ -78,7 +78,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	case s.rt.records.Refuses() != "":
 		httpapi.WriteError(w, http.StatusServiceUnavailable, s.rt.records.Refuses())
 	default:
-		ch.adapter.(*terminalAdapter).serveUpgrade(w, r, maxConnections(s.cfg.MaxConnections, s.fds))
+		ch.adapter.ServeUpgrade(w, r, maxConnections(s.cfg.MaxConnections, s.fds))
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"termlink/server/record"
 	"termlink/server/record/local"
 	"termlink/server/session"
+	"termlink/server/wschannel"
 )
 
 // readBusy reads the answer to a message refused by a bound: an error
@@ -356,7 +357,10 @@ func waitHealth(t *testing.T, ts *testServer, code int, body string) {
 
 // blockingAdapter stands in for the terminal adapter: Send returns only
 // once the bus is closed (the dispatcher is behind when Shutdown begins).
+// The methods it does not override are not called by this test (the
+// embedded nil interface would panic).
 type blockingAdapter struct {
+	wschannel.Adapter
 	rt    *Runtime
 	mu    sync.Mutex
 	sends []string

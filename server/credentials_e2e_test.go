@@ -17,6 +17,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/identity"
+	"termlink/server/wschannel"
 )
 
 // channelTokens sets terminal-dev's tokens (and enrollment).
@@ -67,8 +68,8 @@ func mustRefuse(t *testing.T, ts *testServer, peer, token, why string) {
 	if e.Code != link.CodeUnauthorized || !strings.Contains(e.Error, why) {
 		t.Fatalf("connect as %s: error %+v, want code unauthorized containing %q", peer, e, why)
 	}
-	if ce := c.readClose(); ce.Code != CloseUnauthorized {
-		t.Fatalf("connect as %s: close %d, want %d", peer, ce.Code, CloseUnauthorized)
+	if ce := c.readClose(); ce.Code != wschannel.CloseUnauthorized {
+		t.Fatalf("connect as %s: close %d, want %d", peer, ce.Code, wschannel.CloseUnauthorized)
 	}
 }
 

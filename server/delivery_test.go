@@ -20,27 +20,21 @@ import (
 	"termlink/server/bus"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/wschannel"
 )
 
 // The delivery contract on the server's side of the socket: a device that
 // reads is never dropped, whatever the server has to say to it at once.
 
 // terminal is the adapter of channel terminal-dev.
-func (ts *testServer) terminal() *terminalAdapter {
-	return ts.rt.channels["terminal-dev"].adapter.(*terminalAdapter)
-}
-
-// setWriteStall shortens the write timeout of connections opened after it.
-func (a *terminalAdapter) setWriteStall(d time.Duration) {
-	a.mu.Lock()
-	a.writeStall = d
-	a.mu.Unlock()
+func (ts *testServer) terminal() wschannel.Adapter {
+	return ts.rt.channels["terminal-dev"].adapter
 }
 
 // noneDropped fails the test if a connection was dropped as too slow.
 func (ts *testServer) noneDropped(t *testing.T) {
 	t.Helper()
-	if n := ts.rt.metrics.dropped.Value("terminal-dev"); n != 0 {
+	if n := ts.rt.metrics.ws.Dropped.Value("terminal-dev"); n != 0 {
 		t.Fatalf("%d connections dropped as too slow", n)
 	}
 }
@@ -258,7 +252,7 @@ func TestReplyQueueOverflowAsksForResend(t *testing.T) {
 		}
 	}
 	c.alive()
-	if got := ts.rt.metrics.deferred.Value("terminal-dev"); got != uint64(n-taken) {
+	if got := ts.rt.metrics.ws.Deferred.Value("terminal-dev"); got != uint64(n-taken) {
 		t.Fatalf("deferred metric %d, want %d", got, n-taken)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/wschannel"
 )
 
 // Every error case of the spec gets an error frame and the connection
@@ -102,8 +103,8 @@ func TestSecondConnectionReplacesFirst(t *testing.T) {
 	_ = old.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, _, err := old.ws.ReadMessage()
 	var ce *websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != CloseReplaced || !strings.Contains(ce.Text, "replaced by a newer connection for peer_id device-001") {
-		t.Fatalf("old connection got %v, want close %d saying it was replaced", err, CloseReplaced)
+	if !errors.As(err, &ce) || ce.Code != wschannel.CloseReplaced || !strings.Contains(ce.Text, "replaced by a newer connection for peer_id device-001") {
+		t.Fatalf("old connection got %v, want close %d saying it was replaced", err, wschannel.CloseReplaced)
 	}
 	cur.send(&link.Message{MessageID: "m", Text: "hi"})
 	readAs[*link.Ack](cur)
@@ -114,8 +115,8 @@ func TestSecondConnectionReplacesFirst(t *testing.T) {
 	}
 	var st struct{ Channels []ChannelStatus }
 	getJSON(t, ts.http.URL+"/api/channels", &st)
-	if st.Channels[0].ConnectedPeers != 1 || ts.rt.metrics.connections.Value("terminal-dev") != 1 {
-		t.Fatalf("peers %d, connections gauge %d; want 1 and 1", st.Channels[0].ConnectedPeers, ts.rt.metrics.connections.Value("terminal-dev"))
+	if st.Channels[0].ConnectedPeers != 1 || ts.rt.metrics.ws.Connections.Value("terminal-dev") != 1 {
+		t.Fatalf("peers %d, connections gauge %d; want 1 and 1", st.Channels[0].ConnectedPeers, ts.rt.metrics.ws.Connections.Value("terminal-dev"))
 	}
 }
 
@@ -168,8 +169,8 @@ func TestTokens(t *testing.T) {
 		_ = c.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
 		_, _, err = c.ws.ReadMessage()
 		var ce *websocket.CloseError
-		if !errors.As(err, &ce) || ce.Code != CloseUnauthorized {
-			t.Fatalf("after refusal: %v, want close %d", err, CloseUnauthorized)
+		if !errors.As(err, &ce) || ce.Code != wschannel.CloseUnauthorized {
+			t.Fatalf("after refusal: %v, want close %d", err, wschannel.CloseUnauthorized)
 		}
 		// The right token, as a header or in the connect frame.
 		ok := dial(t, ts.ws, http.Header{"Authorization": {"Bearer s3cret-token"}})
@@ -201,13 +202,13 @@ func TestTokens(t *testing.T) {
 // A client that stops reading is dropped when a write makes no progress
 // for the write timeout; other clients are served meanwhile.
 func TestSlowClientIsDropped(t *testing.T) {
-	ts := startServer(t, func(c *config.Config) {
-		ch := c.Channels["terminal-dev"]
-		ch.Config.SendQueue = 4
-		ch.Config.MaxMessageChars = 1_000_000
-		c.Channels["terminal-dev"] = ch
-	}, nil)
-	ts.terminal().setWriteStall(300 * time.Millisecond)
+	cfg := config.Default()
+	cfg.Workspace = t.TempDir()
+	ch := cfg.Channels["terminal-dev"]
+	ch.Config.SendQueue = 4
+	ch.Config.MaxMessageChars = 1_000_000
+	cfg.Channels["terminal-dev"] = ch
+	ts := serve(t, cfg, Options{writeStall: 300 * time.Millisecond})
 	ws, _, err := smallBufferDialer.Dial(ts.ws, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +221,7 @@ func TestSlowClientIsDropped(t *testing.T) {
 	fast.connect("fast")
 	// The slow client sends big messages and reads nothing: each reply
 	// echoes ~900 kB back until the socket and then the queue are full.
-	for i := 0; i < 60 && ts.rt.metrics.dropped.Value("terminal-dev") == 0; i++ {
+	for i := 0; i < 60 && ts.rt.metrics.ws.Dropped.Value("terminal-dev") == 0; i++ {
 		_ = ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		if err := ws.WriteMessage(websocket.TextMessage, link.MustEncode(&link.Message{MessageID: "big-" + string(rune('a'+i%26)) + time.Now().Format("150405.000000"), Text: big})); err != nil {
 			break // the server dropped us
@@ -234,8 +235,8 @@ func TestSlowClientIsDropped(t *testing.T) {
 	if ev.PeerID != "slow" || !strings.Contains(ev.Detail, "client too slow, dropped: write made no progress for 300ms") {
 		t.Fatalf("disconnect %+v, want the slow peer dropped for a stalled write", ev)
 	}
-	if ts.rt.metrics.dropped.Value("terminal-dev") != 1 {
-		t.Fatalf("dropped metric %d", ts.rt.metrics.dropped.Value("terminal-dev"))
+	if ts.rt.metrics.ws.Dropped.Value("terminal-dev") != 1 {
+		t.Fatalf("dropped metric %d", ts.rt.metrics.ws.Dropped.Value("terminal-dev"))
 	}
 	fast.alive()
 }

@@ -10,8 +10,9 @@ import (
 )
 
 // httpLimits bound every plain HTTP request (the API, /healthz, /metrics).
-// A WebSocket leaves them behind at the upgrade: hijackWrapper clears the
-// deadlines, and the connection's reader and writer set their own.
+// A WebSocket leaves them behind at the upgrade: the adapter (package
+// wschannel) clears the deadlines, and the connection's reader and writer
+// set their own.
 type httpLimits struct {
 	ReadHeader time.Duration // request line and headers
 	Read       time.Duration // the whole request, body included
@@ -58,41 +59,15 @@ func newHTTPServer(h http.Handler, lim httpLimits, log *slog.Logger) *http.Serve
 // else what the descriptor budget can ever give sockets less room for
 // plain HTTP requests (a sixteenth, at least 16), so that /healthz and
 // the API still answer when devices hold every WebSocket they may. Past
-// the cap a device gets 503 before it costs anything (terminal.go); the
-// connection guard (connguard.go) refuses any connection the budget has
-// no descriptor for.
+// the cap a device gets 503 before it costs anything (wschannel); the
+// connection guard (wschannel.ConnGuard) refuses any connection the
+// budget has no descriptor for.
 func maxConnections(configured int, fds *fdbudget.Budget) int64 {
 	if configured > 0 {
 		return int64(configured)
 	}
 	n := fds.Max(fdbudget.Sockets)
 	return int64(max(16, n-max(16, n/16)))
-}
-
-// tokenBucket is a per-peer message rate: rate tokens a second, at most
-// burst at once. Only its connection's reader uses it.
-type tokenBucket struct {
-	rate   float64
-	burst  float64
-	tokens float64
-	last   time.Time
-}
-
-func newTokenBucket(rate, burst int) *tokenBucket {
-	return &tokenBucket{rate: float64(rate), burst: float64(burst), tokens: float64(burst)}
-}
-
-// take spends a token if there is one.
-func (b *tokenBucket) take(now time.Time) bool {
-	if !b.last.IsZero() {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	}
-	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
 }
 
 // fdSeries exports the descriptor budget: the limit, what each class

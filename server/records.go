@@ -73,10 +73,8 @@ func (h runtimeHost) Cancel(sessionKey, messageID string) bool {
 }
 func (h runtimeHost) NewRunID() string { return h.rt.newRunID() }
 func (h runtimeHost) ReplaceElsewhere(channel, peer, edge string) {
-	if ch := h.rt.channels[channel]; ch != nil {
-		if a, ok := ch.adapter.(*terminalAdapter); ok {
-			a.replaceElsewhere(peer, edge)
-		}
+	if ch := h.rt.channels[channel]; ch != nil && ch.adapter != nil {
+		ch.adapter.ReplaceElsewhere(peer, edge)
 	}
 }
 func (h runtimeHost) Unclaimed(out bus.Outbound, detail string) {

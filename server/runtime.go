@@ -22,77 +22,59 @@ import (
 	"termlink/server/record"
 	"termlink/server/router"
 	"termlink/server/session"
+	"termlink/server/wschannel"
 )
-
-// Adapter is a channel transport the runtime dispatches replies to.
-type Adapter interface {
-	// Send hands out to the device's live connection without blocking and
-	// reports whether one took it; false means unclaimed.
-	Send(out bus.Outbound) bool
-	// ConnectedPeers is the number of live, connected peers.
-	ConnectedPeers() int
-	// Close drops every connection and refuses new ones.
-	Close()
-}
 
 // channel is the runtime's view of one configured channel.
 type channel struct {
 	id      string
 	cfg     config.Channel
 	events  *events.Log
-	adapter Adapter           // nil when disabled
+	adapter wschannel.Adapter // nil when disabled
 	creds   identity.Bindings // device tokens learnt (package identity)
-	// pushNotices is the adapter's push of a peer's due notices
-	// (notices_conn.go); nil when disabled.
-	pushNotices func(peerID string) bool
 }
 
 // serverMetrics are the series /metrics serves.
 type serverMetrics struct {
-	reg         metrics.Registry
-	connections *metrics.GaugeVec
-	connects    *metrics.CounterVec
-	inbound     *metrics.CounterVec
-	duplicates  *metrics.CounterVec
-	rejected    *metrics.CounterVec
-	delivered   *metrics.CounterVec
-	unclaimed   *metrics.CounterVec
-	dropped     *metrics.CounterVec
-	runs        *metrics.CounterVec
-	runSeconds  *metrics.HistogramVec
-	replySecs   *metrics.HistogramVec
-	running     *metrics.GaugeVec
+	reg        metrics.Registry
+	ws         wschannel.Metrics // the channel adapters' series, shared by every channel's
+	inbound    *metrics.CounterVec
+	duplicates *metrics.CounterVec
+	delivered  *metrics.CounterVec
+	unclaimed  *metrics.CounterVec
+	runs       *metrics.CounterVec
+	runSeconds *metrics.HistogramVec
+	replySecs  *metrics.HistogramVec
+	running    *metrics.GaugeVec
 
 	busy        *metrics.CounterVec
 	logFailures *metrics.CounterVec
-	websockets  *metrics.GaugeVec   // open WebSockets, connected or not (the connection cap counts these)
-	overCap     *metrics.CounterVec // upgrades refused with 503 at the connection cap
-	paused      *metrics.CounterVec // times a reader stopped reading because its send queue was full
-	deferred    *metrics.CounterVec // replies a full reply queue could not take (the device is told to resend)
 }
 
+// newServerMetrics registers the series; their order is /metrics' order
+// (the adapters' series among the runtime's).
 func newServerMetrics() *serverMetrics {
 	m := &serverMetrics{}
 	r := &m.reg
 	latency := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
-	m.connections = r.NewGaugeVec("termlink_connections", "Live terminal WebSocket connections that completed connect.", "channel")
-	m.connects = r.NewCounterVec("termlink_connects_total", "connect frames answered with connected.", "channel")
+	m.ws.Connections = r.NewGaugeVec("termlink_connections", "Live terminal WebSocket connections that completed connect.", "channel")
+	m.ws.Connects = r.NewCounterVec("termlink_connects_total", "connect frames answered with connected.", "channel")
 	m.inbound = r.NewCounterVec("termlink_inbound_total", "Messages accepted and published to the bus.", "channel")
 	m.duplicates = r.NewCounterVec("termlink_inbound_duplicates_total", "Messages answered from the dedupe table instead of run again.", "channel")
-	m.rejected = r.NewCounterVec("termlink_frames_rejected_total", "Frames answered with an error frame.", "channel")
+	m.ws.Rejected = r.NewCounterVec("termlink_frames_rejected_total", "Frames answered with an error frame.", "channel")
 	m.delivered = r.NewCounterVec("termlink_outbound_delivered_total", "Final replies handed to a live connection.", "channel")
 	m.unclaimed = r.NewCounterVec("termlink_outbound_unclaimed_total", "Final replies with no live connection to take them.", "channel")
-	m.dropped = r.NewCounterVec("termlink_slow_clients_dropped_total", "Connections dropped because a write made no progress within the write timeout.", "channel")
+	m.ws.Dropped = r.NewCounterVec("termlink_slow_clients_dropped_total", "Connections dropped because a write made no progress within the write timeout.", "channel")
 	m.runs = r.NewCounterVec("termlink_runs_total", "Agent runs finished, by finish reason.", "finish_reason")
 	m.runSeconds = r.NewHistogramVec("termlink_run_seconds", "Agent run time.", "channel", latency)
 	m.replySecs = r.NewHistogramVec("termlink_reply_seconds", "Time from accepting a message to dispatching its reply.", "channel", latency)
 	m.running = r.NewGaugeVec("termlink_runs_running", "Agent runs in progress.", "")
 	m.busy = r.NewCounterVec("termlink_inbound_busy_total", "Messages refused as busy: their session or the server had the most messages waiting.", "channel")
 	m.logFailures = r.NewCounterVec("termlink_session_log_failures_total", "Session log writes that failed (disk full, I/O error).", "")
-	m.websockets = r.NewGaugeVec("termlink_websockets_open", "Open WebSocket connections, before and after connect.", "")
-	m.overCap = r.NewCounterVec("termlink_websockets_refused_total", "WebSocket upgrades refused with HTTP 503 at the connection cap.", "")
-	m.paused = r.NewCounterVec("termlink_reader_paused_total", "Times a connection's reader stopped reading because its send queue was full (backpressure).", "channel")
-	m.deferred = r.NewCounterVec("termlink_replies_deferred_total", "Replies a connection's full reply queue could not take; the device was told to resend the message.", "channel")
+	m.ws.WebSockets = r.NewGaugeVec("termlink_websockets_open", "Open WebSocket connections, before and after connect.", "")
+	m.ws.OverCap = r.NewCounterVec("termlink_websockets_refused_total", "WebSocket upgrades refused with HTTP 503 at the connection cap.", "")
+	m.ws.Paused = r.NewCounterVec("termlink_reader_paused_total", "Times a connection's reader stopped reading because its send queue was full (backpressure).", "channel")
+	m.ws.Deferred = r.NewCounterVec("termlink_replies_deferred_total", "Replies a connection's full reply queue could not take; the device was told to resend the message.", "channel")
 	return m
 }
 

@@ -28,6 +28,7 @@ import (
 	"termlink/server/router"
 	"termlink/server/session"
 	"termlink/server/wal"
+	"termlink/server/wschannel"
 )
 
 // Options tune a Server beyond its config.
@@ -44,6 +45,8 @@ type Options struct {
 	DedupePerSession int
 
 	fleet fleetOptions // tests shorten the fleet's periods
+	// writeStall replaces the adapters' write timeout (10 s; tests).
+	writeStall time.Duration
 
 	// fds replaces the descriptor budget read from RLIMIT_NOFILE (tests).
 	fds *fdbudget.Budget
@@ -198,15 +201,6 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	for _, r := range built {
 		s.runners = append(s.runners, r)
 	}
-	for _, ch := range rt.channels {
-		if ch.cfg.Enabled {
-			a := newTerminalAdapter(rt, s.router, ch, log)
-			if ca := srvTLS.client(ch.id); ca != nil {
-				a.clientAuth.Store(ca)
-			}
-			ch.adapter, ch.pushNotices = a, a.pushNotices
-		}
-	}
 	if s.recovered, err = rt.records.Recover(context.Background()); err != nil {
 		s.closeRunners(built)
 		closeLogs()
@@ -216,6 +210,15 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		s.closeRunners(built)
 		closeLogs()
 		return nil, err
+	}
+	for _, ch := range rt.channels { // after the registry they feed
+		if ch.cfg.Enabled {
+			ch.adapter = wschannel.New(ch.id, ch.cfg, wschannel.Deps{
+				Accept: rt, Records: rt.records, Registry: rt.fleet.reg, Notices: rt.notices,
+				Bindings: ch.creds, ClientAuth: srvTLS.client(ch.id), Events: ch.events,
+				SessionKey: SessionKey, Metrics: &rt.metrics.ws, Log: log,
+			}, wschannel.Options{WriteStall: opt.writeStall})
+		}
 	}
 	rt.notices.Start()
 	s.guard = guard.New(guard.Options{Admin: cfg.Admin, Listen: cfg.Listen, DeviceRoute: deviceOpen,
@@ -325,9 +328,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	// (limits.go); WebSockets leave them behind at the upgrade.
 	hs := newHTTPServer(s.mux, defaultHTTPLimits, s.log)
 	// Open TCP connections stay within the descriptor budget
-	// (connguard.go), so the listener can always accept /healthz, the API
-	// and new devices, and session files and agents find descriptors.
-	guard := newConnGuard(s.fds.Pool(fdbudget.Sockets))
+	// (wschannel.ConnGuard), so the listener can always accept /healthz,
+	// the API and new devices, and session files and agents find
+	// descriptors.
+	guard := wschannel.NewConnGuard(s.fds.Pool(fdbudget.Sockets))
 	hs.ConnState = guard.ConnState
 	errc := make(chan error, 1)
 	adv := s.startDiscovery(ctx, ln.Addr()) // nil unless "discovery" is on (discovery.go)

@@ -15,6 +15,7 @@ import (
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/identity"
+	"termlink/server/wschannel"
 )
 
 // serverTLS is termserver's TLS: the certificate, swapped atomically by
@@ -67,7 +68,7 @@ func newServerTLS(cfg *config.Config) (*serverTLS, error) {
 		// One listener serves every channel: the handshake asks for a
 		// certificate without requiring or verifying one; the channel's
 		// handler verifies it against its own clientCA and answers
-		// 401/403 with the reason (identity_conn.go). The request names no CA
+		// 401/403 with the reason (wschannel). The request names no CA
 		// (ClientCAs unset): a client then sends its certificate even
 		// when another CA signed it, and is told so, instead of sending
 		// none and being told it has none.
@@ -85,75 +86,14 @@ func (t *serverTLS) client(id string) *identity.ClientAuth {
 }
 
 // listener is what hs serves: ln with every connection counted by guard
-// and, with TLS, in TLS (HTTP/1.1 only) over a stallConn.
-func (t *serverTLS) listener(hs *http.Server, ln net.Listener, guard *connGuard) net.Listener {
+// and, with TLS, in TLS (HTTP/1.1 only) over wschannel's stall
+// connections (a write deadline bounds a stall, not the whole write).
+func (t *serverTLS) listener(hs *http.Server, ln net.Listener, guard *wschannel.ConnGuard) net.Listener {
 	if t == nil {
 		return guard.Listener(ln)
 	}
 	hs.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){} // no h2
-	return tls.NewListener(guard.Listener(stallListener{ln}), t.conf)
-}
-
-// stallListener hands out its connections as stallConns.
-type stallListener struct{ net.Listener }
-
-func (l stallListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &stallConn{Conn: c}, nil
-}
-
-// stallConn is the socket under a TLS connection. A write deadline set
-// on it bounds a stall, not the whole write: each write (TLS writes a
-// record at a time) and each time the peer accepts some bytes of it gets
-// the same span again. flushConn gives a
-// device's writes that meaning (a slow reader is never cut off, one that
-// stopped is); over TLS it must live below the TLS layer, because a
-// tls.Conn whose write timed out can never write again.
-type stallConn struct {
-	net.Conn
-	mu   sync.Mutex
-	span time.Duration // of the last write deadline; <= 0: none
-}
-
-func (c *stallConn) SetWriteDeadline(t time.Time) error {
-	c.setSpan(t)
-	return c.Conn.SetWriteDeadline(t)
-}
-
-func (c *stallConn) SetDeadline(t time.Time) error {
-	c.setSpan(t)
-	return c.Conn.SetDeadline(t)
-}
-
-func (c *stallConn) setSpan(t time.Time) {
-	c.mu.Lock()
-	c.span = 0
-	if !t.IsZero() {
-		c.span = time.Until(t)
-	}
-	c.mu.Unlock()
-}
-
-func (c *stallConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	span := c.span
-	c.mu.Unlock()
-	done := 0
-	for {
-		if span > 0 {
-			_ = c.Conn.SetWriteDeadline(time.Now().Add(span))
-		}
-		n, err := c.Conn.Write(p[done:])
-		done += n
-		var ne net.Error
-		if err == nil || n == 0 || span <= 0 || !errors.As(err, &ne) || !ne.Timeout() {
-			return done, err
-		}
-		// progress: another span
-	}
+	return tls.NewListener(guard.Listener(wschannel.StallListener(ln)), t.conf)
 }
 
 // TLSEnabled reports whether the server serves TLS.

@@ -19,6 +19,7 @@ import (
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/wschannel"
 )
 
 // pkiServer is a real Server serving TLS on a loopback port, with the
@@ -263,8 +264,8 @@ func TestMutualTLS(t *testing.T) {
 	_ = bad.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, _, err = bad.ws.ReadMessage()
 	var ce *websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != CloseUnauthorized {
-		t.Fatalf("after the mismatch: %v, want close %d", err, CloseUnauthorized)
+	if !errors.As(err, &ce) || ce.Code != wschannel.CloseUnauthorized {
+		t.Fatalf("after the mismatch: %v, want close %d", err, wschannel.CloseUnauthorized)
 	}
 	c.alive() // the real kiosk-1 was not taken over
 
@@ -349,51 +350,6 @@ func TestMutualTLSNeedsTLS(t *testing.T) {
 	}
 }
 
-// flushConn's promise holds over TLS (stallConn under the tls.Conn): a
-// slow reader that keeps taking data is served past the stall period, a
-// reader that stopped is cut off with errStalled.
-func TestFlushConnStallOverTLS(t *testing.T) {
-	const stall = time.Second
-	payload := make([]byte, 4<<20)
-	pair := func(t *testing.T) (*tls.Conn, *flushConn) {
-		client, server := tcpPair(t)
-		ca := testpki.NewCA(t, t.TempDir(), "lab")
-		leaf := ca.Server(t, "server")
-		cert, err := tls.LoadX509KeyPair(leaf.CertFile, leaf.KeyFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pool := x509.NewCertPool()
-		pool.AddCert(ca.Cert)
-		st := tls.Server(&stallConn{Conn: server}, &tls.Config{Certificates: []tls.Certificate{cert}})
-		ct := tls.Client(client, &tls.Config{RootCAs: pool, ServerName: "localhost"})
-		errc := make(chan error, 1)
-		go func() { errc <- st.Handshake() }()
-		if err := ct.Handshake(); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
-		return ct, newFlushConn(st, stall)
-	}
-	t.Run("slow reader", func(t *testing.T) {
-		client, fc := pair(t)
-		done := make(chan error, 1)
-		go func() { _, err := fc.Write(payload); done <- err }()
-		readSlowly(t, client, len(payload))
-		if err := <-done; err != nil {
-			t.Fatalf("write to a slow reader over TLS: %v", err)
-		}
-	})
-	t.Run("stopped reader", func(t *testing.T) {
-		_, fc := pair(t)
-		if _, err := fc.Write(payload); !errors.Is(err, errStalled) {
-			t.Fatalf("write to a reader that stopped: %v, want errStalled", err)
-		}
-	})
-}
-
 // ReloadClientCerts takes a new deny list: the open connection of the
 // certificate now denied is closed with 4003 and its next dial refused as
 // revoked, while other devices stay; turning mutual TLS off is refused
@@ -437,8 +393,8 @@ func TestReloadClientCerts(t *testing.T) {
 	_ = k1.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, _, err = k1.ws.ReadMessage()
 	var ce *websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != CloseUnauthorized || !strings.Contains(ce.Text, "revoked") {
-		t.Fatalf("kiosk-1 after its certificate was denied: %v, want close %d revoked", err, CloseUnauthorized)
+	if !errors.As(err, &ce) || ce.Code != wschannel.CloseUnauthorized || !strings.Contains(ce.Text, "revoked") {
+		t.Fatalf("kiosk-1 after its certificate was denied: %v, want close %d revoked", err, wschannel.CloseUnauthorized)
 	}
 	d7.alive()
 	_, resp, err := m.dialTLS(t, "secure", m.uri)

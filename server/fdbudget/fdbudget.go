@@ -22,7 +22,7 @@
 //     (the run answers an error).
 //   - [Sockets]: accepted TCP connections (HTTP requests and WebSockets).
 //     No floor: every descriptor the others neither use nor keep. A
-//     connection that finds none gets 503 (connguard.go).
+//     connection that finds none gets 503 (wschannel.ConnGuard).
 //
 // A class takes n descriptors with [Pool.TryAcquire] (or waits for them
 // with [Pool.Acquire]) when it stays within

@@ -1,4 +1,4 @@
-package server
+package wschannel
 
 import (
 	"bufio"
@@ -27,10 +27,10 @@ func socketsOnly(n int) *fdbudget.Pool {
 }
 
 // guardedServer serves /healthz (and /hold, which hijacks and keeps the
-// connection, as a WebSocket upgrade does) behind a connGuard of limit.
-func guardedServer(t *testing.T, limit int) (addr string, g *connGuard) {
+// connection, as a WebSocket upgrade does) behind a ConnGuard of limit.
+func guardedServer(t *testing.T, limit int) (addr string, g *ConnGuard) {
 	t.Helper()
-	g = newConnGuard(socketsOnly(limit))
+	g = NewConnGuard(socketsOnly(limit))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	var heldMu sync.Mutex
@@ -83,7 +83,7 @@ func keepAliveGet(t *testing.T, addr, path string) (net.Conn, string) {
 	return c, fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(body)))
 }
 
-func waitGuard(t *testing.T, g *connGuard, what string, ok func(open, idle int) bool) {
+func waitGuard(t *testing.T, g *ConnGuard, what string, ok func(open, idle int) bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -157,17 +157,6 @@ func TestConnGuardRefusesWhenNoneIdle(t *testing.T) {
 	waitGuard(t, g, "refused one uncounted", func(open, idle int) bool { return open == 2 })
 }
 
-// The default WebSocket cap leaves sockets for plain HTTP requests.
-func TestWebSocketCapBelowSocketBudget(t *testing.T) {
-	b := fdbudget.New(1024)
-	if ws, n := maxConnections(0, b), b.Max(fdbudget.Sockets); ws < 16 || ws >= int64(n) {
-		t.Fatalf("WebSocket cap %d, sockets budget %d: the cap must leave room for HTTP requests", ws, n)
-	}
-	if ws := maxConnections(5, b); ws != 5 {
-		t.Fatalf("configured cap 5 gives %d", ws)
-	}
-}
-
 // The guard admits what the shared budget has room for: descriptors held
 // by agents (or session files) are not there for sockets, and a closed
 // connection gives its descriptor back.
@@ -178,7 +167,7 @@ func TestConnGuardFollowsTheBudget(t *testing.T) {
 	for agents.TryAcquire(1) {
 		held++
 	}
-	g := newConnGuard(b.Pool(fdbudget.Sockets))
+	g := NewConnGuard(b.Pool(fdbudget.Sockets))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

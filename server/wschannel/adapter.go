@@ -1,4 +1,4 @@
-package server
+package wschannel
 
 import (
 	"context"
@@ -21,7 +21,8 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/identity"
-	"termlink/server/router"
+	"termlink/server/record"
+	"termlink/server/registry"
 )
 
 // Close codes the terminal adapter sends besides RFC 6455's (1000 normal,
@@ -46,26 +47,125 @@ const (
 // session id (':'-separated) and of the session log's file name.
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$`)
 
+// ValidID reports whether s may be a peer_id or thread_id.
+func ValidID(s string) bool { return idRE.MatchString(s) }
+
 // writeBufferPool shares write buffers between connections: an idle
 // connection holds none.
 var writeBufferPool = &sync.Pool{}
 
 var pongFrame = link.MustEncode(&link.Pong{})
 
+// Adapter is a channel's terminal WebSocket adapter as the server sees
+// it: the dispatcher's Send, /api/status's ConnectedPeers, the upgrade
+// route, the cluster's ReplaceElsewhere, the notice mailboxes' push and
+// the mutual TLS reload. New returns one; its type is this package's.
+type Adapter interface {
+	// Send hands out to the device's live connection without blocking and
+	// reports whether one took it; false means unclaimed.
+	Send(out bus.Outbound) bool
+	// ConnectedPeers is the number of live, connected peers.
+	ConnectedPeers() int
+	// Close drops every connection (1001) and refuses new ones; it returns
+	// once every connection has ended.
+	Close()
+	// ServeUpgrade upgrades GET /api/channels/{channel_id}/ws and hands
+	// the connection to a goroutine of its own; maxConns caps the
+	// server's open WebSockets (all channels), past which it answers 503.
+	ServeUpgrade(w http.ResponseWriter, r *http.Request, maxConns int64)
+	// ReplaceElsewhere closes the peer's connection here (4001) because
+	// the peer connected to another edge of the cluster.
+	ReplaceElsewhere(peerID, edge string)
+	// PushNotices queues the peer's due notices on its connection; it
+	// reports whether the peer is connected and takes notices.
+	PushNotices(peerID string) bool
+	// ReloadClientAuth takes a reloaded client CA and deny list: new
+	// connections are checked against it, and open connections whose
+	// certificate it denies are closed (4003). Only for a channel that
+	// had mutual TLS from the start.
+	ReloadClientAuth(ca *identity.ClientAuth)
+}
+
+// Accepter is the accept path (the runtime's AcceptInbound): the store
+// of record takes the message, ack is called before it is queued to run.
+// An error means it was not taken (one wrapping record.ErrBusy: a bound
+// refused it).
+type Accepter interface {
+	AcceptInbound(ctx context.Context, in bus.Inbound, ack func(record.Accepted)) error
+}
+
+// Records is what the adapter tells the store of record (a slice of
+// record.Store): a device connection came or went, a cancel.
+type Records interface {
+	Connected(channelID, peerID string)
+	Disconnected(channelID, peerID string)
+	Cancel(ctx context.Context, sessionKey, messageID string) bool
+}
+
+// Registry is the device registry's connection side (*registry.Registry).
+type Registry interface {
+	Connected(d registry.Device) (gen uint64, ignored []string, err error)
+	Disconnected(channelID, peerID string, gen uint64)
+	MessageAccepted(channelID, peerID string)
+	SetScreen(channelID, peerID string, gen uint64, s registry.Screen) bool
+}
+
+// Mailboxes is the notice mailboxes' delivery side (notices.Mailboxes).
+type Mailboxes interface {
+	Due(channelID, peerID string, after uint64, limit int, now time.Time) (frames [][]byte, ids []string, last uint64, more bool)
+	MarkSent(channelID, peerID string, ids []string, at time.Time)
+	Ack(channelID, peerID, noticeID string) error
+}
+
+// EventLog is the channel's event log (*events.Log).
+type EventLog interface {
+	Add(e events.Event)
+}
+
+// Deps is what an adapter uses, all given at construction.
+type Deps struct {
+	Accept   Accepter
+	Records  Records
+	Registry Registry
+	Notices  Mailboxes
+	// Bindings are the channel's learnt device tokens; ClientAuth its
+	// mutual TLS (nil: none; ReloadClientAuth replaces it).
+	Bindings   identity.Bindings
+	ClientAuth *identity.ClientAuth
+	Events     EventLog
+	// SessionKey builds the spec's session id (server.SessionKey).
+	SessionKey func(channelID, accountID, peerID, threadID string) string
+	Metrics    *Metrics     // shared by every channel's adapter; required
+	Log        *slog.Logger // nil: slog.Default()
+}
+
+// Options tune an adapter beyond its channel's config.
+type Options struct {
+	// WriteStall is how long a write may make no progress before the
+	// connection is dropped as too slow; 0: 10 s. Tests shorten it.
+	WriteStall time.Duration
+}
+
 // terminalAdapter is the TerminalWebSocketAdapter of the spec for one
 // channel: it owns the channel's connections.
 type terminalAdapter struct {
-	id        string
-	cfg       config.Channel
-	heartbeat time.Duration
-	rt        *Runtime
-	router    *router.Router
-	ch        *channel
-	log       *slog.Logger
-	upgrader  websocket.Upgrader
-	steps     *stepper // reads and handles frames for the connections
+	id         string
+	cfg        config.Channel
+	heartbeat  time.Duration
+	accept     Accepter
+	records    Records
+	registry   Registry
+	notices    Mailboxes
+	creds      identity.Bindings
+	events     EventLog
+	keyOf      func(channelID, accountID, peerID, threadID string) string
+	m          *Metrics
+	log        *slog.Logger
+	upgrader   websocket.Upgrader
+	steps      *stepper      // reads and handles frames for the connections
+	writeStall time.Duration // defaultWriteStall unless Options say
 
-	clientAuth atomic.Pointer[identity.ClientAuth] // mutual TLS (identity_conn.go); nil: none
+	clientAuth atomic.Pointer[identity.ClientAuth] // mutual TLS (identity.go); nil: none
 
 	mu         sync.Mutex
 	peers      map[string]*wsConn   // connected peers
@@ -73,16 +173,30 @@ type terminalAdapter struct {
 	stopped    bool
 	stopCtx    context.Context // accepting messages ends with the adapter
 	stopAccept context.CancelFunc
-	writeStall time.Duration  // defaultWriteStall; tests shorten it
 	wg         sync.WaitGroup // connection handlers
 }
 
-func newTerminalAdapter(rt *Runtime, r *router.Router, ch *channel, log *slog.Logger) *terminalAdapter {
+// New builds the adapter of channel id (cfg its config).
+func New(id string, cfg config.Channel, d Deps, opt Options) Adapter {
+	return newTerminalAdapter(id, cfg, d, opt)
+}
+
+func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *terminalAdapter {
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
 	a := &terminalAdapter{
-		id: ch.id, cfg: ch.cfg, rt: rt, router: r, ch: ch, log: log.With("channel", ch.id),
-		heartbeat: time.Duration(ch.cfg.Config.HeartbeatSeconds) * time.Second,
-		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: defaultWriteStall,
+		id: id, cfg: cfg, accept: d.Accept, records: d.Records, registry: d.Registry, notices: d.Notices,
+		creds: d.Bindings, events: d.Events, keyOf: d.SessionKey, m: d.Metrics, log: d.Log.With("channel", id),
+		heartbeat: time.Duration(cfg.Config.HeartbeatSeconds) * time.Second,
+		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: opt.WriteStall,
 		steps: newStepper(),
+	}
+	if a.writeStall <= 0 {
+		a.writeStall = defaultWriteStall
+	}
+	if d.ClientAuth != nil {
+		a.clientAuth.Store(d.ClientAuth)
 	}
 	a.stopCtx, a.stopAccept = context.WithCancel(context.Background())
 	a.upgrader = websocket.Upgrader{
@@ -114,16 +228,15 @@ func (a *terminalAdapter) sendQueue() int {
 	return config.DefaultSendQueue
 }
 
-// serveUpgrade upgrades GET /api/channels/{channel_id}/ws and serves the
-// connection until it ends; maxConns caps the server's open WebSockets
-// (all channels), past which the upgrade gets 503.
-func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, maxConns int64) {
+// ServeUpgrade implements Adapter: the connection is served until it
+// ends, on a goroutine of its own.
+func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, maxConns int64) {
 	headerToken := ""
-	if requiresToken(a.cfg.Config) {
+	if identity.RequiresToken(a.cfg.Config) {
 		if auth := r.Header.Get("Authorization"); auth != "" {
 			tok, ok := strings.CutPrefix(auth, "Bearer ")
 			if !ok || !a.tokenKnown(tok) {
-				a.ch.events.Add(events.Event{Event: events.TerminalRefused,
+				a.events.Add(events.Event{Event: events.TerminalRefused,
 					Detail: "401 before upgrade: unknown bearer token from " + r.RemoteAddr})
 				http.Error(w, "unauthorized: the bearer token is not valid for channel "+a.id, http.StatusUnauthorized)
 				return
@@ -136,7 +249,7 @@ func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, m
 		return
 	}
 	a.mu.Lock()
-	stopped, stall := a.stopped, a.writeStall
+	stopped := a.stopped
 	a.mu.Unlock()
 	if stopped {
 		http.Error(w, "channel "+a.id+" is stopping", http.StatusServiceUnavailable)
@@ -144,17 +257,17 @@ func (a *terminalAdapter) serveUpgrade(w http.ResponseWriter, r *http.Request, m
 	}
 	// The cap keeps file descriptors for /healthz, the API, session logs
 	// and agents: past it a device is refused before it costs anything.
-	open := a.rt.metrics.websockets
+	open := a.m.WebSockets
 	open.Add("", 1)
 	if open.Value("") > maxConns {
 		open.Add("", -1)
-		a.rt.metrics.overCap.Inc("")
+		a.m.OverCap.Inc("")
 		w.Header().Set("Retry-After", "10")
 		http.Error(w, fmt.Sprintf("server busy: it holds its maximum of %d WebSocket connections (maxConnections); try again later", maxConns),
 			http.StatusServiceUnavailable)
 		return
 	}
-	hw := &hijackWrapper{ResponseWriter: w, stall: stall}
+	hw := &hijackWrapper{ResponseWriter: w, stall: a.writeStall}
 	ws, err := a.upgrader.Upgrade(hw, r, nil)
 	if err != nil {
 		open.Add("", -1)
@@ -242,7 +355,7 @@ func (a *terminalAdapter) Close() {
 	}
 	a.wg.Wait()
 	a.steps.stop()
-	a.ch.events.Add(events.Event{Event: events.AdapterStopped})
+	a.events.Add(events.Event{Event: events.AdapterStopped})
 }
 
 // register makes c the live connection of its peer; it reports whether c
@@ -259,9 +372,8 @@ func (a *terminalAdapter) register(c *wsConn) (replaced bool) {
 	return false
 }
 
-// replaceElsewhere closes the peer's connection here because the peer
-// connected to another edge of the cluster (close code 4001).
-func (a *terminalAdapter) replaceElsewhere(peerID, edge string) {
+// ReplaceElsewhere implements Adapter.
+func (a *terminalAdapter) ReplaceElsewhere(peerID, edge string) {
 	a.mu.Lock()
 	c := a.peers[peerID]
 	a.mu.Unlock()
@@ -317,7 +429,7 @@ func messageIDOf(data []byte) string {
 func (c *wsConn) handle(data []byte) {
 	f, err := link.Decode(data)
 	if err != nil {
-		c.a.rt.metrics.rejected.Inc(c.a.id)
+		c.a.m.Rejected.Inc(c.a.id)
 		c.sendError(messageIDOf(data), link.CodeBadFrame, err.Error())
 		return
 	}
@@ -348,8 +460,8 @@ func (c *wsConn) handle(data []byte) {
 }
 
 func (c *wsConn) reject(messageID, code, msg string) {
-	c.a.rt.metrics.rejected.Inc(c.a.id)
-	c.a.ch.events.Add(events.Event{Event: events.InboundRejected, PeerID: c.peerID, SessionID: c.sessionKey, MessageID: messageID, Detail: msg})
+	c.a.m.Rejected.Inc(c.a.id)
+	c.a.events.Add(events.Event{Event: events.InboundRejected, PeerID: c.peerID, SessionID: c.sessionKey, MessageID: messageID, Detail: msg})
 	c.sendError(messageID, code, msg)
 }
 
@@ -380,7 +492,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	if !c.certAllows(f.PeerID) {
 		return
 	}
-	if requiresToken(a.cfg.Config) {
+	if identity.RequiresToken(a.cfg.Config) {
 		tok := c.headerToken
 		if tok == "" {
 			tok = f.Token
@@ -392,15 +504,15 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 		}
 	}
 	c.peerID, c.threadID, c.userID, c.deviceName = f.PeerID, f.ThreadID, f.UserID, f.DeviceName
-	c.sessionKey = SessionKey(a.id, a.cfg.AccountID, f.PeerID, f.ThreadID)
+	c.sessionKey = a.keyOf(a.id, a.cfg.AccountID, f.PeerID, f.ThreadID)
 	connected.SessionID = c.sessionKey
 	// The registry first: a new anonymous device past its bounds is
 	// refused before it is registered anywhere.
-	gen, err := a.rt.fleet.connected(c, f)
+	gen, err := c.registryConnected(f)
 	if err != nil {
 		c.peerID, c.threadID, c.userID, c.deviceName, c.sessionKey = "", "", "", "", ""
-		a.rt.metrics.rejected.Inc(a.id)
-		a.ch.events.Add(events.Event{Event: events.TerminalRefused, PeerID: f.PeerID, Detail: "connect refused: " + err.Error()})
+		a.m.Rejected.Inc(a.id)
+		a.events.Add(events.Event{Event: events.TerminalRefused, PeerID: f.PeerID, Detail: "connect refused: " + err.Error()})
 		c.sendError("", link.CodeRegistryFull, "connect refused for peer_id "+f.PeerID+": "+err.Error())
 		c.closeWith(websocket.CloseTryAgainLater, "device registry full")
 		return
@@ -421,13 +533,13 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	// device reads connected; the writer holds back replies and progress
 	// until connected is written, so none can overtake it.
 	if !a.register(c) {
-		a.rt.metrics.connections.Add(a.id, 1)
+		a.m.Connections.Add(a.id, 1)
 	}
-	a.rt.records.Connected(a.id, f.PeerID) // before connected: a cluster's replies find this edge
+	a.records.Connected(a.id, f.PeerID) // before connected: a cluster's replies find this edge
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
 	c.noticesOnConnect()
-	a.rt.metrics.connects.Inc(a.id)
-	a.ch.events.Add(events.Event{Event: events.TerminalConnected, PeerID: f.PeerID, SessionID: c.sessionKey,
+	a.m.Connects.Inc(a.id)
+	a.events.Add(events.Event{Event: events.TerminalConnected, PeerID: f.PeerID, SessionID: c.sessionKey,
 		Detail: fmt.Sprintf("device_name=%q capabilities=%v remote=%s", f.DeviceName, f.Capabilities, c.remote)})
 }
 
@@ -453,7 +565,7 @@ func (c *wsConn) handleMessage(f *link.Message) {
 			return
 		}
 		thread = f.ThreadID
-		key = SessionKey(a.id, a.cfg.AccountID, c.peerID, thread)
+		key = a.keyOf(a.id, a.cfg.AccountID, c.peerID, thread)
 	}
 	if !c.rate.take(time.Now()) {
 		c.reject(f.MessageID, link.CodeBusy, fmt.Sprintf("message %s not accepted: peer %s sends faster than %d messages a second (burst %d, ratePerPeer); send it again later",
@@ -471,18 +583,18 @@ func (c *wsConn) handleMessage(f *link.Message) {
 		SessionKey: key, MessageID: f.MessageID, Text: f.Text, Received: time.Now(), Capabilities: c.caps}
 	// The context is the adapter's, not the connection's: once the session
 	// log has the message, it is published even if the device has gone.
-	err := a.rt.AcceptInbound(a.stopCtx, in, func(res AcceptResult) {
+	err := a.accept.AcceptInbound(a.stopCtx, in, func(res record.Accepted) {
 		c.sendFrame(&link.Ack{MessageID: f.MessageID, SessionID: key, Accepted: true,
 			Duplicate: res.Duplicate, Pending: res.Pending, Reply: res.Reply})
 	})
 	switch {
-	case errors.Is(err, ErrBusy):
-		c.reject(f.MessageID, link.CodeBusy, "message "+f.MessageID+" not accepted: "+strings.TrimPrefix(err.Error(), ErrBusy.Error()+": ")+"; send it again later")
+	case errors.Is(err, record.ErrBusy):
+		c.reject(f.MessageID, link.CodeBusy, "message "+f.MessageID+" not accepted: "+strings.TrimPrefix(err.Error(), record.ErrBusy.Error()+": ")+"; send it again later")
 	case err != nil:
 		a.log.Error("message not accepted", "peer_id", c.peerID, "message_id", f.MessageID, "err", err)
 		c.reject(f.MessageID, "unavailable", "message "+f.MessageID+" was not accepted ("+err.Error()+"); send it again")
 	default:
-		a.rt.fleet.reg.MessageAccepted(a.id, c.peerID)
+		a.registry.MessageAccepted(a.id, c.peerID)
 	}
 }
 
@@ -501,13 +613,13 @@ func (c *wsConn) handleCancel(f *link.Cancel) {
 		c.reject(f.MessageID, link.CodeBadFrame, fmt.Sprintf("cancel: thread_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + -", f.ThreadID))
 		return
 	case f.ThreadID != "":
-		key = SessionKey(a.id, a.cfg.AccountID, c.peerID, f.ThreadID)
+		key = a.keyOf(a.id, a.cfg.AccountID, c.peerID, f.ThreadID)
 	default:
 		if k, ok := c.routes.lookup(f.MessageID); ok {
 			key = k
 		}
 	}
-	if !a.rt.records.Cancel(a.stopCtx, key, f.MessageID) {
+	if !a.records.Cancel(a.stopCtx, key, f.MessageID) {
 		c.reject(f.MessageID, link.CodeUnknownRun, "cancel: message "+f.MessageID+" is not queued or running in session "+key)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package wschannel
 
 import (
 	"container/list"
@@ -12,7 +12,7 @@ import (
 	"termlink/server/fdbudget"
 )
 
-// connGuard admits a TCP connection only while the process's descriptor
+// ConnGuard admits a TCP connection only while the process's descriptor
 // budget (fdbudget.Sockets) has room for it, so that the listener can
 // always accept and session files, agents and the write-ahead log always
 // find a descriptor: /healthz, the API and new devices stay reachable
@@ -28,7 +28,7 @@ import (
 // every connection is a device or a request in progress — the new
 // connection gets a plain HTTP 503 and is closed (its descriptor is one of
 // fdbudget.Base's).
-type connGuard struct {
+type ConnGuard struct {
 	fds *fdbudget.Pool
 
 	mu    sync.Mutex
@@ -38,14 +38,15 @@ type connGuard struct {
 	refus int64      // connections refused with 503
 }
 
-func newConnGuard(fds *fdbudget.Pool) *connGuard {
-	return &connGuard{fds: fds, idle: list.New()}
+// NewConnGuard guards connections with fds, the budget's Sockets pool.
+func NewConnGuard(fds *fdbudget.Pool) *ConnGuard {
+	return &ConnGuard{fds: fds, idle: list.New()}
 }
 
 // guardedConn is a counted connection; Close uncounts it once.
 type guardedConn struct {
 	net.Conn
-	g    *connGuard
+	g    *ConnGuard
 	once sync.Once
 	elem *list.Element // in g.idle while idle; guarded by g.mu
 }
@@ -66,13 +67,13 @@ func (c *guardedConn) Close() error {
 }
 
 // Listener wraps ln so that every accepted connection is counted.
-func (g *connGuard) Listener(ln net.Listener) net.Listener {
+func (g *ConnGuard) Listener(ln net.Listener) net.Listener {
 	return &guardedListener{Listener: ln, g: g}
 }
 
 type guardedListener struct {
 	net.Listener
-	g *connGuard
+	g *ConnGuard
 }
 
 // busyResponse answers a connection that finds the server at its limit.
@@ -100,7 +101,7 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 
 // admit counts c if the budget has a descriptor for it, closing the
 // connection idle the longest to make room if needed; nil: refused.
-func (g *connGuard) admit(c net.Conn) *guardedConn {
+func (g *ConnGuard) admit(c net.Conn) *guardedConn {
 	for {
 		if g.fds.TryAcquire(1) {
 			gc := &guardedConn{Conn: c, g: g}
@@ -128,7 +129,7 @@ func (g *connGuard) admit(c net.Conn) *guardedConn {
 }
 
 // ConnState is http.Server's hook: it tracks which connections are idle.
-func (g *connGuard) ConnState(c net.Conn, state http.ConnState) {
+func (g *ConnGuard) ConnState(c net.Conn, state http.ConnState) {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
@@ -149,7 +150,7 @@ func (g *connGuard) ConnState(c net.Conn, state http.ConnState) {
 
 // stats reports open connections, idle ones, and the counts of idle
 // connections shed and connections refused since start.
-func (g *connGuard) stats() (open, idle int, shed, refused int64) {
+func (g *ConnGuard) stats() (open, idle int, shed, refused int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.open, g.idle.Len(), g.shed, g.refus

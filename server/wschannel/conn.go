@@ -1,4 +1,4 @@
-package server
+package wschannel
 
 import (
 	"bufio"
@@ -44,7 +44,7 @@ import (
 //     silently for a reconnect would leave it stuck.
 //   - latest: progress, one slot per message, the latest text wins; it is
 //     never queued beyond that and never counts toward dropping.
-//   - notices: pushed by the mailbox side (notices_conn.go), like replies;
+//   - notices: pushed by the mailbox side (notices.go), like replies;
 //     at most the peer's mailbox bound, since each is an open notice
 //     queued once. The writer never calls a store.
 //
@@ -61,7 +61,7 @@ type wsConn struct {
 	nc          *flushConn
 	remote      string
 	headerToken string
-	cert        certIdentity // the client certificate's (mtls.go); zero without mutual TLS
+	cert        certIdentity // the client certificate's (identity.go); zero without mutual TLS
 	opened      time.Time
 
 	// Set by the reader at connect, before register publishes c.
@@ -92,8 +92,8 @@ type wsConn struct {
 	owed       []string
 	latest     map[string][]byte
 	order      []string      // message ids in latest, oldest first
-	notices    [][]byte      // encoded notice frames (notices_conn.go)
-	noticeSeq  uint64        // the last notice queued here (notices_conn.go)
+	notices    [][]byte      // encoded notice frames (notices.go)
+	noticeSeq  uint64        // the last notice queued here (notices.go)
 	closeFrame []byte        // due once what is queued is written
 	cause      string        // why the server ended it (the first reason wins)
 	writerDone chan struct{} // non-nil while a writer runs; closed when it returns
@@ -211,7 +211,7 @@ func (c *wsConn) start() {
 // needs more runs elsewhere.
 func (c *wsConn) serve() {
 	defer c.a.wg.Done()
-	defer c.a.rt.metrics.websockets.Add("", -1)
+	defer c.a.m.WebSockets.Add("", -1)
 	for {
 		if c.br.Buffered() == 0 {
 			_, c.waitErr = c.br.Peek(1) // gorilla reads what this buffers
@@ -376,17 +376,17 @@ func (c *wsConn) finish(reason string) {
 	}
 	live := a.unregister(c)
 	if live && c.peerID != "" {
-		a.rt.records.Disconnected(a.id, c.peerID)
+		a.records.Disconnected(a.id, c.peerID)
 	}
 	switch {
 	case c.peerID != "":
 		if live {
-			a.rt.metrics.connections.Add(a.id, -1)
+			a.m.Connections.Add(a.id, -1)
 		}
-		a.ch.events.Add(events.Event{Event: events.TerminalDisconnected, PeerID: c.peerID, SessionID: c.sessionKey, Detail: reason})
-		a.rt.fleet.reg.Disconnected(a.id, c.peerID, c.regGen) // no-op if a newer connection took over
+		a.events.Add(events.Event{Event: events.TerminalDisconnected, PeerID: c.peerID, SessionID: c.sessionKey, Detail: reason})
+		a.registry.Disconnected(a.id, c.peerID, c.regGen) // no-op if a newer connection took over
 	case serverClosed: // never connected, closed by us: say why
-		a.ch.events.Add(events.Event{Event: events.TerminalDisconnected, Detail: reason + " (remote " + c.remote + ")"})
+		a.events.Add(events.Event{Event: events.TerminalDisconnected, Detail: reason + " (remote " + c.remote + ")"})
 	}
 	a.log.Debug("terminal disconnected", "peer_id", c.peerID, "remote", c.remote, "reason", reason)
 }
@@ -408,7 +408,7 @@ func (c *wsConn) enqueue(f outFrame) bool {
 		}
 		c.mu.Unlock()
 		if !paused {
-			c.a.rt.metrics.paused.Inc(c.a.id)
+			c.a.m.Paused.Inc(c.a.id)
 		}
 		<-c.space // the writer is running: it took frames or stopped
 	}
@@ -453,7 +453,7 @@ func (c *wsConn) offerReply(messageID string, b []byte) bool {
 		c.startWriterLocked()
 		return true
 	}
-	c.a.rt.metrics.deferred.Inc(c.a.id)
+	c.a.m.Deferred.Inc(c.a.id)
 	if len(c.owed) == 0 {
 		c.a.log.Warn("reply queue full; the device is told to resend the messages to get their replies",
 			"peer_id", c.peerID, "message_id", messageID, "queue", c.maxReplies)
@@ -648,7 +648,7 @@ func (c *wsConn) fail(err error) {
 	cause := "write failed: " + err.Error()
 	if errors.Is(err, errStalled) {
 		cause = "client too slow, dropped: " + err.Error()
-		c.a.rt.metrics.dropped.Inc(c.a.id)
+		c.a.m.Dropped.Inc(c.a.id)
 		c.a.log.Warn("dropping terminal connection", "remote", c.remote, "cause", cause)
 	}
 	c.mu.Lock()

@@ -1,0 +1,35 @@
+// Package wschannel is the terminal WebSocket channel adapter of
+// shared/spec/terminal-websocket-channel.md: for one channel it upgrades
+// GET /api/channels/{channel_id}/ws, owns each device connection (its
+// reader, its writer and their queues, the connect handshake, message,
+// cancel, ping, notice_ack and screen frames, the per-peer rate, the
+// close codes) and sends replies, progress and notices down it.
+//
+// New builds a channel's adapter from what it uses, given at
+// construction as small interfaces (Deps): the accept path (Accepter:
+// the runtime's AcceptInbound, through the store of record), the store's
+// Connected/Disconnected/Cancel (Records), the device registry
+// (Registry), the notice mailboxes (Mailboxes), the channel's token
+// bindings and client certificate auth (package identity), its event
+// log, the adapters' Metrics (one set the server registers and shares)
+// and a logger. It never calls a runner or a store's write path itself:
+// a message goes to Accepter, a reply comes back through Adapter.Send.
+//
+// The server holds each channel's adapter as an Adapter: the
+// dispatcher's Send, /api/status's ConnectedPeers, Close at shutdown,
+// ServeUpgrade for the route, ReplaceElsewhere for a cluster edge,
+// PushNotices for the mailboxes and ReloadClientAuth for the mutual TLS
+// reload. The concrete type is the package's own.
+//
+// A connection's writer has one state (open, greeted, closing, closed;
+// conn.go): replies, progress and notices are pushed into its queues,
+// and it writes them in corked batches over a flushConn, whose write
+// deadline bounds a stall, not a write (a device that reads slowly is
+// never dropped, one that stopped reading is). StallListener gives a TLS
+// listener's sockets the same meaning below the TLS layer.
+//
+// ConnGuard is the listener's side: it keeps open TCP connections
+// within the descriptor budget (package fdbudget), shedding the longest
+// idle keep-alive or answering 503; termserver's Serve wraps its
+// listener in it.
+package wschannel
