@@ -22,7 +22,7 @@
 // (issue 25: a code requested through one edge approved on another, a
 // token bound on one edge known to the other) is another implementation
 // beside the local ones, not an edit of the routes or of the server: the
-// decision on a connect is a pure function (decide) a second store of
+// decision on a connect is a pure function (Decide) a second store of
 // bindings calls as LocalBindings does, and a store of codes answers in
 // the package's own terms (PollResult, NotPendingError, ...). The
 // per-network rate limits stay with each Service (an edge limits what
