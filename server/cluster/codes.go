@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,7 +65,7 @@ type codeRecord struct {
 
 func (r *codeRecord) approving(now time.Time) bool { return now.Before(r.Approving) }
 
-// CodesOptions configure OpenCodes.
+// CodesOptions configure Node.Codes.
 type CodesOptions struct {
 	// MaxPending and MaxPendingPerNet: 0 is identity's (tests take fewer).
 	MaxPending, MaxPendingPerNet int
@@ -77,34 +78,58 @@ type CodesOptions struct {
 // another node wrote first.
 type Codes struct {
 	n             *Node
-	kv, dropped   jetstream.KeyValue
 	total, perNet int
 	log           *slog.Logger
+
+	mu          sync.Mutex
+	kv, dropped jetstream.KeyValue // nil until open succeeds
 }
 
 var _ identity.Codes = (*Codes)(nil)
 
-// OpenCodes returns the cluster's pending codes, creating the buckets if
-// this is the first node to ask.
-func (n *Node) OpenCodes(ctx context.Context, opt CodesOptions) (*Codes, error) {
-	kv, err := n.identityBucket(ctx, jetstream.KeyValueConfig{Bucket: CodesBucket,
-		Description: "termlink: pending pairing codes", TTL: codesMaxAge, Storage: jetstream.MemoryStorage})
-	if err != nil {
-		return nil, err
-	}
-	dropped, err := n.identityBucket(ctx, jetstream.KeyValueConfig{Bucket: DroppedBucket,
-		Description: "termlink: pairing codes dropped lately, and why", TTL: droppedMaxAge, MaxBytes: droppedMaxBytes, Storage: jetstream.MemoryStorage})
-	if err != nil {
-		return nil, err
-	}
-	c := &Codes{n: n, kv: kv, dropped: dropped, total: opt.MaxPending, perNet: opt.MaxPendingPerNet, log: n.log}
+// Codes returns the cluster's pending codes. Their buckets are created
+// (if this is the first node to ask) by Open, or by the first call that
+// needs them.
+func (n *Node) Codes(opt CodesOptions) *Codes {
+	c := &Codes{n: n, total: opt.MaxPending, perNet: opt.MaxPendingPerNet, log: n.log}
 	if c.total <= 0 {
 		c.total = identity.MaxPending
 	}
 	if c.perNet <= 0 {
 		c.perNet = identity.MaxPendingPerNet
 	}
-	return c, nil
+	return c
+}
+
+// Open creates or updates the buckets.
+func (c *Codes) Open(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kv != nil {
+		return nil
+	}
+	kv, err := c.n.identityBucket(ctx, jetstream.KeyValueConfig{Bucket: CodesBucket,
+		Description: "termlink: pending pairing codes", TTL: codesMaxAge, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		return err
+	}
+	dropped, err := c.n.identityBucket(ctx, jetstream.KeyValueConfig{Bucket: DroppedBucket,
+		Description: "termlink: pairing codes dropped lately, and why", TTL: droppedMaxAge, MaxBytes: droppedMaxBytes, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		return err
+	}
+	c.kv, c.dropped = kv, dropped
+	return nil
+}
+
+// opCtx is one call's context, and the buckets open.
+func (c *Codes) opCtx() (context.Context, context.CancelFunc, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	if err := c.Open(ctx); err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return ctx, cancel, nil
 }
 
 func codeKey(code string) string        { return "p." + code }
@@ -117,10 +142,6 @@ func validCode(code string) bool {
 		}
 	}
 	return code != ""
-}
-
-func opCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), opTimeout)
 }
 
 // get reads code's record; rev 0: none.
@@ -207,7 +228,10 @@ func (c *Codes) sweep(ctx context.Context, now time.Time) ([]codeEntry, error) {
 // first: a Start that another node's Start overtook undoes its code and
 // decides again.
 func (c *Codes) Start(p identity.Pending, now time.Time) (string, *identity.Pending, error) {
-	ctx, cancel := opCtx()
+	ctx, cancel, err := c.opCtx()
+	if err != nil {
+		return "", nil, err
+	}
 	defer cancel()
 	var evicted *identity.Pending
 	for range codeTries {
@@ -294,7 +318,11 @@ func (c *Codes) undoStart(ctx context.Context, rec *codeRecord) {
 // over. A poll that cannot reach the store answers "waiting" (the device
 // polls again).
 func (c *Codes) Poll(channelID string, device config.Digest, now time.Time) identity.PollResult {
-	ctx, cancel := opCtx()
+	ctx, cancel, err := c.opCtx()
+	if err != nil {
+		c.log.Warn("cluster: a device's poll of its pairing code not answered from the store; told to wait", "channel_id", channelID, "err", err)
+		return identity.PollResult{Outcome: identity.PollWaiting}
+	}
 	defer cancel()
 	unknown := func() identity.PollResult {
 		if why, gone := c.droppedWhy(ctx, deviceKey(device)); gone {
@@ -348,7 +376,11 @@ func (c *Codes) Poll(channelID string, device config.Digest, now time.Time) iden
 
 // List implements identity.Codes.
 func (c *Codes) List(now time.Time) []identity.Pending {
-	ctx, cancel := opCtx()
+	ctx, cancel, err := c.opCtx()
+	if err != nil {
+		c.log.Error("cluster: listing the pairing codes", "err", err)
+		return nil
+	}
 	defer cancel()
 	for range codeTries {
 		live, err := c.sweep(ctx, now)
@@ -419,7 +451,10 @@ func (c *Codes) pending(ctx context.Context, code string, now time.Time) (*codeR
 // both bind a token for it; then the approval is written over whatever
 // polls changed meanwhile.
 func (c *Codes) Approve(code string, now time.Time, approve func(identity.Pending) (identity.Approval, error)) (identity.Pending, error) {
-	ctx, cancel := opCtx()
+	ctx, cancel, err := c.opCtx()
+	if err != nil {
+		return identity.Pending{}, err
+	}
 	defer cancel()
 	var r *codeRecord
 	for try := 0; ; try++ {
@@ -467,7 +502,10 @@ func (c *Codes) Approve(code string, now time.Time, approve func(identity.Pendin
 
 // Deny implements identity.Codes.
 func (c *Codes) Deny(code string, now time.Time) (identity.Pending, error) {
-	ctx, cancel := opCtx()
+	ctx, cancel, err := c.opCtx()
+	if err != nil {
+		return identity.Pending{}, err
+	}
 	defer cancel()
 	for range codeTries {
 		r, rev, err := c.pending(ctx, code, now)

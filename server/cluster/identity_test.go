@@ -41,8 +41,8 @@ func openBindings(t *testing.T, n *Node, channel string) *Bindings {
 
 func openCodes(t *testing.T, n *Node, opt CodesOptions) *Codes {
 	t.Helper()
-	c, err := n.OpenCodes(context.Background(), opt)
-	if err != nil {
+	c := n.Codes(opt)
+	if err := c.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return c
