@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"termlink/server/cluster"
@@ -25,6 +27,10 @@ const identityOpenWait = 30 * time.Second
 // dir/<channelID>.json (dir is the workspace's credentials directory).
 func openBindings(rt *Runtime, dir, channelID string, noSync bool, log *slog.Logger) (identity.Bindings, error) {
 	if cs, ok := rt.records.(*cluster.Store); ok {
+		if _, err := os.Stat(filepath.Join(dir, channelID+".json")); err == nil {
+			log.Warn("cluster mode: the workspace's device bindings are not read; the cluster's are (KV "+cluster.BindingsBucket+"): first-use tokens bind again, enrolled devices enroll again",
+				"channel_id", channelID, "file", filepath.Join(dir, channelID+".json"))
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), identityOpenWait)
 		defer cancel()
 		return cs.Node().OpenBindings(ctx, channelID)
