@@ -1,8 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,9 +23,17 @@ import (
 func TestIdentityStoreBindingsByMode(t *testing.T) {
 	ts, _ := startClusterServer(t, newCountingRunner(false), nil, nil)
 	dir := t.TempDir()
-	b, err := openBindings(ts.rt, dir, "terminal-dev", true, ts.log)
+	left := filepath.Join(dir, "terminal-dev.json") // a single server's, before the cluster
+	if err := os.WriteFile(left, []byte(`{"version":1,"bindings":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	b, err := openBindings(ts.rt, dir, "terminal-dev", true, slog.New(slog.NewTextHandler(&logged, nil)))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(logged.String(), "not read") || !strings.Contains(logged.String(), left) {
+		t.Errorf("the workspace's bindings file is not named in a warning: %s", logged.String())
 	}
 	if err := b.Enroll(config.DigestOf("tl_a"), identity.Binding{PeerID: "kiosk", Source: identity.BindEnrolled, BoundAt: time.Now()}); err != nil {
 		t.Fatal(err)
@@ -33,8 +45,8 @@ func TestIdentityStoreBindingsByMode(t *testing.T) {
 	if !other.Known(config.DigestOf("tl_a")) {
 		t.Fatal("a binding made on this node is unknown to the cluster's bucket")
 	}
-	if files, _ := os.ReadDir(dir); len(files) != 0 {
-		t.Fatalf("cluster mode wrote to the workspace: %v", files)
+	if raw, _ := os.ReadFile(left); string(raw) != `{"version":1,"bindings":[]}` {
+		t.Fatalf("cluster mode wrote to the workspace: %s", raw)
 	}
 	if _, ok := openCodes(ts.rt, ts.log).(*cluster.Codes); !ok {
 		t.Fatal("cluster mode: the pairing codes are not the cluster's")
