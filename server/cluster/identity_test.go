@@ -97,20 +97,14 @@ func TestBindingsRaceAcrossNodes(t *testing.T) {
 func TestBindingsEnrollAndResetAcrossNodes(t *testing.T) {
 	url := startJetStream(t)
 	a, b := openBindings(t, openNode(t, url, "edge-a"), "ch"), openBindings(t, openNode(t, url, "edge-b"), "ch")
-	var wg sync.WaitGroup
 	errs := make([]error, 8)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			h := a
-			if i%2 == 1 {
-				h = b
-			}
-			errs[i] = h.Enroll(config.DigestOf("tok-"+string(rune('a'+i))), identity.Binding{PeerID: "kiosk", Source: identity.BindEnrolled, BoundAt: time.Now()})
-		}()
-	}
-	wg.Wait()
+	atOnce(len(errs), func(i int) {
+		h := a
+		if i%2 == 1 {
+			h = b
+		}
+		errs[i] = h.Enroll(config.DigestOf("tok-"+string(rune('a'+i))), identity.Binding{PeerID: "kiosk", Source: identity.BindEnrolled, BoundAt: time.Now()})
+	})
 	won := -1
 	for i, err := range errs {
 		if err == nil {
@@ -219,34 +213,23 @@ func TestCodesAcrossNodes(t *testing.T) {
 	code3 := identitytest.MustStart(t, a, identitytest.PendingFrom("dev-3", "192.0.2.3:1", now), now)
 	var mu sync.Mutex
 	bound := 0
-	var wg sync.WaitGroup
-	for _, c := range []*Codes{a, b, a, b} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = c.Approve(code3, now, func(identity.Pending) (identity.Approval, error) {
-				mu.Lock()
-				bound++
-				mu.Unlock()
-				time.Sleep(20 * time.Millisecond) // the binding's writes
-				return identity.Approval{PeerID: "p3", Token: "tl_3"}, nil
-			})
-		}()
-	}
-	wg.Wait()
+	atOnce(4, func(i int) {
+		_, _ = []*Codes{a, b}[i%2].Approve(code3, now, func(identity.Pending) (identity.Approval, error) {
+			mu.Lock()
+			bound++
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond) // the binding's writes
+			return identity.Approval{PeerID: "p3", Token: "tl_3"}, nil
+		})
+	})
 	if bound != 1 {
 		t.Fatalf("approve ran %d times for one code, want 1", bound)
 	}
 	// Its device polls through both edges at once: one poll gets the token.
 	tokens := make(chan identity.PollResult, 8)
-	for i := range cap(tokens) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tokens <- []*Codes{a, b}[i%2].Poll("ch", config.DigestOf("dev-3"), now.Add(10*time.Second))
-		}()
-	}
-	wg.Wait()
+	atOnce(cap(tokens), func(i int) {
+		tokens <- []*Codes{a, b}[i%2].Poll("ch", config.DigestOf("dev-3"), now.Add(10*time.Second))
+	})
 	close(tokens)
 	got := 0
 	for r := range tokens {
@@ -269,16 +252,10 @@ func TestCodesCapAcrossNodes(t *testing.T) {
 	opt := CodesOptions{MaxPending: 40, MaxPendingPerNet: 4}
 	nodes := []*Codes{openCodes(t, openNode(t, url, "edge-a"), opt), openCodes(t, openNode(t, url, "edge-b"), opt)}
 	now := time.Now()
-	var wg sync.WaitGroup
 	errs := make([]error, 8)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _, errs[i] = nodes[i%2].Start(identitytest.PendingFrom("dev-"+string(rune('a'+i)), "192.0.2.9:1", now), now)
-		}()
-	}
-	wg.Wait()
+	atOnce(len(errs), func(i int) {
+		_, _, errs[i] = nodes[i%2].Start(identitytest.PendingFrom("dev-"+string(rune('a'+i)), "192.0.2.9:1", now), now)
+	})
 	issued := 0
 	for _, err := range errs {
 		if err == nil {
@@ -288,4 +265,17 @@ func TestCodesCapAcrossNodes(t *testing.T) {
 	if issued != 4 || len(nodes[0].List(now)) != 4 {
 		t.Fatalf("%d issued, %d listed; want 4 (errors %v)", issued, len(nodes[0].List(now)), errs)
 	}
+}
+
+// atOnce runs fn(0..n-1) on n goroutines and waits for them all.
+func atOnce(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(i)
+		}()
+	}
+	wg.Wait()
 }
