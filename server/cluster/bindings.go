@@ -188,7 +188,9 @@ func (b *Bindings) read(ctx context.Context, peer string, d config.Digest) (s bi
 	}
 	s.digestPeer, s.digestRev = string(owner), rev
 	if s.digestPeer == peer {
-		s.byDigest = s.byPeer()
+		if bp := s.byPeer(); bp != nil && bp.Digest == hex.EncodeToString(d[:]) {
+			s.byDigest = bp
+		}
 		return s, nil
 	}
 	other, _, whole, err := b.readPeer(ctx, s.digestPeer)

@@ -134,7 +134,7 @@ func TestBindingsEnrollAndResetAcrossNodes(t *testing.T) {
 
 // A half-written binding (a binder that died between its two writes)
 // binds nothing: it holds the peer while young, and is replaced once
-// older than bindingSettle.
+// older than bindingSettle; a token's key left by a reset binds nothing.
 func TestBindingsHalfWritten(t *testing.T) {
 	url := startJetStream(t)
 	b := openBindings(t, openNode(t, url, "edge-a"), "ch")
@@ -164,6 +164,14 @@ func TestBindingsHalfWritten(t *testing.T) {
 	}
 	if l := b.List(); len(l) != 1 || l[0].Digest != hexOf(config.DigestOf("lab-two")) {
 		t.Fatalf("after: %+v", l)
+	}
+	// A token's key naming a peer that does not name it back (a reset
+	// that died between its two deletes) binds nothing either.
+	if _, err := b.kv.Put(ctx, b.digestKey(config.DigestOf("lab-one")), []byte("ghost")); err != nil {
+		t.Fatal(err)
+	}
+	if d := b.Authorize(tokens, "q", "lab-one", ""); !d.OK || !d.Bound {
+		t.Fatalf("a token whose key is debris: %+v", d)
 	}
 }
 
