@@ -32,4 +32,10 @@
 // the deliveries its Tickets hold; an edge's Waits (edge.go) is its book
 // of messages acked and not answered yet. Package server's cluster glue
 // runs the messages and talks to the devices.
+//
+// Device identity is shared too (bindings.go, codes.go): Bindings
+// (identity.Bindings, KV termlink_bindings) and Codes (identity.Codes, KV
+// termlink_codes and termlink_codes_dropped) decide by package identity's
+// rules and write with compare-and-set; the server opens them on the
+// store's Node (server/identity_store.go).
 package cluster

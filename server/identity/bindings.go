@@ -64,7 +64,7 @@ type Bindings interface {
 	// by the config).
 	Known(d config.Digest) bool
 	// Authorize decides whether a connection presenting token may be
-	// peerID (decide), and binds a list token not yet bound to peerID
+	// peerID (Decide), and binds a list token not yet bound to peerID
 	// at once: two connects never bind one token to two peers.
 	Authorize(tokens config.Tokens, peerID, token, remote string) Decision
 	// Enroll binds an enrolled token to b.PeerID unless the peer already
@@ -107,15 +107,16 @@ func (d Decision) Apply(f *link.Connect) {
 	}
 }
 
-// decide is the decision on a connect presenting a token of digest d as
+// Decide is the decision on a connect presenting a token of digest d as
 // peerID, given what the store holds for the peer (byPeer) and for the
-// token (byDigest), either nil. In order: a peer named exactly in the
+// token (byDigest), either nil. Every Bindings calls it, so the rules are
+// the same on every store. In order: a peer named exactly in the
 // config takes only its own token (the config wins over what the server
 // learnt); a peer with a learnt binding (first use or enrolled) only its
 // token; a token bound elsewhere (learnt or exact) is refused for any
 // other peer; then a matching glob; then a list token not yet bound,
 // which the store binds to peerID (bind true).
-func decide(tokens config.Tokens, peerID string, d config.Digest, byPeer, byDigest *Binding) (res Decision, bind bool) {
+func Decide(tokens config.Tokens, peerID string, d config.Digest, byPeer, byDigest *Binding) (res Decision, bind bool) {
 	if want, ok := tokens.Exact(peerID); ok {
 		if subtle.ConstantTimeCompare(want[:], d[:]) == 1 {
 			return Decision{OK: true}, false
@@ -147,11 +148,11 @@ func decide(tokens config.Tokens, peerID string, d config.Digest, byPeer, byDige
 	return Decision{Why: "the token is not valid for this peer_id"}, false
 }
 
-// noToken is the decision on a connect without a token.
-var noToken = Decision{Why: "no token: send Authorization: Bearer <token> or token in the connect frame"}
+// NoToken is the decision on a connect without a token.
+var NoToken = Decision{Why: "no token: send Authorization: Bearer <token> or token in the connect frame"}
 
-// bindFailed is the decision when a first-use binding could not be kept.
-var bindFailed = Decision{Why: "the server could not record the token's binding to this peer_id; try again later"}
+// BindFailed is the decision when a first-use binding could not be kept.
+var BindFailed = Decision{Why: "the server could not record the token's binding to this peer_id; try again later"}
 
 // stale reports whether b is a first-use binding whose token is no
 // longer in the config's list.
@@ -311,23 +312,23 @@ func (cs *LocalBindings) List() []Binding {
 	return out
 }
 
-// Authorize implements Bindings: decide under the store's lock, and a
+// Authorize implements Bindings: Decide under the store's lock, and a
 // first-use binding written before the answer.
 func (cs *LocalBindings) Authorize(tokens config.Tokens, peerID, token, remote string) Decision {
 	if token == "" {
-		return noToken
+		return NoToken
 	}
 	d := config.DigestOf(token)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	res, bind := decide(tokens, peerID, d, cs.byPeer[peerID], cs.byDigest[d])
+	res, bind := Decide(tokens, peerID, d, cs.byPeer[peerID], cs.byDigest[d])
 	if !bind {
 		return res
 	}
 	b := &Binding{PeerID: peerID, Source: BindFirstUse, BoundAt: time.Now().UTC(), Remote: remote}
 	if err := cs.addLocked(d, b); err != nil {
 		cs.log.Error("binding a token to its first peer not kept", "peer_id", peerID, "err", err)
-		return bindFailed
+		return BindFailed
 	}
 	return res
 }

@@ -3,6 +3,8 @@ package identity
 import (
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"net/netip"
 	"sync"
 	"time"
@@ -39,6 +41,33 @@ type Pending struct {
 
 // idleAfter is how long p may go unpolled before it is dropped.
 func (p *Pending) idleAfter() time.Duration { return IdlePolls * p.Interval }
+
+// DropDue reports whether p is to be dropped at now, and why: expired,
+// or unapproved and not polled for IdlePolls intervals (an approved code
+// waits for its device until it expires: its token is bound already).
+// Every Codes sweeps by it.
+func (p *Pending) DropDue(now time.Time) (Drop, bool) {
+	switch {
+	case now.After(p.Expiry):
+		return DropExpired, true
+	case !p.Approved && now.Sub(p.LastPoll) > p.idleAfter():
+		return DropAbandoned, true
+	}
+	return 0, false
+}
+
+// NotePoll records a poll at now; fast is a poll sooner than half the
+// interval after the last one (RFC 8628 section 3.5: the caller answers
+// slow_down, SlowDown, unless the code is approved).
+func (p *Pending) NotePoll(now time.Time) (fast bool, since time.Duration) {
+	since = now.Sub(p.LastPoll)
+	fast = p.Polled && since < p.Interval/2
+	p.LastPoll, p.Polled = now, true
+	return fast, since
+}
+
+// SlowDown grows p's interval after a fast poll.
+func (p *Pending) SlowDown() { p.Interval += slowDownStep }
 
 // Drop is why a code left before its device collected its token.
 type Drop int
@@ -162,11 +191,8 @@ func NewLocalCodes() *LocalCodes {
 // expires: its token is bound already.)
 func (e *LocalCodes) sweepLocked(now time.Time) {
 	for _, p := range e.byCode {
-		switch {
-		case now.After(p.Expiry):
-			e.dropLocked(p, DropExpired)
-		case !p.Approved && now.Sub(p.LastPoll) > p.idleAfter():
-			e.dropLocked(p, DropAbandoned)
+		if why, due := p.DropDue(now); due {
+			e.dropLocked(p, why)
 		}
 	}
 }
@@ -201,18 +227,19 @@ func (e *LocalCodes) dropLocked(p *Pending, why Drop) {
 	e.dropped[p.DeviceDigest], e.droppedCodes[p.Code] = why, why
 }
 
-// evictableLocked returns the code to drop so that network may have one
-// while all MaxPending are taken: the oldest unapproved code of the
-// network holding the most, if that is more than network holds; else nil.
-func (e *LocalCodes) evictableLocked(network netip.Prefix) *Pending {
-	mine := e.perNet[network]
+// Victim returns the code to drop so that network may have one while
+// all MaxPending are taken: the oldest unapproved code of the network
+// holding the most, if that is more than network holds; else nil.
+// perNet counts the pending codes by network. Every Codes evicts by it.
+func Victim(pending iter.Seq[*Pending], perNet map[netip.Prefix]int, network netip.Prefix) *Pending {
+	mine := perNet[network]
 	var victim *Pending
-	for _, p := range e.byCode {
-		n := e.perNet[p.Network]
+	for p := range pending {
+		n := perNet[p.Network]
 		if p.Approved || n <= mine {
 			continue
 		}
-		if victim == nil || n > e.perNet[victim.Network] || n == e.perNet[victim.Network] && p.Requested.Before(victim.Requested) {
+		if victim == nil || n > perNet[victim.Network] || n == perNet[victim.Network] && p.Requested.Before(victim.Requested) {
 			victim = p
 		}
 	}
@@ -229,7 +256,7 @@ func (e *LocalCodes) Start(p Pending, now time.Time) (string, *Pending, error) {
 	}
 	var evicted *Pending
 	if len(e.byCode) >= MaxPending {
-		victim := e.evictableLocked(p.Network)
+		victim := Victim(maps.Values(e.byCode), e.perNet, p.Network)
 		if victim == nil {
 			return "", nil, ErrFull
 		}
@@ -261,9 +288,7 @@ func (e *LocalCodes) Poll(channelID string, device config.Digest, now time.Time)
 		}
 		return PollResult{Outcome: PollUnknown}
 	}
-	since := now.Sub(p.LastPoll)
-	fast := p.Polled && since < p.Interval/2
-	p.LastPoll, p.Polled = now, true
+	fast, since := p.NotePoll(now)
 	switch {
 	case p.Approved:
 		e.dropLocked(p, DropCollected) // single use: the token is handed over once
@@ -271,7 +296,7 @@ func (e *LocalCodes) Poll(channelID string, device config.Digest, now time.Time)
 		p.Token = ""
 		return res
 	case fast: // this code's own limit (RFC 8628 section 3.5)
-		p.Interval += slowDownStep
+		p.SlowDown()
 		return PollResult{Outcome: PollSlowDown, Pending: *p, Since: since}
 	}
 	return PollResult{Outcome: PollWaiting, Pending: *p}

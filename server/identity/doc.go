@@ -18,15 +18,16 @@
 //     the operator's list/approve/deny, each reading its body with
 //     httpapi.Decode, the API's one body policy.
 //
-// Bindings and Codes are interfaces so that a JetStream implementation
-// (issue 25: a code requested through one edge approved on another, a
-// token bound on one edge known to the other) is another implementation
-// beside the local ones, not an edit of the routes or of the server: the
-// decision on a connect is a pure function (decide) a second store of
-// bindings calls as LocalBindings does, and a store of codes answers in
-// the package's own terms (PollResult, NotPendingError, ...). The
-// per-network rate limits stay with each Service (an edge limits what
-// reaches it).
+// Bindings and Codes are interfaces: package cluster implements both on
+// JetStream (issue 25: a code asked for through one edge is approved on
+// another, a token bound on one edge holds on every edge), beside the
+// local ones, without an edit of the routes. The rules stay here, as pure
+// functions every store calls: Decide (a connect), Pending.DropDue (when
+// a code leaves), Pending.NotePoll and SlowDown (a poll), Victim (who is
+// evicted at the cap); a store answers in the package's own terms
+// (PollResult, NotPendingError, ...). identitytest is the contract every
+// store passes. The per-network rate limits stay with each Service (an
+// edge limits what reaches it).
 //
 // The server's root package builds a Service over its channels (New),
 // registers its routes on the mux behind its guard, and calls

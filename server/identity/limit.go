@@ -11,6 +11,10 @@ import (
 // maxNetBuckets is how many source networks a netLimiter tracks.
 const maxNetBuckets = 10000
 
+// SourceNet is the network a remote address is limited by (sourceNet),
+// for another Codes and its tests.
+func SourceNet(remote string) netip.Prefix { return sourceNet(remote) }
+
 // sourceNet is the network a remote address ("ip:port") is limited by:
 // its IPv4 /24 or IPv6 /64 (an IPv4-mapped IPv6 address counts as IPv4,
 // a zone is ignored). An address that does not parse gives the invalid

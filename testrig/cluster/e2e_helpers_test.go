@@ -61,6 +61,7 @@ type clusterOpts struct {
 	agent          cluster.Agent
 	cluster        map[string]any // more keys of the cluster block
 	concurrent     bool           // start the termserver nodes at the same time
+	channel        map[string]any // keys of the channel's config block
 }
 
 // startCluster starts the NATS cluster, then the termserver nodes one
@@ -87,7 +88,7 @@ func startCluster(t *testing.T, o clusterOpts) *testCluster {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	for i, s := range specs {
-		s.NATS, s.Partitions, s.Replicas, s.Agent, s.Cluster = tc.nats.URLs(), 8, 3, o.agent, extra
+		s.NATS, s.Partitions, s.Replicas, s.Agent, s.Cluster, s.ChannelConfig = tc.nats.URLs(), 8, 3, o.agent, extra, o.channel
 		s.Dir = filepath.Join(dir, s.Name)
 		start := func() { servers[i], errs[i] = cluster.StartServer(ctx, termserverBin, s) }
 		if o.concurrent {

@@ -43,6 +43,9 @@ type NodeSpec struct {
 	// leaseSeconds, duplicateWindowSeconds, dedupeHours, credentials,
 	// tls), as they go in the JSON.
 	Cluster map[string]any
+	// ChannelConfig holds keys of the channel's config block (tokens,
+	// enrollment), as they go in the JSON.
+	ChannelConfig map[string]any
 	// Dir holds the node's config, workspace and log (required).
 	Dir string
 }
@@ -75,14 +78,16 @@ func (s NodeSpec) ConfigJSON() ([]byte, error) {
 	for k, v := range s.Cluster {
 		cl[k] = v
 	}
+	ch := map[string]any{"kind": "terminal", "mode": "websocket", "accountId": "local", "agent": "agent"}
+	if len(s.ChannelConfig) > 0 {
+		ch["config"] = s.ChannelConfig
+	}
 	cfg := map[string]any{
 		"listen":    "127.0.0.1:0",
 		"workspace": filepath.Join(s.Dir, "workspace"),
-		"channels": map[string]any{Channel: map[string]any{
-			"kind": "terminal", "mode": "websocket", "accountId": "local", "agent": "agent",
-		}},
-		"agents":  map[string]any{"agent": agent},
-		"cluster": cl,
+		"channels":  map[string]any{Channel: ch},
+		"agents":    map[string]any{"agent": agent},
+		"cluster":   cl,
 	}
 	return json.MarshalIndent(cfg, "", "  ")
 }
