@@ -89,7 +89,7 @@ type Runtime struct {
 	channels map[string]*channel
 	order    []string // channel ids, sorted
 	metrics  *serverMetrics
-	notices  notices.Mailboxes // the notice mailboxes (package notices; notices_conn.go wires them)
+	notices  notices.Mailboxes // the notice mailboxes (package notices; notices.go wires them)
 	fleet    *fleet            // device registry and the fleet API (fleet.go, package fleet)
 
 	runPrefix string

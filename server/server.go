@@ -84,7 +84,7 @@ type Server struct {
 	patterns []string // the routes registered, for the test that checks them all
 
 	tls   *serverTLS        // nil: plain HTTP (tls.go)
-	ident *identity.Service // device identity: bindings and enrollment routes (identity_conn.go)
+	ident *identity.Service // device identity: bindings and enrollment routes (identity.go)
 }
 
 // New opens the workspace's write-ahead log (replaying what the session

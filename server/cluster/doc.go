@@ -37,5 +37,5 @@
 // (identity.Bindings, KV termlink_bindings) and Codes (identity.Codes, KV
 // termlink_codes and termlink_codes_dropped) decide by package identity's
 // rules and write with compare-and-set; the server opens them on the
-// store's Node (server/identity_store.go).
+// store's Node (server/identity.go).
 package cluster

@@ -84,7 +84,7 @@ func OpenStore(cfg config.Cluster, host Host, opt StoreOptions) (*Store, error) 
 }
 
 // Node is the store's NATS node (tests; the server opens identity's
-// stores on it, identity_store.go).
+// stores on it, server/identity.go).
 func (c *Store) Node() *Node { return c.node }
 
 // Held is the ticket the worker holds for a message, nil for none (tests).
