@@ -149,15 +149,18 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 	if in.Received.IsZero() {
 		in.Received = time.Now()
 	}
+	// The ack's events name the message: the closure takes copies of
+	// those fields, not in (which would then live on the heap).
+	peer, key, id, runID, text := in.PeerID, in.SessionKey, in.MessageID, in.RunID, in.Text
 	err := rt.records.Accept(ctx, in, ch.maxWaitingPerSession(), func(res record.Accepted) {
 		if res.Duplicate {
 			rt.metrics.duplicates.Inc(ch.id)
-			ch.events.Add(events.Event{Event: events.InboundDuplicate, PeerID: in.PeerID, SessionID: in.SessionKey,
-				MessageID: in.MessageID, RunID: res.RunID, Preview: in.Text, Detail: res.Detail})
+			ch.events.Add(events.Event{Event: events.InboundDuplicate, PeerID: peer, SessionID: key,
+				MessageID: id, RunID: res.RunID, Preview: text, Detail: res.Detail})
 		} else {
 			rt.metrics.inbound.Inc(ch.id)
-			ch.events.Add(events.Event{Event: events.InboundAccepted, PeerID: in.PeerID, SessionID: in.SessionKey,
-				MessageID: in.MessageID, RunID: in.RunID, Preview: in.Text})
+			ch.events.Add(events.Event{Event: events.InboundAccepted, PeerID: peer, SessionID: key,
+				MessageID: id, RunID: runID, Preview: text})
 		}
 		ack(res)
 	})

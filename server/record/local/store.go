@@ -125,13 +125,16 @@ func (s *Store) Accept(ctx context.Context, in bus.Inbound, perSession int, ack 
 		Timestamp: in.Received.Format(session.TimeLayout)}}
 	// A message that starts at once gets its start recorded with it: one
 	// log append (one group commit) instead of a second before its run.
-	key := in.SessionKey + "\x00" + in.MessageID
+	var premarked string
 	if first && s.queue.StartsAtOnce(in.SessionKey) {
 		recs = append(recs, startRecord(in, false))
-		s.premarked.Store(key, true)
+		premarked = in.SessionKey + "\x00" + in.MessageID
+		s.premarked.Store(premarked, true)
 	}
 	if err := s.appendLog(ctx, in.SessionKey, recs...); err != nil {
-		s.premarked.Delete(key)
+		if premarked != "" {
+			s.premarked.Delete(premarked)
+		}
 		s.queue.Release(in.SessionKey)
 		s.dedupe.forget(in.SessionKey, in.MessageID)
 		return fmt.Errorf("recording message: %w", err)
