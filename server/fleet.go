@@ -47,7 +47,7 @@ func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger
 	chs := make([]fleetapi.Channel, 0, len(rt.order))
 	for _, id := range rt.order {
 		ch := rt.channels[id]
-		chs = append(chs, fleetapi.Channel{ID: id, AccountID: ch.cfg.AccountID, Events: ch.events})
+		chs = append(chs, fleetapi.Channel{ID: id, AccountID: ch.cfg.AccountID, Events: rt.eventView(id, ch.events)})
 	}
 	api := fleetapi.New(fleetapi.Deps{
 		Registry: reg, Channels: chs, SessionKey: SessionKey, Runs: routerRuns{r}, Notices: rt.notices,

@@ -95,6 +95,9 @@ type Runtime struct {
 	runPrefix string
 	runSeq    atomic.Uint64
 
+	// eventFeed publishes the channels' events in cluster mode (events.go).
+	eventFeed eventFeed
+
 	// admission counts the messages accepted and not yet started (queued,
 	// on the bus, offered to a running turn), per session and in all.
 	admission *router.Admission

@@ -165,12 +165,13 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	}
 	rt.records.Metrics(&rt.metrics.reg)
 	rt.metrics.fdSeries(fds)
+	rt.openEventFeed(opt.EventsPerChannel) // cluster mode: the channels' events go to the cluster's stream (events.go)
 	s := &Server{cfg: cfg, log: log, rt: rt, procs: agentProcs, fds: fds, started: time.Now(), tls: srvTLS}
 
 	built := map[string]agent.Runner{}
 	runners := map[string]agent.Runner{}
 	for id, chCfg := range cfg.Channels {
-		ch := &channel{id: id, cfg: chCfg, events: events.NewLog(opt.EventsPerChannel)}
+		ch := &channel{id: id, cfg: chCfg, events: rt.newEventLog(id, opt.EventsPerChannel)}
 		rt.channels[id] = ch
 		rt.order = append(rt.order, id)
 		if !chCfg.Enabled {

@@ -56,6 +56,9 @@ type Event struct {
 	RunID     string    `json:"run_id,omitempty"`
 	Preview   string    `json:"preview,omitempty"`
 	Detail    string    `json:"detail,omitempty"`
+	// Node is the cluster node that recorded the event (cluster mode:
+	// a channel's events are read from any node).
+	Node string `json:"node,omitempty"`
 }
 
 // Preview cuts text to PreviewChars characters, marking the cut with "…".
@@ -93,7 +96,7 @@ func Truncate(s string, max int) string {
 // size is what e counts toward the byte bound.
 func (e *Event) size() int {
 	return eventOverhead + len(e.Event) + len(e.PeerID) + len(e.SessionID) +
-		len(e.MessageID) + len(e.RunID) + len(e.Preview) + len(e.Detail)
+		len(e.MessageID) + len(e.RunID) + len(e.Preview) + len(e.Detail) + len(e.Node)
 }
 
 // Log is a ring of events bounded in count and in bytes; safe for
@@ -108,6 +111,7 @@ type Log struct {
 	next     uint64 // seq of the next event
 	last     time.Time
 	live     fanout.Hub[Event] // Subscribe: every event as it is added
+	onAdd    func(Event)       // NewLogWith
 }
 
 // NewLog keeps the newest size events, within DefaultMaxBytes.
@@ -116,13 +120,20 @@ func NewLog(size int) *Log { return NewLogLimits(size, DefaultMaxBytes) }
 // NewLogLimits keeps the newest events, at most size of them and at most
 // maxBytes of them together (at least the newest one is always kept).
 func NewLogLimits(size, maxBytes int) *Log {
+	return NewLogWith(size, maxBytes, nil)
+}
+
+// NewLogWith is NewLogLimits that also hands every event added, as
+// recorded (its sequence number set), to onAdd; onAdd must not block (a
+// cluster node publishes the channel's events with it).
+func NewLogWith(size, maxBytes int, onAdd func(Event)) *Log {
 	if size < 1 {
 		size = 1
 	}
 	if maxBytes < 1 {
 		maxBytes = DefaultMaxBytes
 	}
-	return &Log{ring: make([]Event, size), maxBytes: maxBytes}
+	return &Log{ring: make([]Event, size), maxBytes: maxBytes, onAdd: onAdd}
 }
 
 // Add records e, setting its sequence number and, if zero, its time. The
@@ -133,12 +144,11 @@ func (l *Log) Add(e Event) {
 		e.At = time.Now()
 	}
 	e.Preview = Truncate(Preview(e.Preview), MaxFieldBytes)
-	for _, f := range []*string{&e.Event, &e.PeerID, &e.SessionID, &e.MessageID, &e.RunID, &e.Detail} {
+	for _, f := range []*string{&e.Event, &e.PeerID, &e.SessionID, &e.MessageID, &e.RunID, &e.Detail, &e.Node} {
 		*f = Truncate(*f, MaxFieldBytes)
 	}
 	sz := e.size()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	for l.n > 0 && (l.n == len(l.ring) || l.bytes+sz > l.maxBytes) {
 		l.bytes -= l.ring[l.head].size()
 		l.ring[l.head] = Event{}
@@ -152,6 +162,10 @@ func (l *Log) Add(e Event) {
 	l.next++
 	l.last = e.At
 	l.live.Publish(e) // under mu: subscribers see seq order
+	l.mu.Unlock()
+	if l.onAdd != nil {
+		l.onAdd(e)
+	}
 }
 
 // Recent returns up to limit newest events, oldest first (newest last).

@@ -1,0 +1,192 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/server/events"
+	"termlink/server/fanout"
+)
+
+// EventsStream holds every node's channel events (issue 25): one subject
+// per channel, bounded per channel like one node's log, and in bytes and
+// age in all. Events are a view for operators, not a record: a node
+// publishes them best effort (a full queue or a NATS outage drops them
+// from the cluster's view, never from the node's own log).
+const (
+	EventsStream = "TERMLINK_EVENTS"
+	eventsPrefix = "termlink.events."
+
+	eventsMaxBytes = 64 << 20
+	eventsMaxAge   = 7 * 24 * time.Hour
+	eventsQueue    = 4096 // events waiting to be published, per node
+)
+
+// EventFeed publishes a node's channel events to the events stream and
+// reads every node's back (View).
+type EventFeed struct {
+	n       *Node
+	perChan int
+	q       chan published
+	dropped atomic.Uint64
+}
+
+type published struct {
+	channel string
+	e       events.Event
+}
+
+// OpenEventFeed creates or updates the events stream (keeping at most
+// perChannel events of each channel) and starts the node's publisher.
+func (n *Node) OpenEventFeed(ctx context.Context, perChannel int) (*EventFeed, error) {
+	if perChannel < 1 {
+		perChannel = 1000
+	}
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	_, err := n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              EventsStream,
+		Description:       "termlink: every node's channel events, one subject per channel",
+		Subjects:          []string{eventsPrefix + ">"},
+		Storage:           jetstream.FileStorage,
+		Replicas:          n.cfg.Replicas,
+		MaxMsgsPerSubject: int64(perChannel),
+		MaxBytes:          eventsMaxBytes,
+		MaxAge:            eventsMaxAge,
+		MaxMsgSize:        4 << 10, // an event's fields are cut to 200 bytes each
+		Discard:           jetstream.DiscardOld,
+	})
+	if err != nil {
+		return nil, err
+	}
+	f := &EventFeed{n: n, perChan: perChannel, q: make(chan published, eventsQueue)}
+	n.Go(f.publish)
+	return f, nil
+}
+
+// Dropped is how many events did not reach the stream.
+func (f *EventFeed) Dropped() uint64 { return f.dropped.Load() }
+
+// Publish queues e of channel for the stream, named for this node; it
+// never blocks (a full queue drops the event and counts it).
+func (f *EventFeed) Publish(channel string, e events.Event) {
+	e.Node = f.n.Name()
+	select {
+	case f.q <- published{channel, e}:
+	default:
+		f.dropped.Add(1)
+	}
+}
+
+// publish sends the queued events until the node closes.
+func (f *EventFeed) publish(ctx context.Context) {
+	var warned time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-f.q:
+			data, err := json.Marshal(p.e)
+			if err == nil {
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err = f.n.js.Publish(pctx, eventsPrefix+keyPart(p.channel), data)
+				cancel()
+			}
+			if err != nil && ctx.Err() == nil {
+				f.dropped.Add(1)
+				if time.Since(warned) > time.Minute {
+					warned = time.Now()
+					f.n.log.Warn("cluster: a channel event did not reach the events stream; the cluster's view of events misses it (this node's own log has it)",
+						"channel_id", p.channel, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// EventView is a channel's events across the cluster: Recent and
+// Subscribe read every node's (each naming its node, in the order the
+// stream stored them), Add records in this node's own log (which
+// publishes it). It implements the fleet API's event log.
+type EventView struct {
+	local *events.Log
+	view  *events.Log
+}
+
+// View mirrors channel's events from the stream into a log of the
+// stream's bound, kept current until the node closes; local is this
+// node's own log of the channel.
+func (f *EventFeed) View(channel string, local *events.Log) *EventView {
+	v := &EventView{local: local, view: events.NewLog(f.perChan)}
+	subject := eventsPrefix + keyPart(channel)
+	f.n.Go(func(ctx context.Context) { f.mirror(ctx, subject, v.view) })
+	return v
+}
+
+// mirror copies the subject's events (the stream keeps the newest
+// perChannel) into view, then follows the stream; an ordered consumer
+// made again after a NATS failure starts where the mirror left off.
+func (f *EventFeed) mirror(ctx context.Context, subject string, view *events.Log) {
+	var last uint64 // stream sequence of the last event mirrored
+	for wait := 100 * time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 5*time.Second) {
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}
+		if last > 0 {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, last+1
+		}
+		cons, err := f.n.js.OrderedConsumer(ctx, EventsStream, cfg)
+		if err == nil {
+			err = f.follow(ctx, cons, view, &last)
+			wait = 100 * time.Millisecond
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		f.n.log.Debug("cluster: following the events stream again", "subject", subject, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (f *EventFeed) follow(ctx context.Context, cons jetstream.Consumer, view *events.Log, last *uint64) error {
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return ctx.Err()
+			}
+			return err
+		}
+		if md, err := m.Metadata(); err == nil {
+			*last = md.Sequence.Stream
+		}
+		var e events.Event
+		if json.Unmarshal(m.Data(), &e) == nil && e.Event != "" {
+			view.Add(e)
+		}
+	}
+}
+
+// Add records e in this node's own log (and so in the stream).
+func (v *EventView) Add(e events.Event) { v.local.Add(e) }
+
+// Recent is the channel's newest limit events over the cluster, oldest
+// first (all for -1).
+func (v *EventView) Recent(limit int) []events.Event { return v.view.Recent(limit) }
+
+// Subscribe streams the channel's events over the cluster as they come.
+func (v *EventView) Subscribe(buf int) *fanout.Sub[events.Event] { return v.view.Subscribe(buf) }

@@ -1,0 +1,111 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"termlink/server/events"
+)
+
+func openFeed(t *testing.T, n *Node, perChannel int) *EventFeed {
+	t.Helper()
+	f, err := n.OpenEventFeed(context.Background(), perChannel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// waitEvents waits up to 10 s until view holds want events.
+func waitEvents(t *testing.T, v *EventView, want int) []events.Event {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := v.Recent(-1)
+		if len(got) >= want || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A channel's events recorded on one node are read on another, each
+// naming the node that recorded it, in the order the stream stored them;
+// another channel's are not; a subscriber on B sees A's new events live;
+// Add on a view records in the node's own log.
+func TestEventsAcrossNodes(t *testing.T) {
+	url := startJetStream(t)
+	a, b := openNode(t, url, "edge-a"), openNode(t, url, "worker-b")
+	fa, fb := openFeed(t, a, 100), openFeed(t, b, 100)
+	logA := events.NewLogWith(100, 0, func(e events.Event) { fa.Publish("terminal-dev", e) })
+	otherA := events.NewLogWith(100, 0, func(e events.Event) { fa.Publish("other", e) })
+	logB := events.NewLogWith(100, 0, func(e events.Event) { fb.Publish("terminal-dev", e) })
+	viewB := fb.View("terminal-dev", logB)
+
+	logA.Add(events.Event{Event: events.TerminalConnected, PeerID: "dev-1"})
+	otherA.Add(events.Event{Event: "elsewhere", PeerID: "dev-9"})
+	logB.Add(events.Event{Event: events.DirectRunFinished, PeerID: "dev-1"})
+	got := waitEvents(t, viewB, 2)
+	if len(got) != 2 {
+		t.Fatalf("B's view of terminal-dev: %+v, want the 2 events of that channel", got)
+	}
+	nodes := map[string]string{}
+	for _, e := range got {
+		nodes[e.Event] = e.Node
+	}
+	if nodes[events.TerminalConnected] != "edge-a" || nodes[events.DirectRunFinished] != "worker-b" || nodes["elsewhere"] != "" {
+		t.Fatalf("events by node %v, want terminal_connected from edge-a and direct_run_finished from worker-b only", nodes)
+	}
+	if own := logA.Recent(-1); len(own) != 1 || own[0].Node != "" {
+		t.Fatalf("A's own log: %+v, want its one event (the node named only in the cluster's view)", own)
+	}
+
+	sub := viewB.Subscribe(16)
+	defer sub.Close()
+	logA.Add(events.Event{Event: events.InboundAccepted, PeerID: "dev-1", MessageID: "m-1"})
+	select {
+	case e := <-sub.C():
+		if e.Event != events.InboundAccepted || e.Node != "edge-a" || e.MessageID != "m-1" {
+			t.Fatalf("live event on B: %+v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no live event on B within 10 s of A's")
+	}
+
+	viewB.Add(events.Event{Event: "operator_cancel", PeerID: "dev-1"})
+	if own := logB.Recent(-1); own[len(own)-1].Event != "operator_cancel" {
+		t.Fatalf("Add on B's view did not reach B's own log: %+v", own)
+	}
+}
+
+// The stream keeps a channel's newest perChannel events: a view opened
+// later holds those, oldest first.
+func TestEventsViewBounded(t *testing.T) {
+	url := startJetStream(t)
+	a := openNode(t, url, "edge-a")
+	fa := openFeed(t, a, 5)
+	logA := events.NewLogWith(100, 0, func(e events.Event) { fa.Publish("terminal-dev", e) })
+	for i := range 12 {
+		logA.Add(events.Event{Event: "e", Detail: fmt.Sprint(i)})
+	}
+	b := openNode(t, url, "edge-b")
+	fb := openFeed(t, b, 5)
+	// Wait until all 12 are stored (the feed publishes in the background).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v := fb.View("terminal-dev", events.NewLog(5))
+		got := waitEvents(t, v, 5)
+		if len(got) == 5 && got[4].Detail == "11" {
+			if got[0].Detail != "7" {
+				t.Fatalf("view %+v, want events 7..11", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("view %+v, want the newest 5 (7..11)", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
