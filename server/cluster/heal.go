@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"termlink/server/config"
 	"termlink/server/metrics"
 )
 
@@ -17,7 +18,7 @@ import (
 // the partition: after a NATS node's restart a consumer was seen without
 // a leader for 57 s, and one deleted behind the worker's back (by hand,
 // or lost with a NATS node's store) never delivers again. The worker
-// checks each consumer it reads at every lease tick (heal) and deletes
+// checks each consumer it reads every ConsumerStuck/4 (heal) and deletes
 // and recreates one that
 //   - is gone (ErrConsumerNotFound): at once;
 //   - has no leader, or whose info cannot be read, for ConsumerStuck;
@@ -125,10 +126,20 @@ func (h *health) check(ci *jetstream.ConsumerInfo, err error, now time.Time) ver
 	return verdict{reason: fmt.Sprintf("consumer delivers nothing while %d messages wait", ci.NumPending)}
 }
 
-// heal checks the consumer of every partition this worker keeps, and
+// heal checks the consumer of every partition this worker keeps, every
+// ConsumerStuck/4 (one JetStream request per partition: 64 partitions
+// at every lease tick would cost a worker ~40 requests a second), and
 // recreates one that is gone, or stuck for ConsumerStuck (and starts one
 // that a recreation could not make).
 func (w *worker) heal(ctx context.Context) {
+	bound := w.n.cfg.ConsumerStuck
+	if bound <= 0 {
+		bound = config.DefaultConsumerStuck
+	}
+	if time.Since(w.healed) < bound/4 {
+		return
+	}
+	w.healed = time.Now()
 	w.mu.Lock()
 	parts := make(map[int]*partition, len(w.owned))
 	for p, part := range w.owned {
@@ -137,10 +148,6 @@ func (w *worker) heal(ctx context.Context) {
 		}
 	}
 	w.mu.Unlock()
-	bound := w.n.cfg.ConsumerStuck
-	if bound <= 0 {
-		bound = 20 * time.Second
-	}
 	for p, part := range parts {
 		if ctx.Err() != nil {
 			return

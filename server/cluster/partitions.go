@@ -73,6 +73,7 @@ type worker struct {
 	owned map[int]*partition
 
 	recreated atomic.Uint64 // consumers deleted and made again (heal.go)
+	healed    time.Time     // the last look at the consumers (heal.go; loop's)
 }
 
 // RunWorker makes this node a worker: it takes the partitions that
