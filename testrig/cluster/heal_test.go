@@ -79,6 +79,22 @@ func consumers(t *testing.T, workers []*cluster.Server) map[string]bool {
 	return out
 }
 
+// jetStreamFor is a JetStream client of the cluster at urls, closed
+// when the test ends.
+func jetStreamFor(t *testing.T, urls string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 // Self-healing with real processes (issue 25): every partition
 // consumer deleted behind the workers' back (what a consumer without a
 // leader amounts to) is made again and the partitions' messages are
@@ -104,15 +120,7 @@ func TestStuckConsumersRecreated(t *testing.T) {
 		t.Fatalf("consumers %v, want one per partition (8)", before)
 	}
 
-	nc, err := nats.Connect(tc.nats.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamFor(t, tc.nats.URLs())
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	for name := range before {
