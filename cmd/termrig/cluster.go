@@ -12,7 +12,7 @@ import (
 // cluster runs `termrig cluster`: a NATS JetStream cluster plus
 // termserver edges and workers on loopback (testrig/cluster.Rig).
 func (a *app) cluster(ctx context.Context, args []string) error {
-	fs, usage := a.newFlagSet("cluster", "[--nodes 3] [--edges 2] [--workers 2] [--nats URLS] [--agent CMD] [--dir DIR] [--partitions N] [--replicas N]")
+	fs, usage := a.newFlagSet("cluster", "[--nodes 3] [--edges 2] [--workers 2] [--nats URLS] [--agent CMD] [--dir DIR] [--partitions N] [--replicas N] [--sync-always]")
 	opt := cluster.RigOptions{Nodes: 3, Edges: 2, Workers: 2}
 	fs.Var(intFlag{&opt.Nodes}, "nodes", "`N` NATS JetStream nodes started in this process (ignored with --nats)")
 	fs.Var(intFlag{&opt.Edges}, "edges", "`N` termserver edges (they hold the device WebSockets)")
@@ -22,6 +22,7 @@ func (a *app) cluster(ctx context.Context, args []string) error {
 	fs.StringVar(&opt.Dir, "dir", "", "keep every node's config, store, workspace and log in `DIR` (default: a temporary directory, removed at exit)")
 	fs.Var(intFlag{&opt.Partitions}, "partitions", "`N` partitions of the inbound stream (default: the server's, 64)")
 	fs.Var(intFlag{&opt.Replicas}, "replicas", "`N` JetStream replicas of the streams and buckets (default: the NATS nodes started, at most 3; with --nats, 3)")
+	fs.BoolVar(&opt.SyncAlways, "sync-always", false, "start the NATS nodes with jetstream { sync_interval: always }: each write is on disk before JetStream acks it (default: nats-server's, an fsync every 2 minutes; ignored with --nats)")
 	if err := parse(fs, usage, args); err != nil {
 		return err
 	}

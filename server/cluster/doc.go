@@ -25,6 +25,12 @@
 // floor and deletes them, so the messages of a session come again in
 // stream order and the old owner can no longer pull them (DESIGN.md).
 //
+// A worker checks the consumers of its partitions (heal.go) and deletes
+// and recreates one that is gone, has no leader or delivers nothing while
+// messages wait; Status lists each owned partition, stuck or not. The
+// history stream's retention (age and bytes, retention.go) is set at
+// every Open; export-sessions (ExportSessions) is the archive path.
+//
 // The claim's state machine is pure (claim.go): DecideStart,
 // AfterStartWrite, DecideFinishConflict, DecideAccept and DecideCancel
 // say what to do from the claim read and the last write's result. A

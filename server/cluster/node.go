@@ -220,16 +220,9 @@ func (n *Node) setup(ctx context.Context) error {
 		// different count; say what the stream had.
 		return fmt.Errorf("%w: stream %s is partitioned %s ways, this node is configured with %d: every node must use the same cluster.partitions", errPartitions, InStream, got, cfg.Partitions)
 	}
-	n.hist, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        HistStream,
-		Description: "termlink: session history (nanobot records), one subject per session",
-		Subjects:    []string{histPrefix + ">"},
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DuplicateWindow,
-	})
+	n.hist, err = n.js.CreateOrUpdateStream(ctx, histStreamConfig(cfg)) // retention.go
 	if err != nil {
-		return fmt.Errorf("cluster: stream %s: %w", HistStream, err)
+		return histStreamError(cfg, err)
 	}
 	kv := func(name, what string, ttl time.Duration, storage jetstream.StorageType) (jetstream.KeyValue, error) {
 		b, err := n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Description: what,

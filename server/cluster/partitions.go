@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,7 +55,9 @@ type WorkerHooks struct {
 type partition struct {
 	rev       uint64 // the lease's revision
 	cc        jetstream.ConsumeContext
-	releasing time.Time // when giving it up began; zero while kept
+	cons      jetstream.Consumer // the consumer cc reads (heal.go checks it)
+	releasing time.Time          // when giving it up began; zero while kept
+	health    health             // heal.go: is its consumer delivering
 }
 
 type worker struct {
@@ -68,6 +71,9 @@ type worker struct {
 
 	mu    sync.Mutex
 	owned map[int]*partition
+
+	recreated atomic.Uint64 // consumers deleted and made again (heal.go)
+	healed    time.Time     // the last look at the consumers (heal.go; loop's)
 }
 
 // RunWorker makes this node a worker: it takes the partitions that
@@ -164,6 +170,7 @@ func (w *worker) loop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		w.tick(ctx)
+		w.heal(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -323,12 +330,17 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 		}
 		old = append(old, name)
 	}
+	if len(old) == 0 {
+		// This worker's own consumer was lost (heal.go): start at its
+		// last ack floor seen, not at the stream's first message.
+		floor = part.health.floor()
+	}
 	if err := names.Err(); err != nil {
 		return fmt.Errorf("listing the consumers of %s: %w", InStream, err)
 	}
 	name := prefix + "_" + randomSuffix()
 	cfg := jetstream.ConsumerConfig{Durable: name, FilterSubject: inPrefix + strconv.Itoa(p),
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.n.cfg.AckWait, MaxAckPending: 1024,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.n.cfg.AckWait, MaxAckPending: maxAckPending,
 		MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
 		Description: "termlink: partition " + strconv.Itoa(p)}
 	if floor > 0 {
@@ -347,7 +359,9 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 		}
 	}
 	bg := w.n.bgCtx
+	h := &part.health
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		defer h.delivering()()
 		in, err := decodeIn(m.Data())
 		if err != nil {
 			w.n.log.Error("cluster: dropping a bad inbound message", "partition", p, "err", err)
@@ -368,7 +382,8 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	if err != nil {
 		return fmt.Errorf("consuming %s: %w", name, err)
 	}
-	part.cc = cc
+	part.cc, part.cons = cc, cons
+	h.consuming(name)
 	w.n.log.Info("cluster: partition taken", "partition", p, "consumer", name, "from_seq", cfg.OptStartSeq)
 	return nil
 }

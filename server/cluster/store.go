@@ -104,6 +104,7 @@ func (c *Store) Metrics(r *metrics.Registry) {
 	r.NewCounterFunc("termlink_cluster_reruns_total", "Runs started again because the worker running them died.", func() float64 { return float64(c.claims.Reruns.Load()) })
 	r.NewCounterFunc("termlink_cluster_claim_conflicts_total", "Claim compare-and-sets another node won (read again and decided).", func() float64 { return float64(c.claims.Conflicts.Load()) })
 	r.NewCounterFunc("termlink_cluster_swept_replies_total", "Replies an edge found in the dedupe bucket after the worker's send was lost.", func() float64 { return float64(c.swept.Load()) })
+	c.node.healMetrics(r)
 	r.NewCounterFunc("termlink_cluster_replies_resent_total", "Answered messages a worker got again (a partition moved) and answered from the claim.", func() float64 { return float64(c.claims.Resent.Load()) })
 }
 
@@ -530,6 +531,10 @@ type Status struct {
 	Partitions int        `json:"partitions"`
 	Nodes      []NodeInfo `json:"nodes"`
 	Problem    string     `json:"problem,omitempty"`
+	// Owned are the partitions this worker owns; a stuck one says why
+	// and since when (its consumer is recreated after
+	// cluster.consumerStuckSeconds).
+	Owned []PartitionState `json:"owned,omitempty"`
 }
 
 // Status implements record.Store: this node, its role and the nodes it
@@ -545,5 +550,6 @@ func (c *Store) Status(ctx context.Context) any {
 	if nodes != nil {
 		st.Nodes = nodes
 	}
+	st.Owned = c.node.Partitions()
 	return st
 }

@@ -13,7 +13,8 @@ import (
 //
 //	"cluster": {"nats": "nats://a:4222,nats://b:4222", "role": "edge", "name": "edge-1",
 //	            "partitions": 64, "replicas": 3, "credentials": "/etc/termlink/nats.creds",
-//	            "tls": {"caFile": "ca.pem", "certFile": "c.pem", "keyFile": "k.pem"}}
+//	            "tls": {"caFile": "ca.pem", "certFile": "c.pem", "keyFile": "k.pem"},
+//	            "historyMaxAgeDays": 365, "historyMaxMegabytes": 4096, "consumerStuckSeconds": 20}
 type Cluster struct {
 	NATS        []string // server URLs
 	Role        string   // RoleEdge, RoleWorker or RoleAll
@@ -27,6 +28,17 @@ type Cluster struct {
 	Lease           time.Duration // node liveness and partition lease
 	DuplicateWindow time.Duration // the inbound stream's duplicate window
 	DedupeTTL       time.Duration // how long a reply stays in the dedupe bucket
+
+	// The session history stream's retention: records older than
+	// HistoryMaxAge (0: no age limit) or past HistoryMaxBytes (the
+	// oldest go first) are dropped; `termserver export-sessions` is the
+	// archive path before they are.
+	HistoryMaxAge   time.Duration
+	HistoryMaxBytes int64
+	// ConsumerStuck is how long a partition's consumer may deliver nothing
+	// while messages wait, or have no leader, before its worker deletes
+	// and recreates it.
+	ConsumerStuck time.Duration
 }
 
 // ClusterTLS is the TLS of the NATS connection: a CA to verify the servers
@@ -50,6 +62,9 @@ const (
 	DefaultLease           = 5 * time.Second
 	DefaultDuplicateWindow = 2 * time.Minute
 	DefaultDedupeTTL       = 24 * time.Hour
+	DefaultHistoryMaxAge   = 0                // no age limit
+	DefaultHistoryMaxBytes = 4 << 30          // 4 GiB per replica
+	DefaultConsumerStuck   = 20 * time.Second // a NATS node's restart elects new leaders in a few seconds
 )
 
 // Enabled reports whether the cluster block is present.
@@ -68,7 +83,8 @@ var nodeNameRE = regexp.MustCompile(nodeNamePattern)
 // cluster decodes the "cluster" block.
 func (w *walker) cluster(path string, n *node) Cluster {
 	c := Cluster{Partitions: DefaultPartitions, Replicas: DefaultReplicas, AckWait: DefaultAckWait,
-		Lease: DefaultLease, DuplicateWindow: DefaultDuplicateWindow, DedupeTTL: DefaultDedupeTTL}
+		Lease: DefaultLease, DuplicateWindow: DefaultDuplicateWindow, DedupeTTL: DefaultDedupeTTL,
+		HistoryMaxAge: DefaultHistoryMaxAge, HistoryMaxBytes: DefaultHistoryMaxBytes, ConsumerStuck: DefaultConsumerStuck}
 	f := w.fields(path, n, "cluster")
 	if f == nil {
 		return Cluster{}
@@ -154,5 +170,18 @@ func (w *walker) cluster(path string, n *node) Cluster {
 	seconds("leaseSeconds", &c.Lease, 1, 300, time.Second)
 	seconds("duplicateWindowSeconds", &c.DuplicateWindow, 1, 86400, time.Second)
 	seconds("dedupeHours", &c.DedupeTTL, 1, 24*365, time.Hour)
+	// 0: kept until historyMaxMegabytes drops it.
+	seconds("historyMaxAgeDays", &c.HistoryMaxAge, 0, 100*365, 24*time.Hour)
+	if e, ok := f["historyMaxMegabytes"]; ok {
+		// A bound always: a stream that fills the disk stops every
+		// stream of the NATS server. Megabytes keep the number in an int
+		// on 32-bit builds.
+		if n, ok := w.integer(join(path, e.key), e.val, 1, 1<<20); ok {
+			c.HistoryMaxBytes = int64(n) << 20
+		}
+	}
+	// More than a lease (a new owner's consumer elects its leader) and
+	// more than the worker's 5 s pulls.
+	seconds("consumerStuckSeconds", &c.ConsumerStuck, 10, 3600, time.Second)
 	return c
 }

@@ -13,6 +13,7 @@ func FuzzParse(f *testing.F) {
 		designExample, designExampleSnake, fullCamel, fullSnake,
 		``, `{}`, `[]`, `null`, `{"channels": {}}`, `{"channels": {"a": null}}`,
 		`{"channels": {"c": {"accountId": "a", "config": {"tokens": {"p": "t"}}}}}`,
+		`{"channels": {"t": {"accountId": "a"}}, "cluster": {"nats": "nats://x:1", "role": "all", "name": "a", "historyMaxAgeDays": 0, "history_max_megabytes": 1e3, "consumerStuckSeconds": 1e400}}`,
 		`{"maxConcurrentRuns": 1e400}`, `{"a": 1, "a": 2}`, "{\"\x00\": 1}",
 		`{"agents": {"x": {"harness": {"command": "c", "target": "serial:@"}}}}`,
 		`{"agents": {"c": {"acp": {"command": "x", "args": [1, "a"], "env": {"": "v"}, "permission": "ask", "askTimeout": 0}}}}`,

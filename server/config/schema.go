@@ -32,7 +32,8 @@ var schema = map[string][]string{
 	"discovery":       {"enabled", "instance", "interface"},
 	"tls":             {"certFile", "keyFile"},
 	"cluster": {"nats", "role", "name", "partitions", "replicas", "credentials", "tls",
-		"ackWaitSeconds", "leaseSeconds", "duplicateWindowSeconds", "dedupeHours"},
+		"ackWaitSeconds", "leaseSeconds", "duplicateWindowSeconds", "dedupeHours",
+		"historyMaxAgeDays", "historyMaxMegabytes", "consumerStuckSeconds"},
 	"cluster.tls": {"caFile", "certFile", "keyFile"},
 }
 

@@ -4,7 +4,8 @@
 #
 # Usage: [ROUNDS=3] [DEVICES=1000] [PHASE=8s] [RATE=1000] [SAT_RATE=15000]
 #        [MOVE=2s] [NODES=3] [EDGES=2] [WORKERS=2] [NATS=URLS]
-#        [TERMSERVER=path] [CLUSTER_TERMRIG=path] testrig/bench/cluster.sh
+#        [TERMSERVER=path] [CLUSTER_TERMRIG=path] [SECOND=embedded]
+#        testrig/bench/cluster.sh
 #
 # Judges the cluster by its ratio to the embedded server measured in the
 # same run, not by absolute numbers on a noisy machine. Each round runs,
@@ -53,6 +54,12 @@
 # killed from here; the lead measures it with edges as separate processes.
 # This script does not measure it and prints nothing for it.
 #
+# SECOND=sync-always measures, in place of the embedded server, the same
+# cluster with its NATS nodes fsyncing every write before the ack
+# (`termrig cluster --sync-always`: jetstream { sync_interval: always }),
+# beside the default cluster (nats-server's sync_interval, 2 minutes):
+# the table's columns are then cluster and sync-always.
+#
 # NATS, when set, is an external NATS JetStream cluster's URLs (comma-
 # separated) passed to termrig cluster --nats: no NATS node is started and
 # NODES is ignored (the streams then keep what earlier rounds left).
@@ -76,6 +83,14 @@ NODES=${NODES:-3}
 NATS=${NATS:-}
 EDGES=${EDGES:-2}
 WORKERS=${WORKERS:-2}
+SECOND=${SECOND:-embedded}
+case $SECOND in
+embedded | sync-always) ;;
+*)
+	echo "SECOND=$SECOND: want embedded or sync-always" >&2
+	exit 2
+	;;
+esac
 cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)
 SPID= URL=
@@ -97,10 +112,11 @@ fi
 
 # start_cluster: runs termrig cluster in the background (SPID) and waits
 # (up to 180 s) for "ready"; URL is the edges' WebSocket URLs, comma-separated.
+# Its arguments go to termrig cluster (--sync-always).
 start_cluster() {
 	rm -rf "$tmp/cluster"
 	"$CLUSTER_TERMRIG" cluster --nodes "$NODES" --edges "$EDGES" --workers "$WORKERS" --dir "$tmp/cluster" \
-		${NATS:+--nats "$NATS"} >"$tmp/cluster.out" 2>"$tmp/server.log" &
+		${NATS:+--nats "$NATS"} "$@" >"$tmp/cluster.out" 2>"$tmp/server.log" &
 	SPID=$!
 	for _ in $(seq 1 1800); do
 		grep -qx ready "$tmp/cluster.out" && break
@@ -208,6 +224,7 @@ summary() {
 measure() {
 	case $srv in
 	cluster) start_cluster ;;
+	sync-always) start_cluster --sync-always ;;
 	embedded) start_embedded ;;
 	esac
 	baseline
@@ -228,7 +245,7 @@ measure() {
 	record "CPU/reply µs" "$(field 'round(r.get("server_cpu_per_reply_us", 0), 1)')"
 	echo "  $srv saturated ($SAT_RATE msg/s offered): $(summary); server cpu $(field 'r.get("server_cpu_ms", 0)') ms"
 
-	if [ "$srv" = cluster ] && [ "$MOVE" != 0 ] && [ "$EDGES" -ge 2 ]; then
+	if [ "$srv" != embedded ] && [ "$MOVE" != 0 ] && [ "$EDGES" -ge 2 ]; then
 		settle
 		load --devices "$DEVICES" --rate "$RATE" --duration "$PHASE" --move "$MOVE" --peer-prefix bench
 		record "p50 ms @$RATE/s moving" "$(field 'r["round_trip_ms"]["p50"]')"
@@ -241,11 +258,11 @@ measure() {
 }
 
 load_before=$(cat /proc/loadavg)
-echo "cluster: $CLUSTER_TERMRIG cluster --nodes $NODES --edges $EDGES --workers $WORKERS${NATS:+ --nats $NATS}; embedded: $TERMSERVER"
+echo "cluster: $CLUSTER_TERMRIG cluster --nodes $NODES --edges $EDGES --workers $WORKERS${NATS:+ --nats $NATS}; $SECOND: $([ "$SECOND" = embedded ] && echo "$TERMSERVER" || echo "the same with --sync-always")"
 echo "$DEVICES devices, $RATE msg/s fixed, $SAT_RATE msg/s saturated, $PHASE phases, move every $MOVE, $ROUNDS rounds"
 echo "load average before: $load_before"
 for round in $(seq 1 "$ROUNDS"); do
-	if [ $((round % 2)) -eq 1 ]; then order="cluster embedded"; else order="embedded cluster"; fi
+	if [ $((round % 2)) -eq 1 ]; then order="cluster $SECOND"; else order="$SECOND cluster"; fi
 	echo "round $round ($order), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 	for srv in $order; do
 		measure
@@ -253,8 +270,9 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 echo "load average after: $(cat /proc/loadavg)"
 echo
-python3 - "$results" <<'PY'
+python3 - "$results" "$SECOND" <<'PY'
 import statistics, sys
+second = sys.argv[2]
 vals = {}
 order = []
 for line in open(sys.argv[1]):
@@ -262,9 +280,9 @@ for line in open(sys.argv[1]):
     if fig not in order:
         order.append(fig)
     vals.setdefault((fig, srv), []).append(float(v))
-print(f"{'figure (median)':26} {'cluster':>12} {'embedded':>12} {'c/e':>8}   per round (cluster | embedded)")
+print(f"{'figure (median)':26} {'cluster':>12} {second:>12} {'c/' + second[0]:>8}   per round (cluster | {second})")
 for fig in order:
-    c, e = (vals.get((fig, s), []) for s in ("cluster", "embedded"))
+    c, e = (vals.get((fig, s), []) for s in ("cluster", second))
     mc = statistics.median(c) if c else None
     me = statistics.median(e) if e else None
     ratio = f"{mc / me:.2f}" if mc is not None and me else "-"

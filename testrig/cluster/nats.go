@@ -27,6 +27,10 @@ type NATSOptions struct {
 	Binary string
 	// ClusterName is the NATS cluster's name (default "termlink").
 	ClusterName string
+	// SyncAlways makes every node fsync each JetStream write before it
+	// acks it (nats-server's jetstream { sync_interval: always }). False:
+	// nats-server's default, an fsync every 2 minutes.
+	SyncAlways bool
 }
 
 // NATS is a JetStream cluster on loopback.
@@ -45,6 +49,7 @@ type NATSNode struct {
 
 	clusterName string
 	routes      []string // every node's cluster URL, this one's included
+	syncAlways  bool     // jetstream { sync_interval: always }
 	binary      string
 	confFile    string
 
@@ -124,7 +129,7 @@ func startNATSOnce(ctx context.Context, opt NATSOptions) (*NATS, error) {
 		c.Nodes = append(c.Nodes, &NATSNode{
 			Name: name, ClientPort: ports[2*i], ClusterPort: ports[2*i+1],
 			StoreDir: filepath.Join(dir, "store"), LogFile: filepath.Join(dir, "nats.log"),
-			clusterName: opt.ClusterName, routes: routes, binary: opt.Binary,
+			clusterName: opt.ClusterName, routes: routes, binary: opt.Binary, syncAlways: opt.SyncAlways,
 			confFile: filepath.Join(dir, "nats.conf"),
 		})
 	}

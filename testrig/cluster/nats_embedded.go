@@ -48,6 +48,7 @@ func (n *NATSNode) startEmbedded() (natsRun, error) {
 		JetStream:  true,
 		StoreDir:   n.StoreDir,
 		NoSigs:     true,
+		SyncAlways: n.syncAlways,
 	}
 	if len(n.routes) > 1 { // alone, a clustered node elects no meta leader
 		opts.Cluster = natsserver.ClusterOpts{Name: n.clusterName, Host: "127.0.0.1", Port: n.ClusterPort}

@@ -19,8 +19,12 @@ const natsModule = "github.com/nats-io/nats-server/v2"
 // node has no cluster block: alone, a clustered node waits for routes
 // and never elects a JetStream meta leader.
 func (n *NATSNode) natsConfig() string {
-	conf := fmt.Sprintf("server_name: %s\nlisten: \"127.0.0.1:%d\"\njetstream {\n  store_dir: %s\n}\n",
-		n.Name, n.ClientPort, strconv.Quote(n.StoreDir))
+	syncLine := ""
+	if n.syncAlways {
+		syncLine = "  sync_interval: always\n"
+	}
+	conf := fmt.Sprintf("server_name: %s\nlisten: \"127.0.0.1:%d\"\njetstream {\n  store_dir: %s\n%s}\n",
+		n.Name, n.ClientPort, strconv.Quote(n.StoreDir), syncLine)
 	if len(n.routes) < 2 {
 		return conf
 	}

@@ -36,6 +36,9 @@ type RigOptions struct {
 	Replicas int
 	// Dir holds every node's files and logs (required).
 	Dir string
+	// SyncAlways starts the NATS nodes with jetstream { sync_interval:
+	// always } (NATSOptions.SyncAlways); ignored with NATS.
+	SyncAlways bool
 }
 
 // Rig runs `termrig cluster`: a JetStream cluster in this process (the
@@ -54,7 +57,7 @@ func Rig(ctx context.Context, opt RigOptions, out io.Writer, log *slog.Logger) e
 	}
 	natsURLs := opt.NATS
 	if natsURLs == "" {
-		c, err := StartNATS(ctx, NATSOptions{Nodes: opt.Nodes, Dir: filepath.Join(opt.Dir, "nats")})
+		c, err := StartNATS(ctx, NATSOptions{Nodes: opt.Nodes, Dir: filepath.Join(opt.Dir, "nats"), SyncAlways: opt.SyncAlways})
 		if err != nil {
 			return err
 		}

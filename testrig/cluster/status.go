@@ -15,6 +15,19 @@ type Status struct {
 	Partitions int          `json:"partitions"`
 	Nodes      []NodeStatus `json:"nodes"`
 	Problem    string       `json:"problem,omitempty"`
+	// Owned are the partitions a worker owns.
+	Owned []PartitionStatus `json:"owned,omitempty"`
+}
+
+// PartitionStatus is one partition a worker owns in Status: its consumer
+// and, while that does not deliver, why (Stuck) and since when (Since,
+// RFC 3339).
+type PartitionStatus struct {
+	Partition int    `json:"partition"`
+	Consumer  string `json:"consumer"`
+	Releasing bool   `json:"releasing,omitempty"`
+	Stuck     string `json:"stuck,omitempty"`
+	Since     string `json:"since,omitempty"`
 }
 
 // NodeStatus is one node in Status.

@@ -1,0 +1,187 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/testrig/cluster"
+)
+
+// stuckWatch polls the workers' /api/status and keeps the longest time
+// any owned partition was reported stuck.
+type stuckWatch struct {
+	mu      sync.Mutex
+	longest time.Duration
+	what    string
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func watchStuck(workers []*cluster.Server) *stuckWatch {
+	w := &stuckWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			for _, s := range workers {
+				st, err := cluster.ClusterStatus(context.Background(), s.HTTPURL())
+				if err != nil {
+					continue
+				}
+				for _, p := range st.Owned {
+					since, err := time.Parse(time.RFC3339, p.Since)
+					if p.Stuck == "" || err != nil {
+						continue
+					}
+					w.mu.Lock()
+					if d := time.Since(since); d > w.longest {
+						w.longest, w.what = d, fmt.Sprintf("%s partition %d: %s", s.Spec.Name, p.Partition, p.Stuck)
+					}
+					w.mu.Unlock()
+				}
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+func (w *stuckWatch) end() (time.Duration, string) {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.longest, w.what
+}
+
+// consumers lists the partition consumers the workers report, by name.
+func consumers(t *testing.T, workers []*cluster.Server) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, s := range workers {
+		st, err := cluster.ClusterStatus(context.Background(), s.HTTPURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range st.Owned {
+			out[p.Consumer] = true
+		}
+	}
+	return out
+}
+
+// jetStreamFor is a JetStream client of the cluster at urls, closed
+// when the test ends.
+func jetStreamFor(t *testing.T, urls string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// Self-healing with real processes (issue 25): every partition
+// consumer deleted behind the workers' back (what a consumer without a
+// leader amounts to) is made again and the partitions' messages are
+// answered; then a NATS node is killed and restarted while devices
+// send, and no partition is reported stuck longer than
+// consumerStuckSeconds (and the next look) meanwhile, none at the end.
+func TestStuckConsumersRecreated(t *testing.T) {
+	const stuckSeconds = 10
+	tc := startCluster(t, clusterOpts{edges: 1, workers: 2, cluster: map[string]any{"consumerStuckSeconds": stuckSeconds}})
+	var ds []*device
+	for i := range 6 {
+		ds = append(ds, newDevice(t, fmt.Sprintf("heal-%d", i), tc.edges[0].WSURL()))
+	}
+	for i, d := range ds {
+		d.send(fmt.Sprintf("before-%d", i))
+	}
+	for _, d := range ds {
+		d.waitReplies(waitFor)
+	}
+	watch := watchStuck(tc.workers)
+	before := consumers(t, tc.workers)
+	if len(before) != 8 {
+		t.Fatalf("consumers %v, want one per partition (8)", before)
+	}
+
+	js := jetStreamFor(t, tc.nats.URLs())
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for name := range before {
+		if err := js.DeleteConsumer(ctx, "TERMLINK_IN", name); err != nil {
+			t.Fatalf("deleting consumer %s: %v", name, err)
+		}
+	}
+	for i, d := range ds {
+		d.send(fmt.Sprintf("deleted-%d", i))
+	}
+	for _, d := range ds {
+		d.waitReplies(30 * time.Second)
+	}
+	after := consumers(t, tc.workers)
+	for name := range after {
+		if before[name] {
+			t.Errorf("consumer %s still reported after it was deleted", name)
+		}
+	}
+	if len(after) != 8 {
+		t.Errorf("consumers %v after the deletion, want 8 new ones", after)
+	}
+
+	node := tc.nats.Nodes[1]
+	for round := range 30 {
+		switch round {
+		case 5:
+			node.Kill()
+			t.Logf("killed nats %s", node.Name)
+		case 15:
+			if err := node.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("restarted nats %s", node.Name)
+		}
+		for i, d := range ds {
+			d.send(fmt.Sprintf("restart-%d-%d", i, round))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, d := range ds {
+		d.waitReplies(waitFor)
+	}
+	closeAndCheck(false, ds...)
+	time.Sleep(2 * time.Second) // a last look by the workers
+	longest, what := watch.end()
+	t.Logf("longest stuck: %s (%s)", longest.Round(time.Millisecond), what)
+	// A stuck consumer is recreated after stuckSeconds, at the worker's
+	// next look (stuckSeconds/4), within a lease tick and a request.
+	if bound := stuckSeconds*time.Second + stuckSeconds*time.Second/4 + 5*time.Second; longest > bound {
+		t.Errorf("a partition was stuck for %s (%s), past the bound %s", longest, what, bound)
+	}
+	for _, s := range tc.workers {
+		st, err := cluster.ClusterStatus(context.Background(), s.HTTPURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range st.Owned {
+			if p.Stuck != "" {
+				t.Errorf("%s partition %d stuck at the end: %s since %s", s.Spec.Name, p.Partition, p.Stuck, p.Since)
+			}
+		}
+	}
+}
