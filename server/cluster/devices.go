@@ -671,8 +671,12 @@ func (d *Devices) reliveEdgeLocked(edge string, now time.Time) {
 	}
 }
 
-// decodeKeyPart is the inverse of keyPart.
+// decodeKeyPart is the inverse of keyPart: only its spelling of a value
+// (base64 would take line breaks and other trailing bits too).
 func decodeKeyPart(s string) (string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil && keyPart(string(b)) != s {
+		err = fmt.Errorf("key part %q is not in keyPart's spelling", s)
+	}
 	return string(b), err
 }
