@@ -34,6 +34,14 @@
 // survives a restart, every device is offline when the registry opens.
 // A registry of the earlier format (one <channel>.json per channel) is
 // read once and replaced by a snapshot.
+//
+// # Across a cluster
+//
+// A View answers the same reads (paging, filters, online counts, the
+// live stream) over peers kept elsewhere and put into it whole: package
+// cluster's mirror of the devices every edge holds. Each edge's Registry
+// stays the authority for its own connections and budgets, and tells
+// (Options.Forgot) of each device it forgets to make room.
 package registry
 
 import (
