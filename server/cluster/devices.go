@@ -41,6 +41,10 @@ const (
 	// devicesLastMessageEvery is how often a peer whose only change is a
 	// message accepted (its last_message_at) is published again.
 	devicesLastMessageEvery = time.Minute
+	// devicesRefreshEvery is how often an online peer is published again
+	// with no change: a record another edge wrote over by mistake (the
+	// edges' clocks disagree) is put right.
+	devicesRefreshEvery = 5 * time.Minute
 )
 
 // Keys of the bucket:
@@ -283,7 +287,11 @@ func (d *Devices) Subscribe(channelID string, buf int) *fanout.Sub[registry.Peer
 // Changed streams a peer again (its pending notices changed).
 func (d *Devices) Changed(channelID, peerID string) { d.view.Changed(channelID, peerID) }
 
-// The publisher.
+// The publisher. Which record of a peer wins when two edges write it
+// (mayReplaceLocked) compares the start of their connections on the
+// edges' clocks: a skew between them matters only for a device that
+// connects to both within it, and a wrong winner is replaced at its
+// next publish.
 
 // publisher publishes what is owed every Flush (and at once after a
 // disconnect), and this edge's beat every lease/3, until the node
@@ -298,6 +306,7 @@ func (d *Devices) publisher(ctx context.Context) {
 	if edge {
 		d.beat(ctx)
 	}
+	refreshed := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -313,10 +322,40 @@ func (d *Devices) publisher(ctx context.Context) {
 				d.beat(ctx)
 			}
 			continue
-		case <-flush.C:
+		case now := <-flush.C:
+			if now.Sub(refreshed) >= time.Minute {
+				d.refresh(now)
+				refreshed = now
+			}
 		case <-d.kick:
 		}
 		d.publish(ctx, false)
+	}
+}
+
+// refresh owes a publish of each peer online here and not published
+// for devicesRefreshEvery.
+func (d *Devices) refresh(now time.Time) {
+	d.mu.Lock()
+	var due []devKey
+	for k, at := range d.published {
+		if now.Sub(at) >= devicesRefreshEvery {
+			due = append(due, k)
+		}
+	}
+	d.mu.Unlock()
+	for _, k := range due {
+		p, ok := d.local.Get(k.channel, k.peer)
+		d.mu.Lock()
+		switch {
+		case ok && p.Online:
+			d.oweLocked(k, pubNow)
+		case ok:
+			d.published[k] = now // offline: nothing to put right until it connects
+		default:
+			delete(d.published, k) // forgotten
+		}
+		d.mu.Unlock()
 	}
 }
 
@@ -351,6 +390,15 @@ func (d *Devices) publish(ctx context.Context, all bool) {
 			d.log.Warn("cluster: a forgotten device not removed from the cluster's registry", "channel_id", k.channel, "peer_id", k.peer, "err", err)
 		}
 	}
+	// A few writes at a time: keys are independent, and an edge that takes
+	// over a dead edge's devices owes them all at once.
+	var (
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, devicesWriters)
+		failMu   sync.Mutex
+		failed   int
+		firstErr error
+	)
 	for _, k := range keys {
 		p, ok := d.local.Get(k.channel, k.peer)
 		if !ok {
@@ -360,18 +408,36 @@ func (d *Devices) publish(ctx context.Context, all bool) {
 		since := d.since[k]
 		d.mu.Unlock()
 		p.NoticesPending, p.Edge = 0, d.n.Name() // counted where it is read
-		err := d.write(ctx, k, devicesRecord{Edge: d.n.Name(), Run: d.run, Since: since.UTC(), At: now.UTC(), Peer: p})
-		switch {
-		case err == nil:
+		rec := devicesRecord{Edge: d.n.Name(), Run: d.run, Since: since.UTC(), At: now.UTC(), Peer: p}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := d.write(ctx, k, rec)
 			d.mu.Lock()
-			d.published[k] = now
+			if err == nil {
+				d.published[k] = now
+			} else if ctx.Err() == nil {
+				d.oweLocked(k, pubNow) // the next flush tries again
+			}
 			d.mu.Unlock()
-		case ctx.Err() == nil:
-			d.owe(k, pubNow) // the next flush tries again
-			d.log.Warn("cluster: a device not published to the cluster's registry; trying again", "channel_id", k.channel, "peer_id", k.peer, "err", err)
-		}
+			if err != nil && ctx.Err() == nil {
+				failMu.Lock()
+				if failed++; firstErr == nil {
+					firstErr = fmt.Errorf("device %s: %w", k.peer, err)
+				}
+				failMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if failed > 0 {
+		d.log.Warn("cluster: devices not published to the cluster's registry; the next publish tries again", "devices", failed, "first_err", firstErr)
 	}
 }
+
+// devicesWriters bounds the writes of one publish in flight at once.
+const devicesWriters = 16
 
 // errOversize is a record over the bucket's value size even without
 // its screen: not published.

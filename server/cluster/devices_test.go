@@ -43,7 +43,7 @@ type devicesNode struct {
 // openDevices opens node name (role edge or worker, lease 1 s) on the
 // JetStream at url and its device registry (publishing every 50 ms), closed
 // when the test ends.
-func openDevices(t *testing.T, url, name, role string, opt DevicesOptions) *devicesNode {
+func openDevices(t *testing.T, url, name, role string, opt DevicesOptions, ropts ...func(*registry.Options)) *devicesNode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -57,7 +57,11 @@ func openDevices(t *testing.T, url, name, role string, opt DevicesOptions) *devi
 	if opt.Flush == 0 {
 		opt.Flush = 50 * time.Millisecond
 	}
-	d, err := n.OpenDevices(ctx, t.TempDir(), registry.Options{Logger: n.log, FlushInterval: time.Hour}, opt)
+	ropt := registry.Options{Logger: n.log, FlushInterval: time.Hour}
+	for _, f := range ropts {
+		f(&ropt)
+	}
+	d, err := n.OpenDevices(ctx, t.TempDir(), ropt, opt)
 	if err != nil {
 		n.Close()
 		t.Fatal(err)
@@ -126,6 +130,12 @@ func TestDevicesAcrossNodes(t *testing.T) {
 	if total, byTag := w.d.Online("ch", 10); total != 1 || byTag["site=lobby"] != 1 {
 		t.Errorf("the worker counts %d online, %v", total, byTag)
 	}
+	if !a.d.SetScreen("ch", "kiosk-1", gen, registry.Screen{Rows: []string{"Hello", "lobby"}, Backlight: true}) {
+		t.Fatal("screen refused")
+	}
+	b.waitPeer(t, "kiosk-1", "showing its screen", func(p registry.Peer, ok bool) bool {
+		return ok && p.Screen != nil && len(p.Screen.Rows) == 2 && p.Screen.Rows[1] == "lobby" && p.Screen.Backlight
+	})
 	a.d.Disconnected("ch", "kiosk-1", gen)
 	p := b.waitPeer(t, "kiosk-1", "offline at edge-a", offlineAt("edge-a"))
 	if p.ConnectedSince != nil {
@@ -309,5 +319,24 @@ func TestDevicesOversize(t *testing.T) {
 		if n := strings.Count(log, want); n != 1 {
 			t.Errorf("%d warnings %q; log:\n%s", n, want, log)
 		}
+	}
+}
+
+// A device the edge's registry forgets to make room (its channel full)
+// leaves every node's list.
+func TestDevicesForgottenLeaveTheCluster(t *testing.T) {
+	url := startJetStream(t)
+	a := openDevices(t, url, "edge-a", config.RoleEdge, DevicesOptions{}, func(o *registry.Options) { o.MaxPeers = 2 })
+	b := openDevices(t, url, "edge-b", config.RoleEdge, DevicesOptions{})
+	gen := a.connect(t, "kiosk-1", nil)
+	a.d.Disconnected("ch", "kiosk-1", gen)
+	a.connect(t, "kiosk-2", nil)
+	b.waitPeer(t, "kiosk-1", "offline at edge-a", offlineAt("edge-a"))
+	b.waitPeer(t, "kiosk-2", "online at edge-a", onlineAt("edge-a"))
+	a.connect(t, "kiosk-3", nil) // kiosk-1 goes: offline, seen longest ago
+	b.waitPeer(t, "kiosk-3", "online at edge-a", onlineAt("edge-a"))
+	b.waitPeer(t, "kiosk-1", "gone", func(_ registry.Peer, ok bool) bool { return !ok })
+	if n := b.d.Count("ch"); n != 2 {
+		t.Errorf("edge B counts %d", n)
 	}
 }
