@@ -161,9 +161,7 @@ func (n *Node) OpenDevices(ctx context.Context, dir string, ropt registry.Option
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = DefaultDevicesMaxBytes
 	}
-	kv, err := n.identityBucket(ctx, jetstream.KeyValueConfig{Bucket: DevicesBucket,
-		Description: "termlink: every edge's devices (registry) and the edges' beats", Storage: jetstream.FileStorage,
-		MaxValueSize: opt.MaxValueSize, MaxBytes: opt.MaxBytes})
+	kv, err := n.devicesBucket(ctx, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +179,29 @@ func (n *Node) OpenDevices(ctx context.Context, dir string, ropt registry.Option
 	n.Go(d.watch)
 	n.Go(d.publisher)
 	return d, nil
+}
+
+// devicesBucket creates or updates the bucket, asking again until ctx
+// ends: JetStream leaves a create of a stream that another node creates
+// at the same moment unanswered (nats.go#949), as at a cluster's start.
+func (n *Node) devicesBucket(ctx context.Context, opt DevicesOptions) (jetstream.KeyValue, error) {
+	cfg := jetstream.KeyValueConfig{Bucket: DevicesBucket,
+		Description: "termlink: every edge's devices (registry) and the edges' beats", Storage: jetstream.FileStorage,
+		MaxValueSize: opt.MaxValueSize, MaxBytes: opt.MaxBytes}
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		kv, err := n.identityBucket(actx, cfg)
+		cancel()
+		if err == nil {
+			return kv, nil
+		}
+		n.log.Warn("cluster: the devices' bucket not made yet; retrying", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Duration(min(attempt, 5)) * 200 * time.Millisecond):
+		}
+	}
 }
 
 // Run is this process's run id in its beat and records.
@@ -250,6 +271,7 @@ func (d *Devices) forget(channelID, peerID string) {
 	delete(d.owed, k)
 	delete(d.since, k)
 	delete(d.published, k)
+	delete(d.oversize, k)
 	d.forgot[k] = struct{}{}
 	d.mu.Unlock()
 }
