@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -178,6 +179,9 @@ func (n *Node) OpenDevices(ctx context.Context, dir string, ropt registry.Option
 	}
 	n.Go(d.watch)
 	n.Go(d.publisher)
+	if n.cfg.Edge() {
+		n.Go(d.beater)
+	}
 	return d, nil
 }
 
@@ -316,34 +320,18 @@ func (d *Devices) Changed(channelID, peerID string) { d.view.Changed(channelID, 
 // next publish.
 
 // publisher publishes what is owed every Flush (and at once after a
-// disconnect), and this edge's beat every lease/3, until the node
-// closes; then it publishes what is left and removes the beat.
+// disconnect) until the node closes, then what is left.
 func (d *Devices) publisher(ctx context.Context) {
-	edge := d.n.cfg.Edge()
 	flush := time.NewTicker(d.opt.Flush)
 	defer flush.Stop()
-	beatEvery := max(d.n.cfg.Lease/3, 10*time.Millisecond)
-	beat := time.NewTicker(beatEvery)
-	defer beat.Stop()
-	if edge {
-		d.beat(ctx)
-	}
 	refreshed := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			last, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			d.publish(last, true)
-			if edge {
-				_ = d.kv.Delete(last, devicesBeatPrefix+keyPart(d.n.Name()))
-			}
 			cancel()
 			return
-		case <-beat.C:
-			if edge {
-				d.beat(ctx)
-			}
-			continue
 		case now := <-flush.C:
 			if now.Sub(refreshed) >= time.Minute {
 				d.refresh(now)
@@ -381,6 +369,25 @@ func (d *Devices) refresh(now time.Time) {
 	}
 }
 
+// beater publishes this edge's beat every lease/3 (on its own: a slow
+// publish must not make the edge look dead) until the node closes, then
+// removes it.
+func (d *Devices) beater(ctx context.Context) {
+	t := time.NewTicker(max(d.n.cfg.Lease/3, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		d.beat(ctx)
+		select {
+		case <-ctx.Done():
+			last, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = d.kv.Delete(last, devicesBeatPrefix+keyPart(d.n.Name()))
+			cancel()
+			return
+		case <-t.C:
+		}
+	}
+}
+
 func (d *Devices) beat(ctx context.Context) {
 	b, _ := json.Marshal(devicesBeat{Edge: d.n.Name(), Run: d.run, At: time.Now().UTC()})
 	cctx, cancel := context.WithTimeout(ctx, max(d.n.cfg.Lease/3, time.Second))
@@ -413,10 +420,13 @@ func (d *Devices) publish(ctx context.Context, all bool) {
 		}
 	}
 	// A few writes at a time: keys are independent, and an edge that takes
-	// over a dead edge's devices owes them all at once.
+	// over a dead edge's devices owes them all at once. After a write
+	// fails (NATS away, an election) the rest wait for the next publish
+	// rather than each for its timeout.
 	var (
 		wg       sync.WaitGroup
 		sem      = make(chan struct{}, devicesWriters)
+		failing  atomic.Bool
 		failMu   sync.Mutex
 		failed   int
 		firstErr error
@@ -435,15 +445,20 @@ func (d *Devices) publish(ctx context.Context, all bool) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			err := d.write(ctx, k, rec)
+			var err error
+			if failing.Load() {
+				err = errPublishHeld
+			} else if err = d.write(ctx, k, rec); err != nil {
+				failing.Store(true)
+			}
 			d.mu.Lock()
 			if err == nil {
 				d.published[k] = now
-			} else if ctx.Err() == nil {
-				d.oweLocked(k, pubNow) // the next flush tries again
+			} else {
+				d.oweLocked(k, pubNow) // the next publish tries again
 			}
 			d.mu.Unlock()
-			if err != nil && ctx.Err() == nil {
+			if err != nil && !errors.Is(err, errPublishHeld) {
 				failMu.Lock()
 				if failed++; firstErr == nil {
 					firstErr = fmt.Errorf("device %s: %w", k.peer, err)
@@ -453,10 +468,14 @@ func (d *Devices) publish(ctx context.Context, all bool) {
 		}()
 	}
 	wg.Wait()
-	if failed > 0 {
-		d.log.Warn("cluster: devices not published to the cluster's registry; the next publish tries again", "devices", failed, "first_err", firstErr)
+	if failed > 0 && ctx.Err() == nil {
+		d.log.Warn("cluster: devices not published to the cluster's registry; the next publish tries again", "failed", failed, "first_err", firstErr)
 	}
 }
+
+// errPublishHeld is a write not tried: an earlier one of the same
+// publish failed.
+var errPublishHeld = errors.New("held for the next publish")
 
 // devicesWriters bounds the writes of one publish in flight at once.
 const devicesWriters = 16
