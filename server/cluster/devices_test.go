@@ -43,7 +43,7 @@ type devicesNode struct {
 // openDevices opens node name (role edge or worker, lease 1 s) on the
 // JetStream at url and its device registry (publishing every 50 ms), closed
 // when the test ends.
-func openDevices(t *testing.T, url, name, role string, opt DevicesOptions, ropts ...func(*registry.Options)) *devicesNode {
+func openDevices(t testing.TB, url, name, role string, opt DevicesOptions, ropts ...func(*registry.Options)) *devicesNode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
