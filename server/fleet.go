@@ -1,15 +1,18 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"time"
 
+	"termlink/server/cluster"
 	fleetapi "termlink/server/fleet"
 	"termlink/server/registry"
 	"termlink/server/router"
 	"termlink/server/session"
+	"termlink/server/wschannel"
 )
 
 // The fleet (issue 13): the device registry, fed by the channel adapters
@@ -30,17 +33,51 @@ type fleetOptions struct {
 }
 
 type fleet struct {
-	reg *registry.Registry
+	reg deviceRegistry
 	api *fleetapi.API
 }
 
+// deviceRegistry is the device registry as the server uses it: the
+// channel adapters feed it (wschannel.Registry), the fleet API reads it
+// (fleetapi.Registry), the notices list a broadcast's peers in it (List)
+// and tell it of their counts (Changed). One server's *registry.Registry
+// or, in cluster mode, *cluster.Devices (the node's registry for what its
+// connections do, every node's devices for the reads: issue 25).
+type deviceRegistry interface {
+	wschannel.Registry
+	fleetapi.Registry
+	List(channelID string, f registry.Filter) []registry.Peer
+	Changed(channelID, peerID string)
+	Close() error
+}
+
+var (
+	_ deviceRegistry = (*registry.Registry)(nil)
+	_ deviceRegistry = (*cluster.Devices)(nil)
+)
+
+// registryOpenWait bounds creating the cluster's devices bucket at start.
+const registryOpenWait = 30 * time.Second
+
 // openFleet opens the device registry and builds the fleet API on it,
 // the channels, the session store, the router and the notice mailboxes.
+// In cluster mode (the store of record is the cluster's) the registry is
+// the cluster's: this is the one place that knows which.
 func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger, rt *Runtime, r *router.Router) (*fleet, error) {
-	reg, err := registry.Open(filepath.Join(workspace, "registry"), registry.Options{
+	dir := filepath.Join(workspace, "registry")
+	ropt := registry.Options{
 		Logger: log, FlushInterval: opt.flushInterval, NoSync: noSync, MaxPeers: opt.maxPeers, MaxAnonymous: opt.maxAnonymous,
 		NoticesPending: rt.notices.Count,
-	})
+	}
+	var reg deviceRegistry
+	var err error
+	if cs, ok := rt.records.(*cluster.Store); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), registryOpenWait)
+		reg, err = cs.Node().OpenDevices(ctx, dir, ropt, cluster.DevicesOptions{})
+		cancel()
+	} else {
+		reg, err = registry.Open(dir, ropt)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("opening the device registry: %w", err)
 	}

@@ -44,4 +44,11 @@
 // termlink_codes and termlink_codes_dropped) decide by package identity's
 // rules and write with compare-and-set; the server opens them on the
 // store's Node (server/identity.go).
+//
+// So is the device registry (devices.go): Devices keeps the edge's own
+// registry (package registry) for what its connections do and publishes
+// each changed peer, written behind, to KV termlink_devices; every node
+// mirrors the bucket (registry.View) for the reads, and shows a peer
+// online only while the edge run that published it beats
+// (server/fleet.go opens it).
 package cluster

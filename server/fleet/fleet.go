@@ -30,7 +30,8 @@ import (
 )
 
 // Registry is the device registry as the fleet API reads it
-// (*registry.Registry).
+// (*registry.Registry; in cluster mode *cluster.Devices, every node's
+// devices, each with its edge).
 type Registry interface {
 	Get(channelID, peerID string) (registry.Peer, bool)
 	// Page lists at most limit peers matching f in peer id order after

@@ -34,6 +34,14 @@
 // survives a restart, every device is offline when the registry opens.
 // A registry of the earlier format (one <channel>.json per channel) is
 // read once and replaced by a snapshot.
+//
+// # Across a cluster
+//
+// A View answers the same reads (paging, filters, online counts, the
+// live stream) over peers kept elsewhere and put into it whole: package
+// cluster's mirror of the devices every edge holds. Each edge's Registry
+// stays the authority for its own connections and budgets, and tells
+// (Options.Forgot) of each device it forgets to make room.
 package registry
 
 import (
@@ -92,6 +100,10 @@ type Options struct {
 	// and eviction; nil: 0. It is called with the registry's lock held: it
 	// must not call back into the registry.
 	NoticesPending func(channelID, peerID string) int
+	// Forgot, if set, is told of each device the registry forgets to make
+	// room (a cluster's registry deletes its shared copy). It is called
+	// with the registry's lock held: it must not call back into it.
+	Forgot func(channelID, peerID string)
 }
 
 // Device is what a connect frame says, and where it came from.
@@ -141,6 +153,9 @@ type Peer struct {
 	LastMessageAt      *string           `json:"last_message_at"`
 	Screen             *Screen           `json:"screen"`
 	NoticesPending     int               `json:"notices_pending"`
+	// Edge is the cluster node that holds (or last held) the device's
+	// connection; empty without a cluster (a View's peers have it).
+	Edge string `json:"edge,omitempty"`
 }
 
 // Filter selects peers; the zero Filter selects all.
@@ -471,7 +486,20 @@ func (r *Registry) Page(channelID string, f Filter, after string, limit int) (pe
 	if cs == nil {
 		return peers, ""
 	}
-	ids := cs.sortedIDs()
+	return pageOf(cs.sortedIDs(), after, limit, func(id string) (Peer, bool) {
+		e := cs.peers[id]
+		if !f.matches(e.online, e.dev.Tags) {
+			return Peer{}, false
+		}
+		return r.peerLocked(e, now), true
+	})
+}
+
+// pageOf walks ids (sorted) after `after` and returns at most limit (0:
+// all) of the peers peer selects, and the id to continue from ("" when
+// no more is selected).
+func pageOf(ids []string, after string, limit int, peer func(id string) (Peer, bool)) (peers []Peer, next string) {
+	peers = []Peer{}
 	i := 0
 	if after != "" {
 		i = sort.SearchStrings(ids, after)
@@ -480,14 +508,14 @@ func (r *Registry) Page(channelID string, f Filter, after string, limit int) (pe
 		}
 	}
 	for ; i < len(ids); i++ {
-		e := cs.peers[ids[i]]
-		if !f.matches(e) {
+		p, ok := peer(ids[i])
+		if !ok {
 			continue
 		}
 		if limit > 0 && len(peers) == limit {
 			return peers, peers[len(peers)-1].PeerID // one more matches
 		}
-		peers = append(peers, r.peerLocked(e, now))
+		peers = append(peers, p)
 	}
 	return peers, ""
 }
@@ -517,12 +545,12 @@ func (r *Registry) Usage(channelID string) Usage {
 	return Usage{}
 }
 
-func (f Filter) matches(e *entry) bool {
-	if f.Online != nil && *f.Online != e.online {
+func (f Filter) matches(online bool, tags map[string]string) bool {
+	if f.Online != nil && *f.Online != online {
 		return false
 	}
 	for k, v := range f.Tags {
-		if got, ok := e.dev.Tags[k]; !ok || got != v {
+		if got, ok := tags[k]; !ok || got != v {
 			return false
 		}
 	}
@@ -550,36 +578,54 @@ const OtherTags = "other"
 func (r *Registry) Online(channelID string, maxTags int) (total int, byTag map[string]int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	byTag = map[string]int{}
-	cs := r.channels[channelID]
-	if cs == nil {
-		return 0, byTag
-	}
-	for _, e := range cs.peers {
-		if e.online {
-			total++
+	var c onlineCounter
+	if cs := r.channels[channelID]; cs != nil {
+		for _, e := range cs.peers {
+			c.add(maxTags, e.online, e.dev.Authenticated, e.dev.Tags)
 		}
-		if !e.dev.Authenticated {
+	}
+	return c.total, c.tags()
+}
+
+// onlineCounter counts online devices as Online says.
+type onlineCounter struct {
+	total int
+	byTag map[string]int
+}
+
+func (c *onlineCounter) add(maxTags int, online, authenticated bool, tags map[string]string) {
+	if online {
+		c.total++
+	}
+	if !authenticated {
+		return
+	}
+	if c.byTag == nil {
+		c.byTag = map[string]int{}
+	}
+	other := false
+	for k, v := range tags {
+		t := k + "=" + v
+		if _, ok := c.byTag[t]; !ok && len(c.byTag) >= maxTags {
+			other = true
 			continue
 		}
-		other := false
-		for k, v := range e.dev.Tags {
-			t := k + "=" + v
-			if _, ok := byTag[t]; !ok && len(byTag) >= maxTags {
-				other = true
-				continue
-			}
-			if e.online {
-				byTag[t]++
-			} else {
-				byTag[t] += 0
-			}
-		}
-		if other && e.online {
-			byTag[OtherTags]++
+		if online {
+			c.byTag[t]++
+		} else {
+			c.byTag[t] += 0
 		}
 	}
-	return total, byTag
+	if other && online {
+		c.byTag[OtherTags]++
+	}
+}
+
+func (c *onlineCounter) tags() map[string]int {
+	if c.byTag == nil {
+		return map[string]int{}
+	}
+	return c.byTag
 }
 
 // publishLocked streams e's new state (r.mu held: subscribers see the
@@ -651,6 +697,9 @@ func (r *Registry) makeRoom(cs *channelState, d Device, size int) error {
 		}
 		at := cs.peers[id].lastSeen
 		cs.removeLocked(id)
+		if r.opt.Forgot != nil {
+			r.opt.Forgot(d.ChannelID, id)
+		}
 		r.log.Warn("device registry full: forgot the offline device seen longest ago to make room for an authenticated one",
 			"channel", d.ChannelID, "forgot", id, "last_seen", formatTime(at), "for", d.PeerID, "why", why)
 	}

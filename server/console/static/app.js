@@ -468,7 +468,7 @@
     if (f.online !== '' && String(!!p.online) !== f.online) return false;
     for (const [k, v] of Object.entries(f.tags)) if (!p.tags || p.tags[k] !== v) return false;
     if (f.text) {
-      const hay = [p.peer_id, p.device_name, p.board, p.version, p.remote_addr,
+      const hay = [p.peer_id, p.device_name, p.board, p.version, p.remote_addr, p.edge,
         ...Object.entries(p.tags || {}).map(([k, v]) => `${k}:${v}`)].join(' ').toLowerCase();
       if (!hay.includes(f.text)) return false;
     }
@@ -494,7 +494,8 @@
     const rows = shown.slice(0, MAX_ROWS).map((p) => el('tr', { 'data-testid': 'peer-row', 'data-peer-id': p.peer_id, 'data-online': String(!!p.online) },
       el('td', { 'data-label': 'Device' }, el('a', { href: `#/peer/${enc(state.channel)}/${enc(p.peer_id)}`, text: p.peer_id }),
         p.device_name && p.device_name !== p.peer_id ? el('div', { class: 'sub', text: p.device_name }) : null),
-      el('td', { 'data-testid': 'peer-state', 'data-label': 'State' }, el('span', { class: 'badge' + (p.online ? ' on' : ''), text: p.online ? 'online' : 'offline' })),
+      el('td', { 'data-testid': 'peer-state', 'data-label': 'State' }, el('span', { class: 'badge' + (p.online ? ' on' : ''), text: p.online ? 'online' : 'offline' }),
+        p.edge ? el('div', { class: 'sub', 'data-testid': 'peer-edge', title: 'the cluster node that holds (or last held) its connection', text: p.edge }) : null),
       el('td', { 'data-label': 'Tags' }, ...Object.entries(p.tags || {}).map(([k, v]) => el('button', {
         type: 'button', class: 'tag', title: `Show devices with ${k}:${v}`, text: `${k}:${v}`,
         onclick: () => { $('filter-tag').value = `${k}:${v}`; drawFleet(); },
@@ -709,6 +710,7 @@
       ['Board', p.board || '—'],
       ['Version', p.version || '—'],
       ['Tags', tags || '—'],
+      ...(p.edge ? [['Edge', p.edge]] : []),
       ['Connected since', p.online ? fmtTime(p.connected_since) : '—'],
       ['Last seen', `${fmtTime(p.last_seen)} (${ago(p.last_seen)})`],
       ['Last message', fmtTime(p.last_message_at)],

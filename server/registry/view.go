@@ -1,0 +1,174 @@
+package registry
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"termlink/server/fanout"
+)
+
+// View is a set of peers kept by someone else, put into it whole: a
+// cluster's mirror of the devices every edge holds (package cluster). It
+// answers the registry's reads (Get, Page, List, Count, Online,
+// Subscribe) as a Registry does, with the same paging and counting; what
+// it holds is bounded by whoever feeds it. Safe for concurrent use.
+type View struct {
+	noticesPending func(channelID, peerID string) int
+	now            func() time.Time
+
+	mu       sync.Mutex
+	channels map[string]*viewChannel
+}
+
+type viewChannel struct {
+	peers map[string]Peer
+	ids   []string // sorted; nil when it must be rebuilt
+	live  fanout.Hub[Peer]
+}
+
+// NewView returns an empty view. noticesPending (nil: 0) fills each
+// peer's notices_pending when it is read; it is called with the view's
+// lock held and must not call back into it.
+func NewView(noticesPending func(channelID, peerID string) int) *View {
+	return &View{noticesPending: noticesPending, now: time.Now, channels: map[string]*viewChannel{}}
+}
+
+func (v *View) channel(id string) *viewChannel {
+	vc := v.channels[id]
+	if vc == nil {
+		vc = &viewChannel{peers: map[string]Peer{}}
+		v.channels[id] = vc
+	}
+	return vc
+}
+
+// Put adds or replaces p (by channel and peer id) and streams it to the
+// channel's subscribers.
+func (v *View) Put(p Peer) {
+	if p.Capabilities == nil {
+		p.Capabilities = []string{}
+	}
+	if p.Tags == nil {
+		p.Tags = map[string]string{}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	vc := v.channel(p.ChannelID)
+	if _, ok := vc.peers[p.PeerID]; !ok {
+		vc.ids = nil
+	}
+	vc.peers[p.PeerID] = p
+	if vc.live.Len() > 0 {
+		vc.live.Publish(v.readLocked(p, v.now()))
+	}
+}
+
+// Remove forgets a peer.
+func (v *View) Remove(channelID, peerID string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if vc := v.channels[channelID]; vc != nil {
+		if _, ok := vc.peers[peerID]; ok {
+			delete(vc.peers, peerID)
+			vc.ids = nil
+		}
+	}
+}
+
+// Changed streams a peer again (its pending notices changed).
+func (v *View) Changed(channelID, peerID string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if vc := v.channels[channelID]; vc != nil && vc.live.Len() > 0 {
+		if p, ok := vc.peers[peerID]; ok {
+			vc.live.Publish(v.readLocked(p, v.now()))
+		}
+	}
+}
+
+// readLocked is p as a read shows it: last_seen is now while online,
+// notices_pending as the mailboxes count them now.
+func (v *View) readLocked(p Peer, now time.Time) Peer {
+	if p.Online {
+		p.LastSeen = formatTime(now)
+	}
+	if v.noticesPending != nil {
+		p.NoticesPending = v.noticesPending(p.ChannelID, p.PeerID)
+	}
+	return p
+}
+
+// Get returns one peer.
+func (v *View) Get(channelID, peerID string) (Peer, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if vc := v.channels[channelID]; vc != nil {
+		if p, ok := vc.peers[peerID]; ok {
+			return v.readLocked(p, v.now()), true
+		}
+	}
+	return Peer{}, false
+}
+
+// Page is Registry.Page over the view.
+func (v *View) Page(channelID string, f Filter, after string, limit int) (peers []Peer, next string) {
+	now := v.now()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	vc := v.channels[channelID]
+	if vc == nil {
+		return []Peer{}, ""
+	}
+	if vc.ids == nil {
+		vc.ids = make([]string, 0, len(vc.peers))
+		for id := range vc.peers {
+			vc.ids = append(vc.ids, id)
+		}
+		sort.Strings(vc.ids)
+	}
+	return pageOf(vc.ids, after, limit, func(id string) (Peer, bool) {
+		p := vc.peers[id]
+		if !f.matches(p.Online, p.Tags) {
+			return Peer{}, false
+		}
+		return v.readLocked(p, now), true
+	})
+}
+
+// List is every peer f selects, in peer id order.
+func (v *View) List(channelID string, f Filter) []Peer {
+	out, _ := v.Page(channelID, f, "", 0)
+	return out
+}
+
+// Count is how many peers the channel holds.
+func (v *View) Count(channelID string) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if vc := v.channels[channelID]; vc != nil {
+		return len(vc.peers)
+	}
+	return 0
+}
+
+// Online is Registry.Online over the view.
+func (v *View) Online(channelID string, maxTags int) (total int, byTag map[string]int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var c onlineCounter
+	if vc := v.channels[channelID]; vc != nil {
+		for _, p := range vc.peers {
+			c.add(maxTags, p.Online, p.Authenticated, p.Tags)
+		}
+	}
+	return c.total, c.tags()
+}
+
+// Subscribe streams every peer put into the channel (or Changed), to a
+// subscriber that may fall buf changes behind before it is dropped.
+func (v *View) Subscribe(channelID string, buf int) *fanout.Sub[Peer] {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.channel(channelID).live.Subscribe(buf)
+}
