@@ -81,11 +81,9 @@ func (n *Node) identityBucket(ctx context.Context, cfg jetstream.KeyValueConfig)
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	cfg.History, cfg.Replicas = 1, n.cfg.Replicas
-	kv, err := n.js.CreateOrUpdateKeyValue(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: bucket %s: %w", cfg.Bucket, err)
-	}
-	return kv, nil
+	return ensure(ctx, "bucket "+cfg.Bucket, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return n.js.CreateOrUpdateKeyValue(ctx, cfg)
+	})
 }
 
 // keyPart is s as one token of a KV key.

@@ -49,17 +49,19 @@ func (n *Node) OpenEventFeed(ctx context.Context, perChannel int) (*EventFeed, e
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	_, err := n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:              EventsStream,
-		Description:       "termlink: every node's channel events, one subject per channel",
-		Subjects:          []string{eventsPrefix + ">"},
-		Storage:           jetstream.FileStorage,
-		Replicas:          n.cfg.Replicas,
-		MaxMsgsPerSubject: int64(perChannel),
-		MaxBytes:          eventsMaxBytes,
-		MaxAge:            eventsMaxAge,
-		MaxMsgSize:        4 << 10, // an event's fields are cut to 200 bytes each
-		Discard:           jetstream.DiscardOld,
+	_, err := ensure(ctx, "stream "+EventsStream, func(ctx context.Context) (jetstream.Stream, error) {
+		return n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:              EventsStream,
+			Description:       "termlink: every node's channel events, one subject per channel",
+			Subjects:          []string{eventsPrefix + ">"},
+			Storage:           jetstream.FileStorage,
+			Replicas:          n.cfg.Replicas,
+			MaxMsgsPerSubject: int64(perChannel),
+			MaxBytes:          eventsMaxBytes,
+			MaxAge:            eventsMaxAge,
+			MaxMsgSize:        4 << 10, // an event's fields are cut to 200 bytes each
+			Discard:           jetstream.DiscardOld,
+		})
 	})
 	if err != nil {
 		return nil, err

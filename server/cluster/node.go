@@ -198,18 +198,20 @@ func (n *Node) setup(ctx context.Context) error {
 	cfg := n.cfg
 	var err error
 	partitions := strconv.Itoa(cfg.Partitions)
-	n.in, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        InStream,
-		Description: "termlink: accepted device messages, one subject per session partition",
-		Subjects:    []string{inPrefix + ">"},
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DuplicateWindow,
-		MaxAge:      cfg.DedupeTTL, // a message older than its dedupe entry is never run
-		Metadata:    map[string]string{"partitions": partitions},
+	n.in, err = ensure(ctx, "stream "+InStream, func(ctx context.Context) (jetstream.Stream, error) {
+		return n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        InStream,
+			Description: "termlink: accepted device messages, one subject per session partition",
+			Subjects:    []string{inPrefix + ">"},
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+			Duplicates:  cfg.DuplicateWindow,
+			MaxAge:      cfg.DedupeTTL, // a message older than its dedupe entry is never run
+			Metadata:    map[string]string{"partitions": partitions},
+		})
 	})
 	if err != nil {
-		return fmt.Errorf("cluster: stream %s: %w", InStream, err)
+		return err
 	}
 	info, err := n.in.Info(ctx)
 	if err != nil {
@@ -220,17 +222,17 @@ func (n *Node) setup(ctx context.Context) error {
 		// different count; say what the stream had.
 		return fmt.Errorf("%w: stream %s is partitioned %s ways, this node is configured with %d: every node must use the same cluster.partitions", errPartitions, InStream, got, cfg.Partitions)
 	}
-	n.hist, err = n.js.CreateOrUpdateStream(ctx, histStreamConfig(cfg)) // retention.go
+	n.hist, err = ensure(ctx, "stream "+HistStream, func(ctx context.Context) (jetstream.Stream, error) {
+		return n.js.CreateOrUpdateStream(ctx, histStreamConfig(cfg)) // retention.go
+	})
 	if err != nil {
 		return histStreamError(cfg, err)
 	}
 	kv := func(name, what string, ttl time.Duration, storage jetstream.StorageType) (jetstream.KeyValue, error) {
-		b, err := n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Description: what,
-			TTL: ttl, History: 1, Replicas: cfg.Replicas, Storage: storage})
-		if err != nil {
-			return nil, fmt.Errorf("cluster: bucket %s: %w", name, err)
-		}
-		return b, nil
+		return ensure(ctx, "bucket "+name, func(ctx context.Context) (jetstream.KeyValue, error) {
+			return n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Description: what,
+				TTL: ttl, History: 1, Replicas: cfg.Replicas, Storage: storage})
+		})
 	}
 	if n.dedupe, err = kv(DedupeBucket, "termlink: message claims and cached replies", cfg.DedupeTTL, jetstream.FileStorage); err != nil {
 		return err

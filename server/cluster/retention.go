@@ -46,8 +46,8 @@ const errCodeStorageExceeded jetstream.ErrorCode = 10047
 func histStreamError(cfg config.Cluster, err error) error {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStorageExceeded {
-		return fmt.Errorf("cluster: stream %s: the NATS servers cannot reserve cluster.historyMaxMegabytes (%d MiB per replica) of file storage: lower it, or raise jetstream { max_file_store } in the NATS configuration: %w",
-			HistStream, cfg.HistoryMaxBytes>>20, err)
+		return fmt.Errorf("%w: the NATS servers cannot reserve cluster.historyMaxMegabytes (%d MiB per replica) of file storage for it: lower it, or raise jetstream { max_file_store } in the NATS configuration",
+			err, cfg.HistoryMaxBytes>>20)
 	}
-	return fmt.Errorf("cluster: stream %s: %w", HistStream, err)
+	return err // named by ensure
 }
