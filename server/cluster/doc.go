@@ -38,4 +38,10 @@
 // termlink_codes and termlink_codes_dropped) decide by package identity's
 // rules and write with compare-and-set; the server opens them on the
 // store's Node (server/identity.go).
+//
+// So are the notice mailboxes (notices.go): Notices (notices.Mailboxes
+// and notices.Store, KV termlink_notices) keeps each delivery of a notice
+// under its channel, peer and notice id; every node mirrors the bucket
+// through a watch, and the edge that holds a peer pushes its notices
+// (server/notices.go opens them).
 package cluster

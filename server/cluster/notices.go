@@ -17,6 +17,7 @@ import (
 
 	"termlink/server/events"
 	"termlink/server/httpapi"
+	"termlink/server/metrics"
 	"termlink/server/notices"
 )
 
@@ -86,7 +87,7 @@ func (v *deliveryValue) open() bool { return v.State == notices.Pending || v.Sta
 // NoticesOptions configure Node.OpenNotices.
 type NoticesOptions struct {
 	// Of Options the mailboxes take MaxPerPeer, Push, Event, Changed,
-	// Directory, Channel, Sweep and Logger (NoSync, Metrics and
+	// Directory, Channel, Metrics, Sweep and Logger (NoSync and
 	// SnapshotBytes are the local store's).
 	notices.Options
 	// MaxBytes bounds the bucket (0: DefaultNoticesMaxBytes).
@@ -99,6 +100,7 @@ type Notices struct {
 	kv  jetstream.KeyValue
 	opt notices.Options
 	log *slog.Logger
+	met noticeMetrics
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -117,6 +119,59 @@ type Notices struct {
 }
 
 type chanPeer struct{ ch, peer string }
+
+// noticeMetrics are the local store's series: the counters count what
+// this node wrote; the gauges are the cluster's, from the mirror.
+type noticeMetrics struct {
+	created, acked, expired, withdrawn *metrics.CounterVec
+}
+
+func (s *Notices) registerMetrics(reg *metrics.Registry) {
+	if reg == nil {
+		reg = &metrics.Registry{}
+	}
+	s.met = noticeMetrics{
+		created:   reg.NewCounterVec("termlink_notices_created_total", "Notices put in a peer's mailbox by this node (a broadcast counts once per peer).", "channel"),
+		acked:     reg.NewCounterVec("termlink_notices_acked_total", "Notice acks this node recorded.", "channel"),
+		expired:   reg.NewCounterVec("termlink_notices_expired_total", "Notice deliveries this node marked expired before their device acked them.", "channel"),
+		withdrawn: reg.NewCounterVec("termlink_notices_withdrawn_total", "Notice deliveries this node withdrew before their device acked them.", "channel"),
+	}
+	reg.NewGaugeSet("termlink_notices_pending", "Notices in the cluster's mailboxes not yet acked, expired or withdrawn.", []string{"channel"},
+		func(emit func(int64, ...string)) { s.gauges(emit, false) })
+	reg.NewGaugeSet("termlink_notice_mailboxes", "Peers of the cluster with at least one notice not yet acked.", []string{"channel"},
+		func(emit func(int64, ...string)) { s.gauges(emit, true) })
+}
+
+// gauges emits per channel the open deliveries (boxes: the peers with one).
+func (s *Notices) gauges(emit func(int64, ...string), boxes bool) {
+	now := time.Now()
+	s.mu.Lock()
+	counts := map[string]int64{}
+	for ch, peers := range s.boxes {
+		counts[ch] += 0
+		for _, b := range peers {
+			open := int64(0)
+			for _, d := range b.list {
+				if d.v.open() && now.Before(d.n.c.ExpiresAt) {
+					open++
+				}
+			}
+			if boxes {
+				open = min(open, 1)
+			}
+			counts[ch] += open
+		}
+	}
+	s.mu.Unlock()
+	chs := make([]string, 0, len(counts))
+	for ch := range counts {
+		chs = append(chs, ch)
+	}
+	sort.Strings(chs)
+	for _, ch := range chs {
+		emit(counts[ch], ch)
+	}
+}
 
 // mnotice is a notice in the mirror.
 type mnotice struct {
@@ -186,6 +241,7 @@ func (n *Node) OpenNotices(ctx context.Context, opt NoticesOptions) (*Notices, e
 		ready: make(chan struct{}), kick: make(chan struct{}, 1), sent: make(chan sentWrite, 1024),
 		byID: map[string]*mnotice{}, boxes: map[string]map[string]*mbox{}, dirty: map[chanPeer]bool{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.registerMetrics(o.Metrics)
 	s.goRun(s.watch)
 	select {
 	case <-s.ready:
@@ -636,6 +692,7 @@ func (s *Notices) Ack(ch, peer, id string) error {
 			return err
 		}
 		s.applyPut(key, mustJSON(v), nrev, 0)
+		s.met.acked.Inc(ch)
 		s.event(ch, events.Event{Event: "notice_acked", PeerID: peer, MessageID: id})
 		return nil
 	}
@@ -732,6 +789,7 @@ func (s *Notices) Create(ch string, peers []string, sp notices.Spec) (notices.Cr
 		s.log.Warn("cluster: a notice stored for some of its peers only", "notice_id", c.NoticeID, "stored", len(stored), "of", len(res.Targets), "err", failed)
 		return notices.Created{}, fmt.Errorf("the cluster's notice store took it for %d of %d peers: %w", len(stored), len(res.Targets), failed)
 	}
+	s.met.created.Add(ch, uint64(len(res.Targets)))
 	s.event(ch, events.Event{Event: "notice_created", MessageID: c.NoticeID, Preview: events.Preview(sp.Text),
 		Detail: fmt.Sprintf("source=%s targets=%d skipped=%d priority=%s node=%s", sp.Source, len(res.Targets), len(res.Skipped), sp.Priority, s.n.Name())})
 	res.Online = s.online(ch, res.Targets)
@@ -848,7 +906,6 @@ func (s *Notices) Withdraw(ch, id, peer string) (int, error) {
 	}
 	s.mu.Unlock()
 	withdrawn := 0
-	var peers []string
 	for _, o := range todo {
 		ok, err := s.finish(ch, o.peer, id, o.v, o.rev, notices.Withdrawn)
 		if err != nil {
@@ -856,11 +913,10 @@ func (s *Notices) Withdraw(ch, id, peer string) (int, error) {
 		}
 		if ok {
 			withdrawn++
-			peers = append(peers, o.peer)
 		}
 	}
 	if withdrawn > 0 {
-		sort.Strings(peers)
+		s.met.withdrawn.Add(ch, uint64(withdrawn))
 		s.event(ch, events.Event{Event: "notice_withdrawn", MessageID: id, PeerID: peer, Detail: fmt.Sprintf("peers=%d", withdrawn)})
 	}
 	return withdrawn, nil
@@ -945,6 +1001,7 @@ func (s *Notices) sweep(now time.Time) {
 		}
 	}
 	for n, peers := range expired {
+		s.met.expired.Add(n.ch, uint64(peers))
 		s.event(n.ch, events.Event{Event: "notice_expired", MessageID: n.c.NoticeID, Preview: events.Preview(n.c.Text),
 			Detail: fmt.Sprintf("%d peers had not acked it by %s", peers, n.c.ExpiresAt.UTC().Format(time.RFC3339))})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -123,6 +124,14 @@ func TestNoticesAcrossNodes(t *testing.T) {
 	}
 	if f, _, _, _ := a.Due("ch", "p", 0, 10, time.Now()); len(f) != 0 {
 		t.Errorf("an acked notice is due on A: %q", f)
+	}
+	if a.met.created.Value("ch") != 2 || b.met.created.Value("ch") != 0 || b.met.acked.Value("ch") != 1 || a.met.acked.Value("ch") != 0 {
+		t.Errorf("counters: created %d on A, %d on B; acked %d on B, %d on A", a.met.created.Value("ch"), b.met.created.Value("ch"), b.met.acked.Value("ch"), a.met.acked.Value("ch"))
+	}
+	var pending []string
+	a.gauges(func(v int64, l ...string) { pending = append(pending, fmt.Sprint(l, v)) }, false)
+	if len(pending) != 1 || pending[0] != "[ch] 1" {
+		t.Errorf("pending gauge on A: %v", pending)
 	}
 	// Acking again is nothing; an unknown notice or peer is refused.
 	if err := a.Ack("ch", "p", res.NoticeID); err != nil {
@@ -300,4 +309,22 @@ func TestNoticesAPIAcrossNodes(t *testing.T) {
 		t.Fatalf("DELETE on B: %d", resp.StatusCode)
 	}
 	eventually(t, "A has nothing open", func() bool { return len(a.List("ch", false)) == 0 })
+}
+
+// A delivery's key names its channel, peer and notice again, for any
+// channel and peer; any other key is refused, never misread.
+func FuzzDeliveryKey(f *testing.F) {
+	f.Add("terminal-dev", "kiosk.1@lobby", "n-0123456789abcdef01")
+	f.Add("", "p", "bad.id")
+	f.Fuzz(func(t *testing.T, ch, peer, id string) {
+		key := deliveryKey(ch, peer, id)
+		c, p, i, ok := parseDeliveryKey(key)
+		if ok != validNoticeID(id) {
+			t.Fatalf("key %q: ok %v for id %q", key, ok, id)
+		}
+		if ok && (c != ch || p != peer || i != id) {
+			t.Fatalf("key %q read as %q %q %q", key, c, p, i)
+		}
+		_, _, _, _ = parseDeliveryKey(ch + "." + peer + "." + id) // no panic
+	})
 }
