@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"termlink/link"
 	"termlink/testrig/cluster"
 )
@@ -23,7 +25,9 @@ import (
 // once on its screen, whichever edge holds it. Then edge 1 is killed
 // (SIGKILL) while a notice for one of its devices is being POSTed, and
 // another is POSTed while the device is away: the device reconnects to
-// edge 2 and shows both, once; the cluster lists every delivery acked.
+// edge 2 and shows both, once. A device that was sent a notice on edge 1
+// and had not acked it when edge 1 died is sent it again on edge 2. The
+// cluster lists every delivery acked.
 func TestNoticesAcrossEdges(t *testing.T) {
 	tc := startCluster(t, clusterOpts{edges: 2, workers: 1})
 	edge1, edge2, worker := tc.edges[0], tc.edges[1], tc.workers[0]
@@ -69,6 +73,15 @@ func TestNoticesAcrossEdges(t *testing.T) {
 		devs[p].waitShown(want[p])
 	}
 
+	// A device without a screen's confirmation yet: kiosk-5 (a raw
+	// WebSocket on edge 1) is sent a notice and has not acked it when
+	// edge 1 dies; on edge 2 it is sent again, and its ack there holds.
+	raw := dialNotices(t, edge1.WSURL(), "kiosk-5")
+	sentBefore := post(worker, "/peers/kiosk-5/notices", `{"text":"sent, not acked"}`)
+	if got := readNotice(t, raw); got != sentBefore {
+		t.Fatalf("kiosk-5 on edge 1 was sent %q, want %q", got, sentBefore)
+	}
+
 	// Edge 1 dies while a notice for kiosk-1 is posted to the worker.
 	var wg sync.WaitGroup
 	var inFlight string
@@ -81,6 +94,15 @@ func TestNoticesAcrossEdges(t *testing.T) {
 	wg.Wait()
 	expect(inFlight, "kiosk-1")
 	expect(post(worker, "/peers/kiosk-1/notices", `{"text":"while away"}`), "kiosk-1")
+	raw.Close()
+	raw = dialNotices(t, edge2.WSURL(), "kiosk-5")
+	if got := readNotice(t, raw); got != sentBefore {
+		t.Fatalf("kiosk-5 on edge 2 was sent %q, want %q again", got, sentBefore)
+	}
+	_ = raw.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if err := raw.WriteMessage(websocket.TextMessage, link.MustEncode(&link.NoticeAck{NoticeID: sentBefore})); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range all {
 		devs[p].waitShown(want[p])
 	}
@@ -116,13 +138,48 @@ func TestNoticesAcrossEdges(t *testing.T) {
 				}
 			}
 		}
-		if st == http.StatusOK && len(listed.Notices) == 6 && acked == 11 && len(states) == 11 {
+		if st == http.StatusOK && len(listed.Notices) == 7 && acked == 12 && len(states) == 12 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("edge 2 lists %d notices, %d of 11 deliveries acked: %v", len(listed.Notices), acked, states)
+			t.Fatalf("edge 2 lists %d notices, %d of 12 deliveries acked: %v", len(listed.Notices), acked, states)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// dialNotices connects a raw device that takes notices as peer.
+func dialNotices(t *testing.T, url, peer string) *websocket.Conn {
+	t.Helper()
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	ws, _, err := d.Dial(url, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", peer, err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	_ = ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if err := ws.WriteMessage(websocket.TextMessage, link.MustEncode(&link.Connect{PeerID: peer, Capabilities: []string{link.CapText, link.CapNotice}})); err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// readNotice reads ws's frames until a notice and returns its id.
+func readNotice(t *testing.T, ws *websocket.Conn) string {
+	t.Helper()
+	_ = ws.SetReadDeadline(time.Now().Add(waitFor))
+	for {
+		_, data, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatalf("waiting for a notice: %v", err)
+		}
+		f, err := link.Decode(data)
+		if err != nil {
+			t.Fatalf("frame %s: %v", data, err)
+		}
+		if n, ok := f.(*link.Notice); ok {
+			return n.NoticeID
+		}
 	}
 }
 
