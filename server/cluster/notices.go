@@ -181,6 +181,9 @@ func (n *Node) OpenNotices(ctx context.Context, opt NoticesOptions) (*Notices, e
 		// A backstop: every write carries its own TTL (expires_at + KeepExpired).
 		TTL:            30*24*time.Hour + notices.KeepExpired + time.Hour,
 		LimitMarkerTTL: noticesMarkerTTL})
+	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+		return nil, fmt.Errorf("cluster: bucket %s needs nats-server 2.11 or later (per-message TTLs): %w", NoticesBucket, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cluster: bucket %s: %w", NoticesBucket, err)
 	}
