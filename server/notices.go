@@ -34,9 +34,11 @@ func openNotices(rt *Runtime, workspace string, noSync bool, log *slog.Logger) (
 	return notices.Open(filepath.Join(workspace, "notices"), opt)
 }
 
-// noticesOpenWait bounds making the cluster's notice bucket and loading
-// its mirror at start.
-const noticesOpenWait = 30 * time.Second
+// noticesOpenWait bounds the wait at start for the cluster's notice
+// bucket and its mirror: past it they are made and loaded in the
+// background (nodes started at once may wait seconds for a bucket:
+// nats.go#949), and the start goes on.
+const noticesOpenWait = 3 * time.Second
 
 // noticeOptions wires the mailboxes to the channels (their bound, events,
 // live connections, whether they exist) and to the device registry (the

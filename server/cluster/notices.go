@@ -67,6 +67,9 @@ const (
 	// noticeWriters is how many delivery writes of one create run at once.
 	noticeWriters = 16
 	noticeTries   = 8
+	// noticesCreateTry bounds one try to make the bucket: an answer
+	// takes milliseconds, or never comes (a concurrent create).
+	noticesCreateTry = 3 * time.Second
 )
 
 // noticeValue is a notice as the bucket holds it.
@@ -98,11 +101,12 @@ type NoticesOptions struct {
 
 // Notices is notices.Mailboxes shared by every node of the cluster.
 type Notices struct {
-	n   *Node
-	kv  jetstream.KeyValue
-	opt notices.Options
-	log *slog.Logger
-	met noticeMetrics
+	n    *Node
+	opt  notices.Options
+	log  *slog.Logger
+	met  noticeMetrics
+	kv   jetstream.KeyValue // set once before made is closed
+	made chan struct{}      // closed once the bucket is made
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -112,6 +116,7 @@ type Notices struct {
 	sent   chan sentWrite
 
 	mu      sync.Mutex
+	failed  error // the bucket cannot be made
 	started bool
 	seq     uint64 // numbers deliveries in the order this mirror took them
 	gen     uint64 // the watch's generation (a new watch reloads all)
@@ -155,9 +160,11 @@ var (
 	_ notices.Store     = (*Notices)(nil)
 )
 
-// OpenNotices creates (or updates) the bucket and follows it until the
-// mirror holds what it held at the call (or ctx ends: the mirror fills
-// meanwhile).
+// OpenNotices returns the cluster's notice mailboxes. The bucket is
+// created (or updated) and followed into the mirror in the background:
+// OpenNotices waits for that until ctx ends, and until it is done a
+// create answers errNoticesLoading (the API's 503) and the connections
+// are pushed their notices once it is.
 func (n *Node) OpenNotices(ctx context.Context, opt NoticesOptions) (*Notices, error) {
 	o := opt.Options
 	if o.Logger == nil {
@@ -172,33 +179,99 @@ func (n *Node) OpenNotices(ctx context.Context, opt NoticesOptions) (*Notices, e
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = DefaultNoticesMaxBytes
 	}
-	cctx, cancel := withTimeout(ctx)
-	defer cancel()
-	kv, err := n.js.CreateOrUpdateKeyValue(cctx, jetstream.KeyValueConfig{Bucket: NoticesBucket,
-		Description: "termlink: notice mailboxes (notices and their deliveries), by channel and peer",
-		History:     1, Replicas: n.cfg.Replicas, Storage: jetstream.FileStorage,
-		MaxBytes: opt.MaxBytes, MaxValueSize: noticesMaxValue,
-		// A backstop: every write carries its own TTL (expires_at + KeepExpired).
-		TTL:            30*24*time.Hour + notices.KeepExpired + time.Hour,
-		LimitMarkerTTL: noticesMarkerTTL})
-	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
-		return nil, fmt.Errorf("cluster: bucket %s needs nats-server 2.11 or later (per-message TTLs): %w", NoticesBucket, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("cluster: bucket %s: %w", NoticesBucket, err)
-	}
-	s := &Notices{n: n, kv: kv, opt: o, log: o.Logger,
+	s := &Notices{n: n, opt: o, log: o.Logger, made: make(chan struct{}),
 		ready: make(chan struct{}), kick: make(chan struct{}, 1), sent: make(chan sentWrite, 1024),
 		byID: map[string]*mnotice{}, boxes: map[string]map[string]*mbox{}, dirty: map[chanPeer]bool{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.registerMetrics(o.Metrics)
-	s.goRun(s.watch)
+	s.goRun(func(ctx context.Context) {
+		if s.make(ctx, opt.MaxBytes) {
+			s.watch(ctx)
+		}
+	})
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
-		s.log.Warn("cluster: the notice mirror is not loaded yet; it fills while the server starts", "err", ctx.Err())
+		s.log.Warn("cluster: the notice mailboxes are not loaded yet; they load in the background (until then the notice API answers 503)", "err", ctx.Err())
 	}
 	return s, nil
+}
+
+// errNoticesLoading is the answer while the bucket is not made yet.
+var errNoticesLoading = errors.New("cluster: the notice mailboxes are not ready yet (their bucket is being made); try again")
+
+// make makes the bucket, trying again until ctx ends; false when it
+// cannot be made (ctx ended, or NATS is too old: s.failed says why).
+func (s *Notices) make(ctx context.Context, maxBytes int64) bool {
+	for ctx.Err() == nil {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		kv, err := s.n.noticesBucket(tctx, maxBytes)
+		cancel()
+		switch {
+		case err == nil:
+			s.kv = kv
+			close(s.made)
+			return true
+		case errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported):
+			s.log.Error("cluster: the notice mailboxes cannot work", "err", err)
+			s.mu.Lock()
+			s.failed = err
+			s.mu.Unlock()
+			return false
+		case ctx.Err() == nil:
+			s.log.Warn("cluster: the notice bucket not made yet; retrying", "err", err)
+		}
+	}
+	return false
+}
+
+// bucket is the bucket once made.
+func (s *Notices) bucket() (jetstream.KeyValue, error) {
+	select {
+	case <-s.made:
+		return s.kv, nil
+	default:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed != nil {
+		return nil, s.failed
+	}
+	return nil, errNoticesLoading
+}
+
+// noticesBucket creates or updates the bucket. Nodes started at once
+// all create it, and JetStream may leave a concurrent create unanswered
+// (nats.go#949): each try has noticesCreateTry, and another follows
+// until ctx ends.
+func (n *Node) noticesBucket(ctx context.Context, maxBytes int64) (jetstream.KeyValue, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		actx, acancel := context.WithTimeout(ctx, noticesCreateTry)
+		kv, err := n.js.CreateOrUpdateKeyValue(actx, jetstream.KeyValueConfig{Bucket: NoticesBucket,
+			Description: "termlink: notice mailboxes (notices and their deliveries), by channel and peer",
+			History:     1, Replicas: n.cfg.Replicas, Storage: jetstream.FileStorage,
+			MaxBytes: maxBytes, MaxValueSize: noticesMaxValue,
+			// A backstop: every write carries its own TTL (expires_at + KeepExpired).
+			TTL:            30*24*time.Hour + notices.KeepExpired + time.Hour,
+			LimitMarkerTTL: noticesMarkerTTL})
+		acancel()
+		switch {
+		case err == nil:
+			return kv, nil
+		case errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported):
+			return nil, fmt.Errorf("cluster: bucket %s needs nats-server 2.11 or later (per-message TTLs): %w", NoticesBucket, err)
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("cluster: bucket %s: %w", NoticesBucket, err)
+		}
+		n.log.Warn("cluster: the notice bucket not made yet; retrying", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cluster: bucket %s: %w", NoticesBucket, err)
+		case <-time.After(time.Duration(min(attempt, 5)) * 200 * time.Millisecond):
+		}
+	}
 }
 
 // goRun runs fn on a goroutine the node owns, until Close or the node's.
@@ -277,6 +350,9 @@ func parseDeliveryKey(key string) (ch, peer, id string, ok bool) {
 // takes it away KeepExpired after expires; ErrConflict when another
 // write came first.
 func (s *Notices) put(ctx context.Context, key string, v any, rev uint64, expires time.Time) (uint64, error) {
+	if _, err := s.bucket(); err != nil {
+		return 0, err
+	}
 	data, err := json.Marshal(v)
 	if err != nil {
 		return 0, err
@@ -385,7 +461,11 @@ func (s *Notices) Ack(ch, peer, id string) error {
 	ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
 	defer cancel()
 	for try := 0; try < noticeTries; try++ {
-		data, rev, err := s.n.kvGet(ctx, s.kv, key)
+		kv, err := s.bucket()
+		if err != nil {
+			return err
+		}
+		data, rev, err := s.n.kvGet(ctx, kv, key)
 		if err != nil {
 			return fmt.Errorf("cluster: reading the notice delivery: %w", err)
 		}
@@ -449,6 +529,14 @@ func (s *Notices) ForPeer(ch, peer string) any { return s.ListPeer(ch, peer, fal
 // same moment may each take a mailbox's last place.
 func (s *Notices) Create(ch string, peers []string, sp notices.Spec) (notices.Created, error) {
 	var res notices.Created
+	select {
+	case <-s.ready: // the bound is checked on the whole mirror
+	default:
+		if _, err := s.bucket(); err != nil {
+			return res, err
+		}
+		return res, errNoticesLoading
+	}
 	limit := s.opt.MaxPerPeer(ch)
 	for _, p := range peers {
 		if s.Count(ch, p) >= limit {
@@ -578,9 +666,13 @@ func (s *Notices) prune(ch, peer string, limit int) {
 		}
 	}
 	s.mu.Unlock()
+	kv, err := s.bucket()
+	if err != nil {
+		return
+	}
 	for _, g := range drop {
 		ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
-		err := s.kv.Purge(ctx, g.key, jetstream.LastRevision(g.rev), jetstream.PurgeTTL(noticesMarkerTTL))
+		err := kv.Purge(ctx, g.key, jetstream.LastRevision(g.rev), jetstream.PurgeTTL(noticesMarkerTTL))
 		cancel()
 		if err != nil {
 			continue // changed meanwhile, or NATS away: the TTL takes it later
@@ -596,7 +688,7 @@ func (s *Notices) prune(ch, peer string, limit int) {
 		s.mu.Unlock()
 		if last {
 			ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
-			_ = s.kv.Purge(ctx, noticeKey(g.n.c.NoticeID), jetstream.PurgeTTL(noticesMarkerTTL))
+			_ = kv.Purge(ctx, noticeKey(g.n.c.NoticeID), jetstream.PurgeTTL(noticesMarkerTTL))
 			cancel()
 		}
 	}
@@ -659,7 +751,11 @@ func (s *Notices) finish(ch, peer, id string, v deliveryValue, rev uint64, state
 		if !errors.Is(err, ErrConflict) {
 			return false, err
 		}
-		data, r, err := s.n.kvGet(ctx, s.kv, key)
+		kv, err := s.bucket()
+		if err != nil {
+			return false, err
+		}
+		data, r, err := s.n.kvGet(ctx, kv, key)
 		if err != nil || r == 0 {
 			return false, err
 		}
