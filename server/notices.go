@@ -35,9 +35,8 @@ func openNotices(rt *Runtime, workspace string, noSync bool, log *slog.Logger) (
 }
 
 // noticesOpenWait bounds the wait at start for the cluster's notice
-// bucket and its mirror: past it they are made and loaded in the
-// background (nodes started at once may wait seconds for a bucket:
-// nats.go#949), and the start goes on.
+// mirror (the bucket, made by the first notice, looked up and loaded):
+// past it the mirror loads in the background and the start goes on.
 const noticesOpenWait = 3 * time.Second
 
 // noticeOptions wires the mailboxes to the channels (their bound, events,

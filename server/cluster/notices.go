@@ -101,12 +101,13 @@ type NoticesOptions struct {
 
 // Notices is notices.Mailboxes shared by every node of the cluster.
 type Notices struct {
-	n    *Node
-	opt  notices.Options
-	log  *slog.Logger
-	met  noticeMetrics
-	kv   jetstream.KeyValue // set once before made is closed
-	made chan struct{}      // closed once the bucket is made
+	n        *Node
+	opt      notices.Options
+	log      *slog.Logger
+	met      noticeMetrics
+	maxBytes int64
+	kv       jetstream.KeyValue // set once (s.mu held) before made is closed
+	made     chan struct{}      // closed once the bucket is there
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -160,11 +161,11 @@ var (
 	_ notices.Store     = (*Notices)(nil)
 )
 
-// OpenNotices returns the cluster's notice mailboxes. The bucket is
-// created (or updated) and followed into the mirror in the background:
-// OpenNotices waits for that until ctx ends, and until it is done a
-// create answers errNoticesLoading (the API's 503) and the connections
-// are pushed their notices once it is.
+// OpenNotices returns the cluster's notice mailboxes. The bucket (made by
+// the first notice's create, noticesLookEvery) is followed into the
+// mirror in the background: OpenNotices waits for that until ctx ends;
+// until it is done a create answers errNoticesLoading (the API's 503),
+// and the connections are pushed their notices once it is.
 func (n *Node) OpenNotices(ctx context.Context, opt NoticesOptions) (*Notices, error) {
 	o := opt.Options
 	if o.Logger == nil {
@@ -179,13 +180,13 @@ func (n *Node) OpenNotices(ctx context.Context, opt NoticesOptions) (*Notices, e
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = DefaultNoticesMaxBytes
 	}
-	s := &Notices{n: n, opt: o, log: o.Logger, made: make(chan struct{}),
+	s := &Notices{n: n, opt: o, log: o.Logger, made: make(chan struct{}), maxBytes: opt.MaxBytes,
 		ready: make(chan struct{}), kick: make(chan struct{}, 1), sent: make(chan sentWrite, 1024),
 		byID: map[string]*mnotice{}, boxes: map[string]map[string]*mbox{}, dirty: map[chanPeer]bool{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.registerMetrics(o.Metrics)
 	s.goRun(func(ctx context.Context) {
-		if s.make(ctx, opt.MaxBytes) {
+		if s.find(ctx) {
 			s.watch(ctx)
 		}
 	})
@@ -198,47 +199,96 @@ func (n *Node) OpenNotices(ctx context.Context, opt NoticesOptions) (*Notices, e
 }
 
 // errNoticesLoading is the answer while the bucket is not made yet.
-var errNoticesLoading = errors.New("cluster: the notice mailboxes are not ready yet (their bucket is being made); try again")
+var errNoticesLoading = errors.New("cluster: the notice mailboxes are not loaded yet; try again")
 
-// make makes the bucket, trying again until ctx ends; false when it
-// cannot be made (ctx ended, or NATS is too old: s.failed says why).
-func (s *Notices) make(ctx context.Context, maxBytes int64) bool {
+// The bucket is made by the first create of a notice, not at start:
+// nodes started at once would all make it, and JetStream may leave a
+// concurrent create unanswered for seconds (nats.go#949). Until then
+// each node looks for it every noticesLookEvery and follows it once it
+// is there.
+const noticesLookEvery = 2 * time.Second
+
+// find looks for the bucket until it is there (made by this node or
+// another) or ctx ends; meanwhile the mirror (empty) is complete.
+func (s *Notices) find(ctx context.Context) bool {
 	for ctx.Err() == nil {
-		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		kv, err := s.n.noticesBucket(tctx, maxBytes)
-		cancel()
-		switch {
-		case err == nil:
-			s.kv = kv
-			close(s.made)
+		kv, err := s.ensure(ctx, false)
+		if kv != nil {
 			return true
-		case errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported):
-			s.log.Error("cluster: the notice mailboxes cannot work", "err", err)
-			s.mu.Lock()
-			s.failed = err
-			s.mu.Unlock()
+		}
+		if errors.Is(err, errNoticesLoading) {
+			s.markReady() // no bucket: no notices
+		} else if s.failedErr() != nil {
 			return false
-		case ctx.Err() == nil:
-			s.log.Warn("cluster: the notice bucket not made yet; retrying", "err", err)
+		} else {
+			s.log.Warn("cluster: cannot look up the notice bucket; retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-s.made:
+		case <-time.After(noticesLookEvery):
 		}
 	}
 	return false
 }
 
-// bucket is the bucket once made.
-func (s *Notices) bucket() (jetstream.KeyValue, error) {
+func (s *Notices) markReady() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.ready:
+	default:
+		close(s.ready)
+	}
+}
+
+func (s *Notices) failedErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+// ensure returns the bucket: known, found, or (create) made now;
+// errNoticesLoading when it is not there and create is false.
+func (s *Notices) ensure(ctx context.Context, create bool) (jetstream.KeyValue, error) {
 	select {
 	case <-s.made:
 		return s.kv, nil
 	default:
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failed != nil {
-		return nil, s.failed
+	if err := s.failedErr(); err != nil {
+		return nil, err
 	}
-	return nil, errNoticesLoading
+	lctx, cancel := context.WithTimeout(ctx, noticesCreateTry)
+	kv, err := s.n.js.KeyValue(lctx, NoticesBucket)
+	cancel()
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		if !create {
+			return nil, errNoticesLoading
+		}
+		kv, err = s.n.noticesBucket(ctx, s.maxBytes)
+		if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+			s.log.Error("cluster: the notice mailboxes cannot work", "err", err)
+			s.mu.Lock()
+			s.failed = err
+			s.mu.Unlock()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: bucket %s: %w", NoticesBucket, err)
+	}
+	s.mu.Lock()
+	if s.kv == nil {
+		s.kv = kv
+		close(s.made)
+	}
+	kv = s.kv
+	s.mu.Unlock()
+	return kv, nil
 }
+
+// bucket is the bucket, if there is one.
+func (s *Notices) bucket() (jetstream.KeyValue, error) { return s.ensure(s.ctx, false) }
 
 // noticesBucket creates or updates the bucket. Nodes started at once
 // all create it, and JetStream may leave a concurrent create unanswered
@@ -532,10 +582,10 @@ func (s *Notices) Create(ch string, peers []string, sp notices.Spec) (notices.Cr
 	select {
 	case <-s.ready: // the bound is checked on the whole mirror
 	default:
-		if _, err := s.bucket(); err != nil {
-			return res, err
-		}
 		return res, errNoticesLoading
+	}
+	if _, err := s.ensure(s.ctx, true); err != nil {
+		return res, err
 	}
 	limit := s.opt.MaxPerPeer(ch)
 	for _, p := range peers {
