@@ -212,7 +212,7 @@ const noticesLookEvery = 2 * time.Second
 // another) or ctx ends; meanwhile the mirror (empty) is complete.
 func (s *Notices) find(ctx context.Context) bool {
 	for ctx.Err() == nil {
-		kv, err := s.ensure(ctx, false)
+		kv, err := s.lookBucket(ctx, false)
 		if kv != nil {
 			return true
 		}
@@ -248,9 +248,9 @@ func (s *Notices) failedErr() error {
 	return s.failed
 }
 
-// ensure returns the bucket: known, found, or (create) made now;
+// lookBucket returns the bucket: known, found, or (create) made now;
 // errNoticesLoading when it is not there and create is false.
-func (s *Notices) ensure(ctx context.Context, create bool) (jetstream.KeyValue, error) {
+func (s *Notices) lookBucket(ctx context.Context, create bool) (jetstream.KeyValue, error) {
 	select {
 	case <-s.made:
 		return s.kv, nil
@@ -288,7 +288,7 @@ func (s *Notices) ensure(ctx context.Context, create bool) (jetstream.KeyValue, 
 }
 
 // bucket is the bucket, if there is one.
-func (s *Notices) bucket() (jetstream.KeyValue, error) { return s.ensure(s.ctx, false) }
+func (s *Notices) bucket() (jetstream.KeyValue, error) { return s.lookBucket(s.ctx, false) }
 
 // noticesBucket creates or updates the bucket. Nodes started at once
 // all create it, and JetStream may leave a concurrent create unanswered
@@ -584,7 +584,7 @@ func (s *Notices) Create(ch string, peers []string, sp notices.Spec) (notices.Cr
 	default:
 		return res, errNoticesLoading
 	}
-	if _, err := s.ensure(s.ctx, true); err != nil {
+	if _, err := s.lookBucket(s.ctx, true); err != nil {
 		return res, err
 	}
 	limit := s.opt.MaxPerPeer(ch)
