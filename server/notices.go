@@ -1,9 +1,13 @@
 package server
 
 import (
+	"context"
 	"log/slog"
+	"path/filepath"
 	"strings"
+	"time"
 
+	"termlink/server/cluster"
 	"termlink/server/events"
 	"termlink/server/notices"
 	"termlink/server/registry"
@@ -13,6 +17,27 @@ import (
 // The notice mailboxes' wiring (package notices): their options over the
 // channels and the device registry, and an agent's push. The connection's
 // side (delivery on a device's connection, notice_ack) is wschannel's.
+
+// Where the mailboxes are kept (issue 25): in cluster mode the cluster's
+// KV bucket (cluster.Notices), so that a notice POSTed to any node
+// reaches its device on whichever edge holds it, also after the device
+// moved; else the workspace (notices.Local). This is the one place that
+// knows which; the rest of the server calls notices.Mailboxes. Called by
+// New after openRecords.
+func openNotices(rt *Runtime, workspace string, noSync bool, log *slog.Logger) (notices.Mailboxes, error) {
+	opt := rt.noticeOptions(noSync, log)
+	if cs, ok := rt.records.(*cluster.Store); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), noticesOpenWait)
+		defer cancel()
+		return cs.Node().OpenNotices(ctx, cluster.NoticesOptions{Options: opt})
+	}
+	return notices.Open(filepath.Join(workspace, "notices"), opt)
+}
+
+// noticesOpenWait bounds the wait at start for the cluster's notice
+// mirror (the bucket, made by the first notice, looked up and loaded):
+// past it the mirror loads in the background and the start goes on.
+const noticesOpenWait = 3 * time.Second
 
 // noticeOptions wires the mailboxes to the channels (their bound, events,
 // live connections, whether they exist) and to the device registry (the

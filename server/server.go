@@ -147,14 +147,12 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		log: log, bus: bus.New(4096), sessions: store, admission: router.NewAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 	}
-	mailboxes, err := notices.Open(filepath.Join(cfg.Workspace, "notices"), rt.noticeOptions(opt.NoSync, log))
-	if err != nil {
+	if rt.records, err = openRecords(rt, cfg, opt, dedupeBytes); err != nil {
 		store.Close()
 		return nil, err
 	}
-	rt.notices = mailboxes
-	if rt.records, err = openRecords(rt, cfg, opt, dedupeBytes); err != nil {
-		_ = rt.notices.Close()
+	if rt.notices, err = openNotices(rt, cfg.Workspace, opt.NoSync, log); err != nil {
+		_ = rt.records.Close()
 		store.Close()
 		return nil, err
 	}

@@ -51,4 +51,10 @@
 // mirrors the bucket (registry.View) for the reads, and shows a peer
 // online only while the edge run that published it beats
 // (server/fleet.go opens it).
+//
+// So are the notice mailboxes (notices.go): Notices (notices.Mailboxes
+// and notices.Store, KV termlink_notices) keeps each delivery of a notice
+// under its channel, peer and notice id; every node mirrors the bucket
+// through a watch, and the edge that holds a peer pushes its notices
+// (server/notices.go opens them).
 package cluster

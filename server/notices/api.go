@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"slices"
@@ -36,7 +37,7 @@ const (
 
 // noticeRequest is a parsed POST body.
 type noticeRequest struct {
-	spec  noticeSpec
+	spec  Spec
 	peers []string          // broadcast: the peers selector
 	tags  map[string]string // broadcast: the tags selector
 }
@@ -211,9 +212,58 @@ func noticePreview(s string, n int) string {
 	return httpapi.TruncateUTF8(s, n) + "…"
 }
 
+// Store is what the notice API needs of a mailboxes implementation: the
+// operator's methods. Local and the cluster's mailboxes implement it, and
+// Serve gives either the same routes and the same answers.
+type Store interface {
+	// Create puts a new notice in the mailboxes of peers (no
+	// duplicates); a peer whose mailbox is full is skipped, and when
+	// every peer is, the error is a *MailboxFullError.
+	Create(channelID string, peers []string, sp Spec) (Created, error)
+	// Withdraw withdraws notice id from peer ("" = every peer) where it
+	// is not yet acked; it returns how many deliveries it withdrew, and
+	// ErrUnknownNotice for a notice (or peer) it does not know.
+	Withdraw(channelID, noticeID, peerID string) (int, error)
+	// List is the channel's notices with an open delivery (all: every
+	// notice kept), oldest first, with every peer's state.
+	List(channelID string, all bool) []Notice
+	// ListPeer is peer's open notices (all: every one kept), oldest first.
+	ListPeer(channelID, peerID string, all bool) []PeerNotice
+}
+
+var _ Store = (*Local)(nil)
+
+// API is the notice routes over a Store.
+type API struct {
+	store     Store
+	directory PeerDirectory
+	channel   func(channelID string) (configured, enabled bool)
+	log       *slog.Logger
+}
+
+// NewAPI serves s's notices; of opt it takes Directory, Channel and
+// Logger (nil: Open's defaults).
+func NewAPI(s Store, opt Options) *API {
+	a := &API{store: s, directory: opt.Directory, channel: opt.Channel, log: opt.Logger}
+	if a.directory == nil {
+		a.directory = noPeers{}
+	}
+	if a.channel == nil {
+		a.channel = func(string) (bool, bool) { return true, true }
+	}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	return a
+}
+
 // Routes adds the notice API to mux; the server's operator guard covers
 // it (GET: viewer, POST and DELETE: operator).
-func (ns *Local) Routes(mux httpapi.Mux) {
+func (ns *Local) Routes(mux httpapi.Mux) { NewAPI(ns, ns.opt).Routes(mux) }
+
+// Routes adds the notice API to mux; the server's operator guard covers
+// it (GET: viewer, POST and DELETE: operator).
+func (ns *API) Routes(mux httpapi.Mux) {
 	mux.HandleFunc("POST /api/channels/{channel_id}/peers/{peer_id}/notices", ns.postNotice)
 	mux.HandleFunc("GET /api/channels/{channel_id}/peers/{peer_id}/notices", ns.getNotices)
 	mux.HandleFunc("DELETE /api/channels/{channel_id}/peers/{peer_id}/notices/{notice_id}", ns.deleteNotice)
@@ -224,9 +274,9 @@ func (ns *Local) Routes(mux httpapi.Mux) {
 
 // noticeChannel finds the channel of a notice route, answering for a
 // missing one.
-func (ns *Local) noticeChannel(w http.ResponseWriter, r *http.Request) (string, bool) {
+func (ns *API) noticeChannel(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("channel_id")
-	configured, enabled := ns.opt.Channel(id)
+	configured, enabled := ns.channel(id)
 	switch {
 	case !configured:
 		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
@@ -244,7 +294,7 @@ func (ns *Local) noticeChannel(w http.ResponseWriter, r *http.Request) (string, 
 
 // postNotice creates a notice: for the path's peer, or (broadcast) for
 // the peers the body selects.
-func (ns *Local) postNotice(w http.ResponseWriter, r *http.Request) {
+func (ns *API) postNotice(w http.ResponseWriter, r *http.Request) {
 	chID, ok := ns.noticeChannel(w, r)
 	if !ok {
 		return
@@ -270,7 +320,7 @@ func (ns *Local) postNotice(w http.ResponseWriter, r *http.Request) {
 	if broadcast {
 		targets = req.peers
 		if targets == nil {
-			targets = ns.opt.Directory.PeersWithTags(chID, req.tags)
+			targets = ns.directory.PeersWithTags(chID, req.tags)
 		}
 		if len(targets) == 0 {
 			what := "knows no peers yet"
@@ -281,8 +331,8 @@ func (ns *Local) postNotice(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := ns.create(chID, targets, req.spec)
-	var full *mailboxFullError
+	res, err := ns.store.Create(chID, targets, req.spec)
+	var full *MailboxFullError
 	switch {
 	case errors.As(err, &full):
 		httpapi.WriteError(w, http.StatusTooManyRequests, err.Error())
@@ -322,7 +372,7 @@ func allParam(w http.ResponseWriter, r *http.Request) (all, ok bool) {
 }
 
 // getNotices lists the path's peer's notices, or the channel's.
-func (ns *Local) getNotices(w http.ResponseWriter, r *http.Request) {
+func (ns *API) getNotices(w http.ResponseWriter, r *http.Request) {
 	chID, ok := ns.noticeChannel(w, r)
 	if !ok {
 		return
@@ -332,20 +382,20 @@ func (ns *Local) getNotices(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if peer := r.PathValue("peer_id"); peer != "" {
-		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "peer_id": peer, "notices": ns.listPeer(chID, peer, all)})
+		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "peer_id": peer, "notices": ns.store.ListPeer(chID, peer, all)})
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "notices": ns.list(chID, all)})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"channel_id": chID, "notices": ns.store.List(chID, all)})
 }
 
 // deleteNotice withdraws a notice from the path's peer, or from all.
-func (ns *Local) deleteNotice(w http.ResponseWriter, r *http.Request) {
+func (ns *API) deleteNotice(w http.ResponseWriter, r *http.Request) {
 	chID, ok := ns.noticeChannel(w, r)
 	if !ok {
 		return
 	}
 	id, peer := r.PathValue("notice_id"), r.PathValue("peer_id")
-	n, err := ns.withdraw(chID, id, peer)
+	n, err := ns.store.Withdraw(chID, id, peer)
 	switch {
 	case errors.Is(err, ErrUnknownNotice) && peer != "":
 		httpapi.WriteError(w, http.StatusNotFound, "peer "+peer+" of channel "+strconv.Quote(chID)+" has no notice "+strconv.Quote(id))
@@ -362,10 +412,16 @@ func (ns *Local) deleteNotice(w http.ResponseWriter, r *http.Request) {
 // frame after its turn ended, a Terminal Protocol v1 "notice" line)
 // becomes a notice for peer.
 func (ns *Local) FromAgent(channelID, peerID, text string) error {
+	_, err := ns.Create(channelID, []string{peerID}, AgentSpec(text, time.Now()))
+	return err
+}
+
+// AgentSpec is the notice an agent's unsolicited output becomes: info,
+// the default display time and lifetime, text cut to MaxTextChars.
+func AgentSpec(text string, now time.Time) Spec {
 	if utf8.RuneCountInString(text) > MaxTextChars {
 		text = string([]rune(text)[:MaxTextChars-1]) + "…"
 	}
-	_, err := ns.create(channelID, []string{peerID}, noticeSpec{Text: text, Priority: link.PriorityInfo,
-		DisplaySeconds: defaultDisplaySeconds, ExpiresAt: time.Now().Add(defaultNoticeTTL), Source: "agent"})
-	return err
+	return Spec{Text: text, Priority: link.PriorityInfo, DisplaySeconds: defaultDisplaySeconds,
+		ExpiresAt: now.Add(defaultNoticeTTL), Source: "agent"}
 }

@@ -19,7 +19,7 @@ func BenchmarkNoticesOpen(b *testing.B) {
 		peers[i] = fmt.Sprintf("kiosk-%05d", i)
 	}
 	for i := range 100 {
-		if _, err := ns.create("ch", peers, spec(fmt.Sprint("notice ", i))); err != nil {
+		if _, err := ns.Create("ch", peers, spec(fmt.Sprint("notice ", i))); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -16,6 +16,11 @@
 // peer directory, which channels exist) arrives in Options at Open. The
 // package imports no part of package server.
 //
+// The HTTP routes (API) take the operator's methods through Store
+// (Create, Withdraw, List, ListPeer): Local is one Store, the cluster's
+// mailboxes (package cluster, KV termlink_notices) another, and both
+// answer the same requests with the same bodies.
+//
 // # Durability
 //
 // workspace/notices/ holds a write-ahead log (package wal: group commit,
@@ -41,5 +46,5 @@
 // for that peer, never dropped silently. Finished deliveries (acked,
 // withdrawn) are kept for the API until their notice expires, at most as
 // many per peer as open ones (the oldest go first); an expired notice is
-// kept keepExpired longer, then pruned.
+// kept KeepExpired longer, then pruned.
 package notices

@@ -3,6 +3,7 @@ package notices
 import (
 	"time"
 
+	"termlink/link"
 	"termlink/server/httpapi"
 )
 
@@ -58,3 +59,9 @@ func (noPeers) PeersWithTags(string, map[string]string) []string { return nil }
 
 // ForPeer implements Mailboxes.
 func (ns *Local) ForPeer(channelID, peerID string) any { return ns.pending(channelID, peerID) }
+
+// Frame is the notice frame a device is sent for c (link.Notice).
+func Frame(c Content) []byte {
+	return link.MustEncode(&link.Notice{NoticeID: c.NoticeID, Text: c.Text, Priority: c.Priority,
+		DisplaySeconds: c.DisplaySeconds, ExpiresAt: c.ExpiresAt.UTC().Format(time.RFC3339)})
+}

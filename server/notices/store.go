@@ -84,8 +84,9 @@ type Options struct {
 const (
 	// DefaultMaxPerPeer bounds a mailbox when the channel sets no
 	// maxNoticesPerPeer.
-	DefaultMaxPerPeer  = 100
-	keepExpired        = 10 * time.Minute // an expired notice stays listed this long
+	DefaultMaxPerPeer = 100
+	// KeepExpired is how long an expired notice stays listed.
+	KeepExpired        = 10 * time.Minute
 	noticeSnapshotFile = "snapshot.json"
 	// noticeSegmentBytes is the notice log's segment size: released
 	// segments are deleted, so the log holds at most about this much
@@ -148,13 +149,13 @@ var (
 	ErrUnknownNotice = errors.New("unknown notice")
 )
 
-// mailboxFullError names the peers whose mailbox is full.
-type mailboxFullError struct {
+// MailboxFullError names the peers whose mailbox is full.
+type MailboxFullError struct {
 	Peers []string
 	Max   int
 }
 
-func (e *mailboxFullError) Error() string {
+func (e *MailboxFullError) Error() string {
 	if len(e.Peers) == 1 {
 		return fmt.Sprintf("the notice mailbox of peer %s is full: %d notices are pending (maxNoticesPerPeer); withdraw some or wait for acks", e.Peers[0], e.Max)
 	}
@@ -445,8 +446,8 @@ func (ns *Local) event(channel string, e events.Event) {
 	}
 }
 
-// noticeSpec is a notice to create.
-type noticeSpec struct {
+// Spec is a notice to create.
+type Spec struct {
 	Text           string
 	Priority       string
 	DisplaySeconds int
@@ -454,21 +455,21 @@ type noticeSpec struct {
 	Source         string // "api" or "agent"
 }
 
-// createResult is what a create did.
-type createResult struct {
+// Created is what a create did.
+type Created struct {
 	NoticeID string
 	Targets  []string // peers whose mailbox took it
 	Online   int      // of those, connected with the notice capability
 	Skipped  []string // peers whose mailbox was full
 }
 
-// create puts a new notice in the mailboxes of peers (no duplicates),
+// Create puts a new notice in the mailboxes of peers (no duplicates),
 // durably, then pushes it to those online. A peer whose mailbox is full is
 // skipped; when every peer is, the error is a *mailboxFullError.
-func (ns *Local) create(channel string, peers []string, sp noticeSpec) (createResult, error) {
+func (ns *Local) Create(channel string, peers []string, sp Spec) (Created, error) {
 	ns.createMu.Lock()
 	defer ns.createMu.Unlock()
-	var res createResult
+	var res Created
 	limit := ns.opt.MaxPerPeer(channel)
 	ns.mu.Lock()
 	if ns.failed != nil {
@@ -486,15 +487,15 @@ func (ns *Local) create(channel string, peers []string, sp noticeSpec) (createRe
 	seq := ns.seq + 1
 	ns.mu.Unlock()
 	if len(res.Targets) == 0 {
-		return res, &mailboxFullError{Peers: res.Skipped, Max: limit}
+		return res, &MailboxFullError{Peers: res.Skipped, Max: limit}
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	exp := sp.ExpiresAt.UTC().Truncate(time.Second)
-	res.NoticeID = newNoticeID()
+	res.NoticeID = NewID()
 	r := &noticeRecord{Op: "create", Channel: channel, ID: res.NoticeID, Peers: res.Targets, Seq: seq,
 		Text: sp.Text, Priority: sp.Priority, Display: sp.DisplaySeconds, Source: sp.Source, Created: &now, Expires: &exp}
 	if err := ns.append(r); err != nil {
-		return createResult{}, err
+		return Created{}, err
 	}
 	ns.event(channel, events.Event{Event: "notice_created", MessageID: res.NoticeID, Preview: events.Preview(sp.Text),
 		Detail: fmt.Sprintf("source=%s targets=%d skipped=%d priority=%s", sp.Source, len(res.Targets), len(res.Skipped), sp.Priority)})
@@ -509,7 +510,8 @@ func (ns *Local) create(channel string, peers []string, sp noticeSpec) (createRe
 	return res, nil
 }
 
-func newNoticeID() string {
+// NewID is a new notice id ("n-" and 18 random hex digits).
+func NewID() string {
 	var b [9]byte
 	_, _ = rand.Read(b[:])
 	return "n-" + hex.EncodeToString(b[:])
@@ -549,9 +551,9 @@ func (ns *Local) changed(channel string, peers ...string) {
 	}
 }
 
-// withdraw withdraws notice id from peer ("" = every peer) where it is
+// Withdraw withdraws notice id from peer ("" = every peer) where it is
 // not yet acked; it returns how many deliveries it withdrew.
-func (ns *Local) withdraw(channel, id, peer string) (int, error) {
+func (ns *Local) Withdraw(channel, id, peer string) (int, error) {
 	ns.mu.Lock()
 	n := ns.byID[id]
 	if n == nil || n.channel != channel || (peer != "" && n.peers[peer] == nil) {
@@ -685,7 +687,7 @@ func (d *delivery) delivery(now time.Time) DeliveryState {
 // Pending returns peer's notices not yet acked, expired or withdrawn,
 // oldest first.
 func (ns *Local) pending(channelID, peerID string) []PeerNotice {
-	return ns.listPeer(channelID, peerID, false)
+	return ns.ListPeer(channelID, peerID, false)
 }
 
 // Count is how many notices peer's mailbox holds not yet acked, expired or
@@ -699,7 +701,8 @@ func (ns *Local) Count(channelID, peerID string) int {
 	return 0
 }
 
-func (ns *Local) listPeer(channel, peer string, all bool) []PeerNotice {
+// ListPeer implements Store.
+func (ns *Local) ListPeer(channel, peer string, all bool) []PeerNotice {
 	now := time.Now()
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
@@ -714,9 +717,9 @@ func (ns *Local) listPeer(channel, peer string, all bool) []PeerNotice {
 	return out
 }
 
-// list returns the channel's notices with an open delivery (all: every
+// List returns the channel's notices with an open delivery (all: every
 // notice kept), oldest first, with every peer's state.
-func (ns *Local) list(channel string, all bool) []Notice {
+func (ns *Local) List(channel string, all bool) []Notice {
 	now := time.Now()
 	ns.mu.Lock()
 	var list []*notice
@@ -745,7 +748,7 @@ func (ns *Local) list(channel string, all bool) []Notice {
 }
 
 // expiryEntry is when something happens to a notice: at expires_at its
-// open deliveries expire; keepExpired later (final) it is pruned.
+// open deliveries expire; KeepExpired later (final) it is pruned.
 type expiryEntry struct {
 	at    time.Time
 	n     *notice
@@ -828,7 +831,7 @@ func (ns *Local) sweep(now time.Time) {
 			ns.met.expired.Add(n.channel, uint64(len(x.peers)))
 			done = append(done, x)
 		}
-		heap.Push(&ns.expiry, expiryEntry{at: n.expires.Add(keepExpired), n: n, final: true})
+		heap.Push(&ns.expiry, expiryEntry{at: n.expires.Add(KeepExpired), n: n, final: true})
 	}
 	ns.mu.Unlock()
 	for _, x := range done {
@@ -956,7 +959,7 @@ func (ns *Local) loadSnapshot() (uint64, error) {
 		}
 		at, final := n.expires, len(it.Open) == 0 && len(it.Expired) > 0
 		if final {
-			at = at.Add(keepExpired)
+			at = at.Add(KeepExpired)
 		}
 		heap.Push(&ns.expiry, expiryEntry{at: at, n: n, final: final})
 	}

@@ -22,8 +22,8 @@ func crash(ns *Local) {
 	_ = ns.wl.Close() // (the sweeper was not started)
 }
 
-func spec(text string) noticeSpec {
-	return noticeSpec{Text: text, Priority: "info", DisplaySeconds: 15, ExpiresAt: time.Now().Add(time.Hour), Source: "api"}
+func spec(text string) Spec {
+	return Spec{Text: text, Priority: "info", DisplaySeconds: 15, ExpiresAt: time.Now().Add(time.Hour), Source: "api"}
 }
 
 func ids(list []PeerNotice) (out []string) {
@@ -42,7 +42,7 @@ func TestNoticeSnapshotAndReplay(t *testing.T) {
 	ns := openTestNotices(t, dir, 2)
 	create := func(text string) string {
 		t.Helper()
-		res, err := ns.create("ch", []string{"p"}, spec(text))
+		res, err := ns.Create("ch", []string{"p"}, spec(text))
 		if err != nil {
 			t.Fatalf("create %s: %v", text, err)
 		}
@@ -58,7 +58,7 @@ func TestNoticeSnapshotAndReplay(t *testing.T) {
 	ack(create("b"))
 	ack(create("c"))
 	create("d") // three finished beside one open: "a", the oldest finished, is pruned
-	if got := ids(ns.listPeer("ch", "p", true)); len(got) != 3 || got[0] != "b=acked" || got[2] != "d=pending" {
+	if got := ids(ns.ListPeer("ch", "p", true)); len(got) != 3 || got[0] != "b=acked" || got[2] != "d=pending" {
 		t.Fatalf("before the snapshot: %v", got)
 	}
 	if err := ns.snapshot(); err != nil {
@@ -71,7 +71,7 @@ func TestNoticeSnapshotAndReplay(t *testing.T) {
 	}
 
 	ns = openTestNotices(t, dir, 2)
-	got := ids(ns.listPeer("ch", "p", true))
+	got := ids(ns.ListPeer("ch", "p", true))
 	want := []string{"b=acked", "c=acked", "d=pending", "e=pending"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("after the crash: %v, want %v", got, want)
@@ -91,13 +91,13 @@ func TestNoticeSnapshotAndReplay(t *testing.T) {
 }
 
 // Expiry: an open notice expires at expires_at (counted, listed as
-// expired, never due), and is pruned keepExpired later.
+// expired, never due), and is pruned KeepExpired later.
 func TestNoticeSweep(t *testing.T) {
 	ns := openTestNotices(t, t.TempDir(), 10)
 	defer ns.Close()
 	sp := spec("soon")
 	sp.ExpiresAt = time.Now().Add(time.Minute)
-	res, err := ns.create("ch", []string{"p", "q"}, sp)
+	res, err := ns.Create("ch", []string{"p", "q"}, sp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,17 +111,17 @@ func TestNoticeSweep(t *testing.T) {
 	if got := ns.met.expired.Value("ch"); got != 2 {
 		t.Fatalf("expired counter %d, want 2", got)
 	}
-	if got := ids(ns.listPeer("ch", "q", true)); len(got) != 1 || got[0] != "soon=expired" {
+	if got := ids(ns.ListPeer("ch", "q", true)); len(got) != 1 || got[0] != "soon=expired" {
 		t.Fatalf("after expiry: %v", got)
 	}
 	if n := ns.Count("ch", "p"); n != 0 {
 		t.Fatalf("Count %d after expiry", n)
 	}
-	ns.sweep(sp.ExpiresAt.Add(keepExpired + 2*time.Second))
-	if got := ns.listPeer("ch", "q", true); len(got) != 0 {
+	ns.sweep(sp.ExpiresAt.Add(KeepExpired + 2*time.Second))
+	if got := ns.ListPeer("ch", "q", true); len(got) != 0 {
 		t.Fatalf("after pruning: %+v", got)
 	}
-	if _, err := ns.withdraw("ch", res.NoticeID, ""); err != ErrUnknownNotice {
+	if _, err := ns.Withdraw("ch", res.NoticeID, ""); err != ErrUnknownNotice {
 		t.Fatalf("withdraw of a pruned notice: %v", err)
 	}
 	if v := ns.met.pending.Value("ch"); v != 0 {
@@ -139,14 +139,14 @@ func TestNoticeChangedHook(t *testing.T) {
 	}
 	defer ns.Close()
 	sp := spec("x")
-	res, err := ns.create("ch", []string{"p", "q", "r"}, sp)
+	res, err := ns.Create("ch", []string{"p", "q", "r"}, sp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := ns.Ack("ch", "p", res.NoticeID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ns.withdraw("ch", res.NoticeID, "q"); err != nil {
+	if _, err := ns.Withdraw("ch", res.NoticeID, "q"); err != nil {
 		t.Fatal(err)
 	}
 	ns.sweep(sp.ExpiresAt.Add(time.Second))
