@@ -409,6 +409,9 @@ func (e errApproving) Error() string {
 	return "pairing code " + e.code + " is being approved on another node; look again in a moment"
 }
 
+// Unwrap makes it identity.ErrInProgress (the routes answer 409).
+func (e errApproving) Unwrap() error { return identity.ErrInProgress }
+
 // pending reads code's record for an operator: the error says why it is
 // not pending (identity's errors) or is being approved.
 func (c *Codes) pending(ctx context.Context, code string, now time.Time) (*codeRecord, uint64, error) {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -221,17 +222,29 @@ func TestCodesAcrossNodes(t *testing.T) {
 	code3 := identitytest.MustStart(t, a, identitytest.PendingFrom("dev-3", "192.0.2.3:1", now), now)
 	var mu sync.Mutex
 	bound := 0
+	var errs []error
 	atOnce(4, func(i int) {
-		_, _ = []*Codes{a, b}[i%2].Approve(code3, now, func(identity.Pending) (identity.Approval, error) {
+		_, err := []*Codes{a, b}[i%2].Approve(code3, now, func(identity.Pending) (identity.Approval, error) {
 			mu.Lock()
 			bound++
 			mu.Unlock()
 			time.Sleep(20 * time.Millisecond) // the binding's writes
 			return identity.Approval{PeerID: "p3", Token: "tl_3"}, nil
 		})
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
 	})
 	if bound != 1 {
 		t.Fatalf("approve ran %d times for one code, want 1", bound)
+	}
+	// The others were told why: approved already, or being approved
+	// elsewhere (ErrInProgress: the routes answer 409, not 500).
+	for _, err := range errs {
+		var ap *identity.ApprovedError
+		if err != nil && !errors.As(err, &ap) && !errors.Is(err, identity.ErrInProgress) {
+			t.Errorf("a concurrent approve: %v, want approved already or in progress", err)
+		}
 	}
 	// Its device polls through both edges at once: one poll gets the token.
 	tokens := make(chan identity.PollResult, 8)

@@ -149,6 +149,11 @@ type NotPendingError struct {
 	Why  Drop
 }
 
+// ErrInProgress is wrapped by the error of an Approve or Deny of a code
+// another node is approving right now (a shared store's answer): the
+// operator looks again in a moment.
+var ErrInProgress = errors.New("in progress elsewhere")
+
 func (e *NotPendingError) Error() string { return "no pending pairing code " + e.Code }
 
 // ApprovedError is a code approved already.

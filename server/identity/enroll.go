@@ -369,6 +369,9 @@ func (s *Service) approveEnroll(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &ae):
 		httpapi.WriteError(w, ae.status, ae.msg)
 		return
+	case errors.Is(err, ErrInProgress):
+		httpapi.WriteError(w, http.StatusConflict, err.Error())
+		return
 	case err != nil:
 		httpapi.WriteError(w, http.StatusInternalServerError, "approve: "+err.Error())
 		return
@@ -397,6 +400,9 @@ func (s *Service) denyEnroll(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.As(err, &ap):
 		httpapi.WriteError(w, http.StatusConflict, "pairing code "+code+" is approved already (peer_id "+ap.Pending.PeerID+"); revoke its token with DELETE /api/channels/"+ap.Pending.ChannelID+"/bindings/"+ap.Pending.PeerID)
+		return
+	case errors.Is(err, ErrInProgress):
+		httpapi.WriteError(w, http.StatusConflict, err.Error())
 		return
 	case err != nil:
 		httpapi.WriteError(w, http.StatusInternalServerError, "deny: "+err.Error())

@@ -2,12 +2,14 @@ package identity
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"termlink/link/enroll"
 	"termlink/server/config"
@@ -123,5 +125,43 @@ func TestRoutesFlow(t *testing.T) {
 	}
 	if got := strings.Join(seen, " "); got != evEnrollmentRequested+" "+EvCredentialBound+" "+evCredentialReset {
 		t.Fatalf("events: %s", got)
+	}
+}
+
+// busyCodes is a store whose codes are being approved elsewhere (a
+// shared store while another node approves).
+type busyCodes struct{ *LocalCodes }
+
+func (c busyCodes) Approve(code string, _ time.Time, _ func(Pending) (Approval, error)) (Pending, error) {
+	return Pending{}, fmt.Errorf("pairing code %s is being approved on another node: %w", code, ErrInProgress)
+}
+
+func (c busyCodes) Deny(code string, _ time.Time) (Pending, error) {
+	return Pending{}, fmt.Errorf("pairing code %s is being approved on another node: %w", code, ErrInProgress)
+}
+
+// A code another node is approving answers 409 with why, not 500.
+func TestRoutesCodeInProgress(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b, err := OpenLocalBindings(t.TempDir(), "ch", true, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Log: log, Codes: busyCodes{NewLocalCodes()}, Channels: map[string]Channel{
+		"ch": {ID: "ch", Enabled: true, Config: config.ChannelConfig{Enrollment: true}, Bindings: b, Events: events.NewLog(10)},
+	}})
+	mux := http.NewServeMux()
+	s.Routes(mux)
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	for _, req := range [][2]string{{"POST", "/approve"}, {"DELETE", ""}} {
+		body := ""
+		if req[0] == "POST" {
+			body = `{}`
+		}
+		status, got := do(t, req[0], hs.URL+"/api/enrollments/K7Q-4MX"+req[1], body)
+		if status != http.StatusConflict || !strings.Contains(got, "being approved on another node") {
+			t.Errorf("%s %s: %d %s, want 409 saying why", req[0], req[1], status, got)
+		}
 	}
 }
