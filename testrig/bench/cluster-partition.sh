@@ -39,10 +39,12 @@ cd "$(dirname "$0")/../.."
 
 NODES="tlp-n1:10.77.0.11 tlp-n2:10.77.0.12 tlp-n3:10.77.0.13 tlp-e1:10.77.0.21 tlp-e2:10.77.0.22 tlp-w1:10.77.0.31 tlp-w2:10.77.0.32"
 EDGES="tlp-e1:10.77.1.21 tlp-e2:10.77.1.22"
-out=
+out= gopid=
 
 cleanup() {
 	set +e
+	# go test and its test binary: the process group setsid made for them
+	[ -n "$gopid" ] && kill -TERM -- "-$gopid" 2>/dev/null && sleep 1 && kill -KILL -- "-$gopid" 2>/dev/null
 	for nh in $NODES; do
 		ns=${nh%%:*}
 		if ip netns list | grep -qw "^$ns"; then
@@ -50,6 +52,12 @@ cleanup() {
 			for pid in $(ip netns pids "$ns"); do kill -9 "$pid" 2>/dev/null; done
 			ip netns del "$ns"
 		fi
+	done
+	# the veths (the kernel frees a namespace's devices later, not at once)
+	for nh in $NODES $EDGES; do
+		for end in c d; do
+			ip link show "${nh%%:*}-$end" >/dev/null 2>&1 && ip link del "${nh%%:*}-$end"
+		done
 	done
 	for br in tlpc0 tlpd0; do
 		ip link show "$br" >/dev/null 2>&1 && ip link del "$br"
@@ -96,8 +104,11 @@ echo "$REPS repetitions; devices ${PART_DEVICES:-30}, ${PART_SECONDS:-36} s each
 t0=$(date +%s)
 set +e
 TERMLINK_NETNS=1 TERMLINK_PARTITION_OUT=$out PART_DEVICES=${PART_DEVICES:-30} PART_SECONDS=${PART_SECONDS:-36} \
-	go test -count="$REPS" -timeout 0 -run '^TestPartitionRepetition$' ./testrig/cluster/ >"$out.log" 2>&1
+	setsid go test -count="$REPS" -timeout 0 -run '^TestPartitionRepetition$' ./testrig/cluster/ >"$out.log" 2>&1 &
+gopid=$!
+wait $gopid # in the background: a signal to this script runs its trap at once
 status=$?
+gopid=
 set -e
 cat "$out"
 echo "load average after: $(loadavg); $(($(date +%s) - t0)) s"
