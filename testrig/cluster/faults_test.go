@@ -124,18 +124,9 @@ func faultRepetition(t *testing.T, scenario string) {
 	if scenario == "worker" {
 		fault = <-killed
 	}
-	unanswered := 0
-	deadline := time.Now().Add(2 * waitFor)
-	for _, d := range ds {
-		unanswered += d.waitAnswered(time.Until(deadline))
-	}
-	bad := 0
-	for _, d := range ds {
-		d.close()
-		bad += d.badAnswers()
-	}
 
 	rc := countRuns(t, tc, ds, runLog)
+	unanswered, bad := rc.unanswered, rc.bad
 	doubles, reruns, outOfOrder, examples, byWorker, lines := rc.doubles, rc.reruns, rc.outOfOrder, rc.examples, rc.byWorker, rc.lines
 	leasesLost, taken := 0, 0
 	for _, w := range tc.workers {
@@ -307,8 +298,10 @@ func streamLeader(urls, stream string) string {
 	return ""
 }
 
-// runCounts is what countRuns finds in the run log and the history.
+// runCounts is what countRuns finds on the devices' side, in the run
+// log and in the history.
 type runCounts struct {
+	unanswered, bad             int // messages without their one right answer (waited for)
 	doubles, reruns, outOfOrder int
 	examples                    []string
 	byWorker                    map[string]int // worker name -> runs started
@@ -319,8 +312,21 @@ type runCounts struct {
 // twice with no interruption recorded (or more than twice: doubles),
 // twice with it recorded (reruns), and those whose first run started
 // before the first run of one their device sent earlier (outOfOrder).
+//
+// It first waits (at most 2*waitFor) until every message is answered
+// and closes the devices.
 func countRuns(t *testing.T, tc *testCluster, ds []*device, runLog string) runCounts {
 	t.Helper()
+	unanswered := 0
+	deadline := time.Now().Add(2 * waitFor)
+	for _, d := range ds {
+		unanswered += d.waitAnswered(time.Until(deadline))
+	}
+	bad := 0
+	for _, d := range ds {
+		d.close()
+		bad += d.badAnswers()
+	}
 	starts, lines := runStarts(t, runLog)
 	inter := interruptions(t, tc)
 	byWorker := map[string]int{}
@@ -364,5 +370,5 @@ func countRuns(t *testing.T, tc *testCluster, ds []*device, runLog string) runCo
 		}
 		d.mu.Unlock()
 	}
-	return runCounts{doubles: doubles, reruns: reruns, outOfOrder: outOfOrder, examples: examples, byWorker: byWorker, lines: lines}
+	return runCounts{unanswered: unanswered, bad: bad, doubles: doubles, reruns: reruns, outOfOrder: outOfOrder, examples: examples, byWorker: byWorker, lines: lines}
 }

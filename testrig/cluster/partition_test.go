@@ -184,20 +184,10 @@ func partitionRepetition(t *testing.T) {
 		}
 		time.Sleep(time.Until(start0.Add(time.Duration(s+1) * time.Second)))
 	}
-	unanswered := 0
-	deadline := time.Now().Add(2 * waitFor)
-	for _, d := range ds {
-		unanswered += d.waitAnswered(time.Until(deadline))
-	}
-	bad := 0
-	for _, d := range ds {
-		d.close()
-		bad += d.badAnswers()
-	}
 	rc := countRuns(t, tc, ds, runLog)
 	w1, w2 := tc.workers[0].Spec.Name, tc.workers[1].Spec.Name
 	line := fmt.Sprintf("scenario=partition rep=%d messages=%d runs=%d double_no_interruption=%d out_of_order=%d unanswered=%d bad_answers=%d reruns=%d runs_by=%s/%d,%s/%d %s %s",
-		rep, devices*seconds, len(rc.lines), rc.doubles, rc.outOfOrder, unanswered, bad, rc.reruns,
+		rep, devices*seconds, len(rc.lines), rc.doubles, rc.outOfOrder, rc.unanswered, rc.bad, rc.reruns,
 		w1, rc.byWorker[w1], w2, rc.byWorker[w2], natsPhase.counts("nats_cut"), edgePhase.counts("edge_cut"))
 	lines := append([]string{line}, natsPhase.describe(), edgePhase.describe())
 	for i, e := range rc.examples {
@@ -220,7 +210,7 @@ func partitionRepetition(t *testing.T) {
 			t.Logf("--- %s log tail:\n%s", w.Spec.Name, w.LogTail(60))
 		}
 	}
-	if rc.doubles+rc.outOfOrder+unanswered+bad > 0 {
+	if rc.doubles+rc.outOfOrder+rc.unanswered+rc.bad > 0 {
 		t.Errorf("%s", line)
 	}
 }
