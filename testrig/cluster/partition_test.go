@@ -156,8 +156,12 @@ func partitionRepetition(t *testing.T) {
 	victimNS := victim.Netns
 	third, edgeNS := seconds/3, partEdges[0].ns
 	natsCut, edgeCut := seconds/12, seconds/2+seconds/12
-	natsPhase := &cutPhase{name: "nats " + victim.Name + " (leader of " + leaderOf + ")", log: victim.LogFile}
-	edgePhase := &cutPhase{name: "edge-1 (from the cluster; its devices still reach it)", log: tc.edges[0].LogFile}
+	var all []string
+	for _, s := range append(tc.edges, tc.workers...) {
+		all = append(all, s.LogFile)
+	}
+	natsPhase := &cutPhase{name: "nats " + victim.Name + " (leader of " + leaderOf + ")", logs: append([]string{victim.LogFile}, all...)}
+	edgePhase := &cutPhase{name: "edge-1 (from the cluster; its devices still reach it)", logs: all}
 	start0 := time.Now()
 	for s := range seconds {
 		switch s {
@@ -220,14 +224,15 @@ func partitionRepetition(t *testing.T) {
 // acked and answered before the heal, how many of the devices connected
 // again, and the warnings the cut node logged.
 type cutPhase struct {
-	name, log string
-	only      func(i int) bool
-	cutting   bool
-	sent      map[*device][]string
-	connects  map[*device]int
-	logOff    int64
-	took      time.Duration
-	began     time.Time
+	name     string
+	logs     []string // the cut node's log, and others' to watch
+	only     func(i int) bool
+	cutting  bool
+	sent     map[*device][]string
+	connects map[*device]int
+	logOffs  []int64
+	took     time.Duration
+	began    time.Time
 
 	nsent, acked, answered, reconnected int
 	warnings                            int
@@ -242,8 +247,11 @@ func (p *cutPhase) begin(ds []*device, only func(int) bool) {
 			p.connects[d] = d.connected()
 		}
 	}
-	if st, err := os.Stat(p.log); err == nil {
-		p.logOff = st.Size()
+	p.logOffs = make([]int64, len(p.logs))
+	for i, l := range p.logs {
+		if st, err := os.Stat(l); err == nil {
+			p.logOffs[i] = st.Size()
+		}
 	}
 }
 
@@ -272,18 +280,14 @@ func (p *cutPhase) end(ds []*device) {
 			p.reconnected++
 		}
 	}
-	f, err := os.Open(p.log)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	_, _ = f.Seek(p.logOff, io.SeekStart)
-	b, _ := io.ReadAll(f)
 	kinds := map[string]int{}
-	for _, l := range strings.Split(string(b), "\n") {
-		if warnLine.MatchString(l) {
+	for i, name := range p.logs {
+		for _, l := range strings.Split(readFrom(name, p.logOffs[i]), "\n") {
+			if !warnLine.MatchString(l) {
+				continue
+			}
 			p.warnings++
-			k := logNoise.ReplaceAllString(l, "")
+			k := filepath.Base(filepath.Dir(name)) + ": " + logNoise.ReplaceAllString(l, "")
 			if len(k) > 110 {
 				k = k[:110]
 			}
@@ -303,12 +307,24 @@ func (p *cutPhase) end(ds []*device) {
 	}
 }
 
+// readFrom returns the file from offset off on ("" if unreadable).
+func readFrom(name string, off int64) string {
+	f, err := os.Open(name)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	_, _ = f.Seek(off, io.SeekStart)
+	b, _ := io.ReadAll(f)
+	return string(b)
+}
+
 func (p *cutPhase) counts(prefix string) string {
 	return fmt.Sprintf("%s_sent=%d %s_acked_in_cut=%d %s_answered_in_cut=%d %s_devices_reconnected=%d/%d %s_log_warnings=%d",
 		prefix, p.nsent, prefix, p.acked, prefix, p.answered, prefix, p.reconnected, len(p.connects), prefix, p.warnings)
 }
 
 func (p *cutPhase) describe() string {
-	return fmt.Sprintf("  minority %s, cut %.1fs: of %d messages sent meanwhile %d acked, %d answered before the heal; %d of %d devices reconnected; %d warnings logged, most: %s",
+	return fmt.Sprintf("  minority %s, cut %.1fs: of %d messages sent meanwhile %d acked, %d answered before the heal; %d of %d devices reconnected; %d warnings logged (its log, the termservers'), most: %s",
 		p.name, p.took.Seconds(), p.nsent, p.acked, p.answered, p.reconnected, len(p.connects), p.warnings, strings.Join(p.samples, " | "))
 }
