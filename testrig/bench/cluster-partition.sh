@@ -56,7 +56,7 @@ cleanup() {
 	# the veths (the kernel frees a namespace's devices later, not at once)
 	for nh in $NODES $EDGES; do
 		for end in c d; do
-			ip link show "${nh%%:*}-$end" >/dev/null 2>&1 && ip link del "${nh%%:*}-$end"
+			ip link show "${nh%%:*}-$end" >/dev/null 2>&1 && ip link del "${nh%%:*}-$end" 2>/dev/null
 		done
 	done
 	for br in tlpc0 tlpd0; do
