@@ -5,7 +5,9 @@
 // BuildNATSServer builds once per version) and termserver nodes (edges
 // and workers) as processes (StartServer) or in this process (Rig).
 //
-// Every node listens on 127.0.0.1 on ports picked free by the harness,
+// Every node listens on 127.0.0.1 (or, as a process, on an address of a
+// network namespace it runs in: NATSOptions.Netns, NodeSpec.Netns) on
+// ports picked free by the harness,
 // keeps its files (config, store, workspace, log) under a directory the
 // caller gives, and can be stopped (SIGTERM), killed (SIGKILL) and
 // restarted with the same ports and files. Every wait is bounded by a

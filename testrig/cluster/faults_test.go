@@ -124,60 +124,10 @@ func faultRepetition(t *testing.T, scenario string) {
 	if scenario == "worker" {
 		fault = <-killed
 	}
-	unanswered := 0
-	deadline := time.Now().Add(2 * waitFor)
-	for _, d := range ds {
-		unanswered += d.waitAnswered(time.Until(deadline))
-	}
-	bad := 0
-	for _, d := range ds {
-		d.close()
-		bad += d.badAnswers()
-	}
 
-	starts, lines := runStarts(t, runLog)
-	inter := interruptions(t, tc)
-	byWorker := map[string]int{}
-	for _, l := range lines {
-		ws, _, _ := strings.Cut(l, " ")
-		byWorker[filepath.Base(filepath.Dir(ws))]++
-	}
-	doubles, reruns, outOfOrder := 0, 0, 0
-	firstRun := map[string]int{} // text -> index of its first run in the log
-	for i, l := range lines {
-		if _, text, ok := strings.Cut(l, " "); ok {
-			if _, seen := firstRun[text]; !seen {
-				firstRun[text] = i
-			}
-		}
-	}
-	var examples []string
-	for _, d := range ds {
-		d.mu.Lock()
-		lastSent, lastRun := "", -1
-		for _, id := range d.sentIDs {
-			text := d.texts[id]
-			ni := inter[fmt.Sprintf("terminal-dev:local:%s/%s", d.peer, id)]
-			switch n := starts[text]; {
-			case n > 2, n == 2 && ni != 1:
-				doubles++
-				examples = append(examples, fmt.Sprintf("%s ran %d times, %d interruptions recorded", text, n, ni))
-			case n == 2:
-				reruns++
-			}
-			// In send order, each message's first run must come after
-			// the first run of the one sent before it.
-			if i, ok := firstRun[text]; ok {
-				if i < lastRun {
-					outOfOrder++
-					examples = append(examples, fmt.Sprintf("%s first ran before %s, sent earlier", text, lastSent))
-				} else {
-					lastSent, lastRun = text, i
-				}
-			}
-		}
-		d.mu.Unlock()
-	}
+	rc := countRuns(t, tc, ds, runLog)
+	unanswered, bad := rc.unanswered, rc.bad
+	doubles, reruns, outOfOrder, examples, byWorker, lines := rc.doubles, rc.reruns, rc.outOfOrder, rc.examples, rc.byWorker, rc.lines
 	leasesLost, taken := 0, 0
 	for _, w := range tc.workers {
 		if b, err := os.ReadFile(w.LogFile); err == nil {
@@ -346,4 +296,79 @@ func streamLeader(urls, stream string) string {
 		return ci.Cluster.Leader
 	}
 	return ""
+}
+
+// runCounts is what countRuns finds on the devices' side, in the run
+// log and in the history.
+type runCounts struct {
+	unanswered, bad             int // messages without their one right answer (waited for)
+	doubles, reruns, outOfOrder int
+	examples                    []string
+	byWorker                    map[string]int // worker name -> runs started
+	lines                       []string       // the run log
+}
+
+// countRuns counts, over the messages the devices sent, those that ran
+// twice with no interruption recorded (or more than twice: doubles),
+// twice with it recorded (reruns), and those whose first run started
+// before the first run of one their device sent earlier (outOfOrder).
+//
+// It first waits (at most 2*waitFor) until every message is answered
+// and closes the devices.
+func countRuns(t *testing.T, tc *testCluster, ds []*device, runLog string) runCounts {
+	t.Helper()
+	unanswered := 0
+	deadline := time.Now().Add(2 * waitFor)
+	for _, d := range ds {
+		unanswered += d.waitAnswered(time.Until(deadline))
+	}
+	bad := 0
+	for _, d := range ds {
+		d.close()
+		bad += d.badAnswers()
+	}
+	starts, lines := runStarts(t, runLog)
+	inter := interruptions(t, tc)
+	byWorker := map[string]int{}
+	for _, l := range lines {
+		ws, _, _ := strings.Cut(l, " ")
+		byWorker[filepath.Base(filepath.Dir(ws))]++
+	}
+	doubles, reruns, outOfOrder := 0, 0, 0
+	firstRun := map[string]int{} // text -> index of its first run in the log
+	for i, l := range lines {
+		if _, text, ok := strings.Cut(l, " "); ok {
+			if _, seen := firstRun[text]; !seen {
+				firstRun[text] = i
+			}
+		}
+	}
+	var examples []string
+	for _, d := range ds {
+		d.mu.Lock()
+		lastSent, lastRun := "", -1
+		for _, id := range d.sentIDs {
+			text := d.texts[id]
+			ni := inter[fmt.Sprintf("terminal-dev:local:%s/%s", d.peer, id)]
+			switch n := starts[text]; {
+			case n > 2, n == 2 && ni != 1:
+				doubles++
+				examples = append(examples, fmt.Sprintf("%s ran %d times, %d interruptions recorded", text, n, ni))
+			case n == 2:
+				reruns++
+			}
+			// In send order, each message's first run must come after
+			// the first run of the one sent before it.
+			if i, ok := firstRun[text]; ok {
+				if i < lastRun {
+					outOfOrder++
+					examples = append(examples, fmt.Sprintf("%s first ran before %s, sent earlier", text, lastSent))
+				} else {
+					lastSent, lastRun = text, i
+				}
+			}
+		}
+		d.mu.Unlock()
+	}
+	return runCounts{unanswered: unanswered, bad: bad, doubles: doubles, reruns: reruns, outOfOrder: outOfOrder, examples: examples, byWorker: byWorker, lines: lines}
 }

@@ -31,6 +31,12 @@ type NATSOptions struct {
 	// acks it (nats-server's jetstream { sync_interval: always }). False:
 	// nats-server's default, an fsync every 2 minutes.
 	SyncAlways bool
+	// Netns, when set, names for each node (by index) the network
+	// namespace it runs in (ip netns exec NAME; the nodes must be
+	// processes) and Hosts the address it listens on there (default
+	// 127.0.0.1). Off by default: testrig/bench/cluster-partition.sh
+	// makes the namespaces.
+	Netns, Hosts []string
 }
 
 // NATS is a JetStream cluster on loopback.
@@ -42,6 +48,8 @@ type NATS struct {
 // the same across Stop/Kill and Start.
 type NATSNode struct {
 	Name        string // n1, n2, ...
+	Host        string // the address it listens on (127.0.0.1 unless NATSOptions.Hosts)
+	Netns       string // the network namespace it runs in ("": this one's)
 	ClientPort  int
 	ClusterPort int
 	StoreDir    string
@@ -65,7 +73,9 @@ type natsRun interface {
 }
 
 // URL is the node's client URL.
-func (n *NATSNode) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(n.ClientPort) }
+func (n *NATSNode) URL() string {
+	return "nats://" + net.JoinHostPort(n.Host, strconv.Itoa(n.ClientPort))
+}
 
 // URLs returns every node's client URL, comma-separated: a termserver
 // config's cluster.nats.
@@ -93,6 +103,9 @@ func StartNATS(ctx context.Context, opt NATSOptions) (*NATS, error) {
 	if opt.ClusterName == "" {
 		opt.ClusterName = "termlink"
 	}
+	if len(opt.Netns) > 0 && (len(opt.Netns) != opt.Nodes || len(opt.Hosts) != opt.Nodes || opt.Binary == "") {
+		return nil, fmt.Errorf("nats: Netns needs one namespace and one host per node, and a Binary")
+	}
 	var err error
 	for range 3 {
 		var c *NATS
@@ -116,9 +129,17 @@ func startNATSOnce(ctx context.Context, opt NATSOptions) (*NATS, error) {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
 	c := &NATS{}
+	hosts, netns := make([]string, opt.Nodes), make([]string, opt.Nodes)
 	var routes []string
 	for i := range opt.Nodes {
-		routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(ports[2*i+1]))
+		hosts[i] = "127.0.0.1"
+		if i < len(opt.Hosts) {
+			hosts[i] = opt.Hosts[i]
+		}
+		if i < len(opt.Netns) {
+			netns[i] = opt.Netns[i]
+		}
+		routes = append(routes, "nats://"+net.JoinHostPort(hosts[i], strconv.Itoa(ports[2*i+1])))
 	}
 	for i := range opt.Nodes {
 		name := "n" + strconv.Itoa(i+1)
@@ -127,7 +148,7 @@ func startNATSOnce(ctx context.Context, opt NATSOptions) (*NATS, error) {
 			return nil, fmt.Errorf("nats %s: %w", name, err)
 		}
 		c.Nodes = append(c.Nodes, &NATSNode{
-			Name: name, ClientPort: ports[2*i], ClusterPort: ports[2*i+1],
+			Name: name, Host: hosts[i], Netns: netns[i], ClientPort: ports[2*i], ClusterPort: ports[2*i+1],
 			StoreDir: filepath.Join(dir, "store"), LogFile: filepath.Join(dir, "nats.log"),
 			clusterName: opt.ClusterName, routes: routes, binary: opt.Binary, syncAlways: opt.SyncAlways,
 			confFile: filepath.Join(dir, "nats.conf"),
@@ -242,7 +263,7 @@ func (c *NATS) Close(ctx context.Context) error {
 func (n *NATSNode) waitListening(ctx context.Context, r natsRun) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(n.ClientPort))
+	addr := net.JoinHostPort(n.Host, strconv.Itoa(n.ClientPort))
 	for {
 		if r.exited() {
 			tail := logTail(n.LogFile, 20)

@@ -23,8 +23,8 @@ func (n *NATSNode) natsConfig() string {
 	if n.syncAlways {
 		syncLine = "  sync_interval: always\n"
 	}
-	conf := fmt.Sprintf("server_name: %s\nlisten: \"127.0.0.1:%d\"\njetstream {\n  store_dir: %s\n%s}\n",
-		n.Name, n.ClientPort, strconv.Quote(n.StoreDir), syncLine)
+	conf := fmt.Sprintf("server_name: %s\nlisten: \"%s:%d\"\njetstream {\n  store_dir: %s\n%s}\n",
+		n.Name, n.Host, n.ClientPort, strconv.Quote(n.StoreDir), syncLine)
 	if len(n.routes) < 2 {
 		return conf
 	}
@@ -32,8 +32,8 @@ func (n *NATSNode) natsConfig() string {
 	for _, r := range n.routes {
 		routes = append(routes, strconv.Quote(r))
 	}
-	return conf + fmt.Sprintf("cluster {\n  name: %s\n  listen: \"127.0.0.1:%d\"\n  routes: [%s]\n}\n",
-		n.clusterName, n.ClusterPort, strings.Join(routes, ", "))
+	return conf + fmt.Sprintf("cluster {\n  name: %s\n  listen: \"%s:%d\"\n  routes: [%s]\n}\n",
+		n.clusterName, n.Host, n.ClusterPort, strings.Join(routes, ", "))
 }
 
 // procRun is a nats-server process.
@@ -47,7 +47,7 @@ func (n *NATSNode) startProcess(ctx context.Context) (natsRun, error) {
 	if err := os.WriteFile(n.confFile, []byte(n.natsConfig()), 0o644); err != nil {
 		return nil, fmt.Errorf("nats %s: writing config: %w", n.Name, err)
 	}
-	p, err := startProc(n.LogFile, nil, n.binary, "-c", n.confFile)
+	p, err := startProc(n.LogFile, nil, inNetns(n.Netns, n.binary, "-c", n.confFile)...)
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: %w", n.Name, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -48,9 +49,12 @@ type NodeSpec struct {
 	ChannelConfig map[string]any
 	// Dir holds the node's config, workspace and log (required).
 	Dir string
+	// Host is the address it listens on (default 127.0.0.1) and Netns
+	// the network namespace it runs in (ip netns exec; "": this one's).
+	Host, Netns string
 }
 
-// ConfigJSON returns the node's termserver config (listen 127.0.0.1:0,
+// ConfigJSON returns the node's termserver config (listen Host:0,
 // workspace Dir/workspace, channel terminal-dev with the agent, the
 // cluster block).
 func (s NodeSpec) ConfigJSON() ([]byte, error) {
@@ -82,8 +86,12 @@ func (s NodeSpec) ConfigJSON() ([]byte, error) {
 	if len(s.ChannelConfig) > 0 {
 		ch["config"] = s.ChannelConfig
 	}
+	host := s.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
 	cfg := map[string]any{
-		"listen":    "127.0.0.1:0",
+		"listen":    net.JoinHostPort(host, "0"),
 		"workspace": filepath.Join(s.Dir, "workspace"),
 		"channels":  map[string]any{Channel: ch},
 		"agents":    map[string]any{"agent": agent},
@@ -175,7 +183,7 @@ func (s *Server) startOnce(ctx context.Context) error {
 		s.mu.Unlock()
 		return fmt.Errorf("termserver %s: already running", s.Spec.Name)
 	}
-	args := []string{s.Binary, "--config", s.ConfigFile, "--shutdown-grace", "2s"}
+	args := inNetns(s.Spec.Netns, s.Binary, "--config", s.ConfigFile, "--shutdown-grace", "2s")
 	if s.addr != "" {
 		args = append(args, "--listen", s.addr)
 	}
