@@ -142,8 +142,12 @@ func (p *proc) errorReply(step string, err error) agent.Result {
 func (p *proc) disconnected(re *sdk.RequestError) bool {
 	if re.Code == -32603 {
 		// The request could not be written: the agent's stdin is closed
-		// because the agent has exited (it may exit before initialize).
-		if t := requestErrorText(re); strings.Contains(t, "broken pipe") || strings.Contains(t, "file already closed") {
+		// because the agent has exited (it may exit before initialize):
+		// EPIPE, or the pipe our side closed once the process was reaped
+		// (os.ErrClosed: "file already closed" from a write on the
+		// *os.File, "use of closed file" from its poller).
+		if t := requestErrorText(re); strings.Contains(t, "broken pipe") || strings.Contains(t, "file already closed") ||
+			strings.Contains(t, "use of closed file") {
 			return true
 		}
 	}
