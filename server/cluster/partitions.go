@@ -25,6 +25,7 @@ import (
 type Delivery struct {
 	In        bus.Inbound
 	Partition int
+	Seq       uint64 // its sequence in the inbound stream
 	msg       jetstream.Msg
 }
 
@@ -39,6 +40,10 @@ func (d *Delivery) InProgress() error { return d.msg.InProgress() }
 
 // WorkerHooks connect the partitions this worker owns to its router.
 type WorkerHooks struct {
+	// Me names this worker process (its node name and run prefix):
+	// each consumer it makes says so, so the next owner of a partition
+	// tells what this process was given from its own.
+	Me string
 	// Deliver takes a message of an owned partition; it is called for one
 	// partition's messages one at a time, in stream order, and may block
 	// (back-pressure) until ctx ends.
@@ -57,6 +62,11 @@ type partition struct {
 	cc        jetstream.ConsumeContext
 	cons      jetstream.Consumer // the consumer cc reads (heal.go checks it)
 	releasing time.Time          // when giving it up began; zero while kept
+	// fence: the inbound stream's last sequence once the earlier
+	// consumers were gone; a delivery up to it reads its claim first.
+	// suspect: the last sequence an earlier owner process was given; a
+	// delivery up to it without a claim may have started there.
+	fence, suspect uint64
 	health    health             // heal.go: is its consumer delivering
 }
 
@@ -118,6 +128,24 @@ func (n *Node) Owns(p int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.owned[p] != nil
+}
+
+// Fence is what Claimer.Start needs of partition p (see partition):
+// owned false when this worker does not hold it.
+func (n *Node) Fence(p int) (fence, suspect uint64, owned bool) {
+	n.mu.Lock()
+	w := n.worker
+	n.mu.Unlock()
+	if w == nil {
+		return 0, 0, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	part := w.owned[p]
+	if part == nil {
+		return 0, 0, false
+	}
+	return part.fence, part.suspect, true
 }
 
 // StopWorker stops consuming and gives every partition up at once (the
@@ -309,7 +337,7 @@ func (w *worker) drop(p int) {
 func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	prefix := "p" + strconv.Itoa(p)
 	var old []string
-	var floor uint64
+	var floor, suspect uint64
 	names := w.n.in.ConsumerNames(ctx)
 	for name := range names.Name() {
 		if name != prefix && !strings.HasPrefix(name, prefix+"_") {
@@ -322,10 +350,22 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 		if err != nil {
 			return fmt.Errorf("reading consumer %s: %w", name, err)
 		}
+		info := c.CachedInfo()
+		if info.Config.Metadata[consumerWorker] != w.hooks.Me {
+			// Another process's (or an earlier life's): it may have
+			// started what it was given, writing no claim (the hot
+			// path). Paused, it is given nothing more, and what it was
+			// given is final.
+			upTo, err := w.pauseOld(ctx, c)
+			if err != nil {
+				return err
+			}
+			suspect = max(suspect, upTo)
+		}
 		// Several: one left by an owner that died between making its
 		// consumer and deleting the earlier one. The lowest floor loses
 		// nothing (messages answered above it are answered from claims).
-		if f := c.CachedInfo().AckFloor.Stream; len(old) == 0 || f < floor {
+		if f := info.AckFloor.Stream; len(old) == 0 || f < floor {
 			floor = f
 		}
 		old = append(old, name)
@@ -342,7 +382,7 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	cfg := jetstream.ConsumerConfig{Durable: name, FilterSubject: inPrefix + strconv.Itoa(p),
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.n.cfg.AckWait, MaxAckPending: maxAckPending,
 		MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
-		Description: "termlink: partition " + strconv.Itoa(p)}
+		Description: "termlink: partition " + strconv.Itoa(p), Metadata: map[string]string{consumerWorker: w.hooks.Me}}
 	if floor > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
 	}
@@ -358,6 +398,14 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 			return fmt.Errorf("deleting the earlier consumer %s: %w", o, err)
 		}
 	}
+	// Everything an earlier consumer could have delivered is at or below
+	// the stream's last sequence now.
+	si, err := w.n.in.Info(ctx)
+	if err != nil {
+		_ = w.n.in.DeleteConsumer(ctx, name)
+		return fmt.Errorf("reading %s: %w", InStream, err)
+	}
+	part.fence, part.suspect = si.State.LastSeq, min(suspect, si.State.LastSeq)
 	bg := w.n.bgCtx
 	h := &part.health
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -368,7 +416,11 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 			_ = m.Term()
 			return
 		}
-		w.hooks.Deliver(bg, &Delivery{In: in.Inbound, Partition: p, msg: m})
+		var seq uint64
+		if md, err := m.Metadata(); err == nil {
+			seq = md.Sequence.Stream
+		}
+		w.hooks.Deliver(bg, &Delivery{In: in.Inbound, Partition: p, Seq: seq, msg: m})
 	}, jetstream.PullMaxMessages(256),
 		// Short pulls: a pull request sent while the new consumer elects
 		// its leader is lost, and the client notices only when a pull
@@ -384,6 +436,31 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	}
 	part.cc, part.cons = cc, cons
 	h.consuming(name)
-	w.n.log.Info("cluster: partition taken", "partition", p, "consumer", name, "from_seq", cfg.OptStartSeq)
+	w.n.log.Info("cluster: partition taken", "partition", p, "consumer", name, "from_seq", cfg.OptStartSeq,
+		"fence", part.fence, "suspect", part.suspect)
 	return nil
+}
+
+// consumerWorker is the consumer metadata key naming the worker process
+// that made it (WorkerHooks.Me).
+const consumerWorker = "termlink_worker"
+
+// pauseOld pauses an earlier owner's consumer and returns the last
+// sequence it delivered: past the pause it delivers nothing. A server
+// that cannot pause (before 2.11) or a consumer that cannot be read
+// leaves it unknown: the stream's last sequence stands for it.
+func (w *worker) pauseOld(ctx context.Context, c jetstream.Consumer) (uint64, error) {
+	name := c.CachedInfo().Name
+	if _, err := w.n.in.PauseConsumer(ctx, name, time.Now().Add(time.Hour)); err == nil {
+		if info, err := c.Info(ctx); err == nil {
+			return info.Delivered.Stream, nil
+		}
+	} else {
+		w.n.log.Warn("cluster: cannot pause an earlier owner's consumer; every message it may have been given is taken as maybe started", "consumer", name, "err", err)
+	}
+	si, err := w.n.in.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", InStream, err)
+	}
+	return si.State.LastSeq, nil
 }

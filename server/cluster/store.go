@@ -120,12 +120,16 @@ func (c *Store) Run(cancel func(sessionKey, messageID string) bool, devices func
 		c.loop(2*time.Second, c.sweep)
 	}
 	if c.cfg.Worker() {
-		if err := c.node.SubscribeCancel(func(key, id string) { cancel(key, id) }); err != nil {
+		if err := c.node.SubscribeCancel(func(key, id string) {
+			c.claims.Cancelled(Key{Session: key, MessageID: id})
+			cancel(key, id)
+		}); err != nil {
 			return err
 		}
 		// Lost: the queued copies of a partition this worker no longer owns
 		// are not run (Start), and a later delivery queues its own.
-		c.node.RunWorker(WorkerHooks{Deliver: c.deliver, Unfinished: c.tickets.Unfinished, Lost: c.tickets.Lost})
+		c.node.MirrorPresence() // replies find their edge without a read
+		c.node.RunWorker(WorkerHooks{Me: c.claims.Me(), Deliver: c.deliver, Unfinished: c.tickets.Unfinished, Lost: c.tickets.Lost})
 		c.loop(c.cfg.AckWait/3, c.keepInProgress)
 	}
 	c.node.Heartbeat(devices, c.node.Owned)
@@ -453,9 +457,13 @@ func (c *Store) Start(ctx, _ context.Context, in bus.Inbound) (answer *agent.Res
 func (c *Store) started(t *Ticket, in bus.Inbound, step StartStep) *agent.Result {
 	t.Recs = []session.Record{userRecord(in)}
 	if step.Attempt > 1 {
-		t.Recs = append(t.Recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
-			Content: fmt.Sprintf("the run of message %s was cut short; run %d of at most %d", in.MessageID, step.Attempt, MaxRunAttempts),
-			Extra:   map[string]any{"event": record.EventInterrupted, "attempt": step.Attempt}})
+		what := fmt.Sprintf("the run of message %s was cut short; run %d of at most %d", in.MessageID, step.Attempt, MaxRunAttempts)
+		if step.Unsure {
+			what = fmt.Sprintf("the worker that held message %s stopped or lost its partition before answering it, and may have been running it; run %d of at most %d",
+				in.MessageID, step.Attempt, MaxRunAttempts)
+		}
+		t.Recs = append(t.Recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID, Content: what,
+			Extra: map[string]any{"event": record.EventInterrupted, "attempt": step.Attempt}})
 	}
 	if step.Interrupted() {
 		return &agent.Result{Text: interruptedTwice, FinishReason: link.FinishError}
@@ -468,8 +476,8 @@ func userRecord(in bus.Inbound) session.Record {
 		Timestamp: in.Received.Format(session.TimeLayout)}
 }
 
-// Finish records a reply: the turn's records in the history and the claim
-// set to done with the cached reply, both stored before it is sent. ok
+// Finish records a reply: the claim set to done with the cached reply
+// and the turn's records (the history), stored before it is sent. ok
 // false: another worker took the message over meanwhile and answers it.
 // The session's next message records its own start (Start).
 func (c *Store) Finish(ctx context.Context, in bus.Inbound, reply *link.Message, media []string, _ *bus.Inbound) bool {

@@ -316,7 +316,9 @@ type histRecord struct {
 }
 
 // readHistory reads every record of the TERMLINK_HIST stream, in stream
-// order (duplicates included: the caller counts).
+// order (duplicates included: the caller counts). A message's claim
+// written done again (a cancel that lost the race) stays in the stream
+// as two entries: the caller counts by role, message id and event.
 func readHistory(t *testing.T, urls string) []histRecord {
 	t.Helper()
 	nc, err := nats.Connect(urls)
@@ -347,15 +349,21 @@ func readHistory(t *testing.T, urls string) []histRecord {
 			}
 			t.Fatalf("history seq %d: %v", seq, err)
 		}
-		// {"session": KEY, "records": [...]}: the records one write
-		// stored together ("record": one, in the first version).
+		// A message's claim, {"state": ..., "session": KEY, "records":
+		// [...]}: its turn once done; or, in the earlier formats,
+		// {"session": KEY, "records": [...]} ("record": one, in the
+		// first version).
 		var e struct {
+			State   string           `json:"state"`
 			Session string           `json:"session"`
 			Record  *session.Record  `json:"record"`
 			Records []session.Record `json:"records"`
 		}
 		if err := json.Unmarshal(m.Data, &e); err != nil {
 			t.Fatalf("history seq %d: %v: %s", seq, err, m.Data)
+		}
+		if e.State != "" && e.State != "done" {
+			continue // a claim not answered yet: no turn
 		}
 		if e.Record != nil {
 			e.Records = append(e.Records, *e.Record)
