@@ -39,9 +39,9 @@ func openRecords(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64
 	})
 }
 
-// testHookClaimWrite, set by tests before the server starts, runs before
-// each claim write of a cluster worker's start; an error stands for a
-// write that failed (a NATS leader election).
+// testHookClaimWrite, set by tests before the server starts, runs at each
+// start of a cluster worker's message and before each claim write of a
+// start; an error stands for NATS trouble there (a leader election).
 var testHookClaimWrite func(in bus.Inbound) error
 
 // runtimeHost is what a store of record reaches of the runtime: the

@@ -91,3 +91,74 @@ func TestTakeOverFencesTheOldOwner(t *testing.T) {
 		t.Errorf("the old owner's pull on consumer %s got a message of the new owner's: %s", oldName, m.Data())
 	}
 }
+
+// The fence of a partition taken over (issue 25 item 3: hot-path runs
+// write no claim when they start): what the earlier owner process was
+// given may have started there (suspect), what came after it stopped
+// was never given to it; a partition taken again by the process that
+// made the earlier consumer suspects nothing (it holds what it runs).
+func TestTakeOverFence(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
+		Replicas: 1, AckWait: time.Minute, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+	n, err := Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	publish := func(id string) {
+		t.Helper()
+		if _, err := n.PublishInbound(ctx, bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: id, Text: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	given := make(chan uint64, 16)
+	hooks := func(me string) WorkerHooks {
+		return WorkerHooks{Me: me, Deliver: func(_ context.Context, d *Delivery) { given <- d.Seq }, Unfinished: func(int) int { return 0 }}
+	}
+	oldOwner := &worker{n: n, hooks: hooks("w1#a"), owned: map[int]*partition{}}
+	po := &partition{}
+	if err := oldOwner.start(ctx, 0, po); err != nil {
+		t.Fatal(err)
+	}
+	if po.fence != 0 || po.suspect != 0 {
+		t.Errorf("first owner of an empty stream: fence %d suspect %d, want 0 0", po.fence, po.suspect)
+	}
+	for _, id := range []string{"m-1", "m-2", "m-3"} {
+		publish(id)
+	}
+	for want := uint64(1); want <= 3; want++ {
+		select {
+		case seq := <-given:
+			if seq != want {
+				t.Fatalf("delivered seq %d, want %d", seq, want)
+			}
+		case <-ctx.Done():
+			t.Fatal("the first owner was not given m-1..m-3")
+		}
+	}
+	po.cc.Stop() // it dies: given nothing more
+	publish("m-4")
+	publish("m-5")
+
+	newOwner := &worker{n: n, hooks: hooks("w2#b"), owned: map[int]*partition{}}
+	pn := &partition{}
+	if err := newOwner.start(ctx, 0, pn); err != nil {
+		t.Fatal(err)
+	}
+	pn.cc.Stop()
+	if pn.fence != 5 || pn.suspect != 3 {
+		t.Errorf("taken over from another process: fence %d suspect %d, want 5 (the stream's last) and 3 (the last it was given)", pn.fence, pn.suspect)
+	}
+
+	again := &worker{n: n, hooks: hooks("w2#b"), owned: map[int]*partition{}}
+	pa := &partition{}
+	if err := again.start(ctx, 0, pa); err != nil {
+		t.Fatal(err)
+	}
+	pa.cc.Stop()
+	if pa.fence != 5 || pa.suspect != 0 {
+		t.Errorf("taken again by the process that made the consumer: fence %d suspect %d, want 5 and 0", pa.fence, pa.suspect)
+	}
+}

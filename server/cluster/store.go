@@ -56,8 +56,9 @@ type StoreOptions struct {
 	// a worker restarted under the same name tells its predecessor's runs
 	// (cut short) from its own.
 	Process string
-	// ClaimHook, if set, runs before each claim write of Start; an error
-	// stands for a write that failed (tests: a NATS leader election).
+	// ClaimHook, if set, runs at each Start and before each claim write
+	// of a Start; an error stands for NATS trouble there (tests: a NATS
+	// leader election).
 	ClaimHook func(in bus.Inbound) error
 }
 

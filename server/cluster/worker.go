@@ -32,8 +32,8 @@ type Claimer struct {
 
 // NewClaimer makes the claimer of worker process me (its node name and
 // run prefix: see DecideStart) holding tickets. writeHook, if not nil,
-// runs before each claim write of a start; an error stands for a write
-// that failed (tests: a NATS leader election).
+// runs at each start and before each claim write of a start; an error
+// stands for NATS trouble there (tests: a NATS leader election).
 func NewClaimer(n *Node, tickets *Tickets, me string, log *slog.Logger, writeHook func(bus.Inbound) error) *Claimer {
 	return &Claimer{node: n, tickets: tickets, me: me, log: log, hook: writeHook,
 		recent: NewKeySet(recentAnswered), cancelled: NewKeySet(recentCancels)}
@@ -59,6 +59,18 @@ func (w *Claimer) Me() string { return w.me }
 // (compare-and-set: one worker starts it) and recorded as interrupted.
 func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step StartStep, ok bool) {
 	k := KeyOf(in)
+	wait := 100 * time.Millisecond
+	for w.hook != nil && ctx.Err() == nil {
+		// Tests: NATS trouble at the start; it is looked at again.
+		err := w.hook(in)
+		if err == nil {
+			break
+		}
+		w.log.Warn("cluster: cannot start a message; retrying", "message_id", in.MessageID, "err", err)
+		wait = pause(ctx, wait)
+	}
+	// The delivery now (a partition taken again delivers it again, to
+	// the same ticket) and the partition's fence now.
 	d := w.tickets.Delivery(t)
 	fence, suspect, owned := w.node.Fence(d.Partition)
 	if !owned || ctx.Err() != nil {
@@ -71,7 +83,6 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 	}
 	cl, rev := t.Claim, t.Rev
 	read := true
-	wait := 100 * time.Millisecond
 	conflicts := 0
 	for {
 		if ctx.Err() != nil || !w.node.Owns(d.Partition) {
