@@ -67,7 +67,7 @@ type partition struct {
 	// suspect: the last sequence an earlier owner process was given; a
 	// delivery up to it without a claim may have started there.
 	fence, suspect uint64
-	health    health             // heal.go: is its consumer delivering
+	health         health // heal.go: is its consumer delivering
 }
 
 type worker struct {
