@@ -194,7 +194,7 @@ func (n *Node) Presence(ctx context.Context, channel, peer string) (string, erro
 func (n *Node) WatchPresence(fn func(channel, peer, edge string, rev uint64)) {
 	n.Go(func(ctx context.Context) {
 		for ctx.Err() == nil {
-			w, err := n.presence.WatchAll(ctx, jetstream.UpdatesOnly())
+			w, err := watchKV(ctx, n.presence, nil, jetstream.UpdatesOnly())
 			if err != nil {
 				n.log.Warn("cluster: cannot watch presence; retrying", "err", err)
 				select {

@@ -27,7 +27,7 @@ func (n *Node) MirrorPresence() {
 	n.mirror.Store(m)
 	n.Go(func(ctx context.Context) {
 		for ctx.Err() == nil {
-			w, err := n.presence.WatchAll(ctx)
+			w, err := watchKV(ctx, n.presence, nil)
 			if err != nil {
 				n.log.Warn("cluster: cannot watch presence; replies read it meanwhile; retrying", "err", err)
 				select {
