@@ -87,8 +87,8 @@ func faultRepetition(t *testing.T, scenario string) {
 	// The NATS node to kill: the leader of a stream whose election stalls
 	// what matters, in turn the partition leases' (KV_termlink_parts:
 	// its keys outlive an election shorter than the lease), the claims'
-	// (TERMLINK_HIST, with the turns)
-	// and the inbound messages'; else a node in turn.
+	// (TERMLINK_HIST, with the turns) and the inbound messages'; else a
+	// node in turn.
 	victim := tc.nats.Nodes[rep%len(tc.nats.Nodes)]
 	leaderOf := []string{"KV_termlink_parts", "TERMLINK_HIST", "TERMLINK_IN"}[(rep/2)%3]
 	if name := streamLeader(tc.nats.URLs(), leaderOf); name != "" {
