@@ -123,6 +123,7 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 			return step, true
 		case StartCached:
 			w.Resent.Add(1)
+			w.recent.Add(k) // a later copy reads its claim too
 			t.Claim, t.Rev, t.Cached = cl, rev, true
 			return step, true
 		case StartCancelled:
