@@ -67,6 +67,9 @@ type partition struct {
 	// suspect: the last sequence an earlier owner process was given; a
 	// delivery up to it without a claim may have started there.
 	fence, suspect uint64
+	// renewed: when the lease was last written (unix nanoseconds); read
+	// by Fence on the router's goroutines.
+	renewed atomic.Int64
 	health         health // heal.go: is its consumer delivering
 }
 
@@ -130,22 +133,40 @@ func (n *Node) Owns(p int) bool {
 	return w.owned[p] != nil
 }
 
-// Fence is what Claimer.Start needs of partition p (see partition):
-// owned false when this worker does not hold it.
-func (n *Node) Fence(p int) (fence, suspect uint64, owned bool) {
+// Lease states of a partition for Fence.
+type LeaseState uint8
+
+const (
+	NotOwned   LeaseState = iota // another worker's, or none's
+	Owned                        // this worker's, its lease renewed lately
+	LeaseStale                   // this worker's, but its lease was not renewed for 2/3 of a lease: starts wait
+)
+
+func (p *partition) setRenewed(t time.Time) { p.renewed.Store(t.UnixNano()) }
+
+// Fence is what Claimer.Start needs of partition p (see partition). A
+// partition whose lease this worker could not renew for two thirds of a
+// lease (NATS unreachable) is LeaseStale: no run starts until it is
+// renewed or lost, so a worker cut off from NATS stops starting runs
+// before another worker can take the partition over (its lease expires
+// after a whole lease).
+func (n *Node) Fence(p int) (fence, suspect uint64, st LeaseState) {
 	n.mu.Lock()
 	w := n.worker
 	n.mu.Unlock()
 	if w == nil {
-		return 0, 0, false
+		return 0, 0, NotOwned
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	part := w.owned[p]
+	w.mu.Unlock()
 	if part == nil {
-		return 0, 0, false
+		return 0, 0, NotOwned
 	}
-	return part.fence, part.suspect, true
+	if time.Since(time.Unix(0, part.renewed.Load())) > n.cfg.Lease*2/3 {
+		return part.fence, part.suspect, LeaseStale
+	}
+	return part.fence, part.suspect, Owned
 }
 
 // StopWorker stops consuming and gives every partition up at once (the
@@ -270,6 +291,7 @@ func (w *worker) tick(ctx context.Context) {
 			continue // NATS trouble: try again next tick (the lease may still hold)
 		}
 		part.rev = rev
+		part.setRenewed(time.Now())
 	}
 	for p := 0; p < w.n.cfg.Partitions; p++ {
 		if owned[p] != nil || !wanted(p) {
@@ -291,6 +313,7 @@ func (w *worker) tick(ctx context.Context) {
 		// Owned before its consumer delivers: a delivery's run starts
 		// only in a partition this worker owns (Owns).
 		part := &partition{rev: rev}
+		part.setRenewed(time.Now())
 		w.mu.Lock()
 		w.owned[p] = part
 		w.mu.Unlock()

@@ -162,3 +162,26 @@ func TestTakeOverFence(t *testing.T) {
 		t.Errorf("taken again by the process that made the consumer: fence %d suspect %d, want 5 and 0", pa.fence, pa.suspect)
 	}
 }
+
+// A worker that could not renew a partition's lease for two thirds of a
+// lease (NATS unreachable) starts nothing of it until it is renewed:
+// another worker takes it only after the whole lease.
+func TestFenceStaleLease(t *testing.T) {
+	cfg := config.Cluster{Lease: 3 * time.Second}
+	n := &Node{cfg: cfg}
+	w := &worker{n: n, owned: map[int]*partition{}}
+	n.worker = w
+	part := &partition{fence: 7, suspect: 3}
+	w.owned[0] = part
+	part.setRenewed(time.Now())
+	if f, s, st := n.Fence(0); st != Owned || f != 7 || s != 3 {
+		t.Errorf("renewed now: %d %d %v, want 7 3 Owned", f, s, st)
+	}
+	part.setRenewed(time.Now().Add(-2*time.Second - 100*time.Millisecond))
+	if _, _, st := n.Fence(0); st != LeaseStale {
+		t.Errorf("not renewed for 2.1 s of a 3 s lease: %v, want LeaseStale", st)
+	}
+	if _, _, st := n.Fence(1); st != NotOwned {
+		t.Errorf("a partition not held: %v, want NotOwned", st)
+	}
+}

@@ -71,9 +71,8 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 	}
 	// The delivery now (a partition taken again delivers it again, to
 	// the same ticket) and the partition's fence now.
-	d := w.tickets.Delivery(t)
-	fence, suspect, owned := w.node.Fence(d.Partition)
-	if !owned || ctx.Err() != nil {
+	d, fence, suspect, ok := w.owned(ctx, t)
+	if !ok {
 		w.tickets.Forget(k, t)
 		return StartStep{}, false
 	}
@@ -85,7 +84,7 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 	read := true
 	conflicts := 0
 	for {
-		if ctx.Err() != nil || !w.node.Owns(d.Partition) {
+		if _, _, _, ok := w.owned(ctx, t); !ok {
 			// Stopping, or the partition moved while the claim could
 			// not be written: the next owner runs it (and finds it
 			// running here, cut short, if a write that failed was
@@ -164,6 +163,26 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 		step.Action = StartStarted
 		return step, true
 	}
+}
+
+// owned waits while t's partition's lease is stale (this worker cannot
+// reach NATS to renew it) and reports its delivery and fence once the
+// lease is renewed; ok false when the partition is lost or ctx ends.
+func (w *Claimer) owned(ctx context.Context, t *Ticket) (d *Delivery, fence, suspect uint64, ok bool) {
+	wait := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		d = w.tickets.Delivery(t)
+		var st LeaseState
+		fence, suspect, st = w.node.Fence(d.Partition)
+		switch st {
+		case Owned:
+			return d, fence, suspect, true
+		case NotOwned:
+			return d, 0, 0, false
+		}
+		wait = pause(ctx, wait)
+	}
+	return d, 0, 0, false
 }
 
 // started records that this worker runs t's message under claim cl.
