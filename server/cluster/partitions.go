@@ -70,7 +70,7 @@ type partition struct {
 	// renewed: when the lease was last written (unix nanoseconds); read
 	// by Fence on the router's goroutines.
 	renewed atomic.Int64
-	health         health // heal.go: is its consumer delivering
+	health  health // heal.go: is its consumer delivering
 }
 
 type worker struct {
