@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -83,6 +84,52 @@ func (n *Node) GetClaim(ctx context.Context, session, messageID string) (c Claim
 		return Claim{}, 0, false, fmt.Errorf("cluster: message %s: %w", messageID, err)
 	}
 	return c, rev, true, nil
+}
+
+// PeekClaim reads a message's claim as GetClaim does, but from any
+// replica of the history stream (JetStream's direct get: no API request
+// on the leader, the message as stored rather than JSON with base64): it
+// may miss a write a replica has not applied yet. The edge's lookup of a
+// message it is about to publish takes it: a claim missed is a resend
+// published again, which the stream's duplicate window keeps out, or,
+// past the window, a worker reads the claim of a message it answered
+// lately before it starts it (Claimer.Start), from the leader.
+func (n *Node) PeekClaim(ctx context.Context, session, messageID string) (c Claim, rev uint64, found bool, err error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	data, rev, found, err := n.directGet(ctx, HistStream, claimSubject(session, messageID))
+	if err != nil {
+		return Claim{}, 0, false, fmt.Errorf("cluster: reading the claim of message %s: %w", messageID, err)
+	}
+	if !found {
+		return Claim{}, 0, false, nil
+	}
+	if c, err = decodeClaim(data); err != nil {
+		return Claim{}, 0, false, fmt.Errorf("cluster: message %s: %w", messageID, err)
+	}
+	return c, rev, true, nil
+}
+
+// directGet reads the last message of subject in stream from any of its
+// replicas (DIRECT.GET; the stream allows direct gets). found is false
+// for no message.
+func (n *Node) directGet(ctx context.Context, stream, subject string) (data []byte, seq uint64, found bool, err error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	msg, err := n.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, req)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if st := msg.Header.Get("Status"); st != "" {
+		if st == "404" {
+			return nil, 0, false, nil
+		}
+		return nil, 0, false, fmt.Errorf("reading %s: status %s %s", stream, st, msg.Header.Get("Description"))
+	}
+	seq, err = strconv.ParseUint(msg.Header.Get("Nats-Sequence"), 10, 64)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("reading %s: answer without a sequence", stream)
+	}
+	return msg.Data, seq, true, nil
 }
 
 // leaderGet reads the last message of subject in stream from the

@@ -7,7 +7,7 @@
 //
 // One message's path across nodes (two replicated writes):
 //
-//	edge: claim read from stream TERMLINK_HIST, subject
+//	edge: claim read (direct get) from stream TERMLINK_HIST, subject
 //	      termlink.hist.<session>.<key> (a resend is answered from it)
 //	      -> publish to stream TERMLINK_IN, subject
 //	      termlink.in.<partition> (Nats-Msg-Id: the key) -> JetStream's

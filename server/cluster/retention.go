@@ -28,6 +28,7 @@ func histStreamConfig(cfg config.Cluster) jetstream.StreamConfig {
 		Discard:     jetstream.DiscardOld,
 		MaxAge:      cfg.HistoryMaxAge,
 		MaxBytes:    cfg.HistoryMaxBytes,
+		AllowDirect: true, // the edges' lookups (PeekClaim)
 	}
 	if sc.MaxAge > 0 && sc.MaxAge < cfg.DedupeTTL {
 		// The claims are in the history: a message is deduplicated for

@@ -216,7 +216,9 @@ func (c *Store) holdBack(in bus.Inbound) error {
 
 func (c *Store) acceptInOrder(ctx context.Context, in bus.Inbound, perSession int, ack func(record.Accepted)) error {
 	k := KeyOf(in)
-	prior, _, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
+	// Any replica's copy: a claim it has not applied yet is a resend
+	// published again (PeekClaim says why that is safe).
+	prior, _, found, err := c.node.PeekClaim(ctx, in.SessionKey, in.MessageID)
 	if err != nil {
 		return err
 	}
