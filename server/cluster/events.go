@@ -25,7 +25,42 @@ const (
 	eventsMaxBytes = 64 << 20
 	eventsMaxAge   = 7 * 24 * time.Hour
 	eventsQueue    = 4096 // events waiting to be published, per node
+
+	// A node publishes the events of a channel that wait, together, as
+	// one message of at most eventsBatchBytes (an event's fields are cut
+	// to 200 bytes each: a few hundred bytes an event): a message costs
+	// about 4 events (received, accepted, run, replied), and one
+	// replicated write each would double what it costs JetStream.
+	eventsBatchBytes = 60 << 10
+	eventsMaxMsgSize = 64 << 10
 )
+
+// eventBatch is a message of the events stream: the events of one
+// channel a node published together. A message of the format before
+// batches is one event.
+type eventBatch struct {
+	Events []events.Event `json:"events"`
+}
+
+// decodeEvents reads a message of the events stream: a batch, or one
+// event; nil for neither.
+func decodeEvents(data []byte) []events.Event {
+	var b eventBatch
+	if json.Unmarshal(data, &b) == nil && len(b.Events) > 0 {
+		out := b.Events[:0]
+		for _, e := range b.Events {
+			if e.Event != "" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	var e events.Event
+	if json.Unmarshal(data, &e) == nil && e.Event != "" {
+		return []events.Event{e}
+	}
+	return nil
+}
 
 // EventFeed publishes a node's channel events to the events stream and
 // reads every node's back (View).
@@ -52,14 +87,14 @@ func (n *Node) OpenEventFeed(ctx context.Context, perChannel int) (*EventFeed, e
 	_, err := ensure(ctx, "stream "+EventsStream, func(ctx context.Context) (jetstream.Stream, error) {
 		return n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:              EventsStream,
-			Description:       "termlink: every node's channel events, one subject per channel",
+			Description:       "termlink: every node's channel events, one subject per channel, in batches",
 			Subjects:          []string{eventsPrefix + ">"},
 			Storage:           jetstream.FileStorage,
 			Replicas:          n.cfg.Replicas,
 			MaxMsgsPerSubject: int64(perChannel),
 			MaxBytes:          eventsMaxBytes,
 			MaxAge:            eventsMaxAge,
-			MaxMsgSize:        4 << 10, // an event's fields are cut to 200 bytes each
+			MaxMsgSize:        eventsMaxMsgSize, // a batch (eventsBatchBytes)
 			Discard:           jetstream.DiscardOld,
 		})
 	})
@@ -85,30 +120,78 @@ func (f *EventFeed) Publish(channel string, e events.Event) {
 	}
 }
 
-// publish sends the queued events until the node closes.
+// publish sends the queued events until the node closes: what waits
+// when a publish ends goes in the next one, one message per channel
+// (eventBatch), so a busy node publishes far fewer messages than events.
 func (f *EventFeed) publish(ctx context.Context) {
 	var warned time.Time
 	for {
+		var first published
 		select {
 		case <-ctx.Done():
 			return
-		case p := <-f.q:
+		case first = <-f.q:
+		}
+		batches := map[string][][]byte{}
+		size := map[string]int{}
+		var order []string
+		add := func(p published) {
 			data, err := json.Marshal(p.e)
-			if err == nil {
-				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				_, err = f.n.js.Publish(pctx, eventsPrefix+keyPart(p.channel), data)
-				cancel()
-			}
-			if err != nil && ctx.Err() == nil {
+			if err != nil {
 				f.dropped.Add(1)
+				return
+			}
+			if _, ok := batches[p.channel]; !ok {
+				order = append(order, p.channel)
+			}
+			batches[p.channel] = append(batches[p.channel], data)
+			size[p.channel] += len(data) + 1
+		}
+		add(first)
+	drain:
+		for n := 1; n < eventsQueue; n++ {
+			select {
+			case p := <-f.q:
+				add(p)
+				if size[p.channel] >= eventsBatchBytes {
+					break drain
+				}
+			default:
+				break drain
+			}
+		}
+		for _, ch := range order {
+			evs := batches[ch]
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := f.n.js.Publish(pctx, eventsPrefix+keyPart(ch), joinBatch(evs))
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				f.dropped.Add(uint64(len(evs)))
 				if time.Since(warned) > time.Minute {
 					warned = time.Now()
-					f.n.log.Warn("cluster: a channel event did not reach the events stream; the cluster's view of events misses it (this node's own log has it)",
-						"channel_id", p.channel, "err", err)
+					f.n.log.Warn("cluster: channel events did not reach the events stream; the cluster's view of events misses them (this node's own log has them)",
+						"channel_id", ch, "events", len(evs), "err", err)
 				}
 			}
 		}
 	}
+}
+
+// joinBatch is the eventBatch of the events, each JSON already.
+func joinBatch(evs [][]byte) []byte {
+	n := len(`{"events":[]}`) + len(evs)
+	for _, e := range evs {
+		n += len(e)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"events":[`...)
+	for i, e := range evs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, e...)
+	}
+	return append(b, "]}"...)
 }
 
 // EventView is a channel's events across the cluster: Recent and
@@ -176,8 +259,7 @@ func (f *EventFeed) follow(ctx context.Context, cons jetstream.Consumer, view *e
 		if md, err := m.Metadata(); err == nil {
 			*last = md.Sequence.Stream
 		}
-		var e events.Event
-		if json.Unmarshal(m.Data(), &e) == nil && e.Event != "" {
+		for _, e := range decodeEvents(m.Data()) {
 			view.Add(e)
 		}
 	}
