@@ -25,7 +25,7 @@ func (a *app) cluster(ctx context.Context, args []string) error {
 	fs.StringVar(&opt.NATS, "nats", "", "an external NATS JetStream cluster's `URLs`, comma-separated: no NATS node is started")
 	fs.StringVar(&opt.Agent, "agent", "", "a Terminal Protocol v1 rich agent `command`, run in this directory (default: the built-in echo agent)")
 	fs.StringVar(&opt.Dir, "dir", "", "keep every node's config, store, workspace and log in `DIR` (default: a temporary directory, removed at exit)")
-	fs.Var(intFlag{&opt.Partitions}, "partitions", "`N` partitions of the inbound stream (default: the server's, 64)")
+	fs.Var(intFlag{&opt.Partitions}, "partitions", "`N` partitions of the inbound stream (default: the server's, 16)")
 	fs.Var(intFlag{&opt.Replicas}, "replicas", "`N` JetStream replicas of the streams and buckets (default: the NATS nodes started, at most 3; with --nats, 3)")
 	fs.BoolVar(&opt.SyncAlways, "sync-always", false, "start the NATS nodes with jetstream { sync_interval: always }: each write is on disk before JetStream acks it (default: nats-server's, an fsync every 2 minutes; ignored with --nats)")
 	debugAddr := fs.String("debug-addr", "", "serve net/http/pprof on this loopback `address`: one profile of the NATS nodes, edges and workers this process runs together")

@@ -195,6 +195,24 @@ func connect(cfg config.Cluster, log *slog.Logger) (*Node, error) {
 // setup creates or updates what the cluster shares. Creation is
 // idempotent, so every node does it at start.
 func (n *Node) setup(ctx context.Context) error {
+	// The cluster's partition count, from the stream that has it: a node
+	// that names none takes it (the default for a new cluster), one that
+	// names another is refused before it could change the stream's.
+	if s, err := n.js.Stream(ctx, InStream); err == nil {
+		if got, err := strconv.Atoi(s.CachedInfo().Config.Metadata["partitions"]); err == nil && got > 0 {
+			if n.cfg.Partitions == 0 {
+				n.cfg.Partitions = got
+			} else if got != n.cfg.Partitions {
+				return fmt.Errorf("%w: stream %s is partitioned %d ways, this node is configured with %d: every node must use the same cluster.partitions (or leave it out to take the cluster's)",
+					errPartitions, InStream, got, n.cfg.Partitions)
+			}
+		}
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("cluster: stream %s: %w", InStream, err)
+	}
+	if n.cfg.Partitions == 0 {
+		n.cfg.Partitions = config.DefaultPartitions
+	}
 	cfg := n.cfg
 	var err error
 	partitions := strconv.Itoa(cfg.Partitions)

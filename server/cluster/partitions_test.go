@@ -185,3 +185,36 @@ func TestFenceStaleLease(t *testing.T) {
 		t.Errorf("a partition not held: %v, want NotOwned", st)
 	}
 }
+
+// A node that names no partition count takes the cluster's (so changing
+// the default does not stop a cluster made with another one), and a new
+// cluster gets the default.
+func TestPartitionsDefaultAndAdopted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := startJetStream(t)
+	open := func(name string, partitions int) *Node {
+		t.Helper()
+		n, err := Open(ctx, config.Cluster{NATS: []string{url}, Role: config.RoleWorker, Name: name, Partitions: partitions,
+			Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	if got := open("first", 0).Config().Partitions; got != config.DefaultPartitions {
+		t.Errorf("a new cluster without a count: %d partitions, want the default %d", got, config.DefaultPartitions)
+	}
+	// The stream made with the default; a cluster made with another
+	// count is another JetStream.
+	url = startJetStream(t)
+	open("made-with-4", 4)
+	if got := open("joins", 0).Config().Partitions; got != 4 {
+		t.Errorf("a node without a count joining a cluster of 4: %d partitions, want 4", got)
+	}
+	if _, err := Open(ctx, config.Cluster{NATS: []string{url}, Role: config.RoleWorker, Name: "differs", Partitions: 8,
+		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}, nil); err == nil {
+		t.Error("a node configured with 8 joined a cluster of 4, want it refused")
+	}
+}

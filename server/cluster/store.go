@@ -74,7 +74,7 @@ func OpenStore(cfg config.Cluster, host Host, opt StoreOptions) (*Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &Store{host: host, log: opt.Logger, node: n, cfg: cfg, edge: NewWaits(), tickets: NewTickets()}
+	c := &Store{host: host, log: opt.Logger, node: n, cfg: n.Config(), edge: NewWaits(), tickets: NewTickets()}
 	c.claims = NewClaimer(n, c.tickets, n.Name()+"#"+opt.Process, opt.Logger, func(in bus.Inbound) error {
 		if hook := opt.ClaimHook; hook != nil {
 			return hook(in)
