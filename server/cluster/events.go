@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -201,22 +202,50 @@ func joinBatch(evs [][]byte) []byte {
 type EventView struct {
 	local *events.Log
 	view  *events.Log
+
+	// The mirror starts at the first read: a node whose events nobody
+	// reads (most of a cluster's, most of the time) decodes none.
+	once    sync.Once
+	start   func()
+	ready   chan struct{} // closed once the mirror has caught up with the stream
+	readyMu sync.Once
 }
 
-// View mirrors channel's events from the stream into a log of the
-// stream's bound, kept current until the node closes; local is this
-// node's own log of the channel.
+// eventsCatchUp bounds how long the first read of a view waits for its
+// mirror to load the stream's events of the channel.
+const eventsCatchUp = 3 * time.Second
+
+// View is channel's events over the cluster: at its first read it
+// mirrors them from the stream into a log of the stream's bound, kept
+// current until the node closes; local is this node's own log of the
+// channel.
 func (f *EventFeed) View(channel string, local *events.Log) *EventView {
-	v := &EventView{local: local, view: events.NewLog(f.perChan)}
+	v := &EventView{local: local, view: events.NewLog(f.perChan), ready: make(chan struct{})}
 	subject := eventsPrefix + keyPart(channel)
-	f.n.Go(func(ctx context.Context) { f.mirror(ctx, subject, v.view) })
+	v.start = func() { f.n.Go(func(ctx context.Context) { f.mirror(ctx, subject, v.view, v.caughtUp) }) }
 	return v
+}
+
+// caughtUp says the mirror holds what the stream held when it started.
+func (v *EventView) caughtUp() { v.readyMu.Do(func() { close(v.ready) }) }
+
+// begin starts the mirror at the first read and waits, at most
+// eventsCatchUp, until it has caught up.
+func (v *EventView) begin() {
+	v.once.Do(v.start)
+	t := time.NewTimer(eventsCatchUp)
+	defer t.Stop()
+	select {
+	case <-v.ready:
+	case <-t.C:
+	}
 }
 
 // mirror copies the subject's events (the stream keeps the newest
 // perChannel) into view, then follows the stream; an ordered consumer
 // made again after a NATS failure starts where the mirror left off.
-func (f *EventFeed) mirror(ctx context.Context, subject string, view *events.Log) {
+// caughtUp is called once the events there were at the start are in.
+func (f *EventFeed) mirror(ctx context.Context, subject string, view *events.Log, caughtUp func()) {
 	var last uint64 // stream sequence of the last event mirrored
 	for wait := 100 * time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 5*time.Second) {
 		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}
@@ -225,7 +254,10 @@ func (f *EventFeed) mirror(ctx context.Context, subject string, view *events.Log
 		}
 		cons, err := f.n.js.OrderedConsumer(ctx, EventsStream, cfg)
 		if err == nil {
-			err = f.follow(ctx, cons, view, &last)
+			if ci, ierr := cons.Info(ctx); ierr == nil && ci.NumPending == 0 {
+				caughtUp() // nothing to load
+			}
+			err = f.follow(ctx, cons, view, &last, caughtUp)
 			wait = 100 * time.Millisecond
 		}
 		if ctx.Err() != nil {
@@ -240,7 +272,7 @@ func (f *EventFeed) mirror(ctx context.Context, subject string, view *events.Log
 	}
 }
 
-func (f *EventFeed) follow(ctx context.Context, cons jetstream.Consumer, view *events.Log, last *uint64) error {
+func (f *EventFeed) follow(ctx context.Context, cons jetstream.Consumer, view *events.Log, last *uint64, caughtUp func()) error {
 	it, err := cons.Messages()
 	if err != nil {
 		return err
@@ -256,11 +288,15 @@ func (f *EventFeed) follow(ctx context.Context, cons jetstream.Consumer, view *e
 			}
 			return err
 		}
-		if md, err := m.Metadata(); err == nil {
+		md, err := m.Metadata()
+		if err == nil {
 			*last = md.Sequence.Stream
 		}
 		for _, e := range decodeEvents(m.Data()) {
 			view.Add(e)
+		}
+		if err == nil && md.NumPending == 0 {
+			caughtUp()
 		}
 	}
 }
@@ -270,7 +306,13 @@ func (v *EventView) Add(e events.Event) { v.local.Add(e) }
 
 // Recent is the channel's newest limit events over the cluster, oldest
 // first (all for -1).
-func (v *EventView) Recent(limit int) []events.Event { return v.view.Recent(limit) }
+func (v *EventView) Recent(limit int) []events.Event {
+	v.begin()
+	return v.view.Recent(limit)
+}
 
 // Subscribe streams the channel's events over the cluster as they come.
-func (v *EventView) Subscribe(buf int) *fanout.Sub[events.Event] { return v.view.Subscribe(buf) }
+func (v *EventView) Subscribe(buf int) *fanout.Sub[events.Event] {
+	v.begin()
+	return v.view.Subscribe(buf)
+}

@@ -179,3 +179,46 @@ func FuzzDecodeEvents(f *testing.F) {
 		}
 	})
 }
+
+// A view mirrors nothing until it is read: a node whose events nobody
+// reads decodes none (every node made one mirror per channel before, and
+// decoded every node's events). Its first read waits until the mirror
+// holds what the stream held.
+func TestEventViewLazy(t *testing.T) {
+	url := startJetStream(t)
+	a, b := openNode(t, url, "edge-a"), openNode(t, url, "worker-b")
+	fa, fb := openFeed(t, a, 100), openFeed(t, b, 100)
+	viewB := fb.View("terminal-dev", events.NewLog(100))
+	for i := range 3 {
+		fa.Publish("terminal-dev", events.Event{Event: events.TerminalConnected, PeerID: fmt.Sprintf("dev-%d", i)})
+	}
+	ctx := context.Background()
+	s, err := b.js.Stream(ctx, EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		n := 0
+		l := s.ConsumerNames(ctx)
+		for range l.Name() {
+			n++
+		}
+		return n
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for info, _ := s.Info(ctx); info == nil || info.State.Msgs == 0; info, _ = s.Info(ctx) {
+		if time.Now().After(deadline) {
+			t.Fatal("the events never reached the stream")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := consumers(); n != 0 {
+		t.Errorf("%d consumers on the events stream before any read, want none", n)
+	}
+	if got := viewB.Recent(-1); len(got) != 3 {
+		t.Errorf("the first read: %d events, want the 3 in the stream", len(got))
+	}
+	if n := consumers(); n != 1 {
+		t.Errorf("%d consumers after a read, want the view's one", n)
+	}
+}
