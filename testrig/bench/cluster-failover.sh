@@ -169,6 +169,19 @@ EOF
 )
 	set -- $r
 	echo "  worker kill: $3 runs cut short; their replies stored $2 s (median) and $1 s (last) after the kill; $(field messages "$d/load.txt"); $(field duplicates "$d/load.txt")"
+	# when worker-2 took worker-1's partitions (its log), after the kill
+	python3 - "$d/worker-2.log" "$t0" <<'EOF'
+import datetime, re, sys
+kill, taken = float(sys.argv[2]), []
+for line in open(sys.argv[1]):
+    m = re.match(r'time=(\S+) .*msg="cluster: partition taken"', line)
+    if m:
+        at = datetime.datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp() - kill
+        if at > 0:
+            taken.append(at)
+if taken:
+    print(f"    worker-2 took {len(taken)} partitions {min(taken):.2f}-{max(taken):.2f} s after the kill (lease 5 s)")
+EOF
 	WORKER_LAST+=("$1")
 	WORKER_MED+=("$2")
 	pkill -9 -f "$d/" 2>/dev/null || true
