@@ -64,25 +64,16 @@ func NewEdgeWatch(n *Node, drop func(code int, reason string), log *slog.Logger)
 		probe: func(ctx context.Context) error { return n.Conn().FlushWithContext(ctx) }, seen: time.Now()}
 }
 
-// Run probes every lease/5 until ctx ends (the node's Go owns it).
-func (w *EdgeWatch) Run(ctx context.Context) {
-	every := w.lease / 5
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, every)
-		err := w.probe(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		w.observe(time.Now(), err)
+// check asks NATS for one round trip (within lease/5) and takes the
+// answer; the store's loop runs it every lease/5 (watchNATS).
+func (w *EdgeWatch) check(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, w.lease/5)
+	err := w.probe(pctx)
+	cancel()
+	if ctx.Err() != nil {
+		return
 	}
+	w.observe(time.Now(), err)
 }
 
 // observe takes one probe's result at now.
@@ -137,14 +128,14 @@ func (w *EdgeWatch) reasonLocked() string {
 	return r
 }
 
-// watchNATS starts the node's EdgeWatch, owned by the node (Run calls
-// it); the Host closes the devices if it can (DeviceCloser).
+// watchNATS starts the node's EdgeWatch on a loop the node owns (Run
+// calls it); the Host closes the devices if it can (DeviceCloser).
 func (c *Store) watchNATS() *EdgeWatch {
 	var drop func(int, string)
 	if dc, ok := c.host.(DeviceCloser); ok {
 		drop = dc.CloseDevices
 	}
 	w := NewEdgeWatch(c.node, drop, c.log)
-	c.node.Go(w.Run)
+	c.loop(c.cfg.Lease/5, w.check)
 	return w
 }
