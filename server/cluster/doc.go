@@ -30,6 +30,11 @@
 // floor and deletes them, so the messages of a session come again in
 // stream order and the old owner can no longer pull them (DESIGN.md).
 //
+// Every node watches its own link to NATS (edgewatch.go): an edge NATS
+// has not answered for longer than a lease closes its device
+// connections (close 1013) and refuses new ones until NATS answers, so
+// its devices move to another edge.
+//
 // A worker checks the consumers of its partitions (heal.go) and deletes
 // and recreates one that is gone, has no leader or delivers nothing while
 // messages wait; Status lists each owned partition, stuck or not. The

@@ -214,22 +214,27 @@ func score(worker string, p int) uint32 {
 	return binary.BigEndian.Uint32(sum[:4])
 }
 
+// loop ticks every lease/3, and at once when another worker's lease
+// expires sooner (partitions_wake.go).
 func (w *worker) loop(ctx context.Context) {
-	t := time.NewTicker(w.n.cfg.Lease / 3)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		w.tick(ctx)
-		w.heal(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		wake := &leaseWake{lease: w.n.cfg.Lease, now: time.Now()}
+		w.tick(ctx, wake)
+		w.heal(ctx)
+		t.Reset(time.Until(wake.next(wake.now.Add(w.n.cfg.Lease / 3))))
 	}
 }
 
-// liveWorkers are the workers in the nodes bucket, this one included.
-func (w *worker) liveWorkers(ctx context.Context) []string {
+// liveWorkers are the workers in the nodes bucket, this one included;
+// wake notes when the others' entries expire.
+func (w *worker) liveWorkers(ctx context.Context, wake *leaseWake) []string {
 	live := []string{w.n.cfg.Name}
 	nodes, err := w.n.Nodes(ctx)
 	if err != nil {
@@ -238,14 +243,16 @@ func (w *worker) liveWorkers(ctx context.Context) []string {
 	for _, ni := range nodes {
 		if ni.Name != w.n.cfg.Name && (ni.Role == "worker" || ni.Role == "all") {
 			live = append(live, ni.Name)
+			wake.expires(time.Duration(ni.SeenSecondsAgo * float64(time.Second)))
 		}
 	}
 	return live
 }
 
-// tick renews, gives up and takes leases to match the assignment.
-func (w *worker) tick(ctx context.Context) {
-	live := w.liveWorkers(ctx)
+// tick renews, gives up and takes leases to match the assignment; wake
+// notes when the leases other workers hold expire.
+func (w *worker) tick(ctx context.Context, wake *leaseWake) {
+	live := w.liveWorkers(ctx, wake)
 	if live == nil {
 		return // NATS unreachable: keep what we have; leases tell the truth later
 	}
@@ -293,6 +300,8 @@ func (w *worker) tick(ctx context.Context) {
 		part.rev = rev
 		part.setRenewed(time.Now())
 	}
+	var starting sync.WaitGroup
+	slots := make(chan struct{}, parallelStarts)
 	for p := 0; p < w.n.cfg.Partitions; p++ {
 		if owned[p] != nil || !wanted(p) {
 			continue
@@ -300,7 +309,11 @@ func (w *worker) tick(ctx context.Context) {
 		rev, err := w.n.parts.Create(ctx, leaseKey(p), []byte(me))
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			e, gerr := w.n.parts.Get(ctx, leaseKey(p))
-			if gerr != nil || string(e.Value()) != me {
+			if gerr != nil {
+				continue
+			}
+			if string(e.Value()) != me {
+				wake.expires(time.Since(e.Created()))
 				continue // another worker holds it until it gives it up or its lease expires
 			}
 			// Ours from an earlier life of this node: take it again.
@@ -317,15 +330,22 @@ func (w *worker) tick(ctx context.Context) {
 		w.mu.Lock()
 		w.owned[p] = part
 		w.mu.Unlock()
-		if err := w.start(ctx, p, part); err != nil {
-			w.n.log.Warn("cluster: cannot consume partition; retrying", "partition", p, "err", err)
-			w.mu.Lock()
-			delete(w.owned, p)
-			w.mu.Unlock()
-			_ = w.n.parts.Delete(ctx, leaseKey(p), jetstream.LastRevision(rev))
-			continue
-		}
+		// The partitions taken at once (a dead worker's) start side by
+		// side: each start is a few JetStream requests.
+		starting.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; starting.Done() }()
+			if err := w.start(ctx, p, part); err != nil {
+				w.n.log.Warn("cluster: cannot consume partition; retrying", "partition", p, "err", err)
+				w.mu.Lock()
+				delete(w.owned, p)
+				w.mu.Unlock()
+				_ = w.n.parts.Delete(ctx, leaseKey(p), jetstream.LastRevision(rev))
+			}
+		}()
 	}
+	starting.Wait()
 }
 
 // drop forgets partition p and tells the hooks.

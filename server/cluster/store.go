@@ -32,7 +32,8 @@ type Store struct {
 	tickets *Tickets // worker: deliveries held until answered
 	claims  *Claimer // worker: starts and finishes them
 
-	swept atomic.Uint64 // for /metrics (Metrics)
+	swept atomic.Uint64             // for /metrics (Metrics)
+	watch atomic.Pointer[EdgeWatch] // cut off from NATS? (edgewatch.go)
 }
 
 var _ record.Store = (*Store)(nil)
@@ -134,6 +135,7 @@ func (c *Store) Run(cancel func(sessionKey, messageID string) bool, devices func
 		c.loop(c.cfg.AckWait/3, c.keepInProgress)
 	}
 	c.node.Heartbeat(devices, c.node.Owned)
+	c.watch.Store(c.watchNATS())
 	return nil
 }
 
@@ -166,8 +168,15 @@ func (c *Store) Close() error { c.node.Close(); return nil }
 // this node (JetStream redelivers what no worker answered).
 func (c *Store) Recover(context.Context) ([]bus.Inbound, error) { return nil, nil }
 
-// Health implements record.Store: JetStream's trouble shows in Status.
-func (c *Store) Health() (bool, string) { return true, "" }
+// Health implements record.Store: a node NATS has not answered for
+// longer than a lease says so (edgewatch.go); JetStream's other trouble
+// shows in Status.
+func (c *Store) Health() (bool, string) {
+	if r := c.watch.Load().Lost(); r != "" {
+		return false, r
+	}
+	return true, ""
+}
 
 // Joined implements record.Store: a message a running turn took is
 // recorded with the turn's reply.
@@ -178,10 +187,10 @@ func (c *Store) Joined(context.Context, bus.Inbound) {}
 func (c *Store) Pending(string, string) bool { return false }
 
 // Refuses implements record.Store: a node that is not an edge takes no
-// devices.
+// devices, nor does an edge cut off from NATS (edgewatch.go).
 func (c *Store) Refuses() string {
 	if c.cfg.Edge() {
-		return ""
+		return c.watch.Load().Lost()
 	}
 	return fmt.Sprintf("this termserver is cluster node %q with role %q: it runs agents and takes no devices; connect to an edge", c.cfg.Name, c.cfg.Role)
 }

@@ -62,6 +62,8 @@ type clusterOpts struct {
 	cluster        map[string]any // more keys of the cluster block
 	concurrent     bool           // start the termserver nodes at the same time
 	channel        map[string]any // keys of the channel's config block
+	// natsFor, if set, gives a node's NATS URLs ("": all of them).
+	natsFor func(c *cluster.NATS, node string) string
 }
 
 // startCluster starts the NATS cluster, then the termserver nodes one
@@ -90,6 +92,11 @@ func startCluster(t *testing.T, o clusterOpts) *testCluster {
 	for i, s := range specs {
 		s.NATS, s.Partitions, s.Replicas, s.Agent, s.Cluster, s.ChannelConfig = tc.nats.URLs(), 8, 3, o.agent, extra, o.channel
 		s.Dir = filepath.Join(dir, s.Name)
+		if o.natsFor != nil {
+			if u := o.natsFor(tc.nats, s.Name); u != "" {
+				s.NATS = u
+			}
+		}
 		start := func() { servers[i], errs[i] = cluster.StartServer(ctx, termserverBin, s) }
 		if o.concurrent {
 			wg.Add(1)
