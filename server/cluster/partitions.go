@@ -66,7 +66,7 @@ type partition struct {
 	// consumers were gone; a delivery up to it reads its claim first.
 	// suspect: the last sequence an earlier owner process was given; a
 	// delivery up to it without a claim may have started there.
-	fence, suspect uint64
+	fence, suspect atomic.Uint64
 	// renewed: when the lease was last written (unix nanoseconds); read
 	// by Fence on the router's goroutines.
 	renewed atomic.Int64
@@ -164,9 +164,9 @@ func (n *Node) Fence(p int) (fence, suspect uint64, st LeaseState) {
 		return 0, 0, NotOwned
 	}
 	if time.Since(time.Unix(0, part.renewed.Load())) > n.cfg.Lease*2/3 {
-		return part.fence, part.suspect, LeaseStale
+		return part.fence.Load(), part.suspect.Load(), LeaseStale
 	}
-	return part.fence, part.suspect, Owned
+	return part.fence.Load(), part.suspect.Load(), Owned
 }
 
 // StopWorker stops consuming and gives every partition up at once (the
@@ -443,12 +443,13 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	}
 	// Everything an earlier consumer could have delivered is at or below
 	// the stream's last sequence now.
-	si, err := w.n.in.Info(ctx)
+	si, err := w.n.inInfo(ctx)
 	if err != nil {
 		_ = w.n.in.DeleteConsumer(ctx, name)
 		return fmt.Errorf("reading %s: %w", InStream, err)
 	}
-	part.fence, part.suspect = si.State.LastSeq, min(suspect, si.State.LastSeq)
+	part.fence.Store(si.State.LastSeq)
+	part.suspect.Store(min(suspect, si.State.LastSeq))
 	bg := w.n.bgCtx
 	h := &part.health
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -480,7 +481,7 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	part.cc, part.cons = cc, cons
 	h.consuming(name)
 	w.n.log.Info("cluster: partition taken", "partition", p, "consumer", name, "from_seq", cfg.OptStartSeq,
-		"fence", part.fence, "suspect", part.suspect)
+		"fence", part.fence.Load(), "suspect", part.suspect.Load())
 	return nil
 }
 
@@ -501,9 +502,20 @@ func (w *worker) pauseOld(ctx context.Context, c jetstream.Consumer) (uint64, er
 	} else {
 		w.n.log.Warn("cluster: cannot pause an earlier owner's consumer; every message it may have been given is taken as maybe started", "consumer", name, "err", err)
 	}
-	si, err := w.n.in.Info(ctx)
+	si, err := w.n.inInfo(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("reading %s: %w", InStream, err)
 	}
 	return si.State.LastSeq, nil
+}
+
+// inInfo reads the inbound stream's info on a handle of its own:
+// nats.go's Stream.Info caches what it read in the handle unguarded, and
+// partitions are taken side by side.
+func (n *Node) inInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
+	s, err := n.js.Stream(ctx, InStream)
+	if err != nil {
+		return nil, err
+	}
+	return s.CachedInfo(), nil
 }

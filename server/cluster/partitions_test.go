@@ -122,8 +122,8 @@ func TestTakeOverFence(t *testing.T) {
 	if err := oldOwner.start(ctx, 0, po); err != nil {
 		t.Fatal(err)
 	}
-	if po.fence != 0 || po.suspect != 0 {
-		t.Errorf("first owner of an empty stream: fence %d suspect %d, want 0 0", po.fence, po.suspect)
+	if po.fence.Load() != 0 || po.suspect.Load() != 0 {
+		t.Errorf("first owner of an empty stream: fence %d suspect %d, want 0 0", po.fence.Load(), po.suspect.Load())
 	}
 	for _, id := range []string{"m-1", "m-2", "m-3"} {
 		publish(id)
@@ -148,8 +148,8 @@ func TestTakeOverFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	pn.cc.Stop()
-	if pn.fence != 5 || pn.suspect != 3 {
-		t.Errorf("taken over from another process: fence %d suspect %d, want 5 (the stream's last) and 3 (the last it was given)", pn.fence, pn.suspect)
+	if pn.fence.Load() != 5 || pn.suspect.Load() != 3 {
+		t.Errorf("taken over from another process: fence %d suspect %d, want 5 (the stream's last) and 3 (the last it was given)", pn.fence.Load(), pn.suspect.Load())
 	}
 
 	again := &worker{n: n, hooks: hooks("w2#b"), owned: map[int]*partition{}}
@@ -158,8 +158,8 @@ func TestTakeOverFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	pa.cc.Stop()
-	if pa.fence != 5 || pa.suspect != 0 {
-		t.Errorf("taken again by the process that made the consumer: fence %d suspect %d, want 5 and 0", pa.fence, pa.suspect)
+	if pa.fence.Load() != 5 || pa.suspect.Load() != 0 {
+		t.Errorf("taken again by the process that made the consumer: fence %d suspect %d, want 5 and 0", pa.fence.Load(), pa.suspect.Load())
 	}
 }
 
@@ -171,7 +171,9 @@ func TestFenceStaleLease(t *testing.T) {
 	n := &Node{cfg: cfg}
 	w := &worker{n: n, owned: map[int]*partition{}}
 	n.worker = w
-	part := &partition{fence: 7, suspect: 3}
+	part := &partition{}
+	part.fence.Store(7)
+	part.suspect.Store(3)
 	w.owned[0] = part
 	part.setRenewed(time.Now())
 	if f, s, st := n.Fence(0); st != Owned || f != 7 || s != 3 {
