@@ -34,6 +34,10 @@ const (
 	// replicated write each would double what it costs JetStream.
 	eventsBatchBytes = 60 << 10
 	eventsMaxMsgSize = 64 << 10
+	// eventsLinger: how long the first event of a batch waits for more.
+	// At 400 msg/s, publishing each event as the publisher got to it
+	// cost 3.6 messages of the stream per message answered.
+	eventsLinger = 100 * time.Millisecond
 )
 
 // eventBatch is a message of the events stream: the events of one
@@ -121,9 +125,10 @@ func (f *EventFeed) Publish(channel string, e events.Event) {
 	}
 }
 
-// publish sends the queued events until the node closes: what waits
-// when a publish ends goes in the next one, one message per channel
-// (eventBatch), so a busy node publishes far fewer messages than events.
+// publish sends the queued events until the node closes: the events of
+// eventsLinger (or eventsBatchBytes of a channel) go together, one
+// message per channel (eventBatch), so a node publishes at most about
+// 10 messages a second per channel however many events it records.
 func (f *EventFeed) publish(ctx context.Context) {
 	var warned time.Time
 	for {
@@ -149,6 +154,7 @@ func (f *EventFeed) publish(ctx context.Context) {
 			size[p.channel] += len(data) + 1
 		}
 		add(first)
+		linger := time.NewTimer(eventsLinger)
 	drain:
 		for n := 1; n < eventsQueue; n++ {
 			select {
@@ -157,10 +163,13 @@ func (f *EventFeed) publish(ctx context.Context) {
 				if size[p.channel] >= eventsBatchBytes {
 					break drain
 				}
-			default:
+			case <-linger.C:
+				break drain
+			case <-ctx.Done():
 				break drain
 			}
 		}
+		linger.Stop()
 		for _, ch := range order {
 			evs := batches[ch]
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
