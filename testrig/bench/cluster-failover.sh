@@ -34,7 +34,8 @@ cleanup() {
 }
 trap cleanup EXIT
 echo "building into $tmp"
-go build -o "$tmp/flnats" github.com/nats-io/nats-server/v2
+. testrig/bench/lib.sh # natsnode (its field is replaced below)
+cp "$(natsnode)" "$tmp/flnats"
 go build -o "$tmp/flnode" ./cmd/termserver
 go build -o "$tmp/termrig" ./cmd/termrig
 
