@@ -78,8 +78,13 @@ trap cleanup EXIT
 echo "building into $tmp; results in $OUT"
 . testrig/bench/lib.sh # natsnode; field and record are this script's own (below)
 NATSNODE=$(natsnode)
-go build -o "$tmp/" ./cmd/termserver ./cmd/termrig
-TERMSERVER=${TERMSERVER:-$tmp/termserver}
+if [ -n "${TERMSERVER:-}" ]; then
+	go build -o "$tmp/" ./cmd/termrig
+	TERMSERVER=$(realpath "$TERMSERVER")
+else
+	go build -o "$tmp/" ./cmd/termserver ./cmd/termrig
+	TERMSERVER=$tmp/termserver
+fi
 PY=testrig/bench/cluster-speed.py
 results=$OUT/results.tsv # round server figure value
 : >"$results"
