@@ -22,6 +22,7 @@
   table TSV SECOND
       the medians over the rounds, per figure and server.
 """
+import concurrent.futures
 import json
 import os
 import re
@@ -71,36 +72,43 @@ def snap(args):
     s = {"t": time.time(), "cpu": {}, "nats": {}, "metrics": {}}
     for name, pid in pairs(args, "--pid").items():
         s["cpu"][name] = ticks(pid)
-    for name, port in pairs(args, "--nats").items():
-        base = f"http://127.0.0.1:{port}"
+    # every server at once, so that the counters are read close together
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
+        nats = {name: ex.submit(nats_node, port) for name, port in pairs(args, "--nats").items()}
+        mets = {name: ex.submit(metrics, addr) for name, addr in pairs(args, "--http").items()}
+    for name, f in nats.items():
         try:
-            jsz = json.loads(get(base + "/jsz?accounts=true&streams=true&config=true"))
-            varz = json.loads(get(base + "/varz"))
+            s["nats"][name] = f.result()
         except OSError as e:
             s["nats"][name] = {"error": str(e)}
-            continue
-        streams = {}
-        for acc in jsz.get("account_details") or []:
-            for sd in acc.get("stream_detail") or []:
-                streams[sd["name"]] = {
-                    "last_seq": sd["state"].get("last_seq", 0),
-                    "replicas": (sd.get("config") or {}).get("num_replicas", 1),
-                    "leader": (sd.get("cluster") or {}).get("leader", ""),
-                }
-        s["nats"][name] = {
-            "streams": streams,
-            "api": (jsz.get("api") or {}).get("total", 0),
-            "api_errors": (jsz.get("api") or {}).get("errors", 0),
-            "meta_leader": (jsz.get("meta_cluster") or {}).get("leader", ""),
-            "in_msgs": varz.get("in_msgs", 0),
-            "out_msgs": varz.get("out_msgs", 0),
-        }
-    for name, addr in pairs(args, "--http").items():
+    for name, f in mets.items():
         try:
-            s["metrics"][name] = metrics(addr)
+            s["metrics"][name] = f.result()
         except OSError as e:
             s["metrics"][name] = {"error": str(e)}
     json.dump(s, sys.stdout)
+
+
+def nats_node(port):
+    base = f"http://127.0.0.1:{port}"
+    jsz = json.loads(get(base + "/jsz?accounts=true&streams=true&config=true"))
+    varz = json.loads(get(base + "/varz"))
+    streams = {}
+    for acc in jsz.get("account_details") or []:
+        for sd in acc.get("stream_detail") or []:
+            streams[sd["name"]] = {
+                "last_seq": sd["state"].get("last_seq", 0),
+                "replicas": (sd.get("config") or {}).get("num_replicas", 1),
+                "leader": (sd.get("cluster") or {}).get("leader", ""),
+            }
+    return {
+        "streams": streams,
+        "api": (jsz.get("api") or {}).get("total", 0),
+        "api_errors": (jsz.get("api") or {}).get("errors", 0),
+        "meta_leader": (jsz.get("meta_cluster") or {}).get("leader", ""),
+        "in_msgs": varz.get("in_msgs", 0),
+        "out_msgs": varz.get("out_msgs", 0),
+    }
 
 
 def load(path):
@@ -179,10 +187,13 @@ def window(args):
                  sorted(per.items(), key=lambda kv: -kv[1][0]) if abs(v[0]) >= 0.005]
         out.append("  writes/reply: " + ", ".join(parts) +
                    f"; replicated total {total_r:.2f}" +
-                   (" (idle background subtracted)" if bg else ""))
+                   (f", {total_r * replies / accepted:.2f} per accepted message" if accepted else "") +
+                   (" (background with the devices idle subtracted)" if bg else ""))
         for n, v in per.items():
             rec(f"writes/reply {phase} {n}", v[0])
         rec(f"writes/reply {phase} replicated total", total_r)
+        if accepted:
+            rec(f"writes/accepted {phase} replicated total", total_r * replies / accepted)
         api = (nats_sum(b, "api") - nats_sum(a, "api")) / replies
         inm = (nats_sum(b, "in_msgs") - nats_sum(a, "in_msgs")) / replies
         outm = (nats_sum(b, "out_msgs") - nats_sum(a, "out_msgs")) / replies

@@ -4,7 +4,8 @@
 #
 # Usage: [ROUNDS=3] [DEVICES=1000] [RATE=400] [SAT_RATE=15000] [PHASE=8s]
 #        [PARTITIONS=16] [PROF_SECONDS=5] [TERMSERVER=path] [OUT=dir]
-#        [NATS_JS='sync_interval: always'] testrig/bench/cluster-speed.sh
+#        [IDLE_WIN=3] [SKIP=1.5] [NATS_JS='sync_interval: always']
+#        testrig/bench/cluster-speed.sh
 #
 # Every node is a real process on loopback, as in cluster-failover.sh: 3
 # nats-server nodes (built from the module go.mod pins, each with its
@@ -22,15 +23,20 @@
 #               (termrig load's throughput), p50/p99, lost, duplicates; the
 #               ratio cluster/embedded of the replies/s (goal >= 0.4).
 # Each loaded phase starts once every process is idle again. Inside each
-# phase the script measures a steady-state window: from termrig load's
-# "connect phase done" (every device connected, sending starts) for PHASE
-# less 1 s, so connects and disconnects are outside it. Over the window:
+# phase the script measures a steady-state window: from SKIP (1.5) s after
+# termrig load's "connect phase done" (every device connected, sending
+# starts) for PHASE less 3 s, so connects, the registry writes they cause
+# and disconnects are outside it. Over the window:
 #   replies     the termservers' termlink_outbound_delivered_total.
 #   writes      per stream (its last sequence on the NATS nodes; a KV
 #               bucket is the stream KV_<bucket>) per reply: the replicated
-#               writes per message (issue: 4 today, goal <= 2). Writes the
-#               cluster makes while idle (heartbeats, leases), measured for
-#               IDLE_WIN before the fixed phase, are subtracted.
+#               writes per message (issue: 4 today, goal <= 2). What the
+#               cluster writes with DEVICES devices connected and idle
+#               (heartbeats, leases, presence and registry refreshes),
+#               measured for IDLE_WIN before the fixed phase, is subtracted.
+#               At saturation more messages are accepted than answered in
+#               the window (a backlog grows): the total is also given per
+#               accepted message (termlink_inbound_total).
 #   API         JetStream API requests (/jsz api.total, all nodes) and NATS
 #               messages in/out (/varz, all nodes, routes included) per
 #               reply.
@@ -62,7 +68,9 @@ if ! [[ $PHASE =~ ^[0-9]+s$ ]]; then
 	exit 2
 fi
 phase_s=${PHASE%s}
-win=$((phase_s > 3 ? phase_s - 1 : 2)) # the steady-state window, seconds
+SKIP=${SKIP:-1.5} # seconds from "every device connected" to the window
+win=$((phase_s > 5 ? phase_s - 3 : 2)) # the steady-state window, seconds
+[ -n "${TERMSERVER:-}" ] && TERMSERVER=$(realpath "$TERMSERVER")
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$(mktemp -d /tmp/cluster-speed.XXXXXX)}
 mkdir -p "$OUT"
@@ -80,7 +88,6 @@ echo "building into $tmp; results in $OUT"
 NATSNODE=$(natsnode)
 if [ -n "${TERMSERVER:-}" ]; then
 	go build -o "$tmp/" ./cmd/termrig
-	TERMSERVER=$(realpath "$TERMSERVER")
 else
 	go build -o "$tmp/" ./cmd/termserver ./cmd/termrig
 	TERMSERVER=$tmp/termserver
@@ -245,6 +252,16 @@ wait_connected() {
 	done
 	echo "  $srv: termrig load did not finish connecting" >&2
 }
+# window NAME: snapshots NAME-a.snap and NAME-b.snap, win seconds apart
+# (counted from the time the first was taken); until_b waits for the second.
+window() {
+	snap "$RD/$1-a.snap"
+	until_b "$1"
+}
+until_b() {
+	sleep "$(python3 -c "import json, sys, time; print(max(0, $win - (time.time() - json.load(open(sys.argv[1]))['t'])))" "$RD/$1-a.snap")"
+	snap "$RD/$1-b.snap"
+}
 end_load() {
 	wait "$LP" || true
 	unset "LIVE[$LP]" "PID[load]"
@@ -287,16 +304,21 @@ measure() {
 
 	local bg=()
 	if [ "$srv" = cluster ]; then
+		# the background: DEVICES devices connected and idle
+		run_load idle --devices "$DEVICES" --rate 0 --duration "$((IDLE_WIN + 4))s"
+		wait_connected idle
+		sleep "$SKIP"
 		snap "$RD/idle-a.snap"
 		sleep "$IDLE_WIN"
 		snap "$RD/idle-b.snap"
+		end_load idle
 		bg=(--bg "$RD/idle-a.snap" "$RD/idle-b.snap")
+		settle
 	fi
 	run_load fixed --devices "$DEVICES" --rate "$RATE" --duration "$PHASE"
 	wait_connected fixed
-	snap "$RD/fixed-a.snap"
-	sleep "$win"
-	snap "$RD/fixed-b.snap"
+	sleep "$SKIP"
+	window fixed
 	end_load fixed
 	record "p50 ms @$RATE/s" "$(field fixed 'r["round_trip_ms"]["p50"]')"
 	record "p99 ms @$RATE/s" "$(field fixed 'r["round_trip_ms"]["p99"]')"
@@ -309,6 +331,7 @@ measure() {
 	settle
 	run_load saturated --devices "$DEVICES" --rate "$SAT_RATE" --duration "$PHASE" --drain 3s
 	wait_connected saturated
+	sleep "$SKIP"
 	snap "$RD/sat-a.snap"
 	local profs=() n
 	if [ "$srv" = cluster ]; then
@@ -317,8 +340,7 @@ measure() {
 			profs+=($!)
 		done
 	fi
-	sleep "$win"
-	snap "$RD/sat-b.snap"
+	until_b sat
 	for n in "${profs[@]}"; do wait "$n" || true; done
 	end_load saturated
 	record "replies/s saturated" "$(field saturated 'round(r["throughput_per_sec"])')"
