@@ -21,6 +21,8 @@
       (the first of ACTIVITIES a sample's stack matches).
   table TSV SECOND
       the medians over the rounds, per figure and server.
+  goals TSV RATE
+      the medians set against issue 25's goals.
 """
 import concurrent.futures
 import json
@@ -319,6 +321,25 @@ def table(args):
         print(f"{fig:{w}} {col(mc)} {col(me)} {ratio:>6}   {per}")
 
 
+def goals(args):
+    rate = args[1]
+    vals = {}
+    for line in open(args[0]):
+        r, srv, fig, v = line.rstrip("\n").split("\t")
+        vals.setdefault((srv, fig), {})[r] = float(v)
+    med = lambda srv, fig: statistics.median(vals[(srv, fig)].values()) if (srv, fig) in vals else None
+    ratios = [c / vals[("embedded", "replies/s saturated")][r]
+              for r, c in vals.get(("cluster", "replies/s saturated"), {}).items()
+              if vals.get(("embedded", "replies/s saturated"), {}).get(r)]
+    events = med("cluster", "writes/reply fixed TERMLINK_EVENTS") or 0
+    total = med("cluster", "writes/reply fixed replicated total")
+    show = lambda v, unit="": "-" if v is None else f"{v:.2f}{unit}"
+    print(f"goals (issue 25 item 3), medians: p50 @{rate}/s {show(med('cluster', f'p50 ms @{rate}/s'), ' ms')} (<= 20 ms); "
+          f"p99 {show(med('cluster', f'p99 ms @{rate}/s'), ' ms')} (<= 100 ms); "
+          f"saturated cluster/embedded {show(statistics.median(ratios) if ratios else None)} (>= 0.4, the median of the rounds' ratios); "
+          f"replicated writes per reply @{rate}/s {show(total)}, {show(None if total is None else total - events)} without TERMLINK_EVENTS (<= 2)")
+
+
 if __name__ == "__main__":
     cmd, rest = sys.argv[1], sys.argv[2:]
-    {"snap": snap, "window": window, "leader": leader, "prof": prof, "table": table}[cmd](rest)
+    {"snap": snap, "window": window, "leader": leader, "prof": prof, "table": table, "goals": goals}[cmd](rest)

@@ -398,5 +398,9 @@ PY
 done
 echo "load average after: $(cat /proc/loadavg); uptime: $(uptime)"
 echo
-python3 "$PY" table "$results" embedded | tee "$OUT/medians.txt"
+{
+	python3 "$PY" table "$results" embedded
+	echo
+	python3 "$PY" goals "$results" "$RATE"
+} | tee "$OUT/medians.txt"
 echo "everything measured is in $OUT"
