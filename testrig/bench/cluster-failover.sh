@@ -35,12 +35,8 @@ cleanup() {
 }
 trap cleanup EXIT
 echo "building into $tmp"
-# nats-server at the version go.mod pins, built in a module of its own:
-# its main package needs a dependency termlink's go.sum does not list.
-natsv=$(go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
-mkdir "$tmp/natsbuild"
-(cd "$tmp/natsbuild" && go mod init natsbuild > /dev/null 2>&1 && go get "github.com/nats-io/nats-server/v2@$natsv" > /dev/null 2>&1 &&
-	go build -o "$tmp/flnats" github.com/nats-io/nats-server/v2)
+. testrig/bench/lib.sh # natsnode (its field is replaced below)
+cp "$(natsnode)" "$tmp/flnats"
 go build -o "$tmp/flnode" ./cmd/termserver
 go build -o "$tmp/termrig" ./cmd/termrig
 
