@@ -71,19 +71,7 @@ func claimSubject(sessionKey, messageID string) string {
 // a compare-and-set decided on that would fail, or an edge would miss a
 // reply.)
 func (n *Node) GetClaim(ctx context.Context, session, messageID string) (c Claim, rev uint64, found bool, err error) {
-	ctx, cancel := withTimeout(ctx)
-	defer cancel()
-	data, rev, found, err := n.leaderGet(ctx, HistStream, claimSubject(session, messageID))
-	if err != nil {
-		return Claim{}, 0, false, fmt.Errorf("cluster: reading the claim of message %s: %w", messageID, err)
-	}
-	if !found {
-		return Claim{}, 0, false, nil
-	}
-	if c, err = decodeClaim(data); err != nil {
-		return Claim{}, 0, false, fmt.Errorf("cluster: message %s: %w", messageID, err)
-	}
-	return c, rev, true, nil
+	return n.readClaim(ctx, n.leaderGet, session, messageID)
 }
 
 // PeekClaim reads a message's claim as GetClaim does, but from any
@@ -95,9 +83,15 @@ func (n *Node) GetClaim(ctx context.Context, session, messageID string) (c Claim
 // past the window, a worker reads the claim of a message it answered
 // lately before it starts it (Claimer.Start), from the leader.
 func (n *Node) PeekClaim(ctx context.Context, session, messageID string) (c Claim, rev uint64, found bool, err error) {
+	return n.readClaim(ctx, n.directGet, session, messageID)
+}
+
+// readClaim reads a message's claim by get (leaderGet or directGet).
+func (n *Node) readClaim(ctx context.Context, get func(ctx context.Context, stream, subject string) ([]byte, uint64, bool, error),
+	session, messageID string) (c Claim, rev uint64, found bool, err error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	data, rev, found, err := n.directGet(ctx, HistStream, claimSubject(session, messageID))
+	data, rev, found, err := get(ctx, HistStream, claimSubject(session, messageID))
 	if err != nil {
 		return Claim{}, 0, false, fmt.Errorf("cluster: reading the claim of message %s: %w", messageID, err)
 	}
