@@ -39,11 +39,17 @@ type EdgeWatch struct {
 	lease time.Duration
 	probe func(ctx context.Context) error // one round trip to NATS
 	drop  func(code int, reason string)   // nil: nothing to close
-	log   *slog.Logger
+	// reconnect moves the connection to another NATS server (nil:
+	// none). A server cut off by the network drops packets silently:
+	// the connection does not break, and the client's own pings take
+	// minutes to give it up.
+	reconnect func() error
+	log       *slog.Logger
 
-	mu    sync.Mutex
-	seen  time.Time // the last round trip that was answered
-	since time.Time // cut off since (zero: not cut off)
+	mu     sync.Mutex
+	seen   time.Time // the last round trip that was answered
+	since  time.Time // cut off since (zero: not cut off)
+	kicked time.Time // the last reconnect asked for while unanswered
 }
 
 // NewEdgeWatch returns the watchdog of node n; drop (may be nil) closes
@@ -61,7 +67,8 @@ func NewEdgeWatch(n *Node, drop func(code int, reason string), log *slog.Logger)
 		log = slog.Default()
 	}
 	return &EdgeWatch{what: role + " " + cfg.Name, edge: cfg.Edge(), lease: cfg.Lease, drop: drop, log: log,
-		probe: func(ctx context.Context) error { return n.Conn().FlushWithContext(ctx) }, seen: time.Now()}
+		probe:     func(ctx context.Context) error { return n.Conn().FlushWithContext(ctx) },
+		reconnect: func() error { return n.Conn().ForceReconnect() }, seen: time.Now()}
 }
 
 // check asks NATS for one round trip (within lease/5) and takes the
@@ -88,8 +95,16 @@ func (w *EdgeWatch) observe(now time.Time, err error) {
 		}
 		return
 	}
+	// Unanswered for half a lease: the NATS server this node talks to
+	// may be the one cut off, and another may answer. Asked again every
+	// half lease while none does.
+	kick := w.reconnect != nil && now.Sub(w.seen) > w.lease/2 && now.Sub(w.kicked) > w.lease/2
+	if kick {
+		w.kicked = now
+	}
 	if now.Sub(w.seen) <= w.lease {
 		w.mu.Unlock()
+		w.kick(kick, err)
 		return
 	}
 	first := w.since.IsZero()
@@ -98,6 +113,7 @@ func (w *EdgeWatch) observe(now time.Time, err error) {
 	}
 	reason := w.reasonLocked()
 	w.mu.Unlock()
+	w.kick(kick, err)
 	if first {
 		w.log.Warn("cluster: NATS has not answered for longer than a lease; closing device connections and refusing new ones until it answers",
 			"node", w.what, "lease", w.lease, "err", err)
@@ -105,6 +121,15 @@ func (w *EdgeWatch) observe(now time.Time, err error) {
 	if w.edge && w.drop != nil {
 		w.drop(CloseTryElsewhere, reason)
 	}
+}
+
+// kick moves the connection to another NATS server, if asked to.
+func (w *EdgeWatch) kick(kick bool, err error) {
+	if !kick {
+		return
+	}
+	w.log.Warn("cluster: the NATS server has not answered for half a lease; reconnecting to another", "node", w.what, "err", err)
+	_ = w.reconnect()
 }
 
 // Lost says why this node is cut off from NATS, "" while it is not.
