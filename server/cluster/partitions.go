@@ -87,6 +87,7 @@ type worker struct {
 
 	recreated atomic.Uint64 // consumers deleted and made again (heal.go)
 	healed    time.Time     // the last look at the consumers (heal.go; loop's)
+	kick      chan struct{} // a consumer lost deliveries: heal at once (consumeFn)
 }
 
 // RunWorker makes this node a worker: it takes the partitions that
@@ -95,7 +96,7 @@ type worker struct {
 // until StopWorker or Close.
 func (n *Node) RunWorker(hooks WorkerHooks) {
 	ctx, stop := context.WithCancel(n.bgCtx)
-	w := &worker{n: n, hooks: hooks, owned: map[int]*partition{}, stop: stop, done: make(chan struct{})}
+	w := &worker{n: n, hooks: hooks, owned: map[int]*partition{}, stop: stop, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	n.mu.Lock()
 	n.worker = w
 	n.mu.Unlock()
@@ -223,6 +224,9 @@ func (w *worker) loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-w.kick:
+			w.heal(ctx)
+			continue
 		case <-t.C:
 		}
 		wake := &leaseWake{lease: w.n.cfg.Lease, now: time.Now()}
@@ -450,28 +454,15 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	}
 	part.fence.Store(si.State.LastSeq)
 	part.suspect.Store(min(suspect, si.State.LastSeq))
-	bg := w.n.bgCtx
-	h := &part.health
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		defer h.delivering()()
-		in, err := decodeIn(m.Data())
-		if err != nil {
-			w.n.log.Error("cluster: dropping a bad inbound message", "partition", p, "err", err)
-			_ = m.Term()
-			return
-		}
-		var seq uint64
-		if md, err := m.Metadata(); err == nil {
-			seq = md.Sequence.Stream
-		}
-		w.hooks.Deliver(bg, &Delivery{In: in.Inbound, Partition: p, Seq: seq, msg: m})
-	}, jetstream.PullMaxMessages(256),
+	// A new consumer: not stuck, nothing lost (before its first delivery).
+	part.health.consuming(name)
+	cc, err := cons.Consume(w.consumeFn(p, part), jetstream.PullMaxMessages(256),
 		// Short pulls: a pull request sent while the new consumer elects
 		// its leader is lost, and the client notices only when a pull
 		// expires without heartbeats (30 s by default).
 		jetstream.PullExpiry(5*time.Second),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if bg.Err() == nil {
+			if w.n.bgCtx.Err() == nil {
 				w.n.log.Debug("cluster: partition consumer", "partition", p, "err", err)
 			}
 		}))
@@ -479,7 +470,6 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 		return fmt.Errorf("consuming %s: %w", name, err)
 	}
 	part.cc, part.cons = cc, cons
-	h.consuming(name)
 	w.n.log.Info("cluster: partition taken", "partition", p, "consumer", name, "from_seq", cfg.OptStartSeq,
 		"fence", part.fence.Load(), "suspect", part.suspect.Load())
 	return nil
@@ -518,4 +508,48 @@ func (n *Node) inInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
 		return nil, err
 	}
 	return s.CachedInfo(), nil
+}
+
+// consumeFn is what partition p's consumer calls with each delivery: it
+// hands the message to the hooks, in stream order. A delivery the
+// consumer sent and this worker never got (its connection to NATS broke
+// or was moved meanwhile: the consumer sequence skips) would come again
+// only after the ack wait, after the session's later messages ran: from
+// the gap on nothing more is handed over, and the consumer is recreated
+// at once at its ack floor (heal), so everything unanswered comes again
+// in order.
+func (w *worker) consumeFn(p int, part *partition) func(m jetstream.Msg) {
+	h := &part.health
+	var last uint64 // the consumer sequence of the last delivery
+	return func(m jetstream.Msg) {
+		defer h.delivering()()
+		md, err := m.Metadata()
+		if err == nil {
+			if h.lost() {
+				return // comes again from the new consumer
+			}
+			if last > 0 && md.Sequence.Consumer > last+1 {
+				h.loseDeliveries(md.Sequence.Consumer - last - 1)
+				w.n.log.Warn("cluster: deliveries of a partition lost on the way; recreating its consumer so they come again in order",
+					"partition", p, "lost", md.Sequence.Consumer-last-1)
+				select {
+				case w.kick <- struct{}{}:
+				default:
+				}
+				return
+			}
+			last = md.Sequence.Consumer
+		}
+		in, err := decodeIn(m.Data())
+		if err != nil {
+			w.n.log.Error("cluster: dropping a bad inbound message", "partition", p, "err", err)
+			_ = m.Term()
+			return
+		}
+		var seq uint64
+		if md != nil {
+			seq = md.Sequence.Stream
+		}
+		w.hooks.Deliver(w.n.bgCtx, &Delivery{In: in.Inbound, Partition: p, Seq: seq, msg: m})
+	}
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,5 +219,66 @@ func TestPartitionsDefaultAndAdopted(t *testing.T) {
 	if _, err := Open(ctx, config.Cluster{NATS: []string{url}, Role: config.RoleWorker, Name: "differs", Partitions: 8,
 		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}, nil); err == nil {
 		t.Error("a node configured with 8 joined a cluster of 4, want it refused")
+	}
+}
+
+// A delivery the consumer sent and the worker never got (the consumer
+// sequence skips: its NATS connection broke or moved) stops the
+// partition's hand-over at once: what comes after it is not handed to
+// the router (it would run before the lost one, which comes again only
+// after the ack wait), and the loop is told to recreate the consumer.
+func TestLostDeliveryStopsTheHandOver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
+		Replicas: 1, AckWait: time.Minute, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+	n, err := Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	for _, id := range []string{"m-1", "m-2", "m-3", "m-4"} {
+		if _, err := n.PublishInbound(ctx, bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: id, Text: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var handed []string
+	w := &worker{n: n, owned: map[int]*partition{}, kick: make(chan struct{}, 1),
+		hooks: WorkerHooks{Deliver: func(_ context.Context, d *Delivery) { handed = append(handed, d.In.MessageID) }}}
+	cons, err := n.in.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "p0_test", FilterSubject: inPrefix + "0",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(4, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []jetstream.Msg
+	for m := range batch.Messages() {
+		msgs = append(msgs, m)
+	}
+	if len(msgs) != 4 {
+		t.Fatalf("fetched %d messages, want 4", len(msgs))
+	}
+	part := &partition{}
+	fn := w.consumeFn(0, part)
+	fn(msgs[0]) // m-1
+	fn(msgs[2]) // m-3: m-2 never came (consumer sequence 2 skipped)
+	fn(msgs[3]) // m-4: after the gap
+	if strings.Join(handed, ",") != "m-1" {
+		t.Errorf("handed over %v, want only m-1 (nothing after the lost m-2)", handed)
+	}
+	if !part.health.lost() {
+		t.Error("the gap is not recorded")
+	}
+	select {
+	case <-w.kick:
+	default:
+		t.Error("the loop is not told to recreate the consumer")
+	}
+	part.health.consuming("p0_next") // a new consumer: nothing lost
+	if part.health.lost() {
+		t.Error("a new consumer still counts the old one's gap")
 	}
 }
