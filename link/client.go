@@ -108,7 +108,10 @@ type ClientConfig struct {
 	// one doubles, with ±RetryJitter (default 0.5) randomization, and no
 	// wait is longer than RetryMax (default 30s). The waits grow back
 	// from RetryInitial only after a session that stayed connected for
-	// StableAfter (default 60s).
+	// StableAfter (default 60s). With Fallbacks, a link that was up for
+	// RetryInitial or longer and dropped is dialled again at once on the
+	// next URL of the ring (then the others): the backoff comes after the
+	// whole ring.
 	RetryInitial time.Duration
 	RetryMax     time.Duration
 	RetryJitter  float64
@@ -716,6 +719,15 @@ func (c *Client) loop(ctx context.Context) {
 		switch {
 		case up == 0 && len(c.cfg.Fallbacks) > 0:
 			ringTried++
+		case up >= c.cfg.RetryInitial && len(c.cfg.Fallbacks) > 0:
+			// A link that was up dropped: its server may be gone (a
+			// cluster edge killed, or cut off and sending its devices
+			// away). The next URL of the ring is dialled at once, then
+			// the others; the backoff comes after the whole ring. A link
+			// that dropped sooner (a server that closes at once, two
+			// devices with one peer id replacing each other) waits first.
+			c.urlIdx.Add(1)
+			ringTried = 1
 		default:
 			ringTried = 0
 		}

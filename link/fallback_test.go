@@ -36,3 +36,39 @@ func TestFallbacksChecked(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// TestFallbacksTakeOverAtOnceWhenTheLinkDrops: a device connected to
+// server a (up longer than RetryInitial) whose server goes away dials
+// its fallback b at once, without a backoff wait first (a killed cluster
+// edge's devices move to another edge at once), and is answered there.
+func TestFallbacksTakeOverAtOnceWhenTheLinkDrops(t *testing.T) {
+	a := newTestServer(t, newCountingRunner(0), nil)
+	b := newTestServer(t, newCountingRunner(0), nil)
+	const initial = 2 * time.Second // a wait would be 1-3 s
+	d := newDevice(t, link.ClientConfig{URL: a.url(), Fallbacks: []string{b.url()}, PeerID: "dev-move",
+		RetryInitial: initial, RetryMax: 2 * initial})
+	d.waitState(link.StateConnected, time.Time{}, 10*time.Second)
+	time.Sleep(initial + 100*time.Millisecond)
+	stopping := time.Now()
+	a.stop()
+	at := d.waitState(link.StateConnected, stopping, 10*time.Second)
+	d.mu.Lock()
+	var dropped time.Time
+	for _, e := range d.states {
+		if e.Time.Before(stopping) || !e.Time.Before(at) {
+			continue
+		}
+		if dropped.IsZero() {
+			dropped = e.Time
+		}
+		if e.State == link.StateWaiting {
+			t.Errorf("the device waited (until %s) before dialling its fallback", e.NextTry.Sub(e.Time).Round(time.Millisecond))
+		}
+	}
+	d.mu.Unlock()
+	if took := at.Sub(dropped); dropped.IsZero() || took > 500*time.Millisecond {
+		t.Errorf("connected to the fallback %s after the link dropped, want at once", took)
+	}
+	id := d.send("moved")
+	d.waitReplies([]string{id}, 10*time.Second)
+}

@@ -25,6 +25,9 @@ var shortReasons = []struct {
 	{[]string{"server certificate"}, "bad cert"},
 	{[]string{"refused the TLS handshake"}, "TLS refused"},
 	{[]string{"does not look like a TLS handshake"}, "not TLS"},
+	// A cluster edge cut off from NATS (HTTP 503 or close 1013): the
+	// device goes to another of its URLs.
+	{[]string{"lost the NATS cluster"}, "no cluster"},
 	// HTTP answers to the upgrade.
 	{[]string{"HTTP 401", "client certificate"}, "cert needed"},
 	{[]string{"HTTP 401", "mutual TLS"}, "cert needed"},

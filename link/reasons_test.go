@@ -31,6 +31,8 @@ func TestShortReason(t *testing.T) {
 		{"dial: dial tcp: lookup nowhere.invalid: no such host", "unknown host"},
 		{"dial: no answer within the connect timeout (i/o timeout)", "no answer"},
 		{"no frame from the server for 1m15s: link dead", "link dead"},
+		{`dial: server answered HTTP 503 Service Unavailable: {"error":"edge e1 has lost the NATS cluster since 2026-11-26T19:00:00Z; connect to another edge"}`, "no cluster"},
+		{"server closed the connection (1013): edge e1 has lost the NATS cluster since 2026-11-26T19:00:00Z; connect to another edge", "no cluster"},
 		{"something new", "offline"},
 	}
 	for _, tt := range tests {

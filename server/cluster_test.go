@@ -252,3 +252,68 @@ func TestClusterEdgeBusyRefusalHoldsLaterMessages(t *testing.T) {
 		t.Errorf("runs in the order %v, want [A B C]", order)
 	}
 }
+
+// Issue 25 item 3: a message costs two replicated writes, the inbound
+// message and its done claim (which is its turn in the history); no
+// other stream or bucket is written on its path once the device is
+// connected (presence, the start of a run and the history are not
+// written apart any more).
+func TestClusterTwoWritesPerMessage(t *testing.T) {
+	runner := newCountingRunner(false)
+	ts, js := startClusterServer(t, runner, nil, nil)
+	c := dial(t, ts.ws, nil)
+	c.connect("dev-writes")
+	c.send(&link.Message{MessageID: "warm", Text: "warm"})
+	c.until(isReply("warm"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// Every stream's stored-message count (a bucket is a stream too).
+	counts := func() map[string]uint64 {
+		out := map[string]uint64{}
+		l := js.ListStreams(ctx)
+		for si := range l.Info() {
+			out[si.Config.Name] = si.State.LastSeq // every write, kept or not
+		}
+		if err := l.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// The write-behind of the registry and the heartbeats run on their
+	// own clocks, not a message's path, and events go out in batches
+	// behind it (TestEventsBatched in package cluster): left out.
+	offPath := map[string]bool{"KV_" + cluster.NodesBucket: true, "KV_" + cluster.PartsBucket: true, "KV_termlink_devices": true, "TERMLINK_EVENTS": true}
+	before := counts()
+	const n = 20
+	for i := range n {
+		id := "w-" + string(rune('a'+i))
+		c.send(&link.Message{MessageID: id, Text: "hello"})
+		c.until(isReply(id))
+	}
+	after := counts()
+	writes := uint64(0)
+	for name, a := range after {
+		if offPath[name] {
+			continue
+		}
+		d := a - before[name]
+		writes += d
+		switch name {
+		case cluster.InStream, cluster.HistStream:
+			if d != n {
+				t.Errorf("stream %s: %d messages stored for %d messages, want one each", name, d, n)
+			}
+		default:
+			if d != 0 {
+				t.Errorf("stream %s: %d messages stored for %d messages, want none on a message's path", name, d, n)
+			}
+		}
+	}
+	t.Logf("off the path: events %d, devices %d for %d messages", after["TERMLINK_EVENTS"]-before["TERMLINK_EVENTS"], after["KV_termlink_devices"]-before["KV_termlink_devices"], n)
+	if writes != 2*n {
+		t.Errorf("%d replicated writes for %d messages, want %d (two each)", writes, n, 2*n)
+	}
+	if got := runner.runs.Load(); got != n+1 {
+		t.Errorf("%d runs, want %d", got, n+1)
+	}
+}

@@ -39,9 +39,9 @@ func openRecords(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64
 	})
 }
 
-// testHookClaimWrite, set by tests before the server starts, runs before
-// each claim write of a cluster worker's start; an error stands for a
-// write that failed (a NATS leader election).
+// testHookClaimWrite, set by tests before the server starts, runs at each
+// start of a cluster worker's message and before each claim write of a
+// start; an error stands for NATS trouble there (a leader election).
 var testHookClaimWrite func(in bus.Inbound) error
 
 // runtimeHost is what a store of record reaches of the runtime: the
@@ -49,7 +49,10 @@ var testHookClaimWrite func(in bus.Inbound) error
 // connections here and the channels' records (cluster.Host).
 type runtimeHost struct{ rt *Runtime }
 
-var _ cluster.Host = runtimeHost{}
+var (
+	_ cluster.Host         = runtimeHost{}
+	_ cluster.DeviceCloser = runtimeHost{}
+)
 
 func (h runtimeHost) ReserveFirst(session string, perSession int) (bool, error) {
 	return h.rt.admission.ReserveFirst(session, perSession)
@@ -77,6 +80,17 @@ func (h runtimeHost) ReplaceElsewhere(channel, peer, edge string) {
 		ch.adapter.ReplaceElsewhere(peer, edge)
 	}
 }
+
+// CloseDevices implements cluster.DeviceCloser: an edge cut off from
+// NATS closes every device connection (cluster.EdgeWatch).
+func (h runtimeHost) CloseDevices(code int, reason string) {
+	for _, ch := range h.rt.channels {
+		if ch.adapter != nil {
+			ch.adapter.CloseDevices(code, reason)
+		}
+	}
+}
+
 func (h runtimeHost) Unclaimed(out bus.Outbound, detail string) {
 	ch := h.rt.channels[out.ChannelID]
 	if ch == nil {

@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
+	"time"
 
 	"termlink/testrig/cluster"
 )
@@ -12,7 +17,7 @@ import (
 // cluster runs `termrig cluster`: a NATS JetStream cluster plus
 // termserver edges and workers on loopback (testrig/cluster.Rig).
 func (a *app) cluster(ctx context.Context, args []string) error {
-	fs, usage := a.newFlagSet("cluster", "[--nodes 3] [--edges 2] [--workers 2] [--nats URLS] [--agent CMD] [--dir DIR] [--partitions N] [--replicas N] [--sync-always]")
+	fs, usage := a.newFlagSet("cluster", "[--nodes 3] [--edges 2] [--workers 2] [--nats URLS] [--agent CMD] [--dir DIR] [--partitions N] [--replicas N] [--sync-always] [--debug-addr 127.0.0.1:PORT]")
 	opt := cluster.RigOptions{Nodes: 3, Edges: 2, Workers: 2}
 	fs.Var(intFlag{&opt.Nodes}, "nodes", "`N` NATS JetStream nodes started in this process (ignored with --nats)")
 	fs.Var(intFlag{&opt.Edges}, "edges", "`N` termserver edges (they hold the device WebSockets)")
@@ -20,11 +25,22 @@ func (a *app) cluster(ctx context.Context, args []string) error {
 	fs.StringVar(&opt.NATS, "nats", "", "an external NATS JetStream cluster's `URLs`, comma-separated: no NATS node is started")
 	fs.StringVar(&opt.Agent, "agent", "", "a Terminal Protocol v1 rich agent `command`, run in this directory (default: the built-in echo agent)")
 	fs.StringVar(&opt.Dir, "dir", "", "keep every node's config, store, workspace and log in `DIR` (default: a temporary directory, removed at exit)")
-	fs.Var(intFlag{&opt.Partitions}, "partitions", "`N` partitions of the inbound stream (default: the server's, 64)")
+	fs.Var(intFlag{&opt.Partitions}, "partitions", "`N` partitions of the inbound stream (default: the server's, 16)")
 	fs.Var(intFlag{&opt.Replicas}, "replicas", "`N` JetStream replicas of the streams and buckets (default: the NATS nodes started, at most 3; with --nats, 3)")
 	fs.BoolVar(&opt.SyncAlways, "sync-always", false, "start the NATS nodes with jetstream { sync_interval: always }: each write is on disk before JetStream acks it (default: nats-server's, an fsync every 2 minutes; ignored with --nats)")
+	debugAddr := fs.String("debug-addr", "", "serve net/http/pprof on this loopback `address`: one profile of the NATS nodes, edges and workers this process runs together")
 	if err := parse(fs, usage, args); err != nil {
 		return err
+	}
+	if *debugAddr != "" {
+		ln, err := pprofListen(*debugAddr)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		srv := &http.Server{Handler: pprofMux(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		fmt.Fprintf(a.stderr, "termrig cluster: pprof on http://%s/debug/pprof/\n", ln.Addr())
 	}
 	if opt.NATS == "" && opt.Nodes < 1 {
 		return usagef("--nodes must be at least 1 (or give --nats)")
@@ -43,4 +59,31 @@ func (a *app) cluster(ctx context.Context, args []string) error {
 	log := slog.New(slog.NewTextHandler(a.stderr, nil))
 	fmt.Fprintf(a.stderr, "termrig cluster: node files and logs in %s\n", opt.Dir)
 	return cluster.Rig(ctx, opt, a.stdout, log)
+}
+
+// pprofListen listens on addr, a loopback address only: a profile shows
+// the processes' internals.
+func pprofListen(addr string) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-addr %q: want HOST:PORT (e.g. 127.0.0.1:6061): %v", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, errors.New("--debug-addr " + addr + ": must be a loopback address (127.0.0.1, ::1 or localhost)")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-addr: %w", err)
+	}
+	return ln, nil
+}
+
+func pprofMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	return mux
 }

@@ -34,6 +34,8 @@ func TestClusterFlagErrors(t *testing.T) {
 		{"cluster", "--replicas", "-1"},
 		{"cluster", "--partitions", "x"},
 		{"cluster", "extra"},
+		{"cluster", "--debug-addr", "0.0.0.0:6061"}, // not loopback: refused before anything starts
+		{"cluster", "--debug-addr", "nonsense"},
 	} {
 		code, _, stderr := runTermrig(t, args...)
 		if code != 2 || !strings.Contains(stderr, "termrig cluster:") {

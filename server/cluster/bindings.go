@@ -390,7 +390,7 @@ func (b *Bindings) List() []identity.Binding {
 
 // watchAll reads every live entry of kv under filter (a snapshot).
 func watchAll(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
-	w, err := kv.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
+	w, err := watchKV(ctx, kv, []string{filter}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,12 @@ import "errors"
 // a third start answers the message with an error instead.
 const MaxRunAttempts = maxRunAttempt
 
+// UnknownWorker is the worker of a claim a new owner of a partition
+// writes for a message an earlier owner process was given and may have
+// started (hot-path runs write no claim before they finish): its run is
+// counted as attempt 1, possibly cut short.
+const UnknownWorker = "(an earlier owner of the partition)"
+
 // MaxClaimConflicts: a worker that loses this many compare-and-sets in
 // a row on one claim gives the message back (it comes again).
 const MaxClaimConflicts = 8
@@ -61,6 +67,9 @@ type StartStep struct {
 	// Attempt: which run this is (StartWrite, StartStarted); above 1
 	// the run before was cut short and is recorded as interrupted.
 	Attempt int
+	// Unsure: the run before was an earlier owner's that may not have
+	// started at all (UnknownWorker).
+	Unsure bool
 }
 
 // Interrupted reports a start that answers the message with an error
@@ -78,7 +87,7 @@ func (s StartStep) Interrupted() bool { return s.Attempt > MaxRunAttempts }
 //	running, other       -> write running, attempt+1 (cut short there)
 //	pending (or none)    -> write running, attempt 1
 func DecideStart(cl Claim, me, runID string) StartStep {
-	attempt := 1
+	attempt, unsure := 1, false
 	switch {
 	case cl.State == StateRunning && cl.Worker == me && cl.RunID == runID:
 		return StartStep{Action: StartStarted, Claim: cl, Attempt: cl.Attempt}
@@ -88,10 +97,11 @@ func DecideStart(cl Claim, me, runID string) StartStep {
 		return StartStep{Action: StartCancelled, Claim: cl}
 	case cl.State == StateRunning:
 		attempt = cl.Attempt + 1 // cut short where it ran
+		unsure = cl.Worker == UnknownWorker
 	}
 	next := cl
 	next.State, next.Worker, next.Attempt, next.RunID = StateRunning, me, attempt, runID
-	return StartStep{Action: StartWrite, Claim: next, Attempt: attempt}
+	return StartStep{Action: StartWrite, Claim: next, Attempt: attempt, Unsure: unsure}
 }
 
 // WriteResult is what a claim write returned.

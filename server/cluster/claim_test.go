@@ -49,6 +49,8 @@ func TestDecideStart(t *testing.T) {
 			StartWrite, running(me, runID, 2), 2, false},
 		{"cut short twice: interrupted twice", running(other, "cccc-1", 2),
 			StartWrite, running(me, runID, 3), 3, true},
+		{"given to an earlier owner that may have started it (no claim, suspect)", running(UnknownWorker, runID, 1),
+			StartWrite, running(me, runID, 2), 2, false},
 		{"done: answer from the cache", done, StartCached, done, 0, false},
 		{"done by this worker: answer from the cache", func() Claim { c := done; c.Worker, c.RunID = me, runID; return c }(),
 			StartCached, func() Claim { c := done; c.Worker, c.RunID = me, runID; return c }(), 0, false},
@@ -65,6 +67,17 @@ func TestDecideStart(t *testing.T) {
 				t.Fatalf("claim %+v; want %+v", got.Claim, tc.wantClaim)
 			}
 		})
+	}
+}
+
+// Only a run before by an unknown earlier owner is unsure: the record
+// says it may not have started.
+func TestDecideStartUnsure(t *testing.T) {
+	if st := DecideStart(claim(StateRunning, UnknownWorker, "", 1), me, runID); !st.Unsure || st.Attempt != 2 {
+		t.Errorf("after an unknown owner: unsure %v attempt %d, want true 2", st.Unsure, st.Attempt)
+	}
+	if st := DecideStart(claim(StateRunning, other, "cccc-1", 1), me, runID); st.Unsure {
+		t.Error("after a known owner's claim: unsure, want sure (it wrote running)")
 	}
 }
 

@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/server/session"
 )
 
 // Claim states in the dedupe bucket.
@@ -19,12 +22,17 @@ const (
 	maxRunAttempt = 2         // a run cut short is run again once
 )
 
-// Claim is a message's entry in the dedupe bucket. The worker that starts
-// the message creates it (KV create: only one can, so two workers never
-// both start it), and each later change is a compare-and-set on the
-// revision read, so no two nodes both answer it either. An edge reads it
-// to answer a resend (done: the cached reply; else pending), and creates
-// it in state cancel for a message cancelled before it started.
+// Claim is a message's entry in the history stream (TERMLINK_HIST,
+// subject termlink.hist.<session digest>.<message key>): its turn
+// record, its dedupe entry and its cached reply in one. A worker writes
+// it once per message on the hot path, done with the reply and the
+// turn's records (create-only: expected last subject sequence 0).
+// After a partition moved, the new owner writes it running before it
+// runs a message the old owner may have started; each later change is a
+// compare-and-set on the sequence read, so no two nodes both answer a
+// message. An edge reads it to answer a resend (done: the cached reply;
+// else pending), and creates it in state cancel for a message cancelled
+// before it started.
 type Claim struct {
 	State     string `json:"state"`
 	Session   string `json:"session"`
@@ -34,6 +42,9 @@ type Claim struct {
 	Worker    string `json:"worker,omitempty"`
 	Attempt   int    `json:"attempt,omitempty"`
 	Reply     *Reply `json:"reply,omitempty"`
+	// Records is the turn (the user message, a run_interrupted record,
+	// the reply) once done: the session history.
+	Records []session.Record `json:"records,omitempty"`
 }
 
 // Reply is a cached final reply.
@@ -48,16 +59,39 @@ type Reply struct {
 // changed the claim since it was read.
 var ErrConflict = errors.New("cluster: the claim changed meanwhile")
 
-// GetClaim reads a message's claim from the bucket's stream leader;
-// found is false when there is none. (A KV get may be answered by any
-// replica, and a follower may not have applied the last write yet: a
-// compare-and-set decided on that would fail, or an edge would miss a
-// reply. Every node keeps the bucket's direct gets on, so no node ever
-// binds to a setting another one changed.)
+// claimSubject is the subject of a message's claim in the history
+// stream: under its session's, so a session's history is one filter.
+func claimSubject(sessionKey, messageID string) string {
+	return histPrefix + SessionDigest(sessionKey) + "." + MessageKey(sessionKey, messageID)
+}
+
+// GetClaim reads a message's claim from the history stream's leader;
+// found is false when there is none. (A direct get may be answered by
+// any replica, and a follower may not have applied the last write yet:
+// a compare-and-set decided on that would fail, or an edge would miss a
+// reply.)
 func (n *Node) GetClaim(ctx context.Context, session, messageID string) (c Claim, rev uint64, found bool, err error) {
+	return n.readClaim(ctx, n.leaderGet, session, messageID)
+}
+
+// PeekClaim reads a message's claim as GetClaim does, but from any
+// replica of the history stream (JetStream's direct get: no API request
+// on the leader, the message as stored rather than JSON with base64): it
+// may miss a write a replica has not applied yet. The edge's lookup of a
+// message it is about to publish takes it: a claim missed is a resend
+// published again, which the stream's duplicate window keeps out, or,
+// past the window, a worker reads the claim of a message it answered
+// lately before it starts it (Claimer.Start), from the leader.
+func (n *Node) PeekClaim(ctx context.Context, session, messageID string) (c Claim, rev uint64, found bool, err error) {
+	return n.readClaim(ctx, n.directGet, session, messageID)
+}
+
+// readClaim reads a message's claim by get (leaderGet or directGet).
+func (n *Node) readClaim(ctx context.Context, get func(ctx context.Context, stream, subject string) ([]byte, uint64, bool, error),
+	session, messageID string) (c Claim, rev uint64, found bool, err error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	data, rev, found, err := n.leaderGet(ctx, "KV_"+DedupeBucket, "$KV."+DedupeBucket+"."+MessageKey(session, messageID))
+	data, rev, found, err := get(ctx, HistStream, claimSubject(session, messageID))
 	if err != nil {
 		return Claim{}, 0, false, fmt.Errorf("cluster: reading the claim of message %s: %w", messageID, err)
 	}
@@ -68,6 +102,28 @@ func (n *Node) GetClaim(ctx context.Context, session, messageID string) (c Claim
 		return Claim{}, 0, false, fmt.Errorf("cluster: message %s: %w", messageID, err)
 	}
 	return c, rev, true, nil
+}
+
+// directGet reads the last message of subject in stream from any of its
+// replicas (DIRECT.GET; the stream allows direct gets). found is false
+// for no message.
+func (n *Node) directGet(ctx context.Context, stream, subject string) (data []byte, seq uint64, found bool, err error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	msg, err := n.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, req)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if st := msg.Header.Get("Status"); st != "" {
+		if st == "404" {
+			return nil, 0, false, nil
+		}
+		return nil, 0, false, fmt.Errorf("reading %s: status %s %s", stream, st, msg.Header.Get("Description"))
+	}
+	seq, err = strconv.ParseUint(msg.Header.Get("Nats-Sequence"), 10, 64)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("reading %s: answer without a sequence", stream)
+	}
+	return msg.Data, seq, true, nil
 }
 
 // leaderGet reads the last message of subject in stream from the
@@ -109,27 +165,24 @@ func (n *Node) leaderGet(ctx context.Context, stream, subject string) (data []by
 	return resp.Message.Data, resp.Message.Seq, true, nil
 }
 
-// UpdateClaim replaces the claim read at revision rev; ErrConflict when it
-// changed since. rev 0 creates it (it must not exist).
+// UpdateClaim replaces the claim read at revision rev (its sequence in
+// the history stream); ErrConflict when it changed since. rev 0 creates
+// it (it must not exist). One replicated write.
 func (n *Node) UpdateClaim(ctx context.Context, c Claim, rev uint64) (uint64, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	key := MessageKey(c.Session, c.MessageID)
-	b, _ := json.Marshal(c)
-	var err error
-	var nrev uint64
-	if rev == 0 {
-		nrev, err = n.dedupe.Create(ctx, key, b)
-	} else {
-		nrev, err = n.dedupe.Update(ctx, key, b, rev)
+	b, err := json.Marshal(c)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: the claim of message %s: %w", c.MessageID, err)
 	}
-	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) {
+	pa, err := n.js.Publish(ctx, claimSubject(c.Session, c.MessageID), b, jetstream.WithExpectLastSequencePerSubject(rev))
+	if isWrongLastSequence(err) {
 		return 0, ErrConflict
 	}
 	if err != nil {
 		return 0, fmt.Errorf("cluster: updating the claim of message %s: %w", c.MessageID, err)
 	}
-	return nrev, nil
+	return pa.Sequence, nil
 }
 
 // isWrongLastSequence reports a compare-and-set refused by the stream:

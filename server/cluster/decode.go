@@ -69,7 +69,12 @@ func decodeHist(data []byte) (histEntry, error) {
 	if err := json.Unmarshal(data, &e); err != nil {
 		return histEntry{}, fmt.Errorf("history message is not JSON: %w", err)
 	}
-	if e.Session == "" || len(e.Records) == 0 {
+	switch {
+	case e.Session == "":
+		return histEntry{}, errors.New("history message without a session or records")
+	case e.State != "" && e.State != StateDone:
+		return e, nil // a claim not done yet: no turn
+	case len(e.Records) == 0:
 		return histEntry{}, errors.New("history message without a session or records")
 	}
 	return e, nil

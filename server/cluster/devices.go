@@ -610,7 +610,7 @@ func (d *Devices) watch(ctx context.Context) {
 	tick := time.NewTicker(max(d.n.cfg.Lease/4, 10*time.Millisecond))
 	defer tick.Stop()
 	for ctx.Err() == nil {
-		w, err := d.kv.WatchAll(ctx)
+		w, err := watchKV(ctx, d.kv, nil)
 		if err != nil {
 			d.log.Warn("cluster: cannot watch the devices' bucket; retrying", "err", err)
 			select {

@@ -5,18 +5,23 @@
 // record/local's; the runtime and the router call it through that
 // interface only, and Store reaches the server through Host.
 //
-// One message's path across nodes:
+// One message's path across nodes (two replicated writes):
 //
-//	edge: claim read from KV termlink_dedupe (a resend is answered from
-//	      it) -> publish to stream TERMLINK_IN, subject
-//	      termlink.in.<partition> (Nats-Msg-Id: the claim key) ->
-//	      JetStream's ack -> ack to the device
-//	worker owning the partition: its consumer p<N>_<id> -> claim created
-//	      running (create-only: one worker starts it) -> run -> history
-//	      records in stream TERMLINK_HIST -> claim CAS running -> done
-//	      with the reply -> core publish termlink.out.<edge of the peer>
-//	      -> ack the message
+//	edge: claim read (direct get) from stream TERMLINK_HIST, subject
+//	      termlink.hist.<session>.<key> (a resend is answered from it)
+//	      -> publish to stream TERMLINK_IN, subject
+//	      termlink.in.<partition> (Nats-Msg-Id: the key) -> JetStream's
+//	      ack -> ack to the device
+//	worker owning the partition: its consumer p<N>_<id> -> run (no
+//	      write: past the partition's fence, Claimer.Start) -> the
+//	      claim created done with the reply and the turn's records
+//	      (create-only) -> core publish termlink.out.<edge of the peer>
+//	      (its presence mirror) -> ack the message
 //	edge: reply to the device if it is still waiting for it
+//
+// A message an earlier owner of its partition may have started reads its
+// claim first, is claimed running (compare-and-set) and recorded as
+// interrupted (partitions.go: the fence and suspect sequences).
 //
 // Presence (KV termlink_presence) says which edge holds a peer; live nodes
 // (KV termlink_nodes) and partition leases (KV termlink_parts) expire
@@ -24,6 +29,11 @@
 // The new owner makes a consumer of its own at the earlier consumers' ack
 // floor and deletes them, so the messages of a session come again in
 // stream order and the old owner can no longer pull them (DESIGN.md).
+//
+// Every node watches its own link to NATS (edgewatch.go): an edge NATS
+// has not answered for longer than a lease closes its device
+// connections (close 1013) and refuses new ones until NATS answers, so
+// its devices move to another edge.
 //
 // A worker checks the consumers of its partitions (heal.go) and deletes
 // and recreates one that is gone, has no leader or delivers nothing while

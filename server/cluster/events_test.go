@@ -109,3 +109,116 @@ func TestEventsViewBounded(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Events that wait while a publish is in flight go out together, one
+// message per channel: a busy node costs JetStream far fewer writes than
+// events, and every event is read on the other side, in order.
+func TestEventsBatched(t *testing.T) {
+	url := startJetStream(t)
+	a, b := openNode(t, url, "edge-a"), openNode(t, url, "worker-b")
+	fa, fb := openFeed(t, a, 1000), openFeed(t, b, 1000)
+	viewB := fb.View("terminal-dev", events.NewLog(1000))
+	const n = 500
+	for i := range n {
+		fa.Publish("terminal-dev", events.Event{Event: events.TerminalConnected, PeerID: fmt.Sprintf("dev-%03d", i)})
+	}
+	got := waitEvents(t, viewB, n)
+	if len(got) != n {
+		t.Fatalf("read %d events on the other node, want %d", len(got), n)
+	}
+	for i, e := range got {
+		if want := fmt.Sprintf("dev-%03d", i); e.PeerID != want || e.Node != "edge-a" {
+			t.Fatalf("event %d: %s from %q, want %s from edge-a (in order)", i, e.PeerID, e.Node, want)
+		}
+	}
+	s, err := a.js.Stream(context.Background(), EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs >= n/5 {
+		t.Errorf("%d events took %d messages, want them batched (under %d)", n, info.State.Msgs, n/5)
+	}
+	if fa.Dropped() != 0 {
+		t.Errorf("%d events dropped", fa.Dropped())
+	}
+}
+
+// decodeEvents reads a batch, one event of the format before batches,
+// and nothing from anything else.
+func TestDecodeEvents(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{`{"events":[{"event":"a"},{"event":"b"}]}`, 2},
+		{`{"events":[{"event":"a"},{"peer_id":"no event"}]}`, 1},
+		{`{"event":"single"}`, 1},
+		{`{"events":[]}`, 0},
+		{`{"peer_id":"x"}`, 0},
+		{`not json`, 0},
+		{`[1,2]`, 0},
+	} {
+		if got := decodeEvents([]byte(tc.in)); len(got) != tc.want {
+			t.Errorf("decodeEvents(%s) = %d events, want %d", tc.in, len(got), tc.want)
+		}
+	}
+}
+
+func FuzzDecodeEvents(f *testing.F) {
+	f.Add([]byte(`{"events":[{"event":"a","peer_id":"p"}]}`))
+	f.Add([]byte(`{"event":"single"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, e := range decodeEvents(data) {
+			if e.Event == "" {
+				t.Fatalf("an event without a name from %q", data)
+			}
+		}
+	})
+}
+
+// A view mirrors nothing until it is read: a node whose events nobody
+// reads decodes none (every node made one mirror per channel before, and
+// decoded every node's events). Its first read waits until the mirror
+// holds what the stream held.
+func TestEventViewLazy(t *testing.T) {
+	url := startJetStream(t)
+	a, b := openNode(t, url, "edge-a"), openNode(t, url, "worker-b")
+	fa, fb := openFeed(t, a, 100), openFeed(t, b, 100)
+	viewB := fb.View("terminal-dev", events.NewLog(100))
+	for i := range 3 {
+		fa.Publish("terminal-dev", events.Event{Event: events.TerminalConnected, PeerID: fmt.Sprintf("dev-%d", i)})
+	}
+	ctx := context.Background()
+	s, err := b.js.Stream(ctx, EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		n := 0
+		l := s.ConsumerNames(ctx)
+		for range l.Name() {
+			n++
+		}
+		return n
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for info, _ := s.Info(ctx); info == nil || info.State.Msgs == 0; info, _ = s.Info(ctx) {
+		if time.Now().After(deadline) {
+			t.Fatal("the events never reached the stream")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := consumers(); n != 0 {
+		t.Errorf("%d consumers on the events stream before any read, want none", n)
+	}
+	if got := viewB.Recent(-1); len(got) != 3 {
+		t.Errorf("the first read: %d events, want the 3 in the stream", len(got))
+	}
+	if n := consumers(); n != 1 {
+		t.Errorf("%d consumers after a read, want the view's one", n)
+	}
+}

@@ -45,6 +45,22 @@ type health struct {
 	delivered uint64    // the last delivered stream sequence read
 	stuck     string    // why it is stuck; "" while it delivers
 	since     time.Time // when stuck began
+	gap       uint64    // deliveries lost on the way (consumeFn): recreate at once
+}
+
+// loseDeliveries records n deliveries the consumer sent and the worker
+// never got.
+func (h *health) loseDeliveries(n uint64) {
+	h.mu.Lock()
+	h.gap += n
+	h.mu.Unlock()
+}
+
+// lost reports deliveries lost since the consumer was made.
+func (h *health) lost() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gap > 0
 }
 
 // delivering marks a delivery running until the returned func is called.
@@ -64,7 +80,7 @@ func (h *health) delivering() func() {
 // consuming records a new consumer: not stuck until seen so.
 func (h *health) consuming(name string) {
 	h.mu.Lock()
-	h.consumer, h.stuck, h.since, h.delivered = name, "", time.Time{}, 0
+	h.consumer, h.stuck, h.since, h.delivered, h.gap = name, "", time.Time{}, 0, 0
 	h.lastMsg = time.Now()
 	h.mu.Unlock()
 }
@@ -136,21 +152,27 @@ func (w *worker) heal(ctx context.Context) {
 	if bound <= 0 {
 		bound = config.DefaultConsumerStuck
 	}
-	if time.Since(w.healed) < bound/4 {
-		return
-	}
-	w.healed = time.Now()
 	w.mu.Lock()
 	parts := make(map[int]*partition, len(w.owned))
+	gaps := false
 	for p, part := range w.owned {
 		if part.releasing.IsZero() {
 			parts[p] = part
+			gaps = gaps || part.health.lost()
 		}
 	}
 	w.mu.Unlock()
+	if time.Since(w.healed) < bound/4 && !gaps {
+		return
+	}
+	w.healed = time.Now()
 	for p, part := range parts {
 		if ctx.Err() != nil {
 			return
+		}
+		if part.health.lost() {
+			w.recreate(ctx, p, part, "deliveries lost on the way (the consumer sequence skipped)")
+			continue
 		}
 		if part.cc == nil || part.cons == nil { // a recreation that failed
 			w.recreate(ctx, p, part, "")

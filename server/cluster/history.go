@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -12,102 +11,34 @@ import (
 	"termlink/server/session"
 )
 
-// histEntry is one message of the session history stream: the records of
-// one turn (the user message, a run_interrupted record, the reply).
+// histEntry is what ReadHistory takes from one message of the history
+// stream: a done claim's turn, or an entry of the format before the
+// claims moved into the history (one message per turn on the session's
+// subject, without a state). A claim not done yet has no turn.
 type histEntry struct {
+	State   string           `json:"state,omitempty"`
 	Session string           `json:"session"`
 	Records []session.Record `json:"records"`
 }
 
 // recordKey names a record within its session: each role, message id and
-// event is written once (the Nats-Msg-Id of a history record, so a
-// re-run's second write of the user record is stored once, and the
-// export's key for the same check beyond the duplicate window).
+// event is read once (a turn written again, by the format before this
+// one, or after a partition moved, is not read twice).
 func recordKey(sessionKey string, r session.Record) string {
 	ev, _ := r.Extra["event"].(string)
 	return r.Role + "\x00" + r.MessageID + "\x00" + ev + "\x00" + sessionKey
-}
-
-// History is an append in flight: Wait returns when JetStream stored it.
-type History struct {
-	n        *Node
-	subj, id string
-	data     []byte
-	future   jetstream.PubAckFuture // nil: not sent yet (or nothing to send)
-	err      error
-}
-
-// Wait waits until JetStream stored the records, publishing them again
-// (same Nats-Msg-Id: stored once) while NATS fails, until ctx ends.
-func (h *History) Wait(ctx context.Context) error {
-	if h == nil || h.err != nil || h.data == nil {
-		if h != nil {
-			return h.err
-		}
-		return nil
-	}
-	if h.future != nil {
-		select {
-		case <-h.future.Ok():
-			return nil
-		case <-h.future.Err():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := h.n.js.Publish(actx, h.subj, h.data, jetstream.WithMsgID(h.id))
-		cancel()
-		if err == nil {
-			return nil
-		}
-		h.n.log.Warn("cluster: session history not stored yet; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: storing session history: %w", err)
-		case <-time.After(wait):
-		}
-	}
-}
-
-// AppendHistory starts storing records of a session in the history
-// stream, as one message, and returns without waiting (Wait does).
-func (n *Node) AppendHistory(sessionKey string, recs ...session.Record) *History {
-	h := &History{n: n}
-	if len(recs) == 0 {
-		return h
-	}
-	for i := range recs {
-		if recs[i].Timestamp == "" {
-			recs[i].Timestamp = session.Now()
-		}
-	}
-	b, err := json.Marshal(histEntry{Session: sessionKey, Records: recs})
-	if err != nil {
-		h.err = err
-		return h
-	}
-	id := ""
-	for _, r := range recs {
-		id += recordKey(sessionKey, r) + "\x01"
-	}
-	h.n, h.subj, h.id, h.data = n, histPrefix+SessionDigest(sessionKey), digest(id), b
-	if f, err := n.js.PublishAsync(h.subj, b, jetstream.WithMsgID(h.id)); err == nil {
-		h.future = f
-	}
-	return h
 }
 
 // ReadHistory calls fn with every record of the history stream, oldest
 // first, each record once (by role, message id and event). An empty
 // sessionKey reads every session.
 func (n *Node) ReadHistory(ctx context.Context, sessionKey string, fn func(sessionKey string, r session.Record) error) error {
-	filter := histPrefix + ">"
+	filters := []string{histPrefix + ">"}
 	if sessionKey != "" {
-		filter = histPrefix + SessionDigest(sessionKey)
+		d := SessionDigest(sessionKey)
+		filters = []string{histPrefix + d, histPrefix + d + ".>"} // the earlier format, the claims
 	}
-	info, err := n.hist.Info(ctx, jetstream.WithSubjectFilter(filter))
+	info, err := n.hist.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: reading %s: %w", HistStream, err)
 	}
@@ -115,7 +46,7 @@ func (n *Node) ReadHistory(ctx context.Context, sessionKey string, fn func(sessi
 	if info.State.Msgs == 0 {
 		return nil
 	}
-	cons, err := n.js.OrderedConsumer(ctx, HistStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	cons, err := n.js.OrderedConsumer(ctx, HistStream, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
 	if err != nil {
 		return fmt.Errorf("cluster: reading %s: %w", HistStream, err)
 	}
@@ -134,7 +65,7 @@ func (n *Node) ReadHistory(ctx context.Context, sessionKey string, fn func(sessi
 			}
 			if e, err := decodeHist(m.Data()); err != nil {
 				n.log.Warn("cluster: skipping a bad history message", "seq", md.Sequence.Stream, "err", err)
-			} else {
+			} else if e.State == "" || e.State == StateDone {
 				for _, r := range e.Records {
 					if k := recordKey(e.Session, r); !seen[k] {
 						seen[k] = true
@@ -154,6 +85,11 @@ func (n *Node) ReadHistory(ctx context.Context, sessionKey string, fn func(sessi
 		if got == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+			// Nothing came: done if nothing matches the filter past
+			// what was read (a session without a turn).
+			if ci, err := cons.Info(ctx); err == nil && ci.NumPending == 0 {
+				return nil
 			}
 		}
 	}

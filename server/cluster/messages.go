@@ -55,13 +55,17 @@ type outMsg struct {
 }
 
 // SendOut sends a reply or progress update to the edge that holds its
-// peer (core NATS: at most once; a lost reply is found by the edge's
+// peer, by the presence mirror when this node keeps one (MirrorPresence;
+// else, or when the mirror has no entry, by a read of the bucket) (core
+// NATS: at most once; a lost reply is found by the edge's
 // sweep of the dedupe bucket, or by the device's resend). It reports the
 // edge, "" when no edge holds the peer.
 func (n *Node) SendOut(ctx context.Context, out bus.Outbound) (edge string, err error) {
-	edge, err = n.Presence(ctx, out.ChannelID, out.PeerID)
-	if err != nil || edge == "" {
-		return "", err
+	edge, ok := n.mirror.Load().lookup(presenceKey(out.ChannelID, out.PeerID))
+	if !ok {
+		if edge, err = n.Presence(ctx, out.ChannelID, out.PeerID); err != nil || edge == "" {
+			return "", err
+		}
 	}
 	m := outMsg{Kind: out.Kind, ChannelID: out.ChannelID, PeerID: out.PeerID, SessionKey: out.SessionKey,
 		MessageID: out.MessageID, RunID: out.RunID, Text: out.Text, FinishReason: out.FinishReason, Media: out.Media}
@@ -190,7 +194,7 @@ func (n *Node) Presence(ctx context.Context, channel, peer string) (string, erro
 func (n *Node) WatchPresence(fn func(channel, peer, edge string, rev uint64)) {
 	n.Go(func(ctx context.Context) {
 		for ctx.Err() == nil {
-			w, err := n.presence.WatchAll(ctx, jetstream.UpdatesOnly())
+			w, err := watchKV(ctx, n.presence, nil, jetstream.UpdatesOnly())
 			if err != nil {
 				n.log.Warn("cluster: cannot watch presence; retrying", "err", err)
 				select {

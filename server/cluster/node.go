@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,8 +26,7 @@ import (
 // name them too).
 const (
 	InStream       = "TERMLINK_IN"
-	HistStream     = "TERMLINK_HIST"
-	DedupeBucket   = "termlink_dedupe"
+	HistStream     = "TERMLINK_HIST" // the session history, each message's claim and cached reply
 	PresenceBucket = "termlink_presence"
 	NodesBucket    = "termlink_nodes"
 	PartsBucket    = "termlink_parts"
@@ -51,7 +51,6 @@ type Node struct {
 	js       jetstream.JetStream
 	in       jetstream.Stream
 	hist     jetstream.Stream
-	dedupe   jetstream.KeyValue
 	presence jetstream.KeyValue
 	nodes    jetstream.KeyValue
 	parts    jetstream.KeyValue
@@ -60,6 +59,7 @@ type Node struct {
 	info   NodeInfo // what the heartbeat publishes
 	subs   []*nats.Subscription
 	worker *worker
+	mirror atomic.Pointer[presenceMirror] // a worker's copy of the presence bucket (MirrorPresence)
 
 	bg     sync.WaitGroup
 	stopBg context.CancelFunc
@@ -195,6 +195,24 @@ func connect(cfg config.Cluster, log *slog.Logger) (*Node, error) {
 // setup creates or updates what the cluster shares. Creation is
 // idempotent, so every node does it at start.
 func (n *Node) setup(ctx context.Context) error {
+	// The cluster's partition count, from the stream that has it: a node
+	// that names none takes it (the default for a new cluster), one that
+	// names another is refused before it could change the stream's.
+	if s, err := n.js.Stream(ctx, InStream); err == nil {
+		if got, err := strconv.Atoi(s.CachedInfo().Config.Metadata["partitions"]); err == nil && got > 0 {
+			if n.cfg.Partitions == 0 {
+				n.cfg.Partitions = got
+			} else if got != n.cfg.Partitions {
+				return fmt.Errorf("%w: stream %s is partitioned %d ways, this node is configured with %d: every node must use the same cluster.partitions (or leave it out to take the cluster's)",
+					errPartitions, InStream, got, n.cfg.Partitions)
+			}
+		}
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("cluster: stream %s: %w", InStream, err)
+	}
+	if n.cfg.Partitions == 0 {
+		n.cfg.Partitions = config.DefaultPartitions
+	}
 	cfg := n.cfg
 	var err error
 	partitions := strconv.Itoa(cfg.Partitions)
@@ -206,7 +224,7 @@ func (n *Node) setup(ctx context.Context) error {
 			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
 			Duplicates:  cfg.DuplicateWindow,
-			MaxAge:      cfg.DedupeTTL, // a message older than its dedupe entry is never run
+			MaxAge:      cfg.DedupeTTL, // a message older than its claim is never run
 			Metadata:    map[string]string{"partitions": partitions},
 		})
 	})
@@ -233,9 +251,6 @@ func (n *Node) setup(ctx context.Context) error {
 			return n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Description: what,
 				TTL: ttl, History: 1, Replicas: cfg.Replicas, Storage: storage})
 		})
-	}
-	if n.dedupe, err = kv(DedupeBucket, "termlink: message claims and cached replies", cfg.DedupeTTL, jetstream.FileStorage); err != nil {
-		return err
 	}
 	if n.presence, err = kv(PresenceBucket, "termlink: which edge holds which peer", 0, jetstream.FileStorage); err != nil {
 		return err

@@ -46,7 +46,7 @@ type mbox struct{ list []*mdelivery }
 // ends is made again, and what the new one does not hold is forgotten.
 func (s *Notices) watch(ctx context.Context) {
 	for ctx.Err() == nil {
-		w, err := s.kv.WatchAll(ctx)
+		w, err := watchKV(ctx, s.kv, nil)
 		if err != nil {
 			s.log.Warn("cluster: cannot watch the notices; retrying", "err", err)
 			select {

@@ -25,6 +25,7 @@ import (
 type Delivery struct {
 	In        bus.Inbound
 	Partition int
+	Seq       uint64 // its sequence in the inbound stream
 	msg       jetstream.Msg
 }
 
@@ -39,6 +40,10 @@ func (d *Delivery) InProgress() error { return d.msg.InProgress() }
 
 // WorkerHooks connect the partitions this worker owns to its router.
 type WorkerHooks struct {
+	// Me names this worker process (its node name and run prefix):
+	// each consumer it makes says so, so the next owner of a partition
+	// tells what this process was given from its own.
+	Me string
 	// Deliver takes a message of an owned partition; it is called for one
 	// partition's messages one at a time, in stream order, and may block
 	// (back-pressure) until ctx ends.
@@ -57,7 +62,15 @@ type partition struct {
 	cc        jetstream.ConsumeContext
 	cons      jetstream.Consumer // the consumer cc reads (heal.go checks it)
 	releasing time.Time          // when giving it up began; zero while kept
-	health    health             // heal.go: is its consumer delivering
+	// fence: the inbound stream's last sequence once the earlier
+	// consumers were gone; a delivery up to it reads its claim first.
+	// suspect: the last sequence an earlier owner process was given; a
+	// delivery up to it without a claim may have started there.
+	fence, suspect atomic.Uint64
+	// renewed: when the lease was last written (unix nanoseconds); read
+	// by Fence on the router's goroutines.
+	renewed atomic.Int64
+	health  health // heal.go: is its consumer delivering
 }
 
 type worker struct {
@@ -74,6 +87,7 @@ type worker struct {
 
 	recreated atomic.Uint64 // consumers deleted and made again (heal.go)
 	healed    time.Time     // the last look at the consumers (heal.go; loop's)
+	kick      chan struct{} // a consumer lost deliveries: heal at once (consumeFn)
 }
 
 // RunWorker makes this node a worker: it takes the partitions that
@@ -82,7 +96,7 @@ type worker struct {
 // until StopWorker or Close.
 func (n *Node) RunWorker(hooks WorkerHooks) {
 	ctx, stop := context.WithCancel(n.bgCtx)
-	w := &worker{n: n, hooks: hooks, owned: map[int]*partition{}, stop: stop, done: make(chan struct{})}
+	w := &worker{n: n, hooks: hooks, owned: map[int]*partition{}, stop: stop, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	n.mu.Lock()
 	n.worker = w
 	n.mu.Unlock()
@@ -118,6 +132,42 @@ func (n *Node) Owns(p int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.owned[p] != nil
+}
+
+// Lease states of a partition for Fence.
+type LeaseState uint8
+
+const (
+	NotOwned   LeaseState = iota // another worker's, or none's
+	Owned                        // this worker's, its lease renewed lately
+	LeaseStale                   // this worker's, but its lease was not renewed for 2/3 of a lease: starts wait
+)
+
+func (p *partition) setRenewed(t time.Time) { p.renewed.Store(t.UnixNano()) }
+
+// Fence is what Claimer.Start needs of partition p (see partition). A
+// partition whose lease this worker could not renew for two thirds of a
+// lease (NATS unreachable) is LeaseStale: no run starts until it is
+// renewed or lost, so a worker cut off from NATS stops starting runs
+// before another worker can take the partition over (its lease expires
+// after a whole lease).
+func (n *Node) Fence(p int) (fence, suspect uint64, st LeaseState) {
+	n.mu.Lock()
+	w := n.worker
+	n.mu.Unlock()
+	if w == nil {
+		return 0, 0, NotOwned
+	}
+	w.mu.Lock()
+	part := w.owned[p]
+	w.mu.Unlock()
+	if part == nil {
+		return 0, 0, NotOwned
+	}
+	if time.Since(time.Unix(0, part.renewed.Load())) > n.cfg.Lease*2/3 {
+		return part.fence.Load(), part.suspect.Load(), LeaseStale
+	}
+	return part.fence.Load(), part.suspect.Load(), Owned
 }
 
 // StopWorker stops consuming and gives every partition up at once (the
@@ -165,22 +215,30 @@ func score(worker string, p int) uint32 {
 	return binary.BigEndian.Uint32(sum[:4])
 }
 
+// loop ticks every lease/3, and at once when another worker's lease
+// expires sooner (partitions_wake.go).
 func (w *worker) loop(ctx context.Context) {
-	t := time.NewTicker(w.n.cfg.Lease / 3)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		w.tick(ctx)
-		w.heal(ctx)
 		select {
 		case <-ctx.Done():
 			return
+		case <-w.kick:
+			w.heal(ctx)
+			continue
 		case <-t.C:
 		}
+		wake := &leaseWake{lease: w.n.cfg.Lease, now: time.Now()}
+		w.tick(ctx, wake)
+		w.heal(ctx)
+		t.Reset(time.Until(wake.next(wake.now.Add(w.n.cfg.Lease / 3))))
 	}
 }
 
-// liveWorkers are the workers in the nodes bucket, this one included.
-func (w *worker) liveWorkers(ctx context.Context) []string {
+// liveWorkers are the workers in the nodes bucket, this one included;
+// wake notes when the others' entries expire.
+func (w *worker) liveWorkers(ctx context.Context, wake *leaseWake) []string {
 	live := []string{w.n.cfg.Name}
 	nodes, err := w.n.Nodes(ctx)
 	if err != nil {
@@ -189,14 +247,16 @@ func (w *worker) liveWorkers(ctx context.Context) []string {
 	for _, ni := range nodes {
 		if ni.Name != w.n.cfg.Name && (ni.Role == "worker" || ni.Role == "all") {
 			live = append(live, ni.Name)
+			wake.expires(time.Duration(ni.SeenSecondsAgo * float64(time.Second)))
 		}
 	}
 	return live
 }
 
-// tick renews, gives up and takes leases to match the assignment.
-func (w *worker) tick(ctx context.Context) {
-	live := w.liveWorkers(ctx)
+// tick renews, gives up and takes leases to match the assignment; wake
+// notes when the leases other workers hold expire.
+func (w *worker) tick(ctx context.Context, wake *leaseWake) {
+	live := w.liveWorkers(ctx, wake)
 	if live == nil {
 		return // NATS unreachable: keep what we have; leases tell the truth later
 	}
@@ -242,7 +302,10 @@ func (w *worker) tick(ctx context.Context) {
 			continue // NATS trouble: try again next tick (the lease may still hold)
 		}
 		part.rev = rev
+		part.setRenewed(time.Now())
 	}
+	var starting sync.WaitGroup
+	slots := make(chan struct{}, parallelStarts)
 	for p := 0; p < w.n.cfg.Partitions; p++ {
 		if owned[p] != nil || !wanted(p) {
 			continue
@@ -250,7 +313,11 @@ func (w *worker) tick(ctx context.Context) {
 		rev, err := w.n.parts.Create(ctx, leaseKey(p), []byte(me))
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			e, gerr := w.n.parts.Get(ctx, leaseKey(p))
-			if gerr != nil || string(e.Value()) != me {
+			if gerr != nil {
+				continue
+			}
+			if string(e.Value()) != me {
+				wake.expires(time.Since(e.Created()))
 				continue // another worker holds it until it gives it up or its lease expires
 			}
 			// Ours from an earlier life of this node: take it again.
@@ -263,18 +330,26 @@ func (w *worker) tick(ctx context.Context) {
 		// Owned before its consumer delivers: a delivery's run starts
 		// only in a partition this worker owns (Owns).
 		part := &partition{rev: rev}
+		part.setRenewed(time.Now())
 		w.mu.Lock()
 		w.owned[p] = part
 		w.mu.Unlock()
-		if err := w.start(ctx, p, part); err != nil {
-			w.n.log.Warn("cluster: cannot consume partition; retrying", "partition", p, "err", err)
-			w.mu.Lock()
-			delete(w.owned, p)
-			w.mu.Unlock()
-			_ = w.n.parts.Delete(ctx, leaseKey(p), jetstream.LastRevision(rev))
-			continue
-		}
+		// The partitions taken at once (a dead worker's) start side by
+		// side: each start is a few JetStream requests.
+		starting.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; starting.Done() }()
+			if err := w.start(ctx, p, part); err != nil {
+				w.n.log.Warn("cluster: cannot consume partition; retrying", "partition", p, "err", err)
+				w.mu.Lock()
+				delete(w.owned, p)
+				w.mu.Unlock()
+				_ = w.n.parts.Delete(ctx, leaseKey(p), jetstream.LastRevision(rev))
+			}
+		}()
 	}
+	starting.Wait()
 }
 
 // drop forgets partition p and tells the hooks.
@@ -309,7 +384,7 @@ func (w *worker) drop(p int) {
 func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	prefix := "p" + strconv.Itoa(p)
 	var old []string
-	var floor uint64
+	var floor, suspect uint64
 	names := w.n.in.ConsumerNames(ctx)
 	for name := range names.Name() {
 		if name != prefix && !strings.HasPrefix(name, prefix+"_") {
@@ -322,10 +397,22 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 		if err != nil {
 			return fmt.Errorf("reading consumer %s: %w", name, err)
 		}
+		info := c.CachedInfo()
+		if info.Config.Metadata[consumerWorker] != w.hooks.Me {
+			// Another process's (or an earlier life's): it may have
+			// started what it was given, writing no claim (the hot
+			// path). Paused, it is given nothing more, and what it was
+			// given is final.
+			upTo, err := w.pauseOld(ctx, c)
+			if err != nil {
+				return err
+			}
+			suspect = max(suspect, upTo)
+		}
 		// Several: one left by an owner that died between making its
 		// consumer and deleting the earlier one. The lowest floor loses
 		// nothing (messages answered above it are answered from claims).
-		if f := c.CachedInfo().AckFloor.Stream; len(old) == 0 || f < floor {
+		if f := info.AckFloor.Stream; len(old) == 0 || f < floor {
 			floor = f
 		}
 		old = append(old, name)
@@ -342,7 +429,7 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	cfg := jetstream.ConsumerConfig{Durable: name, FilterSubject: inPrefix + strconv.Itoa(p),
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.n.cfg.AckWait, MaxAckPending: maxAckPending,
 		MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
-		Description: "termlink: partition " + strconv.Itoa(p)}
+		Description: "termlink: partition " + strconv.Itoa(p), Metadata: map[string]string{consumerWorker: w.hooks.Me}}
 	if floor > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
 	}
@@ -358,24 +445,24 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 			return fmt.Errorf("deleting the earlier consumer %s: %w", o, err)
 		}
 	}
-	bg := w.n.bgCtx
-	h := &part.health
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		defer h.delivering()()
-		in, err := decodeIn(m.Data())
-		if err != nil {
-			w.n.log.Error("cluster: dropping a bad inbound message", "partition", p, "err", err)
-			_ = m.Term()
-			return
-		}
-		w.hooks.Deliver(bg, &Delivery{In: in.Inbound, Partition: p, msg: m})
-	}, jetstream.PullMaxMessages(256),
+	// Everything an earlier consumer could have delivered is at or below
+	// the stream's last sequence now.
+	si, err := w.n.inInfo(ctx)
+	if err != nil {
+		_ = w.n.in.DeleteConsumer(ctx, name)
+		return fmt.Errorf("reading %s: %w", InStream, err)
+	}
+	part.fence.Store(si.State.LastSeq)
+	part.suspect.Store(min(suspect, si.State.LastSeq))
+	// A new consumer: not stuck, nothing lost (before its first delivery).
+	part.health.consuming(name)
+	cc, err := cons.Consume(w.consumeFn(p, part), jetstream.PullMaxMessages(256),
 		// Short pulls: a pull request sent while the new consumer elects
 		// its leader is lost, and the client notices only when a pull
 		// expires without heartbeats (30 s by default).
 		jetstream.PullExpiry(5*time.Second),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if bg.Err() == nil {
+			if w.n.bgCtx.Err() == nil {
 				w.n.log.Debug("cluster: partition consumer", "partition", p, "err", err)
 			}
 		}))
@@ -383,7 +470,86 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 		return fmt.Errorf("consuming %s: %w", name, err)
 	}
 	part.cc, part.cons = cc, cons
-	h.consuming(name)
-	w.n.log.Info("cluster: partition taken", "partition", p, "consumer", name, "from_seq", cfg.OptStartSeq)
+	w.n.log.Info("cluster: partition taken", "partition", p, "consumer", name, "from_seq", cfg.OptStartSeq,
+		"fence", part.fence.Load(), "suspect", part.suspect.Load())
 	return nil
+}
+
+// consumerWorker is the consumer metadata key naming the worker process
+// that made it (WorkerHooks.Me).
+const consumerWorker = "termlink_worker"
+
+// pauseOld pauses an earlier owner's consumer and returns the last
+// sequence it delivered: past the pause it delivers nothing. A server
+// that cannot pause (before 2.11) or a consumer that cannot be read
+// leaves it unknown: the stream's last sequence stands for it.
+func (w *worker) pauseOld(ctx context.Context, c jetstream.Consumer) (uint64, error) {
+	name := c.CachedInfo().Name
+	if _, err := w.n.in.PauseConsumer(ctx, name, time.Now().Add(time.Hour)); err == nil {
+		if info, err := c.Info(ctx); err == nil {
+			return info.Delivered.Stream, nil
+		}
+	} else {
+		w.n.log.Warn("cluster: cannot pause an earlier owner's consumer; every message it may have been given is taken as maybe started", "consumer", name, "err", err)
+	}
+	si, err := w.n.inInfo(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", InStream, err)
+	}
+	return si.State.LastSeq, nil
+}
+
+// inInfo reads the inbound stream's info on a handle of its own:
+// nats.go's Stream.Info caches what it read in the handle unguarded, and
+// partitions are taken side by side.
+func (n *Node) inInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
+	s, err := n.js.Stream(ctx, InStream)
+	if err != nil {
+		return nil, err
+	}
+	return s.CachedInfo(), nil
+}
+
+// consumeFn is what partition p's consumer calls with each delivery: it
+// hands the message to the hooks, in stream order. A delivery the
+// consumer sent and this worker never got (its connection to NATS broke
+// or was moved meanwhile: the consumer sequence skips) would come again
+// only after the ack wait, after the session's later messages ran: from
+// the gap on nothing more is handed over, and the consumer is recreated
+// at once at its ack floor (heal), so everything unanswered comes again
+// in order.
+func (w *worker) consumeFn(p int, part *partition) func(m jetstream.Msg) {
+	h := &part.health
+	var last uint64 // the consumer sequence of the last delivery
+	return func(m jetstream.Msg) {
+		defer h.delivering()()
+		md, err := m.Metadata()
+		if err == nil {
+			if h.lost() {
+				return // comes again from the new consumer
+			}
+			if last > 0 && md.Sequence.Consumer > last+1 {
+				h.loseDeliveries(md.Sequence.Consumer - last - 1)
+				w.n.log.Warn("cluster: deliveries of a partition lost on the way; recreating its consumer so they come again in order",
+					"partition", p, "lost", md.Sequence.Consumer-last-1)
+				select {
+				case w.kick <- struct{}{}:
+				default:
+				}
+				return
+			}
+			last = md.Sequence.Consumer
+		}
+		in, err := decodeIn(m.Data())
+		if err != nil {
+			w.n.log.Error("cluster: dropping a bad inbound message", "partition", p, "err", err)
+			_ = m.Term()
+			return
+		}
+		var seq uint64
+		if md != nil {
+			seq = md.Sequence.Stream
+		}
+		w.hooks.Deliver(w.n.bgCtx, &Delivery{In: in.Inbound, Partition: p, Seq: seq, msg: m})
+	}
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,5 +90,195 @@ func TestTakeOverFencesTheOldOwner(t *testing.T) {
 	}
 	for m := range batch.Messages() {
 		t.Errorf("the old owner's pull on consumer %s got a message of the new owner's: %s", oldName, m.Data())
+	}
+}
+
+// The fence of a partition taken over (issue 25 item 3: hot-path runs
+// write no claim when they start): what the earlier owner process was
+// given may have started there (suspect), what came after it stopped
+// was never given to it; a partition taken again by the process that
+// made the earlier consumer suspects nothing (it holds what it runs).
+func TestTakeOverFence(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
+		Replicas: 1, AckWait: time.Minute, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+	n, err := Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	publish := func(id string) {
+		t.Helper()
+		if _, err := n.PublishInbound(ctx, bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: id, Text: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	given := make(chan uint64, 16)
+	hooks := func(me string) WorkerHooks {
+		return WorkerHooks{Me: me, Deliver: func(_ context.Context, d *Delivery) { given <- d.Seq }, Unfinished: func(int) int { return 0 }}
+	}
+	oldOwner := &worker{n: n, hooks: hooks("w1#a"), owned: map[int]*partition{}}
+	po := &partition{}
+	if err := oldOwner.start(ctx, 0, po); err != nil {
+		t.Fatal(err)
+	}
+	if po.fence.Load() != 0 || po.suspect.Load() != 0 {
+		t.Errorf("first owner of an empty stream: fence %d suspect %d, want 0 0", po.fence.Load(), po.suspect.Load())
+	}
+	for _, id := range []string{"m-1", "m-2", "m-3"} {
+		publish(id)
+	}
+	for want := uint64(1); want <= 3; want++ {
+		select {
+		case seq := <-given:
+			if seq != want {
+				t.Fatalf("delivered seq %d, want %d", seq, want)
+			}
+		case <-ctx.Done():
+			t.Fatal("the first owner was not given m-1..m-3")
+		}
+	}
+	po.cc.Stop() // it dies: given nothing more
+	publish("m-4")
+	publish("m-5")
+
+	newOwner := &worker{n: n, hooks: hooks("w2#b"), owned: map[int]*partition{}}
+	pn := &partition{}
+	if err := newOwner.start(ctx, 0, pn); err != nil {
+		t.Fatal(err)
+	}
+	pn.cc.Stop()
+	if pn.fence.Load() != 5 || pn.suspect.Load() != 3 {
+		t.Errorf("taken over from another process: fence %d suspect %d, want 5 (the stream's last) and 3 (the last it was given)", pn.fence.Load(), pn.suspect.Load())
+	}
+
+	again := &worker{n: n, hooks: hooks("w2#b"), owned: map[int]*partition{}}
+	pa := &partition{}
+	if err := again.start(ctx, 0, pa); err != nil {
+		t.Fatal(err)
+	}
+	pa.cc.Stop()
+	if pa.fence.Load() != 5 || pa.suspect.Load() != 0 {
+		t.Errorf("taken again by the process that made the consumer: fence %d suspect %d, want 5 and 0", pa.fence.Load(), pa.suspect.Load())
+	}
+}
+
+// A worker that could not renew a partition's lease for two thirds of a
+// lease (NATS unreachable) starts nothing of it until it is renewed:
+// another worker takes it only after the whole lease.
+func TestFenceStaleLease(t *testing.T) {
+	cfg := config.Cluster{Lease: 3 * time.Second}
+	n := &Node{cfg: cfg}
+	w := &worker{n: n, owned: map[int]*partition{}}
+	n.worker = w
+	part := &partition{}
+	part.fence.Store(7)
+	part.suspect.Store(3)
+	w.owned[0] = part
+	part.setRenewed(time.Now())
+	if f, s, st := n.Fence(0); st != Owned || f != 7 || s != 3 {
+		t.Errorf("renewed now: %d %d %v, want 7 3 Owned", f, s, st)
+	}
+	part.setRenewed(time.Now().Add(-2*time.Second - 100*time.Millisecond))
+	if _, _, st := n.Fence(0); st != LeaseStale {
+		t.Errorf("not renewed for 2.1 s of a 3 s lease: %v, want LeaseStale", st)
+	}
+	if _, _, st := n.Fence(1); st != NotOwned {
+		t.Errorf("a partition not held: %v, want NotOwned", st)
+	}
+}
+
+// A node that names no partition count takes the cluster's (so changing
+// the default does not stop a cluster made with another one), and a new
+// cluster gets the default.
+func TestPartitionsDefaultAndAdopted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := startJetStream(t)
+	open := func(name string, partitions int) *Node {
+		t.Helper()
+		n, err := Open(ctx, config.Cluster{NATS: []string{url}, Role: config.RoleWorker, Name: name, Partitions: partitions,
+			Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	if got := open("first", 0).Config().Partitions; got != config.DefaultPartitions {
+		t.Errorf("a new cluster without a count: %d partitions, want the default %d", got, config.DefaultPartitions)
+	}
+	// The stream made with the default; a cluster made with another
+	// count is another JetStream.
+	url = startJetStream(t)
+	open("made-with-4", 4)
+	if got := open("joins", 0).Config().Partitions; got != 4 {
+		t.Errorf("a node without a count joining a cluster of 4: %d partitions, want 4", got)
+	}
+	if _, err := Open(ctx, config.Cluster{NATS: []string{url}, Role: config.RoleWorker, Name: "differs", Partitions: 8,
+		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}, nil); err == nil {
+		t.Error("a node configured with 8 joined a cluster of 4, want it refused")
+	}
+}
+
+// A delivery the consumer sent and the worker never got (the consumer
+// sequence skips: its NATS connection broke or moved) stops the
+// partition's hand-over at once: what comes after it is not handed to
+// the router (it would run before the lost one, which comes again only
+// after the ack wait), and the loop is told to recreate the consumer.
+func TestLostDeliveryStopsTheHandOver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
+		Replicas: 1, AckWait: time.Minute, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+	n, err := Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	for _, id := range []string{"m-1", "m-2", "m-3", "m-4"} {
+		if _, err := n.PublishInbound(ctx, bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: id, Text: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var handed []string
+	w := &worker{n: n, owned: map[int]*partition{}, kick: make(chan struct{}, 1),
+		hooks: WorkerHooks{Deliver: func(_ context.Context, d *Delivery) { handed = append(handed, d.In.MessageID) }}}
+	cons, err := n.in.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "p0_test", FilterSubject: inPrefix + "0",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(4, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []jetstream.Msg
+	for m := range batch.Messages() {
+		msgs = append(msgs, m)
+	}
+	if len(msgs) != 4 {
+		t.Fatalf("fetched %d messages, want 4", len(msgs))
+	}
+	part := &partition{}
+	fn := w.consumeFn(0, part)
+	fn(msgs[0]) // m-1
+	fn(msgs[2]) // m-3: m-2 never came (consumer sequence 2 skipped)
+	fn(msgs[3]) // m-4: after the gap
+	if strings.Join(handed, ",") != "m-1" {
+		t.Errorf("handed over %v, want only m-1 (nothing after the lost m-2)", handed)
+	}
+	if !part.health.lost() {
+		t.Error("the gap is not recorded")
+	}
+	select {
+	case <-w.kick:
+	default:
+		t.Error("the loop is not told to recreate the consumer")
+	}
+	part.health.consuming("p0_next") // a new consumer: nothing lost
+	if part.health.lost() {
+		t.Error("a new consumer still counts the old one's gap")
 	}
 }

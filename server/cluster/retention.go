@@ -9,7 +9,8 @@ import (
 	"termlink/server/config"
 )
 
-// histStreamConfig is the session history stream's configuration, its
+// histStreamConfig is the session history stream's configuration (the
+// claims and cached replies are in it too, one subject per message), its
 // retention included: records older than cluster.historyMaxAgeDays, or
 // the oldest past cluster.historyMaxMegabytes, are dropped by JetStream
 // (never a new one refused). Open applies it to a stream that exists
@@ -18,7 +19,7 @@ import (
 func histStreamConfig(cfg config.Cluster) jetstream.StreamConfig {
 	sc := jetstream.StreamConfig{
 		Name:        HistStream,
-		Description: "termlink: session history (nanobot records), one subject per session",
+		Description: "termlink: session history: each message's claim, cached reply and turn (nanobot records), one subject per message under its session's",
 		Subjects:    []string{histPrefix + ">"},
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
@@ -27,6 +28,12 @@ func histStreamConfig(cfg config.Cluster) jetstream.StreamConfig {
 		Discard:     jetstream.DiscardOld,
 		MaxAge:      cfg.HistoryMaxAge,
 		MaxBytes:    cfg.HistoryMaxBytes,
+		AllowDirect: true, // the edges' lookups (PeekClaim)
+	}
+	if sc.MaxAge > 0 && sc.MaxAge < cfg.DedupeTTL {
+		// The claims are in the history: a message is deduplicated for
+		// dedupeHours at least.
+		sc.MaxAge = cfg.DedupeTTL
 	}
 	if sc.MaxBytes <= 0 {
 		sc.MaxBytes = -1 // no limit

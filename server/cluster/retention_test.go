@@ -50,8 +50,10 @@ func TestHistoryRetention(t *testing.T) {
 
 	text := strings.Repeat("x", 1000)
 	for i := range 200 { // ~200 KB: about two thirds are dropped
-		h := n.AppendHistory(fmt.Sprintf("s-%03d", i), session.Record{Role: "user", MessageID: "m", Content: text})
-		if err := h.Wait(ctx); err != nil {
+		key := fmt.Sprintf("s-%03d", i)
+		done := Claim{State: StateDone, Session: key, MessageID: "m", Reply: &Reply{Text: "ok"},
+			Records: []session.Record{{Role: "user", MessageID: "m", Content: text}}}
+		if _, err := n.UpdateClaim(ctx, done, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -32,7 +32,8 @@ type Store struct {
 	tickets *Tickets // worker: deliveries held until answered
 	claims  *Claimer // worker: starts and finishes them
 
-	swept atomic.Uint64 // for /metrics (Metrics)
+	swept atomic.Uint64             // for /metrics (Metrics)
+	watch atomic.Pointer[EdgeWatch] // cut off from NATS? (edgewatch.go)
 }
 
 var _ record.Store = (*Store)(nil)
@@ -56,8 +57,9 @@ type StoreOptions struct {
 	// a worker restarted under the same name tells its predecessor's runs
 	// (cut short) from its own.
 	Process string
-	// ClaimHook, if set, runs before each claim write of Start; an error
-	// stands for a write that failed (tests: a NATS leader election).
+	// ClaimHook, if set, runs at each Start and before each claim write
+	// of a Start; an error stands for NATS trouble there (tests: a NATS
+	// leader election).
 	ClaimHook func(in bus.Inbound) error
 }
 
@@ -73,7 +75,7 @@ func OpenStore(cfg config.Cluster, host Host, opt StoreOptions) (*Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &Store{host: host, log: opt.Logger, node: n, cfg: cfg, edge: NewWaits(), tickets: NewTickets()}
+	c := &Store{host: host, log: opt.Logger, node: n, cfg: n.Config(), edge: NewWaits(), tickets: NewTickets()}
 	c.claims = NewClaimer(n, c.tickets, n.Name()+"#"+opt.Process, opt.Logger, func(in bus.Inbound) error {
 		if hook := opt.ClaimHook; hook != nil {
 			return hook(in)
@@ -120,15 +122,20 @@ func (c *Store) Run(cancel func(sessionKey, messageID string) bool, devices func
 		c.loop(2*time.Second, c.sweep)
 	}
 	if c.cfg.Worker() {
-		if err := c.node.SubscribeCancel(func(key, id string) { cancel(key, id) }); err != nil {
+		if err := c.node.SubscribeCancel(func(key, id string) {
+			c.claims.Cancelled(Key{Session: key, MessageID: id})
+			cancel(key, id)
+		}); err != nil {
 			return err
 		}
 		// Lost: the queued copies of a partition this worker no longer owns
 		// are not run (Start), and a later delivery queues its own.
-		c.node.RunWorker(WorkerHooks{Deliver: c.deliver, Unfinished: c.tickets.Unfinished, Lost: c.tickets.Lost})
+		c.node.MirrorPresence() // replies find their edge without a read
+		c.node.RunWorker(WorkerHooks{Me: c.claims.Me(), Deliver: c.deliver, Unfinished: c.tickets.Unfinished, Lost: c.tickets.Lost})
 		c.loop(c.cfg.AckWait/3, c.keepInProgress)
 	}
 	c.node.Heartbeat(devices, c.node.Owned)
+	c.watch.Store(c.watchNATS())
 	return nil
 }
 
@@ -161,8 +168,15 @@ func (c *Store) Close() error { c.node.Close(); return nil }
 // this node (JetStream redelivers what no worker answered).
 func (c *Store) Recover(context.Context) ([]bus.Inbound, error) { return nil, nil }
 
-// Health implements record.Store: JetStream's trouble shows in Status.
-func (c *Store) Health() (bool, string) { return true, "" }
+// Health implements record.Store: a node NATS has not answered for
+// longer than a lease says so (edgewatch.go); JetStream's other trouble
+// shows in Status.
+func (c *Store) Health() (bool, string) {
+	if r := c.watch.Load().Lost(); r != "" {
+		return false, r
+	}
+	return true, ""
+}
 
 // Joined implements record.Store: a message a running turn took is
 // recorded with the turn's reply.
@@ -173,10 +187,10 @@ func (c *Store) Joined(context.Context, bus.Inbound) {}
 func (c *Store) Pending(string, string) bool { return false }
 
 // Refuses implements record.Store: a node that is not an edge takes no
-// devices.
+// devices, nor does an edge cut off from NATS (edgewatch.go).
 func (c *Store) Refuses() string {
 	if c.cfg.Edge() {
-		return ""
+		return c.watch.Load().Lost()
 	}
 	return fmt.Sprintf("this termserver is cluster node %q with role %q: it runs agents and takes no devices; connect to an edge", c.cfg.Name, c.cfg.Role)
 }
@@ -211,7 +225,9 @@ func (c *Store) holdBack(in bus.Inbound) error {
 
 func (c *Store) acceptInOrder(ctx context.Context, in bus.Inbound, perSession int, ack func(record.Accepted)) error {
 	k := KeyOf(in)
-	prior, _, found, err := c.node.GetClaim(ctx, in.SessionKey, in.MessageID)
+	// Any replica's copy: a claim it has not applied yet is a resend
+	// published again (PeekClaim says why that is safe).
+	prior, _, found, err := c.node.PeekClaim(ctx, in.SessionKey, in.MessageID)
 	if err != nil {
 		return err
 	}
@@ -453,9 +469,13 @@ func (c *Store) Start(ctx, _ context.Context, in bus.Inbound) (answer *agent.Res
 func (c *Store) started(t *Ticket, in bus.Inbound, step StartStep) *agent.Result {
 	t.Recs = []session.Record{userRecord(in)}
 	if step.Attempt > 1 {
-		t.Recs = append(t.Recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
-			Content: fmt.Sprintf("the run of message %s was cut short; run %d of at most %d", in.MessageID, step.Attempt, MaxRunAttempts),
-			Extra:   map[string]any{"event": record.EventInterrupted, "attempt": step.Attempt}})
+		what := fmt.Sprintf("the run of message %s was cut short; run %d of at most %d", in.MessageID, step.Attempt, MaxRunAttempts)
+		if step.Unsure {
+			what = fmt.Sprintf("the worker that held message %s stopped or lost its partition before answering it, and may have been running it; run %d of at most %d",
+				in.MessageID, step.Attempt, MaxRunAttempts)
+		}
+		t.Recs = append(t.Recs, session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID, Content: what,
+			Extra: map[string]any{"event": record.EventInterrupted, "attempt": step.Attempt}})
 	}
 	if step.Interrupted() {
 		return &agent.Result{Text: interruptedTwice, FinishReason: link.FinishError}
@@ -468,8 +488,8 @@ func userRecord(in bus.Inbound) session.Record {
 		Timestamp: in.Received.Format(session.TimeLayout)}
 }
 
-// Finish records a reply: the turn's records in the history and the claim
-// set to done with the cached reply, both stored before it is sent. ok
+// Finish records a reply: the claim set to done with the cached reply
+// and the turn's records (the history), stored before it is sent. ok
 // false: another worker took the message over meanwhile and answers it.
 // The session's next message records its own start (Start).
 func (c *Store) Finish(ctx context.Context, in bus.Inbound, reply *link.Message, media []string, _ *bus.Inbound) bool {

@@ -21,6 +21,10 @@ type Claimer struct {
 	log     *slog.Logger
 	hook    func(bus.Inbound) error
 
+	// recent: messages this worker answered lately; cancelled: cancels
+	// it was told of lately. A delivery of either reads its claim.
+	recent, cancelled *KeySet
+
 	// For /metrics: runs started again (their worker died), lost
 	// compare-and-sets, answered messages answered again from the claim.
 	Reruns, Conflicts, Resent atomic.Uint64
@@ -28,29 +32,59 @@ type Claimer struct {
 
 // NewClaimer makes the claimer of worker process me (its node name and
 // run prefix: see DecideStart) holding tickets. writeHook, if not nil,
-// runs before each claim write of a start; an error stands for a write
-// that failed (tests: a NATS leader election).
+// runs at each start and before each claim write of a start; an error
+// stands for NATS trouble there (tests: a NATS leader election).
 func NewClaimer(n *Node, tickets *Tickets, me string, log *slog.Logger, writeHook func(bus.Inbound) error) *Claimer {
-	return &Claimer{node: n, tickets: tickets, me: me, log: log, hook: writeHook}
+	return &Claimer{node: n, tickets: tickets, me: me, log: log, hook: writeHook,
+		recent: NewKeySet(recentAnswered), cancelled: NewKeySet(recentCancels)}
 }
 
 // Me names this worker process in claims.
 func (w *Claimer) Me() string { return w.me }
 
 // Start decides, by the message's claim, what the turn of in (held by
-// ticket t, starting) is, and marks the claim running (compare-and-set:
-// one worker starts a message). The step's action is StartStarted (run
-// it: t is running, its claim written), StartCached (t.Claim has the
-// reply) or StartCancelled. ok false: not to be run here (stopping, the
-// partition moved, or its claim keeps changing: it comes again).
+// ticket t, starting) is. The step's action is StartStarted (run it: t
+// is running), StartCached (t.Claim has the reply) or StartCancelled.
+// ok false: not to be run here (stopping, the partition moved, or its
+// claim keeps changing: it comes again).
+//
+// The hot path writes nothing and reads nothing: a message delivered
+// past its partition's fence (what an earlier owner of the partition may
+// have been given, Node.Fence), that this worker has not answered or
+// been told to cancel lately, is new; its one write is the done claim
+// (Finish, create-only). Any other reads its claim first: found, it is
+// decided by it (DecideStart); not found and delivered to an earlier
+// owner process, it may have started there (that one died or lost the
+// partition), so it is claimed running as the next attempt
+// (compare-and-set: one worker starts it) and recorded as interrupted.
 func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step StartStep, ok bool) {
 	k := KeyOf(in)
-	cl, rev := t.Claim, t.Rev
-	read := false // the first try creates the claim without reading it
 	wait := 100 * time.Millisecond
+	for w.hook != nil && ctx.Err() == nil {
+		// Tests: NATS trouble at the start; it is looked at again.
+		err := w.hook(in)
+		if err == nil {
+			break
+		}
+		w.log.Warn("cluster: cannot start a message; retrying", "message_id", in.MessageID, "err", err)
+		wait = pause(ctx, wait)
+	}
+	// The delivery now (a partition taken again delivers it again, to
+	// the same ticket) and the partition's fence now.
+	d, fence, suspect, ok := w.owned(ctx, t)
+	if !ok {
+		w.tickets.Forget(k, t)
+		return StartStep{}, false
+	}
+	if d.Seq > fence && !w.recent.Has(k) && !w.cancelled.Has(k) {
+		w.started(t, t.Claim, 0)
+		return StartStep{Action: StartStarted, Claim: t.Claim, Attempt: 1}, true
+	}
+	cl, rev := t.Claim, t.Rev
+	read := true
 	conflicts := 0
 	for {
-		if ctx.Err() != nil || !w.node.Owns(w.tickets.Delivery(t).Partition) {
+		if _, _, _, ok := w.owned(ctx, t); !ok {
 			// Stopping, or the partition moved while the claim could
 			// not be written: the next owner runs it (and finds it
 			// running here, cut short, if a write that failed was
@@ -68,12 +102,18 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 				wait = pause(ctx, wait)
 				continue
 			}
-			if found {
-				cl, rev = cur, crev
-			} else {
-				cl, rev = t.Claim, 0
-			}
 			read = false
+			switch {
+			case found:
+				cl, rev = cur, crev
+			case d.Seq <= suspect:
+				// Given to an earlier owner, which may have started it.
+				cl, rev = t.Claim, 0
+				cl.State, cl.Worker, cl.Attempt = StateRunning, UnknownWorker, 1
+			default: // never started: new, as on the hot path
+				w.started(t, t.Claim, 0)
+				return StartStep{Action: StartStarted, Claim: t.Claim, Attempt: 1}, true
+			}
 		}
 		step := DecideStart(cl, w.me, in.RunID)
 		switch step.Action {
@@ -82,6 +122,7 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 			return step, true
 		case StartCached:
 			w.Resent.Add(1)
+			w.recent.Add(k) // a later copy reads its claim too
 			t.Claim, t.Rev, t.Cached = cl, rev, true
 			return step, true
 		case StartCancelled:
@@ -107,7 +148,7 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 			w.Conflicts.Add(1)
 			w.log.Warn("cluster: message not started: its claim keeps changing; it comes again", "message_id", in.MessageID)
 			w.tickets.Forget(k, t)
-			_ = w.tickets.Delivery(t).Nak()
+			_ = d.Nak()
 			return StartStep{}, false
 		case AfterPauseRead:
 			w.log.Warn("cluster: cannot write a claim; retrying", "message_id", in.MessageID, "err", err)
@@ -124,33 +165,54 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 	}
 }
 
+// owned waits while t's partition's lease is stale (this worker cannot
+// reach NATS to renew it) and reports its delivery and fence once the
+// lease is renewed; ok false when the partition is lost or ctx ends.
+func (w *Claimer) owned(ctx context.Context, t *Ticket) (d *Delivery, fence, suspect uint64, ok bool) {
+	wait := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		d = w.tickets.Delivery(t)
+		var st LeaseState
+		fence, suspect, st = w.node.Fence(d.Partition)
+		switch st {
+		case Owned:
+			return d, fence, suspect, true
+		case NotOwned:
+			return d, 0, 0, false
+		}
+		wait = pause(ctx, wait)
+	}
+	return d, 0, 0, false
+}
+
 // started records that this worker runs t's message under claim cl.
 func (w *Claimer) started(t *Ticket, cl Claim, rev uint64) {
 	t.Claim, t.Rev = cl, rev
 	w.tickets.Running(t)
 }
 
-// Finish records a reply: the turn's records in the session history,
-// then the claim set to done with the reply, both stored before it is
-// sent. ok false: not stored, or another worker took the message over
+// Finish records a reply: the claim set to done with the reply and the
+// turn's records (the session history), one write, stored before it is
+// sent. On the hot path it creates the claim (none may exist: a cancel
+// or a new owner's claim since makes it a conflict, read and decided);
+// else it is a compare-and-set on the claim this worker wrote or read.
+// ok false: not stored, or another worker took the message over
 // meanwhile and answers it.
 func (w *Claimer) Finish(ctx context.Context, t *Ticket, in bus.Inbound, recs []session.Record, reply Reply) bool {
-	// The turn is in the history before the claim says done: a worker
-	// that finds the claim done (this one's partition moved while NATS
-	// was away) answers from it without writing history, so the history
-	// would otherwise get this turn after the session's later ones.
 	k := KeyOf(in)
-	if err := w.node.AppendHistory(in.SessionKey, recs...).Wait(ctx); err != nil {
-		w.log.Warn("cluster: turn not stored in the session history; not answered here", "message_id", in.MessageID, "err", err)
-		w.tickets.Forget(k, t)
-		return false
+	for i := range recs {
+		if recs[i].Timestamp == "" {
+			recs[i].Timestamp = session.Now()
+		}
 	}
 	cl, rev := t.Claim, t.Rev
 	for {
 		done := Done(cl, w.me, reply)
+		done.Records = recs
 		nrev, err := w.node.UpdateClaim(ctx, done, rev)
 		if err == nil {
 			t.Claim, t.Rev = done, nrev
+			w.recent.Add(k)
 			return true
 		}
 		if ctx.Err() != nil {
@@ -163,6 +225,7 @@ func (w *Claimer) Finish(ctx context.Context, t *Ticket, in bus.Inbound, recs []
 				switch DecideFinishConflict(cur, found, t.Claim, w.me, in.RunID) {
 				case FinishWritten: // our write went through; its answer was lost
 					t.Claim, t.Rev = cur, crev
+					w.recent.Add(k)
 					return true
 				case FinishDropped:
 					w.log.Warn("cluster: reply dropped: another worker took the message over",
@@ -182,6 +245,10 @@ func (w *Claimer) Finish(ctx context.Context, t *Ticket, in bus.Inbound, recs []
 		}
 	}
 }
+
+// Cancelled notes a cancel sent to the workers: the message, if it comes
+// later, reads its claim before it starts (the cancel claim answers it).
+func (w *Claimer) Cancelled(k Key) { w.cancelled.Add(k) }
 
 // pause waits d (or until ctx ends) and returns the next, longer wait.
 func pause(ctx context.Context, d time.Duration) time.Duration {

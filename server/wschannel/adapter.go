@@ -76,6 +76,10 @@ type Adapter interface {
 	// ReplaceElsewhere closes the peer's connection here (4001) because
 	// the peer connected to another edge of the cluster.
 	ReplaceElsewhere(peerID, edge string)
+	// CloseDevices closes every connection with code and reason (a
+	// cluster edge cut off from NATS sends its devices elsewhere); new
+	// ones are still taken.
+	CloseDevices(code int, reason string)
 	// PushNotices queues the peer's due notices on its connection; it
 	// reports whether the peer is connected and takes notices.
 	PushNotices(peerID string) bool
@@ -379,6 +383,19 @@ func (a *terminalAdapter) ReplaceElsewhere(peerID, edge string) {
 	a.mu.Unlock()
 	if c != nil {
 		c.closeWith(CloseReplaced, "replaced by a newer connection for peer_id "+peerID+" on edge "+edge)
+	}
+}
+
+// CloseDevices implements Adapter.
+func (a *terminalAdapter) CloseDevices(code int, reason string) {
+	a.mu.Lock()
+	conns := make([]*wsConn, 0, len(a.conns))
+	for c := range a.conns {
+		conns = append(conns, c)
+	}
+	a.mu.Unlock()
+	for _, c := range conns {
+		c.closeWith(code, reason)
 	}
 }
 

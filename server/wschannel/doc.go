@@ -17,9 +17,9 @@
 //
 // The server holds each channel's adapter as an Adapter: the
 // dispatcher's Send, /api/status's ConnectedPeers, Close at shutdown,
-// ServeUpgrade for the route, ReplaceElsewhere for a cluster edge,
-// PushNotices for the mailboxes and ReloadClientAuth for the mutual TLS
-// reload. The concrete type is the package's own.
+// ServeUpgrade for the route, ReplaceElsewhere and CloseDevices for a
+// cluster edge, PushNotices for the mailboxes and ReloadClientAuth for
+// the mutual TLS reload. The concrete type is the package's own.
 //
 // A connection's writer has one state (open, greeted, closing, closed;
 // conn.go): replies, progress and notices are pushed into its queues,

@@ -11,7 +11,8 @@
 #                (each has the other edge as its link fallback), 100 msg/s;
 #                after 8 s edge-1 gets SIGKILL. Reported: seconds from the
 #                kill until edge-2's /api/status counts every device, and
-#                the load's lost and duplicate replies.
+#                the load's lost and duplicate replies, with each
+#                device's reconnect time (and the backoff part of it).
 #   worker kill  the workers run the built-in echo with RUN_MS per run;
 #                WDEVICES devices send 50 msg/s; after 6 s worker-1 gets
 #                SIGKILL. Reported: seconds from the kill to the last and
@@ -34,7 +35,8 @@ cleanup() {
 }
 trap cleanup EXIT
 echo "building into $tmp"
-go build -o "$tmp/flnats" github.com/nats-io/nats-server/v2
+. testrig/bench/lib.sh # natsnode (its field is replaced below)
+cp "$(natsnode)" "$tmp/flnats"
 go build -o "$tmp/flnode" ./cmd/termserver
 go build -o "$tmp/termrig" ./cmd/termrig
 
@@ -122,6 +124,9 @@ edge_round() {
 	[ "$n" -ge "$DEVICES" ] || back="never($n)"
 	echo "  edge kill: all $DEVICES devices on edge-2 after ${back} s; $(field messages "$d/load.txt"); $(field duplicates "$d/load.txt")"
 	EDGE_BACK+=("$back")
+	# each device's time from its link dropping to connected again, and
+	# the part of it spent waiting in the client's backoff
+	grep -E '^(reconnect|[[:space:]]+waiting in backoff)' "$d/load.txt" | sed 's/^ */    /' || true
 	pkill -9 -f "$d/" 2>/dev/null || true
 	sleep 1
 }
@@ -160,6 +165,19 @@ EOF
 )
 	set -- $r
 	echo "  worker kill: $3 runs cut short; their replies stored $2 s (median) and $1 s (last) after the kill; $(field messages "$d/load.txt"); $(field duplicates "$d/load.txt")"
+	# when worker-2 took worker-1's partitions (its log), after the kill
+	python3 - "$d/worker-2.log" "$t0" <<'EOF'
+import datetime, re, sys
+kill, taken = float(sys.argv[2]), []
+for line in open(sys.argv[1]):
+    m = re.match(r'time=(\S+) .*msg="cluster: partition taken"', line)
+    if m:
+        at = datetime.datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp() - kill
+        if at > 0:
+            taken.append(at)
+if taken:
+    print(f"    worker-2 took {len(taken)} partitions {min(taken):.2f}-{max(taken):.2f} s after the kill (lease 5 s)")
+EOF
 	WORKER_LAST+=("$1")
 	WORKER_MED+=("$2")
 	pkill -9 -f "$d/" 2>/dev/null || true

@@ -18,7 +18,8 @@
 # run's start. Scenarios:
 #   nats    kill -9 of one NATS node after a third of the time, started
 #           again after two thirds: the leader of the partition leases'
-#           bucket, of the claims' bucket or of the inbound stream, in turn
+#           bucket, of the claims' stream (TERMLINK_HIST) or of the inbound
+#           stream, in turn
 #           (the workers' "lost the lease" lines are counted: leases_lost);
 #   worker  kill -9 of worker-1 after a third of the time, as soon as it
 #           has started a run (runs last 0.6 s).

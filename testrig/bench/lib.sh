@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lib.sh — helpers the bench scripts share (sourced, not run). They use
 # the caller's globals: $tmp (scratch dir holding the termrig binary and
 # the report), $URL (the --server value), $round, $srv and $results.
@@ -18,3 +19,26 @@ record() { printf '%s\t%s\t%s\t%s\n' "$round" "$srv" "$1" "$2" >>"$results"; }
 
 # loadavg: the 1, 5 and 15 minute load averages.
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# natsnode: prints the path of a nats-server binary of the version go.mod
+# pins, built once into the cache testrig/cluster uses
+# (${XDG_CACHE_HOME:-~/.cache}/termlink/natsnode-VERSION/natsnode; not
+# named nats-server, so that someone's `pkill -f nats-server` leaves it
+# alone). The build reads a copy of go.mod and go.sum (-modfile), so a
+# go.sum without the entries of nats-server's main package (it imports
+# go.uber.org/automaxprocs, which termlink does not) is not changed.
+natsnode() {
+	local v dir m
+	v=$(go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
+	dir=${XDG_CACHE_HOME:-$HOME/.cache}/termlink/natsnode-$v
+	if [ ! -x "$dir/natsnode" ]; then
+		mkdir -p "$dir"
+		m=$(mktemp -d)
+		cp go.mod "$m/nats.mod"
+		cp go.sum "$m/nats.sum"
+		go build -mod=mod -modfile="$m/nats.mod" -o "$dir/natsnode.$$" github.com/nats-io/nats-server/v2 >&2 &&
+			mv "$dir/natsnode.$$" "$dir/natsnode"
+		rm -rf "$m"
+	fi
+	echo "$dir/natsnode"
+}

@@ -62,6 +62,8 @@ type clusterOpts struct {
 	cluster        map[string]any // more keys of the cluster block
 	concurrent     bool           // start the termserver nodes at the same time
 	channel        map[string]any // keys of the channel's config block
+	// natsFor, if set, gives a node's NATS URLs ("": all of them).
+	natsFor func(c *cluster.NATS, node string) string
 }
 
 // startCluster starts the NATS cluster, then the termserver nodes one
@@ -90,6 +92,11 @@ func startCluster(t *testing.T, o clusterOpts) *testCluster {
 	for i, s := range specs {
 		s.NATS, s.Partitions, s.Replicas, s.Agent, s.Cluster, s.ChannelConfig = tc.nats.URLs(), 8, 3, o.agent, extra, o.channel
 		s.Dir = filepath.Join(dir, s.Name)
+		if o.natsFor != nil {
+			if u := o.natsFor(tc.nats, s.Name); u != "" {
+				s.NATS = u
+			}
+		}
 		start := func() { servers[i], errs[i] = cluster.StartServer(ctx, termserverBin, s) }
 		if o.concurrent {
 			wg.Add(1)
@@ -316,7 +323,9 @@ type histRecord struct {
 }
 
 // readHistory reads every record of the TERMLINK_HIST stream, in stream
-// order (duplicates included: the caller counts).
+// order (duplicates included: the caller counts). A message's claim
+// written done again (a cancel that lost the race) stays in the stream
+// as two entries: the caller counts by role, message id and event.
 func readHistory(t *testing.T, urls string) []histRecord {
 	t.Helper()
 	nc, err := nats.Connect(urls)
@@ -347,15 +356,21 @@ func readHistory(t *testing.T, urls string) []histRecord {
 			}
 			t.Fatalf("history seq %d: %v", seq, err)
 		}
-		// {"session": KEY, "records": [...]}: the records one write
-		// stored together ("record": one, in the first version).
+		// A message's claim, {"state": ..., "session": KEY, "records":
+		// [...]}: its turn once done; or, in the earlier formats,
+		// {"session": KEY, "records": [...]} ("record": one, in the
+		// first version).
 		var e struct {
+			State   string           `json:"state"`
 			Session string           `json:"session"`
 			Record  *session.Record  `json:"record"`
 			Records []session.Record `json:"records"`
 		}
 		if err := json.Unmarshal(m.Data, &e); err != nil {
 			t.Fatalf("history seq %d: %v: %s", seq, err, m.Data)
+		}
+		if e.State != "" && e.State != "done" {
+			continue // a claim not answered yet: no turn
 		}
 		if e.Record != nil {
 			e.Records = append(e.Records, *e.Record)

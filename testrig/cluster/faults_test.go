@@ -27,7 +27,7 @@ import (
 //
 //	nats    one NATS node gets SIGKILL after a third of the time and is
 //	        started again after two thirds: in turn the leader of the
-//	        partition leases' bucket, of the claims' bucket and of the
+//	        partition leases' bucket, of the claims' stream and of the
 //	        inbound stream;
 //	worker  worker-1 gets SIGKILL after a third of the time, as soon as
 //	        it has started a run (runs last 0.6 s).
@@ -87,9 +87,10 @@ func faultRepetition(t *testing.T, scenario string) {
 	// The NATS node to kill: the leader of a stream whose election stalls
 	// what matters, in turn the partition leases' (KV_termlink_parts:
 	// its keys outlive an election shorter than the lease), the claims'
-	// and the inbound messages'; else a node in turn.
+	// (TERMLINK_HIST, with the turns) and the inbound messages'; else a
+	// node in turn.
 	victim := tc.nats.Nodes[rep%len(tc.nats.Nodes)]
-	leaderOf := []string{"KV_termlink_parts", "KV_termlink_dedupe", "TERMLINK_IN"}[(rep/2)%3]
+	leaderOf := []string{"KV_termlink_parts", "TERMLINK_HIST", "TERMLINK_IN"}[(rep/2)%3]
 	if name := streamLeader(tc.nats.URLs(), leaderOf); name != "" {
 		for _, n := range tc.nats.Nodes {
 			if n.Name == name {

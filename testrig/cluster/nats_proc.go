@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -109,7 +110,18 @@ func BuildNATSServer(ctx context.Context, cacheDir string) (string, error) {
 	}
 	_ = tmp.Close()
 	defer os.Remove(tmp.Name())
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp.Name(), natsModule)
+	// On copies of termlink's go.mod and go.sum, with -mod=mod: the
+	// nats-server command needs a module the termlink packages do not
+	// (go.uber.org/automaxprocs), whose go.sum lines `go mod tidy`
+	// removes, so a plain go build fails on a machine that never built
+	// it ("missing go.sum entry"). The copies get the lines; the
+	// repository's files are not touched.
+	modfile, cleanup, err := natsModfile(ctx)
+	if err != nil {
+		return "", fmt.Errorf("building nats-server: %w", err)
+	}
+	defer cleanup()
+	cmd := exec.CommandContext(ctx, "go", "build", "-mod=mod", "-modfile="+modfile, "-o", tmp.Name(), natsModule)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building nats-server (go build %s, from inside the termlink module): %w\n%s", natsModule, err, out)
 	}
@@ -117,4 +129,34 @@ func BuildNATSServer(ctx context.Context, cacheDir string) (string, error) {
 		return "", fmt.Errorf("building nats-server: %w", err)
 	}
 	return bin, nil
+}
+
+// natsModfile copies termlink's go.mod and go.sum to a temporary
+// directory and returns the copy of go.mod (for go build -modfile).
+func natsModfile(ctx context.Context) (string, func(), error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", nil, fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", nil, errors.New("not inside the termlink module (go env GOMOD is empty)")
+	}
+	dir, err := os.MkdirTemp("", "natsnode-mod-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	for _, f := range [][2]string{{gomod, "nats.mod"}, {strings.TrimSuffix(gomod, ".mod") + ".sum", "nats.sum"}} {
+		b, err := os.ReadFile(f[0])
+		if err != nil {
+			cleanup()
+			return "", nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, f[1]), b, 0o644); err != nil {
+			cleanup()
+			return "", nil, err
+		}
+	}
+	return filepath.Join(dir, "nats.mod"), cleanup, nil
 }

@@ -145,7 +145,7 @@ func partitionRepetition(t *testing.T) {
 	time.Sleep(3 * time.Second) // the partitions' consumers have elected their leaders
 
 	victim := nc.Nodes[rep%len(nc.Nodes)]
-	leaderOf := []string{"KV_termlink_parts", "KV_termlink_dedupe", "TERMLINK_IN"}[rep%3]
+	leaderOf := []string{"KV_termlink_parts", "TERMLINK_HIST", "TERMLINK_IN"}[rep%3]
 	if name := streamLeader(nc.URLs(), leaderOf); name != "" {
 		for _, n := range nc.Nodes {
 			if n.Name == name {

@@ -37,6 +37,11 @@ type clientDev struct {
 	closeOnce sync.Once
 	done      chan struct{} // closed when the event reader has ended
 
+	// Of the event reader only: when the link left connected, and how
+	// long it has waited in backoff since (StateWaiting to the next dial).
+	downAt, waitFrom time.Time
+	waited           time.Duration
+
 	leaving   atomic.Bool // a move is closing this client: not a disconnect
 	awaitMove atomic.Bool // started by a move: its first connect decides the move
 
@@ -231,12 +236,27 @@ func (r *runner) clientState(d *device, cd *clientDev, e link.Event, wasConnecte
 			return
 		}
 	}
+	switch e.State {
+	case link.StateWaiting:
+		cd.waitFrom = e.Time
+	case link.StateConnecting:
+		if !cd.waitFrom.IsZero() {
+			cd.waited += e.Time.Sub(cd.waitFrom)
+			cd.waitFrom = time.Time{}
+		}
+	}
 	switch {
 	case e.State == link.StateConnected:
 		r.mu.Lock()
 		r.reconnects++
+		if !cd.downAt.IsZero() {
+			r.reconnectLat = append(r.reconnectLat, e.Time.Sub(cd.downAt))
+			r.reconnectWait = append(r.reconnectWait, cd.waited)
+		}
 		r.mu.Unlock()
+		cd.downAt, cd.waitFrom, cd.waited = time.Time{}, time.Time{}, 0
 	case wasConnected && !r.closing.Load() && !cd.leaving.Load():
+		cd.downAt = e.Time
 		reason := e.Reason
 		if reason == "" {
 			reason = "link left connected: " + e.State.String()

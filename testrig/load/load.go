@@ -118,18 +118,21 @@ type runner struct {
 
 	stateDir string // client mode, file outbox: parent of the device state dirs
 
-	mu           sync.Mutex // guards the fields below
-	connectLat   []time.Duration
-	connectErrs  counter
-	failed       int
-	disconnected int
-	disconnErrs  counter
-	reconnects   int          // client mode: sessions after the first
-	clientStats  *ClientStats // client mode: summed at close
-	moves        int          // moves started (Options.Move)
-	movesFailed  int          // moves whose device did not reach connected on the next server
-	moveErrs     counter
-	servers      []ServerCount
+	mu         sync.Mutex // guards the fields below
+	connectLat []time.Duration
+	// client mode: from a link leaving connected to connected again, and
+	// the part of it spent waiting in backoff
+	reconnectLat, reconnectWait []time.Duration
+	connectErrs                 counter
+	failed                      int
+	disconnected                int
+	disconnErrs                 counter
+	reconnects                  int          // client mode: sessions after the first
+	clientStats                 *ClientStats // client mode: summed at close
+	moves                       int          // moves started (Options.Move)
+	movesFailed                 int          // moves whose device did not reach connected on the next server
+	moveErrs                    counter
+	servers                     []ServerCount
 
 	// The mover starts moves until moverCtx ends (sending ended);
 	// moveCtx ends when the run stops moving devices altogether: a

@@ -37,6 +37,11 @@ type Report struct {
 	// Reconnects counts sessions a client got back after a disconnect
 	// (client mode; a lean device does not reconnect).
 	Reconnects int `json:"reconnects"`
+	// Reconnect is, per reconnect, the time from the link leaving
+	// connected to connected again; ReconnectWait the part of it the
+	// client waited in backoff (client mode).
+	Reconnect     Latency `json:"reconnect_ms"`
+	ReconnectWait Latency `json:"reconnect_wait_ms"`
 	// Client sums the link.Client counters (client mode).
 	Client *ClientStats `json:"client,omitempty"`
 	// Servers lists the servers and the devices on each, when there are
@@ -130,6 +135,8 @@ func (r *runner) report(start, sendStart, sendEnd time.Time, interrupted bool) *
 		Disconnected:     r.disconnected,
 		DisconnectErrors: r.disconnErrs.counts(),
 		Reconnects:       r.reconnects,
+		Reconnect:        summarize(r.reconnectLat),
+		ReconnectWait:    summarize(r.reconnectWait),
 		Client:           r.clientStats,
 		Mode:             "lean",
 		Move:             ms(r.opt.Move),
@@ -261,6 +268,10 @@ func (r *Report) WriteText(w io.Writer) {
 		counts(r.MoveErrors)
 	}
 	p("connect\t%s", lat(r.Connect, false))
+	if r.Reconnect.N > 0 {
+		p("reconnect\t%s", lat(r.Reconnect, false))
+		p("\twaiting in backoff %s", lat(r.ReconnectWait, false))
+	}
 	if r.Rate > 0 || r.Sent > 0 {
 		p("messages\tsent %d  acked %d  replied %d  lost %d", r.Sent, r.Acked, r.Replied, r.Lost)
 		if r.SendErrors > 0 || r.Rejected > 0 || r.UnknownIDs > 0 {
