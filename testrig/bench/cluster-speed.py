@@ -220,6 +220,9 @@ def window(args):
                 rec(f"CPU s {phase} window {n}", v)
         if replies:
             rec(f"CPU µs/reply {phase}", tot / replies * 1e6)
+        # what the server (and its load) got of the machine's cores: low
+        # when the machine's other work took them
+        rec(f"cores used {phase} (load included)", tot / dt)
     with open(results, "a") as f:
         for fig, val in rows:
             f.write(f"{rnd}\t{srv}\t{fig}\t{val}\n")
@@ -300,43 +303,47 @@ def prof(args):
 
 def table(args):
     second = args[1]
-    vals, order = {}, []
+    vals, order, srvs = {}, [], ["cluster", second]
     for line in open(args[0]):
         _, srv, fig, v = line.rstrip("\n").split("\t")
         if fig not in order:
             order.append(fig)
+        if srv not in srvs:
+            srvs.append(srv)
         vals.setdefault((fig, srv), []).append(float(v))
     w = max(len(f) for f in order) if order else 20
-    print(f"{'figure (median over rounds)':{w}} {'cluster':>10} {second:>10} {'c/' + second[0]:>6}   per round (cluster | {second})")
+    ratios = [(s, second) for s in srvs if s != second]
+    print(f"{'figure (median over rounds)':{w}} " + " ".join(f"{s:>10}" for s in srvs) + " " +
+          " ".join(f"{a[:3] + '/' + b[:3]:>7}" for a, b in ratios) + f"   per round ({' | '.join(srvs)})")
     for fig in order:
-        c, e = (vals.get((fig, s), []) for s in ("cluster", second))
-        mc = statistics.median(c) if c else None
-        me = statistics.median(e) if e else None
+        xs = [vals.get((fig, s), []) for s in srvs]
+        ms = [statistics.median(x) if x else None for x in xs]
+        med = dict(zip(srvs, ms))
         small = 1 if fig.startswith("NATS CPU %") else 0.01
-        if fig.startswith(("writes/reply", "NATS CPU %")) and all(m is None or abs(m) < small for m in (mc, me)):
+        if fig.startswith(("writes/", "NATS CPU %")) and all(m is None or abs(m) < small for m in ms):
             continue  # background noise: in the TSV, not in the table
-        ratio = f"{mc / me:.2f}" if mc is not None and me else "-"
         col = lambda m: f"{m:10.2f}" if m is not None else f"{'-':>10}"
-        per = " | ".join(" ".join(f"{x:.4g}" for x in xs) or "-" for xs in (c, e))
-        print(f"{fig:{w}} {col(mc)} {col(me)} {ratio:>6}   {per}")
+        rat = lambda a, b: f"{med[a] / med[b]:7.2f}" if med[a] is not None and med[b] else f"{'-':>7}"
+        per = " | ".join(" ".join(f"{x:.4g}" for x in x_) or "-" for x_ in xs)
+        print(f"{fig:{w}} " + " ".join(col(m) for m in ms) + " " + " ".join(rat(a, b) for a, b in ratios) + f"   {per}")
 
 
 def goals(args):
-    rate = args[1]
+    rate, who = args[1], args[2] if len(args) > 2 else "cluster"
     vals = {}
     for line in open(args[0]):
         r, srv, fig, v = line.rstrip("\n").split("\t")
         vals.setdefault((srv, fig), {})[r] = float(v)
     med = lambda srv, fig: statistics.median(vals[(srv, fig)].values()) if (srv, fig) in vals else None
     ratios = [c / vals[("embedded", "replies/s saturated")][r]
-              for r, c in vals.get(("cluster", "replies/s saturated"), {}).items()
+              for r, c in vals.get((who, "replies/s saturated"), {}).items()
               if vals.get(("embedded", "replies/s saturated"), {}).get(r)]
-    events = med("cluster", "writes/reply fixed TERMLINK_EVENTS") or 0
-    total = med("cluster", "writes/reply fixed replicated total")
+    events = med(who, "writes/reply fixed TERMLINK_EVENTS") or 0
+    total = med(who, "writes/reply fixed replicated total")
     show = lambda v, unit="": "-" if v is None else f"{v:.2f}{unit}"
-    print(f"goals (issue 25 item 3), medians: p50 @{rate}/s {show(med('cluster', f'p50 ms @{rate}/s'), ' ms')} (<= 20 ms); "
-          f"p99 {show(med('cluster', f'p99 ms @{rate}/s'), ' ms')} (<= 100 ms); "
-          f"saturated cluster/embedded {show(statistics.median(ratios) if ratios else None)} (>= 0.4, the median of the rounds' ratios); "
+    print(f"goals (issue 25 item 3), {who}, medians: p50 @{rate}/s {show(med(who, f'p50 ms @{rate}/s'), ' ms')} (<= 20 ms); "
+          f"p99 {show(med(who, f'p99 ms @{rate}/s'), ' ms')} (<= 100 ms); "
+          f"saturated {who}/embedded {show(statistics.median(ratios) if ratios else None)} (>= 0.4, the median of the rounds' ratios); "
           f"replicated writes per reply @{rate}/s {show(total)}, {show(None if total is None else total - events)} without TERMLINK_EVENTS (<= 2)")
 
 

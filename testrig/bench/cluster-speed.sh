@@ -4,7 +4,7 @@
 #
 # Usage: [ROUNDS=3] [DEVICES=1000] [RATE=400] [SAT_RATE=15000] [PHASE=8s]
 #        [PARTITIONS=16] [PROF_SECONDS=5] [TERMSERVER=path] [OUT=dir]
-#        [IDLE_WIN=3] [SKIP=1.5] [NATS_JS='sync_interval: always']
+#        [COMPARE=path] [IDLE_WIN=3] [SKIP=1.5] [NATS_JS='sync_interval: always']
 #        testrig/bench/cluster-speed.sh
 #
 # Every node is a real process on loopback, as in cluster-failover.sh: 3
@@ -14,7 +14,10 @@
 # embedded server is one termserver with no cluster block (same channel and
 # agent, fsync default). TERMSERVER is the termserver binary for both
 # (default: built from this tree); termrig load is always built from this
-# tree. Each round measures both, the order alternating, each fresh:
+# tree. COMPARE=path, another termserver binary, adds a third server: the
+# same cluster with that build (compare), so that two builds are measured
+# side by side under the same machine load. Each round measures every
+# server, fresh, in an order that turns by one each round:
 #   warm-up     DEVICES devices, one message each (creates the sessions).
 #   fixed rate  DEVICES devices (device i on edge i mod 2) at RATE msg/s for
 #               PHASE: p50/p99 round trip, replies/s, lost and duplicate
@@ -71,6 +74,8 @@ phase_s=${PHASE%s}
 SKIP=${SKIP:-1.5} # seconds from "every device connected" to the window
 win=$((phase_s > 5 ? phase_s - 3 : 2)) # the steady-state window, seconds
 [ -n "${TERMSERVER:-}" ] && TERMSERVER=$(realpath "$TERMSERVER")
+COMPARE=${COMPARE:-}
+[ -n "$COMPARE" ] && COMPARE=$(realpath "$COMPARE")
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$(mktemp -d /tmp/cluster-speed.XXXXXX)}
 mkdir -p "$OUT"
@@ -156,7 +161,7 @@ start_node() {
  "channels": {"terminal-dev": {"kind": "terminal", "mode": "websocket", "accountId": "local", "agent": "echo"}},
  "agents": {"echo": {"builtin": "echo"}}$cl}
 EOF
-	"$TERMSERVER" -config "$d/$name.json" >"$LOGS/$name.log" 2>&1 &
+	"$BIN" -config "$d/$name.json" >"$LOGS/$name.log" 2>&1 &
 	track $!
 	PID[$name]=$!
 }
@@ -283,7 +288,9 @@ measure() {
 	mkdir -p "$LOGS"
 	local d=$tmp/r$round-$srv
 	PID=() MON=() PROF=() ADDR=()
-	if [ "$srv" = cluster ]; then
+	BIN=$TERMSERVER
+	[ "$srv" = compare ] && BIN=$COMPARE
+	if [ "$srv" != embedded ]; then
 		start_nats "$d"
 		start_node "$d" edge-1 edge
 		start_node "$d" edge-2 edge
@@ -303,7 +310,7 @@ measure() {
 	settle
 
 	local bg=()
-	if [ "$srv" = cluster ]; then
+	if [ "$srv" != embedded ]; then
 		# the background: DEVICES devices connected and idle
 		run_load idle --devices "$DEVICES" --rate 0 --duration "$((IDLE_WIN + 4))s"
 		wait_connected idle
@@ -334,7 +341,7 @@ measure() {
 	sleep "$SKIP"
 	snap "$RD/sat-a.snap"
 	local profs=() n
-	if [ "$srv" = cluster ]; then
+	if [ "$srv" != embedded ]; then
 		for n in n1 n2 n3; do
 			curl -s -o "$RD/$n.pprof" "http://127.0.0.1:${PROF[$n]}/debug/pprof/profile?seconds=$PROF_SECONDS" &
 			profs+=($!)
@@ -350,7 +357,7 @@ measure() {
 	record "dup replies saturated" "$(field saturated 'r["duplicate_replies"]')"
 	echo "  $srv saturated ($SAT_RATE msg/s offered): $(summary saturated)"
 	python3 "$PY" window "$RD/sat-a.snap" "$RD/sat-b.snap" "${bg[@]}" --round "$round" --srv "$srv" --phase saturated --results "$results" | sed 's/^/    /'
-	if [ "$srv" = cluster ]; then
+	if [ "$srv" != embedded ]; then
 		local lead meta
 		read -r lead meta < <(python3 "$PY" leader "$RD/sat-a.snap" TERMLINK_IN)
 		local traces=()
@@ -377,10 +384,16 @@ load_before=$(cat /proc/loadavg)
 js=""
 [ -n "$NATS_JS" ] && js="; NATS: jetstream { $NATS_JS }"
 echo "cluster: 3 nats-server ($NATSNODE), 2 edges, 2 workers, $PARTITIONS partitions, separate processes; embedded: one termserver; TERMSERVER=$TERMSERVER$js"
+[ -n "$COMPARE" ] && echo "compare: the same cluster with COMPARE=$COMPARE"
+servers=(cluster embedded)
+[ -n "$COMPARE" ] && servers+=(compare)
 echo "$DEVICES devices, $RATE msg/s fixed, $SAT_RATE msg/s saturated, $PHASE phases (${win} s windows), $ROUNDS rounds"
 echo "load average before: $load_before; uptime: $(uptime)"
 for round in $(seq 1 "$ROUNDS"); do
-	if [ $((round % 2)) -eq 1 ]; then order="cluster embedded"; else order="embedded cluster"; fi
+	# the order turns by one server each round
+	k=$(((round - 1) % ${#servers[@]}))
+	order="${servers[*]:k} ${servers[*]:0:k}"
+	order=${order% }
 	echo "round $round ($order), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 	for srv in $order; do
 		measure
@@ -393,7 +406,8 @@ for line in open(sys.argv[1]):
     if r == sys.argv[2] and fig == "replies/s saturated":
         v[srv] = float(val)
 if v.get("embedded"):
-    print(f"  saturated replies/s cluster/embedded: {v.get('cluster', 0) / v['embedded']:.2f} (goal >= 0.4)")
+    print(f"  saturated replies/s cluster/embedded: {v.get('cluster', 0) / v['embedded']:.2f} (goal >= 0.4)" +
+          (f"; compare/embedded: {v['compare'] / v['embedded']:.2f}" if "compare" in v else ""))
 PY
 done
 echo "load average after: $(cat /proc/loadavg); uptime: $(uptime)"
@@ -401,6 +415,7 @@ echo
 {
 	python3 "$PY" table "$results" embedded
 	echo
-	python3 "$PY" goals "$results" "$RATE"
+	python3 "$PY" goals "$results" "$RATE" cluster
+	[ -z "$COMPARE" ] || python3 "$PY" goals "$results" "$RATE" compare
 } | tee "$OUT/medians.txt"
 echo "everything measured is in $OUT"

@@ -51,7 +51,8 @@ func (n *NATSNode) startEmbedded() (natsRun, error) {
 		SyncAlways: n.syncAlways,
 	}
 	if len(n.routes) > 1 { // alone, a clustered node elects no meta leader
-		opts.Cluster = natsserver.ClusterOpts{Name: n.clusterName, Host: "127.0.0.1", Port: n.ClusterPort}
+		// NoAdvertise: as in natsConfig, a client knows only its URLs.
+		opts.Cluster = natsserver.ClusterOpts{Name: n.clusterName, Host: "127.0.0.1", Port: n.ClusterPort, NoAdvertise: true}
 		opts.Routes = natsserver.RoutesFromStr(strings.Join(n.routes, ","))
 	}
 	s, err := natsserver.NewServer(opts)

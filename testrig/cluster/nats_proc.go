@@ -33,7 +33,12 @@ func (n *NATSNode) natsConfig() string {
 	for _, r := range n.routes {
 		routes = append(routes, strconv.Quote(r))
 	}
-	return conf + fmt.Sprintf("cluster {\n  name: %s\n  listen: \"%s:%d\"\n  routes: [%s]\n}\n",
+	// no_advertise: a client knows the URLs it was given and no others,
+	// so a node given one URL (through a proxy that cuts it off) stays
+	// behind it: termserver moves its connection to another NATS server
+	// when its own stops answering (cluster.EdgeWatch), and would
+	// otherwise find the others by the cluster's gossip.
+	return conf + fmt.Sprintf("cluster {\n  name: %s\n  listen: \"%s:%d\"\n  routes: [%s]\n  no_advertise: true\n}\n",
 		n.clusterName, n.Host, n.ClusterPort, strings.Join(routes, ", "))
 }
 
