@@ -139,7 +139,13 @@ func TestTakeOverFence(t *testing.T) {
 			t.Fatal("the first owner was not given m-1..m-3")
 		}
 	}
-	po.cc.Stop() // it dies: given nothing more
+	// It dies: given nothing more. (Stopping its consume leaves its pull
+	// requests on the server for a while, which could still be given
+	// m-4: the consumer is paused, as a dead worker's gets nothing.)
+	po.cc.Stop()
+	if _, err := n.in.PauseConsumer(ctx, po.cons.CachedInfo().Name, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	publish("m-4")
 	publish("m-5")
 

@@ -234,13 +234,20 @@ func (d *dedupe) setReply(s *sessionIDs, messageID string, reply *link.Message) 
 }
 
 // trim drops the oldest answered ids of s beyond the per-session bound
-// (pending ids stay), then idle sessions beyond the byte bound.
+// (pending ids stay), then idle sessions beyond the byte bound. A full
+// session trims at every claim and reply, so the scan stops at the last id
+// it drops (usually the first): the ids after it are kept as they are,
+// without a lookup each.
 func (d *dedupe) trim(s *sessionIDs) {
 	if len(s.order) > d.perSession {
 		excess := len(s.order) - d.perSession
 		kept := s.order[:0]
-		for _, id := range s.order {
-			if e := s.entries[id]; excess > 0 && e.reply != nil {
+		for i, id := range s.order {
+			if excess == 0 {
+				kept = append(kept, s.order[i:]...) // copy: overlap-safe
+				break
+			}
+			if e := s.entries[id]; e.reply != nil {
 				d.grow(s, -entryBytes(id, e))
 				delete(s.entries, id)
 				excess--
