@@ -71,10 +71,12 @@ func NewEdgeWatch(n *Node, drop func(code int, reason string), log *slog.Logger)
 		reconnect: func() error { return n.Conn().ForceReconnect() }, seen: time.Now()}
 }
 
-// check asks NATS for one round trip (within lease/5) and takes the
-// answer; the store's loop runs it every lease/5 (watchNATS).
+// check asks NATS for one round trip and takes the answer; the store's
+// loop runs it every lease/5 (watchNATS). A round trip may take up to
+// half a lease: a NATS server slow under load (a busy machine, a
+// JetStream election) answers late but answers, and is not fled.
 func (w *EdgeWatch) check(ctx context.Context) {
-	pctx, cancel := context.WithTimeout(ctx, w.lease/5)
+	pctx, cancel := context.WithTimeout(ctx, w.lease/2)
 	err := w.probe(pctx)
 	cancel()
 	if ctx.Err() != nil {
