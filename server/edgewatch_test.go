@@ -59,10 +59,11 @@ func TestClusterEdgeCutOffFromNATS(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Code != cluster.CloseTryElsewhere || !strings.Contains(ce.Text, "edge edge-a has lost the NATS cluster since") {
 		t.Fatalf("the device's connection ended with %v, want close %d naming the lost NATS cluster", err, cluster.CloseTryElsewhere)
 	}
-	// A lease after the last answer, which came up to one probe (lease/5)
-	// before the cut.
-	if took < lease*4/5 || took > 3*lease {
-		t.Errorf("closed %s after NATS stopped, want a lease (%s) after its last answer and soon after", took.Round(time.Millisecond), lease)
+	// Not before a lease after the last answer, which came up to one
+	// probe (lease/5) before the cut (a loaded machine only delays it;
+	// the read deadline bounds the wait).
+	if took < lease*4/5 {
+		t.Errorf("closed %s after NATS stopped, want a lease (%s) after its last answer", took.Round(time.Millisecond), lease)
 	}
 	t.Logf("closed after %s: %q", took.Round(time.Millisecond), ce.Text)
 
