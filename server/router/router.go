@@ -230,14 +230,18 @@ func (r *Router) request(ctx context.Context, in bus.Inbound) agent.Request {
 
 // work runs a session's queue until it is empty.
 //
-// When a run ends with the next message waiting and a run slot free, the
-// next message is taken (with the slot) before the reply is recorded, and
-// its start is recorded in the same log append as the reply: one group
-// commit between two runs of a busy session instead of two.
+// When a run ends with the next message waiting, the next message is
+// taken before the reply is recorded, and its start is recorded in the
+// same log append as the reply: one group commit between two runs of a
+// busy session instead of two. It takes a run slot then if one is free,
+// else it waits for one with its start recorded, as a message accepted
+// when every slot has just filled does (record/local's Accept): a restart
+// in between counts it as cut short once.
 func (r *Router) work(key string, q *sessionQueue) {
 	defer r.wg.Done()
 	var (
-		next     *bus.Inbound // taken with a slot; its start is recorded with the last reply
+		next     *bus.Inbound // its start is recorded with the last reply
+		nextSlot bool         // next was taken with a run slot
 		nextCtx  context.Context
 		nextStop context.CancelFunc
 	)
@@ -249,7 +253,7 @@ func (r *Router) work(key string, q *sessionQueue) {
 			haveSlot bool
 		)
 		if next != nil {
-			in, ctx, cancel, haveSlot = *next, nextCtx, nextStop, true
+			in, ctx, cancel, haveSlot = *next, nextCtx, nextStop, nextSlot
 			next = nil
 		} else {
 			r.mu.Lock()
@@ -277,13 +281,15 @@ func (r *Router) work(key string, q *sessionQueue) {
 		q.running, q.cancel, q.joined = "", nil, nil
 		q.lastGen, q.lastRes = q.gen, res
 		if ok && !r.stopped && r.runCtx.Err() == nil && len(q.waiting) > 0 && !q.injecting {
+			n := r.take(key, q)
+			next = &n
+			nextCtx, nextStop = context.WithCancel(r.runCtx)
+			q.running, q.cancel = n.MessageID, nextStop
 			select {
 			case r.slots <- struct{}{}:
-				n := r.take(key, q)
-				next = &n
-				nextCtx, nextStop = context.WithCancel(r.runCtx)
-				q.running, q.cancel = n.MessageID, nextStop
-			default: // every slot is busy: it waits for one, its start recorded then
+				nextSlot = true
+			default: // every slot is busy: it waits for one (runOne), its start recorded already
+				nextSlot = false
 			}
 		}
 		r.mu.Unlock()
