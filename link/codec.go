@@ -56,10 +56,23 @@ func (e *DecodeError) Unwrap() error { return e.err }
 // for it) and no key may appear twice in an object. Unknown fields are
 // ignored (forward compatible); everything else that is wrong is a
 // *DecodeError.
+//
+// The frames a device sends all the time (message, ping, pong, cancel,
+// notice_ack), written plainly, are decoded in one pass without
+// reflection (decodeFast); everything else takes the general path.
 func Decode(data []byte) (Frame, error) {
 	if !utf8.Valid(data) {
 		return nil, &DecodeError{Msg: fmt.Sprintf("frame is not valid UTF-8 (first bad byte at offset %d)", firstInvalidUTF8(data))}
 	}
+	if f, ok := decodeFast(data); ok {
+		return f, nil
+	}
+	return decodeGeneral(data)
+}
+
+// decodeGeneral is Decode's general path for valid UTF-8: encoding/json,
+// after the key checks.
+func decodeGeneral(data []byte) (Frame, error) {
 	if !json.Valid(data) {
 		var v struct{}
 		return nil, jsonError("", json.Unmarshal(data, &v))

@@ -318,3 +318,74 @@ func keyProblem2(raw []byte) string {
 	}
 	return ""
 }
+
+// decodeFast agrees with the general path: whatever it decodes, the
+// general path decodes to the same frame; and it takes the plain frames
+// it is for.
+func FuzzDecodeFast(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"message","message_id":"m-001","text":"你好"}`,
+		` { "type" : "message" , "text" : "a\"b\\\\c\/d\n\t\r\b\f" , "message_id" : "m" } `,
+		`{"type":"message","message_id":"m","text":"\u00e9"}`,
+		`{"type":"message","message_id":"m","text":null}`,
+		`{"type":"message","message_id":"","text":"x"}`,
+		`{"type":"message","message_id":"m","text":"x","Text":"y"}`,
+		`{"type":"message","message_id":"m","text":"x","text":"y"}`,
+		`{"type":"message","message_id":"m","text":"x","peer_id":"p"}`,
+		`{"type":"message","role":"assistant","message_id":"m","run_id":"r","text":"t","finish_reason":"stop","thread_id":"t1","user_id":"u"}`,
+		`{"type":"ping"}`, `{"type":"pong"}`, `{"type":"ping","x":"y"}`, `{"type":"ping"}x`,
+		`{"type":"cancel","message_id":"m","thread_id":"t"}`, `{"type":"notice_ack","notice_id":"n-1"}`,
+		`{"type":"connect","peer_id":"p"}`, `{"type":"message","message_id":"m","text":"x"`,
+		"{\"type\":\"message\",\"message_id\":\"m\",\"text\":\"a\x01b\"}",
+		`{"type":"message","message_id":"m","text":"\q"}`, `{"type":"message","message_id":"m","text":"x\"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !utf8.Valid(data) {
+			return // Decode refuses it before either path
+		}
+		fast, ok := decodeFast(data)
+		if !ok {
+			return
+		}
+		general, err := decodeGeneral(data)
+		if err != nil {
+			t.Fatalf("decodeFast took %q, which the general path refuses: %v", data, err)
+		}
+		if !reflect.DeepEqual(fast, general) {
+			t.Fatalf("decodeFast(%q) = %#v, the general path %#v", data, fast, general)
+		}
+	})
+}
+
+// The plain frames take the fast path (else it would be dead code and the
+// benchmark would measure the general path).
+func TestDecodeFastTakesPlainFrames(t *testing.T) {
+	for _, s := range []string{
+		`{"type":"message","message_id":"m-001","text":"hello"}`,
+		`{"type":"message","message_id":"m","text":"line\nnext \"q\""}`,
+		`{"type":"ping"}`, `{"type":"pong"}`,
+		`{"type":"cancel","message_id":"m"}`, `{"type":"notice_ack","notice_id":"n"}`,
+	} {
+		fast, ok := decodeFast([]byte(s))
+		if !ok {
+			t.Errorf("%s: not decoded by the fast path", s)
+			continue
+		}
+		general, err := decodeGeneral([]byte(s))
+		if err != nil || !reflect.DeepEqual(fast, general) {
+			t.Errorf("%s: fast %#v, general %#v (%v)", s, fast, general, err)
+		}
+	}
+	for _, s := range []string{
+		`{"type":"message","message_id":"m","text":"x","text":"y"}`, // duplicate: refused by the general path
+		`{"type":"message","message_id":"m","Text":"x"}`,            // case near miss: refused
+		`{"type":"message","message_id":"","text":"x"}`,             // missing id: refused
+		`{"type":"connect","peer_id":"p"}`,                          // not a hot frame
+	} {
+		if _, ok := decodeFast([]byte(s)); ok {
+			t.Errorf("%s: the fast path took it", s)
+		}
+	}
+}

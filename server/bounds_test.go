@@ -355,30 +355,27 @@ func waitHealth(t *testing.T, ts *testServer, code int, body string) {
 	t.Fatalf("/healthz: %d %q, want %d with %q", gotCode, got, code, body)
 }
 
-// blockingAdapter stands in for the terminal adapter: Send returns only
-// once the bus is closed (the dispatcher is behind when Shutdown begins).
-// The methods it does not override are not called by this test (the
-// embedded nil interface would panic).
-type blockingAdapter struct {
+// closedAdapter stands in for the terminal adapter once Shutdown has
+// closed it: Send takes nothing. The methods it does not override are not
+// called by this test (the embedded nil interface would panic).
+type closedAdapter struct {
 	wschannel.Adapter
-	rt    *Runtime
 	mu    sync.Mutex
 	sends []string
 }
 
-func (a *blockingAdapter) Send(out bus.Outbound) bool {
-	<-a.rt.bus.Done()
+func (a *closedAdapter) Send(out bus.Outbound) bool {
 	a.mu.Lock()
 	a.sends = append(a.sends, out.MessageID)
 	a.mu.Unlock()
 	return false
 }
-func (a *blockingAdapter) ConnectedPeers() int { return 0 }
-func (a *blockingAdapter) Close()              {}
+func (a *closedAdapter) ConnectedPeers() int { return 0 }
+func (a *closedAdapter) Close()              {}
 
-// Every reply of the runs that end before or during Shutdown is dispatched
-// (here: recorded unclaimed) before Shutdown returns, however far behind
-// the dispatcher is.
+// Every reply of the runs that end during Shutdown's grace is dispatched
+// (here: recorded unclaimed, the connections being closed) before
+// Shutdown returns.
 func TestShutdownDrainsReplies(t *testing.T) {
 	runner := newCountingRunner(true)
 	cfg := config.Default()
@@ -387,7 +384,7 @@ func TestShutdownDrainsReplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ad := &blockingAdapter{rt: s.rt}
+	ad := &closedAdapter{}
 	s.rt.channels["terminal-dev"].adapter = ad
 	s.Start()
 	const n = 40
@@ -414,8 +411,11 @@ func TestShutdownDrainsReplies(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := s.rt.metrics.unclaimed.Value("terminal-dev") + s.rt.metrics.delivered.Value("terminal-dev")
-	if got != n {
-		t.Fatalf("%d of %d replies dispatched or recorded unclaimed before Shutdown returned", got, n)
+	ad.mu.Lock()
+	sent := len(ad.sends)
+	ad.mu.Unlock()
+	if got != n || sent != n {
+		t.Fatalf("%d of %d replies dispatched or recorded unclaimed (%d handed to the adapter) before Shutdown returned", got, n, sent)
 	}
 }
 

@@ -10,7 +10,7 @@
 //	-> router (one FIFO per session, bounded parallelism)
 //	  -> record.Store.Start (the claim) -> agent.Runner
 //	  -> record.Store.Finish (the reply recorded before it is sent)
-//	-> record.Store.Deliver -> dispatcher -> terminal adapter send
+//	-> record.Store.Deliver -> the terminal adapter's Send (never blocks)
 //
 // The adapter never calls a runner, and the runtime never asks which
 // store it has: records.go builds record/local's (the workspace's

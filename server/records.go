@@ -65,11 +65,20 @@ func (h runtimeHost) MaxWaiting() int        { return h.rt.admission.MaxTotal() 
 func (h runtimeHost) StartsAtOnce(session string) bool {
 	return h.rt.router.StartsAtOnce(session)
 }
-func (h runtimeHost) Put(ctx context.Context, in bus.Inbound) error {
-	return h.rt.bus.PublishInbound(ctx, in)
+
+// Put hands an accepted message to the router, which queues it without
+// blocking (no goroutine handoff on the way).
+func (h runtimeHost) Put(_ context.Context, in bus.Inbound) error {
+	h.rt.router.Put(in)
+	return nil
 }
-func (h runtimeHost) Dispatch(ctx context.Context, out bus.Outbound) error {
-	return h.rt.bus.PublishOutbound(ctx, out)
+
+// Dispatch hands a reply or progress to its channel's adapter, whose Send
+// never blocks, on the caller's goroutine (the run's, or in a cluster the
+// edge's delivery subscription).
+func (h runtimeHost) Dispatch(_ context.Context, out bus.Outbound) error {
+	h.rt.dispatchOne(out)
+	return nil
 }
 func (h runtimeHost) Cancel(sessionKey, messageID string) bool {
 	return h.rt.router.Cancel(sessionKey, messageID)

@@ -83,7 +83,6 @@ func newServerMetrics() *serverMetrics {
 // finished runs there, and dispatches outbound messages to the adapters.
 type Runtime struct {
 	log      *slog.Logger
-	bus      *bus.Bus
 	sessions *session.Store // the workspace's session files: metadata, conversations
 	records  record.Store   // the store of record (records.go builds it)
 	channels map[string]*channel
@@ -247,28 +246,8 @@ func (rt *Runtime) Progress(ctx context.Context, in bus.Inbound, text string) {
 	rt.records.Deliver(ctx, in, out) // progress is best effort
 }
 
-// dispatch hands outbound messages to their adapters until the bus is
-// closed, then dispatches what is still queued and returns. It does not
-// watch a context: stopping is closing the bus, so every reply published
-// before Close is dispatched (or recorded unclaimed), whatever the timing.
-func (rt *Runtime) dispatch() {
-	for {
-		select {
-		case out := <-rt.bus.Outbound():
-			rt.dispatchOne(out)
-		case <-rt.bus.Done():
-			for { // drain what is queued, then stop
-				select {
-				case out := <-rt.bus.Outbound():
-					rt.dispatchOne(out)
-				default:
-					return
-				}
-			}
-		}
-	}
-}
-
+// dispatchOne hands a reply or progress to its channel's adapter (Send
+// never blocks) and records a reply delivered or unclaimed.
 func (rt *Runtime) dispatchOne(out bus.Outbound) {
 	ch := rt.channels[out.ChannelID]
 	if ch == nil || ch.adapter == nil {

@@ -76,10 +76,9 @@ type Server struct {
 
 	recovered []bus.Inbound
 
-	stopBg       context.CancelFunc
-	bgWG         sync.WaitGroup
-	dispatchDone chan struct{} // closed when the dispatcher has drained the closed bus
-	once         sync.Once
+	stopBg context.CancelFunc
+	bgWG   sync.WaitGroup
+	once   sync.Once
 
 	patterns []string // the routes registered, for the test that checks them all
 
@@ -144,7 +143,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		return nil, fmt.Errorf("opening the session log: %w", err)
 	}
 	rt := &Runtime{
-		log: log, bus: bus.New(4096), sessions: store, admission: router.NewAdmission(maxWaiting),
+		log: log, sessions: store, admission: router.NewAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 	}
 	if rt.records, err = openRecords(rt, cfg, opt, dedupeBytes); err != nil {
@@ -195,7 +194,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		closeLogs()
 		return nil, err
 	}
-	s.router = router.New(rt, rt.bus.Inbound(), rt.admission, runners, cfg.Workspace, maxRuns)
+	s.router = router.New(rt, rt.admission, runners, cfg.Workspace, maxRuns)
 	rt.router = s.router
 	for _, r := range built {
 		s.runners = append(s.runners, r)
@@ -268,17 +267,13 @@ func (s *Server) devicesOnline() int {
 // Handler serves the HTTP API and the channels' WebSocket endpoints.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// Start runs the router and the dispatcher, and re-queues the messages
+// Start starts the store of record's runs (a cluster's worker) and re-queues the messages
 // that were accepted before a restart but never answered. The re-queue
 // takes a waiting place for each (as AcceptInbound does), waiting for one
 // when the bounds are reached, so a large backlog never floods the queues.
 func (s *Server) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopBg = cancel
-	s.bgWG.Add(1)
-	go func() { defer s.bgWG.Done(); s.router.Consume(ctx) }()
-	s.dispatchDone = make(chan struct{})
-	go func() { defer close(s.dispatchDone); s.rt.dispatch() }()
 	if err := s.rt.records.Run(s.router.Cancel, s.devicesOnline); err != nil {
 		s.log.Error("cluster: node not started", "err", err)
 	}
@@ -300,10 +295,7 @@ func (s *Server) Start() {
 				if err := s.rt.admission.ReserveWait(ctx, in.SessionKey, ch.maxWaitingPerSession()); err != nil {
 					return
 				}
-				if err := s.rt.bus.PublishInbound(ctx, in); err != nil {
-					s.rt.admission.Release(in.SessionKey, 1)
-					return
-				}
+				s.router.Put(in)
 				n++
 			}
 			s.log.Info("re-queued messages accepted before the restart and never answered", "count", n)
@@ -355,11 +347,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 }
 
 // Shutdown closes every connection, waits for runs in progress until ctx
-// ends (then cancels them; they run again at the next start), dispatches
-// every reply those runs produced (to a live connection, or recorded as
-// unclaimed), and closes the session log. The order matters: the bus is
-// closed only once no run can publish, and the dispatcher stops only once
-// it has drained the bus.
+// ends (then cancels them; they run again at the next start), and closes
+// the session log. Every reply those runs produced was dispatched by the
+// run's goroutine as it ended (to a live connection, or recorded as
+// unclaimed once the connections are closed), so none is left behind.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
@@ -371,10 +362,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.router.Stop(ctx)
 		s.rt.records.StopRuns() // runs are over: a cluster's next owner takes the partitions now
-		s.rt.bus.Close()
-		if s.dispatchDone != nil {
-			<-s.dispatchDone // drains the bus, then returns
-		}
 		if s.stopBg != nil {
 			s.stopBg()
 			s.bgWG.Wait()

@@ -2,15 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
-	"time"
 
+	"termlink/internal/debugserver"
 	"termlink/testrig/cluster"
 )
 
@@ -33,14 +29,13 @@ func (a *app) cluster(ctx context.Context, args []string) error {
 		return err
 	}
 	if *debugAddr != "" {
-		ln, err := pprofListen(*debugAddr)
+		ln, err := debugserver.Listen(*debugAddr)
 		if err != nil {
 			return usagef("%v", err)
 		}
-		srv := &http.Server{Handler: pprofMux(), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		fmt.Fprintf(a.stderr, "termrig cluster: pprof on http://%s/debug/pprof/\n", ln.Addr())
+		debugCtx, stopDebug := context.WithCancel(ctx)
+		defer stopDebug()
+		go debugserver.Serve(debugCtx, ln, slog.New(slog.NewTextHandler(a.stderr, nil)))
 	}
 	if opt.NATS == "" && opt.Nodes < 1 {
 		return usagef("--nodes must be at least 1 (or give --nats)")
@@ -59,31 +54,4 @@ func (a *app) cluster(ctx context.Context, args []string) error {
 	log := slog.New(slog.NewTextHandler(a.stderr, nil))
 	fmt.Fprintf(a.stderr, "termrig cluster: node files and logs in %s\n", opt.Dir)
 	return cluster.Rig(ctx, opt, a.stdout, log)
-}
-
-// pprofListen listens on addr, a loopback address only: a profile shows
-// the processes' internals.
-func pprofListen(addr string) (net.Listener, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("--debug-addr %q: want HOST:PORT (e.g. 127.0.0.1:6061): %v", addr, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, errors.New("--debug-addr " + addr + ": must be a loopback address (127.0.0.1, ::1 or localhost)")
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--debug-addr: %w", err)
-	}
-	return ln, nil
-}
-
-func pprofMux() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	return mux
 }

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"termlink/internal/buildinfo"
+	"termlink/internal/debugserver"
 	"termlink/link/discover"
 	"termlink/server"
 	"termlink/server/config"
@@ -107,7 +108,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *debugAddr != "" {
-		dln, err := debugListen(*debugAddr)
+		dln, err := debugserver.Listen(*debugAddr)
 		if err != nil {
 			_ = ln.Close()
 			_ = srv.Shutdown(context.Background())
@@ -115,7 +116,7 @@ func run(args []string) error {
 		}
 		debugCtx, stopDebug := context.WithCancel(ctx)
 		defer stopDebug()
-		go serveDebug(debugCtx, dln, log)
+		go debugserver.Serve(debugCtx, dln, log)
 	}
 	scheme := "ws://"
 	if srv.TLSEnabled() {

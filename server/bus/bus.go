@@ -1,15 +1,13 @@
-// Package bus is the server's message bus: the one path every message takes
-// between the channel adapters and the agent runners. Adapters publish to
-// Inbound through the runtime; the router consumes Inbound and publishes
-// replies to Outbound; the runtime's dispatcher hands Outbound to the
-// adapter that owns the channel. Nothing goes around it.
+// Package bus holds the two messages of the server's path: Inbound, one
+// accepted user message (an adapter hands it to the runtime, the store of
+// record hands it to the router, the router to an agent.Runner), and
+// Outbound, a reply or progress on its way back (the store of record hands
+// it to the runtime, which hands it to the channel's adapter). They are
+// passed by call, not through queues: the waiting bounds are the router's
+// Admission, and each adapter's Send never blocks.
 package bus
 
-import (
-	"context"
-	"errors"
-	"time"
-)
+import "time"
 
 // Inbound is one accepted user message, as nanobot's InboundMessage with the
 // channel identity of the terminal channel spelled out.
@@ -68,79 +66,4 @@ type Outbound struct {
 	FinishReason string
 	Media        []string
 	Started      time.Time // when the message was accepted, for latency metrics
-}
-
-// ErrClosed is returned by Publish after Close.
-var ErrClosed = errors.New("bus: closed")
-
-// Bus is a pair of bounded queues. Publishing blocks while a queue is full
-// (back-pressure) until the context ends.
-type Bus struct {
-	inbound  chan Inbound
-	outbound chan Outbound
-	done     chan struct{}
-}
-
-// New returns a Bus whose queues hold up to size messages each.
-func New(size int) *Bus {
-	if size < 1 {
-		size = 1
-	}
-	return &Bus{
-		inbound:  make(chan Inbound, size),
-		outbound: make(chan Outbound, size),
-		done:     make(chan struct{}),
-	}
-}
-
-// PublishInbound queues an accepted message for the router.
-func (b *Bus) PublishInbound(ctx context.Context, m Inbound) error {
-	select {
-	case <-b.done:
-		return ErrClosed
-	default:
-	}
-	select {
-	case b.inbound <- m:
-		return nil
-	case <-b.done:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// PublishOutbound queues a reply or progress update for dispatch.
-func (b *Bus) PublishOutbound(ctx context.Context, m Outbound) error {
-	select {
-	case <-b.done:
-		return ErrClosed
-	default:
-	}
-	select {
-	case b.outbound <- m:
-		return nil
-	case <-b.done:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Inbound is the router's side of the inbound queue.
-func (b *Bus) Inbound() <-chan Inbound { return b.inbound }
-
-// Outbound is the dispatcher's side of the outbound queue.
-func (b *Bus) Outbound() <-chan Outbound { return b.outbound }
-
-// Done is closed by Close.
-func (b *Bus) Done() <-chan struct{} { return b.done }
-
-// Close makes every later Publish fail; queued messages stay readable.
-func (b *Bus) Close() {
-	select {
-	case <-b.done:
-	default:
-		close(b.done)
-	}
 }

@@ -1,5 +1,5 @@
-// Package router runs what the store of record accepted: it takes
-// messages off the bus and hands each to its channel's agent.Runner, one
+// Package router runs what the store of record accepted: the store hands
+// it each message (Put) and it hands each to its channel's agent.Runner, one
 // at a time and in order within a session, sessions in parallel up to a
 // limit, offering a message to a running turn when the runner takes
 // injections (agent.Injector). Admission bounds the messages accepted and
@@ -15,17 +15,17 @@ import (
 	"sync"
 	"time"
 
+	"termlink/internal/warm"
 	"termlink/server/agent"
 	"termlink/server/bus"
 	"termlink/server/record"
 )
 
-// Router takes messages off the bus and runs them: one at a time and in
-// order within a session, sessions in parallel up to a limit. A session's
-// worker goroutine exists only while the session has work.
+// Router runs the messages put to it: one at a time and in order within
+// a session, sessions in parallel up to a limit. A session's worker
+// exists only while the session has work (on a warm goroutine).
 type Router struct {
 	host      Host
-	inbound   <-chan bus.Inbound
 	admission *Admission
 	runners   map[string]agent.Runner // by channel id
 	workspace string
@@ -33,6 +33,11 @@ type Router struct {
 
 	runCtx    context.Context // parent of every run; cancelled at hard stop
 	cancelRun context.CancelFunc
+	// goroutines runs the session workers and injections on warm
+	// goroutines: a session of one device sending one message at a time
+	// empties its queue after each, and a cold goroutine per message
+	// grew its stack anew each time.
+	goroutines *warm.Pool
 
 	mu      sync.Mutex
 	stopped bool       // stop has begun: no new workers
@@ -40,14 +45,22 @@ type Router struct {
 	queues  map[string]*sessionQueue
 	wg      sync.WaitGroup
 	// precancelled holds cancels for messages that were accepted (acked)
-	// but had not reached the router yet (on the bus, or offered to a
-	// running turn): the message is answered cancelled when it arrives.
+	// but had not reached the router yet (between the ack and Put; in a
+	// cluster, in the inbound stream), or are offered to a running turn:
+	// the message is answered cancelled when it arrives.
 	// Its size is bounded by the accepted-not-started messages
 	// (maxWaitingRuns); stop clears it.
 	precancelled map[cancelKey]bool
 }
 
 type cancelKey struct{ session, messageID string }
+
+// The warm goroutines kept for session workers: enough for the runs a
+// server has at once, each kept a few seconds.
+const (
+	warmWorkers = 64
+	warmIdle    = 5 * time.Second
+)
 
 type sessionQueue struct {
 	waiting []bus.Inbound
@@ -88,13 +101,13 @@ type Host interface {
 	Pending(sessionKey, messageID string) bool
 }
 
-// New returns a router that runs the messages read from inbound with the
-// runners (by channel id), at most maxRuns at once; admission is where
-// the messages it takes had their waiting places.
-func New(host Host, inbound <-chan bus.Inbound, admission *Admission, runners map[string]agent.Runner, workspace string, maxRuns int) *Router {
+// New returns a router that runs the messages put to it with the runners
+// (by channel id), at most maxRuns at once; admission is where the
+// messages it takes had their waiting places.
+func New(host Host, admission *Admission, runners map[string]agent.Runner, workspace string, maxRuns int) *Router {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Router{host: host, inbound: inbound, admission: admission, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
-		runCtx: ctx, cancelRun: cancel, queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{}}
+	r := &Router{host: host, admission: admission, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
+		runCtx: ctx, cancelRun: cancel, goroutines: warm.New(warmWorkers, warmIdle), queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{}}
 	r.cond = sync.NewCond(&r.mu)
 	return r
 }
@@ -112,20 +125,12 @@ func (r *Router) StartsAtOnce(key string) bool {
 	return !r.stopped && r.queues[key] == nil && len(r.slots) < cap(r.slots)
 }
 
-// Consume reads the bus until ctx ends.
-func (r *Router) Consume(ctx context.Context) {
-	for {
-		select {
-		case in := <-r.inbound:
-			r.enqueue(in)
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// enqueue never blocks: the bus is read by this one goroutine.
-func (r *Router) enqueue(in bus.Inbound) {
+// Put takes a message the store of record accepted (with its waiting
+// place reserved in the admission) and queues it to run. It never blocks:
+// the caller's goroutine (the connection's, or a cluster partition's
+// consumer) goes on at once. After Stop the message is left unanswered in
+// the store of record, which runs it at the next start.
+func (r *Router) Put(in bus.Inbound) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
@@ -142,7 +147,7 @@ func (r *Router) enqueue(in bus.Inbound) {
 		q = &sessionQueue{}
 		r.queues[in.SessionKey] = q
 		r.wg.Add(1)
-		go r.work(in.SessionKey, q)
+		r.goroutines.Go(func() { r.work(in.SessionKey, q) })
 		q.waiting = append(q.waiting, in)
 		return
 	}
@@ -152,7 +157,8 @@ func (r *Router) enqueue(in bus.Inbound) {
 	if inj, ok := r.runners[in.ChannelID].(agent.Injector); ok && !in.Recovered && q.running != "" && !q.injecting && len(q.waiting) == 0 {
 		q.injecting = true
 		r.wg.Add(1)
-		go r.inject(inj, q, in, q.gen)
+		gen := q.gen
+		r.goroutines.Go(func() { r.inject(inj, q, in, gen) })
 		return
 	}
 	q.waiting = append(q.waiting, in)
@@ -190,7 +196,7 @@ func (r *Router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen
 			q.waiting = q.waiting[1:]
 			q.injecting = true
 			r.wg.Add(1)
-			go r.inject(inj, q, next, gen)
+			r.goroutines.Go(func() { r.inject(inj, q, next, gen) })
 		}
 		r.mu.Unlock()
 	case cancelled && !taken && !r.stopped:
@@ -224,14 +230,18 @@ func (r *Router) request(ctx context.Context, in bus.Inbound) agent.Request {
 
 // work runs a session's queue until it is empty.
 //
-// When a run ends with the next message waiting and a run slot free, the
-// next message is taken (with the slot) before the reply is recorded, and
-// its start is recorded in the same log append as the reply: one group
-// commit between two runs of a busy session instead of two.
+// When a run ends with the next message waiting, the next message is
+// taken before the reply is recorded, and its start is recorded in the
+// same log append as the reply: one group commit between two runs of a
+// busy session instead of two. It takes a run slot then if one is free,
+// else it waits for one with its start recorded, as a message accepted
+// when every slot has just filled does (record/local's Accept): a restart
+// in between counts it as cut short once.
 func (r *Router) work(key string, q *sessionQueue) {
 	defer r.wg.Done()
 	var (
-		next     *bus.Inbound // taken with a slot; its start is recorded with the last reply
+		next     *bus.Inbound // its start is recorded with the last reply
+		nextSlot bool         // next was taken with a run slot
 		nextCtx  context.Context
 		nextStop context.CancelFunc
 	)
@@ -243,7 +253,7 @@ func (r *Router) work(key string, q *sessionQueue) {
 			haveSlot bool
 		)
 		if next != nil {
-			in, ctx, cancel, haveSlot = *next, nextCtx, nextStop, true
+			in, ctx, cancel, haveSlot = *next, nextCtx, nextStop, nextSlot
 			next = nil
 		} else {
 			r.mu.Lock()
@@ -271,13 +281,15 @@ func (r *Router) work(key string, q *sessionQueue) {
 		q.running, q.cancel, q.joined = "", nil, nil
 		q.lastGen, q.lastRes = q.gen, res
 		if ok && !r.stopped && r.runCtx.Err() == nil && len(q.waiting) > 0 && !q.injecting {
+			n := r.take(key, q)
+			next = &n
+			nextCtx, nextStop = context.WithCancel(r.runCtx)
+			q.running, q.cancel = n.MessageID, nextStop
 			select {
 			case r.slots <- struct{}{}:
-				n := r.take(key, q)
-				next = &n
-				nextCtx, nextStop = context.WithCancel(r.runCtx)
-				q.running, q.cancel = n.MessageID, nextStop
-			default: // every slot is busy: it waits for one, its start recorded then
+				nextSlot = true
+			default: // every slot is busy: it waits for one (runOne), its start recorded already
+				nextSlot = false
 			}
 		}
 		r.mu.Unlock()
@@ -376,7 +388,7 @@ func (r *Router) Cancel(key, messageID string) bool {
 }
 
 // cancelInFlight handles a cancel for a message the router does not hold:
-// accepted and acked (dedupe has it pending) but still on the bus or being
+// accepted and acked (dedupe has it pending) but not put to the router yet or being
 // offered to a running turn. It is answered cancelled when it arrives.
 func (r *Router) cancelInFlight(key, messageID string) bool {
 	r.mu.Lock()
@@ -408,18 +420,18 @@ func (r *Router) cancelInFlight(key, messageID string) bool {
 func (r *Router) answerCancelled(in bus.Inbound) {
 	r.admission.Release(in.SessionKey, 1)
 	r.wg.Add(1)
-	go func() {
+	r.goroutines.Go(func() {
 		defer r.wg.Done()
 		r.host.Started(in)
 		r.host.Finished(r.runCtx, in, record.CancelledBeforeStart, 0, nil)
-	}()
+	})
 }
 
 // stop waits for the runs in progress until ctx ends, then cancels them.
 // Waiting messages are not started.
 func (r *Router) Stop(ctx context.Context) {
 	r.mu.Lock()
-	r.stopped = true // no wg.Add after this: enqueue checks it under mu
+	r.stopped = true // no wg.Add after this: Put checks it under mu
 	clear(r.precancelled)
 	for key, q := range r.queues {
 		r.admission.Release(key, len(q.waiting))
@@ -435,6 +447,7 @@ func (r *Router) Stop(ctx context.Context) {
 		<-done
 	}
 	r.cancelRun()
+	r.goroutines.Stop()
 }
 
 // IsStopped reports whether stop has begun.
@@ -445,7 +458,7 @@ func (r *Router) IsStopped() bool {
 }
 
 // Load reports runs in progress and messages waiting (accepted, not yet
-// started: queued, on the bus or being offered to a running turn).
+// started: queued, on the way to Put or being offered to a running turn).
 func (r *Router) Load() (running, waiting int) {
 	r.mu.Lock()
 	for _, q := range r.queues {

@@ -57,7 +57,7 @@ var writeBufferPool = &sync.Pool{}
 var pongFrame = link.MustEncode(&link.Pong{})
 
 // Adapter is a channel's terminal WebSocket adapter as the server sees
-// it: the dispatcher's Send, /api/status's ConnectedPeers, the upgrade
+// it: the runtime's Send, /api/status's ConnectedPeers, the upgrade
 // route, the cluster's ReplaceElsewhere, the notice mailboxes' push and
 // the mutual TLS reload. New returns one; its type is this package's.
 type Adapter interface {
@@ -301,7 +301,7 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 	go c.serve()
 }
 
-// Send implements Adapter. It is called by the runtime's dispatcher and
+// Send implements Adapter. It is called by the runtime (a run's goroutine) and
 // never blocks; see wsConn.offerReply for what a full queue means.
 func (a *terminalAdapter) Send(out bus.Outbound) bool {
 	a.mu.Lock()

@@ -1,0 +1,196 @@
+package router
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"termlink/server/agent"
+	"termlink/server/bus"
+)
+
+// gatedRunner answers each message with its text once its gate opens.
+type gatedRunner struct {
+	mu      sync.Mutex
+	gates   map[string]chan struct{}
+	started chan string
+}
+
+func newGatedRunner() *gatedRunner {
+	return &gatedRunner{gates: map[string]chan struct{}{}, started: make(chan string, 16)}
+}
+
+func (g *gatedRunner) gate(id string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := g.gates[id]
+	if c == nil {
+		c = make(chan struct{})
+		g.gates[id] = c
+	}
+	return c
+}
+
+func (g *gatedRunner) Run(ctx context.Context, req agent.Request, _ agent.Progress) agent.Result {
+	g.started <- req.MessageID
+	select {
+	case <-g.gate(req.MessageID):
+		return agent.Result{Text: req.Text, FinishReason: "stop"}
+	case <-ctx.Done():
+		return agent.Result{Text: "cancelled", FinishReason: "cancelled"}
+	}
+}
+
+func (g *gatedRunner) Close() error { return nil }
+
+type finished struct {
+	id, next string
+}
+
+// recordingHost records what the router asks of the runtime.
+type recordingHost struct {
+	mu       sync.Mutex
+	finished []finished
+	done     chan string
+}
+
+func (h *recordingHost) Start(_, _ context.Context, _ bus.Inbound) (*agent.Result, bool) {
+	return nil, true
+}
+func (h *recordingHost) Started(bus.Inbound)                           {}
+func (h *recordingHost) Joined(context.Context, bus.Inbound)           {}
+func (h *recordingHost) Dropped(int)                                   {}
+func (h *recordingHost) Progress(context.Context, bus.Inbound, string) {}
+func (h *recordingHost) Event(bus.Inbound, string, string)             {}
+func (h *recordingHost) UpdateMeta(context.Context, string, func(map[string]any)) error {
+	return nil
+}
+func (h *recordingHost) Pending(string, string) bool { return false }
+func (h *recordingHost) Finished(_ context.Context, in bus.Inbound, _ agent.Result, _ time.Duration, next *bus.Inbound) {
+	f := finished{id: in.MessageID}
+	if next != nil {
+		f.next = next.MessageID
+	}
+	h.mu.Lock()
+	h.finished = append(h.finished, f)
+	h.mu.Unlock()
+	h.done <- in.MessageID
+}
+
+func put(t *testing.T, r *Router, a *Admission, session, id string) {
+	t.Helper()
+	if err := a.Reserve(session, 64); err != nil {
+		t.Fatal(err)
+	}
+	r.Put(bus.Inbound{ChannelID: "c", SessionKey: session, PeerID: session, MessageID: id, Text: id})
+}
+
+func expect(t *testing.T, ch chan string, want string) {
+	t.Helper()
+	select {
+	case got := <-ch:
+		if got != want {
+			t.Fatalf("got %s, want %s", got, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", want)
+	}
+}
+
+// A busy session's next message is handed to Finished with the reply
+// before it (so its start is recorded in the same log append) also when
+// every run slot is taken at that moment: it then waits for a slot with
+// its start recorded. Before, it was recorded with the reply only when a
+// slot happened to be free, and at saturation each start was a log
+// append of its own.
+func TestNextStartRecordedWithTheReplyWhenEverySlotIsBusy(t *testing.T) {
+	runner := newGatedRunner()
+	host := &recordingHost{done: make(chan string, 16)}
+	adm := NewAdmission(100)
+	r := New(host, adm, map[string]agent.Runner{"c": runner}, t.TempDir(), 1)
+	defer r.Stop(context.Background())
+
+	put(t, r, adm, "A", "a1")
+	expect(t, runner.started, "a1")
+	put(t, r, adm, "A", "a2") // waits behind a1 in its session
+	put(t, r, adm, "B", "b1") // waits for the one slot
+	// b1's worker is blocked on the slot: wait until it is queued there.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r.mu.Lock()
+		q := r.queues["B"]
+		taken := q != nil && q.running == "b1"
+		r.mu.Unlock()
+		if taken {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b1 never taken by its session's worker")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(runner.gate("a1"))
+	expect(t, host.done, "a1")
+	// b1 got the slot a1 gave back; a2 waits for it, its start recorded
+	// with a1's reply.
+	expect(t, runner.started, "b1")
+	close(runner.gate("b1"))
+	expect(t, host.done, "b1")
+	expect(t, runner.started, "a2")
+	close(runner.gate("a2"))
+	expect(t, host.done, "a2")
+
+	host.mu.Lock()
+	defer host.mu.Unlock()
+	want := map[string]string{"a1": "a2", "b1": "", "a2": ""}
+	for _, f := range host.finished {
+		if want[f.id] != f.next {
+			t.Errorf("Finished(%s) with next %q, want %q (all: %+v)", f.id, f.next, want[f.id], host.finished)
+		}
+	}
+	if n := adm.Waiting(); n != 0 {
+		t.Errorf("%d places still held after every message ran", n)
+	}
+}
+
+// A next message taken without a slot and cancelled while it waits for
+// one is answered cancelled, without running.
+func TestNextWaitingForASlotCancelled(t *testing.T) {
+	runner := newGatedRunner()
+	host := &recordingHost{done: make(chan string, 16)}
+	adm := NewAdmission(100)
+	r := New(host, adm, map[string]agent.Runner{"c": runner}, t.TempDir(), 1)
+	defer r.Stop(context.Background())
+
+	put(t, r, adm, "A", "a1")
+	expect(t, runner.started, "a1")
+	put(t, r, adm, "A", "a2")
+	put(t, r, adm, "B", "b1")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r.mu.Lock()
+		q := r.queues["B"]
+		taken := q != nil && q.running == "b1"
+		r.mu.Unlock()
+		if taken {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b1 never taken by its session's worker")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(runner.gate("a1"))
+	expect(t, host.done, "a1")
+	expect(t, runner.started, "b1")
+	if !r.Cancel("A", "a2") {
+		t.Fatal("a2, waiting for a slot, not found by Cancel")
+	}
+	expect(t, host.done, "a2") // answered cancelled before it started
+	close(runner.gate("b1"))
+	expect(t, host.done, "b1")
+	select {
+	case id := <-runner.started:
+		t.Fatalf("%s ran after it was cancelled", id)
+	default:
+	}
+}
