@@ -78,6 +78,7 @@ type wsConn struct {
 	stepDone    chan bool     // where the running step reports
 	rate        *tokenBucket
 	routes      routeMemory
+	held        *heldMessage // a message waiting for room; the device is not read meanwhile
 
 	space      chan struct{} // cap 1: the writer took the reader's frames, or stopped
 	readerDone chan struct{} // the reader has stopped
@@ -96,6 +97,7 @@ type wsConn struct {
 	noticeSeq  uint64        // the last notice queued here (notices.go)
 	closeFrame []byte        // due once what is queued is written
 	cause      string        // why the server ended it (the first reason wins)
+	kick       chan struct{} // non-nil while the reader holds a message: closed when the connection starts closing
 	writerDone chan struct{} // non-nil while a writer runs; closed when it returns
 }
 
@@ -148,6 +150,10 @@ func (c *wsConn) closeLocked() bool {
 		c.replies, c.owed, c.latest, c.order, c.notices = nil, nil, nil, nil, nil
 	}
 	c.state = nextState(c.state, evClose)
+	if c.kick != nil {
+		close(c.kick)
+		c.kick = nil
+	}
 	return true
 }
 
@@ -213,13 +219,41 @@ func (c *wsConn) serve() {
 	defer c.a.wg.Done()
 	defer c.a.m.WebSockets.Add("", -1)
 	for {
-		if c.br.Buffered() == 0 {
+		switch {
+		case c.held != nil:
+			c.awaitRoom() // not reading: the device's sends back up through TCP
+		case c.br.Buffered() == 0:
 			_, c.waitErr = c.br.Peek(1) // gorilla reads what this buffers
 		}
 		if !c.a.steps.run(c) {
 			return
 		}
 	}
+}
+
+// awaitRoom waits until the held message has a place, its hold runs out
+// or the connection starts closing; the next step settles it. It waits on
+// the connection's own goroutine: a held device pins no shared worker.
+func (c *wsConn) awaitRoom() {
+	h := c.held
+	c.mu.Lock()
+	if c.state >= connClosing {
+		c.mu.Unlock()
+		return
+	}
+	kick := make(chan struct{})
+	c.kick = kick
+	c.mu.Unlock()
+	t := time.NewTimer(time.Until(h.until))
+	select {
+	case <-h.ready:
+	case <-t.C:
+	case <-kick:
+	}
+	t.Stop()
+	c.mu.Lock()
+	c.kick = nil
+	c.mu.Unlock()
 }
 
 // setReadDeadline sets the deadline of the next read: the idle timeout,
@@ -250,6 +284,11 @@ var errUnexpectedEOF = &websocket.CloseError{Code: websocket.CloseAbnormalClosur
 // read; false means the connection has ended (and is taken down).
 func (c *wsConn) step() bool {
 	a := c.a
+	if c.held != nil {
+		c.resumeHeld()
+		c.setReadDeadline()
+		return true
+	}
 	var (
 		kind int
 		buf  *[]byte
