@@ -166,7 +166,8 @@ type terminalAdapter struct {
 	m          *Metrics
 	log        *slog.Logger
 	upgrader   websocket.Upgrader
-	steps      *stepper      // reads and handles frames for the connections
+	steps      stepper       // reads and handles frames for the connections
+	writers    *workers      // run the connections' writers
 	writeStall time.Duration // defaultWriteStall unless Options say
 
 	clientAuth atomic.Pointer[identity.ClientAuth] // mutual TLS (identity.go); nil: none
@@ -194,7 +195,7 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 		creds: d.Bindings, events: d.Events, keyOf: d.SessionKey, m: d.Metrics, log: d.Log.With("channel", id),
 		heartbeat: time.Duration(cfg.Config.HeartbeatSeconds) * time.Second,
 		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: opt.WriteStall,
-		steps: newStepper(),
+		steps: newStepper(), writers: newWriters(),
 	}
 	if a.writeStall <= 0 {
 		a.writeStall = defaultWriteStall
@@ -359,6 +360,7 @@ func (a *terminalAdapter) Close() {
 	}
 	a.wg.Wait()
 	a.steps.stop()
+	a.writers.stop()
 	a.events.Add(events.Event{Event: events.AdapterStopped})
 }
 

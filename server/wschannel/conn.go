@@ -98,7 +98,8 @@ type wsConn struct {
 	closeFrame []byte        // due once what is queued is written
 	cause      string        // why the server ended it (the first reason wins)
 	kick       chan struct{} // non-nil while the reader holds a message: closed when the connection starts closing
-	writerDone chan struct{} // non-nil while a writer runs; closed when it returns
+	writing    bool          // a writer runs (on the adapter's writers)
+	writerIdle chan struct{} // non-nil while finish waits for the writer: closed when it stops
 }
 
 // connState is what the writer may write; see wsConn.
@@ -397,8 +398,12 @@ func (c *wsConn) finish(reason string) {
 	if c.closeFrame != nil { // an echo of the peer's close, or ours
 		c.startWriterLocked()
 	}
-	done := c.writerDone
-	running := done != nil
+	running := c.writing
+	var done chan struct{}
+	if running {
+		done = make(chan struct{})
+		c.writerIdle = done
+	}
 	c.mu.Unlock()
 	close(c.readerDone)
 	if running {
@@ -458,13 +463,23 @@ func (c *wsConn) sendFrame(f link.Frame) {
 	c.enqueue(outFrame{data: link.MustEncode(f)})
 }
 
-// startWriterLocked runs the writer unless one runs (c.mu held).
+// startWriterLocked runs the writer on a warm worker unless one runs
+// (c.mu held).
 func (c *wsConn) startWriterLocked() {
-	if c.writerDone != nil || c.state == connClosed {
+	if c.writing || c.state == connClosed {
 		return
 	}
-	c.writerDone = make(chan struct{})
-	go c.writePump(c.writerDone)
+	c.writing = true
+	c.a.writers.submit(c)
+}
+
+// writerStoppedLocked says the writer has returned (c.mu held).
+func (c *wsConn) writerStoppedLocked() {
+	c.writing = false
+	if c.writerIdle != nil {
+		close(c.writerIdle)
+		c.writerIdle = nil
+	}
 }
 
 // signalSpace tells a reader waiting for room to look again.
@@ -561,14 +576,13 @@ type batch struct {
 // writePump is the writer: it takes whatever waits, in order (the
 // reader's frames first: an ack is queued before its reply exists), and
 // writes it as one corked batch, until nothing waits.
-func (c *wsConn) writePump(done chan struct{}) {
-	defer close(done)
+func (c *wsConn) writePump() {
 	var b batch
 	for {
 		c.mu.Lock()
 		c.take(&b)
 		if b.empty() {
-			c.writerDone = nil
+			c.writerStoppedLocked()
 			c.mu.Unlock()
 			return
 		}
@@ -593,7 +607,7 @@ func (c *wsConn) writePump(done chan struct{}) {
 			t.Stop()
 			c.ws.Close()
 			c.mu.Lock()
-			c.writerDone = nil
+			c.writerStoppedLocked()
 			c.mu.Unlock()
 			return
 		}
@@ -692,7 +706,8 @@ func (c *wsConn) fail(err error) {
 	}
 	c.mu.Lock()
 	c.closeLocked()
-	c.state, c.writerDone = nextState(c.state, evStop), nil
+	c.state = nextState(c.state, evStop)
+	c.writerStoppedLocked()
 	if c.cause == "" {
 		c.cause = cause
 	}
