@@ -322,8 +322,13 @@ func (a *terminalAdapter) Send(out bus.Outbound) bool {
 		for _, m := range out.Media {
 			text += "\n[file: " + baseName(m) + "]"
 		}
-		return c.offerReply(out.MessageID, link.MustEncode(&link.Message{Role: link.RoleAssistant,
-			MessageID: out.MessageID, RunID: out.RunID, Text: text, FinishReason: out.FinishReason}))
+		reply := encodeFrame(&link.Message{Role: link.RoleAssistant,
+			MessageID: out.MessageID, RunID: out.RunID, Text: text, FinishReason: out.FinishReason})
+		if !c.offerReply(out.MessageID, reply) {
+			reply.recycle()
+			return false
+		}
+		return true
 	}
 }
 

@@ -89,7 +89,7 @@ type wsConn struct {
 	max        int // bound of frames and of latest's messages
 	maxReplies int
 	frames     []outFrame
-	replies    [][]byte
+	replies    []outFrame
 	owed       []string
 	latest     map[string][]byte
 	order      []string      // message ids in latest, oldest first
@@ -179,6 +179,35 @@ const (
 type outFrame struct {
 	data []byte
 	kind frameKind
+	buf  *[]byte // data's pooled buffer (encodeFrame), nil if not pooled
+}
+
+// frameBufs holds the buffers the adapter encodes acks, errors and replies
+// into: a frame's buffer goes back once the writer has written it, so
+// the message path allocates no frame bytes, and an idle connection
+// holds none.
+var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+const keepFrameBuf = 4 << 10 // larger buffers are left to the GC
+
+// encodeFrame encodes f into a pooled buffer (recycle gives it back).
+func encodeFrame(f link.Frame) outFrame {
+	bp := frameBufs.Get().(*[]byte)
+	b, err := link.AppendEncode((*bp)[:0], f)
+	if err != nil { // only a nil frame fails, as for link.MustEncode
+		panic(err)
+	}
+	*bp = b
+	return outFrame{data: b, buf: bp}
+}
+
+// recycle gives f's pooled buffer back; f's data is not used again.
+func (f *outFrame) recycle() {
+	if f.buf != nil && cap(*f.buf) <= keepFrameBuf {
+		*f.buf = (*f.buf)[:0]
+		frameBufs.Put(f.buf)
+	}
+	f.buf, f.data = nil, nil
 }
 
 func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, br *bufio.Reader, remote, headerToken string) *wsConn {
@@ -460,7 +489,9 @@ func (c *wsConn) enqueue(f outFrame) bool {
 
 // sendFrame queues f (from the reader).
 func (c *wsConn) sendFrame(f link.Frame) {
-	c.enqueue(outFrame{data: link.MustEncode(f)})
+	if o := encodeFrame(f); !c.enqueue(o) {
+		o.recycle()
+	}
 }
 
 // startWriterLocked runs the writer on a warm worker unless one runs
@@ -491,8 +522,9 @@ func (c *wsConn) signalSpace() {
 }
 
 // offerReply queues a final reply without blocking (see wsConn); false
-// means the device gets it when it resends the message.
-func (c *wsConn) offerReply(messageID string, b []byte) bool {
+// means the device gets it when it resends the message (and b is not
+// kept).
+func (c *wsConn) offerReply(messageID string, b outFrame) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state >= connClosing {
@@ -566,7 +598,7 @@ func (c *wsConn) closeWith(code int, reason string) {
 // batch is what the writer takes in one go.
 type batch struct {
 	frames     []outFrame
-	replies    [][]byte
+	replies    []outFrame
 	owed       []string
 	progress   [][]byte
 	closeFrame []byte
@@ -643,8 +675,15 @@ func (b *batch) empty() bool {
 	return len(b.frames)+len(b.replies)+len(b.owed)+len(b.progress)+len(b.notices) == 0 && b.closeFrame == nil
 }
 
-// release lets go of what b held, so an idle connection holds nothing.
+// release lets go of what b held, so an idle connection holds nothing;
+// the frames' pooled buffers go back (they are written).
 func (b *batch) release() {
+	for i := range b.frames {
+		b.frames[i].recycle()
+	}
+	for i := range b.replies {
+		b.replies[i].recycle()
+	}
 	*b = batch{progress: b.progress[:0], closeFrame: b.closeFrame}
 	if cap(b.progress) > 16 {
 		b.progress = nil
@@ -670,7 +709,7 @@ func (c *wsConn) writeBatch(b *batch) error {
 		}
 	}
 	for _, r := range b.replies {
-		if err := c.ws.WriteMessage(websocket.TextMessage, r); err != nil {
+		if err := c.ws.WriteMessage(websocket.TextMessage, r.data); err != nil {
 			return err
 		}
 	}
