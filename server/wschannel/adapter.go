@@ -662,7 +662,9 @@ func (c *wsConn) acceptMessage(in bus.Inbound, until time.Time) {
 	case errors.Is(err, record.ErrBusy):
 		c.answerBusy(id, err)
 	default:
-		a.log.Error("message not accepted", "peer_id", c.peerID, "message_id", id, "err", err)
+		if a.stopCtx.Err() == nil { // else the server is stopping: no news
+			a.log.Error("message not accepted", "peer_id", c.peerID, "message_id", id, "err", err)
+		}
 		c.reject(id, "unavailable", "message "+id+" was not accepted ("+err.Error()+"); send it again")
 	}
 }
