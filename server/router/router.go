@@ -21,7 +21,8 @@ import (
 
 // Router takes messages off the bus and runs them: one at a time and in
 // order within a session, sessions in parallel up to a limit. A session's
-// worker goroutine exists only while the session has work.
+// worker runs only while the session has work, on a warm pooled goroutine
+// (warmPool).
 type Router struct {
 	host      Host
 	inbound   <-chan bus.Inbound
@@ -38,6 +39,7 @@ type Router struct {
 	cond    *sync.Cond // on mu: an injection settled
 	queues  map[string]*sessionQueue
 	wg      sync.WaitGroup
+	workers *warmPool // the sessions' workers run here
 	// precancelled holds cancels for messages that were accepted (acked)
 	// but had not reached the router yet (on the bus, or offered to a
 	// running turn): the message is answered cancelled when it arrives.
@@ -93,7 +95,8 @@ type Host interface {
 func New(host Host, inbound <-chan bus.Inbound, admission *Admission, runners map[string]agent.Runner, workspace string, maxRuns int) *Router {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Router{host: host, inbound: inbound, admission: admission, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
-		runCtx: ctx, cancelRun: cancel, queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{}}
+		runCtx: ctx, cancelRun: cancel, queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{},
+		workers: newWarmPool(maxIdleSessionWorkers)}
 	r.cond = sync.NewCond(&r.mu)
 	return r
 }
@@ -141,7 +144,8 @@ func (r *Router) enqueue(in bus.Inbound) {
 		q = &sessionQueue{}
 		r.queues[in.SessionKey] = q
 		r.wg.Add(1)
-		go r.work(in.SessionKey, q)
+		key := in.SessionKey
+		r.workers.run(func() { r.work(key, q) })
 		q.waiting = append(q.waiting, in)
 		return
 	}
@@ -434,6 +438,7 @@ func (r *Router) Stop(ctx context.Context) {
 		<-done
 	}
 	r.cancelRun()
+	r.workers.stop()
 }
 
 // IsStopped reports whether stop has begun.

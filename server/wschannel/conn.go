@@ -20,12 +20,27 @@ import (
 // wsConn is one device connection, in gorilla's chat shape: the reader
 // (serve, which waits for data, and the steps it has the stepper run for
 // it, one at a time) owns every read and the read deadlines; the writer
-// goroutine (writePump) owns every write, the write deadlines (through
-// flushConn) and the close frame. Nothing else touches the socket.
-// Unlike the chat example's, the writer does not wait parked while there
-// is nothing to write: it is started when something is queued and returns
-// when all is written (still one at a time, never two), so an idle
-// connection costs one goroutine and no buffers.
+// (writePump) owns every write, the write deadlines (through flushConn)
+// and the close frame. Nothing else touches the socket. Unlike the chat
+// example's, the writer does not wait parked while there is nothing to
+// write: it is handed to one of the adapter's warm writer workers
+// (stepper.go) when something is queued and returns when all is written
+// (still one at a time, never two: writing says one runs), so an idle
+// connection costs one goroutine and no buffers, and a busy one does not
+// start a goroutine (and grow its stack) per batch. Acks, errors and
+// replies are encoded into pooled buffers that go back once written.
+//
+// A message a full waiting bound refuses (router.Admission: the session's
+// maxWaitingPerSession or the server's maxWaitingRuns) is held, not
+// answered busy: serve stops reading the device (its sends back up
+// through TCP, like any slow server) and waits on its own goroutine,
+// pinning no shared worker, until a place is held for the message (it is
+// then accepted, in order: nothing read after it was read yet), the
+// connection starts closing (the message is let go unacked: the device
+// resends it) or half a heartbeat has passed (then it is answered busy
+// as before, and the device's resend and backoff, and its pings, are
+// read again). termlink_reader_held_total counts holds,
+// termlink_inbound_busy_total the busy answers.
 //
 // What the writer writes, and what happens when it cannot keep up:
 //   - frames: the reader's answers (connected, acks, errors, pongs), at
