@@ -49,10 +49,18 @@ type BusyError struct {
 	a          *Admission
 	key        string
 	perSession int
-	msg        string
+	waiting    int  // what the bound counted
+	server     bool // the server-wide bound refused (else the session's)
 }
 
-func (e *BusyError) Error() string { return record.ErrBusy.Error() + ": " + e.msg }
+// Error says which bound refused; it is formatted only when asked (a
+// refusal the caller waits out is never formatted).
+func (e *BusyError) Error() string {
+	if e.server {
+		return fmt.Sprintf("%v: the server has %d messages waiting (maxWaitingRuns)", record.ErrBusy, e.waiting)
+	}
+	return fmt.Sprintf("%v: session %s has %d messages waiting (maxWaitingPerSession)", record.ErrBusy, e.key, e.waiting)
+}
 func (e *BusyError) Unwrap() error { return record.ErrBusy }
 
 // WaitRoom registers a waiter for a place of the refused message's session
@@ -83,12 +91,10 @@ func (a *Admission) ReserveFirst(key string, perSession int) (first bool, err er
 	}
 	n := a.bySession[key]
 	if n >= perSession {
-		return false, &BusyError{a: a, key: key, perSession: perSession,
-			msg: fmt.Sprintf("session %s has %d messages waiting (maxWaitingPerSession)", key, n)}
+		return false, &BusyError{a: a, key: key, perSession: perSession, waiting: n}
 	}
 	if a.total >= a.maxTotal || a.inLine > 0 {
-		return false, &BusyError{a: a, key: key, perSession: perSession,
-			msg: fmt.Sprintf("the server has %d messages waiting (maxWaitingRuns)", a.total)}
+		return false, &BusyError{a: a, key: key, perSession: perSession, waiting: a.total, server: true}
 	}
 	a.bySession[key]++
 	a.total++
