@@ -37,6 +37,17 @@ func (c *client) answeredInOrder(format string, from, n int) {
 	}
 }
 
+// runOneWaitOne sends message prefix-0, which runs (runner is gated),
+// and prefix-1, which waits, and reads their acks.
+func (c *client) runOneWaitOne(runner *countingRunner, prefix string) {
+	c.t.Helper()
+	c.send(&link.Message{MessageID: prefix + "-0", Text: "runs"})
+	readAs[*link.Ack](c)
+	<-runner.started
+	c.send(&link.Message{MessageID: prefix + "-1", Text: "waits"})
+	readAs[*link.Ack](c)
+}
+
 func (ts *testServer) waiters() int { return ts.rt.admission.Waiters() }
 
 func (ts *testServer) busyAnswers() uint64 { return ts.rt.metrics.ws.Busy.Value("terminal-dev") }
@@ -81,17 +92,11 @@ func TestBackpressureHoldRunsOutBusy(t *testing.T) {
 	runner := newCountingRunner(true)
 	ts := startServer(t, func(c *config.Config) {
 		setSessionBound(c, 1)
-		ch := c.Channels["terminal-dev"]
-		ch.Config.HeartbeatSeconds = 2 // holds last 1 s
-		c.Channels["terminal-dev"] = ch
+		shortHolds(c) // 1 s
 	}, runner)
 	c := dial(t, ts.ws, nil)
 	c.connect("slow")
-	c.send(&link.Message{MessageID: "m-0", Text: "runs"})
-	readAs[*link.Ack](c)
-	<-runner.started
-	c.send(&link.Message{MessageID: "m-1", Text: "waits"})
-	readAs[*link.Ack](c)
+	c.runOneWaitOne(runner, "m")
 	c.send(&link.Message{MessageID: "m-2", Text: "held, then refused"})
 	c.send(&link.Ping{}) // read once the hold is over
 	c.readBusy("m-2", "maxWaitingPerSession")
@@ -114,17 +119,11 @@ func TestBackpressureClosingFreesWaiter(t *testing.T) {
 	runner := newCountingRunner(true)
 	ts := startServer(t, func(c *config.Config) {
 		c.MaxWaitingRuns = 1
-		ch := c.Channels["terminal-dev"]
-		ch.Config.HeartbeatSeconds = 600 // holds last 5 minutes: far longer than waitFor
-		c.Channels["terminal-dev"] = ch
+		setHeartbeat(c, 600) // holds last 5 minutes: far longer than waitFor
 	}, runner)
 	a := dial(t, ts.ws, nil)
 	a.connect("a")
-	a.send(&link.Message{MessageID: "a-0", Text: "runs"})
-	readAs[*link.Ack](a)
-	<-runner.started
-	a.send(&link.Message{MessageID: "a-1", Text: "waits"})
-	readAs[*link.Ack](a)
+	a.runOneWaitOne(runner, "a")
 	b := dial(t, ts.ws, nil)
 	b.connect("b")
 	b.send(&link.Message{MessageID: "b-0", Text: "held"})

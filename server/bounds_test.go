@@ -61,9 +61,12 @@ func setSessionBound(c *config.Config, n int) {
 
 // shortHolds makes channel terminal-dev hold a message a full bound
 // refused for 1 s (half its heartbeat) before it answers busy.
-func shortHolds(c *config.Config) {
+func shortHolds(c *config.Config) { setHeartbeat(c, 2) }
+
+// setHeartbeat sets heartbeatSeconds of channel terminal-dev.
+func setHeartbeat(c *config.Config, seconds int) {
 	ch := c.Channels["terminal-dev"]
-	ch.Config.HeartbeatSeconds = 2
+	ch.Config.HeartbeatSeconds = seconds
 	c.Channels["terminal-dev"] = ch
 }
 

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"termlink/internal/warm"
 	"termlink/server/agent"
 	"termlink/server/bus"
 	"termlink/server/record"
@@ -22,7 +23,8 @@ import (
 // Router takes messages off the bus and runs them: one at a time and in
 // order within a session, sessions in parallel up to a limit. A session's
 // worker runs only while the session has work, on a warm pooled goroutine
-// (warmPool).
+// (package warm: one started per burst of work would grow its stack
+// again every time).
 type Router struct {
 	host      Host
 	inbound   <-chan bus.Inbound
@@ -39,7 +41,7 @@ type Router struct {
 	cond    *sync.Cond // on mu: an injection settled
 	queues  map[string]*sessionQueue
 	wg      sync.WaitGroup
-	workers *warmPool // the sessions' workers run here
+	workers *warm.Pool[func()] // the sessions' workers run here
 	// precancelled holds cancels for messages that were accepted (acked)
 	// but had not reached the router yet (on the bus, or offered to a
 	// running turn): the message is answered cancelled when it arrives.
@@ -49,6 +51,9 @@ type Router struct {
 }
 
 type cancelKey struct{ session, messageID string }
+
+// maxIdleSessionWorkers is how many session workers stay warm, idle.
+const maxIdleSessionWorkers = 128
 
 type sessionQueue struct {
 	waiting []bus.Inbound
@@ -96,7 +101,7 @@ func New(host Host, inbound <-chan bus.Inbound, admission *Admission, runners ma
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Router{host: host, inbound: inbound, admission: admission, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
 		runCtx: ctx, cancelRun: cancel, queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{},
-		workers: newWarmPool(maxIdleSessionWorkers)}
+		workers: warm.New(maxIdleSessionWorkers, 30*time.Second, func(f func()) { f() })}
 	r.cond = sync.NewCond(&r.mu)
 	return r
 }
@@ -145,7 +150,7 @@ func (r *Router) enqueue(in bus.Inbound) {
 		r.queues[in.SessionKey] = q
 		r.wg.Add(1)
 		key := in.SessionKey
-		r.workers.run(func() { r.work(key, q) })
+		r.workers.Run(func() { r.work(key, q) })
 		q.waiting = append(q.waiting, in)
 		return
 	}
@@ -438,7 +443,7 @@ func (r *Router) Stop(ctx context.Context) {
 		<-done
 	}
 	r.cancelRun()
-	r.workers.stop()
+	r.workers.Stop()
 }
 
 // IsStopped reports whether stop has begun.

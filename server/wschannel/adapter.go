@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"termlink/internal/warm"
 	"termlink/link"
 	"termlink/server/bus"
 	"termlink/server/config"
@@ -166,9 +167,9 @@ type terminalAdapter struct {
 	m          *Metrics
 	log        *slog.Logger
 	upgrader   websocket.Upgrader
-	steps      stepper       // reads and handles frames for the connections
-	writers    *workers      // run the connections' writers
-	writeStall time.Duration // defaultWriteStall unless Options say
+	steps      stepper             // reads and handles frames for the connections
+	writers    *warm.Pool[*wsConn] // run the connections' writers
+	writeStall time.Duration       // defaultWriteStall unless Options say
 
 	clientAuth atomic.Pointer[identity.ClientAuth] // mutual TLS (identity.go); nil: none
 
@@ -364,8 +365,8 @@ func (a *terminalAdapter) Close() {
 		c.closeWith(websocket.CloseGoingAway, "server shutting down; reconnect later")
 	}
 	a.wg.Wait()
-	a.steps.stop()
-	a.writers.stop()
+	a.steps.Stop()
+	a.writers.Stop()
 	a.events.Add(events.Event{Event: events.AdapterStopped})
 }
 

@@ -516,7 +516,7 @@ func (c *wsConn) startWriterLocked() {
 		return
 	}
 	c.writing = true
-	c.a.writers.submit(c)
+	c.a.writers.Run(c)
 }
 
 // writerStoppedLocked says the writer has returned (c.mu held).

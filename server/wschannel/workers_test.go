@@ -60,7 +60,7 @@ func TestWritersAreWarm(t *testing.T) {
 			t.Fatalf("ping %d: no pong", i)
 		}
 	}
-	if s := a.writers.started.Load(); s > 4 {
+	if s := a.writers.Started(); s > 4 {
 		t.Fatalf("%d writer workers started for %d batches written one after another, want a few reused", s, n+1)
 	}
 	a.mu.Lock()

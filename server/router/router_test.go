@@ -54,7 +54,7 @@ func TestSessionWorkersAreWarm(t *testing.T) {
 			t.Fatalf("finished %s, want %s", got, id)
 		}
 	}
-	if s := r.workers.started.Load(); s > 10 {
+	if s := r.workers.Started(); s > 10 {
 		t.Fatalf("%d goroutines started for %d bursts of one session, want a few reused", s, n)
 	}
 }
