@@ -59,6 +59,17 @@ func setSessionBound(c *config.Config, n int) {
 	c.Channels["terminal-dev"] = ch
 }
 
+// shortHolds makes channel terminal-dev hold a message a full bound
+// refused for 1 s (half its heartbeat) before it answers busy.
+func shortHolds(c *config.Config) { setHeartbeat(c, 2) }
+
+// setHeartbeat sets heartbeatSeconds of channel terminal-dev.
+func setHeartbeat(c *config.Config, seconds int) {
+	ch := c.Channels["terminal-dev"]
+	ch.Config.HeartbeatSeconds = seconds
+	c.Channels["terminal-dev"] = ch
+}
+
 func (ts *testServer) waiting(t *testing.T) int {
 	t.Helper()
 	var st struct {
@@ -69,11 +80,11 @@ func (ts *testServer) waiting(t *testing.T) int {
 }
 
 // A session with maxWaitingPerSession messages waiting refuses the next
-// one before logging or acking it; a duplicate is still answered; once the
+// one (once its connection's hold runs out) before logging or acking it; a duplicate is still answered; once the
 // queue drains the refused message is taken, and the count is back to 0.
 func TestSessionQueueBound(t *testing.T) {
 	runner := newCountingRunner(true)
-	ts := startServer(t, func(c *config.Config) { setSessionBound(c, 3) }, runner)
+	ts := startServer(t, func(c *config.Config) { setSessionBound(c, 3); shortHolds(c) }, runner)
 	c := dial(t, ts.ws, nil)
 	c.connect("dev")
 	for i := range 4 { // m-0 runs, m-1..m-3 wait
@@ -111,7 +122,7 @@ func TestSessionQueueBound(t *testing.T) {
 // maxWaitingRuns are waiting.
 func TestServerWaitingBound(t *testing.T) {
 	runner := newCountingRunner(true)
-	ts := startServer(t, func(c *config.Config) { c.MaxWaitingRuns = 2 }, runner)
+	ts := startServer(t, func(c *config.Config) { c.MaxWaitingRuns = 2; shortHolds(c) }, runner)
 	a := dial(t, ts.ws, nil)
 	a.connect("a")
 	b := dial(t, ts.ws, nil)

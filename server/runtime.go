@@ -47,7 +47,6 @@ type serverMetrics struct {
 	replySecs  *metrics.HistogramVec
 	running    *metrics.GaugeVec
 
-	busy        *metrics.CounterVec
 	logFailures *metrics.CounterVec
 }
 
@@ -69,7 +68,8 @@ func newServerMetrics() *serverMetrics {
 	m.runSeconds = r.NewHistogramVec("termlink_run_seconds", "Agent run time.", "channel", latency)
 	m.replySecs = r.NewHistogramVec("termlink_reply_seconds", "Time from accepting a message to dispatching its reply.", "channel", latency)
 	m.running = r.NewGaugeVec("termlink_runs_running", "Agent runs in progress.", "")
-	m.busy = r.NewCounterVec("termlink_inbound_busy_total", "Messages refused as busy: their session or the server had the most messages waiting.", "channel")
+	m.ws.Busy = r.NewCounterVec("termlink_inbound_busy_total", "Messages refused as busy: their session or the server had the most messages waiting (a message held for room counts only if its hold runs out).", "channel")
+	m.ws.Held = r.NewCounterVec("termlink_reader_held_total", "Messages a full waiting bound refused that their connection held, not reading the device, until a place freed (backpressure instead of a busy answer).", "channel")
 	m.logFailures = r.NewCounterVec("termlink_session_log_failures_total", "Session log writes that failed (disk full, I/O error).", "")
 	m.ws.WebSockets = r.NewGaugeVec("termlink_websockets_open", "Open WebSocket connections, before and after connect.", "")
 	m.ws.OverCap = r.NewCounterVec("termlink_websockets_refused_total", "WebSocket upgrades refused with HTTP 503 at the connection cap.", "")
@@ -141,7 +141,11 @@ var ErrBusy = record.ErrBusy
 // message was not taken and ack was not called; the device may resend.
 // When the session already has its channel's maxWaitingPerSession
 // messages waiting, or the server its maxWaitingRuns, the error wraps
-// [ErrBusy]; nothing is written then.
+// [ErrBusy]; nothing is written then. That refusal is a
+// *router.BusyError: the caller may wait for room (WaitRoom) and offer
+// the message again, as the terminal adapter does (it holds the message
+// and stops reading the device) before it answers busy; the adapter
+// counts the busy answers (termlink_inbound_busy_total).
 func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(AcceptResult)) error {
 	ch := rt.channels[in.ChannelID]
 	if ch == nil {
@@ -166,9 +170,6 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 		}
 		ack(res)
 	})
-	if errors.Is(err, ErrBusy) {
-		rt.metrics.busy.Inc(ch.id)
-	}
 	return err
 }
 

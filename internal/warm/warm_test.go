@@ -1,97 +1,68 @@
 package warm
 
 import (
-	"sync"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
+// Jobs given one after another run on the same few goroutines.
+func TestJobsReuseGoroutines(t *testing.T) {
+	done := make(chan int)
+	p := New(8, time.Minute, func(i int) { done <- i })
+	defer p.Stop()
+	for i := range 500 {
+		p.Run(i)
+		if got := <-done; got != i {
+			t.Fatalf("job %d ran as %d", i, got)
 		}
-		time.Sleep(time.Millisecond)
+	}
+	if s := p.Started(); s > 10 {
+		t.Fatalf("%d goroutines for 500 jobs one after another, want a few reused", s)
 	}
 }
 
-func TestJobsRunOnWarmGoroutines(t *testing.T) {
-	p := New(4, time.Minute)
-	defer p.Stop()
-	var n atomic.Int64
-	for i := 0; i < 100; i++ {
-		done := make(chan struct{})
-		p.Go(func() { n.Add(1); close(done) })
-		<-done
-		waitFor(t, "the goroutine waits again", func() bool { return p.Idle() == 1 })
-	}
-	if n.Load() != 100 {
-		t.Fatalf("ran %d jobs, want 100", n.Load())
-	}
-	p.mu.Lock()
-	started := p.started
-	p.mu.Unlock()
-	if started != 1 {
-		t.Fatalf("started %d goroutines for 100 jobs one after another, want 1", started)
-	}
-}
-
-func TestAtMostMaxIdleWait(t *testing.T) {
-	p := New(3, time.Minute)
-	defer p.Stop()
+// Run never waits: jobs that block run side by side, each on a goroutine.
+func TestRunNeverWaits(t *testing.T) {
 	release := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < 10; i++ {
-		wg.Add(1)
-		p.Go(func() { defer wg.Done(); <-release })
+	var running atomic.Int32
+	p := New(2, time.Minute, func(int) { running.Add(1); <-release })
+	for i := range 20 {
+		p.Run(i)
+	}
+	for running.Load() < 20 {
+		runtime.Gosched()
 	}
 	close(release)
-	wg.Wait()
-	waitFor(t, "the goroutines settle", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.idle == 3
-	})
-	time.Sleep(20 * time.Millisecond) // the others return; none may wait beyond maxIdle
-	if idle := p.Idle(); idle != 3 {
-		t.Fatalf("%d goroutines wait, want maxIdle 3", idle)
-	}
-}
-
-func TestIdleGoroutinesExit(t *testing.T) {
-	p := New(8, 5*time.Millisecond)
-	defer p.Stop()
-	done := make(chan struct{})
-	p.Go(func() { close(done) })
-	<-done
-	waitFor(t, "the idle goroutine exits", func() bool { return p.Idle() == 0 })
-	// And a job after that still runs, on a new goroutine.
-	done2 := make(chan struct{})
-	p.Go(func() { close(done2) })
-	<-done2
-}
-
-func TestStopWaitsForJobsAndEndsWaiters(t *testing.T) {
-	p := New(8, time.Hour)
-	var ran atomic.Bool
-	started := make(chan struct{})
-	p.Go(func() { close(started); time.Sleep(20 * time.Millisecond); ran.Store(true) })
-	<-started
-	idleDone := make(chan struct{})
-	p.Go(func() { close(idleDone) })
-	<-idleDone
 	p.Stop()
-	if !ran.Load() {
-		t.Fatal("Stop returned before a running job finished")
+	if s := p.Started(); s != 20 {
+		t.Fatalf("%d goroutines for 20 blocked jobs, want 20", s)
 	}
-	if idle := p.Idle(); idle != 0 {
-		t.Fatalf("%d goroutines still wait after Stop", idle)
-	}
-	// After Stop a job still runs.
+}
+
+// With maxIdle 0 nothing stays: each job starts a goroutine; Stop returns
+// once all are done, and a job given after Stop still runs.
+func TestNoIdleAndStop(t *testing.T) {
 	done := make(chan struct{})
-	p.Go(func() { close(done) })
+	p := New(0, time.Minute, func(struct{}) { done <- struct{}{} })
+	for range 3 {
+		p.Run(struct{}{})
+		<-done
+	}
+	p.Stop()
+	if s := p.Started(); s != 3 {
+		t.Fatalf("%d goroutines, want 3", s)
+	}
+	p.Run(struct{}{})
 	<-done
+}
+
+// An idle goroutine exits after idleFor.
+func TestIdleGoroutinesExit(t *testing.T) {
+	done := make(chan struct{})
+	p := New(4, time.Millisecond, func(struct{}) { done <- struct{}{} })
+	p.Run(struct{}{})
+	<-done
+	p.wg.Wait() // the goroutine has returned without Stop
 }

@@ -9,7 +9,6 @@ package router
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -37,7 +36,7 @@ type Router struct {
 	// goroutines: a session of one device sending one message at a time
 	// empties its queue after each, and a cold goroutine per message
 	// grew its stack anew each time.
-	goroutines *warm.Pool
+	goroutines *warm.Pool[func()]
 
 	mu      sync.Mutex
 	stopped bool       // stop has begun: no new workers
@@ -55,11 +54,12 @@ type Router struct {
 
 type cancelKey struct{ session, messageID string }
 
-// The warm goroutines kept for session workers: enough for the runs a
-// server has at once, each kept a few seconds.
+// The warm goroutines kept for session workers and injections: idle
+// ones beyond maxIdleSessionWorkers exit, and each exits after
+// sessionWorkerIdle without work.
 const (
-	warmWorkers = 64
-	warmIdle    = 5 * time.Second
+	maxIdleSessionWorkers = 128
+	sessionWorkerIdle     = 30 * time.Second
 )
 
 type sessionQueue struct {
@@ -107,7 +107,7 @@ type Host interface {
 func New(host Host, admission *Admission, runners map[string]agent.Runner, workspace string, maxRuns int) *Router {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Router{host: host, admission: admission, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
-		runCtx: ctx, cancelRun: cancel, goroutines: warm.New(warmWorkers, warmIdle), queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{}}
+		runCtx: ctx, cancelRun: cancel, goroutines: warm.New(maxIdleSessionWorkers, sessionWorkerIdle, func(f func()) { f() }), queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{}}
 	r.cond = sync.NewCond(&r.mu)
 	return r
 }
@@ -147,7 +147,7 @@ func (r *Router) Put(in bus.Inbound) {
 		q = &sessionQueue{}
 		r.queues[in.SessionKey] = q
 		r.wg.Add(1)
-		r.goroutines.Go(func() { r.work(in.SessionKey, q) })
+		r.goroutines.Run(func() { r.work(in.SessionKey, q) })
 		q.waiting = append(q.waiting, in)
 		return
 	}
@@ -158,7 +158,7 @@ func (r *Router) Put(in bus.Inbound) {
 		q.injecting = true
 		r.wg.Add(1)
 		gen := q.gen
-		r.goroutines.Go(func() { r.inject(inj, q, in, gen) })
+		r.goroutines.Run(func() { r.inject(inj, q, in, gen) })
 		return
 	}
 	q.waiting = append(q.waiting, in)
@@ -196,7 +196,7 @@ func (r *Router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen
 			q.waiting = q.waiting[1:]
 			q.injecting = true
 			r.wg.Add(1)
-			r.goroutines.Go(func() { r.inject(inj, q, next, gen) })
+			r.goroutines.Run(func() { r.inject(inj, q, next, gen) })
 		}
 		r.mu.Unlock()
 	case cancelled && !taken && !r.stopped:
@@ -420,7 +420,7 @@ func (r *Router) cancelInFlight(key, messageID string) bool {
 func (r *Router) answerCancelled(in bus.Inbound) {
 	r.admission.Release(in.SessionKey, 1)
 	r.wg.Add(1)
-	r.goroutines.Go(func() {
+	r.goroutines.Run(func() {
 		defer r.wg.Done()
 		r.host.Started(in)
 		r.host.Finished(r.runCtx, in, record.CancelledBeforeStart, 0, nil)
@@ -469,94 +469,6 @@ func (r *Router) Load() (running, waiting int) {
 	r.mu.Unlock()
 	return running, r.admission.Waiting()
 }
-
-// Admission bounds the messages accepted and not yet started, per session
-// and server-wide. AcceptInbound reserves a place before it writes a
-// message to the session log; the place is released when the message
-// leaves the waiting state: its run starts (or it joins a running turn), it
-// is cancelled while queued, or it is left for the next start at stop. The
-// router holds every such message in one place (bus, queue, injection in
-// flight), so each release matches one reservation.
-type Admission struct {
-	maxTotal int
-
-	mu        sync.Mutex
-	total     int
-	bySession map[string]int
-	freed     chan struct{} // poked (never blocks) when a place frees
-}
-
-// NewAdmission bounds the messages waiting to maxTotal in all.
-func NewAdmission(maxTotal int) *Admission {
-	return &Admission{maxTotal: maxTotal, bySession: map[string]int{}, freed: make(chan struct{}, 1)}
-}
-
-// Reserve takes a place for one message of session key, or returns an
-// error wrapping record.ErrBusy that says which bound refused it.
-func (a *Admission) Reserve(key string, perSession int) error {
-	_, err := a.ReserveFirst(key, perSession)
-	return err
-}
-
-// ReserveFirst is Reserve that also reports whether the session had no
-// other message waiting (accepted, not yet started).
-func (a *Admission) ReserveFirst(key string, perSession int) (first bool, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	n := a.bySession[key]
-	if n >= perSession {
-		return false, fmt.Errorf("%w: session %s has %d messages waiting (maxWaitingPerSession)", record.ErrBusy, key, n)
-	}
-	if a.total >= a.maxTotal {
-		return false, fmt.Errorf("%w: the server has %d messages waiting (maxWaitingRuns)", record.ErrBusy, a.total)
-	}
-	a.bySession[key]++
-	a.total++
-	return n == 0, nil
-}
-
-// ReserveWait is Reserve that waits for a place until ctx ends.
-func (a *Admission) ReserveWait(ctx context.Context, key string, perSession int) error {
-	for {
-		if a.Reserve(key, perSession) == nil {
-			return nil
-		}
-		select {
-		case <-a.freed:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// Release gives back n places of session key.
-func (a *Admission) Release(key string, n int) {
-	if n <= 0 {
-		return
-	}
-	a.mu.Lock()
-	if left := a.bySession[key] - n; left > 0 {
-		a.bySession[key] = left
-	} else {
-		delete(a.bySession, key)
-	}
-	a.total -= n
-	a.mu.Unlock()
-	select {
-	case a.freed <- struct{}{}:
-	default:
-	}
-}
-
-// Waiting is the number of messages waiting.
-func (a *Admission) Waiting() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.total
-}
-
-// MaxTotal is the bound on the messages waiting in all.
-func (a *Admission) MaxTotal() int { return a.maxTotal }
 
 // Run is a run in progress: its session and message.
 type Run struct{ Session, MessageID string }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"termlink/internal/warm"
 	"termlink/link"
 	"termlink/server/bus"
 	"termlink/server/config"
@@ -166,8 +167,9 @@ type terminalAdapter struct {
 	m          *Metrics
 	log        *slog.Logger
 	upgrader   websocket.Upgrader
-	steps      *stepper      // reads and handles frames for the connections
-	writeStall time.Duration // defaultWriteStall unless Options say
+	steps      stepper             // reads and handles frames for the connections
+	writers    *warm.Pool[*wsConn] // run the connections' writers
+	writeStall time.Duration       // defaultWriteStall unless Options say
 
 	clientAuth atomic.Pointer[identity.ClientAuth] // mutual TLS (identity.go); nil: none
 
@@ -194,7 +196,7 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 		creds: d.Bindings, events: d.Events, keyOf: d.SessionKey, m: d.Metrics, log: d.Log.With("channel", id),
 		heartbeat: time.Duration(cfg.Config.HeartbeatSeconds) * time.Second,
 		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: opt.WriteStall,
-		steps: newStepper(),
+		steps: newStepper(), writers: newWriters(),
 	}
 	if a.writeStall <= 0 {
 		a.writeStall = defaultWriteStall
@@ -321,8 +323,13 @@ func (a *terminalAdapter) Send(out bus.Outbound) bool {
 		for _, m := range out.Media {
 			text += "\n[file: " + baseName(m) + "]"
 		}
-		return c.offerReply(out.MessageID, link.MustEncode(&link.Message{Role: link.RoleAssistant,
-			MessageID: out.MessageID, RunID: out.RunID, Text: text, FinishReason: out.FinishReason}))
+		reply := encodeFrame(&link.Message{Role: link.RoleAssistant,
+			MessageID: out.MessageID, RunID: out.RunID, Text: text, FinishReason: out.FinishReason})
+		if !c.offerReply(out.MessageID, reply) {
+			reply.recycle()
+			return false
+		}
+		return true
 	}
 }
 
@@ -358,7 +365,8 @@ func (a *terminalAdapter) Close() {
 		c.closeWith(websocket.CloseGoingAway, "server shutting down; reconnect later")
 	}
 	a.wg.Wait()
-	a.steps.stop()
+	a.steps.Stop()
+	a.writers.Stop()
 	a.events.Add(events.Event{Event: events.AdapterStopped})
 }
 
@@ -598,20 +606,94 @@ func (c *wsConn) handleMessage(f *link.Message) {
 	}
 	in := bus.Inbound{ChannelID: a.id, AccountID: a.cfg.AccountID, PeerID: c.peerID, ThreadID: thread, UserID: user,
 		SessionKey: key, MessageID: f.MessageID, Text: f.Text, Received: time.Now(), Capabilities: c.caps}
+	c.acceptMessage(in, time.Time{})
+}
+
+// RoomWaiter is a busy refusal (an error wrapping record.ErrBusy) that can
+// be waited out: the bound that refused it is full now and tells when it
+// has room (router.BusyError). ready is closed once a place is held for
+// the message; done is called once the message was offered again or
+// given up.
+type RoomWaiter interface {
+	WaitRoom() (ready <-chan struct{}, done func())
+}
+
+// heldMessage is a message a full waiting bound refused, held by the
+// reader (which stops reading the device) until a place frees, the hold
+// runs out or the connection closes (serve, resumeHeld).
+type heldMessage struct {
+	in    bus.Inbound
+	ready <-chan struct{}
+	done  func()
+	until time.Time // then it is answered busy
+	err   error     // the refusal
+}
+
+// maxHold is how long a connection may hold a refused message instead of
+// answering busy: half a heartbeat (a fifth of the idle timeout), so the
+// device is read again well within its idle timeout and link.Client's
+// liveness deadline (a heartbeat and PongTimeout without any frame; the
+// connection's replies still flow meanwhile).
+func (a *terminalAdapter) maxHold() time.Duration { return a.heartbeat / 2 }
+
+// acceptMessage hands in to the accept path. A refusal by a full waiting
+// bound that can be waited out is held (the reader stops reading this
+// device until a place frees, as TCP backpressure) rather than answered
+// busy, until until (zero: maxHold from now).
+func (c *wsConn) acceptMessage(in bus.Inbound, until time.Time) {
+	a := c.a
+	id, key := in.MessageID, in.SessionKey
 	// The context is the adapter's, not the connection's: once the session
 	// log has the message, it is published even if the device has gone.
 	err := a.accept.AcceptInbound(a.stopCtx, in, func(res record.Accepted) {
-		c.sendFrame(&link.Ack{MessageID: f.MessageID, SessionID: key, Accepted: true,
+		c.sendFrame(&link.Ack{MessageID: id, SessionID: key, Accepted: true,
 			Duplicate: res.Duplicate, Pending: res.Pending, Reply: res.Reply})
 	})
+	var room RoomWaiter
 	switch {
-	case errors.Is(err, record.ErrBusy):
-		c.reject(f.MessageID, link.CodeBusy, "message "+f.MessageID+" not accepted: "+strings.TrimPrefix(err.Error(), record.ErrBusy.Error()+": ")+"; send it again later")
-	case err != nil:
-		a.log.Error("message not accepted", "peer_id", c.peerID, "message_id", f.MessageID, "err", err)
-		c.reject(f.MessageID, "unavailable", "message "+f.MessageID+" was not accepted ("+err.Error()+"); send it again")
-	default:
+	case err == nil:
 		a.registry.MessageAccepted(a.id, c.peerID)
+	case errors.As(err, &room) && a.maxHold() > 0 && (until.IsZero() || time.Now().Before(until)) && !c.isClosing():
+		if until.IsZero() {
+			until = time.Now().Add(a.maxHold())
+			a.m.Held.Inc(a.id)
+		}
+		ready, done := room.WaitRoom()
+		c.held = &heldMessage{in: in, ready: ready, done: done, until: until, err: err}
+	case errors.Is(err, record.ErrBusy):
+		c.answerBusy(id, err)
+	default:
+		if a.stopCtx.Err() == nil { // else the server is stopping: no news
+			a.log.Error("message not accepted", "peer_id", c.peerID, "message_id", id, "err", err)
+		}
+		c.reject(id, "unavailable", "message "+id+" was not accepted ("+err.Error()+"); send it again")
+	}
+}
+
+// answerBusy refuses message id for a full bound: an error frame with code
+// busy and no ack; the device resends it after a backoff.
+func (c *wsConn) answerBusy(id string, err error) {
+	c.a.m.Busy.Inc(c.a.id)
+	c.reject(id, link.CodeBusy, "message "+id+" not accepted: "+strings.TrimPrefix(err.Error(), record.ErrBusy.Error()+": ")+"; send it again later")
+}
+
+// resumeHeld settles the held message once its wait ends (a step, on the
+// stepper): offered again when a place is held for it, answered busy when
+// the hold ran out, let go (unacked: the device resends it) when the
+// connection is closing.
+func (c *wsConn) resumeHeld() {
+	h := c.held
+	c.held = nil
+	select {
+	case <-h.ready:
+		c.acceptMessage(h.in, h.until) // takes the place held for it
+		h.done()
+		return
+	default:
+	}
+	h.done()
+	if !c.isClosing() {
+		c.answerBusy(h.in.MessageID, h.err)
 	}
 }
 

@@ -97,6 +97,7 @@ func testMetrics() *Metrics {
 		Rejected: r.NewCounterVec("r", "", "channel"), Dropped: r.NewCounterVec("d", "", "channel"),
 		WebSockets: r.NewGaugeVec("w", "", ""), OverCap: r.NewCounterVec("o", "", ""),
 		Paused: r.NewCounterVec("p", "", "channel"), Deferred: r.NewCounterVec("df", "", "channel"),
+		Busy: r.NewCounterVec("b", "", "channel"), Held: r.NewCounterVec("h", "", "channel"),
 	}
 }
 

@@ -20,21 +20,36 @@ import (
 // wsConn is one device connection, in gorilla's chat shape: the reader
 // (serve, which waits for data, and the steps it has the stepper run for
 // it, one at a time) owns every read and the read deadlines; the writer
-// goroutine (writePump) owns every write, the write deadlines (through
-// flushConn) and the close frame. Nothing else touches the socket.
-// Unlike the chat example's, the writer does not wait parked while there
-// is nothing to write: it is started when something is queued and returns
-// when all is written (still one at a time, never two), so an idle
-// connection costs one goroutine and no buffers.
+// (writePump) owns every write, the write deadlines (through flushConn)
+// and the close frame. Nothing else touches the socket. Unlike the chat
+// example's, the writer does not wait parked while there is nothing to
+// write: it is handed to one of the adapter's warm writer workers
+// (stepper.go) when something is queued and returns when all is written
+// (still one at a time, never two: writing says one runs), so an idle
+// connection costs one goroutine and no buffers, and a busy one does not
+// start a goroutine (and grow its stack) per batch. Acks, errors and
+// replies are encoded into pooled buffers that go back once written.
+//
+// A message a full waiting bound refuses (router.Admission: the session's
+// maxWaitingPerSession or the server's maxWaitingRuns) is held, not
+// answered busy: serve stops reading the device (its sends back up
+// through TCP, like any slow server) and waits on its own goroutine,
+// pinning no shared worker, until a place is held for the message (it is
+// then accepted, in order: nothing read after it was read yet), the
+// connection starts closing (the message is let go unacked: the device
+// resends it) or half a heartbeat has passed (then it is answered busy
+// as before, and the device's resend and backoff, and its pings, are
+// read again). termlink_reader_held_total counts holds,
+// termlink_inbound_busy_total the busy answers.
 //
 // What the writer writes, and what happens when it cannot keep up:
 //   - frames: the reader's answers (connected, acks, errors, pongs), at
 //     most SendQueue of them. When it is full the reader waits for room
 //     and stops reading: the device's own sends back up through TCP.
-//   - replies: final replies from the dispatcher, at most 4 x SendQueue
-//     (a fast agent answers a burst of messages faster than a socket
+//   - replies: final replies the runtime hands over (Send, on a run's
+//     goroutine), at most 4 x SendQueue (a fast agent answers a burst of messages faster than a socket
 //     takes them; each reply is one the device waits for). The
-//     dispatcher serves every connection and must never wait for one, so
+//     runtime serves every connection and must never wait for one, so
 //     a full reply queue does not block it: the reply is reported
 //     unclaimed (it is already durable in the session log and in dedupe)
 //     and its message id is remembered in owed; the writer then sends an
@@ -78,6 +93,7 @@ type wsConn struct {
 	stepDone    chan bool     // where the running step reports
 	rate        *tokenBucket
 	routes      routeMemory
+	held        *heldMessage // a message waiting for room; the device is not read meanwhile
 
 	space      chan struct{} // cap 1: the writer took the reader's frames, or stopped
 	readerDone chan struct{} // the reader has stopped
@@ -88,7 +104,7 @@ type wsConn struct {
 	max        int // bound of frames and of latest's messages
 	maxReplies int
 	frames     []outFrame
-	replies    [][]byte
+	replies    []outFrame
 	owed       []string
 	latest     map[string][]byte
 	order      []string      // message ids in latest, oldest first
@@ -96,7 +112,9 @@ type wsConn struct {
 	noticeSeq  uint64        // the last notice queued here (notices.go)
 	closeFrame []byte        // due once what is queued is written
 	cause      string        // why the server ended it (the first reason wins)
-	writerDone chan struct{} // non-nil while a writer runs; closed when it returns
+	kick       chan struct{} // non-nil while the reader holds a message: closed when the connection starts closing
+	writing    bool          // a writer runs (on the adapter's writers)
+	writerIdle chan struct{} // non-nil while finish waits for the writer: closed when it stops
 }
 
 // connState is what the writer may write; see wsConn.
@@ -148,6 +166,10 @@ func (c *wsConn) closeLocked() bool {
 		c.replies, c.owed, c.latest, c.order, c.notices = nil, nil, nil, nil, nil
 	}
 	c.state = nextState(c.state, evClose)
+	if c.kick != nil {
+		close(c.kick)
+		c.kick = nil
+	}
 	return true
 }
 
@@ -172,6 +194,35 @@ const (
 type outFrame struct {
 	data []byte
 	kind frameKind
+	buf  *[]byte // data's pooled buffer (encodeFrame), nil if not pooled
+}
+
+// frameBufs holds the buffers the adapter encodes acks, errors and replies
+// into: a frame's buffer goes back once the writer has written it, so
+// the message path allocates no frame bytes, and an idle connection
+// holds none.
+var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+const keepFrameBuf = 4 << 10 // larger buffers are left to the GC
+
+// encodeFrame encodes f into a pooled buffer (recycle gives it back).
+func encodeFrame(f link.Frame) outFrame {
+	bp := frameBufs.Get().(*[]byte)
+	b, err := link.AppendEncode((*bp)[:0], f)
+	if err != nil { // only a nil frame fails, as for link.MustEncode
+		panic(err)
+	}
+	*bp = b
+	return outFrame{data: b, buf: bp}
+}
+
+// recycle gives f's pooled buffer back; f's data is not used again.
+func (f *outFrame) recycle() {
+	if f.buf != nil && cap(*f.buf) <= keepFrameBuf {
+		*f.buf = (*f.buf)[:0]
+		frameBufs.Put(f.buf)
+	}
+	f.buf, f.data = nil, nil
 }
 
 func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, br *bufio.Reader, remote, headerToken string) *wsConn {
@@ -213,13 +264,41 @@ func (c *wsConn) serve() {
 	defer c.a.wg.Done()
 	defer c.a.m.WebSockets.Add("", -1)
 	for {
-		if c.br.Buffered() == 0 {
+		switch {
+		case c.held != nil:
+			c.awaitRoom() // not reading: the device's sends back up through TCP
+		case c.br.Buffered() == 0:
 			_, c.waitErr = c.br.Peek(1) // gorilla reads what this buffers
 		}
 		if !c.a.steps.run(c) {
 			return
 		}
 	}
+}
+
+// awaitRoom waits until the held message has a place, its hold runs out
+// or the connection starts closing; the next step settles it. It waits on
+// the connection's own goroutine: a held device pins no shared worker.
+func (c *wsConn) awaitRoom() {
+	h := c.held
+	c.mu.Lock()
+	if c.state >= connClosing {
+		c.mu.Unlock()
+		return
+	}
+	kick := make(chan struct{})
+	c.kick = kick
+	c.mu.Unlock()
+	t := time.NewTimer(time.Until(h.until))
+	select {
+	case <-h.ready:
+	case <-t.C:
+	case <-kick:
+	}
+	t.Stop()
+	c.mu.Lock()
+	c.kick = nil
+	c.mu.Unlock()
 }
 
 // setReadDeadline sets the deadline of the next read: the idle timeout,
@@ -250,6 +329,11 @@ var errUnexpectedEOF = &websocket.CloseError{Code: websocket.CloseAbnormalClosur
 // read; false means the connection has ended (and is taken down).
 func (c *wsConn) step() bool {
 	a := c.a
+	if c.held != nil {
+		c.resumeHeld()
+		c.setReadDeadline()
+		return true
+	}
 	var (
 		kind int
 		buf  *[]byte
@@ -358,8 +442,12 @@ func (c *wsConn) finish(reason string) {
 	if c.closeFrame != nil { // an echo of the peer's close, or ours
 		c.startWriterLocked()
 	}
-	done := c.writerDone
-	running := done != nil
+	running := c.writing
+	var done chan struct{}
+	if running {
+		done = make(chan struct{})
+		c.writerIdle = done
+	}
 	c.mu.Unlock()
 	close(c.readerDone)
 	if running {
@@ -416,16 +504,28 @@ func (c *wsConn) enqueue(f outFrame) bool {
 
 // sendFrame queues f (from the reader).
 func (c *wsConn) sendFrame(f link.Frame) {
-	c.enqueue(outFrame{data: link.MustEncode(f)})
+	if o := encodeFrame(f); !c.enqueue(o) {
+		o.recycle()
+	}
 }
 
-// startWriterLocked runs the writer unless one runs (c.mu held).
+// startWriterLocked runs the writer on a warm worker unless one runs
+// (c.mu held).
 func (c *wsConn) startWriterLocked() {
-	if c.writerDone != nil || c.state == connClosed {
+	if c.writing || c.state == connClosed {
 		return
 	}
-	c.writerDone = make(chan struct{})
-	go c.writePump(c.writerDone)
+	c.writing = true
+	c.a.writers.Run(c)
+}
+
+// writerStoppedLocked says the writer has returned (c.mu held).
+func (c *wsConn) writerStoppedLocked() {
+	c.writing = false
+	if c.writerIdle != nil {
+		close(c.writerIdle)
+		c.writerIdle = nil
+	}
 }
 
 // signalSpace tells a reader waiting for room to look again.
@@ -437,8 +537,9 @@ func (c *wsConn) signalSpace() {
 }
 
 // offerReply queues a final reply without blocking (see wsConn); false
-// means the device gets it when it resends the message.
-func (c *wsConn) offerReply(messageID string, b []byte) bool {
+// means the device gets it when it resends the message (and b is not
+// kept).
+func (c *wsConn) offerReply(messageID string, b outFrame) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state >= connClosing {
@@ -512,7 +613,7 @@ func (c *wsConn) closeWith(code int, reason string) {
 // batch is what the writer takes in one go.
 type batch struct {
 	frames     []outFrame
-	replies    [][]byte
+	replies    []outFrame
 	owed       []string
 	progress   [][]byte
 	closeFrame []byte
@@ -522,14 +623,13 @@ type batch struct {
 // writePump is the writer: it takes whatever waits, in order (the
 // reader's frames first: an ack is queued before its reply exists), and
 // writes it as one corked batch, until nothing waits.
-func (c *wsConn) writePump(done chan struct{}) {
-	defer close(done)
+func (c *wsConn) writePump() {
 	var b batch
 	for {
 		c.mu.Lock()
 		c.take(&b)
 		if b.empty() {
-			c.writerDone = nil
+			c.writerStoppedLocked()
 			c.mu.Unlock()
 			return
 		}
@@ -554,7 +654,7 @@ func (c *wsConn) writePump(done chan struct{}) {
 			t.Stop()
 			c.ws.Close()
 			c.mu.Lock()
-			c.writerDone = nil
+			c.writerStoppedLocked()
 			c.mu.Unlock()
 			return
 		}
@@ -590,8 +690,15 @@ func (b *batch) empty() bool {
 	return len(b.frames)+len(b.replies)+len(b.owed)+len(b.progress)+len(b.notices) == 0 && b.closeFrame == nil
 }
 
-// release lets go of what b held, so an idle connection holds nothing.
+// release lets go of what b held, so an idle connection holds nothing;
+// the frames' pooled buffers go back (they are written).
 func (b *batch) release() {
+	for i := range b.frames {
+		b.frames[i].recycle()
+	}
+	for i := range b.replies {
+		b.replies[i].recycle()
+	}
 	*b = batch{progress: b.progress[:0], closeFrame: b.closeFrame}
 	if cap(b.progress) > 16 {
 		b.progress = nil
@@ -617,7 +724,7 @@ func (c *wsConn) writeBatch(b *batch) error {
 		}
 	}
 	for _, r := range b.replies {
-		if err := c.ws.WriteMessage(websocket.TextMessage, r); err != nil {
+		if err := c.ws.WriteMessage(websocket.TextMessage, r.data); err != nil {
 			return err
 		}
 	}
@@ -653,7 +760,8 @@ func (c *wsConn) fail(err error) {
 	}
 	c.mu.Lock()
 	c.closeLocked()
-	c.state, c.writerDone = nextState(c.state, evStop), nil
+	c.state = nextState(c.state, evStop)
+	c.writerStoppedLocked()
 	if c.cause == "" {
 		c.cause = cause
 	}

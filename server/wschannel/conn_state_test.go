@@ -40,7 +40,7 @@ func frameStrings(b *batch) (frames, rest []string) {
 		rest = append(rest, string(n))
 	}
 	for _, r := range b.replies {
-		rest = append(rest, string(r))
+		rest = append(rest, string(r.data))
 	}
 	for _, p := range b.progress {
 		rest = append(rest, string(p))
@@ -53,7 +53,7 @@ func frameStrings(b *batch) (frames, rest []string) {
 func TestWriterTakeWaitsForConnected(t *testing.T) {
 	c := &wsConn{max: 2}
 	c.frames = []outFrame{{data: []byte("ack")}}
-	c.replies = [][]byte{[]byte("reply")}
+	c.replies = []outFrame{{data: []byte("reply")}}
 	c.latest, c.order = map[string][]byte{"m": []byte("progress")}, []string{"m"}
 	c.notices = [][]byte{[]byte("n1"), []byte("n2"), []byte("n3")}
 
@@ -90,7 +90,7 @@ func TestWriterCloseBeforeConnected(t *testing.T) {
 			if greet {
 				c.frames = append(c.frames, outFrame{data: []byte("connected"), kind: connectedFrame})
 			}
-			c.replies = [][]byte{[]byte("reply")}
+			c.replies = []outFrame{{data: []byte("reply")}}
 			c.notices = [][]byte{[]byte("n1")}
 			if !c.closeLocked() || c.closeLocked() {
 				t.Fatal("closeLocked: want true once, then false")

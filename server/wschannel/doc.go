@@ -16,7 +16,7 @@
 // a message goes to Accepter, a reply comes back through Adapter.Send.
 //
 // The server holds each channel's adapter as an Adapter: the
-// dispatcher's Send, /api/status's ConnectedPeers, Close at shutdown,
+// the runtime's Send, /api/status's ConnectedPeers, Close at shutdown,
 // ServeUpgrade for the route, ReplaceElsewhere and CloseDevices for a
 // cluster edge, PushNotices for the mailboxes and ReloadClientAuth for
 // the mutual TLS reload. The concrete type is the package's own.
@@ -26,7 +26,15 @@
 // and it writes them in corked batches over a flushConn, whose write
 // deadline bounds a stall, not a write (a device that reads slowly is
 // never dropped, one that stopped reading is). StallListener gives a TLS
-// listener's sockets the same meaning below the TLS layer.
+// listener's sockets the same meaning below the TLS layer. Readers' steps
+// and writers run on warm pooled workers (stepper.go), not on goroutines
+// started per frame or batch.
+//
+// Overload is met with backpressure before refusal: a message a full
+// waiting bound refuses (a refusal that implements RoomWaiter, as
+// router.BusyError does) is held while the connection stops reading the
+// device, until a place is held for it or half a heartbeat has passed;
+// only then is it answered busy.
 //
 // ConnGuard is the listener's side: it keeps open TCP connections
 // within the descriptor budget (package fdbudget), shedding the longest

@@ -14,5 +14,7 @@ type Metrics struct {
 	WebSockets  *metrics.GaugeVec   // termlink_websockets_open: open WebSockets, connected or not (the connection cap counts these)
 	OverCap     *metrics.CounterVec // termlink_websockets_refused_total: upgrades refused with 503 at the connection cap
 	Paused      *metrics.CounterVec // termlink_reader_paused_total: times a reader stopped reading because its send queue was full
+	Busy        *metrics.CounterVec // termlink_inbound_busy_total: messages answered busy because a waiting bound was full (a held one counts once it runs out)
+	Held        *metrics.CounterVec // termlink_reader_held_total: messages a full waiting bound refused that the reader held, not reading the device, until a place freed
 	Deferred    *metrics.CounterVec // termlink_replies_deferred_total: replies a full reply queue could not take (the device is told to resend)
 }

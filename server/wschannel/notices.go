@@ -13,7 +13,7 @@ import (
 // number of the last notice queued on it. Notices are numbered in created
 // order, so the ones it owes are exactly its peer's open notices numbered
 // above the cursor. The mailbox side pushes them into the connection's
-// queue, as the dispatcher pushes replies: at connect (pushed behind
+// queue, as the runtime pushes replies: at connect (pushed behind
 // connected, which they wait for) and whenever a notice is created for
 // the peer while it is online (PushNotices). The writer only writes them,
 // a bounded number per batch; it never calls the mailbox. A new
