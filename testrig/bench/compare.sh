@@ -2,7 +2,7 @@
 # compare.sh — termserver side by side with a bare WebSocket echo.
 #
 # Usage: [TERMSERVER=path] [ROUNDS=3] [DEVICES=1000] [IDLE=10000] [PHASE=8s]
-#        [SAT_RATE=40000] [RATES="2000 10000"] [DEVICE_STEPS="100 1000 5000"]
+#        [SAT_RATE=40000] [RATES="2000 10000" (empty: skipped)] [DEVICE_STEPS="100 1000 5000"]
 #        [STEP_RATE=4000] [LONG=0] [LONG_DEVICES=50] [LONG_RATE=2000]
 #        [LONG_MSGS=1600] [SAT=1] [SERVERS="termserver bare bare-wal"]
 #        testrig/bench/compare.sh
@@ -82,7 +82,7 @@ DEVICES=${DEVICES:-1000}
 IDLE=${IDLE:-10000}
 PHASE=${PHASE:-8s}
 SAT_RATE=${SAT_RATE:-40000}
-RATES=${RATES:-2000 10000}
+RATES=${RATES-2000 10000}
 DEVICE_STEPS=${DEVICE_STEPS-100 1000 5000}
 STEP_RATE=${STEP_RATE:-4000}
 LONG=${LONG:-0}
