@@ -4,15 +4,27 @@
 // message -> ack then the assistant reply "You said: ...", ping -> pong),
 // encoded by the link package, with no bus, no session log and no agent.
 // Each connection is one goroutine that reads a frame and writes its
-// answers itself, one WebSocket frame per write.
+// answers itself, one WebSocket frame per write; the reply is encoded
+// once.
 //
-//	bare [--listen 127.0.0.1:0] [--channel terminal-dev] [--heartbeat 30] [--wal DIR]
+//	bare [--listen 127.0.0.1:0] [--channel terminal-dev] [--heartbeat 30] [--wal DIR] [--cpuprofile FILE]
 //
-// With --wal the yardstick has termserver's durability and nothing else:
-// the message is appended to a write-ahead log (termlink/server/wal,
-// group-committed, fdatasync per batch) before its ack, and the reply
-// before it is sent, as termserver does. Its latency is the floor the
-// disk sets for termserver's.
+// With --wal the yardstick has termserver's durability and nothing else,
+// as lean as that floor allows: the message and its reply are made
+// durable together, as one record (session key, the message frame as
+// received, the encoded reply) appended to a write-ahead log
+// (termlink/server/wal: one writer goroutine, one write and one
+// fdatasync per batch, the waiting connections woken) before the ack is
+// sent, then the ack and the reply are written. So the message is
+// durable before its ack and the reply before it is sent, with one sync
+// wait per message (the echo reply is ready at once) and no timer per
+// append (the wait takes the server's context; the writer answers every
+// batch). A failed write or sync fails the log for good: every
+// connection waiting on it, and every later message, gets no answer and
+// its connection ends. Its latency is the floor the disk sets for
+// termserver's, its CPU per reply the floor of the durability path.
+//
+// --cpuprofile writes a pprof CPU profile of the whole run when it stops.
 //
 // It prints "listening on ADDR" once it accepts connections, on any path
 // (so ws://ADDR/api/channels/terminal-dev/ws works), and stops on SIGINT
@@ -28,6 +40,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,7 +67,22 @@ func main() {
 	channel := flag.String("channel", "terminal-dev", "channel `id` sent in connected and session ids")
 	heartbeat := flag.Int("heartbeat", 30, "heartbeat_seconds sent in connected (`seconds`); a device silent for 2.5 of them is dropped")
 	walDir := flag.String("wal", "", "make each message and reply durable in a write-ahead log in `dir` before answering (termserver's durability)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (pprof format) when it stops")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bare:", err)
+			os.Exit(1)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	s := newServer(*channel, *heartbeat)
@@ -107,7 +135,9 @@ type server struct {
 	runPrefix string
 	runSeq    atomic.Uint64
 	upgrader  websocket.Upgrader
-	wal       *wal.Log // nil: nothing is made durable
+	wal       *wal.Log        // nil: nothing is made durable
+	ctx       context.Context // ends when Close begins
+	cancel    context.CancelFunc
 
 	mu     sync.Mutex
 	conns  map[*websocket.Conn]struct{}
@@ -116,7 +146,10 @@ type server struct {
 }
 
 func newServer(channel string, heartbeat int) *server {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &server{
+		ctx:       ctx,
+		cancel:    cancel,
 		channel:   channel,
 		heartbeat: heartbeat,
 		runPrefix: "run-bare-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
@@ -157,6 +190,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Close closes every connection and waits until their goroutines end.
 func (s *server) Close() {
+	s.cancel()
 	s.mu.Lock()
 	s.closed = true
 	for ws := range s.conns {
@@ -172,6 +206,7 @@ type conn struct {
 	ws         *websocket.Conn
 	sessionKey string
 	buf        []byte // reused for every frame written
+	rec        []byte // reused for every log record and its reply
 }
 
 // serve reads and answers frames until the connection ends.
@@ -232,26 +267,32 @@ func (c *conn) handle(data []byte) bool {
 		runID := c.s.runPrefix + strconv.FormatUint(c.s.runSeq.Add(1), 10)
 		reply := &link.Message{Role: link.RoleAssistant, MessageID: f.MessageID, RunID: runID,
 			Text: agent.EchoReply(f.Text), FinishReason: link.FinishStop}
-		return c.durable(f) && c.send(&link.Ack{MessageID: f.MessageID, SessionID: c.sessionKey, Accepted: true}) &&
-			c.durable(reply) && c.send(reply)
+		// The reply is encoded once: into the log record and onto the wire.
+		c.rec = append(append(c.rec[:0], c.sessionKey...), '\n')
+		c.rec = append(append(c.rec, data...), '\n')
+		at := len(c.rec)
+		var err error
+		if c.rec, err = link.AppendEncode(c.rec, reply); err != nil {
+			return false
+		}
+		return c.durable(c.rec) && c.send(&link.Ack{MessageID: f.MessageID, SessionID: c.sessionKey, Accepted: true}) &&
+			c.write(c.rec[at:])
 	default:
 		return c.send(&link.Error{Error: fmt.Sprintf("unsupported frame type %s", f.FrameType()), Code: link.CodeBadFrame})
 	}
 }
 
-// durable appends m to the write-ahead log and waits until it is synced,
-// when the server has one; false when the log failed.
-func (c *conn) durable(m *link.Message) bool {
+// durable appends rec (the session key, the message frame as received
+// and the encoded reply, one per line) to the write-ahead log as one
+// record and waits until it is synced, when the server has one; false
+// when the log failed or the server is closing. The wait takes the
+// server's context, not a timer of its own: the log's writer answers
+// every batch it takes (synced or failed), so nothing waits forever.
+func (c *conn) durable(rec []byte) bool {
 	if c.s.wal == nil {
 		return true
 	}
-	rec, err := link.AppendEncode([]byte(c.sessionKey+"\n"), m)
-	if err != nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), writeWait)
-	defer cancel()
-	_, err = c.s.wal.Append(ctx, rec)
+	_, err := c.s.wal.Append(c.s.ctx, rec)
 	return err == nil
 }
 
@@ -261,8 +302,14 @@ func (c *conn) send(f link.Frame) bool {
 	if c.buf, err = link.AppendEncode(c.buf[:0], f); err != nil {
 		return false
 	}
+	return c.write(c.buf)
+}
+
+// write writes one encoded frame, with a deadline; false when the write
+// failed.
+func (c *conn) write(frame []byte) bool {
 	if c.ws.SetWriteDeadline(time.Now().Add(writeWait)) != nil {
 		return false
 	}
-	return c.ws.WriteMessage(websocket.TextMessage, c.buf) == nil
+	return c.ws.WriteMessage(websocket.TextMessage, frame) == nil
 }
