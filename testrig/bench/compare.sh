@@ -14,9 +14,9 @@
 # ping -> pong, encoded by the link package) with no bus, no session log
 # and no agent. A second yardstick, bare-wal, is the same server with
 # termserver's durability and nothing else, as lean as it can be (bare
-# --wal: the message and its reply synced together, as one record of a
-# group-committed write-ahead log, before the ack, so one sync wait per
-# message); its latency is the floor this machine's disk sets, its CPU
+# --wal: the message synced in a group-committed write-ahead log before
+# its ack, then the reply synced before it is sent: termserver's two
+# durable points, between which its agent runs); its latency is the floor this machine's disk sets, its CPU
 # per reply the floor of the durability path. termserver runs with the
 # echo agent, fsync on (always),
 # its workspace in a temp dir under $TMPDIR (the normal disk, not tmpfs),

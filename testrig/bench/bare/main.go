@@ -10,19 +10,21 @@
 //	bare [--listen 127.0.0.1:0] [--channel terminal-dev] [--heartbeat 30] [--wal DIR] [--cpuprofile FILE]
 //
 // With --wal the yardstick has termserver's durability and nothing else,
-// as lean as that floor allows: the message and its reply are made
-// durable together, as one record (session key, the message frame as
-// received, the encoded reply) appended to a write-ahead log
-// (termlink/server/wal: one writer goroutine, one write and one
-// fdatasync per batch, the waiting connections woken) before the ack is
-// sent, then the ack and the reply are written. So the message is
-// durable before its ack and the reply before it is sent, with one sync
-// wait per message (the echo reply is ready at once) and no timer per
-// append (the wait takes the server's context; the writer answers every
-// batch). A failed write or sync fails the log for good: every
-// connection waiting on it, and every later message, gets no answer and
-// its connection ends. Its latency is the floor the disk sets for
-// termserver's, its CPU per reply the floor of the durability path.
+// as lean as that floor allows: two records per message, in termserver's
+// order. The message (session key and the frame as received) is appended
+// to a write-ahead log (termlink/server/wal: one writer goroutine, one
+// write and one fdatasync per batch, the waiting connections woken) and
+// synced before its ack is sent; then the reply (session key and the
+// encoded reply, encoded once for the log and the wire) is synced before
+// it is sent. Two sync waits, because termserver's agent runs between
+// them: it gets the message only once it is durable, and a real agent's
+// reply is not known when the ack is due. (One record for both would
+// halve the waits, but only an agent that answers at once allows it.)
+// No timer per append: the wait takes the server's context, and the
+// writer answers every batch. A failed write or sync fails the log for
+// good: every connection waiting on it, and every later message, gets no
+// answer and its connection ends. Its latency is the floor the disk sets
+// for termserver's, its CPU per reply the floor of the durability path.
 //
 // --cpuprofile writes a pprof CPU profile of the whole run when it stops.
 //
@@ -267,24 +269,28 @@ func (c *conn) handle(data []byte) bool {
 		runID := c.s.runPrefix + strconv.FormatUint(c.s.runSeq.Add(1), 10)
 		reply := &link.Message{Role: link.RoleAssistant, MessageID: f.MessageID, RunID: runID,
 			Text: agent.EchoReply(f.Text), FinishReason: link.FinishStop}
-		// The reply is encoded once: into the log record and onto the wire.
+		// The message as received, durable before its ack.
 		c.rec = append(append(c.rec[:0], c.sessionKey...), '\n')
-		c.rec = append(append(c.rec, data...), '\n')
+		c.rec = append(c.rec, data...)
+		if !c.durable(c.rec) || !c.send(&link.Ack{MessageID: f.MessageID, SessionID: c.sessionKey, Accepted: true}) {
+			return false
+		}
+		// The reply, encoded once (into the log record and onto the
+		// wire), durable before it is sent.
+		c.rec = append(append(c.rec[:0], c.sessionKey...), '\n')
 		at := len(c.rec)
 		var err error
 		if c.rec, err = link.AppendEncode(c.rec, reply); err != nil {
 			return false
 		}
-		return c.durable(c.rec) && c.send(&link.Ack{MessageID: f.MessageID, SessionID: c.sessionKey, Accepted: true}) &&
-			c.write(c.rec[at:])
+		return c.durable(c.rec) && c.write(c.rec[at:])
 	default:
 		return c.send(&link.Error{Error: fmt.Sprintf("unsupported frame type %s", f.FrameType()), Code: link.CodeBadFrame})
 	}
 }
 
-// durable appends rec (the session key, the message frame as received
-// and the encoded reply, one per line) to the write-ahead log as one
-// record and waits until it is synced, when the server has one; false
+// durable appends rec (the session key, a newline and a frame) to the
+// write-ahead log as one record and waits until it is synced, when the server has one; false
 // when the log failed or the server is closing. The wait takes the
 // server's context, not a timer of its own: the log's writer answers
 // every batch it takes (synced or failed), so nothing waits forever.

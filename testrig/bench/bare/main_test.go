@@ -113,9 +113,9 @@ func TestLoad(t *testing.T) {
 }
 
 // With a write-ahead log every message and its reply are in it, synced,
-// before the device sees the ack and the reply: one record per message
-// (session key, message, reply), replayed from the log after it is
-// closed.
+// before the device sees the ack and the reply: two records per message
+// (session key and message; session key and reply), replayed from the
+// log after it is closed.
 func TestLoadWithWAL(t *testing.T) {
 	dir := t.TempDir()
 	wl, err := wal.Open(dir, wal.Options{}, nil)
@@ -134,16 +134,18 @@ func TestLoadWithWAL(t *testing.T) {
 	if err := rep.Err(); err != nil || rep.Sent == 0 || rep.Replied != rep.Sent {
 		t.Fatalf("sent %d replied %d: %v", rep.Sent, rep.Replied, err)
 	}
-	if st := wl.Stats(); st.Appends != uint64(rep.Sent) || st.Syncs == 0 {
-		t.Fatalf("log stats %+v, want %d records synced", st, rep.Sent)
+	if st := wl.Stats(); st.Appends != 2*uint64(rep.Sent) || st.Syncs == 0 {
+		t.Fatalf("log stats %+v, want %d records synced", st, 2*rep.Sent)
 	}
 	if err := wl.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var replies int64
+	var messages, replies int64
 	wl, err = wal.Open(dir, wal.Options{}, func(_ wal.LSN, p []byte) error {
 		if bytes.Contains(p, []byte(`"role":"assistant"`)) {
 			replies++
+		} else if bytes.Contains(p, []byte(`"type":"message"`)) {
+			messages++
 		}
 		return nil
 	})
@@ -151,8 +153,8 @@ func TestLoadWithWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	wl.Close()
-	if replies != rep.Sent {
-		t.Fatalf("%d replies replayed from the log, want %d", replies, rep.Sent)
+	if replies != rep.Sent || messages != rep.Sent {
+		t.Fatalf("%d messages and %d replies replayed from the log, want %d each", messages, replies, rep.Sent)
 	}
 }
 
@@ -232,9 +234,9 @@ func dialConnected(t *testing.T, url, peer string) *websocket.Conn {
 }
 
 // The ack waits for the sync: while the log's fdatasync has not returned
-// the device hears nothing, yet the message and its reply are already
-// written to the segment; once the sync returns, the ack and the reply
-// come.
+// the device hears nothing, yet the message is already written to the
+// segment (and its reply not: it is logged after the ack); once the
+// syncs return, the ack and the reply come.
 func TestDurableBeforeAnswered(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
@@ -270,10 +272,13 @@ func TestDurableBeforeAnswered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"terminal-dev:local:dev-1\n", `"message_id":"m-42"`, "You said: durable please"} {
+	for _, want := range []string{"terminal-dev:local:dev-1\n", `"message_id":"m-42"`} {
 		if !bytes.Contains(data, []byte(want)) {
 			t.Errorf("segment lacks %q before the sync returned: %q", want, data)
 		}
+	}
+	if bytes.Contains(data, []byte("You said: durable please")) {
+		t.Errorf("the reply is logged before the message's ack: %q", data)
 	}
 	close(release)
 	// The timed-out read above broke this gorilla connection; a fresh
