@@ -43,20 +43,36 @@
 //	20:24  CRC-32C of bytes 0:20
 //	24:24+n payload
 //
-// A batch (one write) never spans segments, so no record does either: a
-// new segment is cut before a batch that would take the current one over
+// Every write ends with an end marker, a zeroed header (no frame has one:
+// its header CRC is not zero), which the next write overwrites. A batch
+// (one write) never spans segments, so no record does either: a new
+// segment is cut before a batch that would take the current one over
 // [Options.SegmentBytes]. [Log.Release] records that everything up to an
-// LSN is applied elsewhere and deletes the segments wholly below it; the
+// LSN is applied elsewhere and retires the segments wholly below it; the
 // mark goes to the file "released" (atomic rename, no fsync), and Open
-// replays only records after it. An flock on the file "LOCK" keeps a
+// replays only records after it.
+//
+// Retired segments are recycled (recycle.go): up to two are kept as
+// "%016x.spare" and renamed to be the next new segments, written over
+// from the start, so that an fdatasync finds the blocks already allocated
+// and commits no metadata (appending made it commit the file's growth
+// each time: half again the CPU per sync, twice the wait). A recycled
+// segment holds its earlier content after its records; the end marker,
+// or a frame whose LSN is below the segment's first, is where they end.
+// A log written by this version cannot be opened by one without
+// recycling once a spare has been reused (it would take the earlier
+// content for corruption). An flock on the file "LOCK" keeps a
 // second process from opening the same log; the holder writes its pid
 // into the file, and the refusal names it.
 //
 // # Recovery
 //
 // Open reads every segment, checks each frame's CRCs and that LSNs run on
-// without gaps, and calls the replay function for every record after the
-// release mark. Only the last write can be unsynced at a crash, and it is
+// without gaps up to where its records end (the end marker, a recycled
+// segment's earlier content, or the end of the file), and calls the
+// replay function for every record after the release mark. An end marker
+// or earlier content followed by a valid frame of a later write is not an
+// end but corruption (zeroed or lost blocks among synced records). Only the last write can be unsynced at a crash, and it is
 // always in the last segment, so a bad frame there is a torn tail when no
 // valid frame of a later write follows it: Open truncates the segment at
 // the bad frame and logs a warning naming the file, the offset and the
@@ -79,5 +95,5 @@
 // brought up to date from them (skipping records a file already holds).
 // Once the session files are synced (one syncfs for all of them), the
 // server calls Release with the last LSN they hold, and whole segments
-// below it are deleted.
+// below it are recycled or deleted.
 package wal

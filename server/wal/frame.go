@@ -78,11 +78,25 @@ func decodeFrame(b []byte) (frame, *frameError) {
 type scanResult struct {
 	next LSN // the LSN after the last good record
 	good int // bytes of good records from the start
-	// bad is set when good < len(data): why the frame at good is not valid.
+	// end: the records stop at good cleanly: an end marker (a zeroed
+	// header, written after every batch) or a frame of the file's earlier
+	// life as another segment (recycled: its LSN is below the segment's
+	// first), and no valid frame of a later write follows.
+	end bool
+	// bad is set when good < len(data) and not end: why the frame at good
+	// is not valid.
 	bad string
 	// torn: the bad frame can be the unsynced tail of the last write (no
 	// valid frame of a later write follows it).
 	torn bool
+}
+
+// endMarker is written after every batch, where the next one goes: a
+// zeroed header, which no frame has (its header CRC is not zero).
+var endMarker [headerSize]byte
+
+func isEndMarker(b []byte) bool {
+	return len(b) >= headerSize && [headerSize]byte(b[:headerSize]) == endMarker
 }
 
 // scanSegment walks the frames of one segment whose first record has LSN
@@ -91,7 +105,23 @@ type scanResult struct {
 func scanSegment(data []byte, first LSN, fn func(LSN, []byte) error) (scanResult, error) {
 	r := scanResult{next: first}
 	for r.good < len(data) {
+		if isEndMarker(data[r.good:]) {
+			r.end = !laterWriteFollows(data, r.good+1, r.next)
+			if !r.end {
+				r.bad = "zeroed header followed by records of a later write"
+			}
+			return r, nil
+		}
 		f, ferr := decodeFrame(data[r.good:])
+		if ferr == nil && f.lsn < first {
+			// The file was a segment before (recycled): what follows
+			// the records is its earlier content.
+			r.end = !laterWriteFollows(data, r.good+1, r.next)
+			if !r.end {
+				r.bad = fmt.Sprintf("LSN %d where %d was expected", f.lsn, r.next)
+			}
+			return r, nil
+		}
 		if ferr == nil && f.lsn != r.next {
 			ferr = &frameError{reason: fmt.Sprintf("LSN %d where %d was expected", f.lsn, r.next)}
 		}
@@ -121,6 +151,11 @@ func scanSegment(data []byte, first LSN, fn func(LSN, []byte) error) (scanResult
 // and runs only when a frame is bad.
 func laterWriteFollows(data []byte, from int, bad LSN) bool {
 	for off := from; off+headerSize <= len(data); off++ {
+		// Cheap checks before the CRC: this runs over the whole rest of
+		// a recycled segment at every Open.
+		if lsn := LSN(binary.LittleEndian.Uint64(data[off+4:])); lsn <= bad || lsn > bad+1<<40 {
+			continue
+		}
 		f, ferr := decodeFrame(data[off:])
 		if ferr != nil || f.lsn <= bad || uint64(f.batchOff) >= uint64(f.lsn) {
 			continue

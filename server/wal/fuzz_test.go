@@ -18,6 +18,9 @@ func seeds(f *testing.F) {
 	f.Add(append(bytes.Clone(seg), make([]byte, 40)...))
 	f.Add(frameOf(1, 0, ""))
 	f.Add([]byte{})
+	// An end marker, then a recycled segment's earlier content.
+	f.Add(append(append(bytes.Clone(seg[:len(seg)/2]), endMarker[:]...), seg[len(seg)/2:]...))
+	f.Add(append(frameOf(1, 0, "new"), frameOf(0, 0, "old")...))
 }
 
 // FuzzReplay feeds arbitrary bytes to the segment reader: it never
@@ -48,8 +51,8 @@ func checkScan(t *testing.T, data []byte) (scanResult, []rec) {
 		}
 		off += fr.size
 	}
-	if off != r.good || r.next != LSN(len(got)+1) || (r.good < len(data)) != (r.bad != "") {
-		t.Fatalf("good %d bytes, next %d, bad %q; records end at %d", r.good, r.next, r.bad, off)
+	if off != r.good || r.next != LSN(len(got)+1) || (r.good < len(data)) != (r.bad != "" || r.end) || (r.end && r.bad != "") {
+		t.Fatalf("good %d bytes, next %d, end %v, bad %q; records end at %d", r.good, r.next, r.end, r.bad, off)
 	}
 	return r, got
 }

@@ -81,6 +81,7 @@ type Log struct {
 	closed   bool
 	segments []segment // on disk, oldest first; the last is being written
 	released LSN
+	spares   []string // released segment files kept for reuse (recycle.go)
 
 	kick    chan struct{} // cap 1: a batch is waiting
 	stop    chan struct{} // closed by Close
@@ -156,6 +157,9 @@ func load(dir string, opt Options, replay func(LSN, []byte) error) (*Log, error)
 		return nil, err
 	}
 	l.released = readReleaseMark(filepath.Join(dir, releaseFile), l.log)
+	if err := l.loadSpares(); err != nil {
+		return nil, err
+	}
 	if err := l.recover(segs, replay); err != nil {
 		return nil, err
 	}
@@ -173,17 +177,14 @@ func load(dir string, opt Options, replay func(LSN, []byte) error) (*Log, error)
 			return nil, err
 		}
 	} else {
+		// Writes go on where the records end (recover set l.size): a
+		// recycled segment has its earlier content after that.
 		last := l.segments[len(l.segments)-1]
-		f, err := os.OpenFile(last.path, os.O_WRONLY|os.O_APPEND, 0)
+		f, err := os.OpenFile(last.path, os.O_WRONLY, 0)
 		if err != nil {
 			return nil, fmt.Errorf("wal: %w", err)
 		}
-		fi, err := f.Stat()
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("wal: %w", err)
-		}
-		l.file, l.size = f, fi.Size()
+		l.file = f
 	}
 	l.durable = l.next - 1
 	l.cur = &batch{done: make(chan struct{})}
@@ -240,7 +241,8 @@ func (l *Log) recover(segs []segment, replay func(LSN, []byte) error) error {
 		}
 		l.next = r.next
 		l.segments = append(l.segments, s)
-		if r.good == len(data) {
+		l.size = int64(r.good) // where the next write goes, if this segment is the last
+		if r.good == len(data) || r.end {
 			continue
 		}
 		if !(last && r.torn) && !l.opt.TruncateCorrupt {
@@ -282,13 +284,19 @@ func truncateSynced(path string, size int64, noSync bool) error {
 	return nil
 }
 
-// createSegment creates the segment whose first record is first, makes
-// it the one being written and syncs the directory.
+// createSegment creates the segment whose first record is first (from a
+// spare when there is one: recycle.go), makes it the one being written
+// and syncs the directory.
 func (l *Log) createSegment(first LSN) error {
 	path := filepath.Join(l.dir, segmentName(first))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := l.reuseSpare(path)
 	if err != nil {
-		return fmt.Errorf("wal: %w", err)
+		return err
+	}
+	if f == nil {
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err != nil {
+			return fmt.Errorf("wal: %w", err)
+		}
 	}
 	if !l.opt.NoSync {
 		if err := syncDir(l.dir); err != nil {
@@ -408,13 +416,18 @@ func (l *Log) writer() {
 // write writes and syncs one batch, cutting a new segment first when the
 // batch would take the current one over SegmentBytes.
 func (l *Log) write(b *batch) error {
-	if l.size > 0 && l.size+int64(len(b.buf)) > l.opt.SegmentBytes {
+	if l.size > 0 && l.size+int64(len(b.buf))+headerSize > l.opt.SegmentBytes {
 		if err := l.createSegment(b.first); err != nil {
 			return err
 		}
 	}
-	n, err := l.file.Write(b.buf)
-	l.size += int64(n)
+	// The end marker goes after the batch, in the same write: where the
+	// records end in a recycled segment (the next batch overwrites it).
+	batchLen := len(b.buf)
+	b.buf = append(b.buf, endMarker[:]...)
+	n, err := l.file.WriteAt(b.buf, l.size)
+	b.buf = b.buf[:batchLen]
+	l.size += int64(min(n, batchLen))
 	l.batches.Add(1)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", l.file.Name(), err)
@@ -461,6 +474,9 @@ func (l *Log) Release(lsn LSN) error {
 		return err
 	}
 	for _, s := range drop {
+		if l.keepSpare(s.path) {
+			continue
+		}
 		if err := os.Remove(s.path); err != nil {
 			return fmt.Errorf("wal: release: %w", err)
 		}

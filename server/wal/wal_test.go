@@ -49,8 +49,9 @@ func TestTornTailEveryOffset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lastStart := len(full) - (headerSize + len(want[2].payload))
-	for cut := lastStart; cut < len(full); cut++ {
+	recEnd := len(full) - headerSize // the end marker follows the records
+	lastStart := recEnd - (headerSize + len(want[2].payload))
+	for cut := lastStart; cut < recEnd; cut++ {
 		d := copyDir(t, dir)
 		if err := os.Truncate(filepath.Join(d, filepath.Base(seg)), int64(cut)); err != nil {
 			t.Fatal(err)
@@ -74,6 +75,22 @@ func TestTornTailEveryOffset(t *testing.T) {
 			t.Fatal(err)
 		}
 		equalRecs(t, recs, append(want[:2:2], rec{3, "after"}))
+		l.Close()
+	}
+	// A cut inside the end marker loses no record.
+	for cut := recEnd + 1; cut < len(full); cut++ {
+		d := copyDir(t, dir)
+		if err := os.Truncate(filepath.Join(d, filepath.Base(seg)), int64(cut)); err != nil {
+			t.Fatal(err)
+		}
+		l, recs, err := tryOpen(d, Options{NoSync: true, Logger: quiet})
+		if err != nil {
+			t.Fatalf("cut at %d in the end marker: %v", cut, err)
+		}
+		equalRecs(t, recs, want)
+		if lsn, err := l.Append(context.Background(), []byte("after")); err != nil || lsn != 4 {
+			t.Fatalf("cut at %d in the end marker: append: LSN %d, %v", cut, lsn, err)
+		}
 		l.Close()
 	}
 }
@@ -181,7 +198,7 @@ func TestRotationAndRelease(t *testing.T) {
 		}
 	}
 	segs := segmentFiles(t, dir)
-	perSeg := (1 << 10) / (headerSize + 100) // whole records per segment
+	perSeg := ((1 << 10) - headerSize) / (headerSize + 100) // whole records per segment, and the end marker
 	if len(segs) != (100+perSeg-1)/perSeg {
 		t.Fatalf("%d segments, want %d of %d records", len(segs), (100+perSeg-1)/perSeg, perSeg)
 	}
@@ -190,7 +207,7 @@ func TestRotationAndRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fi.Size() > 1<<10 || fi.Size()%(headerSize+100) != 0 {
+		if fi.Size() > 1<<10 || (fi.Size()-headerSize)%(headerSize+100) != 0 {
 			t.Fatalf("%s is %d bytes: a record split or the size exceeded", s, fi.Size())
 		}
 	}
@@ -410,7 +427,7 @@ func TestPipelinedGroupCommit(t *testing.T) {
 		t.Fatal("Append returned before its sync finished")
 	}
 	frame := int64(headerSize + len("second-0"))
-	if got, want := fileSize(), int64(headerSize+len("first")); got != want {
+	if got, want := fileSize(), int64(headerSize+len("first")+headerSize); got != want { // and the end marker
 		t.Fatalf("during the first sync the segment is %d bytes, want %d (only the first batch)", got, want)
 	}
 	release <- struct{}{}
@@ -418,7 +435,7 @@ func TestPipelinedGroupCommit(t *testing.T) {
 		t.Fatalf("first append: %v %v", r.lsn, r.err)
 	}
 	waitEntered() // batch 2: one write of all ten
-	if got, want := fileSize(), int64(headerSize+len("first"))+10*frame; got != want {
+	if got, want := fileSize(), int64(headerSize+len("first"))+10*frame+headerSize; got != want { // and the end marker
 		t.Fatalf("during the second sync the segment is %d bytes, want %d", got, want)
 	}
 	for _, ch := range second {
