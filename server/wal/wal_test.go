@@ -427,7 +427,8 @@ func TestPipelinedGroupCommit(t *testing.T) {
 		t.Fatal("Append returned before its sync finished")
 	}
 	frame := int64(headerSize + len("second-0"))
-	if got, want := fileSize(), int64(headerSize+len("first")+headerSize); got != want { // and the end marker
+	// The first batch and the end marker after it.
+	if got, want := fileSize(), int64(headerSize+len("first")+headerSize); got != want {
 		t.Fatalf("during the first sync the segment is %d bytes, want %d (only the first batch)", got, want)
 	}
 	release <- struct{}{}
@@ -435,7 +436,8 @@ func TestPipelinedGroupCommit(t *testing.T) {
 		t.Fatalf("first append: %v %v", r.lsn, r.err)
 	}
 	waitEntered() // batch 2: one write of all ten
-	if got, want := fileSize(), int64(headerSize+len("first"))+10*frame+headerSize; got != want { // and the end marker
+	// (and the end marker after it)
+	if got, want := fileSize(), int64(headerSize+len("first"))+10*frame+headerSize; got != want {
 		t.Fatalf("during the second sync the segment is %d bytes, want %d", got, want)
 	}
 	for _, ch := range second {
