@@ -118,7 +118,9 @@ type Store struct {
 	pmu        sync.Mutex // guards pend, pendBytes, pclosed
 	pend       map[string]*pendingFile
 	pendBytes  int
-	pclosed    bool // Close began: no more lines taken
+	pclosed    bool     // Close began: no more lines taken
+	free       [][]byte // buffers of written lines, reused by take
+	freeBytes  int      // their capacity in all (at most maxPending)
 	// flushMu is held by every flush from taking lines out of pend until
 	// they are written or put back, so a reader that flushes (and then
 	// reads) never runs beside another goroutine's flush of its file.

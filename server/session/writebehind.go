@@ -26,7 +26,13 @@ func (s *Store) take(key, name string, data []byte, n int) error {
 		if s.pendBytes == 0 || s.pendBytes+len(data) <= s.maxPending {
 			p := s.pend[name]
 			if p == nil {
-				p = &pendingFile{key: key, name: name, data: make([]byte, 0, max(len(data), 512))}
+				p = &pendingFile{key: key, name: name}
+				if n := len(s.free); n > 0 && cap(s.free[n-1]) >= len(data) {
+					p.data, s.free = s.free[n-1], s.free[:n-1]
+					s.freeBytes -= cap(p.data)
+				} else {
+					p.data = make([]byte, 0, max(len(data), 1024))
+				}
 				s.pend[name] = p
 			}
 			p.data = append(p.data, data...)
@@ -82,6 +88,10 @@ func (s *Store) flush(name string) error {
 	return s.flushLocked(name)
 }
 
+// maxFreeBuffer is the largest buffer of written lines kept for the next
+// appends; those kept take at most MaxPending bytes in all.
+const maxFreeBuffer = 64 << 10
+
 func (s *Store) flushLocked(name string) error {
 	var files []*pendingFile
 	s.pmu.Lock()
@@ -124,6 +134,14 @@ func (s *Store) flushLocked(name string) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	s.pmu.Lock()
+	for i, r := range reqs { // written: their buffers serve the next appends
+		if c := cap(files[i].data); err == nil && r.err == nil && c <= maxFreeBuffer && s.freeBytes+c <= s.maxPending {
+			s.free = append(s.free, files[i].data[:0])
+			s.freeBytes += c
+		}
+	}
+	s.pmu.Unlock()
 	if len(back) > 0 {
 		s.pmu.Lock()
 		for _, p := range back {
