@@ -131,6 +131,7 @@ func TestTerminalAgentEndToEnd(t *testing.T) {
 	}
 	plain.t = t
 	// The session log has the user message and the reply.
+	flushSessions(t, ts)
 	lines := readLines(t, filepath.Join(ts.cfg.Workspace, "sessions", "terminal-dev:local:spec-dev.jsonl"))
 	joined := strings.Join(lines, "\n")
 	for _, want := range []string{`"role":"user","content":"/multi 3"`, `"content":"part 1\n\npart 2\n\npart 3"`, `"finish_reason":"timeout"`} {

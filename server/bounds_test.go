@@ -41,6 +41,23 @@ func (c *client) readBusy(messageID, bound string) {
 
 func sessionLog(t *testing.T, ts *testServer, key string) string {
 	t.Helper()
+	flushSessions(t, ts)
+	return sessionFile(t, ts, key)
+}
+
+// flushSessions writes the session lines the server holds in memory
+// (its session files are written behind) to the files, so a test can
+// read them directly.
+func flushSessions(t *testing.T, ts *testServer) {
+	t.Helper()
+	if err := ts.rt.sessions.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sessionFile is the session file of key as it is on disk now.
+func sessionFile(t *testing.T, ts *testServer, key string) string {
+	t.Helper()
 	name, err := session.FileName(key)
 	if err != nil {
 		t.Fatal(err)
@@ -331,18 +348,44 @@ func TestInterruptedRunRunsAgainOnce(t *testing.T) {
 	}
 }
 
-// A reply the session file refuses (disk full) is retried, not sent;
-// /healthz says the workspace is unwritable until a write succeeds, and
-// then the reply reaches the device.
-func TestReplyWaitsForTheLog(t *testing.T) {
-	testReplyWaits(t, func(opt *Options, failing *atomic.Bool) {
-		opt.session.FailWrite = func(string) error {
-			if failing.Load() {
-				return errors.New("no space left on device (injected)")
-			}
-			return nil
+// A session file the disk refuses (injected): the reply is durable in
+// the write-ahead log, so it reaches the device (the session files are
+// written behind, at the checkpoint); the checkpoint cannot write the
+// file, so /healthz says the workspace is unwritable and the log keeps
+// the records; once the disk works again the file gets the reply, once,
+// and /healthz is ok.
+func TestSessionFileFailureKeepsTheWAL(t *testing.T) {
+	var failing atomic.Bool
+	runner := newCountingRunner(true)
+	cfg := config.Default()
+	cfg.Workspace = t.TempDir()
+	opt := Options{Logger: quietLog(), Runners: map[string]agent.Runner{"echo": runner}}
+	opt.session.FailWrite = func(string) error {
+		if failing.Load() {
+			return errors.New("no space left on device (injected)")
 		}
-	})
+		return nil
+	}
+	ts := serve(t, cfg, opt)
+	c := dial(t, ts.ws, nil)
+	c.connect("dev")
+	c.send(&link.Message{MessageID: "m-1", Text: "hi"})
+	readAs[*link.Ack](c)
+	<-runner.started
+	failing.Store(true)
+	close(runner.gate)
+	if m := readAs[*link.Message](c); m.MessageID != "m-1" || m.Text != "You said: hi" {
+		t.Fatalf("reply %+v", m)
+	}
+	waitHealth(t, ts, http.StatusServiceUnavailable, "workspace unwritable")
+	if log := sessionFile(t, ts, "terminal-dev:local:dev"); strings.Contains(log, `"role":"assistant"`) {
+		t.Fatalf("the reply was written through the failing disk:\n%s", log)
+	}
+	failing.Store(false)
+	waitHealth(t, ts, http.StatusOK, "ok")
+	if log := sessionLog(t, ts, "terminal-dev:local:dev"); strings.Count(log, `"role":"assistant"`) != 1 {
+		t.Fatalf("session log:\n%s", log)
+	}
 }
 
 func waitHealth(t *testing.T, ts *testServer, code int, body string) {

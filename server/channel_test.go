@@ -79,6 +79,7 @@ func TestMessagePublishesThroughRuntime(t *testing.T) {
 	}
 	// The session log: metadata first, then the user record, the run's
 	// start (a system record) and the assistant record.
+	flushSessions(t, ts)
 	lines := readLines(t, filepath.Join(ts.cfg.Workspace, "sessions", "terminal-dev:local:device-001.jsonl"))
 	if len(lines) != 4 {
 		t.Fatalf("session log has %d lines, want 4:\n%s", len(lines), strings.Join(lines, "\n"))

@@ -331,6 +331,7 @@ func TestStartRecordedOncePerRun(t *testing.T) {
 			break
 		}
 	}
+	flushSessions(t, ts)
 	recs := readSessionFile(t, filepath.Join(ts.cfg.Workspace, "sessions", "terminal-dev:local:marks.jsonl"))
 	started := map[string]int{}
 	for _, r := range recs {

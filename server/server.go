@@ -136,7 +136,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	log.Info("file descriptor budget", "limit", fds.Limit(), "sockets_max", fds.Max(fdbudget.Sockets),
 		"session_files_max", fds.Max(fdbudget.Files), "agents_kept", fds.Floor(fdbudget.Agents)/fdbudget.PerAgent)
 	sopt := opt.session
-	sopt.NoSync, sopt.SyncLater, sopt.Logger = opt.NoSync, true, log
+	sopt.NoSync, sopt.SyncLater, sopt.WriteBehind, sopt.Logger = opt.NoSync, true, true, log
 	sopt.FDs = fds.Pool(fdbudget.Files)
 	store, err := session.Open(filepath.Join(cfg.Workspace, "sessions"), sopt)
 	if err != nil {

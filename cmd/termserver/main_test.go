@@ -223,10 +223,20 @@ func TestRestartKeepsDedupe(t *testing.T) {
 		t.Fatalf("m-2 duplicate without reply %+v", ack)
 	}
 	// Exactly one user and one assistant record per message in the log,
-	// and for m-2 the record that its run was interrupted.
-	data, err := os.ReadFile(filepath.Join(workspace, "sessions", "terminal-dev:local:device-001.jsonl"))
-	if err != nil {
-		t.Fatal(err)
+	// and for m-2 the record that its run was interrupted. The session
+	// files are written behind (at the next checkpoint, within a second):
+	// wait for m-2's reply to reach the file.
+	var data []byte
+	m2reply := regexp.MustCompile(`"role":"assistant".*"message_id":"m-2"`)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		data, err = os.ReadFile(filepath.Join(workspace, "sessions", "terminal-dev:local:device-001.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m2reply.Match(data) || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, id := range []string{"m-1", "m-2"} {
 		for _, role := range []string{"user", "assistant"} {

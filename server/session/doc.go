@@ -62,11 +62,31 @@
 // leaves at most one torn last line; readers skip it with a warning, and the
 // next append starts on a fresh line.
 //
-// With [Options.SyncLater] (termserver, whose write-ahead log holds every
+// With [Options.SyncLater] (a caller whose write-ahead log holds every
 // record first) appends and new files are written without fsync, and
 // [Store.Sync] makes everything appended before it durable with one
 // syncfs(2); metadata rewrites still fsync. [EncodeRecords] and
 // [Store.AppendEncoded] let such a caller encode the lines once for both.
+//
+// With [Options.WriteBehind] as well (termserver) an append writes
+// nothing: its lines are kept in memory after the pending lines of the
+// same file, and the call returns (no handoff to the writer, no system
+// call). They are written, one write per file in one run of the writer:
+// by Sync, before its syncfs (so everything appended before Sync is in
+// the files and durable when it returns: the caller then releases its
+// log); by Close; by an append that finds [Options.MaxPending] bytes
+// pending (default [DefaultMaxPending]); and before any read of a file.
+// Every read (Load, Tail, TailMessages, Scan, ScanTails and
+// UpdateMetadata's rewrite) first writes the pending lines of its file
+// (of every file for a scan) while holding the lock every flush holds,
+// so it never reads a file another goroutine's flush is still writing,
+// and sees every append that returned before it. A write that fails
+// keeps its lines pending, in front of later ones, and fails the Sync or
+// read that wrote them; an append that would pass MaxPending while
+// writes fail fails, taking nothing. A process reading the files
+// directly sees an append after the next Sync (termserver: within a
+// second); a crash loses the pending lines, which the caller's log
+// replays.
 //
 // Load and Scan read files directly and may run beside appends; they see
 // only whole lines. [Store.Tail], [Store.TailMessages] and

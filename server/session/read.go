@@ -196,7 +196,9 @@ func (s *Store) loadPath(path, fileKey string) (loaded, error) {
 	return l, nil
 }
 
-// openSnapshot opens a session file for reading and returns its size. The
+// openSnapshot opens a session file for reading and returns its size.
+// With WriteBehind it first writes the file's pending lines (catchUp):
+// every read of a session file goes through here or scan. The
 // open and the size are taken while no append is writing, so a reader that
 // reads only that many bytes never sees a concurrent append half-written.
 //
@@ -204,6 +206,9 @@ func (s *Store) loadPath(path, fileKey string) (loaded, error) {
 // store's reader slots, waiting while every slot is taken (each is held
 // for one read of one file); closeSnapshot gives it back.
 func (s *Store) openSnapshot(path string) (*os.File, int64, error) {
+	if err := s.catchUp(filepath.Base(path)); err != nil {
+		return nil, 0, err
+	}
 	if s.readers != nil {
 		s.readers <- struct{}{}
 	}
@@ -249,6 +254,9 @@ func (s *Store) Scan(fn func(*Session) error) error {
 
 // scan runs fn on every session file, read by read.
 func (s *Store) scan(read func(path, fileKey string) (loaded, error), fn func(*Session) error) error {
+	if err := s.catchUp(""); err != nil { // files that exist only as pending lines, and the rest in one run
+		return fmt.Errorf("session: scan: %w", err)
+	}
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return fmt.Errorf("session: scan: %w", err)

@@ -38,11 +38,29 @@ type Options struct {
 	// append that returned before it durable. For a caller that keeps its
 	// own write-ahead log (termserver). Metadata rewrites still fsync.
 	SyncLater bool
-	Logger    *slog.Logger // default slog.Default()
+	// WriteBehind (with SyncLater, where syncfs(2) exists) keeps appended
+	// lines in memory: Append and AppendEncoded return once the lines are
+	// taken, without a write. They are written to the files, one write
+	// per file, by [Store.Sync] (before its syncfs), by [Store.Close], by
+	// an append that finds MaxPending bytes pending, and before every
+	// read of a file (Load, Tail, TailMessages, Scan, ScanTails,
+	// UpdateMetadata), so every reader through the Store sees them; a
+	// process reading the files directly sees them after the next Sync.
+	// For a caller whose write-ahead log holds every record before it
+	// appends it (termserver), which releases the log only after Sync.
+	WriteBehind bool
+	// MaxPending bounds the bytes WriteBehind keeps in memory, default
+	// DefaultMaxPending: an append that would pass it first writes every
+	// pending line, and fails (taking nothing) if that write fails and
+	// leaves it over.
+	MaxPending int
+	Logger     *slog.Logger // default slog.Default()
 
 	// FailWrite, when set, is called before the records of session key
-	// are written; a non-nil error fails that append as a write error
-	// would (a full disk, say). For tests of callers; nil in production.
+	// are written to its file; a non-nil error fails that write as a
+	// write error would (a full disk, say): the append, or with
+	// WriteBehind the flush (the lines stay pending). For tests of
+	// callers; nil in production.
 	FailWrite func(key string) error
 
 	// for tests in this package
@@ -58,6 +76,11 @@ const (
 	maxParallelSyncs    = 16   // fsyncs in flight at once within a batch
 	syncFSThreshold     = 8    // files in one batch from which one syncfs replaces the fsyncs
 	tempPattern         = ".session-*.tmp"
+	// DefaultMaxPending is Options.MaxPending's default: 4 MiB, about
+	// 0.7 s of lines at 10,000 messages/s (a message and its reply take
+	// ~600 bytes), so at that rate the checkpoint's Sync writes them
+	// before the bound does.
+	DefaultMaxPending = 4 << 20
 )
 
 // Stats are counters since Open, for metrics and tests.
@@ -69,6 +92,8 @@ type Stats struct {
 	DirSyncs  int64 // fsyncs of the directory (new files, rewrites)
 	FSSyncs   int64 // syncfs calls, each standing in for the fsyncs of a batch of many files
 	OpenFiles int64 // append handles open now
+	Flushes   int64 // WriteBehind: writes of the pending lines (Sync, reads, the bound)
+	Pending   int64 // WriteBehind: bytes pending now
 }
 
 // Store is the set of session files in one directory. Its methods are safe
@@ -87,8 +112,23 @@ type Store struct {
 	fds      *fdbudget.Pool
 	readers  chan struct{} // with fds: a slot per reader with a file open
 
-	mu       sync.RWMutex // guards closed
+	// WriteBehind: lines taken and not yet written, by file name.
+	wb         bool
+	maxPending int
+	pmu        sync.Mutex // guards pend, pendBytes, pclosed
+	pend       map[string]*pendingFile
+	pendBytes  int
+	pclosed    bool     // Close began: no more lines taken
+	free       [][]byte // buffers of written lines, reused by take
+	freeBytes  int      // their capacity in all (at most maxPending)
+	// flushMu is held by every flush from taking lines out of pend until
+	// they are written or put back, so a reader that flushes (and then
+	// reads) never runs beside another goroutine's flush of its file.
+	flushMu sync.Mutex
+
+	mu       sync.RWMutex // guards closed, final
 	closed   bool
+	final    bool           // the queue is about to close: no more requests, flushes included
 	senders  sync.WaitGroup // Appends between the closed check and the enqueue
 	reqs     chan *request
 	done     chan struct{} // closed when the writer has exited
@@ -106,7 +146,15 @@ type Store struct {
 	maxSlots int        // the most it takes
 	inUse    int        // of them, open now (append handles, temporary files, a rewrite's read)
 
-	appends, records, batches, fileSyncs, dirSyncs, fsSyncs, openFiles atomic.Int64
+	appends, records, batches, fileSyncs, dirSyncs, fsSyncs, openFiles, flushes, pending atomic.Int64
+}
+
+// pendingFile is the lines of one file taken by WriteBehind appends and
+// not yet written.
+type pendingFile struct {
+	key, name string
+	data      []byte
+	n, calls  int // records, appends
 }
 
 type opKind int
@@ -114,11 +162,15 @@ type opKind int
 const (
 	opAppend opKind = iota
 	opUpdate
+	opFlush // WriteBehind: the appends in batch, written as one run
 )
 
 func (o opKind) String() string {
-	if o == opUpdate {
+	switch o {
+	case opUpdate:
 		return "update metadata"
+	case opFlush:
+		return "flush"
 	}
 	return "append"
 }
@@ -131,8 +183,20 @@ type request struct {
 	name   string // file name
 	data   []byte // opAppend: encoded lines
 	n      int    // opAppend: number of records
+	calls  int    // opAppend: Append calls it stands for (0: one)
 	update func(map[string]any)
+	batch  []*request // opFlush: its appends, answered in err
+	err    error      // a flush's append: the result (done is nil)
 	done   chan error // buffered: the writer never blocks on it
+}
+
+// finish answers r.
+func (r *request) finish(err error) {
+	if r.done == nil {
+		r.err = err
+		return
+	}
+	r.done <- err
 }
 
 // handle is an open append handle of one session file.
@@ -158,20 +222,23 @@ func Open(dir string, opt Options) (*Store, error) {
 		return nil, fmt.Errorf("session: open %s: %w", dir, err)
 	}
 	s := &Store{
-		dir:      dir,
-		log:      opt.Logger,
-		maxOpen:  opt.MaxOpenFiles,
-		noSync:   opt.NoSync,
-		later:    opt.SyncLater && haveSyncFS, // elsewhere Sync could not cover closed handles: fsync as usual
-		syncHook: opt.syncHook,
-		failHook: opt.FailWrite,
-		maxLine:  opt.maxLine,
-		dirFile:  dirFile,
-		fds:      opt.FDs,
-		reqs:     make(chan *request, maxBatch),
-		done:     make(chan struct{}),
-		files:    make(map[string]*handle),
-		lru:      list.New(),
+		dir:        dir,
+		log:        opt.Logger,
+		maxOpen:    opt.MaxOpenFiles,
+		noSync:     opt.NoSync,
+		later:      opt.SyncLater && haveSyncFS, // elsewhere Sync could not cover closed handles: fsync as usual
+		wb:         opt.WriteBehind && opt.SyncLater && haveSyncFS,
+		maxPending: opt.MaxPending,
+		pend:       map[string]*pendingFile{},
+		syncHook:   opt.syncHook,
+		failHook:   opt.FailWrite,
+		maxLine:    opt.maxLine,
+		dirFile:    dirFile,
+		fds:        opt.FDs,
+		reqs:       make(chan *request, maxBatch),
+		done:       make(chan struct{}),
+		files:      make(map[string]*handle),
+		lru:        list.New(),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -195,6 +262,9 @@ func Open(dir string, opt Options) (*Store, error) {
 	}
 	if s.maxLine <= 0 {
 		s.maxLine = MaxLineSize
+	}
+	if s.maxPending <= 0 {
+		s.maxPending = DefaultMaxPending
 	}
 	stale, _ := filepath.Glob(filepath.Join(dir, tempPattern))
 	for _, p := range stale {
@@ -221,6 +291,8 @@ func (s *Store) Stats() Stats {
 		DirSyncs:  s.dirSyncs.Load(),
 		FSSyncs:   s.fsSyncs.Load(),
 		OpenFiles: s.openFiles.Load(),
+		Flushes:   s.flushes.Load(),
+		Pending:   s.pending.Load(),
 	}
 }
 
@@ -248,6 +320,9 @@ func (s *Store) Append(ctx context.Context, key string, recs ...Record) error {
 	if err != nil {
 		return fmt.Errorf("session: append %s: %w", key, err)
 	}
+	if s.wb {
+		return s.take(key, name, data, len(recs))
+	}
 	return s.submit(ctx, &request{ctx: ctx, op: opAppend, key: key, name: name, data: data, n: len(recs)})
 }
 
@@ -261,6 +336,9 @@ func (s *Store) AppendEncoded(ctx context.Context, key string, data []byte, n in
 	}
 	if n == 0 {
 		return s.Append(ctx, key)
+	}
+	if s.wb {
+		return s.take(key, name, data, n)
 	}
 	return s.submit(ctx, &request{ctx: ctx, op: opAppend, key: key, name: name, data: data, n: n})
 }
@@ -328,9 +406,17 @@ func DecodeRecords(data []byte) ([]Record, error) {
 }
 
 // Sync makes every append that returned before it durable (with
-// [Options.SyncLater]; otherwise they already are): one syncfs(2) of the
-// file system holding the directory, which also covers new files' names.
+// [Options.SyncLater]; otherwise they already are): with
+// [Options.WriteBehind] it first writes every pending line (one write
+// per file; a failed write keeps the lines pending and fails Sync), then
+// one syncfs(2) of the file system holding the directory, which also
+// covers new files' names.
 func (s *Store) Sync() error {
+	if s.wb {
+		if err := s.flush(""); err != nil {
+			return fmt.Errorf("session: sync: %w", err)
+		}
+	}
 	if !s.later || s.noSync {
 		return nil
 	}
@@ -359,6 +445,9 @@ func (s *Store) UpdateMetadata(ctx context.Context, key string, fn func(m map[st
 	if err != nil {
 		return fmt.Errorf("session: update metadata %s: %w", key, err)
 	}
+	if err := s.catchUp(name); err != nil { // the rewrite reads the file
+		return fmt.Errorf("session: update metadata %s: %w", key, err)
+	}
 	return s.submit(ctx, &request{ctx: ctx, op: opUpdate, key: key, name: name, update: fn})
 }
 
@@ -369,7 +458,7 @@ func (s *Store) submit(ctx context.Context, r *request) error {
 	}
 	r.done = make(chan error, 1)
 	s.mu.RLock()
-	if s.closed {
+	if s.closed && r.op != opFlush || s.final {
 		s.mu.RUnlock()
 		return fmt.Errorf("session: %s %s: %w", r.op, r.key, ErrClosed)
 	}
@@ -402,10 +491,22 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	var flushErr error
+	if s.wb {
+		s.pmu.Lock()
+		s.pclosed = true // every line taken is in pend
+		s.pmu.Unlock()
+		if flushErr = s.flush(""); flushErr != nil {
+			flushErr = fmt.Errorf("session: close: %w", flushErr)
+		}
+	}
+	s.mu.Lock()
+	s.final = true
+	s.mu.Unlock()
 	s.senders.Wait() // every sender has enqueued or given up
 	close(s.reqs)
 	<-s.done
-	return s.closeErr
+	return errors.Join(flushErr, s.closeErr)
 }
 
 // run is the writer goroutine.
@@ -440,6 +541,13 @@ func (s *Store) process(batch []*request) {
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			r.done <- fmt.Errorf("session: %s %s: %w", r.op, r.key, err)
+			continue
+		}
+		if r.op == opFlush {
+			seg = append(seg, r.batch...)
+			s.commit(seg)
+			seg = seg[:0]
+			r.done <- nil // each append of the batch has its err
 			continue
 		}
 		if r.op == opUpdate {
@@ -685,13 +793,13 @@ func (s *Store) writeRound(groups []*group) {
 			g.h.pin = false
 		}
 		if g.err == nil {
-			s.appends.Add(int64(len(g.reqs)))
 			for _, r := range g.reqs {
+				s.appends.Add(int64(max(r.calls, 1)))
 				s.records.Add(int64(r.n))
 			}
 		}
 		for _, r := range g.reqs {
-			r.done <- g.err
+			r.finish(g.err)
 		}
 	}
 }

@@ -107,8 +107,16 @@ func TestDemoLCD(t *testing.T) {
 	if !strings.Contains(s, "ok│") {
 		t.Fatalf("link state missing:\n%s", s)
 	}
-	// The conversation is in the server's session log.
-	log, err := os.ReadFile(filepath.Join(ws, "server", "sessions", "terminal-dev:local:demo-device.jsonl"))
+	// The conversation is in the server's session log (written behind:
+	// at the server's next checkpoint, within a second).
+	var log []byte
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		log, err = os.ReadFile(filepath.Join(ws, "server", "sessions", "terminal-dev:local:demo-device.jsonl"))
+		if err == nil && strings.Contains(string(log), `"content":"You said: hello from tmux"`) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || !strings.Contains(string(log), `"content":"You said: hello from tmux"`) {
 		t.Fatalf("session log: %v\n%s", err, log)
 	}

@@ -19,11 +19,16 @@ import (
 
 // journal puts the write-ahead log (workspace/wal) in front of the session
 // files: a record is durable once the log holds it (one group-committed
-// fdatasync for every session), and is then written to its session file
-// without fsync before append returns, so readers of the files (rebuild,
-// dedupe reloads) see it. Every checkpointInterval one syncfs makes the
-// session files durable and the log is released up to the last record
-// they hold.
+// fdatasync for every session), and is then handed to the session store,
+// which keeps it in memory (session.Options.WriteBehind: no write, no
+// handoff) before append returns. Readers through the session store
+// (rebuild, dedupe reloads, the history API) see it: every read writes
+// the pending lines of its file first. Every checkpointInterval the
+// checkpoint's store.Sync writes every pending line (one write per file)
+// and makes the files durable with one syncfs; only then is the log
+// released up to the last record they hold. A failed Sync keeps the
+// lines pending and the log unreleased (a crash replays them), and
+// /healthz says unwritable until a checkpoint succeeds.
 //
 // Crash: Open replays the unreleased records into the session files,
 // skipping those a file already holds (same role, message id and event:
@@ -44,6 +49,12 @@ type journal struct {
 	wl     *wal.Log
 	broken error // non-nil while the log is failed and not yet reopened
 	failed atomic.Bool
+	// syncErr is the last checkpoint's failure to write or sync the
+	// session files, nil once one succeeds; /healthz reports it.
+	syncErr atomic.Pointer[string]
+	// onSyncFail is called when a checkpoint fails to write or sync the
+	// session files (Options.WriteFailed).
+	onSyncFail func()
 
 	prior wal.Stats // counts of the logs a reopen replaced (under mu)
 
@@ -59,10 +70,15 @@ const checkpointInterval = time.Second
 
 // openJournal opens the log in dir, brings the session files up to date
 // from it and starts the checkpointer.
-func openJournal(dir string, opt wal.Options, store *session.Store, log *slog.Logger) (*journal, error) {
+// onSyncFail (may be nil) is called at each checkpoint that fails to
+// write or sync the session files.
+func openJournal(dir string, opt wal.Options, store *session.Store, log *slog.Logger, onSyncFail func()) (*journal, error) {
 	opt.Logger = log
+	if onSyncFail == nil {
+		onSyncFail = func() {}
+	}
 	j := &journal{dir: dir, opt: opt, store: store, log: log, floors: map[uint64]wal.LSN{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		onSyncFail: onSyncFail, stop: make(chan struct{}), done: make(chan struct{})}
 	wl, err := j.open(true)
 	if err != nil {
 		return nil, err
@@ -191,9 +207,10 @@ func (j *journal) replay(recs []walRecord) error {
 	return nil
 }
 
-// append makes recs durable in the log, then writes them to the session
-// file of key (without fsync). An error means the records may or may not
-// be logged: the caller treats them as not written.
+// append makes recs durable in the log, then hands them to the session
+// store (kept in memory until the checkpoint or a read writes them). An
+// error means the records may or may not be logged: the caller treats
+// them as not written.
 func (j *journal) append(ctx context.Context, key string, recs []session.Record) error {
 	lines, err := session.EncodeRecords(recs)
 	if err != nil {
@@ -248,7 +265,15 @@ func (j *journal) checkpoint() error {
 	j.fmu.Unlock()
 	upTo = min(upTo, j.wl.Durable())
 	if err := j.store.Sync(); err != nil {
+		// The lines stay pending and the log keeps them.
+		msg := err.Error()
+		j.syncErr.Store(&msg)
+		j.onSyncFail()
 		return err
+	}
+	if j.syncErr.Load() != nil {
+		j.syncErr.Store(nil)
+		j.log.Info("session files writable again")
 	}
 	return j.wl.Release(upTo)
 }
@@ -258,10 +283,14 @@ func (j *journal) reopen() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.broken == nil {
-		// First attempt: what the log synced is in the session files
-		// (appends hold the read lock until written there); make that
-		// durable and release it, so only the failed batch is left.
-		_ = j.store.Sync()
+		// First attempt: what the log synced is in the session store
+		// (appends hold the read lock until it took them); write it to
+		// the files, make that durable and release it, so only the
+		// failed batch is left. If the files cannot take it, the log
+		// must keep it: retried later.
+		if err := j.store.Sync(); err != nil {
+			return fmt.Errorf("writing the session files before reopening the log: %w", err)
+		}
 		_ = j.wl.Release(j.wl.Durable())
 		err := j.wl.Close()
 		j.broken = fmt.Errorf("%w (reopening)", err)

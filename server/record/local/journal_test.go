@@ -28,7 +28,7 @@ func TestJournalReplayFillsSessionFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j, err := openJournal(wdir, wal.Options{NoSync: true}, store, quietLog())
+		j, err := openJournal(wdir, wal.Options{NoSync: true}, store, quietLog(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,8 +1,12 @@
 // Package local is the store of record of one termserver (record.Store)
 // in its workspace: every message, start and reply is made durable in the
 // write-ahead log (workspace/wal, one fdatasync per batch for every
-// session) and then written to its session file without fsync; a syncfs
-// a second makes the files durable and releases the log (journal.go).
+// session) and then handed to the session store, which keeps it in memory
+// (write-behind); every second the checkpoint writes the pending lines to
+// the session files (one write per file), makes them durable with one
+// syncfs and releases the log (journal.go). Every read of a session file
+// through the session store (dedupe reloads, recovery, the history API)
+// writes that file's pending lines first, so no reader sees a stale file.
 // The dedupe table (dedupe.go) answers a resent message id from memory,
 // completed or reloaded from the session files when it was trimmed.
 //
@@ -90,7 +94,7 @@ func Open(walDir string, sessions *session.Store, queue record.Queue, opt Option
 	if opt.WriteFailed == nil {
 		opt.WriteFailed = func() {}
 	}
-	j, err := openJournal(walDir, opt.WAL, sessions, opt.Logger)
+	j, err := openJournal(walDir, opt.WAL, sessions, opt.Logger, opt.WriteFailed)
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +203,9 @@ func (s *Store) appendLogRetrying(ctx context.Context, key string, recs ...sessi
 func (s *Store) Health() (ok bool, reason string) {
 	if msg := s.unwritable.Load(); msg != nil {
 		return false, "workspace unwritable: the last session log write failed: " + *msg
+	}
+	if msg := s.journal.syncErr.Load(); msg != nil {
+		return false, "workspace unwritable: the last checkpoint could not write the session files: " + *msg
 	}
 	return true, ""
 }
