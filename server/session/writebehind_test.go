@@ -299,6 +299,17 @@ func TestWriteBehindConcurrent(t *testing.T) {
 					return
 				}
 				last[a].Store(int64(i))
+				if i%10 == 0 { // its own append, read at once
+					sess, err := s.TailMessages(key, 1, 0)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if r := sess.Records; len(r) == 0 || r[len(r)-1].Content != fmt.Sprint(i) {
+						errs <- fmt.Errorf("%s read right after append %d: %+v", key, i, r)
+						return
+					}
+				}
 			}
 		}()
 	}
