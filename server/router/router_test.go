@@ -99,6 +99,24 @@ func expect(t *testing.T, ch chan string, want string) {
 	}
 }
 
+// waitTaken waits until session key's worker has taken message id.
+func waitTaken(t *testing.T, r *Router, key, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r.mu.Lock()
+		q := r.queues[key]
+		taken := q != nil && q.running == id
+		r.mu.Unlock()
+		if taken {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never taken by its session's worker", id)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // A busy session's next message is handed to Finished with the reply
 // before it (so its start is recorded in the same log append) also when
 // every run slot is taken at that moment: it then waits for a slot with
@@ -114,22 +132,9 @@ func TestNextStartRecordedWithTheReplyWhenEverySlotIsBusy(t *testing.T) {
 
 	put(t, r, adm, "A", "a1")
 	expect(t, runner.started, "a1")
-	put(t, r, adm, "A", "a2") // waits behind a1 in its session
-	put(t, r, adm, "B", "b1") // waits for the one slot
-	// b1's worker is blocked on the slot: wait until it is queued there.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		r.mu.Lock()
-		q := r.queues["B"]
-		taken := q != nil && q.running == "b1"
-		r.mu.Unlock()
-		if taken {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("b1 never taken by its session's worker")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	put(t, r, adm, "A", "a2")  // waits behind a1 in its session
+	put(t, r, adm, "B", "b1")  // waits for the one slot
+	waitTaken(t, r, "B", "b1") // its worker is blocked on the slot
 	close(runner.gate("a1"))
 	expect(t, host.done, "a1")
 	// b1 got the slot a1 gave back; a2 waits for it, its start recorded
@@ -167,19 +172,7 @@ func TestNextWaitingForASlotCancelled(t *testing.T) {
 	expect(t, runner.started, "a1")
 	put(t, r, adm, "A", "a2")
 	put(t, r, adm, "B", "b1")
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		r.mu.Lock()
-		q := r.queues["B"]
-		taken := q != nil && q.running == "b1"
-		r.mu.Unlock()
-		if taken {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("b1 never taken by its session's worker")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitTaken(t, r, "B", "b1")
 	close(runner.gate("a1"))
 	expect(t, host.done, "a1")
 	expect(t, runner.started, "b1")
