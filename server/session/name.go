@@ -36,7 +36,12 @@ func FileName(key string) (string, error) {
 	if key == "" {
 		return "", errors.New("empty session key")
 	}
-	name := escapeKey(key) + fileExt
+	var name string
+	if plainKey(key) {
+		name = key + fileExt // the common case: one allocation
+	} else {
+		name = escapeKey(key) + fileExt
+	}
 	if len(name) <= maxNameLen {
 		return name, nil
 	}
@@ -114,6 +119,16 @@ func KeyFromFileName(name string) (string, error) {
 		return "", fmt.Errorf("file name %q is not the canonical name of key %q", name, key)
 	}
 	return key, nil
+}
+
+// plainKey reports whether escapeKey(key) == key.
+func plainKey(key string) bool {
+	for i := 0; i < len(key); i++ {
+		if !plainByte(key[i]) || (i == 0 && key[i] == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 func plainByte(c byte) bool {

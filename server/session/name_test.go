@@ -62,3 +62,29 @@ func TestFileNameErrors(t *testing.T) {
 		}
 	}
 }
+
+// FileName's fast path for plain keys names files as escapeKey does, and
+// every name that is not hashed gives its key back.
+func FuzzFileName(f *testing.F) {
+	for _, k := range []string{"terminal-dev:local:dev-1", ".hidden", "a/b", "x.y_z:1", "ü", "a%3A"} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		if plainKey(key) != (escapeKey(key) == key) {
+			t.Fatalf("plainKey(%q) = %v, but escapeKey gives %q", key, plainKey(key), escapeKey(key))
+		}
+		name, err := FileName(key)
+		if err != nil {
+			if key != "" {
+				t.Fatalf("FileName(%q): %v", key, err)
+			}
+			return
+		}
+		if IsHashedName(name) {
+			return
+		}
+		if back, err := KeyFromFileName(name); err != nil || back != key {
+			t.Fatalf("FileName(%q) = %q, which gives back %q, %v", key, name, back, err)
+		}
+	})
+}
