@@ -84,6 +84,15 @@ func (r Record) appendJSON(dst []byte) ([]byte, error) {
 	if len(r.Extra) == 0 {
 		return r.appendPlain(dst), nil
 	}
+	if len(r.Extra) == 1 {
+		// A run's start or interruption (one per message): "event" sorts
+		// after every known field, so it goes last.
+		if ev, ok := r.Extra["event"].(string); ok {
+			dst = r.appendPlain(dst)
+			dst = append(dst[:len(dst)-1], `,"event":`...)
+			return append(jsonstr.Append(dst, ev, false), '}'), nil
+		}
+	}
 	if t, ok := r.Extra["_type"].(string); ok && t == "metadata" {
 		return nil, errors.New(`record has "_type":"metadata" in Extra`)
 	}

@@ -8,7 +8,7 @@ import (
 // generalJSON is a record's line written by the general encoder (the one
 // for records with Extra), which appendPlain must match byte for byte.
 func generalJSON(t testing.TB, r Record) []byte {
-	b, err := appendObject(nil, r.fields(), nil)
+	b, err := appendObject(nil, r.fields(), r.Extra)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,6 +20,8 @@ func recordsOf(a, b, c string) []Record {
 		{Role: a, Content: b},
 		{Role: "user", Content: c, Timestamp: a, MessageID: b, RunID: c, FinishReason: a, Media: []string{b, c}},
 		{Role: "assistant", Content: "", MessageID: a, Media: []string{}},
+		{Role: "system", Content: b, MessageID: c, RunID: a, Extra: map[string]any{"event": c}},
+		{Role: "system", Content: b, Extra: map[string]any{"event": a}, Media: []string{c}},
 	}
 }
 

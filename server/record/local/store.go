@@ -281,12 +281,19 @@ func startRecord(in bus.Inbound, rerun bool) session.Record {
 	if rerun {
 		return session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
 			Content: "the run of message " + in.MessageID + " was cut short by a server restart; it runs again once",
-			Extra:   map[string]any{"event": record.EventInterrupted}}
+			Extra:   interruptedExtra}
 	}
 	return session.Record{Role: "system", MessageID: in.MessageID, RunID: in.RunID,
 		Content: "the run of message " + in.MessageID + " started",
-		Extra:   map[string]any{"event": record.EventStarted}}
+		Extra:   startedExtra}
 }
+
+// The Extra of the start records, shared by all of them (one per
+// message): only read, never written.
+var (
+	startedExtra     = map[string]any{"event": record.EventStarted}
+	interruptedExtra = map[string]any{"event": record.EventInterrupted}
+)
 
 // Deliver implements record.Store: the reply or progress goes to the
 // dispatcher of this server's connections. A reply not dispatched is in
