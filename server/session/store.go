@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -347,6 +348,20 @@ func (s *Store) AppendEncoded(ctx context.Context, key string, data []byte, n in
 // setting an empty Timestamp to now (in recs too, so the caller sees
 // what was written).
 func EncodeRecords(recs []Record) ([]byte, error) {
+	return AppendEncodeRecords(nil, recs)
+}
+
+// EncodeRecordsAfter is EncodeRecords with prefix before the lines, in
+// one allocation: the write-ahead log's record is the session key, a
+// newline and the lines.
+func EncodeRecordsAfter(prefix string, recs []Record) ([]byte, error) {
+	dst := make([]byte, 0, len(prefix)+encodedSize(recs))
+	return AppendEncodeRecords(append(dst, prefix...), recs)
+}
+
+// AppendEncodeRecords is EncodeRecords appending to dst (grown at most
+// once, to the usual size of the lines).
+func AppendEncodeRecords(dst []byte, recs []Record) ([]byte, error) {
 	now := ""
 	for i := range recs {
 		if recs[i].Timestamp == "" {
@@ -356,15 +371,24 @@ func EncodeRecords(recs []Record) ([]byte, error) {
 			recs[i].Timestamp = now
 		}
 	}
-	return encodeRecords(recs, MaxLineSize)
+	return appendRecords(dst, recs, MaxLineSize)
 }
 
 func encodeRecords(recs []Record, maxLine int) ([]byte, error) {
+	return appendRecords(nil, recs, maxLine)
+}
+
+// encodedSize is about the size of recs' lines (usually a little more).
+func encodedSize(recs []Record) int {
 	size := 0
 	for _, r := range recs {
 		size += 128 + len(r.Content) + len(r.MessageID) + len(r.RunID)
 	}
-	data := make([]byte, 0, size) // usually exact: one allocation
+	return size
+}
+
+func appendRecords(data []byte, recs []Record, maxLine int) ([]byte, error) {
+	data = slices.Grow(data, encodedSize(recs)) // usually no allocation after the first
 	now := ""
 	var err error
 	for i, r := range recs {

@@ -94,13 +94,6 @@ type walRecord struct {
 	lines []byte
 }
 
-func encodeWAL(key string, lines []byte) []byte {
-	p := make([]byte, 0, len(key)+1+len(lines))
-	p = append(p, key...)
-	p = append(p, '\n')
-	return append(p, lines...)
-}
-
 func decodeWAL(p []byte) (walRecord, error) {
 	key, lines, ok := bytes.Cut(p, []byte{'\n'})
 	if !ok || len(key) == 0 {
@@ -212,11 +205,13 @@ func (j *journal) replay(recs []walRecord) error {
 // error means the records may or may not be logged: the caller treats
 // them as not written.
 func (j *journal) append(ctx context.Context, key string, recs []session.Record) error {
-	lines, err := session.EncodeRecords(recs)
+	// One buffer: the log's record is the key and the lines, the session
+	// file gets the lines.
+	payload, err := session.EncodeRecordsAfter(key+"\n", recs)
 	if err != nil {
 		return fmt.Errorf("session: append %s: %w", key, err)
 	}
-	payload := encodeWAL(key, lines)
+	lines := payload[len(key)+1:]
 	j.mu.RLock()
 	defer j.mu.RUnlock()
 	if j.broken != nil {
