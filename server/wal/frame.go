@@ -95,6 +95,11 @@ type scanResult struct {
 // zeroed header, which no frame has (its header CRC is not zero).
 var endMarker [headerSize]byte
 
+// MarkerSize is the size of the end marker that follows the records of
+// every write: a segment's last record ends MarkerSize bytes before its
+// end (tests that cut records use it).
+const MarkerSize = headerSize
+
 func isEndMarker(b []byte) bool {
 	return len(b) >= headerSize && [headerSize]byte(b[:headerSize]) == endMarker
 }
