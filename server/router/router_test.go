@@ -117,19 +117,17 @@ func waitTaken(t *testing.T, r *Router, key, id string) {
 	}
 }
 
-// A busy session's next message is handed to Finished with the reply
-// before it (so its start is recorded in the same log append) also when
-// every run slot is taken at that moment: it then waits for a slot with
-// its start recorded. Before, it was recorded with the reply only when a
-// slot happened to be free, and at saturation each start was a log
-// append of its own.
-func TestNextStartRecordedWithTheReplyWhenEverySlotIsBusy(t *testing.T) {
+// nextWithoutASlot runs a router with one run slot to the point where
+// a1 (session A) has finished with a2 waiting behind it, while b1
+// (session B), queued for the slot, took the slot a1 gave back: a2 was
+// taken as a1's next without a slot and waits for one.
+func nextWithoutASlot(t *testing.T) (*gatedRunner, *recordingHost, *Admission, *Router) {
+	t.Helper()
 	runner := newGatedRunner()
 	host := &recordingHost{done: make(chan string, 16)}
 	adm := NewAdmission(100)
 	r := New(host, adm, map[string]agent.Runner{"c": runner}, t.TempDir(), 1)
-	defer r.Stop(context.Background())
-
+	t.Cleanup(func() { r.Stop(context.Background()) })
 	put(t, r, adm, "A", "a1")
 	expect(t, runner.started, "a1")
 	put(t, r, adm, "A", "a2")  // waits behind a1 in its session
@@ -137,9 +135,18 @@ func TestNextStartRecordedWithTheReplyWhenEverySlotIsBusy(t *testing.T) {
 	waitTaken(t, r, "B", "b1") // its worker is blocked on the slot
 	close(runner.gate("a1"))
 	expect(t, host.done, "a1")
-	// b1 got the slot a1 gave back; a2 waits for it, its start recorded
-	// with a1's reply.
 	expect(t, runner.started, "b1")
+	return runner, host, adm, r
+}
+
+// A busy session's next message is handed to Finished with the reply
+// before it (so its start is recorded in the same log append) also when
+// every run slot is taken at that moment: it then waits for a slot with
+// its start recorded. Before, it was recorded with the reply only when a
+// slot happened to be free, and at saturation each start was a log
+// append of its own.
+func TestNextStartRecordedWithTheReplyWhenEverySlotIsBusy(t *testing.T) {
+	runner, host, adm, _ := nextWithoutASlot(t)
 	close(runner.gate("b1"))
 	expect(t, host.done, "b1")
 	expect(t, runner.started, "a2")
@@ -162,20 +169,7 @@ func TestNextStartRecordedWithTheReplyWhenEverySlotIsBusy(t *testing.T) {
 // A next message taken without a slot and cancelled while it waits for
 // one is answered cancelled, without running.
 func TestNextWaitingForASlotCancelled(t *testing.T) {
-	runner := newGatedRunner()
-	host := &recordingHost{done: make(chan string, 16)}
-	adm := NewAdmission(100)
-	r := New(host, adm, map[string]agent.Runner{"c": runner}, t.TempDir(), 1)
-	defer r.Stop(context.Background())
-
-	put(t, r, adm, "A", "a1")
-	expect(t, runner.started, "a1")
-	put(t, r, adm, "A", "a2")
-	put(t, r, adm, "B", "b1")
-	waitTaken(t, r, "B", "b1")
-	close(runner.gate("a1"))
-	expect(t, host.done, "a1")
-	expect(t, runner.started, "b1")
+	runner, host, _, r := nextWithoutASlot(t)
 	if !r.Cancel("A", "a2") {
 		t.Fatal("a2, waiting for a slot, not found by Cancel")
 	}
