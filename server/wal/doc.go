@@ -59,9 +59,10 @@
 // each time: half again the CPU per sync, twice the wait). A recycled
 // segment holds its earlier content after its records; the end marker,
 // or a frame whose LSN is below the segment's first, is where they end.
-// A log written by this version cannot be opened by one without
-// recycling once a spare has been reused (it would take the earlier
-// content for corruption). An flock on the file "LOCK" keeps a
+// A version without recycling opens a log left by a clean Close (one
+// segment: it cuts a reused segment's earlier content off as a torn
+// tail, with a warning), but refuses as corruption a reused segment that
+// is not the last, which a crash can leave. An flock on the file "LOCK" keeps a
 // second process from opening the same log; the holder writes its pid
 // into the file, and the refusal names it.
 //
