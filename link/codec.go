@@ -122,6 +122,8 @@ func decodeGeneral(data []byte) (Frame, error) {
 		f = new(NoticeAck)
 	case TypeScreen:
 		f = new(Screen)
+	case TypeDelta:
+		f = new(Delta)
 	case "":
 		return nil, &DecodeError{Field: "type", Msg: "is empty"}
 	default:
@@ -131,6 +133,9 @@ func decodeGeneral(data []byte) (Frame, error) {
 		return nil, jsonError(typ, err)
 	}
 	if field := missingField(f); field != "" {
+		if d, ok := f.(*Delta); ok && field == "seq" {
+			return nil, &DecodeError{Type: typ, Field: field, Msg: "must be a whole number from 1, got " + strconv.FormatInt(d.Seq, 10)}
+		}
 		return nil, &DecodeError{Type: typ, Field: field, Msg: "is missing or empty"}
 	}
 	return f, nil
@@ -161,7 +166,7 @@ var wireKeys = func() []string {
 	var keys []string
 	seen := map[string]bool{"type": true}
 	keys = append(keys, "type")
-	for _, v := range []any{Connect{}, Connected{}, Message{}, Ack{}, Error{}, Progress{}, Cancel{}} {
+	for _, v := range []any{Connect{}, Connected{}, Message{}, Ack{}, Error{}, Progress{}, Cancel{}, Delta{}} {
 		t := reflect.TypeOf(v)
 		for i := 0; i < t.NumField(); i++ {
 			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
@@ -400,6 +405,13 @@ func missingField(f Frame) string {
 		if f.MessageID == "" {
 			return "message_id"
 		}
+	case *Delta:
+		if f.MessageID == "" {
+			return "message_id"
+		}
+		if f.Seq < 1 {
+			return "seq"
+		}
 	case *Cancel:
 		if f.MessageID == "" {
 			return "message_id"
@@ -538,6 +550,10 @@ func AppendEncode(dst []byte, f Frame) ([]byte, error) {
 	case *Progress:
 		dst = str(dst, "message_id", f.MessageID)
 		dst = str(dst, "text", f.Text)
+	case *Delta:
+		dst = str(dst, "message_id", f.MessageID)
+		dst = strconv.AppendInt(key(dst, "seq"), f.Seq, 10)
+		dst = str(dst, "text", f.Text)
 	case *Cancel:
 		dst = str(dst, "message_id", f.MessageID)
 		dst = optStr(dst, "thread_id", f.ThreadID)
@@ -647,6 +663,8 @@ func encodedSize(f Frame) int {
 		n += 30 + len(f.Error) + len(f.MessageID) + len(f.Code)
 	case *Progress:
 		n += 20 + len(f.MessageID) + len(f.Text)
+	case *Delta:
+		n += 50 + len(f.MessageID) + len(f.Text)
 	case *Cancel:
 		n += 20 + len(f.MessageID) + len(f.ThreadID)
 	case *Notice:

@@ -32,6 +32,7 @@ func TestDecodeSpecFrames(t *testing.T) {
 			&Ack{MessageID: "m", SessionID: "s", Accepted: true, Duplicate: true, Reply: &Message{Role: "assistant", MessageID: "m", RunID: "r", Text: "t", FinishReason: "stop"}}},
 		{`{"type":"progress","message_id":"m","text":"thinking"}`, &Progress{MessageID: "m", Text: "thinking"}},
 		{`{"type":"cancel","message_id":"m"}`, &Cancel{MessageID: "m"}},
+		{`{"type":"delta","message_id":"m","seq":1,"text":"Hel"}`, &Delta{MessageID: "m", Seq: 1, Text: "Hel"}},
 		{`{"type":"connected","channel_id":"c","session_id":"s","heartbeat_seconds":15}`, &Connected{ChannelID: "c", SessionID: "s", HeartbeatSeconds: 15}},
 		// unknown fields are ignored: newer peers stay compatible
 		{`{"type":"ping","future":1}`, &Ping{}},
@@ -90,6 +91,10 @@ func TestDecodeErrors(t *testing.T) {
 		{`{"type":"error"}`, `error frame: field "error" is missing or empty`, "error"},
 		{`{"type":"cancel"}`, `cancel frame: field "message_id" is missing or empty`, "message_id"},
 		{`{"type":"progress","text":"x"}`, `progress frame: field "message_id" is missing or empty`, "message_id"},
+		{`{"type":"delta","seq":1,"text":"x"}`, `delta frame: field "message_id" is missing or empty`, "message_id"},
+		{`{"type":"delta","message_id":"m","text":"x"}`, `delta frame: field "seq" must be a whole number from 1, got 0`, "seq"},
+		{`{"type":"delta","message_id":"m","seq":-3,"text":"x"}`, `delta frame: field "seq" must be a whole number from 1, got -3`, "seq"},
+		{`{"type":"delta","message_id":"m","seq":"1","text":"x"}`, `delta frame: field "seq" must be a number, got string`, "seq"},
 		{`{"type":"notice","text":"x","priority":"info"}`, `notice frame: field "notice_id" is missing or empty`, "notice_id"},
 		{`{"type":"notice_ack"}`, `notice_ack frame: field "notice_id" is missing or empty`, "notice_id"},
 		{`{"type":"notice","notice_id":"n","text":"x","priority":"info","display_seconds":"5"}`, `notice frame: field "display_seconds" must be a number, got string`, "display_seconds"},
@@ -152,6 +157,7 @@ func TestEncodeTypeFirstAndRoundTrip(t *testing.T) {
 		&Ping{}, &Pong{},
 		&Error{Error: "boom", Code: CodeBadFrame},
 		&Progress{MessageID: "m", Text: "t"},
+		&Delta{MessageID: "m", Seq: 7, Text: "lo, wor"},
 		&Cancel{MessageID: "m"},
 	}
 	for _, f := range frames {

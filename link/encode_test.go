@@ -44,6 +44,7 @@ func framesOf(a, b, c string, n int, flag bool) []Frame {
 		&Error{Error: c, MessageID: a, Code: b},
 		&Error{Error: c},
 		&Progress{MessageID: a, Text: c},
+		&Delta{MessageID: a, Seq: int64(n), Text: c},
 		&Cancel{MessageID: a, ThreadID: b},
 		&Cancel{MessageID: a},
 		&Connect{PeerID: a, Board: b, Version: c, Tags: map[string]string{a: b, c: a, "site": c}},

@@ -17,6 +17,7 @@ const (
 	TypeNotice    Type = "notice"     // extension, server -> device
 	TypeNoticeAck Type = "notice_ack" // extension, device -> server
 	TypeScreen    Type = "screen"     // extension, device -> server
+	TypeDelta     Type = "delta"      // extension, server -> device
 )
 
 // Capabilities a device may list in Connect.Capabilities.
@@ -26,6 +27,7 @@ const (
 	CapCancel   = "cancel"
 	CapNotice   = "notice" // the device shows server-pushed notices and acks them
 	CapScreen   = "screen" // the device sends Screen frames (mirror of its display)
+	CapStream   = "stream" // the device takes Delta frames (a reply's text as it is written)
 )
 
 // Notice priorities.
@@ -46,7 +48,8 @@ const (
 const RoleAssistant = "assistant"
 
 // Frame is one decoded wire frame: *Connect, *Connected, *Message, *Ack,
-// *Ping, *Pong, *Error, *Progress, *Cancel, *Notice, *NoticeAck or *Screen.
+// *Ping, *Pong, *Error, *Progress, *Cancel, *Notice, *NoticeAck, *Screen
+// or *Delta.
 type Frame interface {
 	FrameType() Type
 }
@@ -126,6 +129,18 @@ type Progress struct {
 	Text      string `json:"text"`
 }
 
+// Delta (extension) is reply text as the agent writes it, for a device
+// that listed "stream": Text is appended to what the device has for
+// MessageID. Seq counts a message's deltas on one connection from 1, with
+// no gaps (a new connection starts again at 1, its first delta carrying
+// all the text so far). Deltas are not acked, not stored and may stop
+// early; the final Message is authoritative and carries the whole text.
+type Delta struct {
+	MessageID string `json:"message_id"`
+	Seq       int64  `json:"seq"`
+	Text      string `json:"text"`
+}
+
 // Cancel (extension) asks the server to interrupt the run of MessageID.
 // ThreadID, when set, names the thread the message was sent to; without
 // it the server finds the message's session itself.
@@ -178,6 +193,7 @@ func (*Cancel) FrameType() Type    { return TypeCancel }
 func (*Notice) FrameType() Type    { return TypeNotice }
 func (*NoticeAck) FrameType() Type { return TypeNoticeAck }
 func (*Screen) FrameType() Type    { return TypeScreen }
+func (*Delta) FrameType() Type     { return TypeDelta }
 
 // Error codes the server puts in Error.Code.
 const (

@@ -32,6 +32,12 @@ type Request struct {
 	// Event records a channel event for this run (name like
 	// "agent_tool_result", detail a short preview). May be nil.
 	Event func(name, detail string)
+	// Stream takes reply text as the agent writes it: each call appends
+	// chunk to the text streamed so far (ACP agent_message_chunk, a
+	// Terminal v1 delta frame, ...). Nil when the device did not ask for
+	// "stream": a runner then only returns the Result. It never blocks;
+	// the Result's Text stays the whole, authoritative reply.
+	Stream func(chunk string)
 }
 
 // Result is the final reply to a message.

@@ -52,6 +52,12 @@ const (
 	Final Kind = iota
 	// Progress is an interim update for devices that asked for progress.
 	Progress
+	// Delta is reply text as the agent writes it, for devices that asked
+	// for "stream": Text is all the text of the run so far (each Delta
+	// of a run extends the one before it), so a device that connects
+	// mid-run, or misses one, is sent what it lacks. Not recorded; the
+	// Final reply carries the whole text.
+	Delta
 )
 
 // Outbound is a reply (or progress) on its way to a device.
