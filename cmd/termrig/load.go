@@ -66,6 +66,7 @@ func (a *app) load(ctx context.Context, args []string) error {
 	fs.StringVar(&opt.Token, "token", "", "device `token` (Authorization: Bearer and connect.token)")
 	fs.StringVar(&opt.Text, "text", load.DefaultText, "`text` of every message")
 	fs.BoolVar(&opt.Hold, "hold", false, "connect idle devices, print \"connected N devices\", keep them until Ctrl-C")
+	fs.BoolVar(&opt.Stream, "stream", false, "devices list the stream capability: report the time to the first delta and the deltas per run, and check them")
 	fs.BoolVar(&opt.Client, "client", false, "make every device a real link.Client (end to end, reconnects; higher cost per device)")
 	fs.Var(durationFlag{&opt.Move}, "move", "every `D` each device hops to the next --server, staggered, resending its unanswered messages (needs two or more servers; 0: off)")
 	fs.StringVar(&opt.Outbox, "outbox", load.OutboxMemory, "with --client: the clients' outbox, `kind` memory or file (fsync, temp state dir per device)")

@@ -431,10 +431,14 @@ func (r *runner) dialAndConnect(ctx context.Context, d *device) (*websocket.Conn
 		}
 	}()
 
+	caps := []string{link.CapText}
+	if r.opt.Stream {
+		caps = append(caps, link.CapStream)
+	}
 	hello, err := link.Encode(&link.Connect{
 		PeerID:       r.peerID(d),
 		DeviceName:   "termrig load " + r.runID,
-		Capabilities: []string{link.CapText},
+		Capabilities: caps,
 		Token:        r.opt.Token,
 	})
 	if err != nil {
@@ -560,6 +564,12 @@ func (r *runner) readConn(d *device, conn *websocket.Conn) {
 			}
 		case *link.Error:
 			r.track.errorFrame(f, r.peerID(d))
+		case *link.Delta:
+			if !r.opt.Stream {
+				r.track.unexpectedFrame()
+				continue
+			}
+			r.track.delta(f, at)
 		case *link.Progress:
 			// Not asked for; harmless.
 		default:

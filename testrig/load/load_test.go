@@ -36,6 +36,12 @@ type peer struct {
 	errFrame  int64  // send an error frame after the n-th message's reply
 	errText   string
 	replyWait time.Duration // delay before each reply
+	// To a device that listed "stream": each reply's text first in
+	// deltas pieces; the n-th message's deltas skip a seq (gapDelta), one
+	// comes after its reply (lateDelta), or they spell other text
+	// (wrongDelta).
+	deltas                          int
+	gapDelta, lateDelta, wrongDelta int64
 
 	upgrades, messages, pings, connects atomic.Int64
 	active                              atomic.Int64 // connections being served
@@ -66,6 +72,7 @@ func (p *peer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		conn.WriteMessage(websocket.TextMessage, link.MustEncode(f))
 	}
 	var session string
+	var stream bool
 	for {
 		_, data, err := conn.ReadMessage()
 		if err != nil {
@@ -83,6 +90,7 @@ func (p *peer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			session = "terminal-dev:local:" + f.PeerID
+			stream = slices.Contains(f.Capabilities, link.CapStream)
 			send(&link.Connected{ChannelID: "terminal-dev", SessionID: session, HeartbeatSeconds: p.heartbeat})
 		case *link.Ping:
 			p.pings.Add(1)
@@ -98,8 +106,25 @@ func (p *peer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			time.Sleep(p.replyWait)
+			if stream && p.deltas > 0 {
+				text := f.Text
+				if n == p.wrongDelta {
+					text = "something else entirely"
+				}
+				for i, seq := 0, int64(1); i < p.deltas; i++ {
+					piece := text[i*len(text)/p.deltas : (i+1)*len(text)/p.deltas]
+					if i == 1 && n == p.gapDelta {
+						seq++
+					}
+					send(&link.Delta{MessageID: f.MessageID, Seq: seq, Text: piece})
+					seq++
+				}
+			}
 			reply := &link.Message{Role: link.RoleAssistant, MessageID: f.MessageID, RunID: "run", Text: f.Text, FinishReason: link.FinishStop}
 			send(reply)
+			if stream && n == p.lateDelta {
+				send(&link.Delta{MessageID: f.MessageID, Seq: 99, Text: "late"})
+			}
 			if n == p.twice {
 				send(reply)
 			}
@@ -219,6 +244,57 @@ func TestRunHappy(t *testing.T) {
 		if !strings.Contains(string(b), key) {
 			t.Errorf("JSON report lacks %s: %s", key, b)
 		}
+	}
+}
+
+func TestRunStream(t *testing.T) {
+	noLeaks(t)
+	p := &peer{deltas: 3}
+	url := start(t, p)
+	rep := run(t, Options{URL: url, Devices: 3, Rate: 50, Duration: 300 * time.Millisecond, Drain: 2 * time.Second, Stream: true})
+	if rep.Sent < 5 || rep.Replied != rep.Sent {
+		t.Fatalf("sent %d replied %d, want at least 5, all replied", rep.Sent, rep.Replied)
+	}
+	if rep.StreamedRuns != rep.Sent || rep.DeltaFrames != 3*rep.Sent || rep.DeltasPerRun != 3 || rep.MaxDeltasPerRun != 3 {
+		t.Errorf("streamed runs %d, delta frames %d, %.1f per run, max %d; want %d runs of 3 deltas",
+			rep.StreamedRuns, rep.DeltaFrames, rep.DeltasPerRun, rep.MaxDeltasPerRun, rep.Sent)
+	}
+	if rep.FirstDelta.N != int(rep.Sent) || rep.FirstDelta.P50 > rep.RoundTrip.P50 {
+		t.Errorf("first delta %+v, want one sample per message, before the reply (round trip %+v)", rep.FirstDelta, rep.RoundTrip)
+	}
+	if rep.UnexpectedFrames != 0 || rep.DeltaGaps+rep.LateDeltas+rep.DeltaMismatches != 0 {
+		t.Errorf("anomalies: unexpected %d gaps %d late %d mismatches %d", rep.UnexpectedFrames, rep.DeltaGaps, rep.LateDeltas, rep.DeltaMismatches)
+	}
+	if err := rep.Err(); err != nil {
+		t.Errorf("Err() = %v", err)
+	}
+	var out strings.Builder
+	rep.WriteText(&out)
+	if !strings.Contains(out.String(), "3.0 per run") {
+		t.Errorf("the table lacks the deltas per run:\n%s", out.String())
+	}
+
+	// Without Stream the devices do not ask, and the server sends none.
+	plain := run(t, Options{URL: url, Devices: 2, Rate: 50, Duration: 100 * time.Millisecond, Drain: 2 * time.Second})
+	if plain.DeltaFrames != 0 || plain.UnexpectedFrames != 0 || plain.Replied != plain.Sent {
+		t.Errorf("without stream: %d deltas, %d unexpected, %d of %d replied", plain.DeltaFrames, plain.UnexpectedFrames, plain.Replied, plain.Sent)
+	}
+}
+
+func TestRunStreamWrong(t *testing.T) {
+	noLeaks(t)
+	p := &peer{deltas: 3, gapDelta: 2, lateDelta: 3, wrongDelta: 4}
+	url := start(t, p)
+	rep := run(t, Options{URL: url, Devices: 1, Rate: 50, Duration: 200 * time.Millisecond, Drain: 2 * time.Second, Stream: true})
+	if rep.Sent < 5 {
+		t.Fatalf("sent %d, need at least 5 for every misbehaviour", rep.Sent)
+	}
+	// The gap also leaves the gapped run's text short of a piece.
+	if rep.DeltaGaps != 1 || rep.LateDeltas != 1 || rep.DeltaMismatches != 2 {
+		t.Errorf("gaps %d late %d mismatches %d, want 1 1 2", rep.DeltaGaps, rep.LateDeltas, rep.DeltaMismatches)
+	}
+	if err := rep.Err(); err == nil || !strings.Contains(err.Error(), "streamed text wrong: 1 deltas out of sequence, 1 after their reply, 2 replies") {
+		t.Errorf("Err() = %v, want streamed text wrong", err)
 	}
 }
 
@@ -407,6 +483,7 @@ func TestRunOptionErrors(t *testing.T) {
 		{"hold with rate", Options{URL: "ws://x", Devices: 1, Rate: 1, Hold: true}, "use it with rate 0"},
 		{"blank text", Options{URL: "ws://x", Devices: 1, Duration: time.Second, Text: "  "}, "text must not be blank"},
 		{"negative connect rate", Options{URL: "ws://x", Devices: 1, Duration: time.Second, ConnectRate: -5}, "connect rate must be positive"},
+		{"stream in client mode", Options{URL: "ws://x", Devices: 1, Duration: time.Second, Client: true, Stream: true}, "stream is measured by the lean devices"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -87,6 +87,11 @@ type Options struct {
 	// goroutines instead of 1), so measure connection capacity (10,000
 	// idle devices) in lean mode.
 	Client bool
+	// Stream makes the lean devices list "stream": the report then has
+	// the time to each message's first delta frame, the deltas per run,
+	// and checks that each run's deltas add up to the start of its reply
+	// (and follow each other without gaps). Lean mode only.
+	Stream bool
 	// Outbox is the outbox of each client: OutboxMemory (default) or
 	// OutboxFile (a link.FileOutbox, fsync per message, in a temp state
 	// dir per device, removed when Run returns). Client mode only.
@@ -166,6 +171,9 @@ func (opt Options) withDefaults() (Options, error) {
 		opt.Outbox = OutboxMemory
 	case opt.Outbox != OutboxMemory && opt.Outbox != OutboxFile:
 		errs = append(errs, fmt.Errorf("outbox must be %q or %q, got %q", OutboxMemory, OutboxFile, opt.Outbox))
+	}
+	if opt.Stream && opt.Client {
+		errs = append(errs, errors.New("stream is measured by the lean devices: leave client mode off"))
 	}
 	if opt.ServerPID < 0 {
 		errs = append(errs, fmt.Errorf("server pid must be positive, got %d", opt.ServerPID))

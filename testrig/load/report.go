@@ -84,6 +84,23 @@ type Report struct {
 	MissedPongs int64 `json:"missed_pongs"` // pings still unanswered at the next heartbeat
 	ServerPings int64 `json:"server_pings"`
 
+	// Streaming (Options.Stream): FirstDelta is message sent to its
+	// first delta frame; StreamedRuns the replies that had deltas before
+	// them, DeltaFrames all delta frames, DeltasPerRun their mean over
+	// the streamed runs and MaxDeltasPerRun the most one run had.
+	// DeltaGaps counts deltas whose seq did not follow the one before,
+	// LateDeltas deltas after their message's reply, DeltaMismatches
+	// replies whose deltas did not add up to the start of their text.
+	Stream          bool    `json:"stream,omitempty"`
+	FirstDelta      Latency `json:"first_delta_ms"`
+	StreamedRuns    int64   `json:"streamed_runs,omitempty"`
+	DeltaFrames     int64   `json:"delta_frames,omitempty"`
+	DeltasPerRun    float64 `json:"deltas_per_run,omitempty"`
+	MaxDeltasPerRun int32   `json:"max_deltas_per_run,omitempty"`
+	DeltaGaps       int64   `json:"delta_gaps,omitempty"`
+	LateDeltas      int64   `json:"late_deltas,omitempty"`
+	DeltaMismatches int64   `json:"delta_mismatches,omitempty"`
+
 	ThroughputPerSec float64 `json:"throughput_per_sec"` // replies per second
 	RoundTrip        Latency `json:"round_trip_ms"`      // message sent to final reply
 	Ack              Latency `json:"ack_ms"`             // message sent to ack
@@ -167,6 +184,18 @@ func (r *runner) report(start, sendStart, sendEnd time.Time, interrupted bool) *
 
 		RoundTrip: summarize(t.rtt),
 		Ack:       summarize(t.ackLat),
+
+		Stream:          r.opt.Stream,
+		FirstDelta:      summarize(t.firstDelta),
+		StreamedRuns:    t.streamedRuns,
+		DeltaFrames:     t.deltaFrames,
+		MaxDeltasPerRun: t.maxDeltas,
+		DeltaGaps:       t.deltaGaps,
+		LateDeltas:      t.deltaLate,
+		DeltaMismatches: t.deltaDiffer,
+	}
+	if t.streamedRuns > 0 {
+		rep.DeltasPerRun = float64(t.deltaFrames-t.deltaLate) / float64(t.streamedRuns)
 	}
 	if r.opt.Client {
 		rep.Mode, rep.Outbox = "client", r.opt.Outbox
@@ -201,6 +230,10 @@ func (r *Report) Err() error {
 	}
 	if r.Lost > 0 {
 		errs = append(errs, fmt.Sprintf("%d of %d messages lost", r.Lost, r.Sent))
+	}
+	if n := r.DeltaGaps + r.LateDeltas + r.DeltaMismatches; n > 0 {
+		errs = append(errs, fmt.Sprintf("streamed text wrong: %d deltas out of sequence, %d after their reply, %d replies whose deltas did not add up to their text",
+			r.DeltaGaps, r.LateDeltas, r.DeltaMismatches))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -288,6 +321,13 @@ func (r *Report) WriteText(w io.Writer) {
 		p("throughput\t%.1f replies/s", r.ThroughputPerSec)
 		p("round trip\t%s", lat(r.RoundTrip, true))
 		p("ack\t%s", lat(r.Ack, false))
+		if r.Stream {
+			p("first delta\t%s", lat(r.FirstDelta, true))
+			p("deltas\t%d frames, %d streamed runs, %.1f per run, at most %d", r.DeltaFrames, r.StreamedRuns, r.DeltasPerRun, r.MaxDeltasPerRun)
+			if r.DeltaGaps+r.LateDeltas+r.DeltaMismatches > 0 {
+				p("\tout of sequence %d  after the reply %d  not adding up %d", r.DeltaGaps, r.LateDeltas, r.DeltaMismatches)
+			}
+		}
 		if r.ServerCPUMs > 0 || r.ServerCPUError != "" {
 			if r.ServerCPUError != "" {
 				p("server cpu\t%s", r.ServerCPUError)

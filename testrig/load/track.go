@@ -71,6 +71,11 @@ type sendState struct {
 	sent    time.Time
 	acked   bool
 	replied bool
+	// Streaming (Options.Stream): the deltas received, the last seq on
+	// the current connection, and the text they add up to.
+	deltas   int32
+	seq      int64
+	streamed string
 }
 
 // tracker matches acks and replies to sent messages. Readers of every
@@ -91,6 +96,12 @@ type tracker struct {
 	dupAcks, dupReplies, unknown, errFrames    int64
 	badFrames, unexpected                      int64
 	lastReply                                  time.Time
+
+	// Streaming (Options.Stream; see delta).
+	firstDelta                        []time.Duration // message sent to its first delta
+	deltaFrames, streamedRuns         int64
+	maxDeltas                         int32
+	deltaGaps, deltaLate, deltaDiffer int64
 }
 
 func newTracker(expected int) *tracker {
@@ -181,10 +192,53 @@ func (t *tracker) reply(m *link.Message, at time.Time) {
 	t.replyLocked(s, m, at)
 }
 
+// delta takes a delta frame of a streamed reply: the first one of a
+// message times the first character, each one must follow the one
+// before it on the connection (seq+1; seq 1 starts over with all the
+// text so far, as after a reconnect), and none may come after the reply.
+func (t *tracker) delta(d *link.Delta, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.deltaFrames++
+	s, ok := t.msgs[d.MessageID]
+	switch {
+	case !ok:
+		t.unknown++
+		return
+	case s.replied:
+		t.deltaLate++
+		return
+	}
+	if s.deltas == 0 {
+		t.firstDelta = append(t.firstDelta, at.Sub(s.sent))
+	}
+	s.deltas++
+	switch {
+	case d.Seq == 1:
+		s.streamed = d.Text
+	case d.Seq == s.seq+1:
+		s.streamed += d.Text
+	default:
+		t.deltaGaps++
+	}
+	s.seq = d.Seq
+}
+
 func (t *tracker) replyLocked(s *sendState, m *link.Message, at time.Time) {
 	if s.replied {
 		t.dupReplies++
 		return
+	}
+	if s.deltas > 0 {
+		t.streamedRuns++
+		t.maxDeltas = max(t.maxDeltas, s.deltas)
+		// The deltas are the reply's text as it was written: what they
+		// add up to begins the final text (all of it, unless the last
+		// update was superseded by the reply).
+		if !strings.HasPrefix(m.Text, s.streamed) {
+			t.deltaDiffer++
+		}
+		s.streamed = ""
 	}
 	s.replied = true
 	t.replied++
