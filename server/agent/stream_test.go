@@ -125,7 +125,7 @@ func TestStreamCloseDropsPendingAndStops(t *testing.T) {
 	u.waitFor(t, "a")
 	s.Write("b") // within the gap of "a": pending
 	s.Close()
-	s.Write("c") // after Close: ignored
+	s.Write("c")              // after Close: ignored
 	time.Sleep(3 * StreamGap) // an update still due would have passed by now
 	if got := u.all(); len(got) != 1 || got[0] != "a" {
 		t.Fatalf("updates %q, want only [a]: Close drops what is pending", got)
