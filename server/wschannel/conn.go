@@ -627,7 +627,8 @@ type batch struct {
 	replies    []outFrame
 	owed       []string
 	progress   [][]byte
-	deltas     []link.Delta // their text shares the slots' strings: encoded as written
+	deltas     []link.Delta  // their text shares the slots' strings: encoded as written
+	deltaBuf   *[]link.Delta // deltas' pooled backing array (deltaBufs)
 	closeFrame []byte
 	notices    [][]byte // encoded notice frames
 }
@@ -712,13 +713,16 @@ func (b *batch) release() {
 	for i := range b.replies {
 		b.replies[i].recycle()
 	}
-	clear(b.deltas)
-	*b = batch{progress: b.progress[:0], deltas: b.deltas[:0], closeFrame: b.closeFrame}
+	if b.deltaBuf != nil {
+		clear(b.deltas)
+		if cap(b.deltas) <= 16 {
+			*b.deltaBuf = b.deltas[:0]
+			deltaBufs.Put(b.deltaBuf)
+		}
+	}
+	*b = batch{progress: b.progress[:0], closeFrame: b.closeFrame}
 	if cap(b.progress) > 16 {
 		b.progress = nil
-	}
-	if cap(b.deltas) > 16 {
-		b.deltas = nil
 	}
 }
 

@@ -21,11 +21,11 @@ import (
 // server; dial connects raw WebSocket devices to it.
 type streamAdapter struct {
 	*terminalAdapter
-	t   *testing.T
+	t   testing.TB
 	url string
 }
 
-func newStreamAdapter(t *testing.T, opt Options) *streamAdapter {
+func newStreamAdapter(t testing.TB, opt Options) *streamAdapter {
 	t.Helper()
 	d := &deps{}
 	cfg := config.Default().Channels[config.DefaultChannelID]
@@ -40,7 +40,7 @@ func newStreamAdapter(t *testing.T, opt Options) *streamAdapter {
 }
 
 type device struct {
-	t  *testing.T
+	t  testing.TB
 	ws *websocket.Conn
 }
 
