@@ -256,7 +256,8 @@ func TestStreamCancelledMidRun(t *testing.T) {
 }
 
 // In a cluster, a run's deltas cross from the worker that runs it to the
-// edge that holds the device (core NATS, as progress does).
+// edge that holds the device (core NATS, as progress does), never ahead
+// of the message's ack.
 func TestClusterStreamReachesTheEdge(t *testing.T) {
 	url := startJetStream(t)
 	clusterCfg := func(role, name string) func(*config.Config) {
@@ -282,19 +283,12 @@ func TestClusterStreamReachesTheEdge(t *testing.T) {
 	c := dial(t, edge.ws, nil)
 	c.connect("dev", link.CapText, link.CapStream)
 	c.send(&link.Message{MessageID: "m1", Text: "go"})
-	// In a cluster the worker may start before the edge writes the ack
-	// (the final waits for it; progress and deltas do not).
-	var d deltas
-	for acked := false; !acked; {
-		switch f := c.read().(type) {
-		case *link.Ack:
-			acked = f.MessageID == "m1"
-		case *link.Delta:
-			d.take(t, f, "m1")
-		default:
-			t.Fatalf("got %+v before the ack", f)
-		}
+	// The worker may start before the edge writes the ack: a delta that
+	// comes first waits for it, as the final does.
+	if a := readAs[*link.Ack](c); a.MessageID != "m1" {
+		t.Fatalf("ack %+v", a)
 	}
+	var d deltas
 	d.until(c, "m1", "from the worker")
 	close(run.hold)
 	if m := d.final(c, "m1"); m.Text != "from the worker" {
