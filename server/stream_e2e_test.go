@@ -133,16 +133,24 @@ func (d *deltas) final(c *client, id string) *link.Message {
 	}
 }
 
+// startStreaming starts a server whose agent is run, connects a device
+// with caps and sends it message m1, acked.
+func startStreaming(t *testing.T, run *streamer, caps ...string) (*testServer, *client) {
+	t.Helper()
+	ts := startServer(t, nil, run)
+	c := dial(t, ts.ws, nil)
+	c.connect("dev", caps...)
+	c.send(&link.Message{MessageID: "m1", Text: "go"})
+	readAs[*link.Ack](c)
+	return ts, c
+}
+
 // A run's text reaches a device that listed "stream" as it is written:
 // partial text before the final, seq from 1 without gaps, and the final
 // text equal to the deltas' concatenation.
 func TestStreamedReplyEndToEnd(t *testing.T) {
 	run := &streamer{chunks: []string{"Once ", "upon ", "a ", "time"}, hold: make(chan struct{})}
-	ts := startServer(t, nil, run)
-	c := dial(t, ts.ws, nil)
-	c.connect("dev", link.CapText, link.CapStream)
-	c.send(&link.Message{MessageID: "m1", Text: "tell me"})
-	readAs[*link.Ack](c)
+	ts, c := startStreaming(t, run, link.CapText, link.CapStream)
 	var d deltas
 	d.until(c, "m1", "Once upon a time") // the run is held: all of it arrived before the final
 	close(run.hold)
@@ -164,12 +172,8 @@ func TestStreamFloodCoalescedEndToEnd(t *testing.T) {
 	}
 	want := strings.Join(chunks, "")
 	run := &streamer{chunks: chunks, hold: make(chan struct{})}
-	ts := startServer(t, nil, run)
-	c := dial(t, ts.ws, nil)
-	c.connect("dev", link.CapText, link.CapStream)
 	start := time.Now()
-	c.send(&link.Message{MessageID: "m1", Text: "go"})
-	readAs[*link.Ack](c)
+	_, c := startStreaming(t, run, link.CapText, link.CapStream)
 	var d deltas
 	d.until(c, "m1", want)
 	elapsed := time.Since(start)
@@ -190,11 +194,7 @@ func TestStreamFloodCoalescedEndToEnd(t *testing.T) {
 func TestStreamReconnectMidRun(t *testing.T) {
 	second := make(chan struct{})
 	run := &streamer{chunks: []string{"first half, ", "second half"}, gates: []chan struct{}{nil, second}, hold: make(chan struct{})}
-	ts := startServer(t, nil, run)
-	c := dial(t, ts.ws, nil)
-	c.connect("dev", link.CapText, link.CapStream)
-	c.send(&link.Message{MessageID: "m1", Text: "go"})
-	readAs[*link.Ack](c)
+	ts, c := startStreaming(t, run, link.CapText, link.CapStream)
 	var d deltas
 	d.until(c, "m1", "first half, ")
 	c.ws.Close()
@@ -219,11 +219,7 @@ func TestStreamReconnectMidRun(t *testing.T) {
 // no Stream, and no delta comes.
 func TestNoStreamWithoutTheCapability(t *testing.T) {
 	run := &streamer{chunks: []string{"Hel", "lo"}}
-	ts := startServer(t, nil, run)
-	c := dial(t, ts.ws, nil)
-	c.connect("dev", link.CapText, link.CapProgress)
-	c.send(&link.Message{MessageID: "m1", Text: "go"})
-	readAs[*link.Ack](c)
+	_, c := startStreaming(t, run, link.CapText, link.CapProgress)
 	if m := readAs[*link.Message](c); m.Text != "Hello" {
 		t.Fatalf("reply %+v", m)
 	}
@@ -239,11 +235,7 @@ func TestNoStreamWithoutTheCapability(t *testing.T) {
 // comes after it.
 func TestStreamCancelledMidRun(t *testing.T) {
 	run := &streamer{chunks: []string{"going"}, endless: true}
-	ts := startServer(t, nil, run)
-	c := dial(t, ts.ws, nil)
-	c.connect("dev", link.CapText, link.CapStream, link.CapCancel)
-	c.send(&link.Message{MessageID: "m1", Text: "go"})
-	readAs[*link.Ack](c)
+	_, c := startStreaming(t, run, link.CapText, link.CapStream, link.CapCancel)
 	var d deltas
 	d.until(c, "m1", "going")
 	c.send(&link.Cancel{MessageID: "m1"})

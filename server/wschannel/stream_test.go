@@ -18,7 +18,8 @@ import (
 )
 
 // streamAdapter is an adapter on its Deps alone behind a real HTTP
-// server; dial connects raw WebSocket devices to it.
+// server (closed at the test's end); dial connects raw WebSocket
+// devices to it.
 type streamAdapter struct {
 	*terminalAdapter
 	t   testing.TB
@@ -44,15 +45,22 @@ type device struct {
 	ws *websocket.Conn
 }
 
-// dial connects a device as peer with caps and reads connected.
-func (a *streamAdapter) dial(peer string, caps ...string) *device {
+// dialRaw opens a WebSocket to the adapter (read deadline in 10 s).
+func (a *streamAdapter) dialRaw() *websocket.Conn {
 	a.t.Helper()
 	ws, _, err := websocket.DefaultDialer.Dial(a.url, nil)
 	if err != nil {
 		a.t.Fatal(err)
 	}
 	a.t.Cleanup(func() { ws.Close() })
-	d := &device{t: a.t, ws: ws}
+	_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	return ws
+}
+
+// dial connects a device as peer with caps and reads connected.
+func (a *streamAdapter) dial(peer string, caps ...string) *device {
+	a.t.Helper()
+	d := &device{t: a.t, ws: a.dialRaw()}
 	d.send(&link.Connect{PeerID: peer, Capabilities: caps})
 	if _, ok := d.read().(*link.Connected); !ok {
 		a.t.Fatal("no connected")
