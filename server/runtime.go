@@ -75,6 +75,7 @@ func newServerMetrics() *serverMetrics {
 	m.ws.OverCap = r.NewCounterVec("termlink_websockets_refused_total", "WebSocket upgrades refused with HTTP 503 at the connection cap.", "")
 	m.ws.Paused = r.NewCounterVec("termlink_reader_paused_total", "Times a connection's reader stopped reading because its send queue was full (backpressure).", "channel")
 	m.ws.Deferred = r.NewCounterVec("termlink_replies_deferred_total", "Replies a connection's full reply queue could not take; the device was told to resend the message.", "channel")
+	m.ws.Deltas = r.NewCounterVec("termlink_deltas_sent_total", "Delta frames (streamed reply text) written to devices that listed stream.", "channel")
 	return m
 }
 
@@ -245,6 +246,15 @@ func (rt *Runtime) Progress(ctx context.Context, in bus.Inbound, text string) {
 	out := bus.Outbound{Kind: bus.Progress, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Text: text}
 	rt.records.Deliver(ctx, in, out) // progress is best effort
+}
+
+// Delta sends the reply text a run has streamed so far (router.Host):
+// all of it, for the adapter to send a connection only what it lacks.
+// Like progress it is best effort and never recorded.
+func (rt *Runtime) Delta(ctx context.Context, in bus.Inbound, text string) {
+	out := bus.Outbound{Kind: bus.Delta, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
+		MessageID: in.MessageID, RunID: in.RunID, Text: text}
+	rt.records.Deliver(ctx, in, out)
 }
 
 // dispatchOne hands a reply or progress to its channel's adapter (Send

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"termlink/server/bus"
 )
 
 // The messages nodes exchange are JSON; a message that does not decode, or
@@ -38,7 +40,7 @@ func decodeOut(data []byte) (outMsg, error) {
 		return outMsg{}, errors.New("outbound message without a channel or peer")
 	case m.MessageID == "":
 		return outMsg{}, errors.New("outbound message without a message_id")
-	case m.Kind > 1:
+	case m.Kind > bus.Delta:
 		return outMsg{}, fmt.Errorf("outbound message of unknown kind %d", m.Kind)
 	}
 	return m, nil

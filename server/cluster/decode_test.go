@@ -46,6 +46,13 @@ func TestDecodeRoundTrip(t *testing.T) {
 	if got, err := decodeClaim(b); err != nil || got.Reply.Text != "ok" {
 		t.Fatalf("decodeClaim(%s) = %+v, %v", b, got, err)
 	}
+	// A delta (reply text streamed so far) crosses to the peer's edge
+	// with its kind: it goes where progress goes.
+	o := outMsg{Kind: bus.Delta, ChannelID: "c", PeerID: "p", SessionKey: "c:a:p", MessageID: "m1", Text: "Hel"}
+	b, _ = json.Marshal(o)
+	if got, err := decodeOut(b); err != nil || got.Kind != bus.Delta || got.Text != "Hel" {
+		t.Fatalf("decodeOut(%s) = %+v, %v", b, got, err)
+	}
 	h := histEntry{Session: "c:a:p", Records: []session.Record{{Role: "user", Content: "hi", MessageID: "m1"}}}
 	b, _ = json.Marshal(h)
 	if got, err := decodeHist(b); err != nil || got.Records[0].Content != "hi" {

@@ -35,6 +35,7 @@ type edgeWait struct {
 	checked       time.Time
 	acking        bool          // the ack is not written yet
 	parked        *bus.Outbound // a reply that came before the ack
+	parkedDelta   *bus.Outbound // the latest delta that came before the ack (each carries all the text so far)
 }
 
 // NewWaits makes an empty book.
@@ -111,7 +112,7 @@ func (w *Waits) waitLocked(in bus.Inbound, acking bool) {
 }
 
 // Acked says k's ack is written; it returns a reply that came first,
-// to be sent now.
+// to be sent now, else the latest delta that came first.
 func (w *Waits) Acked(k Key) *bus.Outbound {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -119,8 +120,26 @@ func (w *Waits) Acked(k Key) *bus.Outbound {
 	var parked *bus.Outbound
 	if e != nil {
 		e.acking, parked, e.parked = false, e.parked, nil
+		if parked == nil {
+			parked = e.parkedDelta // the reply supersedes it
+		}
+		e.parkedDelta = nil
 	}
 	return parked
+}
+
+// Delta takes a delta (reply text streamed so far): send, to be sent to
+// the device now; false, it was parked because its message's ack is not
+// written yet (Acked returns it unless the final came too; a later delta
+// takes its place, as each carries all the text so far).
+func (w *Waits) Delta(out bus.Outbound) (send bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.waiting[Key{out.SessionKey, out.MessageID}]; e != nil && e.acking {
+		e.parkedDelta = &out
+		return false
+	}
+	return true
 }
 
 // Done forgets a message waited on; false if it was not.

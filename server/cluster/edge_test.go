@@ -122,6 +122,36 @@ func TestWaitsReplyBeforeAckIsParked(t *testing.T) {
 	}
 }
 
+// A delta before the ack waits for it, the latest in place of the
+// earlier; a final that came too supersedes it.
+func TestWaitsDeltaBeforeAckIsParked(t *testing.T) {
+	w := NewWaits()
+	in := inbound("s", "m")
+	if r := w.Admit(in, 8, 8); r != "" { // acking
+		t.Fatal(r)
+	}
+	for _, text := range []string{"He", "Hello"} {
+		if w.Delta(bus.Outbound{Kind: bus.Delta, SessionKey: "s", MessageID: "m", Text: text}) {
+			t.Fatalf("delta %q before the ack is to be sent", text)
+		}
+	}
+	parked := w.Acked(KeyOf(in))
+	if parked == nil || parked.Kind != bus.Delta || parked.Text != "Hello" {
+		t.Fatalf("Acked returned %+v; want the latest parked delta", parked)
+	}
+	if !w.Delta(*parked) || !w.Delta(bus.Outbound{Kind: bus.Delta, SessionKey: "s", MessageID: "m", Text: "Hello!"}) {
+		t.Fatal("a delta after the ack is not to be sent")
+	}
+
+	in2 := inbound("s", "m2")
+	w.Admit(in2, 8, 8)
+	w.Delta(bus.Outbound{Kind: bus.Delta, SessionKey: "s", MessageID: "m2", Text: "Hi"})
+	w.Final(bus.Outbound{Kind: bus.Final, SessionKey: "s", MessageID: "m2", Text: "Hi there"})
+	if p := w.Acked(KeyOf(in2)); p == nil || p.Kind != bus.Final {
+		t.Fatalf("Acked returned %+v; want the final, not the delta it supersedes", p)
+	}
+}
+
 func TestWaitsDisconnectedForgetsThePeer(t *testing.T) {
 	w := NewWaits()
 	w.Wait(inbound("s", "1"), false)

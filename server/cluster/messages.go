@@ -40,7 +40,7 @@ type inMsg struct {
 	bus.Inbound
 }
 
-// outMsg is a reply or progress update on its way to an edge.
+// outMsg is a reply, progress update or delta (Kind) on its way to an edge.
 type outMsg struct {
 	Kind         bus.Kind `json:"kind"`
 	ChannelID    string   `json:"channel"`
@@ -54,7 +54,7 @@ type outMsg struct {
 	Started      int64    `json:"started,omitempty"` // unix nanoseconds the edge accepted it
 }
 
-// SendOut sends a reply or progress update to the edge that holds its
+// SendOut sends a reply, progress update or delta to the edge that holds its
 // peer, by the presence mirror when this node keeps one (MirrorPresence;
 // else, or when the mirror has no entry, by a read of the bucket) (core
 // NATS: at most once; a lost reply is found by the edge's
@@ -79,7 +79,7 @@ func (n *Node) SendOut(ctx context.Context, out bus.Outbound) (edge string, err 
 	return edge, nil
 }
 
-// SubscribeOut calls fn with every reply and progress update sent to this
+// SubscribeOut calls fn with every reply, progress update and delta sent to this
 // node, until Close.
 func (n *Node) SubscribeOut(fn func(bus.Outbound)) error {
 	s, err := n.nc.Subscribe(outPrefix+n.cfg.Name, func(msg *nats.Msg) {

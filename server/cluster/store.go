@@ -306,13 +306,18 @@ func (c *Store) presenceMoved(channel, peer, edge string, rev uint64) {
 	c.host.ReplaceElsewhere(channel, peer, edge)
 }
 
-// reply takes a reply or progress update a worker sent here. A final is
-// sent only if this edge waits on it: a second copy (a worker re-sent it
-// after a partition moved) or one whose device left is dropped, and the
-// device gets it from its claim when it resends.
+// reply takes a reply, progress update or delta a worker sent here. A
+// final is sent only if this edge waits on it: a second copy (a worker
+// re-sent it after a partition moved) or one whose device left is
+// dropped, and the device gets it from its claim when it resends. A
+// final or a delta that comes before its message's ack is written
+// waits for it (the worker may start before the edge writes the ack).
 func (c *Store) reply(out bus.Outbound) {
 	if out.Kind == bus.Final && !c.edge.Final(out) {
 		return // parked until its ack is written, or not waited on here
+	}
+	if out.Kind == bus.Delta && !c.edge.Delta(out) {
+		return // parked until its ack is written
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -47,8 +47,10 @@ type Store interface {
 	// start of the session's next message, taken to run right after it).
 	// false: not recorded, so not to be sent.
 	Finish(ctx context.Context, in bus.Inbound, reply *link.Message, media []string, next *bus.Inbound) bool
-	// Deliver sends a reply (recorded by Finish) or a progress update to
-	// the device's connection, wherever it is.
+	// Deliver sends a reply (recorded by Finish), a progress update or a
+	// delta (bus.Delta: the text streamed so far) to the device's
+	// connection, wherever it is. Progress and deltas are best effort:
+	// never recorded, never kept for a device that is not connected.
 	Deliver(ctx context.Context, in bus.Inbound, out bus.Outbound)
 	// Cancel interrupts a message queued or running, wherever it is, and
 	// reports whether it found it.

@@ -5,16 +5,21 @@
 // injections (agent.Injector). Admission bounds the messages accepted and
 // not yet started. What happens around a run (recording its start and
 // reply, events, metrics, progress) is the Host's: the server's runtime.
+// A run of a message whose device listed "stream" gets a Request.Stream
+// that writes into an agent.Stream, whose coalesced updates go to
+// Host.Delta; it is closed when the run returns, before its reply.
 package router
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"termlink/internal/warm"
+	"termlink/link"
 	"termlink/server/agent"
 	"termlink/server/bus"
 	"termlink/server/record"
@@ -92,6 +97,11 @@ type Host interface {
 	Dropped(n int)
 	// Progress sends an interim update of a run.
 	Progress(ctx context.Context, in bus.Inbound, text string)
+	// Delta sends the reply text a run has streamed so far (all of it:
+	// each call extends the one before), for a device that listed
+	// "stream"; coalesced by an agent.Stream, at most one per
+	// agent.StreamGap. None comes after the run's Finished.
+	Delta(ctx context.Context, in bus.Inbound, text string)
 	// Event records an event a runner reports.
 	Event(in bus.Inbound, name, detail string)
 	// UpdateMeta changes a session's metadata (agent.Request.UpdateMeta).
@@ -345,8 +355,17 @@ func (r *Router) runOne(ctx context.Context, in bus.Inbound, haveSlot bool) (res
 		return *answer, 0, true
 	}
 	r.host.Started(in)
+	req := r.request(ctx, in)
+	var stream *agent.Stream
+	if slices.Contains(in.Capabilities, link.CapStream) {
+		stream = agent.NewStream(agent.MaxStreamChars, func(text string) { r.host.Delta(ctx, in, text) })
+		req.Stream = stream.Write
+	}
 	start := time.Now()
-	res = runner.Run(ctx, r.request(ctx, in), func(text string) { r.host.Progress(ctx, in, text) })
+	res = runner.Run(ctx, req, func(text string) { r.host.Progress(ctx, in, text) })
+	if stream != nil {
+		stream.Close() // what is pending is dropped: the reply supersedes it, and goes after every delta
+	}
 	if r.runCtx.Err() != nil {
 		r.host.Dropped(1)
 		return agent.Result{}, 0, false

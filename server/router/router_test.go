@@ -63,6 +63,7 @@ func (h *recordingHost) Started(bus.Inbound)                           {}
 func (h *recordingHost) Joined(context.Context, bus.Inbound)           {}
 func (h *recordingHost) Dropped(int)                                   {}
 func (h *recordingHost) Progress(context.Context, bus.Inbound, string) {}
+func (h *recordingHost) Delta(context.Context, bus.Inbound, string)    {}
 func (h *recordingHost) Event(bus.Inbound, string, string)             {}
 func (h *recordingHost) UpdateMeta(context.Context, string, func(map[string]any)) error {
 	return nil
@@ -196,6 +197,7 @@ func (h host) Finished(_ context.Context, in bus.Inbound, _ agent.Result, _ time
 }
 func (host) Dropped(int)                                                    {}
 func (host) Progress(context.Context, bus.Inbound, string)                  {}
+func (host) Delta(context.Context, bus.Inbound, string)                     {}
 func (host) Event(bus.Inbound, string, string)                              {}
 func (host) UpdateMeta(context.Context, string, func(map[string]any)) error { return nil }
 func (host) Pending(string, string) bool                                    { return false }

@@ -63,7 +63,10 @@ var pongFrame = link.MustEncode(&link.Pong{})
 // the mutual TLS reload. New returns one; its type is this package's.
 type Adapter interface {
 	// Send hands out to the device's live connection without blocking and
-	// reports whether one took it; false means unclaimed.
+	// reports whether one took it; false means unclaimed. A bus.Delta
+	// goes only to a connection that listed "stream" (as the new suffix
+	// of its text, coalesced); the adapter keeps the peer's open streams
+	// for a reconnect until their final reply's Send (stream.go).
 	Send(out bus.Outbound) bool
 	// ConnectedPeers is the number of live, connected peers.
 	ConnectedPeers() int
@@ -175,6 +178,7 @@ type terminalAdapter struct {
 
 	mu         sync.Mutex
 	peers      map[string]*wsConn   // connected peers
+	streams    openStreams          // the peers' open streams' text so far (stream.go)
 	conns      map[*wsConn]struct{} // every open connection
 	stopped    bool
 	stopCtx    context.Context // accepting messages ends with the adapter
@@ -307,12 +311,23 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 // never blocks; see wsConn.offerReply for what a full queue means.
 func (a *terminalAdapter) Send(out bus.Outbound) bool {
 	a.mu.Lock()
+	switch out.Kind {
+	case bus.Delta:
+		a.streams.put(out.PeerID, out.MessageID, out.Text, time.Now())
+	case bus.Final:
+		a.streams.remove(out.PeerID, out.MessageID) // whether or not the peer is here
+	}
 	c := a.peers[out.PeerID]
 	a.mu.Unlock()
 	if c == nil {
 		return false
 	}
 	switch out.Kind {
+	case bus.Delta:
+		if !c.stream {
+			return false
+		}
+		return c.offerDelta(out.MessageID, out.Text)
 	case bus.Progress:
 		if !c.progress {
 			return false
@@ -552,6 +567,8 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 			c.cancel = true
 		case link.CapNotice:
 			c.notice = true
+		case link.CapStream:
+			c.stream = true
 		}
 	}
 	// Registered first, so /api/status counts the peer by the time the
@@ -562,6 +579,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	}
 	a.records.Connected(a.id, f.PeerID) // before connected: a cluster's replies find this edge
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
+	c.streamsOnConnect()
 	c.noticesOnConnect()
 	a.m.Connects.Inc(a.id)
 	a.events.Add(events.Event{Event: events.TerminalConnected, PeerID: f.PeerID, SessionID: c.sessionKey,

@@ -98,6 +98,7 @@ func testMetrics() *Metrics {
 		WebSockets: r.NewGaugeVec("w", "", ""), OverCap: r.NewCounterVec("o", "", ""),
 		Paused: r.NewCounterVec("p", "", "channel"), Deferred: r.NewCounterVec("df", "", "channel"),
 		Busy: r.NewCounterVec("b", "", "channel"), Held: r.NewCounterVec("h", "", "channel"),
+		Deltas: r.NewCounterVec("dl", "", "channel"),
 	}
 }
 

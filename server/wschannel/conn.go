@@ -59,6 +59,11 @@ import (
 //     silently for a reconnect would leave it stuck.
 //   - latest: progress, one slot per message, the latest text wins; it is
 //     never queued beyond that and never counts toward dropping.
+//   - streams: deltas (stream.go), one slot per streamed message holding
+//     its text so far (the latest wins); the writer takes each slot's new
+//     suffix at most once per deltaGap, before the batch's replies; a
+//     final reply drops its message's slot. Like progress, never queued
+//     and never counted toward dropping.
 //   - notices: pushed by the mailbox side (notices.go), like replies;
 //     at most the peer's mailbox bound, since each is an open notice
 //     queued once. The writer never calls a store.
@@ -81,7 +86,7 @@ type wsConn struct {
 
 	// Set by the reader at connect, before register publishes c.
 	peerID, threadID, userID, deviceName, sessionKey string
-	progress, cancel, notice                         bool
+	progress, cancel, notice, stream                 bool
 	caps                                             []string
 	regGen                                           uint64 // the registry's generation of this connection
 
@@ -107,14 +112,18 @@ type wsConn struct {
 	replies    []outFrame
 	owed       []string
 	latest     map[string][]byte
-	order      []string      // message ids in latest, oldest first
-	notices    [][]byte      // encoded notice frames (notices.go)
-	noticeSeq  uint64        // the last notice queued here (notices.go)
-	closeFrame []byte        // due once what is queued is written
-	cause      string        // why the server ended it (the first reason wins)
-	kick       chan struct{} // non-nil while the reader holds a message: closed when the connection starts closing
-	writing    bool          // a writer runs (on the adapter's writers)
-	writerIdle chan struct{} // non-nil while finish waits for the writer: closed when it stops
+	order      []string               // message ids in latest, oldest first
+	notices    [][]byte               // encoded notice frames (notices.go)
+	streams    map[string]*connStream // streamed messages' slots (stream.go)
+	deltaOrder []string               // message ids whose slot has text waiting, oldest first
+	deltaNext  time.Time              // deltas may be written again from then (deltaGap after the last batch)
+	deltaTimer *time.Timer            // has the writer take the waiting deltas at deltaNext
+	noticeSeq  uint64                 // the last notice queued here (notices.go)
+	closeFrame []byte                 // due once what is queued is written
+	cause      string                 // why the server ended it (the first reason wins)
+	kick       chan struct{}          // non-nil while the reader holds a message: closed when the connection starts closing
+	writing    bool                   // a writer runs (on the adapter's writers)
+	writerIdle chan struct{}          // non-nil while finish waits for the writer: closed when it stops
 }
 
 // connState is what the writer may write; see wsConn.
@@ -165,6 +174,7 @@ func (c *wsConn) closeLocked() bool {
 	if c.state == connOpen && !c.greetQueued() {
 		c.replies, c.owed, c.latest, c.order, c.notices = nil, nil, nil, nil, nil
 	}
+	c.dropStreamsLocked()
 	c.state = nextState(c.state, evClose)
 	if c.kick != nil {
 		close(c.kick)
@@ -549,6 +559,7 @@ func (c *wsConn) offerReply(messageID string, b outFrame) bool {
 		delete(c.latest, messageID)
 		c.order = deleteString(c.order, messageID)
 	}
+	c.endStreamLocked(messageID) // so is a delta: the reply carries the whole text
 	if len(c.replies) < c.maxReplies {
 		c.replies = append(c.replies, b)
 		c.startWriterLocked()
@@ -616,6 +627,8 @@ type batch struct {
 	replies    []outFrame
 	owed       []string
 	progress   [][]byte
+	deltas     []link.Delta  // their text shares the slots' strings: encoded as written
+	deltaBuf   *[]link.Delta // deltas' pooled backing array (deltaBufs)
 	closeFrame []byte
 	notices    [][]byte // encoded notice frames
 }
@@ -677,6 +690,7 @@ func (c *wsConn) take(b *batch) {
 			b.progress = append(b.progress, c.latest[id])
 		}
 		c.latest, c.order = nil, nil
+		c.takeDeltas(b)
 		n := min(len(c.notices), c.max)
 		b.notices, c.notices = c.notices[:n:n], c.notices[n:]
 		if len(c.notices) == 0 {
@@ -687,7 +701,7 @@ func (c *wsConn) take(b *batch) {
 }
 
 func (b *batch) empty() bool {
-	return len(b.frames)+len(b.replies)+len(b.owed)+len(b.progress)+len(b.notices) == 0 && b.closeFrame == nil
+	return len(b.frames)+len(b.replies)+len(b.owed)+len(b.progress)+len(b.notices)+len(b.deltas) == 0 && b.closeFrame == nil
 }
 
 // release lets go of what b held, so an idle connection holds nothing;
@@ -698,6 +712,13 @@ func (b *batch) release() {
 	}
 	for i := range b.replies {
 		b.replies[i].recycle()
+	}
+	if b.deltaBuf != nil {
+		clear(b.deltas)
+		if cap(b.deltas) <= 16 {
+			*b.deltaBuf = b.deltas[:0]
+			deltaBufs.Put(b.deltaBuf)
+		}
 	}
 	*b = batch{progress: b.progress[:0], closeFrame: b.closeFrame}
 	if cap(b.progress) > 16 {
@@ -715,6 +736,11 @@ func (c *wsConn) writeBatch(b *batch) error {
 			err = c.ws.WriteMessage(websocket.TextMessage, f.data)
 		}
 		if err != nil {
+			return err
+		}
+	}
+	if len(b.deltas) > 0 { // right behind connected; before the replies that end them
+		if err := c.writeDeltas(b.deltas); err != nil {
 			return err
 		}
 	}
@@ -746,6 +772,29 @@ func (c *wsConn) writeBatch(b *batch) error {
 	if b.closeFrame != nil {
 		return c.ws.WriteControl(websocket.CloseMessage, b.closeFrame, time.Now().Add(time.Minute))
 	}
+	return nil
+}
+
+// writeDeltas encodes and writes deltas through one pooled buffer.
+func (c *wsConn) writeDeltas(ds []link.Delta) error {
+	bp := frameBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= keepFrameBuf {
+			*bp = (*bp)[:0]
+			frameBufs.Put(bp)
+		}
+	}()
+	for i := range ds {
+		b, err := link.AppendEncode((*bp)[:0], &ds[i])
+		if err != nil {
+			return err
+		}
+		*bp = b
+		if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+			return err
+		}
+	}
+	c.a.m.Deltas.Add(c.a.id, uint64(len(ds)))
 	return nil
 }
 

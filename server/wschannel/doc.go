@@ -3,7 +3,9 @@
 // GET /api/channels/{channel_id}/ws, owns each device connection (its
 // reader, its writer and their queues, the connect handshake, message,
 // cancel, ping, notice_ack and screen frames, the per-peer rate, the
-// close codes) and sends replies, progress and notices down it.
+// close codes) and sends replies, progress, notices and streamed reply
+// text (delta frames, to a device that listed "stream": stream.go) down
+// it.
 //
 // New builds a channel's adapter from what it uses, given at
 // construction as small interfaces (Deps): the accept path (Accepter:
@@ -22,7 +24,7 @@
 // the mutual TLS reload. The concrete type is the package's own.
 //
 // A connection's writer has one state (open, greeted, closing, closed;
-// conn.go): replies, progress and notices are pushed into its queues,
+// conn.go): replies, progress, notices and deltas are pushed into its queues,
 // and it writes them in corked batches over a flushConn, whose write
 // deadline bounds a stall, not a write (a device that reads slowly is
 // never dropped, one that stopped reading is). StallListener gives a TLS

@@ -17,4 +17,5 @@ type Metrics struct {
 	Busy        *metrics.CounterVec // termlink_inbound_busy_total: messages answered busy because a waiting bound was full (a held one counts once it runs out)
 	Held        *metrics.CounterVec // termlink_reader_held_total: messages a full waiting bound refused that the reader held, not reading the device, until a place freed
 	Deferred    *metrics.CounterVec // termlink_replies_deferred_total: replies a full reply queue could not take (the device is told to resend)
+	Deltas      *metrics.CounterVec // termlink_deltas_sent_total: delta frames written (streamed reply text)
 }

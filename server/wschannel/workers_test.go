@@ -1,41 +1,21 @@
 package wschannel
 
 import (
-	"io"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
 	"termlink/link"
-	"termlink/server/config"
-	"termlink/server/events"
 )
 
 // A connection that writes batch after batch (each ping's pong is one)
 // runs its writer on a warm worker each time, not on a goroutine started
 // per batch; between batches the connection holds no writer.
 func TestWritersAreWarm(t *testing.T) {
-	d := &deps{}
-	cfg := config.Default().Channels[config.DefaultChannelID]
-	a := newTerminalAdapter("terminal-dev", cfg, Deps{
-		Accept: accepter{d}, Records: records{d}, Registry: devices{d}, Notices: mailboxes{}, Events: events.NewLog(100),
-		SessionKey: func(ch, acct, peer, thread string) string { return strings.Join([]string{ch, acct, peer, thread}, "/") },
-		Metrics:    testMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, Options{})
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { a.ServeUpgrade(w, r, 10) }))
-	defer hs.Close()
-	defer a.Close()
-	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(hs.URL, "http"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
-	_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	ta := newStreamAdapter(t, Options{})
+	a := ta.terminalAdapter
+	ws := ta.dialRaw()
 	roundTrip := func(f link.Frame) link.Frame {
 		t.Helper()
 		if err := ws.WriteMessage(websocket.TextMessage, link.MustEncode(f)); err != nil {

@@ -295,8 +295,9 @@ var (
 	interruptedExtra = map[string]any{"event": record.EventInterrupted}
 )
 
-// Deliver implements record.Store: the reply or progress goes to the
-// dispatcher of this server's connections. A reply not dispatched is in
+// Deliver implements record.Store: the reply, progress or delta goes to
+// the dispatcher of this server's connections (progress and deltas are
+// never recorded). A reply not dispatched is in
 // the session log: the device gets it from dedupe when it resends.
 func (s *Store) Deliver(ctx context.Context, in bus.Inbound, out bus.Outbound) {
 	err := s.queue.Dispatch(ctx, out)
