@@ -32,7 +32,14 @@ type View interface {
 //
 // In the conversation a user's message starts with '>' once the server has
 // it, '^' while it is queued (offline or not yet acknowledged) and '!' when
-// it was refused; termd's own notices start with '-'.
+// it was refused; termd's own notices start with '-'. An answer still being
+// written (capability stream) grows as it arrives, wrapped, ending in a
+// block (StreamMark) that says more is coming, and the bottom line says
+// "writing..."; the page follows its newest line unless the user pages
+// back. When the final reply lands it replaces the text in place: the
+// page stays where it is (a reply that was not streamed opens at its
+// first line instead). Only the cells that change are sent to the glass
+// (the driver diffs each frame against what the glass shows).
 //
 // A notice (Model.Overlay) takes the whole screen, an alert starting with
 // "!", one page after the other when it is longer than the screen, and so
@@ -48,6 +55,20 @@ type LCDView struct {
 // backlighter is a screen with a backlight switch (hd44780.Dev).
 type backlighter interface {
 	Backlight(pdisplay.Intensity) error
+}
+
+// StreamMark ends the text of an answer still being written (A00's full
+// block, 0xFF); StreamMarkPlain is the mark on a screen without it.
+const (
+	StreamMark      = '█'
+	StreamMarkPlain = '_'
+)
+
+func (v *LCDView) streamMark() rune {
+	if v.Screen.Shows(StreamMark) {
+		return StreamMark
+	}
+	return StreamMarkPlain
 }
 
 // statusCells is the width of the status field.
@@ -174,7 +195,11 @@ func (v *LCDView) conversation(m *Model, cols int) (lines []string, seqs []uint6
 		case System:
 			text = "-" + text
 		}
-		wrapped := display.Wrap(display.Fold(v.Screen, text), cols)
+		text = display.Fold(v.Screen, text)
+		if e.Streaming {
+			text += string(v.streamMark()) // more is coming
+		}
+		wrapped := display.Wrap(text, cols)
 		lines = append(lines, wrapped...)
 		for range wrapped {
 			seqs = append(seqs, e.Seq)
@@ -204,6 +229,8 @@ func (v *LCDView) bottom(m *Model, cols int, now time.Time) string {
 		left = m.LinkText(now)
 	case m.Busy() && m.Progress != "":
 		left = m.Progress
+	case m.Streaming():
+		left = "writing..."
 	case m.Busy():
 		left = "waiting..."
 	case m.Storage != "":
