@@ -47,9 +47,10 @@ type View interface {
 // typed); the idle screen shows its text or a clock. Model.Dark turns the
 // backlight off when the screen has one (hd44780.Dev does).
 type LCDView struct {
-	Screen display.Screen
-	frame  *display.Frame
-	light  *bool // the backlight as last set; nil: not yet
+	Screen  display.Screen
+	frame   *display.Frame
+	light   *bool                   // the backlight as last set; nil: not yet
+	wrapped map[uint64]wrappedEntry // the entries' lines, by Seq (conversation)
 }
 
 // backlighter is a screen with a backlight switch (hd44780.Dev).
@@ -178,34 +179,61 @@ func (v *LCDView) Mirror() link.Screen {
 }
 
 // conversation wraps the entries into lines, and gives the Seq of the
-// entry of each line.
+// entry of each line. An entry's lines are kept from the last draw while
+// its text, mark and the width are the same: while an answer streams in
+// (a draw per delta) only that one is wrapped again.
 func (v *LCDView) conversation(m *Model, cols int) (lines []string, seqs []uint64) {
+	if v.wrapped == nil {
+		v.wrapped = map[uint64]wrappedEntry{}
+	}
+	for seq := range v.wrapped { // entries gone from the model
+		if len(m.Entries) == 0 || seq < m.Entries[0].Seq {
+			delete(v.wrapped, seq)
+		}
+	}
 	for _, e := range m.Entries {
-		text := e.Text
+		var mark byte
 		switch e.Role {
 		case User:
-			mark := ">"
+			mark = '>'
 			switch e.Delivery {
 			case Queued:
-				mark = "^"
+				mark = '^'
 			case Failed:
-				mark = "!"
+				mark = '!'
 			}
-			text = mark + text
 		case System:
-			text = "-" + text
+			mark = '-'
 		}
-		text = display.Fold(v.Screen, text)
-		if e.Streaming {
-			text += string(v.streamMark()) // more is coming
+		w, ok := v.wrapped[e.Seq]
+		if !ok || w.text != e.Text || w.mark != mark || w.streaming != e.Streaming || w.cols != cols {
+			text := e.Text
+			if mark != 0 {
+				text = string(mark) + text
+			}
+			text = display.Fold(v.Screen, text)
+			if e.Streaming {
+				text += string(v.streamMark()) // more is coming
+			}
+			w = wrappedEntry{text: e.Text, mark: mark, streaming: e.Streaming, cols: cols, lines: display.Wrap(text, cols)}
+			v.wrapped[e.Seq] = w
 		}
-		wrapped := display.Wrap(text, cols)
-		lines = append(lines, wrapped...)
-		for range wrapped {
+		lines = append(lines, w.lines...)
+		for range w.lines {
 			seqs = append(seqs, e.Seq)
 		}
 	}
 	return lines, seqs
+}
+
+// wrappedEntry is an entry's lines as last wrapped, and what they were
+// wrapped from.
+type wrappedEntry struct {
+	text      string
+	mark      byte
+	streaming bool
+	cols      int
+	lines     []string
 }
 
 func (v *LCDView) bottom(m *Model, cols int, now time.Time) string {
