@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -207,15 +208,23 @@ func (v *LCDView) conversation(m *Model, cols int) (lines []string, seqs []uint6
 		}
 		w, ok := v.wrapped[e.Seq]
 		if !ok || w.text != e.Text || w.mark != mark || w.streaming != e.Streaming || w.cols != cols {
-			text := e.Text
-			if mark != 0 {
-				text = string(mark) + text
+			var folded string
+			if ok && w.mark == mark && strings.HasPrefix(e.Text, w.text) && !strings.HasSuffix(w.text, "\r") {
+				// The text grew (an answer streaming in): Fold works rune
+				// by rune (but for "\r\n"), so only the new end is folded.
+				folded = w.folded + display.Fold(v.Screen, e.Text[len(w.text):])
+			} else {
+				text := e.Text
+				if mark != 0 {
+					text = string(mark) + text
+				}
+				folded = display.Fold(v.Screen, text)
 			}
-			text = display.Fold(v.Screen, text)
+			text := folded
 			if e.Streaming {
 				text += string(v.streamMark()) // more is coming
 			}
-			w = wrappedEntry{text: e.Text, mark: mark, streaming: e.Streaming, cols: cols, lines: display.Wrap(text, cols)}
+			w = wrappedEntry{text: e.Text, folded: folded, mark: mark, streaming: e.Streaming, cols: cols, lines: display.Wrap(text, cols)}
 			v.wrapped[e.Seq] = w
 		}
 		lines = append(lines, w.lines...)
@@ -230,6 +239,7 @@ func (v *LCDView) conversation(m *Model, cols int) (lines []string, seqs []uint6
 // wrapped from.
 type wrappedEntry struct {
 	text      string
+	folded    string // the mark and text, folded
 	mark      byte
 	streaming bool
 	cols      int

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"termlink/device"
+	"termlink/display"
 	"termlink/display/hd44780"
 	"termlink/link"
 	"termlink/link/linktest"
@@ -321,5 +322,61 @@ func TestStreamReconnectOnTheGlass(t *testing.T) {
 	})
 	if strings.Count(g, "Once") != 1 {
 		t.Fatalf("the text was appended, not replaced:\n%s", g)
+	}
+}
+
+// glassScreen is a display.Screen on ROM A00 that keeps the last frame.
+type glassScreen struct {
+	rows, cols int
+	last       *display.Frame
+}
+
+func (g *glassScreen) Shows(r rune) bool      { return display.A00.Shows(r) }
+func (g *glassScreen) Size() (rows, cols int) { return g.rows, g.cols }
+func (g *glassScreen) Draw(_ context.Context, f *display.Frame) error {
+	g.last = f.Clone()
+	return nil
+}
+
+// A view that drew every step of a growing answer (its lines kept and
+// only the new end folded each time) shows what a fresh view draws of
+// the same text, whatever the pieces split: a "\r\n" cut in two, accents
+// folded, a word growing past the line's end.
+func TestStreamIncrementalLayoutMatchesFresh(t *testing.T) {
+	pieces := []string{"Caf", "é crème\r", "\nnext line", " with a verylongwordthatbreaks", " the end  ", "\r", "\r\nlast"}
+	grown := &glassScreen{rows: 4, cols: 20}
+	gv := &device.LCDView{Screen: grown}
+	m := &device.Model{Link: link.StateConnected}
+	m.Sent("m-1", "q")
+	text := ""
+	now := time.Now()
+	for i, p := range pieces {
+		text += p
+		m.Apply(link.Event{Kind: link.EventDelta, MessageID: "m-1", Seq: int64(i + 1), Text: text})
+		if err := gv.Render(context.Background(), m, now); err != nil {
+			t.Fatal(err)
+		}
+		for _, page := range []int{0, 1, 2, 3} { // every page of it, as the user may read it
+			fresh := &glassScreen{rows: 4, cols: 20}
+			fm := &device.Model{Link: link.StateConnected}
+			fm.Sent("m-1", "q")
+			fm.Apply(link.Event{Kind: link.EventDelta, MessageID: "m-1", Seq: 1, Text: text})
+			for range page {
+				fm.PageUp()
+				m.PageUp()
+			}
+			if err := (&device.LCDView{Screen: fresh}).Render(context.Background(), fm, now); err != nil {
+				t.Fatal(err)
+			}
+			if err := gv.Render(context.Background(), m, now); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := grown.last.String(), fresh.last.String(); got != want {
+				t.Fatalf("after %q, page -%d: the view drew\n%s\nwant\n%s", text, page, got, want)
+			}
+			for range page {
+				m.PageDown()
+			}
+		}
 	}
 }
