@@ -34,10 +34,13 @@ func startStream(t *testing.T, rows, cols int, stream bool) *streamRig {
 	t.Helper()
 	srv := linktest.New(t)
 	msgs := make(chan *link.Message, 16)
-	srv.OnMessage = func(s *linktest.Server, m *link.Message) {
+	srv.OnMessage(func(s *linktest.Server, m *link.Message) {
 		_ = s.Send(&link.Ack{MessageID: m.MessageID, SessionID: "s", Accepted: true})
-		msgs <- m
-	}
+		select { // never blocks the reader: the test reads what it waits for
+		case msgs <- m:
+		default:
+		}
+	})
 	bus, err := lcdemu.New(&lcdemu.Opts{Rows: rows, Cols: cols})
 	if err != nil {
 		t.Fatal(err)
@@ -224,9 +227,9 @@ func TestStreamOffWholeReplyOpensAtTop(t *testing.T) {
 // far) replaces the stream, and the block goes.
 func TestStreamCancelMidStream(t *testing.T) {
 	r := startStream(t, 4, 20, true)
-	r.srv.OnCancel = func(s *linktest.Server, c *link.Cancel) {
+	r.srv.OnCancel(func(s *linktest.Server, c *link.Cancel) {
 		_ = s.Send(linktest.Reply(c.MessageID, "Once upon a", link.FinishCancelled))
-	}
+	})
 	m := r.ask(t, "tell me a story")
 	r.send(t, linktest.Deltas(m.MessageID, []string{"Once ", "upon ", "a"})...)
 	r.waitShows(t, "upon a"+string(device.StreamMark))

@@ -64,7 +64,7 @@ func TestStreamCPUOnARM(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		for _, mode := range modes {
 			srv := linktest.New(t)
-			srv.OnMessage = func(s *linktest.Server, m *link.Message) {
+			srv.OnMessage(func(s *linktest.Server, m *link.Message) {
 				_ = s.Send(&link.Ack{MessageID: m.MessageID, SessionID: "s", Accepted: true})
 				go func() {
 					for i, p := range pieces {
@@ -75,7 +75,7 @@ func TestStreamCPUOnARM(t *testing.T) {
 					}
 					_ = s.Send(linktest.Reply(m.MessageID, reply, link.FinishStop))
 				}()
-			}
+			})
 			load0 := loadavg()
 			cmd := exec.Command(qemu, bin, "-test.run", "^$")
 			cmd.Env = append(os.Environ(), "TERMD_CHILD=cpu", "TERMD_CPU_URL="+srv.URL(), "TERMD_CPU_MODE="+mode,

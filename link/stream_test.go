@@ -19,10 +19,13 @@ import (
 func streamServer(t *testing.T) (*linktest.Server, chan *link.Message) {
 	srv := linktest.New(t)
 	msgs := make(chan *link.Message, 16)
-	srv.OnMessage = func(s *linktest.Server, m *link.Message) {
+	srv.OnMessage(func(s *linktest.Server, m *link.Message) {
 		_ = s.Send(&link.Ack{MessageID: m.MessageID, SessionID: "s", Accepted: true})
-		msgs <- m
-	}
+		select { // never blocks the reader: the test reads what it waits for
+		case msgs <- m:
+		default:
+		}
+	})
 	return srv, msgs
 }
 

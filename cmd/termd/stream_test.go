@@ -20,10 +20,13 @@ import (
 func TestTermdStreamsOnTheConsole(t *testing.T) {
 	srv := linktest.New(t)
 	msgs := make(chan *link.Message, 4)
-	srv.OnMessage = func(s *linktest.Server, m *link.Message) {
+	srv.OnMessage(func(s *linktest.Server, m *link.Message) {
 		_ = s.Send(&link.Ack{MessageID: m.MessageID, SessionID: "s", Accepted: true})
-		msgs <- m
-	}
+		select { // never blocks the reader: the test reads what it waits for
+		case msgs <- m:
+		default:
+		}
+	})
 	w := tmuxtest.Start(t, 80, 20, fmt.Sprintf("%s --server %s --board sim --state-dir %s", termdRun, srv.URL(), t.TempDir()))
 	const wait = 30 * time.Second
 	w.WaitFor("online", wait)

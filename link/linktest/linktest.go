@@ -34,23 +34,17 @@ const WriteTimeout = 10 * time.Second
 type Server struct {
 	hs *httptest.Server
 
-	// OnMessage, when set before the device sends, is called (in the
-	// connection's reader goroutine, the connection's lock not held) for
-	// every user message; without it the server acks the message and
-	// does nothing else.
-	OnMessage func(s *Server, m *link.Message)
-	// OnCancel, when set, is called for every cancel frame.
-	OnCancel func(s *Server, c *link.Cancel)
-
-	mu       sync.Mutex
-	wmu      sync.Mutex // one writer at a time
-	conn     *websocket.Conn
-	conns    int
-	connects []*link.Connect
-	messages []*link.Message
-	cancels  []*link.Cancel
-	screens  []link.Screen
-	changed  chan struct{} // closed and replaced on every frame and connect
+	mu        sync.Mutex
+	onMessage func(s *Server, m *link.Message)
+	onCancel  func(s *Server, c *link.Cancel)
+	wmu       sync.Mutex // one writer at a time
+	conn      *websocket.Conn
+	conns     int
+	connects  []*link.Connect
+	messages  []*link.Message
+	cancels   []*link.Cancel
+	screens   []link.Screen
+	changed   chan struct{} // closed and replaced on every frame and connect
 }
 
 // New starts a server; it is closed when the test ends.
@@ -124,7 +118,7 @@ func (s *Server) serve(ws *websocket.Conn) {
 			continue
 		case *link.Message:
 			s.messages = append(s.messages, f)
-			cb := s.OnMessage
+			cb := s.onMessage
 			s.poke()
 			s.mu.Unlock()
 			if cb != nil {
@@ -135,7 +129,7 @@ func (s *Server) serve(ws *websocket.Conn) {
 			continue
 		case *link.Cancel:
 			s.cancels = append(s.cancels, f)
-			cb := s.OnCancel
+			cb := s.onCancel
 			s.poke()
 			s.mu.Unlock()
 			if cb != nil {
@@ -150,14 +144,37 @@ func (s *Server) serve(ws *websocket.Conn) {
 	}
 }
 
+// OnMessage sets what the server does with each user message: fn is
+// called in the connection's reader goroutine (so frames it sends go out
+// before the next message is read). Without it the server acks the
+// message and does nothing else.
+func (s *Server) OnMessage(fn func(s *Server, m *link.Message)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onMessage = fn
+}
+
+// OnCancel sets what the server does with each cancel frame (nothing
+// without it), called like OnMessage's fn.
+func (s *Server) OnCancel(fn func(s *Server, c *link.Cancel)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onCancel = fn
+}
+
 // ErrNoDevice: Send found no connected device.
 var ErrNoDevice = errors.New("linktest: no device connected")
 
 func (s *Server) write(ws *websocket.Conn, f link.Frame) error {
+	return s.writeRaw(ws, link.MustEncode(f))
+}
+
+// writeRaw writes one text frame, with a deadline, one writer at a time.
+func (s *Server) writeRaw(ws *websocket.Conn, data []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	_ = ws.SetWriteDeadline(time.Now().Add(WriteTimeout))
-	return ws.WriteMessage(websocket.TextMessage, link.MustEncode(f))
+	return ws.WriteMessage(websocket.TextMessage, data)
 }
 
 // Send writes frames to the connected device, in order.
@@ -185,10 +202,7 @@ func (s *Server) SendRaw(data []byte) error {
 	if ws == nil {
 		return ErrNoDevice
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	_ = ws.SetWriteDeadline(time.Now().Add(WriteTimeout))
-	return ws.WriteMessage(websocket.TextMessage, data)
+	return s.writeRaw(ws, data)
 }
 
 // Drop closes the device's connection (it reconnects by itself).
