@@ -29,7 +29,9 @@ var discard = slog.New(slog.DiscardHandler)
 // The restart tests run this test binary again as a daemon process
 // (TERMD_CHILD=mode) and stop it with SIGKILL or SIGTERM.
 func TestMain(m *testing.M) {
-	if mode := os.Getenv("TERMD_CHILD"); mode != "" {
+	if mode := os.Getenv("TERMD_CHILD"); mode == "cpu" {
+		os.Exit(cpuChild()) // streamcpu_test.go
+	} else if mode != "" {
 		os.Exit(childMain(mode))
 	}
 	os.Exit(m.Run())

@@ -17,11 +17,15 @@ import (
 // status line has the short reason ("offline (unknown CA): retry in 14s");
 // the full one, with the next try, is added to the conversation when the
 // user opens it (Enter on a blank line). The console edits the input line
-// itself.
+// itself. An answer still being written (capability stream) grows in
+// place as it arrives (console.Stream: only what changed is drawn), ending
+// in ConsoleStreamMark, with "writing..." beside the status; the final
+// reply replaces it there.
 type ConsoleView struct {
 	Console *console.Console
-	shown   uint64    // Seq of the last entry added to the console
-	why     time.Time // Since of the last offline reason added to the console
+	live    map[uint64]string // Seq of streamed entries on the console -> the text drawn
+	shown   uint64            // Seq of the last entry added to the console
+	why     time.Time         // Since of the last offline reason added to the console
 	status  string
 	act     string
 	rows    []string // what Mirror reports: the status line and the activity
@@ -29,11 +33,30 @@ type ConsoleView struct {
 
 // Render implements View.
 func (v *ConsoleView) Render(_ context.Context, m *Model, now time.Time) error {
+	if len(v.live) > 0 && len(m.Entries) > 0 { // entries dropped from the model's front
+		for seq := range v.live {
+			if seq < m.Entries[0].Seq {
+				delete(v.live, seq)
+			}
+		}
+	}
+	tail := "" // the end of the answer being written, for the mirror
 	for _, e := range m.Entries {
+		if e.Streaming {
+			tail = e.Text
+		}
+		if drawn, ok := v.live[e.Seq]; ok {
+			v.stream(e, drawn)
+			continue
+		}
 		if e.Seq <= v.shown {
 			continue
 		}
 		v.shown = e.Seq
+		if e.Streaming {
+			v.stream(e, "")
+			continue
+		}
 		switch e.Role {
 		case User:
 			v.Console.AddMessage(console.RoleUser, e.Text)
@@ -72,6 +95,8 @@ func (v *ConsoleView) Render(_ context.Context, m *Model, now time.Time) error {
 	switch {
 	case m.Busy() && m.Progress != "":
 		act = m.Progress
+	case m.Streaming():
+		act = "writing..."
 	case m.Busy():
 		act = "waiting for the answer..."
 	}
@@ -87,10 +112,43 @@ func (v *ConsoleView) Render(_ context.Context, m *Model, now time.Time) error {
 	if act != "" {
 		v.rows = append(v.rows, act)
 	}
+	if tail != "" {
+		if r := []rune(tail); len(r) > mirrorTail {
+			tail = "…" + string(r[len(r)-mirrorTail:])
+		}
+		v.rows = append(v.rows, tail+ConsoleStreamMark)
+	}
 	return nil
 }
 
-// Mirror implements Mirror: the status line and the activity line.
+// ConsoleStreamMark ends an answer on the console while it is written.
+const ConsoleStreamMark = " ▌"
+
+// stream draws a streamed entry (drawn: the text on the console now) and
+// forgets it once its final text is drawn.
+func (v *ConsoleView) stream(e Entry, drawn string) {
+	text := e.Text
+	if e.Streaming {
+		text += ConsoleStreamMark
+	}
+	if text != drawn {
+		v.Console.Stream(fmt.Sprint("answer-", e.Seq), console.RoleAssistant, text)
+	}
+	if v.live == nil {
+		v.live = map[uint64]string{}
+	}
+	if e.Streaming {
+		v.live[e.Seq] = text
+	} else {
+		delete(v.live, e.Seq)
+	}
+}
+
+// mirrorTail is how much of an answer being written the mirror carries.
+const mirrorTail = 80
+
+// Mirror implements Mirror: the status line and the activity line, and
+// the end of an answer being written.
 func (v *ConsoleView) Mirror() link.Screen {
 	return link.Screen{Rows: slices.Clone(v.rows), Backlight: true}
 }

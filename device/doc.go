@@ -12,7 +12,12 @@
 // and the agent's progress text. Long answers are paged with the scroll
 // keys: a new answer longer than the screen opens at its first line, and
 // the mark '+' says more of an answer is below the page (also when one
-// arrives while the user reads back). An answer is confirmed to the client
+// arrives while the user reads back). An answer the server streams
+// (capability stream, on by default in termd) grows on the screen as the
+// agent writes it, its newest line in view and a mark at its end (a block
+// on the LCD, '▌' on the console) while more is coming; the final reply
+// replaces it in place and the page stays where the user is. Cancel
+// (Ctrl-C on the console) stops the run mid-stream. An answer is confirmed to the client
 // (and leaves the outbox) only after a draw that shows it succeeded, so one
 // lost to a crash or a stop is shown by the next start, once; the messages
 // still in the outbox at start show as queued. A state dir that cannot be

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -32,7 +33,14 @@ type View interface {
 //
 // In the conversation a user's message starts with '>' once the server has
 // it, '^' while it is queued (offline or not yet acknowledged) and '!' when
-// it was refused; termd's own notices start with '-'.
+// it was refused; termd's own notices start with '-'. An answer still being
+// written (capability stream) grows as it arrives, wrapped, ending in a
+// block (StreamMark) that says more is coming, and the bottom line says
+// "writing..."; the page follows its newest line unless the user pages
+// back. When the final reply lands it replaces the text in place: the
+// page stays where it is (a reply that was not streamed opens at its
+// first line instead). Only the cells that change are sent to the glass
+// (the driver diffs each frame against what the glass shows).
 //
 // A notice (Model.Overlay) takes the whole screen, an alert starting with
 // "!", one page after the other when it is longer than the screen, and so
@@ -40,14 +48,29 @@ type View interface {
 // typed); the idle screen shows its text or a clock. Model.Dark turns the
 // backlight off when the screen has one (hd44780.Dev does).
 type LCDView struct {
-	Screen display.Screen
-	frame  *display.Frame
-	light  *bool // the backlight as last set; nil: not yet
+	Screen  display.Screen
+	frame   *display.Frame
+	light   *bool                   // the backlight as last set; nil: not yet
+	wrapped map[uint64]wrappedEntry // the entries' lines, by Seq (conversation)
 }
 
 // backlighter is a screen with a backlight switch (hd44780.Dev).
 type backlighter interface {
 	Backlight(pdisplay.Intensity) error
+}
+
+// StreamMark ends the text of an answer still being written (A00's full
+// block, 0xFF); StreamMarkPlain is the mark on a screen without it.
+const (
+	StreamMark      = '█'
+	StreamMarkPlain = '_'
+)
+
+func (v *LCDView) streamMark() rune {
+	if v.Screen.Shows(StreamMark) {
+		return StreamMark
+	}
+	return StreamMarkPlain
 }
 
 // statusCells is the width of the status field.
@@ -157,30 +180,70 @@ func (v *LCDView) Mirror() link.Screen {
 }
 
 // conversation wraps the entries into lines, and gives the Seq of the
-// entry of each line.
+// entry of each line. An entry's lines are kept from the last draw while
+// its text, mark and the width are the same: while an answer streams in
+// (a draw per delta) only that one is wrapped again.
 func (v *LCDView) conversation(m *Model, cols int) (lines []string, seqs []uint64) {
+	if v.wrapped == nil {
+		v.wrapped = map[uint64]wrappedEntry{}
+	}
+	for seq := range v.wrapped { // entries gone from the model
+		if len(m.Entries) == 0 || seq < m.Entries[0].Seq {
+			delete(v.wrapped, seq)
+		}
+	}
 	for _, e := range m.Entries {
-		text := e.Text
+		var mark byte
 		switch e.Role {
 		case User:
-			mark := ">"
+			mark = '>'
 			switch e.Delivery {
 			case Queued:
-				mark = "^"
+				mark = '^'
 			case Failed:
-				mark = "!"
+				mark = '!'
 			}
-			text = mark + text
 		case System:
-			text = "-" + text
+			mark = '-'
 		}
-		wrapped := display.Wrap(display.Fold(v.Screen, text), cols)
-		lines = append(lines, wrapped...)
-		for range wrapped {
+		w, ok := v.wrapped[e.Seq]
+		if !ok || w.text != e.Text || w.mark != mark || w.streaming != e.Streaming || w.cols != cols {
+			var folded string
+			if ok && w.mark == mark && strings.HasPrefix(e.Text, w.text) && !strings.HasSuffix(w.text, "\r") {
+				// The text grew (an answer streaming in): Fold works rune
+				// by rune (but for "\r\n"), so only the new end is folded.
+				folded = w.folded + display.Fold(v.Screen, e.Text[len(w.text):])
+			} else {
+				text := e.Text
+				if mark != 0 {
+					text = string(mark) + text
+				}
+				folded = display.Fold(v.Screen, text)
+			}
+			text := folded
+			if e.Streaming {
+				text += string(v.streamMark()) // more is coming
+			}
+			w = wrappedEntry{text: e.Text, folded: folded, mark: mark, streaming: e.Streaming, cols: cols, lines: display.Wrap(text, cols)}
+			v.wrapped[e.Seq] = w
+		}
+		lines = append(lines, w.lines...)
+		for range w.lines {
 			seqs = append(seqs, e.Seq)
 		}
 	}
 	return lines, seqs
+}
+
+// wrappedEntry is an entry's lines as last wrapped, and what they were
+// wrapped from.
+type wrappedEntry struct {
+	text      string
+	folded    string // the mark and text, folded
+	mark      byte
+	streaming bool
+	cols      int
+	lines     []string
 }
 
 func (v *LCDView) bottom(m *Model, cols int, now time.Time) string {
@@ -204,6 +267,8 @@ func (v *LCDView) bottom(m *Model, cols int, now time.Time) string {
 		left = m.LinkText(now)
 	case m.Busy() && m.Progress != "":
 		left = m.Progress
+	case m.Streaming():
+		left = "writing..."
 	case m.Busy():
 		left = "waiting..."
 	case m.Storage != "":

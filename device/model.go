@@ -40,6 +40,10 @@ type Entry struct {
 	Delivery  Delivery // User entries
 	Finish    string   // Assistant entries: the reply's finish_reason
 	Seq       uint64   // 1, 2, ... in the order entries were added
+	// Streaming marks an Assistant entry whose text is still being
+	// written (deltas, capability stream): the final reply replaces its
+	// text in place and clears it.
+	Streaming bool
 }
 
 // MaxEntries bounds the conversation a device keeps.
@@ -211,6 +215,8 @@ func (m *Model) Apply(ev link.Event) {
 		}
 	case link.EventProgress:
 		m.Progress = ev.Text
+	case link.EventDelta:
+		m.delta(ev)
 	case link.EventReply:
 		if ev.Reply == nil || m.answered(ev.MessageID) {
 			return // shown once, even if it came twice
@@ -218,6 +224,7 @@ func (m *Model) Apply(ev link.Event) {
 		if e := m.find(ev.MessageID); e != nil {
 			e.Delivery = Answered
 		}
+		streamed := m.streaming(ev.MessageID)
 		text := ev.Reply.Text
 		switch ev.Reply.FinishReason {
 		case "", link.FinishStop:
@@ -225,6 +232,19 @@ func (m *Model) Apply(ev link.Event) {
 			text = "(cancelled) " + text
 		default:
 			text = fmt.Sprintf("(%s) %s", ev.Reply.FinishReason, text)
+		}
+		if streamed != nil {
+			// The reply supersedes the stream in place: the page stays
+			// where the user is (following the newest lines, or pinned
+			// where they read back); no jump to the answer's first line.
+			streamed.Text, streamed.Finish, streamed.Streaming = strings.TrimSpace(text), ev.Reply.FinishReason, false
+			if !m.Busy() {
+				m.Progress = ""
+			}
+			if m.pager.pinned {
+				m.Unread = true
+			}
+			return
 		}
 		m.add(Entry{Role: Assistant, Text: strings.TrimSpace(text), MessageID: ev.MessageID, Finish: ev.Reply.FinishReason})
 		if !m.Busy() {
@@ -260,6 +280,11 @@ func (m *Model) Apply(ev link.Event) {
 			if e := m.find(ev.MessageID); e != nil && e.Delivery != Answered {
 				e.Delivery = Failed
 			}
+			if ev.Final {
+				if e := m.streaming(ev.MessageID); e != nil {
+					e.Streaming = false // refused: nothing more comes
+				}
+			}
 		}
 		msg := "error"
 		if ev.Err != nil {
@@ -269,14 +294,59 @@ func (m *Model) Apply(ev link.Event) {
 	}
 }
 
-// answered reports whether the answer to messageID is shown already.
+// answered reports whether the final answer to messageID is shown
+// already.
 func (m *Model) answered(messageID string) bool {
 	for i := range m.Entries {
-		if e := &m.Entries[i]; e.Role == Assistant && e.MessageID == messageID {
+		if e := &m.Entries[i]; e.Role == Assistant && e.MessageID == messageID && !e.Streaming {
 			return true
 		}
 	}
 	return false
+}
+
+// streaming returns the entry of messageID's answer still being written,
+// or nil.
+func (m *Model) streaming(messageID string) *Entry {
+	for i := len(m.Entries) - 1; i >= 0; i-- {
+		if e := &m.Entries[i]; e.Role == Assistant && e.Streaming && e.MessageID == messageID {
+			return e
+		}
+	}
+	return nil
+}
+
+// Streaming reports whether an answer is being written now.
+func (m *Model) Streaming() bool {
+	for i := range m.Entries {
+		if m.Entries[i].Streaming {
+			return true
+		}
+	}
+	return false
+}
+
+// delta shows the text of an answer so far (all of it: the client
+// accumulates the deltas): the first one adds the answer's entry, the
+// next ones replace its text. The page follows the newest lines unless
+// the user reads back (then '+' says more is below).
+func (m *Model) delta(ev link.Event) {
+	if m.answered(ev.MessageID) {
+		return // the final answer is shown: it supersedes the stream
+	}
+	text := strings.TrimSpace(ev.Text)
+	e := m.streaming(ev.MessageID)
+	switch {
+	case e != nil:
+		e.Text = text
+	case text == "":
+		return // nothing to show yet
+	default:
+		m.add(Entry{Role: Assistant, Text: text, MessageID: ev.MessageID, Streaming: true})
+	}
+	if m.pager.pinned {
+		m.Unread = true
+	}
 }
 
 // StorageLabel names a storage error in at most 13 characters (the text

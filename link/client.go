@@ -31,6 +31,9 @@ const (
 	DefaultRetryJitter    = 0.5
 	DefaultStableAfter    = 60 * time.Second
 	DefaultWindow         = 16
+	// DefaultMaxStreamBytes is ClientConfig.MaxStreamBytes when zero:
+	// the frame limit, so streamed text is bounded like a reply.
+	DefaultMaxStreamBytes = MaxFrameBytes
 )
 
 // Errors of Client methods.
@@ -84,6 +87,17 @@ type ClientConfig struct {
 	// List CapNotice to get notices (EventNotice) and CapScreen to send
 	// screen mirrors (SetScreen).
 	Capabilities []string
+	// Stream lists CapStream in connect (added to Capabilities when it is
+	// not there; listing it there does the same): the server then sends
+	// a reply's text while the agent writes it, and the client reports it
+	// as EventDelta (see there). Off by default: a client that does not
+	// ask sees exactly the spec.
+	Stream bool
+	// MaxStreamBytes bounds the text the client accumulates from the
+	// deltas of one message (default DefaultMaxStreamBytes, the most a
+	// reply frame can carry): past it the text stops growing (cut on a
+	// rune boundary, logged) until the final reply, which carries it all.
+	MaxStreamBytes int
 	// Board, Version and Tags go in connect for the server's device
 	// registry: the board profile's name, the software version, and
 	// operator tags such as {"site": "lobby"}.
@@ -166,6 +180,8 @@ type ClientStats struct {
 	NoticeAcks       int64 // notice_ack frames written (first acks and re-acks)
 	Screens          int64 // screen frames written
 	ScreensCoalesced int64 // screens replaced by a newer one before they were sent
+	Deltas           int64 // delta frames taken (each one an EventDelta, possibly coalesced)
+	DeltasIgnored    int64 // delta frames ignored: a gap, a duplicate, no such message waiting, after the final reply
 	QueuedEvents     int   // events waiting for the caller now
 	MaxQueuedEvents  int   // the most events that waited at once
 	DroppedEvents    int64 // events coalesced or dropped by the queue's bounds
@@ -228,6 +244,7 @@ type Client struct {
 	notices, noticesExpired, noticesReacked, noticeAcks, screens, screensCoalesced atomic.Int64
 
 	dials, sessions, sent, resent, replies, dupReplies, busy atomic.Int64
+	deltas, deltasIgnored                                    atomic.Int64
 }
 
 // outMsg is one message of the outbox; guarded by Client.mu.
@@ -321,8 +338,8 @@ func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %v", name, d))
 		}
 	}
-	if cfg.Window < 0 || cfg.EventBuffer < 0 {
-		errs = append(errs, errors.New("Window and EventBuffer must not be negative"))
+	if cfg.Window < 0 || cfg.EventBuffer < 0 || cfg.MaxStreamBytes < 0 {
+		errs = append(errs, errors.New("Window, EventBuffer and MaxStreamBytes must not be negative"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return cfg, fmt.Errorf("link: client config: %w", err)
@@ -350,6 +367,13 @@ func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
 	}
 	if cfg.Capabilities == nil {
 		cfg.Capabilities = DefaultCapabilities()
+	}
+	if cfg.Stream && !slices.Contains(cfg.Capabilities, CapStream) {
+		cfg.Capabilities = append(slices.Clone(cfg.Capabilities), CapStream)
+	}
+	cfg.Stream = slices.Contains(cfg.Capabilities, CapStream)
+	if cfg.MaxStreamBytes == 0 {
+		cfg.MaxStreamBytes = DefaultMaxStreamBytes
 	}
 	return cfg, nil
 }
@@ -513,6 +537,7 @@ func (c *Client) Stats() ClientStats {
 		Busy: c.busy.Load(), Pending: pending, Unconfirmed: unconf,
 		Notices: c.notices.Load(), NoticesExpired: c.noticesExpired.Load(), NoticesReacked: c.noticesReacked.Load(),
 		NoticeAcks: c.noticeAcks.Load(), Screens: c.screens.Load(), ScreensCoalesced: c.screensCoalesced.Load(),
+		Deltas: c.deltas.Load(), DeltasIgnored: c.deltasIgnored.Load(),
 		QueuedEvents: queued, MaxQueuedEvents: high, DroppedEvents: dropped}
 }
 
@@ -895,7 +920,7 @@ func (c *Client) complete(reply *Message) {
 		return
 	}
 	c.replies.Add(1)
-	c.queue.dropProgress(reply.MessageID)
+	c.queue.dropProgress(reply.MessageID) // and its deltas: the reply supersedes them
 	c.emit(Event{Kind: EventReply, MessageID: reply.MessageID, Reply: reply, Final: true})
 }
 

@@ -215,6 +215,8 @@ type device struct {
 	states  []link.Event
 	acks    []*link.Ack
 	errs    []link.Event
+	deltas  []link.Event
+	all     []link.Event // every event but the state ones, in order
 	events  int
 }
 
@@ -267,6 +269,11 @@ func (d *device) collect() {
 			d.acks = append(d.acks, e.Ack)
 		case link.EventError:
 			d.errs = append(d.errs, e)
+		case link.EventDelta:
+			d.deltas = append(d.deltas, e)
+		}
+		if e.Kind != link.EventState {
+			d.all = append(d.all, e)
 		}
 		close(d.changed)
 		d.changed = make(chan struct{})

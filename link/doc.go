@@ -3,7 +3,8 @@
 //
 // The frames are the ones of the Terminal WebSocket Channel spec
 // (connect, connected, message, ack, ping, pong, error) plus the opt-in
-// extensions of DESIGN.md (progress, cancel, connected.heartbeat_seconds).
+// extensions of DESIGN.md (progress, cancel, connected.heartbeat_seconds,
+// notice, screen, delta).
 // Decode is strict: every error says what is wrong (invalid JSON, missing
 // type, unknown type, a missing or mistyped field) so the server can send
 // it back in an error frame and keep the connection open. Encode writes the
@@ -29,6 +30,11 @@
 //   - Nothing queues without bound: at most Window messages are in flight
 //     or awaiting confirmation, and the events not yet read are coalesced
 //     (progress per message and the link state: latest wins) and capped.
+//   - Streamed text (ClientConfig.Stream, capability "stream") is never
+//     a final answer: EventDelta carries all of a message's text so far
+//     (accumulated per connection, seq checked, bounded by
+//     MaxStreamBytes); the final reply supersedes it and is what the
+//     caller confirms.
 //   - A state dir that cannot be written does not stop the client: the
 //     FallbackOutbox keeps messages in memory (Status.Storage,
 //     EventStorage) and stores them once the disk works again.

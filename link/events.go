@@ -74,6 +74,18 @@ const (
 	// does the server stop resending it. A notice resent while the event
 	// waits in the queue replaces it there.
 	EventNotice
+	// EventDelta: reply text while the agent writes it, for a message
+	// waiting for its answer; only from servers that got the "stream"
+	// capability (ClientConfig.Stream). Text is ALL the text so far (the
+	// client accumulates the deltas; the first delta of a connection
+	// replaces what the connection before gave), Seq the delta's number
+	// on this connection. Not final and not confirmed: the final reply
+	// (EventReply) carries the whole text and supersedes the stream, and
+	// no EventDelta of that message follows it. Coalesced per message in
+	// the queue like progress (latest text wins). A delta with a gap or a
+	// duplicate seq, for a message not waiting, or after the final reply
+	// is ignored and logged with the reason (ClientStats.DeltasIgnored).
+	EventDelta
 )
 
 func (k EventKind) String() string {
@@ -92,6 +104,8 @@ func (k EventKind) String() string {
 		return "storage"
 	case EventNotice:
 		return "notice"
+	case EventDelta:
+		return "delta"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -118,7 +132,8 @@ type Event struct {
 	// MessageID is the message a reply, progress, ack or error is about.
 	MessageID string
 	Reply     *Message // EventReply
-	Text      string   // EventProgress
+	Text      string   // EventProgress; EventDelta: all the text so far
+	Seq       int64    // EventDelta: the delta's seq on this connection
 	Ack       *Ack     // EventAck
 	Err       error    // EventError; EventStorage (nil: storage works)
 	Code      string   // EventError: the error frame's code
@@ -156,6 +171,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("reply %s: %q", e.MessageID, e.Reply.Text)
 	case EventProgress:
 		return fmt.Sprintf("progress %s: %q", e.MessageID, e.Text)
+	case EventDelta:
+		return fmt.Sprintf("delta %s #%d: %d bytes so far", e.MessageID, e.Seq, len(e.Text))
 	case EventAck:
 		return fmt.Sprintf("ack %s duplicate=%t pending=%t", e.MessageID, e.Ack.Duplicate, e.Ack.Pending)
 	case EventError:
@@ -186,7 +203,10 @@ const (
 //     at most one per message in the outbox, and the client stops sending
 //     while Window of them wait for Client.Delivered;
 //   - progress is coalesced per message (latest text wins) and at most
-//     window messages have one queued (the oldest goes first);
+//     window messages have one queued (the oldest goes first); so are
+//     deltas (each carries all the text so far, so the latest loses
+//     nothing), and a final answer removes its message's queued
+//     progress and deltas;
 //   - acks are coalesced per message, at most window queued;
 //   - state events: at most maxQueuedStates queued (the oldest goes; the
 //     caller always gets the latest state);
@@ -196,7 +216,7 @@ const (
 //     maxQueuedPushes (the oldest goes; not acked, the server resends it
 //     after the next reconnect).
 //
-// So the queue holds at most 3*window + maxQueuedStates +
+// So the queue holds at most 4*window + maxQueuedStates +
 // maxQueuedNotices + maxQueuedPushes + 1 events while the caller confirms its final answers.
 // A single dispatcher hands the events to the Events channel in order.
 type eventQueue struct {
@@ -219,6 +239,7 @@ type eventClass int
 const (
 	classFinal eventClass = iota
 	classProgress
+	classDelta
 	classAck
 	classState
 	classNotice
@@ -232,6 +253,8 @@ func classOf(e *Event) eventClass {
 		return classFinal
 	case e.Kind == EventProgress:
 		return classProgress
+	case e.Kind == EventDelta:
+		return classDelta
 	case e.Kind == EventAck:
 		return classAck
 	case e.Kind == EventState:
@@ -246,7 +269,7 @@ func classOf(e *Event) eventClass {
 
 func (q *eventQueue) limit(c eventClass) int {
 	switch c {
-	case classProgress, classAck:
+	case classProgress, classDelta, classAck:
 		return q.window
 	case classState:
 		return maxQueuedStates
@@ -294,7 +317,7 @@ func (q *eventQueue) push(e Event) {
 	}
 }
 
-// coalesce replaces a queued progress or ack event of the same message
+// coalesce replaces a queued progress, delta or ack event of the same message
 // (a notice of the same id) by e, in place; false when there is none.
 func (q *eventQueue) coalesce(class eventClass, e Event) bool {
 	if class == classPush {
@@ -307,7 +330,7 @@ func (q *eventQueue) coalesce(class eventClass, e Event) bool {
 		}
 		return false
 	}
-	if (class != classProgress && class != classAck) || e.MessageID == "" {
+	if (class != classProgress && class != classDelta && class != classAck) || e.MessageID == "" {
 		return false
 	}
 	for i := len(q.q) - 1; i >= 0; i-- {
@@ -320,18 +343,21 @@ func (q *eventQueue) coalesce(class eventClass, e Event) bool {
 	return false
 }
 
-// dropProgress removes the queued progress of a message once its final
-// answer is in: it is stale.
+// dropProgress removes the queued progress and deltas of a message once
+// its final answer is in: they are stale.
 func (q *eventQueue) dropProgress(id string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for i := range q.q {
-		if q.q[i].Kind == EventProgress && q.q[i].MessageID == id {
-			q.q = append(q.q[:i], q.q[i+1:]...)
+	kept := q.q[:0]
+	for _, e := range q.q {
+		if (e.Kind == EventProgress || e.Kind == EventDelta) && !e.Final && e.MessageID == id {
 			q.dropped++
-			return
+			continue
 		}
+		kept = append(kept, e)
 	}
+	clear(q.q[len(kept):])
+	q.q = kept
 }
 
 func (q *eventQueue) pop() (Event, bool) {

@@ -38,19 +38,21 @@ type session struct {
 	cancels []string  // cancel frames to send
 
 	// Loop-owned.
-	inflight  map[string]struct{}         // sent on this connection, no final answer (nor busy) yet
-	busyB     *backoff.ExponentialBackOff // paces resends after busy; nil until the first
-	busyUntil time.Time                   // no message is sent before this
-	busyT     *time.Timer                 // fires at busyUntil
-	screenAt  time.Time                   // when the last screen frame went
-	noScreen  atomic.Bool                 // the server does not take screen frames
-	screenT   *time.Timer                 // fires when a held-back screen is due
+	inflight    map[string]struct{}         // sent on this connection, no final answer (nor busy) yet
+	busyB       *backoff.ExponentialBackOff // paces resends after busy; nil until the first
+	busyUntil   time.Time                   // no message is sent before this
+	busyT       *time.Timer                 // fires at busyUntil
+	screenAt    time.Time                   // when the last screen frame went
+	noScreen    atomic.Bool                 // the server does not take screen frames
+	screenT     *time.Timer                 // fires when a held-back screen is due
+	streams     map[string]*streamState     // deltas taken on this connection, by message (stream.go)
+	deltaLogged map[string]struct{}         // ignored deltas logged on this connection: reason and message
 }
 
 func newSession(c *Client, ws *websocket.Conn) *session {
 	s := &session{c: c, ws: ws, out: make(chan []byte, c.cfg.Window+8), in: make(chan Frame, 16),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), dead: make(chan struct{}),
-		inflight: map[string]struct{}{}}
+		inflight: map[string]struct{}{}, streams: map[string]*streamState{}, deltaLogged: map[string]struct{}{}}
 	s.wake = func() {
 		select {
 		case s.kick <- struct{}{}:
@@ -342,6 +344,7 @@ func (s *session) handle(f Frame) {
 		}
 		if f.Duplicate && f.Reply != nil {
 			delete(s.inflight, f.MessageID)
+			s.endStream(f.MessageID)
 			r := *f.Reply
 			if r.MessageID == "" {
 				r.MessageID = f.MessageID
@@ -355,6 +358,7 @@ func (s *session) handle(f Frame) {
 			return
 		}
 		delete(s.inflight, f.MessageID)
+		s.endStream(f.MessageID)
 		c.complete(f)
 	case *Progress:
 		// Only for messages in flight here: at most Window of them, each
@@ -362,6 +366,8 @@ func (s *session) handle(f Frame) {
 		if _, ok := s.inflight[f.MessageID]; ok {
 			c.emit(Event{Kind: EventProgress, MessageID: f.MessageID, Text: f.Text})
 		}
+	case *Delta:
+		s.delta(f) // stream.go
 	case *Notice:
 		c.notice(s, f)
 	case *Error:
@@ -396,6 +402,7 @@ func (s *session) handleError(f *Error) {
 		return
 	case f.Code == CodeBadMessage && f.MessageID != "":
 		// Blank, too long, bad id: resending cannot help.
+		s.endStream(f.MessageID)
 		if c.refuse(f) {
 			return
 		}

@@ -95,6 +95,7 @@ func parseFlags(args []string) (cfg app.Config, done bool, err error) {
 	idleSeconds := fs.Int("idle-seconds", 0, "after `N` seconds without a key show the latest notice, --idle-text or a clock (0: never; default: the board's kiosk.idleSeconds)")
 	idleText := fs.String("idle-text", "", "`text` of the idle screen (default: the board's kiosk.idleText, else a clock)")
 	backlightOff := fs.Int("backlight-off-after", 0, "turn the LCD backlight off after `N` seconds without a key (0: never; default: the board's kiosk.backlightOffAfter)")
+	stream := fs.Bool("stream", true, "show an answer as the agent writes it, when the server streams (capability stream); --stream=false: whole answers only")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return cfg, true, nil // the usage is printed
@@ -111,7 +112,7 @@ func parseFlags(args []string) (cfg app.Config, done bool, err error) {
 	if err := cfg.LogLevel.UnmarshalText([]byte(*level)); err != nil {
 		return cfg, false, fmt.Errorf("--log-level %q: want debug, info, warn or error", *level)
 	}
-	cfg.Board, cfg.Tags, cfg.Version = *board, tags, termdVersion()
+	cfg.Board, cfg.Tags, cfg.Version, cfg.NoStream = *board, tags, termdVersion(), !*stream
 	// Flags given win over the board's defaults: --board's over
 	// --board-file (both given is an error), the kiosk flags over the
 	// board's kiosk block.

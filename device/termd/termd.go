@@ -62,6 +62,10 @@ type Config struct {
 	IdleSeconds, BacklightOffAfter *int
 	IdleText                       *string
 	Version                        string
+	// NoStream leaves the capability stream out of connect: answers
+	// show whole, not as the agent writes them (termd streams by
+	// default; --stream=false).
+	NoStream bool
 }
 
 // Run runs termd until ctx ends (nil) or the user quits (nil), or
@@ -166,8 +170,8 @@ func (s *setup) run(ctx context.Context) error {
 	}
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, Fallbacks: s.edges, PeerID: id, DeviceName: s.name, Token: token,
 		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, StateDir: cfg.StateDir, Logger: log,
-		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen),
-		Board:        s.profile.Name, Version: cfg.Version, Tags: cfg.Tags})
+		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), Stream: !cfg.NoStream,
+		Board: s.profile.Name, Version: cfg.Version, Tags: cfg.Tags})
 	if err != nil {
 		return fail(err)
 	}

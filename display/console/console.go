@@ -174,6 +174,7 @@ type Reopener interface {
 type message struct {
 	role Role
 	text string
+	key  string // Stream's key; "" for AddMessage
 }
 
 type style uint8
@@ -272,7 +273,10 @@ func (c *Console) AddMessage(role Role, text string) {
 	if len(text) > c.o.MaxMessage {
 		text = strings.ToValidUTF8(text[:c.o.MaxMessage], "") + "…"
 	}
-	m := message{role: role, text: text}
+	c.addMessage(message{role: role, text: text})
+}
+
+func (c *Console) addMessage(m message) {
 	c.mu.Lock()
 	c.msgs = append(c.msgs, m)
 	if n := len(c.msgs) - c.o.Scrollback; n > 0 {
@@ -283,6 +287,51 @@ func (c *Console) AddMessage(role Role, text string) {
 		b = c.appendLines(b, c.wrapMessage(m))
 		b = c.park(b)
 		c.queue(b)
+	}
+	c.mu.Unlock()
+	c.kick()
+}
+
+// Stream shows text as the message added under key, which is still being
+// written: the first call adds it at the bottom of the conversation, the
+// next ones replace its text. When it is the newest message only the
+// lines that changed are drawn again (and new ones scroll in); otherwise
+// the conversation is repainted. key must not be empty; text is cleaned
+// and capped as in AddMessage.
+func (c *Console) Stream(key string, role Role, text string) {
+	if key == "" {
+		c.AddMessage(role, text)
+		return
+	}
+	text = sanitize(text)
+	if len(text) > c.o.MaxMessage {
+		text = strings.ToValidUTF8(text[:c.o.MaxMessage], "") + "…"
+	}
+	c.mu.Lock()
+	i := len(c.msgs) - 1
+	for i >= 0 && c.msgs[i].key != key {
+		i--
+	}
+	if i < 0 {
+		c.mu.Unlock()
+		c.addMessage(message{role: role, text: text, key: key})
+		return
+	}
+	old := c.msgs[i]
+	if old.text == text && old.role == role {
+		c.mu.Unlock()
+		return
+	}
+	m := message{role: role, text: text, key: key}
+	c.msgs[i] = m
+	if c.drawable() {
+		var b []byte
+		if i == len(c.msgs)-1 {
+			b = c.appendChanged(b, c.wrapMessage(old), c.wrapMessage(m))
+		} else {
+			b = c.appendConversation(b)
+		}
+		c.queue(c.park(b))
 	}
 	c.mu.Unlock()
 	c.kick()

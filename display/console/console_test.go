@@ -510,3 +510,47 @@ func TestConsoleRunOnceAndClose(t *testing.T) {
 	})
 	h.c.AddMessage(RoleUser, "after close") // must not panic or block
 }
+
+// A message streamed under a key grows in place: the lines that changed
+// are drawn again and new ones scroll in; the final text replaces it;
+// a message added after it moves it up, and its next change repaints.
+func TestConsoleStream(t *testing.T) {
+	const W, H = 30, 8
+	h := startPipe(t, Opts{Width: W, Height: H}, W, H, false, true)
+	h.c.AddMessage(RoleUser, "tell me")
+	h.flush()
+	h.c.Stream("m1", RoleAssistant, "the quick")
+	h.waitRow(H-2, "the quick")
+	h.v.mu.Lock()
+	before := h.v.bytes
+	h.v.mu.Unlock()
+	h.c.Stream("m1", RoleAssistant, "the quick brown")
+	h.waitRow(H-2, "the quick brown")
+	h.flush()
+	h.v.mu.Lock()
+	grew := h.v.bytes - before
+	h.v.mu.Unlock()
+	// Moving the cursor there and " brown", then back to the input line:
+	// far less than a repaint of the line.
+	if grew > 30 {
+		t.Errorf("growing a line by 6 characters wrote %d bytes", grew)
+	}
+	h.c.Stream("m1", RoleAssistant, "the quick brown fox jumps over the lazy dog")
+	h.waitRow(H-2, "over the lazy dog")
+	h.flush()
+	for i, want := range []string{"> tell me", "the quick brown fox jumps", "over the lazy dog"} {
+		if got := h.v.row(H - 4 + i); got != want {
+			t.Errorf("row %d = %q, want %q\n%s", H-4+i, got, want, h.v.screen())
+		}
+	}
+	h.c.AddMessage(RoleUser, "and then?")
+	h.waitRow(H-2, "> and then?")
+	h.c.Stream("m1", RoleAssistant, "the end")
+	h.waitRow(H-3, "the end")
+	h.flush()
+	for i, want := range []string{"", "", "", "> tell me", "the end", "> and then?"} {
+		if got := h.v.row(i + 1); got != want {
+			t.Errorf("row %d = %q, want %q\n%s", i+1, got, want, h.v.screen())
+		}
+	}
+}

@@ -93,6 +93,33 @@ func (c *Console) appendLines(b []byte, lines []line) []byte {
 	return b
 }
 
+// appendChanged redraws the newest message, which was laid out as old and
+// is now new: only its lines that changed, then the new ones scrolled in
+// at the bottom. When it shrank, or does not fit the conversation rows,
+// or there is no scroll region, the conversation is repainted. c.mu is
+// held; c.msgs already holds the new text.
+func (c *Console) appendChanged(b []byte, old, new []line) []byte {
+	_, _, conv, _ := c.dims()
+	if !c.useRegion() || len(new) < len(old) || len(new) >= conv {
+		return c.appendConversation(b)
+	}
+	top := conv - len(old) + 1 // the row of old's first line
+	for i, l := range old {
+		switch n := new[i]; {
+		case n == l:
+		case n.style == l.style && strings.HasPrefix(n.text, l.text):
+			// The line grew: write only what is new at its end.
+			b = cup(b, top+i, stringWidth(l.text)+1)
+			b = appendStyled(b, line{text: n.text[len(l.text):], style: n.style})
+		default:
+			b = cup(b, top+i, 1)
+			b = append(b, el...)
+			b = appendStyled(b, n)
+		}
+	}
+	return c.appendLines(b, new[len(old):])
+}
+
 func appendStyled(b []byte, l line) []byte {
 	switch l.style {
 	case styleBold:
