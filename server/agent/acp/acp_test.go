@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"termlink/server/agent"
 	"termlink/server/config"
 )
 
@@ -333,5 +335,113 @@ func TestSDKExampleAgent(t *testing.T) {
 		if !slices.Contains(prog, want) {
 			t.Errorf("progress %q lacks %q", prog, want)
 		}
+	}
+}
+
+// chunkLog keeps the chunks a run streams and when the first came.
+type chunkLog struct {
+	mu     sync.Mutex
+	chunks []string
+}
+
+func (c *chunkLog) add(s string) {
+	c.mu.Lock()
+	c.chunks = append(c.chunks, s)
+	c.mu.Unlock()
+}
+
+func (c *chunkLog) text() (string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Join(c.chunks, ""), len(c.chunks)
+}
+
+// streamRun starts a run of text whose Request.Stream records into log.
+func streamRun(ctx context.Context, r *Runner, rc *recorder, log *chunkLog, key, text string) <-chan agent.Result {
+	req := rc.Req(key, text)
+	req.Stream = log.add
+	ch := make(chan agent.Result, 1)
+	go func() { ch <- r.Run(ctx, req, rc.Progress) }()
+	return ch
+}
+
+// Each agent_message_chunk is streamed as it arrives, while the turn
+// goes on; the chunks add up to the reply. Without Stream the reply is
+// the same.
+func TestStreamChunks(t *testing.T) {
+	r := newRunner(t, nil, nil)
+	rc := &recorder{Caps: []string{"stream"}}
+	var log chunkLog
+	words := strings.Fields(strings.Repeat("one two three four five ", 4))
+	want := strings.Join(words, " ")
+	res := streamRun(context.Background(), r, rc, &log, "s", "/stream 100 "+want)
+	// Chunks are streamed before the run returns: seeing two of twenty
+	// while there is no result yet shows it (the agent takes 100 ms a word).
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		text, n := log.text()
+		if n >= 2 {
+			select {
+			case got := <-res:
+				t.Fatalf("the run ended (%+v) before its chunks were looked at", got)
+			default:
+			}
+			if !strings.HasPrefix(want, text) {
+				t.Fatalf("streamed so far %q is not the start of the reply", text)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no two chunks streamed: %q", text)
+		}
+	}
+	got := await(t, res, 15*time.Second)
+	text, n := log.text()
+	if got.FinishReason != "stop" || got.Text != want || text != got.Text || n != len(words) {
+		t.Fatalf("result %+v; streamed %d chunks %q, want %d adding up to the reply", got, n, text, len(words))
+	}
+	// Stream nil: the same reply.
+	if res := run(t, r, rc, "s", "/stream 1 one two three"); res.Text != "one two three" || res.FinishReason != "stop" {
+		t.Fatalf("without Stream: %+v", res)
+	}
+}
+
+// A cancel mid-stream ends the turn cancelled: the streamed words are
+// the start of the reply, and nothing streams after it.
+func TestStreamCancelled(t *testing.T) {
+	r := newRunner(t, nil, nil)
+	rc := &recorder{Caps: []string{"stream"}}
+	var log chunkLog
+	ctx, cancel := context.WithCancel(context.Background())
+	res := streamRun(ctx, r, rc, &log, "s", "/stream 200 "+strings.Repeat("word ", 100))
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, n := log.text(); n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nothing streamed")
+		}
+	}
+	cancel()
+	got := await(t, res, 10*time.Second)
+	text, n := log.text()
+	if got.FinishReason != "cancelled" || !strings.HasPrefix(got.Text, text) || n >= 100 {
+		t.Fatalf("result %+v after %d chunks %q: want cancelled, streamed text its start", got, n, text)
+	}
+	time.Sleep(300 * time.Millisecond) // a word the agent had in flight would show now
+	if after, m := log.text(); m != n {
+		t.Fatalf("streamed after the run ended: %q", after[len(text):])
+	}
+}
+
+// Past MaxReplyBytes the reply is cut, and so is the stream: what was
+// streamed stays the start of the reply.
+func TestStreamCutWithTheReply(t *testing.T) {
+	r := newRunner(t, nil, func(_ *config.ACPAgent, o *Options) { o.MaxReplyBytes = 10 })
+	rc := &recorder{Caps: []string{"stream"}}
+	var log chunkLog
+	got := await(t, streamRun(context.Background(), r, rc, &log, "s", "/chunks 25"), 15*time.Second)
+	text, _ := log.text()
+	if text != strings.Repeat("x", 10) || !strings.HasPrefix(got.Text, text) || !strings.Contains(got.Text, "reply cut") {
+		t.Fatalf("streamed %q, result %+v", text, got)
 	}
 }

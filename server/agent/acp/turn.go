@@ -199,12 +199,19 @@ func (t *turn) update(u sdk.SessionUpdate) {
 	case u.AgentMessageChunk != nil:
 		if c := u.AgentMessageChunk.Content; c.Text != nil {
 			t.mu.Lock()
-			if t.reply.Len()+len(c.Text.Text) > t.p.r.opt.MaxReplyBytes {
-				t.truncated = true
-			} else {
+			kept := !t.truncated && t.reply.Len()+len(c.Text.Text) <= t.p.r.opt.MaxReplyBytes
+			if kept {
 				t.reply.WriteString(c.Text.Text)
+			} else {
+				t.truncated = true
 			}
 			t.mu.Unlock()
+			// Streamed as it comes (updates arrive in order, on one
+			// goroutine): what the device is shown is always the start
+			// of the reply.
+			if kept && t.req.Stream != nil {
+				t.req.Stream(c.Text.Text)
+			}
 		}
 	case u.AgentThoughtChunk != nil:
 		t.mu.Lock()

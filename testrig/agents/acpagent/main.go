@@ -21,6 +21,9 @@
 //	               ends with stopReason cancelled
 //	/slow N        sleep N ms (a session/cancel ends it: stopReason cancelled)
 //	/chunks N      N message chunks "x"
+//	/stream MS TEXT  the words of TEXT as message chunks, one every MS ms (each
+//	               word with the space after it); a session/cancel ends it
+//	               with stopReason cancelled after the words sent so far
 //	/thought       an agent_thought_chunk, then "thought"
 //	/unknown       a session/update of a kind no client knows, then "ok"
 //	/stop REASON   no text, stopReason REASON (max_tokens, refusal, ...)
@@ -277,6 +280,23 @@ func (a *agentState) turn(ctx context.Context, id json.RawMessage, text string) 
 		case <-ctx.Done():
 			a.end(id, "cancelled")
 			return
+		}
+	case "/stream":
+		ms, words, _ := strings.Cut(arg, " ")
+		gap, _ := strconv.Atoi(ms)
+		t := time.NewTicker(time.Duration(max(gap, 1)) * time.Millisecond)
+		defer t.Stop()
+		for i, w := range strings.Fields(words) {
+			if i > 0 {
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					a.end(id, "cancelled")
+					return
+				}
+				w = " " + w
+			}
+			a.chunk(w)
 		}
 	case "/chunks":
 		n, _ := strconv.Atoi(arg)
