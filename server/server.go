@@ -240,7 +240,8 @@ func newRunner(name string, a config.Agent, workspace string, reg *procs.Registr
 		if a.Builtin.Name != "echo" {
 			return nil, fmt.Errorf("agent %q: unknown builtin %q", name, a.Builtin.Name)
 		}
-		return agent.Echo{Delay: time.Duration(a.Builtin.DelayMs) * time.Millisecond}, nil
+		return agent.Echo{Delay: time.Duration(a.Builtin.DelayMs) * time.Millisecond,
+			WordGap: time.Duration(a.Builtin.StreamWordMs) * time.Millisecond}, nil
 	case a.Terminal != nil:
 		return terminal.New(name, *a.Terminal, terminal.Options{Logger: log, Procs: reg, Push: push})
 	case a.Nuum != nil:

@@ -69,13 +69,18 @@ type Injector interface {
 }
 
 // Echo is the built-in agent: it answers "You said: <text>", after Delay.
+// With WordGap set it streams that reply (to a device that listed
+// "stream": Request.Stream is set) word by word, one every WordGap, the
+// way an LLM agent writes: the demo's and the benchmarks' streaming agent.
+// A device without "stream" gets the reply whole, after the same time.
 type Echo struct {
-	Delay time.Duration
+	Delay   time.Duration
+	WordGap time.Duration
 }
 
 // Run implements Runner.
 func (e Echo) Run(ctx context.Context, req Request, progress Progress) Result {
-	if e.Delay > 0 {
+	if e.Delay > 0 || e.WordGap > 0 {
 		if progress != nil {
 			progress("thinking")
 		}
@@ -87,7 +92,46 @@ func (e Echo) Run(ctx context.Context, req Request, progress Progress) Result {
 			return Result{Text: "cancelled", FinishReason: "cancelled"}
 		}
 	}
-	return Result{Text: EchoReply(req.Text), FinishReason: "stop"}
+	reply := EchoReply(req.Text)
+	if e.WordGap > 0 {
+		return e.stream(ctx, req, reply)
+	}
+	return Result{Text: reply, FinishReason: "stop"}
+}
+
+// stream writes reply word by word (each word with the spaces before
+// it), one every WordGap; a cancel ends it with what was written so far.
+func (e Echo) stream(ctx context.Context, req Request, reply string) Result {
+	t := time.NewTicker(e.WordGap)
+	defer t.Stop()
+	written := 0
+	for written < len(reply) {
+		if written > 0 {
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return Result{Text: reply[:written], FinishReason: "cancelled"}
+			}
+		}
+		end := nextWordEnd(reply, written)
+		if req.Stream != nil {
+			req.Stream(reply[written:end])
+		}
+		written = end
+	}
+	return Result{Text: reply, FinishReason: "stop"}
+}
+
+// nextWordEnd is where the word after the spaces at s[from:] ends.
+func nextWordEnd(s string, from int) int {
+	i := from
+	for i < len(s) && s[i] == ' ' {
+		i++
+	}
+	for i < len(s) && s[i] != ' ' {
+		i++
+	}
+	return i
 }
 
 // EchoReply is the text Echo answers to text.

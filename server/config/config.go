@@ -132,7 +132,7 @@ func (t Tokens) String() string {
 
 // Agent is one agent. Exactly one of its fields is set.
 type Agent struct {
-	Builtin  *BuiltinAgent  // {"builtin": "echo"} or {"builtin": "echo", "delayMs": 5}
+	Builtin  *BuiltinAgent  // {"builtin": "echo"} or {"builtin": "echo", "delayMs": 5, "streamWordMs": 80}
 	Terminal *TerminalAgent // agent protocol 1 (spec/terminal-protocol-v1.md)
 	Nuum     *NuumAgent     // agent protocol 2 (spec/nuum-wire-protocol.md)
 	Harness  *HarnessAgent  // agent protocol 3 (spec/term-challenge-protocol.md)
@@ -143,6 +143,10 @@ type Agent struct {
 type BuiltinAgent struct {
 	Name    string // only "echo"
 	DelayMs int    // delay before answering, >= 0; default 0
+	// StreamWordMs, when positive, makes echo stream its reply to a
+	// device that listed "stream": word by word, one every StreamWordMs
+	// (after DelayMs). 0: the reply comes whole.
+	StreamWordMs int
 }
 
 // TerminalAgent is nanobot's "terminal" block: one process per message.

@@ -131,7 +131,7 @@ const fullCamel = `{
       "idleTimeout": 11, "maxProcesses": 12, "startTimeout": 13, "permission": "ask", "askTimeout": 14}},
     "h": {"harness": {"command": "./a", "target": "serial:/dev/ttyUSB0@115200", "maxSteps": 7,
       "maxDuration": 8, "observationBytes": 9, "stepTimeout": 10}},
-    "slow": {"builtin": "echo", "delayMs": 250}
+    "slow": {"builtin": "echo", "delayMs": 250, "streamWordMs": 40}
   }
 }`
 
@@ -158,7 +158,7 @@ const fullSnake = `{
       "idle_timeout": 11, "max_processes": 12, "start_timeout": 13, "permission": "ask", "ask_timeout": 14}},
     "h": {"harness": {"command": "./a", "target": "serial:/dev/ttyUSB0@115200", "max_steps": 7,
       "max_duration": 8, "observation_bytes": 9, "step_timeout": 10}},
-    "slow": {"builtin": "echo", "delay_ms": 250}
+    "slow": {"builtin": "echo", "delay_ms": 250, "stream_word_ms": 40}
   }
 }`
 
@@ -207,7 +207,7 @@ func fullExpected() *Config {
 				StartTimeout: 13, Permission: "ask", AskTimeout: 14}},
 			"h": {Harness: &HarnessAgent{Command: "./a", Target: "serial:/dev/ttyUSB0@115200", MaxSteps: 7,
 				MaxDuration: 8, ObservationBytes: 9, StepTimeout: 10}},
-			"slow": {Builtin: &BuiltinAgent{Name: "echo", DelayMs: 250}},
+			"slow": {Builtin: &BuiltinAgent{Name: "echo", DelayMs: 250, StreamWordMs: 40}},
 		},
 	}
 }
@@ -353,7 +353,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown channel config key", `{"channels": {"terminal-dev": {"accountId": "local", "config": {"heartbeat_secs": 5}}}}`, []string{
 			"config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue, maxWaitingPerSession, ratePerPeer, rateBurst, connectTimeoutSeconds, maxNoticesPerPeer, clientCA, denyCerts, enrollment, enrollmentCodeSeconds)"}},
 		{"unknown agent key", `{` + ch + `, "agents": {"a": {"builtin": "echo", "colour": 1}}}`, []string{
-			"config: agents.a.colour: unknown key (known: builtin, delayMs, terminal, nuum, harness, acp)"}},
+			"config: agents.a.colour: unknown key (known: builtin, delayMs, streamWordMs, terminal, nuum, harness, acp)"}},
 		{"unknown terminal key with hint", `{` + ch + `, "agents": {"helper": {"terminal": {"command": "x", "timeOut": 5}}}}`, []string{
 			"config: agents.helper.terminal.timeOut: unknown key (known: enabled, command, timeout, protocol, passMedia, env, providers, maxOutputBytes); did you mean timeout?"}},
 		{"wrong casing hints both spellings", `{"channels": {"terminal-dev": {"accountID": "local"}}}`, []string{
@@ -450,6 +450,10 @@ func TestParseErrors(t *testing.T) {
 			`config: agents.a.builtin: unknown builtin agent "parrot" (known: echo)`}},
 		{"delayMs without builtin", `{` + ch + `, "agents": {"a": {"nuum": {"command": "x"}, "delayMs": 5}}}`, []string{
 			"config: agents.a.delayMs: only allowed with builtin"}},
+		{"streamWordMs without builtin", `{` + ch + `, "agents": {"a": {"nuum": {"command": "x"}, "streamWordMs": 5}}}`, []string{
+			"config: agents.a.streamWordMs: only allowed with builtin"}},
+		{"streamWordMs negative", `{` + ch + `, "agents": {"a": {"builtin": "echo", "streamWordMs": -1}}}`, []string{
+			"config: agents.a.streamWordMs: must be an integer between 0 and 60000, got -1"}},
 		{"env bad name", `{` + ch + `, "agents": {"h": {"terminal": {"command": "x", "env": {"A=B": "1"}}}}}`, []string{
 			`config: agents.h.terminal.env."A=B": invalid variable name "A=B": must be non-empty, without '=' or NUL`}},
 		{"baseUrl not http", `{` + ch + `, "agents": {"h": {"terminal": {"command": "x", "providers": {"p": {"apiKeys": ["k"], "base_url": "ftp://x"}}}}}}`, []string{

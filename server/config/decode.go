@@ -557,9 +557,16 @@ func (w *walker) agent(path string, n *node) (Agent, bool) {
 		if d, ok := f["delayMs"]; ok {
 			b.DelayMs, _ = w.integer(join(path, d.key), d.val, 0, noMax)
 		}
+		if d, ok := f["streamWordMs"]; ok {
+			b.StreamWordMs, _ = w.integer(join(path, d.key), d.val, 0, 60_000)
+		}
 		a.Builtin = b
-	} else if d, ok := f["delayMs"]; ok {
-		w.errorf(join(path, d.key), "only allowed with builtin")
+	} else {
+		for _, k := range []string{"delayMs", "streamWordMs"} {
+			if d, ok := f[k]; ok {
+				w.errorf(join(path, d.key), "only allowed with builtin")
+			}
+		}
 	}
 	if e, ok := f["terminal"]; ok {
 		a.Terminal = w.terminal(join(path, e.key), e.val)

@@ -19,7 +19,7 @@ var schema = map[string][]string{
 	"channels.*.config": {"heartbeatSeconds", "maxMessageChars", "tokens", "sendQueue",
 		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds", "maxNoticesPerPeer",
 		"clientCA", "denyCerts", "enrollment", "enrollmentCodeSeconds"},
-	"agents.*":                      {"builtin", "delayMs", "terminal", "nuum", "harness", "acp"},
+	"agents.*":                      {"builtin", "delayMs", "streamWordMs", "terminal", "nuum", "harness", "acp"},
 	"agents.*.terminal":             {"enabled", "command", "timeout", "protocol", "passMedia", "env", "providers", "maxOutputBytes"},
 	"agents.*.terminal.providers.*": {"apiKeys", "models", "baseUrl"},
 	"agents.*.nuum": {"command", "idleTimeout", "maxProcesses", "startTimeout", "heartbeatSeconds",
