@@ -80,7 +80,7 @@ type Echo struct {
 
 // Run implements Runner.
 func (e Echo) Run(ctx context.Context, req Request, progress Progress) Result {
-	if e.Delay > 0 || e.WordGap > 0 {
+	if e.Delay > 0 {
 		if progress != nil {
 			progress("thinking")
 		}

@@ -65,7 +65,16 @@ type Options struct {
 	// IdleAfter and BacklightOffAfter of the kiosk (defaults with Kiosk:
 	// DefaultIdleAfter, DefaultBacklightOffAfter).
 	IdleAfter, BacklightOffAfter time.Duration
+	// NoStream turns streaming off: the device does not list "stream"
+	// and the echo agent answers whole. By default the echo agent writes
+	// its answer word by word (DefaultWordGap) and the device draws it as
+	// it comes.
+	NoStream bool
 }
+
+// DefaultWordGap is how fast the demo's echo agent writes its answer:
+// one word every DefaultWordGap, like an LLM agent typing.
+const DefaultWordGap = 150 * time.Millisecond
 
 // Kiosk defaults of the demo.
 const (
@@ -113,6 +122,10 @@ func Run(ctx context.Context, opt Options, tty TTY) error {
 	cfg := config.Default()
 	cfg.Workspace = filepath.Join(ws, "server")
 	agentName := "echo (built in)"
+	if !opt.NoStream {
+		cfg.Agents[config.DefaultAgent].Builtin.StreamWordMs = int(DefaultWordGap / time.Millisecond)
+		agentName = "echo (built in, streaming)"
+	}
 	if opt.Agent != "" {
 		command, err := agentCommand(opt.AgentDir, opt.Agent)
 		if err != nil {
@@ -149,7 +162,8 @@ func Run(ctx context.Context, opt Options, tty TTY) error {
 	}()
 
 	ccfg := link.ClientConfig{URL: url, PeerID: demoPeer, DeviceName: "termrig demo",
-		StateDir: filepath.Join(ws, "device"), Logger: log, RetryInitial: 200 * time.Millisecond, RetryMax: 5 * time.Second}
+		StateDir: filepath.Join(ws, "device"), Logger: log, RetryInitial: 200 * time.Millisecond, RetryMax: 5 * time.Second,
+		Stream: !opt.NoStream}
 	var gate *device.KeyGate
 	var kiosk device.Kiosk
 	if opt.Kiosk {

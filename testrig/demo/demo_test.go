@@ -1,6 +1,7 @@
 package demo_test
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -98,7 +99,7 @@ func (tm *tmux) waitFor(want ...string) string {
 func TestDemoLCD(t *testing.T) {
 	bin := buildTermrig(t)
 	ws := t.TempDir()
-	tm := startTmux(t, bin+" demo --workspace "+ws)
+	tm := startTmux(t, bin+" demo --stream=false --workspace "+ws)
 	tm.waitFor("┌────────────────────┐", "ok│")
 	tm.run("send-keys", "-l", "hello from tmux")
 	tm.waitFor("hello from tmux_")
@@ -134,6 +135,54 @@ func TestDemoLCD(t *testing.T) {
 	// Ctrl-C: clean exit, the glass says offline.
 	tm.run("send-keys", "C-c")
 	tm.waitFor("offline: stopped", "EXIT=0")
+}
+
+// The demo streams by default: the echo agent writes word by word and
+// the glass shows the answer growing, its newest line in view, before the
+// final reply lands in place (no jump back to the first line); Up pages
+// back to its start.
+func TestDemoStreams(t *testing.T) {
+	bin := buildTermrig(t)
+	tm := startTmux(t, bin+" demo")
+	tm.waitFor("agent  echo (built in, streaming)", "ok│")
+	// 40 words at 150 ms a word: six seconds of answer being written.
+	var words []string
+	for i := range 40 {
+		words = append(words, fmt.Sprintf("w%d", i))
+	}
+	tm.run("send-keys", "-l", strings.Join(words, " "))
+	tm.run("send-keys", "Enter")
+	// The start of the answer, with the mark that more is coming.
+	tm.waitFor("│You", "█", "writing...")
+	// The final reply lands where the stream was: its end in view, the
+	// mark gone, no jump back to "You said".
+	var s string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		s = tm.screen()
+		if !strings.Contains(s, "writing...") && strings.Contains(s, " ok│") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the answer was never finished:\n%s", s)
+		}
+	}
+	if strings.Contains(s, "█") || strings.Contains(s, "You said") || !strings.Contains(s, "w39") {
+		t.Fatalf("the final answer should show its end, where the stream was:\n%s", s)
+	}
+	// Paging back reaches the answer's first line (before the sent
+	// message above it).
+	for i := 0; !strings.Contains(tm.screen(), "│You said: w0 w1"); i++ {
+		if i == 15 {
+			t.Fatalf("paging up never showed the answer's start:\n%s", tm.screen())
+		}
+		before := tm.screen()
+		tm.run("send-keys", "Up")
+		for deadline := time.Now().Add(5 * time.Second); tm.screen() == before && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond) // one page at a time: the next Up after this one is drawn
+		}
+	}
+	tm.run("send-keys", "C-c")
+	tm.waitFor("EXIT=0")
 }
 
 func TestDemoKeypad(t *testing.T) {
