@@ -1,0 +1,221 @@
+package device_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"termlink/device"
+	"termlink/display/hd44780"
+	"termlink/link"
+	"termlink/server/config"
+	"termlink/server/servertest"
+	"termlink/testrig/lcdemu"
+)
+
+var acpAgentBuild struct {
+	once sync.Once
+	path string
+	out  []byte
+	err  error
+}
+
+// acpAgent builds the scripted ACP agent (testrig/agents/acpagent) once.
+func acpAgent(t *testing.T) string {
+	t.Helper()
+	b := &acpAgentBuild
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "termlink-acpagent")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, "acpagent")
+		b.out, b.err = exec.Command("go", "build", "-o", b.path, "termlink/testrig/agents/acpagent").CombinedOutput()
+	})
+	if b.err != nil {
+		t.Fatalf("building acpagent: %v\n%s", b.err, b.out)
+	}
+	return b.path
+}
+
+// acpServer is a real termserver whose channel runs the scripted ACP
+// agent, one process per session.
+func acpServer(t *testing.T) *servertest.Server {
+	bin := acpAgent(t)
+	return servertest.Start(t, func(c *config.Config) {
+		c.Agents["coder"] = config.Agent{ACP: &config.ACPAgent{Command: bin, Args: []string{}, Permission: config.ACPPermissionReject,
+			IdleTimeout: 600, MaxProcesses: 4, StartTimeout: 30, AskTimeout: 30}}
+		ch := c.Channels["terminal-dev"]
+		ch.Agent = "coder"
+		c.Channels["terminal-dev"] = ch
+	})
+}
+
+// words is "w0 w1 ... w(n-1)".
+func words(n int) string {
+	var w []string
+	for i := range n {
+		w = append(w, fmt.Sprintf("w%d", i))
+	}
+	return strings.Join(w, " ")
+}
+
+// A real ACP agent writing its answer word by word, through a real
+// termserver, to termd on the emulated LCD: the answer grows on the glass
+// with the streaming mark before the final reply, which then lands in
+// place with the whole text; the mirror of the screen the server keeps
+// shows the partial answer too.
+func TestACPStreamOnTheGlassEndToEnd(t *testing.T) {
+	srv := acpServer(t)
+	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 4, Cols: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lcd, err := hd44780.New(bus, 0x27, &hd44780.Opts{Rows: 4, Cols: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := link.NewClient(link.ClientConfig{URL: srv.URL, PeerID: "desk-acp", StateDir: t.TempDir(), Stream: true,
+		Capabilities: append(link.DefaultCapabilities(), link.CapScreen), RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	inputs := make(chan device.Input)
+	done := make(chan error, 1)
+	d := &device.Daemon{Client: client, View: &device.LCDView{Screen: lcd}, Inputs: inputs, Logger: discard}
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	}()
+	glass := func() string { return strings.Join(bus.Text(), "\n") }
+	waitGlass := func(what string, cond func(string) bool) string {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if g := glass(); cond(g) {
+				return g
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the LCD never showed %s; it shows:\n%s", what, glass())
+			}
+		}
+	}
+	waitGlass("online", func(g string) bool { return strings.Contains(g, "ok") })
+
+	// 30 words at 100 ms: three seconds of answer being written.
+	answer := words(30)
+	select {
+	case inputs <- device.Input{Kind: device.InputSend, Text: "/stream 100 " + answer}:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the daemon takes no input")
+	}
+	partial := waitGlass("the answer being written", func(g string) bool {
+		return strings.ContainsRune(g, device.StreamMark) && strings.Contains(g, "w1")
+	})
+	if strings.Contains(normalize(partial), "w29"+string(device.StreamMark)) {
+		t.Fatalf("the whole answer was there before it was written:\n%s", partial)
+	}
+	final := waitGlass("the final answer", func(g string) bool {
+		return !strings.ContainsRune(g, device.StreamMark) && strings.Contains(g, "w29") && strings.Contains(g, " ok")
+	})
+	if !strings.Contains(normalize(final), "w26 w27 w28 w29") {
+		t.Fatalf("the final answer's end is not in view:\n%s", final)
+	}
+	if w := bus.Warnings(); len(w) != 0 {
+		t.Fatalf("the emulated controller saw problems: %v", w)
+	}
+}
+
+// A real ACP agent through a real termserver to a link.Client that lists
+// stream: deltas arrive while the run goes on, each carrying all the text
+// so far (each the start of the next and of the final); the final reply
+// carries the whole answer. A client without stream gets the same final
+// reply and no delta. A cancel mid-stream ends it with the cancelled
+// reply, which begins with what was streamed, and no delta after it.
+func TestACPStreamToLinkClientEndToEnd(t *testing.T) {
+	srv := acpServer(t)
+	answer := words(20)
+
+	streamed, final := acpAsk(t, srv.URL, "with-stream", true, "/stream 100 "+answer, false)
+	if len(streamed) < 2 {
+		t.Fatalf("%d deltas before the final, want the answer in several", len(streamed))
+	}
+	for i, s := range streamed {
+		next := final.Text
+		if i+1 < len(streamed) {
+			next = streamed[i+1]
+		}
+		if !strings.HasPrefix(next, s) {
+			t.Fatalf("delta %d %q is not the start of what follows it %q", i, s, next)
+		}
+	}
+	if final.Text != answer || final.FinishReason != link.FinishStop {
+		t.Fatalf("final %+v, want the whole answer", final)
+	}
+
+	none, plain := acpAsk(t, srv.URL, "no-stream", false, "/stream 20 "+answer, false)
+	if len(none) != 0 || plain.Text != answer {
+		t.Fatalf("without stream: %d deltas, final %+v", len(none), plain)
+	}
+
+	cut, cancelled := acpAsk(t, srv.URL, "cancel-stream", true, "/stream 100 "+words(100), true)
+	if cancelled.FinishReason != link.FinishCancelled || len(cut) == 0 || !strings.HasPrefix(cancelled.Text, cut[len(cut)-1]) {
+		t.Fatalf("cancelled final %+v after deltas %q", cancelled, cut)
+	}
+}
+
+// acpAsk sends text from a fresh link.Client (peer id peer) and returns
+// the texts of the deltas it saw, in order, and the final reply; with
+// cancel it cancels the run once two deltas came.
+func acpAsk(t *testing.T, url, peer string, stream bool, text string, cancel bool) ([]string, *link.Message) {
+	t.Helper()
+	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: peer, Stream: stream, StateDir: t.TempDir(),
+		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- client.Run(ctx) }()
+	defer func() {
+		stop()
+		<-done
+	}()
+	id, err := client.Send(ctx, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deltas []string
+	for {
+		select {
+		case e := <-client.Events():
+			switch {
+			case e.Kind == link.EventDelta && e.MessageID == id:
+				deltas = append(deltas, e.Text)
+				if cancel && len(deltas) == 2 {
+					if err := client.Cancel(ctx, id); err != nil {
+						t.Fatal(err)
+					}
+				}
+			case e.Kind == link.EventReply && e.MessageID == id:
+				if err := client.Delivered(id); err != nil {
+					t.Fatal(err)
+				}
+				return deltas, e.Reply
+			}
+		case <-ctx.Done():
+			t.Fatalf("no final reply to %q; deltas %q", text, deltas)
+		}
+	}
+}
