@@ -343,6 +343,7 @@ func (m *Model) delta(ev link.Event) {
 		return // nothing to show yet
 	default:
 		m.add(Entry{Role: Assistant, Text: text, MessageID: ev.MessageID, Streaming: true})
+		m.Progress = "" // the agent now writes its answer ("thinking" is over); a later progress shows again
 	}
 	if m.pager.pinned {
 		m.Unread = true

@@ -174,3 +174,21 @@ func TestLCDPaging(t *testing.T) {
 		"five six seven eight",
 		"                  ok")
 }
+
+// The first streamed text ends the progress shown before it (an agent
+// says "thinking", then writes): the status says the answer is being
+// written; a progress after that shows again.
+func TestModelStreamEndsEarlierProgress(t *testing.T) {
+	var m device.Model
+	m.Sent("a", "x")
+	m.Apply(link.Event{Kind: link.EventProgress, MessageID: "a", Text: "thinking"})
+	m.Apply(link.Event{Kind: link.EventDelta, MessageID: "a", Seq: 1, Text: "Hel"})
+	if m.Progress != "" || !m.Streaming() {
+		t.Fatalf("progress %q streaming %v after the first delta, want none and true", m.Progress, m.Streaming())
+	}
+	m.Apply(link.Event{Kind: link.EventProgress, MessageID: "a", Text: "tool: search"})
+	m.Apply(link.Event{Kind: link.EventDelta, MessageID: "a", Seq: 2, Text: "Hello"})
+	if m.Progress != "tool: search" {
+		t.Fatalf("progress %q, want the later one kept", m.Progress)
+	}
+}
