@@ -3,59 +3,21 @@ package device_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"termlink/device"
 	"termlink/display/hd44780"
 	"termlink/link"
-	"termlink/server/config"
 	"termlink/server/servertest"
 	"termlink/testrig/lcdemu"
 )
 
-var acpAgentBuild struct {
-	once sync.Once
-	path string
-	out  []byte
-	err  error
-}
-
-// acpAgent builds the scripted ACP agent (testrig/agents/acpagent) once.
-func acpAgent(t *testing.T) string {
-	t.Helper()
-	b := &acpAgentBuild
-	b.once.Do(func() {
-		dir, err := os.MkdirTemp("", "termlink-acpagent")
-		if err != nil {
-			b.err = err
-			return
-		}
-		b.path = filepath.Join(dir, "acpagent")
-		b.out, b.err = exec.Command("go", "build", "-o", b.path, "termlink/testrig/agents/acpagent").CombinedOutput()
-	})
-	if b.err != nil {
-		t.Fatalf("building acpagent: %v\n%s", b.err, b.out)
-	}
-	return b.path
-}
-
 // acpServer is a real termserver whose channel runs the scripted ACP
-// agent, one process per session.
+// agent (testrig/agents/acpagent), one process per session.
 func acpServer(t *testing.T) *servertest.Server {
-	bin := acpAgent(t)
-	return servertest.Start(t, func(c *config.Config) {
-		c.Agents["coder"] = config.Agent{ACP: &config.ACPAgent{Command: bin, Args: []string{}, Permission: config.ACPPermissionReject,
-			IdleTimeout: 600, MaxProcesses: 4, StartTimeout: 30, AskTimeout: 30}}
-		ch := c.Channels["terminal-dev"]
-		ch.Agent = "coder"
-		c.Channels["terminal-dev"] = ch
-	})
+	return servertest.Start(t, servertest.WithACP(servertest.BuildAgent(t, "termlink/testrig/agents/acpagent")))
 }
 
 // words is "w0 w1 ... w(n-1)".

@@ -9,6 +9,7 @@ import (
 	"termlink/device"
 	"termlink/link"
 	"termlink/link/linktest"
+	"termlink/server/servertest"
 	"termlink/testrig/tmuxtest"
 )
 
@@ -71,4 +72,37 @@ func TestTermdStreamsOnTheConsole(t *testing.T) {
 	}
 	w2.Keys("C-d")
 	w2.WaitFor("EXIT=0", wait)
+}
+
+// termd on the sim board's console in tmux, against a real termserver
+// whose agent is the scripted ACP agent writing word by word: the answer
+// grows on the console with the mark before the final reply, which then
+// stands whole without it.
+func TestTermdStreamsFromARealACPAgent(t *testing.T) {
+	srv := servertest.Start(t, servertest.WithACP(servertest.BuildAgent(t, "termlink/testrig/agents/acpagent")))
+	w := tmuxtest.Start(t, 100, 24, fmt.Sprintf("%s --server %s --board sim --state-dir %s", termdRun, srv.URL, t.TempDir()))
+	const wait = 30 * time.Second
+	w.WaitFor("online", wait)
+	var words []string
+	for i := range 30 {
+		words = append(words, fmt.Sprintf("w%d", i))
+	}
+	// 30 words at 100 ms: three seconds of answer being written.
+	w.Type("/stream 100 " + strings.Join(words, " "))
+	w.Keys("Enter")
+	s := w.WaitFor("w2"+device.ConsoleStreamMark, wait)
+	if !strings.Contains(s, "writing...") {
+		t.Errorf("the status line does not say the answer is being written:\n%s", s)
+	}
+	for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
+		s = w.Screen()
+		if strings.Contains(s, "w28 w29") && !strings.Contains(s, strings.TrimSpace(device.ConsoleStreamMark)) && !strings.Contains(s, "writing...") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the final answer never stood whole:\n%s", s)
+		}
+	}
+	w.Keys("C-d")
+	w.WaitFor("EXIT=0", wait)
 }
