@@ -1,0 +1,302 @@
+// Package release is what a signed termd release is: an ed25519 key pair
+// kept by the operator (release.key never leaves their machine; devices
+// pin release.pub), and a manifest beside each binary naming its
+// version, platform, size and SHA-256, signed with the key. termrig signs;
+// termserver stores and serves; termd verifies the signature against its
+// pinned key, and the binary against the manifest, before anything it
+// downloaded becomes executable.
+package release
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+)
+
+// Key file names in the directory keygen writes.
+const (
+	PrivateKeyFile = "release.key"
+	PublicKeyFile  = "release.pub"
+)
+
+// ManifestSuffix is appended to a binary's path for its manifest.
+const ManifestSuffix = ".release.json"
+
+// MaxManifestBytes bounds a manifest: ParseManifest refuses more.
+const MaxManifestBytes = 4 << 10
+
+// signedPrefix starts the bytes a signature covers (the format's version).
+const signedPrefix = "termlink-release-v1\n"
+
+// Manifest describes one signed binary.
+type Manifest struct {
+	Version   string `json:"version"`
+	Platform  string `json:"platform"` // os/arch or os/arch/variant: linux/arm/6, linux/arm64, linux/amd64
+	Size      int64  `json:"size"`
+	SHA256    string `json:"sha256"`    // lowercase hex of the binary's SHA-256
+	Signature string `json:"signature"` // base64 (std) of the ed25519 signature of SignedBytes
+}
+
+// SignedBytes are what the signature covers: every other field, one per
+// line, after a format tag.
+func (m *Manifest) SignedBytes() []byte {
+	return []byte(signedPrefix + m.Version + "\n" + m.Platform + "\n" + strconv.FormatInt(m.Size, 10) + "\n" + m.SHA256 + "\n")
+}
+
+var (
+	versionRE  = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z.+_~-]{0,63}$`)
+	platformRE = regexp.MustCompile(`^[a-z0-9]{1,16}/[a-z0-9]{1,16}(/[a-z0-9]{1,8})?$`)
+	sha256RE   = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// CheckVersion says what is wrong with a version string, or nil.
+func CheckVersion(v string) error {
+	if !versionRE.MatchString(v) {
+		return fmt.Errorf("version %q: want 1 to 64 of letters, digits and . + _ ~ -, starting with a letter or digit", v)
+	}
+	return nil
+}
+
+// CheckPlatform says what is wrong with a platform string, or nil.
+func CheckPlatform(p string) error {
+	if !platformRE.MatchString(p) {
+		return fmt.Errorf("platform %q: want os/arch or os/arch/variant, like linux/arm/6, linux/arm64 or linux/amd64", p)
+	}
+	return nil
+}
+
+// ParseManifest decodes and checks a manifest (not its signature: see
+// Verify). Every field is required; unknown fields are refused.
+func ParseManifest(data []byte) (*Manifest, error) {
+	if len(data) > MaxManifestBytes {
+		return nil, fmt.Errorf("release manifest: %d bytes, more than %d", len(data), MaxManifestBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var m Manifest
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("release manifest: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("release manifest: more than one JSON value")
+	}
+	var errs []error
+	if err := CheckVersion(m.Version); err != nil {
+		errs = append(errs, err)
+	}
+	if err := CheckPlatform(m.Platform); err != nil {
+		errs = append(errs, err)
+	}
+	if m.Size <= 0 {
+		errs = append(errs, fmt.Errorf("size %d: must be positive", m.Size))
+	}
+	if !sha256RE.MatchString(m.SHA256) {
+		errs = append(errs, fmt.Errorf("sha256 %q: want 64 lowercase hex digits", m.SHA256))
+	}
+	if sig, err := base64.StdEncoding.DecodeString(m.Signature); err != nil || len(sig) != ed25519.SignatureSize {
+		errs = append(errs, fmt.Errorf("signature: want the base64 of %d bytes", ed25519.SignatureSize))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("release manifest: %w", err)
+	}
+	return &m, nil
+}
+
+// Marshal encodes m as indented JSON with a final newline.
+func (m *Manifest) Marshal() []byte {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		panic(err) // strings and an int64
+	}
+	return append(b, '\n')
+}
+
+// ErrBadSignature is Verify's error for a signature the key did not make.
+var ErrBadSignature = errors.New("release signature does not match the release key")
+
+// Verify checks m's signature against pub.
+func (m *Manifest) Verify(pub ed25519.PublicKey) error {
+	sig, err := base64.StdEncoding.DecodeString(m.Signature)
+	if err != nil || len(sig) != ed25519.SignatureSize || len(pub) != ed25519.PublicKeySize {
+		return ErrBadSignature
+	}
+	if !ed25519.Verify(pub, m.SignedBytes(), sig) {
+		return ErrBadSignature
+	}
+	return nil
+}
+
+// Digest reads r to its end and returns its size and lowercase hex SHA-256.
+func Digest(r io.Reader) (int64, string, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return n, "", err
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// CheckBinary reads r to its end and says whether it is the binary m
+// describes (size and SHA-256).
+func (m *Manifest) CheckBinary(r io.Reader) error {
+	n, sum, err := Digest(r)
+	if err != nil {
+		return fmt.Errorf("reading the binary: %w", err)
+	}
+	if n != m.Size {
+		return fmt.Errorf("binary is %d bytes, the manifest says %d (truncated or another file)", n, m.Size)
+	}
+	if sum != m.SHA256 {
+		return fmt.Errorf("binary's sha256 is %s, the manifest says %s", sum, m.SHA256)
+	}
+	return nil
+}
+
+// Sign writes the manifest of the binary at path, as version for
+// platform, signed with priv.
+func Sign(priv ed25519.PrivateKey, version, platform, path string) (*Manifest, error) {
+	if err := errors.Join(CheckVersion(version), CheckPlatform(platform)); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n, sum, err := Digest(f)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%s is empty", path)
+	}
+	m := &Manifest{Version: version, Platform: platform, Size: n, SHA256: sum}
+	m.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(priv, m.SignedBytes()))
+	return m, nil
+}
+
+// GenerateKey writes a new key pair into dir: PrivateKeyFile (0600,
+// PKCS #8 PEM) and PublicKeyFile (0644, PKIX PEM). It refuses to
+// overwrite an existing key.
+func GenerateKey(dir string) (ed25519.PublicKey, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return nil, err
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, err
+	}
+	keyPath := filepath.Join(dir, PrivateKeyFile)
+	f, err := os.OpenFile(keyPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("%s exists: a release key is never overwritten (move it away first)", keyPath)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		return nil, err
+	}
+	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
+	if err := os.WriteFile(filepath.Join(dir, PublicKeyFile), pubPEM, 0o644); err != nil {
+		return nil, err
+	}
+	return pub, nil
+}
+
+// LoadPrivateKey reads a key GenerateKey wrote.
+func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("%s: not a PEM \"PRIVATE KEY\" (termrig release keygen writes one)", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	priv, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%s: a %T, not an ed25519 key", path, k)
+	}
+	return priv, nil
+}
+
+// ParsePublicKey decodes a PEM public key (the content of PublicKeyFile).
+func ParsePublicKey(b []byte) (ed25519.PublicKey, error) {
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "PUBLIC KEY" {
+		return nil, errors.New("not a PEM \"PUBLIC KEY\" (termrig release keygen writes release.pub)")
+	}
+	k, err := x509.ParsePKIXPublicKey(block.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	pub, ok := k.(ed25519.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("a %T, not an ed25519 key", k)
+	}
+	return pub, nil
+}
+
+// LoadPublicKey reads a public key file.
+func LoadPublicKey(path string) (ed25519.PublicKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := ParsePublicKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return pub, nil
+}
+
+// CurrentPlatform is the platform this binary was built for: GOOS/GOARCH,
+// plus the variant for 32-bit ARM (GOARM: linux/arm/6).
+func CurrentPlatform() string {
+	p := runtime.GOOS + "/" + runtime.GOARCH
+	if runtime.GOARCH == "arm" {
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			for _, s := range bi.Settings {
+				if s.Key == "GOARM" {
+					v, _, _ := strings.Cut(s.Value, ",") // "6,softfloat"
+					return p + "/" + v
+				}
+			}
+		}
+		return p + "/7" // Go's default GOARM on linux
+	}
+	return p
+}
