@@ -507,7 +507,9 @@ func (a *nuumAgent) partialDelta(text string) {
 	a.partial(map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": text}})
 }
 
-func (a *nuumAgent) partialStop() { a.partial(map[string]any{"type": "content_block_stop", "index": 0}) }
+func (a *nuumAgent) partialStop() {
+	a.partial(map[string]any{"type": "content_block_stop", "index": 0})
+}
 
 func (a *nuumAgent) partial(event map[string]any) {
 	a.nextID++
