@@ -32,8 +32,10 @@
 //	                   then a message frame with their concatenation
 //	/stream-only N MS  the same deltas and no message frame (the deltas are
 //	                   the reply)
-//	/stream-wait PATH  a delta "before ", then wait (up to 60 s) until the
-//	                   file PATH exists, then a delta "after"; no message
+//	/stream-wait PATH [THEN]
+//	                   a delta "before ", then wait (up to 60 s) until the
+//	                   file PATH exists, then a delta "after", then (with
+//	                   THEN) wait until THEN exists too; no message
 //	/bad-delta         {"type":"delta"}, {"type":"delta","text":5}, then a
 //	                   delta "still " and a message "still here"
 //
@@ -283,13 +285,13 @@ func run(stdin io.Reader, stdout, stderr io.Writer, opt options) int {
 	case "/stream-only":
 		o.streamN(arg)
 	case "/stream-wait":
+		gate, then, _ := strings.Cut(arg, " ")
 		o.delta("before ")
-		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if _, err := os.Stat(arg); err == nil {
-				break
-			}
-		}
+		waitFile(gate)
 		o.delta("after")
+		if then != "" {
+			waitFile(strings.TrimSpace(then))
+		}
 	case "/bad-delta":
 		o.line([]byte(`{"type":"delta"}`))
 		o.line([]byte(`{"type":"delta","text":5}`))
@@ -306,6 +308,15 @@ func run(stdin io.Reader, stdout, stderr io.Writer, opt options) int {
 		}
 	}
 	return 0
+}
+
+// waitFile waits up to 60 s until the file path exists.
+func waitFile(path string) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
 }
 
 // writeFill writes n bytes of c in lines of 64.
