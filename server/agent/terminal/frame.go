@@ -99,24 +99,9 @@ func deltaText(raw json.RawMessage, text *string) string {
 	}
 	if v[0] != '"' || json.Unmarshal(v, text) != nil {
 		*text = ""
-		return `delta frame whose "text" is ` + jsonKind(v) + `, not a string`
+		return `delta frame whose "text" is not a string: ` + preview(compactJSON(v))
 	}
 	return ""
-}
-
-// jsonKind names the JSON type of the value v.
-func jsonKind(v []byte) string {
-	switch v[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case 't', 'f':
-		return "a boolean"
-	case '"':
-		return "a malformed string"
-	}
-	return "a number"
 }
 
 // Known tells whether f is of one of the spec's four frame types or

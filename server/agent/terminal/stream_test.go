@@ -206,10 +206,10 @@ func TestStreamBadDeltaFrame(t *testing.T) {
 		t.Fatalf("reply %q, streamed %q; want %q and %q", res.Text, c.text(), "still here", "still")
 	}
 	f.logs.wantOrder(t, `WARN agent frame dropped: delta frame without "text"`,
-		`WARN agent frame dropped: delta frame whose "text" is a number, not a string`)
+		`WARN agent frame dropped: delta frame whose "text" is not a string: 5`)
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{`agent_bad_frame: delta frame without "text"`, `agent_bad_frame: delta frame whose "text" is a number, not a string`}
+	want := []string{`agent_bad_frame: delta frame without "text"`, `agent_bad_frame: delta frame whose "text" is not a string: 5`}
 	if strings.Join(events, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("events %q, want %q", events, want)
 	}
