@@ -64,6 +64,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -97,24 +98,20 @@ func main() {
 	envBool, _ := strconv.ParseBool(os.Getenv("ECHOAGENT_STREAM"))
 	flag.BoolVar(&o.stream, "stream", envBool, "stream the answer word by word as delta frames (env ECHOAGENT_STREAM)")
 	delay := 50 * time.Millisecond
-	if v := os.Getenv("ECHOAGENT_STREAM_DELAY"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			fmt.Fprintf(os.Stderr, "echoagent: ECHOAGENT_STREAM_DELAY=%q: want a duration such as 50ms\n", v)
-			os.Exit(2)
+	fromEnv("ECHOAGENT_STREAM_DELAY", "a duration such as 50ms", func(v string) (err error) {
+		if delay, err = time.ParseDuration(v); err == nil && delay < 0 {
+			err = errors.New("negative")
 		}
-		delay = d
-	}
+		return err
+	})
 	flag.DurationVar(&o.streamDelay, "stream-delay", delay, "time between two streamed words (env ECHOAGENT_STREAM_DELAY)")
 	chunks := 0
-	if v := os.Getenv("ECHOAGENT_STREAM_CHUNKS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			fmt.Fprintf(os.Stderr, "echoagent: ECHOAGENT_STREAM_CHUNKS=%q: want a count\n", v)
-			os.Exit(2)
+	fromEnv("ECHOAGENT_STREAM_CHUNKS", "a count", func(v string) (err error) {
+		if chunks, err = strconv.Atoi(v); err == nil && chunks < 0 {
+			err = errors.New("negative")
 		}
-		chunks = n
-	}
+		return err
+	})
 	flag.IntVar(&o.streamChunks, "stream-chunks", chunks, "answer with N one-character delta frames, fast (env ECHOAGENT_STREAM_CHUNKS)")
 	flag.Parse()
 	if *hold > 0 {
@@ -126,6 +123,17 @@ func main() {
 		os.Exit(2)
 	}
 	os.Exit(run(os.Stdin, os.Stdout, os.Stderr, o))
+}
+
+// fromEnv passes the environment variable name, when set, to parse; a
+// value it refuses ends the program.
+func fromEnv(name, want string, parse func(string) error) {
+	if v := os.Getenv(name); v != "" {
+		if err := parse(v); err != nil {
+			fmt.Fprintf(os.Stderr, "echoagent: %s=%q: want %s (%v)\n", name, v, want, err)
+			os.Exit(2)
+		}
+	}
 }
 
 // out writes frames and lines to stdout, unbuffered, one write per line.
