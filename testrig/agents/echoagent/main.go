@@ -50,11 +50,14 @@
 //	                                               (Go duration; default 50ms)
 //	-stream-chunks N    ECHOAGENT_STREAM_CHUNKS=N  answer with N one-character
 //	                                               delta frames ("a".."z" over
-//	                                               and over) as fast as it can
-//	                                               write, then a message frame
-//	                                               with their concatenation
+//	                                               and over), then a message
+//	                                               frame with their concatenation
 //	                                               (the coalescing benchmark);
 //	                                               wins over -stream
+//	-stream-chunk-delay D  ECHOAGENT_STREAM_CHUNK_DELAY=D
+//	                                               the time between two of those
+//	                                               chunks (default 0: as fast as
+//	                                               it can write)
 //
 // Configure it as
 //
@@ -88,6 +91,7 @@ type options struct {
 	stream          bool
 	streamDelay     time.Duration
 	streamChunks    int
+	chunkDelay      time.Duration
 }
 
 func main() {
@@ -113,13 +117,21 @@ func main() {
 		return err
 	})
 	flag.IntVar(&o.streamChunks, "stream-chunks", chunks, "answer with N one-character delta frames, fast (env ECHOAGENT_STREAM_CHUNKS)")
+	var chunkDelay time.Duration
+	fromEnv("ECHOAGENT_STREAM_CHUNK_DELAY", "a duration such as 1ms", func(v string) (err error) {
+		if chunkDelay, err = time.ParseDuration(v); err == nil && chunkDelay < 0 {
+			err = errors.New("negative")
+		}
+		return err
+	})
+	flag.DurationVar(&o.chunkDelay, "stream-chunk-delay", chunkDelay, "time between two -stream-chunks chunks (env ECHOAGENT_STREAM_CHUNK_DELAY)")
 	flag.Parse()
 	if *hold > 0 {
 		time.Sleep(time.Duration(*hold * float64(time.Second)))
 		return
 	}
-	if o.streamDelay < 0 || o.streamChunks < 0 {
-		fmt.Fprintln(os.Stderr, "echoagent: -stream-delay and -stream-chunks must not be negative")
+	if o.streamDelay < 0 || o.streamChunks < 0 || o.chunkDelay < 0 {
+		fmt.Fprintln(os.Stderr, "echoagent: -stream-delay, -stream-chunks and -stream-chunk-delay must not be negative")
 		os.Exit(2)
 	}
 	os.Exit(run(os.Stdin, os.Stdout, os.Stderr, o))
@@ -168,11 +180,14 @@ func (o out) streamWords(text string, delay time.Duration) {
 	o.message(text)
 }
 
-// streamChunks sends n one-character delta frames as fast as it can,
-// then the message frame with their concatenation.
-func (o out) streamChunks(n int) {
+// streamChunks sends n one-character delta frames, delay apart (0: as
+// fast as it can), then the message frame with their concatenation.
+func (o out) streamChunks(n int, delay time.Duration) {
 	var all strings.Builder
 	for i := 0; i < n; i++ {
+		if i > 0 && delay > 0 {
+			time.Sleep(delay)
+		}
 		c := string(rune('a' + i%26))
 		all.WriteString(c)
 		o.delta(c)
@@ -308,7 +323,7 @@ func run(stdin io.Reader, stdout, stderr io.Writer, opt options) int {
 	default:
 		switch {
 		case opt.streamChunks > 0:
-			o.streamChunks(opt.streamChunks)
+			o.streamChunks(opt.streamChunks, opt.chunkDelay)
 		case opt.stream:
 			o.streamWords("You said: "+env.Text, opt.streamDelay)
 		default:

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func frames(t *testing.T, out string) []map[string]any {
@@ -59,6 +60,8 @@ func TestRun(t *testing.T) {
 		{text: "x", opt: options{stream: true, streamChunks: 3}, want: []map[string]any{
 			{"type": "delta", "text": "a"}, {"type": "delta", "text": "b"}, {"type": "delta", "text": "c"},
 			{"type": "message", "text": "abc"}}},
+		{text: "y", opt: options{streamChunks: 2, chunkDelay: time.Millisecond}, want: []map[string]any{
+			{"type": "delta", "text": "a"}, {"type": "delta", "text": "b"}, {"type": "message", "text": "ab"}}},
 		{text: "/multi 1", opt: options{stream: true}, want: []map[string]any{{"type": "message", "text": "part 1"}}},
 	}
 	for _, tt := range tests {

@@ -66,6 +66,9 @@
 //	                                                  it writes, then the assistant frame and
 //	                                                  result with their concatenation (the
 //	                                                  coalescing benchmark); wins over --stream
+//	--stream-chunk-delay D  NUUMAGENT_STREAM_CHUNK_DELAY=D
+//	                                                  the time between two of those chunks
+//	                                                  (default 0: as fast as it writes)
 package main
 
 import (
@@ -97,6 +100,7 @@ type options struct {
 	stream         bool
 	streamDelay    time.Duration
 	streamChunks   int
+	chunkDelay     time.Duration
 }
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -125,6 +129,14 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		}
 		chunks = n
 	}
+	var chunkDelay time.Duration
+	if v := getenv("NUUMAGENT_STREAM_CHUNK_DELAY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return options{}, fmt.Errorf("NUUMAGENT_STREAM_CHUNK_DELAY=%q: want a duration such as 1ms", v)
+		}
+		chunkDelay = d
+	}
 	sid := getenv("NUUMAGENT_SESSION_ID")
 	if sid == "" {
 		sid = fmt.Sprintf("nuum_test_%d", os.Getpid())
@@ -142,11 +154,12 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.BoolVar(&o.stream, "stream", envBool("NUUMAGENT_STREAM"), "stream the answer word by word as partial deltas")
 	fs.DurationVar(&o.streamDelay, "stream-delay", delay, "time between two streamed words")
 	fs.IntVar(&o.streamChunks, "stream-chunks", chunks, "answer with N one-character partial deltas, fast")
+	fs.DurationVar(&o.chunkDelay, "stream-chunk-delay", chunkDelay, "time between two --stream-chunks chunks")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
-	if o.streamDelay < 0 || o.streamChunks < 0 {
-		return options{}, fmt.Errorf("--stream-delay and --stream-chunks must not be negative")
+	if o.streamDelay < 0 || o.streamChunks < 0 || o.chunkDelay < 0 {
+		return options{}, fmt.Errorf("--stream-delay, --stream-chunks and --stream-chunk-delay must not be negative")
 	}
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -464,7 +477,7 @@ func (a *nuumAgent) turn(ctx context.Context, ts *turnState, text string) {
 				pieces[i] = string(rune('a' + i%26))
 			}
 			end.replies = []string{strings.Join(pieces, "")}
-			if !a.streamPieces(ctx, pieces, 0) {
+			if !a.streamPieces(ctx, pieces, a.opt.chunkDelay) {
 				end.replies, end.frames = nil, a.interruptedFrames()
 			}
 		case a.opt.stream:

@@ -308,6 +308,7 @@ func TestStreamModes(t *testing.T) {
 		{nil, "/stream 3 1", []string{"w1", " w2", " w3"}, "w1 w2 w3"},
 		{[]string{"--stream", "--stream-delay", "1ms"}, "a b", []string{"You ", "said: ", "a ", "b"}, "You said: a b"},
 		{[]string{"--stream", "--stream-chunks", "3", "--claude"}, "x", []string{"a", "b", "c"}, "abc"},
+		{[]string{"--stream-chunks", "2", "--stream-chunk-delay", "1ms"}, "x", []string{"a", "b"}, "ab"},
 		{[]string{"--stream"}, "/pid", nil, ""},
 		{nil, "plain", nil, "You said: plain"},
 	} {
