@@ -26,6 +26,7 @@ const (
 	kindQueued                   // system/queued
 	kindInjected                 // system/injected
 	kindError                    // system/error
+	kindStreamEvent              // stream_event: a partial message (Claude Code's --include-partial-messages)
 )
 
 // frame is one line the agent wrote on stdout. It is decoded leniently: only
@@ -79,6 +80,8 @@ func (f frame) kind() kind {
 		return kindInterrupted
 	case "tool_result":
 		return kindToolResult
+	case "stream_event":
+		return kindStreamEvent
 	case "system":
 		switch f.Subtype {
 		case "init":
@@ -171,6 +174,53 @@ func (f frame) errorDetail() string {
 		return s
 	}
 	return f.str("message")
+}
+
+// streamEvent is the part of a stream_event frame the runner uses: the
+// Anthropic streaming event it wraps,
+//
+//	{"type":"stream_event","event":{"type":"content_block_delta","index":0,
+//	  "delta":{"type":"text_delta","text":"Hel"}},"session_id":..,"parent_tool_use_id":null,"uuid":..}
+type streamEvent struct {
+	Type      string // message_start, content_block_start, content_block_delta, content_block_stop, ...
+	Index     int    // the content block's index in its message
+	BlockType string // content_block_start: the block's type ("text", "tool_use", "thinking")
+	DeltaType string // content_block_delta: "text_delta", "input_json_delta", ...
+	Text      string // a text_delta's text; a text block's start text
+	Nested    bool   // parent_tool_use_id is set: a subagent's message, not the reply
+}
+
+// streamEvent decodes a stream_event frame's event; false when it has
+// none (not an object, or no "type" string).
+func (f frame) streamEvent() (streamEvent, bool) {
+	var ev map[string]json.RawMessage
+	if json.Unmarshal(f.fields["event"], &ev) != nil {
+		return streamEvent{}, false
+	}
+	var e streamEvent
+	var ok bool
+	if e.Type, ok = rawString(ev["type"]); !ok {
+		return streamEvent{}, false
+	}
+	var index float64
+	if json.Unmarshal(ev["index"], &index) == nil && index >= 0 && index <= 1e9 {
+		e.Index = int(index)
+	}
+	if parent, ok := rawString(f.fields["parent_tool_use_id"]); ok && parent != "" {
+		e.Nested = true
+	}
+	switch e.Type {
+	case "content_block_start":
+		b := decodeBlock(ev["content_block"])
+		e.BlockType, e.Text = b.Type, b.Text
+	case "content_block_delta":
+		var d map[string]json.RawMessage
+		if json.Unmarshal(ev["delta"], &d) == nil {
+			e.DeltaType, _ = rawString(d["type"])
+			e.Text, _ = rawString(d["text"])
+		}
+	}
+	return e, true
 }
 
 // block is one content block.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"unicode/utf8"
 )
 
 func TestParseFrame(t *testing.T) {
@@ -152,6 +153,9 @@ func FuzzParseFrame(f *testing.F) {
 		`{"type":"system","subtype":"injected","message_count":1e300}`,
 		`{"type":"tool_result","content":null}`,
 		"not json", "", "{", `{"type":"x","message":"str"}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}},"parent_tool_use_id":null}`,
+		`{"type":"stream_event","event":{"type":"content_block_start","index":3,"content_block":{"type":"text","text":"x"}},"parent_tool_use_id":"t"}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":-1e99,"delta":"x"}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -162,6 +166,14 @@ func FuzzParseFrame(f *testing.F) {
 		}
 		if fr.Type == "" {
 			t.Fatal("frame without a type")
+		}
+		if ev, ok := fr.streamEvent(); ok {
+			if ev.Index < 0 || !utf8.ValidString(ev.Text) || !utf8.ValidString(ev.Type) {
+				t.Fatalf("stream event %+v", ev)
+			}
+			if ev.Type != "content_block_delta" && ev.DeltaType != "" {
+				t.Fatalf("delta type outside a delta: %+v", ev)
+			}
 		}
 		_ = fr.kind()
 		for _, b := range fr.content() {
@@ -209,4 +221,36 @@ func FuzzLineReader(f *testing.F) {
 			t.Fatalf("read %d bytes of %d", total, len(data))
 		}
 	})
+}
+
+func TestStreamEvent(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want streamEvent
+		ok   bool
+	}{
+		{`{"type":"stream_event","event":{"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"Hel"}},"session_id":"s","parent_tool_use_id":null,"uuid":"u"}`,
+			streamEvent{Type: "content_block_delta", Index: 2, DeltaType: "text_delta", Text: "Hel"}, true},
+		{`{"type":"stream_event","event":{"type":"content_block_start","index":0,"content_block":{"type":"text","text":"x"}}}`,
+			streamEvent{Type: "content_block_start", BlockType: "text", Text: "x"}, true},
+		{`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{"}}}`,
+			streamEvent{Type: "content_block_delta", DeltaType: "input_json_delta"}, true},
+		{`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}},"parent_tool_use_id":"toolu_1"}`,
+			streamEvent{Type: "content_block_delta", DeltaType: "text_delta", Text: "x", Nested: true}, true},
+		{`{"type":"stream_event","event":{"type":"content_block_delta","index":"1","delta":{"type":"text_delta","text":5}}}`,
+			streamEvent{Type: "content_block_delta", DeltaType: "text_delta"}, true},
+		{`{"type":"stream_event","event":{"type":"message_stop"}}`, streamEvent{Type: "message_stop"}, true},
+		{`{"type":"stream_event","event":"x"}`, streamEvent{}, false},
+		{`{"type":"stream_event"}`, streamEvent{}, false},
+		{`{"type":"stream_event","event":{"index":1}}`, streamEvent{}, false},
+	} {
+		f, err := parseFrame([]byte(tc.line))
+		if err != nil || f.kind() != kindStreamEvent {
+			t.Fatalf("%s: %v, kind %v", tc.line, err, f.kind())
+		}
+		got, ok := f.streamEvent()
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %+v %v, want %+v %v", tc.line, got, ok, tc.want, tc.ok)
+		}
+	}
 }

@@ -16,6 +16,20 @@
 // are shown as progress (to devices that asked for progress). Only when
 // the result has no text do the assistant steps, joined, make the reply.
 //
+// Streaming (Request.Stream, a device that listed "stream"): each
+// assistant text step is streamed as it arrives, the steps joined by "\n"
+// as the reply joins them; Claude Code's partial messages
+// (--include-partial-messages: stream_event frames whose content_block_delta
+// carries a text_delta) stream each text block as it is generated, and
+// the assistant frame that then carries the block whole is not streamed
+// again. A subagent's deltas (parent_tool_use_id set), tool input and
+// thinking deltas are not streamed. The streamed text is the reply when
+// the result has no text or equals the steps (one text step, the common
+// case); when the result says something else (a turn of several steps
+// whose result is its last), the final reply replaces what was streamed,
+// as it does on the device. An assistant frame that does not continue the
+// deltas streamed for its block stops the streaming for the turn (logged).
+//
 // A message that arrives while its session's turn runs can be handed to
 // that turn (Inject, for the router): the agent injects it, and the turn's
 // Result answers both. Cancelling a run writes an interrupt; a turn the

@@ -38,6 +38,24 @@ type turn struct {
 	results   int
 	last      frame // the last result
 	lastError string
+
+	// Streaming to req.Stream (nil: nothing is streamed): the assistant
+	// text blocks as they arrive, joined as the reply joins the steps
+	// ("\n"); with Claude's partial messages, each text block's deltas
+	// ahead of the assistant frame that then carries the block whole
+	// (and is not streamed again).
+	stream   func(chunk string)
+	partial  *partialBlock   // the text block whose deltas arrive now
+	partials []*partialBlock // blocks streamed from deltas, awaiting their assistant frame
+	streamed bool            // some text was streamed
+	diverged bool            // an assistant frame did not continue what was streamed: no more streaming
+}
+
+// partialBlock is a text block streamed from stream_event deltas.
+type partialBlock struct {
+	index int
+	text  strings.Builder
+	shown bool // streamed: it has more than white space
 }
 
 // runTurn sends req's text as a user message and collects the agent's
@@ -45,7 +63,8 @@ type turn struct {
 // (exit status 0) without taking up the message: it may be sent to a new
 // process.
 func (p *proc) runTurn(ctx context.Context, req agent.Request, progress agent.Progress) (res agent.Result, retry bool) {
-	t := &turn{frames: make(chan frame, 64), done: make(chan struct{}), tools: map[string]string{}, reported: map[string]bool{}}
+	t := &turn{frames: make(chan frame, 64), done: make(chan struct{}), tools: map[string]string{}, reported: map[string]bool{},
+		stream: req.Stream}
 	p.mu.Lock()
 	p.turn = t
 	p.awaiting, p.answering = true, false
@@ -213,16 +232,22 @@ func (p *proc) handleFrame(t *turn, f frame, req agent.Request, progress agent.P
 			t.thinking = true
 			progress("thinking")
 		}
+	case kindStreamEvent:
+		t.seen = true
+		p.streamEvent(t, f)
 	case kindAssistant:
 		t.seen = true
+		t.closePartial()
 		for _, b := range f.content() {
 			switch b.Type {
 			case "text":
-				if step := strings.TrimSpace(b.Text); step != "" {
+				step := strings.TrimSpace(b.Text)
+				if step != "" {
 					t.texts = append(t.texts, b.Text)
 					t.stepDone(progress)
 					t.step = step
 				}
+				p.streamStep(t, b.Text, step != "")
 			case "tool_use":
 				name := b.Name
 				if name == "" {
@@ -261,6 +286,108 @@ func (p *proc) handleFrame(t *turn, f frame, req agent.Request, progress agent.P
 			req.Event("agent_error", preview(t.lastError, eventPreviewRunes))
 		}
 	}
+}
+
+// streamEvent streams the text deltas of a partial message (Claude
+// Code's stream_event frames). A subagent's events (parent_tool_use_id
+// set) and other deltas (tool input, thinking) are not the reply's text.
+func (p *proc) streamEvent(t *turn, f frame) {
+	if t.stream == nil {
+		return
+	}
+	e, ok := f.streamEvent()
+	if !ok || e.Nested {
+		return
+	}
+	switch e.Type {
+	case "message_start", "content_block_stop":
+		t.closePartial()
+	case "content_block_start":
+		t.closePartial()
+		if e.BlockType == "text" {
+			t.partial = &partialBlock{index: e.Index}
+			t.partialText(e.Text)
+		}
+	case "content_block_delta":
+		if e.DeltaType != "text_delta" {
+			return
+		}
+		if t.partial == nil || t.partial.index != e.Index {
+			t.closePartial()
+			t.partial = &partialBlock{index: e.Index}
+		}
+		t.partialText(e.Text)
+	}
+}
+
+// partialText adds s to the block being streamed: streamed at once once
+// the block has more than white space (a blank block is no step).
+func (t *turn) partialText(s string) {
+	b := t.partial
+	b.text.WriteString(s)
+	switch {
+	case t.diverged:
+	case b.shown:
+		t.emit(s)
+	case strings.TrimSpace(b.text.String()) != "":
+		b.shown = true
+		t.emit(t.sep() + b.text.String())
+	}
+}
+
+// closePartial ends the block being streamed: it waits for its assistant
+// frame.
+func (t *turn) closePartial() {
+	if t.partial != nil {
+		t.partials = append(t.partials, t.partial)
+		t.partial = nil
+	}
+}
+
+// streamStep streams an assistant text block (step: it is a step of the
+// reply, not blank) unless its deltas were streamed already.
+func (p *proc) streamStep(t *turn, text string, step bool) {
+	if t.stream == nil {
+		return
+	}
+	var b *partialBlock
+	if len(t.partials) > 0 {
+		b, t.partials = t.partials[0], t.partials[1:]
+	}
+	if t.diverged {
+		return
+	}
+	shown := ""
+	if b != nil && b.shown {
+		shown = b.text.String()
+	}
+	switch {
+	case !step && shown == "":
+	case shown == "":
+		t.emit(t.sep() + text)
+	case step && strings.HasPrefix(text, shown):
+		t.emit(text[len(shown):])
+	default:
+		t.diverged = true
+		p.Log.Info("an assistant message does not continue the text streamed from its deltas; streaming stops, the reply replaces it",
+			"streamed", preview(shown, eventPreviewRunes), "message", preview(text, eventPreviewRunes))
+	}
+}
+
+// emit streams s.
+func (t *turn) emit(s string) {
+	if s != "" {
+		t.stream(s)
+		t.streamed = true
+	}
+}
+
+// sep is what comes between two streamed steps: the reply's join.
+func (t *turn) sep() string {
+	if t.streamed {
+		return "\n"
+	}
+	return ""
 }
 
 // stepDone shows the latest assistant text as progress: another step

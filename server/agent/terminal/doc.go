@@ -12,15 +12,30 @@
 // death signal, guard, reaping after a crash). The Runner writes one
 // JSON [Envelope] line to its stdin and closes stdin. In rich mode stdout is
 // read line by line as it arrives: "message", "progress", "error" and "log"
-// frames ([ParseFrame]); a JSON object with another "type" (a later
+// frames, and termlink's "delta" and "notice" ([ParseFrame]); a JSON object with another "type" (a later
 // protocol's frame, or null) is dropped with a log line, as nanobot does;
 // every other line is kept as plain text. In plain
 // mode stdout is taken whole when the process exits. Absolute paths of
 // existing media files in plain text become attachments ([DetectMedia]).
 //
-// The run ends with one agent.Result: the message frames' texts and the
-// plain text, joined by blank lines, then the error frames' texts, then
-// "STDERR: ..." (the first 64 KiB) and "(exit code N)" when there are any.
+// Streaming (termlink's extension of rich mode): an agent may print
+// {"type":"delta","text":"..."} lines as it writes its reply, each text
+// appended to the ones before. Each is passed on at once to
+// agent.Request.Stream (when the device listed "stream"; the router
+// coalesces them), so the text appears on the device while the agent
+// works. The agent ends with a message frame carrying the whole text
+// (then the deltas were a preview of it and are not repeated), or with
+// none: then the deltas' concatenation is the reply's message. What is
+// streamed stays a prefix of that text: leading newlines are not streamed
+// and trailing white space waits for the text after it. A delta frame
+// whose "text" is missing, null or not a string is dropped with a log
+// line and an "agent_bad_frame" event saying so; the run goes on. An
+// agent that prints no delta frames behaves exactly as before.
+//
+// The run ends with one agent.Result: the message frames' texts (or the
+// deltas' text when there are none) and the plain text, joined by blank
+// lines, then the error frames' texts, then "STDERR: ..." (the first 64
+// KiB) and "(exit code N)" when there are any.
 // Timeouts, cancellation, Close, an over-long line and too much output kill
 // the whole process group with SIGKILL, so grandchildren die too. After the
 // agent exits, processes it left behind get a short grace (KillGrace) to

@@ -12,15 +12,23 @@ const (
 	FrameProgress = "progress"
 	FrameError    = "error"
 	FrameLog      = "log"
+	// FrameDelta is termlink's extension {"type":"delta","text":"..."}:
+	// a piece of the reply as the agent writes it, streamed to devices
+	// that listed "stream" (see the package doc).
+	FrameDelta = "delta"
 )
 
 // Frame is one JSONL line a rich-mode agent writes to stdout.
 type Frame struct {
-	Type  string   `json:"type"`            // FrameMessage, FrameProgress, FrameError or FrameLog
+	Type  string   `json:"type"`            // FrameMessage, FrameProgress, FrameError, FrameLog or FrameDelta
 	Text  string   `json:"text"`            // every type
 	Media []string `json:"media,omitempty"` // message: files to attach
 	Code  string   `json:"code,omitempty"`  // error: machine-readable code
 	Level string   `json:"level,omitempty"` // log: "debug" (default), "info", "warning", "error"
+	// Problem says why a delta frame cannot be used (its "text" is
+	// missing, null or not a string); Text is then empty. The runner
+	// logs it and drops the frame.
+	Problem string `json:"-"`
 }
 
 // ParseFrame parses one stdout line (with or without its line ending). It
@@ -35,6 +43,11 @@ type Frame struct {
 // ("" when it is not a string), for which Known is false: callers drop
 // it, as nanobot does, rather than show raw JSON. Keys are matched exactly
 // (case-sensitive); unknown keys are ignored; null counts as absent.
+//
+// A "delta" frame (termlink's extension) must carry its text as a string:
+// one whose "text" is missing, null or of another JSON type is returned
+// with Problem saying so and no Text (a piece of a reply cannot be
+// guessed; the frame is dropped, the run goes on).
 func ParseFrame(line []byte) (Frame, bool) {
 	line = bytes.TrimSpace(line)
 	if len(line) < 2 || line[0] != '{' {
@@ -55,6 +68,10 @@ func ParseFrame(line []byte) (Frame, bool) {
 	if !f.Known() {
 		return Frame{Type: f.Type}, true
 	}
+	if f.Type == FrameDelta {
+		f.Problem = deltaText(raw["text"], &f.Text)
+		return f, true
+	}
 	ok := true
 	if !field(raw, "text", &f.Text) {
 		f.Text = compactJSON(raw["text"])
@@ -73,10 +90,25 @@ func ParseFrame(line []byte) (Frame, bool) {
 	return f, true
 }
 
-// Known tells whether f is of one of the spec's four frame types.
+// deltaText decodes a delta frame's "text" into text, or says what is
+// wrong with it.
+func deltaText(raw json.RawMessage, text *string) string {
+	v := bytes.TrimSpace(raw)
+	if len(v) == 0 || string(v) == "null" {
+		return `delta frame without "text"`
+	}
+	if v[0] != '"' || json.Unmarshal(v, text) != nil {
+		*text = ""
+		return `delta frame whose "text" is not a string: ` + preview(compactJSON(v))
+	}
+	return ""
+}
+
+// Known tells whether f is of one of the spec's four frame types or
+// termlink's delta.
 func (f Frame) Known() bool {
 	switch f.Type {
-	case FrameMessage, FrameProgress, FrameError, FrameLog:
+	case FrameMessage, FrameProgress, FrameError, FrameLog, FrameDelta:
 		return true
 	}
 	return false

@@ -3,6 +3,7 @@ package terminal
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -41,6 +42,17 @@ func TestParseFrame(t *testing.T) {
 		{`{"type":"message","text": {"a" : [1, 2]}}`, Frame{Type: "message", Text: `{"a":[1,2]}`}, true},
 		{`{"type":"error","text":404,"code":"x"}`, Frame{Type: "error", Text: "404", Code: "x"}, true},
 		{`{"type":"message","text":5,"media":7}`, Frame{}, false},
+		// termlink's delta: the text must be a string.
+		{`{"type":"delta","text":"Hel"}`, Frame{Type: "delta", Text: "Hel"}, true},
+		{`{"type":"delta","text":""}`, Frame{Type: "delta"}, true},
+		{`{"type":"delta","text":" \n","media":5,"code":1}`, Frame{Type: "delta", Text: " \n"}, true},
+		{`{"type":"delta"}`, Frame{Type: "delta", Problem: `delta frame without "text"`}, true},
+		{`{"type":"delta","text":null}`, Frame{Type: "delta", Problem: `delta frame without "text"`}, true},
+		{`{"type":"delta","text":5}`, Frame{Type: "delta", Problem: `delta frame whose "text" is not a string: 5`}, true},
+		{`{"type":"delta","text":false}`, Frame{Type: "delta", Problem: `delta frame whose "text" is not a string: false`}, true},
+		{`{"type":"delta","text":["a"]}`, Frame{Type: "delta", Problem: `delta frame whose "text" is not a string: ["a"]`}, true},
+		{`{"type":"delta","text":{"t":"a"}}`, Frame{Type: "delta", Problem: `delta frame whose "text" is not a string: {"t":"a"}`}, true},
+		{`{"type":"Delta","text":"x"}`, Frame{Type: "Delta"}, true},
 		// Not frames: plain text.
 		{``, Frame{}, false},
 		{`hello`, Frame{}, false},
@@ -80,6 +92,10 @@ func FuzzParseFrame(f *testing.F) {
 		`{"type":"message","text":"a","type":"error"}`,
 		"{\"type\":\"message\",\"text\":{\"a\":\"\xff\"}}",
 		`{"type":"message","text":[1, 2.50, true]}`,
+		`{"type":"delta","text":"Hel"}`,
+		`{"type":"delta"}`,
+		`{"type":"delta","text":5}`,
+		"{\"type\":\"delta\",\"text\":\"\xff\"}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -93,6 +109,15 @@ func FuzzParseFrame(f *testing.F) {
 		}
 		if !fr.Known() && !reflect.DeepEqual(fr, Frame{Type: fr.Type}) {
 			t.Fatalf("frame of unknown type %q kept fields: %+v", fr.Type, fr)
+		}
+		if fr.Type == FrameDelta && (fr.Media != nil || fr.Code != "" || fr.Level != "") {
+			t.Fatalf("delta frame with fields beyond its text: %+v", fr)
+		}
+		if fr.Problem != "" {
+			if fr.Type != FrameDelta || fr.Text != "" || !strings.HasPrefix(fr.Problem, "delta frame ") {
+				t.Fatalf("frame with a problem: %+v", fr)
+			}
+			return
 		}
 		if !utf8.ValidString(fr.Type) {
 			t.Fatalf("invalid UTF-8 type %q", fr.Type)

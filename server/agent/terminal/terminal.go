@@ -229,7 +229,7 @@ func (r *Runner) Run(ctx context.Context, req agent.Request, progress agent.Prog
 		progress = c.Progress
 	}
 	s := &runState{r: r, log: log, req: req, progress: progress, workspace: ws, payload: payload,
-		mediaSeen: map[string]bool{}}
+		mediaSeen: map[string]bool{}, stream: streamText{out: req.Stream}}
 	return s.run(ctx)
 }
 
@@ -258,6 +258,8 @@ type runState struct {
 	// stdout
 	outBytes  int64
 	messages  []string
+	deltas    strings.Builder // the delta frames' texts
+	stream    streamText
 	plain     bytes.Buffer
 	errs      []Frame
 	media     []string
@@ -543,6 +545,16 @@ func (s *runState) handleLine(line []byte) {
 		}
 	case FrameLog:
 		s.log.Log(context.Background(), logLevel(f.Level), "agent log", "text", f.Text)
+	case FrameDelta:
+		if f.Problem != "" {
+			s.log.Warn("agent frame dropped: "+f.Problem, "line", preview(string(line)))
+			if s.req.Event != nil {
+				s.req.Event("agent_bad_frame", f.Problem)
+			}
+			return
+		}
+		s.deltas.WriteString(f.Text)
+		s.stream.write(f.Text)
 	case FrameNotice:
 		s.pushNotice(line)
 	default:
@@ -599,6 +611,11 @@ func (s *runState) result(ended string, ps *os.ProcessState) agent.Result {
 	}
 	for _, m := range s.messages {
 		add(m)
+	}
+	if len(s.messages) == 0 {
+		// The deltas are the message; with message frames, those are the
+		// whole reply and the deltas were a preview of it.
+		add(s.deltas.String())
 	}
 	if s.failure == "" {
 		plain := cleanText(s.plain.String())
@@ -667,6 +684,40 @@ func (s *runState) result(ended string, ps *os.ProcessState) agent.Result {
 	return agent.Result{Text: text, FinishReason: finish, Media: s.media}
 }
 
+// streamText passes the delta frames' texts on to Request.Stream (out;
+// nil: nothing is streamed) so that what it passed stays a prefix of the
+// deltas' text as the reply shows it (cleanText): newlines before the
+// first other character are dropped, and trailing white space is held
+// back until more text follows it.
+type streamText struct {
+	out     func(chunk string)
+	started bool
+	held    []byte // white space not passed on yet
+}
+
+func (w *streamText) write(chunk string) {
+	if w.out == nil {
+		return
+	}
+	if !w.started {
+		chunk = strings.TrimLeft(chunk, "\r\n")
+		if chunk == "" {
+			return
+		}
+		w.started = true
+	}
+	body := strings.TrimRight(chunk, trailingSpace)
+	if body == "" {
+		w.held = append(w.held, chunk...)
+		return
+	}
+	w.out(string(w.held) + body)
+	w.held = append(w.held[:0], chunk[len(body):]...)
+}
+
+// trailingSpace is what cleanText trims from the end of a text.
+const trailingSpace = " \t\r\n"
+
 // missingCommand names the command the shell did not find, from its
 // message ("sh: 1: foo: not found", "sh: foo: command not found"), or
 // else the configured command.
@@ -698,7 +749,7 @@ func paragraph(text, p string) string {
 // trailing white space.
 func cleanText(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.TrimRight(s, " \t\r\n")
+	s = strings.TrimRight(s, trailingSpace)
 	return strings.TrimLeft(s, "\r\n")
 }
 

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func frames(t *testing.T, out string) []map[string]any {
@@ -24,17 +25,16 @@ func frames(t *testing.T, out string) []map[string]any {
 func TestRun(t *testing.T) {
 	t.Setenv("ECHOAGENT_TEST_VAR", "v1")
 	tests := []struct {
-		text     string
-		progress bool
-		plain    bool
-		code     int
-		want     []map[string]any
-		stderr   string
+		text   string
+		opt    options
+		code   int
+		want   []map[string]any
+		stderr string
 	}{
 		{text: "hello 'there'", want: []map[string]any{{"type": "message", "text": "You said: hello 'there'"}}},
-		{text: "hi", progress: true, want: []map[string]any{
+		{text: "hi", opt: options{progress: true}, want: []map[string]any{
 			{"type": "progress", "text": "thinking"}, {"type": "message", "text": "You said: hi"}}},
-		{text: "hi", plain: true, want: []map[string]any{{"plain": "You said: hi"}}},
+		{text: "hi", opt: options{plain: true}, want: []map[string]any{{"plain": "You said: hi"}}},
 		{text: "/error", code: 1, want: []map[string]any{{"type": "error", "text": "requested error", "code": "ECHO_ERROR"}}},
 		{text: "/exit 7", code: 7, stderr: "exiting with 7\n"},
 		{text: "/media /a.png /b.pdf", want: []map[string]any{
@@ -48,12 +48,27 @@ func TestRun(t *testing.T) {
 			{"type": "message", "text": "wrote 100 bytes to stderr"}}},
 		{text: "/sleep 0.01", want: []map[string]any{
 			{"type": "progress", "text": "sleeping"}, {"type": "message", "text": "slept 0.01 s"}}},
+		{text: "/stream 3 1", want: []map[string]any{
+			{"type": "delta", "text": "w1"}, {"type": "delta", "text": " w2"}, {"type": "delta", "text": " w3"},
+			{"type": "message", "text": "w1 w2 w3"}}},
+		{text: "/stream-only 2 0", want: []map[string]any{{"type": "delta", "text": "w1"}, {"type": "delta", "text": " w2"}}},
+		{text: "/bad-delta", want: []map[string]any{{"type": "delta"}, {"type": "delta", "text": 5.0},
+			{"type": "delta", "text": "still "}, {"type": "message", "text": "still here"}}},
+		{text: "a b", opt: options{stream: true}, want: []map[string]any{
+			{"type": "delta", "text": "You "}, {"type": "delta", "text": "said: "}, {"type": "delta", "text": "a "},
+			{"type": "delta", "text": "b"}, {"type": "message", "text": "You said: a b"}}},
+		{text: "x", opt: options{stream: true, streamChunks: 3}, want: []map[string]any{
+			{"type": "delta", "text": "a"}, {"type": "delta", "text": "b"}, {"type": "delta", "text": "c"},
+			{"type": "message", "text": "abc"}}},
+		{text: "y", opt: options{streamChunks: 2, chunkDelay: time.Millisecond}, want: []map[string]any{
+			{"type": "delta", "text": "a"}, {"type": "delta", "text": "b"}, {"type": "message", "text": "ab"}}},
+		{text: "/multi 1", opt: options{stream: true}, want: []map[string]any{{"type": "message", "text": "part 1"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.text, func(t *testing.T) {
 			env, _ := json.Marshal(map[string]any{"version": 1, "text": tt.text})
 			var stdout, stderr bytes.Buffer
-			code := run(bytes.NewReader(append(env, '\n')), &stdout, &stderr, tt.progress, tt.plain)
+			code := run(bytes.NewReader(append(env, '\n')), &stdout, &stderr, tt.opt)
 			if code != tt.code {
 				t.Errorf("exit code %d, want %d", code, tt.code)
 			}
@@ -72,7 +87,7 @@ func TestRun(t *testing.T) {
 func TestRunEnvelopeAndBadInput(t *testing.T) {
 	env := `{"version":1,"text":"/envelope","chat_id":"c"}` + "\n"
 	var stdout, stderr bytes.Buffer
-	if code := run(strings.NewReader(env), &stdout, &stderr, false, false); code != 0 {
+	if code := run(strings.NewReader(env), &stdout, &stderr, options{}); code != 0 {
 		t.Fatalf("exit %d, stderr %s", code, stderr.String())
 	}
 	fs := frames(t, stdout.String())
@@ -80,7 +95,7 @@ func TestRunEnvelopeAndBadInput(t *testing.T) {
 		t.Fatalf("envelope reply %v", fs)
 	}
 	stdout.Reset()
-	if code := run(strings.NewReader("not json\n"), &stdout, &stderr, false, false); code != 2 || stdout.Len() != 0 {
+	if code := run(strings.NewReader("not json\n"), &stdout, &stderr, options{}); code != 2 || stdout.Len() != 0 {
 		t.Fatalf("bad envelope: exit %d, stdout %q", code, stdout.String())
 	}
 }

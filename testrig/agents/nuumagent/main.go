@@ -25,6 +25,18 @@
 //	/interrupted          system/interrupted and no result
 //	/pid                  answer "pid N" (the agent's process id)
 //	/exit N               exit with status N in the middle of the turn
+//	/stream N MS          N partial text deltas "w1", " w2", .. " wN", MS ms
+//	                      apart (interruptible), then the assistant text
+//	                      "w1 w2 .. wN" and a success result with it
+//	/stream-wait PATH     a partial delta "before ", then wait until the file
+//	                      PATH exists (interruptible), then "after"; the
+//	                      assistant text and result "before after"
+//
+// Partial deltas are Claude Code's --include-partial-messages frames:
+// {"type":"stream_event","event":{"type":"content_block_delta","index":0,
+// "delta":{"type":"text_delta","text":"..."}},...} between message_start,
+// content_block_start and content_block_stop events, followed by the
+// whole assistant message as usual.
 //
 // Test switches, as flags or in the environment:
 //
@@ -41,6 +53,22 @@
 //	                                                  interrupts ignored; messages arriving mid-turn
 //	                                                  answered as turns of their own
 //	--session-id ID     NUUMAGENT_SESSION_ID=ID       the session_id (default nuum_test_PID)
+//
+// Streaming switches (for other messages than the commands above):
+//
+//	--stream            NUUMAGENT_STREAM=1            stream the answer "You said: TEXT" word
+//	                                                  by word as partial deltas before its
+//	                                                  assistant frame
+//	--stream-delay D    NUUMAGENT_STREAM_DELAY=D      the time between two words (Go duration;
+//	                                                  default 50ms)
+//	--stream-chunks N   NUUMAGENT_STREAM_CHUNKS=N     answer with N one-character partial
+//	                                                  deltas ("a".."z" over and over) as fast as
+//	                                                  it writes, then the assistant frame and
+//	                                                  result with their concatenation (the
+//	                                                  coalescing benchmark); wins over --stream
+//	--stream-chunk-delay D  NUUMAGENT_STREAM_CHUNK_DELAY=D
+//	                                                  the time between two of those chunks
+//	                                                  (default 0: as fast as it writes)
 package main
 
 import (
@@ -69,6 +97,10 @@ type options struct {
 	noCancelResult bool
 	claude         bool
 	sessionID      string
+	stream         bool
+	streamDelay    time.Duration
+	streamChunks   int
+	chunkDelay     time.Duration
 }
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -80,6 +112,30 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 			return options{}, fmt.Errorf("NUUMAGENT_CRASH_AFTER: %v", err)
 		}
 		crash = n
+	}
+	delay := 50 * time.Millisecond
+	if v := getenv("NUUMAGENT_STREAM_DELAY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return options{}, fmt.Errorf("NUUMAGENT_STREAM_DELAY=%q: want a duration such as 50ms", v)
+		}
+		delay = d
+	}
+	chunks := 0
+	if v := getenv("NUUMAGENT_STREAM_CHUNKS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return options{}, fmt.Errorf("NUUMAGENT_STREAM_CHUNKS=%q: want a count", v)
+		}
+		chunks = n
+	}
+	var chunkDelay time.Duration
+	if v := getenv("NUUMAGENT_STREAM_CHUNK_DELAY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return options{}, fmt.Errorf("NUUMAGENT_STREAM_CHUNK_DELAY=%q: want a duration such as 1ms", v)
+		}
+		chunkDelay = d
 	}
 	sid := getenv("NUUMAGENT_SESSION_ID")
 	if sid == "" {
@@ -95,8 +151,15 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.BoolVar(&o.noCancelResult, "no-cancel-result", envBool("NUUMAGENT_NO_CANCEL_RESULT"), "on interrupt send system/interrupted only")
 	fs.BoolVar(&o.claude, "claude", envBool("NUUMAGENT_CLAUDE"), "speak Claude Code's stream-json subset only")
 	fs.StringVar(&o.sessionID, "session-id", sid, "session_id to report")
+	fs.BoolVar(&o.stream, "stream", envBool("NUUMAGENT_STREAM"), "stream the answer word by word as partial deltas")
+	fs.DurationVar(&o.streamDelay, "stream-delay", delay, "time between two streamed words")
+	fs.IntVar(&o.streamChunks, "stream-chunks", chunks, "answer with N one-character partial deltas, fast")
+	fs.DurationVar(&o.chunkDelay, "stream-chunk-delay", chunkDelay, "time between two --stream-chunks chunks")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
+	}
+	if o.streamDelay < 0 || o.streamChunks < 0 || o.chunkDelay < 0 {
+		return options{}, fmt.Errorf("--stream-delay, --stream-chunks and --stream-chunk-delay must not be negative")
 	}
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -367,7 +430,104 @@ func (a *nuumAgent) turn(ctx context.Context, ts *turnState, text string) {
 		case <-a.quit:
 		}
 		<-a.quit
+	case "/stream":
+		f := strings.Fields(arg)
+		n, ms := 0, 0
+		if len(f) > 0 {
+			n, _ = strconv.Atoi(f[0])
+		}
+		if len(f) > 1 {
+			ms, _ = strconv.Atoi(f[1])
+		}
+		pieces := make([]string, 0, n)
+		for i := 1; i <= n; i++ {
+			if i == 1 {
+				pieces = append(pieces, "w1")
+			} else {
+				pieces = append(pieces, fmt.Sprintf(" w%d", i))
+			}
+		}
+		end.replies = []string{strings.Join(pieces, "")}
+		if !a.streamPieces(ctx, pieces, time.Duration(ms)*time.Millisecond) {
+			end.replies, end.frames = nil, a.interruptedFrames()
+		}
+	case "/stream-wait":
+		end.replies = []string{"before after"}
+		a.partialStart()
+		a.partialDelta("before ")
+		for {
+			if _, err := os.Stat(arg); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				a.partialStop()
+				end.replies, end.frames = nil, a.interruptedFrames()
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		a.partialDelta("after")
+		a.partialStop()
+	default:
+		switch {
+		case a.opt.streamChunks > 0:
+			pieces := make([]string, a.opt.streamChunks)
+			for i := range pieces {
+				pieces[i] = string(rune('a' + i%26))
+			}
+			end.replies = []string{strings.Join(pieces, "")}
+			if !a.streamPieces(ctx, pieces, a.opt.chunkDelay) {
+				end.replies, end.frames = nil, a.interruptedFrames()
+			}
+		case a.opt.stream:
+			if !a.streamPieces(ctx, strings.SplitAfter(end.replies[0], " "), a.opt.streamDelay) {
+				end.replies, end.frames = nil, a.interruptedFrames()
+			}
+		}
 	}
+}
+
+// streamPieces writes pieces as the partial text deltas of one text block,
+// delay apart; false when the turn was interrupted meanwhile.
+func (a *nuumAgent) streamPieces(ctx context.Context, pieces []string, delay time.Duration) bool {
+	a.partialStart()
+	defer a.partialStop()
+	for i, p := range pieces {
+		if i > 0 && delay > 0 {
+			select {
+			case <-ctx.Done():
+				return false
+			case <-time.After(delay):
+			}
+		} else if ctx.Err() != nil {
+			return false
+		}
+		a.partialDelta(p)
+	}
+	return true
+}
+
+// Partial message frames (Claude Code's --include-partial-messages): the
+// start of a message and of its text block 0, a text delta, the block's
+// end.
+func (a *nuumAgent) partialStart() {
+	a.partial(map[string]any{"type": "message_start", "message": map[string]any{"role": "assistant", "content": []any{}, "model": "nuumagent-test"}})
+	a.partial(map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+}
+
+func (a *nuumAgent) partialDelta(text string) {
+	a.partial(map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": text}})
+}
+
+func (a *nuumAgent) partialStop() {
+	a.partial(map[string]any{"type": "content_block_stop", "index": 0})
+}
+
+func (a *nuumAgent) partial(event map[string]any) {
+	a.nextID++
+	a.emit(map[string]any{"type": "stream_event", "event": event, "session_id": a.opt.sessionID,
+		"parent_tool_use_id": nil, "uuid": fmt.Sprintf("ev-%d-%d", os.Getpid(), a.nextID)})
 }
 
 // absorb makes msg part of the turn's answer.

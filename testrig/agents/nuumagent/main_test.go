@@ -270,3 +270,69 @@ func TestSteps(t *testing.T) {
 		}
 	}
 }
+
+// partials returns the text deltas of the stream_event frames, checking
+// each is wrapped as Claude Code wraps it.
+func partials(t *testing.T, frames []map[string]any) []string {
+	t.Helper()
+	var out []string
+	for _, f := range frames {
+		if f["type"] != "stream_event" {
+			continue
+		}
+		if _, ok := f["uuid"].(string); !ok || f["parent_tool_use_id"] != nil {
+			t.Errorf("stream_event without its uuid or with a parent: %v", f)
+		}
+		ev := f["event"].(map[string]any)
+		if ev["type"] != "content_block_delta" {
+			continue
+		}
+		d := ev["delta"].(map[string]any)
+		if d["type"] != "text_delta" {
+			t.Errorf("delta %v", d)
+		}
+		out = append(out, d["text"].(string))
+	}
+	return out
+}
+
+// The streaming switches and commands send partial text deltas before
+// the assistant frame with the same text.
+func TestStreamModes(t *testing.T) {
+	for _, tt := range []struct {
+		args  []string
+		msg   string
+		delta []string
+		text  string
+	}{
+		{nil, "/stream 3 1", []string{"w1", " w2", " w3"}, "w1 w2 w3"},
+		{[]string{"--stream", "--stream-delay", "1ms"}, "a b", []string{"You ", "said: ", "a ", "b"}, "You said: a b"},
+		{[]string{"--stream", "--stream-chunks", "3", "--claude"}, "x", []string{"a", "b", "c"}, "abc"},
+		{[]string{"--stream-chunks", "2", "--stream-chunk-delay", "1ms"}, "x", []string{"a", "b"}, "ab"},
+		{[]string{"--stream"}, "/pid", nil, ""},
+		{nil, "plain", nil, "You said: plain"},
+	} {
+		s := start(t, tt.args...)
+		s.next()
+		s.user(tt.msg)
+		got := s.until("result", "")
+		if d := partials(t, got); !slices.Equal(d, tt.delta) {
+			t.Errorf("%v %s: deltas %q, want %q", tt.args, tt.msg, d, tt.delta)
+		}
+		if tt.text != "" {
+			if tx := texts(got); len(tx) != 1 || tx[0] != tt.text || got[len(got)-1]["result"] != tt.text {
+				t.Errorf("%v %s: texts %q, result %v; want %q", tt.args, tt.msg, tx, got[len(got)-1], tt.text)
+			}
+		}
+	}
+	var errs strings.Builder
+	env := func(k string) string {
+		if k == "NUUMAGENT_STREAM_CHUNKS" {
+			return "-1"
+		}
+		return ""
+	}
+	if code := run(nil, env, strings.NewReader(""), io.Discard, &errs); code != 2 {
+		t.Errorf("exit status %d for a bad NUUMAGENT_STREAM_CHUNKS", code)
+	}
+}
