@@ -11,13 +11,14 @@ import (
 	"termlink/display/hd44780"
 	"termlink/link"
 	"termlink/server/servertest"
+	"termlink/testrig/buildtest"
 	"termlink/testrig/lcdemu"
 )
 
 // acpServer is a real termserver whose channel runs the scripted ACP
 // agent (testrig/agents/acpagent), one process per session.
 func acpServer(t *testing.T) *servertest.Server {
-	return servertest.Start(t, servertest.WithACP(servertest.BuildAgent(t, "termlink/testrig/agents/acpagent")))
+	return servertest.Start(t, servertest.WithACP(buildtest.Command(t, "termlink/testrig/agents/acpagent")))
 }
 
 // words is "w0 w1 ... w(n-1)".

@@ -2,49 +2,21 @@ package server
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"termlink/link"
 	"termlink/server/config"
+	"termlink/testrig/buildtest"
 )
 
 // End to end with real agent processes: device -> WebSocket -> server ->
 // Terminal Protocol v1 runner -> subprocess -> back to the device.
 
-// built holds the example agents built for this test binary, by package.
-var built sync.Map // package path -> *builtAgent
-
-type builtAgent struct {
-	once sync.Once
-	path string
-	err  error
-	out  []byte
-}
-
 // buildAgent builds an example agent (e.g. termlink/testrig/agents/echoagent)
 // once per test binary and returns the binary's path.
-func buildAgent(t *testing.T, pkg string) string {
-	t.Helper()
-	v, _ := built.LoadOrStore(pkg, &builtAgent{})
-	b := v.(*builtAgent)
-	b.once.Do(func() {
-		dir, err := os.MkdirTemp("", "termlink-agent")
-		if err != nil {
-			b.err = err
-			return
-		}
-		b.path = filepath.Join(dir, filepath.Base(pkg))
-		b.out, b.err = exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput()
-	})
-	if b.err != nil {
-		t.Fatalf("building %s: %v\n%s", pkg, b.err, b.out)
-	}
-	return b.path
-}
+func buildAgent(t *testing.T, pkg string) string { return buildtest.Command(t, pkg) }
 
 func echoAgent(t *testing.T) string { return buildAgent(t, "termlink/testrig/agents/echoagent") }
 

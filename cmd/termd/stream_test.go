@@ -10,6 +10,7 @@ import (
 	"termlink/link"
 	"termlink/link/linktest"
 	"termlink/server/servertest"
+	"termlink/testrig/buildtest"
 	"termlink/testrig/tmuxtest"
 )
 
@@ -79,7 +80,7 @@ func TestTermdStreamsOnTheConsole(t *testing.T) {
 // grows on the console with the mark before the final reply, which then
 // stands whole without it.
 func TestTermdStreamsFromARealACPAgent(t *testing.T) {
-	srv := servertest.Start(t, servertest.WithACP(servertest.BuildAgent(t, "termlink/testrig/agents/acpagent")))
+	srv := servertest.Start(t, servertest.WithACP(buildtest.Command(t, "termlink/testrig/agents/acpagent")))
 	w := tmuxtest.Start(t, 100, 24, fmt.Sprintf("%s --server %s --board sim --state-dir %s", termdRun, srv.URL, t.TempDir()))
 	const wait = 30 * time.Second
 	w.WaitFor("online", wait)
