@@ -154,7 +154,7 @@ func (s *Store) serveList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Store) serveEvents(w http.ResponseWriter, r *http.Request) {
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"events": s.events.Recent(0)})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"events": s.events.Recent(256)})
 }
 
 func (s *Store) serveGet(w http.ResponseWriter, r *http.Request) {

@@ -367,15 +367,12 @@ func (s *Store) receive(ctx context.Context, path string, m *release.Manifest, b
 	defer f.Close()
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(fileWriter{f}, h), io.LimitReader(ctxReader{ctx, body}, m.Size+1))
+	var we *writeError
 	switch {
-	case err != nil && ctx.Err() != nil:
-		return refuse(400, "upload of %s for %s ended after %d of %d bytes: %v", m.Version, m.Platform, n, m.Size, ctx.Err())
+	case errors.As(err, &we):
+		return we.err
 	case err != nil:
-		var we *writeError
-		if errors.As(err, &we) {
-			return we.err
-		}
-		return refuse(400, "upload of %s for %s ended after %d of %d bytes (truncated): %v", m.Version, m.Platform, n, m.Size, err)
+		return refuse(400, "upload of %s for %s ended after %d of %d bytes (truncated, or the client went away): %v", m.Version, m.Platform, n, m.Size, err)
 	case n > m.Size:
 		return refuse(422, "the binary is longer than the %d bytes its manifest says", m.Size)
 	case n < m.Size:
