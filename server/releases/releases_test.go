@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"termlink/release"
 	"termlink/server/config"
@@ -488,4 +489,58 @@ func FuzzDecodeManifestHeader(f *testing.F) {
 			t.Fatalf("accepted %q: %+v", v, m)
 		}
 	})
+}
+
+// An upload may take longer than the server's whole-request read timeout
+// while it keeps moving (each read pushes the deadline Stall ahead); one
+// that stops moving for Stall ends, leaving nothing.
+func TestUploadStall(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Stall = 2 * time.Second })
+	mux := http.NewServeMux()
+	f.store.Routes(mux)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: mux, ReadTimeout: 300 * time.Millisecond} // as termserver's limits, shortened
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	send := func(m *release.Manifest, bin []byte, pieces int, gap time.Duration) (int, string) {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(time.Minute))
+		fmt.Fprintf(conn, "PUT %s HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\n%s: %s\r\nContent-Length: %d\r\n\r\n",
+			releasePath(m), BinaryContentType, ManifestHeader, manifestHeader(m), m.Size)
+		step := len(bin) / pieces
+		for i := 0; i < pieces; i++ {
+			if _, err := conn.Write(bin[i*step : (i+1)*step]); err != nil {
+				break
+			}
+			time.Sleep(gap)
+		}
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	bin, m := f.binary("5.0", "linux/amd64", 10<<10)
+	if code, body := send(m, bin, 10, 100*time.Millisecond); code != 201 {
+		t.Fatalf("slow upload (1 s, read timeout 300 ms): HTTP %d %s", code, body)
+	}
+	bin, m = f.binary("5.2", "linux/amd64", 10<<10)
+	code, body := send(m, bin[:len(bin)/2], 1, 0) // half of it, then nothing
+	if code != 400 || !strings.Contains(body, "ended after 5120 of 10240 bytes") {
+		t.Fatalf("stalled upload: HTTP %d %s", code, body)
+	}
+	if _, ok := f.store.Manifest("5.2", "linux/amd64"); ok {
+		t.Fatal("stalled upload stored")
+	}
+	if files, _ := os.ReadDir(filepath.Join(f.dir, incomingDir)); len(files) != 0 {
+		t.Fatalf("stalled upload left %v", files)
+	}
 }
