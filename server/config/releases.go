@@ -18,7 +18,7 @@ type Releases struct {
 	// uploads are stored unchecked (devices always check).
 	PublicKeyFile string
 	MaxBytes      int64 // all stored binaries together; default 1 GiB
-	MaxReleases   int   // stored releases (version x platform); default 64
+	MaxReleases   int   // stored releases (version x platform), 1..1000 (the list is one page); default 64
 }
 
 // releases decodes the "releases" block.
@@ -36,7 +36,7 @@ func (w *walker) releases(path string, n *node) Releases {
 		r.MaxBytes = int64(v)
 	}
 	if e, ok := f["maxReleases"]; ok {
-		r.MaxReleases, _ = w.integer(join(path, e.key), e.val, 1, 100000)
+		r.MaxReleases, _ = w.integer(join(path, e.key), e.val, 1, 1000) // the list is one page
 	}
 	return r
 }

@@ -23,6 +23,7 @@ func TestReleasesBlock(t *testing.T) {
 	for _, tc := range []struct{ body, want string }{
 		{`"releases": {"maxBytes": 1000}`, "releases.maxBytes"},
 		{`"releases": {"maxReleases": 0}`, "releases.maxReleases"},
+		{`"releases": {"maxReleases": 1001}`, "releases.maxReleases"},
 		{`"releases": {"publicKeyFile": ""}`, "releases.publicKeyFile"},
 		{`"releases": {"publicKey": "x"}`, "releases.publicKey"},
 		{`"releases": true`, "releases"},
