@@ -544,3 +544,49 @@ func TestUploadStall(t *testing.T) {
 		t.Fatalf("stalled upload left %v", files)
 	}
 }
+
+// A download may take longer than the server's write timeout while the
+// device keeps reading (each write pushes the deadline Stall ahead).
+func TestSlowDownload(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Stall = 5 * time.Second })
+	bin, m := f.binary("6.0", "linux/arm/6", 8<<20)
+	if r := f.upload(releasePath(m), m, bin, operatorSecret); r.status != 201 {
+		t.Fatalf("upload: HTTP %d %s", r.status, r.body)
+	}
+	mux := http.NewServeMux()
+	f.store.Routes(mux)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: mux, WriteTimeout: 300 * time.Millisecond} // as termserver's limits, shortened
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(32 << 10) // the kernel holds little: the server's writes wait for the reader
+	_ = conn.SetDeadline(time.Now().Add(time.Minute))
+	fmt.Fprintf(conn, "GET %s/binary HTTP/1.1\r\nHost: x\r\n\r\n", releasePath(m))
+	br := bufio.NewReaderSize(conn, 4096)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	buf := make([]byte, 256<<10)
+	start := time.Now()
+	for {
+		n, err := io.ReadFull(res.Body, buf)
+		got.Write(buf[:n])
+		if err != nil {
+			break
+		}
+		time.Sleep(30 * time.Millisecond) // about 8 MiB/s: 1 s for the binary
+	}
+	if !bytes.Equal(got.Bytes(), bin) {
+		t.Fatalf("slow download (%v, write timeout 300 ms): %d of %d bytes", time.Since(start), got.Len(), len(bin))
+	}
+}
