@@ -204,8 +204,12 @@ func TestBrowserSafeEveryWriteRoute(t *testing.T) {
 		} {
 			rq := tc.rq
 			rq.method, rq.path = method, path
-			if code, body := ts.send(t, operatorSecret, rq); code != tc.want {
-				t.Errorf("%s %s, %s: HTTP %d %s, want %d", method, path, tc.name, code, body, tc.want)
+			want := tc.want
+			if method == "PUT" && strings.HasPrefix(path, "/api/releases/") && tc.name == "duplicate key" {
+				want = 415 // a release upload takes application/octet-stream only (guard.Options.RawBodyRoute)
+			}
+			if code, body := ts.send(t, operatorSecret, rq); code != want {
+				t.Errorf("%s %s, %s: HTTP %d %s, want %d", method, path, tc.name, code, body, want)
 			}
 		}
 	}

@@ -26,8 +26,10 @@ type httpLimits struct {
 }
 
 // defaultHTTPLimits are what Serve uses. Every route answers from memory,
-// so a few seconds to write is plenty; an idle keep-alive connection holds
-// a file descriptor and is let go after a minute.
+// so a few seconds to write is plenty, but for a release's upload and
+// download (package releases), which push the connection's deadlines
+// ahead while the body moves; an idle keep-alive connection holds a file
+// descriptor and is let go after a minute.
 var defaultHTTPLimits = httpLimits{
 	ReadHeader: 10 * time.Second,
 	Read:       30 * time.Second,

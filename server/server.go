@@ -25,6 +25,7 @@ import (
 	"termlink/server/guard"
 	"termlink/server/identity"
 	"termlink/server/notices"
+	"termlink/server/releases"
 	"termlink/server/router"
 	"termlink/server/session"
 	"termlink/server/wal"
@@ -84,6 +85,8 @@ type Server struct {
 
 	tls   *serverTLS        // nil: plain HTTP (tls.go)
 	ident *identity.Service // device identity: bindings and enrollment routes (identity.go)
+
+	releases *releases.Store // signed termd releases (releases.go)
 }
 
 // New opens the workspace's write-ahead log (replaying what the session
@@ -218,8 +221,14 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 			}, wschannel.Options{WriteStall: opt.writeStall})
 		}
 	}
+	if s.releases, err = openReleases(cfg, opt.NoSync, log); err != nil {
+		s.closeRunners(built)
+		closeLogs()
+		_ = rt.fleet.close()
+		return nil, err
+	}
 	rt.notices.Start()
-	s.guard = guard.New(guard.Options{Admin: cfg.Admin, Listen: cfg.Listen, DeviceRoute: deviceOpen,
+	s.guard = guard.New(guard.Options{Admin: cfg.Admin, Listen: cfg.Listen, DeviceRoute: deviceOpen, RawBodyRoute: releases.RawBodyRoute,
 		MaxOperatorBody: notices.MaxBodyBytes, MaxDeviceBody: maxDeviceBody, Log: log})
 	s.mux = s.routes()
 	return s, nil

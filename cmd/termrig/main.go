@@ -59,6 +59,7 @@ func (a *app) subcommands() map[string]subcommand {
 		"link-test":       {"connect to a server: ping p50/p99, message round trip, token/TLS errors explained", a.linkTest},
 		"enroll-test":     {"enrollment by pairing code against a server: code, approval, token, a message", a.enrollTest},
 		"selftest":        {"every check that applies to a board, as a pass/fail table (--sim: no hardware)", a.selftest},
+		"release":         {"signed termd releases: keygen, sign, verify, upload, list, delete", a.release},
 		"cluster":         {"a local NATS JetStream cluster plus termserver edges and workers on loopback; prints their URLs", a.cluster},
 	}
 }

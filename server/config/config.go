@@ -61,6 +61,7 @@ type Config struct {
 	Discovery         Discovery          // mDNS/DNS-SD advertisement on the LAN; off by default
 	TLS               TLS                // serve https and wss:// (tls.go); zero: plain http and ws://
 	Cluster           Cluster            // NATS JetStream cluster (cluster.go); zero: the embedded single node
+	Releases          Releases           // the store of signed termd releases (releases.go)
 }
 
 // Channel is one channel devices connect to.
@@ -306,7 +307,7 @@ func Load(path string) (*Config, error) {
 		return nil, &Error{File: path, Path: "workspace", Msg: err.Error(), Err: err}
 	}
 	cfg.Workspace = ws
-	if errs := checkTLSFiles(cfg, filepath.Dir(path)); len(errs) > 0 {
+	if errs := append(checkTLSFiles(cfg, filepath.Dir(path)), checkReleaseKey(cfg, filepath.Dir(path))...); len(errs) > 0 {
 		for _, e := range errs {
 			e.File = path
 		}

@@ -45,5 +45,7 @@
 // "clientCA" (and "denyCerts", SHA-256 fingerprints of refused client
 // certificates) name files: Load resolves relative ones against the config
 // file's directory and refuses, with the key's path, one it cannot read or
-// parse. Parse checks their shape only.
+// parse. Parse checks their shape only. So does the "releases" block's
+// "publicKeyFile" (the release key uploads are checked against; its
+// "maxBytes" and "maxReleases" bound the store: releases.go).
 package config

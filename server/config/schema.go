@@ -14,7 +14,7 @@ import (
 // channels.x.config.enrollment").
 var schema = map[string][]string{
 	"": {"listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes",
-		"channels", "agents", "admin", "discovery", "tls", "cluster"},
+		"channels", "agents", "admin", "discovery", "tls", "cluster", "releases"},
 	"channels.*": {"enabled", "kind", "mode", "accountId", "displayName", "agent", "config"},
 	"channels.*.config": {"heartbeatSeconds", "maxMessageChars", "tokens", "sendQueue",
 		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds", "maxNoticesPerPeer",
@@ -31,6 +31,7 @@ var schema = map[string][]string{
 	"admin.tokens.[]": {"token", "role", "name"},
 	"discovery":       {"enabled", "instance", "interface"},
 	"tls":             {"certFile", "keyFile"},
+	"releases":        {"publicKeyFile", "maxBytes", "maxReleases"},
 	"cluster": {"nats", "role", "name", "partitions", "replicas", "credentials", "tls",
 		"ackWaitSeconds", "leaseSeconds", "duplicateWindowSeconds", "dedupeHours",
 		"historyMaxAgeDays", "historyMaxMegabytes", "consumerStuckSeconds"},

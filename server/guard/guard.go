@@ -30,6 +30,9 @@
 //     application/json (415): a page can send text/plain or a form to
 //     another origin without asking, never JSON. No route takes another
 //     type.
+//     The one exception is a route the server names in RawBodyRoute (a
+//     release upload): its writes say application/octet-stream, which a
+//     page cannot send to another origin without a preflight either.
 //   - One body policy (httpapi.StrictBody): every write's body is one JSON value
 //     in valid UTF-8 with no key twice in any object, as the device wire
 //     demands (link.Decode); else 400 naming the problem.
@@ -38,6 +41,7 @@ package guard
 import (
 	"fmt"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/netip"
@@ -62,6 +66,10 @@ type Options struct {
 	// DeviceRoute reports whether a route is a device's (no admin token:
 	// the device WebSocket and the enroll endpoints).
 	DeviceRoute func(pattern string) bool
+	// RawBodyRoute reports whether an operator route's writes take a
+	// binary body (Content-Type application/octet-stream, bounded and
+	// checked by the route itself: a release upload) instead of JSON.
+	RawBodyRoute func(pattern string) bool
 	// Bounds of a write's body as the guard reads it to check it: an
 	// operator's largest (a broadcast notice listing many peers), and a
 	// device's (enrollment's few fields; its routes refuse past their own).
@@ -79,6 +87,9 @@ func New(opt Options) *Guard {
 	}
 	if opt.DeviceRoute == nil {
 		opt.DeviceRoute = func(string) bool { return false }
+	}
+	if opt.RawBodyRoute == nil {
+		opt.RawBodyRoute = func(string) bool { return false }
 	}
 	return &Guard{opt: opt}
 }
@@ -99,7 +110,7 @@ func roleFor(method string) config.Role {
 // policy (400, 413), as the comment at the top of this file says.
 func (s *Guard) Wrap(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		kind := s.routeKindOf(mux, r)
+		kind, pattern := s.routeKindOf(mux, r)
 		if kind == operatorRoute || kind == consoleRoute {
 			if msg := s.checkHost(r); msg != "" {
 				httpapi.WriteError(w, http.StatusMisdirectedRequest, msg)
@@ -118,7 +129,12 @@ func (s *Guard) Wrap(mux *http.ServeMux) http.Handler {
 				return
 			}
 		}
-		if (kind == operatorRoute || kind == deviceRoute) && IsWrite(r.Method) {
+		if kind == operatorRoute && IsWrite(r.Method) && s.opt.RawBodyRoute(pattern) {
+			if msg := checkBinaryType(r); msg != "" {
+				httpapi.WriteError(w, http.StatusUnsupportedMediaType, msg)
+				return
+			}
+		} else if (kind == operatorRoute || kind == deviceRoute) && IsWrite(r.Method) {
 			if msg := httpapi.CheckContentType(r); msg != "" {
 				httpapi.WriteError(w, http.StatusUnsupportedMediaType, msg)
 				return
@@ -146,19 +162,31 @@ const (
 	operatorRoute                  // the rest of /api/: Host, Origin, token; writes: JSON
 )
 
-func (s *Guard) routeKindOf(mux *http.ServeMux, r *http.Request) routeKind {
+func (s *Guard) routeKindOf(mux *http.ServeMux, r *http.Request) (routeKind, string) {
 	switch p := r.URL.Path; {
 	case p == "/metrics":
-		return metricsRoute
+		return metricsRoute, ""
 	case strings.HasPrefix(p, "/api/"):
-		if _, pattern := mux.Handler(r); s.opt.DeviceRoute(pattern) { // the device WebSocket and enroll endpoints
-			return deviceRoute
+		_, pattern := mux.Handler(r)
+		if s.opt.DeviceRoute(pattern) { // the device WebSocket and enroll endpoints
+			return deviceRoute, pattern
 		}
-		return operatorRoute
+		return operatorRoute, pattern
 	case p == "/" || p == "/console" || strings.HasPrefix(p, "/console/"):
-		return consoleRoute
+		return consoleRoute, ""
 	}
-	return openRoute
+	return openRoute, ""
+}
+
+// checkBinaryType returns why a binary write's Content-Type is not
+// application/octet-stream, or "". Like JSON, that type is not one a page
+// of another origin may send without a CORS preflight.
+func checkBinaryType(r *http.Request) string {
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/octet-stream" {
+		return fmt.Sprintf("a %s to %s takes a binary body: it must say Content-Type: application/octet-stream, not %q", r.Method, r.URL.Path, httpapi.TruncateUTF8(ct, 100))
+	}
+	return ""
 }
 
 // RequireRole wraps h so it answers only callers holding at least role

@@ -1,0 +1,467 @@
+package main
+
+import (
+	"context"
+	"debug/buildinfo"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"termlink/link/enroll"
+	"termlink/release"
+)
+
+// The release commands (issue 28): the operator's side of signed termd
+// releases. keygen and sign run on the operator's machine, where
+// release.key stays; upload, list and delete talk to termserver's release
+// store (package server/releases) through its operator API.
+
+const releaseSynopsis = `<keygen|sign|verify|upload|list|delete> [flags] [args]
+
+  keygen --out DIR
+      writes DIR/release.key (0600; it never leaves this machine) and DIR/release.pub
+  sign --key DIR/release.key --version V --platform OS/ARCH[/VARIANT] BINARY
+      writes BINARY.release.json: version, platform, size, sha256, signature
+  verify --pub release.pub BINARY [MANIFEST]
+      checks the manifest's signature and the binary against it
+  upload --server URL [--admin-token-file F] BINARY [MANIFEST]
+      stores the release on termserver (PUT /api/releases/V/OS/ARCH[/VARIANT])
+  list --server URL [--admin-token-file F] [--version V]
+  delete --server URL [--admin-token-file F] --version V --platform P
+
+MANIFEST defaults to BINARY.release.json. Run 'termrig release <command> -h'
+for the flags of one.`
+
+func (a *app) release(ctx context.Context, args []string) error {
+	cmds := map[string]func(context.Context, []string) error{
+		"keygen": a.releaseKeygen, "sign": a.releaseSign, "verify": a.releaseVerify,
+		"upload": a.releaseUpload, "list": a.releaseList, "delete": a.releaseDelete,
+	}
+	if len(args) == 0 {
+		return usagef("which release command? keygen, sign, verify, upload, list or delete")
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintf(a.stdout, "Usage: termrig release %s\n", releaseSynopsis)
+		return flag.ErrHelp
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		return usagef("unknown release command %q: keygen, sign, verify, upload, list or delete", args[0])
+	}
+	return cmd(ctx, args[1:])
+}
+
+// parseArgs parses flags and positional arguments in any order (an
+// operator types "upload termd --server URL" as often as the reverse) and
+// checks the number of positional ones.
+func parseArgs(fs *flag.FlagSet, usage func(), args []string, min, max int, names string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				usage()
+				return nil, err
+			}
+			return nil, usageError{err}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		if args[0] == "--" {
+			pos = append(pos, args[1:]...)
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	switch {
+	case len(pos) < min:
+		return nil, usagef("missing %s", names)
+	case len(pos) > max:
+		return nil, usagef("unexpected argument %q (arguments: %s)", pos[max], names)
+	}
+	return pos, nil
+}
+
+func (a *app) releaseKeygen(_ context.Context, args []string) error {
+	fs, usage := a.newFlagSet("release keygen", "--out DIR\n\nWrites a new release key pair into DIR (made 0700 when new).")
+	out := fs.String("out", "", "`directory` for release.key and release.pub (required)")
+	if _, err := parseArgs(fs, usage, args, 0, 0, "nothing"); err != nil {
+		return err
+	}
+	if *out == "" {
+		return usagef("--out is required (the directory for release.key and release.pub)")
+	}
+	if _, err := release.GenerateKey(*out); err != nil {
+		return err
+	}
+	key, pub := filepath.Join(*out, release.PrivateKeyFile), filepath.Join(*out, release.PublicKeyFile)
+	fmt.Fprintf(a.stdout, "wrote %s (private, mode 0600): it signs releases and stays on this machine; keep a copy offline\n", key)
+	fmt.Fprintf(a.stdout, "wrote %s (public): termserver's releases.publicKeyFile, and the key each termd pins\n", pub)
+	return nil
+}
+
+func (a *app) releaseSign(_ context.Context, args []string) error {
+	fs, usage := a.newFlagSet("release sign", `--key DIR/release.key --version V --platform OS/ARCH[/VARIANT] BINARY
+
+Writes BINARY.release.json. A Go binary's build (GOOS, GOARCH, GOARM and a
+-X main.version stamp) must agree with --platform and --version.`)
+	keyFile := fs.String("key", "", "the private `key` file (termrig release keygen's release.key; required)")
+	ver := fs.String("version", "", "the release's `version` (required), as stamped with -ldflags \"-X main.version=V\"")
+	plat := fs.String("platform", "", "`os/arch[/variant]` the binary is built for (required): linux/arm/6, linux/arm64, linux/amd64")
+	pos, err := parseArgs(fs, usage, args, 1, 1, "BINARY")
+	if err != nil {
+		return err
+	}
+	switch {
+	case *keyFile == "":
+		return usagef("--key is required (release.key from termrig release keygen)")
+	case *ver == "":
+		return usagef("--version is required")
+	case *plat == "":
+		return usagef("--platform is required (e.g. linux/arm/6 for a Raspberry Pi Zero; this machine is %s)", release.CurrentPlatform())
+	}
+	if err := errors.Join(release.CheckVersion(*ver), release.CheckPlatform(*plat)); err != nil {
+		return usageError{err}
+	}
+	bin := pos[0]
+	if err := checkBuild(bin, *ver, *plat); err != nil {
+		return err
+	}
+	priv, err := release.LoadPrivateKey(*keyFile)
+	if err != nil {
+		return err
+	}
+	m, err := release.Sign(priv, *ver, *plat, bin)
+	if err != nil {
+		return err
+	}
+	out := bin + release.ManifestSuffix
+	tmp := out + ".tmp"
+	if err := os.WriteFile(tmp, m.Marshal(), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	fmt.Fprintf(a.stdout, "signed %s: version %s for %s, %d bytes, sha256 %s\nwrote %s\n", bin, m.Version, m.Platform, m.Size, m.SHA256, out)
+	return nil
+}
+
+var versionStampRE = regexp.MustCompile(`-X[ =]'?main\.version=([^ ']+)`)
+
+// checkBuild says what in a Go binary's build disagrees with the version
+// and platform it is about to be signed as. A file that is not a Go
+// binary is not checked.
+func checkBuild(path, version, platform string) error {
+	if _, err := os.Stat(path); err != nil {
+		return err
+	}
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return nil // not a Go binary (or stripped of its build info): the manifest says what the operator says
+	}
+	set := map[string]string{}
+	for _, s := range bi.Settings {
+		set[s.Key] = s.Value
+	}
+	built := set["GOOS"] + "/" + set["GOARCH"]
+	if set["GOARCH"] == "arm" {
+		v, _, _ := strings.Cut(set["GOARM"], ",")
+		if v == "" {
+			v = "7"
+		}
+		built += "/" + v
+	}
+	if set["GOOS"] != "" && built != platform {
+		return fmt.Errorf("%s is built for %s, not %s: sign it with --platform %s, or build it for %s", path, built, platform, built, platform)
+	}
+	if m := versionStampRE.FindStringSubmatch(set["-ldflags"]); m != nil && m[1] != version {
+		return fmt.Errorf("%s is stamped version %s (-X main.version), not %s: a device reports the stamp, so sign it as %s", path, m[1], version, m[1])
+	}
+	return nil
+}
+
+// readManifest reads and parses a manifest file.
+func readManifest(path string) (*release.Manifest, []byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("%s: no manifest (termrig release sign writes it beside the binary)", path)
+		}
+		return nil, nil, err
+	}
+	if len(b) > release.MaxManifestBytes {
+		return nil, nil, fmt.Errorf("%s: %d bytes, more than a manifest's %d", path, len(b), release.MaxManifestBytes)
+	}
+	m, err := release.ParseManifest(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, b, nil
+}
+
+// checkLocal checks binary against its manifest (size and sha256).
+func checkLocal(bin string, m *release.Manifest, manifestPath string) error {
+	f, err := os.Open(bin)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := m.CheckBinary(f); err != nil {
+		return fmt.Errorf("%s does not match %s: %w", bin, manifestPath, err)
+	}
+	return nil
+}
+
+func (a *app) releaseVerify(_ context.Context, args []string) error {
+	fs, usage := a.newFlagSet("release verify", "--pub release.pub BINARY [MANIFEST]\n\nChecks the manifest's signature against the public key, and the binary against the manifest, as a device does.")
+	pubFile := fs.String("pub", "", "the public `key` file (release.pub; required)")
+	pos, err := parseArgs(fs, usage, args, 1, 2, "BINARY [MANIFEST]")
+	if err != nil {
+		return err
+	}
+	if *pubFile == "" {
+		return usagef("--pub is required (release.pub from termrig release keygen)")
+	}
+	pub, err := release.LoadPublicKey(*pubFile)
+	if err != nil {
+		return err
+	}
+	bin, mpath := pos[0], pos[0]+release.ManifestSuffix
+	if len(pos) == 2 {
+		mpath = pos[1]
+	}
+	m, _, err := readManifest(mpath)
+	if err != nil {
+		return err
+	}
+	if err := m.Verify(pub); err != nil {
+		return fmt.Errorf("%s: %w (%s)", mpath, err, *pubFile)
+	}
+	if err := checkLocal(bin, m, mpath); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "OK %s: version %s for %s, %d bytes, sha256 %s, signed by the key in %s\n", bin, m.Version, m.Platform, m.Size, m.SHA256, *pubFile)
+	return nil
+}
+
+// apiClient talks to termserver's operator API.
+type apiClient struct {
+	base, token string
+	hc          *http.Client
+}
+
+func (a *app) serverFlags(fs *flag.FlagSet) (server, tokenFile *string) {
+	server = fs.String("server", "", "termserver's `URL` (required), e.g. http://127.0.0.1:8080")
+	tokenFile = fs.String("admin-token-file", "", "`file` holding an admin token (operator role to upload or delete); none: a loopback server without tokens")
+	return
+}
+
+func newAPIClient(server, tokenFile string) (*apiClient, error) {
+	if server == "" {
+		return nil, usagef("--server is required (e.g. --server http://127.0.0.1:8080)")
+	}
+	u, err := url.Parse(server)
+	if err != nil || u.Host == "" {
+		return nil, usagef("--server %q: want http://HOST:PORT or https://HOST:PORT", server)
+	}
+	switch u.Scheme {
+	case "http", "https":
+	case "ws":
+		u.Scheme = "http"
+	case "wss":
+		u.Scheme = "https"
+	default:
+		return nil, usagef("--server %q: want http://HOST:PORT or https://HOST:PORT", server)
+	}
+	c := &apiClient{base: u.Scheme + "://" + u.Host, hc: &http.Client{}}
+	if tokenFile != "" {
+		if c.token, err = enroll.ReadTokenFile(tokenFile); err != nil {
+			return nil, fmt.Errorf("--admin-token-file: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// do sends a request and returns the body of a 2xx answer, or an error
+// naming the status, the server's reason and what to do about a token.
+func (c *apiClient) do(req *http.Request, what string) ([]byte, error) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading the answer: %w", what, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return b, nil
+	}
+	msg := fmt.Sprintf("%s: HTTP %d %s", what, resp.StatusCode, apiError(b))
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized && c.token == "":
+		msg += " (the server has admin tokens: pass --admin-token-file)"
+	case resp.StatusCode == http.StatusUnauthorized:
+		msg += " (the server did not accept the token in --admin-token-file)"
+	case resp.StatusCode == http.StatusForbidden && c.token != "" && strings.Contains(msg, "role"):
+		msg += " (the token in --admin-token-file needs the operator role)"
+	case resp.StatusCode == http.StatusNotFound && strings.Contains(string(b), "404 page not found"):
+		msg += " (this server has no release store: an older termserver?)"
+	}
+	return nil, errors.New(msg)
+}
+
+func (a *app) releaseUpload(ctx context.Context, args []string) error {
+	fs, usage := a.newFlagSet("release upload", "--server URL [--admin-token-file F] BINARY [MANIFEST]\n\nStores a signed release on termserver. The binary is checked against its manifest here first.")
+	server, tokenFile := a.serverFlags(fs)
+	timeout := 30 * time.Minute
+	fs.Var(durationFlag{&timeout}, "timeout", "limit `D` for the upload")
+	pos, err := parseArgs(fs, usage, args, 1, 2, "BINARY [MANIFEST]")
+	if err != nil {
+		return err
+	}
+	c, err := newAPIClient(*server, *tokenFile)
+	if err != nil {
+		return err
+	}
+	bin, mpath := pos[0], pos[0]+release.ManifestSuffix
+	if len(pos) == 2 {
+		mpath = pos[1]
+	}
+	m, raw, err := readManifest(mpath)
+	if err != nil {
+		return err
+	}
+	if err := checkLocal(bin, m, mpath); err != nil {
+		return err
+	}
+	f, err := os.Open(bin)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+"/api/releases/"+m.Version+"/"+m.Platform, f)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = m.Size
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("X-Release-Manifest", base64.StdEncoding.EncodeToString(raw))
+	b, err := c.do(req, "uploading "+m.Version+" for "+m.Platform)
+	if err != nil {
+		return err
+	}
+	var e struct {
+		SignatureChecked bool `json:"signature_checked"`
+	}
+	_ = json.Unmarshal(b, &e)
+	checked := "the server has no release key: devices check the signature"
+	if e.SignatureChecked {
+		checked = "signature checked by the server"
+	}
+	fmt.Fprintf(a.stdout, "stored %s for %s on %s: %d bytes, sha256 %s (%s)\n", m.Version, m.Platform, c.base, m.Size, m.SHA256, checked)
+	return nil
+}
+
+func (a *app) releaseList(ctx context.Context, args []string) error {
+	fs, usage := a.newFlagSet("release list", "--server URL [--admin-token-file F] [--version V]\n\nLists the releases stored on termserver.")
+	server, tokenFile := a.serverFlags(fs)
+	ver := fs.String("version", "", "only `version` V")
+	if _, err := parseArgs(fs, usage, args, 0, 0, "nothing"); err != nil {
+		return err
+	}
+	c, err := newAPIClient(*server, *tokenFile)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	u := c.base + "/api/releases"
+	if *ver != "" {
+		u += "?version=" + url.QueryEscape(*ver)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	b, err := c.do(req, "listing releases")
+	if err != nil {
+		return err
+	}
+	var l struct {
+		Releases []struct {
+			Version, Platform, SHA256 string
+			Size                      int64
+			UploadedAt                time.Time `json:"uploaded_at"`
+			UploadedBy                string    `json:"uploaded_by"`
+		}
+		Bytes       int64 `json:"bytes"`
+		MaxBytes    int64 `json:"max_bytes"`
+		Count       int   `json:"count"`
+		MaxReleases int   `json:"max_releases"`
+	}
+	if err := json.Unmarshal(b, &l); err != nil {
+		return fmt.Errorf("listing releases: the answer is not the list expected: %v", err)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERSION\tPLATFORM\tSIZE\tSHA256\tUPLOADED\tBY")
+	for _, r := range l.Releases {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.Version, r.Platform, r.Size, r.SHA256[:min(16, len(r.SHA256))], r.UploadedAt.UTC().Format(time.RFC3339), r.UploadedBy)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(a.stdout, "%d of %d releases, %d of %d bytes\n", l.Count, l.MaxReleases, l.Bytes, l.MaxBytes)
+	return nil
+}
+
+func (a *app) releaseDelete(ctx context.Context, args []string) error {
+	fs, usage := a.newFlagSet("release delete", "--server URL [--admin-token-file F] --version V --platform P\n\nDeletes a release from termserver.")
+	server, tokenFile := a.serverFlags(fs)
+	ver := fs.String("version", "", "the release's `version` (required)")
+	plat := fs.String("platform", "", "its `platform` (required)")
+	if _, err := parseArgs(fs, usage, args, 0, 0, "nothing"); err != nil {
+		return err
+	}
+	if *ver == "" || *plat == "" {
+		return usagef("--version and --platform are required")
+	}
+	if err := errors.Join(release.CheckVersion(*ver), release.CheckPlatform(*plat)); err != nil {
+		return usageError{err}
+	}
+	c, err := newAPIClient(*server, *tokenFile)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.base+"/api/releases/"+*ver+"/"+*plat, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json") // the API's writes say JSON
+	if _, err := c.do(req, "deleting "+*ver+" for "+*plat); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "deleted %s for %s from %s\n", *ver, *plat, c.base)
+	return nil
+}

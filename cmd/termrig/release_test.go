@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"termlink/release"
+	"termlink/server/config"
+	"termlink/server/servertest"
+)
+
+// termrig runs one termrig command in this process.
+func termrig(ctx context.Context, args ...string) (status int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	status = run(ctx, args, &out, &errb)
+	return status, out.String(), errb.String()
+}
+
+// The operator's whole path with a real termd binary stamped with its
+// version and a real termserver holding the release key and admin
+// tokens: keygen, sign, verify, upload (refused without the operator's
+// token, and signed by another key), list, a resumed download, delete.
+func TestReleaseEndToEnd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "termd")
+	const ver = "1.2.3-test"
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "-ldflags", "-X main.version="+ver, "termlink/cmd/termd").CombinedOutput(); err != nil {
+		t.Fatalf("building termd: %v\n%s", err, out)
+	}
+	plat := release.CurrentPlatform()
+	keys := filepath.Join(dir, "keys")
+
+	st, out, errs := termrig(ctx, "release", "keygen", "--out", keys)
+	if st != 0 || !strings.Contains(out, "release.key (private, mode 0600): it signs releases and stays on this machine") {
+		t.Fatalf("keygen: exit %d\n%s%s", st, out, errs)
+	}
+	if fi, err := os.Stat(filepath.Join(keys, release.PrivateKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("release.key: %v %v", fi, err)
+	}
+	if st, _, errs = termrig(ctx, "release", "keygen", "--out", keys); st != 1 || !strings.Contains(errs, "never overwritten") {
+		t.Fatalf("second keygen: exit %d %s", st, errs)
+	}
+	pub := filepath.Join(keys, release.PublicKeyFile)
+
+	const opSecret, viewSecret = "operator-secret-token-0123456789", "viewer-secret-token-0123456789"
+	op, _ := config.NewAdminToken(opSecret, config.RoleOperator, "ops")
+	view, _ := config.NewAdminToken(viewSecret, config.RoleViewer, "vera")
+	srv := servertest.Start(t, func(c *config.Config) {
+		c.Admin.Tokens = []config.AdminToken{op, view}
+		c.Releases.PublicKeyFile = pub
+	})
+	server := "http://" + srv.Addr
+	opFile, viewFile := filepath.Join(dir, "op token"), filepath.Join(dir, "viewer token")
+	_ = os.WriteFile(opFile, []byte(opSecret+"\n"), 0o600)
+	_ = os.WriteFile(viewFile, []byte(viewSecret+"\n"), 0o600)
+
+	// Signed as another version than the stamp, or another platform: refused.
+	if st, _, errs = termrig(ctx, "release", "sign", "--key", filepath.Join(keys, "release.key"), "--version", "9.9", "--platform", plat, bin); st != 1 ||
+		!strings.Contains(errs, "is stamped version "+ver) {
+		t.Fatalf("sign as another version: exit %d %s", st, errs)
+	}
+	if st, _, errs = termrig(ctx, "release", "sign", "--key", filepath.Join(keys, "release.key"), "--version", ver, "--platform", "plan9/mips", bin); st != 1 ||
+		!strings.Contains(errs, "is built for "+plat+", not plan9/mips") {
+		t.Fatalf("sign as another platform: exit %d %s", st, errs)
+	}
+	st, out, errs = termrig(ctx, "release", "sign", "--key", filepath.Join(keys, "release.key"), "--version", ver, "--platform", plat, bin)
+	if st != 0 || !strings.Contains(out, "wrote "+bin+".release.json") {
+		t.Fatalf("sign: exit %d\n%s%s", st, out, errs)
+	}
+	if st, out, errs = termrig(ctx, "release", "verify", "--pub", pub, bin); st != 0 || !strings.HasPrefix(out, "OK "+bin+": version "+ver+" for "+plat) {
+		t.Fatalf("verify: exit %d\n%s%s", st, out, errs)
+	}
+
+	// Upload: no token, then a viewer's, are refused with what to do.
+	if st, _, errs = termrig(ctx, "release", "upload", "--server", server, bin); st != 1 || !strings.Contains(errs, "HTTP 401") || !strings.Contains(errs, "pass --admin-token-file") {
+		t.Fatalf("upload without a token: exit %d %s", st, errs)
+	}
+	if st, _, errs = termrig(ctx, "release", "upload", "--server", server, "--admin-token-file", viewFile, bin); st != 1 ||
+		!strings.Contains(errs, "HTTP 403") || !strings.Contains(errs, "needs the operator role") {
+		t.Fatalf("upload with a viewer token: exit %d %s", st, errs)
+	}
+	st, out, errs = termrig(ctx, "release", "upload", bin, "--server", server, "--admin-token-file", opFile)
+	if st != 0 || !strings.Contains(out, "stored "+ver+" for "+plat) || !strings.Contains(out, "signature checked by the server") {
+		t.Fatalf("upload: exit %d\n%s%s", st, out, errs)
+	}
+	st, out, errs = termrig(ctx, "release", "list", "--server", server, "--admin-token-file", viewFile)
+	if st != 0 || !strings.Contains(out, ver) || !strings.Contains(out, plat) || !strings.Contains(out, "1 of 64 releases") {
+		t.Fatalf("list: exit %d\n%s%s", st, out, errs)
+	}
+
+	// A binary signed by another key: the server refuses it, and verify
+	// against the pinned key fails as a device's check would.
+	other := filepath.Join(dir, "other")
+	if st, _, errs = termrig(ctx, "release", "keygen", "--out", other); st != 0 {
+		t.Fatalf("keygen: %s", errs)
+	}
+	bin2 := filepath.Join(dir, "termd-other")
+	data, _ := os.ReadFile(bin)
+	_ = os.WriteFile(bin2, data, 0o755)
+	if st, _, errs = termrig(ctx, "release", "sign", "--key", filepath.Join(other, "release.key"), "--version", ver+".1", "--platform", plat, bin2); st != 1 {
+		t.Fatalf("sign as another version: exit %d %s", st, errs) // the stamp says ver
+	}
+	if st, _, errs = termrig(ctx, "release", "sign", "--key", filepath.Join(other, "release.key"), "--version", ver, "--platform", plat, bin2); st != 0 {
+		t.Fatalf("sign with the other key: %s", errs)
+	}
+	if st, _, errs = termrig(ctx, "release", "verify", "--pub", pub, bin2); st != 1 || !strings.Contains(errs, "signature does not match") {
+		t.Fatalf("verify of another key's release: exit %d %s", st, errs)
+	}
+	if st, _, errs = termrig(ctx, "release", "delete", "--server", server, "--admin-token-file", opFile, "--version", ver, "--platform", plat); st != 0 {
+		t.Fatalf("delete: exit %d %s", st, errs)
+	}
+	if st, _, errs = termrig(ctx, "release", "upload", "--server", server, "--admin-token-file", opFile, bin2); st != 1 ||
+		!strings.Contains(errs, "HTTP 422") || !strings.Contains(errs, "signature does not match the release key") {
+		t.Fatalf("upload of another key's release: exit %d %s", st, errs)
+	}
+	// A binary changed after signing is caught before it is sent.
+	data[len(data)/2] ^= 1
+	_ = os.WriteFile(bin2, data, 0o755)
+	if st, _, errs = termrig(ctx, "release", "verify", "--pub", filepath.Join(other, "release.pub"), bin2); st != 1 || !strings.Contains(errs, "sha256") {
+		t.Fatalf("verify of a changed binary: exit %d %s", st, errs)
+	}
+	if st, _, errs = termrig(ctx, "release", "upload", "--server", server, "--admin-token-file", opFile, bin2); st != 1 || !strings.Contains(errs, "does not match") {
+		t.Fatalf("upload of a changed binary: exit %d %s", st, errs)
+	}
+
+	// Uploaded again, it downloads whole and resumed, byte for byte.
+	if st, out, errs = termrig(ctx, "release", "upload", "--server", server, "--admin-token-file", opFile, bin); st != 0 {
+		t.Fatalf("upload: exit %d %s%s", st, out, errs)
+	}
+	want, _ := os.ReadFile(bin)
+	req, _ := http.NewRequestWithContext(ctx, "GET", server+"/api/releases/"+ver+"/"+plat+"/binary", nil)
+	req.Header.Set("Authorization", "Bearer "+viewSecret)
+	req.Header.Set("Range", "bytes=1000000-")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusPartialContent || !bytes.Equal(got, want[1000000:]) {
+		t.Fatalf("resumed download: HTTP %d, %d bytes (want %d)", res.StatusCode, len(got), len(want)-1000000)
+	}
+	if st, out, errs = termrig(ctx, "release", "list", "--server", server, "--admin-token-file", viewFile, "--version", "0.0.1"); st != 0 || !strings.Contains(out, "1 of 64 releases") || strings.Contains(out, plat) {
+		t.Fatalf("list of another version: exit %d\n%s%s", st, out, errs)
+	}
+}
+
+// Every mistake in how a release command is called says what is wrong
+// (exit status 2).
+func TestReleaseUsage(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"release"}, "which release command?"},
+		{[]string{"release", "publish"}, `unknown release command "publish"`},
+		{[]string{"release", "keygen"}, "--out is required"},
+		{[]string{"release", "sign", "--version", "1", "--platform", "linux/arm/6", "b"}, "--key is required"},
+		{[]string{"release", "sign", "--key", "k", "--platform", "linux/arm/6", "b"}, "--version is required"},
+		{[]string{"release", "sign", "--key", "k", "--version", "1", "b"}, "--platform is required"},
+		{[]string{"release", "sign", "--key", "k", "--version", "1", "--platform", "linux", "b"}, `platform "linux"`},
+		{[]string{"release", "sign", "--key", "k", "--version", "-1", "--platform", "linux/arm64", "b"}, `version "-1"`},
+		{[]string{"release", "sign", "--key", "k", "--version", "1", "--platform", "linux/arm64"}, "missing BINARY"},
+		{[]string{"release", "verify", "b"}, "--pub is required"},
+		{[]string{"release", "upload", "b"}, "--server is required"},
+		{[]string{"release", "upload", "--server", "ftp://x", "b"}, "want http://HOST:PORT"},
+		{[]string{"release", "upload", "--server", "http://x", "b", "m", "extra"}, `unexpected argument "extra"`},
+		{[]string{"release", "list", "--server", "http://x", "stray"}, `unexpected argument "stray"`},
+		{[]string{"release", "delete", "--server", "http://x", "--version", "1"}, "--version and --platform are required"},
+	} {
+		st, _, errs := termrig(ctx, tc.args...)
+		if st != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("termrig %s: exit %d, stderr %q, want 2 and %q", strings.Join(tc.args, " "), st, errs, tc.want)
+		}
+	}
+	if st, out, _ := termrig(ctx, "release", "-h"); st != 0 || !strings.Contains(out, "keygen --out DIR") {
+		t.Errorf("release -h: exit %d %s", st, out)
+	}
+	// Files that are not there: exit 1 naming them.
+	dir := t.TempDir()
+	if st, _, errs := termrig(ctx, "release", "verify", "--pub", filepath.Join(dir, "nope.pub"), "b"); st != 1 || !strings.Contains(errs, "nope.pub") {
+		t.Errorf("missing key: exit %d %s", st, errs)
+	}
+	b := filepath.Join(dir, "b")
+	_ = os.WriteFile(b, []byte("not a go binary"), 0o644)
+	if st, _, errs := termrig(ctx, "release", "upload", "--server", "http://127.0.0.1:1", b); st != 1 || !strings.Contains(errs, "no manifest (termrig release sign writes it") {
+		t.Errorf("missing manifest: exit %d %s", st, errs)
+	}
+}

@@ -1,0 +1,240 @@
+package releases
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"time"
+
+	"termlink/release"
+	"termlink/server/httpapi"
+)
+
+// ManifestHeader carries an upload's manifest: the base64 (standard, with
+// padding) of the manifest file's bytes.
+const ManifestHeader = "X-Release-Manifest"
+
+// BinaryContentType is the Content-Type of an upload's body, the binary.
+const BinaryContentType = "application/octet-stream"
+
+// UploadPattern is the one route whose body is not JSON: the guard lets
+// it through with BinaryContentType (RawBodyRoute) and the route bounds
+// the body itself, by its manifest's size. A page of another origin
+// cannot send that type (nor the manifest header) without a CORS
+// preflight, which this server never grants.
+const UploadPattern = "PUT /api/releases/{version}/{platform...}"
+
+// RawBodyRoute reports whether a route's writes take a binary body (the
+// guard's option).
+func RawBodyRoute(pattern string) bool { return pattern == UploadPattern }
+
+// Routes registers the release routes:
+//
+//	PUT    /api/releases/{version}/{os}/{arch}[/{variant}]            upload (operator)
+//	GET    /api/releases[?version=V]                                  list
+//	GET    /api/releases/events                                       uploads and deletes
+//	GET    /api/releases/{version}/{os}/{arch}[/{variant}]/manifest   the manifest
+//	GET    /api/releases/{version}/{os}/{arch}[/{variant}]/binary     the binary (Range)
+//	DELETE /api/releases/{version}/{os}/{arch}[/{variant}]            delete (operator)
+func (s *Store) Routes(mux httpapi.Mux) {
+	mux.HandleFunc(UploadPattern, s.servePut)
+	mux.HandleFunc("GET /api/releases", s.serveList)
+	mux.HandleFunc("GET /api/releases/events", s.serveEvents)
+	mux.HandleFunc("GET /api/releases/{version}/{rest...}", s.serveGet)
+	mux.HandleFunc("DELETE /api/releases/{version}/{platform...}", s.serveDelete)
+}
+
+// ParsePath checks a release route's version and the rest of its path:
+// the platform, then (want true: a GET) "/manifest" or "/binary". It
+// returns the platform and that last part.
+func ParsePath(version, rest string, want bool) (platform, part string, err error) {
+	if err := release.CheckVersion(version); err != nil {
+		return "", "", err
+	}
+	platform = rest
+	if want {
+		i := strings.LastIndexByte(rest, '/')
+		if i < 0 || (rest[i+1:] != "manifest" && rest[i+1:] != "binary") {
+			return "", "", fmt.Errorf("path %q: want {os}/{arch}[/{variant}]/manifest or .../binary", httpapi.TruncateUTF8(rest, 100))
+		}
+		platform, part = rest[:i], rest[i+1:]
+	}
+	if err := release.CheckPlatform(platform); err != nil {
+		return "", "", err
+	}
+	return platform, part, nil
+}
+
+// DecodeManifestHeader decodes ManifestHeader's value into a checked
+// manifest (not its signature).
+func DecodeManifestHeader(v string) (*release.Manifest, error) {
+	if v == "" {
+		return nil, errors.New("no " + ManifestHeader + " header: an upload carries its manifest there (base64 of BINARY.release.json)")
+	}
+	if len(v) > base64.StdEncoding.EncodedLen(release.MaxManifestBytes) {
+		return nil, fmt.Errorf("%s: longer than a manifest's %d bytes", ManifestHeader, release.MaxManifestBytes)
+	}
+	b, err := base64.StdEncoding.DecodeString(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not base64: %v", ManifestHeader, err)
+	}
+	return release.ParseManifest(b)
+}
+
+// answer writes err: a refusal with its status, a full disk 507, anything
+// else 500.
+func answer(w http.ResponseWriter, err error) {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		httpapi.WriteError(w, e.Status, e.Msg)
+	case errors.Is(err, syscall.ENOSPC):
+		httpapi.WriteError(w, http.StatusInsufficientStorage, "the server's disk is full: "+err.Error())
+	default:
+		httpapi.WriteError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+func (s *Store) servePut(w http.ResponseWriter, r *http.Request) {
+	op := httpapi.OperatorOf(r).Name
+	if err := s.put(w, r, op); err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Status != http.StatusNotFound {
+			s.event(EventRefused, fmt.Sprintf("upload of %s %s by %s: %s", r.PathValue("version"), r.PathValue("platform"), op, e.Msg))
+		}
+		s.opt.Log.Warn("release upload refused", "path", r.URL.Path, "by", op, "err", err)
+		// The client may still be sending: closing the connection says
+		// "stop" without reading the rest of a refused binary.
+		w.Header().Set("Connection", "close")
+		answer(w, err)
+	}
+}
+
+func (s *Store) put(w http.ResponseWriter, r *http.Request, op string) error {
+	version := r.PathValue("version")
+	platform, _, err := ParsePath(version, r.PathValue("platform"), false)
+	if err != nil {
+		return refuse(400, "%v", err)
+	}
+	m, err := DecodeManifestHeader(r.Header.Get(ManifestHeader))
+	if err != nil {
+		return refuse(400, "%v", err)
+	}
+	if m.Version != version || m.Platform != platform {
+		return refuse(400, "the manifest is for %s %s, the path says %s %s", m.Version, m.Platform, version, platform)
+	}
+	if r.ContentLength >= 0 && r.ContentLength != m.Size {
+		return refuse(422, "the body is %d bytes, the manifest says the binary is %d", r.ContentLength, m.Size)
+	}
+	body := &stallReader{r: r.Body, rc: http.NewResponseController(w), stall: s.opt.Stall}
+	e, err := s.Put(r.Context(), m, body, op)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusCreated, e)
+	return nil
+}
+
+func (s *Store) serveList(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query().Get("version")
+	if v != "" {
+		if err := release.CheckVersion(v); err != nil {
+			httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	used, maxBytes, n, maxN := s.Usage()
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{
+		"releases": s.List(v), "bytes": used, "max_bytes": maxBytes, "count": n, "max_releases": maxN,
+		"signatures_checked": s.opt.PublicKey != nil,
+	})
+}
+
+func (s *Store) serveEvents(w http.ResponseWriter, r *http.Request) {
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"events": s.events.Recent(256)})
+}
+
+func (s *Store) serveGet(w http.ResponseWriter, r *http.Request) {
+	version := r.PathValue("version")
+	platform, part, err := ParsePath(version, r.PathValue("rest"), true)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if part == "manifest" {
+		m, ok := s.Manifest(version, platform)
+		if !ok {
+			answer(w, refuse(404, "no release %s for %s is stored", version, platform))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(m.Marshal())
+		return
+	}
+	f, e, err := s.OpenBinary(version, platform)
+	if err != nil {
+		answer(w, err)
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", BinaryContentType)
+	w.Header().Set("ETag", `"`+e.SHA256+`"`) // If-Range: a resumed download is of the same binary
+	w.Header().Set("X-Release-Sha256", e.SHA256)
+	w.Header().Set("X-Release-Version", e.Version)
+	w.Header().Set("X-Release-Platform", e.Platform)
+	sw := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: s.opt.Stall}
+	http.ServeContent(sw, r, "", e.UploadedAt, f)
+}
+
+func (s *Store) serveDelete(w http.ResponseWriter, r *http.Request) {
+	version := r.PathValue("version")
+	platform, _, err := ParsePath(version, r.PathValue("platform"), false)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := s.Delete(version, platform, httpapi.OperatorOf(r).Name); err != nil {
+		answer(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"deleted": map[string]string{"version": version, "platform": platform}})
+}
+
+// stallReader pushes the connection's read deadline stall ahead as the
+// body comes in, so an upload may take as long as it keeps moving (the
+// server's whole-request ReadTimeout would cut a large one on a slow
+// link) and a stalled one ends.
+type stallReader struct {
+	r     interface{ Read([]byte) (int, error) }
+	rc    *http.ResponseController
+	stall time.Duration
+	next  time.Time
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	if now := time.Now(); now.After(s.next) {
+		_ = s.rc.SetReadDeadline(now.Add(s.stall)) // unsupported (a test's recorder): the server's own timeout stays
+		s.next = now.Add(s.stall / 8)
+	}
+	return s.r.Read(p)
+}
+
+// stallWriter does for a download's writes what stallReader does for an
+// upload's reads.
+type stallWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	stall time.Duration
+	next  time.Time
+}
+
+func (s *stallWriter) Write(p []byte) (int, error) {
+	if now := time.Now(); now.After(s.next) {
+		_ = s.rc.SetWriteDeadline(now.Add(s.stall))
+		s.next = now.Add(s.stall / 8)
+	}
+	return s.ResponseWriter.Write(p)
+}
