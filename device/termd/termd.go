@@ -13,6 +13,7 @@ package termd
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,13 @@ type Config struct {
 	// show whole, not as the agent writes them (termd streams by
 	// default; --stream=false).
 	NoStream bool
+	// Healthy, when set, is called once, after the first heartbeat the
+	// server answers: the health gate of an update (package
+	// device/update's Worker.Healthy).
+	Healthy func()
+	// ReleaseKey is the pinned key of signed releases (nil: none); for
+	// the update frames (package device/update).
+	ReleaseKey ed25519.PublicKey
 }
 
 // Run runs termd until ctx ends (nil) or the user quits (nil), or
@@ -192,9 +200,17 @@ func (s *setup) run(ctx context.Context) error {
 			state.KeepPeerIDLater(hctx, cfg.StateDir, id, log)
 		}
 	}()
+	healthDone := make(chan struct{})
+	go func() {
+		defer close(healthDone)
+		if cfg.Healthy != nil {
+			afterFirstHeartbeat(hctx, client, cfg.Healthy)
+		}
+	}()
 	err = d.Run(ctx)
 	stopHW()
 	<-keepDone
+	<-healthDone
 	if herr := <-hwDone; herr != nil {
 		log.Warn("board", "err", herr)
 	}
@@ -203,6 +219,21 @@ func (s *setup) run(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// afterFirstHeartbeat calls healthy once the server has answered a
+// heartbeat (a pong), unless ctx ends first.
+func afterFirstHeartbeat(ctx context.Context, client *link.Client, healthy func()) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for client.Stats().Pongs == 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	healthy()
 }
 
 // serverURLs completes cfg.Server: the first channel URL, the others (the
