@@ -5,6 +5,15 @@
 //	termd --server URL [--board NAME | --board-file FILE] [--peer-id ID]
 //	      [--state-dir DIR] [--token-file FILE | --enroll] [--ca-file FILE] [--cert FILE --key FILE] [--device-name NAME]
 //	      [--tag KEY=VALUE]... [--idle-seconds N] [--idle-text TEXT] [--backlight-off-after N]
+//	      [--supervise [--update-gate DURATION]] [--release-key FILE]
+//
+// With --supervise termd runs as the supervisor of termd itself (its
+// child, the worker, with the same flags): a signed release the worker
+// downloads and stages runs on trial and replaces the binary only after
+// it has connected and completed its first heartbeat within
+// --update-gate; otherwise the supervisor runs the installed binary
+// again and records why (package device/update). --release-key pins the
+// release key (default: release.pub in the state dir, if there).
 //
 // Without a token (no --token-file, none kept in the state dir) and with
 // --enroll, termd shows a pairing code on its display for an operator to
@@ -33,7 +42,8 @@
 // sends READY, WATCHDOG and STOPPING; see termd.service.
 //
 // This command only parses the flags into a device/termd Config and calls
-// termd.Run; the state dir and the peer id are package device/state.
+// termd.Run (or update.Supervise); the state dir and the peer id are
+// package device/state.
 package main
 
 import (
