@@ -44,20 +44,22 @@ func TestMain(m *testing.M) {
 
 // build builds the package pkg (relative to this one) with main.version
 // set to version ("" none), once.
-func build(t testing.TB, pkg, version string) string {
+func build(t testing.TB, pkg, version string, env ...string) string {
 	t.Helper()
 	binMu.Lock()
 	defer binMu.Unlock()
-	key := pkg + "@" + version
+	key := pkg + "@" + version + strings.Join(env, ",")
 	if p, ok := binsOut[key]; ok {
 		return p
 	}
-	out := filepath.Join(binDir, strings.ReplaceAll(filepath.Base(pkg), "/", "_")+"-"+version)
+	out := filepath.Join(binDir, filepath.Base(pkg)+"-"+version+"-"+strconv.Itoa(len(binsOut)))
 	args := []string{"build", "-o", out}
 	if version != "" {
 		args = append(args, "-ldflags", "-X main.version="+version)
 	}
-	if b, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
+	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	binsOut[key] = out

@@ -290,7 +290,7 @@ func (s *supervisor) runWorker(ctx context.Context, trial *Pending) (again bool,
 				s.log.Warn("update: asked again while one is under way; ignored")
 			}
 		case <-gate:
-			s.stop(w, syscall.SIGKILL)
+			s.stop(w, syscall.SIGTERM)
 			s.fail(fmt.Sprintf("no first heartbeat within %ds of its start", trial.GateSeconds))
 			return true, nil
 		case <-w.exited:

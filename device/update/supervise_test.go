@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/release"
 	"termlink/server/config"
 	"termlink/server/servertest"
 )
@@ -26,6 +27,7 @@ type device struct {
 	srv             *servertest.Server
 	dir, exe, state string
 	files           *fileServer
+	emu, platform   string // the emulator the device runs under, its platform
 	mu              sync.Mutex
 	lines           []string
 	cmd             *exec.Cmd
@@ -40,7 +42,8 @@ func newDevice(t *testing.T, installed string) *device {
 		cfg.Channels["terminal-dev"] = ch
 	})
 	dir := t.TempDir()
-	d := &device{t: t, srv: srv, dir: dir, exe: filepath.Join(dir, "termd"), state: filepath.Join(dir, "state"), files: newFileServer(t)}
+	d := &device{t: t, srv: srv, dir: dir, exe: filepath.Join(dir, "termd"), state: filepath.Join(dir, "state"), files: newFileServer(t),
+		platform: release.CurrentPlatform()}
 	if err := copyFile(installed, d.exe); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +54,13 @@ func newDevice(t *testing.T, installed string) *device {
 // when the test ends).
 func (d *device) start(extra ...string) {
 	d.t.Helper()
-	d.cmd = exec.Command(d.exe, append([]string{"--supervise", "--server", d.srv.URL, "--state-dir", d.state}, extra...)...)
+	args := append([]string{"--supervise", "--server", d.srv.URL, "--state-dir", d.state}, extra...)
+	if d.emu != "" {
+		d.cmd = exec.Command(d.emu, append([]string{d.exe}, args...)...)
+		d.cmd.Env = append(os.Environ(), "TERMLINK_EMULATOR="+d.emu)
+	} else {
+		d.cmd = exec.Command(d.exe, args...)
+	}
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	d.cmd.Stderr = os.Stderr
 	out, err := d.cmd.StdoutPipe()
@@ -111,7 +120,10 @@ func (d *device) wait(from int, want string) int {
 // offer signs bin as version and has the worker apply it.
 func (d *device) offer(priv ed25519.PrivateKey, pubFile, version, bin string) {
 	d.t.Helper()
-	m := sign(d.t, priv, version, bin)
+	m, err := release.Sign(priv, version, d.platform, bin)
+	if err != nil {
+		d.t.Fatal(err)
+	}
 	mf := filepath.Join(d.t.TempDir(), "m.json")
 	os.WriteFile(mf, m.Marshal(), 0o644)
 	req, _ := json.Marshal(map[string]any{"url": d.files.serve(version, bin), "manifest": mf, "key": pubFile})
@@ -268,5 +280,42 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The ARMv6 build (a Pi Zero's) updated under qemu-user: v1 -> v2
+// through the supervisor, both ARM binaries; a release built for arm64
+// is refused as the wrong platform and v2 keeps running.
+func TestSuperviseARMv6(t *testing.T) {
+	emu, err := exec.LookPath("qemu-arm-static")
+	if err != nil {
+		if os.Getenv("CI_REQUIRE_TOOLS") != "" {
+			t.Fatal("qemu-arm-static is required")
+		}
+		t.Skip("no qemu-arm-static")
+	}
+	if testing.Short() {
+		t.Skip("slow: ARM builds under qemu")
+	}
+	arm := []string{"GOOS=linux", "GOARCH=arm", "GOARM=6", "CGO_ENABLED=0"}
+	_, priv, pubFile := newKey(t)
+	v1, v2 := build(t, "./testdata/worker", "v1.0.0", arm...), build(t, "./testdata/worker", "v1.1.0", arm...)
+	d := newDevice(t, v1)
+	d.emu, d.platform = emu, "linux/arm/6"
+	d.start("--gate", "60s")
+	n := d.wait(0, "healthy v1.0.0")
+	d.offer(priv, pubFile, "v1.1.0", v2)
+	n = d.wait(n, "apply: ok")
+	n = d.wait(n, "healthy v1.1.0")
+	d.waitServerVersion("v1.1.0")
+	waitFor(t, "v1.1.0 installed", func() bool { s := d.status(); return s.Pending == nil && s.Installed == "v1.1.0" })
+	if !sameFile(t, d.exe, v2) || !sameFile(t, d.exe+PrevSuffix, v1) {
+		t.Error("want v2 installed and v1 kept as .prev")
+	}
+	d.platform = "linux/arm64"
+	d.offer(priv, pubFile, "v1.2.0", build(t, "./testdata/worker", "v1.2.0", "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0"))
+	d.wait(n, "apply: "+ErrWrongPlatform.Error()+": linux/arm64, this is linux/arm/6")
+	if !sameFile(t, d.exe, v2) {
+		t.Error("the installed binary changed")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
@@ -48,7 +49,21 @@ func main() {
 	}
 	w := update.FromEnv()
 	if *supervise && w == nil {
-		err := update.Supervise(ctx, update.Config{Args: os.Args[1:], StateDir: *state, Gate: *gate, StopTimeout: 5 * time.Second})
+		cfg := update.Config{Args: os.Args[1:], StateDir: *state, Gate: *gate, StopTimeout: 5 * time.Second}
+		if emu := os.Getenv("TERMLINK_EMULATOR"); emu != "" {
+			// qemu-user does not follow an execve: the worker, an ARM
+			// binary, runs under the emulator too.
+			cfg.Command = func(name string, args ...string) *exec.Cmd {
+				return exec.Command(emu, append([]string{name}, args...)...)
+			}
+			exe, err := filepath.Abs(os.Args[0])
+			if err != nil {
+				fmt.Println("supervisor:", err)
+				os.Exit(1)
+			}
+			cfg.Exe = exe // os.Executable is the emulator's
+		}
+		err := update.Supervise(ctx, cfg)
 		if ee, ok := err.(*update.ExitError); ok {
 			os.Exit(ee.Code)
 		}
