@@ -128,8 +128,8 @@ func loadReleaseKey(uf updateFlags, stateDir string) (ed25519.PublicKey, error) 
 	path := uf.releaseKey
 	if !uf.keyGiven {
 		path = filepath.Join(stateDir, release.PublicKeyFile)
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			return nil, nil
+		if _, err := os.Stat(path); err != nil {
+			return nil, nil // none there (or a state dir that does not work: termd runs anyway)
 		}
 	}
 	key, err := release.LoadPublicKey(path)

@@ -49,6 +49,7 @@ func TestInstallKilledMidSwap(t *testing.T) {
 	if testing.Short() {
 		runs = 10
 	}
+	seenPrev := false
 	for i := range runs {
 		cmd := exec.Command(self, "-test.run=^$")
 		cmd.Env = append(os.Environ(), "UPDATE_SWAP_CHILD="+exe, "UPDATE_SWAP_A="+a, "UPDATE_SWAP_B="+b)
@@ -74,10 +75,11 @@ func TestInstallKilledMidSwap(t *testing.T) {
 			t.Fatalf("run %d: the child failed: %s", i, rest)
 		}
 		for _, p := range []string{exe, exe + PrevSuffix} {
-			if i == 0 && p != exe {
+			if p != exe && !seenPrev {
 				if _, err := os.Stat(p); err != nil {
-					continue // killed before the first swap kept one
+					continue // killed before any swap kept one
 				}
+				seenPrev = true // from now on it is always there
 			}
 			v, err := exec.Command(p, "--version").Output()
 			got := strings.TrimSpace(string(v))
