@@ -4,7 +4,8 @@
 // keeps the peer id in the state dir (device/state), connects a
 // link.Client and runs the device.Daemon on the board until ctx ends or
 // the user quits, telling systemd (Type=notify) READY, WATCHDOG and
-// STOPPING.
+// STOPPING, and (Config.Healthy) the update supervisor that its first
+// heartbeat was answered (package device/update).
 //
 // A state dir that cannot be written (disk full, read-only, a file in the
 // way) does not stop it: the display shows the problem, messages are kept

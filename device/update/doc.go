@@ -36,9 +36,9 @@
 //     supervisor installs it (Install: the installed binary is kept as
 //     EXE.prev, EXE.new is renamed over EXE with rename(2), the directory
 //     fsynced) and records the success. When it exits first, or Gate
-//     passes, the supervisor kills it, deletes EXE.new and starts EXE
-//     again — the binary that ran before — recording the failure
-//     (Status.LastFailure).
+//     passes (then it is stopped: SIGTERM, SIGKILL after StopTimeout),
+//     the supervisor deletes EXE.new and starts EXE again — the binary
+//     that ran before — recording the failure (Status.LastFailure).
 //
 // So EXE only ever holds a binary that has passed the gate (or the one
 // installed by hand): a kill -9 or a power cut at any moment leaves
