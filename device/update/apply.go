@@ -58,16 +58,17 @@ var (
 	ErrTooLarge      = errors.New("the server sends more than the manifest's size")
 	ErrChecksum      = errors.New("the downloaded binary is not the one the manifest describes")
 	ErrDiskFull      = errors.New("no space left for the release")
-	ErrBusy          = errors.New("an update is on trial already")
+	ErrBusy          = errors.New("an update is under way already")
 )
 
 // Worker is the worker's end of the pipe to its supervisor.
 type Worker struct {
 	Exe, StateDir string
 
-	mu      sync.Mutex
-	pipe    *os.File
-	healthy bool
+	mu       sync.Mutex
+	pipe     *os.File
+	healthy  bool
+	applying sync.Mutex // one Apply at a time
 }
 
 // FromEnv returns the supervisor's worker end from the environment and
@@ -154,6 +155,10 @@ func Apply(ctx context.Context, o Options) error {
 	case m == nil:
 		return errors.New("update: no manifest")
 	}
+	if !o.Worker.applying.TryLock() {
+		return fmt.Errorf("%w: another download is under way", ErrBusy)
+	}
+	defer o.Worker.applying.Unlock()
 	if p := release.CurrentPlatform(); m.Platform != p {
 		return fmt.Errorf("%w: %s, this is %s", ErrWrongPlatform, m.Platform, p)
 	}
@@ -171,7 +176,7 @@ func Apply(ctx context.Context, o Options) error {
 	}
 	st, err := ReadStatus(o.Worker.StateDir)
 	if err == nil && st.Pending != nil {
-		return fmt.Errorf("%w: %s", ErrBusy, st.Pending.Version)
+		return fmt.Errorf("%w: %s is on trial", ErrBusy, st.Pending.Version)
 	}
 	log := o.Logger
 	if log == nil {

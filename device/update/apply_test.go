@@ -164,6 +164,28 @@ func TestApplyRefuses(t *testing.T) {
 			t.Errorf("err = %v", err)
 		}
 	})
+	t.Run("another Apply under way", func(t *testing.T) {
+		f := newFixture(t, v1)
+		f.w.applying.Lock()
+		defer f.w.applying.Unlock()
+		err := Apply(context.Background(), Options{URL: url, Manifest: sign(t, priv, "v1.1.0", v2), Key: pub, Version: "v1.0.0", Worker: f.w})
+		if !errors.Is(err, ErrBusy) {
+			t.Errorf("err = %v", err)
+		}
+		f.untouched(t)
+	})
+	t.Run("a release on trial", func(t *testing.T) {
+		f := newFixture(t, v1)
+		st := &Status{Pending: &Pending{Version: "v1.0.5", SHA256: sum, Size: 1, GateSeconds: 60}}
+		if err := writeStatus(f.state, st); err != nil {
+			t.Fatal(err)
+		}
+		err := Apply(context.Background(), Options{URL: url, Manifest: sign(t, priv, "v1.1.0", v2), Key: pub, Version: "v1.0.0", Worker: f.w})
+		if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "v1.0.5 is on trial") {
+			t.Errorf("err = %v", err)
+		}
+		f.untouched(t)
+	})
 	t.Run("no key", func(t *testing.T) {
 		f := newFixture(t, v1)
 		err := Apply(context.Background(), Options{URL: url, Manifest: sign(t, priv, "v1.1.0", v2), Version: "v1.0.0", Worker: f.w})
