@@ -206,7 +206,9 @@ func TestSuperviseUpdateAndRollback(t *testing.T) {
 	d.offer(priv, pubFile, "v1.2.0", brokenBin(t))
 	n = d.wait(n, "apply: ok")
 	n = d.wait(n, "stopped v1.1.0")
+	stopped := time.Now()
 	n = d.wait(n, "healthy v1.1.0") // back by itself
+	t.Logf("rollback: %v from the old worker stopped to it healthy again (heartbeat 1s)", time.Since(stopped).Round(time.Millisecond))
 	d.waitServerVersion("v1.1.0")
 	s := d.status()
 	if f := s.LastFailure; f == nil || f.Version != "v1.2.0" || f.Reason != "it exited (status 3) before its first heartbeat" || s.Pending != nil {
