@@ -180,6 +180,7 @@ type ClientStats struct {
 	NoticeAcks       int64 // notice_ack frames written (first acks and re-acks)
 	Screens          int64 // screen frames written
 	ScreensCoalesced int64 // screens replaced by a newer one before they were sent
+	Pongs            int64 // pong frames received: heartbeats the server answered
 	Deltas           int64 // delta frames taken (each one an EventDelta, possibly coalesced)
 	DeltasIgnored    int64 // delta frames ignored: a gap, a duplicate, no such message waiting, after the final reply
 	QueuedEvents     int   // events waiting for the caller now
@@ -245,6 +246,7 @@ type Client struct {
 
 	dials, sessions, sent, resent, replies, dupReplies, busy atomic.Int64
 	deltas, deltasIgnored                                    atomic.Int64
+	pongs                                                    atomic.Int64
 }
 
 // outMsg is one message of the outbox; guarded by Client.mu.
@@ -536,7 +538,7 @@ func (c *Client) Stats() ClientStats {
 		Resent: c.resent.Load(), Replies: c.replies.Load(), DuplicateReplies: c.dupReplies.Load(),
 		Busy: c.busy.Load(), Pending: pending, Unconfirmed: unconf,
 		Notices: c.notices.Load(), NoticesExpired: c.noticesExpired.Load(), NoticesReacked: c.noticesReacked.Load(),
-		NoticeAcks: c.noticeAcks.Load(), Screens: c.screens.Load(), ScreensCoalesced: c.screensCoalesced.Load(),
+		Pongs: c.pongs.Load(), NoticeAcks: c.noticeAcks.Load(), Screens: c.screens.Load(), ScreensCoalesced: c.screensCoalesced.Load(),
 		Deltas: c.deltas.Load(), DeltasIgnored: c.deltasIgnored.Load(),
 		QueuedEvents: queued, MaxQueuedEvents: high, DroppedEvents: dropped}
 }

@@ -374,7 +374,9 @@ func (s *session) handle(f Frame) {
 		s.handleError(f)
 	case *Ping:
 		s.write(MustEncode(&Pong{}))
-	case *Pong, *Connected:
+	case *Pong:
+		c.pongs.Add(1)
+	case *Connected:
 	default:
 		c.emit(Event{Kind: EventError, Code: CodeBadFrame, Err: fmt.Errorf("server sent a %s frame", f.FrameType())})
 	}

@@ -5,6 +5,15 @@
 //	termd --server URL [--board NAME | --board-file FILE] [--peer-id ID]
 //	      [--state-dir DIR] [--token-file FILE | --enroll] [--ca-file FILE] [--cert FILE --key FILE] [--device-name NAME]
 //	      [--tag KEY=VALUE]... [--idle-seconds N] [--idle-text TEXT] [--backlight-off-after N]
+//	      [--supervise [--update-gate DURATION]] [--release-key FILE]
+//
+// With --supervise termd runs as the supervisor of termd itself (its
+// child, the worker, with the same flags): a signed release the worker
+// downloads and stages runs on trial and replaces the binary only after
+// it has connected and completed its first heartbeat within
+// --update-gate; otherwise the supervisor runs the installed binary
+// again and records why (package device/update). --release-key pins the
+// release key (default: release.pub in the state dir, if there).
 //
 // Without a token (no --token-file, none kept in the state dir) and with
 // --enroll, termd shows a pairing code on its display for an operator to
@@ -33,45 +42,106 @@
 // sends READY, WATCHDOG and STOPPING; see termd.service.
 //
 // This command only parses the flags into a device/termd Config and calls
-// termd.Run; the state dir and the peer id are package device/state.
+// termd.Run (or update.Supervise); the state dir and the peer id are
+// package device/state.
 package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"termlink/boards"
 	"termlink/device/state"
 	app "termlink/device/termd"
+	"termlink/device/update"
+	"termlink/release"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
+		var exit *update.ExitError
+		if errors.As(err, &exit) { // the worker said why
+			stop()
+			os.Exit(exit.Code)
+		}
 		fmt.Fprintln(os.Stderr, "termd:", err)
 		os.Exit(1)
 	}
 }
 
-// run parses the flags and runs termd (package device/termd).
+// updateFlags are the flags of self-update (package device/update).
+type updateFlags struct {
+	supervise  bool
+	gate       time.Duration
+	releaseKey string
+	keyGiven   bool
+}
+
+// run parses the flags and runs termd (package device/termd), or with
+// --supervise its supervisor (package device/update), which runs termd
+// again as its worker.
 func run(ctx context.Context, args []string) error {
-	cfg, done, err := parseFlags(args)
+	cfg, uf, done, err := parseFlags(args)
 	if done || err != nil {
+		return err
+	}
+	worker := update.FromEnv()
+	if uf.supervise && worker == nil {
+		var out io.Writer = os.Stderr
+		if cfg.LogFile != "" {
+			f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+			if err != nil {
+				return fmt.Errorf("--log-file: %w", err)
+			}
+			defer f.Close()
+			out = f
+		}
+		log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: cfg.LogLevel})).With("supervisor", true)
+		return update.Supervise(ctx, update.Config{Args: args, StateDir: cfg.StateDir, Gate: uf.gate, Logger: log})
+	}
+	if worker != nil {
+		cfg.Healthy = worker.Healthy
+	}
+	if cfg.ReleaseKey, err = loadReleaseKey(uf, cfg.StateDir); err != nil {
 		return err
 	}
 	return app.Run(ctx, cfg)
 }
 
+// loadReleaseKey reads the pinned release key: --release-key's file
+// (which must be there), else release.pub in the state dir (none: nil,
+// this termd does not update itself).
+func loadReleaseKey(uf updateFlags, stateDir string) (ed25519.PublicKey, error) {
+	path := uf.releaseKey
+	if !uf.keyGiven {
+		path = filepath.Join(stateDir, release.PublicKeyFile)
+		if _, err := os.Stat(path); err != nil {
+			return nil, nil // none there (or a state dir that does not work: termd runs anyway)
+		}
+	}
+	key, err := release.LoadPublicKey(path)
+	if err != nil {
+		return nil, fmt.Errorf("--release-key: %w", err)
+	}
+	return key, nil
+}
+
 // parseFlags turns the command line into a app.Config; done is true
 // when there is nothing to run (--help, --version).
-func parseFlags(args []string) (cfg app.Config, done bool, err error) {
+func parseFlags(args []string) (cfg app.Config, uf updateFlags, done bool, err error) {
 	fs := flag.NewFlagSet("termd", flag.ContinueOnError)
 	fs.Usage = func() { printUsage(fs) }
 	fs.StringVar(&cfg.Server, "server", "", "channel `URL`: ws://host:8080/api/channels/terminal-dev/ws (or http://host:8080), several comma-separated (the edges of a cluster: the next is dialled when one fails), or \"auto\": find it on the LAN (mDNS)")
@@ -96,21 +166,24 @@ func parseFlags(args []string) (cfg app.Config, done bool, err error) {
 	idleText := fs.String("idle-text", "", "`text` of the idle screen (default: the board's kiosk.idleText, else a clock)")
 	backlightOff := fs.Int("backlight-off-after", 0, "turn the LCD backlight off after `N` seconds without a key (0: never; default: the board's kiosk.backlightOffAfter)")
 	stream := fs.Bool("stream", true, "show an answer as the agent writes it, when the server streams (capability stream); --stream=false: whole answers only")
+	fs.BoolVar(&uf.supervise, "supervise", false, "run as the supervisor of termd, which updates itself with signed releases: a new release runs on trial and replaces this binary only once it has connected and completed its first heartbeat, else the previous one runs again (see termd.service)")
+	fs.DurationVar(&uf.gate, "update-gate", update.DefaultGate, "with --supervise: how long a new release has to connect and complete its first heartbeat (the health gate)")
+	fs.StringVar(&uf.releaseKey, "release-key", "", "PEM `file` of the public release key that signs termd releases (default: release.pub in the state dir; without one termd does not update itself)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		return cfg, true, nil // the usage is printed
+		return cfg, uf, true, nil // the usage is printed
 	} else if err != nil {
-		return cfg, false, err
+		return cfg, uf, false, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, false, fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
+		return cfg, uf, false, fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
 	}
 	if *showVersion {
 		fmt.Fprint(fs.Output(), versionText())
-		return cfg, true, nil
+		return cfg, uf, true, nil
 	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(*level)); err != nil {
-		return cfg, false, fmt.Errorf("--log-level %q: want debug, info, warn or error", *level)
+		return cfg, uf, false, fmt.Errorf("--log-level %q: want debug, info, warn or error", *level)
 	}
 	cfg.Board, cfg.Tags, cfg.Version, cfg.NoStream = *board, tags, termdVersion(), !*stream
 	// Flags given win over the board's defaults: --board's over
@@ -118,6 +191,10 @@ func parseFlags(args []string) (cfg app.Config, done bool, err error) {
 	// board's kiosk block.
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	uf.keyGiven = given["release-key"]
+	if uf.gate <= 0 {
+		return cfg, uf, false, fmt.Errorf("--update-gate %s: must be positive", uf.gate)
+	}
 	if cfg.BoardFile != "" && !given["board"] {
 		cfg.Board = ""
 	}
@@ -130,5 +207,5 @@ func parseFlags(args []string) (cfg app.Config, done bool, err error) {
 	if given["backlight-off-after"] {
 		cfg.BacklightOffAfter = backlightOff
 	}
-	return cfg, false, nil
+	return cfg, uf, false, nil
 }

@@ -4,7 +4,8 @@
 // keeps the peer id in the state dir (device/state), connects a
 // link.Client and runs the device.Daemon on the board until ctx ends or
 // the user quits, telling systemd (Type=notify) READY, WATCHDOG and
-// STOPPING.
+// STOPPING, and (Config.Healthy) the update supervisor that its first
+// heartbeat was answered (package device/update).
 //
 // A state dir that cannot be written (disk full, read-only, a file in the
 // way) does not stop it: the display shows the problem, messages are kept
@@ -13,6 +14,7 @@ package termd
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +68,13 @@ type Config struct {
 	// show whole, not as the agent writes them (termd streams by
 	// default; --stream=false).
 	NoStream bool
+	// Healthy, when set, is called once, after the first heartbeat the
+	// server answers: the health gate of an update (package
+	// device/update's Worker.Healthy).
+	Healthy func()
+	// ReleaseKey is the pinned key of signed releases (nil: none); for
+	// the update frames (package device/update).
+	ReleaseKey ed25519.PublicKey
 }
 
 // Run runs termd until ctx ends (nil) or the user quits (nil), or
@@ -192,9 +201,17 @@ func (s *setup) run(ctx context.Context) error {
 			state.KeepPeerIDLater(hctx, cfg.StateDir, id, log)
 		}
 	}()
+	healthDone := make(chan struct{})
+	go func() {
+		defer close(healthDone)
+		if cfg.Healthy != nil {
+			afterFirstHeartbeat(hctx, client, cfg.Healthy)
+		}
+	}()
 	err = d.Run(ctx)
 	stopHW()
 	<-keepDone
+	<-healthDone
 	if herr := <-hwDone; herr != nil {
 		log.Warn("board", "err", herr)
 	}
@@ -203,6 +220,21 @@ func (s *setup) run(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// afterFirstHeartbeat calls healthy once the server has answered a
+// heartbeat (a pong), unless ctx ends first.
+func afterFirstHeartbeat(ctx context.Context, client *link.Client, healthy func()) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for client.Stats().Pongs == 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	healthy()
 }
 
 // serverURLs completes cfg.Server: the first channel URL, the others (the

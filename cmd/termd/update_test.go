@@ -1,0 +1,180 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"termlink/device/update"
+	"termlink/release"
+	"termlink/server/config"
+	"termlink/server/servertest"
+	"termlink/testrig/childtest"
+)
+
+// buildTermd builds termd (or pkg) at version into dir.
+func buildTermd(t *testing.T, dir, pkg, version string) string {
+	t.Helper()
+	out := filepath.Join(dir, filepath.Base(pkg)+"-"+version)
+	args := []string{"build", "-o", out}
+	if version != "" {
+		args = append(args, "-ldflags", "-X main.version="+version)
+	}
+	if b, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+// stage puts bin beside exe as the release version on trial, as Apply
+// leaves it once the supervisor has recorded it (what a supervisor
+// killed mid-trial finds when it starts again).
+func stage(t *testing.T, exe, state, bin, version string) {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := release.GenerateKey(dir); err != nil {
+		t.Fatal(err)
+	}
+	priv, err := release.LoadPrivateKey(filepath.Join(dir, release.PrivateKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := release.Sign(priv, version, release.CurrentPlatform(), bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(bin)
+	if err := os.WriteFile(exe+update.StagedSuffix, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(exe+update.StagedSuffix+release.ManifestSuffix, m.Marshal(), 0o644)
+	st, err := update.ReadStatus(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Pending = &update.Pending{Version: version, SHA256: m.SHA256, Size: m.Size, GateSeconds: 30}
+	os.MkdirAll(state, 0o700)
+	if err := os.WriteFile(filepath.Join(state, update.StateFile), st.Marshal(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// termd --supervise with a release on trial: the real termd v2 comes up
+// under the supervisor on the sim board, connects, completes its first
+// heartbeat (termd tells the supervisor) and is installed; the server's
+// registry shows v2, and messages are answered. The user quits: the
+// supervisor exits 0. A release that exits at start, put on trial: the
+// supervisor runs v2 again by itself and records why.
+func TestTermdSupervisedUpdate(t *testing.T) {
+	if childtest.Emulator() != "" {
+		t.Skip("the supervisor starts its worker natively")
+	}
+	srv := servertest.Start(t, func(cfg *config.Config) {
+		ch := cfg.Channels["terminal-dev"]
+		ch.Config.HeartbeatSeconds = 1
+		cfg.Channels["terminal-dev"] = ch
+	})
+	bins := t.TempDir()
+	v1, v2 := buildTermd(t, bins, ".", "v1.0.0"), buildTermd(t, bins, ".", "v1.1.0")
+	broken := buildTermd(t, bins, "../../device/update/testdata/exitatstart", "")
+	dir := t.TempDir()
+	exe, state := filepath.Join(dir, "termd"), filepath.Join(dir, "state")
+	b, _ := os.ReadFile(v1)
+	os.WriteFile(exe, b, 0o755)
+	serverVersion := func() string {
+		resp, err := http.Get("http://" + srv.Addr + "/api/channels/terminal-dev/peers/kiosk-u")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var p struct {
+			Version string `json:"version"`
+			Online  bool   `json:"online"`
+		}
+		json.NewDecoder(resp.Body).Decode(&p)
+		if !p.Online {
+			return ""
+		}
+		return p.Version
+	}
+	waitState := func(what string, ok func(*update.Status) bool) *update.Status {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			st, err := update.ReadStatus(state)
+			if err == nil && ok(st) {
+				return st
+			}
+			if time.Now().After(deadline) {
+				log, _ := os.ReadFile(filepath.Join(dir, "termd.log"))
+				t.Fatalf("%s: state %s (%v)\nlog:\n%s", what, st.Marshal(), err, log)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	cmd := fmt.Sprintf("%s --supervise --server %s --board sim --state-dir %s --peer-id kiosk-u --log-file %s",
+		exe, srv.URL, state, filepath.Join(dir, "termd.log"))
+
+	stage(t, exe, state, v2, "v1.1.0")
+	tm, waitScreen := termdInTmux(t, cmd)
+	waitState("v1.1.0 installed", func(s *update.Status) bool { return s.Pending == nil && s.Installed == "v1.1.0" })
+	if got := serverVersion(); got != "v1.1.0" {
+		t.Errorf("the server shows version %q, want v1.1.0", got)
+	}
+	if b1, _ := os.ReadFile(exe + update.PrevSuffix); string(b1) != string(b) {
+		t.Error("v1 not kept as termd.prev")
+	}
+	waitScreen("online")
+	tm("send-keys", "-l", "hello v2")
+	tm("send-keys", "Enter")
+	waitScreen("You said: hello v2")
+	tm("send-keys", "C-d")
+	waitScreen("EXIT=0")
+
+	stage(t, exe, state, broken, "v1.2.0")
+	tm, waitScreen = termdInTmux(t, cmd)
+	st := waitState("v1.2.0 given up", func(s *update.Status) bool { return s.Pending == nil && s.LastFailure != nil })
+	if f := st.LastFailure; f.Version != "v1.2.0" || f.Reason != "it exited (status 3) before its first heartbeat" || st.Installed != "v1.1.0" {
+		t.Errorf("state: %s", st.Marshal())
+	}
+	waitScreen("online")
+	deadline := time.Now().Add(30 * time.Second)
+	for serverVersion() != "v1.1.0" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := serverVersion(); got != "v1.1.0" {
+		t.Errorf("after the rollback the server shows %q, want v1.1.0", got)
+	}
+	if _, err := os.Stat(exe + update.StagedSuffix); err == nil {
+		t.Error("the broken release is still staged")
+	}
+	tm("send-keys", "C-d")
+	waitScreen("EXIT=0")
+}
+
+// --release-key names a file that must hold a release key; the default
+// (release.pub in the state dir) may be missing, not broken.
+func TestTermdReleaseKeyErrors(t *testing.T) {
+	state := t.TempDir()
+	os.WriteFile(filepath.Join(state, release.PublicKeyFile), []byte("not a key\n"), 0o644)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--state-dir", t.TempDir(), "--release-key", "/nonexistent/release.pub"}, "--release-key: open /nonexistent/release.pub"},
+		{[]string{"--state-dir", state}, "--release-key: " + filepath.Join(state, release.PublicKeyFile) + ": not a PEM \"PUBLIC KEY\""},
+		{[]string{"--state-dir", state, "--update-gate", "0s"}, "--update-gate 0s: must be positive"},
+	} {
+		args := append([]string{"--server", "ws://127.0.0.1:1", "--board", "sim"}, tt.args...)
+		out, err := childtest.Command(termd, args...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), tt.want) {
+			t.Errorf("termd %v: %v\n%s\nwant exit 1 and %q", tt.args, err, out, tt.want)
+		}
+	}
+}

@@ -1,0 +1,156 @@
+package update
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+	"unicode/utf8"
+
+	"termlink/internal/durable"
+	"termlink/release"
+)
+
+// StateFile is the state file's name in the state dir. Only the
+// supervisor writes it (durably: a temporary file renamed over it).
+const StateFile = "update.json"
+
+// MaxStateBytes bounds the state file: ParseStatus refuses more.
+const MaxStateBytes = 8 << 10
+
+// MaxReasonBytes bounds Failure.Reason.
+const MaxReasonBytes = 1024
+
+// Status is the state file: the trial under way, the last update
+// installed, the last one that failed.
+type Status struct {
+	Pending     *Pending  `json:"pending,omitempty"`
+	Installed   string    `json:"installed,omitempty"`    // the version the last successful update installed
+	InstalledAt time.Time `json:"installed_at,omitzero"`  // when
+	LastFailure *Failure  `json:"last_failure,omitempty"` // the last update given up
+}
+
+// Pending is a release staged as EXE.new and on trial.
+type Pending struct {
+	Version     string    `json:"version"`
+	SHA256      string    `json:"sha256"`
+	Size        int64     `json:"size"`
+	GateSeconds int       `json:"gate_seconds"`       // the health gate
+	Attempts    int       `json:"attempts"`           // trials started (a supervisor killed mid-trial starts another)
+	Deadline    time.Time `json:"deadline,omitzero"`  // the current trial's end (zero before the first); informational: the supervisor times the gate with a monotonic clock
+	Requested   time.Time `json:"requested,omitzero"` // when the worker staged it
+}
+
+// Failure is an update given up and why.
+type Failure struct {
+	Version string    `json:"version"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
+}
+
+var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// ParseStatus decodes and checks a state file. Unknown fields, a second
+// JSON value, and values out of range are refused with the field named.
+func ParseStatus(data []byte) (*Status, error) {
+	if len(data) > MaxStateBytes {
+		return nil, fmt.Errorf("update state: %d bytes, more than %d", len(data), MaxStateBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var s Status
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("update state: %w", err)
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil, errors.New("update state: more than one JSON value")
+	}
+	var errs []error
+	if s.Installed != "" {
+		if err := release.CheckVersion(s.Installed); err != nil {
+			errs = append(errs, fmt.Errorf("installed: %w", err))
+		}
+	}
+	if p := s.Pending; p != nil {
+		if err := release.CheckVersion(p.Version); err != nil {
+			errs = append(errs, fmt.Errorf("pending.version: %w", err))
+		}
+		if !sha256RE.MatchString(p.SHA256) {
+			errs = append(errs, fmt.Errorf("pending.sha256 %q: want 64 lowercase hex digits", p.SHA256))
+		}
+		if p.Size <= 0 {
+			errs = append(errs, fmt.Errorf("pending.size %d: must be positive", p.Size))
+		}
+		if p.GateSeconds < 1 || p.GateSeconds > 86400 {
+			errs = append(errs, fmt.Errorf("pending.gate_seconds %d: want 1 to 86400", p.GateSeconds))
+		}
+		if p.Attempts < 0 || p.Attempts > 100 {
+			errs = append(errs, fmt.Errorf("pending.attempts %d: want 0 to 100", p.Attempts))
+		}
+	}
+	if f := s.LastFailure; f != nil {
+		if err := release.CheckVersion(f.Version); err != nil {
+			errs = append(errs, fmt.Errorf("last_failure.version: %w", err))
+		}
+		if f.Reason == "" || len(f.Reason) > MaxReasonBytes || !utf8.ValidString(f.Reason) {
+			errs = append(errs, fmt.Errorf("last_failure.reason: want 1 to %d bytes of UTF-8", MaxReasonBytes))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("update state: %w", err)
+	}
+	return &s, nil
+}
+
+// Marshal encodes s as indented JSON with a final newline.
+func (s *Status) Marshal() []byte {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		panic(err) // strings, numbers and times
+	}
+	return append(b, '\n')
+}
+
+// ReadStatus reads the state file in stateDir; none is an empty Status.
+func ReadStatus(stateDir string) (*Status, error) {
+	path := filepath.Join(stateDir, StateFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &Status{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s, err := ParseStatus(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// writeStatus replaces the state file durably.
+func writeStatus(stateDir string, s *Status) error {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return err
+	}
+	return durable.WriteFile(filepath.Join(stateDir, StateFile), func(w *bufio.Writer) error {
+		_, err := w.Write(s.Marshal())
+		return err
+	}, false)
+}
+
+// failure makes a Failure with the reason cut to MaxReasonBytes.
+func failure(version, reason string, at time.Time) *Failure {
+	if len(reason) > MaxReasonBytes {
+		reason = reason[:MaxReasonBytes]
+		for !utf8.ValidString(reason) {
+			reason = reason[:len(reason)-1]
+		}
+	}
+	return &Failure{Version: version, Reason: reason, At: at.UTC().Round(time.Second)}
+}
