@@ -36,6 +36,7 @@ func swapChild(exe, a, b string) {
 // release: every time, the binary at the installed path starts and is
 // one of the two releases, and so is the kept previous binary.
 func TestInstallKilledMidSwap(t *testing.T) {
+	nativeExec(t)
 	a, b := workerBin(t, "v1.0.0"), workerBin(t, "v1.1.0")
 	exe := t.TempDir() + "/termd"
 	if err := copyFile(a, exe); err != nil {

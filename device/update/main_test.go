@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"termlink/release"
+	"termlink/testrig/childtest"
 )
 
 // binDir holds the binaries the tests build, once per test run.
@@ -40,6 +41,19 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// nativeExec skips a test that starts the programs it built (or itself)
+// when the test runs under an emulator (make test-arm): the binaries are
+// built for the test's architecture and qemu-user does not follow an
+// execve, nor do the supervisor's children. The ARM build is covered by
+// TestSuperviseARMv6, which runs the ARM binaries under qemu-arm-static
+// from a native test run.
+func nativeExec(t *testing.T) {
+	t.Helper()
+	if emu := childtest.Emulator(); emu != "" {
+		t.Skipf("starts the binaries it builds: not under the emulator %s (TestSuperviseARMv6 covers ARM from a native run)", emu)
+	}
 }
 
 // build builds the package pkg (relative to this one) with main.version

@@ -183,6 +183,7 @@ func sameFile(t *testing.T, a, b string) bool {
 // starts v2 again by itself and records why; the installed binary is
 // still v2.
 func TestSuperviseUpdateAndRollback(t *testing.T) {
+	nativeExec(t)
 	_, priv, pubFile := newKey(t)
 	v1, v2 := workerBin(t, "v1.0.0"), workerBin(t, "v1.1.0")
 	d := newDevice(t, v1)
@@ -225,6 +226,7 @@ func TestSuperviseUpdateAndRollback(t *testing.T) {
 // A release that starts and never says healthy is killed when the gate
 // passes, and the previous binary runs again.
 func TestSuperviseGateTimeout(t *testing.T) {
+	nativeExec(t)
 	_, priv, pubFile := newKey(t)
 	v1 := workerBin(t, "v1.0.0")
 	d := newDevice(t, v1)
@@ -246,6 +248,7 @@ func TestSuperviseGateTimeout(t *testing.T) {
 // trial again, and after MaxAttempts it is given up and the old one
 // runs.
 func TestSuperviseTrialInterrupted(t *testing.T) {
+	nativeExec(t)
 	_, priv, pubFile := newKey(t)
 	v1 := workerBin(t, "v1.0.0")
 	d := newDevice(t, v1)
@@ -289,6 +292,7 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 // through the supervisor, both ARM binaries; a release built for arm64
 // is refused as the wrong platform and v2 keeps running.
 func TestSuperviseARMv6(t *testing.T) {
+	nativeExec(t)
 	emu, err := exec.LookPath("qemu-arm-static")
 	if err != nil {
 		if os.Getenv("CI_REQUIRE_TOOLS") != "" {
