@@ -3,6 +3,8 @@ package device_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,11 +32,10 @@ func words(n int) string {
 	return strings.Join(w, " ")
 }
 
-// A real ACP agent writing its answer word by word, through a real
-// termserver, to termd on the emulated LCD: the answer grows on the glass
-// with the streaming mark before the final reply, which then lands in
-// place with the whole text; the mirror of the screen the server keeps
-// shows the partial answer too.
+// A real ACP agent writing its answer through a real termserver to termd
+// on the emulated LCD: the answer begun shows on the glass with the
+// streaming mark while the agent waits, and the final reply then lands
+// in place with its end in view.
 func TestACPStreamOnTheGlassEndToEnd(t *testing.T) {
 	srv := acpServer(t)
 	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 4, Cols: 20})
@@ -75,18 +76,20 @@ func TestACPStreamOnTheGlassEndToEnd(t *testing.T) {
 	}
 	waitGlass("online", func(g string) bool { return strings.Contains(g, "ok") })
 
-	// 30 words at 100 ms: three seconds of answer being written.
+	// The agent writes its first word, then waits for the gate file: the
+	// glass shows the answer begun, with the mark, while the run goes on.
 	answer := words(30)
+	gate := filepath.Join(t.TempDir(), "gate")
 	select {
-	case inputs <- device.Input{Kind: device.InputSend, Text: "/stream 100 " + answer}:
+	case inputs <- device.Input{Kind: device.InputSend, Text: "/gate " + gate + " " + answer}:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the daemon takes no input")
 	}
-	partial := waitGlass("the answer being written", func(g string) bool {
-		return strings.ContainsRune(g, device.StreamMark) && strings.Contains(g, "w1")
+	waitGlass("the answer begun", func(g string) bool {
+		return strings.Contains(g, "w0"+string(device.StreamMark))
 	})
-	if strings.Contains(normalize(partial), "w29"+string(device.StreamMark)) {
-		t.Fatalf("the whole answer was there before it was written:\n%s", partial)
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	final := waitGlass("the final answer", func(g string) bool {
 		return !strings.ContainsRune(g, device.StreamMark) && strings.Contains(g, "w29") && strings.Contains(g, " ok")
@@ -109,9 +112,14 @@ func TestACPStreamToLinkClientEndToEnd(t *testing.T) {
 	srv := acpServer(t)
 	answer := words(20)
 
-	streamed, final := acpAsk(t, srv.URL, "with-stream", true, "/stream 100 "+answer, false)
-	if len(streamed) < 2 {
-		t.Fatalf("%d deltas before the final, want the answer in several", len(streamed))
+	gate := filepath.Join(t.TempDir(), "gate")
+	streamed, final := acpAsk(t, srv.URL, "with-stream", true, "/gate "+gate+" "+answer, func(*link.Client, string) {
+		if err := os.WriteFile(gate, nil, 0o600); err != nil {
+			t.Error(err)
+		}
+	})
+	if len(streamed) == 0 || streamed[0] != "w0" {
+		t.Fatalf("deltas before the final %q, want the first word first (the agent waits after it)", streamed)
 	}
 	for i, s := range streamed {
 		next := final.Text
@@ -126,21 +134,26 @@ func TestACPStreamToLinkClientEndToEnd(t *testing.T) {
 		t.Fatalf("final %+v, want the whole answer", final)
 	}
 
-	none, plain := acpAsk(t, srv.URL, "no-stream", false, "/stream 20 "+answer, false)
+	none, plain := acpAsk(t, srv.URL, "no-stream", false, "/stream 20 "+answer, nil)
 	if len(none) != 0 || plain.Text != answer {
 		t.Fatalf("without stream: %d deltas, final %+v", len(none), plain)
 	}
 
-	cut, cancelled := acpAsk(t, srv.URL, "cancel-stream", true, "/stream 100 "+words(100), true)
+	// A gate that never opens: the run is cancelled while it waits.
+	cut, cancelled := acpAsk(t, srv.URL, "cancel-stream", true, "/gate "+filepath.Join(t.TempDir(), "never")+" "+answer, func(c *link.Client, id string) {
+		if err := c.Cancel(context.Background(), id); err != nil {
+			t.Error(err)
+		}
+	})
 	if cancelled.FinishReason != link.FinishCancelled || len(cut) == 0 || !strings.HasPrefix(cancelled.Text, cut[len(cut)-1]) {
 		t.Fatalf("cancelled final %+v after deltas %q", cancelled, cut)
 	}
 }
 
 // acpAsk sends text from a fresh link.Client (peer id peer) and returns
-// the texts of the deltas it saw, in order, and the final reply; with
-// cancel it cancels the run once two deltas came.
-func acpAsk(t *testing.T, url, peer string, stream bool, text string, cancel bool) ([]string, *link.Message) {
+// the texts of the deltas it saw, in order, and the final reply;
+// onFirst, when set, is called at the first delta.
+func acpAsk(t *testing.T, url, peer string, stream bool, text string, onFirst func(c *link.Client, id string)) ([]string, *link.Message) {
 	t.Helper()
 	client, err := link.NewClient(link.ClientConfig{URL: url, PeerID: peer, Stream: stream, StateDir: t.TempDir(),
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: discard})
@@ -166,10 +179,8 @@ func acpAsk(t *testing.T, url, peer string, stream bool, text string, cancel boo
 			switch {
 			case e.Kind == link.EventDelta && e.MessageID == id:
 				deltas = append(deltas, e.Text)
-				if cancel && len(deltas) == 2 {
-					if err := client.Cancel(ctx, id); err != nil {
-						t.Fatal(err)
-					}
+				if len(deltas) == 1 && onFirst != nil {
+					onFirst(client, id)
 				}
 			case e.Kind == link.EventReply && e.MessageID == id:
 				if err := client.Delivered(id); err != nil {

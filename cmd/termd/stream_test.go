@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -76,9 +78,9 @@ func TestTermdStreamsOnTheConsole(t *testing.T) {
 }
 
 // termd on the sim board's console in tmux, against a real termserver
-// whose agent is the scripted ACP agent writing word by word: the answer
-// grows on the console with the mark before the final reply, which then
-// stands whole without it.
+// whose agent is the scripted ACP agent: its first word shows with the
+// mark while the agent waits, then the final reply stands whole without
+// it.
 func TestTermdStreamsFromARealACPAgent(t *testing.T) {
 	srv := servertest.Start(t, servertest.WithACP(buildtest.Command(t, "termlink/testrig/agents/acpagent")))
 	w := tmuxtest.Start(t, 100, 24, fmt.Sprintf("%s --server %s --board sim --state-dir %s", termdRun, srv.URL, t.TempDir()))
@@ -88,12 +90,16 @@ func TestTermdStreamsFromARealACPAgent(t *testing.T) {
 	for i := range 30 {
 		words = append(words, fmt.Sprintf("w%d", i))
 	}
-	// 30 words at 100 ms: three seconds of answer being written.
-	w.Type("/stream 100 " + strings.Join(words, " "))
+	// The agent writes its first word, then waits for the gate file.
+	gate := filepath.Join(t.TempDir(), "gate")
+	w.Type("/gate " + gate + " " + strings.Join(words, " "))
 	w.Keys("Enter")
-	s := w.WaitFor("w2"+device.ConsoleStreamMark, wait)
+	s := w.WaitFor("w0"+device.ConsoleStreamMark, wait)
 	if !strings.Contains(s, "writing...") {
 		t.Errorf("the status line does not say the answer is being written:\n%s", s)
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
 		s = w.Screen()

@@ -374,25 +374,28 @@ func TestStreamChunks(t *testing.T) {
 	var log chunkLog
 	words := strings.Fields(strings.Repeat("one two three four five ", 4))
 	want := strings.Join(words, " ")
-	res := streamRun(context.Background(), r, rc, &log, "s", "/stream 100 "+want)
-	// Chunks are streamed before the run returns: seeing two of twenty
-	// while there is no result yet shows it (the agent takes 100 ms a word).
+	// The agent sends its first word, then waits for the gate file: the
+	// first chunk is streamed while the run goes on.
+	gate := filepath.Join(t.TempDir(), "gate")
+	res := streamRun(context.Background(), r, rc, &log, "s", "/gate "+gate+" "+want)
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		text, n := log.text()
-		if n >= 2 {
-			select {
-			case got := <-res:
-				t.Fatalf("the run ended (%+v) before its chunks were looked at", got)
-			default:
-			}
-			if !strings.HasPrefix(want, text) {
-				t.Fatalf("streamed so far %q is not the start of the reply", text)
+		if text, n := log.text(); n >= 1 {
+			if text != "one" {
+				t.Fatalf("streamed first %q, want the first word", text)
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no two chunks streamed: %q", text)
+			t.Fatal("nothing streamed while the agent waits")
 		}
+	}
+	select {
+	case got := <-res:
+		t.Fatalf("the run ended (%+v) while the agent waits at its gate", got)
+	default:
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	got := await(t, res, 15*time.Second)
 	text, n := log.text()
@@ -412,9 +415,10 @@ func TestStreamCancelled(t *testing.T) {
 	rc := &recorder{Caps: []string{"stream"}}
 	var log chunkLog
 	ctx, cancel := context.WithCancel(context.Background())
-	res := streamRun(ctx, r, rc, &log, "s", "/stream 200 "+strings.Repeat("word ", 100))
+	// The agent waits at a gate that never opens, after its first word.
+	res := streamRun(ctx, r, rc, &log, "s", "/gate "+filepath.Join(t.TempDir(), "never")+" "+strings.Repeat("word ", 100))
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, n := log.text(); n >= 2 {
+		if _, n := log.text(); n >= 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -424,7 +428,7 @@ func TestStreamCancelled(t *testing.T) {
 	cancel()
 	got := await(t, res, 10*time.Second)
 	text, n := log.text()
-	if got.FinishReason != "cancelled" || !strings.HasPrefix(got.Text, text) || n >= 100 {
+	if got.FinishReason != "cancelled" || !strings.HasPrefix(got.Text, text) || n != 1 {
 		t.Fatalf("result %+v after %d chunks %q: want cancelled, streamed text its start", got, n, text)
 	}
 	time.Sleep(300 * time.Millisecond) // a word the agent had in flight would show now

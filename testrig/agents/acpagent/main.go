@@ -21,6 +21,10 @@
 //	               ends with stopReason cancelled
 //	/slow N        sleep N ms (a session/cancel ends it: stopReason cancelled)
 //	/chunks N      N message chunks "x"
+//	/gate PATH TEXT  the first word of TEXT as a message chunk, then, once the
+//	               file PATH exists, the other words at once (a test sees the
+//	               first while the turn waits); a session/cancel while it
+//	               waits ends the turn with stopReason cancelled
 //	/stream MS TEXT  the words of TEXT as message chunks, one every MS ms (each
 //	               word with the space after it); a session/cancel ends it
 //	               with stopReason cancelled after the words sent so far
@@ -297,6 +301,26 @@ func (a *agentState) turn(ctx context.Context, id json.RawMessage, text string) 
 				w = " " + w
 			}
 			a.chunk(w)
+		}
+	case "/gate":
+		path, words, _ := strings.Cut(arg, " ")
+		first, rest, _ := strings.Cut(strings.TrimSpace(words), " ")
+		a.chunk(first)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if _, err := os.Stat(path); err == nil {
+				break
+			}
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				a.end(id, "cancelled")
+				return
+			}
+		}
+		for _, w := range strings.Fields(rest) {
+			a.chunk(" " + w)
 		}
 	case "/chunks":
 		n, _ := strconv.Atoi(arg)
