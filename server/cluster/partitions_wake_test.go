@@ -17,7 +17,7 @@ import (
 // once, not a tick (lease/3) later (the schedule: TestLeaseWake).
 func TestDeadWorkersPartitionsTakenAtItsLeaseEnd(t *testing.T) {
 	const lease, partitions = 3 * time.Second, 8
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w2", Partitions: partitions,
 		Replicas: 1, AckWait: 5 * time.Second, Lease: lease, DuplicateWindow: time.Minute, DedupeTTL: time.Hour,
@@ -88,9 +88,12 @@ func TestDeadWorkersPartitionsTakenAtItsLeaseEnd(t *testing.T) {
 	}
 	last = beat()
 	expiry := last.Add(lease)
+	// The outcome is asserted; the bound only ends a test that would
+	// never pass (NATS expires the dead worker's entries late on a loaded
+	// machine: 5 s was once not enough under make test).
 	for !ownsAll(ghostParts) {
-		if time.Now().After(expiry.Add(5 * time.Second)) {
-			t.Fatalf("w2 has not taken the dead ghost's partitions %v 5 s after its leases expired", ghostParts)
+		if time.Now().After(expiry.Add(45 * time.Second)) {
+			t.Fatalf("w2 has not taken the dead ghost's partitions %v 45 s after its leases expired", ghostParts)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
