@@ -103,6 +103,11 @@ type ClientConfig struct {
 	// operator tags such as {"site": "lobby"}.
 	Board, Version string
 	Tags           map[string]string
+	// Platform goes in connect (os/arch[/variant], for CapUpdate), and
+	// SettingsVersion is the settings version the first connect says
+	// the device applied (then Client.SetSettingsVersion).
+	Platform        string
+	SettingsVersion int64
 
 	// Heartbeat is the ping interval until the server's connected frame
 	// gives heartbeat_seconds (default 30s).
@@ -242,6 +247,14 @@ type Client struct {
 	screen   *Screen              // the latest screen (SetScreen)
 	screenQ  bool                 // screen not sent yet on the live session
 
+	// Fleet operations (see fleetclient.go); guarded by mu but fleetIn.
+	fleetIn         chan Frame
+	updStatus       []byte // the latest update_status, sent on every connect
+	setAck          []byte // the latest settings_ack, sent on every connect
+	updQ, setAckQ   bool   // not sent yet on the live session
+	results         [][]byte
+	settingsVersion atomic.Int64
+
 	notices, noticesExpired, noticesReacked, noticeAcks, screens, screensCoalesced atomic.Int64
 
 	dials, sessions, sent, resent, replies, dupReplies, busy atomic.Int64
@@ -271,7 +284,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	log = log.With("peer_id", cfg.PeerID)
 	c := &Client{cfg: cfg, log: log, queue: newEventQueue(cfg.Window), events: make(chan Event, cfg.EventBuffer),
-		closing: make(chan struct{}), runDone: make(chan struct{}), msgs: map[string]*outMsg{}, received: map[string]time.Time{}}
+		closing: make(chan struct{}), runDone: make(chan struct{}), msgs: map[string]*outMsg{}, received: map[string]time.Time{},
+		fleetIn: make(chan Frame, fleetBuffer)}
+	c.settingsVersion.Store(cfg.SettingsVersion)
 	if c.dialer, err = cfg.dialer(); err != nil {
 		return nil, err
 	}
@@ -583,6 +598,7 @@ func (c *Client) storageChanged(err error) {
 // finish closes what Run (or Close, without Run) leaves behind.
 func (c *Client) finish() {
 	close(c.events)
+	close(c.fleetIn)
 	if c.ownsBox {
 		c.closeErr = c.outbox.Close()
 	}
@@ -878,6 +894,8 @@ func (c *Client) register(s *session) {
 	}
 	c.sess = s
 	c.screenQ = c.screen != nil // the server gets the current screen on every connect
+	c.updQ, c.setAckQ = c.updStatus != nil, c.setAck != nil
+	c.results = nil // the requests they answer died with the last connection
 }
 
 // compactLocked drops the confirmed messages from c.list.

@@ -127,7 +127,9 @@ func decodeGeneral(data []byte) (Frame, error) {
 	case "":
 		return nil, &DecodeError{Field: "type", Msg: "is empty"}
 	default:
-		return nil, &DecodeError{Type: typ, Msg: "Unsupported websocket frame type: " + t, err: ErrUnknownType}
+		if f = fleetFrame(typ); f == nil {
+			return nil, &DecodeError{Type: typ, Msg: "Unsupported websocket frame type: " + t, err: ErrUnknownType}
+		}
 	}
 	if err := json.Unmarshal(data, f); err != nil {
 		return nil, jsonError(typ, err)
@@ -137,6 +139,9 @@ func decodeGeneral(data []byte) (Frame, error) {
 			return nil, &DecodeError{Type: typ, Field: field, Msg: "must be a whole number from 1, got " + strconv.FormatInt(d.Seq, 10)}
 		}
 		return nil, &DecodeError{Type: typ, Field: field, Msg: "is missing or empty"}
+	}
+	if field, msg := fleetProblem(f); field != "" {
+		return nil, &DecodeError{Type: typ, Field: field, Msg: msg}
 	}
 	return f, nil
 }
@@ -166,7 +171,8 @@ var wireKeys = func() []string {
 	var keys []string
 	seen := map[string]bool{"type": true}
 	keys = append(keys, "type")
-	for _, v := range []any{Connect{}, Connected{}, Message{}, Ack{}, Error{}, Progress{}, Cancel{}, Delta{}} {
+	for _, v := range []any{Connect{}, Connected{}, Message{}, Ack{}, Error{}, Progress{}, Cancel{}, Delta{}, Notice{}, NoticeAck{}, Screen{},
+		Update{}, UpdateStatus{}, Settings{}, SettingsAck{}, Diag{}, DiagResult{}} {
 		t := reflect.TypeOf(v)
 		for i := 0; i < t.NumField(); i++ {
 			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
@@ -518,6 +524,10 @@ func AppendEncode(dst []byte, f Frame) ([]byte, error) {
 		if len(f.Tags) > 0 {
 			dst = appendStringMap(key(dst, "tags"), f.Tags)
 		}
+		dst = optStr(dst, "platform", f.Platform)
+		if f.SettingsVersion != 0 {
+			dst = strconv.AppendInt(key(dst, "settings_version"), f.SettingsVersion, 10)
+		}
 	case *Connected:
 		dst = str(dst, "channel_id", f.ChannelID)
 		dst = str(dst, "session_id", f.SessionID)
@@ -581,6 +591,12 @@ func AppendEncode(dst []byte, f Frame) ([]byte, error) {
 		dst = boolField(dst, "backlight", f.Backlight)
 	case *Ping, *Pong:
 	default:
+		if out, ok, err := appendFleet(dst, f); ok {
+			if err != nil {
+				return dst, err
+			}
+			return append(out, '}'), nil
+		}
 		return dst, fmt.Errorf("link: encode %s frame: unknown frame (%T)", f.FrameType(), f)
 	}
 	return append(dst, '}'), nil

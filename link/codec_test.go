@@ -203,6 +203,12 @@ func FuzzDecode(f *testing.F) {
 		"{\"type\":\"message\",\"message_id\":\"col-\xff\",\"text\":\"x\"}",
 		`{"typ\u0065":"ping","x":{"a":1,"a":2}}`,
 		`{"type":"ack","message_id":"m","session_id":"s","accepted":true,"reply":{"text":"a","Text":"b"}}`,
+		`{"type":"update","update_id":"r","version":"1.1.0","manifest":"{}","url":"/b","gate_seconds":9}`,
+		`{"type":"update_status","version":"1.1.0","running":"1.0.0","state":"refused","reason":"x"}`,
+		`{"type":"settings","version":2,"idle_text":"hi","tags":{"a":"b"},"notice_seconds":3}`,
+		`{"type":"settings_ack","version":2,"error":"no"}`,
+		`{"type":"diag","request_id":"q","kind":"selftest"}`,
+		`{"type":"diag_result","request_id":"q","kind":"logs","text":"a\nb"}`,
 	} {
 		f.Add([]byte(s))
 	}

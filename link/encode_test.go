@@ -54,6 +54,15 @@ func framesOf(a, b, c string, n int, flag bool) []Frame {
 		&Screen{Rows: []string{a, b, c}, CursorRow: n, CursorCol: -n, CursorOn: flag, Backlight: !flag},
 		&Screen{Rows: []string{}},
 		&Screen{},
+		&Connect{PeerID: a, Platform: b, SettingsVersion: int64(n)},
+		&Update{UpdateID: a, Version: b, Manifest: c, URL: a, AllowDowngrade: flag, GateSeconds: n},
+		&UpdateStatus{UpdateID: a, Version: b, Running: c, State: UpdateRolledBack, Reason: c},
+		&UpdateStatus{Version: b, Running: c, State: UpdateInstalled},
+		&Settings{Version: int64(n), IdleText: &c, IdleSeconds: &n, BacklightOffAfter: &n, NoticeSeconds: &n, LogLevel: a, Tags: map[string]string{a: b}},
+		&Settings{Version: 1},
+		&SettingsAck{Version: int64(n), Error: c},
+		&Diag{RequestID: a, Kind: DiagLogs, Bytes: n},
+		&DiagResult{RequestID: a, Kind: b, Text: c, OK: flag, Error: a},
 	}
 }
 

@@ -48,8 +48,9 @@ const (
 const RoleAssistant = "assistant"
 
 // Frame is one decoded wire frame: *Connect, *Connected, *Message, *Ack,
-// *Ping, *Pong, *Error, *Progress, *Cancel, *Notice, *NoticeAck, *Screen
-// or *Delta.
+// *Ping, *Pong, *Error, *Progress, *Cancel, *Notice, *NoticeAck, *Screen,
+// *Delta, or a fleet operation's (fleet.go: *Update, *UpdateStatus,
+// *Settings, *SettingsAck, *Diag, *DiagResult).
 type Frame interface {
 	FrameType() Type
 }
@@ -70,6 +71,12 @@ type Connect struct {
 	Board   string            `json:"board,omitempty"`
 	Version string            `json:"version,omitempty"`
 	Tags    map[string]string `json:"tags,omitempty"`
+	// Platform (extension) is the os/arch[/variant] termd was built for
+	// (linux/arm/6, linux/arm64): what a device that lists "update" can
+	// install. SettingsVersion is the version of the pushed settings the
+	// device applied (0: none).
+	Platform        string `json:"platform,omitempty"`
+	SettingsVersion int64  `json:"settings_version,omitempty"`
 }
 
 // Connected answers Connect.

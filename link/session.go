@@ -134,7 +134,8 @@ func (s *session) handshake(ctx context.Context) (*Connected, string) {
 	c := s.c
 	if !s.write(MustEncode(&Connect{PeerID: c.cfg.PeerID, DeviceName: c.cfg.DeviceName,
 		Capabilities: c.cfg.Capabilities, ThreadID: c.cfg.ThreadID, UserID: c.cfg.UserID,
-		Board: c.cfg.Board, Version: c.cfg.Version, Tags: c.cfg.Tags})) {
+		Board: c.cfg.Board, Version: c.cfg.Version, Tags: c.cfg.Tags,
+		Platform: c.cfg.Platform, SettingsVersion: c.settingsVersion.Load()})) {
 		return nil, s.reason()
 	}
 	t := time.NewTimer(c.cfg.ConnectTimeout)
@@ -289,6 +290,7 @@ func (s *session) pump() bool {
 	holding := now.Before(s.busyUntil)
 	c.mu.Lock()
 	frames, acks, screen, screenWait := c.pendingPushLocked(s, now)
+	frames = c.pendingFleetLocked(frames)
 	for _, id := range s.cancels {
 		frames = append(frames, MustEncode(&Cancel{MessageID: id}))
 	}
@@ -370,6 +372,8 @@ func (s *session) handle(f Frame) {
 		s.delta(f) // stream.go
 	case *Notice:
 		c.notice(s, f)
+	case *Update, *Settings, *Diag:
+		c.fleetRequest(f) // fleetclient.go
 	case *Error:
 		s.handleError(f)
 	case *Ping:

@@ -44,6 +44,7 @@ type Server struct {
 	messages  []*link.Message
 	cancels   []*link.Cancel
 	screens   []link.Screen
+	others    []link.Frame // every other frame (fleet operations' answers, notice_ack)
 	changed   chan struct{} // closed and replaced on every frame and connect
 }
 
@@ -138,6 +139,8 @@ func (s *Server) serve(ws *websocket.Conn) {
 			continue
 		case *link.Screen:
 			s.screens = append(s.screens, *f)
+		default:
+			s.others = append(s.others, f)
 		}
 		s.poke()
 		s.mu.Unlock()
@@ -252,6 +255,15 @@ func (s *Server) Screens() []link.Screen {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]link.Screen(nil), s.screens...)
+}
+
+// Others returns the frames received so far that are not connect, ping,
+// message, cancel or screen (update_status, settings_ack, diag_result,
+// notice_ack), in order.
+func (s *Server) Others() []link.Frame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]link.Frame(nil), s.others...)
 }
 
 // Wait waits until cond holds (checked after every frame and connect,
