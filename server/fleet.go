@@ -48,6 +48,8 @@ type deviceRegistry interface {
 	fleetapi.Registry
 	List(channelID string, f registry.Filter) []registry.Peer
 	Changed(channelID, peerID string)
+	SetUpdate(channelID, peerID string, u registry.UpdateState) bool
+	SetSettings(channelID, peerID string, version int64, errText string) bool
 	Close() error
 }
 

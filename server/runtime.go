@@ -91,6 +91,7 @@ type Runtime struct {
 	metrics  *serverMetrics
 	notices  notices.Mailboxes // the notice mailboxes (package notices; notices.go wires them)
 	fleet    *fleet            // device registry and the fleet API (fleet.go, package fleet)
+	fleetOps *fleetOps         // fleet operations' side of the device connections (fleetops.go)
 
 	runPrefix string
 	runSeq    atomic.Uint64

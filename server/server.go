@@ -212,12 +212,13 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		closeLogs()
 		return nil, err
 	}
+	rt.fleetOps = &fleetOps{rt: rt} // its parts are added below, before Start
 	for _, ch := range rt.channels { // after the registry they feed
 		if ch.cfg.Enabled {
 			ch.adapter = wschannel.New(ch.id, ch.cfg, wschannel.Deps{
 				Accept: rt, Records: rt.records, Registry: rt.fleet.reg, Notices: rt.notices,
 				Bindings: ch.creds, ClientAuth: srvTLS.client(ch.id), Events: ch.events,
-				SessionKey: SessionKey, Metrics: &rt.metrics.ws, Log: log,
+				SessionKey: SessionKey, Metrics: &rt.metrics.ws, Log: log, Fleet: rt.fleetOps,
 			}, wschannel.Options{WriteStall: opt.writeStall})
 		}
 	}

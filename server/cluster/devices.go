@@ -256,6 +256,26 @@ func (d *Devices) SetScreen(channelID, peerID string, gen uint64, s registry.Scr
 	return ok
 }
 
+// SetUpdate implements the fleet side's registry: a device's last update
+// state, published at once.
+func (d *Devices) SetUpdate(channelID, peerID string, u registry.UpdateState) bool {
+	ok := d.local.SetUpdate(channelID, peerID, u)
+	if ok {
+		d.owe(devKey{channelID, peerID}, pubNow)
+	}
+	return ok
+}
+
+// SetSettings implements the fleet side's registry: a device's
+// settings_ack, published at once.
+func (d *Devices) SetSettings(channelID, peerID string, version int64, errText string) bool {
+	ok := d.local.SetSettings(channelID, peerID, version, errText)
+	if ok {
+		d.owe(devKey{channelID, peerID}, pubNow)
+	}
+	return ok
+}
+
 func (d *Devices) owe(k devKey, what uint8) {
 	d.mu.Lock()
 	d.oweLocked(k, what)

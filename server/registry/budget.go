@@ -85,13 +85,13 @@ func sanitize(d Device) (Device, []string) {
 	for _, f := range []struct {
 		name string
 		p    *string
-	}{{"device_name", &d.DeviceName}, {"board", &d.Board}, {"version", &d.Version}} {
+	}{{"device_name", &d.DeviceName}, {"board", &d.Board}, {"version", &d.Version}, {"platform", &d.Platform}} {
 		if len(*f.p) > MaxField || !utf8.ValidString(*f.p) {
 			*f.p = truncate(strings.ToValidUTF8(*f.p, "?"), MaxField)
 			ignored = append(ignored, f.name+" cut to "+fmt.Sprint(MaxField)+" bytes")
 		}
 	}
-	used := encLen(d.DeviceName) + encLen(d.Board) + encLen(d.Version)
+	used := encLen(d.DeviceName) + encLen(d.Board) + encLen(d.Version) + encLen(d.Platform)
 	overBudget := fmt.Errorf("over the %d-byte budget of what a device says of itself", MaxDeviceBytes)
 	tags := make(map[string]string, min(len(d.Tags), MaxTags))
 	keys := make([]string, 0, len(d.Tags))
@@ -140,7 +140,7 @@ func sanitize(d Device) (Device, []string) {
 
 // deviceBytes is what d (sanitized) costs against MaxDeviceBytes.
 func deviceBytes(d Device) int {
-	n := encLen(d.DeviceName) + encLen(d.Board) + encLen(d.Version)
+	n := encLen(d.DeviceName) + encLen(d.Board) + encLen(d.Version) + encLen(d.Platform)
 	for k, v := range d.Tags {
 		n += encLen(k) + encLen(v) + 2
 	}

@@ -51,6 +51,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -108,15 +109,20 @@ type Options struct {
 
 // Device is what a connect frame says, and where it came from.
 type Device struct {
-	ChannelID    string
-	PeerID       string
-	SessionID    string
-	DeviceName   string
-	Board        string
-	Version      string
-	Capabilities []string
-	Tags         map[string]string
-	RemoteAddr   string
+	ChannelID  string
+	PeerID     string
+	SessionID  string
+	DeviceName string
+	Board      string
+	Version    string
+	// Platform and SettingsVersion are what the device's connect said
+	// (fleet operations): the os/arch[/variant] it runs on and the
+	// pushed settings version it applied.
+	Platform        string
+	SettingsVersion int64
+	Capabilities    []string
+	Tags            map[string]string
+	RemoteAddr      string
 	// Authenticated: the connection showed a token, a client certificate
 	// or an enrollment's credential. Once a device authenticated, the
 	// registry keeps it as such.
@@ -156,6 +162,23 @@ type Peer struct {
 	// Edge is the cluster node that holds (or last held) the device's
 	// connection; empty without a cluster (a View's peers have it).
 	Edge string `json:"edge,omitempty"`
+	// Platform is the device's os/arch[/variant] (a device that lists
+	// "update"); Update its last update's state as it reported it.
+	Platform string       `json:"platform,omitempty"`
+	Update   *UpdateState `json:"update,omitempty"`
+	// SettingsVersion is the pushed settings version the device applied;
+	// SettingsError why it did not apply a later one.
+	SettingsVersion int64  `json:"settings_version,omitempty"`
+	SettingsError   string `json:"settings_error,omitempty"`
+}
+
+// UpdateState is a device's last update as it reported it (its
+// update_status frame): the release, the state, why it failed, when.
+type UpdateState struct {
+	Version string `json:"version"`
+	State   string `json:"state"`
+	Reason  string `json:"reason,omitempty"`
+	At      string `json:"at"`
 }
 
 // Filter selects peers; the zero Filter selects all.
@@ -190,6 +213,8 @@ type entry struct {
 	screen         *Screen
 	screenWindow   time.Time // start of the current one-second window
 	screenCount    int
+	update         *UpdateState // the last update_status (memory only: the device sends it on every connect)
+	settingsError  string
 }
 
 // minuteCount is how many reconnects happened in one minute (Unix minute).
@@ -441,6 +466,54 @@ func (r *Registry) SetScreen(channelID, peerID string, gen uint64, s Screen) boo
 	return true
 }
 
+// SetUpdate keeps u (At is set here) as the device's last update state
+// and tells subscribers; false when the device is not known.
+func (r *Registry) SetUpdate(channelID, peerID string, u UpdateState) bool {
+	u.Version, u.State = truncate(u.Version, MaxField), truncate(u.State, MaxField)
+	u.Reason = truncate(strings.ToValidUTF8(u.Reason, "?"), MaxReason)
+	u.At = formatTime(r.now())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entryLocked(channelID, peerID)
+	if e == nil {
+		return false
+	}
+	e.update = &u
+	r.publishLocked(r.channels[channelID], e)
+	return true
+}
+
+// SetSettings records a device's settings_ack: version applied (errText
+// empty: kept, and written with the device) or refused (errText says
+// why; the applied version stays). False when the device is not known.
+func (r *Registry) SetSettings(channelID, peerID string, version int64, errText string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entryLocked(channelID, peerID)
+	if e == nil {
+		return false
+	}
+	cs := r.channels[channelID]
+	e.settingsError = truncate(strings.ToValidUTF8(errText, "?"), MaxReason)
+	if errText == "" && e.dev.SettingsVersion != version {
+		e.dev.SettingsVersion = version
+		cs.markLocked(peerID, dirtyFull)
+	}
+	r.publishLocked(cs, e)
+	return true
+}
+
+// MaxReason bounds the reasons the registry keeps (an update's failure,
+// a settings refusal).
+const MaxReason = 512
+
+func (r *Registry) entryLocked(channelID, peerID string) *entry {
+	if cs := r.channels[channelID]; cs != nil {
+		return cs.peers[peerID]
+	}
+	return nil
+}
+
 // Changed tells subscribers that something the registry shows of a peer
 // but does not keep (its pending notices) changed.
 func (r *Registry) Changed(channelID, peerID string) {
@@ -640,7 +713,8 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 	d := e.dev
 	p := Peer{PeerID: d.PeerID, ChannelID: d.ChannelID, SessionID: d.SessionID, DeviceName: d.DeviceName,
 		Board: d.Board, Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, Authenticated: d.Authenticated,
-		Online: e.online, LastSeen: formatTime(e.lastSeen), RemoteAddr: d.RemoteAddr, Screen: e.screen}
+		Online: e.online, LastSeen: formatTime(e.lastSeen), RemoteAddr: d.RemoteAddr, Screen: e.screen,
+		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError}
 	if p.Capabilities == nil {
 		p.Capabilities = []string{}
 	}

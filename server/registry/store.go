@@ -36,6 +36,8 @@ type stored struct {
 	DeviceName    string            `json:"device_name,omitempty"`
 	Board         string            `json:"board,omitempty"`
 	Version       string            `json:"version,omitempty"`
+	Platform      string            `json:"platform,omitempty"`
+	Settings      int64             `json:"settings_version,omitempty"`
 	Capabilities  []string          `json:"capabilities,omitempty"`
 	Tags          map[string]string `json:"tags,omitempty"`
 	RemoteAddr    string            `json:"remote_addr,omitempty"`
@@ -90,7 +92,7 @@ func timeOf(s int64) time.Time {
 func storedOf(e *entry, seen time.Time) stored {
 	d := e.dev
 	return stored{Channel: d.ChannelID, PeerID: d.PeerID, SessionID: d.SessionID, DeviceName: d.DeviceName, Board: d.Board,
-		Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, RemoteAddr: d.RemoteAddr, Authenticated: d.Authenticated,
+		Version: d.Version, Platform: d.Platform, Settings: d.SettingsVersion, Capabilities: d.Capabilities, Tags: d.Tags, RemoteAddr: d.RemoteAddr, Authenticated: d.Authenticated,
 		LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage), Reconnects: e.reconnects}
 }
 
@@ -101,7 +103,7 @@ func (r *Registry) putLocked(s stored) {
 		return
 	}
 	d, _ := sanitize(Device{ChannelID: s.Channel, PeerID: s.PeerID, SessionID: s.SessionID, DeviceName: s.DeviceName,
-		Board: s.Board, Version: s.Version, Capabilities: s.Capabilities, Tags: s.Tags, RemoteAddr: s.RemoteAddr,
+		Board: s.Board, Version: s.Version, Platform: s.Platform, SettingsVersion: s.Settings, Capabilities: s.Capabilities, Tags: s.Tags, RemoteAddr: s.RemoteAddr,
 		Authenticated: s.Authenticated})
 	cs := r.channel(s.Channel)
 	cs.removeLocked(s.PeerID)

@@ -87,6 +87,10 @@ type Adapter interface {
 	// PushNotices queues the peer's due notices on its connection; it
 	// reports whether the peer is connected and takes notices.
 	PushNotices(peerID string) bool
+	// SendFleet queues a fleet operation's frame (update, settings, diag)
+	// on the peer's live connection; false when the peer is not
+	// connected here, did not list the capability, or has 16 waiting.
+	SendFleet(peerID string, f link.Frame) bool
 	// ReloadClientAuth takes a reloaded client CA and deny list: new
 	// connections are checked against it, and open connections whose
 	// certificate it denies are closed (4003). Only for a channel that
@@ -141,6 +145,9 @@ type Deps struct {
 	Bindings   identity.Bindings
 	ClientAuth *identity.ClientAuth
 	Events     EventLog
+	// Fleet is the server's side of fleet operations (nil: none; the
+	// devices' answers are refused as unsupported).
+	Fleet Fleet
 	// SessionKey builds the spec's session id (server.SessionKey).
 	SessionKey func(channelID, accountID, peerID, threadID string) string
 	Metrics    *Metrics     // shared by every channel's adapter; required
@@ -164,6 +171,7 @@ type terminalAdapter struct {
 	records    Records
 	registry   Registry
 	notices    Mailboxes
+	fleet      Fleet
 	creds      identity.Bindings
 	events     EventLog
 	keyOf      func(channelID, accountID, peerID, threadID string) string
@@ -196,7 +204,7 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 		d.Log = slog.Default()
 	}
 	a := &terminalAdapter{
-		id: id, cfg: cfg, accept: d.Accept, records: d.Records, registry: d.Registry, notices: d.Notices,
+		id: id, cfg: cfg, accept: d.Accept, records: d.Records, registry: d.Registry, notices: d.Notices, fleet: d.Fleet,
 		creds: d.Bindings, events: d.Events, keyOf: d.SessionKey, m: d.Metrics, log: d.Log.With("channel", id),
 		heartbeat: time.Duration(cfg.Config.HeartbeatSeconds) * time.Second,
 		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: opt.WriteStall,
@@ -494,6 +502,8 @@ func (c *wsConn) handle(data []byte) {
 		c.handleNoticeAck(f)
 	case *link.Screen:
 		c.handleScreen(f)
+	case *link.UpdateStatus, *link.SettingsAck, *link.DiagResult:
+		c.handleFleet(f) // fleet.go
 	default:
 		c.reject("", link.CodeBadFrame, fmt.Sprintf("Unsupported websocket frame type: %s (sent by the server, not by a terminal)", f.FrameType()))
 	}
@@ -569,6 +579,8 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 			c.notice = true
 		case link.CapStream:
 			c.stream = true
+		case link.CapDiag: // a diag_result carries up to link.MaxDiagBytes
+			c.ws.SetReadLimit(max(link.ReadLimit(a.cfg.Config.MaxMessageChars), link.DiagReadLimit))
 		}
 	}
 	// Registered first, so /api/status counts the peer by the time the
@@ -581,6 +593,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
 	c.streamsOnConnect()
 	c.noticesOnConnect()
+	c.fleetOnConnect(f)
 	a.m.Connects.Inc(a.id)
 	a.events.Add(events.Event{Event: events.TerminalConnected, PeerID: f.PeerID, SessionID: c.sessionKey,
 		Detail: fmt.Sprintf("device_name=%q capabilities=%v remote=%s", f.DeviceName, f.Capabilities, c.remote)})

@@ -64,6 +64,8 @@ import (
 //     suffix at most once per deltaGap, before the batch's replies; a
 //     final reply drops its message's slot. Like progress, never queued
 //     and never counted toward dropping.
+//   - fleet: fleet operation frames (update, settings, diag; fleet.go),
+//     at most maxFleetQueue; past it SendFleet reports false.
 //   - notices: pushed by the mailbox side (notices.go), like replies;
 //     at most the peer's mailbox bound, since each is an open notice
 //     queued once. The writer never calls a store.
@@ -114,6 +116,7 @@ type wsConn struct {
 	latest     map[string][]byte
 	order      []string               // message ids in latest, oldest first
 	notices    [][]byte               // encoded notice frames (notices.go)
+	fleet      [][]byte               // encoded fleet operation frames (fleet.go), at most maxFleetQueue
 	streams    map[string]*connStream // streamed messages' slots (stream.go)
 	deltaOrder []string               // message ids whose slot has text waiting, oldest first
 	deltaNext  time.Time              // deltas may be written again from then (deltaGap after the last batch)
@@ -172,7 +175,7 @@ func (c *wsConn) closeLocked() bool {
 		return false
 	}
 	if c.state == connOpen && !c.greetQueued() {
-		c.replies, c.owed, c.latest, c.order, c.notices = nil, nil, nil, nil, nil
+		c.replies, c.owed, c.latest, c.order, c.notices, c.fleet = nil, nil, nil, nil, nil, nil
 	}
 	c.dropStreamsLocked()
 	c.state = nextState(c.state, evClose)
@@ -444,7 +447,7 @@ func (c *wsConn) finish(reason string) {
 	c.mu.Lock()
 	c.closeLocked()
 	// The reader has stopped: only a close frame is still worth writing.
-	c.frames, c.replies, c.owed, c.latest, c.order, c.notices = nil, nil, nil, nil, nil, nil
+	c.frames, c.replies, c.owed, c.latest, c.order, c.notices, c.fleet = nil, nil, nil, nil, nil, nil, nil
 	if c.cause != "" {
 		reason = c.cause
 	}
@@ -631,6 +634,7 @@ type batch struct {
 	deltaBuf   *[]link.Delta // deltas' pooled backing array (deltaBufs)
 	closeFrame []byte
 	notices    [][]byte // encoded notice frames
+	fleet      [][]byte // encoded fleet operation frames
 }
 
 // writePump is the writer: it takes whatever waits, in order (the
@@ -696,12 +700,13 @@ func (c *wsConn) take(b *batch) {
 		if len(c.notices) == 0 {
 			c.notices = nil
 		}
+		b.fleet, c.fleet = c.fleet, nil
 	}
 	b.closeFrame, c.closeFrame = c.closeFrame, nil
 }
 
 func (b *batch) empty() bool {
-	return len(b.frames)+len(b.replies)+len(b.owed)+len(b.progress)+len(b.notices)+len(b.deltas) == 0 && b.closeFrame == nil
+	return len(b.frames)+len(b.replies)+len(b.owed)+len(b.progress)+len(b.notices)+len(b.fleet)+len(b.deltas) == 0 && b.closeFrame == nil
 }
 
 // release lets go of what b held, so an idle connection holds nothing;
@@ -746,6 +751,11 @@ func (c *wsConn) writeBatch(b *batch) error {
 	}
 	for _, n := range b.notices {
 		if err := c.ws.WriteMessage(websocket.TextMessage, n); err != nil {
+			return err
+		}
+	}
+	for _, f := range b.fleet {
+		if err := c.ws.WriteMessage(websocket.TextMessage, f); err != nil {
 			return err
 		}
 	}

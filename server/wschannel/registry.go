@@ -27,7 +27,7 @@ func (c *wsConn) registryConnected(f *link.Connect) (uint64, error) {
 	a := c.a
 	authed := identity.RequiresToken(a.cfg.Config) || c.cert.fp != (config.Fingerprint{})
 	gen, ignored, err := a.registry.Connected(registry.Device{ChannelID: a.id, PeerID: c.peerID, SessionID: c.sessionKey,
-		DeviceName: f.DeviceName, Board: f.Board, Version: f.Version, Capabilities: f.Capabilities, Tags: f.Tags,
+		DeviceName: f.DeviceName, Board: f.Board, Version: f.Version, Platform: f.Platform, SettingsVersion: f.SettingsVersion, Capabilities: f.Capabilities, Tags: f.Tags,
 		RemoteAddr: c.remote, Authenticated: authed})
 	if err != nil {
 		return 0, err
