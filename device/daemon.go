@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"termlink/device/input"
@@ -58,7 +59,40 @@ type Daemon struct {
 	// lobby-7" after enrollment).
 	Hello string
 
-	m Model
+	m    Model
+	ctlc chan func(k *kiosk) // Show and SetKiosk, for the Run loop (made lazily)
+	once sync.Once
+}
+
+// ctl is the channel of changes for the Run loop.
+func (d *Daemon) ctl() chan func(k *kiosk) {
+	d.once.Do(func() { d.ctlc = make(chan func(k *kiosk), 8) })
+	return d.ctlc
+}
+
+// Show puts text over the screen for secs seconds (or until a key), as a
+// local notice, and keeps it as a line of the conversation: what the
+// device says of itself (an update refused, settings applied). It does
+// not wait for Run; past a few waiting, one is dropped (false).
+func (d *Daemon) Show(text string, secs int) bool {
+	select {
+	case d.ctl() <- func(k *kiosk) { d.m.Notice(text); k.addLocal(text, secs) }:
+		return true
+	default:
+		return false
+	}
+}
+
+// SetKiosk replaces the kiosk behaviour while Run runs (pushed settings:
+// the idle screen, the backlight, the notices' time); false when a few
+// changes wait already.
+func (d *Daemon) SetKiosk(cfg Kiosk) bool {
+	select {
+	case d.ctl() <- func(k *kiosk) { k.setConfig(cfg) }:
+		return true
+	default:
+		return false
+	}
 }
 
 // HelloSeconds is how long Daemon.Hello stays over the screen.
@@ -207,6 +241,9 @@ loop:
 			} else {
 				d.handle(ctx, in, log)
 			}
+			render()
+		case fn := <-d.ctl():
+			fn(k)
 			render()
 		case <-gate.woke:
 			k.wake(now())

@@ -170,6 +170,18 @@ func newKiosk(cfg Kiosk, now time.Time) *kiosk {
 	return &kiosk{cfg: cfg, lastInput: now}
 }
 
+// setConfig takes a new kiosk config (defaults as newKiosk), from the
+// next step on.
+func (k *kiosk) setConfig(cfg Kiosk) {
+	if cfg.NoticeSeconds <= 0 {
+		cfg.NoticeSeconds = DefaultNoticeSeconds
+	}
+	if cfg.Blink <= 0 {
+		cfg.Blink = DefaultBlink
+	}
+	k.cfg = cfg
+}
+
 // add queues a notice for the screen, unless it is there or queued.
 func (k *kiosk) add(ev link.Event, now time.Time) {
 	n := ev.Notice

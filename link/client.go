@@ -253,6 +253,7 @@ type Client struct {
 	setAck          []byte // the latest settings_ack, sent on every connect
 	updQ, setAckQ   bool   // not sent yet on the live session
 	results         [][]byte
+	tags            map[string]string // for connect (ClientConfig.Tags, then SetTags)
 	settingsVersion atomic.Int64
 
 	notices, noticesExpired, noticesReacked, noticeAcks, screens, screensCoalesced atomic.Int64
@@ -285,7 +286,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	log = log.With("peer_id", cfg.PeerID)
 	c := &Client{cfg: cfg, log: log, queue: newEventQueue(cfg.Window), events: make(chan Event, cfg.EventBuffer),
 		closing: make(chan struct{}), runDone: make(chan struct{}), msgs: map[string]*outMsg{}, received: map[string]time.Time{},
-		fleetIn: make(chan Frame, fleetBuffer)}
+		fleetIn: make(chan Frame, fleetBuffer), tags: cfg.Tags}
 	c.settingsVersion.Store(cfg.SettingsVersion)
 	if c.dialer, err = cfg.dialer(); err != nil {
 		return nil, err

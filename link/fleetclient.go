@@ -2,6 +2,10 @@ package link
 
 import (
 	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"time"
 	"slices"
 )
 
@@ -29,6 +33,22 @@ func (c *Client) Fleet() <-chan Frame { return c.fleetIn }
 // carry (settings_version): the pushed settings the device applied and
 // kept. Report of a SettingsAck without an error sets it too.
 func (c *Client) SetSettingsVersion(v int64) { c.settingsVersion.Store(v) }
+
+// SetTags replaces the tags the next connect frames carry (pushed
+// settings that set the device's tags); the live connection keeps the
+// ones it connected with.
+func (c *Client) SetTags(tags map[string]string) {
+	c.mu.Lock()
+	c.tags = maps.Clone(tags)
+	c.mu.Unlock()
+}
+
+// connectTags are the tags for the next connect frame.
+func (c *Client) connectTags() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tags
+}
 
 // Report sends the answer to a fleet operation:
 //   - *UpdateStatus: sent now if connected, and again on every connect
@@ -97,4 +117,41 @@ func (c *Client) pendingFleetLocked(frames [][]byte) [][]byte {
 	frames = append(frames, c.results...)
 	c.results = slices.Delete(c.results, 0, len(c.results))
 	return frames
+}
+
+// HTTPClient is an HTTP client with the link's TLS (its CA file, its
+// client certificate), for what a fleet operation fetches from the
+// channel's server (a release's binary). Each call builds a new one.
+func (c *Client) HTTPClient() (*http.Client, error) {
+	conf, err := c.cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: conf, Proxy: http.ProxyFromEnvironment,
+		TLSHandshakeTimeout: c.cfg.ConnectTimeout, ResponseHeaderTimeout: time.Minute}}, nil
+}
+
+// ResolveURL resolves ref (a URL, or a path on the channel's server such
+// as an update's url) against the channel URL, with ws:// as http:// and
+// wss:// as https://.
+func (c *Client) ResolveURL(ref string) (string, error) {
+	base, err := url.Parse(c.cfg.URL)
+	if err != nil {
+		return "", err
+	}
+	switch base.Scheme {
+	case "ws":
+		base.Scheme = "http"
+	case "wss":
+		base.Scheme = "https"
+	}
+	r, err := url.Parse(ref)
+	if err != nil {
+		return "", fmt.Errorf("link: url %q: %w", ref, err)
+	}
+	u := base.ResolveReference(r)
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("link: url %q: want http or https, or a path on the server", ref)
+	}
+	return u.String(), nil
 }

@@ -57,10 +57,11 @@ func TestFleetRequestsAndReports(t *testing.T) {
 	}
 	// A new connection: the update status and the settings ack again, no
 	// diag result, and the settings version the ack set.
+	d.SetTags(map[string]string{"site": "lobby"})
 	srv.Drop()
 	srv.WaitFor(t, "reconnect", 30*time.Second, func() bool { return srv.Connects() == 2 && len(srv.Others()) == 5 })
-	if c := srv.Connect(1); c.SettingsVersion != 3 {
-		t.Fatalf("the second connect says settings version %d, want 3", c.SettingsVersion)
+	if c := srv.Connect(1); c.SettingsVersion != 3 || c.Tags["site"] != "lobby" {
+		t.Fatalf("the second connect says settings version %d, tags %v; want 3, site=lobby", c.SettingsVersion, c.Tags)
 	}
 	o := srv.Others()
 	if s, ok := o[3].(*link.UpdateStatus); !ok || *s != *st {

@@ -134,7 +134,7 @@ func (s *session) handshake(ctx context.Context) (*Connected, string) {
 	c := s.c
 	if !s.write(MustEncode(&Connect{PeerID: c.cfg.PeerID, DeviceName: c.cfg.DeviceName,
 		Capabilities: c.cfg.Capabilities, ThreadID: c.cfg.ThreadID, UserID: c.cfg.UserID,
-		Board: c.cfg.Board, Version: c.cfg.Version, Tags: c.cfg.Tags,
+		Board: c.cfg.Board, Version: c.cfg.Version, Tags: c.connectTags(),
 		Platform: c.cfg.Platform, SettingsVersion: c.settingsVersion.Load()})) {
 		return nil, s.reason()
 	}

@@ -113,7 +113,7 @@ func run(ctx context.Context, args []string) error {
 		return update.Supervise(ctx, update.Config{Args: args, StateDir: cfg.StateDir, Gate: uf.gate, Logger: log})
 	}
 	if worker != nil {
-		cfg.Healthy = worker.Healthy
+		cfg.Healthy, cfg.Worker = worker.Healthy, worker
 	}
 	if cfg.ReleaseKey, err = loadReleaseKey(uf, cfg.StateDir); err != nil {
 		return err

@@ -30,7 +30,9 @@ import (
 	"termlink/device"
 	"termlink/device/sdnotify"
 	"termlink/device/state"
+	"termlink/device/update"
 	"termlink/link"
+	"termlink/release"
 )
 
 // ServerAuto is the Server value that finds the server on the LAN.
@@ -75,6 +77,9 @@ type Config struct {
 	// ReleaseKey is the pinned key of signed releases (nil: none); for
 	// the update frames (package device/update).
 	ReleaseKey ed25519.PublicKey
+	// Worker is the update supervisor's end (update.FromEnv; nil: termd
+	// does not run under it and does not update itself).
+	Worker *update.Worker
 }
 
 // Run runs termd until ctx ends (nil) or the user quits (nil), or
@@ -96,6 +101,7 @@ type setup struct {
 	profile         *boards.Profile
 	id, token, name string
 	unkept          error // why the peer id is not kept in the state dir
+	onTrial         bool  // this binary is a release on trial (update.go)
 	log             *slog.Logger
 	closeLog        func()
 }
@@ -177,10 +183,11 @@ func (s *setup) run(ctx context.Context) error {
 		}
 		hello = "Enrolled as " + id
 	}
+	fh := &fleetHandlers{} // fleet.go; the handlers are set once the client and the daemon exist
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, Fallbacks: s.edges, PeerID: id, DeviceName: s.name, Token: token,
 		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, StateDir: cfg.StateDir, Logger: log,
-		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), Stream: !cfg.NoStream,
-		Board: s.profile.Name, Version: cfg.Version, Tags: cfg.Tags})
+		Capabilities: append(append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), s.fleetCaps()...), Stream: !cfg.NoStream,
+		Board: s.profile.Name, Version: cfg.Version, Tags: cfg.Tags, Platform: release.CurrentPlatform()})
 	if err != nil {
 		return fail(err)
 	}
@@ -201,17 +208,27 @@ func (s *setup) run(ctx context.Context) error {
 			state.KeepPeerIDLater(hctx, cfg.StateDir, id, log)
 		}
 	}()
+	s.setFleetHandlers(fh, client, d, wsURL, token)
+	fleetDone := make(chan struct{})
+	go func() {
+		defer close(fleetDone)
+		runFleet(hctx, client, fh)
+	}()
 	healthDone := make(chan struct{})
 	go func() {
 		defer close(healthDone)
 		if cfg.Healthy != nil {
 			afterFirstHeartbeat(hctx, client, cfg.Healthy)
+			if s.onTrial && hctx.Err() == nil {
+				afterHealthy(hctx, client, cfg.Worker.StateDir, cfg.Version, log) // update.go
+			}
 		}
 	}()
 	err = d.Run(ctx)
 	stopHW()
 	<-keepDone
 	<-healthDone
+	<-fleetDone
 	if herr := <-hwDone; herr != nil {
 		log.Warn("board", "err", herr)
 	}

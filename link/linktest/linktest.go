@@ -44,7 +44,7 @@ type Server struct {
 	messages  []*link.Message
 	cancels   []*link.Cancel
 	screens   []link.Screen
-	others    []link.Frame // every other frame (fleet operations' answers, notice_ack)
+	others    []link.Frame  // every other frame (fleet operations' answers, notice_ack)
 	changed   chan struct{} // closed and replaced on every frame and connect
 }
 
