@@ -23,6 +23,7 @@
     channels: [],
     channel: '',
     peers: new Map(), // peer_id -> Peer of the current channel
+    live: false, // the live stream is up (setStreamState)
     stream: null, // AbortController of the running stream
     route: { view: 'fleet' },
     detail: null, // the open device's GET .../peers/{id} answer
@@ -180,6 +181,7 @@
 
   // ---- live stream (SSE over fetch) ----
   function setStreamState(text, cls) {
+    state.live = cls === 'live'; // the "peer" events keep state.peers current
     const s = $('stream-state');
     s.textContent = text;
     s.className = 'stream-state' + (cls ? ' ' + cls : '');
@@ -730,7 +732,11 @@
   }
 
   function drawDetail(d) {
-    drawPeerLive(d);
+    // While the live stream runs, its "peer" events are the newest word on
+    // the device (a GET answered before the last of them would draw an
+    // older screen over a newer one, and nothing would redraw it).
+    const live = state.live && state.peers.get(d.peer_id);
+    drawPeerLive(live || d);
     const { channel, peer } = state.route;
     const base = `/api/channels/${enc(channel)}/peers/${enc(peer)}`;
     const running = d.running || [];
