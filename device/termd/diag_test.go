@@ -128,7 +128,9 @@ func TestDiagSelftestOnEmulator(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(file, nil, 0o600)
 	dg.stateDir = file
-	dg.linkState = func() (link.Status, link.ClientStats) { return link.Status{State: link.StateWaiting}, link.ClientStats{} }
+	dg.linkState = func() (link.Status, link.ClientStats) {
+		return link.Status{State: link.StateWaiting}, link.ClientStats{}
+	}
 	dg.handle(ctx, &link.Diag{RequestID: "r4", Kind: link.DiagSelftest})
 	r = res.last(t)
 	for _, want := range []string{"i2c-backpack  FAIL    nothing acknowledges 0x3F", "clock         FAIL    the clock reads 1970-01-01T00:00:00Z: not set",
@@ -163,7 +165,10 @@ func TestDiagOneSelftestAtATime(t *testing.T) {
 		return connected()
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); dg.handle(context.Background(), &link.Diag{RequestID: "first", Kind: link.DiagSelftest}) }()
+	go func() {
+		defer close(done)
+		dg.handle(context.Background(), &link.Diag{RequestID: "first", Kind: link.DiagSelftest})
+	}()
 	<-entered
 	dg.handle(context.Background(), &link.Diag{RequestID: "second", Kind: link.DiagSelftest})
 	if r := res.last(t); r.RequestID != "second" || r.Error != "a self-test is running" || r.OK {
