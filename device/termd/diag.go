@@ -79,9 +79,12 @@ func (s *setup) diagHandler(client *link.Client, d *device.Daemon) func(context.
 	if d != nil {
 		dg.view = d.View
 	}
-	if s.hw != nil && s.profile != nil && s.profile.Display.Kind == boards.HD44780I2C {
-		if p := s.hw.Parts(); p != nil && p.Bus != nil {
-			dg.bus, dg.addr = p.Bus, p.Addr
+	if s.profile != nil && s.profile.Display.Kind == boards.HD44780I2C {
+		dg.noBus = "the board's I2C bus is not open"
+		if s.hw != nil {
+			if p := s.hw.Parts(); p != nil && p.Bus != nil {
+				dg.bus, dg.addr = p.Bus, p.Addr
+			}
 		}
 	}
 	return dg.handle
@@ -95,6 +98,7 @@ type diagnoser struct {
 	stateDir  string
 	view      device.View // the display's figures, when an HD44780 driver
 	bus       i2c.Bus     // the backpack's bus (hd44780-i2c), nil otherwise
+	noBus     string      // why bus is nil, when not "the display is not an I2C LCD"
 	addr      uint16
 	log       *slog.Logger
 	now       func() time.Time
@@ -123,7 +127,11 @@ func (dg *diagnoser) handle(ctx context.Context, f *link.Diag) {
 		dg.log.Warn("diag result not sent", "request_id", f.RequestID, "kind", f.Kind, "err", err)
 		return
 	}
-	dg.log.Info("diag answered", "request_id", f.RequestID, "kind", f.Kind, "bytes", len(res.Text), "ok", res.OK, "err", res.Error)
+	if res.Error != "" {
+		dg.log.Warn("diag answered with an error", "request_id", f.RequestID, "kind", f.Kind, "err", res.Error)
+		return
+	}
+	dg.log.Info("diag answered", "request_id", f.RequestID, "kind", f.Kind, "bytes", len(res.Text), "ok", res.OK)
 }
 
 // logs sets res to the log's end.
@@ -174,6 +182,9 @@ func (dg *diagnoser) selftestSteps() []checks.Step {
 	steps := []checks.Step{{Name: "i2c-backpack"}, {Name: "display"}}
 	if dg.bus == nil {
 		steps[0].NotApplicable = "the display is not an I2C LCD"
+		if dg.noBus != "" {
+			steps[0].NotApplicable = dg.noBus
+		}
 	} else {
 		steps[0].Run = dg.checkBackpack
 	}
