@@ -182,9 +182,10 @@ var (
 // its device is still on the connection it was sent on.
 const WatchEvery = 250 * time.Millisecond
 
-// watch cancels ctx (through gone, its parent's) with errGone when the peer's connection ends or is replaced before ctx
-// ends: a device answers only on the connection a request came on. The
-// channel is closed when watch is done.
+// watch cancels ctx (through gone, its parent's) with errGone when the
+// peer's connection ends or is replaced before ctx ends: a device answers
+// only on the connection a request came on. The channel is closed when
+// watch is done.
 func (a *API) watch(ctx context.Context, ch string, was registry.Peer, gone context.CancelCauseFunc) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {

@@ -1,17 +1,11 @@
 package kiosk_test
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"termlink/device"
-	"termlink/display/console"
 	"termlink/link"
 )
 
@@ -21,36 +15,17 @@ import (
 // answers are tested in device/termd).
 func startDiagKiosk(t *testing.T, addr, peerID string) {
 	t.Helper()
-	client, err := link.NewClient(link.ClientConfig{
-		URL:    "ws://" + addr + "/api/channels/" + channelID + "/ws",
-		PeerID: peerID, DeviceName: peerID, StateDir: t.TempDir(), Board: "sim", Version: "e2e",
-		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen, link.CapDiag),
-		RetryInitial: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond,
-		Logger: testLogger(t, peerID),
+	done := make(chan struct{})
+	var client *link.Client
+	t.Cleanup(func() { // after the kiosk's own cleanup, which stops the client
+		if client != nil {
+			<-done
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, pw := io.Pipe()
-	con := console.New(struct {
-		io.Reader
-		io.Writer
-	}{pr, io.Discard}, console.Opts{Width: 60, Height: 12, Logger: testLogger(t, peerID)})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); _ = con.Run(ctx) }()
-	d := &device.Daemon{Client: client, View: &device.ConsoleView{Console: con}, Inputs: make(chan device.Input), Logger: testLogger(t, peerID)}
-	go func() { defer wg.Done(); _ = d.Run(ctx) }()
-	go func() {
-		defer wg.Done()
-		for {
-			var f link.Frame
-			select {
-			case <-ctx.Done():
-				return
-			case f = <-client.Fleet():
-			}
+	client = startTextKiosk(t, addr, peerID, link.CapDiag)
+	go func() { // until the client stops: Fleet is closed
+		defer close(done)
+		for f := range client.Fleet() {
 			q, ok := f.(*link.Diag)
 			if !ok {
 				continue
@@ -64,7 +39,6 @@ func startDiagKiosk(t *testing.T, addr, peerID string) {
 			_ = client.Report(res)
 		}
 	}()
-	t.Cleanup(func() { cancel(); pw.Close(); wg.Wait() })
 }
 
 // A device's page offers an operator Log and Self-test: each shows the
