@@ -28,6 +28,7 @@ import (
 
 	"termlink/boards"
 	"termlink/device"
+	"termlink/device/logring"
 	"termlink/device/sdnotify"
 	"termlink/device/state"
 	"termlink/device/update"
@@ -104,6 +105,8 @@ type setup struct {
 	onTrial         bool  // this binary is a release on trial (update.go)
 	log             *slog.Logger
 	closeLog        func()
+	ring            *logring.Ring    // the log's end, for diag requests (diag.go)
+	hw              *device.Hardware // the board, once open (diag.go)
 }
 
 // prepare checks cfg and finds what termd needs before the board opens:
@@ -139,7 +142,8 @@ func prepare(cfg Config) (*setup, error) {
 	if s.name = cfg.DeviceName; s.name == "" {
 		s.name, _ = os.Hostname()
 	}
-	s.log, s.closeLog = openLog(cfg, s.profile, stateErr)
+	s.ring = logring.New(0)
+	s.log, s.closeLog = openLog(cfg, s.profile, stateErr, s.ring)
 	if s.unkept != nil {
 		s.log.Error("peer id not kept in the state dir; derived from the machine id and the state dir meanwhile", "peer_id", s.id, "err", s.unkept)
 	}
@@ -154,6 +158,7 @@ func (s *setup) run(ctx context.Context) error {
 		return err
 	}
 	defer hw.Close()
+	s.hw = hw
 	hctx, stopHW := context.WithCancel(ctx)
 	hwDone := make(chan error, 1)
 	go func() { hwDone <- hw.Run(hctx) }()
@@ -298,8 +303,9 @@ func peerID(cfg Config) (id string, unkept, err error) {
 // openLog opens the log: cfg.LogFile, else stderr, except when the display
 // is this terminal (then StateDir/termd.log). A log file that cannot be
 // opened does not stop termd (the display is worth more than the log);
-// it and stateErr are logged.
-func openLog(cfg Config, profile *boards.Profile, stateErr error) (*slog.Logger, func()) {
+// it and stateErr are logged. Every line also goes to ring (the end of
+// the log a diag request asks for).
+func openLog(cfg Config, profile *boards.Profile, stateErr error, ring io.Writer) (*slog.Logger, func()) {
 	var out io.Writer = os.Stderr
 	closeLog := func() {}
 	onConsole := profile.Display.Kind == boards.Console && profile.Serial == nil
@@ -319,7 +325,7 @@ func openLog(cfg Config, profile *boards.Profile, stateErr error) (*slog.Logger,
 			out, closeLog = f, func() { f.Close() }
 		}
 	}
-	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(ring, out), &slog.HandlerOptions{Level: cfg.LogLevel}))
 	for _, err := range []error{stateErr, logErr} {
 		if err != nil {
 			log.Error("state dir", "dir", cfg.StateDir, "err", err)

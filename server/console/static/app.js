@@ -108,6 +108,8 @@
       throw new APIError(resp.status, msg); // the API's own words
     }
     if (resp.status === 204) return null;
+    // A device's log comes as text/plain; everything else is JSON.
+    if ((resp.headers.get('Content-Type') || '').startsWith('text/plain')) return resp.text();
     return resp.json();
   }
 
@@ -763,6 +765,49 @@
       '\n', m.text)) : [el('li', { class: 'hint', text: 'No messages yet.' })]));
   }
 
+  // ---- diagnostics: the device's log and its self-test, over its session ----
+  async function runDiag(kind) {
+    const { channel, peer } = state.route;
+    const base = `/api/channels/${enc(channel)}/peers/${enc(peer)}`;
+    const status = $('diag-status');
+    const out = $('diag-output');
+    const buttons = [$('diag-logs'), $('diag-selftest')];
+    for (const b of buttons) b.disabled = true;
+    status.className = 'result';
+    status.textContent = kind === 'logs' ? 'Asking the device for its log…' : 'The device runs its self-test…';
+    try {
+      let text;
+      if (kind === 'logs') {
+        text = await api('GET', `${base}/logs?bytes=${enc($('diag-bytes').value || '16384')}`);
+        if (state.route.peer !== peer) return;
+        status.textContent = `The last ${new TextEncoder().encode(text).length} bytes of ${peer}'s log.`;
+      } else {
+        const r = await api('POST', `${base}/selftest`);
+        if (state.route.peer !== peer) return;
+        text = r.text;
+        status.className = `result ${r.ok ? 'good' : 'bad'}`;
+        status.textContent = `Self-test ${r.ok ? 'passed' : 'failed'} (took ${r.took}).`;
+      }
+      out.textContent = text || '(empty)';
+      out.dataset.kind = kind;
+      out.hidden = false;
+      if (kind === 'logs') out.scrollTop = out.scrollHeight; // the newest lines
+    } catch (e) {
+      if (state.route.peer !== peer) return;
+      status.className = 'result bad';
+      status.textContent = e.message; // the API's own words: not connected, an older termd, no answer
+    } finally {
+      for (const b of buttons) b.disabled = false;
+    }
+  }
+
+  function clearDiag() {
+    $('diag-status').className = 'result';
+    $('diag-status').textContent = '';
+    $('diag-output').textContent = '';
+    $('diag-output').hidden = true;
+  }
+
   // ---- pairing requests (enrollment by code): listed, approved here ----
   const pairingItems = new Map(); // code -> <li>, kept while pending so typing survives a refresh
 
@@ -876,6 +921,7 @@
       $('peer-notices').replaceChildren();
       $('conversation').replaceChildren();
       $('peer-events').replaceChildren();
+      clearDiag();
       state.peerSeqs.clear();
       $('peer-events-note').textContent = 'Loading this device\'s events…';
       $('peer-events-note').hidden = false;
@@ -944,6 +990,8 @@
     $('notice-tag').addEventListener('focus', () => { $('notice-form').querySelector('[value=tag]').checked = true; });
     $('notice-peer').addEventListener('focus', () => { $('notice-form').querySelector('[value=peer]').checked = true; });
     $('peer-notice-form').addEventListener('submit', onPeerNoticeForm);
+    $('diag-logs').addEventListener('click', () => runDiag('logs'));
+    $('diag-selftest').addEventListener('click', () => runDiag('selftest'));
     for (const form of [$('notice-form'), $('peer-notice-form')]) {
       form.querySelector('textarea').maxLength = NOTICE_MAX;
       form.querySelector('textarea').addEventListener('input', () => noticeCount(form));
