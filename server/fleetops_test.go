@@ -15,7 +15,7 @@ type recordingPart struct {
 }
 
 func (p *recordingPart) DeviceConnected(_ string, c *link.Connect) { p.connects <- c }
-func (p *recordingPart) Report(_, _ string, f link.Frame)        { p.reports <- f }
+func (p *recordingPart) Report(_, _ string, f link.Frame)          { p.reports <- f }
 
 // A device's fleet frames reach the registry and the parts: connect's
 // platform and settings version, update_status as the peer's update

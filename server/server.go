@@ -214,7 +214,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		closeLogs()
 		return nil, err
 	}
-	rt.fleetOps = &fleetOps{rt: rt} // its parts are added below, before Start
+	rt.fleetOps = &fleetOps{rt: rt}  // its parts are added below, before Start
 	for _, ch := range rt.channels { // after the registry they feed
 		if ch.cfg.Enabled {
 			ch.adapter = wschannel.New(ch.id, ch.cfg, wschannel.Deps{
