@@ -123,15 +123,16 @@ func (dg *diagnoser) handle(ctx context.Context, f *link.Diag) {
 	if ctx.Err() != nil {
 		return // termd is stopping
 	}
-	if err := dg.report(res); err != nil {
-		dg.log.Warn("diag result not sent", "request_id", f.RequestID, "kind", f.Kind, "err", err)
-		return
-	}
+	// Logged before it is sent, so that a log fetched after this answer
+	// holds the line (a send that fails says so next).
 	if res.Error != "" {
 		dg.log.Warn("diag answered with an error", "request_id", f.RequestID, "kind", f.Kind, "err", res.Error)
-		return
+	} else {
+		dg.log.Info("diag answered", "request_id", f.RequestID, "kind", f.Kind, "bytes", len(res.Text), "ok", res.OK)
 	}
-	dg.log.Info("diag answered", "request_id", f.RequestID, "kind", f.Kind, "bytes", len(res.Text), "ok", res.OK)
+	if err := dg.report(res); err != nil {
+		dg.log.Warn("diag result not sent", "request_id", f.RequestID, "kind", f.Kind, "err", err)
+	}
 }
 
 // logs sets res to the log's end.
