@@ -503,6 +503,28 @@ func (r *Registry) SetSettings(channelID, peerID string, version int64, errText 
 	return true
 }
 
+// SetTags replaces a device's tags (pushed settings that set them, once
+// the device acked: its next connect says the same), bounded as a
+// connect's; false when the device is not known.
+func (r *Registry) SetTags(channelID, peerID string, tags map[string]string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entryLocked(channelID, peerID)
+	if e == nil {
+		return false
+	}
+	cs := r.channels[channelID]
+	d := e.dev
+	d.Tags = tags
+	d, _ = sanitize(d)
+	size := peerBytes(d)
+	cs.bytes += size - e.bytes
+	e.dev, e.bytes = d, size
+	cs.markLocked(peerID, dirtyFull)
+	r.publishLocked(cs, e)
+	return true
+}
+
 // MaxReason bounds the reasons the registry keeps (an update's failure,
 // a settings refusal).
 const MaxReason = 512
