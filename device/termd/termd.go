@@ -103,6 +103,8 @@ type setup struct {
 	unkept          error // why the peer id is not kept in the state dir
 	onTrial         bool  // this binary is a release on trial (update.go)
 	log             *slog.Logger
+	level           *slog.LevelVar // the log's level (pushed settings set it)
+	settings        *pushed        // pushed settings (settings.go)
 	closeLog        func()
 }
 
@@ -139,7 +141,8 @@ func prepare(cfg Config) (*setup, error) {
 	if s.name = cfg.DeviceName; s.name == "" {
 		s.name, _ = os.Hostname()
 	}
-	s.log, s.closeLog = openLog(cfg, s.profile, stateErr)
+	s.log, s.level, s.closeLog = openLog(cfg, s.profile, stateErr)
+	s.loadSettings() // before the first connect (settings.go)
 	if s.unkept != nil {
 		s.log.Error("peer id not kept in the state dir; derived from the machine id and the state dir meanwhile", "peer_id", s.id, "err", s.unkept)
 	}
@@ -187,19 +190,19 @@ func (s *setup) run(ctx context.Context) error {
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, Fallbacks: s.edges, PeerID: id, DeviceName: s.name, Token: token,
 		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, StateDir: cfg.StateDir, Logger: log,
 		Capabilities: append(append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), s.fleetCaps()...), Stream: !cfg.NoStream,
-		Board: s.profile.Name, Version: cfg.Version, Tags: cfg.Tags, Platform: release.CurrentPlatform()})
+		Board: s.profile.Name, Version: cfg.Version, Tags: s.settings.tags(), SettingsVersion: s.settings.version(), Platform: release.CurrentPlatform()})
 	if err != nil {
 		return fail(err)
 	}
 	notifier := sdnotify.FromEnv()
 	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log, Gate: hw.Gate, Hello: hello,
-		Kiosk: kiosk(cfg, s.profile), Watchdog: sdnotify.WatchdogInterval(),
+		Kiosk: s.settings.kiosk(), Watchdog: sdnotify.WatchdogInterval(),
 		Notify: func(state string) {
 			if err := notifier.Notify(state); err != nil {
 				log.Warn("systemd notify", "err", err)
 			}
 		}}
-	log.Info("termd starting", "version", cfg.Version, "server", wsURL, "board", s.profile.Name, "peer_id", id, "state_dir", cfg.StateDir, "tags", tagsText(cfg.Tags))
+	log.Info("termd starting", "version", cfg.Version, "server", wsURL, "board", s.profile.Name, "peer_id", id, "state_dir", cfg.StateDir, "tags", tagsText(s.settings.tags()), "settings_version", s.settings.version())
 
 	keepDone := make(chan struct{})
 	go func() {
@@ -298,8 +301,8 @@ func peerID(cfg Config) (id string, unkept, err error) {
 // openLog opens the log: cfg.LogFile, else stderr, except when the display
 // is this terminal (then StateDir/termd.log). A log file that cannot be
 // opened does not stop termd (the display is worth more than the log);
-// it and stateErr are logged.
-func openLog(cfg Config, profile *boards.Profile, stateErr error) (*slog.Logger, func()) {
+// it and stateErr are logged. Its level starts at cfg.LogLevel.
+func openLog(cfg Config, profile *boards.Profile, stateErr error) (*slog.Logger, *slog.LevelVar, func()) {
 	var out io.Writer = os.Stderr
 	closeLog := func() {}
 	onConsole := profile.Display.Kind == boards.Console && profile.Serial == nil
@@ -319,13 +322,15 @@ func openLog(cfg Config, profile *boards.Profile, stateErr error) (*slog.Logger,
 			out, closeLog = f, func() { f.Close() }
 		}
 	}
-	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	level := new(slog.LevelVar)
+	level.Set(cfg.LogLevel)
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
 	for _, err := range []error{stateErr, logErr} {
 		if err != nil {
 			log.Error("state dir", "dir", cfg.StateDir, "err", err)
 		}
 	}
-	return log, closeLog
+	return log, level, closeLog
 }
 
 // kiosk is the board's kiosk block with cfg's overrides.
