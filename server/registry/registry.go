@@ -3,8 +3,9 @@
 // board, version, capabilities, tags), whether it authenticated, whether
 // it is online now, since when, when it was last seen, how often it
 // reconnected in the last hour, when it last sent a message, and what its
-// display shows (the screen mirror, online devices only). Changes stream
-// to subscribers (the operator API's live stream).
+// display shows (the screen mirror, online devices only). Tags pushed
+// settings gave a device replace its tags once it acked them (SetTags).
+// Changes stream to subscribers (the operator API's live stream).
 //
 // # Bounds
 //
