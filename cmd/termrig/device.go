@@ -13,6 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"termlink/server/settings"
 )
 
 // The device commands (issue 28): operating a channel's devices through
@@ -83,16 +85,6 @@ func (t tagList) Set(s string) error {
 	return nil
 }
 
-// settingsBody is a settings document as the API takes it.
-type settingsBody struct {
-	IdleText          *string           `json:"idle_text,omitempty"`
-	IdleSeconds       *int              `json:"idle_seconds,omitempty"`
-	BacklightOffAfter *int              `json:"backlight_off_after,omitempty"`
-	NoticeSeconds     *int              `json:"notice_seconds,omitempty"`
-	LogLevel          string            `json:"log_level,omitempty"`
-	Tags              map[string]string `json:"tags,omitempty"`
-}
-
 func (a *app) deviceSettings(ctx context.Context, args []string) error {
 	fs, usage := a.newFlagSet("device settings", `--server URL (--peer P | --tag k=v) [settings] [--delete] | --show
 
@@ -104,7 +96,7 @@ the others when they connect.`)
 	channel := fs.String("channel", "terminal-dev", "the `channel` id")
 	peer := fs.String("peer", "", "the device's `peer_id`")
 	tag := fs.String("tag", "", "the `key=value` tag whose devices the document applies to")
-	var body settingsBody
+	var body settings.Fields // the document, as the API takes it
 	idleText := fs.String("idle-text", "", "the idle screen's `text`")
 	fs.Var(optInt{&body.IdleSeconds}, "idle-seconds", "`N` seconds without a key before the idle screen (0: never)")
 	fs.Var(optInt{&body.BacklightOffAfter}, "backlight-off-after", "`N` seconds without a key before the backlight goes off (0: never)")
