@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,9 @@ const (
 	maxTagValue      = 128
 	maxSettingsBytes = 64 << 10
 )
+
+// settingsKeys are the fields of settings.json (link.Settings').
+var settingsKeys = []string{"version", "idle_text", "idle_seconds", "backlight_off_after", "notice_seconds", "log_level", "tags"}
 
 var settingsTagKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
@@ -150,7 +154,7 @@ func (p *pushed) levelFor(f *link.Settings) slog.Level {
 }
 
 func (p *pushed) tagsFor(f *link.Settings) map[string]string {
-	if f == nil || f.Tags == nil {
+	if f == nil || len(f.Tags) == 0 {
 		return p.baseTags
 	}
 	return f.Tags
@@ -230,6 +234,11 @@ func parseSettings(b []byte) (*link.Settings, error) {
 	if k := dupKey(root); k != "" {
 		return nil, fmt.Errorf("key %q given twice", k)
 	}
+	for _, k := range root.Keys { // encoding/json would take "Idle_Text" for idle_text
+		if !slices.Contains(settingsKeys, k) {
+			return nil, fmt.Errorf("unknown field %q (known: %s)", k, strings.Join(settingsKeys, ", "))
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var f link.Settings
@@ -241,6 +250,9 @@ func parseSettings(b []byte) (*link.Settings, error) {
 	}
 	if field, msg := checkSettings(&f); field != "" {
 		return nil, fmt.Errorf("%s: %s", field, msg)
+	}
+	if len(f.Tags) == 0 {
+		f.Tags = nil // kept as the device's own, as on the wire
 	}
 	return &f, nil
 }

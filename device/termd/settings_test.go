@@ -155,6 +155,7 @@ func TestParseSettings(t *testing.T) {
 		{`{"version": 1, "idle_text": "a", "idle_text": "b"}`, `key "idle_text" given twice`},
 		{`{"version": 1, "tags": {"a": "b", "a": "c"}}`, `key "a" given twice`},
 		{`{"version": 1, "extra": 1}`, `unknown field "extra"`},
+		{`{"version": 1, "Idle_Text": "x"}`, `unknown field "Idle_Text"`},
 		{`{"version": 0}`, "version: must be a whole number from 1"},
 		{`{"version": 1, "notice_seconds": -1}`, "notice_seconds: must be from 0"},
 		{`{"version": 1, "log_level": "loud"}`, "log_level: must be"},

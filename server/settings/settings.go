@@ -46,6 +46,7 @@ import (
 	"unicode/utf8"
 
 	"termlink/internal/durable"
+	"termlink/internal/strictjson"
 	"termlink/link"
 	"termlink/server/httpapi"
 	"termlink/server/registry"
@@ -256,6 +257,9 @@ func ParseFile(b []byte) (*file, error) {
 	if err := httpapi.CheckBody(b); err != nil {
 		return nil, errors.New(strings.Replace(err.Error(), "the body", "the file", 1))
 	}
+	if err := checkFileKeys(b); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var f file
@@ -315,6 +319,68 @@ func ParseFile(b []byte) (*file, error) {
 		}
 	}
 	return &f, nil
+}
+
+// docKeys are a document's fields as stored.
+var docKeys = []string{"idle_text", "idle_seconds", "backlight_off_after", "notice_seconds", "log_level", "tags", "version", "updated_at", "updated_by"}
+
+// checkFileKeys refuses a key that is not a field's exact name
+// (encoding/json would take "Idle_Text" for idle_text).
+func checkFileKeys(b []byte) error {
+	root, err := strictjson.Parse(b)
+	if err != nil {
+		return err
+	}
+	known := func(n *strictjson.Node, where string, names ...string) error {
+		for _, k := range n.Keys {
+			if !slices.Contains(names, k) {
+				if where != "" {
+					where += ": "
+				}
+				return fmt.Errorf("%sunknown field %q (known: %s)", where, k, strings.Join(names, ", "))
+			}
+		}
+		return nil
+	}
+	if err := known(root, "", "channels"); err != nil {
+		return err
+	}
+	for _, chs := range objects(root) {
+		for i, c := range objects(chs) {
+			where := "channels." + chs.Keys[i]
+			if err := known(c, where, "version", "tags", "peers"); err != nil {
+				return err
+			}
+			for j, docs := range objects(c) {
+				if c.Keys[j] == "version" {
+					continue
+				}
+				for k, d := range objects(docs) {
+					if err := known(d, where+"."+c.Keys[j]+"."+docs.Keys[k], docKeys...); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// objects are n's values (nil for each one that is not an object), by
+// n's keys; none when n is not an object.
+func objects(n *strictjson.Node) []*strictjson.Node {
+	if n.Kind != strictjson.Object {
+		return nil
+	}
+	out := make([]*strictjson.Node, len(n.Vals))
+	for i, v := range n.Vals {
+		if v.Kind == strictjson.Object {
+			out[i] = v
+		} else {
+			out[i] = &strictjson.Node{Kind: strictjson.Null}
+		}
+	}
+	return out
 }
 
 // docBytes is a document's size as stored.

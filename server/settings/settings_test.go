@@ -385,6 +385,9 @@ func TestParseFile(t *testing.T) {
 		{`{"channels": {"ch": {"version": 1, "tags": {"site=x": {"tags": {"a": "b"}, "version": 1}}}}}`, "only a peer's document"},
 		{`{"channels": {"ch": {"version": 1, "peers": {"p": {"version": 1}}}}}`, "the document sets nothing"},
 		{`{"channels": {"ch": {"version": 1, "peers": {"p": {"idle_text": "a", "colour": 1, "version": 1}}}}}`, `unknown field "colour"`},
+		{`{"channels": {"ch": {"version": 1, "peers": {"p": {"Idle_Text": "a", "version": 1}}}}}`, `channels.ch.peers.p: unknown field "Idle_Text"`},
+		{`{"Channels": {}}`, `unknown field "Channels"`},
+		{`{"channels": {"ch": {"Version": 1}}}`, `channels.ch: unknown field "Version"`},
 		{`{"channels": {"ch": {"version": 1, "peers": {"": {"idle_text": "a", "version": 1}}}}}`, "the peer id is empty"},
 		{"{\"channels\": {\"ch\": {\"version\": 1, \"peers\": {\"p\": {\"idle_text\": \"\xff\", \"version\": 1}}}}}", "not valid UTF-8"},
 	} {
