@@ -11,12 +11,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"termlink/device"
@@ -46,21 +44,11 @@ import (
 // settingsFileName is the applied settings in the state dir.
 const settingsFileName = "settings.json"
 
-// Device-side bounds of pushed settings (the server's are the same or
-// tighter).
-const (
-	maxIdleText      = 256
-	maxSettingsSecs  = 7 * 24 * 3600
-	maxSettingsTags  = 32
-	maxTagKey        = 64
-	maxTagValue      = 128
-	maxSettingsBytes = 64 << 10
-)
+// maxSettingsBytes bounds settings.json.
+const maxSettingsBytes = 64 << 10
 
 // settingsKeys are the fields of settings.json (link.Settings').
 var settingsKeys = []string{"version", "idle_text", "idle_seconds", "backlight_off_after", "notice_seconds", "log_level", "tags"}
-
-var settingsTagKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 // pushed is termd's pushed settings: its own values (the command line
 // over the board) and the settings applied over them.
@@ -270,42 +258,6 @@ func dupKey(n *strictjson.Node) string {
 	return ""
 }
 
-// checkSettings says which value of f termd cannot apply, and why.
-func checkSettings(f *link.Settings) (field, msg string) {
-	if f.Version < 1 {
-		return "version", fmt.Sprintf("must be a whole number from 1, got %d", f.Version)
-	}
-	if t := f.IdleText; t != nil {
-		switch {
-		case len(*t) > maxIdleText:
-			return "idle_text", fmt.Sprintf("is %d bytes, at most %d", len(*t), maxIdleText)
-		case !utf8.ValidString(*t) || strings.IndexFunc(*t, func(r rune) bool { return unicode.IsControl(r) && r != '\n' }) >= 0:
-			return "idle_text", "must be text without control characters (a newline is taken)"
-		}
-	}
-	for _, s := range []struct {
-		name string
-		p    *int
-	}{{"idle_seconds", f.IdleSeconds}, {"backlight_off_after", f.BacklightOffAfter}, {"notice_seconds", f.NoticeSeconds}} {
-		if s.p != nil && (*s.p < 0 || *s.p > maxSettingsSecs) {
-			return s.name, fmt.Sprintf("must be from 0 to %d seconds, got %d", maxSettingsSecs, *s.p)
-		}
-	}
-	switch f.LogLevel {
-	case "", "debug", "info", "warn", "error":
-	default:
-		return "log_level", fmt.Sprintf("must be debug, info, warn or error; got %q", f.LogLevel)
-	}
-	if f.Tags != nil && len(f.Tags) > maxSettingsTags {
-		return "tags", fmt.Sprintf("%d tags, at most %d", len(f.Tags), maxSettingsTags)
-	}
-	for k, v := range f.Tags {
-		switch {
-		case len(k) > maxTagKey || !settingsTagKeyRE.MatchString(k):
-			return "tags", fmt.Sprintf("key %q: 1 to %d of A-Z a-z 0-9 . _ -, starting with a letter or digit", k, maxTagKey)
-		case v == "" || len(v) > maxTagValue || !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0:
-			return "tags", fmt.Sprintf("tag %q: the value must be 1 to %d bytes of text without control characters", k, maxTagValue)
-		}
-	}
-	return "", ""
-}
+// checkSettings says which value of f termd cannot apply, and why (the
+// bounds both ends hold to).
+func checkSettings(f *link.Settings) (field, msg string) { return link.CheckSettings(f) }

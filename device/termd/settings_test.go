@@ -86,9 +86,9 @@ func TestSettingsApply(t *testing.T) {
 		f    link.Settings
 		want string
 	}{
-		{link.Settings{Version: 4, IdleText: strp(strings.Repeat("x", maxIdleText+1))}, "idle_text: is 257 bytes"},
+		{link.Settings{Version: 4, IdleText: strp(strings.Repeat("x", link.MaxIdleText+1))}, "idle_text: is 257 bytes"},
 		{link.Settings{Version: 4, Tags: map[string]string{"bad key": "x"}}, `tags: key "bad key"`},
-		{link.Settings{Version: 4, IdleSeconds: intp(maxSettingsSecs + 1)}, "idle_seconds: must be from 0 to"},
+		{link.Settings{Version: 4, IdleSeconds: intp(link.MaxSettingsSeconds + 1)}, "idle_seconds: is 604801 seconds, at most 604800"},
 	} {
 		acks = nil
 		apply(&bad.f)
@@ -157,7 +157,7 @@ func TestParseSettings(t *testing.T) {
 		{`{"version": 1, "extra": 1}`, `unknown field "extra"`},
 		{`{"version": 1, "Idle_Text": "x"}`, `unknown field "Idle_Text"`},
 		{`{"version": 0}`, "version: must be a whole number from 1"},
-		{`{"version": 1, "notice_seconds": -1}`, "notice_seconds: must be from 0"},
+		{`{"version": 1, "notice_seconds": -1}`, "notice_seconds: must not be negative"},
 		{`{"version": 1, "log_level": "loud"}`, "log_level: must be"},
 		{`{"version": 1, "idle_text": "a\u0007"}`, "idle_text: must be text without control characters"},
 		{`{"version": 1} {}`, "line 1"},

@@ -52,13 +52,11 @@ import (
 	"termlink/server/registry"
 )
 
-// Bounds.
+// Bounds (the values' own are link.CheckSettings', the device's).
 const (
 	DefaultMaxDocuments = 1000 // per channel, tags and peers together
 	MaxDocumentBytes    = 4096 // one document as stored (JSON)
-	MaxIdleText         = 256  // bytes
-	MaxSeconds          = 7 * 24 * 3600
-	MaxPeerID           = 128
+	MaxPeerID           = 128  // a peer id in a path
 	// FileName is the store's file in its dir.
 	FileName = "settings.json"
 	// maxFileBytes bounds the file read at start.
@@ -97,34 +95,10 @@ func Check(f Fields, forPeer bool) error {
 	if f.IdleText == nil && f.IdleSeconds == nil && f.BacklightOffAfter == nil && f.NoticeSeconds == nil && f.LogLevel == "" && f.Tags == nil {
 		return &FieldError{"settings", "the document sets nothing: give at least one of idle_text, idle_seconds, backlight_off_after, notice_seconds, log_level" + map[bool]string{true: ", tags", false: ""}[forPeer]}
 	}
-	if t := f.IdleText; t != nil {
-		switch {
-		case len(*t) > MaxIdleText:
-			return &FieldError{"idle_text", fmt.Sprintf("is %d bytes, at most %d", len(*t), MaxIdleText)}
-		case !utf8.ValidString(*t):
-			return &FieldError{"idle_text", "is not valid UTF-8"}
-		case strings.IndexFunc(*t, func(r rune) bool { return unicode.IsControl(r) && r != '\n' }) >= 0:
-			return &FieldError{"idle_text", "must be text without control characters (a newline is taken)"}
-		}
-	}
-	for _, s := range []struct {
-		name string
-		p    *int
-	}{{"idle_seconds", f.IdleSeconds}, {"backlight_off_after", f.BacklightOffAfter}, {"notice_seconds", f.NoticeSeconds}} {
-		if s.p == nil {
-			continue
-		}
-		if *s.p < 0 {
-			return &FieldError{s.name, fmt.Sprintf("must not be negative, got %d", *s.p)}
-		}
-		if *s.p > MaxSeconds {
-			return &FieldError{s.name, fmt.Sprintf("is %d seconds, at most %d (a week)", *s.p, MaxSeconds)}
-		}
-	}
-	switch f.LogLevel {
-	case "", "debug", "info", "warn", "error":
-	default:
-		return &FieldError{"log_level", fmt.Sprintf("must be debug, info, warn or error; got %q", httpapi.TruncateUTF8(f.LogLevel, 40))}
+	// The bounds the device holds to too (link.CheckSettings).
+	if field, msg := link.CheckSettings(&link.Settings{Version: 1, IdleText: f.IdleText, IdleSeconds: f.IdleSeconds,
+		BacklightOffAfter: f.BacklightOffAfter, NoticeSeconds: f.NoticeSeconds, LogLevel: f.LogLevel}); field != "" {
+		return &FieldError{field, msg}
 	}
 	if f.Tags != nil {
 		if !forPeer {
