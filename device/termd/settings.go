@@ -71,7 +71,7 @@ func (s *setup) loadSettings() {
 	p := &pushed{dir: s.cfg.StateDir, baseKiosk: kiosk(s.cfg, s.profile), baseLevel: s.cfg.LogLevel,
 		baseTags: s.cfg.Tags, level: s.level, log: s.log}
 	s.settings = p
-	b, err := os.ReadFile(filepath.Join(p.dir, settingsFileName))
+	b, err := readSettingsFile(filepath.Join(p.dir, settingsFileName))
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}
@@ -86,6 +86,17 @@ func (s *setup) loadSettings() {
 	}
 	s.log.Error("settings kept in the state dir not used: termd's own apply until the server sends them again",
 		"file", filepath.Join(p.dir, settingsFileName), "err", err)
+}
+
+// readSettingsFile reads at most maxSettingsBytes+1 of path (more is
+// refused by parseSettings).
+func readSettingsFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxSettingsBytes+1))
 }
 
 // version is the applied settings' version (0: none).

@@ -161,6 +161,7 @@ func TestParseSettings(t *testing.T) {
 		{`{"version": 1, "log_level": "loud"}`, "log_level: must be"},
 		{`{"version": 1, "idle_text": "a\u0007"}`, "idle_text: must be text without control characters"},
 		{`{"version": 1} {}`, "line 1"},
+		{`{"version": 1, "idle_text": "` + strings.Repeat("x", maxSettingsBytes) + `"}`, "more than 65536"},
 		{"{\"version\": 1, \"idle_text\": \"\xff\"}", "not valid UTF-8"},
 	} {
 		if _, err := parseSettings([]byte(tc.in)); err == nil || !strings.Contains(err.Error(), tc.want) {
