@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"termlink/server/settings"
+	"termlink/link"
 )
 
 // The device commands (issue 28): operating a channel's devices through
@@ -96,7 +96,7 @@ the others when they connect.`)
 	channel := fs.String("channel", "terminal-dev", "the `channel` id")
 	peer := fs.String("peer", "", "the device's `peer_id`")
 	tag := fs.String("tag", "", "the `key=value` tag whose devices the document applies to")
-	var body settings.Fields // the document, as the API takes it
+	var body link.Settings // the document, as the API takes it (no version: the server sets it)
 	idleText := fs.String("idle-text", "", "the idle screen's `text`")
 	fs.Var(optInt{&body.IdleSeconds}, "idle-seconds", "`N` seconds without a key before the idle screen (0: never)")
 	fs.Var(optInt{&body.BacklightOffAfter}, "backlight-off-after", "`N` seconds without a key before the backlight goes off (0: never)")

@@ -99,9 +99,13 @@ func (s *Store) servePut(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var f Fields
+	var f link.Settings
 	if err := httpapi.Decode(r, MaxDocumentBytes, &f); err != nil {
 		httpapi.DecodeError(w, err)
+		return
+	}
+	if f.Version != 0 {
+		httpapi.WriteError(w, http.StatusBadRequest, "version: the server sets it (the channel's settings version): leave it out")
 		return
 	}
 	c, err := s.Put(id, sel, f, httpapi.OperatorOf(r).Name)

@@ -63,21 +63,11 @@ const (
 	maxFileBytes = 256 << 20
 )
 
-// Fields are what one document sets; a nil (or "") field is not set.
-type Fields struct {
-	IdleText          *string           `json:"idle_text,omitempty"`
-	IdleSeconds       *int              `json:"idle_seconds,omitempty"`
-	BacklightOffAfter *int              `json:"backlight_off_after,omitempty"`
-	NoticeSeconds     *int              `json:"notice_seconds,omitempty"`
-	LogLevel          string            `json:"log_level,omitempty"`
-	Tags              map[string]string `json:"tags,omitempty"`
-}
-
-// Document is one document as kept: its fields, the channel version of
-// its last change, when and by whom.
+// Document is one document as kept: the settings it sets (a nil or ""
+// field is not set; its Version is the channel's version at its last
+// change), when and by whom.
 type Document struct {
-	Fields
-	Version   int64     `json:"version"`
+	link.Settings
 	UpdatedAt time.Time `json:"updated_at"`
 	UpdatedBy string    `json:"updated_by,omitempty"`
 }
@@ -89,16 +79,12 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 
-// Check validates fields for a document; forPeer: a peer's document (the
-// only kind that may set tags). The error is a *FieldError.
-func Check(f Fields, forPeer bool) error {
+// Check validates what a document sets (its Version is not looked at);
+// forPeer: a peer's document (the only kind that may set tags). The
+// error is a *FieldError.
+func Check(f link.Settings, forPeer bool) error {
 	if f.IdleText == nil && f.IdleSeconds == nil && f.BacklightOffAfter == nil && f.NoticeSeconds == nil && f.LogLevel == "" && f.Tags == nil {
 		return &FieldError{"settings", "the document sets nothing: give at least one of idle_text, idle_seconds, backlight_off_after, notice_seconds, log_level" + map[bool]string{true: ", tags", false: ""}[forPeer]}
-	}
-	// The bounds the device holds to too (link.CheckSettings).
-	if field, msg := link.CheckSettings(&link.Settings{Version: 1, IdleText: f.IdleText, IdleSeconds: f.IdleSeconds,
-		BacklightOffAfter: f.BacklightOffAfter, NoticeSeconds: f.NoticeSeconds, LogLevel: f.LogLevel}); field != "" {
-		return &FieldError{field, msg}
 	}
 	if f.Tags != nil {
 		if !forPeer {
@@ -107,9 +93,13 @@ func Check(f Fields, forPeer bool) error {
 		if len(f.Tags) == 0 {
 			return &FieldError{"tags", "is empty: give at least one tag, or leave tags out to keep the device's own"}
 		}
-		if err := registry.CheckTags(f.Tags); err != nil {
+		if err := registry.CheckTags(f.Tags); err != nil { // the registry keeps them all
 			return &FieldError{"tags", err.Error()}
 		}
+	}
+	f.Version = 1 // the bounds the device holds to too
+	if field, msg := link.CheckSettings(&f); field != "" {
+		return &FieldError{field, msg}
 	}
 	return nil
 }
@@ -260,7 +250,7 @@ func ParseFile(b []byte) (*file, error) {
 			if d == nil {
 				return fmt.Errorf("%s: null", where)
 			}
-			if err := Check(d.Fields, forPeer); err != nil {
+			if err := Check(d.Settings, forPeer); err != nil {
 				return fmt.Errorf("%s.%v", where, err)
 			}
 			if d.Version < 1 || d.Version > c.Version {
@@ -395,12 +385,12 @@ type Change struct {
 
 // Put replaces (or creates) a document and pushes the channel's new
 // version. Errors: a *FieldError, ErrFull, ErrTooLarge, or a write's.
-func (s *Store) Put(channelID string, sel Selector, f Fields, by string) (Change, error) {
+func (s *Store) Put(channelID string, sel Selector, f link.Settings, by string) (Change, error) {
 	forPeer := sel.PeerID != ""
 	if err := Check(f, forPeer); err != nil {
 		return Change{}, err
 	}
-	d := &Document{Fields: f, UpdatedAt: s.now().UTC(), UpdatedBy: by}
+	d := &Document{Settings: f, UpdatedAt: s.now().UTC(), UpdatedBy: by}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.chans[channelID]
@@ -472,7 +462,7 @@ func (s *Store) withLocked(channelID string, c *channelDocs, change func(*channe
 }
 
 // describe names the fields a document sets, for events.
-func describe(f Fields) string {
+func describe(f link.Settings) string {
 	var parts []string
 	if f.IdleText != nil {
 		parts = append(parts, fmt.Sprintf("idle_text=%q", httpapi.TruncateUTF8(*f.IdleText, 40)))
@@ -557,18 +547,18 @@ func (s *Store) effectiveLocked(channelID, peerID string, deviceTags map[string]
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		merge(&e.Settings, &c.Tags[n].Fields)
+		merge(&e.Settings, &c.Tags[n].Settings)
 		e.Sources = append(e.Sources, "tag "+n)
 	}
 	if peer != nil {
-		merge(&e.Settings, &peer.Fields)
+		merge(&e.Settings, &peer.Settings)
 		e.Sources = append(e.Sources, "peer")
 	}
 	return e
 }
 
-// merge sets in dst what f sets.
-func merge(dst *link.Settings, f *Fields) {
+// merge sets in dst what f sets (not its version).
+func merge(dst *link.Settings, f *link.Settings) {
 	if f.IdleText != nil {
 		dst.IdleText = f.IdleText
 	}

@@ -128,7 +128,7 @@ func (r *rig) eventsOf(name string) []events.Event {
 func str(s string) *string { return &s }
 func num(n int) *int       { return &n }
 
-func put(t *testing.T, r *rig, sel Selector, f Fields) Change {
+func put(t *testing.T, r *rig, sel Selector, f link.Settings) Change {
 	t.Helper()
 	c, err := r.Put("ch", sel, f, "op")
 	if err != nil {
@@ -142,11 +142,11 @@ func put(t *testing.T, r *rig, sel Selector, f Fields) Change {
 // are the tags matched. A field nobody sets is left out.
 func TestEffective(t *testing.T) {
 	r := newRig(t, t.TempDir(), Options{})
-	put(t, r, Selector{Key: "site", Value: "lobby"}, Fields{IdleText: str("Lobby"), IdleSeconds: num(30), LogLevel: "info"})
-	put(t, r, Selector{Key: "floor", Value: "2"}, Fields{IdleText: str("Floor 2"), NoticeSeconds: num(20)})
-	put(t, r, Selector{Key: "site", Value: "cafe"}, Fields{IdleText: str("Cafe")})
-	put(t, r, Selector{PeerID: "p1"}, Fields{LogLevel: "debug"})
-	put(t, r, Selector{PeerID: "p2"}, Fields{Tags: map[string]string{"site": "cafe"}, BacklightOffAfter: num(60)})
+	put(t, r, Selector{Key: "site", Value: "lobby"}, link.Settings{IdleText: str("Lobby"), IdleSeconds: num(30), LogLevel: "info"})
+	put(t, r, Selector{Key: "floor", Value: "2"}, link.Settings{IdleText: str("Floor 2"), NoticeSeconds: num(20)})
+	put(t, r, Selector{Key: "site", Value: "cafe"}, link.Settings{IdleText: str("Cafe")})
+	put(t, r, Selector{PeerID: "p1"}, link.Settings{LogLevel: "debug"})
+	put(t, r, Selector{PeerID: "p2"}, link.Settings{Tags: map[string]string{"site": "cafe"}, BacklightOffAfter: num(60)})
 
 	e := r.Effective("ch", "p1", map[string]string{"site": "lobby", "floor": "2", "x": "y"})
 	s := e.Settings
@@ -183,7 +183,7 @@ func TestChangePushedAndKept(t *testing.T) {
 	r.device("off", false, true, map[string]string{"site": "lobby"})
 	r.device("old", true, false, map[string]string{"site": "lobby"})
 
-	c := put(t, r, Selector{Key: "site", Value: "lobby"}, Fields{IdleText: str("Welcome")})
+	c := put(t, r, Selector{Key: "site", Value: "lobby"}, link.Settings{IdleText: str("Welcome")})
 	if c.Version != 1 || c.Pushed != 2 {
 		t.Fatalf("put: %+v, want version 1 pushed to 2", c)
 	}
@@ -206,7 +206,7 @@ func TestChangePushedAndKept(t *testing.T) {
 	if _, err := r.Delete("ch", Selector{Key: "site", Value: "lobby"}, "op"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a second delete: %v", err)
 	}
-	put(t, r, Selector{PeerID: "a"}, Fields{LogLevel: "warn", Tags: map[string]string{"site": "cafe"}})
+	put(t, r, Selector{PeerID: "a"}, link.Settings{LogLevel: "warn", Tags: map[string]string{"site": "cafe"}})
 	if ev := r.eventsOf(EventChanged); len(ev) != 3 || !strings.Contains(ev[0].Detail, `tag site=lobby: set idle_text="Welcome" by op (version 1, pushed to 2 online)`) ||
 		!strings.Contains(ev[1].Detail, "deleted") || ev[2].PeerID != "a" {
 		t.Fatalf("events %+v", ev)
@@ -217,7 +217,7 @@ func TestChangePushedAndKept(t *testing.T) {
 	if snap.Version != 3 || len(snap.Tags) != 0 || snap.Peers["a"] == nil || snap.Peers["a"].LogLevel != "warn" || snap.Peers["a"].UpdatedBy != "op" {
 		t.Fatalf("reopened: %+v", snap)
 	}
-	c = put(t, r2, Selector{PeerID: "b"}, Fields{LogLevel: "error"})
+	c = put(t, r2, Selector{PeerID: "b"}, link.Settings{LogLevel: "error"})
 	if c.Version != 4 {
 		t.Fatalf("the version after a reopen went to %d, want 4", c.Version)
 	}
@@ -237,7 +237,7 @@ func TestDeviceConnected(t *testing.T) {
 		t.Fatal("settings sent before there are any")
 	}
 	r.device("a", false, true, nil) // offline during the change
-	put(t, r, Selector{Key: "site", Value: "lobby"}, Fields{IdleText: str("Hi")})
+	put(t, r, Selector{Key: "site", Value: "lobby"}, link.Settings{IdleText: str("Hi")})
 	r.device("a", true, true, nil)
 	connect(1, link.CapSettings)
 	connect(0)
@@ -260,7 +260,7 @@ func TestDeviceConnected(t *testing.T) {
 func TestReport(t *testing.T) {
 	r := newRig(t, t.TempDir(), Options{})
 	r.device("a", true, true, map[string]string{"site": "lobby"})
-	put(t, r, Selector{PeerID: "a"}, Fields{Tags: map[string]string{"site": "cafe", "floor": "2"}})
+	put(t, r, Selector{PeerID: "a"}, link.Settings{Tags: map[string]string{"site": "cafe", "floor": "2"}})
 	r.Report("ch", "a", &link.SettingsAck{Version: 1, Error: "idle_text: the display cannot show it"})
 	if p, _ := r.reg.Get("", "a"); p.Tags["site"] != "lobby" {
 		t.Fatalf("tags changed by a refusal: %v", p.Tags)
@@ -278,7 +278,7 @@ func TestReport(t *testing.T) {
 		t.Fatalf("registry tags after the ack: %v", p.Tags)
 	}
 	// The ack of an older version (a newer one is on its way) leaves the tags.
-	put(t, r, Selector{PeerID: "a"}, Fields{Tags: map[string]string{"site": "roof"}})
+	put(t, r, Selector{PeerID: "a"}, link.Settings{Tags: map[string]string{"site": "roof"}})
 	r.Report("ch", "a", &link.SettingsAck{Version: 1})
 	if p, _ := r.reg.Get("", "a"); p.Tags["site"] != "cafe" {
 		t.Fatalf("a stale ack set tags %v", p.Tags)
@@ -296,26 +296,26 @@ func TestCheck(t *testing.T) {
 		manyTags[fmt.Sprintf("k%d", i)] = "v"
 	}
 	for _, tc := range []struct {
-		f       Fields
+		f       link.Settings
 		forPeer bool
 		want    string // "" accepted
 	}{
-		{Fields{IdleText: str("Hello\nworld")}, false, ""},
-		{Fields{IdleSeconds: num(0)}, false, ""},
-		{Fields{Tags: map[string]string{"site": "lobby"}}, true, ""},
-		{Fields{}, true, "settings: the document sets nothing"},
-		{Fields{IdleSeconds: num(-1)}, false, "idle_seconds: must not be negative"},
-		{Fields{BacklightOffAfter: num(-5)}, false, "backlight_off_after: must not be negative"},
-		{Fields{NoticeSeconds: num(link.MaxSettingsSeconds + 1)}, false, "notice_seconds: is 604801 seconds, at most 604800"},
-		{Fields{LogLevel: "trace"}, false, `log_level: must be debug, info, warn or error; got "trace"`},
-		{Fields{IdleText: str(strings.Repeat("x", link.MaxIdleText+1))}, false, "idle_text: is 257 bytes, at most 256"},
-		{Fields{IdleText: str("a\tb")}, false, "idle_text: must be text without control characters"},
-		{Fields{Tags: map[string]string{"site": "lobby"}}, false, "tags: only a peer's document"},
-		{Fields{Tags: map[string]string{}}, true, "tags: is empty"},
-		{Fields{Tags: map[string]string{"bad key": "v"}}, true, `tags: tag "bad key": the key may hold only`},
-		{Fields{Tags: map[string]string{"k": ""}}, true, `tags: tag "k": the value is empty`},
-		{Fields{Tags: manyTags}, true, "tags: 33 tags: at most 32"},
-		{Fields{Tags: longTags}, true, "tags: the tags take"},
+		{link.Settings{IdleText: str("Hello\nworld")}, false, ""},
+		{link.Settings{IdleSeconds: num(0)}, false, ""},
+		{link.Settings{Tags: map[string]string{"site": "lobby"}}, true, ""},
+		{link.Settings{}, true, "settings: the document sets nothing"},
+		{link.Settings{IdleSeconds: num(-1)}, false, "idle_seconds: must not be negative"},
+		{link.Settings{BacklightOffAfter: num(-5)}, false, "backlight_off_after: must not be negative"},
+		{link.Settings{NoticeSeconds: num(link.MaxSettingsSeconds + 1)}, false, "notice_seconds: is 604801 seconds, at most 604800"},
+		{link.Settings{LogLevel: "trace"}, false, `log_level: must be debug, info, warn or error; got "trace"`},
+		{link.Settings{IdleText: str(strings.Repeat("x", link.MaxIdleText+1))}, false, "idle_text: is 257 bytes, at most 256"},
+		{link.Settings{IdleText: str("a\tb")}, false, "idle_text: must be text without control characters"},
+		{link.Settings{Tags: map[string]string{"site": "lobby"}}, false, "tags: only a peer's document"},
+		{link.Settings{Tags: map[string]string{}}, true, "tags: is empty"},
+		{link.Settings{Tags: map[string]string{"bad key": "v"}}, true, `tags: tag "bad key": the key may hold only`},
+		{link.Settings{Tags: map[string]string{"k": ""}}, true, `tags: tag "k": the value is empty`},
+		{link.Settings{Tags: manyTags}, true, "tags: 33 tags: at most 32"},
+		{link.Settings{Tags: longTags}, true, "tags: the tags take"},
 	} {
 		err := Check(tc.f, tc.forPeer)
 		var fe *FieldError
@@ -333,12 +333,12 @@ func TestCheck(t *testing.T) {
 func TestBoundsAndWriteFailure(t *testing.T) {
 	dir := t.TempDir()
 	r := newRig(t, dir, Options{MaxDocuments: 2})
-	put(t, r, Selector{PeerID: "a"}, Fields{LogLevel: "info"})
-	put(t, r, Selector{Key: "k", Value: "v"}, Fields{LogLevel: "info"})
-	if _, err := r.Put("ch", Selector{PeerID: "b"}, Fields{LogLevel: "info"}, "op"); !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "at most 2") {
+	put(t, r, Selector{PeerID: "a"}, link.Settings{LogLevel: "info"})
+	put(t, r, Selector{Key: "k", Value: "v"}, link.Settings{LogLevel: "info"})
+	if _, err := r.Put("ch", Selector{PeerID: "b"}, link.Settings{LogLevel: "info"}, "op"); !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "at most 2") {
 		t.Fatalf("a third document: %v", err)
 	}
-	put(t, r, Selector{PeerID: "a"}, Fields{LogLevel: "warn"})
+	put(t, r, Selector{PeerID: "a"}, link.Settings{LogLevel: "warn"})
 
 	// settings.json replaced by a directory: the rename fails.
 	path := filepath.Join(dir, FileName)
@@ -348,7 +348,7 @@ func TestBoundsAndWriteFailure(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(path, "x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Put("ch", Selector{PeerID: "a"}, Fields{LogLevel: "error"}, "op"); err == nil {
+	if _, err := r.Put("ch", Selector{PeerID: "a"}, link.Settings{LogLevel: "error"}, "op"); err == nil {
 		t.Fatal("a change that could not be written was taken")
 	}
 	if _, err := r.Delete("ch", Selector{PeerID: "a"}, "op"); err == nil {
@@ -460,6 +460,7 @@ func TestAPI(t *testing.T) {
 		{"PUT", base + "/tags/site/lobby", `{"idle_seconds": -3}`, 400, "idle_seconds: must not be negative"},
 		{"PUT", base + "/tags/site/lobby", `{"idle_seconds": "3"}`, 400, "idle_seconds"},
 		{"PUT", base + "/tags/site/lobby", `{"log_level": "loud"}`, 400, "log_level: must be debug"},
+		{"PUT", base + "/tags/site/lobby", `{"log_level": "info", "version": 9}`, 400, "version: the server sets it"},
 		{"PUT", base + "/tags/site/lobby", ``, 400, "the document sets nothing"},
 		{"PUT", base + "/tags/site/lobby", `{"idle_text": "` + strings.Repeat("x", MaxDocumentBytes) + `"}`, 413, "longer than 4096 bytes"},
 		{"PUT", base + "/tags/si%20te/lobby", `{"log_level": "info"}`, 400, `tag \"si te=lobby\": the key may hold only`},
