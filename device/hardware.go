@@ -252,6 +252,11 @@ func (h *Hardware) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Parts are the board's opened parts (its I2C bus and the LCD's address,
+// its lines), for checks that run beside the drivers (termd's remote
+// self-test probes the backpack's address on the bus).
+func (h *Hardware) Parts() *Parts { return h.dev }
+
 // Close releases the board's devices (and restores a local terminal).
 func (h *Hardware) Close() error {
 	var errs []error

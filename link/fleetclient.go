@@ -5,8 +5,8 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"time"
 	"slices"
+	"time"
 )
 
 // The client's side of fleet operations (fleet.go). The server's

@@ -20,6 +20,7 @@ import (
 	"termlink/server/agent/terminal"
 	"termlink/server/bus"
 	"termlink/server/config"
+	"termlink/server/diag"
 	"termlink/server/events"
 	"termlink/server/fdbudget"
 	"termlink/server/guard"
@@ -88,6 +89,7 @@ type Server struct {
 	ident *identity.Service // device identity: bindings and enrollment routes (identity.go)
 
 	releases *releases.Store // signed termd releases (releases.go)
+	diag     *diag.API       // logs and self-tests on demand (diag.go)
 	settings *settings.Store // settings pushed to devices (settings.go)
 }
 
@@ -230,6 +232,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 			}, wschannel.Options{WriteStall: opt.writeStall})
 		}
 	}
+	s.diag = s.openDiag() // a part of the fleet operations (diag.go)
 	if s.releases, err = openReleases(cfg, opt.NoSync, log); err != nil {
 		s.closeRunners(built)
 		closeLogs()

@@ -18,10 +18,10 @@ import (
 )
 
 // The device commands (issue 28): operating a channel's devices through
-// termserver's operator API. "settings" is here; any other subcommand
-// goes to deviceDiag (logs, selftest: diag.go).
+// termserver's operator API. "settings" is here; logs and selftest are
+// deviceDiag's (diag.go).
 
-const deviceSynopsis = `<settings|logs|selftest> [flags]
+const deviceSynopsis = `settings [flags]
 
   settings --server URL [--admin-token-file F] [--channel C] (--peer P | --tag k=v)
            [--idle-text T] [--idle-seconds N] [--backlight-off-after N] [--notice-seconds N]
@@ -33,7 +33,7 @@ const deviceSynopsis = `<settings|logs|selftest> [flags]
   settings --server URL [--channel C] --show
       every settings document of the channel
 
-Run 'termrig device <command> -h' for the flags of one.`
+Run 'termrig device settings -h' for its flags.`
 
 func (a *app) device(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -41,12 +41,14 @@ func (a *app) device(ctx context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
-		fmt.Fprintf(a.stdout, "Usage: termrig device %s\n", deviceSynopsis)
+		fmt.Fprintf(a.stdout, "Usage: termrig device %s\n\nUsage: termrig device %s\n", deviceSynopsis, deviceDiagSynopsis)
 		return flag.ErrHelp
 	case "settings":
 		return a.deviceSettings(ctx, args[1:])
+	case "logs", "selftest":
+		return a.deviceDiag(ctx, args)
 	}
-	return a.deviceDiag(ctx, args)
+	return usagef("unknown device command %q: settings, logs or selftest", args[0])
 }
 
 // optInt is an int flag that knows whether it was given.
@@ -315,10 +317,4 @@ func (a *app) showSettingsDocs(ctx context.Context, c *apiClient, u string) erro
 		row(fmt.Sprint("peer ", d["peer_id"]), d)
 	}
 	return w.Flush()
-}
-
-// deviceDiag runs the device commands other than settings (logs,
-// selftest: the diag commands define it in diag.go; until then, none).
-func (a *app) deviceDiag(_ context.Context, args []string) error {
-	return usagef("unknown subcommand %q of device: settings (logs and selftest are not in this build)", args[0])
 }

@@ -111,7 +111,8 @@ func TestDeviceSettings(t *testing.T) {
 		{[]string{"settings", "--server", server, "--peer", "p", "--delete", "--log-level", "info"}, "--delete removes the whole document"},
 		{[]string{"settings", "--server", server, "--peer", "p", "--idle-seconds", "-1"}, "want a whole number of seconds"},
 		{[]string{"settings", "--server", server, "--peer", "p", "--show", "--idle-text", "x"}, "--show changes nothing"},
-		{[]string{"reboot"}, `unknown subcommand "reboot" of device`},
+		{[]string{"reboot"}, `unknown device command "reboot": settings, logs or selftest`},
+		{[]string{"logs"}, "--peer is required"}, // deviceDiag's (diag.go)
 		{nil, "which device command?"},
 	} {
 		if st, _, errs := termrig(ctx, append([]string{"device"}, tc.args...)...); st != 2 || !strings.Contains(errs, tc.want) {

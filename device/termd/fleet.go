@@ -86,4 +86,5 @@ func (s *setup) fleetCaps() []string {
 func (s *setup) setFleetHandlers(h *fleetHandlers, client *link.Client, d *device.Daemon, wsURL, token string) {
 	h.update = s.updateHandler(client, d, wsURL, token) // update.go
 	h.settings = s.settingsHandler(client, d)           // settings.go
+	h.diag = s.diagHandler(client, d)                   // diag.go
 }

@@ -28,6 +28,7 @@ import (
 
 	"termlink/boards"
 	"termlink/device"
+	"termlink/device/logring"
 	"termlink/device/sdnotify"
 	"termlink/device/state"
 	"termlink/device/update"
@@ -106,6 +107,8 @@ type setup struct {
 	level           *slog.LevelVar // the log's level (pushed settings set it)
 	settings        *pushed        // pushed settings (settings.go)
 	closeLog        func()
+	ring            *logring.Ring    // the log's end, for diag requests (diag.go)
+	hw              *device.Hardware // the board, once open (diag.go)
 }
 
 // prepare checks cfg and finds what termd needs before the board opens:
@@ -141,7 +144,8 @@ func prepare(cfg Config) (*setup, error) {
 	if s.name = cfg.DeviceName; s.name == "" {
 		s.name, _ = os.Hostname()
 	}
-	s.log, s.level, s.closeLog = openLog(cfg, s.profile, stateErr)
+	s.ring = logring.New(0)
+	s.log, s.level, s.closeLog = openLog(cfg, s.profile, stateErr, s.ring)
 	s.loadSettings() // before the first connect (settings.go)
 	if s.unkept != nil {
 		s.log.Error("peer id not kept in the state dir; derived from the machine id and the state dir meanwhile", "peer_id", s.id, "err", s.unkept)
@@ -157,6 +161,7 @@ func (s *setup) run(ctx context.Context) error {
 		return err
 	}
 	defer hw.Close()
+	s.hw = hw
 	hctx, stopHW := context.WithCancel(ctx)
 	hwDone := make(chan error, 1)
 	go func() { hwDone <- hw.Run(hctx) }()
@@ -301,8 +306,9 @@ func peerID(cfg Config) (id string, unkept, err error) {
 // openLog opens the log: cfg.LogFile, else stderr, except when the display
 // is this terminal (then StateDir/termd.log). A log file that cannot be
 // opened does not stop termd (the display is worth more than the log);
-// it and stateErr are logged. Its level starts at cfg.LogLevel.
-func openLog(cfg Config, profile *boards.Profile, stateErr error) (*slog.Logger, *slog.LevelVar, func()) {
+// it and stateErr are logged. Every line also goes to ring (the end of
+// the log a diag request asks for). Its level starts at cfg.LogLevel.
+func openLog(cfg Config, profile *boards.Profile, stateErr error, ring io.Writer) (*slog.Logger, *slog.LevelVar, func()) {
 	var out io.Writer = os.Stderr
 	closeLog := func() {}
 	onConsole := profile.Display.Kind == boards.Console && profile.Serial == nil
@@ -324,7 +330,7 @@ func openLog(cfg Config, profile *boards.Profile, stateErr error) (*slog.Logger,
 	}
 	level := new(slog.LevelVar)
 	level.Set(cfg.LogLevel)
-	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(ring, out), &slog.HandlerOptions{Level: level}))
 	for _, err := range []error{stateErr, logErr} {
 		if err != nil {
 			log.Error("state dir", "dir", cfg.StateDir, "err", err)

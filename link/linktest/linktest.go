@@ -45,12 +45,13 @@ type Server struct {
 	cancels   []*link.Cancel
 	screens   []link.Screen
 	others    []link.Frame  // every other frame (fleet operations' answers, notice_ack)
+	heartbeat int           // heartbeat_seconds in connected (SetHeartbeat; default 30)
 	changed   chan struct{} // closed and replaced on every frame and connect
 }
 
 // New starts a server; it is closed when the test ends.
 func New(t testing.TB) *Server {
-	s := &Server{changed: make(chan struct{})}
+	s := &Server{changed: make(chan struct{}), heartbeat: 30}
 	up := websocket.Upgrader{}
 	s.hs = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ws, err := up.Upgrade(w, r, nil)
@@ -103,12 +104,12 @@ func (s *Server) serve(ws *websocket.Conn) {
 			s.conn = ws
 			s.conns++
 			s.connects = append(s.connects, f)
-			n := s.conns
+			n, hb := s.conns, s.heartbeat
 			s.mu.Unlock()
 			if old != nil && old != ws {
 				old.Close()
 			}
-			_ = s.write(ws, &link.Connected{ChannelID: "terminal-dev", SessionID: fmt.Sprintf("s-%s-%d", f.PeerID, n), HeartbeatSeconds: 30})
+			_ = s.write(ws, &link.Connected{ChannelID: "terminal-dev", SessionID: fmt.Sprintf("s-%s-%d", f.PeerID, n), HeartbeatSeconds: hb})
 			s.mu.Lock()
 			s.poke()
 			s.mu.Unlock()
@@ -255,6 +256,13 @@ func (s *Server) Screens() []link.Screen {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]link.Screen(nil), s.screens...)
+}
+
+// SetHeartbeat sets the heartbeat_seconds the next connected frames say.
+func (s *Server) SetHeartbeat(secs int) {
+	s.mu.Lock()
+	s.heartbeat = secs
+	s.mu.Unlock()
 }
 
 // Others returns the frames received so far that are not connect, ping,

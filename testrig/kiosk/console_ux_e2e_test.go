@@ -123,13 +123,14 @@ func (p *holdingProxy) release() {
 }
 
 // startTextKiosk is a device with a text console (no LCD), as termd on
-// the sim board runs: its screen mirror is plain rows. Its name is its id.
-func startTextKiosk(t *testing.T, addr, peerID string) {
+// the sim board runs: its screen mirror is plain rows. Its name is its id;
+// extraCaps are listed in connect besides notice and screen.
+func startTextKiosk(t *testing.T, addr, peerID string, extraCaps ...string) *link.Client {
 	t.Helper()
 	client, err := link.NewClient(link.ClientConfig{
 		URL:    "ws://" + addr + "/api/channels/" + channelID + "/ws",
 		PeerID: peerID, DeviceName: peerID, StateDir: t.TempDir(), Board: "sim", Version: "e2e",
-		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen),
+		Capabilities: append(append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), extraCaps...),
 		RetryInitial: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond,
 		Logger: testLogger(t, peerID),
 	})
@@ -148,6 +149,7 @@ func startTextKiosk(t *testing.T, addr, peerID string) {
 	d := &device.Daemon{Client: client, View: &device.ConsoleView{Console: con}, Inputs: make(chan device.Input), Logger: testLogger(t, peerID)}
 	go func() { defer wg.Done(); _ = d.Run(ctx) }()
 	t.Cleanup(func() { cancel(); pw.Close(); wg.Wait() })
+	return client
 }
 
 // login logs in with token on the console at base.

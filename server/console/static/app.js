@@ -23,6 +23,7 @@
     channels: [],
     channel: '',
     peers: new Map(), // peer_id -> Peer of the current channel
+    live: false, // the live stream is up (setStreamState)
     stream: null, // AbortController of the running stream
     route: { view: 'fleet' },
     detail: null, // the open device's GET .../peers/{id} answer
@@ -107,6 +108,8 @@
       throw new APIError(resp.status, msg); // the API's own words
     }
     if (resp.status === 204) return null;
+    // A device's log comes as text/plain; everything else is JSON.
+    if ((resp.headers.get('Content-Type') || '').startsWith('text/plain')) return resp.text();
     return resp.json();
   }
 
@@ -180,6 +183,7 @@
 
   // ---- live stream (SSE over fetch) ----
   function setStreamState(text, cls) {
+    state.live = cls === 'live'; // the "peer" events keep state.peers current
     const s = $('stream-state');
     s.textContent = text;
     s.className = 'stream-state' + (cls ? ' ' + cls : '');
@@ -730,7 +734,11 @@
   }
 
   function drawDetail(d) {
-    drawPeerLive(d);
+    // While the live stream runs, its "peer" events are the newest word on
+    // the device (a GET answered before the last of them would draw an
+    // older screen over a newer one, and nothing would redraw it).
+    const live = state.live && state.peers.get(d.peer_id);
+    drawPeerLive(live || d);
     const { channel, peer } = state.route;
     const base = `/api/channels/${enc(channel)}/peers/${enc(peer)}`;
     const running = d.running || [];
@@ -755,6 +763,49 @@
       el('time', { class: 'sub', datetime: m.timestamp || '', text: fmtTime(m.timestamp) }),
       m.finish_reason && m.finish_reason !== 'stop' ? el('span', { class: 'sub', text: ` (${m.finish_reason})` }) : null,
       '\n', m.text)) : [el('li', { class: 'hint', text: 'No messages yet.' })]));
+  }
+
+  // ---- diagnostics: the device's log and its self-test, over its session ----
+  async function runDiag(kind) {
+    const { channel, peer } = state.route;
+    const base = `/api/channels/${enc(channel)}/peers/${enc(peer)}`;
+    const status = $('diag-status');
+    const out = $('diag-output');
+    const buttons = [$('diag-logs'), $('diag-selftest')];
+    for (const b of buttons) b.disabled = true;
+    status.className = 'result';
+    status.textContent = kind === 'logs' ? 'Asking the device for its log…' : 'The device runs its self-test…';
+    try {
+      let text;
+      if (kind === 'logs') {
+        text = await api('GET', `${base}/logs?bytes=${enc($('diag-bytes').value || '16384')}`);
+        if (state.route.peer !== peer) return;
+        status.textContent = `The last ${new TextEncoder().encode(text).length} bytes of ${peer}'s log.`;
+      } else {
+        const r = await api('POST', `${base}/selftest`);
+        if (state.route.peer !== peer) return;
+        text = r.text;
+        status.className = `result ${r.ok ? 'good' : 'bad'}`;
+        status.textContent = `Self-test ${r.ok ? 'passed' : 'failed'} (took ${r.took}).`;
+      }
+      out.textContent = text || '(empty)';
+      out.dataset.kind = kind;
+      out.hidden = false;
+      if (kind === 'logs') out.scrollTop = out.scrollHeight; // the newest lines
+    } catch (e) {
+      if (state.route.peer !== peer) return;
+      status.className = 'result bad';
+      status.textContent = e.message; // the API's own words: not connected, an older termd, no answer
+    } finally {
+      for (const b of buttons) b.disabled = false;
+    }
+  }
+
+  function clearDiag() {
+    $('diag-status').className = 'result';
+    $('diag-status').textContent = '';
+    $('diag-output').textContent = '';
+    $('diag-output').hidden = true;
   }
 
   // ---- pairing requests (enrollment by code): listed, approved here ----
@@ -870,6 +921,7 @@
       $('peer-notices').replaceChildren();
       $('conversation').replaceChildren();
       $('peer-events').replaceChildren();
+      clearDiag();
       state.peerSeqs.clear();
       $('peer-events-note').textContent = 'Loading this device\'s events…';
       $('peer-events-note').hidden = false;
@@ -938,6 +990,8 @@
     $('notice-tag').addEventListener('focus', () => { $('notice-form').querySelector('[value=tag]').checked = true; });
     $('notice-peer').addEventListener('focus', () => { $('notice-form').querySelector('[value=peer]').checked = true; });
     $('peer-notice-form').addEventListener('submit', onPeerNoticeForm);
+    $('diag-logs').addEventListener('click', () => runDiag('logs'));
+    $('diag-selftest').addEventListener('click', () => runDiag('selftest'));
     for (const form of [$('notice-form'), $('peer-notice-form')]) {
       form.querySelector('textarea').maxLength = NOTICE_MAX;
       form.querySelector('textarea').addEventListener('input', () => noticeCount(form));

@@ -1,0 +1,44 @@
+package server
+
+import (
+	"net/http"
+
+	"termlink/server/config"
+	"termlink/server/diag"
+	"termlink/server/events"
+	"termlink/server/registry"
+)
+
+// Logs and self-tests on demand (issue 28, package diag): the requests
+// waiting for a device's answer are a part of the fleet operations (they
+// take the devices' diag_result frames), and the API asks them.
+
+// openDiag adds the diag requests to the fleet operations' parts and
+// returns their API; New calls it before the adapters start.
+func (s *Server) openDiag() *diag.API {
+	reqs := diag.New(diag.Options{Send: s.rt.SendFleet, Log: s.log})
+	s.rt.fleetOps.parts = append(s.rt.fleetOps.parts, reqs)
+	return diag.NewAPI(reqs, diagHost{s})
+}
+
+// diagHost is what the diag API asks of the server.
+type diagHost struct{ s *Server }
+
+func (h diagHost) Channel(id string) bool {
+	ch := h.s.rt.channels[id]
+	return ch != nil && ch.adapter != nil
+}
+
+func (h diagHost) Peer(channelID, peerID string) (registry.Peer, bool) {
+	return h.s.rt.fleet.reg.Get(channelID, peerID)
+}
+
+func (h diagHost) Event(channelID string, e events.Event) {
+	if ch := h.s.rt.channels[channelID]; ch != nil {
+		ch.events.Add(e)
+	}
+}
+
+func (h diagHost) Operator(f http.HandlerFunc) http.HandlerFunc {
+	return h.s.RequireRole(config.RoleOperator, f)
+}
