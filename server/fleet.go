@@ -50,6 +50,7 @@ type deviceRegistry interface {
 	Changed(channelID, peerID string)
 	SetUpdate(channelID, peerID string, u registry.UpdateState) bool
 	SetSettings(channelID, peerID string, version int64, errText string) bool
+	SetTags(channelID, peerID string, tags map[string]string) bool
 	Close() error
 }
 

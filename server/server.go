@@ -29,6 +29,7 @@ import (
 	"termlink/server/releases"
 	"termlink/server/router"
 	"termlink/server/session"
+	"termlink/server/settings"
 	"termlink/server/wal"
 	"termlink/server/wschannel"
 )
@@ -89,6 +90,7 @@ type Server struct {
 
 	releases *releases.Store // signed termd releases (releases.go)
 	diag     *diag.API       // logs and self-tests on demand (diag.go)
+	settings *settings.Store // settings pushed to devices (settings.go)
 }
 
 // New opens the workspace's write-ahead log (replaying what the session
@@ -214,7 +216,13 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		closeLogs()
 		return nil, err
 	}
-	rt.fleetOps = &fleetOps{rt: rt}  // its parts are added below, before Start
+	rt.fleetOps = &fleetOps{rt: rt} // its parts are added below, before Start
+	if s.settings, err = s.openSettings(opt.NoSync); err != nil {
+		s.closeRunners(built)
+		closeLogs()
+		_ = rt.fleet.close()
+		return nil, err
+	}
 	for _, ch := range rt.channels { // after the registry they feed
 		if ch.cfg.Enabled {
 			ch.adapter = wschannel.New(ch.id, ch.cfg, wschannel.Deps{

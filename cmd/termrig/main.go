@@ -60,6 +60,7 @@ func (a *app) subcommands() map[string]subcommand {
 		"enroll-test":     {"enrollment by pairing code against a server: code, approval, token, a message", a.enrollTest},
 		"selftest":        {"every check that applies to a board, as a pass/fail table (--sim: no hardware)", a.selftest},
 		"release":         {"signed termd releases: keygen, sign, verify, upload, list, delete", a.release},
+		"device":          {"operate a channel's devices through termserver: settings (device.go)", a.device},
 		"cluster":         {"a local NATS JetStream cluster plus termserver edges and workers on loopback; prints their URLs", a.cluster},
 	}
 }

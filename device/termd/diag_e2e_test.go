@@ -31,7 +31,7 @@ func TestDiagEndToEnd(t *testing.T) {
 	}
 	state := t.TempDir()
 	s := &setup{cfg: Config{StateDir: state, LogFile: filepath.Join(state, "termd.log"), Version: "1.0-diag"}, profile: profile, ring: logring.New(0)}
-	s.log, s.closeLog = openLog(s.cfg, profile, nil, s.ring)
+	s.log, s.level, s.closeLog = openLog(s.cfg, profile, nil, s.ring)
 	defer s.closeLog()
 	_, _, lcd, _ := emulatorDiag(t) // the emulated LCD and its driver
 	client, err := link.NewClient(link.ClientConfig{URL: srv.URL, PeerID: "kiosk-diag", StateDir: state, Logger: s.log,

@@ -226,7 +226,7 @@ func TestDiagCapabilityAndLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, closeLog := openLog(cfg, profile, nil, ring)
+	log, _, closeLog := openLog(cfg, profile, nil, ring)
 	log.Info("termd starting", "peer_id", "kiosk-9")
 	closeLog()
 	data, _ := os.ReadFile(file)

@@ -85,5 +85,6 @@ func (s *setup) fleetCaps() []string {
 // handler's constructor must decide from the config alone.
 func (s *setup) setFleetHandlers(h *fleetHandlers, client *link.Client, d *device.Daemon, wsURL, token string) {
 	h.update = s.updateHandler(client, d, wsURL, token) // update.go
+	h.settings = s.settingsHandler(client, d)           // settings.go
 	h.diag = s.diagHandler(client, d)                   // diag.go
 }

@@ -104,6 +104,8 @@ type setup struct {
 	unkept          error // why the peer id is not kept in the state dir
 	onTrial         bool  // this binary is a release on trial (update.go)
 	log             *slog.Logger
+	level           *slog.LevelVar // the log's level (pushed settings set it)
+	settings        *pushed        // pushed settings (settings.go)
 	closeLog        func()
 	ring            *logring.Ring    // the log's end, for diag requests (diag.go)
 	hw              *device.Hardware // the board, once open (diag.go)
@@ -143,7 +145,8 @@ func prepare(cfg Config) (*setup, error) {
 		s.name, _ = os.Hostname()
 	}
 	s.ring = logring.New(0)
-	s.log, s.closeLog = openLog(cfg, s.profile, stateErr, s.ring)
+	s.log, s.level, s.closeLog = openLog(cfg, s.profile, stateErr, s.ring)
+	s.loadSettings() // before the first connect (settings.go)
 	if s.unkept != nil {
 		s.log.Error("peer id not kept in the state dir; derived from the machine id and the state dir meanwhile", "peer_id", s.id, "err", s.unkept)
 	}
@@ -192,19 +195,19 @@ func (s *setup) run(ctx context.Context) error {
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, Fallbacks: s.edges, PeerID: id, DeviceName: s.name, Token: token,
 		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, StateDir: cfg.StateDir, Logger: log,
 		Capabilities: append(append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), s.fleetCaps()...), Stream: !cfg.NoStream,
-		Board: s.profile.Name, Version: cfg.Version, Tags: cfg.Tags, Platform: release.CurrentPlatform()})
+		Board: s.profile.Name, Version: cfg.Version, Tags: s.settings.tags(), SettingsVersion: s.settings.version(), Platform: release.CurrentPlatform()})
 	if err != nil {
 		return fail(err)
 	}
 	notifier := sdnotify.FromEnv()
 	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log, Gate: hw.Gate, Hello: hello,
-		Kiosk: kiosk(cfg, s.profile), Watchdog: sdnotify.WatchdogInterval(),
+		Kiosk: s.settings.kiosk(), Watchdog: sdnotify.WatchdogInterval(),
 		Notify: func(state string) {
 			if err := notifier.Notify(state); err != nil {
 				log.Warn("systemd notify", "err", err)
 			}
 		}}
-	log.Info("termd starting", "version", cfg.Version, "server", wsURL, "board", s.profile.Name, "peer_id", id, "state_dir", cfg.StateDir, "tags", tagsText(cfg.Tags))
+	log.Info("termd starting", "version", cfg.Version, "server", wsURL, "board", s.profile.Name, "peer_id", id, "state_dir", cfg.StateDir, "tags", tagsText(s.settings.tags()), "settings_version", s.settings.version())
 
 	keepDone := make(chan struct{})
 	go func() {
@@ -304,8 +307,8 @@ func peerID(cfg Config) (id string, unkept, err error) {
 // is this terminal (then StateDir/termd.log). A log file that cannot be
 // opened does not stop termd (the display is worth more than the log);
 // it and stateErr are logged. Every line also goes to ring (the end of
-// the log a diag request asks for).
-func openLog(cfg Config, profile *boards.Profile, stateErr error, ring io.Writer) (*slog.Logger, func()) {
+// the log a diag request asks for). Its level starts at cfg.LogLevel.
+func openLog(cfg Config, profile *boards.Profile, stateErr error, ring io.Writer) (*slog.Logger, *slog.LevelVar, func()) {
 	var out io.Writer = os.Stderr
 	closeLog := func() {}
 	onConsole := profile.Display.Kind == boards.Console && profile.Serial == nil
@@ -325,13 +328,15 @@ func openLog(cfg Config, profile *boards.Profile, stateErr error, ring io.Writer
 			out, closeLog = f, func() { f.Close() }
 		}
 	}
-	log := slog.New(slog.NewTextHandler(io.MultiWriter(ring, out), &slog.HandlerOptions{Level: cfg.LogLevel}))
+	level := new(slog.LevelVar)
+	level.Set(cfg.LogLevel)
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(ring, out), &slog.HandlerOptions{Level: level}))
 	for _, err := range []error{stateErr, logErr} {
 		if err != nil {
 			log.Error("state dir", "dir", cfg.StateDir, "err", err)
 		}
 	}
-	return log, closeLog
+	return log, level, closeLog
 }
 
 // kiosk is the board's kiosk block with cfg's overrides.

@@ -276,6 +276,16 @@ func (d *Devices) SetSettings(channelID, peerID string, version int64, errText s
 	return ok
 }
 
+// SetTags implements the fleet side's registry: tags pushed settings
+// gave a device, published at once.
+func (d *Devices) SetTags(channelID, peerID string, tags map[string]string) bool {
+	ok := d.local.SetTags(channelID, peerID, tags)
+	if ok {
+		d.owe(devKey{channelID, peerID}, pubNow)
+	}
+	return ok
+}
+
 func (d *Devices) owe(k devKey, what uint8) {
 	d.mu.Lock()
 	d.oweLocked(k, what)

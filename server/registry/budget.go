@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -50,6 +52,42 @@ func ParseTagFilter(values []string) (map[string]string, error) {
 		out[k] = val
 	}
 	return out, nil
+}
+
+// MaxTagBytes bounds the tags pushed settings give a device (encoded
+// as the registry keeps them), so that they fit its MaxDeviceBytes beside
+// its name, board, version and capabilities.
+const MaxTagBytes = MaxDeviceBytes / 2
+
+// CheckTags says what is wrong with tags a device is to be given (pushed
+// settings): a key or value the registry would drop, more than MaxTags,
+// more than MaxTagBytes; nil when the registry keeps them all.
+func CheckTags(tags map[string]string) error {
+	if len(tags) > MaxTags {
+		return fmt.Errorf("%d tags: at most %d", len(tags), MaxTags)
+	}
+	n := 0
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		if err := checkTagKey(k); err != nil {
+			return fmt.Errorf("tag %q: %v", truncate(k, 40), err)
+		}
+		if err := checkTagValue(tags[k]); err != nil {
+			return fmt.Errorf("tag %q: %v", truncate(k, 40), err)
+		}
+		n += encLen(k) + encLen(tags[k]) + 2
+	}
+	if n > MaxTagBytes {
+		return fmt.Errorf("the tags take %d bytes: at most %d", n, MaxTagBytes)
+	}
+	return nil
+}
+
+// CheckTag says what is wrong with one tag's key and value (nil: none).
+func CheckTag(key, value string) error {
+	if err := checkTagKey(key); err != nil {
+		return err
+	}
+	return checkTagValue(value)
 }
 
 func checkTagKey(k string) error {

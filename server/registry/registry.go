@@ -3,8 +3,9 @@
 // board, version, capabilities, tags), whether it authenticated, whether
 // it is online now, since when, when it was last seen, how often it
 // reconnected in the last hour, when it last sent a message, and what its
-// display shows (the screen mirror, online devices only). Changes stream
-// to subscribers (the operator API's live stream).
+// display shows (the screen mirror, online devices only). Tags pushed
+// settings gave a device replace its tags once it acked them (SetTags).
+// Changes stream to subscribers (the operator API's live stream).
 //
 // # Bounds
 //
@@ -499,6 +500,28 @@ func (r *Registry) SetSettings(channelID, peerID string, version int64, errText 
 		e.dev.SettingsVersion = version
 		cs.markLocked(peerID, dirtyFull)
 	}
+	r.publishLocked(cs, e)
+	return true
+}
+
+// SetTags replaces a device's tags (pushed settings that set them, once
+// the device acked: its next connect says the same), bounded as a
+// connect's; false when the device is not known.
+func (r *Registry) SetTags(channelID, peerID string, tags map[string]string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entryLocked(channelID, peerID)
+	if e == nil {
+		return false
+	}
+	cs := r.channels[channelID]
+	d := e.dev
+	d.Tags = tags
+	d, _ = sanitize(d)
+	size := peerBytes(d)
+	cs.bytes += size - e.bytes
+	e.dev, e.bytes = d, size
+	cs.markLocked(peerID, dirtyFull)
 	r.publishLocked(cs, e)
 	return true
 }

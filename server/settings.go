@@ -1,0 +1,32 @@
+package server
+
+import (
+	"path/filepath"
+
+	"termlink/server/events"
+	"termlink/server/settings"
+)
+
+// openSettings opens the settings pushed to devices (package settings,
+// issue 28) in the workspace and makes it a part of the fleet operations
+// (each connect, each settings_ack). In cluster mode each node keeps its
+// own documents and pushes to the devices connected to it.
+func (s *Server) openSettings(noSync bool) (*settings.Store, error) {
+	rt := s.rt
+	st, err := settings.Open(settings.Options{Dir: filepath.Join(s.cfg.Workspace, "settings"), NoSync: noSync, Log: s.log},
+		settings.Deps{
+			Registry: rt.fleet.reg,
+			Send:     rt.SendFleet,
+			Event: func(channelID string, e events.Event) {
+				if ch := rt.channels[channelID]; ch != nil {
+					ch.events.Add(e)
+				}
+			},
+			Channel: func(channelID string) bool { return rt.channels[channelID] != nil },
+		})
+	if err != nil {
+		return nil, err
+	}
+	rt.fleetOps.parts = append(rt.fleetOps.parts, st)
+	return st, nil
+}
