@@ -53,4 +53,3 @@ func TestParseRefusals(t *testing.T) {
 		}
 	}
 }
-

@@ -148,7 +148,7 @@ func (r releasesOf) Manifest(v, p string) (*release.Manifest, bool) {
 func open(t *testing.T, f *fakeFleet, dir string, mut func(*Options)) *Manager {
 	t.Helper()
 	opt := Options{Dir: dir, Channels: []string{ch}, Devices: f, Releases: releasesOf{f}, Send: f.send, Event: f.event,
-		URL: func(c, v, p string) string { return "/api/channels/" + c + "/releases/" + v + "/" + p + "/binary" },
+		URL:  func(c, v, p string) string { return "/api/channels/" + c + "/releases/" + v + "/" + p + "/binary" },
 		Tick: time.Hour, NoSync: true}
 	if mut != nil {
 		mut(&opt)
