@@ -3,15 +3,10 @@ package fleetsim
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,30 +17,12 @@ import (
 	"termlink/server/servertest"
 )
 
-// Upload signs body as version for platform and stores it on the server
-// at base (no admin tokens: a loopback client).
-func Upload(tb testing.TB, base, version, platform string, body []byte) *release.Manifest {
+// upload stores body as version for linux/arm/6 on the server at base.
+func upload(tb testing.TB, base, version string, body []byte) *release.Manifest {
 	tb.Helper()
-	_, priv, _ := ed25519.GenerateKey(rand.Reader)
-	path := filepath.Join(tb.TempDir(), "termd")
-	if err := os.WriteFile(path, body, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	m, err := release.Sign(priv, version, platform, path)
+	m, err := Upload(context.Background(), base, "", tb.TempDir(), version, "linux/arm/6", body)
 	if err != nil {
 		tb.Fatal(err)
-	}
-	req, _ := http.NewRequest("PUT", base+"/api/releases/"+version+"/"+platform, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/octet-stream")
-	req.Header.Set("X-Release-Manifest", base64.StdEncoding.EncodeToString(m.Marshal()))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 201 {
-		b, _ := io.ReadAll(resp.Body)
-		tb.Fatalf("upload: %d %s", resp.StatusCode, b)
 	}
 	return m
 }
@@ -104,7 +81,7 @@ func TestRolloutToSimulatedFleet(t *testing.T) {
 	srv := servertest.Start(t, nil)
 	base := "http://" + srv.Addr
 	bin := bytes.Repeat([]byte("termd v2 "), 20000)
-	m := Upload(t, base, "v2", "linux/arm/6", bin)
+	m := upload(t, base, "v2", bin)
 	f := startFleet(t, srv, 12)
 	api := base + "/api/channels/terminal-dev/rollouts"
 	waitFor(t, "12 devices online", func() bool {
@@ -139,7 +116,7 @@ func TestRolloutToSimulatedFleet(t *testing.T) {
 func TestCanaryRollbackPauses(t *testing.T) {
 	srv := servertest.Start(t, func(c *config.Config) {})
 	base := "http://" + srv.Addr
-	Upload(t, base, "v2", "linux/arm/6", []byte("termd v2"))
+	upload(t, base, "v2", []byte("termd v2"))
 	f := startFleet(t, srv, 6, "sim-001")
 	api := base + "/api/channels/terminal-dev/rollouts"
 	waitFor(t, "6 devices online", func() bool {
