@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -12,7 +13,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"termlink/internal/testpki"
 	"termlink/release"
 	"termlink/server/config"
 	"termlink/server/events"
@@ -127,5 +130,46 @@ func TestDeviceReleaseDownloadOpenChannel(t *testing.T) {
 	code, got, _ := download(t, ts.http.URL+DeviceReleaseURL("terminal-dev", "v2.0.0", "linux/amd64"), "", nil)
 	if code != 200 || !bytes.Equal(got, bin) {
 		t.Fatalf("open channel: %d %q", code, got)
+	}
+}
+
+// On a mutual TLS channel a device downloads with its client
+// certificate; without one, or with a denied one, it is refused as its
+// WebSocket would be. The open channel on the same listener serves
+// anyone.
+func TestDeviceReleaseDownloadMutualTLS(t *testing.T) {
+	m := startMTLS(t)
+	bin := []byte("termd v2 over mutual TLS")
+	putRelease(t, m.Server, "v2.0.0", "linux/arm64", bin)
+	get := func(channel string, leaf *testpki.Leaf) (int, []byte) {
+		conf := &tls.Config{RootCAs: m.roots()}
+		if leaf != nil {
+			cert, err := tls.LoadX509KeyPair(leaf.CertFile, leaf.KeyFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conf.Certificates = []tls.Certificate{cert}
+		}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: conf}, Timeout: 10 * time.Second}
+		defer hc.CloseIdleConnections()
+		resp, err := hc.Get("https://" + m.addr + DeviceReleaseURL(channel, "v2.0.0", "linux/arm64"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if code, b := get("secure", m.uri); code != 200 || !bytes.Equal(b, bin) {
+		t.Fatalf("with its certificate: %d %s", code, b)
+	}
+	if code, b := get("secure", nil); code != 401 || !strings.Contains(string(b), "no client certificate") {
+		t.Fatalf("without a certificate: %d %s", code, b)
+	}
+	if code, b := get("secure", m.denied); code != 403 || !strings.Contains(string(b), "revoked") {
+		t.Fatalf("with a denied certificate: %d %s", code, b)
+	}
+	if code, b := get("terminal-dev", nil); code != 200 || !bytes.Equal(b, bin) {
+		t.Fatalf("the open channel: %d %s", code, b)
 	}
 }

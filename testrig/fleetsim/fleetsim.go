@@ -58,6 +58,18 @@ type Device struct {
 	version atomic.Value // string
 	bytes   atomic.Int64 // binary bytes downloaded
 	updates atomic.Int64 // update frames taken
+	// failedAt is when the device, "restarted" after its release failed,
+	// began to connect to report rolled_back (unix ns; 0: never).
+	failedAt atomic.Int64
+}
+
+// FailedAt is when the device began to report its rollback (zero: it
+// has not).
+func (d *Device) FailedAt() time.Time {
+	if n := d.failedAt.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // Version is the version the device runs now.
@@ -172,6 +184,9 @@ func (d *Device) run(ctx context.Context) {
 			return
 		}
 		if status != nil {
+			if status.State == link.UpdateRolledBack {
+				d.failedAt.Store(time.Now().UnixNano())
+			}
 			_ = c.Report(status)
 		}
 		runDone := make(chan struct{})
