@@ -115,29 +115,30 @@ type proc struct {
 func startProcess(t *testing.T, dir string, run int) proc {
 	ws := filepath.Join(dir, fmt.Sprint("ws", run))
 	_ = os.MkdirAll(ws, 0o755)
-	cmd := exec.Command(filepath.Join(dir, "termserver"), "--listen", "127.0.0.1:0", "--log-level", "warn")
+	cmd := exec.Command(filepath.Join(dir, "termserver"), "--listen", "127.0.0.1:0")
 	cmd.Dir = ws
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
-	sc := bufio.NewScanner(stderr)
-	addr := ""
-	for sc.Scan() {
-		if m := addrRE.FindStringSubmatch(sc.Text()); m != nil && strings.Contains(sc.Text(), "listening") {
-			addr = m[1]
-			break
-		}
-	}
-	if addr == "" {
-		_ = cmd.Process.Kill()
-		t.Fatal("termserver did not say where it listens")
-	}
-	go func() { // keep draining its log
+	found := make(chan string, 1)
+	go func() { // its address, then keep draining its log
+		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			if m := addrRE.FindStringSubmatch(sc.Text()); m != nil && strings.Contains(sc.Text(), "listening") {
+				found <- m[1]
+			}
 		}
 	}()
+	var addr string
+	select {
+	case addr = <-found:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatal("termserver did not say where it listens within 60 s")
+	}
 	stop := func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
 	t.Cleanup(stop)
 	return proc{base: "http://" + addr, ws: "ws://" + addr + "/api/channels/terminal-dev/ws", pid: cmd.Process.Pid, stop: stop}
