@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"debug/buildinfo"
 	"encoding/base64"
@@ -485,31 +486,31 @@ func (c *apiClient) rolloutsURL(channel string) string {
 
 // getJSON GETs u into v.
 func (c *apiClient) getJSON(ctx context.Context, u, what string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	b, err := c.do(req, what)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s: the answer is not what was expected: %v", what, err)
-	}
-	return nil
+	return c.doJSON(ctx, http.MethodGet, u, what, nil, v)
 }
 
 // postJSON POSTs body (JSON) to u and decodes the answer into v.
-func (c *apiClient) postJSON(ctx context.Context, u, what string, body any, v any) error {
-	b, err := json.Marshal(body)
+func (c *apiClient) postJSON(ctx context.Context, u, what string, body, v any) error {
+	return c.doJSON(ctx, http.MethodPost, u, what, body, v)
+}
+
+// doJSON sends body (JSON; nil: none) and decodes the answer into v.
+func (c *apiClient) doJSON(ctx context.Context, method, u, what string, body, v any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(string(b)))
-	if err != nil {
-		return err
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Content-Type", "application/json")
 	out, err := c.do(req, what)
 	if err != nil {
 		return err

@@ -280,7 +280,7 @@ func (m *Manager) now() time.Time { return m.opt.Now().UTC() }
 
 // event adds an event about r to its channel's log.
 func (m *Manager) event(r *Rollout, name, peer, detail string) {
-	m.opt.Event(r.ChannelID, events.Event{Event: name, PeerID: peer, RunID: r.ID, Detail: detail})
+	m.opt.Event(r.ChannelID, events.Event{Event: name, PeerID: peer, Detail: detail})
 }
 
 func newID() string {
@@ -584,7 +584,11 @@ func (m *Manager) DeviceConnected(channelID string, c *link.Connect) {
 	d.Running = c.Version
 	r := &e.r
 	if r.State != Running {
-		if d.State == Offline {
+		switch {
+		case d.State != Offline:
+		case d.Was == Downloading || d.Was == Restarting:
+			m.setLocked(e, d, d.Was, "back after going offline") // its update_status says how that went
+		default:
 			m.setLocked(e, d, Offline, "connected while the rollout is paused: sent when it is resumed")
 		}
 		return
@@ -628,8 +632,13 @@ func (m *Manager) Report(channelID, peerID string, f link.Frame) {
 	if st.Version != r.Version {
 		// At rest on another version while we wait for its download:
 		// the device restarted and lost our frame.
-		if r.State == Running && st.State == link.UpdateInstalled && (d.State == Downloading || (d.State == Offline && d.Was == Downloading)) {
-			m.sendLocked(e, d)
+		if st.State == link.UpdateInstalled && (d.State == Downloading || (d.State == Offline && d.Was == Downloading)) {
+			if r.State == Running {
+				m.sendLocked(e, d)
+			} else {
+				m.setLocked(e, d, Offline, "at rest on "+st.Running+": sent when the rollout is resumed")
+				d.Was = ""
+			}
 		}
 		return
 	}

@@ -473,3 +473,23 @@ func TestBadFileMovedAside(t *testing.T) {
 		t.Fatalf("bad file not moved aside: %v", err)
 	}
 }
+
+// A device that restarted mid-download while the rollout was paused is
+// sent the release on resume, not left downloading.
+func TestRestartedWhilePaused(t *testing.T) {
+	f := fleetOf(2)
+	m := open(t, f, t.TempDir(), nil)
+	r, _ := m.Create(ch, Request{Version: "v2", Target: Target{All: true}}, "otto")
+	eq(t, "both", f.takeSent(), []string{"d01", "d02"})
+	report(m, "d01", "v2", link.UpdateDownloading, "")
+	if _, err := m.Pause(ch, r.ID, "otto"); err != nil {
+		t.Fatal(err)
+	}
+	m.DeviceConnected(ch, &link.Connect{PeerID: "d01", Version: "v1"})
+	m.Report(ch, "d01", &link.UpdateStatus{Version: "v1", Running: "v1", State: link.UpdateInstalled})
+	eq(t, "while paused", f.takeSent(), nil)
+	if _, err := m.Resume(ch, r.ID, "otto", false); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "on resume", f.takeSent(), []string{"d01"})
+}
