@@ -545,19 +545,29 @@ func (a *app) releaseRollout(ctx context.Context, args []string) error {
 	if *peers != "" {
 		q.Peers = strings.Split(*peers, ",")
 	}
-	c, err := newAPIClient(*server, *tokenFile)
+	r, err := postRollout(ctx, *server, *tokenFile, *channel, "", "starting the rollout of "+q.Version, q)
 	if err != nil {
 		return err
+	}
+	fmt.Fprintf(a.stdout, "rollout %s of %s to %s on %s: %d devices, %d waves after the canaries\n", r.ID, r.Version, r.Target, *channel, len(r.Devices), r.Waves-1)
+	a.printRollout(r)
+	return nil
+}
+
+// postRollout POSTs body to the channel's rollouts route (+ suffix) and
+// returns the rollout the server answers with.
+func postRollout(ctx context.Context, server, tokenFile, channel, suffix, what string, body any) (*rollout.Rollout, error) {
+	c, err := newAPIClient(server, tokenFile)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var r rollout.Rollout
-	if err := c.postJSON(ctx, c.rolloutsURL(*channel), "starting the rollout of "+q.Version, q, &r); err != nil {
-		return err
+	if err := c.postJSON(ctx, c.rolloutsURL(channel)+suffix, what, body, &r); err != nil {
+		return nil, err
 	}
-	fmt.Fprintf(a.stdout, "rollout %s of %s to %s on %s: %d devices, %d waves after the canaries\n", r.ID, r.Version, r.Target, *channel, len(r.Devices), r.Waves-1)
-	a.printRollout(&r)
-	return nil
+	return &r, nil
 }
 
 // printRollout prints a rollout's state and its devices' table.
@@ -681,17 +691,11 @@ func (a *app) rolloutAction(action string) func(context.Context, []string) error
 		if !rollout.ValidID(pos[0]) {
 			return usagef("%q is not a rollout id (ro- and hex digits; termrig release status shows it)", pos[0])
 		}
-		c, err := newAPIClient(*server, *tokenFile)
+		r, err := postRollout(ctx, *server, *tokenFile, *channel, "/"+pos[0]+"/"+action, action+" of rollout "+pos[0], body)
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		var r rollout.Rollout
-		if err := c.postJSON(ctx, c.rolloutsURL(*channel)+"/"+pos[0]+"/"+action, action+" of rollout "+pos[0], body, &r); err != nil {
-			return err
-		}
-		a.printRollout(&r)
+		a.printRollout(r)
 		return nil
 	}
 }
