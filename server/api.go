@@ -35,6 +35,8 @@ func (s *Server) routes() http.Handler {
 	s.releases.Routes(mux)                           // signed termd releases (package releases)
 	s.diag.Routes(mux)                               // logs and self-tests on demand (package diag)
 	s.settings.Routes(mux)                           // settings pushed to devices (package settings)
+	s.deviceReleaseRoutes(mux)                       // devices' downloads (devicedownload.go)
+	s.rollouts.Routes(mux)                           // staged rollouts (package rollout)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if ok, reason := s.rt.health(); !ok {

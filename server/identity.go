@@ -47,9 +47,10 @@ func (s *Server) identityRoutes(mux httpapi.Mux) {
 }
 
 // deviceOpen reports whether a route takes no admin token: the device
-// WebSocket and the enroll endpoints (auth.go's guard).
+// WebSocket, the enroll endpoints and the release downloads (auth.go's
+// guard).
 func deviceOpen(pattern string) bool {
-	return pattern == wsPattern || identity.DeviceRoute(pattern)
+	return pattern == wsPattern || identity.DeviceRoute(pattern) || deviceReleaseRoute(pattern)
 }
 
 // requiresToken reports whether a channel takes only devices with a

@@ -27,6 +27,7 @@ import (
 	"termlink/server/identity"
 	"termlink/server/notices"
 	"termlink/server/releases"
+	"termlink/server/rollout"
 	"termlink/server/router"
 	"termlink/server/session"
 	"termlink/server/settings"
@@ -88,9 +89,10 @@ type Server struct {
 	tls   *serverTLS        // nil: plain HTTP (tls.go)
 	ident *identity.Service // device identity: bindings and enrollment routes (identity.go)
 
-	releases *releases.Store // signed termd releases (releases.go)
-	diag     *diag.API       // logs and self-tests on demand (diag.go)
-	settings *settings.Store // settings pushed to devices (settings.go)
+	releases *releases.Store  // signed termd releases (releases.go)
+	diag     *diag.API        // logs and self-tests on demand (diag.go)
+	settings *settings.Store  // settings pushed to devices (settings.go)
+	rollouts *rollout.Manager // staged rollouts of releases (rollouts.go)
 }
 
 // New opens the workspace's write-ahead log (replaying what the session
@@ -233,7 +235,10 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		}
 	}
 	s.diag = s.openDiag() // a part of the fleet operations (diag.go)
-	if s.releases, err = openReleases(cfg, opt.NoSync, log); err != nil {
+	if s.releases, err = openReleases(cfg, opt.NoSync, log); err == nil {
+		err = s.openRollouts(opt.NoSync) // a part of fleetOps (rollouts.go)
+	}
+	if err != nil {
 		s.closeRunners(built)
 		closeLogs()
 		_ = rt.fleet.close()
@@ -392,7 +397,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			_ = r.Close()
 		}
 		s.procs.Close() // its sentinel kills any agent group a runner left
-		err = errors.Join(s.rt.records.Close(), s.rt.notices.Close(), s.rt.fleet.close(), s.rt.sessions.Close())
+		err = errors.Join(s.closeRollouts(), s.rt.records.Close(), s.rt.notices.Close(), s.rt.fleet.close(), s.rt.sessions.Close())
 	})
 	return err
 }

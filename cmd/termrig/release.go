@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"debug/buildinfo"
 	"encoding/base64"
@@ -20,6 +21,7 @@ import (
 
 	"termlink/link/enroll"
 	"termlink/release"
+	"termlink/server/rollout"
 )
 
 // The release commands (issue 28): the operator's side of signed termd
@@ -39,6 +41,12 @@ const releaseSynopsis = `<keygen|sign|verify|upload|list|delete> [flags] [args]
       stores the release on termserver (PUT /api/releases/V/OS/ARCH[/VARIANT])
   list --server URL [--admin-token-file F] [--version V]
   delete --server URL [--admin-token-file F] --version V --platform P
+  rollout --server URL --version V (--peers a,b | --tag k=v | --all) [--canary N] [--percent P]
+          [--allow-downgrade] [--gate-seconds S] [--channel ID] [--admin-token-file F]
+      starts a staged rollout of V to the channel's devices (POST /api/channels/ID/rollouts)
+  status --server URL [--version V] [--channel ID] [--watch] [--admin-token-file F]
+      each device of the newest rollout (of V): state, version, reason
+  pause|resume|abort --server URL [--channel ID] [--retry] ROLLOUT_ID
 
 MANIFEST defaults to BINARY.release.json. Run 'termrig release <command> -h'
 for the flags of one.`
@@ -47,9 +55,11 @@ func (a *app) release(ctx context.Context, args []string) error {
 	cmds := map[string]func(context.Context, []string) error{
 		"keygen": a.releaseKeygen, "sign": a.releaseSign, "verify": a.releaseVerify,
 		"upload": a.releaseUpload, "list": a.releaseList, "delete": a.releaseDelete,
+		"rollout": a.releaseRollout, "status": a.releaseStatus,
+		"pause": a.rolloutAction("pause"), "resume": a.rolloutAction("resume"), "abort": a.rolloutAction("abort"),
 	}
 	if len(args) == 0 {
-		return usagef("which release command? keygen, sign, verify, upload, list or delete")
+		return usagef("which release command? keygen, sign, verify, upload, list, delete, rollout, status, pause, resume or abort")
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
@@ -58,7 +68,7 @@ func (a *app) release(ctx context.Context, args []string) error {
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
-		return usagef("unknown release command %q: keygen, sign, verify, upload, list or delete", args[0])
+		return usagef("unknown release command %q: keygen, sign, verify, upload, list, delete, rollout, status, pause, resume or abort", args[0])
 	}
 	return cmd(ctx, args[1:])
 }
@@ -464,4 +474,228 @@ func (a *app) releaseDelete(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(a.stdout, "deleted %s for %s from %s\n", *ver, *plat, c.base)
 	return nil
+}
+
+// The rollout commands: staged rollouts of a stored release to a
+// channel's devices (package server/rollout, its operator API).
+
+// rolloutsURL is the channel's rollouts route.
+func (c *apiClient) rolloutsURL(channel string) string {
+	return c.base + "/api/channels/" + url.PathEscape(channel) + "/rollouts"
+}
+
+// getJSON GETs u into v.
+func (c *apiClient) getJSON(ctx context.Context, u, what string, v any) error {
+	return c.doJSON(ctx, http.MethodGet, u, what, nil, v)
+}
+
+// postJSON POSTs body (JSON) to u and decodes the answer into v.
+func (c *apiClient) postJSON(ctx context.Context, u, what string, body, v any) error {
+	return c.doJSON(ctx, http.MethodPost, u, what, body, v)
+}
+
+// doJSON sends body (JSON; nil: none) and decodes the answer into v.
+func (c *apiClient) doJSON(ctx context.Context, method, u, what string, body, v any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	out, err := c.do(req, what)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(out, v); err != nil {
+		return fmt.Errorf("%s: the answer is not what was expected: %v", what, err)
+	}
+	return nil
+}
+
+func (a *app) releaseRollout(ctx context.Context, args []string) error {
+	fs, usage := a.newFlagSet("release rollout", "--server URL --version V (--peers a,b | --tag k=v | --all) [--canary N] [--percent P] [--allow-downgrade] [--gate-seconds S] [--channel ID] [--admin-token-file F]\n\n"+
+		"Starts a staged rollout of release V (uploaded already) to the channel's devices: the canaries first, the rest\n"+
+		"in waves of P% once every canary is installed; it pauses by itself when a device fails, naming it.")
+	server, tokenFile := a.serverFlags(fs)
+	channel := fs.String("channel", "terminal-dev", "the devices' `channel`")
+	var q rollout.Request
+	peers := fs.String("peers", "", "the devices, `a,b,...` (peer ids)")
+	fs.StringVar(&q.Version, "version", "", "the release's `version` (required)")
+	fs.StringVar(&q.Tag, "tag", "", "the devices tagged `key=value`")
+	fs.BoolVar(&q.All, "all", false, "every device of the channel")
+	fs.IntVar(&q.Canary, "canary", 0, "`N` devices updated first; the rest wait until every one is installed")
+	fs.IntVar(&q.Percent, "percent", 100, "after the canaries, waves of `P` percent of the devices")
+	fs.BoolVar(&q.AllowDowngrade, "allow-downgrade", false, "let devices on a newer version install V")
+	fs.IntVar(&q.GateSeconds, "gate-seconds", 0, "the devices' health gate in `seconds` (0: each device's own)")
+	if _, err := parseArgs(fs, usage, args, 0, 0, "nothing"); err != nil {
+		return err
+	}
+	if q.Version == "" {
+		return usagef("--version is required")
+	}
+	if *peers != "" {
+		q.Peers = strings.Split(*peers, ",")
+	}
+	r, err := postRollout(ctx, *server, *tokenFile, *channel, "", "starting the rollout of "+q.Version, q)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "rollout %s of %s to %s on %s: %d devices, %d waves after the canaries\n", r.ID, r.Version, r.Target, *channel, len(r.Devices), r.Waves-1)
+	a.printRollout(r)
+	return nil
+}
+
+// postRollout POSTs body to the channel's rollouts route (+ suffix) and
+// returns the rollout the server answers with.
+func postRollout(ctx context.Context, server, tokenFile, channel, suffix, what string, body any) (*rollout.Rollout, error) {
+	c, err := newAPIClient(server, tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var r rollout.Rollout
+	if err := c.postJSON(ctx, c.rolloutsURL(channel)+suffix, what, body, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// printRollout prints a rollout's state and its devices' table.
+func (a *app) printRollout(r *rollout.Rollout) {
+	fmt.Fprintf(a.stdout, "%s %s: %s", r.ID, r.Version, r.State)
+	if r.Paused != nil {
+		if r.Paused.PeerID != "" {
+			fmt.Fprintf(a.stdout, " (%s %s: %s)", r.Paused.PeerID, r.Paused.State, r.Paused.Reason)
+		} else {
+			fmt.Fprintf(a.stdout, " (%s)", r.Paused.Reason)
+		}
+	}
+	states := make([]string, 0, len(r.Counts))
+	for _, st := range []string{rollout.Installed, rollout.Pending, rollout.Sent, rollout.Downloading, rollout.Restarting,
+		rollout.Offline, rollout.Failed, rollout.RolledBack, rollout.Refused, rollout.Skipped} {
+		if n := r.Counts[st]; n > 0 {
+			states = append(states, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	fmt.Fprintf(a.stdout, "; wave %d of %d; %s\n", max(r.Wave, 0), r.Waves-1, strings.Join(states, ", "))
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE\tSTATE\tVERSION\tWAVE\tSINCE\tREASON")
+	for _, d := range r.Devices {
+		wave := "-"
+		switch {
+		case d.Wave == 0:
+			wave = "canary"
+		case d.Wave > 0:
+			wave = fmt.Sprint(d.Wave)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.PeerID, d.State, d.Running, wave, d.Since.UTC().Format(time.TimeOnly), d.Reason)
+	}
+	_ = tw.Flush()
+}
+
+func (a *app) releaseStatus(ctx context.Context, args []string) error {
+	fs, usage := a.newFlagSet("release status", "--server URL [--version V] [--channel ID] [--watch] [--admin-token-file F]\n\n"+
+		"Shows each device of the channel's newest rollout (of version V): its state, the version it runs, why it failed.")
+	server, tokenFile := a.serverFlags(fs)
+	channel := fs.String("channel", "terminal-dev", "the devices' `channel`")
+	ver := fs.String("version", "", "the newest rollout of `version` V")
+	watch := fs.Bool("watch", false, "show it again every --every until it is no longer running")
+	every := 2 * time.Second
+	fs.Var(durationFlag{&every}, "every", "with --watch, how often (`D`)")
+	if _, err := parseArgs(fs, usage, args, 0, 0, "nothing"); err != nil {
+		return err
+	}
+	if *ver != "" {
+		if err := release.CheckVersion(*ver); err != nil {
+			return usageError{err}
+		}
+	}
+	c, err := newAPIClient(*server, *tokenFile)
+	if err != nil {
+		return err
+	}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		r, err := c.newestRollout(cctx, *channel, *ver)
+		cancel()
+		if err != nil {
+			return err
+		}
+		a.printRollout(r)
+		if !*watch || r.State != rollout.Running {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(every):
+		}
+		fmt.Fprintln(a.stdout)
+	}
+}
+
+// newestRollout is the channel's newest rollout (of version, if not "").
+func (c *apiClient) newestRollout(ctx context.Context, channel, version string) (*rollout.Rollout, error) {
+	u := c.rolloutsURL(channel)
+	if version != "" {
+		u += "?version=" + url.QueryEscape(version)
+	}
+	var l struct{ Rollouts []rollout.Rollout }
+	if err := c.getJSON(ctx, u, "listing rollouts", &l); err != nil {
+		return nil, err
+	}
+	if len(l.Rollouts) == 0 {
+		what := "no rollout on channel " + channel
+		if version != "" {
+			what += " of " + version
+		}
+		return nil, errors.New(what)
+	}
+	var r rollout.Rollout
+	if err := c.getJSON(ctx, c.rolloutsURL(channel)+"/"+l.Rollouts[0].ID, "reading rollout "+l.Rollouts[0].ID, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// rolloutAction is the command of an operator action on one rollout.
+func (a *app) rolloutAction(action string) func(context.Context, []string) error {
+	return func(ctx context.Context, args []string) error {
+		fs, usage := a.newFlagSet("release "+action, "--server URL [--channel ID] [--admin-token-file F] ROLLOUT_ID\n\n"+map[string]string{
+			"pause":  "Pauses a running rollout: nothing new is sent.",
+			"resume": "Resumes a paused rollout; with --retry the devices that failed are sent the release again.",
+			"abort":  "Ends a rollout: nothing more is sent.",
+		}[action])
+		server, tokenFile := a.serverFlags(fs)
+		channel := fs.String("channel", "terminal-dev", "the devices' `channel`")
+		var body struct {
+			Retry bool `json:"retry,omitempty"`
+		}
+		if action == "resume" {
+			fs.BoolVar(&body.Retry, "retry", false, "send the release again to the devices that failed")
+		}
+		pos, err := parseArgs(fs, usage, args, 1, 1, "ROLLOUT_ID")
+		if err != nil {
+			return err
+		}
+		if !rollout.ValidID(pos[0]) {
+			return usagef("%q is not a rollout id (ro- and hex digits; termrig release status shows it)", pos[0])
+		}
+		r, err := postRollout(ctx, *server, *tokenFile, *channel, "/"+pos[0]+"/"+action, action+" of rollout "+pos[0], body)
+		if err != nil {
+			return err
+		}
+		a.printRollout(r)
+		return nil
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"termlink/release"
 	"termlink/server/config"
 	"termlink/server/servertest"
+	"termlink/testrig/fleetsim"
 )
 
 // termrig runs one termrig command in this process.
@@ -196,5 +198,94 @@ func TestReleaseUsage(t *testing.T) {
 	_ = os.WriteFile(b, []byte("not a go binary"), 0o644)
 	if st, _, errs := termrig(ctx, "release", "upload", "--server", "http://127.0.0.1:1", b); st != 1 || !strings.Contains(errs, "no manifest (termrig release sign writes it") {
 		t.Errorf("missing manifest: exit %d %s", st, errs)
+	}
+}
+
+// The rollout commands against a real termserver with admin tokens and
+// simulated devices on real WebSockets (testrig/fleetsim): a viewer may
+// not start one; rollout with canaries; status (the table) until done;
+// a failing canary pauses it (status names it); resume --retry; abort.
+func TestReleaseRollout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	const opSecret, viewSecret = "operator-secret-token-0123456789", "viewer-secret-token-0123456789"
+	op, _ := config.NewAdminToken(opSecret, config.RoleOperator, "ops")
+	view, _ := config.NewAdminToken(viewSecret, config.RoleViewer, "vera")
+	srv := servertest.Start(t, func(c *config.Config) { c.Admin.Tokens = []config.AdminToken{op, view} })
+	server := "http://" + srv.Addr
+	opFile, viewFile := filepath.Join(dir, "op"), filepath.Join(dir, "viewer")
+	_ = os.WriteFile(opFile, []byte(opSecret+"\n"), 0o600)
+	_ = os.WriteFile(viewFile, []byte(viewSecret+"\n"), 0o600)
+	if _, err := fleetsim.Upload(ctx, server, opSecret, dir, "v2", "linux/arm/6", []byte("termd v2")); err != nil {
+		t.Fatal(err)
+	}
+	fl, err := fleetsim.Start(ctx, fleetsim.Options{URL: srv.URL, N: 4, Version: "v1", Fail: []string{"sim-001"}, FailReason: "crashed at start",
+		Tags: map[string]string{"site": "lab"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	st, _, errs := termrig(ctx, "release", "rollout", "--server", server, "--admin-token-file", viewFile, "--version", "v2", "--all")
+	if st != 1 || !strings.Contains(errs, "HTTP 403") || !strings.Contains(errs, "needs the operator role") {
+		t.Fatalf("rollout with a viewer token: exit %d %s", st, errs)
+	}
+	if st, _, errs = termrig(ctx, "release", "rollout", "--server", server, "--admin-token-file", opFile, "--version", "v9", "--all"); st != 1 || !strings.Contains(errs, "HTTP 404 no release v9 is stored") {
+		t.Fatalf("rollout of an unknown version: exit %d %s", st, errs)
+	}
+	// Wait for the four devices, then roll v2 out to the tag, one canary.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, out, errs := termrig(ctx, "release", "rollout", "--server", server, "--admin-token-file", opFile, "--version", "v2", "--tag", "site=lab", "--canary", "1", "--percent", "50")
+		if st == 0 && strings.Contains(out, "4 devices") {
+			break
+		}
+		if st == 0 { // not every device had connected: start again once they have
+			id := strings.Fields(out)[1]
+			termrig(ctx, "release", "abort", "--server", server, "--admin-token-file", opFile, id)
+		} else if !strings.Contains(errs, "no device") {
+			t.Fatalf("rollout: exit %d %s%s", st, out, errs)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the four devices did not connect")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// sim-001 is the canary; it fails: the rollout pauses naming it.
+	var out string
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		st, out, errs = termrig(ctx, "release", "status", "--server", server, "--admin-token-file", viewFile, "--version", "v2")
+		if st != 0 {
+			t.Fatalf("status: exit %d %s", st, errs)
+		}
+		if strings.Contains(out, ": paused (sim-001 rolled_back: crashed at start)") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not paused:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(out, "DEVICE") || !regexp.MustCompile(`sim-001\s+rolled_back\s+v1\s+canary`).MatchString(out) ||
+		!regexp.MustCompile(`sim-002\s+pending\s+v1\s+1`).MatchString(out) {
+		t.Fatalf("status table:\n%s", out)
+	}
+	id := strings.Fields(out)[0]
+	if st, _, errs = termrig(ctx, "release", "resume", "--server", server, "--admin-token-file", viewFile, id); st != 1 || !strings.Contains(errs, "HTTP 403") {
+		t.Fatalf("resume with a viewer token: exit %d %s", st, errs)
+	}
+	if st, out, errs = termrig(ctx, "release", "resume", "--server", server, "--admin-token-file", opFile, id); st != 0 || !strings.Contains(out, id+" v2: running") {
+		t.Fatalf("resume: exit %d %s%s", st, out, errs)
+	}
+	st, out, errs = termrig(ctx, "release", "status", "--server", server, "--admin-token-file", viewFile, "--watch", "--every", "100ms")
+	if st != 0 || !strings.Contains(out, id+" v2: done") || !regexp.MustCompile(`sim-004\s+installed\s+v2\s+2`).MatchString(out) {
+		t.Fatalf("status --watch: exit %d\n%s%s", st, out, errs)
+	}
+	if st, _, errs = termrig(ctx, "release", "abort", "--server", server, "--admin-token-file", opFile, id); st != 1 || !strings.Contains(errs, "HTTP 409") || !strings.Contains(errs, "done already") {
+		t.Fatalf("abort of a finished rollout: exit %d %s", st, errs)
+	}
+	if st, _, errs = termrig(ctx, "release", "pause", "--server", server, "nope"); st != 2 || !strings.Contains(errs, "not a rollout id") {
+		t.Fatalf("pause nope: exit %d %s", st, errs)
 	}
 }

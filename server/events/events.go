@@ -29,6 +29,16 @@ const (
 	// Beyond the spec: refusals, so an operator sees why a device failed.
 	TerminalRefused = "terminal_refused"
 	InboundRejected = "inbound_rejected"
+	// Fleet operations (issue 28): a device's release download refused,
+	// and the staged rollouts of releases (package rollout).
+	ReleaseDownloadRefused = "release_download_refused"
+	RolloutCreated         = "rollout_created"
+	RolloutWave            = "rollout_wave"    // a wave (or the canaries) released
+	RolloutDevice          = "rollout_device"  // a device failed, rolled back or refused
+	RolloutPaused          = "rollout_paused"  // by itself (naming the device) or by the operator
+	RolloutResumed         = "rollout_resumed" // by the operator
+	RolloutAborted         = "rollout_aborted"
+	RolloutDone            = "rollout_done"
 )
 
 // PreviewChars is how much of a message's text an event keeps.

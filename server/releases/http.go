@@ -157,6 +157,11 @@ func (s *Store) serveEvents(w http.ResponseWriter, r *http.Request) {
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"events": s.events.Recent(256)})
 }
 
+// ServeGet serves the manifest or the binary (Range, If-Range) that the
+// request's {version} and {rest...} path values name: the operator's
+// route, and the devices' download route of the server's channels.
+func (s *Store) ServeGet(w http.ResponseWriter, r *http.Request) { s.serveGet(w, r) }
+
 func (s *Store) serveGet(w http.ResponseWriter, r *http.Request) {
 	version := r.PathValue("version")
 	platform, part, err := ParsePath(version, r.PathValue("rest"), true)

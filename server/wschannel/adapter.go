@@ -96,6 +96,13 @@ type Adapter interface {
 	// certificate it denies are closed (4003). Only for a channel that
 	// had mutual TLS from the start.
 	ReloadClientAuth(ca *identity.ClientAuth)
+	// AuthorizeHTTP checks a device's plain HTTP request (a release
+	// download) as the WebSocket checks its device: the client
+	// certificate on a mutual TLS channel, a known bearer token on a
+	// channel that takes only devices with a credential. It returns the
+	// peer a certificate names (else ""), or the HTTP status and the
+	// reason to refuse.
+	AuthorizeHTTP(r *http.Request) (peer string, status int, why string)
 }
 
 // Accepter is the accept path (the runtime's AcceptInbound): the store

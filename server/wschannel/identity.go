@@ -3,6 +3,7 @@ package wschannel
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"termlink/link"
@@ -106,4 +107,27 @@ func (a *terminalAdapter) closeDenied(ca *identity.ClientAuth) {
 			Detail: "certificate revoked (denyCerts, reloaded): connection closed; SHA-256 " + c.cert.fp.String()})
 		c.closeWith(CloseUnauthorized, "client certificate revoked")
 	}
+}
+
+// AuthorizeHTTP implements Adapter: what ServeUpgrade and the connect
+// ask of a device, for a request that has no connect frame (its token
+// must come in the header).
+func (a *terminalAdapter) AuthorizeHTTP(r *http.Request) (peer string, status int, why string) {
+	if ca := a.clientAuth.Load(); ca != nil {
+		if peer, status, why = ca.Check(r.TLS, time.Now()); status != 0 {
+			return "", status, why
+		}
+	}
+	if !identity.RequiresToken(a.cfg.Config) {
+		return peer, 0, ""
+	}
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		return "", http.StatusUnauthorized, "no token: channel " + a.id + " takes only devices with a credential; send Authorization: Bearer <the device's channel token>"
+	}
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || !a.tokenKnown(tok) {
+		return "", http.StatusUnauthorized, "the bearer token is not valid for channel " + a.id
+	}
+	return peer, 0, ""
 }

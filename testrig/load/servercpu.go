@@ -87,3 +87,7 @@ func (c *serverCPU) fill(rep *Report) {
 		}
 	}
 }
+
+// ProcessCPU is the CPU time (user + system) process pid has used so
+// far, from /proc/PID/stat (for other rigs' figures: testrig/fleetsim).
+func ProcessCPU(pid int) (time.Duration, error) { return processCPU(pid) }

@@ -875,6 +875,55 @@
     $('pairing-empty').hidden = pairingItems.size > 0;
   }
 
+  // ---- rollouts of signed releases: listed, paused, resumed, aborted here ----
+  const ROLLOUT_STATES = ['installed', 'pending', 'sent', 'downloading', 'restarting', 'offline', 'failed', 'rolled_back', 'refused', 'skipped'];
+
+  function rolloutItem(r) {
+    const counts = ROLLOUT_STATES.filter((k) => r.counts && r.counts[k]).map((k) => `${r.counts[k]} ${k.replace('_', ' ')}`).join(', ');
+    let why = '';
+    if (r.paused) why = r.paused.peer_id ? ` (${r.paused.peer_id} ${r.paused.state.replace('_', ' ')}: ${r.paused.reason})` : ` (${r.paused.reason})`;
+    const status = el('span', { class: 'result', role: 'status', 'data-testid': 'rollout-result' });
+    const buttons = [];
+    if (canWrite()) {
+      const action = (name, label) => {
+        const b = el('button', { type: 'button', text: label, 'data-testid': `rollout-${name}` });
+        b.addEventListener('click', async () => {
+          b.disabled = true;
+          try {
+            await api('POST', `/api/channels/${enc(r.channel_id)}/rollouts/${enc(r.id)}/${name}`);
+            clearError();
+            loadRollouts();
+          } catch (e) {
+            status.textContent = e.message;
+            b.disabled = false;
+          }
+        });
+        return b;
+      };
+      if (r.state === 'running') buttons.push(action('pause', 'Pause'));
+      if (r.state === 'paused') buttons.push(action('resume', 'Resume'));
+      if (r.state === 'running' || r.state === 'paused') buttons.push(action('abort', 'Abort'));
+    }
+    return el('li', { 'data-testid': 'rollout', 'data-id': r.id, 'data-state': r.state },
+      el('strong', { text: `${r.version} ` }),
+      el('span', { class: `rollout-state ${r.state}`, 'data-testid': 'rollout-state', text: r.state + why }),
+      el('span', { class: 'sub', text: ` · ${r.id} · ${counts || 'no devices'}` }),
+      buttons.length ? el('span', { class: 'row' }, ...buttons) : null, status);
+  }
+
+  async function loadRollouts() {
+    if (state.token === null || state.route.view !== 'fleet' || !state.channel) return;
+    let list;
+    try {
+      list = ((await api('GET', `/api/channels/${enc(state.channel)}/rollouts`)) || {}).rollouts || [];
+    } catch (e) {
+      if (e.status !== 401 && e.status !== 404) showError(e.message);
+      return;
+    }
+    $('rollouts').replaceChildren(...list.slice(0, 5).map(rolloutItem));
+    $('rollouts-empty').hidden = list.length > 0;
+  }
+
   async function act(button, method, path, body) {
     button.disabled = true;
     try {
@@ -936,6 +985,7 @@
       $('events-view').hidden = false;
       drawFleet();
       loadPairing();
+      loadRollouts();
     }
   }
 
@@ -1002,6 +1052,8 @@
     setInterval(() => { if (state.token !== null && state.route.view === 'fleet') scheduleDraw(); }, 15000);
     // Pairing requests have no stream event of their own: poll them.
     setInterval(loadPairing, 3000);
+    // Rollouts too (their events are in the stream, their state is not).
+    setInterval(loadRollouts, 2000);
 
     // A token from earlier in this tab, or none: a server without admin
     // tokens answers its own machine without one, and then no login is

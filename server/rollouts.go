@@ -1,0 +1,46 @@
+package server
+
+import (
+	"path/filepath"
+
+	"termlink/server/events"
+	"termlink/server/rollout"
+)
+
+// Staged rollouts of signed termd releases (package rollout): a part of
+// fleetOps (it gets each connect and each update_status), sending update
+// frames through Runtime.SendFleet with the devices' download route
+// (devicedownload.go) as their url; its routes are the operator's
+// /api/channels/{channel_id}/rollouts.
+
+// openRollouts opens the rollouts kept in workspace/rollouts, adds them
+// to the fleet operations' parts and keeps them for the routes. Called by
+// New once the release store is open, before the adapters start.
+func (s *Server) openRollouts(noSync bool) error {
+	rt := s.rt
+	m, err := rollout.Open(rollout.Options{
+		Dir: filepath.Join(s.cfg.Workspace, "rollouts"), Channels: rt.order,
+		Devices: rt.fleet.reg, Releases: s.releases, Send: rt.SendFleet,
+		Event: func(channelID string, e events.Event) {
+			if ch := rt.channels[channelID]; ch != nil {
+				ch.events.Add(e)
+			}
+		},
+		URL: DeviceReleaseURL, NoSync: noSync, Log: s.log,
+	})
+	if err != nil {
+		return err
+	}
+	s.rollouts = m
+	rt.fleetOps.parts = append(rt.fleetOps.parts, m)
+	return nil
+}
+
+// closeRollouts stops the rollouts' ticker and writes what is behind
+// (Shutdown, once the adapters are closed).
+func (s *Server) closeRollouts() error {
+	if s.rollouts == nil {
+		return nil
+	}
+	return s.rollouts.Close()
+}

@@ -1,0 +1,77 @@
+package kiosk_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"termlink/testrig/fleetsim"
+)
+
+// The fleet page lists the channel's rollouts: a rollout that paused
+// itself says which device failed and why, and an operator resumes it
+// there until it is done; a viewer sees it without the controls. At
+// 1280 and 400 px wide, nothing leaves the window.
+func TestConsoleRollouts(t *testing.T) {
+	chromium := chromiumPath(t)
+	addr := startRoleServer(t)
+	base := "http://" + addr
+	ctx := context.Background()
+	if _, err := fleetsim.Upload(ctx, base, adminToken, t.TempDir(), "v2", "linux/arm/6", []byte("termd v2")); err != nil {
+		t.Fatal(err)
+	}
+	fl, err := fleetsim.Start(ctx, fleetsim.Options{URL: "ws://" + addr + "/api/channels/" + channelID + "/ws", N: 3, Version: "v1",
+		Fail: []string{"sim-001"}, FailReason: "no heartbeat within the gate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fl.Close() })
+	for _, d := range fl.Devices {
+		waitOnline(t, base, d.ID)
+	}
+	req, _ := http.NewRequest("POST", base+"/api/channels/"+channelID+"/rollouts", strings.NewReader(`{"version":"v2","all":true,"canary":1}`))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("create: HTTP %d", resp.StatusCode)
+	}
+
+	// A viewer: the paused rollout and why, no controls.
+	b := startBrowser(t, chromium, chromedp.WindowSize(1280, 1000))
+	b.login(base, viewerToken)
+	b.waitFor("the paused rollout", `(() => { const li = document.querySelector('[data-testid=rollout]');
+		return li && li.dataset.state === 'paused' && li.textContent.includes('sim-001 rolled back: no heartbeat within the gate') })()`)
+	var buttons int
+	b.must("counting its controls", chromedp.Evaluate(`document.querySelectorAll('[data-testid=rollout] button').length`, &buttons))
+	if buttons != 0 {
+		t.Errorf("a viewer is offered %d rollout controls", buttons)
+	}
+
+	for i, width := range widths {
+		t.Run(fmt.Sprintf("%dpx", width), func(t *testing.T) {
+			b := startBrowser(t, chromium, chromedp.WindowSize(width, 1000))
+			b.login(base, adminToken)
+			if i == 0 {
+				b.waitFor("the paused rollout", `(() => { const li = document.querySelector('[data-testid=rollout]');
+					return li && li.dataset.state === 'paused' && li.textContent.includes('sim-001 rolled back') &&
+						!!li.querySelector('[data-testid=rollout-resume]') && !!li.querySelector('[data-testid=rollout-abort]') })()`)
+				b.checkFits("the paused rollout")
+				b.screenshot(fmt.Sprintf("%dpx-rollout-paused", width))
+				b.must("resuming it", chromedp.Click(`[data-testid=rollout-resume]`, chromedp.ByQuery))
+			}
+			b.waitFor("the rollout done", `(() => { const li = document.querySelector('[data-testid=rollout]');
+				return li && li.dataset.state === 'done' && li.textContent.includes('2 installed, 1 rolled back') && !li.querySelector('button') })()`)
+			b.checkFits("the finished rollout")
+			b.screenshot(fmt.Sprintf("%dpx-rollout-done", width))
+		})
+	}
+}
