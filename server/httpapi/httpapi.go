@@ -8,6 +8,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"unicode/utf8"
 
@@ -66,4 +67,18 @@ func TruncateUTF8(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// StatusError is a refusal with the HTTP status an API answers it with
+// (a store's error its handlers write with WriteError).
+type StatusError struct {
+	Status int
+	Msg    string
+}
+
+func (e *StatusError) Error() string { return e.Msg }
+
+// Refuse makes a StatusError.
+func Refuse(status int, format string, a ...any) *StatusError {
+	return &StatusError{Status: status, Msg: fmt.Sprintf(format, a...)}
 }

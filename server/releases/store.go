@@ -41,6 +41,7 @@ import (
 	"termlink/internal/durable"
 	"termlink/release"
 	"termlink/server/events"
+	"termlink/server/httpapi"
 )
 
 // Defaults of the store's bounds (config "releases").
@@ -107,16 +108,9 @@ type Store struct {
 }
 
 // Error is a refusal, with the HTTP status the API answers it with.
-type Error struct {
-	Status int
-	Msg    string
-}
+type Error = httpapi.StatusError
 
-func (e *Error) Error() string { return e.Msg }
-
-func refuse(status int, format string, a ...any) *Error {
-	return &Error{Status: status, Msg: fmt.Sprintf(format, a...)}
-}
+var refuse = httpapi.Refuse
 
 // key is a release's map key and directory (version/os_arch[_variant]).
 func key(version, platform string) string {

@@ -21,6 +21,7 @@ import (
 	"termlink/link"
 	"termlink/release"
 	"termlink/server/events"
+	"termlink/server/httpapi"
 	"termlink/server/registry"
 	"termlink/server/releases"
 )
@@ -63,16 +64,9 @@ type Options struct {
 }
 
 // Error is a refusal, with the HTTP status the API answers it with.
-type Error struct {
-	Status int
-	Msg    string
-}
+type Error = httpapi.StatusError
 
-func (e *Error) Error() string { return e.Msg }
-
-func refuse(status int, format string, a ...any) *Error {
-	return &Error{Status: status, Msg: fmt.Sprintf(format, a...)}
-}
+var refuse = httpapi.Refuse
 
 // entry is one rollout and its index.
 type entry struct {
