@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"slices"
 	"testing"
+	"time"
 
 	"termlink/device/update"
 	"termlink/link"
@@ -26,6 +27,35 @@ func TestUpdateCapabilityNeedsSupervisorAndKey(t *testing.T) {
 		s := &setup{cfg: Config{Worker: c.worker, ReleaseKey: c.key}}
 		if got := slices.Contains(s.fleetCaps(), link.CapUpdate); got != c.want {
 			t.Errorf("worker %v, key %v: lists update = %v, want %v", c.worker != nil, c.key != nil, got, c.want)
+		}
+	}
+}
+
+// On start termd says where the last update left it. A release given up
+// 200 ms after the install before it (the same second: the state file
+// kept whole seconds once, and then said "installed") is a rollback.
+func TestStartStatus(t *testing.T) {
+	at := time.Date(2026, 11, 27, 4, 7, 38, 48e6, time.UTC)
+	for _, c := range []struct {
+		name  string
+		st    update.Status
+		want  link.UpdateStatus
+		trial bool
+	}{
+		{"never updated", update.Status{}, link.UpdateStatus{Version: "v1", Running: "v1", State: link.UpdateInstalled}, false},
+		{"on trial", update.Status{Pending: &update.Pending{Version: "v1"}}, link.UpdateStatus{Version: "v1", Running: "v1", State: link.UpdateRestarting}, true},
+		{"rolled back in the install's second", update.Status{Installed: "v1", InstalledAt: at,
+			LastFailure: &update.Failure{Version: "v2", Reason: "it exited", At: at.Add(200 * time.Millisecond)}},
+			link.UpdateStatus{Version: "v2", Running: "v1", State: link.UpdateRolledBack, Reason: "it exited"}, false},
+		{"installed after an older failure", update.Status{Installed: "v1", InstalledAt: at,
+			LastFailure: &update.Failure{Version: "v0", Reason: "x", At: at.Add(-time.Minute)}},
+			link.UpdateStatus{Version: "v1", Running: "v1", State: link.UpdateInstalled}, false},
+		{"the failed version is this one", update.Status{LastFailure: &update.Failure{Version: "v1", At: at}},
+			link.UpdateStatus{Version: "v1", Running: "v1", State: link.UpdateInstalled}, false},
+	} {
+		got, trial := startStatus(&c.st, "v1")
+		if *got != c.want || trial != c.trial {
+			t.Errorf("%s: %+v, trial %v; want %+v, %v", c.name, *got, trial, c.want, c.trial)
 		}
 	}
 }

@@ -76,29 +76,38 @@ func stateWords(state string) string {
 	return state
 }
 
-// reportStart reports where the last update left this device: the
-// supervisor's state file says whether this binary is on trial (true),
-// whether the last release was rolled back (and why), or what is
-// installed.
+// reportStart reports where the last update left this device (see
+// startStatus); true when this binary is a release on trial.
 func (u *updater) reportStart() (onTrial bool) {
 	st, err := update.ReadStatus(u.cfg.Worker.StateDir)
 	if err != nil {
 		u.log.Warn("update state not read", "err", err)
 		return false
 	}
-	v := u.cfg.Version
-	switch {
-	case st.Pending != nil && st.Pending.Version == v:
-		// On trial: installed once the first heartbeat is answered (the
-		// health gate), which afterHealthy reports.
-		_ = u.client.Report(&link.UpdateStatus{Version: v, Running: v, State: link.UpdateRestarting})
-		return true
-	case st.LastFailure != nil && st.LastFailure.Version != v && st.LastFailure.At.After(st.InstalledAt):
-		u.report(&link.UpdateStatus{Version: st.LastFailure.Version, State: link.UpdateRolledBack, Reason: st.LastFailure.Reason})
-	default:
-		_ = u.client.Report(&link.UpdateStatus{Version: v, Running: v, State: link.UpdateInstalled})
+	us, onTrial := startStatus(st, u.cfg.Version)
+	if link.IsUpdateFailure(us.State) {
+		u.report(us)
+	} else {
+		_ = u.client.Report(us)
 	}
-	return false
+	return onTrial
+}
+
+// startStatus is what a binary of version running says on start, from
+// the supervisor's state file: on trial (restarting: installed once its
+// first heartbeat is answered, which afterHealthy reports); rolled back
+// from the last release tried, with the supervisor's reason, when that
+// failure came after the last install; else installed.
+func startStatus(st *update.Status, running string) (us *link.UpdateStatus, onTrial bool) {
+	us = &link.UpdateStatus{Version: running, Running: running, State: link.UpdateInstalled}
+	switch f := st.LastFailure; {
+	case st.Pending != nil && st.Pending.Version == running:
+		us.State = link.UpdateRestarting
+		return us, true
+	case f != nil && f.Version != running && f.At.After(st.InstalledAt):
+		us.Version, us.State, us.Reason = f.Version, link.UpdateRolledBack, f.Reason
+	}
+	return us, false
 }
 
 // afterHealthy reports "installed" once the supervisor has installed the

@@ -31,7 +31,7 @@ const MaxReasonBytes = 1024
 type Status struct {
 	Pending     *Pending  `json:"pending,omitempty"`
 	Installed   string    `json:"installed,omitempty"`    // the version the last successful update installed
-	InstalledAt time.Time `json:"installed_at,omitzero"`  // when
+	InstalledAt time.Time `json:"installed_at,omitzero"`  // when (to the millisecond, as LastFailure.At: which came last is read from them)
 	LastFailure *Failure  `json:"last_failure,omitempty"` // the last update given up
 }
 
@@ -152,5 +152,5 @@ func failure(version, reason string, at time.Time) *Failure {
 			reason = reason[:len(reason)-1]
 		}
 	}
-	return &Failure{Version: version, Reason: reason, At: at.UTC().Round(time.Second)}
+	return &Failure{Version: version, Reason: reason, At: at.UTC().Round(time.Millisecond)}
 }

@@ -73,3 +73,13 @@ func FuzzParseStatus(f *testing.F) {
 		}
 	})
 }
+
+// A failure's time keeps its milliseconds, as the install's does: termd
+// reads which came last from them (a failure 200 ms after an install in
+// the same second was once read as no rollback).
+func TestFailureKeepsMilliseconds(t *testing.T) {
+	at := time.Date(2026, 11, 27, 4, 7, 38, 271_400_000, time.UTC)
+	if got := failure("v2", "it exited", at).At; !got.Equal(at.Round(time.Millisecond)) {
+		t.Fatalf("failure at %v kept as %v", at, got)
+	}
+}

@@ -147,7 +147,7 @@ func (s *supervisor) resume() {
 // installed records p's success.
 func (s *supervisor) installed(version string) {
 	s.st.Pending = nil
-	s.st.Installed, s.st.InstalledAt = version, s.Now().UTC().Round(time.Second)
+	s.st.Installed, s.st.InstalledAt = version, s.Now().UTC().Round(time.Millisecond)
 	if err := writeStatus(s.StateDir, s.st); err != nil {
 		s.log.Error("update: recording the installed release", "err", err)
 	}
