@@ -902,6 +902,8 @@
   // ---- pushed settings: the channel's version (the fleet marks a device
   // behind it), a device's effective settings and its own document ----
   const SETTINGS_FIELDS = ['idle_text', 'idle_seconds', 'backlight_off_after', 'notice_seconds', 'log_level', 'tags'];
+  const SETTINGS_NAMES = { idle_text: 'Idle text', idle_seconds: 'Idle after', backlight_off_after: 'Backlight off after',
+    notice_seconds: 'Notice shown for', log_level: 'Log level', tags: 'Tags' };
 
   async function loadChannelSettings(channel) {
     try {
@@ -984,16 +986,16 @@
     st.dataset.version = String(v.version || 0);
     st.dataset.current = String(!!v.current);
     const rows = [
-      ['Channel version', String(v.version || 0)],
-      ['Applied version', String(v.applied_version || 0)],
-      ...(v.error ? [['Refused', v.error]] : []),
-      ['From', (v.sources || []).join(', ') || 'no document: the device\'s own'],
+      ['version', 'Channel version', String(v.version || 0)],
+      ['applied_version', 'Applied version', String(v.applied_version || 0)],
+      ...(v.error ? [['error', 'Refused', v.error]] : []),
+      ['sources', 'From', (v.sources || []).join(', ') || 'no document: the device\'s own'],
     ];
     for (const k of SETTINGS_FIELDS) {
       const f = fmtSetting(k, v.settings && v.settings[k]);
-      if (f !== null) rows.push([k.replace(/_/g, ' '), f]);
+      if (f !== null) rows.push([k, SETTINGS_NAMES[k], f]);
     }
-    $('settings-info').replaceChildren(...rows.flatMap(([k, val]) => [el('dt', { text: k }), el('dd', { 'data-key': k, text: val })]));
+    $('settings-info').replaceChildren(...rows.flatMap(([key, name, val]) => [el('dt', { text: name }), el('dd', { 'data-key': key, text: val })]));
     if (docs) {
       const doc = ((docs && docs.peers) || []).find((d) => d.peer_id === peer) || null;
       $('settings-delete').hidden = !doc;
@@ -1139,17 +1141,17 @@
       if (r.state === 'running' || r.state === 'paused') buttons.push(action('abort', 'Abort'));
     }
     const regionID = `rollout-devices-${r.id}`;
+    const label = el('span', { text: entry.open ? 'Hide devices' : 'Devices' });
     const toggle = el('button', {
       type: 'button', class: 'disclose', 'data-testid': 'rollout-toggle', 'aria-expanded': String(entry.open), 'aria-controls': regionID,
-      text: entry.open ? 'Hide devices' : 'Devices',
       onclick: () => {
         entry.open = !entry.open;
         toggle.setAttribute('aria-expanded', String(entry.open));
-        toggle.textContent = entry.open ? 'Hide devices' : 'Devices';
+        label.textContent = entry.open ? 'Hide devices' : 'Devices';
         region.hidden = !entry.open;
         if (entry.open) loadRolloutDevices(r.channel_id, r.id);
       },
-    });
+    }, label, el('span', { class: 'sr-only', text: ` of rollout ${r.id}` }));
     const target = r.target ? (r.target.all ? 'all devices' : r.target.tag ? `tag ${r.target.tag}` : `peers ${(r.target.peers || []).join(', ')}`) : '';
     const region = el('div', { id: regionID, class: 'rollout-devices', 'data-testid': 'rollout-devices', role: 'region', 'aria-label': `Devices of rollout ${r.id}`, hidden: !entry.open });
     if (entry.table) region.append(entry.table);
@@ -1175,7 +1177,7 @@
         el('td', { 'data-label': 'Wave' }, d.wave === 0 ? 'canary' : d.wave < 0 ? '—' : String(d.wave)),
         el('td', { 'data-label': 'State', 'data-testid': 'rollout-device-state' },
           el('span', { class: `dev-state ${d.state}` }, failed ? '✗ ' : d.state === 'installed' ? '✓ ' : '', human(d.state)),
-          culprit ? el('strong', { class: 'paused-by', 'data-testid': 'paused-by', text: ' paused the rollout' }) : null),
+          culprit ? el('div', { class: 'paused-by', 'data-testid': 'paused-by', text: 'paused the rollout' }) : null),
         el('td', { 'data-label': 'Running' }, d.running || '—'),
         el('td', { 'data-label': 'Reason', class: 'reason' }, d.reason || (d.was ? `was ${human(d.was)}` : '—')),
         el('td', { 'data-label': 'Since' }, el('time', { datetime: d.since || '', title: fmtTime(d.since), text: ago(d.since) })));
