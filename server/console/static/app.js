@@ -502,7 +502,27 @@
     const shown = all.filter((p) => matches(p, f));
     const online = all.filter((p) => p.online).length;
     $('fleet-count').textContent = state.loaded ? `${online} of ${all.length} online` : 'loading…';
-    const rows = shown.slice(0, MAX_ROWS).map((p) => el('tr', { 'data-testid': 'peer-row', 'data-peer-id': p.peer_id, 'data-online': String(!!p.online) },
+    const rows = shown.slice(0, MAX_ROWS).map((p) => fleetRow(p));
+    // Rows are kept while their device is unchanged: a link being
+    // clicked or a focused tag survives the many redraws of a live fleet.
+    const body = $('fleet-body');
+    if (rows.length !== body.children.length || rows.some((tr, i) => body.children[i] !== tr)) body.replaceChildren(...rows);
+    const keep = new Set(rows);
+    for (const [id, c] of fleetRows) if (!keep.has(c.tr)) fleetRows.delete(id);
+    const empty = $('fleet-empty');
+    empty.hidden = state.loaded && !tagErr && shown.length > 0 && shown.length <= MAX_ROWS;
+    empty.textContent = !state.loaded ? 'Loading the devices…' : tagErr || (shown.length > MAX_ROWS ? `Showing ${MAX_ROWS} of ${shown.length}: filter to narrow.`
+      : all.length ? 'No device matches the filter.' : 'No device has connected to this channel yet.');
+    drawPeerSelect(all);
+  }
+
+  // fleetRow is a device's row, rebuilt only when what it shows changed.
+  const fleetRows = new Map(); // peer_id -> {key, tr}
+  function fleetRow(p) {
+    const key = JSON.stringify([{ ...p, screen: undefined }, state.channel, state.settingsVersion, p.online ? '' : ago(p.last_seen)]);
+    const c = fleetRows.get(p.peer_id);
+    if (c && c.key === key) return c.tr;
+    const tr = el('tr', { 'data-testid': 'peer-row', 'data-peer-id': p.peer_id, 'data-online': String(!!p.online) },
       el('td', { 'data-label': 'Device' }, el('a', { href: `#/peer/${enc(state.channel)}/${enc(p.peer_id)}`, text: p.peer_id }),
         p.device_name && p.device_name !== p.peer_id ? el('div', { class: 'sub', text: p.device_name }) : null),
       el('td', { 'data-testid': 'peer-state', 'data-label': 'State' }, el('span', { class: 'badge' + (p.online ? ' on' : ''), text: p.online ? 'online' : 'offline' }),
@@ -517,13 +537,9 @@
       el('td', { 'data-label': 'Version', 'data-testid': 'peer-version-col' }, p.version || '—',
         p.update && !FAILED_STATES.includes(p.update.state) && p.update.state !== 'installed' ? el('div', { class: 'sub', text: `${human(p.update.state)} ${p.update.version}` }) : null),
       el('td', { 'data-label': 'Last seen' }, el('time', { datetime: p.last_seen || '', title: fmtTime(p.last_seen), text: p.online ? 'now' : ago(p.last_seen) })),
-      el('td', { 'data-label': 'Notices' }, String(p.notices_pending || 0))));
-    $('fleet-body').replaceChildren(...rows);
-    const empty = $('fleet-empty');
-    empty.hidden = state.loaded && !tagErr && shown.length > 0 && shown.length <= MAX_ROWS;
-    empty.textContent = !state.loaded ? 'Loading the devices…' : tagErr || (shown.length > MAX_ROWS ? `Showing ${MAX_ROWS} of ${shown.length}: filter to narrow.`
-      : all.length ? 'No device matches the filter.' : 'No device has connected to this channel yet.');
-    drawPeerSelect(all);
+      el('td', { 'data-label': 'Notices' }, String(p.notices_pending || 0)));
+    fleetRows.set(p.peer_id, { key, tr });
+    return tr;
   }
 
   function drawPeerSelect(all) {
