@@ -932,8 +932,8 @@
     }
   }
 
-  // settingsBehind: the device takes pushed settings and has not applied
-  // the channel's version (offline, not acked yet), or refused it.
+  // settingsMark: the device refused its pushed settings, or takes them
+  // and has not applied the channel's version (offline, not acked yet).
   function settingsMark(p) {
     if (p.settings_error) return { text: 'settings refused', why: p.settings_error };
     const listens = (p.capabilities || []).includes('settings');
@@ -974,7 +974,7 @@
     } catch (e) {
       if (state.route.peer !== peer) return;
       $('settings-status').className = 'result bad';
-      $('settings-status').textContent = e.status === 404 && !/settings document/.test(e.message) ? `Settings: ${e.message}` : e.message;
+      $('settings-status').textContent = e.message; // the API's words (404: no such device nor document)
       $('settings-info').replaceChildren();
       return;
     }
@@ -1209,7 +1209,6 @@
     try {
       r = await api('GET', `/api/channels/${enc(channel)}/rollouts/${enc(id)}`);
     } catch (e) {
-      r = null;
       const entry = rollouts.get(id);
       if (entry) {
         entry.table = el('p', { class: 'result bad', text: `Listing its devices: ${e.message}` });
