@@ -125,6 +125,16 @@ func TestConsoleStartsRollout(t *testing.T) {
 		document.getElementById('rollout-result').classList.contains('bad')`, refusal))
 	b.screenshot("1280px-rollout-refused")
 
+	// The failed device's page: its platform and its last update.
+	b.must("opening shop-001's page from the rollout", chromedp.Click(`[data-testid=rollout][data-state=paused] [data-peer-id="shop-001"] a`, chromedp.ByQuery))
+	b.waitFor("its update and platform", `(() => {
+		const dd = (name) => { const dt = Array.from(document.querySelectorAll('#peer-info dt')).find(e => e.textContent === name); return dt ? dt.nextElementSibling.textContent : '' };
+		const u = document.querySelector('#peer-info [data-testid=peer-update]');
+		return document.getElementById('peer-title').textContent === 'shop-001' && dd('Platform') === 'linux/arm/6' && dd('Version') === 'v1' &&
+			u && u.dataset.state === 'rolled_back' && u.textContent.startsWith('✗ v2 rolled back: no heartbeat within the gate (') })()`)
+	b.checkFits("the failed device's page")
+	b.screenshot("1280px-rollout-failed-device")
+
 	t.Run("400px", func(t *testing.T) {
 		b := startBrowser(t, chromium, chromedp.WindowSize(400, 1000))
 		b.login(base, adminToken)
