@@ -42,6 +42,47 @@ func rolloutJS(st string) string {
 	return fmt.Sprintf(`document.querySelector('[data-testid=rollout][data-state=%q]')`, st)
 }
 
+// startReleaseServer is a termserver with an operator and a viewer token
+// and release v2 for linux/arm/6 stored, and the chromium to test it.
+func startReleaseServer(t *testing.T) (chromium, addr, base string) {
+	t.Helper()
+	chromium = chromiumPath(t)
+	addr = startRoleServer(t)
+	base = "http://" + addr
+	if _, err := fleetsim.Upload(context.Background(), base, adminToken, t.TempDir(), "v2", "linux/arm/6", []byte("termd v2")); err != nil {
+		t.Fatal(err)
+	}
+	return chromium, addr, base
+}
+
+// startSims connects simulated devices running v1 to the server at
+// addr, stopped at the test's end, and waits until each is online.
+func startSims(t *testing.T, addr string, opt fleetsim.Options) *fleetsim.Fleet {
+	t.Helper()
+	opt.URL, opt.Version = "ws://"+addr+"/api/channels/"+channelID+"/ws", "v1"
+	fl, err := fleetsim.Start(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fl.Close() })
+	for _, d := range fl.Devices {
+		waitOnline(t, "http://"+addr, d.ID)
+	}
+	return fl
+}
+
+// openPaused logs in with token at width and opens the paused rollout's
+// devices, shop-001 named as the one that paused it.
+func openPaused(t *testing.T, chromium string, width int, base, token string) *browser {
+	t.Helper()
+	b := startBrowser(t, chromium, chromedp.WindowSize(width, 1000))
+	b.login(base, token)
+	b.waitFor("the paused rollout", rolloutJS("paused")+` !== null`)
+	b.must("opening its devices", chromedp.Click(`[data-testid=rollout][data-state=paused] [data-testid=rollout-toggle]`, chromedp.ByQuery))
+	b.waitFor("its devices", `!!document.querySelector('[data-testid=rollout][data-state=paused] [data-testid=rollout-device][data-peer-id="shop-001"] [data-testid=paused-by]')`)
+	return b
+}
+
 // An operator starts a rollout from the console (a release from the
 // stored ones, a tag, canaries, a wave's share) and sees each simulated
 // device reach installed in its device list, refreshed while it runs; a
@@ -51,28 +92,10 @@ func rolloutJS(st string) string {
 // viewer sees the rollouts and their devices, not the form. At 1280 and
 // 400 px wide, nothing leaves the window.
 func TestConsoleStartsRollout(t *testing.T) {
-	chromium := chromiumPath(t)
-	addr := startRoleServer(t)
-	base := "http://" + addr
-	ctx := context.Background()
-	if _, err := fleetsim.Upload(ctx, base, adminToken, t.TempDir(), "v2", "linux/arm/6", []byte("termd v2")); err != nil {
-		t.Fatal(err)
-	}
-	ws := "ws://" + addr + "/api/channels/" + channelID + "/ws"
-	lobby, err := fleetsim.Start(ctx, fleetsim.Options{URL: ws, N: 3, Prefix: "lobby-", Version: "v1", Tags: map[string]string{"site": "lobby"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lobby.Close() })
-	shop, err := fleetsim.Start(ctx, fleetsim.Options{URL: ws, N: 2, Prefix: "shop-", Version: "v1", Tags: map[string]string{"site": "shop"},
+	chromium, addr, base := startReleaseServer(t)
+	lobby := startSims(t, addr, fleetsim.Options{N: 3, Prefix: "lobby-", Tags: map[string]string{"site": "lobby"}})
+	startSims(t, addr, fleetsim.Options{N: 2, Prefix: "shop-", Tags: map[string]string{"site": "shop"},
 		Fail: []string{"shop-001"}, FailReason: "no heartbeat within the gate"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = shop.Close() })
-	for _, d := range append(append([]*fleetsim.Device{}, lobby.Devices...), shop.Devices...) {
-		waitOnline(t, base, d.ID)
-	}
 
 	b := startBrowser(t, chromium, chromedp.WindowSize(1280, 1000))
 	b.login(base, adminToken)
@@ -136,11 +159,7 @@ func TestConsoleStartsRollout(t *testing.T) {
 	b.screenshot("1280px-rollout-failed-device")
 
 	t.Run("400px", func(t *testing.T) {
-		b := startBrowser(t, chromium, chromedp.WindowSize(400, 1000))
-		b.login(base, adminToken)
-		b.waitFor("the paused rollout", rolloutJS("paused")+` !== null`)
-		b.must("opening its devices", chromedp.Click(`[data-testid=rollout][data-state=paused] [data-testid=rollout-toggle]`, chromedp.ByQuery))
-		b.waitFor("its devices", `!!document.querySelector('[data-testid=rollout][data-state=paused] [data-testid=rollout-device][data-peer-id="shop-001"] [data-testid=paused-by]')`)
+		b := openPaused(t, chromium, 400, base, adminToken)
 		b.checkFits("the paused rollout's devices")
 		b.must("scrolling to them", chromedp.ScrollIntoView(`[data-testid=rollout][data-state=paused] [data-testid=rollout-devices]`, chromedp.ByQuery))
 		b.screenshot("400px-rollout-paused")
@@ -150,11 +169,7 @@ func TestConsoleStartsRollout(t *testing.T) {
 	})
 
 	t.Run("viewer", func(t *testing.T) {
-		b := startBrowser(t, chromium, chromedp.WindowSize(1280, 1000))
-		b.login(base, viewerToken)
-		b.waitFor("the paused rollout", rolloutJS("paused")+` !== null`)
-		b.must("opening its devices", chromedp.Click(`[data-testid=rollout][data-state=paused] [data-testid=rollout-toggle]`, chromedp.ByQuery))
-		b.waitFor("its devices", `!!document.querySelector('[data-testid=rollout][data-state=paused] [data-testid=rollout-device][data-peer-id="shop-001"] [data-testid=paused-by]')`)
+		b := openPaused(t, chromium, 1280, base, viewerToken)
 		var seen struct {
 			Form    bool
 			Actions int
@@ -185,27 +200,16 @@ func (k *settingsKiosk) got() *link.Settings {
 func startSettingsKiosk(t *testing.T, addr, peerID, refuse string, deaf bool) *settingsKiosk {
 	t.Helper()
 	k := &settingsKiosk{}
-	done := make(chan struct{})
-	var client *link.Client
-	t.Cleanup(func() { // after the kiosk's own cleanup, which stops the client
-		if client != nil {
-			<-done
+	startFleetKiosk(t, addr, peerID, link.CapSettings, func(client *link.Client, f link.Frame) {
+		s, ok := f.(*link.Settings)
+		if !ok || deaf {
+			return
 		}
+		k.mu.Lock()
+		k.last = s
+		k.mu.Unlock()
+		_ = client.Report(&link.SettingsAck{Version: s.Version, Error: refuse})
 	})
-	client = startTextKiosk(t, addr, peerID, link.CapSettings)
-	go func() { // until the client stops: Fleet is closed
-		defer close(done)
-		for f := range client.Fleet() {
-			s, ok := f.(*link.Settings)
-			if !ok || deaf {
-				continue
-			}
-			k.mu.Lock()
-			k.last = s
-			k.mu.Unlock()
-			_ = client.Report(&link.SettingsAck{Version: s.Version, Error: refuse})
-		}
-	}()
 	return k
 }
 
