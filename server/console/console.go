@@ -1,7 +1,10 @@
 // Package console is termserver's web console: the operator's view of a
-// kiosk fleet (devices online and offline, their tags, a live event
-// stream, one device's LCD mirror, conversation, pending notices and
-// running work) and a form to send notices.
+// kiosk fleet (devices online and offline, their tags and versions, a
+// live event stream, one device's LCD mirror, conversation, pending
+// notices and running work, its update and pushed settings), a form to
+// send notices, and the fleet operations: rollouts (started, followed
+// device by device, paused, resumed, aborted), a device's own settings
+// document, its log and self-test.
 //
 // It is plain HTML, CSS and JavaScript embedded in the binary: no build
 // step, no CDN, nothing fetched from elsewhere, so it works offline. The
@@ -13,7 +16,8 @@
 // EventSource cannot send that header and tokens never go into URLs.
 //
 // GET /api/whoami tells the page the token's role: a viewer gets read-only
-// pages (no control that would send, withdraw, cancel or approve). A
+// pages (no control that would send, withdraw, cancel, approve, start a
+// rollout or change settings). A
 // device's HD44780 glass is drawn on a canvas, dot by dot, with its ROM's
 // 5x8 patterns from glyphs.js, which go generate makes from glyphs.go and
 // display.ROM (TestGlyphsJSUpToDate keeps them equal).

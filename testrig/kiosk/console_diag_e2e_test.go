@@ -9,11 +9,10 @@ import (
 	"termlink/link"
 )
 
-// startDiagKiosk is a text-console device that lists "diag" and answers
-// a logs request with its log's last lines and a self-test with a
-// passing report (the console shows what the API answers; termd's own
-// answers are tested in device/termd).
-func startDiagKiosk(t *testing.T, addr, peerID string) {
+// startFleetKiosk is a text-console device that lists capability and
+// gives each fleet frame the server sends it to answer, with its client
+// to report on, until the client stops.
+func startFleetKiosk(t *testing.T, addr, peerID, capability string, answer func(*link.Client, link.Frame)) {
 	t.Helper()
 	done := make(chan struct{})
 	var client *link.Client
@@ -22,23 +21,34 @@ func startDiagKiosk(t *testing.T, addr, peerID string) {
 			<-done
 		}
 	})
-	client = startTextKiosk(t, addr, peerID, link.CapDiag)
+	client = startTextKiosk(t, addr, peerID, capability)
 	go func() { // until the client stops: Fleet is closed
 		defer close(done)
 		for f := range client.Fleet() {
-			q, ok := f.(*link.Diag)
-			if !ok {
-				continue
-			}
-			res := &link.DiagResult{RequestID: q.RequestID, Kind: q.Kind, OK: true}
-			if q.Kind == link.DiagLogs {
-				res.Text = fmt.Sprintf("level=INFO msg=\"termd starting\" peer_id=%s\nlevel=INFO msg=\"link up\" bytes_asked=%d\n", peerID, q.Bytes)
-			} else {
-				res.Text = "CHECK      RESULT  SUMMARY\nstate-dir  PASS    writable\nclock      PASS    set\n\nselftest: PASS (2 checks)\n"
-			}
-			_ = client.Report(res)
+			answer(client, f)
 		}
 	}()
+}
+
+// startDiagKiosk is a text-console device that lists "diag" and answers
+// a logs request with its log's last lines and a self-test with a
+// passing report (the console shows what the API answers; termd's own
+// answers are tested in device/termd).
+func startDiagKiosk(t *testing.T, addr, peerID string) {
+	t.Helper()
+	startFleetKiosk(t, addr, peerID, link.CapDiag, func(client *link.Client, f link.Frame) {
+		q, ok := f.(*link.Diag)
+		if !ok {
+			return
+		}
+		res := &link.DiagResult{RequestID: q.RequestID, Kind: q.Kind, OK: true}
+		if q.Kind == link.DiagLogs {
+			res.Text = fmt.Sprintf("level=INFO msg=\"termd starting\" peer_id=%s\nlevel=INFO msg=\"link up\" bytes_asked=%d\n", peerID, q.Bytes)
+		} else {
+			res.Text = "CHECK      RESULT  SUMMARY\nstate-dir  PASS    writable\nclock      PASS    set\n\nselftest: PASS (2 checks)\n"
+		}
+		_ = client.Report(res)
+	})
 }
 
 // A device's page offers an operator Log and Self-test: each shows the

@@ -36,6 +36,8 @@
     loaded: false, // the stream's hello has come: the fleet is known
     role: 'operator', // GET /api/whoami: "viewer" sees read-only pages
     login: false, // a token was needed (so "Log out" means something)
+    settingsVersion: 0, // the channel's pushed settings version (GET .../settings)
+    settingsTimer: 0,
   };
 
   const canWrite = () => state.role === 'operator';
@@ -300,6 +302,7 @@
       if (obj.next_cursor) loadRestOfPeers(state.channel, obj.next_cursor, state.hello);
       scheduleDraw();
       loadRecentEvents(state.channel);
+      loadChannelSettings(state.channel);
       if (state.route.view === 'peer') {
         const p = state.peers.get(state.route.peer);
         if (p) drawPeerLive(p);
@@ -312,11 +315,15 @@
       scheduleDraw();
       if (state.route.view === 'peer' && state.route.peer === obj.peer_id) {
         drawPeerLive(obj);
+        if (!old || old.settings_version !== obj.settings_version || old.settings_error !== obj.settings_error) loadPeerSettingsSoon();
         if (!old || old.notices_pending !== obj.notices_pending || old.online !== obj.online) refreshDetailSoon();
       }
       return;
     }
     addEvent(name, obj);
+    if (name.startsWith('rollout_') && state.route.view === 'fleet') loadRolloutsSoon();
+    if (name === 'settings_changed') loadChannelSettings(state.channel);
+    if (name.startsWith('settings_') && state.route.view === 'peer' && (name === 'settings_changed' || obj.peer_id === state.route.peer)) loadPeerSettingsSoon();
     if (state.route.view === 'peer' && obj.peer_id === state.route.peer) {
       addPeerEvent(name, obj);
       refreshDetailSoon();
@@ -495,24 +502,44 @@
     const shown = all.filter((p) => matches(p, f));
     const online = all.filter((p) => p.online).length;
     $('fleet-count').textContent = state.loaded ? `${online} of ${all.length} online` : 'loading…';
-    const rows = shown.slice(0, MAX_ROWS).map((p) => el('tr', { 'data-testid': 'peer-row', 'data-peer-id': p.peer_id, 'data-online': String(!!p.online) },
-      el('td', { 'data-label': 'Device' }, el('a', { href: `#/peer/${enc(state.channel)}/${enc(p.peer_id)}`, text: p.peer_id }),
-        p.device_name && p.device_name !== p.peer_id ? el('div', { class: 'sub', text: p.device_name }) : null),
-      el('td', { 'data-testid': 'peer-state', 'data-label': 'State' }, el('span', { class: 'badge' + (p.online ? ' on' : ''), text: p.online ? 'online' : 'offline' }),
-        p.edge ? el('div', { class: 'sub', 'data-testid': 'peer-edge', title: 'the cluster node that holds (or last held) its connection', text: p.edge }) : null),
-      el('td', { 'data-label': 'Tags' }, ...Object.entries(p.tags || {}).map(([k, v]) => el('button', {
-        type: 'button', class: 'tag', title: `Show devices with ${k}:${v}`, text: `${k}:${v}`,
-        onclick: () => { $('filter-tag').value = `${k}:${v}`; drawFleet(); },
-      }))),
-      el('td', { 'data-label': 'Board' }, p.board || '—', p.version ? el('div', { class: 'sub', text: p.version }) : null),
-      el('td', { 'data-label': 'Last seen' }, el('time', { datetime: p.last_seen || '', title: fmtTime(p.last_seen), text: p.online ? 'now' : ago(p.last_seen) })),
-      el('td', { 'data-label': 'Notices' }, String(p.notices_pending || 0))));
-    $('fleet-body').replaceChildren(...rows);
+    const rows = shown.slice(0, MAX_ROWS).map((p) => fleetRow(p));
+    // Rows are kept while their device is unchanged: a link being
+    // clicked or a focused tag survives the many redraws of a live fleet.
+    const body = $('fleet-body');
+    if (rows.length !== body.children.length || rows.some((tr, i) => body.children[i] !== tr)) body.replaceChildren(...rows);
+    const keep = new Set(rows);
+    for (const [id, c] of fleetRows) if (!keep.has(c.tr)) fleetRows.delete(id);
     const empty = $('fleet-empty');
     empty.hidden = state.loaded && !tagErr && shown.length > 0 && shown.length <= MAX_ROWS;
     empty.textContent = !state.loaded ? 'Loading the devices…' : tagErr || (shown.length > MAX_ROWS ? `Showing ${MAX_ROWS} of ${shown.length}: filter to narrow.`
       : all.length ? 'No device matches the filter.' : 'No device has connected to this channel yet.');
     drawPeerSelect(all);
+  }
+
+  // fleetRow is a device's row, rebuilt only when what it shows changed.
+  const fleetRows = new Map(); // peer_id -> {key, tr}
+  function fleetRow(p) {
+    const key = JSON.stringify([{ ...p, screen: undefined }, state.channel, state.settingsVersion, p.online ? '' : ago(p.last_seen)]);
+    const c = fleetRows.get(p.peer_id);
+    if (c && c.key === key) return c.tr;
+    const tr = el('tr', { 'data-testid': 'peer-row', 'data-peer-id': p.peer_id, 'data-online': String(!!p.online) },
+      el('td', { 'data-label': 'Device' }, el('a', { href: `#/peer/${enc(state.channel)}/${enc(p.peer_id)}`, text: p.peer_id }),
+        p.device_name && p.device_name !== p.peer_id ? el('div', { class: 'sub', text: p.device_name }) : null),
+      el('td', { 'data-testid': 'peer-state', 'data-label': 'State' }, el('span', { class: 'badge' + (p.online ? ' on' : ''), text: p.online ? 'online' : 'offline' }),
+        p.edge ? el('div', { class: 'sub', 'data-testid': 'peer-edge', title: 'the cluster node that holds (or last held) its connection', text: p.edge }) : null,
+        ...[[updateMark(p), 'mark-update'], [settingsMark(p), 'mark-settings']].filter(([m]) => m).map(([m, id]) =>
+          el('div', { class: 'mark', 'data-testid': id }, el('span', { class: 'badge alert', text: m.text }), el('span', { class: 'sub', text: ` ${m.why}` })))),
+      el('td', { 'data-label': 'Tags' }, ...Object.entries(p.tags || {}).map(([k, v]) => el('button', {
+        type: 'button', class: 'tag', title: `Show devices with ${k}:${v}`, text: `${k}:${v}`,
+        onclick: () => { $('filter-tag').value = `${k}:${v}`; drawFleet(); },
+      }))),
+      el('td', { 'data-label': 'Board' }, p.board || '—'),
+      el('td', { 'data-label': 'Version', 'data-testid': 'peer-version-col' }, p.version || '—',
+        p.update && !FAILED_STATES.includes(p.update.state) && p.update.state !== 'installed' ? el('div', { class: 'sub', text: `${human(p.update.state)} ${p.update.version}` }) : null),
+      el('td', { 'data-label': 'Last seen' }, el('time', { datetime: p.last_seen || '', title: fmtTime(p.last_seen), text: p.online ? 'now' : ago(p.last_seen) })),
+      el('td', { 'data-label': 'Notices' }, String(p.notices_pending || 0)));
+    fleetRows.set(p.peer_id, { key, tr });
+    return tr;
   }
 
   function drawPeerSelect(all) {
@@ -713,6 +740,10 @@
       ['Name', p.device_name || '—'],
       ['Board', p.board || '—'],
       ['Version', p.version || '—'],
+      ['Platform', p.platform || '—'],
+      ['Update', updateText(p)],
+      ['Settings', p.settings_error ? el('span', { class: 'error-inline', text: `refused: ${p.settings_error}` })
+        : p.settings_version ? `version ${p.settings_version} applied` : '—'],
       ['Tags', tags || '—'],
       ...(p.edge ? [['Edge', p.edge]] : []),
       ['Connected since', p.online ? fmtTime(p.connected_since) : '—'],
@@ -725,6 +756,15 @@
       ['Notices pending', String(p.notices_pending || 0)],
     ];
     $('peer-info').replaceChildren(...items.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)]));
+  }
+
+  // updateText is the device's last update as it reported it.
+  function updateText(p) {
+    const u = p.update;
+    if (!u) return '—';
+    const bad = FAILED_STATES.includes(u.state);
+    return el('span', { class: bad ? 'error-inline' : null, 'data-testid': 'peer-update', 'data-state': u.state },
+      `${bad ? '✗ ' : ''}${u.version} ${human(u.state)}${u.reason ? ': ' + u.reason : ''} (${fmtTime(u.at)})`);
   }
 
   function drawPeerLive(p) {
@@ -875,18 +915,230 @@
     $('pairing-empty').hidden = pairingItems.size > 0;
   }
 
-  // ---- rollouts of signed releases: listed, paused, resumed, aborted here ----
-  const ROLLOUT_STATES = ['installed', 'pending', 'sent', 'downloading', 'restarting', 'offline', 'failed', 'rolled_back', 'refused', 'skipped'];
+  // ---- pushed settings: the channel's version (the fleet marks a device
+  // behind it), a device's effective settings and its own document ----
+  const SETTINGS_FIELDS = ['idle_text', 'idle_seconds', 'backlight_off_after', 'notice_seconds', 'log_level', 'tags'];
+  const SETTINGS_NAMES = { idle_text: 'Idle text', idle_seconds: 'Idle after', backlight_off_after: 'Backlight off after',
+    notice_seconds: 'Notice shown for', log_level: 'Log level', tags: 'Tags' };
 
-  function rolloutItem(r) {
-    const counts = ROLLOUT_STATES.filter((k) => r.counts && r.counts[k]).map((k) => `${r.counts[k]} ${k.replace('_', ' ')}`).join(', ');
-    let why = '';
-    if (r.paused) why = r.paused.peer_id ? ` (${r.paused.peer_id} ${r.paused.state.replace('_', ' ')}: ${r.paused.reason})` : ` (${r.paused.reason})`;
+  async function loadChannelSettings(channel) {
+    try {
+      const d = await api('GET', `/api/channels/${enc(channel)}/settings`);
+      if (channel !== state.channel) return;
+      state.settingsVersion = (d && d.version) || 0;
+      scheduleDraw();
+    } catch (e) {
+      if (e.status !== 401 && e.status !== 404) showError(`Reading the channel's settings: ${e.message}`);
+    }
+  }
+
+  // settingsMark: the device refused its pushed settings, or takes them
+  // and has not applied the channel's version (offline, not acked yet).
+  function settingsMark(p) {
+    if (p.settings_error) return { text: 'settings refused', why: p.settings_error };
+    const listens = (p.capabilities || []).includes('settings');
+    if (listens && state.settingsVersion > 0 && (p.settings_version || 0) < state.settingsVersion) {
+      return { text: 'settings not applied', why: `applied version ${p.settings_version || 0} of ${state.settingsVersion}` };
+    }
+    return null;
+  }
+
+  function updateMark(p) {
+    const u = p.update;
+    if (!u || !FAILED_STATES.includes(u.state)) return null;
+    return { text: `update ${human(u.state)}`, why: `${u.version}${u.reason ? ': ' + u.reason : ''}` };
+  }
+
+  function fmtSetting(k, v) {
+    if (v === undefined || v === null || v === '') return null;
+    if (k === 'tags') return Object.entries(v).map(([a, b]) => `${a}=${b}`).join(', ') || null;
+    if (k.endsWith('seconds') || k === 'backlight_off_after') return v === 0 ? '0 (never)' : `${v} s`;
+    return String(v);
+  }
+
+  function loadPeerSettingsSoon() {
+    clearTimeout(state.settingsTimer);
+    state.settingsTimer = setTimeout(loadPeerSettings, 250);
+  }
+
+  // loadPeerSettings draws the open device's settings (and, for an
+  // operator, fills its document's editor unless it is being edited).
+  async function loadPeerSettings(fill) {
+    if (state.route.view !== 'peer') return;
+    const { channel, peer } = state.route;
+    let v;
+    let docs = null;
+    try {
+      v = await api('GET', `/api/channels/${enc(channel)}/peers/${enc(peer)}/settings`);
+      if (canWrite()) docs = await api('GET', `/api/channels/${enc(channel)}/settings`);
+    } catch (e) {
+      if (state.route.peer !== peer) return;
+      $('settings-status').className = 'result bad';
+      $('settings-status').textContent = e.message; // the API's words (404: no such device nor document)
+      $('settings-info').replaceChildren();
+      return;
+    }
+    if (state.route.view !== 'peer' || state.route.peer !== peer || state.route.channel !== channel) return;
+    const st = $('settings-status');
+    let text;
+    let cls = 'result';
+    if (!v.listens) {
+      text = 'This device does not take pushed settings (its termd does not list "settings").';
+    } else if (v.error) {
+      text = `The device refused version ${v.version}: ${v.error}`;
+      cls = 'result bad';
+    } else if (v.version === 0) {
+      text = 'No settings are pushed on this channel.';
+    } else if (v.current) {
+      text = `Applied: the device runs settings version ${v.applied_version}.`;
+      cls = 'result good';
+    } else {
+      text = `Not applied yet: the device has version ${v.applied_version || 0} of ${v.version}${v.online ? '' : ' (offline: it gets them when it connects)'}.`;
+      cls = 'result bad';
+    }
+    st.className = cls;
+    st.textContent = text;
+    st.dataset.applied = String(v.applied_version || 0);
+    st.dataset.version = String(v.version || 0);
+    st.dataset.current = String(!!v.current);
+    const rows = [
+      ['version', 'Channel version', String(v.version || 0)],
+      ['applied_version', 'Applied version', String(v.applied_version || 0)],
+      ...(v.error ? [['error', 'Refused', v.error]] : []),
+      ['sources', 'From', (v.sources || []).join(', ') || 'no document: the device\'s own'],
+    ];
+    for (const k of SETTINGS_FIELDS) {
+      const f = fmtSetting(k, v.settings && v.settings[k]);
+      if (f !== null) rows.push([k, SETTINGS_NAMES[k], f]);
+    }
+    $('settings-info').replaceChildren(...rows.flatMap(([key, name, val]) => [el('dt', { text: name }), el('dd', { 'data-key': key, text: val })]));
+    if (docs) {
+      const doc = ((docs && docs.peers) || []).find((d) => d.peer_id === peer) || null;
+      $('settings-delete').hidden = !doc;
+      $('settings-doc').textContent = doc ? `Its document: version ${doc.version}, changed ${fmtTime(doc.updated_at)}${doc.updated_by ? ` by ${doc.updated_by}` : ''}.`
+        : 'It has no document of its own.';
+      if (fill || !$('settings-form').dataset.dirty) fillSettingsForm(doc);
+    }
+  }
+
+  function fillSettingsForm(doc) {
+    const form = $('settings-form');
+    for (const k of SETTINGS_FIELDS) {
+      const input = form.elements[k];
+      const val = doc ? doc[k] : undefined;
+      input.value = val === undefined || val === null ? '' : k === 'tags' ? Object.entries(val).map(([a, b]) => `${a}=${b}`).join(', ') : String(val);
+    }
+    delete form.dataset.dirty;
+  }
+
+  function clearFieldErrors() {
+    for (const k of SETTINGS_FIELDS) {
+      const input = $('settings-form').elements[k];
+      input.removeAttribute('aria-invalid');
+      $(`set-${k}-err`).textContent = '';
+    }
+  }
+
+  // showFieldError marks the field the API named ("idle_seconds: is ...")
+  // with the API's words; the result line says them too.
+  function showFieldError(msg) {
+    const m = /^([a-z_]+): /.exec(msg);
+    if (!m || !SETTINGS_FIELDS.includes(m[1])) return;
+    const input = $('settings-form').elements[m[1]];
+    input.setAttribute('aria-invalid', 'true');
+    $(`set-${m[1]}-err`).textContent = msg.slice(m[0].length);
+    input.focus();
+  }
+
+  function settingsBody(form) {
+    const body = {};
+    const text = form.elements.idle_text.value;
+    if (text !== '') body.idle_text = text;
+    for (const k of ['idle_seconds', 'backlight_off_after', 'notice_seconds']) {
+      const v = form.elements[k].value.trim();
+      if (v === '') continue;
+      const n = Number(v);
+      if (!Number.isInteger(n)) throw Object.assign(new Error(`${k}: must be a whole number of seconds`), { field: k });
+      body[k] = n;
+    }
+    if (form.elements.log_level.value) body.log_level = form.elements.log_level.value;
+    const tags = form.elements.tags.value.trim();
+    if (tags) {
+      try { body.tags = parseTags(tags); } catch (e) { throw Object.assign(new Error(`tags: ${e.message}`), { field: 'tags' }); }
+    }
+    return body;
+  }
+
+  async function onSettingsForm(ev, method) {
+    if (ev) ev.preventDefault();
+    const form = $('settings-form');
+    const out = $('settings-result');
+    const { channel, peer } = state.route;
+    clearFieldErrors();
+    out.className = 'result';
+    let body;
+    if (method === 'PUT') {
+      try {
+        body = settingsBody(form);
+      } catch (e) {
+        out.className = 'result bad';
+        out.textContent = e.message;
+        showFieldError(e.message);
+        return;
+      }
+    }
+    out.textContent = method === 'PUT' ? 'Saving…' : 'Deleting…';
+    for (const b of [$('settings-save'), $('settings-delete')]) b.disabled = true;
+    try {
+      const r = await api(method, `/api/channels/${enc(channel)}/settings/peers/${enc(peer)}`, body);
+      if (state.route.peer !== peer) return;
+      out.textContent = `${method === 'PUT' ? 'Saved' : 'Deleted'}: settings version ${r.version}, pushed to ${r.pushed} device${r.pushed === 1 ? '' : 's'}.`;
+      delete form.dataset.dirty;
+      loadPeerSettings(true);
+    } catch (e) {
+      if (state.route.peer !== peer) return;
+      out.className = 'result bad';
+      out.textContent = e.message; // the API's own words, naming the field
+      showFieldError(e.message);
+    } finally {
+      for (const b of [$('settings-save'), $('settings-delete')]) b.disabled = false;
+    }
+  }
+
+  function clearSettings() {
+    $('settings-status').className = 'result';
+    $('settings-status').textContent = 'Loading the settings…';
+    $('settings-info').replaceChildren();
+    $('settings-result').textContent = '';
+    $('settings-doc').textContent = '';
+    $('settings-delete').hidden = true;
+    fillSettingsForm(null);
+    clearFieldErrors();
+  }
+
+  // ---- rollouts of signed releases: listed, started, paused, resumed,
+  // aborted here; an expanded one lists its devices, polled with the list
+  // (every 2 s, and at once on the stream's rollout_* events) while it is
+  // running or paused, once more when it ends ----
+  const ROLLOUT_STATES = ['installed', 'pending', 'sent', 'downloading', 'restarting', 'offline', 'failed', 'rolled_back', 'refused', 'skipped'];
+  const FAILED_STATES = ['failed', 'rolled_back', 'refused'];
+  const rollouts = new Map(); // rollout id -> {key, li, open, detail, table, ended}
+  let rolloutsTimer = 0;
+  const human = (s) => String(s || '').replace(/_/g, ' ');
+
+  function pausedWhy(r) {
+    if (!r.paused) return '';
+    return r.paused.peer_id ? `${r.paused.peer_id} ${human(r.paused.state)}: ${r.paused.reason}` : r.paused.reason;
+  }
+
+  function rolloutItem(r, entry) {
+    const counts = ROLLOUT_STATES.filter((k) => r.counts && r.counts[k]).map((k) => `${r.counts[k]} ${human(k)}`).join(', ');
+    const why = r.paused ? ` (${pausedWhy(r)})` : '';
     const status = el('span', { class: 'result', role: 'status', 'data-testid': 'rollout-result' });
     const buttons = [];
     if (canWrite()) {
       const action = (name, label) => {
-        const b = el('button', { type: 'button', text: label, 'data-testid': `rollout-${name}` });
+        const b = el('button', { type: 'button', text: label, 'data-testid': `rollout-${name}`, 'aria-label': `${label} rollout ${r.id}` });
         b.addEventListener('click', async () => {
           b.disabled = true;
           try {
@@ -904,24 +1156,191 @@
       if (r.state === 'paused') buttons.push(action('resume', 'Resume'));
       if (r.state === 'running' || r.state === 'paused') buttons.push(action('abort', 'Abort'));
     }
+    const regionID = `rollout-devices-${r.id}`;
+    const label = el('span', { text: entry.open ? 'Hide devices' : 'Devices' });
+    const toggle = el('button', {
+      type: 'button', class: 'disclose', 'data-testid': 'rollout-toggle', 'aria-expanded': String(entry.open), 'aria-controls': regionID,
+      onclick: () => {
+        entry.open = !entry.open;
+        toggle.setAttribute('aria-expanded', String(entry.open));
+        label.textContent = entry.open ? 'Hide devices' : 'Devices';
+        region.hidden = !entry.open;
+        if (entry.open) loadRolloutDevices(r.channel_id, r.id);
+      },
+    }, label, el('span', { class: 'sr-only', text: ` of rollout ${r.id}` }));
+    const target = r.target ? (r.target.all ? 'all devices' : r.target.tag ? `tag ${r.target.tag}` : `peers ${(r.target.peers || []).join(', ')}`) : '';
+    const region = el('div', { id: regionID, class: 'rollout-devices', 'data-testid': 'rollout-devices', role: 'region', 'aria-label': `Devices of rollout ${r.id}`, hidden: !entry.open });
+    if (entry.table) region.append(entry.table);
     return el('li', { 'data-testid': 'rollout', 'data-id': r.id, 'data-state': r.state },
       el('strong', { text: `${r.version} ` }),
       el('span', { class: `rollout-state ${r.state}`, 'data-testid': 'rollout-state', text: r.state + why }),
-      el('span', { class: 'sub', text: ` · ${r.id} · ${counts || 'no devices'}` }),
-      buttons.length ? el('span', { class: 'row' }, ...buttons) : null, status);
+      el('span', { class: 'sub', text: ` · ${r.id} · ${target}${r.canary ? `, ${r.canary} canar${r.canary === 1 ? 'y' : 'ies'}` : ''} · ${counts || 'no devices'}` }),
+      el('span', { class: 'row' }, toggle, ...buttons), status, region);
+  }
+
+  // rolloutDevices is the table of a rollout's devices: a failed one is
+  // marked (not by colour alone), the one that paused it says so.
+  function rolloutDevices(r) {
+    const devices = r.devices || [];
+    if (!devices.length) return el('p', { class: 'hint', text: 'No device is targeted.' });
+    const pausedBy = r.paused && r.paused.peer_id;
+    const rows = devices.map((d) => {
+      const failed = FAILED_STATES.includes(d.state);
+      const culprit = pausedBy === d.peer_id;
+      return el('tr', { 'data-testid': 'rollout-device', 'data-peer-id': d.peer_id, 'data-state': d.state, class: failed ? 'failed' : null },
+        el('td', { 'data-label': 'Device' }, el('a', { href: `#/peer/${enc(r.channel_id)}/${enc(d.peer_id)}`, text: d.peer_id }),
+          d.online === false ? el('span', { class: 'sub', text: ' (offline)' }) : null),
+        el('td', { 'data-label': 'Wave' }, d.wave === 0 ? 'canary' : d.wave < 0 ? '—' : String(d.wave)),
+        el('td', { 'data-label': 'State', 'data-testid': 'rollout-device-state' },
+          el('span', { class: `dev-state ${d.state}` }, failed ? '✗ ' : d.state === 'installed' ? '✓ ' : '', human(d.state)),
+          culprit ? el('div', { class: 'paused-by', 'data-testid': 'paused-by', text: 'paused the rollout' }) : null),
+        el('td', { 'data-label': 'Running' }, d.running || '—'),
+        el('td', { 'data-label': 'Reason', class: 'reason' }, d.reason || (d.was ? `was ${human(d.was)}` : '—')),
+        el('td', { 'data-label': 'Since' }, el('time', { datetime: d.since || '', title: fmtTime(d.since), text: ago(d.since) })));
+    });
+    return el('div', { class: 'table-wrap' }, el('table', { class: 'fleet devices', 'data-testid': 'rollout-device-table' },
+      el('caption', { class: 'sr-only', text: `Devices of rollout ${r.id} (${r.version})` }),
+      el('thead', {}, el('tr', {}, ...['Device', 'Wave', 'State', 'Running', 'Reason', 'Since'].map((h) => el('th', { scope: 'col', text: h })))),
+      el('tbody', {}, ...rows)));
+  }
+
+  async function loadRolloutDevices(channel, id) {
+    let r;
+    try {
+      r = await api('GET', `/api/channels/${enc(channel)}/rollouts/${enc(id)}`);
+    } catch (e) {
+      const entry = rollouts.get(id);
+      if (entry) {
+        entry.table = el('p', { class: 'result bad', text: `Listing its devices: ${e.message}` });
+        const region = entry.li && entry.li.querySelector('[data-testid=rollout-devices]');
+        if (region) region.replaceChildren(entry.table);
+      }
+      return;
+    }
+    const entry = rollouts.get(id);
+    if (!entry || channel !== state.channel) return;
+    entry.table = rolloutDevices(r);
+    entry.ended = r.state !== 'running' && r.state !== 'paused';
+    const region = entry.li && entry.li.querySelector('[data-testid=rollout-devices]');
+    if (region) region.replaceChildren(entry.table);
+  }
+
+  function loadRolloutsSoon() {
+    clearTimeout(rolloutsTimer);
+    rolloutsTimer = setTimeout(loadRollouts, 200);
   }
 
   async function loadRollouts() {
     if (state.token === null || state.route.view !== 'fleet' || !state.channel) return;
+    const channel = state.channel;
     let list;
     try {
-      list = ((await api('GET', `/api/channels/${enc(state.channel)}/rollouts`)) || {}).rollouts || [];
+      list = ((await api('GET', `/api/channels/${enc(channel)}/rollouts`)) || {}).rollouts || [];
     } catch (e) {
       if (e.status !== 401 && e.status !== 404) showError(e.message);
       return;
     }
-    $('rollouts').replaceChildren(...list.slice(0, 5).map(rolloutItem));
+    if (channel !== state.channel) return;
+    const shown = list.slice(0, 5);
+    const keep = new Set(shown.map((r) => r.id));
+    for (const id of [...rollouts.keys()]) if (!keep.has(id)) rollouts.delete(id);
+    // An item is rebuilt only when its rollout changed: focus and an
+    // open device list survive the poll.
+    const items = shown.map((r) => {
+      let entry = rollouts.get(r.id);
+      if (!entry) { entry = { open: false }; rollouts.set(r.id, entry); }
+      const key = JSON.stringify(r);
+      if (entry.key !== key || !entry.li) {
+        entry.key = key;
+        entry.li = rolloutItem(r, entry);
+      }
+      const active = r.state === 'running' || r.state === 'paused';
+      if (entry.open && (active || !entry.ended)) loadRolloutDevices(channel, r.id);
+      return entry.li;
+    });
+    const ul = $('rollouts');
+    if (items.length !== ul.children.length || items.some((li, i) => ul.children[i] !== li)) ul.replaceChildren(...items);
     $('rollouts-empty').hidden = list.length > 0;
+  }
+
+  // ---- starting a rollout: the stored releases as choices ----
+  let releasesAt = 0;
+  async function loadReleases() {
+    const sel = $('rollout-version');
+    if (!canWrite() || document.activeElement === sel) return;
+    let data;
+    try {
+      data = await api('GET', '/api/releases');
+    } catch (e) {
+      if (e.status !== 401) $('rollout-result').textContent = `Listing the releases: ${e.message}`;
+      return;
+    }
+    releasesAt = Date.now();
+    const byVersion = new Map();
+    for (const r of (data && data.releases) || []) {
+      if (!byVersion.has(r.version)) byVersion.set(r.version, []);
+      byVersion.get(r.version).push(r.platform);
+    }
+    const keep = sel.value;
+    const opts = [...byVersion.entries()].map(([v, plats]) => el('option', { value: v, text: `${v} (${plats.sort().join(', ')})` }));
+    if (!opts.length) opts.push(el('option', { value: '', text: 'no release is stored (termrig release upload)' }));
+    sel.replaceChildren(...opts);
+    if (byVersion.has(keep)) sel.value = keep;
+  }
+
+  function rolloutBody(form) {
+    const fd = new FormData(form);
+    const body = { version: String(fd.get('version') || '') };
+    if (!body.version) throw new Error('choose a release (upload one with termrig release upload)');
+    const target = fd.get('rtarget');
+    if (target === 'tag') {
+      const tag = String(fd.get('tag') || '').trim().replace(/^([^:=\s]+)\s*:\s*/, '$1=');
+      if (!tag) throw new Error('give the tag as key=value, e.g. site=lobby');
+      body.tag = tag;
+    } else if (target === 'peers') {
+      body.peers = String(fd.get('peers') || '').split(',').map((x) => x.trim()).filter(Boolean);
+      if (!body.peers.length) throw new Error('give the peer ids, comma-separated');
+    } else {
+      body.all = true;
+    }
+    for (const k of ['canary', 'percent', 'gate_seconds']) {
+      const v = String(fd.get(k) || '').trim();
+      if (v !== '') body[k] = Number(v);
+    }
+    if (fd.get('allow_downgrade')) body.allow_downgrade = true;
+    return body;
+  }
+
+  async function onRolloutForm(ev) {
+    ev.preventDefault();
+    const form = ev.currentTarget;
+    const out = $('rollout-result');
+    const button = $('rollout-start');
+    out.className = 'result';
+    let body;
+    try {
+      body = rolloutBody(form);
+    } catch (e) {
+      out.className = 'result bad';
+      out.textContent = e.message;
+      return;
+    }
+    out.textContent = 'Starting…';
+    button.disabled = true;
+    try {
+      const r = await api('POST', `/api/channels/${enc(state.channel)}/rollouts`, body);
+      const n = (r.devices || []).length;
+      out.textContent = `Rollout ${r.id} of ${r.version} started: ${n} device${n === 1 ? '' : 's'}.`;
+      rollouts.set(r.id, { open: true }); // its devices shown at once
+      clearError();
+      loadRollouts();
+    } catch (e) {
+      out.className = 'result bad';
+      out.textContent = e.message; // the API's own words (409: another rollout is active)
+      if (e.status === 404) loadReleases();
+    } finally {
+      button.disabled = false;
+    }
   }
 
   async function act(button, method, path, body) {
@@ -971,6 +1390,8 @@
       $('conversation').replaceChildren();
       $('peer-events').replaceChildren();
       clearDiag();
+      clearSettings();
+      loadPeerSettings(true);
       state.peerSeqs.clear();
       $('peer-events-note').textContent = 'Loading this device\'s events…';
       $('peer-events-note').hidden = false;
@@ -986,6 +1407,7 @@
       drawFleet();
       loadPairing();
       loadRollouts();
+      loadReleases();
     }
   }
 
@@ -1041,6 +1463,12 @@
     $('notice-peer').addEventListener('focus', () => { $('notice-form').querySelector('[value=peer]').checked = true; });
     $('peer-notice-form').addEventListener('submit', onPeerNoticeForm);
     $('diag-logs').addEventListener('click', () => runDiag('logs'));
+    $('rollout-form').addEventListener('submit', onRolloutForm);
+    $('rollout-tag').addEventListener('focus', () => { $('rollout-form').querySelector('[value=tag]').checked = true; });
+    $('rollout-peers').addEventListener('focus', () => { $('rollout-form').querySelector('[value=peers]').checked = true; });
+    $('settings-form').addEventListener('submit', (ev) => onSettingsForm(ev, 'PUT'));
+    $('settings-form').addEventListener('input', () => { $('settings-form').dataset.dirty = '1'; });
+    $('settings-delete').addEventListener('click', () => onSettingsForm(null, 'DELETE'));
     $('diag-selftest').addEventListener('click', () => runDiag('selftest'));
     for (const form of [$('notice-form'), $('peer-notice-form')]) {
       form.querySelector('textarea').maxLength = NOTICE_MAX;
@@ -1054,6 +1482,8 @@
     setInterval(loadPairing, 3000);
     // Rollouts too (their events are in the stream, their state is not).
     setInterval(loadRollouts, 2000);
+    // The stored releases, for the rollout form (not while it is in use).
+    setInterval(() => { if (state.token !== null && state.route.view === 'fleet' && Date.now() - releasesAt > 30000) loadReleases(); }, 5000);
 
     // A token from earlier in this tab, or none: a server without admin
     // tokens answers its own machine without one, and then no login is
