@@ -72,9 +72,9 @@ func TestEnrollOnTheLCD(t *testing.T) {
 		done <- result{tok, peer, err}
 	}()
 	m := waitGlass(t, bus, codeOnGlass)
-	if !strings.Contains(strings.Join(bus.Text(), "\n"), srv.Addr) {
-		t.Errorf("the LCD does not show where to approve (%s):\n%s", srv.Addr, strings.Join(bus.Text(), "\n"))
-	}
+	// The second row may still be on its way to the glass (cell by cell
+	// over I2C: under qemu the first row was seen alone once).
+	waitGlass(t, bus, regexp.MustCompile(regexp.QuoteMeta(srv.Addr)))
 	code := m[1]
 	resp, err := http.Post("http://"+srv.Addr+"/api/enrollments/"+code+"/approve", "application/json",
 		strings.NewReader(`{"peer_id": "lobby-7", "name": "Lobby"}`))
