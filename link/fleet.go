@@ -60,6 +60,14 @@ const (
 	DiagSelftest = "selftest" // the board's self-checks that need no person
 )
 
+// MaxUpdateReasonBytes bounds UpdateStatus.Reason and SettingsAck.Error,
+// and MaxVersionBytes UpdateStatus.Version and Running (a release
+// version's most): what a server keeps of them per device is bounded.
+const (
+	MaxUpdateReasonBytes = 1024
+	MaxVersionBytes      = 64
+)
+
 // MaxDiagBytes bounds DiagResult.Text (and Diag.Bytes): 64 KiB.
 const MaxDiagBytes = 64 << 10
 
@@ -196,8 +204,15 @@ func fleetProblem(f Frame) (field, msg string) {
 		default:
 			return "state", fmt.Sprintf("must be one of downloading, restarting, installed, rolled_back, refused, failed; got %q", f.State)
 		}
-		if f.Version == "" {
+		switch {
+		case f.Version == "":
 			return "version", missing
+		case len(f.Version) > MaxVersionBytes:
+			return "version", fmt.Sprintf("is %d bytes, more than %d", len(f.Version), MaxVersionBytes)
+		case len(f.Running) > MaxVersionBytes:
+			return "running", fmt.Sprintf("is %d bytes, more than %d", len(f.Running), MaxVersionBytes)
+		case len(f.Reason) > MaxUpdateReasonBytes:
+			return "reason", fmt.Sprintf("is %d bytes, more than %d", len(f.Reason), MaxUpdateReasonBytes)
 		}
 	case *Settings:
 		if f.Version < 1 {
@@ -216,6 +231,9 @@ func fleetProblem(f Frame) (field, msg string) {
 	case *SettingsAck:
 		if f.Version < 1 {
 			return "version", "must be a whole number from 1, got " + strconv.FormatInt(f.Version, 10)
+		}
+		if len(f.Error) > MaxUpdateReasonBytes {
+			return "error", fmt.Sprintf("is %d bytes, more than %d", len(f.Error), MaxUpdateReasonBytes)
 		}
 	case *Diag:
 		switch {

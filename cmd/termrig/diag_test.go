@@ -35,7 +35,7 @@ func runDeviceDiag(ctx context.Context, args ...string) (out, errOut string, err
 // not connected and bad flags are refused with what to do.
 func TestDeviceDiagEndToEnd(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds termd")
+		t.Skip("-short: builds termd and runs it in tmux against a real termserver (make test runs it)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 
 	"termlink/device"
 	"termlink/device/update"
+	"termlink/internal/textcut"
 	"termlink/link"
 	"termlink/release"
 )
@@ -50,9 +51,7 @@ type updater struct {
 // report sends st (and logs it); a failure is also shown on the display.
 func (u *updater) report(st *link.UpdateStatus) {
 	st.Running = u.cfg.Version
-	if len(st.Reason) > update.MaxReasonBytes {
-		st.Reason = st.Reason[:update.MaxReasonBytes]
-	}
+	st.Reason = textcut.Cut(st.Reason, link.MaxUpdateReasonBytes)
 	if err := u.client.Report(st); err != nil {
 		u.log.Warn("update status not sent", "state", st.State, "err", err)
 	}

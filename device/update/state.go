@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"termlink/internal/durable"
+	"termlink/internal/textcut"
 	"termlink/release"
 )
 
@@ -146,11 +148,7 @@ func writeStatus(stateDir string, s *Status) error {
 
 // failure makes a Failure with the reason cut to MaxReasonBytes.
 func failure(version, reason string, at time.Time) *Failure {
-	if len(reason) > MaxReasonBytes {
-		reason = reason[:MaxReasonBytes]
-		for !utf8.ValidString(reason) {
-			reason = reason[:len(reason)-1]
-		}
-	}
+	// Valid UTF-8, whole characters: ParseStatus refuses anything else.
+	reason = textcut.Cut(strings.ToValidUTF8(reason, "?"), MaxReasonBytes)
 	return &Failure{Version: version, Reason: reason, At: at.UTC().Round(time.Millisecond)}
 }

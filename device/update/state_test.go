@@ -83,3 +83,22 @@ func TestFailureKeepsMilliseconds(t *testing.T) {
 		t.Fatalf("failure at %v kept as %v", at, got)
 	}
 }
+
+// A reason of any bytes and length is kept as a state file ParseStatus
+// takes back: valid UTF-8, whole characters, at most MaxReasonBytes.
+func TestFailureReasonParsesBack(t *testing.T) {
+	for _, reason := range []string{
+		strings.Repeat("é", MaxReasonBytes), // 2 bytes each: the cut falls inside one
+		"open /opt/termd/t\xffermd.new: no space left on device",
+		strings.Repeat("x", MaxReasonBytes-1) + "\xff" + strings.Repeat("y", 10),
+	} {
+		st := &Status{LastFailure: failure("v2", reason, time.Now())}
+		back, err := ParseStatus(st.Marshal())
+		if err != nil {
+			t.Fatalf("reason %.40q...: the state file does not parse back: %v", reason, err)
+		}
+		if len(back.LastFailure.Reason) > MaxReasonBytes || back.LastFailure.Reason == "" {
+			t.Fatalf("reason kept as %d bytes", len(back.LastFailure.Reason))
+		}
+	}
+}

@@ -10,8 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"unicode/utf8"
 
+	"termlink/internal/textcut"
 	"termlink/server/config"
 )
 
@@ -59,15 +59,7 @@ func WithOperator(r *http.Request, op Operator) *http.Request {
 }
 
 // TruncateUTF8 cuts s to at most n bytes without splitting a character.
-func TruncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
+func TruncateUTF8(s string, n int) string { return textcut.Cut(s, n) }
 
 // StatusError is a refusal with the HTTP status an API answers it with
 // (a store's error its handlers write with WriteError).

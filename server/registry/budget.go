@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"termlink/internal/textcut"
 	"unicode"
 	"unicode/utf8"
 )
@@ -256,12 +257,4 @@ func sanitizeScreen(s Screen) Screen {
 }
 
 // truncate cuts s to at most n bytes at a character boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
+func truncate(s string, n int) string { return textcut.Cut(s, n) }

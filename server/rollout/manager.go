@@ -575,7 +575,7 @@ func (m *Manager) DeviceConnected(channelID string, c *link.Connect) {
 	if e == nil {
 		return
 	}
-	d.Running = c.Version
+	d.Running = httpapi.TruncateUTF8(c.Version, link.MaxVersionBytes) // connect's version is the device's word
 	r := &e.r
 	if r.State != Running {
 		switch {
