@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/release"
 	"termlink/server/config"
 	"termlink/server/servertest"
@@ -233,40 +236,40 @@ func TestReleaseRollout(t *testing.T) {
 	if st, _, errs = termrig(ctx, "release", "rollout", "--server", server, "--admin-token-file", opFile, "--version", "v9", "--all"); st != 1 || !strings.Contains(errs, "HTTP 404 no release v9 is stored") {
 		t.Fatalf("rollout of an unknown version: exit %d %s", st, errs)
 	}
-	// Wait for the four devices, then roll v2 out to the tag, one canary.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		st, out, errs := termrig(ctx, "release", "rollout", "--server", server, "--admin-token-file", opFile, "--version", "v2", "--tag", "site=lab", "--canary", "1", "--percent", "50")
-		if st == 0 && strings.Contains(out, "4 devices") {
-			break
+	// Wait for the four devices to be online, then roll v2 out to the
+	// tag, one canary. (It once started a rollout as soon as any device
+	// had connected and aborted it for another: under load the canary of
+	// an aborted one had installed v2 or reported a rollback before the
+	// rollout the test reads began.)
+	api, err := newAPIClient(server, viewFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.UntilOK(t, "the four simulated devices online", func() error {
+		var l struct{ Peers []struct{ PeerID string } }
+		if err := api.getJSON(ctx, server+"/api/channels/terminal-dev/peers?online=true", "listing peers", &l); err != nil {
+			return err
 		}
-		if st == 0 { // not every device had connected: start again once they have
-			id := strings.Fields(out)[1]
-			termrig(ctx, "release", "abort", "--server", server, "--admin-token-file", opFile, id)
-		} else if !strings.Contains(errs, "no device") {
-			t.Fatalf("rollout: exit %d %s%s", st, out, errs)
+		if len(l.Peers) != 4 {
+			return fmt.Errorf("%d online: %v", len(l.Peers), l.Peers)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the four devices did not connect")
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	if st, out, errs := termrig(ctx, "release", "rollout", "--server", server, "--admin-token-file", opFile, "--version", "v2", "--tag", "site=lab", "--canary", "1", "--percent", "50"); st != 0 || !strings.Contains(out, "4 devices") {
+		t.Fatalf("rollout: exit %d %s%s", st, out, errs)
 	}
 	// sim-001 is the canary; it fails: the rollout pauses naming it.
 	var out string
-	deadline = time.Now().Add(60 * time.Second)
-	for {
+	testwait.UntilOK(t, "the rollout paused by sim-001", func() error {
 		st, out, errs = termrig(ctx, "release", "status", "--server", server, "--admin-token-file", viewFile, "--version", "v2")
 		if st != 0 {
 			t.Fatalf("status: exit %d %s", st, errs)
 		}
-		if strings.Contains(out, ": paused (sim-001 rolled_back: crashed at start)") {
-			break
+		if !strings.Contains(out, ": paused (sim-001 rolled_back: crashed at start)") {
+			return errors.New(out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not paused:\n%s", out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if !strings.Contains(out, "DEVICE") || !regexp.MustCompile(`sim-001\s+rolled_back\s+v1\s+canary`).MatchString(out) ||
 		!regexp.MustCompile(`sim-002\s+pending\s+v1\s+1`).MatchString(out) {
 		t.Fatalf("status table:\n%s", out)

@@ -616,7 +616,10 @@ func (m *Manager) Report(channelID, peerID string, f link.Frame) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, d := m.findLocked(channelID, peerID)
-	if e == nil {
+	if e == nil || d.Attempt == 0 {
+		// Never sent this rollout's release: whatever it says is about
+		// an update of another rollout (resent on a connect) or one
+		// nobody asked for, and changes nothing here.
 		return
 	}
 	r := &e.r
@@ -636,7 +639,7 @@ func (m *Manager) Report(channelID, peerID string, f link.Frame) {
 		}
 		return
 	}
-	if st.UpdateID != "" && d.Attempt > 0 && st.UpdateID != updateID(r, d) {
+	if st.UpdateID != "" && st.UpdateID != updateID(r, d) {
 		return // an earlier attempt's, resent on a connect
 	}
 	switch st.State {

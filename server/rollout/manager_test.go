@@ -493,3 +493,42 @@ func TestRestartedWhilePaused(t *testing.T) {
 	}
 	eq(t, "on resume", f.takeSent(), []string{"d01"})
 }
+
+// A device is believed only about an update this rollout sent it: a
+// device pending in a later wave that reports failed (with any
+// update_id, or none) or installed changes nothing, pauses nothing; a
+// report about another rollout's update, resent on a connect, neither.
+// (Issue 36 row 4: a device at attempt 0 paused a whole rollout.)
+func TestReportOfAnUpdateNeverSent(t *testing.T) {
+	f := fleetOf(4)
+	m := open(t, f, t.TempDir(), nil)
+	r, err := m.Create(ch, Request{Version: "v2", Target: Target{All: true}, Canary: 1, Percent: 50}, "otto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "canary", f.takeSent(), []string{"d01"})
+	for _, st := range []*link.UpdateStatus{
+		{UpdateID: "someone-else.1", Version: "v2", Running: "v1", State: link.UpdateFailed, Reason: "forged"},
+		{UpdateID: r.ID + ".1", Version: "v2", Running: "v1", State: link.UpdateRolledBack, Reason: "guessed id"},
+		{Version: "v2", Running: "v1", State: link.UpdateRolledBack, Reason: "no id"},
+		{Version: "v2", Running: "v2", State: link.UpdateInstalled},
+		{UpdateID: r.ID + ".1", Version: "v2", Running: "v2", State: link.UpdateDownloading},
+	} {
+		m.Report(ch, "d03", st)
+	}
+	r = state(t, m, r.ID)
+	if r.State != Running || r.Paused != nil {
+		t.Fatalf("a device never sent the release changed the rollout: %s %+v", r.State, r.Paused)
+	}
+	if d := devState(r, "d03"); d.State != Pending || d.Running != "v1" || d.Reason != "" {
+		t.Fatalf("d03, never sent the release: %+v, want pending on v1", d)
+	}
+	if f.hasEvent(events.RolloutDevice, "d03") {
+		t.Fatal("an event for a report nobody asked for")
+	}
+	// The canary, which was sent it, is believed.
+	m.Report(ch, "d01", &link.UpdateStatus{UpdateID: r.ID + ".1", Version: "v2", Running: "v1", State: link.UpdateFailed, Reason: "disk full"})
+	if r = state(t, m, r.ID); r.State != Paused || r.Paused.PeerID != "d01" {
+		t.Fatalf("the canary's failure: %s %+v", r.State, r.Paused)
+	}
+}
