@@ -22,6 +22,7 @@ import (
 	"termlink/server/record"
 	"termlink/server/router"
 	"termlink/server/session"
+	"termlink/server/throttle"
 	"termlink/server/wschannel"
 )
 
@@ -92,6 +93,11 @@ type Runtime struct {
 	notices  notices.Mailboxes // the notice mailboxes (package notices; notices.go wires them)
 	fleet    *fleet            // device registry and the fleet API (fleet.go, package fleet)
 	fleetOps *fleetOps         // fleet operations' side of the device connections (fleetops.go)
+	// outside admits every log line and event a device, a stranger or a
+	// bad request can trigger (package throttle: per source and kind, a
+	// burst then a summary; fields cut to their bound). Every part that
+	// logs or records what came from outside takes it.
+	outside *throttle.Gate
 
 	runPrefix string
 	runSeq    atomic.Uint64

@@ -30,6 +30,7 @@ import (
 	"termlink/server/rollout"
 	"termlink/server/router"
 	"termlink/server/session"
+	"termlink/server/throttle"
 	"termlink/server/settings"
 	"termlink/server/wal"
 	"termlink/server/wschannel"
@@ -154,6 +155,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	rt := &Runtime{
 		log: log, sessions: store, admission: router.NewAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
+		outside: throttle.New(log, throttle.Options{}),
 	}
 	if rt.records, err = openRecords(rt, cfg, opt, dedupeBytes); err != nil {
 		store.Close()
@@ -398,6 +400,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.procs.Close() // its sentinel kills any agent group a runner left
 		err = errors.Join(s.closeRollouts(), s.rt.records.Close(), s.rt.notices.Close(), s.rt.fleet.close(), s.rt.sessions.Close())
+		s.rt.outside.Close()
 	})
 	return err
 }
