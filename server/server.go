@@ -30,8 +30,8 @@ import (
 	"termlink/server/rollout"
 	"termlink/server/router"
 	"termlink/server/session"
-	"termlink/server/throttle"
 	"termlink/server/settings"
+	"termlink/server/throttle"
 	"termlink/server/wal"
 	"termlink/server/wschannel"
 )
