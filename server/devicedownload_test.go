@@ -173,3 +173,23 @@ func TestDeviceReleaseDownloadMutualTLS(t *testing.T) {
 		t.Fatalf("the open channel: %d %s", code, b)
 	}
 }
+
+// The auth scheme is case-insensitive (RFC 7235): a device that sends
+// "bearer" downloads and connects as one that sends "Bearer" (the one
+// parser, httpapi.Bearer, on every route).
+func TestDeviceBearerSchemeAnyCase(t *testing.T) {
+	tok := config.Tokens{ByPeer: map[string]string{"pi-1": "tok-pi-1"}}
+	ts := startServer(t, func(c *config.Config) { withAdmin(t)(c); channelTokens(tok, false)(c) }, nil)
+	bin := []byte("termd-v2")
+	putRelease(t, ts.Server, "v2.0.0", "linux/amd64", bin)
+	url := ts.http.URL + DeviceReleaseURL("terminal-dev", "v2.0.0", "linux/amd64")
+	for _, scheme := range []string{"bearer", "BEARER", "Bearer"} {
+		code, got, _ := download(t, url, "", map[string]string{"Authorization": scheme + " tok-pi-1"})
+		if code != 200 || !bytes.Equal(got, bin) {
+			t.Errorf("download with %q: %d %q", scheme, code, got)
+		}
+		c := dial(t, ts.ws, http.Header{"Authorization": {scheme + " tok-pi-1"}})
+		c.connect("pi-1")
+		c.ws.Close()
+	}
+}

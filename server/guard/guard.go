@@ -233,14 +233,7 @@ func (s *Guard) authorize(w http.ResponseWriter, r *http.Request, need config.Ro
 
 // bearer extracts the token of an "Authorization: Bearer <token>" header
 // (the scheme is case-insensitive, RFC 7235).
-func bearer(h string) (string, bool) {
-	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	tok = strings.TrimSpace(tok)
-	return tok, tok != ""
-}
+func bearer(h string) (string, bool) { return httpapi.Bearer(h) }
 
 // localClient reports whether r comes straight from a loopback address. A
 // request forwarded by a proxy (Forwarded, X-Forwarded-For, X-Real-IP) is

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"termlink/internal/textcut"
 	"termlink/server/config"
@@ -73,4 +74,19 @@ func (e *StatusError) Error() string { return e.Msg }
 // Refuse makes a StatusError.
 func Refuse(status int, format string, a ...any) *StatusError {
 	return &StatusError{Status: status, Msg: fmt.Sprintf(format, a...)}
+}
+
+// Bearer is the token of an "Authorization: Bearer <token>" header value:
+// the scheme is case-insensitive (RFC 7235 section 2.1), spaces around
+// the token are dropped (RFC 6750's b64token has none). It is the one
+// parser of the header: the operator guard, the device WebSocket and the
+// device downloads all call it. ok is false for another scheme or no
+// token.
+func Bearer(h string) (token string, ok bool) {
+	scheme, tok, found := strings.Cut(strings.TrimSpace(h), " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
 }

@@ -21,6 +21,7 @@ import (
 	"termlink/server/bus"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/httpapi"
 	"termlink/server/identity"
 	"termlink/server/record"
 	"termlink/server/registry"
@@ -259,7 +260,7 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 	headerToken := ""
 	if identity.RequiresToken(a.cfg.Config) {
 		if auth := r.Header.Get("Authorization"); auth != "" {
-			tok, ok := strings.CutPrefix(auth, "Bearer ")
+			tok, ok := httpapi.Bearer(auth)
 			if !ok || !a.tokenKnown(tok) {
 				a.events.Add(events.Event{Event: events.TerminalRefused,
 					Detail: "401 before upgrade: unknown bearer token from " + r.RemoteAddr})

@@ -3,12 +3,12 @@ package wschannel
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/httpapi"
 	"termlink/server/identity"
 )
 
@@ -125,7 +125,7 @@ func (a *terminalAdapter) AuthorizeHTTP(r *http.Request) (peer string, status in
 	if auth == "" {
 		return "", http.StatusUnauthorized, "no token: channel " + a.id + " takes only devices with a credential; send Authorization: Bearer <the device's channel token>"
 	}
-	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	tok, ok := httpapi.Bearer(auth)
 	if !ok || !a.tokenKnown(tok) {
 		return "", http.StatusUnauthorized, "the bearer token is not valid for channel " + a.id
 	}
