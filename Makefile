@@ -9,22 +9,27 @@ SHELL := /bin/bash
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: test vet race cross test-arm build pi demo fuzz
+.PHONY: test vet race e2e check cross test-arm build pi demo fuzz
 
-# The test command: vet, race-detector tests, the Raspberry Pi cross-builds
-# and termd's tests executed on emulated ARM. Every step runs even when
-# one fails; the end says which failed and lists every skipped test with
-# its reason (a missing tool shows without -v) and the tests passed,
-# failed and skipped in all. TESTREPORT_SKIPS and TESTREPORT_COUNTS name
-# the files the go test steps append skipped tests and counts to.
-STEPS := vet race cross test-arm
+# The test command: vet, race-detector unit tests, the process-heavy
+# end-to-end suites, the Raspberry Pi cross-builds and termd's
+# architecture-sensitive tests executed on emulated ARM. Every step runs
+# even when one fails; the end lists each failed test (its step, package
+# and the first line of its failure), then every skipped test with its
+# reason (a missing tool shows without -v), and the tests passed, failed
+# and skipped in all. TESTREPORT_SKIPS, TESTREPORT_FAILS and
+# TESTREPORT_COUNTS name the files the go test steps append to.
+STEPS := vet race e2e cross test-arm
 test:
-	@skips=$$(mktemp); counts=$$(mktemp); trap 'rm -f "$$skips" "$$counts"' EXIT; failed=; passed=; \
+	@skips=$$(mktemp); fails=$$(mktemp); counts=$$(mktemp); trap 'rm -f "$$skips" "$$fails" "$$counts"' EXIT; failed=; passed=; start=$$(date +%s); \
 	for step in $(STEPS); do \
-	  echo "== make $$step"; \
-	  if $(MAKE) --no-print-directory $$step TESTREPORT_SKIPS="$$skips" TESTREPORT_COUNTS="$$counts"; then passed="$$passed $$step"; else failed="$$failed $$step"; fi; \
+	  echo "== make $$step"; s0=$$(date +%s); \
+	  if $(MAKE) --no-print-directory $$step TESTREPORT_SKIPS="$$skips" TESTREPORT_FAILS="$$fails" TESTREPORT_COUNTS="$$counts"; then passed="$$passed $$step"; else failed="$$failed $$step"; fi; \
+	  echo "== make $$step: $$(( $$(date +%s) - s0 )) s"; \
 	done; \
-	echo; echo "== make test: summary"; \
+	echo; echo "== make test: summary ($$(( $$(date +%s) - start )) s, load average $$(cut -d' ' -f1-3 /proc/loadavg))"; \
+	n=$$(wc -l <"$$fails"); \
+	if [ "$$n" -gt 0 ]; then echo "failed ($$n):"; cat "$$fails"; fi; \
 	n=$$(wc -l <"$$skips"); \
 	if [ "$$n" -gt 0 ]; then echo "skipped ($$n):"; cat "$$skips"; else echo "no test skipped"; fi; \
 	tests=$$(awk '{p+=$$1; f+=$$2; s+=$$3} END {printf "%d passed, %d failed, %d skipped", p, f, s}' "$$counts"); \
@@ -32,44 +37,88 @@ test:
 	echo "make test: every step passed ($(STEPS))"; echo "tests: $$tests"
 
 # go test -json through testreport: plain go test's output (ok/FAIL
-# lines, failed tests' output), then the skipped tests with their reasons.
-TESTREPORT = $(GO) run ./testrig/testreport $(if $(TESTREPORT_SKIPS),-skips $(TESTREPORT_SKIPS)) $(if $(TESTREPORT_COUNTS),-counts $(TESTREPORT_COUNTS))
+# lines, failed tests' output), then the skipped and failed tests.
+TESTREPORT = $(GO) run ./testrig/testreport $(if $(TESTREPORT_SKIPS),-skips $(TESTREPORT_SKIPS)) $(if $(TESTREPORT_FAILS),-fails $(TESTREPORT_FAILS)) $(if $(TESTREPORT_COUNTS),-counts $(TESTREPORT_COUNTS))
 
 vet:
 	$(GO) vet $(PKGS)
 
-# PKGS narrows vet and race to a part (make race PKGS=./server/...).
+# PKGS narrows vet, race and e2e to a part (make race PKGS=./server/...).
 PKGS ?= ./...
+# The process-heavy suites: each test starts other programs (three
+# nats-server nodes and termserver processes; headless Chromium) and what
+# it checks happens in them, where the race detector of the test binary
+# sees nothing. They run in a step of their own, without -race, their
+# tests in parallel; every other package runs under -race.
+E2E_PKGS := ./testrig/cluster/... ./testrig/kiosk/...
+# pkgsOf lists the packages of PKGS in (e2e) or out of (unit) E2E_PKGS.
+pkgsOf = e2e=$$($(GO) list $(E2E_PKGS)) && all=$$($(GO) list $(PKGS)) && \
+	pkgs=$$(printf '%s\n' $$all | grep -$(if $(filter e2e,$(1)),,v)xF "$$e2e" || true)
 race:
-	$(GO) test -race -count=1 -json $(PKGS) | $(TESTREPORT) -label race
+	@$(call pkgsOf,unit); if [ -z "$$pkgs" ]; then echo "race: no package of PKGS outside E2E_PKGS"; exit 0; fi; \
+	echo "go test -race -count=1 (every package but $(E2E_PKGS))"; \
+	$(GO) test -race -count=1 -json $$pkgs | $(TESTREPORT) -label race
+
+e2e:
+	@$(call pkgsOf,e2e); if [ -z "$$pkgs" ]; then echo "e2e: no package of PKGS in E2E_PKGS"; exit 0; fi; \
+	echo "go test -count=1 $$(echo $$pkgs)"; \
+	$(GO) test -count=1 -json $$pkgs | $(TESTREPORT) -label e2e
+
+# The inner loop for contributors (README): vet and the unit tests,
+# without the race detector and the process-heavy suites, of the
+# packages a change touches (the files changed against main's merge
+# base, committed or not) and the packages that import them; all of
+# them with CHECK=all.
+CHECK ?= changed
+check:
+	@if [ "$(CHECK)" = all ]; then pkgs=$$($(GO) list ./... | grep -vxF "$$($(GO) list $(E2E_PKGS))"); else \
+	  base=$$(git merge-base HEAD main 2>/dev/null || echo HEAD); \
+	  dirs=$$( { git diff --name-only $$base; git ls-files --others --exclude-standard; } | grep '\.go$$' | xargs -r -n1 dirname | sort -u | sed 's|^|./|'); \
+	  if [ -z "$$dirs" ]; then echo "check: no Go file changed against $$base (make check CHECK=all runs every unit test)"; exit 0; fi; \
+	  own=$$($(GO) list $$dirs 2>/dev/null); \
+	  pkgs=$$($(GO) list -f '{{.ImportPath}} {{join .Deps " "}}' ./... | awk -v own="$$own" 'BEGIN{n=split(own,o,"\n"); for(i=1;i<=n;i++) w[o[i]]=1} {for(i=1;i<=NF;i++) if ($$i in w) {print $$1; next}}' | grep -vxF "$$($(GO) list $(E2E_PKGS))"); \
+	fi; \
+	echo "go vet + go test -count=1: $$(echo $$pkgs | wc -w) packages"; \
+	$(GO) vet $$pkgs && $(GO) test -count=1 $$pkgs
 
 # Raspberry Pi Zero/1 (ARMv6) and 64-bit Pis; static, no cgo.
 cross:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -o /dev/null ./cmd/...
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./cmd/...
 
-# The unit tests of every package of this module termd is built from,
-# executed on emulated ARM (qemu-user): ARMv6 as on a Pi Zero/1, and arm64.
-# This is where 64-bit atomics on 32-bit ARM, alignment and word size
-# show. TERMLINK_EMULATOR tells the tests they run under qemu (a test that
-# starts a program built for its own architecture starts it under qemu
-# too). Without qemu-user-static (apt-get install qemu-user-static) this
-# is skipped, unless CI_REQUIRE_TOOLS=1.
-TERMD_PKGS = $(GO) list -deps -f '{{if .Module}}{{if .Module.Main}}{{.ImportPath}}{{end}}{{end}}' ./cmd/termd
+# The unit tests of termd's architecture-sensitive packages executed on
+# emulated ARM (qemu-user), ARMv6 as on a Pi Zero/1 and arm64, both at
+# once. A package termd is built from is architecture-sensitive when it
+# imports what depends on the word size, alignment or the kernel's ABI:
+# sync/atomic (64-bit atomics on 32-bit ARM), unsafe, syscall or x/sys
+# (struct layouts such as Statfs_t), encoding/binary, periph (I2C/GPIO
+# ioctls) or the serial port; the rest is the same Go on every
+# architecture and runs in the race step. cmd/termd imports syscall only
+# for signal names: the real termd binary is run under qemu by
+# testrig/armtest (race step) instead. TERMLINK_EMULATOR tells the tests
+# they run under qemu (a test that starts a program built for its own
+# architecture starts it under qemu too). Without qemu-user-static
+# (apt-get install qemu-user-static) this is skipped, unless
+# CI_REQUIRE_TOOLS=1.
+ARM_IMPORTS := ^(sync/atomic|unsafe|syscall|golang\.org/x/sys/.*|encoding/binary|periph\.io/.*|go\.bug\.st/serial)$$
+ARM_PKGS = $(GO) list -deps -f '{{if .Module}}{{if .Module.Main}}{{.ImportPath}} {{join .Imports " "}}{{end}}{{end}}' ./cmd/termd | \
+	awk '$$1 != "termlink/cmd/termd" {for (i = 2; i <= NF; i++) if ($$i ~ /$(ARM_IMPORTS)/) {print $$1; next}}'
 test-arm:
 	@if ! command -v qemu-arm-static >/dev/null || ! command -v qemu-aarch64-static >/dev/null; then \
 	  if [ "$$CI_REQUIRE_TOOLS" = 1 ]; then echo "test-arm: qemu-user-static is not installed (CI_REQUIRE_TOOLS=1)" >&2; exit 1; fi; \
 	  echo "test-arm: skipped: qemu-user-static is not installed (apt-get install qemu-user-static)"; \
 	  if [ -n "$(TESTREPORT_SKIPS)" ]; then echo "test-arm: SKIP the whole step: qemu-user-static is not installed (apt-get install qemu-user-static)" >>"$(TESTREPORT_SKIPS)"; fi; exit 0; \
 	fi; \
-	pkgs=$$($(TERMD_PKGS)) || exit 1; start=$$(date +%s); \
-	echo "== termd's tests on ARMv6 (qemu-arm-static)"; \
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 TERMLINK_EMULATOR=qemu-arm-static \
-	  $(GO) test -count=1 -json -exec qemu-arm-static $$pkgs | $(TESTREPORT) -label armv6 || exit 1; \
-	echo "== termd's tests on arm64 (qemu-aarch64-static)"; \
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 TERMLINK_EMULATOR=qemu-aarch64-static \
-	  $(GO) test -count=1 -json -exec qemu-aarch64-static $$pkgs | $(TESTREPORT) -label arm64 || exit 1; \
-	echo "test-arm: both architectures in $$(( $$(date +%s) - start )) s"
+	pkgs=$$($(ARM_PKGS)) || exit 1; start=$$(date +%s); out6=$$(mktemp); out64=$$(mktemp); trap 'rm -f "$$out6" "$$out64"' EXIT; \
+	echo "== termd's architecture-sensitive packages on ARMv6 (qemu-arm-static) and arm64 (qemu-aarch64-static) at once:" $$pkgs; \
+	( CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 TERMLINK_EMULATOR=qemu-arm-static \
+	  $(GO) test -count=1 -json -exec qemu-arm-static $$pkgs | $(TESTREPORT) -label armv6 ) >"$$out6" 2>&1 & p6=$$!; \
+	( CGO_ENABLED=0 GOOS=linux GOARCH=arm64 TERMLINK_EMULATOR=qemu-aarch64-static \
+	  $(GO) test -count=1 -json -exec qemu-aarch64-static $$pkgs | $(TESTREPORT) -label arm64 ) >"$$out64" 2>&1 & p64=$$!; \
+	wait $$p6; s6=$$?; wait $$p64; s64=$$?; \
+	echo "== ARMv6"; cat "$$out6"; echo "== arm64"; cat "$$out64"; \
+	echo "test-arm: both architectures in $$(( $$(date +%s) - start )) s"; \
+	[ $$s6 = 0 ] && [ $$s64 = 0 ]
 
 # termd, termserver and termrig for this machine, in bin/ (the first build
 # takes a minute or two on a small machine; later ones are quick).

@@ -7,9 +7,12 @@
 //	go test -json ./... | go run ./testrig/testreport [-skips FILE] [-label STEP]
 //
 // -skips appends one line per skipped test ("STEP: SKIP pkg Test: reason")
-// to FILE, and -counts one line "PASSED FAILED SKIPPED" (tests and
-// subtests), for make test's closing summary. The run ends with the
-// skipped tests and "N passed, N failed, N skipped". The exit status is 1 when a
+// to FILE, -fails one line per failed test ("STEP: FAIL pkg Test: the
+// first line of its failure"; a package that died without a failed
+// test, its panic or build error), and -counts one line "PASSED FAILED
+// SKIPPED" (tests and subtests), for make test's closing summary. The
+// run ends with the skipped tests, the failed ones and "N passed, N
+// failed, N skipped". The exit status is 1 when a
 // test or package failed (or the input ended inside a package's run, or
 // was not go test -json), else 0; run it under set -o pipefail so go
 // test's own status counts too.
@@ -23,10 +26,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 func main() {
 	skips := flag.String("skips", "", "append the skipped tests to `file` (one line each)")
+	fails := flag.String("fails", "", "append the failed tests to `file` (one line each: package, test, first line of the failure)")
 	counts := flag.String("counts", "", "append \"passed failed skipped\" to `file`")
 	label := flag.String("label", "", "the `step` the -skips lines are prefixed with (race, armv6, ...)")
 	flag.Parse()
@@ -51,6 +56,17 @@ func main() {
 		}
 		if cerr := sf.Close(); cerr != nil && err == nil {
 			err = cerr
+		}
+	}
+	if *fails != "" {
+		var lines []string
+		for _, f := range r.failures() {
+			lines = append(lines, *label+map[bool]string{true: ": ", false: ""}[*label != ""]+f.line())
+		}
+		if len(lines) > 0 {
+			if cerr := appendLine(*fails, strings.Join(lines, "\n")); cerr != nil && err == nil {
+				err = cerr
+			}
 		}
 	}
 	if *counts != "" {
@@ -98,18 +114,20 @@ type report struct {
 	running map[key]*buffer // output of tests not finished yet
 	open    map[string]bool // packages started and not finished
 	skipped []skip
-	passed  int  // tests and subtests
-	nfailed int  // tests and subtests; a package that failed without a failed test counts one
-	failed  bool // a test, a package or the stream failed
+	fails   []failure // in the order they failed
+	passed  int       // tests and subtests
+	nfailed int       // tests and subtests; a package that failed without a failed test counts one
+	failed  bool      // a test, a package or the stream failed
 	// pkgFailed counts the failed tests of each package, so a package
 	// that fails with none (a timeout's panic, a crash, a build error)
 	// still counts as a failure.
 	pkgFailed map[string]int
-	cutShort  int // unfinished tests flush printed, not yet counted
+	cutShort  int               // unfinished tests flush printed, not yet counted
+	pkgOut    map[string]string // a package's first panic line
 }
 
 func newReport(w io.Writer) *report {
-	return &report{w: w, running: map[key]*buffer{}, open: map[string]bool{}, pkgFailed: map[string]int{}}
+	return &report{w: w, running: map[key]*buffer{}, open: map[string]bool{}, pkgFailed: map[string]int{}, pkgOut: map[string]string{}}
 }
 
 // read consumes the stream; an error means the stream was not go test
@@ -149,6 +167,7 @@ func (r *report) event(e event) {
 		return
 	case "build-fail":
 		r.failed = true
+		r.fails = append(r.fails, failure{e.ImportPath, "", "build failed"})
 		return
 	case "start":
 		r.open[e.Package] = true
@@ -160,10 +179,16 @@ func (r *report) event(e event) {
 			if e.Output != "PASS\n" { // plain go test prints only the ok line
 				io.WriteString(r.w, e.Output)
 			}
+			if r.pkgOut[e.Package] == "" && strings.HasPrefix(e.Output, "panic: ") {
+				r.pkgOut[e.Package] = strings.TrimSpace(e.Output)
+			}
 		case "pass", "skip":
 			delete(r.open, e.Package)
 		case "fail":
 			r.failed = true
+			if r.pkgFailed[e.Package] == 0 {
+				r.fails = append(r.fails, failure{e.Package, "", r.pkgOut[e.Package]})
+			}
 			r.flush(e.Package) // tests cut short (a panic, a timeout)
 			r.countCutShort(e.Package)
 			delete(r.open, e.Package)
@@ -191,7 +216,9 @@ func (r *report) event(e event) {
 		r.failed = true
 		r.nfailed++
 		r.pkgFailed[e.Package]++
-		if b := r.running[k]; b != nil {
+		b := r.running[k]
+		r.fails = append(r.fails, failure{e.Package, e.Test, firstFailure(b)})
+		if b != nil {
 			b.writeTo(r.w)
 		}
 		delete(r.running, k)
@@ -223,8 +250,15 @@ func (r *report) countCutShort(pkg string) {
 	r.cutShort = 0
 }
 
-// summary prints the skipped tests with their reasons, then the counts.
+// summary prints the failed tests with the first line of each failure,
+// then the skipped ones with their reasons, then the counts.
 func (r *report) summary() {
+	if f := r.failures(); len(f) > 0 {
+		fmt.Fprintf(r.w, "\n%d failed:\n", len(f))
+		for _, x := range f {
+			fmt.Fprintln(r.w, x.line())
+		}
+	}
 	if len(r.skipped) > 0 {
 		fmt.Fprintf(r.w, "\n%d skipped:\n", len(r.skipped))
 		for _, s := range r.skipped {
@@ -244,4 +278,60 @@ func appendLine(path, line string) error {
 		err = cerr
 	}
 	return err
+}
+
+// failure is one failed test, or a package that failed without one.
+type failure struct {
+	pkg, test, first string
+}
+
+func (f failure) line() string {
+	what := f.pkg
+	if f.test != "" {
+		what += " " + f.test
+	}
+	if f.first == "" {
+		return "FAIL " + what
+	}
+	return "FAIL " + what + ": " + f.first
+}
+
+// failures are the failed tests worth naming: a parent whose subtest
+// failed is left out unless it said something of its own.
+func (r *report) failures() []failure {
+	var out []failure
+	for _, f := range r.fails {
+		child := false
+		for _, g := range r.fails {
+			if g.pkg == f.pkg && strings.HasPrefix(g.test, f.test+"/") && f.test != "" {
+				child = true
+			}
+		}
+		if child && f.first == "" {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// firstFailure is the first line a failed test logged ("file_test.go:12:
+// message"), or its panic, cut to 200 bytes.
+func firstFailure(b *buffer) string {
+	if b == nil {
+		return ""
+	}
+	for _, l := range b.lines {
+		t := strings.TrimSpace(l)
+		if t == "" || framing(l) || strings.HasPrefix(t, "--- ") {
+			continue
+		}
+		if i := strings.Index(t, ": "); (i > 0 && strings.Contains(t[:i], ".go:") && !strings.Contains(t[:i], " ")) || strings.HasPrefix(t, "panic: ") {
+			if len(t) > 200 {
+				t = t[:200] + "..."
+			}
+			return t
+		}
+	}
+	return ""
 }

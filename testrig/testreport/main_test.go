@@ -77,6 +77,14 @@ func TestFailingPackage(t *testing.T) {
 	if strings.Contains(s, "=== RUN") {
 		t.Errorf("output has -v framing:\n%s", s)
 	}
+	// The summary names each failed test with its package and the first
+	// line it logged, before the skips.
+	out.Reset()
+	r.summary()
+	if s = out.String(); !strings.Contains(s, "\n1 failed:\nFAIL termlink/testrig/testreport/testdata/sample TestFails: sample_test.go:27: what went wrong\n") ||
+		strings.Index(s, "skipped:") < strings.Index(s, "failed:") {
+		t.Errorf("summary:\n%s", s)
+	}
 }
 
 // go test killed halfway (its stream ends inside a package): a failure,
@@ -152,5 +160,8 @@ func TestDeadPackageCounts(t *testing.T) {
 	r.summary()
 	if !r.failed || !strings.Contains(out.String(), "\n1 passed, 2 failed, 0 skipped\n") {
 		t.Fatalf("failed=%v, output:\n%s\nwant 1 passed, 2 failed", r.failed, out.String())
+	}
+	if !strings.Contains(out.String(), "FAIL p: panic: test timed out after 10m0s\nFAIL q\n") {
+		t.Fatalf("the dead packages are not named in the summary:\n%s", out.String())
 	}
 }

@@ -39,6 +39,7 @@ func TestMakeTestReportsStepsAndSkips(t *testing.T) {
 		"--- FAIL: TestFails",
 		"== make vet\n", // the step after the failed one ran
 		"race: SKIP termlink/testrig/testreport/testdata/sample TestSkips: frobnicator is not installed",
+		"failed (1):\nrace: FAIL termlink/testrig/testreport/testdata/sample TestFails: sample_test.go:27: what went wrong\nskipped (2):\n",
 		"make test: FAILED: race (passed: vet)\ntests: 3 passed, 1 failed, 2 skipped\n",
 	} {
 		if !strings.Contains(out, want) {
