@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"termlink/release"
 	"termlink/server/httpapi"
+	"termlink/server/throttle"
 )
 
 // ManifestHeader carries an upload's manifest: the base64 (standard, with
@@ -50,22 +52,44 @@ func (s *Store) Routes(mux httpapi.Mux) {
 // ParsePath checks a release route's version and the rest of its path:
 // the platform, then (want true: a GET) "/manifest" or "/binary". It
 // returns the platform and that last part.
+// What is wrong is said with at most MaxEcho bytes of what the client
+// sent (a path may be kilobytes long; its answer and its log line are
+// not).
 func ParsePath(version, rest string, want bool) (platform, part string, err error) {
-	if err := release.CheckVersion(version); err != nil {
+	if err := checkEcho(release.CheckVersion, version); err != nil {
 		return "", "", err
 	}
 	platform = rest
 	if want {
 		i := strings.LastIndexByte(rest, '/')
 		if i < 0 || (rest[i+1:] != "manifest" && rest[i+1:] != "binary") {
-			return "", "", fmt.Errorf("path %q: want {os}/{arch}[/{variant}]/manifest or .../binary", httpapi.TruncateUTF8(rest, 100))
+			return "", "", fmt.Errorf("path %q: want {os}/{arch}[/{variant}]/manifest or .../binary", throttle.Cut(rest, MaxEcho))
 		}
 		platform, part = rest[:i], rest[i+1:]
 	}
-	if err := release.CheckPlatform(platform); err != nil {
+	if err := checkEcho(release.CheckPlatform, platform); err != nil {
 		return "", "", err
 	}
 	return platform, part, nil
+}
+
+// MaxEcho bounds the bytes of a path value an error repeats.
+const MaxEcho = 80
+
+// checkEcho is check(v), its error naming v cut to MaxEcho bytes: check
+// is asked again about the cut value, which it refuses for the same
+// reason (a version or platform is far shorter than MaxEcho, and a cut
+// value ends with "…(N bytes)", a character neither takes), so the
+// words stay release's and the echo stays short.
+func checkEcho(check func(string) error, v string) error {
+	err := check(v)
+	if err == nil || len(v) <= MaxEcho {
+		return err
+	}
+	if cut := check(throttle.Cut(v, MaxEcho)); cut != nil {
+		return cut
+	}
+	return err
 }
 
 // DecodeManifestHeader decodes ManifestHeader's value into a checked
@@ -190,8 +214,45 @@ func (s *Store) serveGet(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Release-Sha256", e.SHA256)
 	w.Header().Set("X-Release-Version", e.Version)
 	w.Header().Set("X-Release-Platform", e.Platform)
+	if rg, ok := satisfiableRanges(r.Header.Get("Range"), e.Size); ok {
+		r.Header.Set("Range", rg)
+	}
 	sw := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: s.opt.Stall}
 	http.ServeContent(sw, r, "", e.UploadedAt, f)
+}
+
+// satisfiableRanges is a Range header without its empty suffix ranges
+// ("-0", or any "-N" of an empty file): RFC 9110 section 14.1.3 calls
+// them unsatisfiable, and http.ServeContent would answer one with 206
+// and an invalid Content-Range ("bytes SIZE-(SIZE-1)/SIZE"). ok is
+// false when h is left as it is. When no range is left, the header
+// becomes "bytes=SIZE-", which ServeContent answers with 416 and
+// "Content-Range: bytes */SIZE" (and, as for any Range, with the whole
+// binary when If-Range does not match).
+func satisfiableRanges(h string, size int64) (string, bool) {
+	specs, found := strings.CutPrefix(h, "bytes=")
+	if !found {
+		return h, false
+	}
+	var kept []string
+	dropped := false
+	for _, spec := range strings.Split(specs, ",") {
+		t := strings.TrimSpace(spec)
+		if n, isSuffix := strings.CutPrefix(t, "-"); isSuffix {
+			if v, err := strconv.ParseInt(strings.TrimSpace(n), 10, 64); err == nil && v >= 0 && (v == 0 || size == 0) {
+				dropped = true
+				continue
+			}
+		}
+		kept = append(kept, spec)
+	}
+	switch {
+	case !dropped:
+		return h, false
+	case len(kept) == 0 || strings.TrimSpace(strings.Join(kept, "")) == "":
+		return "bytes=" + strconv.FormatInt(size, 10) + "-", true
+	}
+	return "bytes=" + strings.Join(kept, ","), true
 }
 
 func (s *Store) serveDelete(w http.ResponseWriter, r *http.Request) {
