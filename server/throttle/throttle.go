@@ -1,17 +1,18 @@
 // Package throttle is the one rule for what a device, an unauthenticated
 // client or a bad request can make the server write: a log line or an
 // event. Each is admitted per source (a peer id, a remote network, a
-// connection) and per kind (a short constant naming what happened): the
-// first Burst of a kind from a source are written in full, then at most
-// one more per Every; the rest are counted, and one summary line per kind
-// per Every says how many were held back, from how many sources, and the
-// last one's source and detail. Every string written is cut to MaxField
+// connection) and per kind (a short constant naming what happened): a
+// source may write Burst of a kind at once, and Burst more per Every; all
+// sources together KindBurst of a kind at once and KindBurst more per
+// Every, so a flood from many addresses is bounded too. The rest are
+// counted, and one summary line per kind per Every says how many were
+// held back, from how many sources, and the last one's source and detail. Every string written is cut to MaxField
 // bytes (on a UTF-8 boundary, with the original length said), so no field
 // longer than its wire bound is ever logged or stored whole.
 //
 // The state is bounded: at most MaxSources (source, kind) buckets are
-// tracked; past that, new sources of a kind share one overflow bucket,
-// so a flood from a million addresses costs what one source costs.
+// tracked; past that, new sources share one overflow bucket per kind, so
+// a flood from a million addresses costs what one source costs.
 package throttle
 
 import (
@@ -28,6 +29,7 @@ import (
 // Defaults of Options.
 const (
 	DefaultBurst      = 5
+	DefaultKindBurst  = 50
 	DefaultEvery      = time.Minute
 	DefaultMaxSources = 4096
 	DefaultMaxField   = 256
@@ -36,7 +38,8 @@ const (
 // Options configure a Gate; zero values take the defaults.
 type Options struct {
 	Burst      int              // written in full at once, per source and kind
-	Every      time.Duration    // then one more per Every; and one summary per kind per Every
+	KindBurst  int              // written in full at once per kind from all sources, and then per Every
+	Every      time.Duration    // the refill interval; and one summary per kind per Every
 	MaxSources int              // (source, kind) buckets tracked
 	MaxField   int              // bytes of any string logged
 	Now        func() time.Time // the clock (tests)
@@ -62,6 +65,7 @@ type Gate struct {
 
 	mu      sync.Mutex
 	buckets map[key]*bucket
+	kinds   map[string]*bucket   // all sources of a kind
 	held    map[string]*heldKind // by kind
 	timer   *time.Timer
 	pruned  time.Time // the last pruneLocked
@@ -70,7 +74,8 @@ type Gate struct {
 
 type key struct{ kind, source string }
 
-// bucket is a token bucket: tokens refill one per Every up to Burst.
+// bucket is a token bucket: a source's refills Burst per Every, a
+// kind's KindBurst per Every.
 type bucket struct {
 	tokens float64
 	at     time.Time
@@ -100,6 +105,9 @@ func New(log *slog.Logger, opt Options) *Gate {
 	if opt.Every <= 0 {
 		opt.Every = DefaultEvery
 	}
+	if opt.KindBurst <= 0 {
+		opt.KindBurst = max(DefaultKindBurst, opt.Burst)
+	}
 	if opt.MaxSources <= 0 {
 		opt.MaxSources = DefaultMaxSources
 	}
@@ -109,7 +117,7 @@ func New(log *slog.Logger, opt Options) *Gate {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
-	return &Gate{log: log, opt: opt, buckets: map[key]*bucket{}, held: map[string]*heldKind{}}
+	return &Gate{log: log, opt: opt, buckets: map[key]*bucket{}, kinds: map[string]*bucket{}, held: map[string]*heldKind{}}
 }
 
 // Allow reports whether one line or event of kind from source may be
@@ -137,12 +145,16 @@ func (g *Gate) Allow(kind, source, detail string) bool {
 			g.buckets[k] = b
 		}
 	}
-	if el := now.Sub(b.at); el > 0 {
-		b.tokens = min(float64(g.opt.Burst), b.tokens+float64(el)/float64(g.opt.Every))
-		b.at = now
+	b.refill(now, float64(g.opt.Burst), float64(g.opt.Burst)/float64(g.opt.Every))
+	kb := g.kinds[kind]
+	if kb == nil {
+		kb = &bucket{tokens: float64(g.opt.KindBurst), at: now}
+		g.kinds[kind] = kb
 	}
-	if b.tokens >= 1 {
+	kb.refill(now, float64(g.opt.KindBurst), float64(g.opt.KindBurst)/float64(g.opt.Every))
+	if b.tokens >= 1 && kb.tokens >= 1 {
 		b.tokens--
+		kb.tokens--
 		return true
 	}
 	h := g.held[kind]
@@ -161,12 +173,20 @@ func (g *Gate) Allow(kind, source, detail string) bool {
 	return false
 }
 
+// refill adds perNs tokens for each nanosecond since the last, up to max.
+func (b *bucket) refill(now time.Time, max, perNs float64) {
+	if el := now.Sub(b.at); el > 0 {
+		b.tokens = min(max, b.tokens+float64(el)*perNs)
+		b.at = now
+	}
+}
+
 // pruneLocked forgets the buckets that are full again (they behave as
 // new ones would).
 func (g *Gate) pruneLocked(now time.Time) {
 	g.pruned = now
 	for k, b := range g.buckets {
-		if b.tokens+float64(now.Sub(b.at))/float64(g.opt.Every) >= float64(g.opt.Burst) {
+		if b.tokens+float64(now.Sub(b.at))*float64(g.opt.Burst)/float64(g.opt.Every) >= float64(g.opt.Burst) {
 			delete(g.buckets, k)
 		}
 	}

@@ -53,14 +53,23 @@ func TestBurstThenSummary(t *testing.T) {
 		if len(s) != 1 || s[0].Kind != "settings_ack" || s[0].Held != 997 || s[0].Sources != 1 || s[0].LastSource != "peer-a" || s[0].LastDetail != "line 999" {
 			t.Fatalf("summaries %+v, want one of 997 held from peer-a", s)
 		}
-		// A minute on: one token back.
+		// A minute on the burst is back; a third of a minute, one.
+		for i := 0; i < 3; i++ {
+			if !g.Allow("settings_ack", "peer-a", "again") {
+				t.Fatalf("a minute on: line %d of the burst held back", i)
+			}
+		}
+		if g.Allow("settings_ack", "peer-a", "again") {
+			t.Fatal("a minute on: more than the burst passed")
+		}
+		time.Sleep(20 * time.Second)
 		if !g.Allow("settings_ack", "peer-a", "again") || g.Allow("settings_ack", "peer-a", "again") {
-			t.Fatal("after a minute: want exactly one more to pass")
+			t.Fatal("20 s on: want exactly one more to pass")
 		}
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		if s = got.get(); len(s) != 2 || s[1].Held != 1 {
-			t.Fatalf("second summary %+v", s)
+		if s = got.get(); len(s) != 2 || s[1].Held != 2 {
+			t.Fatalf("second summary %+v, want 2 held", s)
 		}
 		// Quiet: no summary when nothing was held back.
 		time.Sleep(5 * time.Minute)
@@ -71,11 +80,41 @@ func TestBurstThenSummary(t *testing.T) {
 	})
 }
 
+// A flood from many sources is bounded by the kind's own bucket: at
+// most KindBurst at once, then KindBurst per Every, whatever the number
+// of sources.
+func TestManySourcesBoundedByKind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got sums
+		g := New(nil, Options{Burst: 5, KindBurst: 20, Every: time.Minute, Summary: got.add})
+		defer g.Close()
+		passed := 0
+		for i := 0; i < 60000; i++ {
+			if g.Allow("pairing_code", fmt.Sprintf("net-%d", i), "code") {
+				passed++
+			}
+		}
+		if passed != 20 {
+			t.Fatalf("%d of 60000 sources passed at once, want the kind's burst of 20", passed)
+		}
+		time.Sleep(time.Minute)
+		passed = 0
+		for i := 0; i < 60000; i++ {
+			if g.Allow("pairing_code", fmt.Sprintf("other-%d", i), "code") {
+				passed++
+			}
+		}
+		if passed != 20 {
+			t.Fatalf("a minute on: %d passed, want 20", passed)
+		}
+	})
+}
+
 // A flood from more sources than MaxSources costs MaxSources buckets.
 func TestSourcesBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var got sums
-		g := New(nil, Options{Burst: 1, Every: time.Minute, MaxSources: 100, Summary: got.add})
+		g := New(nil, Options{Burst: 1, KindBurst: 1 << 20, Every: time.Minute, MaxSources: 100, Summary: got.add})
 		defer g.Close()
 		passed := 0
 		for i := 0; i < 100000; i++ {
