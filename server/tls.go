@@ -8,13 +8,13 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/identity"
+	"termlink/server/throttle"
 	"termlink/server/wschannel"
 )
 
@@ -140,27 +140,15 @@ func (t *serverTLS) logStart(log *slog.Logger) {
 // httpErrorLog is http.Server's ErrorLog. net/http logs a line for each
 // failed TLS handshake (a scanner, a half-open connection, a client that
 // does not trust the certificate) and for each failed accept; anyone who
-// can open connections could fill the log with them. httpErrorLog logs
-// the first of a kind at WARN, then counts: at most one summary line
-// per every (a minute in Serve) with how many failed since and the last
-// one's address and error. After a quiet span the next failure is logged
-// again at once. Every other line goes to the logger as it comes.
+// can open connections could fill the log with them. httpErrorLog admits
+// them through the one rule for what strangers can make the server
+// write (package throttle): the first of a kind at WARN, then at most
+// one line and one summary with the count per every (a minute in
+// Serve), whatever the number of addresses. Every other line goes to
+// the logger as it comes.
 type httpErrorLog struct {
-	log   *slog.Logger
-	every time.Duration
-
-	mu     sync.Mutex
-	kinds  map[string]*errorKind
-	closed bool
-}
-
-// errorKind is one rate-limited kind of net/http error line.
-type errorKind struct {
-	msg     string    // what the summary says
-	last    time.Time // when a line of this kind was last logged
-	count   int       // failures not logged since
-	detail  string    // the last one not logged
-	pending *time.Timer
+	log  *slog.Logger
+	gate *throttle.Gate
 }
 
 // rateLimitedPrefixes are the net/http lines httpErrorLog counts, and
@@ -171,7 +159,7 @@ var rateLimitedPrefixes = []struct{ prefix, msg string }{
 }
 
 func newHTTPErrorLog(log *slog.Logger, every time.Duration) *httpErrorLog {
-	return &httpErrorLog{log: log, every: every, kinds: map[string]*errorKind{}}
+	return &httpErrorLog{log: log, gate: throttle.New(log, throttle.Options{Burst: 1, KindBurst: 1, Every: every})}
 }
 
 // Write takes one line from net/http's log.Logger.
@@ -179,67 +167,15 @@ func (e *httpErrorLog) Write(p []byte) (int, error) {
 	line := strings.TrimSpace(string(p))
 	for _, k := range rateLimitedPrefixes {
 		if detail, ok := strings.CutPrefix(line, k.prefix); ok {
-			e.count(k.msg, detail)
+			e.gate.Warn(k.msg, "", k.msg, "detail", detail, "note", fmt.Sprintf("more of these are counted and logged at most once every %v", e.gateEvery()))
 			return len(p), nil
 		}
 	}
-	e.log.Warn(line)
+	e.log.Warn(throttle.Cut(line, 4096))
 	return len(p), nil
 }
 
-func (e *httpErrorLog) count(msg, detail string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	k := e.kinds[msg]
-	if k == nil {
-		k = &errorKind{msg: msg}
-		e.kinds[msg] = k
-	}
-	now := time.Now()
-	if e.closed { // shutting down: no more summaries
-		e.log.Warn(msg, "detail", detail)
-		return
-	}
-	if k.count == 0 && (k.last.IsZero() || now.Sub(k.last) >= e.every) {
-		k.last = now
-		e.log.Warn(msg, "detail", detail, "note", fmt.Sprintf("more of these are counted and logged at most once every %v", e.every))
-		return
-	}
-	k.count++
-	k.detail = detail
-	if k.pending == nil {
-		k.pending = time.AfterFunc(k.last.Add(e.every).Sub(now), func() { e.flush(k) })
-	}
-}
+func (e *httpErrorLog) gateEvery() time.Duration { return e.gate.Every() }
 
-// flush logs the summary of k; it runs on k's timer.
-func (e *httpErrorLog) flush(k *errorKind) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	k.pending = nil
-	e.summaryLocked(k)
-}
-
-func (e *httpErrorLog) summaryLocked(k *errorKind) {
-	if k.count == 0 {
-		return
-	}
-	e.log.Warn(k.msg+" (summary)", "count", k.count, "since", k.last.UTC().Format(time.RFC3339), "last", k.detail)
-	k.last = time.Now()
-	k.count = 0
-	k.detail = ""
-}
-
-// Close stops the timers and logs what is counted and not yet logged.
-func (e *httpErrorLog) Close() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.closed = true
-	for _, k := range e.kinds {
-		if k.pending != nil {
-			k.pending.Stop()
-			k.pending = nil
-		}
-		e.summaryLocked(k)
-	}
-}
+// Close logs what is counted and not yet logged.
+func (e *httpErrorLog) Close() { e.gate.Close() }

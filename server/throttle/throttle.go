@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -215,7 +216,7 @@ func Cut(s string, n int) string {
 // Log writes msg at level if Allow(kind, source, msg) admits it; every
 // string argument is cut to MaxField. It reports whether it was written.
 func (g *Gate) Log(level slog.Level, kind, source, msg string, args ...any) bool {
-	if !g.Allow(kind, source, msg) {
+	if !g.Allow(kind, source, detailOf(msg, args)) {
 		return false
 	}
 	log := slog.Default()
@@ -239,6 +240,20 @@ func (g *Gate) Log(level slog.Level, kind, source, msg string, args ...any) bool
 	log.Log(context.Background(), level, g.Field(msg), args...)
 	return true
 }
+
+// detailOf is what a summary says of a line held back: its message and
+// its arguments' values.
+func detailOf(msg string, args []any) string {
+	var b strings.Builder
+	b.WriteString(msg)
+	for i := 1; i < len(args) && b.Len() < 1024; i += 2 {
+		fmt.Fprintf(&b, " %v=%v", args[i-1], args[i])
+	}
+	return b.String()
+}
+
+// Every is the gate's interval.
+func (g *Gate) Every() time.Duration { return g.opt.Every }
 
 // Warn is Log at WARN; Info at INFO.
 func (g *Gate) Warn(kind, source, msg string, args ...any) bool {
@@ -275,8 +290,8 @@ func (g *Gate) emit(sums []Summary) {
 			g.opt.Summary(s)
 			continue
 		}
-		g.log.Warn(s.Kind+" (summary: more of these were held back)", "held", s.Held, "sources", s.Sources,
-			"last_source", s.LastSource, "last", s.LastDetail, "every", g.opt.Every.String())
+		g.log.Warn(s.Kind+" (summary)", "count", s.Held, "sources", s.Sources,
+			"last_source", s.LastSource, "last", s.LastDetail, "note", "held back: counted, not logged one by one, at most once every "+g.opt.Every.String())
 	}
 }
 

@@ -152,7 +152,7 @@ func TestLogCutsFields(t *testing.T) {
 	if len(out) > 1024 {
 		t.Fatalf("%d bytes logged for a 200 KB field, want under 1 KiB:\n%s", len(out), out)
 	}
-	if !utf8.ValidString(out) || !strings.Contains(out, "…(200000 bytes)") || !strings.Contains(out, "summary") || !strings.Contains(out, "held=1") {
+	if !utf8.ValidString(out) || !strings.Contains(out, "…(200000 bytes)") || !strings.Contains(out, "summary") || !strings.Contains(out, "count=1") {
 		t.Fatalf("log:\n%s", out)
 	}
 	if c := Cut("short", 64); c != "short" {
