@@ -16,25 +16,36 @@ import (
 // budget (fdbudget.Sockets) has room for it, so that the listener can
 // always accept and session files, agents and the write-ahead log always
 // find a descriptor: /healthz, the API and new devices stay reachable
-// however many idle keep-alive connections a client piles up, and a
+// however many idle or slow HTTP connections a client piles up, and a
 // message is never refused for "too many open files".
 //
 // It wraps the listener (every accepted connection holds one descriptor
 // of the budget until it is closed) and follows http.Server's ConnState:
-// connections idle between requests are kept in least-recently-idle
-// order. When the budget has no room for an accepted connection, the
-// connection idle the longest is closed to make room (an HTTP client
-// reopens a keep-alive connection it finds closed); when none is idle —
-// every connection is a device or a request in progress — the new
-// connection gets a plain HTTP 503 and is closed (its descriptor is one of
-// fdbudget.Base's).
+// connections that are not in a request — still sending the request line
+// and headers of their first request (StateNew, which covers a TLS
+// handshake too), or idle between requests (StateIdle, which covers the
+// headers of the next one) — are kept in the order they became so. When
+// the budget has no room for an accepted connection, the one of them
+// waiting the longest is closed to make room: an HTTP client reopens a
+// keep-alive connection it finds closed, and a client that takes seconds
+// over its headers is the one to go rather than a newcomer; a request in
+// progress or a WebSocket (hijacked) is never closed. When none is in
+// that state — every connection is a device or a request in progress —
+// the new connection gets a plain HTTP 503 and is closed (its descriptor
+// is one of fdbudget.Base's).
+//
+// Shedding is chosen over a shorter header deadline once the budget is
+// short: connections reopened as soon as they are cut refill every
+// descriptor a deadline frees, whatever its length, and a newcomer would
+// still find none; shedding frees one exactly when a newcomer needs it,
+// and the newcomer, being the newest, is the last to be shed.
 type ConnGuard struct {
 	fds *fdbudget.Pool
 
 	mu    sync.Mutex
 	open  int
-	idle  *list.List // of *guardedConn, longest idle first
-	shed  int64      // idle connections closed to make room
+	idle  *list.List // of *guardedConn not in a request (new or idle), longest first
+	shed  int64      // connections not in a request closed to make room
 	refus int64      // connections refused with 503
 }
 
@@ -46,9 +57,10 @@ func NewConnGuard(fds *fdbudget.Pool) *ConnGuard {
 // guardedConn is a counted connection; Close uncounts it once.
 type guardedConn struct {
 	net.Conn
-	g    *ConnGuard
-	once sync.Once
-	elem *list.Element // in g.idle while idle; guarded by g.mu
+	g      *ConnGuard
+	once   sync.Once
+	elem   *list.Element // in g.idle while not in a request; guarded by g.mu
+	closed bool          // Close has uncounted it; guarded by g.mu
 }
 
 func (c *guardedConn) Close() error {
@@ -56,6 +68,7 @@ func (c *guardedConn) Close() error {
 	c.once.Do(func() {
 		c.g.mu.Lock()
 		c.g.open--
+		c.closed = true
 		if c.elem != nil {
 			c.g.idle.Remove(c.elem)
 			c.elem = nil
@@ -100,7 +113,8 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 }
 
 // admit counts c if the budget has a descriptor for it, closing the
-// connection idle the longest to make room if needed; nil: refused.
+// connection out of a request the longest (new or idle) to make room if
+// needed; nil: refused.
 func (g *ConnGuard) admit(c net.Conn) *guardedConn {
 	for {
 		if g.fds.TryAcquire(1) {
@@ -128,7 +142,8 @@ func (g *ConnGuard) admit(c net.Conn) *guardedConn {
 	}
 }
 
-// ConnState is http.Server's hook: it tracks which connections are idle.
+// ConnState is http.Server's hook: it tracks which connections are not
+// in a request, new (headers or a TLS handshake under way) or idle.
 func (g *ConnGuard) ConnState(c net.Conn, state http.ConnState) {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
@@ -143,13 +158,14 @@ func (g *ConnGuard) ConnState(c net.Conn, state http.ConnState) {
 		g.idle.Remove(gc.elem)
 		gc.elem = nil
 	}
-	if state == http.StateIdle {
+	if (state == http.StateNew || state == http.StateIdle) && !gc.closed {
 		gc.elem = g.idle.PushBack(gc)
 	}
 }
 
-// stats reports open connections, idle ones, and the counts of idle
-// connections shed and connections refused since start.
+// stats reports open connections, those not in a request (new or idle),
+// and the counts of such connections shed and connections refused since
+// start.
 func (g *ConnGuard) stats() (open, idle int, shed, refused int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -2,6 +2,7 @@ package wschannel
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/fdbudget"
 )
 
@@ -49,7 +51,9 @@ func guardedServer(t *testing.T, limit int) (addr string, g *ConnGuard) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: mux, ConnState: g.ConnState, ReadHeaderTimeout: 10 * time.Second}
+	// No header timeout cuts a connection in its headers while a test
+	// runs: only the guard does.
+	hs := &http.Server{Handler: mux, ConnState: g.ConnState, ReadHeaderTimeout: time.Hour}
 	go hs.Serve(g.Listener(ln))
 	t.Cleanup(func() {
 		hs.Close()
@@ -85,17 +89,12 @@ func keepAliveGet(t *testing.T, addr, path string) (net.Conn, string) {
 
 func waitGuard(t *testing.T, g *ConnGuard, what string, ok func(open, idle int) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		open, idle, _, _ := g.stats()
-		if ok(open, idle) {
-			return
+	testwait.UntilOK(t, what, func() error {
+		if open, idle, _, _ := g.stats(); !ok(open, idle) {
+			return fmt.Errorf("open=%d idle=%d", open, idle)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: open=%d idle=%d", what, open, idle)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Idle keep-alive connections cannot fill the server: past the limit the
@@ -195,12 +194,115 @@ func TestConnGuardFollowsTheBudget(t *testing.T) {
 		t.Fatalf("sockets hold %d descriptors with one connection open", used)
 	}
 	c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.Stats().Used[fdbudget.Sockets] != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("sockets still hold %d descriptors after the client closed", b.Stats().Used[fdbudget.Sockets])
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, "the sockets' descriptor given back after the client closed", func() bool { return b.Stats().Used[fdbudget.Sockets] == 0 })
 	agents.Release(held - 1)
+}
+
+// slowHeaders opens a connection and sends part of a request line, as a
+// client does that sends its headers a byte at a time: net/http holds it
+// in StateNew until the header timeout.
+func slowHeaders(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := io.WriteString(c, "GET /heal"); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// closedByServer reports whether the server closed c (a read ends
+// without data) rather than leaving it open until the deadline.
+func closedByServer(c net.Conn) bool {
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := c.Read(make([]byte, 1))
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// Connections still sending their headers cannot fill the server either
+// (issue 36 row 2): a newcomer closes the one in its headers the longest,
+// and is served. Before, only connections idle between requests were
+// shed, and every newcomer got 503 until the header timeout (10 s).
+func TestConnGuardShedsSlowHeaders(t *testing.T) {
+	addr, g := guardedServer(t, 3)
+	var slow []net.Conn
+	for i := range 3 {
+		// Once the guard counts it, it is in the guard's line too: the
+		// server calls ConnState(StateNew) before it accepts again.
+		slow = append(slow, slowHeaders(t, addr))
+		waitGuard(t, g, fmt.Sprintf("%d in their headers", i+1), func(open, idle int) bool { return open == i+1 })
+	}
+	for i := range 2 { // each newcomer stays open (idle): the budget stays full
+		c, got := keepAliveGet(t, addr, "/healthz")
+		if got != "200 ok" {
+			t.Fatalf("request %d with every descriptor held by connections in their headers: %s, want 200 ok", i, got)
+		}
+		defer c.Close()
+	}
+	for i, c := range slow[:2] {
+		if !closedByServer(c) {
+			t.Errorf("connection %d, in its headers the longest, still open after newcomers came", i)
+		}
+	}
+	if _, _, shed, refused := g.stats(); shed != 2 || refused != 0 {
+		t.Errorf("shed = %d, refused = %d, want 2 and 0", shed, refused)
+	}
+	// The youngest one in its headers is still served once it finishes them.
+	if _, err := io.WriteString(slow[2], "thz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	slow[2].SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(slow[2]), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the connection left in its headers: %v %v, want 200", resp, err)
+	}
+	resp.Body.Close()
+}
+
+// Connections out of a request go in the order they became so, whether
+// new or idle: the one waiting the longest is shed first.
+func TestConnGuardShedsLongestWaitingFirst(t *testing.T) {
+	addr, g := guardedServer(t, 3)
+	first := slowHeaders(t, addr)
+	waitGuard(t, g, "one in its headers", func(open, idle int) bool { return open == 1 })
+	second, got := keepAliveGet(t, addr, "/healthz")
+	if got != "200 ok" {
+		t.Fatal(got)
+	}
+	defer second.Close()
+	waitGuard(t, g, "one in its headers, then one idle", func(open, idle int) bool { return open == 2 && idle == 2 })
+	third := slowHeaders(t, addr)
+	waitGuard(t, g, "three out of a request", func(open, idle int) bool { return open == 3 })
+
+	// Each newcomer stays open (idle after its answer, so younger than
+	// third): the budget stays full.
+	a, got := keepAliveGet(t, addr, "/healthz") // sheds first
+	if got != "200 ok" {
+		t.Fatal(got)
+	}
+	defer a.Close()
+	if !closedByServer(first) {
+		t.Fatal("the connection in its headers the longest was not shed first")
+	}
+	b, got := keepAliveGet(t, addr, "/healthz") // sheds second, idle
+	if got != "200 ok" {
+		t.Fatal(got)
+	}
+	defer b.Close()
+	if !closedByServer(second) {
+		t.Fatal("the idle connection, next in line, was not shed")
+	}
+	third.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := third.Read(make([]byte, 1)); err == nil || !isTimeout(err) {
+		t.Fatalf("the youngest connection in its headers was shed (read: %v)", err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

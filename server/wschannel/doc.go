@@ -39,7 +39,7 @@
 // only then is it answered busy.
 //
 // ConnGuard is the listener's side: it keeps open TCP connections
-// within the descriptor budget (package fdbudget), shedding the longest
-// idle keep-alive or answering 503; termserver's Serve wraps its
-// listener in it.
+// within the descriptor budget (package fdbudget), shedding the
+// connection idle or still in its headers the longest, or answering 503;
+// termserver's Serve wraps its listener in it.
 package wschannel
