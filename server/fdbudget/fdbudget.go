@@ -9,31 +9,36 @@
 // poller, the write-ahead logs (segment, directory, lock; two segments
 // while one is cut), the notices and registry files and their temporary
 // files, the agent sentinel, and the socket a refused connection is
-// answered on. The rest, [Budget.Total], is shared by three classes:
+// answered on. The rest, [Budget.Total], is shared by three classes,
+// each with a floor (kept for it whatever the others do) and a cap:
 //
 //   - [Files]: the session store's open files (its cache of append
-//     handles, the temporary file of a new session, readers). Its floor is
-//     kept for it; it grows past the floor up to its cap only into room
-//     nobody else uses, and closes its least recently used handle rather
-//     than fail a write.
-//   - [Agents]: the pipes of agent processes ([PerAgent] each). Its floor
-//     is kept for it; past the floor an agent takes free room, or waits
-//     for some ([Pool.Acquire]: a terminal agent's run), or is not started
-//     (the run answers an error).
+//     handles, the temporary file of a new session, readers). It grows
+//     past its floor up to its cap only into room nobody else uses, and
+//     closes its least recently used handle rather than fail a write.
+//   - [Agents]: the pipes of agent processes ([PerAgent] each). Past its
+//     floor an agent takes room nobody else uses or keeps, or waits for
+//     some ([Pool.Acquire]: a terminal agent's run; the waiters are served
+//     in the order they came), or is not started ([Pool.TryAcquire]: a
+//     long-lived agent; the run answers an error).
 //   - [Sockets]: accepted TCP connections (HTTP requests and WebSockets).
-//     No floor: every descriptor the others neither use nor keep. A
-//     connection that finds none gets 503 (wschannel.ConnGuard).
+//     Its floor is what the others can never hold between them: Total
+//     less the session files' cap and the agents' floor. A connection
+//     that finds no room gets 503 (wschannel.ConnGuard).
 //
 // A class takes n descriptors with [Pool.TryAcquire] (or waits for them
-// with [Pool.Acquire]) when it stays within
-// its cap and what remains still covers every other class's unused floor;
-// [Pool.Release] gives them back. So the session store and the agents can
-// always count on their floors whatever the sockets do, and sockets get
-// the rest: at least Total - cap(Files) - floor(Agents) while the agents
-// stay within their floor (804 of a limit of 1024).
+// with [Pool.Acquire]) when it stays within its cap and what remains
+// still covers every other class's unused floor; [Pool.Release] gives
+// them back. So each class can always count on its floor whatever the
+// others do. The sockets' floor is the agents' ceiling: busy agents
+// (hundreds of runs of a process per message) cannot take the room
+// devices and /healthz connect with. At a limit of 1024: Total 960,
+// session files 15 to 96, agents 60 to 141 (10 to 23 processes), sockets
+// 804 to 885.
 package fdbudget
 
 import (
+	"container/list"
 	"context"
 	"fmt"
 	"sync"
@@ -90,21 +95,32 @@ type Budget struct {
 	mu      sync.Mutex
 	used    [numClasses]int
 	refused [numClasses]int64
-	freed   chan struct{} // closed (and replaced) when descriptors are released while some Acquire waits
-	waiting int           // Acquire calls waiting
+	waiters list.List // of *waiter: Acquire calls waiting, first come first
+}
+
+// waiter is an Acquire call waiting for room; Release takes the room for
+// it (granted) and closes ready.
+type waiter struct {
+	c       Class
+	n       int
+	ready   chan struct{}
+	granted bool // guarded by Budget.mu
 }
 
 // New returns the budget of a process allowed limit descriptors:
 // Total = limit - Base; Files keep Total/64 (8 to 64) and may grow to
 // Total/10 (at most MaxFiles); Agents keep Total/16 (at least one agent,
-// at most 1,024 agents); Sockets have the rest.
+// at most 1,024 agents); Sockets keep the rest: Total less the cap of
+// Files and the floor of Agents. Agents and Sockets may grow into what
+// Files leave unused, and Sockets into what Agents leave unused.
 func New(limit int) *Budget {
 	limit = max(limit, MinLimit)
-	b := &Budget{limit: limit, total: limit - Base, freed: make(chan struct{})}
+	b := &Budget{limit: limit, total: limit - Base}
 	t := b.total
 	b.floor[Files] = clamp(t/64, 8, 64)
 	b.cap[Files] = clamp(t/10, b.floor[Files], MaxFiles)
 	b.floor[Agents] = clamp(t/16, PerAgent, 1024*PerAgent)
+	b.floor[Sockets] = t - b.cap[Files] - b.floor[Agents]
 	b.cap[Agents] = t
 	b.cap[Sockets] = t
 	return b
@@ -133,7 +149,10 @@ func (b *Budget) Floor(c Class) int { return b.floor[c] }
 
 // Max is the most class c can ever hold: its cap, or Total less the
 // other classes' floors.
-func (b *Budget) Max(c Class) int {
+func (b *Budget) Max(c Class) int { return b.maxLocked(c) }
+
+// maxLocked is Max; it reads only what New set.
+func (b *Budget) maxLocked(c Class) int {
 	m := b.total
 	for o := range numClasses {
 		if o != c {
@@ -178,32 +197,63 @@ func (b *Budget) acquire(ctx context.Context, c Class, n int) error {
 	if n > b.Max(c) {
 		return fmt.Errorf("fdbudget: %s asked for %d descriptors, more than they can ever hold (%d)", c, n, b.Max(c))
 	}
-	counted := false
-	for {
-		b.mu.Lock()
-		if b.takeLocked(c, n) {
-			b.mu.Unlock()
-			return nil
-		}
-		if !counted {
-			b.refused[c]++
-			counted = true
-		}
-		freed := b.freed
-		b.waiting++
+	b.mu.Lock()
+	if !b.waitingLocked(c) && b.takeLocked(c, n) {
 		b.mu.Unlock()
-		var done bool
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			done = true
+		return nil
+	}
+	// Wait in line: Release serves the waiters in the order they came,
+	// so none waits behind later ones (each holder gives its room back
+	// in a bounded time: an agent run has a timeout).
+	b.refused[c]++
+	w := &waiter{c: c, n: n, ready: make(chan struct{})}
+	e := b.waiters.PushBack(w)
+	b.mu.Unlock()
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w.granted { // granted as ctx ended: the room is the next waiter's
+		b.used[c] -= n
+		b.serveLocked()
+	} else {
+		b.waiters.Remove(e)
+	}
+	return fmt.Errorf("waiting for %d file descriptors for %s (%s): %w", n, c, b.stringLocked(), ctx.Err())
+}
+
+// waitingLocked reports whether an Acquire of class c waits: a new one
+// gets in line behind it.
+func (b *Budget) waitingLocked(c Class) bool {
+	for e := b.waiters.Front(); e != nil; e = e.Next() {
+		if e.Value.(*waiter).c == c {
+			return true
 		}
-		b.mu.Lock()
-		b.waiting--
-		b.mu.Unlock()
-		if done {
-			return fmt.Errorf("waiting for %d file descriptors for %s (%s): %w", n, c, b, ctx.Err())
+	}
+	return false
+}
+
+// serveLocked gives the room there is to the waiters, first come first;
+// one that does not fit is skipped for a later one of another class
+// only (one of its own class waits behind it).
+func (b *Budget) serveLocked() {
+	var blocked [numClasses]bool
+	for e := b.waiters.Front(); e != nil; {
+		next := e.Next()
+		w := e.Value.(*waiter)
+		if !blocked[w.c] {
+			if b.takeLocked(w.c, w.n) {
+				w.granted = true
+				close(w.ready)
+				b.waiters.Remove(e)
+			} else {
+				blocked[w.c] = true
+			}
 		}
+		e = next
 	}
 }
 
@@ -214,9 +264,8 @@ func (b *Budget) release(c Class, n int) {
 		panic(fmt.Sprintf("fdbudget: %s released %d descriptors but holds %d", c, n, b.used[c]))
 	}
 	b.used[c] -= n
-	if b.waiting > 0 {
-		close(b.freed) // wake every Acquire waiting
-		b.freed = make(chan struct{})
+	if b.waiters.Len() > 0 {
+		b.serveLocked()
 	}
 }
 
@@ -224,21 +273,37 @@ func (b *Budget) release(c Class, n int) {
 type Stats struct {
 	Limit, Total int
 	Used         [numClasses]int   // by class
-	Refused      [numClasses]int64 // TryAcquire calls refused, by class
+	Refused      [numClasses]int64 // TryAcquire and Acquire calls that found no room, by class
+	Waiting      [numClasses]int   // Acquire calls waiting now, by class
 }
 
-// Stats returns what each class holds now and how often it was refused.
+// Stats returns what each class holds now, how often it was refused and
+// how many of its Acquire calls wait.
 func (b *Budget) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return Stats{Limit: b.limit, Total: b.total, Used: b.used, Refused: b.refused}
+	return b.statsLocked()
+}
+
+func (b *Budget) statsLocked() Stats {
+	s := Stats{Limit: b.limit, Total: b.total, Used: b.used, Refused: b.refused}
+	for e := b.waiters.Front(); e != nil; e = e.Next() {
+		s.Waiting[e.Value.(*waiter).c]++
+	}
+	return s
 }
 
 // String says what the budget holds, for error messages and logs.
 func (b *Budget) String() string {
-	s := b.Stats()
-	return fmt.Sprintf("file descriptors: limit %d (%d shared): sockets %d, session files %d of %d, agents %d (%d kept)",
-		s.Limit, s.Total, s.Used[Sockets], s.Used[Files], b.cap[Files], s.Used[Agents], b.floor[Agents])
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stringLocked()
+}
+
+func (b *Budget) stringLocked() string {
+	s := b.statsLocked()
+	return fmt.Sprintf("file descriptors: limit %d (%d shared): sockets %d (%d kept), session files %d of %d, agents %d of %d (%d kept, %d waiting)",
+		s.Limit, s.Total, s.Used[Sockets], b.floor[Sockets], s.Used[Files], b.cap[Files], s.Used[Agents], b.maxLocked(Agents), b.floor[Agents], s.Waiting[Agents])
 }
 
 // Pool is one class's share of a [Budget]. A nil *Pool accounts nothing:
