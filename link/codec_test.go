@@ -209,6 +209,10 @@ func FuzzDecode(f *testing.F) {
 		`{"type":"settings_ack","version":2,"error":"no"}`,
 		`{"type":"diag","request_id":"q","kind":"selftest"}`,
 		`{"type":"diag_result","request_id":"q","kind":"logs","text":"a\nb"}`,
+		// At and past the bounds of ids and kinds (issue 36).
+		`{"type":"diag_result","request_id":"` + strings.Repeat("q", MaxFleetIDBytes) + `","kind":"` + strings.Repeat("k", MaxDiagKindBytes+1) + `"}`,
+		`{"type":"update_status","update_id":"` + strings.Repeat("u", MaxFleetIDBytes+1) + `","version":"1","running":"1","state":"failed"}`,
+		`{"type":"diag","request_id":"` + strings.Repeat("q", MaxFleetIDBytes+1) + `","kind":"logs"}`,
 	} {
 		f.Add([]byte(s))
 	}

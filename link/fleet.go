@@ -60,12 +60,21 @@ const (
 	DiagSelftest = "selftest" // the board's self-checks that need no person
 )
 
-// MaxUpdateReasonBytes bounds UpdateStatus.Reason and SettingsAck.Error,
-// and MaxVersionBytes UpdateStatus.Version and Running (a release
+// MaxUpdateReasonBytes bounds UpdateStatus.Reason, SettingsAck.Error and
+// DiagResult.Error, and MaxVersionBytes UpdateStatus.Version and Running (a release
 // version's most): what a server keeps of them per device is bounded.
 const (
 	MaxUpdateReasonBytes = 1024
 	MaxVersionBytes      = 64
+)
+
+// MaxFleetIDBytes bounds the ids of fleet frames (Update's and
+// UpdateStatus' update_id, Diag's and DiagResult's request_id), and
+// MaxDiagKindBytes DiagResult.Kind: the server names them in what it
+// writes, and makes its own far shorter (a peer_id's bound).
+const (
+	MaxFleetIDBytes  = 128
+	MaxDiagKindBytes = 32
 )
 
 // MaxDiagBytes bounds DiagResult.Text (and Diag.Bytes): 64 KiB.
@@ -187,6 +196,8 @@ func fleetProblem(f Frame) (field, msg string) {
 		switch {
 		case f.UpdateID == "":
 			return "update_id", missing
+		case len(f.UpdateID) > MaxFleetIDBytes:
+			return "update_id", tooLong(len(f.UpdateID), MaxFleetIDBytes)
 		case f.Version == "":
 			return "version", missing
 		case f.Manifest == "":
@@ -205,14 +216,16 @@ func fleetProblem(f Frame) (field, msg string) {
 			return "state", fmt.Sprintf("must be one of downloading, restarting, installed, rolled_back, refused, failed; got %q", f.State)
 		}
 		switch {
+		case len(f.UpdateID) > MaxFleetIDBytes:
+			return "update_id", tooLong(len(f.UpdateID), MaxFleetIDBytes)
 		case f.Version == "":
 			return "version", missing
 		case len(f.Version) > MaxVersionBytes:
-			return "version", fmt.Sprintf("is %d bytes, more than %d", len(f.Version), MaxVersionBytes)
+			return "version", tooLong(len(f.Version), MaxVersionBytes)
 		case len(f.Running) > MaxVersionBytes:
-			return "running", fmt.Sprintf("is %d bytes, more than %d", len(f.Running), MaxVersionBytes)
+			return "running", tooLong(len(f.Running), MaxVersionBytes)
 		case len(f.Reason) > MaxUpdateReasonBytes:
-			return "reason", fmt.Sprintf("is %d bytes, more than %d", len(f.Reason), MaxUpdateReasonBytes)
+			return "reason", tooLong(len(f.Reason), MaxUpdateReasonBytes)
 		}
 	case *Settings:
 		if f.Version < 1 {
@@ -233,12 +246,14 @@ func fleetProblem(f Frame) (field, msg string) {
 			return "version", "must be a whole number from 1, got " + strconv.FormatInt(f.Version, 10)
 		}
 		if len(f.Error) > MaxUpdateReasonBytes {
-			return "error", fmt.Sprintf("is %d bytes, more than %d", len(f.Error), MaxUpdateReasonBytes)
+			return "error", tooLong(len(f.Error), MaxUpdateReasonBytes)
 		}
 	case *Diag:
 		switch {
 		case f.RequestID == "":
 			return "request_id", missing
+		case len(f.RequestID) > MaxFleetIDBytes:
+			return "request_id", tooLong(len(f.RequestID), MaxFleetIDBytes)
 		case f.Kind != DiagLogs && f.Kind != DiagSelftest:
 			return "kind", fmt.Sprintf("must be %q or %q; got %q", DiagLogs, DiagSelftest, f.Kind)
 		case f.Bytes < 0 || f.Bytes > MaxDiagBytes:
@@ -248,14 +263,23 @@ func fleetProblem(f Frame) (field, msg string) {
 		switch {
 		case f.RequestID == "":
 			return "request_id", missing
+		case len(f.RequestID) > MaxFleetIDBytes:
+			return "request_id", tooLong(len(f.RequestID), MaxFleetIDBytes)
 		case f.Kind == "":
 			return "kind", missing
+		case len(f.Kind) > MaxDiagKindBytes:
+			return "kind", tooLong(len(f.Kind), MaxDiagKindBytes)
 		case len(f.Text) > MaxDiagBytes:
-			return "text", fmt.Sprintf("is %d bytes, more than %d", len(f.Text), MaxDiagBytes)
+			return "text", tooLong(len(f.Text), MaxDiagBytes)
+		case len(f.Error) > MaxUpdateReasonBytes:
+			return "error", tooLong(len(f.Error), MaxUpdateReasonBytes)
 		}
 	}
 	return "", ""
 }
+
+// tooLong says a field of n bytes is over its bound.
+func tooLong(n, bound int) string { return fmt.Sprintf("is %d bytes, more than %d", n, bound) }
 
 // appendFleet appends a fleet frame's fields (after "type") as
 // encoding/json writes them; ok is false for any other frame.

@@ -60,6 +60,13 @@ func TestDecodeFleetFramesRefused(t *testing.T) {
 		{`{"type":"diag","request_id":"q","kind":"logs","bytes":1000000}`, "bytes", "65536"},
 		{`{"type":"diag_result","kind":"logs"}`, "request_id", "missing"},
 		{`{"type":"diag_result","request_id":"q","kind":"logs","text":"` + strings.Repeat("x", MaxDiagBytes+1) + `"}`, "text", "more than"},
+		// Issue 36: every id and kind of a fleet frame is bounded.
+		{`{"type":"diag_result","request_id":"` + strings.Repeat("q", MaxFleetIDBytes+1) + `","kind":"logs"}`, "request_id", "129 bytes, more than 128"},
+		{`{"type":"diag_result","request_id":"q","kind":"` + strings.Repeat("k", MaxDiagKindBytes+1) + `"}`, "kind", "33 bytes, more than 32"},
+		{`{"type":"diag_result","request_id":"q","kind":"logs","error":"` + strings.Repeat("e", MaxUpdateReasonBytes+1) + `"}`, "error", "more than 1024"},
+		{`{"type":"diag","request_id":"` + strings.Repeat("q", MaxFleetIDBytes+1) + `","kind":"logs"}`, "request_id", "more than 128"},
+		{`{"type":"update_status","update_id":"` + strings.Repeat("u", MaxFleetIDBytes+1) + `","version":"1","running":"1","state":"installed"}`, "update_id", "129 bytes, more than 128"},
+		{`{"type":"update","update_id":"` + strings.Repeat("u", MaxFleetIDBytes+1) + `","version":"1","manifest":"m","url":"u"}`, "update_id", "more than 128"},
 	} {
 		_, err := Decode([]byte(c.wire))
 		var de *DecodeError
@@ -68,6 +75,22 @@ func TestDecodeFleetFramesRefused(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), c.field) || !strings.Contains(err.Error(), c.says) {
 			t.Fatalf("Decode(%.80s) = %q, want it to name %q and say %q", c.wire, err, c.field, c.says)
+		}
+	}
+}
+
+// The bounds take what they bound: an id of MaxFleetIDBytes, a kind of
+// MaxDiagKindBytes decode.
+func TestDecodeFleetFramesAtTheirBounds(t *testing.T) {
+	id, kind := strings.Repeat("i", MaxFleetIDBytes), strings.Repeat("k", MaxDiagKindBytes)
+	for _, wire := range []string{
+		`{"type":"diag_result","request_id":"` + id + `","kind":"` + kind + `"}`,
+		`{"type":"diag","request_id":"` + id + `","kind":"logs"}`,
+		`{"type":"update_status","update_id":"` + id + `","version":"1","running":"1","state":"installed"}`,
+		`{"type":"update","update_id":"` + id + `","version":"1","manifest":"m","url":"u"}`,
+	} {
+		if _, err := Decode([]byte(wire)); err != nil {
+			t.Errorf("Decode(%.60s…) = %v", wire, err)
 		}
 	}
 }
