@@ -9,8 +9,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
+	"termlink/internal/testwait"
 	"termlink/testrig/cluster"
 )
 
@@ -28,6 +28,7 @@ type listedPeer struct {
 // that knows edge 2 shows online there, the one that does not shows
 // offline at edge 1, on every surviving node.
 func TestDevicesAcrossNodes(t *testing.T) {
+	cluster.Heavy(t)
 	tc := startCluster(t, clusterOpts{edges: 2, workers: 1})
 	e1, e2, w := tc.edges[0], tc.edges[1], tc.workers[0]
 	devs := []*device{
@@ -71,20 +72,16 @@ func TestDevicesAcrossNodes(t *testing.T) {
 // order, each "peer state edge").
 func waitPeers(t *testing.T, s *cluster.Server, want string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	got := ""
-	for time.Now().Before(deadline) {
+	testwait.UntilOK(t, s.Spec.Name+" listing "+want, func() error {
 		var page struct {
 			Peers []listedPeer `json:"peers"`
 		}
-		if st := call(t, http.MethodGet, s.HTTPURL()+"/api/channels/"+cluster.Channel+"/peers", "", &page); st == http.StatusOK {
-			if got = describePeers(page.Peers); got == want {
-				return
-			}
+		st := call(t, http.MethodGet, s.HTTPURL()+"/api/channels/"+cluster.Channel+"/peers", "", &page)
+		if got := describePeers(page.Peers); st != http.StatusOK || got != want {
+			return fmt.Errorf("HTTP %d: %s", st, got)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s lists %q, want %q", s.Spec.Name, got, want)
+		return nil
+	})
 }
 
 func describePeers(peers []listedPeer) string {
@@ -103,7 +100,7 @@ func describePeers(peers []listedPeer) string {
 // helloPeers reads the hello of s's live event stream.
 func helloPeers(t *testing.T, s *cluster.Server) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.HTTPURL()+"/api/channels/"+cluster.Channel+"/events/stream", nil)
 	if err != nil {

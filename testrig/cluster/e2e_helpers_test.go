@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/session"
 	"termlink/testrig/cluster"
@@ -28,6 +30,8 @@ import (
 var termserverBin string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	cluster.ParallelDefault()
 	dir, err := os.MkdirTemp("", "cluster-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -46,8 +50,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// waitFor bounds every wait of these tests.
-const waitFor = 60 * time.Second
+// waitFor bounds every wait of these tests: testwait's deadline (a
+// loaded 2-core machine is slow, never that slow). No test asserts on
+// how long a wait took.
+const waitFor = testwait.Deadline
 
 // testCluster is 3 NATS nodes plus termserver edges and workers.
 type testCluster struct {

@@ -12,6 +12,7 @@ import (
 // concurrent create of the same stream no answer (nats.go#949), so a
 // node must retry instead of failing after its timeout.
 func TestConcurrentNodeStart(t *testing.T) {
+	cluster.Heavy(t)
 	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, concurrent: true})
 	d := newDevice(t, "concurrent-1", tc.edges[1].WSURL())
 	d.send("hello")
@@ -23,6 +24,7 @@ func TestConcurrentNodeStart(t *testing.T) {
 // with its workspace: a device that knew the URL reaches it again. One
 // node of role "all" (edge and worker) on one NATS node.
 func TestServerKillRestartSameAddress(t *testing.T) {
+	cluster.Heavy(t)
 	nc := cluster.StartNATSForTest(t, 1)
 	s := cluster.StartServerForTest(t, termserverBin, cluster.NodeSpec{Name: "all-1", Role: "all", NATS: nc.URLs(), Replicas: 1, Partitions: 2})
 	addr := s.Addr()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/session"
 	"termlink/testrig/cluster"
@@ -145,6 +146,7 @@ func interruptions(t *testing.T, tc *testCluster) map[string]int {
 // session id), its history (every message and reply recorded once, in
 // order) and its order (replies in send order).
 func TestMoveEdgeMidConversation(t *testing.T) {
+	cluster.Heavy(t)
 	runLog := filepath.Join(t.TempDir(), "runs.log")
 	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, agent: slowAgent(runLog, 300*time.Millisecond)})
 	d := newDevice(t, "mover-1", tc.edges[0].WSURL())
@@ -219,6 +221,7 @@ func TestMoveEdgeMidConversation(t *testing.T) {
 // once, recorded in the history (a system record with event
 // run_interrupted).
 func TestKillWorkerDuringRuns(t *testing.T) {
+	cluster.Heavy(t)
 	runLog := filepath.Join(t.TempDir(), "runs.log")
 	tc := startCluster(t, clusterOpts{edges: 1, workers: 2, agent: slowAgent(runLog, 2*time.Second)})
 	const devices, perDevice = 8, 2
@@ -234,20 +237,19 @@ func TestKillWorkerDuringRuns(t *testing.T) {
 	// log's line; a run lasts 2 s).
 	victim := tc.workers[0]
 	ws := filepath.Join(victim.Spec.Dir, "workspace")
-	deadline := time.Now().Add(waitFor)
 	var killedDuring []string
-	for killedDuring == nil {
+	testwait.UntilOK(t, "a run started by worker-1", func() error {
 		_, lines := runStarts(t, runLog)
 		for _, l := range lines {
 			if w, text, _ := strings.Cut(l, " "); w == ws {
 				killedDuring = append(killedDuring, text)
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker-1 started no run in %v; run log %q", waitFor, lines)
+		if killedDuring == nil {
+			return fmt.Errorf("run log %q", lines)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	victim.Kill()
 	t.Logf("killed %s during the runs of %v", victim.Spec.Name, killedDuring)
 
@@ -275,6 +277,7 @@ func TestKillWorkerDuringRuns(t *testing.T) {
 // nothing is lost: every message answered exactly once, in order, run
 // once, recorded once.
 func TestKillEdge(t *testing.T) {
+	cluster.Heavy(t)
 	runLog := filepath.Join(t.TempDir(), "runs.log")
 	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, agent: slowAgent(runLog, 200*time.Millisecond)})
 	var ds []*device
@@ -314,6 +317,7 @@ func TestKillEdge(t *testing.T) {
 // (every message answered exactly once and recorded, run in the order
 // accepted), nothing run twice unless its interruption is recorded.
 func TestNATSNodeRestartUnderLoad(t *testing.T) {
+	cluster.Heavy(t)
 	runLog := filepath.Join(t.TempDir(), "runs.log")
 	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, agent: slowAgent(runLog, 0)})
 	var ds []*device
@@ -369,6 +373,7 @@ func TestNATSNodeRestartUnderLoad(t *testing.T) {
 // (same message_id) gets the cached reply (ack duplicate with reply) and
 // the agent does not run again.
 func TestDedupeBeyondDuplicateWindow(t *testing.T) {
+	cluster.Heavy(t)
 	runLog := filepath.Join(t.TempDir(), "runs.log")
 	const window = 1 * time.Second
 	tc := startCluster(t, clusterOpts{edges: 1, workers: 1, agent: slowAgent(runLog, 0),

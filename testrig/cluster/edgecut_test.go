@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/testrig/chaos"
 	"termlink/testrig/cluster"
 )
@@ -27,6 +28,7 @@ import (
 // move to edge-2 and every message is answered there, in order, before
 // the cut heals. Then edge-1 takes devices again.
 func TestEdgeCutOffFromNATSSendsDevicesElsewhere(t *testing.T) {
+	cluster.Heavy(t)
 	runLog := filepath.Join(t.TempDir(), "runs.log")
 	var proxy *chaos.Proxy
 	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, agent: slowAgent(runLog, 0),
@@ -52,7 +54,7 @@ func TestEdgeCutOffFromNATSSendsDevicesElsewhere(t *testing.T) {
 		d.send(d.peer + "-before")
 	}
 	for _, d := range ds {
-		d.waitReplies(30 * time.Second)
+		d.waitReplies(waitFor)
 	}
 	if n := connectedPeers(t, edge1.HTTPURL()); n != len(ds) {
 		t.Fatalf("edge-1 holds %d devices before the cut, want %d", n, len(ds))
@@ -65,7 +67,7 @@ func TestEdgeCutOffFromNATSSendsDevicesElsewhere(t *testing.T) {
 		d.send(d.peer + "-during-2")
 	}
 	for _, d := range ds {
-		d.waitReplies(40 * time.Second)
+		d.waitReplies(waitFor)
 	}
 	t.Logf("every message answered %.1fs after the cut", time.Since(cut).Seconds())
 	if n := connectedPeers(t, edge2.HTTPURL()); n != len(ds) {
@@ -75,18 +77,17 @@ func TestEdgeCutOffFromNATSSendsDevicesElsewhere(t *testing.T) {
 	// connection, moved off the stalled server at half a lease, fails
 	// their messages meanwhile); edge-1 says it is cut off once a lease
 	// has passed without NATS.
-	var code int
-	var body string
-	for until := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		code, body = httpGet(t, edge1.HTTPURL()+"/healthz")
-		if code == http.StatusServiceUnavailable || time.Now().After(until) {
-			break
+	testwait.UntilOK(t, "edge-1's /healthz saying it is cut off", func() error {
+		code, body := httpGet(t, edge1.HTTPURL()+"/healthz")
+		if code != http.StatusServiceUnavailable {
+			return fmt.Errorf("%d %s", code, body)
 		}
-	}
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "edge edge-1 has lost the NATS cluster since") {
-		t.Errorf("edge-1's /healthz while cut off: %d %s", code, body)
-	}
-	code, body = httpGet(t, strings.Replace(edge1.WSURL(), "ws://", "http://", 1))
+		if !strings.Contains(body, "edge edge-1 has lost the NATS cluster since") {
+			t.Errorf("edge-1's /healthz while cut off: %d %s", code, body)
+		}
+		return nil
+	})
+	code, body := httpGet(t, strings.Replace(edge1.WSURL(), "ws://", "http://", 1))
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "connect to another edge") {
 		t.Errorf("edge-1's WebSocket route while cut off: %d %s", code, body)
 	}
@@ -95,20 +96,15 @@ func TestEdgeCutOffFromNATSSendsDevicesElsewhere(t *testing.T) {
 	}
 
 	proxy.SetMode(chaos.Normal)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		code, body := httpGet(t, edge1.HTTPURL()+"/healthz")
-		if code == http.StatusOK {
-			break
+	testwait.UntilOK(t, "edge-1 healthy after the cut healed", func() error {
+		if code, body := httpGet(t, edge1.HTTPURL()+"/healthz"); code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("edge-1 not healthy 60 s after the cut healed: %d %s", code, body)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	d := newDevice(t, "cut-after", edge1.WSURL())
 	d.send("after")
-	d.waitReplies(30 * time.Second)
+	d.waitReplies(waitFor)
 	for _, d := range append(ds, d) {
 		d.check(true)
 	}

@@ -1,10 +1,11 @@
 package cluster_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
+	"termlink/internal/testwait"
 	"termlink/testrig/cluster"
 )
 
@@ -13,14 +14,15 @@ import (
 // both connects, each naming the edge that recorded it, and the runs the
 // worker recorded, naming the worker.
 func TestEventsAcrossNodes(t *testing.T) {
+	cluster.Heavy(t)
 	tc := startCluster(t, clusterOpts{edges: 2, workers: 1})
 	edgeA, edgeB, worker := tc.edges[0], tc.edges[1], tc.workers[0]
 	a := newDevice(t, "ev-a", edgeA.WSURL())
 	b := newDevice(t, "ev-b", edgeB.WSURL())
 	a.send("from a")
 	b.send("from b")
-	a.waitReplies(30 * time.Second)
-	b.waitReplies(30 * time.Second)
+	a.waitReplies(waitFor)
+	b.waitReplies(waitFor)
 
 	for _, n := range []*cluster.Server{edgeA, edgeB, worker} {
 		var want = map[[3]string]bool{
@@ -29,8 +31,7 @@ func TestEventsAcrossNodes(t *testing.T) {
 			{"inbound_accepted", "ev-a", edgeA.Spec.Name}:     false,
 			{"direct_run_finished", "ev-b", worker.Spec.Name}: false,
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		testwait.UntilOK(t, "the events of both devices on "+n.Spec.Name, func() error {
 			var got struct {
 				Events []struct {
 					Event  string `json:"event"`
@@ -41,7 +42,6 @@ func TestEventsAcrossNodes(t *testing.T) {
 			if st := call(t, http.MethodGet, n.HTTPURL()+"/api/channels/"+cluster.Channel+"/events?limit=1000", "", &got); st != http.StatusOK {
 				t.Fatalf("events on %s: HTTP %d", n.Spec.Name, st)
 			}
-			missing := 0
 			for k := range want {
 				want[k] = false
 			}
@@ -53,16 +53,10 @@ func TestEventsAcrossNodes(t *testing.T) {
 			}
 			for _, seen := range want {
 				if !seen {
-					missing++
+					return fmt.Errorf("missing some of %v (true: seen) in %+v", want, got.Events)
 				}
 			}
-			if missing == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("events on %s after 20 s: missing some of %v (true: seen) in %+v", n.Spec.Name, want, got.Events)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 }

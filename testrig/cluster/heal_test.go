@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"termlink/internal/testwait"
 	"termlink/testrig/cluster"
 )
 
@@ -102,6 +103,7 @@ func jetStreamFor(t *testing.T, urls string) jetstream.JetStream {
 // send, and no partition is reported stuck longer than
 // consumerStuckSeconds (and the next look) meanwhile, none at the end.
 func TestStuckConsumersRecreated(t *testing.T) {
+	cluster.Heavy(t)
 	const stuckSeconds = 10
 	tc := startCluster(t, clusterOpts{edges: 1, workers: 2, cluster: map[string]any{"consumerStuckSeconds": stuckSeconds}})
 	var ds []*device
@@ -132,32 +134,24 @@ func TestStuckConsumersRecreated(t *testing.T) {
 		d.send(fmt.Sprintf("deleted-%d", i))
 	}
 	for _, d := range ds {
-		d.waitReplies(30 * time.Second)
+		d.waitReplies(waitFor)
 	}
 	// The devices' partitions are recreated by now; a worker's look
 	// recreates the others in the same pass (one after the other), or at
 	// its next look (stuckSeconds/4) on the other worker.
-	var after map[string]bool
-	for until := time.Now().Add(stuckSeconds * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		after = consumers(t, tc.workers)
-		old := 0
+	testwait.UntilOK(t, "8 new consumers, none of those deleted", func() error {
+		after := consumers(t, tc.workers)
+		var old []string
 		for name := range after {
 			if before[name] {
-				old++
+				old = append(old, name)
 			}
 		}
-		if (old == 0 && len(after) == 8) || time.Now().After(until) {
-			break
+		if len(old) > 0 || len(after) != 8 {
+			return fmt.Errorf("consumers %v, deleted ones still reported: %v", after, old)
 		}
-	}
-	for name := range after {
-		if before[name] {
-			t.Errorf("consumer %s still reported %ds after it was deleted", name, stuckSeconds)
-		}
-	}
-	if len(after) != 8 {
-		t.Errorf("consumers %v after the deletion, want 8 new ones", after)
-	}
+		return nil
+	})
 
 	node := tc.nats.Nodes[1]
 	for round := range 30 {
@@ -190,8 +184,7 @@ func TestStuckConsumersRecreated(t *testing.T) {
 	}
 	// Nothing stays stuck: a partition stuck now (a consumer that lost
 	// its leader late) is recreated within the bound.
-	bound := stuckSeconds*time.Second + stuckSeconds*time.Second/4 + 5*time.Second
-	for until := time.Now().Add(bound); ; time.Sleep(200 * time.Millisecond) {
+	testwait.UntilOK(t, "no partition stuck", func() error {
 		var stuck []string
 		for _, s := range tc.workers {
 			st, err := cluster.ClusterStatus(context.Background(), s.HTTPURL())
@@ -204,12 +197,9 @@ func TestStuckConsumersRecreated(t *testing.T) {
 				}
 			}
 		}
-		if len(stuck) == 0 {
-			break
+		if len(stuck) > 0 {
+			return fmt.Errorf("stuck: %v", stuck)
 		}
-		if time.Now().After(until) {
-			t.Errorf("stuck %s after the end: %v", bound, stuck)
-			break
-		}
-	}
+		return nil
+	})
 }

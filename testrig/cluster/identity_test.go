@@ -24,6 +24,7 @@ import (
 // A list token bound on first use through edge A is refused on edge B as
 // another peer.
 func TestEnrollmentAcrossNodes(t *testing.T) {
+	cluster.Heavy(t)
 	tc := startCluster(t, clusterOpts{edges: 2, workers: 1,
 		channel: map[string]any{"enrollment": true, "tokens": []string{"lab-token"}}})
 	edgeA, edgeB, worker := tc.edges[0], tc.edges[1], tc.workers[0]

@@ -12,6 +12,7 @@ import (
 // jetstream { sync_interval: always }, in this process and as processes;
 // without it they keep nats-server's default.
 func TestNATSSyncAlways(t *testing.T) {
+	heavy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, always := range []bool{false, true} {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/internal/testwait"
 )
 
 // publishN publishes n messages to subject through js, each acked by
@@ -19,19 +21,12 @@ import (
 func publishN(t *testing.T, js jetstream.JetStream, subject string, from, n int) {
 	t.Helper()
 	for i := from; i < from+n; i++ {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testwait.UntilOK(t, fmt.Sprintf("message %d published", i), func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
 			_, err := js.Publish(ctx, subject, []byte(strconv.Itoa(i)), jetstream.WithMsgID("m"+strconv.Itoa(i)))
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("publish %d: %v", i, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return err
+		})
 	}
 }
 
@@ -68,6 +63,7 @@ func connect(t *testing.T, urls string) jetstream.JetStream {
 // through a node killed with SIGKILL and one stopped with SIGTERM, each
 // restarted on its ports and store.
 func TestNATSProcessesKillStopRestart(t *testing.T) {
+	heavy(t)
 	c := StartNATSForTest(t, 3)
 	js := connect(t, c.URLs())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -112,6 +108,7 @@ func TestNATSProcessesKillStopRestart(t *testing.T) {
 // cluster too: they listen on loopback ports, since DontListen forms no
 // routes. Close frees every port.
 func TestNATSEmbedded(t *testing.T) {
+	heavy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c, err := StartNATS(ctx, NATSOptions{Nodes: 3, Dir: t.TempDir()})
@@ -148,6 +145,7 @@ func TestNATSEmbedded(t *testing.T) {
 
 // A node that does not come up is named in the error, with its log.
 func TestNATSNodeThatFailsIsNamed(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dir := t.TempDir()

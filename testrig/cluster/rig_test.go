@@ -16,6 +16,7 @@ import (
 // detector): one NATS node, an edge and a worker; the edge answers, and
 // cancelling the context stops everything.
 func TestRigInProcess(t *testing.T) {
+	cluster.Heavy(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pr, pw := io.Pipe()
