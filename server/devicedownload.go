@@ -7,7 +7,9 @@ import (
 
 	"termlink/server/events"
 	"termlink/server/httpapi"
+	"termlink/server/identity"
 	"termlink/server/releases"
+	"termlink/server/throttle"
 )
 
 // The devices' download route (issue 28): a device fetches the release an
@@ -20,7 +22,10 @@ import (
 // credential; an open channel (no tokens, no enrollment) serves anyone,
 // as its WebSocket takes anyone. The bytes are served by the release
 // store's own handler (releases.Store.ServeGet: Range, If-Range). Each
-// refusal is an event of the channel (release_download_refused).
+// refusal is an event of the channel (release_download_refused) and a
+// log line, both through the server's gate (Runtime.outside, charged to
+// the client's network: identity.GateNet), so a stranger's flood of
+// refused requests writes a burst and a summary.
 
 // deviceReleasePattern is the devices' route to a release's manifest and
 // binary: {rest...} is {os}/{arch}[/{variant}]/manifest or .../binary.
@@ -45,13 +50,20 @@ func (s *Server) serveDeviceRelease(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("channel_id")
 	ch := s.rt.channels[id]
 	if ch == nil {
-		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
+		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(throttle.Cut(id, releases.MaxEcho))+" is configured")
 		return
 	}
 	refuse := func(status int, peer, why string) {
-		ch.events.Add(events.Event{Event: events.ReleaseDownloadRefused, PeerID: peer,
-			Detail: fmt.Sprintf("%d %s from %s: %s", status, r.URL.Path, r.RemoteAddr, why)})
-		s.log.Warn("release download refused", "channel_id", id, "path", r.URL.Path, "remote", r.RemoteAddr, "status", status, "why", why)
+		// Anyone may be refused: the event and the line go through the
+		// server's gate (per network, and per kind), the path cut to the
+		// gate's bound.
+		gate := s.rt.outside
+		path := gate.Field(r.URL.Path)
+		detail := fmt.Sprintf("%d %s from %s: %s", status, path, r.RemoteAddr, why)
+		if identity.GateNet(gate, events.ReleaseDownloadRefused, r.RemoteAddr, detail) {
+			ch.events.Add(events.Event{Event: events.ReleaseDownloadRefused, PeerID: peer, Detail: gate.Field(detail)})
+			s.log.Warn("release download refused", "channel_id", id, "path", path, "remote", r.RemoteAddr, "status", status, "why", gate.Field(why))
+		}
 		if status == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="termlink-device"`)
 		}

@@ -42,7 +42,7 @@ func (s *Server) identityRoutes(mux httpapi.Mux) {
 	for id, ch := range s.rt.channels {
 		chans[id] = identity.Channel{ID: id, Enabled: ch.adapter != nil, Config: ch.cfg.Config, Bindings: ch.creds, Events: ch.events}
 	}
-	s.ident = identity.New(identity.Options{Channels: chans, Codes: openCodes(s.rt, s.log), Log: s.log})
+	s.ident = identity.New(identity.Options{Channels: chans, Codes: openCodes(s.rt, s.log), Log: s.log, Gate: s.rt.outside})
 	s.ident.Routes(mux)
 }
 

@@ -17,6 +17,7 @@ import (
 	"termlink/server/events"
 	"termlink/server/httpapi"
 	"termlink/server/registry"
+	"termlink/server/throttle"
 )
 
 // Enrollment by pairing code (issue 14; the shape of RFC 8628's device
@@ -61,6 +62,7 @@ const (
 	NetBadPollBurst    = 16 // unknown device codes one network may poll at once,
 	netBadPollEvery    = 4 * time.Second
 	maxEnrollBody      = 4 << 10
+	maxEcho            = 80 // bytes of a path value an error repeats
 
 	accessDenied = "access_denied" // RFC 8628 section 3.5
 )
@@ -83,7 +85,7 @@ func (s *Service) enrollChannel(w http.ResponseWriter, r *http.Request) (Channel
 	ch, ok := s.channels[id]
 	switch {
 	case !ok:
-		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
+		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(throttle.Cut(id, maxEcho))+" is configured")
 	case !ch.Enabled:
 		httpapi.WriteError(w, http.StatusServiceUnavailable, "channel "+strconv.Quote(id)+" is disabled")
 	case !ch.Config.Enrollment:
@@ -156,9 +158,14 @@ func (s *Service) startEnroll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	ch.Events.Add(events.Event{Event: evEnrollmentRequested, PeerID: req.PeerID,
-		Detail: fmt.Sprintf("pairing code asked for (remote=%s device_name=%q); approve it with POST /api/enrollments/{code}/approve", r.RemoteAddr, req.DeviceName)})
-	s.log.Info("pairing code issued", "channel", ch.ID, "remote", r.RemoteAddr, "peer_id", req.PeerID, "expires_in", ttl.String())
+	// Anyone may ask for codes: their event and line go through the
+	// gate, per network and per kind (the operator sees every code
+	// pending in GET /api/enrollments, gated or not).
+	detail := fmt.Sprintf("pairing code asked for (remote=%s device_name=%q); approve it with POST /api/enrollments/{code}/approve", r.RemoteAddr, req.DeviceName)
+	if GateNet(s.gate, evEnrollmentRequested, r.RemoteAddr, detail) {
+		ch.Events.Add(events.Event{Event: evEnrollmentRequested, PeerID: req.PeerID, Detail: detail})
+		s.log.Info("pairing code issued", "channel", ch.ID, "remote", r.RemoteAddr, "peer_id", req.PeerID, "expires_in", ttl.String())
+	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"

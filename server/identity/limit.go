@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"termlink/server/throttle"
 )
 
 // maxNetBuckets is how many source networks a netLimiter tracks.
@@ -100,4 +102,15 @@ func (l *netLimiter) take(n netip.Prefix, now time.Time) (bool, time.Duration) {
 		return true, 0
 	}
 	return false, time.Duration((1 - b.tokens) * float64(l.interval))
+}
+
+// GateNet asks the server's gate whether a log line or event of kind
+// that an unauthenticated request from remote caused may be written,
+// with remote's network (sourceNet: its /24 or /64, as enrollment's
+// limits count) as the source: a burst per network, and the gate's bound
+// for all sources of the kind; its summary says how many were held back.
+// detail (cut by the gate) is what a summary shows of the last one held
+// back. A nil gate allows everything.
+func GateNet(g *throttle.Gate, kind, remote, detail string) bool {
+	return g.Allow(kind, netName(sourceNet(remote)), detail)
 }

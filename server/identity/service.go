@@ -10,6 +10,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/httpapi"
+	"termlink/server/throttle"
 )
 
 // Channel is one configured channel as the identity routes see it.
@@ -26,6 +27,9 @@ type Options struct {
 	Channels map[string]Channel // by id
 	Codes    Codes              // nil: NewLocalCodes()
 	Log      *slog.Logger       // nil: slog.Default()
+	// Gate admits what a device without credentials makes the service
+	// write (the server's one gate, Runtime.outside; nil: all of it).
+	Gate *throttle.Gate
 }
 
 // Service serves the identity routes: the bindings API and enrollment.
@@ -37,6 +41,7 @@ type Service struct {
 	channels map[string]Channel
 	codes    Codes
 	log      *slog.Logger
+	gate     *throttle.Gate
 
 	// codeLimit charges each code asked for, badPollLimit each unknown
 	// device code polled, per source network (this Service's).
@@ -49,7 +54,7 @@ type Service struct {
 
 // New returns the Service of opt's channels.
 func New(opt Options) *Service {
-	s := &Service{Now: time.Now, channels: opt.Channels, codes: opt.Codes, log: opt.Log,
+	s := &Service{Now: time.Now, channels: opt.Channels, codes: opt.Codes, log: opt.Log, gate: opt.Gate,
 		codeLimit:    newNetLimiter(NetCodeBurst, NetCodeEvery),
 		badPollLimit: newNetLimiter(NetBadPollBurst, netBadPollEvery)}
 	if s.codes == nil {
