@@ -20,15 +20,15 @@ import (
 // rows 3 and 7): a burst and a summary, through the server's one gate,
 // never a line or an event per request.
 
-// byteCounter counts what a logger writes.
-type byteCounter struct {
+// logByteCounter counts what a logger writes.
+type logByteCounter struct {
 	mu    sync.Mutex
 	n     int
 	lines int
 	last  string
 }
 
-func (c *byteCounter) Write(p []byte) (int, error) {
+func (c *logByteCounter) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n += len(p)
@@ -37,35 +37,35 @@ func (c *byteCounter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (c *byteCounter) reset() {
+func (c *logByteCounter) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n, c.lines = 0, 0
 }
 
-func (c *byteCounter) get() (bytes, lines int, last string) {
+func (c *logByteCounter) get() (bytes, lines int, last string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n, c.lines, c.last
 }
 
-// floodServer starts a server whose log is counted.
-func floodServer(t *testing.T, mutate func(*config.Config)) (*testServer, *byteCounter) {
+// countedLogServer starts a server whose log is counted.
+func countedLogServer(t *testing.T, mutate func(*config.Config)) (*testServer, *logByteCounter) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
 	mutate(cfg)
-	logs := &byteCounter{}
+	logs := &logByteCounter{}
 	ts := serve(t, cfg, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	return ts, logs
 }
 
-// markEvent records an event before a flood; it must survive it.
-func markEvent(ts *testServer) {
+// markBeforeFlood records an event before a flood; it must survive it.
+func markBeforeFlood(ts *testServer) {
 	ts.rt.channels["terminal-dev"].events.Add(events.Event{Event: "before_the_flood", Detail: "recorded before the flood"})
 }
 
-func hasMark(ts *testServer) bool {
+func markSurvived(ts *testServer) bool {
 	for _, e := range ts.rt.channels["terminal-dev"].events.Recent(-1) {
 		if e.Event == "before_the_flood" {
 			return true
@@ -74,7 +74,7 @@ func hasMark(ts *testServer) bool {
 	return false
 }
 
-func countEvents(ts *testServer, name string) int {
+func channelEventCount(ts *testServer, name string) int {
 	n := 0
 	for _, e := range ts.rt.channels["terminal-dev"].events.Recent(-1) {
 		if e.Event == name {
@@ -84,11 +84,11 @@ func countEvents(ts *testServer, name string) int {
 	return n
 }
 
-// gated is how many lines or events of a kind the server's gate lets
+// gateBound is how many lines or events of a kind the server's gate lets
 // through in a flood that took since start: burst at once, and burst
 // more per interval (the bound grows with the time the flood took, not
 // with its size).
-func gated(burst int, start time.Time) int {
+func gateBound(burst int, start time.Time) int {
 	return int(float64(burst) * (1 + float64(time.Since(start))/float64(throttle.DefaultEvery)))
 }
 
@@ -100,8 +100,8 @@ const floodLineBytes = 1 << 10
 // recorded before the flood is still in the channel's events.
 func TestDownloadRefusalFloodIsGated(t *testing.T) {
 	tok := config.Tokens{ByPeer: map[string]string{"pi-1": "tok-pi-1"}}
-	ts, logs := floodServer(t, channelTokens(tok, false))
-	markEvent(ts)
+	ts, logs := countedLogServer(t, channelTokens(tok, false))
+	markBeforeFlood(ts)
 	long := strings.Repeat("x", 8<<10)
 	url := ts.http.URL + "/api/channels/terminal-dev/releases/v2.0.0/linux/" + long + "/binary"
 	logs.reset()
@@ -120,11 +120,11 @@ func TestDownloadRefusalFloodIsGated(t *testing.T) {
 		}
 	}
 	n, lines, _ := logs.get()
-	bound := gated(throttle.DefaultBurst, start) // one network
+	bound := gateBound(throttle.DefaultBurst, start) // one network
 	if lines > bound || n > bound*floodLineBytes {
 		t.Errorf("2,000 refused downloads logged %d bytes in %d lines; want at most %d lines of at most %d bytes", n, lines, bound, floodLineBytes)
 	}
-	if ev := countEvents(ts, events.ReleaseDownloadRefused); ev == 0 || ev > bound {
+	if ev := channelEventCount(ts, events.ReleaseDownloadRefused); ev == 0 || ev > bound {
 		t.Errorf("%d %s events, want the gate's burst", ev, events.ReleaseDownloadRefused)
 	}
 	for _, e := range ts.rt.channels["terminal-dev"].events.Recent(-1) {
@@ -132,7 +132,7 @@ func TestDownloadRefusalFloodIsGated(t *testing.T) {
 			t.Errorf("an event's detail is %d bytes: the path was not cut", len(e.Detail))
 		}
 	}
-	if !hasMark(ts) {
+	if !markSurvived(ts) {
 		t.Error("the event recorded before the flood was pushed out of the channel's events")
 	}
 	ts.rt.outside.Flush()
@@ -158,8 +158,8 @@ func TestDownloadRefusalFloodIsGated(t *testing.T) {
 // the request): every code is issued, the log holds a few lines and a
 // summary, the event recorded before the flood survives.
 func TestPairingCodeFloodIsGated(t *testing.T) {
-	ts, logs := floodServer(t, channelTokens(config.Tokens{}, true))
-	markEvent(ts)
+	ts, logs := countedLogServer(t, channelTokens(config.Tokens{}, true))
+	markBeforeFlood(ts)
 	logs.reset()
 	start := time.Now()
 	h := ts.Handler()
@@ -175,15 +175,15 @@ func TestPairingCodeFloodIsGated(t *testing.T) {
 		}
 	}
 	n, lines, _ := logs.get()
-	bound := gated(throttle.DefaultKindBurst, start) // every network
+	bound := gateBound(throttle.DefaultKindBurst, start) // every network
 	// The line when the codes' cap is reached (once a minute) besides.
 	if lines > bound+2 || n > (bound+2)*floodLineBytes {
 		t.Errorf("2,000 pairing codes logged %d bytes in %d lines; want at most %d lines of at most %d bytes", n, lines, bound+2, floodLineBytes)
 	}
-	if ev := countEvents(ts, "enrollment_requested"); ev == 0 || ev > bound {
+	if ev := channelEventCount(ts, "enrollment_requested"); ev == 0 || ev > bound {
 		t.Errorf("%d enrollment_requested events, want the gate's burst", ev)
 	}
-	if !hasMark(ts) {
+	if !markSurvived(ts) {
 		t.Error("the event recorded before the flood was pushed out of the channel's events")
 	}
 	ts.rt.outside.Flush()
