@@ -44,8 +44,19 @@ type mbox struct{ list []*mdelivery }
 
 // watch follows the bucket into the mirror until ctx ends; a watch that
 // ends is made again, and what the new one does not hold is forgotten.
+//
+// The generation is taken before the watch is made: this node's own
+// writes from then on carry it. A write made after the watch's start is
+// not in its load but comes through it afterwards; with the generation
+// taken after the watch was made, such a write carried the older one and
+// the load's end forgot it (until the watch brought it back): a MarkSent
+// in between found no delivery and the bucket kept "pending".
 func (s *Notices) watch(ctx context.Context) {
 	for ctx.Err() == nil {
+		s.mu.Lock()
+		s.gen++
+		gen := s.gen
+		s.mu.Unlock()
 		w, err := watchKV(ctx, s.kv, nil)
 		if err != nil {
 			s.log.Warn("cluster: cannot watch the notices; retrying", "err", err)
@@ -55,10 +66,6 @@ func (s *Notices) watch(ctx context.Context) {
 			}
 			continue
 		}
-		s.mu.Lock()
-		s.gen++
-		gen := s.gen
-		s.mu.Unlock()
 		s.follow(ctx, w, gen)
 		_ = w.Stop()
 	}
