@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"termlink/internal/syncbuf"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/link/linktest"
 )
@@ -138,17 +139,14 @@ func TestStreamOptIn(t *testing.T) {
 
 func waitStats(t *testing.T, d *device, cond func(link.ClientStats) bool) link.ClientStats {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		st := d.Stats()
-		if cond(st) {
-			return st
+	var st link.ClientStats
+	testwait.UntilOK(t, "the client's stats", func() error {
+		if st = d.Stats(); !cond(st) {
+			return fmt.Errorf("%+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stats never got there: %+v", st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }
 
 // A reconnect mid-stream: the first delta of the new connection (seq 1)
@@ -216,18 +214,24 @@ func TestStreamIgnoresBadDeltas(t *testing.T) {
 	if last.Kind != link.EventReply {
 		t.Fatalf("an event after the final reply: %v", last)
 	}
-	log := logs.String()
-	for _, want := range []string{
-		"duplicate: seq 1, this connection is at 1",
-		"no message waiting for its answer has that id",
-		"gap: seq 4 after 2",
-		"after a gap at seq 4",
-		"its final reply is in already",
-	} {
-		if !strings.Contains(log, want) {
-			t.Errorf("the log does not say %q:\n%s", want, log)
+	// The client counts an ignored delta before it logs why: the count
+	// of 7 does not prove the last line (the delta after the final
+	// reply) is written yet. Each line is waited for.
+	testwait.UntilOK(t, "the log to say why each delta was ignored", func() error {
+		log := logs.String()
+		for _, want := range []string{
+			"duplicate: seq 1, this connection is at 1",
+			"no message waiting for its answer has that id",
+			"gap: seq 4 after 2",
+			"after a gap at seq 4",
+			"its final reply is in already",
+		} {
+			if !strings.Contains(log, want) {
+				return fmt.Errorf("it does not say %q:\n%s", want, log)
+			}
 		}
-	}
+		return nil
+	})
 	if err := d.Delivered(id); err != nil {
 		t.Fatal(err)
 	}
