@@ -74,7 +74,8 @@ func maxConnections(configured int, fds *fdbudget.Budget) int64 {
 }
 
 // fdSeries exports the descriptor budget: the limit, what each class
-// holds now, and how often each was refused one.
+// holds now, how often each was refused one, and the agent starts
+// waiting for theirs (the agents' ceiling queues runs past it).
 func (m *serverMetrics) fdSeries(b *fdbudget.Budget) {
 	r := &m.reg
 	r.NewGaugeFunc("termlink_fd_limit", "The process's file descriptor limit (soft RLIMIT_NOFILE at start).", func() float64 { return float64(b.Limit()) })
@@ -87,4 +88,6 @@ func (m *serverMetrics) fdSeries(b *fdbudget.Budget) {
 		r.NewCounterFunc("termlink_fd_"+c.name+"_refused_total", "Times "+c.class.String()+" found no file descriptor left in the budget.",
 			func() float64 { return float64(b.Stats().Refused[c.class]) })
 	}
+	r.NewGaugeFunc("termlink_fd_agents_waiting", "Agent starts waiting for their descriptors: the agents hold all the budget lets them (descriptor budget).",
+		func() float64 { return float64(b.Stats().Waiting[fdbudget.Agents]) })
 }

@@ -1,7 +1,10 @@
 package server
 
 import (
+	"context"
+	"strings"
 	"testing"
+	"testing/synctest"
 
 	"termlink/server/fdbudget"
 )
@@ -25,4 +28,29 @@ func TestWebSocketCapBelowSocketBudget(t *testing.T) {
 	if ws := maxConnections(5, b); ws != 5 {
 		t.Fatalf("configured cap 5 gives %d", ws)
 	}
+}
+
+// /metrics says how many agent starts wait for their descriptors.
+func TestFDMetricsAgentsWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := fdbudget.New(1024)
+		m := newServerMetrics()
+		m.fdSeries(b)
+		agents := b.Pool(fdbudget.Agents)
+		for agents.TryAcquire(fdbudget.PerAgent) {
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- agents.Acquire(ctx, fdbudget.PerAgent) }()
+		synctest.Wait()
+		var out strings.Builder
+		m.reg.WriteText(&out)
+		for _, want := range []string{"\ntermlink_fd_agents_waiting 1\n", "\ntermlink_fd_agents 138\n", "\ntermlink_fd_limit 1024\n"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("/metrics lacks %q:\n%s", strings.TrimSpace(want), out.String())
+			}
+		}
+		cancel()
+		<-done
+	})
 }
