@@ -16,6 +16,7 @@ import (
 // edge that holds it, live; the kiosk of an edge killed with SIGKILL
 // goes offline there, still naming its edge.
 func TestConsoleAcrossCluster(t *testing.T) {
+	parallel(t)
 	chromium := chromiumPath(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	bin, err := cluster.BuildTermserver(ctx, t.TempDir(), false)

@@ -57,6 +57,7 @@ func startDiagKiosk(t *testing.T, addr, peerID string) {
 // A viewer is not offered them (a log may hold secrets). At 1280 and
 // 400 px wide, nothing leaves the window.
 func TestConsoleDiagnostics(t *testing.T) {
+	parallel(t)
 	chromium := chromiumPath(t)
 	addr := startRoleServer(t)
 	base := "http://" + addr
@@ -67,7 +68,7 @@ func TestConsoleDiagnostics(t *testing.T) {
 
 	for _, width := range widths {
 		t.Run(fmt.Sprintf("%dpx", width), func(t *testing.T) {
-			b := startBrowser(t, chromium, chromedp.WindowSize(width, 1000))
+			b := startBrowserSized(t, chromium, width, 1000)
 			b.login(base, adminToken)
 			b.waitFor("the fleet is loaded", `document.getElementById('fleet-count').textContent === '2 of 2 online'`)
 			b.must("opening the device", chromedp.Navigate(base+"/#/peer/"+channelID+"/kiosk-diag"))
@@ -93,7 +94,7 @@ func TestConsoleDiagnostics(t *testing.T) {
 		})
 	}
 
-	b := startBrowser(t, chromium, chromedp.WindowSize(1280, 1000))
+	b := startBrowserSized(t, chromium, 1280, 1000)
 	b.login(base, viewerToken)
 	b.waitFor("the fleet is loaded", `document.getElementById('fleet-count').textContent === '2 of 2 online'`)
 	b.must("opening the device", chromedp.Navigate(base+"/#/peer/"+channelID+"/kiosk-diag"))

@@ -75,7 +75,7 @@ func startSims(t *testing.T, addr string, opt fleetsim.Options) *fleetsim.Fleet 
 // devices, shop-001 named as the one that paused it.
 func openPaused(t *testing.T, chromium string, width int, base, token string) *browser {
 	t.Helper()
-	b := startBrowser(t, chromium, chromedp.WindowSize(width, 1000))
+	b := startBrowserSized(t, chromium, width, 1000)
 	b.login(base, token)
 	b.waitFor("the paused rollout", rolloutJS("paused")+` !== null`)
 	b.must("opening its devices", chromedp.Click(`[data-testid=rollout][data-state=paused] [data-testid=rollout-toggle]`, chromedp.ByQuery))
@@ -92,12 +92,13 @@ func openPaused(t *testing.T, chromium string, width int, base, token string) *b
 // viewer sees the rollouts and their devices, not the form. At 1280 and
 // 400 px wide, nothing leaves the window.
 func TestConsoleStartsRollout(t *testing.T) {
+	parallel(t)
 	chromium, addr, base := startReleaseServer(t)
 	lobby := startSims(t, addr, fleetsim.Options{N: 3, Prefix: "lobby-", Tags: map[string]string{"site": "lobby"}})
 	startSims(t, addr, fleetsim.Options{N: 2, Prefix: "shop-", Tags: map[string]string{"site": "shop"},
 		Fail: []string{"shop-001"}, FailReason: "no heartbeat within the gate"})
 
-	b := startBrowser(t, chromium, chromedp.WindowSize(1280, 1000))
+	b := startBrowserSized(t, chromium, 1280, 1000)
 	b.login(base, adminToken)
 	b.waitFor("the fleet is loaded", `document.getElementById('fleet-count').textContent === '5 of 5 online'`)
 	b.waitFor("the stored release is offered", `Array.from(document.querySelectorAll('#rollout-version option')).some(o => o.value === 'v2' && o.textContent === 'v2 (linux/arm/6)')`)
@@ -221,6 +222,7 @@ func startSettingsKiosk(t *testing.T, addr, peerID, refuse string, deaf bool) *s
 // settings, not the editor. At 1280 and 400 px wide, nothing leaves the
 // window.
 func TestConsoleDeviceSettings(t *testing.T) {
+	parallel(t)
 	chromium := chromiumPath(t)
 	addr := startRoleServer(t)
 	base := "http://" + addr
@@ -240,7 +242,7 @@ func TestConsoleDeviceSettings(t *testing.T) {
 		t.Fatalf("idle_seconds past a week: HTTP %d %q, want 400 naming the field", status, refusal)
 	}
 
-	b := startBrowser(t, chromium, chromedp.WindowSize(1280, 1000))
+	b := startBrowserSized(t, chromium, 1280, 1000)
 	b.login(base, adminToken)
 	b.waitFor("the fleet marks the refusing and the deaf device, not the one that applied", `(() => {
 		const mark = (p) => { const m = document.querySelector('[data-peer-id="' + p + '"] [data-testid=mark-settings]'); return m ? m.textContent : '' };
@@ -287,7 +289,7 @@ func TestConsoleDeviceSettings(t *testing.T) {
 			document.getElementById('set-idle_seconds').value === '' && !document.getElementById('set-idle_seconds').hasAttribute('aria-invalid') })()`)
 
 	t.Run("400px", func(t *testing.T) {
-		b := startBrowser(t, chromium, chromedp.WindowSize(400, 1000))
+		b := startBrowserSized(t, chromium, 400, 1000)
 		b.login(base, adminToken)
 		b.waitFor("the fleet's marks", `!!document.querySelector('[data-peer-id="kiosk-deaf"] [data-testid=mark-settings]')`)
 		b.checkFits("the fleet with marks")
@@ -301,7 +303,7 @@ func TestConsoleDeviceSettings(t *testing.T) {
 	})
 
 	t.Run("viewer", func(t *testing.T) {
-		b := startBrowser(t, chromium, chromedp.WindowSize(1280, 1000))
+		b := startBrowserSized(t, chromium, 1280, 1000)
 		b.login(base, viewerToken)
 		b.waitFor("the fleet is loaded", `document.getElementById('fleet-count').textContent === '3 of 3 online'`)
 		b.must("opening kiosk-set's page", chromedp.Navigate(base+"/#/peer/"+channelID+"/kiosk-set"))

@@ -15,6 +15,7 @@ import (
 // The live stream's hello carries the first 100 devices only: the
 // console pages the rest (next_cursor) and lists all 150.
 func TestConsolePagesPeers(t *testing.T) {
+	parallel(t)
 	chromium := chromiumPath(t)
 	srv := servertest.Start(t, nil)
 	const n = 150

@@ -15,6 +15,7 @@ import (
 // there until it is done; a viewer sees it without the controls. At
 // 1280 and 400 px wide, nothing leaves the window.
 func TestConsoleRollouts(t *testing.T) {
+	parallel(t)
 	chromium, addr, base := startReleaseServer(t)
 	startSims(t, addr, fleetsim.Options{N: 3, Fail: []string{"sim-001"}, FailReason: "no heartbeat within the gate"})
 	if status, msg := operatorDo(t, "POST", base+"/api/channels/"+channelID+"/rollouts", `{"version":"v2","all":true,"canary":1}`); status != http.StatusCreated {
@@ -22,7 +23,7 @@ func TestConsoleRollouts(t *testing.T) {
 	}
 
 	// A viewer: the paused rollout and why, no controls.
-	b := startBrowser(t, chromium, chromedp.WindowSize(1280, 1000))
+	b := startBrowserSized(t, chromium, 1280, 1000)
 	b.login(base, viewerToken)
 	b.waitFor("the paused rollout", `(() => { const li = document.querySelector('[data-testid=rollout]');
 		return li && li.dataset.state === 'paused' && li.textContent.includes('sim-001 rolled back: no heartbeat within the gate') })()`)
@@ -34,7 +35,7 @@ func TestConsoleRollouts(t *testing.T) {
 
 	for i, width := range widths {
 		t.Run(fmt.Sprintf("%dpx", width), func(t *testing.T) {
-			b := startBrowser(t, chromium, chromedp.WindowSize(width, 1000))
+			b := startBrowserSized(t, chromium, width, 1000)
 			b.login(base, adminToken)
 			if i == 0 {
 				b.waitFor("the paused rollout", `(() => { const li = document.querySelector('[data-testid=rollout]');

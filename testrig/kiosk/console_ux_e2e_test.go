@@ -23,6 +23,7 @@ import (
 	"termlink/device"
 	"termlink/display"
 	"termlink/display/console"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/config"
 	console2 "termlink/server/console"
@@ -52,9 +53,11 @@ func startRoleServer(t *testing.T) string {
 // holdingProxy passes everything to the server, but holds the live
 // stream's request until release: the page is seen before its first data.
 type holdingProxy struct {
-	addr string
-	mu   sync.Mutex
-	gate chan struct{}
+	addr     string
+	mu       sync.Mutex
+	gate     chan struct{}
+	held     int            // stream requests held at the gate now
+	answered map[string]int // path -> requests answered since hold
 }
 
 func startHoldingProxy(t *testing.T, target string) *holdingProxy {
@@ -70,7 +73,7 @@ func startHoldingProxy(t *testing.T, target string) *holdingProxy {
 			r.Header.Set("Origin", "http://"+target)
 		}
 	}
-	p := &holdingProxy{}
+	p := &holdingProxy{answered: map[string]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -80,17 +83,30 @@ func startHoldingProxy(t *testing.T, target string) *holdingProxy {
 		if strings.HasSuffix(r.URL.Path, "/events/stream") {
 			p.mu.Lock()
 			gate := p.gate
+			if gate != nil {
+				p.held++
+			}
 			p.mu.Unlock()
 			if gate != nil {
 				select {
 				case <-gate:
 				case <-r.Context().Done():
-					return
 				case <-time.After(waitLong):
 				}
+				p.mu.Lock()
+				p.held--
+				p.mu.Unlock()
+				if r.Context().Err() != nil {
+					return
+				}
 			}
+			rp.ServeHTTP(w, r)
+			return
 		}
 		rp.ServeHTTP(w, r)
+		p.mu.Lock()
+		p.answered[r.URL.Path]++
+		p.mu.Unlock()
 	}), ReadHeaderTimeout: waitLong}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
@@ -111,6 +127,27 @@ func (p *holdingProxy) hold() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.gate = make(chan struct{})
+	p.answered = map[string]int{}
+}
+
+// waitHeld waits until a page holds a stream request at the gate and
+// has had the answers to requests for each of paths since hold.
+func (p *holdingProxy) waitHeld(t *testing.T, paths ...string) {
+	t.Helper()
+	testwait.UntilOK(t, fmt.Sprintf("the live stream held and %v answered", paths), func() error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		var missing []string
+		for _, path := range paths {
+			if p.answered[path] == 0 {
+				missing = append(missing, path)
+			}
+		}
+		if p.held == 0 || len(missing) > 0 {
+			return fmt.Errorf("%d held, not answered: %v", p.held, missing)
+		}
+		return nil
+	})
 }
 
 func (p *holdingProxy) release() {
@@ -237,6 +274,7 @@ type glassRead struct {
 // the glass's size, a text device's rows shown as text, and no name
 // shown twice.
 func TestConsoleForOperators(t *testing.T) {
+	parallel(t)
 	chromium := chromiumPath(t)
 	addr := startRoleServer(t)
 	proxy := startHoldingProxy(t, addr)
@@ -265,14 +303,19 @@ func TestConsoleForOperators(t *testing.T) {
 
 	for _, width := range widths {
 		t.Run(fmt.Sprintf("%dpx", width), func(t *testing.T) {
-			b := startBrowser(t, chromium, chromedp.WindowSize(width, 1000))
+			b := startBrowserSized(t, chromium, width, 1000)
 			shot := func(name string) { b.screenshot(fmt.Sprintf("%dpx-%s", width, name)) }
 
 			// Before the first data: loading, not "0 of 0 online".
 			proxy.hold()
 			b.login(base, adminToken)
 			b.waitFor("the fleet view is open", `!document.getElementById('fleet-view').hidden`)
-			time.Sleep(300 * time.Millisecond) // the page has had time to draw what it has
+			// The page has drawn what it has: it asked for the live
+			// stream (held), then had the answers to the fleet view's
+			// other loads (pairing codes, rollouts, releases), the
+			// releases drawn in the rollout form.
+			proxy.waitHeld(t, "/api/enrollments", "/api/channels/"+channelID+"/rollouts", "/api/releases")
+			b.waitFor("the releases listed in the rollout form", `document.getElementById('rollout-version').options.length > 0`)
 			var before struct {
 				Count, Empty, Stream, Events, Text string
 			}
@@ -333,8 +376,7 @@ func TestConsoleForOperators(t *testing.T) {
 			if len(others) > 0 {
 				t.Errorf("kiosk-lobby's page lists other devices' events: %q", others)
 			}
-			deadline := time.Now().Add(waitLong)
-			for {
+			testwait.UntilOK(t, "the mirror drawing kiosk-lobby's glass with the ROM's glyphs", func() error {
 				var g *glassRead
 				b.must("reading the glass", chromedp.Evaluate(glassJS, &g))
 				codes := lobby.bus.Codes()
@@ -364,17 +406,14 @@ func TestConsoleForOperators(t *testing.T) {
 						problem = "the glass is blank"
 					}
 				}
-				if problem == "" {
-					if width < 500 && g.ShownWidth >= float64(g.Width) {
-						t.Errorf("at %d px the glass is drawn %v px wide, not scaled to fit", width, g.ShownWidth)
-					}
-					break
+				if problem != "" {
+					return fmt.Errorf("%s\nglass:\n%s", problem, lobby.bus.Render())
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the mirror never drew kiosk-lobby's glass with the ROM's glyphs: %s\nglass:\n%s", problem, lobby.bus.Render())
+				if width < 500 && g.ShownWidth >= float64(g.Width) {
+					t.Errorf("at %d px the glass is drawn %v px wide, not scaled to fit", width, g.ShownWidth)
 				}
-				time.Sleep(200 * time.Millisecond)
-			}
+				return nil
+			})
 			b.checkFits("kiosk-lobby's page")
 			shot("03-lobby")
 			var lcdPNG []byte
@@ -403,6 +442,7 @@ func bitsOn(b byte) int {
 // TestConsoleForViewers: a viewer's console is read only (no control
 // that would change something), says so, and has Log out.
 func TestConsoleForViewers(t *testing.T) {
+	parallel(t)
 	chromium := chromiumPath(t)
 	addr := startRoleServer(t)
 	base := "http://" + addr
@@ -410,6 +450,9 @@ func TestConsoleForViewers(t *testing.T) {
 	shop := startKiosk(t, addr, "kiosk-shop", map[string]string{"site": "shop"})
 	waitOnline(t, base, "kiosk-shop")
 	shop.stop(t)
+	// The server has seen it leave (a notice posted before that is sent
+	// to it, not kept pending).
+	waitPeerOnline(t, base, "kiosk-shop", false)
 	// A notice waits for the offline kiosk (an operator would withdraw it).
 	body := strings.NewReader(`{"text": "Shop opens 9h"}`)
 	req, _ := http.NewRequest(http.MethodPost, base+"/api/channels/"+channelID+"/peers/kiosk-shop/notices", body)
@@ -425,7 +468,7 @@ func TestConsoleForViewers(t *testing.T) {
 	}
 	for _, width := range widths {
 		t.Run(fmt.Sprintf("%dpx", width), func(t *testing.T) {
-			b := startBrowser(t, chromium, chromedp.WindowSize(width, 1000))
+			b := startBrowserSized(t, chromium, width, 1000)
 			b.login(base, viewerToken)
 			b.waitFor("the fleet is loaded", `document.getElementById('fleet-count').textContent === '1 of 2 online'`)
 			var fleet struct {
@@ -460,12 +503,13 @@ func TestConsoleForViewers(t *testing.T) {
 // TestConsoleNoLogin: with no admin tokens the console on the server's
 // machine asks for no login, so it offers no Log out.
 func TestConsoleNoLogin(t *testing.T) {
+	parallel(t)
 	chromium := chromiumPath(t)
 	srv := servertest.Start(t, nil)
 	startKiosk(t, srv.Addr, "kiosk-1", nil)
 	for _, width := range widths {
 		t.Run(fmt.Sprintf("%dpx", width), func(t *testing.T) {
-			b := startBrowser(t, chromium, chromedp.WindowSize(width, 1000))
+			b := startBrowserSized(t, chromium, width, 1000)
 			b.must("opening the console", chromedp.Navigate("http://"+srv.Addr+"/"))
 			b.waitFor("the fleet is loaded", `document.getElementById('fleet-count').textContent === '1 of 1 online'`)
 			var st struct {
@@ -486,7 +530,13 @@ func TestConsoleNoLogin(t *testing.T) {
 // waitOnline waits until the server lists peer online.
 func waitOnline(t *testing.T, base, peer string) {
 	t.Helper()
-	for deadline := time.Now().Add(waitLong); ; time.Sleep(50 * time.Millisecond) {
+	waitPeerOnline(t, base, peer, true)
+}
+
+// waitPeerOnline waits until the server lists peer online (or offline).
+func waitPeerOnline(t *testing.T, base, peer string, online bool) {
+	t.Helper()
+	testwait.UntilOK(t, fmt.Sprintf("%s online %v", peer, online), func() error {
 		req, _ := http.NewRequest(http.MethodGet, base+"/api/channels/"+channelID+"/peers/"+peer, nil)
 		req.Header.Set("Authorization", "Bearer "+adminToken)
 		resp, err := http.DefaultClient.Do(req)
@@ -496,11 +546,9 @@ func waitOnline(t *testing.T, base, peer string) {
 		var p struct{ Online bool }
 		_ = json.NewDecoder(resp.Body).Decode(&p)
 		resp.Body.Close()
-		if p.Online {
-			return
+		if p.Online != online {
+			return fmt.Errorf("HTTP %d: online %v", resp.StatusCode, p.Online)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not come online within %v", peer, waitLong)
-		}
-	}
+		return nil
+	})
 }

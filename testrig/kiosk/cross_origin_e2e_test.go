@@ -1,6 +1,7 @@
 package kiosk_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,12 +14,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"termlink/internal/testwait"
 	"termlink/link/enroll"
 	"termlink/server/config"
 	"termlink/server/servertest"
@@ -115,6 +116,7 @@ func (l *netLog) posts(path string) (answered int, statuses []int64) {
 }
 
 func TestCrossOriginPageCannotActAsOperator(t *testing.T) {
+	parallel(t)
 	chromium := chromiumPath(t)
 	for _, mode := range []struct {
 		name  string
@@ -179,24 +181,22 @@ func TestCrossOriginPageCannotActAsOperator(t *testing.T) {
 
 			// Every POST the page made reached termserver (no-cors fetch
 			// twice, the beacon, the form: 4 each) and was refused.
-			deadline := time.Now().Add(waitLong)
 			for _, path := range []string{approvePath, noticePath} {
-				for {
-					n, statuses := nl.posts(path)
-					if n >= 4 {
-						for _, st := range statuses {
-							if st != http.StatusForbidden {
-								t.Errorf("POST %s from the other origin: HTTP %d, want 403 (all: %v)", path, st, statuses)
-							}
-						}
-						t.Logf("POST %s from the other origin: %v", path, statuses)
-						break
+				var statuses []int64
+				testwait.UntilOK(t, "chromium logging 4 answered POSTs to "+path, func() error {
+					var n int
+					n, statuses = nl.posts(path)
+					if n < 4 {
+						return fmt.Errorf("%d answered (%v): the attack has not reached the server", n, statuses)
 					}
-					if time.Now().After(deadline) {
-						t.Fatalf("chromium logged %d answered POSTs to %s (%v), want 4: the attack did not reach the server", n, path, statuses)
+					return nil
+				})
+				for _, st := range statuses {
+					if st != http.StatusForbidden {
+						t.Errorf("POST %s from the other origin: HTTP %d, want 403 (all: %v)", path, st, statuses)
 					}
-					time.Sleep(50 * time.Millisecond)
 				}
+				t.Logf("POST %s from the other origin: %v", path, statuses)
 			}
 
 			// Nothing happened on the server: the code is still waiting,
@@ -207,18 +207,24 @@ func TestCrossOriginPageCannotActAsOperator(t *testing.T) {
 			if got := operatorGet(t, base+noticePath+"?all=true", token); strings.Contains(got, "pwned") {
 				t.Errorf("a notice from the other origin was stored: %s", got)
 			}
-			pollCtx, cancelPoll := context.WithTimeout(ctx, 3*time.Second)
-			_, err = ec.Wait(pollCtx, grant)
-			cancelPoll()
-			if err == nil {
-				t.Fatal("the attacker's device collected a token")
+			// The device's poll: still waiting for an approval.
+			tb, _ := json.Marshal(enroll.TokenRequest{DeviceCode: grant.DeviceCode})
+			resp, err := http.Post(ec.Endpoint+"/token", "application/json", bytes.NewReader(tb))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pending enroll.ErrorResponse
+			err = json.NewDecoder(resp.Body).Decode(&pending)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || pending.Error != enroll.Pending {
+				t.Fatalf("the attacker's device polling for its token: HTTP %d %+v (%v), want %s (no token)", resp.StatusCode, pending, err, enroll.Pending)
 			}
 
 			// DNS rebinding: a page of evil.example whose name now points at
 			// the server. Its requests are same-origin for the browser, and
 			// termserver refuses the Host.
 			_, port, _ := net.SplitHostPort(srv.Addr)
-			rb := startBrowser(t, chromium, chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"))
+			rb := startBrowser(t, chromium) // chromium maps evil.example to 127.0.0.1
 			rebound := "http://evil.example:" + port
 			var consoleStatus int64
 			rnl := listenNetwork(rb, "evil.example:"+port)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,14 +15,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"termlink/device"
 	"termlink/display/hd44780"
 	"termlink/internal/syncbuf"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/link/enroll"
 	"termlink/server/config"
@@ -32,8 +36,45 @@ import (
 const (
 	adminToken = "e2e-operator-token-0123456789"
 	channelID  = "terminal-dev"
-	waitLong   = 30 * time.Second // bound of every wait for an event
+	// waitLong bounds every wait for an event: testwait's deadline (a
+	// loaded 2-core machine is slow, never that slow). No test asserts
+	// on how long a wait took.
+	waitLong = testwait.Deadline
 )
+
+// tabsAtOnce is how many tests drive the package's chromium at the same
+// time: each has a server, its simulated devices and a tab or two; more
+// on 2 cores only thrash.
+const tabsAtOnce = 3
+
+// tabSlots holds one token per test running.
+var tabSlots = make(chan struct{}, tabsAtOnce)
+
+// parallel runs a test in parallel with the package's others, at most
+// tabsAtOnce at once whatever -parallel says (its slot is given back
+// after every cleanup registered later).
+func parallel(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	tabSlots <- struct{}{}
+	t.Cleanup(func() { <-tabSlots })
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	// go test's -parallel defaults to GOMAXPROCS, 2 on a 2-core
+	// machine: these tests mostly wait on the browser and the servers.
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", fmt.Sprint(tabsAtOnce)); err != nil {
+			panic(err)
+		}
+	}
+	code := m.Run()
+	stopChromium()
+	os.Exit(code)
+}
 
 // chromiumPath finds Debian's chromium; without it the test skips, or
 // fails when CI_REQUIRE_TOOLS=1 (CI installs it).
@@ -156,7 +197,9 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// browser is headless chromium driven over the DevTools protocol.
+// browser is one tab of the package's headless chromium, in a browser
+// context of its own (cookies, storage and cache of its own, as a fresh
+// profile would have), driven over the DevTools protocol.
 type browser struct {
 	t      *testing.T
 	ctx    context.Context
@@ -164,16 +207,36 @@ type browser struct {
 	output *syncbuf.Buffer
 }
 
-// startBrowser starts headless chromium; extra are more allocator
-// options (flags) for one test.
-func startBrowser(t *testing.T, execPath string, extra ...chromedp.ExecAllocatorOption) *browser {
-	t.Helper()
+// chromiumProc is the package's one headless chromium: started by the
+// first test that needs it (again if it died), stopped by TestMain.
+// Starting chromium takes seconds on a loaded 2-core machine; a tab in
+// a new browser context takes a fraction of one.
+var chromiumProc struct {
+	mu      sync.Mutex
+	ctx     context.Context // the browser's own context; done when it died
+	stop    func()
+	out     *syncbuf.Buffer
+	profile string
+}
+
+// sharedChromium returns the running chromium's context, starting it
+// when none runs.
+func sharedChromium(execPath string) (context.Context, *syncbuf.Buffer, error) {
+	c := &chromiumProc
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx != nil && c.ctx.Err() == nil {
+		return c.ctx, c.out, nil
+	}
+	if c.stop != nil {
+		c.stop()
+	}
 	out := &syncbuf.Buffer{Max: 1 << 20}
 	// A fresh profile, removed after chromium has exited (its helper
-	// processes may still write to it for a moment, so not t.TempDir).
+	// processes may still write to it for a moment, so not a TempDir).
 	profile, err := os.MkdirTemp("", "kiosk-e2e-chromium-")
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(execPath),
@@ -186,39 +249,84 @@ func startBrowser(t *testing.T, execPath string, extra ...chromedp.ExecAllocator
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true), // containers' /dev/shm is often 64 MB: chromium's tabs crash in it
+		// Several tests' tabs at once: none is throttled as a tab in
+		// the background would be.
+		chromedp.Flag("disable-background-timer-throttling", true),
+		chromedp.Flag("disable-backgrounding-occluded-windows", true),
+		chromedp.Flag("disable-renderer-backgrounding", true),
+		// A name rebound to the loopback for the DNS rebinding test
+		// (TestCrossOriginPageCannotActAsOperator); no other test uses it.
+		chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"),
 		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1280, 1100),
 		chromedp.CombinedOutput(out),
 	}
-	opts = append(opts, extra...)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(format string, args ...any) {
 		if msg := fmt.Sprintf(format, args...); !strings.Contains(msg, "could not unmarshal event") {
-			t.Log("chromedp: " + msg) // (events newer than chromedp's protocol tables are not errors)
+			fmt.Fprintln(out, "chromedp: "+msg) // (events newer than chromedp's protocol tables are not errors)
 		}
 	}))
-	t.Cleanup(func() {
-		if err := chromedp.Cancel(ctx); err != nil { // closes the browser, waits for it
-			t.Logf("closing chromium: %v", err)
-		}
+	stop := func() {
+		_ = chromedp.Cancel(ctx) // closes the browser, waits for it
 		cancelCtx()
 		cancelAlloc()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if err := os.RemoveAll(profile); err == nil || time.Now().After(deadline) {
-				if err != nil {
-					t.Logf("removing chromium's profile %s: %v", profile, err)
-				}
-				break
-			}
-		}
-	})
-	// The first Run starts chromium and its tab; it must get the
-	// browser's own context (cancelling a derived one would close the
-	// tab). chromedp bounds the start itself (20 s for DevTools to answer).
-	if err := chromedp.Run(ctx); err != nil {
-		t.Fatalf("starting chromium %s: %v\n%s", execPath, err, out.String())
+		_ = testwait.Poll(context.Background(), 10*time.Second, func() error { return os.RemoveAll(profile) })
 	}
+	// The first Run starts chromium; it must get the browser's own
+	// context (cancelling a derived one would close its first tab).
+	// chromedp bounds the start itself (20 s for DevTools to answer).
+	if err := chromedp.Run(ctx); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("starting chromium %s: %w\n%s", execPath, err, out.String())
+	}
+	c.ctx, c.stop, c.out, c.profile = ctx, stop, out, profile
+	return ctx, out, nil
+}
+
+// stopChromium stops the package's chromium, if it runs.
+func stopChromium() {
+	c := &chromiumProc
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stop != nil {
+		c.stop()
+		c.stop, c.ctx = nil, nil
+	}
+}
+
+// startBrowser opens a tab in a new browser context of the package's
+// chromium (starting it if need be), 1280 x 1100 CSS pixels, closed
+// when the test ends.
+func startBrowser(t *testing.T, execPath string) *browser {
+	t.Helper()
+	return startBrowserSized(t, execPath, 1280, 1100)
+}
+
+// startBrowserSized is startBrowser with a window (the page's viewport)
+// of width x height CSS pixels.
+func startBrowserSized(t *testing.T, execPath string, width, height int) *browser {
+	t.Helper()
+	// chromium's windows are at least 500 px wide: what --window-size
+	// gave these tests when they asked for 400.
+	width = max(width, 500)
+	parent, out, err := sharedChromium(execPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := chromedp.NewContext(parent, chromedp.WithNewBrowserContext())
+	t.Cleanup(func() {
+		if err := chromedp.Cancel(ctx); err != nil { // closes the tab and its browser context
+			t.Logf("closing the tab: %v", err)
+		}
+		cancel()
+	})
 	b := &browser{t: t, ctx: ctx, shots: t.ArtifactDir(), output: out}
+	// The first Run opens the tab; it must get the tab's own context.
+	// The page is given the focus, as the window in front has it.
+	if err := chromedp.Run(ctx, chromedp.EmulateViewport(int64(width), int64(height)), emulation.SetFocusEmulationEnabled(true)); err != nil {
+		t.Fatalf("opening a tab in chromium: %v\n%s", err, out.String())
+	}
 	t.Logf("screenshots go to %s (kept with go test -artifacts)", b.shots)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -325,6 +433,7 @@ func peerRow(peerID string, online bool) string {
 // sees it on that kiosk's LCD and in the console's mirror of it (and not
 // on the other kiosk), and sees a stopped kiosk go offline.
 func TestConsoleInChromium(t *testing.T) {
+	parallel(t)
 	chromium := chromiumPath(t)
 	addr := startServer(t)
 	base := "http://" + addr
@@ -380,34 +489,31 @@ func TestConsoleInChromium(t *testing.T) {
 	b.screenshot("02-notice-sent")
 
 	// The lobby kiosk's glass shows it.
-	deadline := time.Now().Add(waitLong)
-	for !strings.Contains(lobby.glass(), text) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the notice %q never reached kiosk-lobby's LCD; it shows:\n%s", text, lobby.bus.Render())
+	testwait.UntilOK(t, "the notice on kiosk-lobby's LCD", func() error {
+		if !strings.Contains(lobby.glass(), text) {
+			return fmt.Errorf("it shows:\n%s", lobby.bus.Render())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("kiosk-lobby's LCD:\n%s", lobby.bus.Render())
 
 	// The console's mirror of that kiosk shows the same screen.
 	b.must("opening kiosk-lobby's page", chromedp.Click(`[data-peer-id="kiosk-lobby"] a`, chromedp.ByQuery))
 	b.waitFor("the device page is shown", `!document.getElementById('peer-view').hidden`)
-	var rows []string
 	var light string
-	for {
+	testwait.UntilOK(t, "the console's mirror of kiosk-lobby showing the notice as the LCD does", func() error {
+		var rows []string
+		var err error
 		rows, light, err = b.mirror()
 		if err != nil {
 			t.Fatal(err)
 		}
 		glass := lobby.bus.Text()
-		if strings.Contains(strings.Join(strings.Fields(strings.Join(rows, " ")), " "), text) && sameScreen(glass, rows) {
-			break
+		if !strings.Contains(strings.Join(strings.Fields(strings.Join(rows, " ")), " "), text) || !sameScreen(glass, rows) {
+			return fmt.Errorf("mirror: %q\nglass:  %q", rows, glass)
 		}
-		if time.Now().After(deadline.Add(waitLong)) {
-			t.Fatalf("the console's mirror of kiosk-lobby never showed the notice as the LCD does:\nmirror: %q\nglass:  %q", rows, glass)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if want := map[bool]string{true: "on", false: "off"}[lobby.bus.State().Backlight]; light != want && light != "dim" {
 		t.Errorf("mirror backlight %q, the LCD's is %q", light, want)
 	}
@@ -466,6 +572,7 @@ func TestConsoleInChromium(t *testing.T) {
 // console opened on the server's own machine needs no login (as
 // termrig demo --kiosk runs it).
 func TestConsoleWithoutTokens(t *testing.T) {
+	parallel(t)
 	chromium := chromiumPath(t)
 	srv := servertest.Start(t, nil)
 	startKiosk(t, srv.Addr, "kiosk-1", map[string]string{"site": "lab"})
@@ -481,6 +588,7 @@ func TestConsoleWithoutTokens(t *testing.T) {
 // the device then collects its token with its device code, for that
 // peer id.
 func TestConsoleApprovesPairing(t *testing.T) {
+	parallel(t)
 	chromium := chromiumPath(t)
 	srv := servertest.Start(t, func(c *config.Config) {
 		ch := c.Channels[channelID]

@@ -1,6 +1,7 @@
 package kiosk_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"termlink/device"
+	"termlink/internal/testwait"
 )
 
 // The device page's mirror shows the newest screen even when the page's
@@ -15,10 +17,11 @@ import (
 // the page after the live event that carried the change (the console drew
 // the GET's older screen over the newer one, and nothing redrew it until
 // the screen changed again: the cause of a TestConsoleInChromium failure
-// seen once in six make test runs). The browser holds the GET's answer
-// back for two seconds while the kiosk's screen changes (text typed:
-// no event, so no other GET).
+// seen once in six make test runs). The page holds the GET's answer
+// back until the live event of the kiosk's screen change (text typed:
+// no event, so no other GET) is drawn.
 func TestConsoleMirrorKeepsTheNewerScreen(t *testing.T) {
+	parallel(t)
 	chromium := chromiumPath(t)
 	addr := startServer(t)
 	lobby := startKiosk(t, addr, "kiosk-lobby", map[string]string{"site": "lobby"})
@@ -28,15 +31,18 @@ func TestConsoleMirrorKeepsTheNewerScreen(t *testing.T) {
 	b.waitFor("the live stream is connected", `document.getElementById('stream-state').textContent === 'live'`)
 	b.waitFor("the kiosk is online", peerRow("kiosk-lobby", true))
 
-	// The device page's GET of the peer resolves two seconds after its
-	// answer came.
-	b.must("slowing the peer GET", chromedp.Evaluate(`(() => {
+	// The device page's GET of the peer resolves when the test calls
+	// releaseGets, after its answer came.
+	b.must("holding the peer GET", chromedp.Evaluate(`(() => {
 		const orig = window.fetch;
+		let release;
+		const released = new Promise((ok) => { release = ok; });
+		window.releaseGets = () => release();
 		window.fetch = async (url, opts) => {
 			const r = await orig(url, opts);
 			if (/\/peers\/kiosk-lobby$/.test(String(url))) {
 				window.heldGets = (window.heldGets || 0) + 1;
-				await new Promise((ok) => setTimeout(ok, 2000));
+				await released;
 				window.heldGets -= 1;
 			}
 			return r;
@@ -52,28 +58,24 @@ func TestConsoleMirrorKeepsTheNewerScreen(t *testing.T) {
 	case <-time.After(waitLong):
 		t.Fatal("the kiosk took no input")
 	}
-	deadline := time.Now().Add(waitLong)
-	for !strings.Contains(lobby.glass(), text) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the kiosk never showed the typed text; it shows:\n%s", lobby.bus.Render())
+	testwait.UntilOK(t, "the typed text on the kiosk", func() error {
+		if !strings.Contains(lobby.glass(), text) {
+			return fmt.Errorf("it shows:\n%s", lobby.bus.Render())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	b.waitFor("the live event drew the typed text", `Array.from(document.querySelectorAll('#lcd [data-testid=lcd-row]')).some(r => r.textContent.includes('`+text+`'))`)
+	b.must("releasing the held GET", chromedp.Evaluate(`window.releaseGets(), true`, nil))
 	b.waitFor("the held GET is answered", `window.heldGets === 0`)
 	// The screen does not change any more: the mirror must show it.
-	for {
+	testwait.UntilOK(t, "the console's mirror showing the LCD's screen, not an older one", func() error {
 		rows, _, err := b.mirror()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sameScreen(lobby.bus.Text(), rows) {
-			break
+		if !sameScreen(lobby.bus.Text(), rows) {
+			return fmt.Errorf("mirror: %q\nglass:  %q", rows, lobby.bus.Text())
 		}
-		if time.Now().After(deadline.Add(waitLong)) {
-			b.screenshot("mirror-stale")
-			t.Fatalf("the console's mirror shows an older screen than the LCD:\nmirror: %q\nglass:  %q", rows, lobby.bus.Text())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
