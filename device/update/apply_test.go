@@ -71,6 +71,7 @@ func (f *fixture) untouched(t *testing.T) {
 // installed binary with its manifest, and the supervisor is told; the
 // installed binary is not touched.
 func TestApplyStages(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := newKey(t)
 	v1, v2 := workerBin(t, "v1.0.0"), workerBin(t, "v1.1.0")
 	f := newFixture(t, v1)
@@ -110,6 +111,7 @@ func TestApplyStages(t *testing.T) {
 // Every refusal says why, specifically, and leaves the installed binary
 // as it was; those decided by the manifest download nothing.
 func TestApplyRefuses(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := newKey(t)
 	_, otherPriv, _ := newKey(t)
 	v1, v2 := workerBin(t, "v1.0.0"), workerBin(t, "v1.1.0")
@@ -199,6 +201,7 @@ func TestApplyRefuses(t *testing.T) {
 // A download cut short keeps what it got (ErrTruncated, nothing staged);
 // the next Apply asks for the rest with a Range request and stages it.
 func TestApplyResumes(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := newKey(t)
 	v1, v2 := workerBin(t, "v1.0.0"), workerBin(t, "v1.1.0")
 	f := newFixture(t, v1)
@@ -240,6 +243,7 @@ func TestApplyResumes(t *testing.T) {
 // manifest says are never read; the same size with other content is
 // refused by its SHA-256 and the partial file deleted.
 func TestApplyWrongContent(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := newKey(t)
 	v1, v2 := workerBin(t, "v1.0.0"), workerBin(t, "v1.1.0")
 	m := sign(t, priv, "v1.1.0", v2)
@@ -272,6 +276,7 @@ func TestApplyWrongContent(t *testing.T) {
 // A full disk (the partial file on /dev/full: every write ENOSPC) is
 // ErrDiskFull, and the installed binary stays.
 func TestApplyDiskFull(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/dev/full"); err != nil {
 		t.Skip("no /dev/full")
 	}

@@ -37,6 +37,7 @@ func swapChild(exe, a, b string) {
 // one of the two releases, and so is the kept previous binary.
 func TestInstallKilledMidSwap(t *testing.T) {
 	nativeExec(t)
+	t.Parallel()
 	a, b := workerBin(t, "v1.0.0"), workerBin(t, "v1.1.0")
 	exe := t.TempDir() + "/termd"
 	if err := copyFile(a, exe); err != nil {

@@ -24,8 +24,16 @@ import (
 var (
 	binDir  string
 	binMu   sync.Mutex
-	binsOut = map[string]string{}
+	binsOut = map[string]*builtBin{}
 )
+
+// builtBin is one build: done once, by the first test that needs it;
+// tests needing other binaries build them at the same time.
+type builtBin struct {
+	once sync.Once
+	path string
+	err  error
+}
 
 func TestMain(m *testing.M) {
 	if exe := os.Getenv("UPDATE_SWAP_CHILD"); exe != "" {
@@ -57,27 +65,34 @@ func nativeExec(t *testing.T) {
 }
 
 // build builds the package pkg (relative to this one) with main.version
-// set to version ("" none), once.
+// set to version ("" none), once. The binaries are linked without the
+// symbol table and DWARF (-s -w): quicker to link, and nothing here
+// debugs them.
 func build(t testing.TB, pkg, version string, env ...string) string {
 	t.Helper()
-	binMu.Lock()
-	defer binMu.Unlock()
 	key := pkg + "@" + version + strings.Join(env, ",")
-	if p, ok := binsOut[key]; ok {
-		return p
+	binMu.Lock()
+	b, ok := binsOut[key]
+	if !ok {
+		b = &builtBin{path: filepath.Join(binDir, filepath.Base(pkg)+"-"+version+"-"+strconv.Itoa(len(binsOut)))}
+		binsOut[key] = b
 	}
-	out := filepath.Join(binDir, filepath.Base(pkg)+"-"+version+"-"+strconv.Itoa(len(binsOut)))
-	args := []string{"build", "-o", out}
-	if version != "" {
-		args = append(args, "-ldflags", "-X main.version="+version)
+	binMu.Unlock()
+	b.once.Do(func() {
+		ldflags := "-s -w"
+		if version != "" {
+			ldflags += " -X main.version=" + version
+		}
+		cmd := exec.Command("go", "build", "-o", b.path, "-ldflags", ldflags, pkg)
+		cmd.Env = append(os.Environ(), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	cmd := exec.Command("go", append(args, pkg)...)
-	cmd.Env = append(os.Environ(), env...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-	binsOut[key] = out
-	return out
+	return b.path
 }
 
 // workerBin is the test program at version; brokenBin exits at start.

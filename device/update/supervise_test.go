@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/release"
 	"termlink/server/config"
 	"termlink/server/servertest"
@@ -99,22 +100,19 @@ func (d *device) kill() {
 // the number of lines up to and including it.
 func (d *device) wait(from int, want string) int {
 	d.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	n := 0
+	testwait.UntilOK(d.t, fmt.Sprintf("%q after line %d", want, from), func() error {
 		d.mu.Lock()
+		defer d.mu.Unlock()
 		for i := from; i < len(d.lines); i++ {
 			if d.lines[i] == want {
-				d.mu.Unlock()
-				return i + 1
+				n = i + 1
+				return nil
 			}
 		}
-		d.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.t.Fatalf("no %q after line %d; lines:\n%s", want, from, strings.Join(d.lines, "\n"))
-	return 0
+		return fmt.Errorf("lines:\n%s", strings.Join(d.lines, "\n"))
+	})
+	return n
 }
 
 // offer signs bin as version and has the worker apply it.
@@ -161,13 +159,12 @@ func (d *device) serverVersion() string {
 
 func (d *device) waitServerVersion(want string) {
 	d.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for d.serverVersion() != want {
-		if time.Now().After(deadline) {
-			d.t.Fatalf("the server shows version %q, want %q", d.serverVersion(), want)
+	testwait.UntilOK(d.t, "the server to show version "+want, func() error {
+		if got := d.serverVersion(); got != want {
+			return fmt.Errorf("it shows %q", got)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func sameFile(t *testing.T, a, b string) bool {
@@ -184,6 +181,7 @@ func sameFile(t *testing.T, a, b string) bool {
 // still v2.
 func TestSuperviseUpdateAndRollback(t *testing.T) {
 	nativeExec(t)
+	t.Parallel()
 	_, priv, pubFile := newKey(t)
 	v1, v2 := workerBin(t, "v1.0.0"), workerBin(t, "v1.1.0")
 	d := newDevice(t, v1)
@@ -196,7 +194,7 @@ func TestSuperviseUpdateAndRollback(t *testing.T) {
 	n = d.wait(n, "stopped v1.0.0")
 	n = d.wait(n, "healthy v1.1.0")
 	d.waitServerVersion("v1.1.0")
-	waitFor(t, "the update recorded as installed", func() bool { s := d.status(); return s.Pending == nil && s.Installed == "v1.1.0" })
+	testwait.Until(t, "the update recorded as installed", func() bool { s := d.status(); return s.Pending == nil && s.Installed == "v1.1.0" })
 	if !sameFile(t, d.exe, v2) || !sameFile(t, d.exe+PrevSuffix, v1) {
 		t.Error("want v2 installed and v1 kept as .prev")
 	}
@@ -227,15 +225,16 @@ func TestSuperviseUpdateAndRollback(t *testing.T) {
 // passes, and the previous binary runs again.
 func TestSuperviseGateTimeout(t *testing.T) {
 	nativeExec(t)
+	t.Parallel()
 	_, priv, pubFile := newKey(t)
 	v1 := workerBin(t, "v1.0.0")
 	d := newDevice(t, v1)
-	d.start("--gate", "2s")
+	d.start("--gate", "1s")
 	n := d.wait(0, "healthy v1.0.0")
 	d.offer(priv, pubFile, "v1.1.0", build(t, "./testdata/hang", ""))
 	n = d.wait(n, "apply: ok")
 	d.wait(n, "healthy v1.0.0")
-	if f := d.status().LastFailure; f == nil || f.Reason != "no first heartbeat within 2s of its start" {
+	if f := d.status().LastFailure; f == nil || f.Reason != "no first heartbeat within 1s of its start" {
 		t.Errorf("failure: %+v", f)
 	}
 	if !sameFile(t, d.exe, v1) {
@@ -249,6 +248,7 @@ func TestSuperviseGateTimeout(t *testing.T) {
 // runs.
 func TestSuperviseTrialInterrupted(t *testing.T) {
 	nativeExec(t)
+	t.Parallel()
 	_, priv, pubFile := newKey(t)
 	v1 := workerBin(t, "v1.0.0")
 	d := newDevice(t, v1)
@@ -257,7 +257,7 @@ func TestSuperviseTrialInterrupted(t *testing.T) {
 	d.offer(priv, pubFile, "v1.1.0", build(t, "./testdata/hang", ""))
 	d.wait(n, "apply: ok")
 	for attempt := 1; attempt <= MaxAttempts; attempt++ {
-		waitFor(t, fmt.Sprintf("trial attempt %d", attempt), func() bool {
+		testwait.Until(t, fmt.Sprintf("trial attempt %d", attempt), func() bool {
 			s := d.status()
 			return s.Pending != nil && s.Pending.Attempts == attempt
 		})
@@ -277,22 +277,12 @@ func TestSuperviseTrialInterrupted(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // The ARMv6 build (a Pi Zero's) updated under qemu-user: v1 -> v2
 // through the supervisor, both ARM binaries; a release built for arm64
 // is refused as the wrong platform and v2 keeps running.
 func TestSuperviseARMv6(t *testing.T) {
 	nativeExec(t)
+	t.Parallel()
 	emu, err := exec.LookPath("qemu-arm-static")
 	if err != nil {
 		if os.Getenv("CI_REQUIRE_TOOLS") != "" {
@@ -314,12 +304,14 @@ func TestSuperviseARMv6(t *testing.T) {
 	n = d.wait(n, "apply: ok")
 	n = d.wait(n, "healthy v1.1.0")
 	d.waitServerVersion("v1.1.0")
-	waitFor(t, "v1.1.0 installed", func() bool { s := d.status(); return s.Pending == nil && s.Installed == "v1.1.0" })
+	testwait.Until(t, "v1.1.0 installed", func() bool { s := d.status(); return s.Pending == nil && s.Installed == "v1.1.0" })
 	if !sameFile(t, d.exe, v2) || !sameFile(t, d.exe+PrevSuffix, v1) {
 		t.Error("want v2 installed and v1 kept as .prev")
 	}
 	d.platform = "linux/arm64"
-	d.offer(priv, pubFile, "v1.2.0", build(t, "./testdata/worker", "v1.2.0", "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0"))
+	// The arm64 release is the small program that exits at start: were
+	// it not refused, the apply would say ok and the trial fail.
+	d.offer(priv, pubFile, "v1.2.0", build(t, "./testdata/exitatstart", "", "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0"))
 	d.wait(n, "apply: "+ErrWrongPlatform.Error()+": linux/arm64, this is linux/arm/6")
 	if !sameFile(t, d.exe, v2) {
 		t.Error("the installed binary changed")
