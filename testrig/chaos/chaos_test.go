@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"termlink/internal/testwait"
+)
+
+// answerWithin bounds a wait for an answer that must come: testwait's
+// deadline (a loaded machine is slow, never that slow); refusedWithin a
+// wait for one that must not (a reset or a close comes at once).
+const (
+	answerWithin  = testwait.Deadline
+	refusedWithin = 5 * time.Second
 )
 
 // echoServer answers every line with the same line.
@@ -98,7 +109,7 @@ func refused(t *testing.T, p *Proxy) bool {
 	if err != nil {
 		return true
 	}
-	_, err = l.roundTrip("x", 5*time.Second)
+	_, err = l.roundTrip("x", refusedWithin)
 	return err != nil
 }
 
@@ -122,11 +133,11 @@ func (l *line) roundTrip(s string, limit time.Duration) (time.Duration, error) {
 func TestForwardAndLatency(t *testing.T) {
 	p := newProxy(t)
 	l := dialProxy(t, p)
-	if _, err := l.roundTrip("hello", 5*time.Second); err != nil {
+	if _, err := l.roundTrip("hello", answerWithin); err != nil {
 		t.Fatalf("normal: %v", err)
 	}
 	p.SetLatency(100 * time.Millisecond)
-	took, err := l.roundTrip("slow", 5*time.Second)
+	took, err := l.roundTrip("slow", answerWithin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +148,7 @@ func TestForwardAndLatency(t *testing.T) {
 	}
 	// A latency no test waits out holds the next line; "normal" releases
 	// it and the line after it goes straight through: only a latency left
-	// in force could keep either past the 5 s guard.
+	// in force could keep either past answerWithin.
 	p.SetLatency(time.Hour)
 	if _, err := io.WriteString(l.c, "held\n"); err != nil {
 		t.Fatal(err)
@@ -152,23 +163,23 @@ func TestForwardAndLatency(t *testing.T) {
 	if p.Latency() != 0 || p.Mode() != Normal {
 		t.Fatalf("after normal: latency %v, mode %v", p.Latency(), p.Mode())
 	}
-	_ = l.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = l.c.SetReadDeadline(time.Now().Add(answerWithin))
 	if got, err := l.r.ReadString('\n'); err != nil || got != "held\n" {
 		t.Fatalf("after normal, the held line: %q %v", got, err)
 	}
-	if _, err := l.roundTrip("fast", 5*time.Second); err != nil {
+	if _, err := l.roundTrip("fast", answerWithin); err != nil {
 		t.Fatalf("after normal: %v", err)
 	}
 	want := int64(len("hello\nslow\nheld\nfast\n"))
-	deadline := time.Now().Add(5 * time.Second)
-	st := p.Stats()
 	// Each direction counts just after its write: the echo of "fast" can
 	// be counted down before its way up is (seen once under make test).
-	for (st.BytesUp != want || st.BytesDown != want) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-		st = p.Stats()
-	}
-	if st.Accepted != 1 || st.Active != 1 || st.BytesUp != want || st.BytesDown != want {
+	testwait.UntilOK(t, fmt.Sprintf("%d bytes counted each way", want), func() error {
+		if st := p.Stats(); st.BytesUp != want || st.BytesDown != want {
+			return fmt.Errorf("stats %+v", st)
+		}
+		return nil
+	})
+	if st := p.Stats(); st.Accepted != 1 || st.Active != 1 || st.BytesUp != want || st.BytesDown != want {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -176,7 +187,7 @@ func TestForwardAndLatency(t *testing.T) {
 func TestStallHoldsBytesThenReleases(t *testing.T) {
 	p := newProxy(t)
 	l := dialProxy(t, p)
-	if _, err := l.roundTrip("before", 5*time.Second); err != nil {
+	if _, err := l.roundTrip("before", answerWithin); err != nil {
 		t.Fatal(err)
 	}
 	p.SetMode(Stall)
@@ -185,7 +196,7 @@ func TestStallHoldsBytesThenReleases(t *testing.T) {
 	}
 	// The socket stays open: no EOF, no reset.
 	p.SetMode(Normal)
-	_ = l.c.SetDeadline(time.Now().Add(5 * time.Second))
+	_ = l.c.SetDeadline(time.Now().Add(answerWithin))
 	got, err := l.r.ReadString('\n')
 	if err != nil || got != "held\n" {
 		t.Fatalf("after the stall: %q %v", got, err)
@@ -201,12 +212,12 @@ func TestStallHoldsBytesThenReleases(t *testing.T) {
 func TestRefuseCutDown(t *testing.T) {
 	p := newProxy(t)
 	l := dialProxy(t, p)
-	if _, err := l.roundTrip("a", 5*time.Second); err != nil {
+	if _, err := l.roundTrip("a", answerWithin); err != nil {
 		t.Fatal(err)
 	}
 	p.SetMode(Refuse)
 	// Open connections are untouched.
-	if _, err := l.roundTrip("b", 5*time.Second); err != nil {
+	if _, err := l.roundTrip("b", answerWithin); err != nil {
 		t.Fatalf("refuse broke an open connection: %v", err)
 	}
 	// New ones are reset.
@@ -217,17 +228,17 @@ func TestRefuseCutDown(t *testing.T) {
 	if n := p.Cut(); n != 1 {
 		t.Fatalf("cut %d connections, want 1", n)
 	}
-	if _, err := l.roundTrip("d", 5*time.Second); err == nil {
+	if _, err := l.roundTrip("d", refusedWithin); err == nil {
 		t.Fatal("cut connection still works")
 	}
 	l3 := dialProxy(t, p)
-	if _, err := l3.roundTrip("e", 5*time.Second); err != nil {
+	if _, err := l3.roundTrip("e", answerWithin); err != nil {
 		t.Fatalf("new connection after cut: %v", err)
 	}
 	if err := p.Apply(Action{Name: "down"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l3.roundTrip("f", 5*time.Second); err == nil {
+	if _, err := l3.roundTrip("f", refusedWithin); err == nil {
 		t.Fatal("down left a connection open")
 	}
 	st := p.Stats()
@@ -370,7 +381,7 @@ func TestControlHandler(t *testing.T) {
 		t.Fatalf("latency 0: %d %+v", code, st)
 	}
 	l := dialProxy(t, p)
-	if _, err := l.roundTrip("x", 5*time.Second); err != nil {
+	if _, err := l.roundTrip("x", answerWithin); err != nil {
 		t.Fatal(err)
 	}
 	if code, st := post("/cut"); code != 200 || st.Cut != 1 {
