@@ -16,7 +16,7 @@ import (
 // openDiag adds the diag requests to the fleet operations' parts and
 // returns their API; New calls it before the adapters start.
 func (s *Server) openDiag() *diag.API {
-	reqs := diag.New(diag.Options{Send: s.rt.SendFleet, Log: s.log})
+	reqs := diag.New(diag.Options{Send: s.rt.SendFleet, Log: s.log, Outside: s.rt.outside})
 	s.rt.fleetOps.parts = append(s.rt.fleetOps.parts, reqs)
 	return diag.NewAPI(reqs, diagHost{s})
 }

@@ -1,9 +1,10 @@
 package server
 
 import (
+	"fmt"
+
 	"termlink/link"
 	"termlink/server/registry"
-	"termlink/server/wschannel"
 )
 
 // Fleet operations (issue 28): signed updates and their rollouts,
@@ -12,11 +13,31 @@ import (
 // wschannel.Fleet. The device registry keeps what devices report (their
 // update state, the settings version they applied), and each part of
 // fleet operations (parts: the rollouts, the settings, the diag
-// requests) gets every connect and every answer, in the connection's
-// reader, so a part must not block.
+// requests) gets every connect and the answers of its kind, in the
+// connection's reader, so a part must not block.
+//
+// A device is believed only about what it was asked (issue 36): the
+// adapter hands on only answers from a connection that listed their
+// capability, at its answer rate; the part that takes an answer's kind
+// says whether it answers what it sent that device, and the registry
+// keeps only what the part believed. An answer no part asked for is
+// refused (Report's error: the connection answers bad_frame).
 type fleetOps struct {
 	rt    *Runtime
-	parts []wschannel.Fleet // added by New before the adapters start
+	parts []fleetPart // added by New before the adapters start
+}
+
+// fleetPart is a part of the fleet operations.
+type fleetPart interface {
+	// DeviceConnected is wschannel.Fleet's.
+	DeviceConnected(channelID string, c *link.Connect)
+	// Answers is the kind of answer frame the part takes.
+	Answers() link.Type
+	// Report takes an answer of its kind: believed when it answers what
+	// the part sent that peer (the registry may keep it); an error when
+	// it answers nothing asked (refused; nothing changed); neither for a
+	// resend that is not news.
+	Report(channelID, peerID string, f link.Frame) (believed bool, err error)
 }
 
 // DeviceConnected implements wschannel.Fleet.
@@ -26,17 +47,31 @@ func (f *fleetOps) DeviceConnected(channelID string, c *link.Connect) {
 	}
 }
 
-// Report implements wschannel.Fleet.
-func (f *fleetOps) Report(channelID, peerID string, fr link.Frame) {
+// Report implements wschannel.Fleet: the part that takes fr's kind
+// judges it; the registry keeps an update_status or settings_ack it
+// believed.
+func (f *fleetOps) Report(channelID, peerID string, fr link.Frame) error {
+	var part fleetPart
+	for _, p := range f.parts {
+		if p.Answers() == fr.FrameType() {
+			part = p
+			break
+		}
+	}
+	if part == nil {
+		return fmt.Errorf("this server sent no %s request this frame could answer", fr.FrameType())
+	}
+	believed, err := part.Report(channelID, peerID, fr)
+	if err != nil || !believed {
+		return err
+	}
 	switch fr := fr.(type) {
 	case *link.UpdateStatus:
 		f.rt.fleet.reg.SetUpdate(channelID, peerID, registry.UpdateState{Version: fr.Version, State: fr.State, Reason: fr.Reason})
 	case *link.SettingsAck:
 		f.rt.fleet.reg.SetSettings(channelID, peerID, fr.Version, fr.Error)
 	}
-	for _, p := range f.parts {
-		p.Report(channelID, peerID, fr)
-	}
+	return nil
 }
 
 // SendFleet hands a fleet operation's frame (update, settings, diag) to

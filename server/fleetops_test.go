@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -8,31 +9,59 @@ import (
 	"termlink/server/registry"
 )
 
-// recordingPart is a fleetOps part that records what it is given.
+// recordingPart is a fleetOps part that records what it is given and
+// judges the answers of its kind with judge.
 type recordingPart struct {
+	answers  link.Type
+	judge    func(link.Frame) (bool, error)
 	connects chan *link.Connect
 	reports  chan link.Frame
 }
 
 func (p *recordingPart) DeviceConnected(_ string, c *link.Connect) { p.connects <- c }
-func (p *recordingPart) Report(_, _ string, f link.Frame)          { p.reports <- f }
+func (p *recordingPart) Answers() link.Type                        { return p.answers }
+func (p *recordingPart) Report(_, _ string, f link.Frame) (bool, error) {
+	p.reports <- f
+	return p.judge(f)
+}
 
 // A device's fleet frames reach the registry and the parts: connect's
-// platform and settings version, update_status as the peer's update
-// state, settings_ack as its settings version or error. SendFleet
-// reaches only a connection that listed the capability, and a frame the
-// device should not send is refused as before.
+// platform and settings version; update_status and settings_ack go to
+// the part of their kind, and the registry keeps them (the peer's update
+// state, its settings version or error) only when the part believed
+// them (issue 36); one the part refuses is answered bad_frame with its
+// reason, and one from a connection that did not list the capability
+// never reaches a part. SendFleet reaches only a connection that listed
+// the capability, and a frame the device should not send is refused as
+// before.
 func TestFleetOpsCarriage(t *testing.T) {
 	ts := startServer(t, nil, nil)
-	part := &recordingPart{connects: make(chan *link.Connect, 4), reports: make(chan link.Frame, 4)}
-	ts.rt.fleetOps.parts = append(ts.rt.fleetOps.parts, part)
+	updates := &recordingPart{answers: link.TypeUpdateStatus, connects: make(chan *link.Connect, 4), reports: make(chan link.Frame, 8),
+		judge: func(f link.Frame) (bool, error) {
+			switch f.(*link.UpdateStatus).UpdateID {
+			case "u-1":
+				return true, nil
+			case "forged":
+				return false, errors.New("update_id \"forged\" names no update this server sent")
+			}
+			return false, nil
+		}}
+	acks := &recordingPart{answers: link.TypeSettingsAck, connects: make(chan *link.Connect, 4), reports: make(chan link.Frame, 8),
+		judge: func(f link.Frame) (bool, error) {
+			if f.(*link.SettingsAck).Version == 6 {
+				return true, nil
+			}
+			return false, errors.New("settings version 5 was not sent to this device")
+		}}
+	// Ahead of the server's own parts of these kinds.
+	ts.rt.fleetOps.parts = append([]fleetPart{updates, acks}, ts.rt.fleetOps.parts...)
 
 	c := dial(t, ts.ws, nil)
 	c.send(&link.Connect{PeerID: "kiosk-f", Capabilities: []string{link.CapText, link.CapUpdate, link.CapSettings},
 		Version: "v1.0.0", Platform: "linux/arm/6", SettingsVersion: 4})
 	readAs[*link.Connected](c)
 	select {
-	case got := <-part.connects:
+	case got := <-updates.connects:
 		if got.PeerID != "kiosk-f" || got.Platform != "linux/arm/6" {
 			t.Fatalf("the part got connect %+v", got)
 		}
@@ -50,22 +79,41 @@ func TestFleetOpsCarriage(t *testing.T) {
 		t.Fatalf("peer after connect: platform %q, settings %d, update %+v", p.Platform, p.SettingsVersion, p.Update)
 	}
 
-	c.send(&link.UpdateStatus{Version: "v1.1.0", Running: "v1.0.0", State: link.UpdateFailed, Reason: "no space left for the release"})
+	c.send(&link.UpdateStatus{UpdateID: "forged", Version: "v1.1.0", Running: "v1.0.0", State: link.UpdateFailed, Reason: "forged"})
+	c.expectError(`update_status refused: update_id "forged" names no update this server sent`, link.CodeBadFrame)
+	c.send(&link.UpdateStatus{Version: "v1.1.0", Running: "v1.0.0", State: link.UpdateFailed, Reason: "a start report"})
 	c.send(&link.SettingsAck{Version: 5, Error: "log_level: cannot"})
-	c.send(&link.SettingsAck{Version: 6})
-	for i := 0; i < 3; i++ {
-		select {
-		case <-part.reports:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the part got %d reports, want 3", i)
-		}
+	c.expectError("settings_ack refused: settings version 5 was not sent to this device", link.CodeBadFrame)
+	c.alive() // the start report: no error
+	if p := peer(); p.Update != nil || p.SettingsVersion != 4 || p.SettingsError != "" {
+		t.Fatalf("answers not believed reached the registry: update %+v, settings %d %q", p.Update, p.SettingsVersion, p.SettingsError)
 	}
+
+	c.send(&link.UpdateStatus{UpdateID: "u-1", Version: "v1.1.0", Running: "v1.0.0", State: link.UpdateFailed, Reason: "no space left for the release"})
+	c.send(&link.SettingsAck{Version: 6})
+	c.alive()
 	p := peer()
 	if u := p.Update; u == nil || u.Version != "v1.1.0" || u.State != link.UpdateFailed || u.Reason != "no space left for the release" || u.At == "" {
 		t.Fatalf("peer's update: %+v", u)
 	}
 	if p.SettingsVersion != 6 || p.SettingsError != "" {
 		t.Fatalf("peer's settings: version %d, error %q; want 6 and none", p.SettingsVersion, p.SettingsError)
+	}
+	if n := len(updates.reports) + len(acks.reports); n != 5 {
+		t.Fatalf("the parts got %d answers, want 5", n)
+	}
+
+	// A connection that did not list the capabilities: refused before
+	// any part sees it.
+	g := dial(t, ts.ws, nil)
+	g.connect("kiosk-g")
+	<-updates.connects
+	g.send(&link.SettingsAck{Version: 6})
+	g.expectError(`settings_ack refused: this connection did not list the "settings" capability`, link.CodeBadFrame)
+	g.send(&link.UpdateStatus{UpdateID: "u-1", Version: "v1.1.0", Running: "v1.0.0", State: link.UpdateInstalled})
+	g.expectError(`did not list the "update" capability`, link.CodeBadFrame)
+	if n := len(updates.reports) + len(acks.reports); n != 5 {
+		t.Fatalf("the parts got %d answers, want still 5", n)
 	}
 
 	// SendFleet: a settings frame goes; a diag frame does not (not listed).

@@ -232,7 +232,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 			ch.adapter = wschannel.New(ch.id, ch.cfg, wschannel.Deps{
 				Accept: rt, Records: rt.records, Registry: rt.fleet.reg, Notices: rt.notices,
 				Bindings: ch.creds, ClientAuth: srvTLS.client(ch.id), Events: ch.events,
-				SessionKey: SessionKey, Metrics: &rt.metrics.ws, Log: log, Fleet: rt.fleetOps,
+				SessionKey: SessionKey, Metrics: &rt.metrics.ws, Log: log, Fleet: rt.fleetOps, Outside: rt.outside,
 			}, wschannel.Options{WriteStall: opt.writeStall})
 		}
 	}

@@ -13,7 +13,7 @@ import (
 // own documents and pushes to the devices connected to it.
 func (s *Server) openSettings(noSync bool) (*settings.Store, error) {
 	rt := s.rt
-	st, err := settings.Open(settings.Options{Dir: filepath.Join(s.cfg.Workspace, "settings"), NoSync: noSync, Log: s.log},
+	st, err := settings.Open(settings.Options{Dir: filepath.Join(s.cfg.Workspace, "settings"), NoSync: noSync, Log: s.log, Outside: rt.outside},
 		settings.Deps{
 			Registry: rt.fleet.reg,
 			Send:     rt.SendFleet,

@@ -6,11 +6,14 @@
 // Requests sends a link.Diag frame on the peer's live connection (its
 // Send, the runtime's SendFleet) and waits for the link.DiagResult with
 // the same request_id, which the channel adapter hands to Report (it is
-// a wschannel.Fleet, one of the server's fleet operation parts), or for
-// the caller's context to end. Waiting is bounded: MaxPerPeer requests
-// per device and MaxTotal in all; past them Request fails at once with
-// ErrTooMany. A result nobody waits for (it came after its request gave
-// up, or names no request of that peer) is logged and dropped.
+// one of the server's fleet operation parts), or for the caller's
+// context to end. Waiting is bounded: MaxPerPeer requests per device and
+// MaxTotal in all; past them Request fails at once with ErrTooMany. A
+// device is believed only about what it was asked (issue 36): a result
+// nobody waits for (it came after its request gave up, names no request
+// of that peer, or answers another kind) is refused (Report's error: the
+// connection answers bad_frame), logged through the server's gate for
+// what comes from outside, and dropped.
 //
 // API serves it over HTTP (http.go): GET .../peers/{peer_id}/logs and
 // POST .../peers/{peer_id}/selftest, each an event on the channel.
@@ -26,6 +29,7 @@ import (
 	"sync"
 
 	"termlink/link"
+	"termlink/server/throttle"
 )
 
 // Bounds on the requests waiting for their answer (Options' defaults).
@@ -52,6 +56,9 @@ type Options struct {
 	// defaults).
 	MaxPerPeer, MaxTotal int
 	Log                  *slog.Logger
+	// Outside is the server's gate for what a device can make it write
+	// (package throttle; nil: everything is written).
+	Outside *throttle.Gate
 }
 
 // Requests are the diag requests waiting for their device's answer. Safe
@@ -151,32 +158,46 @@ func (r *Requests) Waiting() int {
 	return len(r.waiting)
 }
 
-// DeviceConnected implements wschannel.Fleet (nothing to do: a request
-// is sent only to a live connection).
+// DeviceConnected (a fleet operation part): nothing to do, a request is
+// sent only to a live connection.
 func (r *Requests) DeviceConnected(string, *link.Connect) {}
 
-// Report implements wschannel.Fleet: a diag_result completes the request
-// it answers, when it is of that peer and someone still waits for it.
-func (r *Requests) Report(channelID, peerID string, f link.Frame) {
+// Answers is the answer frame the requests take: diag_result.
+func (r *Requests) Answers() link.Type { return link.TypeDiagResult }
+
+// gateRefused is the gate's kind for a result refused.
+const gateRefused = "diag result refused"
+
+// Report takes a diag_result: it completes the request it answers when
+// that request was sent to that peer, asked for its kind, and still
+// waits (believed); else it is refused with an error saying so, and
+// logged (through Options.Outside).
+func (r *Requests) Report(channelID, peerID string, f link.Frame) (believed bool, err error) {
 	res, ok := f.(*link.DiagResult)
 	if !ok {
-		return
+		return false, fmt.Errorf("diag requests take diag_result frames, not %s", f.FrameType())
 	}
 	r.mu.Lock()
 	w := r.waiting[res.RequestID]
-	if w != nil && w.key == (peerKey{channelID, peerID}) {
+	switch {
+	case w == nil || w.key != (peerKey{channelID, peerID}):
+		// One answer for both: whether another device was asked says
+		// nothing a device needs to know.
+		err = fmt.Errorf("request_id %q names no request waiting for this device's answer (it came too late, or answers nothing asked)", res.RequestID)
+	case w.kind != res.Kind:
+		err = fmt.Errorf("request %s asked for %s, not %q", res.RequestID, w.kind, res.Kind)
+	default:
 		delete(r.waiting, res.RequestID) // answered once
 		if r.perPeer[w.key]--; r.perPeer[w.key] <= 0 {
 			delete(r.perPeer, w.key)
 		}
 		w.done <- res
-		r.mu.Unlock()
-		return
 	}
 	r.mu.Unlock()
-	why := "nobody waits for it (it came too late, or answers no request)"
-	if w != nil {
-		why = "the request was sent to another device"
+	if err != nil {
+		r.opt.Outside.Log(slog.LevelWarn, gateRefused, channelID+"/"+peerID, "diag result refused",
+			"channel_id", channelID, "peer_id", peerID, "request_id", res.RequestID, "kind", res.Kind, "err", err)
+		return false, err
 	}
-	r.opt.Log.Warn("diag result dropped: "+why, "channel_id", channelID, "peer_id", peerID, "request_id", res.RequestID, "kind", res.Kind)
+	return true, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"termlink/internal/syncbuf"
 	"termlink/link"
+	"termlink/server/throttle"
 )
 
 // sent records the frames Requests hands to the connections.
@@ -39,7 +40,10 @@ func (s *sent) send(_, _ string, f link.Frame) bool {
 func newRequests(t *testing.T, maxPeer, maxTotal int) (*Requests, *sent, *syncbuf.Buffer) {
 	logs := &syncbuf.Buffer{}
 	s := &sent{next: make(chan *link.Diag, 64)}
-	return New(Options{Send: s.send, MaxPerPeer: maxPeer, MaxTotal: maxTotal, Log: slog.New(slog.NewTextHandler(logs, nil))}), s, logs
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	gate := throttle.New(log, throttle.Options{Burst: 100, Every: time.Hour})
+	t.Cleanup(gate.Close)
+	return New(Options{Send: s.send, MaxPerPeer: maxPeer, MaxTotal: maxTotal, Log: log, Outside: gate}), s, logs
 }
 
 // A request goes out as a diag frame and its answer comes back to the
@@ -69,9 +73,11 @@ func TestRequestAnswered(t *testing.T) {
 	}
 }
 
-// A result of another peer, or for nobody, is dropped with a log line
-// and leaves the request waiting; the request ends with its context.
-func TestResultDropped(t *testing.T) {
+// A device is believed only about what it was asked (issue 36): a
+// result of another peer, for nobody, of another kind or too late is
+// refused (an error saying so, a log line) and leaves the request
+// waiting; the request ends with its context.
+func TestResultRefused(t *testing.T) {
 	r, s, logs := newRequests(t, 0, 0)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	errc := make(chan error, 1)
@@ -80,10 +86,23 @@ func TestResultDropped(t *testing.T) {
 		errc <- err
 	}()
 	d := <-s.next
-	r.Report("ch", "kiosk-2", &link.DiagResult{RequestID: d.RequestID, Kind: link.DiagSelftest, OK: true})
-	r.Report("other", "kiosk-1", &link.DiagResult{RequestID: d.RequestID, Kind: link.DiagSelftest, OK: true})
-	r.Report("ch", "kiosk-1", &link.DiagResult{RequestID: "diag-unknown", Kind: link.DiagSelftest})
-	r.Report("ch", "kiosk-1", &link.SettingsAck{Version: 1}) // not ours: ignored
+	noRequest := "names no request waiting for this device's answer (it came too late, or answers nothing asked)"
+	for _, c := range []struct {
+		channel, peer string
+		f             link.Frame
+		want          string
+	}{
+		{"ch", "kiosk-2", &link.DiagResult{RequestID: d.RequestID, Kind: link.DiagSelftest, OK: true}, noRequest},
+		{"other", "kiosk-1", &link.DiagResult{RequestID: d.RequestID, Kind: link.DiagSelftest, OK: true}, noRequest},
+		{"ch", "kiosk-1", &link.DiagResult{RequestID: "diag-unknown", Kind: link.DiagSelftest}, `request_id "diag-unknown" ` + noRequest},
+		{"ch", "kiosk-1", &link.DiagResult{RequestID: d.RequestID, Kind: link.DiagLogs, Text: "log"}, "asked for selftest, not \"logs\""},
+		{"ch", "kiosk-1", &link.SettingsAck{Version: 1}, "diag requests take diag_result frames, not settings_ack"},
+	} {
+		believed, err := r.Report(c.channel, c.peer, c.f)
+		if believed || err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("Report(%s, %s, %+v) = %v, %v; want refused with %q", c.channel, c.peer, c.f, believed, err, c.want)
+		}
+	}
 	if r.Waiting() != 1 {
 		t.Fatalf("waiting %d", r.Waiting())
 	}
@@ -93,11 +112,36 @@ func TestResultDropped(t *testing.T) {
 		t.Fatalf("Request = %v, want the context's cause", err)
 	}
 	// Too late now.
-	r.Report("ch", "kiosk-1", &link.DiagResult{RequestID: d.RequestID, Kind: link.DiagSelftest})
+	if _, err := r.Report("ch", "kiosk-1", &link.DiagResult{RequestID: d.RequestID, Kind: link.DiagSelftest}); err == nil || !strings.Contains(err.Error(), noRequest) {
+		t.Fatalf("a result too late: %v", err)
+	}
 	l := logs.String()
-	if strings.Count(l, "diag result dropped") != 4 || !strings.Contains(l, "the request was sent to another device") ||
-		!strings.Contains(l, "nobody waits for it") || r.Waiting() != 0 {
+	if strings.Count(l, "diag result refused") != 5 || !strings.Contains(l, "asked for selftest") || r.Waiting() != 0 {
 		t.Fatalf("waiting %d, log:\n%s", r.Waiting(), l)
+	}
+}
+
+// A flood of results nobody asked for writes the gate's burst of lines,
+// each field cut, and a summary (issue 36 row 1: one unsolicited result
+// was a line of the whole result).
+func TestResultRefusalsThrottled(t *testing.T) {
+	logs := &syncbuf.Buffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	gate := throttle.New(log, throttle.Options{Burst: 2, Every: time.Hour, MaxField: 64})
+	r := New(Options{Send: (&sent{}).send, Log: log, Outside: gate})
+	id := strings.Repeat("q", link.MaxFleetIDBytes)
+	for i := range 1000 {
+		if _, err := r.Report("ch", "kiosk-1", &link.DiagResult{RequestID: fmt.Sprint(i) + id[3:], Kind: link.DiagLogs}); err == nil {
+			t.Fatal("an unsolicited result taken")
+		}
+	}
+	gate.Close() // writes the summary
+	l := logs.String()
+	if n := strings.Count(l, "msg=\"diag result refused\""); n != 2 {
+		t.Fatalf("%d lines of refused results, want the gate's burst of 2:\n%s", n, l)
+	}
+	if !strings.Contains(l, "summary") || !strings.Contains(l, "998") || strings.Contains(l, id[:65]) {
+		t.Fatalf("no summary of the 998 held back, or a field not cut:\n%s", l)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -74,7 +75,8 @@ type entry struct {
 	idx map[string]int // peer id -> index in r.Devices
 }
 
-// Manager runs the rollouts. It implements wschannel.Fleet.
+// Manager runs the rollouts. It is a part of the server's fleet
+// operations (DeviceConnected, Answers, Report).
 type Manager struct {
 	opt      Options
 	channels map[string]bool
@@ -565,7 +567,7 @@ func (m *Manager) findLocked(channelID, peerID string) (*entry, *Device) {
 	return nil, nil
 }
 
-// DeviceConnected implements wschannel.Fleet: a device of a running
+// DeviceConnected (fleet operations): a device of a running
 // rollout that was offline when released, or that lost its frame, gets
 // it now; one that connects running the release waits for its installed.
 func (m *Manager) DeviceConnected(channelID string, c *link.Connect) {
@@ -604,23 +606,36 @@ func (m *Manager) DeviceConnected(channelID string, c *link.Connect) {
 	m.advanceLocked(e)
 }
 
-// Report implements wschannel.Fleet: a device's update_status about the
-// release of an active rollout of its channel. A failure pauses a
+// Answers is the answer frame the rollouts take: update_status.
+func (m *Manager) Answers() link.Type { return link.TypeUpdateStatus }
+
+// Report takes a device's update_status about the release of an active
+// rollout of its channel (the server's fleet operations; issue 36: a
+// device is believed only about what it was asked). A failure pauses a
 // running rollout, naming the device; a report about an earlier attempt
-// (another update_id) is not news.
-func (m *Manager) Report(channelID, peerID string, f link.Frame) {
+// (another update_id) is not news. believed is true when the report is
+// about the update this rollout sent that device now (its attempt's
+// update_id, or none: the device's report on connect), so the registry
+// may keep it as the device's update state; an error when its update_id
+// names no update this server sent that device (a resend of an earlier
+// one, kept in a rollout still stored, is no error). Anything else
+// changes nothing here.
+func (m *Manager) Report(channelID, peerID string, f link.Frame) (believed bool, err error) {
 	st, ok := f.(*link.UpdateStatus)
 	if !ok {
-		return
+		return false, fmt.Errorf("rollouts take update_status frames, not %s", f.FrameType())
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if st.UpdateID != "" && !m.sentLocked(channelID, peerID, st.UpdateID) {
+		return false, fmt.Errorf("update_id %q names no update this server sent to %s", httpapi.TruncateUTF8(st.UpdateID, link.MaxFleetIDBytes), peerID)
+	}
 	e, d := m.findLocked(channelID, peerID)
 	if e == nil || d.Attempt == 0 {
 		// Never sent this rollout's release: whatever it says is about
 		// an update of another rollout (resent on a connect) or one
 		// nobody asked for, and changes nothing here.
-		return
+		return false, nil
 	}
 	r := &e.r
 	if st.Running != "" {
@@ -637,26 +652,29 @@ func (m *Manager) Report(channelID, peerID string, f link.Frame) {
 				d.Was = ""
 			}
 		}
-		return
+		return false, nil
 	}
 	if st.UpdateID != "" && st.UpdateID != updateID(r, d) {
-		return // an earlier attempt's, resent on a connect
+		return false, nil // an earlier attempt's, resent on a connect
 	}
 	switch st.State {
 	case link.UpdateInstalled:
 		if d.Running == r.Version { // it runs the release: it passed its gate
 			m.setLocked(e, d, Installed, "")
+			believed = true
 		}
 	case link.UpdateDownloading, link.UpdateRestarting:
 		if !final(d.State) {
 			m.setLocked(e, d, st.State, "")
+			believed = true
 		}
 	case link.UpdateFailed, link.UpdateRolledBack, link.UpdateRefused:
 		if d.State == st.State || (st.UpdateID == "" && d.State != Restarting && !(d.State == Offline && d.Was == Restarting)) {
 			// The same failure again, or (no update_id: the device's
 			// start report) a rollback of an earlier attempt.
-			return
+			return false, nil
 		}
+		believed = true
 		m.setLocked(e, d, st.State, st.Reason)
 		m.event(r, events.RolloutDevice, peerID, fmt.Sprintf("rollout %s: %s %s: %s", r.ID, r.Version, st.State, st.Reason))
 		if r.State == Running {
@@ -668,6 +686,27 @@ func (m *Manager) Report(channelID, peerID string, f link.Frame) {
 		m.poke()
 	}
 	m.advanceLocked(e)
+	return believed, nil
+}
+
+// sentLocked reports whether id is the update_id of an update a rollout
+// still stored sent peer of channel: "<rollout id>.<attempt>", an
+// attempt it made (m.mu held).
+func (m *Manager) sentLocked(channelID, peerID, id string) bool {
+	i := strings.LastIndexByte(id, '.')
+	if i < 0 {
+		return false
+	}
+	e := m.byID[id[:i]]
+	if e == nil || e.r.ChannelID != channelID {
+		return false
+	}
+	j, ok := e.idx[peerID]
+	if !ok {
+		return false
+	}
+	n, err := strconv.Atoi(id[i+1:])
+	return err == nil && n >= 1 && n <= e.r.Devices[j].Attempt && id == updateID(&e.r, &Device{Attempt: n})
 }
 
 // tick marks the devices that went offline mid-update, sends the ones

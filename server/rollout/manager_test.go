@@ -532,3 +532,55 @@ func TestReportOfAnUpdateNeverSent(t *testing.T) {
 		t.Fatalf("the canary's failure: %s %+v", r.State, r.Paused)
 	}
 }
+
+// Report says what it believed (issue 36): the registry keeps a device's
+// update state only from a report about the update this rollout sent it;
+// an update_id that names no update sent to that device is refused with
+// an error naming it; a start report (no update_id) and a resend of an
+// earlier attempt are neither.
+func TestReportSaysWhatItBelieved(t *testing.T) {
+	f := fleetOf(4)
+	m := open(t, f, t.TempDir(), nil)
+	r, err := m.Create(ch, Request{Version: "v2", Target: Target{All: true}, Canary: 1, Percent: 50}, "otto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "canary", f.takeSent(), []string{"d01"})
+	for _, c := range []struct {
+		peer     string
+		st       *link.UpdateStatus
+		believed bool
+		err      string // in the error; "" none
+	}{
+		{"d03", &link.UpdateStatus{UpdateID: "someone-else.1", Version: "v2", Running: "v1", State: link.UpdateFailed}, false, `update_id "someone-else.1" names no update this server sent to d03`},
+		{"d03", &link.UpdateStatus{UpdateID: r.ID + ".1", Version: "v2", Running: "v1", State: link.UpdateFailed}, false, "names no update this server sent to d03"},
+		{"d01", &link.UpdateStatus{UpdateID: r.ID + ".2", Version: "v2", Running: "v1", State: link.UpdateFailed}, false, "names no update"},
+		{"d01", &link.UpdateStatus{UpdateID: r.ID + ".01", Version: "v2", Running: "v1", State: link.UpdateFailed}, false, "names no update"},
+		{"d01", &link.UpdateStatus{UpdateID: r.ID, Version: "v2", Running: "v1", State: link.UpdateFailed}, false, "names no update"},
+		{"d03", &link.UpdateStatus{Version: "v2", Running: "v1", State: link.UpdateRolledBack}, false, ""}, // a start report: not news
+		{"d01", &link.UpdateStatus{Version: "v1", Running: "v1", State: link.UpdateInstalled}, false, ""},  // at rest on another version
+		{"d01", &link.UpdateStatus{UpdateID: r.ID + ".1", Version: "v2", Running: "v1", State: link.UpdateDownloading}, true, ""},
+		{"d01", &link.UpdateStatus{UpdateID: r.ID + ".1", Version: "v2", Running: "v1", State: link.UpdateFailed, Reason: "disk full"}, true, ""},
+		{"d01", &link.UpdateStatus{UpdateID: r.ID + ".1", Version: "v2", Running: "v1", State: link.UpdateFailed, Reason: "disk full"}, false, ""}, // the same again
+	} {
+		believed, err := m.Report(ch, c.peer, c.st)
+		switch {
+		case c.err == "" && err != nil, c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Fatalf("Report(%s, %+v) error %v, want %q", c.peer, c.st, err, c.err)
+		case believed != c.believed:
+			t.Fatalf("Report(%s, %+v) believed %v, want %v", c.peer, c.st, believed, c.believed)
+		}
+	}
+	// Resumed: attempt 2 is sent; attempt 1's report, resent on a
+	// connect, is no error and not believed.
+	if _, err := m.Resume(ch, r.ID, "otto", true); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "resent", f.takeSent(), []string{"d01"})
+	if believed, err := m.Report(ch, "d01", &link.UpdateStatus{UpdateID: r.ID + ".1", Version: "v2", Running: "v1", State: link.UpdateFailed}); believed || err != nil {
+		t.Fatalf("attempt 1's report after attempt 2 was sent: believed %v, error %v", believed, err)
+	}
+	if believed, err := m.Report(ch, "d01", &link.UpdateStatus{UpdateID: r.ID + ".2", Version: "v2", Running: "v1", State: link.UpdateDownloading}); !believed || err != nil {
+		t.Fatalf("attempt 2's report: believed %v, error %v", believed, err)
+	}
+}

@@ -38,9 +38,36 @@ type Deps struct {
 }
 
 // maxSeen bounds the acks remembered to record each once (the device
-// resends its last ack on every connect); past it they are forgotten all
-// at once (an ack may then be recorded twice).
+// resends its last ack on every connect), and the devices whose pushed
+// versions are remembered; past it they are forgotten all at once (an
+// ack may then be recorded twice, or refused as not asked).
 const maxSeen = 100000
+
+// maxSentVersions is how many of the last versions pushed to a device
+// are remembered: its ack of any of them is believed.
+const maxSentVersions = 4
+
+// Gate kinds of what a device's ack makes the store write.
+const (
+	gateRefused = "settings refused by a device"
+	gateApplied = "settings applied by a device"
+)
+
+// sentLocked remembers that version v was pushed to peer (s.mu held).
+func (s *Store) sentLocked(channelID, peerID string, v int64) {
+	key := channelID + "\x00" + peerID
+	vs := s.sent[key]
+	if vs == nil && len(s.sent) >= maxSeen {
+		clear(s.sent)
+	}
+	if slices.Contains(vs, v) {
+		return
+	}
+	if len(vs) >= maxSentVersions {
+		vs = slices.Delete(vs, 0, 1)
+	}
+	s.sent[key] = append(vs, v)
+}
 
 // changedLocked records a change and pushes the channel's new version to
 // its online devices (s.mu held); it returns how many were sent it.
@@ -69,13 +96,14 @@ func (s *Store) pushLocked(channelID string) int {
 		}
 		e := s.effectiveLocked(channelID, p.PeerID, p.Tags)
 		if s.deps.Send(channelID, p.PeerID, &e.Settings) {
+			s.sentLocked(channelID, p.PeerID, e.Settings.Version)
 			n++
 		}
 	}
 	return n
 }
 
-// DeviceConnected implements wschannel.Fleet: a device that listed
+// DeviceConnected (a fleet operation part): a device that listed
 // "settings" and says another version than the channel's gets its
 // effective settings.
 func (s *Store) DeviceConnected(channelID string, c *link.Connect) {
@@ -91,49 +119,74 @@ func (s *Store) DeviceConnected(channelID string, c *link.Connect) {
 	e := s.effectiveLocked(channelID, c.PeerID, c.Tags)
 	if !s.deps.Send(channelID, c.PeerID, &e.Settings) {
 		s.opt.Log.Warn("settings not sent to a device that connected: its fleet queue is full or it is gone", "channel_id", channelID, "peer_id", c.PeerID, "version", ch.Version)
-	}
-}
-
-// Report implements wschannel.Fleet: a settings_ack is recorded (once
-// per version and outcome) as an event; one without an error for the
-// channel's version, of settings that set the device's tags, puts those
-// tags in the registry.
-func (s *Store) Report(channelID, peerID string, f link.Frame) {
-	ack, ok := f.(*link.SettingsAck)
-	if !ok {
 		return
 	}
-	key, sig := channelID+"\x00"+peerID, fmt.Sprintf("%d\x00%s", ack.Version, ack.Error)
+	s.sentLocked(channelID, c.PeerID, e.Settings.Version)
+}
+
+// Answers is the answer frame the store takes: settings_ack.
+func (s *Store) Answers() link.Type { return link.TypeSettingsAck }
+
+// Report takes a settings_ack (a fleet operation part). A device is
+// believed only about what it was asked (issue 36): an ack of a version
+// pushed to that device (one of its last maxSentVersions) is recorded,
+// once per version and outcome, as an event (through Options.Outside);
+// one without an error for the channel's version, of settings that set
+// the device's tags, puts those tags in the registry; believed is true
+// for it (the registry keeps the device's settings version or error).
+// An ack of a version never pushed to it is refused with an error,
+// unless it is the resend of an applied version the registry has for it
+// already (its connect said it), which changes nothing.
+func (s *Store) Report(channelID, peerID string, f link.Frame) (believed bool, err error) {
+	ack, ok := f.(*link.SettingsAck)
+	if !ok {
+		return false, fmt.Errorf("settings take settings_ack frames, not %s", f.FrameType())
+	}
+	key := channelID + "\x00" + peerID
+	s.mu.Lock()
+	asked := slices.Contains(s.sent[key], ack.Version)
+	var tags map[string]string
+	if c := s.chans[channelID]; asked && ack.Error == "" && c != nil && c.Version == ack.Version {
+		if p := c.Peers[peerID]; p != nil {
+			tags = p.Tags
+		}
+	}
+	s.mu.Unlock()
+	if !asked {
+		if ack.Error == "" && s.deps.Registry != nil {
+			if p, ok := s.deps.Registry.Get(channelID, peerID); ok && p.SettingsVersion == ack.Version {
+				return false, nil // the resend of what it applied: not news
+			}
+		}
+		return false, fmt.Errorf("settings version %d was not sent to this device", ack.Version)
+	}
+	sig := fmt.Sprintf("%d\x00%s", ack.Version, ack.Error)
 	s.seenMu.Lock()
 	if s.seen[key] == sig {
 		s.seenMu.Unlock()
-		return
+		return false, nil
 	}
 	if len(s.seen) >= maxSeen {
 		clear(s.seen)
 	}
 	s.seen[key] = sig
 	s.seenMu.Unlock()
-	if s.deps.Event != nil {
-		e := events.Event{Event: EventApplied, PeerID: peerID, Detail: fmt.Sprintf("version %d", ack.Version)}
-		if ack.Error != "" {
-			e.Event, e.Detail = EventRefused, events.Truncate(fmt.Sprintf("version %d: %s", ack.Version, ack.Error), events.MaxFieldBytes)
-		}
-		s.deps.Event(channelID, e)
-	}
+	g, src := s.opt.Outside, channelID+"/"+peerID
 	if ack.Error != "" {
-		s.opt.Log.Warn("a device refused pushed settings", "channel_id", channelID, "peer_id", peerID, "version", ack.Version, "err", ack.Error)
-		return
-	}
-	s.mu.Lock()
-	var tags map[string]string
-	if c := s.chans[channelID]; c != nil && c.Version == ack.Version {
-		if p := c.Peers[peerID]; p != nil {
-			tags = p.Tags
+		detail := fmt.Sprintf("version %d: %s", ack.Version, ack.Error)
+		if g.Allow(gateRefused, src, detail) {
+			if s.deps.Event != nil {
+				s.deps.Event(channelID, events.Event{Event: EventRefused, PeerID: peerID, Detail: g.Field(detail)})
+			}
+			s.opt.Log.Warn("a device refused pushed settings", "channel_id", channelID, "peer_id", peerID, "version", ack.Version, "err", g.Field(ack.Error))
 		}
+		return true, nil
 	}
-	s.mu.Unlock()
+	if s.deps.Event != nil && g.Allow(gateApplied, src, fmt.Sprintf("version %d", ack.Version)) {
+		s.deps.Event(channelID, events.Event{Event: EventApplied, PeerID: peerID, Detail: fmt.Sprintf("version %d", ack.Version)})
+	}
 	if tags != nil && s.deps.Registry != nil {
 		s.deps.Registry.SetTags(channelID, peerID, tags)
 	}
+	return true, nil
 }

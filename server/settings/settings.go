@@ -16,10 +16,14 @@
 // away; the price is one small frame to every online device per change.
 // A field no document sets is left out: the device uses its own value.
 //
-// Acks (settings_ack) become events (settings_applied, or
-// settings_refused with the device's reason); the device registry keeps
-// the applied version (package server's fleetOps) and, once a device
-// acks settings that set its tags, those tags.
+// Acks (settings_ack) of a version pushed to that device become events
+// (settings_applied, or settings_refused with the device's reason, both
+// through the server's gate for what comes from outside); the device
+// registry keeps the applied version (package server's fleetOps) and,
+// once a device acks settings that set its tags, those tags. An ack of
+// a version never pushed to it is refused and records nothing (issue
+// 36). A peer's document is put only for a peer_id a device could
+// connect with (identity.ValidPeerID).
 //
 // The documents are kept in dir/settings.json (strict parser; written
 // whole, atomically, before a change is answered). Bounds: Options.
@@ -39,6 +43,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,7 +54,9 @@ import (
 	"termlink/internal/strictjson"
 	"termlink/link"
 	"termlink/server/httpapi"
+	"termlink/server/identity"
 	"termlink/server/registry"
+	"termlink/server/throttle"
 )
 
 // Bounds (the values' own are link.CheckSettings', the device's).
@@ -104,7 +111,20 @@ func Check(f link.Settings, forPeer bool) error {
 	return nil
 }
 
-// CheckPeerID says what is wrong with a peer id in a path (nil: none).
+// CheckDevicePeerID says why no device could connect with peer_id id
+// (nil: one could): the channel's own rule (identity.ValidPeerID, which
+// the rollouts use too). A peer's document is put only for such an id.
+func CheckDevicePeerID(id string) error {
+	if identity.ValidPeerID(id) {
+		return nil
+	}
+	return fmt.Errorf("%s is not a peer_id a device could connect with: 1-128 characters of A-Z a-z 0-9 . _ @ + -, starting with a letter or digit",
+		strconv.Quote(httpapi.TruncateUTF8(id, 140)))
+}
+
+// CheckPeerID says what is wrong with a peer id in a path (nil: none):
+// looser than CheckDevicePeerID, so that a document kept before that
+// rule can still be read and deleted.
 func CheckPeerID(id string) error {
 	switch {
 	case id == "":
@@ -137,6 +157,9 @@ type Options struct {
 	MaxDocuments int    // per channel; default DefaultMaxDocuments
 	NoSync       bool
 	Log          *slog.Logger
+	// Outside is the server's gate for what a device can make it write
+	// (package throttle; nil: everything is written).
+	Outside *throttle.Gate
 }
 
 // Store keeps the documents of every channel; safe for concurrent use.
@@ -151,6 +174,8 @@ type Store struct {
 	// sends).
 	mu    sync.Mutex
 	chans map[string]*channelDocs
+
+	sent map[string][]int64 // channel\x00peer -> the last versions pushed to it (guarded by mu)
 
 	seenMu sync.Mutex
 	seen   map[string]string // channel\x00peer -> the last ack recorded (events once)
@@ -175,7 +200,7 @@ func Open(opt Options, deps Deps) (*Store, error) {
 	if opt.Log == nil {
 		opt.Log = slog.Default()
 	}
-	s := &Store{opt: opt, deps: deps, now: time.Now, chans: map[string]*channelDocs{}, seen: map[string]string{}}
+	s := &Store{opt: opt, deps: deps, now: time.Now, chans: map[string]*channelDocs{}, seen: map[string]string{}, sent: map[string][]int64{}}
 	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
@@ -387,6 +412,11 @@ type Change struct {
 // version. Errors: a *FieldError, ErrFull, ErrTooLarge, or a write's.
 func (s *Store) Put(channelID string, sel Selector, f link.Settings, by string) (Change, error) {
 	forPeer := sel.PeerID != ""
+	if forPeer {
+		if err := CheckDevicePeerID(sel.PeerID); err != nil {
+			return Change{}, &FieldError{"peer_id", err.Error()}
+		}
+	}
 	if err := Check(f, forPeer); err != nil {
 		return Change{}, err
 	}

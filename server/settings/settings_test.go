@@ -14,12 +14,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"termlink/internal/syncbuf"
 	"termlink/link"
 	"termlink/server/events"
 	"termlink/server/httpapi"
 	"termlink/server/registry"
+	"termlink/server/throttle"
 )
 
 // fakeRegistry is the device registry as the store reads it.
@@ -497,4 +499,107 @@ func TestAPI(t *testing.T) {
 	if status, body := do("DELETE", base+"/tags/site/lobby", ""); status != 200 || !strings.Contains(body, `"version": 3`) {
 		t.Fatalf("delete: %d %s", status, body)
 	}
+}
+
+// A device is believed only about what it was asked (issue 36): an ack
+// of a version never pushed to that device is refused (an error naming
+// the version) and records nothing; the resend of a version the
+// registry has for it already is not news; an ack of a version pushed is
+// believed.
+func TestReportOnlyWhatWasSent(t *testing.T) {
+	r := newRig(t, t.TempDir(), Options{})
+	r.device("a", true, true, nil)
+	r.device("b", true, false, nil) // did not list settings: never pushed
+	put(t, r, Selector{Key: "site", Value: "lobby"}, link.Settings{IdleText: str("Hi")})
+	for _, c := range []struct {
+		peer string
+		ack  link.SettingsAck
+	}{
+		{"b", link.SettingsAck{Version: 1, Error: "forged"}},
+		{"b", link.SettingsAck{Version: 1}},
+		{"a", link.SettingsAck{Version: 2, Error: "a version to come"}},
+		{"a", link.SettingsAck{Version: 99}},
+		{"nobody", link.SettingsAck{Version: 1, Error: "x"}},
+	} {
+		believed, err := r.Report("ch", c.peer, &c.ack)
+		if want := fmt.Sprintf("settings version %d was not sent to this device", c.ack.Version); believed || err == nil || err.Error() != want {
+			t.Fatalf("Report(%s, %+v) = %v, %v; want refused with %q", c.peer, c.ack, believed, err, want)
+		}
+	}
+	for i := range 1000 { // a flood of refusals writes nothing
+		_, _ = r.Report("ch", "a", &link.SettingsAck{Version: int64(i + 2), Error: "flood"})
+	}
+	if ev := append(r.eventsOf(EventRefused), r.eventsOf(EventApplied)...); len(ev) != 0 {
+		t.Fatalf("events of acks never asked for: %+v", ev)
+	}
+	if believed, err := r.Report("ch", "a", &link.SettingsAck{Version: 1, Error: "the display cannot"}); !believed || err != nil {
+		t.Fatalf("the ack of the version pushed: %v, %v", believed, err)
+	}
+	if ev := r.eventsOf(EventRefused); len(ev) != 1 || ev[0].Detail != "version 1: the display cannot" {
+		t.Fatalf("refused events %+v", ev)
+	}
+	if believed, err := r.Report("ch", "a", &link.SettingsAck{Version: 1, Error: "the display cannot"}); believed || err != nil {
+		t.Fatalf("the same ack again: %v, %v; want not news", believed, err)
+	}
+
+	// A server that started again pushed nothing yet: a device's resend
+	// of the version its connect said (the registry has it) is not news;
+	// any other is refused.
+	again := newRig(t, t.TempDir(), Options{})
+	again.device("a", true, true, nil)
+	p := again.reg.peers["a"]
+	p.SettingsVersion = 1
+	again.reg.peers["a"] = p
+	if believed, err := again.Report("ch", "a", &link.SettingsAck{Version: 1}); believed || err != nil {
+		t.Fatalf("the resend of the applied version: %v, %v; want not news", believed, err)
+	}
+	if _, err := again.Report("ch", "a", &link.SettingsAck{Version: 1, Error: "x"}); err == nil {
+		t.Fatal("a refusal of a version never pushed here taken")
+	}
+}
+
+// A device's refusals pass the gate: a burst of events, then none.
+func TestReportRefusalsThrottled(t *testing.T) {
+	var logged syncbuf.Buffer
+	gate := throttle.New(slog.New(slog.NewTextHandler(&logged, nil)), throttle.Options{Burst: 2, Every: time.Hour})
+	defer gate.Close()
+	r := newRig(t, t.TempDir(), Options{Outside: gate})
+	r.device("a", true, true, nil)
+	for i := range 4 { // versions 1-4 pushed
+		put(t, r, Selector{Key: "site", Value: "lobby"}, link.Settings{IdleSeconds: num(i + 1)})
+		if believed, err := r.Report("ch", "a", &link.SettingsAck{Version: int64(i + 1), Error: "no " + strings.Repeat("x", 1000)}); !believed || err != nil {
+			t.Fatalf("ack %d: %v, %v", i+1, believed, err)
+		}
+	}
+	ev := r.eventsOf(EventRefused)
+	if len(ev) != 2 {
+		t.Fatalf("%d settings_refused events for 4 refusals, want the gate's burst of 2", len(ev))
+	}
+	if n := len(ev[0].Detail); n > throttle.DefaultMaxField {
+		t.Fatalf("an event's detail of %d bytes, want it cut to %d", n, throttle.DefaultMaxField)
+	}
+}
+
+// A peer's document is put only for a peer_id a device could connect
+// with (the channel's rule): 400 naming the problem.
+func TestPutRefusesImpossiblePeerID(t *testing.T) {
+	r := newRig(t, t.TempDir(), Options{})
+	mux := http.NewServeMux()
+	r.Routes(mux)
+	for _, path := range []string{"..%2f..%2fx", "a%20b!", "-a", strings.Repeat("p", 129), "%C3%A9t%C3%A9"} {
+		req := httptest.NewRequest("PUT", "/api/channels/ch/settings/peers/"+path, strings.NewReader(`{"log_level": "debug"}`))
+		req = httpapi.WithOperator(req, httpapi.Operator{Name: "otto"})
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, req)
+		if w.Code != 400 || !strings.Contains(w.Body.String(), "peer_id") || (len(path) < 129 && !strings.Contains(w.Body.String(), "is not a peer_id a device could connect with")) {
+			t.Errorf("PUT peers/%.40s: HTTP %d %s; want 400 naming the peer_id", path, w.Code, w.Body)
+		}
+	}
+	if _, err := r.Put("ch", Selector{PeerID: "../x"}, link.Settings{LogLevel: "debug"}, "op"); err == nil || !strings.HasPrefix(err.Error(), `peer_id: "../x" is not a peer_id`) {
+		t.Fatalf("Put ../x: %v", err)
+	}
+	if len(r.Channel("ch").Peers) != 0 {
+		t.Fatalf("documents kept: %+v", r.Channel("ch").Peers)
+	}
+	put(t, r, Selector{PeerID: "kiosk-1.lobby@site+2_x"}, link.Settings{LogLevel: "debug"})
 }

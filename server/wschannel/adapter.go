@@ -25,6 +25,7 @@ import (
 	"termlink/server/identity"
 	"termlink/server/record"
 	"termlink/server/registry"
+	"termlink/server/throttle"
 )
 
 // Close codes the terminal adapter sends besides RFC 6455's (1000 normal,
@@ -156,6 +157,9 @@ type Deps struct {
 	// Fleet is the server's side of fleet operations (nil: none; the
 	// devices' answers are refused as unsupported).
 	Fleet Fleet
+	// Outside is the server's gate for what a device or a stranger can
+	// make it write (package throttle; nil: everything is written).
+	Outside *throttle.Gate
 	// SessionKey builds the spec's session id (server.SessionKey).
 	SessionKey func(channelID, accountID, peerID, threadID string) string
 	Metrics    *Metrics     // shared by every channel's adapter; required
@@ -180,6 +184,7 @@ type terminalAdapter struct {
 	registry   Registry
 	notices    Mailboxes
 	fleet      Fleet
+	outside    *throttle.Gate
 	creds      identity.Bindings
 	events     EventLog
 	keyOf      func(channelID, accountID, peerID, threadID string) string
@@ -212,7 +217,7 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 		d.Log = slog.Default()
 	}
 	a := &terminalAdapter{
-		id: id, cfg: cfg, accept: d.Accept, records: d.Records, registry: d.Registry, notices: d.Notices, fleet: d.Fleet,
+		id: id, cfg: cfg, accept: d.Accept, records: d.Records, registry: d.Registry, notices: d.Notices, fleet: d.Fleet, outside: d.Outside,
 		creds: d.Bindings, events: d.Events, keyOf: d.SessionKey, m: d.Metrics, log: d.Log.With("channel", id),
 		heartbeat: time.Duration(cfg.Config.HeartbeatSeconds) * time.Second,
 		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: opt.WriteStall,

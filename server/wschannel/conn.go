@@ -99,6 +99,7 @@ type wsConn struct {
 	graceSet    bool          // the read deadline is the close grace
 	stepDone    chan bool     // where the running step reports
 	rate        *tokenBucket
+	answers     *tokenBucket // the rate of answer frames (fleet.go), made at the first
 	routes      routeMemory
 	held        *heldMessage // a message waiting for room; the device is not read meanwhile
 

@@ -1,9 +1,12 @@
 package wschannel
 
 import (
+	"fmt"
 	"slices"
+	"time"
 
 	"termlink/link"
+	"termlink/server/events"
 )
 
 // Fleet operations on a device connection (issue 28): the server's side
@@ -11,6 +14,16 @@ import (
 // connection that listed the matching capability (SendFleet), and gets
 // the device's answers (update_status, settings_ack, diag_result) and
 // each connect (Fleet). The connection only carries them.
+//
+// A device is believed only about what it was asked (issue 36): an
+// answer frame is taken from a connection that listed the capability it
+// answers, at most answerBurst at once and answerRate a second, and the
+// fleet side takes it only when it answers a request, settings version
+// or update this server sent that peer. Anything else is dropped with an
+// error frame (bad_frame; busy past the rate), and those error frames
+// and their inbound_rejected events pass the server's gate for what
+// comes from outside (Deps.Outside) per connection: a flood of them
+// writes a handful, then one a minute.
 
 // maxFleetQueue bounds the fleet frames waiting on one connection.
 const maxFleetQueue = 16
@@ -22,18 +35,37 @@ type Fleet interface {
 	// for it (SendFleet) at once.
 	DeviceConnected(channelID string, f *link.Connect)
 	// Report takes a device's update_status, settings_ack or
-	// diag_result.
-	Report(channelID, peerID string, f link.Frame)
+	// diag_result from a connection that listed the capability it
+	// answers. It returns nil when it was taken (it answers what this
+	// server asked that peer, or is the device's resend of such an
+	// answer, which changes nothing), else why it answers nothing asked:
+	// the connection refuses it (bad_frame) and nothing changed.
+	Report(channelID, peerID string, f link.Frame) error
 }
 
-// capFor is the capability a fleet frame needs.
+// The rate of a connection's answer frames: a device answers a few
+// requests a day, and resends its last update_status and settings_ack on
+// each connect.
+const (
+	answerRate  = 2  // a second, sustained
+	answerBurst = 20 // at once
+)
+
+// answerClock is the answer rate's clock (tests stop it).
+var answerClock = time.Now
+
+// gateAnswerRefused is the gate's kind for an answer frame refused.
+const gateAnswerRefused = "a device's fleet answer refused"
+
+// capFor is the capability a fleet frame needs: a request's, or the one
+// of the request an answer frame answers.
 func capFor(t link.Type) string {
 	switch t {
-	case link.TypeUpdate:
+	case link.TypeUpdate, link.TypeUpdateStatus:
 		return link.CapUpdate
-	case link.TypeSettings:
+	case link.TypeSettings, link.TypeSettingsAck:
 		return link.CapSettings
-	case link.TypeDiag:
+	case link.TypeDiag, link.TypeDiagResult:
 		return link.CapDiag
 	}
 	return ""
@@ -44,7 +76,9 @@ func capFor(t link.Type) string {
 // needs and its fleet queue has room.
 func (a *terminalAdapter) SendFleet(peerID string, f link.Frame) bool {
 	need := capFor(f.FrameType())
-	if need == "" {
+	switch f.FrameType() {
+	case link.TypeUpdate, link.TypeSettings, link.TypeDiag:
+	default:
 		return false
 	}
 	b, err := link.Encode(f)
@@ -68,17 +102,41 @@ func (a *terminalAdapter) SendFleet(peerID string, f link.Frame) bool {
 	return true
 }
 
-// handleFleet passes a device's answer to a fleet operation on.
+// handleFleet passes a device's answer to a fleet operation on, if it
+// is within the connection's answer rate, from a connection that listed
+// its capability, and answers what the fleet side asked.
 func (c *wsConn) handleFleet(f link.Frame) {
-	switch {
+	t := f.FrameType()
+	if c.answers == nil {
+		c.answers = newTokenBucket(answerRate, answerBurst)
+	}
+	switch need := capFor(t); {
+	case !c.answers.take(answerClock()):
+		c.refuseAnswer(link.CodeBusy, fmt.Sprintf("%s dropped: this connection sends answer frames faster than %d a second (burst %d)", t, answerRate, answerBurst))
 	case c.peerID == "":
-		c.reject("", link.CodeNotConnected, "send a connect frame with your peer_id before "+string(f.FrameType())+" frames")
-		return
+		c.refuseAnswer(link.CodeNotConnected, "send a connect frame with your peer_id before "+string(t)+" frames")
 	case c.a.fleet == nil:
-		c.reject("", link.CodeBadFrame, "Unsupported websocket frame type: "+string(f.FrameType())+" (this server has no fleet operations)")
+		c.refuseAnswer(link.CodeBadFrame, "Unsupported websocket frame type: "+string(t)+" (this server has no fleet operations)")
+	case !slices.Contains(c.caps, need):
+		c.refuseAnswer(link.CodeBadFrame, fmt.Sprintf("%s refused: this connection did not list the %q capability in its connect frame", t, need))
+	default:
+		if err := c.a.fleet.Report(c.a.id, c.peerID, f); err != nil {
+			c.refuseAnswer(link.CodeBadFrame, fmt.Sprintf("%s refused: %v", t, err))
+		}
+	}
+}
+
+// refuseAnswer drops an answer frame: counted as rejected; the error
+// frame and its event only as the gate admits them for this connection.
+func (c *wsConn) refuseAnswer(code, msg string) {
+	a := c.a
+	a.m.Rejected.Inc(a.id)
+	if !a.outside.Allow(gateAnswerRefused, "conn "+c.remote, msg) {
 		return
 	}
-	c.a.fleet.Report(c.a.id, c.peerID, f)
+	msg = a.outside.Field(msg)
+	a.events.Add(events.Event{Event: events.InboundRejected, PeerID: c.peerID, SessionID: c.sessionKey, Detail: msg})
+	c.sendError("", code, msg)
 }
 
 // fleetOnConnect tells the fleet side about a connect taken.
