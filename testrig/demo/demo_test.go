@@ -9,26 +9,62 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
-	"time"
+
+	"termlink/internal/testwait"
 )
 
 // The demo driven like a person in a real terminal: tmux runs
 // `termrig demo`, send-keys types, capture-pane reads the drawn LCD box.
 
+// termrig is built once for the tests of this package (each test runs
+// its own demo: its own tmux server, workspace and ports).
+var termrig struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if termrig.dir != "" {
+		os.RemoveAll(termrig.dir)
+	}
+	os.Exit(code)
+}
+
 func buildTermrig(t *testing.T) string {
 	t.Helper()
-	return build(t, t.TempDir(), "termlink/cmd/termrig")
+	termrig.once.Do(func() {
+		termrig.dir, termrig.err = os.MkdirTemp("", "demo-test-")
+		if termrig.err == nil {
+			termrig.bin, termrig.err = buildIn(termrig.dir, "termlink/cmd/termrig")
+		}
+	})
+	if termrig.err != nil {
+		t.Fatal(termrig.err)
+	}
+	return termrig.bin
 }
 
 // build builds pkg into dir and returns the binary's path.
 func build(t *testing.T, dir, pkg string) string {
 	t.Helper()
-	bin := filepath.Join(dir, filepath.Base(pkg))
-	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-		t.Fatalf("building %s: %v\n%s", pkg, err, out)
+	bin, err := buildIn(dir, pkg)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
+}
+
+func buildIn(dir, pkg string) (string, error) {
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+	}
+	return bin, nil
 }
 
 type tmux struct {
@@ -79,24 +115,21 @@ func (tm *tmux) scrolled() int {
 // waitFor waits until the screen contains every want.
 func (tm *tmux) waitFor(want ...string) string {
 	tm.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		s := tm.screen()
-		ok := true
+	var s string
+	testwait.UntilOK(tm.t, fmt.Sprintf("the terminal to show %q", want), func() error {
+		s = tm.screen()
 		for _, w := range want {
-			ok = ok && strings.Contains(s, w)
+			if !strings.Contains(s, w) {
+				return fmt.Errorf("it shows:\n%s", s)
+			}
 		}
-		if ok {
-			return s
-		}
-		if time.Now().After(deadline) {
-			tm.t.Fatalf("the terminal never showed %q; it shows:\n%s", want, s)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return s
 }
 
 func TestDemoLCD(t *testing.T) {
+	t.Parallel()
 	bin := buildTermrig(t)
 	ws := t.TempDir()
 	tm := startTmux(t, bin+" demo --stream=false --workspace "+ws)
@@ -110,17 +143,13 @@ func TestDemoLCD(t *testing.T) {
 	}
 	// The conversation is in the server's session log (written behind:
 	// at the server's next checkpoint, within a second).
-	var log []byte
-	var err error
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		log, err = os.ReadFile(filepath.Join(ws, "server", "sessions", "terminal-dev:local:demo-device.jsonl"))
-		if err == nil && strings.Contains(string(log), `"content":"You said: hello from tmux"`) || time.Now().After(deadline) {
-			break
+	testwait.UntilOK(t, "the reply in the server's session log", func() error {
+		log, err := os.ReadFile(filepath.Join(ws, "server", "sessions", "terminal-dev:local:demo-device.jsonl"))
+		if err == nil && !strings.Contains(string(log), `"content":"You said: hello from tmux"`) {
+			err = fmt.Errorf("it holds:\n%s", log)
 		}
-	}
-	if err != nil || !strings.Contains(string(log), `"content":"You said: hello from tmux"`) {
-		t.Fatalf("session log: %v\n%s", err, log)
-	}
+		return err
+	})
 	// A long answer opens at its first line, '+' saying more is below;
 	// page back and forth.
 	tm.run("send-keys", "-l", "one two three four five six seven eight nine ten eleven")
@@ -142,6 +171,7 @@ func TestDemoLCD(t *testing.T) {
 // final reply lands in place (no jump back to the first line); Up pages
 // back to its start.
 func TestDemoStreams(t *testing.T) {
+	t.Parallel()
 	bin := buildTermrig(t)
 	tm := startTmux(t, bin+" demo")
 	tm.waitFor("agent  echo (built in, streaming)", "ok│")
@@ -157,15 +187,12 @@ func TestDemoStreams(t *testing.T) {
 	// The final reply lands where the stream was: its end in view, the
 	// mark gone, no jump back to "You said".
 	var s string
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		s = tm.screen()
-		if !strings.Contains(s, "writing...") && strings.Contains(s, " ok│") {
-			break
+	testwait.UntilOK(t, "the answer finished", func() error {
+		if s = tm.screen(); !strings.Contains(s, "writing...") && strings.Contains(s, " ok│") {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the answer was never finished:\n%s", s)
-		}
-	}
+		return fmt.Errorf("the terminal shows:\n%s", s)
+	})
 	if strings.Contains(s, "█") || strings.Contains(s, "You said") || !strings.Contains(s, "w39") {
 		t.Fatalf("the final answer should show its end, where the stream was:\n%s", s)
 	}
@@ -177,23 +204,23 @@ func TestDemoStreams(t *testing.T) {
 		}
 		before := tm.screen()
 		tm.run("send-keys", "Up")
-		for deadline := time.Now().Add(5 * time.Second); tm.screen() == before && time.Now().Before(deadline); {
-			time.Sleep(20 * time.Millisecond) // one page at a time: the next Up after this one is drawn
-		}
+		// One page at a time: the next Up after this one is drawn.
+		testwait.Until(t, "the page before", func() bool { return tm.screen() != before })
 	}
 	tm.run("send-keys", "C-c")
 	tm.waitFor("EXIT=0")
 }
 
 func TestDemoKeypad(t *testing.T) {
+	t.Parallel()
 	bin := buildTermrig(t)
 	tm := startTmux(t, bin+" demo --keypad")
 	tm.waitFor("ok│")
-	// 44 = h, 444 = i (a pause commits the letter), # sends.
+	// 44 = h, 444 = i (a pause commits the letter: the cursor shows
+	// after it), # sends.
 	tm.run("send-keys", "44")
-	time.Sleep(1200 * time.Millisecond)
+	tm.waitFor("h_")
 	tm.run("send-keys", "444")
-	time.Sleep(1200 * time.Millisecond)
 	tm.waitFor("hi_")
 	tm.run("send-keys", "#")
 	tm.waitFor("You said: hi")
@@ -202,6 +229,7 @@ func TestDemoKeypad(t *testing.T) {
 }
 
 func TestDemoConsole(t *testing.T) {
+	t.Parallel()
 	bin := buildTermrig(t)
 	tm := startTmux(t, bin+" demo --console")
 	tm.waitFor("online")
@@ -216,6 +244,7 @@ func TestDemoConsole(t *testing.T) {
 // short quiet time, without another key. The agent is given by a path
 // relative to the directory the demo was started from.
 func TestDemoEscCancels(t *testing.T) {
+	t.Parallel()
 	bin := buildTermrig(t)
 	dir := t.TempDir()
 	build(t, dir, "termlink/testrig/agents/echoagent")
@@ -237,6 +266,7 @@ func TestDemoEscCancels(t *testing.T) {
 // root, as the README says: the script is found, and its progress shows
 // before its answer.
 func TestDemoAgentRelativePath(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 is not installed (CI installs it)")
 	}
@@ -263,6 +293,7 @@ func TestDemoAgentRelativePath(t *testing.T) {
 // LCD box shows a clock and then goes dark, a key wakes it (typing
 // nothing); a notice sent to the URL it gives takes over the LCD box.
 func TestDemoKiosk(t *testing.T) {
+	t.Parallel()
 	bin := buildTermrig(t)
 	tm := startTmux(t, bin+" demo --kiosk --idle-seconds 2 --backlight-off-after 4")
 	s := tm.waitFor("Web console: http://127.0.0.1:", "curl -X POST", "/notices")
@@ -276,13 +307,12 @@ func TestDemoKiosk(t *testing.T) {
 		t.Fatalf("the curl line does not post to the demo device on %s:\n%s", base, s)
 	}
 	clock := regexp.MustCompile(`│ +\d\d:\d\d +│`)
-	deadline := time.Now().Add(20 * time.Second)
-	for s = tm.screen(); !clock.MatchString(s); s = tm.screen() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the idle screen never showed a clock:\n%s", s)
+	testwait.UntilOK(t, "the idle screen to show a clock", func() error {
+		if s = tm.screen(); !clock.MatchString(s) {
+			return fmt.Errorf("it shows:\n%s", s)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	tm.waitFor("backlight off")
 	tm.run("send-keys", "x") // wakes only
 	s = tm.waitFor("backlight on", "ok│")
@@ -308,6 +338,7 @@ func TestDemoKiosk(t *testing.T) {
 // nothing scrolls, no line wraps, even as the glass changes; the curl
 // command as shown sends a notice when a shell runs it.
 func TestDemoKioskFits80x24(t *testing.T) {
+	t.Parallel()
 	bin := buildTermrig(t)
 	tm := startTmuxSize(t, 80, 24, bin+" demo --kiosk")
 	s := tm.waitFor("┌────────────────────┐", "ok│", "Web console: http://127.0.0.1:", "/notices")
@@ -350,6 +381,7 @@ func TestDemoKioskFits80x24(t *testing.T) {
 // In a terminal smaller than the demo needs, the first line says so and
 // the box is still drawn at the top; nothing scrolls.
 func TestDemoSmallTerminal(t *testing.T) {
+	t.Parallel()
 	bin := buildTermrig(t)
 	tm := startTmuxSize(t, 60, 16, bin+" demo --kiosk")
 	s := tm.waitFor("┌────────────────────┐", "ok│")
