@@ -28,6 +28,7 @@ type fleetOptions struct {
 	streamKeepalive time.Duration // default 15 s
 	helloPeers      int           // peers in the stream's hello; default 100
 	maxStreams      int           // live event streams open at once, server-wide; default 64
+	maxStreamsToken int           // live event streams one admin token holds at once; default 4
 	maxPeers        int           // registry bounds per channel; 0: the registry's defaults
 	maxAnonymous    int
 }
@@ -100,7 +101,7 @@ func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger
 		},
 		Metrics: &rt.metrics.reg, Log: log,
 	}, fleetapi.Options{StreamBuffer: opt.streamBuffer, StreamWrite: opt.streamWrite, StreamKeepalive: opt.streamKeepalive,
-		HelloPeers: opt.helloPeers, MaxStreams: opt.maxStreams})
+		HelloPeers: opt.helloPeers, MaxStreams: opt.maxStreams, MaxStreamsPerToken: opt.maxStreamsToken})
 	return &fleet{reg: reg, api: api}, nil
 }
 

@@ -111,6 +111,10 @@ type Options struct {
 	StreamKeepalive time.Duration // default 15 s
 	HelloPeers      int           // peers in the stream's hello; default 100
 	MaxStreams      int           // live event streams open at once, server-wide; default 64
+	// MaxStreamsPerToken bounds the live event streams one admin token
+	// (one operator name) holds at once, so that one viewer cannot take
+	// every stream the server keeps; default 4 (a few console tabs).
+	MaxStreamsPerToken int
 }
 
 const (
@@ -128,6 +132,8 @@ const (
 	// maxStreams bounds the live event streams open at once: each holds a
 	// subscriber's buffer of up to StreamBuffer events and peer changes.
 	maxStreams = 64
+	// maxStreamsPerToken is Options.MaxStreamsPerToken's default.
+	maxStreamsPerToken = 4
 )
 
 // API serves the fleet's routes and owns the live event streams.
@@ -145,8 +151,10 @@ type API struct {
 	stop     context.CancelFunc
 	streamWG sync.WaitGroup
 	// streamsOpen counts the live event streams (under mu), at most
-	// opt.MaxStreams.
+	// opt.MaxStreams; streamsBy those of each operator (admin token
+	// name), at most opt.MaxStreamsPerToken each.
 	streamsOpen int
+	streamsBy   map[string]int
 }
 
 // New builds the fleet API on d and registers its series on d.Metrics.
@@ -166,16 +174,19 @@ func New(d Deps, opt Options) *API {
 	if opt.MaxStreams <= 0 {
 		opt.MaxStreams = maxStreams
 	}
+	if opt.MaxStreamsPerToken <= 0 {
+		opt.MaxStreamsPerToken = maxStreamsPerToken
+	}
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	a := &API{d: d, opt: opt, channels: make(map[string]Channel, len(d.Channels))}
+	a := &API{d: d, opt: opt, channels: make(map[string]Channel, len(d.Channels)), streamsBy: map[string]int{}}
 	for _, ch := range d.Channels {
 		a.channels[ch.ID] = ch
 	}
 	a.streams, a.stop = context.WithCancel(context.Background())
 	a.streamOpen = d.Metrics.NewGaugeVec("termserver_event_streams_open", "Live event streams (/events/stream) open.", "channel")
-	a.streamDropped = d.Metrics.NewCounterVec("termserver_event_streams_dropped_total", "Live event streams ended because the client fell behind.", "channel")
+	a.streamDropped = d.Metrics.NewCounterVec("termserver_event_streams_dropped_total", "Live event streams ended because the client fell behind: its subscription lagged StreamBuffer events, or a write made no progress within StreamWrite.", "channel")
 	a.registerOnline()
 	return a
 }

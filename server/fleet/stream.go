@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,31 +59,49 @@ func (a *API) serveEvents(w http.ResponseWriter, r *http.Request) {
 // client pages the rest with GET .../peers?cursor=), then each event as it happens under its own
 // name, "peer" with a peer's new state when it changes, and a keepalive
 // comment every 15 s. It ends when the client goes, the server shuts
-// down, or the client falls StreamBuffer events behind (it reconnects).
+// down, or the client falls behind: StreamBuffer events, or a write that
+// makes no progress for StreamWrite (a client that stopped reading; the
+// socket's buffers would otherwise hold it for long). It reconnects.
+// One admin token holds at most MaxStreamsPerToken streams (429 past
+// it), the server at most MaxStreams (503).
 func (a *API) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	ch, ok := a.channelOf(w, r)
 	if !ok {
 		return
 	}
+	op := httpapi.OperatorOf(r).Name
+	poll := strings.TrimSuffix(r.URL.Path, "/stream")
 	a.mu.Lock()
 	if a.stopped {
 		a.mu.Unlock()
 		httpapi.WriteError(w, http.StatusServiceUnavailable, "the server is shutting down")
 		return
 	}
+	if a.streamsBy[op] >= a.opt.MaxStreamsPerToken {
+		a.mu.Unlock()
+		w.Header().Set("Retry-After", "15")
+		httpapi.WriteError(w, http.StatusTooManyRequests, fmt.Sprintf(
+			"too many live event streams for admin token %q: it holds %d, the most one token may; close one (another console tab?), or poll %s instead",
+			op, a.opt.MaxStreamsPerToken, poll))
+		return
+	}
 	if a.streamsOpen >= a.opt.MaxStreams {
 		a.mu.Unlock()
 		httpapi.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf(
 			"too many live event streams: %d are open, the most this server keeps; close one, or poll %s instead",
-			a.opt.MaxStreams, strings.TrimSuffix(r.URL.Path, "/stream")))
+			a.opt.MaxStreams, poll))
 		return
 	}
 	a.streamsOpen++
+	a.streamsBy[op]++
 	a.streamWG.Add(1)
 	a.mu.Unlock()
 	defer func() {
 		a.mu.Lock()
 		a.streamsOpen--
+		if a.streamsBy[op]--; a.streamsBy[op] <= 0 {
+			delete(a.streamsBy, op)
+		}
 		a.mu.Unlock()
 		a.streamWG.Done()
 	}()
@@ -128,10 +147,15 @@ func (a *API) serveEventStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if evs.Lagged() || peers.Lagged() { // also when a write then timed out
+	switch {
+	case evs.Lagged() || peers.Lagged(): // also when a write then timed out
 		a.streamDropped.Inc(ch.ID)
 		a.d.Log.Warn("event stream client fell behind; disconnected (it reconnects)", "channel", ch.ID, "remote", r.RemoteAddr,
-			"buffer", a.opt.StreamBuffer)
+			"operator", op, "buffer", a.opt.StreamBuffer)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		a.streamDropped.Inc(ch.ID)
+		a.d.Log.Warn("event stream client stopped reading: a write made no progress; disconnected (it reconnects)", "channel", ch.ID,
+			"remote", r.RemoteAddr, "operator", op, "write_timeout", a.opt.StreamWrite.String())
 	}
 }
 
