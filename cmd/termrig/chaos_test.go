@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"termlink/internal/syncbuf"
+	"termlink/internal/testwait"
 )
 
 func TestChaosFlagErrors(t *testing.T) {
@@ -79,16 +81,14 @@ func TestChaosRunScheduleAndControl(t *testing.T) {
 	}()
 	wait := func(re *regexp.Regexp) []string {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			if m := re.FindStringSubmatch(out.String()); m != nil {
-				return m
+		var m []string
+		testwait.UntilOK(t, fmt.Sprintf("%v in the output", re), func() error {
+			if m = re.FindStringSubmatch(out.String()); m == nil {
+				return fmt.Errorf("output %q (stderr %q)", out.String(), errOut.String())
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %v in output %q (stderr %q)", re, out.String(), errOut.String())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
+		return m
 	}
 	proxy := wait(regexp.MustCompile(`chaos: proxying (\S+) -> `))[1]
 	control := wait(regexp.MustCompile(`control API on (http://\S+)`))[1]
@@ -141,7 +141,7 @@ func TestChaosRunScheduleAndControl(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d, stderr %q", code, errOut.String())
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatal("termrig chaos did not stop")
 	}
 	if !strings.Contains(out.String(), "chaos: stopped: accepted 1, refused 0, cut 1") {

@@ -15,6 +15,7 @@ import (
 
 	"go.bug.st/serial"
 
+	"termlink/internal/testwait"
 	"termlink/server"
 	"termlink/server/config"
 	"termlink/testrig/checks"
@@ -79,6 +80,7 @@ func TestCheckCommandsUsage(t *testing.T) {
 
 // Every check on the simulated rig, as text and as JSON.
 func TestCheckCommandsSim(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args []string
 		want []string
@@ -167,6 +169,7 @@ func TestCheckCommandsMissingDevices(t *testing.T) {
 // serial-loopback over a socat PTY pair: with the far end echoing (a
 // jumper) and without.
 func TestSerialLoopbackCommand(t *testing.T) {
+	t.Parallel()
 	bin := needtool.Path(t, "socat", "a PTY pair for the serial port; apt-get install socat")
 	dir := t.TempDir()
 	near, far := filepath.Join(dir, "near"), filepath.Join(dir, "far")
@@ -175,14 +178,7 @@ func TestSerialLoopbackCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(far); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("socat made no PTYs")
-		}
-	}
+	testwait.UntilOK(t, "socat's PTYs", func() error { _, err := os.Stat(far); return err })
 	p, err := serial.Open(far, &serial.Mode{BaudRate: 115200})
 	if err != nil {
 		t.Fatal(err)
@@ -264,6 +260,7 @@ func TestLinkTestCommand(t *testing.T) {
 }
 
 func TestSelftestCommand(t *testing.T) {
+	t.Parallel()
 	t.Run("sim", func(t *testing.T) {
 		code, stdout, stderr := runTermrig(t, "selftest", "--sim")
 		if code != 0 {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"termlink/internal/syncbuf"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/testrig/cluster"
 )
@@ -90,8 +92,8 @@ func startRig(t *testing.T, bin string, args ...string) *rigProc {
 	case <-r.ready:
 	case <-r.done:
 		t.Fatalf("termrig cluster exited before ready: %v; stdout %q; stderr:\n%s", r.cmd.ProcessState, r.printed(), r.stderr.String())
-	case <-time.After(90 * time.Second):
-		t.Fatalf("termrig cluster printed no ready line in 90s; stdout %q; stderr:\n%s", r.printed(), r.stderr.String())
+	case <-time.After(testwait.Deadline):
+		t.Fatalf("termrig cluster printed no ready line in %v; stdout %q; stderr:\n%s", testwait.Deadline, r.printed(), r.stderr.String())
 	}
 	return r
 }
@@ -110,8 +112,8 @@ func (r *rigProc) interrupt(t *testing.T) {
 	}
 	select {
 	case <-r.done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("termrig cluster did not exit within 60s of SIGINT; stderr:\n%s", r.stderr.String())
+	case <-time.After(testwait.Deadline):
+		t.Fatalf("termrig cluster did not exit within %v of SIGINT; stderr:\n%s", testwait.Deadline, r.stderr.String())
 	}
 	if !r.cmd.ProcessState.Success() {
 		t.Fatalf("termrig cluster after SIGINT: %v, want exit 0; stderr:\n%s", r.cmd.ProcessState, r.stderr.String())
@@ -168,15 +170,39 @@ func rigLines(t *testing.T, lines []string, nats, edges, workers int) (natsURLs 
 }
 
 // buildTermrig builds this command (not race-instrumented: the rig runs
-// three NATS nodes and four servers on two cores).
+// three NATS nodes and four servers on two cores), once for the tests
+// of this package.
 func buildTermrig(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "termrig")
-	out, err := exec.Command("go", "build", "-o", bin, "termlink/cmd/termrig").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building termrig: %v\n%s", err, out)
+	termrigBin.once.Do(func() {
+		dir, err := os.MkdirTemp("", "termrig-test-")
+		if err != nil {
+			termrigBin.err = err
+			return
+		}
+		termrigBin.dir, termrigBin.path = dir, filepath.Join(dir, "termrig")
+		if out, err := exec.Command("go", "build", "-o", termrigBin.path, "termlink/cmd/termrig").CombinedOutput(); err != nil {
+			termrigBin.err = fmt.Errorf("building termrig: %v\n%s", err, out)
+		}
+	})
+	if termrigBin.err != nil {
+		t.Fatal(termrigBin.err)
 	}
-	return bin
+	return termrigBin.path
+}
+
+var termrigBin struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if termrigBin.dir != "" {
+		os.RemoveAll(termrigBin.dir)
+	}
+	os.Exit(code)
 }
 
 func hostPort(t *testing.T, u string) string {
@@ -202,6 +228,7 @@ func portClosed(addr string) bool {
 // /api/status lists the whole cluster, and SIGINT stops everything
 // (exit 0, every port closed, the temporary directory removed).
 func TestClusterRig(t *testing.T) {
+	t.Parallel()
 	const edges, workers = 2, 2
 	bin := buildTermrig(t)
 	r := startRig(t, bin, "--nodes", "3", "--edges", "2", "--workers", "2")
@@ -309,6 +336,7 @@ func checkClusterStatus(t *testing.T, name, base string, nodes int) {
 // process, so --replicas 1) no NATS node is started and no nats line
 // printed; the edge answers through the worker.
 func TestClusterRigExternalNATS(t *testing.T) {
+	t.Parallel()
 	ext := cluster.StartNATSForTest(t, 1)
 	bin := buildTermrig(t)
 	dir := t.TempDir()

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/servertest"
@@ -19,6 +21,7 @@ import (
 // listed, a delete; a viewer may show but not set; bad values and bad
 // usage are refused saying why.
 func TestDeviceSettings(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const opSecret, viewSecret = "operator-secret-token-0123456789", "viewer-secret-token-0123456789"
@@ -50,12 +53,7 @@ func TestDeviceSettings(t *testing.T) {
 		}
 	}()
 	defer func() { stop(); <-done }()
-	for client.Status().State != link.StateConnected {
-		if ctx.Err() != nil {
-			t.Fatal("the device never connected")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, "the device connected", func() bool { return client.Status().State == link.StateConnected })
 
 	st, out, errs := termrig(ctx, "device", "settings", "--server", server, "--admin-token-file", opFile, "--tag", "site=lobby", "--idle-text", "Welcome", "--idle-seconds", "30")
 	if st != 0 || !strings.Contains(out, "set the settings of tag site=lobby on terminal-dev: version 1, pushed to 1 online device(s)") {
@@ -66,17 +64,13 @@ func TestDeviceSettings(t *testing.T) {
 		t.Fatalf("set peer: exit %d\n%s%s", st, out, errs)
 	}
 	// The device acks: --show says it is current, with its new tags.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.UntilOK(t, "--show to say the device applied version 2 with its new tags", func() error {
 		st, out, errs = termrig(ctx, "device", "settings", "--server", server, "--admin-token-file", viewFile, "--peer", "kiosk-1", "--show")
 		if st == 0 && strings.Contains(out, "applied 2: current") && strings.Contains(out, "floor=2,site=lobby") {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("show: exit %d\n%s%s", st, out, errs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("exit %d\n%s%s", st, out, errs)
+	})
 	for _, want := range []string{"peer      kiosk-1 (online)", "from      tag site=lobby, peer", `idle_text  "Welcome"`, "idle_seconds  30", `log_level  "debug"`} {
 		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("show lacks %q:\n%s", want, out)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/config"
 	"termlink/server/servertest"
 	"termlink/testrig/tmuxtest"
@@ -34,6 +35,7 @@ func runDeviceDiag(ctx context.Context, args ...string) (out, errOut string, err
 // passes (exit 0) and prints its table; a viewer's token, a peer that is
 // not connected and bad flags are refused with what to do.
 func TestDeviceDiagEndToEnd(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: builds termd and runs it in tmux against a real termserver (make test runs it)")
 	}
@@ -54,7 +56,7 @@ func TestDeviceDiagEndToEnd(t *testing.T) {
 	server := "http://" + srv.Addr
 
 	w := tmuxtest.Start(t, 80, 20, fmt.Sprintf("%s --server %s --board sim --state-dir %s --peer-id lobby-1", bin, srv.Addr, filepath.Join(dir, "state")))
-	w.WaitFor("online", 30*time.Second)
+	w.WaitFor("online", testwait.Deadline)
 
 	out, _, err := runDeviceDiag(ctx, "logs", "--server", server, "--peer", "lobby-1", "--admin-token-file", opFile, "--bytes", "8000")
 	if err != nil || !strings.Contains(out, `msg="termd starting" version=2.0-diag`) || len(out) > 8000 {
@@ -80,16 +82,14 @@ func TestDeviceDiagEndToEnd(t *testing.T) {
 	}
 
 	w.Keys("C-d") // termd quits
-	w.WaitFor("EXIT=0", 20*time.Second)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	w.WaitFor("EXIT=0", testwait.Deadline)
+	testwait.UntilOK(t, "the logs of a device gone refused as not connected", func() error {
 		_, _, err = runDeviceDiag(ctx, "logs", "--server", server, "--peer", "lobby-1", "--admin-token-file", opFile)
 		if err != nil && strings.Contains(err.Error(), "HTTP 409 peer lobby-1 is not connected") {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("logs of a device gone: %v", err)
-		}
-	}
+		return fmt.Errorf("logs: %v", err)
+	})
 }
 
 // Usage errors say what is wrong and exit 2; a failed self-test exits 1.

@@ -20,6 +20,7 @@ import (
 // loopback operator), the token, a connection and a reply; the token is
 // not printed.
 func TestEnrollTestCommand(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Start(t, func(c *config.Config) {
 		ch := c.Channels["terminal-dev"]
 		ch.Config.Enrollment = true
@@ -55,6 +56,7 @@ func TestEnrollTestCommand(t *testing.T) {
 // (JSON, the token read from the file) approves the code when a shell runs
 // it, and the built binary's stderr holds no log line in another format.
 func TestEnrollTestAdminToken(t *testing.T) {
+	t.Parallel()
 	const secret = "operator-secret-token-0123456789"
 	tok, err := config.NewAdminToken(secret, config.RoleOperator, "ops")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,12 +15,13 @@ import (
 	"github.com/gorilla/websocket"
 
 	"termlink/internal/syncbuf"
+	"termlink/internal/testwait"
 	"termlink/link"
 )
 
 func runTermrig(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	var out, errOut bytes.Buffer
 	code = run(ctx, args, &out, &errOut)
@@ -162,13 +164,12 @@ func echoServer(t *testing.T, refuse bool) string {
 	}))
 	t.Cleanup(func() {
 		srv.Close()
-		deadline := time.Now().Add(3 * time.Second)
-		for active.Load() > 0 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if n := active.Load(); n > 0 {
-			t.Errorf("%d server connections still open after termrig load returned", n)
-		}
+		testwait.UntilOK(t, "every server connection closed after termrig load returned", func() error {
+			if n := active.Load(); n > 0 {
+				return fmt.Errorf("%d still open", n)
+			}
+			return nil
+		})
 	})
 	return srv.URL
 }
@@ -227,20 +228,19 @@ func TestLoadHoldInterrupted(t *testing.T) {
 	var errOut bytes.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"load", "--server", url, "--devices", "4", "--hold"}, pr, &errOut) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(pr.String(), "connected 4 devices\n") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no \"connected 4 devices\" line; stdout %q", pr.String())
+	testwait.UntilOK(t, `the line "connected 4 devices"`, func() error {
+		if !strings.Contains(pr.String(), "connected 4 devices\n") {
+			return fmt.Errorf("stdout %q", pr.String())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel() // as Ctrl-C does
 	select {
 	case code := <-done:
 		if code != 0 {
 			t.Errorf("exit %d after Ctrl-C in hold mode, want 0; stderr %q", code, errOut.String())
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatal("termrig load --hold did not stop on cancel")
 	}
 	if out := pr.String(); !strings.HasPrefix(out, "connected 4 devices\n") || !strings.Contains(out, "(interrupted)") {

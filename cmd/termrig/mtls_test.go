@@ -15,6 +15,7 @@ import (
 // another CA's, or for another peer_id it fails with the server's reason and
 // points at the certificate flags, never at a token.
 func TestLinkTestMutualTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := testpki.NewCA(t, dir, "lab")
 	devCA := testpki.NewCA(t, dir, "devices")

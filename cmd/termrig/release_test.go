@@ -34,6 +34,7 @@ func termrig(ctx context.Context, args ...string) (status int, stdout, stderr st
 // tokens: keygen, sign, verify, upload (refused without the operator's
 // token, and signed by another key), list, a resumed download, delete.
 func TestReleaseEndToEnd(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -209,6 +210,7 @@ func TestReleaseUsage(t *testing.T) {
 // not start one; rollout with canaries; status (the table) until done;
 // a failing canary pauses it (status names it); resume --retry; abort.
 func TestReleaseRollout(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
