@@ -3,6 +3,7 @@ package load
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,16 +11,25 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"termlink/internal/testwait"
 )
+
+// drainAll is the drain of a run whose every message must be answered:
+// the drain ends as soon as the last answer is in, so this only bounds a
+// run that lost one (testwait's deadline: a busy machine is slow, never
+// that slow).
+const drainAll = testwait.Deadline
 
 // ownGoroutines returns the stacks of the goroutines still running code
 // of a load run or of a link.Client. Run must leave none behind. It is
 // checked right after Run returns; the only wait allowed is for a
-// goroutine that has signalled its WaitGroup to finish returning (500ms
-// at most), not for one that is still blocked.
+// goroutine that has signalled its WaitGroup to finish returning (it
+// does, however busy the machine; testwait's deadline), not for one that
+// is still blocked (it never does).
 func ownGoroutines() []string {
 	var own []string
-	for deadline := time.Now().Add(500 * time.Millisecond); ; time.Sleep(5 * time.Millisecond) {
+	_ = testwait.Poll(context.Background(), testwait.Deadline, func() error {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		own = own[:0]
@@ -28,10 +38,12 @@ func ownGoroutines() []string {
 				own = append(own, g)
 			}
 		}
-		if len(own) == 0 || time.Now().After(deadline) {
-			return own
+		if len(own) > 0 {
+			return fmt.Errorf("%d goroutines of the run", len(own))
 		}
-	}
+		return nil
+	})
+	return own
 }
 
 // runClean runs opt and fails t if a goroutine of the run outlives Run.
@@ -81,7 +93,7 @@ func TestClientMode(t *testing.T) {
 			p := &peer{replyWait: 2 * time.Millisecond}
 			url := start(t, p)
 			rep := runClean(t, Options{URL: url, Devices: 5, Rate: 100, Duration: 400 * time.Millisecond,
-				Drain: 2 * time.Second, Client: true, Outbox: outbox})
+				Drain: drainAll, Client: true, Outbox: outbox})
 
 			checkAllAnswered(t, rep, 5)
 			want := outbox
@@ -133,7 +145,7 @@ func TestClientModeDropsDuplicateReply(t *testing.T) {
 	noLeaks(t)
 	p := &peer{twice: 3, errFrame: 5, errText: "agent exploded"}
 	url := start(t, p)
-	rep := runClean(t, Options{URL: url, Devices: 2, Rate: 50, Duration: 200 * time.Millisecond, Drain: 2 * time.Second, Client: true})
+	rep := runClean(t, Options{URL: url, Devices: 2, Rate: 50, Duration: 200 * time.Millisecond, Drain: drainAll, Client: true})
 	if rep.Sent < 5 {
 		t.Fatalf("sent %d, need 5", rep.Sent)
 	}
@@ -149,7 +161,7 @@ func TestClientModeConnectFailures(t *testing.T) {
 	noLeaks(t)
 	p := &peer{reject401: 2}
 	url := start(t, p)
-	rep := runClean(t, Options{URL: url, Devices: 5, Rate: 20, Duration: 200 * time.Millisecond, Drain: time.Second, Client: true})
+	rep := runClean(t, Options{URL: url, Devices: 5, Rate: 20, Duration: 200 * time.Millisecond, Drain: drainAll, Client: true})
 	if rep.DevicesConnected != 3 || rep.DevicesFailed != 2 {
 		t.Errorf("connected %d failed %d, want 3 and 2", rep.DevicesConnected, rep.DevicesFailed)
 	}
@@ -226,7 +238,7 @@ func TestClientModeAgainstRealServer(t *testing.T) {
 		t.Run(outbox, func(t *testing.T) {
 			noLeaks(t)
 			t.Setenv("TMPDIR", t.TempDir())
-			rep := runClean(t, Options{URL: startReal(t).URL, Devices: 20, Rate: 200, Duration: time.Second, Drain: 5 * time.Second,
+			rep := runClean(t, Options{URL: startReal(t).URL, Devices: 20, Rate: 200, Duration: time.Second, Drain: drainAll,
 				PeerPrefix: "client", Client: true, Outbox: outbox})
 			checkAllAnswered(t, rep, 20)
 			if rep.Sent < 150 {
@@ -285,7 +297,7 @@ func TestClientModeServerRestart(t *testing.T) {
 				restarted <- restart{rs: rs, err: err, down: time.Since(began)}
 			}()
 
-			rep := runClean(t, Options{URL: first.URL, Devices: 20, Rate: tt.rate, Duration: 1500 * time.Millisecond, Drain: 10 * time.Second,
+			rep := runClean(t, Options{URL: first.URL, Devices: 20, Rate: tt.rate, Duration: 1500 * time.Millisecond, Drain: drainAll,
 				PeerPrefix: "restart", Client: true, Outbox: tt.outbox})
 			res := <-restarted
 			if res.err != nil {

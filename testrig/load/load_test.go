@@ -18,6 +18,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 )
 
@@ -151,13 +152,13 @@ func start(t *testing.T, p *peer) string {
 // waitZero waits for the server's connections to end: Run closes them all.
 func waitZero(t *testing.T, n *atomic.Int64) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for n.Load() > 0 {
-		if time.Now().After(deadline) {
-			t.Errorf("%d server connections still open", n.Load())
-			return
+	if err := testwait.Poll(context.Background(), testwait.Deadline, func() error {
+		if open := n.Load(); open > 0 {
+			return fmt.Errorf("%d server connections still open", open)
 		}
-		time.Sleep(5 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -166,10 +167,14 @@ func noLeaks(t *testing.T) {
 	t.Helper()
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(3 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
+		// Goroutines that are ending may take a moment on a busy
+		// machine; a leaked one never ends.
+		_ = testwait.Poll(context.Background(), testwait.Deadline, func() error {
+			if n := runtime.NumGoroutine(); n > before {
+				return fmt.Errorf("%d goroutines", n)
+			}
+			return nil
+		})
 		if n := runtime.NumGoroutine(); n > before {
 			buf := make([]byte, 1<<16)
 			t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
@@ -179,7 +184,9 @@ func noLeaks(t *testing.T) {
 
 func run(t *testing.T, opt Options) *Report {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// A bound for a run that hangs, past its drain: not a time the run
+	// must keep to.
+	ctx, cancel := context.WithTimeout(context.Background(), opt.Duration+opt.Drain+testwait.Deadline)
 	defer cancel()
 	rep, err := Run(ctx, opt)
 	if err != nil {
@@ -195,7 +202,7 @@ func TestRunHappy(t *testing.T) {
 	noLeaks(t)
 	p := &peer{replyWait: 2 * time.Millisecond}
 	url := start(t, p)
-	rep := run(t, Options{URL: url, Devices: 5, Rate: 100, Duration: 400 * time.Millisecond, Drain: 2 * time.Second})
+	rep := run(t, Options{URL: url, Devices: 5, Rate: 100, Duration: 400 * time.Millisecond, Drain: drainAll})
 
 	if rep.DevicesConnected != 5 || rep.DevicesFailed != 0 || len(rep.ConnectErrors) != 0 {
 		t.Errorf("devices connected %d failed %d errors %v, want 5 0 none", rep.DevicesConnected, rep.DevicesFailed, rep.ConnectErrors)
@@ -251,7 +258,7 @@ func TestRunStream(t *testing.T) {
 	noLeaks(t)
 	p := &peer{deltas: 3}
 	url := start(t, p)
-	rep := run(t, Options{URL: url, Devices: 3, Rate: 50, Duration: 300 * time.Millisecond, Drain: 2 * time.Second, Stream: true})
+	rep := run(t, Options{URL: url, Devices: 3, Rate: 50, Duration: 300 * time.Millisecond, Drain: drainAll, Stream: true})
 	if rep.Sent < 5 || rep.Replied != rep.Sent {
 		t.Fatalf("sent %d replied %d, want at least 5, all replied", rep.Sent, rep.Replied)
 	}
@@ -275,7 +282,7 @@ func TestRunStream(t *testing.T) {
 	}
 
 	// Without Stream the devices do not ask, and the server sends none.
-	plain := run(t, Options{URL: url, Devices: 2, Rate: 50, Duration: 100 * time.Millisecond, Drain: 2 * time.Second})
+	plain := run(t, Options{URL: url, Devices: 2, Rate: 50, Duration: 100 * time.Millisecond, Drain: drainAll})
 	if plain.DeltaFrames != 0 || plain.UnexpectedFrames != 0 || plain.Replied != plain.Sent {
 		t.Errorf("without stream: %d deltas, %d unexpected, %d of %d replied", plain.DeltaFrames, plain.UnexpectedFrames, plain.Replied, plain.Sent)
 	}
@@ -285,7 +292,7 @@ func TestRunStreamWrong(t *testing.T) {
 	noLeaks(t)
 	p := &peer{deltas: 3, gapDelta: 2, lateDelta: 3, wrongDelta: 4}
 	url := start(t, p)
-	rep := run(t, Options{URL: url, Devices: 1, Rate: 50, Duration: 200 * time.Millisecond, Drain: 2 * time.Second, Stream: true})
+	rep := run(t, Options{URL: url, Devices: 1, Rate: 50, Duration: 200 * time.Millisecond, Drain: drainAll, Stream: true})
 	if rep.Sent < 5 {
 		t.Fatalf("sent %d, need at least 5 for every misbehaviour", rep.Sent)
 	}
@@ -329,7 +336,7 @@ func TestRunConnectFailures(t *testing.T) {
 	noLeaks(t)
 	p := &peer{reject401: 2}
 	url := start(t, p)
-	rep := run(t, Options{URL: url, Devices: 5, Rate: 20, Duration: 200 * time.Millisecond, Drain: time.Second})
+	rep := run(t, Options{URL: url, Devices: 5, Rate: 20, Duration: 200 * time.Millisecond, Drain: drainAll})
 
 	if rep.DevicesConnected != 3 || rep.DevicesFailed != 2 {
 		t.Errorf("connected %d failed %d, want 3 and 2", rep.DevicesConnected, rep.DevicesFailed)
@@ -444,7 +451,7 @@ func TestRunHold(t *testing.T) {
 		if line != "connected 6 devices\n" {
 			t.Errorf("status line %q, want %q", line, "connected 6 devices\n")
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatal("no status line in hold mode")
 	}
 	select {

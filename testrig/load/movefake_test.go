@@ -144,7 +144,7 @@ func TestMoveSharedSessions(t *testing.T) {
 			urls := edges.start(t, 2)
 			const devices = 6
 			rep := runClean(t, Options{URLs: urls, Devices: devices, Rate: 30, Duration: 2 * time.Second,
-				Drain: 5 * time.Second, Move: 300 * time.Millisecond, Client: client, PeerPrefix: "shared"})
+				Drain: drainAll, Move: 300 * time.Millisecond, Client: client, PeerPrefix: "shared"})
 			// A lean device has no duplicate filter: a resend that races
 			// its reply (the run ends as the device moves) is answered
 			// twice, by the reply and by the ack's cached copy, as the

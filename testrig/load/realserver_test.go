@@ -112,7 +112,7 @@ func startReal(t *testing.T) *realServer {
 func TestAgainstRealServer(t *testing.T) {
 	rep, err := Run(context.Background(), Options{
 		URL: startReal(t).URL, Devices: 20, Rate: 200,
-		Duration: time.Second, Drain: 5 * time.Second, ConnectRate: 500, PeerPrefix: "real",
+		Duration: time.Second, Drain: drainAll, ConnectRate: 500, PeerPrefix: "real",
 	})
 	if err != nil {
 		t.Fatal(err)
