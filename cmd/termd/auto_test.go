@@ -18,6 +18,7 @@ import (
 // mDNS on this machine: it finds the server by name, says so in its log,
 // saves the URL as the last known one, and talks to the server.
 func TestTermdServerAuto(t *testing.T) {
+	t.Parallel()
 	childtest.SkipMulticastUnderEmulator(t)
 	name := fmt.Sprintf("auto-%d", rand.Uint32())
 	srv := servertest.Start(t, func(c *config.Config) {
@@ -55,6 +56,7 @@ func TestTermdServerAuto(t *testing.T) {
 // When no server answers (none advertises the name asked for), termd
 // waits out its browse and uses --server-fallback, saying so.
 func TestTermdServerAutoFallback(t *testing.T) {
+	t.Parallel()
 	childtest.SkipMulticastUnderEmulator(t)
 	srv := servertest.Start(t, nil) // discovery off
 	state := filepath.Join(t.TempDir(), "state")

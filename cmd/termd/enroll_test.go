@@ -38,6 +38,7 @@ func TestTermdRefusesReadableTokenFile(t *testing.T) {
 // as" stays in view (status line and conversation) while termd is
 // online, and the conversation goes on (the first message is shown).
 func TestEnrollOnTheConsole(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Start(t, func(c *config.Config) {
 		ch := c.Channels["terminal-dev"]
 		ch.Config.Enrollment = true

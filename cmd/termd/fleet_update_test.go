@@ -9,9 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"termlink/device/update"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/link/linktest"
 	"termlink/release"
@@ -58,6 +58,7 @@ func statuses(srv *linktest.Server) []*link.UpdateStatus {
 //   - a release that exits at start (v1.2.0): the supervisor runs v1.1.0
 //     again, which says rolled_back with the supervisor's reason.
 func TestTermdUpdateOverTheSession(t *testing.T) {
+	t.Parallel()
 	if childtest.Emulator() != "" {
 		t.Skip("under qemu-user (make test-arm) the ARM supervisor execs its ARM worker directly, which qemu-user does not follow; TestSuperviseARMv6 (device/update) runs the ARMv6 supervisor and releases under qemu-arm-static from the native run")
 	}
@@ -96,7 +97,7 @@ func TestTermdUpdateOverTheSession(t *testing.T) {
 	waitStatus := func(what string, ok func(*link.UpdateStatus) bool) *link.UpdateStatus {
 		t.Helper()
 		var found *link.UpdateStatus
-		srv.WaitFor(t, what, 90*time.Second, func() bool {
+		srv.WaitFor(t, what, testwait.Deadline, func() bool {
 			for _, s := range statuses(srv) {
 				if ok(s) {
 					found = s

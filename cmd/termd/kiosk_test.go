@@ -15,6 +15,7 @@ import (
 // site=lobby reaches it (the tag went in connect) and shows in the
 // console's status line; one for another site does not.
 func TestTermdTagNotice(t *testing.T) {
+	t.Parallel()
 	addr := servertest.Start(t, nil).Addr
 	state := filepath.Join(t.TempDir(), "state")
 	_, waitScreen := termdInTmux(t, fmt.Sprintf("%s --server %s --board sim --state-dir %s --tag site=lobby --tag floor=2",

@@ -6,12 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/servertest"
 	"termlink/testrig/childtest"
 	"termlink/testrig/tmuxtest"
@@ -21,13 +22,16 @@ import (
 // that runs it (under the emulator when the tests run under one).
 var termd, termdRun string
 
+// binDir holds the binaries the tests build (termd, and buildTermd's).
+var binDir string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "termd-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	termd = filepath.Join(dir, "termd")
+	binDir, termd = dir, filepath.Join(dir, "termd")
 	if out, err := exec.Command("go", "build", "-o", termd, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building termd: %v\n%s", err, out)
 		os.Exit(1)
@@ -46,6 +50,7 @@ func TestMain(m *testing.M) {
 // and STOPPING reach NOTIFY_SOCKET; SIGTERM leaves "offline: stopped" and
 // exit status 0; the peer id is kept in the state dir.
 func TestTermdSimBoardUnderSystemd(t *testing.T) {
+	t.Parallel()
 	addr := servertest.Start(t, nil).Addr
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "notify.sock")
@@ -76,19 +81,15 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 	// waitNote waits until systemd got want.
 	waitNote := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		testwait.UntilOK(t, "systemd to get "+want, func() error {
 			notesMu.Lock()
 			all := strings.Join(notes, "|")
 			notesMu.Unlock()
 			if strings.Contains(all, want) {
-				return
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("systemd never got %s; got %s", want, all)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return fmt.Errorf("it got %s", all)
+		})
 	}
 	state := filepath.Join(dir, "state")
 	tm, waitScreen := termdInTmux(t, fmt.Sprintf("NOTIFY_SOCKET=%s WATCHDOG_USEC=200000 WATCHDOG_PID= %s --server %s --board sim --state-dir %s",
@@ -104,7 +105,8 @@ func TestTermdSimBoardUnderSystemd(t *testing.T) {
 	}
 	// The watchdog is pinged while running (every WATCHDOG_USEC/2).
 	waitNote("WATCHDOG=1")
-	out, err := exec.Command("pgrep", "-f", "^"+termdRun).Output()
+	// This test's termd: other tests run the same binary at the same time.
+	out, err := exec.Command("pgrep", "-f", "^"+regexp.QuoteMeta(termdRun)+" .*--state-dir "+regexp.QuoteMeta(state)+"$").Output()
 	if err != nil {
 		t.Fatalf("termd not running: %v", err)
 	}
@@ -130,7 +132,7 @@ func termdInTmux(t *testing.T, cmd string) (tm func(args ...string) string, wait
 	w := tmuxtest.Start(t, 80, 20, cmd)
 	return w.Run, func(want string) string {
 		t.Helper()
-		return w.WaitFor(want, 20*time.Second)
+		return w.WaitFor(want, testwait.Deadline)
 	}
 }
 
@@ -138,6 +140,7 @@ func termdInTmux(t *testing.T, cmd string) (tm func(args ...string) string, wait
 // anyway, its screen says the disk is in trouble, and a message typed is
 // answered.
 func TestTermdUnusableStateDir(t *testing.T) {
+	t.Parallel()
 	addr := servertest.Start(t, nil).Addr
 	state := filepath.Join(t.TempDir(), "state")
 	if err := os.WriteFile(state, []byte("a file where the state dir should be\n"), 0o600); err != nil {

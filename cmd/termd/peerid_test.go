@@ -8,14 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/servertest"
 )
 
 // Two termd on one host with different --state-dir are two devices: the
 // server lists two peers, both online, and neither replaces the other.
 func TestTwoTermdOneHost(t *testing.T) {
+	t.Parallel()
 	addr := servertest.Start(t, nil).Addr
 	root := t.TempDir()
 	var ids []string
@@ -32,11 +33,10 @@ func TestTwoTermdOneHost(t *testing.T) {
 	if ids[0] == ids[1] {
 		t.Fatalf("both termd use peer id %s", ids[0])
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.UntilOK(t, "both peers online", func() error {
 		resp, err := http.Get("http://" + addr + "/api/channels/terminal-dev/peers?online=true")
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		var page struct {
 			Peers []struct {
@@ -46,18 +46,15 @@ func TestTwoTermdOneHost(t *testing.T) {
 		err = json.NewDecoder(resp.Body).Decode(&page)
 		resp.Body.Close()
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		online := map[string]bool{}
 		for _, p := range page.Peers {
 			online[p.PeerID] = true
 		}
 		if online[ids[0]] && online[ids[1]] {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("online peers %v, want both %v", online, ids)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("online peers %v, want both %v", online, ids)
+	})
 }

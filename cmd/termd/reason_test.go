@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"termlink/internal/testpki"
+	"termlink/internal/testwait"
 	"termlink/server/config"
 	"termlink/server/servertest"
 )
@@ -19,6 +19,7 @@ import (
 // conversation, and termd.log has the reason at INFO once however often
 // termd retries.
 func TestTermdOfflineReasonOnConsole(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		start func(t *testing.T) (args string)
@@ -80,18 +81,13 @@ func TestTermdOfflineReasonOnConsole(t *testing.T) {
 			// Three attempts (1s, then 2s apart), one INFO line.
 			logFile := filepath.Join(state, "termd.log")
 			var log string
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			testwait.UntilOK(t, "three attempts logged", func() error {
 				b, _ := os.ReadFile(logFile)
-				log = string(b)
-				if strings.Count(log, "msg=\"dial failed\"") >= 3 || time.Now().After(deadline) {
-					break
+				if log = string(b); strings.Count(log, "msg=\"dial failed\"") < 3 {
+					return fmt.Errorf("the log:\n%s", log)
 				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			if n := strings.Count(log, "msg=\"dial failed\""); n < 3 {
-				t.Fatalf("%d attempts logged in 30s:\n%s", n, log)
-			}
+				return nil
+			})
 			if n := strings.Count(log, "level=INFO msg=offline"); n != 1 || !strings.Contains(log, tc.full) || !strings.Contains(log, "next_try=") {
 				t.Errorf("%d INFO offline lines, want 1 with the reason and the next try:\n%s", n, log)
 			}
@@ -112,15 +108,12 @@ func flat(screen string) string { return strings.Join(strings.Fields(screen), " 
 // waitFlat waits until the screen shows want, wrapped or not.
 func waitFlat(t *testing.T, tm func(args ...string) string, want string) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		s := tm("capture-pane", "-p")
-		if strings.Contains(flat(s), want) {
-			return flat(s)
+	var s string
+	testwait.UntilOK(t, fmt.Sprintf("the screen to show %q", want), func() error {
+		if s = tm("capture-pane", "-p"); strings.Contains(flat(s), want) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the screen never showed %q:\n%s", want, s)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("it shows:\n%s", s)
+	})
+	return flat(s)
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/release"
 	"termlink/server/config"
 	"termlink/server/servertest"
@@ -98,6 +99,7 @@ func postJSON(t *testing.T, url string, body any, want int, out any) {
 //     rolls it back by itself, the rollout pauses naming kiosk-a and the
 //     supervisor's reason, kiosk-b is never sent it; abort.
 func TestTermdRolloutEndToEnd(t *testing.T) {
+	t.Parallel()
 	if childtest.Emulator() != "" {
 		t.Skip("under qemu-user (make test-arm) the ARM supervisor execs its ARM worker directly, which qemu-user does not follow; TestSuperviseARMv6 (device/update) runs the ARMv6 supervisor and releases under qemu-arm-static from the native run")
 	}
@@ -160,13 +162,7 @@ func TestTermdRolloutEndToEnd(t *testing.T) {
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		testwait.Until(t, what, ok)
 	}
 	waitFor("both kiosks online on v1.0.0", func() bool { return peerVersion("kiosk-a") == "v1.0.0" && peerVersion("kiosk-b") == "v1.0.0" })
 

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/servertest"
 )
 
@@ -22,6 +22,7 @@ import (
 // kept; termd restarted with no server to reach applies them before it
 // connects.
 func TestTermdPushedSettings(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Start(t, nil)
 	state := filepath.Join(t.TempDir(), "state")
 	if err := os.MkdirAll(state, 0o700); err != nil {
@@ -79,38 +80,34 @@ func TestTermdPushedSettings(t *testing.T) {
 // waitFor waits until GET url answers a body containing want.
 func waitFor(t *testing.T, url, want string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if last = string(b); strings.Contains(last, want) {
-				return
-			}
+	testwait.UntilOK(t, fmt.Sprintf("GET %s to say %s", url, want), func() error {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("GET %s never said %s; last:\n%s", url, want, last)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), want) {
+			return fmt.Errorf("it says:\n%s", b)
+		}
+		return nil
+	})
 }
 
 // waitLog waits until the log file has a line with every one of want.
 func waitLog(t *testing.T, file string, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var b []byte
-	for time.Now().Before(deadline) {
-		b, _ = os.ReadFile(file)
+	testwait.UntilOK(t, fmt.Sprintf("a line with %q in %s", want, file), func() error {
+		b, _ := os.ReadFile(file)
 		for _, line := range strings.Split(string(b), "\n") {
 			all := true
 			for _, w := range want {
 				all = all && strings.Contains(line, w)
 			}
 			if all {
-				return
+				return nil
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s never had a line with %q:\n%s", file, want, b)
+		return fmt.Errorf("it holds:\n%s", b)
+	})
 }

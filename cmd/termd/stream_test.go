@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"termlink/device"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/link/linktest"
 	"termlink/server/servertest"
@@ -22,6 +23,7 @@ import (
 // final reply; the final text then stands without the mark. With
 // --stream=false termd does not list stream.
 func TestTermdStreamsOnTheConsole(t *testing.T) {
+	t.Parallel()
 	srv := linktest.New(t)
 	msgs := make(chan *link.Message, 4)
 	srv.OnMessage(func(s *linktest.Server, m *link.Message) {
@@ -32,7 +34,7 @@ func TestTermdStreamsOnTheConsole(t *testing.T) {
 		}
 	})
 	w := tmuxtest.Start(t, 80, 20, fmt.Sprintf("%s --server %s --board sim --state-dir %s", termdRun, srv.URL(), t.TempDir()))
-	const wait = 30 * time.Second
+	const wait = testwait.Deadline
 	w.WaitFor("online", wait)
 	if c := srv.Connect(0); c == nil || !strings.Contains(strings.Join(c.Capabilities, ","), link.CapStream) {
 		t.Fatalf("termd's connect does not list stream: %+v", c)
@@ -82,9 +84,10 @@ func TestTermdStreamsOnTheConsole(t *testing.T) {
 // mark while the agent waits, then the final reply stands whole without
 // it.
 func TestTermdStreamsFromARealACPAgent(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Start(t, servertest.WithACP(buildtest.Command(t, "termlink/testrig/agents/acpagent")))
 	w := tmuxtest.Start(t, 100, 24, fmt.Sprintf("%s --server %s --board sim --state-dir %s", termdRun, srv.URL, t.TempDir()))
-	const wait = 30 * time.Second
+	const wait = testwait.Deadline
 	w.WaitFor("online", wait)
 	var words []string
 	for i := range 30 {
@@ -101,15 +104,13 @@ func TestTermdStreamsFromARealACPAgent(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
+	testwait.UntilOK(t, "the final answer standing whole", func() error {
 		s = w.Screen()
 		if strings.Contains(s, "w28 w29") && !strings.Contains(s, strings.TrimSpace(device.ConsoleStreamMark)) && !strings.Contains(s, "writing...") {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the final answer never stood whole:\n%s", s)
-		}
-	}
+		return fmt.Errorf("the screen:\n%s", s)
+	})
 	w.Keys("C-d")
 	w.WaitFor("EXIT=0", wait)
 }

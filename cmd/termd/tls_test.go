@@ -18,6 +18,7 @@ import (
 // termserver that serves wss:// with mutual TLS on its channel, as the
 // peer its certificate names, and a message typed is answered.
 func TestTermdMutualTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := testpki.NewCA(t, dir, "lab")
 	devCA := testpki.NewCA(t, dir, "devices")

@@ -8,28 +8,53 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
-	"time"
 
 	"termlink/device/update"
+	"termlink/internal/testwait"
 	"termlink/release"
 	"termlink/server/config"
 	"termlink/server/servertest"
 	"termlink/testrig/childtest"
 )
 
-// buildTermd builds termd (or pkg) at version into dir.
+// buildTermd builds termd (or pkg) at version, once for the tests of
+// this package (they copy it before they change it); dir is unused.
 func buildTermd(t *testing.T, dir, pkg, version string) string {
 	t.Helper()
-	out := filepath.Join(dir, filepath.Base(pkg)+"-"+version)
-	args := []string{"build", "-o", out}
-	if version != "" {
-		args = append(args, "-ldflags", "-X main.version="+version)
+	binsMu.Lock()
+	b, ok := bins[pkg+"@"+version]
+	if !ok {
+		b = &builtBin{path: filepath.Join(binDir, fmt.Sprintf("%s-%s-%d", filepath.Base(pkg), version, len(bins)))}
+		bins[pkg+"@"+version] = b
 	}
-	if b, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	binsMu.Unlock()
+	b.once.Do(func() {
+		args := []string{"build", "-o", b.path}
+		if version != "" {
+			args = append(args, "-ldflags", "-X main.version="+version)
+		}
+		if out, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return out
+	return b.path
+}
+
+// The binaries buildTermd built, in binDir (made and removed by TestMain).
+var (
+	binsMu sync.Mutex
+	bins   = map[string]*builtBin{}
+)
+
+type builtBin struct {
+	once sync.Once
+	path string
+	err  error
 }
 
 // stage puts bin beside exe as the release version on trial, as Apply
@@ -72,6 +97,7 @@ func stage(t *testing.T, exe, state, bin, version string) {
 // supervisor exits 0. A release that exits at start, put on trial: the
 // supervisor runs v2 again by itself and records why.
 func TestTermdSupervisedUpdate(t *testing.T) {
+	t.Parallel()
 	if childtest.Emulator() != "" {
 		t.Skip("under qemu-user (make test-arm) the ARM supervisor execs its ARM worker directly, which qemu-user does not follow; TestSuperviseARMv6 (device/update) runs the ARMv6 supervisor and releases under qemu-arm-static from the native run")
 	}
@@ -105,18 +131,16 @@ func TestTermdSupervisedUpdate(t *testing.T) {
 	}
 	waitState := func(what string, ok func(*update.Status) bool) *update.Status {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			st, err := update.ReadStatus(state)
-			if err == nil && ok(st) {
-				return st
+		var st *update.Status
+		testwait.UntilOK(t, what, func() error {
+			var err error
+			if st, err = update.ReadStatus(state); err == nil && ok(st) {
+				return nil
 			}
-			if time.Now().After(deadline) {
-				log, _ := os.ReadFile(filepath.Join(dir, "termd.log"))
-				t.Fatalf("%s: state %s (%v)\nlog:\n%s", what, st.Marshal(), err, log)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			log, _ := os.ReadFile(filepath.Join(dir, "termd.log"))
+			return fmt.Errorf("state %s (%v)\nlog:\n%s", st.Marshal(), err, log)
+		})
+		return st
 	}
 	cmd := fmt.Sprintf("%s --supervise --server %s --board sim --state-dir %s --peer-id kiosk-u --log-file %s",
 		exe, srv.URL, state, filepath.Join(dir, "termd.log"))
@@ -144,13 +168,12 @@ func TestTermdSupervisedUpdate(t *testing.T) {
 		t.Errorf("state: %s", st.Marshal())
 	}
 	waitScreen("online")
-	deadline := time.Now().Add(30 * time.Second)
-	for serverVersion() != "v1.1.0" && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if got := serverVersion(); got != "v1.1.0" {
-		t.Errorf("after the rollback the server shows %q, want v1.1.0", got)
-	}
+	testwait.UntilOK(t, "the server to show v1.1.0 after the rollback", func() error {
+		if got := serverVersion(); got != "v1.1.0" {
+			return fmt.Errorf("it shows %q", got)
+		}
+		return nil
+	})
 	if _, err := os.Stat(exe + update.StagedSuffix); err == nil {
 		t.Error("the broken release is still staged")
 	}
