@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,12 +45,11 @@ const (
 	maxOwed           = 1024            // replies a connection remembers it could not queue
 )
 
-// idRE is what peer_id and thread_id may contain: they become part of the
-// session id (':'-separated) and of the session log's file name.
-var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$`)
-
-// ValidID reports whether s may be a peer_id or thread_id.
-func ValidID(s string) bool { return idRE.MatchString(s) }
+// ValidID reports whether s may be a peer_id or thread_id: they become
+// part of the session id (':'-separated) and of the session log's file
+// name. One rule for every place that takes a peer id (connect, settings,
+// rollouts, certificates): identity.ValidPeerID.
+func ValidID(s string) bool { return identity.ValidPeerID(s) }
 
 // writeBufferPool shares write buffers between connections: an idle
 // connection holds none.
@@ -539,10 +537,10 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	case f.PeerID == "":
 		c.reject("", link.CodeBadFrame, `connect frame: field "peer_id" is missing or empty`)
 		return
-	case !idRE.MatchString(f.PeerID):
+	case !ValidID(f.PeerID):
 		c.reject("", link.CodeBadFrame, fmt.Sprintf("connect frame: peer_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + - (starting with a letter or digit)", f.PeerID))
 		return
-	case f.ThreadID != "" && !idRE.MatchString(f.ThreadID):
+	case f.ThreadID != "" && !ValidID(f.ThreadID):
 		c.reject("", link.CodeBadFrame, fmt.Sprintf("connect frame: thread_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + -", f.ThreadID))
 		return
 	case c.peerID != "" && c.peerID != f.PeerID:
@@ -629,7 +627,7 @@ func (c *wsConn) handleMessage(f *link.Message) {
 	thread := c.threadID
 	key := c.sessionKey
 	if f.ThreadID != "" && f.ThreadID != c.threadID {
-		if !idRE.MatchString(f.ThreadID) {
+		if !ValidID(f.ThreadID) {
 			c.reject(f.MessageID, link.CodeBadMessage, fmt.Sprintf("message %s: thread_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + -", f.MessageID, f.ThreadID))
 			return
 		}
@@ -752,7 +750,7 @@ func (c *wsConn) handleCancel(f *link.Cancel) {
 	}
 	key := c.sessionKey
 	switch {
-	case f.ThreadID != "" && !idRE.MatchString(f.ThreadID):
+	case f.ThreadID != "" && !ValidID(f.ThreadID):
 		c.reject(f.MessageID, link.CodeBadFrame, fmt.Sprintf("cancel: thread_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + -", f.ThreadID))
 		return
 	case f.ThreadID != "":
