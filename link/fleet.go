@@ -131,8 +131,10 @@ type Settings struct {
 	NoticeSeconds *int `json:"notice_seconds,omitempty"`
 	// LogLevel: debug, info, warn or error.
 	LogLevel string `json:"log_level,omitempty"`
-	// Tags replace the device's tags (nil: kept).
-	Tags map[string]string `json:"tags,omitempty"`
+	// Tags replace the device's tags (nil: kept; empty: cleared). Not
+	// omitempty: an empty map must reach the device as {} (omitempty
+	// turned "clear the tags" into "keep them"; FuzzDecode found it).
+	Tags map[string]string `json:"tags"`
 }
 
 // SettingsAck (extension) says a device applied settings Version (Error

@@ -103,3 +103,24 @@ func TestIsUpdateFailure(t *testing.T) {
 		}
 	}
 }
+
+// A settings frame's tags survive the wire as they were meant: nil (keep
+// the device's tags), empty (clear them) and some. With omitempty an
+// empty map arrived as nil, so "clear the tags" meant "keep them"
+// (FuzzDecode found it).
+func TestSettingsTagsRoundTrip(t *testing.T) {
+	for _, in := range []*Settings{{Version: 1}, {Version: 2, Tags: map[string]string{}}, {Version: 3, Tags: map[string]string{"site": "lobby"}}} {
+		b, err := Encode(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := Decode(b)
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		out := f.(*Settings)
+		if (in.Tags == nil) != (out.Tags == nil) || len(in.Tags) != len(out.Tags) {
+			t.Fatalf("%s decoded to tags %#v, want %#v", b, out.Tags, in.Tags)
+		}
+	}
+}
