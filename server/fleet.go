@@ -71,7 +71,7 @@ func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger
 	dir := filepath.Join(workspace, "registry")
 	ropt := registry.Options{
 		Logger: log, FlushInterval: opt.flushInterval, NoSync: noSync, MaxPeers: opt.maxPeers, MaxAnonymous: opt.maxAnonymous,
-		NoticesPending: rt.notices.Count,
+		NoticesPending: rt.notices.Count, Gate: rt.outside, // a device forgotten to make room: through the gate
 	}
 	var reg deviceRegistry
 	var err error

@@ -105,11 +105,17 @@ type ChannelConfig struct {
 // is either a list of tokens (lab mode: each binds to the first peer_id it
 // connects with, trust on first use), or an object from a peer id, or a
 // glob of peer ids ("kiosk-*"), to the token those peers must use. A token
-// is a plain secret or "sha256:<64 hex>", the SHA-256 of the secret. The
-// zero value requires no token. Matching is in devtokens.go.
+// is a plain secret or "sha256:<64 hex>", the SHA-256 of the secret. A
+// glob's entry may instead be {"token": ..., "maxPeers": N}: how many
+// peers its shared token may have on the channel (default
+// DefaultGlobMaxPeers). The zero value requires no token. Matching is in
+// devtokens.go.
 type Tokens struct {
 	Any    []string          // from a list: any of these tokens, bound to a peer on first use
 	ByPeer map[string]string // from an object: peer id or glob -> token (plain or sha256:<hex>)
+	// MaxPeers is a glob's maxPeers where its entry gives one; GlobMax
+	// reads it with the default.
+	MaxPeers map[string]int
 }
 
 // Enabled reports whether the channel requires a token.

@@ -513,7 +513,15 @@ func (w *walker) tokens(path string, n *node) Tokens {
 				w.errorf(p, "%v", err)
 				continue
 			}
-			if s, ok := w.nonEmpty(p, n.vals[i]); ok {
+			val := n.vals[i]
+			if val.kind == kObject { // {"token": ..., "maxPeers": N}
+				var ok bool
+				if val, ok = w.tokenEntry(p, peer, val, &t); !ok {
+					continue
+				}
+				p = join(p, "token")
+			}
+			if s, ok := w.nonEmpty(p, val); ok {
 				if _, err := ParseDeviceToken(s); err != nil {
 					w.errorf(p, "%v", err) // never the value: it is a secret
 					continue
@@ -525,6 +533,32 @@ func (w *walker) tokens(path string, n *node) Tokens {
 		w.errorf(path, "must be an array of tokens or an object from peer id (or glob) to token, got %s", n.kind)
 	}
 	return t
+}
+
+// tokenEntry decodes a tokens entry given as an object: its "token"
+// node (required), and its "maxPeers" into t (a glob's only).
+func (w *walker) tokenEntry(path, peer string, n *node, t *Tokens) (*node, bool) {
+	f := w.fields(path, n, "channels.*.config.tokens.*")
+	if f == nil {
+		return nil, false
+	}
+	if e, ok := f["maxPeers"]; ok {
+		p := join(path, e.key)
+		if !IsGlob(peer) {
+			w.errorf(p, "only a glob's entry (a shared token, like \"kiosk-*\") takes maxPeers; %s is one peer", quote(peer))
+		} else if v, good := w.integer(p, e.val, 1, MaxGlobMaxPeers); good {
+			if t.MaxPeers == nil {
+				t.MaxPeers = map[string]int{}
+			}
+			t.MaxPeers[peer] = v
+		}
+	}
+	e, ok := f["token"]
+	if !ok {
+		w.errorf(path, "an entry given as an object needs \"token\" (and may give \"maxPeers\")")
+		return nil, false
+	}
+	return e.val, true
 }
 
 // agent decodes one agent definition.

@@ -14,12 +14,28 @@ import (
 //	"tokens": {"kiosk-1": "<secret>", "kiosk-*": "sha256:<64 hex>"}
 //	"tokens": ["<secret>", "sha256:<64 hex>"]   (lab: trust on first use)
 //
+//	"tokens": {"kiosk-*": {"token": "sha256:<64 hex>", "maxPeers": 50}}
+//
 // In an object, an exact peer id wins over globs: a peer named exactly may
 // use only its own token, never a glob's. A glob ("*" any run of
 // characters, "?" one) lets every holder of its token be any matching
 // peer: it is a shared credential, meant for a group of kiosks whose
-// identities are interchangeable. A list token is bound by the server to
-// the first peer_id it connects with (recorded in the workspace).
+// identities are interchangeable. So that one leaked shared token cannot
+// mint peers without end, the peers of a glob's token on the channel are
+// counted (the device registry keeps them): past its maxPeers (default
+// DefaultGlobMaxPeers, 1..MaxGlobMaxPeers) a new peer id on it is
+// refused at connect, and its peers never make room in a full registry
+// by forgetting a device with its own credential. maxPeers is a glob's
+// only; an exact entry is one peer. A list token is bound by the server
+// to the first peer_id it connects with (recorded in the workspace).
+
+// DefaultGlobMaxPeers is a glob token's maxPeers when its entry gives
+// none; MaxGlobMaxPeers the most it may give (the registry's default
+// bound of a channel).
+const (
+	DefaultGlobMaxPeers = 1000
+	MaxGlobMaxPeers     = 100000
+)
 
 // Digest is the SHA-256 of a presented device token: what the config, the
 // workspace and every comparison use.
@@ -122,16 +138,32 @@ func (t Tokens) ExactOwner(d Digest) (string, bool) {
 
 // GlobAllows reports whether a glob entry matching peerID holds d.
 func (t Tokens) GlobAllows(peerID string, d Digest) bool {
-	ok := 0
+	_, ok := t.GlobOf(peerID, d)
+	return ok
+}
+
+// GlobOf returns the glob entry matching peerID that holds d: the first
+// in byte order when several do (every one is compared, in constant
+// time). Its peers are counted against it (GlobMax).
+func (t Tokens) GlobOf(peerID string, d Digest) (glob string, ok bool) {
 	for k, v := range t.ByPeer {
 		if !IsGlob(k) || !globMatch(k, peerID) {
 			continue
 		}
-		if c, good := digestOf(v); good {
-			ok |= digestEq(c, d)
+		if c, good := digestOf(v); good && digestEq(c, d) == 1 && (!ok || k < glob) {
+			glob, ok = k, true
 		}
 	}
-	return ok == 1
+	return glob, ok
+}
+
+// GlobMax is how many peers glob's token may have on the channel: its
+// entry's maxPeers, else DefaultGlobMaxPeers.
+func (t Tokens) GlobMax(glob string) int {
+	if n := t.MaxPeers[glob]; n > 0 {
+		return n
+	}
+	return DefaultGlobMaxPeers
 }
 
 // Listed reports whether d is a list (trust on first use) token.

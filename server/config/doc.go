@@ -41,6 +41,18 @@
 //
 // Each line is an *Error; use errors.As on the returned error to get one.
 //
+// A channel's "tokens" (devtokens.go) bind device tokens to peers: a list
+// (each token bound to the first peer_id it connects with), or an object
+// from a peer id or a glob of them to a token. A glob's token is shared:
+// any holder may be any matching peer, so its peers are counted, at most
+// its entry's "maxPeers" (default 1000, 1..100000), given as
+//
+//	"tokens": {"pi-1": "<secret>", "kiosk-*": {"token": "sha256:<64 hex>", "maxPeers": 50}}
+//
+// Past it a new peer id on that token is refused at connect (the device
+// registry counts them), and its peers never take the place of a device
+// with its own credential in a full registry.
+//
 // The "tls" block ({"certFile", "keyFile"}) and a channel config's
 // "clientCA" (and "denyCerts", SHA-256 fingerprints of refused client
 // certificates) name files: Load resolves relative ones against the config

@@ -19,6 +19,7 @@ var schema = map[string][]string{
 	"channels.*.config": {"heartbeatSeconds", "maxMessageChars", "tokens", "sendQueue",
 		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds", "maxNoticesPerPeer",
 		"clientCA", "denyCerts", "enrollment", "enrollmentCodeSeconds"},
+	"channels.*.config.tokens.*":    {"token", "maxPeers"},
 	"agents.*":                      {"builtin", "delayMs", "streamWordMs", "terminal", "nuum", "harness", "acp"},
 	"agents.*.terminal":             {"enabled", "command", "timeout", "protocol", "passMedia", "env", "providers", "maxOutputBytes"},
 	"agents.*.terminal.providers.*": {"apiKeys", "models", "baseUrl"},
@@ -37,6 +38,10 @@ var schema = map[string][]string{
 		"historyMaxAgeDays", "historyMaxMegabytes", "consumerStuckSeconds"},
 	"cluster.tls": {"caFile", "certFile", "keyFile"},
 }
+
+// unhinted are blocks an unknown key elsewhere is not sent to: a device
+// token's entry object (its "token" would be every misplaced "token").
+var unhinted = map[string]bool{"channels.*.config.tokens.*": true}
 
 // known returns the keys of block tmpl; an unlisted template is a bug.
 func known(tmpl string) []string {
@@ -63,7 +68,7 @@ var indexRE = regexp.MustCompile(`\[[0-9]+\]$`)
 func belongs(path, tmpl, key string) []string {
 	var out []string
 	for _, other := range sortedTemplates() {
-		if other == tmpl || !hasKey(schema[other], key) {
+		if other == tmpl || unhinted[other] || !hasKey(schema[other], key) {
 			continue
 		}
 		out = append(out, placeIn(path, tmpl, other)+sep(other)+key)

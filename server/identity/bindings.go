@@ -86,6 +86,9 @@ type Decision struct {
 	Takeover bool   // refused because the peer belongs to another credential
 	Why      string // for the device and the events log; never the token
 	Bound    bool   // a list token was bound to the peer just now
+	// Shared is the glob whose shared token let the peer in ("" for its
+	// own credential): the registry counts its peers (SharedCredential).
+	Shared string
 	// Name and Tags an operator gave the peer when approving its
 	// enrollment: they win over what the device says of itself.
 	Name string
@@ -139,13 +142,34 @@ func Decide(tokens config.Tokens, peerID string, d config.Digest, byPeer, byDige
 	if _, owned := tokens.ExactOwner(d); owned {
 		return Decision{Why: "this token belongs to another peer_id in the config; each device needs its own token"}, false
 	}
-	if tokens.GlobAllows(peerID, d) {
-		return Decision{OK: true}, false
+	if glob, ok := tokens.GlobOf(peerID, d); ok {
+		return Decision{OK: true, Shared: glob}, false
 	}
 	if tokens.Listed(d) {
 		return Decision{OK: true, Bound: true}, true
 	}
 	return Decision{Why: "the token is not valid for this peer_id"}, false
+}
+
+// SharedCredential is the glob whose shared token (config/devtokens.go)
+// a connect Decide let in as peerID with token, and how many peers that
+// token may have (the device registry counts them: Device.Shared,
+// SharedMax); ok false for a peer's own credential. It is what Decide
+// says: with an object of tokens, a connect is let in by its exact
+// entry, its learnt binding (an enrolled token, never a glob's), or a
+// glob; a list of tokens has no globs.
+func SharedCredential(tokens config.Tokens, peerID, token string) (glob string, max int, ok bool) {
+	if token == "" {
+		return "", 0, false
+	}
+	if _, exact := tokens.Exact(peerID); exact {
+		return "", 0, false
+	}
+	glob, ok = tokens.GlobOf(peerID, config.DigestOf(token))
+	if !ok {
+		return "", 0, false
+	}
+	return glob, tokens.GlobMax(glob), true
 }
 
 // NoToken is the decision on a connect without a token.

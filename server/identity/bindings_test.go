@@ -57,3 +57,31 @@ func TestOpenLocalBindingsRefusesBadFile(t *testing.T) {
 		}
 	}
 }
+
+// A connect a glob's shared token lets in says which glob (its peers are
+// counted against it), and SharedCredential says the same; a peer's own
+// credential (its exact token, its enrolled token) is not shared.
+func TestSharedCredential(t *testing.T) {
+	b := openTestBindings(t, t.TempDir())
+	tokens := config.Tokens{ByPeer: map[string]string{"kiosk-1": "own", "kiosk-*": "shared"}, MaxPeers: map[string]int{"kiosk-*": 7}}
+	if err := b.Enroll(config.DigestOf("enrolled"), Binding{PeerID: "kiosk-9", Source: BindEnrolled}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		peer, token, glob string
+		max               int
+	}{
+		{"kiosk-2", "shared", "kiosk-*", 7},
+		{"kiosk-1", "own", "", 0},
+		{"kiosk-9", "enrolled", "", 0},
+	} {
+		d := b.Authorize(tokens, c.peer, c.token, "")
+		glob, max, ok := SharedCredential(tokens, c.peer, c.token)
+		if !d.OK || d.Shared != c.glob || glob != c.glob || max != c.max || ok != (c.glob != "") {
+			t.Errorf("%s with %s: decision %+v, SharedCredential %q %d %v; want glob %q max %d", c.peer, c.token, d, glob, max, ok, c.glob, c.max)
+		}
+	}
+	if _, _, ok := SharedCredential(tokens, "kiosk-1", "shared"); ok {
+		t.Error("a peer with its own token in the config counted as the glob's")
+	}
+}

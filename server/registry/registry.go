@@ -15,11 +15,21 @@
 // as stored), of which at most Options.MaxAnonymous did not authenticate
 // (no token, client certificate or enrollment). A new anonymous device
 // past any of these is refused (a *FullError) and the registry is
-// unchanged; a device the registry knows is always taken back. A new
-// authenticated device past MaxPeers or MaxChannelBytes makes room by
-// forgetting the offline device seen longest ago, anonymous ones first,
-// never one with pending notices; if none can go, the channel grows past
-// the bound (the operator issued its credentials).
+// unchanged; a device the registry knows is always taken back.
+//
+// An authenticated device came with its own credential (an exact token,
+// an enrolled token, a list token bound to it, a client certificate) or
+// with a shared one: a glob token ("kiosk-*"), which any number of
+// holders may use as any matching peer id (Device.Shared). The peers
+// of one glob token are counted against it: past Device.SharedMax a new
+// peer on it is refused (a *SharedCapError). A new authenticated device
+// past MaxPeers or MaxChannelBytes makes room by forgetting the offline
+// device seen longest ago, never one with pending notices: anonymous
+// ones first, then those of shared credentials, and one with its own
+// credential only for another with its own credential. If none can go, a
+// device with its own credential grows the channel past the bound (the
+// operator issued its credential); one of a shared credential is
+// refused (a *FullError).
 //
 // # Durability
 //
@@ -57,6 +67,7 @@ import (
 	"time"
 
 	"termlink/server/fanout"
+	"termlink/server/throttle"
 	"termlink/server/wal"
 )
 
@@ -106,6 +117,10 @@ type Options struct {
 	// room (a cluster's registry deletes its shared copy). It is called
 	// with the registry's lock held: it must not call back into it.
 	Forgot func(channelID, peerID string)
+	// Gate admits the lines devices cause (a device forgotten to make
+	// room for another; the server's one gate, Runtime.outside); nil:
+	// Logger writes each.
+	Gate *throttle.Gate
 }
 
 // Device is what a connect frame says, and where it came from.
@@ -128,6 +143,12 @@ type Device struct {
 	// or an enrollment's credential. Once a device authenticated, the
 	// registry keeps it as such.
 	Authenticated bool
+	// Shared is the glob ("kiosk-*") whose shared token the device
+	// connected with; "" for its own credential or none. SharedMax is
+	// how many peers that token may have in the channel (0: no bound).
+	// An anonymous connect keeps what the device had.
+	Shared    string
+	SharedMax int
 }
 
 // Screen is a device's display as its last screen frame showed it.
@@ -197,7 +218,19 @@ type FullError struct {
 
 func (e *FullError) Error() string {
 	return "the device registry of channel " + e.ChannelID + " is full: " + e.Reason +
-		"; a device it already knows, or one that authenticates (token, client certificate, enrollment), is still taken"
+		"; a device it already knows, or one that authenticates with its own credential (its token, client certificate, enrollment), is still taken"
+}
+
+// SharedCapError is a new peer refused because its shared (glob) token
+// has its maximum of peers in the channel; the registry is unchanged.
+type SharedCapError struct {
+	ChannelID, Glob string
+	Max             int
+}
+
+func (e *SharedCapError) Error() string {
+	return fmt.Sprintf("the shared token of %q already has its maximum of %d peers on channel %s (maxPeers of its tokens entry); "+
+		"give this device its own token, or have an operator raise maxPeers", e.Glob, e.Max, e.ChannelID)
 }
 
 // entry is one device. Its slices and maps are replaced, never changed,
@@ -229,9 +262,10 @@ const (
 
 type channelState struct {
 	peers     map[string]*entry
-	ids       []string // sorted peer ids; nil when it must be rebuilt
-	bytes     int      // sum of entry.bytes
-	anonymous int      // peers never authenticated
+	ids       []string       // sorted peer ids; nil when it must be rebuilt
+	bytes     int            // sum of entry.bytes
+	anonymous int            // peers never authenticated
+	shared    map[string]int // peers per shared (glob) token
 	live      fanout.Hub[Peer]
 	dirty     map[string]uint8    // peer -> dirtySeen|dirtyFull, since the last flush
 	deleted   map[string]struct{} // forgotten since the last flush
@@ -321,7 +355,7 @@ func (r *Registry) Close() error {
 func (r *Registry) channel(id string) *channelState {
 	cs := r.channels[id]
 	if cs == nil {
-		cs = &channelState{peers: map[string]*entry{}, dirty: map[string]uint8{}, deleted: map[string]struct{}{}}
+		cs = &channelState{peers: map[string]*entry{}, shared: map[string]int{}, dirty: map[string]uint8{}, deleted: map[string]struct{}{}}
 		r.channels[id] = cs
 	}
 	return cs
@@ -339,8 +373,19 @@ func (cs *channelState) addLocked(e *entry) {
 	if !e.dev.Authenticated {
 		cs.anonymous++
 	}
+	cs.countShared(e.dev.Shared, 1)
 	cs.ids = nil
 	delete(cs.deleted, e.dev.PeerID)
+}
+
+// countShared adds n to glob's peers ("" counts nothing; r.mu held).
+func (cs *channelState) countShared(glob string, n int) {
+	if glob == "" {
+		return
+	}
+	if cs.shared[glob] += n; cs.shared[glob] <= 0 {
+		delete(cs.shared, glob)
+	}
 }
 
 // removeLocked forgets an entry (r.mu held).
@@ -354,6 +399,7 @@ func (cs *channelState) removeLocked(id string) {
 	if !e.dev.Authenticated {
 		cs.anonymous--
 	}
+	cs.countShared(e.dev.Shared, -1)
 	cs.ids = nil
 	delete(cs.dirty, id)
 	cs.deleted[id] = struct{}{}
@@ -375,16 +421,24 @@ func (cs *channelState) sortedIDs() []string {
 // connection, which Disconnected and SetScreen take so that a connection
 // replaced by a newer one cannot mark the device offline. It returns
 // what was dropped from d as invalid or over budget (tags, oversized
-// fields), to report. A new anonymous device past the channel's bounds is
-// refused with a *FullError, and nothing changes.
+// fields), to report. A new anonymous device past the channel's bounds,
+// or one of a shared token that cannot make room, is refused with a
+// *FullError; a peer new to a shared token that has its SharedMax peers
+// with a *SharedCapError; nothing changes then.
 func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error) {
 	d, ignored = sanitize(d)
+	if !d.Authenticated {
+		d.Shared = ""
+	}
 	size := peerBytes(d)
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cs := r.channel(d.ChannelID)
 	e := cs.peers[d.PeerID]
+	if d.Shared != "" && d.SharedMax > 0 && (e == nil || e.dev.Shared != d.Shared) && cs.shared[d.Shared] >= d.SharedMax {
+		return 0, ignored, &SharedCapError{ChannelID: d.ChannelID, Glob: d.Shared, Max: d.SharedMax}
+	}
 	if e == nil {
 		if err := r.makeRoom(cs, d, size); err != nil {
 			return 0, ignored, err
@@ -393,10 +447,12 @@ func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error)
 		cs.addLocked(e)
 	} else {
 		if e.dev.Authenticated && !d.Authenticated {
-			d.Authenticated = true
+			d.Authenticated, d.Shared = true, e.dev.Shared
 		} else if !e.dev.Authenticated && d.Authenticated {
 			cs.anonymous--
 		}
+		cs.countShared(e.dev.Shared, -1)
+		cs.countShared(d.Shared, 1)
 		cs.bytes += size - e.bytes
 		e.bytes = size
 		e.reconnects = addReconnect(e.reconnects, now)
@@ -764,7 +820,9 @@ func (r *Registry) noticesLocked(channelID, peerID string) int {
 // makeRoom admits new device d of size bytes to cs (r.mu held): an
 // anonymous one only within every bound, refused otherwise; an
 // authenticated one, when the channel is full, by forgetting the offline
-// device seen longest ago (anonymous first) that has no pending notices.
+// device seen longest ago that has no pending notices and that d may
+// displace (rank): anonymous first, then those of shared tokens, then,
+// for a device with its own credential only, others with their own.
 func (r *Registry) makeRoom(cs *channelState, d Device, size int) error {
 	full := func() string {
 		switch {
@@ -785,10 +843,14 @@ func (r *Registry) makeRoom(cs *channelState, d Device, size int) error {
 		}
 		return nil
 	}
+	who := credentialOf(d)
 	for why := full(); why != ""; why = full() {
-		id := r.evictable(cs)
+		id := r.evictable(cs, rank(d))
 		if id == "" {
-			r.log.Warn("device registry full and nothing can be forgotten (online, or with pending notices): the channel grows past its bound for an authenticated device",
+			if d.Shared != "" {
+				return &FullError{ChannelID: d.ChannelID, Reason: why + ", and a device of a shared token makes room only by forgetting an offline anonymous device or one of a shared token; none is left"}
+			}
+			r.warn("registry_full", who, "device registry full and nothing can be forgotten (online, or with pending notices): the channel grows past its bound for a device with its own credential",
 				"channel", d.ChannelID, "peer_id", d.PeerID, "why", why)
 			return nil
 		}
@@ -797,35 +859,73 @@ func (r *Registry) makeRoom(cs *channelState, d Device, size int) error {
 		if r.opt.Forgot != nil {
 			r.opt.Forgot(d.ChannelID, id)
 		}
-		r.log.Warn("device registry full: forgot the offline device seen longest ago to make room for an authenticated one",
-			"channel", d.ChannelID, "forgot", id, "last_seen", formatTime(at), "for", d.PeerID, "why", why)
+		r.warn("registry_eviction", who, "device registry full: forgot the offline device seen longest ago to make room for an authenticated one",
+			"channel", d.ChannelID, "forgot", id, "last_seen", formatTime(at), "for", d.PeerID, "credential", who, "why", why)
 	}
 	return nil
 }
 
+// What a device's credential lets it displace (rank): a device may
+// make room by forgetting one of a lower or equal rank, never higher.
+const (
+	rankAnonymous = iota
+	rankShared    // a glob token: any holder, any matching peer id
+	rankOwn       // its own token, enrollment or client certificate
+)
+
+func rank(d Device) int {
+	switch {
+	case !d.Authenticated:
+		return rankAnonymous
+	case d.Shared != "":
+		return rankShared
+	}
+	return rankOwn
+}
+
+// credentialOf names d's credential for a log line's source: its shared
+// token's glob, or one source for all devices of their own credential
+// (they are the operator's).
+func credentialOf(d Device) string {
+	if d.Shared != "" {
+		return "shared token " + d.Shared
+	}
+	return "own credential"
+}
+
+// warn writes a line the devices cause, through Options.Gate when set.
+func (r *Registry) warn(kind, source, msg string, args ...any) {
+	if r.opt.Gate != nil {
+		r.opt.Gate.Warn(kind, source, msg, args...)
+		return
+	}
+	r.log.Warn(msg, args...)
+}
+
 // evictable is the offline device seen longest ago with no pending
-// notices, an anonymous one if any (r.mu held); "" if none.
-func (r *Registry) evictable(cs *channelState) string {
+// notices among those of rank at most maxRank, the lowest rank first
+// (r.mu held); "" if none.
+func (r *Registry) evictable(cs *channelState, maxRank int) string {
 	var best string
 	var bestE *entry
+	bestRank := 0
 	for id, e := range cs.peers {
-		if e.online {
+		rk := rank(e.dev)
+		if e.online || rk > maxRank {
 			continue
 		}
 		if bestE != nil {
 			switch {
-			case bestE.dev.Authenticated == e.dev.Authenticated:
-				if !e.lastSeen.Before(bestE.lastSeen) {
-					continue
-				}
-			case !bestE.dev.Authenticated: // anonymous first
+			case rk > bestRank:
+				continue
+			case rk == bestRank && !e.lastSeen.Before(bestE.lastSeen):
 				continue
 			}
 		}
 		if r.noticesLocked(e.dev.ChannelID, id) > 0 {
 			continue
 		}
-		best, bestE = id, e
+		best, bestE, bestRank = id, e, rk
 	}
 	return best
 }

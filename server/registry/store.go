@@ -42,6 +42,7 @@ type stored struct {
 	Tags          map[string]string `json:"tags,omitempty"`
 	RemoteAddr    string            `json:"remote_addr,omitempty"`
 	Authenticated bool              `json:"authenticated,omitempty"`
+	Shared        string            `json:"shared,omitempty"` // the glob of its shared token
 	LastSeen      int64             `json:"seen"`
 	LastMessageAt int64             `json:"msg,omitempty"`
 	Reconnects    []minuteCount     `json:"reconnects,omitempty"`
@@ -93,7 +94,7 @@ func storedOf(e *entry, seen time.Time) stored {
 	d := e.dev
 	return stored{Channel: d.ChannelID, PeerID: d.PeerID, SessionID: d.SessionID, DeviceName: d.DeviceName, Board: d.Board,
 		Version: d.Version, Platform: d.Platform, Settings: d.SettingsVersion, Capabilities: d.Capabilities, Tags: d.Tags, RemoteAddr: d.RemoteAddr, Authenticated: d.Authenticated,
-		LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage), Reconnects: e.reconnects}
+		Shared: d.Shared, LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage), Reconnects: e.reconnects}
 }
 
 // putLocked applies a stored device (load and replay; r.mu held or not
@@ -104,7 +105,7 @@ func (r *Registry) putLocked(s stored) {
 	}
 	d, _ := sanitize(Device{ChannelID: s.Channel, PeerID: s.PeerID, SessionID: s.SessionID, DeviceName: s.DeviceName,
 		Board: s.Board, Version: s.Version, Platform: s.Platform, SettingsVersion: s.Settings, Capabilities: s.Capabilities, Tags: s.Tags, RemoteAddr: s.RemoteAddr,
-		Authenticated: s.Authenticated})
+		Authenticated: s.Authenticated, Shared: s.Shared})
 	cs := r.channel(s.Channel)
 	cs.removeLocked(s.PeerID)
 	cs.addLocked(&entry{dev: d, bytes: peerBytes(d), lastSeen: timeOf(s.LastSeen), lastMessage: timeOf(s.LastMessageAt),

@@ -48,6 +48,22 @@ func (c *wsConn) authorizeConnect(f *link.Connect, token string) (bool, string) 
 	return false, res.Why
 }
 
+// sharedCredential is the glob whose shared token let c in as f's peer
+// (identity.SharedCredential: what authorizeConnect's Decide said) and
+// how many peers that token may have, for the registry to count; "" for
+// the peer's own credential, a client certificate, or no token.
+func (c *wsConn) sharedCredential(f *link.Connect) (glob string, max int) {
+	if !identity.RequiresToken(c.a.cfg.Config) || c.cert.fp != (config.Fingerprint{}) {
+		return "", 0
+	}
+	tok := c.headerToken
+	if tok == "" {
+		tok = f.Token
+	}
+	glob, max, _ = identity.SharedCredential(c.a.cfg.Config.Tokens, f.PeerID, tok)
+	return glob, max
+}
+
 // certIdentity is what a connection's client certificate proved: the
 // peer it names and its fingerprint (for a deny list reloaded later).
 type certIdentity struct {

@@ -21,14 +21,17 @@ import (
 // registry ignored of it (bad tags, oversized fields) becomes an event. A
 // device authenticated when its channel requires a token (configured or
 // learnt by enrollment: the connect path checked it) or it showed a
-// client certificate. The error is the registry's *registry.FullError for
-// a new anonymous device past the channel's bounds.
+// client certificate; one let in by a glob's shared token is counted
+// against it. The error is the registry's *registry.FullError for a new
+// anonymous device past the channel's bounds, its *SharedCapError for a
+// new peer of a shared token past the token's maxPeers.
 func (c *wsConn) registryConnected(f *link.Connect) (uint64, error) {
 	a := c.a
 	authed := identity.RequiresToken(a.cfg.Config) || c.cert.fp != (config.Fingerprint{})
+	shared, sharedMax := c.sharedCredential(f) // a glob token's peers are counted (identity.go)
 	gen, ignored, err := a.registry.Connected(registry.Device{ChannelID: a.id, PeerID: c.peerID, SessionID: c.sessionKey,
 		DeviceName: f.DeviceName, Board: f.Board, Version: f.Version, Platform: f.Platform, SettingsVersion: f.SettingsVersion, Capabilities: f.Capabilities, Tags: f.Tags,
-		RemoteAddr: c.remote, Authenticated: authed})
+		RemoteAddr: c.remote, Authenticated: authed, Shared: shared, SharedMax: sharedMax})
 	if err != nil {
 		return 0, err
 	}
