@@ -65,9 +65,17 @@ type testCluster struct {
 type clusterOpts struct {
 	edges, workers int
 	agent          cluster.Agent
-	cluster        map[string]any // more keys of the cluster block
-	concurrent     bool           // start the termserver nodes at the same time
-	channel        map[string]any // keys of the channel's config block
+	// failover gives the nodes a short lease (2 s) and ack wait (5 s):
+	// for a test that kills or cuts off a node and waits for the others
+	// to take its part over, which the defaults (5 s and 30 s) would
+	// make it wait out. A test that expects every run to run once keeps
+	// the defaults: on a loaded machine a worker that renews a 2 s lease
+	// late loses its partitions and their runs run again (seen in
+	// TestMoveEdgeMidConversation with four clusters at once).
+	failover   bool
+	cluster    map[string]any // more keys of the cluster block
+	concurrent bool           // start the termserver nodes at the same time
+	channel    map[string]any // keys of the channel's config block
 	// natsFor, if set, gives a node's NATS URLs ("": all of them).
 	natsFor func(c *cluster.NATS, node string) string
 }
@@ -78,7 +86,10 @@ type clusterOpts struct {
 func startCluster(t *testing.T, o clusterOpts) *testCluster {
 	t.Helper()
 	tc := &testCluster{nats: cluster.StartNATSForTest(t, 3)}
-	extra := map[string]any{"leaseSeconds": 2, "ackWaitSeconds": 5}
+	extra := map[string]any{}
+	if o.failover {
+		extra["leaseSeconds"], extra["ackWaitSeconds"] = 2, 5
+	}
 	for k, v := range o.cluster {
 		extra[k] = v
 	}

@@ -223,7 +223,7 @@ func TestMoveEdgeMidConversation(t *testing.T) {
 func TestKillWorkerDuringRuns(t *testing.T) {
 	cluster.Heavy(t)
 	runLog := filepath.Join(t.TempDir(), "runs.log")
-	tc := startCluster(t, clusterOpts{edges: 1, workers: 2, agent: slowAgent(runLog, 2*time.Second)})
+	tc := startCluster(t, clusterOpts{edges: 1, workers: 2, failover: true, agent: slowAgent(runLog, 2*time.Second)})
 	const devices, perDevice = 8, 2
 	var ds []*device
 	for i := range devices {
@@ -319,7 +319,7 @@ func TestKillEdge(t *testing.T) {
 func TestNATSNodeRestartUnderLoad(t *testing.T) {
 	cluster.Heavy(t)
 	runLog := filepath.Join(t.TempDir(), "runs.log")
-	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, agent: slowAgent(runLog, 0)})
+	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, failover: true, agent: slowAgent(runLog, 0)})
 	var ds []*device
 	for i := range 4 {
 		ds = append(ds, newDevice(t, fmt.Sprintf("nr-%d", i), tc.edges[i%2].WSURL()))

@@ -31,7 +31,7 @@ func TestEdgeCutOffFromNATSSendsDevicesElsewhere(t *testing.T) {
 	cluster.Heavy(t)
 	runLog := filepath.Join(t.TempDir(), "runs.log")
 	var proxy *chaos.Proxy
-	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, agent: slowAgent(runLog, 0),
+	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, failover: true, agent: slowAgent(runLog, 0),
 		natsFor: func(c *cluster.NATS, node string) string {
 			if node != "edge-1" {
 				return ""

@@ -78,7 +78,7 @@ func faultRepetition(t *testing.T, scenario string) {
 	} else if scenario != "nats" {
 		t.Fatalf("unknown scenario %q (want nats or worker)", scenario)
 	}
-	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, agent: slowAgent(runLog, delay)})
+	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, failover: true, agent: slowAgent(runLog, delay)})
 	var ds []*device
 	for i := range devices {
 		ds = append(ds, newDevice(t, fmt.Sprintf("f%d-%d", rep, i), tc.edges[i%2].WSURL(), tc.edges[(i+1)%2].WSURL()))

@@ -80,6 +80,34 @@ func consumers(t *testing.T, workers []*cluster.Server) map[string]bool {
 	return out
 }
 
+// settledConsumers returns the workers' partition consumers, by name,
+// once each of the n partitions is owned by one worker and none is being
+// given up; else an error saying what is not so yet.
+func settledConsumers(workers []*cluster.Server, n int) (map[string]bool, error) {
+	out := map[string]bool{}
+	owned := map[int]string{}
+	for _, s := range workers {
+		st, err := cluster.ClusterStatus(context.Background(), s.HTTPURL())
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range st.Owned {
+			if p.Releasing {
+				return nil, fmt.Errorf("%s gives partition %d up", s.Spec.Name, p.Partition)
+			}
+			if other, ok := owned[p.Partition]; ok {
+				return nil, fmt.Errorf("partition %d owned by %s and %s", p.Partition, other, s.Spec.Name)
+			}
+			owned[p.Partition] = s.Spec.Name
+			out[p.Consumer] = true
+		}
+	}
+	if len(owned) != n || len(out) != n {
+		return nil, fmt.Errorf("partitions owned %v, consumers %v: want %d", owned, out, n)
+	}
+	return out, nil
+}
+
 // jetStreamFor is a JetStream client of the cluster at urls, closed
 // when the test ends.
 func jetStreamFor(t *testing.T, urls string) jetstream.JetStream {
@@ -105,7 +133,7 @@ func jetStreamFor(t *testing.T, urls string) jetstream.JetStream {
 func TestStuckConsumersRecreated(t *testing.T) {
 	cluster.Heavy(t)
 	const stuckSeconds = 10
-	tc := startCluster(t, clusterOpts{edges: 1, workers: 2, cluster: map[string]any{"consumerStuckSeconds": stuckSeconds}})
+	tc := startCluster(t, clusterOpts{edges: 1, workers: 2, failover: true, cluster: map[string]any{"consumerStuckSeconds": stuckSeconds}})
 	var ds []*device
 	for i := range 6 {
 		ds = append(ds, newDevice(t, fmt.Sprintf("heal-%d", i), tc.edges[0].WSURL()))
@@ -117,10 +145,15 @@ func TestStuckConsumersRecreated(t *testing.T) {
 		d.waitReplies(waitFor)
 	}
 	watch := watchStuck(tc.workers)
-	before := consumers(t, tc.workers)
-	if len(before) != 8 {
-		t.Fatalf("consumers %v, want one per partition (8)", before)
-	}
+	// A worker that joined after the other takes its partitions from it
+	// (the other gives them up): wait until each partition has its
+	// owner's consumer.
+	var before map[string]bool
+	testwait.UntilOK(t, "one consumer per partition (8), none given up", func() error {
+		var err error
+		before, err = settledConsumers(tc.workers, 8)
+		return err
+	})
 
 	js := jetStreamFor(t, tc.nats.URLs())
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
