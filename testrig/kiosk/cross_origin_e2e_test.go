@@ -1,7 +1,6 @@
 package kiosk_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -208,16 +207,8 @@ func TestCrossOriginPageCannotActAsOperator(t *testing.T) {
 				t.Errorf("a notice from the other origin was stored: %s", got)
 			}
 			// The device's poll: still waiting for an approval.
-			tb, _ := json.Marshal(enroll.TokenRequest{DeviceCode: grant.DeviceCode})
-			resp, err := http.Post(ec.Endpoint+"/token", "application/json", bytes.NewReader(tb))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var pending enroll.ErrorResponse
-			err = json.NewDecoder(resp.Body).Decode(&pending)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusBadRequest || pending.Error != enroll.Pending {
-				t.Fatalf("the attacker's device polling for its token: HTTP %d %+v (%v), want %s (no token)", resp.StatusCode, pending, err, enroll.Pending)
+			if st, answer := pollToken(ec.Endpoint, grant.DeviceCode); st != http.StatusBadRequest || answer != enroll.Pending {
+				t.Fatalf("the attacker's device polling for its token: HTTP %d %q, want %s (no token)", st, answer, enroll.Pending)
 			}
 
 			// DNS rebinding: a page of evil.example whose name now points at

@@ -616,31 +616,79 @@ func TestConsoleApprovesPairing(t *testing.T) {
 		t.Fatalf("enroll: status %d, %+v", st, grant)
 	}
 	// The device polls while it waits, as a real one does (the server
-	// drops a code nobody polls), and collects its token once approved.
-	type collected struct {
-		tr  enroll.TokenResponse
-		err error
+	// drops a code nobody polls for 3 intervals), every interval the
+	// grant says, until the operator approves it: its first poll after
+	// the approval collects the token, and the console then drops the
+	// code from its list, result line and all (under load that came
+	// before the test had read the line: the test was wrong). So its
+	// last poll comes just before the approval, and it collects after
+	// the console said it is approved (an approved code is kept until
+	// collected).
+	endpoint := base + "/api/channels/" + channelID + "/enroll"
+	interval := time.Duration(grant.Interval) * time.Second
+	poll := func() error {
+		if st, answer := pollToken(endpoint, grant.DeviceCode); st != http.StatusBadRequest || answer != enroll.Pending {
+			return fmt.Errorf("polling before the approval: HTTP %d %q, want %s", st, answer, enroll.Pending)
+		}
+		return nil
 	}
-	got := make(chan collected, 1)
-	wctx, stopWaiting := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer stopWaiting()
+	stopPolls, pollsDone := make(chan struct{}), make(chan error, 1)
+	var lastPoll time.Time // the poller's; read after pollsDone
 	go func() {
-		tr, err := enroll.Client{Endpoint: base + "/api/channels/" + channelID + "/enroll"}.Wait(wctx, grant)
-		got <- collected{tr, err}
+		lastPoll = time.Now() // the grant
+		for {
+			select {
+			case <-stopPolls:
+				pollsDone <- nil
+				return
+			case <-time.After(time.Until(lastPoll.Add(interval))):
+			}
+			err := poll()
+			lastPoll = time.Now()
+			if err != nil {
+				pollsDone <- err
+				return
+			}
+		}
 	}()
 	b := startBrowser(t, chromium)
 	b.must("opening the console", chromedp.Navigate(base+"/"))
 	item := fmt.Sprintf(`[data-testid=pairing-request][data-code=%q]`, grant.Code)
 	b.waitFor("the pairing request is listed", fmt.Sprintf(`!!document.querySelector(%q)`, item))
 	b.screenshot("pairing-listed")
+	close(stopPolls)
+	if err := <-pollsDone; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(lastPoll.Add(interval))) // the device's poll interval
+	if err := poll(); err != nil {
+		t.Fatal(err)
+	}
 	b.must("approving it as lobby-1",
 		setValue(item+` [data-testid=pair-peer]`, "lobby-1"),
 		setValue(item+` [data-testid=pair-tags]`, "site:hq"),
 		chromedp.Click(item+` [data-testid=pair-approve]`, chromedp.ByQuery))
 	b.waitFor("the console says it is approved", fmt.Sprintf(`/Approved as lobby-1/.test(document.querySelector(%q).textContent)`, item+` [data-testid=pair-result]`))
 	b.screenshot("pairing-approved")
-	if c := <-got; c.err != nil || c.tr.Token == "" || c.tr.PeerID != "lobby-1" {
-		t.Fatalf("collecting the token: %v, peer %q, token given %v; want lobby-1", c.err, c.tr.PeerID, c.tr.Token != "")
+	wctx, stopWaiting := context.WithTimeout(context.Background(), waitLong)
+	defer stopWaiting()
+	if tr, err := (enroll.Client{Endpoint: endpoint}).Wait(wctx, grant); err != nil || tr.Token == "" || tr.PeerID != "lobby-1" {
+		t.Fatalf("collecting the token: %v, peer %q, token given %v; want lobby-1", err, tr.PeerID, tr.Token != "")
 	}
 	b.waitFor("the collected code leaves the list", fmt.Sprintf(`!document.querySelector(%q)`, item))
+}
+
+// pollToken is one poll of a device for its token at the enroll
+// endpoint: the status and the error code of the answer ("" with the
+// token).
+func pollToken(endpoint, deviceCode string) (int, string) {
+	body, _ := json.Marshal(enroll.TokenRequest{DeviceCode: deviceCode})
+	resp, err := http.Post(endpoint+"/token", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	var answer enroll.ErrorResponse
+	_ = json.NewDecoder(resp.Body).Decode(&answer)
+	return resp.StatusCode, answer.Error
 }
