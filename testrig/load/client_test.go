@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -286,8 +288,16 @@ func TestClientModeServerRestart(t *testing.T) {
 				down time.Duration
 			}
 			restarted := make(chan restart, 1)
+			phase := &logSignal{msg: "connect phase done", seen: make(chan struct{})}
 			go func() {
-				time.Sleep(500 * time.Millisecond) // mid-send: the connect phase takes ~50ms
+				// Mid-send: the sending starts as the connect phase ends
+				// (which took 50 ms here, and 500 ms more once under the
+				// race detector on a busy machine: a device still
+				// connecting failed, the test was wrong to wait 500 ms).
+				select {
+				case <-phase.seen:
+				case <-time.After(testwait.Deadline):
+				}
 				began := time.Now()
 				if err := first.stop(); err != nil {
 					restarted <- restart{err: err}
@@ -298,7 +308,7 @@ func TestClientModeServerRestart(t *testing.T) {
 			}()
 
 			rep := runClean(t, Options{URL: first.URL, Devices: 20, Rate: tt.rate, Duration: 1500 * time.Millisecond, Drain: drainAll,
-				PeerPrefix: "restart", Client: true, Outbox: tt.outbox})
+				PeerPrefix: "restart", Client: true, Outbox: tt.outbox, Logger: slog.New(phase)})
 			res := <-restarted
 			if res.err != nil {
 				t.Fatalf("restart: %v", res.err)
@@ -359,3 +369,23 @@ func TestMeasureClientCost(t *testing.T) {
 	}
 	measureClientCost(t)
 }
+
+// logSignal is a slog.Handler that closes seen at the first record whose
+// message is msg (a phase the run logs), and drops every record.
+type logSignal struct {
+	msg  string
+	once sync.Once
+	seen chan struct{}
+}
+
+func (h *logSignal) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *logSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.seen) })
+	}
+	return nil
+}
+
+func (h *logSignal) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logSignal) WithGroup(string) slog.Handler      { return h }
