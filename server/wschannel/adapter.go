@@ -265,7 +265,7 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 		if auth := r.Header.Get("Authorization"); auth != "" {
 			tok, ok := httpapi.Bearer(auth)
 			if !ok || !a.tokenKnown(tok) {
-				a.events.Add(events.Event{Event: events.TerminalRefused,
+				a.refused(r.RemoteAddr, events.Event{Event: events.TerminalRefused,
 					Detail: "401 before upgrade: unknown bearer token from " + r.RemoteAddr})
 				http.Error(w, "unauthorized: the bearer token is not valid for channel "+a.id, http.StatusUnauthorized)
 				return
@@ -522,7 +522,7 @@ func (c *wsConn) handle(data []byte) {
 
 func (c *wsConn) reject(messageID, code, msg string) {
 	c.a.m.Rejected.Inc(c.a.id)
-	c.a.events.Add(events.Event{Event: events.InboundRejected, PeerID: c.peerID, SessionID: c.sessionKey, MessageID: messageID, Detail: msg})
+	c.a.refused(c.remote, events.Event{Event: events.InboundRejected, PeerID: c.peerID, SessionID: c.sessionKey, MessageID: messageID, Detail: msg})
 	c.sendError(messageID, code, msg)
 }
 
@@ -573,7 +573,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	if err != nil {
 		c.peerID, c.threadID, c.userID, c.deviceName, c.sessionKey = "", "", "", "", ""
 		a.m.Rejected.Inc(a.id)
-		a.events.Add(events.Event{Event: events.TerminalRefused, PeerID: f.PeerID, Detail: "connect refused: " + err.Error()})
+		a.refused(c.remote, events.Event{Event: events.TerminalRefused, PeerID: f.PeerID, Detail: "connect refused: " + err.Error()})
 		c.sendError("", link.CodeRegistryFull, "connect refused for peer_id "+f.PeerID+": "+err.Error())
 		c.closeWith(websocket.CloseTryAgainLater, "device registry full")
 		return

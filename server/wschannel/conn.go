@@ -15,6 +15,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/httpapi"
+	"termlink/server/identity"
 )
 
 // wsConn is one device connection, in gorilla's chat shape: the reader
@@ -487,8 +488,8 @@ func (c *wsConn) finish(reason string) {
 		}
 		a.events.Add(events.Event{Event: events.TerminalDisconnected, PeerID: c.peerID, SessionID: c.sessionKey, Detail: reason})
 		a.registry.Disconnected(a.id, c.peerID, c.regGen) // no-op if a newer connection took over
-	case serverClosed: // never connected, closed by us: say why
-		a.events.Add(events.Event{Event: events.TerminalDisconnected, Detail: reason + " (remote " + c.remote + ")"})
+	case serverClosed: // never connected, closed by us: say why (a stranger can cause it: gated)
+		a.refused(c.remote, events.Event{Event: events.TerminalDisconnected, Detail: reason + " (remote " + c.remote + ")"})
 	}
 	a.log.Debug("terminal disconnected", "peer_id", c.peerID, "remote", c.remote, "reason", reason)
 }
@@ -571,7 +572,7 @@ func (c *wsConn) offerReply(messageID string, b outFrame) bool {
 	}
 	c.a.m.Deferred.Inc(c.a.id)
 	if len(c.owed) == 0 {
-		c.a.log.Warn("reply queue full; the device is told to resend the messages to get their replies",
+		c.a.outside.Warn("reply queue full", c.peerID, "reply queue full; the device is told to resend the messages to get their replies",
 			"peer_id", c.peerID, "message_id", messageID, "queue", c.maxReplies)
 	}
 	if len(c.owed) < maxOwed {
@@ -816,7 +817,9 @@ func (c *wsConn) fail(err error) {
 	if errors.Is(err, errStalled) {
 		cause = "client too slow, dropped: " + err.Error()
 		c.a.m.Dropped.Inc(c.a.id)
-		c.a.log.Warn("dropping terminal connection", "remote", c.remote, "cause", cause)
+		if identity.GateNet(c.a.outside, "client too slow", c.remote, cause) {
+			c.a.log.Warn("dropping terminal connection", "remote", c.remote, "cause", cause)
+		}
 	}
 	c.mu.Lock()
 	c.closeLocked()

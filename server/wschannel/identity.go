@@ -33,7 +33,7 @@ func (c *wsConn) authorizeConnect(f *link.Connect, token string) (bool, string) 
 	if res.Bound {
 		a.events.Add(events.Event{Event: identity.EvCredentialBound, PeerID: peerID,
 			Detail: "list token bound to this peer_id on first use (remote=" + c.remote + ")"})
-		a.log.Info("list token bound to its first peer", "peer_id", peerID, "remote", c.remote)
+		a.log.Info("list token bound to its first peer", "peer_id", peerID, "remote", c.remote) // once per list token
 	}
 	if res.OK {
 		return true, ""
@@ -41,9 +41,11 @@ func (c *wsConn) authorizeConnect(f *link.Connect, token string) (bool, string) 
 	what := "connect refused"
 	if res.Takeover {
 		what = "takeover refused"
-		a.log.Warn("takeover refused: a connection presented a token that is not this peer's", "peer_id", peerID, "remote", c.remote)
+		if identity.GateNet(a.outside, gateTakeoverLog, c.remote, peerID) {
+			a.log.Warn("takeover refused: a connection presented a token that is not this peer's", "peer_id", a.outside.Field(peerID), "remote", c.remote)
+		}
 	}
-	a.events.Add(events.Event{Event: events.TerminalRefused, PeerID: peerID,
+	a.refused(c.remote, events.Event{Event: events.TerminalRefused, PeerID: peerID,
 		Detail: what + " (remote=" + c.remote + "): " + res.Why})
 	return false, res.Why
 }
@@ -83,7 +85,7 @@ func (a *terminalAdapter) checkClientCert(w http.ResponseWriter, r *http.Request
 	if status == 0 {
 		return certIdentity{peer: peer, fp: config.FingerprintOf(r.TLS.PeerCertificates[0])}, true
 	}
-	a.events.Add(events.Event{Event: events.TerminalRefused,
+	a.refused(r.RemoteAddr, events.Event{Event: events.TerminalRefused,
 		Detail: fmt.Sprintf("%d before upgrade: %s; from %s", status, reason, r.RemoteAddr)})
 	http.Error(w, "unauthorized: "+reason, status)
 	return certIdentity{}, false
@@ -96,7 +98,7 @@ func (c *wsConn) certAllows(peerID string) bool {
 		return true
 	}
 	why := fmt.Sprintf("certificate is for peer %s, connect says %s", c.cert.peer, peerID)
-	c.a.events.Add(events.Event{Event: events.TerminalRefused, PeerID: peerID, Detail: "connect refused: " + why})
+	c.a.refused(c.remote, events.Event{Event: events.TerminalRefused, PeerID: peerID, Detail: "connect refused: " + why})
 	c.sendError("", link.CodeUnauthorized, why)
 	c.closeWith(CloseUnauthorized, "unauthorized")
 	return false
@@ -146,4 +148,20 @@ func (a *terminalAdapter) AuthorizeHTTP(r *http.Request) (peer string, status in
 		return "", http.StatusUnauthorized, "the bearer token is not valid for channel " + a.id
 	}
 	return peer, 0, ""
+}
+
+// Kinds of what a stranger's refused connection makes the adapter write
+// (throttle: per remote network, and in all).
+const (
+	gateTakeoverLog = "takeover refused (log)"
+)
+
+// refused records a refusal that a device or a stranger at remote
+// caused, through the server's gate (Deps.Outside): a burst per remote
+// network and per event name, then a summary; a flood of bad tokens or
+// certificates cannot push the channel's other events out.
+func (a *terminalAdapter) refused(remote string, e events.Event) {
+	if identity.GateNet(a.outside, e.Event, remote, e.Detail) {
+		a.events.Add(e)
+	}
 }

@@ -36,7 +36,7 @@ func (c *wsConn) registryConnected(f *link.Connect) (uint64, error) {
 		return 0, err
 	}
 	if len(ignored) > 0 {
-		a.events.Add(events.Event{Event: events.InboundRejected, PeerID: c.peerID, SessionID: c.sessionKey,
+		a.refused(c.remote, events.Event{Event: events.InboundRejected, PeerID: c.peerID, SessionID: c.sessionKey,
 			Detail: "connect: ignored " + strings.Join(ignored, "; ")})
 	}
 	return gen, nil
