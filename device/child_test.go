@@ -17,6 +17,7 @@ import (
 
 	"termlink/device"
 	"termlink/display/hd44780"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/agent"
 	"termlink/server/servertest"
@@ -174,6 +175,7 @@ func (v *sayView) Render(ctx context.Context, m *device.Model, now time.Time) er
 // got its ack: the next daemon on the same state dir acks the resent
 // notice without showing it again.
 func TestNoticeDrawnThenKilledBeforeAck(t *testing.T) {
+	t.Parallel()
 	ps := newPushServer(t)
 	ps.deaf = true // acks are lost
 	state := t.TempDir()
@@ -184,7 +186,7 @@ func TestNoticeDrawnThenKilledBeforeAck(t *testing.T) {
 	ps.drop()
 	first.WaitLine(t, "kept n-1", 20*time.Second)
 	first.Signal(t, syscall.SIGKILL)
-	first.Wait(t, 10*time.Second)
+	first.Wait(t, testwait.Deadline)
 	if n := ps.ackCount("n-1"); n != 0 {
 		t.Fatalf("the server recorded %d acks before the kill", n)
 	}
@@ -231,8 +233,10 @@ func outboxPending(t *testing.T, state string) []string {
 // the next daemon resends the message, gets the reply from the server's
 // dedupe cache and shows it exactly once.
 func TestReplyNotDrawnSurvivesKill(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
 			srv := servertest.Start(t, nil)
 			state := t.TempDir()
 			text := map[syscall.Signal]string{syscall.SIGKILL: "kill", syscall.SIGTERM: "term"}[sig] // a reply on one LCD line
@@ -241,7 +245,7 @@ func TestReplyNotDrawnSurvivesKill(t *testing.T) {
 			first.Signal(t, sig)
 			if sig == syscall.SIGTERM {
 				first.Success(t)
-				first.WaitLine(t, "stopped", time.Second)
+				first.WaitLine(t, "stopped", testwait.Deadline)
 			}
 			if got := outboxPending(t, state); len(got) != 1 || got[0] != id {
 				t.Fatalf("after %v the outbox holds %v, want the undrawn message %s", sig, got, id)

@@ -54,10 +54,11 @@ type Daemon struct {
 	// dismisses a notice or wakes the screen types nothing. Without it an
 	// input dismisses and wakes and is then handled as usual.
 	Gate *KeyGate
-	// Hello, when set, is shown over the screen for HelloSeconds or until
-	// a key, and kept as a line of the conversation (e.g. "Enrolled as
-	// lobby-7" after enrollment).
-	Hello string
+	// Hello, when set, is shown over the screen for HelloFor seconds
+	// (0: HelloSeconds) or until a key, and kept as a line of the
+	// conversation (e.g. "Enrolled as lobby-7" after enrollment).
+	Hello    string
+	HelloFor int
 
 	m    Model
 	ctlc chan func(k *kiosk) // Show and SetKiosk, for the Run loop (made lazily)
@@ -141,7 +142,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	k := newKiosk(d.Kiosk, now())
 	if d.Hello != "" {
 		d.m.Notice(d.Hello)
-		k.addLocal(d.Hello, HelloSeconds)
+		secs := d.HelloFor
+		if secs <= 0 {
+			secs = HelloSeconds
+		}
+		k.addLocal(d.Hello, secs)
 	}
 	kt := time.NewTimer(time.Hour)
 	defer kt.Stop()

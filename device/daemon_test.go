@@ -14,6 +14,7 @@ import (
 	"termlink/device"
 	"termlink/device/input"
 	"termlink/display/hd44780"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server"
 	"termlink/server/config"
@@ -26,6 +27,7 @@ type rig struct {
 	keys   chan input.Event
 	done   chan error
 	cancel context.CancelFunc
+	drawn  *drawnView // startGatedLCD's
 }
 
 // emulatedLCD is the real HD44780 driver on an emulated LCD of rows x
@@ -74,7 +76,7 @@ func (r *rig) stop(t *testing.T) {
 		if err != nil {
 			t.Errorf("daemon: %v", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatal("daemon did not stop")
 	}
 }
@@ -96,20 +98,20 @@ func (r *rig) press(keys string) {
 // waitGlass waits until the glass shows want somewhere.
 func (r *rig) waitGlass(t *testing.T, want string) []string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if text := r.bus.Text(); strings.Contains(strings.Join(text, "\n"), want) {
-			return text
+	var text []string
+	testwait.UntilOK(t, fmt.Sprintf("the LCD to show %q", want), func() error {
+		if text = r.bus.Text(); !strings.Contains(strings.Join(text, "\n"), want) {
+			return fmt.Errorf("it shows:\n%s", strings.Join(text, "\n"))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the LCD never showed %q; it shows:\n%s", want, strings.Join(r.bus.Text(), "\n"))
-	return nil
+		return nil
+	})
+	return text
 }
 
 // Keypresses on the emulated keypad reach the real server, and its reply
 // appears on the emulated LCD through the real driver.
 func TestKeypadToLCDEndToEnd(t *testing.T) {
+	t.Parallel()
 	r := startDevice(t, servertest.Start(t, nil).URL, t.TempDir())
 	defer r.stop(t)
 
@@ -167,6 +169,7 @@ func TestOfflineMessageQueuedThenAnswered(t *testing.T) {
 // answered from memory, and once the path is fixed the LCD says storage
 // works again and the outbox is durable.
 func TestStorageProblemShownAndSurvived(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	inTheWay := filepath.Join(state, link.OutboxFile)
 	if err := os.Mkdir(inTheWay, 0o700); err != nil {
@@ -205,6 +208,7 @@ func TestStorageProblemShownAndSurvived(t *testing.T) {
 // On a 16x2 LCD a full disk reads "disk full" with the '!' mark on the
 // bottom line, and the notice above says what termd does about it.
 func TestLCD16x2StorageProblem(t *testing.T) {
+	t.Parallel()
 	bus, lcd := emulatedLCD(t, 2, 16)
 	v := &device.LCDView{Screen: lcd}
 	var m device.Model

@@ -2,6 +2,7 @@ package device_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"termlink/device"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/servertest"
 )
@@ -63,6 +65,7 @@ func noticeState(t *testing.T, base, peer, id string) string {
 // not shown again by a restarted kiosk on the same state dir; one posted
 // while online takes over and the conversation returns.
 func TestKioskNoticesFromTermserver(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Start(t, nil)
 	base := "http://" + srv.Addr
 	code, out := apiCall(t, "POST", base+"/api/channels/terminal-dev/peers/kiosk-1/notices",
@@ -77,25 +80,20 @@ func TestKioskNoticesFromTermserver(t *testing.T) {
 	r := startKioskCaps(t, srv.URL, state, device.Kiosk{}, caps)
 	r.waitGlass(t, "Posted while you")
 	// The registry has the device's board, version and its screen mirror.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testwait.UntilOK(t, "the registry to show the device's board, version and notice screen", func() error {
 		_, peer := apiCall(t, "GET", base+"/api/channels/terminal-dev/peers/kiosk-1", "")
 		b, _ := json.Marshal(peer["screen"])
 		if peer["board"] == "test-lcd2004" && peer["version"] == "test" && strings.Contains(string(b), "Posted while you") {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the registry never showed the device's board, version and notice screen: %v", peer)
+		return fmt.Errorf("it shows %v", peer)
+	})
+	testwait.UntilOK(t, "the server to record the ack of "+first, func() error {
+		if st := noticeState(t, base, "kiosk-1", first); st != "acked" {
+			return fmt.Errorf("state %q", st)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	deadline = time.Now().Add(15 * time.Second)
-	for noticeState(t, base, "kiosk-1", first) != "acked" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the server never recorded the ack of %s (state %q)", first, noticeState(t, base, "kiosk-1", first))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	r.waitNoGlass(t, "Posted while you")
 
 	posted := time.Now()

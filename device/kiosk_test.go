@@ -2,6 +2,7 @@ package device_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"termlink/device/input"
 	"termlink/display/console"
 	"termlink/internal/syncbuf"
+	"termlink/internal/testwait"
 	"termlink/link"
 )
 
@@ -154,21 +156,11 @@ func (ps *pushServer) setRefuse(v bool) {
 // waitFor waits until cond (called with ps.mu held) holds.
 func (ps *pushServer) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
+	testwait.Until(t, "the server to see "+what, func() bool {
 		ps.mu.Lock()
-		ok := cond()
-		ps.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-ps.changed:
-		case <-time.After(20 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("the server never saw %s", what)
-		}
-	}
+		defer ps.mu.Unlock()
+		return cond()
+	})
 }
 
 func (ps *pushServer) ackCount(id string) int {
@@ -222,6 +214,13 @@ func (v *countView) count(id string) int {
 	return v.shown[id]
 }
 
+// current is the notice the last draw put on the glass ("": none).
+func (v *countView) current() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.cur
+}
+
 // kioskRig is termd's daemon as a kiosk: the emulated 20x4 LCD through
 // the real driver, a keypad through the KeyGate and multi-tap entry, and
 // a client listing notice and screen.
@@ -265,32 +264,26 @@ func startKioskCaps(t *testing.T, url, stateDir string, k device.Kiosk, caps []s
 // waitNoGlass waits until the glass no longer shows text.
 func (r *rig) waitNoGlass(t *testing.T, text string) []string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if g := r.bus.Text(); !strings.Contains(strings.Join(g, "\n"), text) {
-			return g
+	var g []string
+	testwait.UntilOK(t, fmt.Sprintf("the LCD to stop showing %q", text), func() error {
+		if g = r.bus.Text(); strings.Contains(strings.Join(g, "\n"), text) {
+			return fmt.Errorf("it shows:\n%s", strings.Join(g, "\n"))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the LCD still shows %q:\n%s", text, strings.Join(r.bus.Text(), "\n"))
-	return nil
+		return nil
+	})
+	return g
 }
 
 func (r *rig) waitBacklight(t *testing.T, on bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for r.bus.State().Backlight != on {
-		if time.Now().After(deadline) {
-			t.Fatalf("the backlight never went %v", map[bool]string{true: "on", false: "off"}[on])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, "the backlight "+map[bool]string{true: "on", false: "off"}[on], func() bool { return r.bus.State().Backlight == on })
 }
 
 // A notice takes over the LCD, is acked only once drawn (the glass shows
 // it when the ack arrives), is mirrored to the server, and after its
 // display_seconds the conversation returns.
 func TestNoticeTakesOverAndReturns(t *testing.T) {
+	t.Parallel()
 	ps := newPushServer(t)
 	r := startKiosk(t, ps.url(), t.TempDir(), device.Kiosk{})
 	r.waitGlass(t, "ok")
@@ -326,6 +319,7 @@ func TestNoticeTakesOverAndReturns(t *testing.T) {
 
 // A key dismisses a notice at once, and types nothing.
 func TestKeyDismissesNotice(t *testing.T) {
+	t.Parallel()
 	ps := newPushServer(t)
 	r := startKiosk(t, ps.url(), t.TempDir(), device.Kiosk{})
 	r.waitGlass(t, "ok")
@@ -345,6 +339,7 @@ func TestKeyDismissesNotice(t *testing.T) {
 
 // An alert blinks the backlight while it is shown; afterwards it stays on.
 func TestAlertBlinksBacklight(t *testing.T) {
+	t.Parallel()
 	ps := newPushServer(t)
 	r := startKiosk(t, ps.url(), t.TempDir(), device.Kiosk{Blink: 100 * time.Millisecond})
 	r.waitGlass(t, "ok")
@@ -370,6 +365,7 @@ func TestAlertBlinksBacklight(t *testing.T) {
 // after its ack) is shown once and acked each time it came after the
 // draw; a new daemon on the same state dir acks it without showing it.
 func TestDuplicateNoticeShownOnce(t *testing.T) {
+	t.Parallel()
 	ps := newPushServer(t)
 	state := t.TempDir()
 	r := startKiosk(t, ps.url(), state, device.Kiosk{})
@@ -403,6 +399,7 @@ func TestDuplicateNoticeShownOnce(t *testing.T) {
 // An expired notice is never shown, nor one that expires while it waits
 // behind another.
 func TestExpiredNoticeNeverShownOnLCD(t *testing.T) {
+	t.Parallel()
 	ps := newPushServer(t)
 	r := startKiosk(t, ps.url(), t.TempDir(), device.Kiosk{})
 	r.waitGlass(t, "ok")
@@ -425,6 +422,7 @@ func TestExpiredNoticeNeverShownOnLCD(t *testing.T) {
 // wakes the screen and types nothing; after a notice the idle screen
 // shows that notice.
 func TestIdleScreenBacklightOffAndWake(t *testing.T) {
+	t.Parallel()
 	ps := newPushServer(t)
 	r := startKiosk(t, ps.url(), t.TempDir(), device.Kiosk{IdleAfter: 400 * time.Millisecond,
 		IdleText: "Welcome! Press a key", BacklightOffAfter: 1200 * time.Millisecond})
@@ -440,7 +438,9 @@ func TestIdleScreenBacklightOffAndWake(t *testing.T) {
 	ps.push(t, pushNotice("n-6", "Library open till 8", 1))
 	r.waitGlass(t, "Library open")
 	ps.waitFor(t, "the ack", func() bool { return len(ps.acks) == 1 })
-	time.Sleep(1500 * time.Millisecond) // the notice's time is up; still idle
+	// The notice's time is up (no notice on the glass by the last
+	// draw); still idle.
+	testwait.Until(t, "the notice's time up", func() bool { return r.view.current() == "" })
 	g := r.waitGlass(t, "Library open")
 	if strings.Contains(strings.Join(g, "\n"), "Welcome") {
 		t.Fatalf("the idle screen shows the idle text, not the latest notice:\n%s", strings.Join(g, "\n"))
@@ -457,6 +457,7 @@ type consoleRW struct {
 
 // On the serial console a notice shows in the status line, and is acked.
 func TestConsoleNoticeStatusLine(t *testing.T) {
+	t.Parallel()
 	ps := newPushServer(t)
 	client, err := link.NewClient(link.ClientConfig{URL: ps.url(), PeerID: "console-1", StateDir: t.TempDir(),
 		Capabilities: append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), Logger: discard,
@@ -476,13 +477,12 @@ func TestConsoleNoticeStatusLine(t *testing.T) {
 	go func() { done <- d.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	ps.push(t, pushNotice("n-7", "Store closes in 10 minutes", 1))
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(out.String(), "NOTICE: Store closes in 10 minutes") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the console never showed the notice in its status line; output %q", out.String())
+	testwait.UntilOK(t, "the notice in the console's status line", func() error {
+		if !strings.Contains(out.String(), "NOTICE: Store closes in 10 minutes") {
+			return fmt.Errorf("output %q", out.String())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	ps.waitFor(t, "the ack", func() bool { return len(ps.acks) == 1 })
 	ps.waitFor(t, "a screen frame with the notice", func() bool {
 		for _, s := range ps.screens {
@@ -496,6 +496,7 @@ func TestConsoleNoticeStatusLine(t *testing.T) {
 
 // On a 16x2 LCD a notice longer than the screen turns its pages.
 func TestLongNoticePages16x2(t *testing.T) {
+	t.Parallel()
 	bus, lcd := emulatedLCD(t, 2, 16)
 	v := &device.LCDView{Screen: lcd}
 	start := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)

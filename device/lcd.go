@@ -48,10 +48,13 @@ type View interface {
 // typed); the idle screen shows its text or a clock. Model.Dark turns the
 // backlight off when the screen has one (hd44780.Dev does).
 type LCDView struct {
-	Screen  display.Screen
-	frame   *display.Frame
-	light   *bool                   // the backlight as last set; nil: not yet
-	wrapped map[uint64]wrappedEntry // the entries' lines, by Seq (conversation)
+	Screen display.Screen
+	// NoticePage is how long each page of a long notice stays (0:
+	// NoticePage).
+	NoticePage time.Duration
+	frame      *display.Frame
+	light      *bool                   // the backlight as last set; nil: not yet
+	wrapped    map[uint64]wrappedEntry // the entries' lines, by Seq (conversation)
 }
 
 // backlighter is a screen with a backlight switch (hd44780.Dev).
@@ -133,9 +136,13 @@ func (v *LCDView) overlay(m *Model, rows, cols int, now time.Time) {
 		return
 	}
 	// A text longer than the screen turns its pages every NoticePage.
+	every := v.NoticePage
+	if every <= 0 {
+		every = NoticePage
+	}
 	page := 0
 	if !o.Since.IsZero() && now.After(o.Since) {
-		page = int(now.Sub(o.Since)/NoticePage) % len(pages)
+		page = int(now.Sub(o.Since)/every) % len(pages)
 	}
 	v.frame.SetLines(pages[page])
 }

@@ -10,6 +10,7 @@ import (
 
 	"termlink/boards"
 	"termlink/device"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/servertest"
 	"termlink/testrig/lcdd"
@@ -23,7 +24,7 @@ import (
 // reconnects and draws the conversation again.
 func TestLCDprocEndToEnd(t *testing.T) {
 	lcdd.Require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testwait.Deadline)
 	defer cancel()
 	lcd, err := lcdd.Start(ctx, t.TempDir(), lcdd.Options{Rows: 4, Cols: 20})
 	if err != nil {
@@ -65,7 +66,7 @@ func TestLCDprocEndToEnd(t *testing.T) {
 				if err != nil {
 					t.Errorf("stopping: %v", err)
 				}
-			case <-time.After(10 * time.Second):
+			case <-time.After(testwait.Deadline):
 				t.Error("did not stop")
 			}
 		}
@@ -84,14 +85,14 @@ func TestLCDprocEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Multi-tap on LCDd's keys: 4 4 (h), wait, 4 4 4 (i), Enter sends.
-	for _, step := range []string{"44", "444"} {
-		if err := lcd.Type(ctx, step); err != nil {
+	// Multi-tap on LCDd's keys: 4 4 (h), the pause that commits it (the
+	// cursor shows after it), 4 4 4 (i), Enter sends.
+	for _, step := range []struct{ keys, shown string }{{"44", "h_"}, {"444", "hi_"}} {
+		if err := lcd.Type(ctx, step.keys); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(1200 * time.Millisecond) // past the multi-tap timeout (800ms)
+		shows(step.shown)
 	}
-	shows("hi_")
 	if err := lcd.Press(ctx, "Enter"); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestLCDprocEndToEnd(t *testing.T) {
 // frames fit a display of another size than the profile's 20x4.
 func TestLCDprocSizeAtStart(t *testing.T) {
 	lcdd.Require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	lcd, err := lcdd.Start(ctx, t.TempDir(), lcdd.Options{Rows: 2, Cols: 16})
 	if err != nil {

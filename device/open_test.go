@@ -20,6 +20,7 @@ import (
 
 	"termlink/boards"
 	"termlink/display/console"
+	"termlink/internal/testwait"
 	"termlink/testrig/needtool"
 )
 
@@ -333,15 +334,7 @@ func TestOpenRealSerial(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	for i := 0; ; i++ {
-		if _, err := os.Stat(b); err == nil {
-			break
-		}
-		if i > 500 {
-			t.Fatal("socat did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.UntilOK(t, "socat's PTYs", func() error { _, err := os.Stat(b); return err })
 	p := mustLoadBoard(t, "rpi-serial-console")
 	p.Serial.Port = b
 	d, err := OpenParts(context.Background(), p)

@@ -2,6 +2,7 @@ package device_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"termlink/device/input"
 	"termlink/internal/syncbuf"
 	"termlink/internal/testpki"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/servertest"
@@ -73,9 +75,11 @@ func offlineCases() []offlineCase {
 // the next try, however often the device retries; a refusal the server
 // sends is not added to the conversation at every retry.
 func TestOfflineReasonOnLCD(t *testing.T) {
+	t.Parallel()
 	for _, tc := range offlineCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			r, client, logs := startGatedLCD(t, tc.cfg(t), "")
+			t.Parallel()
+			r, client, logs := startGatedLCD(t, tc.cfg(t), "", 0)
 			bus := r.bus
 
 			glass := r.waitGlass(t, tc.short)
@@ -83,13 +87,7 @@ func TestOfflineReasonOnLCD(t *testing.T) {
 				t.Errorf("bottom line %q, want it to start with %q", glass[1], tc.short)
 			}
 			// Many retries, one line in the log.
-			deadline := time.Now().Add(20 * time.Second)
-			for client.Status().Attempt < 5 && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if a := client.Status().Attempt; a < 5 {
-				t.Fatalf("only %d attempts", a)
-			}
+			testwait.Until(t, "five attempts", func() bool { return client.Status().Attempt >= 5 })
 			if n := strings.Count(logs.String(), "msg=offline"); n != 1 {
 				t.Errorf("%d offline lines in the log after %d attempts, want 1:\n%s", n, client.Status().Attempt, logs.String())
 			}
@@ -102,37 +100,33 @@ func TestOfflineReasonOnLCD(t *testing.T) {
 			}
 
 			r.press("#")                // nothing typed: the page with the full reason
-			r.waitGlass(t, "Offline: ") // 16x2: the first page, then the next every 3s
+			r.waitGlass(t, "Offline: ") // 16x2: the first page, then the next (every second here)
 			words := strings.Fields(tc.full)
-			r.waitGlassFor(t, words[len(words)-1], 3*device.NoticePage+5*time.Second)
+			r.waitGlass(t, words[len(words)-1])
 			r.press("2") // closes the page, types nothing
 			r.waitGlass(t, tc.short)
-			time.Sleep(300 * time.Millisecond) // past the multi-tap timeout
-			if g := bus.Text(); strings.Contains(g[1], "a_") {
+			// The next key types: its letter, alone, proves the one
+			// before typed nothing ("ad_" if it had).
+			r.press("3")
+			testwait.UntilOK(t, "the next key's letter", func() error {
+				if g := bus.Text(); !strings.HasPrefix(g[1], "d_") && !strings.HasPrefix(g[1], "ad_") {
+					return fmt.Errorf("the bottom line is %q", g[1])
+				}
+				return nil
+			})
+			if g := bus.Text(); !strings.HasPrefix(g[1], "d_") {
 				t.Fatalf("the key that closed the page typed: %q", g)
 			}
 		})
 	}
 }
 
-// waitGlassFor waits up to timeout until the glass shows want somewhere.
-func (r *rig) waitGlassFor(t *testing.T, want string, timeout time.Duration) []string {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if text := r.bus.Text(); strings.Contains(strings.Join(text, "\n"), want) {
-			return text
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the LCD never showed %q; it shows:\n%s", want, strings.Join(r.bus.Text(), "\n"))
-	return nil
-}
-
 // startGatedLCD runs the daemon as termd does on a keypad board: the real
-// HD44780 driver on an emulated 16x2 LCD, keypad events through the
-// KeyGate into multi-tap entry; the daemon stops when the test ends.
-func startGatedLCD(t *testing.T, cfg link.ClientConfig, hello string) (*rig, *link.Client, *syncbuf.Buffer) {
+// HD44780 driver on an emulated 16x2 LCD (a long notice's pages turn
+// every second), keypad events through the KeyGate into multi-tap
+// entry; the hello, if any, stays helloFor seconds (0: the default);
+// the daemon stops when the test ends.
+func startGatedLCD(t *testing.T, cfg link.ClientConfig, hello string, helloFor int) (*rig, *link.Client, *syncbuf.Buffer) {
 	t.Helper()
 	cfg.DeviceName, cfg.StateDir = "test", t.TempDir()
 	cfg.RetryInitial, cfg.RetryMax = 50*time.Millisecond, 200*time.Millisecond
@@ -152,7 +146,8 @@ func startGatedLCD(t *testing.T, cfg link.ClientConfig, hello string) (*rig, *li
 	go func() { defer wg.Done(); device.GateKeys(ctx, gate, keys, gated) }()
 	go func() { defer wg.Done(); _ = input.Drive(ctx, gated, mt, actions) }()
 	go func() { defer wg.Done(); device.FromActions(ctx, actions, inputs) }()
-	d := &device.Daemon{Client: client, View: &device.LCDView{Screen: lcd}, Inputs: inputs, Gate: gate, Hello: hello,
+	view := &drawnView{View: &device.LCDView{Screen: lcd, NoticePage: time.Second}}
+	d := &device.Daemon{Client: client, View: view, Inputs: inputs, Gate: gate, Hello: hello, HelloFor: helloFor,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))}
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -163,20 +158,48 @@ func startGatedLCD(t *testing.T, cfg link.ClientConfig, hello string) (*rig, *li
 		}
 		wg.Wait()
 	})
-	return &rig{bus: bus, keys: keys}, client, logs
+	return &rig{bus: bus, keys: keys, drawn: view}, client, logs
+}
+
+// drawnView counts the draws that completed, and keeps the link state
+// the last one drew.
+type drawnView struct {
+	device.View
+	mu    sync.Mutex
+	draws int
+	link  link.State
+}
+
+func (v *drawnView) Render(ctx context.Context, m *device.Model, now time.Time) error {
+	err := v.View.Render(ctx, m, now)
+	v.mu.Lock()
+	v.draws++
+	v.link = m.Link
+	v.mu.Unlock()
+	return err
+}
+
+// Mirror passes the LCD's mirror on.
+func (v *drawnView) Mirror() link.Screen { return v.View.(device.Mirror).Mirror() }
+
+// drewOnline reports whether a completed draw drew the link up.
+func (v *drawnView) drewOnline() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.link == link.StateConnected
 }
 
 // Daemon.Hello ("Enrolled as ...") stays over the screen while the device
 // is online until a key closes it; that key types nothing; it stays a line
 // of the conversation.
 func TestHelloStaysUntilAKey(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, nil)
-	r, client, _ := startGatedLCD(t, link.ClientConfig{URL: s.URL, PeerID: "k1"}, "Enrolled as k1")
+	// The greeting's own time is long: only a key may close it here.
+	r, _, _ := startGatedLCD(t, link.ClientConfig{URL: s.URL, PeerID: "k1"}, "Enrolled as k1", 3600)
 	r.waitGlass(t, "Enrolled as")
-	for client.Status().State != link.StateConnected {
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(500 * time.Millisecond)
+	// A draw with the link up has happened: the greeting is still there.
+	testwait.Until(t, "a draw with the link up", r.drawn.drewOnline)
 	if g := strings.Join(r.bus.Text(), "|"); !strings.Contains(g, "Enrolled as") {
 		t.Fatalf("online, the greeting is gone at once: %q", g)
 	}
@@ -187,18 +210,21 @@ func TestHelloStaysUntilAKey(t *testing.T) {
 	}
 }
 
-// Without a key the greeting goes after HelloSeconds.
+// Without a key the greeting goes after Daemon.HelloFor seconds (one
+// here; HelloSeconds by default).
 func TestHelloGoesByItself(t *testing.T) {
+	t.Parallel()
+	const helloFor = 1
 	s := servertest.Start(t, nil)
 	// Taken before the daemon starts, so at or before its hello timer:
 	// a floor that a busy machine (noticing the glass late) cannot break.
 	start := time.Now()
-	r, _, _ := startGatedLCD(t, link.ClientConfig{URL: s.URL, PeerID: "k1"}, "Enrolled as k1")
+	r, _, _ := startGatedLCD(t, link.ClientConfig{URL: s.URL, PeerID: "k1"}, "Enrolled as k1", helloFor)
 	if g := r.waitGlass(t, "Enrolled as"); strings.Contains(strings.Join(g, "\n"), "ok") {
 		t.Fatalf("the greeting went with the hello: %q", g)
 	}
-	r.waitGlassFor(t, "ok", device.HelloSeconds*time.Second+10*time.Second)
-	if d := time.Since(start); d < device.HelloSeconds*time.Second {
-		t.Fatalf("the greeting went after %v, want about %ds", d, device.HelloSeconds)
+	r.waitGlass(t, "ok")
+	if d := time.Since(start); d < helloFor*time.Second {
+		t.Fatalf("the greeting went after %v, want about %ds", d, helloFor)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"termlink/device"
 	"termlink/display/hd44780"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/servertest"
 	"termlink/testrig/buildtest"
@@ -37,6 +38,7 @@ func words(n int) string {
 // streaming mark while the agent waits, and the final reply then lands
 // in place with its end in view.
 func TestACPStreamOnTheGlassEndToEnd(t *testing.T) {
+	t.Parallel()
 	srv := acpServer(t)
 	bus, err := lcdemu.New(&lcdemu.Opts{Rows: 4, Cols: 20})
 	if err != nil {
@@ -65,14 +67,14 @@ func TestACPStreamOnTheGlassEndToEnd(t *testing.T) {
 	glass := func() string { return strings.Join(bus.Text(), "\n") }
 	waitGlass := func(what string, cond func(string) bool) string {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if g := glass(); cond(g) {
-				return g
+		var g string
+		testwait.UntilOK(t, "the LCD to show "+what, func() error {
+			if g = glass(); !cond(g) {
+				return fmt.Errorf("it shows:\n%s", g)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the LCD never showed %s; it shows:\n%s", what, glass())
-			}
-		}
+			return nil
+		})
+		return g
 	}
 	waitGlass("online", func(g string) bool { return strings.Contains(g, "ok") })
 
@@ -82,7 +84,7 @@ func TestACPStreamOnTheGlassEndToEnd(t *testing.T) {
 	gate := filepath.Join(t.TempDir(), "gate")
 	select {
 	case inputs <- device.Input{Kind: device.InputSend, Text: "/gate " + gate + " " + answer}:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatal("the daemon takes no input")
 	}
 	waitGlass("the answer begun", func(g string) bool {
@@ -109,6 +111,7 @@ func TestACPStreamOnTheGlassEndToEnd(t *testing.T) {
 // reply and no delta. A cancel mid-stream ends it with the cancelled
 // reply, which begins with what was streamed, and no delta after it.
 func TestACPStreamToLinkClientEndToEnd(t *testing.T) {
+	t.Parallel()
 	srv := acpServer(t)
 	answer := words(20)
 
@@ -160,7 +163,7 @@ func acpAsk(t *testing.T, url, peer string, stream bool, text string, onFirst fu
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, stop := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- client.Run(ctx) }()

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"termlink/device"
 	"termlink/display"
 	"termlink/display/hd44780"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/link/linktest"
 	"termlink/testrig/lcdemu"
@@ -24,11 +26,30 @@ type streamRig struct {
 	bus    *lcdemu.Bus
 	srv    *linktest.Server
 	client *link.Client
+	view   *drawView
 	inputs chan device.Input
 	msgs   chan *link.Message
 	done   chan error
 	cancel context.CancelFunc
 }
+
+// drawView tells when the daemon draws: how many draws completed, and
+// whether one is under way (writing to the bus).
+type drawView struct {
+	device.View
+	drawing atomic.Int32
+	draws   atomic.Int64
+}
+
+func (v *drawView) Render(ctx context.Context, m *device.Model, now time.Time) error {
+	v.drawing.Add(1)
+	defer v.drawing.Add(-1)
+	defer v.draws.Add(1)
+	return v.View.Render(ctx, m, now)
+}
+
+// Mirror passes the LCD's mirror on.
+func (v *drawView) Mirror() link.Screen { return v.View.(device.Mirror).Mirror() }
 
 func startStream(t *testing.T, rows, cols int, stream bool) *streamRig {
 	t.Helper()
@@ -57,8 +78,9 @@ func startStream(t *testing.T, rows, cols int, stream bool) *streamRig {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &streamRig{bus: bus, srv: srv, client: client, inputs: make(chan device.Input), msgs: msgs, done: make(chan error, 1), cancel: cancel}
-	d := &device.Daemon{Client: client, View: &device.LCDView{Screen: lcd}, Inputs: r.inputs, Logger: discard}
+	view := &drawView{View: &device.LCDView{Screen: lcd}}
+	r := &streamRig{bus: bus, srv: srv, client: client, view: view, inputs: make(chan device.Input), msgs: msgs, done: make(chan error, 1), cancel: cancel}
+	d := &device.Daemon{Client: client, View: view, Inputs: r.inputs, Logger: discard}
 	go func() { r.done <- d.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
@@ -67,7 +89,7 @@ func startStream(t *testing.T, rows, cols int, stream bool) *streamRig {
 			if err != nil {
 				t.Errorf("daemon: %v", err)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(testwait.Deadline):
 			t.Error("the daemon did not stop")
 		}
 	})
@@ -79,17 +101,14 @@ func (r *streamRig) glass() string { return strings.Join(r.bus.Text(), "\n") }
 // waitGlass waits until the glass satisfies cond.
 func (r *streamRig) waitGlass(t *testing.T, what string, cond func(glass string) bool) string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		g := r.glass()
-		if cond(g) {
-			return g
+	var g string
+	testwait.UntilOK(t, "the LCD to show "+what, func() error {
+		if g = r.glass(); !cond(g) {
+			return fmt.Errorf("it shows:\n%s", g)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the LCD never showed %s; it shows:\n%s", what, g)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return g
 }
 
 func (r *streamRig) waitShows(t *testing.T, want string) string {
@@ -101,9 +120,19 @@ func (r *streamRig) input(t *testing.T, in device.Input) {
 	t.Helper()
 	select {
 	case r.inputs <- in:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatal("the daemon takes no input")
 	}
+}
+
+// inputDrawn gives the daemon an input and returns once it has drawn
+// it: the daemon takes the next input (an edit that changes nothing,
+// the compose line being empty) only after the draw that followed the
+// first.
+func (r *streamRig) inputDrawn(t *testing.T, in device.Input) {
+	t.Helper()
+	r.input(t, in)
+	r.input(t, device.Input{Kind: device.InputEdit})
 }
 
 // ask sends text as the user and returns the message the server got.
@@ -114,7 +143,7 @@ func (r *streamRig) ask(t *testing.T, text string) *link.Message {
 	select {
 	case m := <-r.msgs:
 		return m
-	case <-time.After(15 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatal("the server got no message")
 		return nil
 	}
@@ -127,18 +156,13 @@ func (r *streamRig) send(t *testing.T, frames ...link.Frame) {
 	}
 }
 
-// quiet waits until nothing has been written to the bus for a while (the
-// daemon has drawn what it had to), and returns the bus counters.
-func (r *streamRig) quiet() lcdemu.Stats {
-	last := r.bus.Stats()
-	for {
-		time.Sleep(150 * time.Millisecond)
-		now := r.bus.Stats()
-		if now == last {
-			return now
-		}
-		last = now
-	}
+// settled waits until no draw is under way and returns the bus
+// counters. Called once the glass shows what the last event drew (the
+// draw that wrote it has begun), it returns once that draw is complete.
+func (r *streamRig) settled(t *testing.T) lcdemu.Stats {
+	t.Helper()
+	testwait.Until(t, "the draw under way to end", func() bool { return r.view.drawing.Load() == 0 })
+	return r.bus.Stats()
 }
 
 // normalize joins the glass's lines with spaces for a text search across
@@ -155,6 +179,7 @@ const story = "Once upon a time a tiny LCD waited for an answer, and the answer 
 // answer is confirmed (leaves the outbox), and the user pages back
 // when they ask.
 func TestStreamOnTheGlass(t *testing.T) {
+	t.Parallel()
 	for _, size := range []struct{ rows, cols int }{{4, 20}, {2, 16}} {
 		t.Run(fmt.Sprintf("%dx%d", size.cols, size.rows), func(t *testing.T) {
 			r := startStream(t, size.rows, size.cols, true)
@@ -172,7 +197,7 @@ func TestStreamOnTheGlass(t *testing.T) {
 					if strings.Contains(g, "read.") {
 						t.Fatalf("the end of the story is on the glass before it was written:\n%s", g)
 					}
-					r.srv.WaitFor(t, "a screen frame with the partial text", 15*time.Second, func() bool {
+					r.srv.WaitFor(t, "a screen frame with the partial text", testwait.Deadline, func() bool {
 						for _, s := range r.srv.Screens() {
 							if strings.Contains(strings.Join(s.Rows, "\n"), last+string(device.StreamMark)) {
 								return true
@@ -191,17 +216,10 @@ func TestStreamOnTheGlass(t *testing.T) {
 				t.Fatalf("the final reply jumped back to the answer's first page:\n%s", g)
 			}
 			// Confirmed only once drawn: the outbox empties.
-			deadline := time.Now().Add(15 * time.Second)
-			for r.client.Status().Pending != 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the streamed answer was never confirmed to the outbox")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testwait.Until(t, "the streamed answer confirmed to the outbox", func() bool { return r.client.Status().Pending == 0 })
 			// Paging back is the user's call.
 			for i := 0; i < 20 && !strings.Contains(r.glass(), "Once upon"); i++ {
-				r.input(t, device.Input{Kind: device.InputScrollUp})
-				r.quiet()
+				r.inputDrawn(t, device.Input{Kind: device.InputScrollUp})
 			}
 			r.waitShows(t, "Once upon")
 		})
@@ -212,6 +230,7 @@ func TestStreamOnTheGlass(t *testing.T) {
 // the streamed one must not have), and a delta the server sends anyway
 // draws nothing.
 func TestStreamOffWholeReplyOpensAtTop(t *testing.T) {
+	t.Parallel()
 	r := startStream(t, 4, 20, false)
 	m := r.ask(t, "tell me a story")
 	r.send(t, &link.Delta{MessageID: m.MessageID, Seq: 1, Text: "Partial"})
@@ -226,6 +245,7 @@ func TestStreamOffWholeReplyOpensAtTop(t *testing.T) {
 // written, the run's final reply (finish_reason cancelled, the text so
 // far) replaces the stream, and the block goes.
 func TestStreamCancelMidStream(t *testing.T) {
+	t.Parallel()
 	r := startStream(t, 4, 20, true)
 	r.srv.OnCancel(func(s *linktest.Server, c *link.Cancel) {
 		_ = s.Send(linktest.Reply(c.MessageID, "Once upon a", link.FinishCancelled))
@@ -240,9 +260,12 @@ func TestStreamCancelMidStream(t *testing.T) {
 	if cs := r.srv.Cancels(); len(cs) != 1 || cs[0].MessageID != m.MessageID {
 		t.Fatalf("cancels %v, want one for %s", cs, m.MessageID)
 	}
-	// A late delta of the cancelled run draws nothing.
+	// A late delta of the cancelled run draws nothing: once the client
+	// has ignored it and no draw is under way, the glass is as it was.
+	ignored := r.client.Stats().DeltasIgnored
 	r.send(t, &link.Delta{MessageID: m.MessageID, Seq: 4, Text: " time"})
-	r.quiet()
+	testwait.Until(t, "the late delta ignored", func() bool { return r.client.Stats().DeltasIgnored > ignored })
+	r.settled(t)
 	if g2 := r.glass(); g2 != g {
 		t.Fatalf("the glass changed after the final reply:\n%s\nwas\n%s", g2, g)
 	}
@@ -253,17 +276,18 @@ func TestStreamCancelMidStream(t *testing.T) {
 // the glass before and after. A redraw of the whole screen would write
 // all 80 cells each time.
 func TestStreamWritesOnlyChangedCells(t *testing.T) {
+	t.Parallel()
 	r := startStream(t, 4, 20, true)
 	m := r.ask(t, "count")
-	r.quiet()
+	r.waitShows(t, ">count") // acked: nothing more to draw until the first delta
 	words := strings.SplitAfter(story, " ")
 	var totalData, totalChanged int
 	for i, w := range words {
+		st0 := r.settled(t)
 		before := r.bus.Codes()
-		st0 := r.quiet()
 		r.send(t, &link.Delta{MessageID: m.MessageID, Seq: int64(i + 1), Text: w})
 		r.waitShows(t, strings.TrimSpace(w)+string(device.StreamMark))
-		st1 := r.quiet()
+		st1 := r.settled(t)
 		after := r.bus.Codes()
 		changed, joins := changedCells(before, after)
 		data, instr := st1.DataWrites-st0.DataWrites, st1.Instructions-st0.Instructions
@@ -309,6 +333,7 @@ func changedCells(before, after [][]byte) (changed, joins int) {
 // A reconnect mid-stream: the new connection's first delta (seq 1, all
 // the text so far) replaces what the glass showed; the stream goes on.
 func TestStreamReconnectOnTheGlass(t *testing.T) {
+	t.Parallel()
 	r := startStream(t, 4, 20, true)
 	m := r.ask(t, "story")
 	r.send(t, linktest.Deltas(m.MessageID, []string{"Once ", "upon"})...)
@@ -316,7 +341,7 @@ func TestStreamReconnectOnTheGlass(t *testing.T) {
 	r.srv.Drop()
 	select {
 	case <-r.msgs: // resent on the new connection
-	case <-time.After(15 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatal("the message was not resent after the reconnect")
 	}
 	r.send(t, linktest.Deltas(m.MessageID, []string{"Once upon a time", " there"})...)
@@ -346,6 +371,7 @@ func (g *glassScreen) Draw(_ context.Context, f *display.Frame) error {
 // the same text, whatever the pieces split: a "\r\n" cut in two, accents
 // folded, a word growing past the line's end.
 func TestStreamIncrementalLayoutMatchesFresh(t *testing.T) {
+	t.Parallel()
 	pieces := []string{"Caf", "é crème\r", "\nnext line", " with a verylongwordthatbreaks", " the end  ", "\r", "\r\nlast"}
 	grown := &glassScreen{rows: 4, cols: 20}
 	gv := &device.LCDView{Screen: grown}
