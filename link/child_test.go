@@ -17,6 +17,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/testrig/childtest"
 )
@@ -172,7 +173,7 @@ func (fs *fakeServer) accept(t *testing.T) *fakeConn {
 	select {
 	case ws := <-fs.conns:
 		return &fakeConn{ws}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatal("no connection to the fake server")
 		return nil
 	}

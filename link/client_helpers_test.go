@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server"
 	"termlink/server/agent"
@@ -289,9 +290,11 @@ func (d *device) collect() {
 }
 
 // waitFor polls cond (under the event lock) after each event until it
-// holds or timeout passes.
+// holds or timeout passes; timeout is at least testwait.Deadline (a
+// loaded machine is slow, never that slow).
 func (d *device) waitFor(what string, timeout time.Duration, cond func() bool) {
 	d.t.Helper()
+	timeout = max(timeout, testwait.Deadline)
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {

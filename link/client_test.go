@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server"
 	"termlink/server/config"
@@ -58,10 +59,7 @@ func TestClientSendAndReply(t *testing.T) {
 		t.Errorf("runs: %d total, %d duplicated", total, dups)
 	}
 	// The message left the outbox once its reply was taken.
-	deadline := time.Now().Add(5 * time.Second)
-	for d.Status().Pending != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, "an empty outbox", func() bool { return d.Status().Pending == 0 })
 	if st := d.Stats(); st.Pending != 0 || st.Replies != 5 || st.Sent != 5 || st.Resent != 0 || st.Sessions != 1 {
 		t.Errorf("stats %+v", st)
 	}
@@ -203,32 +201,37 @@ func TestClientDetectsStall(t *testing.T) {
 // the server to the device (a pong each on an idle link).
 func waitDelivered(t *testing.T, p *chaos.Proxy, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	last, seen := p.Stats().BytesDown, 0
-	for seen < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("the server sent %d of %d frames through the proxy within 30s", seen, n)
-		}
-		time.Sleep(5 * time.Millisecond)
+	testwait.UntilOK(t, fmt.Sprintf("%d frames from the server through the proxy", n), func() error {
 		if b := p.Stats().BytesDown; b != last {
 			last, seen = b, seen+1
 		}
-	}
+		if seen < n {
+			return fmt.Errorf("%d of %d", seen, n)
+		}
+		return nil
+	})
 }
 
 // With the server down, the client waits between dial attempts for
 // growing, jittered intervals up to the cap; when the server is back the
 // device reconnects. The waits checked are the ones the client chose
 // (NextTry of each StateWaiting event), not wall-clock gaps, which a busy
-// machine stretches.
+// machine stretches; the server stays down for ten of them (about 2.5 s
+// on an idle machine), however long a busy one takes.
 func TestClientBackoffWhileServerDown(t *testing.T) {
 	ts := newTestServer(t, newCountingRunner(0), nil)
 	const initial, maxWait = 20 * time.Millisecond, 400 * time.Millisecond
 	d := newDevice(t, link.ClientConfig{URL: ts.url(), RetryInitial: initial, RetryMax: maxWait})
 	d.waitState(link.StateConnected, time.Time{}, 10*time.Second)
-	ts.stop()
+	// Taken before the stop: the client's first waits come while the
+	// server shuts down (its going-away close, then refused dials),
+	// before stop returns (tens of ms on a busy machine).
 	down := time.Now()
-	time.Sleep(4 * time.Second)
+	ts.stop()
+	d.waitFor("ten waits with the server down", 0, func() bool {
+		return d.stateSinceLocked(link.StateWaiting, down, 9).State == link.StateWaiting
+	})
 	ts.start()
 	back := time.Now()
 	d.waitState(link.StateConnected, back, 10*time.Second)
@@ -242,8 +245,8 @@ func TestClientBackoffWhileServerDown(t *testing.T) {
 	}
 	d.mu.Unlock()
 	t.Logf("%d waits while down: %v", len(waits), roundAll(waits))
-	if len(waits) < 6 {
-		t.Fatalf("only %d dial attempts while the server was down for 4s", len(waits))
+	if len(waits) < 10 {
+		t.Fatalf("only %d dial attempts while the server was down", len(waits))
 	}
 	const jitter = link.DefaultRetryJitter
 	for i, w := range waits {
@@ -521,10 +524,7 @@ func TestClientCancel(t *testing.T) {
 	d.waitState(link.StateConnected, time.Time{}, 10*time.Second)
 	id := d.send("long job")
 	d.waitFor("ack", 10*time.Second, func() bool { return len(d.acks) == 1 })
-	deadline := time.Now().Add(5 * time.Second)
-	for runner.runsOf(id) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, "the run started", func() bool { return runner.runsOf(id) > 0 })
 	if err := d.Cancel(ctx, id); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
@@ -570,9 +570,7 @@ func TestClientCloseUnblocks(t *testing.T) {
 	}
 	runErr := make(chan error, 1)
 	go func() { runErr <- c.Run(context.Background()) }()
-	for p.Stats().Accepted == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, "the dial at the proxy", func() bool { return p.Stats().Accepted > 0 })
 	// The dial would wait out its minute: Close must abort it, which a
 	// guard of half that tells apart.
 	closed := make(chan error, 1)
@@ -649,10 +647,7 @@ func TestClientRefusedMessage(t *testing.T) {
 	if e.MessageID != long || e.Code != link.CodeBadMessage || !strings.Contains(e.Err.Error(), "at most 10") {
 		t.Fatalf("error event %+v", e)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for d.Status().Pending != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, "an empty outbox", func() bool { return d.Status().Pending == 0 })
 	if st := d.Status(); st.Pending != 0 || st.State != link.StateConnected {
 		t.Fatalf("status %+v: the refused message should leave the outbox and the link stay up", st)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 )
 
@@ -40,7 +41,7 @@ func waitChange(t *testing.T, changes <-chan error) error {
 	select {
 	case err := <-changes:
 		return err
-	case <-time.After(20 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatal("no storage change reported")
 		return nil
 	}

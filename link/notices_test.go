@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 )
 
@@ -73,7 +74,7 @@ func next[T link.Frame](t *testing.T, c *fakeConn) T {
 
 func waitEvent(t *testing.T, events <-chan link.Event, kind link.EventKind) link.Event {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(testwait.Deadline)
 	for {
 		select {
 		case e := <-events:
@@ -161,9 +162,7 @@ func TestNoticeAckQueuedWhileOffline(t *testing.T) {
 	conn.write(t, notice("n-9"))
 	waitEvent(t, events, link.EventNotice)
 	conn.ws.Close() // the link drops before the notice is drawn
-	for c.Status().State == link.StateConnected {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, "the link down", func() bool { return c.Status().State != link.StateConnected })
 	if err := c.NoticeShown("n-9"); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func nextMessage(t *testing.T, msgs chan *link.Message) *link.Message {
 	select {
 	case m := <-msgs:
 		return m
-	case <-time.After(20 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatal("the server got no message")
 		return nil
 	}
@@ -285,13 +285,7 @@ func TestStreamFloodBoundedAndFinalSupersedes(t *testing.T) {
 	}
 	frames = append(frames, linktest.Reply(id, full.String(), link.FinishStop))
 	mustSend(t, srv, frames...)
-	deadline := time.Now().Add(30 * time.Second)
-	for c.Stats().Replies == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the reply never came: %+v", c.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, "the reply", func() bool { return c.Stats().Replies > 0 })
 	st := c.Stats()
 	if st.Deltas != n {
 		t.Fatalf("%d deltas taken, want %d", st.Deltas, n)
