@@ -11,8 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/agent/procs"
 )
@@ -23,6 +23,7 @@ import (
 // the restarted server. The restarted server runs the interrupted message
 // again: at most twice in all. Issue 10, finding 6.
 func TestKill9LeavesNoAgent(t *testing.T) {
+	t.Parallel()
 	workspace := t.TempDir()
 	// Each run appends to runs.log, starts a grandchild that sleeps and
 	// one that leaves the group, notes the pids, and answers after 2 s.
@@ -66,18 +67,14 @@ func TestKill9LeavesNoAgent(t *testing.T) {
 	}
 	p.kill(t)
 
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.UntilOK(t, "the agent processes gone with the server (kill -9)", func() error {
 		left := procs.MarkedProcesses(marker)
 		if slices.Equal(left, []int{escaped}) && processGone(agentPid) && processGone(grandchild) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent processes survived kill -9 of the server: marked %v, agent %d gone %v, grandchild %d gone %v",
-				left, agentPid, processGone(agentPid), grandchild, processGone(grandchild))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("marked %v, agent %d gone %v, grandchild %d gone %v",
+			left, agentPid, processGone(agentPid), grandchild, processGone(grandchild))
+	})
 
 	p2 := start(t, cfgPath)
 	waitGoneWithin(t, escaped, "the process that left the agent's group, after the restart")
@@ -100,35 +97,26 @@ func TestKill9LeavesNoAgent(t *testing.T) {
 	}
 }
 
-// waitGoneWithin waits (10 s at most) for pid to end.
+// waitGoneWithin waits for pid to end.
 func waitGoneWithin(t *testing.T, pid int, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !processGone(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s (pid %d) still runs", what, pid)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Until(t, fmt.Sprintf("%s (pid %d) to end", what, pid), func() bool { return processGone(pid) })
 }
 
 // readPidFile waits for a file holding a pid and a newline.
 func readPidFile(t *testing.T, path string) int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(path); err == nil && strings.HasSuffix(string(b), "\n") {
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			return pid
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was not written", path)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var b []byte
+	testwait.Until(t, path+" written", func() bool {
+		var err error
+		b, err = os.ReadFile(path)
+		return err == nil && strings.HasSuffix(string(b), "\n")
+	})
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
+	return pid
 }
 
 // processGone tells whether pid no longer runs; a zombie (not yet reaped

@@ -10,13 +10,14 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
+
+	"termlink/internal/testwait"
 )
 
 // checkConfig runs the real binary's --check-config on path.
 func checkConfig(t *testing.T, path string) (stdout, stderr string, code int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "--check-config", path)
 	var o, e bytes.Buffer
@@ -41,16 +42,21 @@ func examples(t *testing.T) []string {
 
 // Every example config passes --check-config (issue 23 row 4).
 func TestExamplesPassCheckConfig(t *testing.T) {
+	t.Parallel()
 	for _, f := range examples(t) {
-		stdout, stderr, code := checkConfig(t, f)
-		if code != 0 || !strings.HasPrefix(stdout, f+": ok (") {
-			t.Errorf("%s: exit %d\nstdout %s\nstderr %s", f, code, stdout, stderr)
-		}
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, code := checkConfig(t, f)
+			if code != 0 || !strings.HasPrefix(stdout, f+": ok (") {
+				t.Errorf("%s: exit %d\nstdout %s\nstderr %s", f, code, stdout, stderr)
+			}
+		})
 	}
 }
 
 // --check-config lists every problem with its key path and exits 1.
 func TestCheckConfigReportsEveryProblem(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "bad.json")
 	cfg := `{"channels": {"kiosk": {"kind": "terminal", "mode": "websocket", "accountId": "local",
 	  "agent": "helpr", "enrollment": true, "config": {"heartbeatSeconds": "often"}}}}`
@@ -88,6 +94,7 @@ var jsonBlockRE = regexp.MustCompile("(?ms)^ *```json\n(.*?)^ *```")
 // (a block of several alternatives, one per line, line by line), so the
 // README's configs are the ones --check-config passes.
 func TestReadmeConfigsAreExamples(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -145,6 +152,7 @@ func TestReadmeConfigsAreExamples(t *testing.T) {
 // The README's quick try of the Go example agent (a config written by a
 // heredoc) passes --check-config too.
 func TestReadmeHeredocConfig(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)

@@ -1,12 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 )
 
@@ -14,6 +15,7 @@ import (
 // again, the message is answered with an error instead of a third run, and
 // the session log says what happened.
 func TestRunInterruptedTwiceIsNotRunAgain(t *testing.T) {
+	t.Parallel()
 	workspace := t.TempDir()
 	cfg := writeConfig(t, workspace, 60_000) // runs outlast every kill below
 
@@ -31,17 +33,13 @@ func TestRunInterruptedTwiceIsNotRunAgain(t *testing.T) {
 		t.Fatalf("first restart does not re-run m-1:\n%s", p.log)
 	}
 	// The re-run has started once its start is in the session log.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.UntilOK(t, "the re-run of m-1 started", func() error {
 		data, _ := os.ReadFile(logFile)
 		if strings.Contains(string(data), `"event":"run_interrupted"`) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the re-run of m-1 never started:\n%s\n%s", data, p.log)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("the session log:\n%s\nthe server's:\n%s", data, p.log)
+	})
 	p.kill(t)
 
 	p = start(t, cfg)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 )
 
@@ -105,7 +106,7 @@ func start(t *testing.T, cfg string, extra ...string) *proc {
 	case p.addr = <-addr:
 	case <-p.done:
 		t.Fatalf("termserver exited before listening:\n%s", p.log)
-	case <-time.After(30 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatalf("termserver did not start:\n%s", p.log)
 	}
 	return p
@@ -149,7 +150,7 @@ func (d *device) send(f link.Frame) {
 
 func (d *device) read() link.Frame {
 	d.t.Helper()
-	_ = d.ws.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_ = d.ws.SetReadDeadline(time.Now().Add(testwait.Deadline))
 	_, data, err := d.ws.ReadMessage()
 	if err != nil {
 		d.t.Fatalf("read: %v", err)
@@ -178,6 +179,7 @@ func writeConfig(t *testing.T, workspace string, delayMs int) string {
 // message accepted but not answered before the kill is run at start-up
 // and its reply reaches the device when it resends.
 func TestRestartKeepsDedupe(t *testing.T) {
+	t.Parallel()
 	workspace := t.TempDir()
 	cfg := writeConfig(t, workspace, 1500)
 
@@ -228,16 +230,13 @@ func TestRestartKeepsDedupe(t *testing.T) {
 	// wait for m-2's reply to reach the file.
 	var data []byte
 	m2reply := regexp.MustCompile(`"role":"assistant".*"message_id":"m-2"`)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.UntilOK(t, "m-2's reply in the session log", func() error {
 		var err error
-		data, err = os.ReadFile(filepath.Join(workspace, "sessions", "terminal-dev:local:device-001.jsonl"))
-		if err != nil {
-			t.Fatal(err)
+		if data, err = os.ReadFile(filepath.Join(workspace, "sessions", "terminal-dev:local:device-001.jsonl")); err == nil && !m2reply.Match(data) {
+			err = fmt.Errorf("it holds:\n%s", data)
 		}
-		if m2reply.Match(data) || time.Now().After(deadline) {
-			break
-		}
-	}
+		return err
+	})
 	for _, id := range []string{"m-1", "m-2"} {
 		for _, role := range []string{"user", "assistant"} {
 			re := regexp.MustCompile(`"role":"` + role + `".*"message_id":"` + id + `"`)
@@ -254,6 +253,7 @@ func TestRestartKeepsDedupe(t *testing.T) {
 // A torn last line (power cut mid-write) is skipped with a warning; the
 // server starts.
 func TestTornSessionLogStillStarts(t *testing.T) {
+	t.Parallel()
 	workspace := t.TempDir()
 	sessions := filepath.Join(workspace, "sessions")
 	if err := os.MkdirAll(sessions, 0o700); err != nil {
@@ -284,6 +284,7 @@ func TestTornSessionLogStillStarts(t *testing.T) {
 
 // Bad configs are refused at start with the key's path in the message.
 func TestConfigErrorsNameThePath(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ config, want string }{
 		{`{"channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local","config":{"heartbeat_secs":3}}}}`,
 			"channels.terminal-dev.config.heartbeat_secs: unknown key"},
@@ -318,6 +319,7 @@ func TestConfigErrorsNameThePath(t *testing.T) {
 
 // SIGTERM shuts down cleanly and answers the devices with a going-away close.
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	p := start(t, writeConfig(t, t.TempDir(), 0))
 	d := connect(t, p, "dev")
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -338,6 +340,7 @@ func TestGracefulShutdown(t *testing.T) {
 // A second termserver on the same workspace is refused, and the refusal
 // names the pid of the termserver that holds it (issue 23 row 11).
 func TestSecondTermserverNamesTheHolder(t *testing.T) {
+	t.Parallel()
 	cfg := writeConfig(t, t.TempDir(), 0)
 	first := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -355,6 +358,7 @@ func TestSecondTermserverNamesTheHolder(t *testing.T) {
 // --version prints the version stamped with -X main.version, then the
 // module version and toolchain, on stdout, and exits 0 (issue 23 row 11).
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "--version")

@@ -14,6 +14,7 @@ import (
 // kill -9 right after a device's ack does not bring the acked notice back:
 // both are on disk (the notice log's fsync) before they are answered.
 func TestKill9KeepsNoticesAndAcks(t *testing.T) {
+	t.Parallel()
 	workspace := t.TempDir()
 	cfg := writeConfig(t, workspace, 0)
 	p := start(t, cfg)

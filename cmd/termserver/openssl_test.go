@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/testrig/needtool"
 )
@@ -21,6 +22,7 @@ import (
 // CertFile and KeyFile as termd's --ca-file, --cert and --key: kiosk-1
 // is answered, kiosk-2 is refused as revoked.
 func TestOpenSSLLabCA(t *testing.T) {
+	t.Parallel()
 	needtool.Path(t, "openssl", "the lab CA script; apt-get install openssl")
 	script, err := filepath.Abs("testdata/lab-ca.sh")
 	if err != nil {
@@ -68,7 +70,7 @@ func TestOpenSSLLabCA(t *testing.T) {
 	}
 	wait := func(events <-chan link.Event, what string, ok func(link.Event) bool) link.Event {
 		t.Helper()
-		timeout := time.After(20 * time.Second)
+		timeout := time.After(testwait.Deadline)
 		for {
 			select {
 			case e := <-events:
@@ -76,7 +78,7 @@ func TestOpenSSLLabCA(t *testing.T) {
 					return e
 				}
 			case <-timeout:
-				t.Fatalf("no %s within 20 s\n%s", what, p.log)
+				t.Fatalf("no %s within %v\n%s", what, testwait.Deadline, p.log)
 			}
 		}
 	}

@@ -39,6 +39,7 @@ func unitKeys(t *testing.T, path string) map[string][]string {
 // a made-up URL); termserver.service is hardened, keeps its workspace in
 // its StateDirectory (the one writable place), and its commands work.
 func TestServiceUnits(t *testing.T) {
+	t.Parallel()
 	for _, unit := range []string{"termserver.service", "../termd/termd.service"} {
 		for _, d := range unitKeys(t, unit)["Documentation"] {
 			for _, u := range strings.Fields(d) {

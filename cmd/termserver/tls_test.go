@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"termlink/internal/testpki"
+	"termlink/internal/testwait"
 	"termlink/link"
 )
 
@@ -50,16 +52,15 @@ func (d *device) ask(id, text string) {
 	}
 }
 
-// waitLog waits (20 s at most) until the process log holds want n times.
+// waitLog waits until the process log holds want n times.
 func (p *proc) waitLog(t *testing.T, want string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for strings.Count(p.log.String(), want) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("termserver never logged %q (%d times):\n%s", want, n, p.log)
+	testwait.UntilOK(t, fmt.Sprintf("termserver to log %q %d times", want, n), func() error {
+		if strings.Count(p.log.String(), want) < n {
+			return fmt.Errorf("its log:\n%s", p.log)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // hup sends the process a real SIGHUP.
@@ -75,6 +76,7 @@ func (p *proc) hup(t *testing.T) {
 // an open WebSocket stays up and answers; a SIGHUP with a broken key file
 // keeps the current certificate and says why; termserver keeps running.
 func TestSIGHUPReloadsCertificate(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := testpki.NewCA(t, dir, "lab")
 	first := ca.Server(t, "server")
@@ -113,6 +115,7 @@ func TestSIGHUPReloadsCertificate(t *testing.T) {
 // --tls-cert without --tls-key, or a key that does not match, stops
 // termserver at start with a message naming the problem.
 func TestTLSFlagErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := testpki.NewCA(t, dir, "lab")
 	a, b := ca.Server(t, "a"), ca.Server(t, "b")

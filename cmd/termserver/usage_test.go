@@ -9,6 +9,7 @@ import (
 )
 
 func TestHelp(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(binary, "--help").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "termserver is the termlink server") ||
 		!strings.Contains(string(out), "Example:") || !strings.Contains(string(out), "-config file") {
@@ -19,6 +20,7 @@ func TestHelp(t *testing.T) {
 // With --config and no workspace key, the workspace is beside the config
 // file, and the start-up log says where.
 func TestWorkspaceBesideConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "termserver.json")
 	if err := os.WriteFile(cfg, []byte(`{"channels": {"terminal-dev": {"kind": "terminal", "mode": "websocket", "accountId": "local", "agent": "echo"}},

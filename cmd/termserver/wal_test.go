@@ -15,6 +15,7 @@ import (
 // devices saw are there once too, and no line is written twice (the
 // write-ahead log's replay skips what the files already hold).
 func TestKill9AfterAcksKeepsEveryMessageOnce(t *testing.T) {
+	t.Parallel()
 	workspace := t.TempDir()
 	cfg := writeConfig(t, workspace, 0)
 	const devices, perDevice = 20, 15
