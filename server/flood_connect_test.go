@@ -11,6 +11,7 @@ import (
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/throttle"
 )
 
 // A stranger's refused upgrades and a device's refused frames (issue
@@ -79,7 +80,7 @@ func TestRefusedConnectFloodIsGated(t *testing.T) {
 	refused, rejected := channelEventCount(ts, events.TerminalRefused), channelEventCount(ts, events.InboundRejected)
 	// Three kinds (401 before upgrade, connect refused: both terminal_refused;
 	// bad frames: inbound_rejected), each at most the gate's kind burst.
-	if bound := gateBound(50, start); refused > 2*bound || rejected > bound {
+	if bound := gateBound(throttle.DefaultKindBurst, start); refused > 2*bound || rejected > bound {
 		t.Fatalf("%d terminal_refused and %d inbound_rejected events for 3,000 refusals, want at most %d and %d", refused, rejected, 2*bound, bound)
 	}
 	if refused == 0 || rejected == 0 {

@@ -29,8 +29,8 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultBurst      = 5
-	DefaultKindBurst  = 50
+	DefaultBurst      = 10
+	DefaultKindBurst  = 100
 	DefaultEvery      = time.Minute
 	DefaultMaxSources = 4096
 	DefaultMaxField   = 256
