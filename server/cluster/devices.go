@@ -615,20 +615,43 @@ func (d *Devices) mayReplaceLocked(cur, rec devicesRecord, now time.Time) bool {
 	}
 }
 
-// remove deletes k's record if it is this edge's.
+// remove deletes k's record if it is this edge's. The mirror may not
+// hold this edge's latest write of it yet (the watch is behind: a peer
+// forgotten just after its publish), or hold an older revision: then the
+// key is read from the bucket, and the delete made at what it holds.
 func (d *Devices) remove(ctx context.Context, k devKey) error {
 	d.mmu.Lock()
 	cur, ok := d.records[k]
 	d.mmu.Unlock()
-	if !ok || cur.rec.Edge != d.n.Name() {
-		return nil
-	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	if err := kvDelete(ctx, d.kv, k.String(), cur.rev); err != nil && !errors.Is(err, ErrConflict) {
-		return err
+	key := k.String()
+	rec, rev := cur.rec, cur.rev
+	read := !ok || rec.Edge != d.n.Name()
+	for try := 0; try < bindTries; try++ {
+		if read {
+			data, r, err := d.n.kvGet(ctx, d.kv, key)
+			if err != nil {
+				return err
+			}
+			if r == 0 {
+				return nil // not in the bucket
+			}
+			rec, rev = devicesRecord{}, r
+			if err := json.Unmarshal(data, &rec); err != nil {
+				return fmt.Errorf("cluster: device record %s: %w", key, err)
+			}
+		}
+		if rec.Edge != d.n.Name() {
+			return nil // another edge's (the peer moved): not this edge's to remove
+		}
+		err := kvDelete(ctx, d.kv, key, rev)
+		if !errors.Is(err, ErrConflict) {
+			return err
+		}
+		read = true
 	}
-	return nil
+	return fmt.Errorf("cluster: removing device %s: %d compare-and-set conflicts in a row", k.peer, bindTries)
 }
 
 // The mirror.
@@ -743,7 +766,15 @@ func (d *Devices) putLocked(k devKey, m mirrored) {
 		d.byEdge[m.rec.Edge] = map[devKey]struct{}{}
 	}
 	d.byEdge[m.rec.Edge][k] = struct{}{}
-	d.view.Put(d.peerLocked(m.rec, time.Now()))
+	// The edge's alive run as of now first: the view shows a peer online
+	// by the run alive when it was put, and puts the edge's peers again
+	// only when that run changes. A record put while the edge's beat was
+	// late (offline), with alive still naming its run, was shown offline
+	// until the run changed (never, for an edge that beats on).
+	now := time.Now()
+	if !d.reliveEdgeLocked(m.rec.Edge, now) {
+		d.view.Put(d.peerLocked(m.rec, now))
+	}
 }
 
 func (d *Devices) removeLocked(k devKey) {
@@ -797,15 +828,18 @@ func (d *Devices) relive(now time.Time) {
 	}
 }
 
-func (d *Devices) reliveEdgeLocked(edge string, now time.Time) {
+// reliveEdgeLocked puts the devices of edge again if its alive run
+// changed, and reports whether it did.
+func (d *Devices) reliveEdgeLocked(edge string, now time.Time) bool {
 	run := d.aliveRunLocked(edge, now)
 	if prev, ok := d.alive[edge]; ok && prev == run {
-		return
+		return false
 	}
 	d.alive[edge] = run
 	for k := range d.byEdge[edge] {
 		d.view.Put(d.peerLocked(d.records[k].rec, now))
 	}
+	return true
 }
 
 // decodeKeyPart is the inverse of keyPart: only its spelling of a value

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/config"
 	"termlink/server/registry"
 )
@@ -40,15 +42,26 @@ type devicesNode struct {
 	log *syncBuffer
 }
 
-// openDevices opens node name (role edge or worker, lease 1 s) on the
-// JetStream at url and its device registry (publishing every 50 ms), closed
-// when the test ends.
+// devicesLease is the lease of the nodes openDevices opens: a loaded
+// machine's late beat must not show a live edge's devices offline while
+// a test looks at them. TestDevicesEdgeGone, which waits for an edge's
+// beat to stop, takes 1 s.
+const devicesLease = 10 * time.Second
+
+// openDevices opens node name (role edge or worker, devicesLease) on
+// the JetStream at url and its device registry (publishing every 50
+// ms), closed when the test ends.
 func openDevices(t testing.TB, url, name, role string, opt DevicesOptions, ropts ...func(*registry.Options)) *devicesNode {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return openDevicesLease(t, devicesLease, url, name, role, opt, ropts...)
+}
+
+func openDevicesLease(t testing.TB, lease time.Duration, url, name, role string, opt DevicesOptions, ropts ...func(*registry.Options)) *devicesNode {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	cfg := config.Cluster{NATS: []string{url}, Role: role, Name: name, Partitions: 1,
-		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+		Replicas: 1, AckWait: time.Second, Lease: lease, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
 	buf := &syncBuffer{}
 	n, err := Open(ctx, cfg, slog.New(slog.NewTextHandler(buf, nil)))
 	if err != nil {
@@ -89,17 +102,42 @@ func (dn *devicesNode) connect(t *testing.T, peer string, tags map[string]string
 // waitPeer waits until the node lists peer as want says.
 func (dn *devicesNode) waitPeer(t *testing.T, peer, what string, want func(p registry.Peer, ok bool) bool) registry.Peer {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		p, ok := dn.d.Get("ch", peer)
-		if want(p, ok) {
-			return p
+	var p registry.Peer
+	testwait.UntilOK(t, dn.n.Name()+" to list "+peer+" "+what, func() error {
+		var ok bool
+		if p, ok = dn.d.Get("ch", peer); !want(p, ok) {
+			return fmt.Errorf("%+v (listed: %v)", p, ok)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s not %s within 10 s: %+v (listed: %v)", dn.n.Name(), peer, what, p, ok)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	return p
+}
+
+// publishedSince reports whether the node's publisher wrote peer's
+// record (or found another edge's newer and left it) in a publish begun
+// at or after at.
+func (dn *devicesNode) publishedSince(peer string, at time.Time) bool {
+	dn.d.mu.Lock()
+	defer dn.d.mu.Unlock()
+	p, ok := dn.d.published[devKey{"ch", peer}]
+	return ok && !p.Before(at)
+}
+
+// inBucket reads peer's record from the bucket (its stream's leader):
+// ok false when there is none.
+func (dn *devicesNode) inBucket(t *testing.T, peer string) (devicesRecord, bool) {
+	t.Helper()
+	data, rev, err := dn.n.kvGet(context.Background(), dn.d.kv, devKey{"ch", peer}.String())
+	if err != nil {
+		t.Fatal(err)
 	}
+	var rec devicesRecord
+	if rev != 0 {
+		if err := json.Unmarshal(data, &rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rec, rev != 0
 }
 
 func onlineAt(edge string) func(registry.Peer, bool) bool {
@@ -115,6 +153,7 @@ func offlineAt(edge string) func(registry.Peer, bool) bool {
 // it offline there, still at A. A newer connection on B wins over A's
 // older one, whichever edge publishes last.
 func TestDevicesAcrossNodes(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a := openDevices(t, url, "edge-a", config.RoleEdge, DevicesOptions{})
 	b := openDevices(t, url, "edge-b", config.RoleEdge, DevicesOptions{})
@@ -148,8 +187,12 @@ func TestDevicesAcrossNodes(t *testing.T) {
 	w.waitPeer(t, "kiosk-2", "online at edge-a", onlineAt("edge-a"))
 	b.connect(t, "kiosk-2", nil)
 	w.waitPeer(t, "kiosk-2", "online at edge-b", onlineAt("edge-b"))
+	gone := time.Now()
 	a.d.Disconnected("ch", "kiosk-2", genA)
-	time.Sleep(300 * time.Millisecond) // several of A's publishes
+	testwait.Until(t, "A's publish of kiosk-2's disconnect", func() bool { return a.publishedSince("kiosk-2", gone) })
+	if rec, ok := a.inBucket(t, "kiosk-2"); !ok || rec.Edge != "edge-b" || !rec.Peer.Online {
+		t.Fatalf("after A's publish of its older connection's end the bucket holds %+v (%v), want B's online record", rec, ok)
+	}
 	for _, dn := range []*devicesNode{a, b, w} {
 		dn.waitPeer(t, "kiosk-2", "online at edge-b", onlineAt("edge-b"))
 	}
@@ -158,6 +201,7 @@ func TestDevicesAcrossNodes(t *testing.T) {
 // The live stream of a node (Subscribe) gets the changes of devices on
 // another edge.
 func TestDevicesSubscribeAcrossNodes(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a := openDevices(t, url, "edge-a", config.RoleEdge, DevicesOptions{})
 	w := openDevices(t, url, "worker-1", config.RoleWorker, DevicesOptions{})
@@ -166,7 +210,7 @@ func TestDevicesSubscribeAcrossNodes(t *testing.T) {
 	gen := a.connect(t, "kiosk-1", nil)
 	a.d.Disconnected("ch", "kiosk-1", gen)
 	var got []string
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(testwait.Deadline)
 	for len(got) == 0 || got[len(got)-1] != "offline@edge-a" {
 		select {
 		case p := <-sub.C():
@@ -187,9 +231,10 @@ func TestDevicesSubscribeAcrossNodes(t *testing.T) {
 // restarted under the same name does not bring its lost connections
 // back.
 func TestDevicesEdgeGone(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
-	a := openDevices(t, url, "edge-a", config.RoleEdge, DevicesOptions{})
-	b := openDevices(t, url, "edge-b", config.RoleEdge, DevicesOptions{})
+	a := openDevicesLease(t, time.Second, url, "edge-a", config.RoleEdge, DevicesOptions{})
+	b := openDevicesLease(t, time.Second, url, "edge-b", config.RoleEdge, DevicesOptions{})
 	a.connect(t, "kiosk-1", nil)
 	a.connect(t, "kiosk-2", nil)
 	b.waitPeer(t, "kiosk-1", "online at edge-a", onlineAt("edge-a"))
@@ -207,16 +252,25 @@ func TestDevicesEdgeGone(t *testing.T) {
 	b.connect(t, "kiosk-1", nil)
 	b.waitPeer(t, "kiosk-1", "online at edge-b", onlineAt("edge-b"))
 
-	again := openDevices(t, url, "edge-a", config.RoleEdge, DevicesOptions{})
+	again := openDevicesLease(t, time.Second, url, "edge-a", config.RoleEdge, DevicesOptions{})
 	again.waitPeer(t, "kiosk-2", "offline at edge-a", offlineAt("edge-a"))
-	time.Sleep(500 * time.Millisecond) // the new run's beats
-	b.waitPeer(t, "kiosk-2", "offline at edge-a", offlineAt("edge-a"))
+	// Once B hears the new run beat, the lost connection would show
+	// online there if a beat of the edge's name revived it.
+	testwait.Until(t, "B to hear the beat of edge-a's new run", func() bool {
+		b.d.mmu.Lock()
+		defer b.d.mmu.Unlock()
+		return b.d.beats["edge-a"].run == again.d.Run()
+	})
+	if p, ok := b.d.Get("ch", "kiosk-2"); !ok || p.Online || p.Edge != "edge-a" {
+		t.Errorf("B lists kiosk-2 as %+v (%v) after edge-a's new run beat, want offline at edge-a", p, ok)
+	}
 	again.waitPeer(t, "kiosk-1", "online at edge-b", onlineAt("edge-b"))
 }
 
 // Pages and cursors run over the devices of every edge, in peer id
 // order, with the filters.
 func TestDevicesPagesAcrossNodes(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a := openDevices(t, url, "edge-a", config.RoleEdge, DevicesOptions{})
 	b := openDevices(t, url, "edge-b", config.RoleEdge, DevicesOptions{})
@@ -237,11 +291,15 @@ func TestDevicesPagesAcrossNodes(t *testing.T) {
 		gens[peer] = on.connect(t, peer, map[string]string{"site": site})
 	}
 	a.d.Disconnected("ch", "kiosk-04", gens["kiosk-04"])
+	// A publish writes its peers at once, in no order: the last one
+	// seen says nothing of the others.
+	testwait.UntilOK(t, "the worker to count the 10 peers", func() error {
+		if n := w.d.Count("ch"); n != 10 {
+			return fmt.Errorf("%d peers", n)
+		}
+		return nil
+	})
 	w.waitPeer(t, "kiosk-04", "offline at edge-a", offlineAt("edge-a"))
-	w.waitPeer(t, "kiosk-09", "online at edge-b", onlineAt("edge-b"))
-	if n := w.d.Count("ch"); n != 10 {
-		t.Fatalf("the worker counts %d peers", n)
-	}
 	var got []string
 	after, pages := "", 0
 	for {
@@ -283,17 +341,19 @@ func TestDevicesPagesAcrossNodes(t *testing.T) {
 // not published at all: a clear warning each, once, and the node goes
 // on publishing the others.
 func TestDevicesOversize(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a := openDevices(t, url, "edge-a", config.RoleEdge, DevicesOptions{MaxValueSize: 1500})
 	b := openDevices(t, url, "edge-b", config.RoleEdge, DevicesOptions{MaxValueSize: 1500})
 
 	gen := a.connect(t, "screen-1", nil)
-	for i := range 3 {
+	for i := range 3 { // three publishes of the screen, each over the size
 		rows := []string{strings.Repeat("x", 250), strings.Repeat("y", 250), strings.Repeat("z", 250), strings.Repeat("w", 250), fmt.Sprint(i)}
+		at := time.Now()
 		if !a.d.SetScreen("ch", "screen-1", gen, registry.Screen{Rows: rows}) {
 			t.Fatal("screen refused")
 		}
-		time.Sleep(60 * time.Millisecond)
+		testwait.Until(t, fmt.Sprintf("A's publish of screen %d", i), func() bool { return a.publishedSince("screen-1", at) })
 	}
 	p := b.waitPeer(t, "screen-1", "online at edge-a", onlineAt("edge-a"))
 	if p.Screen != nil {
@@ -307,10 +367,14 @@ func TestDevicesOversize(t *testing.T) {
 	for i := range 20 {
 		tags[fmt.Sprintf("tag%02d", i)] = strings.Repeat("v", 90)
 	}
+	at := time.Now()
 	a.connect(t, "tagged-1", tags)
 	a.connect(t, "plain-1", nil)
 	b.waitPeer(t, "plain-1", "online at edge-a", onlineAt("edge-a"))
-	time.Sleep(200 * time.Millisecond)
+	testwait.Until(t, "A's publish of tagged-1", func() bool { return a.publishedSince("tagged-1", at) })
+	if rec, ok := a.inBucket(t, "tagged-1"); ok {
+		t.Errorf("the record over the value size is in the bucket: %+v", rec)
+	}
 	if _, ok := b.d.Get("ch", "tagged-1"); ok {
 		t.Error("the record over the value size is listed")
 	}
@@ -325,6 +389,7 @@ func TestDevicesOversize(t *testing.T) {
 // A device the edge's registry forgets to make room (its channel full)
 // leaves every node's list.
 func TestDevicesForgottenLeaveTheCluster(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a := openDevices(t, url, "edge-a", config.RoleEdge, DevicesOptions{}, func(o *registry.Options) { o.MaxPeers = 2 })
 	b := openDevices(t, url, "edge-b", config.RoleEdge, DevicesOptions{})
@@ -338,5 +403,74 @@ func TestDevicesForgottenLeaveTheCluster(t *testing.T) {
 	b.waitPeer(t, "kiosk-1", "gone", func(_ registry.Peer, ok bool) bool { return !ok })
 	if n := b.d.Count("ch"); n != 2 {
 		t.Errorf("edge B counts %d", n)
+	}
+}
+
+// A peer's record that reaches the mirror while its edge's beat is late
+// shows offline; the edge's next beat shows it online again. The mirror
+// once kept the edge's run alive while the beat was late (no tick had
+// looked yet), so the next beat changed nothing and the peer stayed
+// offline for good on a loaded machine.
+func TestDevicesRecordWhileTheBeatIsLate(t *testing.T) {
+	t.Parallel()
+	d := &Devices{n: &Node{cfg: config.Cluster{Name: "worker-1", Lease: time.Second}}, view: registry.NewView(nil),
+		records: map[devKey]mirrored{}, byEdge: map[string]map[devKey]struct{}{}, beats: map[string]beatSeen{}, alive: map[string]string{}}
+	now := time.Now()
+	d.mmu.Lock()
+	defer d.mmu.Unlock()
+	d.beats["edge-a"] = beatSeen{run: "run-1", seen: now}
+	d.reliveEdgeLocked("edge-a", now)
+	d.beats["edge-a"] = beatSeen{run: "run-1", seen: now.Add(-2 * time.Second)} // late: no beat for two leases
+	k := devKey{"ch", "kiosk-1"}
+	d.putLocked(k, mirrored{devicesRecord{Edge: "edge-a", Run: "run-1", Since: now, At: now,
+		Peer: registry.Peer{PeerID: "kiosk-1", ChannelID: "ch", Online: true}}, 1})
+	if p, ok := d.view.Get("ch", "kiosk-1"); !ok || p.Online {
+		t.Fatalf("put while the beat is late: %+v (%v), want offline", p, ok)
+	}
+	d.beats["edge-a"] = beatSeen{run: "run-1", seen: time.Now()} // the next beat
+	d.reliveEdgeLocked("edge-a", time.Now())
+	if p, ok := d.view.Get("ch", "kiosk-1"); !ok || !p.Online {
+		t.Fatalf("after the edge's next beat: %+v (%v), want online", p, ok)
+	}
+}
+
+// A forgotten peer leaves the bucket even when the edge's mirror is
+// behind its own writes: without the record (the watch has not brought
+// it yet), or at an older revision. The edge once left the record for
+// good then (TestDevicesForgottenLeaveTheCluster failed on a loaded
+// machine).
+func TestDevicesRemoveWhileTheMirrorIsBehind(t *testing.T) {
+	t.Parallel()
+	url := startJetStream(t)
+	a := openDevices(t, url, "edge-a", config.RoleEdge, DevicesOptions{})
+	ctx := context.Background()
+	for _, behind := range []string{"without the record", "at an older revision"} {
+		peer := "kiosk-" + strings.Fields(behind)[0]
+		k := devKey{"ch", peer}
+		mirrored := func() uint64 {
+			a.d.mmu.Lock()
+			defer a.d.mmu.Unlock()
+			return a.d.records[k].rev
+		}
+		a.connect(t, peer, nil)
+		testwait.Until(t, "A's mirror to hold "+peer, func() bool { return mirrored() != 0 })
+		first := mirrored()
+		a.connect(t, peer, nil) // a second publish: the first is a revision before the last
+		testwait.Until(t, "A's mirror to hold "+peer+"'s second publish", func() bool { return mirrored() > first })
+		a.d.mmu.Lock()
+		if behind == "without the record" {
+			delete(a.d.records, k)
+		} else {
+			m := a.d.records[k]
+			m.rev = first
+			a.d.records[k] = m
+		}
+		a.d.mmu.Unlock()
+		if err := a.d.remove(ctx, k); err != nil {
+			t.Fatalf("%s: remove: %v", behind, err)
+		}
+		if rec, ok := a.inBucket(t, peer); ok {
+			t.Errorf("mirror %s: the bucket still holds %+v", behind, rec)
+		}
 	}
 }
