@@ -19,6 +19,7 @@ func claim(state, worker, run string, attempt int) Claim {
 }
 
 func TestDecideStart(t *testing.T) {
+	t.Parallel()
 	reply := &Reply{Text: "hi", FinishReason: "stop", RunID: "old-1"}
 	done := claim(StateDone, other, "old-1", 1)
 	done.Reply = reply
@@ -73,6 +74,7 @@ func TestDecideStart(t *testing.T) {
 // Only a run before by an unknown earlier owner is unsure: the record
 // says it may not have started.
 func TestDecideStartUnsure(t *testing.T) {
+	t.Parallel()
 	if st := DecideStart(claim(StateRunning, UnknownWorker, "", 1), me, runID); !st.Unsure || st.Attempt != 2 {
 		t.Errorf("after an unknown owner: unsure %v attempt %d, want true 2", st.Unsure, st.Attempt)
 	}
@@ -82,6 +84,7 @@ func TestDecideStartUnsure(t *testing.T) {
 }
 
 func TestDecideStartKeepsTheClaimsOtherFields(t *testing.T) {
+	t.Parallel()
 	cl := claim(StateRunning, other, "cccc-1", 1)
 	cl.Edge = "e1"
 	got := DecideStart(cl, me, runID).Claim
@@ -91,6 +94,7 @@ func TestDecideStartKeepsTheClaimsOtherFields(t *testing.T) {
 }
 
 func TestAfterStartWrite(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		r             WriteResult
 		conflicts     int
@@ -115,6 +119,7 @@ func TestAfterStartWrite(t *testing.T) {
 }
 
 func TestWriteResultOf(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		err  error
 		want WriteResult
@@ -134,6 +139,7 @@ func TestWriteResultOf(t *testing.T) {
 // stored but whose answer was lost: the claim read again is this
 // worker's own, and the message is started, not run a second time.
 func TestStartLostAnswer(t *testing.T) {
+	t.Parallel()
 	step := DecideStart(claim(StatePending, "", runID, 0), me, runID)
 	if step.Action != StartWrite {
 		t.Fatalf("first step %v; want write", step.Action)
@@ -149,6 +155,7 @@ func TestStartLostAnswer(t *testing.T) {
 }
 
 func TestDecideFinishConflict(t *testing.T) {
+	t.Parallel()
 	mine := claim(StateRunning, me, runID, 1)
 	doneBy := func(worker, run string) Claim {
 		return Done(claim(StateRunning, worker, run, 1), worker, Reply{Text: "r", RunID: run})
@@ -184,6 +191,7 @@ func TestDecideFinishConflict(t *testing.T) {
 }
 
 func TestDone(t *testing.T) {
+	t.Parallel()
 	cl := claim(StateRunning, predecessor, runID, 2)
 	cl.Edge = "e1"
 	got := Done(cl, me, Reply{Text: "r", FinishReason: "stop", RunID: runID})
@@ -198,6 +206,7 @@ func TestDone(t *testing.T) {
 }
 
 func TestDecideAccept(t *testing.T) {
+	t.Parallel()
 	answered := Done(claim(StateRunning, other, "r", 1), other, Reply{Text: "x", RunID: "r"})
 	doneNoReply := claim(StateDone, other, "r", 1)
 	for _, tc := range []struct {
@@ -220,6 +229,7 @@ func TestDecideAccept(t *testing.T) {
 }
 
 func TestDecideCancel(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name          string
 		cl            Claim

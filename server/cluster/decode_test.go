@@ -11,6 +11,7 @@ import (
 )
 
 func TestDecodeRefusesWhatNamesNothing(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		err  func([]byte) error
@@ -35,6 +36,7 @@ func TestDecodeRefusesWhatNamesNothing(t *testing.T) {
 }
 
 func TestDecodeRoundTrip(t *testing.T) {
+	t.Parallel()
 	in := inMsg{Inbound: bus.Inbound{ChannelID: "c", PeerID: "p", SessionKey: "c:a:p", MessageID: "m1", Text: "hi"}}
 	b, _ := json.Marshal(in)
 	got, err := decodeIn(b)
@@ -61,6 +63,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 }
 
 func TestPartitionAndKeys(t *testing.T) {
+	t.Parallel()
 	counts := make([]int, 16)
 	for i := range 16000 {
 		counts[Partition("terminal-dev:local:kiosk-"+strconv.Itoa(i), 16)]++

@@ -15,6 +15,7 @@ func inbound(session, id string) bus.Inbound {
 }
 
 func TestWaitsHoldBackUntilTheFailedOneIsAccepted(t *testing.T) {
+	t.Parallel()
 	w := NewWaits()
 	a, b := inbound("s", "A"), inbound("s", "B")
 	w.Accepted(a, errors.New("publish: no answer"))
@@ -43,6 +44,7 @@ func TestWaitsHoldBackUntilTheFailedOneIsAccepted(t *testing.T) {
 }
 
 func TestWaitsAdmitBounds(t *testing.T) {
+	t.Parallel()
 	w := NewWaits()
 	if r := w.Admit(inbound("s", "1"), 2, 3); r != "" {
 		t.Fatal(r)
@@ -71,6 +73,7 @@ func TestWaitsAdmitBounds(t *testing.T) {
 // places, exactly as many as there are places get one (the edge once let
 // 4097 of 4096 through).
 func TestWaitsAdmitRace(t *testing.T) {
+	t.Parallel()
 	w := NewWaits()
 	const places, tries = 64, 256
 	var wg sync.WaitGroup
@@ -94,6 +97,7 @@ func TestWaitsAdmitRace(t *testing.T) {
 }
 
 func TestWaitsReplyBeforeAckIsParked(t *testing.T) {
+	t.Parallel()
 	w := NewWaits()
 	in := inbound("s", "m")
 	if r := w.Admit(in, 8, 8); r != "" { // acking
@@ -125,6 +129,7 @@ func TestWaitsReplyBeforeAckIsParked(t *testing.T) {
 // A delta before the ack waits for it, the latest in place of the
 // earlier; a final that came too supersedes it.
 func TestWaitsDeltaBeforeAckIsParked(t *testing.T) {
+	t.Parallel()
 	w := NewWaits()
 	in := inbound("s", "m")
 	if r := w.Admit(in, 8, 8); r != "" { // acking
@@ -153,6 +158,7 @@ func TestWaitsDeltaBeforeAckIsParked(t *testing.T) {
 }
 
 func TestWaitsDisconnectedForgetsThePeer(t *testing.T) {
+	t.Parallel()
 	w := NewWaits()
 	w.Wait(inbound("s", "1"), false)
 	other := bus.Inbound{ChannelID: "c", PeerID: "q", SessionKey: "s2", MessageID: "1"}
@@ -174,6 +180,7 @@ func TestWaitsDisconnectedForgetsThePeer(t *testing.T) {
 }
 
 func TestWaitsPresence(t *testing.T) {
+	t.Parallel()
 	w := NewWaits()
 	w.Present("c", "p", 7)
 	if w.Newer("c", "p", 7) || w.Newer("c", "p", 3) {
@@ -185,6 +192,7 @@ func TestWaitsPresence(t *testing.T) {
 }
 
 func TestWaitsDue(t *testing.T) {
+	t.Parallel()
 	w := NewWaits()
 	for _, id := range []string{"1", "2", "3"} {
 		w.Wait(inbound("s", id), false)

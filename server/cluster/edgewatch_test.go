@@ -14,6 +14,7 @@ import (
 // lease while none answers; it closes its devices only after a whole
 // lease.
 func TestEdgeWatchReconnectsElsewhere(t *testing.T) {
+	t.Parallel()
 	const lease = 4 * time.Second
 	t0 := time.Now()
 	kicks, drops := 0, 0

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/events"
 )
 
@@ -18,17 +19,17 @@ func openFeed(t *testing.T, n *Node, perChannel int) *EventFeed {
 	return f
 }
 
-// waitEvents waits up to 10 s until view holds want events.
+// waitEvents waits until view holds want events (or more).
 func waitEvents(t *testing.T, v *EventView, want int) []events.Event {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := v.Recent(-1)
-		if len(got) >= want || time.Now().After(deadline) {
-			return got
+	var got []events.Event
+	testwait.UntilOK(t, fmt.Sprintf("the view to hold %d events", want), func() error {
+		if got = v.Recent(-1); len(got) < want {
+			return fmt.Errorf("%d events", len(got))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return got
 }
 
 // A channel's events recorded on one node are read on another, each
@@ -36,6 +37,7 @@ func waitEvents(t *testing.T, v *EventView, want int) []events.Event {
 // another channel's are not; a subscriber on B sees A's new events live;
 // Add on a view records in the node's own log.
 func TestEventsAcrossNodes(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a, b := openNode(t, url, "edge-a"), openNode(t, url, "worker-b")
 	fa, fb := openFeed(t, a, 100), openFeed(t, b, 100)
@@ -70,8 +72,8 @@ func TestEventsAcrossNodes(t *testing.T) {
 		if e.Event != events.InboundAccepted || e.Node != "edge-a" || e.MessageID != "m-1" {
 			t.Fatalf("live event on B: %+v", e)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no live event on B within 10 s of A's")
+	case <-time.After(testwait.Deadline):
+		t.Fatalf("no live event on B within %s of A's", testwait.Deadline)
 	}
 
 	viewB.Add(events.Event{Event: "operator_cancel", PeerID: "dev-1"})
@@ -83,6 +85,7 @@ func TestEventsAcrossNodes(t *testing.T) {
 // The stream keeps a channel's newest perChannel events: a view opened
 // later holds those, oldest first.
 func TestEventsViewBounded(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a := openNode(t, url, "edge-a")
 	fa := openFeed(t, a, 5)
@@ -93,20 +96,16 @@ func TestEventsViewBounded(t *testing.T) {
 	b := openNode(t, url, "edge-b")
 	fb := openFeed(t, b, 5)
 	// Wait until all 12 are stored (the feed publishes in the background).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		v := fb.View("terminal-dev", events.NewLog(5))
-		got := waitEvents(t, v, 5)
-		if len(got) == 5 && got[4].Detail == "11" {
-			if got[0].Detail != "7" {
-				t.Fatalf("view %+v, want events 7..11", got)
-			}
-			return
+	var got []events.Event
+	testwait.UntilOK(t, "a view opened later to hold the newest 5 (7..11)", func() error {
+		got = fb.View("terminal-dev", events.NewLog(5)).Recent(-1)
+		if len(got) != 5 || got[4].Detail != "11" {
+			return fmt.Errorf("view %+v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("view %+v, want the newest 5 (7..11)", got)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	if got[0].Detail != "7" {
+		t.Fatalf("view %+v, want events 7..11", got)
 	}
 }
 
@@ -114,6 +113,7 @@ func TestEventsViewBounded(t *testing.T) {
 // message per channel: a busy node costs JetStream far fewer writes than
 // events, and every event is read on the other side, in order.
 func TestEventsBatched(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a, b := openNode(t, url, "edge-a"), openNode(t, url, "worker-b")
 	fa, fb := openFeed(t, a, 1000), openFeed(t, b, 1000)
@@ -150,6 +150,7 @@ func TestEventsBatched(t *testing.T) {
 // decodeEvents reads a batch, one event of the format before batches,
 // and nothing from anything else.
 func TestDecodeEvents(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in   string
 		want int
@@ -185,6 +186,7 @@ func FuzzDecodeEvents(f *testing.F) {
 // decoded every node's events). Its first read waits until the mirror
 // holds what the stream held.
 func TestEventViewLazy(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a, b := openNode(t, url, "edge-a"), openNode(t, url, "worker-b")
 	fa, fb := openFeed(t, a, 100), openFeed(t, b, 100)
@@ -205,13 +207,10 @@ func TestEventViewLazy(t *testing.T) {
 		}
 		return n
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for info, _ := s.Info(ctx); info == nil || info.State.Msgs == 0; info, _ = s.Info(ctx) {
-		if time.Now().After(deadline) {
-			t.Fatal("the events never reached the stream")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, "the events to reach the stream", func() bool {
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Msgs > 0
+	})
 	if n := consumers(); n != 0 {
 		t.Errorf("%d consumers on the events stream before any read, want none", n)
 	}

@@ -29,6 +29,11 @@ func recordKey(sessionKey string, r session.Record) string {
 	return r.Role + "\x00" + r.MessageID + "\x00" + ev + "\x00" + sessionKey
 }
 
+// histFetchWait is how long ReadHistory waits for a batch: one that does
+// not come ends the read when nothing matching is left (a session
+// without a turn).
+const histFetchWait = 2 * time.Second
+
 // ReadHistory calls fn with every record of the history stream, oldest
 // first, each record once (by role, message id and event). An empty
 // sessionKey reads every session.
@@ -52,7 +57,7 @@ func (n *Node) ReadHistory(ctx context.Context, sessionKey string, fn func(sessi
 	}
 	seen := map[string]bool{}
 	for {
-		batch, err := cons.Fetch(512, jetstream.FetchMaxWait(2*time.Second))
+		batch, err := cons.Fetch(512, jetstream.FetchMaxWait(n.histWait))
 		if err != nil {
 			return fmt.Errorf("cluster: reading %s: %w", HistStream, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/config"
 	"termlink/server/session"
 )
@@ -16,7 +17,8 @@ import (
 // subject) and the done claims after it; a claim not done yet, and
 // another session's, are not read.
 func TestReadHistoryBothFormats(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	n, err := Open(ctx, config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleAll, Name: "w1", Partitions: 1,
 		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}, nil)
@@ -24,6 +26,7 @@ func TestReadHistoryBothFormats(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
+	n.histWait = 50 * time.Millisecond // a read of a session without a turn ends after one such wait
 	const key = "terminal-dev:direct:dev-1"
 	old, _ := json.Marshal(histEntry{Session: key, Records: []session.Record{
 		{Role: "user", MessageID: "m-0", Content: "before"}, {Role: "assistant", MessageID: "m-0", Content: "old"}}})

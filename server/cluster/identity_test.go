@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/config"
 	"termlink/server/identity"
 	"termlink/server/identity/identitytest"
@@ -19,7 +20,7 @@ import (
 // the test ends: each stands for another termserver of the cluster.
 func openNode(t *testing.T, url, name string) *Node {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	cfg := config.Cluster{NATS: []string{url}, Role: config.RoleEdge, Name: name, Partitions: 1,
 		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
@@ -52,6 +53,7 @@ func openCodes(t *testing.T, n *Node, opt CodesOptions) *Codes {
 // The JetStream bindings keep identity's contract; opening them again is
 // another node on the same NATS.
 func TestBindingsContract(t *testing.T) {
+	t.Parallel()
 	identitytest.Bindings(t, func(t *testing.T) func() identity.Bindings {
 		url := startJetStream(t)
 		nodes := 0
@@ -65,6 +67,7 @@ func TestBindingsContract(t *testing.T) {
 // The JetStream codes keep identity's contract (with caps of 40 and 4:
 // the rules are the same, and a thousand codes would take minutes).
 func TestCodesContract(t *testing.T) {
+	t.Parallel()
 	identitytest.Codes(t, func(t *testing.T) identity.Codes {
 		return openCodes(t, openNode(t, startJetStream(t), "e1"), CodesOptions{MaxPending: 40, MaxPendingPerNet: 4})
 	}, identitytest.Caps{Total: 40, PerNet: 4})
@@ -74,6 +77,7 @@ func TestCodesContract(t *testing.T) {
 // connect wins, and both nodes list that one binding; the winner's token
 // then connects through either node, and nobody else's.
 func TestBindingsRaceAcrossNodes(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a, b := openBindings(t, openNode(t, url, "edge-a"), "ch"), openBindings(t, openNode(t, url, "edge-b"), "ch")
 	identitytest.BindRace(t, []identity.Bindings{a, b})
@@ -96,6 +100,7 @@ func TestBindingsRaceAcrossNodes(t *testing.T) {
 // Enroll races across nodes for one peer: one token wins; a reset on one
 // node refuses the token on the other at once.
 func TestBindingsEnrollAndResetAcrossNodes(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a, b := openBindings(t, openNode(t, url, "edge-a"), "ch"), openBindings(t, openNode(t, url, "edge-b"), "ch")
 	errs := make([]error, 8)
@@ -137,6 +142,7 @@ func TestBindingsEnrollAndResetAcrossNodes(t *testing.T) {
 // binds nothing: it holds the peer while young, and is replaced once
 // older than bindingSettle; a token's key left by a reset binds nothing.
 func TestBindingsHalfWritten(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	b := openBindings(t, openNode(t, url, "edge-a"), "ch")
 	ctx := context.Background()
@@ -191,6 +197,7 @@ func hexOf(d config.Digest) string {
 // answered access_denied on the other; two nodes approving one code at
 // once bind one token.
 func TestCodesAcrossNodes(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a, b := openCodes(t, openNode(t, url, "edge-a"), CodesOptions{}), openCodes(t, openNode(t, url, "worker-b"), CodesOptions{})
 	now := time.Now()
@@ -269,6 +276,7 @@ func TestCodesAcrossNodes(t *testing.T) {
 // Starts racing on two nodes keep the network's cap: of 8 codes asked
 // for at once from one network with room for 4, exactly 4 are issued.
 func TestCodesCapAcrossNodes(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	opt := CodesOptions{MaxPending: 40, MaxPendingPerNet: 4}
 	nodes := []*Codes{openCodes(t, openNode(t, url, "edge-a"), opt), openCodes(t, openNode(t, url, "edge-b"), opt)}

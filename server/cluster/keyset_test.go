@@ -7,6 +7,7 @@ import (
 
 // A KeySet holds at most its size: the oldest key goes first.
 func TestKeySetBounded(t *testing.T) {
+	t.Parallel()
 	s := NewKeySet(3)
 	k := func(i int) Key { return Key{Session: "s", MessageID: fmt.Sprint(i)} }
 	for i := range 5 {

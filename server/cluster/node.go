@@ -64,6 +64,10 @@ type Node struct {
 	bg     sync.WaitGroup
 	stopBg context.CancelFunc
 	bgCtx  context.Context
+
+	// histWait is how long a history read waits for a batch that does
+	// not come (histFetchWait; tests take a short one).
+	histWait time.Duration
 }
 
 // NodeInfo is one node as the nodes bucket has it.
@@ -189,7 +193,7 @@ func connect(cfg config.Cluster, log *slog.Logger) (*Node, error) {
 		nc.Close()
 		return nil, fmt.Errorf("cluster: JetStream: %w", err)
 	}
-	return &Node{cfg: cfg, log: log, nc: nc, js: js, info: NodeInfo{Name: cfg.Name, Role: cfg.Role}}, nil
+	return &Node{cfg: cfg, log: log, nc: nc, js: js, info: NodeInfo{Name: cfg.Name, Role: cfg.Role}, histWait: histFetchWait}, nil
 }
 
 // setup creates or updates what the cluster shares. Creation is

@@ -97,6 +97,9 @@ type NoticesOptions struct {
 	notices.Options
 	// MaxBytes bounds the bucket (0: DefaultNoticesMaxBytes).
 	MaxBytes int64
+	// LookEvery is how often a node looks for the bucket until the
+	// first notice made it (0: noticesLookEvery; tests take a short one).
+	LookEvery time.Duration
 }
 
 // Notices is notices.Mailboxes shared by every node of the cluster.
@@ -106,6 +109,7 @@ type Notices struct {
 	log      *slog.Logger
 	met      noticeMetrics
 	maxBytes int64
+	look     time.Duration      // NoticesOptions.LookEvery
 	kv       jetstream.KeyValue // set once (s.mu held) before made is closed
 	made     chan struct{}      // closed once the bucket is there
 
@@ -180,7 +184,10 @@ func (n *Node) OpenNotices(ctx context.Context, opt NoticesOptions) (*Notices, e
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = DefaultNoticesMaxBytes
 	}
-	s := &Notices{n: n, opt: o, log: o.Logger, made: make(chan struct{}), maxBytes: opt.MaxBytes,
+	if opt.LookEvery <= 0 {
+		opt.LookEvery = noticesLookEvery
+	}
+	s := &Notices{n: n, opt: o, log: o.Logger, made: make(chan struct{}), maxBytes: opt.MaxBytes, look: opt.LookEvery,
 		ready: make(chan struct{}), kick: make(chan struct{}, 1), sent: make(chan sentWrite, 1024),
 		byID: map[string]*mnotice{}, boxes: map[string]map[string]*mbox{}, dirty: map[chanPeer]bool{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -204,8 +211,8 @@ var errNoticesLoading = errors.New("cluster: the notice mailboxes are not loaded
 // The bucket is made by the first create of a notice, not at start:
 // nodes started at once would all make it, and JetStream may leave a
 // concurrent create unanswered for seconds (nats.go#949). Until then
-// each node looks for it every noticesLookEvery and follows it once it
-// is there.
+// each node looks for it every noticesLookEvery (NoticesOptions.LookEvery)
+// and follows it once it is there.
 const noticesLookEvery = 2 * time.Second
 
 // find looks for the bucket until it is there (made by this node or
@@ -226,7 +233,7 @@ func (s *Notices) find(ctx context.Context) bool {
 		select {
 		case <-ctx.Done():
 		case <-s.made:
-		case <-time.After(noticesLookEvery):
+		case <-time.After(s.look):
 		}
 	}
 	return false

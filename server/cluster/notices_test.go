@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/notices"
 )
 
@@ -42,9 +43,11 @@ func openNoticeNode(t *testing.T, n *Node, maxPerPeer int, peers ...string) *not
 			return true
 		},
 		Directory: dirOf{"ch": {"p", "q"}}}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
-	s, err := n.OpenNotices(ctx, NoticesOptions{Options: opt, MaxBytes: 8 << 20})
+	// A node looks for the bucket every 20 ms (2 s in production) until
+	// the first create makes it.
+	s, err := n.OpenNotices(ctx, NoticesOptions{Options: opt, MaxBytes: 8 << 20, LookEvery: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,18 +71,6 @@ func noticeSpec(text string, ttl time.Duration) notices.Spec {
 	return notices.Spec{Text: text, Priority: "info", DisplaySeconds: 15, ExpiresAt: time.Now().Add(ttl), Source: "api"}
 }
 
-// eventually waits up to 10 s for cond.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10 s: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func states(l []notices.PeerNotice) string {
 	var s []string
 	for _, n := range l {
@@ -92,6 +83,7 @@ func states(l []notices.PeerNotice) string {
 // peer B holds; B's device acks it on B and A sees the ack; the other
 // peer's delivery stays open on both.
 func TestNoticesAcrossNodes(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a := openNoticeNode(t, openNode(t, url, "edge-a"), 10)
 	b := openNoticeNode(t, openNode(t, url, "edge-b"), 10, "p")
@@ -102,23 +94,23 @@ func TestNoticesAcrossNodes(t *testing.T) {
 	}
 	var frames [][]byte
 	var ids []string
-	eventually(t, "the notice is due on B", func() bool {
+	testwait.Until(t, "the notice is due on B", func() bool {
 		frames, ids, _, _ = b.Due("ch", "p", 0, 10, time.Now())
 		return len(frames) == 1
 	})
 	if ids[0] != res.NoticeID || !strings.Contains(string(frames[0]), `"type":"notice"`) || !strings.Contains(string(frames[0]), res.NoticeID) {
 		t.Fatalf("due on B: %s %v", frames[0], ids)
 	}
-	eventually(t, "B pushed p's notice to its connection", func() bool { return b.pushes("p") > 0 })
+	testwait.Until(t, "B pushed p's notice to its connection", func() bool { return b.pushes("p") > 0 })
 	if a.pushes("p") != 0 {
 		t.Errorf("A pushed to p, which it does not hold")
 	}
 	b.MarkSent("ch", "p", ids, time.Now())
-	eventually(t, "A sees it sent", func() bool { return states(a.ListPeer("ch", "p", true)) == "hello=sent" })
+	testwait.Until(t, "A sees it sent", func() bool { return states(a.ListPeer("ch", "p", true)) == "hello=sent" })
 	if err := b.Ack("ch", "p", res.NoticeID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "A sees the ack", func() bool { return states(a.ListPeer("ch", "p", true)) == "hello=acked" })
+	testwait.Until(t, "A sees the ack", func() bool { return states(a.ListPeer("ch", "p", true)) == "hello=acked" })
 	if a.Count("ch", "p") != 0 || a.Count("ch", "q") != 1 || b.Count("ch", "q") != 1 {
 		t.Errorf("counts: p %d on A, q %d on A and %d on B", a.Count("ch", "p"), a.Count("ch", "q"), b.Count("ch", "q"))
 	}
@@ -147,6 +139,7 @@ func TestNoticesAcrossNodes(t *testing.T) {
 // A device that moves: its notice sent (not acked) on A is due again on
 // B's new connection (cursor 0), and a node opened later loads it.
 func TestNoticesDueAfterMove(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a := openNoticeNode(t, openNode(t, url, "edge-a"), 10, "p")
 	res, err := a.Create("ch", []string{"p"}, noticeSpec("moved", time.Hour))
@@ -156,7 +149,7 @@ func TestNoticesDueAfterMove(t *testing.T) {
 	_, ids, _, _ := a.Due("ch", "p", 0, 10, time.Now())
 	a.MarkSent("ch", "p", ids, time.Now())
 	c := openNoticeNode(t, openNode(t, url, "edge-c"), 10, "p") // opened after: loads the bucket
-	eventually(t, "A's write of sent reaches C", func() bool { return states(c.ListPeer("ch", "p", false)) == "moved=sent" })
+	testwait.Until(t, "A's write of sent reaches C", func() bool { return states(c.ListPeer("ch", "p", false)) == "moved=sent" })
 	if _, ids, _, _ := c.Due("ch", "p", 0, 10, time.Now()); len(ids) != 1 || ids[0] != res.NoticeID {
 		t.Fatalf("due on C after the move: %v", ids)
 	}
@@ -165,6 +158,7 @@ func TestNoticesDueAfterMove(t *testing.T) {
 // A withdrawal on B takes the notice out of A's mailboxes; a notice past
 // expires_at is due nowhere and marked expired in the bucket.
 func TestNoticesWithdrawAndExpiry(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a := openNoticeNode(t, openNode(t, url, "edge-a"), 10)
 	b := openNoticeNode(t, openNode(t, url, "edge-b"), 10)
@@ -172,33 +166,42 @@ func TestNoticesWithdrawAndExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "B has it", func() bool { return b.Count("ch", "q") == 1 })
+	testwait.Until(t, "B has it", func() bool { return b.Count("ch", "q") == 1 })
 	if n, err := b.Withdraw("ch", w.NoticeID, "q"); n != 1 || err != nil {
 		t.Fatalf("withdraw q on B: %d %v", n, err)
 	}
 	if _, err := b.Withdraw("ch", w.NoticeID, "r"); !errors.Is(err, notices.ErrUnknownNotice) {
 		t.Errorf("withdraw from a peer it was not for: %v", err)
 	}
-	eventually(t, "A sees q's withdrawn", func() bool { return states(a.ListPeer("ch", "q", true)) == "withdraw me=withdrawn" })
+	testwait.Until(t, "A sees q's withdrawn", func() bool { return states(a.ListPeer("ch", "q", true)) == "withdraw me=withdrawn" })
 	if a.Count("ch", "p") != 1 {
 		t.Errorf("p's delivery withdrawn too")
 	}
 	if n, err := b.Withdraw("ch", w.NoticeID, ""); n != 1 || err != nil {
 		t.Fatalf("withdraw all on B: %d %v", n, err)
 	}
-	eventually(t, "A's p is withdrawn", func() bool { return a.Count("ch", "p") == 0 })
+	testwait.Until(t, "A's p is withdrawn", func() bool { return a.Count("ch", "p") == 0 })
 
-	e, err := a.Create("ch", []string{"p"}, noticeSpec("soon", 1500*time.Millisecond))
+	// Create keeps expires_at in whole seconds: this one ends within a
+	// second, maybe before B sees it open, so B is waited for in any state.
+	e, err := a.Create("ch", []string{"p"}, noticeSpec("soon", time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "B has the short one", func() bool { return b.Count("ch", "p") == 1 })
-	eventually(t, "the bucket says expired", func() bool {
+	testwait.Until(t, "B has the short one", func() bool {
+		for _, n := range b.ListPeer("ch", "p", true) {
+			if n.NoticeID == e.NoticeID {
+				return true
+			}
+		}
+		return false
+	})
+	testwait.Until(t, "the bucket says expired", func() bool {
 		data, _, err := a.n.kvGet(context.Background(), a.kv, deliveryKey("ch", "p", e.NoticeID))
 		var v deliveryValue
 		return err == nil && json.Unmarshal(data, &v) == nil && v.State == notices.Expired
 	})
-	eventually(t, "B lists it expired", func() bool { return states(b.ListPeer("ch", "p", true)) == "withdraw me=withdrawn,soon=expired" })
+	testwait.Until(t, "B lists it expired", func() bool { return states(b.ListPeer("ch", "p", true)) == "withdraw me=withdrawn,soon=expired" })
 	if f, _, _, _ := b.Due("ch", "p", 0, 10, time.Now()); len(f) != 0 {
 		t.Errorf("an expired notice is due: %q", f)
 	}
@@ -212,6 +215,7 @@ func TestNoticesWithdrawAndExpiry(t *testing.T) {
 // ack frees a place; finished deliveries beyond the bound are pruned
 // from the bucket.
 func TestNoticesBounds(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a := openNoticeNode(t, openNode(t, url, "edge-a"), 2)
 	b := openNoticeNode(t, openNode(t, url, "edge-b"), 2)
@@ -225,7 +229,7 @@ func TestNoticesBounds(t *testing.T) {
 			first = r.NoticeID
 		}
 	}
-	eventually(t, "B sees both", func() bool { return b.Count("ch", "p") == 2 })
+	testwait.Until(t, "B sees both", func() bool { return b.Count("ch", "p") == 2 })
 	_, err := b.Create("ch", []string{"p"}, noticeSpec("third", time.Hour))
 	var full *notices.MailboxFullError
 	if !errors.As(err, &full) {
@@ -238,7 +242,7 @@ func TestNoticesBounds(t *testing.T) {
 	if err := a.Ack("ch", "p", first); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "B sees the ack", func() bool { return b.Count("ch", "p") == 1 })
+	testwait.Until(t, "B sees the ack", func() bool { return b.Count("ch", "p") == 1 })
 	// Fill and ack until more than 2 finished would be kept.
 	for i := range 4 {
 		r, err := b.Create("ch", []string{"p"}, noticeSpec("more"+string(rune('0'+i)), time.Hour))
@@ -250,11 +254,11 @@ func TestNoticesBounds(t *testing.T) {
 		}
 	}
 	_, _ = b.Create("ch", []string{"p"}, noticeSpec("last", time.Hour))
-	eventually(t, "the first acked delivery pruned from the bucket", func() bool {
+	testwait.Until(t, "the first acked delivery pruned from the bucket", func() bool {
 		_, rev, err := a.n.kvGet(context.Background(), a.kv, deliveryKey("ch", "p", first))
 		return err == nil && rev == 0
 	})
-	eventually(t, "A keeps at most 2 finished and 2 open of p", func() bool {
+	testwait.Until(t, "A keeps at most 2 finished and 2 open of p", func() bool {
 		l := a.ListPeer("ch", "p", true)
 		return len(l) <= 4 && a.Count("ch", "p") == 2
 	})
@@ -263,6 +267,7 @@ func TestNoticesBounds(t *testing.T) {
 // The notice API of package notices over the cluster's mailboxes: POST
 // on A (to all of the directory), GET on B lists it.
 func TestNoticesAPIAcrossNodes(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	a := openNoticeNode(t, openNode(t, url, "edge-a"), 10)
 	b := openNoticeNode(t, openNode(t, url, "edge-b"), 10)
@@ -287,7 +292,7 @@ func TestNoticesAPIAcrossNodes(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated || created.Targets != 2 {
 		t.Fatalf("POST on A: %d %+v", resp.StatusCode, created)
 	}
-	eventually(t, "GET on B lists it for both peers", func() bool {
+	testwait.Until(t, "GET on B lists it for both peers", func() bool {
 		resp, err := http.Get(sb.URL + "/api/channels/ch/notices")
 		if err != nil {
 			return false
@@ -308,7 +313,7 @@ func TestNoticesAPIAcrossNodes(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("DELETE on B: %d", resp.StatusCode)
 	}
-	eventually(t, "A has nothing open", func() bool { return len(a.List("ch", false)) == 0 })
+	testwait.Until(t, "A has nothing open", func() bool { return len(a.List("ch", false)) == 0 })
 }
 
 // A delivery's key names its channel, peer and notice again, for any

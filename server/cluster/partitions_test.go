@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"termlink/internal/testwait"
 	"termlink/server/bus"
 	"termlink/server/cluster/natstest"
 	"termlink/server/config"
@@ -41,7 +42,8 @@ func consumerNames(t *testing.T, ctx context.Context, n *Node) []string {
 // owner dropped came again only after the ack wait, after the session's
 // later messages had run on the new owner (issue 22, row 8).
 func TestTakeOverFencesTheOldOwner(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
 		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
@@ -99,7 +101,8 @@ func TestTakeOverFencesTheOldOwner(t *testing.T) {
 // was never given to it; a partition taken again by the process that
 // made the earlier consumer suspects nothing (it holds what it runs).
 func TestTakeOverFence(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
 		Replicas: 1, AckWait: time.Minute, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
@@ -174,6 +177,7 @@ func TestTakeOverFence(t *testing.T) {
 // lease (NATS unreachable) starts nothing of it until it is renewed:
 // another worker takes it only after the whole lease.
 func TestFenceStaleLease(t *testing.T) {
+	t.Parallel()
 	cfg := config.Cluster{Lease: 3 * time.Second}
 	n := &Node{cfg: cfg}
 	w := &worker{n: n, owned: map[int]*partition{}}
@@ -199,7 +203,8 @@ func TestFenceStaleLease(t *testing.T) {
 // the default does not stop a cluster made with another one), and a new
 // cluster gets the default.
 func TestPartitionsDefaultAndAdopted(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	url := startJetStream(t)
 	open := func(name string, partitions int) *Node {
@@ -234,7 +239,8 @@ func TestPartitionsDefaultAndAdopted(t *testing.T) {
 // the router (it would run before the lost one, which comes again only
 // after the ack wait), and the loop is told to recreate the consumer.
 func TestLostDeliveryStopsTheHandOver(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
 		Replicas: 1, AckWait: time.Minute, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}

@@ -5,13 +5,15 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/config"
 )
 
 // PeekClaim (an edge's lookup, by direct get from any replica) reads what
 // GetClaim (from the leader) reads: the claim and its sequence, or none.
 func TestPeekClaim(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleAll, Name: "w1", Partitions: 1,
 		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}

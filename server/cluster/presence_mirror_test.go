@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/bus"
 	"termlink/server/config"
 )
@@ -13,7 +14,8 @@ import (
 // found without a read, a peer that left is not (SendOut then reads the
 // bucket), and the mirror starts from what the bucket holds.
 func TestPresenceMirror(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	url := startJetStream(t)
 	open := func(name, role string) *Node {
@@ -33,21 +35,13 @@ func TestPresenceMirror(t *testing.T) {
 	worker := open("worker-1", config.RoleWorker)
 	worker.MirrorPresence()
 	lookup := func(peer string) (string, bool) { return worker.mirror.Load().lookup(presenceKey("ch", peer)) }
-	eventually := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("not %s after 10 s", what)
-			}
-		}
-	}
-	eventually("the peer held before the mirror started found", func() bool { e, ok := lookup("before"); return ok && e == "edge-1" })
+	testwait.Until(t, "the peer held before the mirror started found", func() bool { e, ok := lookup("before"); return ok && e == "edge-1" })
 	if _, err := edge.SetPresence(ctx, "ch", "after"); err != nil {
 		t.Fatal(err)
 	}
-	eventually("a peer connected later found", func() bool { e, ok := lookup("after"); return ok && e == "edge-1" })
+	testwait.Until(t, "a peer connected later found", func() bool { e, ok := lookup("after"); return ok && e == "edge-1" })
 	edge.ClearPresence(ctx, "ch", "after")
-	eventually("a peer that left gone", func() bool { _, ok := lookup("after"); return !ok })
+	testwait.Until(t, "a peer that left gone", func() bool { _, ok := lookup("after"); return !ok })
 	if got, err := worker.SendOut(ctx, outFor("before")); err != nil || got != "edge-1" {
 		t.Errorf("SendOut to a held peer: edge %q err %v, want edge-1", got, err)
 	}

@@ -3,10 +3,12 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/config"
 	"termlink/server/session"
 )
@@ -15,7 +17,8 @@ import (
 // stream that exists when a node opens with other settings; JetStream
 // then drops the oldest records past the byte limit.
 func TestHistoryRetention(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	url := startJetStream(t)
 	cfg := config.Cluster{NATS: []string{url}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
@@ -75,12 +78,17 @@ func TestHistoryRetention(t *testing.T) {
 // A byte limit the NATS servers cannot reserve is refused with what to
 // change.
 func TestHistoryRetentionTooLarge(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	t.Parallel()
+	// Open tries again until its context ends (JetStream may not be
+	// ready); JetStream's refusal, logged, ends the context at once, and
+	// Open returns it.
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
+	log := slog.New(slog.NewTextHandler(cancelOn{"insufficient storage", cancel}, nil))
 	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
 		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour,
 		HistoryMaxBytes: 1 << 60}
-	n, err := Open(ctx, cfg, nil)
+	n, err := Open(ctx, cfg, log)
 	if err == nil {
 		n.Close()
 		t.Fatal("a history limit larger than any disk was accepted")
@@ -90,8 +98,22 @@ func TestHistoryRetentionTooLarge(t *testing.T) {
 	}
 }
 
+// cancelOn is a log that calls cancel when a line holds what.
+type cancelOn struct {
+	what   string
+	cancel context.CancelFunc
+}
+
+func (c cancelOn) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), c.what) {
+		c.cancel()
+	}
+	return len(p), nil
+}
+
 // histStreamConfig keeps the duplicate window within the age limit.
 func TestHistStreamConfig(t *testing.T) {
+	t.Parallel()
 	sc := histStreamConfig(config.Cluster{Replicas: 3, DuplicateWindow: 2 * time.Hour, HistoryMaxAge: time.Hour, HistoryMaxBytes: 1 << 30})
 	if sc.MaxAge != time.Hour || sc.Duplicates != time.Hour || sc.MaxBytes != 1<<30 || sc.Replicas != 3 {
 		t.Errorf("config %+v", sc)

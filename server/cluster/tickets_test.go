@@ -7,6 +7,7 @@ func delivery(session, id string, p int) *Delivery {
 }
 
 func TestTicketsAddNumbersEachDelivery(t *testing.T) {
+	t.Parallel()
 	ts := NewTickets()
 	d := delivery("s", "m", 0)
 	in := d.In
@@ -51,6 +52,7 @@ func TestTicketsAddNumbersEachDelivery(t *testing.T) {
 // A partition lost drops its queued tickets only: a ticket starting or
 // running may have its claim written, and a later delivery must find it.
 func TestTicketsLostKeepsStartedOnes(t *testing.T) {
+	t.Parallel()
 	ts := NewTickets()
 	add := func(id string, p int) (*Ticket, Key) {
 		d := delivery("s"+id, id, p)
