@@ -23,6 +23,7 @@ func (s *screens) Render(_ context.Context, m *device.Model, _ time.Time) error 
 // resolveAuto shows its progress on the display: searching, then the
 // outcome.
 func TestResolveAutoShowsOnDisplay(t *testing.T) {
+	t.Parallel()
 	var shown screens
 	url, err := resolveAuto(t.Context(), &shown, slog.New(slog.DiscardHandler), fmt.Sprintf("nobody-%d", rand.Uint32()),
 		"terminal-dev", "ws://192.0.2.1:8080/api/channels/terminal-dev/ws", t.TempDir())

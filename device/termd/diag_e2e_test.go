@@ -3,6 +3,7 @@ package termd
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"termlink/boards"
 	"termlink/device"
 	"termlink/device/logring"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/servertest"
 )
@@ -24,6 +26,7 @@ import (
 // lines termd logged (the link's "link up", the previous request's
 // "diag answered"), and POST .../selftest a passing report.
 func TestDiagEndToEnd(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Start(t, nil)
 	profile, err := boards.Select("rpi-lcd1602-i2c", "")
 	if err != nil {
@@ -70,11 +73,12 @@ func TestDiagEndToEnd(t *testing.T) {
 	}
 	var status int
 	var body string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if status, body = get("GET", "logs?bytes=4096"); status != http.StatusConflict && status != http.StatusNotFound { // not connected yet
-			break
+	testwait.UntilOK(t, "the device's logs through the server", func() error {
+		if status, body = get("GET", "logs?bytes=4096"); status == http.StatusConflict || status == http.StatusNotFound { // not connected yet
+			return fmt.Errorf("HTTP %d %s", status, body)
 		}
-	}
+		return nil
+	})
 	if status != 200 || !strings.Contains(body, `msg="link up"`) || len(body) > 4096 {
 		t.Fatalf("logs: HTTP %d %s", status, body)
 	}

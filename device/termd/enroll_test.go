@@ -3,17 +3,20 @@ package termd
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"termlink/device"
 	"termlink/display/hd44780"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/link/enroll"
 	"termlink/server/config"
@@ -26,15 +29,15 @@ var codeOnGlass = regexp.MustCompile(`Pair: ([2-9A-HJ-NP-Z]{3}-[2-9A-HJ-NP-Z]{3}
 // waitGlass waits until the emulated LCD shows something matching re.
 func waitGlass(t *testing.T, bus *lcdemu.Bus, re *regexp.Regexp) []string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(strings.Join(bus.Text(), "\n")); m != nil {
-			return m
+	var m []string
+	testwait.UntilOK(t, fmt.Sprintf("the LCD to show %s", re), func() error {
+		g := strings.Join(bus.Text(), "\n")
+		if m = re.FindStringSubmatch(g); m == nil {
+			return fmt.Errorf("it shows:\n%s", g)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the LCD never showed %s; it shows:\n%s", re, strings.Join(bus.Text(), "\n"))
-	return nil
+		return nil
+	})
+	return m
 }
 
 // A fresh device with no token shows a pairing code on its (emulated)
@@ -42,6 +45,7 @@ func waitGlass(t *testing.T, bus *lcdemu.Bus, re *regexp.Regexp) []string {
 // through the operator API; the device keeps its token (0600 in a 0700
 // state dir) and, run as termd runs it, is online with it and answered.
 func TestEnrollOnTheLCD(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Start(t, func(c *config.Config) {
 		ch := c.Channels["terminal-dev"]
 		ch.Config.Enrollment = true
@@ -57,7 +61,7 @@ func TestEnrollOnTheLCD(t *testing.T) {
 	}
 	view := &device.LCDView{Screen: lcd}
 	state := filepath.Join(t.TempDir(), "state")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testwait.Deadline)
 	defer cancel()
 	var logs bytes.Buffer // read once enrollDevice has returned
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -115,7 +119,8 @@ func TestEnrollOnTheLCD(t *testing.T) {
 		t.Fatal(err)
 	}
 	inputs := make(chan device.Input, 1)
-	d := &device.Daemon{Client: client, View: view, Inputs: inputs, Hello: "Enrolled as " + r.peer} // as run() does
+	drawn := &onlineView{View: view}
+	d := &device.Daemon{Client: client, View: drawn, Inputs: inputs, Hello: "Enrolled as " + r.peer} // as run() does
 	dctx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- d.Run(dctx) }()
@@ -125,17 +130,12 @@ func TestEnrollOnTheLCD(t *testing.T) {
 			t.Errorf("daemon: %v", err)
 		}
 	}()
-	// "Enrolled as" stays over the screen for a few seconds, online,
-	// and then the pairing code is gone.
-	for client.Status().State != link.StateConnected {
-		if ctx.Err() != nil {
-			t.Fatal("never online")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(time.Second)
+	// "Enrolled as" stays over the screen for a few seconds, online
+	// (a draw with the link up shows it), and then the pairing code is
+	// gone.
+	testwait.Until(t, "a draw with the link up", drawn.online.Load)
 	if g := strings.Join(bus.Text(), "\n"); !strings.Contains(g, "Enrolled as") {
-		t.Fatalf("online for 1s, the LCD no longer says it enrolled:\n%s", g)
+		t.Fatalf("online, the LCD no longer says it enrolled:\n%s", g)
 	}
 	waitGlass(t, bus, regexp.MustCompile(`ok`))
 	if g := strings.Join(bus.Text(), "\n"); strings.Contains(g, "Pair") {
@@ -143,4 +143,18 @@ func TestEnrollOnTheLCD(t *testing.T) {
 	}
 	inputs <- device.Input{Kind: device.InputSend, Text: "hi"}
 	waitGlass(t, bus, regexp.MustCompile(`You said`))
+}
+
+// onlineView notes when a completed draw drew the link up.
+type onlineView struct {
+	device.View
+	online atomic.Bool
+}
+
+func (v *onlineView) Render(ctx context.Context, m *device.Model, now time.Time) error {
+	err := v.View.Render(ctx, m, now)
+	if m.Link == link.StateConnected {
+		v.online.Store(true)
+	}
+	return err
 }

@@ -20,6 +20,7 @@ import (
 	"termlink/device"
 	"termlink/display/hd44780"
 	"termlink/internal/syncbuf"
+	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/servertest"
 	"termlink/testrig/lcdemu"
@@ -275,18 +276,15 @@ func apiDo(t *testing.T, method, url, body string) (int, map[string]any) {
 // waitPeer waits until GET .../peers/{peer}/settings satisfies ok.
 func waitPeer(t *testing.T, base, peer string, ok func(map[string]any) bool) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var last map[string]any
-	for time.Now().Before(deadline) {
-		status, v := apiDo(t, "GET", base+"/api/channels/terminal-dev/peers/"+peer+"/settings", "")
-		if status == http.StatusOK && ok(v) {
-			return v
+	var v map[string]any
+	testwait.UntilOK(t, "peer "+peer+"'s settings as wanted", func() error {
+		var status int
+		if status, v = apiDo(t, "GET", base+"/api/channels/terminal-dev/peers/"+peer+"/settings", ""); status == http.StatusOK && ok(v) {
+			return nil
 		}
-		last = v
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("peer %s settings never as wanted; last %v", peer, last)
-	return nil
+		return fmt.Errorf("HTTP %d %v", status, v)
+	})
+	return v
 }
 
 func appliedIs(v float64) func(map[string]any) bool {
@@ -302,6 +300,7 @@ func appliedIs(v float64) func(map[string]any) bool {
 // the field; a peer's document that sets tags puts them in the registry
 // once acked.
 func TestSettingsEndToEnd(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Start(t, nil)
 	base := "http://" + srv.Addr
 	tags := map[string]string{"site": "lobby"}
@@ -365,13 +364,12 @@ func TestSettingsEndToEnd(t *testing.T) {
 		t.Errorf("kiosk-b's settings come from %v, want its peer document only (it left site=lobby)", v["sources"])
 	}
 	// The lobby's idle text no longer applies to it.
-	deadline := time.Now().Add(20 * time.Second)
-	for strings.Contains(strings.Join(b.bus.Text(), " "), "Closed today") {
-		if time.Now().After(deadline) {
-			t.Fatalf("kiosk-b still shows the lobby's idle text:\n%s", strings.Join(b.bus.Text(), "\n"))
+	testwait.UntilOK(t, "kiosk-b to stop showing the lobby's idle text", func() error {
+		if g := b.bus.Text(); strings.Contains(strings.Join(g, " "), "Closed today") {
+			return fmt.Errorf("it shows:\n%s", strings.Join(g, "\n"))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	b.stop()
 	waitPeer(t, base, "kiosk-b", func(m map[string]any) bool { return m["online"] == false })
 	startLCDDevice(t, srv.URL, stateB, "kiosk-b", map[string]string{"site": "lobby"}) // its own tags, on the command line
