@@ -9,6 +9,7 @@ import (
 
 	"periph.io/x/conn/v3/gpio"
 
+	"termlink/internal/testwait"
 	"termlink/testrig/fakepin"
 )
 
@@ -46,7 +47,7 @@ func startKeypad(t *testing.T, m *fakepin.Matrix, o Opts) *keypadRig {
 		cancel()
 		select {
 		case <-rig.done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(testwait.Deadline):
 			t.Error("Run did not stop")
 		}
 	})
@@ -60,13 +61,7 @@ func startKeypad(t *testing.T, m *fakepin.Matrix, o Opts) *keypadRig {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, what, cond)
 }
 
 func (r *keypadRig) next() Event {
@@ -77,7 +72,7 @@ func (r *keypadRig) next() Event {
 			r.t.Fatal("events closed")
 		}
 		return ev
-	case <-time.After(5 * time.Second):
+	case <-time.After(testwait.Deadline):
 		r.t.Fatal("no keypad event")
 	}
 	return Event{}
@@ -296,8 +291,8 @@ func TestKeypadStops(t *testing.T) {
 		if err != context.Canceled {
 			t.Fatalf("Run = %v", err)
 		}
-	case <-time.After(time.Second):
-		t.Fatal("Run did not stop within 1s")
+	case <-time.After(testwait.Deadline):
+		t.Fatal("Run did not stop")
 	}
 	for range k.Events() {
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"termlink/internal/testwait"
 	"termlink/testrig/childtest"
 	"testing"
 	"time"
@@ -138,12 +139,11 @@ func TestBrowseLeavesNoGoroutines(t *testing.T) {
 	if _, err := Browse(ctx, BrowseOptions{Window: 300 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
+	testwait.UntilOK(t, "Browse's goroutines to end", func() error {
+		if n := runtime.NumGoroutine(); n > before {
 			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines after Browse, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+			return fmt.Errorf("%d goroutines after Browse, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
