@@ -6,6 +6,7 @@ import (
 )
 
 func TestFileName(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		key, name string
 	}{
@@ -36,6 +37,7 @@ func TestFileName(t *testing.T) {
 }
 
 func TestFileNameErrors(t *testing.T) {
+	t.Parallel()
 	if _, err := FileName(""); err == nil {
 		t.Error("FileName(\"\") did not fail")
 	}

@@ -23,6 +23,7 @@ func sameJSON(t *testing.T, a, b []byte) bool {
 }
 
 func TestRecordJSON(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		in    string
@@ -114,6 +115,7 @@ func TestRecordJSON(t *testing.T) {
 }
 
 func TestRecordJSONErrors(t *testing.T) {
+	t.Parallel()
 	for _, in := range []string{``, `null`, `[1]`, `"s"`, `42`, `{`, `{"a":1}x`, `{"a":1}{"b":2}`} {
 		var r Record
 		if err := r.UnmarshalJSON([]byte(in)); err == nil {
@@ -133,6 +135,7 @@ func TestRecordJSONErrors(t *testing.T) {
 }
 
 func TestMetadataJSON(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, in, out string
 		want          Metadata

@@ -39,6 +39,7 @@ func checkPlainMatchesGeneral(t *testing.T, recs []Record) {
 }
 
 func TestRecordPlainEncodingMatchesGeneral(t *testing.T) {
+	t.Parallel()
 	checkPlainMatchesGeneral(t, recordsOf("user", "hello", "m-1"))
 	checkPlainMatchesGeneral(t, recordsOf("<&>", "caf\u00e9 \"q\" \\ \n\t\x01 \u2028", "bad \xff utf8"))
 	checkPlainMatchesGeneral(t, recordsOf("", "", ""))

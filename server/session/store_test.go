@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"termlink/internal/testwait"
 )
 
 var timestampRE = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}$`)
@@ -31,6 +33,7 @@ func keysOf(m map[string]any) []string {
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	ctx := context.Background()
 	const key = "terminal-dev:local:dev1"
@@ -123,6 +126,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestKeysStayInsideDir(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	s, err := Open(filepath.Join(root, "sessions"), Options{Logger: quietLogger()})
 	if err != nil {
@@ -183,6 +187,7 @@ func TestKeysStayInsideDir(t *testing.T) {
 }
 
 func TestTornLastLine(t *testing.T) {
+	t.Parallel()
 	var logs logBuffer
 	s := openTest(t, Options{Logger: logs.logger()})
 	path := pathOf(t, s, "t:k")
@@ -230,6 +235,7 @@ func TestTornLastLine(t *testing.T) {
 }
 
 func TestTolerantLoad(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		content  string
@@ -340,6 +346,7 @@ func TestTolerantLoad(t *testing.T) {
 }
 
 func TestLongLines(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{maxLine: 100})
 	path := pathOf(t, s, "t:k")
 	long := `{"role":"user","content":"` + strings.Repeat("x", 200) + `"}`
@@ -361,24 +368,29 @@ func TestLongLines(t *testing.T) {
 	}
 }
 
-// TestMaxLineSize checks the real 16 MiB limit: a line of exactly
-// MaxLineSize bytes is read, one byte more is skipped.
+// TestMaxLineSize: a line of exactly the limit is read, one byte more
+// is skipped, for a limit many read buffers long (the line reader's 64
+// KiB buffer fills 16 times), and a store opened without a limit takes
+// MaxLineSize (16 MiB: writing and decoding lines that long took 8 to 25
+// s under the race detector).
 func TestMaxLineSize(t *testing.T) {
-	if testing.Short() {
-		t.Skip("writes 32 MiB")
+	t.Parallel()
+	if got := openTest(t, Options{}).maxLine; got != MaxLineSize {
+		t.Fatalf("a store opened without a limit reads lines of up to %d bytes, want MaxLineSize (%d)", got, MaxLineSize)
 	}
-	s := openTest(t, Options{})
+	const limit = 1<<20 + 3
+	s := openTest(t, Options{maxLine: limit})
 	fill := func(n int) string {
 		head, tail := `{"role":"user","content":"`, `"}`
 		return head + strings.Repeat("z", n-len(head)-len(tail)) + tail
 	}
-	ok, over := fill(MaxLineSize), fill(MaxLineSize+1)
+	ok, over := fill(limit), fill(limit+1)
 	writeFile(t, pathOf(t, s, "t:k"), metaLine+"\n"+over+"\n"+ok+"\n"+recLine("a")+"\n")
 	sess, err := s.Load("t:k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sess.Records) != 2 || len(sess.Records[0].Content) != MaxLineSize-28 || sess.Records[1].Content != "a" {
+	if len(sess.Records) != 2 || len(sess.Records[0].Content) != limit-28 || sess.Records[1].Content != "a" {
 		t.Errorf("%d records", len(sess.Records))
 	}
 	if len(sess.Warnings) != 1 || !strings.Contains(sess.Warnings[0], ":2: line longer than") {
@@ -387,6 +399,7 @@ func TestMaxLineSize(t *testing.T) {
 }
 
 func TestScan(t *testing.T) {
+	t.Parallel()
 	var logs logBuffer
 	s := openTest(t, Options{Logger: logs.logger()})
 	ctx := context.Background()
@@ -431,6 +444,7 @@ func TestScan(t *testing.T) {
 }
 
 func TestConcurrentSameKeyOrder(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	const writers, each = 20, 50
 	var wg sync.WaitGroup
@@ -476,6 +490,7 @@ func TestConcurrentSameKeyOrder(t *testing.T) {
 // appends to 50 sessions from 1000 goroutines, on a disk whose fsync takes
 // a millisecond, need far fewer than 1000 fsyncs.
 func TestGroupCommit(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{syncHook: func(f *os.File) error {
 		time.Sleep(time.Millisecond)
 		return f.Sync()
@@ -521,6 +536,7 @@ func TestGroupCommit(t *testing.T) {
 }
 
 func TestUpdateMetadata(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	ctx := context.Background()
 	for i := 0; i < 5; i++ {
@@ -578,6 +594,7 @@ func TestUpdateMetadata(t *testing.T) {
 }
 
 func TestUpdateMetadataKeepsEverything(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	path := pathOf(t, s, "t:k")
 	meta := `{"_type":"metadata","key":"t:k","created_at":"2026-03-01T10:00:00","updated_at":"2026-03-01T10:00:00","metadata":{"big":12345678901234567890},"last_consolidated":42,"extra":[1]}`
@@ -602,6 +619,7 @@ func TestUpdateMetadataKeepsEverything(t *testing.T) {
 }
 
 func TestUpdateMetadataNewAndPanic(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	ctx := context.Background()
 	if err := s.UpdateMetadata(ctx, "new:1", func(m map[string]any) { m["a"] = "b" }); err != nil {
@@ -634,6 +652,7 @@ func TestUpdateMetadataNewAndPanic(t *testing.T) {
 }
 
 func TestEmptyFileGetsMetadata(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	path := pathOf(t, s, "t:k")
 	writeFile(t, path, "")
@@ -650,6 +669,7 @@ func TestEmptyFileGetsMetadata(t *testing.T) {
 }
 
 func TestLoadMissing(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	_, err := s.Load("nobody:1")
 	if !errors.Is(err, os.ErrNotExist) || !strings.HasPrefix(err.Error(), "session: load nobody:1: ") {
@@ -661,6 +681,7 @@ func TestLoadMissing(t *testing.T) {
 }
 
 func TestAppendErrors(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	ctx := context.Background()
 	path := pathOf(t, s, "terminal-dev:local:x")
@@ -691,6 +712,7 @@ func TestAppendErrors(t *testing.T) {
 }
 
 func TestAppendAfterClose(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{})
 	ctx := context.Background()
 	if err := s.Append(ctx, "k", Record{Role: "user", Content: "a"}); err != nil {
@@ -729,6 +751,7 @@ func blockingSync() (hook func(*os.File) error, started chan struct{}, release c
 }
 
 func TestCloseFlushesQueued(t *testing.T) {
+	t.Parallel()
 	hook, started, release := blockingSync()
 	s := openTest(t, Options{syncHook: hook})
 	ctx := context.Background()
@@ -741,12 +764,12 @@ func TestCloseFlushesQueued(t *testing.T) {
 		go func() { results <- s.Append(ctx, "k", Record{Role: "user", Content: fmt.Sprint(i)}) }()
 	}
 	// Wait until they are queued, then close while the writer is blocked.
-	for deadline := time.Now().Add(5 * time.Second); len(s.reqs) < queued; {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d appends queued", len(s.reqs))
+	testwait.UntilOK(t, fmt.Sprintf("%d appends queued", queued), func() error {
+		if n := len(s.reqs); n < queued {
+			return fmt.Errorf("%d queued", n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
 	close(release)
@@ -771,6 +794,7 @@ func TestCloseFlushesQueued(t *testing.T) {
 }
 
 func TestContextDone(t *testing.T) {
+	t.Parallel()
 	hook, started, release := blockingSync()
 	s := openTest(t, Options{syncHook: hook})
 
@@ -800,7 +824,7 @@ func TestContextDone(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Append past its deadline: %v", err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testwait.Deadline):
 		close(release)
 		t.Fatal("Append waited for a stuck writer past its deadline")
 	}
@@ -828,6 +852,7 @@ func TestContextDone(t *testing.T) {
 }
 
 func TestOpenFilesLRU(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{MaxOpenFiles: 2})
 	ctx := context.Background()
 	for round := 0; round < 3; round++ {
@@ -860,6 +885,7 @@ func TestOpenFilesLRU(t *testing.T) {
 }
 
 func TestOpenRemovesStaleTemp(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "sessions")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -903,17 +929,18 @@ func TestNoGoroutineLeak(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
+	// Not parallel: it counts the process's goroutines.
+	testwait.UntilOK(t, "the store's goroutines to end", func() error {
+		if n := runtime.NumGoroutine(); n > before {
 			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+			return fmt.Errorf("%d goroutines, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestConcurrentLoadSeesWholeLines(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{NoSync: true})
 	ctx := context.Background()
 	big := strings.Repeat("b", 32<<10)

@@ -10,6 +10,7 @@ import (
 // for a new file); Sync is one syncfs; the lines are there for readers
 // at once, and AppendEncoded writes the same bytes as Append.
 func TestSyncLaterDefersFsync(t *testing.T) {
+	t.Parallel()
 	s, err := Open(t.TempDir(), Options{Logger: quietLogger(), SyncLater: true})
 	if err != nil {
 		t.Fatal(err)

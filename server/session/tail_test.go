@@ -73,6 +73,7 @@ func FuzzTail(f *testing.F) {
 }
 
 func TestTailStopsEarly(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{NoSync: true})
 	ctx := context.Background()
 	const key = "terminal-dev:local:tail"
@@ -108,6 +109,7 @@ func TestTailStopsEarly(t *testing.T) {
 // TestLongKeyHashedName: keys whose escaped name is over NAME_MAX are
 // stored under a hashed name, appended to, loaded and scanned by key.
 func TestLongKeyHashedName(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{NoSync: true})
 	ctx := context.Background()
 	keys := []string{
@@ -191,6 +193,7 @@ func FuzzFastRecord(f *testing.F) {
 // unanswered messages (even one older than a few answered ones) are all
 // in it, and the long answered history before them is not read.
 func TestTailSettles(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{NoSync: true})
 	ctx := context.Background()
 	const key = "terminal-dev:local:settle"
@@ -243,6 +246,7 @@ func TestTailSettles(t *testing.T) {
 // answered ones (no TailSettled stop), counting user records only; Partial
 // says whether older records are left.
 func TestTailMessages(t *testing.T) {
+	t.Parallel()
 	s := openTest(t, Options{NoSync: true})
 	ctx := context.Background()
 	const key = "terminal-dev:local:msgs"

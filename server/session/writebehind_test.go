@@ -61,6 +61,7 @@ func fileContents(t *testing.T, s *Store, key string) []string {
 // the store sees it at once (before any Sync), because the read writes
 // the file's pending lines first.
 func TestWriteBehindReadsSeePendingLines(t *testing.T) {
+	t.Parallel()
 	s := openWB(t, Options{})
 	reads := map[string]func(key string) ([]string, error){
 		"load": func(key string) ([]string, error) {
@@ -149,6 +150,7 @@ func TestWriteBehindReadsSeePendingLines(t *testing.T) {
 // appends interleaved with Syncs and reads land in order; Close writes
 // what is left.
 func TestWriteBehindOrderAndClose(t *testing.T) {
+	t.Parallel()
 	s := openWB(t, Options{})
 	keys := []string{"t:o:a", "t:o:b", "t:o:c"}
 	want := map[string][]string{}
@@ -191,6 +193,7 @@ func TestWriteBehindOrderAndClose(t *testing.T) {
 // later appends: Sync and reads fail meanwhile, and once writes work
 // the file gets every line once, in order.
 func TestWriteBehindFailedFlushIsRetriedInOrder(t *testing.T) {
+	t.Parallel()
 	var failing atomic.Bool
 	s := openWB(t, Options{FailWrite: func(key string) error {
 		if failing.Load() && key == "t:f:bad" {
@@ -232,6 +235,7 @@ func TestWriteBehindFailedFlushIsRetriedInOrder(t *testing.T) {
 // stays bounded without a Sync; while that write fails, an append that
 // would pass the bound fails and takes nothing.
 func TestWriteBehindBound(t *testing.T) {
+	t.Parallel()
 	var failing atomic.Bool
 	const bound = 4 << 10
 	s := openWB(t, Options{MaxPending: bound, FailWrite: func(string) error {
@@ -279,6 +283,7 @@ func TestWriteBehindBound(t *testing.T) {
 // every append its goroutine's appender finished before the read, and
 // each file ends with every line once, in order.
 func TestWriteBehindConcurrent(t *testing.T) {
+	t.Parallel()
 	s := openWB(t, Options{MaxPending: 16 << 10})
 	const appenders, each = 4, 200
 	last := make([]atomic.Int64, appenders)
