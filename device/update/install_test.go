@@ -2,7 +2,6 @@ package update
 
 import (
 	"bufio"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -12,26 +11,6 @@ import (
 	"time"
 )
 
-// swapChild installs a and b over exe by turns, forever (until killed):
-// each copied to exe.new and synced, then Install.
-func swapChild(exe, a, b string) {
-	fmt.Println("ready")
-	for i := 0; ; i++ {
-		src := a
-		if i%2 == 1 {
-			src = b
-		}
-		if err := copyFile(src, exe+StagedSuffix); err != nil {
-			fmt.Println("copy:", err)
-			os.Exit(1)
-		}
-		if err := Install(exe+StagedSuffix, exe); err != nil {
-			fmt.Println("install:", err)
-			os.Exit(1)
-		}
-	}
-}
-
 // kill -9 at random moments of a process installing release after
 // release: every time, the binary at the installed path starts and is
 // one of the two releases, and so is the kept previous binary.
@@ -39,12 +18,9 @@ func TestInstallKilledMidSwap(t *testing.T) {
 	nativeExec(t)
 	t.Parallel()
 	a, b := workerBin(t, "v1.0.0"), workerBin(t, "v1.1.0")
+	swapper := build(t, "./testdata/swapper", "")
 	exe := t.TempDir() + "/termd"
 	if err := copyFile(a, exe); err != nil {
-		t.Fatal(err)
-	}
-	self, err := os.Executable()
-	if err != nil {
 		t.Fatal(err)
 	}
 	runs := 40
@@ -53,8 +29,7 @@ func TestInstallKilledMidSwap(t *testing.T) {
 	}
 	seenPrev := false
 	for i := range runs {
-		cmd := exec.Command(self, "-test.run=^$")
-		cmd.Env = append(os.Environ(), "UPDATE_SWAP_CHILD="+exe, "UPDATE_SWAP_A="+a, "UPDATE_SWAP_B="+b)
+		cmd := exec.Command(swapper, exe, a, b)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
