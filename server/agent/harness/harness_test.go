@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -14,12 +15,15 @@ import (
 	"termlink/server/agent"
 	"termlink/server/agent/procs"
 	"termlink/server/config"
+
+	"termlink/internal/testwait"
 )
 
 var targets = []string{TargetTmux, TargetPTY}
 
 // The agent writes and runs a hello-world script, then confirms twice.
 func TestHelloWorld(t *testing.T) {
+	t.Parallel()
 	for _, target := range targets {
 		for _, format := range []Format{FormatJSON, FormatXML} {
 			t.Run(target+"/"+format.String(), func(t *testing.T) {
@@ -97,6 +101,7 @@ func contains(list []string, s string) bool {
 // Malformed responses are refused with their errors (nothing typed);
 // warnings are passed on with the next state.
 func TestMalformedJSON(t *testing.T) {
+	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
 	s.reply(1, `{"analysis": "a", "commands": [{"keystrokes": "touch bad1\n", "duration": 0.1}]}`)
@@ -145,6 +150,7 @@ func TestMalformedJSON(t *testing.T) {
 }
 
 func TestMalformedXML(t *testing.T) {
+	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
 	s.reply(1, "<response><analysis>a</analysis><plan>p</plan><commands><command><duration>1</duration></command></commands></response>")
@@ -175,6 +181,7 @@ func TestMalformedXML(t *testing.T) {
 
 // Anything but a second consecutive task_complete resets the confirmation.
 func TestConfirmationResets(t *testing.T) {
+	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
 	s.reply(1, jsonReply("done?", true))
@@ -194,6 +201,7 @@ func TestConfirmationResets(t *testing.T) {
 
 // C-c interrupts a running command; Up recalls the last one.
 func TestSpecialKeys(t *testing.T) {
+	t.Parallel()
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
@@ -237,6 +245,7 @@ func TestSpecialKeys(t *testing.T) {
 // Literal text reaches the shell unchanged, whatever tmux's parser makes
 // of it (a trailing ';' or "\;", a long text sent in chunks).
 func TestLiteralText(t *testing.T) {
+	t.Parallel()
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
@@ -269,6 +278,7 @@ func TestLiteralText(t *testing.T) {
 // A session's next task reuses its terminal; an idle terminal is torn
 // down; another session gets its own.
 func TestSessionReuseAndIdle(t *testing.T) {
+	t.Parallel()
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
@@ -310,13 +320,13 @@ func TestSessionReuseAndIdle(t *testing.T) {
 			if n != 2 || term == nil {
 				t.Fatalf("%d terminals, want 2", n)
 			}
-			waitFor(t, "idle teardown", 10*time.Second, func() bool {
+			testwait.Until(t, "idle teardown", func() bool {
 				r.mu.Lock()
 				defer r.mu.Unlock()
 				return len(r.slots) == 0
 			})
 			// The reaper forgets the slot, then closes its terminal.
-			waitFor(t, "the idle terminal to be closed", 10*time.Second, func() bool { return !term.Alive() })
+			testwait.Until(t, "the idle terminal to be closed", func() bool { return !term.Alive() })
 			// A new task starts a new terminal.
 			s.reset()
 			s.reply(1, jsonReply("c", false, cmd{"echo new-$MARK.\n", 0.2}))
@@ -333,6 +343,7 @@ func TestSessionReuseAndIdle(t *testing.T) {
 
 // The agent typing exit ends the shell; the next step gets a new one.
 func TestShellExitRestarts(t *testing.T) {
+	t.Parallel()
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
@@ -355,6 +366,7 @@ func TestShellExitRestarts(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	t.Run("while a command runs", func(t *testing.T) {
 		s := newScript(t)
 		r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
@@ -393,10 +405,10 @@ func TestCancel(t *testing.T) {
 			if res.FinishReason != "cancelled" {
 				t.Errorf("result = %+v", res)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(testwait.Deadline):
 			t.Fatal("Run did not return after cancel")
 		}
-		waitFor(t, "the agent's child to be killed", 5*time.Second, func() bool { return processGone(pid) })
+		testwait.Until(t, "the agent's child to be killed", func() bool { return processGone(pid) })
 	})
 	t.Run("before it starts", func(t *testing.T) {
 		r := newRunner(t, TargetPTY, "true", Options{}, nil)
@@ -410,6 +422,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestMaxSteps(t *testing.T) {
+	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, func(c *config.HarnessAgent) { c.MaxSteps = 3 })
 	s.reply(0, jsonReply("still working", false))
@@ -423,6 +436,7 @@ func TestMaxSteps(t *testing.T) {
 }
 
 func TestMaxDuration(t *testing.T) {
+	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, func(c *config.HarnessAgent) { c.MaxDuration = 1 })
 	// The command's wait is the longest there is (60 s): the limit must
@@ -440,6 +454,7 @@ func TestMaxDuration(t *testing.T) {
 
 // A step over stepTimeout kills the agent and what it started.
 func TestStepTimeoutKillsGrandchild(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	inner := filepath.Join(dir, "inner.sh")
@@ -454,10 +469,11 @@ func TestStepTimeoutKillsGrandchild(t *testing.T) {
 		t.Errorf("result = %+v", res)
 	}
 	pid := readPID(t, pidFile)
-	waitFor(t, "the grandchild to be killed", 5*time.Second, func() bool { return processGone(pid) })
+	testwait.Until(t, "the grandchild to be killed", func() bool { return processGone(pid) })
 }
 
 func TestAgentFailures(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, command string
 		opt           Options
@@ -481,6 +497,7 @@ func TestAgentFailures(t *testing.T) {
 
 // The screen the agent sees is capped, head and tail kept.
 func TestObservationCap(t *testing.T) {
+	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, func(c *config.HarnessAgent) { c.ObservationBytes = 100 })
 	s.reply(1, jsonReply("count", false, cmd{"seq 1000 1100\n", 0.5}))
@@ -500,6 +517,7 @@ func TestObservationCap(t *testing.T) {
 }
 
 func TestCapObservation(t *testing.T) {
+	t.Parallel()
 	if got := capObservation("short", 100); got != "short" {
 		t.Errorf("short = %q", got)
 	}
@@ -516,6 +534,7 @@ func TestCapObservation(t *testing.T) {
 }
 
 func TestCloseStopsRuns(t *testing.T) {
+	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
 	s.reply(0, jsonReply("waiting", false, cmd{"", 30}))
@@ -548,8 +567,18 @@ func TestCloseStopsRuns(t *testing.T) {
 	}
 }
 
-// Close leaves no goroutine behind.
+// Close leaves no goroutine behind. Not parallel: it counts the
+// process's goroutines.
 func TestCloseLeavesNoGoroutines(t *testing.T) {
+	// Package procs forks every agent from one goroutine that lives as
+	// long as the process, started by the first agent: it runs before
+	// the count (the tests that ran first started it before they were
+	// parallel).
+	warm := exec.Command("true")
+	if err := (*procs.Registry)(nil).Start(warm); err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Wait()
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			if target == TargetTmux {
@@ -595,9 +624,15 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 			if err := r.Close(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "goroutines to stop", 5*time.Second, func() bool { return runtime.NumGoroutine() <= before })
+			testwait.UntilOK(t, "goroutines to stop", func() error {
+				if n := runtime.NumGoroutine(); n > before {
+					buf := make([]byte, 1<<20)
+					return fmt.Errorf("%d goroutines, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+				}
+				return nil
+			})
 			for _, sid := range sids {
-				waitFor(t, "the terminal's processes to end", 5*time.Second, func() bool {
+				testwait.Until(t, "the terminal's processes to end", func() bool {
 					for _, pid := range append(procs.SessionMembers(sid), sid) {
 						if !processGone(pid) {
 							return false
@@ -611,6 +646,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 }
 
 func TestParallelSessions(t *testing.T) {
+	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
 	s.reply(1, jsonReply("go", false, cmd{"echo in-$PWD\n", 0.2}))
@@ -630,6 +666,7 @@ func TestParallelSessions(t *testing.T) {
 }
 
 func TestTmuxFallsBackToPTY(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, TargetPTY, "true", Options{}, nil)
 	if r.Target() != TargetPTY {
 		t.Errorf("target %q", r.Target())
@@ -645,6 +682,7 @@ func TestTmuxFallsBackToPTY(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range []config.HarnessAgent{
 		{Command: ""},
 		{Command: "x", Target: "ssh"},
@@ -673,6 +711,7 @@ func TestNewErrors(t *testing.T) {
 }
 
 func TestWorkDir(t *testing.T) {
+	t.Parallel()
 	tests := map[string]string{
 		"terminal:dev:peer-1": "terminal:dev:peer-1",
 		"":                    "default",

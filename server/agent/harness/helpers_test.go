@@ -17,6 +17,8 @@ import (
 	"termlink/server/agent/procs"
 	"termlink/server/config"
 	"termlink/testrig/needtool"
+
+	"termlink/internal/testwait"
 )
 
 // script is a scripted agent: a shell script that saves each request it
@@ -222,21 +224,10 @@ func countLines(s, line string) int {
 // processGone reports whether pid has exited (or is a zombie).
 func processGone(pid int) bool { return !procs.Running(pid) }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func readPID(t *testing.T, path string) int {
 	t.Helper()
 	var pid int
-	waitFor(t, path, 5*time.Second, func() bool {
+	testwait.Until(t, "a pid in "+path, func() bool {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return false

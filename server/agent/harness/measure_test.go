@@ -23,6 +23,7 @@ import (
 //
 //	TERMLINK_MEASURE=1 go test -run TestMeasureStepOverhead -v ./server/agent/harness/
 func TestMeasureStepOverhead(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("TERMLINK_MEASURE") == "" {
 		t.Skip("measurement, not a test: set TERMLINK_MEASURE=1 to run it")
 	}

@@ -13,6 +13,8 @@ import (
 
 	"go.bug.st/serial"
 	"termlink/testrig/needtool"
+
+	"termlink/internal/testwait"
 )
 
 // socatPair starts socat with two linked PTYs and returns their paths.
@@ -53,7 +55,7 @@ func socatPair(t *testing.T) (a, b string) {
 			} else {
 				b = p
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(testwait.Deadline):
 			t.Fatal("socat did not report its PTYs")
 		}
 	}
@@ -180,6 +182,7 @@ func (b *board) exec(cmd string) {
 }
 
 func TestSerialTarget(t *testing.T) {
+	t.Parallel()
 	harnessEnd, boardEnd := socatPair(t)
 	b := startBoard(t, boardEnd)
 	s := newScript(t)
