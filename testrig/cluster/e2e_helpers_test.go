@@ -354,7 +354,7 @@ func readHistory(t *testing.T, urls string) []histRecord {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	s, err := js.Stream(ctx, "TERMLINK_HIST")
 	if err != nil {

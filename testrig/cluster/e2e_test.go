@@ -409,14 +409,14 @@ type exchanged struct {
 // carrying the cached reply), then closes.
 func exchange(t *testing.T, url, peer, messageID, text string) exchanged {
 	t.Helper()
-	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	d := websocket.Dialer{HandshakeTimeout: waitFor}
 	ws, _, err := d.Dial(url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ws.Close()
 	write := func(f link.Frame) {
-		_ = ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_ = ws.SetWriteDeadline(time.Now().Add(waitFor))
 		if err := ws.WriteMessage(websocket.TextMessage, link.MustEncode(f)); err != nil {
 			t.Fatal(err)
 		}

@@ -125,7 +125,7 @@ func connectedPeers(t *testing.T, base string) int {
 
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
-	c := http.Client{Timeout: 10 * time.Second}
+	c := http.Client{Timeout: waitFor}
 	resp, err := c.Get(url)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)

@@ -64,22 +64,6 @@ func (w *stuckWatch) end() (time.Duration, string) {
 	return w.longest, w.what
 }
 
-// consumers lists the partition consumers the workers report, by name.
-func consumers(t *testing.T, workers []*cluster.Server) map[string]bool {
-	t.Helper()
-	out := map[string]bool{}
-	for _, s := range workers {
-		st, err := cluster.ClusterStatus(context.Background(), s.HTTPURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range st.Owned {
-			out[p.Consumer] = true
-		}
-	}
-	return out
-}
-
 // settledConsumers returns the workers' partition consumers, by name,
 // once each of the n partitions is owned by one worker and none is being
 // given up; else an error saying what is not so yet.
@@ -94,6 +78,9 @@ func settledConsumers(workers []*cluster.Server, n int) (map[string]bool, error)
 		for _, p := range st.Owned {
 			if p.Releasing {
 				return nil, fmt.Errorf("%s gives partition %d up", s.Spec.Name, p.Partition)
+			}
+			if p.Consumer == "" {
+				return nil, fmt.Errorf("%s has no consumer for partition %d yet", s.Spec.Name, p.Partition)
 			}
 			if other, ok := owned[p.Partition]; ok {
 				return nil, fmt.Errorf("partition %d owned by %s and %s", p.Partition, other, s.Spec.Name)
@@ -173,15 +160,14 @@ func TestStuckConsumersRecreated(t *testing.T) {
 	// recreates the others in the same pass (one after the other), or at
 	// its next look (stuckSeconds/4) on the other worker.
 	testwait.UntilOK(t, "8 new consumers, none of those deleted", func() error {
-		after := consumers(t, tc.workers)
-		var old []string
+		after, err := settledConsumers(tc.workers, 8)
+		if err != nil {
+			return err
+		}
 		for name := range after {
 			if before[name] {
-				old = append(old, name)
+				return fmt.Errorf("consumers %v: %s deleted and still reported", after, name)
 			}
-		}
-		if len(old) > 0 || len(after) != 8 {
-			return fmt.Errorf("consumers %v, deleted ones still reported: %v", after, old)
 		}
 		return nil
 	})

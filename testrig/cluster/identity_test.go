@@ -94,7 +94,7 @@ func TestEnrollmentAcrossNodes(t *testing.T) {
 // the status.
 func call(t *testing.T, method, url, body string, out any) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	var rd io.Reader
 	if body != "" {
@@ -126,7 +126,7 @@ func call(t *testing.T, method, url, body string, out any) int {
 // the upgrade, or its error frame).
 func exchangeToken(t *testing.T, url, token, peer, text string) error {
 	t.Helper()
-	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	d := websocket.Dialer{HandshakeTimeout: waitFor}
 	ws, resp, err := d.Dial(url, http.Header{"Authorization": {"Bearer " + token}})
 	if err != nil {
 		if resp != nil {
@@ -136,7 +136,7 @@ func exchangeToken(t *testing.T, url, token, peer, text string) error {
 	}
 	defer ws.Close()
 	for _, f := range []link.Frame{&link.Connect{PeerID: peer}, &link.Message{MessageID: "m-" + text, Text: text}} {
-		_ = ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_ = ws.SetWriteDeadline(time.Now().Add(waitFor))
 		if err := ws.WriteMessage(websocket.TextMessage, link.MustEncode(f)); err != nil {
 			return err
 		}

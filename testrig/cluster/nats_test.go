@@ -32,7 +32,7 @@ func publishN(t *testing.T, js jetstream.JetStream, subject string, from, n int)
 
 func streamMsgs(t *testing.T, js jetstream.JetStream, name string) uint64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	s, err := js.Stream(ctx, name)
 	if err != nil {
@@ -66,7 +66,7 @@ func TestNATSProcessesKillStopRestart(t *testing.T) {
 	heavy(t)
 	c := StartNATSForTest(t, 3)
 	js := connect(t, c.URLs())
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testwait.Deadline)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3}); err != nil {
 		t.Fatal(err)
@@ -109,7 +109,7 @@ func TestNATSProcessesKillStopRestart(t *testing.T) {
 // routes. Close frees every port.
 func TestNATSEmbedded(t *testing.T) {
 	heavy(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testwait.Deadline)
 	defer cancel()
 	c, err := StartNATS(ctx, NATSOptions{Nodes: 3, Dir: t.TempDir()})
 	if err != nil {

@@ -101,7 +101,7 @@ func TestNoticesAcrossEdges(t *testing.T) {
 	if got := readNotice(t, raw); got != sentBefore {
 		t.Fatalf("kiosk-5 on edge 2 was sent %q, want %q again", got, sentBefore)
 	}
-	_ = raw.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_ = raw.SetWriteDeadline(time.Now().Add(waitFor))
 	if err := raw.WriteMessage(websocket.TextMessage, link.MustEncode(&link.NoticeAck{NoticeID: sentBefore})); err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +154,13 @@ func TestNoticesAcrossEdges(t *testing.T) {
 // dialNotices connects a raw device that takes notices as peer.
 func dialNotices(t *testing.T, url, peer string) *websocket.Conn {
 	t.Helper()
-	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	d := websocket.Dialer{HandshakeTimeout: waitFor}
 	ws, _, err := d.Dial(url, nil)
 	if err != nil {
 		t.Fatalf("%s: %v", peer, err)
 	}
 	t.Cleanup(func() { ws.Close() })
-	_ = ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_ = ws.SetWriteDeadline(time.Now().Add(waitFor))
 	if err := ws.WriteMessage(websocket.TextMessage, link.MustEncode(&link.Connect{PeerID: peer, Capabilities: []string{link.CapText, link.CapNotice}})); err != nil {
 		t.Fatal(err)
 	}

@@ -212,11 +212,10 @@ type browser struct {
 // Starting chromium takes seconds on a loaded 2-core machine; a tab in
 // a new browser context takes a fraction of one.
 var chromiumProc struct {
-	mu      sync.Mutex
-	ctx     context.Context // the browser's own context; done when it died
-	stop    func()
-	out     *syncbuf.Buffer
-	profile string
+	mu   sync.Mutex
+	ctx  context.Context // the browser's own context; done when it died
+	stop func()          // closes it and removes its profile
+	out  *syncbuf.Buffer
 }
 
 // sharedChromium returns the running chromium's context, starting it
@@ -280,7 +279,7 @@ func sharedChromium(execPath string) (context.Context, *syncbuf.Buffer, error) {
 		stop()
 		return nil, nil, fmt.Errorf("starting chromium %s: %w\n%s", execPath, err, out.String())
 	}
-	c.ctx, c.stop, c.out, c.profile = ctx, stop, out, profile
+	c.ctx, c.stop, c.out = ctx, stop, out
 	return ctx, out, nil
 }
 
