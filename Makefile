@@ -102,7 +102,7 @@ cross:
 # CI_REQUIRE_TOOLS=1.
 ARM_IMPORTS := ^(sync/atomic|unsafe|syscall|golang\.org/x/sys/.*|encoding/binary|periph\.io/.*|go\.bug\.st/serial)$$
 ARM_PKGS = $(GO) list -deps -f '{{if .Module}}{{if .Module.Main}}{{.ImportPath}} {{join .Imports " "}}{{end}}{{end}}' ./cmd/termd | \
-	awk '$$1 != "termlink/cmd/termd" {for (i = 2; i <= NF; i++) if ($$i ~ /$(ARM_IMPORTS)/) {print $$1; next}}'
+	awk -v re='$(ARM_IMPORTS)' '$$1 != "termlink/cmd/termd" {for (i = 2; i <= NF; i++) if ($$i ~ re) {print $$1; next}}'
 test-arm:
 	@if ! command -v qemu-arm-static >/dev/null || ! command -v qemu-aarch64-static >/dev/null; then \
 	  if [ "$$CI_REQUIRE_TOOLS" = 1 ]; then echo "test-arm: qemu-user-static is not installed (CI_REQUIRE_TOOLS=1)" >&2; exit 1; fi; \
