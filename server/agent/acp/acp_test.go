@@ -12,9 +12,12 @@ import (
 
 	"termlink/server/agent"
 	"termlink/server/config"
+
+	"termlink/internal/testwait"
 )
 
 func TestNewValidates(t *testing.T) {
+	t.Parallel()
 	for name, cfg := range map[string]config.ACPAgent{
 		"empty command":   {Command: " "},
 		"bad permission":  {Command: "x", Permission: "always"},
@@ -31,6 +34,7 @@ func TestNewValidates(t *testing.T) {
 // A chat: the message chunks make the reply; turns reuse the process;
 // the ACP session id is kept in the session metadata.
 func TestChat(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, nil, nil)
 	rc := &recorder{}
 	if res := run(t, r, rc, "s", "hello"); res.FinishReason != "stop" || res.Text != "You said: hello" {
@@ -54,6 +58,7 @@ func TestChat(t *testing.T) {
 // tool_call, tool_call_update, plan and thoughts are progress lines;
 // unknown update kinds are ignored.
 func TestProgress(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, nil, nil)
 	rc := &recorder{}
 	if res := run(t, r, rc, "s", "/tool read_file"); res.Text != "used read_file" {
@@ -79,6 +84,7 @@ func TestProgress(t *testing.T) {
 }
 
 func TestStopReasons(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, nil, nil)
 	for stop, want := range map[string]string{"max_tokens": "length", "max_turn_requests": "max_turns", "refusal": "refusal", "cancelled": "cancelled", "end_turn": "stop"} {
 		res := run(t, r, &recorder{}, "s", "/stop "+stop)
@@ -93,6 +99,7 @@ func TestStopReasons(t *testing.T) {
 
 // Permission requests by policy: reject (default) and allow_once.
 func TestPermissionPolicy(t *testing.T) {
+	t.Parallel()
 	for policy, want := range map[string]string{"": "rejected", "reject": "rejected", "allow_once": "allowed"} {
 		r := newRunner(t, nil, func(c *config.ACPAgent, _ *Options) { c.Permission = policy })
 		rc := &recorder{Caps: []string{"progress"}}
@@ -111,6 +118,7 @@ func TestPermissionPolicy(t *testing.T) {
 // message (Inject) answers it; no answer in time rejects; a device without
 // progress cannot see it and gets reject.
 func TestPermissionAsk(t *testing.T) {
+	t.Parallel()
 	ask := func(c *config.ACPAgent, o *Options) { c.Permission = "ask"; o.AskTimeout = 10 * time.Second }
 	r := newRunner(t, nil, ask)
 	rc := &recorder{Caps: []string{"progress", "cancel"}}
@@ -123,18 +131,18 @@ func TestPermissionAsk(t *testing.T) {
 		if !r.Inject(context.Background(), rc.Req("s", answer)) {
 			t.Fatalf("answer %q not taken", answer)
 		}
-		if got := await(t, res, 10*time.Second); got.Text != want {
+		if got := await(t, res); got.Text != want {
 			t.Fatalf("answer %q: result %+v, want %q", answer, got, want)
 		}
 		rc.Reset()
 	}
 	// Only one message answers a question; a message with none waits.
 	res := runAsync(context.Background(), r, rc, "s", "/slow 300")
-	time.Sleep(50 * time.Millisecond)
+	waitTurn(t, r, "s")
 	if r.Inject(context.Background(), rc.Req("s", "1")) {
 		t.Fatal("Inject took a message while no question was open")
 	}
-	await(t, res, 10*time.Second)
+	await(t, res)
 
 	t.Run("timeout", func(t *testing.T) {
 		r := newRunner(t, nil, func(c *config.ACPAgent, o *Options) { c.Permission = "ask"; o.AskTimeout = 200 * time.Millisecond })
@@ -156,14 +164,15 @@ func TestPermissionAsk(t *testing.T) {
 // A cancel sends session/cancel: the prompt ends cancelled and the process
 // stays; an open permission question is answered cancelled.
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, nil, func(c *config.ACPAgent, _ *Options) { c.Permission = "ask" })
 	rc := &recorder{Caps: []string{"progress"}}
 	pid := agentPID(t, r, "s")
 	ctx, cancel := context.WithCancel(context.Background())
 	res := runAsync(ctx, r, rc, "s", "/slow 10000")
-	time.Sleep(100 * time.Millisecond)
+	waitTurn(t, r, "s")
 	cancel()
-	if got := await(t, res, 5*time.Second); got.FinishReason != "cancelled" {
+	if got := await(t, res); got.FinishReason != "cancelled" {
 		t.Fatalf("result %+v", got)
 	}
 	if got := agentPID(t, r, "s"); got != pid {
@@ -176,7 +185,7 @@ func TestCancel(t *testing.T) {
 	res = runAsync(ctx, r, rc, "s", "/perm")
 	waitProgress(t, rc, "Allow? Edit config.json")
 	cancel()
-	got := await(t, res, 5*time.Second)
+	got := await(t, res)
 	if got.FinishReason != "cancelled" || strings.Contains(got.Text, "rejected") || strings.Contains(got.Text, "allowed") {
 		t.Fatalf("result %+v", got)
 	}
@@ -191,6 +200,7 @@ func TestCancel(t *testing.T) {
 // JSON-RPC errors and auth failures are error replies whose first line
 // says what to do.
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, nil, nil)
 	res := run(t, r, &recorder{}, "s", "/error")
 	if res.FinishReason != "error" || firstLine(res.Text) != "The agent answered session/prompt with an error; send the message again, or check the agent's setup." ||
@@ -240,6 +250,7 @@ func TestErrors(t *testing.T) {
 // A crash mid-turn is an error reply quoting stderr; the next message gets
 // a fresh process.
 func TestCrashAndRestart(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, nil, nil)
 	pid := agentPID(t, r, "s")
 	res := run(t, r, &recorder{}, "s", "/crash")
@@ -247,23 +258,18 @@ func TestCrashAndRestart(t *testing.T) {
 		!strings.Contains(res.Text, "exit status 3") || !strings.Contains(res.Text, "crashing as asked") {
 		t.Fatalf("result %+v", res)
 	}
-	waitGone(t, pid, 5*time.Second)
+	waitGone(t, pid)
 	if got := agentPID(t, r, "s"); got == pid {
 		t.Fatal("same pid after a crash")
 	}
 }
 
 func TestIdleStop(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, nil, func(_ *config.ACPAgent, o *Options) { o.IdleTimeout = 300 * time.Millisecond })
 	pid := agentPID(t, r, "s")
-	waitGone(t, pid, 5*time.Second)
-	deadline := time.Now().Add(5 * time.Second)
-	for r.Live() != 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := r.Live(); n != 0 {
-		t.Fatalf("%d processes live after the idle stop", n)
-	}
+	waitGone(t, pid)
+	testwait.Until(t, "no process live after the idle stop", func() bool { return r.Live() == 0 })
 	if res := run(t, r, &recorder{}, "s", "again"); res.Text != "You said: again" {
 		t.Fatalf("result %+v", res)
 	}
@@ -271,11 +277,12 @@ func TestIdleStop(t *testing.T) {
 
 // maxProcesses: the least recently used idle process makes room.
 func TestMaxProcesses(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, nil, func(c *config.ACPAgent, _ *Options) { c.MaxProcesses = 2 })
 	a := agentPID(t, r, "a")
 	agentPID(t, r, "b")
 	agentPID(t, r, "c")
-	waitGone(t, a, 5*time.Second)
+	waitGone(t, a)
 	if n := r.Live(); n > 2 {
 		t.Fatalf("%d processes live, max 2", n)
 	}
@@ -284,6 +291,7 @@ func TestMaxProcesses(t *testing.T) {
 // The session cwd is the workspace, or the config's cwd inside it; media
 // go as resource links.
 func TestCwdAndMedia(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
 	if err := os.Mkdir(filepath.Join(ws, "proj"), 0o755); err != nil {
 		t.Fatal(err)
@@ -303,15 +311,16 @@ func TestCwdAndMedia(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, nil, nil)
 	pid := agentPID(t, r, "s")
 	res := runAsync(context.Background(), r, &recorder{}, "s", "/slow 10000")
-	time.Sleep(100 * time.Millisecond)
+	waitTurn(t, r, "s")
 	r.Close()
-	if got := await(t, res, 10*time.Second); got.FinishReason == "stop" {
+	if got := await(t, res); got.FinishReason == "stop" {
 		t.Fatalf("result %+v", got)
 	}
-	waitGone(t, pid, time.Second)
+	waitGone(t, pid)
 	if res := run(t, r, &recorder{}, "s", "hi"); res.FinishReason != "error" {
 		t.Fatalf("run after Close: %+v", res)
 	}
@@ -320,6 +329,7 @@ func TestClose(t *testing.T) {
 // The SDK's example agent, an independent implementation: a full turn with
 // chunks, tool calls and a permission request.
 func TestSDKExampleAgent(t *testing.T) {
+	t.Parallel()
 	r, err := New("example", config.ACPAgent{Command: sdkAgentBin, Args: []string{}, Permission: "allow_once"}, testOptions(t))
 	if err != nil {
 		t.Fatal(err)
@@ -369,6 +379,7 @@ func streamRun(ctx context.Context, r *Runner, rc *recorder, log *chunkLog, key,
 // goes on; the chunks add up to the reply. Without Stream the reply is
 // the same.
 func TestStreamChunks(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, nil, nil)
 	rc := &recorder{Caps: []string{"stream"}}
 	var log chunkLog
@@ -378,16 +389,9 @@ func TestStreamChunks(t *testing.T) {
 	// first chunk is streamed while the run goes on.
 	gate := filepath.Join(t.TempDir(), "gate")
 	res := streamRun(context.Background(), r, rc, &log, "s", "/gate "+gate+" "+want)
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if text, n := log.text(); n >= 1 {
-			if text != "one" {
-				t.Fatalf("streamed first %q, want the first word", text)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("nothing streamed while the agent waits")
-		}
+	testwait.Until(t, "a chunk streamed while the agent waits", func() bool { _, n := log.text(); return n >= 1 })
+	if text, _ := log.text(); text != "one" {
+		t.Fatalf("streamed first %q, want the first word", text)
 	}
 	select {
 	case got := <-res:
@@ -397,7 +401,7 @@ func TestStreamChunks(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got := await(t, res, 15*time.Second)
+	got := await(t, res)
 	text, n := log.text()
 	if got.FinishReason != "stop" || got.Text != want || text != got.Text || n != len(words) {
 		t.Fatalf("result %+v; streamed %d chunks %q, want %d adding up to the reply", got, n, text, len(words))
@@ -411,27 +415,25 @@ func TestStreamChunks(t *testing.T) {
 // A cancel mid-stream ends the turn cancelled: the streamed words are
 // the start of the reply, and nothing streams after it.
 func TestStreamCancelled(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, nil, nil)
 	rc := &recorder{Caps: []string{"stream"}}
 	var log chunkLog
 	ctx, cancel := context.WithCancel(context.Background())
 	// The agent waits at a gate that never opens, after its first word.
 	res := streamRun(ctx, r, rc, &log, "s", "/gate "+filepath.Join(t.TempDir(), "never")+" "+strings.Repeat("word ", 100))
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, n := log.text(); n >= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("nothing streamed")
-		}
-	}
+	testwait.Until(t, "a chunk streamed", func() bool { _, n := log.text(); return n >= 1 })
 	cancel()
-	got := await(t, res, 10*time.Second)
+	got := await(t, res)
 	text, n := log.text()
 	if got.FinishReason != "cancelled" || !strings.HasPrefix(got.Text, text) || n != 1 {
 		t.Fatalf("result %+v after %d chunks %q: want cancelled, streamed text its start", got, n, text)
 	}
-	time.Sleep(300 * time.Millisecond) // a word the agent had in flight would show now
+	// The session's next answer is read after anything the cancelled
+	// prompt still wrote (one stdout, in order).
+	if res := run(t, r, rc, "s", "again"); res.Text != "You said: again" {
+		t.Fatalf("after the cancel: %+v", res)
+	}
 	if after, m := log.text(); m != n {
 		t.Fatalf("streamed after the run ended: %q", after[len(text):])
 	}
@@ -440,10 +442,11 @@ func TestStreamCancelled(t *testing.T) {
 // Past MaxReplyBytes the reply is cut, and so is the stream: what was
 // streamed stays the start of the reply.
 func TestStreamCutWithTheReply(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, nil, func(_ *config.ACPAgent, o *Options) { o.MaxReplyBytes = 10 })
 	rc := &recorder{Caps: []string{"stream"}}
 	var log chunkLog
-	got := await(t, streamRun(context.Background(), r, rc, &log, "s", "/chunks 25"), 15*time.Second)
+	got := await(t, streamRun(context.Background(), r, rc, &log, "s", "/chunks 25"))
 	text, _ := log.text()
 	if text != strings.Repeat("x", 10) || !strings.HasPrefix(got.Text, text) || !strings.Contains(got.Text, "reply cut") {
 		t.Fatalf("streamed %q, result %+v", text, got)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/agent"
 	"termlink/server/agent/stdio/stdiotest"
 	"termlink/server/config"
@@ -82,18 +83,29 @@ var (
 // waitProgress waits for a progress line containing s.
 func waitProgress(tb testing.TB, rc *recorder, s string) {
 	tb.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	testwait.UntilOK(tb, fmt.Sprintf("a progress line containing %q", s), func() error {
 		prog, _ := rc.Snapshot()
 		for _, p := range prog {
 			if strings.Contains(p, s) {
-				return
+				return nil
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	prog, _ := rc.Snapshot()
-	tb.Fatalf("no progress containing %q; got %q", s, prog)
+		return fmt.Errorf("progress %q", prog)
+	})
+}
+
+// waitTurn waits until the session's process has a prompt in progress.
+func waitTurn(tb testing.TB, r *Runner, key string) {
+	tb.Helper()
+	testwait.Until(tb, "a prompt of session "+key+" in progress", func() bool {
+		p, ok := r.Pool.Get(key)
+		if !ok {
+			return false
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.turn != nil
+	})
 }
 
 func agentPID(tb testing.TB, r *Runner, key string) int {

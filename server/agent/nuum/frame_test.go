@@ -10,6 +10,7 @@ import (
 )
 
 func TestParseFrame(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		line string
 		kind kind
@@ -57,6 +58,7 @@ func TestParseFrame(t *testing.T) {
 }
 
 func TestFrameFields(t *testing.T) {
+	t.Parallel()
 	f, _ := parseFrame([]byte(`{"type":"assistant","message":{"content":[{"type":"text","text":"a"},{"type":"tool_use","id":"c1","name":"read","input":{}},"junk",{"type":"text","text":5}]}}`))
 	b := f.content()
 	if len(b) != 4 || b[0].Text != "a" || b[1].Name != "read" || b[1].ID != "c1" || b[2].Type != "" || b[3].Text != "" {
@@ -85,6 +87,7 @@ func TestFrameFields(t *testing.T) {
 }
 
 func TestMapResult(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		line, text, lastErr string
 		reason, reply       string
@@ -114,6 +117,7 @@ func TestMapResult(t *testing.T) {
 }
 
 func TestLineReader(t *testing.T) {
+	t.Parallel()
 	in := "short\r\n" + strings.Repeat("x", 40) + "\n\nexactly16bytes!!\n" + strings.Repeat("y", 17) + "\nlast"
 	for _, name := range []string{"whole", "one byte at a time"} {
 		var r io.Reader = strings.NewReader(in)
@@ -224,6 +228,7 @@ func FuzzLineReader(f *testing.F) {
 }
 
 func TestStreamEvent(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		line string
 		want streamEvent

@@ -12,6 +12,7 @@ import (
 // A turn longer than turnTimeout is interrupted and its reply says it
 // timed out; the process stays for the next turn. Issue 16.
 func TestTurnTimeout(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, "", func(_ *config.NuumAgent, o *Options) { o.TurnTimeout = 300 * time.Millisecond })
 	rc := &recorder{}
 	pid := agentPID(t, r, "s")
@@ -27,13 +28,14 @@ func TestTurnTimeout(t *testing.T) {
 	resCh, started := runAsync(r, ctx, rc, "s", "/slow 200")
 	awaitStart(t, started)
 	cancel()
-	if res := await(t, resCh, 5*time.Second); res.FinishReason != "cancelled" {
+	if res := await(t, resCh); res.FinishReason != "cancelled" {
 		t.Fatalf("cancelled turn %+v", res)
 	}
 }
 
 // The config's turnTimeout (seconds) and heartbeatAck reach the runner.
 func TestTurnTimeoutAndHeartbeatAckFromConfig(t *testing.T) {
+	t.Parallel()
 	r, err := New("x", config.NuumAgent{Command: "true", TurnTimeout: 90, HeartbeatAck: "optional"}, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +65,7 @@ func TestTurnTimeoutAndHeartbeatAckFromConfig(t *testing.T) {
 // Message media reach the agent as the spec's content blocks: the text,
 // then a text block naming each file. Issue 16.
 func TestMediaAsContentBlocks(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, "", nil)
 	rc := &recorder{}
 	req := rc.Req("s", "look at these")

@@ -19,6 +19,8 @@ import (
 	"termlink/server/agent"
 	"termlink/server/agent/stdio/stdiotest"
 	"termlink/server/config"
+
+	"termlink/internal/testwait"
 )
 
 // agentBin is the example agent (testrig/agents/nuumagent), built by TestMain.
@@ -113,12 +115,13 @@ func awaitStart(tb testing.TB, st <-chan struct{}) {
 	tb.Helper()
 	select {
 	case <-st:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Deadline):
 		tb.Fatal("the turn was not accepted")
 	}
 }
 
 func TestNewValidates(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  config.NuumAgent
@@ -146,6 +149,7 @@ func TestNewValidates(t *testing.T) {
 }
 
 func TestTurnsReuseProcess(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, "", nil)
 	rc := &recorder{}
 	pid := agentPID(t, r, "s1")
@@ -165,6 +169,7 @@ func TestTurnsReuseProcess(t *testing.T) {
 }
 
 func TestSessionIDStored(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, "--session-id nuum_01TEST", nil)
 	rc := &recorder{}
 	run(t, r, rc, "s1", "a")
@@ -188,6 +193,7 @@ func TestSessionIDStored(t *testing.T) {
 }
 
 func TestProgressAndToolResults(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, flags, text string
 		progress          []string
@@ -203,6 +209,7 @@ func TestProgressAndToolResults(t *testing.T) {
 		{"plain turn", "", "hi", []string{"thinking"}, nil, "You said: hi"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r := newRunner(t, tc.flags, func(_ *config.NuumAgent, o *Options) { o.HeartbeatAckOptional = true })
 			rc := &recorder{}
 			res := run(t, r, rc, "s", tc.text)
@@ -221,6 +228,7 @@ func TestProgressAndToolResults(t *testing.T) {
 }
 
 func TestInject(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, flags string
 	}{
@@ -228,6 +236,7 @@ func TestInject(t *testing.T) {
 		{"claude answers in a follow-up turn", "--claude"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r := newRunner(t, tc.flags, func(_ *config.NuumAgent, o *Options) { o.HeartbeatAckOptional = true })
 			rc := &recorder{}
 			ctx := context.Background()
@@ -241,14 +250,8 @@ func TestInject(t *testing.T) {
 			resCh := make(chan agent.Result, 1)
 			go func() { resCh <- run(t, r, rc, "s", "/slow 800") }()
 			// Wait until the turn is open (claude mode has no turn_accepted).
-			deadline := time.Now().Add(10 * time.Second)
-			for !r.Inject(ctx, rc.Req("s", "second")) {
-				if time.Now().After(deadline) {
-					t.Fatal("Inject never succeeded during the turn")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			res := await(t, resCh, 10*time.Second)
+			testwait.Until(t, "an Inject during the turn to succeed", func() bool { return r.Inject(ctx, rc.Req("s", "second")) })
+			res := await(t, resCh)
 			// The result's text is the answer; the earlier step was progress.
 			if want := "You said: second"; res.FinishReason != "stop" || res.Text != want {
 				t.Fatalf("result %+v, want %q", res, want)
@@ -268,6 +271,7 @@ func TestInject(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	// No kill for not ending the turn within a test: only the interrupt
 	// can end it.
 	r, log := newRecordedRunner(t, "", func(o *Options) { o.InterruptWait = time.Hour })
@@ -277,7 +281,7 @@ func TestCancel(t *testing.T) {
 	resCh, started := runAsync(r, ctx, rc, "s", "/slow 10000")
 	awaitStart(t, started)
 	cancel()
-	res := await(t, resCh, 20*time.Second)
+	res := await(t, resCh)
 	if res.FinishReason != "cancelled" {
 		t.Fatalf("result %+v", res)
 	}
@@ -294,6 +298,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestInterruptedWithoutResult(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, "--no-cancel-result", nil)
 	rc := &recorder{}
 	pid := agentPID(t, r, "s")
@@ -314,7 +319,7 @@ func TestInterruptedWithoutResult(t *testing.T) {
 	resCh, started := runAsync(r, ctx, rc, "s", "/slow 10000")
 	awaitStart(t, started)
 	cancel()
-	if res := await(t, resCh, 5*time.Second); res.FinishReason != "cancelled" {
+	if res := await(t, resCh); res.FinishReason != "cancelled" {
 		t.Fatalf("result %+v", res)
 	}
 	if res := run(t, r, rc, "s", "after"); res.Text != "You said: after" {
@@ -326,6 +331,7 @@ func TestInterruptedWithoutResult(t *testing.T) {
 }
 
 func TestCancelUnresponsiveAgent(t *testing.T) {
+	t.Parallel()
 	// The Claude dialect ignores Nuum's interrupt: the process is killed.
 	r, log := newRecordedRunner(t, "--claude", func(o *Options) {
 		o.HeartbeatAckOptional = true
@@ -345,7 +351,7 @@ func TestCancelUnresponsiveAgent(t *testing.T) {
 	if got := ex[0].Str("reason"); got != "agent did not end the turn within 300ms of an interrupt" {
 		t.Errorf("exit reason %q", got)
 	}
-	waitGone(t, pid, 3*time.Second)
+	waitGone(t, pid)
 	if got := agentPID(t, r, "s"); got == pid {
 		t.Fatal("same pid after the kill")
 	}
@@ -355,6 +361,7 @@ func TestCancelUnresponsiveAgent(t *testing.T) {
 }
 
 func TestCrashAndRestart(t *testing.T) {
+	t.Parallel()
 	r, log := newRecordedRunner(t, "--crash-after 1", func(o *Options) { o.RestartBackoffMin = 300 * time.Millisecond })
 	rc := &recorder{}
 	pid := agentPID(t, r, "s")
@@ -363,7 +370,7 @@ func TestCrashAndRestart(t *testing.T) {
 		!strings.Contains(res.Text, "crashing after 1 turns") {
 		t.Fatalf("crashed turn answered %+v", res)
 	}
-	waitGone(t, pid, 3*time.Second)
+	waitGone(t, pid)
 	pid2 := agentPID(t, r, "s")
 	if pid2 == pid {
 		t.Fatal("same pid after the crash")
@@ -395,6 +402,7 @@ func TestCrashAndRestart(t *testing.T) {
 }
 
 func TestCrashBackoff(t *testing.T) {
+	t.Parallel()
 	lo, hi := 100*time.Millisecond, 400*time.Millisecond
 	r, log := newRecordedRunner(t, "--crash-after 0", func(o *Options) {
 		o.RestartBackoffMin, o.RestartBackoffMax = lo, hi
@@ -444,11 +452,13 @@ func TestCrashBackoff(t *testing.T) {
 }
 
 func TestHeartbeat(t *testing.T) {
+	t.Parallel()
 	fast := func(_ *config.NuumAgent, o *Options) {
 		o.HeartbeatInterval = 50 * time.Millisecond
 		o.HeartbeatTimeout = 500 * time.Millisecond
 	}
 	t.Run("acked", func(t *testing.T) {
+		t.Parallel()
 		r := newRunner(t, "", fast)
 		rc := &recorder{}
 		pid := agentPID(t, r, "s")
@@ -460,11 +470,12 @@ func TestHeartbeat(t *testing.T) {
 		}
 	})
 	t.Run("not acked", func(t *testing.T) {
+		t.Parallel()
 		r := newRunner(t, "--no-heartbeat-ack", fast)
 		rc := &recorder{}
 		// An idle process is killed...
 		pid := agentPID(t, r, "s")
-		waitGone(t, pid, 3*time.Second)
+		waitGone(t, pid)
 		// ... and a running turn is answered with an error (by the kill,
 		// not by the end of the agent's 10s step).
 		res := run(t, r, rc, "s", "/slow 10000")
@@ -473,6 +484,7 @@ func TestHeartbeat(t *testing.T) {
 		}
 	})
 	t.Run("ack optional until seen", func(t *testing.T) {
+		t.Parallel()
 		r := newRunner(t, "--no-heartbeat-ack", func(c *config.NuumAgent, o *Options) {
 			fast(c, o)
 			o.HeartbeatAckOptional = true
@@ -489,7 +501,9 @@ func TestHeartbeat(t *testing.T) {
 }
 
 func TestStartFailures(t *testing.T) {
+	t.Parallel()
 	t.Run("no init", func(t *testing.T) {
+		t.Parallel()
 		r := newRunner(t, "--no-init", func(_ *config.NuumAgent, o *Options) { o.StartTimeout = 300 * time.Millisecond })
 		res := run(t, r, &recorder{}, "s", "hello")
 		if res.FinishReason != "error" || res.Text != "agent did not send system/init within 300ms" {
@@ -498,6 +512,7 @@ func TestStartFailures(t *testing.T) {
 		waitProcs(t, r, 0)
 	})
 	t.Run("exits before init", func(t *testing.T) {
+		t.Parallel()
 		// Ended by the exit: the start timeout is beyond the run's bound.
 		o := testOptions(t)
 		o.StartTimeout = time.Hour
@@ -512,6 +527,7 @@ func TestStartFailures(t *testing.T) {
 		}
 	})
 	t.Run("missing workspace", func(t *testing.T) {
+		t.Parallel()
 		r := newRunner(t, "", nil)
 		req := (&recorder{}).Req("s", "x")
 		req.Workspace = filepath.Join(t.TempDir(), "missing")
@@ -521,6 +537,7 @@ func TestStartFailures(t *testing.T) {
 		}
 	})
 	t.Run("default timeout text", func(t *testing.T) {
+		t.Parallel()
 		r, err := New("x", config.NuumAgent{Command: "sleep 60", StartTimeout: 1}, Options{Logger: testOptions(t).Logger})
 		if err != nil {
 			t.Fatal(err)
@@ -534,16 +551,16 @@ func TestStartFailures(t *testing.T) {
 
 func waitProcs(tb testing.TB, r *Runner, n int) {
 	tb.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(r.Processes()) != n {
-		if time.Now().After(deadline) {
-			tb.Fatalf("processes %+v, want %d", r.Processes(), n)
+	testwait.UntilOK(tb, fmt.Sprintf("%d processes", n), func() error {
+		if p := r.Processes(); len(p) != n {
+			return fmt.Errorf("processes %+v", p)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestWorkspaceAndEnv(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r, err := New("x", config.NuumAgent{
 		Command: `printf '{"type":"system","subtype":"init","session_id":"%s"}\n' "$(pwd)|$TERMLINK_SESSION_KEY|$EXTRA"; cat >/dev/null`,
@@ -571,16 +588,19 @@ func TestWorkspaceAndEnv(t *testing.T) {
 }
 
 func TestIdleStop(t *testing.T) {
-	r := newRunner(t, "", func(_ *config.NuumAgent, o *Options) { o.IdleTimeout = 300 * time.Millisecond })
+	t.Parallel()
+	// A second idle: far above the pauses between turns below (a loaded
+	// machine stretches them).
+	r := newRunner(t, "", func(_ *config.NuumAgent, o *Options) { o.IdleTimeout = time.Second })
 	pid := agentPID(t, r, "s")
 	// Turns keep it alive.
 	for i := 0; i < 3; i++ {
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 		if got := agentPID(t, r, "s"); got != pid {
 			t.Fatalf("pid changed from %d to %d while in use", pid, got)
 		}
 	}
-	waitGone(t, pid, 3*time.Second)
+	waitGone(t, pid)
 	waitProcs(t, r, 0)
 	if got := agentPID(t, r, "s"); got == pid {
 		t.Fatal("same pid after the idle stop")
@@ -588,12 +608,13 @@ func TestIdleStop(t *testing.T) {
 }
 
 func TestMaxProcessesLRU(t *testing.T) {
+	t.Parallel()
 	var log *stdiotest.Log
 	r := newRunner(t, "", func(c *config.NuumAgent, o *Options) { c.MaxProcesses = 2; log = recordLog(o) })
 	pa := agentPID(t, r, "a")
 	pb := agentPID(t, r, "b")
 	pc := agentPID(t, r, "c") // evicts a, the least recently used
-	waitGone(t, pa, 3*time.Second)
+	waitGone(t, pa)
 	if !alive(pb) || !alive(pc) {
 		t.Fatal("b or c stopped")
 	}
@@ -611,7 +632,7 @@ func TestMaxProcessesLRU(t *testing.T) {
 		t.Fatal("b restarted")
 	}
 	agentPID(t, r, "a") // evicts c: b was used after it
-	waitGone(t, pc, 3*time.Second)
+	waitGone(t, pc)
 	if k := keys(); !slices.Equal(k, []string{"a", "b"}) {
 		t.Fatalf("sessions %v", k)
 	}
@@ -643,7 +664,7 @@ func TestMaxProcessesLRU(t *testing.T) {
 		t.Errorf("c did not take an idle slot of a or b: %v", ev)
 	}
 	for _, ch := range []<-chan agent.Result{resA, resB} {
-		if res := await(t, ch, 5*time.Second); res.FinishReason != "stop" {
+		if res := await(t, ch); res.FinishReason != "stop" {
 			t.Errorf("slow run %+v", res)
 		}
 	}
@@ -653,6 +674,7 @@ func TestMaxProcessesLRU(t *testing.T) {
 }
 
 func TestGarbageSkipped(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, "--garbage", nil)
 	rc := &recorder{}
 	pid := agentPID(t, r, "s")
@@ -668,6 +690,7 @@ func TestGarbageSkipped(t *testing.T) {
 }
 
 func TestResultSubtypes(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, "", nil)
 	rc := &recorder{}
 	for _, tc := range []struct {
@@ -695,6 +718,7 @@ func TestResultSubtypes(t *testing.T) {
 }
 
 func TestStdinNotRead(t *testing.T) {
+	t.Parallel()
 	r, err := New("x", config.NuumAgent{
 		Command: `printf '{"type":"system","subtype":"init","session_id":"s"}\n'; exec sleep 30`,
 	}, func() Options {
@@ -716,6 +740,7 @@ func TestStdinNotRead(t *testing.T) {
 }
 
 func TestStdoutClosed(t *testing.T) {
+	t.Parallel()
 	r, err := New("x", config.NuumAgent{
 		Command: `printf '{"type":"system","subtype":"init","session_id":"s"}\n'; exec sleep 30 >&-`,
 	}, func() Options { o := testOptions(t); o.HeartbeatAckOptional = true; return o }())
@@ -730,6 +755,7 @@ func TestStdoutClosed(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
+	t.Parallel()
 	r, log := newRecordedRunner(t, "", nil)
 	rc := &recorder{}
 	pa := agentPID(t, r, "a")
@@ -749,7 +775,7 @@ func TestClose(t *testing.T) {
 			t.Errorf("pid %s exited for %q", e.Str("pid"), got)
 		}
 	}
-	res := await(t, resCh, 20*time.Second)
+	res := await(t, resCh)
 	if res.FinishReason == "stop" {
 		t.Errorf("run during Close answered %+v", res)
 	}
@@ -770,6 +796,7 @@ func TestClose(t *testing.T) {
 }
 
 func TestExitDuringTurn(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, "", nil)
 	res := run(t, r, &recorder{}, "s", "/exit 9")
 	if res.FinishReason != "error" || !strings.Contains(res.Text, "exit status 9") || !strings.Contains(res.Text, "exiting with status 9") {
@@ -814,6 +841,7 @@ func Example() {
 }
 
 func TestAgentQuitsAfterAnswering(t *testing.T) {
+	t.Parallel()
 	// A one-shot agent: init, one answer, exit 0. Restarting it is no
 	// crash recovery, so no backoff.
 	var log *stdiotest.Log
@@ -845,6 +873,7 @@ func TestAgentQuitsAfterAnswering(t *testing.T) {
 }
 
 func TestCloseKillsProcessGroup(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r := newRunner(t, "", func(c *config.NuumAgent, _ *Options) {
 		c.Command = "sleep 60 & echo $! > child.pid; exec " + c.Command
@@ -863,10 +892,11 @@ func TestCloseKillsProcessGroup(t *testing.T) {
 		t.Fatalf("child %q not running", b)
 	}
 	r.Close()
-	waitGone(t, child, 3*time.Second)
+	waitGone(t, child)
 }
 
 func TestDescendantHoldingStdout(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("setsid"); err != nil {
 		t.Skip("no setsid")
 	}
@@ -903,6 +933,7 @@ func TestDescendantHoldingStdout(t *testing.T) {
 // steps before it are progress; the joined steps answer only when the
 // result has no text. Issue 11, "Nuum replies".
 func TestReplyIsTheResult(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, "", nil)
 	tests := []struct {
 		name, msg, reply string

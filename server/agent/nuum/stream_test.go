@@ -12,6 +12,8 @@ import (
 
 	"termlink/server/agent"
 	"termlink/server/config"
+
+	"termlink/internal/testwait"
 )
 
 // chunks records what a run streams (Request.Stream) and whether any
@@ -47,13 +49,24 @@ func (c *chunks) snapshot() (n, late int) {
 // waitText waits (generously) until the streamed text is want.
 func (c *chunks) waitText(tb testing.TB, want string) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.text() != want {
-		if time.Now().After(deadline) {
-			tb.Fatalf("streamed %q, want %q", c.text(), want)
+	testwait.UntilOK(tb, fmt.Sprintf("the streamed text %q", want), func() error {
+		if got := c.text(); got != want {
+			return fmt.Errorf("streamed %q", got)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+}
+
+// waitPrefix waits until the streamed text begins with want (a stream
+// that goes on may be past it at the next look).
+func (c *chunks) waitPrefix(tb testing.TB, want string) {
+	tb.Helper()
+	testwait.UntilOK(tb, fmt.Sprintf("the streamed text to begin with %q", want), func() error {
+		if got := c.text(); !strings.HasPrefix(got, want) {
+			return fmt.Errorf("streamed %q", got)
+		}
+		return nil
+	})
 }
 
 // streamRun starts a run of text with Stream recording into c.
@@ -81,7 +94,7 @@ func awaitResult(tb testing.TB, done <-chan agent.Result) agent.Result {
 	select {
 	case res := <-done:
 		return res
-	case <-time.After(20 * time.Second):
+	case <-time.After(testwait.Deadline):
 		tb.Fatal("Run did not return")
 		return agent.Result{}
 	}
@@ -100,8 +113,10 @@ func streamRunner(t *testing.T, flags string) *Runner {
 // first chunk), and the assistant frame that then carries the whole text
 // is not streamed again: the reply equals what was streamed.
 func TestStreamPartialDeltasWhileTheTurnRuns(t *testing.T) {
+	t.Parallel()
 	for _, flags := range dialects {
 		t.Run("flags="+flags, func(t *testing.T) {
+			t.Parallel()
 			r := streamRunner(t, flags)
 			gate := filepath.Join(t.TempDir(), "go-on")
 			var c chunks
@@ -128,6 +143,7 @@ func TestStreamPartialDeltasWhileTheTurnRuns(t *testing.T) {
 
 // Many deltas arrive in order, each passed on as it came.
 func TestStreamPartialDeltasInOrder(t *testing.T) {
+	t.Parallel()
 	r := streamRunner(t, "--claude")
 	var c chunks
 	res := awaitResult(t, streamRun(context.Background(), r, "s1", "/stream 60 1", &c))
@@ -146,6 +162,7 @@ func TestStreamPartialDeltasInOrder(t *testing.T) {
 // Without partial deltas, each assistant step is streamed as it
 // arrives, joined as the reply joins them.
 func TestStreamAssistantSteps(t *testing.T) {
+	t.Parallel()
 	r := streamRunner(t, "")
 	var c chunks
 	res := awaitResult(t, streamRun(context.Background(), r, "s1", "/steps-noresult Hello|  |world", &c))
@@ -161,6 +178,7 @@ func TestStreamAssistantSteps(t *testing.T) {
 
 // With Stream nil the replies are what they were.
 func TestStreamNilReplyUnchanged(t *testing.T) {
+	t.Parallel()
 	for _, flags := range dialects {
 		r := streamRunner(t, flags)
 		for text, want := range map[string]string{"/stream 3 0": "w1 w2 w3", "/steps a|b": "b", "hi": "You said: hi"} {
@@ -174,25 +192,26 @@ func TestStreamNilReplyUnchanged(t *testing.T) {
 // Cancelling mid-stream interrupts the turn: the reply is cancelled and
 // nothing is streamed after Run returned.
 func TestStreamCancelledMidStream(t *testing.T) {
+	t.Parallel()
 	r := streamRunner(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var c chunks
 	done := streamRun(ctx, r, "s1", "/stream 100000 20", &c)
-	c.waitText(t, "w1 w2")
+	c.waitPrefix(t, "w1 w2")
 	cancel()
 	res := awaitResult(t, done)
 	if res.FinishReason != finishCancelled {
 		t.Fatalf("reply %+v, want cancelled", res)
 	}
 	n, _ := c.snapshot()
-	time.Sleep(100 * time.Millisecond) // a chunk still due (20 ms apart) would have come
-	if n2, late := c.snapshot(); n2 != n || late != 0 || !strings.HasPrefix(c.text(), "w1 w2") {
-		t.Fatalf("streamed %q: %d chunks, then %d (%d after Run returned)", c.text(), n, n2, late)
-	}
-	// The session's agent goes on answering.
+	// The session's agent goes on answering: its answer is read after
+	// anything the cancelled turn still wrote (one stdout, in order).
 	if res := awaitResult(t, streamRun(context.Background(), r, "s1", "again", nil)); res.Text != "You said: again" {
 		t.Fatalf("after the cancel: %+v", res)
+	}
+	if n2, late := c.snapshot(); n2 != n || late != 0 || !strings.HasPrefix(c.text(), "w1 w2") {
+		t.Fatalf("streamed %q: %d chunks, then %d (%d after Run returned)", c.text(), n, n2, late)
 	}
 }
 
@@ -249,6 +268,7 @@ func assistant(blocks string) string {
 // it; an assistant message that does not continue its streamed deltas
 // stops the streaming (the final reply replaces it, logged).
 func TestStreamClaudePartialMessages(t *testing.T) {
+	t.Parallel()
 	lines := func(ls ...string) string { return strings.Join(ls, "\n") + "\n" }
 	r := scriptAgent(t,
 		lines(

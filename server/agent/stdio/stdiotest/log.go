@@ -2,10 +2,13 @@ package stdiotest
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
+
+	"termlink/internal/testwait"
 )
 
 // Log keeps a runner's log records: a test reads what happened, and in
@@ -47,20 +50,17 @@ func (l *Log) Find(msg string) []Entry {
 	return out
 }
 
-// Wait returns the records with message msg once there are n, or fails
-// tb after a generous guard against a hang.
+// Wait returns the records with message msg once there are n.
 func (l *Log) Wait(tb testing.TB, msg string, n int) []Entry {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if es := l.Find(msg); len(es) >= n {
-			return es
+	var es []Entry
+	testwait.UntilOK(tb, fmt.Sprintf("%d %q records", n, msg), func() error {
+		if es = l.Find(msg); len(es) < n {
+			return fmt.Errorf("%d", len(es))
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%d %q records, want %d", len(l.Find(msg)), msg, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+	return es
 }
 
 type recHandler struct {

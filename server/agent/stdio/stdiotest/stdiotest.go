@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/agent"
 )
 
@@ -37,12 +38,16 @@ func Main(m *testing.M, bins map[*string]string) int {
 	if _, err := os.Stat(goTool); err != nil {
 		goTool = "go"
 	}
+	// One go command builds them all (into dir, each named after its
+	// package's last element): one start and one package load.
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	for bin, pkg := range bins {
 		*bin = filepath.Join(dir, path.Base(pkg))
-		if out, err := exec.Command(goTool, "build", "-o", *bin, pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
-			return 1
-		}
+		args = append(args, pkg)
+	}
+	if out, err := exec.Command(goTool, args...).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building %s: %v\n%s", strings.Join(args[3:], " "), err, out)
+		return 1
 	}
 	return m.Run()
 }
@@ -139,15 +144,15 @@ func (rc *Recorder) Meta() (map[string]any, int) {
 	return m, rc.metaCalls
 }
 
-// Await returns the result from ch, failing tb if none comes within (a
-// guard against a hang).
-func Await(tb testing.TB, ch <-chan agent.Result, within time.Duration) agent.Result {
+// Await returns the result from ch, failing tb if none comes within
+// testwait.Deadline (a guard against a hang).
+func Await(tb testing.TB, ch <-chan agent.Result) agent.Result {
 	tb.Helper()
 	select {
 	case res := <-ch:
 		return res
-	case <-time.After(within):
-		tb.Fatalf("no result within %s", within)
+	case <-time.After(testwait.Deadline):
+		tb.Fatalf("no result within %s", testwait.Deadline)
 		return agent.Result{}
 	}
 }
@@ -169,15 +174,8 @@ func Alive(pid int) bool {
 	return true
 }
 
-// WaitGone waits until process pid no longer exists, failing tb after
-// within.
-func WaitGone(tb testing.TB, pid int, within time.Duration) {
+// WaitGone waits until process pid no longer exists.
+func WaitGone(tb testing.TB, pid int) {
 	tb.Helper()
-	deadline := time.Now().Add(within)
-	for Alive(pid) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("process %d still alive after %s", pid, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(tb, fmt.Sprintf("process %d to end", pid), func() bool { return !Alive(pid) })
 }
