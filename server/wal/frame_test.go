@@ -13,6 +13,7 @@ func frameOf(lsn LSN, off uint32, p string) []byte {
 }
 
 func TestFrameRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		lsn     LSN
@@ -44,6 +45,7 @@ func TestFrameRoundTrip(t *testing.T) {
 }
 
 func TestFrameDecodeErrors(t *testing.T) {
+	t.Parallel()
 	good := frameOf(5, 0, "hello world")
 	flip := func(i int) []byte {
 		b := bytes.Clone(good)
@@ -86,6 +88,7 @@ func TestFrameDecodeErrors(t *testing.T) {
 // TestScanTornOrCorrupt builds segments by hand: writes A (LSN 1-3) and B
 // (LSN 4-6), and decides whether a bad frame is a torn tail.
 func TestScanTornOrCorrupt(t *testing.T) {
+	t.Parallel()
 	var frames [][]byte
 	for lsn := LSN(1); lsn <= 6; lsn++ {
 		first := LSN(1)

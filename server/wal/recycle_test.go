@@ -26,6 +26,7 @@ func spareFiles(t *testing.T, dir string) []string {
 // recycled segments reopens with exactly its unreleased records and goes
 // on at the right LSN.
 func TestSegmentsRecycled(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	opt := Options{SegmentBytes: 1 << 10, Sync: fastSync}
 	l, _ := open(t, dir, opt)
@@ -92,6 +93,7 @@ func TestSegmentsRecycled(t *testing.T) {
 // warning, the records before it kept), even with the segment's earlier
 // content after them.
 func TestTornTailInARecycledSegment(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	opt := Options{SegmentBytes: 1 << 10, Sync: fastSync}
 	l, _ := open(t, dir, opt)
@@ -152,6 +154,7 @@ func TestTornTailInARecycledSegment(t *testing.T) {
 // records of later writes are corruption, not the end of the records:
 // Open refuses it rather than silently dropping acknowledged records.
 func TestZeroedBlockBeforeLaterRecordsIsCorruption(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	opt := Options{Sync: fastSync}
 	l, _ := open(t, dir, opt)

@@ -10,9 +10,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"termlink/internal/testwait"
 )
 
 func TestAppendReopenReplay(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, recs := open(t, dir, Options{})
 	if len(recs) != 0 {
@@ -40,6 +43,7 @@ func TestAppendReopenReplay(t *testing.T) {
 // complete records replay, the torn one is dropped with a warning naming
 // the offset, and appends go on after it.
 func TestTornTailEveryOffset(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, _ := open(t, dir, Options{NoSync: true})
 	want := appendN(t, l, "rec", 3)
@@ -99,6 +103,7 @@ func TestTornTailEveryOffset(t *testing.T) {
 // writes: Open refuses, naming segment and offset, after replaying the
 // records before it; with TruncateCorrupt it drops them and goes on.
 func TestCorruptMiddle(t *testing.T) {
+	t.Parallel()
 	for _, where := range []struct {
 		name string
 		at   int // byte within the frame
@@ -145,6 +150,7 @@ func TestCorruptMiddle(t *testing.T) {
 // TestConcurrentAppend: many goroutines append; each record is replayed
 // exactly once after reopen, under the LSN its Append returned.
 func TestConcurrentAppend(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, _ := open(t, dir, Options{SegmentBytes: 8 << 10})
 	const goroutines, each = 32, 100
@@ -188,6 +194,7 @@ func TestConcurrentAppend(t *testing.T) {
 }
 
 func TestRotationAndRelease(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	opt := Options{SegmentBytes: 1 << 10}
 	l, _ := open(t, dir, opt)
@@ -255,6 +262,7 @@ func TestRotationAndRelease(t *testing.T) {
 }
 
 func TestMissingSegmentIsCorrupt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, _ := open(t, dir, Options{SegmentBytes: 200})
 	appendN(t, l, strings.Repeat("m", 100), 5)
@@ -271,6 +279,7 @@ func TestMissingSegmentIsCorrupt(t *testing.T) {
 // TestSyncFailure: a failed fsync fails its batch and every append after
 // it, until reopened; nothing is retried.
 func TestSyncFailure(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var mu sync.Mutex
 	fail := false
@@ -317,6 +326,7 @@ func TestSyncFailure(t *testing.T) {
 }
 
 func TestAppendContextCancel(t *testing.T) {
+	t.Parallel()
 	block := make(chan struct{})
 	l, _ := open(t, t.TempDir(), Options{Sync: func(*os.File) error { <-block; return nil }})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -328,6 +338,7 @@ func TestAppendContextCancel(t *testing.T) {
 }
 
 func TestReplayError(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, _ := open(t, dir, Options{NoSync: true})
 	appendN(t, l, "x", 3)
@@ -351,6 +362,7 @@ func TestReplayError(t *testing.T) {
 // the next fills and is not written; then it goes out as one write and
 // one sync.
 func TestPipelinedGroupCommit(t *testing.T) {
+	t.Parallel()
 	entered := make(chan string)
 	release := make(chan struct{})
 	ended := make(chan struct{}) // the test is over: syncs pass
@@ -399,7 +411,7 @@ func TestPipelinedGroupCommit(t *testing.T) {
 	waitEntered := func() {
 		select {
 		case <-entered:
-		case <-time.After(20 * time.Second):
+		case <-time.After(testwait.Deadline):
 			t.Fatal("no sync started")
 		}
 	}
@@ -410,19 +422,15 @@ func TestPipelinedGroupCommit(t *testing.T) {
 	for i := range 10 {
 		second = append(second, appendAsync(fmt.Sprint("second-", i)))
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.UntilOK(t, "10 appends queued behind the sync", func() error {
 		l.mu.Lock()
 		n := l.cur.n
 		l.mu.Unlock()
-		if n == 10 {
-			break
+		if n != 10 {
+			return fmt.Errorf("%d queued", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 10 appends queued behind the sync", n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	if returned(first) {
 		t.Fatal("Append returned before its sync finished")
 	}
@@ -459,6 +467,7 @@ func TestPipelinedGroupCommit(t *testing.T) {
 // TestTruncateCorruptLowersReleaseMark: when TruncateCorrupt drops
 // released records, the mark comes down so new records replay.
 func TestTruncateCorruptLowersReleaseMark(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, _ := open(t, dir, Options{NoSync: true})
 	appendN(t, l, "r", 10)
@@ -488,6 +497,7 @@ func TestTruncateCorruptLowersReleaseMark(t *testing.T) {
 }
 
 func TestOpenTwiceRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, _ := open(t, dir, Options{})
 	// The refusal names the holder (issue 23 row 11): this process's pid.

@@ -17,6 +17,7 @@ import (
 const commandText = "it's \"$HOME\" `x` * ; | \\ \n ~ {message}"
 
 func TestSplitCommand(t *testing.T) {
+	t.Parallel()
 	direct := []struct {
 		template string
 		argv     []string
@@ -66,6 +67,7 @@ func TestSplitCommand(t *testing.T) {
 // program and its arguments are those sh gets from the template expanded
 // by ExpandCommand.
 func TestSplitCommandAsShell(t *testing.T) {
+	t.Parallel()
 	bin := argvPrinter(t)
 	for _, template := range []string{
 		"argv", "argv a  b\tc", "argv {message}", "argv -m={message}= 'x y' '' z", "argv 'q'{message}'q'",

@@ -9,6 +9,7 @@ import (
 )
 
 func TestParseFrame(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		line string
 		want Frame

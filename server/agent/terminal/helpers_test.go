@@ -20,6 +20,8 @@ import (
 	"termlink/server/agent"
 	"termlink/server/agent/procs"
 	"termlink/server/config"
+
+	"termlink/internal/testwait"
 )
 
 // echoAgent is the path of the Go echo agent built by TestMain.
@@ -48,8 +50,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// runTimeout bounds every Run in the tests.
-const runTimeout = 30 * time.Second
+// runTimeout bounds every Run in the tests: a guard against a hang.
+const runTimeout = testwait.Deadline
 
 // logRecorder is a slog.Handler that keeps what is logged.
 type logRecorder struct {
@@ -208,34 +210,29 @@ func writeScript(t *testing.T, body string) string {
 // reaped yet).
 func processGone(pid int) bool { return !procs.Running(pid) }
 
-// waitGone waits up to 5 s for pid to be gone.
+// waitGone waits for pid to be gone (and kills it if the wait fails).
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !processGone(pid) {
-		if time.Now().After(deadline) {
+	t.Cleanup(func() {
+		if !processGone(pid) {
 			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("process %d still runs", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
+	testwait.Until(t, fmt.Sprintf("process %d to end", pid), func() bool { return processGone(pid) })
 }
 
 func readPid(t *testing.T, path string) int {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var pid int
+	testwait.Until(t, "a pid in "+path, func() bool {
 		b, err := os.ReadFile(path)
-		if err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
-				return pid
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no pid in %s", path)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	return pid
 }
 
 func wantResult(t *testing.T, res agent.Result, finish string, contains ...string) {

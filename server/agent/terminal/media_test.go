@@ -9,6 +9,7 @@ import (
 )
 
 func TestDetectMedia(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	exts := []string{".jpg", ".jpeg", ".png", ".gif", ".webp", ".mp4", ".mov", ".avi", ".mkv", ".webm",
 		".mp3", ".ogg", ".m4a", ".wav", ".flac", ".pdf", ".PNG", ".Pdf"}
@@ -72,6 +73,7 @@ func TestDetectMedia(t *testing.T) {
 }
 
 func TestMergeEnv(t *testing.T) {
+	t.Parallel()
 	parent := []string{"A=1", "B=2", "C=x=y", "B=dup"}
 	got := mergeEnv(parent, map[string]string{"B": "new", "D": ""})
 	want := []string{"A=1", "C=x=y", "B=new", "D="}

@@ -6,6 +6,7 @@ import (
 )
 
 func TestPlainWords(t *testing.T) {
+	t.Parallel()
 	for cmd, want := range map[string][]string{
 		"gemini --acp":           {"gemini", "--acp"},
 		"/bin/agent 'a b' c":     {"/bin/agent", "a b", "c"},

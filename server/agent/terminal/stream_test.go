@@ -4,6 +4,7 @@ package terminal
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"termlink/server/agent"
+
+	"termlink/internal/testwait"
 )
 
 // chunks records what a run streams (Request.Stream), and whether any
@@ -56,16 +59,24 @@ func (c *chunks) count() int {
 // waitText waits (generously) until the streamed text is want.
 func (c *chunks) waitText(t *testing.T, want string) {
 	t.Helper()
-	deadline := time.Now().Add(runTimeout)
-	for c.text() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("streamed %q, want %q", c.text(), want)
+	testwait.UntilOK(t, fmt.Sprintf("the streamed text %q", want), func() error {
+		if got := c.text(); got != want {
+			return fmt.Errorf("streamed %q", got)
 		}
-		select {
-		case <-c.got:
-		case <-time.After(10 * time.Millisecond):
+		return nil
+	})
+}
+
+// waitPrefix waits until the streamed text begins with want (a stream
+// that goes on may be past it at the next look).
+func (c *chunks) waitPrefix(t *testing.T, want string) {
+	t.Helper()
+	testwait.UntilOK(t, fmt.Sprintf("the streamed text to begin with %q", want), func() error {
+		if got := c.text(); !strings.HasPrefix(got, want) {
+			return fmt.Errorf("streamed %q", got)
 		}
-	}
+		return nil
+	})
 }
 
 // streamRun starts req with Stream recording into c; the result comes
@@ -99,8 +110,10 @@ func (f *fixture) await(done <-chan agent.Result) agent.Result {
 // only once it has the first chunk. Without a message frame the deltas
 // are the reply, and it equals what was streamed.
 func TestStreamDeltasWhileTheAgentRuns(t *testing.T) {
+	t.Parallel()
 	for _, mode := range startModes {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t, rich(goAgentCommand(t, mode, "")))
 			gate := filepath.Join(t.TempDir(), "go-on")
 			c := newChunks()
@@ -130,6 +143,7 @@ func TestStreamDeltasWhileTheAgentRuns(t *testing.T) {
 // frame of the whole text is not shown it twice: the reply is the
 // message, equal to the deltas' concatenation.
 func TestStreamDeltasInOrder(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, rich(goAgentCommand(t, "direct", "")))
 	c := newChunks()
 	res := f.await(f.streamRun(context.Background(), f.req("/stream 50 2"), c))
@@ -150,6 +164,7 @@ func TestStreamDeltasInOrder(t *testing.T) {
 // With Request.Stream nil nothing is streamed and the reply is what it
 // would be: the deltas (no message frame) or the message frame.
 func TestStreamNilReplyUnchanged(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, rich(goAgentCommand(t, "direct", "")))
 	for text, want := range map[string]string{
 		"/stream-only 3 0": "w1 w2 w3",
@@ -168,12 +183,13 @@ func TestStreamNilReplyUnchanged(t *testing.T) {
 // what was streamed is the start of it, and nothing is streamed after
 // Run returned.
 func TestStreamCancelledMidStream(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, rich(goAgentCommand(t, "direct", "")))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := newChunks()
 	done := f.streamRun(ctx, f.req("/stream-only 100000 20"), c)
-	c.waitText(t, "w1 w2")
+	c.waitPrefix(t, "w1 w2")
 	cancel()
 	res := f.await(done)
 	wantResult(t, res, finishCancelled, "cancelled")
@@ -190,6 +206,7 @@ func TestStreamCancelledMidStream(t *testing.T) {
 // A delta frame without a string text is dropped with a clear log line
 // and an event; the run goes on.
 func TestStreamBadDeltaFrame(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, rich(goAgentCommand(t, "direct", "")))
 	var mu sync.Mutex
 	var events []string
@@ -219,11 +236,13 @@ func TestStreamBadDeltaFrame(t *testing.T) {
 // the agent spreads white space over them: leading newlines are dropped
 // and trailing white space waits for the text after it.
 func TestStreamWhiteSpaceStaysAPrefix(t *testing.T) {
+	t.Parallel()
 	body := `printf '%s\n' '{"type":"delta","text":"\n\n"}' '{"type":"delta","text":"\nHi "}' '{"type":"delta","text":" "}' \
 '{"type":"delta","text":"there\n"}' '{"type":"delta","text":"\n"}' '{"type":"log","text":"x"}'
 echo plain line`
 	for _, mode := range startModes {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t, rich(agentCommand(t, mode, body)))
 			c := newChunks()
 			res := f.await(f.streamRun(context.Background(), f.req("x"), c))

@@ -24,6 +24,7 @@ import (
 )
 
 func TestEnvelope(t *testing.T) {
+	t.Parallel()
 	providers := map[string]config.Provider{
 		"anthropic": {APIKeys: []string{"sk-ant-1"}, Models: []string{"claude-a", "claude-b"}},
 		"replicate": {APIKeys: []string{"r8_1", "r8_2"}, BaseURL: "https://api.replicate.com/v1"},
@@ -122,6 +123,7 @@ func TestEnvelope(t *testing.T) {
 }
 
 func TestWorkingDirectoryAndRelativeWorkspace(t *testing.T) {
+	t.Parallel()
 	for _, mode := range startModes {
 		// $PWD as well as the directory itself: sh sets PWD.
 		f := newFixture(t, plain(agentCommand(t, mode, `pwd; echo "$PWD"`)))
@@ -137,6 +139,7 @@ func TestWorkingDirectoryAndRelativeWorkspace(t *testing.T) {
 }
 
 func TestDirName(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ in, prefix string }{
 		{"peer1", "peer1"},
 		{"peer1:thread", "peer1:thread"},
@@ -165,6 +168,7 @@ func TestDirName(t *testing.T) {
 }
 
 func TestRichFrames(t *testing.T) {
+	t.Parallel()
 	img := filepath.Join(t.TempDir(), "out.png")
 	os.WriteFile(img, []byte("png"), 0o644)
 	script := writeScript(t, `read -r line
@@ -200,13 +204,18 @@ printf '%s\n' '{"type":"message","text":"","media":["rel.txt"]}'
 }
 
 // TestProgressIsImmediate checks that a progress frame reaches the callback
-// while the agent still runs.
+// while the agent still runs: the agent waits, after it, for a file the
+// test creates only once the progress came.
 func TestProgressIsImmediate(t *testing.T) {
-	f := newFixture(t, rich(ShellQuote(echoAgent)))
+	t.Parallel()
+	gate := filepath.Join(t.TempDir(), "gate")
+	f := newFixture(t, rich(agentCommand(t, "direct", `echo '{"type":"progress","text":"sleeping"}'
+while [ ! -e `+ShellQuote(gate)+` ]; do sleep 0.01; done
+echo '{"type":"message","text":"slept"}'`)))
 	got := make(chan string, 4)
 	done := make(chan agent.Result, 1)
 	go func() {
-		done <- f.r.Run(context.Background(), f.req("/sleep 3"), func(s string) { got <- s })
+		done <- f.r.Run(context.Background(), f.req("x"), func(s string) { got <- s })
 	}()
 	select {
 	case p := <-got:
@@ -215,18 +224,22 @@ func TestProgressIsImmediate(t *testing.T) {
 		}
 	case <-done:
 		t.Fatal("Run returned before the progress frame was delivered")
-	case <-time.After(2500 * time.Millisecond):
+	case <-time.After(runTimeout):
 		t.Fatal("progress frame not delivered while the agent runs")
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	select {
 	case res := <-done:
-		wantResult(t, res, "stop", "slept 3 s")
+		wantResult(t, res, "stop", "slept")
 	case <-time.After(runTimeout):
 		t.Fatal("Run did not return")
 	}
 }
 
 func TestErrorFrame(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, body, text string
 		finish           string
@@ -269,6 +282,7 @@ func TestErrorFrame(t *testing.T) {
 }
 
 func TestNonFrameLines(t *testing.T) {
+	t.Parallel()
 	img := filepath.Join(t.TempDir(), "chart.png")
 	os.WriteFile(img, []byte("png"), 0o644)
 	script := writeScript(t, `cat >/dev/null
@@ -316,6 +330,7 @@ echo 'see `+img+` and /no/such.png'
 }
 
 func TestPlainMode(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var files []string
 	for _, name := range []string{"a.JPG", "b.mp4", "c.flac", "d.pdf", "e.txt"} {
@@ -340,6 +355,7 @@ func TestPlainMode(t *testing.T) {
 }
 
 func TestMessagePlaceholder(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	touched := filepath.Join(dir, "touched")
 	backtick := filepath.Join(dir, "backtick")
@@ -385,6 +401,7 @@ func testPlaceholder(t *testing.T, command string, texts []string) {
 }
 
 func TestShellQuote(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"":      "''",
 		"a b":   "'a b'",
@@ -405,8 +422,12 @@ func TestShellQuote(t *testing.T) {
 }
 
 func TestTimeoutKillsGrandchild(t *testing.T) {
+	t.Parallel()
 	for _, mode := range startModes {
-		t.Run(mode, func(t *testing.T) { testTimeoutKillsGrandchild(t, mode) })
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testTimeoutKillsGrandchild(t, mode)
+		})
 	}
 }
 
@@ -445,6 +466,7 @@ func testTimeoutKillsGrandchild(t *testing.T, mode string) {
 }
 
 func TestLeftoverProcessHoldingStdout(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, rich(ShellQuote(echoAgent)))
 	// The grandchild holds stdout for 1000 s: after the grace the runner
 	// kills the group (its log says so, and nothing was killed before the
@@ -483,6 +505,7 @@ func TestLeftoverProcessHoldingStdout(t *testing.T) {
 // (setsid) and holds its stdout cannot be killed with the group; Run stops
 // reading and returns anyway.
 func TestEscapedProcessHoldingStdout(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("setsid"); err != nil {
 		t.Skip("setsid is not installed")
 	}
@@ -508,8 +531,12 @@ func TestEscapedProcessHoldingStdout(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	for _, mode := range startModes {
-		t.Run(mode, func(t *testing.T) { testCancel(t, mode) })
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testCancel(t, mode)
+		})
 	}
 }
 
@@ -545,8 +572,12 @@ func testCancel(t *testing.T, mode string) {
 }
 
 func TestClose(t *testing.T) {
+	t.Parallel()
 	for _, mode := range startModes {
-		t.Run(mode, func(t *testing.T) { testClose(t, mode) })
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testClose(t, mode)
+		})
 	}
 }
 
@@ -579,6 +610,7 @@ func testClose(t *testing.T, mode string) {
 }
 
 func TestStderr(t *testing.T) {
+	t.Parallel()
 	// 8 MiB of stderr must not stall the agent; the reply keeps 64 KiB.
 	// A stalled agent would end by the 20 s timeout ("timeout", not "stop").
 	f := newFixture(t, rich(ShellQuote(echoAgent)))
@@ -596,6 +628,7 @@ func TestStderr(t *testing.T) {
 }
 
 func TestOutputLimits(t *testing.T) {
+	t.Parallel()
 	// A 2 MiB line, from the Go agent.
 	f := newFixture(t, rich(ShellQuote(echoAgent)))
 	res := f.text("/bigline")
@@ -642,6 +675,7 @@ func TestOutputLimits(t *testing.T) {
 }
 
 func TestNonUTF8(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range []config.TerminalAgent{
 		rich(ShellQuote(echoAgent)),
 		plain(`printf 'bad \377\376 out\n'; printf 'bad \377 err\n' >&2`),
@@ -659,6 +693,7 @@ func TestNonUTF8(t *testing.T) {
 }
 
 func TestAgentNotFound(t *testing.T) {
+	t.Parallel()
 	for _, command := range []string{"no-such-agent-x1 --flag", "/no/such/dir/agent {message}",
 		"no-such-agent-x1 --flag;", "/no/such/dir/agent {message};"} {
 		f := newFixture(t, rich(command))
@@ -715,25 +750,30 @@ func TestEnvMerge(t *testing.T) {
 }
 
 func TestStdinNeverRead(t *testing.T) {
+	t.Parallel()
 	// An envelope far larger than a pipe buffer, to an agent that never
 	// reads stdin (and one that keeps it open in a grandchild).
 	for _, body := range []string{`echo ok`, `sleep 0.2; echo ok`, `(sleep 0.1 <&0) & echo ok`} {
 		for _, mode := range startModes {
-			command := agentCommand(t, mode, body)
-			f := newFixture(t, plain(command))
-			res := f.text(strings.Repeat("z", 2<<20))
-			// The agent exited on its own and nothing held its output:
-			// the unread envelope neither blocked the run into the
-			// timeout nor made the runner kill anything.
-			wantResult(t, res, "stop", "ok")
-			if f.logs.has("INFO killing the agent") || f.logs.has(msgLeftBehind) {
-				t.Errorf("%s: %v", command, f.logs.all())
-			}
+			t.Run(mode+" "+body, func(t *testing.T) {
+				t.Parallel()
+				command := agentCommand(t, mode, body)
+				f := newFixture(t, plain(command))
+				res := f.text(strings.Repeat("z", 2<<20))
+				// The agent exited on its own and nothing held its output:
+				// the unread envelope neither blocked the run into the
+				// timeout nor made the runner kill anything.
+				wantResult(t, res, "stop", "ok")
+				if f.logs.has("INFO killing the agent") || f.logs.has(msgLeftBehind) {
+					t.Errorf("%s: %v", command, f.logs.all())
+				}
+			})
 		}
 	}
 }
 
 func TestConcurrentRuns(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, rich(ShellQuote(echoAgent)+" -progress"))
 	var wg sync.WaitGroup
 	for i := range 16 {
@@ -752,6 +792,7 @@ func TestConcurrentRuns(t *testing.T) {
 }
 
 func TestPythonExamples(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 is not installed; the Python example agents cannot run")
 	}
@@ -784,6 +825,7 @@ func TestPythonExamples(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
+	t.Parallel()
 	bad := []config.TerminalAgent{
 		{Command: ""},
 		{Command: "  "},
@@ -811,6 +853,7 @@ func TestNew(t *testing.T) {
 // TestReadmeConfigs checks that the agents blocks in testrig/agents/README.md
 // are valid server config.
 func TestReadmeConfigs(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../../testrig/agents/README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -846,6 +889,7 @@ func TestReadmeConfigs(t *testing.T) {
 // TestDirectStartHasNoShell: a command of plain words runs with nothing
 // between the server and the program: the agent's parent is this process.
 func TestDirectStartHasNoShell(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, plain(agentCommand(t, "direct", `echo $PPID`)))
 	if res := f.text("x"); strings.TrimSpace(res.Text) != strconv.Itoa(os.Getpid()) {
 		t.Errorf("the agent's parent is %q, not the server (%d)", res.Text, os.Getpid())
@@ -855,6 +899,7 @@ func TestDirectStartHasNoShell(t *testing.T) {
 // An agent printing 10,000 progress lines costs a few progress updates
 // (what reaches the bus), not 10,000; the last one still arrives. Issue 16.
 func TestProgressCoalesced(t *testing.T) {
+	t.Parallel()
 	script := writeScript(t, `read -r line
 i=0
 while [ $i -lt 10000 ]; do
