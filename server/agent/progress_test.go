@@ -1,58 +1,47 @@
 package agent
 
 import (
+	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
 // A burst of updates passes the first at once and the latest at the end
 // of the interval; Stop passes the pending one, and nothing passes after.
+// In a synctest bubble: the burst takes no time, so exactly two pass.
 func TestCoalescer(t *testing.T) {
-	var mu sync.Mutex
-	var got []string
-	c := NewCoalescer(func(s string) { mu.Lock(); got = append(got, s); mu.Unlock() }, 50*time.Millisecond)
-	start := time.Now()
-	for i := range 10000 {
-		c.Progress(string(rune('a' + i%26)))
-	}
-	c.Progress("last")
-	elapsed := time.Since(start)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		n := len(got)
-		var tail string
-		if n > 0 {
-			tail = got[n-1]
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var got []string
+		passed := func() []string {
+			synctest.Wait() // the coalescer's timer, if due, has run
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(got)
 		}
-		mu.Unlock()
-		if tail == "last" {
-			break
+		c := NewCoalescer(func(s string) { mu.Lock(); got = append(got, s); mu.Unlock() }, 50*time.Millisecond)
+		for i := range 10000 {
+			c.Progress(string(rune('a' + i%26)))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the latest update never passed: %q", got)
+		c.Progress("last")
+		if p := passed(); !slices.Equal(p, []string{"a"}) {
+			t.Fatalf("during the burst: %q, want only the first at once", p)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	mu.Lock()
-	n := len(got)
-	first := got[0]
-	mu.Unlock()
-	// One at once, then at most one per interval of the burst, plus the
-	// trailing one.
-	if limit := int(elapsed/(50*time.Millisecond)) + 2; n > limit || first != "a" {
-		t.Fatalf("%d updates passed for 10001 in %s (limit %d), first %q", n, elapsed, limit, first)
-	}
-	time.Sleep(60 * time.Millisecond)
-	c.Progress("after a pause") // a quiet interval: passes at once
-	c.Progress("pending")
-	c.Stop()
-	c.Progress("after Stop")
-	time.Sleep(100 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	if tail := got[n:]; len(tail) != 2 || tail[0] != "after a pause" || tail[1] != "pending" {
-		t.Fatalf("updates %q: want \"after a pause\" at once, \"pending\" at Stop, nothing after", tail)
-	}
+		time.Sleep(50 * time.Millisecond)
+		if p := passed(); !slices.Equal(p, []string{"a", "last"}) {
+			t.Fatalf("an interval after the burst: %q, want the first and the latest", p)
+		}
+		time.Sleep(60 * time.Millisecond)
+		c.Progress("after a pause") // a quiet interval: passes at once
+		c.Progress("pending")
+		c.Stop()
+		c.Progress("after Stop")
+		time.Sleep(100 * time.Millisecond)
+		if p := passed(); !slices.Equal(p[2:], []string{"after a pause", "pending"}) {
+			t.Fatalf("updates %q: want \"after a pause\" at once, \"pending\" at Stop, nothing after", p[2:])
+		}
+	})
 }

@@ -9,6 +9,8 @@ import (
 
 	"termlink/server/agent"
 	"termlink/server/bus"
+
+	"termlink/internal/testwait"
 )
 
 // gatedRunner answers each message with its text once its gate opens.
@@ -95,7 +97,7 @@ func expect(t *testing.T, ch chan string, want string) {
 		if got != want {
 			t.Fatalf("got %s, want %s", got, want)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatalf("timed out waiting for %s", want)
 	}
 }
@@ -103,19 +105,12 @@ func expect(t *testing.T, ch chan string, want string) {
 // waitTaken waits until session key's worker has taken message id.
 func waitTaken(t *testing.T, r *Router, key, id string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testwait.Until(t, id+" taken by its session's worker", func() bool {
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		q := r.queues[key]
-		taken := q != nil && q.running == id
-		r.mu.Unlock()
-		if taken {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never taken by its session's worker", id)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return q != nil && q.running == id
+	})
 }
 
 // nextWithoutASlot runs a router with one run slot to the point where

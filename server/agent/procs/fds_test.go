@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"termlink/server/fdbudget"
+
+	"termlink/internal/testwait"
 )
 
 // TestAgentsTakeTheirDescriptors: each agent takes fdbudget.PerAgent
@@ -112,7 +114,7 @@ func TestReserveWaitsForDescriptors(t *testing.T) {
 	var second *Ticket
 	select {
 	case second = <-waited:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Deadline):
 		t.Fatal("the waiting reservation did not get the descriptors given back")
 	}
 	second.Release()

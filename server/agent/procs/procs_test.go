@@ -4,6 +4,7 @@ package procs
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"termlink/internal/testwait"
 )
 
 // gone tells whether pid no longer runs (a zombie counts as gone: its
@@ -21,27 +24,18 @@ func gone(pid int) bool { return !Running(pid) }
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !gone(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still runs", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, fmt.Sprintf("process %d to end", pid), func() bool { return gone(pid) })
 }
 
 func waitFile(t *testing.T, path string) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if b, err := os.ReadFile(path); err == nil && bytes.HasSuffix(b, []byte("\n")) {
-			return strings.TrimSpace(string(b))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was not written", path)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var line string
+	testwait.Until(t, path+" to be written", func() bool {
+		b, err := os.ReadFile(path)
+		line = strings.TrimSpace(string(b))
+		return err == nil && bytes.HasSuffix(b, []byte("\n"))
+	})
+	return line
 }
 
 func newRegistry(t *testing.T) *Registry {
@@ -327,16 +321,10 @@ func TestRegistryFile(t *testing.T) {
 	// The environment shows once the new image runs; poll for it (a busy
 	// machine was seen reading it a moment too early).
 	marker := []byte(MarkerEnv + "=" + r.Marker())
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testwait.Until(t, "the agent's environment to hold the marker", func() bool {
 		env, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/environ")
-		if bytes.Contains(env, marker) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Error("agent lacks the marker")
-			break
-		}
-	}
+		return bytes.Contains(env, marker)
+	})
 	// Updated in place (one write, no new file and rename), a shorter
 	// list padded: the reader sees the groups still running.
 	before, _ := os.Stat(filepath.Join(workspace, FileName))

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"termlink/server/agent"
+
+	"termlink/internal/testwait"
 )
 
 // lineProc is a whole protocol on the base, in a few lines: a message is
@@ -129,13 +131,7 @@ func TestLineProtocol(t *testing.T) {
 func TestIdleStop(t *testing.T) {
 	r := newLineRunner(t, func(c *Config) { c.IdleTimeout = 50 * time.Millisecond })
 	first := run(t, r, "s", "a")
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Live() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the idle process was not stopped")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, "the idle process to be stopped", func() bool { return r.Live() == 0 })
 	if res := run(t, r, "s", "a"); res.FinishReason != "stop" || res.Text == first.Text {
 		t.Fatalf("after the idle stop %+v (before %q), want a new process", res, first.Text)
 	}
