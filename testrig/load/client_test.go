@@ -3,12 +3,16 @@ package load
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -298,6 +302,15 @@ func TestClientModeServerRestart(t *testing.T) {
 				case <-phase.seen:
 				case <-time.After(testwait.Deadline):
 				}
+				if tt.server.echoDelay > 0 {
+					// "in-flight" restarts with runs in flight: wait for
+					// the server's own gauge to say so (at the connect
+					// phase's end none may have started yet: make test
+					// once saw "no message resent").
+					_ = testwait.Poll(context.Background(), testwait.Deadline, func() error {
+						return runsRunning(first.Addr)
+					})
+				}
 				began := time.Now()
 				if err := first.stop(); err != nil {
 					restarted <- restart{err: err}
@@ -389,3 +402,26 @@ func (h *logSignal) Handle(_ context.Context, r slog.Record) error {
 
 func (h *logSignal) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *logSignal) WithGroup(string) slog.Handler      { return h }
+
+// runsRunning is nil once the server at addr says a run is in flight
+// (its /metrics gauge termlink_runs_running above 0).
+func runsRunning(addr string) error {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "termlink_runs_running") {
+			f := strings.Fields(l)
+			if n, _ := strconv.ParseFloat(f[len(f)-1], 64); n > 0 {
+				return nil
+			}
+		}
+	}
+	return errors.New("no run in flight yet")
+}
