@@ -28,7 +28,7 @@ func newFixture(t *testing.T, installed string) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{dir: dir, exe: filepath.Join(dir, "termd"), state: filepath.Join(dir, "state"), msgs: make(chan string, 8)}
-	if err := copyFile(installed, f.exe); err != nil {
+	if err := CopyFile(installed, f.exe); err != nil {
 		t.Fatal(err)
 	}
 	f.before, _ = os.ReadFile(f.exe)

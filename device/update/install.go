@@ -27,7 +27,7 @@ func Install(staged, exe string) error {
 	}
 	if _, err := os.Stat(exe); err == nil {
 		if err := os.Link(exe, tmp); err != nil {
-			if err := copyFile(exe, tmp); err != nil {
+			if err := CopyFile(exe, tmp); err != nil {
 				os.Remove(tmp)
 				return diskErr("keeping the previous binary", err)
 			}
@@ -45,8 +45,9 @@ func Install(staged, exe string) error {
 	return nil
 }
 
-// copyFile copies src to dst (0755) and fsyncs it.
-func copyFile(src, dst string) error {
+// CopyFile copies src to dst (0755) and fsyncs it (a release staged
+// beside the running binary; the tests stage theirs with it too).
+func CopyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err

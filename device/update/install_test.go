@@ -20,7 +20,7 @@ func TestInstallKilledMidSwap(t *testing.T) {
 	a, b := workerBin(t, "v1.0.0"), workerBin(t, "v1.1.0")
 	swapper := build(t, "./testdata/swapper", "")
 	exe := t.TempDir() + "/termd"
-	if err := copyFile(a, exe); err != nil {
+	if err := CopyFile(a, exe); err != nil {
 		t.Fatal(err)
 	}
 	runs := 40

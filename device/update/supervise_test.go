@@ -45,7 +45,7 @@ func newDevice(t *testing.T, installed string) *device {
 	dir := t.TempDir()
 	d := &device{t: t, srv: srv, dir: dir, exe: filepath.Join(dir, "termd"), state: filepath.Join(dir, "state"), files: newFileServer(t),
 		platform: release.CurrentPlatform()}
-	if err := copyFile(installed, d.exe); err != nil {
+	if err := CopyFile(installed, d.exe); err != nil {
 		t.Fatal(err)
 	}
 	return d

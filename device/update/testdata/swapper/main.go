@@ -6,9 +6,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"termlink/device/update"
@@ -26,7 +24,7 @@ func main() {
 		if i%2 == 1 {
 			src = b
 		}
-		if err := copyFile(src, exe+update.StagedSuffix); err != nil {
+		if err := update.CopyFile(src, exe+update.StagedSuffix); err != nil {
 			fmt.Println("copy:", err)
 			os.Exit(1)
 		}
@@ -35,22 +33,4 @@ func main() {
 			os.Exit(1)
 		}
 	}
-}
-
-// copyFile copies src to dst (0755) and fsyncs it.
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if err == nil {
-		err = out.Sync()
-	}
-	return errors.Join(err, out.Close())
 }
