@@ -53,12 +53,18 @@ func TestPool(t *testing.T) {
 			t.Fatalf("after release: %v", o)
 		}
 		p.Release(a)
+		time.Sleep(time.Millisecond) // fake time moves only when told: a was used before b
 
 		// Full: the least recently used idle process makes room.
 		b, _ := p.Acquire(ctx, "b", create("b"), nil)
 		p.Release(b)
 		exitWhenStopped := func(f *fake) {
-			for !f.Dying() {
+			// A while, not for ever: were another process stopped, the
+			// bubble's deadlock fails the test at once.
+			for i := 0; !f.Dying(); i++ {
+				if i == 1000 {
+					return
+				}
 				time.Sleep(time.Millisecond)
 			}
 			p.Exited(f, false) // no crash: the pool stopped it
