@@ -283,7 +283,9 @@ func TestSessionReuseAndIdle(t *testing.T) {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
 			s := newScript(t)
-			r := newRunner(t, target, s.cmd, Options{IdleTimeout: 1500 * time.Millisecond}, nil)
+			// An idle timeout of seconds: task 3 runs while session a's
+			// terminal waits (a loaded machine took 1.5 s over it).
+			r := newRunner(t, target, s.cmd, Options{IdleTimeout: 4 * time.Second}, nil)
 			s.reply(1, jsonReply("set", false, cmd{"export MARK=kept-$((6*7))\n", 0.1}, cmd{"echo $MARK\n", 0.2}))
 			s.reply(0, jsonReply("done", true))
 			if res, _ := runTask(t, r, "a", "task 1"); res.FinishReason != "stop" {

@@ -578,9 +578,13 @@ func TestWorkspaceAndEnv(t *testing.T) {
 	rc := &recorder{}
 	req := rc.Req("sess-1", "x")
 	req.Workspace = dir
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	r.Run(ctx, req, nil) // the agent never answers
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan agent.Result, 1)
+	go func() { done <- r.Run(ctx, req, nil) }() // the agent never answers
+	// Its init (the session id it reports) is stored once it started.
+	testwait.Until(t, "the agent's session id stored", func() bool { meta, _ := rc.Meta(); return meta[MetaSessionID] != nil })
+	cancel()
+	await(t, done)
 	meta, _ := rc.Meta()
 	if want := dir + "|sess-1|yes"; meta[MetaSessionID] != want {
 		t.Errorf("agent saw %v, want %q", meta[MetaSessionID], want)

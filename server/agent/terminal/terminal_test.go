@@ -480,8 +480,10 @@ func TestLeftoverProcessHoldingStdout(t *testing.T) {
 	pid, _ := strconv.Atoi(strings.TrimPrefix(res.Text, "left grandchild "))
 	waitGone(t, pid)
 
-	// Output written by a leftover process within the grace is kept.
-	f = newFixture(t, rich(`(sleep 0.05; echo '{"type":"message","text":"late"}') & echo '{"type":"message","text":"main"}'`))
+	// Output written by a leftover process within the grace is kept (a
+	// grace of seconds: a loaded machine took more than 200 ms to run
+	// sleep 0.05 and echo; the run ends when the leftover closes stdout).
+	f = newFixture(t, rich(`(sleep 0.05; echo '{"type":"message","text":"late"}') & echo '{"type":"message","text":"main"}'`), Options{KillGrace: 30 * time.Second})
 	if res := f.text("x"); res.Text != "main\n\nlate" {
 		t.Errorf("reply %q", res.Text)
 	}
@@ -758,7 +760,10 @@ func TestStdinNeverRead(t *testing.T) {
 			t.Run(mode+" "+body, func(t *testing.T) {
 				t.Parallel()
 				command := agentCommand(t, mode, body)
-				f := newFixture(t, plain(command))
+				// A grace of seconds for the leftover sleep 0.1 (a loaded
+				// machine took more than the default 200 ms): the run ends
+				// when it closes stdout.
+				f := newFixture(t, plain(command), Options{KillGrace: 30 * time.Second})
 				res := f.text(strings.Repeat("z", 2<<20))
 				// The agent exited on its own and nothing held its output:
 				// the unread envelope neither blocked the run into the
