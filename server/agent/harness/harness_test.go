@@ -21,9 +21,12 @@ import (
 
 var targets = []string{TargetTmux, TargetPTY}
 
+// The tests that run tasks are not parallel among themselves (their
+// subtests are): each reads the screen after the waits its agent asks
+// for, and more of them at once made a loaded machine miss those waits.
+
 // The agent writes and runs a hello-world script, then confirms twice.
 func TestHelloWorld(t *testing.T) {
-	t.Parallel()
 	for _, target := range targets {
 		for _, format := range []Format{FormatJSON, FormatXML} {
 			t.Run(target+"/"+format.String(), func(t *testing.T) {
@@ -101,7 +104,6 @@ func contains(list []string, s string) bool {
 // Malformed responses are refused with their errors (nothing typed);
 // warnings are passed on with the next state.
 func TestMalformedJSON(t *testing.T) {
-	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
 	s.reply(1, `{"analysis": "a", "commands": [{"keystrokes": "touch bad1\n", "duration": 0.1}]}`)
@@ -150,7 +152,6 @@ func TestMalformedJSON(t *testing.T) {
 }
 
 func TestMalformedXML(t *testing.T) {
-	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
 	s.reply(1, "<response><analysis>a</analysis><plan>p</plan><commands><command><duration>1</duration></command></commands></response>")
@@ -181,7 +182,6 @@ func TestMalformedXML(t *testing.T) {
 
 // Anything but a second consecutive task_complete resets the confirmation.
 func TestConfirmationResets(t *testing.T) {
-	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
 	s.reply(1, jsonReply("done?", true))
@@ -201,7 +201,6 @@ func TestConfirmationResets(t *testing.T) {
 
 // C-c interrupts a running command; Up recalls the last one.
 func TestSpecialKeys(t *testing.T) {
-	t.Parallel()
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
@@ -245,7 +244,6 @@ func TestSpecialKeys(t *testing.T) {
 // Literal text reaches the shell unchanged, whatever tmux's parser makes
 // of it (a trailing ';' or "\;", a long text sent in chunks).
 func TestLiteralText(t *testing.T) {
-	t.Parallel()
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
@@ -278,14 +276,11 @@ func TestLiteralText(t *testing.T) {
 // A session's next task reuses its terminal; an idle terminal is torn
 // down; another session gets its own.
 func TestSessionReuseAndIdle(t *testing.T) {
-	t.Parallel()
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
 			s := newScript(t)
-			// An idle timeout of seconds: task 3 runs while session a's
-			// terminal waits (a loaded machine took 1.5 s over it).
-			r := newRunner(t, target, s.cmd, Options{IdleTimeout: 4 * time.Second}, nil)
+			r := newRunner(t, target, s.cmd, Options{IdleTimeout: 1500 * time.Millisecond}, nil)
 			s.reply(1, jsonReply("set", false, cmd{"export MARK=kept-$((6*7))\n", 0.1}, cmd{"echo $MARK\n", 0.2}))
 			s.reply(0, jsonReply("done", true))
 			if res, _ := runTask(t, r, "a", "task 1"); res.FinishReason != "stop" {
@@ -345,7 +340,6 @@ func TestSessionReuseAndIdle(t *testing.T) {
 
 // The agent typing exit ends the shell; the next step gets a new one.
 func TestShellExitRestarts(t *testing.T) {
-	t.Parallel()
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
@@ -368,7 +362,6 @@ func TestShellExitRestarts(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	t.Parallel()
 	t.Run("while a command runs", func(t *testing.T) {
 		s := newScript(t)
 		r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
@@ -424,7 +417,6 @@ func TestCancel(t *testing.T) {
 }
 
 func TestMaxSteps(t *testing.T) {
-	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, func(c *config.HarnessAgent) { c.MaxSteps = 3 })
 	s.reply(0, jsonReply("still working", false))
@@ -438,7 +430,6 @@ func TestMaxSteps(t *testing.T) {
 }
 
 func TestMaxDuration(t *testing.T) {
-	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, func(c *config.HarnessAgent) { c.MaxDuration = 1 })
 	// The command's wait is the longest there is (60 s): the limit must
@@ -456,7 +447,6 @@ func TestMaxDuration(t *testing.T) {
 
 // A step over stepTimeout kills the agent and what it started.
 func TestStepTimeoutKillsGrandchild(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	inner := filepath.Join(dir, "inner.sh")
@@ -475,7 +465,6 @@ func TestStepTimeoutKillsGrandchild(t *testing.T) {
 }
 
 func TestAgentFailures(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name, command string
 		opt           Options
@@ -499,7 +488,6 @@ func TestAgentFailures(t *testing.T) {
 
 // The screen the agent sees is capped, head and tail kept.
 func TestObservationCap(t *testing.T) {
-	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, func(c *config.HarnessAgent) { c.ObservationBytes = 100 })
 	s.reply(1, jsonReply("count", false, cmd{"seq 1000 1100\n", 0.5}))
@@ -536,7 +524,6 @@ func TestCapObservation(t *testing.T) {
 }
 
 func TestCloseStopsRuns(t *testing.T) {
-	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
 	s.reply(0, jsonReply("waiting", false, cmd{"", 30}))
@@ -648,7 +635,6 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 }
 
 func TestParallelSessions(t *testing.T) {
-	t.Parallel()
 	s := newScript(t)
 	r := newRunner(t, TargetPTY, s.cmd, Options{}, nil)
 	s.reply(1, jsonReply("go", false, cmd{"echo in-$PWD\n", 0.2}))

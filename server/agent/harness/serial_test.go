@@ -182,7 +182,6 @@ func (b *board) exec(cmd string) {
 }
 
 func TestSerialTarget(t *testing.T) {
-	t.Parallel()
 	harnessEnd, boardEnd := socatPair(t)
 	b := startBoard(t, boardEnd)
 	s := newScript(t)

@@ -908,8 +908,11 @@ func TestDescendantHoldingStdout(t *testing.T) {
 	// agent crashed: the turn still ends, within the read grace, while the
 	// descendant still runs.
 	dir := t.TempDir()
+	// The descendant writes its pid once in its own session, and the
+	// agent starts only then: a group kill before its setsid took it
+	// too on a loaded machine.
 	r := newRunner(t, "--crash-after 0", func(c *config.NuumAgent, _ *Options) {
-		c.Command = "setsid sleep 60 & echo $! > desc.pid; exec " + c.Command
+		c.Command = `setsid sh -c 'echo $$ > desc.tmp; mv desc.tmp desc.pid; exec sleep 60' & while [ ! -s desc.pid ]; do sleep 0.01; done; exec ` + c.Command
 	})
 	req := (&recorder{}).Req("s", "x")
 	req.Workspace = dir
