@@ -913,7 +913,11 @@ while [ $i -lt 10000 ]; do
 done
 printf '%s\n' '{"type":"message","text":"done"}'
 `)
-	f := newFixture(t, rich(script), Options{ProgressInterval: 100 * time.Millisecond})
+	// A grace of seconds: 10,000 lines written at once are read well
+	// after the agent exited on a loaded machine, and past the default
+	// 200 ms the runner takes the unread rest for a leftover process's
+	// and drops it ("done" with it).
+	f := newFixture(t, rich(script), Options{ProgressInterval: 100 * time.Millisecond, KillGrace: 30 * time.Second})
 	start := time.Now()
 	res, progress := f.run(context.Background(), f.req("go"))
 	elapsed := time.Since(start)
