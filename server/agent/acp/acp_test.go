@@ -169,8 +169,12 @@ func TestCancel(t *testing.T) {
 	rc := &recorder{Caps: []string{"progress"}}
 	pid := agentPID(t, r, "s")
 	ctx, cancel := context.WithCancel(context.Background())
-	res := runAsync(ctx, r, rc, "s", "/slow 10000")
-	waitTurn(t, r, "s")
+	// The agent sends a word, then waits at a gate that never opens: the
+	// word says the agent has the prompt (a cancel sent before it did
+	// finds no turn, and the agent is killed after InterruptWait).
+	var words chunkLog
+	res := streamRun(ctx, r, rc, &words, "s", "/gate "+filepath.Join(t.TempDir(), "never")+" waiting here")
+	testwait.Until(t, "the agent's first word", func() bool { _, n := words.text(); return n >= 1 })
 	cancel()
 	if got := await(t, res); got.FinishReason != "cancelled" {
 		t.Fatalf("result %+v", got)
