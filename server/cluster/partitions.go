@@ -88,6 +88,7 @@ type worker struct {
 	recreated atomic.Uint64 // consumers deleted and made again (heal.go)
 	healed    time.Time     // the last look at the consumers (heal.go; loop's)
 	kick      chan struct{} // a consumer lost deliveries: heal at once (consumeFn)
+	startHook func(p int)   // tests: called before partition p's consumer is made
 }
 
 // RunWorker makes this node a worker: it takes the partitions that
@@ -276,36 +277,11 @@ func (w *worker) tick(ctx context.Context, wake *leaseWake) {
 		owned[p] = part
 	}
 	w.mu.Unlock()
-	for p, part := range owned {
-		if !wanted(p) && part.releasing.IsZero() {
-			part.releasing = time.Now()
-			if part.cc != nil {
-				part.cc.Stop()
-				part.cc = nil
-			}
-			w.n.log.Info("cluster: giving partition up to another worker", "partition", p)
-		}
-		if !part.releasing.IsZero() && (w.hooks.Unfinished(p) == 0 || time.Since(part.releasing) > w.n.cfg.AckWait) {
-			_ = w.n.parts.Delete(ctx, leaseKey(p), jetstream.LastRevision(part.rev))
-			w.drop(p)
-			continue
-		}
-		rev, err := w.n.parts.Update(ctx, leaseKey(p), []byte(me), part.rev)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
-				w.n.log.Warn("cluster: lost the lease of a partition", "partition", p, "err", err)
-				w.drop(p)
-			}
-			continue // NATS trouble: try again next tick (the lease may still hold)
-		}
-		part.rev = rev
-		part.setRenewed(time.Now())
-	}
+	w.renew(ctx, owned, wanted, nil)
 	var starting sync.WaitGroup
 	slots := make(chan struct{}, parallelStarts)
+	startingSet := map[int]bool{}
+	failed := make(chan int, w.n.cfg.Partitions)
 	for p := 0; p < w.n.cfg.Partitions; p++ {
 		if owned[p] != nil || !wanted(p) {
 			continue
@@ -337,19 +313,124 @@ func (w *worker) tick(ctx context.Context, wake *leaseWake) {
 		// The partitions taken at once (a dead worker's) start side by
 		// side: each start is a few JetStream requests.
 		starting.Add(1)
-		slots <- struct{}{}
+		startingSet[p] = true
 		go func() {
-			defer func() { <-slots; starting.Done() }()
+			defer starting.Done()
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				failed <- p
+				return
+			}
+			defer func() { <-slots }()
+			if w.startHook != nil {
+				w.startHook(p)
+			}
 			if err := w.start(ctx, p, part); err != nil {
 				w.n.log.Warn("cluster: cannot consume partition; retrying", "partition", p, "err", err)
-				w.mu.Lock()
-				delete(w.owned, p)
-				w.mu.Unlock()
-				_ = w.n.parts.Delete(ctx, leaseKey(p), jetstream.LastRevision(rev))
+				failed <- p
 			}
 		}()
 	}
-	starting.Wait()
+	w.awaitStarts(ctx, &starting, startingSet, failed, wanted)
+}
+
+// awaitStarts waits for the partitions being started (their goroutines
+// write their fields until then), renewing every lease held meanwhile:
+// starting several partitions is a few JetStream requests each, which a
+// loaded cluster can take longer than a lease over, and a tick that
+// waited without renewing lost all its partitions at once (seen in
+// TestMoveEdgeMidConversation under make test: their runs were then
+// taken for interrupted by the next owner). A partition whose start
+// failed is given up here, by the loop, with its lease's current
+// revision.
+func (w *worker) awaitStarts(ctx context.Context, starting *sync.WaitGroup, startingSet map[int]bool, failed chan int, wanted func(int) bool) {
+	done := make(chan struct{})
+	go func() { starting.Wait(); close(done) }()
+	every := time.NewTicker(w.n.cfg.Lease / 3)
+	defer every.Stop()
+	giveUp := func(p int) {
+		delete(startingSet, p)
+		w.mu.Lock()
+		part := w.owned[p]
+		delete(w.owned, p)
+		w.mu.Unlock()
+		if part != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.n.cfg.Lease/3)
+			_ = w.n.parts.Delete(dctx, leaseKey(p), jetstream.LastRevision(part.rev))
+			cancel()
+		}
+	}
+	for {
+		select {
+		case p := <-failed:
+			giveUp(p)
+			continue
+		case <-every.C:
+			w.mu.Lock()
+			owned := make(map[int]*partition, len(w.owned))
+			for p, part := range w.owned {
+				owned[p] = part
+			}
+			w.mu.Unlock()
+			w.renew(ctx, owned, wanted, startingSet)
+			continue
+		case <-done:
+		}
+		break
+	}
+	for {
+		select {
+		case p := <-failed:
+			giveUp(p)
+		default:
+			return
+		}
+	}
+}
+
+// renew renews the leases of the partitions owned, and gives up those
+// no longer wanted once they hold nothing; a partition in startingSet
+// (its start still running) has its lease renewed only.
+func (w *worker) renew(ctx context.Context, owned map[int]*partition, wanted func(int) bool, startingSet map[int]bool) {
+	me := w.n.cfg.Name
+	for p, part := range owned {
+		if startingSet[p] {
+			// Its start's goroutine writes its consumer: only its lease
+			// is renewed here; a lease lost is seen at the next tick.
+			if rev, err := w.n.parts.Update(ctx, leaseKey(p), []byte(me), part.rev); err == nil {
+				part.rev = rev
+				part.setRenewed(time.Now())
+			}
+			continue
+		}
+		if !wanted(p) && part.releasing.IsZero() {
+			part.releasing = time.Now()
+			if part.cc != nil {
+				part.cc.Stop()
+				part.cc = nil
+			}
+			w.n.log.Info("cluster: giving partition up to another worker", "partition", p)
+		}
+		if !part.releasing.IsZero() && (w.hooks.Unfinished(p) == 0 || time.Since(part.releasing) > w.n.cfg.AckWait) {
+			_ = w.n.parts.Delete(ctx, leaseKey(p), jetstream.LastRevision(part.rev))
+			w.drop(p)
+			continue
+		}
+		rev, err := w.n.parts.Update(ctx, leaseKey(p), []byte(me), part.rev)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
+				w.n.log.Warn("cluster: lost the lease of a partition", "partition", p, "err", err)
+				w.drop(p)
+			}
+			continue // NATS trouble: try again next tick (the lease may still hold)
+		}
+		part.rev = rev
+		part.setRenewed(time.Now())
+	}
 }
 
 // drop forgets partition p and tells the hooks.

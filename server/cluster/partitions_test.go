@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -292,5 +293,83 @@ func TestLostDeliveryStopsTheHandOver(t *testing.T) {
 	part.health.consuming("p0_next") // a new consumer: nothing lost
 	if part.health.lost() {
 		t.Error("a new consumer still counts the old one's gap")
+	}
+}
+
+// A worker whose partition starts are slow (a loaded cluster creating
+// their consumers) keeps renewing the leases it holds meanwhile. The
+// tick used to wait for its starts without renewing: a start slower
+// than a lease lost every partition at once, and the next owner took
+// their runs for interrupted (TestMoveEdgeMidConversation under make
+// test).
+func TestSlowStartsKeepTheLeases(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
+	defer cancel()
+	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 4,
+		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+	n, err := Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	lost := make(chan int, 16)
+	hooks := WorkerHooks{Me: "w1", Deliver: func(context.Context, *Delivery) {}, Unfinished: func(int) int { return 0 },
+		Lost: func(p int) { lost <- p }}
+	// Partition 0 starts at once; the others start only once partition
+	// 0's lease has been renewed 4 times (more than a lease), or after
+	// 4 leases if it is not.
+	renewals := make(chan struct{})
+	go func() {
+		wctx, wcancel := context.WithCancel(ctx)
+		defer wcancel()
+		kw, err := n.parts.Watch(wctx, leaseKey(0), jetstream.UpdatesOnly())
+		if err != nil {
+			t.Error(err)
+			close(renewals)
+			return
+		}
+		for seen := 0; seen < 4; {
+			select {
+			case e := <-kw.Updates():
+				if e != nil && e.Operation() == jetstream.KeyValuePut {
+					seen++
+				}
+			case <-wctx.Done():
+				return
+			}
+		}
+		close(renewals)
+	}()
+	var slowed atomic.Int32
+	w := &worker{n: n, hooks: hooks, owned: map[int]*partition{}, kick: make(chan struct{}, 1),
+		startHook: func(p int) {
+			if p == 0 {
+				return
+			}
+			slowed.Add(1)
+			select {
+			case <-renewals:
+			case <-time.After(4 * cfg.Lease):
+			}
+		}}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.loop(wctx) }()
+	defer func() { stop(); <-done }()
+
+	testwait.Until(t, "the worker to own its 4 partitions, each consuming", func() bool {
+		w.mu.Lock()
+		owned := len(w.owned)
+		w.mu.Unlock()
+		return owned == 4 && len(consumerNames(t, ctx, n)) == 4
+	})
+	if slowed.Load() == 0 {
+		t.Fatal("no start was slowed: the test proves nothing")
+	}
+	select {
+	case p := <-lost:
+		t.Errorf("partition %d lost while the others started", p)
+	default:
 	}
 }
