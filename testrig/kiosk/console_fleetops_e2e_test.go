@@ -78,7 +78,12 @@ func openPaused(t *testing.T, chromium string, width int, base, token string) *b
 	b := startBrowserSized(t, chromium, width, 1000)
 	b.login(base, token)
 	b.waitFor("the paused rollout", rolloutJS("paused")+` !== null`)
-	b.must("opening its devices", chromedp.Click(`[data-testid=rollout][data-state=paused] [data-testid=rollout-toggle]`, chromedp.ByQuery))
+	// The fleet's table, above the rollouts, is drawn when its own request
+	// answers: a click at the toggle's place before that hit what the
+	// table pushed there (seen once in make test under load, the devices
+	// never opened). The click is the element's own, once the fleet is in.
+	b.waitFor("the fleet is loaded", `document.getElementById('fleet-count').textContent === '5 of 5 online'`)
+	b.must("opening its devices", chromedp.Evaluate(`document.querySelector('[data-testid=rollout][data-state=paused] [data-testid=rollout-toggle]').click()`, nil))
 	b.waitFor("its devices", `!!document.querySelector('[data-testid=rollout][data-state=paused] [data-testid=rollout-device][data-peer-id="shop-001"] [data-testid=paused-by]')`)
 	return b
 }
