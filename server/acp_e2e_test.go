@@ -89,6 +89,7 @@ func (d *acpDevice) waitProgress(id, s string) {
 // chunks make the reply, its tool calls are progress, its permission
 // request is answered by the allow_once policy.
 func TestACPExampleAgentEndToEnd(t *testing.T) {
+	t.Parallel()
 	bin := buildAgent(t, "github.com/coder/acp-go-sdk/example/agent")
 	ts := startServer(t, withACP(config.ACPAgent{Command: bin, Args: []string{}, Permission: config.ACPPermissionAllowOnce}), nil)
 	d := newACPDevice(t, ts, link.CapProgress)
@@ -110,6 +111,7 @@ func TestACPExampleAgentEndToEnd(t *testing.T) {
 // The scripted agent end to end: tool calls as progress, permission by
 // policy, crash and restart.
 func TestACPAgentEndToEnd(t *testing.T) {
+	t.Parallel()
 	bin := acpAgent(t)
 	ts := startServer(t, withACP(config.ACPAgent{Command: bin}), nil)
 	d := newACPDevice(t, ts, link.CapProgress, link.CapCancel)
@@ -160,6 +162,7 @@ func TestACPAgentEndToEnd(t *testing.T) {
 // device's next message answers it (acked at once, answered by the turn's
 // reply); a cancel mid-turn answers the open question cancelled.
 func TestACPPermissionAskEndToEnd(t *testing.T) {
+	t.Parallel()
 	bin := acpAgent(t)
 	ts := startServer(t, withACP(config.ACPAgent{Command: bin, Permission: config.ACPPermissionAsk}), nil)
 	d := newACPDevice(t, ts, link.CapProgress, link.CapCancel)
@@ -211,6 +214,7 @@ func TestACPPermissionAskEndToEnd(t *testing.T) {
 
 // A Nuum turn longer than turnTimeout is interrupted; the reply says so.
 func TestNuumTurnTimeoutEndToEnd(t *testing.T) {
+	t.Parallel()
 	bin := nuumAgent(t)
 	ts := startServer(t, func(c *config.Config) {
 		c.Agents["nuum"] = config.Agent{Nuum: &config.NuumAgent{Command: bin, IdleTimeout: 600, MaxProcesses: 4,

@@ -41,6 +41,7 @@ func withTerminalAgent(ta config.TerminalAgent) func(*config.Config) {
 }
 
 func TestTerminalAgentEndToEnd(t *testing.T) {
+	t.Parallel()
 	bin := echoAgent(t)
 	ts := startServer(t, withTerminalAgent(config.TerminalAgent{Command: bin + " -progress", Timeout: 2}), nil)
 
@@ -114,6 +115,7 @@ func TestTerminalAgentEndToEnd(t *testing.T) {
 }
 
 func TestPlainAgentQuotingAndNotFound(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "pwned")
 	ts := startServer(t, withTerminalAgent(config.TerminalAgent{Command: "printf '%s' {message}", Protocol: "plain"}), nil)

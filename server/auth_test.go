@@ -110,6 +110,7 @@ var operatorReads = map[string]bool{"/api/channels/terminal-dev/peers/x1/logs": 
 // only read, an operator may do everything. The routes come from the
 // mux, so a route added later is checked too.
 func TestAPIAuthEveryRoute(t *testing.T) {
+	t.Parallel()
 	logs := &syncbuf.Buffer{}
 	ts := serve(t, adminConfig(t, withAdmin(t)), Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	for _, rt := range guardedRoutes(t, ts.Server) {
@@ -189,6 +190,7 @@ func adminConfig(t *testing.T, mutate ...func(*config.Config)) *config.Config {
 }
 
 func TestMetricsRequireToken(t *testing.T) {
+	t.Parallel()
 	ts := serve(t, adminConfig(t, withAdmin(t), func(c *config.Config) { c.Admin.MetricsRequireToken = true }), Options{})
 	if r := api(t, "GET", ts.http.URL+"/metrics", "", ""); r.status != 401 {
 		t.Fatalf("/metrics without token: HTTP %d", r.status)
@@ -239,6 +241,7 @@ func serveOn(t *testing.T, cfg *config.Config, opt Options, ln net.Listener) *Se
 // WebSocket), and the server warns at start that it listens beyond
 // loopback.
 func TestNoTokensLoopbackOnly(t *testing.T) {
+	t.Parallel()
 	ip := nonLoopbackIP(t)
 	if ip == nil {
 		t.Skip("this machine has no non-loopback address; TestIsLoopbackAddr covers the address check")
@@ -282,6 +285,7 @@ func TestNoTokensLoopbackOnly(t *testing.T) {
 
 // With tokens configured, a non-loopback listener gets no warning.
 func TestNoWarningWithTokens(t *testing.T) {
+	t.Parallel()
 	ip := nonLoopbackIP(t)
 	if ip == nil {
 		t.Skip("this machine has no non-loopback address")
@@ -302,6 +306,7 @@ func TestNoWarningWithTokens(t *testing.T) {
 
 // RequireRole asks more of one route than its method does.
 func TestRequireRole(t *testing.T) {
+	t.Parallel()
 	ts := serve(t, adminConfig(t, withAdmin(t)), Options{})
 	h := ts.RequireRole(config.RoleOperator, func(w http.ResponseWriter, r *http.Request) {
 		op := httpapi.OperatorOf(r)

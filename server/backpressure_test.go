@@ -58,6 +58,7 @@ func (ts *testServer) holds() uint64 { return ts.rt.metrics.ws.Held.Value("termi
 // is not answered busy: its connection stops reading it until a place
 // frees, and every message is accepted, in order, and answered.
 func TestBackpressureFloodPastSessionBound(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(true)
 	ts := startServer(t, func(c *config.Config) { setSessionBound(c, 3) }, runner)
 	c := dial(t, ts.ws, nil)
@@ -89,6 +90,7 @@ func TestBackpressureFloodPastSessionBound(t *testing.T) {
 // Held past half a heartbeat, a message is answered busy as before (the
 // device resends it after a backoff), and the device is read again.
 func TestBackpressureHoldRunsOutBusy(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(true)
 	ts := startServer(t, func(c *config.Config) {
 		setSessionBound(c, 1)
@@ -116,6 +118,7 @@ func TestBackpressureHoldRunsOutBusy(t *testing.T) {
 // once (not when the hold would run out): the place goes to the next
 // waiter, and the held message was never acked (the device resends it).
 func TestBackpressureClosingFreesWaiter(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(true)
 	ts := startServer(t, func(c *config.Config) {
 		c.MaxWaitingRuns = 1
@@ -163,6 +166,7 @@ func TestBackpressureClosingFreesWaiter(t *testing.T) {
 // Devices held for a server-wide place are served as places free, none
 // answered busy.
 func TestBackpressureServerBoundManyDevices(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(true)
 	ts := startServer(t, func(c *config.Config) { c.MaxWaitingRuns = 2 }, runner)
 	a := dial(t, ts.ws, nil)

@@ -100,6 +100,7 @@ func (ts *testServer) waiting(t *testing.T) int {
 // one (once its connection's hold runs out) before logging or acking it; a duplicate is still answered; once the
 // queue drains the refused message is taken, and the count is back to 0.
 func TestSessionQueueBound(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(true)
 	ts := startServer(t, func(c *config.Config) { setSessionBound(c, 3); shortHolds(c) }, runner)
 	c := dial(t, ts.ws, nil)
@@ -138,6 +139,7 @@ func TestSessionQueueBound(t *testing.T) {
 // The server-wide bound refuses a message of any session once
 // maxWaitingRuns are waiting.
 func TestServerWaitingBound(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(true)
 	ts := startServer(t, func(c *config.Config) { c.MaxWaitingRuns = 2; shortHolds(c) }, runner)
 	a := dial(t, ts.ws, nil)
@@ -171,6 +173,7 @@ func TestServerWaitingBound(t *testing.T) {
 // Messages injected into a running turn are running, not waiting: they do
 // not hold places of the session's bound.
 func TestInjectedMessagesDoNotCountAsWaiting(t *testing.T) {
+	t.Parallel()
 	runner := &injectingRunner{started: make(chan struct{}, 4), gate: make(chan struct{})}
 	ts := startServer(t, func(c *config.Config) { setSessionBound(c, 1) }, runner)
 	runner.releaseOnCleanup(t)
@@ -203,6 +206,7 @@ func TestInjectedMessagesDoNotCountAsWaiting(t *testing.T) {
 // memory and reloaded from the session log when their device resends, and
 // the resend still gets the cached reply.
 func TestDedupeBoundedAndReloaded(t *testing.T) {
+	t.Parallel()
 	const budget = 64 << 10
 	ts := startServer(t, func(c *config.Config) { c.DedupeCacheBytes = budget }, nil)
 	text := strings.Repeat("x", 8000)
@@ -234,6 +238,7 @@ func TestDedupeBoundedAndReloaded(t *testing.T) {
 // file name (finding 8) connect, get answers and keep dedupe across a
 // restart.
 func TestLongIdsCanSend(t *testing.T) {
+	t.Parallel()
 	workspace := t.TempDir()
 	cases := []struct{ peer, thread string }{
 		{"a" + strings.Repeat("@", 100), ""},
@@ -270,6 +275,7 @@ func TestLongIdsCanSend(t *testing.T) {
 // log says so; found unanswered a second time (the re-run was cut short
 // too), it is answered with an error instead of a third run.
 func TestInterruptedRunRunsAgainOnce(t *testing.T) {
+	t.Parallel()
 	workspace := t.TempDir()
 	const key = "terminal-dev:local:dev"
 	store, err := session.Open(filepath.Join(workspace, "sessions"), session.Options{NoSync: true})
@@ -355,6 +361,7 @@ func TestInterruptedRunRunsAgainOnce(t *testing.T) {
 // the records; once the disk works again the file gets the reply, once,
 // and /healthz is ok.
 func TestSessionFileFailureKeepsTheWAL(t *testing.T) {
+	t.Parallel()
 	var failing atomic.Bool
 	runner := newCountingRunner(true)
 	cfg := config.Default()
@@ -431,6 +438,7 @@ func (a *closedAdapter) Close()              {}
 // (here: recorded unclaimed, the connections being closed) before
 // Shutdown returns.
 func TestShutdownDrainsReplies(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(true)
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
@@ -476,6 +484,7 @@ func TestShutdownDrainsReplies(t *testing.T) {
 // The start-up re-queue respects the waiting bounds: recovered messages
 // are published only as places free.
 func TestRecoveredMessagesRespectBounds(t *testing.T) {
+	t.Parallel()
 	workspace := t.TempDir()
 	const key = "terminal-dev:local:dev"
 	store, err := session.Open(filepath.Join(workspace, "sessions"), session.Options{NoSync: true})

@@ -73,6 +73,7 @@ func otherPort(ts *testServer) string {
 const jsonCT = "application/json"
 
 func TestBrowserSafeOperatorAPI(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []struct {
 		name  string
 		admin bool
@@ -183,6 +184,7 @@ func (ts *testServer) peerNoticesAs(t *testing.T, token, peer string) []notices.
 // Every operator write route, found in the mux, refuses a body that is
 // not JSON, another origin and an unknown Host before it does anything.
 func TestBrowserSafeEveryWriteRoute(t *testing.T) {
+	t.Parallel()
 	ts := serve(t, adminConfig(t, withAdmin(t)), Options{})
 	n := 0
 	for _, rt := range guardedRoutes(t, ts.Server) {
@@ -222,6 +224,7 @@ func TestBrowserSafeEveryWriteRoute(t *testing.T) {
 // without admin tokens) nor ask for codes; the device side, which sends
 // JSON and no browser headers, works from any Host.
 func TestBrowserSafeEnrollment(t *testing.T) {
+	t.Parallel()
 	for _, admin := range []bool{false, true} {
 		t.Run(map[bool]string{false: "no admin tokens", true: "admin tokens"}[admin], func(t *testing.T) {
 			mutate := []func(*config.Config){channelTokens(config.Tokens{}, true)}
@@ -294,6 +297,7 @@ func TestBrowserSafeEnrollment(t *testing.T) {
 // The device WebSocket: a page of another origin (or a rebinding one)
 // cannot open it; a device (no Origin) connects whatever Host it uses.
 func TestBrowserSafeDeviceSocket(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	for _, tc := range []struct {
 		name   string
@@ -334,6 +338,7 @@ func TestBrowserSafeDeviceSocket(t *testing.T) {
 // The console page takes the Host check; /healthz and /metrics do not
 // (probes and scrapers use service names).
 func TestBrowserSafeOpenRoutes(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	for _, tc := range []struct {
 		path, host string
@@ -355,6 +360,7 @@ func TestBrowserSafeOpenRoutes(t *testing.T) {
 // admin.allowedHosts: the names a reverse proxy gives the server, in Host
 // or (a proxy that rewrites Host) in Origin.
 func TestBrowserSafeAllowedHosts(t *testing.T) {
+	t.Parallel()
 	ts := serve(t, adminConfig(t, withAdmin(t), func(c *config.Config) {
 		c.Admin.AllowedHosts = []config.HostPort{{Host: "ops.example.com"}, {Host: "kiosk.lan", Port: "8443"}}
 	}), Options{})

@@ -15,6 +15,7 @@ import (
 // message (the ack goes out first) is not "unknown_run": the
 // message is answered cancelled when it arrives, and never runs.
 func TestCancelBeforeTheRouterHasIt(t *testing.T) {
+	t.Parallel()
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
 	runs := newCountingRunner(false)

@@ -20,6 +20,7 @@ import (
 // Focused 1 / acceptance 1, 2, 6: connect returns connected with a stable
 // session id, and a reconnect with the same peer_id keeps it.
 func TestConnectReturnsStableSessionID(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	c := dial(t, ts.ws, nil)
 	got := c.connect("device-001")
@@ -44,6 +45,7 @@ func TestConnectReturnsStableSessionID(t *testing.T) {
 // Focused 2 / acceptance 3, 4, 5: a message goes through the runtime and
 // the bus and comes back as ack plus the final assistant message.
 func TestMessagePublishesThroughRuntime(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(false)
 	ts := startServer(t, nil, runner)
 	c := dial(t, ts.ws, nil)
@@ -120,6 +122,7 @@ func readLines(t *testing.T, path string) []string {
 // Focused 3: a duplicate message id is not published again; it gets
 // duplicate:true with pending while running and the cached reply when done.
 func TestDuplicateMessageIDIsNotRunTwice(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(true)
 	ts := startServer(t, nil, runner)
 	c := dial(t, ts.ws, nil)
@@ -159,6 +162,7 @@ func TestDuplicateMessageIDIsNotRunTwice(t *testing.T) {
 // Focused 4: a disconnect before the reply records outbound_unclaimed; the
 // run is not cancelled, and the reply reaches the device when it resends.
 func TestDisconnectBeforeOutboundRecordsUnclaimed(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(true)
 	ts := startServer(t, nil, runner)
 	c := dial(t, ts.ws, nil)
@@ -191,6 +195,7 @@ func TestDisconnectBeforeOutboundRecordsUnclaimed(t *testing.T) {
 
 // Focused 5: an unknown frame type gets an error frame; the connection stays.
 func TestUnknownFrameTypeKeepsConnection(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("device-001")
@@ -208,6 +213,7 @@ func TestUnknownFrameTypeKeepsConnection(t *testing.T) {
 // Focused 6 / acceptance 7: channel status exposes websocket_url and the
 // connected peer count, with every field the spec lists.
 func TestChannelStatusExposesURLAndPeers(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	var raw struct{ Channels []map[string]any }
 	getJSON(t, ts.http.URL+"/api/channels", &raw)
@@ -254,6 +260,7 @@ func TestChannelStatusExposesURLAndPeers(t *testing.T) {
 // Focused 7: the config loader takes kind=terminal, mode=websocket through
 // the channel config, and the server serves that channel.
 func TestConfigTerminalWebsocketChannel(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.Parse([]byte(`{
 	  "channels": {"desk": {"enabled": true, "kind": "terminal", "mode": "websocket", "account_id": "office",
 	    "displayName": "Desk", "config": {"heartbeat_seconds": 12, "maxMessageChars": 100}}}}`))

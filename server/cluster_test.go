@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"termlink/link"
+	"termlink/server/agent"
 	"termlink/server/bus"
 	"termlink/server/cluster"
 	"termlink/server/cluster/natstest"
@@ -30,20 +31,22 @@ func startJetStream(t *testing.T) string { return natstest.Start(t, true).Client
 
 // startClusterServer runs a termserver with role "all", one partition,
 // replicas 1, a 1 s lease and a 1 s ack wait on its own JetStream, and
-// waits until it owns the partition. hook, if set, is testHookClaimWrite
-// for the test.
+// waits until it owns the partition. hook, if set, is its Options.claimHook.
 func startClusterServer(t *testing.T, runner *countingRunner, mutate func(*config.Config), hook func(bus.Inbound) error) (*testServer, jetstream.JetStream) {
 	t.Helper()
 	url := startJetStream(t)
-	testHookClaimWrite = hook
-	t.Cleanup(func() { testHookClaimWrite = nil }) // after the server's shutdown (cleanups run last first)
-	ts := startServer(t, func(c *config.Config) {
-		c.Cluster = config.Cluster{NATS: []string{url}, Role: config.RoleAll, Name: "node-1", Partitions: 1, Replicas: 1,
-			AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
-		if mutate != nil {
-			mutate(c)
-		}
-	}, runner)
+	cfg := config.Default()
+	cfg.Workspace = t.TempDir()
+	cfg.Cluster = config.Cluster{NATS: []string{url}, Role: config.RoleAll, Name: "node-1", Partitions: 1, Replicas: 1,
+		AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+	if mutate != nil {
+		mutate(cfg)
+	}
+	opt := Options{claimHook: hook}
+	if runner != nil {
+		opt.Runners = map[string]agent.Runner{"echo": runner}
+	}
+	ts := serve(t, cfg, opt)
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +150,7 @@ func isAck(id string) func(link.Frame) bool {
 // took it for its own write whose answer was lost: a second run, with no
 // interruption recorded. The message must run once.
 func TestClusterLeaseLostWhileClaimIsWritten(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(false)
 	var ts *testServer
 	var js jetstream.JetStream
@@ -179,6 +183,7 @@ func TestClusterLeaseLostWhileClaimIsWritten(t *testing.T) {
 // replaced) while B's copy, queued before the partition moved, ran with
 // B's new ticket: B ran before A. The session must run A, then B.
 func TestClusterPartitionRetakenKeepsSessionOrder(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(false)
 	var ts *testServer
 	var js jetstream.JetStream
@@ -224,6 +229,7 @@ func TestClusterPartitionRetakenKeepsSessionOrder(t *testing.T) {
 // flight, a message refused busy must not be overtaken by the next one
 // when a place frees in between.
 func TestClusterEdgeBusyRefusalHoldsLaterMessages(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(true)
 	ts, _ := startClusterServer(t, runner, func(c *config.Config) { setSessionBound(c, 1) }, nil)
 	c := dial(t, ts.ws, nil)
@@ -259,6 +265,7 @@ func TestClusterEdgeBusyRefusalHoldsLaterMessages(t *testing.T) {
 // connected (presence, the start of a run and the history are not
 // written apart any more).
 func TestClusterTwoWritesPerMessage(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(false)
 	ts, js := startClusterServer(t, runner, nil, nil)
 	c := dial(t, ts.ws, nil)

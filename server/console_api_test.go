@@ -14,6 +14,7 @@ import (
 // needed: the console hides write controls from a viewer and "Log out"
 // when no token was asked for.
 func TestWhoami(t *testing.T) {
+	t.Parallel()
 	ts := serve(t, adminConfig(t, withAdmin(t)), Options{})
 	for _, c := range []struct {
 		token, name, role string
@@ -45,6 +46,7 @@ func TestWhoami(t *testing.T) {
 // GET .../events?peer_id= lists one device's events only, the newest
 // limit of them, oldest first.
 func TestEventsOfOnePeer(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	ch := ts.rt.channels["terminal-dev"]
 	for i := range 10 {
@@ -72,6 +74,7 @@ func TestEventsOfOnePeer(t *testing.T) {
 // A screen frame's ROM reaches the API when it is one the console can
 // draw (A00, A02, any case); anything else is left out (plain text rows).
 func TestScreenROM(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	k := connectDevice(t, ts, "kiosk", nil)
 	for _, c := range []struct{ sent, want string }{{"A02", "A02"}, {"a00", "A00"}, {"Z99", ""}, {"", ""}} {

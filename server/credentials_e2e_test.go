@@ -93,6 +93,7 @@ func (c *client) ask(id, text string) (*link.Ack, string) {
 }
 
 func TestDeviceTokenModes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		tok     config.Tokens
@@ -131,6 +132,7 @@ func TestDeviceTokenModes(t *testing.T) {
 // connects as the victim's peer_id (refused), then, as itself, resends
 // the victim's message ids: it gets its own answers, never the victim's.
 func TestTakeoverChainRefused(t *testing.T) {
+	t.Parallel()
 	modes := []struct {
 		name           string
 		tok            config.Tokens
@@ -183,6 +185,7 @@ func TestTakeoverChainRefused(t *testing.T) {
 // A list token binds to its first peer; the binding survives a restart
 // and an operator resets it through the API.
 func TestFirstUseBindingPersistsAndResets(t *testing.T) {
+	t.Parallel()
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
 	channelTokens(config.Tokens{Any: []string{"lab-token"}}, false)(cfg)
@@ -235,6 +238,7 @@ func TestFirstUseBindingPersistsAndResets(t *testing.T) {
 // The takeover chain with an enrolled victim: a holder of a list token
 // cannot be the enrolled peer, nor read its cached replies.
 func TestTakeoverChainRefusedEnrolled(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, channelTokens(config.Tokens{Any: []string{"attacker-tok"}}, true), nil)
 	c := enroll.Client{Endpoint: enrollURL(ts)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -261,6 +265,7 @@ func TestTakeoverChainRefusedEnrolled(t *testing.T) {
 
 // The bindings API is for operators: a viewer may list, not reset.
 func TestBindingsAPIGuarded(t *testing.T) {
+	t.Parallel()
 	viewer, _ := config.NewAdminToken("viewer-token-0123456789", config.RoleViewer, "v")
 	ts := startServer(t, func(c *config.Config) {
 		channelTokens(config.Tokens{Any: []string{"lab-token"}}, false)(c)
@@ -297,6 +302,7 @@ func TestBindingsAPIGuarded(t *testing.T) {
 // that pass, fail, try a takeover or present a wrong bearer token leave
 // no trace of any token in the log or the events.
 func TestServerLogHasNoToken(t *testing.T) {
+	t.Parallel()
 	logs := &syncbuf.Buffer{}
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()

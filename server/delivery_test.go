@@ -105,6 +105,7 @@ func (c *client) readClose() *websocket.CloseError {
 // device that reads promptly its connection: progress is coalesced per
 // message and the final reply arrives (finding 2).
 func TestProgressBurstKeepsDevice(t *testing.T) {
+	t.Parallel()
 	script := filepath.Join(t.TempDir(), "chatty.sh")
 	body := "#!/bin/sh\nread -r envelope\ni=0\nwhile [ $i -lt 1000 ]; do echo '{\"type\":\"progress\",\"text\":\"line '$i'\"}'; i=$((i+1)); done\necho '{\"type\":\"message\",\"text\":\"done\"}'\n"
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
@@ -143,6 +144,7 @@ func TestProgressBurstKeepsDevice(t *testing.T) {
 // 100 pings in one TCP write get 100 pongs, and the connection stays
 // (finding 2: it got 11 pongs and a reset). The same for WebSocket pings.
 func TestPingsInOneWrite(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("pinger")
@@ -177,6 +179,7 @@ func TestPingsInOneWrite(t *testing.T) {
 // Resending 300 answered message ids at once gets 300 acks with their
 // replies, and no drop (finding 2: 167 acks, then a drop).
 func TestResendAnsweredIDsAtOnce(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, noRateLimit, nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("resender")
@@ -219,6 +222,7 @@ func TestResendAnsweredIDsAtOnce(t *testing.T) {
 // drop the device: each reply either goes out or its message gets a busy
 // error, and the device's resend gets it from dedupe.
 func TestReplyQueueOverflowAsksForResend(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, channelConfig(func(cc *config.ChannelConfig) { cc.SendQueue = 2 }), nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("flooded")
@@ -260,6 +264,7 @@ func TestReplyQueueOverflowAsksForResend(t *testing.T) {
 // The peer is registered before connected goes out: a device that has
 // read connected finds itself in /api/status (finding 10).
 func TestStatusCountsPeerOnceConnected(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	for i := 1; i <= 200; i++ {
 		c := dial(t, ts.ws, nil)
@@ -275,6 +280,7 @@ func TestStatusCountsPeerOnceConnected(t *testing.T) {
 // A WebSocket that sends no connect within connectTimeoutSeconds is
 // closed with a reason, pings or not (finding 5).
 func TestNoConnectIsClosed(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, channelConfig(func(cc *config.ChannelConfig) { cc.ConnectTimeoutSeconds = 1 }), nil)
 	c := dial(t, ts.ws, nil)
 	stop := make(chan struct{})
@@ -307,6 +313,7 @@ func TestNoConnectIsClosed(t *testing.T) {
 // Past the connection cap an upgrade gets 503 with a clear body, while
 // /healthz and the API answer (finding 5).
 func TestConnectionCap(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, func(c *config.Config) { c.MaxConnections = 2 }, nil)
 	a := dial(t, ts.ws, nil)
 	dial(t, ts.ws, nil) // not even connected: it holds a descriptor all the same
@@ -345,6 +352,7 @@ func TestConnectionCap(t *testing.T) {
 // Past the per-peer rate a message gets busy and no ack; the device
 // resends it later and it is taken.
 func TestPeerRateLimit(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, channelConfig(func(cc *config.ChannelConfig) { cc.RatePerPeer, cc.RateBurst = 1, 2 }), nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("hasty")
@@ -384,6 +392,7 @@ func TestPeerRateLimit(t *testing.T) {
 // Invalid UTF-8 closes with 1007; keys are case-sensitive; a duplicate
 // key is refused naming it (finding 7).
 func TestStrictWire(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("strict")
@@ -402,6 +411,7 @@ func TestStrictWire(t *testing.T) {
 // A cancel reaches a message sent with a thread_id: it runs in the
 // thread's session, not the connection's (finding 9).
 func TestCancelThreadedMessage(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, agent.Echo{Delay: time.Minute})
 	c := dial(t, ts.ws, nil)
 	c.connect("threads", link.CapText, link.CapCancel)
@@ -425,6 +435,7 @@ func TestCancelThreadedMessage(t *testing.T) {
 
 // Shutdown says goodbye with 1001.
 func TestShutdownClosesWithGoingAway(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("leaving")
@@ -460,6 +471,7 @@ func expectClosed(t *testing.T, conn net.Conn, what string) {
 // Plain requests have read, write and idle timeouts; a WebSocket leaves
 // them behind at the upgrade (finding 5).
 func TestHTTPTimeouts(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	lim := httpLimits{ReadHeader: 300 * time.Millisecond, Read: 300 * time.Millisecond, Write: 300 * time.Millisecond,
 		Idle: 300 * time.Millisecond, HeaderMax: 4096}

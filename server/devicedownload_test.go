@@ -72,6 +72,7 @@ func download(t *testing.T, url, token string, hdr map[string]string) (int, []by
 // A device downloads a release with its channel token, not an admin
 // token; refusals say what is wrong and are events of the channel.
 func TestDeviceReleaseDownload(t *testing.T) {
+	t.Parallel()
 	tok := config.Tokens{ByPeer: map[string]string{"pi-1": "tok-pi-1"}}
 	ts := startServer(t, func(c *config.Config) { withAdmin(t)(c); channelTokens(tok, false)(c) }, nil)
 	bin := bytes.Repeat([]byte("termd-v2 "), 5000)
@@ -127,6 +128,7 @@ func TestDeviceReleaseDownload(t *testing.T) {
 // An open channel (no tokens, no enrollment) serves any device, as its
 // WebSocket takes any.
 func TestDeviceReleaseDownloadOpenChannel(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, withAdmin(t), nil)
 	bin := []byte("termd-v2")
 	putRelease(t, ts.Server, "v2.0.0", "linux/amd64", bin)
@@ -141,6 +143,7 @@ func TestDeviceReleaseDownloadOpenChannel(t *testing.T) {
 // WebSocket would be. The open channel on the same listener serves
 // anyone.
 func TestDeviceReleaseDownloadMutualTLS(t *testing.T) {
+	t.Parallel()
 	m := startMTLS(t)
 	bin := []byte("termd v2 over mutual TLS")
 	putRelease(t, m.Server, "v2.0.0", "linux/arm64", bin)
@@ -181,6 +184,7 @@ func TestDeviceReleaseDownloadMutualTLS(t *testing.T) {
 // "bearer" downloads and connects as one that sends "Bearer" (the one
 // parser, httpapi.Bearer, on every route).
 func TestDeviceBearerSchemeAnyCase(t *testing.T) {
+	t.Parallel()
 	tok := config.Tokens{ByPeer: map[string]string{"pi-1": "tok-pi-1"}}
 	ts := startServer(t, func(c *config.Config) { withAdmin(t)(c); channelTokens(tok, false)(c) }, nil)
 	bin := []byte("termd-v2")

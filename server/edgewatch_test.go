@@ -23,6 +23,7 @@ import (
 // with HTTP 503 and the reason, and says so on /healthz and /api/status;
 // when NATS is back it takes devices again.
 func TestClusterEdgeCutOffFromNATS(t *testing.T) {
+	t.Parallel()
 	ns := natstest.Start(t, true)
 	natsURL, storeDir := ns.ClientURL(), ns.JetStreamConfig().StoreDir
 	var back *natsserver.Server

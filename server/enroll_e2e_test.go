@@ -44,6 +44,7 @@ func approve(t *testing.T, ts *testServer, code, body string) (int, string) {
 // its token once and connects with it; the code cannot be used again,
 // and neither the server log nor the workspace holds the token.
 func TestEnrollmentFlow(t *testing.T) {
+	t.Parallel()
 	logs := &syncbuf.Buffer{}
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
@@ -139,6 +140,7 @@ func TestEnrollmentFlow(t *testing.T) {
 }
 
 func TestEnrollmentCodeExpires(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, func(c *config.Config) {
 		channelTokens(config.Tokens{}, true)(c)
 		ch := c.Channels["terminal-dev"]
@@ -182,6 +184,7 @@ func TestEnrollmentCodeExpires(t *testing.T) {
 // Retry-After. (The operator's routes and the other limits are in
 // enroll_lock_test.go.)
 func TestEnrollmentRateLimited(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, channelTokens(config.Tokens{}, true), nil)
 	for i := 0; i < identity.NetCodeBurst; i++ {
 		if status, _, body := post(t, enrollURL(ts), `{}`); status != 200 {
@@ -195,6 +198,7 @@ func TestEnrollmentRateLimited(t *testing.T) {
 }
 
 func TestEnrollmentOffByDefault(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	if ts.enrollmentOn() {
 		t.Error("enrollmentOn with no channel taking enrollment")
@@ -211,6 +215,7 @@ func TestEnrollmentOffByDefault(t *testing.T) {
 // With no tokens and no enrollment a channel is open; the startup log
 // says so when the server listens beyond loopback.
 func TestOpenChannelWarning(t *testing.T) {
+	t.Parallel()
 	logs := &syncbuf.Buffer{}
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()

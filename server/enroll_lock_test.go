@@ -155,6 +155,7 @@ func listed(list []identity.PendingView, code string) bool {
 // (Before: 5 bad polls made the approval, with a valid operator token,
 // and the device's own poll answer 429.)
 func TestEnrollBadPollsDoNotLockOperator(t *testing.T) {
+	t.Parallel()
 	ts, clk := serveEnroll(t, withAdmin(t))
 	dev := deviceAt(t, "127.0.0.1") // the operator's address too
 	g, a := dev.start(ts)
@@ -213,6 +214,7 @@ func TestEnrollBadPollsDoNotLockOperator(t *testing.T) {
 // (Before: each address had its own budget, so one /24 could take all
 // 1,000 codes.)
 func TestEnrollOneNetworkCapped(t *testing.T) {
+	t.Parallel()
 	ts, clk := serveEnroll(t, nil)
 	ok, limited := 0, 0
 	for i := 1; i <= 40; i++ {
@@ -252,6 +254,7 @@ func TestEnrollOneNetworkCapped(t *testing.T) {
 // of the oldest, whose device is told to ask again. (Before: 503 for
 // everyone until codes expired, 600 s.)
 func TestEnrollFullCapMakesRoom(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("1,000 connections")
 	}
@@ -304,6 +307,7 @@ func TestEnrollFullCapMakesRoom(t *testing.T) {
 // keeps its code, and an approved code waits for its device.
 // (Before: an abandoned code stayed listed until it expired, 600 s.)
 func TestEnrollAbandonedCodeLeaves(t *testing.T) {
+	t.Parallel()
 	ts, clk := serveEnroll(t, nil)
 	gone, stays := deviceAt(t, "127.0.7.1"), deviceAt(t, "127.0.8.1")
 	g1, a1 := gone.start(ts)
@@ -355,6 +359,7 @@ func TestEnrollAbandonedCodeLeaves(t *testing.T) {
 // its interval (and the time it may go unpolled) grows; other codes and
 // the network's budget are untouched.
 func TestEnrollSlowDownPerCode(t *testing.T) {
+	t.Parallel()
 	ts, clk := serveEnroll(t, nil)
 	d := deviceAt(t, "127.0.9.1")
 	g, a := d.start(ts)
@@ -381,6 +386,7 @@ func TestEnrollSlowDownPerCode(t *testing.T) {
 // The operator denies a code: it leaves the list and its device is told
 // access_denied.
 func TestEnrollDeny(t *testing.T) {
+	t.Parallel()
 	ts, _ := serveEnroll(t, withAdmin(t))
 	d := deviceAt(t, "127.0.10.1")
 	g, a := d.start(ts)
@@ -413,6 +419,7 @@ func TestEnrollDeny(t *testing.T) {
 // A device_name or an approved name longer than the registry takes is
 // refused with the reason (a pending code holds a few hundred bytes).
 func TestEnrollNamesBounded(t *testing.T) {
+	t.Parallel()
 	ts, _ := serveEnroll(t, nil)
 	d := deviceAt(t, "127.0.11.1")
 	if a := d.post(enrollURL(ts), `{"device_name":"`+strings.Repeat("n", 129)+`"}`); a.status != 400 || !strings.Contains(a.body, "device_name must be at most 128 bytes (this one has 129)") {

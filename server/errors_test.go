@@ -18,6 +18,7 @@ import (
 // Every error case of the spec gets an error frame and the connection
 // stays open (ping still answered, a good message still served).
 func TestErrorFramesKeepConnection(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, func(c *config.Config) {
 		ch := c.Channels["terminal-dev"]
 		ch.Config.MaxMessageChars = 10
@@ -94,6 +95,7 @@ func TestErrorFramesKeepConnection(t *testing.T) {
 // A second live connection for the same peer replaces the first, which
 // gets a close frame saying why.
 func TestSecondConnectionReplacesFirst(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	old := dial(t, ts.ws, nil)
 	old.connect("device-001")
@@ -122,6 +124,7 @@ func TestSecondConnectionReplacesFirst(t *testing.T) {
 
 // The server closes a connection that stays silent for 2.5 heartbeats.
 func TestSilentConnectionIsClosed(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, func(c *config.Config) {
 		ch := c.Channels["terminal-dev"]
 		ch.Config.HeartbeatSeconds = 1
@@ -148,6 +151,7 @@ func TestSilentConnectionIsClosed(t *testing.T) {
 }
 
 func TestTokens(t *testing.T) {
+	t.Parallel()
 	withTokens := func(tok config.Tokens) func(*config.Config) {
 		return func(c *config.Config) {
 			ch := c.Channels["terminal-dev"]
@@ -202,6 +206,7 @@ func TestTokens(t *testing.T) {
 // A client that stops reading is dropped when a write makes no progress
 // for the write timeout; other clients are served meanwhile.
 func TestSlowClientIsDropped(t *testing.T) {
+	t.Parallel()
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
 	ch := cfg.Channels["terminal-dev"]
@@ -243,6 +248,7 @@ func TestSlowClientIsDropped(t *testing.T) {
 
 // The device can cancel a running message; its reply says cancelled.
 func TestCancelRunningMessage(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(true)
 	ts := startServer(t, nil, runner)
 	c := dial(t, ts.ws, nil)
@@ -267,6 +273,7 @@ func TestCancelRunningMessage(t *testing.T) {
 }
 
 func TestHTTPEndpoints(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("m1")

@@ -29,6 +29,7 @@ import (
 // process per message), runs wait for their agent's descriptors instead
 // of failing with "cannot start the agent" (420 of 740 before Reserve).
 func TestFDLimitManyDevices(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts 740 connections against a real server")
 	}

@@ -76,6 +76,7 @@ func waitPeers(t *testing.T, ts *testServer, query, want string) []registry.Peer
 // Every device ever seen is in the registry after a restart, offline,
 // with what it said about itself and when it last sent a message.
 func TestRegistryAcrossRestart(t *testing.T) {
+	t.Parallel()
 	workspace := t.TempDir()
 	cfg := config.Default()
 	cfg.Workspace = workspace
@@ -119,6 +120,7 @@ func TestRegistryAcrossRestart(t *testing.T) {
 }
 
 func TestPeersFilters(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	connectDevice(t, ts, "a", map[string]string{"site": "lobby", "floor": "1"})
 	connectDevice(t, ts, "b", map[string]string{"site": "lobby", "floor": "2"})
@@ -172,6 +174,7 @@ func TestPeersFilters(t *testing.T) {
 
 // Devices that authenticated get a series per tag; anonymous ones none.
 func TestTagSeriesOfAuthenticatedDevices(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, channelTokens(config.Tokens{Any: []string{"lab-one", "lab-two"}}, false), nil)
 	for _, d := range [][2]string{{"a", "lab-one"}, {"b", "lab-two"}} {
 		c := dial(t, ts.ws, nil)
@@ -196,6 +199,7 @@ func TestTagSeriesOfAuthenticatedDevices(t *testing.T) {
 // The peers API pages in peer id order; following next_cursor walks
 // every peer once; the answer is not HTML-escaped.
 func TestPeersPagination(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	want := []string{"a", "b", "c", "d", "e"}
 	for _, p := range []string{"c", "a", "e", "b", "d"} {
@@ -252,6 +256,7 @@ func TestPeersPagination(t *testing.T) {
 // (registry_full, close 1013) and the registry is unchanged; a device
 // the registry knows is taken back, and so is an authenticated one.
 func TestAnonymousCapRefusedAtConnect(t *testing.T) {
+	t.Parallel()
 	ts := serve(t, func() *config.Config { c := config.Default(); c.Workspace = t.TempDir(); return c }(),
 		Options{fleet: fleetOptions{maxAnonymous: 2}})
 	a := connectDevice(t, ts, "a", nil)
@@ -274,6 +279,7 @@ func TestAnonymousCapRefusedAtConnect(t *testing.T) {
 
 // hello carries the first peers, the total and a cursor for the rest.
 func TestHelloBounded(t *testing.T) {
+	t.Parallel()
 	cfg := adminConfig(t, withAdmin(t))
 	ts := serve(t, cfg, Options{fleet: fleetOptions{helloPeers: 2}})
 	for _, p := range []string{"a", "b", "c"} {
@@ -308,6 +314,7 @@ func getPeer(t *testing.T, ts *testServer, peer string) map[string]any {
 // latest wins; from one that did not it is refused with bad_frame and the
 // connection stays.
 func TestScreenFrames(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	plain := connectDevice(t, ts, "plain", nil, link.CapText)
 	plain.send(&link.Screen{Rows: []string{"hello"}})
@@ -339,6 +346,7 @@ func TestScreenFrames(t *testing.T) {
 // finish_reason cancelled, as a device's own cancel does; the peer's page
 // shows the run while it runs and the conversation from the session log.
 func TestPeerPageAndCancel(t *testing.T) {
+	t.Parallel()
 	runner := newCountingRunner(true)
 	ts := startServer(t, nil, runner)
 	c := connectDevice(t, ts, "kiosk", nil)
@@ -492,6 +500,7 @@ func peerEvent(peer string, online bool) func(sseEvent) bool {
 // and peers going online and offline, with a keepalive; it ends when the
 // server shuts down.
 func TestEventStream(t *testing.T) {
+	t.Parallel()
 	cfg := adminConfig(t, withAdmin(t))
 	ts := serve(t, cfg, Options{fleet: fleetOptions{streamKeepalive: 50 * time.Millisecond}})
 	connectDevice(t, ts, "kiosk-1", map[string]string{"site": "lobby"})
@@ -544,6 +553,7 @@ func TestEventStream(t *testing.T) {
 // the channel's events, its devices and other subscribers never wait for
 // it.
 func TestEventStreamSlowSubscriberDropped(t *testing.T) {
+	t.Parallel()
 	ts := serve(t, adminConfig(t), Options{fleet: fleetOptions{streamBuffer: 16, streamWrite: time.Second}})
 	// A client with a small receive buffer that sends the request and
 	// never reads.
@@ -610,6 +620,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // device seen before a restart, the peer shows its pending notices, and
 // the live stream tells of the change.
 func TestNoticesThroughRegistry(t *testing.T) {
+	t.Parallel()
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
 	ts := serve(t, cfg, Options{})
@@ -646,6 +657,7 @@ func TestNoticesThroughRegistry(t *testing.T) {
 // The live stream outlives the HTTP server's read and write timeouts
 // (meant for plain requests): keepalives keep coming.
 func TestEventStreamOutlivesHTTPTimeouts(t *testing.T) {
+	t.Parallel()
 	saved := defaultHTTPLimits
 	t.Cleanup(func() { defaultHTTPLimits = saved }) // after the server stops
 	defaultHTTPLimits.Read, defaultHTTPLimits.Write = 500*time.Millisecond, 500*time.Millisecond
@@ -665,6 +677,7 @@ func TestEventStreamOutlivesHTTPTimeouts(t *testing.T) {
 // Live event streams are bounded server-wide: past the cap a new one gets
 // 503 with the reason, and a closed one makes room again.
 func TestEventStreamsBounded(t *testing.T) {
+	t.Parallel()
 	cfg := adminConfig(t, withAdmin(t))
 	ts := serve(t, cfg, Options{fleet: fleetOptions{maxStreams: 2}})
 	isHello := func(e sseEvent) bool { return e.name == "hello" }

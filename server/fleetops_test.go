@@ -35,6 +35,7 @@ func (p *recordingPart) Report(_, _ string, f link.Frame) (bool, error) {
 // the capability, and a frame the device should not send is refused as
 // before.
 func TestFleetOpsCarriage(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	updates := &recordingPart{answers: link.TypeUpdateStatus, connects: make(chan *link.Connect, 4), reports: make(chan link.Frame, 8),
 		judge: func(f link.Frame) (bool, error) {

@@ -207,11 +207,13 @@ func testAnswerFlood(t *testing.T, caps ...string) {
 
 // An anonymous device that listed none of the capabilities.
 func TestAnswerFloodWithoutCapabilities(t *testing.T) {
+	t.Parallel()
 	testAnswerFlood(t, link.CapText)
 }
 
 // A device that listed them all but was never asked anything.
 func TestAnswerFloodNeverAsked(t *testing.T) {
+	t.Parallel()
 	testAnswerFlood(t, link.CapText, link.CapDiag, link.CapSettings, link.CapUpdate)
 }
 

@@ -21,6 +21,7 @@ import (
 // lines (the gate's), never one each; the event recorded before the
 // flood is still there.
 func TestRefusedConnectFloodIsGated(t *testing.T) {
+	t.Parallel()
 	tok := config.Tokens{ByPeer: map[string]string{"pi-1": "tok-pi-1"}}
 	ts, logs := countedLogServer(t, channelTokens(tok, false))
 	markBeforeFlood(ts)

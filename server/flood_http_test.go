@@ -99,6 +99,7 @@ const floodLineBytes = 1 << 10
 // gate's burst), the path cut in each, then one summary line; the event
 // recorded before the flood is still in the channel's events.
 func TestDownloadRefusalFloodIsGated(t *testing.T) {
+	t.Parallel()
 	tok := config.Tokens{ByPeer: map[string]string{"pi-1": "tok-pi-1"}}
 	ts, logs := countedLogServer(t, channelTokens(tok, false))
 	markBeforeFlood(ts)
@@ -158,6 +159,7 @@ func TestDownloadRefusalFloodIsGated(t *testing.T) {
 // the request): every code is issued, the log holds a few lines and a
 // summary, the event recorded before the flood survives.
 func TestPairingCodeFloodIsGated(t *testing.T) {
+	t.Parallel()
 	ts, logs := countedLogServer(t, channelTokens(config.Tokens{}, true))
 	markBeforeFlood(ts)
 	logs.reset()

@@ -15,6 +15,7 @@ import (
 // a new peer id past it is refused at connect with why; a known one is
 // taken back, and a peer with its own token is not counted.
 func TestGlobTokenMaxPeers(t *testing.T) {
+	t.Parallel()
 	tok := config.Tokens{ByPeer: map[string]string{"legit-1": "tok-legit", "kiosk-*": "kiosk-shared"}, MaxPeers: map[string]int{"kiosk-*": 3}}
 	ts := startServer(t, channelTokens(tok, false), nil)
 	for i := range 3 {
@@ -39,6 +40,7 @@ func TestGlobTokenMaxPeers(t *testing.T) {
 // a glob token: 30 of them through a registry of 4 leave legit-1 (its
 // exact token) in place (it was evicted before).
 func TestGlobTokenNeverEvictsOwnToken(t *testing.T) {
+	t.Parallel()
 	tok := config.Tokens{ByPeer: map[string]string{"legit-1": "tok-legit", "kiosk-*": "kiosk-shared"}}
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()

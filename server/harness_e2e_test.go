@@ -14,6 +14,7 @@ import (
 // a scripted agent drives a real PTY shell, the device sees progress and
 // the outcome.
 func TestHarnessAgentEndToEnd(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	agent := filepath.Join(dir, "agent.sh")
 	script := `#!/bin/sh

@@ -21,6 +21,7 @@ import (
 // the workspace; the pairing codes are the cluster's. Outside it, the
 // workspace's file and identity's default codes (nil: LocalCodes).
 func TestIdentityStoreBindingsByMode(t *testing.T) {
+	t.Parallel()
 	ts, _ := startClusterServer(t, newCountingRunner(false), nil, nil)
 	dir := t.TempDir()
 	left := filepath.Join(dir, "terminal-dev.json") // a single server's, before the cluster

@@ -62,6 +62,7 @@ func (r *injectingRunner) Inject(_ context.Context, req agent.Request) bool {
 func (r *injectingRunner) Close() error { return nil }
 
 func TestInjectedMessagesShareTheTurnsReply(t *testing.T) {
+	t.Parallel()
 	runner := &injectingRunner{started: make(chan struct{}, 4), injected: make(chan struct{}, 4), gate: make(chan struct{})}
 	ts := startServer(t, nil, runner)
 	c := dial(t, ts.ws, nil)
@@ -123,6 +124,7 @@ func (h *holdingInjector) Inject(ctx context.Context, req agent.Request) bool {
 // run_started record an offer takes a sync, and TestInjectedMessages-
 // DoNotCountAsWaiting saw the second message counted as waiting.)
 func TestMessageArrivingDuringAnOfferJoinsTheTurn(t *testing.T) {
+	t.Parallel()
 	runner := &holdingInjector{
 		injectingRunner: &injectingRunner{started: make(chan struct{}, 4), injected: make(chan struct{}, 4), gate: make(chan struct{})},
 		offered:         make(chan string, 4), let: make(chan struct{}, 4)}

@@ -17,6 +17,7 @@ import (
 // the reply; /healthz says unwritable; once the disk works again the log
 // is reopened, the reply reaches the device and is recorded once.
 func TestReplyWaitsForTheWAL(t *testing.T) {
+	t.Parallel()
 	testReplyWaits(t, func(opt *Options, failing *atomic.Bool) {
 		opt.wal.Sync = func(f *os.File) error {
 			if failing.Load() {

@@ -14,6 +14,7 @@ import (
 // agents beside a full house of devices still leave /healthz its room
 // (before, the cap was 830 at nofile 1024, past the sockets' 804).
 func TestWebSocketCapBelowSocketBudget(t *testing.T) {
+	t.Parallel()
 	for _, limit := range []int{fdbudget.MinLimit, 1024, 65536} {
 		b := fdbudget.New(limit)
 		ws, n := maxConnections(0, b), b.Floor(fdbudget.Sockets)
@@ -32,6 +33,7 @@ func TestWebSocketCapBelowSocketBudget(t *testing.T) {
 
 // /metrics says how many agent starts wait for their descriptors.
 func TestFDMetricsAgentsWaiting(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := fdbudget.New(1024)
 		m := newServerMetrics()

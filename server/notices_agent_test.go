@@ -32,6 +32,7 @@ func writeScript(t *testing.T, body string) string {
 // A Terminal Protocol v1 rich-mode line {"type":"notice"} becomes a notice
 // (source agent) for the session's device, apart from the reply.
 func TestTerminalAgentNoticeLine(t *testing.T) {
+	t.Parallel()
 	script := writeScript(t, `cat >/dev/null
 echo '{"type":"notice","text":"Stock low: order paper"}'
 echo '{"type":"message","text":"ok"}'
@@ -67,6 +68,7 @@ echo '{"type":"message","text":"ok"}'
 // outside any turn) reaches the session's device as a notice, also when
 // the device is offline at that moment.
 func TestNuumAgentPushAfterTurn(t *testing.T) {
+	t.Parallel()
 	script := writeScript(t, `echo '{"type":"system","subtype":"init","session_id":"s-1"}'
 while IFS= read -r line; do
   case "$line" in
@@ -105,6 +107,7 @@ done
 // interrupted without a result) is not pushed: only what it says after
 // that turn's result is.
 func TestNuumAgentAbandonedTurnNotPushed(t *testing.T) {
+	t.Parallel()
 	script := writeScript(t, `echo '{"type":"system","subtype":"init","session_id":"s-2"}'
 while IFS= read -r line; do
   case "$line" in

@@ -97,6 +97,7 @@ func (c *client) quiet() {
 // after the ack it is not sent again on the next connect, and the API shows
 // it acked.
 func TestNoticeToOfflineDeviceDeliveredOnceAfterConnect(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	id, out := ts.postNotice(t, "kiosk-1", `{"text":"Lobby closes at 6","priority":"alert","display_seconds":20,"ttl_seconds":3600}`)
 	if out["online"].(float64) != 0 || out["targets"].(float64) != 1 {
@@ -137,6 +138,7 @@ func TestNoticeToOfflineDeviceDeliveredOnceAfterConnect(t *testing.T) {
 // it again on every reconnect until it acks; the ack of the resent copy
 // ends it. Several notices arrive in created order.
 func TestNoticeResentUntilAcked(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	a, _ := ts.postNotice(t, "kiosk-2", `{"text":"first"}`)
 	b, _ := ts.postNotice(t, "kiosk-2", `{"text":"second"}`)
@@ -176,6 +178,7 @@ func TestNoticeResentUntilAcked(t *testing.T) {
 // A notice created while its device is online goes out at once, after
 // whatever was pending, in created order.
 func TestNoticeLiveDelivery(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("kiosk-3", noticeCaps...)
@@ -205,6 +208,7 @@ func TestNoticeLiveDelivery(t *testing.T) {
 // Notices live in the workspace: a new server on the same workspace
 // delivers what the old one held, and remembers what was acked.
 func TestNoticeSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
 	s1 := serveUntil(t, cfg)
@@ -274,6 +278,7 @@ func (ts *stoppable) stop(t *testing.T) {
 
 // A notice that expired is never sent, and the API shows it expired.
 func TestNoticeExpiredNeverSent(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	id, _ := ts.postNotice(t, "kiosk-5", `{"text":"gone soon","ttl_seconds":1}`)
 	keep, _ := ts.postNotice(t, "kiosk-5", `{"text":"still good"}`)
@@ -300,6 +305,7 @@ func TestNoticeExpiredNeverSent(t *testing.T) {
 // A full mailbox refuses more with 429 naming the peer; a broadcast skips
 // the full peers and lists them. An ack makes room.
 func TestNoticeMailboxFull(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, func(c *config.Config) {
 		ch := c.Channels["terminal-dev"]
 		ch.Config.MaxNoticesPerPeer = 2
@@ -334,6 +340,7 @@ func TestNoticeMailboxFull(t *testing.T) {
 
 // DELETE withdraws a notice not yet acked: it is not sent any more.
 func TestNoticeWithdraw(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	id, _ := ts.postNotice(t, "", `{"text":"to both","peers":["kiosk-8","kiosk-9"]}`)
 	other, _ := ts.postNotice(t, "kiosk-8", `{"text":"stays"}`)
@@ -375,6 +382,7 @@ func TestNoticeWithdraw(t *testing.T) {
 // sees exactly the spec, and its notice_ack is a bad frame. An ack for a
 // notice the peer does not have is a bad frame too; the connection stays.
 func TestNoticeCapabilityGating(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	ts.postNotice(t, "plain-1", `{"text":"not for plain clients"}`)
 	c := dial(t, ts.ws, nil)
@@ -410,6 +418,7 @@ func TestNoticeCapabilityGating(t *testing.T) {
 
 // Broadcast selectors: peers by tags from their connect frames, or all.
 func TestNoticeBroadcastByTags(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	connectTagged := func(peer string, tags map[string]string) *client {
 		c := dial(t, ts.ws, nil)
@@ -444,6 +453,7 @@ func TestNoticeBroadcastByTags(t *testing.T) {
 
 // Bad bodies and paths get 400 with a message naming what is wrong.
 func TestNoticeAPIBadRequests(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	long := strings.Repeat("é", notices.MaxTextChars+1)
 	for _, tc := range []struct {
@@ -503,6 +513,7 @@ func TestNoticeAPIBadRequests(t *testing.T) {
 
 // The notice metrics count what happened.
 func TestNoticeMetrics(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	id, _ := ts.postNotice(t, "", `{"text":"m","peers":["a1","a2","a3"]}`)
 	c := dial(t, ts.ws, nil)
@@ -532,6 +543,7 @@ func TestNoticeMetrics(t *testing.T) {
 // The device registry shows a peer's open notices: notices_pending and
 // the notices on its page, also for a device that is offline.
 func TestNoticePeerPage(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, nil)
 	c := dial(t, ts.ws, nil)
 	c.connect("kiosk-11", noticeCaps...)
@@ -559,6 +571,7 @@ func TestNoticePeerPage(t *testing.T) {
 // A full mailbox (more notices than a connection's send queue takes in
 // one batch) reaches the device whole, in created order.
 func TestNoticeFullMailboxDelivered(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, func(c *config.Config) {
 		ch := c.Channels["terminal-dev"]
 		ch.Config.SendQueue = 8

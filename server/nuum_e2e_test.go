@@ -16,6 +16,7 @@ func nuumAgent(t *testing.T) string { return buildAgent(t, "termlink/testrig/age
 // a message injected into the running turn answered by the same result,
 // cancel from the device, the agent's session id in the session log.
 func TestNuumAgentEndToEnd(t *testing.T) {
+	t.Parallel()
 	bin := nuumAgent(t)
 	ts := startServer(t, func(c *config.Config) {
 		c.Agents["nuum"] = config.Agent{Nuum: &config.NuumAgent{Command: bin, IdleTimeout: 600, MaxProcesses: 4,

@@ -14,6 +14,7 @@ import (
 // device a few progress frames (the runner coalesces them before the
 // bus), and the last one still arrives. Issue 16.
 func TestProgressCoalescedEndToEnd(t *testing.T) {
+	t.Parallel()
 	script := filepath.Join(t.TempDir(), "flood.sh")
 	body := `#!/bin/sh
 read -r line

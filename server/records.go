@@ -20,12 +20,7 @@ func openRecords(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64
 	host := runtimeHost{rt}
 	if cfg.Cluster.Enabled() {
 		return cluster.OpenStore(cfg.Cluster, host, cluster.StoreOptions{Logger: rt.log, Process: rt.runPrefix,
-			ClaimHook: func(in bus.Inbound) error {
-				if hook := testHookClaimWrite; hook != nil {
-					return hook(in)
-				}
-				return nil
-			}})
+			ClaimHook: opt.claimHook})
 	}
 	wopt := opt.wal
 	wopt.NoSync = opt.NoSync
@@ -38,11 +33,6 @@ func openRecords(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64
 		WriteFailed: func() { rt.metrics.logFailures.Inc("") },
 	})
 }
-
-// testHookClaimWrite, set by tests before the server starts, runs at each
-// start of a cluster worker's message and before each claim write of a
-// start; an error stands for NATS trouble there (a leader election).
-var testHookClaimWrite func(in bus.Inbound) error
 
 // runtimeHost is what a store of record reaches of the runtime: the
 // router's queue and admission (record.Queue), and for the cluster the

@@ -140,6 +140,7 @@ func readSessionFile(t *testing.T, path string) []session.Record {
 // answered "interrupted twice" without a third run. The agent logs every
 // start to a file, so the test counts real starts, not records.
 func TestRestartCountsOnlyStartedRuns(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds termserver and kills it four times")
 	}
@@ -246,6 +247,7 @@ echo late
 // answered ids of a session that answered more: resending each of them is
 // a duplicate with its reply, none runs again.
 func TestRestartDedupeKeepsAnsweredIds(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds termserver and answers 1,100 messages")
 	}
@@ -311,6 +313,7 @@ func jsonString(s string) string {
 // it was recorded with the message (idle session), with the previous reply
 // (busy session) or on its own; the agent runs each message once.
 func TestStartRecordedOncePerRun(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, nil, agent.Echo{Delay: 2 * time.Millisecond})
 	c := dial(t, ts.ws, nil)
 	c.connect("marks")

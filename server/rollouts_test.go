@@ -26,6 +26,7 @@ func connectUpdater(t *testing.T, ts *testServer, peer, platform, version string
 // reasons, devices without a binary for their platform skipped with why,
 // and a rollout's update frame on a real WebSocket.
 func TestRolloutAPI(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, withAdmin(t), nil)
 	putRelease(t, ts.Server, "v2.0.0", "linux/arm/6", []byte("termd v2 for arm"))
 	arm := connectUpdater(t, ts, "pi-arm", "linux/arm/6", "v1.0.0")

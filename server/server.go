@@ -60,6 +60,11 @@ type Options struct {
 	// write-ahead log's.
 	session session.Options
 	wal     wal.Options
+
+	// claimHook runs at each start of a cluster worker's message and
+	// before each claim write of a start (tests); an error stands for
+	// NATS trouble there (a leader election).
+	claimHook func(in bus.Inbound) error
 }
 
 // maxDeviceBody bounds a device's write body as the guard reads it

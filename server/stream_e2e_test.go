@@ -149,6 +149,7 @@ func startStreaming(t *testing.T, run *streamer, caps ...string) (*testServer, *
 // partial text before the final, seq from 1 without gaps, and the final
 // text equal to the deltas' concatenation.
 func TestStreamedReplyEndToEnd(t *testing.T) {
+	t.Parallel()
 	run := &streamer{chunks: []string{"Once ", "upon ", "a ", "time"}, hold: make(chan struct{})}
 	ts, c := startStreaming(t, run, link.CapText, link.CapStream)
 	var d deltas
@@ -166,6 +167,7 @@ func TestStreamedReplyEndToEnd(t *testing.T) {
 
 // An agent that writes 1,000 tiny chunks costs the device a few deltas.
 func TestStreamFloodCoalescedEndToEnd(t *testing.T) {
+	t.Parallel()
 	chunks := make([]string, 1000)
 	for i := range chunks {
 		chunks[i] = string(rune('a' + i%26))
@@ -192,6 +194,7 @@ func TestStreamFloodCoalescedEndToEnd(t *testing.T) {
 // text so far right behind connected (seq 1 on the new connection),
 // then the rest.
 func TestStreamReconnectMidRun(t *testing.T) {
+	t.Parallel()
 	second := make(chan struct{})
 	run := &streamer{chunks: []string{"first half, ", "second half"}, gates: []chan struct{}{nil, second}, hold: make(chan struct{})}
 	ts, c := startStreaming(t, run, link.CapText, link.CapStream)
@@ -218,6 +221,7 @@ func TestStreamReconnectMidRun(t *testing.T) {
 // A device without "stream" sees exactly today's frames: its run gets
 // no Stream, and no delta comes.
 func TestNoStreamWithoutTheCapability(t *testing.T) {
+	t.Parallel()
 	run := &streamer{chunks: []string{"Hel", "lo"}}
 	_, c := startStreaming(t, run, link.CapText, link.CapProgress)
 	if m := readAs[*link.Message](c); m.Text != "Hello" {
@@ -234,6 +238,7 @@ func TestNoStreamWithoutTheCapability(t *testing.T) {
 // Cancel mid-stream: the run ends with the cancelled final and no delta
 // comes after it.
 func TestStreamCancelledMidRun(t *testing.T) {
+	t.Parallel()
 	run := &streamer{chunks: []string{"going"}, endless: true}
 	_, c := startStreaming(t, run, link.CapText, link.CapStream, link.CapCancel)
 	var d deltas
@@ -251,6 +256,7 @@ func TestStreamCancelledMidRun(t *testing.T) {
 // edge that holds the device (core NATS, as progress does), never ahead
 // of the message's ack.
 func TestClusterStreamReachesTheEdge(t *testing.T) {
+	t.Parallel()
 	url := startJetStream(t)
 	clusterCfg := func(role, name string) func(*config.Config) {
 		return func(c *config.Config) {

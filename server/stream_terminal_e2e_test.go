@@ -30,6 +30,7 @@ func streamGates(t *testing.T) (first, second string, open func(string)) {
 }
 
 func TestTerminalAgentStreamsToARawDevice(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, withTerminalAgent(config.TerminalAgent{Command: echoAgent(t)}), nil)
 	first, second, open := streamGates(t)
 	c := dial(t, ts.ws, nil)
@@ -63,6 +64,7 @@ func TestTerminalAgentStreamsToARawDevice(t *testing.T) {
 // carries all the text so far, before the final EventReply, whose text
 // equals it.
 func TestTerminalAgentStreamsToALinkClient(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, withTerminalAgent(config.TerminalAgent{Command: echoAgent(t)}), nil)
 	first, second, open := streamGates(t)
 	cl, err := link.NewClient(link.ClientConfig{URL: ts.ws, PeerID: "dev", Outbox: link.NewMemoryOutbox(), Stream: true})

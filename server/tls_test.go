@@ -108,6 +108,7 @@ func (p *pkiServer) events(t *testing.T, channel string) []events.Event {
 // 1.2 or later, and gets its reply; /api/channels says wss://; a client
 // that offers only h2 or only TLS 1.1 gets no connection.
 func TestTLSServesWebSocket(t *testing.T) {
+	t.Parallel()
 	p := startTLSServer(t, nil)
 	c, _, err := p.dialTLS(t, "terminal-dev", nil)
 	if err != nil {
@@ -203,6 +204,7 @@ func startMTLS(t *testing.T) *mtlsServer {
 // the message and close 4003. The open channel on the same listener
 // takes devices without a certificate. Each refusal is in the events.
 func TestMutualTLS(t *testing.T) {
+	t.Parallel()
 	m := startMTLS(t)
 
 	c, _, err := m.dialTLS(t, "secure", m.uri)
@@ -296,6 +298,7 @@ func TestMutualTLS(t *testing.T) {
 // ReloadTLS swaps the certificate for new connections while an open one
 // stays up and answers; a pair that does not load leaves the current one.
 func TestReloadTLS(t *testing.T) {
+	t.Parallel()
 	p := startTLSServer(t, nil)
 	old, _, err := p.dialTLS(t, "terminal-dev", nil)
 	if err != nil {
@@ -339,6 +342,7 @@ func TestReloadTLS(t *testing.T) {
 
 // A clientCA channel needs TLS; a missing or empty CA file is refused.
 func TestMutualTLSNeedsTLS(t *testing.T) {
+	t.Parallel()
 	cfg := config.Default()
 	cfg.Workspace = t.TempDir()
 	ch := cfg.Channels["terminal-dev"]
@@ -355,6 +359,7 @@ func TestMutualTLSNeedsTLS(t *testing.T) {
 // revoked, while other devices stay; turning mutual TLS off is refused
 // (it needs a restart) and changes nothing.
 func TestReloadClientCerts(t *testing.T) {
+	t.Parallel()
 	m := startMTLS(t)
 	k1, _, err := m.dialTLS(t, "secure", m.uri)
 	if err != nil {

@@ -42,6 +42,7 @@ func handshakeLines(log string) (single, summaries, failures int) {
 // gets one line for the first and then summaries with counts, not a line
 // each (before: 300 WARN lines).
 func TestTLSHandshakeFailuresAggregated(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	leaf := testpki.NewCA(t, dir, "server").Server(t, "server")
 	cert, err := tls.LoadX509KeyPair(leaf.CertFile, leaf.KeyFile)
@@ -124,6 +125,7 @@ func TestTLSHandshakeFailuresAggregated(t *testing.T) {
 // TestHTTPErrorLogKinds: each kind is counted on its own; other lines
 // pass through; nothing is logged after Close.
 func TestHTTPErrorLogKinds(t *testing.T) {
+	t.Parallel()
 	logs := &syncbuf.Buffer{}
 	el := newHTTPErrorLog(slog.New(slog.NewTextHandler(logs, nil)), time.Hour)
 	for i := range 1000 {
