@@ -13,19 +13,31 @@ LDFLAGS := -X main.version=$(VERSION)
 
 # The test command: vet, race-detector unit tests, the process-heavy
 # end-to-end suites, the Raspberry Pi cross-builds and termd's
-# architecture-sensitive tests executed on emulated ARM. Every step runs
-# even when one fails; the end lists each failed test (its step, package
-# and the first line of its failure), then every skipped test with its
-# reason (a missing tool shows without -v), and the tests passed, failed
-# and skipped in all. TESTREPORT_SKIPS, TESTREPORT_FAILS and
-# TESTREPORT_COUNTS name the files the go test steps append to.
-STEPS := vet race e2e cross test-arm
+# architecture-sensitive tests executed on emulated ARM. Steps joined by +
+# run at the same time (the end-to-end suites mostly wait on the programs
+# they start; the cross-builds and qemu fill the cores meanwhile), each
+# step's output kept apart and printed when the group ends. Every step
+# runs even when one fails; the end lists each failed test (its step,
+# package and the first line of its failure), then every skipped test
+# with its reason (a missing tool shows without -v), and the tests
+# passed, failed and skipped in all. TESTREPORT_SKIPS, TESTREPORT_FAILS
+# and TESTREPORT_COUNTS name the files the go test steps append to.
+STEPS := vet race e2e+cross+test-arm
 test:
-	@skips=$$(mktemp); fails=$$(mktemp); counts=$$(mktemp); trap 'rm -f "$$skips" "$$fails" "$$counts"' EXIT; failed=; passed=; start=$$(date +%s); \
-	for step in $(STEPS); do \
-	  echo "== make $$step"; s0=$$(date +%s); \
-	  if $(MAKE) --no-print-directory $$step TESTREPORT_SKIPS="$$skips" TESTREPORT_FAILS="$$fails" TESTREPORT_COUNTS="$$counts"; then passed="$$passed $$step"; else failed="$$failed $$step"; fi; \
-	  echo "== make $$step: $$(( $$(date +%s) - s0 )) s"; \
+	@skips=$$(mktemp); fails=$$(mktemp); counts=$$(mktemp); outs=$$(mktemp -d); trap 'rm -rf "$$skips" "$$fails" "$$counts" "$$outs"' EXIT; failed=; passed=; start=$$(date +%s); \
+	for group in $(STEPS); do \
+	  g0=$$(date +%s); pids=; \
+	  for step in $${group//+/ }; do \
+	    ( s0=$$(date +%s); \
+	      if $(MAKE) --no-print-directory $$step TESTREPORT_SKIPS="$$skips" TESTREPORT_FAILS="$$fails" TESTREPORT_COUNTS="$$counts"; then echo ok >"$$outs/$$step.rc"; else echo failed >"$$outs/$$step.rc"; fi; \
+	      echo "== make $$step: $$(( $$(date +%s) - s0 )) s" ) >"$$outs/$$step.out" 2>&1 & pids="$$pids $$!"; \
+	  done; \
+	  wait $$pids; \
+	  for step in $${group//+/ }; do \
+	    echo "== make $$step"; cat "$$outs/$$step.out"; \
+	    if [ "$$(cat "$$outs/$$step.rc" 2>/dev/null)" = ok ]; then passed="$$passed $$step"; else failed="$$failed $$step"; fi; \
+	  done; \
+	  case $$group in *+*) echo "== make $$group (at once): $$(( $$(date +%s) - g0 )) s";; esac; \
 	done; \
 	echo; echo "== make test: summary ($$(( $$(date +%s) - start )) s, load average $$(cut -d' ' -f1-3 /proc/loadavg))"; \
 	n=$$(wc -l <"$$fails"); \
@@ -35,6 +47,15 @@ test:
 	tests=$$(awk '{p+=$$1; f+=$$2; s+=$$3} END {printf "%d passed, %d failed, %d skipped", p, f, s}' "$$counts"); \
 	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed (passed:$${passed:- none})"; echo "tests: $$tests"; exit 1; fi; \
 	echo "make test: every step passed ($(STEPS))"; echo "tests: $$tests"
+
+# Builds and tests leave the source's directory out of what they compile
+# (-trimpath): a fresh clone elsewhere on the machine reuses the build
+# cache of the last one instead of compiling everything again (vet and
+# the race step took 60-80 s and 2-4 minutes more on a fresh clone).
+# Test binaries are linked without DWARF (-w; a panic's stack trace does
+# not need it): the race step links about 90 of them.
+export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
+TESTFLAGS := -ldflags=-w
 
 # go test -json through testreport: plain go test's output (ok/FAIL
 # lines, failed tests' output), then the skipped and failed tests.
@@ -57,12 +78,12 @@ pkgsOf = e2e=$$($(GO) list $(E2E_PKGS)) && all=$$($(GO) list $(PKGS)) && \
 race:
 	@$(call pkgsOf,unit); if [ -z "$$pkgs" ]; then echo "race: no package of PKGS outside E2E_PKGS"; exit 0; fi; \
 	echo "go test -race -count=1 (every package but $(E2E_PKGS))"; \
-	$(GO) test -race -count=1 -json $$pkgs | $(TESTREPORT) -label race
+	$(GO) test $(TESTFLAGS) -race -count=1 -json $$pkgs | $(TESTREPORT) -label race
 
 e2e:
 	@$(call pkgsOf,e2e); if [ -z "$$pkgs" ]; then echo "e2e: no package of PKGS in E2E_PKGS"; exit 0; fi; \
 	echo "go test -count=1 $$(echo $$pkgs)"; \
-	$(GO) test -count=1 -json $$pkgs | $(TESTREPORT) -label e2e
+	$(GO) test $(TESTFLAGS) -count=1 -json $$pkgs | $(TESTREPORT) -label e2e
 
 # The inner loop for contributors (README): vet and the unit tests,
 # without the race detector and the process-heavy suites, of the
@@ -79,7 +100,7 @@ check:
 	  pkgs=$$($(GO) list -f '{{.ImportPath}} {{join .Deps " "}}' ./... | awk -v own="$$own" 'BEGIN{n=split(own,o,"\n"); for(i=1;i<=n;i++) w[o[i]]=1} {for(i=1;i<=NF;i++) if ($$i in w) {print $$1; next}}' | grep -vxF "$$($(GO) list $(E2E_PKGS))"); \
 	fi; \
 	echo "go vet + go test -count=1: $$(echo $$pkgs | wc -w) packages"; \
-	$(GO) vet $$pkgs && $(GO) test -count=1 $$pkgs
+	$(GO) vet $$pkgs && $(GO) test $(TESTFLAGS) -count=1 $$pkgs
 
 # Raspberry Pi Zero/1 (ARMv6) and 64-bit Pis; static, no cgo.
 cross:
@@ -112,9 +133,9 @@ test-arm:
 	pkgs=$$($(ARM_PKGS)) || exit 1; start=$$(date +%s); out6=$$(mktemp); out64=$$(mktemp); trap 'rm -f "$$out6" "$$out64"' EXIT; \
 	echo "== termd's architecture-sensitive packages on ARMv6 (qemu-arm-static) and arm64 (qemu-aarch64-static) at once:" $$pkgs; \
 	( CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 TERMLINK_EMULATOR=qemu-arm-static \
-	  $(GO) test -count=1 -json -exec qemu-arm-static $$pkgs | $(TESTREPORT) -label armv6 ) >"$$out6" 2>&1 & p6=$$!; \
+	  $(GO) test $(TESTFLAGS) -count=1 -json -exec qemu-arm-static $$pkgs | $(TESTREPORT) -label armv6 ) >"$$out6" 2>&1 & p6=$$!; \
 	( CGO_ENABLED=0 GOOS=linux GOARCH=arm64 TERMLINK_EMULATOR=qemu-aarch64-static \
-	  $(GO) test -count=1 -json -exec qemu-aarch64-static $$pkgs | $(TESTREPORT) -label arm64 ) >"$$out64" 2>&1 & p64=$$!; \
+	  $(GO) test $(TESTFLAGS) -count=1 -json -exec qemu-aarch64-static $$pkgs | $(TESTREPORT) -label arm64 ) >"$$out64" 2>&1 & p64=$$!; \
 	wait $$p6; s6=$$?; wait $$p64; s64=$$?; \
 	echo "== ARMv6"; cat "$$out6"; echo "== arm64"; cat "$$out64"; \
 	echo "test-arm: both architectures in $$(( $$(date +%s) - start )) s"; \
