@@ -1,0 +1,688 @@
+package jepsen
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"termlink/internal/testwait"
+	"termlink/link"
+	"termlink/testrig/cluster"
+)
+
+// RunConfig says what a schedule runs on.
+type RunConfig struct {
+	Termserver string // the termserver binary (cluster.BuildTermserver)
+	NATSServer string // the nats-server binary (cluster.BuildNATSServer)
+	Dir        string // this schedule's files: nodes, run log, history.jsonl
+
+	Devices    int           // devices (default 20)
+	Burst      int           // messages each device sends at once (default 3: several in flight)
+	Interval   time.Duration // between a device's bursts (default 3 s)
+	AgentDelay time.Duration // how long a run takes (default 0.3 s)
+	Lease      time.Duration // leaseSeconds (default 2 s); the ack wait is 2.5 leases
+	Partitions int           // default 8
+	// AnswerBound bounds the wait, after the faults, for every message
+	// sent to be answered (default 90 s).
+	AnswerBound time.Duration
+	// Log, when set, gets progress lines.
+	Log func(format string, args ...any)
+}
+
+func (c *RunConfig) defaults() {
+	if c.Devices <= 0 {
+		c.Devices = 20
+	}
+	if c.Burst <= 0 {
+		c.Burst = 3
+	}
+	if c.Interval <= 0 {
+		c.Interval = 3 * time.Second
+	}
+	if c.AgentDelay <= 0 {
+		c.AgentDelay = 300 * time.Millisecond
+	}
+	if c.Lease <= 0 {
+		c.Lease = 2 * time.Second
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = 8
+	}
+	if c.AnswerBound <= 0 {
+		c.AnswerBound = 90 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = func(string, ...any) {}
+	}
+}
+
+// RunTopology is the nodes RunSchedule starts.
+var RunTopology = Topology{NATS: []string{"n1", "n2", "n3"}, Edges: []string{"edge-1", "edge-2"}, Workers: []string{"worker-1", "worker-2"}}
+
+// Result is one schedule's outcome.
+type Result struct {
+	Schedule    Schedule
+	Report      Report
+	HistoryFile string
+	Unanswered  int      // messages sent and still unanswered when the wait ended
+	FaultErrors []string // faults the nemesis could not apply or heal
+}
+
+// RunSchedule starts 3 NATS nodes, 2 edges and 2 workers as processes
+// with the recording agent, runs cfg.Devices devices through the
+// schedule's faults, lets the cluster heal, waits until every message
+// is answered (or cfg.AnswerBound passes), stops everything, and checks
+// the history (written to cfg.Dir/history.jsonl).
+func RunSchedule(ctx context.Context, cfg RunConfig, sched Schedule) (res Result, err error) {
+	cfg.defaults()
+	res.Schedule = sched
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return res, err
+	}
+	res.HistoryFile = filepath.Join(cfg.Dir, "history.jsonl")
+	hf, err := os.Create(res.HistoryFile)
+	if err != nil {
+		return res, err
+	}
+	defer hf.Close()
+	rec := NewRecorder(hf)
+	runLog := filepath.Join(cfg.Dir, "runs.log")
+
+	nc, err := cluster.StartNATS(ctx, cluster.NATSOptions{Nodes: 3, Dir: filepath.Join(cfg.Dir, "nats"), Binary: cfg.NATSServer})
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+		defer cancel()
+		err = errors.Join(err, nc.Close(cctx))
+	}()
+	nodes := map[string]*cluster.Server{}
+	var servers []*cluster.Server
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+		defer cancel()
+		for _, s := range servers {
+			err = errors.Join(err, s.Close(cctx))
+		}
+	}()
+	agent := recordingAgent(runLog, cfg.AgentDelay)
+	clusterKeys := map[string]any{"leaseSeconds": int(cfg.Lease.Seconds()), "ackWaitSeconds": int(cfg.Lease.Seconds() * 2.5)}
+	for _, name := range append(append([]string{}, RunTopology.Edges...), RunTopology.Workers...) {
+		role := "edge"
+		if strings.HasPrefix(name, "worker") {
+			role = "worker"
+		}
+		s, err := cluster.StartServer(ctx, cfg.Termserver, cluster.NodeSpec{Name: name, Role: role, NATS: nc.URLs(),
+			Partitions: cfg.Partitions, Replicas: 3, Agent: agent, Cluster: clusterKeys, Dir: filepath.Join(cfg.Dir, name)})
+		if err != nil {
+			return res, err
+		}
+		servers = append(servers, s)
+		nodes[name] = s
+	}
+	for _, s := range servers {
+		if err := s.WaitClusterNodes(ctx, len(servers)); err != nil {
+			return res, err
+		}
+	}
+	cfg.Log("seed %d: cluster up in %s", sched.Seed, cfg.Dir)
+
+	// The devices, each on one edge with the other as its fallback.
+	devs := make([]*device, cfg.Devices)
+	for i := range devs {
+		e1, e2 := servers[i%2], servers[(i+1)%2]
+		d, err := startDevice(fmt.Sprintf("j%d-d%02d", sched.Seed, i), e1.WSURL(), e2.WSURL(), rec)
+		if err != nil {
+			return res, err
+		}
+		devs[i] = d
+		defer d.close()
+	}
+	// Warm-up: each device's first message answered before the faults
+	// (the partitions' consumers have their leaders).
+	for _, d := range devs {
+		if err := d.send(ctx); err != nil {
+			return res, err
+		}
+	}
+	if err := testwait.Poll(ctx, 2*time.Minute, func() error { return unansweredErr(devs) }); err != nil {
+		return res, fmt.Errorf("warm-up: %w", err)
+	}
+	cfg.Log("seed %d: warm-up answered; faults for %v", sched.Seed, sched.Span)
+
+	// The devices send, and the nemesis applies the schedule.
+	start := time.Now()
+	sendCtx, stopSending := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i, d := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.sendLoop(sendCtx, cfg.Burst, cfg.Interval, time.Duration(i)*cfg.Interval/time.Duration(len(devs)))
+		}()
+	}
+	n := &nemesis{rec: rec, nats: nc, servers: nodes}
+	res.FaultErrors = n.apply(ctx, start, sched)
+	stopSending()
+	wg.Wait()
+	cfg.Log("seed %d: faults healed; waiting for the answers", sched.Seed)
+
+	// Every message answered, or the bound passed.
+	_ = testwait.Poll(ctx, cfg.AnswerBound, func() error { return unansweredErr(devs) })
+	for _, d := range devs {
+		d.close()
+		res.Unanswered += d.unanswered()
+	}
+
+	// The runs (the agent's log) and the interruptions (the cluster's
+	// history), then the check.
+	texts := map[string]Event{}
+	for _, e := range rec.History() {
+		if e.Kind == KindSend {
+			texts[e.Text] = e
+		}
+	}
+	workspaces := map[string]string{}
+	for _, name := range RunTopology.Workers {
+		workspaces[filepath.Join(nodes[name].Spec.Dir, "workspace")] = name
+	}
+	runs, err := readRunLog(runLog, texts, workspaces)
+	if err != nil {
+		return res, err
+	}
+	for _, e := range runs {
+		rec.Add(e)
+	}
+	inter, err := readInterruptions(ctx, nc.URLs(), devs)
+	if err != nil {
+		return res, err
+	}
+	for _, e := range inter {
+		rec.Add(e)
+	}
+	if err := rec.Err(); err != nil {
+		return res, fmt.Errorf("writing %s: %w", res.HistoryFile, err)
+	}
+	res.Report = Check(rec.History(), Options{})
+	return res, nil
+}
+
+func unansweredErr(devs []*device) error {
+	n := 0
+	for _, d := range devs {
+		n += d.unanswered()
+	}
+	if n > 0 {
+		return fmt.Errorf("%d messages unanswered", n)
+	}
+	return nil
+}
+
+// recordingAgent is a plain Terminal Protocol v1 agent that appends
+// "start <unix ns> <workspace> <text>" to runLog when a run starts and
+// "end ..." when it ends, works for delay, and answers "You said:
+// <text>".
+func recordingAgent(runLog string, delay time.Duration) cluster.Agent {
+	q := strconv.Quote(runLog)
+	return cluster.Agent{
+		Command: fmt.Sprintf(`echo start "$(date +%%s%%N)" "$(pwd)" {message} >> %s; sleep %.2f; echo end "$(date +%%s%%N)" "$(pwd)" {message} >> %s; printf 'You said: %%s' {message}`,
+			q, delay.Seconds(), q),
+		Protocol:       "plain",
+		TimeoutSeconds: 60,
+	}
+}
+
+// readRunLog turns the run log into run_start and run_end events: the
+// message by its text (texts: the send events), the node by the
+// workspace the run started in.
+func readRunLog(path string, texts map[string]Event, workspaces map[string]string) (History, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var h History
+	sc := bufio.NewScanner(f)
+	line := 0
+	for sc.Scan() {
+		line++
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 4 || (fields[0] != "start" && fields[0] != "end") {
+			return nil, fmt.Errorf("run log %s line %d: %q: want start|end NS WORKSPACE TEXT", path, line, sc.Text())
+		}
+		ns, err := strconv.ParseInt(fields[1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("run log %s line %d: %w", path, line, err)
+		}
+		node := ""
+		for ws, name := range workspaces {
+			if fields[2] == ws || strings.HasPrefix(fields[2], ws+string(filepath.Separator)) {
+				node = name
+			}
+		}
+		if node == "" {
+			node = "unknown:" + fields[2]
+		}
+		kind := KindRunStart
+		if fields[0] == "end" {
+			kind = KindRunEnd
+		}
+		e := Event{Kind: kind, Time: ns, Node: node}
+		if s, ok := texts[fields[3]]; ok {
+			e.Device, e.Message, e.Seq = s.Device, s.Message, s.Seq
+		} else { // a run of a text no device sent: a phantom
+			dev, _, _ := strings.Cut(fields[3], "-m")
+			e.Device, e.Message = dev, "text:"+fields[3]
+		}
+		h = append(h, e)
+	}
+	return h, sc.Err()
+}
+
+// readInterruptions reads the cluster's history stream (TERMLINK_HIST)
+// and returns an interrupted event for each message of the devices that
+// has a run_interrupted record.
+func readInterruptions(ctx context.Context, urls string, devs []*device) (History, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	peers := map[string]bool{}
+	for _, d := range devs {
+		peers[d.peer] = true
+	}
+	conn, err := nats.Connect(urls)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	js, err := jetstream.New(conn)
+	if err != nil {
+		return nil, err
+	}
+	s, err := js.Stream(ctx, "TERMLINK_HIST")
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var h History
+	seen := map[string]bool{}
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) || strings.Contains(err.Error(), "not found") {
+				continue
+			}
+			return nil, fmt.Errorf("history seq %d: %w", seq, err)
+		}
+		var c struct {
+			State   string           `json:"state"`
+			Session string           `json:"session"`
+			Record  map[string]any   `json:"record"`
+			Records []map[string]any `json:"records"`
+		}
+		if err := json.Unmarshal(m.Data, &c); err != nil {
+			return nil, fmt.Errorf("history seq %d: %w: %s", seq, err, m.Data)
+		}
+		if c.Record != nil {
+			c.Records = append(c.Records, c.Record)
+		}
+		peer := c.Session[strings.LastIndex(c.Session, ":")+1:]
+		if !peers[peer] {
+			continue
+		}
+		for _, r := range c.Records {
+			ev, _ := r["event"].(string)
+			role, _ := r["role"].(string)
+			id, _ := r["message_id"].(string)
+			if role != "system" || ev != "run_interrupted" || id == "" || seen[peer+"/"+id] {
+				continue
+			}
+			seen[peer+"/"+id] = true
+			h = append(h, Event{Kind: KindInterrupted, Time: m.Time.UnixNano(), Device: peer, Session: c.Session, Message: id})
+		}
+	}
+	return h, nil
+}
+
+// nemesis applies a schedule's faults to the nodes.
+type nemesis struct {
+	rec     *Recorder
+	nats    *cluster.NATS
+	servers map[string]*cluster.Server
+}
+
+// apply runs each fault at its time (a goroutine each, all waited for)
+// and returns what failed. A fault started is always healed, even when
+// ctx ends (a paused node is continued, a killed one restarted with a
+// fresh context bounded to a minute).
+func (n *nemesis) apply(ctx context.Context, start time.Time, s Schedule) []string {
+	var (
+		mu   sync.Mutex
+		errs []string
+		wg   sync.WaitGroup
+	)
+	fail := func(f Fault, err error) {
+		mu.Lock()
+		errs = append(errs, fmt.Sprintf("%s: %v", f, err))
+		mu.Unlock()
+	}
+	for _, f := range s.Faults {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !waitUntil(ctx, start.Add(f.At)) {
+				return
+			}
+			heal, err := n.begin(f)
+			if err != nil {
+				fail(f, err)
+				return
+			}
+			n.rec.Add(Event{Kind: KindFaultStart, Time: time.Now().UnixNano(), Fault: f.Kind, Node: f.Node, Note: f.Note})
+			waitUntil(ctx, start.Add(f.End()))
+			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if err := heal(hctx); err != nil {
+				fail(f, fmt.Errorf("healing: %w", err))
+			}
+			n.rec.Add(Event{Kind: KindFaultEnd, Time: time.Now().UnixNano(), Fault: f.Kind, Node: f.Node})
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// waitUntil waits for t or ctx's end; it reports whether t came.
+func waitUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// begin applies f and returns how to heal it.
+func (n *nemesis) begin(f Fault) (func(context.Context) error, error) {
+	var nn *cluster.NATSNode
+	for _, x := range n.nats.Nodes {
+		if x.Name == f.Node {
+			nn = x
+		}
+	}
+	s := n.servers[f.Node]
+	if nn == nil && s == nil {
+		return nil, fmt.Errorf("no node %s", f.Node)
+	}
+	switch f.Kind {
+	case FaultKillNATS:
+		if nn == nil {
+			return nil, fmt.Errorf("%s is not a NATS node", f.Node)
+		}
+		nn.Kill()
+		return nn.Start, nil
+	case FaultKillEdge, FaultKillWorker:
+		if s == nil {
+			return nil, fmt.Errorf("%s is not a termserver", f.Node)
+		}
+		s.Kill()
+		return s.Start, nil
+	case FaultPause:
+		marker := ""
+		if nn != nil {
+			marker = filepath.Join(filepath.Dir(nn.LogFile), "nats.conf")
+		} else {
+			marker = s.ConfigFile
+		}
+		pid, err := findPID(marker)
+		if err != nil {
+			return nil, err
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return nil, fmt.Errorf("SIGSTOP %s (pid %d): %w", f.Node, pid, err)
+		}
+		return func(context.Context) error { return syscall.Kill(pid, syscall.SIGCONT) }, nil
+	}
+	return nil, fmt.Errorf("unknown fault %q", f.Kind)
+}
+
+// findPID finds the process whose command line has the argument arg
+// (the node's config file: unique to the node this runner started).
+// testrig/cluster keeps its processes' ids to itself.
+func findPID(arg string) (int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) > 0 && (args[0] == "ip" || strings.HasSuffix(args[0], "/sh")) {
+			continue // not the node itself
+		}
+		for _, a := range args {
+			if a == arg {
+				return pid, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no process runs with %s", arg)
+}
+
+// device is a link.Client that records its sends, acks, refusals,
+// resends and replies.
+type device struct {
+	peer string
+	rec  *Recorder
+	c    *link.Client
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex
+	seq      int
+	online   bool
+	pending  map[string]*pendingMsg // message id -> unanswered message
+	answered map[string]bool
+	closed   bool
+}
+
+type pendingMsg struct {
+	seq  int
+	sent bool // went out on a connection (it is resent at the next)
+}
+
+func startDevice(peer, url, fallback string, rec *Recorder) (*device, error) {
+	d := &device{peer: peer, rec: rec, pending: map[string]*pendingMsg{}, answered: map[string]bool{}}
+	c, err := link.NewClient(link.ClientConfig{URL: url, Fallbacks: []string{fallback}, PeerID: peer, DeviceName: peer,
+		Outbox: link.NewMemoryOutbox(), RetryInitial: 100 * time.Millisecond, RetryMax: time.Second,
+		Heartbeat: 2 * time.Second, PongTimeout: 3 * time.Second, Logger: slog.New(&busyHandler{d: d})})
+	if err != nil {
+		return nil, err
+	}
+	d.c = c
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stop = cancel
+	d.wg.Add(2)
+	go func() { defer d.wg.Done(); _ = c.Run(ctx) }()
+	go func() { defer d.wg.Done(); d.events() }()
+	return d, nil
+}
+
+func (d *device) now() int64 { return time.Now().UnixNano() }
+
+// send sends the device's next message.
+func (d *device) send(ctx context.Context) error {
+	d.mu.Lock()
+	d.seq++
+	seq := d.seq
+	d.mu.Unlock()
+	text := fmt.Sprintf("%s-m%d", d.peer, seq)
+	t := d.now()
+	id, err := d.c.Send(ctx, text)
+	if err != nil {
+		return fmt.Errorf("device %s: %w", d.peer, err)
+	}
+	d.mu.Lock()
+	if !d.answered[id] {
+		d.pending[id] = &pendingMsg{seq: seq, sent: d.online}
+	}
+	d.mu.Unlock()
+	d.rec.Add(Event{Kind: KindSend, Time: t, Device: d.peer, Message: id, Seq: seq, Text: text})
+	return nil
+}
+
+// sendLoop sends burst messages every interval (the first after
+// offset) until ctx ends.
+func (d *device) sendLoop(ctx context.Context, burst int, interval, offset time.Duration) {
+	next := time.Now().Add(offset)
+	for waitUntil(ctx, next) {
+		for range burst {
+			if d.send(ctx) != nil {
+				return
+			}
+		}
+		next = next.Add(interval)
+	}
+}
+
+func (d *device) seqOf(id string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p := d.pending[id]; p != nil {
+		return p.seq
+	}
+	return 0
+}
+
+func (d *device) events() {
+	acked := map[string]bool{}
+	for e := range d.c.Events() {
+		t := e.Time.UnixNano()
+		if e.Time.IsZero() {
+			t = d.now()
+		}
+		switch e.Kind {
+		case link.EventState:
+			d.mu.Lock()
+			d.online = e.State == link.StateConnected
+			var resent []Event
+			if d.online {
+				for id, p := range d.pending {
+					if p.sent {
+						resent = append(resent, Event{Kind: KindResend, Time: t, Device: d.peer, Session: e.SessionID, Message: id, Seq: p.seq})
+					}
+					p.sent = true
+				}
+			}
+			d.mu.Unlock()
+			for _, r := range resent {
+				d.rec.Add(r)
+			}
+		case link.EventAck:
+			if !acked[e.MessageID] {
+				acked[e.MessageID] = true
+				d.rec.Add(Event{Kind: KindAck, Time: t, Device: d.peer, Session: e.Ack.SessionID, Message: e.MessageID, Seq: d.seqOf(e.MessageID)})
+			}
+		case link.EventReply:
+			d.answer(Event{Kind: KindReply, Time: t, Device: d.peer, Message: e.MessageID, Seq: d.seqOf(e.MessageID), Text: e.Reply.Text})
+		case link.EventError:
+			if e.MessageID == "" {
+				continue
+			}
+			if e.Final {
+				msg := "error"
+				if e.Err != nil {
+					msg = e.Err.Error()
+				}
+				d.answer(Event{Kind: KindReply, Time: t, Device: d.peer, Message: e.MessageID, Seq: d.seqOf(e.MessageID), Err: e.Code + ": " + msg})
+			} else {
+				d.rec.Add(Event{Kind: KindRefused, Time: t, Device: d.peer, Message: e.MessageID, Seq: d.seqOf(e.MessageID), Note: e.Code})
+			}
+		}
+	}
+}
+
+func (d *device) answer(e Event) {
+	d.mu.Lock()
+	delete(d.pending, e.Message)
+	d.answered[e.Message] = true
+	d.mu.Unlock()
+	d.rec.Add(e)
+	_ = d.c.Delivered(e.Message)
+}
+
+// unanswered counts the messages sent and not answered.
+func (d *device) unanswered() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.pending)
+}
+
+// close stops the client and waits for its goroutines.
+func (d *device) close() {
+	d.mu.Lock()
+	closed := d.closed
+	d.closed = true
+	d.mu.Unlock()
+	if closed {
+		return
+	}
+	_ = d.c.Close()
+	d.stop()
+	d.wg.Wait()
+}
+
+// busyHandler is the client's logger: it records the refusals the
+// client does not report as events (code busy: resent after a backoff).
+type busyHandler struct{ d *device }
+
+func (h *busyHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *busyHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *busyHandler) WithGroup(string) slog.Handler            { return h }
+func (h *busyHandler) Handle(_ context.Context, r slog.Record) error {
+	if !strings.HasPrefix(r.Message, "server busy") {
+		return nil
+	}
+	var id, reason string
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "message_id":
+			id = a.Value.String()
+		case "reason":
+			reason = a.Value.String()
+		}
+		return true
+	})
+	if id != "" {
+		h.d.rec.Add(Event{Kind: KindRefused, Time: r.Time.UnixNano(), Device: h.d.peer, Message: id, Seq: h.d.seqOf(id), Note: "busy: " + reason})
+	}
+	return nil
+}
