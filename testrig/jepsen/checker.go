@@ -63,6 +63,10 @@ type Options struct {
 	// message accepted within Grace after a node came back still counts
 	// as accepted inside the fault.
 	Grace time.Duration
+	// StallLimit, when set, is the longest a session (a device) may wait
+	// from a message's accept to its first run (the bound: two
+	// leases); Report.Stalled lists the sessions that waited longer.
+	StallLimit time.Duration
 }
 
 // Report is what Check found in one history.
@@ -81,6 +85,10 @@ type Report struct {
 	// the cluster's.
 	BeyondPromise []string
 	Violations    []Violation
+	// Stalled lists the sessions whose longest accept-to-first-run passed
+	// Options.StallLimit, with that time (not a violation: the goal is
+	// reported, the promises are checked).
+	Stalled []string
 	// Latency holds, per window (Windows), the time from each message's
 	// first ack to its first run start (0 when the run started before the
 	// device saw the ack). A message accepted inside two faults' windows
@@ -270,6 +278,13 @@ func Check(h History, opt Options) Report {
 	sort.Strings(devices)
 	for _, d := range devices {
 		ms := byDevice[d]
+		var longest time.Duration
+		for _, m := range ms {
+			longest = max(longest, time.Duration(m.firstRun-m.firstAck))
+		}
+		if opt.StallLimit > 0 && longest > opt.StallLimit {
+			r.Stalled = append(r.Stalled, fmt.Sprintf("%s %v", d, longest.Round(time.Millisecond)))
+		}
 		slices.SortStableFunc(ms, func(a, b *msgState) int {
 			if a.firstAck != b.firstAck {
 				return cmpInt64(a.firstAck, b.firstAck)
@@ -341,6 +356,7 @@ func (r Report) Line() string {
 			fmt.Fprintf(&b, " lat[%s]=%s", w, Summarize(l))
 		}
 	}
+	fmt.Fprintf(&b, " stalled_sessions=%d", len(r.Stalled))
 	if len(r.BeyondPromise) > 0 {
 		fmt.Fprintf(&b, " BEYOND_JETSTREAM_PROMISE=%q", r.BeyondPromise)
 	}

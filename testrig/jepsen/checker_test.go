@@ -154,6 +154,13 @@ func TestCheckLatencyWindows(t *testing.T) {
 	if n := len(r.Violations); n != 0 {
 		t.Errorf("violations: %v", r.Violations)
 	}
+	r = Check(b.h, Options{StallLimit: 3 * time.Second})
+	if len(r.Stalled) != 1 || r.Stalled[0] != "d 4s" {
+		t.Errorf("stalled with a 3 s limit: %v", r.Stalled)
+	}
+	if r = Check(b.h, Options{StallLimit: 4 * time.Second}); len(r.Stalled) != 0 {
+		t.Errorf("stalled with a 4 s limit: %v", r.Stalled)
+	}
 	// With a grace of 500 ms, "grace" (accepted 400 ms after the pause
 	// ended) counts inside the pause.
 	r = Check(b.h, Options{Grace: 500 * time.Millisecond})

@@ -217,7 +217,7 @@ func RunSchedule(ctx context.Context, cfg RunConfig, sched Schedule) (res Result
 	if err := rec.Err(); err != nil {
 		return res, fmt.Errorf("writing %s: %w", res.HistoryFile, err)
 	}
-	res.Report = Check(rec.History(), Options{})
+	res.Report = Check(rec.History(), Options{StallLimit: 2 * cfg.Lease})
 	return res, nil
 }
 

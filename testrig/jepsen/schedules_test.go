@@ -69,6 +69,7 @@ func TestSchedules(t *testing.T) {
 		total   = map[ViolationKind]int{}
 		lat     = map[string][]time.Duration{}
 		bad     []string
+		stalled int
 	)
 	for _, seed := range seeds {
 		sched := Generate(seed, RunTopology, NemesisOptions{Span: 36 * time.Second, Lease: lease})
@@ -98,6 +99,10 @@ func TestSchedules(t *testing.T) {
 			}
 			t.Logf("  %s", v)
 		}
+		if len(r.Stalled) > 0 {
+			t.Logf("  sessions stalled past 2 leases (%v): %s", 2*lease, strings.Join(r.Stalled, ", "))
+		}
+		stalled += len(r.Stalled)
 		for _, k := range ViolationKinds {
 			total[k] += r.Count(k)
 		}
@@ -114,6 +119,7 @@ func TestSchedules(t *testing.T) {
 	for _, k := range ViolationKinds {
 		fmt.Fprintf(&b, " %s=%d", k, total[k])
 	}
+	fmt.Fprintf(&b, "\nsessions stalled past 2 leases: %d (goal: 0)", stalled)
 	b.WriteString("\naccept-to-first-run, p50/p99/max:\n")
 	for _, w := range Windows {
 		fmt.Fprintf(&b, "  %-12s %s\n", w, Summarize(lat[w]))
