@@ -370,8 +370,9 @@ type nemesis struct {
 	servers map[string]*cluster.Server
 }
 
-// apply runs each fault at its time (a goroutine each, all waited for)
-// and returns what failed. A fault started is always healed, even when
+// apply runs each fault at its time (a goroutine each, all waited for;
+// on one node, after the fault before it healed) and returns what
+// failed. A fault started is always healed, even when
 // ctx ends (a paused node is continued, a killed one restarted with a
 // fresh context bounded to a minute).
 func (n *nemesis) apply(ctx context.Context, start time.Time, s Schedule) []string {
@@ -385,10 +386,23 @@ func (n *nemesis) apply(ctx context.Context, start time.Time, s Schedule) []stri
 		errs = append(errs, fmt.Sprintf("%s: %v", f, err))
 		mu.Unlock()
 	}
+	// A node's next fault waits until its last one is healed (a restart
+	// can take longer than the gap the schedule left).
+	healed := map[string]chan struct{}{}
 	for _, f := range s.Faults {
+		prev, done := healed[f.Node], make(chan struct{})
+		healed[f.Node] = done
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer close(done)
+			if prev != nil {
+				select {
+				case <-prev:
+				case <-ctx.Done():
+					return
+				}
+			}
 			if !waitUntil(ctx, start.Add(f.At)) {
 				return
 			}
