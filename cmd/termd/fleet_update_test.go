@@ -90,7 +90,10 @@ func TestTermdUpdateOverTheSession(t *testing.T) {
 	logOnFail := func() {
 		if t.Failed() {
 			l, _ := os.ReadFile(filepath.Join(dir, "termd.log"))
-			t.Logf("termd.log:\n%s", l)
+			// What the terminal shows says why a termd that wrote no
+			// log never came up (seen once in make test's race step:
+			// no status in 2 minutes, the log empty).
+			t.Logf("termd.log:\n%s\nthe terminal:\n%s\nframes the server got: %d statuses", l, tm("capture-pane", "-p", "-S", "-40"), len(statuses(srv)))
 		}
 	}
 	defer logOnFail()

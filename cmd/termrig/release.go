@@ -148,8 +148,12 @@ Writes BINARY.release.json. A Go binary's build (GOOS, GOARCH, GOARM and a
 		return usageError{err}
 	}
 	bin := pos[0]
-	if err := checkBuild(bin, *ver, *plat); err != nil {
+	unchecked, err := checkBuild(bin, *ver, *plat)
+	if err != nil {
 		return err
+	}
+	if unchecked != "" {
+		fmt.Fprintf(a.stderr, "note: %s\n", unchecked)
 	}
 	priv, err := release.LoadPrivateKey(*keyFile)
 	if err != nil {
@@ -176,14 +180,16 @@ var versionStampRE = regexp.MustCompile(`-X[ =]'?main\.version=([^ ']+)`)
 
 // checkBuild says what in a Go binary's build disagrees with the version
 // and platform it is about to be signed as. A file that is not a Go
-// binary is not checked.
-func checkBuild(path, version, platform string) error {
+// binary is not checked. unchecked says what could not be checked: a
+// build with -trimpath (make pi's) keeps -ldflags out of its build info
+// (go.dev/issue/52372), so its -X main.version stamp cannot be read.
+func checkBuild(path, version, platform string) (unchecked string, err error) {
 	if _, err := os.Stat(path); err != nil {
-		return err
+		return "", err
 	}
 	bi, err := buildinfo.ReadFile(path)
 	if err != nil {
-		return nil // not a Go binary (or stripped of its build info): the manifest says what the operator says
+		return "", nil // not a Go binary (or stripped of its build info): the manifest says what the operator says
 	}
 	set := map[string]string{}
 	for _, s := range bi.Settings {
@@ -198,12 +204,15 @@ func checkBuild(path, version, platform string) error {
 		built += "/" + v
 	}
 	if set["GOOS"] != "" && built != platform {
-		return fmt.Errorf("%s is built for %s, not %s: sign it with --platform %s, or build it for %s", path, built, platform, built, platform)
+		return "", fmt.Errorf("%s is built for %s, not %s: sign it with --platform %s, or build it for %s", path, built, platform, built, platform)
 	}
 	if m := versionStampRE.FindStringSubmatch(set["-ldflags"]); m != nil && m[1] != version {
-		return fmt.Errorf("%s is stamped version %s (-X main.version), not %s: a device reports the stamp, so sign it as %s", path, m[1], version, m[1])
+		return "", fmt.Errorf("%s is stamped version %s (-X main.version), not %s: a device reports the stamp, so sign it as %s", path, m[1], version, m[1])
 	}
-	return nil
+	if set["-trimpath"] == "true" && set["-ldflags"] == "" {
+		return fmt.Sprintf("%s was built with -trimpath, whose build info leaves -ldflags out: its version stamp was not checked against --version %s (a device reports the stamp as the version it runs: check it with termd --version on the device's architecture)", path, version), nil
+	}
+	return "", nil
 }
 
 // readManifest reads and parses a manifest file.

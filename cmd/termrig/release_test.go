@@ -40,7 +40,11 @@ func TestReleaseEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "termd")
 	const ver = "1.2.3-test"
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "-ldflags", "-X main.version="+ver, "termlink/cmd/termd").CombinedOutput(); err != nil {
+	// Without -trimpath (make test sets it in GOFLAGS): its build info
+	// then keeps the -X stamp that sign checks.
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "-ldflags", "-X main.version="+ver, "termlink/cmd/termd")
+	build.Env = append(os.Environ(), "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building termd: %v\n%s", err, out)
 	}
 	plat := release.CurrentPlatform()
@@ -292,5 +296,31 @@ func TestReleaseRollout(t *testing.T) {
 	}
 	if st, _, errs = termrig(ctx, "release", "pause", "--server", server, "nope"); st != 2 || !strings.Contains(errs, "not a rollout id") {
 		t.Fatalf("pause nope: exit %d %s", st, errs)
+	}
+}
+
+// A binary built with -trimpath (make pi's) has no -ldflags in its build
+// info: sign cannot read its version stamp and says so, instead of
+// passing it as checked.
+func TestSignTrimpathBuildSaysStampUnchecked(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "agent")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "-ldflags", "-X main.version=1.0.0", "termlink/testrig/agents/echoagent")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+	keys := filepath.Join(dir, "keys")
+	if st, out, errs := termrig(ctx, "release", "keygen", "--out", keys); st != 0 {
+		t.Fatalf("keygen: exit %d\n%s%s", st, out, errs)
+	}
+	st, out, errs := termrig(ctx, "release", "sign", "--key", filepath.Join(keys, release.PrivateKeyFile), "--version", "9.9", "--platform", release.CurrentPlatform(), bin)
+	if st != 0 || !strings.Contains(out, "wrote "+bin+release.ManifestSuffix) {
+		t.Fatalf("sign: exit %d\n%s%s", st, out, errs)
+	}
+	if want := "note: " + bin + " was built with -trimpath, whose build info leaves -ldflags out: its version stamp was not checked against --version 9.9"; !strings.Contains(errs, want) {
+		t.Errorf("sign's stderr:\n%s\nwant it to say %q", errs, want)
 	}
 }
