@@ -271,12 +271,7 @@ func (w *worker) tick(ctx context.Context, wake *leaseWake) {
 		}
 		return best == me
 	}
-	w.mu.Lock()
-	owned := make(map[int]*partition, len(w.owned))
-	for p, part := range w.owned {
-		owned[p] = part
-	}
-	w.mu.Unlock()
+	owned := w.ownedNow()
 	w.renew(ctx, owned, wanted, nil)
 	var starting sync.WaitGroup
 	slots := make(chan struct{}, parallelStarts)
@@ -367,13 +362,7 @@ func (w *worker) awaitStarts(ctx context.Context, starting *sync.WaitGroup, star
 			giveUp(p)
 			continue
 		case <-every.C:
-			w.mu.Lock()
-			owned := make(map[int]*partition, len(w.owned))
-			for p, part := range w.owned {
-				owned[p] = part
-			}
-			w.mu.Unlock()
-			w.renew(ctx, owned, wanted, startingSet)
+			w.renew(ctx, w.ownedNow(), wanted, startingSet)
 			continue
 		case <-done:
 		}
@@ -431,6 +420,17 @@ func (w *worker) renew(ctx context.Context, owned map[int]*partition, wanted fun
 		part.rev = rev
 		part.setRenewed(time.Now())
 	}
+}
+
+// ownedNow is a copy of the partitions owned now.
+func (w *worker) ownedNow() map[int]*partition {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	owned := make(map[int]*partition, len(w.owned))
+	for p, part := range w.owned {
+		owned[p] = part
+	}
+	return owned
 }
 
 // drop forgets partition p and tells the hooks.
