@@ -82,8 +82,7 @@ func TestTermdUpdateOverTheSession(t *testing.T) {
 	srv.SetHeartbeat(1)
 	dir := t.TempDir()
 	exe, state := filepath.Join(dir, "termd"), filepath.Join(dir, "state")
-	b, _ := os.ReadFile(v1)
-	os.WriteFile(exe, b, 0o755)
+	installExe(t, exe, v1)
 	cmd := fmt.Sprintf("%s --supervise --server %s --board sim --state-dir %s --peer-id kiosk-u --log-file %s --release-key %s",
 		exe, srv.URL(), state, filepath.Join(dir, "termd.log"), filepath.Join(keys, release.PublicKeyFile))
 	tm, waitScreen := termdInTmux(t, cmd)

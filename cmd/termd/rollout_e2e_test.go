@@ -128,8 +128,7 @@ func TestTermdRolloutEndToEnd(t *testing.T) {
 	for _, peer := range []string{"kiosk-a", "kiosk-b"} {
 		dir := t.TempDir()
 		exe := filepath.Join(dir, "termd")
-		b, _ := os.ReadFile(v1)
-		os.WriteFile(exe, b, 0o755)
+		installExe(t, exe, v1)
 		cmd := fmt.Sprintf("%s --supervise --server %s --board sim --state-dir %s --peer-id %s --tag site=lobby --log-file %s --release-key %s",
 			exe, srv.URL, filepath.Join(dir, "state"), peer, filepath.Join(dir, "termd.log"), filepath.Join(keys, release.PublicKeyFile))
 		k := &kiosk{dir: dir}

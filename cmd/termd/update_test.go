@@ -45,6 +45,35 @@ func buildTermd(t *testing.T, dir, pkg, version string) string {
 	return b.path
 }
 
+// installExe copies the binary src to exe and returns once exe runs
+// (--version). A copy written here can be held open for writing, for a
+// moment, by a child another parallel test forked meanwhile (until it
+// execs): a shell started then in tmux failed "text file busy" and the
+// test waited 2 minutes for a termd that never ran (seen once in make
+// test's race step; go.dev/issue/22315).
+func installExe(t *testing.T, exe, src string) {
+	t.Helper()
+	if err := os.WriteFile(exe, mustRead(t, src), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testwait.UntilOK(t, exe+" to run (--version)", func() error {
+		out, err := exec.Command(exe, "--version").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // The binaries buildTermd built, in binDir (made and removed by TestMain).
 var (
 	binsMu sync.Mutex
@@ -111,8 +140,7 @@ func TestTermdSupervisedUpdate(t *testing.T) {
 	broken := buildTermd(t, bins, "../../device/update/testdata/exitatstart", "")
 	dir := t.TempDir()
 	exe, state := filepath.Join(dir, "termd"), filepath.Join(dir, "state")
-	b, _ := os.ReadFile(v1)
-	os.WriteFile(exe, b, 0o755)
+	installExe(t, exe, v1)
 	serverVersion := func() string {
 		resp, err := http.Get("http://" + srv.Addr + "/api/channels/terminal-dev/peers/kiosk-u")
 		if err != nil {
@@ -151,7 +179,7 @@ func TestTermdSupervisedUpdate(t *testing.T) {
 	if got := serverVersion(); got != "v1.1.0" {
 		t.Errorf("the server shows version %q, want v1.1.0", got)
 	}
-	if b1, _ := os.ReadFile(exe + update.PrevSuffix); string(b1) != string(b) {
+	if b1, _ := os.ReadFile(exe + update.PrevSuffix); string(b1) != string(mustRead(t, v1)) {
 		t.Error("v1 not kept as termd.prev")
 	}
 	waitScreen("online")

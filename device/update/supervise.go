@@ -187,9 +187,6 @@ func (s *supervisor) start(bin string) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := s.Command(bin, s.Args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.ExtraFiles = []*os.File{pw} // fd 3
 	env := make([]string, 0, len(os.Environ())+4)
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -199,8 +196,15 @@ func (s *supervisor) start(bin string) (*worker, error) {
 		}
 		env = append(env, kv)
 	}
-	cmd.Env = append(env, EnvFD+"=3", EnvExe+"="+s.Exe, EnvState+"="+s.StateDir, EnvProto+"="+strconv.Itoa(ProtocolVersion))
-	err = cmd.Start()
+	env = append(env, EnvFD+"=3", EnvExe+"="+s.Exe, EnvState+"="+s.StateDir, EnvProto+"="+strconv.Itoa(ProtocolVersion))
+	var cmd *exec.Cmd
+	err = startBusy(func() error {
+		cmd = s.Command(bin, s.Args...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		cmd.ExtraFiles = []*os.File{pw} // fd 3
+		cmd.Env = env
+		return cmd.Start()
+	}, time.Sleep)
 	pw.Close()
 	if err != nil {
 		pr.Close()
@@ -226,6 +230,24 @@ func (s *supervisor) start(bin string) (*worker, error) {
 		close(w.exited)
 	}()
 	return w, nil
+}
+
+// startBusy runs start again while it fails with ETXTBSY, up to 8 times
+// over about 2.5 s. A binary this process has just written (an update
+// installed) can still be open for writing in a child forked meanwhile
+// that has not yet exec'd (the descriptor is close-on-exec, but held
+// until then): exec of it then fails "text file busy" for that moment
+// (go.dev/issue/22315; cmd/go retries its test binaries the same way).
+func startBusy(start func() error, sleep func(time.Duration)) error {
+	wait := 10 * time.Millisecond
+	for i := 0; ; i++ {
+		err := start()
+		if !errors.Is(err, syscall.ETXTBSY) || i == 7 {
+			return err
+		}
+		sleep(wait)
+		wait *= 2
+	}
 }
 
 // stop asks the worker to exit (SIGTERM), kills it after StopTimeout,
