@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,7 +13,7 @@ import (
 
 // A Terminal Protocol v1 agent printing 10,000 progress lines costs the
 // device a few progress frames (the runner coalesces them before the
-// bus), and the last one still arrives. Issue 16.
+// bus), in order, and the reply. Issue 16.
 func TestProgressCoalescedEndToEnd(t *testing.T) {
 	t.Parallel()
 	script := filepath.Join(t.TempDir(), "flood.sh")
@@ -52,7 +53,18 @@ printf '%s\n' '{"type":"message","text":"done"}'
 	if len(frames) == 0 || len(frames) > limit {
 		t.Fatalf("%d progress frames for 10000 progress lines in %s, want 1..%d", len(frames), elapsed, limit)
 	}
-	if frames[len(frames)-1] != "line 9999" {
-		t.Fatalf("last progress %q, want line 9999", frames[len(frames)-1])
+	// In order, each newer than the one before. The runner passes the
+	// last line on when the agent ends (agent.Coalescer.Stop, tested in
+	// server/agent), but the connection drops a message's progress not
+	// yet written when its reply comes (stale beside the reply; wschannel
+	// conn.go): on a loaded machine "line 9999" can go that way (seen in
+	// a make test beside stress-ng: the test was wrong to demand it).
+	prev := -1
+	for _, f := range frames {
+		var n int
+		if _, err := fmt.Sscanf(f, "line %d", &n); err != nil || n <= prev || n > 9999 {
+			t.Fatalf("progress frames %q: want lines in increasing order", frames)
+		}
+		prev = n
 	}
 }
