@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"termlink/internal/testwait"
 	"testing"
 	"time"
 
@@ -147,16 +148,21 @@ func TestKeypadTestRealScanner(t *testing.T) {
 		hold  rune
 		pass  bool
 		match string
+		// stuckAfter is the scanner's bound: far above what a loaded
+		// machine makes of the person's 25 ms presses (a press held 170
+		// ms read as stuck against 150 ms, beside stress-ng), far below
+		// the held key's 4 s.
+		stuckAfter time.Duration
 	}{
-		{"every key", 0, true, "all 12 keys seen"},
-		{"stuck key", '5', false, "key 5 (row 2, column 2) is stuck"},
+		{"every key", 0, true, "all 12 keys seen", time.Hour},
+		{"stuck key", '5', false, "key 5 (row 2, column 2) is stuck", 1500 * time.Millisecond},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			km := input.Keymap3x4()
 			m := fakepin.NewMatrix(4, 3, "SIM_")
 			kp, err := input.New(m.Rows(), m.Cols(), input.Opts{
 				Keymap:       km,
-				Timing:       input.Timing{Debounce: 5 * time.Millisecond, RepeatDelay: -1, StuckAfter: 150 * time.Millisecond},
+				Timing:       input.Timing{Debounce: 5 * time.Millisecond, RepeatDelay: -1, StuckAfter: tt.stuckAfter},
 				ScanInterval: time.Millisecond, StuckPoll: 20 * time.Millisecond, EdgeTimeout: 50 * time.Millisecond,
 				Logger: slog.New(slog.DiscardHandler),
 			})
@@ -184,7 +190,7 @@ func TestKeypadTestRealScanner(t *testing.T) {
 							m.Press(r, c)
 							hold := 25 * time.Millisecond
 							if key == tt.hold {
-								hold = 300 * time.Millisecond
+								hold = 4 * time.Second
 							}
 							ok := wait(hold)
 							m.Release(r, c)
@@ -195,7 +201,7 @@ func TestKeypadTestRealScanner(t *testing.T) {
 					}
 				}
 			}()
-			res := KeypadTest(context.Background(), kp, KeypadOptions{Keymap: km, Timeout: 5 * time.Second})
+			res := KeypadTest(context.Background(), kp, KeypadOptions{Keymap: km, Timeout: testwait.Deadline})
 			close(stop)
 			<-person
 			var b strings.Builder
