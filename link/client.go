@@ -700,7 +700,9 @@ func (c *Client) emit(e Event) { c.queue.push(e) }
 // setState records and reports a state change.
 func (c *Client) setState(e Event) {
 	e.Kind = EventState
-	e.Time = time.Now()
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
 	c.mu.Lock()
 	c.status.State, c.status.Attempt, c.status.NextTry = e.State, e.Attempt, e.NextTry
 	c.status.SessionID = e.SessionID
@@ -746,8 +748,13 @@ func (c *Client) loop(ctx context.Context) {
 		} else if !first {
 			ringTried = 0
 			wait := c.nextWait(b)
-			next := time.Now().Add(wait)
-			c.setState(Event{State: StateWaiting, Attempt: attempt, NextTry: next, Reason: reason})
+			// One clock reading for both: NextTry - Time is the wait
+			// chosen (two readings differed by more than the 20 ms wait
+			// under qemu beside stress-ng: TestClientBackoffWhileServerDown
+			// saw a wait of -12 ms).
+			now := time.Now()
+			next := now.Add(wait)
+			c.setState(Event{State: StateWaiting, Attempt: attempt, NextTry: next, Reason: reason, Time: now})
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
