@@ -489,6 +489,35 @@ func (s *sseStream) next(what string, match func(sseEvent) bool) sseEvent {
 	}
 }
 
+// nextEach returns one event for each matcher, in whatever order they come
+// (the test fails after 10 s).
+func (s *sseStream) nextEach(want map[string]func(sseEvent) bool) map[string]sseEvent {
+	s.t.Helper()
+	got := make(map[string]sseEvent, len(want))
+	timeout := time.After(10 * time.Second)
+	for len(got) < len(want) {
+		select {
+		case e, ok := <-s.events:
+			if !ok {
+				s.t.Fatalf("stream ended; had %d of %d events", len(got), len(want))
+			}
+			for what, match := range want {
+				if _, done := got[what]; !done && match(e) {
+					got[what] = e
+					break
+				}
+			}
+		case <-timeout:
+			for what := range want {
+				if _, done := got[what]; !done {
+					s.t.Fatalf("no %s on the stream", what)
+				}
+			}
+		}
+	}
+	return got
+}
+
 func peerEvent(peer string, online bool) func(sseEvent) bool {
 	return func(e sseEvent) bool {
 		var p registry.Peer
@@ -515,8 +544,13 @@ func TestEventStream(t *testing.T) {
 	}
 
 	c := connectDevice(t, ts, "kiosk-2", nil)
-	s.next("kiosk-2 online", peerEvent("kiosk-2", true))
-	ev := s.next("terminal_connected", func(e sseEvent) bool { return e.name == events.TerminalConnected })
+	// The registry's peer updates and the channel's events are two sources
+	// the stream interleaves as they come: either may be first.
+	got2 := s.nextEach(map[string]func(sseEvent) bool{
+		"kiosk-2 online":     peerEvent("kiosk-2", true),
+		"terminal_connected": func(e sseEvent) bool { return e.name == events.TerminalConnected },
+	})
+	ev := got2["terminal_connected"]
 	var got events.Event
 	if err := json.Unmarshal([]byte(ev.data), &got); err != nil || got.PeerID != "kiosk-2" || ev.id != fmt.Sprint(got.Seq) {
 		t.Fatalf("terminal_connected event %+v id %q (%v)", got, ev.id, err)
