@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 type rig struct {
 	bus    *lcdemu.Bus
 	keys   chan input.Event
+	typing *typedClock // the key presses' clock (press)
 	done   chan error
 	cancel context.CancelFunc
 	drawn  *drawnView   // startGatedLCD's
@@ -61,8 +63,8 @@ func startDevice(t *testing.T, url, stateDir string) *rig {
 	r := &rig{bus: bus, keys: make(chan input.Event), done: make(chan error, 1), cancel: cancel, client: client}
 	actions := make(chan input.Action)
 	inputs := make(chan device.Input)
-	mt := input.NewMultiTap(input.MultiTapOpts{Keys: input.Keys4x4(), Timeout: 150 * time.Millisecond})
-	go func() { _ = input.Drive(ctx, r.keys, mt, actions) }()
+	r.typing = newTypedClock(input.NewMultiTap(input.MultiTapOpts{Keys: input.Keys4x4(), Timeout: 150 * time.Millisecond}))
+	go func() { _ = input.Drive(ctx, r.keys, r.typing, actions) }()
 	go device.FromActions(ctx, actions, inputs)
 	d := &device.Daemon{Client: client, View: &device.LCDView{Screen: lcd}, Inputs: inputs}
 	go func() { r.done <- d.Run(ctx) }()
@@ -82,18 +84,54 @@ func (r *rig) stop(t *testing.T) {
 	}
 }
 
-// press types keys on the emulated keypad; a space waits for the multi-tap
-// timeout so the pending letter commits.
+// press types keys on the emulated keypad, on the rig's own clock: each
+// key 50 ms after the one before (held 30 ms); a space is a pause of 1 s,
+// so the pending letter commits. A loaded machine's late goroutine cannot
+// split "44" into two letters or join "4 4" into one.
 func (r *rig) press(keys string) {
 	for _, k := range keys {
 		if k == ' ' {
-			time.Sleep(300 * time.Millisecond)
+			r.typing.advance(time.Second)
 			continue
 		}
-		now := time.Now()
-		r.keys <- input.Event{Kind: input.KeyDown, Key: k, Row: -1, Col: -1, Time: now}
-		r.keys <- input.Event{Kind: input.KeyUp, Key: k, Row: -1, Col: -1, Time: now.Add(30 * time.Millisecond)}
+		at := r.typing.advance(50 * time.Millisecond)
+		r.keys <- input.Event{Kind: input.KeyDown, Key: k, Row: -1, Col: -1, Time: at}
+		r.keys <- input.Event{Kind: input.KeyUp, Key: k, Row: -1, Col: -1, Time: at.Add(30 * time.Millisecond)}
 	}
+}
+
+// typedClock runs a multi-tap entry on the test's clock instead of the
+// wall clock: input.Drive's timer only polls it (every 10 ms while a letter
+// is pending), and a pending letter commits when press has moved the clock
+// past its timeout.
+type typedClock struct {
+	input.Entry
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTypedClock(e input.Entry) *typedClock { return &typedClock{Entry: e, now: time.Now()} }
+
+// advance moves the clock on by d and returns the new time.
+func (c *typedClock) advance(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	return c.now
+}
+
+func (c *typedClock) Tick(time.Time) []input.Action {
+	c.mu.Lock()
+	now := c.now
+	c.mu.Unlock()
+	return c.Entry.Tick(now)
+}
+
+func (c *typedClock) Deadline() (time.Time, bool) {
+	if _, ok := c.Entry.Deadline(); !ok {
+		return time.Time{}, false
+	}
+	return time.Now().Add(10 * time.Millisecond), true
 }
 
 // waitGlass waits until the glass shows want somewhere.

@@ -249,9 +249,9 @@ func startKioskCaps(t *testing.T, url, stateDir string, k device.Kiosk, caps []s
 	gated := make(chan input.Event)
 	actions := make(chan input.Action)
 	inputs := make(chan device.Input)
-	mt := input.NewMultiTap(input.MultiTapOpts{Keys: input.Keys4x4(), Timeout: 150 * time.Millisecond})
+	r.typing = newTypedClock(input.NewMultiTap(input.MultiTapOpts{Keys: input.Keys4x4(), Timeout: 150 * time.Millisecond}))
 	go device.GateKeys(ctx, gate, r.keys, gated)
-	go func() { _ = input.Drive(ctx, gated, mt, actions) }()
+	go func() { _ = input.Drive(ctx, gated, r.typing, actions) }()
 	go device.FromActions(ctx, actions, inputs)
 	view := &countView{View: &device.LCDView{Screen: lcd}, shown: map[string]int{}}
 	d := &device.Daemon{Client: client, View: view, Inputs: inputs, Kiosk: k, Gate: gate, Logger: discard}

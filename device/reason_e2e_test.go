@@ -107,7 +107,7 @@ func TestOfflineReasonOnLCD(t *testing.T) {
 			r.waitGlass(t, tc.short)
 			// The next key types: its letter, alone, proves the one
 			// before typed nothing ("ad_" if it had).
-			r.press("3")
+			r.press("3 ") // the pause commits its letter
 			testwait.UntilOK(t, "the next key's letter", func() error {
 				if g := bus.Text(); !strings.HasPrefix(g[1], "d_") && !strings.HasPrefix(g[1], "ad_") {
 					return fmt.Errorf("the bottom line is %q", g[1])
@@ -140,11 +140,11 @@ func startGatedLCD(t *testing.T, cfg link.ClientConfig, hello string, helloFor i
 	keys, gated := make(chan input.Event), make(chan input.Event)
 	actions, inputs := make(chan input.Action), make(chan device.Input)
 	gate := device.NewKeyGate()
-	mt := input.NewMultiTap(input.MultiTapOpts{Keys: input.Keys4x4(), Timeout: 150 * time.Millisecond})
+	typing := newTypedClock(input.NewMultiTap(input.MultiTapOpts{Keys: input.Keys4x4(), Timeout: 150 * time.Millisecond}))
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); device.GateKeys(ctx, gate, keys, gated) }()
-	go func() { defer wg.Done(); _ = input.Drive(ctx, gated, mt, actions) }()
+	go func() { defer wg.Done(); _ = input.Drive(ctx, gated, typing, actions) }()
 	go func() { defer wg.Done(); device.FromActions(ctx, actions, inputs) }()
 	view := &drawnView{View: &device.LCDView{Screen: lcd, NoticePage: time.Second}}
 	d := &device.Daemon{Client: client, View: view, Inputs: inputs, Gate: gate, Hello: hello, HelloFor: helloFor,
@@ -158,7 +158,7 @@ func startGatedLCD(t *testing.T, cfg link.ClientConfig, hello string, helloFor i
 		}
 		wg.Wait()
 	})
-	return &rig{bus: bus, keys: keys, drawn: view}, client, logs
+	return &rig{bus: bus, keys: keys, typing: typing, drawn: view}, client, logs
 }
 
 // drawnView counts the draws that completed, and keeps the link state
