@@ -83,7 +83,11 @@ func (u *updater) reportStart() (onTrial bool) {
 		u.log.Warn("update state not read", "err", err)
 		return false
 	}
-	us, onTrial := startStatus(st, u.cfg.Version)
+	req, err := update.ReadRequest(u.cfg.Worker.StateDir)
+	if err != nil {
+		u.log.Warn("the last update's id not read; the start report names none", "err", err)
+	}
+	us, onTrial := startStatus(st, req, u.cfg.Version)
 	if link.IsUpdateFailure(us.State) {
 		u.report(us)
 	} else {
@@ -96,17 +100,22 @@ func (u *updater) reportStart() (onTrial bool) {
 // the supervisor's state file: on trial (restarting: installed once its
 // first heartbeat is answered, which afterHealthy reports); rolled back
 // from the last release tried, with the supervisor's reason, when that
-// failure came after the last install; else installed.
-func startStatus(st *update.Status, running string) (us *link.UpdateStatus, onTrial bool) {
+// failure came after the last install; else installed. The report names
+// the update_id of the attempt it is about when the worker recorded one
+// for that version (req, the last update it staged; nil: none).
+func startStatus(st *update.Status, req *update.Request, running string) (us *link.UpdateStatus, onTrial bool) {
 	us = &link.UpdateStatus{Version: running, Running: running, State: link.UpdateInstalled}
 	switch f := st.LastFailure; {
 	case st.Pending != nil && st.Pending.Version == running:
 		us.State = link.UpdateRestarting
-		return us, true
+		onTrial = true
 	case f != nil && f.Version != running && f.At.After(st.InstalledAt):
 		us.Version, us.State, us.Reason = f.Version, link.UpdateRolledBack, f.Reason
+	case st.Installed != running:
+		return us, false // installed by hand: no update's
 	}
-	return us, false
+	us.UpdateID = req.IDFor(us.Version)
+	return us, onTrial
 }
 
 // afterHealthy reports "installed" once the supervisor has installed the
@@ -119,7 +128,8 @@ func afterHealthy(ctx context.Context, client *link.Client, stateDir, version st
 	for time.Now().Before(deadline) {
 		st, err := update.ReadStatus(stateDir)
 		if err == nil && st.Pending == nil && st.Installed == version {
-			_ = client.Report(&link.UpdateStatus{Version: version, Running: version, State: link.UpdateInstalled})
+			req, _ := update.ReadRequest(stateDir) // unread: a report without the id, as before
+			_ = client.Report(&link.UpdateStatus{UpdateID: req.IDFor(version), Version: version, Running: version, State: link.UpdateInstalled})
 			return
 		}
 		select {
@@ -161,7 +171,7 @@ func (u *updater) handle(ctx context.Context, f *link.Update) {
 	}
 	st.State = link.UpdateDownloading
 	u.report(st)
-	err = update.Apply(ctx, update.Options{URL: src, Token: u.token, Client: hc, Manifest: m, Key: u.cfg.ReleaseKey,
+	err = update.Apply(ctx, update.Options{URL: src, Token: u.token, Client: hc, Manifest: m, Key: u.cfg.ReleaseKey, UpdateID: f.UpdateID,
 		Version: u.cfg.Version, AllowDowngrade: f.AllowDowngrade, Gate: time.Duration(f.GateSeconds) * time.Second,
 		Worker: u.cfg.Worker, Logger: u.log})
 	st = &link.UpdateStatus{UpdateID: f.UpdateID, Version: f.Version}

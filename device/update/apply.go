@@ -135,6 +135,9 @@ type Options struct {
 	AllowDowngrade bool
 	// Gate is the health gate (0: the supervisor's).
 	Gate time.Duration
+	// UpdateID is the server's id of this attempt (its update frame's
+	// update_id); kept in RequestFile for the next start's report.
+	UpdateID string
 	// Worker is the supervisor (FromEnv).
 	Worker *Worker
 	Logger *slog.Logger
@@ -219,6 +222,9 @@ func Apply(ctx context.Context, o Options) error {
 	}
 	if err := durable.SyncDir(filepath.Dir(exe)); err != nil {
 		return diskErr("staging the release", err)
+	}
+	if err := writeRequest(o.Worker.StateDir, &Request{Version: m.Version, UpdateID: o.UpdateID}); err != nil {
+		return diskErr("recording the update's id", err)
 	}
 	msg := msgUpdate
 	if o.Gate > 0 {

@@ -79,12 +79,15 @@ func TestApplyStages(t *testing.T) {
 	srv.token = "tok-1"
 	m := sign(t, priv, "v1.1.0", v2)
 	err := Apply(context.Background(), Options{URL: srv.serve("v2", v2), Token: "tok-1", Manifest: m, Key: pub,
-		Version: "v1.0.0", Worker: f.w, Gate: 7 * time.Second})
+		Version: "v1.0.0", Worker: f.w, Gate: 7 * time.Second, UpdateID: "r-3.2"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := <-f.msgs; got != "update 7" {
 		t.Errorf("the supervisor was told %q, want \"update 7\"", got)
+	}
+	if req, err := ReadRequest(f.w.StateDir); err != nil || req.IDFor("v1.1.0") != "r-3.2" {
+		t.Errorf("the request recorded: %+v (%v), want v1.1.0's update_id r-3.2", req, err)
 	}
 	fi, err := os.Stat(f.exe + StagedSuffix)
 	if err != nil || fi.Mode().Perm() != 0o755 {

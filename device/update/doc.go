@@ -25,8 +25,9 @@
 //     file system), resuming a partial file with a Range request, never
 //     reading more than the manifest's size, and checks its size and
 //     SHA-256. Only then is it made executable (0755), fsynced and
-//     renamed to EXE.new beside its manifest EXE.new.release.json, and the
-//     supervisor is told "update".
+//     renamed to EXE.new beside its manifest EXE.new.release.json, the
+//     server's id of the attempt is kept (RequestFile: the next start's
+//     report names it), and the supervisor is told "update".
 //  2. The supervisor re-checks the staged binary against its manifest,
 //     records the trial in the state file (StateFile: pending version,
 //     deadline, attempts), stops the worker (SIGTERM, then SIGKILL after

@@ -584,3 +584,52 @@ func TestReportSaysWhatItBelieved(t *testing.T) {
 		t.Fatalf("attempt 2's report: believed %v, error %v", believed, err)
 	}
 }
+
+// A device's old connection may deliver its last report ("restarting")
+// after its new connection's start report: the start report names the
+// attempt (its update_id), so a rollback reported while the server still
+// thinks the device is downloading is believed, and the late
+// "restarting" does not leave the device restarting for good.
+func TestStartReportOvertakesRestarting(t *testing.T) {
+	f := fleetOf(2)
+	m := open(t, f, t.TempDir(), nil)
+	r, err := m.Create(ch, Request{Version: "v2", Target: Target{All: true}, Canary: 1, Percent: 50}, "otto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "canary", f.takeSent(), []string{"d01"})
+	id := r.ID + ".1"
+	for _, c := range []struct {
+		st       *link.UpdateStatus
+		believed bool
+	}{
+		{&link.UpdateStatus{UpdateID: id, Version: "v2", Running: "v1", State: link.UpdateDownloading}, true},
+		{&link.UpdateStatus{UpdateID: id, Version: "v2", Running: "v1", State: link.UpdateRolledBack, Reason: "no heartbeat"}, true}, // the new connection's
+		{&link.UpdateStatus{UpdateID: id, Version: "v2", Running: "v1", State: link.UpdateRestarting}, false},                       // the old one's, late
+	} {
+		if believed, err := m.Report(ch, "d01", c.st); believed != c.believed || err != nil {
+			t.Fatalf("Report(%+v): believed %v, error %v; want %v", c.st, believed, err, c.believed)
+		}
+	}
+	r = state(t, m, r.ID)
+	if r.State != Paused || r.Paused == nil || r.Paused.PeerID != "d01" || r.Paused.State != link.UpdateRolledBack {
+		t.Fatalf("rollout %s paused %+v; want paused by d01's rollback", r.State, r.Paused)
+	}
+	if d := r.Devices[0]; d.PeerID != "d01" || d.State != RolledBack {
+		t.Fatalf("d01: %+v, want rolled_back", d)
+	}
+	// The same with a success: installed (named), then the late restarting.
+	f2 := fleetOf(1)
+	m2 := open(t, f2, t.TempDir(), nil)
+	r2, err := m2.Create(ch, Request{Version: "v2", Target: Target{All: true}}, "otto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id2 := r2.ID + ".1"
+	m2.Report(ch, "d01", &link.UpdateStatus{UpdateID: id2, Version: "v2", Running: "v1", State: link.UpdateDownloading})
+	m2.Report(ch, "d01", &link.UpdateStatus{UpdateID: id2, Version: "v2", Running: "v2", State: link.UpdateInstalled})
+	m2.Report(ch, "d01", &link.UpdateStatus{UpdateID: id2, Version: "v2", Running: "v1", State: link.UpdateRestarting})
+	if d := state(t, m2, r2.ID).Devices[0]; d.State != Installed {
+		t.Fatalf("d01 after installed and a late restarting: %+v", d)
+	}
+}

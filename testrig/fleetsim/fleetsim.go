@@ -237,14 +237,15 @@ func (d *Device) serve(ctx context.Context, c *link.Client) *link.UpdateStatus {
 			_ = c.Report(&link.UpdateStatus{UpdateID: u.UpdateID, Version: u.Version, Running: d.Version(), State: link.UpdateFailed, Reason: err.Error()})
 			continue
 		}
+		// The "restart" may overtake this report: the new client's start
+		// report names the attempt (as termd's does), so the server
+		// orders them by what they say, not by when they came.
 		_ = c.Report(&link.UpdateStatus{UpdateID: u.UpdateID, Version: u.Version, Running: d.Version(), State: link.UpdateRestarting})
-		// Let the restarting report go out before the "restart".
-		time.Sleep(20 * time.Millisecond)
 		if slices.Contains(opt.Fail, d.ID) {
-			return &link.UpdateStatus{Version: u.Version, Running: d.Version(), State: link.UpdateRolledBack, Reason: opt.FailReason}
+			return &link.UpdateStatus{UpdateID: u.UpdateID, Version: u.Version, Running: d.Version(), State: link.UpdateRolledBack, Reason: opt.FailReason}
 		}
 		d.version.Store(u.Version)
-		return &link.UpdateStatus{Version: u.Version, Running: u.Version, State: link.UpdateInstalled}
+		return &link.UpdateStatus{UpdateID: u.UpdateID, Version: u.Version, Running: u.Version, State: link.UpdateInstalled}
 	}
 }
 
