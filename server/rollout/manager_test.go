@@ -605,7 +605,7 @@ func TestStartReportOvertakesRestarting(t *testing.T) {
 	}{
 		{&link.UpdateStatus{UpdateID: id, Version: "v2", Running: "v1", State: link.UpdateDownloading}, true},
 		{&link.UpdateStatus{UpdateID: id, Version: "v2", Running: "v1", State: link.UpdateRolledBack, Reason: "no heartbeat"}, true}, // the new connection's
-		{&link.UpdateStatus{UpdateID: id, Version: "v2", Running: "v1", State: link.UpdateRestarting}, false},                       // the old one's, late
+		{&link.UpdateStatus{UpdateID: id, Version: "v2", Running: "v1", State: link.UpdateRestarting}, false},                        // the old one's, late
 	} {
 		if believed, err := m.Report(ch, "d01", c.st); believed != c.believed || err != nil {
 			t.Fatalf("Report(%+v): believed %v, error %v; want %v", c.st, believed, err, c.believed)
