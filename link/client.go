@@ -415,7 +415,9 @@ func (cfg ClientConfig) dialer() (*websocket.Dialer, error) {
 }
 
 // Events delivers the client's events in order. It is closed when Run
-// returns (or by Close when Run never ran). Read it, and confirm every
+// returns (or by Close when Run never ran); Run's last state (closed, with
+// its reason) is its last event when the reader is waiting for one then,
+// and in Status always: Run does not wait for a reader that stopped. Read it, and confirm every
 // event with Final set by calling Delivered once it is handled: only then
 // does its message leave the outbox. Events the caller has not read yet
 // wait in a bounded queue (progress and acks coalesced per message, state

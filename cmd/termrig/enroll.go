@@ -179,8 +179,10 @@ func roundTrip(ctx context.Context, wsURL, peer, token string, log *slog.Logger)
 		select {
 		case <-ctx.Done():
 			return "", errors.New("no reply before the timeout")
-		case ev := <-cl.Events():
+		case ev, ok := <-cl.Events():
 			switch {
+			case !ok:
+				return "", fmt.Errorf("link closed: %s", cl.Status().Reason)
 			case ev.Kind == link.EventReply && ev.MessageID == id:
 				cl.Delivered(id)
 				return ev.Reply.Text, nil
