@@ -133,8 +133,11 @@ func TestProgressBurstKeepsDevice(t *testing.T) {
 				t.Fatalf("unexpected %s frame %+v", f.FrameType(), f)
 			}
 		}
-		if progress == 0 || progress > 1000 {
-			t.Fatalf("round %d: %d progress frames, want 1..1000", round, progress)
+		// None is right too: the final reply drops the progress not
+		// written yet, and the agent's whole output may be read before
+		// the first progress frame is written (make check, once).
+		if progress > 1000 {
+			t.Fatalf("round %d: %d progress frames, want at most 1000", round, progress)
 		}
 	}
 	c.alive()
