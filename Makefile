@@ -89,17 +89,22 @@ e2e:
 # without the race detector and the process-heavy suites, of the
 # packages a change touches (the files changed against main's merge
 # base, committed or not) and the packages that import them; all of
-# them with CHECK=all.
+# them with CHECK=all. The suites that build the project's programs and
+# run them (PROGRAM_PKGS) run when the change touches them, not for
+# every change to what they import: make test runs them.
 CHECK ?= changed
+PROGRAM_PKGS := ./cmd/... ./testrig/demo/... ./testrig/load/... ./testrig/armtest/...
 check:
-	@if [ "$(CHECK)" = all ]; then pkgs=$$($(GO) list ./... | grep -vxF "$$($(GO) list $(E2E_PKGS))"); else \
+	@e2e=$$($(GO) list $(E2E_PKGS)); progs=$$($(GO) list $(PROGRAM_PKGS)); \
+	if [ "$(CHECK)" = all ]; then pkgs=$$($(GO) list ./... | grep -vxF "$$e2e$$(printf '\n%s' $$progs)"); else \
 	  base=$$(git merge-base HEAD main 2>/dev/null || echo HEAD); \
 	  dirs=$$( { git diff --name-only $$base; git ls-files --others --exclude-standard; } | grep '\.go$$' | xargs -r -n1 dirname | sort -u | sed 's|^|./|'); \
 	  if [ -z "$$dirs" ]; then echo "check: no Go file changed against $$base (make check CHECK=all runs every unit test)"; exit 0; fi; \
 	  own=$$($(GO) list $$dirs 2>/dev/null); \
-	  pkgs=$$($(GO) list -f '{{.ImportPath}} {{join .Deps " "}}' ./... | awk -v own="$$own" 'BEGIN{n=split(own,o,"\n"); for(i=1;i<=n;i++) w[o[i]]=1} {for(i=1;i<=NF;i++) if ($$i in w) {print $$1; next}}' | grep -vxF "$$($(GO) list $(E2E_PKGS))"); \
+	  skip="$$e2e$$(printf '\n%s' $$(printf '%s\n' $$progs | grep -vxF "$$own"))"; \
+	  pkgs=$$($(GO) list -f '{{.ImportPath}} {{join .Deps " "}}' ./... | awk -v own="$$own" 'BEGIN{n=split(own,o,"\n"); for(i=1;i<=n;i++) w[o[i]]=1} {for(i=1;i<=NF;i++) if ($$i in w) {print $$1; next}}' | grep -vxF "$$skip"); \
 	fi; \
-	echo "go vet + go test -count=1: $$(echo $$pkgs | wc -w) packages"; \
+	echo "go vet + go test -count=1: $$(echo $$pkgs | wc -w) packages (not: the suites make test runs apart, and the programs' own)"; \
 	$(GO) vet $$pkgs && $(GO) test $(TESTFLAGS) -count=1 $$pkgs
 
 # Raspberry Pi Zero/1 (ARMv6) and 64-bit Pis; static, no cgo.
