@@ -276,8 +276,24 @@ func (n *Node) ConsumersRecreated() uint64 {
 	return w.recreated.Load()
 }
 
+// LeasesRetaken is the number of partition leases this worker took again
+// after they expired while NATS could not be written, keeping their
+// consumers (retake).
+func (n *Node) LeasesRetaken() uint64 {
+	n.mu.Lock()
+	w := n.worker
+	n.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	return w.retaken.Load()
+}
+
 // healMetrics adds the self-healing series to /metrics.
 func (n *Node) healMetrics(r *metrics.Registry) {
+	r.NewCounterFunc("termlink_cluster_leases_retaken_total",
+		"Partition leases this worker took again after they expired while NATS could not be written, keeping the partition's consumer.",
+		func() float64 { return float64(n.LeasesRetaken()) })
 	r.NewCounterFunc("termlink_cluster_consumers_recreated_total",
 		"Partition consumers this worker deleted and made again because they were gone, had no leader or delivered nothing while messages waited.",
 		func() float64 { return float64(n.ConsumersRecreated()) })

@@ -86,6 +86,8 @@ type worker struct {
 	owned map[int]*partition
 
 	recreated atomic.Uint64 // consumers deleted and made again (heal.go)
+	retaken   atomic.Uint64 // leases taken again after they expired (retake)
+	troubleAt time.Time     // the last NATS request of a tick that failed (loop's)
 	healed    time.Time     // the last look at the consumers (heal.go; loop's)
 	kick      chan struct{} // a consumer lost deliveries: heal at once (consumeFn)
 	startHook func(p int)   // tests: called before partition p's consumer is made
@@ -259,6 +261,7 @@ func (w *worker) liveWorkers(ctx context.Context, wake *leaseWake) []string {
 func (w *worker) tick(ctx context.Context, wake *leaseWake) {
 	live := w.liveWorkers(ctx, wake)
 	if live == nil {
+		w.troubleAt = time.Now()
 		return // NATS unreachable: keep what we have; leases tell the truth later
 	}
 	me := w.n.cfg.Name
@@ -277,8 +280,13 @@ func (w *worker) tick(ctx context.Context, wake *leaseWake) {
 	slots := make(chan struct{}, parallelStarts)
 	startingSet := map[int]bool{}
 	failed := make(chan int, w.n.cfg.Partitions)
+	// After NATS trouble, the other workers' heartbeats and leases may
+	// have expired while they could not be written: for a lease, until
+	// each has written again, this worker takes no partition it does not
+	// hold (it would take live workers' partitions, and they theirs back).
+	holdDown := !w.troubleAt.IsZero() && time.Since(w.troubleAt) < w.n.cfg.Lease
 	for p := 0; p < w.n.cfg.Partitions; p++ {
-		if owned[p] != nil || !wanted(p) {
+		if owned[p] != nil || !wanted(p) || holdDown {
 			continue
 		}
 		rev, err := w.n.parts.Create(ctx, leaseKey(p), []byte(me))
@@ -296,6 +304,7 @@ func (w *worker) tick(ctx context.Context, wake *leaseWake) {
 				continue
 			}
 		} else if err != nil {
+			w.troubleAt = time.Now()
 			continue
 		}
 		// Owned before its consumer delivers: a delivery's run starts
@@ -412,14 +421,49 @@ func (w *worker) renew(ctx context.Context, owned map[int]*partition, wanted fun
 				return
 			}
 			if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
+				if w.retake(ctx, p, part) {
+					continue
+				}
 				w.n.log.Warn("cluster: lost the lease of a partition", "partition", p, "err", err)
 				w.drop(p)
+				continue
 			}
+			w.troubleAt = time.Now()
 			continue // NATS trouble: try again next tick (the lease may still hold)
 		}
 		part.rev = rev
 		part.setRenewed(time.Now())
 	}
+}
+
+// retake takes partition p's lease again when its key is gone (it
+// expired while NATS could not be written: a leader election of the parts
+// bucket can outlast a lease) and nobody has taken the partition since:
+// the key is free, and this worker's consumer of it is still there (a new
+// owner deletes the earlier consumers before it runs anything). The
+// partition keeps its consumer and what the worker holds of it: nothing
+// comes again, and no run is taken for interrupted (issue 38: every
+// worker dropped and retook all its partitions after a NATS node died,
+// which stalled every session for seconds more than the election).
+func (w *worker) retake(ctx context.Context, p int, part *partition) bool {
+	rev, err := w.n.parts.Create(ctx, leaseKey(p), []byte(w.n.cfg.Name))
+	if err != nil {
+		return false
+	}
+	part.health.mu.Lock()
+	name := part.health.consumer
+	part.health.mu.Unlock()
+	if name == "" {
+		return false // none to keep: the next tick starts it again (the key is ours)
+	}
+	if _, err := w.n.in.Consumer(ctx, name); err != nil {
+		return false
+	}
+	part.rev = rev
+	part.setRenewed(time.Now())
+	w.retaken.Add(1)
+	w.n.log.Info("cluster: a partition's lease expired while NATS could not be written; taken again, its consumer kept", "partition", p, "consumer", name)
+	return true
 }
 
 // ownedNow is a copy of the partitions owned now.

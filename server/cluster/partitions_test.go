@@ -373,3 +373,132 @@ func TestSlowStartsKeepTheLeases(t *testing.T) {
 	default:
 	}
 }
+
+// newTestWorker is a worker of n whose loop the test runs (or whose tick
+// it calls), with hooks that report lost partitions on lost.
+func newTestWorker(n *Node, lost chan int) *worker {
+	hooks := WorkerHooks{Me: n.cfg.Name, Deliver: func(context.Context, *Delivery) {}, Unfinished: func(int) int { return 0 },
+		Lost: func(p int) { lost <- p }}
+	w := &worker{n: n, hooks: hooks, owned: map[int]*partition{}, kick: make(chan struct{}, 1)}
+	n.mu.Lock()
+	n.worker = w
+	n.mu.Unlock()
+	return w
+}
+
+// A lease whose key expired while NATS could not be written (a leader
+// election of the parts bucket outlasting a lease) is taken again by its
+// owner, consumer and all, when nobody took the partition meanwhile; one
+// whose consumer a new owner deleted is given up. Every worker used to
+// drop and retake all its partitions after a NATS node died (issue 38):
+// every session stalled for the retake on top of the election.
+func TestExpiredLeaseTakenAgain(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
+	defer cancel()
+	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 2,
+		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+	n, err := Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	lost := make(chan int, 16)
+	w := newTestWorker(n, lost)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.loop(wctx) }()
+	defer func() { stop(); <-done }()
+	testwait.Until(t, "the worker to own its 2 partitions, each consuming", func() bool {
+		return n.Owned() == 2 && len(consumerNames(t, ctx, n)) == 2
+	})
+	before := consumerNames(t, ctx, n)
+
+	// Both keys go as a TTL takes them (a purge: no key, no history).
+	for p := range 2 {
+		if err := n.parts.Purge(ctx, leaseKey(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testwait.Until(t, "both leases taken again", func() bool { return n.LeasesRetaken() == 2 })
+	if got := consumerNames(t, ctx, n); !sameSet(got, before) || n.Owned() != 2 {
+		t.Fatalf("consumers %v (before %v), %d owned: want the same consumers, both kept", got, before, n.Owned())
+	}
+
+	// Partition 1's key goes and a new owner deleted its consumer: given
+	// up (and started again: the key is free, the partition this worker's).
+	h := &w.ownedNow()[1].health
+	h.mu.Lock()
+	name := h.consumer
+	h.mu.Unlock()
+	if err := n.in.DeleteConsumer(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.parts.Purge(ctx, leaseKey(1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-lost:
+		if p != 1 {
+			t.Fatalf("lost partition %d, want 1", p)
+		}
+	case <-ctx.Done():
+		t.Fatal("partition 1 kept without its consumer")
+	}
+	if n.LeasesRetaken() != 2 {
+		t.Fatalf("%d leases retaken, want still 2", n.LeasesRetaken())
+	}
+	select {
+	case p := <-lost:
+		t.Fatalf("partition %d lost too", p)
+	default:
+	}
+}
+
+// After NATS trouble a worker takes no partition it does not hold for a
+// lease: the other workers' heartbeats and leases may have expired while
+// nobody could write them, and it would take theirs.
+func TestNoTakeOverForALeaseAfterNATSTrouble(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
+	defer cancel()
+	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 2,
+		Replicas: 1, AckWait: time.Second, Lease: 10 * time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+	n, err := Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	w := newTestWorker(n, make(chan int, 16))
+	defer func() {
+		for p := range w.ownedNow() {
+			w.drop(p)
+		}
+	}()
+	w.troubleAt = time.Now()
+	w.tick(ctx, &leaseWake{lease: cfg.Lease, now: time.Now()})
+	if got := n.Owned(); got != 0 {
+		t.Fatalf("took %d partitions just after NATS trouble, want 0", got)
+	}
+	w.troubleAt = time.Now().Add(-cfg.Lease)
+	w.tick(ctx, &leaseWake{lease: cfg.Lease, now: time.Now()})
+	if got := n.Owned(); got != 2 {
+		t.Fatalf("took %d partitions a lease after NATS trouble, want 2", got)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]int{}
+	for _, s := range a {
+		seen[s]++
+	}
+	for _, s := range b {
+		if seen[s]--; seen[s] < 0 {
+			return false
+		}
+	}
+	return true
+}
