@@ -52,7 +52,7 @@ const Outside = "outside"
 
 // Windows lists the latency windows in the order reports print them:
 // outside the faults, then inside each fault kind.
-var Windows = []string{Outside, FaultKillNATS, FaultKillEdge, FaultKillWorker, FaultPause}
+var Windows = []string{Outside, FaultKillNATS, FaultKillEdge, FaultKillWorker, FaultPause, FaultPartition, FaultDiskFull}
 
 // Options tune Check.
 type Options struct {

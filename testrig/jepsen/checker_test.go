@@ -132,19 +132,25 @@ func TestCheckLatencyWindows(t *testing.T) {
 	b := new(hb).
 		fault(1000, 3000, FaultKillNATS, "n1").
 		fault(2000, 5000, FaultPause, "worker-1").
-		fault(8000, 9000, FaultKillEdge, "edge-1")
+		fault(8000, 9000, FaultKillEdge, "edge-1").
+		fault(10000, 12000, FaultPartition, "n2").
+		fault(11000, 13000, FaultDiskFull, "n3")
 	b.send(1, "d", "out", 1).ack(1, "d", "out").run(101, "d", "out", "w").reply(500, "d", "out", "You said: d-out")
 	b.send(1500, "d", "nats", 2).ack(1500, "d", "nats").run(2500, "d", "nats", "w").reply(2900, "d", "nats", "You said: d-nats")
 	b.send(2500, "d", "both", 3).ack(2500, "d", "both").run(6500, "d", "both", "w").reply(6900, "d", "both", "You said: d-both")
 	b.send(5400, "d", "grace", 4).ack(5400, "d", "grace").run(6600, "d", "grace", "w").reply(6950, "d", "grace", "You said: d-grace")
 	// Ran before the device saw its ack: latency 0.
 	b.send(8500, "d", "early", 5).run(8600, "d", "early", "w").ack(8700, "d", "early").reply(9000, "d", "early", "You said: d-early")
+	b.send(10500, "d", "cut", 6).ack(10500, "d", "cut").run(10800, "d", "cut", "w").reply(11000, "d", "cut", "You said: d-cut")
+	b.send(12500, "d", "full", 7).ack(12500, "d", "full").run(14500, "d", "full", "w").reply(14600, "d", "full", "You said: d-full")
 	r := Check(b.h, Options{})
 	want := map[string][]time.Duration{
-		Outside:       {100 * time.Millisecond, 1200 * time.Millisecond},
-		FaultKillNATS: {time.Second, 4 * time.Second},
-		FaultPause:    {4 * time.Second},
-		FaultKillEdge: {0},
+		Outside:        {100 * time.Millisecond, 1200 * time.Millisecond},
+		FaultKillNATS:  {time.Second, 4 * time.Second},
+		FaultPause:     {4 * time.Second},
+		FaultKillEdge:  {0},
+		FaultPartition: {300 * time.Millisecond},
+		FaultDiskFull:  {2 * time.Second},
 	}
 	for _, w := range Windows {
 		if got := r.Latency[w]; !equalDurations(got, want[w]) {

@@ -53,9 +53,16 @@ const (
 	FaultKillEdge   = "kill_edge"   // kill -9 of an edge, restarted at the end
 	FaultKillWorker = "kill_worker" // kill -9 of a worker, restarted at the end
 	FaultPause      = "pause"       // SIGSTOP of any node, SIGCONT at the end
+	// FaultPartition: any node cut off from the cluster's network (its
+	// veth moved off the bridge), put back at the end.
+	FaultPartition = "partition"
+	// FaultDiskFull: a NATS node's JetStream store (a size-limited tmpfs)
+	// filled up, the filler removed at the end.
+	FaultDiskFull = "disk_full"
 )
 
-var faultNames = map[string]bool{FaultKillNATS: true, FaultKillEdge: true, FaultKillWorker: true, FaultPause: true}
+var faultNames = map[string]bool{FaultKillNATS: true, FaultKillEdge: true, FaultKillWorker: true, FaultPause: true,
+	FaultPartition: true, FaultDiskFull: true}
 
 // Event is one line of a history.
 type Event struct {

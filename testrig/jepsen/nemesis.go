@@ -26,17 +26,27 @@ type NemesisOptions struct {
 	// nodes; each such fault says so in its Note (beyond what JetStream
 	// promises). Off: such a fault is not drawn.
 	AllowMajority bool
+	// Partitions lets the schedule cut nodes off from the network
+	// (FaultPartition): only when the nodes run in network namespaces
+	// (testrig/bench/jepsen-partition.sh makes them, as root).
+	Partitions bool
+	// DiskFull lets the schedule fill a NATS node's JetStream store
+	// (FaultDiskFull): only when the stores are on size-limited tmpfs
+	// mounts (as root).
+	DiskFull bool
 }
 
 // Fault is one fault of a schedule: from At (after the schedule's
-// start) for Duration, then healed (the node restarted, or SIGCONT).
+// start) for Duration, then healed (the node restarted, SIGCONT, put
+// back on the network, or its store's filler removed).
 type Fault struct {
-	Kind     string // FaultKillNATS, FaultKillEdge, FaultKillWorker, FaultPause
+	Kind     string // FaultKillNATS, FaultKillEdge, FaultKillWorker, FaultPause, FaultPartition, FaultDiskFull
 	Node     string
 	At       time.Duration
 	Duration time.Duration
 	// Note is set when the fault takes a majority of the NATS nodes down
-	// (with the others down then): beyond what JetStream promises.
+	// or away (with the others faulted then): beyond what JetStream
+	// promises.
 	Note string
 }
 
@@ -68,7 +78,7 @@ func (s Schedule) String() string {
 }
 
 // BeyondPromise reports whether a fault of the schedule takes a majority
-// of the NATS nodes down.
+// of the NATS nodes down (or cuts them off, or fills their disks).
 func (s Schedule) BeyondPromise() bool {
 	for _, f := range s.Faults {
 		if f.Note != "" {
@@ -78,7 +88,20 @@ func (s Schedule) BeyondPromise() bool {
 	return false
 }
 
-const beyondNote = "beyond what JetStream promises: a majority of the NATS nodes down"
+const beyondNote = "beyond what JetStream promises: a majority of the NATS nodes down or cut off"
+
+// Kinds returns the fault kinds a schedule with opt may draw, in the
+// order Generate numbers them.
+func (opt NemesisOptions) Kinds() []string {
+	k := []string{FaultKillNATS, FaultKillEdge, FaultKillWorker, FaultPause}
+	if opt.Partitions {
+		k = append(k, FaultPartition)
+	}
+	if opt.DiskFull {
+		k = append(k, FaultDiskFull)
+	}
+	return k
+}
 
 // Generate draws a schedule from seed (a PCG seeded with it): the same
 // seed, topology and options give the same schedule. Faults start 1-3 s
@@ -88,12 +111,22 @@ const beyondNote = "beyond what JetStream promises: a majority of the NATS nodes
 //	                                   after 3-10 s
 //	pause                              SIGSTOP of any node, SIGCONT after
 //	                                   1.5-4 leases
+//	partition (opt.Partitions)         any node cut off from the cluster's
+//	                                   network, back after 1.5-5 leases
+//	disk_full (opt.DiskFull)           a NATS node's store filled up, the
+//	                                   filler removed after 3-10 s
 //
 // A node has one fault at a time; at most one edge and one worker are
-// down at once (one of each is always up, so every fault is a single
-// node's death for the devices and agents), and at most a minority of
-// the NATS nodes unless AllowMajority (then the fault's Note says it is
-// beyond what JetStream promises).
+// down (or cut off) at once (one of each is always up, so every fault is
+// a single node's loss for the devices and agents), and at most a
+// minority of the NATS nodes unless AllowMajority (then the fault's Note
+// says it is beyond what JetStream promises). Partitions in force at the
+// same moment share a side: the nodes cut off together see each other
+// and not the rest (a minority: at most one NATS node, one edge, one
+// worker).
+//
+// Without Partitions and DiskFull the draws are those of the four first
+// kinds alone: a seed gives the schedule it gave before those existed.
 func Generate(seed uint64, topo Topology, opt NemesisOptions) Schedule {
 	if opt.Span <= 0 {
 		opt.Span = 36 * time.Second
@@ -121,28 +154,34 @@ func Generate(seed uint64, topo Topology, opt NemesisOptions) Schedule {
 	var all []string
 	all = append(append(append(all, topo.NATS...), topo.Edges...), topo.Workers...)
 	t := between(time.Second, 3*time.Second)
+	kinds := opt.Kinds()
 	for t < opt.Span-2*time.Second {
-		var f Fault
-		switch rng.IntN(4) {
-		case 0:
-			f = Fault{Kind: FaultKillNATS, Node: pick(rng, topo.NATS)}
-		case 1:
-			f = Fault{Kind: FaultKillEdge, Node: pick(rng, topo.Edges)}
-		case 2:
-			f = Fault{Kind: FaultKillWorker, Node: pick(rng, topo.Workers)}
-		default:
-			f = Fault{Kind: FaultPause, Node: pick(rng, all)}
+		f := Fault{Kind: kinds[rng.IntN(len(kinds))]}
+		switch f.Kind {
+		case FaultKillNATS, FaultDiskFull:
+			f.Node = pick(rng, topo.NATS)
+		case FaultKillEdge:
+			f.Node = pick(rng, topo.Edges)
+		case FaultKillWorker:
+			f.Node = pick(rng, topo.Workers)
+		default: // pause, partition
+			f.Node = pick(rng, all)
 		}
 		f.At = t
-		if f.Kind == FaultPause {
+		switch f.Kind {
+		case FaultPause:
 			f.Duration = between(opt.Lease*3/2, opt.Lease*4)
-		} else {
+		case FaultPartition:
+			f.Duration = between(opt.Lease*3/2, opt.Lease*5)
+		default:
 			f.Duration = between(3*time.Second, 10*time.Second)
 		}
 		if f.End() > opt.Span {
 			f.Duration = opt.Span - f.At
 		}
-		ok := f.Node != "" && (f.Kind != FaultPause || f.Duration > opt.Lease) && f.Duration > 0
+		// A pause or a partition outlasts a lease (the node's leases
+		// expire meanwhile).
+		ok := f.Node != "" && ((f.Kind != FaultPause && f.Kind != FaultPartition) || f.Duration > opt.Lease) && f.Duration > 0
 		sameRole := 0
 		for _, g := range s.Faults {
 			if g.At < f.End() && f.At < g.End() {
