@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -38,6 +39,14 @@ type RunConfig struct {
 	// AnswerBound bounds the wait, after the faults, for every message
 	// sent to be answered (default 90 s).
 	AnswerBound time.Duration
+	// Netns runs every node in its network namespace of the layout
+	// testrig/bench/jepsen-partition.sh makes (netnsLayout; as root, see
+	// NetnsReady): needed for partition faults.
+	Netns bool
+	// DiskFull puts each NATS node's store on a tmpfs of StoreTmpfsSize
+	// (as root, see DiskFullReady), unmounted after the run: needed for
+	// disk_full faults.
+	DiskFull bool
 	// Log, when set, gets progress lines.
 	Log func(format string, args ...any)
 }
@@ -101,7 +110,30 @@ func RunSchedule(ctx context.Context, cfg RunConfig, sched Schedule) (res Result
 	rec := NewRecorder(hf)
 	runLog := filepath.Join(cfg.Dir, "runs.log")
 
-	nc, err := cluster.StartNATS(ctx, cluster.NATSOptions{Nodes: 3, Dir: filepath.Join(cfg.Dir, "nats"), Binary: cfg.NATSServer})
+	natsOpt := cluster.NATSOptions{Nodes: 3, Dir: filepath.Join(cfg.Dir, "nats"), Binary: cfg.NATSServer}
+	if cfg.Netns {
+		for _, name := range RunTopology.NATS {
+			natsOpt.Netns, natsOpt.Hosts = append(natsOpt.Netns, netnsLayout[name].ns), append(natsOpt.Hosts, netnsLayout[name].host)
+		}
+	}
+	if cfg.DiskFull {
+		// The stores (StartNATS puts node nK's in Dir/nK/store) on tmpfs,
+		// unmounted after the nodes stopped (this defer runs after theirs).
+		var mounted []string
+		defer func() {
+			for _, d := range mounted {
+				err = errors.Join(err, unmount(d))
+			}
+		}()
+		for _, name := range RunTopology.NATS {
+			d := filepath.Join(natsOpt.Dir, name, "store")
+			if err := mountTmpfs(d, StoreTmpfsSize); err != nil {
+				return res, err
+			}
+			mounted = append(mounted, d)
+		}
+	}
+	nc, err := cluster.StartNATS(ctx, natsOpt)
 	if err != nil {
 		return res, err
 	}
@@ -126,13 +158,24 @@ func RunSchedule(ctx context.Context, cfg RunConfig, sched Schedule) (res Result
 		if strings.HasPrefix(name, "worker") {
 			role = "worker"
 		}
-		s, err := cluster.StartServer(ctx, cfg.Termserver, cluster.NodeSpec{Name: name, Role: role, NATS: nc.URLs(),
-			Partitions: cfg.Partitions, Replicas: 3, Agent: agent, Cluster: clusterKeys, Dir: filepath.Join(cfg.Dir, name)})
+		spec := cluster.NodeSpec{Name: name, Role: role, NATS: nc.URLs(),
+			Partitions: cfg.Partitions, Replicas: 3, Agent: agent, Cluster: clusterKeys, Dir: filepath.Join(cfg.Dir, name)}
+		if cfg.Netns {
+			spec.Netns, spec.Host = netnsLayout[name].ns, netnsLayout[name].host
+		}
+		s, err := cluster.StartServer(ctx, cfg.Termserver, spec)
 		if err != nil {
 			return res, err
 		}
 		servers = append(servers, s)
 		nodes[name] = s
+	}
+	if cfg.Netns { // whatever a failed heal left cut off, back before the nodes stop
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			err = errors.Join(err, healPartitions(cctx))
+		}()
 	}
 	for _, s := range servers {
 		if err := s.WaitClusterNodes(ctx, len(servers)); err != nil {
@@ -175,7 +218,8 @@ func RunSchedule(ctx context.Context, cfg RunConfig, sched Schedule) (res Result
 			d.sendLoop(sendCtx, cfg.Burst, cfg.Interval, time.Duration(i)*cfg.Interval/time.Duration(len(devs)))
 		}()
 	}
-	n := &nemesis{rec: rec, nats: nc, servers: nodes}
+	n := &nemesis{rec: rec, nats: nc, servers: nodes, netns: cfg.Netns, diskFull: cfg.DiskFull,
+		log: func(format string, args ...any) { cfg.Log("seed %d: "+format, append([]any{sched.Seed}, args...)...) }}
 	res.FaultErrors = n.apply(ctx, start, sched)
 	stopSending()
 	wg.Wait()
@@ -365,9 +409,12 @@ func readInterruptions(ctx context.Context, urls string, devs []*device) (Histor
 
 // nemesis applies a schedule's faults to the nodes.
 type nemesis struct {
-	rec     *Recorder
-	nats    *cluster.NATS
-	servers map[string]*cluster.Server
+	rec      *Recorder
+	nats     *cluster.NATS
+	servers  map[string]*cluster.Server
+	netns    bool // the nodes run in netnsLayout's namespaces
+	diskFull bool // the NATS stores are on tmpfs
+	log      func(format string, args ...any)
 }
 
 // apply runs each fault at its time (a goroutine each, all waited for;
@@ -406,7 +453,7 @@ func (n *nemesis) apply(ctx context.Context, start time.Time, s Schedule) []stri
 			if !waitUntil(ctx, start.Add(f.At)) {
 				return
 			}
-			heal, err := n.begin(f)
+			heal, err := n.begin(ctx, f)
 			if err != nil {
 				fail(f, err)
 				return
@@ -415,10 +462,14 @@ func (n *nemesis) apply(ctx context.Context, start time.Time, s Schedule) []stri
 			waitUntil(ctx, start.Add(f.End()))
 			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
-			if err := heal(hctx); err != nil {
+			note, err := heal(hctx)
+			if err != nil {
 				fail(f, fmt.Errorf("healing: %w", err))
 			}
-			n.rec.Add(Event{Kind: KindFaultEnd, Time: time.Now().UnixNano(), Fault: f.Kind, Node: f.Node})
+			if note != "" {
+				n.log("%s %s healed: %s", f.Kind, f.Node, note)
+			}
+			n.rec.Add(Event{Kind: KindFaultEnd, Time: time.Now().UnixNano(), Fault: f.Kind, Node: f.Node, Note: note})
 		}()
 	}
 	wg.Wait()
@@ -437,8 +488,14 @@ func waitUntil(ctx context.Context, t time.Time) bool {
 	}
 }
 
-// begin applies f and returns how to heal it.
-func (n *nemesis) begin(f Fault) (func(context.Context) error, error) {
+// restarted turns a restart into a heal with no note.
+func restarted(start func(context.Context) error) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) { return "", start(ctx) }
+}
+
+// begin applies f and returns how to heal it (the heal's note, if any,
+// goes in the fault_end event).
+func (n *nemesis) begin(ctx context.Context, f Fault) (func(context.Context) (string, error), error) {
 	var nn *cluster.NATSNode
 	for _, x := range n.nats.Nodes {
 		if x.Name == f.Node {
@@ -455,13 +512,13 @@ func (n *nemesis) begin(f Fault) (func(context.Context) error, error) {
 			return nil, fmt.Errorf("%s is not a NATS node", f.Node)
 		}
 		nn.Kill()
-		return nn.Start, nil
+		return restarted(nn.Start), nil
 	case FaultKillEdge, FaultKillWorker:
 		if s == nil {
 			return nil, fmt.Errorf("%s is not a termserver", f.Node)
 		}
 		s.Kill()
-		return s.Start, nil
+		return restarted(s.Start), nil
 	case FaultPause:
 		marker := ""
 		if nn != nil {
@@ -476,9 +533,70 @@ func (n *nemesis) begin(f Fault) (func(context.Context) error, error) {
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			return nil, fmt.Errorf("SIGSTOP %s (pid %d): %w", f.Node, pid, err)
 		}
-		return func(context.Context) error { return syscall.Kill(pid, syscall.SIGCONT) }, nil
+		return func(context.Context) (string, error) { return "", syscall.Kill(pid, syscall.SIGCONT) }, nil
+	case FaultPartition:
+		if !n.netns {
+			return nil, errors.New("the nodes do not run in network namespaces (RunConfig.Netns)")
+		}
+		return partition(ctx, f.Node)
+	case FaultDiskFull:
+		if nn == nil {
+			return nil, fmt.Errorf("%s is not a NATS node", f.Node)
+		}
+		if !n.diskFull {
+			return nil, errors.New("the NATS stores are not on tmpfs (RunConfig.DiskFull)")
+		}
+		return n.fillStore(ctx, nn)
 	}
 	return nil, fmt.Errorf("unknown fault %q", f.Kind)
+}
+
+// fillStore fills nn's store (its tmpfs) with a filler file and returns
+// the heal: the filler removed. nats-server turns JetStream off for good
+// when a write finds no space ("JetStream out of resources, will be
+// DISABLED"); the heal then restarts the node (gracefully), as an
+// operator who freed the disk would, and says so.
+func (n *nemesis) fillStore(ctx context.Context, nn *cluster.NATSNode) (func(context.Context) (string, error), error) {
+	var off int64
+	if st, err := os.Stat(nn.LogFile); err == nil {
+		off = st.Size()
+	}
+	filler := filepath.Join(nn.StoreDir, fillerName)
+	wrote, err := fillDisk(ctx, nn.StoreDir)
+	if err != nil {
+		_ = os.Remove(filler)
+		return nil, fmt.Errorf("filling %s: %w", nn.StoreDir, err)
+	}
+	n.log("disk_full %s: %d MiB of filler in %s", nn.Name, wrote>>20, nn.StoreDir)
+	return func(ctx context.Context) (string, error) {
+		if err := os.Remove(filler); err != nil {
+			return "", err
+		}
+		if !strings.Contains(readFrom(nn.LogFile, off), "will be DISABLED") {
+			return "", nil
+		}
+		if err := nn.Stop(ctx); err != nil {
+			return "", err
+		}
+		if err := nn.Start(ctx); err != nil {
+			return "", err
+		}
+		return "JetStream disabled itself (out of space): node restarted", nil
+	}, nil
+}
+
+// readFrom returns the file from offset off on ("" if unreadable).
+func readFrom(name string, off int64) string {
+	f, err := os.Open(name)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, 0); err != nil {
+		return ""
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
 }
 
 // findPID finds the process whose command line has the argument arg

@@ -20,6 +20,11 @@ import (
 // new directory under the system's temporary one, kept and named in the
 // log). The test fails when a schedule within JetStream's promise shows
 // a violation.
+//
+// Partitions are drawn with TERMLINK_JEPSEN_NETNS=1, as root, with the
+// namespaces testrig/bench/jepsen-partition.sh makes (the nodes run in
+// them); full NATS disks as root when a tmpfs can be mounted (unless
+// TERMLINK_JEPSEN_DISKFULL=0). The log says which are drawn, or why not.
 func TestSchedules(t *testing.T) {
 	var seeds []uint64
 	if s := os.Getenv("TERMLINK_JEPSEN_SEED"); s != "" {
@@ -64,6 +69,25 @@ func TestSchedules(t *testing.T) {
 	}
 	t.Logf("histories in %s", out)
 	lease := 2 * time.Second
+	nopt := NemesisOptions{Span: 36 * time.Second, Lease: lease}
+	// Partitions: only when asked for and the namespaces are there.
+	if os.Getenv("TERMLINK_JEPSEN_NETNS") != "1" {
+		t.Log("partitions not drawn: set TERMLINK_JEPSEN_NETNS=1 (testrig/bench/jepsen-partition.sh makes the network namespaces, as root)")
+	} else if err := NetnsReady(context.Background()); err != nil {
+		t.Fatalf("TERMLINK_JEPSEN_NETNS=1 but: %v", err)
+	} else {
+		nopt.Partitions = true
+		t.Log("partitions drawn: the nodes run in the network namespaces tlj-*")
+	}
+	// Full disks: as root, when a tmpfs can be mounted.
+	if os.Getenv("TERMLINK_JEPSEN_DISKFULL") == "0" {
+		t.Log("disk_full not drawn: TERMLINK_JEPSEN_DISKFULL=0")
+	} else if err := DiskFullReady(out); err != nil {
+		t.Logf("disk_full not drawn: %v", err)
+	} else {
+		nopt.DiskFull = true
+		t.Logf("disk_full drawn: each NATS store on a tmpfs of size %s", StoreTmpfsSize)
+	}
 	var (
 		results []Result
 		total   = map[ViolationKind]int{}
@@ -72,12 +96,13 @@ func TestSchedules(t *testing.T) {
 		stalled int
 	)
 	for _, seed := range seeds {
-		sched := Generate(seed, RunTopology, NemesisOptions{Span: 36 * time.Second, Lease: lease})
+		sched := Generate(seed, RunTopology, nopt)
 		t.Logf("%s", sched)
 		dir := filepath.Join(out, fmt.Sprintf("seed-%d", seed))
 		_ = os.RemoveAll(dir)
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		res, err := RunSchedule(ctx, RunConfig{Termserver: bin, NATSServer: natsBin, Dir: dir, Lease: lease,
+			Netns: nopt.Partitions, DiskFull: nopt.DiskFull,
 			Log: func(format string, args ...any) { t.Logf(format, args...) }}, sched)
 		cancel()
 		if err != nil {
