@@ -2,7 +2,6 @@ package update
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,17 +53,9 @@ func (r *Request) Marshal() []byte {
 // second JSON value and values out of range are refused with the field
 // named.
 func ParseRequest(data []byte) (*Request, error) {
-	if len(data) > MaxRequestBytes {
-		return nil, fmt.Errorf("update request: %d bytes, more than %d", len(data), MaxRequestBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var r Request
-	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("update request: %w", err)
-	}
-	if _, err := dec.Token(); err == nil {
-		return nil, errors.New("update request: more than one JSON value")
+	if err := decodeStrict(data, MaxRequestBytes, "update request", &r); err != nil {
+		return nil, err
 	}
 	if err := release.CheckVersion(r.Version); err != nil {
 		return nil, fmt.Errorf("update request: version: %w", err)

@@ -60,17 +60,9 @@ var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // ParseStatus decodes and checks a state file. Unknown fields, a second
 // JSON value, and values out of range are refused with the field named.
 func ParseStatus(data []byte) (*Status, error) {
-	if len(data) > MaxStateBytes {
-		return nil, fmt.Errorf("update state: %d bytes, more than %d", len(data), MaxStateBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var s Status
-	if err := dec.Decode(&s); err != nil {
-		return nil, fmt.Errorf("update state: %w", err)
-	}
-	if _, err := dec.Token(); err == nil {
-		return nil, errors.New("update state: more than one JSON value")
+	if err := decodeStrict(data, MaxStateBytes, "update state", &s); err != nil {
+		return nil, err
 	}
 	var errs []error
 	if s.Installed != "" {
@@ -144,6 +136,23 @@ func writeStatus(stateDir string, s *Status) error {
 		_, err := w.Write(s.Marshal())
 		return err
 	}, false)
+}
+
+// decodeStrict decodes one JSON value of at most max bytes into v,
+// refusing unknown fields and anything after it; errors begin with what.
+func decodeStrict(data []byte, max int, what string, v any) error {
+	if len(data) > max {
+		return fmt.Errorf("%s: %d bytes, more than %d", what, len(data), max)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if _, err := dec.Token(); err == nil {
+		return fmt.Errorf("%s: more than one JSON value", what)
+	}
+	return nil
 }
 
 // failure makes a Failure with the reason cut to MaxReasonBytes.

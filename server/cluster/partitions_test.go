@@ -46,13 +46,7 @@ func TestTakeOverFencesTheOldOwner(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
-	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
-		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
-	n, err := Open(ctx, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := openWorkerNode(t, ctx, 1, time.Second, time.Second)
 	hooks := WorkerHooks{Deliver: func(context.Context, *Delivery) {}, Unfinished: func(int) int { return 0 }}
 
 	oldOwner := &worker{n: n, hooks: hooks, owned: map[int]*partition{}}
@@ -105,13 +99,7 @@ func TestTakeOverFence(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
-	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
-		Replicas: 1, AckWait: time.Minute, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
-	n, err := Open(ctx, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := openWorkerNode(t, ctx, 1, time.Minute, time.Second)
 	publish := func(id string) {
 		t.Helper()
 		if _, err := n.PublishInbound(ctx, bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: id, Text: "x"}); err != nil {
@@ -243,13 +231,7 @@ func TestLostDeliveryStopsTheHandOver(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
-	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 1,
-		Replicas: 1, AckWait: time.Minute, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
-	n, err := Open(ctx, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := openWorkerNode(t, ctx, 1, time.Minute, time.Second)
 	for _, id := range []string{"m-1", "m-2", "m-3", "m-4"} {
 		if _, err := n.PublishInbound(ctx, bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: id, Text: "x"}); err != nil {
 			t.Fatal(err)
@@ -306,13 +288,8 @@ func TestSlowStartsKeepTheLeases(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
-	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 4,
-		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
-	n, err := Open(ctx, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := openWorkerNode(t, ctx, 4, time.Second, time.Second)
+	cfg := n.cfg
 	lost := make(chan int, 16)
 	hooks := WorkerHooks{Me: "w1", Deliver: func(context.Context, *Delivery) {}, Unfinished: func(int) int { return 0 },
 		Lost: func(p int) { lost <- p }}
@@ -374,6 +351,20 @@ func TestSlowStartsKeepTheLeases(t *testing.T) {
 	}
 }
 
+// openWorkerNode opens worker node w1 of partitions on a JetStream of its
+// own (one replica), closed when the test ends.
+func openWorkerNode(t *testing.T, ctx context.Context, partitions int, ackWait, lease time.Duration) *Node {
+	t.Helper()
+	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: partitions,
+		Replicas: 1, AckWait: ackWait, Lease: lease, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+	n, err := Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}
+
 // newTestWorker is a worker of n whose loop the test runs (or whose tick
 // it calls), with hooks that report lost partitions on lost.
 func newTestWorker(n *Node, lost chan int) *worker {
@@ -396,13 +387,7 @@ func TestExpiredLeaseTakenAgain(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
-	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 2,
-		Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
-	n, err := Open(ctx, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := openWorkerNode(t, ctx, 2, time.Second, time.Second)
 	lost := make(chan int, 16)
 	w := newTestWorker(n, lost)
 	wctx, stop := context.WithCancel(ctx)
@@ -462,13 +447,8 @@ func TestNoTakeOverForALeaseAfterNATSTrouble(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
-	cfg := config.Cluster{NATS: []string{startJetStream(t)}, Role: config.RoleWorker, Name: "w1", Partitions: 2,
-		Replicas: 1, AckWait: time.Second, Lease: 10 * time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
-	n, err := Open(ctx, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := openWorkerNode(t, ctx, 2, time.Second, 10 * time.Second)
+	cfg := n.cfg
 	w := newTestWorker(n, make(chan int, 16))
 	defer func() {
 		for p := range w.ownedNow() {
