@@ -447,7 +447,7 @@ func TestNoTakeOverForALeaseAfterNATSTrouble(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
-	n := openWorkerNode(t, ctx, 2, time.Second, 10 * time.Second)
+	n := openWorkerNode(t, ctx, 2, time.Second, 10*time.Second)
 	cfg := n.cfg
 	w := newTestWorker(n, make(chan int, 16))
 	defer func() {

@@ -107,9 +107,15 @@ func healPartitions(ctx context.Context) error {
 
 // StoreTmpfsSize is the size of each NATS node's store tmpfs. The
 // stream reservations need it: JetStream takes 75% of the free space as
-// its file store limit, and termserver's streams reserve 576 MiB (the
-// devices bucket's 512 MiB, the events stream's 64 MiB) on every node.
+// its file store limit (768 MiB here), and termserver's streams reserve
+// 640 MiB on every node: the devices bucket's 512 MiB, the events
+// stream's 64 MiB, and the history stream's historyMaxMegabytes, which
+// the runner lowers to storeHistoryMiB (its default, 4 GiB, would not
+// fit).
 const StoreTmpfsSize = "1g"
+
+// storeHistoryMiB is historyMaxMegabytes with the stores on tmpfs.
+const storeHistoryMiB = 64
 
 // DiskFullReady reports why full disks cannot be drawn here (nil: they
 // can): not root, or a tmpfs cannot be mounted (it mounts one in dir

@@ -153,6 +153,11 @@ func RunSchedule(ctx context.Context, cfg RunConfig, sched Schedule) (res Result
 	}()
 	agent := recordingAgent(runLog, cfg.AgentDelay)
 	clusterKeys := map[string]any{"leaseSeconds": int(cfg.Lease.Seconds()), "ackWaitSeconds": int(cfg.Lease.Seconds() * 2.5)}
+	if cfg.DiskFull {
+		// The history stream reserves historyMaxMegabytes (4 GiB by
+		// default) on every node: more than a store's tmpfs has.
+		clusterKeys["historyMaxMegabytes"] = storeHistoryMiB
+	}
 	for _, name := range append(append([]string{}, RunTopology.Edges...), RunTopology.Workers...) {
 		role := "edge"
 		if strings.HasPrefix(name, "worker") {
@@ -177,7 +182,13 @@ func RunSchedule(ctx context.Context, cfg RunConfig, sched Schedule) (res Result
 			err = errors.Join(err, healPartitions(cctx))
 		}()
 	}
+	// WaitClusterNodes reads /api/status, which answers loopback clients
+	// only (no admin tokens): in the namespaces the nodes listen on
+	// their bridges' addresses, and the warm-up below is the wait.
 	for _, s := range servers {
+		if cfg.Netns {
+			break
+		}
 		if err := s.WaitClusterNodes(ctx, len(servers)); err != nil {
 			return res, err
 		}
