@@ -24,9 +24,11 @@
 // and the accept-to-first-run latency (first ack to first run start;
 // 0 when the run started before the device saw its ack) as p50/p99/max,
 // for messages accepted outside every fault window and inside each fault
-// kind's (kill_nats, kill_edge, kill_worker, pause); a window runs from
-// the fault to the moment the node is back (restarted and answering, or
-// continued). A message accepted during two faults counts in both.
+// kind's (kill_nats, kill_edge, kill_worker, pause, partition,
+// disk_full); a window runs from the fault to the moment the node is
+// back (restarted and answering, continued, back on the network, or its
+// store's filler removed and, if need be, the node restarted). A message
+// accepted during two faults counts in both.
 //
 // Interruptions are observable from outside: after a schedule the runner
 // reads TERMLINK_HIST and adds an "interrupted" event for every message
@@ -48,8 +50,28 @@
 // NATS nodes (1 of 3); with NemesisOptions.AllowMajority a fault past
 // that is drawn and its Note says it is beyond what JetStream promises,
 // which the report repeats (BEYOND_JETSTREAM_PROMISE) and TestSchedules
-// does not count as a failure. Network partitions and slow or full
-// disks are not drawn yet.
+// does not count as a failure.
+//
+// Two more kinds are drawn only when the run is set up for them
+// (NemesisOptions.Partitions, DiskFull; without them a seed draws the
+// schedule it drew before they existed):
+//
+//	partition  any node cut off from the cluster's network for 1.5-5
+//	           leases, then put back. The nodes run in network namespaces
+//	           (netfaults.go: tlj-*, made by testrig/bench/jepsen-partition.sh
+//	           as root); the cut moves the node's veth from the bridge
+//	           tljc0 to tljx0 (packets dropped silently, carrier up: this
+//	           kernel has no tc netem). Nodes cut off at once share tljx0:
+//	           a minority side. An edge cut off still has its devices.
+//	disk_full  a NATS node's store (each on a tmpfs of 1 GiB, as root)
+//	           filled with a filler file for 3-10 s, then the filler
+//	           removed. nats-server disables JetStream for good when a
+//	           write finds no space; the heal then restarts the node, and
+//	           its fault_end event says so.
+//
+// The minority rule counts every fault on a NATS node (down, paused, cut
+// off, disk full). Slow disks are not drawn (no way here to slow one
+// file system: no dm-delay, no netem).
 //
 // # Running it
 //
@@ -63,6 +85,13 @@
 // logs a line per schedule with its violations and a summary table.
 //
 //	TERMLINK_JEPSEN=100 go test -run TestSchedules -timeout 0 ./testrig/jepsen
+//
+// draws full disks when run as root (TERMLINK_JEPSEN_DISKFULL=0: not),
+// partitions only with TERMLINK_JEPSEN_NETNS=1 and the namespaces:
+//
+//	TERMLINK_JEPSEN=3 testrig/bench/jepsen-partition.sh
+//
+// The test log says which are drawn, or why not.
 //
 // runs seeds 1-100 (TERMLINK_JEPSEN_FIRST=K: seeds K..K+99), about a
 // minute each. Each schedule's files (history.jsonl, runs.log, the
