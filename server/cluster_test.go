@@ -77,33 +77,35 @@ func waitUntil(t *testing.T, what string, ok func() bool) bool {
 	return true
 }
 
-// dropLease removes partition 0's lease as its expiry does (no delete
-// marker: the key has no revision left, so the owner's renewal fails
-// with "wrong last sequence: 0"), and waits until the worker has given
-// the partition up and taken it again.
+// dropLease makes the worker lose partition 0's lease and take it again:
+// another worker's name is written over the lease (as a worker that took
+// the partition while this one could not renew does), so the owner's
+// renewal fails and the key is not free to take again; once the worker
+// has given the partition up, the key goes (as that worker's lease
+// expires) and the worker takes the partition again on a new consumer.
+// (A lease that merely expired is taken again with its consumer: retake,
+// TestExpiredLeaseTakenAgain in server/cluster.)
 func dropLease(t *testing.T, ts *testServer, js jetstream.JetStream) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, "KV_"+cluster.PartsBucket)
+	kv, err := js.KeyValue(ctx, cluster.PartsBucket)
 	if err != nil {
 		t.Error(err)
 		return
 	}
-	if err := s.Purge(ctx, jetstream.WithPurgeSubject("$KV."+cluster.PartsBucket+".p.0")); err != nil {
+	if _, err := kv.Put(ctx, "p.0", []byte("another-worker")); err != nil {
 		t.Error(err)
 		return
 	}
 	node := clusterStore(ts).Node()
-	deadline := time.Now().Add(10 * time.Second)
-	for node.Owns(0) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	if !waitUntil(t, "the worker to give partition 0 up", func() bool { return !node.Owns(0) }) {
+		return
 	}
-	for !node.Owns(0) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	if err := kv.Purge(ctx, "p.0"); err != nil {
+		t.Error(err)
+		return
 	}
-	if !node.Owns(0) {
-		t.Error("the worker did not take partition 0 again in 10 s")
-	}
+	waitUntil(t, "the worker to take partition 0 again", func() bool { return node.Owns(0) })
 }
 
 // heldTicket is the ticket the worker holds for a message, nil for none.
@@ -141,8 +143,9 @@ func isAck(id string) func(link.Frame) bool {
 	}
 }
 
-// Row 7 of issue 22: the lease vanished (a NATS leader election longer
-// than the lease) while the worker wrote a message's claim. The worker
+// Row 7 of issue 22: the lease was lost (it vanished in a NATS leader
+// election longer than the lease, and another worker took it) while the
+// worker wrote a message's claim. The worker
 // dropped the partition and its tickets, took the partition again, and
 // the new consumer delivered the message again; the run went on without
 // a ticket, its reply was not recorded through the new one, and the next
@@ -178,7 +181,7 @@ func TestClusterLeaseLostWhileClaimIsWritten(t *testing.T) {
 
 // Row 8 of issue 22 (the worker's side): A and B of one session are
 // delivered; A's claim write fails (NATS electing leaders) while the
-// lease vanishes, the worker takes the partition again and both are
+// lease is lost, the worker takes the partition again and both are
 // delivered again. A's queued-up copy gave up (its ticket had been
 // replaced) while B's copy, queued before the partition moved, ran with
 // B's new ticket: B ran before A. The session must run A, then B.
