@@ -19,11 +19,11 @@ import (
 
 // These tests run one termserver with role "all" (edge and worker) on a
 // real single-node JetStream (the nats-server library in this process,
-// on a loopback port) and make a partition's lease vanish at a chosen
-// moment, as it does when NATS elects new leaders for longer than the
-// lease ("lost the lease ... wrong last sequence: 0"): the worker drops
-// the partition, takes it again, and its new consumer delivers what is
-// unanswered again.
+// on a loopback port) and make the worker lose a partition's lease at a
+// chosen moment, as when NATS elects new leaders for longer than the
+// lease and another worker takes the partition meanwhile (dropLease):
+// the worker drops the partition, takes it again, and its new consumer
+// delivers what is unanswered again.
 
 // startJetStream runs a one-node JetStream on 127.0.0.1 and returns its
 // client URL.
