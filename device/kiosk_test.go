@@ -254,7 +254,7 @@ func startKioskCaps(t *testing.T, url, stateDir string, k device.Kiosk, caps []s
 	go func() { _ = input.Drive(ctx, gated, r.typing, actions) }()
 	go device.FromActions(ctx, actions, inputs)
 	view := &countView{View: &device.LCDView{Screen: lcd}, shown: map[string]int{}}
-	d := &device.Daemon{Client: client, View: view, Inputs: inputs, Kiosk: k, Gate: gate, Logger: discard}
+	d := &device.Daemon{Client: client, View: framedView{View: view, mu: &r.frame}, Inputs: inputs, Kiosk: k, Gate: gate, Logger: discard}
 	go func() { r.done <- d.Run(ctx) }()
 	kr := &kioskRig{rig: r, view: view}
 	t.Cleanup(func() { r.cancel(); <-r.done })
@@ -266,7 +266,7 @@ func (r *rig) waitNoGlass(t *testing.T, text string) []string {
 	t.Helper()
 	var g []string
 	testwait.UntilOK(t, fmt.Sprintf("the LCD to stop showing %q", text), func() error {
-		if g = r.bus.Text(); strings.Contains(strings.Join(g, "\n"), text) {
+		if g = r.glass(); strings.Contains(strings.Join(g, "\n"), text) {
 			return fmt.Errorf("it shows:\n%s", strings.Join(g, "\n"))
 		}
 		return nil
@@ -289,7 +289,7 @@ func TestNoticeTakesOverAndReturns(t *testing.T) {
 	r.waitGlass(t, "ok")
 	var glassAtAck string
 	ps.mu.Lock()
-	ps.onAck = func(string) { glassAtAck = strings.Join(r.bus.Text(), "|") }
+	ps.onAck = func(string) { glassAtAck = strings.Join(r.glass(), "|") }
 	ps.mu.Unlock()
 	ps.push(t, pushNotice("n-1", "Lobby closes at 6 pm today", 1))
 	r.waitGlass(t, "Lobby closes at 6")
@@ -348,7 +348,7 @@ func TestAlertBlinksBacklight(t *testing.T) {
 	ps.push(t, n)
 	r.waitGlass(t, "! Evacuate now")
 	changes, last := 0, r.bus.State().Backlight
-	for strings.Contains(strings.Join(r.bus.Text(), "\n"), "Evacuate") {
+	for strings.Contains(strings.Join(r.glass(), "\n"), "Evacuate") {
 		if b := r.bus.State().Backlight; b != last {
 			changes++
 			last = b

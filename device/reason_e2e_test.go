@@ -80,7 +80,6 @@ func TestOfflineReasonOnLCD(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r, client, logs := startGatedLCD(t, tc.cfg(t), "", 0)
-			bus := r.bus
 
 			glass := r.waitGlass(t, tc.short)
 			if !strings.HasPrefix(glass[1], tc.short) {
@@ -95,7 +94,7 @@ func TestOfflineReasonOnLCD(t *testing.T) {
 				!strings.Contains(logs.String(), "next_try=") {
 				t.Errorf("the log does not give the reason and the next try:\n%s", logs.String())
 			}
-			if g := bus.Text(); strings.TrimSpace(g[0]) != "" {
+			if g := r.glass(); strings.TrimSpace(g[0]) != "" {
 				t.Errorf("the conversation shows %q: the reason belongs on the status line", g[0])
 			}
 
@@ -109,12 +108,12 @@ func TestOfflineReasonOnLCD(t *testing.T) {
 			// before typed nothing ("ad_" if it had).
 			r.press("3 ") // the pause commits its letter
 			testwait.UntilOK(t, "the next key's letter", func() error {
-				if g := bus.Text(); !strings.HasPrefix(g[1], "d_") && !strings.HasPrefix(g[1], "ad_") {
+				if g := r.glass(); !strings.HasPrefix(g[1], "d_") && !strings.HasPrefix(g[1], "ad_") {
 					return fmt.Errorf("the bottom line is %q", g[1])
 				}
 				return nil
 			})
-			if g := bus.Text(); !strings.HasPrefix(g[1], "d_") {
+			if g := r.glass(); !strings.HasPrefix(g[1], "d_") {
 				t.Fatalf("the key that closed the page typed: %q", g)
 			}
 		})
@@ -147,7 +146,8 @@ func startGatedLCD(t *testing.T, cfg link.ClientConfig, hello string, helloFor i
 	go func() { defer wg.Done(); _ = input.Drive(ctx, gated, typing, actions) }()
 	go func() { defer wg.Done(); device.FromActions(ctx, actions, inputs) }()
 	view := &drawnView{View: &device.LCDView{Screen: lcd, NoticePage: time.Second}}
-	d := &device.Daemon{Client: client, View: view, Inputs: inputs, Gate: gate, Hello: hello, HelloFor: helloFor,
+	r := &rig{bus: bus, keys: keys, typing: typing, drawn: view}
+	d := &device.Daemon{Client: client, View: framedView{View: view, mu: &r.frame}, Inputs: inputs, Gate: gate, Hello: hello, HelloFor: helloFor,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))}
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -158,7 +158,7 @@ func startGatedLCD(t *testing.T, cfg link.ClientConfig, hello string, helloFor i
 		}
 		wg.Wait()
 	})
-	return &rig{bus: bus, keys: keys, typing: typing, drawn: view}, client, logs
+	return r, client, logs
 }
 
 // drawnView counts the draws that completed, and keeps the link state
@@ -200,7 +200,7 @@ func TestHelloStaysUntilAKey(t *testing.T) {
 	r.waitGlass(t, "Enrolled as")
 	// A draw with the link up has happened: the greeting is still there.
 	testwait.Until(t, "a draw with the link up", r.drawn.drewOnline)
-	if g := strings.Join(r.bus.Text(), "|"); !strings.Contains(g, "Enrolled as") {
+	if g := strings.Join(r.glass(), "|"); !strings.Contains(g, "Enrolled as") {
 		t.Fatalf("online, the greeting is gone at once: %q", g)
 	}
 	r.press("2")

@@ -564,7 +564,11 @@ func (a *app) simSteps(rig *sim.Rig, f selftestFlags, bauds []int) []checks.Step
 				ROM: rig.ROM, Sleep: rig.Clock.Sleep, Now: rig.Clock.Now})
 		}},
 		{Name: "serial-loopback", Run: func(ctx context.Context) checks.Result {
-			return checks.SerialLoopback(ctx, rig.SerialPort, checks.SerialOptions{Bauds: bauds})
+			// The simulated line is a PTY and a goroutine: it goes quiet
+			// only when the machine is busy, never because bytes were
+			// lost, so it is given seconds, not a UART's 40 characters
+			// (a pattern ended short at load 30 after 250 ms).
+			return checks.SerialLoopback(ctx, rig.SerialPort, checks.SerialOptions{Bauds: bauds, Quiet: 5 * time.Second})
 		}},
 		{Name: "gpio-loopback", Run: func(ctx context.Context) checks.Result {
 			return checks.GPIOLoopback(ctx, rig.GPIOOut, rig.GPIOIn, checks.GPIOOptions{})
