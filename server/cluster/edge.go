@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,7 +22,7 @@ func KeyOf(in bus.Inbound) Key { return Key{in.SessionKey, in.MessageID} }
 type Waits struct {
 	mu      sync.Mutex
 	waiting map[Key]*edgeWait    // acked to a device here, reply not yet sent
-	bySess  map[string]int       // len(waiting) per session
+	bySess  map[string][]string  // per session, the message ids of waiting, oldest first
 	failed  map[string]failedMsg // per session, a message whose accept failed (HoldBack)
 	present map[string]uint64    // per channel+peer held here, its presence revision
 }
@@ -40,7 +41,7 @@ type edgeWait struct {
 
 // NewWaits makes an empty book.
 func NewWaits() *Waits {
-	return &Waits{waiting: map[Key]*edgeWait{}, bySess: map[string]int{}, failed: map[string]failedMsg{}, present: map[string]uint64{}}
+	return &Waits{waiting: map[Key]*edgeWait{}, bySess: map[string][]string{}, failed: map[string]failedMsg{}, present: map[string]uint64{}}
 }
 
 // Len is the number of messages waited on.
@@ -85,7 +86,7 @@ func (w *Waits) Accepted(in bus.Inbound, err error) {
 func (w *Waits) Admit(in bus.Inbound, perSession, total int) (refused string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if n := w.bySess[in.SessionKey]; n >= perSession {
+	if n := len(w.bySess[in.SessionKey]); n >= perSession {
 		return fmt.Sprintf("session %s has %d messages waiting (maxWaitingPerSession)", in.SessionKey, n)
 	}
 	if len(w.waiting) >= total {
@@ -107,7 +108,7 @@ func (w *Waits) waitLocked(in bus.Inbound, acking bool) {
 	k := KeyOf(in)
 	if w.waiting[k] == nil {
 		w.waiting[k] = &edgeWait{channel: in.ChannelID, peer: in.PeerID, since: time.Now(), acking: acking}
-		w.bySess[k.Session]++
+		w.bySess[k.Session] = append(w.bySess[k.Session], k.MessageID)
 	}
 }
 
@@ -142,6 +143,32 @@ func (w *Waits) Delta(out bus.Outbound) (send bool) {
 	return true
 }
 
+// Before lists the messages of k's session this edge began waiting on
+// before k and still waits on, oldest first (their acks written); none
+// when k is not waited on here. A final that comes while one of them is
+// still waited on has overtaken its reply, which was lost on its way
+// (the peer moved here just as it went to the old edge): the caller looks
+// their claims up first, so the device gets its session's replies in
+// order instead of the lost one after the sweep (TestKillEdge, stress
+// run 16: message 1's reply came after 2-6's).
+func (w *Waits) Before(k Key) []Key {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiting[k] == nil {
+		return nil
+	}
+	var out []Key
+	for _, id := range w.bySess[k.Session] {
+		if id == k.MessageID {
+			break
+		}
+		if e := w.waiting[Key{k.Session, id}]; e != nil && !e.acking {
+			out = append(out, Key{k.Session, id})
+		}
+	}
+	return out
+}
+
 // Done forgets a message waited on; false if it was not.
 func (w *Waits) Done(k Key) bool {
 	w.mu.Lock()
@@ -154,7 +181,8 @@ func (w *Waits) doneLocked(k Key) bool {
 		return false
 	}
 	delete(w.waiting, k)
-	if w.bySess[k.Session]--; w.bySess[k.Session] <= 0 {
+	ids := slices.DeleteFunc(w.bySess[k.Session], func(id string) bool { return id == k.MessageID })
+	if w.bySess[k.Session] = ids; len(ids) == 0 {
 		delete(w.bySess, k.Session)
 	}
 	return true

@@ -216,3 +216,35 @@ func TestWaitsDue(t *testing.T) {
 		t.Fatalf("Waiting = %+v %v", wt, ok)
 	}
 }
+
+// Before lists the messages of a session acked here before a given one
+// and still waited on, oldest first: a final that overtakes them has its
+// session's earlier replies looked up first (Store.reply).
+func TestWaitsBefore(t *testing.T) {
+	t.Parallel()
+	w := NewWaits()
+	for _, id := range []string{"1", "2", "3", "4"} {
+		w.Wait(inbound("s", id), false)
+	}
+	w.Wait(inbound("other", "1"), false)
+	w.Wait(inbound("s", "5"), true) // its ack not written yet
+	w.Wait(inbound("s", "6"), false)
+	key := func(id string) Key { return Key{"s", id} }
+	if got := w.Before(key("4")); len(got) != 3 || got[0] != key("1") || got[1] != key("2") || got[2] != key("3") {
+		t.Fatalf("Before(4) = %v, want 1, 2, 3 of session s", got)
+	}
+	w.Done(key("2"))
+	if got := w.Before(key("6")); len(got) != 3 || got[0] != key("1") || got[1] != key("3") || got[2] != key("4") {
+		t.Fatalf("Before(6) after 2 was answered = %v, want 1, 3, 4 (not 5: its ack is not written)", got)
+	}
+	if got := w.Before(key("1")); len(got) != 0 {
+		t.Fatalf("Before(1) = %v, want none", got)
+	}
+	if got := w.Before(key("9")); got != nil {
+		t.Fatalf("Before of a message not waited on = %v, want none", got)
+	}
+	// Admit still counts a session's waits.
+	if refused := w.Admit(inbound("s", "7"), 5, 100); refused == "" {
+		t.Fatal("a sixth message of session s admitted with a bound of 5")
+	}
+}

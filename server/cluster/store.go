@@ -313,6 +313,17 @@ func (c *Store) presenceMoved(channel, peer, edge string, rev uint64) {
 // final or a delta that comes before its message's ack is written
 // waits for it (the worker may start before the edge writes the ack).
 func (c *Store) reply(out bus.Outbound) {
+	if out.Kind == bus.Final {
+		for _, k := range c.edge.Before(Key{out.SessionKey, out.MessageID}) {
+			c.sendFromClaim(context.Background(), k) // a reply lost on its way: see Waits.Before
+		}
+	}
+	c.forward(out)
+}
+
+// forward sends a reply, progress update or delta on to its device (see
+// reply).
+func (c *Store) forward(out bus.Outbound) {
 	if out.Kind == bus.Final && !c.edge.Final(out) {
 		return // parked until its ack is written, or not waited on here
 	}
@@ -331,19 +342,27 @@ func (c *Store) reply(out bus.Outbound) {
 // moved here just as its reply went to the old edge) is sent from there.
 func (c *Store) sweep(ctx context.Context) {
 	for _, k := range c.edge.Due(time.Now(), 3*time.Second, 256) {
-		cl, _, found, err := c.node.GetClaim(ctx, k.Session, k.MessageID)
-		if err != nil || !found || !cl.Answered() {
-			continue
-		}
-		w, ok := c.edge.Waiting(k)
-		if !ok {
-			continue
-		}
-		c.swept.Add(1)
-		c.reply(bus.Outbound{Kind: bus.Final, ChannelID: w.Channel, PeerID: w.Peer, SessionKey: k.Session,
-			MessageID: k.MessageID, RunID: cl.Reply.RunID, Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason,
-			Media: cl.Reply.Media, Started: w.Since})
+		c.sendFromClaim(ctx, k)
 	}
+}
+
+// sendFromClaim sends the device the reply of message k from its claim,
+// if it is answered and this edge still waits on it.
+func (c *Store) sendFromClaim(ctx context.Context, k Key) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cl, _, found, err := c.node.GetClaim(ctx, k.Session, k.MessageID)
+	if err != nil || !found || !cl.Answered() {
+		return
+	}
+	w, ok := c.edge.Waiting(k)
+	if !ok {
+		return
+	}
+	c.swept.Add(1)
+	c.forward(bus.Outbound{Kind: bus.Final, ChannelID: w.Channel, PeerID: w.Peer, SessionKey: k.Session,
+		MessageID: k.MessageID, RunID: cl.Reply.RunID, Text: cl.Reply.Text, FinishReason: cl.Reply.FinishReason,
+		Media: cl.Reply.Media, Started: w.Since})
 }
 
 // Cancel interrupts a message wherever it is: not started, its claim
