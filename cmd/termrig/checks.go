@@ -26,6 +26,13 @@ import (
 
 // checkOutput prints r and returns the exit status 1 when it failed (the
 // failure is printed once, in r).
+// simSerialQuiet is the silence that ends a serial pattern short on the
+// simulated rig. Its line is a PTY and a goroutine: it goes quiet only
+// when the machine is busy, never because bytes were lost, so it is given
+// seconds, not a UART's 40 characters (a pattern ended short at load 30
+// after 250 ms; a pattern that arrives whole still ends at once).
+const simSerialQuiet = 5 * time.Second
+
 func (a *app) checkOutput(r checks.Result, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
@@ -91,6 +98,7 @@ func (a *app) serialLoopback(ctx context.Context, args []string) error {
 		}
 		defer rig.Close()
 		*port = rig.SerialPort
+		o.Quiet = simSerialQuiet
 	}
 	return a.checkOutput(checks.SerialLoopback(ctx, *port, o), *asJSON)
 }
@@ -564,11 +572,7 @@ func (a *app) simSteps(rig *sim.Rig, f selftestFlags, bauds []int) []checks.Step
 				ROM: rig.ROM, Sleep: rig.Clock.Sleep, Now: rig.Clock.Now})
 		}},
 		{Name: "serial-loopback", Run: func(ctx context.Context) checks.Result {
-			// The simulated line is a PTY and a goroutine: it goes quiet
-			// only when the machine is busy, never because bytes were
-			// lost, so it is given seconds, not a UART's 40 characters
-			// (a pattern ended short at load 30 after 250 ms).
-			return checks.SerialLoopback(ctx, rig.SerialPort, checks.SerialOptions{Bauds: bauds, Quiet: 5 * time.Second})
+			return checks.SerialLoopback(ctx, rig.SerialPort, checks.SerialOptions{Bauds: bauds, Quiet: simSerialQuiet})
 		}},
 		{Name: "gpio-loopback", Run: func(ctx context.Context) checks.Result {
 			return checks.GPIOLoopback(ctx, rig.GPIOOut, rig.GPIOIn, checks.GPIOOptions{})
