@@ -84,6 +84,13 @@ type worker struct {
 
 	mu    sync.Mutex
 	owned map[int]*partition
+	// inherited: per partition, the last sequence another process's
+	// consumer of it had delivered when this worker started it (start).
+	// Kept for good: a start that failed after deleting those consumers
+	// left the next attempt nothing to read it from, and a message the
+	// dead owner may have run then ran again with no interruption
+	// recorded (TestKillWorkerDuringRuns, stress run 19).
+	inherited map[int]uint64
 
 	recreated atomic.Uint64 // consumers deleted and made again (heal.go)
 	retaken   atomic.Uint64 // leases taken again after they expired (retake)
@@ -550,6 +557,8 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	if err := names.Err(); err != nil {
 		return fmt.Errorf("listing the consumers of %s: %w", InStream, err)
 	}
+	// Recorded before any earlier consumer is deleted below.
+	suspect = w.inherit(p, suspect)
 	name := prefix + "_" + randomSuffix()
 	cfg := jetstream.ConsumerConfig{Durable: name, FilterSubject: inPrefix + strconv.Itoa(p),
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.n.cfg.AckWait, MaxAckPending: maxAckPending,
@@ -598,6 +607,18 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	w.n.log.Info("cluster: partition taken", "partition", p, "consumer", name, "from_seq", cfg.OptStartSeq,
 		"fence", part.fence.Load(), "suspect", part.suspect.Load())
 	return nil
+}
+
+// inherit records that partition p's earlier owners were given up to
+// sequence suspect and returns the most recorded for p (see inherited).
+func (w *worker) inherit(p int, suspect uint64) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inherited == nil {
+		w.inherited = map[int]uint64{}
+	}
+	w.inherited[p] = max(w.inherited[p], suspect)
+	return w.inherited[p]
 }
 
 // consumerWorker is the consumer metadata key naming the worker process

@@ -151,6 +151,23 @@ func TestTakeOverFence(t *testing.T) {
 		t.Errorf("taken over from another process: fence %d suspect %d, want 5 (the stream's last) and 3 (the last it was given)", pn.fence.Load(), pn.suspect.Load())
 	}
 
+	// The new owner's start fails after it deleted the old consumer, and
+	// its own consumer goes too (a failed read of the stream deletes it):
+	// its next attempt finds no earlier consumer, and still suspects what
+	// the old owner was given (stress run 19: a message the dead worker
+	// ran ran again with no interruption recorded).
+	if err := n.in.DeleteConsumer(ctx, pn.cons.CachedInfo().Name); err != nil {
+		t.Fatal(err)
+	}
+	pr := &partition{}
+	if err := newOwner.start(ctx, 0, pr); err != nil {
+		t.Fatal(err)
+	}
+	pr.cc.Stop()
+	if pr.fence.Load() != 5 || pr.suspect.Load() != 3 {
+		t.Errorf("started again after a start that failed past the deletion: fence %d suspect %d, want 5 and 3", pr.fence.Load(), pr.suspect.Load())
+	}
+
 	again := &worker{n: n, hooks: hooks("w2#b"), owned: map[int]*partition{}}
 	pa := &partition{}
 	if err := again.start(ctx, 0, pa); err != nil {
