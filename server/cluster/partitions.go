@@ -446,8 +446,9 @@ func (w *worker) renew(ctx context.Context, owned map[int]*partition, wanted fun
 // retake takes partition p's lease again when its key is gone (it
 // expired while NATS could not be written: a leader election of the parts
 // bucket can outlast a lease) and nobody has taken the partition since:
-// the key is free, and this worker's consumer of it is still there (a new
-// owner deletes the earlier consumers before it runs anything). The
+// the key is free, and this worker's consumer of it is still there and
+// not paused (a new owner pauses, then deletes, the earlier consumers
+// before it runs anything). The
 // partition keeps its consumer and what the worker holds of it: nothing
 // comes again, and no run is taken for interrupted (issue 38: every
 // worker dropped and retook all its partitions after a NATS node died,
@@ -463,7 +464,9 @@ func (w *worker) retake(ctx context.Context, p int, part *partition) bool {
 	if name == "" {
 		return false // none to keep: the next tick starts it again (the key is ours)
 	}
-	if _, err := w.n.in.Consumer(ctx, name); err != nil {
+	if c, err := w.n.in.Consumer(ctx, name); err != nil || c.CachedInfo().Paused {
+		// Gone or paused: another worker began taking the partition over
+		// (it pauses, then deletes, the earlier consumers) and gave up.
 		return false
 	}
 	part.rev = rev

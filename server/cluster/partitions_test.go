@@ -455,6 +455,27 @@ func TestExpiredLeaseTakenAgain(t *testing.T) {
 		t.Fatalf("partition %d lost too", p)
 	default:
 	}
+
+	// Partition 0's key goes while its consumer is paused (a new owner
+	// began taking it over and gave up): given up too.
+	h0 := &w.ownedNow()[0].health
+	h0.mu.Lock()
+	name0 := h0.consumer
+	h0.mu.Unlock()
+	if _, err := n.in.PauseConsumer(ctx, name0, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.parts.Purge(ctx, leaseKey(0)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-lost:
+		if p != 0 {
+			t.Fatalf("lost partition %d, want 0", p)
+		}
+	case <-ctx.Done():
+		t.Fatal("partition 0 kept with its consumer paused")
+	}
 }
 
 // After NATS trouble a worker takes no partition it does not hold for a
