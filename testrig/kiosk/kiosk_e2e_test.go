@@ -663,10 +663,20 @@ func TestConsoleApprovesPairing(t *testing.T) {
 	if err := poll(); err != nil {
 		t.Fatal(err)
 	}
-	b.must("approving it as lobby-1",
-		setValue(item+` [data-testid=pair-peer]`, "lobby-1"),
-		setValue(item+` [data-testid=pair-tags]`, "site:hq"),
-		chromedp.Click(item+` [data-testid=pair-approve]`, chromedp.ByQuery))
+	// One task of the page's event loop: the poll just made re-draws the
+	// pairing list when the console hears of it, and a click by node id
+	// (chromedp.Click) once landed on a node that draw had replaced
+	// ("Could not find node with given id", stress run 21).
+	b.must("approving it as lobby-1", chromedp.Evaluate(fmt.Sprintf(`(() => {
+		const it = document.querySelector(%q);
+		for (const [id, v] of [['pair-peer', 'lobby-1'], ['pair-tags', 'site:hq']]) {
+			const e = it.querySelector('[data-testid=' + id + ']');
+			e.value = v;
+			e.dispatchEvent(new Event('input', {bubbles: true}));
+		}
+		it.querySelector('[data-testid=pair-approve]').click();
+		return true
+	})()`, item), nil))
 	b.waitFor("the console says it is approved", fmt.Sprintf(`/Approved as lobby-1/.test(document.querySelector(%q).textContent)`, item+` [data-testid=pair-result]`))
 	b.screenshot("pairing-approved")
 	wctx, stopWaiting := context.WithTimeout(context.Background(), waitLong)
