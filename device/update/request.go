@@ -1,15 +1,10 @@
 package update
 
 import (
-	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"unicode/utf8"
 
-	"termlink/internal/durable"
 	"termlink/release"
 )
 
@@ -68,19 +63,7 @@ func ParseRequest(data []byte) (*Request, error) {
 
 // ReadRequest reads the request file of stateDir: nil when there is none.
 func ReadRequest(stateDir string) (*Request, error) {
-	path := filepath.Join(stateDir, RequestFile)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	r, err := ParseRequest(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return r, nil
+	return readStateFile(stateDir, RequestFile, ParseRequest)
 }
 
 // writeRequest records r durably (a temporary file renamed over it).
@@ -88,11 +71,5 @@ func writeRequest(stateDir string, r *Request) error {
 	if _, err := ParseRequest(r.Marshal()); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return err
-	}
-	return durable.WriteFile(filepath.Join(stateDir, RequestFile), func(w *bufio.Writer) error {
-		_, err := w.Write(r.Marshal())
-		return err
-	}, false)
+	return writeStateFile(stateDir, RequestFile, r.Marshal())
 }

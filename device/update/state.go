@@ -112,28 +112,44 @@ func (s *Status) Marshal() []byte {
 
 // ReadStatus reads the state file in stateDir; none is an empty Status.
 func ReadStatus(stateDir string) (*Status, error) {
-	path := filepath.Join(stateDir, StateFile)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
+	s, err := readStateFile(stateDir, StateFile, ParseStatus)
+	if s == nil && err == nil {
 		return &Status{}, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	s, err := ParseStatus(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return s, nil
+	return s, err
 }
 
 // writeStatus replaces the state file durably.
 func writeStatus(stateDir string, s *Status) error {
+	return writeStateFile(stateDir, StateFile, s.Marshal())
+}
+
+// readStateFile reads and parses file name of stateDir: nil, nil when
+// there is none; a parse error names the file.
+func readStateFile[T any](stateDir, name string, parse func([]byte) (*T, error)) (*T, error) {
+	path := filepath.Join(stateDir, name)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	v, err := parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
+}
+
+// writeStateFile replaces file name of stateDir with data durably (a
+// temporary file renamed over it).
+func writeStateFile(stateDir, name string, data []byte) error {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return err
 	}
-	return durable.WriteFile(filepath.Join(stateDir, StateFile), func(w *bufio.Writer) error {
-		_, err := w.Write(s.Marshal())
+	return durable.WriteFile(filepath.Join(stateDir, name), func(w *bufio.Writer) error {
+		_, err := w.Write(data)
 		return err
 	}, false)
 }

@@ -267,26 +267,25 @@ func (n *Node) Partitions() []PartitionState {
 // ConsumersRecreated is the number of partition consumers this worker
 // deleted and made again because they were gone or stuck.
 func (n *Node) ConsumersRecreated() uint64 {
-	n.mu.Lock()
-	w := n.worker
-	n.mu.Unlock()
-	if w == nil {
-		return 0
-	}
-	return w.recreated.Load()
+	return n.workerCount(func(w *worker) uint64 { return w.recreated.Load() })
 }
 
 // LeasesRetaken is the number of partition leases this worker took again
 // after they expired while NATS could not be written, keeping their
 // consumers (retake).
 func (n *Node) LeasesRetaken() uint64 {
+	return n.workerCount(func(w *worker) uint64 { return w.retaken.Load() })
+}
+
+// workerCount is one of the worker's counters; 0 on a node that is not one.
+func (n *Node) workerCount(get func(*worker) uint64) uint64 {
 	n.mu.Lock()
 	w := n.worker
 	n.mu.Unlock()
 	if w == nil {
 		return 0
 	}
-	return w.retaken.Load()
+	return get(w)
 }
 
 // healMetrics adds the self-healing series to /metrics.
