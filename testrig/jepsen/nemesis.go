@@ -34,6 +34,13 @@ type NemesisOptions struct {
 	// (FaultDiskFull): only when the stores are on size-limited tmpfs
 	// mounts (as root).
 	DiskFull bool
+	// CatchUp is how long a NATS node still counts as faulted after it
+	// is back (restarted, continued, reconnected, its disk freed): it
+	// has to rejoin its raft groups and catch up before it can stand in
+	// for another node's loss, and nats-server's elections take 4-9 s.
+	// The minority rule counts it until then (default 10 s; negative:
+	// no margin).
+	CatchUp time.Duration
 }
 
 // Fault is one fault of a schedule: from At (after the schedule's
@@ -120,7 +127,8 @@ func (opt NemesisOptions) Kinds() []string {
 // down (or cut off) at once (one of each is always up, so every fault is
 // a single node's loss for the devices and agents), and at most a
 // minority of the NATS nodes unless AllowMajority (then the fault's Note
-// says it is beyond what JetStream promises). Partitions in force at the
+// says it is beyond what JetStream promises); a NATS node counts as
+// faulted until opt.CatchUp after it is back. Partitions in force at the
 // same moment share a side: the nodes cut off together see each other
 // and not the rest (a minority: at most one NATS node, one edge, one
 // worker).
@@ -133,6 +141,12 @@ func Generate(seed uint64, topo Topology, opt NemesisOptions) Schedule {
 	}
 	if opt.Lease <= 0 {
 		opt.Lease = 2 * time.Second
+	}
+	switch {
+	case opt.CatchUp == 0:
+		opt.CatchUp = 10 * time.Second
+	case opt.CatchUp < 0:
+		opt.CatchUp = 0
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
@@ -184,13 +198,16 @@ func Generate(seed uint64, topo Topology, opt NemesisOptions) Schedule {
 		ok := f.Node != "" && ((f.Kind != FaultPause && f.Kind != FaultPartition) || f.Duration > opt.Lease) && f.Duration > 0
 		sameRole := 0
 		for _, g := range s.Faults {
-			if g.At < f.End() && f.At < g.End() {
-				if g.Node == f.Node {
-					ok = false
-				}
-				if role(g.Node) == role(f.Node) {
-					sameRole++
-				}
+			if g.At < f.End() && f.At < g.End() && g.Node == f.Node {
+				ok = false
+			}
+			// A NATS node counts as faulted until it has caught up.
+			gEnd, fEnd := g.End(), f.End()
+			if role(f.Node) == "nats" {
+				gEnd, fEnd = gEnd+opt.CatchUp, fEnd+opt.CatchUp
+			}
+			if g.At < fEnd && f.At < gEnd && role(g.Node) == role(f.Node) {
+				sameRole++
 			}
 		}
 		switch role(f.Node) {
