@@ -155,7 +155,7 @@ func TestConsoleStartsRollout(t *testing.T) {
 	b.screenshot("1280px-rollout-refused")
 
 	// The failed device's page: its platform and its last update.
-	b.must("opening shop-001's page from the rollout", chromedp.Click(`[data-testid=rollout][data-state=paused] [data-peer-id="shop-001"] a`, chromedp.ByQuery))
+	b.must("opening shop-001's page from the rollout", clickListed(`[data-testid=rollout][data-state=paused] [data-peer-id="shop-001"] a`))
 	b.waitFor("its update and platform", `(() => {
 		const dd = (name) => { const dt = Array.from(document.querySelectorAll('#peer-info dt')).find(e => e.textContent === name); return dt ? dt.nextElementSibling.textContent : '' };
 		const u = document.querySelector('#peer-info [data-testid=peer-update]');

@@ -43,7 +43,7 @@ func TestConsoleRollouts(t *testing.T) {
 						!!li.querySelector('[data-testid=rollout-resume]') && !!li.querySelector('[data-testid=rollout-abort]') })()`)
 				b.checkFits("the paused rollout")
 				b.screenshot(fmt.Sprintf("%dpx-rollout-paused", width))
-				b.must("resuming it", chromedp.Click(`[data-testid=rollout-resume]`, chromedp.ByQuery))
+				b.must("resuming it", clickListed(`[data-testid=rollout-resume]`))
 			}
 			b.waitFor("the rollout done", `(() => { const li = document.querySelector('[data-testid=rollout]');
 				return li && li.dataset.state === 'done' && li.textContent.includes('2 installed, 1 rolled back') && !li.querySelector('button:not([data-testid=rollout-toggle])') })()`)

@@ -368,7 +368,7 @@ func TestConsoleForOperators(t *testing.T) {
 			shot("02-notice-refused")
 
 			// kiosk-lobby's page: its own events only, its glass dot by dot.
-			b.must("opening kiosk-lobby's page", chromedp.Click(`[data-peer-id="kiosk-lobby"] a`, chromedp.ByQuery))
+			b.must("opening kiosk-lobby's page", clickListed(`[data-peer-id="kiosk-lobby"] a`))
 			b.waitFor("the device page is shown", `!document.getElementById('peer-view').hidden && document.getElementById('events-view').hidden`)
 			b.waitFor("its events are listed", `Array.from(document.querySelectorAll('#peer-events [data-event=terminal_connected]')).some(e => e.textContent.includes('peer kiosk-lobby'))`)
 			var others []string
@@ -487,7 +487,7 @@ func TestConsoleForViewers(t *testing.T) {
 			}
 			b.checkFits("the viewer's fleet")
 			b.screenshot(fmt.Sprintf("%dpx-viewer-fleet", width))
-			b.must("opening kiosk-shop's page", chromedp.Click(`[data-peer-id="kiosk-shop"] a`, chromedp.ByQuery))
+			b.must("opening kiosk-shop's page", clickListed(`[data-peer-id="kiosk-shop"] a`))
 			b.waitFor("its pending notice is listed", `!!document.querySelector('[data-testid=peer-notice][data-state=pending]')`)
 			var writes []string
 			b.must("reading the device page", chromedp.Evaluate(writeButtonsJS, &writes))

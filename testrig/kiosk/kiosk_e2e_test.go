@@ -418,6 +418,18 @@ func setValue(sel, value string) chromedp.Action {
 	return chromedp.Evaluate(fmt.Sprintf(`(() => { const e = document.querySelector(%q); e.value = %q; e.dispatchEvent(new Event('input', {bubbles: true})); return true })()`, sel, value), nil)
 }
 
+// clickListed clicks the element sel names once it exists, finding and
+// clicking it in one task of the page's event loop. For items of lists
+// the console re-draws as the fleet changes (peer rows, notices,
+// rollouts): chromedp.Click finds a node, then clicks it by id, and a
+// re-draw in between leaves it clicking a node that is gone ("Could not
+// find node with given id", stress run 21).
+func clickListed(sel string) chromedp.Action {
+	var clicked bool
+	return chromedp.Poll(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel),
+		&clicked, chromedp.WithPollingTimeout(waitLong), chromedp.WithPollingInterval(100*time.Millisecond))
+}
+
 // eventShown: the live event list has an event of that name for peer.
 func eventShown(name, peer string) string {
 	return fmt.Sprintf(`Array.from(document.querySelectorAll('#events [data-event=%q]')).some(e => e.textContent.includes(%q))`, name, "peer "+peer)
@@ -497,7 +509,7 @@ func TestConsoleInChromium(t *testing.T) {
 	t.Logf("kiosk-lobby's LCD:\n%s", lobby.bus.Render())
 
 	// The console's mirror of that kiosk shows the same screen.
-	b.must("opening kiosk-lobby's page", chromedp.Click(`[data-peer-id="kiosk-lobby"] a`, chromedp.ByQuery))
+	b.must("opening kiosk-lobby's page", clickListed(`[data-peer-id="kiosk-lobby"] a`))
 	b.waitFor("the device page is shown", `!document.getElementById('peer-view').hidden`)
 	var light string
 	testwait.UntilOK(t, "the console's mirror of kiosk-lobby showing the notice as the LCD does", func() error {
@@ -535,7 +547,7 @@ func TestConsoleInChromium(t *testing.T) {
 	// page, until the operator withdraws it.
 	const later = "Shop opens 9h"
 	b.must("sending a notice from kiosk-shop's page",
-		chromedp.Click(`[data-peer-id="kiosk-shop"] a`, chromedp.ByQuery),
+		clickListed(`[data-peer-id="kiosk-shop"] a`),
 		chromedp.WaitVisible(`#peer-notice-text`, chromedp.ByQuery),
 		chromedp.SendKeys(`#peer-notice-text`, later, chromedp.ByQuery),
 		chromedp.Click(`#peer-notice-form button[type=submit]`, chromedp.ByQuery))
@@ -543,7 +555,7 @@ func TestConsoleInChromium(t *testing.T) {
 	pending := fmt.Sprintf(`Array.from(document.querySelectorAll('[data-testid=peer-notice][data-state=pending]')).some(e => e.textContent.includes(%q))`, later)
 	b.waitFor("the notice is listed as pending", pending)
 	b.screenshot("05-shop-pending")
-	b.must("withdrawing it", chromedp.Click(`[data-testid=peer-notice][data-state=pending] button`, chromedp.ByQuery))
+	b.must("withdrawing it", clickListed(`[data-testid=peer-notice][data-state=pending] button`))
 	b.waitFor("the notice is gone from the page", "!("+pending+")")
 	b.screenshot("06-shop-withdrawn")
 	req, err := http.NewRequest(http.MethodGet, base+"/api/channels/"+channelID+"/peers/kiosk-shop/notices", nil)

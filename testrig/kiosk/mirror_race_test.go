@@ -49,7 +49,7 @@ func TestConsoleMirrorKeepsTheNewerScreen(t *testing.T) {
 		};
 		return true;
 	})()`, nil))
-	b.must("opening kiosk-lobby's page", chromedp.Click(`[data-peer-id="kiosk-lobby"] a`, chromedp.ByQuery))
+	b.must("opening kiosk-lobby's page", clickListed(`[data-peer-id="kiosk-lobby"] a`))
 	b.waitFor("the page's GET is held", `window.heldGets === 1`)
 	// Typing changes the screen and nothing else: no event, no new GET.
 	const text = "mirror me"
