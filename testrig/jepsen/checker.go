@@ -236,6 +236,13 @@ func Check(h History, opt Options) Report {
 		for _, rep := range m.replies {
 			if rep.Err != "" {
 				r.ErrorReplies++
+				if strings.HasPrefix(rep.Err, "finish_reason error: ") && !m.interrupted {
+					// The cluster answers a message with an error only
+					// when its run was cut short twice (I2), which
+					// records run_interrupted.
+					add(m, BadReply, "answered with an error (%q) and no run_interrupted recorded", rep.Text)
+					break
+				}
 				continue
 			}
 			if want := opt.Answer(m.text); rep.Text != want {

@@ -36,6 +36,12 @@ func (b *hb) errReply(t int, dev, id string) *hb {
 	b.h = append(b.h, Event{Kind: KindReply, Time: ms(t), Device: dev, Message: id, Err: "run interrupted twice"})
 	return b
 }
+// finishErr appends a reply whose finish_reason is error, as the
+// runner records it.
+func (b *hb) finishErr(t int, dev, id, text string) *hb {
+	b.h = append(b.h, Event{Kind: KindReply, Time: ms(t), Device: dev, Message: id, Text: text, Err: "finish_reason error: " + text})
+	return b
+}
 func (b *hb) fault(start, end int, f, node string) *hb {
 	b.h = append(b.h, Event{Kind: KindFaultStart, Time: ms(start), Fault: f, Node: node},
 		Event{Kind: KindFaultEnd, Time: ms(end), Fault: f, Node: node})
@@ -62,6 +68,13 @@ func TestCheck(t *testing.T) {
 		{name: "not lost: never acked, never answered", h: new(hb).send(0, "d1", "a", 1)},
 		{name: "not lost: answered without an ack seen", h: new(hb).send(0, "d1", "a", 1).run(20, "d1", "a", "w").reply(400, "d1", "a", "You said: d1-a")},
 		{name: "not lost: answered with an error", h: new(hb).send(0, "d1", "a", 1).ack(10, "d1", "a").errReply(400, "d1", "a")},
+		{name: "given up after interruptions (finish_reason error)",
+			h: new(hb).send(0, "d1", "a", 1).ack(10, "d1", "a").run(50, "d1", "a", "worker-1").inter(3000, "d1", "a").
+				finishErr(3010, "d1", "a", "interrupted twice by a worker failure; not run again - send it again")},
+		{name: "bad reply: given up with no interruption recorded",
+			h: new(hb).send(0, "d1", "a", 1).ack(10, "d1", "a").run(50, "d1", "a", "worker-1").
+				finishErr(3010, "d1", "a", "interrupted twice by a worker failure; not run again - send it again"),
+			want: map[ViolationKind]int{BadReply: 1}, in: "no run_interrupted recorded"},
 		{name: "run twice without interruption",
 			h:    new(hb).ok(0, "d1", "a", 1).run(5000, "d1", "a", "worker-2"),
 			want: map[ViolationKind]int{RunTwice: 1}, in: "worker-1, worker-2"},

@@ -26,7 +26,8 @@ const (
 	// client sends it again after a backoff.
 	KindRefused Kind = "refused"
 	// KindReply: the device got the final answer to a message (Text; Err
-	// set when the answer is an error frame).
+	// set when the answer is an error frame, or "finish_reason error: "
+	// and its text for a reply whose finish_reason is error).
 	KindReply Kind = "reply"
 	// KindResend: a message sent before went out again, on a new
 	// connection (every unanswered message is resent at each connect).

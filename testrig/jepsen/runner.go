@@ -755,7 +755,13 @@ func (d *device) events() {
 				d.rec.Add(Event{Kind: KindAck, Time: t, Device: d.peer, Session: e.Ack.SessionID, Message: e.MessageID, Seq: d.seqOf(e.MessageID)})
 			}
 		case link.EventReply:
-			d.answer(Event{Kind: KindReply, Time: t, Device: d.peer, Message: e.MessageID, Seq: d.seqOf(e.MessageID), Text: e.Reply.Text})
+			ev := Event{Kind: KindReply, Time: t, Device: d.peer, Message: e.MessageID, Seq: d.seqOf(e.MessageID), Text: e.Reply.Text}
+			if e.Reply.FinishReason == link.FinishError {
+				// An answer that is an error (a message cut short
+				// twice): the checker tells it from a wrong answer.
+				ev.Err = "finish_reason error: " + e.Reply.Text
+			}
+			d.answer(ev)
 		case link.EventError:
 			if e.MessageID == "" {
 				continue
