@@ -181,7 +181,10 @@ func (fs *fakeServer) accept(t *testing.T) *fakeConn {
 
 func (c *fakeConn) read(t *testing.T) link.Frame {
 	t.Helper()
-	_ = c.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// The shared generous deadline: under qemu on a busy machine the
+	// client can take more than 10 s over a flood of frames before it
+	// answers (TestClientProgressFloodBounded, armv6, stress run 23).
+	_ = c.ws.SetReadDeadline(time.Now().Add(testwait.Deadline))
 	_, data, err := c.ws.ReadMessage()
 	if err != nil {
 		t.Fatalf("fake server read: %v", err)
@@ -195,7 +198,7 @@ func (c *fakeConn) read(t *testing.T) link.Frame {
 
 func (c *fakeConn) write(t *testing.T, f link.Frame) {
 	t.Helper()
-	_ = c.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_ = c.ws.SetWriteDeadline(time.Now().Add(testwait.Deadline))
 	if err := c.ws.WriteMessage(websocket.TextMessage, link.MustEncode(f)); err != nil {
 		t.Fatalf("fake server write: %v", err)
 	}
