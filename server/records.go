@@ -20,7 +20,11 @@ func openRecords(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64
 	host := runtimeHost{rt}
 	if cfg.Cluster.Enabled() {
 		return cluster.OpenStore(cfg.Cluster, host, cluster.StoreOptions{Logger: rt.log, Process: rt.runPrefix,
-			ClaimHook: opt.claimHook})
+			ClaimHook: opt.claimHook, Joins: func(channelID string) bool {
+				// The router is made after the store, before any message
+				// runs; until then, assume it may.
+				return rt.router == nil || rt.router.Joins(channelID)
+			}})
 	}
 	wopt := opt.wal
 	wopt.NoSync = opt.NoSync

@@ -67,6 +67,9 @@ type partition struct {
 	// suspect: the last sequence an earlier owner process was given; a
 	// delivery up to it without a claim may have started there.
 	fence, suspect atomic.Uint64
+	// undone: per session, the first message up to suspect that was not
+	// answered when this take read its claim (see FirstUndone).
+	undone firstUndone
 	// renewed: when the lease was last written (unix nanoseconds); read
 	// by Fence on the router's goroutines.
 	renewed atomic.Int64
@@ -162,22 +165,73 @@ func (p *partition) setRenewed(t time.Time) { p.renewed.Store(t.UnixNano()) }
 // before another worker can take the partition over (its lease expires
 // after a whole lease).
 func (n *Node) Fence(p int) (fence, suspect uint64, st LeaseState) {
+	part, st := n.held(p)
+	if part == nil {
+		return 0, 0, st
+	}
+	return part.fence.Load(), part.suspect.Load(), st
+}
+
+// held is the partition p this worker holds and its lease state (nil,
+// NotOwned when it holds none).
+func (n *Node) held(p int) (*partition, LeaseState) {
 	n.mu.Lock()
 	w := n.worker
 	n.mu.Unlock()
 	if w == nil {
-		return 0, 0, NotOwned
+		return nil, NotOwned
 	}
 	w.mu.Lock()
 	part := w.owned[p]
 	w.mu.Unlock()
 	if part == nil {
-		return 0, 0, NotOwned
+		return nil, NotOwned
 	}
 	if time.Since(time.Unix(0, part.renewed.Load())) > n.cfg.Lease*2/3 {
-		return part.fence.Load(), part.suspect.Load(), LeaseStale
+		return part, LeaseStale
 	}
-	return part.fence.Load(), part.suspect.Load(), Owned
+	return part, Owned
+}
+
+// FirstUndone notes that message seq of session, given to an earlier
+// owner of partition p (up to its take's suspect), was not answered when
+// this take read its claim (none, or a running one), and reports
+// whether it is the session's first such message in this take. Only
+// that one may have started there: a worker runs a session's messages
+// one after another, the next only once the last one's done claim is
+// stored (unless the channel's runner takes a message into a running
+// turn, agent.Injector), and it starts nothing once its lease is stale.
+// A partition not held (it moved since): true, as suspect as before.
+func (n *Node) FirstUndone(p int, session string, seq uint64) bool {
+	part, _ := n.held(p)
+	if part == nil {
+		return true
+	}
+	return part.undone.note(session, seq)
+}
+
+// firstUndone is, per session, the lowest sequence noted (FirstUndone).
+// It holds sessions with a message given to an earlier owner: bounded by
+// what that owner was given.
+type firstUndone struct {
+	mu    sync.Mutex
+	first map[string]uint64
+}
+
+// note records seq for session and reports whether it is the session's
+// first (lowest) noted sequence; a message noted again (delivered again)
+// is still first.
+func (f *firstUndone) note(session string, seq uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.first == nil {
+		f.first = map[string]uint64{}
+	}
+	if cur, ok := f.first[session]; ok && cur < seq {
+		return false
+	}
+	f.first[session] = seq
+	return true
 }
 
 // StopWorker stops consuming and gives every partition up at once (the

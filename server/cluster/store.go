@@ -61,6 +61,12 @@ type StoreOptions struct {
 	// of a Start; an error stands for NATS trouble there (tests: a NATS
 	// leader election).
 	ClaimHook func(in bus.Inbound) error
+	// Joins reports whether a channel's runner takes a session's next
+	// message into its running turn (agent.Injector). A message given to
+	// a dead worker is suspect (it may have started there) only if it is
+	// the first of its session not answered then, or if its runner
+	// joins; nil: every runner may join (every such message is suspect).
+	Joins func(channelID string) bool
 }
 
 // OpenStore connects the node to NATS (waiting up to a minute for
@@ -82,6 +88,7 @@ func OpenStore(cfg config.Cluster, host Host, opt StoreOptions) (*Store, error) 
 		}
 		return nil
 	})
+	c.claims.joins = opt.Joins
 	return c, nil
 }
 

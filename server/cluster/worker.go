@@ -20,6 +20,9 @@ type Claimer struct {
 	me      string
 	log     *slog.Logger
 	hook    func(bus.Inbound) error
+	// joins reports whether a channel's runner takes a session's next
+	// message into its running turn (agent.Injector); nil: every one may.
+	joins func(channelID string) bool
 
 	// recent: messages this worker answered lately; cancelled: cancels
 	// it was told of lately. A delivery of either reads its claim.
@@ -41,6 +44,10 @@ func NewClaimer(n *Node, tickets *Tickets, me string, log *slog.Logger, writeHoo
 
 // Me names this worker process in claims.
 func (w *Claimer) Me() string { return w.me }
+
+// mayJoin reports whether channelID's runner may take a message into a
+// running turn (without Joins set: yes).
+func (w *Claimer) mayJoin(channelID string) bool { return w.joins == nil || w.joins(channelID) }
 
 // Start decides, by the message's claim, what the turn of in (held by
 // ticket t, starting) is. The step's action is StartStarted (run it: t
@@ -106,8 +113,14 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 			switch {
 			case found:
 				cl, rev = cur, crev
-			case d.Seq <= suspect:
-				// Given to an earlier owner, which may have started it.
+				if cl.State == StateRunning && d.Seq <= suspect {
+					w.node.FirstUndone(d.Partition, in.SessionKey, d.Seq) // its session's later ones did not start there
+				}
+			case d.Seq <= suspect && (w.mayJoin(in.ChannelID) || w.node.FirstUndone(d.Partition, in.SessionKey, d.Seq)):
+				// Given to an earlier owner, which may have started it:
+				// the first of its session not answered then (an earlier
+				// one unanswered means the owner never came to this one),
+				// or any when the runner takes messages into a turn.
 				cl, rev = t.Claim, 0
 				cl.State, cl.Worker, cl.Attempt = StateRunning, UnknownWorker, 1
 			default: // never started: new, as on the hot path

@@ -135,6 +135,15 @@ func (r *Router) StartsAtOnce(key string) bool {
 	return !r.stopped && r.queues[key] == nil && len(r.slots) < cap(r.slots)
 }
 
+// Joins reports whether channelID's runner may take a session's next
+// message into its running turn (agent.Injector): then a message can
+// start before the one ahead of it is answered. The runners are fixed
+// at New.
+func (r *Router) Joins(channelID string) bool {
+	_, ok := r.runners[channelID].(agent.Injector)
+	return ok
+}
+
 // Put takes a message the store of record accepted (with its waiting
 // place reserved in the admission) and queues it to run. It never blocks:
 // the caller's goroutine (the connection's, or a cluster partition's

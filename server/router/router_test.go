@@ -228,3 +228,18 @@ func TestSessionWorkersAreWarm(t *testing.T) {
 		t.Fatalf("%d goroutines started for %d bursts of one session, want a few reused", s, n)
 	}
 }
+
+// joiner is a runner that takes messages into its running turn.
+type joiner struct{ echo }
+
+func (joiner) Inject(context.Context, agent.Request) bool { return false }
+
+// Joins tells the store of record which channels' runners can start a
+// session's next message before the one ahead is answered.
+func TestJoins(t *testing.T) {
+	r := New(host{finished: make(chan string)}, NewAdmission(10), map[string]agent.Runner{"plain": echo{}, "joins": joiner{}}, t.TempDir(), 1)
+	defer r.Stop(context.Background())
+	if r.Joins("plain") || !r.Joins("joins") || r.Joins("none") {
+		t.Errorf("Joins: plain %v joins %v none %v, want false true false", r.Joins("plain"), r.Joins("joins"), r.Joins("none"))
+	}
+}
