@@ -182,6 +182,11 @@ const (
 	// meanwhile: a cancel that lost the race): write done again on the
 	// claim as read now.
 	FinishRetry
+	// FinishReread: the write lost its compare-and-set, yet the read
+	// found no claim: the read is behind the write (a NATS leader that
+	// has not applied what it already checks writes against; jepsen
+	// seed 21). Read again after a pause; never drop on it.
+	FinishReread
 )
 
 func (a FinishAction) String() string {
@@ -192,6 +197,8 @@ func (a FinishAction) String() string {
 		return "dropped"
 	case FinishRetry:
 		return "retry"
+	case FinishReread:
+		return "reread"
 	}
 	return "?"
 }
@@ -205,7 +212,9 @@ func DecideFinishConflict(cur Claim, found bool, held Claim, me, runID string) F
 	switch {
 	case found && cur.State == StateDone && cur.Worker == me && cur.Reply != nil && cur.Reply.RunID == runID:
 		return FinishWritten
-	case !found, cur.State == StateDone,
+	case !found:
+		return FinishReread
+	case cur.State == StateDone,
 		cur.State == StateRunning && (!mine || cur.Worker != me || cur.Attempt != held.Attempt):
 		return FinishDropped
 	}

@@ -171,7 +171,7 @@ func TestDecideFinishConflict(t *testing.T) {
 		{"done by this worker, another run", doneBy(me, "aaaa-1"), true, mine, FinishDropped},
 		{"done by another worker", doneBy(other, "cccc-1"), true, mine, FinishDropped},
 		{"done by a predecessor", doneBy(predecessor, runID), true, mine, FinishDropped},
-		{"claim gone", Claim{}, false, mine, FinishDropped},
+		{"no claim read after a lost compare-and-set: the read is behind, read again", Claim{}, false, mine, FinishReread},
 		{"running on another worker: taken over", claim(StateRunning, other, "cccc-1", 2), true, mine, FinishDropped},
 		{"running by a predecessor", claim(StateRunning, predecessor, runID, 1), true, mine, FinishDropped},
 		{"running here, another attempt: taken over again", claim(StateRunning, me, runID, 2), true, mine, FinishDropped},
