@@ -102,6 +102,13 @@ func writeConn(conn *websocket.Conn, b []byte) error {
 
 // runner is one Run.
 type runner struct {
+	// queued counts the message jobs enqueued and not yet handed over
+	// (written, or given to the device's client): the drain waits for
+	// them, else a send still queued or in flight when the sending
+	// ended (a file outbox's fsync on a busy machine) was counted after
+	// the drain and reported lost (TestClientMode/outbox=file, stress
+	// run 24).
+	queued atomic.Int64
 	opt    Options
 	log    *slog.Logger
 	runID  string
@@ -582,16 +589,17 @@ func (r *runner) readConn(d *device, conn *websocket.Conn) {
 func (r *runner) writer() {
 	var buf []byte
 	for j := range r.jobs {
-		if !j.d.alive.Load() { // cheap check; again under the lock
-			continue
-		}
 		switch {
+		case !j.d.alive.Load(): // cheap check; again under the lock
 		case r.opt.Client:
 			r.clientSend(j.d)
 		case j.kind == jobPing:
 			r.sendPing(j.d)
 		default:
 			buf = r.sendMessage(j.d, j.id, buf)
+		}
+		if j.kind == jobMessage {
+			r.queued.Add(-1)
 		}
 	}
 }
@@ -642,10 +650,16 @@ func (r *runner) writeFailed(d *device, err error) {
 
 // enqueue hands j to the writer pool; false when ctx ended first.
 func (r *runner) enqueue(ctx context.Context, j job) bool {
+	if j.kind == jobMessage {
+		r.queued.Add(1)
+	}
 	select {
 	case r.jobs <- j:
 		return true
 	case <-ctx.Done():
+		if j.kind == jobMessage {
+			r.queued.Add(-1)
+		}
 		return false
 	}
 }
@@ -749,7 +763,7 @@ func (r *runner) pick(next *int) *device {
 // drain waits up to opt.Drain for the outstanding replies (and, with
 // moves, for the moves in progress to reach their next server).
 func (r *runner) drain(ctx context.Context) {
-	done := func() bool { return r.track.outstanding() == 0 && r.movesSettled() }
+	done := func() bool { return r.queued.Load() == 0 && r.track.outstanding() == 0 && r.movesSettled() }
 	if done() || r.opt.Drain <= 0 {
 		return
 	}
