@@ -42,6 +42,13 @@ func TestLCDprocEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Display.Address = boards.Address{Host: lcd.Addr}
+	// LCDd's keys drive the multi-tap on the wall clock: a letter commits
+	// after multitap_timeout with no key. Long here, so that a step's
+	// keys, sent through LCDd, are never split by a busy machine or qemu
+	// (stress run 25: "44" then "4" committed apart, "hi_" never shown).
+	// The test waits for each commit it types, so a longer one costs
+	// only time.
+	p.Keypad = &boards.Keypad{Kind: boards.Keypad4x4, MultitapTimeout: boards.Duration(3 * time.Second)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	hw, err := device.OpenBoard(ctx, p, log)
 	if err != nil {

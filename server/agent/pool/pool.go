@@ -234,8 +234,10 @@ func (p *Pool[M]) Exited(m M, selfQuit bool) {
 
 // crashedLocked records a crash of key's process: its next start waits.
 func (p *Pool[M]) crashedLocked(key string) {
-	d := p.crashes.Crashed(key, time.Now())
-	p.log.Info("agent crashed; its next start waits", "session", key, "delay", d, "crashes", p.crashes.Crashes(key))
+	now := time.Now()
+	d := p.crashes.Crashed(key, now)
+	p.log.Info("agent crashed; its next start waits", "session", key, "delay", d, "crashes", p.crashes.Crashes(key),
+		"next_start", now.Add(d))
 }
 
 // Done releases a member's hold on Close.
