@@ -496,12 +496,15 @@ func TestClientTLSAndToken(t *testing.T) {
 	id := d.send("over TLS")
 	d.waitReplies([]string{id}, 10*time.Second)
 
-	bad := newDevice(t, link.ClientConfig{URL: url, CAFile: caFile, Token: "wrong", RetryInitial: time.Minute})
+	// A connect timeout past the suite's deadline: under qemu on a busy
+	// machine a TLS handshake took longer than the default, and the
+	// reason was the timeout, not the refusal (arm64, stress run 25).
+	bad := newDevice(t, link.ClientConfig{URL: url, CAFile: caFile, Token: "wrong", RetryInitial: time.Minute, ConnectTimeout: testwait.Deadline})
 	bad.waitState(link.StateWaiting, time.Time{}, 10*time.Second)
 	if st := bad.Status(); !strings.Contains(st.Reason, "401") {
 		t.Fatalf("wrong token: status %+v, want the HTTP 401 in the reason", st)
 	}
-	noCA := newDevice(t, link.ClientConfig{URL: url, Token: "s3cret", RetryInitial: time.Minute})
+	noCA := newDevice(t, link.ClientConfig{URL: url, Token: "s3cret", RetryInitial: time.Minute, ConnectTimeout: testwait.Deadline})
 	noCA.waitState(link.StateWaiting, time.Time{}, 10*time.Second)
 	if st := noCA.Status(); !strings.Contains(st.Reason, "certificate") {
 		t.Fatalf("without the CA: status %+v", st)

@@ -280,7 +280,10 @@ func TestSessionReuseAndIdle(t *testing.T) {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
 			s := newScript(t)
-			r := newRunner(t, target, s.cmd, Options{IdleTimeout: 1500 * time.Millisecond}, nil)
+			// Long enough that session a's terminal outlives task 3 on a
+			// busy machine (stress run 25, load 39-71: at 1.5 s it was
+			// torn down before the count below).
+			r := newRunner(t, target, s.cmd, Options{IdleTimeout: 5 * time.Second}, nil)
 			s.reply(1, jsonReply("set", false, cmd{"export MARK=kept-$((6*7))\n", 0.1}, cmd{"echo $MARK\n", 0.2}))
 			s.reply(0, jsonReply("done", true))
 			if res, _ := runTask(t, r, "a", "task 1"); res.FinishReason != "stop" {
