@@ -193,21 +193,35 @@ func (n *Node) held(p int) (*partition, LeaseState) {
 	return part, Owned
 }
 
-// FirstUndone notes that message seq of session, given to an earlier
-// owner of partition p (up to its take's suspect), was not answered when
-// this take read its claim (none, or a running one), and reports
-// whether it is the session's first such message in this take. Only
-// that one may have started there: a worker runs a session's messages
-// one after another, the next only once the last one's done claim is
-// stored (unless the channel's runner takes a message into a running
-// turn, agent.Injector), and it starts nothing once its lease is stale.
-// A partition not held (it moved since): true, as suspect as before.
+// FirstUndone reports whether message seq of session, given to an
+// earlier owner of partition p (up to its take's suspect) and without a
+// done claim when read, may have started there: whether no earlier
+// message of its session was found unanswered by this take
+// (NoteUndone). A worker runs a session's messages one after another,
+// the next only once the last one's done claim is stored (unless the
+// channel's runner takes a message into a running turn,
+// agent.Injector), and it starts nothing once its lease is stale: after
+// a message the earlier owner never answered, it started none of that
+// session. A partition not held (it moved since): true, as suspect as
+// before.
 func (n *Node) FirstUndone(p int, session string, seq uint64) bool {
 	part, _ := n.held(p)
 	if part == nil {
 		return true
 	}
-	return part.undone.note(session, seq)
+	return part.undone.first(session, seq)
+}
+
+// NoteUndone records that message seq of session, given to an earlier
+// owner of partition p, was unanswered: this take's start claim for it
+// (a run again) was written, which a done claim would have refused. Only
+// a write proves it: a read can trail the stream (jepsen seed 15: a
+// stale "no claim" of a message answered long before made the next
+// one, which had started, look never started).
+func (n *Node) NoteUndone(p int, session string, seq uint64) {
+	if part, _ := n.held(p); part != nil {
+		part.undone.note(session, seq)
+	}
 }
 
 // firstUndone is, per session, the lowest sequence noted (FirstUndone).
@@ -215,23 +229,28 @@ func (n *Node) FirstUndone(p int, session string, seq uint64) bool {
 // what that owner was given.
 type firstUndone struct {
 	mu    sync.Mutex
-	first map[string]uint64
+	lowest map[string]uint64
 }
 
-// note records seq for session and reports whether it is the session's
-// first (lowest) noted sequence; a message noted again (delivered again)
-// is still first.
-func (f *firstUndone) note(session string, seq uint64) bool {
+// note records seq for session, if it is lower than what it holds.
+func (f *firstUndone) note(session string, seq uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.first == nil {
-		f.first = map[string]uint64{}
+	if f.lowest == nil {
+		f.lowest = map[string]uint64{}
 	}
-	if cur, ok := f.first[session]; ok && cur < seq {
-		return false
+	if cur, ok := f.lowest[session]; !ok || seq < cur {
+		f.lowest[session] = seq
 	}
-	f.first[session] = seq
-	return true
+}
+
+// first reports whether no message of session before seq was noted; a
+// message noted itself (delivered again) is still first.
+func (f *firstUndone) first(session string, seq uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, ok := f.lowest[session]
+	return !ok || cur >= seq
 }
 
 // StopWorker stops consuming and gives every partition up at once (the

@@ -522,40 +522,52 @@ func sameSet(a, b []string) bool {
 }
 
 // Of a session's messages given to an earlier owner and not answered
-// when the new owner reads their claims, only the first may have
-// started there (jepsen seed 5: a burst's third message, never run,
-// counted as a run cut short, so one real interruption after it
-// answered "interrupted twice"). A message read again is still first,
-// and a lower one read later becomes the first.
+// when the new owner took them, only the first may have started there
+// (jepsen seed 5: a burst's third message, never run, counted as a run
+// cut short, so one real interruption after it answered "interrupted
+// twice"). Only a message run again here (its start claim written)
+// marks the ones after it as never started (jepsen seed 15: noted on a
+// stale read instead, it made a message that had started look new).
 func TestFirstUndone(t *testing.T) {
 	t.Parallel()
 	var f firstUndone
+	if !f.first("a", 6) {
+		t.Error("nothing noted: every message may have started")
+	}
+	f.note("a", 5)
 	for _, step := range []struct {
 		session string
 		seq     uint64
 		want    bool
 	}{
-		{"a", 5, true},  // the session's first unanswered: may have started
+		{"a", 5, true},  // the one noted, delivered again
+		{"a", 4, true},  // before it
 		{"a", 6, false}, // after it: the owner never came to it
-		{"a", 5, true},  // the first, delivered again
-		{"b", 7, true},  // another session has its own first
-		{"a", 4, true},  // lower than the first noted: the first now
-		{"a", 5, false}, // ... so 5 never started either
-		{"b", 9, false},
+		{"b", 7, true},  // another session
 	} {
-		if got := f.note(step.session, step.seq); got != step.want {
-			t.Errorf("note(%s, %d) = %v, want %v", step.session, step.seq, got, step.want)
+		if got := f.first(step.session, step.seq); got != step.want {
+			t.Errorf("first(%s, %d) = %v, want %v", step.session, step.seq, got, step.want)
 		}
+	}
+	f.note("a", 3) // lower: the first now
+	f.note("a", 9) // higher: changes nothing
+	if !f.first("a", 3) || f.first("a", 4) {
+		t.Error("a lower note must become the session's first")
 	}
 	n := &Node{cfg: config.Cluster{Lease: 3 * time.Second}}
 	n.worker = &worker{n: n, owned: map[int]*partition{}}
-	if !n.FirstUndone(2, "a", 6) || !n.FirstUndone(2, "a", 7) {
+	n.NoteUndone(2, "a", 6) // not held: nothing to note on
+	if !n.FirstUndone(2, "a", 7) {
 		t.Error("a partition not held: every message must stay suspect")
 	}
 	part := &partition{}
 	part.setRenewed(time.Now())
 	n.worker.owned[2] = part
+	if !n.FirstUndone(2, "a", 7) {
+		t.Error("nothing noted on the partition held: suspect")
+	}
+	n.NoteUndone(2, "a", 6)
 	if !n.FirstUndone(2, "a", 6) || n.FirstUndone(2, "a", 7) {
-		t.Error("a partition held: only the session's first unanswered message is suspect")
+		t.Error("a partition held: only up to the message run again is suspect")
 	}
 }

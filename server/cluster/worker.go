@@ -114,14 +114,12 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 			switch {
 			case found:
 				cl, rev = cur, crev
-				if cl.State == StateRunning && d.Seq <= suspect {
-					w.node.FirstUndone(d.Partition, in.SessionKey, d.Seq) // its session's later ones did not start there
-				}
 			case d.Seq <= suspect && (w.mayJoin(in.ChannelID) || w.node.FirstUndone(d.Partition, in.SessionKey, d.Seq)):
 				// Given to an earlier owner, which may have started it:
-				// the first of its session not answered then (an earlier
-				// one unanswered means the owner never came to this one),
-				// or any when the runner takes messages into a turn.
+				// unless an earlier one of its session was found
+				// unanswered (run again here: NoteUndone), when the owner
+				// never came to this one; any when the runner takes
+				// messages into a turn.
 				cl, rev = t.Claim, 0
 				cl.State, cl.Worker, cl.Attempt = StateRunning, UnknownWorker, 1
 			default:
@@ -177,6 +175,11 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 		}
 		if step.Attempt > 1 {
 			w.Reruns.Add(1)
+			if d.Seq <= suspect {
+				// Written: it was unanswered where it was given before, so
+				// the earlier owner started nothing after it in its session.
+				w.node.NoteUndone(d.Partition, in.SessionKey, d.Seq)
+			}
 		}
 		w.started(t, step.Claim, nrev)
 		step.Action = StartStarted
