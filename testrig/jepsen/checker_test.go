@@ -36,6 +36,7 @@ func (b *hb) errReply(t int, dev, id string) *hb {
 	b.h = append(b.h, Event{Kind: KindReply, Time: ms(t), Device: dev, Message: id, Err: "run interrupted twice"})
 	return b
 }
+
 // finishErr appends a reply whose finish_reason is error, as the
 // runner records it.
 func (b *hb) finishErr(t int, dev, id, text string) *hb {

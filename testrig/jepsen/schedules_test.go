@@ -88,13 +88,7 @@ func TestSchedules(t *testing.T) {
 		nopt.DiskFull = true
 		t.Logf("disk_full drawn: each NATS store on a tmpfs of size %s", StoreTmpfsSize)
 	}
-	var (
-		results []Result
-		total   = map[ViolationKind]int{}
-		lat     = map[string][]time.Duration{}
-		bad     []string
-		stalled int
-	)
+	sum := newRunSummary()
 	for _, seed := range seeds {
 		sched := Generate(seed, RunTopology, nopt)
 		t.Logf("%s", sched)
@@ -110,7 +104,6 @@ func TestSchedules(t *testing.T) {
 			continue
 		}
 		_ = os.RemoveAll(filepath.Join(dir, "nats")) // the stores: big; the logs go with them
-		results = append(results, res)
 		r := res.Report
 		line := fmt.Sprintf("seed=%d %s unanswered_at_end=%d", seed, r.Line(), res.Unanswered)
 		if len(res.FaultErrors) > 0 {
@@ -127,30 +120,10 @@ func TestSchedules(t *testing.T) {
 		if len(r.Stalled) > 0 {
 			t.Logf("  sessions stalled past 2 leases (%v): %s", 2*lease, strings.Join(r.Stalled, ", "))
 		}
-		stalled += len(r.Stalled)
-		for _, k := range ViolationKinds {
-			total[k] += r.Count(k)
-		}
-		for w, ds := range r.Latency {
-			lat[w] = append(lat[w], ds...)
-		}
-		if len(r.Violations) > 0 && !sched.BeyondPromise() {
-			bad = append(bad, fmt.Sprintf("seed %d (%s)", seed, res.HistoryFile))
-		}
+		sum.add(seed, r, sched.BeyondPromise(), res.HistoryFile)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\nschedules: %d run, %d with violations\n", len(results), len(bad))
-	b.WriteString("violations by kind:")
-	for _, k := range ViolationKinds {
-		fmt.Fprintf(&b, " %s=%d", k, total[k])
-	}
-	fmt.Fprintf(&b, "\nsessions stalled past 2 leases: %d (goal: 0)", stalled)
-	b.WriteString("\naccept-to-first-run, p50/p99/max:\n")
-	for _, w := range Windows {
-		fmt.Fprintf(&b, "  %-12s %s\n", w, Summarize(lat[w]))
-	}
-	t.Log(b.String())
-	if len(bad) > 0 {
-		t.Errorf("violations (replay one with TERMLINK_JEPSEN_SEED=<seed>): %s", strings.Join(bad, ", "))
+	t.Log(sum.String())
+	if len(sum.bad) > 0 {
+		t.Errorf("violations (replay one with TERMLINK_JEPSEN_SEED=<seed>): %s", strings.Join(sum.bad, ", "))
 	}
 }
