@@ -17,6 +17,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/registry"
+	"termlink/server/throttle"
 )
 
 // Issue 36 row 1: a device is believed only about what it was asked. A
@@ -175,6 +176,7 @@ func testAnswerFlood(t *testing.T, caps ...string) {
 
 	d := dialDevice(t, ts, "flooder", caps...)
 	before := logged.n.Load()
+	start := time.Now()
 	for i := range 2000 {
 		if err := d.write(floodFrame(i)); err != nil {
 			t.Fatalf("frame %d: %v", i, err)
@@ -186,8 +188,11 @@ func testAnswerFlood(t *testing.T, caps ...string) {
 		t.Errorf("the flood wrote %d bytes of log, want at most 16 KiB", n)
 	}
 	evs = ts.events(t)
-	if n := floodEvents(evs, "flooder"); n > 12 {
-		t.Errorf("%d of the channel's last %d events are the flood's, want at most a handful", n, len(evs))
+	// The gate's burst and what it refilled while the flood lasted (a
+	// busy machine: 14 in 27 s against a fixed 12, the backend branch's
+	// run at load 30), and the device's own connect.
+	if n, bound := floodEvents(evs, "flooder"), gateBound(throttle.DefaultBurst, start)+2; n > bound {
+		t.Errorf("%d of the channel's last %d events are the flood's, want at most %d (the gate's)", n, len(evs), bound)
 	}
 	if !hasEvent(evs, events.TerminalConnected, "witness") {
 		t.Errorf("the event recorded before the flood is gone: %d of the last %d events are the flood's", floodEvents(evs, "flooder"), len(evs))

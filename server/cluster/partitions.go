@@ -228,7 +228,7 @@ func (n *Node) NoteUndone(p int, session string, seq uint64) {
 // It holds sessions with a message given to an earlier owner: bounded by
 // what that owner was given.
 type firstUndone struct {
-	mu    sync.Mutex
+	mu     sync.Mutex
 	lowest map[string]uint64
 }
 
