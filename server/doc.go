@@ -13,7 +13,8 @@
 //	-> record.Store.Deliver -> the terminal adapter's Send (never blocks)
 //
 // The adapter never calls a runner, and the runtime never asks which
-// store it has: records.go builds record/local's (the workspace's
-// write-ahead log and session files) or, in cluster mode, cluster's
-// (JetStream), and that is the only place that knows.
+// store it has: backend.go picks the backend once — record/local's (the
+// workspace's write-ahead log and session files) or, in cluster mode,
+// cluster's (JetStream) — and that backend opens the store of record and
+// every other store; it is the only place that knows.
 package server

@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"time"
 
-	"termlink/server/cluster"
 	"termlink/server/events"
 	fleetapi "termlink/server/fleet"
 )
@@ -12,30 +10,29 @@ import (
 // Where a channel's events are read (issue 25): every node keeps its own
 // log of each channel (events.Log: what this node saw); in cluster mode
 // each node also publishes its events to the cluster's events stream
-// (cluster.EventFeed), and the fleet API (GET .../events, the live
-// stream, the console) reads the cluster's view, every node's events,
-// each naming its node. This file is the one place that knows which.
+// (the backend's event feed), and the fleet API (GET .../events, the
+// live stream, the console) reads the cluster's view, every node's
+// events, each naming its node. The backend (backend.go) says which.
 
-// eventFeed is the cluster's events stream; nil on a single server.
+// eventFeed is where a node publishes its channels' events and reads
+// every node's back; nil on a single server.
 type eventFeed interface {
 	Publish(channelID string, e events.Event)
-	View(channelID string, local *events.Log) *cluster.EventView
+	View(channelID string, local *events.Log) fleetapi.EventLog
+	// Dropped is how many events did not reach the feed.
+	Dropped() uint64
 }
 
-// openEventFeed opens the cluster's events stream in cluster mode (nil
-// otherwise, or when NATS does not answer in time: the fleet API then
-// shows this node's events, as a single server does, and says so in the
-// log).
+// openEventFeed opens the backend's event feed (none on a single server,
+// or when NATS does not answer in time: the fleet API then shows this
+// node's events, as a single server does, and says so in the log).
 func (rt *Runtime) openEventFeed(perChannel int) {
-	cs, ok := rt.records.(*cluster.Store)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	f, err := cs.Node().OpenEventFeed(ctx, perChannel)
+	f, err := rt.backend.openEventFeed(context.Background(), perChannel)
 	if err != nil {
 		rt.log.Warn("cluster: the events stream is not open; the API shows this node's events only", "err", err)
+		return
+	}
+	if f == nil {
 		return
 	}
 	rt.eventFeed = f

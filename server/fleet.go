@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"termlink/server/cluster"
 	fleetapi "termlink/server/fleet"
 	"termlink/server/registry"
 	"termlink/server/router"
@@ -42,8 +41,9 @@ type fleet struct {
 // channel adapters feed it (wschannel.Registry), the fleet API reads it
 // (fleetapi.Registry), the notices list a broadcast's peers in it (List)
 // and tell it of their counts (Changed). One server's *registry.Registry
-// or, in cluster mode, *cluster.Devices (the node's registry for what its
-// connections do, every node's devices for the reads: issue 25).
+// or, in cluster mode, the cluster's (the node's registry for what its
+// connections do, every node's devices for the reads: issue 25); the
+// backend opens it (backend.go).
 type deviceRegistry interface {
 	wschannel.Registry
 	fleetapi.Registry
@@ -55,33 +55,18 @@ type deviceRegistry interface {
 	Close() error
 }
 
-var (
-	_ deviceRegistry = (*registry.Registry)(nil)
-	_ deviceRegistry = (*cluster.Devices)(nil)
-)
-
-// registryOpenWait bounds creating the cluster's devices bucket at start.
-const registryOpenWait = 30 * time.Second
+var _ deviceRegistry = (*registry.Registry)(nil)
 
 // openFleet opens the device registry and builds the fleet API on it,
 // the channels, the session store, the router and the notice mailboxes.
-// In cluster mode (the store of record is the cluster's) the registry is
-// the cluster's: this is the one place that knows which.
+// The backend opens the registry: the workspace's, or the cluster's.
 func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger, rt *Runtime, r *router.Router) (*fleet, error) {
 	dir := filepath.Join(workspace, "registry")
 	ropt := registry.Options{
 		Logger: log, FlushInterval: opt.flushInterval, NoSync: noSync, MaxPeers: opt.maxPeers, MaxAnonymous: opt.maxAnonymous,
 		NoticesPending: rt.notices.Count, Gate: rt.outside, // a device forgotten to make room: through the gate
 	}
-	var reg deviceRegistry
-	var err error
-	if cs, ok := rt.records.(*cluster.Store); ok {
-		ctx, cancel := context.WithTimeout(context.Background(), registryOpenWait)
-		reg, err = cs.Node().OpenDevices(ctx, dir, ropt, cluster.DevicesOptions{})
-		cancel()
-	} else {
-		reg, err = registry.Open(dir, ropt)
-	}
+	reg, err := rt.backend.openDevices(context.Background(), dir, ropt)
 	if err != nil {
 		return nil, fmt.Errorf("opening the device registry: %w", err)
 	}

@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
-	"time"
 
-	"termlink/server/cluster"
 	"termlink/server/config"
 	"termlink/server/httpapi"
 	"termlink/server/identity"
@@ -21,12 +18,20 @@ import (
 // connection's side (tokens, connect, client certificates) is
 // wschannel's.
 
+// Where device identity is kept (issue 25): in cluster mode the cluster's
+// KV buckets, so that a token bound on one edge holds on every edge and a
+// pairing code asked for through one edge is approved on any node and
+// collected through another; else the workspace's file and this
+// process's memory. The backend (backend.go) opens them; the identity
+// routes and the connections call only identity.Bindings and
+// identity.Codes.
+
 // openCreds opens every channel's learnt credentials
-// (workspace/credentials/<channel>.json).
+// (workspace/credentials/<channel>.json, or the cluster's).
 func (rt *Runtime) openCreds(workspace string, noSync bool, log *slog.Logger) error {
 	dir := filepath.Join(workspace, "credentials")
 	for id, ch := range rt.channels {
-		b, err := openBindings(rt, dir, id, noSync, log)
+		b, err := rt.backend.openBindings(context.Background(), dir, id, noSync, log)
 		if err != nil {
 			return err
 		}
@@ -35,14 +40,15 @@ func (rt *Runtime) openCreds(workspace string, noSync bool, log *slog.Logger) er
 	return nil
 }
 
-// identityRoutes builds the identity Service over the channels and
-// registers its routes (bindings, enrollment).
+// identityRoutes builds the identity Service over the channels and the
+// backend's pairing codes, and registers its routes (bindings,
+// enrollment).
 func (s *Server) identityRoutes(mux httpapi.Mux) {
 	chans := make(map[string]identity.Channel, len(s.rt.channels))
 	for id, ch := range s.rt.channels {
 		chans[id] = identity.Channel{ID: id, Enabled: ch.adapter != nil, Config: ch.cfg.Config, Bindings: ch.creds, Events: ch.events}
 	}
-	s.ident = identity.New(identity.Options{Channels: chans, Codes: openCodes(s.rt, s.log), Log: s.log, Gate: s.rt.outside})
+	s.ident = identity.New(identity.Options{Channels: chans, Codes: s.rt.backend.openCodes(context.Background(), s.log), Log: s.log, Gate: s.rt.outside})
 	s.ident.Routes(mux)
 }
 
@@ -115,48 +121,4 @@ func (s *Server) ReloadClientCerts(cfg *config.Config) error {
 	}
 	s.log.Info("client CAs and deny lists reloaded", "channels", len(next))
 	return nil
-}
-
-// Where device identity is kept (issue 25): in cluster mode the cluster's
-// KV buckets (cluster.Bindings, cluster.Codes), so that a token bound on
-// one edge holds on every edge and a pairing code asked for through one
-// edge is approved on any node and collected through another; else the
-// workspace's file and this process's memory. This is the one place that
-// knows which; the identity routes and the connections call only
-// identity.Bindings and identity.Codes. Called by openCreds and
-// identityRoutes below, after openRecords.
-
-// identityOpenWait bounds creating the cluster's bindings bucket at start.
-const identityOpenWait = 30 * time.Second
-
-// openBindings opens channelID's learnt credentials: the cluster's, or
-// dir/<channelID>.json (dir is the workspace's credentials directory).
-func openBindings(rt *Runtime, dir, channelID string, noSync bool, log *slog.Logger) (identity.Bindings, error) {
-	if cs, ok := rt.records.(*cluster.Store); ok {
-		if _, err := os.Stat(filepath.Join(dir, channelID+".json")); err == nil {
-			log.Warn("cluster mode: the workspace's device bindings are not read; the cluster's are (KV "+cluster.BindingsBucket+"): first-use tokens bind again, enrolled devices enroll again",
-				"channel_id", channelID, "file", filepath.Join(dir, channelID+".json"))
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), identityOpenWait)
-		defer cancel()
-		return cs.Node().OpenBindings(ctx, channelID)
-	}
-	return identity.OpenLocalBindings(dir, channelID, noSync, log)
-}
-
-// openCodes returns the pending pairing codes: the cluster's, or nil
-// (identity.New's default, in memory). The cluster's buckets are made
-// now if NATS answers, else by the first call that needs them.
-func openCodes(rt *Runtime, log *slog.Logger) identity.Codes {
-	cs, ok := rt.records.(*cluster.Store)
-	if !ok {
-		return nil
-	}
-	c := cs.Node().Codes(cluster.CodesOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), identityOpenWait)
-	defer cancel()
-	if err := c.Open(ctx); err != nil {
-		log.Warn("cluster: the pairing codes' buckets not made yet; the first enrollment will try again", "err", err)
-	}
-	return c
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // In cluster mode device identity is the cluster's: a binding made
-// through openBindings is read by every node (another handle on the
+// through the backend's openBindings is read by every node (another handle on the
 // cluster's bucket, as another node opens it) and nothing is written to
 // the workspace; the pairing codes are the cluster's. Outside it, the
 // workspace's file and identity's default codes (nil: LocalCodes).
@@ -29,7 +29,7 @@ func TestIdentityStoreBindingsByMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logged bytes.Buffer
-	b, err := openBindings(ts.rt, dir, "terminal-dev", true, slog.New(slog.NewTextHandler(&logged, nil)))
+	b, err := ts.rt.backend.openBindings(context.Background(), dir, "terminal-dev", true, slog.New(slog.NewTextHandler(&logged, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,19 +49,19 @@ func TestIdentityStoreBindingsByMode(t *testing.T) {
 	if raw, _ := os.ReadFile(left); string(raw) != `{"version":1,"bindings":[]}` {
 		t.Fatalf("cluster mode wrote to the workspace: %s", raw)
 	}
-	if _, ok := openCodes(ts.rt, ts.log).(*cluster.Codes); !ok {
+	if _, ok := ts.rt.backend.openCodes(context.Background(), ts.log).(*cluster.Codes); !ok {
 		t.Fatal("cluster mode: the pairing codes are not the cluster's")
 	}
 
 	local := startServer(t, nil, nil)
-	lb, err := openBindings(local.rt, dir, "terminal-dev", true, local.log)
+	lb, err := local.rt.backend.openBindings(context.Background(), dir, "terminal-dev", true, local.log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := lb.(*identity.LocalBindings); !ok {
 		t.Fatalf("single server: bindings %T", lb)
 	}
-	if c := openCodes(local.rt, local.log); c != nil {
+	if c := local.rt.backend.openCodes(context.Background(), local.log); c != nil {
 		t.Fatalf("single server: codes %T, want nil (identity's LocalCodes)", c)
 	}
 }

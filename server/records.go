@@ -2,51 +2,17 @@ package server
 
 import (
 	"context"
-	"path/filepath"
 
 	"termlink/server/bus"
-	"termlink/server/cluster"
-	"termlink/server/config"
 	"termlink/server/events"
-	"termlink/server/record"
-	"termlink/server/record/local"
 )
-
-// openRecords builds the store of record: JetStream in cluster mode
-// (cluster.Store), else the workspace's write-ahead log and session files
-// (local.Store). It is the one place that knows which; the runtime calls
-// only record.Store.
-func openRecords(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64) (record.Store, error) {
-	host := runtimeHost{rt}
-	if cfg.Cluster.Enabled() {
-		return cluster.OpenStore(cfg.Cluster, host, cluster.StoreOptions{Logger: rt.log, Process: rt.runPrefix,
-			ClaimHook: opt.claimHook, Joins: func(channelID string) bool {
-				// The router is made after the store, before any message
-				// runs; until then, assume it may.
-				return rt.router == nil || rt.router.Joins(channelID)
-			}})
-	}
-	wopt := opt.wal
-	wopt.NoSync = opt.NoSync
-	return local.Open(filepath.Join(cfg.Workspace, "wal"), rt.sessions, host, local.Options{
-		Logger: rt.log, DedupePerSession: opt.DedupePerSession, DedupeBytes: dedupeBytes, WAL: wopt,
-		Runs: func(id string) bool {
-			ch := rt.channels[id]
-			return ch != nil && ch.cfg.Enabled
-		},
-		WriteFailed: func() { rt.metrics.logFailures.Inc("") },
-	})
-}
 
 // runtimeHost is what a store of record reaches of the runtime: the
 // router's queue and admission (record.Queue), and for the cluster the
-// connections here and the channels' records (cluster.Host).
+// connections here and the channels' records (cluster.Host and
+// cluster.DeviceCloser, asserted in backend.go). The backend
+// (backend.go) opens the store of record with it.
 type runtimeHost struct{ rt *Runtime }
-
-var (
-	_ cluster.Host         = runtimeHost{}
-	_ cluster.DeviceCloser = runtimeHost{}
-)
 
 func (h runtimeHost) ReserveFirst(session string, perSession int) (bool, error) {
 	return h.rt.admission.ReserveFirst(session, perSession)

@@ -86,7 +86,8 @@ func newServerMetrics() *serverMetrics {
 type Runtime struct {
 	log      *slog.Logger
 	sessions *session.Store // the workspace's session files: metadata, conversations
-	records  record.Store   // the store of record (records.go builds it)
+	backend  backend        // local or cluster, chosen once; opens every store (backend.go)
+	records  record.Store   // the store of record (opened with the backend)
 	channels map[string]*channel
 	order    []string // channel ids, sorted
 	metrics  *serverMetrics

@@ -162,7 +162,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 		outside: throttle.New(log, throttle.Options{}),
 	}
-	if rt.records, err = openRecords(rt, cfg, opt, dedupeBytes); err != nil {
+	if rt.backend, rt.records, err = openBackend(rt, cfg, opt, dedupeBytes); err != nil {
 		store.Close()
 		return nil, err
 	}

@@ -1,0 +1,213 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"termlink/server/cluster"
+	"termlink/server/config"
+	"termlink/server/events"
+	fleetapi "termlink/server/fleet"
+	"termlink/server/identity"
+	"termlink/server/notices"
+	"termlink/server/record"
+	"termlink/server/record/local"
+	"termlink/server/registry"
+)
+
+// The backend (issue 39): where the server keeps what it must not lose.
+// The config picks it once, here: this node's workspace and memory
+// (localBackend), or in cluster mode the cluster's NATS JetStream
+// (clusterBackend). The backend opens every store the capabilities use —
+// the store of record, the device registry, the learnt bindings and the
+// pairing codes, the channels' events, the notice mailboxes — and this
+// is the only file of the root that knows which; the wiring files
+// (records.go, fleet.go, identity.go, events.go, notices.go) ask the
+// backend, and the capabilities call only their packages' interfaces.
+type backend interface {
+	// openDevices opens the device registry kept in dir (the cluster's:
+	// this node's registry written behind to the cluster, every node's
+	// devices for the reads).
+	openDevices(ctx context.Context, dir string, opt registry.Options) (deviceRegistry, error)
+	// openBindings opens channelID's learnt credentials (dir is the
+	// workspace's credentials directory; the cluster's are its bucket's).
+	openBindings(ctx context.Context, dir, channelID string, noSync bool, log *slog.Logger) (identity.Bindings, error)
+	// openCodes returns the pending pairing codes: nil for identity's
+	// default (LocalCodes, in memory).
+	openCodes(ctx context.Context, log *slog.Logger) identity.Codes
+	// openEventFeed opens where the channels' events are published for
+	// every node to read: nil (no error) on a single server.
+	openEventFeed(ctx context.Context, perChannel int) (eventFeed, error)
+	// openNotices opens the notice mailboxes (dir is the workspace's
+	// notices directory). In a cluster, past ctx or clusterOpenWait the
+	// mailboxes load in the background and the start goes on.
+	openNotices(ctx context.Context, dir string, opt notices.Options) (notices.Mailboxes, error)
+}
+
+// clusterOpenWait bounds each wait at start for NATS to make or find a
+// cluster store (a bucket or stream, and the mirror of it): the devices,
+// the bindings, the pairing codes, the events stream, the notice
+// mailboxes. What happens past it is each store's: the device registry
+// and the bindings fail the start; the codes are made by the first
+// enrollment; the events stay this node's own; the notices load in the
+// background.
+const clusterOpenWait = 30 * time.Second
+
+// openBackend opens the backend cfg names, and with it the store of
+// record: in cluster mode cluster.Store (whose NATS node opens every
+// other store), else the workspace's write-ahead log and session files
+// (local.Store). The runtime calls only record.Store.
+func openBackend(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64) (backend, record.Store, error) {
+	host := runtimeHost{rt}
+	if cfg.Cluster.Enabled() {
+		cs, err := cluster.OpenStore(cfg.Cluster, host, cluster.StoreOptions{Logger: rt.log, Process: rt.runPrefix,
+			ClaimHook: opt.claimHook, Joins: func(channelID string) bool {
+				// The router is made after the store, before any message
+				// runs; until then, assume it may.
+				return rt.router == nil || rt.router.Joins(channelID)
+			}})
+		if err != nil {
+			return nil, nil, err
+		}
+		return clusterBackend{node: cs.Node(), log: rt.log}, cs, nil
+	}
+	wopt := opt.wal
+	wopt.NoSync = opt.NoSync
+	ls, err := local.Open(filepath.Join(cfg.Workspace, "wal"), rt.sessions, host, local.Options{
+		Logger: rt.log, DedupePerSession: opt.DedupePerSession, DedupeBytes: dedupeBytes, WAL: wopt,
+		Runs: func(id string) bool {
+			ch := rt.channels[id]
+			return ch != nil && ch.cfg.Enabled
+		},
+		WriteFailed: func() { rt.metrics.logFailures.Inc("") },
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return localBackend{}, ls, nil
+}
+
+// localBackend is one server's: the workspace's files and this process's
+// memory.
+type localBackend struct{}
+
+func (localBackend) openDevices(_ context.Context, dir string, opt registry.Options) (deviceRegistry, error) {
+	r, err := registry.Open(dir, opt)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (localBackend) openBindings(_ context.Context, dir, channelID string, noSync bool, log *slog.Logger) (identity.Bindings, error) {
+	b, err := identity.OpenLocalBindings(dir, channelID, noSync, log)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (localBackend) openCodes(context.Context, *slog.Logger) identity.Codes { return nil }
+
+func (localBackend) openEventFeed(context.Context, int) (eventFeed, error) { return nil, nil }
+
+func (localBackend) openNotices(_ context.Context, dir string, opt notices.Options) (notices.Mailboxes, error) {
+	m, err := notices.Open(dir, opt)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// clusterBackend is the cluster's: KV buckets and streams on the store of
+// record's NATS node, so that a device, a binding, a pairing code, an
+// event or a notice made through one node holds on every node.
+type clusterBackend struct {
+	node *cluster.Node
+	log  *slog.Logger
+}
+
+var (
+	_ backend = localBackend{}
+	_ backend = clusterBackend{}
+
+	_ cluster.Host         = runtimeHost{}
+	_ cluster.DeviceCloser = runtimeHost{}
+	_ deviceRegistry       = (*cluster.Devices)(nil)
+	_ identity.Bindings    = (*cluster.Bindings)(nil)
+	_ identity.Codes       = (*cluster.Codes)(nil)
+	_ notices.Mailboxes    = (*cluster.Notices)(nil)
+)
+
+func (b clusterBackend) openDevices(ctx context.Context, dir string, opt registry.Options) (deviceRegistry, error) {
+	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
+	defer cancel()
+	d, err := b.node.OpenDevices(ctx, dir, opt, cluster.DevicesOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// openBindings warns of a single server's bindings file left in the
+// workspace: the cluster's bucket is read instead.
+func (b clusterBackend) openBindings(ctx context.Context, dir, channelID string, _ bool, log *slog.Logger) (identity.Bindings, error) {
+	if file := filepath.Join(dir, channelID+".json"); fileExists(file) {
+		log.Warn("cluster mode: the workspace's device bindings are not read; the cluster's are (KV "+cluster.BindingsBucket+"): first-use tokens bind again, enrolled devices enroll again",
+			"channel_id", channelID, "file", file)
+	}
+	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
+	defer cancel()
+	bs, err := b.node.OpenBindings(ctx, channelID)
+	if err != nil {
+		return nil, err
+	}
+	return bs, nil
+}
+
+// openCodes makes the codes' buckets now if NATS answers, else the first
+// call that needs them does.
+func (b clusterBackend) openCodes(ctx context.Context, log *slog.Logger) identity.Codes {
+	c := b.node.Codes(cluster.CodesOptions{})
+	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
+	defer cancel()
+	if err := c.Open(ctx); err != nil {
+		log.Warn("cluster: the pairing codes' buckets not made yet; the first enrollment will try again", "err", err)
+	}
+	return c
+}
+
+func (b clusterBackend) openEventFeed(ctx context.Context, perChannel int) (eventFeed, error) {
+	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
+	defer cancel()
+	f, err := b.node.OpenEventFeed(ctx, perChannel)
+	if err != nil {
+		return nil, err
+	}
+	return clusterEvents{f}, nil
+}
+
+func (b clusterBackend) openNotices(ctx context.Context, _ string, opt notices.Options) (notices.Mailboxes, error) {
+	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
+	defer cancel()
+	m, err := b.node.OpenNotices(ctx, cluster.NoticesOptions{Options: opt})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// clusterEvents is the cluster's events stream as an eventFeed.
+type clusterEvents struct{ *cluster.EventFeed }
+
+func (f clusterEvents) View(channelID string, local *events.Log) fleetapi.EventLog {
+	return f.EventFeed.View(channelID, local)
+}
+
+func fileExists(name string) bool {
+	_, err := os.Stat(name)
+	return err == nil
+}
