@@ -1,0 +1,83 @@
+package server
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"termlink/server/cluster"
+	"termlink/server/record/local"
+	"termlink/server/registry"
+)
+
+// The config picks the backend once, and every store is that backend's:
+// a single server's are the workspace's, a cluster node's the cluster's.
+// (The notice mailboxes' types are package notices' and cluster's
+// business; identity_test.go checks the bindings and codes.)
+func TestBackendOpensEveryStore(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil, nil)
+	if _, ok := ts.rt.backend.(localBackend); !ok {
+		t.Fatalf("single server: backend %T", ts.rt.backend)
+	}
+	if _, ok := ts.rt.records.(*local.Store); !ok {
+		t.Errorf("single server: store of record %T", ts.rt.records)
+	}
+	if _, ok := ts.rt.fleet.reg.(*registry.Registry); !ok {
+		t.Errorf("single server: device registry %T", ts.rt.fleet.reg)
+	}
+	if ts.rt.eventFeed != nil {
+		t.Errorf("single server: an event feed %T", ts.rt.eventFeed)
+	}
+
+	cs, _ := startClusterServer(t, newCountingRunner(false), nil, nil)
+	if _, ok := cs.rt.backend.(clusterBackend); !ok {
+		t.Fatalf("cluster: backend %T", cs.rt.backend)
+	}
+	if _, ok := cs.rt.records.(*cluster.Store); !ok {
+		t.Errorf("cluster: store of record %T", cs.rt.records)
+	}
+	if _, ok := cs.rt.fleet.reg.(*cluster.Devices); !ok {
+		t.Errorf("cluster: device registry %T", cs.rt.fleet.reg)
+	}
+	if _, ok := cs.rt.eventFeed.(clusterEvents); !ok {
+		t.Errorf("cluster: event feed %T", cs.rt.eventFeed)
+	}
+}
+
+// Only backend.go of the root knows the cluster: the other wiring files
+// ask the backend (DESIGN.md: "the config picks local or cluster once").
+func TestOnlyTheBackendImportsCluster(t *testing.T) {
+	t.Parallel()
+	allowed := map[string]bool{
+		"backend.go": true,
+		"notices.go": true, // until it calls rt.backend.openNotices (issue 39)
+	}
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") || allowed[name] {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(fset, name, src, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); p == "termlink/server/cluster" {
+				t.Errorf("%s imports %s: open its store through the backend (backend.go)", name, p)
+			}
+		}
+	}
+}
