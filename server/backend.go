@@ -137,9 +137,6 @@ var (
 	_ cluster.Host         = runtimeHost{}
 	_ cluster.DeviceCloser = runtimeHost{}
 	_ deviceRegistry       = (*cluster.Devices)(nil)
-	_ identity.Bindings    = (*cluster.Bindings)(nil)
-	_ identity.Codes       = (*cluster.Codes)(nil)
-	_ notices.Mailboxes    = (*cluster.Notices)(nil)
 )
 
 func (b clusterBackend) openDevices(ctx context.Context, dir string, opt registry.Options) (deviceRegistry, error) {
