@@ -24,7 +24,8 @@ type Window struct {
 }
 
 // Start runs the shell command line cmd in a cols x rows window. After cmd
-// exits the window shows EXIT=<its status> (and stays a minute). Without
+// exits the window shows EXIT=<its status> (and stays until the test
+// ends: a wait never finds the tmux server gone). Without
 // tmux the test is skipped (failed under CI_REQUIRE_TOOLS=1). The tmux
 // server is killed when the test ends.
 func Start(t testing.TB, cols, rows int, cmd string) *Window {
@@ -34,7 +35,7 @@ func Start(t testing.TB, cols, rows int, cmd string) *Window {
 		tmux: needtool.Path(t, "tmux", "apt-get install tmux; the test drives a program in a real terminal"),
 		sock: filepath.Join(t.TempDir(), "tmux.sock"),
 	}
-	w.Run("new-session", "-d", "-x", strconv.Itoa(cols), "-y", strconv.Itoa(rows), cmd+"; echo EXIT=$?; sleep 60")
+	w.Run("new-session", "-d", "-x", strconv.Itoa(cols), "-y", strconv.Itoa(rows), cmd+"; echo EXIT=$?; sleep 86400")
 	t.Cleanup(w.stop)
 	return w
 }
@@ -106,6 +107,12 @@ func (w *Window) WaitFor(want string, timeout time.Duration) string {
 		s := w.Screen()
 		if strings.Contains(s, want) {
 			return s
+		}
+		if strings.Contains(s, "EXIT=") && !strings.Contains(want, "EXIT=") {
+			// The program ended without showing want: say so now, with
+			// its last screen (TestTermdServerAuto, stress run 26, once
+			// waited a minute and then found no tmux server to ask).
+			w.t.Fatalf("the program exited before the screen showed %q:\n%s", want, s)
 		}
 		if time.Now().After(deadline) {
 			w.t.Fatalf("the screen never showed %q in %v:\n%s", want, timeout, s)
