@@ -34,3 +34,34 @@ func TestResolveAutoShowsOnDisplay(t *testing.T) {
 		t.Fatalf("the display showed %q", shown)
 	}
 }
+
+// With --server auto, nothing answering, no fallback and nothing saved,
+// termd browses again (a device never gives up; before, it exited, and
+// under load a browse that missed the server ended termd:
+// TestTermdServerAuto, stress run 26). Not parallel: it shortens the
+// package's wait between browses.
+func TestResolveAutoBrowsesAgain(t *testing.T) {
+	defer func(i, m time.Duration) { autoRetryInitial, autoRetryMax = i, m }(autoRetryInitial, autoRetryMax)
+	autoRetryInitial, autoRetryMax = 10*time.Millisecond, 20*time.Millisecond
+	// Two browse windows (3 s each) and the wait between them.
+	ctx, cancel := context.WithTimeout(t.Context(), 7*time.Second)
+	defer cancel()
+	var shown screens
+	url, err := resolveAuto(ctx, &shown, slog.New(slog.DiscardHandler), fmt.Sprintf("nobody-%d", rand.Uint32()),
+		"terminal-dev", "", t.TempDir())
+	if err == nil || ctx.Err() == nil {
+		t.Fatalf("resolveAuto = %q, %v before its context ended; want it browsing until then", url, err)
+	}
+	finding, retry := 0, 0
+	for _, s := range shown {
+		switch s {
+		case "finding server":
+			finding++
+		case "no server; retry":
+			retry++
+		}
+	}
+	if finding < 2 || retry < 1 {
+		t.Fatalf("the display showed %q; want it to find, say it retries, and find again", shown)
+	}
+}
