@@ -18,10 +18,12 @@ type scriptSource struct {
 	evs []input.Event
 	err error // returned by Run once the events are played
 	ch  chan input.Event
+	// delivered is closed once the reader has taken every event.
+	delivered chan struct{}
 }
 
 func newScript(evs []input.Event, err error) *scriptSource {
-	return &scriptSource{evs: evs, err: err, ch: make(chan input.Event)}
+	return &scriptSource{evs: evs, err: err, ch: make(chan input.Event), delivered: make(chan struct{})}
 }
 
 func (s *scriptSource) Events() <-chan input.Event { return s.ch }
@@ -35,6 +37,7 @@ func (s *scriptSource) Run(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	close(s.delivered) // the reader took every event (s.ch is unbuffered)
 	if s.err != nil {
 		return s.err
 	}
@@ -132,8 +135,16 @@ func TestKeypadTableRedraw(t *testing.T) {
 func TestKeypadTestInterrupted(t *testing.T) {
 	km := input.Keymap3x4()
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	res := KeypadTest(ctx, newScript(presses(km, "123"), nil), KeypadOptions{Keymap: km, Timeout: 10 * time.Second})
+	defer cancel()
+	// Interrupted once the three presses were taken, not after 50 ms of
+	// the wall clock (armv6 under qemu at load 33 took only one by then:
+	// stress run 26).
+	src := newScript(presses(km, "123"), nil)
+	go func() {
+		<-src.delivered
+		cancel()
+	}()
+	res := KeypadTest(ctx, src, KeypadOptions{Keymap: km, Timeout: 10 * time.Second})
 	if res.Pass || !strings.HasPrefix(res.Summary, "interrupted with 9 of 12 keys never seen: 456789*0#") {
 		t.Fatalf("pass %v summary %q", res.Pass, res.Summary)
 	}
