@@ -512,3 +512,21 @@ func TestOpenTwiceRefused(t *testing.T) {
 	}
 	l2.Close()
 }
+
+// A lock this process still holds for a moment (a log closed here while
+// a forked child, before its exec, had a copy of the lock file's
+// descriptor) is waited for, not refused: TestNoticeSurvivesRestart's
+// restart in place failed so under load.
+func TestOpenWaitsForItsOwnLockBriefly(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l, _ := open(t, dir, Options{})
+	closed := make(chan struct{})
+	time.AfterFunc(100*time.Millisecond, func() { l.Close(); close(closed) })
+	l2, _, err := tryOpen(dir, Options{})
+	if err != nil {
+		t.Fatalf("open while this process's lock goes: %v", err)
+	}
+	<-closed
+	l2.Close()
+}
