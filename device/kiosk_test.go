@@ -89,9 +89,15 @@ func (ps *pushServer) serve(ws *websocket.Conn) {
 		switch f := f.(type) {
 		case *link.Connect:
 			ps.connects = append(ps.connects, f)
-			ps.conn = ws
 			ps.mu.Unlock()
 			ps.write(ws, &link.Connected{ChannelID: "terminal-dev", SessionID: "s-" + f.PeerID})
+			// Only now may push write to it: a notice written before
+			// connected is not part of the session, and the device drops
+			// it (TestConsoleNoticeStatusLine, arm64 under qemu, stress
+			// run 29: push took the write lock first).
+			ps.mu.Lock()
+			ps.conn = ws
+			ps.mu.Unlock()
 			ps.poke()
 			continue
 		case *link.NoticeAck:
