@@ -144,15 +144,20 @@ func TestStuckConsumersRecreated(t *testing.T) {
 	})
 
 	js := jetStreamFor(t, tc.nats.URLs())
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
 	for name := range before {
 		// Gone already (a worker's heal or handover made it anew under
 		// another name between the listing and here) is what the test
-		// wants too. (make test saw it: the test was wrong.)
-		if err := js.DeleteConsumer(ctx, "TERMLINK_IN", name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			t.Fatalf("deleting consumer %s: %v", name, err)
-		}
+		// wants too. (make test saw it: the test was wrong.) Each try
+		// has 10 s: a busy nats-server can drop an API request unanswered
+		// (stress run 30: one delete waited out the whole 2 minutes).
+		testwait.UntilOK(t, "deleting consumer "+name, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := js.DeleteConsumer(ctx, "TERMLINK_IN", name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return err
+			}
+			return nil
+		})
 	}
 	for i, d := range ds {
 		d.send(fmt.Sprintf("deleted-%d", i))
@@ -176,6 +181,8 @@ func TestStuckConsumersRecreated(t *testing.T) {
 		return nil
 	})
 
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
 	node := tc.nats.Nodes[1]
 	for round := range 30 {
 		switch round {
