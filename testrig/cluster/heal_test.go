@@ -25,6 +25,10 @@ type stuckWatch struct {
 	done    chan struct{}
 }
 
+// natsElectionMax is nats-server's longest election timeout
+// (maxElectionTimeoutDefault in its server/raft.go; not configurable).
+const natsElectionMax = 9 * time.Second
+
 func watchStuck(workers []*cluster.Server) *stuckWatch {
 	w := &stuckWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
@@ -208,8 +212,12 @@ func TestStuckConsumersRecreated(t *testing.T) {
 	longest, what := watch.end()
 	t.Logf("longest stuck: %s (%s)", longest.Round(time.Millisecond), what)
 	// A stuck consumer is recreated after stuckSeconds, at the worker's
-	// next look (stuckSeconds/4), within a lease tick and a request.
-	if bound := stuckSeconds*time.Second + stuckSeconds*time.Second/4 + 5*time.Second; longest > bound {
+	// next look (stuckSeconds/4), within a lease tick and a request; and
+	// this test kills a NATS node, whose raft groups answer no request
+	// until they elect a leader again: nats-server's election timeout is
+	// up to 9 s (stress run 32: 19.3 s against a bound of 17.5 s without
+	// it, "consumer info not read").
+	if bound := stuckSeconds*time.Second + stuckSeconds*time.Second/4 + 5*time.Second + natsElectionMax; longest > bound {
 		t.Errorf("a partition was stuck for %s (%s), past the bound %s", longest, what, bound)
 	}
 	// Nothing stays stuck: a partition stuck now (a consumer that lost
