@@ -149,6 +149,26 @@ func TestMoveEdgeMidConversation(t *testing.T) {
 	cluster.Heavy(t)
 	runLog := filepath.Join(t.TempDir(), "runs.log")
 	tc := startCluster(t, clusterOpts{edges: 2, workers: 2, agent: slowAgent(runLog, 300*time.Millisecond)})
+	// The partitions settled between the two workers first: a handover
+	// while the first messages run records one as cut short (a system
+	// record in the history), as it must (stress run 33, under load the
+	// second worker joined during the first burst). This test is about
+	// the edge's move.
+	testwait.UntilOK(t, "each worker owns partitions, none given up", func() error {
+		if _, err := settledConsumers(tc.workers, 8); err != nil {
+			return err
+		}
+		for _, s := range tc.workers {
+			st, err := cluster.ClusterStatus(context.Background(), s.HTTPURL())
+			if err != nil {
+				return err
+			}
+			if len(st.Owned) == 0 {
+				return fmt.Errorf("%s owns no partition yet", s.Spec.Name)
+			}
+		}
+		return nil
+	})
 	d := newDevice(t, "mover-1", tc.edges[0].WSURL())
 	for i := range 3 {
 		d.send(fmt.Sprintf("a%d", i))
