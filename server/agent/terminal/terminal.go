@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"termlink/server/agent"
 	"termlink/server/agent/procs"
 	"termlink/server/config"
@@ -58,6 +60,8 @@ type Options struct {
 	// Procs records the agents' process groups for the reaping after a
 	// crash; nil records nothing (agents still die with the server).
 	Procs *procs.Registry
+
+	hooks testHooks
 	// Push takes the text of a rich-mode "notice" line (notice.go); nil
 	// drops it.
 	Push func(sessionKey, text string)
@@ -379,18 +383,10 @@ func (s *runState) run(ctx context.Context) agent.Result {
 	select {
 	case <-drained:
 	case <-grace.C:
+		s.r.opt.hooks.grace()
 		s.log.Info("processes the agent left behind hold its output open; killing its process group", "pid", s.pid)
 		s.kill()
-		grace.Reset(r.opt.KillGrace)
-		select {
-		case <-drained:
-		case <-grace.C:
-			// Held by a process outside the group: stop reading.
-			s.log.Warn("a process outside the agent's group holds its output open; no longer reading it", "pid", s.pid)
-			outR.Close()
-			errR.Close()
-			<-drained
-		}
+		s.drainAfterKill(drained, grace, outR, errR)
 	}
 	inW.Close() // unblocks a write the agent never read
 	<-stdinDone
@@ -400,6 +396,74 @@ func (s *runState) run(ctx context.Context) agent.Result {
 	s.log.Debug("agent finished", "pid", s.pid, "exit", cmd.ProcessState.String(),
 		"finish_reason", res.FinishReason, "duration", time.Since(start))
 	return res
+}
+
+// testHooks let a test see a run's steps; nil ones do nothing.
+type testHooks struct {
+	graceEnded   func() // each time a kill grace period ends
+	readStart    func() // in the stdout reader, before its first read
+	readsStopped func() // before the run closes the pipes it was reading
+}
+
+func (h testHooks) grace() {
+	if h.graceEnded != nil {
+		h.graceEnded()
+	}
+}
+
+func (h testHooks) read() {
+	if h.readStart != nil {
+		h.readStart()
+	}
+}
+
+// maxDrain bounds how long a run keeps reading output the agent wrote
+// before it exited, once its process group is killed: a reader the
+// machine is slow to schedule may need more than a grace period.
+const maxDrain = 30 * time.Second
+
+// drainAfterKill waits for the readers after the agent's process group
+// was killed. Whatever still holds the output open is then outside the
+// group; the pipes are closed (their reading stopped) only once a grace
+// period passes with nothing left unread in them: bytes still in a pipe
+// are the agent's output, and a slow reader takes them all (at most
+// maxDrain).
+func (s *runState) drainAfterKill(drained <-chan struct{}, grace *time.Timer, outR, errR *os.File) {
+	deadline := time.Now().Add(maxDrain)
+	for {
+		grace.Reset(s.r.opt.KillGrace)
+		select {
+		case <-drained:
+			return
+		case <-grace.C:
+			s.r.opt.hooks.grace()
+		}
+		if (unread(outR) > 0 || unread(errR) > 0) && time.Now().Before(deadline) {
+			continue
+		}
+		// Held by a process outside the group: stop reading.
+		s.log.Warn("a process outside the agent's group holds its output open; no longer reading it", "pid", s.pid)
+		if s.r.opt.hooks.readsStopped != nil {
+			s.r.opt.hooks.readsStopped()
+		}
+		outR.Close()
+		errR.Close()
+		<-drained
+		return
+	}
+}
+
+// unread returns how many bytes wait in the pipe f (FIONREAD, Linux's
+// TIOCINQ); 0 when f is closed or cannot be asked. It does not take f
+// out of the runtime's poller (f.Fd would).
+func unread(f *os.File) int {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
+	return n
 }
 
 // command returns the command that runs the agent for text: the
@@ -434,6 +498,7 @@ func (s *runState) fail(msg string) {
 }
 
 func (s *runState) readRich(f *os.File) {
+	s.r.opt.hooks.read()
 	limit := int64(s.r.cfg.MaxOutputBytes)
 	maxLine := s.r.opt.MaxLineBytes
 	br := bufio.NewReaderSize(f, 64<<10)
@@ -475,6 +540,7 @@ func (s *runState) readRich(f *os.File) {
 }
 
 func (s *runState) readPlain(f *os.File) {
+	s.r.opt.hooks.read()
 	limit := int64(s.r.cfg.MaxOutputBytes)
 	buf := make([]byte, 32<<10)
 	for {

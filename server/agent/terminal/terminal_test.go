@@ -932,3 +932,44 @@ printf '%s\n' '{"type":"message","text":"done"}'
 		t.Fatalf("first %q, last %q: want the first at once and the last kept", progress[0], progress[len(progress)-1])
 	}
 }
+
+// Output the agent wrote before it exited is all delivered even when the
+// machine is slow to run the reader: the stdout reader here starts only
+// after three kill grace periods (1 ms each) have ended, long after the
+// agent exited. The runs's pipes are closed only once nothing is left
+// unread in them; before, the second grace period's end closed them and
+// the reply was empty (TestProgressCoalescedEndToEnd's "(no output)" on
+// a loaded machine).
+func TestOutputKeptFromASlowReader(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []config.TerminalAgent{plain(`echo one; echo two`), rich(`echo '{"type":"message","text":"one two"}'`)} {
+		t.Run(cfg.Protocol, func(t *testing.T) {
+			t.Parallel()
+			graces, stopped := make(chan struct{}, 100), make(chan struct{})
+			opt := Options{KillGrace: time.Millisecond}
+			opt.hooks = testHooks{
+				graceEnded:   func() { graces <- struct{}{} },
+				readsStopped: func() { close(stopped) },
+				readStart: func() {
+					for range 3 {
+						select {
+						case <-graces:
+						case <-stopped: // the run gave up on the output: the test fails
+							return
+						}
+					}
+				},
+			}
+			f := newFixture(t, cfg, opt)
+			res := f.text("x")
+			want := "one\ntwo"
+			if cfg.Protocol == "rich" {
+				want = "one two"
+			}
+			wantResult(t, res, "stop", want)
+			if f.logs.has("no longer reading") {
+				t.Errorf("the run stopped reading the agent's output: %v", f.logs.all())
+			}
+		})
+	}
+}
