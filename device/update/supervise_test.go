@@ -123,9 +123,18 @@ func (d *device) offer(priv ed25519.PrivateKey, pubFile, version, bin string) {
 		d.t.Fatal(err)
 	}
 	mf := filepath.Join(d.t.TempDir(), "m.json")
-	os.WriteFile(mf, m.Marshal(), 0o644)
+	if err := os.WriteFile(mf, m.Marshal(), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
 	req, _ := json.Marshal(map[string]any{"url": d.files.serve(version, bin), "manifest": mf, "key": pubFile})
-	if err := os.WriteFile(filepath.Join(d.state, "apply.json"), req, 0o600); err != nil {
+	// Written aside and renamed: the worker polls for apply.json and
+	// would otherwise read it half written ("apply: unexpected end of
+	// JSON input" on a loaded machine).
+	tmp := filepath.Join(d.state, "apply.json.tmp")
+	if err := os.WriteFile(tmp, req, 0o600); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(d.state, "apply.json")); err != nil {
 		d.t.Fatal(err)
 	}
 }
