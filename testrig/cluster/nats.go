@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,6 +54,9 @@ type NATSNode struct {
 	Netns       string // the network namespace it runs in ("": this one's)
 	ClientPort  int
 	ClusterPort int
+	// MonitorPort is nats-server's HTTP monitoring port (Healthy asks
+	// its /healthz).
+	MonitorPort int
 	StoreDir    string
 	LogFile     string
 
@@ -124,7 +129,7 @@ func StartNATS(ctx context.Context, opt NATSOptions) (*NATS, error) {
 }
 
 func startNATSOnce(ctx context.Context, opt NATSOptions) (*NATS, error) {
-	ports, err := freePorts(2 * opt.Nodes)
+	ports, err := freePorts(3 * opt.Nodes)
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
@@ -139,7 +144,7 @@ func startNATSOnce(ctx context.Context, opt NATSOptions) (*NATS, error) {
 		if i < len(opt.Netns) {
 			netns[i] = opt.Netns[i]
 		}
-		routes = append(routes, "nats://"+net.JoinHostPort(hosts[i], strconv.Itoa(ports[2*i+1])))
+		routes = append(routes, "nats://"+net.JoinHostPort(hosts[i], strconv.Itoa(ports[3*i+1])))
 	}
 	for i := range opt.Nodes {
 		name := "n" + strconv.Itoa(i+1)
@@ -148,7 +153,7 @@ func startNATSOnce(ctx context.Context, opt NATSOptions) (*NATS, error) {
 			return nil, fmt.Errorf("nats %s: %w", name, err)
 		}
 		c.Nodes = append(c.Nodes, &NATSNode{
-			Name: name, Host: hosts[i], Netns: netns[i], ClientPort: ports[2*i], ClusterPort: ports[2*i+1],
+			Name: name, Host: hosts[i], Netns: netns[i], ClientPort: ports[3*i], ClusterPort: ports[3*i+1], MonitorPort: ports[3*i+2],
 			StoreDir: filepath.Join(dir, "store"), LogFile: filepath.Join(dir, "nats.log"),
 			clusterName: opt.ClusterName, routes: routes, binary: opt.Binary, syncAlways: opt.SyncAlways,
 			confFile: filepath.Join(dir, "nats.conf"),
@@ -228,6 +233,31 @@ func (n *NATSNode) Kill() {
 	if r != nil {
 		r.kill()
 	}
+}
+
+// Healthy asks the node's /healthz (nats-server's own check: JetStream
+// enabled, the meta group and every stream and consumer this node has a
+// replica of current) and returns nil when it answers ok, otherwise what
+// it said or why it could not be asked. A node that is down, cut off or
+// still catching up after a restart is not healthy.
+func (n *NATSNode) Healthy(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	u := "http://" + net.JoinHostPort(n.Host, strconv.Itoa(n.MonitorPort)) + "/healthz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("nats %s: healthz: %w", n.Name, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("nats %s: healthz %d: %s", n.Name, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return nil
 }
 
 // Running reports whether the node has been started and has not exited.

@@ -45,6 +45,8 @@ func (n *NATSNode) startEmbedded() (natsRun, error) {
 		ServerName: n.Name,
 		Host:       "127.0.0.1",
 		Port:       n.ClientPort,
+		HTTPHost:   "127.0.0.1",
+		HTTPPort:   n.MonitorPort,
 		JetStream:  true,
 		StoreDir:   n.StoreDir,
 		NoSigs:     true,

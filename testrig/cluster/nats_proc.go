@@ -24,8 +24,8 @@ func (n *NATSNode) natsConfig() string {
 	if n.syncAlways {
 		syncLine = "  sync_interval: always\n"
 	}
-	conf := fmt.Sprintf("server_name: %s\nlisten: \"%s:%d\"\njetstream {\n  store_dir: %s\n%s}\n",
-		n.Name, n.Host, n.ClientPort, strconv.Quote(n.StoreDir), syncLine)
+	conf := fmt.Sprintf("server_name: %s\nlisten: \"%s:%d\"\nhttp: \"%s:%d\"\njetstream {\n  store_dir: %s\n%s}\n",
+		n.Name, n.Host, n.ClientPort, n.Host, n.MonitorPort, strconv.Quote(n.StoreDir), syncLine)
 	if len(n.routes) < 2 {
 		return conf
 	}

@@ -73,10 +73,17 @@ func TestNATSProcessesKillStopRestart(t *testing.T) {
 	}
 	publishN(t, js, "t.a", 0, 10)
 
+	for _, n := range c.Nodes { // nats-server's /healthz: every stream replica current
+		testwait.UntilOK(t, n.Name+" healthy", func() error { return n.Healthy(ctx) })
+	}
+
 	victim := c.Nodes[0]
 	victim.Kill()
 	if victim.Running() {
 		t.Fatal("killed node still running")
+	}
+	if err := victim.Healthy(ctx); err == nil || !strings.Contains(err.Error(), "nats n1: healthz") {
+		t.Errorf("killed node's health: %v, want an error naming n1's healthz", err)
 	}
 	publishN(t, js, "t.a", 10, 10) // 2 of 3 nodes: quorum
 	if err := victim.Start(ctx); err != nil {
@@ -85,6 +92,7 @@ func TestNATSProcessesKillStopRestart(t *testing.T) {
 	if err := c.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
+	testwait.UntilOK(t, "restarted n1 healthy (caught up)", func() error { return victim.Healthy(ctx) })
 
 	if err := c.Nodes[1].Stop(ctx); err != nil {
 		t.Fatal(err)
@@ -134,7 +142,7 @@ func TestNATSEmbedded(t *testing.T) {
 	}
 	closed = true
 	for _, n := range c.Nodes {
-		for _, p := range []int{n.ClientPort, n.ClusterPort} {
+		for _, p := range []int{n.ClientPort, n.ClusterPort, n.MonitorPort} {
 			if conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", p), time.Second); err == nil {
 				conn.Close()
 				t.Errorf("%s: port %d still open after Close", n.Name, p)

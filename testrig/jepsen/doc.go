@@ -27,7 +27,8 @@
 // kind's (kill_nats, kill_edge, kill_worker, pause, partition,
 // disk_full); a window runs from the fault to the moment the node is
 // back (restarted and answering, continued, back on the network, or its
-// store's filler removed and, if need be, the node restarted). A message
+// store's filler removed and, if need be, the node restarted; a NATS
+// node, then also until its /healthz says ok, at most 30 s). A message
 // accepted during two faults counts in both.
 //
 // Interruptions are observable from outside: after a schedule the runner
@@ -74,7 +75,11 @@
 // (10 s) after it is back: a node just restarted has not rejoined its
 // raft groups yet, and a second node's loss then is a majority's in
 // practice (seed 3 with partitions, before the margin: about 12 s with
-// nothing accepted). Slow disks are not drawn (no way here to slow one
+// nothing accepted). The runner also asks nats-server: a fault on a NATS
+// node that starts while another NATS node's /healthz is not ok (down,
+// cut off, or back but still catching up: a node back from a full disk
+// took up to 90 s) is noted beyond what JetStream promises, with what
+// /healthz said. Slow disks are not drawn (no way here to slow one
 // file system: no dm-delay, no netem).
 //
 // # Running it

@@ -464,6 +464,9 @@ func (n *nemesis) apply(ctx context.Context, start time.Time, s Schedule) []stri
 			if !waitUntil(ctx, start.Add(f.At)) {
 				return
 			}
+			if f.Note == "" {
+				f.Note = n.othersBehind(ctx, f.Node)
+			}
 			heal, err := n.begin(ctx, f)
 			if err != nil {
 				fail(f, err)
@@ -476,6 +479,8 @@ func (n *nemesis) apply(ctx context.Context, start time.Time, s Schedule) []stri
 			note, err := heal(hctx)
 			if err != nil {
 				fail(f, fmt.Errorf("healing: %w", err))
+			} else if nn := n.natsNode(f.Node); nn != nil {
+				note = joinNotes(note, n.waitHealthy(hctx, nn))
 			}
 			if note != "" {
 				n.log("%s %s healed: %s", f.Kind, f.Node, note)
@@ -485,6 +490,71 @@ func (n *nemesis) apply(ctx context.Context, start time.Time, s Schedule) []stri
 	}
 	wg.Wait()
 	return errs
+}
+
+// natsNode returns the NATS node named name, or nil.
+func (n *nemesis) natsNode(name string) *cluster.NATSNode {
+	for _, x := range n.nats.Nodes {
+		if x.Name == name {
+			return x
+		}
+	}
+	return nil
+}
+
+// othersBehind returns, when a fault on NATS node node is about to
+// start while another NATS node is not healthy (its /healthz: down, cut
+// off, or back but not caught up with its raft groups), a note that the
+// fault is beyond what JetStream promises and why; "" otherwise. The
+// schedule's minority rule counts a node as faulted for a fixed CatchUp
+// after it is back; this is what nats-server itself says at the moment
+// the fault starts (a node back from a full disk took 90 s to catch up).
+func (n *nemesis) othersBehind(ctx context.Context, node string) string {
+	if n.natsNode(node) == nil {
+		return ""
+	}
+	var behind []string
+	for _, x := range n.nats.Nodes {
+		if x.Name == node {
+			continue
+		}
+		if err := x.Healthy(ctx); err != nil {
+			behind = append(behind, err.Error())
+		}
+	}
+	if len(behind) == 0 {
+		return ""
+	}
+	return "beyond what JetStream promises: another NATS node not healthy when it started (" + strings.Join(behind, "; ") + ")"
+}
+
+// healthyWait bounds how long a NATS fault's heal waits for the node's
+// /healthz to say ok.
+const healthyWait = 30 * time.Second
+
+// waitHealthy waits (at most healthyWait) until nn's /healthz says ok, so
+// that a NATS fault's window lasts until the node has caught up, and
+// returns a note for the fault_end event: how long that took, or that it
+// did not.
+func (n *nemesis) waitHealthy(ctx context.Context, nn *cluster.NATSNode) string {
+	t0 := time.Now()
+	err := testwait.Poll(ctx, healthyWait, func() error { return nn.Healthy(ctx) })
+	if err != nil {
+		n.log("%s not healthy %v after its heal: %v", nn.Name, healthyWait, err)
+		return fmt.Sprintf("not healthy %v after the heal: %v", healthyWait, err)
+	}
+	if d := time.Since(t0); d >= time.Second {
+		return fmt.Sprintf("healthy %v after the heal", d.Round(100*time.Millisecond))
+	}
+	return ""
+}
+
+// joinNotes joins two notes, either possibly empty.
+func joinNotes(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "; " + b
 }
 
 // waitUntil waits for t or ctx's end; it reports whether t came.
