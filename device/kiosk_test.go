@@ -338,6 +338,10 @@ func TestKeyDismissesNotice(t *testing.T) {
 	}
 	r.press("2 ") // the next key types
 	r.waitGlass(t, "a_")
+	// The ack goes to the server on the link, not with the glass: wait
+	// for it (the glass showing "a_" proves nothing about the ack; under
+	// qemu in make test's test-arm the test looked too early).
+	ps.waitFor(t, "the dismissed notice's ack", func() bool { return len(ps.acks) > 0 })
 	if n := ps.ackCount("n-2"); n != 1 {
 		t.Fatalf("%d acks of the dismissed notice, want 1", n)
 	}
