@@ -108,8 +108,8 @@ func TestConsoleStartsRollout(t *testing.T) {
 	b.waitFor("the fleet is loaded", `document.getElementById('fleet-count').textContent === '5 of 5 online'`)
 	b.waitFor("the stored release is offered", `Array.from(document.querySelectorAll('#rollout-version option')).some(o => o.value === 'v2' && o.textContent === 'v2 (linux/arm/6)')`)
 	b.must("asking for v2 on site=lobby, one canary, waves of half",
-		chromedp.Click(`[data-testid=rollout-target-tag]`, chromedp.ByQuery), setValue(`#rollout-tag`, "site=lobby"),
-		setValue(`#rollout-canary`, "1"), setValue(`#rollout-percent`, "50"), chromedp.Click(`#rollout-start`, chromedp.ByQuery))
+		clickListed(`[data-testid=rollout-target-tag]`), setValue(`#rollout-tag`, "site=lobby"),
+		setValue(`#rollout-canary`, "1"), setValue(`#rollout-percent`, "50"), clickListed(`#rollout-start`))
 	b.waitFor("it is started", `document.getElementById('rollout-result').textContent.startsWith('Rollout ro-') && document.getElementById('rollout-result').textContent.endsWith('of v2 started: 3 devices.')`)
 	b.waitFor("each lobby device installed v2, in the open device list", `(() => {
 		const li = `+rolloutJS("done")+`;
@@ -127,7 +127,7 @@ func TestConsoleStartsRollout(t *testing.T) {
 
 	// The shop: its canary rolls back, the rollout pauses naming it.
 	b.must("asking for v2 on site=shop",
-		setValue(`#rollout-tag`, "site=shop"), setValue(`#rollout-percent`, ""), chromedp.Click(`#rollout-start`, chromedp.ByQuery))
+		setValue(`#rollout-tag`, "site=shop"), setValue(`#rollout-percent`, ""), clickListed(`#rollout-start`))
 	b.waitFor("the paused rollout names shop-001 and marks it", `(() => {
 		const li = `+rolloutJS("paused")+`;
 		if (!li || !li.querySelector('[data-testid=rollout-state]').textContent.includes('shop-001 rolled back: no heartbeat within the gate')) return false;
@@ -149,7 +149,7 @@ func TestConsoleStartsRollout(t *testing.T) {
 	if status != http.StatusConflict || !strings.Contains(refusal, "abort it first") {
 		t.Fatalf("a second active rollout: HTTP %d %q, want 409", status, refusal)
 	}
-	b.must("asking for v2 on every device", chromedp.Click(`[data-testid=rollout-target-all]`, chromedp.ByQuery), chromedp.Click(`#rollout-start`, chromedp.ByQuery))
+	b.must("asking for v2 on every device", clickListed(`[data-testid=rollout-target-all]`), clickListed(`#rollout-start`))
 	b.waitFor("the API's refusal is shown as it said it", fmt.Sprintf(`document.getElementById('rollout-result').textContent === %q &&
 		document.getElementById('rollout-result').classList.contains('bad')`, refusal))
 	b.screenshot("1280px-rollout-refused")
@@ -262,7 +262,7 @@ func TestConsoleDeviceSettings(t *testing.T) {
 		document.getElementById('settings-delete').hidden`)
 	b.must("editing its settings",
 		setValue(`#set-idle_text`, "Lobby opens at 9"), setValue(`#set-idle_seconds`, "60"), setValue(`#set-log_level`, "debug"),
-		setValue(`#set-tags`, "site=lobby"), chromedp.Click(`#settings-save`, chromedp.ByQuery))
+		setValue(`#set-tags`, "site=lobby"), clickListed(`#settings-save`))
 	b.waitFor("the device applied version 3", `(() => {
 		const st = document.getElementById('settings-status');
 		const dd = (k) => { const e = document.querySelector('#settings-info dd[data-key="' + k + '"]'); return e ? e.textContent : '' };
@@ -277,7 +277,7 @@ func TestConsoleDeviceSettings(t *testing.T) {
 	b.checkFits("the applied settings")
 	b.screenshot("1280px-settings-applied")
 
-	b.must("asking for an idle time past a week", setValue(`#set-idle_seconds`, "700000"), chromedp.Click(`#settings-save`, chromedp.ByQuery))
+	b.must("asking for an idle time past a week", setValue(`#set-idle_seconds`, "700000"), clickListed(`#settings-save`))
 	b.waitFor("the API's field error at the field", fmt.Sprintf(`document.getElementById('settings-result').textContent === %q &&
 		document.getElementById('set-idle_seconds').getAttribute('aria-invalid') === 'true' &&
 		document.getElementById('set-idle_seconds-err').textContent === %q && document.activeElement.id === 'set-idle_seconds'`,
@@ -285,7 +285,7 @@ func TestConsoleDeviceSettings(t *testing.T) {
 	b.checkFits("the field error")
 	b.screenshot("1280px-settings-field-error")
 
-	b.must("deleting its document", chromedp.Click(`#settings-delete`, chromedp.ByQuery))
+	b.must("deleting its document", clickListed(`#settings-delete`))
 	b.waitFor("the device applied version 4, from no document", `(() => {
 		const st = document.getElementById('settings-status');
 		return st.dataset.applied === '4' && st.dataset.current === 'true' &&

@@ -356,13 +356,13 @@ func TestConsoleForOperators(t *testing.T) {
 				Count string
 			}
 			b.must("filling the notice box past the limit",
-				chromedp.Click(`[data-testid=target-all]`, chromedp.ByQuery),
+				clickListed(`[data-testid=target-all]`),
 				setValue(`#notice-text`, long),
 				chromedp.Evaluate(`({max: document.getElementById('notice-text').maxLength, count: document.querySelector('[data-testid=notice-count]').textContent})`, &limit))
 			if limit.Max != 1000 || limit.Count != "1001 of 1000 characters" {
 				t.Errorf("notice box: maxlength %d, counter %q; want 1000 and \"1001 of 1000 characters\"", limit.Max, limit.Count)
 			}
-			b.must("sending it", chromedp.Click(`#notice-send`, chromedp.ByQuery))
+			b.must("sending it", clickListed(`#notice-send`))
 			b.waitFor("the API's refusal is shown as it said it", fmt.Sprintf(`document.getElementById('notice-result').textContent === %q`, refusal.Error))
 			b.checkFits("the refused notice")
 			shot("02-notice-refused")

@@ -423,7 +423,11 @@ func setValue(sel, value string) chromedp.Action {
 // the console re-draws as the fleet changes (peer rows, notices,
 // rollouts): chromedp.Click finds a node, then clicks it by id, and a
 // re-draw in between leaves it clicking a node that is gone ("Could not
-// find node with given id", stress run 21).
+// find node with given id", stress run 21). For every button of a page
+// that still fills in too: chromedp.Click clicks where the node was,
+// and a section drawn above it meanwhile takes the click (the diag
+// buttons at 400 px, stress run 41). Only the login page, drawn once,
+// is clicked by position.
 func clickListed(sel string) chromedp.Action {
 	var clicked bool
 	return chromedp.Poll(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel),
@@ -491,11 +495,11 @@ func TestConsoleInChromium(t *testing.T) {
 	// Send a notice to the tag site:lobby.
 	const text = "Lobby closes 18h"
 	b.must("sending a notice to site:lobby",
-		chromedp.Click(`[data-testid=target-tag]`, chromedp.ByQuery),
+		clickListed(`[data-testid=target-tag]`),
 		chromedp.SendKeys(`#notice-tag`, "site:lobby", chromedp.ByQuery),
 		chromedp.SendKeys(`#notice-text`, text, chromedp.ByQuery),
 		setValue(`#notice-form [name=display_seconds]`, "120"),
-		chromedp.Click(`#notice-send`, chromedp.ByQuery))
+		clickListed(`#notice-send`))
 	b.waitFor("the console confirms the notice", `/queued for 1 device \(1 online\)/.test(document.getElementById('notice-result').textContent)`)
 	b.screenshot("02-notice-sent")
 
@@ -537,7 +541,7 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 
 	// Stop the shop kiosk: the console shows it offline.
-	b.must("back to the fleet", chromedp.Click(`#back`, chromedp.ByQuery))
+	b.must("back to the fleet", clickListed(`#back`))
 	shop.stop(t)
 	b.waitFor("kiosk-shop goes offline", peerRow("kiosk-shop", false)+" && "+peerRow("kiosk-lobby", true))
 	b.waitFor("the live events show it leaving", eventShown("terminal_disconnected", "kiosk-shop"))
@@ -550,7 +554,7 @@ func TestConsoleInChromium(t *testing.T) {
 		clickListed(`[data-peer-id="kiosk-shop"] a`),
 		chromedp.WaitVisible(`#peer-notice-text`, chromedp.ByQuery),
 		chromedp.SendKeys(`#peer-notice-text`, later, chromedp.ByQuery),
-		chromedp.Click(`#peer-notice-form button[type=submit]`, chromedp.ByQuery))
+		clickListed(`#peer-notice-form button[type=submit]`))
 	b.waitFor("the console confirms it is queued for the offline kiosk", `/queued for 1 device \(0 online\)/.test(document.querySelector('#peer-notice-form .result').textContent)`)
 	pending := fmt.Sprintf(`Array.from(document.querySelectorAll('[data-testid=peer-notice][data-state=pending]')).some(e => e.textContent.includes(%q))`, later)
 	b.waitFor("the notice is listed as pending", pending)
