@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,17 +10,22 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"strconv"
 	"testing"
 	"time"
 
 	"termlink/internal/testwait"
+	"termlink/server/metrics"
 	"termlink/server/notices"
+	"termlink/server/notices/noticestest"
 )
 
 // noticeNode is one node's mailboxes with a fake of what the server
 // gives them: the peers connected here (Push), and what was pushed.
 type noticeNode struct {
-	*Notices
+	*notices.Service
+	st     *NoticeStorage
+	reg    *metrics.Registry
 	mu     sync.Mutex
 	here   map[string]bool // peers connected to this node
 	pushed map[string]int
@@ -27,11 +33,11 @@ type noticeNode struct {
 
 func openNoticeNode(t *testing.T, n *Node, maxPerPeer int, peers ...string) *noticeNode {
 	t.Helper()
-	nn := &noticeNode{here: map[string]bool{}, pushed: map[string]int{}}
+	nn := &noticeNode{here: map[string]bool{}, pushed: map[string]int{}, reg: &metrics.Registry{}}
 	for _, p := range peers {
 		nn.here[p] = true
 	}
-	opt := notices.Options{Sweep: 50 * time.Millisecond,
+	opt := notices.Options{Sweep: 50 * time.Millisecond, Metrics: nn.reg,
 		MaxPerPeer: func(string) int { return maxPerPeer },
 		Push: func(ch, peer string) bool {
 			nn.mu.Lock()
@@ -47,13 +53,14 @@ func openNoticeNode(t *testing.T, n *Node, maxPerPeer int, peers ...string) *not
 	defer cancel()
 	// A node looks for the bucket every 20 ms (2 s in production) until
 	// the first create makes it.
-	s, err := n.OpenNotices(ctx, NoticesOptions{Options: opt, MaxBytes: 8 << 20, LookEvery: 20 * time.Millisecond})
+	nn.st = n.NoticeStorage(8<<20, 20*time.Millisecond)
+	s, err := notices.New(ctx, nn.st, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Start()
 	t.Cleanup(func() { _ = s.Close() })
-	nn.Notices = s
+	nn.Service = s
 	return nn
 }
 
@@ -61,6 +68,29 @@ func (nn *noticeNode) pushes(peer string) int {
 	nn.mu.Lock()
 	defer nn.mu.Unlock()
 	return nn.pushed[peer]
+}
+
+// metric is the value of a series of channel "ch" on this node.
+func (nn *noticeNode) metric(name string) int64 {
+	var b bytes.Buffer
+	nn.reg.WriteText(&b)
+	for _, line := range strings.Split(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, name+`{channel="ch"} `); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// get reads a record at the bucket.
+func (nn *noticeNode) get(t *testing.T, key string) ([]byte, uint64) {
+	t.Helper()
+	data, rev, err := nn.st.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, rev
 }
 
 type dirOf map[string][]string
@@ -71,12 +101,74 @@ func noticeSpec(text string, ttl time.Duration) notices.Spec {
 	return notices.Spec{Text: text, Priority: "info", DisplaySeconds: 15, ExpiresAt: time.Now().Add(ttl), Source: "api"}
 }
 
-func states(l []notices.PeerNotice) string {
-	var s []string
-	for _, n := range l {
-		s = append(s, n.Text+"="+n.State)
+func states(l []notices.PeerNotice) string { return noticestest.States(l) }
+
+// The contract of package notices on the cluster's store: each handle
+// is another node of the same NATS.
+func TestNoticesContract(t *testing.T) {
+	t.Parallel()
+	noticestest.Run(t, func(t *testing.T) func(notices.Options) *notices.Service {
+		url := startJetStream(t)
+		nodes := 0
+		return func(opt notices.Options) *notices.Service {
+			nodes++
+			n := openNode(t, url, fmt.Sprintf("node-%d", nodes))
+			ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
+			defer cancel()
+			s, err := n.OpenNotices(ctx, NoticesOptions{Options: opt, MaxBytes: 8 << 20, LookEvery: 20 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-s.Ready():
+			case <-ctx.Done():
+				t.Fatal("the notice mailboxes did not load")
+			}
+			return s
+		}
+	})
+}
+
+// Creates on two nodes at once cannot overrun a mailbox's bound: the
+// places are taken by compare-and-set of the mailbox's record, not
+// counted on each node's state.
+func TestNoticesBoundAcrossNodes(t *testing.T) {
+	t.Parallel()
+	url := startJetStream(t)
+	a := openNoticeNode(t, openNode(t, url, "edge-a"), 3)
+	b := openNoticeNode(t, openNode(t, url, "edge-b"), 3)
+	if _, err := a.Create("ch", []string{"q"}, noticeSpec("make the bucket", time.Hour)); err != nil {
+		t.Fatal(err)
 	}
-	return strings.Join(s, ",")
+	testwait.Until(t, "B follows the bucket", func() bool { return b.Count("ch", "q") == 1 })
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	took := 0
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := a
+			if i%2 == 1 {
+				node = b
+			}
+			res, err := node.Create("ch", []string{"p"}, noticeSpec(fmt.Sprint("race ", i), time.Hour))
+			var full *notices.MailboxFullError
+			switch {
+			case err == nil:
+				mu.Lock()
+				took += len(res.Targets)
+				mu.Unlock()
+			case !errors.As(err, &full):
+				t.Errorf("create %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if took != 3 {
+		t.Fatalf("%d creates took a place in a mailbox of 3", took)
+	}
+	testwait.Until(t, "both nodes hold 3 open for p", func() bool { return a.Count("ch", "p") == 3 && b.Count("ch", "p") == 3 })
 }
 
 // A notice created on node A is due on node B, and pushed there to the
@@ -117,13 +209,11 @@ func TestNoticesAcrossNodes(t *testing.T) {
 	if f, _, _, _ := a.Due("ch", "p", 0, 10, time.Now()); len(f) != 0 {
 		t.Errorf("an acked notice is due on A: %q", f)
 	}
-	if a.met.created.Value("ch") != 2 || b.met.created.Value("ch") != 0 || b.met.acked.Value("ch") != 1 || a.met.acked.Value("ch") != 0 {
-		t.Errorf("counters: created %d on A, %d on B; acked %d on B, %d on A", a.met.created.Value("ch"), b.met.created.Value("ch"), b.met.acked.Value("ch"), a.met.acked.Value("ch"))
+	if a.metric("termlink_notices_created_total") != 2 || b.metric("termlink_notices_created_total") != 0 || b.metric("termlink_notices_acked_total") != 1 || a.metric("termlink_notices_acked_total") != 0 {
+		t.Errorf("counters: created %d on A, %d on B; acked %d on B, %d on A", a.metric("termlink_notices_created_total"), b.metric("termlink_notices_created_total"), b.metric("termlink_notices_acked_total"), a.metric("termlink_notices_acked_total"))
 	}
-	var pending []string
-	a.gauges(func(v int64, l ...string) { pending = append(pending, fmt.Sprint(l, v)) }, false)
-	if len(pending) != 1 || pending[0] != "[ch] 1" {
-		t.Errorf("pending gauge on A: %v", pending)
+	if v := a.metric("termlink_notices_pending"); v != 1 {
+		t.Errorf("pending gauge on A: %d", v)
 	}
 	// Acking again is nothing; an unknown notice or peer is refused.
 	if err := a.Ack("ch", "p", res.NoticeID); err != nil {
@@ -197,9 +287,9 @@ func TestNoticesWithdrawAndExpiry(t *testing.T) {
 		return false
 	})
 	testwait.Until(t, "the bucket says expired", func() bool {
-		data, _, err := a.n.kvGet(context.Background(), a.kv, deliveryKey("ch", "p", e.NoticeID))
-		var v deliveryValue
-		return err == nil && json.Unmarshal(data, &v) == nil && v.State == notices.Expired
+		data, _ := a.get(t, notices.DeliveryKey("ch", "p", e.NoticeID))
+		var v struct{ State string }
+		return json.Unmarshal(data, &v) == nil && v.State == notices.Expired
 	})
 	testwait.Until(t, "B lists it expired", func() bool { return states(b.ListPeer("ch", "p", true)) == "withdraw me=withdrawn,soon=expired" })
 	if f, _, _, _ := b.Due("ch", "p", 0, 10, time.Now()); len(f) != 0 {
@@ -255,8 +345,8 @@ func TestNoticesBounds(t *testing.T) {
 	}
 	_, _ = b.Create("ch", []string{"p"}, noticeSpec("last", time.Hour))
 	testwait.Until(t, "the first acked delivery pruned from the bucket", func() bool {
-		_, rev, err := a.n.kvGet(context.Background(), a.kv, deliveryKey("ch", "p", first))
-		return err == nil && rev == 0
+		_, rev := a.get(t, notices.DeliveryKey("ch", "p", first))
+		return rev == 0
 	})
 	testwait.Until(t, "A keeps at most 2 finished and 2 open of p", func() bool {
 		l := a.ListPeer("ch", "p", true)
@@ -314,22 +404,4 @@ func TestNoticesAPIAcrossNodes(t *testing.T) {
 		t.Fatalf("DELETE on B: %d", resp.StatusCode)
 	}
 	testwait.Until(t, "A has nothing open", func() bool { return len(a.List("ch", false)) == 0 })
-}
-
-// A delivery's key names its channel, peer and notice again, for any
-// channel and peer; any other key is refused, never misread.
-func FuzzDeliveryKey(f *testing.F) {
-	f.Add("terminal-dev", "kiosk.1@lobby", "n-0123456789abcdef01")
-	f.Add("", "p", "bad.id")
-	f.Fuzz(func(t *testing.T, ch, peer, id string) {
-		key := deliveryKey(ch, peer, id)
-		c, p, i, ok := parseDeliveryKey(key)
-		if ok != validNoticeID(id) {
-			t.Fatalf("key %q: ok %v for id %q", key, ok, id)
-		}
-		if ok && (c != ch || p != peer || i != id) {
-			t.Fatalf("key %q read as %q %q %q", key, c, p, i)
-		}
-		_, _, _, _ = parseDeliveryKey(ch + "." + peer + "." + id) // no panic
-	})
 }

@@ -213,8 +213,7 @@ func noticePreview(s string, n int) string {
 }
 
 // Store is what the notice API needs of a mailboxes implementation: the
-// operator's methods. Local and the cluster's mailboxes implement it, and
-// Serve gives either the same routes and the same answers.
+// operator's methods. Service implements it.
 type Store interface {
 	// Create puts a new notice in the mailboxes of peers (no
 	// duplicates); a peer whose mailbox is full is skipped, and when
@@ -230,8 +229,6 @@ type Store interface {
 	// ListPeer is peer's open notices (all: every one kept), oldest first.
 	ListPeer(channelID, peerID string, all bool) []PeerNotice
 }
-
-var _ Store = (*Local)(nil)
 
 // API is the notice routes over a Store.
 type API struct {
@@ -256,10 +253,6 @@ func NewAPI(s Store, opt Options) *API {
 	}
 	return a
 }
-
-// Routes adds the notice API to mux; the server's operator guard covers
-// it (GET: viewer, POST and DELETE: operator).
-func (ns *Local) Routes(mux httpapi.Mux) { NewAPI(ns, ns.opt).Routes(mux) }
 
 // Routes adds the notice API to mux; the server's operator guard covers
 // it (GET: viewer, POST and DELETE: operator).
@@ -406,14 +399,6 @@ func (ns *API) deleteNotice(w http.ResponseWriter, r *http.Request) {
 	default:
 		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"withdrawn": n})
 	}
-}
-
-// FromAgent implements Mailboxes: an agent's unsolicited output (a Nuum
-// frame after its turn ended, a Terminal Protocol v1 "notice" line)
-// becomes a notice for peer.
-func (ns *Local) FromAgent(channelID, peerID, text string) error {
-	_, err := ns.Create(channelID, []string{peerID}, AgentSpec(text, time.Now()))
-	return err
 }
 
 // AgentSpec is the notice an agent's unsolicited output becomes: info,

@@ -122,7 +122,7 @@ func TestFromAgent(t *testing.T) {
 	if err := ns.FromAgent("ch", "p", strings.Repeat("é", MaxTextChars+5)); err != nil {
 		t.Fatal(err)
 	}
-	got := ns.pending("ch", "p")
+	got := ns.ListPeer("ch", "p", false)
 	if len(got) != 1 || got[0].Source != "agent" || got[0].Priority != "info" || got[0].DisplaySeconds != defaultDisplaySeconds {
 		t.Fatalf("pending %+v", got)
 	}

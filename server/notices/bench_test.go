@@ -36,7 +36,7 @@ func BenchmarkNoticesOpen(b *testing.B) {
 		if n := ns.Count("ch", peers[0]); n != 100 {
 			b.Fatalf("count %d", n)
 		}
-		_ = ns.wl.Close()
+		_ = ns.st.(*LocalStorage).wl.Close()
 		b.StartTimer()
 	}
 }

@@ -55,3 +55,21 @@ func FuzzParseNoticeRequest(f *testing.F) {
 		}
 	})
 }
+
+// A delivery's key names its channel, peer and notice again, for any
+// channel and peer; any other key is refused, never misread.
+func FuzzDeliveryKey(f *testing.F) {
+	f.Add("terminal-dev", "kiosk.1@lobby", "n-0123456789abcdef01")
+	f.Add("", "p", "bad.id")
+	f.Fuzz(func(t *testing.T, ch, peer, id string) {
+		key := DeliveryKey(ch, peer, id)
+		c, p, i, ok := ParseDeliveryKey(key)
+		if ok != ValidID(id) {
+			t.Fatalf("key %q: ok %v for id %q", key, ok, id)
+		}
+		if ok && (c != ch || p != peer || i != id) {
+			t.Fatalf("key %q read as %q %q %q", key, c, p, i)
+		}
+		_, _, _, _ = ParseDeliveryKey(ch + "." + peer + "." + id) // no panic
+	})
+}

@@ -8,8 +8,7 @@ import (
 )
 
 // Mailboxes is the notice mailboxes of every channel as the rest of the
-// server uses them. Local implements it; a clustered implementation is
-// another type with these methods.
+// server uses them; Service implements it.
 type Mailboxes interface {
 	// Routes registers the notice API on mux (the server's guard wraps
 	// it: GET takes a viewer, POST and DELETE an operator).
@@ -44,8 +43,6 @@ type Mailboxes interface {
 	Close() error
 }
 
-var _ Mailboxes = (*Local)(nil)
-
 // PeerDirectory is what a notice broadcast needs of a channel's devices:
 // the known peers whose tags include every one of tags (none: all).
 type PeerDirectory interface {
@@ -56,9 +53,6 @@ type PeerDirectory interface {
 type noPeers struct{}
 
 func (noPeers) PeersWithTags(string, map[string]string) []string { return nil }
-
-// ForPeer implements Mailboxes.
-func (ns *Local) ForPeer(channelID, peerID string) any { return ns.pending(channelID, peerID) }
 
 // Frame is the notice frame a device is sent for c (link.Notice).
 func Frame(c Content) []byte {

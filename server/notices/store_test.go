@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-func openTestNotices(t *testing.T, dir string, max int) *Local {
+func openTestNotices(t *testing.T, dir string, max int) *Service {
 	t.Helper()
 	ns, err := Open(dir, Options{MaxPerPeer: func(string) int { return max }, Sweep: time.Hour})
 	if err != nil {
@@ -18,8 +18,10 @@ func openTestNotices(t *testing.T, dir string, max int) *Local {
 }
 
 // crash stops ns the way kill -9 would leave it: no final snapshot.
-func crash(ns *Local) {
-	_ = ns.wl.Close() // (the sweeper was not started)
+func crash(ns *Service) {
+	ns.cancel()
+	ns.wg.Wait()
+	_ = ns.st.(*LocalStorage).wl.Close()
 }
 
 func spec(text string) Spec {
@@ -56,12 +58,12 @@ func TestNoticeSnapshotAndReplay(t *testing.T) {
 	}
 	ack(create("a"))
 	ack(create("b"))
-	ack(create("c"))
-	create("d") // three finished beside one open: "a", the oldest finished, is pruned
+	ack(create("c")) // three finished: "a", the oldest finished, is pruned
+	create("d")
 	if got := ids(ns.ListPeer("ch", "p", true)); len(got) != 3 || got[0] != "b=acked" || got[2] != "d=pending" {
 		t.Fatalf("before the snapshot: %v", got)
 	}
-	if err := ns.snapshot(); err != nil {
+	if err := ns.st.(*LocalStorage).snapshot(); err != nil {
 		t.Fatal(err)
 	}
 	e := create("e") // after the snapshot: only in the log
@@ -85,47 +87,13 @@ func TestNoticeSnapshotAndReplay(t *testing.T) {
 	}
 	ns = openTestNotices(t, dir, 2)
 	defer ns.Close()
-	if got := ids(ns.pending("ch", "p")); len(got) != 1 || got[0] != "d=pending" {
+	if got := ids(ns.ListPeer("ch", "p", false)); len(got) != 1 || got[0] != "d=pending" {
 		t.Fatalf("after a clean stop: %v", got)
 	}
-}
-
-// Expiry: an open notice expires at expires_at (counted, listed as
-// expired, never due), and is pruned KeepExpired later.
-func TestNoticeSweep(t *testing.T) {
-	ns := openTestNotices(t, t.TempDir(), 10)
-	defer ns.Close()
-	sp := spec("soon")
-	sp.ExpiresAt = time.Now().Add(time.Minute)
-	res, err := ns.Create("ch", []string{"p", "q"}, sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if frames, _, _, _ := ns.Due("ch", "p", 0, 10, time.Now()); len(frames) != 1 {
-		t.Fatalf("due before expiry: %d", len(frames))
-	}
-	if frames, _, _, _ := ns.Due("ch", "p", 0, 10, sp.ExpiresAt.Add(time.Second)); len(frames) != 0 {
-		t.Fatalf("due after expiry: %d", len(frames))
-	}
-	ns.sweep(sp.ExpiresAt.Add(time.Second))
-	if got := ns.met.expired.Value("ch"); got != 2 {
-		t.Fatalf("expired counter %d, want 2", got)
-	}
-	if got := ids(ns.ListPeer("ch", "q", true)); len(got) != 1 || got[0] != "soon=expired" {
-		t.Fatalf("after expiry: %v", got)
-	}
-	if n := ns.Count("ch", "p"); n != 0 {
-		t.Fatalf("Count %d after expiry", n)
-	}
-	ns.sweep(sp.ExpiresAt.Add(KeepExpired + 2*time.Second))
-	if got := ns.ListPeer("ch", "q", true); len(got) != 0 {
-		t.Fatalf("after pruning: %+v", got)
-	}
-	if _, err := ns.Withdraw("ch", res.NoticeID, ""); err != ErrUnknownNotice {
-		t.Fatalf("withdraw of a pruned notice: %v", err)
-	}
-	if v := ns.met.pending.Value("ch"); v != 0 {
-		t.Fatalf("pending gauge %d", v)
+	// The ack of e pruned b (three finished): its records are gone from
+	// the store, not only from the state.
+	if n := len(ns.st.(*LocalStorage).recs); n != 6 {
+		t.Fatalf("the store holds %d records, want 6 (c, d and e, and their deliveries to p)", n)
 	}
 }
 
@@ -149,7 +117,7 @@ func TestNoticeChangedHook(t *testing.T) {
 	if _, err := ns.Withdraw("ch", res.NoticeID, "q"); err != nil {
 		t.Fatal(err)
 	}
-	ns.sweep(sp.ExpiresAt.Add(time.Second))
+	ns.Sweep(sp.ExpiresAt.Add(time.Second))
 	if want := []string{"p", "q", "r", "p", "q", "r"}; !slices.Equal(got, want) {
 		t.Fatalf("changed %v, want %v", got, want)
 	}

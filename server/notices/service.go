@@ -1,0 +1,1203 @@
+package notices
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"termlink/server/events"
+	"termlink/server/httpapi"
+	"termlink/server/metrics"
+)
+
+// Service is the notice mailboxes over a Storage: every rule of a
+// notice's life is here, once, whatever keeps the records (the package
+// doc). It implements Mailboxes and Store.
+//
+// The Service keeps the whole store in memory (the state): Follow loads
+// it and, for a shared store, brings every other node's writes; this
+// process's own writes are taken into it as soon as the store holds
+// them. The connections read the state (Due, Count, ForPeer and the
+// API's lists), so nothing on a device's path waits for the store,
+// except an ack (read and written at the store: a device may ack here a
+// notice another node sent it).
+type Service struct {
+	st   Storage
+	info StorageInfo
+	opt  Options
+	log  *slog.Logger
+	met  noticeMetrics
+	now  func() time.Time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	ready  chan struct{} // closed once the state holds the store
+
+	closeOnce sync.Once
+	closeErr  error
+	kick   chan struct{} // the pusher has dirty peers
+	sent   chan sentWrite
+
+	createMu sync.Mutex // a store not shared: one create at a time (the bound check, then the writes)
+
+	mu      sync.Mutex
+	started bool
+	seq     uint64 // numbers notices and deliveries in the order the state took them
+	gen     uint64 // the feed's load (a new load forgets what it did not bring)
+	byID    map[string]*notice
+	boxes   map[string]map[string]*mailbox // channel -> peer
+	dirty   map[chanPeer]bool
+	pruned  []keyRev // pruned by this node's writes, for their writer to delete
+}
+
+type chanPeer struct{ ch, peer string }
+
+// notice is a notice in the state.
+type notice struct {
+	ch    string
+	c     Content
+	wire  []byte // the encoded link.Notice
+	rev   uint64
+	seq   uint64
+	gen   uint64
+	peers map[string]*delivery
+}
+
+// delivery is one peer's delivery in the state.
+type delivery struct {
+	n    *notice
+	peer string
+	v    deliveryValue
+	rev  uint64
+	seq  uint64
+	gen  uint64
+}
+
+// mailbox is one peer's deliveries, oldest notice first.
+type mailbox struct {
+	list []*delivery
+	open int
+}
+
+type sentWrite struct {
+	key string
+	v   deliveryValue
+	rev uint64
+}
+
+type noticeMetrics struct {
+	created, acked, expired, withdrawn *metrics.CounterVec
+	pending, mailboxes                 *metrics.GaugeVec
+}
+
+const (
+	// noticeWriters is how many delivery writes of one create run at once.
+	noticeWriters = 16
+	// noticeTries bounds the compare-and-set retries of one change.
+	noticeTries = 8
+	// writeTimeout bounds one change's writes.
+	writeTimeout = 10 * time.Second
+)
+
+// ErrLoading is the answer of a create while the state is not loaded
+// yet (the API's 503).
+var ErrLoading = errors.New("the notice mailboxes are not loaded yet; try again")
+
+var (
+	_ Mailboxes = (*Service)(nil)
+	_ Store     = (*Service)(nil)
+)
+
+// New returns the mailboxes over st. It loads the state in the
+// background and waits for that until ctx ends; until it is done a
+// create answers ErrLoading, and the connections are pushed their
+// notices once it is. Start runs the background work; Close stops it
+// and closes st.
+func New(ctx context.Context, st Storage, opt Options) (*Service, error) {
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if opt.Sweep <= 0 {
+		opt.Sweep = time.Second
+	}
+	if opt.MaxPerPeer == nil {
+		opt.MaxPerPeer = func(string) int { return DefaultMaxPerPeer }
+	}
+	if opt.Directory == nil {
+		opt.Directory = noPeers{}
+	}
+	if opt.Channel == nil {
+		opt.Channel = func(string) (bool, bool) { return true, true }
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	s := &Service{st: st, info: st.Info(), opt: opt, log: opt.Logger, now: opt.Now,
+		ready: make(chan struct{}), kick: make(chan struct{}, 1), sent: make(chan sentWrite, 1024),
+		byID: map[string]*notice{}, boxes: map[string]map[string]*mailbox{}, dirty: map[chanPeer]bool{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.registerMetrics(opt.Metrics)
+	s.goRun(func(ctx context.Context) {
+		if err := st.Follow(ctx, &feed{s: s}); err != nil && ctx.Err() == nil {
+			s.log.Error("notice mailboxes: the store's feed ended", "err", err)
+		}
+	})
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		s.log.Warn("the notice mailboxes are not loaded yet; they load in the background (until then the notice API answers 503)", "err", ctx.Err())
+	}
+	return s, nil
+}
+
+func (s *Service) registerMetrics(reg *metrics.Registry) {
+	if reg == nil {
+		reg = &metrics.Registry{}
+	}
+	s.met = noticeMetrics{
+		created:   reg.NewCounterVec("termlink_notices_created_total", "Notices put in a peer's mailbox (a broadcast counts once per peer).", "channel"),
+		acked:     reg.NewCounterVec("termlink_notices_acked_total", "Notices a device acked (drawn).", "channel"),
+		expired:   reg.NewCounterVec("termlink_notices_expired_total", "Notices that expired before their device acked them.", "channel"),
+		withdrawn: reg.NewCounterVec("termlink_notices_withdrawn_total", "Notices withdrawn before their device acked them.", "channel"),
+		pending:   reg.NewGaugeVec("termlink_notices_pending", "Notices in mailboxes not yet acked, expired or withdrawn.", "channel"),
+		mailboxes: reg.NewGaugeVec("termlink_notice_mailboxes", "Peers with at least one notice not yet acked.", "channel"),
+	}
+}
+
+// goRun runs fn on a goroutine the Service owns, until Close.
+func (s *Service) goRun(fn func(ctx context.Context)) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn(s.ctx)
+	}()
+}
+
+// Start implements Mailboxes: the pusher, the sweeper (expiry, pruning,
+// the store's upkeep) and the writer of "sent" run until Close.
+func (s *Service) Start() {
+	s.mu.Lock()
+	s.started = true
+	s.mu.Unlock()
+	s.goRun(s.pusher)
+	s.goRun(s.sweeper)
+	s.goRun(s.sentWriter)
+	s.signal()
+}
+
+// Close implements Mailboxes: it stops the background work and closes
+// the store.
+func (s *Service) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		started := s.started
+		s.mu.Unlock()
+		if started { // what is queued for the sent writer is written first
+			for drained := false; !drained; {
+				select {
+				case w := <-s.sent:
+					s.writeSent(s.ctx, w)
+				default:
+					drained = true
+				}
+			}
+		}
+		s.cancel()
+		s.wg.Wait()
+		s.closeErr = s.st.Close()
+	})
+	return s.closeErr
+}
+
+// Routes implements Mailboxes: the notice API over these mailboxes.
+func (s *Service) Routes(mux httpapi.Mux) { NewAPI(s, s.opt).Routes(mux) }
+
+// Ready is closed once the state holds the store.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+func (s *Service) loaded() bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// The state.
+
+// feed takes a Storage's Follow into the state.
+type feed struct {
+	s      *Service
+	gen    uint64
+	pruned []keyRev // while loading a store that does not expire records: deleted once loaded
+}
+
+type keyRev struct {
+	key string
+	rev uint64
+}
+
+func (f *feed) Begin() {
+	s := f.s
+	s.mu.Lock()
+	s.gen++
+	f.gen = s.gen
+	s.mu.Unlock()
+}
+
+func (f *feed) Put(key string, value []byte, rev uint64) {
+	s := f.s
+	s.mu.Lock()
+	pruned := s.applyPut(key, value, rev, f.gen, false)
+	s.mu.Unlock()
+	if !s.info.ExpiresRecords {
+		f.pruned = append(f.pruned, pruned...)
+	}
+}
+
+func (f *feed) Gone(key string, rev uint64) {
+	s := f.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id, ok := strings.CutPrefix(key, "n."); ok {
+		if n := s.byID[id]; n != nil && rev > n.rev {
+			s.dropNotice(n, true)
+		}
+		return
+	}
+	ch, peer, id, ok := ParseDeliveryKey(key)
+	if !ok {
+		return
+	}
+	if n := s.byID[id]; n != nil && n.ch == ch {
+		if d := n.peers[peer]; d != nil && rev > d.rev {
+			s.dropDelivery(d, true)
+		}
+	}
+}
+
+func (f *feed) Loaded() {
+	s := f.s
+	s.mu.Lock()
+	for _, n := range s.byID {
+		if n.gen < f.gen {
+			s.dropNotice(n, true)
+			continue
+		}
+		for _, d := range n.peers {
+			if d.gen < f.gen {
+				s.dropDelivery(d, true)
+			}
+		}
+	}
+	if !s.loaded() {
+		// The first load numbers the deliveries in created order (a
+		// store's load brings them in the order of their last write):
+		// no connection holds a cursor yet.
+		for _, m := range s.boxes {
+			for _, b := range m {
+				for _, d := range b.list {
+					s.seq++
+					d.seq = s.seq
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	s.deleteAll(f.pruned)
+	f.pruned = nil
+	select {
+	case <-s.ready:
+	default:
+		close(s.ready)
+	}
+}
+
+// applyOwn takes this process's own write of key into the state, and
+// deletes from the store what it pruned.
+func (s *Service) applyOwn(key string, value []byte, rev uint64) {
+	s.mu.Lock()
+	s.applyPut(key, value, rev, s.gen, true)
+	pruned := s.pruned
+	s.pruned = nil
+	s.mu.Unlock()
+	s.deleteAll(pruned)
+}
+
+func (s *Service) deleteAll(keys []keyRev) {
+	for _, k := range keys {
+		ctx, cancel := context.WithTimeout(s.ctx, writeTimeout)
+		if err := s.st.Delete(ctx, k.key, k.rev); err != nil && !errors.Is(err, ErrConflict) && s.ctx.Err() == nil {
+			s.log.Debug("notice record not pruned from the store", "key", k.key, "err", err)
+		}
+		cancel()
+	}
+}
+
+// applyPut takes key's value at rev into the state (a revision it holds
+// already, or an older one, changes nothing); it returns the records of
+// the deliveries it pruned (s.mu held). own says this process wrote it
+// (the caller tells the hooks); a change another wrote marks its peer
+// for the pusher.
+func (s *Service) applyPut(key string, data []byte, rev, gen uint64, own bool) []keyRev {
+	if id, ok := strings.CutPrefix(key, "n."); ok {
+		if n := s.byID[id]; n != nil {
+			n.gen = max(n.gen, gen)
+			return nil // a notice is never rewritten
+		}
+		var v noticeValue
+		if err := json.Unmarshal(data, &v); err != nil || v.NoticeID != id {
+			s.log.Warn("skipping a notice the store holds", "key", key, "err", err)
+			return nil
+		}
+		s.seq++
+		s.byID[id] = &notice{ch: v.Channel, c: v.Content, wire: Frame(v.Content), rev: rev, seq: s.seq, gen: gen, peers: map[string]*delivery{}}
+		return nil
+	}
+	ch, peer, id, ok := ParseDeliveryKey(key)
+	if !ok {
+		return nil // a mailbox's record: the bound's, not the state's
+	}
+	n := s.byID[id]
+	if n == nil || n.ch != ch {
+		return nil // its notice is gone (expired)
+	}
+	var v deliveryValue
+	if err := json.Unmarshal(data, &v); err != nil {
+		s.log.Warn("skipping a notice delivery the store holds", "key", key, "err", err)
+		return nil
+	}
+	b := s.box(ch, peer, true)
+	d := n.peers[peer]
+	if d != nil {
+		d.gen = max(d.gen, gen)
+		if rev <= d.rev {
+			return nil
+		}
+		s.setValue(b, d, v)
+		d.rev = rev
+	} else {
+		s.seq++
+		d = &delivery{n: n, peer: peer, rev: rev, seq: s.seq, gen: gen}
+		n.peers[peer] = d
+		i := sort.Search(len(b.list), func(i int) bool { return b.list[i].n.seq > n.seq })
+		b.list = append(b.list, nil)
+		copy(b.list[i+1:], b.list[i:])
+		b.list[i] = d
+		s.setValue(b, d, v)
+	}
+	mine := own || (s.info.Node != "" && v.By == s.info.Node)
+	if !mine {
+		// Another writer's change (this node's own come back through
+		// the feed too, maybe before the writer took them: their
+		// writer tells the hooks).
+		s.markDirty(ch, peer)
+	}
+	pruned := s.prune(b, ch, peer)
+	if mine {
+		// This node's write pruned them: its writer deletes them from
+		// the store (applyOwn), whichever of the two took it first.
+		s.pruned = append(s.pruned, pruned...)
+		return nil
+	}
+	return pruned
+}
+
+// setValue sets d's value, keeping the open counts and gauges (s.mu held).
+func (s *Service) setValue(b *mailbox, d *delivery, v deliveryValue) {
+	was, is := d.v.open(), v.open()
+	d.v = v
+	switch {
+	case is && !was:
+		if b.open == 0 {
+			s.met.mailboxes.Add(d.n.ch, 1)
+		}
+		b.open++
+		s.met.pending.Add(d.n.ch, 1)
+	case was && !is:
+		b.open--
+		if b.open == 0 {
+			s.met.mailboxes.Add(d.n.ch, -1)
+		}
+		s.met.pending.Add(d.n.ch, -1)
+	}
+}
+
+// prune forgets peer's oldest finished deliveries beyond the channel's
+// bound (as many finished as open ones are kept), and a notice whose
+// last delivery went; it returns their records (s.mu held).
+func (s *Service) prune(b *mailbox, ch, peer string) []keyRev {
+	limit := s.opt.MaxPerPeer(ch)
+	drop := len(b.list) - b.open - limit
+	if drop <= 0 {
+		return nil
+	}
+	var gone []keyRev
+	for _, d := range append([]*delivery(nil), b.list...) {
+		if drop == 0 {
+			break
+		}
+		if d.v.open() {
+			continue
+		}
+		drop--
+		gone = append(gone, keyRev{DeliveryKey(ch, peer, d.n.c.NoticeID), d.rev})
+		n := d.n
+		s.dropDelivery(d, false)
+		if len(n.peers) == 0 && s.byID[n.c.NoticeID] == n {
+			delete(s.byID, n.c.NoticeID)
+			gone = append(gone, keyRev{NoticeKey(n.c.NoticeID), n.rev})
+		}
+	}
+	return gone
+}
+
+// dropNotice forgets n and its deliveries (s.mu held).
+func (s *Service) dropNotice(n *notice, mark bool) {
+	for _, d := range n.peers {
+		s.dropDelivery(d, mark)
+	}
+	delete(s.byID, n.c.NoticeID)
+}
+
+// dropDelivery forgets d (s.mu held); mark tells the pusher.
+func (s *Service) dropDelivery(d *delivery, mark bool) {
+	delete(d.n.peers, d.peer)
+	if b := s.box(d.n.ch, d.peer, false); b != nil {
+		s.setValue(b, d, deliveryValue{})
+		for i, x := range b.list {
+			if x == d {
+				copy(b.list[i:], b.list[i+1:])
+				b.list[len(b.list)-1] = nil
+				b.list = b.list[:len(b.list)-1]
+				break
+			}
+		}
+		if len(b.list) == 0 {
+			delete(s.boxes[d.n.ch], d.peer)
+		}
+	}
+	if mark {
+		s.markDirty(d.n.ch, d.peer)
+	}
+}
+
+func (s *Service) box(ch, peer string, create bool) *mailbox {
+	m := s.boxes[ch]
+	if m == nil {
+		if !create {
+			return nil
+		}
+		m = map[string]*mailbox{}
+		s.boxes[ch] = m
+	}
+	b := m[peer]
+	if b == nil && create {
+		b = &mailbox{}
+		m[peer] = b
+	}
+	return b
+}
+
+func (s *Service) markDirty(ch, peer string) {
+	s.dirty[chanPeer{ch, peer}] = true
+	s.signalLocked()
+}
+
+func (s *Service) signal() {
+	s.mu.Lock()
+	s.signalLocked()
+	s.mu.Unlock()
+}
+
+func (s *Service) signalLocked() {
+	if !s.started || len(s.dirty) == 0 {
+		return
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// pusher tells the registry of each peer whose mailbox another node
+// changed and pushes its notices to its connection, if this node holds
+// it (this node's own changes tell them at once).
+func (s *Service) pusher(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+		}
+		s.mu.Lock()
+		dirty := s.dirty
+		s.dirty = map[chanPeer]bool{}
+		s.mu.Unlock()
+		for cp := range dirty {
+			s.changed(cp.ch, cp.peer)
+			if s.opt.Push != nil {
+				s.opt.Push(cp.ch, cp.peer)
+			}
+		}
+	}
+}
+
+func (s *Service) changed(channel string, peers ...string) {
+	if s.opt.Changed != nil {
+		for _, p := range peers {
+			s.opt.Changed(channel, p)
+		}
+	}
+}
+
+func (s *Service) event(channel string, e events.Event) {
+	if s.opt.Event != nil {
+		s.opt.Event(channel, e)
+	}
+}
+
+// put writes a record and takes it into the state.
+func (s *Service) put(ctx context.Context, key string, v any, rev uint64, expires time.Time) error {
+	data := mustJSON(v)
+	nrev, err := s.st.Put(ctx, key, data, rev, expires)
+	if err != nil {
+		return err
+	}
+	s.applyOwn(key, data, nrev)
+	return nil
+}
+
+// The operator's side (Store).
+
+// NewID is a new notice id ("n-" and 18 random hex digits).
+func NewID() string {
+	var b [9]byte
+	_, _ = rand.Read(b[:])
+	return "n-" + hex.EncodeToString(b[:])
+}
+
+// Create implements Store: the bound checked for each peer (on the state
+// under one lock, or for a shared store by a compare-and-set of the
+// mailbox's record, so that creates on several nodes cannot overrun
+// it), the notice, then each peer's delivery (a few at once); then the
+// event, the push to the peers online and the Changed hook.
+func (s *Service) Create(ch string, peers []string, sp Spec) (Created, error) {
+	var res Created
+	if !s.loaded() {
+		return res, ErrLoading // the bound is checked on the whole state
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, writeTimeout)
+	defer cancel()
+	limit := s.opt.MaxPerPeer(ch)
+	c := Content{NoticeID: NewID(), Text: sp.Text, Priority: sp.Priority, DisplaySeconds: sp.DisplaySeconds,
+		ExpiresAt: sp.ExpiresAt.UTC().Truncate(time.Second), CreatedAt: s.now().UTC().Truncate(time.Millisecond), Source: sp.Source}
+	if s.info.Shared {
+		var err error
+		if res.Targets, res.Skipped, err = s.reserveAll(ctx, ch, peers, c, limit); err != nil {
+			return Created{}, err
+		}
+	} else {
+		s.createMu.Lock()
+		defer s.createMu.Unlock()
+		s.mu.Lock()
+		for _, p := range peers {
+			if b := s.box(ch, p, false); b != nil && b.open >= limit {
+				res.Skipped = append(res.Skipped, p)
+			} else {
+				res.Targets = append(res.Targets, p)
+			}
+		}
+		s.mu.Unlock()
+	}
+	if len(res.Targets) == 0 {
+		return res, &MailboxFullError{Peers: res.Skipped, Max: limit}
+	}
+	res.NoticeID = c.NoticeID
+	if err := s.put(ctx, NoticeKey(c.NoticeID), noticeValue{Channel: ch, Content: c}, 0, c.ExpiresAt); err != nil {
+		s.releaseAll(ch, res.Targets, c.NoticeID)
+		return Created{}, fmt.Errorf("the notice store did not take it: %w", err)
+	}
+	dv := deliveryValue{State: Pending, Expires: c.ExpiresAt, By: s.info.Node}
+	errs := s.each(res.Targets, func(i int, p string) error {
+		return s.put(ctx, DeliveryKey(ch, p, c.NoticeID), dv, 0, c.ExpiresAt)
+	})
+	stored := 0
+	var failed error
+	for _, err := range errs {
+		if err != nil {
+			failed = err
+		} else {
+			stored++
+		}
+	}
+	if failed != nil {
+		s.log.Warn("a notice stored for some of its peers only", "notice_id", c.NoticeID, "stored", stored, "of", len(res.Targets), "err", failed)
+		return Created{}, fmt.Errorf("the notice store took it for %d of %d peers: %w", stored, len(res.Targets), failed)
+	}
+	s.met.created.Add(ch, uint64(len(res.Targets)))
+	detail := fmt.Sprintf("source=%s targets=%d skipped=%d priority=%s", sp.Source, len(res.Targets), len(res.Skipped), sp.Priority)
+	if s.info.Node != "" {
+		detail += " node=" + s.info.Node
+	}
+	s.event(ch, events.Event{Event: "notice_created", MessageID: c.NoticeID, Preview: events.Preview(sp.Text), Detail: detail})
+	res.Online = s.online(ch, res.Targets)
+	s.changed(ch, res.Targets...)
+	return res, nil
+}
+
+// each runs fn for every peer, a few at once, and returns their errors.
+func (s *Service) each(peers []string, fn func(i int, p string) error) []error {
+	errs := make([]error, len(peers))
+	if len(peers) == 1 {
+		errs[0] = fn(0, peers[0])
+		return errs
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(noticeWriters, len(peers)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				errs[i] = fn(i, peers[i])
+			}
+		}()
+	}
+	for i := range peers {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return errs
+}
+
+// online pushes the notice to the peers connected here and counts them,
+// with those another node holds (a shared store's Presence).
+func (s *Service) online(ch string, peers []string) int {
+	pres, _ := s.st.(Presence)
+	var mu sync.Mutex
+	count := 0
+	for i := 0; i < len(peers); i += noticeWriters * 64 {
+		part := peers[i:min(len(peers), i+noticeWriters*64)]
+		s.each(part, func(_ int, p string) error {
+			on := s.opt.Push != nil && s.opt.Push(ch, p)
+			if !on && pres != nil {
+				on = pres.Elsewhere(s.ctx, ch, p)
+			}
+			if on {
+				mu.Lock()
+				count++
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	return count
+}
+
+// reserveAll takes a place for the notice in each peer's mailbox record
+// (a shared store): the peers it got and those whose mailbox is full.
+func (s *Service) reserveAll(ctx context.Context, ch string, peers []string, c Content, limit int) (targets, skipped []string, err error) {
+	took := make([]bool, len(peers))
+	errs := s.each(peers, func(i int, p string) error {
+		ok, err := s.reserve(ctx, ch, p, c.NoticeID, c.ExpiresAt, limit)
+		took[i] = ok
+		return err
+	})
+	for i, p := range peers {
+		switch {
+		case errs[i] != nil:
+			err = errs[i]
+		case took[i]:
+			targets = append(targets, p)
+		default:
+			skipped = append(skipped, p)
+		}
+	}
+	if err != nil {
+		s.releaseAll(ch, targets, c.NoticeID)
+		return nil, nil, fmt.Errorf("the notice store did not take it: %w", err)
+	}
+	return targets, skipped, nil
+}
+
+// reserve takes a place for notice id in peer's mailbox record when it
+// holds fewer than limit open deliveries. Places of expired notices, and
+// of deliveries the state has finished (a release that did not land),
+// are given back on the way.
+func (s *Service) reserve(ctx context.Context, ch, peer, id string, exp time.Time, limit int) (bool, error) {
+	key := boxKey(ch, peer)
+	now := s.now()
+	for range noticeTries {
+		data, rev, err := s.st.Get(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		var b boxValue
+		if rev != 0 && json.Unmarshal(data, &b) != nil {
+			b = boxValue{}
+		}
+		kept, last := b.Open[:0], exp
+		for _, sl := range b.Open {
+			if !now.Before(sl.Expires) || s.finished(ch, peer, sl.ID) {
+				continue
+			}
+			kept = append(kept, sl)
+			if sl.Expires.After(last) {
+				last = sl.Expires
+			}
+		}
+		if len(kept) >= limit {
+			return false, nil
+		}
+		b.Open = append(kept, boxSlot{ID: id, Expires: exp})
+		_, err = s.st.Put(ctx, key, mustJSON(b), rev, last)
+		if errors.Is(err, ErrConflict) {
+			continue
+		}
+		return err == nil, err
+	}
+	return false, fmt.Errorf("the notice mailbox of %s changed %d times while a notice was added", peer, noticeTries)
+}
+
+// finished says whether the state holds peer's delivery of id finished.
+func (s *Service) finished(ch, peer, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.byID[id]; n != nil && n.ch == ch {
+		d := n.peers[peer]
+		return d != nil && !d.v.open()
+	}
+	return false
+}
+
+func (s *Service) releaseAll(ch string, peers []string, id string) {
+	if !s.info.Shared {
+		return
+	}
+	s.each(peers, func(_ int, p string) error { s.release(ch, p, id); return nil })
+}
+
+// release gives back notice id's place in peer's mailbox record (a
+// shared store); one that does not land is given back by the next
+// create.
+func (s *Service) release(ch, peer, id string) {
+	if !s.info.Shared {
+		return
+	}
+	key := boxKey(ch, peer)
+	ctx, cancel := context.WithTimeout(s.ctx, writeTimeout)
+	defer cancel()
+	for range noticeTries {
+		data, rev, err := s.st.Get(ctx, key)
+		if err != nil || rev == 0 {
+			return
+		}
+		var b boxValue
+		if json.Unmarshal(data, &b) != nil {
+			return
+		}
+		i := -1
+		last := time.Time{}
+		for j, sl := range b.Open {
+			if sl.ID == id {
+				i = j
+			} else if sl.Expires.After(last) {
+				last = sl.Expires
+			}
+		}
+		if i < 0 {
+			return
+		}
+		b.Open = append(b.Open[:i], b.Open[i+1:]...)
+		if last.IsZero() {
+			last = s.now()
+		}
+		_, err = s.st.Put(ctx, key, mustJSON(b), rev, last)
+		if !errors.Is(err, ErrConflict) {
+			return
+		}
+	}
+}
+
+// Withdraw implements Store.
+func (s *Service) Withdraw(ch, id, peer string) (int, error) {
+	type open struct {
+		peer string
+		v    deliveryValue
+		rev  uint64
+	}
+	var todo []open
+	s.mu.Lock()
+	n := s.byID[id]
+	if n == nil || n.ch != ch || (peer != "" && n.peers[peer] == nil) {
+		s.mu.Unlock()
+		return 0, ErrUnknownNotice
+	}
+	for p, d := range n.peers {
+		if d.v.open() && (peer == "" || p == peer) {
+			todo = append(todo, open{p, d.v, d.rev})
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(todo, func(i, j int) bool { return todo[i].peer < todo[j].peer })
+	var withdrawn []string
+	var failed error
+	for _, o := range todo {
+		ok, err := s.finish(ch, o.peer, id, o.v, o.rev, Withdrawn)
+		if err != nil {
+			failed = err
+			break
+		}
+		if ok {
+			withdrawn = append(withdrawn, o.peer)
+		}
+	}
+	if len(withdrawn) > 0 {
+		s.met.withdrawn.Add(ch, uint64(len(withdrawn)))
+		s.event(ch, events.Event{Event: "notice_withdrawn", MessageID: id, PeerID: peer, Detail: fmt.Sprintf("peers=%d", len(withdrawn))})
+		s.changed(ch, withdrawn...)
+	}
+	return len(withdrawn), failed
+}
+
+// finish moves an open delivery (v at rev, as the state had it) to a
+// final state, reading it again when it changed meanwhile; false when it
+// was no longer open (another writer finished it: the counters and the
+// event are that writer's).
+func (s *Service) finish(ch, peer, id string, v deliveryValue, rev uint64, state string) (bool, error) {
+	key := DeliveryKey(ch, peer, id)
+	ctx, cancel := context.WithTimeout(s.ctx, writeTimeout)
+	defer cancel()
+	for range noticeTries {
+		if !v.open() {
+			return false, nil
+		}
+		v.State, v.By = state, s.info.Node
+		if state == Acked {
+			at := s.now().UTC()
+			v.AckedAt = &at
+		}
+		err := s.put(ctx, key, v, rev, v.Expires)
+		if err == nil {
+			s.release(ch, peer, id)
+			return true, nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return false, err
+		}
+		data, r, err := s.st.Get(ctx, key)
+		if err != nil || r == 0 {
+			return false, err
+		}
+		v, rev = deliveryValue{}, r
+		if err := json.Unmarshal(data, &v); err != nil {
+			return false, err
+		}
+	}
+	return false, fmt.Errorf("notice %s of %s changed %d times", id, peer, noticeTries)
+}
+
+// The device's side.
+
+// Due implements Mailboxes, from the state; after is a number of this
+// process's state (a connection's cursor).
+func (s *Service) Due(ch, peer string, after uint64, limit int, now time.Time) (frames [][]byte, ids []string, last uint64, more bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last = after
+	b := s.box(ch, peer, false)
+	if b == nil {
+		return nil, nil, last, false
+	}
+	var due []*delivery
+	for _, d := range b.list {
+		if d.seq > after && d.v.open() && now.Before(d.n.c.ExpiresAt) {
+			due = append(due, d)
+		}
+	}
+	sort.Slice(due, func(i, j int) bool { return due[i].seq < due[j].seq })
+	for _, d := range due {
+		if len(frames) == limit {
+			return frames, ids, last, true
+		}
+		frames = append(frames, d.n.wire)
+		ids = append(ids, d.n.c.NoticeID)
+		last = d.seq
+	}
+	return frames, ids, last, false
+}
+
+// MarkSent implements Mailboxes: the state says sent at once; the store
+// is told by a writer of its own (sent is for the API only: a connection
+// sends what is open, sent or not), and a write that finds the delivery
+// changed (acked meanwhile) is dropped.
+func (s *Service) MarkSent(ch, peer string, ids []string, at time.Time) {
+	at = at.UTC()
+	for _, id := range ids {
+		s.mu.Lock()
+		var d *delivery
+		if n := s.byID[id]; n != nil && n.ch == ch {
+			d = n.peers[peer]
+		}
+		ok := d != nil && d.v.open()
+		var w sentWrite
+		if ok {
+			d.v.State, d.v.SentAt, d.v.By = Sent, &at, s.info.Node
+			w = sentWrite{key: DeliveryKey(ch, peer, id), v: d.v, rev: d.rev}
+		}
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		select {
+		case s.sent <- w:
+		default: // the writer is behind: the store keeps "pending"
+		}
+		s.event(ch, events.Event{Event: "notice_sent", PeerID: peer, MessageID: id})
+	}
+}
+
+func (s *Service) sentWriter(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case w := <-s.sent:
+			s.writeSent(ctx, w)
+		}
+	}
+}
+
+func (s *Service) writeSent(ctx context.Context, w sentWrite) {
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	err := s.put(wctx, w.key, w.v, w.rev, w.v.Expires)
+	cancel()
+	if err != nil && !errors.Is(err, ErrConflict) && ctx.Err() == nil {
+		s.log.Debug("notice not marked sent in the store", "key", w.key, "err", err)
+	}
+}
+
+// Ack implements Mailboxes, at the store: a device may ack here a notice
+// another node sent it. An ack for a notice already finished changes
+// nothing; one for a notice the peer was never sent is ErrUnknownNotice.
+func (s *Service) Ack(ch, peer, id string) error {
+	if !ValidID(id) {
+		return ErrUnknownNotice
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, writeTimeout)
+	data, rev, err := s.st.Get(ctx, DeliveryKey(ch, peer, id))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("reading the notice delivery: %w", err)
+	}
+	if rev == 0 {
+		return ErrUnknownNotice
+	}
+	var v deliveryValue
+	if err := json.Unmarshal(data, &v); err != nil {
+		return fmt.Errorf("notice delivery %s of %s: %w", id, peer, err)
+	}
+	ok, err := s.finish(ch, peer, id, v, rev, Acked)
+	if err != nil || !ok {
+		return err
+	}
+	s.met.acked.Inc(ch)
+	s.event(ch, events.Event{Event: "notice_acked", PeerID: peer, MessageID: id})
+	s.changed(ch, peer)
+	return nil
+}
+
+// FromAgent implements Mailboxes: an agent's unsolicited output (a Nuum
+// frame after its turn ended, a Terminal Protocol v1 "notice" line)
+// becomes a notice for peer.
+func (s *Service) FromAgent(ch, peer, text string) error {
+	_, err := s.Create(ch, []string{peer}, AgentSpec(text, s.now()))
+	return err
+}
+
+// Count implements Mailboxes: peer's deliveries not yet acked, expired
+// or withdrawn, from the state.
+func (s *Service) Count(ch, peer string) int {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := 0
+	if b := s.box(ch, peer, false); b != nil {
+		for _, d := range b.list {
+			if d.v.open() && now.Before(d.n.c.ExpiresAt) {
+				c++
+			}
+		}
+	}
+	return c
+}
+
+// ForPeer implements Mailboxes.
+func (s *Service) ForPeer(ch, peer string) any { return s.ListPeer(ch, peer, false) }
+
+// Expiry.
+
+// sweeper expires and prunes notices, and lets the store do its upkeep,
+// until Close.
+func (s *Service) sweeper(ctx context.Context) {
+	t := time.NewTicker(s.opt.Sweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Sweep(s.now())
+			if err := s.st.Maintain(); err != nil {
+				s.log.Warn("notice store upkeep failed; retrying later", "err", err)
+			}
+		}
+	}
+}
+
+// Sweep is one round of the sweeper as of now: the open deliveries of a
+// notice past expires_at are marked expired (the writer whose write
+// lands counts them and records notice_expired), and a notice expired
+// KeepExpired ago is forgotten (and deleted from a store that does not
+// expire records itself).
+func (s *Service) Sweep(now time.Time) {
+	type open struct {
+		n    *notice
+		peer string
+		v    deliveryValue
+		rev  uint64
+	}
+	var due []open
+	var gone []keyRev
+	keep := KeepExpired
+	if s.info.ExpiresRecords {
+		keep += time.Minute // the store's own expiry comes first
+	}
+	s.mu.Lock()
+	for _, n := range s.byID {
+		if now.Before(n.c.ExpiresAt) {
+			continue
+		}
+		if !now.Before(n.c.ExpiresAt.Add(keep)) {
+			if !s.info.ExpiresRecords {
+				for p, d := range n.peers {
+					gone = append(gone, keyRev{DeliveryKey(n.ch, p, n.c.NoticeID), d.rev})
+				}
+				gone = append(gone, keyRev{NoticeKey(n.c.NoticeID), n.rev})
+			}
+			s.dropNotice(n, false)
+			continue
+		}
+		for p, d := range n.peers {
+			if d.v.open() {
+				due = append(due, open{n, p, d.v, d.rev})
+			}
+		}
+	}
+	s.mu.Unlock()
+	s.deleteAll(gone)
+	sort.Slice(due, func(i, j int) bool {
+		if due[i].n.seq != due[j].n.seq {
+			return due[i].n.seq < due[j].n.seq
+		}
+		return due[i].peer < due[j].peer
+	})
+	var order []*notice
+	expired := map[*notice][]string{}
+	for _, o := range due {
+		if ok, err := s.finish(o.n.ch, o.peer, o.n.c.NoticeID, o.v, o.rev, Expired); ok && err == nil {
+			if expired[o.n] == nil {
+				order = append(order, o.n)
+			}
+			expired[o.n] = append(expired[o.n], o.peer)
+		}
+	}
+	for _, n := range order {
+		peers := expired[n]
+		s.met.expired.Add(n.ch, uint64(len(peers)))
+		s.event(n.ch, events.Event{Event: "notice_expired", MessageID: n.c.NoticeID, Preview: events.Preview(n.c.Text),
+			Detail: fmt.Sprintf("%d peers had not acked it by %s", len(peers), n.c.ExpiresAt.UTC().Format(time.RFC3339))})
+		s.changed(n.ch, peers...)
+	}
+}
+
+// The lists, from the state.
+
+func (d *delivery) state(now time.Time) DeliveryState {
+	st := d.v.State
+	if d.v.open() && !now.Before(d.n.c.ExpiresAt) {
+		st = Expired // the sweeper has not got to it yet
+	}
+	return DeliveryState{State: st, SentAt: timePtr(d.v.SentAt), AckedAt: timePtr(d.v.AckedAt)}
+}
+
+func timePtr(t *time.Time) *time.Time {
+	if t == nil || t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// ListPeer implements Store.
+func (s *Service) ListPeer(ch, peer string, all bool) []PeerNotice {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []PeerNotice{}
+	if b := s.box(ch, peer, false); b != nil {
+		for _, d := range b.list {
+			st := d.state(now)
+			if all || st.State == Pending || st.State == Sent {
+				out = append(out, PeerNotice{Content: d.n.c, DeliveryState: st})
+			}
+		}
+	}
+	return out
+}
+
+// List implements Store.
+func (s *Service) List(ch string, all bool) []Notice {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var list []*notice
+	for _, n := range s.byID {
+		if n.ch == ch && len(n.peers) > 0 {
+			list = append(list, n)
+		}
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].seq < list[j].seq })
+	out := []Notice{}
+	for _, n := range list {
+		v := Notice{Content: n.c, Peers: make([]Delivery, 0, len(n.peers))}
+		open := false
+		for p, d := range n.peers {
+			st := d.state(now)
+			open = open || st.State == Pending || st.State == Sent
+			v.Peers = append(v.Peers, Delivery{PeerID: p, DeliveryState: st})
+		}
+		if open || all {
+			sort.Slice(v.Peers, func(i, j int) bool { return v.Peers[i].PeerID < v.Peers[j].PeerID })
+			out = append(out, v)
+		}
+	}
+	return out
+}
