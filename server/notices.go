@@ -18,25 +18,27 @@ import (
 // channels and the device registry, and an agent's push. The connection's
 // side (delivery on a device's connection, notice_ack) is wschannel's.
 
-// Where the mailboxes are kept (issue 25): in cluster mode the cluster's
-// KV bucket (cluster.Notices), so that a notice POSTed to any node
-// reaches its device on whichever edge holds it, also after the device
-// moved; else the workspace (notices.Local). This is the one place that
-// knows which; the rest of the server calls notices.Mailboxes. Called by
-// New after openRecords.
+// Where the mailboxes keep their records (issue 25): in cluster mode the
+// cluster's KV bucket (cluster.NoticeStorage), so that a notice POSTed to
+// any node reaches its device on whichever edge holds it, also after the
+// device moved; else the workspace (notices.LocalStorage). The rules are
+// package notices' either way (notices.Service over the storage). This is
+// the one place that knows which storage; the rest of the server calls
+// notices.Mailboxes, whose Routes are the notice API. Called by New after
+// openRecords.
 func openNotices(rt *Runtime, workspace string, noSync bool, log *slog.Logger) (notices.Mailboxes, error) {
 	opt := rt.noticeOptions(noSync, log)
 	if cs, ok := rt.records.(*cluster.Store); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), noticesOpenWait)
 		defer cancel()
-		return cs.Node().OpenNotices(ctx, cluster.NoticesOptions{Options: opt})
+		return notices.New(ctx, cs.Node().NoticeStorage(0, 0), opt)
 	}
-	return notices.Open(filepath.Join(workspace, "notices"), opt)
+	return notices.Open(filepath.Join(workspace, "notices"), opt) // loaded when it returns
 }
 
 // noticesOpenWait bounds the wait at start for the cluster's notice
-// mirror (the bucket, made by the first notice, looked up and loaded):
-// past it the mirror loads in the background and the start goes on.
+// store (the bucket, made by the first notice, looked up and loaded):
+// past it the state loads in the background and the start goes on.
 const noticesOpenWait = 3 * time.Second
 
 // noticeOptions wires the mailboxes to the channels (their bound, events,

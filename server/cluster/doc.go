@@ -62,9 +62,10 @@
 // online only while the edge run that published it beats
 // (server/fleet.go opens it).
 //
-// So are the notice mailboxes (notices.go): Notices (notices.Mailboxes
-// and notices.Store, KV termlink_notices) keeps each delivery of a notice
-// under its channel, peer and notice id; every node mirrors the bucket
-// through a watch, and the edge that holds a peer pushes its notices
-// (server/notices.go opens them).
+// So is the notice store (notices.go): NoticeStorage (notices.Storage,
+// KV termlink_notices) keeps each notice, each delivery under its
+// channel, peer and notice id, and each mailbox's open deliveries;
+// every node follows the bucket through a watch into package notices'
+// Service, which holds every rule, and the edge that holds a peer pushes
+// its notices (server/notices.go opens them).
 package cluster

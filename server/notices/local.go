@@ -155,33 +155,39 @@ func (ls *LocalStorage) Follow(ctx context.Context, f Feed) error {
 	ls.mu.Unlock()
 	// A delivery sorts by its notice's revision (created order), then
 	// its own: the state numbers them in the order it takes them.
-	order := func(r *localRecord) (bool, uint64) {
+	type ordered struct {
+		notice bool
+		nrev   uint64
+		r      *localRecord
+	}
+	keys := make([]ordered, len(recs))
+	ls.mu.Lock()
+	for i := range recs {
+		r := &recs[i]
+		o := ordered{r: r, nrev: r.Rev}
 		if strings.HasPrefix(r.Key, "n.") {
-			return true, r.Rev
-		}
-		if _, _, id, ok := ParseDeliveryKey(r.Key); ok {
-			if n := ls.recs[NoticeKey(id)]; n != nil {
-				return false, n.Rev
+			o.notice = true
+		} else if i := strings.LastIndexByte(r.Key, '.'); strings.HasPrefix(r.Key, "d.") && i > 0 {
+			if n := ls.recs[NoticeKey(r.Key[i+1:])]; n != nil {
+				o.nrev = n.Rev
 			}
 		}
-		return false, r.Rev
+		keys[i] = o
 	}
-	ls.mu.Lock()
-	sort.Slice(recs, func(i, j int) bool {
-		ni, ri := order(&recs[i])
-		nj, rj := order(&recs[j])
-		switch {
-		case ni != nj:
-			return ni
-		case ri != rj:
-			return ri < rj
-		}
-		return recs[i].Rev < recs[j].Rev
-	})
 	ls.mu.Unlock()
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := &keys[i], &keys[j]
+		switch {
+		case a.notice != b.notice:
+			return a.notice
+		case a.nrev != b.nrev:
+			return a.nrev < b.nrev
+		}
+		return a.r.Rev < b.r.Rev
+	})
 	f.Begin()
-	for _, r := range recs {
-		f.Put(r.Key, r.Value, r.Rev)
+	for _, k := range keys {
+		f.Put(k.r.Key, k.r.Value, k.r.Rev)
 	}
 	f.Loaded()
 	return nil

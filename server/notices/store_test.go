@@ -1,11 +1,15 @@
 package notices
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"termlink/server/wal"
 )
 
 func openTestNotices(t *testing.T, dir string, max int) *Service {
@@ -121,4 +125,72 @@ func TestNoticeChangedHook(t *testing.T) {
 	if want := []string{"p", "q", "r", "p", "q", "r"}; !slices.Equal(got, want) {
 		t.Fatalf("changed %v, want %v", got, want)
 	}
+}
+
+// A workspace written before the rules moved above Storage (notices and
+// their peers by state in snapshot.json, operations in the log) opens
+// with everything it held; the first snapshot replaces the old one.
+func TestNoticeLegacyWorkspace(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	exp := now.Add(time.Hour).Truncate(time.Second)
+	js := func(v any) []byte {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	snap := map[string]any{"lsn": 1, "seq": 1, "notices": []any{map[string]any{
+		"op": "create", "ch": "ch", "id": "n-000000000000000001", "seq": 1, "text": "old", "priority": "info",
+		"display": 15, "source": "api", "created": now, "expires": exp,
+		"open": []string{"p"}, "acked": []any{map[string]any{"p": "q", "at": now.UnixMilli()}}, "withdrawn": []string{"r"}}}}
+	if err := os.WriteFile(filepath.Join(dir, "snapshot.json"), js(snap), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wl, err := wal.Open(filepath.Join(dir, "wal"), wal.Options{NoSync: true}, func(wal.LSN, []byte) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []map[string]any{
+		{"op": "create", "ch": "ch", "id": "n-000000000000000000", "text": "in the snapshot already"}, // LSN 1: skipped
+		{"op": "create", "ch": "ch", "id": "n-000000000000000002", "peers": []string{"p", "q"}, "seq": 2, "text": "logged",
+			"priority": "alert", "display": 5, "source": "agent", "created": now, "expires": exp},
+		{"op": "ack", "ch": "ch", "id": "n-000000000000000002", "peers": []string{"q"}, "at": now},
+		{"op": "withdraw", "ch": "ch", "id": "n-000000000000000001", "peers": []string{"p"}},
+	} {
+		if _, err := wl.Append(context.Background(), js(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ns := openTestNotices(t, dir, 10)
+	check := func(ns *Service) {
+		t.Helper()
+		if got := ids(ns.ListPeer("ch", "p", true)); !slices.Equal(got, []string{"old=withdrawn", "logged=pending"}) {
+			t.Fatalf("p: %v", got)
+		}
+		if got := ids(ns.ListPeer("ch", "q", true)); !slices.Equal(got, []string{"old=acked", "logged=acked"}) {
+			t.Fatalf("q: %v", got)
+		}
+		if got := ids(ns.ListPeer("ch", "r", true)); !slices.Equal(got, []string{"old=withdrawn"}) {
+			t.Fatalf("r: %v", got)
+		}
+		l := ns.ListPeer("ch", "p", false)
+		if len(l) != 1 || l[0].Priority != "alert" || l[0].Source != "agent" || !l[0].ExpiresAt.Equal(exp) || l[0].NoticeID != "n-000000000000000002" {
+			t.Fatalf("p's open notice: %+v", l)
+		}
+	}
+	check(ns)
+	if err := ns.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "snapshot.json")); !os.IsNotExist(err) {
+		t.Fatalf("the old snapshot is still there: %v", err)
+	}
+	ns = openTestNotices(t, dir, 10)
+	defer ns.Close()
+	check(ns)
 }
