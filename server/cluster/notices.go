@@ -44,9 +44,10 @@ const (
 	// notices expire or are withdrawn.
 	DefaultNoticesMaxBytes = 256 << 20
 	// noticesMaxValue bounds a record: a notice is at most 1,000
-	// characters; a mailbox's record lists its open notices (ids and
-	// expiry, about 60 bytes each).
-	noticesMaxValue = 64 << 10
+	// characters; a mailbox's record lists its open notices (id and
+	// expiry, about 45 bytes each, up to maxNoticesPerPeer's 10,000);
+	// under NATS's default max_payload of 1 MiB.
+	noticesMaxValue = 768 << 10
 	// noticesMarkerTTL is how long a key's removal (its TTL ran out, or
 	// a prune) stays in the bucket for watchers.
 	noticesMarkerTTL = 10 * time.Minute

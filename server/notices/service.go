@@ -755,18 +755,19 @@ func (s *Service) reserve(ctx context.Context, ch, peer, id string, exp time.Tim
 		}
 		kept, last := b.Open[:0], exp
 		for _, sl := range b.Open {
-			if !now.Before(sl.Expires) || s.finished(ch, peer, sl.ID) {
+			at := time.Unix(sl.Expires, 0)
+			if !now.Before(at) || s.finished(ch, peer, sl.ID) {
 				continue
 			}
 			kept = append(kept, sl)
-			if sl.Expires.After(last) {
-				last = sl.Expires
+			if at.After(last) {
+				last = at
 			}
 		}
 		if len(kept) >= limit {
 			return false, nil
 		}
-		b.Open = append(kept, boxSlot{ID: id, Expires: exp})
+		b.Open = append(kept, boxSlot{ID: id, Expires: exp.Unix()})
 		_, err = s.st.Put(ctx, key, mustJSON(b), rev, last)
 		if errors.Is(err, ErrConflict) {
 			continue
@@ -818,8 +819,8 @@ func (s *Service) release(ch, peer, id string) {
 		for j, sl := range b.Open {
 			if sl.ID == id {
 				i = j
-			} else if sl.Expires.After(last) {
-				last = sl.Expires
+			} else if at := time.Unix(sl.Expires, 0); at.After(last) {
+				last = at
 			}
 		}
 		if i < 0 {

@@ -154,7 +154,9 @@ type boxValue struct {
 	Open []boxSlot `json:"open"`
 }
 
+// boxSlot is one open delivery's place: its notice, and when that
+// expires (Unix seconds; a mailbox of 10,000 places stays under 500 KB).
 type boxSlot struct {
-	ID      string    `json:"id"`
-	Expires time.Time `json:"exp"`
+	ID      string `json:"id"`
+	Expires int64  `json:"exp"`
 }
