@@ -1,6 +1,7 @@
 package notices
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -57,6 +58,9 @@ type Service struct {
 	boxes   map[string]map[string]*mailbox // channel -> peer
 	dirty   map[chanPeer]bool
 	pruned  []keyRev // pruned by this node's writes, for their writer to delete
+
+	lastRaw   []byte // the last delivery value decoded, and what it said
+	lastValue deliveryValue
 }
 
 type chanPeer struct{ ch, peer string }
@@ -378,9 +382,13 @@ func (s *Service) applyPut(key string, data []byte, rev, gen uint64, own bool) [
 		return nil // its notice is gone (expired)
 	}
 	var v deliveryValue
-	if err := json.Unmarshal(data, &v); err != nil {
+	if bytes.Equal(data, s.lastRaw) { // a broadcast's deliveries are alike: a load decodes each value once
+		v = s.lastValue
+	} else if err := json.Unmarshal(data, &v); err != nil {
 		s.log.Warn("skipping a notice delivery the store holds", "key", key, "err", err)
 		return nil
+	} else {
+		s.lastRaw, s.lastValue = append(s.lastRaw[:0], data...), v
 	}
 	b := s.box(ch, peer, true)
 	d := n.peers[peer]
