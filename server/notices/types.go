@@ -17,7 +17,9 @@ import (
 type Options struct {
 	// NoSync: the local store does not fsync (tests, benchmarks).
 	NoSync bool
-	// MaxPerPeer is the bound of a channel's mailboxes (nil: DefaultMaxPerPeer).
+	// MaxPerPeer is the bound of a channel's mailboxes (nil:
+	// DefaultMaxPerPeer). Pruning calls it with the mailboxes' lock
+	// held: it must not call back into them.
 	MaxPerPeer func(channelID string) int
 	// Push pushes the notices due for peer into the channel's live
 	// connection of peer; it reports whether the peer is online and takes
