@@ -695,27 +695,33 @@ func (s *Service) each(peers []string, fn func(i int, p string) error) []error {
 	return errs
 }
 
-// online pushes the notice to the peers connected here and counts them,
-// with those another node holds (a shared store's Presence).
+// online pushes the notice to the peers connected here, in order, and
+// counts them, with those another node holds (a shared store's
+// Presence, asked a few at once).
 func (s *Service) online(ch string, peers []string) int {
-	pres, _ := s.st.(Presence)
-	var mu sync.Mutex
 	count := 0
-	for i := 0; i < len(peers); i += noticeWriters * 64 {
-		part := peers[i:min(len(peers), i+noticeWriters*64)]
-		s.each(part, func(_ int, p string) error {
-			on := s.opt.Push != nil && s.opt.Push(ch, p)
-			if !on && pres != nil {
-				on = pres.Elsewhere(s.ctx, ch, p)
-			}
-			if on {
-				mu.Lock()
-				count++
-				mu.Unlock()
-			}
-			return nil
-		})
+	var elsewhere []string
+	for _, p := range peers {
+		switch {
+		case s.opt.Push != nil && s.opt.Push(ch, p):
+			count++
+		default:
+			elsewhere = append(elsewhere, p)
+		}
 	}
+	pres, _ := s.st.(Presence)
+	if pres == nil || len(elsewhere) == 0 {
+		return count
+	}
+	var mu sync.Mutex
+	s.each(elsewhere, func(_ int, p string) error {
+		if pres.Elsewhere(s.ctx, ch, p) {
+			mu.Lock()
+			count++
+			mu.Unlock()
+		}
+		return nil
+	})
 	return count
 }
 
