@@ -42,7 +42,7 @@ type backend interface {
 	// every node to read: nil (no error) on a single server.
 	openEventFeed(ctx context.Context, perChannel int) (eventFeed, error)
 	// openNotices opens the notice mailboxes (dir is the workspace's
-	// notices directory). In a cluster, past ctx or clusterOpenWait the
+	// notices directory). In a cluster, past ctx or noticesOpenWait the
 	// mailboxes load in the background and the start goes on.
 	openNotices(ctx context.Context, dir string, opt notices.Options) (notices.Mailboxes, error)
 }
@@ -50,11 +50,17 @@ type backend interface {
 // clusterOpenWait bounds each wait at start for NATS to make or find a
 // cluster store (a bucket or stream, and the mirror of it): the devices,
 // the bindings, the pairing codes, the events stream, the notice
-// mailboxes. What happens past it is each store's: the device registry
-// and the bindings fail the start; the codes are made by the first
-// enrollment; the events stay this node's own; the notices load in the
-// background.
+// mailboxes (these wait noticesOpenWait). What happens past it is each
+// store's: the device registry and the bindings fail the start; the codes
+// are made by the first enrollment; the events stay this node's own; the
+// notices load in the background.
 const clusterOpenWait = 30 * time.Second
+
+// noticesOpenWait bounds the wait at start for the cluster's notice
+// mailboxes (their bucket, made by the first notice, looked up and
+// followed): past it they load in the background, the notice API answers
+// 503 until then, and the start goes on.
+const noticesOpenWait = 3 * time.Second
 
 // openBackend opens the backend cfg names, and with it the store of
 // record: in cluster mode cluster.Store (whose NATS node opens every
@@ -188,7 +194,7 @@ func (b clusterBackend) openEventFeed(ctx context.Context, perChannel int) (even
 }
 
 func (b clusterBackend) openNotices(ctx context.Context, _ string, opt notices.Options) (notices.Mailboxes, error) {
-	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
+	ctx, cancel := context.WithTimeout(ctx, noticesOpenWait)
 	defer cancel()
 	m, err := b.node.OpenNotices(ctx, cluster.NoticesOptions{Options: opt})
 	if err != nil {

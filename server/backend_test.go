@@ -10,14 +10,14 @@ import (
 	"testing"
 
 	"termlink/server/cluster"
+	"termlink/server/notices"
 	"termlink/server/record/local"
 	"termlink/server/registry"
 )
 
 // The config picks the backend once, and every store is that backend's:
 // a single server's are the workspace's, a cluster node's the cluster's.
-// (The notice mailboxes' types are package notices' and cluster's
-// business; identity_test.go checks the bindings and codes.)
+// (identity_test.go checks the bindings and codes.)
 func TestBackendOpensEveryStore(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, nil, nil)
@@ -33,6 +33,11 @@ func TestBackendOpensEveryStore(t *testing.T) {
 	if ts.rt.eventFeed != nil {
 		t.Errorf("single server: an event feed %T", ts.rt.eventFeed)
 	}
+	if st := noticeStorage(t, ts.rt); st != nil {
+		if _, ok := st.(*notices.LocalStorage); !ok {
+			t.Errorf("single server: notice storage %T", st)
+		}
+	}
 
 	cs, _ := startClusterServer(t, newCountingRunner(false), nil, nil)
 	if _, ok := cs.rt.backend.(clusterBackend); !ok {
@@ -44,9 +49,26 @@ func TestBackendOpensEveryStore(t *testing.T) {
 	if _, ok := cs.rt.fleet.reg.(*cluster.Devices); !ok {
 		t.Errorf("cluster: device registry %T", cs.rt.fleet.reg)
 	}
+	if st := noticeStorage(t, cs.rt); st != nil {
+		if _, ok := st.(*cluster.NoticeStorage); !ok {
+			t.Errorf("cluster: notice storage %T", st)
+		}
+	}
 	if _, ok := cs.rt.eventFeed.(clusterEvents); !ok {
 		t.Errorf("cluster: event feed %T", cs.rt.eventFeed)
 	}
+}
+
+// noticeStorage returns where rt's notice mailboxes keep their records
+// (the rules are notices.Service's in both modes).
+func noticeStorage(t *testing.T, rt *Runtime) notices.Storage {
+	t.Helper()
+	svc, ok := rt.notices.(*notices.Service)
+	if !ok {
+		t.Errorf("notice mailboxes %T, want package notices' Service", rt.notices)
+		return nil
+	}
+	return svc.Storage()
 }
 
 // Only backend.go of the root knows the cluster: the other wiring files
@@ -55,7 +77,6 @@ func TestOnlyTheBackendImportsCluster(t *testing.T) {
 	t.Parallel()
 	allowed := map[string]bool{
 		"backend.go": true,
-		"notices.go": true, // until it calls rt.backend.openNotices (issue 39)
 	}
 	files, err := filepath.Glob("*.go")
 	if err != nil {

@@ -5,9 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"time"
 
-	"termlink/server/cluster"
 	"termlink/server/events"
 	"termlink/server/notices"
 	"termlink/server/registry"
@@ -18,28 +16,12 @@ import (
 // channels and the device registry, and an agent's push. The connection's
 // side (delivery on a device's connection, notice_ack) is wschannel's.
 
-// Where the mailboxes keep their records (issue 25): in cluster mode the
-// cluster's KV bucket (cluster.NoticeStorage), so that a notice POSTed to
-// any node reaches its device on whichever edge holds it, also after the
-// device moved; else the workspace (notices.LocalStorage). The rules are
-// package notices' either way (notices.Service over the storage). This is
-// the one place that knows which storage; the rest of the server calls
-// notices.Mailboxes, whose Routes are the notice API. Called by New after
-// openRecords.
+// openNotices opens the notice mailboxes through the backend (its
+// storage: the workspace's WAL, or the cluster's KV bucket; the rules are
+// package notices' either way). Called by New after openBackend.
 func openNotices(rt *Runtime, workspace string, noSync bool, log *slog.Logger) (notices.Mailboxes, error) {
-	opt := rt.noticeOptions(noSync, log)
-	if cs, ok := rt.records.(*cluster.Store); ok {
-		ctx, cancel := context.WithTimeout(context.Background(), noticesOpenWait)
-		defer cancel()
-		return notices.New(ctx, cs.Node().NoticeStorage(0, 0), opt)
-	}
-	return notices.Open(filepath.Join(workspace, "notices"), opt) // loaded when it returns
+	return rt.backend.openNotices(context.Background(), filepath.Join(workspace, "notices"), rt.noticeOptions(noSync, log))
 }
-
-// noticesOpenWait bounds the wait at start for the cluster's notice
-// store (the bucket, made by the first notice, looked up and loaded):
-// past it the state loads in the background and the start goes on.
-const noticesOpenWait = 3 * time.Second
 
 // noticeOptions wires the mailboxes to the channels (their bound, events,
 // live connections, whether they exist) and to the device registry (the

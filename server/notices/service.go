@@ -45,8 +45,8 @@ type Service struct {
 
 	closeOnce sync.Once
 	closeErr  error
-	kick   chan struct{} // the pusher has dirty peers
-	sent   chan sentWrite
+	kick      chan struct{} // the pusher has dirty peers
+	sent      chan sentWrite
 
 	createMu sync.Mutex // a store not shared: one create at a time (the bound check, then the writes)
 
@@ -185,6 +185,9 @@ func (s *Service) goRun(fn func(ctx context.Context)) {
 		fn(s.ctx)
 	}()
 }
+
+// Storage returns the storage the mailboxes keep their records in.
+func (s *Service) Storage() Storage { return s.st }
 
 // Start implements Mailboxes: the pusher, the sweeper (expiry, pruning,
 // the store's upkeep) and the writer of "sent" run until Close.

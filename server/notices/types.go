@@ -140,4 +140,3 @@ type PeerNotice struct {
 	Content
 	DeliveryState
 }
-
