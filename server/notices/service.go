@@ -406,10 +406,14 @@ func (s *Service) applyPut(key string, data []byte, rev, gen uint64, own bool) [
 		s.seq++
 		d = &delivery{n: n, peer: peer, rev: rev, seq: s.seq, gen: gen}
 		n.peers[peer] = d
-		i := sort.Search(len(b.list), func(i int) bool { return b.list[i].n.seq > n.seq })
-		b.list = append(b.list, nil)
-		copy(b.list[i+1:], b.list[i:])
-		b.list[i] = d
+		if k := len(b.list); k == 0 || b.list[k-1].n.seq < n.seq {
+			b.list = append(b.list, d) // the newest notice: a load's order
+		} else {
+			i := sort.Search(len(b.list), func(i int) bool { return b.list[i].n.seq > n.seq })
+			b.list = append(b.list, nil)
+			copy(b.list[i+1:], b.list[i:])
+			b.list[i] = d
+		}
 		s.setValue(b, d, v)
 	}
 	mine := own || (s.info.Node != "" && v.By == s.info.Node)

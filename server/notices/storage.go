@@ -118,16 +118,21 @@ func ValidID(id string) bool {
 
 // ParseDeliveryKey splits a delivery's key.
 func ParseDeliveryKey(key string) (ch, peer, id string, ok bool) {
-	parts := strings.Split(key, ".")
-	if len(parts) != 4 || parts[0] != "d" {
+	rest, ok := strings.CutPrefix(key, "d.")
+	if !ok {
 		return "", "", "", false
 	}
-	c, err1 := base64.RawURLEncoding.DecodeString(parts[1])
-	p, err2 := base64.RawURLEncoding.DecodeString(parts[2])
-	if err1 != nil || err2 != nil || !ValidID(parts[3]) {
+	ec, rest, ok1 := strings.Cut(rest, ".")
+	ep, id, ok2 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 || strings.IndexByte(id, '.') >= 0 {
 		return "", "", "", false
 	}
-	return string(c), string(p), parts[3], true
+	c, err1 := base64.RawURLEncoding.DecodeString(ec)
+	p, err2 := base64.RawURLEncoding.DecodeString(ep)
+	if err1 != nil || err2 != nil || !ValidID(id) {
+		return "", "", "", false
+	}
+	return string(c), string(p), id, true
 }
 
 // noticeValue is a notice as the store holds it.
