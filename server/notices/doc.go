@@ -45,11 +45,11 @@
 //
 // workspace/notices/ holds a write-ahead log (package wal: group commit,
 // one fdatasync for every record appended meanwhile, torn-tail repair)
-// and records.json. Every write (a notice, a delivery's change, a
+// and records.snap. Every write (a notice, a delivery's change, a
 // deletion) is appended to the log before it is answered, so the API
 // answers (and the device is sent a notice) only after the notice is on
 // disk, and kill -9 loses nothing that was answered. When enough has
-// been logged, every record is written to records.json (temporary file,
+// been logged, every record is written to records.snap (temporary file,
 // fsync, rename, directory fsync), which records the last LSN it holds;
 // the log is then released up to it. Open reads the snapshot and replays
 // only the records after its LSN; each carries its revision, so a record

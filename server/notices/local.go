@@ -2,16 +2,18 @@ package notices
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,15 +52,22 @@ type localRecord struct {
 	Del   bool            `json:"del,omitempty"`
 }
 
-// localSnapshot is records.json: every record, and the last LSN it holds.
-type localSnapshot struct {
-	LSN     uint64        `json:"lsn"`
-	Rev     uint64        `json:"rev"`
-	Records []localRecord `json:"records"`
+// localSnapshotHeader is records.snap's first line (JSON): the last LSN
+// the snapshot holds and the store's revision. Each line after it is a
+// record: its revision, a tab, its key, a tab, its value (compact JSON,
+// which has no raw tab or newline), or "=" for the value of the line
+// before (a broadcast's deliveries are alike). Read and written without
+// a JSON decoder for the records: a store of 500,000 deliveries loads in
+// a fraction of the time (BenchmarkNoticesOpen).
+type localSnapshotHeader struct {
+	Format  int    `json:"format"`
+	LSN     uint64 `json:"lsn"`
+	Rev     uint64 `json:"rev"`
+	Records int    `json:"records"`
 }
 
 const (
-	localSnapshotFile = "records.json"
+	localSnapshotFile = "records.snap"
 	// legacySnapshotFile is the snapshot of the store before the rules
 	// moved above Storage (notices and their peers by state); it is read
 	// once, and removed by the first snapshot written after.
@@ -297,20 +306,21 @@ func (ls *LocalStorage) Close() error {
 	return errors.Join(err, ls.wl.Close())
 }
 
-// snapshot writes the store to records.json and releases the log up to it.
+// snapshot writes the store to records.snap and releases the log up to it.
 func (ls *LocalStorage) snapshot() error {
 	ls.logMu.Lock() // no write in flight: the map holds every durable record
 	lsn := ls.wl.Durable()
 	ls.mu.Lock()
-	s := localSnapshot{LSN: uint64(lsn), Rev: ls.rev, Records: make([]localRecord, 0, len(ls.recs))}
+	h := localSnapshotHeader{Format: 1, LSN: uint64(lsn), Rev: ls.rev, Records: len(ls.recs)}
+	recs := make([]localRecord, 0, len(ls.recs))
 	for _, r := range ls.recs {
-		s.Records = append(s.Records, *r)
+		recs = append(recs, *r)
 	}
 	ls.sinceSnap = 0
 	ls.mu.Unlock()
 	ls.logMu.Unlock()
-	sort.Slice(s.Records, func(i, j int) bool { return s.Records[i].Rev < s.Records[j].Rev })
-	if err := durable.WriteFile(ls.snap, func(w *bufio.Writer) error { return json.NewEncoder(w).Encode(&s) }, ls.noSync); err != nil {
+	slices.SortFunc(recs, func(a, b localRecord) int { return cmp.Compare(a.Rev, b.Rev) })
+	if err := durable.WriteFile(ls.snap, func(w *bufio.Writer) error { return writeSnapshot(w, h, recs) }, ls.noSync); err != nil {
 		return fmt.Errorf("writing the notice snapshot: %w", err)
 	}
 	if err := ls.wl.Release(lsn); err != nil {
@@ -322,7 +332,7 @@ func (ls *LocalStorage) snapshot() error {
 	return nil
 }
 
-// loadSnapshot reads records.json (or the legacy snapshot.json), if
+// loadSnapshot reads records.snap (or the legacy snapshot.json), if
 // any, and returns its LSN.
 func (ls *LocalStorage) loadSnapshot() (lsn uint64, legacy bool, err error) {
 	f, err := os.Open(ls.snap)
@@ -334,15 +344,84 @@ func (ls *LocalStorage) loadSnapshot() (lsn uint64, legacy bool, err error) {
 		return 0, false, fmt.Errorf("reading the notice snapshot: %w", err)
 	}
 	defer f.Close()
-	var s localSnapshot
-	if err := json.NewDecoder(bufio.NewReaderSize(f, 256<<10)).Decode(&s); err != nil {
+	h, err := ls.readSnapshot(bufio.NewReaderSize(f, 256<<10))
+	if err != nil {
 		return 0, false, fmt.Errorf("reading the notice snapshot %s: %w (move it away to start with empty mailboxes)", ls.snap, err)
 	}
-	for _, r := range s.Records {
-		ls.applyRecord(r)
+	ls.rev = max(ls.rev, h.Rev)
+	return h.LSN, false, nil
+}
+
+// writeSnapshot writes h and recs in records.snap's format.
+func writeSnapshot(w *bufio.Writer, h localSnapshotHeader, recs []localRecord) error {
+	head, err := json.Marshal(h)
+	if err != nil {
+		return err
 	}
-	ls.rev = max(ls.rev, s.Rev)
-	return s.LSN, false, nil
+	w.Write(head)
+	w.WriteByte('\n')
+	var last []byte
+	num := make([]byte, 0, 20)
+	for i := range recs {
+		r := &recs[i]
+		if strings.ContainsAny(r.Key, "\t\n") || bytes.ContainsAny(r.Value, "\t\n") || len(r.Value) == 0 {
+			return fmt.Errorf("record %q: a key or value the snapshot cannot hold", r.Key)
+		}
+		w.Write(strconv.AppendUint(num[:0], r.Rev, 10))
+		w.WriteByte('\t')
+		w.WriteString(r.Key)
+		w.WriteByte('\t')
+		if i > 0 && bytes.Equal(r.Value, last) {
+			w.WriteByte('=')
+		} else {
+			w.Write(r.Value)
+		}
+		w.WriteByte('\n')
+		last = r.Value
+	}
+	return nil
+}
+
+// readSnapshot reads records.snap into the map; it returns the header.
+// A line that does not parse is an error (the file is written whole and
+// renamed into place: it is never torn).
+func (ls *LocalStorage) readSnapshot(br *bufio.Reader) (localSnapshotHeader, error) {
+	var h localSnapshotHeader
+	head, err := br.ReadSlice('\n')
+	if err != nil {
+		return h, fmt.Errorf("its header: %w", err)
+	}
+	if err := json.Unmarshal(head, &h); err != nil {
+		return h, fmt.Errorf("its header: %w", err)
+	}
+	if h.Format != 1 {
+		return h, fmt.Errorf("format %d (this termserver reads format 1)", h.Format)
+	}
+	if len(ls.recs) == 0 && h.Records > 0 {
+		ls.recs = make(map[string]*localRecord, min(h.Records, 1<<22)) // a hint only: the lines say what is there
+	}
+	var last json.RawMessage
+	for n := 1; ; n++ {
+		line, err := br.ReadSlice('\n')
+		if err == io.EOF && len(line) == 0 {
+			break
+		}
+		if err != nil {
+			return h, fmt.Errorf("line %d: %w", n+1, err)
+		}
+		line = line[:len(line)-1]
+		rev, rest, ok1 := bytes.Cut(line, []byte{'\t'})
+		key, val, ok2 := bytes.Cut(rest, []byte{'\t'})
+		r, perr := strconv.ParseUint(string(rev), 10, 64)
+		if !ok1 || !ok2 || perr != nil || len(key) == 0 || len(val) == 0 || (string(val) == "=" && last == nil) {
+			return h, fmt.Errorf("line %d: not a record (revision, tab, key, tab, value)", n+1)
+		}
+		if string(val) != "=" {
+			last = append(json.RawMessage(nil), val...)
+		}
+		ls.applyRecord(localRecord{Key: string(key), Value: last, Rev: r})
+	}
+	return h, nil
 }
 
 // The store before the rules moved above Storage logged operations

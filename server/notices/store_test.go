@@ -1,11 +1,13 @@
 package notices
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,4 +195,43 @@ func TestNoticeLegacyWorkspace(t *testing.T) {
 	ns = openTestNotices(t, dir, 10)
 	defer ns.Close()
 	check(ns)
+}
+
+// A snapshot that does not read is refused at open, naming the file, the
+// line and what to do; nothing is half loaded.
+func TestBadSnapshotRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ns := openTestNotices(t, dir, 10)
+	if _, err := ns.Create("ch", []string{"p1", "p2"}, spec("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Close(); err != nil { // writes records.snap
+		t.Fatal(err)
+	}
+	snap := filepath.Join(dir, localSnapshotFile)
+	data, err := os.ReadFile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(data, []byte("\n")); n != 4 { // the header, a notice, two deliveries
+		t.Fatalf("records.snap has %d lines, want 4:\n%s", n, data)
+	}
+	if err := os.WriteFile(snap, append(data, "not a record\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, Options{Sweep: time.Hour})
+	if err == nil || !strings.Contains(err.Error(), snap) || !strings.Contains(err.Error(), "line 5: not a record") ||
+		!strings.Contains(err.Error(), "move it away") {
+		t.Fatalf("open of a bad snapshot: %v", err)
+	}
+	// Taken back whole once the line goes.
+	if err := os.WriteFile(snap, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ns = openTestNotices(t, dir, 10)
+	defer ns.Close()
+	if n := ns.Count("ch", "p2"); n != 1 {
+		t.Fatalf("p2 has %d notices after the snapshot was mended, want 1", n)
+	}
 }
