@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -666,7 +667,7 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	part.suspect.Store(min(suspect, si.State.LastSeq))
 	// A new consumer: not stuck, nothing lost (before its first delivery).
 	part.health.consuming(name)
-	cc, err := cons.Consume(w.consumeFn(p, part), jetstream.PullMaxMessages(256),
+	cc, err := cons.Consume(w.consumeFn(p, part, cfg.OptStartSeq-min(cfg.OptStartSeq, 1)), jetstream.PullMaxMessages(256),
 		// Short pulls: a pull request sent while the new consumer elects
 		// its leader is lost, and the client notices only when a pull
 		// expires without heartbeats (30 s by default).
@@ -721,6 +722,29 @@ func (w *worker) pauseOld(ctx context.Context, c jetstream.Consumer) (uint64, er
 	return si.State.LastSeq, nil
 }
 
+// nextInPartition is the stream sequence of the first message on subject
+// after sequence after, read from the stream's leader (the inbound stream
+// allows no direct gets: a replica behind would not have it). None: past
+// the stream's end (math.MaxUint64). NATS trouble is retried for a
+// second.
+func (w *worker) nextInPartition(subject string, after uint64) (uint64, error) {
+	wait := 50 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(w.n.bgCtx, 2*time.Second)
+		m, err := w.n.in.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(subject))
+		cancel()
+		switch {
+		case err == nil:
+			return m.Sequence, nil
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return math.MaxUint64, nil
+		case attempt >= 3 || w.n.bgCtx.Err() != nil:
+			return 0, err
+		}
+		wait = pause(w.n.bgCtx, wait)
+	}
+}
+
 // inInfo reads the inbound stream's info on a handle of its own:
 // nats.go's Stream.Info caches what it read in the handle unguarded, and
 // partitions are taken side by side.
@@ -733,16 +757,36 @@ func (n *Node) inInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
 }
 
 // consumeFn is what partition p's consumer calls with each delivery: it
-// hands the message to the hooks, in stream order. A delivery the
-// consumer sent and this worker never got (its connection to NATS broke
-// or was moved meanwhile: the consumer sequence skips) would come again
-// only after the ack wait, after the session's later messages ran: from
-// the gap on nothing more is handed over, and the consumer is recreated
-// at once at its ack floor (heal), so everything unanswered comes again
-// in order.
-func (w *worker) consumeFn(p int, part *partition) func(m jetstream.Msg) {
+// hands the message to the hooks, in stream order, starting after stream
+// sequence from (the consumer's start, 0 for the stream's first).
+//
+// A delivery the consumer sent and this worker never got would come
+// again only after the ack wait, after the session's later messages ran.
+// Two guards stop the hand-over at the first sign of one, and the
+// consumer is recreated at once at its ack floor (heal), so everything
+// unanswered comes again in order:
+//   - the consumer sequence skips (the worker's connection to NATS broke
+//     or was moved while deliveries were on the way);
+//   - a new delivery is not the partition's next message in the stream
+//     after the last one handed over. The consumer sequence alone missed
+//     this (jepsen seed 80: while a NATS node was paused, messages 17 and
+//     18 of a session were delivered after 19-22 with no consumer
+//     sequence skipped): each new delivery is checked against the
+//     stream's leader (next message on the partition's subject).
+func (w *worker) consumeFn(p int, part *partition, from uint64) func(m jetstream.Msg) {
 	h := &part.health
 	var last uint64 // the consumer sequence of the last delivery
+	handed := from  // the stream sequence of the last new message handed over
+	subject := inPrefix + strconv.Itoa(p)
+	lose := func(n uint64, why string, attrs ...any) {
+		h.loseDeliveries(n)
+		w.n.log.Warn("cluster: deliveries of a partition lost on the way; recreating its consumer so they come again in order",
+			append([]any{"partition", p, "why", why}, attrs...)...)
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
 	return func(m jetstream.Msg) {
 		defer h.delivering()()
 		md, err := m.Metadata()
@@ -751,16 +795,22 @@ func (w *worker) consumeFn(p int, part *partition) func(m jetstream.Msg) {
 				return // comes again from the new consumer
 			}
 			if last > 0 && md.Sequence.Consumer > last+1 {
-				h.loseDeliveries(md.Sequence.Consumer - last - 1)
-				w.n.log.Warn("cluster: deliveries of a partition lost on the way; recreating its consumer so they come again in order",
-					"partition", p, "lost", md.Sequence.Consumer-last-1)
-				select {
-				case w.kick <- struct{}{}:
-				default:
-				}
+				lose(md.Sequence.Consumer-last-1, "the consumer sequence skipped", "lost", md.Sequence.Consumer-last-1)
 				return
 			}
 			last = md.Sequence.Consumer
+			if s := md.Sequence.Stream; s > handed {
+				next, err := w.nextInPartition(subject, handed)
+				switch {
+				case err != nil:
+					lose(1, "cannot check the stream's order", "err", err)
+					return
+				case next < s:
+					lose(1, "a message of the partition was skipped", "skipped_seq", next, "delivered_seq", s)
+					return
+				}
+				handed = s
+			}
 		}
 		in, err := decodeIn(m.Data())
 		if err != nil {

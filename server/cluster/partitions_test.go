@@ -274,7 +274,7 @@ func TestLostDeliveryStopsTheHandOver(t *testing.T) {
 		t.Fatalf("fetched %d messages, want 4", len(msgs))
 	}
 	part := &partition{}
-	fn := w.consumeFn(0, part)
+	fn := w.consumeFn(0, part, 0)
 	fn(msgs[0]) // m-1
 	fn(msgs[2]) // m-3: m-2 never came (consumer sequence 2 skipped)
 	fn(msgs[3]) // m-4: after the gap
@@ -292,6 +292,88 @@ func TestLostDeliveryStopsTheHandOver(t *testing.T) {
 	part.health.consuming("p0_next") // a new consumer: nothing lost
 	if part.health.lost() {
 		t.Error("a new consumer still counts the old one's gap")
+	}
+}
+
+// A consumer can skip a message of its partition with no gap in its own
+// sequence (jepsen seed 80: while a NATS node was paused, a session's
+// messages 17 and 18 came after 19-22). A new delivery that is not the
+// partition's next message in the stream after the last one handed over
+// stops the hand-over, as a gap does; one that is goes on.
+func TestSkippedStreamMessageStopsTheHandOver(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
+	defer cancel()
+	n := openWorkerNode(t, ctx, 1, time.Minute, time.Second)
+	var seqs []uint64
+	for _, id := range []string{"m-1", "m-2", "m-3", "m-4"} {
+		ack, err := n.PublishInbound(ctx, bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: id, Text: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	var handed []string
+	w := &worker{n: n, owned: map[int]*partition{}, kick: make(chan struct{}, 1),
+		hooks: WorkerHooks{Deliver: func(_ context.Context, d *Delivery) { handed = append(handed, d.In.MessageID) }}}
+	// fetch gives the consumer's deliveries from stream sequence start on.
+	fetch := func(name string, start uint64, count int) []jetstream.Msg {
+		t.Helper()
+		cons, err := n.in.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: name, FilterSubject: inPrefix + "0",
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := cons.Fetch(count, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs []jetstream.Msg
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if len(msgs) != count {
+			t.Fatalf("fetched %d messages, want %d", len(msgs), count)
+		}
+		return msgs
+	}
+
+	// Handed up to m-1; the consumer's first delivery is m-3 (consumer
+	// sequence 1: no gap in it), and m-2 never came.
+	part := &partition{}
+	fn := w.consumeFn(0, part, seqs[0])
+	skipping := fetch("p0_skip", seqs[2], 2)
+	fn(skipping[0]) // m-3
+	fn(skipping[1]) // m-4
+	if len(handed) != 0 {
+		t.Errorf("handed over %v past the skipped m-2, want nothing", handed)
+	}
+	if !part.health.lost() {
+		t.Error("the skip is not recorded")
+	}
+	select {
+	case <-w.kick:
+	default:
+		t.Error("the loop is not told to recreate the consumer")
+	}
+
+	// A consumer that delivers in order hands everything over, and a
+	// redelivery of a message handed over already passes (its ticket
+	// answers it).
+	part = &partition{}
+	fn = w.consumeFn(0, part, seqs[0])
+	inOrder := fetch("p0_order", seqs[1], 3)
+	for _, m := range inOrder {
+		fn(m)
+	}
+	again := fetch("p0_again", seqs[1], 1)
+	fn(again[0])
+	if got := strings.Join(handed, ","); got != "m-2,m-3,m-4,m-2" {
+		t.Errorf("handed over %s, want m-2,m-3,m-4,m-2", got)
+	}
+	if part.health.lost() {
+		t.Error("an in-order consumer is taken for one that lost deliveries")
 	}
 }
 
