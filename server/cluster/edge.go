@@ -25,6 +25,14 @@ type Waits struct {
 	bySess  map[string][]string  // per session, the message ids of waiting, oldest first
 	failed  map[string]failedMsg // per session, a message whose accept failed (HoldBack)
 	present map[string]uint64    // per channel+peer held here, its presence revision
+	// last: per channel+peer connected here, the session and stream
+	// sequence of the message its connection had stored last (Prev).
+	last map[string]lastStored
+}
+
+type lastStored struct {
+	session string
+	seq     uint64
 }
 
 type failedMsg struct{ id, channel, peer string }
@@ -41,7 +49,7 @@ type edgeWait struct {
 
 // NewWaits makes an empty book.
 func NewWaits() *Waits {
-	return &Waits{waiting: map[Key]*edgeWait{}, bySess: map[string][]string{}, failed: map[string]failedMsg{}, present: map[string]uint64{}}
+	return &Waits{waiting: map[Key]*edgeWait{}, bySess: map[string][]string{}, failed: map[string]failedMsg{}, present: map[string]uint64{}, last: map[string]lastStored{}}
 }
 
 // Len is the number of messages waited on.
@@ -219,6 +227,42 @@ func (w *Waits) Disconnected(channel, peer string) {
 		}
 	}
 	delete(w.present, channel+"\n"+peer)
+	delete(w.last, channel+"\n"+peer)
+}
+
+// Prev is the stream sequence of the message in's connection stored
+// last, when it was of in's session: the message just before in in its
+// session (a connection's messages are accepted one at a time, in the
+// order sent). 0: not known (the first since the device connected here,
+// or one answered from its claim came between); the worker then reads
+// the stream to check the session's order (consumeFn).
+func (w *Waits) Prev(in bus.Inbound) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l, ok := w.last[in.ChannelID+"\n"+in.PeerID]; ok && l.session == in.SessionKey {
+		return l.seq
+	}
+	return 0
+}
+
+// Stored records that in is in the inbound stream at seq (0: accepted
+// without a new copy there, answered from its claim: what comes next is
+// not known to follow it).
+func (w *Waits) Stored(in bus.Inbound, seq uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if seq == 0 {
+		delete(w.last, in.ChannelID+"\n"+in.PeerID)
+		return
+	}
+	w.last[in.ChannelID+"\n"+in.PeerID] = lastStored{in.SessionKey, seq}
+}
+
+// Connected forgets what an earlier connection of the peer here stored.
+func (w *Waits) Connected(channel, peer string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.last, channel+"\n"+peer)
 }
 
 // Present records that the edge holds the peer since presence revision

@@ -277,6 +277,12 @@ func (n *Node) LeasesRetaken() uint64 {
 	return n.workerCount(func(w *worker) uint64 { return w.retaken.Load() })
 }
 
+// OrderReads is the number of deliveries whose session order this worker
+// read from the stream (their edge did not know the message before them).
+func (n *Node) OrderReads() uint64 {
+	return n.workerCount(func(w *worker) uint64 { return w.orderReads.Load() })
+}
+
 // workerCount is one of the worker's counters; 0 on a node that is not one.
 func (n *Node) workerCount(get func(*worker) uint64) uint64 {
 	n.mu.Lock()
@@ -296,6 +302,9 @@ func (n *Node) healMetrics(r *metrics.Registry) {
 	r.NewCounterFunc("termlink_cluster_consumers_recreated_total",
 		"Partition consumers this worker deleted and made again because they were gone, had no leader or delivered nothing while messages waited.",
 		func() float64 { return float64(n.ConsumersRecreated()) })
+	r.NewCounterFunc("termlink_cluster_order_reads_total",
+		"Deliveries whose session order the worker read from the inbound stream (the edge did not know the message before them in their session).",
+		func() float64 { return float64(n.OrderReads()) })
 	r.NewGaugeFunc("termlink_cluster_partitions_stuck", "Owned partitions whose consumer is not delivering now.", func() float64 {
 		stuck := 0
 		for _, ps := range n.Partitions() {

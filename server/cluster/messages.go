@@ -21,13 +21,20 @@ import (
 // JetStream's ack says Duplicate when the stream had the message already
 // (within the duplicate window).
 func (n *Node) PublishInbound(ctx context.Context, in bus.Inbound) (*jetstream.PubAck, error) {
+	return n.publishInbound(ctx, in, 0)
+}
+
+// publishInbound is PublishInbound with prev, the stream sequence of the
+// message just before in in its session when the edge knows it (0: not
+// known).
+func (n *Node) publishInbound(ctx context.Context, in bus.Inbound, prev uint64) (*jetstream.PubAck, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	b, err := json.Marshal(inMsg{Inbound: in})
+	b, err := json.Marshal(inMsg{Inbound: in, Prev: prev})
 	if err != nil {
 		return nil, err
 	}
-	subj := inPrefix + strconv.Itoa(Partition(in.SessionKey, n.cfg.Partitions))
+	subj := sessionSubject(Partition(in.SessionKey, n.cfg.Partitions), in.SessionKey)
 	pa, err := n.js.Publish(ctx, subj, b, jetstream.WithMsgID(MessageKey(in.SessionKey, in.MessageID)))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: storing message %s in %s: %w", in.MessageID, InStream, err)
@@ -38,6 +45,18 @@ func (n *Node) PublishInbound(ctx context.Context, in bus.Inbound) (*jetstream.P
 // inMsg is a message in the inbound stream.
 type inMsg struct {
 	bus.Inbound
+	// Prev is the stream sequence of the message just before this one in
+	// its session, as the edge that stored it knew it (0: not known).
+	Prev uint64 `json:"prev_seq,omitempty"`
+}
+
+// sessionSubject is the inbound stream's subject for a session's
+// messages: its partition's, then a digest of the session key, so that
+// the worker can look up a session's messages in the stream (consumeFn).
+// Messages stored before it (on the partition's subject alone) are
+// consumed too.
+func sessionSubject(p int, sessionKey string) string {
+	return inPrefix + strconv.Itoa(p) + "." + SessionDigest(sessionKey)[:16]
 }
 
 // outMsg is a reply, progress update or delta (Kind) on its way to an edge.

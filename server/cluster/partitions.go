@@ -98,10 +98,13 @@ type worker struct {
 
 	recreated atomic.Uint64 // consumers deleted and made again (heal.go)
 	retaken   atomic.Uint64 // leases taken again after they expired (retake)
-	troubleAt time.Time     // the last NATS request of a tick that failed (loop's)
-	healed    time.Time     // the last look at the consumers (heal.go; loop's)
-	kick      chan struct{} // a consumer lost deliveries: heal at once (consumeFn)
-	startHook func(p int)   // tests: called before partition p's consumer is made
+	// orderReads: deliveries whose session order was read from the
+	// stream (no Prev to prove it: consumeFn).
+	orderReads atomic.Uint64
+	troubleAt  time.Time     // the last NATS request of a tick that failed (loop's)
+	healed     time.Time     // the last look at the consumers (heal.go; loop's)
+	kick       chan struct{} // a consumer lost deliveries: heal at once (consumeFn)
+	startHook  func(p int)   // tests: called before partition p's consumer is made
 }
 
 // RunWorker makes this node a worker: it takes the partitions that
@@ -637,7 +640,7 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	// Recorded before any earlier consumer is deleted below.
 	suspect = w.inherit(p, suspect)
 	name := prefix + "_" + randomSuffix()
-	cfg := jetstream.ConsumerConfig{Durable: name, FilterSubject: inPrefix + strconv.Itoa(p),
+	cfg := jetstream.ConsumerConfig{Durable: name, FilterSubjects: []string{inPrefix + strconv.Itoa(p), inPrefix + strconv.Itoa(p) + ".>"},
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.n.cfg.AckWait, MaxAckPending: maxAckPending,
 		MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
 		Description: "termlink: partition " + strconv.Itoa(p), Metadata: map[string]string{consumerWorker: w.hooks.Me}}
@@ -722,29 +725,6 @@ func (w *worker) pauseOld(ctx context.Context, c jetstream.Consumer) (uint64, er
 	return si.State.LastSeq, nil
 }
 
-// nextInPartition is the stream sequence of the first message on subject
-// after sequence after, read from the stream's leader (the inbound stream
-// allows no direct gets: a replica behind would not have it). None: past
-// the stream's end (math.MaxUint64). NATS trouble is retried for a
-// second.
-func (w *worker) nextInPartition(subject string, after uint64) (uint64, error) {
-	wait := 50 * time.Millisecond
-	for attempt := 0; ; attempt++ {
-		ctx, cancel := context.WithTimeout(w.n.bgCtx, 2*time.Second)
-		m, err := w.n.in.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(subject))
-		cancel()
-		switch {
-		case err == nil:
-			return m.Sequence, nil
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return math.MaxUint64, nil
-		case attempt >= 3 || w.n.bgCtx.Err() != nil:
-			return 0, err
-		}
-		wait = pause(w.n.bgCtx, wait)
-	}
-}
-
 // inInfo reads the inbound stream's info on a handle of its own:
 // nats.go's Stream.Info caches what it read in the handle unguarded, and
 // partitions are taken side by side.
@@ -758,7 +738,7 @@ func (n *Node) inInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
 
 // consumeFn is what partition p's consumer calls with each delivery: it
 // hands the message to the hooks, in stream order, starting after stream
-// sequence from (the consumer's start, 0 for the stream's first).
+// sequence from (the consumer's start: everything up to it is acked).
 //
 // A delivery the consumer sent and this worker never got would come
 // again only after the ack wait, after the session's later messages ran.
@@ -767,17 +747,19 @@ func (n *Node) inInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
 // unanswered comes again in order:
 //   - the consumer sequence skips (the worker's connection to NATS broke
 //     or was moved while deliveries were on the way);
-//   - a new delivery is not the partition's next message in the stream
-//     after the last one handed over. The consumer sequence alone missed
-//     this (jepsen seed 80: while a NATS node was paused, messages 17 and
-//     18 of a session were delivered after 19-22 with no consumer
-//     sequence skipped): each new delivery is checked against the
-//     stream's leader (next message on the partition's subject).
+//   - a new message's session has an earlier message in the stream that
+//     was not handed over. The consumer sequence alone missed this
+//     (jepsen seed 80: while a NATS node was paused, a session's
+//     messages 17 and 18 were delivered after 19-22 with no consumer
+//     sequence skipped). A message names the one before it in its
+//     session (inMsg.Prev, from its edge): that one handed over last
+//     (or acked before this consumer began) proves the order with no
+//     request; else the session's subject is read from the stream's
+//     leader (its first message after the last one handed over).
 func (w *worker) consumeFn(p int, part *partition, from uint64) func(m jetstream.Msg) {
 	h := &part.health
-	var last uint64 // the consumer sequence of the last delivery
-	handed := from  // the stream sequence of the last new message handed over
-	subject := inPrefix + strconv.Itoa(p)
+	var last uint64               // the consumer sequence of the last delivery
+	handed := map[string]uint64{} // per session, the stream sequence of its last message handed over
 	lose := func(n uint64, why string, attrs ...any) {
 		h.loseDeliveries(n)
 		w.n.log.Warn("cluster: deliveries of a partition lost on the way; recreating its consumer so they come again in order",
@@ -799,18 +781,6 @@ func (w *worker) consumeFn(p int, part *partition, from uint64) func(m jetstream
 				return
 			}
 			last = md.Sequence.Consumer
-			if s := md.Sequence.Stream; s > handed {
-				next, err := w.nextInPartition(subject, handed)
-				switch {
-				case err != nil:
-					lose(1, "cannot check the stream's order", "err", err)
-					return
-				case next < s:
-					lose(1, "a message of the partition was skipped", "skipped_seq", next, "delivered_seq", s)
-					return
-				}
-				handed = s
-			}
 		}
 		in, err := decodeIn(m.Data())
 		if err != nil {
@@ -821,7 +791,54 @@ func (w *worker) consumeFn(p int, part *partition, from uint64) func(m jetstream
 		var seq uint64
 		if md != nil {
 			seq = md.Sequence.Stream
+			before := handed[in.SessionKey]
+			if seq > before { // new here (else a copy of one handed over: its ticket answers it)
+				proven := in.Prev != 0 && (in.Prev == before || before == 0 && in.Prev <= from)
+				if !proven {
+					w.orderReads.Add(1)
+					next, err := w.nextInSession(sessionSubject(p, in.SessionKey), max(before, from))
+					switch {
+					case err != nil:
+						lose(1, "cannot read the stream to check a session's order", "err", err)
+						return
+					case next < seq:
+						lose(1, "an earlier message of the session was skipped", "skipped_seq", next, "delivered_seq", seq)
+						return
+					}
+				}
+				if len(handed) >= maxHandedSessions {
+					clear(handed) // bounded: the next of each session is read from the stream
+				}
+				handed[in.SessionKey] = seq
+			}
 		}
 		w.hooks.Deliver(w.n.bgCtx, &Delivery{In: in.Inbound, Partition: p, Seq: seq, msg: m})
+	}
+}
+
+// maxHandedSessions bounds the sessions a partition's consumer remembers
+// the last message of (consumeFn).
+const maxHandedSessions = 1 << 16
+
+// nextInSession is the stream sequence of the first message on a
+// session's subject after sequence after, read from the stream's leader
+// (the inbound stream allows no direct gets: a replica behind would not
+// have it). None: math.MaxUint64. NATS trouble is retried for about a
+// second.
+func (w *worker) nextInSession(subject string, after uint64) (uint64, error) {
+	wait := 50 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(w.n.bgCtx, 2*time.Second)
+		m, err := w.n.in.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(subject))
+		cancel()
+		switch {
+		case err == nil:
+			return m.Sequence, nil
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return math.MaxUint64, nil
+		case attempt >= 3 || w.n.bgCtx.Err() != nil:
+			return 0, err
+		}
+		wait = pause(w.n.bgCtx, wait)
 	}
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -257,7 +258,7 @@ func TestLostDeliveryStopsTheHandOver(t *testing.T) {
 	var handed []string
 	w := &worker{n: n, owned: map[int]*partition{}, kick: make(chan struct{}, 1),
 		hooks: WorkerHooks{Deliver: func(_ context.Context, d *Delivery) { handed = append(handed, d.In.MessageID) }}}
-	cons, err := n.in.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "p0_test", FilterSubject: inPrefix + "0",
+	cons, err := n.in.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "p0_test", FilterSubject: inPrefix + "0.>",
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -295,19 +296,30 @@ func TestLostDeliveryStopsTheHandOver(t *testing.T) {
 	}
 }
 
-// A consumer can skip a message of its partition with no gap in its own
+// A consumer can skip a message of a session with no gap in its own
 // sequence (jepsen seed 80: while a NATS node was paused, a session's
-// messages 17 and 18 came after 19-22). A new delivery that is not the
-// partition's next message in the stream after the last one handed over
-// stops the hand-over, as a gap does; one that is goes on.
-func TestSkippedStreamMessageStopsTheHandOver(t *testing.T) {
+// messages 17 and 18 came after 19-22). A new message whose session has
+// an earlier one in the stream not handed over stops the hand-over, as a
+// gap does. A message that names the one before it (its edge's Prev),
+// handed over last, goes on with no read of the stream; one that names
+// none, or another, is checked against the stream.
+func TestSkippedSessionMessageStopsTheHandOver(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	n := openWorkerNode(t, ctx, 1, time.Minute, time.Second)
+	in := func(id string) bus.Inbound {
+		return bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: id, Text: "x"}
+	}
+	// m-1..m-4 with no Prev (an edge that did not know it); m-5..m-7
+	// each naming the one before it.
 	var seqs []uint64
-	for _, id := range []string{"m-1", "m-2", "m-3", "m-4"} {
-		ack, err := n.PublishInbound(ctx, bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: id, Text: "x"})
+	for i := 1; i <= 7; i++ {
+		var prev uint64
+		if i >= 5 {
+			prev = seqs[len(seqs)-1]
+		}
+		ack, err := n.publishInbound(ctx, in(fmt.Sprintf("m-%d", i)), prev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,10 +328,10 @@ func TestSkippedStreamMessageStopsTheHandOver(t *testing.T) {
 	var handed []string
 	w := &worker{n: n, owned: map[int]*partition{}, kick: make(chan struct{}, 1),
 		hooks: WorkerHooks{Deliver: func(_ context.Context, d *Delivery) { handed = append(handed, d.In.MessageID) }}}
-	// fetch gives the consumer's deliveries from stream sequence start on.
-	fetch := func(name string, start uint64, count int) []jetstream.Msg {
+	// fetch gives a new consumer's deliveries from stream sequence start.
+	fetch := func(start uint64, count int) []jetstream.Msg {
 		t.Helper()
-		cons, err := n.in.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: name, FilterSubject: inPrefix + "0",
+		cons, err := n.in.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: inPrefix + "0.>",
 			AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
 			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start})
 		if err != nil {
@@ -338,42 +350,57 @@ func TestSkippedStreamMessageStopsTheHandOver(t *testing.T) {
 		}
 		return msgs
 	}
+	kicked := func() bool {
+		select {
+		case <-w.kick:
+			return true
+		default:
+			return false
+		}
+	}
 
-	// Handed up to m-1; the consumer's first delivery is m-3 (consumer
+	// Acked up to m-1; the consumer's first delivery is m-3 (consumer
 	// sequence 1: no gap in it), and m-2 never came.
 	part := &partition{}
 	fn := w.consumeFn(0, part, seqs[0])
-	skipping := fetch("p0_skip", seqs[2], 2)
-	fn(skipping[0]) // m-3
-	fn(skipping[1]) // m-4
-	if len(handed) != 0 {
-		t.Errorf("handed over %v past the skipped m-2, want nothing", handed)
-	}
-	if !part.health.lost() {
-		t.Error("the skip is not recorded")
-	}
-	select {
-	case <-w.kick:
-	default:
-		t.Error("the loop is not told to recreate the consumer")
-	}
-
-	// A consumer that delivers in order hands everything over, and a
-	// redelivery of a message handed over already passes (its ticket
-	// answers it).
-	part = &partition{}
-	fn = w.consumeFn(0, part, seqs[0])
-	inOrder := fetch("p0_order", seqs[1], 3)
-	for _, m := range inOrder {
+	for _, m := range fetch(seqs[2], 2) { // m-3, m-4
 		fn(m)
 	}
-	again := fetch("p0_again", seqs[1], 1)
-	fn(again[0])
-	if got := strings.Join(handed, ","); got != "m-2,m-3,m-4,m-2" {
-		t.Errorf("handed over %s, want m-2,m-3,m-4,m-2", got)
+	if len(handed) != 0 || !part.health.lost() || !kicked() {
+		t.Errorf("past the skipped m-2: handed over %v, lost %v; want nothing handed, the skip recorded and the loop told", handed, part.health.lost())
 	}
-	if part.health.lost() {
+
+	// In order: everything is handed over, and a copy of a message handed
+	// over already passes (its ticket answers it). m-5..m-7 are proven by
+	// their Prev: no read of the stream.
+	part = &partition{}
+	fn = w.consumeFn(0, part, seqs[0])
+	reads0 := w.orderReads.Load()
+	for _, m := range fetch(seqs[1], 3) { // m-2..m-4: read
+		fn(m)
+	}
+	reads := w.orderReads.Load() - reads0
+	for _, m := range fetch(seqs[4], 3) { // m-5..m-7: proven
+		fn(m)
+	}
+	fn(fetch(seqs[1], 1)[0]) // m-2 again
+	if got, want := strings.Join(handed, ","), "m-2,m-3,m-4,m-5,m-6,m-7,m-2"; got != want {
+		t.Errorf("handed over %s, want %s", got, want)
+	}
+	if part.health.lost() || kicked() {
 		t.Error("an in-order consumer is taken for one that lost deliveries")
+	}
+	if more := w.orderReads.Load() - reads0 - reads; reads != 3 || more != 0 {
+		t.Errorf("stream reads: %d for m-2..m-4 (no Prev), %d more for m-5..m-7; want 3 and 0", reads, more)
+	}
+
+	// m-6 names m-5, which was never handed over: read, and refused.
+	handed = nil
+	part = &partition{}
+	fn = w.consumeFn(0, part, seqs[3])
+	fn(fetch(seqs[5], 1)[0])
+	if len(handed) != 0 || !part.health.lost() || !kicked() {
+		t.Errorf("m-6 with m-5 skipped: handed over %v, lost %v; want nothing handed and the skip recorded", handed, part.health.lost())
 	}
 }
 
