@@ -233,16 +233,16 @@ func (w *Waits) Disconnected(channel, peer string) {
 // Prev is the stream sequence of the message in's connection stored
 // last, when it was of in's session: the message just before in in its
 // session (a connection's messages are accepted one at a time, in the
-// order sent). 0: not known (the first since the device connected here,
-// or one answered from its claim came between); the worker then reads
-// the stream to check the session's order (consumeFn).
-func (w *Waits) Prev(in bus.Inbound) uint64 {
+// order sent). ok false: not known (the first since the device connected
+// here, or one answered from its claim came between); the edge then
+// reads it from the stream (Node.lastInSession).
+func (w *Waits) Prev(in bus.Inbound) (seq uint64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if l, ok := w.last[in.ChannelID+"\n"+in.PeerID]; ok && l.session == in.SessionKey {
-		return l.seq
+	if l, found := w.last[in.ChannelID+"\n"+in.PeerID]; found && l.session == in.SessionKey {
+		return l.seq, true
 	}
-	return 0
+	return 0, false
 }
 
 // Stored records that in is in the inbound stream at seq (0: accepted

@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/bus"
 )
 
@@ -246,5 +248,65 @@ func TestWaitsBefore(t *testing.T) {
 	// Admit still counts a session's waits.
 	if refused := w.Admit(inbound("s", "7"), 5, 100); refused == "" {
 		t.Fatal("a sixth message of session s admitted with a bound of 5")
+	}
+}
+
+// An edge names, in each message it stores, the message before it in its
+// session: the one its connection stored last, or the session's last in
+// the stream for a connection's first (none: noPrev). A connection's
+// start, its end and a message answered from its claim make it unknown.
+func TestEdgeNamesThePreviousMessage(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
+	defer cancel()
+	n := openWorkerNode(t, ctx, 2, time.Minute, time.Second)
+	in := bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: "m-1"}
+	if seq, ok := n.lastInSession(ctx, in.SessionKey); !ok || seq != 0 {
+		t.Fatalf("a session with nothing stored: last %d, %v; want 0, true", seq, ok)
+	}
+	first, err := n.publishInbound(ctx, in, prevOf(0, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, ok := n.lastInSession(ctx, in.SessionKey); !ok || seq != first.Sequence {
+		t.Fatalf("after m-1 at %d: last %d, %v", first.Sequence, seq, ok)
+	}
+	other := bus.Inbound{ChannelID: "c", PeerID: "other", SessionKey: "c:a:other", MessageID: "m-1"}
+	if _, err := n.publishInbound(ctx, other, prevOf(0, true)); err != nil {
+		t.Fatal(err)
+	}
+	if seq, _ := n.lastInSession(ctx, in.SessionKey); seq != first.Sequence {
+		t.Errorf("another session's message moved this one's last to %d", seq)
+	}
+	if prevOf(0, false) != 0 || prevOf(0, true) != noPrev || prevOf(7, true) != 7 {
+		t.Error("prevOf: unknown is 0, none is noPrev, else the sequence")
+	}
+
+	w := NewWaits()
+	if _, ok := w.Prev(in); ok {
+		t.Error("a new connection knows a previous message")
+	}
+	w.Stored(in, 41)
+	if seq, ok := w.Prev(in); !ok || seq != 41 {
+		t.Errorf("after storing at 41: prev %d, %v", seq, ok)
+	}
+	thread := in
+	thread.SessionKey = "c:a:peer:thread"
+	if _, ok := w.Prev(thread); ok {
+		t.Error("another session of the peer takes this one's previous message")
+	}
+	w.Stored(in, 0) // answered from its claim
+	if _, ok := w.Prev(in); ok {
+		t.Error("a message answered from its claim left the previous one known")
+	}
+	w.Stored(in, 42)
+	w.Connected("c", "peer")
+	if _, ok := w.Prev(in); ok {
+		t.Error("a new connection keeps the earlier one's previous message")
+	}
+	w.Stored(in, 43)
+	w.Disconnected("c", "peer")
+	if _, ok := w.Prev(in); ok {
+		t.Error("a connection's end keeps its previous message")
 	}
 }

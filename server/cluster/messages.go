@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -46,8 +47,40 @@ func (n *Node) publishInbound(ctx context.Context, in bus.Inbound, prev uint64) 
 type inMsg struct {
 	bus.Inbound
 	// Prev is the stream sequence of the message just before this one in
-	// its session, as the edge that stored it knew it (0: not known).
+	// its session, as the edge that stored it knew it: 0 not known,
+	// noPrev none (the session has no earlier message in the stream).
 	Prev uint64 `json:"prev_seq,omitempty"`
+}
+
+// noPrev is inMsg.Prev for a message with no earlier one of its session
+// in the stream.
+const noPrev = math.MaxUint64
+
+// prevOf is inMsg.Prev for what the edge knows: seq (0: none) if known.
+func prevOf(seq uint64, known bool) uint64 {
+	switch {
+	case !known:
+		return 0
+	case seq == 0:
+		return noPrev
+	}
+	return seq
+}
+
+// lastInSession reads the stream sequence of a session's last message in
+// the inbound stream from the stream's leader (0: none); ok false when
+// it cannot be read.
+func (n *Node) lastInSession(ctx context.Context, sessionKey string) (seq uint64, ok bool) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	m, err := n.in.GetLastMsgForSubject(ctx, sessionSubject(Partition(sessionKey, n.cfg.Partitions), sessionKey))
+	switch {
+	case err == nil:
+		return m.Sequence, true
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, true
+	}
+	return 0, false
 }
 
 // sessionSubject is the inbound stream's subject for a session's

@@ -640,7 +640,7 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	// Recorded before any earlier consumer is deleted below.
 	suspect = w.inherit(p, suspect)
 	name := prefix + "_" + randomSuffix()
-	cfg := jetstream.ConsumerConfig{Durable: name, FilterSubjects: []string{inPrefix + strconv.Itoa(p), inPrefix + strconv.Itoa(p) + ".>"},
+	cfg := jetstream.ConsumerConfig{Durable: name, FilterSubjects: w.n.partitionSubjects(ctx, p),
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.n.cfg.AckWait, MaxAckPending: maxAckPending,
 		MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
 		Description: "termlink: partition " + strconv.Itoa(p), Metadata: map[string]string{consumerWorker: w.hooks.Me}}
@@ -793,7 +793,13 @@ func (w *worker) consumeFn(p int, part *partition, from uint64) func(m jetstream
 			seq = md.Sequence.Stream
 			before := handed[in.SessionKey]
 			if seq > before { // new here (else a copy of one handed over: its ticket answers it)
-				proven := in.Prev != 0 && (in.Prev == before || before == 0 && in.Prev <= from)
+				var proven bool
+				switch {
+				case in.Prev == noPrev: // the first of its session in the stream
+					proven = before == 0
+				case in.Prev != 0:
+					proven = in.Prev == before || before == 0 && in.Prev <= from
+				}
 				if !proven {
 					w.orderReads.Add(1)
 					next, err := w.nextInSession(sessionSubject(p, in.SessionKey), max(before, from))
@@ -819,6 +825,20 @@ func (w *worker) consumeFn(p int, part *partition, from uint64) func(m jetstream
 // maxHandedSessions bounds the sessions a partition's consumer remembers
 // the last message of (consumeFn).
 const maxHandedSessions = 1 << 16
+
+// partitionSubjects are the subjects partition p's consumer reads: its
+// sessions' (sessionSubject), and the partition's own while the stream
+// still holds messages stored there before sessions had subjects (a
+// consumer of two filters costs the NATS server more per delivery).
+func (n *Node) partitionSubjects(ctx context.Context, p int) []string {
+	subjects := []string{inPrefix + strconv.Itoa(p) + ".>"}
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	if _, err := n.in.GetLastMsgForSubject(ctx, inPrefix+strconv.Itoa(p)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		subjects = append(subjects, inPrefix+strconv.Itoa(p))
+	}
+	return subjects
+}
 
 // nextInSession is the stream sequence of the first message on a
 // session's subject after sequence after, read from the stream's leader

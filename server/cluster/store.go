@@ -255,7 +255,14 @@ func (c *Store) acceptInOrder(ctx context.Context, in bus.Inbound, perSession in
 	if refused := c.edge.Admit(in, perSession, c.host.MaxWaiting()); refused != "" {
 		return fmt.Errorf("%w: %s", record.ErrBusy, refused)
 	}
-	stored, err := c.node.publishInbound(ctx, in, c.edge.Prev(in))
+	prev, known := c.edge.Prev(in)
+	if !known {
+		// The first of this connection: the session's last message in
+		// the stream is the one before it (another edge's, or one sent
+		// before a restart). Unread (NATS trouble), the worker reads it.
+		prev, known = c.node.lastInSession(ctx, in.SessionKey)
+	}
+	stored, err := c.node.publishInbound(ctx, in, prevOf(prev, known))
 	if err != nil {
 		// Not stored, or not known to be: the device resends it, and the
 		// same Nats-Msg-Id keeps a second copy out of the stream.
