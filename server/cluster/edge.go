@@ -25,15 +25,15 @@ type Waits struct {
 	bySess  map[string][]string  // per session, the message ids of waiting, oldest first
 	failed  map[string]failedMsg // per session, a message whose accept failed (HoldBack)
 	present map[string]uint64    // per channel+peer held here, its presence revision
-	// last: per channel+peer connected here, the session and stream
-	// sequence of the message its connection had stored last (Prev).
-	last map[string]lastStored
+	// last: per session, the stream sequence of its last message this
+	// edge stored (LastStored), bounded by maxLastStored.
+	last map[string]uint64
 }
 
-type lastStored struct {
-	session string
-	seq     uint64
-}
+// maxLastStored bounds the sessions an edge remembers the last stored
+// message of; past it the memory is cleared (each session's next publish
+// then learns it from the stream's answer).
+const maxLastStored = 1 << 16
 
 type failedMsg struct{ id, channel, peer string }
 
@@ -49,7 +49,7 @@ type edgeWait struct {
 
 // NewWaits makes an empty book.
 func NewWaits() *Waits {
-	return &Waits{waiting: map[Key]*edgeWait{}, bySess: map[string][]string{}, failed: map[string]failedMsg{}, present: map[string]uint64{}, last: map[string]lastStored{}}
+	return &Waits{waiting: map[Key]*edgeWait{}, bySess: map[string][]string{}, failed: map[string]failedMsg{}, present: map[string]uint64{}, last: map[string]uint64{}}
 }
 
 // Len is the number of messages waited on.
@@ -227,42 +227,31 @@ func (w *Waits) Disconnected(channel, peer string) {
 		}
 	}
 	delete(w.present, channel+"\n"+peer)
-	delete(w.last, channel+"\n"+peer)
 }
 
-// Prev is the stream sequence of the message in's connection stored
-// last, when it was of in's session: the message just before in in its
-// session (a connection's messages are accepted one at a time, in the
-// order sent). ok false: not known (the first since the device connected
-// here, or one answered from its claim came between); the edge then
-// reads it from the stream (Node.lastInSession).
-func (w *Waits) Prev(in bus.Inbound) (seq uint64, ok bool) {
+// LastStored is the stream sequence of the session's last message this
+// edge stored (0: none known). It is a guess: the publish that follows
+// names it as the session's last (Node.publishInbound), and the stream
+// refuses it, saying the right one, when another edge stored one since.
+func (w *Waits) LastStored(session string) uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if l, found := w.last[in.ChannelID+"\n"+in.PeerID]; found && l.session == in.SessionKey {
-		return l.seq, true
-	}
-	return 0, false
+	return w.last[session]
 }
 
-// Stored records that in is in the inbound stream at seq (0: accepted
-// without a new copy there, answered from its claim: what comes next is
-// not known to follow it).
-func (w *Waits) Stored(in bus.Inbound, seq uint64) {
+// Stored records the stream sequence of the session's last message (0:
+// not known: forgotten).
+func (w *Waits) Stored(session string, seq uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if seq == 0 {
-		delete(w.last, in.ChannelID+"\n"+in.PeerID)
+		delete(w.last, session)
 		return
 	}
-	w.last[in.ChannelID+"\n"+in.PeerID] = lastStored{in.SessionKey, seq}
-}
-
-// Connected forgets what an earlier connection of the peer here stored.
-func (w *Waits) Connected(channel, peer string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.last, channel+"\n"+peer)
+	if len(w.last) >= maxLastStored {
+		clear(w.last)
+	}
+	w.last[session] = seq
 }
 
 // Present records that the edge holds the peer since presence revision

@@ -251,62 +251,75 @@ func TestWaitsBefore(t *testing.T) {
 	}
 }
 
-// An edge names, in each message it stores, the message before it in its
-// session: the one its connection stored last, or the session's last in
-// the stream for a connection's first (none: noPrev). A connection's
-// start, its end and a message answered from its claim make it unknown.
+// An edge names, in each message it stores, the one before it in its
+// session's subject, and the stream checks it as it stores the message:
+// a wrong guess (another edge stored one since, or this edge never knew)
+// is refused with the right one and the publish made again with it.
 func TestEdgeNamesThePreviousMessage(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	n := openWorkerNode(t, ctx, 2, time.Minute, time.Second)
-	in := bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: "m-1"}
-	if seq, ok := n.lastInSession(ctx, in.SessionKey); !ok || seq != 0 {
-		t.Fatalf("a session with nothing stored: last %d, %v; want 0, true", seq, ok)
+	in := func(peer, id string) bus.Inbound {
+		return bus.Inbound{ChannelID: "c", PeerID: peer, SessionKey: "c:a:" + peer, MessageID: id}
 	}
-	first, err := n.publishInbound(ctx, in, prevOf(0, true))
+	// stored reads back what the stream holds at seq.
+	stored := func(seq uint64) inMsg {
+		t.Helper()
+		m, err := n.in.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeIn(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	pa1, last, err := n.publishInbound(ctx, in("peer", "m-1"), 0)
+	if err != nil || last != pa1.Sequence {
+		t.Fatalf("m-1: %v, last %d", err, last)
+	}
+	if got := stored(pa1.Sequence); got.Prev != noPrev {
+		t.Errorf("the session's first message names %d before it, want none", got.Prev)
+	}
+	if _, _, err := n.publishInbound(ctx, in("other", "m-1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	// The right guess, then a wrong one (none), then a stale one.
+	pa2, _, err := n.publishInbound(ctx, in("peer", "m-2"), pa1.Sequence)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if seq, ok := n.lastInSession(ctx, in.SessionKey); !ok || seq != first.Sequence {
-		t.Fatalf("after m-1 at %d: last %d, %v", first.Sequence, seq, ok)
-	}
-	other := bus.Inbound{ChannelID: "c", PeerID: "other", SessionKey: "c:a:other", MessageID: "m-1"}
-	if _, err := n.publishInbound(ctx, other, prevOf(0, true)); err != nil {
+	pa3, _, err := n.publishInbound(ctx, in("peer", "m-3"), 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if seq, _ := n.lastInSession(ctx, in.SessionKey); seq != first.Sequence {
-		t.Errorf("another session's message moved this one's last to %d", seq)
+	pa4, last, err := n.publishInbound(ctx, in("peer", "m-4"), pa1.Sequence)
+	if err != nil || last != pa4.Sequence {
+		t.Fatalf("m-4: %v, last %d", err, last)
 	}
-	if prevOf(0, false) != 0 || prevOf(0, true) != noPrev || prevOf(7, true) != 7 {
-		t.Error("prevOf: unknown is 0, none is noPrev, else the sequence")
+	for _, c := range []struct {
+		name      string
+		seq, prev uint64
+	}{{"m-2", pa2.Sequence, pa1.Sequence}, {"m-3", pa3.Sequence, pa2.Sequence}, {"m-4", pa4.Sequence, pa3.Sequence}} {
+		if got := stored(c.seq); got.Prev != c.prev || got.MessageID != c.name {
+			t.Errorf("%s at %d names %d before it, want %d", got.MessageID, c.seq, got.Prev, c.prev)
+		}
+	}
+	// A resend is stored once; the session's last is then not known.
+	dup, last, err := n.publishInbound(ctx, in("peer", "m-2"), pa4.Sequence)
+	if err != nil || !dup.Duplicate || dup.Sequence != pa2.Sequence || last != 0 {
+		t.Errorf("m-2 again: %v, duplicate %v at %d, last %d; want the first copy at %d and last unknown", err, dup != nil && dup.Duplicate, dup.Sequence, last, pa2.Sequence)
 	}
 
 	w := NewWaits()
-	if _, ok := w.Prev(in); ok {
-		t.Error("a new connection knows a previous message")
+	w.Stored("s", 41)
+	if w.LastStored("s") != 41 || w.LastStored("t") != 0 {
+		t.Error("LastStored: each session's own")
 	}
-	w.Stored(in, 41)
-	if seq, ok := w.Prev(in); !ok || seq != 41 {
-		t.Errorf("after storing at 41: prev %d, %v", seq, ok)
-	}
-	thread := in
-	thread.SessionKey = "c:a:peer:thread"
-	if _, ok := w.Prev(thread); ok {
-		t.Error("another session of the peer takes this one's previous message")
-	}
-	w.Stored(in, 0) // answered from its claim
-	if _, ok := w.Prev(in); ok {
-		t.Error("a message answered from its claim left the previous one known")
-	}
-	w.Stored(in, 42)
-	w.Connected("c", "peer")
-	if _, ok := w.Prev(in); ok {
-		t.Error("a new connection keeps the earlier one's previous message")
-	}
-	w.Stored(in, 43)
-	w.Disconnected("c", "peer")
-	if _, ok := w.Prev(in); ok {
-		t.Error("a connection's end keeps its previous message")
+	w.Stored("s", 0)
+	if w.LastStored("s") != 0 {
+		t.Error("a session forgotten keeps its last")
 	}
 }

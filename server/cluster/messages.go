@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,66 +23,79 @@ import (
 // JetStream's ack says Duplicate when the stream had the message already
 // (within the duplicate window).
 func (n *Node) PublishInbound(ctx context.Context, in bus.Inbound) (*jetstream.PubAck, error) {
-	return n.publishInbound(ctx, in, 0)
+	pa, _, err := n.publishInbound(ctx, in, 0)
+	return pa, err
 }
 
-// publishInbound is PublishInbound with prev, the stream sequence of the
-// message just before in in its session when the edge knows it (0: not
-// known).
-func (n *Node) publishInbound(ctx context.Context, in bus.Inbound, prev uint64) (*jetstream.PubAck, error) {
+// publishInbound is PublishInbound that names, in the message (inMsg.Prev),
+// the one just before it in its session: the session subject's last
+// message, checked by the stream as it stores the message (the expected
+// last sequence per subject), so no reader has to look for it. last is
+// the caller's guess (0: none); a wrong guess is refused with the right
+// one, and the publish is made again with it. last out: the session's
+// last message now (0: not known, after a duplicate).
+func (n *Node) publishInbound(ctx context.Context, in bus.Inbound, last uint64) (*jetstream.PubAck, uint64, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	b, err := json.Marshal(inMsg{Inbound: in, Prev: prev})
-	if err != nil {
-		return nil, err
-	}
 	subj := sessionSubject(Partition(in.SessionKey, n.cfg.Partitions), in.SessionKey)
-	pa, err := n.js.Publish(ctx, subj, b, jetstream.WithMsgID(MessageKey(in.SessionKey, in.MessageID)))
-	if err != nil {
-		return nil, fmt.Errorf("cluster: storing message %s in %s: %w", in.MessageID, InStream, err)
+	for attempt := 1; ; attempt++ {
+		prev := last
+		if prev == 0 {
+			prev = noPrev
+		}
+		b, err := json.Marshal(inMsg{Inbound: in, Prev: prev})
+		if err != nil {
+			return nil, 0, err
+		}
+		pa, err := n.js.Publish(ctx, subj, b, jetstream.WithMsgID(MessageKey(in.SessionKey, in.MessageID)),
+			jetstream.WithExpectLastSequencePerSubject(last))
+		if err == nil {
+			if pa.Duplicate {
+				return pa, 0, nil // stored before: the session's last may be a later one
+			}
+			return pa, pa.Sequence, nil
+		}
+		if actual, ok := wrongLastSequence(err); ok && attempt < maxPublishGuesses {
+			last = actual // another edge stored one since (or this one never knew)
+			continue
+		}
+		return nil, 0, fmt.Errorf("cluster: storing message %s in %s: %w", in.MessageID, InStream, err)
 	}
-	return pa, nil
+}
+
+// maxPublishGuesses bounds the publishes of one message whose named last
+// message of its session was not the stream's (each refusal says the
+// right one: more than one is a race with other edges storing messages of
+// the same session).
+const maxPublishGuesses = 4
+
+// wrongLastSequence reads the stream's refusal of a publish whose expected
+// last sequence was wrong: the right one.
+func wrongLastSequence(err error) (uint64, bool) {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		return 0, false
+	}
+	i := strings.LastIndexByte(apiErr.Description, ':')
+	if i < 0 {
+		return 0, false
+	}
+	seq, perr := strconv.ParseUint(strings.TrimSpace(apiErr.Description[i+1:]), 10, 64)
+	return seq, perr == nil
 }
 
 // inMsg is a message in the inbound stream.
 type inMsg struct {
 	bus.Inbound
 	// Prev is the stream sequence of the message just before this one in
-	// its session, as the edge that stored it knew it: 0 not known,
-	// noPrev none (the session has no earlier message in the stream).
+	// its session's subject, checked by the stream as it stored this one:
+	// noPrev none; 0 not known (stored before Prev was written).
 	Prev uint64 `json:"prev_seq,omitempty"`
 }
 
 // noPrev is inMsg.Prev for a message with no earlier one of its session
-// in the stream.
+// in the stream (0: not known, a message stored before Prev was written).
 const noPrev = math.MaxUint64
-
-// prevOf is inMsg.Prev for what the edge knows: seq (0: none) if known.
-func prevOf(seq uint64, known bool) uint64 {
-	switch {
-	case !known:
-		return 0
-	case seq == 0:
-		return noPrev
-	}
-	return seq
-}
-
-// lastInSession reads the stream sequence of a session's last message in
-// the inbound stream from the stream's leader (0: none); ok false when
-// it cannot be read.
-func (n *Node) lastInSession(ctx context.Context, sessionKey string) (seq uint64, ok bool) {
-	ctx, cancel := withTimeout(ctx)
-	defer cancel()
-	m, err := n.in.GetLastMsgForSubject(ctx, sessionSubject(Partition(sessionKey, n.cfg.Partitions), sessionKey))
-	switch {
-	case err == nil:
-		return m.Sequence, true
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return 0, true
-	}
-	return 0, false
-}
 
 // sessionSubject is the inbound stream's subject for a session's
 // messages: its partition's, then a digest of the session key, so that

@@ -759,7 +759,7 @@ func (n *Node) inInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
 func (w *worker) consumeFn(p int, part *partition, from uint64) func(m jetstream.Msg) {
 	h := &part.health
 	var last uint64               // the consumer sequence of the last delivery
-	handed := map[string]uint64{} // per session, the stream sequence of its last message handed over
+	handed := map[string]uint64{} // per session subject, the stream sequence of its last message handed over
 	lose := func(n uint64, why string, attrs ...any) {
 		h.loseDeliveries(n)
 		w.n.log.Warn("cluster: deliveries of a partition lost on the way; recreating its consumer so they come again in order",
@@ -782,19 +782,19 @@ func (w *worker) consumeFn(p int, part *partition, from uint64) func(m jetstream
 			}
 			last = md.Sequence.Consumer
 		}
-		in, err := decodeIn(m.Data())
-		if err != nil {
-			w.n.log.Error("cluster: dropping a bad inbound message", "partition", p, "err", err)
-			_ = m.Term()
-			return
-		}
+		in, derr := decodeIn(m.Data())
 		var seq uint64
 		if md != nil {
 			seq = md.Sequence.Stream
-			before := handed[in.SessionKey]
+			// A legacy message (on the partition's own subject) names no
+			// session: only the consumer sequence guards it.
+			subject := m.Subject()
+			before := handed[subject]
 			if seq > before { // new here (else a copy of one handed over: its ticket answers it)
 				var proven bool
 				switch {
+				case derr != nil: // dropped below: it counts as handed over
+					proven = true
 				case in.Prev == noPrev: // the first of its session in the stream
 					proven = before == 0
 				case in.Prev != 0:
@@ -802,7 +802,7 @@ func (w *worker) consumeFn(p int, part *partition, from uint64) func(m jetstream
 				}
 				if !proven {
 					w.orderReads.Add(1)
-					next, err := w.nextInSession(sessionSubject(p, in.SessionKey), max(before, from))
+					next, err := w.nextInSession(subject, max(before, from))
 					switch {
 					case err != nil:
 						lose(1, "cannot read the stream to check a session's order", "err", err)
@@ -815,8 +815,13 @@ func (w *worker) consumeFn(p int, part *partition, from uint64) func(m jetstream
 				if len(handed) >= maxHandedSessions {
 					clear(handed) // bounded: the next of each session is read from the stream
 				}
-				handed[in.SessionKey] = seq
+				handed[subject] = seq
 			}
+		}
+		if derr != nil {
+			w.n.log.Error("cluster: dropping a bad inbound message", "partition", p, "err", derr)
+			_ = m.Term()
+			return
 		}
 		w.hooks.Deliver(w.n.bgCtx, &Delivery{In: in.Inbound, Partition: p, Seq: seq, msg: m})
 	}

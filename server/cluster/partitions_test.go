@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -311,15 +312,21 @@ func TestSkippedSessionMessageStopsTheHandOver(t *testing.T) {
 	in := func(id string) bus.Inbound {
 		return bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: id, Text: "x"}
 	}
-	// m-1..m-4 with no Prev (an edge that did not know it); m-5..m-7
-	// each naming the one before it.
+	// m-1..m-4 name no message before them (stored before edges did);
+	// m-5..m-7 each name the one before it.
 	var seqs []uint64
 	for i := 1; i <= 7; i++ {
-		var prev uint64
-		if i >= 5 {
-			prev = seqs[len(seqs)-1]
+		msg := in(fmt.Sprintf("m-%d", i))
+		if i <= 4 {
+			b, _ := json.Marshal(inMsg{Inbound: msg})
+			ack, err := n.js.Publish(ctx, sessionSubject(0, msg.SessionKey), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs = append(seqs, ack.Sequence)
+			continue
 		}
-		ack, err := n.publishInbound(ctx, in(fmt.Sprintf("m-%d", i)), prev)
+		ack, _, err := n.publishInbound(ctx, msg, seqs[len(seqs)-1])
 		if err != nil {
 			t.Fatal(err)
 		}

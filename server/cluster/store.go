@@ -240,11 +240,9 @@ func (c *Store) acceptInOrder(ctx context.Context, in bus.Inbound, perSession in
 	}
 	switch DecideAccept(prior, found) {
 	case EdgeCached:
-		c.edge.Stored(in, 0)
 		ack(record.Accepted{RunID: prior.RunID, Duplicate: true, Reply: replyMessage(prior), Detail: "done: cached reply sent"})
 		return nil
 	case EdgePending: // a worker has started it, or it was cancelled
-		c.edge.Stored(in, 0)
 		c.edge.Wait(in, false) // its reply comes here now
 		ack(record.Accepted{RunID: prior.RunID, Duplicate: true, Pending: true, Detail: "pending: run still in progress"})
 		return nil
@@ -255,21 +253,14 @@ func (c *Store) acceptInOrder(ctx context.Context, in bus.Inbound, perSession in
 	if refused := c.edge.Admit(in, perSession, c.host.MaxWaiting()); refused != "" {
 		return fmt.Errorf("%w: %s", record.ErrBusy, refused)
 	}
-	prev, known := c.edge.Prev(in)
-	if !known {
-		// The first of this connection: the session's last message in
-		// the stream is the one before it (another edge's, or one sent
-		// before a restart). Unread (NATS trouble), the worker reads it.
-		prev, known = c.node.lastInSession(ctx, in.SessionKey)
-	}
-	stored, err := c.node.publishInbound(ctx, in, prevOf(prev, known))
+	stored, last, err := c.node.publishInbound(ctx, in, c.edge.LastStored(in.SessionKey))
 	if err != nil {
 		// Not stored, or not known to be: the device resends it, and the
 		// same Nats-Msg-Id keeps a second copy out of the stream.
 		c.edge.Done(k)
 		return err
 	}
-	c.edge.Stored(in, stored.Sequence)
+	c.edge.Stored(in.SessionKey, last)
 	if stored.Duplicate {
 		// In the stream already (a resend before a worker started it,
 		// or a second edge): the first copy answers it.
@@ -301,7 +292,6 @@ func (c *Store) Disconnected(channel, peer string) {
 // Connected records that this edge holds the peer now (before the
 // device reads connected: replies find this edge).
 func (c *Store) Connected(channel, peer string) {
-	c.edge.Connected(channel, peer)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	rev, err := c.node.SetPresence(ctx, channel, peer)
