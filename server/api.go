@@ -80,11 +80,21 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
 	case ch.adapter == nil:
 		httpapi.WriteError(w, http.StatusServiceUnavailable, "channel "+strconv.Quote(id)+" is disabled")
-	case s.rt.records.Refuses() != "":
-		httpapi.WriteError(w, http.StatusServiceUnavailable, s.rt.records.Refuses())
+	case s.refuses() != "":
+		httpapi.WriteError(w, http.StatusServiceUnavailable, s.refuses())
 	default:
 		ch.adapter.ServeUpgrade(w, r, maxConnections(s.cfg.MaxConnections, s.fds))
 	}
+}
+
+// refuses says why this node takes no device connections ("": it takes
+// them; only a store that keeps where devices are, record.Edge, may
+// refuse them).
+func (s *Server) refuses() string {
+	if e := s.rt.records.Edge; e != nil {
+		return e.Refuses()
+	}
+	return ""
 }
 
 // ChannelCapabilities are what a channel can do, as the spec lists them.
@@ -171,8 +181,8 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 		"runs_waiting":    waiting,
 		"channels":        chs,
 	}
-	if st := s.rt.records.Status(r.Context()); st != nil {
-		body["cluster"] = st
+	if st := s.rt.records.Status; st != nil {
+		body["cluster"] = st.Status(r.Context())
 	}
 	httpapi.WriteJSON(w, http.StatusOK, body)
 }

@@ -63,10 +63,13 @@ const clusterOpenWait = 30 * time.Second
 const noticesOpenWait = 3 * time.Second
 
 // openBackend opens the backend cfg names, and with it the store of
-// record: in cluster mode cluster.Store (whose NATS node opens every
-// other store), else the workspace's write-ahead log and session files
-// (local.Store). The runtime calls only record.Store.
-func openBackend(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64) (backend, record.Store, error) {
+// record and its parts: in cluster mode cluster.Store (whose NATS node
+// opens every other store; an edge's presence, its loops, its status),
+// else the workspace's write-ahead log and session files (local.Store:
+// the joined starts, the messages on their way to the router, the
+// recovery at start-up). The runtime calls only record.Parts, and a
+// part the store does not have is nil.
+func openBackend(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64) (backend, record.Parts, error) {
 	host := runtimeHost{rt}
 	if cfg.Cluster.Enabled() {
 		cs, err := cluster.OpenStore(cfg.Cluster, host, cluster.StoreOptions{Logger: rt.log, Process: rt.runPrefix,
@@ -76,9 +79,10 @@ func openBackend(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64
 				return rt.router == nil || rt.router.Joins(channelID)
 			}})
 		if err != nil {
-			return nil, nil, err
+			return nil, record.Parts{}, err
 		}
-		return clusterBackend{node: cs.Node(), log: rt.log}, cs, nil
+		return clusterBackend{node: cs.Node(), log: rt.log},
+			record.Parts{Store: cs, Edge: cs, Lifecycle: cs, Status: cs}, nil
 	}
 	wopt := opt.wal
 	wopt.NoSync = opt.NoSync
@@ -91,9 +95,9 @@ func openBackend(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64
 		WriteFailed: func() { rt.metrics.logFailures.Inc("") },
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, record.Parts{}, err
 	}
-	return localBackend{}, ls, nil
+	return localBackend{}, record.Parts{Store: ls, Joiner: ls, InFlight: ls, Recoverer: ls}, nil
 }
 
 // localBackend is one server's: the workspace's files and this process's

@@ -24,8 +24,8 @@ func TestBackendOpensEveryStore(t *testing.T) {
 	if _, ok := ts.rt.backend.(localBackend); !ok {
 		t.Fatalf("single server: backend %T", ts.rt.backend)
 	}
-	if _, ok := ts.rt.records.(*local.Store); !ok {
-		t.Errorf("single server: store of record %T", ts.rt.records)
+	if _, ok := ts.rt.records.Store.(*local.Store); !ok {
+		t.Errorf("single server: store of record %T", ts.rt.records.Store)
 	}
 	if _, ok := ts.rt.fleet.reg.(*registry.Registry); !ok {
 		t.Errorf("single server: device registry %T", ts.rt.fleet.reg)
@@ -43,8 +43,8 @@ func TestBackendOpensEveryStore(t *testing.T) {
 	if _, ok := cs.rt.backend.(clusterBackend); !ok {
 		t.Fatalf("cluster: backend %T", cs.rt.backend)
 	}
-	if _, ok := cs.rt.records.(*cluster.Store); !ok {
-		t.Errorf("cluster: store of record %T", cs.rt.records)
+	if _, ok := cs.rt.records.Store.(*cluster.Store); !ok {
+		t.Errorf("cluster: store of record %T", cs.rt.records.Store)
 	}
 	if _, ok := cs.rt.fleet.reg.(*cluster.Devices); !ok {
 		t.Errorf("cluster: device registry %T", cs.rt.fleet.reg)

@@ -218,7 +218,7 @@ func TestDedupeBoundedAndReloaded(t *testing.T) {
 		readAs[*link.Message](c)
 		c.ws.Close()
 	}
-	st := ts.rt.records.(*local.Store).DedupeStats()
+	st := ts.rt.records.Store.(*local.Store).DedupeStats()
 	if st.Bytes > budget+20000 || st.Evictions == 0 {
 		t.Fatalf("dedupe after 30 sessions of 8 kB replies: %+v, want at most ~%d bytes and evictions", st, budget)
 	}
@@ -229,7 +229,7 @@ func TestDedupeBoundedAndReloaded(t *testing.T) {
 	if !ack.Duplicate || ack.Reply == nil || ack.Reply.Text != "You said: "+text {
 		t.Fatalf("resend to an evicted session: duplicate=%v reply=%v, want the cached reply", ack.Duplicate, ack.Reply != nil)
 	}
-	if after := ts.rt.records.(*local.Store).DedupeStats(); after.Reloads <= st.Reloads {
+	if after := ts.rt.records.Store.(*local.Store).DedupeStats(); after.Reloads <= st.Reloads {
 		t.Fatalf("reloads %d -> %d: the evicted session was not read back", st.Reloads, after.Reloads)
 	}
 }

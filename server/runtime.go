@@ -87,7 +87,7 @@ type Runtime struct {
 	log      *slog.Logger
 	sessions *session.Store // the workspace's session files: metadata, conversations
 	backend  backend        // local or cluster, chosen once; opens every store (backend.go)
-	records  record.Store   // the store of record (opened with the backend)
+	records  record.Parts   // the store of record and its parts (opened with the backend)
 	channels map[string]*channel
 	order    []string // channel ids, sorted
 	metrics  *serverMetrics
@@ -238,8 +238,13 @@ func (rt *Runtime) Start(ctx, stopCtx context.Context, in bus.Inbound) (answer *
 }
 
 // Joined records the start of a message a running turn took
-// (router.Host; record.Store.Joined).
-func (rt *Runtime) Joined(ctx context.Context, in bus.Inbound) { rt.records.Joined(ctx, in) }
+// (router.Host; record.Joiner: a store without one records it with the
+// turn's reply).
+func (rt *Runtime) Joined(ctx context.Context, in bus.Inbound) {
+	if j := rt.records.Joiner; j != nil {
+		j.Joined(ctx, in)
+	}
+}
 
 // Event records an event a runner reports (tool results and the like).
 func (rt *Runtime) Event(in bus.Inbound, name, detail string) {
@@ -301,8 +306,11 @@ func (rt *Runtime) UpdateMeta(ctx context.Context, key string, update func(map[s
 }
 
 // Pending reports whether a message is accepted and not answered
-// (router.Host).
-func (rt *Runtime) Pending(key, messageID string) bool { return rt.records.Pending(key, messageID) }
+// (router.Host): on its way to the router (record.InFlight; a store
+// without one never hands the router a message from an accept).
+func (rt *Runtime) Pending(key, messageID string) bool {
+	return rt.records.InFlight != nil && rt.records.InFlight.Pending(key, messageID)
+}
 
 var _ router.Host = (*Runtime)(nil)
 

@@ -215,10 +215,12 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	for _, r := range built {
 		s.runners = append(s.runners, r)
 	}
-	if s.recovered, err = rt.records.Recover(context.Background()); err != nil {
-		s.closeRunners(built)
-		closeLogs()
-		return nil, err
+	if rec := rt.records.Recoverer; rec != nil {
+		if s.recovered, err = rec.Recover(context.Background()); err != nil {
+			s.closeRunners(built)
+			closeLogs()
+			return nil, err
+		}
 	}
 	if rt.fleet, err = openFleet(cfg.Workspace, opt.fleet, opt.NoSync, log, rt, s.router); err != nil {
 		s.closeRunners(built)
@@ -235,7 +237,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	for _, ch := range rt.channels { // after the registry they feed
 		if ch.cfg.Enabled {
 			ch.adapter = wschannel.New(ch.id, ch.cfg, wschannel.Deps{
-				Accept: rt, Records: rt.records, Registry: rt.fleet.reg, Notices: rt.notices,
+				Accept: rt, Records: rt.records, Presence: rt.records.Edge, Registry: rt.fleet.reg, Notices: rt.notices,
 				Bindings: ch.creds, ClientAuth: srvTLS.client(ch.id), Events: ch.events,
 				SessionKey: SessionKey, Metrics: &rt.metrics.ws, Log: log, Fleet: rt.fleetOps, Outside: rt.outside,
 			}, wschannel.Options{WriteStall: opt.writeStall})
@@ -308,8 +310,10 @@ func (s *Server) Handler() http.Handler { return s.mux }
 func (s *Server) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopBg = cancel
-	if err := s.rt.records.Run(s.router.Cancel, s.devicesOnline); err != nil {
-		s.log.Error("cluster: node not started", "err", err)
+	if l := s.rt.records.Lifecycle; l != nil {
+		if err := l.Run(s.router.Cancel, s.devicesOnline); err != nil {
+			s.log.Error("cluster: node not started", "err", err)
+		}
 	}
 	for _, id := range s.rt.order {
 		if ch := s.rt.channels[id]; ch.adapter != nil {
@@ -345,7 +349,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	if s.TLSEnabled() {
 		scheme = "https://"
 	}
-	s.rt.records.Advertise(scheme + ln.Addr().String())
+	if l := s.rt.records.Lifecycle; l != nil {
+		l.Advertise(scheme + ln.Addr().String())
+	}
 	s.guard.WarnOpen(ln.Addr())
 	s.warnOpenChannels(ln.Addr())
 	s.Start()
@@ -395,7 +401,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 		}
 		s.router.Stop(ctx)
-		s.rt.records.StopRuns() // runs are over: a cluster's next owner takes the partitions now
+		if l := s.rt.records.Lifecycle; l != nil {
+			l.StopRuns() // runs are over: a cluster's next owner takes the partitions now
+		}
 		if s.stopBg != nil {
 			s.stopBg()
 			s.bgWG.Wait()

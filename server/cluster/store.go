@@ -18,8 +18,13 @@ import (
 	"termlink/server/session"
 )
 
-// Store is the store of record in cluster mode (record.Store): JetStream
-// instead of the workspace. An edge claims and publishes what devices
+// Store is the store of record in cluster mode (record.Store, with the
+// parts record.Edge, record.Lifecycle and record.StatusReporter):
+// JetStream instead of the workspace. It has no record.Recoverer (what
+// a worker took and did not answer, JetStream gives to the next owner of
+// its partition), no record.Joiner (a message a running turn took is
+// recorded with the turn's reply) and no record.InFlight (a worker's
+// router is given a message by its partition, never by an accept here). An edge claims and publishes what devices
 // send and delivers what workers answer; a worker runs what its
 // partitions deliver through the same router as the embedded server.
 type Store struct {
@@ -36,7 +41,12 @@ type Store struct {
 	watch atomic.Pointer[EdgeWatch] // cut off from NATS? (edgewatch.go)
 }
 
-var _ record.Store = (*Store)(nil)
+var (
+	_ record.Store          = (*Store)(nil)
+	_ record.Edge           = (*Store)(nil)
+	_ record.Lifecycle      = (*Store)(nil)
+	_ record.StatusReporter = (*Store)(nil)
+)
 
 // Host is what the cluster's store needs of the server beyond the local
 // router's queue (record.Queue), and no more.
@@ -162,7 +172,7 @@ func (c *Store) loop(d time.Duration, fn func(ctx context.Context)) {
 	})
 }
 
-// Advertise implements record.Store: the address in the node's heartbeat.
+// Advertise implements record.Lifecycle: the address in the node's heartbeat.
 func (c *Store) Advertise(url string) { c.node.SetURL(url) }
 
 // StopRuns gives the partitions up (after the router has stopped).
@@ -170,10 +180,6 @@ func (c *Store) StopRuns() { c.node.StopWorker() }
 
 // Close closes the node.
 func (c *Store) Close() error { c.node.Close(); return nil }
-
-// Recover implements record.Store: nothing in the workspace waits for
-// this node (JetStream redelivers what no worker answered).
-func (c *Store) Recover(context.Context) ([]bus.Inbound, error) { return nil, nil }
 
 // Health implements record.Store: a node NATS has not answered for
 // longer than a lease says so (edgewatch.go); JetStream's other trouble
@@ -185,15 +191,7 @@ func (c *Store) Health() (bool, string) {
 	return true, ""
 }
 
-// Joined implements record.Store: a message a running turn took is
-// recorded with the turn's reply.
-func (c *Store) Joined(context.Context, bus.Inbound) {}
-
-// Pending implements record.Store: a worker's router holds what it was
-// delivered; nothing is on its way to it from here.
-func (c *Store) Pending(string, string) bool { return false }
-
-// Refuses implements record.Store: a node that is not an edge takes no
+// Refuses implements record.Edge: a node that is not an edge takes no
 // devices, nor does an edge cut off from NATS (edgewatch.go).
 func (c *Store) Refuses() string {
 	if c.cfg.Edge() {
@@ -589,7 +587,7 @@ type Status struct {
 	Owned []PartitionState `json:"owned,omitempty"`
 }
 
-// Status implements record.Store: this node, its role and the nodes it
+// Status implements record.StatusReporter: this node, its role and the nodes it
 // sees.
 func (c *Store) Status(ctx context.Context) any {
 	st := Status{Name: c.cfg.Name, Role: c.cfg.Role, Partitions: c.cfg.Partitions, Nodes: []NodeInfo{}}

@@ -1,19 +1,25 @@
 // Package record is the contract of termserver's store of record: what
 // the runtime asks of the place a message lives from the moment it is
 // accepted until its reply is sent (DESIGN.md, "the path of one
-// message"). The runtime calls only Store; the server picks the
-// implementation where it is built:
+// message"). The server picks the implementation where it is built:
 //
 //   - server/record/local: the workspace (write-ahead log + session
 //     files, the dedupe table rebuilt from them at start-up); one node.
 //   - server/cluster (cluster.Store): JetStream (the inbound stream, the
 //     claims bucket, the history stream); edges and workers.
 //
-// A Store takes a message (dedupe + durable record, then the ack, then
-// the run queue), decides and records the start of its run (the claim),
-// records the reply before it is sent, and delivers replies and progress
-// to wherever the device is connected. Events and metrics are the
+// Store is the message path, which every store implements for real: it
+// takes a message (dedupe + durable record, then the ack, then the run
+// queue), decides and records the start of its run (the claim), records
+// the reply before it is sent, and delivers replies and progress to
+// wherever the device is connected. What only some stores have is a
+// small interface of its own, implemented only by a store that really
+// does it, and gathered with the Store in Parts (nil: the store has
+// none): Joiner, InFlight and Recoverer (the local store: its router's
+// messages are its own), Edge, Lifecycle and StatusReporter (the
+// cluster's: presence, its loops, its nodes). Events and metrics are the
 // runtime's: a Store reports what happened through Accepted and errors.
+// The contract suite, package recordtest, runs against both stores.
 package record
 
 import (
@@ -26,7 +32,7 @@ import (
 	"termlink/server/metrics"
 )
 
-// Store is the store of record of the server's messages.
+// Store is the store of record's message path.
 type Store interface {
 	// Accept takes in (its RunID and Received set): a message id seen
 	// before calls ack with the duplicate's state and queues nothing; a
@@ -40,12 +46,10 @@ type Store interface {
 	// again). answer non-nil: answer with it instead of running. ctx is
 	// the run's (a cancel ends it), stopCtx the router's (a hard stop).
 	Start(ctx, stopCtx context.Context, in bus.Inbound) (answer *agent.Result, ok bool)
-	// Joined records the start of a message a running turn took
-	// (agent.Injector); best effort.
-	Joined(ctx context.Context, in bus.Inbound)
-	// Finish records in's reply before it is sent (and, with next, the
-	// start of the session's next message, taken to run right after it).
-	// false: not recorded, so not to be sent.
+	// Finish records in's reply before it is sent (and, with next, may
+	// record the start of the session's next message, taken to run
+	// right after it). false: not recorded, so not to be sent. A
+	// duplicate of in accepted afterwards is answered with this reply.
 	Finish(ctx context.Context, in bus.Inbound, reply *link.Message, media []string, next *bus.Inbound) bool
 	// Deliver sends a reply (recorded by Finish), a progress update or a
 	// delta (bus.Delta: the text streamed so far) to the device's
@@ -53,36 +57,87 @@ type Store interface {
 	// never recorded, never kept for a device that is not connected.
 	Deliver(ctx context.Context, in bus.Inbound, out bus.Outbound)
 	// Cancel interrupts a message queued or running, wherever it is, and
-	// reports whether it found it.
+	// reports whether it found it. One not started yet is answered
+	// record.CancelledBeforeStart (by the router, or by Start).
 	Cancel(ctx context.Context, sessionKey, messageID string) bool
+	// Health reports whether the store takes writes, and why not.
+	Health() (ok bool, reason string)
+	// Metrics registers the store's series.
+	Metrics(reg *metrics.Registry)
+	// Close closes the store; what it took and did not answer is
+	// answered after it is opened again (Recoverer) or by another node.
+	Close() error
+}
+
+// Joiner is a store that records the start of a message a running turn
+// took (agent.Injector) apart from its reply. A store without one
+// records such a message with the turn's reply.
+type Joiner interface {
+	// Joined records the start of a message a running turn took; best
+	// effort.
+	Joined(ctx context.Context, in bus.Inbound)
+}
+
+// InFlight is a store whose accepted messages go to this node's router
+// and can be on their way there when a cancel comes.
+type InFlight interface {
 	// Pending reports whether a message is accepted here and not
 	// answered yet (a cancel for one still on its way to the router is
 	// answered when it arrives).
 	Pending(sessionKey, messageID string) bool
+}
+
+// Recoverer is a store whose unanswered messages wait for this node to
+// start again (a store without one has them taken by another node).
+type Recoverer interface {
+	// Recover returns the messages accepted before a restart and never
+	// answered, to be queued again (Recovered), oldest first per
+	// session. A message whose run was cut short once runs again
+	// (its start recorded EventInterrupted); one cut short twice is
+	// answered with an error instead.
+	Recover(ctx context.Context) ([]bus.Inbound, error)
+}
+
+// Edge is a store that keeps where each device is connected (a
+// cluster's edge: replies find the node that holds the peer), and may
+// refuse devices.
+type Edge interface {
 	// Connected and Disconnected say a device's connection here came and
-	// went (a cluster edge records where the peer is).
+	// went.
 	Connected(channelID, peerID string)
 	Disconnected(channelID, peerID string)
-	// Recover returns the messages accepted before a restart and never
-	// answered, to be queued again (Recovered), oldest first per session.
-	Recover(ctx context.Context) ([]bus.Inbound, error)
-	// Health reports whether the store takes writes, and why not.
-	Health() (ok bool, reason string)
-
-	// Start-up and shutdown: Run starts the store's own loops (cancel
-	// interrupts a message of the local router); Advertise says the
-	// address devices reach this server at; StopRuns is called once the
-	// router has stopped (no run is left); Close last.
-	Run(cancel func(sessionKey, messageID string) bool, devices func() int) error
-	Advertise(url string)
-	StopRuns()
-	Close() error
-	// Metrics registers the store's series; Status is its part of
-	// /api/status (nil: none); Refuses says why this node takes no
-	// device connections ("" : it takes them).
-	Metrics(reg *metrics.Registry)
-	Status(ctx context.Context) any
+	// Refuses says why this node takes no device connections ("": it
+	// takes them).
 	Refuses() string
+}
+
+// Lifecycle is a store with loops of its own beside the message path.
+type Lifecycle interface {
+	// Run starts the store's own loops (cancel interrupts a message of
+	// the local router; devices counts the devices connected here).
+	Run(cancel func(sessionKey, messageID string) bool, devices func() int) error
+	// Advertise says the address devices reach this server at.
+	Advertise(url string)
+	// StopRuns is called once the router has stopped (no run is left),
+	// before Close.
+	StopRuns()
+}
+
+// StatusReporter is a store with a part of its own in /api/status.
+type StatusReporter interface {
+	Status(ctx context.Context) any
+}
+
+// Parts is a store of record as the server composes it: the message
+// path, and each other part the store has (nil: it has none).
+type Parts struct {
+	Store
+	Joiner    Joiner
+	InFlight  InFlight
+	Recoverer Recoverer
+	Edge      Edge
+	Lifecycle Lifecycle
+	Status    StatusReporter
 }
 
 // Accepted tells the adapter how to acknowledge a message.

@@ -107,7 +107,7 @@ type Host interface {
 	// UpdateMeta changes a session's metadata (agent.Request.UpdateMeta).
 	UpdateMeta(ctx context.Context, sessionKey string, update func(map[string]any)) error
 	// Pending reports whether a message is accepted and not answered
-	// (record.Store.Pending).
+	// (record.InFlight.Pending; false for a store without one).
 	Pending(sessionKey, messageID string) bool
 }
 

@@ -113,12 +113,17 @@ type Accepter interface {
 	AcceptInbound(ctx context.Context, in bus.Inbound, ack func(record.Accepted)) error
 }
 
-// Records is what the adapter tells the store of record (a slice of
-// record.Store): a device connection came or went, a cancel.
+// Records is what the adapter asks of the store of record (a slice of
+// record.Store): a cancel.
 type Records interface {
+	Cancel(ctx context.Context, sessionKey, messageID string) bool
+}
+
+// Presence is told that a device connection here came and went (a slice
+// of record.Edge: a cluster's edge records where the peer is).
+type Presence interface {
 	Connected(channelID, peerID string)
 	Disconnected(channelID, peerID string)
-	Cancel(ctx context.Context, sessionKey, messageID string) bool
 }
 
 // Registry is the device registry's connection side (*registry.Registry).
@@ -143,8 +148,10 @@ type EventLog interface {
 
 // Deps is what an adapter uses, all given at construction.
 type Deps struct {
-	Accept   Accepter
-	Records  Records
+	Accept  Accepter
+	Records Records
+	// Presence is told of the connections (nil: nobody keeps them).
+	Presence Presence
 	Registry Registry
 	Notices  Mailboxes
 	// Bindings are the channel's learnt device tokens; ClientAuth its
@@ -179,6 +186,7 @@ type terminalAdapter struct {
 	heartbeat  time.Duration
 	accept     Accepter
 	records    Records
+	presence   Presence // nil: none
 	registry   Registry
 	notices    Mailboxes
 	fleet      Fleet
@@ -215,7 +223,7 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 		d.Log = slog.Default()
 	}
 	a := &terminalAdapter{
-		id: id, cfg: cfg, accept: d.Accept, records: d.Records, registry: d.Registry, notices: d.Notices, fleet: d.Fleet, outside: d.Outside,
+		id: id, cfg: cfg, accept: d.Accept, records: d.Records, presence: d.Presence, registry: d.Registry, notices: d.Notices, fleet: d.Fleet, outside: d.Outside,
 		creds: d.Bindings, events: d.Events, keyOf: d.SessionKey, m: d.Metrics, log: d.Log.With("channel", id),
 		heartbeat: time.Duration(cfg.Config.HeartbeatSeconds) * time.Second,
 		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: opt.WriteStall,
@@ -600,7 +608,9 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	if !a.register(c) {
 		a.m.Connections.Add(a.id, 1)
 	}
-	a.records.Connected(a.id, f.PeerID) // before connected: a cluster's replies find this edge
+	if a.presence != nil {
+		a.presence.Connected(a.id, f.PeerID) // before connected: a cluster's replies find this edge
+	}
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
 	c.streamsOnConnect()
 	c.noticesOnConnect()

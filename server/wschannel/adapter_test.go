@@ -112,7 +112,7 @@ func TestAdapterOnItsDeps(t *testing.T) {
 	m := testMetrics()
 	cfg := config.Default().Channels[config.DefaultChannelID]
 	a := New("terminal-dev", cfg, Deps{
-		Accept: accepter{d}, Records: records{d}, Registry: devices{d}, Notices: mailboxes{}, Events: ev,
+		Accept: accepter{d}, Records: records{d}, Presence: records{d}, Registry: devices{d}, Notices: mailboxes{}, Events: ev,
 		SessionKey: func(ch, acct, peer, thread string) string { return strings.Join([]string{ch, acct, peer, thread}, "/") },
 		Metrics:    m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, Options{})

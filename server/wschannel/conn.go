@@ -478,8 +478,8 @@ func (c *wsConn) finish(reason string) {
 		<-done
 	}
 	live := a.unregister(c)
-	if live && c.peerID != "" {
-		a.records.Disconnected(a.id, c.peerID)
+	if live && c.peerID != "" && a.presence != nil {
+		a.presence.Disconnected(a.id, c.peerID)
 	}
 	switch {
 	case c.peerID != "":

@@ -31,7 +31,7 @@ func newStreamAdapter(t testing.TB, opt Options) *streamAdapter {
 	d := &deps{}
 	cfg := config.Default().Channels[config.DefaultChannelID]
 	a := newTerminalAdapter("terminal-dev", cfg, Deps{
-		Accept: accepter{d}, Records: records{d}, Registry: devices{d}, Notices: mailboxes{}, Events: events.NewLog(100),
+		Accept: accepter{d}, Records: records{d}, Presence: records{d}, Registry: devices{d}, Notices: mailboxes{}, Events: events.NewLog(100),
 		SessionKey: func(ch, acct, peer, thread string) string { return strings.Join([]string{ch, acct, peer, thread}, "/") },
 		Metrics:    testMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, opt)

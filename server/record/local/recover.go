@@ -36,7 +36,7 @@ func parseSessionKey(key string) (channelID, accountID, peerID, threadID string,
 	return "", "", "", "", false
 }
 
-// Recover implements record.Store. It reads the tail of every session
+// Recover implements record.Recoverer. It reads the tail of every session
 // file (not every record: see startupTail), fills the dedupe table with
 // their replies and returns the messages accepted but never answered,
 // oldest first per session, to be run (Recovered). A message whose run

@@ -1,5 +1,6 @@
-// Package local is the store of record of one termserver (record.Store)
-// in its workspace: every message, start and reply is made durable in the
+// Package local is the store of record of one termserver (record.Store,
+// with the parts record.Joiner, record.InFlight and record.Recoverer) in
+// its workspace: every message, start and reply is made durable in the
 // write-ahead log (workspace/wal, one fdatasync per batch for every
 // session) and then handed to the session store, which keeps it in memory
 // (write-behind); every second the checkpoint writes the pending lines to
@@ -79,7 +80,12 @@ type Store struct {
 	reruns sync.Map
 }
 
-var _ record.Store = (*Store)(nil)
+var (
+	_ record.Store     = (*Store)(nil)
+	_ record.Joiner    = (*Store)(nil)
+	_ record.InFlight  = (*Store)(nil)
+	_ record.Recoverer = (*Store)(nil)
+)
 
 // Open opens the write-ahead log in walDir (replaying what the session
 // files in sessions lack) in front of sessions. queue is where accepted
@@ -264,7 +270,7 @@ func (s *Store) Start(_, stopCtx context.Context, in bus.Inbound) (answer *agent
 	return nil, true
 }
 
-// Joined implements record.Store: the start of a message a running turn
+// Joined implements record.Joiner: the start of a message a running turn
 // took. The turn has it already, so the record follows the start instead
 // of preceding it: a crash in between lets it run once more than counted.
 // Best effort: a failure is logged.
@@ -312,23 +318,13 @@ func (s *Store) Cancel(_ context.Context, sessionKey, messageID string) bool {
 	return s.queue.Cancel(sessionKey, messageID)
 }
 
-// Pending implements record.Store: the dedupe table holds it pending.
+// Pending implements record.InFlight: the dedupe table holds it pending.
 func (s *Store) Pending(sessionKey, messageID string) bool {
 	return s.dedupe.isPending(sessionKey, messageID)
 }
 
-// Connected and Disconnected implement record.Store: nothing to record.
-func (s *Store) Connected(string, string)    {}
-func (s *Store) Disconnected(string, string) {}
-
-// Run, Advertise and StopRuns implement record.Store: the journal's
-// checkpointer runs from Open.
-func (s *Store) Run(func(string, string) bool, func() int) error { return nil }
-func (s *Store) Advertise(string)                                {}
-func (s *Store) StopRuns()                                       {}
-
-// Close closes the write-ahead log (after a last checkpoint). The session
-// store is the caller's.
+// Close implements record.Store: it closes the write-ahead log (after a
+// last checkpoint). The session store is the caller's.
 func (s *Store) Close() error { return s.journal.close() }
 
 // Metrics implements record.Store: the write-ahead log's counters, read
@@ -342,10 +338,6 @@ func (s *Store) Metrics(r *metrics.Registry) {
 	r.NewCounterFunc("termlink_wal_syncs_total", "Write-ahead log fdatasyncs; records/syncs is the group commit's batch size.", func() float64 { return float64(stats().Syncs) })
 	r.NewGaugeFunc("termlink_wal_segments", "Write-ahead log segments on disk.", func() float64 { return float64(stats().Segments) })
 }
-
-// Status and Refuses implement record.Store: nothing to add.
-func (s *Store) Status(context.Context) any { return nil }
-func (s *Store) Refuses() string            { return "" }
 
 // DedupeStats is the dedupe table's counters (tests and benchmarks).
 func (s *Store) DedupeStats() DedupeStats { return s.dedupe.stats() }
