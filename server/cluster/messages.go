@@ -55,9 +55,17 @@ func (n *Node) publishInbound(ctx context.Context, in bus.Inbound, last uint64) 
 			}
 			return pa, pa.Sequence, nil
 		}
-		if actual, ok := wrongLastSequence(err); ok && attempt < maxPublishGuesses {
-			last = actual // another edge stored one since (or this one never knew)
-			continue
+		if attempt < maxPublishGuesses {
+			if actual, ok := wrongLastSequence(err); ok {
+				last = actual // another edge stored one since (or this one never knew)
+				continue
+			}
+			if inProcess(err) {
+				// One of the session's messages is being stored still (its
+				// ack came before the stream cleared it): in a moment.
+				pause(ctx, time.Duration(attempt)*5*time.Millisecond)
+				continue
+			}
 		}
 		return nil, 0, fmt.Errorf("cluster: storing message %s in %s: %w", in.MessageID, InStream, err)
 	}
@@ -68,6 +76,13 @@ func (n *Node) publishInbound(ctx context.Context, in bus.Inbound, last uint64) 
 // right one: more than one is a race with other edges storing messages of
 // the same session).
 const maxPublishGuesses = 4
+
+// inProcess reports the stream's refusal of a publish whose subject has
+// another message being stored (no expected check is made then).
+func inProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10164 // JSStreamWrongLastSequenceConstantErr
+}
 
 // wrongLastSequence reads the stream's refusal of a publish whose expected
 // last sequence was wrong: the right one.
