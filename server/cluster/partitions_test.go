@@ -687,3 +687,26 @@ func TestFirstUndone(t *testing.T) {
 		t.Error("a partition held: only up to the message run again is suspect")
 	}
 }
+
+// A partition's consumer reads its sessions' subjects, and the
+// partition's own subject only while the stream holds messages stored
+// there by an earlier version (two filters cost the NATS server more).
+func TestPartitionSubjectsKeepLegacyMessages(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
+	defer cancel()
+	n := openWorkerNode(t, ctx, 2, time.Minute, time.Second)
+	if got := strings.Join(n.partitionSubjects(ctx, 1), " "); got != inPrefix+"1.>" {
+		t.Errorf("no legacy messages: subjects %q, want the sessions' only", got)
+	}
+	b, _ := json.Marshal(inMsg{Inbound: bus.Inbound{ChannelID: "c", PeerID: "p", SessionKey: "c:a:p", MessageID: "old"}})
+	if _, err := n.js.Publish(ctx, inPrefix+"1", b); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(n.partitionSubjects(ctx, 1), " "); got != inPrefix+"1.> "+inPrefix+"1" {
+		t.Errorf("a legacy message stored: subjects %q, want the sessions' and the partition's own", got)
+	}
+	if got := strings.Join(n.partitionSubjects(ctx, 0), " "); got != inPrefix+"0.>" {
+		t.Errorf("another partition's legacy message: subjects %q", got)
+	}
+}
