@@ -94,6 +94,16 @@ type Report struct {
 	// device saw the ack). A message accepted inside two faults' windows
 	// counts in both.
 	Latency map[string][]time.Duration
+	// Ready holds, per window, the time from each message's being ready
+	// to run (acked, and every message of its session acked before it
+	// done running) to its first run start: what the cluster adds beyond
+	// the session's own queue (a session of 16 messages in flight and a
+	// 0.3 s agent has its last wait 4.5 s with no fault at all).
+	Ready map[string][]time.Duration
+	// StalledReady lists the sessions whose longest Ready time passed
+	// Options.StallLimit: sessions that had a message ready and ran
+	// nothing for that long.
+	StalledReady []string
 }
 
 // Count returns the number of violations of kind k.
@@ -115,6 +125,7 @@ type msgState struct {
 	acked, ran       bool
 	firstAck         int64 // when acked
 	firstRun         int64 // when ran
+	lastEnd          int64 // when its last run ended (0: none did)
 	runs             int
 	runNodes         []string
 	interrupted      bool
@@ -155,6 +166,7 @@ func Check(h History, opt Options) Report {
 	}
 	var r Report
 	r.Latency = map[string][]time.Duration{}
+	r.Ready = map[string][]time.Duration{}
 	open := map[string]int64{} // fault+node -> start
 	var windows []window
 	for _, e := range h {
@@ -189,6 +201,8 @@ func Check(h History, opt Options) Report {
 			if !m.ran || e.Time < m.firstRun {
 				m.ran, m.firstRun = true, e.Time
 			}
+		case KindRunEnd:
+			m.lastEnd = max(m.lastEnd, e.Time)
 		case KindInterrupted:
 			m.interrupted = true
 		case KindReply:
@@ -298,6 +312,29 @@ func Check(h History, opt Options) Report {
 			}
 			return a.seq - b.seq
 		})
+		var free int64 // when the session's earlier messages had all ended
+		var longestReady time.Duration
+		for _, m := range ms {
+			ready := max(m.firstAck, free)
+			wait := max(time.Duration(m.firstRun-ready), 0)
+			longestReady = max(longestReady, wait)
+			in := false
+			seen := map[string]bool{}
+			for _, w := range windows {
+				if ready >= w.start && ready <= w.end && !seen[w.fault] {
+					seen[w.fault] = true
+					in = true
+					r.Ready[w.fault] = append(r.Ready[w.fault], wait)
+				}
+			}
+			if !in {
+				r.Ready[Outside] = append(r.Ready[Outside], wait)
+			}
+			free = max(free, m.lastEnd)
+		}
+		if opt.StallLimit > 0 && longestReady > opt.StallLimit {
+			r.StalledReady = append(r.StalledReady, fmt.Sprintf("%s %v", d, longestReady.Round(time.Millisecond)))
+		}
 		for i, a := range ms {
 			for _, b := range ms[i+1:] {
 				if b.firstRun < a.firstRun {
@@ -363,7 +400,12 @@ func (r Report) Line() string {
 			fmt.Fprintf(&b, " lat[%s]=%s", w, Summarize(l))
 		}
 	}
-	fmt.Fprintf(&b, " stalled_sessions=%d", len(r.Stalled))
+	for _, w := range Windows {
+		if l := r.Ready[w]; len(l) > 0 {
+			fmt.Fprintf(&b, " ready[%s]=%s", w, Summarize(l))
+		}
+	}
+	fmt.Fprintf(&b, " stalled_sessions=%d stalled_ready=%d", len(r.Stalled), len(r.StalledReady))
 	if len(r.BeyondPromise) > 0 {
 		fmt.Fprintf(&b, " BEYOND_JETSTREAM_PROMISE=%q", r.BeyondPromise)
 	}

@@ -224,3 +224,28 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("one: %+v", s)
 	}
 }
+
+// Ready times count from when a message could run (acked, and its
+// session's earlier messages done), not from its ack: a session's queue
+// of its own is not a stall.
+func TestCheckReadyTimes(t *testing.T) {
+	b := new(hb)
+	for i, id := range []string{"a", "b", "c"} {
+		b.send(0, "q", id, i+1).ack(0, "q", id)
+	}
+	// Each run takes 300 ms: a from 100, b as soon as a ended, c 2 s after b.
+	b.run(100, "q", "a", "w").run(400, "q", "b", "w").run(2700, "q", "c", "w")
+	for _, id := range []string{"a", "b", "c"} {
+		b.reply(3000, "q", id, "You said: q-"+id)
+	}
+	r := Check(b.h, Options{StallLimit: time.Second})
+	if got, want := r.Latency[Outside], []time.Duration{100 * time.Millisecond, 400 * time.Millisecond, 2700 * time.Millisecond}; !equalDurations(got, want) {
+		t.Errorf("accept to first run: %v, want %v", got, want)
+	}
+	if got, want := r.Ready[Outside], []time.Duration{100 * time.Millisecond, 0, 2 * time.Second}; !equalDurations(got, want) {
+		t.Errorf("ready to first run: %v, want %v", got, want)
+	}
+	if len(r.Stalled) != 1 || r.Stalled[0] != "q 2.7s" || len(r.StalledReady) != 1 || r.StalledReady[0] != "q 2s" {
+		t.Errorf("stalled past 1 s: %v (from the ack), %v (from ready)", r.Stalled, r.StalledReady)
+	}
+}

@@ -70,12 +70,16 @@ type runSummary struct {
 	runs    int
 	total   map[ViolationKind]int
 	lat     map[string][]time.Duration
+	ready   map[string][]time.Duration
 	bad     []string
 	stalled int
+	// stalledReady: sessions with a message ready to run and nothing run
+	// past 2 leases (Report.StalledReady).
+	stalledReady int
 }
 
 func newRunSummary() *runSummary {
-	return &runSummary{total: map[ViolationKind]int{}, lat: map[string][]time.Duration{}}
+	return &runSummary{total: map[ViolationKind]int{}, lat: map[string][]time.Duration{}, ready: map[string][]time.Duration{}}
 }
 
 // add counts one schedule's report (beyond: the schedule is beyond what
@@ -86,8 +90,12 @@ func (s *runSummary) add(seed uint64, r Report, beyond bool, history string) {
 	for _, k := range ViolationKinds {
 		s.total[k] += r.Count(k)
 	}
+	s.stalledReady += len(r.StalledReady)
 	for w, ds := range r.Latency {
 		s.lat[w] = append(s.lat[w], ds...)
+	}
+	for w, ds := range r.Ready {
+		s.ready[w] = append(s.ready[w], ds...)
 	}
 	if len(r.Violations) > 0 && !beyond {
 		s.bad = append(s.bad, fmt.Sprintf("seed %d (%s)", seed, history))
@@ -105,6 +113,11 @@ func (s *runSummary) String() string {
 	b.WriteString("\naccept-to-first-run, p50/p99/max:\n")
 	for _, w := range Windows {
 		fmt.Fprintf(&b, "  %-12s %s\n", w, Summarize(s.lat[w]))
+	}
+	fmt.Fprintf(&b, "sessions with a message ready and nothing run past 2 leases: %d\n", s.stalledReady)
+	b.WriteString("ready-to-first-run (the session idle, its message acked), p50/p99/max:\n")
+	for _, w := range Windows {
+		fmt.Fprintf(&b, "  %-12s %s\n", w, Summarize(s.ready[w]))
 	}
 	return b.String()
 }
