@@ -318,7 +318,7 @@ func TestScreenFrames(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	plain := connectDevice(t, ts, "plain", nil, link.CapText)
 	plain.send(&link.Screen{Rows: []string{"hello"}})
-	plain.expectError(`did not list "screen"`, link.CodeBadFrame)
+	plain.expectError(`screen refused: this connection did not list the "screen" capability`, link.CodeBadFrame)
 	plain.alive()
 	if p := getPeer(t, ts, "plain"); p["screen"] != nil {
 		t.Fatalf("screen of a device without the capability: %v", p["screen"])

@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
 
+	"termlink/link"
 	"termlink/server/events"
 	"termlink/server/notices"
 	"termlink/server/registry"
@@ -13,8 +16,8 @@ import (
 )
 
 // The notice mailboxes' wiring (package notices): their options over the
-// channels and the device registry, and an agent's push. The connection's
-// side (delivery on a device's connection, notice_ack) is wschannel's.
+// channels and the device registry, an agent's push, and the notice_ack
+// frame's route. Delivery on a device's connection is wschannel's.
 
 // openNotices opens the notice mailboxes through the backend (its
 // storage: the workspace's WAL, or the cluster's KV bucket; the rules are
@@ -98,4 +101,21 @@ func (s *Server) peerOfSession(key string) (channelID, peerID string, ok bool) {
 	}
 	peer, _, _ := strings.Cut(rest, ":")
 	return chID, peer, wschannel.ValidID(peer)
+}
+
+// noticeFrames is the notice_ack frame's route: from a connection that
+// listed "notice" (it was sent notices), taken out of the mailbox.
+func noticeFrames(ns notices.Mailboxes) []wschannel.FrameRoute {
+	return []wschannel.FrameRoute{{Type: link.TypeNoticeAck, Capability: link.CapNotice,
+		Handle: func(from wschannel.FrameSource, f link.Frame) error {
+			id := f.(*link.NoticeAck).NoticeID
+			err := ns.Ack(from.ChannelID, from.PeerID, id)
+			switch {
+			case errors.Is(err, notices.ErrUnknownNotice):
+				return fmt.Errorf("peer %s has no notice %s", from.PeerID, id)
+			case err != nil:
+				return &wschannel.FrameError{Code: "unavailable", Msg: "notice " + id + " was not recorded (" + err.Error() + "); send it again"}
+			}
+			return nil
+		}}}
 }

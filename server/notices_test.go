@@ -398,7 +398,7 @@ func TestNoticeCapabilityGating(t *testing.T) {
 		t.Fatalf("reply %+v", m)
 	}
 	c.send(&link.NoticeAck{NoticeID: "n-whatever"})
-	c.expectError(`did not list "notice"`, link.CodeBadFrame)
+	c.expectError(`notice_ack refused: this connection did not list the "notice" capability`, link.CodeBadFrame)
 	c.alive()
 
 	n := dial(t, ts.ws, nil)

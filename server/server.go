@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -240,6 +241,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 				Accept: rt, Records: rt.records, Presence: rt.records.Edge, Registry: rt.fleet.reg, Notices: rt.notices,
 				Bindings: ch.creds, ClientAuth: srvTLS.client(ch.id), Events: ch.events,
 				SessionKey: SessionKey, Metrics: &rt.metrics.ws, Log: log, Fleet: rt.fleetOps, Outside: rt.outside,
+				Frames: slices.Concat(noticeFrames(rt.notices), screenFrames(rt.fleet.reg), wschannel.FleetFrames(rt.fleetOps.Report)),
 			}, wschannel.Options{WriteStall: opt.writeStall})
 		}
 	}

@@ -159,9 +159,12 @@ type Deps struct {
 	Bindings   identity.Bindings
 	ClientAuth *identity.ClientAuth
 	Events     EventLog
-	// Fleet is the server's side of fleet operations (nil: none; the
-	// devices' answers are refused as unsupported).
+	// Fleet is the server's side of fleet operations (nil: none).
 	Fleet Fleet
+	// Frames are the device frames the server's capabilities take
+	// beyond the message path (frames.go); any other type is refused as
+	// unsupported.
+	Frames []FrameRoute
 	// Outside is the server's gate for what a device or a stranger can
 	// make it write (package throttle; nil: everything is written).
 	Outside *throttle.Gate
@@ -190,6 +193,7 @@ type terminalAdapter struct {
 	registry   Registry
 	notices    Mailboxes
 	fleet      Fleet
+	frames     map[link.Type]FrameRoute // frames.go
 	outside    *throttle.Gate
 	creds      identity.Bindings
 	events     EventLog
@@ -223,7 +227,7 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 		d.Log = slog.Default()
 	}
 	a := &terminalAdapter{
-		id: id, cfg: cfg, accept: d.Accept, records: d.Records, presence: d.Presence, registry: d.Registry, notices: d.Notices, fleet: d.Fleet, outside: d.Outside,
+		id: id, cfg: cfg, accept: d.Accept, records: d.Records, presence: d.Presence, registry: d.Registry, notices: d.Notices, fleet: d.Fleet, frames: frameRoutes(d.Frames), outside: d.Outside,
 		creds: d.Bindings, events: d.Events, keyOf: d.SessionKey, m: d.Metrics, log: d.Log.With("channel", id),
 		heartbeat: time.Duration(cfg.Config.HeartbeatSeconds) * time.Second,
 		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: opt.WriteStall,
@@ -517,14 +521,12 @@ func (c *wsConn) handle(data []byte) {
 		}
 	case *link.Cancel:
 		c.handleCancel(f)
-	case *link.NoticeAck:
-		c.handleNoticeAck(f)
-	case *link.Screen:
-		c.handleScreen(f)
-	case *link.UpdateStatus, *link.SettingsAck, *link.DiagResult:
-		c.handleFleet(f) // fleet.go
 	default:
-		c.reject("", link.CodeBadFrame, fmt.Sprintf("Unsupported websocket frame type: %s (sent by the server, not by a terminal)", f.FrameType()))
+		if route, ok := c.a.frames[f.FrameType()]; ok {
+			c.takeFrame(route, f) // frames.go
+			return
+		}
+		c.reject("", link.CodeBadFrame, fmt.Sprintf("Unsupported websocket frame type: %s (sent by the server, not by a terminal, or a capability this server does not have)", f.FrameType()))
 	}
 }
 

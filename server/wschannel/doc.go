@@ -2,8 +2,13 @@
 // shared/spec/terminal-websocket-channel.md: for one channel it upgrades
 // GET /api/channels/{channel_id}/ws, owns each device connection (its
 // reader, its writer and their queues, the connect handshake, message,
-// cancel, ping, notice_ack and screen frames, the per-peer rate, the
-// close codes) and sends replies, progress, notices and streamed reply
+// cancel and ping frames, the per-peer rate, the close codes). Every
+// other device frame (notice_ack, screen, update_status, settings_ack,
+// diag_result) is routed (frames.go): each capability registers the frame
+// types it takes in Deps.Frames, with the connect capability a device
+// must have listed and whether the frame is paced, and the connection
+// applies those rules the same way for each before it hands the frame
+// over and sends replies, progress, notices and streamed reply
 // text (delta frames, to a device that listed "stream": stream.go) down
 // it.
 //

@@ -1,7 +1,6 @@
 package wschannel
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
@@ -34,13 +33,6 @@ type Fleet interface {
 	// registered, connected is queued): the fleet side may queue frames
 	// for it (SendFleet) at once.
 	DeviceConnected(channelID string, f *link.Connect)
-	// Report takes a device's update_status, settings_ack or
-	// diag_result from a connection that listed the capability it
-	// answers. It returns nil when it was taken (it answers what this
-	// server asked that peer, or is the device's resend of such an
-	// answer, which changes nothing), else why it answers nothing asked:
-	// the connection refuses it (bad_frame) and nothing changed.
-	Report(channelID, peerID string, f link.Frame) error
 }
 
 // The rate of a connection's answer frames: a device answers a few
@@ -54,8 +46,8 @@ const (
 // answerClock is the answer rate's clock (tests stop it).
 var answerClock = time.Now
 
-// gateAnswerRefused is the gate's kind for an answer frame refused.
-const gateAnswerRefused = "a device's fleet answer refused"
+// gateAnswerRefused is the gate's kind for a device frame a route refused.
+const gateAnswerRefused = "a device's frame refused"
 
 // capFor is the capability a fleet frame needs: a request's, or the one
 // of the request an answer frame answers.
@@ -102,33 +94,10 @@ func (a *terminalAdapter) SendFleet(peerID string, f link.Frame) bool {
 	return true
 }
 
-// handleFleet passes a device's answer to a fleet operation on, if it
-// is within the connection's answer rate, from a connection that listed
-// its capability, and answers what the fleet side asked.
-func (c *wsConn) handleFleet(f link.Frame) {
-	t := f.FrameType()
-	if c.answers == nil {
-		c.answers = newTokenBucket(answerRate, answerBurst)
-	}
-	switch need := capFor(t); {
-	case !c.answers.take(answerClock()):
-		c.refuseAnswer(link.CodeBusy, fmt.Sprintf("%s dropped: this connection sends answer frames faster than %d a second (burst %d)", t, answerRate, answerBurst))
-	case c.peerID == "":
-		c.refuseAnswer(link.CodeNotConnected, "send a connect frame with your peer_id before "+string(t)+" frames")
-	case c.a.fleet == nil:
-		c.refuseAnswer(link.CodeBadFrame, "Unsupported websocket frame type: "+string(t)+" (this server has no fleet operations)")
-	case !slices.Contains(c.caps, need):
-		c.refuseAnswer(link.CodeBadFrame, fmt.Sprintf("%s refused: this connection did not list the %q capability in its connect frame", t, need))
-	default:
-		if err := c.a.fleet.Report(c.a.id, c.peerID, f); err != nil {
-			c.refuseAnswer(link.CodeBadFrame, fmt.Sprintf("%s refused: %v", t, err))
-		}
-	}
-}
-
-// refuseAnswer drops an answer frame: counted as rejected; the error
-// frame and its event only as the gate admits them for this connection.
-func (c *wsConn) refuseAnswer(code, msg string) {
+// refuseFrame drops a frame a route refused: counted as rejected; the
+// error frame and its event only as the gate admits them for this
+// connection.
+func (c *wsConn) refuseFrame(code, msg string) {
 	a := c.a
 	a.m.Rejected.Inc(a.id)
 	if !a.outside.Allow(gateAnswerRefused, "conn "+c.remote, msg) {
@@ -144,4 +113,19 @@ func (c *wsConn) fleetOnConnect(f *link.Connect) {
 	if c.a.fleet != nil {
 		c.a.fleet.DeviceConnected(c.a.id, f)
 	}
+}
+
+// FleetFrames are the routes of the fleet operations' answer frames
+// (update_status, settings_ack, diag_result): each from a connection that
+// listed the capability it answers, paced, and taken by report (nil when
+// it answers what this server asked that peer, or is the device's resend
+// of such an answer, which changes nothing; else why it answers nothing
+// asked: refused, and nothing changed).
+func FleetFrames(report func(channelID, peerID string, f link.Frame) error) []FrameRoute {
+	var routes []FrameRoute
+	for _, t := range []link.Type{link.TypeUpdateStatus, link.TypeSettingsAck, link.TypeDiagResult} {
+		routes = append(routes, FrameRoute{Type: t, Capability: capFor(t), Paced: true,
+			Handle: func(from FrameSource, f link.Frame) error { return report(from.ChannelID, from.PeerID, f) }})
+	}
+	return routes
 }

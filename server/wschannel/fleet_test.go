@@ -61,7 +61,7 @@ func newFleetRig(t *testing.T, fleetErr error, caps ...string) *fleetRig {
 	t.Cleanup(gate.Close)
 	cfg := config.Default().Channels[config.DefaultChannelID]
 	a := New("terminal-dev", cfg, Deps{
-		Accept: accepter{d}, Records: records{d}, Presence: records{d}, Registry: devices{d}, Notices: mailboxes{}, Events: r.ev, Fleet: r.fleet, Outside: gate,
+		Accept: accepter{d}, Records: records{d}, Presence: records{d}, Registry: devices{d}, Notices: mailboxes{}, Events: r.ev, Fleet: r.fleet, Frames: FleetFrames(r.fleet.Report), Outside: gate,
 		SessionKey: func(ch, acct, peer, thread string) string { return strings.Join([]string{ch, acct, peer, thread}, "/") },
 		Metrics:    testMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, Options{})

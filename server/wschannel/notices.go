@@ -1,11 +1,7 @@
 package wschannel
 
 import (
-	"errors"
 	"time"
-
-	"termlink/link"
-	"termlink/server/notices"
 )
 
 // Notice delivery on a device connection. Only a connection whose connect
@@ -63,24 +59,4 @@ func (a *terminalAdapter) PushNotices(peerID string) bool {
 	}
 	c.pushNotices(a.notices)
 	return true
-}
-
-// handleNoticeAck takes a device's notice_ack out of the mailbox.
-func (c *wsConn) handleNoticeAck(f *link.NoticeAck) {
-	switch {
-	case c.peerID == "":
-		c.reject("", link.CodeNotConnected, "send a connect frame with your peer_id before notice_ack frames")
-		return
-	case !c.notice:
-		c.reject("", link.CodeBadFrame, `notice_ack: this connection did not list "notice" in connect.capabilities, so it was sent no notices`)
-		return
-	}
-	err := c.a.notices.Ack(c.a.id, c.peerID, f.NoticeID)
-	switch {
-	case errors.Is(err, notices.ErrUnknownNotice):
-		c.reject("", link.CodeBadFrame, "notice_ack: peer "+c.peerID+" has no notice "+f.NoticeID)
-	case err != nil:
-		c.a.log.Error("notice ack not recorded", "peer_id", c.peerID, "notice_id", f.NoticeID, "err", err)
-		c.reject("", "unavailable", "notice_ack for "+f.NoticeID+" was not recorded ("+err.Error()+"); send it again")
-	}
 }

@@ -1,10 +1,8 @@
 package wschannel
 
 import (
-	"slices"
 	"strings"
 
-	"termlink/display"
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
@@ -40,25 +38,4 @@ func (c *wsConn) registryConnected(f *link.Connect) (uint64, error) {
 			Detail: "connect: ignored " + strings.Join(ignored, "; ")})
 	}
 	return gen, nil
-}
-
-// handleScreen takes a screen frame into the registry's mirror; only a
-// device that listed "screen" may send one.
-func (c *wsConn) handleScreen(f *link.Screen) {
-	a := c.a
-	switch {
-	case c.peerID == "":
-		c.reject("", link.CodeNotConnected, "send a connect frame with your peer_id before screen frames")
-	case !slices.Contains(c.caps, link.CapScreen):
-		// Not an event each: a device that keeps sending them would flood the log.
-		a.m.Rejected.Inc(a.id)
-		c.sendError("", link.CodeBadFrame, `screen frame from a device that did not list "screen" in connect.capabilities: ignored`)
-	default:
-		rom := "" // only a ROM the console can draw; anything else is plain text
-		if r, err := display.ParseROM(f.ROM); err == nil && f.ROM != "" {
-			rom = r.String()
-		}
-		a.registry.SetScreen(a.id, c.peerID, c.regGen, registry.Screen{Rows: f.Rows, ROM: rom,
-			CursorRow: f.CursorRow, CursorCol: f.CursorCol, CursorOn: f.CursorOn, Backlight: f.Backlight})
-	}
 }
