@@ -17,6 +17,12 @@
 //
 // API serves it over HTTP (http.go): GET .../peers/{peer_id}/logs and
 // POST .../peers/{peer_id}/selftest, each an event on the channel.
+//
+// In a cluster (remote.go) a request this node's connections did not
+// take goes, through Options.Remote, to the node whose edge holds the
+// device, which runs it on its own connection (API.ServeRemote) with
+// the same Requests and answers; the operator sees what one server
+// shows.
 package diag
 
 import (
