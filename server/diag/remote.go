@@ -210,8 +210,8 @@ func (r *Requests) askRemote(ctx context.Context, remote Remote, channelID, peer
 	}
 	a, res, err := decodeRemoteAnswer(data, kind)
 	if err != nil {
-		r.opt.Log.Warn("diag: a bad answer from the node holding the device", "node", node,
-			"channel_id", channelID, "peer_id", peerID, "err", err)
+		r.opt.Outside.Log(slog.LevelWarn, gateBadAnswer, "node "+node, "diag: a bad answer from the node holding the device",
+			"node", node, "channel_id", channelID, "peer_id", peerID, "err", err)
 		return nil, fmt.Errorf("%w %s answered badly: %v", ErrRemote, orUnknownNode(node), err)
 	}
 	switch a.Outcome {
@@ -230,8 +230,12 @@ func (r *Requests) askRemote(ctx context.Context, remote Remote, channelID, peer
 	}
 }
 
-// gateRemoteRefused is the gate's kind for a remote request refused.
-const gateRemoteRefused = "diag remote request refused"
+// The gate's kinds: a remote request refused (its source: "cluster"), a
+// remote answer refused (its source: the node).
+const (
+	gateRemoteRefused = "diag remote request refused"
+	gateBadAnswer     = "diag remote answer refused"
+)
 
 // ServeRemote answers a request another node sent to this one, whose
 // edge holds the device (Remote.Ask's other end): it runs it against the
