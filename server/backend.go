@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 
 	"termlink/server/cluster"
 	"termlink/server/config"
+	"termlink/server/diag"
 	"termlink/server/events"
 	fleetapi "termlink/server/fleet"
 	"termlink/server/identity"
@@ -45,6 +48,13 @@ type backend interface {
 	// notices directory). In a cluster, past ctx or noticesOpenWait the
 	// mailboxes load in the background and the start goes on.
 	openNotices(ctx context.Context, dir string, opt notices.Options) (notices.Mailboxes, error)
+	// diagRemote is how a logs or self-test request reaches a device
+	// connected to another node: nil on a single server.
+	diagRemote() diag.Remote
+	// serveDiag answers, with serve, the diag requests other nodes send
+	// this one's edge (until the store of record closes); nothing on a
+	// single server or a node that is no edge.
+	serveDiag(serve func(ctx context.Context, req []byte) []byte) error
 }
 
 // clusterOpenWait bounds each wait at start for NATS to make or find a
@@ -123,6 +133,10 @@ func (localBackend) openBindings(_ context.Context, dir, channelID string, noSyn
 func (localBackend) openCodes(context.Context, *slog.Logger) identity.Codes { return nil }
 
 func (localBackend) openEventFeed(context.Context, int) (eventFeed, error) { return nil, nil }
+
+func (localBackend) diagRemote() diag.Remote { return nil }
+
+func (localBackend) serveDiag(func(context.Context, []byte) []byte) error { return nil }
 
 func (localBackend) openNotices(_ context.Context, dir string, opt notices.Options) (notices.Mailboxes, error) {
 	m, err := notices.Open(dir, opt)
@@ -205,6 +219,38 @@ func (b clusterBackend) openNotices(ctx context.Context, _ string, opt notices.O
 		return nil, err
 	}
 	return m, nil
+}
+
+func (b clusterBackend) diagRemote() diag.Remote { return clusterDiag{b.node} }
+
+func (b clusterBackend) serveDiag(serve func(context.Context, []byte) []byte) error {
+	if !b.node.Config().Edge() {
+		return nil
+	}
+	return b.node.ServeDiag(serve, diagBounds)
+}
+
+// diagBounds bound the diag requests between nodes: package diag's, and
+// an edge serves at most twice the requests its diag.Requests takes (past
+// those, they are refused by diag's own bound, ErrTooMany, at once).
+var diagBounds = cluster.DiagOptions{MaxRequest: diag.MaxRemoteRequestBytes, MaxAnswer: diag.MaxRemoteAnswerBytes,
+	MaxServing: 2 * diag.DefaultMaxTotal}
+
+// clusterDiag is the cluster's diag transport as a diag.Remote: the
+// transport's answers in diag's words.
+type clusterDiag struct{ node *cluster.Node }
+
+func (c clusterDiag) Ask(ctx context.Context, channelID, peerID string, req []byte) (string, []byte, error) {
+	edge, answer, err := c.node.AskDiag(ctx, channelID, peerID, req, diagBounds)
+	switch {
+	case errors.Is(err, cluster.ErrNoEdge):
+		err = diag.ErrNotConnected
+	case errors.Is(err, cluster.ErrHeldHere):
+		err = diag.ErrNotSent // this node's connection did not take it
+	case errors.Is(err, cluster.ErrEdgeBusy):
+		err = fmt.Errorf("%w: edge %s serves %d requests of other nodes already", diag.ErrTooMany, edge, diagBounds.MaxServing)
+	}
+	return edge, answer, err
 }
 
 // clusterEvents is the cluster's events stream as an eventFeed.

@@ -13,12 +13,25 @@ import (
 // waiting for a device's answer are a part of the fleet operations (they
 // take the devices' diag_result frames), and the API asks them.
 
+// In a cluster, a request this node's connections did not take goes to
+// the node whose edge holds the device (the backend's diagRemote), and
+// this node's edge answers the other nodes' requests (serveDiag, with
+// the API's ServeRemote).
+
 // openDiag adds the diag requests to the fleet operations' parts and
-// returns their API; New calls it before the adapters start.
-func (s *Server) openDiag() *diag.API {
-	reqs := diag.New(diag.Options{Send: s.rt.SendFleet, Log: s.log, Outside: s.rt.outside})
+// returns their API; New calls it before the adapters start. opt's
+// diagTimeout, when set, is both of the API's timeouts (tests).
+func (s *Server) openDiag(opt Options) (*diag.API, error) {
+	reqs := diag.New(diag.Options{Send: s.rt.SendFleet, Log: s.log, Outside: s.rt.outside, Remote: s.rt.backend.diagRemote()})
 	s.rt.fleetOps.parts = append(s.rt.fleetOps.parts, reqs)
-	return diag.NewAPI(reqs, diagHost{s})
+	api := diag.NewAPI(reqs, diagHost{s})
+	if opt.diagTimeout > 0 {
+		api.LogsTimeout, api.SelftestTimeout = opt.diagTimeout, opt.diagTimeout
+	}
+	if err := s.rt.backend.serveDiag(api.ServeRemote); err != nil {
+		return nil, err
+	}
+	return api, nil
 }
 
 // diagHost is what the diag API asks of the server.

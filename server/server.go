@@ -66,6 +66,10 @@ type Options struct {
 	// before each claim write of a start (tests); an error stands for
 	// NATS trouble there (a leader election).
 	claimHook func(in bus.Inbound) error
+
+	// diagTimeout replaces the diag API's timeouts, logs and self-test
+	// (tests).
+	diagTimeout time.Duration
 }
 
 // maxDeviceBody bounds a device's write body as the guard reads it
@@ -245,8 +249,11 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 			}, wschannel.Options{WriteStall: opt.writeStall})
 		}
 	}
-	s.diag = s.openDiag() // a part of the fleet operations (diag.go)
-	if s.releases, err = openReleases(cfg, opt.NoSync, log); err == nil {
+	s.diag, err = s.openDiag(opt) // a part of the fleet operations (diag.go)
+	if err == nil {
+		s.releases, err = openReleases(cfg, opt.NoSync, log)
+	}
+	if err == nil {
 		err = s.openRollouts(opt.NoSync) // a part of fleetOps (rollouts.go)
 	}
 	if err != nil {

@@ -142,11 +142,8 @@ type outMsg struct {
 // sweep of the dedupe bucket, or by the device's resend). It reports the
 // edge, "" when no edge holds the peer.
 func (n *Node) SendOut(ctx context.Context, out bus.Outbound) (edge string, err error) {
-	edge, ok := n.mirror.Load().lookup(presenceKey(out.ChannelID, out.PeerID))
-	if !ok {
-		if edge, err = n.Presence(ctx, out.ChannelID, out.PeerID); err != nil || edge == "" {
-			return "", err
-		}
+	if edge, err = n.edgeOf(ctx, out.ChannelID, out.PeerID); err != nil || edge == "" {
+		return "", err
 	}
 	m := outMsg{Kind: out.Kind, ChannelID: out.ChannelID, PeerID: out.PeerID, SessionKey: out.SessionKey,
 		MessageID: out.MessageID, RunID: out.RunID, Text: out.Text, FinishReason: out.FinishReason, Media: out.Media}

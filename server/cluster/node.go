@@ -60,6 +60,7 @@ type Node struct {
 	subs   []*nats.Subscription
 	worker *worker
 	mirror atomic.Pointer[presenceMirror] // a worker's copy of the presence bucket (MirrorPresence)
+	diag   *diagServer                    // an edge's diag requests (ServeDiag; nil: none)
 
 	bg     sync.WaitGroup
 	stopBg context.CancelFunc
@@ -282,6 +283,12 @@ func (n *Node) Conn() *nats.Conn { return n.nc }
 // Close stops the heartbeat and the subscriptions, removes this node from
 // the nodes bucket and closes the connection (draining what it sent).
 func (n *Node) Close() {
+	n.mu.Lock()
+	d := n.diag
+	n.mu.Unlock()
+	if d != nil {
+		d.stop() // first: its answers go out on the connection
+	}
 	n.stopBg()
 	n.bg.Wait()
 	n.mu.Lock()

@@ -17,6 +17,12 @@
 //
 // API serves it over HTTP (http.go): GET .../peers/{peer_id}/logs and
 // POST .../peers/{peer_id}/selftest, each an event on the channel.
+//
+// In a cluster (remote.go) a request this node's connections did not
+// take goes, through Options.Remote, to the node whose edge holds the
+// device, which runs it on its own connection (API.ServeRemote) with
+// the same Requests and answers; the operator sees what one server
+// shows.
 package diag
 
 import (
@@ -59,6 +65,10 @@ type Options struct {
 	// Outside is the server's gate for what a device can make it write
 	// (package throttle; nil: everything is written).
 	Outside *throttle.Gate
+	// Remote, in a cluster, reaches a device connected to another node
+	// (remote.go): a request this node's connection did not take goes
+	// there. Nil on a single server.
+	Remote Remote
 }
 
 // Requests are the diag requests waiting for their device's answer. Safe
@@ -95,8 +105,18 @@ func New(opt Options) *Requests {
 // Request asks peer on channel for kind (link.DiagLogs with at most
 // bytes of its log, or link.DiagSelftest) and waits for its answer until
 // ctx ends (ctx's error, wrapped). The answer may carry the device's own
-// Error. Errors: ErrTooMany, ErrNotSent, a bad kind or bytes.
+// Error. Errors: ErrTooMany, ErrNotSent, a bad kind or bytes; in a
+// cluster (Options.Remote), when this node's connection did not take it,
+// the node holding the device is asked: ErrNotConnected, ErrRemote, and
+// the errors that node met.
 func (r *Requests) Request(ctx context.Context, channelID, peerID, kind string, bytes int) (*link.DiagResult, error) {
+	return r.request(ctx, channelID, peerID, kind, bytes, r.opt.Remote)
+}
+
+// request is Request, asking remote (nil: none) when this node's
+// connection did not take it. The waiting place is held meanwhile: the
+// bounds count the requests sent elsewhere too.
+func (r *Requests) request(ctx context.Context, channelID, peerID, kind string, bytes int, remote Remote) (*link.DiagResult, error) {
 	switch {
 	case kind != link.DiagLogs && kind != link.DiagSelftest:
 		return nil, fmt.Errorf("diag: kind %q: want %q or %q", kind, link.DiagLogs, link.DiagSelftest)
@@ -109,7 +129,10 @@ func (r *Requests) Request(ctx context.Context, channelID, peerID, kind string, 
 	}
 	defer r.remove(id)
 	if !r.opt.Send(channelID, peerID, &link.Diag{RequestID: id, Kind: kind, Bytes: bytes}) {
-		return nil, ErrNotSent
+		if remote == nil {
+			return nil, ErrNotSent
+		}
+		return r.askRemote(ctx, remote, channelID, peerID, kind, bytes)
 	}
 	select {
 	case res := <-w.done:

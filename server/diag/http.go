@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"termlink/link"
@@ -148,6 +149,10 @@ func (a *API) request(w http.ResponseWriter, r *http.Request, kind string, bytes
 		fail(http.StatusTooManyRequests, err.Error())
 	case errors.Is(err, ErrNotSent):
 		fail(http.StatusConflict, fmt.Sprintf("peer %s's connection on this server did not take the request (it went away, is connected to another node, or has too many fleet frames queued)", peer))
+	case errors.Is(err, ErrNotConnected): // in a cluster: no node holds it
+		fail(http.StatusConflict, fmt.Sprintf("peer %s is not connected", peer))
+	case errors.Is(err, ErrRemote): // in a cluster: the node holding it failed
+		fail(http.StatusBadGateway, fmt.Sprintf("peer %s: %s", peer, strings.TrimPrefix(err.Error(), "diag: ")))
 	case errors.Is(err, errGone):
 		fail(http.StatusConflict, fmt.Sprintf("peer %s went away before it answered (its answer is sent on the connection the request came on)", peer))
 	case errors.Is(err, errTimeout):
