@@ -109,7 +109,7 @@ type Server struct {
 // New opens the workspace's write-ahead log (replaying what the session
 // files lack) and session log, rebuilds the dedupe table from it
 // and builds the channels' adapters and agents. Start begins the work.
-func New(cfg *config.Config, opt Options) (*Server, error) {
+func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 	log := opt.Logger
 	if log == nil {
 		log = slog.Default()
@@ -125,6 +125,13 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		c.Workspace = abs // agents get absolute paths in their envelopes
 		cfg = &c
 	}
+	// undo closes, newest first, what New opened, when it fails.
+	var undo closeStack
+	defer func() {
+		if err != nil {
+			undo.unwind()
+		}
+	}()
 	srvTLS, err := newServerTLS(cfg)
 	if err != nil {
 		return nil, err
@@ -162,31 +169,27 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the session log: %w", err)
 	}
+	undo.push(func() { _ = store.Close() })
 	rt := &Runtime{
 		log: log, sessions: store, admission: router.NewAdmission(maxWaiting),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 		outside: throttle.New(log, throttle.Options{}),
 	}
 	if rt.backend, rt.records, err = openBackend(rt, cfg, opt, dedupeBytes); err != nil {
-		store.Close()
 		return nil, err
 	}
+	undo.push(func() { _ = rt.records.Close() })
 	if rt.notices, err = openNotices(rt, cfg.Workspace, opt.NoSync, log); err != nil {
-		_ = rt.records.Close()
-		store.Close()
 		return nil, err
 	}
-	closeLogs := func() {
-		_ = rt.records.Close()
-		_ = rt.notices.Close()
-		_ = store.Close()
-	}
+	undo.push(func() { _ = rt.notices.Close() })
 	rt.records.Metrics(&rt.metrics.reg)
 	rt.metrics.fdSeries(fds)
 	rt.openEventFeed(opt.EventsPerChannel) // cluster mode: the channels' events go to the cluster's stream (events.go)
 	s := &Server{cfg: cfg, log: log, rt: rt, procs: agentProcs, fds: fds, started: time.Now(), tls: srvTLS}
 
 	built := map[string]agent.Runner{}
+	undo.push(func() { s.closeRunners(built) })
 	runners := map[string]agent.Runner{}
 	for id, chCfg := range cfg.Channels {
 		ch := &channel{id: id, cfg: chCfg, events: rt.newEventLog(id, opt.EventsPerChannel)}
@@ -200,8 +203,6 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 			if r = opt.Runners[chCfg.Agent]; r == nil {
 				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent], cfg.Workspace, agentProcs, s.pushFromAgent, log)
 				if err != nil {
-					s.closeRunners(built)
-					closeLogs()
 					return nil, fmt.Errorf("channels.%s.agent: %w", id, err)
 				}
 			}
@@ -210,9 +211,7 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		runners[id] = r
 	}
 	sort.Strings(rt.order)
-	if err := rt.openCreds(cfg.Workspace, opt.NoSync, log); err != nil {
-		s.closeRunners(built)
-		closeLogs()
+	if err = rt.openCreds(cfg.Workspace, opt.NoSync, log); err != nil {
 		return nil, err
 	}
 	s.router = router.New(rt, rt.admission, runners, cfg.Workspace, maxRuns)
@@ -222,21 +221,15 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 	}
 	if rec := rt.records.Recoverer; rec != nil {
 		if s.recovered, err = rec.Recover(context.Background()); err != nil {
-			s.closeRunners(built)
-			closeLogs()
 			return nil, err
 		}
 	}
 	if rt.fleet, err = openFleet(cfg.Workspace, opt.fleet, opt.NoSync, log, rt, s.router); err != nil {
-		s.closeRunners(built)
-		closeLogs()
 		return nil, err
 	}
+	undo.push(func() { _ = rt.fleet.close() })
 	rt.fleetOps = &fleetOps{rt: rt} // its parts are added below, before Start
 	if s.settings, err = s.openSettings(opt.NoSync); err != nil {
-		s.closeRunners(built)
-		closeLogs()
-		_ = rt.fleet.close()
 		return nil, err
 	}
 	for _, ch := range rt.channels { // after the registry they feed
@@ -257,9 +250,6 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		err = s.openRollouts(opt.NoSync) // a part of fleetOps (rollouts.go)
 	}
 	if err != nil {
-		s.closeRunners(built)
-		closeLogs()
-		_ = rt.fleet.close()
 		return nil, err
 	}
 	rt.notices.Start()
@@ -267,6 +257,19 @@ func New(cfg *config.Config, opt Options) (*Server, error) {
 		MaxOperatorBody: notices.MaxBodyBytes, MaxDeviceBody: maxDeviceBody, Log: log})
 	s.mux = s.routes()
 	return s, nil
+}
+
+// closeStack is what a constructor opened, to close newest first if it
+// fails (one place, not a cleanup repeated after each step).
+type closeStack []func()
+
+func (c *closeStack) push(f func()) { *c = append(*c, f) }
+
+func (c *closeStack) unwind() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
+	}
+	*c = nil
 }
 
 func (s *Server) closeRunners(m map[string]agent.Runner) {
