@@ -20,6 +20,7 @@ import (
 	"termlink/server/metrics"
 	"termlink/server/notices"
 	"termlink/server/record"
+	"termlink/server/record/holdback"
 	"termlink/server/router"
 	"termlink/server/session"
 	"termlink/server/throttle"
@@ -88,6 +89,10 @@ type Runtime struct {
 	sessions *session.Store // the workspace's session files: metadata, conversations
 	backend  backend        // local or cluster, chosen once; opens every store (backend.go)
 	records  record.Parts   // the store of record and its parts (opened with the backend)
+	// heldBack keeps a session's later messages from overtaking one whose
+	// accept failed, for every store (package record/holdback; a device's
+	// disconnect clears its entries: devicePresence).
+	heldBack *holdback.Book
 	channels map[string]*channel
 	order    []string // channel ids, sorted
 	metrics  *serverMetrics
@@ -154,7 +159,11 @@ var ErrBusy = record.ErrBusy
 // *router.BusyError: the caller may wait for room (WaitRoom) and offer
 // the message again, as the terminal adapter does (it holds the message
 // and stops reading the device) before it answers busy; the adapter
-// counts the busy answers (termlink_inbound_busy_total).
+// counts the busy answers (termlink_inbound_busy_total). Once a
+// message's accept failed, the session's later messages are refused
+// busy too, naming it, until it is accepted or its device disconnects
+// (package record/holdback): a device's messages are taken in the order
+// it sent them, whatever the store.
 func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(AcceptResult)) error {
 	ch := rt.channels[in.ChannelID]
 	if ch == nil {
@@ -167,7 +176,7 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 	// The ack's events name the message: the closure takes copies of
 	// those fields, not in (which would then live on the heap).
 	peer, key, id, runID, text := in.PeerID, in.SessionKey, in.MessageID, in.RunID, in.Text
-	err := rt.records.Accept(ctx, in, ch.maxWaitingPerSession(), func(res record.Accepted) {
+	err := rt.heldBack.Accept(ctx, rt.records.Store, in, ch.maxWaitingPerSession(), func(res record.Accepted) {
 		if res.Duplicate {
 			rt.metrics.duplicates.Inc(ch.id)
 			ch.events.Add(events.Event{Event: events.InboundDuplicate, PeerID: peer, SessionID: key,
@@ -180,6 +189,26 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 		ack(res)
 	})
 	return err
+}
+
+// devicePresence is told that a device connection came and went
+// (wschannel.Presence): a device gone no longer holds back its sessions'
+// later messages (it resends what is unanswered, in order, wherever it
+// connects again), and a store that keeps where devices are
+// (record.Edge) is told too.
+type devicePresence struct{ rt *Runtime }
+
+func (p devicePresence) Connected(channelID, peerID string) {
+	if e := p.rt.records.Edge; e != nil {
+		e.Connected(channelID, peerID)
+	}
+}
+
+func (p devicePresence) Disconnected(channelID, peerID string) {
+	p.rt.heldBack.Disconnected(channelID, peerID)
+	if e := p.rt.records.Edge; e != nil {
+		e.Disconnected(channelID, peerID)
+	}
 }
 
 // maxWaitingPerSession is the channel's bound on messages waiting in one

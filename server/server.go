@@ -27,6 +27,7 @@ import (
 	"termlink/server/guard"
 	"termlink/server/identity"
 	"termlink/server/notices"
+	"termlink/server/record/holdback"
 	"termlink/server/releases"
 	"termlink/server/rollout"
 	"termlink/server/router"
@@ -171,7 +172,7 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 	}
 	undo.push(func() { _ = store.Close() })
 	rt := &Runtime{
-		log: log, sessions: store, admission: router.NewAdmission(maxWaiting),
+		log: log, sessions: store, admission: router.NewAdmission(maxWaiting), heldBack: holdback.New(),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 		outside: throttle.New(log, throttle.Options{}),
 	}
@@ -235,7 +236,7 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 	for _, ch := range rt.channels { // after the registry they feed
 		if ch.cfg.Enabled {
 			ch.adapter = wschannel.New(ch.id, ch.cfg, wschannel.Deps{
-				Accept: rt, Records: rt.records, Presence: rt.records.Edge, Registry: rt.fleet.reg, Notices: rt.notices,
+				Accept: rt, Records: rt.records, Presence: devicePresence{rt}, Registry: rt.fleet.reg, Notices: rt.notices,
 				Bindings: ch.creds, ClientAuth: srvTLS.client(ch.id), Events: ch.events,
 				SessionKey: SessionKey, Metrics: &rt.metrics.ws, Log: log, Fleet: rt.fleetOps, Outside: rt.outside,
 				Frames: slices.Concat(noticeFrames(rt.notices), screenFrames(rt.fleet.reg), wschannel.FleetFrames(rt.fleetOps.Report)),

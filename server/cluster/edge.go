@@ -16,15 +16,15 @@ type Key struct{ Session, MessageID string }
 func KeyOf(in bus.Inbound) Key { return Key{in.SessionKey, in.MessageID} }
 
 // Waits is an edge's book of what it owes devices: the messages it
-// acked (or is acking) and has not answered yet, per session; per
-// session a message whose accept failed (later ones wait for it); the
-// presence revision of each peer it holds. Safe for concurrent use.
+// acked (or is acking) and has not answered yet, per session; the
+// presence revision of each peer it holds. (A session's later messages
+// wait for one whose accept failed above the store, in the runtime:
+// package record/holdback.) Safe for concurrent use.
 type Waits struct {
 	mu      sync.Mutex
-	waiting map[Key]*edgeWait    // acked to a device here, reply not yet sent
-	bySess  map[string][]string  // per session, the message ids of waiting, oldest first
-	failed  map[string]failedMsg // per session, a message whose accept failed (HoldBack)
-	present map[string]uint64    // per channel+peer held here, its presence revision
+	waiting map[Key]*edgeWait   // acked to a device here, reply not yet sent
+	bySess  map[string][]string // per session, the message ids of waiting, oldest first
+	present map[string]uint64   // per channel+peer held here, its presence revision
 	// last: per session, the stream sequence of its last message this
 	// edge stored (LastStored), bounded by maxLastStored.
 	last map[string]uint64
@@ -34,8 +34,6 @@ type Waits struct {
 // message of; past it the memory is cleared (each session's next publish
 // then learns it from the stream's answer).
 const maxLastStored = 1 << 16
-
-type failedMsg struct{ id, channel, peer string }
 
 // edgeWait is a message an edge acked and has not answered yet.
 type edgeWait struct {
@@ -49,7 +47,7 @@ type edgeWait struct {
 
 // NewWaits makes an empty book.
 func NewWaits() *Waits {
-	return &Waits{waiting: map[Key]*edgeWait{}, bySess: map[string][]string{}, failed: map[string]failedMsg{}, present: map[string]uint64{}, last: map[string]uint64{}}
+	return &Waits{waiting: map[Key]*edgeWait{}, bySess: map[string][]string{}, present: map[string]uint64{}, last: map[string]uint64{}}
 }
 
 // Len is the number of messages waited on.
@@ -59,49 +57,26 @@ func (w *Waits) Len() int {
 	return len(w.waiting)
 }
 
-// HoldBack names the message of in's session whose accept failed, if it
-// is not in: in must not overtake it ("" when in may go). A failed
-// publish may still be stored later (JetStream stores a message whose
-// ack was lost in a leader election), after a message behind it that
-// went through: the session would run out of order. A message refused
-// busy would be overtaken too by the next one, already sent, if a place
-// freed meanwhile.
-func (w *Waits) HoldBack(in bus.Inbound) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if f, ok := w.failed[in.SessionKey]; ok && f.id != in.MessageID {
-		return f.id
-	}
-	return ""
-}
-
-// Accepted records the outcome of in's accept: a failure holds the
-// session's later messages back until in is accepted.
-func (w *Waits) Accepted(in bus.Inbound, err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err != nil {
-		w.failed[in.SessionKey] = failedMsg{in.MessageID, in.ChannelID, in.PeerID}
-	} else if w.failed[in.SessionKey].id == in.MessageID {
-		delete(w.failed, in.SessionKey)
-	}
-}
-
 // Admit applies the bounds (per session, in all) to the messages
 // waited on and, within them, starts waiting on in with its ack not
 // written yet, in one step: two accepts cannot both take the last place.
-// Refused, it says why.
-func (w *Waits) Admit(in bus.Inbound, perSession, total int) (refused string) {
+// Refused, it says why. A message waited on already (again: a resend of
+// one acked here, not started yet) takes no place and passes any bound:
+// the stream keeps one copy, and the resend is answered as a duplicate.
+func (w *Waits) Admit(in bus.Inbound, perSession, total int) (again bool, refused string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.waiting[KeyOf(in)] != nil {
+		return true, ""
+	}
 	if n := len(w.bySess[in.SessionKey]); n >= perSession {
-		return fmt.Sprintf("session %s has %d messages waiting (maxWaitingPerSession)", in.SessionKey, n)
+		return false, fmt.Sprintf("session %s has %d messages waiting (maxWaitingPerSession)", in.SessionKey, n)
 	}
 	if len(w.waiting) >= total {
-		return fmt.Sprintf("the server has %d messages waiting (maxWaitingRuns)", len(w.waiting))
+		return false, fmt.Sprintf("the server has %d messages waiting (maxWaitingRuns)", len(w.waiting))
 	}
 	w.waitLocked(in, true)
-	return ""
+	return false, ""
 }
 
 // Wait records that the edge waits on in's reply; acking: its ack is
@@ -216,11 +191,6 @@ func (w *Waits) Final(out bus.Outbound) (send bool) {
 func (w *Waits) Disconnected(channel, peer string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for key, f := range w.failed {
-		if f.channel == channel && f.peer == peer {
-			delete(w.failed, key)
-		}
-	}
 	for k, e := range w.waiting {
 		if e.channel == channel && e.peer == peer {
 			w.doneLocked(k)

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,57 +15,34 @@ func inbound(session, id string) bus.Inbound {
 	return bus.Inbound{ChannelID: "c", PeerID: "p", SessionKey: session, MessageID: id}
 }
 
-func TestWaitsHoldBackUntilTheFailedOneIsAccepted(t *testing.T) {
-	t.Parallel()
-	w := NewWaits()
-	a, b := inbound("s", "A"), inbound("s", "B")
-	w.Accepted(a, errors.New("publish: no answer"))
-	if got := w.HoldBack(b); got != "A" {
-		t.Fatalf("HoldBack(B) after A failed = %q; want A", got)
-	}
-	if got := w.HoldBack(a); got != "" {
-		t.Fatalf("HoldBack(A) = %q; the failed message itself may go", got)
-	}
-	if got := w.HoldBack(inbound("other", "X")); got != "" {
-		t.Fatalf("another session held back by %q", got)
-	}
-	w.Accepted(b, nil) // B is not the failed one: A still holds the session
-	if got := w.HoldBack(b); got != "A" {
-		t.Fatalf("after B's accept HoldBack = %q; want A still", got)
-	}
-	w.Accepted(a, nil)
-	if got := w.HoldBack(b); got != "" {
-		t.Fatalf("after A's accept HoldBack = %q; want none", got)
-	}
-	w.Accepted(a, errors.New("busy"))
-	w.Disconnected("c", "p")
-	if got := w.HoldBack(b); got != "" {
-		t.Fatalf("after the peer left HoldBack = %q; want none (it resends)", got)
-	}
-}
-
 func TestWaitsAdmitBounds(t *testing.T) {
 	t.Parallel()
 	w := NewWaits()
-	if r := w.Admit(inbound("s", "1"), 2, 3); r != "" {
+	if _, r := w.Admit(inbound("s", "1"), 2, 3); r != "" {
 		t.Fatal(r)
 	}
-	if r := w.Admit(inbound("s", "2"), 2, 3); r != "" {
+	if _, r := w.Admit(inbound("s", "2"), 2, 3); r != "" {
 		t.Fatal(r)
 	}
-	if r := w.Admit(inbound("s", "3"), 2, 3); r == "" {
+	if _, r := w.Admit(inbound("s", "3"), 2, 3); r == "" {
 		t.Fatal("a third message of a session admitted past maxWaitingPerSession 2")
 	}
-	if r := w.Admit(inbound("t", "1"), 2, 3); r != "" {
+	if _, r := w.Admit(inbound("t", "1"), 2, 3); r != "" {
 		t.Fatal(r)
 	}
-	if r := w.Admit(inbound("u", "1"), 2, 3); r == "" {
+	if _, r := w.Admit(inbound("u", "1"), 2, 3); r == "" {
 		t.Fatal("a fourth message admitted past maxWaitingRuns 3")
+	}
+	if again, r := w.Admit(inbound("s", "2"), 2, 3); !again || r != "" {
+		t.Fatalf("a resend of a message waited on: again %v, refused %q; want it through, taking no place", again, r)
+	}
+	if w.Len() != 3 {
+		t.Fatalf("%d messages waited on after a resend, want 3", w.Len())
 	}
 	if !w.Done(Key{"s", "1"}) || w.Done(Key{"s", "1"}) {
 		t.Fatal("Done: true once for a message waited on, then false")
 	}
-	if r := w.Admit(inbound("s", "3"), 2, 3); r != "" {
+	if _, r := w.Admit(inbound("s", "3"), 2, 3); r != "" {
 		t.Fatalf("after a place freed: %s", r)
 	}
 }
@@ -85,7 +61,7 @@ func TestWaitsAdmitRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if w.Admit(inbound("s"+strconv.Itoa(i%26), strconv.Itoa(i)), tries, places) == "" {
+			if _, r := w.Admit(inbound("s"+strconv.Itoa(i%26), strconv.Itoa(i)), tries, places); r == "" {
 				mu.Lock()
 				admitted++
 				mu.Unlock()
@@ -102,7 +78,7 @@ func TestWaitsReplyBeforeAckIsParked(t *testing.T) {
 	t.Parallel()
 	w := NewWaits()
 	in := inbound("s", "m")
-	if r := w.Admit(in, 8, 8); r != "" { // acking
+	if _, r := w.Admit(in, 8, 8); r != "" { // acking
 		t.Fatal(r)
 	}
 	out := bus.Outbound{Kind: bus.Final, SessionKey: "s", MessageID: "m", Text: "hi"}
@@ -134,7 +110,7 @@ func TestWaitsDeltaBeforeAckIsParked(t *testing.T) {
 	t.Parallel()
 	w := NewWaits()
 	in := inbound("s", "m")
-	if r := w.Admit(in, 8, 8); r != "" { // acking
+	if _, r := w.Admit(in, 8, 8); r != "" { // acking
 		t.Fatal(r)
 	}
 	for _, text := range []string{"He", "Hello"} {
@@ -176,7 +152,7 @@ func TestWaitsDisconnectedForgetsThePeer(t *testing.T) {
 	if !w.Newer("c", "p", 1) {
 		t.Fatal("the presence of a peer that left still counts")
 	}
-	if w.Admit(inbound("s", "2"), 1, 8) != "" {
+	if _, r := w.Admit(inbound("s", "2"), 1, 8); r != "" {
 		t.Fatal("the session's count was not freed")
 	}
 }
@@ -246,7 +222,7 @@ func TestWaitsBefore(t *testing.T) {
 		t.Fatalf("Before of a message not waited on = %v, want none", got)
 	}
 	// Admit still counts a session's waits.
-	if refused := w.Admit(inbound("s", "7"), 5, 100); refused == "" {
+	if _, refused := w.Admit(inbound("s", "7"), 5, 100); refused == "" {
 		t.Fatal("a sixth message of session s admitted with a bound of 5")
 	}
 }

@@ -204,31 +204,11 @@ func (c *Store) Refuses() string {
 
 // Accept implements record.Store in the cluster: claim the message id in
 // the dedupe bucket (create-only), store the message in the inbound
-// stream, then ack. A known id is answered from its claim.
+// stream, then ack. A known id is answered from its claim. A session's
+// later messages wait for one whose accept failed above the store (the
+// runtime's package record/holdback): a failed publish may still be
+// stored, so it is resent first.
 func (c *Store) Accept(ctx context.Context, in bus.Inbound, perSession int, ack func(record.Accepted)) error {
-	if err := c.holdBack(in); err != nil {
-		return err
-	}
-	err := c.acceptInOrder(ctx, in, perSession, ack)
-	// Busy too: nothing was sent to NATS, but a place may free before
-	// the next message of the session, which the device has sent
-	// already (its window): it must not go first.
-	c.edge.Accepted(in, err)
-	return err
-}
-
-// holdBack refuses a session's messages after one whose accept failed,
-// until that one is accepted (Waits.HoldBack says why). The refusal is
-// busy: the device puts the message back in send order, after the failed
-// one, and resends both in order.
-func (c *Store) holdBack(in bus.Inbound) error {
-	if id := c.edge.HoldBack(in); id != "" {
-		return fmt.Errorf("%w: message %s of this session is not accepted yet; messages are taken in order: resend %s first", record.ErrBusy, id, id)
-	}
-	return nil
-}
-
-func (c *Store) acceptInOrder(ctx context.Context, in bus.Inbound, perSession int, ack func(record.Accepted)) error {
 	k := KeyOf(in)
 	// Any replica's copy: a claim it has not applied yet is a resend
 	// published again (PeekClaim says why that is safe).
@@ -247,15 +227,20 @@ func (c *Store) acceptInOrder(ctx context.Context, in bus.Inbound, perSession in
 	}
 	// The channel's bounds and the start of the wait (its ack not
 	// written yet) in one step: two accepts cannot both take the last
-	// place.
-	if refused := c.edge.Admit(in, perSession, c.host.MaxWaiting()); refused != "" {
+	// place. A resend of a message waited on here (again) passes them:
+	// the stream answers it as a duplicate.
+	again, refused := c.edge.Admit(in, perSession, c.host.MaxWaiting())
+	if refused != "" {
 		return fmt.Errorf("%w: %s", record.ErrBusy, refused)
 	}
 	stored, last, err := c.node.publishInbound(ctx, in, c.edge.LastStored(in.SessionKey))
 	if err != nil {
 		// Not stored, or not known to be: the device resends it, and the
-		// same Nats-Msg-Id keeps a second copy out of the stream.
-		c.edge.Done(k)
+		// same Nats-Msg-Id keeps a second copy out of the stream. (A
+		// resend's first copy is stored and still waited on.)
+		if !again {
+			c.edge.Done(k)
+		}
 		return err
 	}
 	c.edge.Stored(in.SessionKey, last)

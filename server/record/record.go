@@ -38,8 +38,12 @@ type Store interface {
 	// before calls ack with the duplicate's state and queues nothing; a
 	// new one is made durable, then ack is called, then it is queued to
 	// run. perSession is the channel's bound on a session's waiting
-	// messages. An error means in was not taken and ack was not called
-	// (the device resends it); a bound's refusal wraps ErrBusy.
+	// messages, checked after the dedupe: a duplicate is answered past
+	// it, and TakeNone takes no new message at all. An error means in
+	// was not taken and ack was not called (the device resends it); a
+	// bound's refusal wraps ErrBusy. The order of a session's messages
+	// across refusals is the runtime's (package record/holdback), the
+	// same for every store.
 	Accept(ctx context.Context, in bus.Inbound, perSession int, ack func(Accepted)) error
 	// Start is called before in's run starts and records its start (the
 	// claim). ok false: not to be run now (nothing recorded; it comes
@@ -176,10 +180,18 @@ type Queue interface {
 
 // ErrBusy is wrapped by Accept's error when a bound of the delivery
 // contract refused the message (session queue full, server-wide waiting
-// runs, an earlier message of the session not taken yet): it was not
-// accepted and not acked; the adapter answers with an error frame of
-// code link.CodeBusy and the device resends it after a backoff.
+// runs, an earlier message of the session not taken yet: the last is the
+// runtime's, package record/holdback): it was not accepted and not
+// acked; the adapter answers with an error frame of code link.CodeBusy
+// and the device resends it after a backoff.
 var ErrBusy = errors.New("busy")
+
+// TakeNone is the bound on a session's waiting messages under which
+// Accept takes no new message (its refusal wraps ErrBusy) and still
+// answers a duplicate, as past any bound: what the runtime gives for a
+// session whose earlier message is not taken yet (package
+// record/holdback).
+const TakeNone = 0
 
 // The session-history records that mark a run's start.
 const (

@@ -119,8 +119,10 @@ type Records interface {
 	Cancel(ctx context.Context, sessionKey, messageID string) bool
 }
 
-// Presence is told that a device connection here came and went (a slice
-// of record.Edge: a cluster's edge records where the peer is).
+// Presence is told that a device connection here came and went: the
+// runtime's accept path (a device gone holds back no message of its
+// sessions) and a cluster's edge (record.Edge: it records where the peer
+// is).
 type Presence interface {
 	Connected(channelID, peerID string)
 	Disconnected(channelID, peerID string)

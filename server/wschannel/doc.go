@@ -15,8 +15,9 @@
 // New builds a channel's adapter from what it uses, given at
 // construction as small interfaces (Deps): the accept path (Accepter:
 // the runtime's AcceptInbound, through the store of record), the store's
-// Cancel (Records) and, in a cluster, its presence (Presence: the
-// connections came and went), the device registry (Registry), the
+// Cancel (Records) and who is told that the connections came and went
+// (Presence: the runtime's accept path, and a cluster's edge), the
+// device registry (Registry), the
 // notice mailboxes (Mailboxes), the channel's token
 // bindings and client certificate auth (package identity), its event
 // log, the adapters' Metrics (one set the server registers and shares)

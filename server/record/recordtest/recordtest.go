@@ -2,7 +2,8 @@
 // the message path (record.Store and the parts it has, composed as the
 // server composes them): a message id seen before is answered as a
 // duplicate (pending while its run goes, its reply once finished) and
-// queued once; a message is durable when it is acked (a store closed
+// queued once, also past the session's bound (under record.TakeNone no
+// new message is taken, a duplicate still answered); a message is durable when it is acked (a store closed
 // after the ack runs it when opened again); a session's messages are
 // queued and started in the order accepted; Finish records the reply
 // before it is sent, so a duplicate gets it even if it was never
@@ -65,6 +66,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Interrupted", func(t *testing.T) { interrupted(t, newStore(t)) })
 	t.Run("InterruptedTwice", func(t *testing.T) { interruptedTwice(t, newStore(t)) })
 	t.Run("Busy", func(t *testing.T) { busy(t, newStore(t)) })
+	t.Run("TakeNone", func(t *testing.T) { takeNone(t, newStore(t)) })
 }
 
 // The one session the tests use (a terminal session id: channel,
@@ -574,5 +576,45 @@ func busy(t *testing.T, st Store) {
 	h.final(ctx, "m-3", "answer 3", link.FinishStop)
 	if n := h.q.Puts("m-3"); n != 1 {
 		t.Errorf("m-3 queued %d times, want once (not when refused)", n)
+	}
+}
+
+// Under record.TakeNone (a session the runtime holds back: an earlier
+// message of it is not taken yet, package record/holdback) no new message
+// is taken, refused busy before it is made durable or queued, and a
+// duplicate is still answered: pending while its run goes, with its
+// reply once finished. Under the channel's bound again the refused
+// message is taken.
+func takeNone(t *testing.T, st Store) {
+	ctx := testContext(t)
+	h := open(t, ctx, st)
+	m1 := h.message("m-1", "taken before")
+	h.acceptNew(ctx, m1)
+	a, err := h.accept(ctx, m1, record.TakeNone)
+	if err != nil || !a.Duplicate {
+		t.Fatalf("duplicate of m-1 under TakeNone: %+v, %v; want a duplicate answered", a, err)
+	}
+	pending(t, a, "m-1")
+	m2 := h.message("m-2", "held back")
+	if _, err := h.accept(ctx, m2, record.TakeNone); !errors.Is(err, record.ErrBusy) {
+		t.Fatalf("new message under TakeNone: %v, want ErrBusy", err)
+	}
+	h.run(ctx, h.next(ctx, "m-1"), "answer 1")
+	h.final(ctx, "m-1", "answer 1", link.FinishStop)
+	a, err = h.accept(ctx, m1, record.TakeNone)
+	if err != nil {
+		t.Fatalf("duplicate of answered m-1 under TakeNone: %v", err)
+	}
+	cached(t, a, "m-1", "answer 1", link.FinishStop)
+	for _, r := range st.History(t, sessionKey) {
+		if r.MessageID == "m-2" {
+			t.Fatalf("m-2, refused, is in the session's history: %+v", r)
+		}
+	}
+	h.acceptNew(ctx, m2)
+	h.run(ctx, h.next(ctx, "m-2"), "answer 2")
+	h.final(ctx, "m-2", "answer 2", link.FinishStop)
+	if n := h.q.Puts("m-2"); n != 1 {
+		t.Errorf("m-2 queued %d times, want once (not when refused)", n)
 	}
 }

@@ -1,0 +1,122 @@
+// Package holdback is the rule that a device's messages are taken in
+// the order it sent them, written once above the stores of record (the
+// runtime's accept path applies it, whichever store the backend opened).
+//
+// A message whose accept failed (refused busy by a bound, or not stored)
+// is resent by the device, first: it puts the message back in send
+// order. Meanwhile the device may have sent the session's next messages
+// already (its window). Were one of them taken, it would overtake the
+// refused one: a place frees on a single server between the two; in a
+// cluster a failed publish may even be stored later (JetStream stores a
+// message whose ack was lost in a leader election). So after a refusal
+// the session's later messages are refused too, busy and naming the
+// message to resend first, until that one is accepted. A duplicate of a
+// message taken before is still answered (record.TakeNone): it
+// overtakes nothing.
+//
+// The book is bounded: one entry per session with a refused message,
+// forgotten when that message is accepted or when its device's
+// connection ends (the device resends what is unanswered, in order,
+// wherever it connects again).
+package holdback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"termlink/server/bus"
+	"termlink/server/record"
+)
+
+// Book is what the runtime holds back: per device (channel and peer),
+// per session, the message whose accept failed. Safe for concurrent use.
+type Book struct {
+	mu   sync.Mutex
+	held map[peer]map[string]string // device -> session -> refused message id
+}
+
+type peer struct{ channel, id string }
+
+// New makes an empty book.
+func New() *Book { return &Book{held: map[peer]map[string]string{}} }
+
+// Accept takes in through s (record.Store.Accept with perSession), unless
+// an earlier message of its session was refused and is not taken yet:
+// then only a duplicate is answered, and a new message is refused with
+// an error wrapping record.ErrBusy that names the one to resend first.
+// in's own failure holds the session's later messages back; its accept
+// lets them go.
+func (b *Book) Accept(ctx context.Context, s record.Store, in bus.Inbound, perSession int, ack func(record.Accepted)) error {
+	if first := b.Ahead(in); first != "" {
+		err := s.Accept(ctx, in, record.TakeNone, ack)
+		if errors.Is(err, record.ErrBusy) {
+			return Refusal(first)
+		}
+		return err // nil: a duplicate, answered
+	}
+	err := s.Accept(ctx, in, perSession, ack)
+	b.settled(in, err)
+	return err
+}
+
+// Refusal is the busy refusal of a message sent after first, which is
+// not accepted yet.
+func Refusal(first string) error {
+	return fmt.Errorf("%w: message %s of this session is not accepted yet; messages are taken in order: resend %s first",
+		record.ErrBusy, first, first)
+}
+
+// Ahead names the message of in's session whose accept failed, if it is
+// not in: in must not overtake it ("" when in may go).
+func (b *Book) Ahead(in bus.Inbound) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if id := b.held[peer{in.ChannelID, in.PeerID}][in.SessionKey]; id != in.MessageID {
+		return id
+	}
+	return ""
+}
+
+// settled records the outcome of the accept of in, which nothing held
+// back: a failure holds the session's later messages back until in is
+// accepted.
+func (b *Book) settled(in bus.Inbound, err error) {
+	p := peer{in.ChannelID, in.PeerID}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sessions := b.held[p]
+	switch {
+	case err != nil:
+		if sessions == nil {
+			sessions = map[string]string{}
+			b.held[p] = sessions
+		}
+		sessions[in.SessionKey] = in.MessageID
+	case sessions[in.SessionKey] == in.MessageID:
+		delete(sessions, in.SessionKey)
+		if len(sessions) == 0 {
+			delete(b.held, p)
+		}
+	}
+}
+
+// Disconnected forgets what a device's connection held back: the device
+// resends its unanswered messages in order wherever it connects again.
+func (b *Book) Disconnected(channel, peerID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.held, peer{channel, peerID})
+}
+
+// Len is the number of sessions held back.
+func (b *Book) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, sessions := range b.held {
+		n += len(sessions)
+	}
+	return n
+}
