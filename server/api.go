@@ -23,9 +23,9 @@ func (s *Server) RequireRole(role config.Role, h http.HandlerFunc) http.HandlerF
 // routes builds the mux behind the operator guard (package guard): every
 // /api/* route but the device WebSocket takes an admin token.
 func (s *Server) routes() http.Handler {
-	mux := &routeMux{ServeMux: http.NewServeMux()}
+	mux := &routeMux{ServeMux: http.NewServeMux(), classes: s.routeClasses}
 	defer func() { s.patterns = mux.patterns }()
-	mux.HandleFunc(wsPattern, s.serveWS)
+	mux.HandleClass(wsPattern, httpapi.DeviceRoute, s.serveWS)
 	s.rt.fleet.api.Routes(mux) // events, live stream, peers, cancel (package fleet)
 	mux.HandleFunc("GET /api/channels", s.serveChannels)
 	mux.HandleFunc("GET /api/status", s.serveStatus)
@@ -56,10 +56,26 @@ func (s *Server) routes() http.Handler {
 }
 
 // routeMux is a ServeMux that remembers its patterns (for the test that
-// every guarded route refuses a request without a token).
+// every guarded route refuses a request without a token) and the class
+// each route declared (httpapi.HandleClass), which the guard reads.
 type routeMux struct {
 	*http.ServeMux
 	patterns []string
+	classes  map[string]httpapi.RouteClass
+}
+
+func (m *routeMux) HandleClass(pattern string, c httpapi.RouteClass, h func(http.ResponseWriter, *http.Request)) {
+	m.classes[pattern] = c
+	m.HandleFunc(pattern, h)
+}
+
+// routeIs reports whether a route declared class c (the guard asks it
+// once routes has registered them all, before any request is served).
+func (s *Server) routeIs(c httpapi.RouteClass) func(pattern string) bool {
+	return func(pattern string) bool {
+		rc, ok := s.routeClasses[pattern]
+		return ok && rc == c
+	}
 }
 
 func (m *routeMux) Handle(pattern string, h http.Handler) {

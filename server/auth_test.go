@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -84,7 +85,7 @@ func guardedRoutes(t *testing.T, s *Server) (routes [][2]string) {
 		if !ok {
 			method, path = "GET", p
 		}
-		if deviceOpen(p) || !strings.HasPrefix(path, "/api/") {
+		if s.routeIs(httpapi.DeviceRoute)(p) || !strings.HasPrefix(path, "/api/") {
 			continue
 		}
 		path = wildcardRE.ReplaceAllStringFunc(path, func(w string) string {
@@ -113,6 +114,18 @@ func TestAPIAuthEveryRoute(t *testing.T) {
 	t.Parallel()
 	logs := &syncbuf.Buffer{}
 	ts := serve(t, adminConfig(t, withAdmin(t)), Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	// The routes that declared themselves a device's (no admin token),
+	// where they are registered: exactly these.
+	var device []string
+	for p, c := range ts.routeClasses {
+		if c == httpapi.DeviceRoute {
+			device = append(device, p)
+		}
+	}
+	sort.Strings(device)
+	if got, want := strings.Join(device, "; "), "GET /api/channels/{channel_id}/releases/{version}/{rest...}; GET /api/channels/{channel_id}/ws; POST /api/channels/{channel_id}/enroll; POST /api/channels/{channel_id}/enroll/token"; got != want {
+		t.Errorf("device routes:\n got %s\nwant %s", got, want)
+	}
 	for _, rt := range guardedRoutes(t, ts.Server) {
 		method, url := rt[0], ts.http.URL+rt[1]
 		t.Run(method+" "+rt[1], func(t *testing.T) {

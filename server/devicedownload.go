@@ -14,8 +14,8 @@ import (
 
 // The devices' download route (issue 28): a device fetches the release an
 // update frame names (its url) with its own credentials, not an admin
-// token. The route is a device route (deviceOpen: the guard asks no admin
-// token of it) and each channel authorizes it as its WebSocket authorizes
+// token. The route is a device route (httpapi.DeviceRoute: the guard asks no
+// admin token of it) and each channel authorizes it as its WebSocket authorizes
 // a device (wschannel.Adapter.AuthorizeHTTP): the client certificate on a
 // mutual TLS channel, a known channel or enrolled token in
 // "Authorization: Bearer" on a channel that takes only devices with a
@@ -31,10 +31,6 @@ import (
 // binary: {rest...} is {os}/{arch}[/{variant}]/manifest or .../binary.
 const deviceReleasePattern = "GET /api/channels/{channel_id}/releases/{version}/{rest...}"
 
-// deviceReleaseRoute reports whether pattern is the devices' download
-// route (deviceOpen).
-func deviceReleaseRoute(pattern string) bool { return pattern == deviceReleasePattern }
-
 // DeviceReleaseURL is the path a device fetches a release's binary from
 // on the server of its channel (an update frame's url).
 func DeviceReleaseURL(channelID, version, platform string) string {
@@ -43,7 +39,7 @@ func DeviceReleaseURL(channelID, version, platform string) string {
 
 // deviceReleaseRoutes registers the devices' download route.
 func (s *Server) deviceReleaseRoutes(mux httpapi.Mux) {
-	mux.HandleFunc(deviceReleasePattern, s.serveDeviceRelease)
+	httpapi.HandleClass(mux, deviceReleasePattern, httpapi.DeviceRoute, s.serveDeviceRelease)
 }
 
 func (s *Server) serveDeviceRelease(w http.ResponseWriter, r *http.Request) {

@@ -52,13 +52,6 @@ func (s *Server) identityRoutes(mux httpapi.Mux) {
 	s.ident.Routes(mux)
 }
 
-// deviceOpen reports whether a route takes no admin token: the device
-// WebSocket, the enroll endpoints and the release downloads (auth.go's
-// guard).
-func deviceOpen(pattern string) bool {
-	return pattern == wsPattern || identity.DeviceRoute(pattern) || deviceReleaseRoute(pattern)
-}
-
 // requiresToken reports whether a channel takes only devices with a
 // credential (identity.RequiresToken).
 func requiresToken(cc config.ChannelConfig) bool { return identity.RequiresToken(cc) }

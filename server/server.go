@@ -25,6 +25,7 @@ import (
 	"termlink/server/events"
 	"termlink/server/fdbudget"
 	"termlink/server/guard"
+	"termlink/server/httpapi"
 	"termlink/server/identity"
 	"termlink/server/notices"
 	"termlink/server/record/holdback"
@@ -97,6 +98,9 @@ type Server struct {
 	once   sync.Once
 
 	patterns []string // the routes registered, for the test that checks them all
+	// routeClasses: each route's declared class (httpapi.HandleClass),
+	// filled by routes; the guard reads it.
+	routeClasses map[string]httpapi.RouteClass
 
 	tls   *serverTLS        // nil: plain HTTP (tls.go)
 	ident *identity.Service // device identity: bindings and enrollment routes (identity.go)
@@ -254,7 +258,8 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 		return nil, err
 	}
 	rt.notices.Start()
-	s.guard = guard.New(guard.Options{Admin: cfg.Admin, Listen: cfg.Listen, DeviceRoute: deviceOpen, RawBodyRoute: releases.RawBodyRoute,
+	s.routeClasses = map[string]httpapi.RouteClass{} // filled by routes, as each route declares its class
+	s.guard = guard.New(guard.Options{Admin: cfg.Admin, Listen: cfg.Listen, DeviceRoute: s.routeIs(httpapi.DeviceRoute), RawBodyRoute: s.routeIs(httpapi.RawBodyRoute),
 		MaxOperatorBody: notices.MaxBodyBytes, MaxDeviceBody: maxDeviceBody, Log: log})
 	s.mux = s.routes()
 	return s, nil

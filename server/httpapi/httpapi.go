@@ -22,6 +22,37 @@ type Mux interface {
 	HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request))
 }
 
+// A RouteClass is who calls a route and what its writes carry, declared
+// where the route is registered (HandleClass) and read by the server's
+// guard (issue 39: not assembled in the root from each package's list).
+type RouteClass uint8
+
+const (
+	// OperatorRoute: an operator's or viewer's (admin token; writes take JSON).
+	OperatorRoute RouteClass = iota
+	// DeviceRoute: a device's (no admin token: the route checks the device's
+	// own credential; writes take JSON).
+	DeviceRoute
+	// RawBodyRoute: an operator's whose writes take application/octet-stream
+	// (bounded and checked by the route itself: a release upload).
+	RawBodyRoute
+)
+
+// classMux is a Mux that keeps each route's class (the server's).
+type classMux interface {
+	HandleClass(pattern string, c RouteClass, h func(http.ResponseWriter, *http.Request))
+}
+
+// HandleClass registers h on mux as a route of class c. A mux that keeps
+// no classes (a test's *http.ServeMux) takes it as any route.
+func HandleClass(mux Mux, pattern string, c RouteClass, h func(http.ResponseWriter, *http.Request)) {
+	if m, ok := mux.(classMux); ok {
+		m.HandleClass(pattern, c, h)
+		return
+	}
+	mux.HandleFunc(pattern, h)
+}
+
 // WriteJSON answers with v as indented JSON.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

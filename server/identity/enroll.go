@@ -67,12 +67,6 @@ const (
 	accessDenied = "access_denied" // RFC 8628 section 3.5
 )
 
-// DeviceRoute reports whether pattern is one of the device's enroll
-// routes, which take no admin token (the server's guard).
-func DeviceRoute(pattern string) bool {
-	return pattern == enrollPattern || pattern == enrollTokenPattern
-}
-
 func tooMany(w http.ResponseWriter, retry time.Duration, what string) {
 	secs := max(int(math.Ceil(retry.Seconds())), 1)
 	w.Header().Set("Retry-After", strconv.Itoa(secs))

@@ -68,13 +68,13 @@ func New(opt Options) *Service {
 
 // Routes registers the identity routes on mux, behind the server's guard:
 // the bindings API (GET for viewers, DELETE for operators), the device's
-// two enroll endpoints (no admin token: DeviceRoute) and the operator's
+// two enroll endpoints (device routes: no admin token) and the operator's
 // enrollment routes.
 func (s *Service) Routes(mux httpapi.Mux) {
 	mux.HandleFunc("GET /api/channels/{channel_id}/bindings", s.getBindings)
 	mux.HandleFunc("DELETE /api/channels/{channel_id}/bindings/{peer_id}", s.deleteBinding)
-	mux.HandleFunc(enrollPattern, s.startEnroll)
-	mux.HandleFunc(enrollTokenPattern, s.pollEnroll)
+	httpapi.HandleClass(mux, enrollPattern, httpapi.DeviceRoute, s.startEnroll)
+	httpapi.HandleClass(mux, enrollTokenPattern, httpapi.DeviceRoute, s.pollEnroll)
 	mux.HandleFunc("GET /api/enrollments", s.listEnrollments) // viewers may see codes; approving takes an operator
 	mux.HandleFunc("POST /api/enrollments/{code}/approve", s.approveEnroll)
 	mux.HandleFunc("DELETE /api/enrollments/{code}", s.denyEnroll)

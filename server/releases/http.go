@@ -42,7 +42,7 @@ func RawBodyRoute(pattern string) bool { return pattern == UploadPattern }
 //	GET    /api/releases/{version}/{os}/{arch}[/{variant}]/binary     the binary (Range)
 //	DELETE /api/releases/{version}/{os}/{arch}[/{variant}]            delete (operator)
 func (s *Store) Routes(mux httpapi.Mux) {
-	mux.HandleFunc(UploadPattern, s.servePut)
+	httpapi.HandleClass(mux, UploadPattern, httpapi.RawBodyRoute, s.servePut)
 	mux.HandleFunc("GET /api/releases", s.serveList)
 	mux.HandleFunc("GET /api/releases/events", s.serveEvents)
 	mux.HandleFunc("GET /api/releases/{version}/{rest...}", s.serveGet)
