@@ -38,8 +38,7 @@ func (s *Server) openDiag(opt Options) (*diag.API, error) {
 type diagHost struct{ s *Server }
 
 func (h diagHost) Channel(id string) bool {
-	ch := h.s.rt.channels[id]
-	return ch != nil && ch.adapter != nil
+	return h.s.rt.channels.adapter(id) != nil
 }
 
 func (h diagHost) Peer(channelID, peerID string) (registry.Peer, bool) {
@@ -47,9 +46,7 @@ func (h diagHost) Peer(channelID, peerID string) (registry.Peer, bool) {
 }
 
 func (h diagHost) Event(channelID string, e events.Event) {
-	if ch := h.s.rt.channels[channelID]; ch != nil {
-		ch.events.Add(e)
-	}
+	h.s.rt.channels.event(channelID, e)
 }
 
 func (h diagHost) Operator(f http.HandlerFunc) http.HandlerFunc {

@@ -78,8 +78,8 @@ func (f *fleetOps) Report(channelID, peerID string, fr link.Frame) error {
 // the peer's live connection on this server; false when it is not
 // connected here or did not list the capability the frame needs.
 func (rt *Runtime) SendFleet(channelID, peerID string, f link.Frame) bool {
-	if ch := rt.channels[channelID]; ch != nil && ch.adapter != nil {
-		return ch.adapter.SendFleet(peerID, f)
+	if a := rt.channels.adapter(channelID); a != nil {
+		return a.SendFleet(peerID, f)
 	}
 	return false
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"termlink/link"
-	"termlink/server/events"
 	"termlink/server/notices"
 	"termlink/server/registry"
 	"termlink/server/wschannel"
@@ -42,20 +41,15 @@ func (rt *Runtime) noticeOptions(noSync bool, log *slog.Logger) notices.Options 
 			}
 			return notices.DefaultMaxPerPeer
 		},
-		Event: func(chID string, e events.Event) {
-			if ch := rt.channels[chID]; ch != nil {
-				ch.events.Add(e)
-			}
-		},
+		Event: rt.channels.event,
 		Push: func(chID, peerID string) bool {
-			if ch := rt.channels[chID]; ch != nil && ch.adapter != nil {
-				return ch.adapter.PushNotices(peerID)
+			if a := rt.channels.adapter(chID); a != nil {
+				return a.PushNotices(peerID)
 			}
 			return false
 		},
 		Channel: func(chID string) (configured, enabled bool) {
-			ch := rt.channels[chID]
-			return ch != nil, ch != nil && ch.adapter != nil
+			return rt.channels.exists(chID), rt.channels.adapter(chID) != nil
 		},
 	}
 }

@@ -45,8 +45,8 @@ func (h runtimeHost) Cancel(sessionKey, messageID string) bool {
 }
 func (h runtimeHost) NewRunID() string { return h.rt.newRunID() }
 func (h runtimeHost) ReplaceElsewhere(channel, peer, edge string) {
-	if ch := h.rt.channels[channel]; ch != nil && ch.adapter != nil {
-		ch.adapter.ReplaceElsewhere(peer, edge)
+	if a := h.rt.channels.adapter(channel); a != nil {
+		a.ReplaceElsewhere(peer, edge)
 	}
 }
 

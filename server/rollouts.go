@@ -3,7 +3,6 @@ package server
 import (
 	"path/filepath"
 
-	"termlink/server/events"
 	"termlink/server/rollout"
 )
 
@@ -21,12 +20,8 @@ func (s *Server) openRollouts(noSync bool) error {
 	m, err := rollout.Open(rollout.Options{
 		Dir: filepath.Join(s.cfg.Workspace, "rollouts"), Channels: rt.order,
 		Devices: rt.fleet.reg, Releases: s.releases, Send: rt.SendFleet,
-		Event: func(channelID string, e events.Event) {
-			if ch := rt.channels[channelID]; ch != nil {
-				ch.events.Add(e)
-			}
-		},
-		URL: DeviceReleaseURL, NoSync: noSync, Log: s.log,
+		Event: rt.channels.event,
+		URL:   DeviceReleaseURL, NoSync: noSync, Log: s.log,
 	})
 	if err != nil {
 		return err

@@ -93,7 +93,7 @@ type Runtime struct {
 	// accept failed, for every store (package record/holdback; a device's
 	// disconnect clears its entries: devicePresence).
 	heldBack *holdback.Book
-	channels map[string]*channel
+	channels channels
 	order    []string // channel ids, sorted
 	metrics  *serverMetrics
 	notices  notices.Mailboxes // the notice mailboxes (package notices; notices.go wires them)
@@ -226,10 +226,8 @@ func (rt *Runtime) health() (ok bool, reason string) { return rt.records.Health(
 // Started records direct_run_started (router.Host).
 func (rt *Runtime) Started(in bus.Inbound) {
 	rt.metrics.running.Add("", 1)
-	if ch := rt.channels[in.ChannelID]; ch != nil {
-		ch.events.Add(events.Event{Event: events.DirectRunStarted, PeerID: in.PeerID, SessionID: in.SessionKey,
-			MessageID: in.MessageID, RunID: in.RunID})
-	}
+	rt.channels.event(in.ChannelID, events.Event{Event: events.DirectRunStarted, PeerID: in.PeerID, SessionID: in.SessionKey,
+		MessageID: in.MessageID, RunID: in.RunID})
 }
 
 // Finished records the reply in the store of record and sends it
@@ -250,11 +248,9 @@ func (rt *Runtime) Finished(ctx context.Context, in bus.Inbound, res agent.Resul
 	}
 	rt.metrics.runs.Inc(res.FinishReason)
 	rt.metrics.runSeconds.Observe(in.ChannelID, took.Seconds())
-	if ch := rt.channels[in.ChannelID]; ch != nil {
-		ch.events.Add(events.Event{Event: events.DirectRunFinished, PeerID: in.PeerID, SessionID: in.SessionKey,
-			MessageID: in.MessageID, RunID: in.RunID, Preview: res.Text,
-			Detail: "finish_reason=" + res.FinishReason + " took=" + took.Round(time.Microsecond).String()})
-	}
+	rt.channels.event(in.ChannelID, events.Event{Event: events.DirectRunFinished, PeerID: in.PeerID, SessionID: in.SessionKey,
+		MessageID: in.MessageID, RunID: in.RunID, Preview: res.Text,
+		Detail: "finish_reason=" + res.FinishReason + " took=" + took.Round(time.Microsecond).String()})
 	rt.records.Deliver(ctx, in, bus.Outbound{Kind: bus.Final, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Text: res.Text, FinishReason: res.FinishReason,
 		Media: res.Media, Started: in.Received})
@@ -277,10 +273,8 @@ func (rt *Runtime) Joined(ctx context.Context, in bus.Inbound) {
 
 // Event records an event a runner reports (tool results and the like).
 func (rt *Runtime) Event(in bus.Inbound, name, detail string) {
-	if ch := rt.channels[in.ChannelID]; ch != nil {
-		ch.events.Add(events.Event{Event: name, PeerID: in.PeerID, SessionID: in.SessionKey,
-			MessageID: in.MessageID, RunID: in.RunID, Preview: detail})
-	}
+	rt.channels.event(in.ChannelID, events.Event{Event: name, PeerID: in.PeerID, SessionID: in.SessionKey,
+		MessageID: in.MessageID, RunID: in.RunID, Preview: detail})
 }
 
 // Progress sends an interim update for a run (router.Host).
@@ -344,3 +338,26 @@ func (rt *Runtime) Pending(key, messageID string) bool {
 var _ router.Host = (*Runtime)(nil)
 
 var errShuttingDown = errors.New("server is shutting down")
+
+// channels are the configured channels by id, and what the capabilities
+// ask of them: whether one exists, its live adapter (enabled), adding to
+// its event log. "Does the channel exist" means one thing everywhere.
+type channels map[string]*channel
+
+// exists reports whether id is configured (enabled or not).
+func (cs channels) exists(id string) bool { return cs[id] != nil }
+
+// adapter is id's adapter: nil when id is not configured or disabled.
+func (cs channels) adapter(id string) wschannel.Adapter {
+	if ch := cs[id]; ch != nil && ch.adapter != nil {
+		return ch.adapter
+	}
+	return nil
+}
+
+// event adds e to id's event log (none when id is not configured).
+func (cs channels) event(id string, e events.Event) {
+	if ch := cs[id]; ch != nil {
+		ch.events.Add(e)
+	}
+}

@@ -414,7 +414,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.once.Do(func() {
 		s.rt.fleet.stopStreams()
 		for _, id := range s.rt.order {
-			if a := s.rt.channels[id].adapter; a != nil {
+			if a := s.rt.channels.adapter(id); a != nil {
 				a.Close()
 			}
 		}

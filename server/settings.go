@@ -3,7 +3,6 @@ package server
 import (
 	"path/filepath"
 
-	"termlink/server/events"
 	"termlink/server/settings"
 )
 
@@ -17,12 +16,8 @@ func (s *Server) openSettings(noSync bool) (*settings.Store, error) {
 		settings.Deps{
 			Registry: rt.fleet.reg,
 			Send:     rt.SendFleet,
-			Event: func(channelID string, e events.Event) {
-				if ch := rt.channels[channelID]; ch != nil {
-					ch.events.Add(e)
-				}
-			},
-			Channel: func(channelID string) bool { return rt.channels[channelID] != nil },
+			Event:    rt.channels.event,
+			Channel:  rt.channels.exists,
 		})
 	if err != nil {
 		return nil, err
