@@ -97,15 +97,15 @@ func FuzzReadSnapshot(f *testing.F) {
 	f.Add([]byte("{\"format\":1}\n1\tk\t=\n"))
 	f.Add([]byte("{\"format\":2}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ls := &LocalStorage{recs: map[string]*localRecord{}}
+		ls := &LocalStorage{recs: map[string]localEntry{}}
 		h, err := ls.readSnapshot(bufio.NewReader(bytes.NewReader(data)))
 		if err != nil {
 			return
 		}
 		// What was read is written back and read again the same.
 		recs := make([]localRecord, 0, len(ls.recs))
-		for _, r := range ls.recs {
-			recs = append(recs, *r)
+		for k, e := range ls.recs {
+			recs = append(recs, localRecord{Key: k, Value: e.Value, Rev: e.Rev})
 		}
 		slices.SortFunc(recs, func(a, b localRecord) int { return cmp.Compare(a.Rev, b.Rev) })
 		var out bytes.Buffer
@@ -114,7 +114,7 @@ func FuzzReadSnapshot(f *testing.F) {
 			return // a key with a tab in it can be read from a line, not written
 		}
 		bw.Flush()
-		again := &LocalStorage{recs: map[string]*localRecord{}}
+		again := &LocalStorage{recs: map[string]localEntry{}}
 		if _, err := again.readSnapshot(bufio.NewReader(&out)); err != nil {
 			t.Fatalf("a snapshot written from %q does not read back: %v", data, err)
 		}
@@ -122,7 +122,7 @@ func FuzzReadSnapshot(f *testing.F) {
 			t.Fatalf("%d records read back, want %d", len(again.recs), len(ls.recs))
 		}
 		for k, r := range ls.recs {
-			if a := again.recs[k]; a == nil || a.Rev != r.Rev || !bytes.Equal(a.Value, r.Value) {
+			if a, ok := again.recs[k]; !ok || a.Rev != r.Rev || !bytes.Equal(a.Value, r.Value) {
 				t.Fatalf("record %q read back as %+v, want %+v", k, a, r)
 			}
 		}

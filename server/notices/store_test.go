@@ -1,9 +1,11 @@
 package notices
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -233,5 +235,60 @@ func TestBadSnapshotRefused(t *testing.T) {
 	defer ns.Close()
 	if n := ns.Count("ch", "p2"); n != 1 {
 		t.Fatalf("p2 has %d notices after the snapshot was mended, want 1", n)
+	}
+}
+
+// A local load feeds the notices first, oldest first, then each notice's
+// deliveries, then any other record, each group in revision order
+// (revisions past 2^33 take the radix sort through several passes).
+func TestLocalLoadOrder(t *testing.T) {
+	big := uint64(1) << 40
+	recs := []loadItem{
+		{key: "d.Y2g.cDE.n-b", rev: big + 9},
+		{key: "m.Y2g.cDE", rev: 3},
+		{key: "n.n-b", rev: big + 2},
+		{key: "d.Y2g.cDI.n-a", rev: 5},
+		{key: "d.Y2g.cDE.n-a", rev: big + 7},
+		{key: "n.n-a", rev: 1},
+		{key: "d.Y2g.cDE.n-gone", rev: 4},
+		{key: "d.Y2g.cDI.n-b", rev: big + 3},
+		{key: "x", rev: 1 << 63},
+	}
+	var got []string
+	for _, i := range loadOrder(recs) {
+		got = append(got, recs[i].key)
+	}
+	want := []string{"n.n-a", "n.n-b", "d.Y2g.cDI.n-a", "d.Y2g.cDE.n-a", "d.Y2g.cDI.n-b", "d.Y2g.cDE.n-b",
+		"m.Y2g.cDE", "d.Y2g.cDE.n-gone", "x"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("order %v\nwant  %v", got, want)
+	}
+}
+
+// records.snap's reader takes back a snapshot whose keys span many of
+// its 64 KB strings, and a key longer than one.
+func TestLocalSnapshotManyKeys(t *testing.T) {
+	var recs []localRecord
+	for i := range 5000 {
+		recs = append(recs, localRecord{Key: DeliveryKey("ch", fmt.Sprintf("kiosk-%05d", i), "n-1"), Value: json.RawMessage(`{"state":"pending"}`), Rev: uint64(i + 1)})
+	}
+	recs = append(recs, localRecord{Key: "x." + strings.Repeat("k", 100<<10), Value: json.RawMessage(`{}`), Rev: 5001})
+	var buf bytes.Buffer
+	w := bufio.NewWriter(&buf)
+	if err := writeSnapshot(w, localSnapshotHeader{Format: 1, Rev: 5001, Records: len(recs)}, recs); err != nil {
+		t.Fatal(err)
+	}
+	w.Flush()
+	ls := &LocalStorage{recs: map[string]localEntry{}}
+	if _, err := ls.readSnapshot(bufio.NewReader(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	if len(ls.recs) != len(recs) {
+		t.Fatalf("%d records read, want %d", len(ls.recs), len(recs))
+	}
+	for _, r := range recs {
+		if e, ok := ls.recs[r.Key]; !ok || e.Rev != r.Rev || !bytes.Equal(e.Value, r.Value) {
+			t.Fatalf("record %.40q read as %+v", r.Key, e)
+		}
 	}
 }
