@@ -41,6 +41,13 @@ type LocalStorage struct {
 	rev       uint64
 	sinceSnap int // payload bytes logged since the last snapshot
 	failed    error
+
+	// fresh is records.snap's records as read, in revision order, for
+	// the first Follow while the store is as read (freshRev: its
+	// revision then): the map's records need neither be copied nor
+	// sorted (BenchmarkNoticesOpen).
+	fresh    []loadItem
+	freshRev uint64
 }
 
 // localRecord is one record of the store, and one write of the log
@@ -168,10 +175,15 @@ func (ls *LocalStorage) Info() StorageInfo { return StorageInfo{} }
 // group in revision order; nothing else writes it.
 func (ls *LocalStorage) Follow(ctx context.Context, f Feed) error {
 	ls.mu.Lock()
-	recs := make([]loadItem, 0, len(ls.recs))
-	for k, e := range ls.recs {
-		recs = append(recs, loadItem{k, e.Value, e.Rev})
+	recs := ls.fresh
+	if recs == nil || ls.freshRev != ls.rev || len(recs) != len(ls.recs) {
+		recs = make([]loadItem, 0, len(ls.recs))
+		for k, e := range ls.recs {
+			recs = append(recs, loadItem{k, e.Value, e.Rev})
+		}
+		recs = sortByRev(recs)
 	}
+	ls.fresh = nil
 	ls.mu.Unlock()
 	f.Begin()
 	for _, i := range loadOrder(recs) {
@@ -188,17 +200,16 @@ type loadItem struct {
 	rev   uint64
 }
 
-// loadOrder is the order Follow feeds recs in. The records are sorted by
-// revision with a radix sort (no comparison); the notices (a few
-// hundred) number the buckets, and each delivery goes to its notice's
-// bucket, found by the id inside its key (no key built, no look-up in
-// the whole store). Bucket 0 is the notices, the last one every other
-// record. A load in this order finds its records, and the mailboxes they
-// go to, in the order they were written (BenchmarkNoticesOpen).
+// loadOrder is the order Follow feeds recs (in revision order) in. The
+// notices (a few hundred) number the buckets, and each delivery goes to
+// its notice's bucket, found by the id inside its key (no key built, no
+// look-up in the whole store). Bucket 0 is the notices, the last one
+// every other record. A load in this order finds its records, and the
+// mailboxes they go to, in the order they were written, and reads recs
+// forward (BenchmarkNoticesOpen).
 func loadOrder(recs []loadItem) []int32 {
-	byRev := radixByRev(recs)
 	bucketOf := map[string]int32{}
-	for _, i := range byRev {
+	for i := range recs {
 		if id, ok := strings.CutPrefix(recs[i].key, "n."); ok {
 			bucketOf[id] = int32(len(bucketOf) + 1)
 		}
@@ -226,51 +237,44 @@ func loadOrder(recs []loadItem) []int32 {
 		start[b] += start[b-1]
 	}
 	order := make([]int32, len(recs))
-	for _, i := range byRev {
-		b := bucket[i]
-		order[start[b]] = i
+	for i, b := range bucket {
+		order[start[b]] = int32(i)
 		start[b]++
 	}
 	return order
 }
 
-// radixByRev returns the indexes of recs in revision order.
-func radixByRev(recs []loadItem) []int32 {
+// sortByRev sorts recs by revision, with a radix sort (no comparison):
+// it returns them in recs or in a slice of the same length.
+func sortByRev(recs []loadItem) []loadItem {
 	const bits = 11
-	type kv struct {
-		rev uint64
-		i   int32
-	}
-	a := make([]kv, len(recs))
 	top := uint64(0)
 	for i := range recs {
-		a[i] = kv{recs[i].rev, int32(i)}
 		top = max(top, recs[i].rev)
 	}
-	tmp := make([]kv, len(a))
+	var tmp []loadItem
 	var count [1 << bits]int
 	for shift := uint(0); shift < 64 && top>>shift > 0; shift += bits {
+		if tmp == nil {
+			tmp = make([]loadItem, len(recs))
+		}
 		clear(count[:])
-		for _, x := range a {
-			count[(x.rev>>shift)&(1<<bits-1)]++
+		for i := range recs {
+			count[(recs[i].rev>>shift)&(1<<bits-1)]++
 		}
 		sum := 0
 		for d, c := range count {
 			count[d] = sum
 			sum += c
 		}
-		for _, x := range a {
-			d := (x.rev >> shift) & (1<<bits - 1)
-			tmp[count[d]] = x
+		for i := range recs {
+			d := (recs[i].rev >> shift) & (1<<bits - 1)
+			tmp[count[d]] = recs[i]
 			count[d]++
 		}
-		a, tmp = tmp, a
+		recs, tmp = tmp, recs
 	}
-	out := make([]int32, len(a))
-	for j, x := range a {
-		out[j] = x.i
-	}
-	return out
+	return recs
 }
 
 // Get implements Storage.
@@ -376,6 +380,7 @@ func (ls *LocalStorage) snapshot() error {
 		recs = append(recs, localRecord{Key: k, Value: e.Value, Rev: e.Rev})
 	}
 	ls.sinceSnap = 0
+	ls.fresh = nil
 	ls.mu.Unlock()
 	ls.logMu.Unlock()
 	slices.SortFunc(recs, func(a, b localRecord) int { return cmp.Compare(a.Rev, b.Rev) })
@@ -408,6 +413,7 @@ func (ls *LocalStorage) loadSnapshot() (lsn uint64, legacy bool, err error) {
 		return 0, false, fmt.Errorf("reading the notice snapshot %s: %w (move it away to start with empty mailboxes)", ls.snap, err)
 	}
 	ls.rev = max(ls.rev, h.Rev)
+	ls.freshRev = ls.rev // a replayed record or a write makes fresh stale
 	return h.LSN, false, nil
 }
 
@@ -475,11 +481,21 @@ func (ls *LocalStorage) readSnapshot(br *bufio.Reader) (localSnapshotHeader, err
 		held []pending
 		last json.RawMessage
 	)
+	inOrder := len(ls.recs) == 0 // the lines in revision order (as written) into an empty store
+	var fresh []loadItem
+	if inOrder {
+		fresh = make([]loadItem, 0, min(h.Records, 1<<22))
+	}
+	prev := uint64(0)
 	flush := func() {
 		all, from := string(keys), 0
 		for _, p := range held {
-			ls.applyRecord(localRecord{Key: all[from:p.end], Value: p.value, Rev: p.rev})
-			from = p.end
+			k := all[from:p.end]
+			ls.applyRecord(localRecord{Key: k, Value: p.value, Rev: p.rev})
+			if inOrder = inOrder && p.rev > prev; inOrder {
+				fresh = append(fresh, loadItem{k, p.value, p.rev})
+			}
+			prev, from = p.rev, p.end
 		}
 		keys, held = keys[:0], held[:0]
 	}
@@ -512,6 +528,9 @@ func (ls *LocalStorage) readSnapshot(br *bufio.Reader) (localSnapshotHeader, err
 		held = append(held, pending{end: len(keys), value: last, rev: r})
 	}
 	flush()
+	if inOrder {
+		ls.fresh = fresh
+	}
 	return h, nil
 }
 

@@ -63,6 +63,8 @@ type Service struct {
 	loading bool       // between the feed's Begin and Loaded
 	touched []*mailbox // the mailboxes the load changed: marked for the pusher at Loaded, once each
 
+	block []delivery // a load's deliveries not yet used (newDelivery)
+
 	gaugeCh                  string // a load's changes of the gauges not set yet: of this channel
 	gaugePending, gaugeBoxes int64
 
@@ -81,6 +83,8 @@ type notice struct {
 	seq   uint64
 	gen   uint64
 	peers []*delivery // in no order; a delivery knows its place (pi)
+	// keyable: the id can end a delivery's key (ValidID), checked once
+	keyable bool
 }
 
 // delivery is one peer's delivery in the state.
@@ -358,6 +362,7 @@ func (f *feed) Loaded() {
 	s.mu.Lock()
 	s.flushGauges()
 	s.loading = false
+	s.block = nil
 	// The load's changes are marked once per mailbox, not per record.
 	for _, b := range s.touched {
 		s.markDirty(b.ch, b.peer)
@@ -435,7 +440,7 @@ func (s *Service) applyPut(key string, data []byte, rev, gen uint64, own bool) [
 			return nil
 		}
 		s.seq++
-		s.byID[id] = &notice{ch: v.Channel, c: v.Content, wire: Frame(v.Content), rev: rev, seq: s.seq, gen: gen}
+		s.byID[id] = &notice{ch: v.Channel, c: v.Content, wire: Frame(v.Content), rev: rev, seq: s.seq, gen: gen, keyable: ValidID(id)}
 		return nil
 	}
 	ch, peer, id, b, ok := s.parseDelivery(key)
@@ -443,16 +448,19 @@ func (s *Service) applyPut(key string, data []byte, rev, gen uint64, own bool) [
 		return nil // a mailbox's record: the bound's, not the state's
 	}
 	n := s.byID[id]
-	if n == nil || n.ch != ch {
+	if n == nil || n.ch != ch || !n.keyable {
 		return nil // its notice is gone (expired)
 	}
-	var v deliveryValue
+	var v deliveryValue               // on the stack: decoded into another (it escapes), copied here
 	if bytes.Equal(data, s.lastRaw) { // a broadcast's deliveries are alike: a load decodes each value once
 		v = s.lastValue
-	} else if err := json.Unmarshal(data, &v); err != nil {
-		s.log.Warn("skipping a notice delivery the store holds", "key", key, "err", err)
-		return nil
 	} else {
+		p := new(deliveryValue)
+		if err := json.Unmarshal(data, p); err != nil {
+			s.log.Warn("skipping a notice delivery the store holds", "key", key, "err", err)
+			return nil
+		}
+		v = *p
 		s.lastRaw, s.lastValue = append(s.lastRaw[:0], data...), v
 	}
 	if b == nil {
@@ -468,7 +476,8 @@ func (s *Service) applyPut(key string, data []byte, rev, gen uint64, own bool) [
 		d.rev = rev
 	} else {
 		s.seq++
-		d = &delivery{n: n, peer: b.peer, rev: rev, seq: s.seq, gen: gen, pi: len(n.peers)}
+		d = s.newDelivery()
+		*d = delivery{n: n, peer: b.peer, rev: rev, seq: s.seq, gen: gen, pi: len(n.peers)}
 		n.peers = append(n.peers, d)
 		b.add(d)
 		s.setValue(b, d, v)
@@ -496,6 +505,22 @@ func (s *Service) applyPut(key string, data []byte, rev, gen uint64, own bool) [
 		return nil
 	}
 	return pruned
+}
+
+// newDelivery allocates a delivery: a load takes them from blocks of
+// 256 (a block stays in memory while one of its deliveries does; a
+// load brings a notice's deliveries one after the other, and they go
+// together), else one at a time (s.mu held).
+func (s *Service) newDelivery() *delivery {
+	if !s.loading {
+		return new(delivery)
+	}
+	if len(s.block) == 0 {
+		s.block = make([]delivery, 256)
+	}
+	d := &s.block[0]
+	s.block = s.block[1:]
+	return d
 }
 
 // setValue sets d's value, keeping the open counts and gauges (s.mu held).
@@ -636,12 +661,12 @@ func (s *Service) deliveryOf(n *notice, peer string) *delivery {
 
 // parseDelivery splits a delivery's key (ParseDeliveryKey); b is the
 // mailbox it names if the state has it: its channel and peer are then
-// read from a map by the key's middle, not decoded (s.mu held).
+// read from a map by the key's middle, not decoded, and the id is left
+// to its notice to check (keyable) (s.mu held).
 func (s *Service) parseDelivery(key string) (ch, peer, id string, b *mailbox, ok bool) {
 	if j := strings.LastIndexByte(key, '.'); j > 2 && strings.HasPrefix(key, "d.") {
 		if b := s.byKey[key[2:j]]; b != nil {
-			id := key[j+1:]
-			return b.ch, b.peer, id, b, ValidID(id)
+			return b.ch, b.peer, key[j+1:], b, true // the id is checked with its notice (keyable)
 		}
 	}
 	ch, peer, id, ok = ParseDeliveryKey(key)

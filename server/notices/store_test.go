@@ -255,6 +255,7 @@ func TestLocalLoadOrder(t *testing.T) {
 		{key: "x", rev: 1 << 63},
 	}
 	var got []string
+	recs = sortByRev(recs)
 	for _, i := range loadOrder(recs) {
 		got = append(got, recs[i].key)
 	}
