@@ -48,6 +48,21 @@ type LocalStorage struct {
 	// sorted (BenchmarkNoticesOpen).
 	fresh    []loadItem
 	freshRev uint64
+
+	// built is closed once recs holds records.snap's records: a
+	// snapshot in revision order is put in the map in the background
+	// (buildMap) while the first Follow feeds it from fresh; everything
+	// else that reads or writes recs waits for it (waitBuilt). A key
+	// twice in fresh (not a snapshot this store writes) is fed twice,
+	// older first, as a feed may.
+	built chan struct{}
+}
+
+// waitBuilt waits until recs holds the snapshot.
+func (ls *LocalStorage) waitBuilt() {
+	if ls.built != nil {
+		<-ls.built
+	}
 }
 
 // localRecord is one record of the store, and one write of the log
@@ -129,6 +144,10 @@ func OpenLocal(dir string, opt Options) (*LocalStorage, error) {
 		if uint64(lsn) <= snapLSN {
 			return nil // the snapshot holds it
 		}
+		if replayed == 0 {
+			ls.waitBuilt()
+			ls.fresh = nil // the store is no longer as read
+		}
 		replayed++
 		var r localRecord
 		if err := json.Unmarshal(p, &r); err != nil || r.Key == "" {
@@ -149,7 +168,11 @@ func OpenLocal(dir string, opt Options) (*LocalStorage, error) {
 	if replayed > 0 || legacy {
 		ls.sinceSnap = ls.snapBytes // the sweeper's first round writes a snapshot
 	}
-	ls.log.Info("notice mailboxes opened", "records", len(ls.recs), "replayed", replayed, "took", time.Since(t0).Round(time.Millisecond))
+	records := len(ls.fresh) // the map may be building
+	if ls.fresh == nil {
+		records = len(ls.recs)
+	}
+	ls.log.Info("notice mailboxes opened", "records", records, "replayed", replayed, "took", time.Since(t0).Round(time.Millisecond))
 	return ls, nil
 }
 
@@ -176,22 +199,33 @@ func (ls *LocalStorage) Info() StorageInfo { return StorageInfo{} }
 func (ls *LocalStorage) Follow(ctx context.Context, f Feed) error {
 	ls.mu.Lock()
 	recs := ls.fresh
-	if recs == nil || ls.freshRev != ls.rev || len(recs) != len(ls.recs) {
-		recs = make([]loadItem, 0, len(ls.recs))
-		for k, e := range ls.recs {
-			recs = append(recs, loadItem{k, e.Value, e.Rev})
-		}
-		recs = sortByRev(recs)
-	}
 	ls.fresh = nil
+	fresh := recs != nil && ls.freshRev == ls.rev
 	ls.mu.Unlock()
+	if fresh {
+		ls.feed(f, recs)
+		f.Loaded()
+		return nil
+	}
+	ls.waitBuilt()
+	ls.mu.Lock()
+	recs = make([]loadItem, 0, len(ls.recs))
+	for k, e := range ls.recs {
+		recs = append(recs, loadItem{k, e.Value, e.Rev})
+	}
+	ls.mu.Unlock()
+	ls.feed(f, sortByRev(recs))
+	f.Loaded()
+	return nil
+}
+
+// feed begins a load of recs (in revision order) in loadOrder.
+func (ls *LocalStorage) feed(f Feed, recs []loadItem) {
 	f.Begin()
 	for _, i := range loadOrder(recs) {
 		r := &recs[i]
 		f.Put(r.key, r.value, r.rev)
 	}
-	f.Loaded()
-	return nil
 }
 
 type loadItem struct {
@@ -279,6 +313,7 @@ func sortByRev(recs []loadItem) []loadItem {
 
 // Get implements Storage.
 func (ls *LocalStorage) Get(_ context.Context, key string) ([]byte, uint64, error) {
+	ls.waitBuilt()
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if r, ok := ls.recs[key]; ok {
@@ -302,6 +337,7 @@ func (ls *LocalStorage) Delete(_ context.Context, key string, rev uint64) error 
 // (the map is ahead of the log only while the write holds logMu, so a
 // snapshot holds only what is logged).
 func (ls *LocalStorage) write(key string, value []byte, rev uint64, del bool) (uint64, error) {
+	ls.waitBuilt()
 	ls.logMu.RLock()
 	defer ls.logMu.RUnlock()
 	ls.mu.Lock()
@@ -371,6 +407,7 @@ func (ls *LocalStorage) Close() error {
 
 // snapshot writes the store to records.snap and releases the log up to it.
 func (ls *LocalStorage) snapshot() error {
+	ls.waitBuilt()
 	ls.logMu.Lock() // no write in flight: the map holds every durable record
 	lsn := ls.wl.Durable()
 	ls.mu.Lock()
@@ -408,13 +445,41 @@ func (ls *LocalStorage) loadSnapshot() (lsn uint64, legacy bool, err error) {
 		return 0, false, fmt.Errorf("reading the notice snapshot: %w", err)
 	}
 	defer f.Close()
-	h, err := ls.readSnapshot(bufio.NewReaderSize(f, 256<<10))
+	h, recs, inOrder, err := readSnapshot(bufio.NewReaderSize(f, 256<<10))
 	if err != nil {
 		return 0, false, fmt.Errorf("reading the notice snapshot %s: %w (move it away to start with empty mailboxes)", ls.snap, err)
 	}
 	ls.rev = max(ls.rev, h.Rev)
-	ls.freshRev = ls.rev // a replayed record or a write makes fresh stale
+	if !inOrder || len(recs) == 0 {
+		ls.take(recs)
+		return h.LSN, false, nil
+	}
+	ls.rev = max(ls.rev, recs[len(recs)-1].rev)
+	ls.fresh, ls.freshRev = recs, ls.rev // a replayed record or a write makes fresh stale
+	ls.built = make(chan struct{})
+	go ls.buildMap(recs)
 	return h.LSN, false, nil
+}
+
+// take puts a snapshot's records in the map.
+func (ls *LocalStorage) take(recs []loadItem) {
+	if len(ls.recs) == 0 {
+		ls.recs = make(map[string]localEntry, len(recs))
+	}
+	for _, r := range recs {
+		ls.applyRecord(localRecord{Key: r.key, Value: r.value, Rev: r.rev})
+	}
+}
+
+// buildMap puts a snapshot's records (in revision order: a later one
+// of a key is newer) in a new map, then closes built.
+func (ls *LocalStorage) buildMap(recs []loadItem) {
+	m := make(map[string]localEntry, len(recs))
+	for _, r := range recs {
+		m[r.key] = localEntry{Value: r.value, Rev: r.rev}
+	}
+	ls.recs = m
+	close(ls.built)
 }
 
 // writeSnapshot writes h and recs in records.snap's format.
@@ -447,29 +512,27 @@ func writeSnapshot(w *bufio.Writer, h localSnapshotHeader, recs []localRecord) e
 	return nil
 }
 
-// readSnapshot reads records.snap into the map; it returns the header.
-// A line that does not parse is an error (the file is written whole and
+// readSnapshot reads records.snap: its header, its records, and
+// whether they are in strictly growing revision order (as written). A
+// line that does not parse is an error (the file is written whole and
 // renamed into place: it is never torn).
 //
 // The keys are cut from strings of about 64 KB, each made once for the
 // lines it holds, rather than one string per key: a load of 500,000
 // records allocates a few hundred strings (BenchmarkNoticesOpen). Such a
 // string stays in memory while any key cut from it does.
-func (ls *LocalStorage) readSnapshot(br *bufio.Reader) (localSnapshotHeader, error) {
-	var h localSnapshotHeader
+func readSnapshot(br *bufio.Reader) (h localSnapshotHeader, recs []loadItem, inOrder bool, err error) {
 	head, err := br.ReadSlice('\n')
 	if err != nil {
-		return h, fmt.Errorf("its header: %w", err)
+		return h, nil, false, fmt.Errorf("its header: %w", err)
 	}
 	if err := json.Unmarshal(head, &h); err != nil {
-		return h, fmt.Errorf("its header: %w", err)
+		return h, nil, false, fmt.Errorf("its header: %w", err)
 	}
 	if h.Format != 1 {
-		return h, fmt.Errorf("format %d (this termserver reads format 1)", h.Format)
+		return h, nil, false, fmt.Errorf("format %d (this termserver reads format 1)", h.Format)
 	}
-	if len(ls.recs) == 0 && h.Records > 0 {
-		ls.recs = make(map[string]localEntry, min(h.Records, 1<<22)) // a hint only: the lines say what is there
-	}
+	recs = make([]loadItem, 0, max(0, min(h.Records, 1<<22))) // a hint only: the lines say what is there
 	const chunk = 64 << 10
 	type pending struct {
 		end   int // the key is keys[previous end:end]
@@ -480,21 +543,14 @@ func (ls *LocalStorage) readSnapshot(br *bufio.Reader) (localSnapshotHeader, err
 		keys []byte
 		held []pending
 		last json.RawMessage
+		prev uint64
 	)
-	inOrder := len(ls.recs) == 0 // the lines in revision order (as written) into an empty store
-	var fresh []loadItem
-	if inOrder {
-		fresh = make([]loadItem, 0, min(h.Records, 1<<22))
-	}
-	prev := uint64(0)
+	inOrder = true
 	flush := func() {
 		all, from := string(keys), 0
 		for _, p := range held {
-			k := all[from:p.end]
-			ls.applyRecord(localRecord{Key: k, Value: p.value, Rev: p.rev})
-			if inOrder = inOrder && p.rev > prev; inOrder {
-				fresh = append(fresh, loadItem{k, p.value, p.rev})
-			}
+			recs = append(recs, loadItem{all[from:p.end], p.value, p.rev})
+			inOrder = inOrder && p.rev > prev
 			prev, from = p.rev, p.end
 		}
 		keys, held = keys[:0], held[:0]
@@ -506,14 +562,14 @@ func (ls *LocalStorage) readSnapshot(br *bufio.Reader) (localSnapshotHeader, err
 			break
 		}
 		if err != nil {
-			return h, fmt.Errorf("line %d: %w", n, err)
+			return h, nil, false, fmt.Errorf("line %d: %w", n, err)
 		}
 		line = line[:len(line)-1]
 		rev, rest, ok1 := bytes.Cut(line, []byte{'\t'})
 		key, val, ok2 := bytes.Cut(rest, []byte{'\t'})
 		r, ok3 := parseRev(rev)
 		if !ok1 || !ok2 || !ok3 || len(key) == 0 || len(val) == 0 || (string(val) == "=" && last == nil) {
-			return h, fmt.Errorf("line %d: not a record (revision, tab, key, tab, value)", n)
+			return h, nil, false, fmt.Errorf("line %d: not a record (revision, tab, key, tab, value)", n)
 		}
 		if string(val) != "=" {
 			last = append(json.RawMessage(nil), val...)
@@ -528,10 +584,7 @@ func (ls *LocalStorage) readSnapshot(br *bufio.Reader) (localSnapshotHeader, err
 		held = append(held, pending{end: len(keys), value: last, rev: r})
 	}
 	flush()
-	if inOrder {
-		ls.fresh = fresh
-	}
-	return h, nil
+	return h, recs, inOrder, nil
 }
 
 // maxSnapshotLine bounds a line of records.snap (a record's value).

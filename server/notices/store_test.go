@@ -100,7 +100,12 @@ func TestNoticeSnapshotAndReplay(t *testing.T) {
 	}
 	// The ack of e pruned b (three finished): its records are gone from
 	// the store, not only from the state.
-	if n := len(ns.st.(*LocalStorage).recs); n != 6 {
+	ls := ns.st.(*LocalStorage)
+	ls.waitBuilt() // the map of a snapshot is built in the background
+	ls.mu.Lock()
+	n := len(ls.recs)
+	ls.mu.Unlock()
+	if n != 6 {
 		t.Fatalf("the store holds %d records, want 6 (c, d and e, and their deliveries to p)", n)
 	}
 }
@@ -280,10 +285,12 @@ func TestLocalSnapshotManyKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Flush()
-	ls := &LocalStorage{recs: map[string]localEntry{}}
-	if _, err := ls.readSnapshot(bufio.NewReader(&buf)); err != nil {
-		t.Fatal(err)
+	_, read, inOrder, err := readSnapshot(bufio.NewReader(&buf))
+	if err != nil || !inOrder {
+		t.Fatal(err, inOrder)
 	}
+	ls := &LocalStorage{recs: map[string]localEntry{}}
+	ls.take(read)
 	if len(ls.recs) != len(recs) {
 		t.Fatalf("%d records read, want %d", len(ls.recs), len(recs))
 	}
@@ -291,5 +298,36 @@ func TestLocalSnapshotManyKeys(t *testing.T) {
 		if e, ok := ls.recs[r.Key]; !ok || e.Rev != r.Rev || !bytes.Equal(e.Value, r.Value) {
 			t.Fatalf("record %.40q read as %+v", r.Key, e)
 		}
+	}
+}
+
+// A records.snap that names a key twice (not one this termserver
+// writes) loads as the newest of the two, whether its lines are in
+// revision order (fed as read, the map built meanwhile) or not (fed from
+// the map).
+func TestLocalSnapshotKeyTwice(t *testing.T) {
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	nv := string(mustJSON(noticeValue{Channel: "ch", Content: Content{NoticeID: "n-1", Text: "hi", Priority: "info", DisplaySeconds: 5, ExpiresAt: exp}}))
+	pending := string(mustJSON(deliveryValue{State: Pending, Expires: exp}))
+	acked := string(mustJSON(deliveryValue{State: Acked, Expires: exp}))
+	for name, lines := range map[string][]string{
+		"in order": {"1\tn.n-1\t" + nv, "2\t" + DeliveryKey("ch", "p", "n-1") + "\t" + pending, "3\t" + DeliveryKey("ch", "p", "n-1") + "\t" + acked},
+		"unsorted": {"3\t" + DeliveryKey("ch", "p", "n-1") + "\t" + acked, "1\tn.n-1\t" + nv, "2\t" + DeliveryKey("ch", "p", "n-1") + "\t" + pending},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			data := `{"format":1,"lsn":0,"rev":3,"records":3}` + "\n" + strings.Join(lines, "\n") + "\n"
+			if err := os.WriteFile(filepath.Join(dir, localSnapshotFile), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ns := openTestNotices(t, dir, 10)
+			defer ns.Close()
+			if got := ids(ns.ListPeer("ch", "p", true)); len(got) != 1 || got[0] != "hi=acked" {
+				t.Fatalf("loaded %v, want [hi=acked]", got)
+			}
+			if n := ns.Count("ch", "p"); n != 0 {
+				t.Fatalf("count %d", n)
+			}
+		})
 	}
 }
