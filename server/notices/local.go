@@ -37,7 +37,7 @@ type LocalStorage struct {
 	logMu sync.RWMutex // a write (map, then log) holds it for reading; a snapshot for writing
 
 	mu        sync.Mutex
-	recs      map[string]localEntry
+	recs      localRecs
 	rev       uint64
 	sinceSnap int // payload bytes logged since the last snapshot
 	failed    error
@@ -50,11 +50,11 @@ type LocalStorage struct {
 	freshRev uint64
 
 	// built is closed once recs holds records.snap's records: a
-	// snapshot in revision order is put in the map in the background
-	// (buildMap) while the first Follow feeds it from fresh; everything
-	// else that reads or writes recs waits for it (waitBuilt). A key
-	// twice in fresh (not a snapshot this store writes) is fed twice,
-	// older first, as a feed may.
+	// snapshot in revision order is indexed in the background
+	// (buildIndex) while the first Follow feeds it from fresh;
+	// everything else that reads or writes recs waits for it
+	// (waitBuilt). A key twice in fresh (not a snapshot this store
+	// writes) is fed twice, older first, as a feed may.
 	built chan struct{}
 }
 
@@ -74,9 +74,9 @@ type localRecord struct {
 	Del   bool            `json:"del,omitempty"`
 }
 
-// localEntry is a record in the store's map (its key is the map's): a
-// value, not a pointer, so a load of 500,000 records makes no object per
-// record and the collector has none to trace.
+// localEntry is a record of the store (its key is the map's, or the base
+// record's: localRecs): a value, not a pointer, so a load of 500,000
+// records makes no object per record.
 type localEntry struct {
 	Value json.RawMessage
 	Rev   uint64
@@ -130,7 +130,7 @@ func OpenLocal(dir string, opt Options) (*LocalStorage, error) {
 		opt.SnapshotBytes = 8 << 20
 	}
 	ls := &LocalStorage{dir: dir, snap: filepath.Join(dir, localSnapshotFile), log: opt.Logger, noSync: opt.NoSync,
-		snapBytes: opt.SnapshotBytes, recs: map[string]localEntry{}}
+		snapBytes: opt.SnapshotBytes, recs: newLocalRecs(0)}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("opening the notice mailboxes: %w", err)
 	}
@@ -168,9 +168,9 @@ func OpenLocal(dir string, opt Options) (*LocalStorage, error) {
 	if replayed > 0 || legacy {
 		ls.sinceSnap = ls.snapBytes // the sweeper's first round writes a snapshot
 	}
-	records := len(ls.fresh) // the map may be building
+	records := len(ls.fresh) // the index may be building
 	if ls.fresh == nil {
-		records = len(ls.recs)
+		records = ls.recs.len()
 	}
 	ls.log.Info("notice mailboxes opened", "records", records, "replayed", replayed, "took", time.Since(t0).Round(time.Millisecond))
 	return ls, nil
@@ -180,14 +180,14 @@ func OpenLocal(dir string, opt Options) (*LocalStorage, error) {
 // twice: an older revision changes nothing).
 func (ls *LocalStorage) applyRecord(r localRecord) {
 	ls.rev = max(ls.rev, r.Rev)
-	if cur, ok := ls.recs[r.Key]; ok && cur.Rev >= r.Rev {
+	if cur, ok := ls.recs.get(r.Key); ok && cur.Rev >= r.Rev {
 		return
 	}
 	if r.Del {
-		delete(ls.recs, r.Key)
+		ls.recs.del(r.Key)
 		return
 	}
-	ls.recs[r.Key] = localEntry{Value: r.Value, Rev: r.Rev}
+	ls.recs.set(r.Key, localEntry{Value: r.Value, Rev: r.Rev})
 }
 
 // Info implements Storage: one writer, and records go only when deleted.
@@ -209,10 +209,8 @@ func (ls *LocalStorage) Follow(ctx context.Context, f Feed) error {
 	}
 	ls.waitBuilt()
 	ls.mu.Lock()
-	recs = make([]loadItem, 0, len(ls.recs))
-	for k, e := range ls.recs {
-		recs = append(recs, loadItem{k, e.Value, e.Rev})
-	}
+	recs = make([]loadItem, 0, ls.recs.len())
+	ls.recs.each(func(k string, e localEntry) { recs = append(recs, loadItem{k, e.Value, e.Rev}) })
 	ls.mu.Unlock()
 	ls.feed(f, sortByRev(recs))
 	f.Loaded()
@@ -316,7 +314,7 @@ func (ls *LocalStorage) Get(_ context.Context, key string) ([]byte, uint64, erro
 	ls.waitBuilt()
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if r, ok := ls.recs[key]; ok {
+	if r, ok := ls.recs.get(key); ok {
 		return append([]byte(nil), r.Value...), r.Rev, nil
 	}
 	return nil, 0, nil
@@ -346,7 +344,7 @@ func (ls *LocalStorage) write(key string, value []byte, rev uint64, del bool) (u
 		ls.mu.Unlock()
 		return 0, err
 	}
-	cur, had := ls.recs[key]
+	cur, had := ls.recs.get(key)
 	switch {
 	case !had && del:
 		ls.mu.Unlock()
@@ -358,9 +356,9 @@ func (ls *LocalStorage) write(key string, value []byte, rev uint64, del bool) (u
 	ls.rev++
 	r := localRecord{Key: key, Value: json.RawMessage(value), Rev: ls.rev, Del: del}
 	if del {
-		delete(ls.recs, key)
+		ls.recs.del(key)
 	} else {
-		ls.recs[key] = localEntry{Value: r.Value, Rev: r.Rev}
+		ls.recs.set(key, localEntry{Value: r.Value, Rev: r.Rev})
 	}
 	ls.mu.Unlock()
 	p, err := json.Marshal(&r)
@@ -375,11 +373,11 @@ func (ls *LocalStorage) write(key string, value []byte, rev uint64, del bool) (u
 		if errors.Is(err, wal.ErrFailed) {
 			ls.failed = fmt.Errorf("the notice log failed and takes no more writes until termserver restarts: %w", err)
 		}
-		if x, ok := ls.recs[key]; (ok && x.Rev == r.Rev) || (del && !ok) { // not logged: as it was
+		if x, ok := ls.recs.get(key); (ok && x.Rev == r.Rev) || (del && !ok) { // not logged: as it was
 			if had {
-				ls.recs[key] = cur
+				ls.recs.set(key, cur)
 			} else {
-				delete(ls.recs, key)
+				ls.recs.del(key)
 			}
 		}
 		return 0, fmt.Errorf("writing the notice log: %w", err)
@@ -411,11 +409,10 @@ func (ls *LocalStorage) snapshot() error {
 	ls.logMu.Lock() // no write in flight: the map holds every durable record
 	lsn := ls.wl.Durable()
 	ls.mu.Lock()
-	h := localSnapshotHeader{Format: 1, LSN: uint64(lsn), Rev: ls.rev, Records: len(ls.recs)}
-	recs := make([]localRecord, 0, len(ls.recs))
-	for k, e := range ls.recs {
-		recs = append(recs, localRecord{Key: k, Value: e.Value, Rev: e.Rev})
-	}
+	ls.recs.compact()
+	h := localSnapshotHeader{Format: 1, LSN: uint64(lsn), Rev: ls.rev, Records: ls.recs.len()}
+	recs := make([]localRecord, 0, h.Records)
+	ls.recs.each(func(k string, e localEntry) { recs = append(recs, localRecord{Key: k, Value: e.Value, Rev: e.Rev}) })
 	ls.sinceSnap = 0
 	ls.fresh = nil
 	ls.mu.Unlock()
@@ -457,28 +454,25 @@ func (ls *LocalStorage) loadSnapshot() (lsn uint64, legacy bool, err error) {
 	ls.rev = max(ls.rev, recs[len(recs)-1].rev)
 	ls.fresh, ls.freshRev = recs, ls.rev // a replayed record or a write makes fresh stale
 	ls.built = make(chan struct{})
-	go ls.buildMap(recs)
+	go ls.buildIndex(recs)
 	return h.LSN, false, nil
 }
 
-// take puts a snapshot's records in the map.
+// take puts a snapshot's records in the store's map (not in revision
+// order: no base).
 func (ls *LocalStorage) take(recs []loadItem) {
-	if len(ls.recs) == 0 {
-		ls.recs = make(map[string]localEntry, len(recs))
+	if ls.recs.len() == 0 {
+		ls.recs = newLocalRecs(len(recs))
 	}
 	for _, r := range recs {
 		ls.applyRecord(localRecord{Key: r.key, Value: r.value, Rev: r.rev})
 	}
 }
 
-// buildMap puts a snapshot's records (in revision order: a later one
-// of a key is newer) in a new map, then closes built.
-func (ls *LocalStorage) buildMap(recs []loadItem) {
-	m := make(map[string]localEntry, len(recs))
-	for _, r := range recs {
-		m[r.key] = localEntry{Value: r.value, Rev: r.rev}
-	}
-	ls.recs = m
+// buildIndex makes a snapshot's records (in revision order: a later one
+// of a key is newer) the store's base (localRecs), then closes built.
+func (ls *LocalStorage) buildIndex(recs []loadItem) {
+	ls.recs.setBase(recs)
 	close(ls.built)
 }
 
@@ -719,11 +713,11 @@ func (ls *LocalStorage) applyLegacy(p []byte) bool {
 
 func (ls *LocalStorage) legacyPut(key string, v any) {
 	ls.rev++
-	ls.recs[key] = localEntry{Value: mustJSON(v), Rev: ls.rev}
+	ls.recs.set(key, localEntry{Value: mustJSON(v), Rev: ls.rev})
 }
 
 func (ls *LocalStorage) legacyCreate(r legacyRecord) bool {
-	if r.Created == nil || r.Expires == nil || hasKey(ls.recs, NoticeKey(r.ID)) || !ValidID(r.ID) {
+	if r.Created == nil || r.Expires == nil || ls.has(NoticeKey(r.ID)) || !ValidID(r.ID) {
 		return false
 	}
 	exp := r.Expires.UTC()
@@ -738,7 +732,7 @@ func (ls *LocalStorage) legacyCreate(r legacyRecord) bool {
 // legacyFinish ends peer's delivery (made when create, the snapshot's
 // finished peers).
 func (ls *LocalStorage) legacyFinish(ch, id, peer, state string, at *time.Time, create bool) {
-	n, ok := ls.recs[NoticeKey(id)]
+	n, ok := ls.recs.get(NoticeKey(id))
 	if !ok {
 		return
 	}
@@ -748,7 +742,7 @@ func (ls *LocalStorage) legacyFinish(ch, id, peer, state string, at *time.Time, 
 	}
 	key := DeliveryKey(ch, peer, id)
 	v := deliveryValue{State: Pending, Expires: nv.ExpiresAt}
-	if d, ok := ls.recs[key]; ok {
+	if d, ok := ls.recs.get(key); ok {
 		if json.Unmarshal(d.Value, &v) != nil {
 			return
 		}
@@ -769,7 +763,7 @@ func (ls *LocalStorage) legacyFinish(ch, id, peer, state string, at *time.Time, 
 	ls.legacyPut(key, v)
 }
 
-func hasKey(m map[string]localEntry, k string) bool {
-	_, ok := m[k]
+func (ls *LocalStorage) has(key string) bool {
+	_, ok := ls.recs.get(key)
 	return ok
 }

@@ -103,7 +103,7 @@ func TestNoticeSnapshotAndReplay(t *testing.T) {
 	ls := ns.st.(*LocalStorage)
 	ls.waitBuilt() // the map of a snapshot is built in the background
 	ls.mu.Lock()
-	n := len(ls.recs)
+	n := ls.recs.len()
 	ls.mu.Unlock()
 	if n != 6 {
 		t.Fatalf("the store holds %d records, want 6 (c, d and e, and their deliveries to p)", n)
@@ -289,13 +289,13 @@ func TestLocalSnapshotManyKeys(t *testing.T) {
 	if err != nil || !inOrder {
 		t.Fatal(err, inOrder)
 	}
-	ls := &LocalStorage{recs: map[string]localEntry{}}
-	ls.take(read)
-	if len(ls.recs) != len(recs) {
-		t.Fatalf("%d records read, want %d", len(ls.recs), len(recs))
+	ls := &LocalStorage{recs: newLocalRecs(0), built: make(chan struct{})}
+	ls.buildIndex(read)
+	if ls.recs.len() != len(recs) {
+		t.Fatalf("%d records read, want %d", ls.recs.len(), len(recs))
 	}
 	for _, r := range recs {
-		if e, ok := ls.recs[r.Key]; !ok || e.Rev != r.Rev || !bytes.Equal(e.Value, r.Value) {
+		if e, ok := ls.recs.get(r.Key); !ok || e.Rev != r.Rev || !bytes.Equal(e.Value, r.Value) {
 			t.Fatalf("record %.40q read as %+v", r.Key, e)
 		}
 	}
