@@ -55,8 +55,9 @@
 // only the records after its LSN; each carries its revision, so a record
 // is applied once even when the release mark was lost. The snapshot's
 // records, written in revision order, feed the Service's first load as
-// read while the store's map of them is built on a goroutine of its
-// own (a read or write of the store waits for it): a workspace of
+// read while the store's index of them (a table of their keys' hashes)
+// is built on a goroutine of its own (a read or write of the store waits
+// for it); later writes go to a map beside them: a workspace of
 // 500,000 deliveries opens in about the time the older store took
 // (BenchmarkNoticesOpen). A workspace of the older store (an operation
 // log and snapshot.json) is read once and rewritten by the first
