@@ -32,6 +32,7 @@ func BenchmarkNoticesOpen(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		ns.st.(*LocalStorage).waitBuilt() // timed: the store's index too, not only the state
 		b.StopTimer()
 		if n := ns.Count("ch", peers[0]); n != 100 {
 			b.Fatalf("count %d", n)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -97,15 +98,49 @@ func FuzzReadSnapshot(f *testing.F) {
 	f.Add([]byte("{\"format\":1}\n1\tk\t=\n"))
 	f.Add([]byte("{\"format\":2}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ls := &LocalStorage{recs: map[string]*localRecord{}}
-		h, err := ls.readSnapshot(bufio.NewReader(bytes.NewReader(data)))
+		h, read, inOrder, err := readSnapshot(bufio.NewReader(bytes.NewReader(data)))
 		if err != nil {
+			if !strings.Contains(err.Error(), "line ") && !strings.Contains(err.Error(), "header") && !strings.Contains(err.Error(), "format") {
+				t.Fatalf("an error that names no line: %v", err)
+			}
 			return
 		}
-		// What was read is written back and read again the same.
-		recs := make([]localRecord, 0, len(ls.recs))
-		for _, r := range ls.recs {
-			recs = append(recs, *r)
+		for i := 1; i < len(read); i++ {
+			if inOrder && read[i].rev <= read[i-1].rev {
+				t.Fatalf("in order, but revision %d after %d", read[i].rev, read[i-1].rev)
+			}
+		}
+		ls := &LocalStorage{recs: newLocalRecs(0)}
+		ls.take(read)
+		taken := records(ls)
+		if inOrder && len(read) > 0 {
+			// What the background build makes is what take makes, and
+			// stays so through writes and deletions of its records.
+			bg := &LocalStorage{recs: newLocalRecs(0), built: make(chan struct{})}
+			bg.buildIndex(read)
+			sameRecords(t, "built", records(bg), taken)
+			for i, k := range slices.Sorted(maps.Keys(taken)) {
+				e := localEntry{Value: json.RawMessage(`{}`), Rev: uint64(1000 + i)}
+				switch i % 3 {
+				case 0:
+					bg.recs.set(k, e)
+					ls.recs.set(k, e)
+				case 1:
+					bg.recs.del(k)
+					ls.recs.del(k)
+				}
+			}
+			sameRecords(t, "changed", records(bg), records(ls))
+			bg.recs.compact()
+			sameRecords(t, "compacted", records(bg), records(ls))
+			if bg.recs.len() != ls.recs.len() {
+				t.Fatalf("%d records, want %d", bg.recs.len(), ls.recs.len())
+			}
+			ls.recs.del("no such key")
+		}
+		recs := make([]localRecord, 0, len(taken))
+		for k, e := range taken {
+			recs = append(recs, localRecord{Key: k, Value: e.Value, Rev: e.Rev})
 		}
 		slices.SortFunc(recs, func(a, b localRecord) int { return cmp.Compare(a.Rev, b.Rev) })
 		var out bytes.Buffer
@@ -114,17 +149,44 @@ func FuzzReadSnapshot(f *testing.F) {
 			return // a key with a tab in it can be read from a line, not written
 		}
 		bw.Flush()
-		again := &LocalStorage{recs: map[string]*localRecord{}}
-		if _, err := again.readSnapshot(bufio.NewReader(&out)); err != nil {
+		_, back, _, err := readSnapshot(bufio.NewReader(&out))
+		if err != nil {
 			t.Fatalf("a snapshot written from %q does not read back: %v", data, err)
 		}
-		if len(again.recs) != len(ls.recs) {
-			t.Fatalf("%d records read back, want %d", len(again.recs), len(ls.recs))
-		}
-		for k, r := range ls.recs {
-			if a := again.recs[k]; a == nil || a.Rev != r.Rev || !bytes.Equal(a.Value, r.Value) {
-				t.Fatalf("record %q read back as %+v, want %+v", k, a, r)
-			}
-		}
+		again := &LocalStorage{recs: newLocalRecs(0)}
+		again.take(back)
+		sameRecords(t, "read back", records(again), taken)
 	})
+}
+
+// records is every record of ls's store.
+func records(ls *LocalStorage) map[string]localEntry {
+	m := map[string]localEntry{}
+	ls.recs.each(func(k string, e localEntry) {
+		if _, ok := m[k]; ok {
+			panic("key " + k + " twice")
+		}
+		m[k] = e
+	})
+	if len(m) != ls.recs.len() {
+		panic("len differs from each")
+	}
+	for k, e := range m {
+		if g, ok := ls.recs.get(k); !ok || g.Rev != e.Rev || !bytes.Equal(g.Value, e.Value) {
+			panic("get differs from each: " + k)
+		}
+	}
+	return m
+}
+
+func sameRecords(t *testing.T, what string, got, want map[string]localEntry) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d records, want %d", what, len(got), len(want))
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g.Rev != w.Rev || !bytes.Equal(g.Value, w.Value) {
+			t.Fatalf("%s: record %q is %+v, want %+v", what, k, g, w)
+		}
+	}
 }

@@ -37,10 +37,32 @@ type LocalStorage struct {
 	logMu sync.RWMutex // a write (map, then log) holds it for reading; a snapshot for writing
 
 	mu        sync.Mutex
-	recs      map[string]*localRecord
+	recs      localRecs
 	rev       uint64
 	sinceSnap int // payload bytes logged since the last snapshot
 	failed    error
+
+	// fresh is records.snap's records as read, in revision order, for
+	// the first Follow while the store is as read (freshRev: its
+	// revision then): the map's records need neither be copied nor
+	// sorted (BenchmarkNoticesOpen).
+	fresh    []loadItem
+	freshRev uint64
+
+	// built is closed once recs holds records.snap's records: a
+	// snapshot in revision order is indexed in the background
+	// (buildIndex) while the first Follow feeds it from fresh;
+	// everything else that reads or writes recs waits for it
+	// (waitBuilt). A key twice in fresh (not a snapshot this store
+	// writes) is fed twice, older first, as a feed may.
+	built chan struct{}
+}
+
+// waitBuilt waits until recs holds the snapshot.
+func (ls *LocalStorage) waitBuilt() {
+	if ls.built != nil {
+		<-ls.built
+	}
 }
 
 // localRecord is one record of the store, and one write of the log
@@ -50,6 +72,14 @@ type localRecord struct {
 	Value json.RawMessage `json:"v,omitempty"`
 	Rev   uint64          `json:"r"`
 	Del   bool            `json:"del,omitempty"`
+}
+
+// localEntry is a record of the store (its key is the map's, or the base
+// record's: localRecs): a value, not a pointer, so a load of 500,000
+// records makes no object per record.
+type localEntry struct {
+	Value json.RawMessage
+	Rev   uint64
 }
 
 // localSnapshotHeader is records.snap's first line (JSON): the last LSN
@@ -100,7 +130,7 @@ func OpenLocal(dir string, opt Options) (*LocalStorage, error) {
 		opt.SnapshotBytes = 8 << 20
 	}
 	ls := &LocalStorage{dir: dir, snap: filepath.Join(dir, localSnapshotFile), log: opt.Logger, noSync: opt.NoSync,
-		snapBytes: opt.SnapshotBytes, recs: map[string]*localRecord{}}
+		snapBytes: opt.SnapshotBytes, recs: newLocalRecs(0)}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("opening the notice mailboxes: %w", err)
 	}
@@ -113,6 +143,10 @@ func OpenLocal(dir string, opt Options) (*LocalStorage, error) {
 	wl, err := wal.Open(filepath.Join(dir, "wal"), wal.Options{NoSync: opt.NoSync, Logger: opt.Logger, SegmentBytes: localSegmentBytes}, func(lsn wal.LSN, p []byte) error {
 		if uint64(lsn) <= snapLSN {
 			return nil // the snapshot holds it
+		}
+		if replayed == 0 {
+			ls.waitBuilt()
+			ls.fresh = nil // the store is no longer as read
 		}
 		replayed++
 		var r localRecord
@@ -134,7 +168,11 @@ func OpenLocal(dir string, opt Options) (*LocalStorage, error) {
 	if replayed > 0 || legacy {
 		ls.sinceSnap = ls.snapBytes // the sweeper's first round writes a snapshot
 	}
-	ls.log.Info("notice mailboxes opened", "records", len(ls.recs), "replayed", replayed, "took", time.Since(t0).Round(time.Millisecond))
+	records := len(ls.fresh) // the index may be building
+	if ls.fresh == nil {
+		records = ls.recs.len()
+	}
+	ls.log.Info("notice mailboxes opened", "records", records, "replayed", replayed, "took", time.Since(t0).Round(time.Millisecond))
 	return ls, nil
 }
 
@@ -142,83 +180,141 @@ func OpenLocal(dir string, opt Options) (*LocalStorage, error) {
 // twice: an older revision changes nothing).
 func (ls *LocalStorage) applyRecord(r localRecord) {
 	ls.rev = max(ls.rev, r.Rev)
-	if cur := ls.recs[r.Key]; cur != nil && cur.Rev >= r.Rev {
+	if cur, ok := ls.recs.get(r.Key); ok && cur.Rev >= r.Rev {
 		return
 	}
 	if r.Del {
-		delete(ls.recs, r.Key)
+		ls.recs.del(r.Key)
 		return
 	}
-	ls.recs[r.Key] = &localRecord{Key: r.Key, Value: r.Value, Rev: r.Rev}
+	ls.recs.set(r.Key, localEntry{Value: r.Value, Rev: r.Rev})
 }
 
 // Info implements Storage: one writer, and records go only when deleted.
 func (ls *LocalStorage) Info() StorageInfo { return StorageInfo{} }
 
 // Follow implements Storage: the whole store, the notices first (oldest
-// first), then the deliveries; nothing else writes it.
+// first), then the deliveries by notice, then any other record, each
+// group in revision order; nothing else writes it.
 func (ls *LocalStorage) Follow(ctx context.Context, f Feed) error {
 	ls.mu.Lock()
-	recs := make([]localRecord, 0, len(ls.recs))
-	for _, r := range ls.recs {
-		recs = append(recs, *r)
-	}
+	recs := ls.fresh
+	ls.fresh = nil
+	fresh := recs != nil && ls.freshRev == ls.rev
 	ls.mu.Unlock()
-	// A delivery sorts by its notice's revision (created order), then
-	// its own: the state numbers them in the order it takes them. The
-	// notices' revisions come from a map of the notices alone (a few
-	// hundred), keyed by the id inside the delivery's key: no key built
-	// and no look-up in the whole store per delivery (BenchmarkNoticesOpen).
-	nrev := map[string]uint64{}
-	for i := range recs {
-		if id, ok := strings.CutPrefix(recs[i].Key, "n."); ok {
-			nrev[id] = recs[i].Rev
-		}
+	if fresh {
+		ls.feed(f, recs)
+		f.Loaded()
+		return nil
 	}
-	type ordered struct {
-		notice    bool
-		nrev, rev uint64
-		i         int
-	}
-	keys := make([]ordered, len(recs))
-	for i := range recs {
-		k := recs[i].Key
-		o := ordered{i: i, nrev: recs[i].Rev, rev: recs[i].Rev}
-		if strings.HasPrefix(k, "n.") {
-			o.notice = true
-		} else if j := strings.LastIndexByte(k, '.'); strings.HasPrefix(k, "d.") && j > 0 {
-			if r, ok := nrev[k[j+1:]]; ok {
-				o.nrev = r
-			}
-		}
-		keys[i] = o
-	}
-	slices.SortFunc(keys, func(a, b ordered) int {
-		switch {
-		case a.notice != b.notice:
-			if a.notice {
-				return -1
-			}
-			return 1
-		case a.nrev != b.nrev:
-			return cmp.Compare(a.nrev, b.nrev)
-		}
-		return cmp.Compare(a.rev, b.rev)
-	})
-	f.Begin()
-	for _, k := range keys {
-		r := &recs[k.i]
-		f.Put(r.Key, r.Value, r.Rev)
-	}
+	ls.waitBuilt()
+	ls.mu.Lock()
+	recs = make([]loadItem, 0, ls.recs.len())
+	ls.recs.each(func(k string, e localEntry) { recs = append(recs, loadItem{k, e.Value, e.Rev}) })
+	ls.mu.Unlock()
+	ls.feed(f, sortByRev(recs))
 	f.Loaded()
 	return nil
 }
 
+// feed begins a load of recs (in revision order) in loadOrder.
+func (ls *LocalStorage) feed(f Feed, recs []loadItem) {
+	f.Begin()
+	for _, i := range loadOrder(recs) {
+		r := &recs[i]
+		f.Put(r.key, r.value, r.rev)
+	}
+}
+
+type loadItem struct {
+	key   string
+	value []byte
+	rev   uint64
+}
+
+// loadOrder is the order Follow feeds recs (in revision order) in. The
+// notices (a few hundred) number the buckets, and each delivery goes to
+// its notice's bucket, found by the id inside its key (no key built, no
+// look-up in the whole store). Bucket 0 is the notices, the last one
+// every other record. A load in this order finds its records, and the
+// mailboxes they go to, in the order they were written, and reads recs
+// forward (BenchmarkNoticesOpen).
+func loadOrder(recs []loadItem) []int32 {
+	bucketOf := map[string]int32{}
+	for i := range recs {
+		if id, ok := strings.CutPrefix(recs[i].key, "n."); ok {
+			bucketOf[id] = int32(len(bucketOf) + 1)
+		}
+	}
+	other := int32(len(bucketOf) + 1)
+	bucket := make([]int32, len(recs))
+	start := make([]int32, other+2)
+	for i := range recs {
+		k := recs[i].key
+		b := other
+		switch {
+		case strings.HasPrefix(k, "n."):
+			b = 0
+		case strings.HasPrefix(k, "d."):
+			if j := strings.LastIndexByte(k, '.'); j > 1 {
+				if n, ok := bucketOf[k[j+1:]]; ok {
+					b = n
+				}
+			}
+		}
+		bucket[i] = b
+		start[b+1]++
+	}
+	for b := 1; b < len(start); b++ {
+		start[b] += start[b-1]
+	}
+	order := make([]int32, len(recs))
+	for i, b := range bucket {
+		order[start[b]] = int32(i)
+		start[b]++
+	}
+	return order
+}
+
+// sortByRev sorts recs by revision, with a radix sort (no comparison):
+// it returns them in recs or in a slice of the same length.
+func sortByRev(recs []loadItem) []loadItem {
+	const bits = 11
+	top := uint64(0)
+	for i := range recs {
+		top = max(top, recs[i].rev)
+	}
+	var tmp []loadItem
+	var count [1 << bits]int
+	for shift := uint(0); shift < 64 && top>>shift > 0; shift += bits {
+		if tmp == nil {
+			tmp = make([]loadItem, len(recs))
+		}
+		clear(count[:])
+		for i := range recs {
+			count[(recs[i].rev>>shift)&(1<<bits-1)]++
+		}
+		sum := 0
+		for d, c := range count {
+			count[d] = sum
+			sum += c
+		}
+		for i := range recs {
+			d := (recs[i].rev >> shift) & (1<<bits - 1)
+			tmp[count[d]] = recs[i]
+			count[d]++
+		}
+		recs, tmp = tmp, recs
+	}
+	return recs
+}
+
 // Get implements Storage.
 func (ls *LocalStorage) Get(_ context.Context, key string) ([]byte, uint64, error) {
+	ls.waitBuilt()
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if r := ls.recs[key]; r != nil {
+	if r, ok := ls.recs.get(key); ok {
 		return append([]byte(nil), r.Value...), r.Rev, nil
 	}
 	return nil, 0, nil
@@ -239,6 +335,7 @@ func (ls *LocalStorage) Delete(_ context.Context, key string, rev uint64) error 
 // (the map is ahead of the log only while the write holds logMu, so a
 // snapshot holds only what is logged).
 func (ls *LocalStorage) write(key string, value []byte, rev uint64, del bool) (uint64, error) {
+	ls.waitBuilt()
 	ls.logMu.RLock()
 	defer ls.logMu.RUnlock()
 	ls.mu.Lock()
@@ -247,21 +344,21 @@ func (ls *LocalStorage) write(key string, value []byte, rev uint64, del bool) (u
 		ls.mu.Unlock()
 		return 0, err
 	}
-	cur := ls.recs[key]
+	cur, had := ls.recs.get(key)
 	switch {
-	case cur == nil && del:
+	case !had && del:
 		ls.mu.Unlock()
 		return 0, nil
-	case cur == nil && rev != 0, cur != nil && (rev != cur.Rev && !(del && rev == 0)):
+	case !had && rev != 0, had && (rev != cur.Rev && !(del && rev == 0)):
 		ls.mu.Unlock()
 		return 0, ErrConflict
 	}
 	ls.rev++
 	r := localRecord{Key: key, Value: json.RawMessage(value), Rev: ls.rev, Del: del}
 	if del {
-		delete(ls.recs, key)
+		ls.recs.del(key)
 	} else {
-		ls.recs[key] = &localRecord{Key: key, Value: r.Value, Rev: r.Rev}
+		ls.recs.set(key, localEntry{Value: r.Value, Rev: r.Rev})
 	}
 	ls.mu.Unlock()
 	p, err := json.Marshal(&r)
@@ -276,11 +373,11 @@ func (ls *LocalStorage) write(key string, value []byte, rev uint64, del bool) (u
 		if errors.Is(err, wal.ErrFailed) {
 			ls.failed = fmt.Errorf("the notice log failed and takes no more writes until termserver restarts: %w", err)
 		}
-		if x := ls.recs[key]; (x != nil && x.Rev == r.Rev) || (del && x == nil) { // not logged: as it was
-			if cur != nil {
-				ls.recs[key] = cur
+		if x, ok := ls.recs.get(key); (ok && x.Rev == r.Rev) || (del && !ok) { // not logged: as it was
+			if had {
+				ls.recs.set(key, cur)
 			} else {
-				delete(ls.recs, key)
+				ls.recs.del(key)
 			}
 		}
 		return 0, fmt.Errorf("writing the notice log: %w", err)
@@ -308,15 +405,16 @@ func (ls *LocalStorage) Close() error {
 
 // snapshot writes the store to records.snap and releases the log up to it.
 func (ls *LocalStorage) snapshot() error {
+	ls.waitBuilt()
 	ls.logMu.Lock() // no write in flight: the map holds every durable record
 	lsn := ls.wl.Durable()
 	ls.mu.Lock()
-	h := localSnapshotHeader{Format: 1, LSN: uint64(lsn), Rev: ls.rev, Records: len(ls.recs)}
-	recs := make([]localRecord, 0, len(ls.recs))
-	for _, r := range ls.recs {
-		recs = append(recs, *r)
-	}
+	ls.recs.compact()
+	h := localSnapshotHeader{Format: 1, LSN: uint64(lsn), Rev: ls.rev, Records: ls.recs.len()}
+	recs := make([]localRecord, 0, h.Records)
+	ls.recs.each(func(k string, e localEntry) { recs = append(recs, localRecord{Key: k, Value: e.Value, Rev: e.Rev}) })
 	ls.sinceSnap = 0
+	ls.fresh = nil
 	ls.mu.Unlock()
 	ls.logMu.Unlock()
 	slices.SortFunc(recs, func(a, b localRecord) int { return cmp.Compare(a.Rev, b.Rev) })
@@ -344,12 +442,38 @@ func (ls *LocalStorage) loadSnapshot() (lsn uint64, legacy bool, err error) {
 		return 0, false, fmt.Errorf("reading the notice snapshot: %w", err)
 	}
 	defer f.Close()
-	h, err := ls.readSnapshot(bufio.NewReaderSize(f, 256<<10))
+	h, recs, inOrder, err := readSnapshot(bufio.NewReaderSize(f, 256<<10))
 	if err != nil {
 		return 0, false, fmt.Errorf("reading the notice snapshot %s: %w (move it away to start with empty mailboxes)", ls.snap, err)
 	}
 	ls.rev = max(ls.rev, h.Rev)
+	if !inOrder || len(recs) == 0 {
+		ls.take(recs)
+		return h.LSN, false, nil
+	}
+	ls.rev = max(ls.rev, recs[len(recs)-1].rev)
+	ls.fresh, ls.freshRev = recs, ls.rev // a replayed record or a write makes fresh stale
+	ls.built = make(chan struct{})
+	go ls.buildIndex(recs)
 	return h.LSN, false, nil
+}
+
+// take puts a snapshot's records in the store's map (not in revision
+// order: no base).
+func (ls *LocalStorage) take(recs []loadItem) {
+	if ls.recs.len() == 0 {
+		ls.recs = newLocalRecs(len(recs))
+	}
+	for _, r := range recs {
+		ls.applyRecord(localRecord{Key: r.key, Value: r.value, Rev: r.rev})
+	}
+}
+
+// buildIndex makes a snapshot's records (in revision order: a later one
+// of a key is newer) the store's base (localRecs), then closes built.
+func (ls *LocalStorage) buildIndex(recs []loadItem) {
+	ls.recs.setBase(recs)
+	close(ls.built)
 }
 
 // writeSnapshot writes h and recs in records.snap's format.
@@ -382,46 +506,122 @@ func writeSnapshot(w *bufio.Writer, h localSnapshotHeader, recs []localRecord) e
 	return nil
 }
 
-// readSnapshot reads records.snap into the map; it returns the header.
-// A line that does not parse is an error (the file is written whole and
+// readSnapshot reads records.snap: its header, its records, and
+// whether they are in strictly growing revision order (as written). A
+// line that does not parse is an error (the file is written whole and
 // renamed into place: it is never torn).
-func (ls *LocalStorage) readSnapshot(br *bufio.Reader) (localSnapshotHeader, error) {
-	var h localSnapshotHeader
+//
+// The keys are cut from strings of about 64 KB, each made once for the
+// lines it holds, rather than one string per key: a load of 500,000
+// records allocates a few hundred strings (BenchmarkNoticesOpen). Such a
+// string stays in memory while any key cut from it does.
+func readSnapshot(br *bufio.Reader) (h localSnapshotHeader, recs []loadItem, inOrder bool, err error) {
 	head, err := br.ReadSlice('\n')
 	if err != nil {
-		return h, fmt.Errorf("its header: %w", err)
+		return h, nil, false, fmt.Errorf("its header: %w", err)
 	}
 	if err := json.Unmarshal(head, &h); err != nil {
-		return h, fmt.Errorf("its header: %w", err)
+		return h, nil, false, fmt.Errorf("its header: %w", err)
 	}
 	if h.Format != 1 {
-		return h, fmt.Errorf("format %d (this termserver reads format 1)", h.Format)
+		return h, nil, false, fmt.Errorf("format %d (this termserver reads format 1)", h.Format)
 	}
-	if len(ls.recs) == 0 && h.Records > 0 {
-		ls.recs = make(map[string]*localRecord, min(h.Records, 1<<22)) // a hint only: the lines say what is there
+	recs = make([]loadItem, 0, max(0, min(h.Records, 1<<22))) // a hint only: the lines say what is there
+	const chunk = 64 << 10
+	type pending struct {
+		end   int // the key is keys[previous end:end]
+		value json.RawMessage
+		rev   uint64
 	}
-	var last json.RawMessage
-	for n := 1; ; n++ {
-		line, err := br.ReadSlice('\n')
+	var (
+		keys []byte
+		held []pending
+		last json.RawMessage
+		prev uint64
+	)
+	inOrder = true
+	flush := func() {
+		all, from := string(keys), 0
+		for _, p := range held {
+			recs = append(recs, loadItem{all[from:p.end], p.value, p.rev})
+			inOrder = inOrder && p.rev > prev
+			prev, from = p.rev, p.end
+		}
+		keys, held = keys[:0], held[:0]
+	}
+	var long []byte
+	for n := 2; ; n++ {
+		line, err := readLine(br, &long)
 		if err == io.EOF && len(line) == 0 {
 			break
 		}
 		if err != nil {
-			return h, fmt.Errorf("line %d: %w", n+1, err)
+			return h, nil, false, fmt.Errorf("line %d: %w", n, err)
 		}
 		line = line[:len(line)-1]
 		rev, rest, ok1 := bytes.Cut(line, []byte{'\t'})
 		key, val, ok2 := bytes.Cut(rest, []byte{'\t'})
-		r, perr := strconv.ParseUint(string(rev), 10, 64)
-		if !ok1 || !ok2 || perr != nil || len(key) == 0 || len(val) == 0 || (string(val) == "=" && last == nil) {
-			return h, fmt.Errorf("line %d: not a record (revision, tab, key, tab, value)", n+1)
+		r, ok3 := parseRev(rev)
+		if !ok1 || !ok2 || !ok3 || len(key) == 0 || len(val) == 0 || (string(val) == "=" && last == nil) {
+			return h, nil, false, fmt.Errorf("line %d: not a record (revision, tab, key, tab, value)", n)
 		}
 		if string(val) != "=" {
 			last = append(json.RawMessage(nil), val...)
 		}
-		ls.applyRecord(localRecord{Key: string(key), Value: last, Rev: r})
+		if len(keys)+len(key) > chunk && len(held) > 0 {
+			flush()
+		}
+		if keys == nil {
+			keys = make([]byte, 0, max(chunk, len(key)))
+		}
+		keys = append(keys, key...)
+		held = append(held, pending{end: len(keys), value: last, rev: r})
 	}
-	return h, nil
+	flush()
+	return h, recs, inOrder, nil
+}
+
+// maxSnapshotLine bounds a line of records.snap (a record's value).
+const maxSnapshotLine = 64 << 20
+
+// readLine reads a line with its newline: in br's buffer, or in *long
+// when it is longer.
+func readLine(br *bufio.Reader, long *[]byte) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return line, err
+	}
+	*long = append((*long)[:0], line...)
+	for err == bufio.ErrBufferFull {
+		if len(*long) > maxSnapshotLine {
+			return nil, fmt.Errorf("longer than %d MB", maxSnapshotLine>>20)
+		}
+		line, err = br.ReadSlice('\n')
+		*long = append(*long, line...)
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF // a last line without its newline
+	}
+	return *long, err
+}
+
+// parseRev reads a revision: decimal digits only, at most 2^64-1.
+func parseRev(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var r uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if r > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		r = r*10 + d
+	}
+	return r, true
 }
 
 // The store before the rules moved above Storage logged operations
@@ -513,11 +713,11 @@ func (ls *LocalStorage) applyLegacy(p []byte) bool {
 
 func (ls *LocalStorage) legacyPut(key string, v any) {
 	ls.rev++
-	ls.recs[key] = &localRecord{Key: key, Value: mustJSON(v), Rev: ls.rev}
+	ls.recs.set(key, localEntry{Value: mustJSON(v), Rev: ls.rev})
 }
 
 func (ls *LocalStorage) legacyCreate(r legacyRecord) bool {
-	if r.Created == nil || r.Expires == nil || ls.recs[NoticeKey(r.ID)] != nil || !ValidID(r.ID) {
+	if r.Created == nil || r.Expires == nil || ls.has(NoticeKey(r.ID)) || !ValidID(r.ID) {
 		return false
 	}
 	exp := r.Expires.UTC()
@@ -532,8 +732,8 @@ func (ls *LocalStorage) legacyCreate(r legacyRecord) bool {
 // legacyFinish ends peer's delivery (made when create, the snapshot's
 // finished peers).
 func (ls *LocalStorage) legacyFinish(ch, id, peer, state string, at *time.Time, create bool) {
-	n := ls.recs[NoticeKey(id)]
-	if n == nil {
+	n, ok := ls.recs.get(NoticeKey(id))
+	if !ok {
 		return
 	}
 	var nv noticeValue
@@ -542,7 +742,7 @@ func (ls *LocalStorage) legacyFinish(ch, id, peer, state string, at *time.Time, 
 	}
 	key := DeliveryKey(ch, peer, id)
 	v := deliveryValue{State: Pending, Expires: nv.ExpiresAt}
-	if d := ls.recs[key]; d != nil {
+	if d, ok := ls.recs.get(key); ok {
 		if json.Unmarshal(d.Value, &v) != nil {
 			return
 		}
@@ -561,4 +761,9 @@ func (ls *LocalStorage) legacyFinish(ch, id, peer, state string, at *time.Time, 
 		v.AckedAt = at
 	}
 	ls.legacyPut(key, v)
+}
+
+func (ls *LocalStorage) has(key string) bool {
+	_, ok := ls.recs.get(key)
+	return ok
 }

@@ -56,8 +56,17 @@ type Service struct {
 	gen     uint64 // the feed's load (a new load forgets what it did not bring)
 	byID    map[string]*notice
 	boxes   map[string]map[string]*mailbox // channel -> peer
+	byKey   map[string]*mailbox            // a delivery key's "<channel b64>.<peer b64>" -> its mailbox
 	dirty   map[chanPeer]bool
 	pruned  []keyRev // pruned by this node's writes, for their writer to delete
+
+	loading bool       // between the feed's Begin and Loaded
+	touched []*mailbox // the mailboxes the load changed: marked for the pusher at Loaded, once each
+
+	block []delivery // a load's deliveries not yet used (newDelivery)
+
+	gaugeCh                  string // a load's changes of the gauges not set yet: of this channel
+	gaugePending, gaugeBoxes int64
 
 	lastRaw   []byte // the last delivery value decoded, and what it said
 	lastValue deliveryValue
@@ -73,7 +82,9 @@ type notice struct {
 	rev   uint64
 	seq   uint64
 	gen   uint64
-	peers map[string]*delivery
+	peers []*delivery // in no order; a delivery knows its place (pi)
+	// keyable: the id can end a delivery's key (ValidID), checked once
+	keyable bool
 }
 
 // delivery is one peer's delivery in the state.
@@ -84,12 +95,58 @@ type delivery struct {
 	rev  uint64
 	seq  uint64
 	gen  uint64
+	pi   int // its place in n.peers
 }
 
-// mailbox is one peer's deliveries, oldest notice first.
+// mailbox is one peer's deliveries, oldest notice first (by the
+// notice's seq: a peer's delivery of a notice is found by a search).
 type mailbox struct {
-	list []*delivery
-	open int
+	ch, peer string
+	key      string // "<channel b64>.<peer b64>", as in a delivery's key
+	list     []*delivery
+	open     int
+	newest   uint64 // the seq of list's last notice (0: empty)
+	touched  uint64 // the load (gen) that last listed it in touched
+}
+
+// find returns the mailbox's delivery of n, if any.
+func (b *mailbox) find(n *notice) *delivery {
+	if b == nil || b.newest < n.seq {
+		return nil
+	}
+	i := sort.Search(len(b.list), func(i int) bool { return b.list[i].n.seq >= n.seq })
+	if i < len(b.list) && b.list[i].n == n {
+		return b.list[i]
+	}
+	return nil
+}
+
+// add puts d in the list, in its notice's place.
+func (b *mailbox) add(d *delivery) {
+	if d.n.seq > b.newest {
+		b.list = append(b.list, d) // the newest notice: a load's order
+		b.newest = d.n.seq
+		return
+	}
+	i := sort.Search(len(b.list), func(i int) bool { return b.list[i].n.seq > d.n.seq })
+	b.list = append(b.list, nil)
+	copy(b.list[i+1:], b.list[i:])
+	b.list[i] = d
+}
+
+// remove takes d out of the list.
+func (b *mailbox) remove(d *delivery) {
+	i := sort.Search(len(b.list), func(i int) bool { return b.list[i].n.seq >= d.n.seq })
+	if i == len(b.list) || b.list[i] != d {
+		return
+	}
+	copy(b.list[i:], b.list[i+1:])
+	b.list[len(b.list)-1] = nil
+	b.list = b.list[:len(b.list)-1]
+	b.newest = 0
+	if k := len(b.list); k > 0 {
+		b.newest = b.list[k-1].n.seq
+	}
 }
 
 type sentWrite struct {
@@ -147,7 +204,7 @@ func New(ctx context.Context, st Storage, opt Options) (*Service, error) {
 	}
 	s := &Service{st: st, info: st.Info(), opt: opt, log: opt.Logger, now: opt.Now,
 		ready: make(chan struct{}), kick: make(chan struct{}, 1), sent: make(chan sentWrite, 1024),
-		byID: map[string]*notice{}, boxes: map[string]map[string]*mailbox{}, dirty: map[chanPeer]bool{}}
+		byID: map[string]*notice{}, boxes: map[string]map[string]*mailbox{}, byKey: map[string]*mailbox{}, dirty: map[chanPeer]bool{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.registerMetrics(opt.Metrics)
 	s.goRun(func(ctx context.Context) {
@@ -264,6 +321,8 @@ func (f *feed) Begin() {
 	s.mu.Lock()
 	s.gen++
 	f.gen = s.gen
+	s.flushGauges()
+	s.loading = true
 	s.mu.Unlock()
 }
 
@@ -292,7 +351,7 @@ func (f *feed) Gone(key string, rev uint64) {
 		return
 	}
 	if n := s.byID[id]; n != nil && n.ch == ch {
-		if d := n.peers[peer]; d != nil && rev > d.rev {
+		if d := s.deliveryOf(n, peer); d != nil && rev > d.rev {
 			s.dropDelivery(d, true)
 		}
 	}
@@ -301,13 +360,21 @@ func (f *feed) Gone(key string, rev uint64) {
 func (f *feed) Loaded() {
 	s := f.s
 	s.mu.Lock()
+	s.flushGauges()
+	s.loading = false
+	s.block = nil
+	// The load's changes are marked once per mailbox, not per record.
+	for _, b := range s.touched {
+		s.markDirty(b.ch, b.peer)
+	}
+	s.touched = nil
 	for _, n := range s.byID {
 		if n.gen < f.gen {
 			s.dropNotice(n, true)
 			continue
 		}
-		for _, d := range n.peers {
-			if d.gen < f.gen {
+		for i := len(n.peers) - 1; i >= 0; i-- { // a drop moves the last one here
+			if d := n.peers[i]; d.gen < f.gen {
 				s.dropDelivery(d, true)
 			}
 		}
@@ -373,28 +440,33 @@ func (s *Service) applyPut(key string, data []byte, rev, gen uint64, own bool) [
 			return nil
 		}
 		s.seq++
-		s.byID[id] = &notice{ch: v.Channel, c: v.Content, wire: Frame(v.Content), rev: rev, seq: s.seq, gen: gen, peers: map[string]*delivery{}}
+		s.byID[id] = &notice{ch: v.Channel, c: v.Content, wire: Frame(v.Content), rev: rev, seq: s.seq, gen: gen, keyable: ValidID(id)}
 		return nil
 	}
-	ch, peer, id, ok := ParseDeliveryKey(key)
+	ch, peer, id, b, ok := s.parseDelivery(key)
 	if !ok {
 		return nil // a mailbox's record: the bound's, not the state's
 	}
 	n := s.byID[id]
-	if n == nil || n.ch != ch {
+	if n == nil || n.ch != ch || !n.keyable {
 		return nil // its notice is gone (expired)
 	}
-	var v deliveryValue
+	var v deliveryValue               // on the stack: decoded into another (it escapes), copied here
 	if bytes.Equal(data, s.lastRaw) { // a broadcast's deliveries are alike: a load decodes each value once
 		v = s.lastValue
-	} else if err := json.Unmarshal(data, &v); err != nil {
-		s.log.Warn("skipping a notice delivery the store holds", "key", key, "err", err)
-		return nil
 	} else {
+		p := new(deliveryValue)
+		if err := json.Unmarshal(data, p); err != nil {
+			s.log.Warn("skipping a notice delivery the store holds", "key", key, "err", err)
+			return nil
+		}
+		v = *p
 		s.lastRaw, s.lastValue = append(s.lastRaw[:0], data...), v
 	}
-	b := s.box(ch, peer, true)
-	d := n.peers[peer]
+	if b == nil {
+		b = s.box(n.ch, peer, true) // the notice's channel string: compared by pointer after
+	}
+	d := b.find(n)
 	if d != nil {
 		d.gen = max(d.gen, gen)
 		if rev <= d.rev {
@@ -404,20 +476,22 @@ func (s *Service) applyPut(key string, data []byte, rev, gen uint64, own bool) [
 		d.rev = rev
 	} else {
 		s.seq++
-		d = &delivery{n: n, peer: peer, rev: rev, seq: s.seq, gen: gen}
-		n.peers[peer] = d
-		if k := len(b.list); k == 0 || b.list[k-1].n.seq < n.seq {
-			b.list = append(b.list, d) // the newest notice: a load's order
-		} else {
-			i := sort.Search(len(b.list), func(i int) bool { return b.list[i].n.seq > n.seq })
-			b.list = append(b.list, nil)
-			copy(b.list[i+1:], b.list[i:])
-			b.list[i] = d
-		}
+		d = s.newDelivery()
+		*d = delivery{n: n, peer: b.peer, rev: rev, seq: s.seq, gen: gen, pi: len(n.peers)}
+		n.peers = append(n.peers, d)
+		b.add(d)
 		s.setValue(b, d, v)
 	}
 	mine := own || (s.info.Node != "" && v.By == s.info.Node)
-	if !mine {
+	switch {
+	case mine:
+	case s.loading:
+		// A load's: its mailbox is marked once, at Loaded.
+		if b.touched != s.gen {
+			b.touched = s.gen
+			s.touched = append(s.touched, b)
+		}
+	default:
 		// Another writer's change (this node's own come back through
 		// the feed too, maybe before the writer took them: their
 		// writer tells the hooks).
@@ -433,30 +507,80 @@ func (s *Service) applyPut(key string, data []byte, rev, gen uint64, own bool) [
 	return pruned
 }
 
+// newDelivery allocates a delivery: a load takes them from blocks of
+// 256 (a block stays in memory while one of its deliveries does; a
+// load brings a notice's deliveries one after the other, and they go
+// together), else one at a time (s.mu held).
+func (s *Service) newDelivery() *delivery {
+	if !s.loading {
+		return new(delivery)
+	}
+	if len(s.block) == 0 {
+		s.block = make([]delivery, 256)
+	}
+	d := &s.block[0]
+	s.block = s.block[1:]
+	return d
+}
+
 // setValue sets d's value, keeping the open counts and gauges (s.mu held).
 func (s *Service) setValue(b *mailbox, d *delivery, v deliveryValue) {
 	was, is := d.v.open(), v.open()
 	d.v = v
 	switch {
 	case is && !was:
+		boxes := int64(0)
 		if b.open == 0 {
-			s.met.mailboxes.Add(d.n.ch, 1)
+			boxes = 1
 		}
 		b.open++
-		s.met.pending.Add(d.n.ch, 1)
+		s.gauges(d.n.ch, 1, boxes)
 	case was && !is:
 		b.open--
+		boxes := int64(0)
 		if b.open == 0 {
-			s.met.mailboxes.Add(d.n.ch, -1)
+			boxes = -1
 		}
-		s.met.pending.Add(d.n.ch, -1)
+		s.gauges(d.n.ch, -1, boxes)
 	}
+}
+
+// gauges adds to ch's gauges of pending notices and mailboxes; a load
+// adds them up and sets them once a channel's run of records ends
+// (flushGauges), rather than once per record (s.mu held).
+func (s *Service) gauges(ch string, pending, boxes int64) {
+	if !s.loading {
+		s.met.pending.Add(ch, pending)
+		if boxes != 0 {
+			s.met.mailboxes.Add(ch, boxes)
+		}
+		return
+	}
+	if ch != s.gaugeCh {
+		s.flushGauges()
+		s.gaugeCh = ch
+	}
+	s.gaugePending += pending
+	s.gaugeBoxes += boxes
+}
+
+func (s *Service) flushGauges() {
+	if s.gaugePending != 0 {
+		s.met.pending.Add(s.gaugeCh, s.gaugePending)
+	}
+	if s.gaugeBoxes != 0 {
+		s.met.mailboxes.Add(s.gaugeCh, s.gaugeBoxes)
+	}
+	s.gaugeCh, s.gaugePending, s.gaugeBoxes = "", 0, 0
 }
 
 // prune forgets peer's oldest finished deliveries beyond the channel's
 // bound (as many finished as open ones are kept), and a notice whose
 // last delivery went; it returns their records (s.mu held).
 func (s *Service) prune(b *mailbox, ch, peer string) []keyRev {
+	if len(b.list) == b.open {
+		return nil // nothing finished
+	}
 	limit := s.opt.MaxPerPeer(ch)
 	drop := len(b.list) - b.open - limit
 	if drop <= 0 {
@@ -484,27 +608,27 @@ func (s *Service) prune(b *mailbox, ch, peer string) []keyRev {
 
 // dropNotice forgets n and its deliveries (s.mu held).
 func (s *Service) dropNotice(n *notice, mark bool) {
-	for _, d := range n.peers {
-		s.dropDelivery(d, mark)
+	for len(n.peers) > 0 {
+		s.dropDelivery(n.peers[len(n.peers)-1], mark)
 	}
 	delete(s.byID, n.c.NoticeID)
 }
 
 // dropDelivery forgets d (s.mu held); mark tells the pusher.
 func (s *Service) dropDelivery(d *delivery, mark bool) {
-	delete(d.n.peers, d.peer)
+	n := d.n
+	if k := len(n.peers) - 1; d.pi <= k && n.peers[d.pi] == d {
+		n.peers[d.pi] = n.peers[k]
+		n.peers[d.pi].pi = d.pi
+		n.peers[k] = nil
+		n.peers = n.peers[:k]
+	}
 	if b := s.box(d.n.ch, d.peer, false); b != nil {
 		s.setValue(b, d, deliveryValue{})
-		for i, x := range b.list {
-			if x == d {
-				copy(b.list[i:], b.list[i+1:])
-				b.list[len(b.list)-1] = nil
-				b.list = b.list[:len(b.list)-1]
-				break
-			}
-		}
+		b.remove(d)
 		if len(b.list) == 0 {
 			delete(s.boxes[d.n.ch], d.peer)
+			delete(s.byKey, b.key)
 		}
 	}
 	if mark {
@@ -523,10 +647,30 @@ func (s *Service) box(ch, peer string, create bool) *mailbox {
 	}
 	b := m[peer]
 	if b == nil && create {
-		b = &mailbox{}
+		b = &mailbox{ch: ch, peer: peer, key: keyPart(ch) + "." + keyPart(peer)}
 		m[peer] = b
+		s.byKey[b.key] = b
 	}
 	return b
+}
+
+// deliveryOf returns peer's delivery of n in the state, if any (s.mu held).
+func (s *Service) deliveryOf(n *notice, peer string) *delivery {
+	return s.box(n.ch, peer, false).find(n)
+}
+
+// parseDelivery splits a delivery's key (ParseDeliveryKey); b is the
+// mailbox it names if the state has it: its channel and peer are then
+// read from a map by the key's middle, not decoded, and the id is left
+// to its notice to check (keyable) (s.mu held).
+func (s *Service) parseDelivery(key string) (ch, peer, id string, b *mailbox, ok bool) {
+	if j := strings.LastIndexByte(key, '.'); j > 2 && strings.HasPrefix(key, "d.") {
+		if b := s.byKey[key[2:j]]; b != nil {
+			return b.ch, b.peer, key[j+1:], b, true // the id is checked with its notice (keyable)
+		}
+	}
+	ch, peer, id, ok = ParseDeliveryKey(key)
+	return ch, peer, id, nil, ok
 }
 
 func (s *Service) markDirty(ch, peer string) {
@@ -803,7 +947,7 @@ func (s *Service) finished(ch, peer, id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n := s.byID[id]; n != nil && n.ch == ch {
-		d := n.peers[peer]
+		d := s.deliveryOf(n, peer)
 		return d != nil && !d.v.open()
 	}
 	return false
@@ -868,13 +1012,13 @@ func (s *Service) Withdraw(ch, id, peer string) (int, error) {
 	var todo []open
 	s.mu.Lock()
 	n := s.byID[id]
-	if n == nil || n.ch != ch || (peer != "" && n.peers[peer] == nil) {
+	if n == nil || n.ch != ch || (peer != "" && s.deliveryOf(n, peer) == nil) {
 		s.mu.Unlock()
 		return 0, ErrUnknownNotice
 	}
-	for p, d := range n.peers {
-		if d.v.open() && (peer == "" || p == peer) {
-			todo = append(todo, open{p, d.v, d.rev})
+	for _, d := range n.peers {
+		if d.v.open() && (peer == "" || d.peer == peer) {
+			todo = append(todo, open{d.peer, d.v, d.rev})
 		}
 	}
 	s.mu.Unlock()
@@ -976,7 +1120,7 @@ func (s *Service) MarkSent(ch, peer string, ids []string, at time.Time) {
 		s.mu.Lock()
 		var d *delivery
 		if n := s.byID[id]; n != nil && n.ch == ch {
-			d = n.peers[peer]
+			d = s.deliveryOf(n, peer)
 		}
 		ok := d != nil && d.v.open()
 		var w sentWrite
@@ -1119,17 +1263,17 @@ func (s *Service) Sweep(now time.Time) {
 		}
 		if !now.Before(n.c.ExpiresAt.Add(keep)) {
 			if !s.info.ExpiresRecords {
-				for p, d := range n.peers {
-					gone = append(gone, keyRev{DeliveryKey(n.ch, p, n.c.NoticeID), d.rev})
+				for _, d := range n.peers {
+					gone = append(gone, keyRev{DeliveryKey(n.ch, d.peer, n.c.NoticeID), d.rev})
 				}
 				gone = append(gone, keyRev{NoticeKey(n.c.NoticeID), n.rev})
 			}
 			s.dropNotice(n, false)
 			continue
 		}
-		for p, d := range n.peers {
+		for _, d := range n.peers {
 			if d.v.open() {
-				due = append(due, open{n, p, d.v, d.rev})
+				due = append(due, open{n, d.peer, d.v, d.rev})
 			}
 		}
 	}
@@ -1211,10 +1355,10 @@ func (s *Service) List(ch string, all bool) []Notice {
 	for _, n := range list {
 		v := Notice{Content: n.c, Peers: make([]Delivery, 0, len(n.peers))}
 		open := false
-		for p, d := range n.peers {
+		for _, d := range n.peers {
 			st := d.state(now)
 			open = open || st.State == Pending || st.State == Sent
-			v.Peers = append(v.Peers, Delivery{PeerID: p, DeliveryState: st})
+			v.Peers = append(v.Peers, Delivery{PeerID: d.peer, DeliveryState: st})
 		}
 		if open || all {
 			sort.Slice(v.Peers, func(i, j int) bool { return v.Peers[i].PeerID < v.Peers[j].PeerID })

@@ -1,9 +1,11 @@
 package notices
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,7 +100,12 @@ func TestNoticeSnapshotAndReplay(t *testing.T) {
 	}
 	// The ack of e pruned b (three finished): its records are gone from
 	// the store, not only from the state.
-	if n := len(ns.st.(*LocalStorage).recs); n != 6 {
+	ls := ns.st.(*LocalStorage)
+	ls.waitBuilt() // the map of a snapshot is built in the background
+	ls.mu.Lock()
+	n := ls.recs.len()
+	ls.mu.Unlock()
+	if n != 6 {
 		t.Fatalf("the store holds %d records, want 6 (c, d and e, and their deliveries to p)", n)
 	}
 }
@@ -233,5 +240,94 @@ func TestBadSnapshotRefused(t *testing.T) {
 	defer ns.Close()
 	if n := ns.Count("ch", "p2"); n != 1 {
 		t.Fatalf("p2 has %d notices after the snapshot was mended, want 1", n)
+	}
+}
+
+// A local load feeds the notices first, oldest first, then each notice's
+// deliveries, then any other record, each group in revision order
+// (revisions past 2^33 take the radix sort through several passes).
+func TestLocalLoadOrder(t *testing.T) {
+	big := uint64(1) << 40
+	recs := []loadItem{
+		{key: "d.Y2g.cDE.n-b", rev: big + 9},
+		{key: "m.Y2g.cDE", rev: 3},
+		{key: "n.n-b", rev: big + 2},
+		{key: "d.Y2g.cDI.n-a", rev: 5},
+		{key: "d.Y2g.cDE.n-a", rev: big + 7},
+		{key: "n.n-a", rev: 1},
+		{key: "d.Y2g.cDE.n-gone", rev: 4},
+		{key: "d.Y2g.cDI.n-b", rev: big + 3},
+		{key: "x", rev: 1 << 63},
+	}
+	var got []string
+	recs = sortByRev(recs)
+	for _, i := range loadOrder(recs) {
+		got = append(got, recs[i].key)
+	}
+	want := []string{"n.n-a", "n.n-b", "d.Y2g.cDI.n-a", "d.Y2g.cDE.n-a", "d.Y2g.cDI.n-b", "d.Y2g.cDE.n-b",
+		"m.Y2g.cDE", "d.Y2g.cDE.n-gone", "x"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("order %v\nwant  %v", got, want)
+	}
+}
+
+// records.snap's reader takes back a snapshot whose keys span many of
+// its 64 KB strings, and a key longer than one.
+func TestLocalSnapshotManyKeys(t *testing.T) {
+	var recs []localRecord
+	for i := range 5000 {
+		recs = append(recs, localRecord{Key: DeliveryKey("ch", fmt.Sprintf("kiosk-%05d", i), "n-1"), Value: json.RawMessage(`{"state":"pending"}`), Rev: uint64(i + 1)})
+	}
+	recs = append(recs, localRecord{Key: "x." + strings.Repeat("k", 100<<10), Value: json.RawMessage(`{}`), Rev: 5001})
+	var buf bytes.Buffer
+	w := bufio.NewWriter(&buf)
+	if err := writeSnapshot(w, localSnapshotHeader{Format: 1, Rev: 5001, Records: len(recs)}, recs); err != nil {
+		t.Fatal(err)
+	}
+	w.Flush()
+	_, read, inOrder, err := readSnapshot(bufio.NewReader(&buf))
+	if err != nil || !inOrder {
+		t.Fatal(err, inOrder)
+	}
+	ls := &LocalStorage{recs: newLocalRecs(0), built: make(chan struct{})}
+	ls.buildIndex(read)
+	if ls.recs.len() != len(recs) {
+		t.Fatalf("%d records read, want %d", ls.recs.len(), len(recs))
+	}
+	for _, r := range recs {
+		if e, ok := ls.recs.get(r.Key); !ok || e.Rev != r.Rev || !bytes.Equal(e.Value, r.Value) {
+			t.Fatalf("record %.40q read as %+v", r.Key, e)
+		}
+	}
+}
+
+// A records.snap that names a key twice (not one this termserver
+// writes) loads as the newest of the two, whether its lines are in
+// revision order (fed as read, the map built meanwhile) or not (fed from
+// the map).
+func TestLocalSnapshotKeyTwice(t *testing.T) {
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	nv := string(mustJSON(noticeValue{Channel: "ch", Content: Content{NoticeID: "n-1", Text: "hi", Priority: "info", DisplaySeconds: 5, ExpiresAt: exp}}))
+	pending := string(mustJSON(deliveryValue{State: Pending, Expires: exp}))
+	acked := string(mustJSON(deliveryValue{State: Acked, Expires: exp}))
+	for name, lines := range map[string][]string{
+		"in order": {"1\tn.n-1\t" + nv, "2\t" + DeliveryKey("ch", "p", "n-1") + "\t" + pending, "3\t" + DeliveryKey("ch", "p", "n-1") + "\t" + acked},
+		"unsorted": {"3\t" + DeliveryKey("ch", "p", "n-1") + "\t" + acked, "1\tn.n-1\t" + nv, "2\t" + DeliveryKey("ch", "p", "n-1") + "\t" + pending},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			data := `{"format":1,"lsn":0,"rev":3,"records":3}` + "\n" + strings.Join(lines, "\n") + "\n"
+			if err := os.WriteFile(filepath.Join(dir, localSnapshotFile), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ns := openTestNotices(t, dir, 10)
+			defer ns.Close()
+			if got := ids(ns.ListPeer("ch", "p", true)); len(got) != 1 || got[0] != "hi=acked" {
+				t.Fatalf("loaded %v, want [hi=acked]", got)
+			}
+			if n := ns.Count("ch", "p"); n != 0 {
+				t.Fatalf("count %d", n)
+			}
+		})
 	}
 }
