@@ -164,6 +164,11 @@ func New(ctx context.Context, st Storage, opt Options) (*Store, error) {
 	case <-s.loaded:
 		return s, nil
 	case <-s.done:
+		select {
+		case <-s.loaded: // a storage of one server returns once loaded
+			return s, nil
+		default:
+		}
 		err := ferr
 		if err == nil {
 			err = errors.New("the storage stopped before it loaded")
