@@ -19,6 +19,7 @@ import (
 	"termlink/server/record"
 	"termlink/server/record/local"
 	"termlink/server/registry"
+	"termlink/server/releases"
 )
 
 // The backend (issue 39): where the server keeps what it must not lose.
@@ -26,7 +27,8 @@ import (
 // (localBackend), or in cluster mode the cluster's NATS JetStream
 // (clusterBackend). The backend opens every store the capabilities use —
 // the store of record, the device registry, the learnt bindings and the
-// pairing codes, the channels' events, the notice mailboxes — and this
+// pairing codes, the channels' events, the notice mailboxes, the signed
+// releases — and this
 // is the only file of the root that knows which; the wiring files
 // (records.go, fleet.go, identity.go, events.go, notices.go) ask the
 // backend, and the capabilities call only their packages' interfaces.
@@ -48,6 +50,10 @@ type backend interface {
 	// notices directory). In a cluster, past ctx or noticesOpenWait the
 	// mailboxes load in the background and the start goes on.
 	openNotices(ctx context.Context, dir string, opt notices.Options) (notices.Mailboxes, error)
+	// openReleases opens the store of signed termd releases (opt.Dir is
+	// the workspace's releases directory; cacheDir where a cluster node
+	// keeps the copies it serves).
+	openReleases(ctx context.Context, opt releases.Options, cacheDir string) (*releases.Store, error)
 	// diagRemote is how a logs or self-test request reaches a device
 	// connected to another node: nil on a single server.
 	diagRemote() diag.Remote
@@ -60,8 +66,9 @@ type backend interface {
 // clusterOpenWait bounds each wait at start for NATS to make or find a
 // cluster store (a bucket or stream, and the mirror of it): the devices,
 // the bindings, the pairing codes, the events stream, the notice
-// mailboxes (these wait noticesOpenWait). What happens past it is each
-// store's: the device registry and the bindings fail the start; the codes
+// mailboxes (these wait noticesOpenWait), the releases. What happens past
+// it is each store's: the device registry, the bindings and the releases
+// fail the start; the codes
 // are made by the first enrollment; the events stay this node's own; the
 // notices load in the background.
 const clusterOpenWait = 30 * time.Second
@@ -138,6 +145,10 @@ func (localBackend) diagRemote() diag.Remote { return nil }
 
 func (localBackend) serveDiag(func(context.Context, []byte) []byte) error { return nil }
 
+func (localBackend) openReleases(_ context.Context, opt releases.Options, _ string) (*releases.Store, error) {
+	return releases.Open(opt)
+}
+
 func (localBackend) openNotices(_ context.Context, dir string, opt notices.Options) (notices.Mailboxes, error) {
 	m, err := notices.Open(dir, opt)
 	if err != nil {
@@ -147,8 +158,9 @@ func (localBackend) openNotices(_ context.Context, dir string, opt notices.Optio
 }
 
 // clusterBackend is the cluster's: KV buckets and streams on the store of
-// record's NATS node, so that a device, a binding, a pairing code, an
-// event or a notice made through one node holds on every node.
+// record's NATS node (and an object store for the releases), so that a
+// device, a binding, a pairing code, an event, a notice or a release made
+// through one node holds on every node.
 type clusterBackend struct {
 	node *cluster.Node
 	log  *slog.Logger
@@ -219,6 +231,19 @@ func (b clusterBackend) openNotices(ctx context.Context, _ string, opt notices.O
 		return nil, err
 	}
 	return m, nil
+}
+
+// openReleases opens the cluster's releases (object store
+// termlink_releases), warning of a single server's releases left in the
+// workspace: they are not read.
+func (b clusterBackend) openReleases(ctx context.Context, opt releases.Options, cacheDir string) (*releases.Store, error) {
+	if dirs, err := os.ReadDir(opt.Dir); err == nil && len(dirs) > 0 {
+		b.log.Warn("cluster mode: the workspace's releases are not read; the cluster's are (object store "+cluster.ReleasesBucket+"): upload them again",
+			"dir", opt.Dir)
+	}
+	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
+	defer cancel()
+	return b.node.OpenReleases(ctx, opt, cluster.ReleasesOptions{CacheDir: cacheDir})
 }
 
 func (b clusterBackend) diagRemote() diag.Remote { return clusterDiag{b.node} }

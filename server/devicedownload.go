@@ -21,7 +21,9 @@ import (
 // "Authorization: Bearer" on a channel that takes only devices with a
 // credential; an open channel (no tokens, no enrollment) serves anyone,
 // as its WebSocket takes anyone. The bytes are served by the release
-// store's own handler (releases.Store.ServeGet: Range, If-Range). Each
+// store's own handler (releases.Store.ServeGet: Range, If-Range; its
+// size and SHA-256 checked against its manifest before the first byte),
+// on any node in a cluster whichever node it was uploaded to. Each
 // refusal is an event of the channel (release_download_refused) and a
 // log line, both through the server's gate (Runtime.outside, charged to
 // the client's network: identity.GateNet), so a stranger's flood of

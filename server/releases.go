@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"path/filepath"
 
@@ -9,11 +10,13 @@ import (
 	"termlink/server/releases"
 )
 
-// openReleases opens the store of signed termd releases in the workspace
-// (package releases), with the release key of the config's "releases"
-// block when it names one. In cluster mode each node keeps its own store
-// (an upload goes to the node it is sent to).
-func openReleases(cfg *config.Config, noSync bool, log *slog.Logger) (*releases.Store, error) {
+// openReleases opens the store of signed termd releases through the
+// backend (package releases' rules either way): the workspace's files,
+// or in cluster mode the cluster's object store, which every node lists
+// and serves (each node's copies in the workspace's "releases-cache");
+// with the release key of the config's "releases" block when it names
+// one.
+func openReleases(b backend, cfg *config.Config, noSync bool, log *slog.Logger) (*releases.Store, error) {
 	opt := releases.Options{Dir: filepath.Join(cfg.Workspace, "releases"), MaxBytes: cfg.Releases.MaxBytes,
 		MaxReleases: cfg.Releases.MaxReleases, NoSync: noSync, Log: log}
 	if f := cfg.Releases.PublicKeyFile; f != "" {
@@ -23,5 +26,5 @@ func openReleases(cfg *config.Config, noSync bool, log *slog.Logger) (*releases.
 		}
 		opt.PublicKey = pub
 	}
-	return releases.Open(opt)
+	return b.openReleases(context.Background(), opt, filepath.Join(cfg.Workspace, "releases-cache"))
 }

@@ -249,7 +249,10 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 	}
 	s.diag, err = s.openDiag(opt) // a part of the fleet operations (diag.go)
 	if err == nil {
-		s.releases, err = openReleases(cfg, opt.NoSync, log)
+		s.releases, err = openReleases(rt.backend, cfg, opt.NoSync, log)
+	}
+	if err == nil {
+		undo.push(func() { _ = s.releases.Close() })
 	}
 	if err == nil {
 		err = s.openRollouts(opt.NoSync) // a part of fleetOps (rollouts.go)
@@ -430,7 +433,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			_ = r.Close()
 		}
 		s.procs.Close() // its sentinel kills any agent group a runner left
-		err = errors.Join(s.closeRollouts(), s.rt.records.Close(), s.rt.notices.Close(), s.rt.fleet.close(), s.rt.sessions.Close())
+		err = errors.Join(s.closeRollouts(), s.releases.Close(), s.rt.records.Close(), s.rt.notices.Close(), s.rt.fleet.close(), s.rt.sessions.Close())
 		s.rt.outside.Close()
 	})
 	return err

@@ -203,7 +203,7 @@ func (s *Store) serveGet(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(m.Marshal())
 		return
 	}
-	f, e, err := s.OpenBinary(version, platform)
+	f, e, err := s.OpenBinary(r.Context(), version, platform)
 	if err != nil {
 		answer(w, err)
 		return
@@ -262,7 +262,7 @@ func (s *Store) serveDelete(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := s.Delete(version, platform, httpapi.OperatorOf(r).Name); err != nil {
+	if err := s.Delete(r.Context(), version, platform, httpapi.OperatorOf(r).Name); err != nil {
 		answer(w, err)
 		return
 	}

@@ -1,44 +1,51 @@
 // Package releases is termserver's store of signed termd releases (issue
 // 28): the binaries and manifests (package release) an operator uploads
-// with `termrig release upload`, kept in the workspace, one directory per
-// version and platform, and the routes that upload, list, serve and
-// delete them.
+// with `termrig release upload`, and the routes that upload, list, serve
+// and delete them.
 //
-// An upload is streamed into a directory under .incoming, its size and
-// SHA-256 checked against the manifest as it is read (and the manifest's
-// signature against the server's release key, when one is configured),
-// then renamed into place: a refused, failed or truncated upload leaves
-// nothing behind. A release is never replaced in place: delete it first.
-// The store is bounded in bytes and in releases; past either an upload
-// is refused with the reason (HTTP 507, or 413 for one binary larger than
-// the whole budget). Every upload and delete is an event
-// (GET /api/releases/events) and a log line.
+// The rules are written once, in Store, above a small Storage interface
+// (storage.go) with two implementations: DirStorage, the workspace's
+// files of one server (local.go), and in cluster mode a JetStream object
+// store every node shares (cluster.ReleaseStorage), so that a release
+// uploaded to any node is listed and served by every node. The contract
+// suite releasestest runs against both.
+//
+// An upload's manifest is checked (and its signature against the
+// server's release key, when one is configured) before a byte is
+// stored; its body is streamed into the storage through a reader that
+// checks its size and SHA-256 against the manifest and fails the write
+// at the end when they differ: a refused, failed or truncated upload
+// leaves nothing behind. A release is never replaced in place: delete it
+// first. The store is bounded in bytes and in releases; past either an
+// upload is refused with the reason (HTTP 507, or 413 for one binary
+// larger than the whole budget). What a storage gives back is believed
+// only after the same checks: a record whose manifest does not parse,
+// names another release or another size than its binary's is not listed
+// (a warning names it), and a binary's size and SHA-256 are checked
+// before its first byte is served (HTTP 500 naming it when they do not
+// match). Every upload and delete is an event (GET
+// /api/releases/events) and a log line.
 //
 // Who may do what is the operator guard's (package guard): uploads and
-// deletes take the operator role, reads the viewer role. Devices do not
-// read here yet (the device-facing download, with a device token, is the
-// next step of issue 28).
+// deletes take the operator role, reads the viewer role. Devices
+// download with their own credentials (the root's devicedownload.go).
 package releases
 
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
-	"termlink/internal/durable"
 	"termlink/release"
 	"termlink/server/events"
 	"termlink/server/httpapi"
@@ -57,21 +64,13 @@ const (
 	EventRefused  = "release_refused"
 )
 
-// Files of one release's directory.
-const (
-	binaryFile   = "binary"
-	manifestFile = "release.json"
-	uploadFile   = "uploaded.json"
-	incomingDir  = ".incoming"
-)
-
 // Options configure a Store.
 type Options struct {
-	Dir         string            // where releases are kept (the workspace's "releases")
+	Dir         string            // Open's DirStorage: where releases are kept (the workspace's "releases")
 	PublicKey   ed25519.PublicKey // nil: signatures are not checked at upload (devices always check)
 	MaxBytes    int64             // all binaries together; default DefaultMaxBytes
 	MaxReleases int               // default DefaultMaxReleases
-	NoSync      bool              // skip fsync (tests, benchmarks)
+	NoSync      bool              // Open's DirStorage: skip fsync (tests, benchmarks)
 	Log         *slog.Logger
 	// Stall bounds how long an upload or a download may make no progress
 	// (each read or write of the body pushes the connection's deadline
@@ -95,16 +94,23 @@ type stored struct {
 	manifest *release.Manifest
 }
 
-// Store is the release store.
+// Store is the release store: its rules over a Storage.
 type Store struct {
 	opt    Options
+	st     Storage
 	events *events.Log
 
 	mu       sync.Mutex
-	entries  map[string]*stored // by key(version, platform)
+	entries  map[string]*stored // by key(version, platform): the releases the Storage holds, checked
 	used     int64              // bytes of the stored binaries
-	reserved int64              // bytes of uploads in progress
-	inflight map[string]bool    // keys being uploaded
+	reserved int64              // bytes of this server's uploads in progress
+	inflight map[string]bool    // keys this server is uploading
+	verified map[string]string  // key -> the sha256 and Binary.Tag whose bytes were hashed
+	warned   map[string]string  // key -> the refusal last logged (once each)
+
+	loaded chan struct{}
+	stop   context.CancelFunc
+	done   chan struct{} // closed when Follow returned
 }
 
 // Error is a refusal, with the HTTP status the API answers it with.
@@ -112,14 +118,27 @@ type Error = httpapi.StatusError
 
 var refuse = httpapi.Refuse
 
-// key is a release's map key and directory (version/os_arch[_variant]).
+// key is a release's key in a Storage (and DirStorage's directory):
+// version/os_arch[_variant].
 func key(version, platform string) string {
 	return version + "/" + strings.ReplaceAll(platform, "/", "_")
 }
 
-// Open opens (creating) the store in opt.Dir: it loads the releases kept
-// there and removes what an interrupted upload or delete left.
+// Open opens (creating) the store of one server in opt.Dir (DirStorage):
+// it loads the releases kept there and removes what an interrupted
+// upload or delete left.
 func Open(opt Options) (*Store, error) {
+	st, err := NewDirStorage(opt.Dir, opt.NoSync, opt.Log)
+	if err != nil {
+		return nil, err
+	}
+	return New(context.Background(), st, opt)
+}
+
+// New is the store over st (opt.Dir and opt.NoSync are DirStorage's):
+// it follows st (on a goroutine it owns until Close) and returns once
+// st's releases are loaded, or ctx ends (an error).
+func New(ctx context.Context, st Storage, opt Options) (*Store, error) {
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = DefaultMaxBytes
 	}
@@ -132,74 +151,122 @@ func Open(opt Options) (*Store, error) {
 	if opt.Log == nil {
 		opt.Log = slog.Default()
 	}
-	s := &Store{opt: opt, events: events.NewLog(256), entries: map[string]*stored{}, inflight: map[string]bool{}}
-	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("release store: %w", err)
-	}
-	if err := os.RemoveAll(filepath.Join(opt.Dir, incomingDir)); err != nil {
-		return nil, fmt.Errorf("release store: clearing unfinished uploads: %w", err)
-	}
-	versions, err := os.ReadDir(opt.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("release store: %w", err)
-	}
-	for _, v := range versions {
-		if !v.IsDir() || release.CheckVersion(v.Name()) != nil {
-			continue
+	s := &Store{opt: opt, st: st, events: events.NewLog(256), entries: map[string]*stored{}, inflight: map[string]bool{},
+		verified: map[string]string{}, warned: map[string]string{}, loaded: make(chan struct{}), done: make(chan struct{})}
+	fctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	var ferr error
+	go func() {
+		defer close(s.done)
+		ferr = st.Follow(fctx, feed{s})
+	}()
+	select {
+	case <-s.loaded:
+		return s, nil
+	case <-s.done:
+		select {
+		case <-s.loaded: // a storage of one server returns once loaded
+			return s, nil
+		default:
 		}
-		plats, err := os.ReadDir(filepath.Join(opt.Dir, v.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("release store: %w", err)
+		err := ferr
+		if err == nil {
+			err = errors.New("the storage stopped before it loaded")
 		}
-		for _, p := range plats {
-			dir := filepath.Join(opt.Dir, v.Name(), p.Name())
-			e, err := load(dir)
-			if err == nil && key(e.Version, e.Platform) != v.Name()+"/"+p.Name() {
-				err = fmt.Errorf("its manifest is for %s %s", e.Version, e.Platform)
-			}
-			if err != nil {
-				opt.Log.Warn("release store: a directory that is not a release left alone", "dir", dir, "err", err)
-				continue
-			}
-			s.entries[key(e.Version, e.Platform)] = e
-			s.used += e.Size
-		}
+		stop()
+		return nil, fmt.Errorf("release store %s: %w", st.Info().Where, err)
+	case <-ctx.Done():
+		stop()
+		<-s.done
+		return nil, fmt.Errorf("release store %s: not loaded: %w", st.Info().Where, ctx.Err())
 	}
-	return s, nil
 }
 
-// load reads one release's directory (its manifest, the binary's size).
-func load(dir string) (*stored, error) {
-	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
-	if err != nil {
-		return nil, err
-	}
-	m, err := release.ParseManifest(b)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := os.Stat(filepath.Join(dir, binaryFile))
-	if err != nil {
-		return nil, err
-	}
-	if fi.Size() != m.Size {
-		return nil, fmt.Errorf("binary is %d bytes, its manifest says %d", fi.Size(), m.Size)
-	}
-	e := &stored{Entry: Entry{Version: m.Version, Platform: m.Platform, Size: m.Size, SHA256: m.SHA256, UploadedAt: fi.ModTime().UTC()}, manifest: m}
-	if b, err := os.ReadFile(filepath.Join(dir, uploadFile)); err == nil {
-		var u struct {
-			At               time.Time `json:"uploaded_at"`
-			By               string    `json:"uploaded_by"`
-			SignatureChecked bool      `json:"signature_checked"`
-		}
-		if json.Unmarshal(b, &u) == nil {
-			e.UploadedAt, e.UploadedBy, e.SignatureChecked = u.At, u.By, u.SignatureChecked
-		}
-	}
-	return e, nil
+// Close stops following the storage and closes it.
+func (s *Store) Close() error {
+	s.stop()
+	<-s.done
+	return s.st.Close()
 }
 
-// Events is the store's event log (uploads, deletes, refusals).
+// feed is the Store as the Storage's Feed: every record checked before
+// it is listed.
+type feed struct{ s *Store }
+
+func (f feed) Put(r Record) {
+	s := f.s
+	e, err := s.check(r)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.dropLocked(r.Key)
+		if s.warned[r.Key] != err.Error() {
+			s.warned[r.Key] = err.Error()
+			s.opt.Log.Warn("release store: a stored release refused", "key", r.Key, "where", s.st.Info().Where, "err", err)
+		}
+		return
+	}
+	delete(s.warned, r.Key)
+	s.setLocked(r.Key, e)
+}
+
+func (f feed) Gone(key string) {
+	f.s.mu.Lock()
+	f.s.dropLocked(key)
+	delete(f.s.warned, key)
+	f.s.mu.Unlock()
+}
+
+func (f feed) Loaded() {
+	select {
+	case <-f.s.loaded:
+	default:
+		close(f.s.loaded)
+	}
+}
+
+func (s *Store) setLocked(k string, e *stored) {
+	if old := s.entries[k]; old != nil {
+		s.used -= old.Size
+	}
+	s.entries[k] = e
+	s.used += e.Size
+}
+
+func (s *Store) dropLocked(k string) {
+	if old := s.entries[k]; old != nil {
+		s.used -= old.Size
+		delete(s.entries, k)
+	}
+	delete(s.verified, k)
+}
+
+// check is what the store believes of a stored record: its manifest
+// parses and names the release it is stored as, its binary is the
+// manifest's size, and one recorded as checked against the release key
+// is signed by the key configured here.
+func (s *Store) check(r Record) (*stored, error) {
+	m, err := release.ParseManifest(r.Manifest)
+	if err != nil {
+		return nil, fmt.Errorf("stored release %s: %w", r.Key, err)
+	}
+	if k := key(m.Version, m.Platform); k != r.Key {
+		return nil, fmt.Errorf("stored release %s: its manifest is for %s %s", r.Key, m.Version, m.Platform)
+	}
+	if r.Size != m.Size {
+		return nil, fmt.Errorf("stored release %s: its binary is %d bytes, its manifest says %d", r.Key, r.Size, m.Size)
+	}
+	if r.SignatureChecked && s.opt.PublicKey != nil {
+		if err := m.Verify(s.opt.PublicKey); err != nil {
+			return nil, fmt.Errorf("stored release %s: recorded as signed with the release key: %v", r.Key, err)
+		}
+	}
+	return &stored{Entry: Entry{Version: m.Version, Platform: m.Platform, Size: m.Size, SHA256: m.SHA256,
+		UploadedAt: r.UploadedAt.UTC(), UploadedBy: r.UploadedBy, SignatureChecked: r.SignatureChecked}, manifest: m}, nil
+}
+
+// Events is the store's event log (this server's uploads, deletes,
+// refusals).
 func (s *Store) Events() *events.Log { return s.events }
 
 // Usage is the bytes and releases stored and the bounds.
@@ -239,24 +306,79 @@ func (s *Store) Manifest(version, platform string) (*release.Manifest, bool) {
 	return e.manifest, true
 }
 
-// OpenBinary opens a release's binary for reading. It stays readable
-// until closed, even when the release is deleted meanwhile.
-func (s *Store) OpenBinary(version, platform string) (*os.File, Entry, error) {
+// OpenBinary opens a release's binary for reading, its size and SHA-256
+// checked against its manifest before it is returned (once per copy the
+// storage holds: Binary.Tag). It stays readable until closed, even when
+// the release is deleted meanwhile.
+func (s *Store) OpenBinary(ctx context.Context, version, platform string) (Binary, Entry, error) {
+	k := key(version, platform)
 	s.mu.Lock()
-	e := s.entries[key(version, platform)]
-	var f *os.File
-	var err error
-	if e != nil {
-		f, err = os.Open(filepath.Join(s.opt.Dir, key(version, platform), binaryFile))
-	}
+	e := s.entries[k]
 	s.mu.Unlock()
 	if e == nil {
 		return nil, Entry{}, refuse(404, "no release %s for %s is stored", version, platform)
 	}
+	b, err := s.st.Open(ctx, k, e.Size)
+	if errors.Is(err, ErrNotFound) {
+		return nil, Entry{}, refuse(404, "no release %s for %s is stored", version, platform)
+	}
 	if err != nil {
+		return nil, Entry{}, fmt.Errorf("reading release %s for %s: %w", version, platform, err)
+	}
+	if err := s.verify(k, e, b); err != nil {
+		b.Close()
 		return nil, Entry{}, err
 	}
-	return f, e.Entry, nil
+	return b, e.Entry, nil
+}
+
+// verify hashes b (at most one byte past its manifest's size) unless
+// this copy was hashed already, and rewinds it.
+func (s *Store) verify(k string, e *stored, b Binary) error {
+	tag := e.SHA256 + " " + b.Tag()
+	s.mu.Lock()
+	ok := s.verified[k] == tag
+	s.mu.Unlock()
+	if ok {
+		return nil
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(b, e.Size+1))
+	var bad error
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading release %s for %s: %w", e.Version, e.Platform, err)
+	case n != e.Size:
+		bad = refuse(500, "stored release %s for %s refused: its binary is %s bytes, its manifest says %d (the store's copy is damaged)",
+			e.Version, e.Platform, sizeSaid(n, e.Size), e.Size)
+	default:
+		if sum := hex.EncodeToString(h.Sum(nil)); sum != e.SHA256 {
+			bad = refuse(500, "stored release %s for %s refused: its binary's sha256 is %s, its manifest says %s (the store's copy is damaged or was changed)",
+				e.Version, e.Platform, sum, e.SHA256)
+		}
+	}
+	if bad != nil {
+		s.opt.Log.Error("release store: a stored binary refused", "version", e.Version, "platform", e.Platform, "where", s.st.Info().Where, "err", bad)
+		return bad
+	}
+	if _, err := b.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.entries[k] == e {
+		s.verified[k] = tag
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// sizeSaid is n, or "more than" size when n passed it (what is read
+// stops one byte past).
+func sizeSaid(n, size int64) string {
+	if n > size {
+		return fmt.Sprintf("more than %d", size)
+	}
+	return fmt.Sprint(n)
 }
 
 // reserve takes the room for an upload of m, or says why there is none.
@@ -266,7 +388,7 @@ func (s *Store) reserve(m *release.Manifest) error {
 	defer s.mu.Unlock()
 	switch {
 	case s.entries[k] != nil:
-		return refuse(409, "release %s for %s is already stored: a release is never replaced; delete it first", m.Version, m.Platform)
+		return errExists(m)
 	case s.inflight[k]:
 		return refuse(409, "release %s for %s is being uploaded by another request", m.Version, m.Platform)
 	case m.Size > s.opt.MaxBytes:
@@ -274,12 +396,20 @@ func (s *Store) reserve(m *release.Manifest) error {
 	case len(s.entries)+len(s.inflight) >= s.opt.MaxReleases:
 		return refuse(507, "the release store holds %d releases, its most (config releases.maxReleases): delete an old release first", len(s.entries)+len(s.inflight))
 	case s.used+s.reserved+m.Size > s.opt.MaxBytes:
-		return refuse(507, "the release store has %d of %d bytes in use: %d more do not fit (config releases.maxBytes); delete an old release first",
-			s.used+s.reserved, s.opt.MaxBytes, m.Size)
+		return s.errFullLocked(m)
 	}
 	s.inflight[k] = true
 	s.reserved += m.Size
 	return nil
+}
+
+func errExists(m *release.Manifest) error {
+	return refuse(409, "release %s for %s is already stored: a release is never replaced; delete it first", m.Version, m.Platform)
+}
+
+func (s *Store) errFullLocked(m *release.Manifest) error {
+	return refuse(507, "the release store has %d of %d bytes in use: %d more do not fit (config releases.maxBytes); delete an old release first",
+		s.used+s.reserved, s.opt.MaxBytes, m.Size)
 }
 
 func (s *Store) unreserve(m *release.Manifest) {
@@ -292,7 +422,8 @@ func (s *Store) unreserve(m *release.Manifest) {
 // Put stores the binary read from body as the release m describes, by
 // operator by. m must already be parsed (release.ParseManifest); Put
 // checks its signature (with a release key configured), the room left,
-// and the body against m as it streams it to disk. ctx ends the upload.
+// and the body against m as it streams it to the storage, which keeps
+// nothing of a body that fails the check. ctx ends the upload.
 func (s *Store) Put(ctx context.Context, m *release.Manifest, body io.Reader, by string) (Entry, error) {
 	checked := false
 	if s.opt.PublicKey != nil {
@@ -305,96 +436,83 @@ func (s *Store) Put(ctx context.Context, m *release.Manifest, body io.Reader, by
 		return Entry{}, err
 	}
 	defer s.unreserve(m)
-	inc := filepath.Join(s.opt.Dir, incomingDir)
-	if err := os.MkdirAll(inc, 0o755); err != nil {
-		return Entry{}, err
+	k := key(m.Version, m.Platform)
+	r := Record{Key: k, Manifest: m.Marshal(), UploadedAt: time.Now().UTC().Truncate(time.Millisecond), UploadedBy: by, SignatureChecked: checked}
+	cr := &checkReader{r: ctxReader{ctx, body}, m: m, h: sha256.New()}
+	got, err := s.st.Create(ctx, r, cr)
+	switch {
+	case cr.refusal != nil:
+		return Entry{}, cr.refusal
+	case cr.bodyErr != nil:
+		return Entry{}, refuse(400, "upload of %s for %s ended after %d of %d bytes (truncated, or the client went away): %v", m.Version, m.Platform, cr.n, m.Size, cr.bodyErr)
+	case errors.Is(err, ErrExists):
+		return Entry{}, errExists(m)
+	case errors.Is(err, ErrFull):
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return Entry{}, s.errFullLocked(m)
+	case err != nil:
+		return Entry{}, fmt.Errorf("storing release %s for %s: %w", m.Version, m.Platform, err)
+	case !cr.ok:
+		return Entry{}, fmt.Errorf("storing release %s for %s: the storage stopped after %d of %d bytes", m.Version, m.Platform, cr.n, m.Size)
 	}
-	tmp, err := os.MkdirTemp(inc, "up-")
+	e, err := s.check(got)
 	if err != nil {
-		return Entry{}, err
-	}
-	defer os.RemoveAll(tmp) // after the rename: nothing left
-	e := &stored{Entry: Entry{Version: m.Version, Platform: m.Platform, Size: m.Size, SHA256: m.SHA256,
-		UploadedAt: time.Now().UTC().Truncate(time.Millisecond), UploadedBy: by, SignatureChecked: checked}, manifest: m}
-	if err := s.receive(ctx, filepath.Join(tmp, binaryFile), m, body); err != nil {
-		return Entry{}, err
-	}
-	up, _ := json.Marshal(map[string]any{"uploaded_at": e.UploadedAt, "uploaded_by": by, "signature_checked": checked})
-	for name, data := range map[string][]byte{manifestFile: m.Marshal(), uploadFile: append(up, '\n')} {
-		if err := writeFile(filepath.Join(tmp, name), data, s.opt.NoSync); err != nil {
-			return Entry{}, err
-		}
-	}
-	final := filepath.Join(s.opt.Dir, key(m.Version, m.Platform))
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-		return Entry{}, err
-	}
-	if !s.opt.NoSync {
-		if err := durable.SyncDir(tmp); err != nil {
-			return Entry{}, err
-		}
-	}
-	if err := os.Rename(tmp, final); err != nil {
 		return Entry{}, fmt.Errorf("storing release %s for %s: %w", m.Version, m.Platform, err)
 	}
-	if !s.opt.NoSync {
-		_ = durable.SyncDir(filepath.Dir(final))
-		_ = durable.SyncDir(s.opt.Dir)
-	}
 	s.mu.Lock()
-	s.entries[key(m.Version, m.Platform)] = e
-	s.used += m.Size
+	s.setLocked(k, e)
 	s.mu.Unlock()
 	s.event(EventUploaded, fmt.Sprintf("%s %s by %s: %d bytes, sha256 %s", m.Version, m.Platform, by, m.Size, m.SHA256[:16]))
-	s.opt.Log.Info("release stored", "version", m.Version, "platform", m.Platform, "size", m.Size, "sha256", m.SHA256, "by", by, "signature_checked", checked)
+	s.opt.Log.Info("release stored", "version", m.Version, "platform", m.Platform, "size", m.Size, "sha256", m.SHA256, "by", by,
+		"signature_checked", checked, "where", s.st.Info().Where)
 	return e.Entry, nil
 }
 
-// receive streams body into path, checking it against m: at most m.Size
-// bytes are read, and the file is kept only when it has exactly that
-// many with m's SHA-256.
-func (s *Store) receive(ctx context.Context, path string, m *release.Manifest, body io.Reader) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(fileWriter{f}, h), io.LimitReader(ctxReader{ctx, body}, m.Size+1))
-	var we *writeError
-	switch {
-	case errors.As(err, &we):
-		return we.err
-	case err != nil:
-		return refuse(400, "upload of %s for %s ended after %d of %d bytes (truncated, or the client went away): %v", m.Version, m.Platform, n, m.Size, err)
-	case n > m.Size:
-		return refuse(422, "the binary is longer than the %d bytes its manifest says", m.Size)
-	case n < m.Size:
-		return refuse(422, "the binary is %d bytes, its manifest says %d (truncated or another file)", n, m.Size)
-	}
-	if sum := hex.EncodeToString(h.Sum(nil)); sum != m.SHA256 {
-		return refuse(422, "the binary's sha256 is %s, its manifest says %s (another file, or changed after signing)", sum, m.SHA256)
-	}
-	if !s.opt.NoSync {
-		if err := f.Sync(); err != nil {
-			return err
-		}
-	}
-	return f.Close()
+// checkReader is an upload's body as the storage reads it: at most
+// m.Size bytes, and at its end exactly that many with m's SHA-256 (else
+// the read fails with the refusal); a read error of the body is the
+// client's (bodyErr).
+type checkReader struct {
+	r       io.Reader
+	m       *release.Manifest
+	h       hash.Hash
+	n       int64
+	ok      bool  // the body ended, checked
+	refusal error // the body is not the manifest's binary
+	bodyErr error // the body could not be read (truncated, the client went away)
 }
 
-// writeError marks a failure to write the file (not the client's).
-type writeError struct{ err error }
-
-func (e *writeError) Error() string { return e.err.Error() }
-
-// fileWriter marks its errors as writeErrors.
-type fileWriter struct{ f *os.File }
-
-func (w fileWriter) Write(p []byte) (int, error) {
-	n, err := w.f.Write(p)
-	if err != nil {
-		err = &writeError{err}
+func (c *checkReader) Read(p []byte) (int, error) {
+	if c.refusal != nil {
+		return 0, c.refusal
+	}
+	if c.bodyErr != nil {
+		return 0, c.bodyErr
+	}
+	if rest := c.m.Size + 1 - c.n; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.n > c.m.Size {
+		c.refusal = refuse(422, "the binary is longer than the %d bytes its manifest says", c.m.Size)
+		return 0, c.refusal
+	}
+	c.h.Write(p[:n])
+	switch {
+	case err == io.EOF:
+		if c.n < c.m.Size {
+			c.refusal = refuse(422, "the binary is %d bytes, its manifest says %d (truncated or another file)", c.n, c.m.Size)
+			return n, c.refusal
+		}
+		if sum := hex.EncodeToString(c.h.Sum(nil)); sum != c.m.SHA256 {
+			c.refusal = refuse(422, "the binary's sha256 is %s, its manifest says %s (another file, or changed after signing)", sum, c.m.SHA256)
+			return n, c.refusal
+		}
+		c.ok = true
+	case err != nil:
+		c.bodyErr = err
 	}
 	return n, err
 }
@@ -412,49 +530,30 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-func writeFile(path string, data []byte, noSync bool) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil && !noSync {
-		err = f.Sync()
-	}
-	return errors.Join(err, f.Close())
-}
-
 // Delete removes a release, by operator by. A download in progress
-// finishes from the file it has open.
-func (s *Store) Delete(version, platform, by string) error {
+// finishes from what it has open.
+func (s *Store) Delete(ctx context.Context, version, platform, by string) error {
 	k := key(version, platform)
 	s.mu.Lock()
 	e := s.entries[k]
+	s.mu.Unlock()
 	if e == nil {
-		s.mu.Unlock()
 		return refuse(404, "no release %s for %s is stored", version, platform)
 	}
-	inc := filepath.Join(s.opt.Dir, incomingDir)
-	err := os.MkdirAll(inc, 0o755)
-	var gone string
-	if err == nil {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		gone = filepath.Join(inc, "del-"+hex.EncodeToString(b[:]))
-		err = os.Rename(filepath.Join(s.opt.Dir, k), gone) // gone at once, whatever RemoveAll then takes
+	err := s.st.Delete(ctx, k)
+	if err == nil || errors.Is(err, ErrNotFound) {
+		s.mu.Lock()
+		s.dropLocked(k)
+		s.mu.Unlock()
 	}
-	if err == nil {
-		delete(s.entries, k)
-		s.used -= e.Size
+	if errors.Is(err, ErrNotFound) {
+		return refuse(404, "no release %s for %s is stored", version, platform)
 	}
-	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("deleting release %s for %s: %w", version, platform, err)
 	}
-	_ = os.RemoveAll(gone)
-	_ = os.Remove(filepath.Join(s.opt.Dir, version)) // fails while other platforms of the version remain
 	s.event(EventDeleted, fmt.Sprintf("%s %s by %s", version, platform, by))
-	s.opt.Log.Info("release deleted", "version", version, "platform", platform, "by", by)
+	s.opt.Log.Info("release deleted", "version", version, "platform", platform, "by", by, "where", s.st.Info().Where)
 	return nil
 }
 
