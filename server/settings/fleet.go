@@ -69,17 +69,14 @@ func (s *Store) sentLocked(channelID, peerID string, v int64) {
 	s.sent[key] = append(vs, v)
 }
 
-// changedLocked records a change and pushes the channel's new version to
-// its online devices (s.mu held); it returns how many were sent it.
-func (s *Store) changedLocked(channelID string, sel Selector, what, by string) int {
-	n := s.pushLocked(channelID)
-	v := s.chans[channelID].Version
+// changedLocked records a change made here, at version v and pushed to
+// n devices connected here (s.mu held).
+func (s *Store) changedLocked(channelID string, v int64, n int, sel Selector, what, by string) {
 	detail := fmt.Sprintf("%s: %s by %s (version %d, pushed to %d online)", sel, what, by, v, n)
 	s.opt.Log.Info("settings changed", "channel_id", channelID, "document", sel.String(), "change", what, "by", by, "version", v, "pushed", n)
 	if s.deps.Event != nil {
 		s.deps.Event(channelID, events.Event{Event: EventChanged, PeerID: sel.PeerID, Detail: events.Truncate(detail, events.MaxFieldBytes)})
 	}
-	return n
 }
 
 // pushLocked sends every online device of the channel that listed
