@@ -301,7 +301,6 @@ func FuzzParseFile(f *testing.F) {
 	})
 }
 
-
 // A channel's record (what a shared store holds) is parsed as strictly
 // as the file's channels are, each error naming where.
 func TestParseChannel(t *testing.T) {
