@@ -189,6 +189,11 @@ type Store struct {
 	pushed map[string]int    // how many devices the last apply of a channel's record reached
 
 	sent map[string][]int64 // channel\x00peer -> the last versions pushed to it (guarded by mu)
+	// here are the devices that connected here and listed "settings"
+	// (channel -> peer -> their connect's tags; guarded by mu), until a
+	// push finds them gone; hereCount of them, at most maxSeen.
+	here      map[string]map[string]map[string]string
+	hereCount int
 
 	seenMu sync.Mutex
 	seen   map[string]string // channel\x00peer -> the last ack recorded (events once)
@@ -244,7 +249,7 @@ func New(ctx context.Context, st Storage, opt Options, deps Deps) (*Store, error
 	}
 	s := &Store{opt: opt, deps: deps, now: time.Now, st: st, info: st.Info(),
 		chans: map[string]*channelDocs{}, revs: map[string]uint64{}, pushed: map[string]int{},
-		seen: map[string]string{}, sent: map[string][]int64{}, ready: make(chan struct{})}
+		seen: map[string]string{}, sent: map[string][]int64{}, here: map[string]map[string]map[string]string{}, ready: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	followed := make(chan error, 1)
 	s.wg.Add(1)

@@ -140,7 +140,11 @@ func NewRig(t *testing.T, open func(settings.Options, settings.Deps) *settings.S
 			p, _ := reg.Get("", peer)
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			if !p.Online || !slices.Contains(p.Capabilities, link.CapSettings) || (r.only != nil && !r.only[peer]) {
+			if r.only != nil { // the devices connected here, whatever the registry says yet
+				if !r.only[peer] {
+					return false
+				}
+			} else if !p.Online || !slices.Contains(p.Capabilities, link.CapSettings) {
 				return false
 			}
 			r.sent[peer] = append(r.sent[peer], *f.(*link.Settings))
@@ -158,7 +162,7 @@ func NewRig(t *testing.T, open func(settings.Options, settings.Deps) *settings.S
 }
 
 // Only says which devices are connected to this handle (the others are
-// online elsewhere).
+// online elsewhere), whether or not the registry lists them yet.
 func (r *Rig) Only(peers ...string) {
 	r.mu.Lock()
 	r.only = map[string]bool{}
@@ -568,15 +572,20 @@ func nodes(t *testing.T, open func(settings.Options, settings.Deps) *settings.St
 	reg.Device("ka", true, true, map[string]string{"site": "lobby"})
 	reg.Device("kb", true, true, map[string]string{"site": "lobby"})
 	a.Only("ka")
-	b.Only("kb")
+	b.Only("kb", "kc")
+	// kc has just connected to b: the registry (in a cluster, every
+	// node's view, written behind) does not list it yet.
+	b.DeviceConnected("ch", &link.Connect{PeerID: "kc", Capabilities: []string{link.CapSettings}, Tags: map[string]string{"site": "lobby"}})
 
 	c := put(t, a, settings.Selector{Key: "site", Value: "lobby"}, link.Settings{IdleText: str("Welcome")})
 	if c.Version != 1 || c.Pushed != 1 {
 		t.Fatalf("put on a: %+v, want version 1 pushed to its one device", c)
 	}
-	testwait.Until(t, "kb sent version 1 by b", func() bool { return len(b.Frames("kb")) == 1 })
-	if f := b.Frames("kb")[0]; f.Version != 1 || *f.IdleText != "Welcome" {
-		t.Fatalf("kb got %+v", f)
+	testwait.Until(t, "kb and kc sent version 1 by b", func() bool { return len(b.Frames("kb")) == 1 && len(b.Frames("kc")) == 1 })
+	for _, p := range []string{"kb", "kc"} {
+		if f := b.Frames(p)[0]; f.Version != 1 || *f.IdleText != "Welcome" {
+			t.Fatalf("%s got %+v", p, f)
+		}
 	}
 	if len(a.Frames("kb")) != 0 || len(b.Frames("ka")) != 0 {
 		t.Fatal("a device was sent settings by a handle it is not connected to")
