@@ -116,6 +116,7 @@ func (s *Store) pushLocked(channelID string) int {
 			n++
 		} else if !listed[p.PeerID] {
 			delete(s.here[channelID], p.PeerID) // gone from here
+			s.hereCount--
 		}
 	}
 	return n
