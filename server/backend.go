@@ -20,6 +20,7 @@ import (
 	"termlink/server/record/local"
 	"termlink/server/registry"
 	"termlink/server/releases"
+	"termlink/server/settings"
 )
 
 // The backend (issue 39): where the server keeps what it must not lose.
@@ -28,9 +29,10 @@ import (
 // (clusterBackend). The backend opens every store the capabilities use —
 // the store of record, the device registry, the learnt bindings and the
 // pairing codes, the channels' events, the notice mailboxes, the signed
-// releases — and this
+// releases, the settings pushed to devices — and this
 // is the only file of the root that knows which; the wiring files
-// (records.go, fleet.go, identity.go, events.go, notices.go) ask the
+// (records.go, fleet.go, identity.go, events.go, notices.go,
+// settings.go) ask the
 // backend, and the capabilities call only their packages' interfaces.
 type backend interface {
 	// openDevices opens the device registry kept in dir (the cluster's:
@@ -54,6 +56,11 @@ type backend interface {
 	// the workspace's releases directory; cacheDir where a cluster node
 	// keeps the copies it serves).
 	openReleases(ctx context.Context, opt releases.Options, cacheDir string) (*releases.Store, error)
+	// openSettings opens the settings pushed to devices (opt.Dir is the
+	// workspace's settings directory): its settings.json, or the
+	// cluster's bucket, followed so that every node pushes a change made
+	// through any node to the devices connected to it.
+	openSettings(ctx context.Context, opt settings.Options, deps settings.Deps) (*settings.Store, error)
 	// diagRemote is how a logs or self-test request reaches a device
 	// connected to another node: nil on a single server.
 	diagRemote() diag.Remote
@@ -65,10 +72,10 @@ type backend interface {
 
 // clusterOpenWait bounds each wait at start for NATS to make or find a
 // cluster store (a bucket or stream, and the mirror of it): the devices,
-// the bindings, the pairing codes, the events stream, the notice
-// mailboxes (these wait noticesOpenWait), the releases. What happens past
-// it is each store's: the device registry, the bindings and the releases
-// fail the start; the codes
+// the bindings, the pairing codes, the events stream, the settings, the
+// notice mailboxes (these wait noticesOpenWait), the releases. What
+// happens past it is each store's: the device registry, the bindings,
+// the settings and the releases fail the start; the codes
 // are made by the first enrollment; the events stay this node's own; the
 // notices load in the background.
 const clusterOpenWait = 30 * time.Second
@@ -140,6 +147,10 @@ func (localBackend) openBindings(_ context.Context, dir, channelID string, noSyn
 func (localBackend) openCodes(context.Context, *slog.Logger) identity.Codes { return nil }
 
 func (localBackend) openEventFeed(context.Context, int) (eventFeed, error) { return nil, nil }
+
+func (localBackend) openSettings(_ context.Context, opt settings.Options, deps settings.Deps) (*settings.Store, error) {
+	return settings.Open(opt, deps)
+}
 
 func (localBackend) diagRemote() diag.Remote { return nil }
 
@@ -244,6 +255,18 @@ func (b clusterBackend) openReleases(ctx context.Context, opt releases.Options, 
 	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
 	defer cancel()
 	return b.node.OpenReleases(ctx, opt, cluster.ReleasesOptions{CacheDir: cacheDir})
+}
+
+// openSettings warns of a single server's settings file left in the
+// workspace: the cluster's bucket is read instead.
+func (b clusterBackend) openSettings(ctx context.Context, opt settings.Options, deps settings.Deps) (*settings.Store, error) {
+	if file := filepath.Join(opt.Dir, settings.FileName); fileExists(file) {
+		b.log.Warn("cluster mode: the workspace's settings file is not read; the cluster's are (KV "+cluster.SettingsBucket+"): put its documents again through the settings API",
+			"file", file)
+	}
+	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
+	defer cancel()
+	return b.node.OpenSettings(ctx, opt, deps)
 }
 
 func (b clusterBackend) diagRemote() diag.Remote { return clusterDiag{b.node} }

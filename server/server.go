@@ -237,6 +237,7 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 	if s.settings, err = s.openSettings(opt.NoSync); err != nil {
 		return nil, err
 	}
+	undo.push(func() { _ = s.settings.Close() })
 	for _, ch := range rt.channels { // after the registry they feed
 		if ch.cfg.Enabled {
 			ch.adapter = wschannel.New(ch.id, ch.cfg, wschannel.Deps{
@@ -433,7 +434,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			_ = r.Close()
 		}
 		s.procs.Close() // its sentinel kills any agent group a runner left
-		err = errors.Join(s.closeRollouts(), s.releases.Close(), s.rt.records.Close(), s.rt.notices.Close(), s.rt.fleet.close(), s.rt.sessions.Close())
+		err = errors.Join(s.closeRollouts(), s.settings.Close(), s.releases.Close(), s.rt.records.Close(), s.rt.notices.Close(), s.rt.fleet.close(), s.rt.sessions.Close())
 		s.rt.outside.Close()
 	})
 	return err

@@ -1,18 +1,22 @@
 package server
 
 import (
+	"context"
 	"path/filepath"
 
 	"termlink/server/settings"
 )
 
 // openSettings opens the settings pushed to devices (package settings,
-// issue 28) in the workspace and makes it a part of the fleet operations
-// (each connect, each settings_ack). In cluster mode each node keeps its
-// own documents and pushes to the devices connected to it.
+// issue 28) through the backend — the workspace's settings.json, or in
+// cluster mode the cluster's bucket, which every node follows and whose
+// changes, made through any node, each node pushes to the devices
+// connected to it — and makes it a part of the fleet operations (each
+// connect, each settings_ack).
 func (s *Server) openSettings(noSync bool) (*settings.Store, error) {
 	rt := s.rt
-	st, err := settings.Open(settings.Options{Dir: filepath.Join(s.cfg.Workspace, "settings"), NoSync: noSync, Log: s.log, Outside: rt.outside},
+	st, err := rt.backend.openSettings(context.Background(),
+		settings.Options{Dir: filepath.Join(s.cfg.Workspace, "settings"), NoSync: noSync, Log: s.log, Outside: rt.outside},
 		settings.Deps{
 			Registry: rt.fleet.reg,
 			Send:     rt.SendFleet,

@@ -2,6 +2,7 @@ package settings
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"termlink/link"
@@ -69,28 +70,43 @@ func (s *Store) sentLocked(channelID, peerID string, v int64) {
 	s.sent[key] = append(vs, v)
 }
 
-// changedLocked records a change and pushes the channel's new version to
-// its online devices (s.mu held); it returns how many were sent it.
-func (s *Store) changedLocked(channelID string, sel Selector, what, by string) int {
-	n := s.pushLocked(channelID)
-	v := s.chans[channelID].Version
+// changedLocked records a change made here, at version v and pushed to
+// n devices connected here (s.mu held).
+func (s *Store) changedLocked(channelID string, v int64, n int, sel Selector, what, by string) {
 	detail := fmt.Sprintf("%s: %s by %s (version %d, pushed to %d online)", sel, what, by, v, n)
 	s.opt.Log.Info("settings changed", "channel_id", channelID, "document", sel.String(), "change", what, "by", by, "version", v, "pushed", n)
 	if s.deps.Event != nil {
 		s.deps.Event(channelID, events.Event{Event: EventChanged, PeerID: sel.PeerID, Detail: events.Truncate(detail, events.MaxFieldBytes)})
 	}
-	return n
 }
 
-// pushLocked sends every online device of the channel that listed
-// "settings" its effective settings (s.mu held).
+// pushLocked sends its effective settings to every device of the
+// channel that listed "settings" and is connected here (s.mu held): the
+// online ones of the registry, and those that connected here since the
+// store opened (DeviceConnected). In a cluster the registry is every
+// node's view, written behind: a device that has just connected here
+// may not be in it yet, and a change another node made must still reach
+// it. Send refuses the ones connected elsewhere.
 func (s *Store) pushLocked(channelID string) int {
-	if s.deps.Registry == nil || s.deps.Send == nil {
+	if s.deps.Send == nil {
 		return 0
 	}
-	online := true
+	var peers []registry.Peer
+	if s.deps.Registry != nil {
+		online := true
+		peers = s.deps.Registry.List(channelID, registry.Filter{Online: &online})
+	}
+	listed := make(map[string]bool, len(peers))
+	for _, p := range peers {
+		listed[p.PeerID] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.here[channelID])) {
+		if !listed[id] {
+			peers = append(peers, registry.Peer{PeerID: id, Tags: s.here[channelID][id], Capabilities: []string{link.CapSettings}})
+		}
+	}
 	n := 0
-	for _, p := range s.deps.Registry.List(channelID, registry.Filter{Online: &online}) {
+	for _, p := range peers {
 		if !slices.Contains(p.Capabilities, link.CapSettings) {
 			continue
 		}
@@ -98,20 +114,43 @@ func (s *Store) pushLocked(channelID string) int {
 		if s.deps.Send(channelID, p.PeerID, &e.Settings) {
 			s.sentLocked(channelID, p.PeerID, e.Settings.Version)
 			n++
+		} else if !listed[p.PeerID] {
+			delete(s.here[channelID], p.PeerID) // gone from here
+			s.hereCount--
 		}
 	}
 	return n
 }
 
+// connectedLocked remembers a device that connected here with its tags
+// (s.mu held), for pushLocked.
+func (s *Store) connectedLocked(channelID, peerID string, tags map[string]string) {
+	if s.hereCount >= maxSeen {
+		clear(s.here)
+		s.hereCount = 0
+	}
+	m := s.here[channelID]
+	if m == nil {
+		m = map[string]map[string]string{}
+		s.here[channelID] = m
+	}
+	if _, ok := m[peerID]; !ok {
+		s.hereCount++
+	}
+	m[peerID] = maps.Clone(tags)
+}
+
 // DeviceConnected (a fleet operation part): a device that listed
 // "settings" and says another version than the channel's gets its
-// effective settings.
+// effective settings; every one is remembered as connected here, for
+// the pushes of later changes.
 func (s *Store) DeviceConnected(channelID string, c *link.Connect) {
 	if !slices.Contains(c.Capabilities, link.CapSettings) {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.connectedLocked(channelID, c.PeerID, c.Tags)
 	ch := s.chans[channelID]
 	if ch == nil || ch.Version < 1 || c.SettingsVersion == ch.Version || s.deps.Send == nil {
 		return

@@ -108,7 +108,7 @@ func (s *Store) servePut(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, http.StatusBadRequest, "version: the server sets it (the channel's settings version): leave it out")
 		return
 	}
-	c, err := s.Put(id, sel, f, httpapi.OperatorOf(r).Name)
+	c, err := s.Put(r.Context(), id, sel, f, httpapi.OperatorOf(r).Name)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -125,7 +125,7 @@ func (s *Store) serveDelete(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	c, err := s.Delete(id, sel, httpapi.OperatorOf(r).Name)
+	c, err := s.Delete(r.Context(), id, sel, httpapi.OperatorOf(r).Name)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -145,8 +145,10 @@ func writeErr(w http.ResponseWriter, err error) {
 		httpapi.WriteError(w, http.StatusInsufficientStorage, err.Error())
 	case errors.Is(err, ErrTooLarge):
 		httpapi.WriteError(w, http.StatusRequestEntityTooLarge, err.Error())
+	case errors.Is(err, ErrBusy):
+		httpapi.WriteError(w, http.StatusServiceUnavailable, err.Error())
 	default:
-		httpapi.WriteError(w, http.StatusInternalServerError, "keeping the settings: "+err.Error())
+		httpapi.WriteError(w, http.StatusInternalServerError, err.Error())
 	}
 }
 

@@ -25,23 +25,29 @@
 // 36). A peer's document is put only for a peer_id a device could
 // connect with (identity.ValidPeerID).
 //
-// The documents are kept in dir/settings.json (strict parser; written
-// whole, atomically, before a change is answered). Bounds: Options.
-// MaxDocuments per channel (507 past it), MaxDocumentBytes per document
-// (413), and the field bounds of Check.
+// The rules are written once, here, above a small Storage (storage.go):
+// one record per channel, compare-and-set on its revision, and a feed of
+// the changes other writers make. On one server it is the workspace's
+// dir/settings.json (LocalStorage: written whole, atomically, before a
+// change is answered); in a cluster, package cluster's KV bucket, where
+// a change made through any node reaches every node's feed, and each
+// node pushes it to the devices connected to it, as it pushes its own
+// (every device gets it once, through its own edge). Everything read
+// from a store is checked by the strict parser (parseChannel, ParseFile):
+// a record that does not parse is refused, naming it, and changes
+// nothing. Bounds: Options.MaxDocuments per channel (507 past it),
+// MaxDocumentBytes per document (413), the store's MaxRecordBytes per
+// channel (507), and the field bounds of Check.
 package settings
 
 import (
-	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,7 +56,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"termlink/internal/durable"
 	"termlink/internal/strictjson"
 	"termlink/link"
 	"termlink/server/httpapi"
@@ -153,7 +158,7 @@ type file struct {
 
 // Options tune a Store.
 type Options struct {
-	Dir          string // where settings.json is kept
+	Dir          string // where settings.json is kept (Open's LocalStorage)
 	MaxDocuments int    // per channel; default DefaultMaxDocuments
 	NoSync       bool
 	Log          *slog.Logger
@@ -162,26 +167,47 @@ type Options struct {
 	Outside *throttle.Gate
 }
 
-// Store keeps the documents of every channel; safe for concurrent use.
-// Its Fleet side (fleet.go) pushes them; its API (http.go) changes them.
+// Store keeps the documents of every channel over a Storage; safe for
+// concurrent use. Its Fleet side (fleet.go) pushes them; its API
+// (http.go) changes them.
 type Store struct {
 	opt  Options
 	deps Deps
 	now  func() time.Time
+	st   Storage
+	info StorageInfo
 
-	// mu guards the documents, the file and every push, so the versions
-	// a device is sent never go back (a push reads the documents when it
-	// sends).
-	mu    sync.Mutex
-	chans map[string]*channelDocs
+	// changeMu makes this node's changes one at a time (each a
+	// read-modify-write of its channel's record, compare-and-set).
+	changeMu sync.Mutex
+
+	// mu guards the documents and every push, so the versions a device
+	// is sent never go back (a push reads the documents when it sends).
+	mu     sync.Mutex
+	chans  map[string]*channelDocs
+	revs   map[string]uint64 // the store's revision of each channel's record held
+	pushed map[string]int    // how many devices the last apply of a channel's record reached
 
 	sent map[string][]int64 // channel\x00peer -> the last versions pushed to it (guarded by mu)
+	// here are the devices that connected here and listed "settings"
+	// (channel -> peer -> their connect's tags; guarded by mu), until a
+	// push finds them gone; hereCount of them, at most maxSeen.
+	here      map[string]map[string]map[string]string
+	hereCount int
 
 	seenMu sync.Mutex
 	seen   map[string]string // channel\x00peer -> the last ack recorded (events once)
+
+	ready     chan struct{} // closed at the store's first Loaded
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
 }
 
-// ErrFull is a change refused because the channel has MaxDocuments.
+// ErrFull is a change refused because the channel has MaxDocuments (or
+// its record would pass the store's MaxRecordBytes).
 var ErrFull = errors.New("settings: the channel's documents are at their bound")
 
 // ErrTooLarge is a document over MaxDocumentBytes.
@@ -190,50 +216,146 @@ var ErrTooLarge = errors.New("settings: document too large")
 // ErrNotFound is a delete of a document that is not there.
 var ErrNotFound = errors.New("settings: no such document")
 
-// Open loads dir/settings.json (none: no documents). A file that does not
-// parse is an error naming what is wrong: the operator's settings are not
-// silently dropped.
+// ErrBusy is a change given up after maxChangeTries compare-and-sets
+// lost to other nodes' changes of the same channel.
+var ErrBusy = errors.New("settings: the channel's settings kept changing meanwhile; try again")
+
+// maxChangeTries bounds the compare-and-sets of one change.
+const maxChangeTries = 16
+
+// Open opens the settings kept in opt.Dir/settings.json (LocalStorage;
+// none: no documents). A file that does not parse is an error naming
+// what is wrong: the operator's settings are not silently dropped.
 func Open(opt Options, deps Deps) (*Store, error) {
+	st, err := OpenLocal(opt.Dir, opt.NoSync)
+	if err != nil {
+		return nil, err
+	}
+	return New(context.Background(), st, opt, deps)
+}
+
+// New returns the settings over st: it follows st (Storage.Follow) on a
+// goroutine it owns until Close, and waits for the first load until ctx
+// ends (an error then: the store is closed). Every record the feed
+// brings is parsed strictly; one that does not parse is logged, naming
+// it, and changes nothing. A change the feed brings (another node's)
+// is pushed to the devices connected here, as a change made here is.
+func New(ctx context.Context, st Storage, opt Options, deps Deps) (*Store, error) {
 	if opt.MaxDocuments <= 0 {
 		opt.MaxDocuments = DefaultMaxDocuments
 	}
 	if opt.Log == nil {
 		opt.Log = slog.Default()
 	}
-	s := &Store{opt: opt, deps: deps, now: time.Now, chans: map[string]*channelDocs{}, seen: map[string]string{}, sent: map[string][]int64{}}
-	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("settings: %w", err)
-	}
-	path := filepath.Join(opt.Dir, FileName)
-	b, err := readBounded(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
+	s := &Store{opt: opt, deps: deps, now: time.Now, st: st, info: st.Info(),
+		chans: map[string]*channelDocs{}, revs: map[string]uint64{}, pushed: map[string]int{},
+		seen: map[string]string{}, sent: map[string][]int64{}, here: map[string]map[string]map[string]string{}, ready: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	followed := make(chan error, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := st.Follow(s.ctx, &feed{s: s})
+		if err != nil && s.ctx.Err() == nil {
+			s.opt.Log.Error("settings: the store's feed ended", "err", err)
+		}
+		followed <- err
+	}()
+	select {
+	case <-s.ready:
 		return s, nil
-	case err != nil:
+	case err := <-followed:
+		select {
+		case <-s.ready:
+			return s, nil
+		default:
+		}
+		_ = s.Close()
+		if err == nil {
+			err = errors.New("the store's feed ended before it loaded")
+		}
 		return nil, fmt.Errorf("settings: %w", err)
+	case <-ctx.Done():
+		_ = s.Close()
+		return nil, fmt.Errorf("settings: the documents were not loaded: %w", ctx.Err())
 	}
-	f, err := ParseFile(b)
-	if err != nil {
-		return nil, fmt.Errorf("settings: %s: %w", path, err)
-	}
-	s.chans = f.Channels
-	return s, nil
 }
 
-func readBounded(path string) ([]byte, error) {
-	fh, err := os.Open(path)
+// Close stops following the store and closes it.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+		s.closeErr = s.st.Close()
+	})
+	return s.closeErr
+}
+
+// Shared reports whether other nodes change the documents too (the
+// store's Info).
+func (s *Store) Shared() bool { return s.info.Shared }
+
+// feed takes a Storage's Follow into the documents.
+type feed struct{ s *Store }
+
+func (f *feed) Put(channelID string, value []byte, rev uint64) {
+	s := f.s
+	c, err := parseChannel(channelID, value)
 	if err != nil {
-		return nil, err
+		s.opt.Log.Error("settings: a record in the store is refused (it changes nothing; fix or remove it)",
+			"where", s.st.Where(channelID), "err", err)
+		return
 	}
-	defer fh.Close()
-	b, err := io.ReadAll(io.LimitReader(fh, maxFileBytes+1))
-	if err != nil {
-		return nil, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n, ok := s.applyLocked(channelID, c, rev); ok && s.loaded() {
+		s.opt.Log.Info("settings changed elsewhere", "channel_id", channelID, "version", c.Version, "pushed", n)
 	}
-	if len(b) > maxFileBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileBytes)
+}
+
+func (f *feed) Gone(channelID string, rev uint64) {
+	s := f.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rev <= s.revs[channelID] {
+		return
 	}
-	return b, nil
+	s.opt.Log.Warn("settings: a channel's record was removed from the store: its documents are forgotten and its version starts again",
+		"channel_id", channelID, "where", s.st.Where(channelID))
+	delete(s.chans, channelID)
+	delete(s.revs, channelID)
+	delete(s.pushed, channelID)
+}
+
+func (f *feed) Loaded() {
+	select {
+	case <-f.s.ready:
+	default:
+		close(f.s.ready)
+	}
+}
+
+func (s *Store) loaded() bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// applyLocked takes channelID's record at rev into the documents and
+// pushes it to the devices connected here (s.mu held): false when the
+// documents hold that revision or a later one already (this node's
+// change seen again by the feed, or an older one).
+func (s *Store) applyLocked(channelID string, c *channelDocs, rev uint64) (int, bool) {
+	if rev <= s.revs[channelID] {
+		return s.pushed[channelID], false
+	}
+	s.chans[channelID], s.revs[channelID] = c, rev
+	n := s.pushLocked(channelID)
+	s.pushed[channelID] = n
+	return n, true
 }
 
 // ParseFile parses a settings file strictly: one JSON object (no key
@@ -259,55 +381,98 @@ func ParseFile(b []byte) (*file, error) {
 		return nil, errors.New(`"channels" is missing`)
 	}
 	for id, c := range f.Channels {
-		if c == nil {
-			return nil, fmt.Errorf("channels.%s: null", id)
-		}
-		if c.Version < 0 {
-			return nil, fmt.Errorf("channels.%s.version: negative", id)
-		}
-		if c.Tags == nil {
-			c.Tags = map[string]*Document{}
-		}
-		if c.Peers == nil {
-			c.Peers = map[string]*Document{}
-		}
-		check := func(where string, d *Document, forPeer bool) error {
-			if d == nil {
-				return fmt.Errorf("%s: null", where)
-			}
-			if err := Check(d.Settings, forPeer); err != nil {
-				return fmt.Errorf("%s.%v", where, err)
-			}
-			if d.Version < 1 || d.Version > c.Version {
-				return fmt.Errorf("%s.version: %d, want 1 to the channel's %d", where, d.Version, c.Version)
-			}
-			if n, _ := docBytes(d); n > MaxDocumentBytes {
-				return fmt.Errorf("%s: %d bytes, more than %d", where, n, MaxDocumentBytes)
-			}
-			return nil
-		}
-		for tag, d := range c.Tags {
-			k, v, ok := strings.Cut(tag, "=")
-			if !ok {
-				return nil, fmt.Errorf("channels.%s.tags.%s: want key=value", id, tag)
-			}
-			if err := registry.CheckTag(k, v); err != nil {
-				return nil, fmt.Errorf("channels.%s.tags.%s: %v", id, tag, err)
-			}
-			if err := check("channels."+id+".tags."+tag, d, false); err != nil {
-				return nil, err
-			}
-		}
-		for peer, d := range c.Peers {
-			if err := CheckPeerID(peer); err != nil {
-				return nil, fmt.Errorf("channels.%s.peers.%q: %v", id, peer, err)
-			}
-			if err := check("channels."+id+".peers."+peer, d, true); err != nil {
-				return nil, err
-			}
+		if err := checkChannel(id, c); err != nil {
+			return nil, err
 		}
 	}
 	return &f, nil
+}
+
+// parseChannel parses one channel's record strictly, as ParseFile does
+// each channel of the file (the errors name channels.<id>...).
+func parseChannel(id string, b []byte) (*channelDocs, error) {
+	where := "channels." + id
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, fmt.Errorf("%s: the record is empty", where)
+	}
+	if err := httpapi.CheckBody(b); err != nil {
+		return nil, fmt.Errorf("%s: %s", where, strings.Replace(err.Error(), "the body", "the record", 1))
+	}
+	root, err := strictjson.Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", where, err)
+	}
+	if root.Kind != strictjson.Object {
+		return nil, fmt.Errorf("%s: not a channel's record (want an object)", where)
+	}
+	if err := checkChannelKeys(root, where); err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var c channelDocs
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("%s: not a channel's record: %v", where, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%s: more than one value", where)
+	}
+	if err := checkChannel(id, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// checkChannel checks one channel's documents (and makes its maps).
+func checkChannel(id string, c *channelDocs) error {
+	if c == nil {
+		return fmt.Errorf("channels.%s: null", id)
+	}
+	if c.Version < 0 {
+		return fmt.Errorf("channels.%s.version: negative", id)
+	}
+	if c.Tags == nil {
+		c.Tags = map[string]*Document{}
+	}
+	if c.Peers == nil {
+		c.Peers = map[string]*Document{}
+	}
+	check := func(where string, d *Document, forPeer bool) error {
+		if d == nil {
+			return fmt.Errorf("%s: null", where)
+		}
+		if err := Check(d.Settings, forPeer); err != nil {
+			return fmt.Errorf("%s.%v", where, err)
+		}
+		if d.Version < 1 || d.Version > c.Version {
+			return fmt.Errorf("%s.version: %d, want 1 to the channel's %d", where, d.Version, c.Version)
+		}
+		if n, _ := docBytes(d); n > MaxDocumentBytes {
+			return fmt.Errorf("%s: %d bytes, more than %d", where, n, MaxDocumentBytes)
+		}
+		return nil
+	}
+	for tag, d := range c.Tags {
+		k, v, ok := strings.Cut(tag, "=")
+		if !ok {
+			return fmt.Errorf("channels.%s.tags.%s: want key=value", id, tag)
+		}
+		if err := registry.CheckTag(k, v); err != nil {
+			return fmt.Errorf("channels.%s.tags.%s: %v", id, tag, err)
+		}
+		if err := check("channels."+id+".tags."+tag, d, false); err != nil {
+			return err
+		}
+	}
+	for peer, d := range c.Peers {
+		if err := CheckPeerID(peer); err != nil {
+			return fmt.Errorf("channels.%s.peers.%q: %v", id, peer, err)
+		}
+		if err := check("channels."+id+".peers."+peer, d, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // docKeys are a document's fields as stored.
@@ -320,36 +485,46 @@ func checkFileKeys(b []byte) error {
 	if err != nil {
 		return err
 	}
-	known := func(n *strictjson.Node, where string, names ...string) error {
-		for _, k := range n.Keys {
-			if !slices.Contains(names, k) {
-				if where != "" {
-					where += ": "
-				}
-				return fmt.Errorf("%sunknown field %q (known: %s)", where, k, strings.Join(names, ", "))
-			}
-		}
-		return nil
-	}
-	if err := known(root, "", "channels"); err != nil {
+	if err := knownKeys(root, "", "channels"); err != nil {
 		return err
 	}
 	for _, chs := range objects(root) {
 		for i, c := range objects(chs) {
-			where := "channels." + chs.Keys[i]
-			if err := known(c, where, "version", "tags", "peers"); err != nil {
+			if err := checkChannelKeys(c, "channels."+chs.Keys[i]); err != nil {
 				return err
 			}
-			for j, docs := range objects(c) {
-				if c.Keys[j] == "version" {
-					continue
-				}
-				for k, d := range objects(docs) {
-					if err := known(d, where+"."+c.Keys[j]+"."+docs.Keys[k], docKeys...); err != nil {
-						return err
-					}
-				}
+		}
+	}
+	return nil
+}
+
+// checkChannelKeys refuses a key of a channel's record (at where) that
+// is not a field's exact name.
+func checkChannelKeys(c *strictjson.Node, where string) error {
+	if err := knownKeys(c, where, "version", "tags", "peers"); err != nil {
+		return err
+	}
+	for j, docs := range objects(c) {
+		if c.Keys[j] == "version" {
+			continue
+		}
+		for k, d := range objects(docs) {
+			if err := knownKeys(d, where+"."+c.Keys[j]+"."+docs.Keys[k], docKeys...); err != nil {
+				return err
 			}
+		}
+	}
+	return nil
+}
+
+// knownKeys refuses a key of n that is not one of names.
+func knownKeys(n *strictjson.Node, where string, names ...string) error {
+	for _, k := range n.Keys {
+		if !slices.Contains(names, k) {
+			if where != "" {
+				where += ": "
+			}
+			return fmt.Errorf("%sunknown field %q (known: %s)", where, k, strings.Join(names, ", "))
 		}
 	}
 	return nil
@@ -378,15 +553,6 @@ func docBytes(d *Document) (int, error) {
 	return len(b), err
 }
 
-// writeLocked writes every channel's documents (s.mu held).
-func (s *Store) writeLocked(chans map[string]*channelDocs) error {
-	return durable.WriteFile(filepath.Join(s.opt.Dir, FileName), func(w *bufio.Writer) error {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(file{Channels: chans})
-	}, s.opt.NoSync)
-}
-
 // Selector names a document: a tag (Key and Value) or a peer (PeerID).
 type Selector struct {
 	Key, Value string
@@ -409,8 +575,9 @@ type Change struct {
 }
 
 // Put replaces (or creates) a document and pushes the channel's new
-// version. Errors: a *FieldError, ErrFull, ErrTooLarge, or a write's.
-func (s *Store) Put(channelID string, sel Selector, f link.Settings, by string) (Change, error) {
+// version. Errors: a *FieldError, ErrFull, ErrTooLarge, ErrBusy, or the
+// store's.
+func (s *Store) Put(ctx context.Context, channelID string, sel Selector, f link.Settings, by string) (Change, error) {
 	forPeer := sel.PeerID != ""
 	if forPeer {
 		if err := CheckDevicePeerID(sel.PeerID); err != nil {
@@ -420,75 +587,105 @@ func (s *Store) Put(channelID string, sel Selector, f link.Settings, by string) 
 	if err := Check(f, forPeer); err != nil {
 		return Change{}, err
 	}
-	d := &Document{Settings: f, UpdatedAt: s.now().UTC(), UpdatedBy: by}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.chans[channelID]
-	if c == nil {
-		c = &channelDocs{Tags: map[string]*Document{}, Peers: map[string]*Document{}}
-	}
-	docs, key := c.Tags, sel.Key+"="+sel.Value
-	if forPeer {
-		docs, key = c.Peers, sel.PeerID
-	}
-	if docs[key] == nil && c.count() >= s.opt.MaxDocuments {
-		return Change{}, fmt.Errorf("%w: channel %s has %d documents, at most %d (delete one first)", ErrFull, channelID, c.count(), s.opt.MaxDocuments)
-	}
-	d.Version = c.Version + 1
-	if n, err := docBytes(d); err != nil || n > MaxDocumentBytes {
-		return Change{}, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, n, MaxDocumentBytes)
-	}
-	next := s.withLocked(channelID, c, func(nc *channelDocs) {
+	at := s.now().UTC()
+	return s.change(ctx, channelID, sel, "set "+describe(f), by, func(c *channelDocs) error {
+		docs, key := c.Tags, sel.Key+"="+sel.Value
 		if forPeer {
-			nc.Peers[key] = d
-		} else {
-			nc.Tags[key] = d
+			docs, key = c.Peers, sel.PeerID
 		}
+		if docs[key] == nil && c.count() >= s.opt.MaxDocuments {
+			return fmt.Errorf("%w: channel %s has %d documents, at most %d (delete one first)", ErrFull, channelID, c.count(), s.opt.MaxDocuments)
+		}
+		d := &Document{Settings: f, UpdatedAt: at, UpdatedBy: by}
+		d.Version = c.Version
+		if n, err := docBytes(d); err != nil || n > MaxDocumentBytes {
+			return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, n, MaxDocumentBytes)
+		}
+		docs[key] = d
+		return nil
 	})
-	if err := s.writeLocked(next); err != nil {
-		return Change{}, err
-	}
-	s.chans = next
-	n := s.changedLocked(channelID, sel, "set "+describe(f), by)
-	return Change{next[channelID].Version, n}, nil
 }
 
 // Delete removes a document and pushes the channel's new version.
-func (s *Store) Delete(channelID string, sel Selector, by string) (Change, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.chans[channelID]
-	key := sel.Key + "=" + sel.Value
-	if sel.PeerID != "" {
-		key = sel.PeerID
-	}
-	if c == nil || (sel.PeerID != "" && c.Peers[key] == nil) || (sel.PeerID == "" && c.Tags[key] == nil) {
-		return Change{}, fmt.Errorf("%w: channel %s has no document for %s", ErrNotFound, channelID, sel)
-	}
-	next := s.withLocked(channelID, c, func(nc *channelDocs) {
+func (s *Store) Delete(ctx context.Context, channelID string, sel Selector, by string) (Change, error) {
+	return s.change(ctx, channelID, sel, "deleted", by, func(c *channelDocs) error {
+		docs, key := c.Tags, sel.Key+"="+sel.Value
 		if sel.PeerID != "" {
-			delete(nc.Peers, key)
-		} else {
-			delete(nc.Tags, key)
+			docs, key = c.Peers, sel.PeerID
 		}
+		if docs[key] == nil {
+			return fmt.Errorf("%w: channel %s has no document for %s", ErrNotFound, channelID, sel)
+		}
+		delete(docs, key)
+		return nil
 	})
-	if err := s.writeLocked(next); err != nil {
-		return Change{}, err
-	}
-	s.chans = next
-	n := s.changedLocked(channelID, sel, "deleted", by)
-	return Change{next[channelID].Version, n}, nil
 }
 
-// withLocked is a copy of the channels with channelID's copied, its
-// version bumped and change applied (documents are never changed in
-// place: a failed write leaves the old ones).
-func (s *Store) withLocked(channelID string, c *channelDocs, change func(*channelDocs)) map[string]*channelDocs {
-	next := maps.Clone(s.chans)
-	nc := &channelDocs{Version: c.Version + 1, Tags: maps.Clone(c.Tags), Peers: maps.Clone(c.Peers)}
-	change(nc)
-	next[channelID] = nc
-	return next
+// change is one change of a channel's documents: edit is applied to a
+// copy of them with the version bumped (documents are never changed in
+// place: a failed write leaves the old ones), which is written to the
+// store by compare-and-set on the revision read; when another writer
+// came first, the channel's record is read again at the store and edit
+// applied to it, up to maxChangeTries times. The change then reaches
+// the devices connected here (those of other nodes through their feed)
+// and is an event, here.
+func (s *Store) change(ctx context.Context, channelID string, sel Selector, what, by string, edit func(*channelDocs) error) (Change, error) {
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
+	s.mu.Lock()
+	cur, rev := s.chans[channelID], s.revs[channelID]
+	s.mu.Unlock()
+	for try := 1; ; try++ {
+		next := &channelDocs{Tags: map[string]*Document{}, Peers: map[string]*Document{}}
+		if cur != nil {
+			next = &channelDocs{Version: cur.Version, Tags: maps.Clone(cur.Tags), Peers: maps.Clone(cur.Peers)}
+		}
+		next.Version++
+		if err := edit(next); err != nil {
+			return Change{}, err
+		}
+		b, err := json.Marshal(next)
+		if err != nil {
+			return Change{}, fmt.Errorf("settings: encoding channel %s: %w", channelID, err)
+		}
+		if max := s.info.MaxRecordBytes; max > 0 && len(b) > max {
+			return Change{}, fmt.Errorf("%w: channel %s's documents would take %d bytes, at most %d in this store (delete one first)", ErrFull, channelID, len(b), max)
+		}
+		nrev, err := s.st.Put(ctx, channelID, b, rev)
+		if errors.Is(err, ErrConflict) {
+			if try >= maxChangeTries {
+				return Change{}, fmt.Errorf("%w (%d tries)", ErrBusy, try)
+			}
+			if cur, rev, err = s.read(ctx, channelID); err != nil {
+				return Change{}, err
+			}
+			continue
+		}
+		if err != nil {
+			return Change{}, fmt.Errorf("settings: keeping channel %s's documents: %w", channelID, err)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n, _ := s.applyLocked(channelID, next, nrev)
+		s.changedLocked(channelID, next.Version, n, sel, what, by)
+		return Change{next.Version, n}, nil
+	}
+}
+
+// read reads channelID's record at the store, strictly parsed (nil: none).
+func (s *Store) read(ctx context.Context, channelID string) (*channelDocs, uint64, error) {
+	b, rev, err := s.st.Get(ctx, channelID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("settings: reading channel %s's documents: %w", channelID, err)
+	}
+	if rev == 0 {
+		return nil, 0, nil
+	}
+	c, err := parseChannel(channelID, b)
+	if err != nil {
+		return nil, 0, fmt.Errorf("settings: %s is refused (fix or remove it): %w", s.st.Where(channelID), err)
+	}
+	return c, rev, nil
 }
 
 // describe names the fields a document sets, for events.
