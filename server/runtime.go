@@ -199,6 +199,7 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 type devicePresence struct{ rt *Runtime }
 
 func (p devicePresence) Connected(channelID, peerID string) {
+	p.rt.heldBack.Connected(channelID, peerID)
 	if e := p.rt.records.Edge; e != nil {
 		e.Connected(channelID, peerID)
 	}

@@ -16,8 +16,13 @@
 //
 // The book is bounded: one entry per session with a refused message,
 // forgotten when that message is accepted or when its device's
-// connection ends (the device resends what is unanswered, in order,
-// wherever it connects again).
+// connection ends or is replaced (the device resends what is unanswered,
+// in order, on its new connection). A failure is held only while the
+// connection that sent the message is the device's live one: an accept
+// still waiting on the store when its connection went (jepsen seed 118:
+// a claim read timing out while NATS elected, after the device had
+// reconnected) held the device's next connection back for good, since
+// that one had resent and moved past the message.
 package holdback
 
 import (
@@ -35,12 +40,16 @@ import (
 type Book struct {
 	mu   sync.Mutex
 	held map[peer]map[string]string // device -> session -> refused message id
+	// conn: the device's live connection (Connected), numbered by seq;
+	// absent: none known (a caller that tells no connections).
+	conn map[peer]uint64
+	seq  uint64
 }
 
 type peer struct{ channel, id string }
 
 // New makes an empty book.
-func New() *Book { return &Book{held: map[peer]map[string]string{}} }
+func New() *Book { return &Book{held: map[peer]map[string]string{}, conn: map[peer]uint64{}} }
 
 // Accept takes in through s (record.Store.Accept with perSession), unless
 // an earlier message of its session was refused and is not taken yet:
@@ -56,8 +65,9 @@ func (b *Book) Accept(ctx context.Context, s record.Store, in bus.Inbound, perSe
 		}
 		return err // nil: a duplicate, answered
 	}
+	conn := b.connOf(in)
 	err := s.Accept(ctx, in, perSession, ack)
-	b.settled(in, err)
+	b.settled(in, err, conn)
 	return err
 }
 
@@ -79,15 +89,25 @@ func (b *Book) Ahead(in bus.Inbound) string {
 	return ""
 }
 
+// connOf is the number of in's device's live connection (0: none known).
+func (b *Book) connOf(in bus.Inbound) uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.conn[peer{in.ChannelID, in.PeerID}]
+}
+
 // settled records the outcome of the accept of in, which nothing held
-// back: a failure holds the session's later messages back until in is
-// accepted.
-func (b *Book) settled(in bus.Inbound, err error) {
+// back and which came on connection conn: a failure holds the session's
+// later messages back until in is accepted, unless that connection is no
+// longer the device's live one.
+func (b *Book) settled(in bus.Inbound, err error, conn uint64) {
 	p := peer{in.ChannelID, in.PeerID}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	sessions := b.held[p]
 	switch {
+	case err != nil && b.conn[p] != conn:
+		// Its connection went (or was replaced) meanwhile.
 	case err != nil:
 		if sessions == nil {
 			sessions = map[string]string{}
@@ -102,12 +122,26 @@ func (b *Book) settled(in bus.Inbound, err error) {
 	}
 }
 
+// Connected records a device's new live connection (it may replace one
+// still open) and forgets what the earlier one held back: the device
+// resends its unanswered messages in order on it.
+func (b *Book) Connected(channel, peerID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := peer{channel, peerID}
+	b.seq++
+	b.conn[p] = b.seq
+	delete(b.held, p)
+}
+
 // Disconnected forgets what a device's connection held back: the device
 // resends its unanswered messages in order wherever it connects again.
 func (b *Book) Disconnected(channel, peerID string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.held, peer{channel, peerID})
+	p := peer{channel, peerID}
+	delete(b.held, p)
+	delete(b.conn, p)
 }
 
 // Len is the number of sessions held back.

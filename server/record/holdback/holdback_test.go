@@ -149,3 +149,66 @@ func TestDisconnectClearsTheHold(t *testing.T) {
 		t.Fatalf("R after a peer of another channel left: %s", got)
 	}
 }
+
+// slowStore fails an accept once the test lets it (the store's answer
+// comes after the device's connection changed).
+type slowStore struct {
+	*store
+	entered, fail chan struct{}
+}
+
+func (s slowStore) Accept(ctx context.Context, in bus.Inbound, perSession int, ack func(record.Accepted)) error {
+	if in.MessageID == "slow" {
+		close(s.entered)
+		<-s.fail
+		return errors.New("reading the claim: context deadline exceeded")
+	}
+	return s.store.Accept(ctx, in, perSession, ack)
+}
+
+// A failure is held only while the connection that sent the message is
+// the device's live one (jepsen seed 118): an accept still waiting on the
+// store when the device reconnected, or left, holds nothing back on its
+// next connection, which resends in order and moves on.
+func TestFailureOfAConnectionGoneHoldsNothing(t *testing.T) {
+	for _, change := range []string{"replaced", "left"} {
+		b := New()
+		s := slowStore{&store{room: true, seen: map[string]bool{}}, make(chan struct{}), make(chan struct{})}
+		b.Connected("c", "p")
+		done := make(chan string)
+		go func() { done <- accept(b, s.store, msg("p", "s", "first")) }() // a fast one, to check the plain path too
+		if got := <-done; got != "ack" {
+			t.Fatalf("%s: first: %s", change, got)
+		}
+		go func() {
+			err := b.Accept(context.Background(), s, msg("p", "s", "slow"), 1, func(record.Accepted) {})
+			done <- fmt.Sprint(err)
+		}()
+		<-s.entered
+		if change == "replaced" {
+			b.Connected("c", "p")
+		} else {
+			b.Disconnected("c", "p")
+			b.Connected("c", "p")
+		}
+		close(s.fail)
+		if got := <-done; !strings.Contains(got, "deadline exceeded") {
+			t.Fatalf("%s: slow: %s", change, got)
+		}
+		if got := accept(b, s.store, msg("p", "s", "next")); got != "ack" {
+			t.Errorf("%s: the next connection's message after the old one's failure: %s, want ack", change, got)
+		}
+		if b.Len() != 0 {
+			t.Errorf("%s: %d sessions held back", change, b.Len())
+		}
+	}
+	// On the same connection the failure holds, as before.
+	b := New()
+	s := &store{room: true, down: true, seen: map[string]bool{}}
+	b.Connected("c", "p")
+	_ = accept(b, s, msg("p", "s", "A"))
+	s.down = false
+	if got := accept(b, s, msg("p", "s", "B")); !strings.Contains(got, "resend A first") {
+		t.Errorf("same connection: B after A failed: %s", got)
+	}
+}
