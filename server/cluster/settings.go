@@ -35,7 +35,7 @@ const (
 	// max_payload of 1 MiB): the Store refuses a change past it (507).
 	settingsMaxValue = 768 << 10
 	// settingsMaxBytes bounds the bucket (History 1: the records only).
-	settingsMaxBytes = 256 << 20
+	settingsMaxBytes = 64 << 20
 	// settingsRewatch is the pause before a lost watch is made again.
 	settingsRewatch = time.Second
 )

@@ -47,6 +47,9 @@ type NodeSpec struct {
 	// ChannelConfig holds keys of the channel's config block (tokens,
 	// enrollment), as they go in the JSON.
 	ChannelConfig map[string]any
+	// Releases holds keys of the releases block (maxBytes, maxReleases),
+	// as they go in the JSON (nil: none).
+	Releases map[string]any
 	// Dir holds the node's config, workspace and log (required).
 	Dir string
 	// Host is the address it listens on (default 127.0.0.1) and Netns
@@ -96,6 +99,9 @@ func (s NodeSpec) ConfigJSON() ([]byte, error) {
 		"channels":  map[string]any{Channel: ch},
 		"agents":    map[string]any{"agent": agent},
 		"cluster":   cl,
+	}
+	if len(s.Releases) > 0 {
+		cfg["releases"] = s.Releases
 	}
 	return json.MarshalIndent(cfg, "", "  ")
 }

@@ -108,14 +108,20 @@ func healPartitions(ctx context.Context) error {
 // StoreTmpfsSize is the size of each NATS node's store tmpfs. The
 // stream reservations need it: JetStream takes 75% of the free space as
 // its file store limit (768 MiB here), and termserver's streams reserve
-// 640 MiB on every node: the devices bucket's 512 MiB, the events
-// stream's 64 MiB, and the history stream's historyMaxMegabytes, which
-// the runner lowers to storeHistoryMiB (its default, 4 GiB, would not
-// fit).
+// about 721 MiB on every node: the devices bucket's 512 MiB, the events
+// stream's 64 MiB, the settings bucket's 64 MiB, the history stream's
+// historyMaxMegabytes, which the runner lowers to storeHistoryMiB (its
+// default, 4 GiB, would not fit), and the releases' object store's
+// releases.maxBytes and a little, lowered to storeReleasesBytes (1 GiB
+// by default). The notice bucket (256 MiB) is made by the first notice:
+// the schedules make none.
 const StoreTmpfsSize = "1g"
 
 // storeHistoryMiB is historyMaxMegabytes with the stores on tmpfs.
 const storeHistoryMiB = 64
+
+// storeReleasesBytes is releases.maxBytes with the stores on tmpfs.
+const storeReleasesBytes = 16 << 20
 
 // DiskFullReady reports why full disks cannot be drawn here (nil: they
 // can): not root, or a tmpfs cannot be mounted (it mounts one in dir

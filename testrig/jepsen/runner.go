@@ -153,10 +153,13 @@ func RunSchedule(ctx context.Context, cfg RunConfig, sched Schedule) (res Result
 	}()
 	agent := recordingAgent(runLog, cfg.AgentDelay)
 	clusterKeys := map[string]any{"leaseSeconds": int(cfg.Lease.Seconds()), "ackWaitSeconds": int(cfg.Lease.Seconds() * 2.5)}
+	var releasesKeys map[string]any
 	if cfg.DiskFull {
 		// The history stream reserves historyMaxMegabytes (4 GiB by
-		// default) on every node: more than a store's tmpfs has.
+		// default) and the releases' object store releases.maxBytes (1
+		// GiB) on every node: more than a store's tmpfs has.
 		clusterKeys["historyMaxMegabytes"] = storeHistoryMiB
+		releasesKeys = map[string]any{"maxBytes": storeReleasesBytes}
 	}
 	for _, name := range append(append([]string{}, RunTopology.Edges...), RunTopology.Workers...) {
 		role := "edge"
@@ -164,7 +167,7 @@ func RunSchedule(ctx context.Context, cfg RunConfig, sched Schedule) (res Result
 			role = "worker"
 		}
 		spec := cluster.NodeSpec{Name: name, Role: role, NATS: nc.URLs(),
-			Partitions: cfg.Partitions, Replicas: 3, Agent: agent, Cluster: clusterKeys, Dir: filepath.Join(cfg.Dir, name)}
+			Partitions: cfg.Partitions, Replicas: 3, Agent: agent, Cluster: clusterKeys, Releases: releasesKeys, Dir: filepath.Join(cfg.Dir, name)}
 		if cfg.Netns {
 			spec.Netns, spec.Host = netnsLayout[name].ns, netnsLayout[name].host
 		}
