@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"termlink/link"
-	"termlink/server/registry"
 )
 
 // Fleet operations (issue 28): signed updates and their rollouts,
@@ -18,10 +17,12 @@ import (
 //
 // A device is believed only about what it was asked (issue 36): the
 // adapter hands on only answers from a connection that listed their
-// capability, at its answer rate; the part that takes an answer's kind
-// says whether it answers what it sent that device, and the registry
-// keeps only what the part believed. An answer no part asked for is
-// refused (Report's error: the connection answers bad_frame).
+// capability, at its answer rate (their frame routes,
+// wschannel.FleetFrames); the part that takes an answer's kind says
+// whether it answers what it sent that device, and keeps in the registry
+// what it believed (the rollouts a device's update state, the settings
+// its version: each part's rule). An answer no part asked for is refused
+// (Report's error: the connection answers bad_frame).
 type fleetOps struct {
 	rt    *Runtime
 	parts []fleetPart // added by New before the adapters start
@@ -34,8 +35,8 @@ type fleetPart interface {
 	// Answers is the kind of answer frame the part takes.
 	Answers() link.Type
 	// Report takes an answer of its kind: believed when it answers what
-	// the part sent that peer (the registry may keep it); an error when
-	// it answers nothing asked (refused; nothing changed); neither for a
+	// the part sent that peer (the part keeps it); an error when it
+	// answers nothing asked (refused; nothing changed); neither for a
 	// resend that is not news.
 	Report(channelID, peerID string, f link.Frame) (believed bool, err error)
 }
@@ -47,9 +48,8 @@ func (f *fleetOps) DeviceConnected(channelID string, c *link.Connect) {
 	}
 }
 
-// Report implements wschannel.Fleet: the part that takes fr's kind
-// judges it; the registry keeps an update_status or settings_ack it
-// believed.
+// Report takes a device's answer frame (its route's handler): the part
+// that takes fr's kind judges it.
 func (f *fleetOps) Report(channelID, peerID string, fr link.Frame) error {
 	var part fleetPart
 	for _, p := range f.parts {
@@ -61,17 +61,8 @@ func (f *fleetOps) Report(channelID, peerID string, fr link.Frame) error {
 	if part == nil {
 		return fmt.Errorf("this server sent no %s request this frame could answer", fr.FrameType())
 	}
-	believed, err := part.Report(channelID, peerID, fr)
-	if err != nil || !believed {
-		return err
-	}
-	switch fr := fr.(type) {
-	case *link.UpdateStatus:
-		f.rt.fleet.reg.SetUpdate(channelID, peerID, registry.UpdateState{Version: fr.Version, State: fr.State, Reason: fr.Reason})
-	case *link.SettingsAck:
-		f.rt.fleet.reg.SetSettings(channelID, peerID, fr.Version, fr.Error)
-	}
-	return nil
+	_, err := part.Report(channelID, peerID, fr)
+	return err
 }
 
 // SendFleet hands a fleet operation's frame (update, settings, diag) to

@@ -9,26 +9,32 @@ import (
 	"termlink/server/registry"
 )
 
-// recordingPart is a fleetOps part that records what it is given and
-// judges the answers of its kind with judge.
+// recordingPart is a fleetOps part that records what it is given,
+// judges the answers of its kind with judge, and keeps what it believed
+// with keep, as the real parts keep it in the registry.
 type recordingPart struct {
 	answers  link.Type
 	judge    func(link.Frame) (bool, error)
+	keep     func(channelID, peerID string, f link.Frame)
 	connects chan *link.Connect
 	reports  chan link.Frame
 }
 
 func (p *recordingPart) DeviceConnected(_ string, c *link.Connect) { p.connects <- c }
 func (p *recordingPart) Answers() link.Type                        { return p.answers }
-func (p *recordingPart) Report(_, _ string, f link.Frame) (bool, error) {
+func (p *recordingPart) Report(channelID, peerID string, f link.Frame) (bool, error) {
 	p.reports <- f
-	return p.judge(f)
+	believed, err := p.judge(f)
+	if believed && p.keep != nil {
+		p.keep(channelID, peerID, f)
+	}
+	return believed, err
 }
 
 // A device's fleet frames reach the registry and the parts: connect's
 // platform and settings version; update_status and settings_ack go to
-// the part of their kind, and the registry keeps them (the peer's update
-// state, its settings version or error) only when the part believed
+// the part of their kind, which keeps them in the registry (the peer's
+// update state, its settings version or error) only when it believed
 // them (issue 36); one the part refuses is answered bad_frame with its
 // reason, and one from a connection that did not list the capability
 // never reaches a part. SendFleet reaches only a connection that listed
@@ -54,6 +60,16 @@ func TestFleetOpsCarriage(t *testing.T) {
 			}
 			return false, errors.New("settings version 5 was not sent to this device")
 		}}
+	// They keep what they believed as the rollouts and the settings do.
+	reg := ts.rt.fleet.reg
+	updates.keep = func(ch, peer string, f link.Frame) {
+		st := f.(*link.UpdateStatus)
+		reg.SetUpdate(ch, peer, registry.UpdateState{Version: st.Version, State: st.State, Reason: st.Reason})
+	}
+	acks.keep = func(ch, peer string, f link.Frame) {
+		ack := f.(*link.SettingsAck)
+		reg.SetSettings(ch, peer, ack.Version, ack.Error)
+	}
 	// Ahead of the server's own parts of these kinds.
 	ts.rt.fleetOps.parts = append([]fleetPart{updates, acks}, ts.rt.fleetOps.parts...)
 

@@ -31,6 +31,9 @@ import (
 type Devices interface {
 	Get(channelID, peerID string) (registry.Peer, bool)
 	List(channelID string, f registry.Filter) []registry.Peer
+	// SetUpdate keeps a device's update state the rollouts believed
+	// (Report).
+	SetUpdate(channelID, peerID string, u registry.UpdateState) bool
 }
 
 // Releases is the release store as a rollout reads it.
@@ -620,7 +623,18 @@ func (m *Manager) Answers() link.Type { return link.TypeUpdateStatus }
 // names no update this server sent that device (a resend of an earlier
 // one, kept in a rollout still stored, is no error). Anything else
 // changes nothing here.
+//
+// What it believed is kept in the device registry (Devices.SetUpdate):
+// the rollouts' rule, not the server's.
 func (m *Manager) Report(channelID, peerID string, f link.Frame) (believed bool, err error) {
+	if believed, err = m.report(channelID, peerID, f); believed {
+		st := f.(*link.UpdateStatus)
+		m.opt.Devices.SetUpdate(channelID, peerID, registry.UpdateState{Version: st.Version, State: st.State, Reason: st.Reason})
+	}
+	return believed, err
+}
+
+func (m *Manager) report(channelID, peerID string, f link.Frame) (believed bool, err error) {
 	st, ok := f.(*link.UpdateStatus)
 	if !ok {
 		return false, fmt.Errorf("rollouts take update_status frames, not %s", f.FrameType())

@@ -41,6 +41,18 @@ func (f *fakeFleet) Get(channelID, peerID string) (registry.Peer, bool) {
 	return p, ok
 }
 
+// SetUpdate keeps what the manager believed, as the registry does.
+func (f *fakeFleet) SetUpdate(_, peerID string, u registry.UpdateState) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.peers[peerID]
+	if ok {
+		p.Update = &u
+		f.peers[peerID] = p
+	}
+	return ok
+}
+
 func (f *fakeFleet) List(channelID string, flt registry.Filter) []registry.Peer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -263,6 +275,10 @@ func TestPauseOnFailureResumeAbort(t *testing.T) {
 	}
 	if !f.hasEvent(events.RolloutPaused, "d01") || !f.hasEvent(events.RolloutDevice, "d01") {
 		t.Fatal("no paused/device event naming d01")
+	}
+	// What the rollouts believed is kept in the registry (their rule).
+	if p, _ := f.Get(ch, "d01"); p.Update == nil || p.Update.State != link.UpdateRolledBack || p.Update.Version != "v2" {
+		t.Fatalf("d01's update in the registry: %+v", p.Update)
 	}
 	install(m, f, "d02")
 	m.tick()

@@ -23,6 +23,9 @@ type Registry interface {
 	Get(channelID, peerID string) (registry.Peer, bool)
 	List(channelID string, f registry.Filter) []registry.Peer
 	SetTags(channelID, peerID string, tags map[string]string) bool
+	// SetSettings keeps the settings version (or error) a device's ack
+	// said, once the store believed it (Report).
+	SetSettings(channelID, peerID string, version int64, errText string) bool
 }
 
 // Deps are the server's parts the store uses.
@@ -176,7 +179,18 @@ func (s *Store) Answers() link.Type { return link.TypeSettingsAck }
 // An ack of a version never pushed to it is refused with an error,
 // unless it is the resend of an applied version the registry has for it
 // already (its connect said it), which changes nothing.
+//
+// What it believed is kept in the device registry (Registry.SetSettings):
+// the settings' rule, not the server's.
 func (s *Store) Report(channelID, peerID string, f link.Frame) (believed bool, err error) {
+	if believed, err = s.report(channelID, peerID, f); believed && s.deps.Registry != nil {
+		ack := f.(*link.SettingsAck)
+		s.deps.Registry.SetSettings(channelID, peerID, ack.Version, ack.Error)
+	}
+	return believed, err
+}
+
+func (s *Store) report(channelID, peerID string, f link.Frame) (believed bool, err error) {
 	ack, ok := f.(*link.SettingsAck)
 	if !ok {
 		return false, fmt.Errorf("settings take settings_ack frames, not %s", f.FrameType())

@@ -46,6 +46,17 @@ func (r *fakeRegistry) List(_ string, f registry.Filter) []registry.Peer {
 	return out
 }
 
+func (r *fakeRegistry) SetSettings(_, peer string, version int64, errText string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.peers[peer]
+	if ok {
+		p.SettingsVersion, p.SettingsError = version, errText
+		r.peers[peer] = p
+	}
+	return ok
+}
+
 func (r *fakeRegistry) SetTags(_, peer string, tags map[string]string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

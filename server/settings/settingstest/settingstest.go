@@ -97,6 +97,17 @@ func (r *Registry) SetTags(_, peer string, tags map[string]string) bool {
 	return ok
 }
 
+func (r *Registry) SetSettings(_, peer string, version int64, errText string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.peers[peer]
+	if ok {
+		p.SettingsVersion, p.SettingsError = version, errText
+		r.peers[peer] = p
+	}
+	return ok
+}
+
 // Device puts a device in the registry.
 func (r *Registry) Device(id string, online, capable bool, tags map[string]string) {
 	p := registry.Peer{PeerID: id, Online: online, Tags: tags}
@@ -343,6 +354,10 @@ func report(t *testing.T, open func(settings.Options, settings.Deps) *settings.S
 	_, _ = r.Report("ch", "a", &link.SettingsAck{Version: 1, Error: "idle_text: the display cannot show it"})
 	if p, _ := r.Reg.Get("", "a"); p.Tags["site"] != "lobby" {
 		t.Fatalf("tags changed by a refusal: %v", p.Tags)
+	}
+	// What the store believed is kept in the registry (its rule).
+	if p, _ := r.Reg.Get("", "a"); p.SettingsVersion != 1 || p.SettingsError != "idle_text: the display cannot show it" {
+		t.Fatalf("the registry after the refusal: settings %d %q", p.SettingsVersion, p.SettingsError)
 	}
 	_, _ = r.Report("ch", "a", &link.SettingsAck{Version: 1})
 	_, _ = r.Report("ch", "a", &link.SettingsAck{Version: 1}) // resent on a connect
