@@ -127,11 +127,19 @@ func TestEventStreamNotReadingDropped(t *testing.T) {
 		e.metrics.WriteText(&m)
 		return strings.Contains(m.String(), `termserver_event_streams_dropped_total{channel="dev"} 1`+"\n")
 	}
+	added := 0
 	testwait.Until(t, "the stream that does not read to be dropped", func() bool {
 		for range 200 { // events until the socket's buffers are full and a write waits
 			e.events.Add(events.Event{Event: "e", Detail: detail})
 		}
-		return dropped()
+		added += 200
+		if d := dropped(); d || e.api.StreamsOpen() == 1 {
+			return d
+		}
+		// Ended without a drop counted: say so now, not after the wait's
+		// deadline (a make test under load waited 2 min once here).
+		t.Fatalf("the stream ended without being counted as dropped, after %d events; log:\n%s", added, logs.String())
+		return false
 	})
 	if !strings.Contains(logs.String(), "event stream client stopped reading") {
 		t.Errorf("the drop was not said, or said as a lag:\n%s", logs.String())
