@@ -26,7 +26,7 @@ func newLocalRecs(hint int) localRecs { return localRecs{over: make(map[string]l
 // setBase makes recs (in revision order: of a key named twice, the later
 // line is the newer) the base; over must be empty.
 func (r *localRecs) setBase(recs []loadItem) {
-	if len(recs) >= 1<<31 { // an index must fit the table's low half
+	if int64(len(recs)) >= 1<<31 { // an index must fit the table's low half (int64: 1<<31 overflows a 32-bit int)
 		for _, x := range recs {
 			r.over[x.key] = localEntry{Value: x.value, Rev: x.rev}
 		}

@@ -288,12 +288,27 @@ func (c *NATS) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// waitListening waits until the node's client port accepts connections,
-// or its run has exited (then the error has its log tail).
+// waitListening waits until the node's client port and its cluster
+// (route) port accept connections, or its run has exited (then the error
+// has its log tail). A node whose cluster port was taken between
+// freePorts and its start listened for clients and then exited: the other
+// nodes dialled its route for a minute and the cluster never became ready
+// (TestMoveEdgeMidConversation in a make test); it is errAddrInUse now,
+// and StartNATS tries again on other ports.
 func (n *NATSNode) waitListening(ctx context.Context, r natsRun) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	addr := net.JoinHostPort(n.Host, strconv.Itoa(n.ClientPort))
+	for _, port := range []int{n.ClientPort, n.ClusterPort} {
+		if err := n.waitPort(ctx, r, port); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitPort waits until port accepts connections or the run has exited.
+func (n *NATSNode) waitPort(ctx context.Context, r natsRun, port int) error {
+	addr := net.JoinHostPort(n.Host, strconv.Itoa(port))
 	for {
 		if r.exited() {
 			tail := logTail(n.LogFile, 20)
