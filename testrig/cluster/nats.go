@@ -298,7 +298,11 @@ func (c *NATS) Close(ctx context.Context) error {
 func (n *NATSNode) waitListening(ctx context.Context, r natsRun) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for _, port := range []int{n.ClientPort, n.ClusterPort} {
+	ports := []int{n.ClientPort}
+	if len(n.routes) >= 2 { // a node alone has no cluster block (natsConfig)
+		ports = append(ports, n.ClusterPort)
+	}
+	for _, port := range ports {
 		if err := n.waitPort(ctx, r, port); err != nil {
 			return err
 		}
