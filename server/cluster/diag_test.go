@@ -6,10 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"termlink/internal/testwait"
-	"termlink/server/config"
 )
 
 // The diag transport: a request for a peer goes to the edge that holds
@@ -22,20 +20,9 @@ func TestDiagTransport(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	url := startJetStream(t)
-	open := func(name, role string) *Node {
-		cfg := config.Cluster{NATS: []string{url}, Role: role, Name: name, Partitions: 1,
-			Replicas: 1, AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
-		n, err := Open(ctx, cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	edgeA := open("edge-a", config.RoleEdge)
-	edgeB := open("edge-b", config.RoleEdge)
-	defer edgeB.Close()
-	mute := open("edge-mute", config.RoleEdge) // holds a peer, serves no diag requests
-	defer mute.Close()
+	edgeA := openNode(t, url, "edge-a") // closed mid-test (and again when it ends)
+	edgeB := openNode(t, url, "edge-b")
+	mute := openNode(t, url, "edge-mute") // holds a peer, serves no diag requests
 	opt := DiagOptions{MaxRequest: 64, MaxAnswer: 1 << 10, MaxServing: 1}
 
 	hold := make(chan struct{})

@@ -10,9 +10,10 @@ import (
 
 // Fleet operations on a device connection (issue 28): the server's side
 // (package fleetops) hands update, settings and diag frames to a live
-// connection that listed the matching capability (SendFleet), and gets
-// the device's answers (update_status, settings_ack, diag_result) and
-// each connect (Fleet). The connection only carries them.
+// connection that listed the matching capability (SendFleet), gets each
+// connect (Fleet), and gets the device's answers (update_status,
+// settings_ack, diag_result) through their frame routes (FleetFrames,
+// frames.go). The connection only carries them.
 //
 // A device is believed only about what it was asked (issue 36): an
 // answer frame is taken from a connection that listed the capability it

@@ -58,14 +58,14 @@ func New() *Book { return &Book{held: map[peer]map[string]string{}, conn: map[pe
 // in's own failure holds the session's later messages back; its accept
 // lets them go.
 func (b *Book) Accept(ctx context.Context, s record.Store, in bus.Inbound, perSession int, ack func(record.Accepted)) error {
-	if first := b.Ahead(in); first != "" {
+	first, conn := b.ahead(in)
+	if first != "" {
 		err := s.Accept(ctx, in, record.TakeNone, ack)
 		if errors.Is(err, record.ErrBusy) {
 			return Refusal(first)
 		}
 		return err // nil: a duplicate, answered
 	}
-	conn := b.connOf(in)
 	err := s.Accept(ctx, in, perSession, ack)
 	b.settled(in, err, conn)
 	return err
@@ -78,22 +78,17 @@ func Refusal(first string) error {
 		record.ErrBusy, first, first)
 }
 
-// Ahead names the message of in's session whose accept failed, if it is
-// not in: in must not overtake it ("" when in may go).
-func (b *Book) Ahead(in bus.Inbound) string {
+// ahead names the message of in's session whose accept failed, if it is
+// not in (in must not overtake it; "" when in may go), and the number of
+// in's device's live connection (0: none known), read at once.
+func (b *Book) ahead(in bus.Inbound) (first string, conn uint64) {
+	p := peer{in.ChannelID, in.PeerID}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if id := b.held[peer{in.ChannelID, in.PeerID}][in.SessionKey]; id != in.MessageID {
-		return id
+	if id := b.held[p][in.SessionKey]; id != in.MessageID {
+		first = id
 	}
-	return ""
-}
-
-// connOf is the number of in's device's live connection (0: none known).
-func (b *Book) connOf(in bus.Inbound) uint64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.conn[peer{in.ChannelID, in.PeerID}]
+	return first, b.conn[p]
 }
 
 // settled records the outcome of the accept of in, which nothing held

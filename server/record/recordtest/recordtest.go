@@ -202,6 +202,31 @@ func (h *handle) next(ctx context.Context, want string) bus.Inbound {
 	return in
 }
 
+// runAfterCopies takes the session's queue until id and runs it with
+// text. A message handed before it is a copy a store queued again (its
+// delivery never acknowledged): it is started, its start's answer must
+// pass check (which fails the test otherwise), and that answer is
+// recorded and delivered.
+func (h *handle) runAfterCopies(ctx context.Context, id, text string, check func(in bus.Inbound, answer *agent.Result, ok bool)) {
+	h.t.Helper()
+	for {
+		in, cancelled, err := h.q.Next(ctx, sessionKey)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if cancelled {
+			h.t.Fatalf("%s cancelled", in.MessageID)
+		}
+		if in.MessageID == id {
+			h.run(ctx, in, text)
+			return
+		}
+		answer, ok := h.parts.Start(ctx, ctx, in)
+		check(in, answer, ok)
+		h.finish(ctx, in, *answer)
+	}
+}
+
 // start starts in's run, which is to run (no answer instead).
 func (h *handle) start(ctx context.Context, in bus.Inbound) {
 	h.t.Helper()
@@ -363,24 +388,11 @@ func replyRecorded(t *testing.T, st Store) {
 	// A store may hand the message over again (its delivery was never
 	// acknowledged); then its start answers it with the reply recorded.
 	h.acceptNew(ctx, h.message("m-2", "next"))
-	for {
-		in, cancelled, err := h.q.Next(ctx, sessionKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cancelled {
-			t.Fatalf("%s cancelled", in.MessageID)
-		}
-		if in.MessageID == "m-2" {
-			h.run(ctx, in, "answer 2")
-			break
-		}
-		answer, ok := h.parts.Start(ctx, ctx, in)
+	h.runAfterCopies(ctx, "m-2", "answer 2", func(in bus.Inbound, answer *agent.Result, ok bool) {
 		if !ok || answer == nil || answer.Text != "answer 1" {
 			t.Fatalf("m-1 queued again after its reply was recorded: start answer %+v ok %v, want the reply recorded", answer, ok)
 		}
-		h.finish(ctx, in, *answer)
-	}
+	})
 	h.final(ctx, "m-2", "answer 2", link.FinishStop)
 }
 
@@ -519,27 +531,14 @@ func interruptedTwice(t *testing.T, st Store) {
 
 	h = open(t, ctx, st)
 	h.acceptNew(ctx, h.message("m-2", "next"))
-	for {
-		in, cancelled, err := h.q.Next(ctx, sessionKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cancelled {
-			t.Fatalf("%s cancelled", in.MessageID)
-		}
-		if in.MessageID == "m-2" {
-			h.run(ctx, in, "answer 2")
-			break
-		}
-		answer, ok := h.parts.Start(ctx, ctx, in)
+	h.runAfterCopies(ctx, "m-2", "answer 2", func(in bus.Inbound, answer *agent.Result, ok bool) {
 		if !ok || answer == nil {
 			t.Fatalf("%s started a third time (answer %+v ok %v), want an error answer instead", in.MessageID, answer, ok)
 		}
 		if answer.FinishReason != link.FinishError {
 			t.Errorf("third start of %s answered %+v, want an error", in.MessageID, answer)
 		}
-		h.finish(ctx, in, *answer)
-	}
+	})
 	h.final(ctx, "m-2", "answer 2", link.FinishStop)
 	a := h.duplicate(ctx, m1)
 	if a.Reply == nil || a.Reply.FinishReason != link.FinishError || !strings.Contains(a.Reply.Text, "interrupted twice") {
