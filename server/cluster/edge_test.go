@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -9,6 +11,8 @@ import (
 
 	"termlink/internal/testwait"
 	"termlink/server/bus"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func inbound(session, id string) bus.Inbound {
@@ -297,5 +301,30 @@ func TestEdgeNamesThePreviousMessage(t *testing.T) {
 	w.Stored("s", 0)
 	if w.LastStored("s") != 0 {
 		t.Error("a session forgotten keeps its last")
+	}
+}
+
+// The stream's refusal of a wrong expected last sequence says the right
+// one; anything else is not read as one.
+func TestWrongLastSequence(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		seq  uint64
+		want bool
+	}{
+		{&jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence, Description: "wrong last sequence: 42"}, 42, true},
+		{fmt.Errorf("publishing: %w", &jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence, Description: "wrong last sequence: 0"}), 0, true},
+		{&jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence, Description: "wrong last sequence"}, 0, false},
+		{&jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence, Description: "wrong last sequence: many"}, 0, false},
+		{&jetstream.APIError{ErrorCode: 10164, Description: "wrong last sequence"}, 0, false},
+		{errors.New("wrong last sequence: 7"), 0, false},
+	} {
+		seq, ok := wrongLastSequence(c.err)
+		if seq != c.seq || ok != c.want {
+			t.Errorf("%v: %d %v, want %d %v", c.err, seq, ok, c.seq, c.want)
+		}
+	}
+	if !inProcess(&jetstream.APIError{ErrorCode: 10164}) || inProcess(&jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}) {
+		t.Error("inProcess: only nats-server's 10164")
 	}
 }
