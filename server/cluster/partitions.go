@@ -68,6 +68,9 @@ type partition struct {
 	// suspect: the last sequence an earlier owner process was given; a
 	// delivery up to it without a claim may have started there.
 	fence, suspect atomic.Uint64
+	// taken: fence and suspect are set (start has read them); until
+	// then the partition is Taking and no run of it starts.
+	taken atomic.Bool
 	// undone: per session, the first message up to suspect that was not
 	// answered when this take read its claim (see FirstUndone).
 	undone firstUndone
@@ -158,6 +161,7 @@ const (
 	NotOwned   LeaseState = iota // another worker's, or none's
 	Owned                        // this worker's, its lease renewed lately
 	LeaseStale                   // this worker's, but its lease was not renewed for 2/3 of a lease: starts wait
+	Taking                       // this worker's lease, its take not done (no fence yet): starts wait
 )
 
 func (p *partition) setRenewed(t time.Time) { p.renewed.Store(t.UnixNano()) }
@@ -190,6 +194,13 @@ func (n *Node) held(p int) (*partition, LeaseState) {
 	w.mu.Unlock()
 	if part == nil {
 		return nil, NotOwned
+	}
+	if !part.taken.Load() {
+		// Its fence is not known yet: a delivery held from an earlier
+		// take (a ticket starting when the partition was lost) would
+		// pass fence 0 as new and run with no claim read (jepsen seed
+		// 128: a message answered by another worker meanwhile ran again).
+		return part, Taking
 	}
 	if time.Since(time.Unix(0, part.renewed.Load())) > n.cfg.Lease*2/3 {
 		return part, LeaseStale
@@ -668,6 +679,7 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	}
 	part.fence.Store(si.State.LastSeq)
 	part.suspect.Store(min(suspect, si.State.LastSeq))
+	part.taken.Store(true)
 	// A new consumer: not stuck, nothing lost (before its first delivery).
 	part.health.consuming(name)
 	cc, err := cons.Consume(w.consumeFn(p, part, cfg.OptStartSeq-min(cfg.OptStartSeq, 1)), jetstream.PullMaxMessages(256),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -191,10 +192,14 @@ func TestFenceStaleLease(t *testing.T) {
 	w := &worker{n: n, owned: map[int]*partition{}}
 	n.worker = w
 	part := &partition{}
-	part.fence.Store(7)
-	part.suspect.Store(3)
 	w.owned[0] = part
 	part.setRenewed(time.Now())
+	if _, _, st := n.Fence(0); st != Taking {
+		t.Errorf("lease taken, take not done: %v, want Taking", st)
+	}
+	part.fence.Store(7)
+	part.suspect.Store(3)
+	part.taken.Store(true)
 	if f, s, st := n.Fence(0); st != Owned || f != 7 || s != 3 {
 		t.Errorf("renewed now: %d %d %v, want 7 3 Owned", f, s, st)
 	}
@@ -708,5 +713,87 @@ func TestPartitionSubjectsKeepLegacyMessages(t *testing.T) {
 	}
 	if got := strings.Join(n.partitionSubjects(ctx, 0), " "); got != inPrefix+"0.>" {
 		t.Errorf("another partition's legacy message: subjects %q", got)
+	}
+}
+
+// A start held from an earlier take of its partition (its ticket was
+// starting when the partition was lost, and is kept) waits while the
+// partition is taken again: before the take reads the stream, the fence
+// is 0 and the held delivery would pass it as new and run with no claim
+// read. Jepsen seed 128: worker-1, cut off from NATS, lost its
+// partitions and took them back 1.5 s later; message 27, answered by
+// worker-2 meanwhile, ran again on worker-1 before the take had set its
+// fence. Waiting, the start reads the fence, then the claim, and
+// answers from it.
+func TestStartWaitsForTheTake(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
+	defer cancel()
+	n := openWorkerNode(t, ctx, 1, time.Minute, time.Minute)
+	in := bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: "m-27", Text: "x", RunID: "r27"}
+	ack, err := n.PublishInbound(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Answered by another worker while this one was cut off.
+	answered := Done(Claim{Session: in.SessionKey, MessageID: in.MessageID, RunID: in.RunID}, "w2#b", Reply{Text: "done on w2", RunID: in.RunID})
+	if _, err := n.UpdateClaim(ctx, answered, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	w := &worker{n: n, owned: map[int]*partition{}}
+	n.mu.Lock()
+	n.worker = w
+	n.mu.Unlock()
+	// Taken again: the lease is this worker's, the take's start has not
+	// read the stream yet.
+	part := &partition{}
+	part.setRenewed(time.Now())
+	w.owned[0] = part
+
+	tickets := NewTickets()
+	tk, in := tickets.Add(&Delivery{Partition: 0, Seq: ack.Sequence}, in)
+	tickets.SetState(KeyOf(in), tk, TicketStarting)
+	c := NewClaimer(n, tickets, "w1#a", slog.New(slog.DiscardHandler), nil)
+	waits := make(chan LeaseState, 1)
+	c.waiting = func(_ int, st LeaseState) {
+		select {
+		case waits <- st:
+		default:
+		}
+	}
+	type result struct {
+		step StartStep
+		ok   bool
+	}
+	done := make(chan result, 1)
+	go func() {
+		step, ok := c.Start(ctx, tk, in)
+		done <- result{step, ok}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("started before the take set the fence: %v (ok %v), want a wait", r.step.Action, r.ok)
+	case st := <-waits:
+		if st != Taking {
+			t.Fatalf("the start waited in state %v, want Taking", st)
+		}
+	case <-ctx.Done():
+		t.Fatal("the start neither returned nor waited")
+	}
+	// The take reads the stream: everything stored is at or below the fence.
+	part.fence.Store(ack.Sequence)
+	part.suspect.Store(ack.Sequence)
+	part.taken.Store(true)
+	select {
+	case r := <-done:
+		if !r.ok || r.step.Action != StartCached {
+			t.Fatalf("after the take: %v (ok %v), want the answer from the claim (%v)", r.step.Action, r.ok, StartCached)
+		}
+	case <-ctx.Done():
+		t.Fatal("the start did not go on once the partition was taken")
+	}
+	if _, _, st := n.Fence(0); st != Owned {
+		t.Errorf("a partition taken and renewed: %v, want Owned", st)
 	}
 }

@@ -29,6 +29,10 @@ type Claimer struct {
 	// it was told of lately. A delivery of either reads its claim.
 	recent, cancelled *KeySet
 
+	// waiting, if not nil, is told each time a start waits for its
+	// partition (tests: the lease is stale, or the take not done).
+	waiting func(p int, st LeaseState)
+
 	// For /metrics: runs started again (their worker died), lost
 	// compare-and-sets, answered messages answered again from the claim.
 	Reruns, Conflicts, Resent atomic.Uint64
@@ -201,6 +205,9 @@ func (w *Claimer) owned(ctx context.Context, t *Ticket) (d *Delivery, fence, sus
 			return d, fence, suspect, true
 		case NotOwned:
 			return d, 0, 0, false
+		}
+		if w.waiting != nil {
+			w.waiting(d.Partition, st)
 		}
 		wait = pause(ctx, wait)
 	}
