@@ -100,6 +100,11 @@ type Report struct {
 	// the session's own queue (a session of 16 messages in flight and a
 	// 0.3 s agent has its last wait 4.5 s with no fault at all).
 	Ready map[string][]time.Duration
+	// LatencyAlone and ReadyAlone hold, per fault kind, the times of
+	// Latency and Ready of the messages inside exactly one fault's window
+	// (no other fault, nor its grace, overlapping): a single node's
+	// death, pause, cut or full disk, which the goals bound.
+	LatencyAlone, ReadyAlone map[string][]time.Duration
 	// StalledReady lists the sessions whose longest Ready time passed
 	// Options.StallLimit: sessions that had a message ready and ran
 	// nothing for that long.
@@ -167,6 +172,8 @@ func Check(h History, opt Options) Report {
 	var r Report
 	r.Latency = map[string][]time.Duration{}
 	r.Ready = map[string][]time.Duration{}
+	r.LatencyAlone = map[string][]time.Duration{}
+	r.ReadyAlone = map[string][]time.Duration{}
 	open := map[string]int64{} // fault+node -> start
 	var windows []window
 	for _, e := range h {
@@ -275,18 +282,7 @@ func Check(h History, opt Options) Report {
 		if m.acked && m.ran {
 			byDevice[m.device] = append(byDevice[m.device], m)
 			d := max(time.Duration(m.firstRun-m.firstAck), 0)
-			in := false
-			seen := map[string]bool{}
-			for _, w := range windows {
-				if m.firstAck >= w.start && m.firstAck <= w.end && !seen[w.fault] {
-					seen[w.fault] = true
-					in = true
-					r.Latency[w.fault] = append(r.Latency[w.fault], d)
-				}
-			}
-			if !in {
-				r.Latency[Outside] = append(r.Latency[Outside], d)
-			}
+			inWindows(windows, m.firstAck, d, r.Latency, r.LatencyAlone)
 		}
 	}
 	// Order: per session (a device's messages), in the order accepted,
@@ -318,18 +314,7 @@ func Check(h History, opt Options) Report {
 			ready := max(m.firstAck, free)
 			wait := max(time.Duration(m.firstRun-ready), 0)
 			longestReady = max(longestReady, wait)
-			in := false
-			seen := map[string]bool{}
-			for _, w := range windows {
-				if ready >= w.start && ready <= w.end && !seen[w.fault] {
-					seen[w.fault] = true
-					in = true
-					r.Ready[w.fault] = append(r.Ready[w.fault], wait)
-				}
-			}
-			if !in {
-				r.Ready[Outside] = append(r.Ready[Outside], wait)
-			}
+			inWindows(windows, ready, wait, r.Ready, r.ReadyAlone)
 			free = max(free, m.lastEnd)
 		}
 		if opt.StallLimit > 0 && longestReady > opt.StallLimit {
@@ -347,6 +332,30 @@ func Check(h History, opt Options) Report {
 		}
 	}
 	return r
+}
+
+// inWindows adds d, measured from time at, to every fault kind whose
+// window holds at (once per kind) in all, or to Outside when none does,
+// and to its kind in alone when exactly one fault's window holds it.
+func inWindows(windows []window, at int64, d time.Duration, all, alone map[string][]time.Duration) {
+	seen := map[string]bool{}
+	hits, only := 0, ""
+	for _, w := range windows {
+		if at < w.start || at > w.end {
+			continue
+		}
+		hits, only = hits+1, w.fault
+		if !seen[w.fault] {
+			seen[w.fault] = true
+			all[w.fault] = append(all[w.fault], d)
+		}
+	}
+	switch hits {
+	case 0:
+		all[Outside] = append(all[Outside], d)
+	case 1:
+		alone[only] = append(alone[only], d)
+	}
 }
 
 func cmpInt64(a, b int64) int {

@@ -67,19 +67,22 @@ func TestRecheck(t *testing.T) {
 
 // runSummary adds up the reports of a run's schedules.
 type runSummary struct {
-	runs    int
-	total   map[ViolationKind]int
-	lat     map[string][]time.Duration
-	ready   map[string][]time.Duration
-	bad     []string
-	stalled int
+	runs  int
+	total map[ViolationKind]int
+	lat   map[string][]time.Duration
+	ready map[string][]time.Duration
+	// latAlone, readyAlone: the same inside exactly one fault's window.
+	latAlone, readyAlone map[string][]time.Duration
+	bad                  []string
+	stalled              int
 	// stalledReady: sessions with a message ready to run and nothing run
 	// past 2 leases (Report.StalledReady).
 	stalledReady int
 }
 
 func newRunSummary() *runSummary {
-	return &runSummary{total: map[ViolationKind]int{}, lat: map[string][]time.Duration{}, ready: map[string][]time.Duration{}}
+	return &runSummary{total: map[ViolationKind]int{}, lat: map[string][]time.Duration{}, ready: map[string][]time.Duration{},
+		latAlone: map[string][]time.Duration{}, readyAlone: map[string][]time.Duration{}}
 }
 
 // add counts one schedule's report (beyond: the schedule is beyond what
@@ -96,6 +99,12 @@ func (s *runSummary) add(seed uint64, r Report, beyond bool, history string) {
 	}
 	for w, ds := range r.Ready {
 		s.ready[w] = append(s.ready[w], ds...)
+	}
+	for w, ds := range r.LatencyAlone {
+		s.latAlone[w] = append(s.latAlone[w], ds...)
+	}
+	for w, ds := range r.ReadyAlone {
+		s.readyAlone[w] = append(s.readyAlone[w], ds...)
 	}
 	if len(r.Violations) > 0 && !beyond {
 		s.bad = append(s.bad, fmt.Sprintf("seed %d (%s)", seed, history))
@@ -118,6 +127,10 @@ func (s *runSummary) String() string {
 	b.WriteString("ready-to-first-run (the session idle, its message acked), p50/p99/max:\n")
 	for _, w := range Windows {
 		fmt.Fprintf(&b, "  %-12s %s\n", w, Summarize(s.ready[w]))
+	}
+	b.WriteString("inside exactly one fault (no other overlapping), accept-to-first-run | ready-to-first-run, p50/p99/max:\n")
+	for _, w := range Windows[1:] {
+		fmt.Fprintf(&b, "  %-12s %s | %s\n", w, Summarize(s.latAlone[w]), Summarize(s.readyAlone[w]))
 	}
 	return b.String()
 }
