@@ -683,10 +683,14 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	// A new consumer: not stuck, nothing lost (before its first delivery).
 	part.health.consuming(name)
 	cc, err := cons.Consume(w.consumeFn(p, part, cfg.OptStartSeq-min(cfg.OptStartSeq, 1)), jetstream.PullMaxMessages(256),
-		// Short pulls: a pull request sent while the new consumer elects
-		// its leader is lost, and the client notices only when a pull
-		// expires without heartbeats (30 s by default).
-		jetstream.PullExpiry(5*time.Second),
+		// Short pulls, with heartbeats every half second: a pull request
+		// sent to a consumer whose leader died, or while it elects a new
+		// one, is lost, and the client notices only when two heartbeats
+		// are missed, then pulls again. With 5 s pulls (2.5 s heartbeats)
+		// a NATS node's death stalled its consumers' partitions for the
+		// election (4-9 s) plus one or two missed-heartbeat rounds of 5 s
+		// (issue 38: ready-to-first-run p99 16 s with a NATS node dead).
+		jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if w.n.bgCtx.Err() == nil {
 				w.n.log.Debug("cluster: partition consumer", "partition", p, "err", err)
@@ -712,6 +716,14 @@ func (w *worker) inherit(p int, suspect uint64) uint64 {
 	w.inherited[p] = max(w.inherited[p], suspect)
 	return w.inherited[p]
 }
+
+// A partition consumer's pulls: they expire after pullExpiry, and the
+// server sends a heartbeat every pullHeartbeat while one waits (two
+// missed: pulled again).
+const (
+	pullExpiry    = 2 * time.Second
+	pullHeartbeat = 500 * time.Millisecond
+)
 
 // consumerWorker is the consumer metadata key naming the worker process
 // that made it (WorkerHooks.Me).

@@ -192,10 +192,12 @@ func (w *Claimer) Start(ctx context.Context, t *Ticket, in bus.Inbound) (step St
 }
 
 // owned waits while t's partition's lease is stale (this worker cannot
-// reach NATS to renew it) and reports its delivery and fence once the
-// lease is renewed; ok false when the partition is lost or ctx ends.
+// reach NATS to renew it) or its take is not done, and reports its
+// delivery and fence once the lease is renewed; ok false when the
+// partition is lost or ctx ends. It looks every ownedPoll: the look is
+// this worker's memory, and a wait that grew to seconds, as NATS
+// retries do, held every start that long past the renewal.
 func (w *Claimer) owned(ctx context.Context, t *Ticket) (d *Delivery, fence, suspect uint64, ok bool) {
-	wait := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		d = w.tickets.Delivery(t)
 		var st LeaseState
@@ -209,10 +211,13 @@ func (w *Claimer) owned(ctx context.Context, t *Ticket) (d *Delivery, fence, sus
 		if w.waiting != nil {
 			w.waiting(d.Partition, st)
 		}
-		wait = pause(ctx, wait)
+		pause(ctx, ownedPoll)
 	}
 	return d, 0, 0, false
 }
+
+// ownedPoll is how often a start waiting for its partition looks again.
+const ownedPoll = 50 * time.Millisecond
 
 // started records that this worker runs t's message under claim cl.
 func (w *Claimer) started(t *Ticket, cl Claim, rev uint64) {
