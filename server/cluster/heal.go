@@ -146,7 +146,12 @@ func (h *health) check(ci *jetstream.ConsumerInfo, err error, now time.Time) ver
 // ConsumerStuck/4 (one JetStream request per partition: 64 partitions
 // at every lease tick would cost a worker ~40 requests a second), and
 // recreates one that is gone, or stuck for ConsumerStuck (and starts one
-// that a recreation could not make).
+// that a recreation could not make). The partitions are looked at side
+// by side, and the leases are renewed meanwhile, as while partitions
+// start (awaitStarts): a recreation is a few JetStream requests, each
+// of which can wait out a NATS election, and a heal that held the loop
+// let every lease go stale, which stopped every start of every
+// partition (jepsen seed 132: 13 s with a NATS node paused).
 func (w *worker) heal(ctx context.Context) {
 	bound := w.n.cfg.ConsumerStuck
 	if bound <= 0 {
@@ -166,43 +171,65 @@ func (w *worker) heal(ctx context.Context) {
 		return
 	}
 	w.healed = time.Now()
+	var healing sync.WaitGroup
+	set := make(map[int]bool, len(parts))
+	slots := make(chan struct{}, parallelStarts)
 	for p, part := range parts {
-		if ctx.Err() != nil {
-			return
-		}
-		if part.health.lost() {
-			w.recreate(ctx, p, part, "deliveries lost on the way (the consumer sequence skipped)")
-			continue
-		}
-		if part.cc == nil || part.cons == nil { // a recreation that failed
-			w.recreate(ctx, p, part, "")
-			continue
-		}
-		ictx, cancel := context.WithTimeout(ctx, w.n.cfg.Lease/3)
-		ci, err := part.cons.Info(ictx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		v := part.health.check(ci, err, time.Now())
-		if v.reason == "" {
-			part.health.set("", time.Now())
-			continue
-		}
-		if stuckFor := part.health.set(v.reason, time.Now()); v.now || stuckFor >= bound {
-			w.recreate(ctx, p, part, v.reason)
-		}
+		rev := part.rev // renew writes it meanwhile
+		set[p] = true
+		healing.Add(1)
+		go func() {
+			defer healing.Done()
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-slots }()
+			w.healOne(ctx, p, part, rev, bound)
+		}()
+	}
+	// Nothing is given up while healing: the next tick decides.
+	w.awaitStarts(ctx, &healing, set, nil, func(int) bool { return true })
+}
+
+// healOne checks partition p's consumer (heal) and recreates it if it
+// is gone, lost deliveries, or is stuck past bound; rev is p's lease
+// revision when the heal began.
+func (w *worker) healOne(ctx context.Context, p int, part *partition, rev uint64, bound time.Duration) {
+	if part.health.lost() {
+		w.recreate(ctx, p, part, rev, "deliveries lost on the way (the consumer sequence skipped)")
+		return
+	}
+	if part.cc == nil || part.cons == nil { // a recreation that failed
+		w.recreate(ctx, p, part, rev, "")
+		return
+	}
+	ictx, cancel := context.WithTimeout(ctx, w.n.cfg.Lease/3)
+	ci, err := part.cons.Info(ictx)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	v := part.health.check(ci, err, time.Now())
+	if v.reason == "" {
+		part.health.set("", time.Now())
+		return
+	}
+	if stuckFor := part.health.set(v.reason, time.Now()); v.now || stuckFor >= bound {
+		w.recreate(ctx, p, part, rev, v.reason)
 	}
 }
 
 // recreate deletes partition p's consumer and makes a new one (start),
-// if the lease is still this worker's. A failure leaves the partition
-// owned without a consumer, stuck: the next tick tries again.
-func (w *worker) recreate(ctx context.Context, p int, part *partition, reason string) {
+// if the lease is still this worker's (at revision rev, or renewed
+// since by the heal's renewals). A failure leaves the partition owned
+// without a consumer, stuck: the next tick tries again.
+func (w *worker) recreate(ctx context.Context, p int, part *partition, rev uint64, reason string) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	e, err := w.n.parts.Get(ctx, leaseKey(p))
-	if err != nil || string(e.Value()) != w.n.cfg.Name || e.Revision() != part.rev {
+	if err != nil || string(e.Value()) != w.n.cfg.Name || e.Revision() < rev {
 		return // moved, or NATS is away: tick decides
 	}
 	part.health.mu.Lock()
@@ -214,8 +241,11 @@ func (w *worker) recreate(ctx context.Context, p int, part *partition, reason st
 		part.cc, part.cons = nil, nil
 	}
 	if reason != "" {
-		w.n.log.Warn("cluster: partition consumer stuck; recreating it", "partition", p, "consumer", name,
-			"reason", reason, "stuck_for", time.Since(since).Round(time.Millisecond))
+		args := []any{"partition", p, "consumer", name, "reason", reason}
+		if !since.IsZero() {
+			args = append(args, "stuck_for", time.Since(since).Round(time.Millisecond))
+		}
+		w.n.log.Warn("cluster: partition consumer stuck; recreating it", args...)
 		w.recreated.Add(1)
 	}
 	if name != "" {

@@ -107,7 +107,7 @@ type worker struct {
 	troubleAt  time.Time     // the last NATS request of a tick that failed (loop's)
 	healed     time.Time     // the last look at the consumers (heal.go; loop's)
 	kick       chan struct{} // a consumer lost deliveries: heal at once (consumeFn)
-	startHook  func(p int)   // tests: called before partition p's consumer is made
+	startHook  func(p int)   // tests: called as partition p's start begins (a take or a recreation)
 }
 
 // RunWorker makes this node a worker: it takes the partitions that
@@ -422,9 +422,6 @@ func (w *worker) tick(ctx context.Context, wake *leaseWake) {
 				return
 			}
 			defer func() { <-slots }()
-			if w.startHook != nil {
-				w.startHook(p)
-			}
 			if err := w.start(ctx, p, part); err != nil {
 				w.n.log.Warn("cluster: cannot consume partition; retrying", "partition", p, "err", err)
 				failed <- p
@@ -605,6 +602,9 @@ func (w *worker) drop(p int) {
 // also land on the new consumer. A consumer name the old owner does not
 // know fences it off.
 func (w *worker) start(ctx context.Context, p int, part *partition) error {
+	if w.startHook != nil {
+		w.startHook(p)
+	}
 	prefix := "p" + strconv.Itoa(p)
 	var old []string
 	var floor, suspect uint64

@@ -797,3 +797,86 @@ func TestStartWaitsForTheTake(t *testing.T) {
 		t.Errorf("a partition taken and renewed: %v, want Owned", st)
 	}
 }
+
+// A heal whose recreation of a consumer is slow (its JetStream requests
+// wait out a NATS election) keeps renewing every lease meanwhile. It
+// used to hold the worker's loop: every lease went stale, which stopped
+// every start of every partition (jepsen seed 132: 13 s with a NATS
+// node paused), and expired.
+func TestSlowHealKeepsTheLeases(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
+	defer cancel()
+	n := openWorkerNode(t, ctx, 4, time.Second, time.Second)
+	cfg := n.cfg
+	lost := make(chan int, 16)
+	hooks := WorkerHooks{Me: "w1", Deliver: func(context.Context, *Delivery) {}, Unfinished: func(int) int { return 0 },
+		Lost: func(p int) { lost <- p }}
+	var healing atomic.Bool
+	renewals := make(chan struct{})
+	var slowed atomic.Int32
+	w := &worker{n: n, hooks: hooks, owned: map[int]*partition{}, kick: make(chan struct{}, 1),
+		startHook: func(p int) {
+			if p != 0 || !healing.Load() {
+				return
+			}
+			// Partition 0's recreation waits until partition 1's lease
+			// has been renewed 4 times (more than a lease), or 4 leases.
+			slowed.Add(1)
+			select {
+			case <-renewals:
+			case <-time.After(4 * cfg.Lease):
+			}
+		}}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.loop(wctx) }()
+	defer func() { stop(); <-done }()
+	testwait.Until(t, "the worker to own its 4 partitions, each consuming", func() bool {
+		w.mu.Lock()
+		owned := len(w.owned)
+		w.mu.Unlock()
+		return owned == 4 && len(consumerNames(t, ctx, n)) == 4
+	})
+
+	go func() {
+		kctx, kcancel := context.WithCancel(ctx)
+		defer kcancel()
+		kw, err := n.parts.Watch(kctx, leaseKey(1), jetstream.UpdatesOnly())
+		if err != nil {
+			t.Error(err)
+			close(renewals)
+			return
+		}
+		for seen := 0; seen < 4; {
+			select {
+			case e := <-kw.Updates():
+				if e != nil && e.Operation() == jetstream.KeyValuePut {
+					seen++
+				}
+			case <-kctx.Done():
+				return
+			}
+		}
+		close(renewals)
+	}()
+	// Partition 0 lost deliveries: the loop recreates its consumer at once.
+	healing.Store(true)
+	w.mu.Lock()
+	part0 := w.owned[0]
+	w.mu.Unlock()
+	part0.health.loseDeliveries(1)
+	w.kick <- struct{}{}
+	testwait.Until(t, "partition 0's consumer to be recreated", func() bool { return w.recreated.Load() >= 1 && !part0.health.lost() })
+	if slowed.Load() == 0 {
+		t.Fatal("no recreation was slowed: the test proves nothing")
+	}
+	select {
+	case p := <-lost:
+		t.Errorf("partition %d lost while partition 0's consumer was recreated", p)
+	default:
+	}
+	if r := w.retaken.Load(); r != 0 {
+		t.Errorf("%d leases expired and were taken again while partition 0's consumer was recreated, want none", r)
+	}
+}
