@@ -101,9 +101,10 @@ type Report struct {
 	// 0.3 s agent has its last wait 4.5 s with no fault at all).
 	Ready map[string][]time.Duration
 	// LatencyAlone and ReadyAlone hold, per fault kind, the times of
-	// Latency and Ready of the messages inside exactly one fault's window
-	// (no other fault, nor its grace, overlapping): a single node's
-	// death, pause, cut or full disk, which the goals bound.
+	// Latency and Ready of the messages that waited inside exactly one
+	// fault's window (no other fault, nor its grace, overlapping the
+	// wait): a single node's death, pause, cut or full disk, which the
+	// goals bound.
 	LatencyAlone, ReadyAlone map[string][]time.Duration
 	// StalledReady lists the sessions whose longest Ready time passed
 	// Options.StallLimit: sessions that had a message ready and ran
@@ -334,26 +335,31 @@ func Check(h History, opt Options) Report {
 	return r
 }
 
-// inWindows adds d, measured from time at, to every fault kind whose
-// window holds at (once per kind) in all, or to Outside when none does,
-// and to its kind in alone when exactly one fault's window holds it.
+// inWindows adds d, a wait from time at, to every fault kind whose
+// window holds at (once per kind) in all, or to Outside when none does;
+// and to its kind in alone when the wait, from at to at+d, overlaps
+// exactly one fault's window, which holds at (a single fault: no other
+// began or was still going while it waited).
 func inWindows(windows []window, at int64, d time.Duration, all, alone map[string][]time.Duration) {
 	seen := map[string]bool{}
-	hits, only := 0, ""
+	in, overlaps, only := false, 0, ""
+	end := at + int64(d)
 	for _, w := range windows {
+		if end >= w.start && at <= w.end {
+			overlaps++
+		}
 		if at < w.start || at > w.end {
 			continue
 		}
-		hits, only = hits+1, w.fault
+		in, only = true, w.fault
 		if !seen[w.fault] {
 			seen[w.fault] = true
 			all[w.fault] = append(all[w.fault], d)
 		}
 	}
-	switch hits {
-	case 0:
+	if !in {
 		all[Outside] = append(all[Outside], d)
-	case 1:
+	} else if overlaps == 1 {
 		alone[only] = append(alone[only], d)
 	}
 }

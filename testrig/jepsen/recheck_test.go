@@ -128,7 +128,7 @@ func (s *runSummary) String() string {
 	for _, w := range Windows {
 		fmt.Fprintf(&b, "  %-12s %s\n", w, Summarize(s.ready[w]))
 	}
-	b.WriteString("inside exactly one fault (no other overlapping), accept-to-first-run | ready-to-first-run, p50/p99/max:\n")
+	b.WriteString("waits inside exactly one fault (no other overlapping the wait), accept-to-first-run | ready-to-first-run, p50/p99/max:\n")
 	for _, w := range Windows[1:] {
 		fmt.Fprintf(&b, "  %-12s %s | %s\n", w, Summarize(s.latAlone[w]), Summarize(s.readyAlone[w]))
 	}
