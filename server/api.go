@@ -8,6 +8,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/console"
 	"termlink/server/httpapi"
+	"termlink/server/wschannel"
 )
 
 // wsPattern is the device WebSocket route, the only /api/ route the guard
@@ -99,7 +100,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	case s.refuses() != "":
 		httpapi.WriteError(w, http.StatusServiceUnavailable, s.refuses())
 	default:
-		ch.adapter.ServeUpgrade(w, r, maxConnections(s.cfg.MaxConnections, s.fds))
+		ch.adapter.ServeUpgrade(w, r, wschannel.MaxConnections(s.cfg.MaxConnections, s.fds))
 	}
 }
 

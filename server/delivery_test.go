@@ -20,6 +20,7 @@ import (
 	"termlink/server/bus"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/httpserve"
 	"termlink/server/wschannel"
 )
 
@@ -450,13 +451,13 @@ func TestShutdownClosesWithGoingAway(t *testing.T) {
 
 // httpServer serves ts's handler with lim, as Serve does with its
 // defaults, and returns its address.
-func (ts *testServer) httpServer(t *testing.T, lim httpLimits) string {
+func (ts *testServer) httpServer(t *testing.T, lim httpserve.Limits) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := newHTTPServer(ts.Handler(), lim, ts.log)
+	hs := httpserve.New(ts.Handler(), lim, ts.log)
 	go func() { _ = hs.Serve(ln) }()
 	t.Cleanup(func() { hs.Close() })
 	return ln.Addr().String()
@@ -476,7 +477,7 @@ func expectClosed(t *testing.T, conn net.Conn, what string) {
 func TestHTTPTimeouts(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, nil, nil)
-	lim := httpLimits{ReadHeader: 300 * time.Millisecond, Read: 300 * time.Millisecond, Write: 300 * time.Millisecond,
+	lim := httpserve.Limits{ReadHeader: 300 * time.Millisecond, Read: 300 * time.Millisecond, Write: 300 * time.Millisecond,
 		Idle: 300 * time.Millisecond, HeaderMax: 4096}
 	addr := ts.httpServer(t, lim)
 

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"termlink/server/config"
 	"termlink/server/httpapi"
 	"termlink/server/identity"
-	"termlink/server/wschannel"
 )
 
 // The server's side of device identity (package identity): building its
@@ -83,34 +81,23 @@ func (s *Server) warnOpenChannels(addr net.Addr) {
 }
 
 // ReloadClientCerts reads the clientCA files of cfg's channels again and
-// takes their denyCerts lists: new connections are checked against them,
-// and an open connection whose certificate is now denied is closed (4003).
-// A channel cannot turn mutual TLS on or off this way (the listener asks
-// for certificates or not from the start): that needs a restart. Nothing
-// changes when any channel's files do not load.
+// takes their denyCerts lists (tlsconf.TLS.ReloadClients): new
+// connections are checked against them, and an open connection whose
+// certificate is now denied is closed (4003). Nothing changes when any
+// channel's files do not load, or one would turn mutual TLS on or off.
 func (s *Server) ReloadClientCerts(cfg *config.Config) error {
-	next := map[wschannel.Adapter]*identity.ClientAuth{}
+	var enabled []string
 	for _, id := range s.rt.order {
-		a := s.rt.channels[id].adapter
-		if a == nil {
-			continue
+		if s.rt.channels.adapter(id) != nil {
+			enabled = append(enabled, id)
 		}
-		cc := cfg.Channels[id].Config
-		had := s.tls.client(id) != nil // the adapter's from the start (New)
-		switch {
-		case had != (cc.ClientCA != ""):
-			return fmt.Errorf("channels.%s.config.clientCA: turning mutual TLS on or off needs a restart; client certificates not reloaded", id)
-		case !had:
-			continue
-		}
-		ca, err := identity.NewClientAuth(cc)
-		if err != nil {
-			return fmt.Errorf("channels.%s.config.clientCA: %w; client certificates not reloaded", id, err)
-		}
-		next[a] = ca
 	}
-	for a, ca := range next {
-		a.ReloadClientAuth(ca)
+	next, err := s.tls.ReloadClients(cfg, enabled)
+	if err != nil {
+		return err
+	}
+	for id, ca := range next {
+		s.rt.channels.adapter(id).ReloadClientAuth(ca)
 	}
 	s.log.Info("client CAs and deny lists reloaded", "channels", len(next))
 	return nil

@@ -26,6 +26,7 @@ import (
 	"termlink/server/fdbudget"
 	"termlink/server/guard"
 	"termlink/server/httpapi"
+	"termlink/server/httpserve"
 	"termlink/server/identity"
 	"termlink/server/notices"
 	"termlink/server/record/holdback"
@@ -35,6 +36,7 @@ import (
 	"termlink/server/session"
 	"termlink/server/settings"
 	"termlink/server/throttle"
+	"termlink/server/tlsconf"
 	"termlink/server/wal"
 	"termlink/server/wschannel"
 )
@@ -74,6 +76,9 @@ type Options struct {
 	diagTimeout time.Duration
 }
 
+// defaultHTTPLimits are what Serve uses (tests shorten them).
+var defaultHTTPLimits = httpserve.DefaultLimits
+
 // maxDeviceBody bounds a device's write body as the guard reads it
 // (enrollment's few fields; its routes refuse past their own).
 const maxDeviceBody = 64 << 10
@@ -102,7 +107,7 @@ type Server struct {
 	// filled by routes; the guard reads it.
 	routeClasses map[string]httpapi.RouteClass
 
-	tls   *serverTLS        // nil: plain HTTP (tls.go)
+	tls   *tlsconf.TLS      // nil: plain HTTP
 	ident *identity.Service // device identity: bindings and enrollment routes (identity.go)
 
 	releases *releases.Store  // signed termd releases (releases.go)
@@ -137,7 +142,7 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 			undo.unwind()
 		}
 	}()
-	srvTLS, err := newServerTLS(cfg)
+	srvTLS, err := tlsconf.Load(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +194,7 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 	}
 	undo.push(func() { _ = rt.notices.Close() })
 	rt.records.Metrics(&rt.metrics.reg)
-	rt.metrics.fdSeries(fds)
+	fds.Export(&rt.metrics.reg)
 	rt.openEventFeed(opt.EventsPerChannel) // cluster mode: the channels' events go to the cluster's stream (events.go)
 	s := &Server{cfg: cfg, log: log, rt: rt, procs: agentProcs, fds: fds, started: time.Now(), tls: srvTLS}
 
@@ -242,7 +247,7 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 		if ch.cfg.Enabled {
 			ch.adapter = wschannel.New(ch.id, ch.cfg, wschannel.Deps{
 				Accept: rt, Records: rt.records, Presence: devicePresence{rt}, Registry: rt.fleet.reg, Notices: rt.notices,
-				Bindings: ch.creds, ClientAuth: srvTLS.client(ch.id), Events: ch.events,
+				Bindings: ch.creds, ClientAuth: srvTLS.Client(ch.id), Events: ch.events,
 				SessionKey: SessionKey, Metrics: &rt.metrics.ws, Log: log, Fleet: rt.fleetOps, Outside: rt.outside,
 				Frames: slices.Concat(noticeFrames(rt.notices), screenFrames(rt.fleet.reg), wschannel.FleetFrames(rt.fleetOps.Report)),
 			}, wschannel.Options{WriteStall: opt.writeStall})
@@ -378,8 +383,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	s.warnOpenChannels(ln.Addr())
 	s.Start()
 	// Plain requests get read, write and idle timeouts and a header limit
-	// (limits.go); WebSockets leave them behind at the upgrade.
-	hs := newHTTPServer(s.mux, defaultHTTPLimits, s.log)
+	// (package httpserve); WebSockets leave them behind at the upgrade.
+	hs := httpserve.New(s.mux, defaultHTTPLimits, s.log)
 	// Open TCP connections stay within the descriptor budget
 	// (wschannel.ConnGuard), so the listener can always accept /healthz,
 	// the API and new devices, and session files and agents find
@@ -388,8 +393,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	hs.ConnState = guard.ConnState
 	errc := make(chan error, 1)
 	adv := s.startDiscovery(ctx, ln.Addr()) // nil unless "discovery" is on (discovery.go)
-	s.tls.logStart(s.log)
-	tln := s.tls.listener(hs, ln, guard) // the guard's listener, in TLS when configured (tls.go)
+	s.tls.LogStart(s.log)
+	tln := s.tls.Listener(hs, ln, guard) // the guard's listener, in TLS when configured
 	go func() { errc <- hs.Serve(tln) }()
 	var serveErr error
 	select {

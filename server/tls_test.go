@@ -328,7 +328,7 @@ func TestReloadTLS(t *testing.T) {
 	readAs[*link.Ack](old)
 	readAs[*link.Message](old)
 
-	if err := os.WriteFile(p.Server.tls.keyFile, []byte("not a key"), 0o600); err != nil {
+	if err := os.WriteFile(p.Server.cfg.TLS.KeyFile, []byte("not a key"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	err = p.ReloadTLS()
