@@ -21,6 +21,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/httpserve"
+	"termlink/server/statusapi"
 	"termlink/server/wschannel"
 )
 
@@ -273,7 +274,7 @@ func TestStatusCountsPeerOnceConnected(t *testing.T) {
 	for i := 1; i <= 200; i++ {
 		c := dial(t, ts.ws, nil)
 		c.connect(fmt.Sprintf("dev-%d", i))
-		var st struct{ Channels []ChannelStatus }
+		var st struct{ Channels []statusapi.ChannelStatus }
 		getJSON(t, ts.http.URL+"/api/status", &st)
 		if got := st.Channels[0].ConnectedPeers; got != i {
 			t.Fatalf("after connected of peer %d, /api/status says %d peers", i, got)
@@ -335,7 +336,7 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("/healthz: %v %v", err, hz)
 	}
 	hz.Body.Close()
-	var st struct{ Channels []ChannelStatus }
+	var st struct{ Channels []statusapi.ChannelStatus }
 	getJSON(t, ts.http.URL+"/api/status", &st)
 	// A closed connection makes room.
 	a.ws.Close()

@@ -2,12 +2,10 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"path/filepath"
 
 	"termlink/server/config"
-	"termlink/server/httpapi"
 	"termlink/server/identity"
 )
 
@@ -24,30 +22,23 @@ import (
 // routes and the connections call only identity.Bindings and
 // identity.Codes.
 
-// openCreds opens every channel's learnt credentials
-// (workspace/credentials/<channel>.json, or the cluster's).
-func (rt *Runtime) openCreds(workspace string, noSync bool, log *slog.Logger) error {
-	dir := filepath.Join(workspace, "credentials")
-	for id, ch := range rt.channels {
-		b, err := rt.backend.openBindings(context.Background(), dir, id, noSync, log)
-		if err != nil {
-			return err
-		}
-		ch.creds = b
-	}
-	return nil
-}
-
-// identityRoutes builds the identity Service over the channels and the
-// backend's pairing codes, and registers its routes (bindings,
-// enrollment).
-func (s *Server) identityRoutes(mux httpapi.Mux) {
+// openIdentity opens every channel's learnt credentials
+// (workspace/credentials/<channel>.json, or the cluster's) and builds
+// the identity Service over them and the backend's pairing codes: a
+// capability (its routes: bindings, enrollment).
+func (s *Server) openIdentity() (capability, error) {
+	dir := filepath.Join(s.cfg.Workspace, "credentials")
 	chans := make(map[string]identity.Channel, len(s.rt.channels))
 	for id, ch := range s.rt.channels {
-		chans[id] = identity.Channel{ID: id, Enabled: ch.adapter != nil, Config: ch.cfg.Config, Bindings: ch.creds, Events: ch.events}
+		b, err := s.rt.backend.openBindings(context.Background(), dir, id, s.opt.NoSync, s.log)
+		if err != nil {
+			return nil, err
+		}
+		ch.creds = b
+		chans[id] = identity.Channel{ID: id, Enabled: ch.cfg.Enabled, Config: ch.cfg.Config, Bindings: ch.creds, Events: ch.events}
 	}
 	s.ident = identity.New(identity.Options{Channels: chans, Codes: s.rt.backend.openCodes(context.Background(), s.log), Log: s.log, Gate: s.rt.outside})
-	s.ident.Routes(mux)
+	return s.ident, nil
 }
 
 // requiresToken reports whether a channel takes only devices with a

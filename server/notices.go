@@ -20,9 +20,10 @@ import (
 
 // openNotices opens the notice mailboxes through the backend (its
 // storage: the workspace's WAL, or the cluster's KV bucket; the rules are
-// package notices' either way). Called by New after openBackend.
-func openNotices(rt *Runtime, workspace string, noSync bool, log *slog.Logger) (notices.Mailboxes, error) {
-	return rt.backend.openNotices(context.Background(), filepath.Join(workspace, "notices"), rt.noticeOptions(noSync, log))
+// package notices' either way): a capability.
+func (s *Server) openNotices() (c capability, err error) {
+	s.rt.notices, err = s.rt.backend.openNotices(context.Background(), filepath.Join(s.cfg.Workspace, "notices"), s.rt.noticeOptions(s.opt.NoSync, s.log))
+	return s.rt.notices, err
 }
 
 // noticeOptions wires the mailboxes to the channels (their bound, events,
