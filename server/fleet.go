@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"termlink/display"
-	"termlink/link"
 	fleetapi "termlink/server/fleet"
 	"termlink/server/httpapi"
 	"termlink/server/registry"
@@ -120,20 +118,3 @@ func (rr routerRuns) PeerRuns(base string) []fleetapi.Run {
 }
 func (rr routerRuns) PeerSessions(base string) []string     { return rr.r.PeerSessions(base) }
 func (rr routerRuns) Cancel(session, messageID string) bool { return rr.r.Cancel(session, messageID) }
-
-// screenFrames is the screen frame's route: from a connection that listed
-// "screen", its rows, cursor and backlight taken into the registry's
-// mirror of the device (a ROM the console can draw, else plain text).
-func screenFrames(reg deviceRegistry) []wschannel.FrameRoute {
-	return []wschannel.FrameRoute{{Type: link.TypeScreen, Capability: link.CapScreen,
-		Handle: func(from wschannel.FrameSource, fr link.Frame) error {
-			f := fr.(*link.Screen)
-			rom := ""
-			if r, err := display.ParseROM(f.ROM); err == nil && f.ROM != "" {
-				rom = r.String()
-			}
-			reg.SetScreen(from.ChannelID, from.PeerID, from.Gen, registry.Screen{Rows: f.Rows, ROM: rom,
-				CursorRow: f.CursorRow, CursorCol: f.CursorCol, CursorOn: f.CursorOn, Backlight: f.Backlight})
-			return nil
-		}}}
-}

@@ -2,13 +2,10 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
 
-	"termlink/link"
 	"termlink/server/notices"
 	"termlink/server/registry"
 	"termlink/server/wschannel"
@@ -96,21 +93,4 @@ func (s *Server) peerOfSession(key string) (channelID, peerID string, ok bool) {
 	}
 	peer, _, _ := strings.Cut(rest, ":")
 	return chID, peer, wschannel.ValidID(peer)
-}
-
-// noticeFrames is the notice_ack frame's route: from a connection that
-// listed "notice" (it was sent notices), taken out of the mailbox.
-func noticeFrames(ns notices.Mailboxes) []wschannel.FrameRoute {
-	return []wschannel.FrameRoute{{Type: link.TypeNoticeAck, Capability: link.CapNotice,
-		Handle: func(from wschannel.FrameSource, f link.Frame) error {
-			id := f.(*link.NoticeAck).NoticeID
-			err := ns.Ack(from.ChannelID, from.PeerID, id)
-			switch {
-			case errors.Is(err, notices.ErrUnknownNotice):
-				return fmt.Errorf("peer %s has no notice %s", from.PeerID, id)
-			case err != nil:
-				return &wschannel.FrameError{Code: "unavailable", Msg: "notice " + id + " was not recorded (" + err.Error() + "); send it again"}
-			}
-			return nil
-		}}}
 }

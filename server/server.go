@@ -20,6 +20,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/events"
 	"termlink/server/fdbudget"
+	fleetapi "termlink/server/fleet"
 	"termlink/server/guard"
 	"termlink/server/httpapi"
 	"termlink/server/httpserve"
@@ -252,7 +253,7 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 				Accept: rt, Records: rt.records, Presence: devicePresence{rt}, Registry: rt.fleet.reg, Notices: rt.notices,
 				Bindings: ch.creds, ClientAuth: s.tls.Client(ch.id), Events: ch.events,
 				SessionKey: SessionKey, Metrics: &rt.metrics.ws, Log: log, Fleet: rt.fleetOps, Outside: rt.outside,
-				Frames: slices.Concat(noticeFrames(rt.notices), screenFrames(rt.fleet.reg), wschannel.FleetFrames(rt.fleetOps.Report)),
+				Frames: slices.Concat(notices.AckFrames(rt.notices), fleetapi.ScreenFrames(rt.fleet.reg), wschannel.FleetFrames(rt.fleetOps.Report)),
 			}, wschannel.Options{WriteStall: opt.writeStall})
 		}
 	}
