@@ -80,12 +80,12 @@ var wildcardRE = regexp.MustCompile(`\{([a-z_]+)(\.\.\.)?\}`)
 // method, and a path with each wildcard filled in.
 func guardedRoutes(t *testing.T, s *Server) (routes [][2]string) {
 	t.Helper()
-	for _, p := range s.patterns {
+	for _, p := range s.routeMx.Patterns() {
 		method, path, ok := strings.Cut(p, " ")
 		if !ok {
 			method, path = "GET", p
 		}
-		if s.routeIs(httpapi.DeviceRoute)(p) || !strings.HasPrefix(path, "/api/") {
+		if s.routeMx.Is(httpapi.DeviceRoute)(p) || !strings.HasPrefix(path, "/api/") {
 			continue
 		}
 		path = wildcardRE.ReplaceAllStringFunc(path, func(w string) string {
@@ -97,7 +97,7 @@ func guardedRoutes(t *testing.T, s *Server) (routes [][2]string) {
 		routes = append(routes, [2]string{method, path})
 	}
 	if len(routes) < 6 {
-		t.Fatalf("only %d guarded routes found in %v", len(routes), s.patterns)
+		t.Fatalf("only %d guarded routes found in %v", len(routes), s.routeMx.Patterns())
 	}
 	return routes
 }
@@ -117,7 +117,7 @@ func TestAPIAuthEveryRoute(t *testing.T) {
 	// The routes that declared themselves a device's (no admin token),
 	// where they are registered: exactly these.
 	var device []string
-	for p, c := range ts.routeClasses {
+	for p, c := range ts.routeMx.Classes() {
 		if c == httpapi.DeviceRoute {
 			device = append(device, p)
 		}

@@ -216,7 +216,7 @@ func TestBrowserSafeEveryWriteRoute(t *testing.T) {
 		}
 	}
 	if n < 4 {
-		t.Fatalf("only %d write routes found in %v", n, ts.patterns)
+		t.Fatalf("only %d write routes found in %v", n, ts.routeMx.Patterns())
 	}
 }
 

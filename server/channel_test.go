@@ -12,6 +12,7 @@ import (
 	"termlink/server/agent"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/statusapi"
 )
 
 // The spec's seven focused tests and its acceptance path, each over a real
@@ -238,7 +239,7 @@ func TestChannelStatusExposesURLAndPeers(t *testing.T) {
 	}
 
 	var st struct {
-		Channels []ChannelStatus
+		Channels []statusapi.ChannelStatus
 		Status   string
 	}
 	getJSON(t, ts.http.URL+"/api/status", &st)

@@ -20,6 +20,8 @@ import (
 	"termlink/server/bus"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/httpserve"
+	"termlink/server/statusapi"
 	"termlink/server/wschannel"
 )
 
@@ -272,7 +274,7 @@ func TestStatusCountsPeerOnceConnected(t *testing.T) {
 	for i := 1; i <= 200; i++ {
 		c := dial(t, ts.ws, nil)
 		c.connect(fmt.Sprintf("dev-%d", i))
-		var st struct{ Channels []ChannelStatus }
+		var st struct{ Channels []statusapi.ChannelStatus }
 		getJSON(t, ts.http.URL+"/api/status", &st)
 		if got := st.Channels[0].ConnectedPeers; got != i {
 			t.Fatalf("after connected of peer %d, /api/status says %d peers", i, got)
@@ -334,7 +336,7 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("/healthz: %v %v", err, hz)
 	}
 	hz.Body.Close()
-	var st struct{ Channels []ChannelStatus }
+	var st struct{ Channels []statusapi.ChannelStatus }
 	getJSON(t, ts.http.URL+"/api/status", &st)
 	// A closed connection makes room.
 	a.ws.Close()
@@ -450,13 +452,13 @@ func TestShutdownClosesWithGoingAway(t *testing.T) {
 
 // httpServer serves ts's handler with lim, as Serve does with its
 // defaults, and returns its address.
-func (ts *testServer) httpServer(t *testing.T, lim httpLimits) string {
+func (ts *testServer) httpServer(t *testing.T, lim httpserve.Limits) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := newHTTPServer(ts.Handler(), lim, ts.log)
+	hs := httpserve.New(ts.Handler(), lim, ts.log)
 	go func() { _ = hs.Serve(ln) }()
 	t.Cleanup(func() { hs.Close() })
 	return ln.Addr().String()
@@ -476,7 +478,7 @@ func expectClosed(t *testing.T, conn net.Conn, what string) {
 func TestHTTPTimeouts(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, nil, nil)
-	lim := httpLimits{ReadHeader: 300 * time.Millisecond, Read: 300 * time.Millisecond, Write: 300 * time.Millisecond,
+	lim := httpserve.Limits{ReadHeader: 300 * time.Millisecond, Read: 300 * time.Millisecond, Write: 300 * time.Millisecond,
 		Idle: 300 * time.Millisecond, HeaderMax: 4096}
 	addr := ts.httpServer(t, lim)
 

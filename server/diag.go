@@ -19,9 +19,10 @@ import (
 // the API's ServeRemote).
 
 // openDiag adds the diag requests to the fleet operations' parts and
-// returns their API; New calls it before the adapters start. opt's
-// diagTimeout, when set, is both of the API's timeouts (tests).
-func (s *Server) openDiag(opt Options) (*diag.API, error) {
+// returns their API, a capability. Options.diagTimeout, when set, is
+// both of the API's timeouts (tests).
+func (s *Server) openDiag() (capability, error) {
+	opt := s.opt
 	reqs := diag.New(diag.Options{Send: s.rt.SendFleet, Log: s.log, Outside: s.rt.outside, Remote: s.rt.backend.diagRemote()})
 	s.rt.fleetOps.parts = append(s.rt.fleetOps.parts, reqs)
 	api := diag.NewAPI(reqs, diagHost{s})

@@ -11,41 +11,14 @@ import (
 )
 
 // startDiscovery advertises s on the LAN over mDNS when the config's
-// "discovery" block is on; nil (a no-op Stop) when it is off or cannot
-// start: devices then need the URL, which the error says.
+// "discovery" block is on (discovery.Advertise; nil when it is off or
+// cannot start).
 func (s *Server) startDiscovery(ctx context.Context, addr net.Addr) *discovery.Advertiser {
-	d := s.cfg.Discovery
-	if !d.Enabled {
+	if !s.cfg.Discovery.Enabled {
 		return nil
 	}
-	var iface *net.Interface
-	if d.Interface != "" {
-		ifi, err := net.InterfaceByName(d.Interface)
-		if err != nil {
-			s.log.Error("LAN discovery not started: devices need --server URL", "interface", d.Interface, "err", err)
-			return nil
-		}
-		iface = ifi
-	}
-	ips, err := discovery.AddrsFor(addr, iface)
-	if err != nil {
-		s.log.Error("LAN discovery not started: devices need --server URL", "err", err)
-		return nil
-	}
-	if ips[0].IsLoopback() {
-		s.log.Warn("LAN discovery advertises a loopback address: only this machine can use it", "addr", addr.String())
-	}
-	txt := discover.TXT{Paths: s.channelPaths(),
-		TLS:    s.TLSEnabled(),
-		Enroll: s.enrollmentOn(),
-	}
-	adv, err := discovery.Start(ctx, discovery.Config{Instance: d.Instance, Port: addr.(*net.TCPAddr).Port,
-		IPs: ips, Interface: iface, TXT: txt, Logger: s.log})
-	if err != nil {
-		s.log.Error("LAN discovery not started: devices need --server URL", "err", err)
-		return nil
-	}
-	return adv
+	txt := discover.TXT{Paths: s.channelPaths(), TLS: s.TLSEnabled(), Enroll: s.enrollmentOn()}
+	return discovery.Advertise(ctx, s.cfg.Discovery, addr, txt, s.log)
 }
 
 // channelPaths lists the enabled channels' WebSocket paths, the default

@@ -12,6 +12,7 @@ import (
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/statusapi"
 	"termlink/server/wschannel"
 )
 
@@ -115,7 +116,7 @@ func TestSecondConnectionReplacesFirst(t *testing.T) {
 	if !strings.Contains(ev.Detail, "replaced") {
 		t.Fatalf("disconnect event %+v", ev)
 	}
-	var st struct{ Channels []ChannelStatus }
+	var st struct{ Channels []statusapi.ChannelStatus }
 	getJSON(t, ts.http.URL+"/api/channels", &st)
 	if st.Channels[0].ConnectedPeers != 1 || ts.rt.metrics.ws.Connections.Value("terminal-dev") != 1 {
 		t.Fatalf("peers %d, connections gauge %d; want 1 and 1", st.Channels[0].ConnectedPeers, ts.rt.metrics.ws.Connections.Value("terminal-dev"))

@@ -3,13 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"time"
 
-	"termlink/display"
-	"termlink/link"
 	fleetapi "termlink/server/fleet"
+	"termlink/server/httpapi"
 	"termlink/server/registry"
 	"termlink/server/router"
 	"termlink/server/session"
@@ -60,12 +58,14 @@ type deviceRegistry interface {
 var _ deviceRegistry = (*registry.Registry)(nil)
 
 // openFleet opens the device registry and builds the fleet API on it,
-// the channels, the session store, the router and the notice mailboxes.
-// The backend opens the registry: the workspace's, or the cluster's.
-func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger, rt *Runtime, r *router.Router) (*fleet, error) {
-	dir := filepath.Join(workspace, "registry")
+// the channels, the session store, the router and the notice mailboxes:
+// a capability. The backend opens the registry: the workspace's, or the
+// cluster's.
+func (s *Server) openFleet() (capability, error) {
+	rt, opt, log := s.rt, s.opt.fleet, s.log
+	dir := filepath.Join(s.cfg.Workspace, "registry")
 	ropt := registry.Options{
-		Logger: log, FlushInterval: opt.flushInterval, NoSync: noSync, MaxPeers: opt.maxPeers, MaxAnonymous: opt.maxAnonymous,
+		Logger: log, FlushInterval: opt.flushInterval, NoSync: s.opt.NoSync, MaxPeers: opt.maxPeers, MaxAnonymous: opt.maxAnonymous,
 		NoticesPending: rt.notices.Count, Gate: rt.outside, // a device forgotten to make room: through the gate
 	}
 	reg, err := rt.backend.openDevices(context.Background(), dir, ropt)
@@ -78,7 +78,7 @@ func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger
 		chs = append(chs, fleetapi.Channel{ID: id, AccountID: ch.cfg.AccountID, Events: rt.eventView(id, ch.events)})
 	}
 	api := fleetapi.New(fleetapi.Deps{
-		Registry: reg, Channels: chs, SessionKey: SessionKey, Runs: routerRuns{r}, Notices: rt.notices,
+		Registry: reg, Channels: chs, SessionKey: SessionKey, Runs: routerRuns{s.router}, Notices: rt.notices,
 		History: func(key string, n int) ([]session.Record, error) {
 			sess, err := rt.sessions.Tail(key, n)
 			if err != nil {
@@ -89,14 +89,19 @@ func openFleet(workspace string, opt fleetOptions, noSync bool, log *slog.Logger
 		Metrics: &rt.metrics.reg, Log: log,
 	}, fleetapi.Options{StreamBuffer: opt.streamBuffer, StreamWrite: opt.streamWrite, StreamKeepalive: opt.streamKeepalive,
 		HelloPeers: opt.helloPeers, MaxStreams: opt.maxStreams, MaxStreamsPerToken: opt.maxStreamsToken})
-	return &fleet{reg: reg, api: api}, nil
+	rt.fleet = &fleet{reg: reg, api: api}
+	return rt.fleet, nil
 }
+
+// Routes registers the fleet API's routes: events, the live stream,
+// peers, cancel (package fleet).
+func (fl *fleet) Routes(mux httpapi.Mux) { fl.api.Routes(mux) }
 
 // stopStreams ends the live streams and refuses new ones.
 func (fl *fleet) stopStreams() { fl.api.StopStreams() }
 
-// close ends the streams, waits for them, and writes the registry.
-func (fl *fleet) close() error {
+// Close ends the streams, waits for them, and writes the registry.
+func (fl *fleet) Close() error {
 	fl.api.Close()
 	return fl.reg.Close()
 }
@@ -113,20 +118,3 @@ func (rr routerRuns) PeerRuns(base string) []fleetapi.Run {
 }
 func (rr routerRuns) PeerSessions(base string) []string     { return rr.r.PeerSessions(base) }
 func (rr routerRuns) Cancel(session, messageID string) bool { return rr.r.Cancel(session, messageID) }
-
-// screenFrames is the screen frame's route: from a connection that listed
-// "screen", its rows, cursor and backlight taken into the registry's
-// mirror of the device (a ROM the console can draw, else plain text).
-func screenFrames(reg deviceRegistry) []wschannel.FrameRoute {
-	return []wschannel.FrameRoute{{Type: link.TypeScreen, Capability: link.CapScreen,
-		Handle: func(from wschannel.FrameSource, fr link.Frame) error {
-			f := fr.(*link.Screen)
-			rom := ""
-			if r, err := display.ParseROM(f.ROM); err == nil && f.ROM != "" {
-				rom = r.String()
-			}
-			reg.SetScreen(from.ChannelID, from.PeerID, from.Gen, registry.Screen{Rows: f.Rows, ROM: rom,
-				CursorRow: f.CursorRow, CursorCol: f.CursorCol, CursorOn: f.CursorOn, Backlight: f.Backlight})
-			return nil
-		}}}
-}

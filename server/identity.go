@@ -2,15 +2,11 @@ package server
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"net"
 	"path/filepath"
 
 	"termlink/server/config"
-	"termlink/server/httpapi"
 	"termlink/server/identity"
-	"termlink/server/wschannel"
 )
 
 // The server's side of device identity (package identity): building its
@@ -26,30 +22,23 @@ import (
 // routes and the connections call only identity.Bindings and
 // identity.Codes.
 
-// openCreds opens every channel's learnt credentials
-// (workspace/credentials/<channel>.json, or the cluster's).
-func (rt *Runtime) openCreds(workspace string, noSync bool, log *slog.Logger) error {
-	dir := filepath.Join(workspace, "credentials")
-	for id, ch := range rt.channels {
-		b, err := rt.backend.openBindings(context.Background(), dir, id, noSync, log)
-		if err != nil {
-			return err
-		}
-		ch.creds = b
-	}
-	return nil
-}
-
-// identityRoutes builds the identity Service over the channels and the
-// backend's pairing codes, and registers its routes (bindings,
-// enrollment).
-func (s *Server) identityRoutes(mux httpapi.Mux) {
+// openIdentity opens every channel's learnt credentials
+// (workspace/credentials/<channel>.json, or the cluster's) and builds
+// the identity Service over them and the backend's pairing codes: a
+// capability (its routes: bindings, enrollment).
+func (s *Server) openIdentity() (capability, error) {
+	dir := filepath.Join(s.cfg.Workspace, "credentials")
 	chans := make(map[string]identity.Channel, len(s.rt.channels))
 	for id, ch := range s.rt.channels {
-		chans[id] = identity.Channel{ID: id, Enabled: ch.adapter != nil, Config: ch.cfg.Config, Bindings: ch.creds, Events: ch.events}
+		b, err := s.rt.backend.openBindings(context.Background(), dir, id, s.opt.NoSync, s.log)
+		if err != nil {
+			return nil, err
+		}
+		ch.creds = b
+		chans[id] = identity.Channel{ID: id, Enabled: ch.cfg.Enabled, Config: ch.cfg.Config, Bindings: ch.creds, Events: ch.events}
 	}
 	s.ident = identity.New(identity.Options{Channels: chans, Codes: s.rt.backend.openCodes(context.Background(), s.log), Log: s.log, Gate: s.rt.outside})
-	s.ident.Routes(mux)
+	return s.ident, nil
 }
 
 // requiresToken reports whether a channel takes only devices with a
@@ -83,34 +72,23 @@ func (s *Server) warnOpenChannels(addr net.Addr) {
 }
 
 // ReloadClientCerts reads the clientCA files of cfg's channels again and
-// takes their denyCerts lists: new connections are checked against them,
-// and an open connection whose certificate is now denied is closed (4003).
-// A channel cannot turn mutual TLS on or off this way (the listener asks
-// for certificates or not from the start): that needs a restart. Nothing
-// changes when any channel's files do not load.
+// takes their denyCerts lists (tlsconf.TLS.ReloadClients): new
+// connections are checked against them, and an open connection whose
+// certificate is now denied is closed (4003). Nothing changes when any
+// channel's files do not load, or one would turn mutual TLS on or off.
 func (s *Server) ReloadClientCerts(cfg *config.Config) error {
-	next := map[wschannel.Adapter]*identity.ClientAuth{}
+	var enabled []string
 	for _, id := range s.rt.order {
-		a := s.rt.channels[id].adapter
-		if a == nil {
-			continue
+		if s.rt.channels.adapter(id) != nil {
+			enabled = append(enabled, id)
 		}
-		cc := cfg.Channels[id].Config
-		had := s.tls.client(id) != nil // the adapter's from the start (New)
-		switch {
-		case had != (cc.ClientCA != ""):
-			return fmt.Errorf("channels.%s.config.clientCA: turning mutual TLS on or off needs a restart; client certificates not reloaded", id)
-		case !had:
-			continue
-		}
-		ca, err := identity.NewClientAuth(cc)
-		if err != nil {
-			return fmt.Errorf("channels.%s.config.clientCA: %w; client certificates not reloaded", id, err)
-		}
-		next[a] = ca
 	}
-	for a, ca := range next {
-		a.ReloadClientAuth(ca)
+	next, err := s.tls.ReloadClients(cfg, enabled)
+	if err != nil {
+		return err
+	}
+	for id, ca := range next {
+		s.rt.channels.adapter(id).ReloadClientAuth(ca)
 	}
 	s.log.Info("client CAs and deny lists reloaded", "channels", len(next))
 	return nil

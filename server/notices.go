@@ -2,13 +2,10 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
 
-	"termlink/link"
 	"termlink/server/notices"
 	"termlink/server/registry"
 	"termlink/server/wschannel"
@@ -20,9 +17,10 @@ import (
 
 // openNotices opens the notice mailboxes through the backend (its
 // storage: the workspace's WAL, or the cluster's KV bucket; the rules are
-// package notices' either way). Called by New after openBackend.
-func openNotices(rt *Runtime, workspace string, noSync bool, log *slog.Logger) (notices.Mailboxes, error) {
-	return rt.backend.openNotices(context.Background(), filepath.Join(workspace, "notices"), rt.noticeOptions(noSync, log))
+// package notices' either way): a capability.
+func (s *Server) openNotices() (c capability, err error) {
+	s.rt.notices, err = s.rt.backend.openNotices(context.Background(), filepath.Join(s.cfg.Workspace, "notices"), s.rt.noticeOptions(s.opt.NoSync, s.log))
+	return s.rt.notices, err
 }
 
 // noticeOptions wires the mailboxes to the channels (their bound, events,
@@ -95,21 +93,4 @@ func (s *Server) peerOfSession(key string) (channelID, peerID string, ok bool) {
 	}
 	peer, _, _ := strings.Cut(rest, ":")
 	return chID, peer, wschannel.ValidID(peer)
-}
-
-// noticeFrames is the notice_ack frame's route: from a connection that
-// listed "notice" (it was sent notices), taken out of the mailbox.
-func noticeFrames(ns notices.Mailboxes) []wschannel.FrameRoute {
-	return []wschannel.FrameRoute{{Type: link.TypeNoticeAck, Capability: link.CapNotice,
-		Handle: func(from wschannel.FrameSource, f link.Frame) error {
-			id := f.(*link.NoticeAck).NoticeID
-			err := ns.Ack(from.ChannelID, from.PeerID, id)
-			switch {
-			case errors.Is(err, notices.ErrUnknownNotice):
-				return fmt.Errorf("peer %s has no notice %s", from.PeerID, id)
-			case err != nil:
-				return &wschannel.FrameError{Code: "unavailable", Msg: "notice " + id + " was not recorded (" + err.Error() + "); send it again"}
-			}
-			return nil
-		}}}
 }

@@ -2,11 +2,9 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 
 	"termlink/release"
-	"termlink/server/config"
 	"termlink/server/releases"
 )
 
@@ -16,9 +14,10 @@ import (
 // and serves (each node's copies in the workspace's "releases-cache");
 // with the release key of the config's "releases" block when it names
 // one.
-func openReleases(b backend, cfg *config.Config, noSync bool, log *slog.Logger) (*releases.Store, error) {
+func (s *Server) openReleases() (c capability, err error) {
+	cfg := s.cfg
 	opt := releases.Options{Dir: filepath.Join(cfg.Workspace, "releases"), MaxBytes: cfg.Releases.MaxBytes,
-		MaxReleases: cfg.Releases.MaxReleases, NoSync: noSync, Log: log}
+		MaxReleases: cfg.Releases.MaxReleases, NoSync: s.opt.NoSync, Log: s.log}
 	if f := cfg.Releases.PublicKeyFile; f != "" {
 		pub, err := release.LoadPublicKey(f)
 		if err != nil {
@@ -26,5 +25,6 @@ func openReleases(b backend, cfg *config.Config, noSync bool, log *slog.Logger) 
 		}
 		opt.PublicKey = pub
 	}
-	return b.openReleases(context.Background(), opt, filepath.Join(cfg.Workspace, "releases-cache"))
+	s.releases, err = s.rt.backend.openReleases(context.Background(), opt, filepath.Join(cfg.Workspace, "releases-cache"))
+	return s.releases, err
 }

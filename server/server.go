@@ -14,18 +14,16 @@ import (
 	"time"
 
 	"termlink/server/agent"
-	"termlink/server/agent/acp"
-	"termlink/server/agent/harness"
-	"termlink/server/agent/nuum"
 	"termlink/server/agent/procs"
-	"termlink/server/agent/terminal"
+	"termlink/server/agent/runners"
 	"termlink/server/bus"
 	"termlink/server/config"
-	"termlink/server/diag"
 	"termlink/server/events"
 	"termlink/server/fdbudget"
+	fleetapi "termlink/server/fleet"
 	"termlink/server/guard"
 	"termlink/server/httpapi"
+	"termlink/server/httpserve"
 	"termlink/server/identity"
 	"termlink/server/notices"
 	"termlink/server/record/holdback"
@@ -33,8 +31,8 @@ import (
 	"termlink/server/rollout"
 	"termlink/server/router"
 	"termlink/server/session"
-	"termlink/server/settings"
 	"termlink/server/throttle"
+	"termlink/server/tlsconf"
 	"termlink/server/wal"
 	"termlink/server/wschannel"
 )
@@ -74,6 +72,9 @@ type Options struct {
 	diagTimeout time.Duration
 }
 
+// defaultHTTPLimits are what Serve uses (tests shorten them).
+var defaultHTTPLimits = httpserve.DefaultLimits
+
 // maxDeviceBody bounds a device's write body as the guard reads it
 // (enrollment's few fields; its routes refuse past their own).
 const maxDeviceBody = 64 << 10
@@ -81,34 +82,43 @@ const maxDeviceBody = 64 << 10
 // Server is termserver: runtime, router, adapters and the HTTP API.
 type Server struct {
 	cfg     *config.Config
+	opt     Options
 	log     *slog.Logger
 	rt      *Runtime
 	router  *router.Router
-	runners []agent.Runner
 	procs   *procs.Registry  // agent process groups and their sentinel
 	fds     *fdbudget.Budget // the process's file descriptors: sockets, session files, agents
 	guard   *guard.Guard     // the operator guard (Host, Origin, admin tokens, the body policy)
-	mux     http.Handler     // the routes behind the guard
+	routeMx *httpapi.RouteMux
+	mux     http.Handler // the routes behind the guard
 	started time.Time
 
 	recovered []bus.Inbound
+
+	// caps are the capabilities, in the order New opened them; closers
+	// closes, newest first, what New opened: when New fails, or at
+	// Shutdown.
+	caps    []capability
+	closers closeStack
 
 	stopBg context.CancelFunc
 	bgWG   sync.WaitGroup
 	once   sync.Once
 
-	patterns []string // the routes registered, for the test that checks them all
-	// routeClasses: each route's declared class (httpapi.HandleClass),
-	// filled by routes; the guard reads it.
-	routeClasses map[string]httpapi.RouteClass
+	tls      *tlsconf.TLS      // nil: plain HTTP
+	ident    *identity.Service // device identity: bindings and enrollment routes (identity.go)
+	releases *releases.Store   // signed termd releases (releases.go)
+	rollouts *rollout.Manager  // staged rollouts of releases (rollouts.go)
+}
 
-	tls   *serverTLS        // nil: plain HTTP (tls.go)
-	ident *identity.Service // device identity: bindings and enrollment routes (identity.go)
-
-	releases *releases.Store  // signed termd releases (releases.go)
-	diag     *diag.API        // logs and self-tests on demand (diag.go)
-	settings *settings.Store  // settings pushed to devices (settings.go)
-	rollouts *rollout.Manager // staged rollouts of releases (rollouts.go)
+// A capability is a part of the server with routes of its own (the
+// notices, the fleet, identity, the settings, diag, the releases and
+// their downloads, the rollouts). New opens each in turn (a later one
+// may use an earlier one), before the channels' adapters are built;
+// what has a Close is closed by the closer stack; its routes are
+// registered in the same order; one with a Start starts when New ends.
+type capability interface {
+	Routes(mux httpapi.Mux)
 }
 
 // New opens the workspace's write-ahead log (replaying what the session
@@ -130,15 +140,13 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 		c.Workspace = abs // agents get absolute paths in their envelopes
 		cfg = &c
 	}
-	// undo closes, newest first, what New opened, when it fails.
-	var undo closeStack
+	s := &Server{cfg: cfg, opt: opt, log: log, started: time.Now()}
 	defer func() {
 		if err != nil {
-			undo.unwind()
+			_ = s.closers.unwind()
 		}
 	}()
-	srvTLS, err := newServerTLS(cfg)
-	if err != nil {
+	if s.tls, err = tlsconf.Load(cfg); err != nil {
 		return nil, err
 	}
 	maxRuns := cfg.MaxConcurrentRuns
@@ -153,18 +161,18 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 	if dedupeBytes <= 0 {
 		dedupeBytes = config.DefaultDedupeCacheBytes
 	}
-	agentProcs, err := procs.Open(cfg.Workspace, log) // agents left by a crashed predecessor die first
-	if err != nil {
+	if s.procs, err = procs.Open(cfg.Workspace, log); err != nil { // agents left by a crashed predecessor die first
 		return nil, err
 	}
-	_, _ = agentProcs.Reap()
+	_, _ = s.procs.Reap()
+	s.closers.push(func() error { s.procs.Close(); return nil }) // last: its sentinel kills any agent group a runner left
 	// One budget of file descriptors (fdbudget): the session store, the
 	// agents and the connection guard (Serve) each take their share.
-	fds := opt.fds
-	if fds == nil {
-		fds = fdbudget.FromProcess()
+	if s.fds = opt.fds; s.fds == nil {
+		s.fds = fdbudget.FromProcess()
 	}
-	agentProcs.SetFDs(fds.Pool(fdbudget.Agents))
+	fds := s.fds
+	s.procs.SetFDs(fds.Pool(fdbudget.Agents))
 	log.Info("file descriptor budget", "limit", fds.Limit(), "sockets_max", fds.Max(fdbudget.Sockets),
 		"session_files_max", fds.Max(fdbudget.Files), "agents_kept", fds.Floor(fdbudget.Agents)/fdbudget.PerAgent)
 	sopt := opt.session
@@ -174,28 +182,30 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the session log: %w", err)
 	}
-	undo.push(func() { _ = store.Close() })
+	s.closers.push(store.Close)
 	rt := &Runtime{
 		log: log, sessions: store, admission: router.NewAdmission(maxWaiting), heldBack: holdback.New(),
 		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
 		outside: throttle.New(log, throttle.Options{}),
 	}
+	s.rt = rt
+	s.closers.push(func() error { rt.outside.Close(); return nil })
 	if rt.backend, rt.records, err = openBackend(rt, cfg, opt, dedupeBytes); err != nil {
 		return nil, err
 	}
-	undo.push(func() { _ = rt.records.Close() })
-	if rt.notices, err = openNotices(rt, cfg.Workspace, opt.NoSync, log); err != nil {
-		return nil, err
-	}
-	undo.push(func() { _ = rt.notices.Close() })
+	s.closers.push(rt.records.Close)
 	rt.records.Metrics(&rt.metrics.reg)
-	rt.metrics.fdSeries(fds)
+	fds.Export(&rt.metrics.reg)
 	rt.openEventFeed(opt.EventsPerChannel) // cluster mode: the channels' events go to the cluster's stream (events.go)
-	s := &Server{cfg: cfg, log: log, rt: rt, procs: agentProcs, fds: fds, started: time.Now(), tls: srvTLS}
 
 	built := map[string]agent.Runner{}
-	undo.push(func() { s.closeRunners(built) })
-	runners := map[string]agent.Runner{}
+	s.closers.push(func() error {
+		for _, r := range built {
+			_ = r.Close()
+		}
+		return nil
+	})
+	byChannel := map[string]agent.Runner{}
 	for id, chCfg := range cfg.Channels {
 		ch := &channel{id: id, cfg: chCfg, events: rt.newEventLog(id, opt.EventsPerChannel)}
 		rt.channels[id] = ch
@@ -206,109 +216,78 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 		r := built[chCfg.Agent]
 		if r == nil {
 			if r = opt.Runners[chCfg.Agent]; r == nil {
-				r, err = newRunner(chCfg.Agent, cfg.Agents[chCfg.Agent], cfg.Workspace, agentProcs, s.pushFromAgent, log)
+				r, err = runners.New(chCfg.Agent, cfg.Agents[chCfg.Agent], runners.Options{Workspace: cfg.Workspace, Procs: s.procs, Push: s.pushFromAgent, Logger: log})
 				if err != nil {
 					return nil, fmt.Errorf("channels.%s.agent: %w", id, err)
 				}
 			}
 			built[chCfg.Agent] = r
 		}
-		runners[id] = r
+		byChannel[id] = r
 	}
 	sort.Strings(rt.order)
-	if err = rt.openCreds(cfg.Workspace, opt.NoSync, log); err != nil {
-		return nil, err
-	}
-	s.router = router.New(rt, rt.admission, runners, cfg.Workspace, maxRuns)
+	s.router = router.New(rt, rt.admission, byChannel, cfg.Workspace, maxRuns)
 	rt.router = s.router
-	for _, r := range built {
-		s.runners = append(s.runners, r)
-	}
 	if rec := rt.records.Recoverer; rec != nil {
 		if s.recovered, err = rec.Recover(context.Background()); err != nil {
 			return nil, err
 		}
 	}
-	if rt.fleet, err = openFleet(cfg.Workspace, opt.fleet, opt.NoSync, log, rt, s.router); err != nil {
-		return nil, err
+	rt.fleetOps = &fleetOps{rt: rt} // its parts are the capabilities that take a device's answers
+	for _, open := range []func() (capability, error){
+		s.openNotices, s.openFleet, s.openIdentity, s.openSettings, s.openDiag, s.openReleases, s.openDownloads,
+		func() (capability, error) { return rolloutsCap{s}, s.openRollouts(opt.NoSync) },
+	} {
+		c, err := open()
+		if err != nil {
+			return nil, err
+		}
+		s.caps = append(s.caps, c)
+		if cl, ok := c.(interface{ Close() error }); ok {
+			s.closers.push(cl.Close)
+		}
 	}
-	undo.push(func() { _ = rt.fleet.close() })
-	rt.fleetOps = &fleetOps{rt: rt} // its parts are added below, before Start
-	if s.settings, err = s.openSettings(opt.NoSync); err != nil {
-		return nil, err
-	}
-	undo.push(func() { _ = s.settings.Close() })
-	for _, ch := range rt.channels { // after the registry they feed
+	for _, ch := range rt.channels { // after the capabilities they feed
 		if ch.cfg.Enabled {
 			ch.adapter = wschannel.New(ch.id, ch.cfg, wschannel.Deps{
 				Accept: rt, Records: rt.records, Presence: devicePresence{rt}, Registry: rt.fleet.reg, Notices: rt.notices,
-				Bindings: ch.creds, ClientAuth: srvTLS.client(ch.id), Events: ch.events,
+				Bindings: ch.creds, ClientAuth: s.tls.Client(ch.id), Events: ch.events,
 				SessionKey: SessionKey, Metrics: &rt.metrics.ws, Log: log, Fleet: rt.fleetOps, Outside: rt.outside,
-				Frames: slices.Concat(noticeFrames(rt.notices), screenFrames(rt.fleet.reg), wschannel.FleetFrames(rt.fleetOps.Report)),
+				Frames: slices.Concat(notices.AckFrames(rt.notices), fleetapi.ScreenFrames(rt.fleet.reg), wschannel.FleetFrames(rt.fleetOps.Report)),
 			}, wschannel.Options{WriteStall: opt.writeStall})
 		}
 	}
-	s.diag, err = s.openDiag(opt) // a part of the fleet operations (diag.go)
-	if err == nil {
-		s.releases, err = openReleases(rt.backend, cfg, opt.NoSync, log)
+	for _, c := range s.caps {
+		if st, ok := c.(interface{ Start() }); ok {
+			st.Start()
+		}
 	}
-	if err == nil {
-		undo.push(func() { _ = s.releases.Close() })
-	}
-	if err == nil {
-		err = s.openRollouts(opt.NoSync) // a part of fleetOps (rollouts.go)
-	}
-	if err != nil {
-		return nil, err
-	}
-	rt.notices.Start()
-	s.routeClasses = map[string]httpapi.RouteClass{} // filled by routes, as each route declares its class
-	s.guard = guard.New(guard.Options{Admin: cfg.Admin, Listen: cfg.Listen, DeviceRoute: s.routeIs(httpapi.DeviceRoute), RawBodyRoute: s.routeIs(httpapi.RawBodyRoute),
-		MaxOperatorBody: notices.MaxBodyBytes, MaxDeviceBody: maxDeviceBody, Log: log})
+	s.routeMx = httpapi.NewRouteMux() // each route declares its class as it is registered; the guard reads them
+	s.guard = guard.New(guard.Options{Admin: cfg.Admin, Listen: cfg.Listen, DeviceRoute: s.routeMx.Is(httpapi.DeviceRoute),
+		RawBodyRoute: s.routeMx.Is(httpapi.RawBodyRoute), MaxOperatorBody: notices.MaxBodyBytes, MaxDeviceBody: maxDeviceBody, Log: log})
 	s.mux = s.routes()
 	return s, nil
 }
 
-// closeStack is what a constructor opened, to close newest first if it
-// fails (one place, not a cleanup repeated after each step).
-type closeStack []func()
+// rolloutsCap is the rollouts (rollouts.go) as a capability.
+type rolloutsCap struct{ s *Server }
 
-func (c *closeStack) push(f func()) { *c = append(*c, f) }
+func (r rolloutsCap) Routes(mux httpapi.Mux) { r.s.rollouts.Routes(mux) }
+func (r rolloutsCap) Close() error           { return r.s.closeRollouts() }
 
-func (c *closeStack) unwind() {
+// closeStack is what New opened, to close newest first when it fails or
+// at Shutdown (one place, not a cleanup repeated after each step).
+type closeStack []func() error
+
+func (c *closeStack) push(f func() error) { *c = append(*c, f) }
+
+func (c *closeStack) unwind() error {
+	var errs []error
 	for i := len(*c) - 1; i >= 0; i-- {
-		(*c)[i]()
+		errs = append(errs, (*c)[i]())
 	}
 	*c = nil
-}
-
-func (s *Server) closeRunners(m map[string]agent.Runner) {
-	for _, r := range m {
-		_ = r.Close()
-	}
-}
-
-// newRunner builds the runner of a configured agent.
-// push takes what an agent sends outside a turn (a notice for the session's peer).
-func newRunner(name string, a config.Agent, workspace string, reg *procs.Registry, push func(sessionKey, text string), log *slog.Logger) (agent.Runner, error) {
-	log = log.With("agent", name)
-	switch {
-	case a.Builtin != nil:
-		if a.Builtin.Name != "echo" {
-			return nil, fmt.Errorf("agent %q: unknown builtin %q", name, a.Builtin.Name)
-		}
-		return agent.Echo{Delay: time.Duration(a.Builtin.DelayMs) * time.Millisecond,
-			WordGap: time.Duration(a.Builtin.StreamWordMs) * time.Millisecond}, nil
-	case a.Terminal != nil:
-		return terminal.New(name, *a.Terminal, terminal.Options{Logger: log, Procs: reg, Push: push})
-	case a.Nuum != nil:
-		return nuum.New(name, *a.Nuum, nuum.Options{Logger: log, Procs: reg, Push: push})
-	case a.Harness != nil:
-		return harness.New(name, *a.Harness, harness.Options{Workspace: workspace, Logger: log, Procs: reg})
-	case a.ACP != nil:
-		return acp.New(name, *a.ACP, acp.Options{Logger: log, Procs: reg})
-	}
-	return nil, fmt.Errorf("agent %q is not defined", name)
+	return errors.Join(errs...)
 }
 
 // devicesOnline is the number of connected peers over every channel.
@@ -378,8 +357,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	s.warnOpenChannels(ln.Addr())
 	s.Start()
 	// Plain requests get read, write and idle timeouts and a header limit
-	// (limits.go); WebSockets leave them behind at the upgrade.
-	hs := newHTTPServer(s.mux, defaultHTTPLimits, s.log)
+	// (package httpserve); WebSockets leave them behind at the upgrade.
+	hs := httpserve.New(s.mux, defaultHTTPLimits, s.log)
 	// Open TCP connections stay within the descriptor budget
 	// (wschannel.ConnGuard), so the listener can always accept /healthz,
 	// the API and new devices, and session files and agents find
@@ -388,8 +367,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	hs.ConnState = guard.ConnState
 	errc := make(chan error, 1)
 	adv := s.startDiscovery(ctx, ln.Addr()) // nil unless "discovery" is on (discovery.go)
-	s.tls.logStart(s.log)
-	tln := s.tls.listener(hs, ln, guard) // the guard's listener, in TLS when configured (tls.go)
+	s.tls.LogStart(s.log)
+	tln := s.tls.Listener(hs, ln, guard) // the guard's listener, in TLS when configured
 	go func() { errc <- hs.Serve(tln) }()
 	var serveErr error
 	select {
@@ -430,12 +409,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			s.stopBg()
 			s.bgWG.Wait()
 		}
-		for _, r := range s.runners {
-			_ = r.Close()
-		}
-		s.procs.Close() // its sentinel kills any agent group a runner left
-		err = errors.Join(s.closeRollouts(), s.settings.Close(), s.releases.Close(), s.rt.records.Close(), s.rt.notices.Close(), s.rt.fleet.close(), s.rt.sessions.Close())
-		s.rt.outside.Close()
+		err = s.closers.unwind() // the capabilities, the runners, the stores, newest first
 	})
 	return err
 }

@@ -13,10 +13,10 @@ import (
 // changes, made through any node, each node pushes to the devices
 // connected to it — and makes it a part of the fleet operations (each
 // connect, each settings_ack).
-func (s *Server) openSettings(noSync bool) (*settings.Store, error) {
+func (s *Server) openSettings() (capability, error) {
 	rt := s.rt
 	st, err := rt.backend.openSettings(context.Background(),
-		settings.Options{Dir: filepath.Join(s.cfg.Workspace, "settings"), NoSync: noSync, Log: s.log, Outside: rt.outside},
+		settings.Options{Dir: filepath.Join(s.cfg.Workspace, "settings"), NoSync: s.opt.NoSync, Log: s.log, Outside: rt.outside},
 		settings.Deps{
 			Registry: rt.fleet.reg,
 			Send:     rt.SendFleet,

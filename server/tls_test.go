@@ -19,6 +19,7 @@ import (
 	"termlink/link"
 	"termlink/server/config"
 	"termlink/server/events"
+	"termlink/server/statusapi"
 	"termlink/server/wschannel"
 )
 
@@ -133,7 +134,7 @@ func TestTLSServesWebSocket(t *testing.T) {
 	tc.Close()
 
 	var chs struct {
-		Channels []ChannelStatus `json:"channels"`
+		Channels []statusapi.ChannelStatus `json:"channels"`
 	}
 	p.get(t, "/api/channels", &chs)
 	if len(chs.Channels) != 1 || !strings.HasPrefix(chs.Channels[0].WebsocketURL, "wss://") || chs.Channels[0].ClientCertRequired {
@@ -272,7 +273,7 @@ func TestMutualTLS(t *testing.T) {
 	c.alive() // the real kiosk-1 was not taken over
 
 	var chs struct {
-		Channels []ChannelStatus `json:"channels"`
+		Channels []statusapi.ChannelStatus `json:"channels"`
 	}
 	m.get(t, "/api/channels", &chs)
 	for _, ch := range chs.Channels {
@@ -328,7 +329,7 @@ func TestReloadTLS(t *testing.T) {
 	readAs[*link.Ack](old)
 	readAs[*link.Message](old)
 
-	if err := os.WriteFile(p.Server.tls.keyFile, []byte("not a key"), 0o600); err != nil {
+	if err := os.WriteFile(p.Server.cfg.TLS.KeyFile, []byte("not a key"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	err = p.ReloadTLS()

@@ -9,7 +9,7 @@ import (
 
 // StallListener hands out ln's connections as stallConns: under a TLS
 // listener, a device's flushConn then keeps its meaning (termserver's
-// TLS listener, tls.go).
+// TLS listener, package tlsconf).
 func StallListener(ln net.Listener) net.Listener { return stallListener{ln} }
 
 type stallListener struct{ net.Listener }

@@ -1,4 +1,4 @@
-package server
+package httpserve
 
 import (
 	"crypto/tls"
@@ -51,9 +51,9 @@ func TestTLSHandshakeFailuresAggregated(t *testing.T) {
 	}
 	logs := &syncbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	lim := defaultHTTPLimits
+	lim := DefaultLimits
 	lim.ErrorEvery = 500 * time.Millisecond
-	hs := newHTTPServer(http.NotFoundHandler(), lim, log)
+	hs := New(http.NotFoundHandler(), lim, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestTLSHandshakeFailuresAggregated(t *testing.T) {
 func TestHTTPErrorLogKinds(t *testing.T) {
 	t.Parallel()
 	logs := &syncbuf.Buffer{}
-	el := newHTTPErrorLog(slog.New(slog.NewTextHandler(logs, nil)), time.Hour)
+	el := NewErrorLog(slog.New(slog.NewTextHandler(logs, nil)), time.Hour)
 	for i := range 1000 {
 		el.Write([]byte("http: TLS handshake error from 10.0.0.1:" + strconv.Itoa(i) + ": EOF\n"))
 	}
