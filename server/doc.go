@@ -1,5 +1,5 @@
 // Package server is termserver put together: the terminal WebSocket
-// channel of shared/spec/terminal-websocket-channel.md, the router that
+// channel of docs/channel.md, the router that
 // hands each message to its agent, and the HTTP API, composed around one
 // store of record (package record).
 //

@@ -1,5 +1,5 @@
 // Package wschannel is the terminal WebSocket channel adapter of
-// shared/spec/terminal-websocket-channel.md: for one channel it upgrades
+// docs/channel.md: for one channel it upgrades
 // GET /api/channels/{channel_id}/ws, owns each device connection (its
 // reader, its writer and their queues, the connect handshake, message,
 // cancel and ping frames, the per-peer rate, the close codes). Every

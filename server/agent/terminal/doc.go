@@ -1,5 +1,5 @@
 // Package terminal runs nanobot terminal micro-agents: Terminal Protocol v1
-// (shared/spec/terminal-protocol-v1.md), one subprocess per message.
+// (docs/agents.md), one subprocess per message.
 //
 // For each message the Runner starts the configured command in the
 // workspace: a command of plain words (see splitCommand: no quoting but

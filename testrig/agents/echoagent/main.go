@@ -1,5 +1,5 @@
 // Command echoagent is a Terminal Protocol v1 micro-agent in Go
-// (shared/spec/terminal-protocol-v1.md), rich mode: it reads the JSON
+// (docs/agents.md), rich mode: it reads the JSON
 // envelope from stdin and answers with JSONL frames on stdout,
 //
 //	{"type":"message","text":"You said: <text>"}
