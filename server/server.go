@@ -376,6 +376,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	case serveErr = <-errc:
 	}
 	_ = adv.Stop()
+	s.log.Info("closing device connections", "devices", s.devicesOnline(), "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	s.rt.fleet.stopStreams() // live streams would hold hs.Shutdown up

@@ -105,7 +105,7 @@ func run(args []string) error {
 		_ = srv.Shutdown(context.Background())
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(log)
 	defer stop()
 	if *debugAddr != "" {
 		dln, err := debugserver.Listen(*debugAddr)
@@ -121,8 +121,8 @@ func run(args []string) error {
 	scheme := "ws://"
 	if srv.TLSEnabled() {
 		scheme = "wss://"
-		reloadOnHUP(ctx, srv, log, *cfgPath)
 	}
+	reloadOnHUP(ctx, srv, log, *cfgPath) // never fatal: without TLS it says there is nothing to reload
 	for id, ch := range cfg.Channels {
 		if ch.Enabled {
 			log.Info("channel ready", "channel", id, "url", scheme+ln.Addr().String()+"/api/channels/"+id+"/ws", "agent", ch.Agent)
@@ -136,4 +136,21 @@ func run(args []string) error {
 	err = srv.Serve(ctx, ln, *grace)
 	log.Info("termserver stopped")
 	return err
+}
+
+// stopOnSignal returns a context that ends at the first SIGINT or
+// SIGTERM, saying which in the log; stop stops taking them.
+func stopOnSignal(log *slog.Logger) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case sig := <-sigs:
+			log.Info("termserver stopping", "signal", sig.String())
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { signal.Stop(sigs); cancel() }
 }

@@ -335,6 +335,39 @@ func TestGracefulShutdown(t *testing.T) {
 	if !strings.Contains(p.log.String(), "termserver stopped") {
 		t.Errorf("log:\n%s", p.log)
 	}
+	// The operator's log says why it stopped and whom it closed.
+	for _, want := range []string{`msg="termserver stopping" signal=terminated`, `msg="closing device connections" devices=1`} {
+		if !strings.Contains(p.log.String(), want) {
+			t.Errorf("the log has no %q:\n%s", want, p.log)
+		}
+	}
+}
+
+// Issue 40 row 6: SIGHUP never kills termserver. Without TLS it used to
+// (the signal's default action: no handler was installed), with no log
+// line; now it says there is nothing to reload and serves on.
+func TestSIGHUPWithoutTLSKeepsServing(t *testing.T) {
+	t.Parallel()
+	p := start(t, writeConfig(t, t.TempDir(), 0))
+	p.hup(t)
+	testwait.UntilOK(t, "the SIGHUP answered in the log", func() error {
+		select {
+		case <-p.done:
+			t.Fatalf("termserver exited on SIGHUP:\n%s", p.log)
+		default:
+		}
+		if !strings.Contains(p.log.String(), "SIGHUP: nothing to reload") {
+			return fmt.Errorf("its log:\n%s", p.log)
+		}
+		return nil
+	})
+	select {
+	case <-p.done:
+		t.Fatalf("termserver exited on SIGHUP:\n%s", p.log)
+	default:
+	}
+	d := connect(t, p, "after-hup")
+	_ = d.ws.Close()
 }
 
 // A second termserver on the same workspace is refused, and the refusal

@@ -24,10 +24,11 @@ func tlsFlags(cfg *config.Config, cert, key string) error {
 	return nil
 }
 
-// reloadOnHUP takes SIGHUP from now on and, until ctx ends, reads the
-// TLS certificate and key again on each, and, with a config file, the
-// channels' clientCA files and denyCerts lists; what does not load leaves
-// what is in use (the server logs why).
+// reloadOnHUP takes SIGHUP from now on (it never stops termserver, with
+// TLS or without) and, until ctx ends, reads the TLS certificate and key
+// again on each, and, with a config file, the channels' clientCA files
+// and denyCerts lists; what does not load leaves what is in use (the
+// server logs why). Without TLS it logs that there is nothing to reload.
 func reloadOnHUP(ctx context.Context, srv *server.Server, log *slog.Logger, cfgPath string) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP) // before returning: a SIGHUP from now on does not kill termserver
@@ -43,7 +44,11 @@ func serveHUP(ctx context.Context, hup <-chan os.Signal, srv *server.Server, log
 		case <-ctx.Done():
 			return
 		case <-hup:
-			log.Info("SIGHUP: reloading the TLS certificate")
+			if !srv.TLSEnabled() {
+				log.Info("SIGHUP: nothing to reload (no TLS configured; other settings take effect at a restart)")
+				continue
+			}
+			log.Info("SIGHUP: reloading the TLS certificate (other settings take effect at a restart)")
 			_ = srv.ReloadTLS()
 			if cfgPath == "" {
 				continue

@@ -622,7 +622,18 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	a.m.Connects.Inc(a.id)
 	a.events.Add(events.Event{Event: events.TerminalConnected, PeerID: f.PeerID, SessionID: c.sessionKey,
 		Detail: fmt.Sprintf("device_name=%q capabilities=%v remote=%s", f.DeviceName, f.Capabilities, c.remote)})
+	// The operator's log says who comes and goes; a device that
+	// reconnects in a loop is held back by the one gate (its peer id is
+	// the source: a burst, then the kind's summary).
+	a.outside.Info(logConnected, f.PeerID, "device connected", "channel_id", a.id, "peer_id", f.PeerID,
+		"device_name", f.DeviceName, "remote", c.remote)
 }
+
+// The throttle kinds of the connect and disconnect lines.
+const (
+	logConnected    = "device connected"
+	logDisconnected = "device disconnected"
+)
 
 func (c *wsConn) handleMessage(f *link.Message) {
 	a := c.a

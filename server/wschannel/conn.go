@@ -488,6 +488,8 @@ func (c *wsConn) finish(reason string) {
 		}
 		a.events.Add(events.Event{Event: events.TerminalDisconnected, PeerID: c.peerID, SessionID: c.sessionKey, Detail: reason})
 		a.registry.Disconnected(a.id, c.peerID, c.regGen) // no-op if a newer connection took over
+		a.outside.Info(logDisconnected, c.peerID, "device disconnected", "channel_id", a.id, "peer_id", c.peerID,
+			"remote", c.remote, "reason", reason)
 	case serverClosed: // never connected, closed by us: say why (a stranger can cause it: gated)
 		a.refused(c.remote, events.Event{Event: events.TerminalDisconnected, Detail: reason + " (remote " + c.remote + ")"})
 	}
