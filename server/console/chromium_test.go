@@ -455,3 +455,85 @@ func (b *browser) pressLog(width int, what string) {
 		b.t.Errorf("%d px, %s: the log leaves its card or the device's facts leave the window", width, what)
 	}
 }
+
+// Issue 40, deliver 3: the release selector for starting a rollout
+// offers the newest release first and chooses it, by semantic version
+// (1.10.0 after 1.9.0, a release after its release candidates), neither
+// the first uploaded nor the first by name (which was chosen: a
+// downgrade). A release chosen by the operator stays chosen when the list
+// is read again.
+func TestConsoleRolloutDefaultsToNewestRelease(t *testing.T) {
+	chromium := chromiumPath(t)
+	addr := startOperatorServer(t)
+	base := "http://" + addr
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
+	defer cancel()
+	// Uploaded in this order: the newest is neither first nor last, by
+	// upload or by name (by name: v0.9.0, v1.10.0, v1.10.0-rc.1, v1.2.0,
+	// v1.9.0, vnext).
+	uploads := []struct{ version, platform string }{
+		{"v1.2.0", "linux/arm/6"},
+		{"v1.10.0-rc.1", "linux/arm/6"},
+		{"v1.10.0", "linux/arm/6"},
+		{"v1.10.0", "linux/arm64"},
+		{"v0.9.0", "linux/arm/6"},
+		{"v1.9.0", "linux/arm/6"},
+		{"vnext", "linux/arm/6"}, // not a version that orders: offered last
+	}
+	dir := t.TempDir()
+	for _, u := range uploads {
+		if _, err := fleetsim.Upload(ctx, base, operatorToken, dir, u.version, u.platform, []byte("termd "+u.version)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := startBrowser(t, chromium)
+	b.login(base)
+	b.waitFor("the releases are offered", `document.querySelectorAll('#rollout-version option').length === 6`)
+	var got struct {
+		Value   string   `json:"value"`
+		Options []string `json:"options"`
+	}
+	read := func() {
+		b.must("reading the release selector", chromedp.Evaluate(`(() => {
+			const sel = document.getElementById('rollout-version');
+			return {value: sel.value, options: Array.from(sel.options).map(o => o.value)};
+		})()`, &got))
+	}
+	read()
+	if want := "v1.10.0"; got.Value != want {
+		t.Errorf("the release selector chose %q, want the newest, %q (offered: %v)", got.Value, want, got.Options)
+	}
+	want := []string{"v1.10.0", "v1.10.0-rc.1", "v1.9.0", "v1.2.0", "v0.9.0", "vnext"}
+	if strings.Join(got.Options, " ") != strings.Join(want, " ") {
+		t.Errorf("the releases are offered as %v, want newest first: %v", got.Options, want)
+	}
+	var label string
+	b.must("reading the chosen release's label", chromedp.Evaluate(`document.getElementById('rollout-version').selectedOptions[0].textContent`, &label))
+	if label != "v1.10.0 (linux/arm/6, linux/arm64)" {
+		t.Errorf("the chosen release reads %q, want %q", label, "v1.10.0 (linux/arm/6, linux/arm64)")
+	}
+
+	// The operator chooses an older one; a newer upload arrives and the
+	// list is read again (as on any channel change): the choice stays.
+	b.must("choosing v1.2.0", chromedp.Evaluate(`(() => { const s = document.getElementById('rollout-version'); s.value = 'v1.2.0';
+		s.dispatchEvent(new Event('change', {bubbles: true})); return true })()`, nil))
+	if _, err := fleetsim.Upload(ctx, base, operatorToken, dir, "v2.0.0", "linux/arm/6", []byte("termd v2.0.0")); err != nil {
+		t.Fatal(err)
+	}
+	// The fleet page reads the releases when it is opened again.
+	b.must("leaving the fleet page and coming back", chromedp.Evaluate(`location.hash = '#/peer/`+channelID+`/nobody'`, nil))
+	b.waitFor("the device page", `!document.getElementById('peer-view').hidden`)
+	b.must("opening the fleet page", chromedp.Evaluate(`location.hash = '#/'`, nil))
+	b.waitFor("the new release is offered", `document.querySelectorAll('#rollout-version option').length === 7`)
+	read()
+	if got.Value != "v1.2.0" || got.Options[0] != "v2.0.0" {
+		t.Errorf("after the operator chose v1.2.0 and v2.0.0 came: chosen %q, offered %v; want v1.2.0 still chosen, v2.0.0 first", got.Value, got.Options)
+	}
+	// A new page (a reload): the newest again.
+	b.must("reloading", chromedp.Reload())
+	b.waitFor("the releases are offered again", `document.querySelectorAll('#rollout-version option').length === 7`)
+	read()
+	if got.Value != "v2.0.0" {
+		t.Errorf("after a reload the release selector chose %q, want the newest, v2.0.0", got.Value)
+	}
+}
