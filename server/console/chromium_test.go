@@ -212,7 +212,7 @@ func (b *browser) waitAll(what string, conds map[string]string) {
 
 func (b *browser) screenshot(name string) {
 	var png []byte
-	if err := b.run("screenshot "+name, chromedp.CaptureScreenshot(&png)); err != nil {
+	if err := b.run("screenshot "+name, chromedp.FullScreenshot(&png, 100)); err != nil {
 		b.t.Logf("screenshot %s: %v", name, err)
 		return
 	}
@@ -242,11 +242,15 @@ type pageWidth struct {
 	Wide        []string `json:"wide"`
 }
 
-// checkWidth fails the test when the page is wider than its viewport.
-func (b *browser) checkWidth(what string) {
+// checkWidth fails the test when the page is wider than its viewport,
+// width px.
+func (b *browser) checkWidth(width int, what string) {
 	b.t.Helper()
 	var w pageWidth
 	b.must("measuring the page", chromedp.Evaluate(widthJS, &w))
+	if w.Viewport != width {
+		b.t.Fatalf("%s: the viewport is %d px wide, want %d", what, w.Viewport, width)
+	}
 	if w.ScrollWidth != w.Viewport || len(w.Wide) > 0 {
 		b.t.Errorf("%s: the page is %d px wide in a %d px viewport; past its right edge: %s", what, w.ScrollWidth, w.Viewport, strings.Join(w.Wide, ", "))
 	}
@@ -407,7 +411,7 @@ func TestConsoleLongContentFits(t *testing.T) {
 		b.must("opening the plain device", chromedp.Evaluate(`location.hash = '#/peer/`+channelID+`/`+plain+`'`, nil))
 		b.waitFor("its page", `document.getElementById('peer-title').textContent.startsWith('`+plain+`') &&
 			document.getElementById('peer-info').textContent.includes('v1.4.2')`)
-		b.checkWidth(fmt.Sprintf("%d px, an ordinary device's page", width))
+		b.checkWidth(width, fmt.Sprintf("%d px, an ordinary device's page", width))
 		b.pressLog(width, "an ordinary device's page")
 		b.screenshot(fmt.Sprintf("%dpx-plain-device-log", width))
 
@@ -417,7 +421,7 @@ func TestConsoleLongContentFits(t *testing.T) {
 		b.must("opening the rollout's devices", chromedp.Evaluate(`(() => { const t = document.querySelector('[data-testid=rollout][data-state=paused] [data-testid=rollout-toggle]');
 			if (t.getAttribute('aria-expanded') !== 'true') t.click(); return true })()`, nil))
 		b.waitFor("the rollout's devices", `!!document.querySelector('[data-testid=rollout-device][data-state=failed]')`)
-		b.checkWidth(fmt.Sprintf("%d px, the fleet page", width))
+		b.checkWidth(width, fmt.Sprintf("%d px, the fleet page", width))
 		b.screenshot(fmt.Sprintf("%dpx-fleet", width))
 
 		b.must("opening the long device", chromedp.Evaluate(`location.hash = '#/peer/`+channelID+`/`+peer+`'`, nil))
@@ -429,7 +433,7 @@ func TestConsoleLongContentFits(t *testing.T) {
 			"its events":           `document.querySelectorAll('#peer-events li').length > 0`,
 			"its screen":           `document.getElementById('lcd').textContent.includes('row-')`,
 		})
-		b.checkWidth(fmt.Sprintf("%d px, the long device's page", width))
+		b.checkWidth(width, fmt.Sprintf("%d px, the long device's page", width))
 		b.pressLog(width, "the long device's page")
 		b.screenshot(fmt.Sprintf("%dpx-long-device-log", width))
 	}
@@ -443,7 +447,7 @@ func (b *browser) pressLog(width int, what string) {
 	b.waitFor("the log is shown", `!document.getElementById('diag-output').hidden &&
 		document.getElementById('diag-output').textContent.includes('QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo') &&
 		document.getElementById('diag-status').textContent.startsWith('The last ')`)
-	b.checkWidth(fmt.Sprintf("%d px, %s with its log", width, what))
+	b.checkWidth(width, fmt.Sprintf("%d px, %s with its log", width, what))
 	var inside bool
 	b.must("placing the log and the facts", chromedp.Evaluate(`(() => {
 		const out = document.getElementById('diag-output').getBoundingClientRect();
