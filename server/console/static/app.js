@@ -1281,11 +1281,67 @@
       if (!byVersion.has(r.version)) byVersion.set(r.version, []);
       byVersion.get(r.version).push(r.platform);
     }
-    const keep = sel.value;
-    const opts = [...byVersion.entries()].map(([v, plats]) => el('option', { value: v, text: `${v} (${plats.sort().join(', ')})` }));
+    // Newest first, and the newest chosen unless the operator chose
+    // another (the API lists them by name: v1.10.0 before v1.9.0, and the
+    // first was chosen, a downgrade).
+    const keep = sel.dataset.chosen === '1' ? sel.value : '';
+    const versions = [...byVersion.keys()].sort((a, b) => compareVersions(b, a));
+    const opts = versions.map((v) => el('option', { value: v, text: `${v} (${byVersion.get(v).sort().join(', ')})` }));
     if (!opts.length) opts.push(el('option', { value: '', text: 'no release is stored (termrig release upload)' }));
     sel.replaceChildren(...opts);
     if (byVersion.has(keep)) sel.value = keep;
+    else {
+      delete sel.dataset.chosen;
+      sel.selectedIndex = 0;
+    }
+  }
+
+  // compareVersions orders two release versions as termd does
+  // (device/update.CompareVersions): -1 when a is older than b, 0 the
+  // same, 1 newer. A leading "v" and build metadata after "+" are
+  // ignored; the core's dot-separated numbers compare number by number (a
+  // missing one is 0); a pre-release ("-rc.1") is older than its release,
+  // its identifiers compared numbers numerically and below words, words
+  // by bytes, fewer older. A version that does not order ("devel", a
+  // commit) is older than any that does; those compare by name.
+  function parseVersion(s) {
+    let v = s.startsWith('v') ? s.slice(1) : s;
+    v = v.split('+')[0];
+    const dash = v.indexOf('-');
+    const core = (dash < 0 ? v : v.slice(0, dash)).split('.');
+    if (core.length > 8 || core.some((n) => !/^[0-9]+$/.test(n))) return null;
+    const pre = dash < 0 ? null : v.slice(dash + 1).split('.');
+    if (pre && pre.some((id) => id === '')) return null;
+    return { core: core.map((n) => n.replace(/^0+(?=.)/, '')), pre };
+  }
+  function compareNum(a, b) { // decimal strings without leading zeros, of any length
+    if (a.length !== b.length) return a.length < b.length ? -1 : 1;
+    return a === b ? 0 : a < b ? -1 : 1;
+  }
+  function compareBytes(a, b) {
+    const x = new TextEncoder().encode(a);
+    const y = new TextEncoder().encode(b);
+    for (let i = 0; i < Math.min(x.length, y.length); i++) if (x[i] !== y[i]) return x[i] < y[i] ? -1 : 1;
+    return x.length === y.length ? 0 : x.length < y.length ? -1 : 1;
+  }
+  function compareVersions(a, b) {
+    const pa = parseVersion(a);
+    const pb = parseVersion(b);
+    if (!pa || !pb) return pa ? 1 : pb ? -1 : compareBytes(a, b);
+    for (let i = 0; i < Math.max(pa.core.length, pb.core.length); i++) {
+      const c = compareNum(pa.core[i] || '0', pb.core[i] || '0');
+      if (c) return c;
+    }
+    if (!pa.pre || !pb.pre) return pa.pre ? -1 : pb.pre ? 1 : 0;
+    for (let i = 0; i < Math.min(pa.pre.length, pb.pre.length); i++) {
+      const x = pa.pre[i];
+      const y = pb.pre[i];
+      const nx = /^[0-9]+$/.test(x);
+      const ny = /^[0-9]+$/.test(y);
+      const c = nx && ny ? compareNum(x.replace(/^0+(?=.)/, ''), y.replace(/^0+(?=.)/, '')) : nx ? -1 : ny ? 1 : compareBytes(x, y);
+      if (c) return c;
+    }
+    return pa.pre.length === pb.pre.length ? 0 : pa.pre.length < pb.pre.length ? -1 : 1;
   }
 
   function rolloutBody(form) {
@@ -1464,6 +1520,7 @@
     $('peer-notice-form').addEventListener('submit', onPeerNoticeForm);
     $('diag-logs').addEventListener('click', () => runDiag('logs'));
     $('rollout-form').addEventListener('submit', onRolloutForm);
+    $('rollout-version').addEventListener('change', (ev) => { ev.target.dataset.chosen = '1'; });
     $('rollout-tag').addEventListener('focus', () => { $('rollout-form').querySelector('[value=tag]').checked = true; });
     $('rollout-peers').addEventListener('focus', () => { $('rollout-form').querySelector('[value=peers]').checked = true; });
     $('settings-form').addEventListener('submit', (ev) => onSettingsForm(ev, 'PUT'));
