@@ -195,6 +195,19 @@ func peerBytes(d Device) int {
 	return deviceBytes(d) + encLen(d.PeerID) + encLen(d.SessionID) + encLen(d.RemoteAddr) + peerOverhead
 }
 
+// stateBytes is what the state fleet parts write of a peer (its update,
+// its settings refusal) adds to it in its channel's byte budget.
+func stateBytes(u *UpdateState, settingsError string) int {
+	n := 0
+	if u != nil {
+		n += encLen(u.Version) + encLen(u.State) + encLen(u.Reason) + encLen(u.At) + 50 // field names
+	}
+	if settingsError != "" {
+		n += encLen(settingsError) + 20
+	}
+	return n
+}
+
 // encLen is the length of s as a JSON string without HTML escaping, as
 // the registry writes it (quotes included).
 func encLen(s string) int {

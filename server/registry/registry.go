@@ -247,8 +247,8 @@ type entry struct {
 	screen         *Screen
 	screenWindow   time.Time // start of the current one-second window
 	screenCount    int
-	update         *UpdateState // the last update_status (memory only: the device sends it on every connect)
-	settingsError  string
+	update         *UpdateState // the last update_status believed (kept, as a reconnect keeps it)
+	settingsError  string       // why it refused its last pushed settings (kept)
 }
 
 // minuteCount is how many reconnects happened in one minute (Unix minute).
@@ -388,6 +388,14 @@ func (cs *channelState) countShared(glob string, n int) {
 	}
 }
 
+// resizeLocked accounts e again after a change of what it holds (r.mu
+// held).
+func (cs *channelState) resizeLocked(e *entry) {
+	size := peerBytes(e.dev) + stateBytes(e.update, e.settingsError)
+	cs.bytes += size - e.bytes
+	e.bytes = size
+}
+
 // removeLocked forgets an entry (r.mu held).
 func (cs *channelState) removeLocked(id string) {
 	e := cs.peers[id]
@@ -453,12 +461,11 @@ func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error)
 		}
 		cs.countShared(e.dev.Shared, -1)
 		cs.countShared(d.Shared, 1)
-		cs.bytes += size - e.bytes
-		e.bytes = size
 		e.reconnects = addReconnect(e.reconnects, now)
 	}
 	r.gen++
 	e.dev, e.online, e.gen = d, true, r.gen
+	cs.resizeLocked(e)
 	e.connectedSince, e.lastSeen = now, now
 	e.screen = nil // what it showed before is not what it shows now
 	cs.markLocked(d.PeerID, dirtyFull)
@@ -526,8 +533,7 @@ func (r *Registry) SetScreen(channelID, peerID string, gen uint64, s Screen) boo
 // SetUpdate keeps u (At is set here) as the device's last update state
 // and tells subscribers; false when the device is not known.
 func (r *Registry) SetUpdate(channelID, peerID string, u UpdateState) bool {
-	u.Version, u.State = truncate(u.Version, MaxField), truncate(u.State, MaxField)
-	u.Reason = truncate(strings.ToValidUTF8(u.Reason, "?"), MaxReason)
+	u = boundUpdate(u)
 	u.At = formatTime(r.now())
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -535,14 +541,31 @@ func (r *Registry) SetUpdate(channelID, peerID string, u UpdateState) bool {
 	if e == nil {
 		return false
 	}
+	cs := r.channels[channelID]
 	e.update = &u
-	r.publishLocked(r.channels[channelID], e)
+	cs.resizeLocked(e)
+	cs.markLocked(peerID, dirtyFull)
+	r.publishLocked(cs, e)
 	return true
 }
 
+// boundUpdate bounds an update state: version and state to MaxField,
+// the reason to MaxReason bytes, each valid UTF-8.
+func boundUpdate(u UpdateState) UpdateState {
+	u.Version = truncate(strings.ToValidUTF8(u.Version, "?"), MaxField)
+	u.State = truncate(strings.ToValidUTF8(u.State, "?"), MaxField)
+	u.Reason = boundReason(u.Reason)
+	u.At = truncate(strings.ToValidUTF8(u.At, "?"), MaxField)
+	return u
+}
+
+// boundReason bounds a reason the registry keeps to MaxReason bytes of
+// valid UTF-8.
+func boundReason(s string) string { return truncate(strings.ToValidUTF8(s, "?"), MaxReason) }
+
 // SetSettings records a device's settings_ack: version applied (errText
-// empty: kept, and written with the device) or refused (errText says
-// why; the applied version stays). False when the device is not known.
+// empty) or refused (errText says why; the applied version stays); both
+// are written with the device. False when the device is not known.
 func (r *Registry) SetSettings(channelID, peerID string, version int64, errText string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -551,9 +574,15 @@ func (r *Registry) SetSettings(channelID, peerID string, version int64, errText 
 		return false
 	}
 	cs := r.channels[channelID]
-	e.settingsError = truncate(strings.ToValidUTF8(errText, "?"), MaxReason)
+	errText = boundReason(errText)
+	changed := e.settingsError != errText
+	e.settingsError = errText
 	if errText == "" && e.dev.SettingsVersion != version {
 		e.dev.SettingsVersion = version
+		changed = true
+	}
+	if changed {
+		cs.resizeLocked(e)
 		cs.markLocked(peerID, dirtyFull)
 	}
 	r.publishLocked(cs, e)
@@ -573,10 +602,8 @@ func (r *Registry) SetTags(channelID, peerID string, tags map[string]string) boo
 	cs := r.channels[channelID]
 	d := e.dev
 	d.Tags = tags
-	d, _ = sanitize(d)
-	size := peerBytes(d)
-	cs.bytes += size - e.bytes
-	e.dev, e.bytes = d, size
+	e.dev, _ = sanitize(d)
+	cs.resizeLocked(e)
 	cs.markLocked(peerID, dirtyFull)
 	r.publishLocked(cs, e)
 	return true
