@@ -65,6 +65,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"termlink/server/fanout"
 	"termlink/server/throttle"
@@ -97,6 +99,27 @@ const (
 	MaxScreenRows = 64
 	MaxScreenRow  = 256 // bytes
 )
+
+// MaxID bounds a channel's and a peer's id the registry keeps (the
+// server's connect takes 1-128 characters of A-Z a-z 0-9 . _ @ + -).
+const MaxID = 128
+
+// checkID says what is wrong with a channel's or peer's id (what:
+// "channel", "peer") for the registry to keep it; nil when nothing.
+func checkID(what, id string) error {
+	why := ""
+	switch {
+	case id == "":
+		why = "is empty"
+	case len(id) > MaxID:
+		why = fmt.Sprintf("is %d bytes, longer than %d", len(id), MaxID)
+	case !utf8.ValidString(id) || strings.IndexFunc(id, unicode.IsControl) >= 0:
+		why = "is not UTF-8 text without control characters"
+	default:
+		return nil
+	}
+	return fmt.Errorf("registry: the %s id %q %s: a device is kept under ids of 1-%d bytes of text", what, truncate(strings.ToValidUTF8(id, "?"), 40), why, MaxID)
+}
 
 var tagKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
@@ -427,13 +450,21 @@ func (cs *channelState) sortedIDs() []string {
 
 // Connected records a device's connect and returns the generation of its
 // connection, which Disconnected and SetScreen take so that a connection
-// replaced by a newer one cannot mark the device offline. It returns
+// replaced by a newer one cannot mark the device offline. A channel or
+// peer id that is empty, longer than MaxID bytes or not text is refused
+// with an error saying which (the server's connect takes less). It returns
 // what was dropped from d as invalid or over budget (tags, oversized
 // fields), to report. A new anonymous device past the channel's bounds,
 // or one of a shared token that cannot make room, is refused with a
 // *FullError; a peer new to a shared token that has its SharedMax peers
 // with a *SharedCapError; nothing changes then.
 func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error) {
+	if err := checkID("channel", d.ChannelID); err != nil {
+		return 0, nil, err
+	}
+	if err := checkID("peer", d.PeerID); err != nil {
+		return 0, nil, err
+	}
 	d, ignored = sanitize(d)
 	if !d.Authenticated {
 		d.Shared = ""

@@ -83,6 +83,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"FleetState", fleetState},
 		{"FleetStateBounded", fleetStateBounded},
 		{"UnknownDevice", unknownDevice},
+		{"BadIDs", badIDs},
 		{"ChannelFull", channelFull},
 		{"SharedTokenCap", sharedTokenCap},
 		{"ListFilterPage", listFilterPage},
@@ -530,6 +531,33 @@ func unknownDevice(t *testing.T, s Store) {
 	}
 	if _, ok := r.Get("other", "k1"); ok {
 		t.Error("listed in another channel")
+	}
+}
+
+// A device whose channel or peer id the registry cannot keep (empty,
+// over MaxID bytes, not text) is refused, saying which id and why, and
+// is not listed; the registry goes on.
+func badIDs(t *testing.T, s Store) {
+	r := open(t, s, options())
+	for _, c := range []struct{ channel, peer, want string }{
+		{ch, "", "the peer id \"\" is empty"},
+		{"", "k1", "the channel id \"\" is empty"},
+		{ch, strings.Repeat("p", registry.MaxID+1), fmt.Sprintf("is %d bytes, longer than %d", registry.MaxID+1, registry.MaxID)},
+		{ch, "k\x00", "is not UTF-8 text without control characters"},
+		{ch, "k\xff", "is not UTF-8 text without control characters"},
+	} {
+		d := device(c.peer, nil)
+		d.ChannelID = c.channel
+		if _, _, err := r.Connected(d); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("connect of %q on %q: %v, want an error saying %q", c.peer, c.channel, err, c.want)
+		}
+	}
+	long := device(strings.Repeat("p", registry.MaxID), nil)
+	long.DeviceName = "Kiosk"
+	connect(t, r, long)
+	waitPeer(t, r, strings.Repeat("p", registry.MaxID), "listed", online)
+	if ids := peerIDs(r.List(ch, registry.Filter{})); ids != strings.Repeat("p", registry.MaxID) || r.Count("") != 0 {
+		t.Errorf("listed %q; %d in channel \"\"", ids, r.Count(""))
 	}
 }
 
