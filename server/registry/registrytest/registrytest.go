@@ -16,6 +16,8 @@
 package registrytest
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -363,7 +365,8 @@ func deviceBounded(t *testing.T, s Store) {
 }
 
 // A screen is bounded: MaxScreenRows rows of MaxScreenRow bytes of valid
-// UTF-8, MaxScreenBytes in all.
+// UTF-8, MaxScreenBytes in all (as JSON writes them: a control
+// character, an LCD's custom one, takes 6).
 func screenBounded(t *testing.T, s Store) {
 	r := open(t, s, options())
 	gen := connect(t, r, device("k1", nil))
@@ -389,6 +392,37 @@ func screenBounded(t *testing.T, s Store) {
 	}
 	if len(p.Screen.Rows) > registry.MaxScreenRows || total > registry.MaxScreenBytes || total == 0 {
 		t.Errorf("%d rows, %d bytes", len(p.Screen.Rows), total)
+	}
+
+	// An LCD's custom characters are bytes 0-7 of its rows (each written
+	// as 6 bytes of JSON): every store keeps and shows such a screen,
+	// bounded as it is written.
+	gen = connect(t, r, device("k2", nil))
+	for i := range rows {
+		rows[i] = strings.Repeat("\x01\x02<", registry.MaxScreenRow/3)
+	}
+	if !r.SetScreen(ch, "k2", gen, registry.Screen{Rows: rows, ROM: "A00"}) {
+		t.Fatal("screen refused")
+	}
+	p = waitPeer(t, r, "k2", "with its screen", func(p registry.Peer) error {
+		if p.Screen == nil {
+			return errors.New("no screen")
+		}
+		return nil
+	})
+	if n := len(p.Screen.Rows); n == 0 || !strings.HasPrefix(p.Screen.Rows[0], "\x01\x02<") || len(p.Screen.Rows[n-1]) == 0 {
+		t.Errorf("%d rows: %q", n, p.Screen.Rows)
+	}
+	written := 0
+	for _, row := range p.Screen.Rows {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(row)
+		written += b.Len() - 3 // quotes, newline
+	}
+	if written > registry.MaxScreenBytes || written < registry.MaxScreenBytes-20 {
+		t.Errorf("a screen of control characters written as %d bytes, want about %d", written, registry.MaxScreenBytes)
 	}
 }
 
