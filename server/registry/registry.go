@@ -215,6 +215,11 @@ type Peer struct {
 	// SettingsError why it did not apply a later one.
 	SettingsVersion int64  `json:"settings_version,omitempty"`
 	SettingsError   string `json:"settings_error,omitempty"`
+	// Reconnects is what ReconnectsLastHour counts: per minute of the
+	// last hour (Unix minute), the reconnects in it. Not shown; a copy
+	// of the peer kept elsewhere (a View) counts them when it is read.
+	// Replaced, never changed.
+	Reconnects [][2]int64 `json:"-"`
 }
 
 // UpdateState is a device's last update as it reported it (its
@@ -275,7 +280,7 @@ type entry struct {
 }
 
 // minuteCount is how many reconnects happened in one minute (Unix minute).
-type minuteCount [2]int64
+type minuteCount = [2]int64
 
 // What a flush must write of a peer.
 const (
@@ -863,6 +868,7 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 		p.ConnectedSince = optTime(e.connectedSince)
 	}
 	p.LastMessageAt = optTime(e.lastMessage)
+	p.Reconnects = e.reconnects
 	p.ReconnectsLastHour = reconnectsLastHour(e.reconnects, now)
 	p.NoticesPending = r.noticesLocked(d.ChannelID, d.PeerID)
 	return p

@@ -63,7 +63,8 @@ func TestRestartKeepsDevicesOffline(t *testing.T) {
 	p := peers[0]
 	want := Peer{PeerID: "kiosk-1", ChannelID: "ch", SessionID: "ch:acc:kiosk-1", DeviceName: "name-kiosk-1", Board: "pi-lcd2004",
 		Version: "1.2.3", Capabilities: []string{"text", "screen"}, Tags: map[string]string{"site": "lobby"},
-		LastSeen: "2026-11-23T18:02:00Z", RemoteAddr: "127.0.0.1:5000", ReconnectsLastHour: 1, LastMessageAt: ptr("2026-11-23T18:01:00Z")}
+		LastSeen: "2026-11-23T18:02:00Z", RemoteAddr: "127.0.0.1:5000", ReconnectsLastHour: 1, LastMessageAt: ptr("2026-11-23T18:01:00Z"),
+		Reconnects: [][2]int64{{time.Date(2026, 11, 23, 18, 2, 0, 0, time.UTC).Unix() / 60, 1}}}
 	if !reflect.DeepEqual(p, want) {
 		t.Fatalf("kiosk-1 after restart:\n got %+v\nwant %+v", p, want)
 	}

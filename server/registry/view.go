@@ -88,14 +88,28 @@ func (v *View) Changed(channelID, peerID string) {
 }
 
 // readLocked is p as a read shows it: last_seen is now while online,
+// reconnects_last_hour counted now (when p has its Reconnects),
 // notices_pending as the mailboxes count them now.
 func (v *View) readLocked(p Peer, now time.Time) Peer {
 	if p.Online {
 		p.LastSeen = formatTime(now)
 	}
+	if p.Reconnects != nil {
+		p.ReconnectsLastHour = reconnectsLastHour(p.Reconnects, now)
+	}
 	if v.noticesPending != nil {
 		p.NoticesPending = v.noticesPending(p.ChannelID, p.PeerID)
 	}
+	return p
+}
+
+// Offline is p as a read shows it once its connection is gone without a
+// disconnect (the node that held it is no longer heard from), as a
+// disconnect shows it: offline, last seen at seen, without
+// connected_since or screen.
+func (p Peer) Offline(seen time.Time) Peer {
+	p.Online, p.ConnectedSince, p.Screen = false, nil, nil
+	p.LastSeen = formatTime(seen)
 	return p
 }
 
