@@ -110,10 +110,11 @@ const (
 	pubNow  = 2
 )
 
-// Devices is the device registry of a node in cluster mode: the local
-// registry's connection side (Connected, Disconnected, MessageAccepted,
-// SetScreen) and the cluster's view for every read (Get, Page, List,
-// Count, Online, Subscribe). Safe for concurrent use.
+// Devices is the device registry of a node in cluster mode
+// (registry.Devices): the local registry's connection side (Connected,
+// Disconnected, MessageAccepted, SetScreen, and what fleet parts write)
+// and the cluster's view for every read (Get, Page, List, Count, Online,
+// Subscribe). Safe for concurrent use.
 type Devices struct {
 	n     *Node
 	local *registry.Registry
@@ -140,6 +141,8 @@ type Devices struct {
 	beats   map[string]beatSeen
 	alive   map[string]string // per edge, the run shown alive ("" none)
 }
+
+var _ registry.Devices = (*Devices)(nil)
 
 type mirrored struct {
 	rec devicesRecord

@@ -8,6 +8,35 @@ import (
 	"termlink/server/fanout"
 )
 
+// Devices is the device registry as the server uses it, whichever store
+// keeps it: a Registry on the workspace's directory, or package
+// cluster's Devices (this node's Registry written behind to the
+// cluster's KV, every node's devices in a View for the reads). The
+// channel adapters feed it (Connected, Disconnected, MessageAccepted,
+// SetScreen), fleet parts write what devices told them (SetUpdate,
+// SetSettings, SetTags) and that notices changed (Changed), the fleet
+// API reads it. The rules are this package's; registrytest is the
+// contract every store passes.
+type Devices interface {
+	Connected(d Device) (gen uint64, ignored []string, err error)
+	Disconnected(channelID, peerID string, gen uint64)
+	MessageAccepted(channelID, peerID string)
+	SetScreen(channelID, peerID string, gen uint64, s Screen) bool
+	SetUpdate(channelID, peerID string, u UpdateState) bool
+	SetSettings(channelID, peerID string, version int64, errText string) bool
+	SetTags(channelID, peerID string, tags map[string]string) bool
+	Changed(channelID, peerID string)
+	Get(channelID, peerID string) (Peer, bool)
+	Page(channelID string, f Filter, after string, limit int) (peers []Peer, next string)
+	List(channelID string, f Filter) []Peer
+	Count(channelID string) int
+	Online(channelID string, maxTags int) (total int, byTag map[string]int)
+	Subscribe(channelID string, buf int) *fanout.Sub[Peer]
+	Close() error
+}
+
+var _ Devices = (*Registry)(nil)
+
 // View is a set of peers kept by someone else, put into it whole: a
 // cluster's mirror of the devices every edge holds (package cluster). It
 // answers the registry's reads (Get, Page, List, Count, Online,

@@ -30,33 +30,11 @@ import (
 	"unicode/utf8"
 
 	"termlink/internal/testwait"
-	"termlink/server/fanout"
 	"termlink/server/registry"
 )
 
-// Registry is the device registry as the server uses it: the channel
-// adapters' side (Connected, Disconnected, MessageAccepted, SetScreen),
-// the fleet parts' (SetUpdate, SetSettings, SetTags, Changed) and the
-// reads (Get, Page, List, Count, Online, Subscribe).
-type Registry interface {
-	Connected(d registry.Device) (gen uint64, ignored []string, err error)
-	Disconnected(channelID, peerID string, gen uint64)
-	MessageAccepted(channelID, peerID string)
-	SetScreen(channelID, peerID string, gen uint64, s registry.Screen) bool
-	SetUpdate(channelID, peerID string, u registry.UpdateState) bool
-	SetSettings(channelID, peerID string, version int64, errText string) bool
-	SetTags(channelID, peerID string, tags map[string]string) bool
-	Changed(channelID, peerID string)
-	Get(channelID, peerID string) (registry.Peer, bool)
-	Page(channelID string, f registry.Filter, after string, limit int) (peers []registry.Peer, next string)
-	List(channelID string, f registry.Filter) []registry.Peer
-	Count(channelID string) int
-	Online(channelID string, maxTags int) (total int, byTag map[string]int)
-	Subscribe(channelID string, buf int) *fanout.Sub[registry.Peer]
-	Close() error
-}
-
-var _ Registry = (*registry.Registry)(nil)
+// Registry is the device registry under test (registry.Devices).
+type Registry = registry.Devices
 
 // Store is one store under test, new and empty.
 type Store struct {
