@@ -66,6 +66,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"BadIDs", badIDs},
 		{"ChannelFull", channelFull},
 		{"SharedTokenCap", sharedTokenCap},
+		{"ChannelBytes", channelBytes},
 		{"ListFilterPage", listFilterPage},
 		{"Stream", stream},
 		{"Reopen", reopen},
@@ -617,6 +618,42 @@ func channelFull(t *testing.T, s Store) {
 	}
 	if n := r.Count(ch); n != 4 {
 		t.Errorf("count %d", n)
+	}
+}
+
+// A channel's devices take at most MaxChannelBytes, accounted about as
+// stored, what fleet parts write of them too: a new anonymous device
+// past it is refused, saying so.
+func channelBytes(t *testing.T, s Store) {
+	opt := options()
+	opt.MaxChannelBytes = 2000 // two devices of about 700 bytes fit
+	r := open(t, s, opt)
+	connect(t, r, device("a1", nil))
+	connect(t, r, device("a2", nil))
+	_, _, err := r.Connected(device("a3", nil))
+	full(t, "a third device past the channel's bytes", err, "of its 2000 bytes")
+	connect(t, r, device("a1", nil)) // known: taken back
+	waitPeer(t, r, "a2", "listed", online)
+	if _, ok := r.Get(ch, "a3"); ok {
+		t.Error("the refused device is listed")
+	}
+
+	// In another channel, a device's update state and settings refusal
+	// take the room of a second device.
+	other := func(peer string) registry.Device {
+		d := device(peer, nil)
+		d.ChannelID = "ch2"
+		return d
+	}
+	if _, _, err := r.Connected(other("b1")); err != nil {
+		t.Fatal(err)
+	}
+	r.SetUpdate("ch2", "b1", registry.UpdateState{Version: "2.0.0", State: "failed", Reason: strings.Repeat("r", 400)})
+	r.SetSettings("ch2", "b1", 1, strings.Repeat("e", 400))
+	_, _, err = r.Connected(other("b2"))
+	var fe *registry.FullError
+	if !errors.As(err, &fe) || fe.ChannelID != "ch2" || !strings.Contains(err.Error(), "of its 2000 bytes") {
+		t.Errorf("a device past a channel's bytes taken by what fleet parts wrote: %v", err)
 	}
 }
 
