@@ -71,6 +71,9 @@ type devicesRecord struct {
 	Since time.Time     `json:"since"` // the connection's start on that edge: the newer one wins
 	At    time.Time     `json:"at"`    // published
 	Peer  registry.Peer `json:"peer"`
+	// Reconnects is Peer.Reconnects (not in its JSON): a node that reads
+	// the record counts its reconnects of the last hour as time passes.
+	Reconnects [][2]int64 `json:"reconnects,omitempty"`
 }
 
 // devicesBeat is an edge's beat: it holds its devices while heard from.
@@ -107,10 +110,11 @@ const (
 	pubNow  = 2
 )
 
-// Devices is the device registry of a node in cluster mode: the local
-// registry's connection side (Connected, Disconnected, MessageAccepted,
-// SetScreen) and the cluster's view for every read (Get, Page, List,
-// Count, Online, Subscribe). Safe for concurrent use.
+// Devices is the device registry of a node in cluster mode
+// (registry.Devices): the local registry's connection side (Connected,
+// Disconnected, MessageAccepted, SetScreen, and what fleet parts write)
+// and the cluster's view for every read (Get, Page, List, Count, Online,
+// Subscribe). Safe for concurrent use.
 type Devices struct {
 	n     *Node
 	local *registry.Registry
@@ -137,6 +141,8 @@ type Devices struct {
 	beats   map[string]beatSeen
 	alive   map[string]string // per edge, the run shown alive ("" none)
 }
+
+var _ registry.Devices = (*Devices)(nil)
 
 type mirrored struct {
 	rec devicesRecord
@@ -470,7 +476,7 @@ func (d *Devices) publish(ctx context.Context, all bool) {
 		since := d.since[k]
 		d.mu.Unlock()
 		p.NoticesPending, p.Edge = 0, d.n.Name() // counted where it is read
-		rec := devicesRecord{Edge: d.n.Name(), Run: d.run, Since: since.UTC(), At: now.UTC(), Peer: p}
+		rec := devicesRecord{Edge: d.n.Name(), Run: d.run, Since: since.UTC(), At: now.UTC(), Peer: p, Reconnects: p.Reconnects}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -807,14 +813,13 @@ func (d *Devices) onlineLocked(rec devicesRecord, now time.Time) bool {
 // once its edge's run is gone.
 func (d *Devices) peerLocked(rec devicesRecord, now time.Time) registry.Peer {
 	p := rec.Peer
-	p.Edge = rec.Edge
+	p.Edge, p.Reconnects = rec.Edge, rec.Reconnects
 	if p.Online && !d.onlineLocked(rec, now) {
-		p.Online, p.ConnectedSince, p.Screen = false, nil, nil
 		seen := rec.At
 		if b, ok := d.beats[rec.Edge]; ok && b.run == rec.Run && b.seen.After(seen) {
 			seen = b.seen
 		}
-		p.LastSeen = seen.UTC().Format(time.RFC3339)
+		p = p.Offline(seen)
 	}
 	return p
 }

@@ -474,3 +474,35 @@ func TestDevicesRemoveWhileTheMirrorIsBehind(t *testing.T) {
 		}
 	}
 }
+
+// A node counts a peer's reconnects of the last hour when it reads it,
+// from the minutes its edge published: a record published two hours
+// after its reconnects shows none, as the edge's own registry does (a
+// node showed the count the edge published, for good once the device
+// stayed away); a fresh one shows its count.
+func TestDevicesReconnectsCountedWhereRead(t *testing.T) {
+	t.Parallel()
+	url := startJetStream(t)
+	a := openDevices(t, url, "edge-a", config.RoleEdge, DevicesOptions{})
+	b := openDevices(t, url, "edge-b", config.RoleEdge, DevicesOptions{})
+	for range 3 {
+		a.connect(t, "kiosk-1", nil)
+	}
+	b.waitPeer(t, "kiosk-1", "with 2 reconnects", func(p registry.Peer, ok bool) bool { return ok && p.ReconnectsLastHour == 2 })
+
+	old := time.Now().Add(-2 * time.Hour)
+	rec := devicesRecord{Edge: "edge-gone", Run: "r", Since: old, At: old,
+		Peer:       registry.Peer{ChannelID: "ch", PeerID: "old-1", LastSeen: old.UTC().Format(time.RFC3339), ReconnectsLastHour: 5},
+		Reconnects: [][2]int64{{old.Unix() / 60, 5}}}
+	val, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.d.kv.Put(context.Background(), devKey{"ch", "old-1"}.String(), val); err != nil {
+		t.Fatal(err)
+	}
+	p := b.waitPeer(t, "old-1", "listed", func(_ registry.Peer, ok bool) bool { return ok })
+	if p.ReconnectsLastHour != 0 {
+		t.Errorf("a record of reconnects two hours ago shows %d reconnects in the last hour", p.ReconnectsLastHour)
+	}
+}

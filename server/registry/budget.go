@@ -22,8 +22,9 @@ import (
 // connect's "ignored" event; the connection is kept.
 const (
 	MaxDeviceBytes = 2048
-	// MaxScreenBytes bounds a screen mirror's rows (bytes of text); rows
-	// past it are cut. Only online devices keep a mirror.
+	// MaxScreenBytes bounds a screen mirror's rows as written (JSON
+	// strings without their quotes); rows past it are cut. Only online
+	// devices keep a mirror.
 	MaxScreenBytes = 4096
 	// peerOverhead is what a stored record costs beside what the device
 	// says and its ids: field names, times, reconnect counts (at most 60).
@@ -195,6 +196,19 @@ func peerBytes(d Device) int {
 	return deviceBytes(d) + encLen(d.PeerID) + encLen(d.SessionID) + encLen(d.RemoteAddr) + peerOverhead
 }
 
+// stateBytes is what the state fleet parts write of a peer (its update,
+// its settings refusal) adds to it in its channel's byte budget.
+func stateBytes(u *UpdateState, settingsError string) int {
+	n := 0
+	if u != nil {
+		n += encLen(u.Version) + encLen(u.State) + encLen(u.Reason) + encLen(u.At) + 50 // field names
+	}
+	if settingsError != "" {
+		n += encLen(settingsError) + 20
+	}
+	return n
+}
+
 // encLen is the length of s as a JSON string without HTML escaping, as
 // the registry writes it (quotes included).
 func encLen(s string) int {
@@ -236,7 +250,9 @@ func newEncoder(b *bytes.Buffer) *json.Encoder {
 }
 
 // sanitizeScreen bounds a screen: at most MaxScreenRows rows of at most
-// MaxScreenRow bytes, MaxScreenBytes in all (the rows past it are cut).
+// MaxScreenRow bytes, MaxScreenBytes in all as the registry writes them
+// (JSON: a control character, an LCD's custom one, takes 6; the rows
+// past it are cut).
 func sanitizeScreen(s Screen) Screen {
 	rows := s.Rows
 	if len(rows) > MaxScreenRows {
@@ -245,14 +261,29 @@ func sanitizeScreen(s Screen) Screen {
 	out := make([]string, 0, len(rows))
 	left := MaxScreenBytes
 	for _, row := range rows {
-		row = truncate(strings.ToValidUTF8(row, "?"), min(MaxScreenRow, left))
-		out = append(out, row)
-		left -= len(row)
-		if left <= 0 {
+		row = truncate(strings.ToValidUTF8(row, "?"), MaxScreenRow)
+		kept := cutEncoded(row, left)
+		if kept == "" && row != "" {
+			break // not a character of it fits
+		}
+		out = append(out, kept)
+		if left -= encLen(kept) - 2; len(kept) < len(row) || left <= 0 {
 			break
 		}
 	}
 	s.Rows = out
+	return s
+}
+
+// cutEncoded cuts s (valid UTF-8) at a character boundary to at most n
+// bytes as the registry writes it (encLen, quotes left out).
+func cutEncoded(s string, n int) string {
+	used := 0
+	for i, r := range s {
+		if used += encLen(string(r)) - 2; used > n {
+			return s[:i]
+		}
+	}
 	return s
 }
 

@@ -65,6 +65,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"termlink/server/fanout"
 	"termlink/server/throttle"
@@ -97,6 +99,27 @@ const (
 	MaxScreenRows = 64
 	MaxScreenRow  = 256 // bytes
 )
+
+// MaxID bounds a channel's and a peer's id the registry keeps (the
+// server's connect takes 1-128 characters of A-Z a-z 0-9 . _ @ + -).
+const MaxID = 128
+
+// checkID says what is wrong with a channel's or peer's id (what:
+// "channel", "peer") for the registry to keep it; nil when nothing.
+func checkID(what, id string) error {
+	why := ""
+	switch {
+	case id == "":
+		why = "is empty"
+	case len(id) > MaxID:
+		why = fmt.Sprintf("is %d bytes, longer than %d", len(id), MaxID)
+	case !utf8.ValidString(id) || strings.IndexFunc(id, unicode.IsControl) >= 0:
+		why = "is not UTF-8 text without control characters"
+	default:
+		return nil
+	}
+	return fmt.Errorf("registry: the %s id %q %s: a device is kept under ids of 1-%d bytes of text", what, truncate(strings.ToValidUTF8(id, "?"), 40), why, MaxID)
+}
 
 var tagKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
@@ -192,6 +215,11 @@ type Peer struct {
 	// SettingsError why it did not apply a later one.
 	SettingsVersion int64  `json:"settings_version,omitempty"`
 	SettingsError   string `json:"settings_error,omitempty"`
+	// Reconnects is what ReconnectsLastHour counts: per minute of the
+	// last hour (Unix minute), the reconnects in it. Not shown; a copy
+	// of the peer kept elsewhere (a View) counts them when it is read.
+	// Replaced, never changed.
+	Reconnects [][2]int64 `json:"-"`
 }
 
 // UpdateState is a device's last update as it reported it (its
@@ -247,12 +275,12 @@ type entry struct {
 	screen         *Screen
 	screenWindow   time.Time // start of the current one-second window
 	screenCount    int
-	update         *UpdateState // the last update_status (memory only: the device sends it on every connect)
-	settingsError  string
+	update         *UpdateState // the last update_status believed (kept, as a reconnect keeps it)
+	settingsError  string       // why it refused its last pushed settings (kept)
 }
 
 // minuteCount is how many reconnects happened in one minute (Unix minute).
-type minuteCount [2]int64
+type minuteCount = [2]int64
 
 // What a flush must write of a peer.
 const (
@@ -388,6 +416,14 @@ func (cs *channelState) countShared(glob string, n int) {
 	}
 }
 
+// resizeLocked accounts e again after a change of what it holds (r.mu
+// held).
+func (cs *channelState) resizeLocked(e *entry) {
+	size := peerBytes(e.dev) + stateBytes(e.update, e.settingsError)
+	cs.bytes += size - e.bytes
+	e.bytes = size
+}
+
 // removeLocked forgets an entry (r.mu held).
 func (cs *channelState) removeLocked(id string) {
 	e := cs.peers[id]
@@ -419,13 +455,21 @@ func (cs *channelState) sortedIDs() []string {
 
 // Connected records a device's connect and returns the generation of its
 // connection, which Disconnected and SetScreen take so that a connection
-// replaced by a newer one cannot mark the device offline. It returns
+// replaced by a newer one cannot mark the device offline. A channel or
+// peer id that is empty, longer than MaxID bytes or not text is refused
+// with an error saying which (the server's connect takes less). It returns
 // what was dropped from d as invalid or over budget (tags, oversized
 // fields), to report. A new anonymous device past the channel's bounds,
 // or one of a shared token that cannot make room, is refused with a
 // *FullError; a peer new to a shared token that has its SharedMax peers
 // with a *SharedCapError; nothing changes then.
 func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error) {
+	if err := checkID("channel", d.ChannelID); err != nil {
+		return 0, nil, err
+	}
+	if err := checkID("peer", d.PeerID); err != nil {
+		return 0, nil, err
+	}
 	d, ignored = sanitize(d)
 	if !d.Authenticated {
 		d.Shared = ""
@@ -453,12 +497,11 @@ func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error)
 		}
 		cs.countShared(e.dev.Shared, -1)
 		cs.countShared(d.Shared, 1)
-		cs.bytes += size - e.bytes
-		e.bytes = size
 		e.reconnects = addReconnect(e.reconnects, now)
 	}
 	r.gen++
 	e.dev, e.online, e.gen = d, true, r.gen
+	cs.resizeLocked(e)
 	e.connectedSince, e.lastSeen = now, now
 	e.screen = nil // what it showed before is not what it shows now
 	cs.markLocked(d.PeerID, dirtyFull)
@@ -526,8 +569,7 @@ func (r *Registry) SetScreen(channelID, peerID string, gen uint64, s Screen) boo
 // SetUpdate keeps u (At is set here) as the device's last update state
 // and tells subscribers; false when the device is not known.
 func (r *Registry) SetUpdate(channelID, peerID string, u UpdateState) bool {
-	u.Version, u.State = truncate(u.Version, MaxField), truncate(u.State, MaxField)
-	u.Reason = truncate(strings.ToValidUTF8(u.Reason, "?"), MaxReason)
+	u = boundUpdate(u)
 	u.At = formatTime(r.now())
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -535,14 +577,31 @@ func (r *Registry) SetUpdate(channelID, peerID string, u UpdateState) bool {
 	if e == nil {
 		return false
 	}
+	cs := r.channels[channelID]
 	e.update = &u
-	r.publishLocked(r.channels[channelID], e)
+	cs.resizeLocked(e)
+	cs.markLocked(peerID, dirtyFull)
+	r.publishLocked(cs, e)
 	return true
 }
 
+// boundUpdate bounds an update state: version and state to MaxField,
+// the reason to MaxReason bytes, each valid UTF-8.
+func boundUpdate(u UpdateState) UpdateState {
+	u.Version = truncate(strings.ToValidUTF8(u.Version, "?"), MaxField)
+	u.State = truncate(strings.ToValidUTF8(u.State, "?"), MaxField)
+	u.Reason = boundReason(u.Reason)
+	u.At = truncate(strings.ToValidUTF8(u.At, "?"), MaxField)
+	return u
+}
+
+// boundReason bounds a reason the registry keeps to MaxReason bytes of
+// valid UTF-8.
+func boundReason(s string) string { return truncate(strings.ToValidUTF8(s, "?"), MaxReason) }
+
 // SetSettings records a device's settings_ack: version applied (errText
-// empty: kept, and written with the device) or refused (errText says
-// why; the applied version stays). False when the device is not known.
+// empty) or refused (errText says why; the applied version stays); both
+// are written with the device. False when the device is not known.
 func (r *Registry) SetSettings(channelID, peerID string, version int64, errText string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -551,9 +610,15 @@ func (r *Registry) SetSettings(channelID, peerID string, version int64, errText 
 		return false
 	}
 	cs := r.channels[channelID]
-	e.settingsError = truncate(strings.ToValidUTF8(errText, "?"), MaxReason)
+	errText = boundReason(errText)
+	changed := e.settingsError != errText
+	e.settingsError = errText
 	if errText == "" && e.dev.SettingsVersion != version {
 		e.dev.SettingsVersion = version
+		changed = true
+	}
+	if changed {
+		cs.resizeLocked(e)
 		cs.markLocked(peerID, dirtyFull)
 	}
 	r.publishLocked(cs, e)
@@ -573,10 +638,8 @@ func (r *Registry) SetTags(channelID, peerID string, tags map[string]string) boo
 	cs := r.channels[channelID]
 	d := e.dev
 	d.Tags = tags
-	d, _ = sanitize(d)
-	size := peerBytes(d)
-	cs.bytes += size - e.bytes
-	e.dev, e.bytes = d, size
+	e.dev, _ = sanitize(d)
+	cs.resizeLocked(e)
 	cs.markLocked(peerID, dirtyFull)
 	r.publishLocked(cs, e)
 	return true
@@ -805,6 +868,7 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 		p.ConnectedSince = optTime(e.connectedSince)
 	}
 	p.LastMessageAt = optTime(e.lastMessage)
+	p.Reconnects = e.reconnects
 	p.ReconnectsLastHour = reconnectsLastHour(e.reconnects, now)
 	p.NoticesPending = r.noticesLocked(d.ChannelID, d.PeerID)
 	return p

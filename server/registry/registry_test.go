@@ -63,7 +63,8 @@ func TestRestartKeepsDevicesOffline(t *testing.T) {
 	p := peers[0]
 	want := Peer{PeerID: "kiosk-1", ChannelID: "ch", SessionID: "ch:acc:kiosk-1", DeviceName: "name-kiosk-1", Board: "pi-lcd2004",
 		Version: "1.2.3", Capabilities: []string{"text", "screen"}, Tags: map[string]string{"site": "lobby"},
-		LastSeen: "2026-11-23T18:02:00Z", RemoteAddr: "127.0.0.1:5000", ReconnectsLastHour: 1, LastMessageAt: ptr("2026-11-23T18:01:00Z")}
+		LastSeen: "2026-11-23T18:02:00Z", RemoteAddr: "127.0.0.1:5000", ReconnectsLastHour: 1, LastMessageAt: ptr("2026-11-23T18:01:00Z"),
+		Reconnects: [][2]int64{{time.Date(2026, 11, 23, 18, 2, 0, 0, time.UTC).Unix() / 60, 1}}}
 	if !reflect.DeepEqual(p, want) {
 		t.Fatalf("kiosk-1 after restart:\n got %+v\nwant %+v", p, want)
 	}
@@ -263,4 +264,45 @@ func FuzzParseTagFilter(f *testing.F) {
 			}
 		}
 	})
+}
+
+// What fleet parts write of a device is logged with it (not only in a
+// snapshot): a registry that stopped without its last snapshot (a
+// kill: its files as the flush left them) has the update state and the
+// settings refusal once the log is replayed, and their bytes counted.
+func TestFleetStateLogged(t *testing.T) {
+	dir := t.TempDir()
+	r := open(t, dir, nil)
+	defer r.Close()
+	for _, id := range []string{"kiosk-1", "kiosk-2"} {
+		if _, _, err := r.Connected(dev(id, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r.SetUpdate("ch", "kiosk-1", UpdateState{Version: "2.0.0", State: "failed", Reason: "checksum mismatch"})
+	r.SetSettings("ch", "kiosk-2", 3, "idle_text: the display cannot show it")
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, snapshotFile)); err == nil {
+		t.Fatal("a snapshot was written: the test reads the log")
+	}
+	want := r.Usage("ch")
+	killed := t.TempDir()
+	if err := os.CopyFS(killed, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	r2 := open(t, killed, nil)
+	defer r2.Close()
+	p1, _ := r2.Get("ch", "kiosk-1")
+	p2, _ := r2.Get("ch", "kiosk-2")
+	if p1.Update == nil || p1.Update.State != "failed" || p1.Update.Reason != "checksum mismatch" || p2.SettingsError != "idle_text: the display cannot show it" {
+		t.Errorf("after replaying the log: kiosk-1's update %+v, kiosk-2's settings error %q", p1.Update, p2.SettingsError)
+	}
+	if got := r2.Usage("ch"); got != want {
+		t.Errorf("usage after replaying the log %+v, want %+v", got, want)
+	}
 }

@@ -46,6 +46,10 @@ type stored struct {
 	LastSeen      int64             `json:"seen"`
 	LastMessageAt int64             `json:"msg,omitempty"`
 	Reconnects    []minuteCount     `json:"reconnects,omitempty"`
+	// What fleet parts wrote of it: its last update's state, why it
+	// refused its last pushed settings.
+	Update        *UpdateState `json:"update,omitempty"`
+	SettingsError string       `json:"settings_error,omitempty"`
 }
 
 // peerRef names a forgotten device.
@@ -94,7 +98,8 @@ func storedOf(e *entry, seen time.Time) stored {
 	d := e.dev
 	return stored{Channel: d.ChannelID, PeerID: d.PeerID, SessionID: d.SessionID, DeviceName: d.DeviceName, Board: d.Board,
 		Version: d.Version, Platform: d.Platform, Settings: d.SettingsVersion, Capabilities: d.Capabilities, Tags: d.Tags, RemoteAddr: d.RemoteAddr, Authenticated: d.Authenticated,
-		Shared: d.Shared, LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage), Reconnects: e.reconnects}
+		Shared: d.Shared, LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage), Reconnects: e.reconnects,
+		Update: e.update, SettingsError: e.settingsError}
 }
 
 // putLocked applies a stored device (load and replay; r.mu held or not
@@ -106,10 +111,16 @@ func (r *Registry) putLocked(s stored) {
 	d, _ := sanitize(Device{ChannelID: s.Channel, PeerID: s.PeerID, SessionID: s.SessionID, DeviceName: s.DeviceName,
 		Board: s.Board, Version: s.Version, Platform: s.Platform, SettingsVersion: s.Settings, Capabilities: s.Capabilities, Tags: s.Tags, RemoteAddr: s.RemoteAddr,
 		Authenticated: s.Authenticated, Shared: s.Shared})
+	e := &entry{dev: d, lastSeen: timeOf(s.LastSeen), lastMessage: timeOf(s.LastMessageAt), reconnects: s.Reconnects,
+		settingsError: boundReason(s.SettingsError)}
+	if s.Update != nil {
+		u := boundUpdate(*s.Update)
+		e.update = &u
+	}
+	e.bytes = peerBytes(d) + stateBytes(e.update, e.settingsError)
 	cs := r.channel(s.Channel)
 	cs.removeLocked(s.PeerID)
-	cs.addLocked(&entry{dev: d, bytes: peerBytes(d), lastSeen: timeOf(s.LastSeen), lastMessage: timeOf(s.LastMessageAt),
-		reconnects: s.Reconnects})
+	cs.addLocked(e)
 }
 
 func (r *Registry) applyLocked(rec *logRecord) {

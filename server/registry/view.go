@@ -8,6 +8,35 @@ import (
 	"termlink/server/fanout"
 )
 
+// Devices is the device registry as the server uses it, whichever store
+// keeps it: a Registry on the workspace's directory, or package
+// cluster's Devices (this node's Registry written behind to the
+// cluster's KV, every node's devices in a View for the reads). The
+// channel adapters feed it (Connected, Disconnected, MessageAccepted,
+// SetScreen), fleet parts write what devices told them (SetUpdate,
+// SetSettings, SetTags) and that notices changed (Changed), the fleet
+// API reads it. The rules are this package's; registrytest is the
+// contract every store passes.
+type Devices interface {
+	Connected(d Device) (gen uint64, ignored []string, err error)
+	Disconnected(channelID, peerID string, gen uint64)
+	MessageAccepted(channelID, peerID string)
+	SetScreen(channelID, peerID string, gen uint64, s Screen) bool
+	SetUpdate(channelID, peerID string, u UpdateState) bool
+	SetSettings(channelID, peerID string, version int64, errText string) bool
+	SetTags(channelID, peerID string, tags map[string]string) bool
+	Changed(channelID, peerID string)
+	Get(channelID, peerID string) (Peer, bool)
+	Page(channelID string, f Filter, after string, limit int) (peers []Peer, next string)
+	List(channelID string, f Filter) []Peer
+	Count(channelID string) int
+	Online(channelID string, maxTags int) (total int, byTag map[string]int)
+	Subscribe(channelID string, buf int) *fanout.Sub[Peer]
+	Close() error
+}
+
+var _ Devices = (*Registry)(nil)
+
 // View is a set of peers kept by someone else, put into it whole: a
 // cluster's mirror of the devices every edge holds (package cluster). It
 // answers the registry's reads (Get, Page, List, Count, Online,
@@ -88,14 +117,28 @@ func (v *View) Changed(channelID, peerID string) {
 }
 
 // readLocked is p as a read shows it: last_seen is now while online,
+// reconnects_last_hour counted now (when p has its Reconnects),
 // notices_pending as the mailboxes count them now.
 func (v *View) readLocked(p Peer, now time.Time) Peer {
 	if p.Online {
 		p.LastSeen = formatTime(now)
 	}
+	if p.Reconnects != nil {
+		p.ReconnectsLastHour = reconnectsLastHour(p.Reconnects, now)
+	}
 	if v.noticesPending != nil {
 		p.NoticesPending = v.noticesPending(p.ChannelID, p.PeerID)
 	}
+	return p
+}
+
+// Offline is p as a read shows it once its connection is gone without a
+// disconnect (the node that held it is no longer heard from), as a
+// disconnect shows it: offline, last seen at seen, without
+// connected_since or screen.
+func (p Peer) Offline(seen time.Time) Peer {
+	p.Online, p.ConnectedSince, p.Screen = false, nil, nil
+	p.LastSeen = formatTime(seen)
 	return p
 }
 

@@ -74,3 +74,33 @@ func TestViewReadsAsRegistry(t *testing.T) {
 		t.Errorf("listed after Remove: %d", len(l))
 	}
 }
+
+// A View counts a peer's reconnects of the last hour when it is read, as
+// the registry does: an hour after a device's reconnects both show none
+// (the view showed the count it was put with).
+func TestViewCountsReconnectsWhenRead(t *testing.T) {
+	c := &clock{time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}
+	r := open(t, t.TempDir(), c)
+	defer r.Close()
+	for range 3 {
+		if _, _, err := r.Connected(dev("k1", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := NewView(nil)
+	v.now = c.now
+	p, _ := r.Get("ch", "k1")
+	v.Put(p)
+	if got, _ := v.Get("ch", "k1"); got.ReconnectsLastHour != 2 || p.ReconnectsLastHour != 2 {
+		t.Fatalf("reconnects: view %d, registry %d, want 2", got.ReconnectsLastHour, p.ReconnectsLastHour)
+	}
+	c.t = c.t.Add(61 * time.Minute)
+	want, _ := r.Get("ch", "k1")
+	got, _ := v.Get("ch", "k1")
+	if got.ReconnectsLastHour != 0 || want.ReconnectsLastHour != 0 {
+		t.Errorf("an hour later: view %d, registry %d, want 0", got.ReconnectsLastHour, want.ReconnectsLastHour)
+	}
+	if l := v.List("ch", Filter{}); len(l) != 1 || l[0].ReconnectsLastHour != 0 {
+		t.Errorf("listed an hour later: %+v", l)
+	}
+}
