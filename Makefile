@@ -157,7 +157,7 @@ test-arm:
 build:
 	mkdir -p bin && $(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
-# The demo (README, Quick start), from the build above.
+# The demo (README, "The demo"), from the build above.
 demo: build
 	bin/termrig demo
 

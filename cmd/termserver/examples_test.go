@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,14 +13,26 @@ import (
 	"testing"
 
 	"termlink/internal/testwait"
+	"termlink/link"
+	"termlink/server/config"
 )
 
 // checkConfig runs the real binary's --check-config on path.
 func checkConfig(t *testing.T, path string) (stdout, stderr string, code int) {
 	t.Helper()
+	return checkConfigEnv(t, path, nil)
+}
+
+// checkConfigEnv runs --check-config with env added to the test's
+// environment (a later entry wins).
+func checkConfigEnv(t *testing.T, path string, env []string) (stdout, stderr string, code int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "--check-config", path)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -31,26 +44,138 @@ func checkConfig(t *testing.T, path string) (stdout, stderr string, code int) {
 	return o.String(), e.String(), code
 }
 
+// tryConfig is the example that runs from a clone as it is.
+const tryConfig = "examples/try/termserver.json"
+
+// examples are the example configs: the production ones and try/'s.
 func examples(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob("examples/*.json")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples: %v", err)
 	}
-	return files
+	more, err := filepath.Glob("examples/*/*.json")
+	if err != nil || len(more) == 0 {
+		t.Fatalf("no examples in examples/*/ (try/): %v", err)
+	}
+	return append(files, more...)
 }
 
-// Every example config passes --check-config (issue 23 row 4).
+// productionPrograms are the agent programs the production examples run
+// that a test machine does not have: stubs of them stand in on PATH, as
+// the real ones would on the server the example is for.
+var productionPrograms = []string{"gemini", "nuum", "python3"}
+
+// stubPath is a PATH of stub executables named progs, before the test's.
+func stubPath(t *testing.T, progs ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, p := range progs {
+		if err := os.WriteFile(filepath.Join(dir, p), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return "PATH=" + dir + string(filepath.ListSeparator) + os.Getenv("PATH")
+}
+
+// Every example config passes --check-config (issue 23 row 4): the
+// production ones where their agents' programs are installed, the try
+// example as it is in a clone, with nothing installed.
 func TestExamplesPassCheckConfig(t *testing.T) {
 	t.Parallel()
+	path := stubPath(t, productionPrograms...)
 	for _, f := range examples(t) {
-		t.Run(filepath.Base(f), func(t *testing.T) {
+		t.Run(strings.TrimPrefix(f, "examples/"), func(t *testing.T) {
 			t.Parallel()
-			stdout, stderr, code := checkConfig(t, f)
+			var env []string
+			if f != tryConfig {
+				env = []string{path}
+			}
+			stdout, stderr, code := checkConfigEnv(t, f, env)
 			if code != 0 || !strings.HasPrefix(stdout, f+": ok (") {
 				t.Errorf("%s: exit %d\nstdout %s\nstderr %s", f, code, stdout, stderr)
 			}
 		})
+	}
+}
+
+// Every example config loads with the real config loader, and the try
+// example is what it says: loopback only, a workspace in the clone (under
+// examples/try/), its channel's agent a program shipped beside it.
+func TestExamplesLoad(t *testing.T) {
+	t.Parallel()
+	for _, f := range examples(t) {
+		cfg, err := config.Load(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if len(cfg.Channels) == 0 || len(cfg.Agents) == 0 {
+			t.Errorf("%s: %d channels, %d agents", f, len(cfg.Channels), len(cfg.Agents))
+		}
+	}
+	cfg, err := config.Load(tryConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host, _, err := net.SplitHostPort(cfg.Listen); err != nil || host != "127.0.0.1" {
+		t.Errorf("try listens on %q, want 127.0.0.1:PORT", cfg.Listen)
+	}
+	dir, _ := filepath.Abs("examples/try")
+	if !strings.HasPrefix(cfg.Workspace, dir+string(filepath.Separator)) {
+		t.Errorf("try's workspace %s is not under %s", cfg.Workspace, dir)
+	}
+	a := cfg.Agents[cfg.Channels["terminal-dev"].Agent]
+	if a.Terminal == nil || a.Terminal.Protocol != "rich" || !a.Terminal.Enabled {
+		t.Fatalf("try's channel agent is not an enabled rich terminal agent: %+v", a)
+	}
+	if problems := checkAgentPrograms(tryConfig, cfg, ""); len(problems) > 0 {
+		t.Errorf("try's agent programs, with no PATH at all: %v", problems)
+	}
+}
+
+// The try example runs from a clone as it is: termserver started with it
+// answers a device through the shipped shell agent, streamed word by
+// word to a device that lists "stream". (A copy of examples/try, so the
+// workspace it makes is the test's.)
+func TestTryExampleStreams(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, name := range []string{"termserver.json", "stream-echo.sh"} {
+		b, err := os.ReadFile(filepath.Join("examples/try", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := start(t, filepath.Join(dir, "termserver.json"))
+	d := connect(t, p, "try-1", link.CapText, link.CapStream)
+	d.send(&link.Message{MessageID: "m-1", Text: `hello "there"`})
+	if _, ok := d.read().(*link.Ack); !ok {
+		t.Fatal("no ack")
+	}
+	var streamed strings.Builder
+	deltas := 0
+	for {
+		switch f := d.read().(type) {
+		case *link.Delta:
+			deltas++
+			streamed.WriteString(f.Text)
+			continue
+		case *link.Message:
+			const want = `You said: hello "there"`
+			if f.Text != want || f.FinishReason != "stop" {
+				t.Fatalf("reply %q (%s), want %q (stop)", f.Text, f.FinishReason, want)
+			}
+			if deltas < 2 || !strings.HasPrefix(want, streamed.String()) || streamed.Len() == 0 {
+				t.Fatalf("streamed %q in %d deltas before the reply, want the reply's start in several", streamed.String(), deltas)
+			}
+			return
+		default:
+			t.Fatalf("unexpected frame %T %+v", f, f)
+		}
 	}
 }
 
@@ -161,7 +286,15 @@ func TestReadmeHeredocConfig(t *testing.T) {
 	if m == nil {
 		t.Fatal("README.md: the heredoc config (cat > /tmp/termserver.json <<JSON) is gone; update this test")
 	}
-	root, _ := filepath.Abs("../..")
+	// $PWD is the clone, where the recipe built bin/echoagent: a stub
+	// stands in for it (--check-config checks the program exists).
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "echoagent"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cfg := strings.ReplaceAll(string(m[1]), "$PWD", root)
 	var v any
 	if err := json.Unmarshal([]byte(cfg), &v); err != nil {
