@@ -25,15 +25,36 @@ const deviceSynopsis = `settings [flags]
 
   settings --server URL [--admin-token-file F] [--channel C] (--peer P | --tag k=v)
            [--idle-text T] [--idle-seconds N] [--backlight-off-after N] [--notice-seconds N]
-           [--log-level L] [--set-tag k=v ...] [--delete]
+           [--log-level L] [--set-tag k=v ...] [--unknown-ok] [--delete]
       sets (replacing it whole) or deletes the settings document of a peer or a tag;
-      the server pushes the channel's new settings version to its online devices
+      the server pushes the channel's new settings version to its online devices;
+      a document that no known device matches is refused (exit 1) without --unknown-ok
   settings --server URL [--channel C] --peer P --show
       a device's effective settings, where they come from, the version it applied
   settings --server URL [--channel C] --show
       every settings document of the channel
 
+Without --channel: the server's only channel, or the one the peer or the
+tag's devices are on; a server with several channels otherwise refuses
+the command (exit 2), naming them.
+
 Run 'termrig device settings -h' for its flags.`
+
+// deviceSummaries are the device commands, as termrig --help lists them.
+var deviceSummaries = []subSummary{
+	{"settings", "set, delete or show a peer's or a tag's settings document"},
+	{"logs", "the end of a connected device's log"},
+	{"selftest", "run a connected device's self-checks; exit 1 when one fails"},
+}
+
+// deviceCommands are the device commands by name.
+func (a *app) deviceCommands() map[string]func(context.Context, []string) error {
+	return map[string]func(context.Context, []string) error{
+		"settings": a.deviceSettings,
+		"logs":     a.deviceLogs,
+		"selftest": a.deviceSelftest,
+	}
+}
 
 func (a *app) device(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -43,10 +64,9 @@ func (a *app) device(ctx context.Context, args []string) error {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintf(a.stdout, "Usage: termrig device %s\n\nUsage: termrig device %s\n", deviceSynopsis, deviceDiagSynopsis)
 		return flag.ErrHelp
-	case "settings":
-		return a.deviceSettings(ctx, args[1:])
-	case "logs", "selftest":
-		return a.deviceDiag(ctx, args)
+	}
+	if cmd, ok := a.deviceCommands()[args[0]]; ok {
+		return cmd(ctx, args[1:])
 	}
 	return usagef("unknown device command %q: settings, logs or selftest", args[0])
 }
@@ -95,7 +115,7 @@ given is not set: the device keeps its own value), deletes it, or shows
 settings. A change goes to the channel's online devices at once, and to
 the others when they connect.`)
 	server, tokenFile := a.serverFlags(fs)
-	channel := fs.String("channel", "terminal-dev", "the `channel` id")
+	channel := channelFlag(fs, "the devices' channel")
 	peer := fs.String("peer", "", "the device's `peer_id`")
 	tag := fs.String("tag", "", "the `key=value` tag whose devices the document applies to")
 	var body link.Settings // the document, as the API takes it (no version: the server sets it)
@@ -108,6 +128,7 @@ the others when they connect.`)
 	fs.Var(setTags, "set-tag", "`key=value`: a tag the device gets (repeat; only with --peer; they replace its own)")
 	del := fs.Bool("delete", false, "delete the document")
 	show := fs.Bool("show", false, "show the device's effective settings (--peer), or every document")
+	unknownOK := fs.Bool("unknown-ok", false, "set the document even though no device the server knows matches it yet (it applies when one connects)")
 	if err := parse(fs, usage, args); err != nil {
 		return err
 	}
@@ -152,7 +173,30 @@ the others when they connect.`)
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	chPath := c.base + "/api/channels/" + url.PathEscape(*channel)
+	var sel selection
+	switch {
+	case *peer != "":
+		sel.peers = []string{*peer}
+	case *tag != "":
+		sel.tag = *tag
+	}
+	ch, err := a.channelFor(ctx, c, *channel, sel)
+	if err != nil {
+		return err
+	}
+	if !*show && !*del && !*unknownOK {
+		// A document no device gets is most often a typo, or the wrong
+		// channel: say so instead of pushing to nobody.
+		ok, err := c.selected(ctx, ch, sel)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			fmt.Fprintf(a.stderr, "termrig device settings: no device on channel %s matches %s (a device is known once it has connected): nothing was set; --unknown-ok sets it for a device yet to come\n", ch, sel)
+			return exitFailed
+		}
+	}
+	chPath := c.base + "/api/channels/" + url.PathEscape(ch)
 	switch {
 	case *show && *peer != "":
 		return a.showPeerSettings(ctx, c, chPath+"/peers/"+url.PathEscape(*peer)+"/settings")
@@ -183,18 +227,18 @@ the others when they connect.`)
 	if err != nil {
 		return err
 	}
-	var ch struct {
+	var ans struct {
 		Version int64 `json:"version"`
 		Pushed  int   `json:"pushed"`
 	}
-	if err := json.Unmarshal(b, &ch); err != nil {
+	if err := json.Unmarshal(b, &ans); err != nil {
 		return fmt.Errorf("%s%s: the answer is not JSON: %v", what, target, err)
 	}
 	verb := "set"
 	if *del {
 		verb = "deleted"
 	}
-	fmt.Fprintf(a.stdout, "%s the settings of %s on %s: version %d, pushed to %d online device(s)\n", verb, target, *channel, ch.Version, ch.Pushed)
+	fmt.Fprintf(a.stdout, "%s the settings of %s on %s: version %d, pushed to %d online device(s)\n", verb, target, ch, ans.Version, ans.Pushed)
 	return nil
 }
 

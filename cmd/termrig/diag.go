@@ -32,7 +32,8 @@ const deviceDiagSynopsis = `logs|selftest --server URL --peer P [--channel C] [-
                                            when a check failed
 
 Both go to the device over its own session: it must be connected and run a
-termd that lists the capability "diag". Both need the operator role.`
+termd that lists the capability "diag". Both need the operator role.
+Without --channel: the server's only channel, or the one the peer is on.`
 
 // deviceDiag runs `termrig device logs|selftest ARGS` (args[0] is logs
 // or selftest) on the process's stdout and stderr; the device command
@@ -70,12 +71,13 @@ func (a *app) peerFlags(fs *flag.FlagSet) peerFlags {
 	var p peerFlags
 	p.server, p.tokenFile = a.serverFlags(fs)
 	p.peer = fs.String("peer", "", "the device's peer `id` (required)")
-	p.channel = fs.String("channel", "terminal-dev", "the device's channel `id`")
+	p.channel = channelFlag(fs, "the device's channel")
 	return p
 }
 
-// client checks the flags and returns the API client and the peer's path.
-func (p peerFlags) client() (*apiClient, string, error) {
+// client checks the flags and returns the API client and the peer's
+// path, on its channel (a.channelFor's).
+func (a *app) client(ctx context.Context, p peerFlags) (*apiClient, string, error) {
 	if *p.peer == "" {
 		return nil, "", usagef("--peer is required: the device's peer id (termrig shows them in the console, or GET /api/channels/ID/peers)")
 	}
@@ -83,7 +85,11 @@ func (p peerFlags) client() (*apiClient, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	return c, c.base + "/api/channels/" + url.PathEscape(*p.channel) + "/peers/" + url.PathEscape(*p.peer), nil
+	ch, err := a.channelFor(ctx, c, *p.channel, selection{peers: []string{*p.peer}})
+	if err != nil {
+		return nil, "", err
+	}
+	return c, c.base + "/api/channels/" + url.PathEscape(ch) + "/peers/" + url.PathEscape(*p.peer), nil
 }
 
 // diagDo is apiClient.do with this API's hint for a server without it.
@@ -107,12 +113,12 @@ func (a *app) deviceLogs(ctx context.Context, args []string) error {
 	if n < 1 || n > link.MaxDiagBytes {
 		return usagef("--bytes must be from 1 to %d, got %d", link.MaxDiagBytes, n)
 	}
-	c, path, err := p.client()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // the server gives the device 15 s
+	defer cancel()
+	c, path, err := a.client(ctx, p)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // the server gives the device 15 s
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, path+"/logs?bytes="+strconv.Itoa(n), nil)
 	if err != nil {
 		return err
@@ -132,12 +138,12 @@ func (a *app) deviceSelftest(ctx context.Context, args []string) error {
 	if _, err := parseArgs(fs, usage, args, 0, 0, "nothing"); err != nil {
 		return err
 	}
-	c, path, err := p.client()
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second) // the server gives the device 60 s
+	defer cancel()
+	c, path, err := a.client(ctx, p)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second) // the server gives the device 60 s
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, path+"/selftest", strings.NewReader("{}"))
 	if err != nil {
 		return err

@@ -36,7 +36,11 @@ var version = ""
 type subcommand struct {
 	summary string
 	run     func(ctx context.Context, args []string) error
+	subs    []subSummary // `termrig <name> <sub>`, for the help
 }
+
+// subSummary is one `termrig <command> <name>` in the help.
+type subSummary struct{ name, summary string }
 
 // app holds what subcommands write to.
 type app struct {
@@ -47,21 +51,21 @@ type app struct {
 // one entry here and one method.
 func (a *app) subcommands() map[string]subcommand {
 	return map[string]subcommand{
-		"load":  {"simulate N terminal devices against a channel; report latency, loss, duplicates", a.load},
-		"chaos": {"TCP proxy that adds latency, cuts, refuses or stalls connections, by schedule or HTTP", a.chaos},
-		"demo":  {"the server, an agent and a simulated LCD device in this terminal", a.demo},
+		"load":  {"simulate N terminal devices against a channel; report latency, loss, duplicates", a.load, nil},
+		"chaos": {"TCP proxy that adds latency, cuts, refuses or stalls connections, by schedule or HTTP", a.chaos, nil},
+		"demo":  {"the server, an agent and a simulated LCD device in this terminal", a.demo, nil},
 		// Bring-up checks (checks.go); --sim runs each on the simulated rig.
-		"serial-loopback": {"serial port with TX wired to RX: bytes back, corrupted, throughput per baud", a.serialLoopback},
-		"i2c-scan":        {"list the I2C addresses that answer, with the likely part", a.i2cScan},
-		"lcd-test":        {"HD44780 LCD patterns (pixels, ROM pages, custom chars, cursor), fps, I2C errors", a.lcdTest},
-		"gpio-loopback":   {"two GPIO pins wired together: edges seen, latency p50/p99", a.gpioLoopback},
-		"keypad-test":     {"press every key once: table of keys seen, stuck keys, ghosting", a.keypadTest},
-		"link-test":       {"connect to a server: ping p50/p99, message round trip, token/TLS errors explained", a.linkTest},
-		"enroll-test":     {"enrollment by pairing code against a server: code, approval, token, a message", a.enrollTest},
-		"selftest":        {"every check that applies to a board, as a pass/fail table (--sim: no hardware)", a.selftest},
-		"release":         {"signed termd releases: keygen, sign, verify, upload, list, delete", a.release},
-		"device":          {"operate a channel's devices through termserver: settings (device.go)", a.device},
-		"cluster":         {"a local NATS JetStream cluster plus termserver edges and workers on loopback; prints their URLs", a.cluster},
+		"serial-loopback": {"serial port with TX wired to RX: bytes back, corrupted, throughput per baud", a.serialLoopback, nil},
+		"i2c-scan":        {"list the I2C addresses that answer, with the likely part", a.i2cScan, nil},
+		"lcd-test":        {"HD44780 LCD patterns (pixels, ROM pages, custom chars, cursor), fps, I2C errors", a.lcdTest, nil},
+		"gpio-loopback":   {"two GPIO pins wired together: edges seen, latency p50/p99", a.gpioLoopback, nil},
+		"keypad-test":     {"press every key once: table of keys seen, stuck keys, ghosting", a.keypadTest, nil},
+		"link-test":       {"connect to a server: ping p50/p99, message round trip, token/TLS errors explained", a.linkTest, nil},
+		"enroll-test":     {"enrollment by pairing code against a server: code, approval, token, a message", a.enrollTest, nil},
+		"selftest":        {"every check that applies to a board, as a pass/fail table (--sim: no hardware)", a.selftest, nil},
+		"release":         {"signed termd releases, and their staged rollouts to a channel's devices", a.release, releaseSummaries},
+		"device":          {"a channel's devices through termserver's operator API", a.device, deviceSummaries},
+		"cluster":         {"a local NATS JetStream cluster plus termserver edges and workers on loopback; prints their URLs", a.cluster, nil},
 	}
 }
 
@@ -146,8 +150,14 @@ func printUsage(w io.Writer, cmds map[string]subcommand) {
 	fmt.Fprint(w, "termrig is the termlink test rig.\n\nUsage:\n\n\ttermrig <command> [flags]\n\nCommands:\n\n")
 	for _, name := range slices.Sorted(maps.Keys(cmds)) {
 		fmt.Fprintf(w, "\t%-16s %s\n", name, cmds[name].summary)
+		for _, sub := range cmds[name].subs {
+			fmt.Fprintf(w, "\t  %-14s %s\n", sub.name, sub.summary)
+		}
 	}
-	fmt.Fprint(w, "\nRun 'termrig <command> -h' for the flags of a command, 'termrig --version' for the version.\n")
+	fmt.Fprint(w, "\nThe fleet commands (release rollout, status, pause, resume, abort; device settings, logs,\n"+
+		"selftest) act on the channel given by --channel; without it, on the server's only channel, or\n"+
+		"the one that holds the devices named. Run 'termrig <command> -h' for the flags of a command,\n"+
+		"'termrig <command> <subcommand> -h' for one of its subcommands, 'termrig --version' for the version.\n")
 }
 
 // newFlagSet returns a FlagSet that prints nothing itself, and the

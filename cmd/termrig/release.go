@@ -10,11 +10,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -48,16 +50,41 @@ const releaseSynopsis = `<keygen|sign|verify|upload|list|delete> [flags] [args]
       each device of the newest rollout (of V): state, version, reason
   pause|resume|abort --server URL [--channel ID] [--retry] ROLLOUT_ID
 
-MANIFEST defaults to BINARY.release.json. Run 'termrig release <command> -h'
-for the flags of one.`
+MANIFEST defaults to BINARY.release.json. Without --channel, rollout,
+status, pause, resume and abort act on the server's only channel, or on
+the one that holds the devices (--peers, --tag) or the rollout named; a
+server with several channels otherwise refuses them (exit 2), naming its
+channels. A rollout that updates no device (each one skipped) exits 1.
+Run 'termrig release <command> -h' for the flags of one.`
 
-func (a *app) release(ctx context.Context, args []string) error {
-	cmds := map[string]func(context.Context, []string) error{
+// releaseSummaries are the release commands, as termrig --help lists
+// them (a test checks they are releaseCommands').
+var releaseSummaries = []subSummary{
+	{"keygen", "write a release key pair (release.key stays on this machine)"},
+	{"sign", "sign a termd binary: BINARY.release.json"},
+	{"verify", "check a binary against its manifest and the public key"},
+	{"upload", "store a signed release on termserver"},
+	{"list", "the releases termserver stores"},
+	{"delete", "delete a stored release"},
+	{"rollout", "start a staged rollout of a release to a channel's devices"},
+	{"status", "the newest rollout's devices: state, version, reason (--watch)"},
+	{"pause", "pause a running rollout"},
+	{"resume", "resume a paused rollout (--retry: the failed devices again)"},
+	{"abort", "end a rollout"},
+}
+
+// releaseCommands are the release commands by name.
+func (a *app) releaseCommands() map[string]func(context.Context, []string) error {
+	return map[string]func(context.Context, []string) error{
 		"keygen": a.releaseKeygen, "sign": a.releaseSign, "verify": a.releaseVerify,
 		"upload": a.releaseUpload, "list": a.releaseList, "delete": a.releaseDelete,
 		"rollout": a.releaseRollout, "status": a.releaseStatus,
 		"pause": a.rolloutAction("pause"), "resume": a.rolloutAction("resume"), "abort": a.rolloutAction("abort"),
 	}
+}
+
+func (a *app) release(ctx context.Context, args []string) error {
+	cmds := a.releaseCommands()
 	if len(args) == 0 {
 		return usagef("which release command? keygen, sign, verify, upload, list, delete, rollout, status, pause, resume or abort")
 	}
@@ -338,7 +365,7 @@ func (c *apiClient) do(req *http.Request, what string) ([]byte, error) {
 	msg := fmt.Sprintf("%s: HTTP %d %s", what, resp.StatusCode, apiError(b))
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized && c.token == "":
-		msg += " (the server has admin tokens: pass --admin-token-file)"
+		msg += " (no admin token was given, and this server needs one: pass --admin-token-file FILE with a viewer's token to read, an operator's to change)"
 	case resp.StatusCode == http.StatusUnauthorized:
 		msg += " (the server did not accept the token in --admin-token-file)"
 	case resp.StatusCode == http.StatusForbidden && c.token != "" && strings.Contains(msg, "role"):
@@ -346,8 +373,16 @@ func (c *apiClient) do(req *http.Request, what string) ([]byte, error) {
 	case resp.StatusCode == http.StatusNotFound && strings.Contains(string(b), "404 page not found"):
 		msg += " (this server has no release store: an older termserver?)"
 	}
-	return nil, errors.New(msg)
+	return nil, &httpError{status: resp.StatusCode, msg: msg}
 }
+
+// httpError is an answer other than 2xx, as the operator reads it.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
 
 func (a *app) releaseUpload(ctx context.Context, args []string) error {
 	fs, usage := a.newFlagSet("release upload", "--server URL [--admin-token-file F] BINARY [MANIFEST]\n\nStores a signed release on termserver. The binary is checked against its manifest here first.")
@@ -535,7 +570,7 @@ func (a *app) releaseRollout(ctx context.Context, args []string) error {
 		"Starts a staged rollout of release V (uploaded already) to the channel's devices: the canaries first, the rest\n"+
 		"in waves of P% once every canary is installed; it pauses by itself when a device fails, naming it.")
 	server, tokenFile := a.serverFlags(fs)
-	channel := fs.String("channel", "terminal-dev", "the devices' `channel`")
+	channel := channelFlag(fs, "the devices' channel")
 	var q rollout.Request
 	peers := fs.String("peers", "", "the devices, `a,b,...` (peer ids)")
 	fs.StringVar(&q.Version, "version", "", "the release's `version` (required)")
@@ -554,24 +589,56 @@ func (a *app) releaseRollout(ctx context.Context, args []string) error {
 	if *peers != "" {
 		q.Peers = strings.Split(*peers, ",")
 	}
-	r, err := postRollout(ctx, *server, *tokenFile, *channel, "", "starting the rollout of "+q.Version, q)
+	if len(q.Peers) == 0 && q.Tag == "" && !q.All {
+		return usagef("which devices? --peers a,b, --tag key=value or --all")
+	}
+	c, err := newAPIClient(*server, *tokenFile)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "rollout %s of %s to %s on %s: %d devices, %d waves after the canaries\n", r.ID, r.Version, r.Target, *channel, len(r.Devices), r.Waves-1)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	ch, err := a.channelFor(ctx, c, *channel, selection{peers: q.Peers, tag: q.Tag})
+	if err != nil {
+		return err
+	}
+	r, err := postRollout(ctx, c, ch, "", "starting the rollout of "+q.Version, q)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "rollout %s of %s to %s on %s: %d devices, %d waves after the canaries\n", r.ID, r.Version, r.Target, ch, len(r.Devices), r.Waves-1)
 	a.printRollout(r)
+	if why := updatesNone(r); why != "" {
+		fmt.Fprintf(a.stderr, "termrig release rollout: rollout %s on %s updates no device: %s\n", r.ID, ch, why)
+		return exitFailed
+	}
 	return nil
+}
+
+// updatesNone says why a rollout just started will update no device,
+// or "" when a device is to take the release or runs it already: every
+// device it selected was skipped or refused.
+func updatesNone(r *rollout.Rollout) string {
+	if len(r.Devices) == 0 {
+		return "it selected no device"
+	}
+	reasons := map[string]int{}
+	for _, d := range r.Devices {
+		if d.State != rollout.Skipped && d.State != rollout.Refused {
+			return ""
+		}
+		reasons[d.State+" ("+d.Reason+")"]++
+	}
+	var parts []string
+	for _, why := range slices.Sorted(maps.Keys(reasons)) {
+		parts = append(parts, fmt.Sprintf("%d %s", reasons[why], why))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // postRollout POSTs body to the channel's rollouts route (+ suffix) and
 // returns the rollout the server answers with.
-func postRollout(ctx context.Context, server, tokenFile, channel, suffix, what string, body any) (*rollout.Rollout, error) {
-	c, err := newAPIClient(server, tokenFile)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
+func postRollout(ctx context.Context, c *apiClient, channel, suffix, what string, body any) (*rollout.Rollout, error) {
 	var r rollout.Rollout
 	if err := c.postJSON(ctx, c.rolloutsURL(channel)+suffix, what, body, &r); err != nil {
 		return nil, err
@@ -616,7 +683,7 @@ func (a *app) releaseStatus(ctx context.Context, args []string) error {
 	fs, usage := a.newFlagSet("release status", "--server URL [--version V] [--channel ID] [--watch] [--admin-token-file F]\n\n"+
 		"Shows each device of the channel's newest rollout (of version V): its state, the version it runs, why it failed.")
 	server, tokenFile := a.serverFlags(fs)
-	channel := fs.String("channel", "terminal-dev", "the devices' `channel`")
+	channel := channelFlag(fs, "the devices' channel")
 	ver := fs.String("version", "", "the newest rollout of `version` V")
 	watch := fs.Bool("watch", false, "show it again every --every until it is no longer running")
 	every := 2 * time.Second
@@ -633,9 +700,15 @@ func (a *app) releaseStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ch, err := a.channelFor(cctx, c, *channel, selection{})
+	cancel()
+	if err != nil {
+		return err
+	}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
-		r, err := c.newestRollout(cctx, *channel, *ver)
+		r, err := c.newestRollout(cctx, ch, *ver)
 		cancel()
 		if err != nil {
 			return err
@@ -686,7 +759,7 @@ func (a *app) rolloutAction(action string) func(context.Context, []string) error
 			"abort":  "Ends a rollout: nothing more is sent.",
 		}[action])
 		server, tokenFile := a.serverFlags(fs)
-		channel := fs.String("channel", "terminal-dev", "the devices' `channel`")
+		channel := channelFlag(fs, "the rollout's channel")
 		var body struct {
 			Retry bool `json:"retry,omitempty"`
 		}
@@ -700,7 +773,17 @@ func (a *app) rolloutAction(action string) func(context.Context, []string) error
 		if !rollout.ValidID(pos[0]) {
 			return usagef("%q is not a rollout id (ro- and hex digits; termrig release status shows it)", pos[0])
 		}
-		r, err := postRollout(ctx, *server, *tokenFile, *channel, "/"+pos[0]+"/"+action, action+" of rollout "+pos[0], body)
+		c, err := newAPIClient(*server, *tokenFile)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		ch, err := a.channelFor(ctx, c, *channel, selection{rolloutID: pos[0]})
+		if err != nil {
+			return err
+		}
+		r, err := postRollout(ctx, c, ch, "/"+pos[0]+"/"+action, action+" of rollout "+pos[0], body)
 		if err != nil {
 			return err
 		}
