@@ -623,3 +623,11 @@ func (m *Manager) leaseTick() bool {
 	l.reported = err != nil
 	return l.held && now.Sub(l.renewed) < lease*2/3
 }
+
+// Controlling reports whether this node advances the rollouts now (it
+// holds their lease; always on a single server).
+func (m *Manager) Controlling() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.control && !m.stopped
+}
