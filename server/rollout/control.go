@@ -217,6 +217,9 @@ func (f *feed) Put(id string, value []byte, rev uint64) {
 	if m.loaded {
 		m.sweepLocked(e)
 		m.advanceLocked(e)
+		if m.dirty[id] {
+			m.poke() // what this node did about it, written at once
+		}
 	}
 }
 
