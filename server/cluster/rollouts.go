@@ -16,18 +16,19 @@ import (
 // The staged rollouts (issue 28, issue 39 item 3) are package rollout's
 // Manager over RolloutStorage: each rollout one record of KV
 // termlink_rollouts, written by compare-and-set on its revision, and the
-// controller's lease a key of the same bucket, renewed by revision (the
-// holder writes it every lease/3; another node takes it once it has
-// seen it unchanged for a whole lease). Every node follows the bucket
-// with a watch: a rollout started through any node reaches every node,
-// each sends the update frames to the devices connected to it and
-// writes their update_status into the record; the lease's holder alone
-// advances the waves. This file is storage only: every rule is package
+// controller's lease key "rollouts" of the partitions' lease bucket
+// (KV termlink_parts: in memory, its keys expire a lease after their
+// last write, off every message's path), renewed by revision: the
+// holder writes it every lease/3; another node takes it once it is gone
+// or it has seen it unchanged for a whole lease. Every node follows the
+// rollouts' bucket with a watch: a rollout started through any node
+// reaches every node, each sends the update frames to the devices
+// connected to it and writes their update_status into the record; the
+// lease's holder alone advances the waves. This file is storage only: every rule is package
 // rollout's, which parses every record read here as strictly as its
 // files.
 
-// RolloutsBucket holds the rollouts (key "r.<rollout id>") and the
-// controller's lease (key "lease").
+// RolloutsBucket holds the rollouts (key "r.<rollout id>").
 const RolloutsBucket = "termlink_rollouts"
 
 const (
@@ -39,11 +40,13 @@ const (
 	// that they fit the bucket whole.
 	rolloutsMaxRecords = 16
 	// rolloutsMaxBytes bounds the bucket (History 1): every NATS node
-	// reserves it in its max_file_store.
+	// reserves it in its max_file_store (13 MiB).
 	rolloutsMaxBytes = rolloutsMaxRecords*rolloutsMaxValue + 1<<20
 	// rolloutsRewatch is the pause before a lost watch is made again.
-	rolloutsRewatch  = time.Second
-	rolloutsLeaseKey = "lease"
+	rolloutsRewatch = time.Second
+	// rolloutsLeaseKey is the controller's lease in PartsBucket (the
+	// partitions' are "p.<n>").
+	rolloutsLeaseKey = "rollouts"
 )
 
 // RolloutStorage is rollout.Storage on KV termlink_rollouts, shared by
@@ -65,7 +68,7 @@ func (n *Node) RolloutStorage(ctx context.Context, log *slog.Logger) (*RolloutSt
 	}
 	kv, err := ensure(ctx, "bucket "+RolloutsBucket, func(ctx context.Context) (jetstream.KeyValue, error) {
 		return n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: RolloutsBucket,
-			Description: "termlink: staged rollouts of releases, one record each, and their controller's lease",
+			Description: "termlink: staged rollouts of releases, one record each",
 			History:     1, Replicas: n.cfg.Replicas, Storage: jetstream.FileStorage,
 			MaxBytes: rolloutsMaxBytes, MaxValueSize: rolloutsMaxValue})
 	})
@@ -181,18 +184,18 @@ func (s *RolloutStorage) Put(ctx context.Context, id string, value []byte, rev u
 	if len(value) > rolloutsMaxValue {
 		return 0, fmt.Errorf("%w: %s: %d bytes, more than %d", rollout.ErrFull, s.Where(id), len(value), rolloutsMaxValue)
 	}
-	return s.write(ctx, RolloutKey(id), value, rev)
+	return s.write(ctx, s.kv, RolloutKey(id), value, rev)
 }
 
-func (s *RolloutStorage) write(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+func (s *RolloutStorage) write(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, rev uint64) (uint64, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	nrev, err := kvWrite(ctx, s.kv, key, value, rev)
+	nrev, err := kvWrite(ctx, kv, key, value, rev)
 	if errors.Is(err, ErrConflict) {
 		return 0, rollout.ErrConflict
 	}
 	if err != nil {
-		return 0, fmt.Errorf("cluster: writing KV %s key %s: %w", RolloutsBucket, key, err)
+		return 0, fmt.Errorf("cluster: writing KV %s key %s: %w", kv.Bucket(), key, err)
 	}
 	return nrev, nil
 }
@@ -218,7 +221,7 @@ func (s *RolloutStorage) Delete(ctx context.Context, id string, rev uint64) erro
 func (s *RolloutStorage) Lease(ctx context.Context) (string, uint64, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	data, rev, err := s.n.kvGet(ctx, s.kv, rolloutsLeaseKey)
+	data, rev, err := s.n.kvGet(ctx, s.n.parts, rolloutsLeaseKey)
 	if err != nil {
 		return "", 0, fmt.Errorf("cluster: reading the rollouts' lease: %w", err)
 	}
@@ -227,5 +230,5 @@ func (s *RolloutStorage) Lease(ctx context.Context) (string, uint64, error) {
 
 // TakeLease implements rollout.Storage.
 func (s *RolloutStorage) TakeLease(ctx context.Context, holder string, rev uint64) (uint64, error) {
-	return s.write(ctx, rolloutsLeaseKey, []byte(holder), rev)
+	return s.write(ctx, s.n.parts, rolloutsLeaseKey, []byte(holder), rev)
 }
