@@ -67,6 +67,9 @@ func TestClusterRolloutFromAnyNode(t *testing.T) {
 	kb := connectUpdater(t, b, "kb", "linux/arm/6", "v1.0.0")
 	testwait.Until(t, "edge-a's registry lists kb (on edge-b) online", known(a, "kb"))
 	ro := create(a, `{"version":"v2.0.0","peers":["kb"]}`)
+	if ro.Counts[rollout.Sent] != 1 { // as one server answers
+		t.Fatalf("the answer through edge-a: %+v; want kb sent", ro)
+	}
 	u := readAs[*link.Update](kb)
 	if u.Version != v2 || u.UpdateID != ro.ID+".1" {
 		t.Fatalf("kb's frame: %+v", u)

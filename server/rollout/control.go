@@ -60,8 +60,11 @@ type Manager struct {
 	cancel context.CancelFunc
 	wake   chan struct{}
 	stop   chan struct{}
-	done   chan struct{}
-	follow chan struct{} // closed once Follow returns
+	// changed is closed (and made again) when another node's change of a
+	// rollout was taken in (Create waits on it for the controller).
+	changed chan struct{}
+	done    chan struct{}
+	follow  chan struct{} // closed once Follow returns
 }
 
 // leaseState is what the ticker knows of the controller's lease.
@@ -129,7 +132,7 @@ func New(ctx context.Context, st Storage, opt Options) (*Manager, error) {
 	}
 	m := &Manager{opt: opt, channels: map[string]bool{}, st: st, info: info, byID: map[string]*entry{}, dirty: map[string]bool{},
 		gone: map[string]uint64{}, control: !info.Shared,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), follow: make(chan struct{})}
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{}), done: make(chan struct{}), follow: make(chan struct{})}
 	if info.Shared {
 		m.opt.Tick = min(m.opt.Tick, opt.Lease/3)
 		m.grace = 2 * opt.Lease
@@ -219,6 +222,38 @@ func (f *feed) Put(id string, value []byte, rev uint64) {
 		m.advanceLocked(e)
 		if m.dirty[id] {
 			m.poke() // what this node did about it, written at once
+		}
+		close(m.changed)
+		m.changed = make(chan struct{})
+	}
+}
+
+// awaitRelease waits, a little, for the controller (maybe another
+// node) to release e's first wave and for the nodes the released
+// devices are connected to to send them their frame, so that the
+// operator who started it through any node is answered as on one
+// server: the canaries sent. Past a lease (no controller yet, or a
+// registry that is behind) it answers what it has.
+func (m *Manager) awaitRelease(e *entry) Rollout {
+	t := time.NewTimer(m.opt.Lease)
+	defer t.Stop()
+	for {
+		m.mu.Lock()
+		ch := m.changed
+		if !m.releasingLocked(e) || m.byID[e.r.ID] != e {
+			ch = nil
+		}
+		out := m.viewLocked(e, true)
+		m.mu.Unlock()
+		if ch == nil {
+			return out
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return out
+		case <-m.stop:
+			return out
 		}
 	}
 }
@@ -560,6 +595,27 @@ func (m *Manager) sweepLocked(e *entry) {
 			m.trySendLocked(e, d)
 		}
 	}
+}
+
+// releasingLocked reports whether e's first wave is still on its way:
+// not released yet, or a released device online (on another node) not
+// sent its frame yet.
+func (m *Manager) releasingLocked(e *entry) bool {
+	r := &e.r
+	if r.State != Running {
+		return false
+	}
+	if r.Wave < 0 {
+		return true
+	}
+	for i := range r.Devices {
+		if d := &r.Devices[i]; d.Wave >= 0 && d.Wave <= r.Wave && d.State == Offline && d.Was == "" {
+			if p, ok := m.opt.Devices.Get(r.ChannelID, d.PeerID); ok && p.Online {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // oneActiveLocked keeps one active rollout per channel: two started at

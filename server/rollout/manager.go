@@ -89,7 +89,8 @@ func newID() string {
 
 // Create starts a rollout of q on channelID for operator by: the targeted
 // devices are taken from the registry now, the ones that cannot take the
-// release skipped (and why), the canaries released at once.
+// release skipped (and why), the canaries released at once (in a
+// cluster, by the controller: the answer waits a little for it).
 func (m *Manager) Create(channelID string, q Request, by string) (Rollout, error) {
 	if !m.channels[channelID] {
 		return Rollout{}, refuse(404, "no channel %q is configured", channelID)
@@ -160,6 +161,9 @@ func (m *Manager) Create(channelID string, q Request, by string) (Rollout, error
 	out := m.viewLocked(e, true)
 	m.mu.Unlock()
 	m.poke()
+	if m.info.Shared {
+		out = m.awaitRelease(e)
+	}
 	return out, nil
 }
 
