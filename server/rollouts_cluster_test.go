@@ -147,7 +147,12 @@ func TestClusterRolloutFromAnyNode(t *testing.T) {
 		t.Fatalf("pause at the same time as an abort: %d %s", codes[0], bodies[0])
 	}
 	for _, ts := range others {
-		testwait.Until(t, "the rollout aborted on "+ts.http.URL, func() bool { return get(ts, ro3.ID).State == rollout.Aborted })
+		testwait.UntilOK(t, "the rollout aborted on "+ts.http.URL, func() error {
+			if r := get(ts, ro3.ID); r.State != rollout.Aborted {
+				return fmt.Errorf("%s (%s), the pause answered %d %s", r.State, r.Note, codes[0], bodies[0])
+			}
+			return nil
+		})
 	}
 	if r := api(t, "POST", base(others[0])+"/"+ro3.ID+"/resume", operatorSecret, ""); r.status != 409 || !strings.Contains(string(r.body), "is aborted, not paused") {
 		t.Fatalf("resume after abort, through another node: %d %s", r.status, r.body)

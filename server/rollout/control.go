@@ -471,6 +471,11 @@ func (m *Manager) flush() error {
 func (m *Manager) save(id string, merging bool) error {
 	m.saveMu.Lock()
 	defer m.saveMu.Unlock()
+	return m.saveHeld(id, merging)
+}
+
+// saveHeld is save with m.saveMu held.
+func (m *Manager) saveHeld(id string, merging bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), 10*time.Second)
 	defer cancel()
 	for attempt := 1; ; attempt++ {

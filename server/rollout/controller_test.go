@@ -141,3 +141,60 @@ func TestControllerStopsBeforeItsLeaseExpires(t *testing.T) {
 		}
 	})
 }
+
+// interloper is a node's handle that lets another node's write go first
+// (once armed): the next Put of a rollout finds its record changed.
+type interloper struct {
+	rollout.Storage
+	first func()
+}
+
+func (s *interloper) Put(ctx context.Context, id string, value []byte, rev uint64) (uint64, error) {
+	if f := s.first; f != nil {
+		s.first = nil
+		f()
+		synctest.Wait() // this node's feed took the other's write in
+	}
+	return s.Storage.Put(ctx, id, value, rev)
+}
+
+// An operator's pause through one node while another's abort through
+// another node is written first: the pause is done again on the aborted
+// record and refused as on one server, and the abort holds on both
+// nodes (the pause, undone on a conflict, once put the record back to
+// running under the abort, and wrote its pause over it).
+func TestPauseAfterAnAbortElsewhereRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, f := rollouttest.NewMem(), rollouttest.NewFleet()
+		f.Connect("d1", "a", "v1")
+		sa := &interloper{Storage: mem.Handle()}
+		a := openNode(t, sa, f, "a")
+		defer a.Close()
+		b := openNode(t, mem.Handle(), f, "b")
+		defer b.Close()
+		time.Sleep(time.Second + time.Millisecond)
+		synctest.Wait()
+		r, err := a.Create(rollouttest.Channel, rollout.Request{Version: "v2", Target: rollout.Target{All: true}}, "otto")
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		sa.first = func() {
+			if _, err := b.Abort(rollouttest.Channel, r.ID, "ida"); err != nil {
+				t.Errorf("abort through b: %v", err)
+			}
+		}
+		_, err = a.Pause(rollouttest.Channel, r.ID, "otto")
+		var e *rollout.Error
+		if !errors.As(err, &e) || e.Status != 409 || e.Msg != "rollout "+r.ID+" is aborted, not running" {
+			t.Fatalf("the pause after the abort: %v; want 409 as on one server", err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		for name, m := range map[string]*rollout.Manager{"a": a, "b": b} {
+			if got, _ := m.Get(rollouttest.Channel, r.ID); got.State != rollout.Aborted || got.Note != "aborted by ida" {
+				t.Errorf("node %s: %s (%s); want aborted by ida", name, got.State, got.Note)
+			}
+		}
+	})
+}

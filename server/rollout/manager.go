@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -609,45 +610,70 @@ func (m *Manager) Abort(channelID, id, by string) (Rollout, error) {
 }
 
 // act runs an operator action and writes the rollout before it answers.
-// With a shared store the action is done on the record as it is at the
-// store, and done again (checks too) when another node wrote it first;
-// after maxConflicts such writes in a row it is refused (409).
+// The action is done on a copy of the rollout (with a shared store, as
+// it is at the store), written at the revision it was read at, and
+// taken in once written: when another node wrote the record first, it
+// is done again (its checks too) on the new record, and refused (409)
+// after maxConflicts such writes in a row.
 func (m *Manager) act(channelID, id string, f func(*entry) error) (Rollout, error) {
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	defer cancel()
 	for attempt := 1; ; attempt++ {
 		if m.info.Shared {
 			if err := m.refresh(id); err != nil {
 				return Rollout{}, refuse(503, "the rollout's record cannot be read: %v", err)
 			}
 		}
+		// The action's record is this node's as written: what is
+		// behind goes first, and no other write of it meanwhile.
+		m.saveMu.Lock()
+		if err := m.saveHeld(id, true); err != nil && !errors.Is(err, ErrConflict) {
+			m.saveMu.Unlock()
+			return Rollout{}, refuse(500, "the rollout's state before the action was not written (nothing changed): %v", err)
+		}
 		m.mu.Lock()
 		e := m.byID[id]
 		if e == nil || e.r.ChannelID != channelID {
 			m.mu.Unlock()
+			m.saveMu.Unlock()
 			return Rollout{}, refuse(404, "no rollout %s on channel %s", id, channelID)
 		}
-		before := cloneRollout(&e.r)
-		if err := f(e); err != nil {
+		start := cloneRollout(&e.r)
+		c := newEntry(cloneRollout(&e.r))
+		if err := f(c); err != nil {
 			m.mu.Unlock()
+			m.saveMu.Unlock()
 			return Rollout{}, err
 		}
-		e.r.UpdatedAt = m.now()
-		m.dirty[id] = true
-		m.advanceLocked(e)
+		c.r.UpdatedAt = m.now()
+		m.advanceLocked(c)
+		rev := e.rev
 		m.mu.Unlock()
-		err := m.save(id, false)
-		if errors.Is(err, ErrConflict) {
-			m.mu.Lock()
-			if m.byID[id] == e {
-				e.r = before // done again on the new record
+		data, err := json.Marshal(&c.r)
+		if err == nil {
+			var nrev uint64
+			if nrev, err = m.st.Put(ctx, id, data, rev); err == nil {
+				m.mu.Lock()
+				if m.byID[id] == e && nrev > e.rev {
+					// Taken in with what this node did since the copy.
+					e.r = merge(&start, &e.r, &c.r)
+					e.base, e.rev = cloneRollout(&c.r), nrev
+					if !sameRollout(&e.r, &c.r) {
+						m.dirty[id] = true
+					}
+				}
+				m.mu.Unlock()
 			}
-			m.mu.Unlock()
+		}
+		m.saveMu.Unlock()
+		if errors.Is(err, ErrConflict) {
 			if attempt < maxConflicts {
 				continue
 			}
 			return Rollout{}, refuse(409, "rollout %s was changed through another node %d times meanwhile: try again", id, attempt)
 		}
 		if err != nil {
-			return Rollout{}, refuse(500, "the rollout's new state was not written (it holds in memory; retried each tick): %v", err)
+			return Rollout{}, refuse(500, "the rollout's new state was not written (nothing changed): %v", err)
 		}
 		return m.Get(channelID, id)
 	}
