@@ -20,6 +20,7 @@ import (
 	"termlink/server/record/local"
 	"termlink/server/registry"
 	"termlink/server/releases"
+	"termlink/server/rollout"
 	"termlink/server/settings"
 )
 
@@ -61,6 +62,10 @@ type backend interface {
 	// cluster's bucket, followed so that every node pushes a change made
 	// through any node to the devices connected to it.
 	openSettings(ctx context.Context, opt settings.Options, deps settings.Deps) (*settings.Store, error)
+	// openRollouts opens the staged rollouts (opt.Dir is the
+	// workspace's rollouts directory): its files, or the cluster's
+	// bucket, followed by every node, advanced by one at a time.
+	openRollouts(ctx context.Context, opt rollout.Options) (*rollout.Manager, error)
 	// diagRemote is how a logs or self-test request reaches a device
 	// connected to another node: nil on a single server.
 	diagRemote() diag.Remote
@@ -150,6 +155,10 @@ func (localBackend) openEventFeed(context.Context, int) (eventFeed, error) { ret
 
 func (localBackend) openSettings(_ context.Context, opt settings.Options, deps settings.Deps) (*settings.Store, error) {
 	return settings.Open(opt, deps)
+}
+
+func (localBackend) openRollouts(_ context.Context, opt rollout.Options) (*rollout.Manager, error) {
+	return rollout.Open(opt)
 }
 
 func (localBackend) diagRemote() diag.Remote { return nil }
@@ -267,6 +276,18 @@ func (b clusterBackend) openSettings(ctx context.Context, opt settings.Options, 
 	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
 	defer cancel()
 	return b.node.OpenSettings(ctx, opt, deps)
+}
+
+// openRollouts warns of a single server's rollouts left in the
+// workspace: the cluster's bucket is read instead.
+func (b clusterBackend) openRollouts(ctx context.Context, opt rollout.Options) (*rollout.Manager, error) {
+	if files, _ := filepath.Glob(filepath.Join(opt.Dir, "ro-*.json")); len(files) > 0 {
+		b.log.Warn("cluster mode: the workspace's rollouts are not read; the cluster's are (KV "+cluster.RolloutsBucket+")",
+			"dir", opt.Dir)
+	}
+	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
+	defer cancel()
+	return b.node.OpenRollouts(ctx, opt)
 }
 
 func (b clusterBackend) diagRemote() diag.Remote { return clusterDiag{b.node} }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"path/filepath"
 
 	"termlink/server/rollout"
@@ -17,7 +18,7 @@ import (
 // New once the release store is open, before the adapters start.
 func (s *Server) openRollouts(noSync bool) error {
 	rt := s.rt
-	m, err := rollout.Open(rollout.Options{
+	m, err := rt.backend.openRollouts(context.Background(), rollout.Options{
 		Dir: filepath.Join(s.cfg.Workspace, "rollouts"), Channels: rt.order,
 		Devices: rt.fleet.reg, Releases: s.releases, Send: rt.SendFleet,
 		Event: rt.channels.event,

@@ -1,24 +1,19 @@
 package rollout
 
 import (
-	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"termlink/internal/durable"
 	"termlink/link"
 	"termlink/release"
 	"termlink/server/events"
@@ -65,215 +60,20 @@ type Options struct {
 	NoSync      bool
 	Now         func() time.Time
 	Log         *slog.Logger
+	// Node names this process as the lease's holder (a shared Storage:
+	// the cluster node's name).
+	Node string
+	// Lease is how long the controller's lease holds unrenewed (a
+	// shared Storage; default 5 s): the holder renews it every Lease/3
+	// and stops advancing rollouts past 2/3 of it unrenewed; another
+	// node takes it once it saw it unchanged for a whole Lease.
+	Lease time.Duration
 }
 
 // Error is a refusal, with the HTTP status the API answers it with.
 type Error = httpapi.StatusError
 
 var refuse = httpapi.Refuse
-
-// entry is one rollout and its index.
-type entry struct {
-	r   Rollout
-	idx map[string]int // peer id -> index in r.Devices
-}
-
-// Manager runs the rollouts. It is a part of the server's fleet
-// operations (DeviceConnected, Answers, Report).
-type Manager struct {
-	opt      Options
-	channels map[string]bool
-
-	saveMu sync.Mutex // orders the files' writes: marshalled and written under it
-
-	mu      sync.Mutex
-	byID    map[string]*entry
-	order   []string        // ids, oldest first
-	dirty   map[string]bool // ids whose file is behind
-	stopped bool
-
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
-}
-
-// Open loads the rollouts kept in opt.Dir (a file that does not parse is
-// moved aside as <name>.bad, with the reason logged) and starts the
-// Manager's ticker; Close stops it.
-func Open(opt Options) (*Manager, error) {
-	if opt.Tick <= 0 {
-		opt.Tick = time.Second
-	}
-	if opt.MaxRollouts <= 0 {
-		opt.MaxRollouts = DefaultMaxRollouts
-	}
-	if opt.MaxDevices <= 0 {
-		opt.MaxDevices = DefaultMaxDevices
-	}
-	if opt.Now == nil {
-		opt.Now = time.Now
-	}
-	if opt.Log == nil {
-		opt.Log = slog.Default()
-	}
-	if opt.Event == nil {
-		opt.Event = func(string, events.Event) {}
-	}
-	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("rollouts: %w", err)
-	}
-	m := &Manager{opt: opt, channels: map[string]bool{}, byID: map[string]*entry{}, dirty: map[string]bool{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	for _, c := range opt.Channels {
-		m.channels[c] = true
-	}
-	if err := m.load(); err != nil {
-		return nil, err
-	}
-	go m.run()
-	return m, nil
-}
-
-func (m *Manager) load() error {
-	names, err := filepath.Glob(filepath.Join(m.opt.Dir, "ro-*.json"))
-	if err != nil {
-		return err
-	}
-	var loaded []*entry
-	for _, name := range names {
-		r, err := readFile(name, m.opt.MaxDevices)
-		if err == nil && r.ID+".json" != filepath.Base(name) {
-			err = fmt.Errorf("the file holds rollout %s", r.ID)
-		}
-		if err != nil {
-			m.opt.Log.Error("rollout file not loaded: moved aside", "file", name, "err", err)
-			_ = os.Rename(name, name+".bad")
-			continue
-		}
-		if !m.channels[r.ChannelID] && r.Active() {
-			m.opt.Log.Warn("rollout of a channel no longer configured: kept, inert", "rollout", r.ID, "channel_id", r.ChannelID)
-		}
-		loaded = append(loaded, newEntry(*r))
-	}
-	sort.Slice(loaded, func(i, j int) bool { return loaded[i].r.CreatedAt.Before(loaded[j].r.CreatedAt) })
-	for _, e := range loaded {
-		m.byID[e.r.ID] = e
-		m.order = append(m.order, e.r.ID)
-	}
-	if len(loaded) > 0 {
-		m.opt.Log.Info("rollouts loaded", "count", len(loaded))
-	}
-	return nil
-}
-
-func readFile(name string, maxDevices int) (*Rollout, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	return Parse(b, maxDevices)
-}
-
-func newEntry(r Rollout) *entry {
-	e := &entry{r: r, idx: make(map[string]int, len(r.Devices))}
-	for i, d := range r.Devices {
-		e.idx[d.PeerID] = i
-	}
-	return e
-}
-
-// Close stops the ticker and writes what is behind.
-func (m *Manager) Close() error {
-	m.mu.Lock()
-	if m.stopped {
-		m.mu.Unlock()
-		return nil
-	}
-	m.stopped = true
-	m.mu.Unlock()
-	close(m.stop)
-	<-m.done
-	return m.flush()
-}
-
-// run is the ticker: offline devices, waves, and the files behind.
-func (m *Manager) run() {
-	defer close(m.done)
-	t := time.NewTicker(m.opt.Tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-t.C:
-			m.tick()
-		case <-m.wake:
-		}
-		if err := m.flush(); err != nil {
-			m.opt.Log.Error("rollouts not written", "err", err)
-		}
-	}
-}
-
-// poke asks the ticker to write the files behind now.
-func (m *Manager) poke() {
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
-}
-
-// flush writes every rollout whose file is behind.
-func (m *Manager) flush() error {
-	m.mu.Lock()
-	ids := make([]string, 0, len(m.dirty))
-	for id := range m.dirty {
-		ids = append(ids, id)
-	}
-	m.mu.Unlock()
-	var errs []error
-	for _, id := range ids {
-		errs = append(errs, m.save(id))
-	}
-	return errors.Join(errs...)
-}
-
-// save writes one rollout's file (or removes it when it was dropped).
-func (m *Manager) save(id string) error {
-	m.saveMu.Lock()
-	defer m.saveMu.Unlock()
-	m.mu.Lock()
-	e := m.byID[id]
-	delete(m.dirty, id)
-	var data []byte
-	var err error
-	if e != nil {
-		data, err = json.Marshal(&e.r)
-	}
-	m.mu.Unlock()
-	path := filepath.Join(m.opt.Dir, id+".json")
-	if err != nil {
-		return err
-	}
-	if e == nil {
-		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-			return err
-		}
-		return nil
-	}
-	if err := durable.WriteFile(path, func(w *bufio.Writer) error { _, err := w.Write(data); return err }, m.opt.NoSync); err != nil {
-		m.mu.Lock()
-		m.dirty[id] = true // try again at the next tick
-		m.mu.Unlock()
-		return err
-	}
-	return nil
-}
 
 func (m *Manager) now() time.Time { return m.opt.Now().UTC() }
 
@@ -290,7 +90,8 @@ func newID() string {
 
 // Create starts a rollout of q on channelID for operator by: the targeted
 // devices are taken from the registry now, the ones that cannot take the
-// release skipped (and why), the canaries released at once.
+// release skipped (and why), the canaries released at once (in a
+// cluster, by the controller: the answer waits a little for it).
 func (m *Manager) Create(channelID string, q Request, by string) (Rollout, error) {
 	if !m.channels[channelID] {
 		return Rollout{}, refuse(404, "no channel %q is configured", channelID)
@@ -311,6 +112,11 @@ func (m *Manager) Create(channelID string, q Request, by string) (Rollout, error
 		AllowDowngrade: q.AllowDowngrade, GateSeconds: q.GateSeconds, State: Running, Wave: -1,
 		CreatedBy: by, CreatedAt: now, UpdatedAt: now}
 	r.Devices, r.Waves = m.plan(&r, peers, now)
+	if max := m.info.MaxRecordBytes / 2; max > 0 { // room for the devices' reasons to come
+		if b, err := json.Marshal(&r); err == nil && len(b) > max {
+			return Rollout{}, refuse(507, "%s: %d devices make a record of %d bytes; this server's rollouts keep at most %d (target fewer devices)", r.Target, len(r.Devices), len(b), max)
+		}
+	}
 
 	m.mu.Lock()
 	if m.stopped {
@@ -331,9 +137,8 @@ func (m *Manager) Create(channelID string, q Request, by string) (Rollout, error
 			return Rollout{}, refuse(409, "%d rollouts are active, the most kept: abort one first", len(m.order))
 		}
 		dropped = append(dropped, m.order[i])
-		delete(m.byID, m.order[i])
-		m.dirty[m.order[i]] = true // save removes its file
-		m.order = slices.Delete(m.order, i, i+1)
+		m.gone[m.order[i]] = m.byID[m.order[i]].rev // save removes its record
+		m.dropLocked(m.order[i])
 	}
 	e := newEntry(r)
 	m.byID[r.ID] = e
@@ -345,11 +150,9 @@ func (m *Manager) Create(channelID string, q Request, by string) (Rollout, error
 	m.mu.Unlock()
 	// Durable before anything is sent, and before the answer.
 	for _, id := range append(dropped, r.ID) {
-		if err := m.save(id); err != nil {
+		if err := m.save(id, false); err != nil {
 			m.mu.Lock()
-			delete(m.byID, r.ID)
-			m.order = slices.DeleteFunc(m.order, func(s string) bool { return s == r.ID })
-			delete(m.dirty, r.ID)
+			m.dropLocked(r.ID)
 			m.mu.Unlock()
 			return Rollout{}, refuse(500, "the rollout was not kept: %v", err)
 		}
@@ -359,6 +162,9 @@ func (m *Manager) Create(channelID string, q Request, by string) (Rollout, error
 	out := m.viewLocked(e, true)
 	m.mu.Unlock()
 	m.poke()
+	if m.info.Shared {
+		out = m.awaitRelease(e)
+	}
 	return out, nil
 }
 
@@ -481,26 +287,41 @@ func (m *Manager) setLocked(e *entry, d *Device, state, reason string) {
 func updateID(r *Rollout, d *Device) string { return fmt.Sprintf("%s.%d", r.ID, d.Attempt) }
 
 // sendLocked sends d its update frame: sent, or offline when it is not
-// connected (it gets the frame when it connects).
+// connected here (it gets the frame when it connects, or from the node
+// it is connected to: sweepLocked).
 func (m *Manager) sendLocked(e *entry, d *Device) {
+	if !m.trySendLocked(e, d) && d.State != Skipped {
+		if d.Attempt == 0 {
+			d.Attempt = 1
+		}
+		m.setLocked(e, d, Offline, "not connected when released: sent when it connects")
+		d.Was = ""
+	}
+}
+
+// trySendLocked sends d its update frame when it is connected here
+// (sent), and changes nothing else when it is not (false). A release no
+// longer stored skips it.
+func (m *Manager) trySendLocked(e *entry, d *Device) bool {
 	r := &e.r
 	man, ok := m.opt.Releases.Manifest(r.Version, d.Platform)
 	if !ok {
 		m.setLocked(e, d, Skipped, "release "+r.Version+" for "+d.Platform+" is no longer stored")
 		m.event(r, events.RolloutDevice, d.PeerID, "skipped: "+d.Reason)
-		return
+		return false
 	}
-	if d.Attempt == 0 {
-		d.Attempt = 1
-	}
-	f := &link.Update{UpdateID: updateID(r, d), Version: r.Version, Manifest: string(man.Marshal()),
+	attempt := max(d.Attempt, 1)
+	f := &link.Update{UpdateID: updateID(r, &Device{Attempt: attempt}), Version: r.Version, Manifest: string(man.Marshal()),
 		URL: m.opt.URL(r.ChannelID, r.Version, d.Platform), AllowDowngrade: r.AllowDowngrade, GateSeconds: r.GateSeconds}
-	if m.opt.Send(r.ChannelID, d.PeerID, f) {
-		m.setLocked(e, d, Sent, "")
-		return
+	if !m.opt.Send(r.ChannelID, d.PeerID, f) {
+		return false
 	}
-	m.setLocked(e, d, Offline, "not connected when released: sent when it connects")
-	d.Was = ""
+	if d.Attempt != attempt {
+		d.Attempt = attempt
+		m.dirty[r.ID] = true
+	}
+	m.setLocked(e, d, Sent, "")
+	return true
 }
 
 // settledLocked reports whether every device of waves up to w is where
@@ -521,7 +342,7 @@ func settledLocked(r *Rollout, w int) bool {
 // ends the rollout once every device is final.
 func (m *Manager) advanceLocked(e *entry) {
 	r := &e.r
-	if r.State != Running {
+	if r.State != Running || !m.control {
 		return
 	}
 	for (r.Wave < 0 || settledLocked(r, r.Wave)) && r.Wave+1 < r.Waves {
@@ -723,39 +544,6 @@ func (m *Manager) sentLocked(channelID, peerID, id string) bool {
 	return err == nil && n >= 1 && n <= e.r.Devices[j].Attempt && id == updateID(&e.r, &Device{Attempt: n})
 }
 
-// tick marks the devices that went offline mid-update, sends the ones
-// released while offline that are online now (a queue that was full),
-// and advances the waves.
-func (m *Manager) tick() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, id := range m.order {
-		e := m.byID[id]
-		r := &e.r
-		if r.State != Running {
-			continue
-		}
-		for i := range r.Devices {
-			d := &r.Devices[i]
-			switch d.State {
-			case Sent, Downloading, Restarting:
-				if p, ok := m.opt.Devices.Get(r.ChannelID, d.PeerID); !ok || !p.Online {
-					was := d.State
-					m.setLocked(e, d, Offline, "went offline while "+was)
-					d.Was = was
-				}
-			case Offline:
-				if d.Was == "" || d.Was == Sent {
-					if p, ok := m.opt.Devices.Get(r.ChannelID, d.PeerID); ok && p.Online {
-						m.sendLocked(e, d)
-					}
-				}
-			}
-		}
-		m.advanceLocked(e)
-	}
-}
-
 // Pause pauses a running rollout: nothing new is sent.
 func (m *Manager) Pause(channelID, id, by string) (Rollout, error) {
 	return m.act(channelID, id, func(e *entry) error {
@@ -822,25 +610,73 @@ func (m *Manager) Abort(channelID, id, by string) (Rollout, error) {
 }
 
 // act runs an operator action and writes the rollout before it answers.
+// The action is done on a copy of the rollout (with a shared store, as
+// it is at the store), written at the revision it was read at, and
+// taken in once written: when another node wrote the record first, it
+// is done again (its checks too) on the new record, and refused (409)
+// after maxConflicts such writes in a row.
 func (m *Manager) act(channelID, id string, f func(*entry) error) (Rollout, error) {
-	m.mu.Lock()
-	e := m.byID[id]
-	if e == nil || e.r.ChannelID != channelID {
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		if m.info.Shared {
+			if err := m.refresh(id); err != nil {
+				return Rollout{}, refuse(503, "the rollout's record cannot be read: %v", err)
+			}
+		}
+		// The action's record is this node's as written: what is
+		// behind goes first, and no other write of it meanwhile.
+		m.saveMu.Lock()
+		if err := m.saveHeld(id, true); err != nil && !errors.Is(err, ErrConflict) {
+			m.saveMu.Unlock()
+			return Rollout{}, refuse(500, "the rollout's state before the action was not written (nothing changed): %v", err)
+		}
+		m.mu.Lock()
+		e := m.byID[id]
+		if e == nil || e.r.ChannelID != channelID {
+			m.mu.Unlock()
+			m.saveMu.Unlock()
+			return Rollout{}, refuse(404, "no rollout %s on channel %s", id, channelID)
+		}
+		start := cloneRollout(&e.r)
+		c := newEntry(cloneRollout(&e.r))
+		if err := f(c); err != nil {
+			m.mu.Unlock()
+			m.saveMu.Unlock()
+			return Rollout{}, err
+		}
+		c.r.UpdatedAt = m.now()
+		m.advanceLocked(c)
+		rev := e.rev
 		m.mu.Unlock()
-		return Rollout{}, refuse(404, "no rollout %s on channel %s", id, channelID)
+		data, err := json.Marshal(&c.r)
+		if err == nil {
+			var nrev uint64
+			if nrev, err = m.st.Put(ctx, id, data, rev); err == nil {
+				m.mu.Lock()
+				if m.byID[id] == e && nrev > e.rev {
+					// Taken in with what this node did since the copy.
+					e.r = merge(&start, &e.r, &c.r)
+					e.base, e.rev = cloneRollout(&c.r), nrev
+					if !sameRollout(&e.r, &c.r) {
+						m.dirty[id] = true
+					}
+				}
+				m.mu.Unlock()
+			}
+		}
+		m.saveMu.Unlock()
+		if errors.Is(err, ErrConflict) {
+			if attempt < maxConflicts {
+				continue
+			}
+			return Rollout{}, refuse(409, "rollout %s was changed through another node %d times meanwhile: try again", id, attempt)
+		}
+		if err != nil {
+			return Rollout{}, refuse(500, "the rollout's new state was not written (nothing changed): %v", err)
+		}
+		return m.Get(channelID, id)
 	}
-	if err := f(e); err != nil {
-		m.mu.Unlock()
-		return Rollout{}, err
-	}
-	e.r.UpdatedAt = m.now()
-	m.dirty[id] = true
-	m.advanceLocked(e)
-	m.mu.Unlock()
-	if err := m.save(id); err != nil {
-		return Rollout{}, refuse(500, "the rollout's new state was not written (it holds in memory; retried each tick): %v", err)
-	}
-	return m.Get(channelID, id)
 }
 
 // Get is one rollout with its devices (and whether each is online).

@@ -9,20 +9,29 @@
 // update frames to live connections (the release's manifest and the URL
 // of the devices' download route), learns of each connect (a device
 // offline when its wave was released gets its frame then) and of each
-// update_status. It keeps every rollout in one JSON file of its directory
-// (workspace/rollouts), replaced atomically (internal/durable):
-// operator actions are written before they are answered, device reports
-// behind, within a tick (a crash may lose the last second of reports;
-// devices report their state again on every connect). On start it loads
-// them with a strict parser and goes on with the running ones.
+// update_status. Its rules are written once above a Storage
+// (storage.go): one record per rollout with a compare-and-set revision,
+// a feed of the changes other writers make, and the controller's lease.
+// On one server it is the workspace's directory (LocalStorage:
+// workspace/rollouts, one JSON file per rollout, replaced atomically by
+// internal/durable); operator actions are written before they are
+// answered, device reports behind, within a tick (a crash may lose the
+// last second of reports; devices report their state again on every
+// connect). Every record read is checked by the strict parser (Parse).
+//
+// In a cluster it is package cluster's KV bucket, shared by every node
+// (control.go): each node sends the frames to the devices connected to
+// it and writes their reports into the shared record (two nodes' writes
+// are merged), and the node holding the lease alone advances the
+// rollouts (the waves, the devices gone offline, the end), until it
+// dies and another takes the lease once it expires.
 //
 // Bounds: at most MaxRollouts kept (the oldest finished ones are dropped
-// for a new one; with none finished a new one is refused), at most
-// MaxDevices devices per rollout (refused past it), one active (running
-// or paused) rollout per channel.
-//
-// In cluster mode each node runs the rollouts created on it and reaches
-// the devices connected to it.
+// for a new one; with none finished a new one is refused; the store may
+// lower it: StorageInfo.MaxRecords), at most MaxDevices devices per
+// rollout (refused past it, and past half the store's MaxRecordBytes),
+// one active (running or paused) rollout per channel (two started at
+// once through two nodes: the controller aborts the later one).
 package rollout
 
 import (
