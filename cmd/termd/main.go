@@ -22,8 +22,9 @@
 // As a kiosk termd shows the notices the server pushes (they take over
 // the screen for their display_seconds; an alert blinks the backlight; a
 // key dismisses them), and with --idle-seconds an unattended screen shows
-// the latest notice, --idle-text or a clock; --backlight-off-after turns
-// the backlight off. The key that wakes the screen types nothing.
+// --idle-text (else the latest notice, else a clock), and while offline
+// also why on its bottom row; --backlight-off-after turns the backlight
+// off. The key that wakes the screen types nothing.
 //
 // Offline, the status line says why in short ("unknown CA", "token
 // refused"); the send key with nothing typed (keypad '#', console Enter on
@@ -162,7 +163,7 @@ func parseFlags(args []string) (cfg app.Config, uf updateFlags, done bool, err e
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	tags := tagFlag{}
 	fs.Var(tags, "tag", "operator tag `key=value` sent to the server's device registry (repeatable), e.g. --tag site=lobby")
-	idleSeconds := fs.Int("idle-seconds", 0, "after `N` seconds without a key show the latest notice, --idle-text or a clock (0: never; default: the board's kiosk.idleSeconds)")
+	idleSeconds := fs.Int("idle-seconds", 0, "after `N` seconds without a key show --idle-text, else the latest notice, else a clock, and while offline why (0: never; default: the board's kiosk.idleSeconds)")
 	idleText := fs.String("idle-text", "", "`text` of the idle screen (default: the board's kiosk.idleText, else a clock)")
 	backlightOff := fs.Int("backlight-off-after", 0, "turn the LCD backlight off after `N` seconds without a key (0: never; default: the board's kiosk.backlightOffAfter)")
 	stream := fs.Bool("stream", true, "show an answer as the agent writes it, when the server streams (capability stream); --stream=false: whole answers only")
