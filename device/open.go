@@ -218,7 +218,9 @@ func (s *system) open(ctx context.Context, p *boards.Profile) (_ *Parts, err err
 			if _, err := s.stat(sp.Port); errors.Is(err, fs.ErrNotExist) {
 				return nil, fail(what, serialHint(sp.Port), fmt.Errorf("%s does not exist", sp.Port))
 			}
-			port, err := s.openSerial(ctx, sp.Port, sp.Baud)
+			// The port stays open until Close, not until ctx ends: the
+			// last screen ("offline: stopped") is drawn after a stop.
+			port, err := s.openSerial(context.WithoutCancel(ctx), sp.Port, sp.Baud)
 			if err != nil {
 				hint := ""
 				switch {

@@ -162,11 +162,16 @@ func (s *setup) run(ctx context.Context) error {
 	}
 	defer hw.Close()
 	s.hw = hw
+	// The board's drivers outlive ctx: the daemon draws its last screen
+	// ("offline: stopped") after ctx ended, and an LCDd connection or a
+	// serial port must still be there for it. They stop after that.
+	bctx, stopBoard := context.WithCancel(context.WithoutCancel(ctx))
 	hctx, stopHW := context.WithCancel(ctx)
 	hwDone := make(chan error, 1)
-	go func() { hwDone <- hw.Run(hctx) }()
+	go func() { hwDone <- hw.Run(bctx) }()
 	fail := func(err error) error {
 		stopHW()
+		stopBoard()
 		<-hwDone
 		return err
 	}
@@ -234,6 +239,7 @@ func (s *setup) run(ctx context.Context) error {
 	}()
 	err = d.Run(ctx)
 	stopHW()
+	stopBoard()
 	<-keepDone
 	<-healthDone
 	<-fleetDone
