@@ -269,7 +269,7 @@ func (k *kiosk) step(m *Model, now time.Time) (next time.Time, armed bool) {
 	m.Overlay = Overlay{}
 	switch {
 	case !k.why.IsZero() && k.cur == nil:
-		m.Overlay = Overlay{Kind: OverlayReason, Text: "Offline: " + m.Reason, Since: k.why}
+		m.Overlay = Overlay{Kind: OverlayReason, Text: "Offline: " + link.GlassReason(m.Reason), Since: k.why}
 		soonest(k.why.Add(ReasonPageFor))
 		idle, dark = false, false // the user is reading
 	case k.cur != nil:

@@ -25,7 +25,8 @@ type View interface {
 // link is offline: "unknown CA", "token refused", "no server" ...) and a
 // 3-cell status field at the right:
 //
-//	cell 1: '+' an answer (or more of one) is below the page shown,
+//	cell 1: '+' more (of an answer, of the conversation) is below the
+//	        page shown,
 //	        ':' waiting for an answer, '!' the state dir cannot be
 //	        written (messages are kept in memory until it can)
 //	cells 2-3: "ok" online, ".." connecting, "--" offline, or the seconds
