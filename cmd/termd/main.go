@@ -53,8 +53,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -101,16 +99,13 @@ func run(ctx context.Context, args []string) error {
 	}
 	worker := update.FromEnv()
 	if uf.supervise && worker == nil {
-		var out io.Writer = os.Stderr
-		if cfg.LogFile != "" {
-			f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-			if err != nil {
-				return fmt.Errorf("--log-file: %w", err)
-			}
-			defer f.Close()
-			out = f
+		// The worker's log file (never the screen of the sim board), and
+		// so the worker's log ring too.
+		log, closeLog, err := app.SupervisorLog(cfg)
+		if err != nil {
+			return err
 		}
-		log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: cfg.LogLevel})).With("supervisor", true)
+		defer closeLog()
 		return update.Supervise(ctx, update.Config{Args: args, StateDir: cfg.StateDir, Gate: uf.gate, Logger: log})
 	}
 	if worker != nil {
