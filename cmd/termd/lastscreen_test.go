@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -214,4 +215,40 @@ func (f *fakeLCDd) row(r int) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return strings.TrimSpace(f.rows[r])
+}
+
+// termd on the sim-lcd board against a real termserver, in tmux: the
+// emulated 20x4 glass (the real HD44780 driver on the emulator) is drawn
+// in the terminal, the keyboard is its keypad (2 then # sends "a"), the
+// log goes to termd.log, not over the glass, and after SIGTERM the glass
+// says offline: stopped (the last screen of the HD44780 boards).
+func TestTermdSimLCDBoard(t *testing.T) {
+	t.Parallel()
+	addr := servertest.Start(t, nil).Addr
+	state := filepath.Join(t.TempDir(), "state")
+	tm, waitScreen := termdInTmux(t, fmt.Sprintf("%s --server %s --board sim-lcd --state-dir %s", termdRun, addr, state))
+	s := waitScreen("ok│")
+	if !strings.Contains(s, "20x4 LCD (HD44780 emulator)") || strings.Contains(s, "level=") {
+		t.Fatalf("the screen:\n%s", s)
+	}
+	tm("send-keys", "2")
+	waitScreen("│a ")
+	tm("send-keys", "#")
+	waitScreen("You said: a")
+	out, err := exec.Command("pgrep", "-f", "^"+regexp.QuoteMeta(termdRun)+" .*--state-dir "+regexp.QuoteMeta(state)+"$").Output()
+	if err != nil {
+		t.Fatalf("termd not running: %v", err)
+	}
+	var pid int
+	fmt.Sscan(strings.TrimSpace(string(out)), &pid)
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s = waitScreen("EXIT=0")
+	if !strings.Contains(s, "offline: stopped") || strings.Contains(s, "level=") {
+		t.Fatalf("after SIGTERM the glass does not say offline: stopped:\n%s", s)
+	}
+	if log, err := os.ReadFile(filepath.Join(state, "termd.log")); err != nil || !strings.Contains(string(log), `msg="termd starting"`) {
+		t.Fatalf("termd.log: %v\n%s", err, log)
+	}
 }

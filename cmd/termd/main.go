@@ -7,6 +7,11 @@
 //	      [--tag KEY=VALUE]... [--idle-seconds N] [--idle-text TEXT] [--backlight-off-after N]
 //	      [--supervise [--update-gate DURATION]] [--release-key FILE]
 //
+// Without hardware, --board sim draws a VT100 chat console in this
+// terminal, and --board sim-lcd the emulated 20x4 HD44780 LCD (the glass
+// of termrig demo) with the keyboard as its keypad; both log to
+// state-dir/termd.log, never over the screen.
+//
 // With --supervise termd runs as the supervisor of termd itself (its
 // child, the worker, with the same flags): a signed release the worker
 // downloads and stages runs on trial and replaces the binary only after

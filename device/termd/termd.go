@@ -314,7 +314,7 @@ func peerID(cfg Config) (id string, unkept, err error) {
 // when the display is this terminal, else "" (stderr); onConsole: stderr
 // is the display, so nothing may be written there.
 func logFile(cfg Config, profile *boards.Profile) (file string, onConsole bool) {
-	onConsole = profile.Display.Kind == boards.Console && profile.Serial == nil
+	onConsole = profile.Display.Kind == boards.Console && profile.Serial == nil || profile.Display.Kind == boards.HD44780Emu
 	file = cfg.LogFile
 	if file == "" && onConsole {
 		file = filepath.Join(cfg.StateDir, "termd.log")
