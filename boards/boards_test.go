@@ -15,7 +15,7 @@ import (
 )
 
 func TestNames(t *testing.T) {
-	want := []string{"lcdproc", "rpi-lcd1602-gpio", "rpi-lcd1602-i2c", "rpi-lcd2004-i2c", "rpi-serial-console", "sim"}
+	want := []string{"lcdproc", "rpi-lcd1602-gpio", "rpi-lcd1602-i2c", "rpi-lcd2004-i2c", "rpi-serial-console", "sim", "sim-lcd"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %q, want %q", got, want)
 	}

@@ -20,6 +20,11 @@
 // the glass: display.address is LCDd's host:port and display.keys maps the
 // keys LCDd reports to keypad keys.
 //
+// An hd44780-emu display (the sim-lcd board) needs no hardware: termd's
+// HD44780 driver writes to the emulator of an HD44780 behind a PCF8574
+// (testrig/lcdemu), whose glass is drawn in this terminal; the keyboard is
+// a 4x4 keypad. It is the demo's glass against any server.
+//
 // PCF8574 datasheet (addresses): https://www.ti.com/lit/ds/symlink/pcf8574.pdf
 // Raspberry Pi GPIO and interfaces:
 // https://www.raspberrypi.com/documentation/computers/raspberry-pi.html

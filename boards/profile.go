@@ -54,9 +54,10 @@ const (
 	HD44780GPIO DisplayKind = "hd44780-gpio" // character LCD on six GPIO lines (4-bit mode)
 	Console     DisplayKind = "console"      // VT100 terminal: this one, or over Serial
 	LCDproc     DisplayKind = "lcdproc"      // any display LCDproc's LCDd drives, termd as its client
+	HD44780Emu  DisplayKind = "hd44780-emu"  // the HD44780 emulator (PCF8574 at 0x27) drawn in this terminal, keys from its keyboard
 )
 
-var displayKinds = []DisplayKind{HD44780I2C, HD44780GPIO, Console, LCDproc}
+var displayKinds = []DisplayKind{HD44780I2C, HD44780GPIO, Console, LCDproc, HD44780Emu}
 
 // Display describes the screen.
 type Display struct {
@@ -293,7 +294,7 @@ func (v *validator) err() error { return errors.Join(v.errs...) }
 // applyDefaults fills in what a profile may leave out.
 func (p *Profile) applyDefaults() {
 	d := &p.Display
-	if d.Kind == HD44780I2C || d.Kind == HD44780GPIO {
+	if d.Kind == HD44780I2C || d.Kind == HD44780GPIO || d.Kind == HD44780Emu {
 		if d.ROM == "" {
 			d.ROM = "A00"
 		}
@@ -401,7 +402,7 @@ func (p *Profile) validate(file string) error {
 		}
 	}
 	if p.Keypad != nil {
-		p.Keypad.validate(v, usePin, p.Display.Kind == LCDproc)
+		p.Keypad.validate(v, usePin, p.Display.Kind == LCDproc || p.Display.Kind == HD44780Emu)
 	}
 	if p.Serial != nil {
 		s := p.Serial
@@ -460,7 +461,7 @@ func (p *Profile) validateDisplay(v *validator) {
 	case "":
 		v.add("display.kind", "required: one of %s", kindList())
 		return
-	case HD44780I2C, HD44780GPIO:
+	case HD44780I2C, HD44780GPIO, HD44780Emu:
 		switch d.Rows {
 		case 1, 2, 4:
 		case 0:

@@ -10,6 +10,7 @@ import (
 
 	"termlink/device/input"
 	"termlink/display/console"
+	"termlink/display/lcdproc"
 	"termlink/link"
 )
 
@@ -163,7 +164,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 			kt.Reset(max(next.Sub(now()), time.Millisecond))
 		}
 		if err := d.View.Render(ctx, &d.m, now()); err != nil {
-			if ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+			case errors.Is(err, lcdproc.ErrNotConnected):
+				// LCDd is not connected yet (at start) or again: the frame
+				// is kept and drawn when it is; the lcdproc client logs
+				// the connection's failures itself.
+				log.Debug("drawing the screen", "err", err)
+			default:
 				log.Warn("drawing the screen", "err", err)
 			}
 			return

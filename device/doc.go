@@ -11,8 +11,8 @@
 // reconnect (the client's outbox); while an answer is pending a busy mark
 // and the agent's progress text. Long answers are paged with the scroll
 // keys: a new answer longer than the screen opens at its first line, and
-// the mark '+' says more of an answer is below the page (also when one
-// arrives while the user reads back). An answer the server streams
+// the mark '+' says more is below the page, wherever the user pages to
+// (also when an answer arrives while the user reads back). An answer the server streams
 // (capability stream, on by default in termd) grows on the screen as the
 // agent writes it, its newest line in view and a mark at its end (a block
 // on the LCD, '▌' on the console) while more is coming; the final reply

@@ -14,6 +14,7 @@ import (
 	"termlink/display"
 	"termlink/display/console"
 	"termlink/display/hd44780"
+	"termlink/testrig/lcdemu"
 )
 
 // Hardware is an opened board: a view on its display and the inputs from
@@ -65,6 +66,20 @@ func OpenBoard(ctx context.Context, p *boards.Profile, log *slog.Logger) (*Hardw
 		}
 		h.View = &LCDView{Screen: lcd}
 		h.runs = append(h.runs, lcd.Run) // heals a glitched glass while idle
+	case boards.HD44780Emu:
+		lcd, err := NewLCD(dev, hd44780.Opts{Logger: log})
+		if err != nil {
+			return fail(err)
+		}
+		h.View, h.LocalTTY = &LCDView{Screen: lcd}, true
+		g := newEmuGlass(dev.Bus.(*lcdemu.Bus), dev.TTY, p.Name)
+		events := make(chan input.Event)
+		keySources = append(keySources, events)
+		h.runs = append(h.runs, g.run, func(ctx context.Context) error {
+			emuKeys(ctx, dev.TTY, events, inputs)
+			return nil
+		})
+		h.closers = append(h.closers, g.close) // the last screen stays in the terminal
 	case boards.LCDproc:
 		lcd, keys, err := NewLCDproc(ctx, p, log)
 		if err != nil {
@@ -144,6 +159,8 @@ func NewLCD(parts *Parts, opts hd44780.Opts) (*hd44780.Dev, error) {
 	}
 	var lcd *hd44780.Dev
 	switch {
+	case d.Kind == boards.HD44780Emu && parts.Bus != nil:
+		lcd, err = hd44780.New(parts.Bus, parts.Addr, &opts)
 	case d.Kind == boards.HD44780I2C && parts.Bus != nil:
 		if pm := d.PinMap; pm != nil {
 			opts.Pins = PinMap(pm)

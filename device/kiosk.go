@@ -18,8 +18,10 @@ type Kiosk struct {
 	// NoticeSeconds is how long a notice that gives no display_seconds
 	// takes over the screen (default DefaultNoticeSeconds).
 	NoticeSeconds int
-	// IdleAfter: after this long without a key the screen shows the
-	// latest notice still unexpired, or IdleText, or a clock (0: never).
+	// IdleAfter: after this long without a key the screen shows IdleText,
+	// or without one the latest notice still unexpired, or a clock (0:
+	// never); while the device is not online, with the link's state on
+	// its bottom row ("no server" and the seconds to the next try).
 	IdleAfter time.Duration
 	// IdleText is the idle screen's text ("": a clock).
 	IdleText string
@@ -267,7 +269,7 @@ func (k *kiosk) step(m *Model, now time.Time) (next time.Time, armed bool) {
 	m.Overlay = Overlay{}
 	switch {
 	case !k.why.IsZero() && k.cur == nil:
-		m.Overlay = Overlay{Kind: OverlayReason, Text: "Offline: " + m.Reason, Since: k.why}
+		m.Overlay = Overlay{Kind: OverlayReason, Text: "Offline: " + link.GlassReason(m.Reason), Since: k.why}
 		soonest(k.why.Add(ReasonPageFor))
 		idle, dark = false, false // the user is reading
 	case k.cur != nil:
@@ -288,8 +290,13 @@ func (k *kiosk) step(m *Model, now time.Time) (next time.Time, armed bool) {
 		}
 		dark = false // a notice lights the screen (an alert blinks it)
 	case idle:
+		// The idle text the operator set (pushed or given) comes first;
+		// without one the latest notice still unexpired, else a clock. A
+		// notice that arrives takes the screen for its time as ever (k.cur
+		// above). While the device is not online the view adds the link's
+		// line (LCDView).
 		m.Overlay = Overlay{Kind: OverlayIdle, Text: k.cfg.IdleText, Since: k.lastInput.Add(k.cfg.IdleAfter)}
-		if l := k.last; l != nil && !l.expired(now) {
+		if l := k.last; l != nil && m.Overlay.Text == "" && !l.expired(now) {
 			m.Overlay.Text = l.n.Text
 			soonest(l.expires)
 		}

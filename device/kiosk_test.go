@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -434,8 +435,9 @@ func TestExpiredNoticeNeverShownOnLCD(t *testing.T) {
 }
 
 // Idle: after IdleAfter the idle text, later the backlight off; a key
-// wakes the screen and types nothing; after a notice the idle screen
-// shows that notice.
+// wakes the screen and types nothing; a notice takes the screen for its
+// time, and then the idle screen shows the idle text again (the text the
+// operator set comes before the latest notice).
 func TestIdleScreenBacklightOffAndWake(t *testing.T) {
 	t.Parallel()
 	ps := newPushServer(t)
@@ -456,12 +458,55 @@ func TestIdleScreenBacklightOffAndWake(t *testing.T) {
 	// The notice's time is up (no notice on the glass by the last
 	// draw); still idle.
 	testwait.Until(t, "the notice's time up", func() bool { return r.view.current() == "" })
-	g := r.waitGlass(t, "Library open")
-	if strings.Contains(strings.Join(g, "\n"), "Welcome") {
-		t.Fatalf("the idle screen shows the idle text, not the latest notice:\n%s", strings.Join(g, "\n"))
+	g := r.waitGlass(t, "Welcome!")
+	if strings.Contains(strings.Join(g, "\n"), "Library open") {
+		t.Fatalf("the idle screen shows the latest notice, not the idle text:\n%s", strings.Join(g, "\n"))
 	}
 	if r.view.count("n-6") != 1 {
 		t.Fatalf("the idle screen counts as showing the notice again")
+	}
+}
+
+// An idle kiosk never hides that it is offline: with the server gone the
+// idle screen keeps its text (the idle text; without one the latest
+// notice) and its bottom row says why and when the next try is, as the
+// conversation screen does ("no server" and the seconds); back online the
+// row goes.
+func TestIdleScreenShowsOffline(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ name, idleText, want string }{
+		{"idle text", "Welcome! Press a key", "Welcome!"},
+		{"latest notice", "", "Library open"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ps := newPushServer(t)
+			r := startKiosk(t, ps.url(), t.TempDir(), device.Kiosk{IdleAfter: 300 * time.Millisecond, IdleText: tt.idleText})
+			ps.push(t, pushNotice("n-8", "Library open till 8", 1))
+			ps.waitFor(t, "the ack", func() bool { return len(ps.acks) == 1 })
+			testwait.Until(t, "the notice's time up", func() bool { return r.view.current() == "" })
+			g := r.waitGlass(t, tt.want)
+			if strings.Contains(g[3], "ok") {
+				t.Fatalf("the idle screen online has a link line:\n%s", strings.Join(g, "\n"))
+			}
+			ps.setRefuse(true)
+			ps.drop()
+			testwait.UntilOK(t, "the offline reason on the idle screen", func() error {
+				g = r.glass()
+				if !strings.Contains(strings.Join(g[:3], "\n"), tt.want) || !regexp.MustCompile(`^server busy +[ 0-9][0-9]$`).MatchString(g[3]) {
+					return fmt.Errorf("the glass:\n%s", strings.Join(g, "\n"))
+				}
+				return nil
+			})
+			ps.setRefuse(false)
+			testwait.UntilOK(t, "the link line gone back online", func() error {
+				g = r.glass()
+				if !strings.Contains(strings.Join(g, "\n"), tt.want) || strings.Contains(g[3], "server busy") {
+					return fmt.Errorf("the glass:\n%s", strings.Join(g, "\n"))
+				}
+				return nil
+			})
+		})
 	}
 }
 

@@ -25,7 +25,8 @@ type View interface {
 // link is offline: "unknown CA", "token refused", "no server" ...) and a
 // 3-cell status field at the right:
 //
-//	cell 1: '+' an answer (or more of one) is below the page shown,
+//	cell 1: '+' more (of an answer, of the conversation) is below the
+//	        page shown,
 //	        ':' waiting for an answer, '!' the state dir cannot be
 //	        written (messages are kept in memory until it can)
 //	cells 2-3: "ok" online, ".." connecting, "--" offline, or the seconds
@@ -45,7 +46,8 @@ type View interface {
 // A notice (Model.Overlay) takes the whole screen, an alert starting with
 // "!", one page after the other when it is longer than the screen, and so
 // does the full offline reason the user opened (the send key with nothing
-// typed); the idle screen shows its text or a clock. Model.Dark turns the
+// typed); the idle screen shows its text or a clock, and while the device
+// is not online the link's line on its bottom row. Model.Dark turns the
 // backlight off when the screen has one (hd44780.Dev does).
 type LCDView struct {
 	Screen display.Screen
@@ -113,9 +115,16 @@ func (v *LCDView) Render(ctx context.Context, m *Model, now time.Time) error {
 	return v.backlight(m)
 }
 
-// overlay lays out a notice or the idle screen on the whole frame.
+// overlay lays out a notice or the idle screen on the whole frame. The
+// idle screen never hides that the device is offline: while it is not
+// online its bottom row is the link's line, as on the conversation
+// screen ("no server" and the seconds to the next try).
 func (v *LCDView) overlay(m *Model, rows, cols int, now time.Time) {
 	o := m.Overlay
+	if o.Kind == OverlayIdle && rows > 1 && (m.Stopping || m.Link != link.StateConnected) {
+		rows--
+		v.frame.SetLine(rows, v.line(m, v.linkText(m, now), cols, now))
+	}
 	text := o.Text
 	if o.Kind == OverlayIdle && text == "" {
 		clock := []string{now.Format("15:04"), now.Format("Mon 2 Jan")}
@@ -144,7 +153,13 @@ func (v *LCDView) overlay(m *Model, rows, cols int, now time.Time) {
 	if !o.Since.IsZero() && now.After(o.Since) {
 		page = int(now.Sub(o.Since)/every) % len(pages)
 	}
-	v.frame.SetLines(pages[page])
+	for r := range rows {
+		l := ""
+		if r < len(pages[page]) {
+			l = pages[page][r]
+		}
+		v.frame.SetLine(r, l)
+	}
 }
 
 // NoticePage is how long each page of a notice (or idle text) longer
@@ -268,10 +283,8 @@ func (v *LCDView) bottom(m *Model, cols int, now time.Time) string {
 		if n := utf8.RuneCountInString(left); n > width {
 			left = string([]rune(left)[n-width:]) // keep the end in view
 		}
-	case !m.Stopping && m.Link != link.StateConnected && m.Reason != "":
-		left = m.ShortReason() // the countdown is in the status field
 	case m.Stopping || m.Link != link.StateConnected:
-		left = m.LinkText(now)
+		left = v.linkText(m, now)
 	case m.Busy() && m.Progress != "":
 		left = m.Progress
 	case m.Streaming():
@@ -282,6 +295,25 @@ func (v *LCDView) bottom(m *Model, cols int, now time.Time) string {
 		left = m.Storage
 	case m.Mode != "":
 		left = "[" + m.Mode + "]"
+	}
+	return v.line(m, left, cols, now)
+}
+
+// linkText is where the link is, for the bottom line while it is not
+// online: the short reason it is offline (the countdown is in the status
+// field), else "connecting", "offline: stopped" ...
+func (v *LCDView) linkText(m *Model, now time.Time) string {
+	if !m.Stopping && m.Link != link.StateConnected && m.Reason != "" {
+		return m.ShortReason()
+	}
+	return m.LinkText(now)
+}
+
+// line is a bottom line: left, cut to fit, and the status field.
+func (v *LCDView) line(m *Model, left string, cols int, now time.Time) string {
+	width := cols - statusCells
+	if width < 1 {
+		width = cols
 	}
 	left = display.Fold(v.Screen, left)
 	if n := utf8.RuneCountInString(left); n > width {

@@ -10,6 +10,8 @@ import (
 
 	"termlink/boards"
 	"termlink/device"
+	"termlink/display/lcdproc"
+	"termlink/internal/syncbuf"
 	"termlink/internal/testwait"
 	"termlink/link"
 	"termlink/server/servertest"
@@ -138,5 +140,32 @@ func TestLCDprocSizeAtStart(t *testing.T) {
 	defer hw.Close()
 	if r, c := hw.View.(*device.LCDView).Screen.Size(); r != 2 || c != 16 {
 		t.Fatalf("size at start %dx%d, want LCDd's 2x16", r, c)
+	}
+}
+
+// A connection to LCDd that is still coming (termd starts before LCDd
+// has taken it) is no warning: the frames are kept for it, and each draw
+// until then is logged at DEBUG only (the lcdproc client warns about the
+// connection itself when it fails).
+func TestLCDprocNotConnectedYetIsNoWarning(t *testing.T) {
+	t.Parallel()
+	ps := newPushServer(t)
+	dev := lcdproc.New(lcdproc.Opts{Address: "127.0.0.1:1"}) // never run: never connected
+	logs := &syncbuf.Buffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	client, err := link.NewClient(link.ClientConfig{URL: ps.url(), PeerID: "lcdproc-2", StateDir: t.TempDir(), Logger: discard,
+		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &device.Daemon{Client: client, View: &device.LCDView{Screen: dev}, Inputs: make(chan device.Input), Logger: log}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	ps.waitFor(t, "the device", func() bool { return ps.conn != nil })
+	testwait.Until(t, "three draws tried", func() bool { return strings.Count(logs.String(), `msg="drawing the screen"`) >= 3 })
+	if strings.Contains(logs.String(), "level=WARN") {
+		t.Fatalf("a connection to LCDd still coming was warned about:\n%s", logs.String())
 	}
 }

@@ -66,7 +66,7 @@ type Model struct {
 	SessionID string
 
 	Progress string // the agent's latest progress text, while busy
-	Unread   bool   // an answer (or more of one) is below the page shown (LCD)
+	Unread   bool   // more (of an answer, of the conversation) is below the page shown (LCD)
 	Stopping bool   // termd is shutting down
 	// Storage is a short label (at most 13 characters, for a 16x2
 	// screen) of why the state dir cannot be written and messages are
@@ -147,6 +147,7 @@ func (m *Model) Window(lineSeq []uint64, page int) (start int) {
 	}
 	m.pager.pinned = true
 	m.pager.top.seq, m.pager.top.line = seq, line
+	m.Unread = true // more is below the page
 	return cur
 }
 

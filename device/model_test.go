@@ -37,7 +37,7 @@ func (l layout) lines(m *device.Model) (names []string, seqs []uint64) {
 
 // The page shown after each step (3 rows, as on a 20x4 LCD): full at the
 // top and the bottom, a new long answer opens at its first line, '+'
-// (Unread) while more of an answer is below.
+// (Unread) wherever more is below the page.
 func TestModelPaging(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -54,8 +54,8 @@ func TestModelPaging(t *testing.T) {
 		{"page up from an opened answer", []step{{"send", 2}, {"answer", 7}, {"up", 0}}, "1.0 1.1 2.0", true},
 		// 1 + 6 + 1 lines = 8; the old pages from the bottom left one line
 		// on the top page.
-		{"top page is full", []step{{"send", 1}, {"answer", 6}, {"down", 0}, {"down", 0}, {"send", 1}, {"up", 0}, {"up", 0}, {"up", 0}}, "1.0 2.0 2.1", false},
-		{"top page is full, far up", []step{{"send", 1}, {"answer", 6}, {"send", 1}, {"up", 0}, {"up", 0}, {"up", 0}, {"up", 0}, {"up", 0}}, "1.0 2.0 2.1", false},
+		{"top page is full", []step{{"send", 1}, {"answer", 6}, {"down", 0}, {"down", 0}, {"send", 1}, {"up", 0}, {"up", 0}, {"up", 0}}, "1.0 2.0 2.1", true},
+		{"top page is full, far up", []step{{"send", 1}, {"answer", 6}, {"send", 1}, {"up", 0}, {"up", 0}, {"up", 0}, {"up", 0}, {"up", 0}}, "1.0 2.0 2.1", true},
 		{"answer while reading back keeps the page", []step{{"send", 4}, {"answer", 1}, {"send", 1}, {"up", 0}, {"answer", 5}}, "1.0 1.1 1.2", true},
 		{"sending goes back to the newest", []step{{"send", 1}, {"answer", 9}, {"send", 1}}, "2.7 2.8 3.0", false},
 	}
@@ -168,11 +168,11 @@ func TestLCDPaging(t *testing.T) {
 		"                  ok")
 	m.PageUp()
 	m.PageUp()
-	expect("the top page is full",
+	expect("the top page is full, more below",
 		">count              ",
 		"one two three four  ",
 		"five six seven eight",
-		"                  ok")
+		"                 +ok")
 }
 
 // The first streamed text ends the progress shown before it (an agent

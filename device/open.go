@@ -20,6 +20,7 @@ import (
 	"termlink/boards"
 	"termlink/device/input"
 	"termlink/display/console"
+	"termlink/testrig/lcdemu"
 )
 
 // Parts is an opened profile: the pieces its drivers need. Only the
@@ -41,9 +42,13 @@ type Parts struct {
 	// after being unplugged.
 	Serial *console.Serial
 
-	// console without a serial port: this process's terminal, in raw mode.
+	// console without a serial port, hd44780-emu: this process's
+	// terminal, in raw mode.
 	TTY *console.TTY
 }
+
+// EmuAddr is the I2C address of the emulated backpack (hd44780-emu).
+const EmuAddr = 0x27
 
 // LCDLines are the GPIO lines of a parallel HD44780 (4-bit, R/W grounded).
 type LCDLines struct {
@@ -212,13 +217,28 @@ func (s *system) open(ctx context.Context, p *boards.Profile) (_ *Parts, err err
 			*f.dst = pin
 		}
 		d.LCD = l
+	case boards.HD44780Emu:
+		// The emulated glass is drawn in this terminal, whose keyboard is
+		// the keypad; the real driver talks to the emulator on its bus.
+		tty, err := s.openTTY()
+		if err != nil {
+			return nil, fail("this terminal", HintTTY, err)
+		}
+		d.TTY = tty
+		bus, err := lcdemu.New(&lcdemu.Opts{Rows: disp.Rows, Cols: disp.Cols})
+		if err != nil {
+			return nil, fail("the HD44780 emulator", "", err)
+		}
+		d.Bus, d.Addr = bus, EmuAddr
 	case boards.Console:
 		if sp := p.Serial; sp != nil {
 			what := "serial port " + sp.Port
 			if _, err := s.stat(sp.Port); errors.Is(err, fs.ErrNotExist) {
 				return nil, fail(what, serialHint(sp.Port), fmt.Errorf("%s does not exist", sp.Port))
 			}
-			port, err := s.openSerial(ctx, sp.Port, sp.Baud)
+			// The port stays open until Close, not until ctx ends: the
+			// last screen ("offline: stopped") is drawn after a stop.
+			port, err := s.openSerial(context.WithoutCancel(ctx), sp.Port, sp.Baud)
 			if err != nil {
 				hint := ""
 				switch {

@@ -25,7 +25,8 @@ type offlineCase struct {
 	name  string
 	cfg   func(t *testing.T) link.ClientConfig
 	short string // on the status line
-	full  string // on the page the send key opens
+	full  string // in the log, and on the page the send key opens unless page is set
+	page  string // on the page, for a reason whose full text has the server's body
 }
 
 func offlineCases() []offlineCase {
@@ -40,6 +41,11 @@ func offlineCases() []offlineCase {
 				})
 				other := testpki.NewCA(t, dir, "other")
 				return link.ClientConfig{URL: s.URL, CAFile: other.File, PeerID: "kiosk-1"}
+			}},
+		{name: "wrong channel", short: "no channel", full: "server answered HTTP 404 Not Found", page: "server: 404 not found (no channel)",
+			cfg: func(t *testing.T) link.ClientConfig {
+				s := servertest.Start(t, nil)
+				return link.ClientConfig{URL: strings.Replace(s.URL, "terminal-dev", "lobby", 1), PeerID: "kiosk-1"}
 			}},
 		{name: "wrong token", short: "token refused", full: "HTTP 401",
 			cfg: func(t *testing.T) link.ClientConfig {
@@ -100,8 +106,24 @@ func TestOfflineReasonOnLCD(t *testing.T) {
 
 			r.press("#")                // nothing typed: the page with the full reason
 			r.waitGlass(t, "Offline: ") // 16x2: the first page, then the next (every second here)
-			words := strings.Fields(tc.full)
-			r.waitGlass(t, words[len(words)-1])
+			page := tc.page
+			if page == "" {
+				page = tc.full
+			}
+			words := strings.Fields(page)
+			// Every page of it, and never the server's body.
+			var pages []string
+			testwait.UntilOK(t, "the reason's last word on the glass", func() error {
+				g := strings.Join(r.glass(), " ")
+				pages = append(pages, g)
+				if !strings.Contains(g, words[len(words)-1]) {
+					return fmt.Errorf("the glass shows %q", g)
+				}
+				return nil
+			})
+			if all := strings.Join(pages, " "); strings.Contains(all, "{") || strings.Contains(all, "error") || strings.Contains(all, "answered") {
+				t.Errorf("the server's answer reached the glass as it came: %q", pages)
+			}
 			r.press("2") // closes the page, types nothing
 			r.waitGlass(t, tc.short)
 			// The next key types: its letter, alone, proves the one

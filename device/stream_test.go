@@ -409,3 +409,58 @@ func TestStreamIncrementalLayoutMatchesFresh(t *testing.T) {
 		}
 	}
 }
+
+// Paging back through a streamed answer, while it is written and after
+// its final reply, keeps the '+' (more below) in the status field on
+// every page with more below it, and only the last page is without it.
+func TestStreamPagingBackKeepsMoreMark(t *testing.T) {
+	t.Parallel()
+	r := startStream(t, 4, 20, true)
+	m := r.ask(t, "tell me a story")
+	mark := func() rune { // the status field's first cell
+		rows := r.bus.Text()
+		return []rune(rows[len(rows)-1])[20-3]
+	}
+	words := strings.SplitAfter(story, " ")
+	half := len(words) / 2
+	sofar := ""
+	for i, w := range words[:half] {
+		sofar += w
+		r.send(t, &link.Delta{MessageID: m.MessageID, Seq: int64(i + 1), Text: w})
+	}
+	r.waitShows(t, strings.TrimSpace(words[half-1])+string(device.StreamMark))
+	r.inputDrawn(t, device.Input{Kind: device.InputScrollUp})
+	if mark() != '+' {
+		t.Fatalf("a page back while the answer is written has no '+':\n%s", r.glass())
+	}
+	for i, w := range words[half:] {
+		r.send(t, &link.Delta{MessageID: m.MessageID, Seq: int64(half + i + 1), Text: w})
+	}
+	r.send(t, linktest.Reply(m.MessageID, story, link.FinishStop))
+	// Drawn once the answer is confirmed (it leaves the outbox).
+	testwait.Until(t, "the final reply drawn", func() bool { return r.client.Status().Pending == 0 })
+	r.settled(t)
+	if mark() != '+' {
+		t.Fatalf("the final reply, paged back, has no '+':\n%s", r.glass())
+	}
+	// Down to the end: '+' on every page but the last.
+	for i := 0; i < 20 && !strings.Contains(r.glass(), "read."); i++ {
+		if mark() != '+' {
+			t.Fatalf("page %d down has no '+' though the end is below:\n%s", i, r.glass())
+		}
+		r.inputDrawn(t, device.Input{Kind: device.InputScrollDown})
+	}
+	if !strings.Contains(r.glass(), "read.") || mark() == '+' {
+		t.Fatalf("the last page:\n%s", r.glass())
+	}
+	// Back up to the question: '+' on every page.
+	for i := 0; i < 20 && !strings.Contains(r.glass(), "tell me"); i++ {
+		r.inputDrawn(t, device.Input{Kind: device.InputScrollUp})
+		if mark() != '+' {
+			t.Fatalf("page %d up has no '+' though more is below:\n%s", i+1, r.glass())
+		}
+	}
+	if !strings.Contains(r.glass(), "tell me") {
+		t.Fatalf("paging up never reached the question:\n%s", r.glass())
+	}
+}

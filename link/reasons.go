@@ -3,6 +3,7 @@ package link
 import (
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxShortReason is the longest ShortReason: it fits the text field of a
@@ -82,4 +83,37 @@ func ShortReason(reason string) string {
 		return "HTTP " + m[1]
 	}
 	return "offline"
+}
+
+// MaxGlassReason is the longest GlassReason, in runes.
+const MaxGlassReason = 160
+
+// httpAnswer is a server's answer to the upgrade in a reason (see
+// describeDialError): its code, its status text and its body.
+var httpAnswer = regexp.MustCompile(`(?s)(?:dial: )?server answered HTTP (\d{3})([^:]*)(?::.*)?$`)
+
+// GlassReason is the one-line form of an offline reason for a screen: the
+// page the user opens to read why the link is offline, on an LCD or a
+// console. It is the reason as logged, but a server's answer to the
+// upgrade shows as its status and short reason ("server: 404 not found
+// (no channel)"), never the server's body (JSON, HTML, text: the log has
+// it); spaces and line breaks are one space, and it is cut to
+// MaxGlassReason runes.
+func GlassReason(reason string) string {
+	if m := httpAnswer.FindStringSubmatchIndex(reason); m != nil {
+		code := reason[m[2]:m[3]]
+		g := "server: " + code
+		if text := strings.ToLower(strings.Join(strings.Fields(reason[m[4]:m[5]]), " ")); text != "" {
+			g += " " + text
+		}
+		if short := ShortReason(reason); short != "HTTP "+code && short != "offline" {
+			g += " (" + short + ")"
+		}
+		reason = reason[:m[0]] + g
+	}
+	reason = strings.Join(strings.Fields(strings.ToValidUTF8(reason, "?")), " ")
+	if utf8.RuneCountInString(reason) > MaxGlassReason {
+		reason = string([]rune(reason)[:MaxGlassReason-3]) + "..."
+	}
+	return reason
 }

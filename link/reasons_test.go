@@ -1,6 +1,7 @@
 package link_test
 
 import (
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -58,4 +59,31 @@ func FuzzShortReason(f *testing.F) {
 			t.Fatalf("ShortReason(%q) = %q", reason, got)
 		}
 	})
+}
+
+// The glass's form of a reason is one line and never carries a server's
+// body: an HTTP answer shows as its status and short reason; other
+// reasons stay as they are, on one line, cut to MaxGlassReason.
+func TestGlassReason(t *testing.T) {
+	long := strings.Repeat("word ", 60)
+	for _, tt := range []struct{ reason, want string }{
+		{"", ""},
+		{"dial: server answered HTTP 404 Not Found: {\n  \"error\": \"no route /wss\"\n}", "server: 404 not found (no channel)"},
+		{"dial: server answered HTTP 401 Unauthorized: no client certificate: this channel requires one", "server: 401 unauthorized (cert needed)"},
+		{"dial: server answered HTTP 502 Bad Gateway: <html><body>nginx</body></html>", "server: 502 bad gateway"},
+		{"dial: server answered HTTP 418", "server: 418"},
+		{`dial: server answered HTTP 503 Service Unavailable: {"error":"edge e1 has lost the NATS cluster since 2026-11-26T19:00:00Z"}`, "server: 503 service unavailable (no cluster)"},
+		{"edge ws://b: dial: server answered HTTP 404 Not Found: x", "edge ws://b: server: 404 not found (no channel)"},
+		{"dial: dial tcp 127.0.0.1:1: connect: connection refused", "dial: dial tcp 127.0.0.1:1: connect: connection refused"},
+		{"server closed the connection (1013):\nedge e1\tgone", "server closed the connection (1013): edge e1 gone"},
+		{"dial: " + long, "dial: " + strings.TrimSpace(long)[:link.MaxGlassReason-9] + "..."},
+	} {
+		got := link.GlassReason(tt.reason)
+		if got != tt.want {
+			t.Errorf("GlassReason(%q) = %q, want %q", tt.reason, got, tt.want)
+		}
+		if utf8.RuneCountInString(got) > link.MaxGlassReason || strings.ContainsAny(got, "\n{") {
+			t.Errorf("GlassReason(%q) = %q: not one short line", tt.reason, got)
+		}
+	}
 }

@@ -7,6 +7,11 @@
 //	      [--tag KEY=VALUE]... [--idle-seconds N] [--idle-text TEXT] [--backlight-off-after N]
 //	      [--supervise [--update-gate DURATION]] [--release-key FILE]
 //
+// Without hardware, --board sim draws a VT100 chat console in this
+// terminal, and --board sim-lcd the emulated 20x4 HD44780 LCD (the glass
+// of termrig demo) with the keyboard as its keypad; both log to
+// state-dir/termd.log, never over the screen.
+//
 // With --supervise termd runs as the supervisor of termd itself (its
 // child, the worker, with the same flags): a signed release the worker
 // downloads and stages runs on trial and replaces the binary only after
@@ -22,8 +27,9 @@
 // As a kiosk termd shows the notices the server pushes (they take over
 // the screen for their display_seconds; an alert blinks the backlight; a
 // key dismisses them), and with --idle-seconds an unattended screen shows
-// the latest notice, --idle-text or a clock; --backlight-off-after turns
-// the backlight off. The key that wakes the screen types nothing.
+// --idle-text (else the latest notice, else a clock), and while offline
+// also why on its bottom row; --backlight-off-after turns the backlight
+// off. The key that wakes the screen types nothing.
 //
 // Offline, the status line says why in short ("unknown CA", "token
 // refused"); the send key with nothing typed (keypad '#', console Enter on
@@ -52,8 +58,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -100,16 +104,13 @@ func run(ctx context.Context, args []string) error {
 	}
 	worker := update.FromEnv()
 	if uf.supervise && worker == nil {
-		var out io.Writer = os.Stderr
-		if cfg.LogFile != "" {
-			f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-			if err != nil {
-				return fmt.Errorf("--log-file: %w", err)
-			}
-			defer f.Close()
-			out = f
+		// The worker's log file (never the screen of the sim board), and
+		// so the worker's log ring too.
+		log, closeLog, err := app.SupervisorLog(cfg)
+		if err != nil {
+			return err
 		}
-		log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: cfg.LogLevel})).With("supervisor", true)
+		defer closeLog()
 		return update.Supervise(ctx, update.Config{Args: args, StateDir: cfg.StateDir, Gate: uf.gate, Logger: log})
 	}
 	if worker != nil {
@@ -162,7 +163,7 @@ func parseFlags(args []string) (cfg app.Config, uf updateFlags, done bool, err e
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	tags := tagFlag{}
 	fs.Var(tags, "tag", "operator tag `key=value` sent to the server's device registry (repeatable), e.g. --tag site=lobby")
-	idleSeconds := fs.Int("idle-seconds", 0, "after `N` seconds without a key show the latest notice, --idle-text or a clock (0: never; default: the board's kiosk.idleSeconds)")
+	idleSeconds := fs.Int("idle-seconds", 0, "after `N` seconds without a key show --idle-text, else the latest notice, else a clock, and while offline why (0: never; default: the board's kiosk.idleSeconds)")
 	idleText := fs.String("idle-text", "", "`text` of the idle screen (default: the board's kiosk.idleText, else a clock)")
 	backlightOff := fs.Int("backlight-off-after", 0, "turn the LCD backlight off after `N` seconds without a key (0: never; default: the board's kiosk.backlightOffAfter)")
 	stream := fs.Bool("stream", true, "show an answer as the agent writes it, when the server streams (capability stream); --stream=false: whole answers only")

@@ -24,7 +24,8 @@ func TestTermdOfflineReasonOnConsole(t *testing.T) {
 		name  string
 		start func(t *testing.T) (args string)
 		short string
-		full  string
+		full  string // in the log, and on the screen unless page is set
+		page  string // on the screen, for a reason whose full text has the server's body
 	}{
 		{"bad CA", func(t *testing.T) string {
 			dir := t.TempDir()
@@ -34,7 +35,7 @@ func TestTermdOfflineReasonOnConsole(t *testing.T) {
 				c.TLS = config.TLS{CertFile: srv.CertFile, KeyFile: srv.KeyFile}
 			})
 			return fmt.Sprintf("--server %s --ca-file %s", s.URL, testpki.NewCA(t, dir, "other").File)
-		}, "offline (unknown CA)", "server certificate is signed by an unknown authority"},
+		}, "offline (unknown CA)", "server certificate is signed by an unknown authority", ""},
 		{"wrong token", func(t *testing.T) string {
 			s := servertest.Start(t, func(c *config.Config) {
 				ch := c.Channels["terminal-dev"]
@@ -46,7 +47,10 @@ func TestTermdOfflineReasonOnConsole(t *testing.T) {
 				t.Fatal(err)
 			}
 			return fmt.Sprintf("--server %s --peer-id kiosk-1 --token-file %s", s.URL, tok)
-		}, "offline (token refused)", "server answered HTTP 401"},
+		}, "offline (token refused)", "server answered HTTP 401", "server: 401 unauthorized (token refused)"},
+		{"wrong channel", func(t *testing.T) string {
+			return fmt.Sprintf("--server %s --channel lobby", servertest.Start(t, nil).Addr)
+		}, "offline (no channel)", "server answered HTTP 404 Not Found", "server: 404 not found (no channel)"},
 		{"refused certificate", func(t *testing.T) string {
 			dir := t.TempDir()
 			ca := testpki.NewCA(t, dir, "lab")
@@ -60,8 +64,11 @@ func TestTermdOfflineReasonOnConsole(t *testing.T) {
 				c.Channels["terminal-dev"] = ch
 			})
 			return fmt.Sprintf("--server %s --ca-file %s --cert %s --key %s --peer-id kiosk-9", s.URL, ca.File, kiosk.CertFile, kiosk.KeyFile)
-		}, "offline (peer mismatch)", "certificate is for peer kiosk-1, connect says kiosk-9"},
+		}, "offline (peer mismatch)", "certificate is for peer kiosk-1, connect says kiosk-9", ""},
 	} {
+		if tc.page == "" {
+			tc.page = tc.full
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			state := filepath.Join(t.TempDir(), "state")
@@ -70,13 +77,16 @@ func TestTermdOfflineReasonOnConsole(t *testing.T) {
 			if !strings.Contains(s, "Enter: why") {
 				t.Errorf("the status line does not say how to see why:\n%s", s)
 			}
-			if strings.Contains(s, tc.full) {
+			if strings.Contains(s, tc.page) {
 				t.Errorf("the full reason is on the screen before it was asked for:\n%s", s)
 			}
 			tm("send-keys", "Enter")
-			s = waitFlat(t, tm, tc.full)
+			s = waitFlat(t, tm, tc.page)
 			if !strings.Contains(s, "next try at") {
 				t.Errorf("the full reason does not say when the next try is:\n%s", s)
+			}
+			if strings.Contains(s, `"error"`) || strings.Contains(s, "server answered") {
+				t.Errorf("the server's answer reached the screen as it came:\n%s", s)
 			}
 			// Three attempts (1s, then 2s apart), one INFO line.
 			logFile := filepath.Join(state, "termd.log")
@@ -92,7 +102,7 @@ func TestTermdOfflineReasonOnConsole(t *testing.T) {
 				t.Errorf("%d INFO offline lines, want 1 with the reason and the next try:\n%s", n, log)
 			}
 			// The conversation has the reason once: the one asked for.
-			if n := strings.Count(flat(tm("capture-pane", "-p")), tc.full); n != 1 {
+			if n := strings.Count(flat(tm("capture-pane", "-p")), tc.page); n != 1 {
 				t.Errorf("the reason is %d times on the screen, want once:\n%s", n, tm("capture-pane", "-p"))
 			}
 			tm("send-keys", "C-d")

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -204,6 +205,75 @@ func TestTermdSupervisedUpdate(t *testing.T) {
 	})
 	if _, err := os.Stat(exe + update.StagedSuffix); err == nil {
 		t.Error("the broken release is still staged")
+	}
+	// The remote log (the running worker's log ring) has the
+	// supervisor's lines about the rollback and the lines of the
+	// processes before this one.
+	testwait.UntilOK(t, "the rollback in the remote log", func() error {
+		body := peerLogs(t, srv.Addr, "kiosk-u")
+		for _, want := range []string{`msg="update: starting the new release on trial" supervisor=true version=v1.2.0`,
+			`msg="update failed; running the previous binary" supervisor=true version=v1.2.0`, `msg="termd stopped"`} {
+			if !strings.Contains(body, want) {
+				log, _ := os.ReadFile(filepath.Join(dir, "termd.log"))
+				return fmt.Errorf("no %q in:\n%s\ntermd.log:\n%s", want, body, log)
+			}
+		}
+		return nil
+	})
+	tm("send-keys", "C-d")
+	waitScreen("EXIT=0")
+}
+
+// peerLogs is the device's remote log (GET .../logs through the server),
+// or the status and the server's answer while it cannot answer.
+func peerLogs(t *testing.T, addr, peer string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/api/channels/terminal-dev/peers/" + peer + "/logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Sprintf("HTTP %d %s", resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// termd --supervise on the sim board without --log-file: the
+// supervisor's lines go to the worker's log (StateDir/termd.log), never
+// over the screen, and into the worker's log ring (the remote log).
+func TestTermdSupervisedLogsOffTheScreen(t *testing.T) {
+	t.Parallel()
+	if childtest.Emulator() != "" {
+		t.Skip("under qemu-user the ARM supervisor execs its ARM worker directly, which qemu-user does not follow")
+	}
+	srv := servertest.Start(t, nil)
+	state := filepath.Join(t.TempDir(), "state")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A state file the supervisor cannot read: it logs an error at start.
+	if err := os.WriteFile(filepath.Join(state, update.StateFile), []byte("not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tm, waitScreen := termdInTmux(t, fmt.Sprintf("%s --supervise --server %s --board sim --state-dir %s --peer-id kiosk-l", termd, srv.URL, state))
+	s := waitScreen("online")
+	if strings.Contains(s, "supervisor=true") || strings.Contains(s, "unreadable") {
+		t.Fatalf("the supervisor's log is on the screen:\n%s", s)
+	}
+	if log, err := os.ReadFile(filepath.Join(state, "termd.log")); err != nil || !strings.Contains(string(log), `msg="update state unreadable; set aside, any staged release dropped"`) ||
+		!strings.Contains(string(log), "supervisor=true") {
+		t.Fatalf("termd.log has not the supervisor's line: %v\n%s", err, log)
+	}
+	testwait.UntilOK(t, "the supervisor's line in the remote log", func() error {
+		if body := peerLogs(t, srv.Addr, "kiosk-l"); !strings.Contains(body, "update state unreadable") {
+			return fmt.Errorf("the remote log:\n%s", body)
+		}
+		return nil
+	})
+	if s := tm("capture-pane", "-p"); strings.Contains(s, "unreadable") {
+		t.Fatalf("the supervisor's log is on the screen:\n%s", s)
 	}
 	tm("send-keys", "C-d")
 	waitScreen("EXIT=0")

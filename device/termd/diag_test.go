@@ -234,3 +234,51 @@ func TestDiagCapabilityAndLog(t *testing.T) {
 		t.Fatalf("ring %q, file %q", ring.Tail(0), data)
 	}
 }
+
+// The log ring starts with the end of the log file: the lines the update
+// supervisor and the processes before this one wrote there (after a
+// rollback the remote log says why), from a line's start, as much as the
+// ring holds.
+func TestLogRingStartsWithTheLogFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "termd.log")
+	var before strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&before, "time=x level=INFO msg=\"line %d\" supervisor=true\n", i)
+	}
+	if err := os.WriteFile(file, []byte(before.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	profile, err := boards.Select("sim", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := logring.New(1024)
+	log, _, closeLog := openLog(Config{LogFile: file, StateDir: t.TempDir()}, profile, nil, ring)
+	log.Info("termd starting")
+	closeLog()
+	tail := string(ring.Tail(0))
+	if !strings.HasPrefix(tail, "time=x level=INFO msg=\"line ") || !strings.Contains(tail, "msg=\"line 99\" supervisor=true\n") ||
+		!strings.HasSuffix(tail, "msg=\"termd starting\"\n") || len(tail) > 1024 {
+		t.Fatalf("the ring: %q", tail)
+	}
+}
+
+// The supervisor logs into the worker's file: on the sim board (the
+// display is this terminal) StateDir/termd.log, never stderr; a
+// --log-file that cannot be opened is an error.
+func TestSupervisorLogIsTheWorkersFile(t *testing.T) {
+	state := t.TempDir()
+	log, closeLog, err := SupervisorLog(Config{Board: "sim", StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Error("update failed; running the previous binary")
+	closeLog()
+	data, err := os.ReadFile(filepath.Join(state, "termd.log"))
+	if err != nil || !strings.Contains(string(data), `msg="update failed; running the previous binary" supervisor=true`) {
+		t.Fatalf("termd.log: %q %v", data, err)
+	}
+	if _, _, err := SupervisorLog(Config{Board: "sim", StateDir: state, LogFile: filepath.Join(state, "no", "such", "dir")}); err == nil || !strings.Contains(err.Error(), "--log-file") {
+		t.Fatalf("a --log-file that cannot be opened: %v", err)
+	}
+}

@@ -13,6 +13,7 @@
 package termd
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -162,11 +163,16 @@ func (s *setup) run(ctx context.Context) error {
 	}
 	defer hw.Close()
 	s.hw = hw
+	// The board's drivers outlive ctx: the daemon draws its last screen
+	// ("offline: stopped") after ctx ended, and an LCDd connection or a
+	// serial port must still be there for it. They stop after that.
+	bctx, stopBoard := context.WithCancel(context.WithoutCancel(ctx))
 	hctx, stopHW := context.WithCancel(ctx)
 	hwDone := make(chan error, 1)
-	go func() { hwDone <- hw.Run(hctx) }()
+	go func() { hwDone <- hw.Run(bctx) }()
 	fail := func(err error) error {
 		stopHW()
+		stopBoard()
 		<-hwDone
 		return err
 	}
@@ -234,6 +240,7 @@ func (s *setup) run(ctx context.Context) error {
 	}()
 	err = d.Run(ctx)
 	stopHW()
+	stopBoard()
 	<-keepDone
 	<-healthDone
 	<-fleetDone
@@ -303,28 +310,40 @@ func peerID(cfg Config) (id string, unkept, err error) {
 	return state.PeerID(cfg.StateDir)
 }
 
+// logFile is where the log goes: cfg.LogFile, else StateDir/termd.log
+// when the display is this terminal, else "" (stderr); onConsole: stderr
+// is the display, so nothing may be written there.
+func logFile(cfg Config, profile *boards.Profile) (file string, onConsole bool) {
+	onConsole = profile.Display.Kind == boards.Console && profile.Serial == nil || profile.Display.Kind == boards.HD44780Emu
+	file = cfg.LogFile
+	if file == "" && onConsole {
+		file = filepath.Join(cfg.StateDir, "termd.log")
+	}
+	return file, onConsole
+}
+
 // openLog opens the log: cfg.LogFile, else stderr, except when the display
 // is this terminal (then StateDir/termd.log). A log file that cannot be
 // opened does not stop termd (the display is worth more than the log);
 // it and stateErr are logged. Every line also goes to ring (the end of
-// the log a diag request asks for). Its level starts at cfg.LogLevel.
+// the log a diag request asks for), which starts with the end of the log
+// file: the lines the update supervisor and the processes before this one
+// wrote there (after a rollback, why the release failed). Its level
+// starts at cfg.LogLevel.
 func openLog(cfg Config, profile *boards.Profile, stateErr error, ring io.Writer) (*slog.Logger, *slog.LevelVar, func()) {
 	var out io.Writer = os.Stderr
 	closeLog := func() {}
-	onConsole := profile.Display.Kind == boards.Console && profile.Serial == nil
-	file := cfg.LogFile
-	if file == "" && onConsole {
-		file = filepath.Join(cfg.StateDir, "termd.log")
-	}
+	file, onConsole := logFile(cfg, profile)
 	var logErr error
 	if file != "" {
-		f, err := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		f, err := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_RDWR, 0o600)
 		if err != nil {
 			logErr = fmt.Errorf("--log-file: %w", err)
 			if onConsole {
 				out = io.Discard // stderr is the display
 			}
 		} else {
+			seedRing(ring, f)
 			out, closeLog = f, func() { f.Close() }
 		}
 	}
@@ -337,6 +356,65 @@ func openLog(cfg Config, profile *boards.Profile, stateErr error, ring io.Writer
 		}
 	}
 	return log, level, closeLog
+}
+
+// seedRing writes the end of the log file f into ring (as much as the
+// ring holds, from a line's start). A file that cannot be read (a FIFO,
+// /dev/stderr) seeds nothing.
+func seedRing(ring io.Writer, f *os.File) {
+	size := int64(logring.DefaultSize)
+	if r, ok := ring.(interface{ Size() int }); ok {
+		size = int64(r.Size())
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
+		return
+	}
+	from := max(st.Size()-size, 0)
+	buf := make([]byte, st.Size()-from)
+	n, err := f.ReadAt(buf, from)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return
+	}
+	buf = buf[:n]
+	if from > 0 { // a line cut at its start: from the next one
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			return
+		}
+		buf = buf[i+1:]
+	}
+	_, _ = ring.Write(buf)
+}
+
+// SupervisorLog is the update supervisor's log (termd --supervise): the
+// same file as the worker's (cfg.LogFile, else StateDir/termd.log when
+// the board's display is this terminal, else stderr), so that its lines
+// never land on the screen and the worker's log ring has them (openLog
+// seeds it with the file's end). Its lines carry supervisor=true. Only a
+// --log-file that cannot be opened is an error.
+func SupervisorLog(cfg Config) (*slog.Logger, func(), error) {
+	var out io.Writer = os.Stderr
+	closeLog := func() {}
+	file, onConsole := cfg.LogFile, false
+	if profile, err := boards.Select(cfg.Board, cfg.BoardFile); err == nil { // a bad board: the worker says so
+		file, onConsole = logFile(cfg, profile)
+	}
+	if file != "" {
+		if cfg.LogFile == "" {
+			_ = os.MkdirAll(cfg.StateDir, 0o700)
+		}
+		f, err := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		switch {
+		case err == nil:
+			out, closeLog = f, func() { f.Close() }
+		case cfg.LogFile != "":
+			return nil, nil, fmt.Errorf("--log-file: %w", err)
+		case onConsole:
+			out = io.Discard // stderr is the display; the worker reports the state dir
+		}
+	}
+	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: cfg.LogLevel})).With("supervisor", true), closeLog, nil
 }
 
 // kiosk is the board's kiosk block with cfg's overrides.

@@ -75,8 +75,16 @@ type Opts struct {
 	// MinRetry and MaxRetry bound the reconnect backoff; default 250ms
 	// and 30s.
 	MinRetry, MaxRetry time.Duration
-	Logger             *slog.Logger
+	// ComingFor is how long the first connection may take (LCDd starting
+	// beside termd) before its failures are warned about: until then they
+	// are logged at DEBUG, then one WARN says LCDd is not answering, and
+	// the tries go on quietly until it does. Default DefaultComingFor.
+	ComingFor time.Duration
+	Logger    *slog.Logger
 }
+
+// DefaultComingFor is Opts.ComingFor's default.
+const DefaultComingFor = 10 * time.Second
 
 // Stats counts what went over the socket.
 type Stats struct {
@@ -134,6 +142,7 @@ func New(o Opts) *Dev {
 	def(&o.PingInterval, 30*time.Second)
 	def(&o.MinRetry, 250*time.Millisecond)
 	def(&o.MaxRetry, 30*time.Second)
+	def(&o.ComingFor, DefaultComingFor)
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
@@ -319,13 +328,16 @@ func (d *Dev) dropLocked(err error) error {
 }
 
 // Run connects to LCDd and keeps the connection, reconnecting with backoff
-// whenever it is lost, until ctx ends. It returns ctx.Err().
+// whenever it is lost, until ctx ends. It returns ctx.Err(). A first
+// connection still coming is not warned about before Opts.ComingFor.
 func (d *Dev) Run(ctx context.Context) error {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = d.o.MinRetry
 	bo.MaxInterval = d.o.MaxRetry
 	bo.MaxElapsedTime = 0
 	bo.Reset()
+	began := time.Now()
+	warned := false // that the first connection is not coming
 	for {
 		start := time.Now()
 		err := d.session(ctx)
@@ -336,7 +348,19 @@ func (d *Dev) Run(ctx context.Context) error {
 			bo.Reset() // it was a stable session
 		}
 		wait := bo.NextBackOff()
-		d.log.Warn("lcdproc: LCDd connection lost; retrying", "err", err, "retry_in", wait.Round(time.Millisecond))
+		d.mu.Lock()
+		ever := d.stats.Connects > 0
+		d.mu.Unlock()
+		switch {
+		case ever:
+			d.log.Warn("lcdproc: LCDd connection lost; retrying", "err", err, "retry_in", wait.Round(time.Millisecond))
+		case !warned && time.Since(began) >= d.o.ComingFor:
+			warned = true
+			d.log.Warn("lcdproc: LCDd is not answering; trying on quietly until it does", "err", err,
+				"since", time.Since(began).Round(time.Second), "retry_in", wait.Round(time.Millisecond))
+		default:
+			d.log.Debug("lcdproc: LCDd not connected yet; retrying", "err", err, "retry_in", wait.Round(time.Millisecond))
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
