@@ -216,6 +216,9 @@ func (m *Manager) plan(r *Rollout, peers []registry.Peer, now time.Time) ([]Devi
 			d.State, d.Reason = Installed, "it runs "+r.Version+" already"
 		case p.Platform == "":
 			d.State, d.Reason = Skipped, "it reported no platform"
+		case !r.AllowDowngrade && isDowngrade(r.Version, p.Version):
+			// The device would refuse it; the server knows before it asks.
+			d.State, d.Reason = Skipped, "it runs "+p.Version+", newer than "+r.Version+": a downgrade (start the rollout with allow_downgrade to send it)"
 		default:
 			if _, ok := m.opt.Releases.Manifest(r.Version, p.Platform); !ok {
 				d.State, d.Reason = Skipped, "no release "+r.Version+" for its platform "+p.Platform
@@ -726,4 +729,13 @@ func (m *Manager) viewLocked(e *entry, devices bool) Rollout {
 		r.Devices[i].Online = &on
 	}
 	return r
+}
+
+// isDowngrade reports whether target is older than running, by the rule
+// termd applies (release.CompareVersions); versions that do not order
+// (a development build) are not taken for a downgrade: the device
+// decides.
+func isDowngrade(target, running string) bool {
+	c, err := release.CompareVersions(target, running)
+	return err == nil && c < 0
 }

@@ -425,6 +425,41 @@ func TestSkipped(t *testing.T) {
 	}
 }
 
+// Issue 40 deliver 3: a rollout to a version older than a device runs
+// is a downgrade the device would refuse; the server knows the version
+// it runs and skips it, saying so, unless the rollout allows downgrades.
+// A version that does not order (a development build) is left to the
+// device.
+func TestDowngradeSkipped(t *testing.T) {
+	f := fleetOf(1)
+	f.add("newer", "v3.1", "linux/arm/6", true, nil)
+	f.add("devel", "devel", "linux/arm/6", true, nil)
+	m := open(t, f, t.TempDir(), nil)
+	r, err := m.Create(ch, Request{Version: "v2", Target: Target{All: true}, Canary: 3}, "otto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := devState(r, "newer"); d.State != Skipped || !strings.Contains(d.Reason, "it runs v3.1, newer than v2: a downgrade") {
+		t.Errorf("a device on v3.1 in a rollout of v2: %+v, want skipped as a downgrade", d)
+	}
+	if d := devState(r, "devel"); d.State == Skipped {
+		t.Errorf("a device on a development build: %+v, want it sent (the device decides)", d)
+	}
+	eq(t, "sent", f.takeSent(), []string{"d01", "devel"})
+
+	f2 := fleetOf(0)
+	f2.add("newer", "v3.1", "linux/arm/6", true, nil)
+	m2 := open(t, f2, t.TempDir(), nil)
+	r, err = m2.Create(ch, Request{Version: "v2", Target: Target{All: true}, Canary: 1, AllowDowngrade: true}, "otto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := devState(r, "newer"); d.State == Skipped {
+		t.Errorf("a downgrade allowed: %+v, want it sent", d)
+	}
+	eq(t, "sent", f2.takeSent(), []string{"newer"})
+}
+
 // Refusals with their reasons, and the bounds.
 func TestCreateRefusals(t *testing.T) {
 	f := fleetOf(4)

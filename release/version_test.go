@@ -1,4 +1,4 @@
-package update
+package release
 
 import "testing"
 
