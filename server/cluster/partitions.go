@@ -108,6 +108,9 @@ type worker struct {
 	healed     time.Time     // the last look at the consumers (heal.go; loop's)
 	kick       chan struct{} // a consumer lost deliveries: heal at once (consumeFn)
 	startHook  func(p int)   // tests: called as partition p's start begins (a take or a recreation)
+	// infoHook, tests: what a take reads of the inbound stream (a stale
+	// answer).
+	infoHook func(*jetstream.StreamInfo) *jetstream.StreamInfo
 }
 
 // RunWorker makes this node a worker: it takes the partitions that
@@ -672,7 +675,7 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	}
 	// Everything an earlier consumer could have delivered is at or below
 	// the stream's last sequence now.
-	si, err := w.n.inInfo(ctx)
+	si, err := w.currentInfo(ctx, max(floor, suspect))
 	if err != nil {
 		_ = w.n.in.DeleteConsumer(ctx, name)
 		return fmt.Errorf("reading %s: %w", InStream, err)
@@ -703,6 +706,39 @@ func (w *worker) start(ctx context.Context, p int, part *partition) error {
 	w.n.log.Info("cluster: partition taken", "partition", p, "consumer", name, "from_seq", cfg.OptStartSeq,
 		"fence", part.fence.Load(), "suspect", part.suspect.Load())
 	return nil
+}
+
+// currentInfo reads the inbound stream's info, again while its last
+// sequence is below known (what its consumers had acked or been given):
+// a stream leader not caught up, or a partitioned one that has not yet
+// stepped down, answers with an older state. Jepsen seed 189: n1, cut
+// off for 14 s, answered a take just after it came back with a last
+// sequence of 110 while the old consumer's ack floor was 118; the fence
+// was set at 110, and a message the dead owner had started (above 110)
+// passed it as new and ran again with no interruption recorded.
+func (w *worker) currentInfo(ctx context.Context, known uint64) (*jetstream.StreamInfo, error) {
+	wait := 50 * time.Millisecond
+	for {
+		si, err := w.n.inInfo(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if w.infoHook != nil {
+			si = w.infoHook(si)
+		}
+		if si.State.LastSeq >= known {
+			return si, nil
+		}
+		leader := ""
+		if si.Cluster != nil {
+			leader = si.Cluster.Leader
+		}
+		w.n.log.Warn("cluster: the inbound stream's info is behind its consumers; reading it again",
+			"last_seq", si.State.LastSeq, "known", known, "leader", leader)
+		if wait = pause(ctx, wait); ctx.Err() != nil {
+			return nil, fmt.Errorf("its last sequence %d stayed behind what its consumers had (%d): %w", si.State.LastSeq, known, ctx.Err())
+		}
+	}
 }
 
 // inherit records that partition p's earlier owners were given up to

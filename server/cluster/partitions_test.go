@@ -880,3 +880,63 @@ func TestSlowHealKeepsTheLeases(t *testing.T) {
 		t.Errorf("%d leases expired and were taken again while partition 0's consumer was recreated, want none", r)
 	}
 }
+
+// A take whose read of the inbound stream answers a last sequence below
+// what the earlier consumers had acked or been given (a stream leader
+// not caught up, or a partitioned one not yet stepped down) reads it
+// again: its fence would be too low, and a message the dead owner may
+// have started would pass it as new and run with no claim read (jepsen
+// seed 189: fence 110, the old consumer's ack floor 118).
+func TestTakeReadsTheStreamAgainWhenItIsBehind(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Deadline)
+	defer cancel()
+	n := openWorkerNode(t, ctx, 1, time.Minute, time.Second)
+	given := make(chan uint64, 16)
+	hooks := func(me string) WorkerHooks {
+		return WorkerHooks{Me: me, Deliver: func(_ context.Context, d *Delivery) { given <- d.Seq }, Unfinished: func(int) int { return 0 }}
+	}
+	oldOwner := &worker{n: n, hooks: hooks("w1#a"), owned: map[int]*partition{}}
+	po := &partition{}
+	if err := oldOwner.start(ctx, 0, po); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"m-1", "m-2", "m-3"} {
+		if _, err := n.PublishInbound(ctx, bus.Inbound{ChannelID: "c", PeerID: "peer", SessionKey: "c:a:peer", MessageID: id, Text: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		select {
+		case <-given:
+		case <-ctx.Done():
+			t.Fatal("the first owner was not given m-1..m-3")
+		}
+	}
+	po.cc.Stop()
+
+	stale := 2
+	var reads atomic.Int32
+	newOwner := &worker{n: n, hooks: hooks("w2#b"), owned: map[int]*partition{},
+		infoHook: func(si *jetstream.StreamInfo) *jetstream.StreamInfo {
+			reads.Add(1)
+			if stale == 0 {
+				return si
+			}
+			stale--
+			old := *si
+			old.State.LastSeq = 1 // what a leader behind answers
+			return &old
+		}}
+	pn := &partition{}
+	if err := newOwner.start(ctx, 0, pn); err != nil {
+		t.Fatal(err)
+	}
+	pn.cc.Stop()
+	if pn.fence.Load() != 3 || pn.suspect.Load() != 3 {
+		t.Errorf("taken with two stale reads of the stream: fence %d suspect %d, want 3 and 3 (the old consumer was given m-3)", pn.fence.Load(), pn.suspect.Load())
+	}
+	if r := reads.Load(); r != 3 {
+		t.Errorf("the stream was read %d times, want 3 (two stale answers, then a current one)", r)
+	}
+}
