@@ -180,7 +180,7 @@ func parseFlags(args []string) (cfg app.Config, uf updateFlags, done bool, err e
 		return cfg, uf, false, fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
 	}
 	if *showVersion {
-		fmt.Fprint(fs.Output(), versionText())
+		fmt.Fprint(os.Stdout, versionText()) // stdout, as termserver and termrig print theirs
 		return cfg, uf, true, nil
 	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(*level)); err != nil {

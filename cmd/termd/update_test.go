@@ -299,3 +299,19 @@ func TestTermdReleaseKeyErrors(t *testing.T) {
 		}
 	}
 }
+
+// Issue 40 row 11: termd --version prints on stdout (as termserver and
+// termrig do), nothing on stderr, and exits 0.
+func TestVersionOnStdout(t *testing.T) {
+	t.Parallel()
+	exe := buildTermd(t, "", "termlink/cmd/termd", "v9.8.7")
+	cmd := exec.Command(exe, "--version")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("termd --version: %v (stderr %q)", err, stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "termd v9.8.7") || stderr.Len() != 0 {
+		t.Errorf("termd --version: stdout %q, stderr %q; want the version on stdout and nothing on stderr", stdout.String(), stderr.String())
+	}
+}
