@@ -2,7 +2,10 @@ package session
 
 import (
 	"bytes"
+	"encoding/json"
+	"reflect"
 	"testing"
+	"unicode/utf8"
 )
 
 // generalJSON is a record's line written by the general encoder (the one
@@ -63,4 +66,142 @@ func BenchmarkRecordAppendJSON(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// mirrorRecord is Record as encoding/json writes it with struct tags, the
+// reference for the hand-written encoder: the same fields in the same
+// order, and the one Extra field the server writes ("event").
+type mirrorRecord struct {
+	Role         string   `json:"role"`
+	Content      string   `json:"content"`
+	Timestamp    string   `json:"timestamp,omitempty"`
+	MessageID    string   `json:"message_id,omitempty"`
+	RunID        string   `json:"run_id,omitempty"`
+	FinishReason string   `json:"finish_reason,omitempty"`
+	Media        []string `json:"media,omitempty"`
+	Event        *string  `json:"event,omitempty"`
+}
+
+func (m mirrorRecord) record() Record {
+	r := Record{Role: m.Role, Content: m.Content, Timestamp: m.Timestamp, MessageID: m.MessageID, RunID: m.RunID,
+		FinishReason: m.FinishReason, Media: m.Media}
+	if m.Event != nil {
+		r.Extra = map[string]any{"event": *m.Event}
+	}
+	return r
+}
+
+// referenceJSON is what encoding/json writes for m (HTML left unescaped,
+// as in the session file), without the newline.
+func referenceJSON(t testing.TB, m mirrorRecord) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// strictRecord parses line with encoding/json, refusing unknown fields
+// and trailing data.
+func strictRecord(t testing.TB, line []byte) Record {
+	d := json.NewDecoder(bytes.NewReader(line))
+	d.DisallowUnknownFields()
+	var m mirrorRecord
+	if err := d.Decode(&m); err != nil {
+		t.Fatalf("strict parse of %s: %v", line, err)
+	}
+	if d.More() {
+		t.Fatalf("strict parse of %s: data after the object", line)
+	}
+	if len(m.Media) == 0 {
+		m.Media = nil
+	}
+	return m.record()
+}
+
+// checkRecordEncode: the encoder writes m as encoding/json does, as one
+// line, and every parser of the package reads it back as the strict
+// parser does (and as m itself when its text is valid UTF-8).
+func checkRecordEncode(t *testing.T, m mirrorRecord) {
+	t.Helper()
+	r := m.record()
+	want := referenceJSON(t, m)
+	got, err := r.appendJSON([]byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got = got[1:]; !bytes.Equal(got, want) {
+		t.Fatalf("record %#v\n got %s\nwant %s", r, got, want)
+	}
+	lines, err := appendRecords(nil, []Record{r}, MaxLineSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Timestamp != "" && !bytes.Equal(lines, append(want, '\n')) {
+		t.Fatalf("appendRecords wrote %q, want %q", lines, want)
+	}
+	strict := strictRecord(t, got)
+	if len(m.Media) == 0 {
+		r.Media = nil
+	}
+	valid := true
+	for _, s := range append([]string{m.Role, m.Content, m.Timestamp, m.MessageID, m.RunID, m.FinishReason}, m.Media...) {
+		valid = valid && utf8.ValidString(s)
+	}
+	if valid && (m.Event == nil || utf8.ValidString(*m.Event)) && !reflect.DeepEqual(strict, r) {
+		t.Fatalf("strict parse\n got %#v\nwant %#v", strict, r)
+	}
+	var general Record
+	if err := general.UnmarshalJSON(got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(general, strict) {
+		t.Fatalf("UnmarshalJSON\n got %#v\nwant %#v", general, strict)
+	}
+	if fast, ok := fastRecord(got); ok && !reflect.DeepEqual(fast, strict) {
+		t.Fatalf("fastRecord\n got %#v\nwant %#v", fast, strict)
+	}
+	decoded, err := DecodeRecords(append(got, '\n'))
+	if err != nil || len(decoded) != 1 || !reflect.DeepEqual(decoded[0], strict) {
+		t.Fatalf("DecodeRecords: %#v, %v; want %#v", decoded, err, strict)
+	}
+}
+
+func TestRecordEncodeMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	ev := "run_started"
+	empty := ""
+	for _, m := range []mirrorRecord{
+		{Role: "user", Content: "hi", Timestamp: "2026-03-15T14:30:00.123456", MessageID: "m-1"},
+		{Role: "system", Content: "the run of message m-1 started", MessageID: "m-1", RunID: "r", Event: &ev},
+		{Role: "assistant", Content: "You said: <b>&\"\\\n\x00\x7f\u2028\xff", FinishReason: "stop", Media: []string{"a", "<b>"}},
+		{Event: &empty, Media: []string{""}},
+		{},
+	} {
+		checkRecordEncode(t, m)
+	}
+}
+
+// FuzzRecordEncode compares the record encoder with encoding/json on
+// random records and parses its output with the strict parser and the
+// package's own.
+func FuzzRecordEncode(f *testing.F) {
+	f.Add("user", "hello <b>&amp;</b>", "2026-03-15T14:30:00.123456", "m-1", "run-1", "", "", "", uint8(0), "", false)
+	f.Add("system", "the run of message m-1 started", "", "m-1", "run-1", "", "", "", uint8(0), "run_started", true)
+	f.Add("assistant", "\xff\u2029\x01\"\\", "t", "", "", "stop", "a.png", "\xfe", uint8(2), "", true)
+	f.Fuzz(func(t *testing.T, role, content, ts, mid, rid, fr, media0, media1 string, nmedia uint8, event string, hasEvent bool) {
+		m := mirrorRecord{Role: role, Content: content, Timestamp: ts, MessageID: mid, RunID: rid, FinishReason: fr}
+		switch nmedia % 3 {
+		case 1:
+			m.Media = []string{media0}
+		case 2:
+			m.Media = []string{media0, media1}
+		}
+		if hasEvent {
+			m.Event = &event
+		}
+		checkRecordEncode(t, m)
+	})
 }
