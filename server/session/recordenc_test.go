@@ -205,3 +205,33 @@ func FuzzRecordEncode(f *testing.F) {
 		checkRecordEncode(t, m)
 	})
 }
+
+// plainASCII agrees with a byte-by-byte check for every byte value at
+// every position of strings of 1 to 17 bytes (both sides of the
+// eight-byte loop), and appendString with encoding/json.
+func TestPlainASCII(t *testing.T) {
+	t.Parallel()
+	slow := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+				return false
+			}
+		}
+		return true
+	}
+	for n := 1; n <= 17; n++ {
+		for pos := 0; pos < n; pos++ {
+			for c := 0; c < 256; c++ {
+				b := bytes.Repeat([]byte{'a'}, n)
+				b[pos] = byte(c)
+				s := string(b)
+				if got, want := plainASCII(s), slow(s); got != want {
+					t.Fatalf("plainASCII(%q) = %v, want %v", s, got, want)
+				}
+				if got, want := appendString(nil, s), referenceJSON(t, mirrorRecord{Role: s}); !bytes.Contains(want, append([]byte(`{"role":`), got...)) {
+					t.Fatalf("appendString(%q) = %s; encoding/json writes %s", s, got, want)
+				}
+			}
+		}
+	}
+}
