@@ -89,3 +89,21 @@ func BenchmarkMessagePath(b *testing.B) {
 	}
 	b.ReportMetric(float64(processCPU()-cpu0)/float64(n), "cpu-ns/op")
 }
+
+// BenchmarkMessageEncode is the encoding share of BenchmarkMessagePath:
+// one message's records (the user message and its start, then the
+// reply) encoded after the write-ahead log's prefix, as record/local's
+// journal encodes them once for the log and the session file.
+func BenchmarkMessageEncode(b *testing.B) {
+	m := newBenchMsg("terminal-dev:local:dev-0001", "m-00000001", "hello from the desk terminal, what is the weather like")
+	recs := make([]Record, 0, 2)
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, tmpl := range [][]Record{m.accept, m.finish} {
+			recs = append(recs[:0], tmpl...)
+			if _, err := EncodeRecordsAfter(m.key+"\n", recs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
