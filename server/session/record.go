@@ -117,20 +117,29 @@ func (r Record) MarshalJSON() ([]byte, error) {
 }
 
 func (r Record) appendJSON(dst []byte) ([]byte, error) {
+	return r.appendJSONAt(dst, nil)
+}
+
+// appendJSONAt is appendJSON writing now (a timestamp in [TimeLayout])
+// as the timestamp if r has none; nil: none.
+func (r Record) appendJSONAt(dst, now []byte) ([]byte, error) {
 	if len(r.Extra) == 0 {
-		return r.appendPlain(dst), nil
+		return r.appendPlain(dst, now), nil
 	}
 	if len(r.Extra) == 1 {
 		// A run's start or interruption (one per message): "event" sorts
 		// after every known field, so it goes last.
 		if ev, ok := r.Extra["event"].(string); ok {
-			dst = r.appendPlain(dst)
+			dst = r.appendPlain(dst, now)
 			dst = append(dst[:len(dst)-1], `,"event":`...)
 			return append(appendString(dst, ev), '}'), nil
 		}
 	}
 	if t, ok := r.Extra["_type"].(string); ok && t == "metadata" {
 		return nil, errors.New(`record has "_type":"metadata" in Extra`)
+	}
+	if r.Timestamp == "" && now != nil {
+		r.Timestamp = string(now)
 	}
 	return appendObject(dst, r.fields(), r.Extra)
 }
@@ -148,15 +157,20 @@ func (r Record) fields() []field {
 	}
 }
 
-// appendPlain is appendJSON for a record without Extra (every record the
-// server writes): the same bytes, written field by field without
+// appendPlain is appendJSONAt for a record without Extra (every record
+// the server writes): the same bytes, written field by field without
 // reflection or an encoder.
-func (r Record) appendPlain(dst []byte) []byte {
+func (r Record) appendPlain(dst, now []byte) []byte {
 	dst = append(dst, `{"role":`...)
 	dst = appendString(dst, r.Role)
 	dst = append(dst, `,"content":`...)
 	dst = appendString(dst, r.Content)
-	dst = optString(dst, `,"timestamp":`, r.Timestamp)
+	if r.Timestamp == "" && now != nil {
+		// Digits, '-', ':', '.' and 'T': nothing to escape.
+		dst = append(append(append(dst, `,"timestamp":"`...), now...), '"')
+	} else {
+		dst = optString(dst, `,"timestamp":`, r.Timestamp)
+	}
 	dst = optString(dst, `,"message_id":`, r.MessageID)
 	dst = optString(dst, `,"run_id":`, r.RunID)
 	dst = optString(dst, `,"finish_reason":`, r.FinishReason)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 	"unicode/utf8"
 )
@@ -142,6 +143,17 @@ func checkRecordEncode(t *testing.T, m mirrorRecord) {
 	if r.Timestamp != "" && !bytes.Equal(lines, append(want, '\n')) {
 		t.Fatalf("appendRecords wrote %q, want %q", lines, want)
 	}
+	if r.Timestamp == "" { // now's timestamp, written straight into the line
+		decoded, err := DecodeRecords(lines)
+		if err != nil || len(decoded) != 1 || len(decoded[0].Timestamp) != len(TimeLayout) {
+			t.Fatalf("appendRecords wrote %q: %v", lines, err)
+		}
+		withNow := m
+		withNow.Timestamp = decoded[0].Timestamp
+		if want := append(referenceJSON(t, withNow), '\n'); !bytes.Equal(lines, want) {
+			t.Fatalf("appendRecords wrote %q, want %q", lines, want)
+		}
+	}
 	strict := strictRecord(t, got)
 	if len(m.Media) == 0 {
 		r.Media = nil
@@ -233,5 +245,57 @@ func TestPlainASCII(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// EncodeRecordsAfter (record/local's journal, once per append on the
+// message path) makes one allocation, the buffer: it once made a string
+// of now's timestamp for the records without one (and set it in recs).
+// Its lines are EncodeRecords' for the same records.
+func TestEncodeRecordsAfterOneAllocation(t *testing.T) {
+	recs := []Record{
+		{Role: "user", Content: "hello", MessageID: "m-1", RunID: "run-1", Timestamp: "2026-03-15T14:30:00.123456"},
+		{Role: "system", Content: "the run of message m-1 started", MessageID: "m-1", RunID: "run-1", Extra: map[string]any{"event": "run_started"}},
+		{Role: "assistant", Content: "You said: hello", MessageID: "m-1", FinishReason: "stop", Media: []string{"a.png"}},
+	}
+	orig := slices.Clone(recs)
+	payload, err := EncodeRecordsAfter("k:1\n", recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(recs, orig) {
+		t.Fatalf("EncodeRecordsAfter changed recs: %+v", recs)
+	}
+	lines, ok := bytes.CutPrefix(payload, []byte("k:1\n"))
+	if !ok {
+		t.Fatalf("payload %q", payload)
+	}
+	decoded, err := DecodeRecords(lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := decoded[1].Timestamp
+	if len(now) != len(TimeLayout) || decoded[2].Timestamp != now {
+		t.Fatalf("timestamps %q, %q: want now's, the same", now, decoded[2].Timestamp)
+	}
+	for i := range recs {
+		if recs[i].Timestamp == "" {
+			recs[i].Timestamp = now
+		}
+	}
+	if want, err := EncodeRecords(recs); err != nil || !bytes.Equal(lines, want) {
+		t.Fatalf("lines\n%s\nEncodeRecords writes\n%s (%v)", lines, want, err)
+	}
+	if testing.Short() {
+		return
+	}
+	copy(recs, orig)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := EncodeRecordsAfter("k:1\n", recs); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 1 {
+		t.Fatalf("%v allocations per call, want 1", allocs)
 	}
 }

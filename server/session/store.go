@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"termlink/server/fdbudget"
 )
@@ -351,11 +352,14 @@ func EncodeRecords(recs []Record) ([]byte, error) {
 }
 
 // EncodeRecordsAfter is EncodeRecords with prefix before the lines, in
-// one allocation: the write-ahead log's record is the session key, a
-// newline and the lines.
+// one allocation (the only one): the write-ahead log's record is the
+// session key, a newline and the lines. Unlike EncodeRecords it leaves
+// recs as they are: a record without a Timestamp gets now's in the lines
+// only (the same for every record of the call), so no string is made
+// for it. Decode the lines to see what was written.
 func EncodeRecordsAfter(prefix string, recs []Record) ([]byte, error) {
 	dst := make([]byte, 0, len(prefix)+encodedSize(recs))
-	return AppendEncodeRecords(append(dst, prefix...), recs)
+	return appendRecords(append(dst, prefix...), recs, MaxLineSize)
 }
 
 // AppendEncodeRecords is EncodeRecords appending to dst (grown at most
@@ -386,19 +390,20 @@ func encodedSize(recs []Record) int {
 	return size
 }
 
+// appendRecords appends the lines of recs to data. A record without a
+// Timestamp gets now's, formatted once for all of them and written
+// straight into the line (recs are not changed).
 func appendRecords(data []byte, recs []Record, maxLine int) ([]byte, error) {
 	data = slices.Grow(data, encodedSize(recs)) // usually no allocation after the first
-	now := ""
+	var nowBuf [len(TimeLayout)]byte
+	var now []byte
 	var err error
 	for i, r := range recs {
-		if r.Timestamp == "" {
-			if now == "" {
-				now = Now()
-			}
-			r.Timestamp = now
+		if r.Timestamp == "" && now == nil {
+			now = appendTimestamp(nowBuf[:0], time.Now())
 		}
 		start := len(data)
-		data, err = r.appendJSON(data)
+		data, err = r.appendJSONAt(data, now)
 		if err != nil {
 			return nil, fmt.Errorf("record %d: %w", i, err)
 		}
