@@ -198,9 +198,9 @@ func (s *Store) loadPath(path, fileKey, pendKey string) (loaded, error) {
 
 // openSnapshot opens a session file for reading and returns its size.
 // With WriteBehind it first writes the pending lines of session pendKey
-// (catchUp), the session whose file path is: every read of a session
-// file goes through here or scan (which writes every pending line
-// first, and passes "" for a file whose name does not say its key). The
+// (catchUp; path is that session's file): every read of a session file
+// goes through here or scan, which writes every pending line first and
+// passes "" for a file whose name does not give its key. The
 // open and the size are taken while no append is writing, so a reader that
 // reads only that many bytes never sees a concurrent append half-written.
 //

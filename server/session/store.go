@@ -114,7 +114,7 @@ type Store struct {
 	fds      *fdbudget.Pool
 	readers  chan struct{} // with fds: a slot per reader with a file open
 
-	// WriteBehind: lines taken and not yet written, by file name.
+	// WriteBehind: lines taken and not yet written, by session key.
 	wb         bool
 	maxPending int
 	pmu        sync.Mutex              // guards pend, pendBytes, pclosed
