@@ -22,6 +22,8 @@ const hashMark = '~'
 // so a person listing the directory still sees whose session it is.
 const hashedPrefixLen = 120
 
+var errEmptyKey = errors.New("empty session key")
+
 // ErrHashedName is wrapped by KeyFromFileName for a hashed file name: the
 // key is not in the name, only in the file's metadata line.
 var ErrHashedName = errors.New("hashed file name: the key is in the metadata line")
@@ -34,7 +36,7 @@ var ErrHashedName = errors.New("hashed file name: the key is in the metadata lin
 // the metadata line (nanobot's "key"). It fails only for an empty key.
 func FileName(key string) (string, error) {
 	if key == "" {
-		return "", errors.New("empty session key")
+		return "", errEmptyKey
 	}
 	var name string
 	if plainKey(key) {

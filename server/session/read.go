@@ -174,7 +174,7 @@ func (s *Store) Load(key string) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session: load %s: %w", key, err)
 	}
-	l, err := s.loadPath(filepath.Join(s.dir, name), key)
+	l, err := s.loadPath(filepath.Join(s.dir, name), key, key)
 	if err != nil {
 		return nil, fmt.Errorf("session: load %s: %w", key, err)
 	}
@@ -182,9 +182,9 @@ func (s *Store) Load(key string) (*Session, error) {
 }
 
 // loadPath parses one file. Only the bytes present when it was opened are
-// read (see openSnapshot).
-func (s *Store) loadPath(path, fileKey string) (loaded, error) {
-	f, size, err := s.openSnapshot(path)
+// read (see openSnapshot), after the pending lines of session pendKey.
+func (s *Store) loadPath(path, fileKey, pendKey string) (loaded, error) {
+	f, size, err := s.openSnapshot(path, pendKey)
 	if err != nil {
 		return loaded{}, err
 	}
@@ -197,17 +197,21 @@ func (s *Store) loadPath(path, fileKey string) (loaded, error) {
 }
 
 // openSnapshot opens a session file for reading and returns its size.
-// With WriteBehind it first writes the file's pending lines (catchUp):
-// every read of a session file goes through here or scan. The
+// With WriteBehind it first writes the pending lines of session pendKey
+// (catchUp; path is that session's file): every read of a session file
+// goes through here or scan, which writes every pending line first and
+// passes "" for a file whose name does not give its key. The
 // open and the size are taken while no append is writing, so a reader that
 // reads only that many bytes never sees a concurrent append half-written.
 //
 // With a descriptor budget (Options.FDs) a reader first takes one of the
 // store's reader slots, waiting while every slot is taken (each is held
 // for one read of one file); closeSnapshot gives it back.
-func (s *Store) openSnapshot(path string) (*os.File, int64, error) {
-	if err := s.catchUp(filepath.Base(path)); err != nil {
-		return nil, 0, err
+func (s *Store) openSnapshot(path, pendKey string) (*os.File, int64, error) {
+	if pendKey != "" {
+		if err := s.catchUp(pendKey); err != nil {
+			return nil, 0, err
+		}
 	}
 	if s.readers != nil {
 		s.readers <- struct{}{}
@@ -249,11 +253,11 @@ func (s *Store) closeSnapshot(f *os.File) {
 // with a warning). Content problems are warnings, as in Load; a file that
 // cannot be read, or an error from fn, stops the scan and is returned.
 func (s *Store) Scan(fn func(*Session) error) error {
-	return s.scan(s.loadPath, fn)
+	return s.scan(func(path, fileKey, pendKey string) (loaded, error) { return s.loadPath(path, fileKey, pendKey) }, fn)
 }
 
 // scan runs fn on every session file, read by read.
-func (s *Store) scan(read func(path, fileKey string) (loaded, error), fn func(*Session) error) error {
+func (s *Store) scan(read func(path, fileKey, pendKey string) (loaded, error), fn func(*Session) error) error {
 	if err := s.catchUp(""); err != nil { // files that exist only as pending lines, and the rest in one run
 		return fmt.Errorf("session: scan: %w", err)
 	}
@@ -273,7 +277,11 @@ func (s *Store) scan(read func(path, fileKey string) (loaded, error), fn func(*S
 			fileKey = strings.TrimSuffix(name, fileExt)
 			s.log.Warn("session: file name is not an encoded key; using it as the key if the file has no metadata", "file", path, "err", err)
 		}
-		l, err := read(path, fileKey)
+		pendKey := fileKey // lines appended since the scan began
+		if err != nil {
+			pendKey = "" // hashed or not a key: those were written at its start
+		}
+		l, err := read(path, fileKey, pendKey)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // removed since ReadDir
 		}

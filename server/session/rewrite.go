@@ -14,8 +14,12 @@ import (
 // atomically. Every other non-blank line is kept byte for byte; a torn last
 // line gets its newline.
 func (s *Store) rewrite(r *request) error {
-	path := filepath.Join(s.dir, r.name)
 	wrap := func(err error) error { return fmt.Errorf("session: update metadata %s: %w", r.key, err) }
+	name, err := FileName(r.key)
+	if err != nil {
+		return wrap(err)
+	}
+	path := filepath.Join(s.dir, name)
 
 	// The append handle would point at the old file after the rename.
 	if h, ok := s.files[r.key]; ok {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"termlink/server/fdbudget"
 )
@@ -113,11 +114,11 @@ type Store struct {
 	fds      *fdbudget.Pool
 	readers  chan struct{} // with fds: a slot per reader with a file open
 
-	// WriteBehind: lines taken and not yet written, by file name.
+	// WriteBehind: lines taken and not yet written, by session key.
 	wb         bool
 	maxPending int
-	pmu        sync.Mutex // guards pend, pendBytes, pclosed
-	pend       map[string]*pendingFile
+	pmu        sync.Mutex              // guards pend, pendBytes, pclosed
+	pend       map[string]*pendingFile // by session key
 	pendBytes  int
 	pclosed    bool     // Close began: no more lines taken
 	free       [][]byte // buffers of written lines, reused by take
@@ -153,9 +154,9 @@ type Store struct {
 // pendingFile is the lines of one file taken by WriteBehind appends and
 // not yet written.
 type pendingFile struct {
-	key, name string
-	data      []byte
-	n, calls  int // records, appends
+	key      string
+	data     []byte
+	n, calls int // records, appends
 }
 
 type opKind int
@@ -180,8 +181,7 @@ func (o opKind) String() string {
 type request struct {
 	ctx    context.Context
 	op     opKind
-	key    string
-	name   string // file name
+	key    string // the session key (the writer derives the file name when it opens the file)
 	data   []byte // opAppend: encoded lines
 	n      int    // opAppend: number of records
 	calls  int    // opAppend: Append calls it stands for (0: one)
@@ -304,9 +304,8 @@ func (s *Store) Stats() Stats {
 // written), or the write failed. Appends from one goroutine land in call
 // order; appends to many sessions from many goroutines share fsyncs.
 func (s *Store) Append(ctx context.Context, key string, recs ...Record) error {
-	name, err := FileName(key)
-	if err != nil {
-		return fmt.Errorf("session: append %s: %w", key, err)
+	if key == "" {
+		return fmt.Errorf("session: append %s: %w", key, errEmptyKey)
 	}
 	if len(recs) == 0 {
 		s.mu.RLock()
@@ -322,26 +321,27 @@ func (s *Store) Append(ctx context.Context, key string, recs ...Record) error {
 		return fmt.Errorf("session: append %s: %w", key, err)
 	}
 	if s.wb {
-		return s.take(key, name, data, len(recs))
+		return s.take(key, data, len(recs))
 	}
-	return s.submit(ctx, &request{ctx: ctx, op: opAppend, key: key, name: name, data: data, n: len(recs)})
+	return s.submit(ctx, &request{ctx: ctx, op: opAppend, key: key, data: data, n: len(recs)})
 }
 
 // AppendEncoded is Append for n records already encoded by
 // [EncodeRecords] (timestamps set), so a caller that logs the same bytes
-// elsewhere encodes them once.
+// elsewhere encodes them once. Neither it nor Append derives the file
+// name: the writer does when it opens the file, and keeps it with the
+// open handle while the session's file stays open.
 func (s *Store) AppendEncoded(ctx context.Context, key string, data []byte, n int) error {
-	name, err := FileName(key)
-	if err != nil {
-		return fmt.Errorf("session: append %s: %w", key, err)
+	if key == "" {
+		return fmt.Errorf("session: append %s: %w", key, errEmptyKey)
 	}
 	if n == 0 {
 		return s.Append(ctx, key)
 	}
 	if s.wb {
-		return s.take(key, name, data, n)
+		return s.take(key, data, n)
 	}
-	return s.submit(ctx, &request{ctx: ctx, op: opAppend, key: key, name: name, data: data, n: n})
+	return s.submit(ctx, &request{ctx: ctx, op: opAppend, key: key, data: data, n: n})
 }
 
 // EncodeRecords encodes recs as session file lines ('\n'-terminated),
@@ -352,11 +352,14 @@ func EncodeRecords(recs []Record) ([]byte, error) {
 }
 
 // EncodeRecordsAfter is EncodeRecords with prefix before the lines, in
-// one allocation: the write-ahead log's record is the session key, a
-// newline and the lines.
+// one allocation (the only one): the write-ahead log's record is the
+// session key, a newline and the lines. Unlike EncodeRecords it leaves
+// recs as they are: a record without a Timestamp gets now's in the lines
+// only (the same for every record of the call), so no string is made
+// for it. Decode the lines to see what was written.
 func EncodeRecordsAfter(prefix string, recs []Record) ([]byte, error) {
 	dst := make([]byte, 0, len(prefix)+encodedSize(recs))
-	return AppendEncodeRecords(append(dst, prefix...), recs)
+	return appendRecords(append(dst, prefix...), recs, MaxLineSize)
 }
 
 // AppendEncodeRecords is EncodeRecords appending to dst (grown at most
@@ -387,19 +390,20 @@ func encodedSize(recs []Record) int {
 	return size
 }
 
+// appendRecords appends the lines of recs to data. A record without a
+// Timestamp gets now's, formatted once for all of them and written
+// straight into the line (recs are not changed).
 func appendRecords(data []byte, recs []Record, maxLine int) ([]byte, error) {
 	data = slices.Grow(data, encodedSize(recs)) // usually no allocation after the first
-	now := ""
+	var nowBuf [len(TimeLayout)]byte
+	var now []byte
 	var err error
 	for i, r := range recs {
-		if r.Timestamp == "" {
-			if now == "" {
-				now = Now()
-			}
-			r.Timestamp = now
+		if r.Timestamp == "" && now == nil {
+			now = appendTimestamp(nowBuf[:0], time.Now())
 		}
 		start := len(data)
-		data, err = r.appendJSON(data)
+		data, err = r.appendJSONAt(data, now)
 		if err != nil {
 			return nil, fmt.Errorf("record %d: %w", i, err)
 		}
@@ -465,14 +469,13 @@ func (s *Store) Sync() error {
 // goroutine, in order with appends: it must be quick and must not call the
 // Store. A panic in fn is returned as an error.
 func (s *Store) UpdateMetadata(ctx context.Context, key string, fn func(m map[string]any)) error {
-	name, err := FileName(key)
-	if err != nil {
+	if _, err := FileName(key); err != nil {
 		return fmt.Errorf("session: update metadata %s: %w", key, err)
 	}
-	if err := s.catchUp(name); err != nil { // the rewrite reads the file
+	if err := s.catchUp(key); err != nil { // the rewrite reads the file
 		return fmt.Errorf("session: update metadata %s: %w", key, err)
 	}
-	return s.submit(ctx, &request{ctx: ctx, op: opUpdate, key: key, name: name, update: fn})
+	return s.submit(ctx, &request{ctx: ctx, op: opUpdate, key: key, update: fn})
 }
 
 // submit queues r for the writer and waits for its result.
@@ -593,13 +596,14 @@ func (s *Store) process(batch []*request) {
 
 // group is the part of a batch that goes to one file.
 type group struct {
-	key, path string
-	reqs      []*request
-	data      []byte
-	h         *handle  // existing file
-	tmp       *os.File // new file, renamed to path once fsynced
-	syncErr   error
-	err       error
+	key     string
+	path    string // set only when the file is opened (no cached handle)
+	reqs    []*request
+	data    []byte
+	h       *handle  // existing file
+	tmp     *os.File // new file, renamed to path once fsynced
+	syncErr error
+	err     error
 }
 
 // syncAll fsyncs the file of each group, several at a time: the file
@@ -655,12 +659,16 @@ func (s *Store) commit(seg []*request) {
 	if len(seg) == 0 {
 		return
 	}
-	var groups []*group
-	byKey := make(map[string]*group)
+	// The groups in one allocation (at most one per request, so the
+	// slice never moves and the pointers into it stay valid).
+	all := make([]group, 0, len(seg))
+	groups := make([]*group, 0, len(seg))
+	byKey := make(map[string]*group, len(seg))
 	for _, r := range seg {
 		g := byKey[r.key]
 		if g == nil {
-			g = &group{key: r.key, path: filepath.Join(s.dir, r.name)}
+			all = append(all, group{key: r.key})
+			g = &all[len(all)-1]
 			byKey[r.key] = g
 			groups = append(groups, g)
 		}
@@ -706,6 +714,12 @@ func (s *Store) openRound(groups []*group) int {
 			g.h = h
 			continue
 		}
+		name, err := FileName(g.key) // only here, once per open of the file: the handle keeps its path
+		if err != nil {
+			fail(g, err)
+			continue
+		}
+		g.path = filepath.Join(s.dir, name)
 		if !s.takeSlot() {
 			if i > 0 {
 				return i

@@ -62,7 +62,7 @@ func (s *Store) tail(key string, o tailOpts) (*Session, error) {
 	if IsHashedName(name) {
 		fileKey = ""
 	}
-	l, err := s.tailPath(filepath.Join(s.dir, name), fileKey, o, nil)
+	l, err := s.tailPath(filepath.Join(s.dir, name), fileKey, key, o, nil)
 	if err != nil {
 		return nil, fmt.Errorf("session: tail %s: %w", key, err)
 	}
@@ -76,14 +76,14 @@ func (s *Store) tail(key string, o tailOpts) (*Session, error) {
 func (s *Store) ScanTails(n int, fn func(*Session) error) error {
 	buf := make([]byte, tailChunk) // one read buffer for every file
 	o := tailOpts{want: n, settle: TailSettled}
-	return s.scan(func(path, fileKey string) (loaded, error) { return s.tailPath(path, fileKey, o, buf) }, fn)
+	return s.scan(func(path, fileKey, pendKey string) (loaded, error) { return s.tailPath(path, fileKey, pendKey, o, buf) }, fn)
 }
 
 // tailPath reads the metadata line and the last records of one file. As
 // loadPath, it reads only the bytes present when it opened the file.
 // buf, if not nil, is the read buffer (nothing read keeps it).
-func (s *Store) tailPath(path, fileKey string, o tailOpts, buf []byte) (loaded, error) {
-	f, size, err := s.openSnapshot(path)
+func (s *Store) tailPath(path, fileKey, pendKey string, o tailOpts, buf []byte) (loaded, error) {
+	f, size, err := s.openSnapshot(path, pendKey)
 	if err != nil {
 		return loaded{}, err
 	}

@@ -15,7 +15,7 @@ import (
 // every pending line; if that fails and leaves the bound passed, it
 // fails and takes nothing (the caller treats the records as not
 // written), so memory stays bounded while the disk refuses writes.
-func (s *Store) take(key, name string, data []byte, n int) error {
+func (s *Store) take(key string, data []byte, n int) error {
 	var flushErr error
 	for {
 		s.pmu.Lock()
@@ -24,16 +24,16 @@ func (s *Store) take(key, name string, data []byte, n int) error {
 			return fmt.Errorf("session: append %s: %w", key, ErrClosed)
 		}
 		if s.pendBytes == 0 || s.pendBytes+len(data) <= s.maxPending {
-			p := s.pend[name]
+			p := s.pend[key]
 			if p == nil {
-				p = &pendingFile{key: key, name: name}
+				p = &pendingFile{key: key}
 				if n := len(s.free); n > 0 && cap(s.free[n-1]) >= len(data) {
 					p.data, s.free = s.free[n-1], s.free[:n-1]
 					s.freeBytes -= cap(p.data)
 				} else {
 					p.data = make([]byte, 0, max(len(data), 1024))
 				}
-				s.pend[name] = p
+				s.pend[key] = p
 			}
 			p.data = append(p.data, data...)
 			p.n += n
@@ -66,36 +66,36 @@ func (s *Store) flushOver(n int) error {
 	return s.flushLocked("")
 }
 
-// catchUp writes the pending lines of the file name (every file if
-// name is ""), so a read of the file that follows sees every append
-// that returned before it. Every read of a session file calls it first
+// catchUp writes the pending lines of session key (every session's if
+// key is ""), so a read of its file that follows sees every append that
+// returned before it. Every read of a session file calls it first
 // (openSnapshot, scan, UpdateMetadata). Without WriteBehind it does
 // nothing.
-func (s *Store) catchUp(name string) error {
+func (s *Store) catchUp(key string) error {
 	if !s.wb {
 		return nil
 	}
-	return s.flush(name)
+	return s.flush(key)
 }
 
-// flush writes the pending lines of the file name (every file if name is
-// ""): one write per file, in one run of the writer. The lines of a file
-// whose write fails are put back in front of any taken since, so nothing
-// is lost or reordered, and the error is returned.
-func (s *Store) flush(name string) error {
+// flush writes the pending lines of session key (every session's if key
+// is ""): one write per file, in one run of the writer. The lines of a
+// file whose write fails are put back in front of any taken since, so
+// nothing is lost or reordered, and the error is returned.
+func (s *Store) flush(key string) error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
-	return s.flushLocked(name)
+	return s.flushLocked(key)
 }
 
 // maxFreeBuffer is the largest buffer of written lines kept for the next
 // appends; those kept take at most MaxPending bytes in all.
 const maxFreeBuffer = 64 << 10
 
-func (s *Store) flushLocked(name string) error {
+func (s *Store) flushLocked(key string) error {
 	var files []*pendingFile
 	s.pmu.Lock()
-	if name == "" {
+	if key == "" {
 		for _, p := range s.pend {
 			files = append(files, p)
 		}
@@ -103,9 +103,9 @@ func (s *Store) flushLocked(name string) error {
 			s.pend = make(map[string]*pendingFile, len(files))
 		}
 		s.pendBytes = 0
-	} else if p := s.pend[name]; p != nil {
+	} else if p := s.pend[key]; p != nil {
 		files = append(files, p)
-		delete(s.pend, name)
+		delete(s.pend, key)
 		s.pendBytes -= len(p.data)
 	}
 	s.pending.Store(int64(s.pendBytes))
@@ -116,8 +116,10 @@ func (s *Store) flushLocked(name string) error {
 	s.flushes.Add(1)
 	ctx := context.Background() // a flush is never abandoned halfway: its lines would be written twice
 	reqs := make([]*request, len(files))
+	all := make([]request, len(files)) // one allocation for the run
 	for i, p := range files {
-		reqs[i] = &request{ctx: ctx, op: opAppend, key: p.key, name: p.name, data: p.data, n: p.n, calls: p.calls}
+		all[i] = request{ctx: ctx, op: opAppend, key: p.key, data: p.data, n: p.n, calls: p.calls}
+		reqs[i] = &all[i]
 	}
 	err := s.submit(ctx, &request{ctx: ctx, op: opFlush, key: "(pending lines)", batch: reqs})
 	var errs []error
@@ -145,13 +147,13 @@ func (s *Store) flushLocked(name string) error {
 	if len(back) > 0 {
 		s.pmu.Lock()
 		for _, p := range back {
-			if q := s.pend[p.name]; q != nil { // taken since: after p
+			if q := s.pend[p.key]; q != nil { // taken since: after p
 				p.data = append(p.data, q.data...)
 				p.n += q.n
 				p.calls += q.calls
 				s.pendBytes -= len(q.data)
 			}
-			s.pend[p.name] = p
+			s.pend[p.key] = p
 			s.pendBytes += len(p.data)
 		}
 		s.pending.Store(int64(s.pendBytes))

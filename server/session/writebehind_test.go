@@ -119,8 +119,28 @@ func TestWriteBehindReadsSeePendingLines(t *testing.T) {
 			return contents(sess.Records), nil
 		},
 	}
-	for kind, read := range reads {
-		key := "t:wb:" + kind
+	// Plain keys, escaped ones and hashed ones (the file name does not
+	// say the key): pending lines are kept by key, not by file name.
+	keys := map[string]func(kind string) string{
+		"plain":   func(kind string) string { return "t:wb:" + kind },
+		"escaped": func(kind string) string { return "t/wb %" + kind },
+		"hashed":  func(kind string) string { return "t:wb:" + kind + ":" + strings.Repeat("x/", 200) },
+	}
+	for shape, keyOf := range keys {
+		for kind, read := range reads {
+			key := keyOf(kind)
+			t.Logf("%s key, %s", shape, kind)
+			checkWriteBehindRead(t, s, kind, key, read)
+		}
+	}
+	if st := s.Stats(); st.FSSyncs != 0 || st.Pending != 0 {
+		t.Fatalf("stats %+v: reads synced or left lines pending", st)
+	}
+}
+
+func checkWriteBehindRead(t *testing.T, s *Store, kind, key string, read func(key string) ([]string, error)) {
+	t.Helper()
+	{
 		appendOne(t, s, key, "first")
 		if got := fileContents(t, s, key); got != nil {
 			t.Fatalf("%s: the append wrote the file at once: %v", kind, got)
@@ -141,8 +161,38 @@ func TestWriteBehindReadsSeePendingLines(t *testing.T) {
 			t.Fatalf("%s after an append to an existing file: %v, want [first second]", kind, got)
 		}
 	}
-	if st := s.Stats(); st.FSSyncs != 0 || st.Pending != 0 {
-		t.Fatalf("stats %+v: reads synced or left lines pending", st)
+}
+
+// An append with WriteBehind to a session with pending lines allocates
+// nothing: the lines go after the pending ones and no file name is
+// derived (it was once per append, FileName's key+".jsonl").
+func TestWriteBehindAppendAllocatesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts")
+	}
+	s := openWB(t, Options{})
+	const key = "terminal-dev:local:dev-0001"
+	lines, err := EncodeRecords([]Record{{Role: "user", Content: "hello", MessageID: "m-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// A buffer big enough for every append below, reused from the flush.
+	for range 200 {
+		if err := s.AppendEncoded(ctx, key, lines, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(100, func() { // its first run (not counted) takes the session's pending entry
+		if err := s.AppendEncoded(ctx, key, lines, 1); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per append, want 0", allocs)
 	}
 }
 
