@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -269,5 +271,32 @@ func TestParseLoadErrors(t *testing.T) {
 		if _, err := parseLoad(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("parseLoad(%q): err %v, want one saying %q", c.args, err, c.want)
 		}
+	}
+}
+
+// TestCPUMeter sums the CPU time of several pids and gives each one's
+// share; a pid that is gone is a clear error in the report, not a figure.
+func TestCPUMeter(t *testing.T) {
+	pid := os.Getpid()
+	var c cpuMeter
+	c.start([]int{pid, pid})
+	for i := 0; i < 1e6; i++ { // some CPU time; the figure is not checked against a bound
+		_ = strconv.Itoa(i)
+	}
+	c.stop(4)
+	var rep report
+	c.fill(&rep)
+	if rep.ServerCPUError != "" || rep.ServerCPUReplies != 4 || len(rep.ServerCPUByPID) != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	if own := rep.ServerCPUByPID[strconv.Itoa(pid)]; rep.ServerCPUMs != 2*own {
+		t.Fatalf("sum %v ms, want twice the pid's %v ms", rep.ServerCPUMs, own)
+	}
+
+	var gone cpuMeter
+	gone.start([]int{pid, 1 << 30})
+	gone.fill(&rep)
+	if !strings.Contains(rep.ServerCPUError, "server pid 1073741824") {
+		t.Fatalf("error %q, want one naming the missing pid", rep.ServerCPUError)
 	}
 }
