@@ -28,7 +28,8 @@ type ConsoleView struct {
 	why     time.Time         // Since of the last offline reason added to the console
 	status  string
 	act     string
-	rows    []string // what Mirror reports: the status line and the activity
+	rows    []string // what Mirror reports: the conversation's last lines, the status line and the activity
+	said    []string // the conversation's last mirrorLines entries as the mirror shows them
 }
 
 // Render implements View.
@@ -65,6 +66,7 @@ func (v *ConsoleView) Render(_ context.Context, m *Model, now time.Time) error {
 		default:
 			v.Console.AddMessage(console.RoleSystem, e.Text)
 		}
+		v.remember(e)
 	}
 	if o := m.Overlay; o.Kind == OverlayReason && !o.Since.Equal(v.why) {
 		v.why = o.Since
@@ -108,17 +110,42 @@ func (v *ConsoleView) Render(_ context.Context, m *Model, now time.Time) error {
 		v.act = act
 		v.Console.SetActivity(act)
 	}
-	v.rows = append(v.rows[:0], status)
-	if act != "" {
-		v.rows = append(v.rows, act)
-	}
+	// The mirror is what the person at the console sees, top to bottom:
+	// the conversation's last lines, the answer being written, then the
+	// status and the activity.
+	v.rows = append(v.rows[:0], v.said...)
 	if tail != "" {
 		if r := []rune(tail); len(r) > mirrorTail {
 			tail = "…" + string(r[len(r)-mirrorTail:])
 		}
 		v.rows = append(v.rows, tail+ConsoleStreamMark)
 	}
+	v.rows = append(v.rows, status)
+	if act != "" {
+		v.rows = append(v.rows, act)
+	}
 	return nil
+}
+
+// remember keeps e, drawn whole on the console, among the mirror's last
+// lines: "> " before what the user sent, "* " before the device's own
+// lines, each cut to mirrorTail characters (its start kept, "…" after).
+func (v *ConsoleView) remember(e Entry) {
+	line := e.Text
+	if r := []rune(line); len(r) > mirrorTail {
+		line = string(r[:mirrorTail-1]) + "…"
+	}
+	switch e.Role {
+	case User:
+		line = "> " + line
+	case Assistant:
+	default:
+		line = "* " + line
+	}
+	if len(v.said) == mirrorLines {
+		v.said = append(v.said[:0], v.said[1:]...)
+	}
+	v.said = append(v.said, line)
 }
 
 // ConsoleStreamMark ends an answer on the console while it is written.
@@ -141,14 +168,21 @@ func (v *ConsoleView) stream(e Entry, drawn string) {
 		v.live[e.Seq] = text
 	} else {
 		delete(v.live, e.Seq)
+		v.remember(e)
 	}
 }
 
-// mirrorTail is how much of an answer being written the mirror carries.
-const mirrorTail = 80
+// mirrorTail is how much of an answer being written, or of a line of the
+// conversation, the mirror carries; mirrorLines how many of the
+// conversation's last lines.
+const (
+	mirrorTail  = 80
+	mirrorLines = 8
+)
 
-// Mirror implements Mirror: the status line and the activity line, and
-// the end of an answer being written.
+// Mirror implements Mirror: what the console shows, top to bottom (the
+// conversation's last lines, the end of an answer being written, the
+// status line and the activity line).
 func (v *ConsoleView) Mirror() link.Screen {
 	return link.Screen{Rows: slices.Clone(v.rows), Backlight: true}
 }

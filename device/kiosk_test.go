@@ -546,12 +546,60 @@ func TestConsoleNoticeStatusLine(t *testing.T) {
 	ps.waitFor(t, "the ack", func() bool { return len(ps.acks) == 1 })
 	ps.waitFor(t, "a screen frame with the notice", func() bool {
 		for _, s := range ps.screens {
-			if len(s.Rows) > 0 && strings.HasPrefix(s.Rows[0], "NOTICE: Store closes") {
-				return true
+			for _, row := range s.Rows {
+				if strings.HasPrefix(row, "NOTICE: Store closes") {
+					return true
+				}
 			}
 		}
 		return false
 	})
+}
+
+// Issue 40 row 9: the console's mirror of a console device shows what its
+// screen shows (the conversation's last lines, then the status line),
+// not the status line alone; each line bounded.
+func TestConsoleMirrorShowsTheConversation(t *testing.T) {
+	t.Parallel()
+	out := &syncbuf.Buffer{}
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	con := console.New(consoleRW{pr, out}, console.Opts{Width: 100, Height: 20, Logger: discard})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = con.Run(ctx) }()
+	v := &device.ConsoleView{Console: con}
+	long := strings.Repeat("a long answer ", 20)
+	m := &device.Model{Entries: []device.Entry{
+		{Role: device.User, Text: "hello", Seq: 1},
+		{Role: device.Assistant, Text: "You said: hello", Seq: 2},
+		{Role: device.Assistant, Text: long, Seq: 3},
+	}}
+	now := time.Now()
+	if err := v.Render(ctx, m, now); err != nil {
+		t.Fatal(err)
+	}
+	rows := v.Mirror().Rows
+	if len(rows) < 4 || rows[0] != "> hello" || rows[1] != "You said: hello" {
+		t.Fatalf("mirror rows %q, want the conversation first (\"> hello\", \"You said: hello\", ...)", rows)
+	}
+	if r := []rune(rows[2]); len(r) != 80 || !strings.HasSuffix(rows[2], "…") {
+		t.Errorf("a long line in the mirror: %q (%d characters), want it cut to 80 ending in …", rows[2], len(r))
+	}
+	if !strings.HasPrefix(rows[3], m.LinkText(now)) {
+		t.Errorf("mirror row after the conversation %q, want the status line %q", rows[3], m.LinkText(now))
+	}
+	// Only the last lines are kept.
+	for i := range 20 {
+		m.Entries = append(m.Entries, device.Entry{Role: device.User, Text: fmt.Sprint("m", i), Seq: uint64(4 + i)})
+	}
+	if err := v.Render(ctx, m, now); err != nil {
+		t.Fatal(err)
+	}
+	rows = v.Mirror().Rows
+	if len(rows) < 9 || rows[0] != "> m12" || rows[7] != "> m19" || !strings.HasPrefix(rows[8], m.LinkText(now)) {
+		t.Errorf("after 23 entries the mirror has %q, want the last 8 (> m12 .. > m19) and the status line", rows)
+	}
 }
 
 // On a 16x2 LCD a notice longer than the screen turns its pages.
