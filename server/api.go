@@ -30,19 +30,19 @@ func (s *Server) routes() http.Handler {
 	for _, c := range s.caps {
 		c.Routes(mux)
 	}
-	d := statusapi.Deps{Load: s.router.Load, Health: s.rt.health, Metrics: &s.rt.metrics.reg, Login: s.cfg.Admin.Enabled(), Started: s.started,
+	d := statusapi.Deps{Load: s.router.Load, Health: s.rt.Records.Health, Metrics: &s.rt.Metrics.Reg, Login: s.cfg.Admin.Enabled(), Started: s.started,
 		Channels: func() []statusapi.Channel {
-			out := make([]statusapi.Channel, 0, len(s.rt.order))
-			for _, id := range s.rt.order {
-				ch := s.rt.channels[id]
-				out = append(out, statusapi.Channel{ID: id, Config: ch.cfg, Events: ch.events})
-				if ch.adapter != nil {
-					out[len(out)-1].Adapter = ch.adapter
+			out := make([]statusapi.Channel, 0, len(s.rt.Order))
+			for _, id := range s.rt.Order {
+				ch := s.rt.Channels[id]
+				out = append(out, statusapi.Channel{ID: id, Config: ch.Config, Events: ch.Events})
+				if ch.Adapter != nil {
+					out[len(out)-1].Adapter = ch.Adapter
 				}
 			}
 			return out
 		}}
-	if st := s.rt.records.Status; st != nil {
+	if st := s.rt.Records.Status; st != nil {
 		d.Cluster = func(ctx context.Context) any { return st.Status(ctx) }
 	}
 	statusapi.Routes(mux, d)                       // /api/status, /api/channels, /api/whoami, /healthz, /metrics
@@ -53,16 +53,16 @@ func (s *Server) routes() http.Handler {
 
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("channel_id")
-	ch := s.rt.channels[id]
+	ch := s.rt.Channels[id]
 	switch {
 	case ch == nil:
 		httpapi.WriteError(w, http.StatusNotFound, "no channel "+strconv.Quote(id)+" is configured")
-	case ch.adapter == nil:
+	case ch.Adapter == nil:
 		httpapi.WriteError(w, http.StatusServiceUnavailable, "channel "+strconv.Quote(id)+" is disabled")
 	case s.refuses() != "":
 		httpapi.WriteError(w, http.StatusServiceUnavailable, s.refuses())
 	default:
-		ch.adapter.ServeUpgrade(w, r, wschannel.MaxConnections(s.cfg.MaxConnections, s.fds))
+		ch.Adapter.ServeUpgrade(w, r, wschannel.MaxConnections(s.cfg.MaxConnections, s.fds))
 	}
 }
 
@@ -70,7 +70,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 // them; only a store that keeps where devices are, record.Edge, may
 // refuse them).
 func (s *Server) refuses() string {
-	if e := s.rt.records.Edge; e != nil {
+	if e := s.rt.Records.Edge; e != nil {
 		return e.Refuses()
 	}
 	return ""

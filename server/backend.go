@@ -21,6 +21,7 @@ import (
 	"termlink/server/registry"
 	"termlink/server/releases"
 	"termlink/server/rollout"
+	"termlink/server/runtime"
 	"termlink/server/settings"
 )
 
@@ -32,8 +33,7 @@ import (
 // pairing codes, the channels' events, the notice mailboxes, the signed
 // releases, the settings pushed to devices — and this
 // is the only file of the root that knows which; the wiring files
-// (records.go, fleet.go, identity.go, events.go, notices.go,
-// settings.go) ask the
+// (fleet.go, identity.go, events.go, notices.go, settings.go) ask the
 // backend, and the capabilities call only their packages' interfaces.
 type backend interface {
 	// openDevices opens the device registry kept in dir (the cluster's:
@@ -48,7 +48,7 @@ type backend interface {
 	openCodes(ctx context.Context, log *slog.Logger) identity.Codes
 	// openEventFeed opens where the channels' events are published for
 	// every node to read: nil (no error) on a single server.
-	openEventFeed(ctx context.Context, perChannel int) (eventFeed, error)
+	openEventFeed(ctx context.Context, perChannel int) (runtime.EventFeed, error)
 	// openNotices opens the notice mailboxes (dir is the workspace's
 	// notices directory). In a cluster, past ctx or noticesOpenWait the
 	// mailboxes load in the background and the start goes on.
@@ -98,30 +98,30 @@ const noticesOpenWait = 3 * time.Second
 // the joined starts, the messages on their way to the router, the
 // recovery at start-up). The runtime calls only record.Parts, and a
 // part the store does not have is nil.
-func openBackend(rt *Runtime, cfg *config.Config, opt Options, dedupeBytes int64) (backend, record.Parts, error) {
-	host := runtimeHost{rt}
+func openBackend(rt *runtime.Runtime, log *slog.Logger, cfg *config.Config, opt Options, dedupeBytes int64) (backend, record.Parts, error) {
+	host := rt.Host()
 	if cfg.Cluster.Enabled() {
-		cs, err := cluster.OpenStore(cfg.Cluster, host, cluster.StoreOptions{Logger: rt.log, Process: rt.runPrefix,
+		cs, err := cluster.OpenStore(cfg.Cluster, host, cluster.StoreOptions{Logger: log, Process: rt.Process(),
 			ClaimHook: opt.claimHook, Joins: func(channelID string) bool {
 				// The router is made after the store, before any message
 				// runs; until then, assume it may.
-				return rt.router == nil || rt.router.Joins(channelID)
+				return rt.Router == nil || rt.Router.Joins(channelID)
 			}})
 		if err != nil {
 			return nil, record.Parts{}, err
 		}
-		return clusterBackend{node: cs.Node(), log: rt.log},
+		return clusterBackend{node: cs.Node(), log: log},
 			record.Parts{Store: cs, Edge: cs, Lifecycle: cs, Status: cs}, nil
 	}
 	wopt := opt.wal
 	wopt.NoSync = opt.NoSync
-	ls, err := local.Open(filepath.Join(cfg.Workspace, "wal"), rt.sessions, host, local.Options{
-		Logger: rt.log, DedupePerSession: opt.DedupePerSession, DedupeBytes: dedupeBytes, WAL: wopt,
+	ls, err := local.Open(filepath.Join(cfg.Workspace, "wal"), rt.Sessions, host, local.Options{
+		Logger: log, DedupePerSession: opt.DedupePerSession, DedupeBytes: dedupeBytes, WAL: wopt,
 		Runs: func(id string) bool {
-			ch := rt.channels[id]
-			return ch != nil && ch.cfg.Enabled
+			ch := rt.Channels[id]
+			return ch != nil && ch.Config.Enabled
 		},
-		WriteFailed: func() { rt.metrics.logFailures.Inc("") },
+		WriteFailed: func() { rt.Metrics.LogFailures.Inc("") },
 	})
 	if err != nil {
 		return nil, record.Parts{}, err
@@ -151,7 +151,7 @@ func (localBackend) openBindings(_ context.Context, dir, channelID string, noSyn
 
 func (localBackend) openCodes(context.Context, *slog.Logger) identity.Codes { return nil }
 
-func (localBackend) openEventFeed(context.Context, int) (eventFeed, error) { return nil, nil }
+func (localBackend) openEventFeed(context.Context, int) (runtime.EventFeed, error) { return nil, nil }
 
 func (localBackend) openSettings(_ context.Context, opt settings.Options, deps settings.Deps) (*settings.Store, error) {
 	return settings.Open(opt, deps)
@@ -190,8 +190,8 @@ var (
 	_ backend = localBackend{}
 	_ backend = clusterBackend{}
 
-	_ cluster.Host         = runtimeHost{}
-	_ cluster.DeviceCloser = runtimeHost{}
+	_ cluster.Host         = runtime.Host{}
+	_ cluster.DeviceCloser = runtime.Host{}
 	_ deviceRegistry       = (*cluster.Devices)(nil)
 )
 
@@ -233,7 +233,7 @@ func (b clusterBackend) openCodes(ctx context.Context, log *slog.Logger) identit
 	return c
 }
 
-func (b clusterBackend) openEventFeed(ctx context.Context, perChannel int) (eventFeed, error) {
+func (b clusterBackend) openEventFeed(ctx context.Context, perChannel int) (runtime.EventFeed, error) {
 	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
 	defer cancel()
 	f, err := b.node.OpenEventFeed(ctx, perChannel)
@@ -322,7 +322,7 @@ func (c clusterDiag) Ask(ctx context.Context, channelID, peerID string, req []by
 	return edge, answer, err
 }
 
-// clusterEvents is the cluster's events stream as an eventFeed.
+// clusterEvents is the cluster's events stream as a runtime.EventFeed.
 type clusterEvents struct{ *cluster.EventFeed }
 
 func (f clusterEvents) View(channelID string, local *events.Log) fleetapi.EventLog {

@@ -21,51 +21,51 @@ import (
 func TestBackendOpensEveryStore(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, nil, nil)
-	if _, ok := ts.rt.backend.(localBackend); !ok {
-		t.Fatalf("single server: backend %T", ts.rt.backend)
+	if _, ok := ts.backend.(localBackend); !ok {
+		t.Fatalf("single server: backend %T", ts.backend)
 	}
-	if _, ok := ts.rt.records.Store.(*local.Store); !ok {
-		t.Errorf("single server: store of record %T", ts.rt.records.Store)
+	if _, ok := ts.rt.Records.Store.(*local.Store); !ok {
+		t.Errorf("single server: store of record %T", ts.rt.Records.Store)
 	}
-	if _, ok := ts.rt.fleet.reg.(*registry.Registry); !ok {
-		t.Errorf("single server: device registry %T", ts.rt.fleet.reg)
+	if _, ok := ts.fleet.reg.(*registry.Registry); !ok {
+		t.Errorf("single server: device registry %T", ts.fleet.reg)
 	}
-	if ts.rt.eventFeed != nil {
-		t.Errorf("single server: an event feed %T", ts.rt.eventFeed)
+	if ts.rt.EventFeed() != nil {
+		t.Errorf("single server: an event feed %T", ts.rt.EventFeed())
 	}
-	if st := noticeStorage(t, ts.rt); st != nil {
+	if st := noticeStorage(t, ts.Server); st != nil {
 		if _, ok := st.(*notices.LocalStorage); !ok {
 			t.Errorf("single server: notice storage %T", st)
 		}
 	}
 
 	cs, _ := startClusterServer(t, newCountingRunner(false), nil, nil)
-	if _, ok := cs.rt.backend.(clusterBackend); !ok {
-		t.Fatalf("cluster: backend %T", cs.rt.backend)
+	if _, ok := cs.backend.(clusterBackend); !ok {
+		t.Fatalf("cluster: backend %T", cs.backend)
 	}
-	if _, ok := cs.rt.records.Store.(*cluster.Store); !ok {
-		t.Errorf("cluster: store of record %T", cs.rt.records.Store)
+	if _, ok := cs.rt.Records.Store.(*cluster.Store); !ok {
+		t.Errorf("cluster: store of record %T", cs.rt.Records.Store)
 	}
-	if _, ok := cs.rt.fleet.reg.(*cluster.Devices); !ok {
-		t.Errorf("cluster: device registry %T", cs.rt.fleet.reg)
+	if _, ok := cs.fleet.reg.(*cluster.Devices); !ok {
+		t.Errorf("cluster: device registry %T", cs.fleet.reg)
 	}
-	if st := noticeStorage(t, cs.rt); st != nil {
+	if st := noticeStorage(t, cs.Server); st != nil {
 		if _, ok := st.(*cluster.NoticeStorage); !ok {
 			t.Errorf("cluster: notice storage %T", st)
 		}
 	}
-	if _, ok := cs.rt.eventFeed.(clusterEvents); !ok {
-		t.Errorf("cluster: event feed %T", cs.rt.eventFeed)
+	if _, ok := cs.rt.EventFeed().(clusterEvents); !ok {
+		t.Errorf("cluster: event feed %T", cs.rt.EventFeed())
 	}
 }
 
-// noticeStorage returns where rt's notice mailboxes keep their records
+// noticeStorage returns where s's notice mailboxes keep their records
 // (the rules are notices.Service's in both modes).
-func noticeStorage(t *testing.T, rt *Runtime) notices.Storage {
+func noticeStorage(t *testing.T, s *Server) notices.Storage {
 	t.Helper()
-	svc, ok := rt.notices.(*notices.Service)
+	svc, ok := s.notices.(*notices.Service)
 	if !ok {
-		t.Errorf("notice mailboxes %T, want package notices' Service", rt.notices)
+		t.Errorf("notice mailboxes %T, want package notices' Service", s.notices)
 		return nil
 	}
 	return svc.Storage()

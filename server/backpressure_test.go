@@ -48,11 +48,11 @@ func (c *client) runOneWaitOne(runner *countingRunner, prefix string) {
 	readAs[*link.Ack](c)
 }
 
-func (ts *testServer) waiters() int { return ts.rt.admission.Waiters() }
+func (ts *testServer) waiters() int { return ts.rt.Admission.Waiters() }
 
-func (ts *testServer) busyAnswers() uint64 { return ts.rt.metrics.ws.Busy.Value("terminal-dev") }
+func (ts *testServer) busyAnswers() uint64 { return ts.rt.Metrics.WS.Busy.Value("terminal-dev") }
 
-func (ts *testServer) holds() uint64 { return ts.rt.metrics.ws.Held.Value("terminal-dev") }
+func (ts *testServer) holds() uint64 { return ts.rt.Metrics.WS.Held.Value("terminal-dev") }
 
 // A device that floods past maxWaitingPerSession while its runs are slow
 // is not answered busy: its connection stops reading it until a place

@@ -21,6 +21,7 @@ import (
 	"termlink/server/config"
 	"termlink/server/record"
 	"termlink/server/record/local"
+	"termlink/server/runtime"
 	"termlink/server/session"
 	"termlink/server/wschannel"
 )
@@ -50,7 +51,7 @@ func sessionLog(t *testing.T, ts *testServer, key string) string {
 // read them directly.
 func flushSessions(t *testing.T, ts *testServer) {
 	t.Helper()
-	if err := ts.rt.sessions.Sync(); err != nil {
+	if err := ts.rt.Sessions.Sync(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -218,7 +219,7 @@ func TestDedupeBoundedAndReloaded(t *testing.T) {
 		readAs[*link.Message](c)
 		c.ws.Close()
 	}
-	st := ts.rt.records.Store.(*local.Store).DedupeStats()
+	st := ts.rt.Records.Store.(*local.Store).DedupeStats()
 	if st.Bytes > budget+20000 || st.Evictions == 0 {
 		t.Fatalf("dedupe after 30 sessions of 8 kB replies: %+v, want at most ~%d bytes and evictions", st, budget)
 	}
@@ -229,7 +230,7 @@ func TestDedupeBoundedAndReloaded(t *testing.T) {
 	if !ack.Duplicate || ack.Reply == nil || ack.Reply.Text != "You said: "+text {
 		t.Fatalf("resend to an evicted session: duplicate=%v reply=%v, want the cached reply", ack.Duplicate, ack.Reply != nil)
 	}
-	if after := ts.rt.records.Store.(*local.Store).DedupeStats(); after.Reloads <= st.Reloads {
+	if after := ts.rt.Records.Store.(*local.Store).DedupeStats(); after.Reloads <= st.Reloads {
 		t.Fatalf("reloads %d -> %d: the evicted session was not read back", st.Reloads, after.Reloads)
 	}
 }
@@ -338,9 +339,9 @@ func TestInterruptedRunRunsAgainOnce(t *testing.T) {
 		t.Fatalf("second start re-runs %+v, want none", s.recovered)
 	}
 	s.Start()
-	var got AcceptResult
+	var got runtime.AcceptResult
 	in := bus.Inbound{ChannelID: "terminal-dev", AccountID: "local", PeerID: "dev", SessionKey: key, MessageID: "m-1", Text: "cut short"}
-	if err := s.rt.AcceptInbound(context.Background(), in, func(r AcceptResult) { got = r }); err != nil {
+	if err := s.rt.AcceptInbound(context.Background(), in, func(r runtime.AcceptResult) { got = r }); err != nil {
 		t.Fatal(err)
 	}
 	if !got.Duplicate || got.Reply == nil || got.Reply.FinishReason != link.FinishError || !strings.Contains(got.Reply.Text, "interrupted twice") {
@@ -447,13 +448,13 @@ func TestShutdownDrainsReplies(t *testing.T) {
 		t.Fatal(err)
 	}
 	ad := &closedAdapter{}
-	s.rt.channels["terminal-dev"].adapter = ad
+	s.rt.Channels["terminal-dev"].Adapter = ad
 	s.Start()
 	const n = 40
 	for i := range n {
 		in := bus.Inbound{ChannelID: "terminal-dev", AccountID: "local", PeerID: fmt.Sprintf("dev-%d", i), MessageID: "m-1", Text: "hi"}
-		in.SessionKey = SessionKey(in.ChannelID, in.AccountID, in.PeerID, "")
-		if err := s.rt.AcceptInbound(context.Background(), in, func(AcceptResult) {}); err != nil {
+		in.SessionKey = runtime.SessionKey(in.ChannelID, in.AccountID, in.PeerID, "")
+		if err := s.rt.AcceptInbound(context.Background(), in, func(runtime.AcceptResult) {}); err != nil {
 			t.Fatal(err)
 		}
 		<-runner.started
@@ -472,7 +473,7 @@ func TestShutdownDrainsReplies(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	got := s.rt.metrics.unclaimed.Value("terminal-dev") + s.rt.metrics.delivered.Value("terminal-dev")
+	got := s.rt.Metrics.Unclaimed.Value("terminal-dev") + s.rt.Metrics.Delivered.Value("terminal-dev")
 	ad.mu.Lock()
 	sent := len(ad.sends)
 	ad.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"termlink/server/agent"
 	"termlink/server/bus"
 	"termlink/server/config"
+	"termlink/server/runtime"
 )
 
 // A cancel that arrives after the ack but before the router has taken the
@@ -32,9 +33,9 @@ func TestCancelBeforeTheRouterHasIt(t *testing.T) {
 	// AcceptInbound returned, as this test once did, raced the run: the
 	// router has the message at once, and the counting runner answers it
 	// at once; 4 of 60 runs under load found it answered already.)
-	var acked AcceptResult
+	var acked runtime.AcceptResult
 	found := false
-	if err := s.rt.AcceptInbound(context.Background(), in, func(r AcceptResult) {
+	if err := s.rt.AcceptInbound(context.Background(), in, func(r runtime.AcceptResult) {
 		acked = r
 		found = s.router.Cancel(key, "m-1")
 	}); err != nil || acked.Duplicate {
@@ -49,8 +50,8 @@ func TestCancelBeforeTheRouterHasIt(t *testing.T) {
 	s.Start()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		var got AcceptResult
-		if err := s.rt.AcceptInbound(context.Background(), in, func(r AcceptResult) { got = r }); err != nil {
+		var got runtime.AcceptResult
+		if err := s.rt.AcceptInbound(context.Background(), in, func(r runtime.AcceptResult) { got = r }); err != nil {
 			t.Fatal(err)
 		}
 		if got.Reply != nil {

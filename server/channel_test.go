@@ -151,7 +151,7 @@ func TestDuplicateMessageIDIsNotRunTwice(t *testing.T) {
 	if n := runner.runs.Load(); n != 1 {
 		t.Fatalf("agent ran %d times, want 1", n)
 	}
-	if got := ts.rt.metrics.inbound.Value("terminal-dev"); got != 1 {
+	if got := ts.rt.Metrics.Inbound.Value("terminal-dev"); got != 1 {
 		t.Fatalf("inbound published %d times, want 1", got)
 	}
 	if first.Duplicate {
@@ -178,7 +178,7 @@ func TestDisconnectBeforeOutboundRecordsUnclaimed(t *testing.T) {
 	if ev.PeerID != "device-001" {
 		t.Fatalf("unclaimed event %+v", ev)
 	}
-	if got := ts.rt.metrics.unclaimed.Value("terminal-dev"); got != 1 {
+	if got := ts.rt.Metrics.Unclaimed.Value("terminal-dev"); got != 1 {
 		t.Fatalf("unclaimed metric %d", got)
 	}
 	// Nothing lost: the device comes back and resends.

@@ -114,7 +114,7 @@ func heldTicket(c *cluster.Store, session, messageID string) *cluster.Ticket {
 }
 
 // clusterStore is the server's store of record in cluster mode.
-func clusterStore(ts *testServer) *cluster.Store { return ts.rt.records.Store.(*cluster.Store) }
+func clusterStore(ts *testServer) *cluster.Store { return ts.rt.Records.Store.(*cluster.Store) }
 
 // until reads frames until want has seen what it waits for (true), for
 // at most 15 s.

@@ -48,9 +48,9 @@ func TestWhoami(t *testing.T) {
 func TestEventsOfOnePeer(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, nil, nil)
-	ch := ts.rt.channels["terminal-dev"]
+	ch := ts.rt.Channels["terminal-dev"]
 	for i := range 10 {
-		ch.events.Add(events.Event{Event: "e", PeerID: fmt.Sprintf("p%d", i%2), Detail: fmt.Sprint(i)})
+		ch.Events.Add(events.Event{Event: "e", PeerID: fmt.Sprintf("p%d", i%2), Detail: fmt.Sprint(i)})
 	}
 	var got struct{ Events []events.Event }
 	if code := getJSON(t, ts.http.URL+"/api/channels/terminal-dev/events?peer_id=p1&limit=3", &got); code != 200 {

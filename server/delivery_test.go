@@ -30,13 +30,13 @@ import (
 
 // terminal is the adapter of channel terminal-dev.
 func (ts *testServer) terminal() wschannel.Adapter {
-	return ts.rt.channels["terminal-dev"].adapter
+	return ts.rt.Channels["terminal-dev"].Adapter
 }
 
 // noneDropped fails the test if a connection was dropped as too slow.
 func (ts *testServer) noneDropped(t *testing.T) {
 	t.Helper()
-	if n := ts.rt.metrics.ws.Dropped.Value("terminal-dev"); n != 0 {
+	if n := ts.rt.Metrics.WS.Dropped.Value("terminal-dev"); n != 0 {
 		t.Fatalf("%d connections dropped as too slow", n)
 	}
 }
@@ -261,7 +261,7 @@ func TestReplyQueueOverflowAsksForResend(t *testing.T) {
 		}
 	}
 	c.alive()
-	if got := ts.rt.metrics.ws.Deferred.Value("terminal-dev"); got != uint64(n-taken) {
+	if got := ts.rt.Metrics.WS.Deferred.Value("terminal-dev"); got != uint64(n-taken) {
 		t.Fatalf("deferred metric %d, want %d", got, n-taken)
 	}
 }

@@ -12,15 +12,15 @@ func DeviceReleaseURL(channelID, version, platform string) string {
 // Downloads), authorized by each channel as its WebSocket authorizes a
 // device (wschannel.Adapter.AuthorizeHTTP), refusals through the gate.
 func (s *Server) openDownloads() (capability, error) {
-	return &releases.Downloads{Store: s.releases, Gate: s.rt.outside, Log: s.log,
+	return &releases.Downloads{Store: s.releases, Gate: s.rt.Outside, Log: s.log,
 		Channel: func(id string) (releases.DeviceChannel, bool) {
-			ch := s.rt.channels[id]
+			ch := s.rt.Channels[id]
 			if ch == nil {
 				return releases.DeviceChannel{}, false
 			}
-			dc := releases.DeviceChannel{Events: ch.events}
-			if ch.adapter != nil {
-				dc.Auth = ch.adapter
+			dc := releases.DeviceChannel{Events: ch.Events}
+			if ch.Adapter != nil {
+				dc.Auth = ch.Adapter
 			}
 			return dc, true
 		}}, nil

@@ -113,7 +113,7 @@ func TestDeviceReleaseDownload(t *testing.T) {
 		}
 	}
 	n := 0
-	for _, e := range ts.rt.channels["terminal-dev"].events.Recent(-1) {
+	for _, e := range ts.rt.Channels["terminal-dev"].Events.Recent(-1) {
 		if e.Event == events.ReleaseDownloadRefused {
 			n++
 		}

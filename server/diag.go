@@ -23,13 +23,13 @@ import (
 // both of the API's timeouts (tests).
 func (s *Server) openDiag() (capability, error) {
 	opt := s.opt
-	reqs := diag.New(diag.Options{Send: s.rt.SendFleet, Log: s.log, Outside: s.rt.outside, Remote: s.rt.backend.diagRemote()})
-	s.rt.fleetOps.parts = append(s.rt.fleetOps.parts, reqs)
+	reqs := diag.New(diag.Options{Send: s.rt.SendFleet, Log: s.log, Outside: s.rt.Outside, Remote: s.backend.diagRemote()})
+	s.fleetOps.Parts = append(s.fleetOps.Parts, reqs)
 	api := diag.NewAPI(reqs, diagHost{s})
 	if opt.diagTimeout > 0 {
 		api.LogsTimeout, api.SelftestTimeout = opt.diagTimeout, opt.diagTimeout
 	}
-	if err := s.rt.backend.serveDiag(api.ServeRemote); err != nil {
+	if err := s.backend.serveDiag(api.ServeRemote); err != nil {
 		return nil, err
 	}
 	return api, nil
@@ -39,15 +39,15 @@ func (s *Server) openDiag() (capability, error) {
 type diagHost struct{ s *Server }
 
 func (h diagHost) Channel(id string) bool {
-	return h.s.rt.channels.adapter(id) != nil
+	return h.s.rt.Channels.Adapter(id) != nil
 }
 
 func (h diagHost) Peer(channelID, peerID string) (registry.Peer, bool) {
-	return h.s.rt.fleet.reg.Get(channelID, peerID)
+	return h.s.fleet.reg.Get(channelID, peerID)
 }
 
 func (h diagHost) Event(channelID string, e events.Event) {
-	h.s.rt.channels.event(channelID, e)
+	h.s.rt.Channels.Event(channelID, e)
 }
 
 func (h diagHost) Operator(f http.HandlerFunc) http.HandlerFunc {

@@ -84,7 +84,7 @@ func operatorCall(t *testing.T, ts *testServer, method, path string) (int, strin
 func seenOnline(t *testing.T, ts *testServer, peer string, online bool) {
 	t.Helper()
 	if !waitUntil(t, "node sees "+peer+" online="+map[bool]string{true: "yes", false: "no"}[online], func() bool {
-		p, ok := ts.rt.fleet.reg.Get("terminal-dev", peer)
+		p, ok := ts.fleet.reg.Get("terminal-dev", peer)
 		return ok && p.Online == online && (!online || slices.Contains(p.Capabilities, link.CapDiag))
 	}) {
 		t.FailNow()
@@ -183,7 +183,7 @@ func TestClusterDiagFromAnyNode(t *testing.T) {
 
 	// Each request an event on the asker's log, naming the operator.
 	var details []string
-	for _, e := range b.rt.channels["terminal-dev"].events.Recent(100) {
+	for _, e := range b.rt.Channels["terminal-dev"].Events.Recent(100) {
 		if e.Event == diag.EventLogs || e.Event == diag.EventSelftest {
 			details = append(details, e.PeerID+": "+e.Detail)
 		}
@@ -196,7 +196,7 @@ func TestClusterDiagFromAnyNode(t *testing.T) {
 		}
 	}
 	var cEvents []string
-	for _, e := range c.rt.channels["terminal-dev"].events.Recent(100) {
+	for _, e := range c.rt.Channels["terminal-dev"].Events.Recent(100) {
 		cEvents = append(cEvents, e.Detail)
 	}
 	if !strings.Contains(strings.Join(cEvents, "\n"), "by otto: peer mute did not answer the logs request within 300ms") {

@@ -25,8 +25,8 @@ func (s *Server) startDiscovery(ctx context.Context, addr net.Addr) *discovery.A
 // channel first.
 func (s *Server) channelPaths() []string {
 	var paths []string
-	for _, id := range s.rt.order {
-		if s.rt.channels[id].adapter == nil {
+	for _, id := range s.rt.Order {
+		if s.rt.Channels[id].Adapter == nil {
 			continue
 		}
 		p := "/api/channels/" + id + "/ws"

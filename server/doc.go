@@ -5,7 +5,7 @@
 //
 // One message takes one path (DESIGN.md; server/README.md has the map):
 //
-//	terminal adapter -> Runtime.AcceptInbound -> record.Store.Accept
+//	terminal adapter -> runtime.Runtime.AcceptInbound -> record.Store.Accept
 //	  (dedupe, durable record, the ack, the run queue)
 //	-> router (one FIFO per session, bounded parallelism)
 //	  -> record.Store.Start (the claim) -> agent.Runner

@@ -118,8 +118,8 @@ func TestSecondConnectionReplacesFirst(t *testing.T) {
 	}
 	var st struct{ Channels []statusapi.ChannelStatus }
 	getJSON(t, ts.http.URL+"/api/channels", &st)
-	if st.Channels[0].ConnectedPeers != 1 || ts.rt.metrics.ws.Connections.Value("terminal-dev") != 1 {
-		t.Fatalf("peers %d, connections gauge %d; want 1 and 1", st.Channels[0].ConnectedPeers, ts.rt.metrics.ws.Connections.Value("terminal-dev"))
+	if st.Channels[0].ConnectedPeers != 1 || ts.rt.Metrics.WS.Connections.Value("terminal-dev") != 1 {
+		t.Fatalf("peers %d, connections gauge %d; want 1 and 1", st.Channels[0].ConnectedPeers, ts.rt.Metrics.WS.Connections.Value("terminal-dev"))
 	}
 }
 
@@ -227,7 +227,7 @@ func TestSlowClientIsDropped(t *testing.T) {
 	fast.connect("fast")
 	// The slow client sends big messages and reads nothing: each reply
 	// echoes ~900 kB back until the socket and then the queue are full.
-	for i := 0; i < 60 && ts.rt.metrics.ws.Dropped.Value("terminal-dev") == 0; i++ {
+	for i := 0; i < 60 && ts.rt.Metrics.WS.Dropped.Value("terminal-dev") == 0; i++ {
 		_ = ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		if err := ws.WriteMessage(websocket.TextMessage, link.MustEncode(&link.Message{MessageID: "big-" + string(rune('a'+i%26)) + time.Now().Format("150405.000000"), Text: big})); err != nil {
 			break // the server dropped us
@@ -241,8 +241,8 @@ func TestSlowClientIsDropped(t *testing.T) {
 	if ev.PeerID != "slow" || !strings.Contains(ev.Detail, "client too slow, dropped: write made no progress for 300ms") {
 		t.Fatalf("disconnect %+v, want the slow peer dropped for a stalled write", ev)
 	}
-	if ts.rt.metrics.ws.Dropped.Value("terminal-dev") != 1 {
-		t.Fatalf("dropped metric %d", ts.rt.metrics.ws.Dropped.Value("terminal-dev"))
+	if ts.rt.Metrics.WS.Dropped.Value("terminal-dev") != 1 {
+		t.Fatalf("dropped metric %d", ts.rt.Metrics.WS.Dropped.Value("terminal-dev"))
 	}
 	fast.alive()
 }

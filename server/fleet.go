@@ -10,6 +10,7 @@ import (
 	"termlink/server/httpapi"
 	"termlink/server/registry"
 	"termlink/server/router"
+	"termlink/server/runtime"
 	"termlink/server/session"
 	"termlink/server/wschannel"
 )
@@ -66,31 +67,31 @@ func (s *Server) openFleet() (capability, error) {
 	dir := filepath.Join(s.cfg.Workspace, "registry")
 	ropt := registry.Options{
 		Logger: log, FlushInterval: opt.flushInterval, NoSync: s.opt.NoSync, MaxPeers: opt.maxPeers, MaxAnonymous: opt.maxAnonymous,
-		NoticesPending: rt.notices.Count, Gate: rt.outside, // a device forgotten to make room: through the gate
+		NoticesPending: s.notices.Count, Gate: rt.Outside, // a device forgotten to make room: through the gate
 	}
-	reg, err := rt.backend.openDevices(context.Background(), dir, ropt)
+	reg, err := s.backend.openDevices(context.Background(), dir, ropt)
 	if err != nil {
 		return nil, fmt.Errorf("opening the device registry: %w", err)
 	}
-	chs := make([]fleetapi.Channel, 0, len(rt.order))
-	for _, id := range rt.order {
-		ch := rt.channels[id]
-		chs = append(chs, fleetapi.Channel{ID: id, AccountID: ch.cfg.AccountID, Events: rt.eventView(id, ch.events)})
+	chs := make([]fleetapi.Channel, 0, len(rt.Order))
+	for _, id := range rt.Order {
+		ch := rt.Channels[id]
+		chs = append(chs, fleetapi.Channel{ID: id, AccountID: ch.Config.AccountID, Events: rt.EventView(id, ch.Events)})
 	}
 	api := fleetapi.New(fleetapi.Deps{
-		Registry: reg, Channels: chs, SessionKey: SessionKey, Runs: routerRuns{s.router}, Notices: rt.notices,
+		Registry: reg, Channels: chs, SessionKey: runtime.SessionKey, Runs: routerRuns{s.router}, Notices: s.notices,
 		History: func(key string, n int) ([]session.Record, error) {
-			sess, err := rt.sessions.Tail(key, n)
+			sess, err := rt.Sessions.Tail(key, n)
 			if err != nil {
 				return nil, err
 			}
 			return sess.Records, nil
 		},
-		Metrics: &rt.metrics.reg, Log: log,
+		Metrics: &rt.Metrics.Reg, Log: log,
 	}, fleetapi.Options{StreamBuffer: opt.streamBuffer, StreamWrite: opt.streamWrite, StreamKeepalive: opt.streamKeepalive,
 		HelloPeers: opt.helloPeers, MaxStreams: opt.maxStreams, MaxStreamsPerToken: opt.maxStreamsToken})
-	rt.fleet = &fleet{reg: reg, api: api}
-	return rt.fleet, nil
+	s.fleet = &fleet{reg: reg, api: api}
+	return s.fleet, nil
 }
 
 // Routes registers the fleet API's routes: events, the live stream,

@@ -605,12 +605,12 @@ func TestEventStreamSlowSubscriberDropped(t *testing.T) {
 	}
 	waitFor(t, "the slow stream to open", streamsOpen(1))
 
-	ch := ts.rt.channels["terminal-dev"]
+	ch := ts.rt.Channels["terminal-dev"]
 	added := make(chan struct{})
 	go func() { // never waits for the stream
 		defer close(added)
 		for i := range 20000 {
-			ch.events.Add(events.Event{Event: "test_event", Detail: fmt.Sprintf("%d %s", i, strings.Repeat("x", 150))})
+			ch.Events.Add(events.Event{Event: "test_event", Detail: fmt.Sprintf("%d %s", i, strings.Repeat("x", 150))})
 		}
 	}()
 	select {
@@ -635,7 +635,7 @@ func TestEventStreamSlowSubscriberDropped(t *testing.T) {
 // hasSeries says whether the server's metrics list the series line.
 func hasSeries(ts *testServer, line string) bool {
 	var b bytes.Buffer
-	ts.rt.metrics.reg.WriteText(&b)
+	ts.rt.Metrics.Reg.WriteText(&b)
 	return strings.Contains(b.String(), "\n"+line+"\n")
 }
 
@@ -730,7 +730,7 @@ func TestEventStreamsBounded(t *testing.T) {
 		if r.status != 200 {
 			t.Fatalf("events: HTTP %d %s", r.status, r.body)
 		}
-		open := ts.rt.fleet.api.StreamsOpen()
+		open := ts.fleet.api.StreamsOpen()
 		if open < 2 {
 			break
 		}

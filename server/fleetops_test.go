@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"termlink/link"
+	"termlink/server/fleetops"
 	"termlink/server/registry"
 )
 
-// recordingPart is a fleetOps part that records what it is given,
+// recordingPart is a fleet operations part (fleetops.Part) that records what it is given,
 // judges the answers of its kind with judge, and keeps what it believed
 // with keep, as the real parts keep it in the registry.
 type recordingPart struct {
@@ -61,7 +62,7 @@ func TestFleetOpsCarriage(t *testing.T) {
 			return false, errors.New("settings version 5 was not sent to this device")
 		}}
 	// They keep what they believed as the rollouts and the settings do.
-	reg := ts.rt.fleet.reg
+	reg := ts.fleet.reg
 	updates.keep = func(ch, peer string, f link.Frame) {
 		st := f.(*link.UpdateStatus)
 		reg.SetUpdate(ch, peer, registry.UpdateState{Version: st.Version, State: st.State, Reason: st.Reason})
@@ -71,7 +72,7 @@ func TestFleetOpsCarriage(t *testing.T) {
 		reg.SetSettings(ch, peer, ack.Version, ack.Error)
 	}
 	// Ahead of the server's own parts of these kinds.
-	ts.rt.fleetOps.parts = append([]fleetPart{updates, acks}, ts.rt.fleetOps.parts...)
+	ts.fleetOps.Parts = append([]fleetops.Part{updates, acks}, ts.fleetOps.Parts...)
 
 	c := dial(t, ts.ws, nil)
 	c.send(&link.Connect{PeerID: "kiosk-f", Capabilities: []string{link.CapText, link.CapUpdate, link.CapSettings},

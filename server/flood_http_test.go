@@ -62,11 +62,11 @@ func countedLogServer(t *testing.T, mutate func(*config.Config)) (*testServer, *
 
 // markBeforeFlood records an event before a flood; it must survive it.
 func markBeforeFlood(ts *testServer) {
-	ts.rt.channels["terminal-dev"].events.Add(events.Event{Event: "before_the_flood", Detail: "recorded before the flood"})
+	ts.rt.Channels["terminal-dev"].Events.Add(events.Event{Event: "before_the_flood", Detail: "recorded before the flood"})
 }
 
 func markSurvived(ts *testServer) bool {
-	for _, e := range ts.rt.channels["terminal-dev"].events.Recent(-1) {
+	for _, e := range ts.rt.Channels["terminal-dev"].Events.Recent(-1) {
 		if e.Event == "before_the_flood" {
 			return true
 		}
@@ -76,7 +76,7 @@ func markSurvived(ts *testServer) bool {
 
 func channelEventCount(ts *testServer, name string) int {
 	n := 0
-	for _, e := range ts.rt.channels["terminal-dev"].events.Recent(-1) {
+	for _, e := range ts.rt.Channels["terminal-dev"].Events.Recent(-1) {
 		if e.Event == name {
 			n++
 		}
@@ -136,7 +136,7 @@ func TestDownloadRefusalFloodIsGated(t *testing.T) {
 	if ev := channelEventCount(ts, events.ReleaseDownloadRefused); ev == 0 || ev > bound {
 		t.Errorf("%d %s events, want the gate's burst", ev, events.ReleaseDownloadRefused)
 	}
-	for _, e := range ts.rt.channels["terminal-dev"].events.Recent(-1) {
+	for _, e := range ts.rt.Channels["terminal-dev"].Events.Recent(-1) {
 		if len(e.Detail) > 512 {
 			t.Errorf("an event's detail is %d bytes: the path was not cut", len(e.Detail))
 		}
@@ -144,7 +144,7 @@ func TestDownloadRefusalFloodIsGated(t *testing.T) {
 	if !markSurvived(ts) {
 		t.Error("the event recorded before the flood was pushed out of the channel's events")
 	}
-	ts.rt.outside.Flush()
+	ts.rt.Outside.Flush()
 	_, after, last := logs.get()
 	if after <= lines || !strings.Contains(last, events.ReleaseDownloadRefused) || !strings.Contains(last, "summary") {
 		t.Errorf("no summary of what was held back; last line %q", last)
@@ -196,7 +196,7 @@ func TestPairingCodeFloodIsGated(t *testing.T) {
 	if !markSurvived(ts) {
 		t.Error("the event recorded before the flood was pushed out of the channel's events")
 	}
-	ts.rt.outside.Flush()
+	ts.rt.Outside.Flush()
 	if _, _, last := logs.get(); !strings.Contains(last, "enrollment_requested") || !strings.Contains(last, "summary") {
 		t.Errorf("no summary of what was held back; last line %q", last)
 	}

@@ -29,7 +29,7 @@ func TestGlobTokenMaxPeers(t *testing.T) {
 		t.Fatalf("a fourth peer on the glob token: %s %+v", f.FrameType(), f)
 	}
 	c.readClose()
-	if _, ok := ts.rt.fleet.reg.Get("terminal-dev", "kiosk-3"); ok {
+	if _, ok := ts.fleet.reg.Get("terminal-dev", "kiosk-3"); ok {
 		t.Fatal("the refused peer is in the registry")
 	}
 	mustConnect(t, ts, "kiosk-0", "kiosk-shared").alive() // known: taken back
@@ -51,7 +51,7 @@ func TestGlobTokenNeverEvictsOwnToken(t *testing.T) {
 		c := mustConnect(t, ts, peer, token)
 		c.ws.Close()
 		testwait.Until(t, peer+" offline in the registry", func() bool {
-			p, ok := ts.rt.fleet.reg.Get("terminal-dev", peer)
+			p, ok := ts.fleet.reg.Get("terminal-dev", peer)
 			return ok && !p.Online
 		})
 	}
@@ -59,10 +59,10 @@ func TestGlobTokenNeverEvictsOwnToken(t *testing.T) {
 	for i := range 30 {
 		connectOff(fmt.Sprint("kiosk-", i), "kiosk-shared")
 	}
-	if _, ok := ts.rt.fleet.reg.Get("terminal-dev", "legit-1"); !ok {
+	if _, ok := ts.fleet.reg.Get("terminal-dev", "legit-1"); !ok {
 		t.Fatal("legit-1, with its own token, was forgotten to make room for peers of the glob token")
 	}
-	if n := ts.rt.fleet.reg.Count("terminal-dev"); n != 4 {
+	if n := ts.fleet.reg.Count("terminal-dev"); n != 4 {
 		t.Fatalf("%d devices in the registry, want its bound of 4", n)
 	}
 }

@@ -107,7 +107,7 @@ func TestLocalBusyRefusalHoldsLaterMessages(t *testing.T) {
 	if order[0] != "B" || order[1] != "C" {
 		t.Errorf("runs after A and A2 in the order %v, want [B C]", order)
 	}
-	if n := ts.rt.heldBack.Len(); n != 0 {
+	if n := ts.rt.HeldBack.Len(); n != 0 {
 		t.Errorf("%d sessions held back once B was taken, want 0", n)
 	}
 }
@@ -142,7 +142,7 @@ func TestBusyRefusalHoldsLaterMessagesUntilDisconnect(t *testing.T) {
 			c.expectError("maxWaitingPerSession", link.CodeBusy)
 			c.send(&link.Message{MessageID: "D", Text: "d"})
 			c.expectHeldBack("D", "C")
-			if n := ts.rt.heldBack.Len(); n != 1 {
+			if n := ts.rt.HeldBack.Len(); n != 1 {
 				t.Fatalf("%d sessions held back, want 1", n)
 			}
 
@@ -151,7 +151,7 @@ func TestBusyRefusalHoldsLaterMessagesUntilDisconnect(t *testing.T) {
 				t.Fatal(err)
 			}
 			ts.waitEvent(t, events.TerminalDisconnected, "")
-			if n := ts.rt.heldBack.Len(); n != 0 {
+			if n := ts.rt.HeldBack.Len(); n != 0 {
 				t.Fatalf("%d sessions held back after the device disconnected, want 0", n)
 			}
 			close(runner.gate) // the runs go on; a reply to the device gone comes when it resends

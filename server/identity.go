@@ -28,16 +28,16 @@ import (
 // capability (its routes: bindings, enrollment).
 func (s *Server) openIdentity() (capability, error) {
 	dir := filepath.Join(s.cfg.Workspace, "credentials")
-	chans := make(map[string]identity.Channel, len(s.rt.channels))
-	for id, ch := range s.rt.channels {
-		b, err := s.rt.backend.openBindings(context.Background(), dir, id, s.opt.NoSync, s.log)
+	chans := make(map[string]identity.Channel, len(s.rt.Channels))
+	for id, ch := range s.rt.Channels {
+		b, err := s.backend.openBindings(context.Background(), dir, id, s.opt.NoSync, s.log)
 		if err != nil {
 			return nil, err
 		}
-		ch.creds = b
-		chans[id] = identity.Channel{ID: id, Enabled: ch.cfg.Enabled, Config: ch.cfg.Config, Bindings: ch.creds, Events: ch.events}
+		ch.Bindings = b
+		chans[id] = identity.Channel{ID: id, Enabled: ch.Config.Enabled, Config: ch.Config.Config, Bindings: ch.Bindings, Events: ch.Events}
 	}
-	s.ident = identity.New(identity.Options{Channels: chans, Codes: s.rt.backend.openCodes(context.Background(), s.log), Log: s.log, Gate: s.rt.outside})
+	s.ident = identity.New(identity.Options{Channels: chans, Codes: s.backend.openCodes(context.Background(), s.log), Log: s.log, Gate: s.rt.Outside})
 	return s.ident, nil
 }
 
@@ -62,9 +62,9 @@ func (s *Server) warnOpenChannels(addr net.Addr) {
 	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
 		return
 	}
-	for _, id := range s.rt.order {
-		ch := s.rt.channels[id]
-		if ch.cfg.Enabled && !requiresToken(ch.cfg.Config) {
+	for _, id := range s.rt.Order {
+		ch := s.rt.Channels[id]
+		if ch.Config.Enabled && !requiresToken(ch.Config.Config) {
 			s.log.Warn("channel is open: any device may connect as any peer_id (no tokens, no enrollment); add \"tokens\" or \"enrollment\": true to its config",
 				"channel_id", id, "addr", addr.String())
 		}
@@ -78,8 +78,8 @@ func (s *Server) warnOpenChannels(addr net.Addr) {
 // channel's files do not load, or one would turn mutual TLS on or off.
 func (s *Server) ReloadClientCerts(cfg *config.Config) error {
 	var enabled []string
-	for _, id := range s.rt.order {
-		if s.rt.channels.adapter(id) != nil {
+	for _, id := range s.rt.Order {
+		if s.rt.Channels.Adapter(id) != nil {
 			enabled = append(enabled, id)
 		}
 	}
@@ -88,7 +88,7 @@ func (s *Server) ReloadClientCerts(cfg *config.Config) error {
 		return err
 	}
 	for id, ca := range next {
-		s.rt.channels.adapter(id).ReloadClientAuth(ca)
+		s.rt.Channels.Adapter(id).ReloadClientAuth(ca)
 	}
 	s.log.Info("client CAs and deny lists reloaded", "channels", len(next))
 	return nil

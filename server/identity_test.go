@@ -29,7 +29,7 @@ func TestIdentityStoreBindingsByMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logged bytes.Buffer
-	b, err := ts.rt.backend.openBindings(context.Background(), dir, "terminal-dev", true, slog.New(slog.NewTextHandler(&logged, nil)))
+	b, err := ts.backend.openBindings(context.Background(), dir, "terminal-dev", true, slog.New(slog.NewTextHandler(&logged, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,19 +49,19 @@ func TestIdentityStoreBindingsByMode(t *testing.T) {
 	if raw, _ := os.ReadFile(left); string(raw) != `{"version":1,"bindings":[]}` {
 		t.Fatalf("cluster mode wrote to the workspace: %s", raw)
 	}
-	if _, ok := ts.rt.backend.openCodes(context.Background(), ts.log).(*cluster.Codes); !ok {
+	if _, ok := ts.backend.openCodes(context.Background(), ts.log).(*cluster.Codes); !ok {
 		t.Fatal("cluster mode: the pairing codes are not the cluster's")
 	}
 
 	local := startServer(t, nil, nil)
-	lb, err := local.rt.backend.openBindings(context.Background(), dir, "terminal-dev", true, local.log)
+	lb, err := local.backend.openBindings(context.Background(), dir, "terminal-dev", true, local.log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := lb.(*identity.LocalBindings); !ok {
 		t.Fatalf("single server: bindings %T", lb)
 	}
-	if c := local.rt.backend.openCodes(context.Background(), local.log); c != nil {
+	if c := local.backend.openCodes(context.Background(), local.log); c != nil {
 		t.Fatalf("single server: codes %T, want nil (identity's LocalCodes)", c)
 	}
 }

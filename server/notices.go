@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 	"strings"
 
@@ -19,8 +18,8 @@ import (
 // storage: the workspace's WAL, or the cluster's KV bucket; the rules are
 // package notices' either way): a capability.
 func (s *Server) openNotices() (c capability, err error) {
-	s.rt.notices, err = s.rt.backend.openNotices(context.Background(), filepath.Join(s.cfg.Workspace, "notices"), s.rt.noticeOptions(s.opt.NoSync, s.log))
-	return s.rt.notices, err
+	s.notices, err = s.backend.openNotices(context.Background(), filepath.Join(s.cfg.Workspace, "notices"), s.noticeOptions())
+	return s.notices, err
 }
 
 // noticeOptions wires the mailboxes to the channels (their bound, events,
@@ -28,38 +27,39 @@ func (s *Server) openNotices() (c capability, err error) {
 // peers a broadcast reaches, notices_pending). Both are looked up when
 // called: New builds them after the mailboxes open and before it starts
 // them or serves the API, and nothing calls these before then.
-func (rt *Runtime) noticeOptions(noSync bool, log *slog.Logger) notices.Options {
+func (s *Server) noticeOptions() notices.Options {
+	rt := s.rt
 	return notices.Options{
-		NoSync: noSync, Logger: log, Metrics: &rt.metrics.reg,
-		Directory: registryDirectory{rt},
-		Changed:   func(chID, peerID string) { rt.fleet.reg.Changed(chID, peerID) },
+		NoSync: s.opt.NoSync, Logger: s.log, Metrics: &rt.Metrics.Reg,
+		Directory: registryDirectory{s},
+		Changed:   func(chID, peerID string) { s.fleet.reg.Changed(chID, peerID) },
 		MaxPerPeer: func(chID string) int {
-			if ch := rt.channels[chID]; ch != nil && ch.cfg.Config.MaxNoticesPerPeer > 0 {
-				return ch.cfg.Config.MaxNoticesPerPeer
+			if ch := rt.Channels[chID]; ch != nil && ch.Config.Config.MaxNoticesPerPeer > 0 {
+				return ch.Config.Config.MaxNoticesPerPeer
 			}
 			return notices.DefaultMaxPerPeer
 		},
-		Event: rt.channels.event,
+		Event: rt.Channels.Event,
 		Push: func(chID, peerID string) bool {
-			if a := rt.channels.adapter(chID); a != nil {
+			if a := rt.Channels.Adapter(chID); a != nil {
 				return a.PushNotices(peerID)
 			}
 			return false
 		},
 		Channel: func(chID string) (configured, enabled bool) {
-			return rt.channels.exists(chID), rt.channels.adapter(chID) != nil
+			return rt.Channels.Exists(chID), rt.Channels.Adapter(chID) != nil
 		},
 	}
 }
 
 // registryDirectory is the device registry as a notices.PeerDirectory:
 // every device the server has seen, online or not.
-type registryDirectory struct{ rt *Runtime }
+type registryDirectory struct{ s *Server }
 
 // PeersWithTags implements notices.PeerDirectory.
 func (d registryDirectory) PeersWithTags(channelID string, tags map[string]string) []string {
 	var out []string
-	for _, p := range d.rt.fleet.reg.List(channelID, registry.Filter{Tags: tags}) {
+	for _, p := range d.s.fleet.reg.List(channelID, registry.Filter{Tags: tags}) {
 		out = append(out, p.PeerID)
 	}
 	return out
@@ -75,7 +75,7 @@ func (s *Server) pushFromAgent(sessionKey, text string) {
 		s.log.Warn("agent output outside a turn dropped: no peer for its session", "session", sessionKey)
 		return
 	}
-	if err := s.rt.notices.FromAgent(chID, peer, text); err != nil {
+	if err := s.notices.FromAgent(chID, peer, text); err != nil {
 		s.log.Warn("agent push not stored as a notice", "session", sessionKey, "err", err)
 	}
 }
@@ -83,11 +83,11 @@ func (s *Server) pushFromAgent(sessionKey, text string) {
 // peerOfSession splits a session key (channel:account:peer[:thread]).
 func (s *Server) peerOfSession(key string) (channelID, peerID string, ok bool) {
 	chID, rest, ok := strings.Cut(key, ":")
-	ch := s.rt.channels[chID]
+	ch := s.rt.Channels[chID]
 	if !ok || ch == nil {
 		return "", "", false
 	}
-	rest, ok = strings.CutPrefix(rest, ch.cfg.AccountID+":")
+	rest, ok = strings.CutPrefix(rest, ch.Config.AccountID+":")
 	if !ok {
 		return "", "", false
 	}

@@ -25,6 +25,6 @@ func (s *Server) openReleases() (c capability, err error) {
 		}
 		opt.PublicKey = pub
 	}
-	s.releases, err = s.rt.backend.openReleases(context.Background(), opt, filepath.Join(cfg.Workspace, "releases-cache"))
+	s.releases, err = s.backend.openReleases(context.Background(), opt, filepath.Join(cfg.Workspace, "releases-cache"))
 	return s.releases, err
 }

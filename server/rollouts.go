@@ -8,27 +8,27 @@ import (
 )
 
 // Staged rollouts of signed termd releases (package rollout): a part of
-// fleetOps (it gets each connect and each update_status), sending update
-// frames through Runtime.SendFleet with the devices' download route
-// (devicedownload.go) as their url; its routes are the operator's
-// /api/channels/{channel_id}/rollouts.
+// the fleet operations (package fleetops: it gets each connect and each
+// update_status), sending update frames through the runtime's SendFleet
+// with the devices' download route (devicedownload.go) as their url;
+// its routes are the operator's /api/channels/{channel_id}/rollouts.
 
 // openRollouts opens the rollouts kept in workspace/rollouts, adds them
 // to the fleet operations' parts and keeps them for the routes. Called by
 // New once the release store is open, before the adapters start.
 func (s *Server) openRollouts(noSync bool) error {
 	rt := s.rt
-	m, err := rt.backend.openRollouts(context.Background(), rollout.Options{
-		Dir: filepath.Join(s.cfg.Workspace, "rollouts"), Channels: rt.order,
-		Devices: rt.fleet.reg, Releases: s.releases, Send: rt.SendFleet,
-		Event: rt.channels.event,
+	m, err := s.backend.openRollouts(context.Background(), rollout.Options{
+		Dir: filepath.Join(s.cfg.Workspace, "rollouts"), Channels: rt.Order,
+		Devices: s.fleet.reg, Releases: s.releases, Send: rt.SendFleet,
+		Event: rt.Channels.Event,
 		URL:   DeviceReleaseURL, NoSync: noSync, Log: s.log,
 	})
 	if err != nil {
 		return err
 	}
 	s.rollouts = m
-	rt.fleetOps.parts = append(rt.fleetOps.parts, m)
+	s.fleetOps.Parts = append(s.fleetOps.Parts, m)
 	return nil
 }
 

@@ -42,7 +42,7 @@ func TestClusterRolloutFromAnyNode(t *testing.T) {
 		testwait.Until(t, name+" has the release", func() bool { _, ok := ts.releases.Manifest(v2, "linux/arm/6"); return ok })
 	}
 	known := func(ts *testServer, peer string) func() bool {
-		return func() bool { p, ok := ts.rt.fleet.reg.Get("terminal-dev", peer); return ok && p.Online }
+		return func() bool { p, ok := ts.fleet.reg.Get("terminal-dev", peer); return ok && p.Online }
 	}
 	get := func(ts *testServer, id string) rollout.Rollout {
 		var r rollout.Rollout

@@ -109,7 +109,7 @@ func TestRolloutAPI(t *testing.T) {
 		t.Fatalf("resume after abort: %d %s", r.status, r.body)
 	}
 	seen := map[string]bool{}
-	for _, e := range ts.rt.channels["terminal-dev"].events.Recent(-1) {
+	for _, e := range ts.rt.Channels["terminal-dev"].Events.Recent(-1) {
 		seen[e.Event] = true
 	}
 	for _, name := range []string{events.RolloutCreated, events.RolloutWave, events.RolloutDevice, events.RolloutPaused, events.RolloutResumed, events.RolloutAborted} {

@@ -21,17 +21,17 @@ import (
 	"termlink/server/events"
 	"termlink/server/fdbudget"
 	fleetapi "termlink/server/fleet"
+	"termlink/server/fleetops"
 	"termlink/server/guard"
 	"termlink/server/httpapi"
 	"termlink/server/httpserve"
 	"termlink/server/identity"
 	"termlink/server/notices"
-	"termlink/server/record/holdback"
 	"termlink/server/releases"
 	"termlink/server/rollout"
 	"termlink/server/router"
+	"termlink/server/runtime"
 	"termlink/server/session"
-	"termlink/server/throttle"
 	"termlink/server/tlsconf"
 	"termlink/server/wal"
 	"termlink/server/wschannel"
@@ -84,7 +84,7 @@ type Server struct {
 	cfg     *config.Config
 	opt     Options
 	log     *slog.Logger
-	rt      *Runtime
+	rt      *runtime.Runtime // the message path (package runtime)
 	router  *router.Router
 	procs   *procs.Registry  // agent process groups and their sentinel
 	fds     *fdbudget.Budget // the process's file descriptors: sockets, session files, agents
@@ -105,6 +105,10 @@ type Server struct {
 	bgWG   sync.WaitGroup
 	once   sync.Once
 
+	backend  backend           // local or cluster, chosen once; opens every store (backend.go)
+	notices  notices.Mailboxes // the notice mailboxes (package notices; notices.go wires them)
+	fleet    *fleet            // device registry and the fleet API (fleet.go, package fleet)
+	fleetOps *fleetops.Ops     // fleet operations' side of the device connections (package fleetops)
 	tls      *tlsconf.TLS      // nil: plain HTTP
 	ident    *identity.Service // device identity: bindings and enrollment routes (identity.go)
 	releases *releases.Store   // signed termd releases (releases.go)
@@ -183,20 +187,16 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 		return nil, fmt.Errorf("opening the session log: %w", err)
 	}
 	s.closers.push(store.Close)
-	rt := &Runtime{
-		log: log, sessions: store, admission: router.NewAdmission(maxWaiting), heldBack: holdback.New(),
-		channels: map[string]*channel{}, metrics: newServerMetrics(), runPrefix: newRunPrefix(),
-		outside: throttle.New(log, throttle.Options{}),
-	}
+	rt := runtime.New(log, store, maxWaiting)
 	s.rt = rt
-	s.closers.push(func() error { rt.outside.Close(); return nil })
-	if rt.backend, rt.records, err = openBackend(rt, cfg, opt, dedupeBytes); err != nil {
+	s.closers.push(func() error { rt.Outside.Close(); return nil })
+	if s.backend, rt.Records, err = openBackend(rt, log, cfg, opt, dedupeBytes); err != nil {
 		return nil, err
 	}
-	s.closers.push(rt.records.Close)
-	rt.records.Metrics(&rt.metrics.reg)
-	fds.Export(&rt.metrics.reg)
-	rt.openEventFeed(opt.EventsPerChannel) // cluster mode: the channels' events go to the cluster's stream (events.go)
+	s.closers.push(rt.Records.Close)
+	rt.Records.Metrics(&rt.Metrics.Reg)
+	fds.Export(&rt.Metrics.Reg)
+	s.openEventFeed(opt.EventsPerChannel) // cluster mode: the channels' events go to the cluster's stream (events.go)
 
 	built := map[string]agent.Runner{}
 	s.closers.push(func() error {
@@ -207,9 +207,9 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 	})
 	byChannel := map[string]agent.Runner{}
 	for id, chCfg := range cfg.Channels {
-		ch := &channel{id: id, cfg: chCfg, events: rt.newEventLog(id, opt.EventsPerChannel)}
-		rt.channels[id] = ch
-		rt.order = append(rt.order, id)
+		ch := &runtime.Channel{ID: id, Config: chCfg, Events: rt.NewEventLog(id, opt.EventsPerChannel)}
+		rt.Channels[id] = ch
+		rt.Order = append(rt.Order, id)
 		if !chCfg.Enabled {
 			continue
 		}
@@ -225,15 +225,15 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 		}
 		byChannel[id] = r
 	}
-	sort.Strings(rt.order)
-	s.router = router.New(rt, rt.admission, byChannel, cfg.Workspace, maxRuns)
-	rt.router = s.router
-	if rec := rt.records.Recoverer; rec != nil {
+	sort.Strings(rt.Order)
+	s.router = router.New(rt, rt.Admission, byChannel, cfg.Workspace, maxRuns)
+	rt.Router = s.router
+	if rec := rt.Records.Recoverer; rec != nil {
 		if s.recovered, err = rec.Recover(context.Background()); err != nil {
 			return nil, err
 		}
 	}
-	rt.fleetOps = &fleetOps{rt: rt} // its parts are the capabilities that take a device's answers
+	s.fleetOps = &fleetops.Ops{} // its parts are the capabilities that take a device's answers
 	for _, open := range []func() (capability, error){
 		s.openNotices, s.openFleet, s.openIdentity, s.openSettings, s.openDiag, s.openReleases, s.openDownloads,
 		func() (capability, error) { return rolloutsCap{s}, s.openRollouts(opt.NoSync) },
@@ -247,13 +247,13 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 			s.closers.push(cl.Close)
 		}
 	}
-	for _, ch := range rt.channels { // after the capabilities they feed
-		if ch.cfg.Enabled {
-			ch.adapter = wschannel.New(ch.id, ch.cfg, wschannel.Deps{
-				Accept: rt, Records: rt.records, Presence: devicePresence{rt}, Registry: rt.fleet.reg, Notices: rt.notices,
-				Bindings: ch.creds, ClientAuth: s.tls.Client(ch.id), Events: ch.events,
-				SessionKey: SessionKey, Metrics: &rt.metrics.ws, Log: log, Fleet: rt.fleetOps, Outside: rt.outside,
-				Frames: slices.Concat(notices.AckFrames(rt.notices), fleetapi.ScreenFrames(rt.fleet.reg), wschannel.FleetFrames(rt.fleetOps.Report)),
+	for _, ch := range rt.Channels { // after the capabilities they feed
+		if ch.Config.Enabled {
+			ch.Adapter = wschannel.New(ch.ID, ch.Config, wschannel.Deps{
+				Accept: rt, Records: rt.Records, Presence: rt.Presence(), Registry: s.fleet.reg, Notices: s.notices,
+				Bindings: ch.Bindings, ClientAuth: s.tls.Client(ch.ID), Events: ch.Events,
+				SessionKey: runtime.SessionKey, Metrics: &rt.Metrics.WS, Log: log, Fleet: s.fleetOps, Outside: rt.Outside,
+				Frames: slices.Concat(notices.AckFrames(s.notices), fleetapi.ScreenFrames(s.fleet.reg), wschannel.FleetFrames(s.fleetOps.Report)),
 			}, wschannel.Options{WriteStall: opt.writeStall})
 		}
 	}
@@ -293,9 +293,9 @@ func (c *closeStack) unwind() error {
 // devicesOnline is the number of connected peers over every channel.
 func (s *Server) devicesOnline() int {
 	n := 0
-	for _, ch := range s.rt.channels {
-		if ch.adapter != nil {
-			n += ch.adapter.ConnectedPeers()
+	for _, ch := range s.rt.Channels {
+		if ch.Adapter != nil {
+			n += ch.Adapter.ConnectedPeers()
 		}
 	}
 	return n
@@ -311,14 +311,14 @@ func (s *Server) Handler() http.Handler { return s.mux }
 func (s *Server) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopBg = cancel
-	if l := s.rt.records.Lifecycle; l != nil {
+	if l := s.rt.Records.Lifecycle; l != nil {
 		if err := l.Run(s.router.Cancel, s.devicesOnline); err != nil {
 			s.log.Error("cluster: node not started", "err", err)
 		}
 	}
-	for _, id := range s.rt.order {
-		if ch := s.rt.channels[id]; ch.adapter != nil {
-			ch.events.Add(events.Event{Event: events.AdapterStarted, Detail: "websocket at /api/channels/" + id + "/ws"})
+	for _, id := range s.rt.Order {
+		if ch := s.rt.Channels[id]; ch.Adapter != nil {
+			ch.Events.Add(events.Event{Event: events.AdapterStarted, Detail: "websocket at /api/channels/" + id + "/ws"})
 		}
 	}
 	recovered := s.recovered
@@ -330,8 +330,8 @@ func (s *Server) Start() {
 			n := 0
 			for i, in := range recovered {
 				recovered[i] = bus.Inbound{}      // let the queued copy be the only one
-				ch := s.rt.channels[in.ChannelID] // enabled: rebuild left out the others
-				if err := s.rt.admission.ReserveWait(ctx, in.SessionKey, ch.maxWaitingPerSession()); err != nil {
+				ch := s.rt.Channels[in.ChannelID] // enabled: rebuild left out the others
+				if err := s.rt.Admission.ReserveWait(ctx, in.SessionKey, ch.MaxWaitingPerSession()); err != nil {
 					return
 				}
 				s.router.Put(in)
@@ -350,7 +350,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	if s.TLSEnabled() {
 		scheme = "https://"
 	}
-	if l := s.rt.records.Lifecycle; l != nil {
+	if l := s.rt.Records.Lifecycle; l != nil {
 		l.Advertise(scheme + ln.Addr().String())
 	}
 	s.guard.WarnOpen(ln.Addr())
@@ -379,8 +379,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	s.log.Info("closing device connections", "devices", s.devicesOnline(), "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	s.rt.fleet.stopStreams() // live streams would hold hs.Shutdown up
-	_ = hs.Shutdown(sctx)    // stops accepting; hijacked WebSockets are ours to close
+	s.fleet.stopStreams() // live streams would hold hs.Shutdown up
+	_ = hs.Shutdown(sctx) // stops accepting; hijacked WebSockets are ours to close
 	err := s.Shutdown(sctx)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
@@ -396,14 +396,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
-		s.rt.fleet.stopStreams()
-		for _, id := range s.rt.order {
-			if a := s.rt.channels.adapter(id); a != nil {
+		s.fleet.stopStreams()
+		for _, id := range s.rt.Order {
+			if a := s.rt.Channels.Adapter(id); a != nil {
 				a.Close()
 			}
 		}
 		s.router.Stop(ctx)
-		if l := s.rt.records.Lifecycle; l != nil {
+		if l := s.rt.Records.Lifecycle; l != nil {
 			l.StopRuns() // runs are over: a cluster's next owner takes the partitions now
 		}
 		if s.stopBg != nil {

@@ -15,17 +15,17 @@ import (
 // connect, each settings_ack).
 func (s *Server) openSettings() (capability, error) {
 	rt := s.rt
-	st, err := rt.backend.openSettings(context.Background(),
-		settings.Options{Dir: filepath.Join(s.cfg.Workspace, "settings"), NoSync: s.opt.NoSync, Log: s.log, Outside: rt.outside},
+	st, err := s.backend.openSettings(context.Background(),
+		settings.Options{Dir: filepath.Join(s.cfg.Workspace, "settings"), NoSync: s.opt.NoSync, Log: s.log, Outside: rt.Outside},
 		settings.Deps{
-			Registry: rt.fleet.reg,
+			Registry: s.fleet.reg,
 			Send:     rt.SendFleet,
-			Event:    rt.channels.event,
-			Channel:  rt.channels.exists,
+			Event:    rt.Channels.Event,
+			Channel:  rt.Channels.Exists,
 		})
 	if err != nil {
 		return nil, err
 	}
-	rt.fleetOps.parts = append(rt.fleetOps.parts, st)
+	s.fleetOps.Parts = append(s.fleetOps.Parts, st)
 	return st, nil
 }

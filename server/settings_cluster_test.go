@@ -127,12 +127,12 @@ func TestClusterSettingsFromAnyNode(t *testing.T) {
 	// Its ack, taken by edge-b: the registry's applied version and its
 	// tags, and an event on edge-b's log.
 	testwait.Until(t, "edge-b records kb's ack of version 2", func() bool {
-		p, ok := b.rt.fleet.reg.Get("terminal-dev", "kb")
+		p, ok := b.fleet.reg.Get("terminal-dev", "kb")
 		return ok && p.SettingsVersion == 2 && p.Tags["site"] == "lobby"
 	})
 	applied := func(ts *testServer) []string {
 		var out []string
-		for _, e := range ts.rt.channels["terminal-dev"].events.Recent(100) {
+		for _, e := range ts.rt.Channels["terminal-dev"].Events.Recent(100) {
 			if e.Event == settings.EventApplied && e.PeerID == "kb" {
 				out = append(out, e.Detail)
 			}
@@ -186,7 +186,7 @@ func TestClusterSettingsFromAnyNode(t *testing.T) {
 		}
 	}
 	testwait.Until(t, "edge-b records kb's ack of version 4", func() bool {
-		p, _ := b.rt.fleet.reg.Get("terminal-dev", "kb")
+		p, _ := b.fleet.reg.Get("terminal-dev", "kb")
 		return p.SettingsVersion == 4
 	})
 }

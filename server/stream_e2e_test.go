@@ -160,7 +160,7 @@ func TestStreamedReplyEndToEnd(t *testing.T) {
 		t.Fatalf("final %+v, want the deltas' text %q", m, d.text.String())
 	}
 	c.quiet()
-	if n := ts.rt.metrics.ws.Deltas.Value(config.DefaultChannelID); n != uint64(d.count) {
+	if n := ts.rt.Metrics.WS.Deltas.Value(config.DefaultChannelID); n != uint64(d.count) {
 		t.Fatalf("termlink_deltas_sent_total %d, want %d", n, d.count)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package fleetops
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 
 // Fleet operations (issue 28): signed updates and their rollouts,
 // pushed settings, logs and self-tests on demand. The channel adapters
-// carry the frames (wschannel.Fleet, SendFleet); fleetOps is their one
+// carry the frames (wschannel.Fleet, the runtime's SendFleet); Ops is their one
 // wschannel.Fleet. The device registry keeps what devices report (their
 // update state, the settings version they applied), and each part of
 // fleet operations (parts: the rollouts, the settings, the diag
@@ -23,13 +23,12 @@ import (
 // what it believed (the rollouts a device's update state, the settings
 // its version: each part's rule). An answer no part asked for is refused
 // (Report's error: the connection answers bad_frame).
-type fleetOps struct {
-	rt    *Runtime
-	parts []fleetPart // added by New before the adapters start
+type Ops struct {
+	Parts []Part // added by the server's New before the adapters start
 }
 
-// fleetPart is a part of the fleet operations.
-type fleetPart interface {
+// Part is a part of the fleet operations.
+type Part interface {
 	// DeviceConnected is wschannel.Fleet's.
 	DeviceConnected(channelID string, c *link.Connect)
 	// Answers is the kind of answer frame the part takes.
@@ -42,17 +41,17 @@ type fleetPart interface {
 }
 
 // DeviceConnected implements wschannel.Fleet.
-func (f *fleetOps) DeviceConnected(channelID string, c *link.Connect) {
-	for _, p := range f.parts {
+func (f *Ops) DeviceConnected(channelID string, c *link.Connect) {
+	for _, p := range f.Parts {
 		p.DeviceConnected(channelID, c)
 	}
 }
 
 // Report takes a device's answer frame (its route's handler): the part
 // that takes fr's kind judges it.
-func (f *fleetOps) Report(channelID, peerID string, fr link.Frame) error {
-	var part fleetPart
-	for _, p := range f.parts {
+func (f *Ops) Report(channelID, peerID string, fr link.Frame) error {
+	var part Part
+	for _, p := range f.Parts {
 		if p.Answers() == fr.FrameType() {
 			part = p
 			break
@@ -63,14 +62,4 @@ func (f *fleetOps) Report(channelID, peerID string, fr link.Frame) error {
 	}
 	_, err := part.Report(channelID, peerID, fr)
 	return err
-}
-
-// SendFleet hands a fleet operation's frame (update, settings, diag) to
-// the peer's live connection on this server; false when it is not
-// connected here or did not list the capability the frame needs.
-func (rt *Runtime) SendFleet(channelID, peerID string, f link.Frame) bool {
-	if a := rt.channels.adapter(channelID); a != nil {
-		return a.SendFleet(peerID, f)
-	}
-	return false
 }
