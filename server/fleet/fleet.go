@@ -95,7 +95,7 @@ type Notices interface {
 type Deps struct {
 	Registry Registry
 	Channels []Channel // in the order /metrics lists them
-	// SessionKey builds the spec's session id (server.SessionKey).
+	// SessionKey builds the spec's session id (runtime.SessionKey).
 	SessionKey func(channelID, accountID, peerID, threadID string) string
 	History    History
 	Runs       Runs

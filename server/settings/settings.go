@@ -19,7 +19,7 @@
 // Acks (settings_ack) of a version pushed to that device become events
 // (settings_applied, or settings_refused with the device's reason, both
 // through the server's gate for what comes from outside); the device
-// registry keeps the applied version (package server's fleetOps) and,
+// registry keeps the applied version (package fleetops) and,
 // once a device acks settings that set its tags, those tags. An ack of
 // a version never pushed to it is refused and records nothing (issue
 // 36). A peer's document is put only for a peer_id a device could

@@ -170,7 +170,7 @@ type Deps struct {
 	// Outside is the server's gate for what a device or a stranger can
 	// make it write (package throttle; nil: everything is written).
 	Outside *throttle.Gate
-	// SessionKey builds the spec's session id (server.SessionKey).
+	// SessionKey builds the spec's session id (runtime.SessionKey).
 	SessionKey func(channelID, accountID, peerID, threadID string) string
 	Metrics    *Metrics     // shared by every channel's adapter; required
 	Log        *slog.Logger // nil: slog.Default()

@@ -3,7 +3,7 @@ package wschannel
 import "termlink/server/metrics"
 
 // Metrics are the adapters' series. The server registers them once, in
-// its /metrics order among the runtime's (runtime.go, newServerMetrics),
+// its /metrics order among the runtime's (package runtime, NewMetrics),
 // and hands the same Metrics to every channel's adapter; the labelled
 // ones are by channel id.
 type Metrics struct {
