@@ -651,6 +651,13 @@ func (m *Manager) act(channelID, id string, f func(*entry) error) (Rollout, erro
 		c.r.UpdatedAt = m.now()
 		m.advanceLocked(c)
 		rev := e.rev
+		// What the action sent is this node's state at once: a device
+		// answers its frame (its reports, its download, which is checked
+		// against what it was sent) while the record is being written,
+		// and an answer checked against the record before the action
+		// was refused (TestReleaseRollout under load: a device released
+		// by a resume had its download refused and stayed "sent").
+		e.r = cloneRollout(&c.r)
 		m.mu.Unlock()
 		data, err := json.Marshal(&c.r)
 		if err == nil {
@@ -667,6 +674,15 @@ func (m *Manager) act(channelID, id string, f func(*entry) error) (Rollout, erro
 				}
 				m.mu.Unlock()
 			}
+		}
+		if err != nil {
+			// Not written: the action is undone here (what changed since
+			// it is kept); a conflict does it again on the newer record.
+			m.mu.Lock()
+			if m.byID[id] == e {
+				e.r = merge(&c.r, &e.r, &start)
+			}
+			m.mu.Unlock()
 		}
 		m.saveMu.Unlock()
 		if errors.Is(err, ErrConflict) {

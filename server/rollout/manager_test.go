@@ -1,12 +1,14 @@
 package rollout
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -682,5 +684,81 @@ func TestStartReportOvertakesRestarting(t *testing.T) {
 	m2.Report(ch, "d01", &link.UpdateStatus{UpdateID: id2, Version: "v2", Running: "v1", State: link.UpdateRestarting})
 	if d := state(t, m2, r2.ID).Devices[0]; d.State != Installed {
 		t.Fatalf("d01 after installed and a late restarting: %+v", d)
+	}
+}
+
+// heldStorage is a LocalStorage whose next Put, once armed, waits until
+// released (a slow disk, a NATS write waiting out an election).
+type heldStorage struct {
+	*LocalStorage
+	armed   atomic.Bool
+	writing chan struct{}
+	release chan struct{}
+}
+
+func (h *heldStorage) Put(ctx context.Context, id string, value []byte, rev uint64) (uint64, error) {
+	if h.armed.CompareAndSwap(true, false) {
+		close(h.writing)
+		<-h.release
+	}
+	return h.LocalStorage.Put(ctx, id, value, rev)
+}
+
+// A device released by an operator's action answers its frame while the
+// action's record is being written: its answer is judged against what
+// the action did, not the record before it. It used to be dropped as
+// about "an update never sent" (the action ran on a copy taken in only
+// once written), and the device stayed "sent" (TestReleaseRollout, in
+// make test's race step under load: 2 runs in 4 with stress-ng).
+func TestAnswerWhileTheActionIsWritten(t *testing.T) {
+	f := fleetOf(4)
+	local, err := OpenLocal(t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &heldStorage{LocalStorage: local, writing: make(chan struct{}), release: make(chan struct{})}
+	opt := Options{Channels: []string{ch}, Devices: f, Releases: releasesOf{f}, Send: f.send, Event: f.event,
+		URL:  func(c, v, p string) string { return "/api/channels/" + c + "/releases/" + v + "/" + p + "/binary" },
+		Tick: time.Hour, NoSync: true}
+	m, err := New(context.Background(), st, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	r, err := m.Create(ch, Request{Version: "v2", Target: Target{All: true}, Canary: 1, Percent: 50}, "otto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "canary sent", f.takeSent(), []string{"d01"})
+	m.Report(ch, "d01", &link.UpdateStatus{UpdateID: r.ID + ".1", Version: "v2", Running: "v1", State: link.UpdateFailed, Reason: "sha256 mismatch"})
+	if r = state(t, m, r.ID); r.State != Paused {
+		t.Fatalf("after the canary failed: %s, want paused", r.State)
+	}
+
+	if err := m.flush(); err != nil { // what is behind is written first, not held
+		t.Fatal(err)
+	}
+	st.armed.Store(true)
+	resumed := make(chan error, 1)
+	go func() {
+		_, err := m.Resume(ch, r.ID, "otto", false)
+		resumed <- err
+	}()
+	<-st.writing // the resume's record is being written; its wave was sent
+	sent := f.takeSent()
+	if len(sent) == 0 {
+		close(st.release)
+		t.Fatal("the resume sent no device its frame before writing its record")
+	}
+	believed, err := m.Report(ch, sent[0], &link.UpdateStatus{UpdateID: r.ID + ".1", Version: "v2", Running: "v1", State: link.UpdateDownloading})
+	close(st.release)
+	if err := <-resumed; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || !believed {
+		t.Errorf("%s's downloading report while the resume was written: believed %v, err %v; want believed", sent[0], believed, err)
+	}
+	if d := devState(state(t, m, r.ID), sent[0]); d.State != Downloading {
+		t.Errorf("%s after its report: %+v, want downloading", sent[0], d)
 	}
 }
