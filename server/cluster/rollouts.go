@@ -116,56 +116,20 @@ func (s *RolloutStorage) Close() error { return nil }
 // record again: the Manager keeps only what is newer than what it
 // holds. A key that is not a rollout's is refused, naming it.
 func (s *RolloutStorage) Follow(ctx context.Context, f rollout.Feed) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.n.bgCtx, cancel)
-	defer stop()
-	loaded := false
-	for ctx.Err() == nil {
-		w, err := watchKV(ctx, s.kv, []string{"r.>"})
-		if err != nil {
-			s.log.Warn("cluster: cannot watch the rollouts; retrying", "err", err)
-		} else {
-			s.follow(ctx, w, f, &loaded)
-			_ = w.Stop()
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(rolloutsRewatch):
-		}
-	}
-	return nil
-}
-
-func (s *RolloutStorage) follow(ctx context.Context, w jetstream.KeyWatcher, f rollout.Feed, loaded *bool) {
-	for {
-		select {
-		case <-ctx.Done():
+	s.n.followKV(ctx, s.log, s.kv, []string{"r.>"}, "rollouts", rolloutsRewatch, f.Loaded, func(e jetstream.KeyValueEntry) {
+		id, ok := strings.CutPrefix(e.Key(), "r.")
+		if !ok || !rollout.ValidID(id) {
+			s.log.Error("cluster: a key in the rollouts bucket is refused: not a rollout's (r.<rollout id>)",
+				"bucket", RolloutsBucket, "key", e.Key())
 			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil {
-				if !*loaded {
-					*loaded = true
-					f.Loaded()
-				}
-				continue
-			}
-			id, ok := strings.CutPrefix(e.Key(), "r.")
-			if !ok || !rollout.ValidID(id) {
-				s.log.Error("cluster: a key in the rollouts bucket is refused: not a rollout's (r.<rollout id>)",
-					"bucket", RolloutsBucket, "key", e.Key())
-				continue
-			}
-			if e.Operation() == jetstream.KeyValuePut {
-				f.Put(id, e.Value(), e.Revision())
-			} else {
-				f.Gone(id, e.Revision())
-			}
 		}
-	}
+		if e.Operation() == jetstream.KeyValuePut {
+			f.Put(id, e.Value(), e.Revision())
+		} else {
+			f.Gone(id, e.Revision())
+		}
+	})
+	return nil
 }
 
 // Get implements rollout.Storage, at the stream's leader.

@@ -120,56 +120,20 @@ func (s *SettingsStorage) Close() error { return nil }
 // record again: the Store keeps only what is newer than what it holds.
 // A key that is not a channel's is refused, naming it.
 func (s *SettingsStorage) Follow(ctx context.Context, f settings.Feed) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.n.bgCtx, cancel)
-	defer stop()
-	loaded := false
-	for ctx.Err() == nil {
-		w, err := watchKV(ctx, s.kv, nil)
-		if err != nil {
-			s.log.Warn("cluster: cannot watch the settings; retrying", "err", err)
-		} else {
-			s.follow(ctx, w, f, &loaded)
-			_ = w.Stop()
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(settingsRewatch):
-		}
-	}
-	return nil
-}
-
-func (s *SettingsStorage) follow(ctx context.Context, w jetstream.KeyWatcher, f settings.Feed, loaded *bool) {
-	for {
-		select {
-		case <-ctx.Done():
+	s.n.followKV(ctx, s.log, s.kv, nil, "settings", settingsRewatch, f.Loaded, func(e jetstream.KeyValueEntry) {
+		ch, ok := settingsChannel(e.Key())
+		if !ok {
+			s.log.Error("cluster: a key in the settings bucket is refused: not a channel's (c.<base64url of the channel id>)",
+				"bucket", SettingsBucket, "key", e.Key())
 			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil {
-				if !*loaded {
-					*loaded = true
-					f.Loaded()
-				}
-				continue
-			}
-			ch, ok := settingsChannel(e.Key())
-			if !ok {
-				s.log.Error("cluster: a key in the settings bucket is refused: not a channel's (c.<base64url of the channel id>)",
-					"bucket", SettingsBucket, "key", e.Key())
-				continue
-			}
-			if e.Operation() == jetstream.KeyValuePut {
-				f.Put(ch, e.Value(), e.Revision())
-			} else {
-				f.Gone(ch, e.Revision())
-			}
 		}
-	}
+		if e.Operation() == jetstream.KeyValuePut {
+			f.Put(ch, e.Value(), e.Revision())
+		} else {
+			f.Gone(ch, e.Revision())
+		}
+	})
+	return nil
 }
 
 // Get implements settings.Storage, at the stream's leader.
