@@ -79,10 +79,10 @@ type backend interface {
 // cluster store (a bucket or stream, and the mirror of it): the devices,
 // the bindings, the pairing codes, the events stream, the settings, the
 // notice mailboxes (these wait noticesOpenWait), the releases. What
-// happens past it is each store's: the device registry, the bindings,
-// the settings and the releases fail the start; the codes
-// are made by the first enrollment; the events stay this node's own; the
-// notices load in the background.
+// happens past it is each store's: the device registry, the bindings
+// and the settings fail the start; the codes are made by the first
+// enrollment; the events stay this node's own; the notices and the
+// releases (once their bucket is made) load in the background.
 const clusterOpenWait = 30 * time.Second
 
 // noticesOpenWait bounds the wait at start for the cluster's notice
@@ -263,6 +263,7 @@ func (b clusterBackend) openReleases(ctx context.Context, opt releases.Options, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, clusterOpenWait)
 	defer cancel()
+	opt.LoadInBackground = true
 	return b.node.OpenReleases(ctx, opt, cluster.ReleasesOptions{CacheDir: cacheDir})
 }
 

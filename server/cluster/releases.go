@@ -126,7 +126,8 @@ func (n *Node) ReleaseStorage(ctx context.Context, opt ReleasesOptions) (*Releas
 
 // OpenReleases returns the cluster's release store: package releases'
 // Store over the node's ReleaseStorage, loaded (the bucket's objects)
-// before it returns, or an error when ctx ends first.
+// before it returns, or an error when ctx ends first (unless
+// opt.LoadInBackground: then it goes on loading).
 func (n *Node) OpenReleases(ctx context.Context, opt releases.Options, ro ReleasesOptions) (*releases.Store, error) {
 	if opt.Log == nil {
 		opt.Log = n.log

@@ -170,6 +170,10 @@ func (s *Store) serveList(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if err := s.Ready(); err != nil {
+		answer(w, err)
+		return
+	}
 	used, maxBytes, n, maxN := s.Usage()
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{
 		"releases": s.List(v), "bytes": used, "max_bytes": maxBytes, "count": n, "max_releases": maxN,

@@ -76,6 +76,12 @@ type Options struct {
 	// (each read or write of the body pushes the connection's deadline
 	// this far); default 30 s.
 	Stall time.Duration
+	// LoadInBackground: when New's ctx ends before the storage's
+	// releases are loaded, New returns the store anyway (a warning
+	// logged) and it goes on loading; until then every read and write
+	// answers Ready's 503. A cluster node's start does not wait on a
+	// bucket a loaded NATS is slow to list.
+	LoadInBackground bool
 }
 
 // Entry is one stored release as the API lists it.
@@ -176,9 +182,25 @@ func New(ctx context.Context, st Storage, opt Options) (*Store, error) {
 		stop()
 		return nil, fmt.Errorf("release store %s: %w", st.Info().Where, err)
 	case <-ctx.Done():
+		if opt.LoadInBackground {
+			opt.Log.Warn("the release store is not loaded yet; it loads in the background (until then the releases API, downloads and new rollouts answer 503)",
+				"where", st.Info().Where, "err", ctx.Err())
+			return s, nil
+		}
 		stop()
 		<-s.done
 		return nil, fmt.Errorf("release store %s: not loaded: %w", st.Info().Where, ctx.Err())
+	}
+}
+
+// Ready is nil once the storage's releases are loaded, else the 503
+// refusal every read and write of the store answers until then.
+func (s *Store) Ready() error {
+	select {
+	case <-s.loaded:
+		return nil
+	default:
+		return refuse(503, "the release store (%s) is still loading its releases; try again shortly", s.st.Info().Where)
 	}
 }
 
@@ -311,6 +333,9 @@ func (s *Store) Manifest(version, platform string) (*release.Manifest, bool) {
 // storage holds: Binary.Tag). It stays readable until closed, even when
 // the release is deleted meanwhile.
 func (s *Store) OpenBinary(ctx context.Context, version, platform string) (Binary, Entry, error) {
+	if err := s.Ready(); err != nil {
+		return nil, Entry{}, err
+	}
 	k := key(version, platform)
 	s.mu.Lock()
 	e := s.entries[k]
@@ -425,6 +450,9 @@ func (s *Store) unreserve(m *release.Manifest) {
 // and the body against m as it streams it to the storage, which keeps
 // nothing of a body that fails the check. ctx ends the upload.
 func (s *Store) Put(ctx context.Context, m *release.Manifest, body io.Reader, by string) (Entry, error) {
+	if err := s.Ready(); err != nil {
+		return Entry{}, err
+	}
 	checked := false
 	if s.opt.PublicKey != nil {
 		if err := m.Verify(s.opt.PublicKey); err != nil {
@@ -533,6 +561,9 @@ func (c ctxReader) Read(p []byte) (int, error) {
 // Delete removes a release, by operator by. A download in progress
 // finishes from what it has open.
 func (s *Store) Delete(ctx context.Context, version, platform, by string) error {
+	if err := s.Ready(); err != nil {
+		return err
+	}
 	k := key(version, platform)
 	s.mu.Lock()
 	e := s.entries[k]

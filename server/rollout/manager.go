@@ -33,6 +33,9 @@ type Devices interface {
 
 // Releases is the release store as a rollout reads it.
 type Releases interface {
+	// Ready is nil once the releases are loaded (a cluster node's load
+	// in the background); until then no rollout starts and none sends.
+	Ready() error
 	List(version string) []releases.Entry
 	Manifest(version, platform string) (*release.Manifest, bool)
 }
@@ -98,6 +101,9 @@ func (m *Manager) Create(channelID string, q Request, by string) (Rollout, error
 	}
 	if err := q.check(m.opt.MaxDevices); err != nil {
 		return Rollout{}, refuse(400, "%v", err)
+	}
+	if err := m.opt.Releases.Ready(); err != nil {
+		return Rollout{}, err
 	}
 	stored := m.opt.Releases.List(q.Version)
 	if len(stored) == 0 {
@@ -307,6 +313,9 @@ func (m *Manager) sendLocked(e *entry, d *Device) {
 // longer stored skips it.
 func (m *Manager) trySendLocked(e *entry, d *Device) bool {
 	r := &e.r
+	if m.opt.Releases.Ready() != nil {
+		return false // sent once the releases are loaded
+	}
 	man, ok := m.opt.Releases.Manifest(r.Version, d.Platform)
 	if !ok {
 		m.setLocked(e, d, Skipped, "release "+r.Version+" for "+d.Platform+" is no longer stored")

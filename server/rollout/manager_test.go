@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,6 +28,7 @@ type fakeFleet struct {
 	mu       sync.Mutex
 	peers    map[string]registry.Peer
 	releases map[string]bool // version + " " + platform
+	loading  error           // Ready's answer (a store loading in the background)
 	sent     []*link.Update  // in order
 	sentTo   []string
 	events   []events.Event
@@ -153,6 +155,12 @@ func (f *fakeFleet) hasEvent(name, peer string) bool {
 }
 
 type releasesOf struct{ f *fakeFleet }
+
+func (r releasesOf) Ready() error {
+	r.f.mu.Lock()
+	defer r.f.mu.Unlock()
+	return r.f.loading
+}
 
 func (r releasesOf) List(v string) []releases.Entry { return r.f.Releases(v) }
 func (r releasesOf) Manifest(v, p string) (*release.Manifest, bool) {
@@ -761,4 +769,45 @@ func TestAnswerWhileTheActionIsWritten(t *testing.T) {
 	if d := devState(state(t, m, r.ID), sent[0]); d.State != Downloading {
 		t.Errorf("%s after its report: %+v, want downloading", sent[0], d)
 	}
+}
+
+// A node whose release store still loads (a cluster node's, in the
+// background) refuses a new rollout with 503 and sends nothing, skipping
+// no device for it; once loaded, what waited is sent.
+func TestReleasesStillLoading(t *testing.T) {
+	f := fleetOf(2)
+	f.setOnline("d02", false, "")
+	m := open(t, f, t.TempDir(), nil)
+	f.mu.Lock()
+	f.loading = &releases.Error{Status: 503, Msg: "loading"}
+	f.mu.Unlock()
+	if _, err := m.Create(ch, Request{Version: "v2", Target: Target{All: true}}, "otto"); err == nil {
+		t.Fatal("a rollout started while the releases load")
+	} else if e := (*releases.Error)(nil); !errors.As(err, &e) || e.Status != 503 {
+		t.Fatalf("create while loading: %v, want the store's 503", err)
+	}
+	f.mu.Lock()
+	f.loading = nil
+	f.mu.Unlock()
+	r, err := m.Create(ch, Request{Version: "v2", Target: Target{All: true}}, "otto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "online one", f.takeSent(), []string{"d01"})
+	// d02 comes online while the store loads again (a node restarted).
+	f.mu.Lock()
+	f.loading = &releases.Error{Status: 503, Msg: "loading"}
+	f.mu.Unlock()
+	f.setOnline("d02", true, "")
+	m.DeviceConnected(ch, &link.Connect{PeerID: "d02", Version: "v1"})
+	m.tick()
+	eq(t, "nothing while loading", f.takeSent(), nil)
+	if d := devState(state(t, m, r.ID), "d02"); d.State == Skipped {
+		t.Fatalf("d02 skipped while the releases load: %+v", d)
+	}
+	f.mu.Lock()
+	f.loading = nil
+	f.mu.Unlock()
+	m.tick()
+	eq(t, "d02 once loaded", f.takeSent(), []string{"d02"})
 }

@@ -121,6 +121,8 @@ func (f *Fleet) SetUpdate(_, peerID string, u registry.UpdateState) bool {
 
 type fleetReleases struct{ f *Fleet }
 
+func (fleetReleases) Ready() error { return nil }
+
 func (r fleetReleases) List(version string) []releases.Entry {
 	r.f.mu.Lock()
 	defer r.f.mu.Unlock()
