@@ -213,6 +213,10 @@ func FuzzDecode(f *testing.F) {
 		`{"type":"diag_result","request_id":"` + strings.Repeat("q", MaxFleetIDBytes) + `","kind":"` + strings.Repeat("k", MaxDiagKindBytes+1) + `"}`,
 		`{"type":"update_status","update_id":"` + strings.Repeat("u", MaxFleetIDBytes+1) + `","version":"1","running":"1","state":"failed"}`,
 		`{"type":"diag","request_id":"` + strings.Repeat("q", MaxFleetIDBytes+1) + `","kind":"logs"}`,
+		// Questions and answers (issue 42).
+		`{"type":"question","message_id":"m","question_id":"q","text":"Run it?","options":[{"id":"allow_once","label":"Allow once"},{"id":"reject","label":"Deny"}],"timeout_seconds":60}`,
+		`{"type":"question","message_id":"m","question_id":"q","text":"?","options":[{"id":"a","label":"A"},{"id":"a","label":"B"}],"timeout_seconds":1}`,
+		`{"type":"answer","message_id":"a1","question_id":"q","option_id":"allow_once"}`,
 	} {
 		f.Add([]byte(s))
 	}

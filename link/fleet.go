@@ -185,6 +185,10 @@ func fleetFrame(t Type) Frame {
 		return new(Diag)
 	case TypeDiagResult:
 		return new(DiagResult)
+	case TypeQuestion:
+		return new(Question)
+	case TypeAnswer:
+		return new(Answer)
 	}
 	return nil
 }
@@ -194,6 +198,8 @@ func fleetFrame(t Type) Frame {
 func fleetProblem(f Frame) (field, msg string) {
 	const missing = "is missing or empty"
 	switch f := f.(type) {
+	case *Question, *Answer:
+		return choiceProblem(f)
 	case *Update:
 		switch {
 		case f.UpdateID == "":
@@ -287,7 +293,7 @@ func tooLong(n, bound int) string { return fmt.Sprintf("is %d bytes, more than %
 // encoding/json writes them; ok is false for any other frame.
 func appendFleet(dst []byte, f Frame) (out []byte, ok bool, err error) {
 	switch f.(type) {
-	case *Update, *UpdateStatus, *Settings, *SettingsAck, *Diag, *DiagResult:
+	case *Update, *UpdateStatus, *Settings, *SettingsAck, *Diag, *DiagResult, *Question, *Answer:
 	default:
 		return dst, false, nil
 	}
