@@ -22,7 +22,7 @@ func TestSetBusy(t *testing.T) {
 	if p, _ := r.Get("ch", "kiosk-1"); p.Busy != nil {
 		t.Fatalf("busy %+v before the device said", p.Busy)
 	}
-	off := 1 << 40
+	off := 1 << 30
 	if !r.SetBusy("ch", "kiosk-1", BusyState{Busy: true, Why: strings.Repeat("w", 5000), UTCOffset: &off}) {
 		t.Fatal("SetBusy of an online device: false")
 	}

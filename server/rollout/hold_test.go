@@ -165,8 +165,32 @@ func TestWindowPastMidnightAndDeviceZone(t *testing.T) {
 	}
 	eq(t, "23:30 at d01, 21:30 UTC at d02 (no zone said)", f.takeSent(), []string{"d01"})
 	c.set(at("22:00"))
+	// d03 connected a moment ago and has not said its zone yet: it is
+	// given zoneGrace to say it before it is taken for UTC.
+	f.add("d03", "v1", "linux/arm/6", true, nil)
+	f.mu.Lock()
+	p := f.peers["d03"]
+	since := at("21:59").Add(58 * time.Second).Format(time.RFC3339)
+	p.ConnectedSince = &since
+	f.peers["d03"] = p
+	f.mu.Unlock()
 	m.tick()
 	eq(t, "22:00 UTC", f.takeSent(), []string{"d02"})
+	r := cloneRollout(&m.byID[m.order[0]].r)
+	d := Device{PeerID: "d03", State: Pending}
+	m.mu.Lock()
+	why := m.holdLocked(&r, &d)
+	m.mu.Unlock()
+	if why != WaitWindow {
+		t.Fatalf("a device 2 s after its connect without its zone: hold %q, want %q", why, WaitWindow)
+	}
+	c.set(at("22:00").Add(zoneGrace))
+	m.mu.Lock()
+	why = m.holdLocked(&r, &d)
+	m.mu.Unlock()
+	if why != "" {
+		t.Fatalf("a device past the grace without its zone: hold %q, want none (UTC)", why)
+	}
 }
 
 // Force sends regardless of the window and of the devices' use.

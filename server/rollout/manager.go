@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -155,8 +156,15 @@ func (m *Manager) Create(channelID string, q Request, by string) (Rollout, error
 	m.order = append(m.order, r.ID)
 	m.dirty[r.ID] = true
 	counts := countStates(e.r.Devices)
-	m.event(&e.r, events.RolloutCreated, "", fmt.Sprintf("rollout %s of %s to %s by %s: %d devices, %d canaries, waves of %d%%; %d skipped, %d installed already",
-		r.ID, r.Version, r.Target, by, len(r.Devices), min(r.Canary, countWave(r.Devices, 0)), r.Percent, counts[Skipped], counts[Installed]))
+	var when string
+	if r.Window != "" {
+		when = fmt.Sprintf("; window %s %s", r.Window, cmp.Or(r.Zone, ZoneUTC))
+	}
+	if r.Force {
+		when += "; forced (sent even to devices in use, outside any window)"
+	}
+	m.event(&e.r, events.RolloutCreated, "", fmt.Sprintf("rollout %s of %s to %s by %s: %d devices, %d canaries, waves of %d%%; %d skipped, %d installed already%s",
+		r.ID, r.Version, r.Target, by, len(r.Devices), min(r.Canary, countWave(r.Devices, 0)), r.Percent, counts[Skipped], counts[Installed], when))
 	m.mu.Unlock()
 	// Durable before anything is sent, and before the answer.
 	for _, id := range append(dropped, r.ID) {
