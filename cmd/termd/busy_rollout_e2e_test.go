@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"termlink/internal/testwait"
 	"termlink/release"
@@ -117,14 +118,17 @@ func TestTermdRolloutWaitsForTheConversation(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	released := time.Now()
 	waitScreen("the rest")
-	testwait.Until(t, "the rollout done", func() bool {
-		cur := get()
-		if st, _, _ := cur.device(peer); st == "waiting" && !getPeer().Busy.Busy {
-			return false // idle is on its way to the rollout
-		}
-		return cur.State == "done"
+	shown := time.Since(released)
+	testwait.Until(t, "the update sent", func() bool {
+		st, _, _ := get().device(peer)
+		return st != "waiting"
 	})
+	sent := time.Since(released)
+	testwait.Until(t, "the rollout done", func() bool { return get().State == "done" })
+	t.Logf("from the agent's reply: on the glass %v, the update sent %v, the rollout done %v",
+		shown.Round(time.Millisecond), sent.Round(time.Millisecond), time.Since(released).Round(time.Millisecond))
 	testwait.Until(t, "the kiosk on v1.1.0", func() bool { p := getPeer(); return p.Online && p.Version == "v1.1.0" })
 	log, _ := os.ReadFile(filepath.Join(dir, "termd.log"))
 	if strings.Contains(string(log), "restarting into it once the device is idle") {
