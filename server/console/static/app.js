@@ -742,6 +742,7 @@
       ['Version', p.version || '—'],
       ['Platform', p.platform || '—'],
       ['Update', updateText(p)],
+      ...(p.busy ? [['In use', el('span', { 'data-testid': 'peer-busy', text: p.busy.busy ? `yes (${BUSY_WHY[p.busy.why] || p.busy.why}) since ${fmtTime(p.busy.since)}: updates wait` : 'no' })]] : []),
       ['Settings', p.settings_error ? el('span', { class: 'error-inline', text: `refused: ${p.settings_error}` })
         : p.settings_version ? `version ${p.settings_version} applied` : '—'],
       ['Tags', tags || '—'],
@@ -757,6 +758,9 @@
     ];
     $('peer-info').replaceChildren(...items.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)]));
   }
+
+  // BUSY_WHY says why a device is in use (its busy frame, issue 42).
+  const BUSY_WHY = { run: 'a message is running', question: 'a question is open', keys: 'keys pressed a moment ago' };
 
   // updateText is the device's last update as it reported it.
   function updateText(p) {
