@@ -252,6 +252,8 @@ type Client struct {
 	updStatus       []byte // the latest update_status, sent on every connect
 	setAck          []byte // the latest settings_ack, sent on every connect
 	updQ, setAckQ   bool   // not sent yet on the live session
+	busyFrame       []byte // the latest busy, sent on every connect (busy.go)
+	busyQ           bool   // busyFrame not sent yet on the live session
 	results         [][]byte
 	tags            map[string]string // for connect (ClientConfig.Tags, then SetTags)
 	settingsVersion atomic.Int64
@@ -905,6 +907,7 @@ func (c *Client) register(s *session) {
 	c.sess = s
 	c.screenQ = c.screen != nil // the server gets the current screen on every connect
 	c.updQ, c.setAckQ = c.updStatus != nil, c.setAck != nil
+	c.busyQ = c.busyFrame != nil
 	c.results = nil // the requests they answer died with the last connection
 }
 

@@ -51,6 +51,7 @@ type deviceRegistry interface {
 	List(channelID string, f registry.Filter) []registry.Peer
 	Changed(channelID, peerID string)
 	SetUpdate(channelID, peerID string, u registry.UpdateState) bool
+	SetBusy(channelID, peerID string, b registry.BusyState) bool
 	SetSettings(channelID, peerID string, version int64, errText string) bool
 	SetTags(channelID, peerID string, tags map[string]string) bool
 	Close() error

@@ -29,6 +29,7 @@ import (
 
 	"termlink/boards"
 	"termlink/device"
+	"termlink/device/activity"
 	"termlink/device/logring"
 	"termlink/device/sdnotify"
 	"termlink/device/state"
@@ -108,8 +109,9 @@ type setup struct {
 	level           *slog.LevelVar // the log's level (pushed settings set it)
 	settings        *pushed        // pushed settings (settings.go)
 	closeLog        func()
-	ring            *logring.Ring    // the log's end, for diag requests (diag.go)
-	hw              *device.Hardware // the board, once open (diag.go)
+	ring            *logring.Ring     // the log's end, for diag requests (diag.go)
+	hw              *device.Hardware  // the board, once open (diag.go)
+	busy            *activity.Tracker // the device's use, once the client exists (busy.go)
 }
 
 // prepare checks cfg and finds what termd needs before the board opens:
@@ -206,7 +208,8 @@ func (s *setup) run(ctx context.Context) error {
 		return fail(err)
 	}
 	notifier := sdnotify.FromEnv()
-	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log, Gate: hw.Gate, Hello: hello,
+	inputs, busyDone := s.startBusy(hctx, client, hw.Inputs) // busy.go
+	d := &device.Daemon{Client: client, View: hw.View, Inputs: inputs, Logger: log, Gate: hw.Gate, Hello: hello,
 		Kiosk: s.settings.kiosk(), Watchdog: sdnotify.WatchdogInterval(),
 		Notify: func(state string) {
 			if err := notifier.Notify(state); err != nil {
@@ -244,6 +247,7 @@ func (s *setup) run(ctx context.Context) error {
 	<-keepDone
 	<-healthDone
 	<-fleetDone
+	<-busyDone
 	if herr := <-hwDone; herr != nil {
 		log.Warn("board", "err", herr)
 	}

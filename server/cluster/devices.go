@@ -272,6 +272,16 @@ func (d *Devices) SetUpdate(channelID, peerID string, u registry.UpdateState) bo
 	return ok
 }
 
+// SetBusy implements the fleet side's registry: whether a device is in
+// use (issue 42), published at once.
+func (d *Devices) SetBusy(channelID, peerID string, b registry.BusyState) bool {
+	ok := d.local.SetBusy(channelID, peerID, b)
+	if ok {
+		d.owe(devKey{channelID, peerID}, pubNow)
+	}
+	return ok
+}
+
 // SetSettings implements the fleet side's registry: a device's
 // settings_ack, published at once.
 func (d *Devices) SetSettings(channelID, peerID string, version int64, errText string) bool {

@@ -215,6 +215,10 @@ type Peer struct {
 	// SettingsError why it did not apply a later one.
 	SettingsVersion int64  `json:"settings_version,omitempty"`
 	SettingsError   string `json:"settings_error,omitempty"`
+	// Busy is whether the device is in use, as it last said on its live
+	// connection (issue 42: a device that listed "update"); nil while
+	// offline or not said yet on this connection (taken for idle).
+	Busy *BusyState `json:"busy,omitempty"`
 	// Reconnects is what ReconnectsLastHour counts: per minute of the
 	// last hour (Unix minute), the reconnects in it. Not shown; a copy
 	// of the peer kept elsewhere (a View) counts them when it is read.
@@ -229,6 +233,16 @@ type UpdateState struct {
 	State   string `json:"state"`
 	Reason  string `json:"reason,omitempty"`
 	At      string `json:"at"`
+}
+
+// BusyState is what a device's busy frame said: in use (and why: run,
+// question, keys) or not, its zone's offset from UTC when it knows it,
+// and since when (RFC 3339 UTC).
+type BusyState struct {
+	Busy      bool   `json:"busy"`
+	Why       string `json:"why,omitempty"`
+	UTCOffset *int   `json:"utc_offset,omitempty"`
+	Since     string `json:"since"`
 }
 
 // Filter selects peers; the zero Filter selects all.
@@ -277,6 +291,7 @@ type entry struct {
 	screenCount    int
 	update         *UpdateState // the last update_status believed (kept, as a reconnect keeps it)
 	settingsError  string       // why it refused its last pushed settings (kept)
+	busy           *BusyState   // what the live connection said of its use (not kept)
 }
 
 // minuteCount is how many reconnects happened in one minute (Unix minute).
@@ -504,6 +519,7 @@ func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error)
 	cs.resizeLocked(e)
 	e.connectedSince, e.lastSeen = now, now
 	e.screen = nil // what it showed before is not what it shows now
+	e.busy = nil   // said again by the new connection
 	cs.markLocked(d.PeerID, dirtyFull)
 	r.publishLocked(cs, e)
 	return e.gen, ignored, nil
@@ -521,7 +537,7 @@ func (r *Registry) Disconnected(channelID, peerID string, gen uint64) {
 		return
 	}
 	e := cs.peers[peerID]
-	e.online, e.lastSeen, e.screen = false, now, nil
+	e.online, e.lastSeen, e.screen, e.busy = false, now, nil, nil
 	cs.markLocked(peerID, dirtySeen)
 	r.publishLocked(cs, e)
 }
@@ -582,6 +598,33 @@ func (r *Registry) SetUpdate(channelID, peerID string, u UpdateState) bool {
 	cs.resizeLocked(e)
 	cs.markLocked(peerID, dirtyFull)
 	r.publishLocked(cs, e)
+	return true
+}
+
+// SetBusy keeps b (Since set here when the state changed) as whether the
+// online device is in use and tells subscribers; false when the device
+// is not known or not online. Why is bounded to MaxField bytes, the
+// offset to a day. It is not written to the registry's file: a device
+// says it again on every connect.
+func (r *Registry) SetBusy(channelID, peerID string, b BusyState) bool {
+	b.Why = truncate(strings.ToValidUTF8(b.Why, "?"), MaxField)
+	if b.UTCOffset != nil {
+		o := max(-86400, min(86400, *b.UTCOffset))
+		b.UTCOffset = &o
+	}
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entryLocked(channelID, peerID)
+	if e == nil || !e.online {
+		return false
+	}
+	b.Since = formatTime(now)
+	if old := e.busy; old != nil && old.Busy == b.Busy && old.Why == b.Why {
+		b.Since = old.Since
+	}
+	e.busy = &b
+	r.publishLocked(r.channels[channelID], e)
 	return true
 }
 
@@ -856,7 +899,7 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 	p := Peer{PeerID: d.PeerID, ChannelID: d.ChannelID, SessionID: d.SessionID, DeviceName: d.DeviceName,
 		Board: d.Board, Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, Authenticated: d.Authenticated,
 		Online: e.online, LastSeen: formatTime(e.lastSeen), RemoteAddr: d.RemoteAddr, Screen: e.screen,
-		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError}
+		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError, Busy: e.busy}
 	if p.Capabilities == nil {
 		p.Capabilities = []string{}
 	}

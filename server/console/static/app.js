@@ -742,6 +742,7 @@
       ['Version', p.version || '—'],
       ['Platform', p.platform || '—'],
       ['Update', updateText(p)],
+      ...(p.busy ? [['In use', el('span', { 'data-testid': 'peer-busy', text: p.busy.busy ? `yes (${BUSY_WHY[p.busy.why] || p.busy.why}) since ${fmtTime(p.busy.since)}: updates wait` : 'no' })]] : []),
       ['Settings', p.settings_error ? el('span', { class: 'error-inline', text: `refused: ${p.settings_error}` })
         : p.settings_version ? `version ${p.settings_version} applied` : '—'],
       ['Tags', tags || '—'],
@@ -757,6 +758,9 @@
     ];
     $('peer-info').replaceChildren(...items.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)]));
   }
+
+  // BUSY_WHY says why a device is in use (its busy frame, issue 42).
+  const BUSY_WHY = { run: 'a message is running', question: 'a question is open', keys: 'keys pressed a moment ago' };
 
   // updateText is the device's last update as it reported it.
   function updateText(p) {
@@ -1120,7 +1124,7 @@
   // aborted here; an expanded one lists its devices, polled with the list
   // (every 2 s, and at once on the stream's rollout_* events) while it is
   // running or paused, once more when it ends ----
-  const ROLLOUT_STATES = ['installed', 'pending', 'sent', 'downloading', 'restarting', 'offline', 'failed', 'rolled_back', 'refused', 'skipped'];
+  const ROLLOUT_STATES = ['installed', 'pending', 'sent', 'waiting', 'downloading', 'restarting', 'offline', 'failed', 'rolled_back', 'refused', 'skipped'];
   const FAILED_STATES = ['failed', 'rolled_back', 'refused'];
   const rollouts = new Map(); // rollout id -> {key, li, open, detail, table, ended}
   let rolloutsTimer = 0;
@@ -1175,6 +1179,7 @@
       el('strong', { text: `${r.version} ` }),
       el('span', { class: `rollout-state ${r.state}`, 'data-testid': 'rollout-state', text: r.state + why }),
       el('span', { class: 'sub', text: ` · ${r.id} · ${target}${r.canary ? `, ${r.canary} canar${r.canary === 1 ? 'y' : 'ies'}` : ''} · ${counts || 'no devices'}` }),
+      r.window || r.force ? el('span', { class: 'sub', 'data-testid': 'rollout-window', text: ` · ${r.window ? `window ${r.window} ${r.zone === 'device' ? "(each device's zone)" : 'UTC'}` : ''}${r.window && r.force ? ', ' : ''}${r.force ? 'forced' : ''}` }) : null,
       el('span', { class: 'row' }, toggle, ...buttons), status, region);
   }
 
@@ -1192,7 +1197,7 @@
           d.online === false ? el('span', { class: 'sub', text: ' (offline)' }) : null),
         el('td', { 'data-label': 'Wave' }, d.wave === 0 ? 'canary' : d.wave < 0 ? '—' : String(d.wave)),
         el('td', { 'data-label': 'State', 'data-testid': 'rollout-device-state' },
-          el('span', { class: `dev-state ${d.state}` }, failed ? '✗ ' : d.state === 'installed' ? '✓ ' : '', human(d.state)),
+          el('span', { class: `dev-state ${d.state}` }, failed ? '✗ ' : d.state === 'installed' ? '✓ ' : '', human(d.state) + (d.state === 'waiting' && d.reason ? `: ${d.reason}` : '')),
           culprit ? el('div', { class: 'paused-by', 'data-testid': 'paused-by', text: 'paused the rollout' }) : null),
         el('td', { 'data-label': 'Running' }, d.running || '—'),
         el('td', { 'data-label': 'Reason', class: 'reason' }, d.reason || (d.was ? `was ${human(d.was)}` : '—')),
@@ -1364,6 +1369,12 @@
       if (v !== '') body[k] = Number(v);
     }
     if (fd.get('allow_downgrade')) body.allow_downgrade = true;
+    const win = String(fd.get('window') || '').trim();
+    if (win) {
+      body.window = win;
+      if (fd.get('zone') === 'device') body.zone = 'device';
+    }
+    if (fd.get('force')) body.force = true;
     return body;
   }
 

@@ -62,6 +62,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ScreenBounded", screenBounded},
 		{"FleetState", fleetState},
 		{"FleetStateBounded", fleetStateBounded},
+		{"Busy", busy},
 		{"UnknownDevice", unknownDevice},
 		{"BadIDs", badIDs},
 		{"ChannelFull", channelFull},
@@ -441,6 +442,43 @@ func fleetState(t *testing.T, s Store) {
 	waitPeer(t, r, "k1", "with its new tags", tagsAre(map[string]string{"site": "roof", "floor": "2"}))
 	if n, byTag := waitOnline(t, r, "site=roof"); n != 1 || byTag["site=lobby"] != 0 {
 		t.Errorf("online %d %v after the tags changed", n, byTag)
+	}
+}
+
+// busy: a device's busy state (issue 42) is kept while it is online,
+// bounded, seen on every node of a shared store, gone with its
+// connection; an unknown or offline device's is not taken.
+func busy(t *testing.T, s Store) {
+	r := open(t, s, options())
+	if r.SetBusy(ch, "k1", registry.BusyState{Busy: true, Why: "run"}) {
+		t.Fatal("SetBusy of an unknown device: true")
+	}
+	gen := connect(t, r, authed(device("k1", nil)))
+	off := 3600
+	if !r.SetBusy(ch, "k1", registry.BusyState{Busy: true, Why: strings.Repeat("w", 1000), UTCOffset: &off}) {
+		t.Fatal("SetBusy of an online device: false")
+	}
+	isBusy := func(p registry.Peer) error {
+		if b := p.Busy; b == nil || !b.Busy || len(b.Why) > registry.MaxField || b.UTCOffset == nil || *b.UTCOffset != off || b.Since == "" {
+			return fmt.Errorf("busy %+v", b)
+		}
+		return nil
+	}
+	waitPeer(t, r, "k1", "busy", isBusy)
+	if s.Other != nil {
+		b := s.Other(t, options())
+		t.Cleanup(func() { _ = b.Close() })
+		waitPeer(t, b, "k1", "busy, on the other node", isBusy)
+	}
+	r.Disconnected(ch, "k1", gen)
+	waitPeer(t, r, "k1", "offline, not busy", both(offline, func(p registry.Peer) error {
+		if p.Busy != nil {
+			return fmt.Errorf("busy %+v offline", p.Busy)
+		}
+		return nil
+	}))
+	if r.SetBusy(ch, "k1", registry.BusyState{Busy: true, Why: "keys"}) {
+		t.Fatal("SetBusy of an offline device: true")
 	}
 }
 
