@@ -420,3 +420,54 @@ func TestQuestionOnTheConsole(t *testing.T) {
 		t.Fatalf("the answer's key also went out as %d messages", n)
 	}
 }
+
+// Questions queue behind the open one in order; one whose time ran out
+// while it waited is closed without being shown; QuestionRefused names
+// the option whose answer was refused.
+func TestQuestionQueueModel(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC)
+	var m device.Model
+	q := func(id string, secs int) link.Question {
+		return link.Question{MessageID: "m", QuestionID: id, Text: "Question " + id, TimeoutSeconds: secs,
+			Options: []link.Option{{ID: "y", Label: "Yes"}, {ID: "n", Label: "No"}}}
+	}
+	m.MarkAnswered("q-0")
+	if m.AddQuestion(q("q-0", 60), t0) {
+		t.Fatal("a question answered before (its answer in the outbox) was shown")
+	}
+	for _, add := range []struct {
+		id   string
+		secs int
+	}{{"q-1", 60}, {"q-2", 5}, {"q-3", 60}} {
+		if !m.AddQuestion(q(add.id, add.secs), t0) {
+			t.Fatalf("%s not taken", add.id)
+		}
+	}
+	if m.Ask == nil || m.Ask.Q.QuestionID != "q-1" {
+		t.Fatalf("open %+v, want q-1", m.Ask)
+	}
+	opt, ok := m.OptionKey('2')
+	if !ok || opt.ID != "n" {
+		t.Fatalf("key 2: %+v %v", opt, ok)
+	}
+	if _, ok := m.OptionKey('3'); ok {
+		t.Fatal("key 3 answers a question of two options")
+	}
+	m.Answered(opt, "a-1", t0.Add(10*time.Second)) // q-2 ran out meanwhile
+	if m.Ask == nil || m.Ask.Q.QuestionID != "q-3" || m.Said.Text != "✓ No" {
+		t.Fatalf("after the answer: open %+v, said %+v; want q-3 and the confirmation", m.Ask, m.Said)
+	}
+	var texts []string
+	for _, e := range m.Entries {
+		texts = append(texts, e.Text)
+	}
+	joined := strings.Join(texts, "|")
+	if !strings.Contains(joined, "no answer in time: Question q-2") || strings.Contains(joined, "? Question q-2") {
+		t.Fatalf("conversation %q: q-2 must be closed unseen", joined)
+	}
+	m.QuestionRefused(link.Event{Kind: link.EventError, MessageID: "a-1", QuestionID: "q-1", Code: link.CodeQuestionClosed, Final: true}, t0.Add(11*time.Second))
+	if last := m.Entries[len(m.Entries)-1].Text; last != "question closed: No not sent" {
+		t.Fatalf("refusal line %q", last)
+	}
+}
