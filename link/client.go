@@ -186,6 +186,8 @@ type ClientStats struct {
 	Screens          int64 // screen frames written
 	ScreensCoalesced int64 // screens replaced by a newer one before they were sent
 	Pongs            int64 // pong frames received: heartbeats the server answered
+	Questions        int64 // question frames received (first sends and resends)
+	Answers          int64 // answers acked by the server (final: out of the outbox once confirmed)
 	Deltas           int64 // delta frames taken (each one an EventDelta, possibly coalesced)
 	DeltasIgnored    int64 // delta frames ignored: a gap, a duplicate, no such message waiting, after the final reply
 	QueuedEvents     int   // events waiting for the caller now
@@ -263,15 +265,19 @@ type Client struct {
 	dials, sessions, sent, resent, replies, dupReplies, busy atomic.Int64
 	deltas, deltasIgnored                                    atomic.Int64
 	pongs                                                    atomic.Int64
+	questions, answersAcked                                  atomic.Int64
 }
 
 // outMsg is one message of the outbox; guarded by Client.mu.
 type outMsg struct {
 	id, text string
-	seq      uint64 // outbox order
-	sends    int
-	answered bool // its final answer went to the caller
-	done     bool // the caller confirmed it: out of the outbox
+	// questionID and optionID: an answer (Client.Answer), sent as an
+	// answer frame; its ack is its final answer (clientchoice.go).
+	questionID, optionID string
+	seq                  uint64 // outbox order
+	sends                int
+	answered             bool // its final answer went to the caller
+	done                 bool // the caller confirmed it: out of the outbox
 }
 
 // NewClient checks cfg and opens the outbox (the file outbox in StateDir
@@ -309,7 +315,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c.shown = openShownStore(cfg.StateDir, log, time.Now)
 	for _, e := range c.outbox.Pending() {
 		c.seq++
-		m := &outMsg{id: e.ID, text: e.Text, seq: c.seq}
+		m := &outMsg{id: e.ID, text: e.Text, questionID: e.QuestionID, optionID: e.OptionID, seq: c.seq}
 		c.list = append(c.list, m)
 		c.msgs[e.ID] = m
 	}
@@ -471,7 +477,7 @@ func (c *Client) Pending() []OutboxEntry {
 	var out []OutboxEntry
 	for _, m := range c.list {
 		if !m.done {
-			out = append(out, OutboxEntry{ID: m.id, Text: m.text})
+			out = append(out, OutboxEntry{ID: m.id, Text: m.text, QuestionID: m.questionID, OptionID: m.optionID})
 		}
 	}
 	return out
@@ -490,13 +496,19 @@ func (c *Client) Send(ctx context.Context, text string) (string, error) {
 	}
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
+	return c.store(func() (OutboxEntry, error) { return c.outbox.Add(text) })
+}
+
+// store adds an entry to the outbox (add; c.sendMu held) and queues it
+// for sending: Send's messages and Answer's answers.
+func (c *Client) store(add func() (OutboxEntry, error)) (string, error) {
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
 		return "", ErrClosed
 	}
-	e, err := c.outbox.Add(text)
+	e, err := add()
 	if err != nil {
 		if errors.Is(err, ErrOutboxClosed) {
 			return "", ErrClosed
@@ -505,7 +517,7 @@ func (c *Client) Send(ctx context.Context, text string) (string, error) {
 	}
 	c.mu.Lock()
 	c.seq++
-	m := &outMsg{id: e.ID, text: e.Text, seq: c.seq}
+	m := &outMsg{id: e.ID, text: e.Text, questionID: e.QuestionID, optionID: e.OptionID, seq: c.seq}
 	c.list = append(c.list, m)
 	c.msgs[m.id] = m
 	c.status.Pending = len(c.msgs)
@@ -531,7 +543,7 @@ func (c *Client) Cancel(ctx context.Context, messageID string) error {
 	switch {
 	case c.closed:
 		return ErrClosed
-	case c.msgs[messageID] == nil || c.msgs[messageID].answered:
+	case c.msgs[messageID] == nil || c.msgs[messageID].answered || c.msgs[messageID].questionID != "":
 		return ErrUnknownMessage
 	case c.sess == nil:
 		return ErrNotConnected
@@ -560,6 +572,7 @@ func (c *Client) Stats() ClientStats {
 		Notices: c.notices.Load(), NoticesExpired: c.noticesExpired.Load(), NoticesReacked: c.noticesReacked.Load(),
 		Pongs: c.pongs.Load(), NoticeAcks: c.noticeAcks.Load(), Screens: c.screens.Load(), ScreensCoalesced: c.screensCoalesced.Load(),
 		Deltas: c.deltas.Load(), DeltasIgnored: c.deltasIgnored.Load(),
+		Questions: c.questions.Load(), Answers: c.answersAcked.Load(),
 		QueuedEvents: queued, MaxQueuedEvents: high, DroppedEvents: dropped}
 }
 
@@ -960,13 +973,22 @@ func (c *Client) complete(reply *Message) {
 // refuse gives up on a message the server refuses for good.
 func (c *Client) refuse(e *Error) bool {
 	c.mu.Lock()
-	ok := c.answerLocked(c.msgs[e.MessageID])
+	m := c.msgs[e.MessageID]
+	ok := c.answerLocked(m)
+	qid := ""
+	if ok {
+		qid = m.questionID
+	}
 	c.mu.Unlock()
 	if !ok {
 		return false
 	}
 	c.queue.dropProgress(e.MessageID)
-	c.emit(Event{Kind: EventError, MessageID: e.MessageID, Code: e.Code, Err: fmt.Errorf("server refused message %s: %s", e.MessageID, e.Error), Final: true})
+	what := "message"
+	if qid != "" {
+		what = "the answer"
+	}
+	c.emit(Event{Kind: EventError, MessageID: e.MessageID, QuestionID: qid, Code: e.Code, Err: fmt.Errorf("server refused %s %s: %s", what, e.MessageID, e.Error), Final: true})
 	return true
 }
 

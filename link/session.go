@@ -308,7 +308,7 @@ func (s *session) pump() bool {
 		m.sends++
 		s.inflight[m.id] = struct{}{}
 		msgs++
-		frames = append(frames, MustEncode(&Message{MessageID: m.id, Text: m.text}))
+		frames = append(frames, m.frame())
 	}
 	if len(s.toSend) == 0 {
 		s.toSend = nil
@@ -335,6 +335,9 @@ func (s *session) handle(f Frame) {
 	c := s.c
 	switch f := f.(type) {
 	case *Ack:
+		if s.answerAcked(f) { // clientchoice.go
+			return
+		}
 		// An ack does not free the message's place in the window: the
 		// server has it, the answer is still to come. Acks of messages
 		// not in flight here (answered already) are not reported.
@@ -372,6 +375,8 @@ func (s *session) handle(f Frame) {
 		s.delta(f) // stream.go
 	case *Notice:
 		c.notice(s, f)
+	case *Question:
+		c.question(f) // clientchoice.go
 	case *Update, *Settings, *Diag:
 		c.fleetRequest(f) // fleetclient.go
 	case *Error:
@@ -406,6 +411,12 @@ func (s *session) handleError(f *Error) {
 			c.log.Debug("server busy: resending later", "message_id", f.MessageID, "until", s.busyUntil.Format("15:04:05.000"), "reason", f.Error)
 		}
 		return
+	case isAnswerRefusal(f.Code) && f.MessageID != "":
+		// An answer to a question that is closed, unknown, or with an
+		// option it does not have: final (clientchoice.go).
+		if c.refuse(f) {
+			return
+		}
 	case f.Code == CodeBadMessage && f.MessageID != "":
 		// Blank, too long, bad id: resending cannot help.
 		s.endStream(f.MessageID)

@@ -202,7 +202,7 @@ func (s *setup) run(ctx context.Context) error {
 	fh := &fleetHandlers{} // fleet.go; the handlers are set once the client and the daemon exist
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, Fallbacks: s.edges, PeerID: id, DeviceName: s.name, Token: token,
 		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, StateDir: cfg.StateDir, Logger: log,
-		Capabilities: append(append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), s.fleetCaps()...), Stream: !cfg.NoStream,
+		Capabilities: capabilities(hw.CanAnswer, s.fleetCaps()), Stream: !cfg.NoStream,
 		Board: s.profile.Name, Version: cfg.Version, Tags: s.settings.tags(), SettingsVersion: s.settings.version(), Platform: release.CurrentPlatform()})
 	if err != nil {
 		return fail(err)
@@ -448,4 +448,16 @@ func tagsText(tags map[string]string) string {
 		keys[i] = k + "=" + tags[k]
 	}
 	return strings.Join(keys, ",")
+}
+
+// capabilities are what termd lists in connect: the defaults, notices
+// and the screen mirror, "choice" when the board has an input to answer
+// a question with (a display without one keeps the server's fallback
+// policy for its agents' questions), and the fleet operations.
+func capabilities(canAnswer bool, fleet []string) []string {
+	caps := append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen)
+	if canAnswer {
+		caps = append(caps, link.CapChoice)
+	}
+	return append(caps, fleet...)
 }
