@@ -189,6 +189,8 @@ func fleetFrame(t Type) Frame {
 		return new(Question)
 	case TypeAnswer:
 		return new(Answer)
+	case TypeHealth:
+		return new(Health)
 	}
 	return nil
 }
@@ -200,6 +202,8 @@ func fleetProblem(f Frame) (field, msg string) {
 	switch f := f.(type) {
 	case *Question, *Answer:
 		return choiceProblem(f)
+	case *Health:
+		return healthProblem(f)
 	case *Update:
 		switch {
 		case f.UpdateID == "":
@@ -293,7 +297,7 @@ func tooLong(n, bound int) string { return fmt.Sprintf("is %d bytes, more than %
 // encoding/json writes them; ok is false for any other frame.
 func appendFleet(dst []byte, f Frame) (out []byte, ok bool, err error) {
 	switch f.(type) {
-	case *Update, *UpdateStatus, *Settings, *SettingsAck, *Diag, *DiagResult, *Question, *Answer:
+	case *Update, *UpdateStatus, *Settings, *SettingsAck, *Diag, *DiagResult, *Question, *Answer, *Health:
 	default:
 		return dst, false, nil
 	}
