@@ -58,6 +58,7 @@ func (c *Client) connectTags() map[string]string {
 //     settings version of the next connect frames.
 //   - *DiagResult: sent on the live connection only (ErrNotConnected
 //     without one).
+//   - *Health: the same; a newer one not sent yet replaces it.
 func (c *Client) Report(f Frame) error {
 	b, err := Encode(f)
 	if err != nil {
@@ -79,6 +80,11 @@ func (c *Client) Report(f Frame) error {
 		if f.Error == "" {
 			c.settingsVersion.Store(f.Version)
 		}
+	case *Health:
+		if c.sess == nil {
+			return fmt.Errorf("%w: health is reported on a live connection", ErrNotConnected)
+		}
+		c.health = b
 	case *DiagResult:
 		if c.sess == nil {
 			return fmt.Errorf("%w: the request this answers is gone with its connection", ErrNotConnected)
@@ -88,7 +94,7 @@ func (c *Client) Report(f Frame) error {
 		}
 		c.results = append(c.results, b)
 	default:
-		return fmt.Errorf("link: Report takes update_status, settings_ack or diag_result, not %s", f.FrameType())
+		return fmt.Errorf("link: Report takes update_status, settings_ack, diag_result or health, not %s", f.FrameType())
 	}
 	if s := c.sess; s != nil {
 		s.wake()
@@ -116,6 +122,9 @@ func (c *Client) pendingFleetLocked(frames [][]byte) [][]byte {
 	c.updQ, c.setAckQ = false, false
 	frames = append(frames, c.results...)
 	c.results = slices.Delete(c.results, 0, len(c.results))
+	if c.health != nil {
+		frames, c.health = append(frames, c.health), nil
+	}
 	return frames
 }
 
