@@ -156,3 +156,48 @@ func truncateQuoted(s string) string {
 	}
 	return s + "…"
 }
+
+// The conditions a health report marks (Health.Conditions), what the
+// server's console and metrics show of a fleet: less than
+// HealthDiskLowPercent free on the state dir's file system; a CPU at
+// HealthHotMilliC or more; throttled now (a flag without "_occurred");
+// crash looping (the last stop a crash and HealthCrashLoopRestarts
+// restarts or more in the last hour); restarted after a power loss.
+const (
+	HealthDiskLowPercent    = 10
+	HealthHotMilliC         = 80_000
+	HealthCrashLoopRestarts = 3
+
+	ConditionDiskLow      = "disk_low"
+	ConditionHot          = "hot"
+	ConditionThrottled    = "throttled"
+	ConditionCrashLooping = "crash_looping"
+	ConditionPowerLoss    = "power_loss"
+)
+
+// HealthConditions are the conditions, in the order Conditions lists them.
+var HealthConditions = []string{ConditionDiskLow, ConditionHot, ConditionThrottled, ConditionCrashLooping, ConditionPowerLoss}
+
+// Conditions lists the conditions h marks (nil: none).
+func (h *Health) Conditions() []string {
+	var out []string
+	if h.DiskFreePercent < HealthDiskLowPercent {
+		out = append(out, ConditionDiskLow)
+	}
+	if h.TempMilliC != nil && *h.TempMilliC >= HealthHotMilliC {
+		out = append(out, ConditionHot)
+	}
+	for _, w := range h.Throttled {
+		if w == ThrottleUnderVoltage || w == ThrottleFreqCapped || w == ThrottleThrottled || w == ThrottleSoftTempLimit {
+			out = append(out, ConditionThrottled)
+			break
+		}
+	}
+	if h.LastStop == StopCrash && h.RestartsLastHour >= HealthCrashLoopRestarts {
+		out = append(out, ConditionCrashLooping)
+	}
+	if h.LastStop == StopPowerLoss {
+		out = append(out, ConditionPowerLoss)
+	}
+	return out
+}

@@ -53,6 +53,7 @@ type deviceRegistry interface {
 	SetUpdate(channelID, peerID string, u registry.UpdateState) bool
 	SetSettings(channelID, peerID string, version int64, errText string) bool
 	SetTags(channelID, peerID string, tags map[string]string) bool
+	fleetapi.HealthSetter
 	Close() error
 }
 

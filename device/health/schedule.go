@@ -15,11 +15,11 @@ const (
 	// than this after the last report on the same connection.
 	MinInterval = 30 * time.Second
 	// DiskLowPercent: less free space than this on the state dir's file
-	// system is "disk low".
-	DiskLowPercent = 10
+	// system is "disk low" (the server's mark: link.HealthDiskLowPercent).
+	DiskLowPercent = link.HealthDiskLowPercent
 	// HotMilliC: a CPU this hot is "hot" (the Raspberry Pi firmware
 	// starts its soft throttling at 80 °C by default).
-	HotMilliC = 80_000
+	HotMilliC = link.HealthHotMilliC
 )
 
 // Conditions are the thresholds a report crossed.

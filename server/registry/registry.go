@@ -215,6 +215,9 @@ type Peer struct {
 	// SettingsError why it did not apply a later one.
 	SettingsVersion int64  `json:"settings_version,omitempty"`
 	SettingsError   string `json:"settings_error,omitempty"`
+	// Health is the device's last health report (a device that lists
+	// "health"; health.go), kept across its reconnects.
+	Health *Health `json:"health,omitempty"`
 	// Reconnects is what ReconnectsLastHour counts: per minute of the
 	// last hour (Unix minute), the reconnects in it. Not shown; a copy
 	// of the peer kept elsewhere (a View) counts them when it is read.
@@ -277,6 +280,9 @@ type entry struct {
 	screenCount    int
 	update         *UpdateState // the last update_status believed (kept, as a reconnect keeps it)
 	settingsError  string       // why it refused its last pushed settings (kept)
+	health         *Health      // the last health report (kept; health.go)
+	healthGen      uint64       // the connection it came on
+	healthAt       time.Time    // when it was taken
 }
 
 // minuteCount is how many reconnects happened in one minute (Unix minute).
@@ -419,7 +425,7 @@ func (cs *channelState) countShared(glob string, n int) {
 // resizeLocked accounts e again after a change of what it holds (r.mu
 // held).
 func (cs *channelState) resizeLocked(e *entry) {
-	size := peerBytes(e.dev) + stateBytes(e.update, e.settingsError)
+	size := peerBytes(e.dev) + stateBytes(e.update, e.settingsError) + healthBytes(e.health)
 	cs.bytes += size - e.bytes
 	e.bytes = size
 }
@@ -856,7 +862,7 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 	p := Peer{PeerID: d.PeerID, ChannelID: d.ChannelID, SessionID: d.SessionID, DeviceName: d.DeviceName,
 		Board: d.Board, Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, Authenticated: d.Authenticated,
 		Online: e.online, LastSeen: formatTime(e.lastSeen), RemoteAddr: d.RemoteAddr, Screen: e.screen,
-		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError}
+		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError, Health: e.health}
 	if p.Capabilities == nil {
 		p.Capabilities = []string{}
 	}
