@@ -163,3 +163,39 @@ func TestHealthFrameRules(t *testing.T) {
 		}
 	}
 }
+
+// A device that floods health frames gets a few refusals (the answer
+// pace, then the gate per connection) and nothing else: the kept report
+// is the first, the server keeps serving the connection.
+func TestHealthFloodIsBounded(t *testing.T) {
+	s := servertest.Start(t, nil)
+	dev := connectRaw(t, s.URL, "kiosk-flood", link.CapHealth)
+	first := &link.Health{DiskFreePercent: 42, LastStop: link.StopClean}
+	const flood = 200
+	for i := range flood {
+		h := *first
+		h.UptimeSeconds = int64(i)
+		dev.write(&h)
+	}
+	dev.write(&link.Ping{})
+	refusals := 0
+	for {
+		f := dev.next()
+		if _, ok := f.(*link.Pong); ok {
+			break
+		}
+		if e, ok := f.(*link.Error); !ok || e.Code != link.CodeBusy {
+			t.Fatalf("got %#v, want busy refusals then the pong", f)
+		}
+		refusals++
+	}
+	// The gate lets 10 refusals of a kind through per connection at once
+	// (throttle's burst), 10 more a minute.
+	if refusals == 0 || refusals > 20 {
+		t.Fatalf("%d refusals written for %d frames past the first; want a few (the gate's burst)", refusals, flood-1)
+	}
+	h := peerHealth(t, "http://"+s.Addr+"/api/channels/terminal-dev/peers/kiosk-flood")
+	if h == nil || h.UptimeSeconds != 0 || h.DiskFreePercent != 42 {
+		t.Fatalf("kept %+v, want the first report", h)
+	}
+}
