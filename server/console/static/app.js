@@ -519,7 +519,9 @@
   // fleetRow is a device's row, rebuilt only when what it shows changed.
   const fleetRows = new Map(); // peer_id -> {key, tr}
   function fleetRow(p) {
-    const key = JSON.stringify([{ ...p, screen: undefined }, state.channel, state.settingsVersion, p.online ? '' : ago(p.last_seen)]);
+    // Of the health report only what the row shows: a report a minute
+    // does not rebuild every row.
+    const key = JSON.stringify([{ ...p, screen: undefined, health: healthMarks(p) }, state.channel, state.settingsVersion, p.online ? '' : ago(p.last_seen)]);
     const c = fleetRows.get(p.peer_id);
     if (c && c.key === key) return c.tr;
     const tr = el('tr', { 'data-testid': 'peer-row', 'data-peer-id': p.peer_id, 'data-online': String(!!p.online) },
@@ -977,7 +979,7 @@
       `reported ${fmtTime(h.at)}`,
     ];
     return el('div', { 'data-testid': 'peer-health', 'data-conditions': (h.conditions || []).join(' ') },
-      ...healthMarks(p).map(m => el('span', { class: 'badge alert', text: m.text })),
+      ...healthMarks(p).flatMap(m => [el('span', { class: 'badge alert', text: m.text }), ' ']),
       ...lines.map(t => el('div', { class: 'sub', text: t })));
   }
 
