@@ -193,6 +193,10 @@ type ClientStats struct {
 	QueuedEvents     int   // events waiting for the caller now
 	MaxQueuedEvents  int   // the most events that waited at once
 	DroppedEvents    int64 // events coalesced or dropped by the queue's bounds
+
+	// HeartbeatRTT is the last heartbeat's round trip (ping to pong); 0:
+	// none yet.
+	HeartbeatRTT time.Duration
 }
 
 // Client is a device's session with a terminal WebSocket channel. It keeps
@@ -257,6 +261,7 @@ type Client struct {
 	busyFrame       []byte // the latest busy, sent on every connect (busy.go)
 	busyQ           bool   // busyFrame not sent yet on the live session
 	results         [][]byte
+	health          []byte            // the latest health report, for the live session only (Report)
 	tags            map[string]string // for connect (ClientConfig.Tags, then SetTags)
 	settingsVersion atomic.Int64
 
@@ -266,6 +271,7 @@ type Client struct {
 	deltas, deltasIgnored                                    atomic.Int64
 	pongs                                                    atomic.Int64
 	questions, answersAcked                                  atomic.Int64
+	rttNanos                                                 atomic.Int64 // the last heartbeat's round trip
 }
 
 // outMsg is one message of the outbox; guarded by Client.mu.
@@ -570,7 +576,7 @@ func (c *Client) Stats() ClientStats {
 		Resent: c.resent.Load(), Replies: c.replies.Load(), DuplicateReplies: c.dupReplies.Load(),
 		Busy: c.busy.Load(), Pending: pending, Unconfirmed: unconf,
 		Notices: c.notices.Load(), NoticesExpired: c.noticesExpired.Load(), NoticesReacked: c.noticesReacked.Load(),
-		Pongs: c.pongs.Load(), NoticeAcks: c.noticeAcks.Load(), Screens: c.screens.Load(), ScreensCoalesced: c.screensCoalesced.Load(),
+		Pongs: c.pongs.Load(), HeartbeatRTT: time.Duration(c.rttNanos.Load()), NoticeAcks: c.noticeAcks.Load(), Screens: c.screens.Load(), ScreensCoalesced: c.screensCoalesced.Load(),
 		Deltas: c.deltas.Load(), DeltasIgnored: c.deltasIgnored.Load(),
 		Questions: c.questions.Load(), Answers: c.answersAcked.Load(),
 		QueuedEvents: queued, MaxQueuedEvents: high, DroppedEvents: dropped}
@@ -922,6 +928,7 @@ func (c *Client) register(s *session) {
 	c.updQ, c.setAckQ = c.updStatus != nil, c.setAck != nil
 	c.busyQ = c.busyFrame != nil
 	c.results = nil // the requests they answer died with the last connection
+	c.health = nil  // its figures were of then: the caller reports anew
 }
 
 // compactLocked drops the confirmed messages from c.list.

@@ -194,6 +194,8 @@ func fleetFrame(t Type) Frame {
 		return new(Answer)
 	case TypeBusy:
 		return new(Busy)
+	case TypeHealth:
+		return new(Health)
 	}
 	return nil
 }
@@ -207,6 +209,8 @@ func fleetProblem(f Frame) (field, msg string) {
 		return choiceProblem(f)
 	case *Busy:
 		return busyProblem(f)
+	case *Health:
+		return healthProblem(f)
 	case *Update:
 		switch {
 		case f.UpdateID == "":
@@ -300,7 +304,7 @@ func tooLong(n, bound int) string { return fmt.Sprintf("is %d bytes, more than %
 // encoding/json writes them; ok is false for any other frame.
 func appendFleet(dst []byte, f Frame) (out []byte, ok bool, err error) {
 	switch f.(type) {
-	case *Update, *UpdateStatus, *Settings, *SettingsAck, *Diag, *DiagResult, *Question, *Answer, *Busy:
+	case *Update, *UpdateStatus, *Settings, *SettingsAck, *Diag, *DiagResult, *Question, *Answer, *Busy, *Health:
 	default:
 		return dst, false, nil
 	}

@@ -61,6 +61,7 @@ func (c *Client) connectTags() map[string]string {
 //   - *Busy (a client that listed CapUpdate): sent now if connected, and
 //     first on every connect until the next Busy replaces it. The caller
 //     paces its changes (at most one a second: the server's answer rate).
+//   - *Health: the same; a newer one not sent yet replaces it.
 func (c *Client) Report(f Frame) error {
 	b, err := Encode(f)
 	if err != nil {
@@ -87,6 +88,11 @@ func (c *Client) Report(f Frame) error {
 			return fmt.Errorf("link: busy is for a client that lists %q", CapUpdate)
 		}
 		c.busyFrame, c.busyQ = b, true
+	case *Health:
+		if c.sess == nil {
+			return fmt.Errorf("%w: health is reported on a live connection", ErrNotConnected)
+		}
+		c.health = b
 	case *DiagResult:
 		if c.sess == nil {
 			return fmt.Errorf("%w: the request this answers is gone with its connection", ErrNotConnected)
@@ -96,7 +102,7 @@ func (c *Client) Report(f Frame) error {
 		}
 		c.results = append(c.results, b)
 	default:
-		return fmt.Errorf("link: Report takes update_status, settings_ack, diag_result or busy, not %s", f.FrameType())
+		return fmt.Errorf("link: Report takes update_status, settings_ack, diag_result, busy or health, not %s", f.FrameType())
 	}
 	if s := c.sess; s != nil {
 		s.wake()
@@ -128,6 +134,9 @@ func (c *Client) pendingFleetLocked(frames [][]byte) [][]byte {
 	c.updQ, c.setAckQ = false, false
 	frames = append(frames, c.results...)
 	c.results = slices.Delete(c.results, 0, len(c.results))
+	if c.health != nil {
+		frames, c.health = append(frames, c.health), nil
+	}
 	return frames
 }
 

@@ -47,6 +47,7 @@ type session struct {
 	screenT     *time.Timer                 // fires when a held-back screen is due
 	streams     map[string]*streamState     // deltas taken on this connection, by message (stream.go)
 	deltaLogged map[string]struct{}         // ignored deltas logged on this connection: reason and message
+	pingAt      time.Time                   // when the ping not answered yet went (HeartbeatRTT)
 }
 
 func newSession(c *Client, ws *websocket.Conn) *session {
@@ -119,7 +120,9 @@ func (s *session) run(ctx context.Context) (up time.Duration, reason string) {
 		case <-s.busyT.C:
 		case <-s.screenT.C:
 		case <-ping.C:
-			s.write(pingFrame)
+			if s.write(pingFrame) && s.pingAt.IsZero() {
+				s.pingAt = time.Now()
+			}
 		case <-s.dead:
 			return time.Since(start), s.reason()
 		case <-ctx.Done():
@@ -385,6 +388,10 @@ func (s *session) handle(f Frame) {
 		s.write(MustEncode(&Pong{}))
 	case *Pong:
 		c.pongs.Add(1)
+		if !s.pingAt.IsZero() {
+			c.rttNanos.Store(int64(time.Since(s.pingAt)))
+			s.pingAt = time.Time{}
+		}
 	case *Connected:
 	default:
 		c.emit(Event{Kind: EventError, Code: CodeBadFrame, Err: fmt.Errorf("server sent a %s frame", f.FrameType())})

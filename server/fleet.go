@@ -54,6 +54,7 @@ type deviceRegistry interface {
 	SetBusy(channelID, peerID string, b registry.BusyState) bool
 	SetSettings(channelID, peerID string, version int64, errText string) bool
 	SetTags(channelID, peerID string, tags map[string]string) bool
+	fleetapi.HealthSetter
 	Close() error
 }
 

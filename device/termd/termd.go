@@ -30,6 +30,7 @@ import (
 	"termlink/boards"
 	"termlink/device"
 	"termlink/device/activity"
+	"termlink/device/health"
 	"termlink/device/logring"
 	"termlink/device/sdnotify"
 	"termlink/device/state"
@@ -83,6 +84,9 @@ type Config struct {
 	// Worker is the update supervisor's end (update.FromEnv; nil: termd
 	// does not run under it and does not update itself).
 	Worker *update.Worker
+	// Boot is what this start found of the last run (health.Start, by
+	// cmd/termd); nil: termd does not report its health (health.go).
+	Boot *health.Boot
 }
 
 // Run runs termd until ctx ends (nil) or the user quits (nil), or
@@ -202,7 +206,7 @@ func (s *setup) run(ctx context.Context) error {
 	fh := &fleetHandlers{} // fleet.go; the handlers are set once the client and the daemon exist
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, Fallbacks: s.edges, PeerID: id, DeviceName: s.name, Token: token,
 		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, StateDir: cfg.StateDir, Logger: log,
-		Capabilities: capabilities(hw.CanAnswer, s.fleetCaps()), Stream: !cfg.NoStream,
+		Capabilities: capabilities(hw.CanAnswer, append(s.fleetCaps(), s.healthCaps()...)), Stream: !cfg.NoStream,
 		Board: s.profile.Name, Version: cfg.Version, Tags: s.settings.tags(), SettingsVersion: s.settings.version(), Platform: release.CurrentPlatform()})
 	if err != nil {
 		return fail(err)
@@ -231,6 +235,13 @@ func (s *setup) run(ctx context.Context) error {
 		defer close(fleetDone)
 		runFleet(hctx, client, fh)
 	}()
+	reportDone := make(chan struct{})
+	go func() {
+		defer close(reportDone)
+		if cfg.Boot != nil {
+			runHealth(hctx, client, s.healthSources(), *cfg.Boot, log) // health.go
+		}
+	}()
 	healthDone := make(chan struct{})
 	go func() {
 		defer close(healthDone)
@@ -246,6 +257,7 @@ func (s *setup) run(ctx context.Context) error {
 	stopBoard()
 	<-keepDone
 	<-healthDone
+	<-reportDone
 	<-fleetDone
 	<-busyDone
 	if herr := <-hwDone; herr != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"termlink/link"
 	"termlink/server/fanout"
 	"termlink/server/registry"
 )
@@ -300,6 +301,21 @@ func (d *Devices) SetTags(channelID, peerID string, tags map[string]string) bool
 		d.owe(devKey{channelID, peerID}, pubNow)
 	}
 	return ok
+}
+
+// SetHealth implements the health frame's registry: a device's health
+// report, published at once.
+func (d *Devices) SetHealth(channelID, peerID string, gen uint64, h link.Health) error {
+	err := d.local.SetHealth(channelID, peerID, gen, h)
+	if err == nil {
+		d.owe(devKey{channelID, peerID}, pubNow)
+	}
+	return err
+}
+
+// HealthCounts counts the cluster's online devices per health condition.
+func (d *Devices) HealthCounts(channelID string) map[string]int {
+	return d.view.HealthCounts(channelID)
 }
 
 func (d *Devices) owe(k devKey, what uint8) {

@@ -219,6 +219,9 @@ type Peer struct {
 	// connection (issue 42: a device that listed "update"); nil while
 	// offline or not said yet on this connection (taken for idle).
 	Busy *BusyState `json:"busy,omitempty"`
+	// Health is the device's last health report (a device that lists
+	// "health"; health.go), kept across its reconnects.
+	Health *Health `json:"health,omitempty"`
 	// Reconnects is what ReconnectsLastHour counts: per minute of the
 	// last hour (Unix minute), the reconnects in it. Not shown; a copy
 	// of the peer kept elsewhere (a View) counts them when it is read.
@@ -292,6 +295,9 @@ type entry struct {
 	update         *UpdateState // the last update_status believed (kept, as a reconnect keeps it)
 	settingsError  string       // why it refused its last pushed settings (kept)
 	busy           *BusyState   // what the live connection said of its use (not kept)
+	health         *Health      // the last health report (kept; health.go)
+	healthGen      uint64       // the connection it came on
+	healthAt       time.Time    // when it was taken
 }
 
 // minuteCount is how many reconnects happened in one minute (Unix minute).
@@ -434,7 +440,7 @@ func (cs *channelState) countShared(glob string, n int) {
 // resizeLocked accounts e again after a change of what it holds (r.mu
 // held).
 func (cs *channelState) resizeLocked(e *entry) {
-	size := peerBytes(e.dev) + stateBytes(e.update, e.settingsError)
+	size := peerBytes(e.dev) + stateBytes(e.update, e.settingsError) + healthBytes(e.health)
 	cs.bytes += size - e.bytes
 	e.bytes = size
 }
@@ -899,7 +905,7 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 	p := Peer{PeerID: d.PeerID, ChannelID: d.ChannelID, SessionID: d.SessionID, DeviceName: d.DeviceName,
 		Board: d.Board, Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, Authenticated: d.Authenticated,
 		Online: e.online, LastSeen: formatTime(e.lastSeen), RemoteAddr: d.RemoteAddr, Screen: e.screen,
-		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError, Busy: e.busy}
+		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError, Busy: e.busy, Health: e.health}
 	if p.Capabilities == nil {
 		p.Capabilities = []string{}
 	}

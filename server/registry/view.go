@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"termlink/link"
 	"termlink/server/fanout"
 )
 
@@ -26,6 +27,8 @@ type Devices interface {
 	SetBusy(channelID, peerID string, b BusyState) bool
 	SetSettings(channelID, peerID string, version int64, errText string) bool
 	SetTags(channelID, peerID string, tags map[string]string) bool
+	SetHealth(channelID, peerID string, gen uint64, h link.Health) error
+	HealthCounts(channelID string) map[string]int
 	Changed(channelID, peerID string)
 	Get(channelID, peerID string) (Peer, bool)
 	Page(channelID string, f Filter, after string, limit int) (peers []Peer, next string)

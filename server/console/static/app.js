@@ -519,7 +519,9 @@
   // fleetRow is a device's row, rebuilt only when what it shows changed.
   const fleetRows = new Map(); // peer_id -> {key, tr}
   function fleetRow(p) {
-    const key = JSON.stringify([{ ...p, screen: undefined }, state.channel, state.settingsVersion, p.online ? '' : ago(p.last_seen)]);
+    // Of the health report only what the row shows: a report a minute
+    // does not rebuild every row.
+    const key = JSON.stringify([{ ...p, screen: undefined, health: healthMarks(p) }, state.channel, state.settingsVersion, p.online ? '' : ago(p.last_seen)]);
     const c = fleetRows.get(p.peer_id);
     if (c && c.key === key) return c.tr;
     const tr = el('tr', { 'data-testid': 'peer-row', 'data-peer-id': p.peer_id, 'data-online': String(!!p.online) },
@@ -528,7 +530,9 @@
       el('td', { 'data-testid': 'peer-state', 'data-label': 'State' }, el('span', { class: 'badge' + (p.online ? ' on' : ''), text: p.online ? 'online' : 'offline' }),
         p.edge ? el('div', { class: 'sub', 'data-testid': 'peer-edge', title: 'the cluster node that holds (or last held) its connection', text: p.edge }) : null,
         ...[[updateMark(p), 'mark-update'], [settingsMark(p), 'mark-settings']].filter(([m]) => m).map(([m, id]) =>
-          el('div', { class: 'mark', 'data-testid': id }, el('span', { class: 'badge alert', text: m.text }), el('span', { class: 'sub', text: ` ${m.why}` })))),
+          el('div', { class: 'mark', 'data-testid': id }, el('span', { class: 'badge alert', text: m.text }), el('span', { class: 'sub', text: ` ${m.why}` }))),
+        ...healthMarks(p).map(m => el('div', { class: 'mark', 'data-testid': 'mark-health', 'data-condition': m.cond },
+          el('span', { class: 'badge alert', text: m.text }), el('span', { class: 'sub', text: ` ${m.why}` })))),
       el('td', { 'data-label': 'Tags' }, ...Object.entries(p.tags || {}).map(([k, v]) => el('button', {
         type: 'button', class: 'tag', title: `Show devices with ${k}:${v}`, text: `${k}:${v}`,
         onclick: () => { $('filter-tag').value = `${k}:${v}`; drawFleet(); },
@@ -752,6 +756,7 @@
       ['Last message', fmtTime(p.last_message_at)],
       ['Address', p.remote_addr || '—'],
       ['Reconnects (1 h)', String(p.reconnects_last_hour ?? '—')],
+      ['Health', healthText(p)],
       ['Session', p.session_id || '—'],
       ['Capabilities', (p.capabilities || []).join(', ') || '—'],
       ['Notices pending', String(p.notices_pending || 0)],
@@ -945,6 +950,56 @@
       return { text: 'settings not applied', why: `applied version ${p.settings_version || 0} of ${state.settingsVersion}` };
     }
     return null;
+  }
+
+  // healthMarks are the conditions the device's last health report marks
+  // (issue 43; the server computes them: disk_low, hot, throttled,
+  // crash_looping, power_loss), each a badge on its fleet row.
+  const HEALTH_MARKS = {
+    disk_low: h => ({ text: 'disk low', why: `${h.disk_free_percent}% free (${fmtBytes(h.disk_free)})` }),
+    hot: h => ({ text: 'hot', why: `${fmtTemp(h.temp_mc)}` }),
+    throttled: h => ({ text: 'throttled', why: (h.throttled || []).filter(w => !w.endsWith('_occurred')).map(human).join(', ') }),
+    crash_looping: h => ({ text: 'crash looping', why: `${h.restarts_last_hour} restarts in the last hour; ${h.last_stop_detail || 'crash'}` }),
+    power_loss: () => ({ text: 'restarted by power loss', why: 'no clean stop before its last start' }),
+  };
+  function healthMarks(p) {
+    const h = p.health;
+    if (!h) return [];
+    return (h.conditions || []).filter(c => HEALTH_MARKS[c]).map(c => ({ cond: c, ...HEALTH_MARKS[c](h) }));
+  }
+
+  // healthText is the device's last health report on its page.
+  function healthText(p) {
+    const h = p.health;
+    if (!h) return (p.capabilities || []).includes('health') ? 'no report yet' : '—';
+    const stop = h.last_stop === 'crash' ? `crash: ${h.last_stop_detail || '?'}` : human(h.last_stop);
+    const lines = [
+      `up ${fmtDuration(h.uptime_seconds)}, load ${h.load1}, ${fmtBytes(h.mem_available)} memory available`,
+      `state dir: ${fmtBytes(h.disk_free)} free (${h.disk_free_percent}%)`,
+      ...(h.temp_mc != null ? [`CPU ${fmtTemp(h.temp_mc)}`] : []),
+      ...((h.throttled || []).length ? [`throttling: ${h.throttled.map(human).join(', ')}`] : []),
+      `last stop: ${stop}; ${h.restarts_last_hour} restarts in the last hour`,
+      `link: ${h.reconnects} reconnects since its start${h.heartbeat_rtt_ms ? `, heartbeat ${h.heartbeat_rtt_ms} ms` : ''}`,
+      `reported ${fmtTime(h.at)}`,
+    ];
+    return el('div', { 'data-testid': 'peer-health', 'data-conditions': (h.conditions || []).join(' ') },
+      ...healthMarks(p).flatMap(m => [el('span', { class: 'badge alert', text: m.text }), ' ']),
+      ...lines.map(t => el('div', { class: 'sub', text: t })));
+  }
+
+  function fmtBytes(n) {
+    if (n == null) return '—';
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return `${i ? n.toFixed(1) : n} ${units[i]}`;
+  }
+  function fmtTemp(mc) { return mc == null ? '—' : `${(mc / 1000).toFixed(1)} °C`; }
+  function fmtDuration(s) {
+    if (s < 120) return `${s} s`;
+    if (s < 7200) return `${Math.floor(s / 60)} min`;
+    if (s < 172800) return `${Math.floor(s / 3600)} h`;
+    return `${Math.floor(s / 86400)} days`;
   }
 
   function updateMark(p) {
