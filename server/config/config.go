@@ -154,6 +154,9 @@ type BuiltinAgent struct {
 	// device that listed "stream": word by word, one every StreamWordMs
 	// (after DelayMs). 0: the reply comes whole.
 	StreamWordMs int
+	// AskTimeoutSeconds is how long echo's "/ask TEXT" question stays
+	// open (1 s to a day); 0: agent.DefaultQuestionTimeout.
+	AskTimeoutSeconds int
 }
 
 // TerminalAgent is nanobot's "terminal" block: one process per message.

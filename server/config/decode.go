@@ -597,9 +597,12 @@ func (w *walker) agent(path string, n *node) (Agent, bool) {
 		if d, ok := f["streamWordMs"]; ok {
 			b.StreamWordMs, _ = w.integer(join(path, d.key), d.val, 0, 60_000)
 		}
+		if d, ok := f["askTimeoutSeconds"]; ok {
+			b.AskTimeoutSeconds, _ = w.integer(join(path, d.key), d.val, 1, 24*60*60)
+		}
 		a.Builtin = b
 	} else {
-		for _, k := range []string{"delayMs", "streamWordMs"} {
+		for _, k := range []string{"delayMs", "streamWordMs", "askTimeoutSeconds"} {
 			if d, ok := f[k]; ok {
 				w.errorf(join(path, d.key), "only allowed with builtin")
 			}

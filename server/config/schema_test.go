@@ -23,7 +23,7 @@ func TestUnknownKeyBelongsElsewhere(t *testing.T) {
 		{"two places", `{"tokens": [], ` + ch("")[1:],
 			"config: tokens: unknown key (known: listen, workspace, maxConcurrentRuns, maxWaitingRuns, maxConnections, dedupeCacheBytes, channels, agents, admin, discovery, tls, cluster, releases); it belongs in admin.tokens or channels.<channel>.config.tokens"},
 		{"agent command without its kind", `{"agents": {"h": {"command": "x"}}, ` + ch(`, "agent": "h"`)[1:],
-			"agents.h.command: unknown key (known: builtin, delayMs, streamWordMs, terminal, nuum, harness, acp); it belongs in agents.h.acp.command or agents.h.harness.command or agents.h.nuum.command or agents.h.terminal.command"},
+			"agents.h.command: unknown key (known: builtin, delayMs, streamWordMs, askTimeoutSeconds, terminal, nuum, harness, acp); it belongs in agents.h.acp.command or agents.h.harness.command or agents.h.nuum.command or agents.h.terminal.command"},
 		{"sibling block", `{"agents": {"h": {"terminal": {"command": "x", "idleTimeout": 5}}}, ` + ch(`, "agent": "h"`)[1:],
 			"agents.h.terminal.idleTimeout: unknown key (known: enabled, command, timeout, protocol, passMedia, env, providers, maxOutputBytes); it belongs in agents.h.acp.idleTimeout or agents.h.nuum.idleTimeout"},
 		{"up from a map key", `{"agents": {"h": {"terminal": {"command": "x", "providers": {"p": {"timeout": 5}}}}}, ` + ch(`, "agent": "h"`)[1:],
