@@ -173,6 +173,7 @@ func TestAnswerResentAfterReconnectEndToEnd(t *testing.T) {
 	if got.Text != "You chose: no" {
 		t.Fatalf("reply %+v", got)
 	}
+	ts.waitEvent(t, "direct_run_finished", "a1")
 	if n := countEvents(ts.events(t), "direct_run_finished", "a1"); n != 1 {
 		t.Fatalf("answer a1 answered %d times, want once", n)
 	}
@@ -251,4 +252,88 @@ func countEvents(evs []events.Event, name, messageID string) int {
 		}
 	}
 	return n
+}
+
+// A real ACP agent process asking permission under policy "device": the
+// request's own options as the question (ids and names), answered with
+// one key each way (allow, then deny); a device without "choice" gets
+// the fallback (reject) without a question.
+func TestACPPermissionDeviceEndToEnd(t *testing.T) {
+	t.Parallel()
+	bin := acpAgent(t)
+	ts := startServer(t, withACP(config.ACPAgent{Command: bin, Permission: config.ACPPermissionDevice}), nil)
+	d := newChoiceDevice(t, ts, "dev")
+
+	for _, c := range []struct{ option, want string }{{"yes", "allowed"}, {"no", "rejected"}} {
+		id := "perm-" + c.option
+		d.send(&link.Message{MessageID: id, Text: "/perm"})
+		var q *link.Question
+		d.until(func(f link.Frame) bool { q, _ = f.(*link.Question); return q != nil })
+		if q.MessageID != id || q.Text != "Allow? Edit config.json" || len(q.Options) != 2 ||
+			q.Options[0] != (link.Option{ID: "yes", Label: "Allow"}) || q.Options[1] != (link.Option{ID: "no", Label: "Skip"}) {
+			t.Fatalf("question %+v", q)
+		}
+		d.send(&link.Answer{MessageID: "ans-" + c.option, QuestionID: q.QuestionID, OptionID: c.option})
+		if m := d.reply(id); m.Text != c.want {
+			t.Fatalf("answered %s: reply %+v", c.option, m)
+		}
+		ts.waitEvent(t, "direct_run_finished", "ans-"+c.option)
+		if n := countEvents(ts.events(t), "direct_run_finished", "ans-"+c.option); n != 1 {
+			t.Fatalf("answer answered %d times", n)
+		}
+	}
+
+	plain := dial(t, ts.ws, nil)
+	plain.connect("plain", link.CapText)
+	plain.send(&link.Message{MessageID: "p1", Text: "/perm"})
+	readAs[*link.Ack](plain)
+	if m := readAs[*link.Message](plain); m.Text != "rejected" {
+		t.Fatalf("without choice: reply %+v", m)
+	}
+}
+
+// Policy "device" with permissionFallback allow_once: a device without
+// "choice" is allowed once.
+func TestACPPermissionDeviceFallbackEndToEnd(t *testing.T) {
+	t.Parallel()
+	bin := acpAgent(t)
+	ts := startServer(t, withACP(config.ACPAgent{Command: bin, Permission: config.ACPPermissionDevice, PermissionFallback: config.ACPPermissionAllowOnce}), nil)
+	plain := dial(t, ts.ws, nil)
+	plain.connect("plain", link.CapText)
+	plain.send(&link.Message{MessageID: "p1", Text: "/perm"})
+	readAs[*link.Ack](plain)
+	if m := readAs[*link.Message](plain); m.Text != "allowed" {
+		t.Fatalf("without choice: reply %+v", m)
+	}
+}
+
+// Policy "device": a question not answered within askTimeout is answered
+// with the fallback (reject), and closed (a late answer is
+// question_closed); a cancel of the turn answers the request cancelled.
+func TestACPPermissionDeviceTimeoutAndCancelEndToEnd(t *testing.T) {
+	t.Parallel()
+	bin := acpAgent(t)
+	ts := startServer(t, func(c *config.Config) {
+		withACP(config.ACPAgent{Command: bin, Permission: config.ACPPermissionDevice})(c)
+		c.Agents["coder"].ACP.AskTimeout = 1
+	}, nil)
+	d := newChoiceDevice(t, ts, "dev", link.CapCancel)
+	d.send(&link.Message{MessageID: "t1", Text: "/perm"})
+	var q *link.Question
+	d.until(func(f link.Frame) bool { q, _ = f.(*link.Question); return q != nil })
+	if q.TimeoutSeconds != 1 {
+		t.Fatalf("question %+v", q)
+	}
+	if m := d.reply("t1"); m.Text != "rejected" {
+		t.Fatalf("reply %+v", m)
+	}
+	d.answerRefused(&link.Answer{MessageID: "late", QuestionID: q.QuestionID, OptionID: "yes"}, link.CodeQuestionClosed)
+
+	d.send(&link.Message{MessageID: "c1", Text: "/perm"})
+	d.until(func(f link.Frame) bool { q, _ = f.(*link.Question); return q != nil })
+	d.send(&link.Cancel{MessageID: "c1"})
+	if m := d.reply("c1"); m.FinishReason != link.FinishCancelled {
+		t.Fatalf("cancelled turn %+v", m)
+	}
+	d.answerRefused(&link.Answer{MessageID: "after", QuestionID: q.QuestionID, OptionID: "yes"}, link.CodeQuestionClosed)
 }

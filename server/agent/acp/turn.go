@@ -473,7 +473,7 @@ func (t *turn) askDevice(ctx context.Context, title string, options []sdk.Permis
 			}
 		}
 		return t.fallback(options), true
-	case t.cancelled() || ctx.Err() != nil:
+	case errors.Is(err, agent.ErrQuestionCancelled) || t.cancelled() || ctx.Err() != nil:
 		return cancelledOutcome(), true
 	case errors.Is(err, agent.ErrQuestionTimeout):
 		t.progress(fmt.Sprintf("no answer within %s: %s", t.p.r.askTimeout, strings.ReplaceAll(t.p.r.cfg.PermissionFallback, "_", " ")))
