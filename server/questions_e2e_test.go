@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strings"
 	"testing"
 
 	"termlink/link"
@@ -337,3 +338,41 @@ func TestACPPermissionDeviceTimeoutAndCancelEndToEnd(t *testing.T) {
 	}
 	d.answerRefused(&link.Answer{MessageID: "after", QuestionID: q.QuestionID, OptionID: "yes"}, link.CodeQuestionClosed)
 }
+
+// askScript is a Terminal Protocol v1 rich agent (a shell script) that
+// asks a question and says the answer line it read on stdin.
+const askScript = `read env
+echo '{"type":"question","id":"q1","text":"Go on?","options":[{"id":"y","label":"Yes"},{"id":"n","label":"No"}],"timeout_seconds":60}'
+read ans
+echo "got $ans" | tr -d '{}"'
+`
+
+// Terminal Protocol v1's question extension: an agent process prints a
+// question frame, the device answers it, and the agent reads the answer
+// on its stdin; a device without "choice" is answered "unavailable" at
+// once.
+func TestTerminalQuestionEndToEnd(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, withTerminalAgent(config.TerminalAgent{Command: "sh -c " + shellQuote(askScript), Questions: true}), nil)
+	d := newChoiceDevice(t, ts, "kiosk")
+	d.send(&link.Message{MessageID: "m1", Text: "hello"})
+	var q *link.Question
+	d.until(func(f link.Frame) bool { q, _ = f.(*link.Question); return q != nil })
+	if q.Text != "Go on?" || q.TimeoutSeconds != 60 || len(q.Options) != 2 || q.Options[1] != (link.Option{ID: "n", Label: "No"}) {
+		t.Fatalf("question %+v", q)
+	}
+	d.send(&link.Answer{MessageID: "a1", QuestionID: q.QuestionID, OptionID: "n"})
+	if m := d.reply("m1"); m.Text != "got type:answer,id:q1,option:n" {
+		t.Fatalf("reply %+v", m)
+	}
+
+	plain := dial(t, ts.ws, nil)
+	plain.connect("plain", link.CapText)
+	plain.send(&link.Message{MessageID: "p1", Text: "hello"})
+	readAs[*link.Ack](plain)
+	if m := readAs[*link.Message](plain); m.Text != "got type:answer,id:q1,option:null,reason:unavailable" {
+		t.Fatalf("without choice: reply %+v", m)
+	}
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -355,7 +355,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown agent key", `{` + ch + `, "agents": {"a": {"builtin": "echo", "colour": 1}}}`, []string{
 			"config: agents.a.colour: unknown key (known: builtin, delayMs, streamWordMs, askTimeoutSeconds, terminal, nuum, harness, acp)"}},
 		{"unknown terminal key with hint", `{` + ch + `, "agents": {"helper": {"terminal": {"command": "x", "timeOut": 5}}}}`, []string{
-			"config: agents.helper.terminal.timeOut: unknown key (known: enabled, command, timeout, protocol, passMedia, env, providers, maxOutputBytes); did you mean timeout?"}},
+			"config: agents.helper.terminal.timeOut: unknown key (known: enabled, command, timeout, protocol, passMedia, env, providers, maxOutputBytes, questions); did you mean timeout?"}},
 		{"wrong casing hints both spellings", `{"channels": {"terminal-dev": {"accountID": "local"}}}`, []string{
 			"config: channels.terminal-dev.accountID: unknown key (known: enabled, kind, mode, accountId, displayName, agent, config); did you mean accountId or account_id?",
 			"config: channels.terminal-dev.accountId: required (a non-empty string)"}},

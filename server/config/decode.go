@@ -671,6 +671,12 @@ func (w *walker) terminal(path string, n *node) *TerminalAgent {
 	if e, ok := f["maxOutputBytes"]; ok {
 		t.MaxOutputBytes, _ = w.integer(join(path, e.key), e.val, 1, noMax)
 	}
+	if e, ok := f["questions"]; ok {
+		t.Questions, _ = w.boolean(join(path, e.key), e.val)
+		if t.Questions && t.Protocol != "rich" {
+			w.errorf(join(path, e.key), `needs "protocol": "rich" (questions are frames)`)
+		}
+	}
 	return t
 }
 

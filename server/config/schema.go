@@ -21,7 +21,7 @@ var schema = map[string][]string{
 		"clientCA", "denyCerts", "enrollment", "enrollmentCodeSeconds"},
 	"channels.*.config.tokens.*":    {"token", "maxPeers"},
 	"agents.*":                      {"builtin", "delayMs", "streamWordMs", "askTimeoutSeconds", "terminal", "nuum", "harness", "acp"},
-	"agents.*.terminal":             {"enabled", "command", "timeout", "protocol", "passMedia", "env", "providers", "maxOutputBytes"},
+	"agents.*.terminal":             {"enabled", "command", "timeout", "protocol", "passMedia", "env", "providers", "maxOutputBytes", "questions"},
 	"agents.*.terminal.providers.*": {"apiKeys", "models", "baseUrl"},
 	"agents.*.nuum": {"command", "idleTimeout", "maxProcesses", "startTimeout", "heartbeatSeconds",
 		"heartbeatTimeout", "turnTimeout", "heartbeatAck"},

@@ -25,7 +25,7 @@ func TestUnknownKeyBelongsElsewhere(t *testing.T) {
 		{"agent command without its kind", `{"agents": {"h": {"command": "x"}}, ` + ch(`, "agent": "h"`)[1:],
 			"agents.h.command: unknown key (known: builtin, delayMs, streamWordMs, askTimeoutSeconds, terminal, nuum, harness, acp); it belongs in agents.h.acp.command or agents.h.harness.command or agents.h.nuum.command or agents.h.terminal.command"},
 		{"sibling block", `{"agents": {"h": {"terminal": {"command": "x", "idleTimeout": 5}}}, ` + ch(`, "agent": "h"`)[1:],
-			"agents.h.terminal.idleTimeout: unknown key (known: enabled, command, timeout, protocol, passMedia, env, providers, maxOutputBytes); it belongs in agents.h.acp.idleTimeout or agents.h.nuum.idleTimeout"},
+			"agents.h.terminal.idleTimeout: unknown key (known: enabled, command, timeout, protocol, passMedia, env, providers, maxOutputBytes, questions); it belongs in agents.h.acp.idleTimeout or agents.h.nuum.idleTimeout"},
 		{"up from a map key", `{"agents": {"h": {"terminal": {"command": "x", "providers": {"p": {"timeout": 5}}}}}, ` + ch(`, "agent": "h"`)[1:],
 			"agents.h.terminal.providers.p.timeout: unknown key (known: apiKeys, models, baseUrl); it belongs in agents.<agent>.terminal.timeout"},
 		{"up from an array element", `{"admin": {"tokens": [{"token": "0123456789abcdef0", "role": "viewer", "metricsRequireToken": true}]}, ` + ch("")[1:],
