@@ -376,3 +376,38 @@ func TestTerminalQuestionEndToEnd(t *testing.T) {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// The fleet API's device page shows the question open on the device
+// (read-only), and none once it is answered.
+func TestOpenQuestionOnPeerPageEndToEnd(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil, nil)
+	d := newChoiceDevice(t, ts, "kiosk")
+	q := d.question("m1", "Reboot?")
+	type page struct {
+		Questions []struct {
+			QuestionID  string        `json:"question_id"`
+			MessageID   string        `json:"message_id"`
+			Text        string        `json:"text"`
+			Options     []link.Option `json:"options"`
+			SecondsLeft int           `json:"seconds_left"`
+		}
+	}
+	var p page
+	if code := getJSON(t, ts.http.URL+"/api/channels/terminal-dev/peers/kiosk", &p); code != 200 {
+		t.Fatalf("peer page: HTTP %d", code)
+	}
+	if len(p.Questions) != 1 || p.Questions[0].QuestionID != q.QuestionID || p.Questions[0].MessageID != "m1" || p.Questions[0].Text != "Reboot?" ||
+		len(p.Questions[0].Options) != 2 || p.Questions[0].SecondsLeft < 1 || p.Questions[0].SecondsLeft > q.TimeoutSeconds {
+		t.Fatalf("questions on the peer page %+v", p.Questions)
+	}
+	d.send(&link.Answer{MessageID: "a1", QuestionID: q.QuestionID, OptionID: "no"})
+	if m := d.reply("m1"); m.Text != "You chose: no" {
+		t.Fatalf("reply %+v", m)
+	}
+	p = page{}
+	getJSON(t, ts.http.URL+"/api/channels/terminal-dev/peers/kiosk", &p)
+	if len(p.Questions) != 0 {
+		t.Fatalf("questions after the answer %+v", p.Questions)
+	}
+}

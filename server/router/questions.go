@@ -3,7 +3,9 @@ package router
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"termlink/link"
@@ -49,10 +51,11 @@ func IsAnswerReason(reason string) bool {
 const maxClosedQuestions = 4096
 
 type openQuestion struct {
-	q       link.Question
-	session string
-	answer  chan string // the option, once answered (buffered: 1)
-	done    bool        // answered or closed (r.mu)
+	q        link.Question
+	session  string
+	deadline time.Time
+	answer   chan string // the option, once answered (buffered: 1)
+	done     bool        // answered or closed (r.mu)
 }
 
 // closedQuestions remembers the ids of closed questions with their session.
@@ -96,7 +99,7 @@ func (r *Router) ask(runCtx, ctx context.Context, in bus.Inbound, n *int, aq age
 	if err := checkQuestion(&q); err != nil {
 		return "", err
 	}
-	oq := &openQuestion{q: q, session: in.SessionKey, answer: make(chan string, 1)}
+	oq := &openQuestion{q: q, session: in.SessionKey, deadline: time.Now().Add(timeout), answer: make(chan string, 1)}
 	r.mu.Lock()
 	if r.stopped || runCtx.Err() != nil {
 		r.mu.Unlock()
@@ -206,15 +209,20 @@ func (r *Router) takeAnswerLocked(in bus.Inbound, a bus.AnswerRef) {
 }
 
 // OpenQuestions lists the questions open in the sessions of the peer
-// whose thread-less session id is base (the fleet API's device page).
+// whose thread-less session id is base (the fleet API's device page),
+// each with the seconds it has left as its TimeoutSeconds, by id.
 func (r *Router) OpenQuestions(base string) []link.Question {
+	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []link.Question
 	for _, oq := range r.questions {
-		if oq.session == base || len(oq.session) > len(base) && oq.session[:len(base)+1] == base+":" {
-			out = append(out, oq.q)
+		if oq.session == base || strings.HasPrefix(oq.session, base+":") {
+			q := oq.q
+			q.TimeoutSeconds = max(0, int((oq.deadline.Sub(now)+time.Second-1)/time.Second))
+			out = append(out, q)
 		}
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].QuestionID < out[j].QuestionID })
 	return out
 }

@@ -78,7 +78,7 @@ func TestAnswerReachesTheRunAsking(t *testing.T) {
 	if q.MessageID != "m1" || q.Text != "sure?" || len(q.Options) != 2 || q.TimeoutSeconds != int(agent.DefaultQuestionTimeout/time.Second) {
 		t.Fatalf("question %+v", q)
 	}
-	if got := r.OpenQuestions("s"); len(got) != 1 || got[0].QuestionID != q.QuestionID {
+	if got := r.OpenQuestions("s"); len(got) != 1 || got[0].QuestionID != q.QuestionID || got[0].TimeoutSeconds < 1 {
 		t.Fatalf("open questions %+v", got)
 	}
 	putMsg(t, r, adm, answerMsg("a0", q.QuestionID, "maybe"))

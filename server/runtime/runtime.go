@@ -267,12 +267,18 @@ func (rt *Runtime) Question(ctx context.Context, in bus.Inbound, q link.Question
 // QuestionClosed tells the device's adapter that a question is no
 // longer open (router.Host).
 func (rt *Runtime) QuestionClosed(ctx context.Context, in bus.Inbound, questionID string) {
+	rt.Channels.Event(in.ChannelID, events.Event{Event: EventQuestionClosed, PeerID: in.PeerID, SessionID: in.SessionKey,
+		MessageID: in.MessageID, RunID: in.RunID, Detail: "question_id=" + questionID})
 	rt.Records.Deliver(ctx, in, bus.Outbound{Kind: bus.QuestionClosed, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
 		MessageID: in.MessageID, RunID: in.RunID, Text: questionID})
 }
 
-// EventQuestionAsked is the channel event of a question sent to a device.
-const EventQuestionAsked = "question_asked"
+// The channel events of a question sent to a device, and closed
+// (answered, timed out, its run cancelled or ended).
+const (
+	EventQuestionAsked  = "question_asked"
+	EventQuestionClosed = "question_closed"
+)
 
 // dispatchOne hands a reply or progress to its channel's adapter (Send
 // never blocks) and records a reply delivered or unclaimed.
