@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"termlink/link"
 	"termlink/server/config"
@@ -410,4 +411,56 @@ func TestOpenQuestionOnPeerPageEndToEnd(t *testing.T) {
 	if len(p.Questions) != 0 {
 		t.Fatalf("questions after the answer %+v", p.Questions)
 	}
+}
+
+// In a cluster the question crosses from the worker that runs the
+// message to the edge that holds the device (as progress does), is sent
+// again when the device reconnects to that edge, and the answer goes
+// down the message path to the worker's waiting run; an answer after the
+// question closed is question_closed there too.
+func TestClusterQuestionEndToEnd(t *testing.T) {
+	t.Parallel()
+	url := startJetStream(t)
+	clusterCfg := func(role, name string) func(*config.Config) {
+		return func(c *config.Config) {
+			c.Cluster = config.Cluster{NATS: []string{url}, Role: role, Name: name, Partitions: 1, Replicas: 1,
+				AckWait: time.Second, Lease: time.Second, DuplicateWindow: time.Minute, DedupeTTL: time.Hour}
+		}
+	}
+	edge := startServer(t, clusterCfg(config.RoleEdge, "edge-1"), nil)
+	worker := startServer(t, clusterCfg(config.RoleWorker, "worker-1"), nil)
+	if !waitUntil(t, "the worker owns the partition", func() bool { return clusterStore(worker).Node().Owns(0) }) {
+		t.FailNow()
+	}
+	d := newChoiceDevice(t, edge, "kiosk")
+	q := d.question("m1", "Across?")
+	d.ws.Close()
+	d2 := newChoiceDevice(t, edge, "kiosk")
+	if again := readAs[*link.Question](d2.client); again.QuestionID != q.QuestionID {
+		t.Fatalf("question again %+v", again)
+	}
+	// A device resends what is unanswered when it reconnects (a cluster's
+	// edge sends a reply only to a device waiting for it).
+	d2.send(&link.Message{MessageID: "m1", Text: "/ask Across?"})
+	if a := readAs[*link.Ack](d2.client); a.MessageID != "m1" || !a.Duplicate || !a.Pending {
+		t.Fatalf("ack of the resent message %+v", a)
+	}
+	d2.send(&link.Answer{MessageID: "a1", QuestionID: q.QuestionID, OptionID: "yes"})
+	frames := d2.until(func(f link.Frame) bool { m, ok := f.(*link.Message); return ok && m.MessageID == "m1" })
+	if m := frames[len(frames)-1].(*link.Message); m.Text != "You chose: yes" {
+		t.Fatalf("reply %+v", m)
+	}
+	var acked bool
+	for _, f := range frames {
+		if a, ok := f.(*link.Ack); ok && a.MessageID == "a1" {
+			acked = true
+		}
+		if e, ok := f.(*link.Error); ok {
+			t.Fatalf("error %+v", e)
+		}
+	}
+	if !acked {
+		d2.until(func(f link.Frame) bool { a, ok := f.(*link.Ack); return ok && a.MessageID == "a1" })
+	}
+	d2.answerRefused(&link.Answer{MessageID: "a2", QuestionID: q.QuestionID, OptionID: "no"}, link.CodeQuestionClosed)
 }
