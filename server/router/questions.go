@@ -46,6 +46,10 @@ func IsAnswerReason(reason string) bool {
 	return false
 }
 
+// maxOpenQuestions bounds the questions open at once on this server (a
+// variable for tests): past it Ask refuses the question.
+var maxOpenQuestions = 4096
+
 // maxClosedQuestions bounds the closed questions' ids kept (past it
 // the oldest are forgotten: an answer to one is question_unknown).
 const maxClosedQuestions = 4096
@@ -104,6 +108,10 @@ func (r *Router) ask(runCtx, ctx context.Context, in bus.Inbound, n *int, aq age
 	if r.stopped || runCtx.Err() != nil {
 		r.mu.Unlock()
 		return "", agent.ErrQuestionCancelled
+	}
+	if len(r.questions) >= maxOpenQuestions {
+		r.mu.Unlock()
+		return "", fmt.Errorf("question refused: %d questions are open on this server, its most", maxOpenQuestions)
 	}
 	r.questions[id] = oq
 	r.mu.Unlock()

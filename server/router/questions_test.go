@@ -182,3 +182,25 @@ func TestAskBounds(t *testing.T) {
 		t.Fatalf("recovered answer %+v", f)
 	}
 }
+
+// Past maxOpenQuestions open at once, Ask refuses a question, naming the
+// bound; the open ones are unaffected.
+func TestOpenQuestionsBounded(t *testing.T) {
+	defer func(n int) { maxOpenQuestions = n }(maxOpenQuestions)
+	maxOpenQuestions = 1
+	h := newQuestionHost()
+	adm := NewAdmission(100)
+	r := New(h, adm, map[string]agent.Runner{"c": asker{}}, t.TempDir(), 2)
+	stopNow, cancel := context.WithCancel(context.Background())
+	cancel()
+	defer r.Stop(stopNow) // the open question's run is cut short
+	putMsg(t, r, adm, bus.Inbound{ChannelID: "c", SessionKey: "s1", MessageID: "m1", Text: "one?", Capabilities: []string{link.CapChoice}})
+	<-h.asked
+	putMsg(t, r, adm, bus.Inbound{ChannelID: "c", SessionKey: "s2", MessageID: "m2", Text: "two?", Capabilities: []string{link.CapChoice}})
+	if f := <-h.results; f.id != "m2" || !strings.Contains(f.res.Text, "1 questions are open on this server") {
+		t.Fatalf("second question %+v", f)
+	}
+	if got := r.OpenQuestions("s1"); len(got) != 1 {
+		t.Fatalf("open %+v", got)
+	}
+}
