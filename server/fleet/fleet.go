@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"termlink/link"
 	"termlink/server/events"
 	"termlink/server/fanout"
 	"termlink/server/metrics"
@@ -103,8 +104,12 @@ type Deps struct {
 	History    History
 	Runs       Runs
 	Notices    Notices
-	Metrics    *metrics.Registry
-	Log        *slog.Logger
+	// Questions lists the questions open on a peer's device (the
+	// "choice" extension), each with the seconds it has left as its
+	// TimeoutSeconds; nil: none are shown.
+	Questions func(channelID, peerID, base string) []link.Question
+	Metrics   *metrics.Registry
+	Log       *slog.Logger
 }
 
 // Options tune the live streams; zero values take the defaults.

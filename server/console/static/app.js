@@ -797,6 +797,13 @@
         type: 'button', text: 'Cancel', 'aria-label': `Cancel run ${id}`,
         onclick: (ev) => act(ev.currentTarget, 'POST', `${base}/cancel`, { message_id: id }),
       }))) : [el('li', { class: 'hint', text: 'Nothing running.' })]));
+    // Open questions: read-only (the person at the device answers).
+    const questions = d.questions || [];
+    $('peer-questions').replaceChildren(...(questions.length ? questions.map((q) => el('li', { 'data-testid': 'peer-question', 'data-question-id': q.question_id },
+      el('span', { text: q.text }),
+      el('ol', { class: 'options' }, ...(q.options || []).map((o) => el('li', { 'data-option-id': o.id, text: o.label }))),
+      el('span', { class: 'sub', text: `asked by run of ${q.message_id} · ${q.seconds_left} s left · answered on the device` }))) :
+      [el('li', { class: 'hint', text: 'No question open.' })]));
     const notices = d.notices || [];
     $('peer-notices').replaceChildren(...(notices.length ? notices.map((n) => el('li', { 'data-testid': 'peer-notice', 'data-notice-id': n.notice_id, 'data-state': n.state },
       el('span', { class: `badge ${n.priority === 'alert' ? 'alert' : 'info'}`, text: n.priority || 'info' }),
@@ -1508,6 +1515,7 @@
       const p = state.peers.get(state.route.peer);
       if (p) drawPeerLive(p); else { $('peer-title').textContent = state.route.peer; drawLCD(null); }
       $('running').replaceChildren();
+      $('peer-questions').replaceChildren();
       $('peer-notices').replaceChildren();
       $('conversation').replaceChildren();
       $('peer-events').replaceChildren();
