@@ -22,7 +22,7 @@ import (
 // (update.Options.WaitIdle).
 //
 // The question screen says when a question opens and closes with
-// s.busy.SetQuestionOpen.
+// s.busy.SetQuestionOpen (device.Daemon.QuestionOpen, set in termd.go).
 
 // startBusy makes the tracker of client's device (s.busy) and returns
 // the keypad's inputs as the daemon is to read them: each one, passed on,

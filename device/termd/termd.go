@@ -215,6 +215,7 @@ func (s *setup) run(ctx context.Context) error {
 	inputs, busyDone := s.startBusy(hctx, client, hw.Inputs) // busy.go
 	d := &device.Daemon{Client: client, View: hw.View, Inputs: inputs, Logger: log, Gate: hw.Gate, Hello: hello,
 		Kiosk: s.settings.kiosk(), Watchdog: sdnotify.WatchdogInterval(),
+		QuestionOpen: s.busy.SetQuestionOpen, // a question on the glass: in use (busy.go)
 		Notify: func(state string) {
 			if err := notifier.Notify(state); err != nil {
 				log.Warn("systemd notify", "err", err)
