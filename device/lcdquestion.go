@@ -66,11 +66,31 @@ func (v *LCDView) question(m *Model, rows, cols int, now time.Time) {
 // with the label's next lines indented under the label.
 func QuestionLines(cs display.Charset, a *Ask, cols int) []string {
 	lines := display.Wrap(display.Fold(cs, a.Q.Text), cols)
+	// Options short enough share a line, two spaces apart ("1 Allow  2
+	// Skip"), so that a question and its options fit one page where they
+	// can; an option too long for a line of its own wraps under its key.
+	row := ""
 	for i, o := range a.Q.Options {
 		key := strconv.Itoa(i + 1)
 		label := display.Fold(cs, o.Label)
+		item := key + " " + label
+		n := utf8.RuneCountInString(item)
+		if n <= cols {
+			switch {
+			case row == "":
+				row = item
+			case utf8.RuneCountInString(row)+2+n <= cols:
+				row += "  " + item
+			default:
+				lines, row = append(lines, row), item
+			}
+			continue
+		}
+		if row != "" {
+			lines, row = append(lines, row), ""
+		}
 		if cols <= 4 {
-			lines = append(lines, display.Wrap(key+" "+label, cols)...)
+			lines = append(lines, display.Wrap(item, cols)...)
 			continue
 		}
 		for j, l := range display.Wrap(label, cols-2) {
@@ -80,6 +100,9 @@ func QuestionLines(cs display.Charset, a *Ask, cols int) []string {
 				lines = append(lines, "  "+l)
 			}
 		}
+	}
+	if row != "" {
+		lines = append(lines, row)
 	}
 	return lines
 }

@@ -271,6 +271,13 @@ type Client struct {
 	deltas, deltasIgnored                                    atomic.Int64
 	pongs                                                    atomic.Int64
 	questions, answersAcked                                  atomic.Int64
+	// ackedAnswers: the answers acked lately (message id -> question id,
+	// at most maxAckedAnswers, oldest forgotten first), so that a refusal
+	// the server sends after the ack (a cluster's edge acks what it
+	// stored; the run's node refuses it after) still names its question.
+	// Guarded by mu.
+	ackedAnswers     map[string]string
+	ackedAnswerOrder []string
 	rttNanos                                                 atomic.Int64 // the last heartbeat's round trip
 }
 
@@ -986,9 +993,19 @@ func (c *Client) refuse(e *Error) bool {
 	if ok {
 		qid = m.questionID
 	}
+	if !ok {
+		qid = c.ackedAnswers[e.MessageID]
+		delete(c.ackedAnswers, e.MessageID)
+	}
 	c.mu.Unlock()
 	if !ok {
-		return false
+		if qid == "" || !isAnswerRefusal(e.Code) {
+			return false
+		}
+		// Refused after its ack: the ack was the answer's final event;
+		// this one says what became of it (not final again).
+		c.emit(Event{Kind: EventError, MessageID: e.MessageID, QuestionID: qid, Code: e.Code, Err: fmt.Errorf("server refused the answer %s: %s", e.MessageID, e.Error)})
+		return true
 	}
 	c.queue.dropProgress(e.MessageID)
 	what := "message"

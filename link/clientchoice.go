@@ -66,6 +66,9 @@ func (s *session) answerAcked(f *Ack) bool {
 	}
 	ok := c.answerLocked(m)
 	qid := m.questionID
+	if ok {
+		c.rememberAckedLocked(f.MessageID, qid)
+	}
 	c.mu.Unlock()
 	delete(s.inflight, f.MessageID)
 	if !ok {
@@ -80,6 +83,23 @@ func (s *session) answerAcked(f *Ack) bool {
 	ack.Reply = nil
 	c.emit(Event{Kind: EventAck, MessageID: f.MessageID, QuestionID: qid, Ack: &ack, Final: true})
 	return true
+}
+
+// maxAckedAnswers bounds Client.ackedAnswers.
+const maxAckedAnswers = 64
+
+// rememberAckedLocked keeps an acked answer's question for a refusal that
+// may follow its ack. c.mu held.
+func (c *Client) rememberAckedLocked(id, questionID string) {
+	if c.ackedAnswers == nil {
+		c.ackedAnswers = map[string]string{}
+	}
+	if len(c.ackedAnswerOrder) >= maxAckedAnswers {
+		delete(c.ackedAnswers, c.ackedAnswerOrder[0])
+		c.ackedAnswerOrder = c.ackedAnswerOrder[1:]
+	}
+	c.ackedAnswers[id] = questionID
+	c.ackedAnswerOrder = append(c.ackedAnswerOrder, id)
 }
 
 // isAnswerRefusal reports whether code refuses an answer for good.

@@ -247,3 +247,58 @@ func TestClientAnswerBadArguments(t *testing.T) {
 		t.Fatalf("Cancel of an answer: %v, want ErrUnknownMessage", err)
 	}
 }
+
+// termserver acks an answer when it has stored it, and refuses it after
+// when its question turns out closed (the run was cancelled, timed out;
+// in a cluster the edge acks, the run's node refuses): the ack is the
+// answer's final event, and the refusal that follows still names its
+// question, so that the glass can say what became of it.
+func TestClientAnswerRefusedAfterItsAck(t *testing.T) {
+	t.Parallel()
+	srv := linktest.New(t)
+	srv.OnAnswer(func(s *linktest.Server, a *link.Answer) {
+		_ = s.Send(&link.Ack{MessageID: a.MessageID, SessionID: "s"})
+		_ = s.Send(&link.Error{MessageID: a.MessageID, Code: link.CodeQuestionClosed, Error: "the run was cancelled"})
+	})
+	cfg := link.ClientConfig{URL: srv.URL()}
+	fastRetry(&cfg)
+	d := newDevice(t, cfg)
+	id, err := d.Answer(context.Background(), "q-5", "allow_once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.waitFor("the refusal after the ack", 0, func() bool {
+		for _, e := range d.all {
+			if e.Kind == link.EventError && e.MessageID == id {
+				return true
+			}
+		}
+		return false
+	})
+	d.mu.Lock()
+	var final, refused []link.Event
+	for _, e := range d.all {
+		if e.MessageID != id {
+			continue
+		}
+		if e.Final {
+			final = append(final, e)
+		}
+		if e.Kind == link.EventError {
+			refused = append(refused, e)
+		}
+	}
+	d.mu.Unlock()
+	if len(final) != 1 || final[0].Kind != link.EventAck {
+		t.Fatalf("final events %v, want the ack alone", final)
+	}
+	if len(refused) != 1 || refused[0].QuestionID != "q-5" || refused[0].Code != link.CodeQuestionClosed || refused[0].Final {
+		t.Fatalf("refusal %+v, want question_closed of q-5, not final", refused)
+	}
+	if s := d.Status(); s.Pending != 0 {
+		t.Fatalf("pending %d after the ack, want 0", s.Pending)
+	}
+	if srv.Connects() != 1 {
+		t.Fatalf("the refusal after the ack made the link reconnect (%d connects)", srv.Connects())
+	}
+}

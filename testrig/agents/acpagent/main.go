@@ -43,6 +43,10 @@
 //	--auth-required   answer session/new with error -32000, and say on stderr
 //	                  that no API key is set
 //	--silent          never answer initialize
+//	--perm-word WORD  a prompt that is WORD alone is taken as /perm (a keypad
+//	                  cannot type "/")
+//	--perm-log FILE   append each permission answer received to FILE, one
+//	                  line each: "OUTCOME OPTION_ID" (a test counts them)
 package main
 
 import (
@@ -87,6 +91,9 @@ type agentState struct {
 	cancel  context.CancelFunc      // the turn in progress
 	cwd     string
 	session string
+
+	permWord string
+	permLog  string
 }
 
 func main() {
@@ -94,6 +101,8 @@ func main() {
 	flag.IntVar(&a.protocol, "protocol", 1, "protocol version to answer initialize with")
 	flag.BoolVar(&a.authRequired, "auth-required", false, "refuse session/new: authentication required")
 	flag.BoolVar(&a.silent, "silent", false, "never answer initialize")
+	flag.StringVar(&a.permWord, "perm-word", "", "a prompt that is this word alone is taken as /perm")
+	flag.StringVar(&a.permLog, "perm-log", "", "append each permission answer received to this file")
 	flag.Parse()
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -231,6 +240,9 @@ func (a *agentState) end(id json.RawMessage, reason string) {
 func (a *agentState) turn(ctx context.Context, id json.RawMessage, text string) {
 	cmd, arg, _ := strings.Cut(strings.TrimSpace(text), " ")
 	arg = strings.TrimSpace(arg)
+	if a.permWord != "" && cmd == a.permWord && arg == "" {
+		cmd = "/perm"
+	}
 	switch cmd {
 	case "/tool":
 		a.update(map[string]any{"sessionUpdate": "tool_call", "toolCallId": "call_1", "title": arg, "kind": "read", "status": "pending"})
@@ -264,6 +276,12 @@ func (a *agentState) turn(ctx context.Context, id json.RawMessage, text string) 
 		if resp.Error != nil || json.Unmarshal(resp.Result, &out) != nil {
 			a.fail(id, -32603, "Internal error", "bad permission answer")
 			return
+		}
+		if a.permLog != "" {
+			if f, err := os.OpenFile(a.permLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				fmt.Fprintf(f, "%s %s\n", out.Outcome.Outcome, out.Outcome.OptionID)
+				f.Close()
+			}
 		}
 		switch {
 		case out.Outcome.Outcome == "cancelled":
