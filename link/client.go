@@ -278,7 +278,7 @@ type Client struct {
 	// Guarded by mu.
 	ackedAnswers     map[string]string
 	ackedAnswerOrder []string
-	rttNanos                                                 atomic.Int64 // the last heartbeat's round trip
+	rttNanos         atomic.Int64 // the last heartbeat's round trip
 }
 
 // outMsg is one message of the outbox; guarded by Client.mu.
