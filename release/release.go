@@ -301,8 +301,9 @@ func CurrentPlatform() string {
 	return p
 }
 
-// PatchSuffix is appended to a patch's path for its manifest.
-const PatchSuffix = ".patch.json"
+// PatchManifestSuffix is appended to a patch's path for its manifest
+// (termrig release delta writes NEW.from-SHA.patch and NEW.from-SHA.patch.json).
+const PatchManifestSuffix = ".json"
 
 // patchSignedPrefix starts the bytes a patch manifest's signature covers:
 // another tag than a release manifest's, so that neither signature is

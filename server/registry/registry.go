@@ -172,6 +172,11 @@ type Device struct {
 	// An anonymous connect keeps what the device had.
 	Shared    string
 	SharedMax int
+
+	// BinarySHA256 is the running binary's SHA-256 the connect said
+	// (issue 43: a rollout sends a patch made from it); "" unless 64
+	// lowercase hex digits.
+	BinarySHA256 string
 }
 
 // Screen is a device's display as its last screen frame showed it.
@@ -215,6 +220,8 @@ type Peer struct {
 	// SettingsError why it did not apply a later one.
 	SettingsVersion int64  `json:"settings_version,omitempty"`
 	SettingsError   string `json:"settings_error,omitempty"`
+	// BinarySHA256 is the SHA-256 of the binary the device runs.
+	BinarySHA256 string `json:"binary_sha256,omitempty"`
 	// Reconnects is what ReconnectsLastHour counts: per minute of the
 	// last hour (Unix minute), the reconnects in it. Not shown; a copy
 	// of the peer kept elsewhere (a View) counts them when it is read.
@@ -856,7 +863,7 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 	p := Peer{PeerID: d.PeerID, ChannelID: d.ChannelID, SessionID: d.SessionID, DeviceName: d.DeviceName,
 		Board: d.Board, Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, Authenticated: d.Authenticated,
 		Online: e.online, LastSeen: formatTime(e.lastSeen), RemoteAddr: d.RemoteAddr, Screen: e.screen,
-		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError}
+		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError, BinarySHA256: d.BinarySHA256}
 	if p.Capabilities == nil {
 		p.Capabilities = []string{}
 	}

@@ -325,6 +325,7 @@ func (m *Manager) trySendLocked(e *entry, d *Device) bool {
 	attempt := max(d.Attempt, 1)
 	f := &link.Update{UpdateID: updateID(r, &Device{Attempt: attempt}), Version: r.Version, Manifest: string(man.Marshal()),
 		URL: m.opt.URL(r.ChannelID, r.Version, d.Platform), AllowDowngrade: r.AllowDowngrade, GateSeconds: r.GateSeconds}
+	m.offerPatch(r, d, f) // patch.go
 	if !m.opt.Send(r.ChannelID, d.PeerID, f) {
 		return false
 	}

@@ -1,0 +1,60 @@
+package rollout
+
+import (
+	"strings"
+	"testing"
+
+	"termlink/release"
+)
+
+// patchReleases is releasesOf with one stored patch of v2 linux/arm/6
+// from the binary "from".
+type patchReleases struct {
+	releasesOf
+	from string
+}
+
+func (r patchReleases) Patch(version, platform, from string) (*release.PatchManifest, bool) {
+	if version != "v2" || platform != "linux/arm/6" || from != r.from {
+		return nil, false
+	}
+	return &release.PatchManifest{Version: version, Platform: platform, FromSHA256: from, PatchSize: 10}, true
+}
+
+// A device whose connect named a stored patch's source is sent the
+// patch beside the whole binary; one running another binary, or saying
+// none, the whole binary only.
+func TestRolloutSendsPatchToItsSource(t *testing.T) {
+	from, other := strings.Repeat("ab", 32), strings.Repeat("cd", 32)
+	f := fleetOf(3)
+	for id, sum := range map[string]string{"d01": from, "d02": other} {
+		p := f.peers[id]
+		p.BinarySHA256 = sum
+		f.peers[id] = p
+	}
+	m := open(t, f, t.TempDir(), func(o *Options) { o.Releases = patchReleases{releasesOf{f}, from} })
+	if _, err := m.Create(ch, Request{Version: "v2", Target: Target{All: true}, Percent: 100}, "otto"); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.sent) != 3 {
+		t.Fatalf("%d frames sent, want 3", len(f.sent))
+	}
+	for i, u := range f.sent {
+		peer := f.sentTo[i]
+		if !strings.HasSuffix(u.URL, "/binary") {
+			t.Errorf("%s: url %q", peer, u.URL)
+		}
+		switch peer {
+		case "d01":
+			if u.PatchURL != "/api/channels/"+ch+"/releases/v2/linux/arm/6/patches/"+from || !strings.Contains(u.PatchManifest, from) {
+				t.Errorf("d01: patch %q %q", u.PatchURL, u.PatchManifest)
+			}
+		default:
+			if u.PatchURL != "" || u.PatchManifest != "" {
+				t.Errorf("%s: sent a patch %q", peer, u.PatchURL)
+			}
+		}
+	}
+}
