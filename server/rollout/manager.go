@@ -508,12 +508,12 @@ func (m *Manager) report(channelID, peerID string, f link.Frame) (believed bool,
 	switch st.State {
 	case link.UpdateInstalled:
 		if d.Running == r.Version { // it runs the release: it passed its gate
-			m.setLocked(e, d, Installed, "")
+			m.setLocked(e, d, Installed, patchNote(d.Reason))
 			believed = true
 		}
 	case link.UpdateDownloading, link.UpdateRestarting:
 		if !final(d.State) {
-			m.setLocked(e, d, st.State, "")
+			m.setLocked(e, d, st.State, patchNote(st.Reason))
 			believed = true
 		}
 	case link.UpdateFailed, link.UpdateRolledBack, link.UpdateRefused:

@@ -41,3 +41,14 @@ func (m *Manager) offerPatch(r *Rollout, d *Device, f *link.Update) {
 	f.PatchURL = base + "/patches/" + p.BinarySHA256
 	f.PatchManifest = string(pm.Marshal())
 }
+
+// patchNote is what a device's downloading or restarting report said of
+// its patch ("patched: ...", "patch failed: ..., fetched the full
+// binary"), kept as the device's reason until it is installed and after;
+// "" for any other reason (those states have none).
+func patchNote(reason string) string {
+	if strings.HasPrefix(reason, "patched: ") || strings.HasPrefix(reason, "patch failed: ") {
+		return reason
+	}
+	return ""
+}

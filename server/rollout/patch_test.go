@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"termlink/link"
+
 	"termlink/release"
 )
 
@@ -55,6 +57,29 @@ func TestRolloutSendsPatchToItsSource(t *testing.T) {
 			if u.PatchURL != "" || u.PatchManifest != "" {
 				t.Errorf("%s: sent a patch %q", peer, u.PatchURL)
 			}
+		}
+	}
+}
+
+// What a device says of its patch stays the device's reason through
+// restarting and installed; another reason of those states is dropped.
+func TestRolloutKeepsPatchNote(t *testing.T) {
+	f := fleetOf(2)
+	m := open(t, f, t.TempDir(), nil)
+	r, err := m.Create(ch, Request{Version: "v2", Target: Target{All: true}, Percent: 100}, "otto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const note = "patch failed: corrupt patch; fetched the full binary"
+	report(m, "d01", "v2", link.UpdateDownloading, "whatever")
+	report(m, "d01", "v2", link.UpdateRestarting, note)
+	report(m, "d02", "v2", link.UpdateRestarting, "something else")
+	install(m, f, "d01", "d02")
+	got := state(t, m, r.ID)
+	for _, d := range got.Devices {
+		want := map[string]string{"d01": note, "d02": ""}[d.PeerID]
+		if d.State != Installed || d.Reason != want {
+			t.Errorf("%s: %s %q, want installed %q", d.PeerID, d.State, d.Reason, want)
 		}
 	}
 }
