@@ -696,7 +696,11 @@ func (a *app) printRollout(r *rollout.Rollout) {
 		case d.Wave > 0:
 			wave = fmt.Sprint(d.Wave)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.PeerID, d.State, d.Running, wave, d.Since.UTC().Format(time.TimeOnly), d.Reason)
+		why := d.Reason
+		if why == "" {
+			why = d.Delivery // how a patch went (issue 43)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.PeerID, d.State, d.Running, wave, d.Since.UTC().Format(time.TimeOnly), why)
 	}
 	_ = tw.Flush()
 }

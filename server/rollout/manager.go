@@ -508,12 +508,13 @@ func (m *Manager) report(channelID, peerID string, f link.Frame) (believed bool,
 	switch st.State {
 	case link.UpdateInstalled:
 		if d.Running == r.Version { // it runs the release: it passed its gate
-			m.setLocked(e, d, Installed, patchNote(d.Reason))
+			m.setLocked(e, d, Installed, "")
 			believed = true
 		}
 	case link.UpdateDownloading, link.UpdateRestarting:
 		if !final(d.State) {
-			m.setLocked(e, d, st.State, patchNote(st.Reason))
+			m.setLocked(e, d, st.State, "")
+			m.notePatchLocked(e, d, st.Reason) // patch.go
 			believed = true
 		}
 	case link.UpdateFailed, link.UpdateRolledBack, link.UpdateRefused:

@@ -22,6 +22,7 @@ type patchStore interface {
 // offerPatch adds to f the patch of r's release that makes it of the
 // binary d runs, when one is stored.
 func (m *Manager) offerPatch(r *Rollout, d *Device, f *link.Update) {
+	d.Delivery = "" // a new attempt: what it says of this one
 	ps, ok := m.opt.Releases.(patchStore)
 	if !ok {
 		return
@@ -42,13 +43,26 @@ func (m *Manager) offerPatch(r *Rollout, d *Device, f *link.Update) {
 	f.PatchManifest = string(pm.Marshal())
 }
 
-// patchNote is what a device's downloading or restarting report said of
-// its patch ("patched: ...", "patch failed: ..., fetched the full
-// binary"), kept as the device's reason until it is installed and after;
-// "" for any other reason (those states have none).
+// patchNote is what a device's downloading or restarting report says
+// of its patch ("patched: ...", "patch failed: ...; fetched the full
+// binary"), or "".
 func patchNote(reason string) string {
 	if strings.HasPrefix(reason, "patched: ") || strings.HasPrefix(reason, "patch failed: ") {
 		return reason
 	}
 	return ""
+}
+
+// notePatchLocked keeps what a device said of its patch as its Delivery
+// (through restarting, installed and after; a new attempt clears it).
+func (m *Manager) notePatchLocked(e *entry, d *Device, reason string) {
+	note := patchNote(reason)
+	if len(note) > maxReason {
+		note = note[:maxReason]
+	}
+	if note == "" || d.Delivery == note {
+		return
+	}
+	d.Delivery = note
+	m.dirty[e.r.ID] = true
 }

@@ -61,8 +61,9 @@ func TestRolloutSendsPatchToItsSource(t *testing.T) {
 	}
 }
 
-// What a device says of its patch stays the device's reason through
-// restarting and installed; another reason of those states is dropped.
+// What a device says of its patch stays the device's delivery through
+// restarting (again, from the new binary's start report) and installed;
+// another reason of those states is dropped as before.
 func TestRolloutKeepsPatchNote(t *testing.T) {
 	f := fleetOf(2)
 	m := open(t, f, t.TempDir(), nil)
@@ -73,13 +74,14 @@ func TestRolloutKeepsPatchNote(t *testing.T) {
 	const note = "patch failed: corrupt patch; fetched the full binary"
 	report(m, "d01", "v2", link.UpdateDownloading, "whatever")
 	report(m, "d01", "v2", link.UpdateRestarting, note)
+	report(m, "d01", "v2", link.UpdateRestarting, "") // the new binary's start report says nothing of it
 	report(m, "d02", "v2", link.UpdateRestarting, "something else")
 	install(m, f, "d01", "d02")
 	got := state(t, m, r.ID)
 	for _, d := range got.Devices {
 		want := map[string]string{"d01": note, "d02": ""}[d.PeerID]
-		if d.State != Installed || d.Reason != want {
-			t.Errorf("%s: %s %q, want installed %q", d.PeerID, d.State, d.Reason, want)
+		if d.State != Installed || d.Reason != "" || d.Delivery != want {
+			t.Errorf("%s: %s %q delivery %q, want installed, delivery %q", d.PeerID, d.State, d.Reason, d.Delivery, want)
 		}
 	}
 }
