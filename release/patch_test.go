@@ -65,3 +65,22 @@ func TestPatchManifest(t *testing.T) {
 		t.Errorf("a longer patch: %v", err)
 	}
 }
+
+// FuzzParsePatchManifest: whatever the bytes, a manifest is refused or
+// parsed into one that marshals back to what parses the same.
+func FuzzParsePatchManifest(f *testing.F) {
+	m := &PatchManifest{Version: "1.3.0", Platform: "linux/arm/6", FromSHA256: strings.Repeat("a", 64), Size: 1000,
+		SHA256: strings.Repeat("b", 64), PatchSize: 10, PatchSHA256: strings.Repeat("c", 64), Signature: strings.Repeat("A", 86) + "=="}
+	f.Add(m.Marshal())
+	f.Add([]byte(`{"version":"1"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := ParsePatchManifest(b)
+		if err != nil {
+			return
+		}
+		again, err := ParsePatchManifest(got.Marshal())
+		if err != nil || *again != *got {
+			t.Fatalf("parsed %+v; its Marshal parses as %+v %v", got, again, err)
+		}
+	})
+}

@@ -92,6 +92,9 @@ func ReadHeader(patch io.ReaderAt, patchSize int64) (Header, error) {
 		}
 	}
 	h := Header{NewSize: int64(v[0]), CtrlLen: int64(v[1]), DiffLen: int64(v[2]), ExtraLen: int64(v[3])}
+	if h.CtrlLen > patchSize || h.DiffLen > patchSize || h.ExtraLen > patchSize {
+		return Header{}, corrupt("a stream of the header is longer than the %d-byte patch", patchSize)
+	}
 	if sum := HeaderSize + h.CtrlLen + h.DiffLen + h.ExtraLen; sum != patchSize {
 		return Header{}, corrupt("the header's streams add up to %d bytes, the patch is %d", sum, patchSize)
 	}
