@@ -88,12 +88,13 @@ func (s *Store) checkPatch(r Record) (*stored, error) {
 }
 
 // Patches are the patches stored beside release version for platform
-// (all releases' when version is ""), by version, platform, source.
+// ("" for either: every version's, every platform's), by version,
+// platform, source.
 func (s *Store) Patches(version, platform string) []Entry {
 	s.mu.Lock()
-	var out []Entry
+	out := []Entry{} // the API's "patches": [] when none
 	for _, e := range s.entries {
-		if e.patch != nil && (version == "" || (e.Version == version && e.Platform == platform)) {
+		if e.patch != nil && (version == "" || e.Version == version) && (platform == "" || e.Platform == platform) {
 			out = append(out, e.Entry)
 		}
 	}

@@ -95,6 +95,14 @@ func patches(t *testing.T, h Harness) {
 		list.Patches[0].FromSHA256 != from || list.Count != 1 || list.Bytes != m.Size+pm.PatchSize {
 		t.Fatalf("list: HTTP %d %s", code, body)
 	}
+	code, body, _ = get(t, srv, "/api/releases?version="+m.Version, nil)
+	if err := json.Unmarshal(body, &list); code != 200 || err != nil || len(list.Patches) != 1 {
+		t.Fatalf("list of %s: HTTP %d %s", m.Version, code, body)
+	}
+	code, body, _ = get(t, srv, "/api/releases?version=9.9", nil)
+	if err := json.Unmarshal(body, &list); code != 200 || err != nil || len(list.Patches) != 0 || list.Patches == nil {
+		t.Fatalf("list of another version: HTTP %d %s", code, body)
+	}
 	p := path(m) + "/patches/" + from
 	code, body, hdr := get(t, srv, p, nil)
 	if code != 200 || !bytes.Equal(body, pb) || hdr.Get(releases.PatchManifestHeader) == "" {
