@@ -118,9 +118,9 @@ _termrig_complete() {
 		values="--channel --server"
 		;;
 	"release rollout")
-		words="--admin-token-file --all --allow-downgrade --canary --channel --gate-seconds --peers --percent --server --tag --version"
+		words="--admin-token-file --all --allow-downgrade --canary --channel --force --gate-seconds --peers --percent --server --tag --version --window --zone"
 		files="--admin-token-file"
-		values="--canary --channel --gate-seconds --peers --percent --server --tag --version"
+		values="--canary --channel --gate-seconds --peers --percent --server --tag --version --window --zone"
 		;;
 	"release sign")
 		words="--key --platform --version"

@@ -20,7 +20,11 @@ import (
 // itself. An answer still being written (capability stream) grows in
 // place as it arrives (console.Stream: only what changed is drawn), ending
 // in ConsoleStreamMark, with "writing..." beside the status; the final
-// reply replaces it there.
+// reply replaces it there. A question (capability choice) is added to the
+// conversation with its options ("[1] Allow once [2] Deny"); the activity
+// line keeps the options and the time left in view until it is answered
+// (its number and Enter, or the arrows to pick and Enter), then says what
+// became of it.
 type ConsoleView struct {
 	Console *console.Console
 	live    map[uint64]string // Seq of streamed entries on the console -> the text drawn
@@ -28,6 +32,7 @@ type ConsoleView struct {
 	why     time.Time         // Since of the last offline reason added to the console
 	status  string
 	act     string
+	choices int      // the options the arrows pick from (Console.SetChoices)
 	rows    []string // what Mirror reports: the conversation's last lines, the status line and the activity
 	said    []string // the conversation's last mirrorLines entries as the mirror shows them
 }
@@ -95,6 +100,12 @@ func (v *ConsoleView) Render(_ context.Context, m *Model, now time.Time) error {
 	}
 	act := ""
 	switch {
+	case m.Said.Text != "" && m.Ask == nil:
+		act = m.Said.Text
+	case m.Ask != nil:
+		// The question is in the conversation; its options, the keys and
+		// the time left stay in view here.
+		act = fmt.Sprintf("%s | its number (or arrows) and Enter (%s left)", OptionsLine(m.Ask.Q.Options), TimeLeft(now, m.Ask.Deadline))
 	case m.Busy() && m.Progress != "":
 		act = m.Progress
 	case m.Streaming():
@@ -109,6 +120,14 @@ func (v *ConsoleView) Render(_ context.Context, m *Model, now time.Time) error {
 	if act != v.act {
 		v.act = act
 		v.Console.SetActivity(act)
+	}
+	choices := 0
+	if m.Ask != nil {
+		choices = len(m.Ask.Q.Options)
+	}
+	if choices != v.choices {
+		v.choices = choices
+		v.Console.SetChoices(choices) // the arrows pick an option, Enter answers
 	}
 	// The mirror is what the person at the console sees, top to bottom:
 	// the conversation's last lines, the answer being written, then the

@@ -60,6 +60,11 @@ type Daemon struct {
 	// conversation (e.g. "Enrolled as lobby-7" after enrollment).
 	Hello    string
 	HelloFor int
+	// QuestionOpen, when set, is told whenever a question comes onto the
+	// screen (true) and when none is open any more (false), from Run's
+	// goroutine: the hook for a busy/activity tracker ("a question is
+	// open": the device is in use).
+	QuestionOpen func(open bool)
 
 	m    Model
 	ctlc chan func(k *kiosk) // Show and SetKiosk, for the Run loop (made lazily)
@@ -136,7 +141,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go func() { clientDone <- d.Client.Run(cctx) }()
 
 	// Messages left in the outbox by the last run show as queued.
+	// Answers still there were given before: their questions are not
+	// shown again when the server resends them.
 	for _, e := range d.Client.Pending() {
+		if e.IsAnswer() {
+			d.m.MarkAnswered(e.QuestionID)
+			continue
+		}
 		d.m.Sent(e.ID, e.Text)
 	}
 	var undrawn []string // final answers applied, not drawn yet
@@ -155,9 +166,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if gate == nil {
 		gate = NewKeyGate() // never fed: inputs wake instead
 	}
+	asking := false // what QuestionOpen was told last
 	render := func() {
+		qnext := d.m.StepQuestions(now())
 		next, armed := k.step(&d.m, now())
+		if !qnext.IsZero() && (next.IsZero() || qnext.Before(next)) {
+			next = qnext
+		}
 		gate.armed.Store(armed)
+		gate.ask.Store(d.m.Ask != nil)
+		if open := d.m.Ask != nil; open != asking {
+			asking = open
+			if d.QuestionOpen != nil {
+				d.QuestionOpen(open)
+			}
+		}
 		if next.IsZero() {
 			kt.Stop()
 		} else {
@@ -213,7 +236,19 @@ loop:
 			if !ok {
 				break loop // the client stopped
 			}
-			d.m.Apply(ev)
+			switch {
+			case ev.Kind == link.EventQuestion:
+				if d.m.AddQuestion(*ev.Question, now()) {
+					log.Info("question", "question_id", ev.Question.QuestionID, "options", len(ev.Question.Options), "timeout_seconds", ev.Question.TimeoutSeconds)
+				} else {
+					log.Debug("question shown or answered before, or too many waiting: not shown again", "question_id", ev.Question.QuestionID)
+				}
+			case ev.Kind == link.EventError && ev.QuestionID != "":
+				log.Info("answer refused", "question_id", ev.QuestionID, "message_id", ev.MessageID, "code", ev.Code, "err", ev.Err)
+				d.m.QuestionRefused(ev, now())
+			default:
+				d.m.Apply(ev)
+			}
 			if ev.Kind == link.EventState {
 				lastReason = logReason(log, ev, lastReason)
 			}
@@ -258,6 +293,10 @@ loop:
 		case fn := <-d.ctl():
 			fn(k)
 			render()
+		case key := <-gate.Keys():
+			k.touch(now())
+			d.questionKey(ctx, key, log, now())
+			render()
 		case <-gate.woke:
 			k.wake(now())
 			render()
@@ -269,8 +308,8 @@ loop:
 		case <-kt.C:
 			render()
 		case <-tick.C:
-			if d.m.Link == link.StateWaiting || len(undrawn) > 0 || d.m.Overlay.Kind != OverlayNone {
-				render() // the countdown, a draw that failed, the clock, a notice's pages
+			if d.m.Link == link.StateWaiting || len(undrawn) > 0 || d.m.Overlay.Kind != OverlayNone || d.m.Ask != nil {
+				render() // the countdown, a draw that failed, the clock, a notice's pages, a question's time left
 			}
 		case <-watchdog:
 			notify("WATCHDOG=1")
@@ -317,6 +356,9 @@ func logReason(log *slog.Logger, ev link.Event, last string) string {
 
 func (d *Daemon) handle(ctx context.Context, in Input, log *slog.Logger) {
 	m := &d.m
+	if m.Ask != nil && d.questionInput(ctx, in, log) {
+		return
+	}
 	switch in.Kind {
 	case InputEdit:
 		m.Compose, m.ComposePending = in.Text, in.Pending

@@ -23,4 +23,11 @@
 // still in the outbox at start show as queued. A state dir that cannot be
 // written shows as a short label ("disk full") and a '!' mark while
 // messages are kept in memory.
+//
+// A question of an agent (capability choice, listed when the board has
+// an input to answer with) takes the screen with its options under their
+// keys and the time left; one key (1-9; a number and Enter on the
+// console) answers, through the client's outbox like a message, and the
+// glass confirms with the option's label (see question.go).
+// Daemon.QuestionOpen is told when a question opens and closes.
 package device

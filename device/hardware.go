@@ -28,6 +28,11 @@ type Hardware struct {
 	// Gate is the KeyGate on the keypad (nil without one): give it to
 	// Daemon.Gate.
 	Gate *KeyGate
+	// CanAnswer: the board has an input a person can answer a question
+	// with (a keypad, LCDd's keys, the console): list link.CapChoice. A
+	// display without one does not, and the server answers its agents'
+	// questions by its fallback policy.
+	CanAnswer bool
 
 	dev     *Parts
 	runs    []func(ctx context.Context) error
@@ -111,6 +116,7 @@ func OpenBoard(ctx context.Context, p *boards.Profile, log *slog.Logger) (*Hardw
 			_ = con.Flush(fctx) // the last screen ("offline: stopped")
 			return con.Close()
 		})
+		h.CanAnswer = true
 		h.runs = append(h.runs, con.Run, func(ctx context.Context) error {
 			FromConsole(ctx, con.Events(), inputs)
 			return nil
@@ -134,6 +140,7 @@ func OpenBoard(ctx context.Context, p *boards.Profile, log *slog.Logger) (*Hardw
 		events := mergeEvents(keySources)
 		actions := make(chan input.Action)
 		h.Gate = NewKeyGate()
+		h.CanAnswer = true
 		gated := make(chan input.Event)
 		h.runs = append(h.runs, events.run,
 			func(ctx context.Context) error { GateKeys(ctx, h.Gate, events.out, gated); return nil },

@@ -69,15 +69,21 @@ type Overlay struct {
 // only dismisses or wakes (it is swallowed, with its release), so it
 // types nothing. It also tells the daemon about every press, which keeps
 // the screen awake. Create it with NewKeyGate; the daemon arms it.
+//
+// While a question is open (the daemon sets it) every key press goes to
+// the daemon instead (Keys), swallowed with its release: 1-9 answer, the
+// page keys turn the question's pages, nothing is typed.
 type KeyGate struct {
 	armed  atomic.Bool
+	ask    atomic.Bool   // a question is open: presses go to keys
 	active chan struct{} // cap 1: a key was pressed and passed on
 	woke   chan struct{} // cap 1: a key was swallowed to wake or dismiss
+	keys   chan rune     // presses taken for the open question
 }
 
 // NewKeyGate returns a disarmed gate.
 func NewKeyGate() *KeyGate {
-	return &KeyGate{active: make(chan struct{}, 1), woke: make(chan struct{}, 1)}
+	return &KeyGate{active: make(chan struct{}, 1), woke: make(chan struct{}, 1), keys: make(chan rune, 8)}
 }
 
 // Press reports a key press; true: swallow it (it only woke the kiosk).
@@ -88,6 +94,23 @@ func (g *KeyGate) Press() bool {
 	}
 	poke(g.active)
 	return false
+}
+
+// Keys delivers the key presses taken while a question is open (the
+// daemon reads it).
+func (g *KeyGate) Keys() <-chan rune { return g.keys }
+
+// take passes a press to the open question; true: taken (swallow it).
+// Past a few presses waiting, more are dropped (a person presses one).
+func (g *KeyGate) take(key rune) bool {
+	if !g.ask.Load() {
+		return false
+	}
+	select {
+	case g.keys <- key:
+	default:
+	}
+	return true
 }
 
 func poke(ch chan struct{}) {
@@ -110,7 +133,7 @@ func GateKeys(ctx context.Context, g *KeyGate, in <-chan input.Event, out chan<-
 			}
 			switch ev.Kind {
 			case input.KeyDown:
-				if g.Press() {
+				if g.take(ev.Key) || g.Press() {
 					swallowed[ev.Key] = true
 					continue
 				}
@@ -235,6 +258,14 @@ func (k *kiosk) end() {
 func (k *kiosk) step(m *Model, now time.Time) (next time.Time, armed bool) {
 	if k.cur != nil && (!now.Before(k.curUntil) || k.cur.expired(now)) {
 		k.end()
+	}
+	if m.Asking() {
+		// A question (or what became of it) has the screen: notices
+		// wait, the screen neither idles nor darkens, and keys go to the
+		// question (the gate is not armed).
+		k.lastInput = now
+		m.Overlay, m.Dark = Overlay{}, false
+		return time.Time{}, false
 	}
 	for k.cur == nil && len(k.queue) > 0 {
 		sn := k.queue[0]

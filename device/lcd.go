@@ -89,6 +89,13 @@ func (v *LCDView) Render(ctx context.Context, m *Model, now time.Time) error {
 	}
 	f := v.frame
 	f.Clear()
+	if m.Asking() {
+		v.question(m, rows, cols, now) // lcdquestion.go
+		if err := v.Screen.Draw(ctx, f); err != nil {
+			return err
+		}
+		return v.backlight(m)
+	}
 	if m.Overlay.Kind != OverlayNone {
 		v.overlay(m, rows, cols, now)
 		if err := v.Screen.Draw(ctx, f); err != nil {

@@ -79,7 +79,13 @@ type Model struct {
 	Overlay Overlay
 	Dark    bool
 
+	// Ask is the question open on the screen (capability choice; see
+	// question.go), Said what became of the last one, shown briefly.
+	Ask  *Ask
+	Said Said
+
 	seq   uint64
+	qs    questions
 	pager pager
 }
 

@@ -15,7 +15,6 @@ import (
 	"periph.io/x/conn/v3/gpio/gpioreg"
 	"periph.io/x/conn/v3/i2c"
 	"periph.io/x/conn/v3/i2c/i2creg"
-	"periph.io/x/host/v3"
 
 	"termlink/boards"
 	"termlink/device/input"
@@ -133,7 +132,7 @@ type system struct {
 
 func realSystem() *system {
 	return &system{
-		hostInit: func() error { _, err := host.Init(); return err },
+		hostInit: initPeriphHost,
 		stat:     os.Stat,
 		canOpen: func(name string) error {
 			f, err := os.OpenFile(name, os.O_RDWR, 0)
@@ -157,9 +156,9 @@ func realSystem() *system {
 }
 
 // Open opens the hardware a profile describes. periph's host drivers are
-// initialised (host.Init) here, and only when the profile has an LCD or a
-// keypad. Errors are *OpenError with a hint of what to check. Close the
-// Parts when done.
+// initialised (initPeriphHost) here, and only when the profile has an LCD
+// or a keypad. Errors are *OpenError with a hint of what to check. Close
+// the Parts when done.
 func OpenParts(ctx context.Context, p *boards.Profile) (*Parts, error) {
 	return realSystem().open(ctx, p)
 }

@@ -189,11 +189,17 @@ type ClientStats struct {
 	Screens          int64 // screen frames written
 	ScreensCoalesced int64 // screens replaced by a newer one before they were sent
 	Pongs            int64 // pong frames received: heartbeats the server answered
+	Questions        int64 // question frames received (first sends and resends)
+	Answers          int64 // answers acked by the server (final: out of the outbox once confirmed)
 	Deltas           int64 // delta frames taken (each one an EventDelta, possibly coalesced)
 	DeltasIgnored    int64 // delta frames ignored: a gap, a duplicate, no such message waiting, after the final reply
 	QueuedEvents     int   // events waiting for the caller now
 	MaxQueuedEvents  int   // the most events that waited at once
 	DroppedEvents    int64 // events coalesced or dropped by the queue's bounds
+
+	// HeartbeatRTT is the last heartbeat's round trip (ping to pong); 0:
+	// none yet.
+	HeartbeatRTT time.Duration
 }
 
 // Client is a device's session with a terminal WebSocket channel. It keeps
@@ -255,7 +261,10 @@ type Client struct {
 	updStatus       []byte // the latest update_status, sent on every connect
 	setAck          []byte // the latest settings_ack, sent on every connect
 	updQ, setAckQ   bool   // not sent yet on the live session
+	busyFrame       []byte // the latest busy, sent on every connect (busy.go)
+	busyQ           bool   // busyFrame not sent yet on the live session
 	results         [][]byte
+	health          []byte            // the latest health report, for the live session only (Report)
 	tags            map[string]string // for connect (ClientConfig.Tags, then SetTags)
 	settingsVersion atomic.Int64
 
@@ -264,15 +273,20 @@ type Client struct {
 	dials, sessions, sent, resent, replies, dupReplies, busy atomic.Int64
 	deltas, deltasIgnored                                    atomic.Int64
 	pongs                                                    atomic.Int64
+	questions, answersAcked                                  atomic.Int64
+	rttNanos                                                 atomic.Int64 // the last heartbeat's round trip
 }
 
 // outMsg is one message of the outbox; guarded by Client.mu.
 type outMsg struct {
 	id, text string
-	seq      uint64 // outbox order
-	sends    int
-	answered bool // its final answer went to the caller
-	done     bool // the caller confirmed it: out of the outbox
+	// questionID and optionID: an answer (Client.Answer), sent as an
+	// answer frame; its ack is its final answer (clientchoice.go).
+	questionID, optionID string
+	seq                  uint64 // outbox order
+	sends                int
+	answered             bool // its final answer went to the caller
+	done                 bool // the caller confirmed it: out of the outbox
 }
 
 // NewClient checks cfg and opens the outbox (the file outbox in StateDir
@@ -310,7 +324,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c.shown = openShownStore(cfg.StateDir, log, time.Now)
 	for _, e := range c.outbox.Pending() {
 		c.seq++
-		m := &outMsg{id: e.ID, text: e.Text, seq: c.seq}
+		m := &outMsg{id: e.ID, text: e.Text, questionID: e.QuestionID, optionID: e.OptionID, seq: c.seq}
 		c.list = append(c.list, m)
 		c.msgs[e.ID] = m
 	}
@@ -472,7 +486,7 @@ func (c *Client) Pending() []OutboxEntry {
 	var out []OutboxEntry
 	for _, m := range c.list {
 		if !m.done {
-			out = append(out, OutboxEntry{ID: m.id, Text: m.text})
+			out = append(out, OutboxEntry{ID: m.id, Text: m.text, QuestionID: m.questionID, OptionID: m.optionID})
 		}
 	}
 	return out
@@ -491,13 +505,19 @@ func (c *Client) Send(ctx context.Context, text string) (string, error) {
 	}
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
+	return c.store(func() (OutboxEntry, error) { return c.outbox.Add(text) })
+}
+
+// store adds an entry to the outbox (add; c.sendMu held) and queues it
+// for sending: Send's messages and Answer's answers.
+func (c *Client) store(add func() (OutboxEntry, error)) (string, error) {
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
 		return "", ErrClosed
 	}
-	e, err := c.outbox.Add(text)
+	e, err := add()
 	if err != nil {
 		if errors.Is(err, ErrOutboxClosed) {
 			return "", ErrClosed
@@ -506,7 +526,7 @@ func (c *Client) Send(ctx context.Context, text string) (string, error) {
 	}
 	c.mu.Lock()
 	c.seq++
-	m := &outMsg{id: e.ID, text: e.Text, seq: c.seq}
+	m := &outMsg{id: e.ID, text: e.Text, questionID: e.QuestionID, optionID: e.OptionID, seq: c.seq}
 	c.list = append(c.list, m)
 	c.msgs[m.id] = m
 	c.status.Pending = len(c.msgs)
@@ -532,7 +552,7 @@ func (c *Client) Cancel(ctx context.Context, messageID string) error {
 	switch {
 	case c.closed:
 		return ErrClosed
-	case c.msgs[messageID] == nil || c.msgs[messageID].answered:
+	case c.msgs[messageID] == nil || c.msgs[messageID].answered || c.msgs[messageID].questionID != "":
 		return ErrUnknownMessage
 	case c.sess == nil:
 		return ErrNotConnected
@@ -559,8 +579,9 @@ func (c *Client) Stats() ClientStats {
 		Resent: c.resent.Load(), Replies: c.replies.Load(), DuplicateReplies: c.dupReplies.Load(),
 		Busy: c.busy.Load(), Pending: pending, Unconfirmed: unconf,
 		Notices: c.notices.Load(), NoticesExpired: c.noticesExpired.Load(), NoticesReacked: c.noticesReacked.Load(),
-		Pongs: c.pongs.Load(), NoticeAcks: c.noticeAcks.Load(), Screens: c.screens.Load(), ScreensCoalesced: c.screensCoalesced.Load(),
+		Pongs: c.pongs.Load(), HeartbeatRTT: time.Duration(c.rttNanos.Load()), NoticeAcks: c.noticeAcks.Load(), Screens: c.screens.Load(), ScreensCoalesced: c.screensCoalesced.Load(),
 		Deltas: c.deltas.Load(), DeltasIgnored: c.deltasIgnored.Load(),
+		Questions: c.questions.Load(), Answers: c.answersAcked.Load(),
 		QueuedEvents: queued, MaxQueuedEvents: high, DroppedEvents: dropped}
 }
 
@@ -908,7 +929,9 @@ func (c *Client) register(s *session) {
 	c.sess = s
 	c.screenQ = c.screen != nil // the server gets the current screen on every connect
 	c.updQ, c.setAckQ = c.updStatus != nil, c.setAck != nil
+	c.busyQ = c.busyFrame != nil
 	c.results = nil // the requests they answer died with the last connection
+	c.health = nil  // its figures were of then: the caller reports anew
 }
 
 // compactLocked drops the confirmed messages from c.list.
@@ -960,13 +983,22 @@ func (c *Client) complete(reply *Message) {
 // refuse gives up on a message the server refuses for good.
 func (c *Client) refuse(e *Error) bool {
 	c.mu.Lock()
-	ok := c.answerLocked(c.msgs[e.MessageID])
+	m := c.msgs[e.MessageID]
+	ok := c.answerLocked(m)
+	qid := ""
+	if ok {
+		qid = m.questionID
+	}
 	c.mu.Unlock()
 	if !ok {
 		return false
 	}
 	c.queue.dropProgress(e.MessageID)
-	c.emit(Event{Kind: EventError, MessageID: e.MessageID, Code: e.Code, Err: fmt.Errorf("server refused message %s: %s", e.MessageID, e.Error), Final: true})
+	what := "message"
+	if qid != "" {
+		what = "the answer"
+	}
+	c.emit(Event{Kind: EventError, MessageID: e.MessageID, QuestionID: qid, Code: e.Code, Err: fmt.Errorf("server refused %s %s: %s", what, e.MessageID, e.Error), Final: true})
 	return true
 }
 

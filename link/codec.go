@@ -172,7 +172,7 @@ var wireKeys = func() []string {
 	seen := map[string]bool{"type": true}
 	keys = append(keys, "type")
 	for _, v := range []any{Connect{}, Connected{}, Message{}, Ack{}, Error{}, Progress{}, Cancel{}, Delta{}, Notice{}, NoticeAck{}, Screen{},
-		Update{}, UpdateStatus{}, Settings{}, SettingsAck{}, Diag{}, DiagResult{}} {
+		Update{}, UpdateStatus{}, Settings{}, SettingsAck{}, Diag{}, DiagResult{}, Health{}} {
 		t := reflect.TypeOf(v)
 		for i := 0; i < t.NumField(); i++ {
 			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")

@@ -217,6 +217,10 @@ func FuzzDecode(f *testing.F) {
 		`{"type":"question","message_id":"m","question_id":"q","text":"Run it?","options":[{"id":"allow_once","label":"Allow once"},{"id":"reject","label":"Deny"}],"timeout_seconds":60}`,
 		`{"type":"question","message_id":"m","question_id":"q","text":"?","options":[{"id":"a","label":"A"},{"id":"a","label":"B"}],"timeout_seconds":1}`,
 		`{"type":"answer","message_id":"a1","question_id":"q","option_id":"allow_once"}`,
+		// Health reports (issue 43).
+		`{"type":"health","uptime_seconds":3600,"load1":0.25,"mem_available":104857600,"disk_free":1048576,"disk_free_percent":4.5,"temp_mc":61500,"throttled":["under_voltage","throttled_occurred"],"last_stop":"crash","last_stop_detail":"panic: boom","restarts_last_hour":3,"reconnects":2,"heartbeat_rtt_ms":40}`,
+		`{"type":"health","uptime_seconds":1,"load1":0,"mem_available":0,"disk_free":0,"disk_free_percent":100,"throttled":[],"last_stop":"power_loss","restarts_last_hour":0,"reconnects":0}`,
+		`{"type":"health","uptime_seconds":1,"load1":-1,"mem_available":0,"disk_free":0,"disk_free_percent":101,"throttled":["x","x"],"last_stop":"nap","restarts_last_hour":0,"reconnects":0,"temp_mc":null}`,
 	} {
 		f.Add([]byte(s))
 	}

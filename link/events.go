@@ -86,6 +86,12 @@ const (
 	// duplicate seq, for a message not waiting, or after the final reply
 	// is ignored and logged with the reason (ClientStats.DeltasIgnored).
 	EventDelta
+	// EventQuestion: the server asks the person at the device to pick
+	// one of a question's options (Question; capability "choice"). The
+	// server sends an open question again after every reconnect: the
+	// caller shows a question id once and answers it once (Client.Answer).
+	// Coalesced per question id in the queue, at most maxQueuedPushes.
+	EventQuestion
 )
 
 func (k EventKind) String() string {
@@ -106,6 +112,8 @@ func (k EventKind) String() string {
 		return "notice"
 	case EventDelta:
 		return "delta"
+	case EventQuestion:
+		return "question"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -143,6 +151,12 @@ type Event struct {
 	Notice  *Notice
 	Expires time.Time
 
+	// Question: EventQuestion. QuestionID: the question an answer's
+	// final event is about (EventAck with Final: the server has the
+	// answer; EventError with Final: it refused it, Code saying why).
+	Question   *Question
+	QuestionID string
+
 	// Final marks the final answer to MessageID (EventReply, or an
 	// EventError refusing the message for good). The message stays in
 	// the outbox, and counts toward the client's Window, until the caller
@@ -179,6 +193,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("error %s [%s]: %v", e.MessageID, e.Code, e.Err)
 	case EventNotice:
 		return fmt.Sprintf("notice %s [%s]: %q", e.Notice.NoticeID, e.Notice.Priority, e.Notice.Text)
+	case EventQuestion:
+		return fmt.Sprintf("question %s (%d options, %ds): %q", e.Question.QuestionID, len(e.Question.Options), e.Question.TimeoutSeconds, e.Question.Text)
 	case EventStorage:
 		if e.Err == nil {
 			return "storage durable"
@@ -214,10 +230,13 @@ const (
 //   - storage: only the latest;
 //   - server notices (EventNotice): coalesced per notice id, at most
 //     maxQueuedPushes (the oldest goes; not acked, the server resends it
-//     after the next reconnect).
+//     after the next reconnect);
+//   - questions (EventQuestion): coalesced per question id, at most
+//     maxQueuedPushes (the oldest goes; the server resends an open
+//     question after the next reconnect).
 //
 // So the queue holds at most 4*window + maxQueuedStates +
-// maxQueuedNotices + maxQueuedPushes + 1 events while the caller confirms its final answers.
+// maxQueuedNotices + 2*maxQueuedPushes + 1 events while the caller confirms its final answers.
 // A single dispatcher hands the events to the Events channel in order.
 type eventQueue struct {
 	window int
@@ -245,6 +264,7 @@ const (
 	classNotice
 	classStorage
 	classPush
+	classQuestion
 )
 
 func classOf(e *Event) eventClass {
@@ -263,6 +283,8 @@ func classOf(e *Event) eventClass {
 		return classStorage
 	case e.Kind == EventNotice:
 		return classPush
+	case e.Kind == EventQuestion:
+		return classQuestion
 	}
 	return classNotice
 }
@@ -277,7 +299,7 @@ func (q *eventQueue) limit(c eventClass) int {
 		return maxQueuedNotices
 	case classStorage:
 		return 1
-	case classPush:
+	case classPush, classQuestion:
 		return maxQueuedPushes
 	}
 	return -1 // classFinal: bounded by the window through Client.Delivered
@@ -323,6 +345,16 @@ func (q *eventQueue) coalesce(class eventClass, e Event) bool {
 	if class == classPush {
 		for i := range q.q {
 			if q.q[i].Kind == EventNotice && q.q[i].Notice.NoticeID == e.Notice.NoticeID {
+				q.q[i] = e
+				q.dropped++
+				return true
+			}
+		}
+		return false
+	}
+	if class == classQuestion {
+		for i := range q.q {
+			if q.q[i].Kind == EventQuestion && q.q[i].Question.QuestionID == e.Question.QuestionID {
 				q.q[i] = e
 				q.dropped++
 				return true

@@ -112,13 +112,22 @@ func (o *FallbackOutbox) Problem() error {
 
 // Add implements Outbox: durable when it returns, unless Problem.
 func (o *FallbackOutbox) Add(text string) (OutboxEntry, error) {
+	return o.add(func(b Outbox) (OutboxEntry, error) { return b.Add(text) })
+}
+
+// AddAnswer implements Outbox, as Add does.
+func (o *FallbackOutbox) AddAnswer(questionID, optionID string) (OutboxEntry, error) {
+	return o.add(func(b Outbox) (OutboxEntry, error) { return b.AddAnswer(questionID, optionID) })
+}
+
+func (o *FallbackOutbox) add(add func(Outbox) (OutboxEntry, error)) (OutboxEntry, error) {
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()
 		return OutboxEntry{}, ErrOutboxClosed
 	}
 	if o.file != nil {
-		e, err := o.file.Add(text)
+		e, err := add(o.file)
 		if err == nil || errors.Is(err, ErrOutboxClosed) {
 			o.mu.Unlock()
 			return e, err
@@ -127,7 +136,7 @@ func (o *FallbackOutbox) Add(text string) (OutboxEntry, error) {
 		defer o.changed()
 	}
 	defer o.mu.Unlock()
-	return o.mem.Add(text)
+	return add(o.mem)
 }
 
 // Pending implements Outbox.

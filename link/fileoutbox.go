@@ -154,8 +154,8 @@ func loadOutbox(data []byte, path string, log *slog.Logger) (pending *pendingLis
 		}
 		lines++
 		switch rec.Op {
-		case opAdd:
-			pending.add(OutboxEntry{ID: rec.ID, Text: rec.Text, Added: rec.At})
+		case opAdd, opAnswer:
+			pending.add(OutboxEntry{ID: rec.ID, Text: rec.Text, Added: rec.At, QuestionID: rec.QuestionID, OptionID: rec.OptionID})
 		case opDone:
 			pending.remove(rec.ID)
 		}
@@ -264,14 +264,24 @@ func syncDir(dir string) error {
 
 // Add implements Outbox: the add record is on disk when it returns.
 func (o *FileOutbox) Add(text string) (OutboxEntry, error) {
+	return o.add(OutboxEntry{Text: text})
+}
+
+// AddAnswer implements Outbox: the answer record is on disk when it
+// returns.
+func (o *FileOutbox) AddAnswer(questionID, optionID string) (OutboxEntry, error) {
+	return o.add(OutboxEntry{QuestionID: questionID, OptionID: optionID})
+}
+
+func (o *FileOutbox) add(e OutboxEntry) (OutboxEntry, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if err := o.usable(); err != nil {
 		return OutboxEntry{}, err
 	}
 	o.seq++
-	e := OutboxEntry{ID: o.prefix + "-" + strconv.FormatUint(o.seq, 10), Text: text, Added: time.Now()}
-	line, err := encodeOutboxLine(outboxRecord{Op: opAdd, ID: e.ID, Text: e.Text, At: e.Added})
+	e.ID, e.Added = o.prefix+"-"+strconv.FormatUint(o.seq, 10), time.Now()
+	line, err := encodeOutboxLine(recordOf(e))
 	if err != nil {
 		return OutboxEntry{}, err
 	}
@@ -296,7 +306,7 @@ func (o *FileOutbox) importEntries(entries []OutboxEntry) error {
 		if _, dup := o.pending.index[e.ID]; dup {
 			continue
 		}
-		line, err := encodeOutboxLine(outboxRecord{Op: opAdd, ID: e.ID, Text: e.Text, At: e.Added})
+		line, err := encodeOutboxLine(recordOf(e))
 		if err != nil {
 			return err
 		}
@@ -388,7 +398,7 @@ func (o *FileOutbox) rewrite() error {
 	var buf bytes.Buffer
 	entries := o.pending.list()
 	for _, e := range entries {
-		line, err := encodeOutboxLine(outboxRecord{Op: opAdd, ID: e.ID, Text: e.Text, At: e.Added})
+		line, err := encodeOutboxLine(recordOf(e))
 		if err != nil {
 			return err
 		}
@@ -428,17 +438,31 @@ func (o *FileOutbox) Boot() uint64 { return o.boot }
 // Dir is the state dir.
 func (o *FileOutbox) Dir() string { return o.dir }
 
-// Outbox file records.
+// Outbox file records. An answer (capability "choice") has a record of
+// its own, which a termd from before answers skips with a warning:
+//
+//	{"op":"answer","id":"3-9f2ac41d-2","question_id":"q-1","option_id":"allow_once","at":"..."}
 const (
-	opAdd  = "add"
-	opDone = "done"
+	opAdd    = "add"
+	opAnswer = "answer"
+	opDone   = "done"
 )
 
 type outboxRecord struct {
-	Op   string    `json:"op"`
-	ID   string    `json:"id"`
-	Text string    `json:"text,omitempty"`
-	At   time.Time `json:"at,omitzero"`
+	Op         string    `json:"op"`
+	ID         string    `json:"id"`
+	Text       string    `json:"text,omitempty"`
+	QuestionID string    `json:"question_id,omitempty"`
+	OptionID   string    `json:"option_id,omitempty"`
+	At         time.Time `json:"at,omitzero"`
+}
+
+// recordOf is the record that stores e: an add, or an answer.
+func recordOf(e OutboxEntry) outboxRecord {
+	if e.IsAnswer() {
+		return outboxRecord{Op: opAnswer, ID: e.ID, QuestionID: e.QuestionID, OptionID: e.OptionID, At: e.Added}
+	}
+	return outboxRecord{Op: opAdd, ID: e.ID, Text: e.Text, At: e.Added}
 }
 
 func encodeOutboxLine(r outboxRecord) ([]byte, error) {
@@ -461,6 +485,7 @@ func encodeOutboxLine(r outboxRecord) ([]byte, error) {
 
 // parseOutboxRecord parses one line of an outbox file (with or without its
 // newline). It is strict: a JSON object with op "add" (id, text, optional
+// at), "answer" (id, question_id and option_id of 1-256 bytes, optional
 // at) or "done" (id); an id of 1-256 bytes; valid UTF-8.
 func parseOutboxRecord(line []byte) (outboxRecord, error) {
 	line = bytes.TrimSuffix(line, []byte("\n"))
@@ -477,6 +502,8 @@ func parseOutboxRecord(line []byte) (outboxRecord, error) {
 		ID   *string `json:"id"`
 		Text *string `json:"text"`
 		At   *string `json:"at"`
+		QID  *string `json:"question_id"`
+		OID  *string `json:"option_id"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	if err := dec.Decode(&raw); err != nil {
@@ -501,16 +528,29 @@ func parseOutboxRecord(line []byte) (outboxRecord, error) {
 			return outboxRecord{}, errors.New(`add record without "text"`)
 		}
 		r.Text = *raw.Text
-		if raw.At != nil {
-			at, err := time.Parse(time.RFC3339Nano, *raw.At)
-			if err != nil {
-				return outboxRecord{}, fmt.Errorf(`"at": %w`, err)
+	case opAnswer:
+		for _, f := range []struct {
+			name string
+			v    *string
+		}{{"question_id", raw.QID}, {"option_id", raw.OID}} {
+			switch {
+			case f.v == nil || *f.v == "":
+				return outboxRecord{}, fmt.Errorf(`answer record without %q`, f.name)
+			case len(*f.v) > maxOutboxID:
+				return outboxRecord{}, fmt.Errorf(`%q is %d bytes, more than %d`, f.name, len(*f.v), maxOutboxID)
 			}
-			r.At = at
 		}
+		r.QuestionID, r.OptionID = *raw.QID, *raw.OID
 	case opDone:
 	default:
 		return outboxRecord{}, fmt.Errorf("unknown op %q", r.Op)
+	}
+	if r.Op != opDone && raw.At != nil {
+		at, err := time.Parse(time.RFC3339Nano, *raw.At)
+		if err != nil {
+			return outboxRecord{}, fmt.Errorf(`"at": %w`, err)
+		}
+		r.At = at
 	}
 	return r, nil
 }

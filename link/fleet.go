@@ -139,6 +139,9 @@ type Settings struct {
 	NoticeSeconds *int `json:"notice_seconds,omitempty"`
 	// LogLevel: debug, info, warn or error.
 	LogLevel string `json:"log_level,omitempty"`
+	// BusySeconds is how long a key keeps the device busy (issue 42:
+	// busy.go; 0: the device's own, 60 s).
+	BusySeconds *int `json:"busy_seconds,omitempty"`
 	// Tags replace the device's tags (nil: kept; empty: cleared). Not
 	// omitempty: an empty map must reach the device as {} (omitempty
 	// turned "clear the tags" into "keep them"; FuzzDecode found it).
@@ -197,6 +200,10 @@ func fleetFrame(t Type) Frame {
 		return new(Question)
 	case TypeAnswer:
 		return new(Answer)
+	case TypeBusy:
+		return new(Busy)
+	case TypeHealth:
+		return new(Health)
 	}
 	return nil
 }
@@ -208,6 +215,10 @@ func fleetProblem(f Frame) (field, msg string) {
 	switch f := f.(type) {
 	case *Question, *Answer:
 		return choiceProblem(f)
+	case *Busy:
+		return busyProblem(f)
+	case *Health:
+		return healthProblem(f)
 	case *Update:
 		switch {
 		case f.UpdateID == "":
@@ -251,7 +262,7 @@ func fleetProblem(f Frame) (field, msg string) {
 		if f.Version < 1 {
 			return "version", "must be a whole number from 1, got " + strconv.FormatInt(f.Version, 10)
 		}
-		for name, p := range map[string]*int{"idle_seconds": f.IdleSeconds, "backlight_off_after": f.BacklightOffAfter, "notice_seconds": f.NoticeSeconds} {
+		for name, p := range map[string]*int{"idle_seconds": f.IdleSeconds, "backlight_off_after": f.BacklightOffAfter, "notice_seconds": f.NoticeSeconds, "busy_seconds": f.BusySeconds} {
 			if p != nil && *p < 0 {
 				return name, "must not be negative, got " + strconv.Itoa(*p)
 			}
@@ -305,7 +316,7 @@ func tooLong(n, bound int) string { return fmt.Sprintf("is %d bytes, more than %
 // encoding/json writes them; ok is false for any other frame.
 func appendFleet(dst []byte, f Frame) (out []byte, ok bool, err error) {
 	switch f.(type) {
-	case *Update, *UpdateStatus, *Settings, *SettingsAck, *Diag, *DiagResult, *Question, *Answer:
+	case *Update, *UpdateStatus, *Settings, *SettingsAck, *Diag, *DiagResult, *Question, *Answer, *Busy, *Health:
 	default:
 		return dst, false, nil
 	}

@@ -58,6 +58,10 @@ func (c *Client) connectTags() map[string]string {
 //     settings version of the next connect frames.
 //   - *DiagResult: sent on the live connection only (ErrNotConnected
 //     without one).
+//   - *Busy (a client that listed CapUpdate): sent now if connected, and
+//     first on every connect until the next Busy replaces it. The caller
+//     paces its changes (at most one a second: the server's answer rate).
+//   - *Health: the same; a newer one not sent yet replaces it.
 func (c *Client) Report(f Frame) error {
 	b, err := Encode(f)
 	if err != nil {
@@ -79,6 +83,16 @@ func (c *Client) Report(f Frame) error {
 		if f.Error == "" {
 			c.settingsVersion.Store(f.Version)
 		}
+	case *Busy:
+		if !slices.Contains(c.cfg.Capabilities, CapUpdate) {
+			return fmt.Errorf("link: busy is for a client that lists %q", CapUpdate)
+		}
+		c.busyFrame, c.busyQ = b, true
+	case *Health:
+		if c.sess == nil {
+			return fmt.Errorf("%w: health is reported on a live connection", ErrNotConnected)
+		}
+		c.health = b
 	case *DiagResult:
 		if c.sess == nil {
 			return fmt.Errorf("%w: the request this answers is gone with its connection", ErrNotConnected)
@@ -88,7 +102,7 @@ func (c *Client) Report(f Frame) error {
 		}
 		c.results = append(c.results, b)
 	default:
-		return fmt.Errorf("link: Report takes update_status, settings_ack or diag_result, not %s", f.FrameType())
+		return fmt.Errorf("link: Report takes update_status, settings_ack, diag_result, busy or health, not %s", f.FrameType())
 	}
 	if s := c.sess; s != nil {
 		s.wake()
@@ -107,6 +121,10 @@ func (c *Client) fleetRequest(f Frame) {
 
 // pendingFleetLocked takes the fleet frames due on the live session.
 func (c *Client) pendingFleetLocked(frames [][]byte) [][]byte {
+	if c.busyQ && c.busyFrame != nil {
+		frames = append(frames, c.busyFrame) // first: before an update_status the server may answer with an update
+	}
+	c.busyQ = false
 	if c.updQ && c.updStatus != nil {
 		frames = append(frames, c.updStatus)
 	}
@@ -116,6 +134,9 @@ func (c *Client) pendingFleetLocked(frames [][]byte) [][]byte {
 	c.updQ, c.setAckQ = false, false
 	frames = append(frames, c.results...)
 	c.results = slices.Delete(c.results, 0, len(c.results))
+	if c.health != nil {
+		frames, c.health = append(frames, c.health), nil
+	}
 	return frames
 }
 

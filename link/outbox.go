@@ -22,6 +22,11 @@ type Outbox interface {
 	// unique for this peer across restarts. When Add returns, a durable
 	// outbox has the message on disk (fsync).
 	Add(text string) (OutboxEntry, error)
+	// AddAnswer stores the answer to a question (an option picked:
+	// capability "choice") as an entry with its own message id, in the
+	// same order and with the same durability as Add's messages: it is
+	// sent, resent after reconnects and restarts, and kept until Done.
+	AddAnswer(questionID, optionID string) (OutboxEntry, error)
 	// Pending lists the unanswered messages, oldest first.
 	Pending() []OutboxEntry
 	// Done marks a message answered; it leaves Pending. Unknown ids are
@@ -31,12 +36,19 @@ type Outbox interface {
 	Close() error
 }
 
-// OutboxEntry is one message of an Outbox.
+// OutboxEntry is one message of an Outbox: a user's message (Text), or
+// the answer to a question (QuestionID and OptionID set, Text empty),
+// which goes out as an answer frame.
 type OutboxEntry struct {
 	ID    string
 	Text  string
 	Added time.Time
+	// QuestionID and OptionID: an answer (AddAnswer).
+	QuestionID, OptionID string
 }
+
+// IsAnswer reports whether e is the answer to a question.
+func (e OutboxEntry) IsAnswer() bool { return e.QuestionID != "" }
 
 // ErrOutboxClosed is returned by the outboxes' methods after Close.
 var ErrOutboxClosed = errors.New("link: outbox is closed")
@@ -131,13 +143,22 @@ func newMemoryOutbox(entries []OutboxEntry) *MemoryOutbox {
 
 // Add implements Outbox.
 func (o *MemoryOutbox) Add(text string) (OutboxEntry, error) {
+	return o.add(OutboxEntry{Text: text})
+}
+
+// AddAnswer implements Outbox.
+func (o *MemoryOutbox) AddAnswer(questionID, optionID string) (OutboxEntry, error) {
+	return o.add(OutboxEntry{QuestionID: questionID, OptionID: optionID})
+}
+
+func (o *MemoryOutbox) add(e OutboxEntry) (OutboxEntry, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
 		return OutboxEntry{}, ErrOutboxClosed
 	}
 	o.seq++
-	e := OutboxEntry{ID: o.prefix + "-" + strconv.FormatUint(o.seq, 10), Text: text, Added: time.Now()}
+	e.ID, e.Added = o.prefix+"-"+strconv.FormatUint(o.seq, 10), time.Now()
 	o.pending.add(e)
 	return e, nil
 }

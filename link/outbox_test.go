@@ -262,6 +262,11 @@ func TestParseOutboxRecord(t *testing.T) {
 		{`{"op":"undo","id":"1"}`, `unknown op "undo"`},
 		{`{"op":"done","id":"` + strings.Repeat("x", 300) + `"}`, "more than 256"},
 		{"{\"op\":\"done\",\"id\":\"\xff\"}", "UTF-8"},
+		{`{"op":"answer","id":"1-a-2","question_id":"q-1","option_id":"reject","at":"2026-06-01T10:00:00Z"}`, ""},
+		{`{"op":"answer","id":"1-a-2","option_id":"reject"}`, `without "question_id"`},
+		{`{"op":"answer","id":"1-a-2","question_id":"q-1","option_id":""}`, `without "option_id"`},
+		{`{"op":"answer","id":"1-a-2","question_id":"` + strings.Repeat("q", 300) + `","option_id":"x"}`, `"question_id" is 300 bytes`},
+		{`{"op":"answer","id":"1-a-2","question_id":"q","option_id":"x","at":"soon"}`, `"at"`},
 	}
 	for _, tt := range tests {
 		_, err := parseOutboxRecord([]byte(tt.line))
@@ -284,6 +289,7 @@ func FuzzOutboxLine(f *testing.F) {
 		`{"op":"add","id":"1-a-1","te`,
 		"\x00\x00\x00",
 		`[]`, `null`, `{"op":null,"id":"1"}`,
+		`{"op":"answer","id":"1-a-2","question_id":"q-1","option_id":"allow_once","at":"2026-06-01T10:00:00Z"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -303,7 +309,7 @@ func FuzzOutboxLine(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-parsing %q: %v", enc, err)
 		}
-		if r2.Op != r.Op || r2.ID != r.ID || r2.Text != r.Text || !r2.At.Equal(r.At) {
+		if r2.Op != r.Op || r2.ID != r.ID || r2.Text != r.Text || !r2.At.Equal(r.At) || r2.QuestionID != r.QuestionID || r2.OptionID != r.OptionID {
 			t.Fatalf("round trip changed %+v into %+v", r, r2)
 		}
 	})

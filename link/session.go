@@ -47,6 +47,7 @@ type session struct {
 	screenT     *time.Timer                 // fires when a held-back screen is due
 	streams     map[string]*streamState     // deltas taken on this connection, by message (stream.go)
 	deltaLogged map[string]struct{}         // ignored deltas logged on this connection: reason and message
+	pingAt      time.Time                   // when the ping not answered yet went (HeartbeatRTT)
 }
 
 func newSession(c *Client, ws *websocket.Conn) *session {
@@ -119,7 +120,9 @@ func (s *session) run(ctx context.Context) (up time.Duration, reason string) {
 		case <-s.busyT.C:
 		case <-s.screenT.C:
 		case <-ping.C:
-			s.write(pingFrame)
+			if s.write(pingFrame) && s.pingAt.IsZero() {
+				s.pingAt = time.Now()
+			}
 		case <-s.dead:
 			return time.Since(start), s.reason()
 		case <-ctx.Done():
@@ -308,7 +311,7 @@ func (s *session) pump() bool {
 		m.sends++
 		s.inflight[m.id] = struct{}{}
 		msgs++
-		frames = append(frames, MustEncode(&Message{MessageID: m.id, Text: m.text}))
+		frames = append(frames, m.frame())
 	}
 	if len(s.toSend) == 0 {
 		s.toSend = nil
@@ -335,6 +338,9 @@ func (s *session) handle(f Frame) {
 	c := s.c
 	switch f := f.(type) {
 	case *Ack:
+		if s.answerAcked(f) { // clientchoice.go
+			return
+		}
 		// An ack does not free the message's place in the window: the
 		// server has it, the answer is still to come. Acks of messages
 		// not in flight here (answered already) are not reported.
@@ -372,6 +378,8 @@ func (s *session) handle(f Frame) {
 		s.delta(f) // stream.go
 	case *Notice:
 		c.notice(s, f)
+	case *Question:
+		c.question(f) // clientchoice.go
 	case *Update, *Settings, *Diag:
 		c.fleetRequest(f) // fleetclient.go
 	case *Error:
@@ -380,6 +388,10 @@ func (s *session) handle(f Frame) {
 		s.write(MustEncode(&Pong{}))
 	case *Pong:
 		c.pongs.Add(1)
+		if !s.pingAt.IsZero() {
+			c.rttNanos.Store(int64(time.Since(s.pingAt)))
+			s.pingAt = time.Time{}
+		}
 	case *Connected:
 	default:
 		c.emit(Event{Kind: EventError, Code: CodeBadFrame, Err: fmt.Errorf("server sent a %s frame", f.FrameType())})
@@ -406,6 +418,12 @@ func (s *session) handleError(f *Error) {
 			c.log.Debug("server busy: resending later", "message_id", f.MessageID, "until", s.busyUntil.Format("15:04:05.000"), "reason", f.Error)
 		}
 		return
+	case isAnswerRefusal(f.Code) && f.MessageID != "":
+		// An answer to a question that is closed, unknown, or with an
+		// option it does not have: final (clientchoice.go).
+		if c.refuse(f) {
+			return
+		}
 	case f.Code == CodeBadMessage && f.MessageID != "":
 		// Blank, too long, bad id: resending cannot help.
 		s.endStream(f.MessageID)

@@ -41,7 +41,7 @@ func CheckSettings(s *Settings) (field, msg string) {
 	for _, f := range []struct {
 		name string
 		p    *int
-	}{{"idle_seconds", s.IdleSeconds}, {"backlight_off_after", s.BacklightOffAfter}, {"notice_seconds", s.NoticeSeconds}} {
+	}{{"idle_seconds", s.IdleSeconds}, {"backlight_off_after", s.BacklightOffAfter}, {"notice_seconds", s.NoticeSeconds}, {"busy_seconds", s.BusySeconds}} {
 		if f.p != nil && *f.p > MaxSettingsSeconds {
 			return f.name, fmt.Sprintf("is %d seconds, at most %d (a week)", *f.p, MaxSettingsSeconds)
 		}

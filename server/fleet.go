@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"termlink/link"
 	fleetapi "termlink/server/fleet"
 	"termlink/server/httpapi"
 	"termlink/server/registry"
@@ -51,8 +52,10 @@ type deviceRegistry interface {
 	List(channelID string, f registry.Filter) []registry.Peer
 	Changed(channelID, peerID string)
 	SetUpdate(channelID, peerID string, u registry.UpdateState) bool
+	SetBusy(channelID, peerID string, b registry.BusyState) bool
 	SetSettings(channelID, peerID string, version int64, errText string) bool
 	SetTags(channelID, peerID string, tags map[string]string) bool
+	fleetapi.HealthSetter
 	Close() error
 }
 
@@ -87,6 +90,9 @@ func (s *Server) openFleet() (capability, error) {
 			}
 			return sess.Records, nil
 		},
+		Questions: func(channelID, peerID, base string) []link.Question {
+			return openQuestions(rt, s.router, channelID, peerID, base)
+		},
 		Metrics: &rt.Metrics.Reg, Log: log,
 	}, fleetapi.Options{StreamBuffer: opt.streamBuffer, StreamWrite: opt.streamWrite, StreamKeepalive: opt.streamKeepalive,
 		HelloPeers: opt.helloPeers, MaxStreams: opt.maxStreams, MaxStreamsPerToken: opt.maxStreamsToken})
@@ -119,3 +125,26 @@ func (rr routerRuns) PeerRuns(base string) []fleetapi.Run {
 }
 func (rr routerRuns) PeerSessions(base string) []string     { return rr.r.PeerSessions(base) }
 func (rr routerRuns) Cancel(session, messageID string) bool { return rr.r.Cancel(session, messageID) }
+
+// openQuestions are the questions open on a peer's device as this node
+// knows them: those its connection here was sent (the adapter's, with
+// the time the device has left), then those the runs here asked (the
+// router's; in a cluster the run may be on another node), by id.
+func openQuestions(rt *runtime.Runtime, r *router.Router, channelID, peerID, base string) []link.Question {
+	var out []link.Question
+	seen := map[string]bool{}
+	if a, ok := rt.Channels.Adapter(channelID).(interface {
+		OpenQuestions(peerID string) []link.Question
+	}); ok {
+		for _, q := range a.OpenQuestions(peerID) {
+			seen[q.QuestionID] = true
+			out = append(out, q)
+		}
+	}
+	for _, q := range r.OpenQuestions(base) {
+		if !seen[q.QuestionID] {
+			out = append(out, q)
+		}
+	}
+	return out
+}

@@ -21,7 +21,8 @@ import (
 )
 
 // Issue 36 row 1: a device is believed only about what it was asked. A
-// device's answer frames (diag_result, settings_ack, update_status) that
+// device's answer frames (diag_result, settings_ack, update_status, and
+// issue 42's answer) that
 // answer nothing this server asked it, or come from a connection that
 // did not list the capability, are refused (a few bad_frame errors, the
 // rest dropped) and change nothing: the log, the channel's events, the
@@ -121,7 +122,7 @@ func floodFrame(i int) []byte {
 		bigID = bigID[:200]
 	}
 	var f link.Frame
-	switch i % 7 {
+	switch i % 8 {
 	case 0:
 		return []byte(`{"type":"diag_result","request_id":"` + bigID + n + `","kind":"logs","text":"flood"}`)
 	case 1:
@@ -134,6 +135,8 @@ func floodFrame(i int) []byte {
 		f = &link.UpdateStatus{Version: "v9." + n, Running: "v1", State: link.UpdateRolledBack, Reason: "flood " + n}
 	case 5:
 		f = &link.SettingsAck{Version: int64(i + 1), Error: "flood " + n + strings.Repeat("e", 900)}
+	case 6: // from a connection that did not list choice
+		f = &link.Answer{MessageID: "a-" + n, QuestionID: "q-" + n, OptionID: "yes"}
 	default:
 		f = &link.SettingsAck{Version: int64(i + 1)}
 	}

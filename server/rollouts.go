@@ -28,7 +28,7 @@ func (s *Server) openRollouts(noSync bool) error {
 		return err
 	}
 	s.rollouts = m
-	s.fleetOps.Parts = append(s.fleetOps.Parts, m)
+	s.fleetOps.Parts = append(s.fleetOps.Parts, m, m.Busy())
 	return nil
 }
 

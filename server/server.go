@@ -253,7 +253,7 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 				Accept: rt, Records: rt.Records, Presence: rt.Presence(), Registry: s.fleet.reg, Notices: s.notices,
 				Bindings: ch.Bindings, ClientAuth: s.tls.Client(ch.ID), Events: ch.Events,
 				SessionKey: runtime.SessionKey, Metrics: &rt.Metrics.WS, Log: log, Fleet: s.fleetOps, Outside: rt.Outside,
-				Frames: slices.Concat(notices.AckFrames(s.notices), fleetapi.ScreenFrames(s.fleet.reg), wschannel.FleetFrames(s.fleetOps.Report)),
+				Frames: slices.Concat(notices.AckFrames(s.notices), fleetapi.ScreenFrames(s.fleet.reg), fleetapi.HealthFrames(s.fleet.reg), wschannel.FleetFrames(s.fleetOps.Report)),
 			}, wschannel.Options{WriteStall: opt.writeStall})
 		}
 	}

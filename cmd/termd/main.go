@@ -66,6 +66,7 @@ import (
 	"time"
 
 	"termlink/boards"
+	"termlink/device/health"
 	"termlink/device/state"
 	app "termlink/device/termd"
 	"termlink/device/update"
@@ -119,7 +120,16 @@ func run(ctx context.Context, args []string) error {
 	if cfg.ReleaseKey, err = loadReleaseKey(uf, cfg.StateDir); err != nil {
 		return err
 	}
-	return app.Run(ctx, cfg)
+	// Why the last run stopped (issue 43): read, and the marks readied
+	// for this one — a panic's report goes to the crash file as the
+	// process dies; whatever Run returns, it stopped by itself.
+	boot, _ := health.Start(cfg.StateDir, time.Now(), health.Options{CaptureCrash: true}) // its error: termd logs boot.Err
+	cfg.Boot = &boot
+	err = app.Run(ctx, cfg)
+	if merr := health.CleanStop(cfg.StateDir); merr != nil && err == nil {
+		fmt.Fprintln(os.Stderr, "termd:", merr)
+	}
+	return err
 }
 
 // loadReleaseKey reads the pinned release key: --release-key's file

@@ -21,7 +21,10 @@ import (
 )
 
 // buildTermd builds termd (or pkg) at version, once for the tests of
-// this package (they copy it before they change it); dir is unused.
+// this package (they copy it before they change it); dir is unused. It
+// builds as make pi builds a release (-trimpath, without the symbol
+// table and DWARF: -s -w): the supervisor hashes and runs the binaries
+// a release ships, and --version reads the stamp from them.
 func buildTermd(t *testing.T, dir, pkg, version string) string {
 	t.Helper()
 	binsMu.Lock()
@@ -32,10 +35,11 @@ func buildTermd(t *testing.T, dir, pkg, version string) string {
 	}
 	binsMu.Unlock()
 	b.once.Do(func() {
-		args := []string{"build", "-o", b.path}
+		ldflags := "-s -w"
 		if version != "" {
-			args = append(args, "-ldflags", "-X main.version="+version)
+			ldflags += " -X main.version=" + version
 		}
+		args := []string{"build", "-trimpath", "-ldflags", ldflags, "-o", b.path}
 		if out, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}

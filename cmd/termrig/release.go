@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"debug/buildinfo"
 	"encoding/base64"
@@ -47,8 +48,10 @@ const releaseSynopsis = `<keygen|sign|delta|verify|upload|list|delete> [flags] [
   list --server URL [--admin-token-file F] [--version V]
   delete --server URL [--admin-token-file F] --version V --platform P
   rollout --server URL --version V (--peers a,b | --tag k=v | --all) [--canary N] [--percent P]
-          [--allow-downgrade] [--gate-seconds S] [--channel ID] [--admin-token-file F]
-      starts a staged rollout of V to the channel's devices (POST /api/channels/ID/rollouts)
+          [--allow-downgrade] [--gate-seconds S] [--window HH:MM-HH:MM [--zone utc|device]] [--force]
+          [--channel ID] [--admin-token-file F]
+      starts a staged rollout of V to the channel's devices (POST /api/channels/ID/rollouts);
+      a device in use waits (waiting: in use), and nothing is sent outside --window (waiting: window)
   status --server URL [--version V] [--channel ID] [--watch] [--admin-token-file F]
       each device of the newest rollout (of V): state, version, reason
   pause|resume|abort --server URL [--channel ID] [--retry] ROLLOUT_ID
@@ -588,9 +591,11 @@ func (c *apiClient) doJSON(ctx context.Context, method, u, what string, body, v 
 }
 
 func (a *app) releaseRollout(ctx context.Context, args []string) error {
-	fs, usage := a.newFlagSet("release rollout", "--server URL --version V (--peers a,b | --tag k=v | --all) [--canary N] [--percent P] [--allow-downgrade] [--gate-seconds S] [--channel ID] [--admin-token-file F]\n\n"+
+	fs, usage := a.newFlagSet("release rollout", "--server URL --version V (--peers a,b | --tag k=v | --all) [--canary N] [--percent P] [--allow-downgrade] [--gate-seconds S] [--window HH:MM-HH:MM [--zone utc|device]] [--force] [--channel ID] [--admin-token-file F]\n\n"+
 		"Starts a staged rollout of release V (uploaded already) to the channel's devices: the canaries first, the rest\n"+
-		"in waves of P% once every canary is installed; it pauses by itself when a device fails, naming it.")
+		"in waves of P% once every canary is installed; it pauses by itself when a device fails, naming it. A device\n"+
+		"a person is using waits until it is idle (waiting: in use); with --window nothing is sent outside it\n"+
+		"(waiting: window); --force sends regardless of both.")
 	server, tokenFile := a.serverFlags(fs)
 	channel := channelFlag(fs, "the devices' channel")
 	var q rollout.Request
@@ -602,6 +607,9 @@ func (a *app) releaseRollout(ctx context.Context, args []string) error {
 	fs.IntVar(&q.Percent, "percent", 100, "after the canaries, waves of `P` percent of the devices")
 	fs.BoolVar(&q.AllowDowngrade, "allow-downgrade", false, "let devices on a newer version install V")
 	fs.IntVar(&q.GateSeconds, "gate-seconds", 0, "the devices' health gate in `seconds` (0: each device's own)")
+	fs.StringVar(&q.Window, "window", "", "the maintenance window `HH:MM-HH:MM` (24-hour; 22:00-04:00 spans midnight): nothing is sent outside it")
+	fs.StringVar(&q.Zone, "zone", "", "the window's `zone`: utc (the default) or device (each device's own, else UTC)")
+	fs.BoolVar(&q.Force, "force", false, "send regardless of the window and of devices in use")
 	if _, err := parseArgs(fs, usage, args, 0, 0, "nothing"); err != nil {
 		return err
 	}
@@ -613,6 +621,9 @@ func (a *app) releaseRollout(ctx context.Context, args []string) error {
 	}
 	if len(q.Peers) == 0 && q.Tag == "" && !q.All {
 		return usagef("which devices? --peers a,b, --tag key=value or --all")
+	}
+	if q.Zone != "" && q.Window == "" {
+		return usagef("--zone is for a --window")
 	}
 	c, err := newAPIClient(*server, *tokenFile)
 	if err != nil {
@@ -671,6 +682,12 @@ func postRollout(ctx context.Context, c *apiClient, channel, suffix, what string
 // printRollout prints a rollout's state and its devices' table.
 func (a *app) printRollout(r *rollout.Rollout) {
 	fmt.Fprintf(a.stdout, "%s %s: %s", r.ID, r.Version, r.State)
+	if r.Window != "" {
+		fmt.Fprintf(a.stdout, " (window %s %s)", r.Window, cmp.Or(r.Zone, rollout.ZoneUTC))
+	}
+	if r.Force {
+		fmt.Fprint(a.stdout, " (forced)")
+	}
 	if r.Paused != nil {
 		if r.Paused.PeerID != "" {
 			fmt.Fprintf(a.stdout, " (%s %s: %s)", r.Paused.PeerID, r.Paused.State, r.Paused.Reason)
@@ -680,7 +697,7 @@ func (a *app) printRollout(r *rollout.Rollout) {
 	}
 	states := make([]string, 0, len(r.Counts))
 	for _, st := range []string{rollout.Installed, rollout.Pending, rollout.Sent, rollout.Downloading, rollout.Restarting,
-		rollout.Offline, rollout.Failed, rollout.RolledBack, rollout.Refused, rollout.Skipped} {
+		rollout.Waiting, rollout.Offline, rollout.Failed, rollout.RolledBack, rollout.Refused, rollout.Skipped} {
 		if n := r.Counts[st]; n > 0 {
 			states = append(states, fmt.Sprintf("%d %s", n, st))
 		}
@@ -696,11 +713,14 @@ func (a *app) printRollout(r *rollout.Rollout) {
 		case d.Wave > 0:
 			wave = fmt.Sprint(d.Wave)
 		}
-		why := d.Reason
-		if why == "" {
+		st, why := d.State, d.Reason
+		if st == rollout.Waiting {
+			st, why = st+": "+why, "" // waiting: in use, waiting: window
+		}
+		if why == "" && st == d.State {
 			why = d.Delivery // how a patch went (issue 43)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.PeerID, d.State, d.Running, wave, d.Since.UTC().Format(time.TimeOnly), why)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.PeerID, st, d.Running, wave, d.Since.UTC().Format(time.TimeOnly), why)
 	}
 	_ = tw.Flush()
 }

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"termlink/device"
+	"termlink/device/activity"
 	"termlink/internal/durable"
 	"termlink/internal/strictjson"
 	"termlink/link"
@@ -48,7 +49,7 @@ const settingsFileName = "settings.json"
 const maxSettingsBytes = 64 << 10
 
 // settingsKeys are the fields of settings.json (link.Settings').
-var settingsKeys = []string{"version", "idle_text", "idle_seconds", "backlight_off_after", "notice_seconds", "log_level", "tags"}
+var settingsKeys = []string{"version", "idle_text", "idle_seconds", "backlight_off_after", "notice_seconds", "busy_seconds", "log_level", "tags"}
 
 // pushed is termd's pushed settings: its own values (the command line
 // over the board) and the settings applied over them.
@@ -61,7 +62,8 @@ type pushed struct {
 	log       *slog.Logger
 
 	mu      sync.Mutex
-	applied *link.Settings // nil: none
+	applied *link.Settings    // nil: none
+	tracker *activity.Tracker // the device's use (busy.go): busy_seconds sets its key window
 }
 
 // loadSettings reads the settings kept in the state dir, if any, and
@@ -193,7 +195,11 @@ func (p *pushed) apply(f *link.Settings, d *device.Daemon, setTags func(map[stri
 	setTags(p.tagsFor(f))
 	p.mu.Lock()
 	p.applied = f
+	t := p.tracker
 	p.mu.Unlock()
+	if t != nil {
+		t.SetKeyWindow(keyWindowFor(f))
+	}
 	if err := p.keep(f); err != nil {
 		p.log.Error("pushed settings applied in memory, not kept in the state dir: the next start has the ones kept before", "version", f.Version, "err", err)
 	}

@@ -29,6 +29,8 @@ import (
 
 	"termlink/boards"
 	"termlink/device"
+	"termlink/device/activity"
+	"termlink/device/health"
 	"termlink/device/logring"
 	"termlink/device/sdnotify"
 	"termlink/device/state"
@@ -82,6 +84,9 @@ type Config struct {
 	// Worker is the update supervisor's end (update.FromEnv; nil: termd
 	// does not run under it and does not update itself).
 	Worker *update.Worker
+	// Boot is what this start found of the last run (health.Start, by
+	// cmd/termd); nil: termd does not report its health (health.go).
+	Boot *health.Boot
 }
 
 // Run runs termd until ctx ends (nil) or the user quits (nil), or
@@ -108,8 +113,9 @@ type setup struct {
 	level           *slog.LevelVar // the log's level (pushed settings set it)
 	settings        *pushed        // pushed settings (settings.go)
 	closeLog        func()
-	ring            *logring.Ring    // the log's end, for diag requests (diag.go)
-	hw              *device.Hardware // the board, once open (diag.go)
+	ring            *logring.Ring     // the log's end, for diag requests (diag.go)
+	hw              *device.Hardware  // the board, once open (diag.go)
+	busy            *activity.Tracker // the device's use, once the client exists (busy.go)
 }
 
 // prepare checks cfg and finds what termd needs before the board opens:
@@ -200,15 +206,17 @@ func (s *setup) run(ctx context.Context) error {
 	fh := &fleetHandlers{} // fleet.go; the handlers are set once the client and the daemon exist
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, Fallbacks: s.edges, PeerID: id, DeviceName: s.name, Token: token,
 		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, StateDir: cfg.StateDir, Logger: log,
-		Capabilities: append(append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen), s.fleetCaps()...), Stream: !cfg.NoStream,
+		Capabilities: capabilities(hw.CanAnswer, append(s.fleetCaps(), s.healthCaps()...)), Stream: !cfg.NoStream,
 		Board: s.profile.Name, Version: cfg.Version, Tags: s.settings.tags(), SettingsVersion: s.settings.version(), Platform: release.CurrentPlatform(),
 		BinarySHA256: binarySHA256(cfg.StateDir, log)})
 	if err != nil {
 		return fail(err)
 	}
 	notifier := sdnotify.FromEnv()
-	d := &device.Daemon{Client: client, View: hw.View, Inputs: hw.Inputs, Logger: log, Gate: hw.Gate, Hello: hello,
+	inputs, busyDone := s.startBusy(hctx, client, hw.Inputs) // busy.go
+	d := &device.Daemon{Client: client, View: hw.View, Inputs: inputs, Logger: log, Gate: hw.Gate, Hello: hello,
 		Kiosk: s.settings.kiosk(), Watchdog: sdnotify.WatchdogInterval(),
+		QuestionOpen: s.busy.SetQuestionOpen, // a question on the glass: in use (busy.go)
 		Notify: func(state string) {
 			if err := notifier.Notify(state); err != nil {
 				log.Warn("systemd notify", "err", err)
@@ -229,6 +237,13 @@ func (s *setup) run(ctx context.Context) error {
 		defer close(fleetDone)
 		runFleet(hctx, client, fh)
 	}()
+	reportDone := make(chan struct{})
+	go func() {
+		defer close(reportDone)
+		if cfg.Boot != nil {
+			runHealth(hctx, client, s.healthSources(), *cfg.Boot, log) // health.go
+		}
+	}()
 	healthDone := make(chan struct{})
 	go func() {
 		defer close(healthDone)
@@ -244,7 +259,9 @@ func (s *setup) run(ctx context.Context) error {
 	stopBoard()
 	<-keepDone
 	<-healthDone
+	<-reportDone
 	<-fleetDone
+	<-busyDone
 	if herr := <-hwDone; herr != nil {
 		log.Warn("board", "err", herr)
 	}
@@ -445,4 +462,16 @@ func tagsText(tags map[string]string) string {
 		keys[i] = k + "=" + tags[k]
 	}
 	return strings.Join(keys, ",")
+}
+
+// capabilities are what termd lists in connect: the defaults, notices
+// and the screen mirror, "choice" when the board has an input to answer
+// a question with (a display without one keeps the server's fallback
+// policy for its agents' questions), and the fleet operations.
+func capabilities(canAnswer bool, fleet []string) []string {
+	caps := append(link.DefaultCapabilities(), link.CapNotice, link.CapScreen)
+	if canAnswer {
+		caps = append(caps, link.CapChoice)
+	}
+	return append(caps, fleet...)
 }

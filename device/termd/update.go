@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"termlink/device"
+	"termlink/device/activity"
 	"termlink/device/update"
 	"termlink/internal/textcut"
 	"termlink/link"
@@ -34,7 +35,7 @@ func (s *setup) updateHandler(client *link.Client, d *device.Daemon, wsURL, toke
 	if client == nil {
 		return func(context.Context, *link.Update) {}
 	}
-	u := &updater{cfg: cfg, client: client, daemon: d, token: token, log: s.log}
+	u := &updater{cfg: cfg, client: client, daemon: d, token: token, log: s.log, busy: s.busy}
 	s.onTrial = u.reportStart()
 	return u.handle
 }
@@ -46,6 +47,7 @@ type updater struct {
 	daemon *device.Daemon
 	token  string
 	log    *slog.Logger
+	busy   *activity.Tracker // nil: restart at once (busy.go)
 }
 
 // report sends st (and logs it); a failure is also shown on the display.
@@ -173,7 +175,7 @@ func (u *updater) handle(ctx context.Context, f *link.Update) {
 	u.report(st)
 	opt := update.Options{URL: src, Token: u.token, Client: hc, Manifest: m, Key: u.cfg.ReleaseKey, UpdateID: f.UpdateID,
 		Version: u.cfg.Version, AllowDowngrade: f.AllowDowngrade, Gate: time.Duration(f.GateSeconds) * time.Second,
-		Worker: u.cfg.Worker, Logger: u.log}
+		Worker: u.cfg.Worker, Logger: u.log, WaitIdle: u.waitIdle()}
 	note := u.patchOptions(f, &opt) // patch.go
 	err = update.Apply(ctx, opt)
 	st = &link.UpdateStatus{UpdateID: f.UpdateID, Version: f.Version}
@@ -188,6 +190,15 @@ func (u *updater) handle(ctx context.Context, f *link.Update) {
 		st.State, st.Reason = link.UpdateFailed, err.Error()
 	}
 	u.report(st)
+}
+
+// waitIdle is how Apply waits for the device to be idle before the
+// restart (nil: it does not wait).
+func (u *updater) waitIdle() func(context.Context) error {
+	if u.busy == nil {
+		return nil
+	}
+	return u.busy.WaitIdle
 }
 
 // isRefusal: Apply's errors that come before any download.

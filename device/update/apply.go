@@ -141,6 +141,11 @@ type Options struct {
 	// Worker is the supervisor (FromEnv).
 	Worker *Worker
 	Logger *slog.Logger
+	// WaitIdle, when set, returns once the person at the device is not
+	// using it (issue 42: no run in progress, no question open, no key
+	// pressed a moment ago), or ctx's error: the release is staged at
+	// once and the supervisor told to restart into it only then.
+	WaitIdle func(ctx context.Context) error
 
 	// Patch and PatchURL (issue 43, patch.go): a patch of the running
 	// binary into the release, tried before the whole binary at URL,
@@ -155,9 +160,9 @@ type Options struct {
 }
 
 // Apply downloads the release, checks it and stages it beside the
-// installed binary, then asks the supervisor to restart into it on trial
-// (see the package doc). On success the supervisor stops this process
-// shortly (SIGTERM). Every error leaves the running binary as it is; a
+// installed binary, then, once the device is idle (Options.WaitIdle),
+// asks the supervisor to restart into it on trial (see the package doc).
+// On success the supervisor stops this process shortly (SIGTERM). Every error leaves the running binary as it is; a
 // truncated download is resumed by the next Apply of the same release.
 func Apply(ctx context.Context, o Options) error {
 	m := o.Manifest
@@ -239,6 +244,11 @@ func Apply(ctx context.Context, o Options) error {
 	if err := writeRequest(o.Worker.StateDir, &Request{Version: m.Version, UpdateID: o.UpdateID}); err != nil {
 		return diskErr("recording the update's id", err)
 	}
+	if o.WaitIdle != nil {
+		if err := waitIdle(ctx, o.WaitIdle, log, m.Version); err != nil {
+			return err
+		}
+	}
 	msg := msgUpdate
 	if o.Gate > 0 {
 		msg += " " + strconv.Itoa(int(max(o.Gate/time.Second, 1)))
@@ -249,6 +259,24 @@ func Apply(ctx context.Context, o Options) error {
 		return err
 	}
 	log.Info("release staged; the supervisor restarts termd into it", "version", m.Version)
+	return nil
+}
+
+// waitIdle waits for wait (the device idle), saying so when it is not
+// at once.
+func waitIdle(ctx context.Context, wait func(context.Context) error, log *slog.Logger, version string) error {
+	quick, cancel := context.WithCancel(ctx)
+	cancel() // a wait that returns at once on a cancelled ctx: idle now
+	if err := wait(quick); err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	log.Info("release staged; restarting into it once the device is idle (a conversation is live)", "version", version)
+	if err := wait(ctx); err != nil {
+		return fmt.Errorf("the release is staged; termd stopped before the device was idle: %w", err)
+	}
 	return nil
 }
 

@@ -27,7 +27,10 @@
 //     SHA-256. Only then is it made executable (0755), fsynced and
 //     renamed to EXE.new beside its manifest EXE.new.release.json, the
 //     server's id of the attempt is kept (RequestFile: the next start's
-//     report names it), and the supervisor is told "update".
+//     report names it), and, once the person at the device is not using
+//     it (Options.WaitIdle, issue 42: no run in progress, no question
+//     open, no key a moment ago), the supervisor is told "update": termd
+//     never restarts in the middle of a conversation.
 //  2. The supervisor re-checks the staged binary against its manifest,
 //     records the trial in the state file (StateFile: pending version,
 //     deadline, attempts), stops the worker (SIGTERM, then SIGKILL after

@@ -326,6 +326,9 @@ func (s *supervisor) runWorker(ctx context.Context, trial *Pending) (again bool,
 			if restart {
 				return true, nil
 			}
+			if w.err != nil && s.crashLoop(exitText(w.err)) { // crashloop.go
+				return true, nil
+			}
 			var ee *exec.ExitError
 			if errors.As(w.err, &ee) {
 				code := ee.ExitCode()

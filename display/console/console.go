@@ -204,6 +204,7 @@ type Console struct {
 	closed atomic.Bool
 
 	mu         sync.Mutex
+	choices    int // SetChoices: the arrows pick 1..choices
 	w, h       int
 	fixed      bool // size given by Opts or Resize; never probed
 	probing    bool
@@ -341,6 +342,16 @@ func (c *Console) Stream(key string, role Role, text string) {
 // "connected" or "offline: retry in 7s".
 func (c *Console) SetStatus(text string) {
 	c.setStatus(&c.status, text)
+}
+
+// SetChoices makes the up and down arrows pick one of n numbered
+// options (a question open, 1-9): they put an option's number in the
+// input line (down from 1, up from n, wrapping) and Enter submits it;
+// n = 0 gives the arrows back to the history.
+func (c *Console) SetChoices(n int) {
+	c.mu.Lock()
+	c.choices = min(max(n, 0), 9)
+	c.mu.Unlock()
 }
 
 // SetActivity sets the right part of the status line: what is going on
@@ -651,9 +662,17 @@ func (c *Console) handle(keys []Key, evs []Event) []Event {
 		case KeyEnd:
 			changed = ed.end()
 		case KeyUp:
-			changed = ed.up()
+			if c.choices > 0 {
+				changed = ed.choose(-1, c.choices)
+			} else {
+				changed = ed.up()
+			}
 		case KeyDown:
-			changed = ed.down()
+			if c.choices > 0 {
+				changed = ed.choose(1, c.choices)
+			} else {
+				changed = ed.down()
+			}
 		case KeyKillLine:
 			changed = ed.killLine()
 		case KeyKillWord:

@@ -140,6 +140,29 @@ func (e *editor) down() bool {
 	return true
 }
 
+// choose steps the option number in the line by dir (-1 up, +1 down)
+// among 1..n, wrapping: a line that is not one of them starts at 1 going
+// down, at n going up. The history is left as it is.
+func (e *editor) choose(dir, n int) bool {
+	if n < 1 || n > 9 {
+		return false
+	}
+	cur := 0
+	if len(e.buf) == 1 && e.buf[0] >= '1' && int(e.buf[0]-'0') <= n {
+		cur = int(e.buf[0] - '0')
+	}
+	switch {
+	case cur == 0 && dir < 0:
+		cur = n
+	case cur == 0:
+		cur = 1
+	default:
+		cur = (cur-1+dir+n)%n + 1
+	}
+	e.set([]rune{rune('0' + cur)})
+	return true
+}
+
 func (e *editor) set(r []rune) {
 	e.buf = append(e.buf[:0], r...)
 	e.cur = len(e.buf)

@@ -117,3 +117,32 @@ func TestEditorHistory(t *testing.T) {
 		t.Fatalf("oldest = %q", line)
 	}
 }
+
+// choose steps an option's number in the line (SetChoices' arrows):
+// down from a line that is not a number starts at 1, up at n; both wrap;
+// the history is untouched.
+func TestEditorChoose(t *testing.T) {
+	ed := newEditor(100, 10)
+	ed.insert('x')
+	ed.submit()
+	ed.insert('h')
+	steps := []struct {
+		dir  int
+		want string
+	}{{1, "1"}, {1, "2"}, {1, "3"}, {1, "1"}, {-1, "3"}, {-1, "2"}}
+	for i, s := range steps {
+		if !ed.choose(s.dir, 3) || string(ed.buf) != s.want || ed.cur != 1 {
+			t.Fatalf("step %d: line %q cursor %d, want %q", i, string(ed.buf), ed.cur, s.want)
+		}
+	}
+	ed.set([]rune("hello"))
+	if ed.choose(-1, 3); string(ed.buf) != "3" {
+		t.Fatalf("up from text: %q, want the last option", string(ed.buf))
+	}
+	if ed.choose(1, 0) || ed.choose(1, 10) {
+		t.Fatal("choose with no options or more than 9 changed the line")
+	}
+	if !slices.Equal(ed.hist, []string{"x"}) {
+		t.Fatalf("history %q", ed.hist)
+	}
+}

@@ -128,3 +128,20 @@ func TestUnfoldedRunesInFrame(t *testing.T) {
 		t.Errorf("row = %q", got)
 	}
 }
+
+// The check mark that confirms an answer on the glass (device's
+// questions) is a built-in glyph: shown, not folded to "v".
+func TestBuiltinCheckMark(t *testing.T) {
+	r := newRig(t, 2, 16, nil)
+	if !r.dev.Shows('✓') {
+		t.Fatal("the driver does not show ✓")
+	}
+	text := display.Fold(r.dev, "✓ Allow once")
+	if text != "✓ Allow once" {
+		t.Fatalf("Fold = %q", text)
+	}
+	r.draw(text)
+	if got := r.bus.Text()[0]; got != "⓪ Allow once    " {
+		t.Errorf("row = %q", got)
+	}
+}

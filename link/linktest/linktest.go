@@ -37,12 +37,14 @@ type Server struct {
 	mu        sync.Mutex
 	onMessage func(s *Server, m *link.Message)
 	onCancel  func(s *Server, c *link.Cancel)
+	onAnswer  func(s *Server, a *link.Answer)
 	wmu       sync.Mutex // one writer at a time
 	conn      *websocket.Conn
 	conns     int
 	connects  []*link.Connect
 	messages  []*link.Message
 	cancels   []*link.Cancel
+	answers   []*link.Answer
 	screens   []link.Screen
 	others    []link.Frame  // every other frame (fleet operations' answers, notice_ack)
 	heartbeat int           // heartbeat_seconds in connected (SetHeartbeat; default 30)
@@ -138,6 +140,17 @@ func (s *Server) serve(ws *websocket.Conn) {
 				cb(s, f)
 			}
 			continue
+		case *link.Answer:
+			s.answers = append(s.answers, f)
+			cb := s.onAnswer
+			s.poke()
+			s.mu.Unlock()
+			if cb != nil {
+				cb(s, f)
+			} else {
+				_ = s.write(ws, &link.Ack{MessageID: f.MessageID, SessionID: "s", Accepted: true})
+			}
+			continue
 		case *link.Screen:
 			s.screens = append(s.screens, *f)
 		default:
@@ -164,6 +177,15 @@ func (s *Server) OnCancel(fn func(s *Server, c *link.Cancel)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.onCancel = fn
+}
+
+// OnAnswer sets what the server does with each answer frame (capability
+// choice), called like OnMessage's fn. Without it the server acks the
+// answer (ack.message_id = the answer's) and does nothing else.
+func (s *Server) OnAnswer(fn func(s *Server, a *link.Answer)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onAnswer = fn
 }
 
 // ErrNoDevice: Send found no connected device.
@@ -251,6 +273,13 @@ func (s *Server) Cancels() []*link.Cancel {
 	return append([]*link.Cancel(nil), s.cancels...)
 }
 
+// Answers returns the answer frames received so far (resends included).
+func (s *Server) Answers() []*link.Answer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*link.Answer(nil), s.answers...)
+}
+
 // Screens returns the screen frames received so far.
 func (s *Server) Screens() []link.Screen {
 	s.mu.Lock()
@@ -266,7 +295,7 @@ func (s *Server) SetHeartbeat(secs int) {
 }
 
 // Others returns the frames received so far that are not connect, ping,
-// message, cancel or screen (update_status, settings_ack, diag_result,
+// message, cancel, answer or screen (update_status, settings_ack, diag_result,
 // notice_ack), in order.
 func (s *Server) Others() []link.Frame {
 	s.mu.Lock()

@@ -8,8 +8,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"termlink/link"
 )
 
 // Request is what a runner gets for one message.
@@ -38,7 +42,34 @@ type Request struct {
 	// "stream": a runner then only returns the Result. It never blocks;
 	// the Result's Text stays the whole, authoritative reply.
 	Stream func(chunk string)
+	// Ask puts a question to the person at the device (the "choice"
+	// extension: link.Question) and blocks until they answer (the
+	// option's id), the question's timeout (ErrQuestionTimeout), or ctx
+	// ends: the run cancelled or ended (ErrQuestionCancelled). Nil when
+	// the device did not list "choice": a runner then keeps its
+	// fallback. A question whose text or options are out of link's
+	// bounds is refused with an error naming the field.
+	Ask func(ctx context.Context, q Question) (optionID string, err error)
 }
+
+// Question is what a runner asks through Request.Ask.
+type Question struct {
+	Text    string
+	Options []link.Option // 2 to link.MaxOptions, ids unique
+	// Timeout is how long the question stays open (whole seconds, from 1 s
+	// to link.MaxQuestionSeconds); 0 is DefaultQuestionTimeout.
+	Timeout time.Duration
+}
+
+// DefaultQuestionTimeout is a question's timeout when the runner names
+// none.
+const DefaultQuestionTimeout = 5 * time.Minute
+
+// Why Ask returned no option.
+var (
+	ErrQuestionTimeout   = errors.New("question not answered in time")
+	ErrQuestionCancelled = errors.New("question closed: the run was cancelled or ended")
+)
 
 // Result is the final reply to a message.
 type Result struct {
@@ -73,9 +104,14 @@ type Injector interface {
 // "stream": Request.Stream is set) word by word, one every WordGap, the
 // way an LLM agent writes: the demo's and the benchmarks' streaming agent.
 // A device without "stream" gets the reply whole, after the same time.
+//
+// "/ask TEXT" from a device that listed "choice" asks TEXT with the
+// options yes and no (open for AskTimeout; 0: DefaultQuestionTimeout)
+// and answers "You chose: <label>"; from any other device it is echoed.
 type Echo struct {
-	Delay   time.Duration
-	WordGap time.Duration
+	Delay      time.Duration
+	WordGap    time.Duration
+	AskTimeout time.Duration
 }
 
 // Run implements Runner.
@@ -91,6 +127,9 @@ func (e Echo) Run(ctx context.Context, req Request, progress Progress) Result {
 		case <-ctx.Done():
 			return Result{Text: "cancelled", FinishReason: "cancelled"}
 		}
+	}
+	if text, ok := strings.CutPrefix(req.Text, "/ask "); ok && req.Ask != nil && strings.TrimSpace(text) != "" {
+		return echoAsk(ctx, req, strings.TrimSpace(text), e.AskTimeout)
 	}
 	reply := EchoReply(req.Text)
 	if e.WordGap > 0 {
@@ -120,6 +159,27 @@ func (e Echo) stream(ctx context.Context, req Request, reply string) Result {
 		written = end
 	}
 	return Result{Text: reply, FinishReason: "stop"}
+}
+
+// echoAsk is Echo's "/ask TEXT" for a device that listed "choice": TEXT
+// as a question with the options yes and no, answered "You chose: <label>".
+func echoAsk(ctx context.Context, req Request, text string, timeout time.Duration) Result {
+	options := []link.Option{{ID: "yes", Label: "yes"}, {ID: "no", Label: "no"}}
+	id, err := req.Ask(ctx, Question{Text: text, Options: options, Timeout: timeout})
+	switch {
+	case errors.Is(err, ErrQuestionTimeout):
+		return Result{Text: "No answer in time.", FinishReason: "stop"}
+	case ctx.Err() != nil:
+		return Result{Text: "cancelled", FinishReason: "cancelled"}
+	case err != nil:
+		return Result{Text: "Question not asked: " + err.Error(), FinishReason: "error"}
+	}
+	for _, o := range options {
+		if o.ID == id {
+			return Result{Text: "You chose: " + o.Label, FinishReason: "stop"}
+		}
+	}
+	return Result{Text: "You chose: " + id, FinishReason: "stop"}
 }
 
 // nextWordEnd is where the word after the spaces at s[from:] ends.

@@ -7,7 +7,10 @@
 // Admission, and each adapter's Send never blocks.
 package bus
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Inbound is one accepted user message, as nanobot's InboundMessage with the
 // channel identity of the terminal channel spelled out.
@@ -34,6 +37,39 @@ type Inbound struct {
 	// left queued from before a partition moved must not run as the copy
 	// delivered after it. 0 elsewhere.
 	Delivery uint64 `json:"-"`
+	// Answer marks a device's answer to a question (link.Answer, the
+	// "choice" extension): it rides the message path for its ack and
+	// dedupe, and the router hands it to the run that asked instead of
+	// starting one. Text is then AnswerText's.
+	Answer *AnswerRef `json:",omitempty"`
+}
+
+// AnswerRef is the question and option an answer message names.
+type AnswerRef struct {
+	QuestionID string `json:"question_id"`
+	OptionID   string `json:"option_id"`
+}
+
+// AnswerPrefix starts the Text an answer message is recorded with
+// (AnswerText): a message recovered after a restart, whose Answer is not
+// in the session log, is known for one by it.
+const AnswerPrefix = "[answer "
+
+// AnswerText is the text an answer is recorded with in the session log:
+// "[answer QUESTION_ID] OPTION_ID".
+func AnswerText(a AnswerRef) string { return AnswerPrefix + a.QuestionID + "] " + a.OptionID }
+
+// ParseAnswerText reads AnswerText's form back.
+func ParseAnswerText(text string) (AnswerRef, bool) {
+	rest, ok := strings.CutPrefix(text, AnswerPrefix)
+	if !ok {
+		return AnswerRef{}, false
+	}
+	q, o, ok := strings.Cut(rest, "] ")
+	if !ok || q == "" || o == "" || strings.ContainsAny(q, " ]") {
+		return AnswerRef{}, false
+	}
+	return AnswerRef{QuestionID: q, OptionID: o}, true
 }
 
 // ChatID is the chat identifier agents see: the peer id, plus the thread.
@@ -58,6 +94,14 @@ const (
 	// mid-run, or misses one, is sent what it lacks. Not recorded; the
 	// Final reply carries the whole text.
 	Delta
+	// Question is a question of a run for a device that listed "choice":
+	// Text is the link.Question frame's JSON (so it travels wherever a
+	// progress update does). Not recorded; the adapter keeps the peer's
+	// open questions for a reconnect.
+	Question
+	// QuestionClosed says the question whose id is Text is no longer
+	// open (answered, timed out, its run cancelled or ended).
+	QuestionClosed
 )
 
 // Outbound is a reply (or progress) on its way to a device.

@@ -40,7 +40,7 @@ func decodeOut(data []byte) (outMsg, error) {
 		return outMsg{}, errors.New("outbound message without a channel or peer")
 	case m.MessageID == "":
 		return outMsg{}, errors.New("outbound message without a message_id")
-	case m.Kind > bus.Delta:
+	case m.Kind > bus.QuestionClosed:
 		return outMsg{}, fmt.Errorf("outbound message of unknown kind %d", m.Kind)
 	}
 	return m, nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"termlink/link"
 	"termlink/server/fanout"
 	"termlink/server/registry"
 )
@@ -272,6 +273,16 @@ func (d *Devices) SetUpdate(channelID, peerID string, u registry.UpdateState) bo
 	return ok
 }
 
+// SetBusy implements the fleet side's registry: whether a device is in
+// use (issue 42), published at once.
+func (d *Devices) SetBusy(channelID, peerID string, b registry.BusyState) bool {
+	ok := d.local.SetBusy(channelID, peerID, b)
+	if ok {
+		d.owe(devKey{channelID, peerID}, pubNow)
+	}
+	return ok
+}
+
 // SetSettings implements the fleet side's registry: a device's
 // settings_ack, published at once.
 func (d *Devices) SetSettings(channelID, peerID string, version int64, errText string) bool {
@@ -290,6 +301,21 @@ func (d *Devices) SetTags(channelID, peerID string, tags map[string]string) bool
 		d.owe(devKey{channelID, peerID}, pubNow)
 	}
 	return ok
+}
+
+// SetHealth implements the health frame's registry: a device's health
+// report, published at once.
+func (d *Devices) SetHealth(channelID, peerID string, gen uint64, h link.Health) error {
+	err := d.local.SetHealth(channelID, peerID, gen, h)
+	if err == nil {
+		d.owe(devKey{channelID, peerID}, pubNow)
+	}
+	return err
+}
+
+// HealthCounts counts the cluster's online devices per health condition.
+func (d *Devices) HealthCounts(channelID string) map[string]int {
+	return d.view.HealthCounts(channelID)
 }
 
 func (d *Devices) owe(k devKey, what uint8) {

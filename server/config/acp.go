@@ -22,6 +22,10 @@ const (
 	ACPPermissionReject    = "reject"     // every permission request is answered with a reject option
 	ACPPermissionAllowOnce = "allow_once" // answered with the agent's allow_once option
 	ACPPermissionAsk       = "ask"        // the device user chooses; no answer within askTimeout rejects
+	// ACPPermissionDevice: a question with the request's own options on a
+	// device that listed "choice" (one key answers); no answer within
+	// askTimeout, or a device without "choice", gets PermissionFallback.
+	ACPPermissionDevice = "device"
 )
 
 // ACPAgent is an agent speaking the Agent Client Protocol (ACP v1,
@@ -36,6 +40,10 @@ type ACPAgent struct {
 	StartTimeout int               // seconds for initialize and session/new; default 30
 	Permission   string            // "reject" (default), "allow_once" or "ask"
 	AskTimeout   int               // seconds the device has to answer a permission question; default 60
+	// PermissionFallback answers, under policy "device", a request the
+	// device cannot be asked (no "choice") or did not answer in time:
+	// "reject" (default) or "allow_once".
+	PermissionFallback string
 }
 
 func (w *walker) acp(path string, n *node) *ACPAgent {
@@ -45,6 +53,7 @@ func (w *walker) acp(path string, n *node) *ACPAgent {
 		StartTimeout: DefaultACPStartTimeout,
 		Permission:   DefaultACPPermission,
 		AskTimeout:   DefaultACPAskTimeout,
+		// PermissionFallback: "" until set, which is reject.
 	}
 	f := w.fields(path, n, "agents.*.acp")
 	if f == nil {
@@ -94,11 +103,22 @@ func (w *walker) acp(path string, n *node) *ACPAgent {
 		p := join(path, e.key)
 		if s, good := w.str(p, e.val); good {
 			switch s {
-			case ACPPermissionReject, ACPPermissionAllowOnce, ACPPermissionAsk:
+			case ACPPermissionReject, ACPPermissionAllowOnce, ACPPermissionAsk, ACPPermissionDevice:
 			default:
-				w.errorf(p, `must be "reject", "allow_once" or "ask", got %s`, quote(s))
+				w.errorf(p, `must be "reject", "allow_once", "ask" or "device", got %s`, quote(s))
 			}
 			a.Permission = s
+		}
+	}
+	if e, ok := f["permissionFallback"]; ok {
+		p := join(path, e.key)
+		if s, good := w.str(p, e.val); good {
+			switch s {
+			case ACPPermissionReject, ACPPermissionAllowOnce:
+			default:
+				w.errorf(p, `must be "reject" or "allow_once", got %s`, quote(s))
+			}
+			a.PermissionFallback = s
 		}
 	}
 	return a

@@ -154,6 +154,9 @@ type BuiltinAgent struct {
 	// device that listed "stream": word by word, one every StreamWordMs
 	// (after DelayMs). 0: the reply comes whole.
 	StreamWordMs int
+	// AskTimeoutSeconds is how long echo's "/ask TEXT" question stays
+	// open (1 s to a day); 0: agent.DefaultQuestionTimeout.
+	AskTimeoutSeconds int
 }
 
 // TerminalAgent is nanobot's "terminal" block: one process per message.
@@ -166,6 +169,11 @@ type TerminalAgent struct {
 	Env            map[string]string   // nil when empty
 	Providers      map[string]Provider // by provider name; nil when empty
 	MaxOutputBytes int                 // termlink addition; default 4 MiB
+	// Questions (termlink addition, rich mode only): stdin stays open for
+	// the run, so the agent can print question frames and read the
+	// answers there (server/agent/terminal's doc); default false: stdin
+	// is closed after the envelope, as nanobot does.
+	Questions bool
 }
 
 // Provider is an LLM/API provider handed to a terminal agent.

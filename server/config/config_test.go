@@ -353,9 +353,9 @@ func TestParseErrors(t *testing.T) {
 		{"unknown channel config key", `{"channels": {"terminal-dev": {"accountId": "local", "config": {"heartbeat_secs": 5}}}}`, []string{
 			"config: channels.terminal-dev.config.heartbeat_secs: unknown key (known: heartbeatSeconds, maxMessageChars, tokens, sendQueue, maxWaitingPerSession, ratePerPeer, rateBurst, connectTimeoutSeconds, maxNoticesPerPeer, clientCA, denyCerts, enrollment, enrollmentCodeSeconds)"}},
 		{"unknown agent key", `{` + ch + `, "agents": {"a": {"builtin": "echo", "colour": 1}}}`, []string{
-			"config: agents.a.colour: unknown key (known: builtin, delayMs, streamWordMs, terminal, nuum, harness, acp)"}},
+			"config: agents.a.colour: unknown key (known: builtin, delayMs, streamWordMs, askTimeoutSeconds, terminal, nuum, harness, acp)"}},
 		{"unknown terminal key with hint", `{` + ch + `, "agents": {"helper": {"terminal": {"command": "x", "timeOut": 5}}}}`, []string{
-			"config: agents.helper.terminal.timeOut: unknown key (known: enabled, command, timeout, protocol, passMedia, env, providers, maxOutputBytes); did you mean timeout?"}},
+			"config: agents.helper.terminal.timeOut: unknown key (known: enabled, command, timeout, protocol, passMedia, env, providers, maxOutputBytes, questions); did you mean timeout?"}},
 		{"wrong casing hints both spellings", `{"channels": {"terminal-dev": {"accountID": "local"}}}`, []string{
 			"config: channels.terminal-dev.accountID: unknown key (known: enabled, kind, mode, accountId, displayName, agent, config); did you mean accountId or account_id?",
 			"config: channels.terminal-dev.accountId: required (a non-empty string)"}},
@@ -364,9 +364,9 @@ func TestParseErrors(t *testing.T) {
 		{"unknown nuum key", `{` + ch + `, "agents": {"n": {"nuum": {"command": "x", "idle": 5}}}}`, []string{
 			"config: agents.n.nuum.idle: unknown key (known: command, idleTimeout, maxProcesses, startTimeout, heartbeatSeconds, heartbeatTimeout, turnTimeout, heartbeatAck)"}},
 		{"unknown acp key", `{` + ch + `, "agents": {"c": {"acp": {"command": "x", "permissions": "ask"}}}}`, []string{
-			"config: agents.c.acp.permissions: unknown key (known: command, args, env, cwd, idleTimeout, maxProcesses, startTimeout, permission, askTimeout)"}},
+			"config: agents.c.acp.permissions: unknown key (known: command, args, env, cwd, idleTimeout, maxProcesses, startTimeout, permission, askTimeout, permissionFallback)"}},
 		{"bad acp permission", `{` + ch + `, "agents": {"c": {"acp": {"command": "x", "permission": "allow_always"}}}}`, []string{
-			`config: agents.c.acp.permission: must be "reject", "allow_once" or "ask", got "allow_always"`}},
+			`config: agents.c.acp.permission: must be "reject", "allow_once", "ask" or "device", got "allow_always"`}},
 		{"missing acp command", `{` + ch + `, "agents": {"c": {"acp": {"args": ["a"]}}}}`, []string{
 			"config: agents.c.acp.command: required (a non-empty string)"}},
 		{"bad acp args", `{` + ch + `, "agents": {"c": {"acp": {"command": "x", "args": ["a", 2]}}}}`, []string{

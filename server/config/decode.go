@@ -597,9 +597,12 @@ func (w *walker) agent(path string, n *node) (Agent, bool) {
 		if d, ok := f["streamWordMs"]; ok {
 			b.StreamWordMs, _ = w.integer(join(path, d.key), d.val, 0, 60_000)
 		}
+		if d, ok := f["askTimeoutSeconds"]; ok {
+			b.AskTimeoutSeconds, _ = w.integer(join(path, d.key), d.val, 1, 24*60*60)
+		}
 		a.Builtin = b
 	} else {
-		for _, k := range []string{"delayMs", "streamWordMs"} {
+		for _, k := range []string{"delayMs", "streamWordMs", "askTimeoutSeconds"} {
 			if d, ok := f[k]; ok {
 				w.errorf(join(path, d.key), "only allowed with builtin")
 			}
@@ -667,6 +670,12 @@ func (w *walker) terminal(path string, n *node) *TerminalAgent {
 	}
 	if e, ok := f["maxOutputBytes"]; ok {
 		t.MaxOutputBytes, _ = w.integer(join(path, e.key), e.val, 1, noMax)
+	}
+	if e, ok := f["questions"]; ok {
+		t.Questions, _ = w.boolean(join(path, e.key), e.val)
+		if t.Questions && t.Protocol != "rich" {
+			w.errorf(join(path, e.key), `needs "protocol": "rich" (questions are frames)`)
+		}
 	}
 	return t
 }

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"termlink/link"
 	"termlink/server/events"
 	"termlink/server/fanout"
 	"termlink/server/metrics"
@@ -44,6 +45,9 @@ type Registry interface {
 	Online(channelID string, maxTags int) (total int, byTag map[string]int)
 	// Subscribe streams the channel's peers as they change.
 	Subscribe(channelID string, buf int) *fanout.Sub[registry.Peer]
+	// HealthCounts counts the channel's online devices per health
+	// condition (health.go).
+	HealthCounts(channelID string) map[string]int
 }
 
 // EventLog is a channel's event log (*events.Log).
@@ -100,8 +104,12 @@ type Deps struct {
 	History    History
 	Runs       Runs
 	Notices    Notices
-	Metrics    *metrics.Registry
-	Log        *slog.Logger
+	// Questions lists the questions open on a peer's device (the
+	// "choice" extension), each with the seconds it has left as its
+	// TimeoutSeconds; nil: none are shown.
+	Questions func(channelID, peerID, base string) []link.Question
+	Metrics   *metrics.Registry
+	Log       *slog.Logger
 }
 
 // Options tune the live streams; zero values take the defaults.
@@ -188,6 +196,7 @@ func New(d Deps, opt Options) *API {
 	a.streamOpen = d.Metrics.NewGaugeVec("termserver_event_streams_open", "Live event streams (/events/stream) open.", "channel")
 	a.streamDropped = d.Metrics.NewCounterVec("termserver_event_streams_dropped_total", "Live event streams ended because the client fell behind: its subscription lagged StreamBuffer events, or a write made no progress within StreamWrite.", "channel")
 	a.registerOnline()
+	a.registerHealth()
 	return a
 }
 

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"termlink/link"
 	"termlink/server/events"
 	"termlink/server/httpapi"
 	"termlink/server/registry"
@@ -167,6 +168,18 @@ type peerDetail struct {
 	Conversation []conversationEntry `json:"conversation"`
 	Running      []string            `json:"running"`
 	Notices      any                 `json:"notices"`
+	// Questions are the questions open on the device (read-only here:
+	// the person at the device answers).
+	Questions []openQuestion `json:"questions"`
+}
+
+// openQuestion is a question open on a peer's device, on its page.
+type openQuestion struct {
+	QuestionID  string        `json:"question_id"`
+	MessageID   string        `json:"message_id"`
+	Text        string        `json:"text"`
+	Options     []link.Option `json:"options"`
+	SecondsLeft int           `json:"seconds_left"`
 }
 
 // servePeer is GET /api/channels/{channel_id}/peers/{peer_id}.
@@ -185,8 +198,15 @@ func (a *API) servePeer(w http.ResponseWriter, r *http.Request) {
 	for _, run := range a.d.Runs.PeerRuns(a.peerSession(ch, p.PeerID)) {
 		running = append(running, run.MessageID)
 	}
+	questions := []openQuestion{}
+	if a.d.Questions != nil {
+		for _, q := range a.d.Questions(ch.ID, p.PeerID, a.peerSession(ch, p.PeerID)) {
+			questions = append(questions, openQuestion{QuestionID: q.QuestionID, MessageID: q.MessageID, Text: q.Text,
+				Options: q.Options, SecondsLeft: q.TimeoutSeconds})
+		}
+	}
 	httpapi.WriteJSON(w, http.StatusOK, peerDetail{Peer: p, Conversation: conv, Running: running,
-		Notices: a.d.Notices.ForPeer(ch.ID, p.PeerID)})
+		Notices: a.d.Notices.ForPeer(ch.ID, p.PeerID), Questions: questions})
 }
 
 // peerSession is the peer's thread-less session id.

@@ -23,6 +23,13 @@ import (
 // what it believed (the rollouts a device's update state, the settings
 // its version: each part's rule). An answer no part asked for is refused
 // (Report's error: the connection answers bad_frame).
+//
+// One frame the device sends unasked (issue 42): busy, whether a person
+// is using it. It comes the same way (from a connection that listed
+// "update", at the answer rate) and goes to the part that takes it, the
+// rollouts' (rollout.Manager.Busy): it keeps the state in the registry
+// for the console and the rollouts, and is refused when the device is
+// not online there.
 type Ops struct {
 	Parts []Part // added by the server's New before the adapters start
 }

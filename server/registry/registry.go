@@ -220,6 +220,13 @@ type Peer struct {
 	// SettingsError why it did not apply a later one.
 	SettingsVersion int64  `json:"settings_version,omitempty"`
 	SettingsError   string `json:"settings_error,omitempty"`
+	// Busy is whether the device is in use, as it last said on its live
+	// connection (issue 42: a device that listed "update"); nil while
+	// offline or not said yet on this connection (taken for idle).
+	Busy *BusyState `json:"busy,omitempty"`
+	// Health is the device's last health report (a device that lists
+	// "health"; health.go), kept across its reconnects.
+	Health *Health `json:"health,omitempty"`
 	// BinarySHA256 is the SHA-256 of the binary the device runs.
 	BinarySHA256 string `json:"binary_sha256,omitempty"`
 	// Reconnects is what ReconnectsLastHour counts: per minute of the
@@ -236,6 +243,16 @@ type UpdateState struct {
 	State   string `json:"state"`
 	Reason  string `json:"reason,omitempty"`
 	At      string `json:"at"`
+}
+
+// BusyState is what a device's busy frame said: in use (and why: run,
+// question, keys) or not, its zone's offset from UTC when it knows it,
+// and since when (RFC 3339 UTC).
+type BusyState struct {
+	Busy      bool   `json:"busy"`
+	Why       string `json:"why,omitempty"`
+	UTCOffset *int   `json:"utc_offset,omitempty"`
+	Since     string `json:"since"`
 }
 
 // Filter selects peers; the zero Filter selects all.
@@ -284,6 +301,10 @@ type entry struct {
 	screenCount    int
 	update         *UpdateState // the last update_status believed (kept, as a reconnect keeps it)
 	settingsError  string       // why it refused its last pushed settings (kept)
+	busy           *BusyState   // what the live connection said of its use (not kept)
+	health         *Health      // the last health report (kept; health.go)
+	healthGen      uint64       // the connection it came on
+	healthAt       time.Time    // when it was taken
 }
 
 // minuteCount is how many reconnects happened in one minute (Unix minute).
@@ -426,7 +447,7 @@ func (cs *channelState) countShared(glob string, n int) {
 // resizeLocked accounts e again after a change of what it holds (r.mu
 // held).
 func (cs *channelState) resizeLocked(e *entry) {
-	size := peerBytes(e.dev) + stateBytes(e.update, e.settingsError)
+	size := peerBytes(e.dev) + stateBytes(e.update, e.settingsError) + healthBytes(e.health)
 	cs.bytes += size - e.bytes
 	e.bytes = size
 }
@@ -511,6 +532,7 @@ func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error)
 	cs.resizeLocked(e)
 	e.connectedSince, e.lastSeen = now, now
 	e.screen = nil // what it showed before is not what it shows now
+	e.busy = nil   // said again by the new connection
 	cs.markLocked(d.PeerID, dirtyFull)
 	r.publishLocked(cs, e)
 	return e.gen, ignored, nil
@@ -528,7 +550,7 @@ func (r *Registry) Disconnected(channelID, peerID string, gen uint64) {
 		return
 	}
 	e := cs.peers[peerID]
-	e.online, e.lastSeen, e.screen = false, now, nil
+	e.online, e.lastSeen, e.screen, e.busy = false, now, nil, nil
 	cs.markLocked(peerID, dirtySeen)
 	r.publishLocked(cs, e)
 }
@@ -589,6 +611,33 @@ func (r *Registry) SetUpdate(channelID, peerID string, u UpdateState) bool {
 	cs.resizeLocked(e)
 	cs.markLocked(peerID, dirtyFull)
 	r.publishLocked(cs, e)
+	return true
+}
+
+// SetBusy keeps b (Since set here when the state changed) as whether the
+// online device is in use and tells subscribers; false when the device
+// is not known or not online. Why is bounded to MaxField bytes, the
+// offset to a day. It is not written to the registry's file: a device
+// says it again on every connect.
+func (r *Registry) SetBusy(channelID, peerID string, b BusyState) bool {
+	b.Why = truncate(strings.ToValidUTF8(b.Why, "?"), MaxField)
+	if b.UTCOffset != nil {
+		o := max(-86400, min(86400, *b.UTCOffset))
+		b.UTCOffset = &o
+	}
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entryLocked(channelID, peerID)
+	if e == nil || !e.online {
+		return false
+	}
+	b.Since = formatTime(now)
+	if old := e.busy; old != nil && old.Busy == b.Busy && old.Why == b.Why {
+		b.Since = old.Since
+	}
+	e.busy = &b
+	r.publishLocked(r.channels[channelID], e)
 	return true
 }
 
@@ -863,7 +912,8 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 	p := Peer{PeerID: d.PeerID, ChannelID: d.ChannelID, SessionID: d.SessionID, DeviceName: d.DeviceName,
 		Board: d.Board, Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, Authenticated: d.Authenticated,
 		Online: e.online, LastSeen: formatTime(e.lastSeen), RemoteAddr: d.RemoteAddr, Screen: e.screen,
-		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError, BinarySHA256: d.BinarySHA256}
+		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError, Busy: e.busy, Health: e.health,
+		BinarySHA256: d.BinarySHA256}
 	if p.Capabilities == nil {
 		p.Capabilities = []string{}
 	}

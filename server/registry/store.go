@@ -51,6 +51,7 @@ type stored struct {
 	// refused its last pushed settings.
 	Update        *UpdateState `json:"update,omitempty"`
 	SettingsError string       `json:"settings_error,omitempty"`
+	Health        *Health      `json:"health,omitempty"` // its last health report
 }
 
 // peerRef names a forgotten device.
@@ -100,7 +101,7 @@ func storedOf(e *entry, seen time.Time) stored {
 	return stored{Channel: d.ChannelID, PeerID: d.PeerID, SessionID: d.SessionID, DeviceName: d.DeviceName, Board: d.Board,
 		Version: d.Version, Platform: d.Platform, Settings: d.SettingsVersion, BinarySHA256: d.BinarySHA256, Capabilities: d.Capabilities, Tags: d.Tags, RemoteAddr: d.RemoteAddr, Authenticated: d.Authenticated,
 		Shared: d.Shared, LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage), Reconnects: e.reconnects,
-		Update: e.update, SettingsError: e.settingsError}
+		Update: e.update, SettingsError: e.settingsError, Health: e.health}
 }
 
 // putLocked applies a stored device (load and replay; r.mu held or not
@@ -118,7 +119,11 @@ func (r *Registry) putLocked(s stored) {
 		u := boundUpdate(*s.Update)
 		e.update = &u
 	}
-	e.bytes = peerBytes(d) + stateBytes(e.update, e.settingsError)
+	if s.Health != nil {
+		h := boundHealth(*s.Health)
+		e.health = &h
+	}
+	e.bytes = peerBytes(d) + stateBytes(e.update, e.settingsError) + healthBytes(e.health)
 	cs := r.channel(s.Channel)
 	cs.removeLocked(s.PeerID)
 	cs.addLocked(e)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"termlink/link"
 	"termlink/server/fanout"
 )
 
@@ -14,7 +15,7 @@ import (
 // cluster's KV, every node's devices in a View for the reads). The
 // channel adapters feed it (Connected, Disconnected, MessageAccepted,
 // SetScreen), fleet parts write what devices told them (SetUpdate,
-// SetSettings, SetTags) and that notices changed (Changed), the fleet
+// SetSettings, SetTags, SetBusy) and that notices changed (Changed), the fleet
 // API reads it. The rules are this package's; registrytest is the
 // contract every store passes.
 type Devices interface {
@@ -23,8 +24,11 @@ type Devices interface {
 	MessageAccepted(channelID, peerID string)
 	SetScreen(channelID, peerID string, gen uint64, s Screen) bool
 	SetUpdate(channelID, peerID string, u UpdateState) bool
+	SetBusy(channelID, peerID string, b BusyState) bool
 	SetSettings(channelID, peerID string, version int64, errText string) bool
 	SetTags(channelID, peerID string, tags map[string]string) bool
+	SetHealth(channelID, peerID string, gen uint64, h link.Health) error
+	HealthCounts(channelID string) map[string]int
 	Changed(channelID, peerID string)
 	Get(channelID, peerID string) (Peer, bool)
 	Page(channelID string, f Filter, after string, limit int) (peers []Peer, next string)
@@ -135,9 +139,9 @@ func (v *View) readLocked(p Peer, now time.Time) Peer {
 // Offline is p as a read shows it once its connection is gone without a
 // disconnect (the node that held it is no longer heard from), as a
 // disconnect shows it: offline, last seen at seen, without
-// connected_since or screen.
+// connected_since, screen or busy.
 func (p Peer) Offline(seen time.Time) Peer {
-	p.Online, p.ConnectedSince, p.Screen = false, nil, nil
+	p.Online, p.ConnectedSince, p.Screen, p.Busy = false, nil, nil, nil
 	p.LastSeen = formatTime(seen)
 	return p
 }

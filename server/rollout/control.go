@@ -576,6 +576,13 @@ func (m *Manager) tick() {
 					m.setLocked(e, d, Offline, "went offline while "+was)
 					d.Was = was
 				}
+			case Waiting:
+				if p, ok := m.opt.Devices.Get(r.ChannelID, d.PeerID); (!ok || !p.Online) && now.Sub(d.Since) >= m.grace {
+					m.setLocked(e, d, Offline, "went offline while waiting ("+d.Reason+"): sent when it connects")
+					d.Was = ""
+				} else if !m.info.Shared {
+					m.sendLocked(e, d) // sent once nothing holds it
+				}
 			case Offline:
 				if !m.info.Shared && (d.Was == "" || d.Was == Sent) {
 					if p, ok := m.opt.Devices.Get(r.ChannelID, d.PeerID); ok && p.Online {
@@ -589,15 +596,16 @@ func (m *Manager) tick() {
 }
 
 // sweepLocked sends the released devices of a running rollout that are
-// connected here and wait for their frame (offline when released, or
-// released by another node) their frame.
+// connected here and wait for their frame (offline when released,
+// released by another node, or held by the window or their use, no
+// longer) their frame.
 func (m *Manager) sweepLocked(e *entry) {
 	r := &e.r
 	if r.State != Running || !m.info.Shared {
 		return
 	}
 	for i := range r.Devices {
-		if d := &r.Devices[i]; d.State == Offline && (d.Was == "" || d.Was == Sent) {
+		if d := &r.Devices[i]; d.State == Waiting || (d.State == Offline && (d.Was == "" || d.Was == Sent)) {
 			m.trySendLocked(e, d)
 		}
 	}

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -29,6 +30,9 @@ type Devices interface {
 	// SetUpdate keeps a device's update state the rollouts believed
 	// (Report).
 	SetUpdate(channelID, peerID string, u registry.UpdateState) bool
+	// SetBusy keeps whether a device is in use (its busy frame: the
+	// Busy part); false when it is not online.
+	SetBusy(channelID, peerID string, b registry.BusyState) bool
 }
 
 // Releases is the release store as a rollout reads it.
@@ -55,8 +59,9 @@ type Options struct {
 	// URL is the path (or URL) a device downloads a release's binary
 	// from (the devices' download route).
 	URL func(channelID, version, platform string) string
-	// Tick is how often offline devices are looked for, waves advanced
-	// and device reports written (default 1 s).
+	// Tick is how often offline devices are looked for, waiting ones
+	// tried again (a window opened), waves advanced and device reports
+	// written (default 1 s).
 	Tick        time.Duration
 	MaxRollouts int // default DefaultMaxRollouts
 	MaxDevices  int // default DefaultMaxDevices
@@ -115,7 +120,7 @@ func (m *Manager) Create(channelID string, q Request, by string) (Rollout, error
 	}
 	now := m.now()
 	r := Rollout{ID: newID(), ChannelID: channelID, Version: q.Version, Target: q.Target, Canary: q.Canary, Percent: q.Percent,
-		AllowDowngrade: q.AllowDowngrade, GateSeconds: q.GateSeconds, State: Running, Wave: -1,
+		AllowDowngrade: q.AllowDowngrade, GateSeconds: q.GateSeconds, Window: q.Window, Zone: q.Zone, Force: q.Force, State: Running, Wave: -1,
 		CreatedBy: by, CreatedAt: now, UpdatedAt: now}
 	r.Devices, r.Waves = m.plan(&r, peers, now)
 	if max := m.info.MaxRecordBytes / 2; max > 0 { // room for the devices' reasons to come
@@ -151,8 +156,15 @@ func (m *Manager) Create(channelID string, q Request, by string) (Rollout, error
 	m.order = append(m.order, r.ID)
 	m.dirty[r.ID] = true
 	counts := countStates(e.r.Devices)
-	m.event(&e.r, events.RolloutCreated, "", fmt.Sprintf("rollout %s of %s to %s by %s: %d devices, %d canaries, waves of %d%%; %d skipped, %d installed already",
-		r.ID, r.Version, r.Target, by, len(r.Devices), min(r.Canary, countWave(r.Devices, 0)), r.Percent, counts[Skipped], counts[Installed]))
+	var when string
+	if r.Window != "" {
+		when = fmt.Sprintf("; window %s %s", r.Window, cmp.Or(r.Zone, ZoneUTC))
+	}
+	if r.Force {
+		when += "; forced (sent even to devices in use, outside any window)"
+	}
+	m.event(&e.r, events.RolloutCreated, "", fmt.Sprintf("rollout %s of %s to %s by %s: %d devices, %d canaries, waves of %d%%; %d skipped, %d installed already%s",
+		r.ID, r.Version, r.Target, by, len(r.Devices), min(r.Canary, countWave(r.Devices, 0)), r.Percent, counts[Skipped], counts[Installed], when))
 	m.mu.Unlock()
 	// Durable before anything is sent, and before the answer.
 	for _, id := range append(dropped, r.ID) {
@@ -299,7 +311,7 @@ func updateID(r *Rollout, d *Device) string { return fmt.Sprintf("%s.%d", r.ID, 
 // connected here (it gets the frame when it connects, or from the node
 // it is connected to: sweepLocked).
 func (m *Manager) sendLocked(e *entry, d *Device) {
-	if !m.trySendLocked(e, d) && d.State != Skipped {
+	if !m.trySendLocked(e, d) && d.State != Skipped && d.State != Waiting {
 		if d.Attempt == 0 {
 			d.Attempt = 1
 		}
@@ -310,7 +322,8 @@ func (m *Manager) sendLocked(e *entry, d *Device) {
 
 // trySendLocked sends d its update frame when it is connected here
 // (sent), and changes nothing else when it is not (false). A release no
-// longer stored skips it.
+// longer stored skips it; a device the window or its use holds waits
+// (holdLocked: Waiting, false).
 func (m *Manager) trySendLocked(e *entry, d *Device) bool {
 	r := &e.r
 	if m.opt.Releases.Ready() != nil {
@@ -320,6 +333,10 @@ func (m *Manager) trySendLocked(e *entry, d *Device) bool {
 	if !ok {
 		m.setLocked(e, d, Skipped, "release "+r.Version+" for "+d.Platform+" is no longer stored")
 		m.event(r, events.RolloutDevice, d.PeerID, "skipped: "+d.Reason)
+		return false
+	}
+	if why := m.holdLocked(r, d); why != "" {
+		m.waitLocked(e, d, why)
 		return false
 	}
 	attempt := max(d.Attempt, 1)
@@ -339,11 +356,13 @@ func (m *Manager) trySendLocked(e *entry, d *Device) bool {
 
 // settledLocked reports whether every device of waves up to w is where
 // the next wave may go: installed, skipped or failed; offline counts
-// too after the canaries (it gets the release when it is back).
+// too after the canaries (it gets the release when it is back), and so
+// does waiting in use (it gets it when it is idle); waiting for the
+// window never does (nothing goes out of the window).
 func settledLocked(r *Rollout, w int) bool {
 	for i := range r.Devices {
 		d := &r.Devices[i]
-		if d.Wave < 0 || d.Wave > w || final(d.State) || (d.State == Offline && d.Wave > 0) {
+		if d.Wave < 0 || d.Wave > w || final(d.State) || (d.State == Offline && d.Wave > 0) || (d.State == Waiting && d.Reason == WaitInUse && d.Wave > 0) {
 			continue
 		}
 		return false
@@ -432,7 +451,7 @@ func (m *Manager) DeviceConnected(channelID string, c *link.Connect) {
 		if d.State != Restarting {
 			m.setLocked(e, d, Restarting, "connected running "+r.Version+": waiting for its health gate")
 		}
-	case d.State == Sent || (d.State == Offline && (d.Was == "" || d.Was == Sent)):
+	case d.State == Sent || d.State == Waiting || (d.State == Offline && (d.Was == "" || d.Was == Sent)):
 		m.sendLocked(e, d)
 	case d.State == Offline:
 		// It was downloading or restarting: its update_status says how

@@ -57,6 +57,19 @@ func (f *fakeFleet) SetUpdate(_, peerID string, u registry.UpdateState) bool {
 	return ok
 }
 
+// SetBusy keeps a device's busy frame, as the registry does (online only).
+func (f *fakeFleet) SetBusy(_, peerID string, b registry.BusyState) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.peers[peerID]
+	if !ok || !p.Online {
+		return false
+	}
+	p.Busy = &b
+	f.peers[peerID] = p
+	return true
+}
+
 func (f *fakeFleet) List(channelID string, flt registry.Filter) []registry.Peer {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -68,6 +68,8 @@ const (
 	Refused     = "refused"     // wrong platform, bad signature, downgrade ...
 	Offline     = "offline"     // released while offline (sent when it connects), or went offline mid-update
 	Skipped     = "skipped"     // not updated, and why: no "update" capability, no release for its platform
+	// Waiting (hold.go): released, its frame held: Reason WaitInUse (the
+	// device is in use) or WaitWindow (outside the rollout's window).
 )
 
 // Defaults and bounds.
@@ -114,6 +116,14 @@ type Request struct {
 	AllowDowngrade bool `json:"allow_downgrade,omitempty"`
 	// GateSeconds is the devices' health gate (0: each device's own).
 	GateSeconds int `json:"gate_seconds,omitempty"`
+	// Window is the maintenance window, "HH:MM-HH:MM" (24-hour; past
+	// midnight when the end is before the start): nothing is sent outside
+	// it. Zone is what it is read in: "utc" (the default) or "device"
+	// (each device's zone as its busy frame said, else UTC). Force sends
+	// regardless of the window and of the devices' use (hold.go).
+	Window string `json:"window,omitempty"`
+	Zone   string `json:"zone,omitempty"`
+	Force  bool   `json:"force,omitempty"`
 }
 
 // Device is one targeted device's state in a rollout.
@@ -162,6 +172,9 @@ type Rollout struct {
 	Percent        int       `json:"percent"`
 	AllowDowngrade bool      `json:"allow_downgrade,omitempty"`
 	GateSeconds    int       `json:"gate_seconds,omitempty"`
+	Window         string    `json:"window,omitempty"`
+	Zone           string    `json:"zone,omitempty"`
+	Force          bool      `json:"force,omitempty"`
 	State          string    `json:"state"`
 	Paused         *Pause    `json:"paused,omitempty"`
 	Wave           int       `json:"wave"`  // the last wave released (-1: none yet)
@@ -189,7 +202,7 @@ func ValidID(s string) bool { return idRE.MatchString(s) }
 
 func validDeviceState(s string) bool {
 	switch s {
-	case Pending, Sent, Downloading, Restarting, Installed, Failed, RolledBack, Refused, Offline, Skipped:
+	case Pending, Sent, Downloading, Restarting, Installed, Failed, RolledBack, Refused, Offline, Skipped, Waiting:
 		return true
 	}
 	return false
@@ -255,7 +268,7 @@ func (q *Request) check(maxDevices int) error {
 	if q.GateSeconds < 0 || q.GateSeconds > MaxGateSeconds {
 		return fmt.Errorf("gate_seconds %d: want 0 (the device's own) to %d", q.GateSeconds, MaxGateSeconds)
 	}
-	return nil
+	return checkWindow(q.Window, q.Zone)
 }
 
 // Parse decodes and checks a rollout file: one JSON object in valid
@@ -295,7 +308,7 @@ func (r *Rollout) check(maxDevices int) error {
 	if !identity.ValidPeerID(r.ChannelID) { // channel ids share the peer_id alphabet here
 		return fmt.Errorf("channel_id %q is not a channel id", httpapi.TruncateUTF8(r.ChannelID, 140))
 	}
-	q := Request{Version: r.Version, Target: r.Target, Canary: r.Canary, Percent: r.Percent, GateSeconds: r.GateSeconds}
+	q := Request{Version: r.Version, Target: r.Target, Canary: r.Canary, Percent: r.Percent, GateSeconds: r.GateSeconds, Window: r.Window, Zone: r.Zone}
 	if err := q.check(maxDevices); err != nil {
 		return err
 	}

@@ -55,6 +55,10 @@ type Router struct {
 	// Its size is bounded by the accepted-not-started messages
 	// (maxWaitingRuns); stop clears it.
 	precancelled map[cancelKey]bool
+	// questions are the questions open (Request.Ask), by id; closedQs
+	// the ids of the last closed ones (questions.go).
+	questions map[string]*openQuestion
+	closedQs  closedQuestions
 }
 
 type cancelKey struct{ session, messageID string }
@@ -104,6 +108,11 @@ type Host interface {
 	Delta(ctx context.Context, in bus.Inbound, text string)
 	// Event records an event a runner reports.
 	Event(in bus.Inbound, name, detail string)
+	// Question sends a question of a run to its device (the "choice"
+	// extension), the way progress goes; QuestionClosed tells the
+	// device's adapter that it is no longer open. Both best effort.
+	Question(ctx context.Context, in bus.Inbound, q link.Question)
+	QuestionClosed(ctx context.Context, in bus.Inbound, questionID string)
 	// UpdateMeta changes a session's metadata (agent.Request.UpdateMeta).
 	UpdateMeta(ctx context.Context, sessionKey string, update func(map[string]any)) error
 	// Pending reports whether a message is accepted and not answered
@@ -117,7 +126,8 @@ type Host interface {
 func New(host Host, admission *Admission, runners map[string]agent.Runner, workspace string, maxRuns int) *Router {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Router{host: host, admission: admission, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
-		runCtx: ctx, cancelRun: cancel, goroutines: warm.New(maxIdleSessionWorkers, sessionWorkerIdle, func(f func()) { f() }), queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{}}
+		runCtx: ctx, cancelRun: cancel, goroutines: warm.New(maxIdleSessionWorkers, sessionWorkerIdle, func(f func()) { f() }), queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{},
+		questions: map[string]*openQuestion{}}
 	r.cond = sync.NewCond(&r.mu)
 	return r
 }
@@ -155,6 +165,10 @@ func (r *Router) Put(in bus.Inbound) {
 	if r.stopped {
 		r.admission.Release(in.SessionKey, 1)
 		return // in the session log, unanswered: the next start runs it
+	}
+	if a := answerOf(&in); a != nil {
+		r.takeAnswerLocked(in, *a) // never queued behind the session's run
+		return
 	}
 	if k := (cancelKey{in.SessionKey, in.MessageID}); r.precancelled[k] {
 		delete(r.precancelled, k)
@@ -369,6 +383,10 @@ func (r *Router) runOne(ctx context.Context, in bus.Inbound, haveSlot bool) (res
 	if slices.Contains(in.Capabilities, link.CapStream) {
 		stream = agent.NewStream(agent.MaxStreamChars, func(text string) { r.host.Delta(ctx, in, text) })
 		req.Stream = stream.Write
+	}
+	if slices.Contains(in.Capabilities, link.CapChoice) {
+		var asked int
+		req.Ask = func(actx context.Context, q agent.Question) (string, error) { return r.ask(ctx, actx, in, &asked, q) }
 	}
 	start := time.Now()
 	res = runner.Run(ctx, req, func(text string) { r.host.Progress(ctx, in, text) })

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/link"
 	"termlink/server/agent"
 	"termlink/server/bus"
 
@@ -61,12 +62,14 @@ type recordingHost struct {
 func (h *recordingHost) Start(_, _ context.Context, _ bus.Inbound) (*agent.Result, bool) {
 	return nil, true
 }
-func (h *recordingHost) Started(bus.Inbound)                           {}
-func (h *recordingHost) Joined(context.Context, bus.Inbound)           {}
-func (h *recordingHost) Dropped(int)                                   {}
-func (h *recordingHost) Progress(context.Context, bus.Inbound, string) {}
-func (h *recordingHost) Delta(context.Context, bus.Inbound, string)    {}
-func (h *recordingHost) Event(bus.Inbound, string, string)             {}
+func (h *recordingHost) Started(bus.Inbound)                                  {}
+func (h *recordingHost) Joined(context.Context, bus.Inbound)                  {}
+func (h *recordingHost) Dropped(int)                                          {}
+func (h *recordingHost) Progress(context.Context, bus.Inbound, string)        {}
+func (h *recordingHost) Delta(context.Context, bus.Inbound, string)           {}
+func (h *recordingHost) Question(context.Context, bus.Inbound, link.Question) {}
+func (h *recordingHost) QuestionClosed(context.Context, bus.Inbound, string)  {}
+func (h *recordingHost) Event(bus.Inbound, string, string)                    {}
 func (h *recordingHost) UpdateMeta(context.Context, string, func(map[string]any)) error {
 	return nil
 }
@@ -193,6 +196,8 @@ func (h host) Finished(_ context.Context, in bus.Inbound, _ agent.Result, _ time
 func (host) Dropped(int)                                                    {}
 func (host) Progress(context.Context, bus.Inbound, string)                  {}
 func (host) Delta(context.Context, bus.Inbound, string)                     {}
+func (host) Question(context.Context, bus.Inbound, link.Question)           {}
+func (host) QuestionClosed(context.Context, bus.Inbound, string)            {}
 func (host) Event(bus.Inbound, string, string)                              {}
 func (host) UpdateMeta(context.Context, string, func(map[string]any)) error { return nil }
 func (host) Pending(string, string) bool                                    { return false }

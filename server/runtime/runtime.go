@@ -127,7 +127,21 @@ func (rt *Runtime) AcceptInbound(ctx context.Context, in bus.Inbound, ack func(A
 	// The ack's events name the message: the closure takes copies of
 	// those fields, not in (which would then live on the heap).
 	peer, key, id, runID, text := in.PeerID, in.SessionKey, in.MessageID, in.RunID, in.Text
-	err := rt.HeldBack.Accept(ctx, rt.Records.Store, in, ch.MaxWaitingPerSession(), func(res record.Accepted) {
+	accept := func(ctx context.Context, in bus.Inbound, perSession int, ack func(record.Accepted)) error {
+		return rt.HeldBack.Accept(ctx, rt.Records.Store, in, perSession, ack)
+	}
+	perSession := ch.MaxWaitingPerSession()
+	if in.Answer != nil {
+		// An answer goes to the run waiting for it, never behind the
+		// session's messages: no message held back holds it back, and
+		// it has a place of its own beyond the session's bound (the
+		// server's bound still applies).
+		in.Text = bus.AnswerText(*in.Answer)
+		text = in.Text
+		accept = rt.Records.Store.Accept
+		perSession++
+	}
+	err := accept(ctx, in, perSession, func(res record.Accepted) {
 		if res.Duplicate {
 			rt.Metrics.Duplicates.Inc(ch.ID)
 			ch.Events.Add(events.Event{Event: events.InboundDuplicate, PeerID: peer, SessionID: key,
@@ -235,6 +249,36 @@ func (rt *Runtime) Delta(ctx context.Context, in bus.Inbound, text string) {
 		MessageID: in.MessageID, RunID: in.RunID, Text: text}
 	rt.Records.Deliver(ctx, in, out)
 }
+
+// Question sends a question of a run to its device (router.Host), the
+// way progress goes: its frame as the Outbound's text, never recorded.
+func (rt *Runtime) Question(ctx context.Context, in bus.Inbound, q link.Question) {
+	b, err := link.Encode(&q)
+	if err != nil {
+		rt.log.Error("question not encoded", "question_id", q.QuestionID, "err", err)
+		return
+	}
+	rt.Channels.Event(in.ChannelID, events.Event{Event: EventQuestionAsked, PeerID: in.PeerID, SessionID: in.SessionKey,
+		MessageID: in.MessageID, RunID: in.RunID, Preview: q.Text, Detail: "question_id=" + q.QuestionID})
+	rt.Records.Deliver(ctx, in, bus.Outbound{Kind: bus.Question, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
+		MessageID: in.MessageID, RunID: in.RunID, Text: string(b)})
+}
+
+// QuestionClosed tells the device's adapter that a question is no
+// longer open (router.Host).
+func (rt *Runtime) QuestionClosed(ctx context.Context, in bus.Inbound, questionID string) {
+	rt.Channels.Event(in.ChannelID, events.Event{Event: EventQuestionClosed, PeerID: in.PeerID, SessionID: in.SessionKey,
+		MessageID: in.MessageID, RunID: in.RunID, Detail: "question_id=" + questionID})
+	rt.Records.Deliver(ctx, in, bus.Outbound{Kind: bus.QuestionClosed, ChannelID: in.ChannelID, PeerID: in.PeerID, SessionKey: in.SessionKey,
+		MessageID: in.MessageID, RunID: in.RunID, Text: questionID})
+}
+
+// The channel events of a question sent to a device, and closed
+// (answered, timed out, its run cancelled or ended).
+const (
+	EventQuestionAsked  = "question_asked"
+	EventQuestionClosed = "question_closed"
+)
 
 // dispatchOne hands a reply or progress to its channel's adapter (Send
 // never blocks) and records a reply delivered or unclaimed.

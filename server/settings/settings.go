@@ -95,8 +95,8 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 // forPeer: a peer's document (the only kind that may set tags). The
 // error is a *FieldError.
 func Check(f link.Settings, forPeer bool) error {
-	if f.IdleText == nil && f.IdleSeconds == nil && f.BacklightOffAfter == nil && f.NoticeSeconds == nil && f.LogLevel == "" && f.Tags == nil {
-		return &FieldError{"settings", "the document sets nothing: give at least one of idle_text, idle_seconds, backlight_off_after, notice_seconds, log_level" + map[bool]string{true: ", tags", false: ""}[forPeer]}
+	if f.IdleText == nil && f.IdleSeconds == nil && f.BacklightOffAfter == nil && f.NoticeSeconds == nil && f.BusySeconds == nil && f.LogLevel == "" && f.Tags == nil {
+		return &FieldError{"settings", "the document sets nothing: give at least one of idle_text, idle_seconds, backlight_off_after, notice_seconds, busy_seconds, log_level" + map[bool]string{true: ", tags", false: ""}[forPeer]}
 	}
 	if f.Tags != nil {
 		if !forPeer {
@@ -476,7 +476,7 @@ func checkChannel(id string, c *channelDocs) error {
 }
 
 // docKeys are a document's fields as stored.
-var docKeys = []string{"idle_text", "idle_seconds", "backlight_off_after", "notice_seconds", "log_level", "tags", "version", "updated_at", "updated_by"}
+var docKeys = []string{"idle_text", "idle_seconds", "backlight_off_after", "notice_seconds", "busy_seconds", "log_level", "tags", "version", "updated_at", "updated_by"}
 
 // checkFileKeys refuses a key that is not a field's exact name
 // (encoding/json would take "Idle_Text" for idle_text).
@@ -697,7 +697,7 @@ func describe(f link.Settings) string {
 	for _, s := range []struct {
 		name string
 		p    *int
-	}{{"idle_seconds", f.IdleSeconds}, {"backlight_off_after", f.BacklightOffAfter}, {"notice_seconds", f.NoticeSeconds}} {
+	}{{"idle_seconds", f.IdleSeconds}, {"backlight_off_after", f.BacklightOffAfter}, {"notice_seconds", f.NoticeSeconds}, {"busy_seconds", f.BusySeconds}} {
 		if s.p != nil {
 			parts = append(parts, fmt.Sprintf("%s=%d", s.name, *s.p))
 		}
@@ -797,6 +797,9 @@ func merge(dst *link.Settings, f *link.Settings) {
 	}
 	if f.NoticeSeconds != nil {
 		dst.NoticeSeconds = f.NoticeSeconds
+	}
+	if f.BusySeconds != nil {
+		dst.BusySeconds = f.BusySeconds
 	}
 	if f.LogLevel != "" {
 		dst.LogLevel = f.LogLevel

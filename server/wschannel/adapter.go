@@ -212,6 +212,7 @@ type terminalAdapter struct {
 	mu         sync.Mutex
 	peers      map[string]*wsConn   // connected peers
 	streams    openStreams          // the peers' open streams' text so far (stream.go)
+	questions  openQuestions        // the peers' open questions (questions.go)
 	conns      map[*wsConn]struct{} // every open connection
 	stopped    bool
 	stopCtx    context.Context // accepting messages ends with the adapter
@@ -343,6 +344,9 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 // Send implements Adapter. It is called by the runtime (a run's goroutine) and
 // never blocks; see wsConn.offerReply for what a full queue means.
 func (a *terminalAdapter) Send(out bus.Outbound) bool {
+	if sent, ok := a.sendQuestionLike(out); ok {
+		return sent
+	}
 	a.mu.Lock()
 	switch out.Kind {
 	case bus.Delta:
@@ -523,6 +527,8 @@ func (c *wsConn) handle(data []byte) {
 		}
 	case *link.Cancel:
 		c.handleCancel(f)
+	case *link.Answer:
+		c.handleAnswer(f) // questions.go
 	default:
 		if route, ok := c.a.frames[f.FrameType()]; ok {
 			c.takeFrame(route, f) // frames.go
@@ -617,6 +623,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	}
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
 	c.streamsOnConnect()
+	c.questionsOnConnect()
 	c.noticesOnConnect()
 	c.fleetOnConnect(f)
 	a.m.Connects.Inc(a.id)
@@ -712,7 +719,12 @@ func (c *wsConn) acceptMessage(in bus.Inbound, until time.Time) {
 	id, key := in.MessageID, in.SessionKey
 	// The context is the adapter's, not the connection's: once the session
 	// log has the message, it is published even if the device has gone.
+	answer := in.Answer != nil
 	err := a.accept.AcceptInbound(a.stopCtx, in, func(res record.Accepted) {
+		if answer {
+			c.answerAck(id, key, res)
+			return
+		}
 		c.sendFrame(&link.Ack{MessageID: id, SessionID: key, Accepted: true,
 			Duplicate: res.Duplicate, Pending: res.Pending, Reply: res.Reply})
 	})

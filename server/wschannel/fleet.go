@@ -54,7 +54,7 @@ const gateAnswerRefused = "a device's frame refused"
 // of the request an answer frame answers.
 func capFor(t link.Type) string {
 	switch t {
-	case link.TypeUpdate, link.TypeUpdateStatus:
+	case link.TypeUpdate, link.TypeUpdateStatus, link.TypeBusy:
 		return link.CapUpdate
 	case link.TypeSettings, link.TypeSettingsAck:
 		return link.CapSettings
@@ -121,10 +121,12 @@ func (c *wsConn) fleetOnConnect(f *link.Connect) {
 // listed the capability it answers, paced, and taken by report (nil when
 // it answers what this server asked that peer, or is the device's resend
 // of such an answer, which changes nothing; else why it answers nothing
-// asked: refused, and nothing changed).
+// asked: refused, and nothing changed). The busy frame (issue 42: whether
+// the device is in use, which the rollouts wait for) goes the same way:
+// from a connection that listed "update", paced as the answers.
 func FleetFrames(report func(channelID, peerID string, f link.Frame) error) []FrameRoute {
 	var routes []FrameRoute
-	for _, t := range []link.Type{link.TypeUpdateStatus, link.TypeSettingsAck, link.TypeDiagResult} {
+	for _, t := range []link.Type{link.TypeUpdateStatus, link.TypeSettingsAck, link.TypeDiagResult, link.TypeBusy} {
 		routes = append(routes, FrameRoute{Type: t, Capability: capFor(t), Paced: true,
 			Handle: func(from FrameSource, f link.Frame) error { return report(from.ChannelID, from.PeerID, f) }})
 	}

@@ -207,3 +207,29 @@ func TestAnswerRefusalsThrottled(t *testing.T) {
 		t.Fatalf("the fleet side got %d answers, want %d", len(got), answerBurst)
 	}
 }
+
+// A busy frame (issue 42) is taken only from a connection that listed
+// "update": refused bad_frame from another, naming the capability, and
+// never handed on; paced as the answers are.
+func TestBusyNeedsUpdate(t *testing.T) {
+	r := newFleetRig(t, nil, link.CapText, link.CapSettings)
+	r.send(&link.Busy{Busy: true, Why: link.BusyRun})
+	errs := r.errorsUntilPong()
+	if len(errs) != 1 || errs[0].Code != link.CodeBadFrame || !strings.Contains(errs[0].Error, `busy refused: this connection did not list the "update" capability`) {
+		t.Fatalf("errors %+v, want busy refused for its capability", errs)
+	}
+	if got := r.fleet.got(); len(got) != 0 {
+		t.Fatalf("the fleet side got %v", got)
+	}
+	r = newFleetRig(t, nil, link.CapText, link.CapUpdate)
+	for range answerBurst + 1 {
+		r.send(&link.Busy{})
+	}
+	errs = r.errorsUntilPong()
+	if got := r.fleet.got(); len(got) != answerBurst || got[0] != link.TypeBusy {
+		t.Fatalf("the fleet side got %d frames (%v), want the burst %d of busy", len(got), got, answerBurst)
+	}
+	if len(errs) != 1 || errs[0].Code != link.CodeBusy {
+		t.Fatalf("errors %+v, want busy past the burst", errs)
+	}
+}

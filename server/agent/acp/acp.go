@@ -37,6 +37,16 @@
 // No answer within askTimeout rejects. A device that did not ask for
 // progress cannot see a question, so "ask" rejects for it.
 //
+// "device" asks a device that listed "choice" (agent.Request.Ask): a
+// question with the request's own options (their optionIds the ids,
+// their names the labels, cut to link's bounds; the kinds stay with the
+// request, whose option the answer picks), open for askTimeout, answered
+// with one key. No answer in time, a device without "choice", or a
+// request whose options do not fit a question (2-9, ids within
+// link.MaxOptionIDBytes) gets permissionFallback ("reject", the default,
+// or "allow_once"); a cancel of the turn answers "cancelled", as the
+// protocol requires.
+//
 // Errors become error replies whose first line says what to do: a
 // JSON-RPC error from the agent, an authentication failure (code -32000,
 // e.g. a missing API key), a crash (with the last lines of stderr), a
@@ -154,9 +164,16 @@ func New(name string, cfg config.ACPAgent, opt Options) (*Runner, error) {
 	switch cfg.Permission {
 	case "":
 		cfg.Permission = config.DefaultACPPermission
-	case config.ACPPermissionReject, config.ACPPermissionAllowOnce, config.ACPPermissionAsk:
+	case config.ACPPermissionReject, config.ACPPermissionAllowOnce, config.ACPPermissionAsk, config.ACPPermissionDevice:
 	default:
-		return fail("permission must be %q, %q or %q, got %q", config.ACPPermissionReject, config.ACPPermissionAllowOnce, config.ACPPermissionAsk, cfg.Permission)
+		return fail("permission must be %q, %q, %q or %q, got %q", config.ACPPermissionReject, config.ACPPermissionAllowOnce, config.ACPPermissionAsk, config.ACPPermissionDevice, cfg.Permission)
+	}
+	switch cfg.PermissionFallback {
+	case "":
+		cfg.PermissionFallback = config.ACPPermissionReject
+	case config.ACPPermissionReject, config.ACPPermissionAllowOnce:
+	default:
+		return fail("permissionFallback must be %q or %q, got %q", config.ACPPermissionReject, config.ACPPermissionAllowOnce, cfg.PermissionFallback)
 	}
 	var env []string
 	for k, v := range cfg.Env {

@@ -11,9 +11,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	sdk "github.com/coder/acp-go-sdk"
 
+	"termlink/link"
 	"termlink/server/agent"
 	"termlink/server/config"
 )
@@ -356,6 +358,13 @@ func (t *turn) permission(ctx context.Context, req sdk.RequestPermissionRequest)
 		}
 	case config.ACPPermissionAsk:
 		resp = t.ask(ctx, title, req.Options)
+	case config.ACPPermissionDevice:
+		var asked bool
+		resp, asked = t.askDevice(ctx, title, req.Options)
+		if !asked {
+			policy = t.p.r.cfg.PermissionFallback
+			resp = t.fallback(req.Options)
+		}
 	default:
 		resp = rejectOutcome(req.Options)
 	}
@@ -372,7 +381,7 @@ func (t *turn) permission(ctx context.Context, req sdk.RequestPermissionRequest)
 	if t.req.Event != nil {
 		t.req.Event("agent_permission", preview(title+": "+decision, eventPreviewRunes))
 	}
-	if policy != config.ACPPermissionAsk {
+	if policy != config.ACPPermissionAsk && policy != config.ACPPermissionDevice {
 		t.say(preview("permission "+strings.ReplaceAll(decision, "_", " ")+": "+title, progressRunes))
 	}
 	return resp
@@ -419,6 +428,105 @@ func (t *turn) ask(ctx context.Context, title string, options []sdk.PermissionOp
 	case <-ctx.Done():
 		return cancelledOutcome()
 	}
+}
+
+// fallback is the "device" policy's answer when the device is not asked
+// or does not answer: permissionFallback.
+func (t *turn) fallback(options []sdk.PermissionOption) sdk.RequestPermissionResponse {
+	if t.p.r.cfg.PermissionFallback == config.ACPPermissionAllowOnce {
+		if r := pick(options, sdk.PermissionOptionKindAllowOnce); r.Outcome.Selected != nil {
+			return r
+		}
+	}
+	return rejectOutcome(options)
+}
+
+// askDevice asks the device (policy "device") with the request's own
+// options; asked false: it could not be asked (no "choice", options that
+// do not fit a question), and the caller answers with the fallback.
+func (t *turn) askDevice(ctx context.Context, title string, options []sdk.PermissionOption) (sdk.RequestPermissionResponse, bool) {
+	if t.req.Ask == nil {
+		t.p.Log.Info("permission policy is device, but the device did not list choice; answering with the fallback", "tool", title, "fallback", t.p.r.cfg.PermissionFallback)
+		return sdk.RequestPermissionResponse{}, false
+	}
+	q, ok := deviceQuestion(title, options)
+	if !ok {
+		t.p.Log.Warn("permission request's options do not fit a device question; answering with the fallback", "tool", title, "options", len(options))
+		return sdk.RequestPermissionResponse{}, false
+	}
+	q.Timeout = t.p.r.askTimeout
+	qctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { // a device cancel of the turn closes the question too
+		select {
+		case <-t.cancelCh:
+			stop()
+		case <-qctx.Done():
+		}
+	}()
+	id, err := t.req.Ask(qctx, q)
+	switch {
+	case err == nil:
+		for _, o := range options {
+			if string(o.OptionId) == id {
+				return sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeSelected(o.OptionId)}, true
+			}
+		}
+		return t.fallback(options), true
+	case errors.Is(err, agent.ErrQuestionCancelled) || t.cancelled() || ctx.Err() != nil:
+		return cancelledOutcome(), true
+	case errors.Is(err, agent.ErrQuestionTimeout):
+		t.progress(fmt.Sprintf("no answer within %s: %s", t.p.r.askTimeout, strings.ReplaceAll(t.p.r.cfg.PermissionFallback, "_", " ")))
+		return t.fallback(options), true
+	default:
+		t.p.Log.Warn("permission question not asked; answering with the fallback", "tool", title, "err", err)
+		return t.fallback(options), true
+	}
+}
+
+// deviceQuestion is a permission request as a question: its options'
+// ids and names (a name cut to link.MaxOptionLabelBytes, control
+// characters made spaces; none: the kind); false if they do not fit.
+func deviceQuestion(title string, options []sdk.PermissionOption) (agent.Question, bool) {
+	if len(options) < link.MinOptions || len(options) > link.MaxOptions {
+		return agent.Question{}, false
+	}
+	q := agent.Question{Text: "Allow? " + cutBytes(title, link.MaxQuestionTextBytes-len("Allow? "))}
+	seen := map[string]bool{}
+	for _, o := range options {
+		id := string(o.OptionId)
+		if id == "" || len(id) > link.MaxOptionIDBytes || seen[id] {
+			return agent.Question{}, false
+		}
+		seen[id] = true
+		label := o.Name
+		if strings.TrimSpace(label) == "" {
+			label = strings.ReplaceAll(string(o.Kind), "_", " ")
+		}
+		label = strings.Map(func(r rune) rune {
+			if r < 0x20 || r == 0x7f {
+				return ' '
+			}
+			return r
+		}, label)
+		label = cutBytes(label, link.MaxOptionLabelBytes)
+		if label == "" {
+			label = id
+		}
+		q.Options = append(q.Options, link.Option{ID: id, Label: label})
+	}
+	return q, true
+}
+
+// cutBytes cuts s to at most n bytes on a character boundary.
+func cutBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // answer hands text to the open question; false if none is open.

@@ -35,7 +35,8 @@ func New(name string, a config.Agent, opt Options) (agent.Runner, error) {
 			return nil, fmt.Errorf("agent %q: unknown builtin %q", name, a.Builtin.Name)
 		}
 		return agent.Echo{Delay: time.Duration(a.Builtin.DelayMs) * time.Millisecond,
-			WordGap: time.Duration(a.Builtin.StreamWordMs) * time.Millisecond}, nil
+			WordGap:    time.Duration(a.Builtin.StreamWordMs) * time.Millisecond,
+			AskTimeout: time.Duration(a.Builtin.AskTimeoutSeconds) * time.Second}, nil
 	case a.Terminal != nil:
 		return terminal.New(name, *a.Terminal, terminal.Options{Logger: log, Procs: opt.Procs, Push: opt.Push})
 	case a.Nuum != nil:

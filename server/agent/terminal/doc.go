@@ -12,7 +12,7 @@
 // death signal, guard, reaping after a crash). The Runner writes one
 // JSON [Envelope] line to its stdin and closes stdin. In rich mode stdout is
 // read line by line as it arrives: "message", "progress", "error" and "log"
-// frames, and termlink's "delta" and "notice" ([ParseFrame]); a JSON object with another "type" (a later
+// frames, and termlink's "delta", "notice" and "question" ([ParseFrame]); a JSON object with another "type" (a later
 // protocol's frame, or null) is dropped with a log line, as nanobot does;
 // every other line is kept as plain text. In plain
 // mode stdout is taken whole when the process exits. Absolute paths of
@@ -31,6 +31,34 @@
 // whose "text" is missing, null or not a string is dropped with a log
 // line and an "agent_bad_frame" event saying so; the run goes on. An
 // agent that prints no delta frames behaves exactly as before.
+//
+// Questions (termlink's extension of rich mode, issue 42): an agent
+// configured with "questions": true keeps its stdin open for the run
+// (nanobot's agents get it closed after the envelope; so do the others)
+// and may print a question for the person at the device:
+//
+//	{"type":"question","id":"q1","text":"Deploy now?",
+//	 "options":[{"id":"yes","label":"Yes"},{"id":"no","label":"No"}],
+//	 "timeout_seconds":60}
+//
+// "id" is the agent's own (at most 128 bytes), "options" 2 to 9 with ids
+// of at most 64 bytes and labels of at most 64 (no control characters),
+// "text" at most 16 KiB, "timeout_seconds" optional (1 s to a day;
+// default 5 minutes). The runner asks the device (agent.Request.Ask: a
+// device that listed "choice" shows it, one key per option) and writes
+// one line to the agent's stdin when it is settled:
+//
+//	{"type":"answer","id":"q1","option":"yes"}
+//	{"type":"answer","id":"q1","option":null,"reason":"timeout"}
+//
+// reason, when option is null: "timeout" (not answered in time),
+// "cancelled" (the run was cancelled), "unavailable" (the device did not
+// list "choice": answered at once), "busy" (another question of this run
+// is still open: one at a time) or "refused" (the question is out of
+// bounds; "error" names the field). The stdout reader goes on meanwhile:
+// progress and deltas still flow while a question is open. A question
+// frame from an agent without "questions" is dropped with a log line and
+// an "agent_bad_frame" event, as is one without an "id" or "text".
 //
 // The run ends with one agent.Result: the message frames' texts (or the
 // deltas' text when there are none) and the plain text, joined by blank

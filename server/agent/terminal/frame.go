@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+
+	"termlink/link"
 )
 
 // Frame types of a rich-mode agent's stdout.
@@ -16,6 +18,11 @@ const (
 	// a piece of the reply as the agent writes it, streamed to devices
 	// that listed "stream" (see the package doc).
 	FrameDelta = "delta"
+	// FrameQuestion is termlink's extension {"type":"question","id":..,
+	// "text":..,"options":[{"id":..,"label":..}],"timeout_seconds":N}:
+	// a question for the person at the device, answered on stdin (see
+	// the package doc). Only for an agent configured with "questions".
+	FrameQuestion = "question"
 )
 
 // Frame is one JSONL line a rich-mode agent writes to stdout.
@@ -25,7 +32,11 @@ type Frame struct {
 	Media []string `json:"media,omitempty"` // message: files to attach
 	Code  string   `json:"code,omitempty"`  // error: machine-readable code
 	Level string   `json:"level,omitempty"` // log: "debug" (default), "info", "warning", "error"
-	// Problem says why a delta frame cannot be used (its "text" is
+	// ID, Options and TimeoutSeconds are a question frame's.
+	ID             string        `json:"id,omitempty"`
+	Options        []link.Option `json:"options,omitempty"`
+	TimeoutSeconds int           `json:"timeout_seconds,omitempty"`
+	// Problem says why a delta or question frame cannot be used (its "text" is
 	// missing, null or not a string); Text is then empty. The runner
 	// logs it and drops the frame.
 	Problem string `json:"-"`
@@ -72,6 +83,10 @@ func ParseFrame(line []byte) (Frame, bool) {
 		f.Problem = deltaText(raw["text"], &f.Text)
 		return f, true
 	}
+	if f.Type == FrameQuestion {
+		f.Problem = questionFields(raw, &f)
+		return f, true
+	}
 	ok := true
 	if !field(raw, "text", &f.Text) {
 		f.Text = compactJSON(raw["text"])
@@ -104,11 +119,27 @@ func deltaText(raw json.RawMessage, text *string) string {
 	return ""
 }
 
+// questionFields decodes a question frame's fields into f, or says what
+// is wrong with them (link's bounds are the router's to check).
+func questionFields(raw map[string]json.RawMessage, f *Frame) string {
+	switch {
+	case !field(raw, "id", &f.ID) || f.ID == "":
+		return `question frame without a string "id"`
+	case !field(raw, "text", &f.Text) || f.Text == "":
+		return `question frame without a string "text"`
+	case !field(raw, "options", &f.Options):
+		return `question frame whose "options" is not a list of {"id","label"} objects`
+	case !field(raw, "timeout_seconds", &f.TimeoutSeconds) || f.TimeoutSeconds < 0:
+		return `question frame whose "timeout_seconds" is not a positive whole number`
+	}
+	return ""
+}
+
 // Known tells whether f is of one of the spec's four frame types or
 // termlink's delta.
 func (f Frame) Known() bool {
 	switch f.Type {
-	case FrameMessage, FrameProgress, FrameError, FrameLog, FrameDelta:
+	case FrameMessage, FrameProgress, FrameError, FrameLog, FrameDelta, FrameQuestion:
 		return true
 	}
 	return false

@@ -273,6 +273,16 @@ type runState struct {
 	// stderr
 	stderr     []byte
 	stderrMore int64
+
+	// questions (an agent configured with "questions"): stdin stays open
+	// for the answers, written after the envelope (enveloped).
+	stdin     *os.File
+	enveloped chan struct{}
+	askCtx    context.Context
+	askStop   context.CancelFunc
+	asks      sync.WaitGroup
+	stdinMu   sync.Mutex // one line at a time on stdin
+	asking    bool       // a question is open (stdinMu)
 }
 
 func (s *runState) kill() {
@@ -327,6 +337,9 @@ func (s *runState) run(ctx context.Context) agent.Result {
 	s.pid = cmd.Process.Pid
 	s.log.Debug("agent started", "pid", s.pid)
 
+	s.stdin, s.enveloped = inW, make(chan struct{})
+	s.askCtx, s.askStop = context.WithCancel(ctx)
+	defer s.askStop()
 	stdinDone := make(chan struct{})
 	go func() {
 		defer close(stdinDone)
@@ -371,6 +384,7 @@ func (s *runState) run(ctx context.Context) agent.Result {
 		s.kill()
 	}
 	<-exited
+	s.askStop() // the agent is gone: its open question closes
 
 	// The agent has exited; what it left behind may still hold its output.
 	drained := make(chan struct{})
@@ -388,7 +402,9 @@ func (s *runState) run(ctx context.Context) agent.Result {
 		s.kill()
 		s.drainAfterKill(drained, grace, outR, errR)
 	}
+	s.askStop() // an open question closes with its run
 	inW.Close() // unblocks a write the agent never read
+	s.asks.Wait()
 	<-stdinDone
 	r.opt.Procs.Done(s.pid) // a detached process left in the group keeps the marker
 
@@ -481,9 +497,14 @@ func (r *Runner) command(text string) *exec.Cmd {
 // writeStdin writes the envelope and closes stdin. An agent that exits
 // without reading it is fine.
 func (s *runState) writeStdin(w *os.File) {
+	s.stdinMu.Lock()
 	_, err := w.Write(s.payload)
-	if cerr := w.Close(); err == nil {
-		err = cerr
+	s.stdinMu.Unlock()
+	close(s.enveloped)
+	if !s.r.cfg.Questions { // else stdin stays open for the answers until the run ends
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err != nil && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, os.ErrClosed) {
 		s.log.Debug("writing the envelope to the agent's stdin", "err", err)
@@ -623,6 +644,8 @@ func (s *runState) handleLine(line []byte) {
 		s.stream.write(f.Text)
 	case FrameNotice:
 		s.pushNotice(line)
+	case FrameQuestion:
+		s.question(f, line) // question.go
 	default:
 		// A frame type of a later protocol (or "type": null): not text for
 		// a screen. nanobot ignores it too.

@@ -519,7 +519,9 @@
   // fleetRow is a device's row, rebuilt only when what it shows changed.
   const fleetRows = new Map(); // peer_id -> {key, tr}
   function fleetRow(p) {
-    const key = JSON.stringify([{ ...p, screen: undefined }, state.channel, state.settingsVersion, p.online ? '' : ago(p.last_seen)]);
+    // Of the health report only what the row shows: a report a minute
+    // does not rebuild every row.
+    const key = JSON.stringify([{ ...p, screen: undefined, health: healthMarks(p) }, state.channel, state.settingsVersion, p.online ? '' : ago(p.last_seen)]);
     const c = fleetRows.get(p.peer_id);
     if (c && c.key === key) return c.tr;
     const tr = el('tr', { 'data-testid': 'peer-row', 'data-peer-id': p.peer_id, 'data-online': String(!!p.online) },
@@ -528,7 +530,9 @@
       el('td', { 'data-testid': 'peer-state', 'data-label': 'State' }, el('span', { class: 'badge' + (p.online ? ' on' : ''), text: p.online ? 'online' : 'offline' }),
         p.edge ? el('div', { class: 'sub', 'data-testid': 'peer-edge', title: 'the cluster node that holds (or last held) its connection', text: p.edge }) : null,
         ...[[updateMark(p), 'mark-update'], [settingsMark(p), 'mark-settings']].filter(([m]) => m).map(([m, id]) =>
-          el('div', { class: 'mark', 'data-testid': id }, el('span', { class: 'badge alert', text: m.text }), el('span', { class: 'sub', text: ` ${m.why}` })))),
+          el('div', { class: 'mark', 'data-testid': id }, el('span', { class: 'badge alert', text: m.text }), el('span', { class: 'sub', text: ` ${m.why}` }))),
+        ...healthMarks(p).map(m => el('div', { class: 'mark', 'data-testid': 'mark-health', 'data-condition': m.cond },
+          el('span', { class: 'badge alert', text: m.text }), el('span', { class: 'sub', text: ` ${m.why}` })))),
       el('td', { 'data-label': 'Tags' }, ...Object.entries(p.tags || {}).map(([k, v]) => el('button', {
         type: 'button', class: 'tag', title: `Show devices with ${k}:${v}`, text: `${k}:${v}`,
         onclick: () => { $('filter-tag').value = `${k}:${v}`; drawFleet(); },
@@ -742,6 +746,7 @@
       ['Version', p.version || '—'],
       ['Platform', p.platform || '—'],
       ['Update', updateText(p)],
+      ...(p.busy ? [['In use', el('span', { 'data-testid': 'peer-busy', text: p.busy.busy ? `yes (${BUSY_WHY[p.busy.why] || p.busy.why}) since ${fmtTime(p.busy.since)}: updates wait` : 'no' })]] : []),
       ['Settings', p.settings_error ? el('span', { class: 'error-inline', text: `refused: ${p.settings_error}` })
         : p.settings_version ? `version ${p.settings_version} applied` : '—'],
       ['Tags', tags || '—'],
@@ -751,12 +756,16 @@
       ['Last message', fmtTime(p.last_message_at)],
       ['Address', p.remote_addr || '—'],
       ['Reconnects (1 h)', String(p.reconnects_last_hour ?? '—')],
+      ['Health', healthText(p)],
       ['Session', p.session_id || '—'],
       ['Capabilities', (p.capabilities || []).join(', ') || '—'],
       ['Notices pending', String(p.notices_pending || 0)],
     ];
     $('peer-info').replaceChildren(...items.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)]));
   }
+
+  // BUSY_WHY says why a device is in use (its busy frame, issue 42).
+  const BUSY_WHY = { run: 'a message is running', question: 'a question is open', keys: 'keys pressed a moment ago' };
 
   // updateText is the device's last update as it reported it.
   function updateText(p) {
@@ -788,6 +797,13 @@
         type: 'button', text: 'Cancel', 'aria-label': `Cancel run ${id}`,
         onclick: (ev) => act(ev.currentTarget, 'POST', `${base}/cancel`, { message_id: id }),
       }))) : [el('li', { class: 'hint', text: 'Nothing running.' })]));
+    // Open questions: read-only (the person at the device answers).
+    const questions = d.questions || [];
+    $('peer-questions').replaceChildren(...(questions.length ? questions.map((q) => el('li', { 'data-testid': 'peer-question', 'data-question-id': q.question_id },
+      el('span', { text: q.text }),
+      el('ol', { class: 'options' }, ...(q.options || []).map((o) => el('li', { 'data-option-id': o.id, text: o.label }))),
+      el('span', { class: 'sub', text: `asked by run of ${q.message_id} · ${q.seconds_left} s left · answered on the device` }))) :
+      [el('li', { class: 'hint', text: 'No question open.' })]));
     const notices = d.notices || [];
     $('peer-notices').replaceChildren(...(notices.length ? notices.map((n) => el('li', { 'data-testid': 'peer-notice', 'data-notice-id': n.notice_id, 'data-state': n.state },
       el('span', { class: `badge ${n.priority === 'alert' ? 'alert' : 'info'}`, text: n.priority || 'info' }),
@@ -941,6 +957,56 @@
       return { text: 'settings not applied', why: `applied version ${p.settings_version || 0} of ${state.settingsVersion}` };
     }
     return null;
+  }
+
+  // healthMarks are the conditions the device's last health report marks
+  // (issue 43; the server computes them: disk_low, hot, throttled,
+  // crash_looping, power_loss), each a badge on its fleet row.
+  const HEALTH_MARKS = {
+    disk_low: h => ({ text: 'disk low', why: `${h.disk_free_percent}% free (${fmtBytes(h.disk_free)})` }),
+    hot: h => ({ text: 'hot', why: `${fmtTemp(h.temp_mc)}` }),
+    throttled: h => ({ text: 'throttled', why: (h.throttled || []).filter(w => !w.endsWith('_occurred')).map(human).join(', ') }),
+    crash_looping: h => ({ text: 'crash looping', why: `${h.restarts_last_hour} restarts in the last hour; ${h.last_stop_detail || 'crash'}` }),
+    power_loss: () => ({ text: 'restarted by power loss', why: 'no clean stop before its last start' }),
+  };
+  function healthMarks(p) {
+    const h = p.health;
+    if (!h) return [];
+    return (h.conditions || []).filter(c => HEALTH_MARKS[c]).map(c => ({ cond: c, ...HEALTH_MARKS[c](h) }));
+  }
+
+  // healthText is the device's last health report on its page.
+  function healthText(p) {
+    const h = p.health;
+    if (!h) return (p.capabilities || []).includes('health') ? 'no report yet' : '—';
+    const stop = h.last_stop === 'crash' ? `crash: ${h.last_stop_detail || '?'}` : human(h.last_stop);
+    const lines = [
+      `up ${fmtDuration(h.uptime_seconds)}, load ${h.load1}, ${fmtBytes(h.mem_available)} memory available`,
+      `state dir: ${fmtBytes(h.disk_free)} free (${h.disk_free_percent}%)`,
+      ...(h.temp_mc != null ? [`CPU ${fmtTemp(h.temp_mc)}`] : []),
+      ...((h.throttled || []).length ? [`throttling: ${h.throttled.map(human).join(', ')}`] : []),
+      `last stop: ${stop}; ${h.restarts_last_hour} restarts in the last hour`,
+      `link: ${h.reconnects} reconnects since its start${h.heartbeat_rtt_ms ? `, heartbeat ${h.heartbeat_rtt_ms} ms` : ''}`,
+      `reported ${fmtTime(h.at)}`,
+    ];
+    return el('div', { 'data-testid': 'peer-health', 'data-conditions': (h.conditions || []).join(' ') },
+      ...healthMarks(p).flatMap(m => [el('span', { class: 'badge alert', text: m.text }), ' ']),
+      ...lines.map(t => el('div', { class: 'sub', text: t })));
+  }
+
+  function fmtBytes(n) {
+    if (n == null) return '—';
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return `${i ? n.toFixed(1) : n} ${units[i]}`;
+  }
+  function fmtTemp(mc) { return mc == null ? '—' : `${(mc / 1000).toFixed(1)} °C`; }
+  function fmtDuration(s) {
+    if (s < 120) return `${s} s`;
+    if (s < 7200) return `${Math.floor(s / 60)} min`;
+    if (s < 172800) return `${Math.floor(s / 3600)} h`;
+    return `${Math.floor(s / 86400)} days`;
   }
 
   function updateMark(p) {
@@ -1120,7 +1186,7 @@
   // aborted here; an expanded one lists its devices, polled with the list
   // (every 2 s, and at once on the stream's rollout_* events) while it is
   // running or paused, once more when it ends ----
-  const ROLLOUT_STATES = ['installed', 'pending', 'sent', 'downloading', 'restarting', 'offline', 'failed', 'rolled_back', 'refused', 'skipped'];
+  const ROLLOUT_STATES = ['installed', 'pending', 'sent', 'waiting', 'downloading', 'restarting', 'offline', 'failed', 'rolled_back', 'refused', 'skipped'];
   const FAILED_STATES = ['failed', 'rolled_back', 'refused'];
   const rollouts = new Map(); // rollout id -> {key, li, open, detail, table, ended}
   let rolloutsTimer = 0;
@@ -1175,6 +1241,7 @@
       el('strong', { text: `${r.version} ` }),
       el('span', { class: `rollout-state ${r.state}`, 'data-testid': 'rollout-state', text: r.state + why }),
       el('span', { class: 'sub', text: ` · ${r.id} · ${target}${r.canary ? `, ${r.canary} canar${r.canary === 1 ? 'y' : 'ies'}` : ''} · ${counts || 'no devices'}` }),
+      r.window || r.force ? el('span', { class: 'sub', 'data-testid': 'rollout-window', text: ` · ${r.window ? `window ${r.window} ${r.zone === 'device' ? "(each device's zone)" : 'UTC'}` : ''}${r.window && r.force ? ', ' : ''}${r.force ? 'forced' : ''}` }) : null,
       el('span', { class: 'row' }, toggle, ...buttons), status, region);
   }
 
@@ -1192,7 +1259,7 @@
           d.online === false ? el('span', { class: 'sub', text: ' (offline)' }) : null),
         el('td', { 'data-label': 'Wave' }, d.wave === 0 ? 'canary' : d.wave < 0 ? '—' : String(d.wave)),
         el('td', { 'data-label': 'State', 'data-testid': 'rollout-device-state' },
-          el('span', { class: `dev-state ${d.state}` }, failed ? '✗ ' : d.state === 'installed' ? '✓ ' : '', human(d.state)),
+          el('span', { class: `dev-state ${d.state}` }, failed ? '✗ ' : d.state === 'installed' ? '✓ ' : '', human(d.state) + (d.state === 'waiting' && d.reason ? `: ${d.reason}` : '')),
           culprit ? el('div', { class: 'paused-by', 'data-testid': 'paused-by', text: 'paused the rollout' }) : null),
         el('td', { 'data-label': 'Running' }, d.running || '—'),
         el('td', { 'data-label': 'Reason', class: 'reason' }, d.reason || (d.was ? `was ${human(d.was)}` : '—')),
@@ -1364,6 +1431,12 @@
       if (v !== '') body[k] = Number(v);
     }
     if (fd.get('allow_downgrade')) body.allow_downgrade = true;
+    const win = String(fd.get('window') || '').trim();
+    if (win) {
+      body.window = win;
+      if (fd.get('zone') === 'device') body.zone = 'device';
+    }
+    if (fd.get('force')) body.force = true;
     return body;
   }
 
@@ -1442,6 +1515,7 @@
       const p = state.peers.get(state.route.peer);
       if (p) drawPeerLive(p); else { $('peer-title').textContent = state.route.peer; drawLCD(null); }
       $('running').replaceChildren();
+      $('peer-questions').replaceChildren();
       $('peer-notices').replaceChildren();
       $('conversation').replaceChildren();
       $('peer-events').replaceChildren();

@@ -30,6 +30,7 @@ import (
 	"unicode/utf8"
 
 	"termlink/internal/testwait"
+	"termlink/link"
 	"termlink/server/registry"
 )
 
@@ -62,6 +63,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ScreenBounded", screenBounded},
 		{"FleetState", fleetState},
 		{"FleetStateBounded", fleetStateBounded},
+		{"Busy", busy},
 		{"UnknownDevice", unknownDevice},
 		{"BadIDs", badIDs},
 		{"ChannelFull", channelFull},
@@ -71,6 +73,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Stream", stream},
 		{"Reopen", reopen},
 		{"Nodes", nodes},
+		{"Health", healthReports},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, newStore(t)) })
 	}
@@ -441,6 +444,43 @@ func fleetState(t *testing.T, s Store) {
 	waitPeer(t, r, "k1", "with its new tags", tagsAre(map[string]string{"site": "roof", "floor": "2"}))
 	if n, byTag := waitOnline(t, r, "site=roof"); n != 1 || byTag["site=lobby"] != 0 {
 		t.Errorf("online %d %v after the tags changed", n, byTag)
+	}
+}
+
+// busy: a device's busy state (issue 42) is kept while it is online,
+// bounded, seen on every node of a shared store, gone with its
+// connection; an unknown or offline device's is not taken.
+func busy(t *testing.T, s Store) {
+	r := open(t, s, options())
+	if r.SetBusy(ch, "k1", registry.BusyState{Busy: true, Why: "run"}) {
+		t.Fatal("SetBusy of an unknown device: true")
+	}
+	gen := connect(t, r, authed(device("k1", nil)))
+	off := 3600
+	if !r.SetBusy(ch, "k1", registry.BusyState{Busy: true, Why: strings.Repeat("w", 1000), UTCOffset: &off}) {
+		t.Fatal("SetBusy of an online device: false")
+	}
+	isBusy := func(p registry.Peer) error {
+		if b := p.Busy; b == nil || !b.Busy || len(b.Why) > registry.MaxField || b.UTCOffset == nil || *b.UTCOffset != off || b.Since == "" {
+			return fmt.Errorf("busy %+v", b)
+		}
+		return nil
+	}
+	waitPeer(t, r, "k1", "busy", isBusy)
+	if s.Other != nil {
+		b := s.Other(t, options())
+		t.Cleanup(func() { _ = b.Close() })
+		waitPeer(t, b, "k1", "busy, on the other node", isBusy)
+	}
+	r.Disconnected(ch, "k1", gen)
+	waitPeer(t, r, "k1", "offline, not busy", both(offline, func(p registry.Peer) error {
+		if p.Busy != nil {
+			return fmt.Errorf("busy %+v offline", p.Busy)
+		}
+		return nil
+	}))
+	if r.SetBusy(ch, "k1", registry.BusyState{Busy: true, Why: "keys"}) {
+		t.Fatal("SetBusy of an offline device: true")
 	}
 }
 
@@ -976,4 +1016,67 @@ func nodes(t *testing.T, s Store) {
 	if ids := peerIDs(a.List(ch, registry.Filter{})); ids != "b1 k2 k3" {
 		t.Errorf("the first node lists %s", ids)
 	}
+}
+
+// A device's health report (issue 43): kept from its live connection,
+// one per registry.HealthEvery per connection, kept across a reconnect
+// and a restart, counted per condition while online; on a shared store
+// read and counted on another node.
+func healthReports(t *testing.T, s Store) {
+	r := open(t, s, options())
+	gen := connect(t, r, authed(device("k1", nil)))
+	h := link.Health{UptimeSeconds: 9, DiskFreePercent: 5, LastStop: link.StopCrash, LastStopDetail: "panic: boom", RestartsLastHour: 3}
+	if err := r.SetHealth(ch, "k1", gen+100, h); !errors.Is(err, registry.ErrNotLive) {
+		t.Fatalf("a report from a connection that is not the live one: %v", err)
+	}
+	if err := r.SetHealth(ch, "nobody", gen, h); !errors.Is(err, registry.ErrNotLive) {
+		t.Fatalf("a report of an unknown device: %v", err)
+	}
+	if err := r.SetHealth(ch, "k1", gen, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetHealth(ch, "k1", gen, h); !errors.Is(err, registry.ErrHealthTooSoon) {
+		t.Fatalf("a second report at once: %v", err)
+	}
+	kept := func(p registry.Peer) error {
+		if p.Health == nil || p.Health.LastStopDetail != "panic: boom" || strings.Join(p.Health.Conditions, ",") != "disk_low,crash_looping" {
+			return fmt.Errorf("health %+v", p.Health)
+		}
+		return nil
+	}
+	waitPeer(t, r, "k1", "with its report", kept)
+	testwait.UntilOK(t, "the report counted", func() error {
+		if c := r.HealthCounts(ch); c[registry.HealthReporting] != 1 || c[link.ConditionDiskLow] != 1 || c[link.ConditionCrashLooping] != 1 || c[link.ConditionHot] != 0 {
+			return fmt.Errorf("counts %v", c)
+		}
+		return nil
+	})
+	if s.Other != nil {
+		b := s.Other(t, options())
+		t.Cleanup(func() { _ = b.Close() })
+		waitPeer(t, b, "k1", "with its report, on the other node", kept)
+		testwait.UntilOK(t, "the report counted on the other node", func() error {
+			if c := b.HealthCounts(ch); c[registry.HealthReporting] != 1 || c[link.ConditionDiskLow] != 1 {
+				return fmt.Errorf("counts %v", c)
+			}
+			return nil
+		})
+	}
+	r.Disconnected(ch, "k1", gen)
+	waitPeer(t, r, "k1", "offline, its report kept", both(offline, kept))
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r = open(t, s, options())
+	waitPeer(t, r, "k1", "after a restart, its report kept", kept)
+	gen = connect(t, r, authed(device("k1", nil)))
+	if err := r.SetHealth(ch, "k1", gen, link.Health{DiskFreePercent: 80, LastStop: link.StopClean}); err != nil {
+		t.Fatalf("the new connection's first report: %v", err)
+	}
+	waitPeer(t, r, "k1", "with the new report", func(p registry.Peer) error {
+		if p.Health == nil || p.Health.DiskFreePercent != 80 || len(p.Health.Conditions) != 0 {
+			return fmt.Errorf("health %+v", p.Health)
+		}
+		return nil
+	})
 }

@@ -119,6 +119,19 @@ func (f *Fleet) SetUpdate(_, peerID string, u registry.UpdateState) bool {
 	return ok
 }
 
+// SetBusy keeps a device's busy frame, as the registry does (online only).
+func (f *Fleet) SetBusy(_, peerID string, b registry.BusyState) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.peers[peerID]
+	if !ok || !p.Online {
+		return false
+	}
+	p.Busy = &b
+	f.peers[peerID] = p
+	return true
+}
+
 type fleetReleases struct{ f *Fleet }
 
 func (fleetReleases) Ready() error { return nil }
