@@ -82,7 +82,7 @@ _termrig_complete() {
 		values="--channel --connect-rate --connect-timeout --devices --drain --duration --move --outbox --peer-prefix --rate --server --server-pid --text --token"
 		;;
 	"release")
-		words="abort delete keygen list pause resume rollout sign status upload verify"
+		words="abort delete delta keygen list pause resume rollout sign status upload verify"
 		;;
 	"release abort")
 		words="--admin-token-file --channel --server"
@@ -93,6 +93,10 @@ _termrig_complete() {
 		words="--admin-token-file --platform --server --version"
 		files="--admin-token-file"
 		values="--platform --server --version"
+		;;
+	"release delta")
+		words="--from --key --out --to"
+		values="--from --key --out --to"
 		;;
 	"release keygen")
 		words="--out"

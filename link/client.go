@@ -108,6 +108,9 @@ type ClientConfig struct {
 	// the device applied (then Client.SetSettingsVersion).
 	Platform        string
 	SettingsVersion int64
+	// BinarySHA256 goes in connect: the running binary's SHA-256 (a
+	// rollout's patches are made from it).
+	BinarySHA256 string
 
 	// Heartbeat is the ping interval until the server's connected frame
 	// gives heartbeat_seconds (default 30s).

@@ -528,6 +528,7 @@ func AppendEncode(dst []byte, f Frame) ([]byte, error) {
 		if f.SettingsVersion != 0 {
 			dst = strconv.AppendInt(key(dst, "settings_version"), f.SettingsVersion, 10)
 		}
+		dst = optStr(dst, "binary_sha256", f.BinarySHA256)
 	case *Connected:
 		dst = str(dst, "channel_id", f.ChannelID)
 		dst = str(dst, "session_id", f.SessionID)

@@ -97,6 +97,14 @@ type Update struct {
 	URL            string `json:"url"`
 	AllowDowngrade bool   `json:"allow_downgrade,omitempty"`
 	GateSeconds    int    `json:"gate_seconds,omitempty"` // the health gate (0: the device's own)
+	// PatchURL and PatchManifest (issue 43), both or neither: a patch
+	// (package release/delta) that makes the release of the binary the
+	// device said it runs (connect's binary_sha256), and its signed
+	// manifest's JSON text (release.PatchManifest). The device verifies
+	// the manifest, applies the patch and checks the result; on any
+	// failure it fetches URL, the whole binary, by itself.
+	PatchURL      string `json:"patch_url,omitempty"`
+	PatchManifest string `json:"patch_manifest,omitempty"`
 }
 
 // UpdateStatus (extension) is how an update of a device that listed
@@ -225,6 +233,10 @@ func fleetProblem(f Frame) (field, msg string) {
 			return "url", missing
 		case f.GateSeconds < 0:
 			return "gate_seconds", "must not be negative, got " + strconv.Itoa(f.GateSeconds)
+		case f.PatchURL != "" && f.PatchManifest == "":
+			return "patch_manifest", "is missing: a patch_url comes with its manifest"
+		case f.PatchManifest != "" && f.PatchURL == "":
+			return "patch_url", "is missing: a patch_manifest comes with its url"
 		}
 	case *UpdateStatus:
 		switch f.State {

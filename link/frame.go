@@ -77,6 +77,10 @@ type Connect struct {
 	// device applied (0: none).
 	Platform        string `json:"platform,omitempty"`
 	SettingsVersion int64  `json:"settings_version,omitempty"`
+	// BinarySHA256 (extension, issue 43) is the lowercase hex SHA-256 of
+	// the binary the device runs: a rollout sends a patch made from it
+	// when one is stored. The server keeps it only when it is 64 hex digits.
+	BinarySHA256 string `json:"binary_sha256,omitempty"`
 }
 
 // Connected answers Connect.

@@ -138,7 +138,7 @@ func (s *session) handshake(ctx context.Context) (*Connected, string) {
 	if !s.write(MustEncode(&Connect{PeerID: c.cfg.PeerID, DeviceName: c.cfg.DeviceName,
 		Capabilities: c.cfg.Capabilities, ThreadID: c.cfg.ThreadID, UserID: c.cfg.UserID,
 		Board: c.cfg.Board, Version: c.cfg.Version, Tags: c.connectTags(),
-		Platform: c.cfg.Platform, SettingsVersion: c.settingsVersion.Load()})) {
+		Platform: c.cfg.Platform, SettingsVersion: c.settingsVersion.Load(), BinarySHA256: c.cfg.BinarySHA256})) {
 		return nil, s.reason()
 	}
 	t := time.NewTimer(c.cfg.ConnectTimeout)

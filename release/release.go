@@ -300,3 +300,141 @@ func CurrentPlatform() string {
 	}
 	return p
 }
+
+// PatchManifestSuffix is appended to a patch's path for its manifest
+// (termrig release delta writes NEW.from-SHA.patch and NEW.from-SHA.patch.json).
+const PatchManifestSuffix = ".json"
+
+// patchSignedPrefix starts the bytes a patch manifest's signature covers:
+// another tag than a release manifest's, so that neither signature is
+// ever taken for the other.
+const patchSignedPrefix = "termlink-release-patch-v1\n"
+
+// MaxPatchBytes bounds a patch: what a device downloads at most.
+const MaxPatchBytes = 256 << 20
+
+// PatchManifest describes one signed patch (package release/delta):
+// applied to the binary whose SHA-256 is FromSHA256 it makes release
+// Version for Platform, Size bytes with SHA256 (the release manifest's
+// own size and sha256). PatchSize and PatchSHA256 are the patch file's.
+type PatchManifest struct {
+	Version     string `json:"version"`
+	Platform    string `json:"platform"`
+	FromSHA256  string `json:"from_sha256"`
+	FromVersion string `json:"from_version,omitempty"` // what the operator said the source is: shown, not checked
+	Size        int64  `json:"size"`
+	SHA256      string `json:"sha256"`
+	PatchSize   int64  `json:"patch_size"`
+	PatchSHA256 string `json:"patch_sha256"`
+	Signature   string `json:"signature"`
+}
+
+// SignedBytes are what the signature covers: every other field, one per
+// line, after the patch format's tag.
+func (m *PatchManifest) SignedBytes() []byte {
+	return []byte(patchSignedPrefix + m.Version + "\n" + m.Platform + "\n" + m.FromSHA256 + "\n" + m.FromVersion + "\n" +
+		strconv.FormatInt(m.Size, 10) + "\n" + m.SHA256 + "\n" + strconv.FormatInt(m.PatchSize, 10) + "\n" + m.PatchSHA256 + "\n")
+}
+
+// ParsePatchManifest decodes and checks a patch manifest (not its
+// signature: see Verify). Unknown fields are refused.
+func ParsePatchManifest(data []byte) (*PatchManifest, error) {
+	if len(data) > MaxManifestBytes {
+		return nil, fmt.Errorf("patch manifest: %d bytes, more than %d", len(data), MaxManifestBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var m PatchManifest
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("patch manifest: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("patch manifest: more than one JSON value")
+	}
+	var errs []error
+	if err := CheckVersion(m.Version); err != nil {
+		errs = append(errs, err)
+	}
+	if err := CheckPlatform(m.Platform); err != nil {
+		errs = append(errs, err)
+	}
+	if m.FromVersion != "" {
+		if err := CheckVersion(m.FromVersion); err != nil {
+			errs = append(errs, fmt.Errorf("from_version: %w", err))
+		}
+	}
+	if m.Size <= 0 {
+		errs = append(errs, fmt.Errorf("size %d: must be positive", m.Size))
+	}
+	if m.PatchSize <= 0 || m.PatchSize > MaxPatchBytes {
+		errs = append(errs, fmt.Errorf("patch_size %d: must be from 1 to %d", m.PatchSize, MaxPatchBytes))
+	}
+	for name, v := range map[string]string{"from_sha256": m.FromSHA256, "sha256": m.SHA256, "patch_sha256": m.PatchSHA256} {
+		if !sha256RE.MatchString(v) {
+			errs = append(errs, fmt.Errorf("%s %q: want 64 lowercase hex digits", name, v))
+		}
+	}
+	if m.FromSHA256 != "" && m.FromSHA256 == m.SHA256 {
+		errs = append(errs, errors.New("from_sha256 is the result's sha256: a patch of a binary into itself"))
+	}
+	if sig, err := base64.StdEncoding.DecodeString(m.Signature); err != nil || len(sig) != ed25519.SignatureSize {
+		errs = append(errs, fmt.Errorf("signature: want the base64 of %d bytes", ed25519.SignatureSize))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("patch manifest: %w", err)
+	}
+	return &m, nil
+}
+
+// Marshal encodes m as indented JSON with a final newline.
+func (m *PatchManifest) Marshal() []byte {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		panic(err) // strings and int64s
+	}
+	return append(b, '\n')
+}
+
+// Verify checks m's signature against pub.
+func (m *PatchManifest) Verify(pub ed25519.PublicKey) error {
+	sig, err := base64.StdEncoding.DecodeString(m.Signature)
+	if err != nil || len(sig) != ed25519.SignatureSize || len(pub) != ed25519.PublicKeySize {
+		return ErrBadSignature
+	}
+	if !ed25519.Verify(pub, m.SignedBytes(), sig) {
+		return ErrBadSignature
+	}
+	return nil
+}
+
+// Sign fills in m's signature with priv.
+func (m *PatchManifest) Sign(priv ed25519.PrivateKey) {
+	m.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(priv, m.SignedBytes()))
+}
+
+// CheckPatch reads r to its end and says whether it is the patch m
+// describes (size and SHA-256).
+func (m *PatchManifest) CheckPatch(r io.Reader) error {
+	n, sum, err := Digest(io.LimitReader(r, m.PatchSize+1))
+	if err != nil {
+		return fmt.Errorf("reading the patch: %w", err)
+	}
+	if n != m.PatchSize {
+		return fmt.Errorf("patch is %s bytes, its manifest says %d", map[bool]string{true: "more than " + strconv.FormatInt(m.PatchSize, 10), false: strconv.FormatInt(n, 10)}[n > m.PatchSize], m.PatchSize)
+	}
+	if sum != m.PatchSHA256 {
+		return fmt.Errorf("patch's sha256 is %s, its manifest says %s", sum, m.PatchSHA256)
+	}
+	return nil
+}
+
+// Matches says whether the patch makes the release r describes.
+func (m *PatchManifest) Matches(r *Manifest) error {
+	if r.Version != m.Version || r.Platform != m.Platform || r.Size != m.Size || r.SHA256 != m.SHA256 {
+		return fmt.Errorf("the patch makes %s for %s (%d bytes, sha256 %s), the release is %s for %s (%d bytes, sha256 %s)",
+			m.Version, m.Platform, m.Size, short(m.SHA256), r.Version, r.Platform, r.Size, short(r.SHA256))
+	}
+	return nil
+}
+
+func short(s string) string { return s[:min(16, len(s))] }

@@ -242,7 +242,7 @@ func TestCompletionBash(t *testing.T) {
 	}{
 		{"termrig.bash", []string{"termrig", "a"}, ""}, // abort is release's, not termrig's
 		{"termrig.bash", []string{"termrig", "rel"}, "release"},
-		{"termrig.bash", []string{"termrig", "release", ""}, "abort|delete|keygen|list|pause|resume|rollout|sign|status|upload|verify"},
+		{"termrig.bash", []string{"termrig", "release", ""}, "abort|delete|delta|keygen|list|pause|resume|rollout|sign|status|upload|verify"},
 		{"termrig.bash", []string{"termrig", "release", "ro"}, "rollout"},
 		{"termrig.bash", []string{"termrig", "release", "rollout", "--ch"}, "--channel"},
 		{"termrig.bash", []string{"termrig", "device", "logs", "--p"}, "--peer"},

@@ -32,16 +32,19 @@ import (
 // release.key stays; upload, list and delete talk to termserver's release
 // store (package server/releases) through its operator API.
 
-const releaseSynopsis = `<keygen|sign|verify|upload|list|delete> [flags] [args]
+const releaseSynopsis = `<keygen|sign|delta|verify|upload|list|delete> [flags] [args]
 
   keygen --out DIR
       writes DIR/release.key (0600; it never leaves this machine) and DIR/release.pub
   sign --key DIR/release.key --version V --platform OS/ARCH[/VARIANT] BINARY
       writes BINARY.release.json: version, platform, size, sha256, signature
+  delta --from OLD_BINARY --to NEW_BINARY --key DIR/release.key [--out PATCH]
+      writes a signed patch that makes NEW_BINARY (signed already) of OLD_BINARY:
+      PATCH (default NEW_BINARY.from-SHA.patch) and PATCH.json; upload it after NEW_BINARY
   verify --pub release.pub BINARY [MANIFEST]
       checks the manifest's signature and the binary against it
-  upload --server URL [--admin-token-file F] BINARY [MANIFEST]
-      stores the release on termserver (PUT /api/releases/V/OS/ARCH[/VARIANT])
+  upload --server URL [--admin-token-file F] BINARY|PATCH [MANIFEST]
+      stores the release (or a patch beside it) on termserver (PUT /api/releases/V/OS/ARCH[/VARIANT])
   list --server URL [--admin-token-file F] [--version V]
   delete --server URL [--admin-token-file F] --version V --platform P
   rollout --server URL --version V (--peers a,b | --tag k=v | --all) [--canary N] [--percent P]
@@ -65,6 +68,7 @@ Run 'termrig release <command> -h' for the flags of one.`
 var releaseSummaries = []subSummary{
 	{"keygen", "write a release key pair (release.key stays on this machine)"},
 	{"sign", "sign a termd binary: BINARY.release.json"},
+	{"delta", "make a signed patch from an older binary to a signed release"},
 	{"verify", "check a binary against its manifest and the public key"},
 	{"upload", "store a signed release on termserver"},
 	{"list", "the releases termserver stores"},
@@ -79,7 +83,7 @@ var releaseSummaries = []subSummary{
 // releaseCommands are the release commands by name.
 func (a *app) releaseCommands() map[string]func(context.Context, []string) error {
 	return map[string]func(context.Context, []string) error{
-		"keygen": a.releaseKeygen, "sign": a.releaseSign, "verify": a.releaseVerify,
+		"keygen": a.releaseKeygen, "sign": a.releaseSign, "delta": a.releaseDelta, "verify": a.releaseVerify,
 		"upload": a.releaseUpload, "list": a.releaseList, "delete": a.releaseDelete,
 		"rollout": a.releaseRollout, "status": a.releaseStatus,
 		"pause": a.rolloutAction("pause"), "resume": a.rolloutAction("resume"), "abort": a.rolloutAction("abort"),
@@ -89,7 +93,7 @@ func (a *app) releaseCommands() map[string]func(context.Context, []string) error
 func (a *app) release(ctx context.Context, args []string) error {
 	cmds := a.releaseCommands()
 	if len(args) == 0 {
-		return usagef("which release command? keygen, sign, verify, upload, list, delete, rollout, status, pause, resume or abort")
+		return usagef("which release command? keygen, sign, delta, verify, upload, list, delete, rollout, status, pause, resume or abort")
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
@@ -98,7 +102,7 @@ func (a *app) release(ctx context.Context, args []string) error {
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
-		return usagef("unknown release command %q: keygen, sign, verify, upload, list, delete, rollout, status, pause, resume or abort", args[0])
+		return usagef("unknown release command %q: keygen, sign, delta, verify, upload, list, delete, rollout, status, pause, resume or abort", args[0])
 	}
 	return cmd(ctx, args[1:])
 }
@@ -404,6 +408,11 @@ func (a *app) releaseUpload(ctx context.Context, args []string) error {
 	if len(pos) == 2 {
 		mpath = pos[1]
 	}
+	if pm, raw, ppath, err := patchManifestOf(bin, pos[1:]); err != nil {
+		return err
+	} else if pm != nil {
+		return a.uploadPatch(ctx, c, bin, pm, raw, ppath, timeout)
+	}
 	m, raw, err := readManifest(mpath)
 	if err != nil {
 		return err
@@ -473,6 +482,12 @@ func (a *app) releaseList(ctx context.Context, args []string) error {
 			UploadedAt                time.Time `json:"uploaded_at"`
 			UploadedBy                string    `json:"uploaded_by"`
 		}
+		Patches []struct {
+			Version, Platform, SHA256 string
+			Size                      int64
+			FromSHA256                string `json:"from_sha256"`
+			FromVersion               string `json:"from_version"`
+		}
 		Bytes       int64 `json:"bytes"`
 		MaxBytes    int64 `json:"max_bytes"`
 		Count       int   `json:"count"`
@@ -485,6 +500,13 @@ func (a *app) releaseList(ctx context.Context, args []string) error {
 	fmt.Fprintln(tw, "VERSION\tPLATFORM\tSIZE\tSHA256\tUPLOADED\tBY")
 	for _, r := range l.Releases {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.Version, r.Platform, r.Size, r.SHA256[:min(16, len(r.SHA256))], r.UploadedAt.UTC().Format(time.RFC3339), r.UploadedBy)
+	}
+	for _, p := range l.Patches {
+		from := p.FromSHA256[:min(16, len(p.FromSHA256))]
+		if p.FromVersion != "" {
+			from = p.FromVersion + " " + from
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\tpatch from %s\t\t\n", p.Version, p.Platform, p.Size, from)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(a.stdout, "%d of %d releases, %d of %d bytes\n", l.Count, l.MaxReleases, l.Bytes, l.MaxBytes)
@@ -694,6 +716,9 @@ func (a *app) printRollout(r *rollout.Rollout) {
 		st, why := d.State, d.Reason
 		if st == rollout.Waiting {
 			st, why = st+": "+why, "" // waiting: in use, waiting: window
+		}
+		if why == "" && st == d.State {
+			why = d.Delivery // how a patch went (issue 43)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.PeerID, st, d.Running, wave, d.Since.UTC().Format(time.TimeOnly), why)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mathrand "math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -325,5 +326,67 @@ func TestSignTrimpathBuildSaysStampUnchecked(t *testing.T) {
 	}
 	if want := "note: " + bin + " was built with -trimpath, whose build info leaves -ldflags out: its version stamp was not checked against --version 9.9"; !strings.Contains(errs, want) {
 		t.Errorf("sign's stderr:\n%s\nwant it to say %q", errs, want)
+	}
+}
+
+// Issue 43: release delta makes a signed patch of a signed release from
+// an older binary (refusing a release not signed with the key), upload
+// stores it beside the release (refused before the release), and list
+// shows it.
+func TestReleaseDeltaUpload(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if _, err := release.GenerateKey(keys); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(keys, release.PrivateKeyFile)
+	old := make([]byte, 300<<10)
+	rnd := mathrand.New(mathrand.NewPCG(1, 2))
+	for i := range old {
+		old[i] = byte(rnd.IntN(256))
+	}
+	nb := append([]byte("a new function\n"), old...)
+	oldPath, newPath := filepath.Join(dir, "termd-1.0"), filepath.Join(dir, "termd-1.1")
+	_ = os.WriteFile(oldPath, old, 0o755)
+	_ = os.WriteFile(newPath, nb, 0o755)
+	const plat = "linux/arm/6"
+	if st, _, errs := termrig(ctx, "release", "delta", "--from", oldPath, "--to", newPath, "--key", key); st != 1 || !strings.Contains(errs, "no manifest") {
+		t.Fatalf("delta of an unsigned release: exit %d %s", st, errs)
+	}
+	for _, c := range [][]string{{"1.0", oldPath}, {"1.1", newPath}} {
+		if st, _, errs := termrig(ctx, "release", "sign", "--key", key, "--version", c[0], "--platform", plat, c[1]); st != 0 {
+			t.Fatalf("sign: %s", errs)
+		}
+	}
+	st, out, errs := termrig(ctx, "release", "delta", "--from", oldPath, "--to", newPath, "--key", key)
+	if st != 0 || !strings.Contains(out, "patch of 1.1 for "+plat) {
+		t.Fatalf("delta: exit %d\n%s%s", st, out, errs)
+	}
+	patches, _ := filepath.Glob(newPath + ".from-*.patch")
+	if len(patches) != 1 {
+		t.Fatalf("patches written: %v", patches)
+	}
+	raw, _ := os.ReadFile(patches[0] + release.PatchManifestSuffix)
+	pm, err := release.ParsePatchManifest(raw)
+	pub, _ := release.LoadPublicKey(filepath.Join(keys, release.PublicKeyFile))
+	if err != nil || pm.Verify(pub) != nil || pm.FromVersion != "1.0" || pm.Size != int64(len(nb)) || pm.PatchSize*10 > int64(len(nb)) {
+		t.Fatalf("patch manifest %+v %v", pm, err)
+	}
+	srv := servertest.Start(t, func(c *config.Config) { c.Releases.PublicKeyFile = filepath.Join(keys, release.PublicKeyFile) })
+	server := "http://" + srv.Addr
+	if st, _, errs := termrig(ctx, "release", "upload", "--server", server, patches[0]); st != 1 || !strings.Contains(errs, "upload the release before its patches") {
+		t.Fatalf("patch before its release: exit %d %s", st, errs)
+	}
+	if st, _, errs := termrig(ctx, "release", "upload", "--server", server, newPath); st != 0 {
+		t.Fatalf("upload: %s", errs)
+	}
+	if st, out, errs := termrig(ctx, "release", "upload", "--server", server, patches[0]); st != 0 || !strings.Contains(out, "stored a patch of 1.1") {
+		t.Fatalf("patch upload: exit %d %s%s", st, out, errs)
+	}
+	if st, out, errs := termrig(ctx, "release", "list", "--server", server); st != 0 || !strings.Contains(out, "patch from 1.0 ") {
+		t.Fatalf("list: exit %d\n%s%s", st, out, errs)
 	}
 }

@@ -207,7 +207,8 @@ func (s *setup) run(ctx context.Context) error {
 	client, err := link.NewClient(link.ClientConfig{URL: wsURL, Fallbacks: s.edges, PeerID: id, DeviceName: s.name, Token: token,
 		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, StateDir: cfg.StateDir, Logger: log,
 		Capabilities: capabilities(hw.CanAnswer, append(s.fleetCaps(), s.healthCaps()...)), Stream: !cfg.NoStream,
-		Board: s.profile.Name, Version: cfg.Version, Tags: s.settings.tags(), SettingsVersion: s.settings.version(), Platform: release.CurrentPlatform()})
+		Board: s.profile.Name, Version: cfg.Version, Tags: s.settings.tags(), SettingsVersion: s.settings.version(), Platform: release.CurrentPlatform(),
+		BinarySHA256: binarySHA256(cfg.StateDir, log)})
 	if err != nil {
 		return fail(err)
 	}

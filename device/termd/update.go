@@ -173,13 +173,15 @@ func (u *updater) handle(ctx context.Context, f *link.Update) {
 	}
 	st.State = link.UpdateDownloading
 	u.report(st)
-	err = update.Apply(ctx, update.Options{URL: src, Token: u.token, Client: hc, Manifest: m, Key: u.cfg.ReleaseKey, UpdateID: f.UpdateID,
+	opt := update.Options{URL: src, Token: u.token, Client: hc, Manifest: m, Key: u.cfg.ReleaseKey, UpdateID: f.UpdateID,
 		Version: u.cfg.Version, AllowDowngrade: f.AllowDowngrade, Gate: time.Duration(f.GateSeconds) * time.Second,
-		Worker: u.cfg.Worker, Logger: u.log, WaitIdle: u.waitIdle()})
+		Worker: u.cfg.Worker, Logger: u.log, WaitIdle: u.waitIdle()}
+	note := u.patchOptions(f, &opt) // patch.go
+	err = update.Apply(ctx, opt)
 	st = &link.UpdateStatus{UpdateID: f.UpdateID, Version: f.Version}
 	switch {
 	case err == nil:
-		st.State = link.UpdateRestarting
+		st.State, st.Reason = link.UpdateRestarting, note()
 	case ctx.Err() != nil:
 		return // termd is stopping: the next start reports where it is
 	case isRefusal(err):

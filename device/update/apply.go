@@ -146,6 +146,17 @@ type Options struct {
 	// pressed a moment ago), or ctx's error: the release is staged at
 	// once and the supervisor told to restart into it only then.
 	WaitIdle func(ctx context.Context) error
+
+	// Patch and PatchURL (issue 43, patch.go): a patch of the running
+	// binary into the release, tried before the whole binary at URL,
+	// which is fetched when anything about the patch fails. PatchFrom
+	// is the binary it applies to (default Worker.Exe). Note is told
+	// how it went: "patched: ..." or "patch failed: ...; fetching the
+	// full binary".
+	Patch     *release.PatchManifest
+	PatchURL  string
+	PatchFrom string
+	Note      func(string)
 }
 
 // Apply downloads the release, checks it and stages it beside the
@@ -198,9 +209,11 @@ func Apply(ctx context.Context, o Options) error {
 	staged := exe + StagedSuffix
 	part := staged + "-" + m.SHA256[:16] + ".part"
 	removeOtherParts(staged, part)
-	log.Info("downloading a release", "version", m.Version, "size", m.Size, "to", part)
-	if err := download(ctx, client, o.URL, o.Token, part, m); err != nil {
-		return err
+	if !o.tryPatch(ctx, client, m, part, log) { // patch.go
+		log.Info("downloading a release", "version", m.Version, "size", m.Size, "to", part)
+		if err := download(ctx, client, o.URL, o.Token, part, m); err != nil {
+			return err
+		}
 	}
 	f, err := os.Open(part)
 	if err != nil {

@@ -58,6 +58,17 @@
 // the three variables, the two lines, the state file — is versioned
 // (ProtocolVersion) and kept compatible.
 //
+// # Patches
+//
+// An update may carry a patch (issue 43, patch.go) made from the binary
+// termd runs (connect's binary_sha256: BinarySHA256, hashed once and
+// kept in the state dir). Its signed manifest is checked before
+// anything is fetched, the patch is downloaded like a binary (at most
+// its size, resumable) and applied (package release/delta) into the
+// same EXE.new-<sha>.part a whole binary would be downloaded to, hashed
+// as it is written; from there on nothing differs. Any failure falls
+// back to downloading the whole binary, and Options.Note says so.
+//
 // # Under systemd
 //
 // termd.service runs termd --supervise with Restart=always and

@@ -86,9 +86,9 @@ var _ releases.Storage = (*ReleaseStorage)(nil)
 
 // releasesBucketBytes is the bucket's bound for a budget of maxBytes in
 // maxReleases: each 128 KiB chunk carries under 100 bytes of its own,
-// each object's record a few KiB.
+// each object's record a few KiB (a release's and each of its patches').
 func releasesBucketBytes(maxBytes int64, maxReleases int) int64 {
-	return maxBytes + maxBytes/1024 + int64(maxReleases)*16<<10 + 1<<20
+	return maxBytes + maxBytes/1024 + int64(maxReleases)*(1+releases.MaxPatchesPerRelease)*16<<10 + 1<<20
 }
 
 // ReleaseStorage makes (or updates) the bucket, replicated as the

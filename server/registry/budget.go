@@ -131,6 +131,10 @@ func sanitize(d Device) (Device, []string) {
 			ignored = append(ignored, f.name+" cut to "+fmt.Sprint(MaxField)+" bytes")
 		}
 	}
+	if d.BinarySHA256 != "" && !isSHA256(d.BinarySHA256) {
+		d.BinarySHA256 = ""
+		ignored = append(ignored, "binary_sha256: not 64 lowercase hex digits")
+	}
 	used := encLen(d.DeviceName) + encLen(d.Board) + encLen(d.Version) + encLen(d.Platform)
 	overBudget := fmt.Errorf("over the %d-byte budget of what a device says of itself", MaxDeviceBytes)
 	tags := make(map[string]string, min(len(d.Tags), MaxTags))
@@ -289,3 +293,16 @@ func cutEncoded(s string, n int) string {
 
 // truncate cuts s to at most n bytes at a character boundary.
 func truncate(s string, n int) string { return textcut.Cut(s, n) }
+
+// isSHA256 reports 64 lowercase hex digits.
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

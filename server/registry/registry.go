@@ -172,6 +172,11 @@ type Device struct {
 	// An anonymous connect keeps what the device had.
 	Shared    string
 	SharedMax int
+
+	// BinarySHA256 is the running binary's SHA-256 the connect said
+	// (issue 43: a rollout sends a patch made from it); "" unless 64
+	// lowercase hex digits.
+	BinarySHA256 string
 }
 
 // Screen is a device's display as its last screen frame showed it.
@@ -222,6 +227,8 @@ type Peer struct {
 	// Health is the device's last health report (a device that lists
 	// "health"; health.go), kept across its reconnects.
 	Health *Health `json:"health,omitempty"`
+	// BinarySHA256 is the SHA-256 of the binary the device runs.
+	BinarySHA256 string `json:"binary_sha256,omitempty"`
 	// Reconnects is what ReconnectsLastHour counts: per minute of the
 	// last hour (Unix minute), the reconnects in it. Not shown; a copy
 	// of the peer kept elsewhere (a View) counts them when it is read.
@@ -905,7 +912,8 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 	p := Peer{PeerID: d.PeerID, ChannelID: d.ChannelID, SessionID: d.SessionID, DeviceName: d.DeviceName,
 		Board: d.Board, Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, Authenticated: d.Authenticated,
 		Online: e.online, LastSeen: formatTime(e.lastSeen), RemoteAddr: d.RemoteAddr, Screen: e.screen,
-		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError, Busy: e.busy, Health: e.health}
+		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError, Busy: e.busy, Health: e.health,
+		BinarySHA256: d.BinarySHA256}
 	if p.Capabilities == nil {
 		p.Capabilities = []string{}
 	}

@@ -38,6 +38,7 @@ type stored struct {
 	Version       string            `json:"version,omitempty"`
 	Platform      string            `json:"platform,omitempty"`
 	Settings      int64             `json:"settings_version,omitempty"`
+	BinarySHA256  string            `json:"binary_sha256,omitempty"`
 	Capabilities  []string          `json:"capabilities,omitempty"`
 	Tags          map[string]string `json:"tags,omitempty"`
 	RemoteAddr    string            `json:"remote_addr,omitempty"`
@@ -98,7 +99,7 @@ func timeOf(s int64) time.Time {
 func storedOf(e *entry, seen time.Time) stored {
 	d := e.dev
 	return stored{Channel: d.ChannelID, PeerID: d.PeerID, SessionID: d.SessionID, DeviceName: d.DeviceName, Board: d.Board,
-		Version: d.Version, Platform: d.Platform, Settings: d.SettingsVersion, Capabilities: d.Capabilities, Tags: d.Tags, RemoteAddr: d.RemoteAddr, Authenticated: d.Authenticated,
+		Version: d.Version, Platform: d.Platform, Settings: d.SettingsVersion, BinarySHA256: d.BinarySHA256, Capabilities: d.Capabilities, Tags: d.Tags, RemoteAddr: d.RemoteAddr, Authenticated: d.Authenticated,
 		Shared: d.Shared, LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage), Reconnects: e.reconnects,
 		Update: e.update, SettingsError: e.settingsError, Health: e.health}
 }
@@ -110,7 +111,7 @@ func (r *Registry) putLocked(s stored) {
 		return
 	}
 	d, _ := sanitize(Device{ChannelID: s.Channel, PeerID: s.PeerID, SessionID: s.SessionID, DeviceName: s.DeviceName,
-		Board: s.Board, Version: s.Version, Platform: s.Platform, SettingsVersion: s.Settings, Capabilities: s.Capabilities, Tags: s.Tags, RemoteAddr: s.RemoteAddr,
+		Board: s.Board, Version: s.Version, Platform: s.Platform, SettingsVersion: s.Settings, BinarySHA256: s.BinarySHA256, Capabilities: s.Capabilities, Tags: s.Tags, RemoteAddr: s.RemoteAddr,
 		Authenticated: s.Authenticated, Shared: s.Shared})
 	e := &entry{dev: d, lastSeen: timeOf(s.LastSeen), lastMessage: timeOf(s.LastMessageAt), reconnects: s.Reconnects,
 		settingsError: boundReason(s.SettingsError)}

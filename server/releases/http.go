@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,10 +61,13 @@ func ParsePath(version, rest string, want bool) (platform, part string, err erro
 		return "", "", err
 	}
 	platform = rest
-	if want {
+	if want && patchPathRE.MatchString(rest) { // .../patches/{from_sha256}
+		i := strings.LastIndex(rest, "/patches/")
+		platform, part = rest[:i], rest[i+1:]
+	} else if want {
 		i := strings.LastIndexByte(rest, '/')
 		if i < 0 || (rest[i+1:] != "manifest" && rest[i+1:] != "binary") {
-			return "", "", fmt.Errorf("path %q: want {os}/{arch}[/{variant}]/manifest or .../binary", throttle.Cut(rest, MaxEcho))
+			return "", "", fmt.Errorf("path %q: want {os}/{arch}[/{variant}]/manifest, .../binary or .../patches/{from_sha256}", throttle.Cut(rest, MaxEcho))
 		}
 		platform, part = rest[:i], rest[i+1:]
 	}
@@ -72,6 +76,9 @@ func ParsePath(version, rest string, want bool) (platform, part string, err erro
 	}
 	return platform, part, nil
 }
+
+// patchPathRE is the end of a patch's path.
+var patchPathRE = regexp.MustCompile(`/patches/[0-9a-f]{64}$`)
 
 // MaxEcho bounds the bytes of a path value an error repeats.
 const MaxEcho = 80
@@ -143,6 +150,9 @@ func (s *Store) put(w http.ResponseWriter, r *http.Request, op string) error {
 	if err != nil {
 		return refuse(400, "%v", err)
 	}
+	if v := r.Header.Get(PatchManifestHeader); v != "" {
+		return s.putPatch(w, r, op, version, platform, v)
+	}
 	m, err := DecodeManifestHeader(r.Header.Get(ManifestHeader))
 	if err != nil {
 		return refuse(400, "%v", err)
@@ -176,7 +186,7 @@ func (s *Store) serveList(w http.ResponseWriter, r *http.Request) {
 	}
 	used, maxBytes, n, maxN := s.Usage()
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{
-		"releases": s.List(v), "bytes": used, "max_bytes": maxBytes, "count": n, "max_releases": maxN,
+		"releases": s.List(v), "patches": s.Patches(v, ""), "bytes": used, "max_bytes": maxBytes, "count": n, "max_releases": maxN,
 		"signatures_checked": s.opt.PublicKey != nil,
 	})
 }
@@ -195,6 +205,10 @@ func (s *Store) serveGet(w http.ResponseWriter, r *http.Request) {
 	platform, part, err := ParsePath(version, r.PathValue("rest"), true)
 	if err != nil {
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if from, ok := strings.CutPrefix(part, "patches/"); ok {
+		s.servePatch(w, r, version, platform, from)
 		return
 	}
 	if part == "manifest" {

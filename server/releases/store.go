@@ -93,11 +93,16 @@ type Entry struct {
 	UploadedAt       time.Time `json:"uploaded_at"`
 	UploadedBy       string    `json:"uploaded_by,omitempty"`
 	SignatureChecked bool      `json:"signature_checked"` // the server had the release key at upload
+	// A patch (issue 43) of the release Version for Platform: Size and
+	// SHA256 are the patch file's; FromSHA256 the binary it applies to.
+	FromSHA256  string `json:"from_sha256,omitempty"`
+	FromVersion string `json:"from_version,omitempty"`
 }
 
 type stored struct {
 	Entry
-	manifest *release.Manifest
+	manifest *release.Manifest      // a release's
+	patch    *release.PatchManifest // a patch's (patch.go)
 }
 
 // Store is the release store: its rules over a Storage.
@@ -268,6 +273,9 @@ func (s *Store) dropLocked(k string) {
 // manifest's size, and one recorded as checked against the release key
 // is signed by the key configured here.
 func (s *Store) check(r Record) (*stored, error) {
+	if isPatchKey(r.Key) {
+		return s.checkPatch(r)
+	}
 	m, err := release.ParseManifest(r.Manifest)
 	if err != nil {
 		return nil, fmt.Errorf("stored release %s: %w", r.Key, err)
@@ -295,7 +303,7 @@ func (s *Store) Events() *events.Log { return s.events }
 func (s *Store) Usage() (bytes, maxBytes int64, count, maxCount int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.used, s.opt.MaxBytes, len(s.entries), s.opt.MaxReleases
+	return s.used, s.opt.MaxBytes, len(s.entries) - s.patchesLocked(), s.opt.MaxReleases
 }
 
 // List is every stored release (of version, when not ""), by version then platform.
@@ -303,7 +311,7 @@ func (s *Store) List(version string) []Entry {
 	s.mu.Lock()
 	out := make([]Entry, 0, len(s.entries))
 	for _, e := range s.entries {
-		if version == "" || e.Version == version {
+		if e.patch == nil && (version == "" || e.Version == version) {
 			out = append(out, e.Entry)
 		}
 	}
@@ -322,7 +330,7 @@ func (s *Store) Manifest(version, platform string) (*release.Manifest, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entries[key(version, platform)]
-	if e == nil {
+	if e == nil || e.manifest == nil {
 		return nil, false
 	}
 	return e.manifest, true
@@ -418,8 +426,8 @@ func (s *Store) reserve(m *release.Manifest) error {
 		return refuse(409, "release %s for %s is being uploaded by another request", m.Version, m.Platform)
 	case m.Size > s.opt.MaxBytes:
 		return refuse(413, "the binary is %d bytes, more than the release store's whole budget of %d bytes (config releases.maxBytes)", m.Size, s.opt.MaxBytes)
-	case len(s.entries)+len(s.inflight) >= s.opt.MaxReleases:
-		return refuse(507, "the release store holds %d releases, its most (config releases.maxReleases): delete an old release first", len(s.entries)+len(s.inflight))
+	case len(s.entries)-s.patchesLocked()+len(s.inflight) >= s.opt.MaxReleases:
+		return refuse(507, "the release store holds %d releases, its most (config releases.maxReleases): delete an old release first", len(s.entries)-s.patchesLocked()+len(s.inflight))
 	case s.used+s.reserved+m.Size > s.opt.MaxBytes:
 		return s.errFullLocked(m)
 	}
@@ -466,7 +474,7 @@ func (s *Store) Put(ctx context.Context, m *release.Manifest, body io.Reader, by
 	defer s.unreserve(m)
 	k := key(m.Version, m.Platform)
 	r := Record{Key: k, Manifest: m.Marshal(), UploadedAt: time.Now().UTC().Truncate(time.Millisecond), UploadedBy: by, SignatureChecked: checked}
-	cr := &checkReader{r: ctxReader{ctx, body}, m: m, h: sha256.New()}
+	cr := &checkReader{r: ctxReader{ctx, body}, size: m.Size, sum: m.SHA256, what: "binary", h: sha256.New()}
 	got, err := s.st.Create(ctx, r, cr)
 	switch {
 	case cr.refusal != nil:
@@ -503,7 +511,9 @@ func (s *Store) Put(ctx context.Context, m *release.Manifest, body io.Reader, by
 // client's (bodyErr).
 type checkReader struct {
 	r       io.Reader
-	m       *release.Manifest
+	size    int64
+	sum     string
+	what    string // "binary", "patch"
 	h       hash.Hash
 	n       int64
 	ok      bool  // the body ended, checked
@@ -518,24 +528,24 @@ func (c *checkReader) Read(p []byte) (int, error) {
 	if c.bodyErr != nil {
 		return 0, c.bodyErr
 	}
-	if rest := c.m.Size + 1 - c.n; int64(len(p)) > rest {
+	if rest := c.size + 1 - c.n; int64(len(p)) > rest {
 		p = p[:rest]
 	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
-	if c.n > c.m.Size {
-		c.refusal = refuse(422, "the binary is longer than the %d bytes its manifest says", c.m.Size)
+	if c.n > c.size {
+		c.refusal = refuse(422, "the %s is longer than the %d bytes its manifest says", c.what, c.size)
 		return 0, c.refusal
 	}
 	c.h.Write(p[:n])
 	switch {
 	case err == io.EOF:
-		if c.n < c.m.Size {
-			c.refusal = refuse(422, "the binary is %d bytes, its manifest says %d (truncated or another file)", c.n, c.m.Size)
+		if c.n < c.size {
+			c.refusal = refuse(422, "the %s is %d bytes, its manifest says %d (truncated or another file)", c.what, c.n, c.size)
 			return n, c.refusal
 		}
-		if sum := hex.EncodeToString(c.h.Sum(nil)); sum != c.m.SHA256 {
-			c.refusal = refuse(422, "the binary's sha256 is %s, its manifest says %s (another file, or changed after signing)", sum, c.m.SHA256)
+		if sum := hex.EncodeToString(c.h.Sum(nil)); sum != c.sum {
+			c.refusal = refuse(422, "the %s's sha256 is %s, its manifest says %s (another file, or changed after signing)", c.what, sum, c.sum)
 			return n, c.refusal
 		}
 		c.ok = true
@@ -583,6 +593,7 @@ func (s *Store) Delete(ctx context.Context, version, platform, by string) error 
 	if err != nil {
 		return fmt.Errorf("deleting release %s for %s: %w", version, platform, err)
 	}
+	s.deletePatches(ctx, version, platform, by)
 	s.event(EventDeleted, fmt.Sprintf("%s %s by %s", version, platform, by))
 	s.opt.Log.Info("release deleted", "version", version, "platform", platform, "by", by, "where", s.st.Info().Where)
 	return nil

@@ -333,7 +333,8 @@ func cloneRollout(r *Rollout) Rollout {
 
 func sameDevice(a, b *Device) bool {
 	return a.PeerID == b.PeerID && a.Platform == b.Platform && a.Wave == b.Wave && a.State == b.State && a.Reason == b.Reason &&
-		a.Since.Equal(b.Since) && a.Running == b.Running && a.Was == b.Was && a.Attempt == b.Attempt
+		a.Since.Equal(b.Since) && a.Running == b.Running && a.Was == b.Was && a.Attempt == b.Attempt &&
+		a.Delivery == b.Delivery
 }
 
 func samePause(a, b *Pause) bool {

@@ -342,6 +342,7 @@ func (m *Manager) trySendLocked(e *entry, d *Device) bool {
 	attempt := max(d.Attempt, 1)
 	f := &link.Update{UpdateID: updateID(r, &Device{Attempt: attempt}), Version: r.Version, Manifest: string(man.Marshal()),
 		URL: m.opt.URL(r.ChannelID, r.Version, d.Platform), AllowDowngrade: r.AllowDowngrade, GateSeconds: r.GateSeconds}
+	m.offerPatch(r, d, f) // patch.go
 	if !m.opt.Send(r.ChannelID, d.PeerID, f) {
 		return false
 	}
@@ -532,6 +533,7 @@ func (m *Manager) report(channelID, peerID string, f link.Frame) (believed bool,
 	case link.UpdateDownloading, link.UpdateRestarting:
 		if !final(d.State) {
 			m.setLocked(e, d, st.State, "")
+			m.notePatchLocked(e, d, st.Reason) // patch.go
 			believed = true
 		}
 	case link.UpdateFailed, link.UpdateRolledBack, link.UpdateRefused:

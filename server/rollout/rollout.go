@@ -145,6 +145,10 @@ type Device struct {
 	// device (a retry is a new attempt): its update_id is
 	// <rollout id>.<attempt>.
 	Attempt int `json:"attempt,omitempty"`
+	// Delivery is what the device said of the patch of its current
+	// attempt (issue 43, patch.go): "patched: ..." or "patch failed:
+	// ...; fetched the full binary"; "" for a whole binary.
+	Delivery string `json:"delivery,omitempty"`
 	// Online is the registry's, when the rollout is read (not kept).
 	Online *bool `json:"online,omitempty"`
 }
@@ -348,8 +352,8 @@ func (r *Rollout) check(maxDevices int) error {
 			return fmt.Errorf("devices[%d] (%s): attempt %d", i, d.PeerID, d.Attempt)
 		case d.Online != nil:
 			return fmt.Errorf("devices[%d] (%s): online is read from the registry, not kept", i, d.PeerID)
-		case len(d.Reason) > maxReason || len(d.Running) > 64:
-			return fmt.Errorf("devices[%d] (%s): reason or running too long", i, d.PeerID)
+		case len(d.Reason) > maxReason || len(d.Running) > 64 || len(d.Delivery) > maxReason:
+			return fmt.Errorf("devices[%d] (%s): reason, running or delivery too long", i, d.PeerID)
 		}
 		seen[d.PeerID] = true
 	}

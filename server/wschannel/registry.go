@@ -28,7 +28,7 @@ func (c *wsConn) registryConnected(f *link.Connect) (uint64, error) {
 	authed := identity.RequiresToken(a.cfg.Config) || c.cert.fp != (config.Fingerprint{})
 	shared, sharedMax := c.sharedCredential(f) // a glob token's peers are counted (identity.go)
 	gen, ignored, err := a.registry.Connected(registry.Device{ChannelID: a.id, PeerID: c.peerID, SessionID: c.sessionKey,
-		DeviceName: f.DeviceName, Board: f.Board, Version: f.Version, Platform: f.Platform, SettingsVersion: f.SettingsVersion, Capabilities: f.Capabilities, Tags: f.Tags,
+		DeviceName: f.DeviceName, Board: f.Board, Version: f.Version, Platform: f.Platform, SettingsVersion: f.SettingsVersion, BinarySHA256: f.BinarySHA256, Capabilities: f.Capabilities, Tags: f.Tags,
 		RemoteAddr: c.remote, Authenticated: authed, Shared: shared, SharedMax: sharedMax})
 	if err != nil {
 		return 0, err

@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Budgets", func(t *testing.T) { budgets(t, newStore(t)) })
 	t.Run("ConcurrentBudget", func(t *testing.T) { concurrent(t, newStore(t)) })
 	t.Run("Damaged", func(t *testing.T) { damaged(t, newStore(t)) })
+	t.Run("Patches", func(t *testing.T) { patches(t, newStore(t)) })
 }
 
 // Quiet is a logger that drops everything.
