@@ -8,6 +8,11 @@ SHELL := /bin/bash
 # The version make build and make pi stamp into the binaries (--version).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X main.version=$(VERSION)
+# termd's build tags as shipped: nethttpomithttp2 leaves net/http's
+# bundled HTTP/2 out (about 260 KB of termd for ARMv6; issue 43). termd
+# speaks HTTP/1.1 only: its WebSocket upgrade and its release downloads.
+# termserver and termrig keep HTTP/2.
+TERMD_TAGS := nethttpomithttp2
 
 .PHONY: test vet race e2e check cross test-arm build pi demo fuzz
 
@@ -117,6 +122,8 @@ check:
 cross:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -o /dev/null ./cmd/...
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./cmd/...
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -tags $(TERMD_TAGS) -o /dev/null ./cmd/termd
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags $(TERMD_TAGS) -o /dev/null ./cmd/termd
 
 # The unit tests of termd's architecture-sensitive packages executed on
 # emulated ARM (qemu-user), ARMv6 as on a Pi Zero/1 and arm64, both at
@@ -166,10 +173,13 @@ demo: build
 # with a 64-bit OS. Static, no cgo: copy them to the Pi as they are.
 # Stamped with $(VERSION) (git describe; --version prints it) and stripped
 # of the symbol table and DWARF (-s -w): panics still print their stack.
+# termd is built apart, with $(TERMD_TAGS) (no HTTP/2 in net/http).
 pi:
 	mkdir -p bin/linux-arm6 bin/linux-arm64
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o bin/linux-arm6/ ./cmd/...
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o bin/linux-arm64/ ./cmd/...
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o bin/linux-arm6/ ./cmd/termserver ./cmd/termrig
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -trimpath -tags $(TERMD_TAGS) -ldflags '-s -w $(LDFLAGS)' -o bin/linux-arm6/ ./cmd/termd
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o bin/linux-arm64/ ./cmd/termserver ./cmd/termrig
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -tags $(TERMD_TAGS) -ldflags '-s -w $(LDFLAGS)' -o bin/linux-arm64/ ./cmd/termd
 
 # Short fuzzing of every fuzz target in the tree (each parser, encoder and
 # reader has one), found with grep so a new target is never left out

@@ -27,7 +27,20 @@ var notInTermd = []struct{ path, why string }{
 	// device/periphhost*.go registers the Raspberry Pi's and Linux's
 	// generic drivers instead (about 200 KB of termd for ARMv6).
 	{"periph.io/x/host/v3", "periph's every-board driver set: import the drivers termd needs (device/periphhost*.go)"},
+	// termd speaks HTTP/1.1 only (its WebSocket upgrade, its release
+	// downloads) and is built with -tags nethttpomithttp2 (make pi,
+	// termdTags): net/http then leaves its bundled HTTP/2 out (about
+	// 260 KB of termd for ARMv6). Its HPACK package is the sign it is in.
+	// termd's --server auto browses with link/discover's own small mDNS
+	// client; the advertiser's library stays termserver's (about 500 KB
+	// of termd for ARMv6 with the DNS library and x/net's ipv4/ipv6).
+	{"github.com/hashicorp/mdns", "termserver's mDNS advertiser library: termd browses with link/discover's own client"},
+	{"github.com/miekg/dns", "a whole DNS library: link/discover reads the few records a browse needs (dnsmsg.go)"},
+	{"vendor/golang.org/x/net/http2", "net/http's bundled HTTP/2: build termd with -tags " + termdTags},
 }
+
+// termdTags are the build tags termd ships with (Makefile TERMD_TAGS).
+const termdTags = "nethttpomithttp2"
 
 // periphHostAllowed are the periph.io/x/host/v3 packages termd may link
 // (below the periph.io/x/host/v3 rule): Linux's generic drivers, the
@@ -101,7 +114,8 @@ func linkViolations(g map[string][]string, root string) []string {
 }
 
 // TestTermdLinksNoServerSide lists what termd links when built for the
-// Pi (ARMv6 and arm64, as make pi builds it) and for this machine, and
+// Pi (ARMv6 and arm64, as make pi builds it, with termdTags) and for
+// this machine, and
 // fails on each package of notInTermd, naming the chain of imports that
 // brings it in.
 func TestTermdLinksNoServerSide(t *testing.T) {
@@ -112,7 +126,7 @@ func TestTermdLinksNoServerSide(t *testing.T) {
 		{"this machine", "", "", ""},
 	} {
 		t.Run(strings.ReplaceAll(target.name, "/", "-"), func(t *testing.T) {
-			cmd := exec.Command(gotool, "list", "-deps", "-f", `{{.ImportPath}} {{join .Imports " "}}`, ".")
+			cmd := exec.Command(gotool, "list", "-tags", termdTags, "-deps", "-f", `{{.ImportPath}} {{join .Imports " "}}`, ".")
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if target.goos != "" {
 				cmd.Env = append(cmd.Env, "GOOS="+target.goos, "GOARCH="+target.goarch, "GOARM="+target.goarm)

@@ -32,7 +32,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir, termd = dir, filepath.Join(dir, "termd")
-	if out, err := exec.Command("go", "build", "-o", termd, ".").CombinedOutput(); err != nil {
+	// With termd's build tags, as make pi builds it (no HTTP/2).
+	if out, err := exec.Command("go", "build", "-tags", termdTags, "-o", termd, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building termd: %v\n%s", err, out)
 		os.Exit(1)
 	}

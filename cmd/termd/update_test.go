@@ -22,8 +22,9 @@ import (
 
 // buildTermd builds termd (or pkg) at version, once for the tests of
 // this package (they copy it before they change it); dir is unused. It
-// builds as make pi builds a release (-trimpath, without the symbol
-// table and DWARF: -s -w): the supervisor hashes and runs the binaries
+// builds as make pi builds a release (-trimpath, -tags
+// nethttpomithttp2: no HTTP/2 in net/http, without the symbol table and
+// DWARF: -s -w): the supervisor hashes and runs the binaries
 // a release ships, and --version reads the stamp from them.
 func buildTermd(t *testing.T, dir, pkg, version string) string {
 	t.Helper()
@@ -39,7 +40,7 @@ func buildTermd(t *testing.T, dir, pkg, version string) string {
 		if version != "" {
 			ldflags += " -X main.version=" + version
 		}
-		args := []string{"build", "-trimpath", "-ldflags", ldflags, "-o", b.path}
+		args := []string{"build", "-trimpath", "-tags", termdTags, "-ldflags", ldflags, "-o", b.path}
 		if out, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}

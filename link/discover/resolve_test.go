@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"termlink/internal/testwait"
 	"termlink/testrig/childtest"
 	"testing"
@@ -129,8 +130,42 @@ func TestResolveCancelled(t *testing.T) {
 	}
 }
 
-// Browse leaves no goroutine behind: the library's readers end with its
-// sockets.
+// watchedCtx says when Browse first waits on it (calls Done).
+type watchedCtx struct {
+	context.Context
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (c *watchedCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.waiting) })
+	return c.Context.Done()
+}
+
+// A cancel ends a Browse at once, not at the end of its window (the mDNS
+// library Browse used took a timeout only: this test waited out the
+// hour, until go test's timeout).
+func TestBrowseEndsOnCancel(t *testing.T) {
+	childtest.SkipMulticastUnderEmulator(t)
+	parent, cancel := context.WithCancel(context.Background())
+	ctx := &watchedCtx{Context: parent, waiting: make(chan struct{})}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := Browse(ctx, BrowseOptions{Window: time.Hour})
+		errc <- err
+	}()
+	select {
+	case <-ctx.waiting: // Browse is listening
+	case err := <-errc:
+		t.Fatalf("Browse ended before it listened: %v", err)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Browse after a cancel: %v, want context.Canceled", err)
+	}
+}
+
+// Browse leaves no goroutine behind: its readers end with its sockets.
 func TestBrowseLeavesNoGoroutines(t *testing.T) {
 	childtest.SkipMulticastUnderEmulator(t)
 	before := runtime.NumGoroutine()

@@ -117,12 +117,13 @@ func startTermserver(t *testing.T) string {
 
 var listenRE = regexp.MustCompile(`termserver listening"? addr=(\S+)`)
 
-// buildTermd cross-builds termd (static, no cgo, as make pi does) and
+// buildTermd cross-builds termd (static, no cgo, no HTTP/2 in net/http:
+// as make pi does) and
 // checks that the binary is for the machine wanted.
 func buildTermd(t *testing.T, env []string, machine elf.Machine) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "termd")
-	cmd := exec.Command("go", "build", "-o", bin, "termlink/cmd/termd")
+	cmd := exec.Command("go", "build", "-tags", "nethttpomithttp2", "-o", bin, "termlink/cmd/termd")
 	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux"), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build termd (%s): %v\n%s", strings.Join(env, " "), err, out)

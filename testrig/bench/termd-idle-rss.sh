@@ -23,11 +23,11 @@ command -v tmux >/dev/null || { echo "termd-idle-rss: needs tmux (the sim board'
 ver=$(git describe --always --dirty 2>/dev/null || echo devel)
 go build -o "$tmp/" ./cmd/termserver
 if [ -z "${TERMD_ARM6+set}" ]; then
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 go build -trimpath -ldflags "-s -w -X main.version=$ver" -o "$tmp/termd-arm6" ./cmd/termd
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 go build -trimpath -tags nethttpomithttp2 -ldflags "-s -w -X main.version=$ver" -o "$tmp/termd-arm6" ./cmd/termd
 	TERMD_ARM6=$tmp/termd-arm6
 fi
 if [ -z "${TERMD_NATIVE+set}" ]; then
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$ver" -o "$tmp/termd-native" ./cmd/termd
+	CGO_ENABLED=0 go build -trimpath -tags nethttpomithttp2 -ldflags "-s -w -X main.version=$ver" -o "$tmp/termd-native" ./cmd/termd
 	TERMD_NATIVE=$tmp/termd-native
 fi
 port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-)

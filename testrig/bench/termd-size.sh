@@ -14,8 +14,11 @@
 # BINARY: measure that binary instead of building one (it must keep its
 # symbol table: no -s); GOARCH/GOARM/GOOS in the environment change the
 # target. Needs readelf (binutils).
+# TERMD_TAGS: the build tags (default nethttpomithttp2, as make pi
+# builds termd; TERMD_TAGS= for none, to compare).
 set -euo pipefail
 TOP=${1:-30}
+TAGS=${TERMD_TAGS-nethttpomithttp2}
 cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -26,8 +29,8 @@ if [ -n "${2:-}" ]; then
 	bin=$2
 else
 	bin=$tmp/termd
-	go build -trimpath -ldflags "-X main.version=$ver" -o "$bin" ./cmd/termd
-	go build -trimpath -ldflags "-s -w -X main.version=$ver" -o "$tmp/termd-sw" ./cmd/termd
+	go build -trimpath -tags "$TAGS" -ldflags "-X main.version=$ver" -o "$bin" ./cmd/termd
+	go build -trimpath -tags "$TAGS" -ldflags "-s -w -X main.version=$ver" -o "$tmp/termd-sw" ./cmd/termd
 fi
 # Symbols at or past the start of .bss (.bss, .noptrbss) take no bytes of
 # the file (crypto/internal/fips140/drbg.memory alone is 32 MiB of it).
@@ -36,7 +39,7 @@ bss=$(readelf -SW "$bin" | awk '$0 ~ /[.]bss / {for (i = 1; i <= NF; i++) if ($i
 # A package's module, for the second table: termlink's own, the
 # standard library's ("std": what go list gives no module), or a
 # dependency's.
-go list -deps -f '{{.ImportPath}} {{with .Module}}{{.Path}}{{else}}std{{end}}' ./cmd/termd | sed 's/^/module /' >"$tmp/mods"
+go list -tags "$TAGS" -deps -f '{{.ImportPath}} {{with .Module}}{{.Path}}{{else}}std{{end}}' ./cmd/termd | sed 's/^/module /' >"$tmp/mods"
 { cat "$tmp/mods"; go tool nm -size -sort size "$bin"; } | awk -v top="$TOP" -v bss="$bss" '
 	function hex(s,   i, n, c) { n = 0; s = tolower(s); for (i = 1; i <= length(s); i++) { c = index("0123456789abcdef", substr(s, i, 1)); n = n * 16 + c - 1 }; return n }
 	BEGIN { bssAt = hex(bss) }
@@ -72,6 +75,6 @@ go list -deps -f '{{.ImportPath}} {{with .Module}}{{.Path}}{{else}}std{{end}}' .
 echo
 target="$GOOS/$GOARCH${GOARM:+ GOARM=$GOARM}"
 echo "binary ($target): $(stat -c %s "$bin") bytes with symbols and DWARF"
-[ -f "$tmp/termd-sw" ] && echo "binary ($target): $(stat -c %s "$tmp/termd-sw") bytes as make pi ships it (-trimpath -ldflags \"-s -w\")"
+[ -f "$tmp/termd-sw" ] && echo "binary ($target): $(stat -c %s "$tmp/termd-sw") bytes as make pi ships it (-trimpath -tags \"$TAGS\" -ldflags \"-s -w\")"
 echo "packages in the build of the tree: $(wc -l <"$tmp/mods") (go list -deps ./cmd/termd)"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
