@@ -24,7 +24,8 @@ import (
 // real termserver. Its first start reports last_stop unknown; killed with
 // SIGKILL (no clean-stop mark) and started again on a state dir whose
 // file system is full (a 1 MiB tmpfs, as root), its connect's report
-// says power_loss and the server marks the device disk_low; killed by a
+// says crash ("killed": the system kept running, so no power loss) and
+// the server marks the device disk_low; killed by a
 // runtime crash (SIGQUIT: the Go runtime's crash report), the next
 // start reports crash with the report's first line.
 func TestTermdHealthReports(t *testing.T) {
@@ -109,8 +110,10 @@ func TestTermdHealthReports(t *testing.T) {
 		fill(t, filler)
 	}
 	pid = start()
-	h = report("the report after a kill -9", func(h *registry.Health) bool { return h.LastStop == link.StopPowerLoss })
-	if conds := strings.Join(h.Conditions, ","); !strings.Contains(conds, link.ConditionPowerLoss) || h.RestartsLastHour != 1 {
+	// The system kept running (the same boot id): killed, a crash, not
+	// a power loss.
+	h = report("the report after a kill -9", func(h *registry.Health) bool { return h.LastStop == link.StopCrash })
+	if conds := strings.Join(h.Conditions, ","); strings.Contains(conds, link.ConditionPowerLoss) || h.RestartsLastHour != 1 || !strings.HasPrefix(h.LastStopDetail, "killed:") {
 		t.Fatalf("after kill -9: %+v", h)
 	}
 	if tmpfs {
@@ -124,7 +127,9 @@ func TestTermdHealthReports(t *testing.T) {
 
 	kill(pid, syscall.SIGQUIT) // the Go runtime's crash: its report to the crash file
 	start()
-	h = report("the report after a crash", func(h *registry.Health) bool { return h.LastStop == link.StopCrash })
+	h = report("the report after a crash", func(h *registry.Health) bool {
+		return h.LastStop == link.StopCrash && !strings.HasPrefix(h.LastStopDetail, "killed:")
+	})
 	if h.LastStopDetail != "SIGQUIT: quit" {
 		t.Fatalf("after a crash: %+v, want the crash report's first line", h)
 	}

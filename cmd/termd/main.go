@@ -123,7 +123,7 @@ func run(ctx context.Context, args []string) error {
 	// Why the last run stopped (issue 43): read, and the marks readied
 	// for this one — a panic's report goes to the crash file as the
 	// process dies; whatever Run returns, it stopped by itself.
-	boot, _ := health.Start(cfg.StateDir, time.Now(), health.Options{CaptureCrash: true}) // its error: termd logs boot.Err
+	boot, _ := health.Start(cfg.StateDir, time.Now(), health.Options{CaptureCrash: true, BootID: health.ReadBootID("/")}) // its error: termd logs boot.Err
 	cfg.Boot = &boot
 	err = app.Run(ctx, cfg)
 	if merr := health.CleanStop(cfg.StateDir); merr != nil && err == nil {

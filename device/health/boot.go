@@ -27,18 +27,26 @@ import (
 //     fatal error in any goroutine leaves its report there as the
 //     process dies;
 //   - StartsFile: the starts of the last hour, one Unix second a line, at
-//     most MaxStarts.
+//     most MaxStarts;
+//   - BootIDFile: the kernel's boot id (/proc/sys/kernel/random/boot_id)
+//     at the last start.
 //
 // A crash report: crash. No report but the clean-stop mark: clean.
-// Neither, after an earlier start: power loss (a power cut, kill -9, the
-// OOM killer, a reset: nothing could write). Nothing at all: the first
-// start, unknown.
+// Neither, after an earlier start: killed (a crash, KilledDetail) when
+// the system has not restarted since (the same boot id: kill -9, the OOM
+// killer), else power loss (a power cut, a reset: the system restarted
+// and nothing could write). Nothing at all: the first start, unknown.
 const (
 	CleanStopFile = "clean-stop"
 	CrashFile     = "crash.log"
 	StartsFile    = "starts"
+	BootIDFile    = "boot-id"
 	MaxStarts     = 64
 )
+
+// KilledDetail is the crash detail of a run that ended with no clean stop
+// and no crash report while the system kept running.
+const KilledDetail = "killed: no clean stop, no crash report, and the system did not restart (kill -9, the OOM killer)"
 
 // Boot is what this start found of the last run.
 type Boot struct {
@@ -55,6 +63,19 @@ type Options struct {
 	// CaptureCrash makes the crash file the runtime's crash output
 	// (process-wide: termd's worker sets it, tests mostly do not).
 	CaptureCrash bool
+	// BootID is the kernel's boot id now (ReadBootID); "" where it cannot
+	// be read: then a stop without a mark is taken for power loss.
+	BootID string
+}
+
+// ReadBootID reads the kernel's boot id under root ("/" on the device),
+// "" when it cannot.
+func ReadBootID(root string) string {
+	b, err := os.ReadFile(filepath.Join(root, "proc/sys/kernel/random/boot_id"))
+	if err != nil || len(b) > 64 {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // Start reads why the last run stopped and the starts of the last hour,
@@ -77,13 +98,24 @@ func Start(dir string, now time.Time, opt Options) (Boot, error) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, err)
 	}
+	lastBoot := ""
+	if lb, err := os.ReadFile(filepath.Join(dir, BootIDFile)); err == nil && len(lb) <= 64 {
+		lastBoot = strings.TrimSpace(string(lb))
+	}
 	switch {
 	case crash != "":
 		b.LastStop, b.LastStopDetail = link.StopCrash, crash
 	case cleanErr == nil:
 		b.LastStop = link.StopClean
+	case len(starts) > 0 && opt.BootID != "" && lastBoot == opt.BootID:
+		b.LastStop, b.LastStopDetail = link.StopCrash, KilledDetail
 	case len(starts) > 0:
 		b.LastStop = link.StopPowerLoss
+	}
+	if opt.BootID != "" {
+		if err := os.WriteFile(filepath.Join(dir, BootIDFile), []byte(opt.BootID+"\n"), 0o600); err != nil {
+			errs = append(errs, fmt.Errorf("the boot id: %w", err))
+		}
 	}
 	hourAgo := now.Add(-time.Hour).Unix()
 	starts = slices.DeleteFunc(starts, func(t int64) bool { return t <= hourAgo || t > now.Unix() })

@@ -230,3 +230,47 @@ func TestSchedule(t *testing.T) {
 		}
 	}
 }
+
+// No mark after an earlier start: killed (a crash) when the system kept
+// running (the same boot id: kill -9, the OOM killer), power loss when it
+// restarted (another boot id) or the boot id cannot be read.
+func TestBootKilledOrPowerLoss(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	t0 := time.Unix(1_800_000_000, 0)
+	if b, _ := Start(dir, t0, Options{BootID: "boot-a"}); b.LastStop != link.StopUnknown {
+		t.Fatalf("first start: %+v", b)
+	}
+	b, _ := Start(dir, t0.Add(time.Minute), Options{BootID: "boot-a"})
+	if b.LastStop != link.StopCrash || b.LastStopDetail != KilledDetail {
+		t.Fatalf("no mark, same boot: %+v, want a crash saying killed", b)
+	}
+	h := link.Health{LastStop: b.LastStop, LastStopDetail: b.LastStopDetail}
+	if _, err := link.Decode(link.MustEncode(&h)); err != nil {
+		t.Fatalf("the killed report does not decode: %v", err)
+	}
+	if b, _ = Start(dir, t0.Add(2*time.Minute), Options{BootID: "boot-b"}); b.LastStop != link.StopPowerLoss {
+		t.Fatalf("no mark, the system restarted: %+v, want power loss", b)
+	}
+	if b, _ = Start(dir, t0.Add(3*time.Minute), Options{}); b.LastStop != link.StopPowerLoss {
+		t.Fatalf("no mark, no boot id: %+v, want power loss", b)
+	}
+	if err := CleanStop(dir); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ = Start(dir, t0.Add(4*time.Minute), Options{BootID: "boot-b"}); b.LastStop != link.StopClean {
+		t.Fatalf("a clean stop: %+v", b)
+	}
+	root := t.TempDir()
+	if id := ReadBootID(root); id != "" {
+		t.Fatalf("ReadBootID of a root without it: %q", id)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "proc/sys/kernel/random"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "proc/sys/kernel/random/boot_id"), []byte("9f1c-boot\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if id := ReadBootID(root); id != "9f1c-boot" {
+		t.Fatalf("ReadBootID = %q", id)
+	}
+}
