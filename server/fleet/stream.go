@@ -142,7 +142,15 @@ func (a *API) serveEventStream(w http.ResponseWriter, r *http.Request) {
 		case <-peers.Done():
 			err = errLagged
 		case <-r.Context().Done():
-			return
+			// net/http cancels a request's context when a write to its
+			// connection fails, too: a write that timed out is then the
+			// connection's sticky error, and one more write says so (a
+			// client that went away gives another error: no drop).
+			werr := st.comment("end")
+			if !errors.Is(werr, os.ErrDeadlineExceeded) {
+				return
+			}
+			err = werr
 		case <-a.streams.Done():
 			return
 		}
