@@ -93,7 +93,7 @@ func (s *Server) openFleet() (capability, error) {
 		Questions: func(channelID, peerID, base string) []link.Question {
 			return openQuestions(rt, s.router, channelID, peerID, base)
 		},
-		Metrics: &rt.Metrics.Reg, Log: log,
+		Metrics: &rt.Metrics.Reg, Log: log, HealthTagKeys: s.cfg.Metrics.HealthTagKeys,
 	}, fleetapi.Options{StreamBuffer: opt.streamBuffer, StreamWrite: opt.streamWrite, StreamKeepalive: opt.streamKeepalive,
 		HelloPeers: opt.helloPeers, MaxStreams: opt.maxStreams, MaxStreamsPerToken: opt.maxStreamsToken})
 	s.fleet = &fleet{reg: reg, api: api}

@@ -318,6 +318,12 @@ func (d *Devices) HealthCounts(channelID string) map[string]int {
 	return d.view.HealthCounts(channelID)
 }
 
+// HealthByTag counts the cluster's online devices per health condition
+// and value of each tag key in keys (registry.View.HealthByTag).
+func (d *Devices) HealthByTag(channelID string, keys []string, maxValues int) []registry.HealthTagCount {
+	return d.view.HealthByTag(channelID, keys, maxValues)
+}
+
 func (d *Devices) owe(k devKey, what uint8) {
 	d.mu.Lock()
 	d.oweLocked(k, what)

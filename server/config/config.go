@@ -62,6 +62,7 @@ type Config struct {
 	TLS               TLS                // serve https and wss:// (tls.go); zero: plain http and ws://
 	Cluster           Cluster            // NATS JetStream cluster (cluster.go); zero: the embedded single node
 	Releases          Releases           // the store of signed termd releases (releases.go)
+	Metrics           Metrics            // what /metrics may show beyond its fixed series (metrics.go)
 }
 
 // Channel is one channel devices connect to.

@@ -347,7 +347,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		// unknown keys at each level
 		{"unknown top-level key", `{"lisen": "x", ` + ch + `}`, []string{
-			"config: lisen: unknown key (known: listen, workspace, maxConcurrentRuns, maxWaitingRuns, maxConnections, dedupeCacheBytes, channels, agents, admin, discovery, tls, cluster, releases)"}},
+			"config: lisen: unknown key (known: listen, workspace, maxConcurrentRuns, maxWaitingRuns, maxConnections, dedupeCacheBytes, channels, agents, admin, discovery, tls, cluster, releases, metrics)"}},
 		{"unknown channel key", `{"channels": {"terminal-dev": {"accountId": "local", "agnet": "echo"}}}`, []string{
 			"config: channels.terminal-dev.agnet: unknown key (known: enabled, kind, mode, accountId, displayName, agent, config)"}},
 		{"unknown channel config key", `{"channels": {"terminal-dev": {"accountId": "local", "config": {"heartbeat_secs": 5}}}}`, []string{
@@ -582,7 +582,7 @@ func TestParseCollectsAllErrors(t *testing.T) {
 		"config: channels.b.accountId: required (a non-empty string)",
 		`config: channels.b.agent: unknown agent "nope" (defined: echo, t, z)`,
 		"config: channels.b.config.heartbeatSeconds: must be an integer between 1 and 3600, got 0",
-		"config: lisen: unknown key (known: listen, workspace, maxConcurrentRuns, maxWaitingRuns, maxConnections, dedupeCacheBytes, channels, agents, admin, discovery, tls, cluster, releases)",
+		"config: lisen: unknown key (known: listen, workspace, maxConcurrentRuns, maxWaitingRuns, maxConnections, dedupeCacheBytes, channels, agents, admin, discovery, tls, cluster, releases, metrics)",
 		"config: listen: must be a string, got number",
 	}
 	_, err := Parse([]byte(in))

@@ -290,6 +290,9 @@ func (w *walker) config(root *node) *Config {
 	if e, ok := f["releases"]; ok {
 		cfg.Releases = w.releases(join("", e.key), e.val)
 	}
+	if e, ok := f["metrics"]; ok {
+		cfg.Metrics = w.metrics(join("", e.key), e.val)
+	}
 
 	// Agents first, so channels can be checked against them.
 	defined := map[string]bool{} // every agent name, even one with errors

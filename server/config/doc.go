@@ -60,4 +60,13 @@
 // parse. Parse checks their shape only. So does the "releases" block's
 // "publicKeyFile" (the release key uploads are checked against; its
 // "maxBytes" and "maxReleases" bound the store: releases.go).
+//
+// The "metrics" block (metrics.go) says what /metrics may show beyond its
+// fixed series: "healthTagKeys", up to 8 device tag keys (each a valid
+// tag key, none twice) whose values label
+// termserver_devices_health_by_tag, the online devices per health
+// condition per value (authenticated devices' tags only, at most 100
+// values per key and channel, the rest as "other"):
+//
+//	"metrics": {"healthTagKeys": ["site", "floor"]}
 package config

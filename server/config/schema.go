@@ -14,7 +14,7 @@ import (
 // channels.x.config.enrollment").
 var schema = map[string][]string{
 	"": {"listen", "workspace", "maxConcurrentRuns", "maxWaitingRuns", "maxConnections", "dedupeCacheBytes",
-		"channels", "agents", "admin", "discovery", "tls", "cluster", "releases"},
+		"channels", "agents", "admin", "discovery", "tls", "cluster", "releases", "metrics"},
 	"channels.*": {"enabled", "kind", "mode", "accountId", "displayName", "agent", "config"},
 	"channels.*.config": {"heartbeatSeconds", "maxMessageChars", "tokens", "sendQueue",
 		"maxWaitingPerSession", "ratePerPeer", "rateBurst", "connectTimeoutSeconds", "maxNoticesPerPeer",
@@ -33,6 +33,7 @@ var schema = map[string][]string{
 	"discovery":       {"enabled", "instance", "interface"},
 	"tls":             {"certFile", "keyFile"},
 	"releases":        {"publicKeyFile", "maxBytes", "maxReleases"},
+	"metrics":         {"healthTagKeys"},
 	"cluster": {"nats", "role", "name", "partitions", "replicas", "credentials", "tls",
 		"ackWaitSeconds", "leaseSeconds", "duplicateWindowSeconds", "dedupeHours",
 		"historyMaxAgeDays", "historyMaxMegabytes", "consumerStuckSeconds"},

@@ -48,6 +48,9 @@ type Registry interface {
 	// HealthCounts counts the channel's online devices per health
 	// condition (health.go).
 	HealthCounts(channelID string) map[string]int
+	// HealthByTag counts them per condition and value of each tag key
+	// in keys, at most maxValues values per key (health.go).
+	HealthByTag(channelID string, keys []string, maxValues int) []registry.HealthTagCount
 }
 
 // EventLog is a channel's event log (*events.Log).
@@ -110,6 +113,10 @@ type Deps struct {
 	Questions func(channelID, peerID, base string) []link.Question
 	Metrics   *metrics.Registry
 	Log       *slog.Logger
+	// HealthTagKeys are the tag keys termserver_devices_health_by_tag
+	// counts per value (the configuration's metrics.healthTagKeys);
+	// none: no such series.
+	HealthTagKeys []string
 }
 
 // Options tune the live streams; zero values take the defaults.

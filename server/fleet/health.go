@@ -3,6 +3,8 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"termlink/link"
@@ -38,8 +40,14 @@ func HealthFrames(reg HealthSetter) []wschannel.FrameRoute {
 
 // registerHealth adds termserver_devices_health: per channel and
 // condition (link.HealthConditions, and "reporting"), the online devices
-// whose last report marks it. Bounded labels: never a device.
+// whose last report marks it; and, when the operator named tag keys
+// (Deps.HealthTagKeys), termserver_devices_health_by_tag: the same per
+// value of each of those keys, of authenticated devices only (as
+// termserver_devices_online), at most registry.MaxHealthTagValues
+// values per key and channel, the rest as tag_value="other". Bounded
+// labels: never a device.
 func (a *API) registerHealth() {
+	a.registerHealthByTag()
 	a.d.Metrics.NewGaugeSet("termserver_devices_health", "Devices online whose last health report marks a condition (disk_low, hot, throttled, crash_looping, power_loss), per channel; condition=\"reporting\" counts those online with a report.",
 		[]string{"channel", "condition"}, func(emit func(int64, ...string)) {
 			for _, ch := range a.d.Channels {
@@ -51,6 +59,23 @@ func (a *API) registerHealth() {
 				sort.Strings(conds)
 				for _, c := range conds {
 					emit(int64(counts[c]), ch.ID, c)
+				}
+			}
+		})
+}
+
+func (a *API) registerHealthByTag() {
+	keys := a.d.HealthTagKeys
+	if len(keys) == 0 {
+		return
+	}
+	a.d.Metrics.NewGaugeSet("termserver_devices_health_by_tag", "Devices online whose last health report marks a condition (as termserver_devices_health), per channel and value of each tag key the configuration's metrics.healthTagKeys allows, over authenticated devices' tags; past 100 values of a key per channel, tag_value=\"other\".",
+		[]string{"channel", "tag_key", "tag_value", "condition"}, func(emit func(int64, ...string)) {
+			for _, ch := range a.d.Channels {
+				for _, tc := range a.d.Registry.HealthByTag(ch.ID, keys, registry.MaxHealthTagValues) {
+					for _, c := range slices.Sorted(maps.Keys(tc.Counts)) {
+						emit(int64(tc.Counts[c]), ch.ID, tc.Key, tc.Value, c)
+					}
 				}
 			}
 		})

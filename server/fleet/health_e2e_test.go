@@ -12,6 +12,7 @@ import (
 
 	"termlink/internal/testwait"
 	"termlink/link"
+	"termlink/server/config"
 	"termlink/server/registry"
 	"termlink/server/servertest"
 )
@@ -197,5 +198,51 @@ func TestHealthFloodIsBounded(t *testing.T) {
 	h := peerHealth(t, "http://"+s.Addr+"/api/channels/terminal-dev/peers/kiosk-flood")
 	if h == nil || h.UptimeSeconds != 0 || h.DiskFreePercent != 42 {
 		t.Fatalf("kept %+v, want the first report", h)
+	}
+}
+
+// Issue 43: with metrics.healthTagKeys ["site"], /metrics counts the
+// online devices per condition per value of site, of authenticated
+// devices; another tag key (floor) gets no series, nor does a device.
+func TestHealthByTagOnMetrics(t *testing.T) {
+	s := servertest.Start(t, func(cfg *config.Config) {
+		ch := cfg.Channels["terminal-dev"]
+		ch.Config.Tokens = config.Tokens{Any: []string{"lab-one", "lab-two"}}
+		cfg.Channels["terminal-dev"] = ch
+		cfg.Metrics.HealthTagKeys = []string{"site"}
+	})
+	peerURL := "http://" + s.Addr + "/api/channels/terminal-dev/peers/"
+	for i, d := range []struct {
+		peer, token, floor string
+		disk               float64
+	}{{"kiosk-a", "lab-one", "1", 3}, {"kiosk-b", "lab-two", "2", 80}} {
+		ws, _, err := websocket.DefaultDialer.Dial(s.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ws.Close() })
+		c := &rawConn{t: t, ws: ws}
+		c.write(&link.Connect{PeerID: d.peer, Token: d.token, Capabilities: []string{link.CapText, link.CapHealth},
+			Tags: map[string]string{"site": "lobby", "floor": d.floor}})
+		if _, ok := c.next().(*link.Connected); !ok {
+			t.Fatalf("device %d: no connected frame", i)
+		}
+		c.write(&link.Health{UptimeSeconds: 60, DiskFreePercent: d.disk, LastStop: link.StopClean})
+		testwait.Until(t, d.peer+"'s report kept", func() bool { return peerHealth(t, peerURL+d.peer) != nil })
+	}
+	metrics := getText(t, "http://"+s.Addr+"/metrics")
+	for _, want := range []string{
+		`termserver_devices_health_by_tag{channel="terminal-dev",tag_key="site",tag_value="lobby",condition="reporting"} 2`,
+		`termserver_devices_health_by_tag{channel="terminal-dev",tag_key="site",tag_value="lobby",condition="disk_low"} 1`,
+		`termserver_devices_health_by_tag{channel="terminal-dev",tag_key="site",tag_value="lobby",condition="hot"} 0`,
+	} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, "termserver_devices_health_by_tag") && (strings.Contains(line, `tag_key="floor"`) || strings.Contains(line, "kiosk")) {
+			t.Errorf("a series for a key not allowed, or for a device: %s", line)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -142,4 +143,122 @@ func countHealth(out map[string]int, online bool, h *Health) {
 			out[c]++
 		}
 	}
+}
+
+// Bounds of HealthByTag's labels.
+const (
+	// MaxHealthTagKeys is how many tag keys may be health labels.
+	MaxHealthTagKeys = 8
+	// MaxHealthTagValues is how many values of one key get series of
+	// their own per channel; the devices with the others are counted
+	// under OtherTags.
+	MaxHealthTagValues = 100
+)
+
+// CheckTagKey says what is wrong with a tag key (the rules of the keys
+// the registry keeps), nil when none; for a key named in the
+// configuration (health metric labels).
+func CheckTagKey(k string) error { return checkTagKey(k) }
+
+// HealthTagCount is one value of one tag key in HealthByTag: Counts are
+// HealthCounts over the online devices with that tag.
+type HealthTagCount struct {
+	Key, Value string
+	Counts     map[string]int
+}
+
+// HealthByTag counts the channel's online devices per health condition
+// (as HealthCounts) for each value of each tag key in keys, over the
+// tags of authenticated devices only, as Online does, so that anonymous
+// devices cannot choose the label set; a value any such device holds,
+// online or not, is listed (with zero counts when none of them is
+// online). Past maxValues values of a key, the first maxValues in order
+// get their own counts and the devices with the others are counted under
+// Value OtherTags (with those whose value is "other"). Ordered by keys'
+// order, then value, OtherTags last; never a device.
+func (r *Registry) HealthByTag(channelID string, keys []string, maxValues int) []HealthTagCount {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := newHealthTagCounter(keys)
+	if cs := r.channels[channelID]; cs != nil {
+		for _, e := range cs.peers {
+			c.add(e.online, e.dev.Authenticated, e.dev.Tags, e.health)
+		}
+	}
+	return c.result(maxValues)
+}
+
+// HealthByTag is Registry.HealthByTag over the peers put into the view.
+func (v *View) HealthByTag(channelID string, keys []string, maxValues int) []HealthTagCount {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	c := newHealthTagCounter(keys)
+	if vc := v.channels[channelID]; vc != nil {
+		for _, p := range vc.peers {
+			c.add(p.Online, p.Authenticated, p.Tags, p.Health)
+		}
+	}
+	return c.result(maxValues)
+}
+
+// healthTagCounter counts as HealthByTag says: per key, per value, the
+// online devices marked by each condition (HealthCounts' keys).
+type healthTagCounter struct {
+	keys  []string
+	byKey map[string]map[string]map[string]int
+}
+
+func newHealthTagCounter(keys []string) *healthTagCounter {
+	c := &healthTagCounter{byKey: make(map[string]map[string]map[string]int, len(keys))}
+	for _, k := range keys {
+		if _, dup := c.byKey[k]; !dup {
+			c.keys = append(c.keys, k)
+			c.byKey[k] = map[string]map[string]int{}
+		}
+	}
+	return c
+}
+
+func (c *healthTagCounter) add(online, authenticated bool, tags map[string]string, h *Health) {
+	if !authenticated {
+		return
+	}
+	for _, k := range c.keys {
+		v, ok := tags[k]
+		if !ok {
+			continue
+		}
+		counts := c.byKey[k][v]
+		if counts == nil {
+			counts = newHealthCounts()
+			c.byKey[k][v] = counts
+		}
+		countHealth(counts, online, h)
+	}
+}
+
+func (c *healthTagCounter) result(maxValues int) []HealthTagCount {
+	var out []HealthTagCount
+	for _, k := range c.keys {
+		var other map[string]int
+		own := 0
+		for _, v := range slices.Sorted(maps.Keys(c.byKey[k])) {
+			counts := c.byKey[k][v]
+			if own < maxValues && v != OtherTags {
+				own++
+				out = append(out, HealthTagCount{Key: k, Value: v, Counts: counts})
+				continue
+			}
+			if other == nil {
+				other = newHealthCounts()
+			}
+			for cond, n := range counts {
+				other[cond] += n
+			}
+		}
+		if other != nil {
+			out = append(out, HealthTagCount{Key: k, Value: OtherTags, Counts: other})
+		}
+	}
+	return out
 }

@@ -29,6 +29,7 @@ type Devices interface {
 	SetTags(channelID, peerID string, tags map[string]string) bool
 	SetHealth(channelID, peerID string, gen uint64, h link.Health) error
 	HealthCounts(channelID string) map[string]int
+	HealthByTag(channelID string, keys []string, maxValues int) []HealthTagCount
 	Changed(channelID, peerID string)
 	Get(channelID, peerID string) (Peer, bool)
 	Page(channelID string, f Filter, after string, limit int) (peers []Peer, next string)
