@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"termlink/link"
+	"termlink/testrig/childtest"
 )
 
 // fakeRoot writes a /proc and /sys tree of files under a temporary dir.
@@ -189,7 +190,7 @@ func TestBootCrashOfARealPanic(t *testing.T) {
 	if _, err := Start(dir, time.Now().Add(-time.Minute), Options{}); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBootCrashOfARealPanic$")
+	cmd := childtest.Command(os.Args[0], "-test.run=^TestBootCrashOfARealPanic$") // under qemu-user too (make test-arm)
 	cmd.Env = append(os.Environ(), "HEALTH_TEST_PANIC_DIR="+dir)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
