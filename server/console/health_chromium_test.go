@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -40,9 +41,15 @@ func TestConsoleShowsHealth(t *testing.T) {
 	report := &link.Health{UptimeSeconds: 7300, Load1: 2.5, MemAvailable: 30 << 20, DiskFree: 3 << 20, DiskFreePercent: 2.5,
 		TempMilliC: &temp, Throttled: []string{link.ThrottleUnderVoltage, link.ThrottleUnderVoltageOccurred},
 		LastStop: link.StopCrash, LastStopDetail: "panic: runtime error: index out of range [3] with length 3", RestartsLastHour: 5, Reconnects: 2}
-	if err := client.Report(report); err != nil {
-		t.Fatal(err)
-	}
+	// Online at the server comes before the client has taken its
+	// connected frame: a report is refused not connected until then.
+	testwait.Until(t, "the client to take its report", func() bool {
+		err := client.Report(report)
+		if err != nil && !errors.Is(err, link.ErrNotConnected) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
 	testwait.Until(t, "the report in the registry", func() bool {
 		_, body := operatorDo(t, http.MethodGet, base+"/api/channels/"+channelID+"/peers/"+peer, "")
 		return strings.Contains(body, `"crash_looping"`)
