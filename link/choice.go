@@ -105,15 +105,10 @@ func choiceProblem(f Frame) (field, msg string) {
 	const missing = "is missing or empty"
 	switch f := f.(type) {
 	case *Question:
+		if field, msg := choiceIDsProblem(f.MessageID, f.QuestionID); field != "" {
+			return field, msg
+		}
 		switch {
-		case f.MessageID == "":
-			return "message_id", missing
-		case len(f.MessageID) > MaxFleetIDBytes:
-			return "message_id", tooLong(len(f.MessageID), MaxFleetIDBytes)
-		case f.QuestionID == "":
-			return "question_id", missing
-		case len(f.QuestionID) > MaxFleetIDBytes:
-			return "question_id", tooLong(len(f.QuestionID), MaxFleetIDBytes)
 		case f.Text == "":
 			return "text", missing
 		case len(f.Text) > MaxQuestionTextBytes:
@@ -143,20 +138,31 @@ func choiceProblem(f Frame) (field, msg string) {
 			seen[o.ID] = true
 		}
 	case *Answer:
+		if field, msg := choiceIDsProblem(f.MessageID, f.QuestionID); field != "" {
+			return field, msg
+		}
 		switch {
-		case f.MessageID == "":
-			return "message_id", missing
-		case len(f.MessageID) > MaxFleetIDBytes:
-			return "message_id", tooLong(len(f.MessageID), MaxFleetIDBytes)
-		case f.QuestionID == "":
-			return "question_id", missing
-		case len(f.QuestionID) > MaxFleetIDBytes:
-			return "question_id", tooLong(len(f.QuestionID), MaxFleetIDBytes)
 		case f.OptionID == "":
 			return "option_id", missing
 		case len(f.OptionID) > MaxOptionIDBytes:
 			return "option_id", tooLong(len(f.OptionID), MaxOptionIDBytes)
 		}
+	}
+	return "", ""
+}
+
+// choiceIDsProblem checks the ids a question and an answer both carry.
+func choiceIDsProblem(messageID, questionID string) (field, msg string) {
+	const missing = "is missing or empty"
+	switch {
+	case messageID == "":
+		return "message_id", missing
+	case len(messageID) > MaxFleetIDBytes:
+		return "message_id", tooLong(len(messageID), MaxFleetIDBytes)
+	case questionID == "":
+		return "question_id", missing
+	case len(questionID) > MaxFleetIDBytes:
+		return "question_id", tooLong(len(questionID), MaxFleetIDBytes)
 	}
 	return "", ""
 }

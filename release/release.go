@@ -84,17 +84,9 @@ func CheckPlatform(p string) error {
 // ParseManifest decodes and checks a manifest (not its signature: see
 // Verify). Every field is required; unknown fields are refused.
 func ParseManifest(data []byte) (*Manifest, error) {
-	if len(data) > MaxManifestBytes {
-		return nil, fmt.Errorf("release manifest: %d bytes, more than %d", len(data), MaxManifestBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var m Manifest
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("release manifest: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("release manifest: more than one JSON value")
+	if err := decodeStrict("release manifest", data, &m); err != nil {
+		return nil, err
 	}
 	var errs []error
 	if err := CheckVersion(m.Version); err != nil {
@@ -132,11 +124,34 @@ var ErrBadSignature = errors.New("release signature does not match the release k
 
 // Verify checks m's signature against pub.
 func (m *Manifest) Verify(pub ed25519.PublicKey) error {
-	sig, err := base64.StdEncoding.DecodeString(m.Signature)
+	return verify(pub, m.SignedBytes(), m.Signature)
+}
+
+// decodeStrict decodes one JSON value of at most MaxManifestBytes into v,
+// refusing unknown fields; what names the document in its errors.
+func decodeStrict(what string, data []byte, v any) error {
+	if len(data) > MaxManifestBytes {
+		return fmt.Errorf("%s: %d bytes, more than %d", what, len(data), MaxManifestBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%s: more than one JSON value", what)
+	}
+	return nil
+}
+
+// verify checks signature (base64) over signed with pub: ErrBadSignature
+// unless it holds.
+func verify(pub ed25519.PublicKey, signed []byte, signature string) error {
+	sig, err := base64.StdEncoding.DecodeString(signature)
 	if err != nil || len(sig) != ed25519.SignatureSize || len(pub) != ed25519.PublicKeySize {
 		return ErrBadSignature
 	}
-	if !ed25519.Verify(pub, m.SignedBytes(), sig) {
+	if !ed25519.Verify(pub, signed, sig) {
 		return ErrBadSignature
 	}
 	return nil
@@ -339,17 +354,9 @@ func (m *PatchManifest) SignedBytes() []byte {
 // ParsePatchManifest decodes and checks a patch manifest (not its
 // signature: see Verify). Unknown fields are refused.
 func ParsePatchManifest(data []byte) (*PatchManifest, error) {
-	if len(data) > MaxManifestBytes {
-		return nil, fmt.Errorf("patch manifest: %d bytes, more than %d", len(data), MaxManifestBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var m PatchManifest
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("patch manifest: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("patch manifest: more than one JSON value")
+	if err := decodeStrict("patch manifest", data, &m); err != nil {
+		return nil, err
 	}
 	var errs []error
 	if err := CheckVersion(m.Version); err != nil {
@@ -397,14 +404,7 @@ func (m *PatchManifest) Marshal() []byte {
 
 // Verify checks m's signature against pub.
 func (m *PatchManifest) Verify(pub ed25519.PublicKey) error {
-	sig, err := base64.StdEncoding.DecodeString(m.Signature)
-	if err != nil || len(sig) != ed25519.SignatureSize || len(pub) != ed25519.PublicKeySize {
-		return ErrBadSignature
-	}
-	if !ed25519.Verify(pub, m.SignedBytes(), sig) {
-		return ErrBadSignature
-	}
-	return nil
+	return verify(pub, m.SignedBytes(), m.Signature)
 }
 
 // Sign fills in m's signature with priv.
