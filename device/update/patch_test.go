@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,42 @@ func makePatch(t *testing.T, priv ed25519.PrivateKey, from, to string, m *releas
 	return path, pm
 }
 
+// binaryPair writes two files that differ as two builds of one program
+// do (a version string, a block inserted, scattered bytes changed) and
+// returns their paths. Apply never runs them; a real build's size made
+// the patch under the race detector take a minute of the race step
+// (delta's own tests and the rollout e2e tests patch real binaries).
+func binaryPair(t *testing.T) (v1, v2 string) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(1, 2))
+	var old bytes.Buffer
+	for old.Len() < 192<<10 {
+		if r.IntN(3) == 0 {
+			old.WriteString("termd v1.0.0 runtime.gopanic main.main ")
+			continue
+		}
+		var blk [64]byte
+		for i := range blk {
+			blk[i] = byte(r.Uint32())
+		}
+		old.Write(blk[:])
+	}
+	newb := bytes.ReplaceAll(old.Bytes(), []byte("v1.0.0"), []byte("v1.1.0"))
+	newb = append(newb[:len(newb)/3:len(newb)/3], append(bytes.Repeat([]byte("new code "), 120), newb[len(newb)/3:]...)...)
+	for i := 0; i < 40; i++ {
+		newb[r.IntN(len(newb))] ^= 0x5a
+	}
+	dir := t.TempDir()
+	v1, v2 = filepath.Join(dir, "v1"), filepath.Join(dir, "v2")
+	if err := os.WriteFile(v1, old.Bytes(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(v2, newb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return v1, v2
+}
+
 // A patch of the running binary, signed and applying into the release,
 // stages the release having downloaded only the patch; each way a patch
 // can fail (a manifest another key signed, a corrupt patch, a patch
@@ -43,13 +80,13 @@ func TestApplyPatch(t *testing.T) {
 	t.Parallel()
 	pub, priv, _ := newKey(t)
 	_, otherPriv, _ := newKey(t)
-	v1, v2 := workerBin(t, "v1.0.0"), workerBin(t, "v1.1.0")
+	v1, v2 := binaryPair(t)
 	m := sign(t, priv, "v1.1.0", v2)
 	patch, pm := makePatch(t, priv, v1, v2, m)
 	want, _ := os.ReadFile(v2)
 	corrupt := filepath.Join(t.TempDir(), "corrupt")
 	pb, _ := os.ReadFile(patch)
-	pb[len(pb)/2] ^= 0xff
+	pb[delta.HeaderSize] |= 0x06 // the control stream's first DEFLATE block: BTYPE 11, reserved
 	os.WriteFile(corrupt, pb, 0o644)
 	cs := sha256.Sum256(pb)
 	cpm := *pm
