@@ -16,8 +16,9 @@
 // binaries, on a 512 MB Pi Zero.
 //
 // The server makes the patch (Diff): a suffix array of the old binary
-// (qsufsort, two int32 per byte: about 8 times the old binary's size in
-// memory) and bsdiff's search for approximate matches.
+// (SA-IS, index/suffixarray's: the array and the sort's work space, about
+// 5 times the old binary's size in memory; suffix.go) and bsdiff's
+// search for approximate matches.
 //
 // Format (all integers little-endian):
 //
