@@ -30,6 +30,10 @@ type DeviceCloser interface {
 // on one that acks nothing. While cut off it closes again every lease/5
 // what connected meanwhile (a connection upgraded just before).
 //
+// A node unanswered for half a lease moves its connection to another
+// NATS server (reconnect), again a lease later, then two leases, two
+// leases apart while none answers.
+//
 // Only NATS itself not answering counts: a JetStream leader election
 // (the NATS server answers, a stream does not for a few seconds) is the
 // same on every edge and is waited out, not fled.
@@ -50,6 +54,15 @@ type EdgeWatch struct {
 	seen   time.Time // the last round trip that was answered
 	since  time.Time // cut off since (zero: not cut off)
 	kicked time.Time // the last reconnect asked for while unanswered
+	// kickWait is how long after that reconnect the next one is asked
+	// for while none answers: half a lease, doubled at each reconnect up
+	// to two leases, back to half a lease at the next answer. A NATS
+	// server cut off answers at once on another; a machine so busy that
+	// every server answers late (make test at load 40: a round trip past
+	// half a lease) is not made busier by a reconnect every half lease,
+	// each dropping the requests in flight, so that nothing was ever
+	// answered again.
+	kickWait time.Duration
 }
 
 // NewEdgeWatch returns the watchdog of node n; drop (may be nil) closes
@@ -90,7 +103,7 @@ func (w *EdgeWatch) observe(now time.Time, err error) {
 	w.mu.Lock()
 	if err == nil {
 		was := w.since
-		w.seen, w.since = now, time.Time{}
+		w.seen, w.since, w.kickWait = now, time.Time{}, 0
 		w.mu.Unlock()
 		if !was.IsZero() {
 			w.log.Info("cluster: NATS answers again; taking devices", "node", w.what, "cut_off_for", now.Sub(was).Round(time.Millisecond))
@@ -98,11 +111,15 @@ func (w *EdgeWatch) observe(now time.Time, err error) {
 		return
 	}
 	// Unanswered for half a lease: the NATS server this node talks to
-	// may be the one cut off, and another may answer. Asked again every
-	// half lease while none does.
-	kick := w.reconnect != nil && now.Sub(w.seen) > w.lease/2 && now.Sub(w.kicked) > w.lease/2
+	// may be the one cut off, and another may answer. Asked again while
+	// none does, less and less often (kickWait).
+	wait := w.kickWait
+	if wait == 0 {
+		wait = w.lease / 2
+	}
+	kick := w.reconnect != nil && now.Sub(w.seen) > w.lease/2 && now.Sub(w.kicked) > wait
 	if kick {
-		w.kicked = now
+		w.kicked, w.kickWait = now, min(2*wait, 2*w.lease)
 	}
 	if now.Sub(w.seen) <= w.lease {
 		w.mu.Unlock()
