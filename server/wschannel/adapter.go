@@ -25,6 +25,7 @@ import (
 	"termlink/server/record"
 	"termlink/server/registry"
 	"termlink/server/throttle"
+	"termlink/server/wschannel/readiness"
 )
 
 // Close codes the terminal adapter sends besides RFC 6455's (1000 normal,
@@ -217,7 +218,10 @@ type terminalAdapter struct {
 	stopped    bool
 	stopCtx    context.Context // accepting messages ends with the adapter
 	stopAccept context.CancelFunc
-	wg         sync.WaitGroup // connection handlers
+	wg         sync.WaitGroup    // connection handlers
+	poller     *readiness.Poller // idle connections wait here (poll.go); nil until the first
+	wheel      *readiness.Wheel  // their deadlines
+	noPoll     bool              // no poller here, or the adapter has stopped
 }
 
 // New builds the adapter of channel id (cfg its config).
@@ -337,6 +341,11 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 	// The connection gets a goroutine of its own and the HTTP handler
 	// returns: net/http then lets go of its request, response and 8 KiB
 	// of buffers, which an idle device would otherwise hold for hours.
+	if c.pollInit() { // an idle connection holds no goroutine (poll.go)
+		c.start()
+		a.steps.Run(c)
+		return
+	}
 	c.start()
 	go c.serve()
 }
@@ -417,6 +426,7 @@ func (a *terminalAdapter) Close() {
 		c.closeWith(websocket.CloseGoingAway, "server shutting down; reconnect later")
 	}
 	a.wg.Wait()
+	a.stopReadiness()
 	a.steps.Stop()
 	a.writers.Stop()
 	a.events.Add(events.Event{Event: events.AdapterStopped})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -16,6 +17,7 @@ import (
 	"termlink/server/events"
 	"termlink/server/httpapi"
 	"termlink/server/identity"
+	"termlink/server/wschannel/readiness"
 )
 
 // wsConn is one device connection, in gorilla's chat shape: the reader
@@ -103,6 +105,13 @@ type wsConn struct {
 	answers     *tokenBucket // the rate of answer frames (fleet.go), made at the first
 	routes      routeMemory
 	held        *heldMessage // a message waiting for room; the device is not read meanwhile
+	lookFirst   bool         // pollRead looks for buffered data before it steps (the first time)
+
+	// Polled connections (poll.go): nil ph means a goroutine of its own.
+	ph     *readiness.Handle
+	tlsIn  bool            // TLS: plaintext may wait inside the tls.Conn
+	dl     readiness.Timer // the deadline of the next read, on the adapter's wheel
+	readBy atomic.Int64    // that deadline (UnixNano)
 
 	space      chan struct{} // cap 1: the writer took the reader's frames, or stopped
 	readerDone chan struct{} // the reader has stopped
@@ -326,13 +335,13 @@ func (c *wsConn) setReadDeadline() {
 	switch {
 	case c.readClosing && !c.graceSet:
 		// Our close frame is out or due: the peer has a moment to answer.
-		_ = c.ws.SetReadDeadline(time.Now().Add(closeGrace))
+		c.setReadBy(time.Now().Add(closeGrace))
 		c.graceSet = true
 	case c.readClosing:
 	case c.peerID == "" && time.Now().Add(idle).After(connectBy):
-		_ = c.ws.SetReadDeadline(connectBy) // pings do not count
+		c.setReadBy(connectBy) // pings do not count
 	default:
-		_ = c.ws.SetReadDeadline(time.Now().Add(idle))
+		c.setReadBy(time.Now().Add(idle))
 	}
 }
 
@@ -473,7 +482,7 @@ func (c *wsConn) finish(reason string) {
 		}
 		t.Stop()
 	}
-	c.ws.Close()
+	c.closeSocket()
 	if running {
 		<-done
 	}
@@ -673,7 +682,7 @@ func (c *wsConn) writePump() {
 			case <-t.C:
 			}
 			t.Stop()
-			c.ws.Close()
+			c.closeSocket()
 			c.mu.Lock()
 			c.writerStoppedLocked()
 			c.mu.Unlock()
@@ -832,5 +841,5 @@ func (c *wsConn) fail(err error) {
 	}
 	c.mu.Unlock()
 	c.signalSpace()
-	c.ws.Close() // the reader's read fails now
+	c.closeSocket() // the reader's read fails now
 }

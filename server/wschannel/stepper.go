@@ -41,7 +41,13 @@ type stepper struct{ *warm.Pool[*wsConn] }
 var doneChans = sync.Pool{New: func() any { return make(chan bool) }}
 
 func newStepper() stepper {
-	return stepper{warm.New(maxIdleSteppers, workerIdle, func(c *wsConn) { c.stepDone <- c.step() })}
+	return stepper{warm.New(maxIdleSteppers, workerIdle, func(c *wsConn) {
+		if c.ph != nil { // polled (poll.go): steps while there is data
+			c.pollRead()
+			return
+		}
+		c.stepDone <- c.step()
+	})}
 }
 
 // run runs c.step on a worker and returns its result.
