@@ -132,10 +132,10 @@ func clientFrame(f link.Frame) []byte {
 // goroutine a connection had of its own (serve), blocked reading.
 func serveGoroutines(t *testing.T) int {
 	var b strings.Builder
-	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
 		t.Fatal(err)
 	}
-	return strings.Count(b.String(), "wschannel.(*wsConn).serve")
+	return strings.Count(b.String(), "wschannel.(*wsConn).serve(")
 }
 
 // Idle devices hold no goroutine: with n connected and silent, the
@@ -157,7 +157,8 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 					t.Fatal("connect not answered with connected")
 				}
 			}
-			testwait.Until(t, "every connection waiting in the poller", func() bool { return r.a.poller != nil && r.a.poller.Len() == n })
+			// Settled: each waits in the poller, or on a goroutine of its own.
+			testwait.Until(t, "every connection waiting for data", func() bool { return polledArmed(r.a) || serveGoroutines(t) == n })
 			if s := serveGoroutines(t); s != 0 {
 				t.Fatalf("%d goroutines in wsConn.serve with %d idle connections, want 0", s, n)
 			}
@@ -206,12 +207,57 @@ func TestPolledTimeoutsKeepTheirReasons(t *testing.T) {
 	})
 }
 
-// Frames that arrive in one TLS record are all handled, though the
-// socket shows nothing more once the first is read: what gorilla's read
-// buffer did not take waits as plaintext inside the tls.Conn.
-func TestTLSFramesInOneRecord(t *testing.T) {
+// corkConn gathers writes while corked: TLS records written meanwhile
+// go out in one TCP write.
+type corkConn struct {
+	net.Conn
+	corked bool
+	buf    []byte
+}
+
+func (c *corkConn) Write(p []byte) (int, error) {
+	if c.corked {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *corkConn) flush() error {
+	c.corked = false
+	_, err := c.Conn.Write(c.buf)
+	c.buf = nil
+	return err
+}
+
+// Frames the socket's readiness will not show are handled: frames in
+// one TLS record (what gorilla's read buffer did not take waits as
+// plaintext inside the tls.Conn), and TLS records that arrive in one TCP
+// segment (the tls.Conn reads them all from the socket, and hands out
+// one record's plaintext at a time).
+func TestTLSBufferedFrames(t *testing.T) {
 	r := newPollRig(t, true, nil)
-	ws, raw := r.dial()
+	var cork *corkConn
+	d := websocket.Dialer{NetDialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cork = &corkConn{Conn: c}
+		cfg := r.tls.Clone()
+		cfg.ServerName = "127.0.0.1"
+		tc := tls.Client(cork, cfg)
+		return tc, tc.HandshakeContext(ctx)
+	}}
+	ws, _, err := d.Dial(r.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	_ = ws.SetReadDeadline(time.Now().Add(time.Minute))
+	raw := ws.NetConn()
+
+	// One record: connect, a large message and small ones.
 	var rec []byte
 	rec = append(rec, clientFrame(&link.Connect{PeerID: "dev-tls"})...)
 	rec = append(rec, clientFrame(&link.Message{MessageID: "m-big", Text: strings.Repeat("x", 1000)})...)
@@ -229,7 +275,24 @@ func TestTLSFramesInOneRecord(t *testing.T) {
 	}
 	for _, id := range []string{"m-big", "m-0", "m-1", "m-2", "m-3", "m-4"} {
 		if f, ok := readFrame(t, ws).(*link.Ack); !ok || f.MessageID != id {
-			t.Fatalf("got %+v, want the ack of %s", f, id)
+			t.Fatalf("one record: got %+v, want the ack of %s", f, id)
+		}
+	}
+
+	// Records in one segment, each a frame, once the server waits again.
+	testwait.Until(t, "the connection waiting in the poller", func() bool { return polledArmed(r.a) })
+	cork.corked = true
+	for i := range 3 {
+		if _, err := raw.Write(clientFrame(&link.Message{MessageID: fmt.Sprintf("s-%d", i), Text: "hi"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cork.flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if f, ok := readFrame(t, ws).(*link.Ack); !ok || f.MessageID != fmt.Sprintf("s-%d", i) {
+			t.Fatalf("records in one segment: got %+v, want the ack of s-%d", f, i)
 		}
 	}
 }
@@ -270,6 +333,9 @@ func TestFrameSplitOverSegments(t *testing.T) {
 func polledArmed(a *terminalAdapter) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if len(a.conns) == 0 {
+		return false
+	}
 	for c := range a.conns {
 		if c.ph == nil || !c.ph.Armed() {
 			return false
