@@ -222,6 +222,8 @@ type terminalAdapter struct {
 	poller     *readiness.Poller // idle connections wait here (poll.go); nil until the first
 	wheel      *readiness.Wheel  // their deadlines
 	noPoll     bool              // no poller here, or the adapter has stopped
+
+	lentReadBuffers atomic.Int64 // idle polled connections' read buffers, lent back (poll.go)
 }
 
 // New builds the adapter of channel id (cfg its config).

@@ -1,9 +1,11 @@
 package wschannel
 
 import (
+	"bufio"
 	"crypto/tls"
 	"errors"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -146,6 +148,7 @@ func (c *wsConn) pollRead() {
 	c.lookFirst = false
 	for {
 		if step {
+			c.takeReadBuffer()
 			if c.held == nil && c.br.Buffered() == 0 && c.waitErr == nil {
 				// The socket's read deadline bounds this step's reads only.
 				_ = c.nc.SetReadDeadline(time.Unix(0, c.readBy.Load()))
@@ -165,6 +168,7 @@ func (c *wsConn) pollRead() {
 			continue
 		}
 		_ = c.nc.SetReadDeadline(time.Time{}) // no runtime timer while idle
+		c.lendReadBuffer()
 		if c.ph.Arm() {
 			return // c is the poller's (or the wheel's, or the writer's) now
 		}
@@ -180,6 +184,7 @@ func (c *wsConn) plaintextWaits() bool {
 	if !c.tlsIn {
 		return false
 	}
+	c.takeReadBuffer()
 	_ = c.nc.SetReadDeadline(pastDeadline)
 	_, err := c.br.Peek(1)
 	var ne net.Error
@@ -191,6 +196,45 @@ func (c *wsConn) plaintextWaits() bool {
 	}
 	c.waitErr = err
 	return true
+}
+
+// An idle polled connection lends its read buffer (readBufferBytes) back:
+// the bufio.Reader gorilla reads through is set to its zero value, which
+// holds no buffer, while the connection waits in the poller, and gets a
+// pooled one again before the next read. Readers are copied whole
+// (bufio.Reader holds no lock and no pointer to itself); a husk is a
+// Reader value without its buffer, kept for the next lend.
+var (
+	idleReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufferBytes) }}
+	readerHusks = sync.Pool{New: func() any { return new(bufio.Reader) }}
+)
+
+// lendReadBuffer gives c's read buffer to the pool; nothing is buffered.
+func (c *wsConn) lendReadBuffer() {
+	if c.brOut || c.br.Buffered() != 0 {
+		return
+	}
+	h := readerHusks.Get().(*bufio.Reader)
+	*h = *c.br
+	h.Reset(nil)
+	*c.br = bufio.Reader{}
+	idleReaders.Put(h)
+	c.brOut = true
+	c.a.lentReadBuffers.Add(1)
+}
+
+// takeReadBuffer gives c a read buffer again, before it reads.
+func (c *wsConn) takeReadBuffer() {
+	if !c.brOut {
+		return
+	}
+	h := idleReaders.Get().(*bufio.Reader)
+	h.Reset(c.nc)
+	*c.br = *h
+	*h = bufio.Reader{}
+	readerHusks.Put(h)
+	c.brOut = false
+	c.a.lentReadBuffers.Add(-1)
 }
 
 // hold waits for the held message's room on a goroutine of its own, then

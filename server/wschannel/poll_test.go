@@ -138,7 +138,7 @@ func serveGoroutines(t *testing.T) int {
 	return strings.Count(b.String(), "wschannel.(*wsConn).serve(")
 }
 
-// Idle devices hold no goroutine: with n connected and silent, the
+// Idle devices hold no goroutine and no read buffer: with n connected and silent, the
 // process has about as many goroutines as with none (the pools' warm
 // workers, the poller's loop and the wheel), none of them a connection's
 // own. Before, each connection had one (serve), blocked in its read.
@@ -161,6 +161,9 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 			testwait.Until(t, "every connection waiting for data", func() bool { return polledArmed(r.a) || serveGoroutines(t) == n })
 			if s := serveGoroutines(t); s != 0 {
 				t.Fatalf("%d goroutines in wsConn.serve with %d idle connections, want 0", s, n)
+			}
+			if lent := r.a.lentReadBuffers.Load(); lent != n {
+				t.Fatalf("%d idle connections lent %d read buffers back, want all", n, lent)
 			}
 			// The warm pools keep at most their maxIdle workers.
 			if grew := runtime.NumGoroutine() - before; grew > n/4 {

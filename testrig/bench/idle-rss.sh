@@ -34,7 +34,7 @@ if [ "$MODE" = tls ]; then
 	tlscfg=",\"tls\":{\"certFile\":\"$tmp/server.pem\",\"keyFile\":\"$tmp/server-key.pem\"}"
 fi
 cat >"$tmp/cfg.json" <<JSON
-{"workspace":"$tmp/ws","channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local","config":{"heartbeatSeconds":$HB}}}$tlscfg}
+{"workspace":"$tmp/ws","maxConnections":$((N + 100)),"channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local","config":{"heartbeatSeconds":$HB}}}$tlscfg}
 JSON
 "$TERMSERVER" --config "$tmp/cfg.json" --listen 127.0.0.1:$port 2>"$tmp/server.log" &
 SPID=$!
