@@ -75,7 +75,8 @@ type Adapter interface {
 	// once every connection has ended.
 	Close()
 	// ServeUpgrade upgrades GET /api/channels/{channel_id}/ws and hands
-	// the connection to a goroutine of its own; maxConns caps the
+	// the connection to the readiness loop (or a goroutine of its own:
+	// doc.go) and returns; maxConns caps the
 	// server's open WebSockets (all channels), past which it answers 503.
 	ServeUpgrade(w http.ResponseWriter, r *http.Request, maxConns int64)
 	// ReplaceElsewhere closes the peer's connection here (4001) because
@@ -279,7 +280,8 @@ func (a *terminalAdapter) sendQueue() int {
 }
 
 // ServeUpgrade implements Adapter: the connection is served until it
-// ends, on a goroutine of its own.
+// ends, by the readiness loop and the stepper (poll.go), or on a
+// goroutine of its own.
 func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, maxConns int64) {
 	headerToken := ""
 	if identity.RequiresToken(a.cfg.Config) {
@@ -340,9 +342,10 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 	a.conns[c] = struct{}{}
 	a.wg.Add(1)
 	a.mu.Unlock()
-	// The connection gets a goroutine of its own and the HTTP handler
-	// returns: net/http then lets go of its request, response and 8 KiB
-	// of buffers, which an idle device would otherwise hold for hours.
+	// The connection waits in the readiness loop (or gets a goroutine of
+	// its own) and the HTTP handler returns: net/http then lets go of its
+	// request, response and 8 KiB of buffers, which an idle device would
+	// otherwise hold for hours.
 	if c.pollInit() { // an idle connection holds no goroutine (poll.go)
 		c.start()
 		a.steps.Run(c)

@@ -21,22 +21,25 @@ import (
 )
 
 // wsConn is one device connection, in gorilla's chat shape: the reader
-// (serve, which waits for data, and the steps it has the stepper run for
-// it, one at a time) owns every read and the read deadlines; the writer
+// (its steps, one at a time, on the stepper's workers: handed over by the
+// readiness loop when the socket has data, poll.go, or by serve, the
+// connection's own goroutine where there is no loop) owns every read and
+// the read deadlines; the writer
 // (writePump) owns every write, the write deadlines (through flushConn)
 // and the close frame. Nothing else touches the socket. Unlike the chat
 // example's, the writer does not wait parked while there is nothing to
 // write: it is handed to one of the adapter's warm writer workers
 // (stepper.go) when something is queued and returns when all is written
 // (still one at a time, never two: writing says one runs), so an idle
-// connection costs one goroutine and no buffers, and a busy one does not
+// connection costs no goroutine (one without the readiness loop) and no
+// buffers, and a busy one does not
 // start a goroutine (and grow its stack) per batch. Acks, errors and
 // replies are encoded into pooled buffers that go back once written.
 //
 // A message a full waiting bound refuses (router.Admission: the session's
 // maxWaitingPerSession or the server's maxWaitingRuns) is held, not
-// answered busy: serve stops reading the device (its sends back up
-// through TCP, like any slow server) and waits on its own goroutine,
+// answered busy: the reader stops reading the device (its sends back up
+// through TCP, like any slow server) and waits on a goroutine (while held),
 // pinning no shared worker, until a place is held for the message (it is
 // then accepted, in order: nothing read after it was read yet), the
 // connection starts closing (the message is let go unacked: the device
@@ -303,7 +306,8 @@ func (c *wsConn) serve() {
 
 // awaitRoom waits until the held message has a place, its hold runs out
 // or the connection starts closing; the next step settles it. It waits on
-// the connection's own goroutine: a held device pins no shared worker.
+// the connection's own goroutine (serve), or on one started for the hold
+// (a polled connection: hold): a held device pins no shared worker.
 func (c *wsConn) awaitRoom() {
 	h := c.held
 	c.mu.Lock()
