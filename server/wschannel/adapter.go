@@ -332,10 +332,11 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 	}
 	c := newWSConn(a, ws, hw.conn, hw.br, r.RemoteAddr, headerToken)
 	c.cert = cert
+	polled := c.pollInit() // before c is published: the writer's closeSocket reads c.ph
 	a.mu.Lock()
 	if a.stopped {
 		a.mu.Unlock()
-		ws.Close()
+		c.closeSocket()
 		open.Add("", -1)
 		return
 	}
@@ -346,7 +347,7 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 	// its own) and the HTTP handler returns: net/http then lets go of its
 	// request, response and 8 KiB of buffers, which an idle device would
 	// otherwise hold for hours.
-	if c.pollInit() { // an idle connection holds no goroutine (poll.go)
+	if polled { // an idle connection holds no goroutine (poll.go)
 		c.start()
 		a.steps.Run(c)
 		return

@@ -346,3 +346,33 @@ func polledArmed(a *terminalAdapter) bool {
 	}
 	return true
 }
+
+// goroutinesIn counts the goroutines with fn on their stack.
+func goroutinesIn(t *testing.T, fn string) int {
+	var b strings.Builder
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(b.String(), fn)
+}
+
+// Close stops the readiness loop and the wheel once every connection
+// has ended: no goroutine of theirs is left.
+func TestCloseStopsTheReadinessLoop(t *testing.T) {
+	r := newPollRig(t, false, nil)
+	ws, _ := r.dial()
+	if err := ws.WriteMessage(websocket.TextMessage, link.MustEncode(&link.Connect{PeerID: "dev-1"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := readFrame(t, ws).(*link.Connected); !ok {
+		t.Fatal("connect not answered with connected")
+	}
+	const loop, wheel = "readiness.(*Poller).loop(", "readiness.(*Wheel).run("
+	if goroutinesIn(t, loop) == 0 || goroutinesIn(t, wheel) == 0 {
+		t.Fatal("no readiness loop or wheel while a connection is open")
+	}
+	r.a.Close()
+	if n, m := goroutinesIn(t, loop), goroutinesIn(t, wheel); n+m != 0 {
+		t.Fatalf("after Close: %d readiness loops and %d wheels still run", n, m)
+	}
+}

@@ -21,6 +21,12 @@ type Poller struct {
 	epfd int
 	wake int // eventfd: Close wakes the loop
 
+	// ctl is held (read) around each epoll_ctl and (write) by Close
+	// around closing epfd: a handle never touches a closed or reused
+	// descriptor number.
+	ctl     sync.RWMutex
+	ctlDone bool // epfd is closed (ctl)
+
 	mu      sync.Mutex
 	handles map[uint32]*Handle
 	nextID  uint32
@@ -104,7 +110,7 @@ func (h *Handle) Arm() bool {
 		op = unix.EPOLL_CTL_ADD
 	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(h.id), Pad: int32(h.gen)}
-	if err := unix.EpollCtl(h.p.epfd, op, h.fd, &ev); err != nil {
+	if err := h.p.epollCtl(op, h.fd, &ev); err != nil {
 		return false
 	}
 	h.added, h.armed = true, true
@@ -137,6 +143,16 @@ func (h *Handle) Kick() bool {
 	return true
 }
 
+// epollCtl is epoll_ctl on an open poller.
+func (p *Poller) epollCtl(op, fd int, ev *unix.EpollEvent) error {
+	p.ctl.RLock()
+	defer p.ctl.RUnlock()
+	if p.ctlDone {
+		return ErrClosed
+	}
+	return unix.EpollCtl(p.epfd, op, fd, ev)
+}
+
 // Armed reports whether the handle waits for its socket.
 func (h *Handle) Armed() bool {
 	h.mu.Lock()
@@ -156,7 +172,7 @@ func (h *Handle) Remove() (wasArmed bool) {
 	wasArmed = h.armed
 	h.gone, h.armed = true, false
 	if h.added {
-		_ = unix.EpollCtl(h.p.epfd, unix.EPOLL_CTL_DEL, h.fd, nil)
+		_ = h.p.epollCtl(unix.EPOLL_CTL_DEL, h.fd, nil)
 	}
 	h.mu.Unlock()
 	h.p.mu.Lock()
@@ -218,6 +234,9 @@ func (p *Poller) Close() {
 	var one = [8]byte{1}
 	_, _ = unix.Write(p.wake, one[:]) // little-endian 1; any nonzero value wakes it
 	<-p.done
+	p.ctl.Lock()
+	p.ctlDone = true
 	unix.Close(p.wake)
 	unix.Close(p.epfd)
+	p.ctl.Unlock()
 }
