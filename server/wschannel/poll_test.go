@@ -376,3 +376,60 @@ func TestCloseStopsTheReadinessLoop(t *testing.T) {
 		t.Fatalf("after Close: %d readiness loops and %d wheels still run", n, m)
 	}
 }
+
+// plaintextWaits relies on this: a tls.Conn read with a past deadline
+// returns a timeout at once, and the connection reads on afterwards (the
+// timeout is not sticky, as any other read error is).
+func TestTLSReadTimeoutNotSticky(t *testing.T) {
+	hs := httptest.NewUnstartedServer(nil)
+	hs.StartTLS() // for its certificate
+	defer hs.Close()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", hs.TLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			err = c.(*tls.Conn).Handshake()
+		}
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	cfg := hs.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	cfg.ServerName = "127.0.0.1"
+	client, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	defer server.Close()
+	if _, err := client.Write([]byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 8)
+	if n, err := server.Read(b); err != nil || string(b[:n]) != "hi" {
+		t.Fatalf("read %q, %v", b[:n], err)
+	}
+	_ = server.SetReadDeadline(pastDeadline)
+	var ne net.Error
+	if _, err := server.Read(b); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read past its deadline: %v, want a timeout", err)
+	}
+	_ = server.SetReadDeadline(time.Time{})
+	if _, err := client.Write([]byte("again")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := server.Read(b); err != nil || string(b[:n]) != "again" {
+		t.Fatalf("after a timeout: read %q, %v; want the next record", b[:n], err)
+	}
+}
