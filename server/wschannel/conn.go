@@ -2,6 +2,7 @@ package wschannel
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -113,6 +114,7 @@ type wsConn struct {
 	// Polled connections (poll.go): nil ph means a goroutine of its own.
 	ph     *readiness.Handle
 	tlsIn  bool            // TLS: plaintext may wait inside the tls.Conn
+	tc     *tls.Conn       // that tls.Conn (nil: plain, or not at the top)
 	brOut  bool            // br's buffer is lent to the pool while idle (poll.go)
 	dl     readiness.Timer // the deadline of the next read, on the adapter's wheel
 	readBy atomic.Int64    // that deadline (UnixNano)

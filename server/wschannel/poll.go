@@ -2,12 +2,15 @@ package wschannel
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"net"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"termlink/server/wschannel/readiness"
 )
@@ -80,6 +83,9 @@ func (c *wsConn) pollInit() bool {
 		return false
 	}
 	c.ph, c.tlsIn, c.lookFirst = h, isTLS, true
+	if isTLS {
+		c.tc, _ = c.nc.Conn.(*tls.Conn)
+	}
 	w.Init(&c.dl, c.deadlinePassed)
 	return true
 }
@@ -169,6 +175,7 @@ func (c *wsConn) pollRead() {
 		}
 		_ = c.nc.SetReadDeadline(time.Time{}) // no runtime timer while idle
 		c.lendReadBuffer()
+		releaseTLSInput(c.tc)
 		if c.ph.Arm() {
 			return // c is the poller's (or the wheel's, or the writer's) now
 		}
@@ -261,4 +268,49 @@ func (c *wsConn) closeSocket() {
 	if kick {
 		c.a.steps.Run(c)
 	}
+}
+
+// A tls.Conn keeps the buffers it read its handshake into for as long as
+// it lives: its raw input (about 2 KiB, grown for the ClientHello) and
+// its handshake buffer (about 1.5 KiB), most of a TLS connection's cost
+// beyond the plain one's. crypto/tls offers no way to let them go, so
+// releaseTLSInput sets them to their zero values when they hold nothing
+// (the reader's own state: only tls.Conn's Read path touches them, under
+// its input lock, and the reader is the only one to call Read); the next
+// read grows the raw input again. The fields are found by name and type
+// once (tlsInput); on a Go whose tls.Conn does not have them so, nothing
+// is released (TestTLSInputFieldsFound says so).
+var tlsInput = func() (f struct {
+	rawInput, input, hand uintptr
+	ok                    bool
+}) {
+	t := reflect.TypeFor[tls.Conn]()
+	buf, rd := reflect.TypeFor[bytes.Buffer](), reflect.TypeFor[bytes.Reader]()
+	raw, ok1 := t.FieldByName("rawInput")
+	in, ok2 := t.FieldByName("input")
+	hand, ok3 := t.FieldByName("hand")
+	if !ok1 || !ok2 || !ok3 || raw.Type != buf || in.Type != rd || hand.Type != buf ||
+		len(raw.Index) != 1 || len(in.Index) != 1 || len(hand.Index) != 1 {
+		return f
+	}
+	f.rawInput, f.input, f.hand, f.ok = raw.Offset, in.Offset, hand.Offset, true
+	return f
+}()
+
+// releaseTLSInput lets go of tc's empty input buffers (see tlsInput); tc
+// may be nil. Only the connection's reader calls it, between reads.
+func releaseTLSInput(tc *tls.Conn) {
+	if tc == nil || !tlsInput.ok {
+		return
+	}
+	base := unsafe.Pointer(tc)
+	raw := (*bytes.Buffer)(unsafe.Add(base, tlsInput.rawInput))
+	in := (*bytes.Reader)(unsafe.Add(base, tlsInput.input))
+	hand := (*bytes.Buffer)(unsafe.Add(base, tlsInput.hand))
+	if raw.Len() != 0 || in.Len() != 0 || hand.Len() != 0 {
+		return
+	}
+	*raw = bytes.Buffer{}
+	in.Reset(nil)
+	*hand = bytes.Buffer{}
 }

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/gorilla/websocket"
 
@@ -138,7 +139,8 @@ func serveGoroutines(t *testing.T) int {
 	return strings.Count(b.String(), "wschannel.(*wsConn).serve(")
 }
 
-// Idle devices hold no goroutine and no read buffer: with n connected and silent, the
+// Idle devices hold no goroutine and no read buffer (over TLS, no TLS
+// input buffer either): with n connected and silent, the
 // process has about as many goroutines as with none (the pools' warm
 // workers, the poller's loop and the wheel), none of them a connection's
 // own. Before, each connection had one (serve), blocked in its read.
@@ -164,6 +166,22 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 			}
 			if lent := r.a.lentReadBuffers.Load(); lent != n {
 				t.Fatalf("%d idle connections lent %d read buffers back, want all", n, lent)
+			}
+			if overTLS { // nor the buffers its TLS handshake was read into
+				held := 0
+				r.a.mu.Lock()
+				for c := range r.a.conns {
+					c.ph.IfArmed(func() {
+						base := unsafe.Pointer(c.tc)
+						raw := (*bytes.Buffer)(unsafe.Add(base, tlsInput.rawInput))
+						hand := (*bytes.Buffer)(unsafe.Add(base, tlsInput.hand))
+						held += raw.Cap() + hand.Cap()
+					})
+				}
+				r.a.mu.Unlock()
+				if held != 0 {
+					t.Fatalf("%d idle TLS connections hold %d bytes of TLS input buffers, want none", n, held)
+				}
 			}
 			// The warm pools keep at most their maxIdle workers.
 			if grew := runtime.NumGoroutine() - before; grew > n/4 {
@@ -431,5 +449,14 @@ func TestTLSReadTimeoutNotSticky(t *testing.T) {
 	}
 	if n, err := server.Read(b); err != nil || string(b[:n]) != "again" {
 		t.Fatalf("after a timeout: read %q, %v; want the next record", b[:n], err)
+	}
+}
+
+// releaseTLSInput finds tls.Conn's input buffers on this Go: if this
+// fails after a Go upgrade, TLS connections keep their handshake buffers
+// while idle (a few KiB each) until releaseTLSInput learns the new shape.
+func TestTLSInputFieldsFound(t *testing.T) {
+	if !tlsInput.ok {
+		t.Fatal("tls.Conn has no rawInput, input and hand fields of the expected types: idle TLS connections keep their input buffers")
 	}
 }

@@ -160,6 +160,18 @@ func (h *Handle) Armed() bool {
 	return h.armed
 }
 
+// IfArmed runs f if the handle is armed, with no event or Kick claiming
+// it meanwhile (f must not call the handle); it reports whether f ran.
+// It lets a test look at what an idle connection holds.
+func (h *Handle) IfArmed(f func()) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.armed {
+		f()
+	}
+	return h.armed
+}
+
 // Remove takes the socket out of the poller, before it is closed; it
 // reports whether the handle was armed (then f will not run: the caller
 // has the owner read, to see the socket closed). Idempotent.

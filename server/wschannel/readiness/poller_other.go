@@ -23,5 +23,6 @@ func (p *Poller) Close()                                {}
 func (p *Poller) Len() int                              { return 0 }
 func (h *Handle) Arm() bool                             { return false }
 func (h *Handle) Armed() bool                           { return false }
+func (h *Handle) IfArmed(func()) bool                   { return false }
 func (h *Handle) Kick() bool                            { return false }
 func (h *Handle) Remove() bool                          { return false }
