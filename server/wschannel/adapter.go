@@ -25,6 +25,7 @@ import (
 	"termlink/server/record"
 	"termlink/server/registry"
 	"termlink/server/throttle"
+	"termlink/server/wschannel/readiness"
 )
 
 // Close codes the terminal adapter sends besides RFC 6455's (1000 normal,
@@ -74,7 +75,8 @@ type Adapter interface {
 	// once every connection has ended.
 	Close()
 	// ServeUpgrade upgrades GET /api/channels/{channel_id}/ws and hands
-	// the connection to a goroutine of its own; maxConns caps the
+	// the connection to the readiness loop (or a goroutine of its own:
+	// doc.go) and returns; maxConns caps the
 	// server's open WebSockets (all channels), past which it answers 503.
 	ServeUpgrade(w http.ResponseWriter, r *http.Request, maxConns int64)
 	// ReplaceElsewhere closes the peer's connection here (4001) because
@@ -217,7 +219,12 @@ type terminalAdapter struct {
 	stopped    bool
 	stopCtx    context.Context // accepting messages ends with the adapter
 	stopAccept context.CancelFunc
-	wg         sync.WaitGroup // connection handlers
+	wg         sync.WaitGroup    // connection handlers
+	poller     *readiness.Poller // idle connections wait here (poll.go); nil until the first
+	wheel      *readiness.Wheel  // their deadlines
+	noPoll     bool              // no poller here, or the adapter has stopped
+
+	lentReadBuffers atomic.Int64 // idle polled connections' read buffers, lent back (poll.go)
 }
 
 // New builds the adapter of channel id (cfg its config).
@@ -273,7 +280,8 @@ func (a *terminalAdapter) sendQueue() int {
 }
 
 // ServeUpgrade implements Adapter: the connection is served until it
-// ends, on a goroutine of its own.
+// ends, by the readiness loop and the stepper (poll.go), or on a
+// goroutine of its own.
 func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, maxConns int64) {
 	headerToken := ""
 	if identity.RequiresToken(a.cfg.Config) {
@@ -324,19 +332,26 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 	}
 	c := newWSConn(a, ws, hw.conn, hw.br, r.RemoteAddr, headerToken)
 	c.cert = cert
+	polled := c.pollInit() // before c is published: the writer's closeSocket reads c.ph
 	a.mu.Lock()
 	if a.stopped {
 		a.mu.Unlock()
-		ws.Close()
+		c.closeSocket()
 		open.Add("", -1)
 		return
 	}
 	a.conns[c] = struct{}{}
 	a.wg.Add(1)
 	a.mu.Unlock()
-	// The connection gets a goroutine of its own and the HTTP handler
-	// returns: net/http then lets go of its request, response and 8 KiB
-	// of buffers, which an idle device would otherwise hold for hours.
+	// The connection waits in the readiness loop (or gets a goroutine of
+	// its own) and the HTTP handler returns: net/http then lets go of its
+	// request, response and 8 KiB of buffers, which an idle device would
+	// otherwise hold for hours.
+	if polled { // an idle connection holds no goroutine (poll.go)
+		c.start()
+		a.steps.Run(c)
+		return
+	}
 	c.start()
 	go c.serve()
 }
@@ -417,6 +432,7 @@ func (a *terminalAdapter) Close() {
 		c.closeWith(websocket.CloseGoingAway, "server shutting down; reconnect later")
 	}
 	a.wg.Wait()
+	a.stopReadiness()
 	a.steps.Stop()
 	a.writers.Stop()
 	a.events.Add(events.Event{Event: events.AdapterStopped})

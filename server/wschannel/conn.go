@@ -2,10 +2,12 @@ package wschannel
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -16,25 +18,29 @@ import (
 	"termlink/server/events"
 	"termlink/server/httpapi"
 	"termlink/server/identity"
+	"termlink/server/wschannel/readiness"
 )
 
 // wsConn is one device connection, in gorilla's chat shape: the reader
-// (serve, which waits for data, and the steps it has the stepper run for
-// it, one at a time) owns every read and the read deadlines; the writer
+// (its steps, one at a time, on the stepper's workers: handed over by the
+// readiness loop when the socket has data, poll.go, or by serve, the
+// connection's own goroutine where there is no loop) owns every read and
+// the read deadlines; the writer
 // (writePump) owns every write, the write deadlines (through flushConn)
 // and the close frame. Nothing else touches the socket. Unlike the chat
 // example's, the writer does not wait parked while there is nothing to
 // write: it is handed to one of the adapter's warm writer workers
 // (stepper.go) when something is queued and returns when all is written
 // (still one at a time, never two: writing says one runs), so an idle
-// connection costs one goroutine and no buffers, and a busy one does not
+// connection costs no goroutine (one without the readiness loop) and no
+// buffers, and a busy one does not
 // start a goroutine (and grow its stack) per batch. Acks, errors and
 // replies are encoded into pooled buffers that go back once written.
 //
 // A message a full waiting bound refuses (router.Admission: the session's
 // maxWaitingPerSession or the server's maxWaitingRuns) is held, not
-// answered busy: serve stops reading the device (its sends back up
-// through TCP, like any slow server) and waits on its own goroutine,
+// answered busy: the reader stops reading the device (its sends back up
+// through TCP, like any slow server) and waits on a goroutine (while held),
 // pinning no shared worker, until a place is held for the message (it is
 // then accepted, in order: nothing read after it was read yet), the
 // connection starts closing (the message is let go unacked: the device
@@ -103,6 +109,15 @@ type wsConn struct {
 	answers     *tokenBucket // the rate of answer frames (fleet.go), made at the first
 	routes      routeMemory
 	held        *heldMessage // a message waiting for room; the device is not read meanwhile
+	lookFirst   bool         // pollRead looks for buffered data before it steps (the first time)
+
+	// Polled connections (poll.go): nil ph means a goroutine of its own.
+	ph     *readiness.Handle
+	tlsIn  bool            // TLS: plaintext may wait inside the tls.Conn
+	tc     *tls.Conn       // that tls.Conn (nil: plain, or not at the top)
+	brOut  bool            // br's buffer is lent to the pool while idle (poll.go)
+	dl     readiness.Timer // the deadline of the next read, on the adapter's wheel
+	readBy atomic.Int64    // that deadline (UnixNano)
 
 	space      chan struct{} // cap 1: the writer took the reader's frames, or stopped
 	readerDone chan struct{} // the reader has stopped
@@ -293,7 +308,8 @@ func (c *wsConn) serve() {
 
 // awaitRoom waits until the held message has a place, its hold runs out
 // or the connection starts closing; the next step settles it. It waits on
-// the connection's own goroutine: a held device pins no shared worker.
+// the connection's own goroutine (serve), or on one started for the hold
+// (a polled connection: hold): a held device pins no shared worker.
 func (c *wsConn) awaitRoom() {
 	h := c.held
 	c.mu.Lock()
@@ -326,13 +342,13 @@ func (c *wsConn) setReadDeadline() {
 	switch {
 	case c.readClosing && !c.graceSet:
 		// Our close frame is out or due: the peer has a moment to answer.
-		_ = c.ws.SetReadDeadline(time.Now().Add(closeGrace))
+		c.setReadBy(time.Now().Add(closeGrace))
 		c.graceSet = true
 	case c.readClosing:
 	case c.peerID == "" && time.Now().Add(idle).After(connectBy):
-		_ = c.ws.SetReadDeadline(connectBy) // pings do not count
+		c.setReadBy(connectBy) // pings do not count
 	default:
-		_ = c.ws.SetReadDeadline(time.Now().Add(idle))
+		c.setReadBy(time.Now().Add(idle))
 	}
 }
 
@@ -473,7 +489,7 @@ func (c *wsConn) finish(reason string) {
 		}
 		t.Stop()
 	}
-	c.ws.Close()
+	c.closeSocket()
 	if running {
 		<-done
 	}
@@ -673,7 +689,7 @@ func (c *wsConn) writePump() {
 			case <-t.C:
 			}
 			t.Stop()
-			c.ws.Close()
+			c.closeSocket()
 			c.mu.Lock()
 			c.writerStoppedLocked()
 			c.mu.Unlock()
@@ -832,5 +848,5 @@ func (c *wsConn) fail(err error) {
 	}
 	c.mu.Unlock()
 	c.signalSpace()
-	c.ws.Close() // the reader's read fails now
+	c.closeSocket() // the reader's read fails now
 }

@@ -39,6 +39,17 @@
 // and writers run on warm pooled workers (stepper.go), not on goroutines
 // started per frame or batch.
 //
+// An idle connection holds no goroutine and no read or write buffer (its
+// 512-byte read buffer is lent back, and over TLS the tls.Conn's empty
+// input buffers are let go; poll.go): on Linux it waits in the adapter's readiness loop (package
+// readiness: one epoll instance and one goroutine for every connection),
+// which hands it to a stepper worker when its socket is readable; its
+// idle, connect and close-grace deadlines are timers on one shared wheel,
+// not read deadlines on the socket. Elsewhere (a build without epoll) or
+// for a socket without a descriptor, a connection keeps a goroutine of
+// its own that waits for data (serve), as before. Close stops the loop
+// and the wheel once every connection has ended.
+//
 // Overload is met with backpressure before refusal: a message a full
 // waiting bound refuses (a refusal that implements RoomWaiter, as
 // router.BusyError does) is held while the connection stops reading the

@@ -11,14 +11,15 @@ import (
 // warm): a goroutine started per frame or per batch starts with a minimal
 // stack and grows it again each time; a pool's goroutines keep theirs.
 //
-// The stepper runs the deep part of a connection's reading (decoding a
-// frame, accepting a message, writing the session log) so that each
-// connection's own goroutine only ever waits for data: its stack then
-// stays at the runtime's minimum (2 KiB) instead of growing to 8 KiB on
-// its first frame and staying there while the device is idle, which was
-// half the memory of an idle connection. A caller hands over a connection
-// and waits until its step is done, so a connection's frames are still
-// handled one at a time, in order.
+// The stepper runs a connection's reading (decoding a frame, accepting a
+// message, writing the session log). A polled connection (poll.go) is
+// handed over by the readiness loop, the wheel or the writer and stepped
+// while it has data, then waits in the loop again: it holds no goroutine
+// while idle. Without the loop, a connection's own goroutine (serve) only
+// ever waits for data, so its stack stays at the runtime's minimum (2
+// KiB) instead of growing to 8 KiB on its first frame; it hands over the
+// connection and waits until the step is done. Either way a connection's
+// frames are handled one at a time, in order.
 //
 // The writers run a connection's writePump while it has something to
 // write; the connection says a writer runs (wsConn.writing), so never two
@@ -41,7 +42,13 @@ type stepper struct{ *warm.Pool[*wsConn] }
 var doneChans = sync.Pool{New: func() any { return make(chan bool) }}
 
 func newStepper() stepper {
-	return stepper{warm.New(maxIdleSteppers, workerIdle, func(c *wsConn) { c.stepDone <- c.step() })}
+	return stepper{warm.New(maxIdleSteppers, workerIdle, func(c *wsConn) {
+		if c.ph != nil { // polled (poll.go): steps while there is data
+			c.pollRead()
+			return
+		}
+		c.stepDone <- c.step()
+	})}
 }
 
 // run runs c.step on a worker and returns its result.

@@ -1,0 +1,316 @@
+package wschannel
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"net"
+	"reflect"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"termlink/server/wschannel/readiness"
+)
+
+// An idle connection holds no goroutine: where the system has a poller
+// (package readiness: Linux's epoll), a connection with nothing to read
+// is only registered there, and its deadline (idle, connect or close
+// grace; setReadDeadline) is a timer on the adapter's one wheel, not a
+// read deadline on its socket. When the socket has data, or its deadline
+// passes, or the writer closes it, the poller, the wheel or the writer
+// hands the connection to a stepper worker (pollRead), which reads with
+// the connection's deadline as the socket's read deadline, steps while
+// data is buffered (in gorilla's read buffer, or as plaintext inside a
+// tls.Conn, which the socket's readiness does not show), then registers
+// it again. A held message (awaitRoom) waits on a goroutine of its own
+// while held, as before.
+//
+// Elsewhere (no poller), or for a socket whose descriptor cannot be had,
+// a connection has its own goroutine (serve), as before.
+
+// sweepTick is the wheel's precision: a connection is closed at most
+// this long after its deadline.
+const sweepTick = 100 * time.Millisecond
+
+// readiness returns the adapter's poller and wheel, started at the first
+// connection; nil when there is no poller or the adapter has stopped.
+func (a *terminalAdapter) readiness() (*readiness.Poller, *readiness.Wheel) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped || a.noPoll {
+		return nil, nil
+	}
+	if a.poller == nil {
+		p, err := readiness.NewPoller()
+		if err != nil {
+			a.noPoll = true
+			return nil, nil
+		}
+		a.poller, a.wheel = p, readiness.NewWheel(sweepTick)
+	}
+	return a.poller, a.wheel
+}
+
+// stopReadiness stops the poller and the wheel (Close, once every
+// connection has ended).
+func (a *terminalAdapter) stopReadiness() {
+	a.mu.Lock()
+	p, w := a.poller, a.wheel
+	a.poller, a.wheel, a.noPoll = nil, nil, true
+	a.mu.Unlock()
+	if p != nil {
+		p.Close()
+		w.Stop()
+	}
+}
+
+// pollInit registers c with the poller (before start): false means c
+// gets a goroutine of its own (serve).
+func (c *wsConn) pollInit() bool {
+	p, w := c.a.readiness()
+	if p == nil {
+		return false
+	}
+	fd, isTLS, ok := socketFD(c.nc.Conn)
+	if !ok {
+		return false
+	}
+	h, err := p.Register(fd, c.readable)
+	if err != nil {
+		return false
+	}
+	c.ph, c.tlsIn, c.lookFirst = h, isTLS, true
+	if isTLS {
+		c.tc, _ = c.nc.Conn.(*tls.Conn)
+	}
+	w.Init(&c.dl, c.deadlinePassed)
+	return true
+}
+
+// socketFD finds the socket's descriptor under nc's wrappers, and whether
+// TLS is one of them.
+func socketFD(nc net.Conn) (fd int, isTLS, ok bool) {
+	for {
+		switch x := nc.(type) {
+		case *tls.Conn:
+			nc, isTLS = x.NetConn(), true
+		case *stallConn:
+			nc = x.Conn
+		case *guardedConn:
+			nc = x.Conn
+		case syscall.Conn:
+			raw, err := x.SyscallConn()
+			if err != nil {
+				return 0, false, false
+			}
+			fd = -1
+			if raw.Control(func(f uintptr) { fd = int(f) }) != nil || fd < 0 {
+				return 0, false, false
+			}
+			return fd, isTLS, true
+		default:
+			return 0, false, false
+		}
+	}
+}
+
+// readable is the poller's call (on its loop: it must not block).
+func (c *wsConn) readable() { c.a.steps.Run(c) }
+
+// deadlinePassed is the wheel's call (on its goroutine: it must not
+// block): a connection waiting in the poller past its deadline is
+// stepped, and its read times out as the socket's would have.
+func (c *wsConn) deadlinePassed() {
+	if by := c.readBy.Load(); time.Now().UnixNano() < by { // moved meanwhile
+		c.dl.Reset(time.Unix(0, by))
+		return
+	}
+	if c.ph.Kick() {
+		c.a.steps.Run(c)
+	}
+}
+
+// setReadBy sets the deadline of the reader's next read.
+func (c *wsConn) setReadBy(t time.Time) {
+	if c.ph == nil {
+		_ = c.ws.SetReadDeadline(t)
+		return
+	}
+	c.readBy.Store(t.UnixNano())
+	c.dl.Reset(t)
+}
+
+// pastDeadline is a read deadline in the past: a read returns at once.
+var pastDeadline = time.Unix(1, 0)
+
+// pollRead runs on a stepper worker: it steps the connection while it
+// has data, then has it wait in the poller (or a held message wait on a
+// goroutine of its own), until the connection ends.
+func (c *wsConn) pollRead() {
+	step := !c.lookFirst
+	c.lookFirst = false
+	for {
+		if step {
+			c.takeReadBuffer()
+			if c.held == nil && c.br.Buffered() == 0 && c.waitErr == nil {
+				// The socket's read deadline bounds this step's reads only.
+				_ = c.nc.SetReadDeadline(time.Unix(0, c.readBy.Load()))
+				_, c.waitErr = c.br.Peek(1)
+			}
+			if !c.step() {
+				c.pollEnd()
+				return
+			}
+		}
+		step = true
+		if c.held != nil {
+			go c.hold()
+			return
+		}
+		if c.br.Buffered() > 0 || c.plaintextWaits() {
+			continue
+		}
+		_ = c.nc.SetReadDeadline(time.Time{}) // no runtime timer while idle
+		c.lendReadBuffer()
+		releaseTLSInput(c.tc)
+		if c.ph.Arm() {
+			return // c is the poller's (or the wheel's, or the writer's) now
+		}
+		// Removed (the socket is closing) or refused: read now.
+	}
+}
+
+// plaintextWaits reports whether a TLS connection holds decrypted or
+// whole records the socket's readiness will not show, with a read that
+// cannot wait (a past deadline; a timeout is not sticky for tls.Conn).
+// A read error other than a timeout is kept for the next step.
+func (c *wsConn) plaintextWaits() bool {
+	if !c.tlsIn {
+		return false
+	}
+	c.takeReadBuffer()
+	_ = c.nc.SetReadDeadline(pastDeadline)
+	_, err := c.br.Peek(1)
+	var ne net.Error
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &ne) && ne.Timeout():
+		return false
+	}
+	c.waitErr = err
+	return true
+}
+
+// An idle polled connection lends its read buffer (readBufferBytes) back:
+// the bufio.Reader gorilla reads through is set to its zero value, which
+// holds no buffer, while the connection waits in the poller, and gets a
+// pooled one again before the next read. Readers are copied whole
+// (bufio.Reader holds no lock and no pointer to itself); a husk is a
+// Reader value without its buffer, kept for the next lend.
+var (
+	idleReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufferBytes) }}
+	readerHusks = sync.Pool{New: func() any { return new(bufio.Reader) }}
+)
+
+// lendReadBuffer gives c's read buffer to the pool; nothing is buffered.
+func (c *wsConn) lendReadBuffer() {
+	if c.brOut || c.br.Buffered() != 0 {
+		return
+	}
+	h := readerHusks.Get().(*bufio.Reader)
+	*h = *c.br
+	h.Reset(nil)
+	*c.br = bufio.Reader{}
+	idleReaders.Put(h)
+	c.brOut = true
+	c.a.lentReadBuffers.Add(1)
+}
+
+// takeReadBuffer gives c a read buffer again, before it reads.
+func (c *wsConn) takeReadBuffer() {
+	if !c.brOut {
+		return
+	}
+	h := idleReaders.Get().(*bufio.Reader)
+	h.Reset(c.nc)
+	*c.br = *h
+	*h = bufio.Reader{}
+	readerHusks.Put(h)
+	c.brOut = false
+	c.a.lentReadBuffers.Add(-1)
+}
+
+// hold waits for the held message's room on a goroutine of its own, then
+// has the connection stepped (resumeHeld).
+func (c *wsConn) hold() {
+	c.awaitRoom()
+	c.a.steps.Run(c)
+}
+
+// pollEnd is the end of a polled connection (serve's, for a goroutine).
+func (c *wsConn) pollEnd() {
+	c.dl.Stop()
+	c.ph.Remove()
+	c.a.m.WebSockets.Add("", -1)
+	c.a.wg.Done()
+}
+
+// closeSocket closes the connection's socket, out of the poller first
+// (its descriptor's number may be reused at once); a reader waiting in
+// the poller is stepped to see it closed.
+func (c *wsConn) closeSocket() {
+	kick := c.ph != nil && c.ph.Remove()
+	c.ws.Close()
+	if kick {
+		c.a.steps.Run(c)
+	}
+}
+
+// A tls.Conn keeps the buffers it read its handshake into for as long as
+// it lives: its raw input (about 2 KiB, grown for the ClientHello) and
+// its handshake buffer (about 1.5 KiB), most of a TLS connection's cost
+// beyond the plain one's. crypto/tls offers no way to let them go, so
+// releaseTLSInput sets them to their zero values when they hold nothing
+// (the reader's own state: only tls.Conn's Read path touches them, under
+// its input lock, and the reader is the only one to call Read); the next
+// read grows the raw input again. The fields are found by name and type
+// once (tlsInput); on a Go whose tls.Conn does not have them so, nothing
+// is released (TestTLSInputFieldsFound says so).
+var tlsInput = func() (f struct {
+	rawInput, input, hand uintptr
+	ok                    bool
+}) {
+	t := reflect.TypeFor[tls.Conn]()
+	buf, rd := reflect.TypeFor[bytes.Buffer](), reflect.TypeFor[bytes.Reader]()
+	raw, ok1 := t.FieldByName("rawInput")
+	in, ok2 := t.FieldByName("input")
+	hand, ok3 := t.FieldByName("hand")
+	if !ok1 || !ok2 || !ok3 || raw.Type != buf || in.Type != rd || hand.Type != buf ||
+		len(raw.Index) != 1 || len(in.Index) != 1 || len(hand.Index) != 1 {
+		return f
+	}
+	f.rawInput, f.input, f.hand, f.ok = raw.Offset, in.Offset, hand.Offset, true
+	return f
+}()
+
+// releaseTLSInput lets go of tc's empty input buffers (see tlsInput); tc
+// may be nil. Only the connection's reader calls it, between reads.
+func releaseTLSInput(tc *tls.Conn) {
+	if tc == nil || !tlsInput.ok {
+		return
+	}
+	base := unsafe.Pointer(tc)
+	raw := (*bytes.Buffer)(unsafe.Add(base, tlsInput.rawInput))
+	in := (*bytes.Reader)(unsafe.Add(base, tlsInput.input))
+	hand := (*bytes.Buffer)(unsafe.Add(base, tlsInput.hand))
+	if raw.Len() != 0 || in.Len() != 0 || hand.Len() != 0 {
+		return
+	}
+	*raw = bytes.Buffer{}
+	in.Reset(nil)
+	*hand = bytes.Buffer{}
+}

@@ -1,0 +1,254 @@
+//go:build linux
+
+package readiness
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Poller watches sockets for data to read: one epoll instance, one
+// goroutine (its loop) for all of them. A Handle's function runs on the
+// loop's goroutine: it must not block (hand the work to a worker).
+//
+// The socket's descriptor may also be in the Go runtime's own epoll set:
+// the two are independent. A Handle must be Removed before its socket is
+// closed (the descriptor's number may be reused at once).
+type Poller struct {
+	epfd int
+	wake int // eventfd: Close wakes the loop
+
+	// ctl is held (read) around each epoll_ctl and (write) by Close
+	// around closing epfd: a handle never touches a closed or reused
+	// descriptor number.
+	ctl     sync.RWMutex
+	ctlDone bool // epfd is closed (ctl)
+
+	mu      sync.Mutex
+	handles map[uint32]*Handle
+	nextID  uint32
+	closed  bool
+	done    chan struct{}
+}
+
+// Handle is one socket in the Poller.
+type Handle struct {
+	p  *Poller
+	id uint32
+	fd int
+	f  func()
+
+	mu    sync.Mutex
+	gen   uint32 // bumped by each Arm and Kick: an event of an older arm is stale
+	armed bool   // an event or a Kick runs f once
+	added bool   // fd is in the epoll set
+	gone  bool   // removed: never armed again
+}
+
+const wakeID = 0
+
+// NewPoller starts a poller's loop; Close stops it.
+func NewPoller() (*Poller, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("readiness: epoll_create1: %w", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("readiness: eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: wakeID}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &ev); err != nil {
+		unix.Close(wake)
+		unix.Close(epfd)
+		return nil, fmt.Errorf("readiness: epoll_ctl(eventfd): %w", err)
+	}
+	p := &Poller{epfd: epfd, wake: wake, handles: map[uint32]*Handle{}, done: make(chan struct{})}
+	go p.loop()
+	return p, nil
+}
+
+// ErrClosed is Register's error after Close.
+var ErrClosed = errors.New("readiness: poller closed")
+
+// Register makes a handle for socket descriptor fd; f runs (on the
+// loop's goroutine) once per Arm when fd has data to read, has been hung
+// up or has failed. fd is not watched before the first Arm.
+func (p *Poller) Register(fd int, f func()) (*Handle, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	for {
+		p.nextID++
+		if _, used := p.handles[p.nextID]; p.nextID != wakeID && !used {
+			break
+		}
+	}
+	h := &Handle{p: p, id: p.nextID, fd: fd, f: f}
+	p.handles[h.id] = h
+	return h, nil
+}
+
+// Arm watches the socket until it is readable (then f runs once). It
+// reports false if the handle was removed or epoll refused: the caller
+// then reads (blocking) instead of waiting here.
+func (h *Handle) Arm() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gone {
+		return false
+	}
+	h.gen++
+	op := unix.EPOLL_CTL_MOD
+	if !h.added {
+		op = unix.EPOLL_CTL_ADD
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(h.id), Pad: int32(h.gen)}
+	if err := h.p.epollCtl(op, h.fd, &ev); err != nil {
+		return false
+	}
+	h.added, h.armed = true, true
+	return true
+}
+
+// fire claims an armed handle for the event of arm gen.
+func (h *Handle) fire(gen uint32) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.armed || h.gen != gen {
+		return false
+	}
+	h.armed = false
+	return true
+}
+
+// Kick claims an armed handle as an event would (its caller then runs
+// what f would have): it reports false if it was not armed (f runs or
+// has run, or the owner is reading). The socket's event, if one comes,
+// is stale and ignored.
+func (h *Handle) Kick() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.armed {
+		return false
+	}
+	h.armed = false
+	h.gen++
+	return true
+}
+
+// epollCtl is epoll_ctl on an open poller.
+func (p *Poller) epollCtl(op, fd int, ev *unix.EpollEvent) error {
+	p.ctl.RLock()
+	defer p.ctl.RUnlock()
+	if p.ctlDone {
+		return ErrClosed
+	}
+	return unix.EpollCtl(p.epfd, op, fd, ev)
+}
+
+// Armed reports whether the handle waits for its socket.
+func (h *Handle) Armed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.armed
+}
+
+// IfArmed runs f if the handle is armed, with no event or Kick claiming
+// it meanwhile (f must not call the handle); it reports whether f ran.
+// It lets a test look at what an idle connection holds.
+func (h *Handle) IfArmed(f func()) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.armed {
+		f()
+	}
+	return h.armed
+}
+
+// Remove takes the socket out of the poller, before it is closed; it
+// reports whether the handle was armed (then f will not run: the caller
+// has the owner read, to see the socket closed). Idempotent.
+func (h *Handle) Remove() (wasArmed bool) {
+	h.mu.Lock()
+	if h.gone {
+		h.mu.Unlock()
+		return false
+	}
+	wasArmed = h.armed
+	h.gone, h.armed = true, false
+	if h.added {
+		_ = h.p.epollCtl(unix.EPOLL_CTL_DEL, h.fd, nil)
+	}
+	h.mu.Unlock()
+	h.p.mu.Lock()
+	delete(h.p.handles, h.id)
+	h.p.mu.Unlock()
+	return wasArmed
+}
+
+// Len is how many handles are registered.
+func (p *Poller) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.handles)
+}
+
+func (p *Poller) loop() {
+	defer close(p.done)
+	events := make([]unix.EpollEvent, 256)
+	for {
+		n, err := unix.EpollWait(p.epfd, events, -1)
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return // cannot happen with a valid epfd; Close still works
+		}
+		for _, ev := range events[:n] {
+			id := uint32(ev.Fd)
+			if id == wakeID {
+				p.mu.Lock()
+				closed := p.closed
+				p.mu.Unlock()
+				if closed {
+					return
+				}
+				continue
+			}
+			p.mu.Lock()
+			h := p.handles[id]
+			p.mu.Unlock()
+			if h != nil && h.fire(uint32(ev.Pad)) {
+				h.f()
+			}
+		}
+	}
+}
+
+// Close stops the loop and waits for it; handles still registered are
+// let go (their sockets are their owners'). Idempotent.
+func (p *Poller) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.done
+		return
+	}
+	p.closed = true
+	p.mu.Unlock()
+	var one = [8]byte{1}
+	_, _ = unix.Write(p.wake, one[:]) // little-endian 1; any nonzero value wakes it
+	<-p.done
+	p.ctl.Lock()
+	p.ctlDone = true
+	unix.Close(p.wake)
+	unix.Close(p.epfd)
+	p.ctl.Unlock()
+}

@@ -1,0 +1,105 @@
+//go:build linux
+
+package readiness
+
+import (
+	"net"
+	"syscall"
+	"testing"
+)
+
+func tcpPair(t *testing.T) (client, server *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c.(*net.TCPConn), s.(*net.TCPConn)
+}
+
+func fdOf(t *testing.T, c syscall.Conn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := -1
+	_ = raw.Control(func(f uintptr) { fd = int(f) })
+	return fd
+}
+
+// An armed handle runs its function once when data comes, and not again
+// until armed again; Kick claims an armed handle (the socket's event is
+// then stale); Remove reports whether it was armed and nothing runs
+// after it; Close stops the loop.
+func TestPollerArmKickRemove(t *testing.T) {
+	p, err := NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, server := tcpPair(t)
+	fired := make(chan struct{}, 10)
+	h, err := p.Register(fdOf(t, server), func() { fired <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Arm() {
+		t.Fatal("Arm failed")
+	}
+	if _, err := client.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	<-fired // readable
+	if h.Armed() {
+		t.Fatal("still armed after its event")
+	}
+	// Data still unread: a new arm fires again (level-triggered).
+	if !h.Arm() {
+		t.Fatal("Arm failed")
+	}
+	<-fired
+	if h.Kick() {
+		t.Fatal("Kick claimed a handle that was not armed")
+	}
+	var b [1]byte
+	if _, err := server.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	if !h.Arm() || !h.Kick() {
+		t.Fatal("Kick did not claim an armed handle")
+	}
+	if !h.Arm() {
+		t.Fatal("Arm failed")
+	}
+	if !h.Remove() {
+		t.Fatal("Remove of an armed handle reported it idle")
+	}
+	if h.Arm() || h.Remove() {
+		t.Fatal("a removed handle was armed or removed again")
+	}
+	if _, err := client.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if p.Len() != 0 {
+		t.Fatalf("%d handles after Remove", p.Len())
+	}
+	p.Close()
+	p.Close()
+	if _, err := p.Register(0, func() {}); err != ErrClosed {
+		t.Fatalf("Register after Close: %v", err)
+	}
+	select {
+	case <-fired:
+		t.Fatal("a removed handle's function ran")
+	default:
+	}
+}
