@@ -2,7 +2,8 @@
 # storm.sh [N] [RUNS]
 # Reconnect storm (issue 41): N (default 10000) real link.Client devices
 # (`termrig load --client --hold`, the link's own backoff: first wait about
-# 1s ±50%, doubling, at most 30s) hold wss:// connections to one
+# 1s ±50%, doubling, at most 30s; its 10 s connect timeout; they connect
+# 300 a second at first) hold wss:// connections to one
 # termserver (self-signed P-256 certificate made here with openssl). Each
 # run kills the server twice — SIGTERM (graceful: going-away close), then
 # SIGKILL — and starts it again at once on the same address and workspace.
@@ -202,7 +203,7 @@ for run in $(seq 1 "$RUNS"); do
 	poll >"$tmp/polls" &
 	PPID_=$!
 	"$tmp/termrig" load --server "wss://127.0.0.1:$port" --ca-file "$tmp/ca.pem" --client --hold --devices "$N" \
-		--connect-rate 500 --connect-timeout 30s --report-reconnects "$tmp/rec.jsonl" --json >"$tmp/rep.json" 2>"$tmp/load.err" &
+		--connect-rate 300 --report-reconnects "$tmp/rec.jsonl" --json >"$tmp/rep.json" 2>"$tmp/load.err" &
 	LPID=$!
 	for _ in $(seq 1 300); do grep -q "connected [0-9]* devices" "$tmp/load.err" && break; sleep 1; done
 	grep -q "connected $N devices" "$tmp/load.err" || { echo "devices did not all connect:" >&2; tail -5 "$tmp/load.err" >&2; exit 1; }
