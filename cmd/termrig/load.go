@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -45,7 +46,15 @@ memory of a lean device (about 55 KiB instead of 14 KiB per idle device,
 6 goroutines instead of 1): measure connection capacity in lean mode.
 With --move a --client device's link.Client is closed and a new one
 started on the next server with the same outbox (memory or file), which
-resends what is unanswered.`
+resends what is unanswered.
+
+wss:// servers with a self-signed or lab certificate: --ca-file names the
+PEM CA(s) to trust. --report-reconnects FILE (with --client) writes one
+JSON line each time a device loses its link ("down"), fails an attempt to
+get it back ("failed", with the refusal class: 503-maxconns, 503-guard,
+http, tls, refused, reset, timeout, other) and has it back ("up"), with
+at_unix_ns: the reconnect storm after a server restart, measured by
+testrig/bench/storm.sh. The report counts the failures by class.`
 
 // load is `termrig load`.
 func (a *app) load(ctx context.Context, args []string) error {
@@ -71,6 +80,8 @@ func (a *app) load(ctx context.Context, args []string) error {
 	fs.Var(durationFlag{&opt.Move}, "move", "every `D` each device hops to the next --server, staggered, resending its unanswered messages (needs two or more servers; 0: off)")
 	fs.StringVar(&opt.Outbox, "outbox", load.OutboxMemory, "with --client: the clients' outbox, `kind` memory or file (fsync, temp state dir per device)")
 	fs.Var(intFlag{&opt.ServerPID}, "server-pid", "report the CPU time process `PID` (the server, on this machine) spent sending and draining, per reply")
+	fs.StringVar(&opt.CAFile, "ca-file", "", "trust the CA certificates of PEM `file` for wss:// (instead of the system roots)")
+	reconnects := fs.String("report-reconnects", "", "with --client: write each device's link losses, failed attempts to get it back and reconnects to `file` (JSON lines)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("v", false, "log per-device errors to stderr")
 	if err := parse(fs, usage, args); err != nil {
@@ -100,6 +111,8 @@ func (a *app) load(ctx context.Context, args []string) error {
 		return usagef("--connect-timeout must be positive, got %v", opt.ConnectTimeout)
 	case set["outbox"] && !opt.Client:
 		return usagef("--outbox is the outbox of --client devices: add --client")
+	case *reconnects != "" && !opt.Client:
+		return usagef("--report-reconnects follows link.Client's reconnects: add --client")
 	case opt.Outbox != load.OutboxMemory && opt.Outbox != load.OutboxFile:
 		return usagef("--outbox must be %s or %s, got %q", load.OutboxMemory, load.OutboxFile, opt.Outbox)
 	}
@@ -134,6 +147,14 @@ func (a *app) load(ctx context.Context, args []string) error {
 		opt.Status = a.stderr // keep stdout pure JSON
 	}
 
+	if *reconnects != "" {
+		f, err := os.Create(*reconnects)
+		if err != nil {
+			return usagef("--report-reconnects: %v", err)
+		}
+		defer f.Close()
+		opt.Reconnects = f
+	}
 	rep, err := load.Run(ctx, opt)
 	if err != nil {
 		return usageError{err}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -73,5 +75,33 @@ func TestLoadSeveralServersMove(t *testing.T) {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("text report lacks %q:\n%s", want, stdout)
 		}
+	}
+}
+
+// --report-reconnects needs --client and a file it can create; --ca-file
+// must hold a certificate; a run with both writes the (here empty) log.
+func TestLoadReconnectFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--report-reconnects", filepath.Join(dir, "r.jsonl")}, "--report-reconnects follows link.Client's reconnects: add --client"},
+		{[]string{"--client", "--report-reconnects", filepath.Join(dir, "no", "such", "r.jsonl")}, "--report-reconnects: open "},
+		{[]string{"--ca-file", filepath.Join(dir, "missing.pem")}, "CA file: open "},
+	} {
+		code, stdout, stderr := runTermrig(t, append([]string{"load", "--server", "ws://127.0.0.1:1"}, tt.args...)...)
+		if code != 2 || !strings.Contains(stderr, tt.want) || stdout != "" {
+			t.Errorf("%v: exit %d stderr %q stdout %q, want 2 and %q", tt.args, code, stderr, stdout, tt.want)
+		}
+	}
+	log := filepath.Join(dir, "reconnects.jsonl")
+	code, stdout, stderr := runTermrig(t, "load", "--server", echoServer(t, false), "--client", "--devices", "2",
+		"--rate", "10", "--duration", "200ms", "--report-reconnects", log)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q, stdout %s", code, stderr, stdout)
+	}
+	if b, err := os.ReadFile(log); err != nil || len(b) != 0 {
+		t.Errorf("reconnect log %q, %v: want an empty file (no device lost its link)", b, err)
 	}
 }

@@ -75,6 +75,7 @@ func (r *runner) newClient(d *device, box link.Outbox) (*clientDev, error) {
 		PeerID:         r.peerID(d),
 		DeviceName:     "termrig load " + r.runID,
 		Token:          r.opt.Token,
+		TLSConfig:      r.tlsConf,
 		ConnectTimeout: r.opt.ConnectTimeout,
 		Logger:         r.opt.Logger,
 	}
@@ -254,6 +255,9 @@ func (r *runner) clientState(d *device, cd *clientDev, e link.Event, wasConnecte
 			r.reconnectWait = append(r.reconnectWait, cd.waited)
 		}
 		r.mu.Unlock()
+		if !cd.downAt.IsZero() {
+			r.reconnLog.add(d.index, e.Time, ReconnectUp, "")
+		}
 		cd.downAt, cd.waitFrom, cd.waited = time.Time{}, time.Time{}, 0
 	case wasConnected && !r.closing.Load() && !cd.leaving.Load():
 		cd.downAt = e.Time
@@ -266,6 +270,20 @@ func (r *runner) clientState(d *device, cd *clientDev, e link.Event, wasConnecte
 		r.disconnected++
 		r.disconnErrs.add(reason)
 		r.mu.Unlock()
+		r.reconnLog.add(d.index, e.Time, ReconnectDown, reason)
+	case e.State == link.StateWaiting && !cd.downAt.IsZero() && !r.closing.Load():
+		// A failed attempt to get the link back: the reason is the
+		// attempt's.
+		class := RefusalClass(e.Reason)
+		r.mu.Lock()
+		if r.refusals == nil {
+			r.refusals = map[string]int{}
+		}
+		r.refusals[class]++
+		r.mu.Unlock()
+		r.reconnLog.add(d.index, e.Time, ReconnectFailed, e.Reason)
+	case e.State == link.StateConnecting && !cd.downAt.IsZero() && !r.closing.Load():
+		r.reconnLog.add(d.index, e.Time, ReconnectDial, "")
 	}
 }
 

@@ -3,6 +3,7 @@ package load
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -125,6 +126,9 @@ type runner struct {
 
 	stateDir string // client mode, file outbox: parent of the device state dirs
 
+	tlsConf   *tls.Config   // wss:// roots of Options.CAFile; nil: the system's
+	reconnLog *reconnectLog // Options.Reconnects; nil: none
+
 	mu         sync.Mutex // guards the fields below
 	connectLat []time.Duration
 	// client mode: from a link leaving connected to connected again, and
@@ -134,10 +138,11 @@ type runner struct {
 	failed                      int
 	disconnected                int
 	disconnErrs                 counter
-	reconnects                  int          // client mode: sessions after the first
-	clientStats                 *ClientStats // client mode: summed at close
-	moves                       int          // moves started (Options.Move)
-	movesFailed                 int          // moves whose device did not reach connected on the next server
+	reconnects                  int            // client mode: sessions after the first
+	refusals                    map[string]int // client mode: failed reconnect attempts by RefusalClass
+	clientStats                 *ClientStats   // client mode: summed at close
+	moves                       int            // moves started (Options.Move)
+	movesFailed                 int            // moves whose device did not reach connected on the next server
 	moveErrs                    counter
 	servers                     []ServerCount
 
@@ -165,6 +170,10 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	tlsConf, err := caConfig(opt.CAFile)
+	if err != nil {
+		return nil, err
+	}
 	expected := 0
 	if opt.Rate > 0 {
 		expected = int(math.Ceil(opt.Rate*opt.Duration.Seconds())) + 16
@@ -176,6 +185,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		runID:   runID,
 		dialer: &websocket.Dialer{
 			HandshakeTimeout: opt.ConnectTimeout,
+			TLSClientConfig:  tlsConf,
 			ReadBufferSize:   bufSize,
 			WriteBufferSize:  bufSize,
 			WriteBufferPool:  &sync.Pool{},
@@ -189,6 +199,8 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		connectErrs: counter{limit: 5},
 		disconnErrs: counter{limit: 5},
 		moveErrs:    counter{limit: 5},
+		tlsConf:     tlsConf,
+		reconnLog:   newReconnectLog(opt.Reconnects),
 	}
 	for i := range r.devs {
 		d := &device{index: i}
@@ -308,6 +320,10 @@ func (r *runner) run(ctx context.Context) *Report {
 
 	rep := r.report(start, sendStart, sendEnd, ctx.Err() != nil)
 	cpu.fill(rep)
+	if err := r.reconnLog.flush(); err != nil {
+		r.log.Warn("writing the reconnect log", "err", err)
+		rep.ReconnectLogError = err.Error()
+	}
 	return rep
 }
 

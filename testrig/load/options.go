@@ -101,6 +101,17 @@ type Options struct {
 	// from the start of sending to the end of the drain (ServerCPUMs),
 	// and that time per reply received in the same window.
 	ServerPID int
+	// CAFile is a PEM file of CA certificates trusted for wss:// servers
+	// (a self-signed or lab CA) instead of the system roots; read once
+	// and shared by every device, lean or client.
+	CAFile string
+	// Reconnects, when set, receives the reconnect log of client mode:
+	// one JSON line (ReconnectEvent) each time a device in use loses its
+	// link ("down"), fails an attempt to get it back ("failed", with its
+	// refusal class: RefusalClass) and has it back ("up"), with the time
+	// in Unix nanoseconds, for measuring a reconnect storm after a
+	// server restart (testrig/bench/storm.sh). Client mode only.
+	Reconnects io.Writer
 	// Status receives progress lines meant for a person, such as
 	// "connected N devices" in Hold mode (nil: discarded).
 	Status io.Writer
@@ -174,6 +185,9 @@ func (opt Options) withDefaults() (Options, error) {
 	}
 	if opt.Stream && opt.Client {
 		errs = append(errs, errors.New("stream is measured by the lean devices: leave client mode off"))
+	}
+	if opt.Reconnects != nil && !opt.Client {
+		errs = append(errs, errors.New("the reconnect log follows link.Client's reconnects: set Client"))
 	}
 	if opt.ServerPID < 0 {
 		errs = append(errs, fmt.Errorf("server pid must be positive, got %d", opt.ServerPID))

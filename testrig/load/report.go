@@ -42,6 +42,11 @@ type Report struct {
 	// client waited in backoff (client mode).
 	Reconnect     Latency `json:"reconnect_ms"`
 	ReconnectWait Latency `json:"reconnect_wait_ms"`
+	// ReconnectFailures counts the failed attempts of devices getting
+	// their link back, by refusal class (RefusalClass; client mode).
+	ReconnectFailures map[string]int `json:"reconnect_failures,omitempty"`
+	// ReconnectLogError is the first error writing Options.Reconnects.
+	ReconnectLogError string `json:"reconnect_log_error,omitempty"`
 	// Client sums the link.Client counters (client mode).
 	Client *ClientStats `json:"client,omitempty"`
 	// Servers lists the servers and the devices on each, when there are
@@ -139,28 +144,29 @@ type ClientStats struct {
 func (r *runner) report(start, sendStart, sendEnd time.Time, interrupted bool) *Report {
 	t := r.track
 	rep := &Report{
-		URL:              r.opt.URL,
-		Rate:             r.opt.Rate,
-		ElapsedMs:        ms(time.Since(start)),
-		Interrupted:      interrupted,
-		Hold:             r.opt.Hold,
-		DevicesRequested: r.opt.Devices,
-		DevicesConnected: len(r.connectLat),
-		DevicesFailed:    r.failed,
-		ConnectErrors:    r.connectErrs.counts(),
-		Connect:          summarize(r.connectLat),
-		Disconnected:     r.disconnected,
-		DisconnectErrors: r.disconnErrs.counts(),
-		Reconnects:       r.reconnects,
-		Reconnect:        summarize(r.reconnectLat),
-		ReconnectWait:    summarize(r.reconnectWait),
-		Client:           r.clientStats,
-		Mode:             "lean",
-		Move:             ms(r.opt.Move),
-		Moves:            r.moves,
-		MovesFailed:      r.movesFailed,
-		MoveErrors:       r.moveErrs.counts(),
-		Resent:           t.resent,
+		URL:               r.opt.URL,
+		Rate:              r.opt.Rate,
+		ElapsedMs:         ms(time.Since(start)),
+		Interrupted:       interrupted,
+		Hold:              r.opt.Hold,
+		DevicesRequested:  r.opt.Devices,
+		DevicesConnected:  len(r.connectLat),
+		DevicesFailed:     r.failed,
+		ConnectErrors:     r.connectErrs.counts(),
+		Connect:           summarize(r.connectLat),
+		Disconnected:      r.disconnected,
+		DisconnectErrors:  r.disconnErrs.counts(),
+		Reconnects:        r.reconnects,
+		Reconnect:         summarize(r.reconnectLat),
+		ReconnectWait:     summarize(r.reconnectWait),
+		ReconnectFailures: r.refusals,
+		Client:            r.clientStats,
+		Mode:              "lean",
+		Move:              ms(r.opt.Move),
+		Moves:             r.moves,
+		MovesFailed:       r.movesFailed,
+		MoveErrors:        r.moveErrs.counts(),
+		Resent:            t.resent,
 
 		Sent:             t.sent,
 		SendErrors:       t.sendErrors,
@@ -304,6 +310,13 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Reconnect.N > 0 {
 		p("reconnect\t%s", lat(r.Reconnect, false))
 		p("\twaiting in backoff %s", lat(r.ReconnectWait, false))
+	}
+	if len(r.ReconnectFailures) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(r.ReconnectFailures)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, r.ReconnectFailures[k]))
+		}
+		p("reconnect failures\t%s", strings.Join(parts, ", "))
 	}
 	if r.Rate > 0 || r.Sent > 0 {
 		p("messages\tsent %d  acked %d  replied %d  lost %d", r.Sent, r.Acked, r.Replied, r.Lost)
