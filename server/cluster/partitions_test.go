@@ -870,7 +870,16 @@ func TestSlowHealKeepsTheLeases(t *testing.T) {
 	w.mu.Unlock()
 	part0.health.loseDeliveries(1)
 	w.kick <- struct{}{}
-	testwait.Until(t, "partition 0's consumer to be recreated", func() bool { return w.recreated.Load() >= 1 && !part0.health.lost() })
+	testwait.UntilOK(t, "partition 0's consumer to be recreated", func() error {
+		if w.recreated.Load() >= 1 && !part0.health.lost() {
+			return nil
+		}
+		w.mu.Lock()
+		now0 := w.owned[0]
+		w.mu.Unlock()
+		return fmt.Errorf("not yet: recreated %d, retaken %d, partition 0 still the one that lost deliveries %v, lost %v, releasing %v, rev %d, slowed %d",
+			w.recreated.Load(), w.retaken.Load(), now0 == part0, part0.health.lost(), !part0.releasing.IsZero(), part0.rev, slowed.Load())
+	})
 	if slowed.Load() == 0 {
 		t.Fatal("no recreation was slowed: the test proves nothing")
 	}
