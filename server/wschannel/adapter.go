@@ -682,7 +682,7 @@ func (c *wsConn) handleMessage(f *link.Message) {
 		thread = f.ThreadID
 		key = a.keyOf(a.id, a.cfg.AccountID, c.peerID, thread)
 	}
-	if !c.rate.take(time.Now()) {
+	if !c.messageRate().take(time.Now()) {
 		c.reject(f.MessageID, link.CodeBusy, fmt.Sprintf("message %s not accepted: peer %s sends faster than %d messages a second (burst %d, ratePerPeer); send it again later",
 			f.MessageID, c.peerID, a.cfg.Config.RatePerPeer, a.cfg.Config.RateBurst))
 		return

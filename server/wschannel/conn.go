@@ -105,13 +105,13 @@ type wsConn struct {
 	br          *bufio.Reader // gorilla's read buffer
 	waitErr     error         // why waiting for data failed
 	stepDone    chan bool     // where the running step reports
-	rate        *tokenBucket
-	answers     *tokenBucket // the rate of answer frames (fleet.go), made at the first
-	routes      *routeMemory // made at the first message sent to another thread
-	held        *heldMessage // a message waiting for room; the device is not read meanwhile
-	readClosing bool         // the connection was closing when the read deadline was set
-	graceSet    bool         // the read deadline is the close grace
-	lookFirst   bool         // pollRead looks for buffered data before it steps (the first time)
+	rate        *tokenBucket  // the message rate (messageRate), made at the first message
+	answers     *tokenBucket  // the rate of answer frames (fleet.go), made at the first
+	routes      *routeMemory  // made at the first message sent to another thread
+	held        *heldMessage  // a message waiting for room; the device is not read meanwhile
+	readClosing bool          // the connection was closing when the read deadline was set
+	graceSet    bool          // the read deadline is the close grace
+	lookFirst   bool          // pollRead looks for buffered data before it steps (the first time)
 
 	// Polled connections (poll.go): nil ph means a goroutine of its own.
 	tlsIn  bool // TLS: plaintext may wait inside the tls.Conn
@@ -287,12 +287,21 @@ func (f *outFrame) recycle() {
 }
 
 func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, br *bufio.Reader, remote, headerToken string) *wsConn {
-	rate, burst := a.cfg.Config.RatePerPeer, a.cfg.Config.RateBurst
-	if rate <= 0 || burst <= 0 {
-		rate, burst = config.DefaultRatePerPeer, config.DefaultRateBurst
+	return &wsConn{a: a, ws: ws, nc: nc, br: br, remote: remote, headerToken: headerToken, opened: time.Now()}
+}
+
+// messageRate is the connection's message rate (reader-only), made full
+// at the first message or answer: a connection that sends none holds
+// none.
+func (c *wsConn) messageRate() *tokenBucket {
+	if c.rate == nil {
+		rate, burst := c.a.cfg.Config.RatePerPeer, c.a.cfg.Config.RateBurst
+		if rate <= 0 || burst <= 0 {
+			rate, burst = config.DefaultRatePerPeer, config.DefaultRateBurst
+		}
+		c.rate = newTokenBucket(rate, burst)
 	}
-	return &wsConn{a: a, ws: ws, nc: nc, br: br, remote: remote, headerToken: headerToken, opened: time.Now(),
-		rate: newTokenBucket(rate, burst)}
+	return c.rate
 }
 
 // start sets the connection up for reading; it runs before serve.

@@ -265,7 +265,7 @@ func (c *wsConn) handleAnswer(f *link.Answer) {
 	case !slices.Contains(c.caps, link.CapChoice):
 		c.refuseFrame(link.CodeBadFrame, fmt.Sprintf("answer refused: this connection did not list the %q capability in its connect frame", link.CapChoice))
 		return
-	case !c.rate.take(time.Now()):
+	case !c.messageRate().take(time.Now()):
 		c.reject(f.MessageID, link.CodeBusy, fmt.Sprintf("answer %s not accepted: peer %s sends faster than %d messages a second (burst %d, ratePerPeer); send it again later",
 			f.MessageID, c.peerID, a.cfg.Config.RatePerPeer, a.cfg.Config.RateBurst))
 		return
