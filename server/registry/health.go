@@ -44,11 +44,12 @@ func (r *Registry) SetHealth(channelID, peerID string, gen uint64, h link.Health
 	if e == nil || e.gen != gen || !e.online {
 		return ErrNotLive
 	}
-	if e.healthGen == gen && now.Sub(e.healthAt) < HealthEvery && !now.Before(e.healthAt) {
+	if x := e.ex(); x.healthGen == gen && now.Sub(x.healthAt) < HealthEvery && !now.Before(x.healthAt) {
 		return ErrHealthTooSoon
 	}
 	kept := boundHealth(Health{Health: h, At: formatTime(now)})
-	e.health, e.healthGen, e.healthAt = &kept, gen, now
+	x := e.extra()
+	x.health, x.healthGen, x.healthAt = &kept, gen, now
 	cs := r.channels[channelID]
 	cs.resizeLocked(e)
 	cs.markLocked(peerID, dirtyFull)
@@ -101,7 +102,7 @@ func (r *Registry) HealthCounts(channelID string) map[string]int {
 	out := newHealthCounts()
 	if cs := r.channels[channelID]; cs != nil {
 		for _, e := range cs.peers {
-			countHealth(out, e.online, e.health)
+			countHealth(out, e.online, e.ex().health)
 		}
 	}
 	return out
@@ -182,7 +183,7 @@ func (r *Registry) HealthByTag(channelID string, keys []string, maxValues int) [
 	c := newHealthTagCounter(keys)
 	if cs := r.channels[channelID]; cs != nil {
 		for _, e := range cs.peers {
-			c.add(e.online, e.dev.Authenticated, e.dev.Tags, e.health)
+			c.add(e.online, e.dev.Authenticated, e.dev.Tags, e.ex().health)
 		}
 	}
 	return c.result(maxValues)

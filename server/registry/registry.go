@@ -287,6 +287,10 @@ func (e *SharedCapError) Error() string {
 
 // entry is one device. Its slices and maps are replaced, never changed,
 // so a Peer may share them.
+//
+// What a device that only connects and stays (an online idle device)
+// never has is in x, made when first set (extra): an entry without it
+// is 352 bytes, not 448.
 type entry struct {
 	dev            Device // Authenticated: ever
 	bytes          int    // accounted in the channel's budget
@@ -297,14 +301,46 @@ type entry struct {
 	lastMessage    time.Time
 	reconnects     []minuteCount // connects after the first, per minute, the last hour
 	screen         *Screen
-	screenWindow   time.Time // start of the current one-second window
-	screenCount    int
-	update         *UpdateState // the last update_status believed (kept, as a reconnect keeps it)
-	settingsError  string       // why it refused its last pushed settings (kept)
-	busy           *BusyState   // what the live connection said of its use (not kept)
-	health         *Health      // the last health report (kept; health.go)
-	healthGen      uint64       // the connection it came on
-	healthAt       time.Time    // when it was taken
+	x              *entryExtra
+}
+
+// entryExtra is what some devices' entries have: a screen's rate window,
+// an update state, a settings error, a busy state, a health report.
+type entryExtra struct {
+	screenWindow  time.Time // start of the current one-second window
+	screenCount   int
+	update        *UpdateState // the last update_status believed (kept, as a reconnect keeps it)
+	settingsError string       // why it refused its last pushed settings (kept)
+	busy          *BusyState   // what the live connection said of its use (not kept)
+	health        *Health      // the last health report (kept; health.go)
+	healthGen     uint64       // the connection it came on
+	healthAt      time.Time    // when it was taken
+}
+
+// noExtra is what an entry without x reads: never written.
+var noExtra entryExtra
+
+// ex is e's extra state to read (the zero one if it has none).
+func (e *entry) ex() *entryExtra {
+	if e.x == nil {
+		return &noExtra
+	}
+	return e.x
+}
+
+// extra is e's extra state to write, made if it has none.
+func (e *entry) extra() *entryExtra {
+	if e.x == nil {
+		e.x = &entryExtra{}
+	}
+	return e.x
+}
+
+// clearBusy forgets what the last connection said of its use.
+func (e *entry) clearBusy() {
+	if e.x != nil {
+		e.x.busy = nil
+	}
 }
 
 // minuteCount is how many reconnects happened in one minute (Unix minute).
@@ -447,7 +483,8 @@ func (cs *channelState) countShared(glob string, n int) {
 // resizeLocked accounts e again after a change of what it holds (r.mu
 // held).
 func (cs *channelState) resizeLocked(e *entry) {
-	size := peerBytes(e.dev) + stateBytes(e.update, e.settingsError) + healthBytes(e.health)
+	x := e.ex()
+	size := peerBytes(e.dev) + stateBytes(x.update, x.settingsError) + healthBytes(x.health)
 	cs.bytes += size - e.bytes
 	e.bytes = size
 }
@@ -532,7 +569,7 @@ func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error)
 	cs.resizeLocked(e)
 	e.connectedSince, e.lastSeen = now, now
 	e.screen = nil // what it showed before is not what it shows now
-	e.busy = nil   // said again by the new connection
+	e.clearBusy()  // said again by the new connection
 	cs.markLocked(d.PeerID, dirtyFull)
 	r.publishLocked(cs, e)
 	return e.gen, ignored, nil
@@ -550,7 +587,8 @@ func (r *Registry) Disconnected(channelID, peerID string, gen uint64) {
 		return
 	}
 	e := cs.peers[peerID]
-	e.online, e.lastSeen, e.screen, e.busy = false, now, nil, nil
+	e.online, e.lastSeen, e.screen = false, now, nil
+	e.clearBusy()
 	cs.markLocked(peerID, dirtySeen)
 	r.publishLocked(cs, e)
 }
@@ -581,13 +619,14 @@ func (r *Registry) SetScreen(channelID, peerID string, gen uint64, s Screen) boo
 		return false
 	}
 	e := cs.peers[peerID]
-	if now.Sub(e.screenWindow) >= time.Second || now.Before(e.screenWindow) {
-		e.screenWindow, e.screenCount = now, 0
+	x := e.extra()
+	if now.Sub(x.screenWindow) >= time.Second || now.Before(x.screenWindow) {
+		x.screenWindow, x.screenCount = now, 0
 	}
-	if e.screenCount >= ScreensPerSecond {
+	if x.screenCount >= ScreensPerSecond {
 		return false
 	}
-	e.screenCount++
+	x.screenCount++
 	s = sanitizeScreen(s)
 	s.UpdatedAt = formatTime(now)
 	e.screen = &s
@@ -607,7 +646,7 @@ func (r *Registry) SetUpdate(channelID, peerID string, u UpdateState) bool {
 		return false
 	}
 	cs := r.channels[channelID]
-	e.update = &u
+	e.extra().update = &u
 	cs.resizeLocked(e)
 	cs.markLocked(peerID, dirtyFull)
 	r.publishLocked(cs, e)
@@ -633,10 +672,10 @@ func (r *Registry) SetBusy(channelID, peerID string, b BusyState) bool {
 		return false
 	}
 	b.Since = formatTime(now)
-	if old := e.busy; old != nil && old.Busy == b.Busy && old.Why == b.Why {
+	if old := e.ex().busy; old != nil && old.Busy == b.Busy && old.Why == b.Why {
 		b.Since = old.Since
 	}
-	e.busy = &b
+	e.extra().busy = &b
 	r.publishLocked(r.channels[channelID], e)
 	return true
 }
@@ -667,8 +706,10 @@ func (r *Registry) SetSettings(channelID, peerID string, version int64, errText 
 	}
 	cs := r.channels[channelID]
 	errText = boundReason(errText)
-	changed := e.settingsError != errText
-	e.settingsError = errText
+	changed := e.ex().settingsError != errText
+	if changed {
+		e.extra().settingsError = errText
+	}
 	if errText == "" && e.dev.SettingsVersion != version {
 		e.dev.SettingsVersion = version
 		changed = true
@@ -908,11 +949,11 @@ func (r *Registry) publishLocked(cs *channelState, e *entry) {
 }
 
 func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
-	d := e.dev
+	d, x := e.dev, e.ex()
 	p := Peer{PeerID: d.PeerID, ChannelID: d.ChannelID, SessionID: d.SessionID, DeviceName: d.DeviceName,
 		Board: d.Board, Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, Authenticated: d.Authenticated,
 		Online: e.online, LastSeen: formatTime(e.lastSeen), RemoteAddr: d.RemoteAddr, Screen: e.screen,
-		Platform: d.Platform, Update: e.update, SettingsVersion: d.SettingsVersion, SettingsError: e.settingsError, Busy: e.busy, Health: e.health,
+		Platform: d.Platform, Update: x.update, SettingsVersion: d.SettingsVersion, SettingsError: x.settingsError, Busy: x.busy, Health: x.health,
 		BinarySHA256: d.BinarySHA256}
 	if p.Capabilities == nil {
 		p.Capabilities = []string{}

@@ -101,7 +101,7 @@ func storedOf(e *entry, seen time.Time) stored {
 	return stored{Channel: d.ChannelID, PeerID: d.PeerID, SessionID: d.SessionID, DeviceName: d.DeviceName, Board: d.Board,
 		Version: d.Version, Platform: d.Platform, Settings: d.SettingsVersion, BinarySHA256: d.BinarySHA256, Capabilities: d.Capabilities, Tags: d.Tags, RemoteAddr: d.RemoteAddr, Authenticated: d.Authenticated,
 		Shared: d.Shared, LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage), Reconnects: e.reconnects,
-		Update: e.update, SettingsError: e.settingsError, Health: e.health}
+		Update: e.ex().update, SettingsError: e.ex().settingsError, Health: e.ex().health}
 }
 
 // putLocked applies a stored device (load and replay; r.mu held or not
@@ -113,17 +113,20 @@ func (r *Registry) putLocked(s stored) {
 	d, _ := sanitize(Device{ChannelID: s.Channel, PeerID: s.PeerID, SessionID: s.SessionID, DeviceName: s.DeviceName,
 		Board: s.Board, Version: s.Version, Platform: s.Platform, SettingsVersion: s.Settings, BinarySHA256: s.BinarySHA256, Capabilities: s.Capabilities, Tags: s.Tags, RemoteAddr: s.RemoteAddr,
 		Authenticated: s.Authenticated, Shared: s.Shared})
-	e := &entry{dev: d, lastSeen: timeOf(s.LastSeen), lastMessage: timeOf(s.LastMessageAt), reconnects: s.Reconnects,
-		settingsError: boundReason(s.SettingsError)}
+	e := &entry{dev: d, lastSeen: timeOf(s.LastSeen), lastMessage: timeOf(s.LastMessageAt), reconnects: s.Reconnects}
+	if r := boundReason(s.SettingsError); r != "" {
+		e.extra().settingsError = r
+	}
 	if s.Update != nil {
 		u := boundUpdate(*s.Update)
-		e.update = &u
+		e.extra().update = &u
 	}
 	if s.Health != nil {
 		h := boundHealth(*s.Health)
-		e.health = &h
+		e.extra().health = &h
 	}
-	e.bytes = peerBytes(d) + stateBytes(e.update, e.settingsError) + healthBytes(e.health)
+	x := e.ex()
+	e.bytes = peerBytes(d) + stateBytes(x.update, x.settingsError) + healthBytes(x.health)
 	cs := r.channel(s.Channel)
 	cs.removeLocked(s.PeerID)
 	cs.addLocked(e)

@@ -682,7 +682,7 @@ func (c *wsConn) handleMessage(f *link.Message) {
 		thread = f.ThreadID
 		key = a.keyOf(a.id, a.cfg.AccountID, c.peerID, thread)
 	}
-	if !c.rate.take(time.Now()) {
+	if !c.messageRate().take(time.Now()) {
 		c.reject(f.MessageID, link.CodeBusy, fmt.Sprintf("message %s not accepted: peer %s sends faster than %d messages a second (burst %d, ratePerPeer); send it again later",
 			f.MessageID, c.peerID, a.cfg.Config.RatePerPeer, a.cfg.Config.RateBurst))
 		return
@@ -692,6 +692,9 @@ func (c *wsConn) handleMessage(f *link.Message) {
 		user = f.UserID
 	}
 	if key != c.sessionKey {
+		if c.routes == nil {
+			c.routes = &routeMemory{}
+		}
 		c.routes.remember(f.MessageID, key) // for a cancel that names no thread
 	}
 	in := bus.Inbound{ChannelID: a.id, AccountID: a.cfg.AccountID, PeerID: c.peerID, ThreadID: thread, UserID: user,
@@ -840,6 +843,9 @@ func (m *routeMemory) remember(messageID, key string) {
 }
 
 func (m *routeMemory) lookup(messageID string) (string, bool) {
+	if m == nil {
+		return "", false
+	}
 	k, ok := m.keys[messageID]
 	return k, ok
 }

@@ -100,33 +100,48 @@ type wsConn struct {
 	regGen                                           uint64 // the registry's generation of this connection
 
 	// Reader-only (the connection's goroutine and its steps, in turn).
+	// Fields are ordered so the struct has little padding: an idle
+	// connection is this struct and little else.
 	br          *bufio.Reader // gorilla's read buffer
 	waitErr     error         // why waiting for data failed
+	stepDone    chan bool     // where the running step reports
+	rate        *tokenBucket  // the message rate (messageRate), made at the first message
+	answers     *tokenBucket  // the rate of answer frames (fleet.go), made at the first
+	routes      *routeMemory  // made at the first message sent to another thread
+	held        *heldMessage  // a message waiting for room; the device is not read meanwhile
 	readClosing bool          // the connection was closing when the read deadline was set
 	graceSet    bool          // the read deadline is the close grace
-	stepDone    chan bool     // where the running step reports
-	rate        *tokenBucket
-	answers     *tokenBucket // the rate of answer frames (fleet.go), made at the first
-	routes      routeMemory
-	held        *heldMessage // a message waiting for room; the device is not read meanwhile
-	lookFirst   bool         // pollRead looks for buffered data before it steps (the first time)
+	lookFirst   bool          // pollRead looks for buffered data before it steps (the first time)
 
 	// Polled connections (poll.go): nil ph means a goroutine of its own.
+	tlsIn  bool // TLS: plaintext may wait inside the tls.Conn
+	brOut  bool // br's buffer is lent to the pool while idle (poll.go)
 	ph     *readiness.Handle
-	tlsIn  bool            // TLS: plaintext may wait inside the tls.Conn
 	tc     *tls.Conn       // that tls.Conn (nil: plain, or not at the top)
-	brOut  bool            // br's buffer is lent to the pool while idle (poll.go)
 	dl     readiness.Timer // the deadline of the next read, on the adapter's wheel
 	readBy atomic.Int64    // that deadline (UnixNano)
 
-	space      chan struct{} // cap 1: the writer took the reader's frames, or stopped
-	readerDone chan struct{} // the reader has stopped
-
-	// Guarded by mu. An idle connection holds none of these buffers.
+	// Guarded by mu. An idle connection holds no queue and no channel:
+	// q is made when something is queued and let go when the writer has
+	// written it all (writerStoppedLocked), space and readerDone when
+	// someone waits on them.
 	mu         sync.Mutex
 	state      connState
-	max        int // bound of frames and of latest's messages
-	maxReplies int
+	writing    bool          // a writer runs (on the adapter's writers)
+	readerEnd  bool          // the reader has stopped (finish)
+	q          *outQueue     // what waits to be written; nil: nothing
+	deltaNext  int64         // UnixNano: deltas may be written again from then (deltaGap after the last batch)
+	noticeSeq  uint64        // the last notice queued here (notices.go)
+	cause      string        // why the server ended it (the first reason wins)
+	kick       chan struct{} // non-nil while the reader holds a message: closed when the connection starts closing
+	writerIdle chan struct{} // non-nil while finish waits for the writer: closed when it stops
+	space      chan struct{} // cap 1, made when the reader first waits for room: the writer took the reader's frames, or stopped
+	readerDone chan struct{} // made when the writer waits for the reader's end: closed when the reader has stopped
+}
+
+// outQueue is what waits to be written on a busy connection (c.mu
+// held); see wsConn.
+type outQueue struct {
 	frames     []outFrame
 	replies    []outFrame
 	owed       []string
@@ -136,15 +151,28 @@ type wsConn struct {
 	fleet      [][]byte               // encoded fleet operation frames (fleet.go), at most maxFleetQueue
 	streams    map[string]*connStream // streamed messages' slots (stream.go)
 	deltaOrder []string               // message ids whose slot has text waiting, oldest first
-	deltaNext  time.Time              // deltas may be written again from then (deltaGap after the last batch)
 	deltaTimer *time.Timer            // has the writer take the waiting deltas at deltaNext
-	noticeSeq  uint64                 // the last notice queued here (notices.go)
 	closeFrame []byte                 // due once what is queued is written
-	cause      string                 // why the server ended it (the first reason wins)
-	kick       chan struct{}          // non-nil while the reader holds a message: closed when the connection starts closing
-	writing    bool                   // a writer runs (on the adapter's writers)
-	writerIdle chan struct{}          // non-nil while finish waits for the writer: closed when it stops
 }
+
+// idle reports whether q holds nothing the connection still needs.
+func (q *outQueue) idle() bool {
+	return len(q.frames)+len(q.replies)+len(q.owed)+len(q.order)+len(q.notices)+len(q.fleet)+len(q.streams)+len(q.deltaOrder) == 0 &&
+		q.deltaTimer == nil && q.closeFrame == nil
+}
+
+// busy returns c's queue, made if there is none (c.mu held).
+func (c *wsConn) busy() *outQueue {
+	if c.q == nil {
+		c.q = &outQueue{}
+	}
+	return c.q
+}
+
+// maxFrames bounds the reader's frames, progress slots, streams and the
+// notices of a batch; maxReplies the replies.
+func (c *wsConn) maxFrames() int  { return c.a.sendQueue() }
+func (c *wsConn) maxReplies() int { return 4 * c.a.sendQueue() }
 
 // connState is what the writer may write; see wsConn.
 type connState uint8
@@ -191,8 +219,8 @@ func (c *wsConn) closeLocked() bool {
 	if c.state >= connClosing {
 		return false
 	}
-	if c.state == connOpen && !c.greetQueued() {
-		c.replies, c.owed, c.latest, c.order, c.notices, c.fleet = nil, nil, nil, nil, nil, nil
+	if q := c.q; q != nil && c.state == connOpen && !c.greetQueued() {
+		q.replies, q.owed, q.latest, q.order, q.notices, q.fleet = nil, nil, nil, nil, nil, nil
 	}
 	c.dropStreamsLocked()
 	c.state = nextState(c.state, evClose)
@@ -205,7 +233,10 @@ func (c *wsConn) closeLocked() bool {
 
 // greetQueued reports whether a connected frame waits (c.mu held).
 func (c *wsConn) greetQueued() bool {
-	for _, f := range c.frames {
+	if c.q == nil {
+		return false
+	}
+	for _, f := range c.q.frames {
 		if f.kind == connectedFrame {
 			return true
 		}
@@ -256,14 +287,21 @@ func (f *outFrame) recycle() {
 }
 
 func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, br *bufio.Reader, remote, headerToken string) *wsConn {
-	n := a.sendQueue()
-	rate, burst := a.cfg.Config.RatePerPeer, a.cfg.Config.RateBurst
-	if rate <= 0 || burst <= 0 {
-		rate, burst = config.DefaultRatePerPeer, config.DefaultRateBurst
+	return &wsConn{a: a, ws: ws, nc: nc, br: br, remote: remote, headerToken: headerToken, opened: time.Now()}
+}
+
+// messageRate is the connection's message rate (reader-only), made full
+// at the first message or answer: a connection that sends none holds
+// none.
+func (c *wsConn) messageRate() *tokenBucket {
+	if c.rate == nil {
+		rate, burst := c.a.cfg.Config.RatePerPeer, c.a.cfg.Config.RateBurst
+		if rate <= 0 || burst <= 0 {
+			rate, burst = config.DefaultRatePerPeer, config.DefaultRateBurst
+		}
+		c.rate = newTokenBucket(rate, burst)
 	}
-	return &wsConn{a: a, ws: ws, nc: nc, br: br, remote: remote, headerToken: headerToken, opened: time.Now(),
-		rate:  newTokenBucket(rate, burst),
-		space: make(chan struct{}, 1), readerDone: make(chan struct{}), max: n, maxReplies: 4 * n}
+	return c.rate
 }
 
 // start sets the connection up for reading; it runs before serve.
@@ -278,7 +316,7 @@ func (c *wsConn) start() {
 	c.ws.SetCloseHandler(func(code int, _ string) error {
 		c.mu.Lock()
 		if c.closeLocked() { // echo the peer's close (RFC 6455 5.5.1)
-			c.closeFrame = websocket.FormatCloseMessage(code, "")
+			c.busy().closeFrame = websocket.FormatCloseMessage(code, "")
 		}
 		c.mu.Unlock()
 		return nil
@@ -465,13 +503,20 @@ func (c *wsConn) finish(reason string) {
 	c.mu.Lock()
 	c.closeLocked()
 	// The reader has stopped: only a close frame is still worth writing.
-	c.frames, c.replies, c.owed, c.latest, c.order, c.notices, c.fleet = nil, nil, nil, nil, nil, nil, nil
+	if q := c.q; q != nil {
+		q.frames, q.replies, q.owed, q.latest, q.order, q.notices, q.fleet = nil, nil, nil, nil, nil, nil, nil
+	}
+	c.readerEnd = true
+	readerDone := c.readerDone
 	if c.cause != "" {
 		reason = c.cause
 	}
 	serverClosed := c.cause != ""
-	if c.closeFrame != nil { // an echo of the peer's close, or ours
+	if c.q != nil && c.q.closeFrame != nil { // an echo of the peer's close, or ours
 		c.startWriterLocked()
+	}
+	if !c.writing && c.q != nil && c.q.idle() {
+		c.q = nil
 	}
 	running := c.writing
 	var done chan struct{}
@@ -480,7 +525,9 @@ func (c *wsConn) finish(reason string) {
 		c.writerIdle = done
 	}
 	c.mu.Unlock()
-	close(c.readerDone)
+	if readerDone != nil {
+		close(readerDone)
+	}
 	if running {
 		t := time.NewTimer(closeGrace)
 		select {
@@ -521,17 +568,22 @@ func (c *wsConn) enqueue(f outFrame) bool {
 		case c.state >= connClosing:
 			c.mu.Unlock()
 			return false
-		case len(c.frames) < c.max:
-			c.frames = append(c.frames, f)
+		case c.q == nil || len(c.q.frames) < c.maxFrames():
+			q := c.busy()
+			q.frames = append(q.frames, f)
 			c.startWriterLocked()
 			c.mu.Unlock()
 			return true
 		}
+		if c.space == nil {
+			c.space = make(chan struct{}, 1)
+		}
+		space := c.space
 		c.mu.Unlock()
 		if !paused {
 			c.a.m.Paused.Inc(c.a.id)
 		}
-		<-c.space // the writer is running: it took frames or stopped
+		<-space // the writer is running: it took frames or stopped
 	}
 }
 
@@ -552,9 +604,13 @@ func (c *wsConn) startWriterLocked() {
 	c.a.writers.Run(c)
 }
 
-// writerStoppedLocked says the writer has returned (c.mu held).
+// writerStoppedLocked says the writer has returned (c.mu held); a queue
+// with nothing left in it goes.
 func (c *wsConn) writerStoppedLocked() {
 	c.writing = false
+	if c.q != nil && c.q.idle() {
+		c.q = nil
+	}
 	if c.writerIdle != nil {
 		close(c.writerIdle)
 		c.writerIdle = nil
@@ -563,8 +619,14 @@ func (c *wsConn) writerStoppedLocked() {
 
 // signalSpace tells a reader waiting for room to look again.
 func (c *wsConn) signalSpace() {
+	c.mu.Lock()
+	space := c.space
+	c.mu.Unlock()
+	if space == nil { // the reader never waited
+		return
+	}
 	select {
-	case c.space <- struct{}{}:
+	case space <- struct{}{}:
 	default:
 	}
 }
@@ -578,23 +640,24 @@ func (c *wsConn) offerReply(messageID string, b outFrame) bool {
 	if c.state >= connClosing {
 		return false
 	}
-	if _, ok := c.latest[messageID]; ok { // progress after its reply would be stale
-		delete(c.latest, messageID)
-		c.order = deleteString(c.order, messageID)
+	q := c.busy()
+	if _, ok := q.latest[messageID]; ok { // progress after its reply would be stale
+		delete(q.latest, messageID)
+		q.order = deleteString(q.order, messageID)
 	}
 	c.endStreamLocked(messageID) // so is a delta: the reply carries the whole text
-	if len(c.replies) < c.maxReplies {
-		c.replies = append(c.replies, b)
+	if len(q.replies) < c.maxReplies() {
+		q.replies = append(q.replies, b)
 		c.startWriterLocked()
 		return true
 	}
 	c.a.m.Deferred.Inc(c.a.id)
-	if len(c.owed) == 0 {
+	if len(q.owed) == 0 {
 		c.a.outside.Warn("reply queue full", c.peerID, "reply queue full; the device is told to resend the messages to get their replies",
-			"peer_id", c.peerID, "message_id", messageID, "queue", c.maxReplies)
+			"peer_id", c.peerID, "message_id", messageID, "queue", c.maxReplies())
 	}
-	if len(c.owed) < maxOwed {
-		c.owed = append(c.owed, messageID)
+	if len(q.owed) < maxOwed {
+		q.owed = append(q.owed, messageID)
 		c.startWriterLocked()
 	}
 	return false
@@ -608,16 +671,17 @@ func (c *wsConn) offerProgress(messageID string, b []byte) bool {
 	if c.state >= connClosing {
 		return false
 	}
-	if _, ok := c.latest[messageID]; !ok {
-		if len(c.order) >= c.max {
+	q := c.busy()
+	if _, ok := q.latest[messageID]; !ok {
+		if len(q.order) >= c.maxFrames() {
 			return false // progress is best effort
 		}
-		c.order = append(c.order, messageID)
+		q.order = append(q.order, messageID)
 	}
-	if c.latest == nil {
-		c.latest = map[string][]byte{}
+	if q.latest == nil {
+		q.latest = map[string][]byte{}
 	}
-	c.latest[messageID] = b
+	q.latest[messageID] = b
 	c.startWriterLocked()
 	return true
 }
@@ -640,7 +704,7 @@ func (c *wsConn) closeWith(code int, reason string) {
 		return
 	}
 	c.cause = reason
-	c.closeFrame = websocket.FormatCloseMessage(code, httpapi.TruncateUTF8(reason, 123))
+	c.busy().closeFrame = websocket.FormatCloseMessage(code, httpapi.TruncateUTF8(reason, 123))
 	c.startWriterLocked()
 }
 
@@ -683,12 +747,20 @@ func (c *wsConn) writePump() {
 			c.mu.Unlock()
 			c.signalSpace()
 			// The peer answers (the reader sees its close) or is cut off.
-			t := time.NewTimer(closeGrace)
-			select {
-			case <-c.readerDone:
-			case <-t.C:
+			c.mu.Lock()
+			if c.readerDone == nil && !c.readerEnd {
+				c.readerDone = make(chan struct{})
 			}
-			t.Stop()
+			readerDone := c.readerDone // nil: the reader has stopped
+			c.mu.Unlock()
+			if readerDone != nil {
+				t := time.NewTimer(closeGrace)
+				select {
+				case <-readerDone:
+				case <-t.C:
+				}
+				t.Stop()
+			}
 			c.closeSocket()
 			c.mu.Lock()
 			c.writerStoppedLocked()
@@ -701,28 +773,32 @@ func (c *wsConn) writePump() {
 // take moves what waits into b (c.mu held): the reader's frames, then,
 // once connected is taken, the rest (at most max notices a batch).
 func (c *wsConn) take(b *batch) {
-	b.frames, c.frames = c.frames, nil
+	q := c.q
+	if q == nil {
+		return
+	}
+	b.frames, q.frames = q.frames, nil
 	for _, f := range b.frames {
 		if f.kind == connectedFrame {
 			c.state = nextState(c.state, evGreet)
 		}
 	}
 	if c.state != connOpen {
-		b.replies, c.replies = c.replies, nil
-		b.owed, c.owed = c.owed, nil
-		for _, id := range c.order {
-			b.progress = append(b.progress, c.latest[id])
+		b.replies, q.replies = q.replies, nil
+		b.owed, q.owed = q.owed, nil
+		for _, id := range q.order {
+			b.progress = append(b.progress, q.latest[id])
 		}
-		c.latest, c.order = nil, nil
+		q.latest, q.order = nil, nil
 		c.takeDeltas(b)
-		n := min(len(c.notices), c.max)
-		b.notices, c.notices = c.notices[:n:n], c.notices[n:]
-		if len(c.notices) == 0 {
-			c.notices = nil
+		n := min(len(q.notices), c.maxFrames())
+		b.notices, q.notices = q.notices[:n:n], q.notices[n:]
+		if len(q.notices) == 0 {
+			q.notices = nil
 		}
-		b.fleet, c.fleet = c.fleet, nil
+		b.fleet, q.fleet = q.fleet, nil
 	}
-	b.closeFrame, c.closeFrame = c.closeFrame, nil
+	b.closeFrame, q.closeFrame = q.closeFrame, nil
 }
 
 func (b *batch) empty() bool {

@@ -51,11 +51,12 @@ func frameStrings(b *batch) (frames, rest []string) {
 // Replies, progress and notices wait for connected; notices go at most
 // max a batch, in order.
 func TestWriterTakeWaitsForConnected(t *testing.T) {
-	c := &wsConn{max: 2}
-	c.frames = []outFrame{{data: []byte("ack")}}
-	c.replies = []outFrame{{data: []byte("reply")}}
-	c.latest, c.order = map[string][]byte{"m": []byte("progress")}, []string{"m"}
-	c.notices = [][]byte{[]byte("n1"), []byte("n2"), []byte("n3")}
+	c := queueConn(2)
+	q := c.busy()
+	q.frames = []outFrame{{data: []byte("ack")}}
+	q.replies = []outFrame{{data: []byte("reply")}}
+	q.latest, q.order = map[string][]byte{"m": []byte("progress")}, []string{"m"}
+	q.notices = [][]byte{[]byte("n1"), []byte("n2"), []byte("n3")}
 
 	var b batch
 	c.take(&b)
@@ -64,15 +65,15 @@ func TestWriterTakeWaitsForConnected(t *testing.T) {
 	}
 	b.release()
 
-	c.frames = []outFrame{{data: []byte("connected"), kind: connectedFrame}}
+	q.frames = []outFrame{{data: []byte("connected"), kind: connectedFrame}}
 	c.take(&b)
 	if f, rest := frameStrings(&b); fmt.Sprint(f) != "[connected]" || fmt.Sprint(rest) != "[n1 n2 reply progress]" || c.state != connGreeted {
 		t.Fatalf("with connected: frames %v, rest %v, state %s; want [connected], [n1 n2 reply progress], greeted", f, rest, c.state)
 	}
 	b.release()
 	c.take(&b)
-	if _, rest := frameStrings(&b); fmt.Sprint(rest) != "[n3]" || c.notices != nil {
-		t.Fatalf("next batch: %v (left %d), want [n3] and nothing left", rest, len(c.notices))
+	if _, rest := frameStrings(&b); fmt.Sprint(rest) != "[n3]" || q.notices != nil {
+		t.Fatalf("next batch: %v (left %d), want [n3] and nothing left", rest, len(q.notices))
 	}
 	b.release()
 	if c.take(&b); !b.empty() {
@@ -85,17 +86,18 @@ func TestWriterTakeWaitsForConnected(t *testing.T) {
 func TestWriterCloseBeforeConnected(t *testing.T) {
 	for _, greet := range []bool{false, true} {
 		t.Run(fmt.Sprintf("connected queued=%v", greet), func(t *testing.T) {
-			c := &wsConn{max: 4}
-			c.frames = []outFrame{{data: []byte("error")}}
+			c := queueConn(4)
+			q := c.busy()
+			q.frames = []outFrame{{data: []byte("error")}}
 			if greet {
-				c.frames = append(c.frames, outFrame{data: []byte("connected"), kind: connectedFrame})
+				q.frames = append(q.frames, outFrame{data: []byte("connected"), kind: connectedFrame})
 			}
-			c.replies = []outFrame{{data: []byte("reply")}}
-			c.notices = [][]byte{[]byte("n1")}
+			q.replies = []outFrame{{data: []byte("reply")}}
+			q.notices = [][]byte{[]byte("n1")}
 			if !c.closeLocked() || c.closeLocked() {
 				t.Fatal("closeLocked: want true once, then false")
 			}
-			c.closeFrame = []byte("close")
+			q.closeFrame = []byte("close")
 			var b batch
 			c.take(&b)
 			f, rest := frameStrings(&b)
@@ -108,6 +110,13 @@ func TestWriterCloseBeforeConnected(t *testing.T) {
 			}
 		})
 	}
+}
+
+// queueConn is a bare connection whose queues are bounded by max.
+func queueConn(max int) *wsConn {
+	a := &terminalAdapter{}
+	a.cfg.Config.SendQueue = max
+	return &wsConn{a: a}
 }
 
 func btoi(b bool) int {

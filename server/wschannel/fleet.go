@@ -87,10 +87,11 @@ func (a *terminalAdapter) SendFleet(peerID string, f link.Frame) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state >= connClosing || len(c.fleet) >= maxFleetQueue {
+	if c.state >= connClosing || c.q != nil && len(c.q.fleet) >= maxFleetQueue {
 		return false
 	}
-	c.fleet = append(c.fleet, b)
+	q := c.busy()
+	q.fleet = append(q.fleet, b)
 	c.startWriterLocked()
 	return true
 }

@@ -35,8 +35,11 @@ func (c *wsConn) pushNotices(ns Mailboxes) {
 		for more := true; more; {
 			var frames [][]byte
 			var next []string
-			frames, next, c.noticeSeq, more = ns.Due(c.a.id, c.peerID, c.noticeSeq, c.max, time.Now())
-			c.notices = append(c.notices, frames...)
+			frames, next, c.noticeSeq, more = ns.Due(c.a.id, c.peerID, c.noticeSeq, c.maxFrames(), time.Now())
+			if len(frames) > 0 {
+				q := c.busy()
+				q.notices = append(q.notices, frames...)
+			}
 			ids = append(ids, next...)
 		}
 		if len(ids) > 0 {

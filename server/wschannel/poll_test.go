@@ -164,6 +164,21 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 			if s := serveGoroutines(t); s != 0 {
 				t.Fatalf("%d goroutines in wsConn.serve with %d idle connections, want 0", s, n)
 			}
+			// Nor a write queue, a channel or a message rate (no message was
+			// sent): the writer let go of its queue once connected was written.
+			testwait.Until(t, "every writer done", func() bool {
+				r.a.mu.Lock()
+				defer r.a.mu.Unlock()
+				for c := range r.a.conns {
+					c.mu.Lock()
+					busy := c.writing || c.q != nil || c.space != nil || c.readerDone != nil || c.rate != nil
+					c.mu.Unlock()
+					if busy {
+						return false
+					}
+				}
+				return true
+			})
 			if lent := r.a.lentReadBuffers.Load(); lent != n {
 				t.Fatalf("%d idle connections lent %d read buffers back, want all", n, lent)
 			}

@@ -222,10 +222,11 @@ func (a *terminalAdapter) sendQuestionLike(out bus.Outbound) (sent, handled bool
 func (c *wsConn) offerQueued(b []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state >= connClosing || len(c.fleet) >= maxFleetQueue {
+	if c.state >= connClosing || c.q != nil && len(c.q.fleet) >= maxFleetQueue {
 		return false
 	}
-	c.fleet = append(c.fleet, b)
+	q := c.busy()
+	q.fleet = append(q.fleet, b)
 	c.startWriterLocked()
 	return true
 }
@@ -264,7 +265,7 @@ func (c *wsConn) handleAnswer(f *link.Answer) {
 	case !slices.Contains(c.caps, link.CapChoice):
 		c.refuseFrame(link.CodeBadFrame, fmt.Sprintf("answer refused: this connection did not list the %q capability in its connect frame", link.CapChoice))
 		return
-	case !c.rate.take(time.Now()):
+	case !c.messageRate().take(time.Now()):
 		c.reject(f.MessageID, link.CodeBusy, fmt.Sprintf("answer %s not accepted: peer %s sends faster than %d messages a second (burst %d, ratePerPeer); send it again later",
 			f.MessageID, c.peerID, a.cfg.Config.RatePerPeer, a.cfg.Config.RateBurst))
 		return

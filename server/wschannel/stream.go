@@ -62,22 +62,23 @@ func (c *wsConn) offerDelta(messageID, text string) bool {
 	if c.state >= connClosing {
 		return false
 	}
-	s := c.streams[messageID]
+	q := c.busy()
+	s := q.streams[messageID]
 	if s == nil {
-		if len(c.streams) >= c.max {
+		if len(q.streams) >= c.maxFrames() {
 			return false // best effort: the final reply carries the text
 		}
-		if c.streams == nil {
-			c.streams = map[string]*connStream{}
+		if q.streams == nil {
+			q.streams = map[string]*connStream{}
 		}
 		s = &connStream{}
-		c.streams[messageID] = s
+		q.streams[messageID] = s
 	}
 	if len(text) <= max(s.sent, len(s.pending)) {
 		return true // nothing new
 	}
 	if s.pending == "" {
-		c.deltaOrder = append(c.deltaOrder, messageID)
+		q.deltaOrder = append(q.deltaOrder, messageID)
 	}
 	s.pending = text
 	c.deltasDueLocked(time.Now())
@@ -88,18 +89,21 @@ func (c *wsConn) offerDelta(messageID, text string) bool {
 // timer that does once the gap since the last batch has passed (c.mu
 // held). Before connected is taken the writer holds them back itself.
 func (c *wsConn) deltasDueLocked(now time.Time) {
+	q := c.q
 	switch {
-	case len(c.deltaOrder) == 0 || c.state >= connClosing:
-	case !now.Before(c.deltaNext):
+	case q == nil || len(q.deltaOrder) == 0 || c.state >= connClosing:
+	case now.UnixNano() >= c.deltaNext:
 		c.startWriterLocked()
-	case c.deltaTimer == nil:
-		c.deltaTimer = time.AfterFunc(c.deltaNext.Sub(now), c.deltaTimerFired)
+	case q.deltaTimer == nil:
+		q.deltaTimer = time.AfterFunc(time.Duration(c.deltaNext-now.UnixNano()), c.deltaTimerFired)
 	}
 }
 
 func (c *wsConn) deltaTimerFired() {
 	c.mu.Lock()
-	c.deltaTimer = nil
+	if c.q != nil {
+		c.q.deltaTimer = nil
+	}
 	c.deltasDueLocked(time.Now())
 	c.mu.Unlock()
 }
@@ -107,11 +111,12 @@ func (c *wsConn) deltaTimerFired() {
 // takeDeltas moves the waiting deltas into b, if the gap allows (c.mu
 // held, connected taken).
 func (c *wsConn) takeDeltas(b *batch) {
-	if len(c.deltaOrder) == 0 {
+	q := c.q
+	if len(q.deltaOrder) == 0 {
 		return
 	}
 	now := time.Now()
-	if now.Before(c.deltaNext) {
+	if now.UnixNano() < c.deltaNext {
 		c.deltasDueLocked(now)
 		return
 	}
@@ -119,8 +124,8 @@ func (c *wsConn) takeDeltas(b *batch) {
 		b.deltaBuf = deltaBufs.Get().(*[]link.Delta)
 		b.deltas = (*b.deltaBuf)[:0]
 	}
-	for _, id := range c.deltaOrder {
-		s := c.streams[id]
+	for _, id := range q.deltaOrder {
+		s := q.streams[id]
 		if s == nil || s.pending == "" {
 			continue
 		}
@@ -128,9 +133,9 @@ func (c *wsConn) takeDeltas(b *batch) {
 		b.deltas = append(b.deltas, link.Delta{MessageID: id, Seq: s.seq, Text: s.pending[s.sent:]})
 		s.sent, s.pending = len(s.pending), ""
 	}
-	clear(c.deltaOrder)
-	c.deltaOrder = c.deltaOrder[:0]
-	c.deltaNext = now.Add(deltaGap)
+	clear(q.deltaOrder)
+	q.deltaOrder = q.deltaOrder[:0]
+	c.deltaNext = now.Add(deltaGap).UnixNano()
 }
 
 // deltaBufs holds the batches' delta lists: taking deltas allocates
@@ -140,21 +145,29 @@ var deltaBufs = sync.Pool{New: func() any { b := make([]link.Delta, 0, 4); retur
 // endStreamLocked forgets messageID's stream on c: its final reply is
 // queued (c.mu held).
 func (c *wsConn) endStreamLocked(messageID string) {
-	if s, ok := c.streams[messageID]; ok {
+	q := c.q
+	if q == nil {
+		return
+	}
+	if s, ok := q.streams[messageID]; ok {
 		if s.pending != "" {
-			c.deltaOrder = deleteString(c.deltaOrder, messageID)
+			q.deltaOrder = deleteString(q.deltaOrder, messageID)
 		}
-		delete(c.streams, messageID)
+		delete(q.streams, messageID)
 	}
 }
 
 // dropStreamsLocked lets go of every stream of a closing connection (c.mu
 // held): deltas are not worth writing then.
 func (c *wsConn) dropStreamsLocked() {
-	c.streams, c.deltaOrder = nil, nil
-	if c.deltaTimer != nil {
-		c.deltaTimer.Stop()
-		c.deltaTimer = nil
+	q := c.q
+	if q == nil {
+		return
+	}
+	q.streams, q.deltaOrder = nil, nil
+	if q.deltaTimer != nil {
+		q.deltaTimer.Stop()
+		q.deltaTimer = nil
 	}
 }
 

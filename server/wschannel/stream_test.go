@@ -316,10 +316,11 @@ func TestStalledDeviceHoldsOneString(t *testing.T) {
 	a.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.streams["m1"]
-	if len(c.streams) != 1 || len(c.deltaOrder) != 1 || s.pending != big[:n+1000] || len(c.replies)+len(c.frames)+len(c.latest) != 0 || kept != 1 {
+	q := c.busy()
+	s := q.streams["m1"]
+	if len(q.streams) != 1 || len(q.deltaOrder) != 1 || s.pending != big[:n+1000] || len(q.replies)+len(q.frames)+len(q.latest) != 0 || kept != 1 {
 		t.Fatalf("streams %d, waiting %d, pending %d bytes (want %d), queued %d, kept %d: want one slot with the latest string",
-			len(c.streams), len(c.deltaOrder), len(s.pending), n+1000, len(c.replies)+len(c.frames)+len(c.latest), kept)
+			len(q.streams), len(q.deltaOrder), len(s.pending), n+1000, len(q.replies)+len(q.frames)+len(q.latest), kept)
 	}
 	if a.m.Dropped.Value("terminal-dev") != 0 {
 		t.Fatal("a device was dropped for deltas")

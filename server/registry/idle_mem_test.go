@@ -1,0 +1,78 @@
+package registry
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// An online device that only connected and stays (the common case: an
+// idle terminal) holds no extra state: its entry is the small one. A
+// busy frame, a screen or a health report makes the extra state; a
+// disconnect keeps only what is kept across connections.
+func TestIdleEntryHoldsNoExtra(t *testing.T) {
+	if s := unsafe.Sizeof(entry{}); s > 352 {
+		t.Fatalf("an entry is %d bytes, want at most 352 (the size class an idle device's entry fits)", s)
+	}
+	r := open(t, t.TempDir(), &clock{time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)})
+	defer r.Close()
+	gen, _, err := r.Connected(dev("p1", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := func() *entryExtra {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.entryLocked("ch", "p1").x
+	}
+	r.MessageAccepted("ch", "p1")
+	if x := extra(); x != nil {
+		t.Fatalf("an online idle device's entry has extra state %+v, want none", *x)
+	}
+	if !r.SetBusy("ch", "p1", BusyState{Busy: true, Why: "run"}) {
+		t.Fatal("SetBusy refused")
+	}
+	if p, ok := r.Get("ch", "p1"); !ok || p.Busy == nil || !p.Busy.Busy {
+		t.Fatalf("busy not kept: %+v", p.Busy)
+	}
+	r.Disconnected("ch", "p1", gen)
+	if x := extra(); x == nil || x.busy != nil {
+		t.Fatal("busy kept past the disconnect")
+	}
+}
+
+// TestMeasureIdleEntries reports the live heap per online idle device
+// in the registry: HeapInuse after a collection with N connected
+// (TERMLINK_MEASURE_N, default 10000), less that before, over N. A
+// figure, not an assertion: TERMLINK_MEASURE=1 runs it.
+func TestMeasureIdleEntries(t *testing.T) {
+	if os.Getenv("TERMLINK_MEASURE") == "" {
+		t.Skip("a measurement: TERMLINK_MEASURE=1 runs it")
+	}
+	n := 10000
+	if s := os.Getenv("TERMLINK_MEASURE_N"); s != "" {
+		fmt.Sscan(s, &n)
+	}
+	r := open(t, t.TempDir(), nil)
+	defer r.Close()
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	before := heap()
+	for i := range n {
+		d := Device{ChannelID: "terminal-dev", PeerID: fmt.Sprintf("dev-%d", i), SessionID: fmt.Sprintf("terminal-dev:local:dev-%d", i),
+			RemoteAddr: fmt.Sprintf("127.0.0.1:%d", 30000+i%30000)}
+		if _, _, err := r.Connected(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := heap()
+	t.Logf("online idle devices: %d, heap in use %d -> %d bytes: %d bytes per device", n, before, after, int64(after-before)/int64(n))
+}
