@@ -161,7 +161,9 @@ func testKeypadIdleDoesNotPoll(t *testing.T) {
 	rig.expect("+8")
 }
 
-func TestKeypadDebouncesBouncingContact(t *testing.T) { synctest.Test(t, testKeypadDebouncesBouncingContact) }
+func TestKeypadDebouncesBouncingContact(t *testing.T) {
+	synctest.Test(t, testKeypadDebouncesBouncingContact)
+}
 
 func testKeypadDebouncesBouncingContact(t *testing.T) {
 	m := fakepin.NewMatrix(4, 4, "")
