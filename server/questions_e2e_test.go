@@ -285,12 +285,19 @@ func TestACPPermissionDeviceEndToEnd(t *testing.T) {
 		}
 	}
 
+	permWithoutChoice(t, ts, "rejected")
+}
+
+// permWithoutChoice asks the ACP agent for a permission from a device
+// that did not list "choice" and checks the agent's outcome.
+func permWithoutChoice(t *testing.T, ts *testServer, want string) {
+	t.Helper()
 	plain := dial(t, ts.ws, nil)
 	plain.connect("plain", link.CapText)
 	plain.send(&link.Message{MessageID: "p1", Text: "/perm"})
 	readAs[*link.Ack](plain)
-	if m := readAs[*link.Message](plain); m.Text != "rejected" {
-		t.Fatalf("without choice: reply %+v", m)
+	if m := readAs[*link.Message](plain); m.Text != want {
+		t.Fatalf("without choice: reply %+v, want %q", m, want)
 	}
 }
 
@@ -300,13 +307,7 @@ func TestACPPermissionDeviceFallbackEndToEnd(t *testing.T) {
 	t.Parallel()
 	bin := acpAgent(t)
 	ts := startServer(t, withACP(config.ACPAgent{Command: bin, Permission: config.ACPPermissionDevice, PermissionFallback: config.ACPPermissionAllowOnce}), nil)
-	plain := dial(t, ts.ws, nil)
-	plain.connect("plain", link.CapText)
-	plain.send(&link.Message{MessageID: "p1", Text: "/perm"})
-	readAs[*link.Ack](plain)
-	if m := readAs[*link.Message](plain); m.Text != "allowed" {
-		t.Fatalf("without choice: reply %+v", m)
-	}
+	permWithoutChoice(t, ts, "allowed")
 }
 
 // Policy "device": a question not answered within askTimeout is answered

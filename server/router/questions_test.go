@@ -123,17 +123,24 @@ func TestQuestionTimesOut(t *testing.T) {
 		if q.TimeoutSeconds != 30 {
 			t.Fatalf("timeout_seconds %d", q.TimeoutSeconds)
 		}
-		if id := <-h.closed; id != q.QuestionID {
-			t.Fatalf("closed %q", id)
-		}
-		if f := <-h.results; f.res.Text != "error: "+agent.ErrQuestionTimeout.Error() {
-			t.Fatalf("run answered %+v", f)
-		}
-		putMsg(t, r, adm, answerMsg("a1", q.QuestionID, "yes"))
-		if f := <-h.results; f.res.FinishReason != link.CodeQuestionClosed {
-			t.Fatalf("late answer %+v", f)
-		}
+		closedThenRefused(t, r, adm, h, q.QuestionID, agent.ErrQuestionTimeout)
 	})
+}
+
+// closedThenRefused checks that question id was closed, that its run
+// ended with why, and that an answer sent after is question_closed.
+func closedThenRefused(t *testing.T, r *Router, adm *Admission, h *questionHost, id string, why error) {
+	t.Helper()
+	if got := <-h.closed; got != id {
+		t.Fatalf("closed %q, want %q", got, id)
+	}
+	if f := <-h.results; f.res.Text != "error: "+why.Error() {
+		t.Fatalf("run answered %+v, want the error %q", f, why)
+	}
+	putMsg(t, r, adm, answerMsg("a1", id, "yes"))
+	if f := <-h.results; f.res.FinishReason != link.CodeQuestionClosed {
+		t.Fatalf("answer after the close %+v", f)
+	}
 }
 
 // A cancel closes the question the run waits on.
@@ -147,16 +154,7 @@ func TestCancelClosesQuestion(t *testing.T) {
 	if !r.Cancel("s", "m1") {
 		t.Fatal("cancel found no run")
 	}
-	if id := <-h.closed; id != q.QuestionID {
-		t.Fatalf("closed %q", id)
-	}
-	if f := <-h.results; f.res.Text != "error: "+agent.ErrQuestionCancelled.Error() {
-		t.Fatalf("run answered %+v", f)
-	}
-	putMsg(t, r, adm, answerMsg("a1", q.QuestionID, "yes"))
-	if f := <-h.results; f.res.FinishReason != link.CodeQuestionClosed {
-		t.Fatalf("answer after cancel %+v", f)
-	}
+	closedThenRefused(t, r, adm, h, q.QuestionID, agent.ErrQuestionCancelled)
 }
 
 // A device without "choice" gets no Ask; a question out of link's bounds
