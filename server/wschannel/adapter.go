@@ -637,14 +637,16 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	if a.presence != nil {
 		a.presence.Connected(a.id, f.PeerID) // before connected: a cluster's replies find this edge
 	}
+	// The channel's event before connected is written: whoever watches
+	// the events hears of the device before the device can say anything.
+	a.m.Connects.Inc(a.id)
+	a.events.Add(events.Event{Event: events.TerminalConnected, PeerID: f.PeerID, SessionID: c.sessionKey,
+		Detail: fmt.Sprintf("device_name=%q capabilities=%v remote=%s", f.DeviceName, f.Capabilities, c.remote)})
 	c.enqueue(outFrame{data: link.MustEncode(connected), kind: connectedFrame})
 	c.streamsOnConnect()
 	c.questionsOnConnect()
 	c.noticesOnConnect()
 	c.fleetOnConnect(f)
-	a.m.Connects.Inc(a.id)
-	a.events.Add(events.Event{Event: events.TerminalConnected, PeerID: f.PeerID, SessionID: c.sessionKey,
-		Detail: fmt.Sprintf("device_name=%q capabilities=%v remote=%s", f.DeviceName, f.Capabilities, c.remote)})
 	// The operator's log says who comes and goes; a device that
 	// reconnects in a loop is held back by the one gate (its peer id is
 	// the source: a burst, then the kind's summary).
