@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -835,11 +836,26 @@ func TestSlowHealKeepsTheLeases(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); w.loop(wctx) }()
 	defer func() { stop(); <-done }()
+	// Each start done: a consumer on the server is not enough, since the
+	// start records it (health.consuming, which clears lost deliveries)
+	// a few requests later. A loss recorded in between was cleared by it,
+	// and nothing was recreated (2 failures in CI, 4 in 40 runs).
 	testwait.Until(t, "the worker to own its 4 partitions, each consuming", func() bool {
 		w.mu.Lock()
-		owned := len(w.owned)
+		parts := maps.Clone(w.owned)
 		w.mu.Unlock()
-		return owned == 4 && len(consumerNames(t, ctx, n)) == 4
+		if len(parts) != 4 {
+			return false
+		}
+		for _, part := range parts {
+			part.health.mu.Lock()
+			name := part.health.consumer
+			part.health.mu.Unlock()
+			if name == "" {
+				return false
+			}
+		}
+		return len(consumerNames(t, ctx, n)) == 4
 	})
 
 	go func() {
