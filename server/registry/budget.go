@@ -164,6 +164,9 @@ func sanitize(d Device) (Device, []string) {
 		tags[k] = v
 	}
 	d.Tags = tags
+	if len(tags) == 0 {
+		d.Tags = nil // an empty map is a heap object per device; nil reads the same
+	}
 	caps := make([]string, 0, min(len(d.Capabilities), MaxCaps))
 	for _, c := range d.Capabilities {
 		n := encLen(c) + 1

@@ -14,8 +14,8 @@ import (
 // busy frame, a screen or a health report makes the extra state; a
 // disconnect keeps only what is kept across connections.
 func TestIdleEntryHoldsNoExtra(t *testing.T) {
-	if s := unsafe.Sizeof(entry{}); s > 352 {
-		t.Fatalf("an entry is %d bytes, want at most 352 (the size class an idle device's entry fits)", s)
+	if s := unsafe.Sizeof(entry{}); s > 288 {
+		t.Fatalf("an entry is %d bytes, want at most 288 (the size class an idle device's entry fits)", s)
 	}
 	r := open(t, t.TempDir(), &clock{time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)})
 	defer r.Close()
@@ -27,6 +27,15 @@ func TestIdleEntryHoldsNoExtra(t *testing.T) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.entryLocked("ch", "p1").x
+	}
+	r.mu.Lock()
+	tags := r.entryLocked("ch", "p1").dev.Tags
+	r.mu.Unlock()
+	if tags != nil {
+		t.Fatalf("a device without tags holds a map %v, want nil (a map is a heap object per device)", tags)
+	}
+	if p, _ := r.Get("ch", "p1"); p.Tags == nil {
+		t.Fatal("the view's tags are nil, want an empty map (JSON {})")
 	}
 	r.MessageAccepted("ch", "p1")
 	if x := extra(); x != nil {
