@@ -330,8 +330,7 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 		open.Add("", -1)
 		return
 	}
-	c := newWSConn(a, ws, hw.conn, hw.br, r.RemoteAddr, headerToken)
-	c.cert = cert
+	c := newWSConn(a, ws, hw.conn, hw.br, r.RemoteAddr, headerToken, cert)
 	polled := c.pollInit() // before c is published: the writer's closeSocket reads c.ph
 	a.mu.Lock()
 	if a.stopped {
@@ -588,7 +587,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 		return
 	}
 	if identity.RequiresToken(a.cfg.Config) {
-		tok := c.headerToken
+		tok := c.headerToken()
 		if tok == "" {
 			tok = f.Token
 		}
@@ -613,6 +612,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 		return
 	}
 	c.regGen = gen
+	c.connectedAuth()
 	c.caps = f.Capabilities
 	for _, cap := range f.Capabilities {
 		switch cap {
