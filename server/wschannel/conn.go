@@ -155,6 +155,19 @@ type outQueue struct {
 	closeFrame []byte                 // due once what is queued is written
 }
 
+// outQueues are the queues let go: a heartbeat's pong makes one and lets
+// it go, 2,000 a second at 10,000 devices, garbage the collector (and
+// the idle process's memory, internal/memtrim) would pay for.
+var outQueues = sync.Pool{New: func() any { return new(outQueue) }}
+
+// dropQueueLocked lets go of c's idle queue (c.mu held). Nothing holds a
+// queue but c.q, read and written under c.mu.
+func (c *wsConn) dropQueueLocked() {
+	*c.q = outQueue{}
+	outQueues.Put(c.q)
+	c.q = nil
+}
+
 // idle reports whether q holds nothing the connection still needs.
 func (q *outQueue) idle() bool {
 	return len(q.frames)+len(q.replies)+len(q.owed)+len(q.order)+len(q.notices)+len(q.fleet)+len(q.streams)+len(q.deltaOrder) == 0 &&
@@ -164,7 +177,7 @@ func (q *outQueue) idle() bool {
 // busy returns c's queue, made if there is none (c.mu held).
 func (c *wsConn) busy() *outQueue {
 	if c.q == nil {
-		c.q = &outQueue{}
+		c.q = outQueues.Get().(*outQueue)
 	}
 	return c.q
 }
@@ -547,7 +560,7 @@ func (c *wsConn) finish(reason string) {
 		c.startWriterLocked()
 	}
 	if !c.writing && c.q != nil && c.q.idle() {
-		c.q = nil
+		c.dropQueueLocked()
 	}
 	running := c.writing
 	var done chan struct{}
@@ -640,7 +653,7 @@ func (c *wsConn) startWriterLocked() {
 func (c *wsConn) writerStoppedLocked() {
 	c.writing = false
 	if c.q != nil && c.q.idle() {
-		c.q = nil
+		c.dropQueueLocked()
 	}
 	if c.writerIdle != nil {
 		close(c.writerIdle)
