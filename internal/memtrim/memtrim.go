@@ -8,16 +8,18 @@
 // Trimmer looks at the heap every period and, when the process is quiet
 // (it allocated less than half its live heap in the period: a collection
 // would not come on its own for two periods more) and the heap holds
-// more than Spare beyond what is live, collects and returns the free pages
-// at once (debug.FreeOSMemory).
+// more than MinSpare and a quarter of what is live beyond it (dead
+// objects, free pages), collects and returns the free pages at once
+// (debug.FreeOSMemory).
 //
-// The cost is a collection that would have come later, at most once a
-// period, and page faults when the heap grows back: a full mark of the
-// live heap every few seconds at worst, only while the process allocates
-// little. A busy process
-// (allocating its live heap every two periods or faster) is left to the
-// runtime, so the hot path pays nothing; a small process (a server with
-// 100 devices) never has Spare to give back.
+// The cost is a collection that would have come later and page faults
+// when the heap grows back: at most one full mark of the live heap a
+// period, in practice one each time the quiet process's garbage reaches a
+// quarter of its live heap (at 10,000 idle devices, about every 10 s:
+// tens of ms of CPU each). A busy process (allocating its live heap every
+// two periods or faster) is left to the runtime, so the hot path pays
+// nothing; a small process (a server with 100 devices) rarely has
+// MinSpare to give back.
 package memtrim
 
 import (
@@ -29,9 +31,13 @@ import (
 
 // Heap is what a Trimmer reads of the heap, in bytes.
 type Heap struct {
-	Live     uint64 // live at the last collection
-	Resident uint64 // objects (live and dead), fragmentation and free pages not yet returned
-	Allocs   uint64 // allocated since the process started
+	Live uint64 // live at the last collection
+	// Held is the heap's objects (live, and dead ones not yet swept) and
+	// its free pages not yet returned: what a collection and a return
+	// could bring down to Live. Free slots in spans that also hold live
+	// objects (fragmentation) are not counted: no trim returns them.
+	Held   uint64
+	Allocs uint64 // allocated since the process started
 }
 
 // Trimmer returns a quiet heap's spare pages; see the package doc.
@@ -86,10 +92,10 @@ func (t *Trimmer) due(last, h Heap) bool {
 	if h.Allocs-last.Allocs >= h.Live/2 {
 		return false // busy: the runtime collects soon enough
 	}
-	if h.Resident <= h.Live {
+	if h.Held <= h.Live {
 		return false
 	}
-	spare := h.Resident - h.Live
+	spare := h.Held - h.Live
 	return spare > minSpare && spare > h.Live/4
 }
 
@@ -97,7 +103,6 @@ var names = []string{
 	"/gc/heap/live:bytes",
 	"/gc/heap/allocs:bytes",
 	"/memory/classes/heap/objects:bytes",
-	"/memory/classes/heap/unused:bytes",
 	"/memory/classes/heap/free:bytes",
 }
 
@@ -114,5 +119,5 @@ func ReadHeap() Heap {
 		}
 		return s[i].Value.Uint64()
 	}
-	return Heap{Live: v(0), Allocs: v(1), Resident: v(2) + v(3) + v(4)}
+	return Heap{Live: v(0), Allocs: v(1), Held: v(2) + v(3)}
 }

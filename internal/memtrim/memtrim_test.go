@@ -22,13 +22,13 @@ func (f *fakeHeap) free() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.trims++
-	f.h.Resident = f.h.Live
+	f.h.Held = f.h.Live
 }
 func (f *fakeHeap) alloc(n uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.h.Allocs += n
-	f.h.Resident += n
+	f.h.Held += n
 }
 func (f *fakeHeap) count() int { f.mu.Lock(); defer f.mu.Unlock(); return f.trims }
 
@@ -38,7 +38,7 @@ func TestTrimmer(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		live      uint64
-		resident  uint64
+		held      uint64
 		perPeriod uint64 // allocated each period
 		want      int    // trims after three periods
 	}{
@@ -50,7 +50,7 @@ func TestTrimmer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := &fakeHeap{h: Heap{Live: tc.live, Resident: tc.resident}}
+				f := &fakeHeap{h: Heap{Live: tc.live, Held: tc.held}}
 				tr := &Trimmer{Every: time.Second, Read: f.read, Free: f.free}
 				ctx, cancel := context.WithCancel(t.Context())
 				done := make(chan struct{})
@@ -75,7 +75,7 @@ func TestTrimmer(t *testing.T) {
 func TestReadHeap(t *testing.T) {
 	runtime.GC() // the live heap is known after a collection
 	h := ReadHeap()
-	if h.Live == 0 || h.Resident == 0 || h.Allocs == 0 {
+	if h.Live == 0 || h.Held == 0 || h.Allocs == 0 {
 		t.Fatalf("heap read as %+v: a metric's name is wrong", h)
 	}
 }
