@@ -27,6 +27,7 @@ import (
 
 	"termlink/internal/buildinfo"
 	"termlink/internal/debugserver"
+	"termlink/internal/memtrim"
 	"termlink/link/discover"
 	"termlink/server"
 	"termlink/server/config"
@@ -122,6 +123,10 @@ func run(args []string) error {
 	if srv.TLSEnabled() {
 		scheme = "wss://"
 	}
+	// A quiet server gives back the heap a connect burst or the heartbeats'
+	// garbage left beyond what is live (internal/memtrim): idle devices
+	// cost their live memory, not twice it.
+	go (&memtrim.Trimmer{}).Run(ctx)
 	reloadOnHUP(ctx, srv, log, *cfgPath) // never fatal: without TLS it says there is nothing to reload
 	for id, ch := range cfg.Channels {
 		if ch.Enabled {

@@ -12,6 +12,7 @@ import (
 	"termlink/internal/textcut"
 	"unicode"
 	"unicode/utf8"
+	"unique"
 )
 
 // The byte budget of one peer. What a device says of itself in connect
@@ -164,21 +165,39 @@ func sanitize(d Device) (Device, []string) {
 		tags[k] = v
 	}
 	d.Tags = tags
-	caps := make([]string, 0, min(len(d.Capabilities), MaxCaps))
-	for _, c := range d.Capabilities {
+	if len(tags) == 0 {
+		d.Tags = nil // an empty map is a heap object per device; nil reads the same
+	}
+	var caps []string // made at the first one dropped; until then d's own list is kept
+	dropped, kept := false, 0
+	for i, c := range d.Capabilities {
 		n := encLen(c) + 1
+		why := ""
 		switch {
-		case len(caps) >= MaxCaps || len(c) > MaxField:
-			ignored = append(ignored, fmt.Sprintf("capability %q", truncate(c, 40)))
-			continue
+		case kept >= MaxCaps || len(c) > MaxField:
+			why = fmt.Sprintf("capability %q", truncate(c, 40))
 		case used+n > MaxDeviceBytes:
-			ignored = append(ignored, fmt.Sprintf("capability %q: %v", truncate(c, 40), overBudget))
+			why = fmt.Sprintf("capability %q: %v", truncate(c, 40), overBudget)
+		}
+		if why != "" {
+			if !dropped {
+				caps, dropped = slices.Clone(d.Capabilities[:i]), true
+			}
+			ignored = append(ignored, why)
 			continue
 		}
 		used += n
-		caps = append(caps, c)
+		kept++
+		if dropped {
+			caps = append(caps, c)
+		}
 	}
-	d.Capabilities = caps
+	if dropped {
+		d.Capabilities = caps
+	} // else d's own list, which devices saying the same may share (the adapter's intern.Lists): never changed here
+	// What a fleet's devices say alike is held once (unique), not per
+	// device.
+	d.Board, d.Version, d.Platform = unique.Make(d.Board).Value(), unique.Make(d.Version).Value(), unique.Make(d.Platform).Value()
 	return d, ignored
 }
 

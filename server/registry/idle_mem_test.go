@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -14,8 +16,8 @@ import (
 // busy frame, a screen or a health report makes the extra state; a
 // disconnect keeps only what is kept across connections.
 func TestIdleEntryHoldsNoExtra(t *testing.T) {
-	if s := unsafe.Sizeof(entry{}); s > 352 {
-		t.Fatalf("an entry is %d bytes, want at most 352 (the size class an idle device's entry fits)", s)
+	if s := unsafe.Sizeof(entry{}); s > 288 {
+		t.Fatalf("an entry is %d bytes, want at most 288 (the size class an idle device's entry fits)", s)
 	}
 	r := open(t, t.TempDir(), &clock{time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)})
 	defer r.Close()
@@ -27,6 +29,15 @@ func TestIdleEntryHoldsNoExtra(t *testing.T) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.entryLocked("ch", "p1").x
+	}
+	r.mu.Lock()
+	tags := r.entryLocked("ch", "p1").dev.Tags
+	r.mu.Unlock()
+	if tags != nil {
+		t.Fatalf("a device without tags holds a map %v, want nil (a map is a heap object per device)", tags)
+	}
+	if p, _ := r.Get("ch", "p1"); p.Tags == nil {
+		t.Fatal("the view's tags are nil, want an empty map (JSON {})")
 	}
 	r.MessageAccepted("ch", "p1")
 	if x := extra(); x != nil {
@@ -75,4 +86,40 @@ func TestMeasureIdleEntries(t *testing.T) {
 	}
 	after := heap()
 	t.Logf("online idle devices: %d, heap in use %d -> %d bytes: %d bytes per device", n, before, after, int64(after-before)/int64(n))
+}
+
+// What a fleet's devices say alike is held once: the board, version and
+// platform strings (interned), and the capability list the adapter
+// shares (kept as given when nothing is dropped from it).
+func TestDevicesShareWhatTheySayAlike(t *testing.T) {
+	r := open(t, t.TempDir(), &clock{time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)})
+	defer r.Close()
+	caps := []string{"text", "screen"}
+	for _, p := range []string{"p1", "p2"} {
+		d := dev(p, nil)
+		d.Board, d.Version = string([]byte("pi-lcd2004")), fmt.Sprint("1.2.", 3) // each its own copy, as decoded per connection
+		d.Capabilities = caps
+		if _, _, err := r.Connected(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.mu.Lock()
+	d1, d2 := r.entryLocked("ch", "p1").dev, r.entryLocked("ch", "p2").dev
+	r.mu.Unlock()
+	if unsafe.StringData(d1.Board) != unsafe.StringData(d2.Board) || unsafe.StringData(d1.Version) != unsafe.StringData(d2.Version) {
+		t.Error("two devices' equal board and version are held twice")
+	}
+	if unsafe.SliceData(d1.Capabilities) != unsafe.SliceData(caps) || unsafe.SliceData(d2.Capabilities) != unsafe.SliceData(caps) {
+		t.Error("a capability list with nothing dropped was copied per device")
+	}
+	// One dropped: a list of its own, without it, the given one untouched.
+	d := dev("p3", nil)
+	long := strings.Repeat("x", MaxField+1)
+	d.Capabilities = []string{"text", long, "screen"}
+	if _, _, err := r.Connected(d); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := r.Get("ch", "p3"); !slices.Equal(p.Capabilities, []string{"text", "screen"}) || d.Capabilities[1] != long {
+		t.Errorf("capabilities %v (given %d), want text and screen kept, the given list untouched", p.Capabilities, len(d.Capabilities))
+	}
 }

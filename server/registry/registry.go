@@ -291,22 +291,46 @@ func (e *SharedCapError) Error() string {
 // What a device that only connects and stays (an online idle device)
 // never has is in x, made when first set (extra): an entry without it
 // is 352 bytes, not 448.
+//
+// An entry is what each known device costs, 10,000 of them online and idle
+// on a big server: its times are stamps (8 bytes, not time.Time's 24) and
+// what an idle device never has is in x, so an entry fits the 288-byte
+// size class (TestIdleEntryHoldsNoExtra).
 type entry struct {
 	dev            Device // Authenticated: ever
-	bytes          int    // accounted in the channel's budget
-	online         bool
 	gen            uint64 // of the live connection
-	connectedSince time.Time
-	lastSeen       time.Time
-	lastMessage    time.Time
+	bytes          int32  // accounted in the channel's budget (one device: a few KiB)
+	online         bool
+	connectedSince stamp
+	lastSeen       stamp
+	lastMessage    stamp
 	reconnects     []minuteCount // connects after the first, per minute, the last hour
-	screen         *Screen
 	x              *entryExtra
 }
 
-// entryExtra is what some devices' entries have: a screen's rate window,
-// an update state, a settings error, a busy state, a health report.
+// stamp is a time as Unix nanoseconds; 0 is the zero time.
+type stamp int64
+
+func stampOf(t time.Time) stamp {
+	if t.IsZero() {
+		return 0
+	}
+	return stamp(t.UnixNano())
+}
+
+// time is s as a time.Time in UTC (the zero time for 0).
+func (s stamp) time() time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(s)).UTC()
+}
+
+// entryExtra is what some devices' entries have: a screen and its rate
+// window, an update state, a settings error, a busy state, a health
+// report.
 type entryExtra struct {
+	screen        *Screen   // what the live connection shows (not kept)
 	screenWindow  time.Time // start of the current one-second window
 	screenCount   int
 	update        *UpdateState // the last update_status believed (kept, as a reconnect keeps it)
@@ -336,10 +360,11 @@ func (e *entry) extra() *entryExtra {
 	return e.x
 }
 
-// clearBusy forgets what the last connection said of its use.
+// clearBusy forgets what the last connection said of its use and
+// showed.
 func (e *entry) clearBusy() {
 	if e.x != nil {
-		e.x.busy = nil
+		e.x.busy, e.x.screen = nil, nil
 	}
 }
 
@@ -461,7 +486,7 @@ func (cs *channelState) markLocked(peer string, what uint8) {
 // addLocked puts a new entry in the channel (r.mu held).
 func (cs *channelState) addLocked(e *entry) {
 	cs.peers[e.dev.PeerID] = e
-	cs.bytes += e.bytes
+	cs.bytes += int(e.bytes)
 	if !e.dev.Authenticated {
 		cs.anonymous++
 	}
@@ -485,8 +510,8 @@ func (cs *channelState) countShared(glob string, n int) {
 func (cs *channelState) resizeLocked(e *entry) {
 	x := e.ex()
 	size := peerBytes(e.dev) + stateBytes(x.update, x.settingsError) + healthBytes(x.health)
-	cs.bytes += size - e.bytes
-	e.bytes = size
+	cs.bytes += size - int(e.bytes)
+	e.bytes = int32(size)
 }
 
 // removeLocked forgets an entry (r.mu held).
@@ -496,7 +521,7 @@ func (cs *channelState) removeLocked(id string) {
 		return
 	}
 	delete(cs.peers, id)
-	cs.bytes -= e.bytes
+	cs.bytes -= int(e.bytes)
 	if !e.dev.Authenticated {
 		cs.anonymous--
 	}
@@ -552,7 +577,7 @@ func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error)
 		if err := r.makeRoom(cs, d, size); err != nil {
 			return 0, ignored, err
 		}
-		e = &entry{dev: d, bytes: size}
+		e = &entry{dev: d, bytes: int32(size)}
 		cs.addLocked(e)
 	} else {
 		if e.dev.Authenticated && !d.Authenticated {
@@ -567,9 +592,8 @@ func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error)
 	r.gen++
 	e.dev, e.online, e.gen = d, true, r.gen
 	cs.resizeLocked(e)
-	e.connectedSince, e.lastSeen = now, now
-	e.screen = nil // what it showed before is not what it shows now
-	e.clearBusy()  // said again by the new connection
+	e.connectedSince, e.lastSeen = stampOf(now), stampOf(now)
+	e.clearBusy() // said again by the new connection, and the screen: what it showed before is not what it shows now
 	cs.markLocked(d.PeerID, dirtyFull)
 	r.publishLocked(cs, e)
 	return e.gen, ignored, nil
@@ -587,7 +611,7 @@ func (r *Registry) Disconnected(channelID, peerID string, gen uint64) {
 		return
 	}
 	e := cs.peers[peerID]
-	e.online, e.lastSeen, e.screen = false, now, nil
+	e.online, e.lastSeen = false, stampOf(now)
 	e.clearBusy()
 	cs.markLocked(peerID, dirtySeen)
 	r.publishLocked(cs, e)
@@ -602,7 +626,7 @@ func (r *Registry) MessageAccepted(channelID, peerID string) {
 	defer r.mu.Unlock()
 	if cs := r.channels[channelID]; cs != nil {
 		if e := cs.peers[peerID]; e != nil {
-			e.lastMessage, e.lastSeen = now, now
+			e.lastMessage, e.lastSeen = stampOf(now), stampOf(now)
 		}
 	}
 }
@@ -629,7 +653,7 @@ func (r *Registry) SetScreen(channelID, peerID string, gen uint64, s Screen) boo
 	x.screenCount++
 	s = sanitizeScreen(s)
 	s.UpdatedAt = formatTime(now)
-	e.screen = &s
+	x.screen = &s
 	r.publishLocked(cs, e)
 	return true
 }
@@ -952,7 +976,7 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 	d, x := e.dev, e.ex()
 	p := Peer{PeerID: d.PeerID, ChannelID: d.ChannelID, SessionID: d.SessionID, DeviceName: d.DeviceName,
 		Board: d.Board, Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, Authenticated: d.Authenticated,
-		Online: e.online, LastSeen: formatTime(e.lastSeen), RemoteAddr: d.RemoteAddr, Screen: e.screen,
+		Online: e.online, LastSeen: formatTime(e.lastSeen.time()), RemoteAddr: d.RemoteAddr, Screen: x.screen,
 		Platform: d.Platform, Update: x.update, SettingsVersion: d.SettingsVersion, SettingsError: x.settingsError, Busy: x.busy, Health: x.health,
 		BinarySHA256: d.BinarySHA256}
 	if p.Capabilities == nil {
@@ -963,9 +987,9 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 	}
 	if e.online {
 		p.LastSeen = formatTime(now) // the connection is alive (the server drops silent ones)
-		p.ConnectedSince = optTime(e.connectedSince)
+		p.ConnectedSince = optTime(e.connectedSince.time())
 	}
-	p.LastMessageAt = optTime(e.lastMessage)
+	p.LastMessageAt = optTime(e.lastMessage.time())
 	p.Reconnects = e.reconnects
 	p.ReconnectsLastHour = reconnectsLastHour(e.reconnects, now)
 	p.NoticesPending = r.noticesLocked(d.ChannelID, d.PeerID)
@@ -1016,7 +1040,7 @@ func (r *Registry) makeRoom(cs *channelState, d Device, size int) error {
 				"channel", d.ChannelID, "peer_id", d.PeerID, "why", why)
 			return nil
 		}
-		at := cs.peers[id].lastSeen
+		at := cs.peers[id].lastSeen.time()
 		cs.removeLocked(id)
 		if r.opt.Forgot != nil {
 			r.opt.Forgot(d.ChannelID, id)
@@ -1080,7 +1104,7 @@ func (r *Registry) evictable(cs *channelState, maxRank int) string {
 			switch {
 			case rk > bestRank:
 				continue
-			case rk == bestRank && !e.lastSeen.Before(bestE.lastSeen):
+			case rk == bestRank && e.lastSeen >= bestE.lastSeen:
 				continue
 			}
 		}

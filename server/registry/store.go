@@ -100,7 +100,7 @@ func storedOf(e *entry, seen time.Time) stored {
 	d := e.dev
 	return stored{Channel: d.ChannelID, PeerID: d.PeerID, SessionID: d.SessionID, DeviceName: d.DeviceName, Board: d.Board,
 		Version: d.Version, Platform: d.Platform, Settings: d.SettingsVersion, BinarySHA256: d.BinarySHA256, Capabilities: d.Capabilities, Tags: d.Tags, RemoteAddr: d.RemoteAddr, Authenticated: d.Authenticated,
-		Shared: d.Shared, LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage), Reconnects: e.reconnects,
+		Shared: d.Shared, LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage.time()), Reconnects: e.reconnects,
 		Update: e.ex().update, SettingsError: e.ex().settingsError, Health: e.ex().health}
 }
 
@@ -113,7 +113,7 @@ func (r *Registry) putLocked(s stored) {
 	d, _ := sanitize(Device{ChannelID: s.Channel, PeerID: s.PeerID, SessionID: s.SessionID, DeviceName: s.DeviceName,
 		Board: s.Board, Version: s.Version, Platform: s.Platform, SettingsVersion: s.Settings, BinarySHA256: s.BinarySHA256, Capabilities: s.Capabilities, Tags: s.Tags, RemoteAddr: s.RemoteAddr,
 		Authenticated: s.Authenticated, Shared: s.Shared})
-	e := &entry{dev: d, lastSeen: timeOf(s.LastSeen), lastMessage: timeOf(s.LastMessageAt), reconnects: s.Reconnects}
+	e := &entry{dev: d, lastSeen: stampOf(timeOf(s.LastSeen)), lastMessage: stampOf(timeOf(s.LastMessageAt)), reconnects: s.Reconnects}
 	if r := boundReason(s.SettingsError); r != "" {
 		e.extra().settingsError = r
 	}
@@ -126,7 +126,7 @@ func (r *Registry) putLocked(s stored) {
 		e.extra().health = &h
 	}
 	x := e.ex()
-	e.bytes = peerBytes(d) + stateBytes(x.update, x.settingsError) + healthBytes(x.health)
+	e.bytes = int32(peerBytes(d) + stateBytes(x.update, x.settingsError) + healthBytes(x.health))
 	cs := r.channel(s.Channel)
 	cs.removeLocked(s.PeerID)
 	cs.addLocked(e)
@@ -144,7 +144,7 @@ func (r *Registry) applyLocked(rec *logRecord) {
 	for _, s := range rec.Seen {
 		if cs := r.channels[s.Channel]; cs != nil {
 			if e := cs.peers[s.PeerID]; e != nil {
-				e.lastSeen, e.lastMessage = timeOf(s.LastSeen), timeOf(s.LastMessageAt)
+				e.lastSeen, e.lastMessage = stampOf(timeOf(s.LastSeen)), stampOf(timeOf(s.LastMessageAt))
 			}
 		}
 	}
@@ -393,7 +393,7 @@ func (r *Registry) flush(all bool) error {
 			if e == nil {
 				continue
 			}
-			seen := e.lastSeen
+			seen := e.lastSeen.time()
 			if e.online {
 				seen = now
 			}
@@ -402,14 +402,14 @@ func (r *Registry) flush(all bool) error {
 				c.Put = append(c.Put, storedOf(e, seen))
 			} else {
 				c := add()
-				c.Seen = append(c.Seen, seenRec{Channel: id, PeerID: peer, LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage)})
+				c.Seen = append(c.Seen, seenRec{Channel: id, PeerID: peer, LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage.time())})
 			}
 		}
 		if full {
 			for peer, e := range cs.peers {
 				if e.online && cs.dirty[peer] == 0 {
 					c := add()
-					c.Seen = append(c.Seen, seenRec{Channel: id, PeerID: peer, LastSeen: now.Unix(), LastMessageAt: unixOrZero(e.lastMessage)})
+					c.Seen = append(c.Seen, seenRec{Channel: id, PeerID: peer, LastSeen: now.Unix(), LastMessageAt: unixOrZero(e.lastMessage.time())})
 				}
 			}
 		}
@@ -490,7 +490,7 @@ func (r *Registry) snapshot() error {
 				cs := r.channels[ch]
 				for _, id := range chunk {
 					if e := cs.peers[id]; e != nil {
-						seen := e.lastSeen
+						seen := e.lastSeen.time()
 						if e.online {
 							seen = now
 						}

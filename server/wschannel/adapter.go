@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"termlink/internal/intern"
 	"termlink/internal/warm"
 	"termlink/link"
 	"termlink/server/bus"
@@ -205,6 +206,7 @@ type terminalAdapter struct {
 	m          *Metrics
 	log        *slog.Logger
 	upgrader   websocket.Upgrader
+	capLists   *intern.Lists       // the connects' capability lists, one copy of each (an idle device holds none of its own)
 	steps      stepper             // reads and handles frames for the connections
 	writers    *warm.Pool[*wsConn] // run the connections' writers
 	writeStall time.Duration       // defaultWriteStall unless Options say
@@ -241,7 +243,7 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 		creds: d.Bindings, events: d.Events, keyOf: d.SessionKey, m: d.Metrics, log: d.Log.With("channel", id),
 		heartbeat: time.Duration(cfg.Config.HeartbeatSeconds) * time.Second,
 		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: opt.WriteStall,
-		steps: newStepper(), writers: newWriters(),
+		steps: newStepper(), writers: newWriters(), capLists: intern.NewLists(maxCapLists),
 	}
 	if a.writeStall <= 0 {
 		a.writeStall = defaultWriteStall
@@ -261,6 +263,11 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 	}
 	return a
 }
+
+// maxCapLists is how many distinct capability lists an adapter shares:
+// a fleet has a few (its firmware versions); past it lists are kept per
+// connection.
+const maxCapLists = 256
 
 // idleTimeout is how long a connection may stay silent: 2.5 heartbeats.
 func (a *terminalAdapter) idleTimeout() time.Duration { return a.heartbeat * 5 / 2 }
@@ -330,8 +337,7 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 		open.Add("", -1)
 		return
 	}
-	c := newWSConn(a, ws, hw.conn, hw.br, r.RemoteAddr, headerToken)
-	c.cert = cert
+	c := newWSConn(a, ws, hw.conn, hw.br, r.RemoteAddr, headerToken, cert)
 	polled := c.pollInit() // before c is published: the writer's closeSocket reads c.ph
 	a.mu.Lock()
 	if a.stopped {
@@ -587,8 +593,9 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 	if !c.certAllows(f.PeerID) {
 		return
 	}
+	f.Capabilities = a.capLists.Of(f.Capabilities) // held by c and the registry; never changed
 	if identity.RequiresToken(a.cfg.Config) {
-		tok := c.headerToken
+		tok := c.headerToken()
 		if tok == "" {
 			tok = f.Token
 		}
@@ -613,6 +620,7 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 		return
 	}
 	c.regGen = gen
+	c.connectedAuth()
 	c.caps = f.Capabilities
 	for _, cap := range f.Capabilities {
 		switch cap {

@@ -89,9 +89,9 @@ type wsConn struct {
 	ws          *websocket.Conn
 	nc          *flushConn
 	remote      string
-	headerToken string
-	cert        certIdentity // the client certificate's (identity.go); zero without mutual TLS
-	opened      time.Time
+	bearer      *string       // the Authorization header's token until the connect frame is accepted (reader-only); nil: none
+	certID      *certIdentity // what the client certificate proved (identity.go); nil without mutual TLS; never changed
+	openedNanos int64         // when the connection opened (UnixNano)
 
 	// Set by the reader at connect, before register publishes c.
 	peerID, threadID, userID, deviceName, sessionKey string
@@ -155,6 +155,19 @@ type outQueue struct {
 	closeFrame []byte                 // due once what is queued is written
 }
 
+// outQueues are the queues let go: a heartbeat's pong makes one and lets
+// it go, 2,000 a second at 10,000 devices, garbage the collector (and
+// the idle process's memory, internal/memtrim) would pay for.
+var outQueues = sync.Pool{New: func() any { return new(outQueue) }}
+
+// dropQueueLocked lets go of c's idle queue (c.mu held). Nothing holds a
+// queue but c.q, read and written under c.mu.
+func (c *wsConn) dropQueueLocked() {
+	*c.q = outQueue{}
+	outQueues.Put(c.q)
+	c.q = nil
+}
+
 // idle reports whether q holds nothing the connection still needs.
 func (q *outQueue) idle() bool {
 	return len(q.frames)+len(q.replies)+len(q.owed)+len(q.order)+len(q.notices)+len(q.fleet)+len(q.streams)+len(q.deltaOrder) == 0 &&
@@ -164,7 +177,7 @@ func (q *outQueue) idle() bool {
 // busy returns c's queue, made if there is none (c.mu held).
 func (c *wsConn) busy() *outQueue {
 	if c.q == nil {
-		c.q = &outQueue{}
+		c.q = outQueues.Get().(*outQueue)
 	}
 	return c.q
 }
@@ -286,9 +299,40 @@ func (f *outFrame) recycle() {
 	f.buf, f.data = nil, nil
 }
 
-func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, br *bufio.Reader, remote, headerToken string) *wsConn {
-	return &wsConn{a: a, ws: ws, nc: nc, br: br, remote: remote, headerToken: headerToken, opened: time.Now()}
+func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, br *bufio.Reader, remote, headerToken string, cert certIdentity) *wsConn {
+	c := &wsConn{a: a, ws: ws, nc: nc, br: br, remote: remote, openedNanos: time.Now().UnixNano()}
+	if headerToken != "" {
+		c.bearer = &headerToken
+	}
+	if cert != (certIdentity{}) {
+		c.certID = &cert
+	}
+	return c
 }
+
+// opened is when the connection opened.
+func (c *wsConn) opened() time.Time { return time.Unix(0, c.openedNanos) }
+
+// headerToken is the bearer token of the upgrade's Authorization header
+// ("" for none, or once the connect frame was accepted).
+func (c *wsConn) headerToken() string {
+	if c.bearer == nil {
+		return ""
+	}
+	return *c.bearer
+}
+
+// cert is what the client certificate proved (zero without one).
+func (c *wsConn) cert() certIdentity {
+	if c.certID == nil {
+		return certIdentity{}
+	}
+	return *c.certID
+}
+
+// connectedAuth lets go of what only the connect needed, the header's
+// token: an idle connection holds no credential it no longer uses.
+func (c *wsConn) connectedAuth() { c.bearer = nil }
 
 // messageRate is the connection's message rate (reader-only), made full
 // at the first message or answer: a connection that sends none holds
@@ -376,7 +420,7 @@ func (c *wsConn) awaitRoom() {
 func (c *wsConn) setReadDeadline() {
 	a := c.a
 	c.readClosing = c.isClosing()
-	idle, connectBy := a.idleTimeout(), c.opened.Add(a.connectTimeout())
+	idle, connectBy := a.idleTimeout(), c.opened().Add(a.connectTimeout())
 	switch {
 	case c.readClosing && !c.graceSet:
 		// Our close frame is out or due: the peer has a moment to answer.
@@ -419,7 +463,7 @@ func (c *wsConn) step() bool {
 		reason := describeReadError(err, idle)
 		switch {
 		case c.readClosing:
-		case c.peerID == "" && !time.Now().Before(c.opened.Add(a.connectTimeout())):
+		case c.peerID == "" && !time.Now().Before(c.opened().Add(a.connectTimeout())):
 			reason = fmt.Sprintf("no connect frame within %s: connection closed", a.connectTimeout())
 			c.closeWith(websocket.ClosePolicyViolation, reason)
 		}
@@ -516,7 +560,7 @@ func (c *wsConn) finish(reason string) {
 		c.startWriterLocked()
 	}
 	if !c.writing && c.q != nil && c.q.idle() {
-		c.q = nil
+		c.dropQueueLocked()
 	}
 	running := c.writing
 	var done chan struct{}
@@ -609,7 +653,7 @@ func (c *wsConn) startWriterLocked() {
 func (c *wsConn) writerStoppedLocked() {
 	c.writing = false
 	if c.q != nil && c.q.idle() {
-		c.q = nil
+		c.dropQueueLocked()
 	}
 	if c.writerIdle != nil {
 		close(c.writerIdle)

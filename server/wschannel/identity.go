@@ -55,10 +55,10 @@ func (c *wsConn) authorizeConnect(f *link.Connect, token string) (bool, string) 
 // how many peers that token may have, for the registry to count; "" for
 // the peer's own credential, a client certificate, or no token.
 func (c *wsConn) sharedCredential(f *link.Connect) (glob string, max int) {
-	if !identity.RequiresToken(c.a.cfg.Config) || c.cert.fp != (config.Fingerprint{}) {
+	if !identity.RequiresToken(c.a.cfg.Config) || c.cert().fp != (config.Fingerprint{}) {
 		return "", 0
 	}
-	tok := c.headerToken
+	tok := c.headerToken()
 	if tok == "" {
 		tok = f.Token
 	}
@@ -94,10 +94,10 @@ func (a *terminalAdapter) checkClientCert(w http.ResponseWriter, r *http.Request
 // certAllows checks connect's peer_id against the certificate's; on a
 // mismatch the device is told and the connection closed.
 func (c *wsConn) certAllows(peerID string) bool {
-	if c.cert.peer == "" || c.cert.peer == peerID {
+	if c.cert().peer == "" || c.cert().peer == peerID {
 		return true
 	}
-	why := fmt.Sprintf("certificate is for peer %s, connect says %s", c.cert.peer, peerID)
+	why := fmt.Sprintf("certificate is for peer %s, connect says %s", c.cert().peer, peerID)
 	c.a.refused(c.remote, events.Event{Event: events.TerminalRefused, PeerID: peerID, Detail: "connect refused: " + why})
 	c.sendError("", link.CodeUnauthorized, why)
 	c.closeWith(CloseUnauthorized, "unauthorized")
@@ -115,14 +115,14 @@ func (a *terminalAdapter) closeDenied(ca *identity.ClientAuth) {
 	var denied []*wsConn
 	a.mu.Lock()
 	for c := range a.conns {
-		if c.cert.peer != "" && ca.Denies(c.cert.fp) {
+		if c.cert().peer != "" && ca.Denies(c.cert().fp) {
 			denied = append(denied, c)
 		}
 	}
 	a.mu.Unlock()
 	for _, c := range denied {
-		a.events.Add(events.Event{Event: events.TerminalRefused, PeerID: c.cert.peer,
-			Detail: "certificate revoked (denyCerts, reloaded): connection closed; SHA-256 " + c.cert.fp.String()})
+		a.events.Add(events.Event{Event: events.TerminalRefused, PeerID: c.cert().peer,
+			Detail: "certificate revoked (denyCerts, reloaded): connection closed; SHA-256 " + c.cert().fp.String()})
 		c.closeWith(CloseUnauthorized, "client certificate revoked")
 	}
 }

@@ -5,14 +5,21 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gorilla/websocket"
 
 	"termlink/internal/testwait"
 	"termlink/link"
+	"termlink/server/config"
+	"termlink/server/identity"
 )
 
 // rawDevice connects a device over a bare TCP socket (no gorilla client,
@@ -94,5 +101,47 @@ func TestMeasureIdleHeap(t *testing.T) {
 		n, before, after, int64(after-before)/int64(n))
 	for _, c := range conns {
 		c.Close()
+	}
+}
+
+// A connection keeps its Authorization header's token only until its
+// connect frame is accepted: an idle connection holds no credential it
+// no longer uses (and no bytes for it).
+func TestHeaderTokenLetGoAfterConnect(t *testing.T) {
+	r := newPollRig(t, false, func(c *config.Channel) { c.Config.Tokens.ByPeer = map[string]string{"p1": "tok-p1"} })
+	b, err := identity.OpenLocalBindings(t.TempDir(), "terminal-dev", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.a.creds = b // before any connection
+	ws, _, err := websocket.DefaultDialer.Dial(r.url, http.Header{"Authorization": {"Bearer tok-p1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	_ = ws.SetReadDeadline(time.Now().Add(time.Minute))
+	if err := ws.WriteMessage(websocket.TextMessage, link.MustEncode(&link.Connect{PeerID: "p1"})); err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := readFrame(t, ws).(*link.Connected); !ok {
+		t.Fatalf("connect with the header's token answered %T, want connected", f)
+	}
+	r.a.mu.Lock() // register took it after the connect was accepted
+	c := r.a.peers["p1"]
+	r.a.mu.Unlock()
+	if c == nil {
+		t.Fatal("p1 not registered")
+	}
+	if tok := c.headerToken(); tok != "" {
+		t.Fatalf("the connected connection still holds the header's token %q", tok)
+	}
+}
+
+// An idle connection is its wsConn and little else: the struct stays in
+// the 416-byte size class (what only the connect or mutual TLS needs is
+// behind pointers, its open time a UnixNano).
+func TestConnStructSize(t *testing.T) {
+	if s := unsafe.Sizeof(wsConn{}); s > 416 {
+		t.Fatalf("a wsConn is %d bytes, want at most 416 (the size class an idle connection's struct fits)", s)
 	}
 }

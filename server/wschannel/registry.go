@@ -25,7 +25,7 @@ import (
 // new peer of a shared token past the token's maxPeers.
 func (c *wsConn) registryConnected(f *link.Connect) (uint64, error) {
 	a := c.a
-	authed := identity.RequiresToken(a.cfg.Config) || c.cert.fp != (config.Fingerprint{})
+	authed := identity.RequiresToken(a.cfg.Config) || c.cert().fp != (config.Fingerprint{})
 	shared, sharedMax := c.sharedCredential(f) // a glob token's peers are counted (identity.go)
 	gen, ignored, err := a.registry.Connected(registry.Device{ChannelID: a.id, PeerID: c.peerID, SessionID: c.sessionKey,
 		DeviceName: f.DeviceName, Board: f.Board, Version: f.Version, Platform: f.Platform, SettingsVersion: f.SettingsVersion, BinarySHA256: f.BinarySHA256, Capabilities: f.Capabilities, Tags: f.Tags,

@@ -2,13 +2,16 @@
 # idle-rss.sh [N] [HEARTBEAT_SECONDS] [plain|tls]
 # Server memory per idle connection: starts termserver (echo agent) and
 # `termrig load --rate 0 --hold` with N heartbeating devices, then reports
-# (RSS with N connections - RSS at start) / N, the load average with it.
+# (RSS with N connections - RSS at start) / N, the server's CPU while the
+# devices idle (ms per second: heartbeats, collections), the load average.
 # tls: termserver serves wss:// with a lab CA's certificate (made here
 # with openssl, as the README's TLS section) and termrig trusts that CA
 # through SSL_CERT_FILE (Go's system roots; termrig load has no CA flag).
 # TERMSERVER=path measures another build of termserver; RATE (devices
 # dialled per second) and WAIT (seconds for all to connect) override the
-# mode's defaults (plain 2000 and 120, tls 500 and 600).
+# mode's defaults (plain 2000 and 120, tls 500 and 600). PROFILE=path
+# saves a heap profile (after a collection) with the devices connected,
+# for `go tool pprof -sample_index=inuse_space`.
 set -euo pipefail
 N=${1:-10000}
 HB=${2:-5}
@@ -40,7 +43,9 @@ fi
 cat >"$tmp/cfg.json" <<JSON
 {"workspace":"$tmp/ws","maxConnections":$((N + 100)),"channels":{"terminal-dev":{"kind":"terminal","mode":"websocket","accountId":"local","config":{"heartbeatSeconds":$HB}}}$tlscfg}
 JSON
-"$TERMSERVER" --config "$tmp/cfg.json" --listen 127.0.0.1:$port 2>"$tmp/server.log" &
+dbg=()
+[ -n "${PROFILE:-}" ] && dbg=(--debug-addr 127.0.0.1:$((port + 1)))
+"$TERMSERVER" --config "$tmp/cfg.json" --listen 127.0.0.1:$port "${dbg[@]}" 2>"$tmp/server.log" &
 SPID=$!
 until curl -sf "${curlca[@]}" -o /dev/null $scheme://127.0.0.1:$port/healthz; do # ready, however busy the machine
 	kill -0 $SPID 2>/dev/null || { echo "termserver exited:"; cat "$tmp/server.log"; exit 1; }
@@ -51,8 +56,12 @@ SSL_CERT_FILE="$tmp/ca.pem" "$tmp/termrig" load --server $wsscheme://127.0.0.1:$
 LPID=$!
 for _ in $(seq 1 "$WAIT"); do sleep 1; grep -q "connected $N devices" "$tmp/load.out" && break; done
 grep -q "connected $N devices" "$tmp/load.out" || { echo "devices did not all connect:"; cat "$tmp/load.out"; exit 1; }
+ticks() { awk '{print $14 + $15}' /proc/$SPID/stat; } # user + system CPU, in clock ticks
+t0=$(ticks)
 sleep $((HB * 3)) # let every device heartbeat a few times
+idlecpu=$((($(ticks) - t0) * 1000 / $(getconf CLK_TCK) / (HB * 3))) # CPU ms per second while idle (heartbeats, collections, trims)
 rss=$(awk '/VmRSS/{print $2}' /proc/$SPID/status)
 threads=$(awk '/Threads/{print $2}' /proc/$SPID/status)
+[ -n "${PROFILE:-}" ] && curl -sf -o "$PROFILE" "http://127.0.0.1:$((port + 1))/debug/pprof/heap?gc=1" # after reading the RSS: the collection changes it
 peers=$(curl -s "${curlca[@]}" $scheme://127.0.0.1:$port/api/status | python3 -c 'import json,sys; print(json.load(sys.stdin)["connected_peers"])')
-echo "mode=$MODE devices=$N connected_peers=$peers heartbeat=${HB}s threads=$threads rss_start=${base}KiB rss_with_devices=${rss}KiB per_connection=$(((rss - base) * 1024 / N))B loadavg=$(cut -d' ' -f1-3 /proc/loadavg)"
+echo "mode=$MODE devices=$N connected_peers=$peers heartbeat=${HB}s threads=$threads rss_start=${base}KiB rss_with_devices=${rss}KiB per_connection=$(((rss - base) * 1024 / N))B idle_cpu=${idlecpu}ms/s loadavg=$(cut -d' ' -f1-3 /proc/loadavg)"
