@@ -58,7 +58,8 @@
 #                the devices got.
 #   idle RSS     a second fresh server (IDLE=0: skipped); IDLE idle
 #                devices connect (rate 0, --hold, 2,000 a second) and
-#                heartbeat for 6 s: (VmRSS then - VmRSS at start) / IDLE.
+#                heartbeat for 3 heartbeats (15 s, as idle-rss.sh and peers.sh):
+#                (VmRSS then - VmRSS at start) / IDLE.
 # Every device is a descriptor in the load generator and in the server:
 # the script raises the soft ulimit -n to the hard one and stops unless
 # it is at least the largest device count * 7/6 + 200 (termserver gives
@@ -251,7 +252,7 @@ measure() {
 		sleep 0.2
 	done
 	grep -q "connected $IDLE devices" "$tmp/hold.out" || { echo "$srv: idle devices did not all connect:" >&2; cat "$tmp/hold.out" >&2; exit 1; }
-	sleep 6 # every device heartbeats at least once
+	sleep $((HB * 3)) # the steady state: every device heartbeats 3 times
 	rss=$(awk '/VmRSS/{print $2}' "/proc/$SPID/status")
 	kill -INT $LPID 2>/dev/null || true
 	wait $LPID 2>/dev/null || true

@@ -61,7 +61,9 @@
 #   (each phase starts once the server's processes are idle again)
 #   idle RSS     (IDLE=0: skipped) a second fresh server; IDLE devices
 #                connect (2,000 a second, 30 s allowed each) and heartbeat
-#                for 6 s: (VmRSS then - VmRSS before) / the devices
+#                for 3 heartbeats (15 s; idle-rss.sh waits as long): the
+#                steady state, after termserver's first memory trim (internal/memtrim)
+#                can come: (VmRSS then - VmRSS before) / the devices
 #                connected, of termserver or of the broker; fewer than
 #                99% of IDLE connected stops the script.
 # Every device is a descriptor in the load generator and in the server:
@@ -323,7 +325,7 @@ measure() {
 		cat "$tmp/hold.out" >&2
 		exit 1
 	fi
-	sleep $((HB + 1)) # every device heartbeats at least once
+	sleep $((HB * 3)) # the steady state: every device heartbeats 3 times
 	rss=$(awk '/VmRSS/{print $2}' "/proc/$SPID/status")
 	kill -INT $LPID 2>/dev/null || true
 	wait $LPID 2>/dev/null || true
