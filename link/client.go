@@ -421,7 +421,7 @@ func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
 }
 
 func (cfg ClientConfig) dialer() (*websocket.Dialer, error) {
-	tlsConf, err := cfg.tlsConfig() // tls.go
+	tlsConf, err := cfg.dialTLSConfig() // tls.go
 	if err != nil {
 		return nil, err
 	}
