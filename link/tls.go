@@ -53,19 +53,63 @@ func (cfg ClientConfig) dialTLSConfig() (*tls.Config, error) {
 // old sessions, so the next dial is a full handshake that sends it (a
 // resumed session would present the old one to the server until it
 // expired).
+//
+// crypto/tls drops a session whose resumption failed, for any reason: a
+// timeout or a reset too. In a reconnect storm that turns every
+// handshake the busy server did not finish in time into a full one,
+// which costs it more and makes more time out. A dropped session is
+// kept aside and offered again, at most keptRetries times in a row (a
+// session the server refuses for itself, a corrupted one, then goes); a
+// new session replaces it.
 type sessionCache struct {
 	lru  tls.ClientSessionCache
 	cert *clientCert // nil: no client certificate
+
+	mu    sync.Mutex
+	aside map[string]*keptSession // by cache key
 }
+
+type keptSession struct {
+	cs    *tls.ClientSessionState
+	tries int
+}
+
+const keptRetries = 3
 
 func (s *sessionCache) Get(key string) (*tls.ClientSessionState, bool) {
 	if s.cert != nil {
 		_, _ = s.cert.load() // at each dial; when the files do not load, the last good one
 	}
-	return s.lru.Get(s.key(key))
+	key = s.key(key)
+	if cs, _ := s.lru.Get(key); cs != nil { // Put(key, nil) of a key it lacks stores a nil
+		return cs, true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.aside[key]
+	if k == nil {
+		return nil, false
+	}
+	if k.tries++; k.tries >= keptRetries {
+		delete(s.aside, key)
+	}
+	return k.cs, true
 }
 
-func (s *sessionCache) Put(key string, cs *tls.ClientSessionState) { s.lru.Put(s.key(key), cs) }
+func (s *sessionCache) Put(key string, cs *tls.ClientSessionState) {
+	key = s.key(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cs != nil {
+		delete(s.aside, key)
+	} else if old, ok := s.lru.Get(key); ok && old != nil {
+		if s.aside == nil {
+			s.aside = map[string]*keptSession{}
+		}
+		s.aside[key] = &keptSession{cs: old}
+	}
+	s.lru.Put(key, cs)
+}
 
 func (s *sessionCache) key(key string) string {
 	if s.cert == nil {
