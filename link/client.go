@@ -64,12 +64,17 @@ type ClientConfig struct {
 	Token string
 	// CAFile is a PEM file of CA certificates trusted for wss:// (instead
 	// of the system roots). TLSConfig, when set, is used as the base.
+	// The client keeps a TLS session cache for its life, so a reconnect
+	// resumes the last session when the server still knows it (a
+	// TLSConfig's own ClientSessionCache is kept; one with its own
+	// GetClientCertificate gets none).
 	CAFile    string
 	TLSConfig *tls.Config
 	// CertFile and KeyFile are the device's client certificate and key
 	// (PEM) for a channel with mutual TLS; both or neither. The key file
 	// must not be accessible by group or others. They are read again at
-	// every dial, so a renewed certificate needs no restart.
+	// every dial, so a renewed certificate needs no restart (a session
+	// made with the old one is not resumed).
 	CertFile, KeyFile string
 
 	// StateDir holds the durable outbox (a FallbackOutbox: the
@@ -421,7 +426,7 @@ func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
 }
 
 func (cfg ClientConfig) dialer() (*websocket.Dialer, error) {
-	tlsConf, err := cfg.tlsConfig() // tls.go
+	tlsConf, err := cfg.dialTLSConfig() // tls.go
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -17,7 +18,114 @@ import (
 // CAFile as the roots, and the client certificate of CertFile and KeyFile
 // (mutual TLS). nil when none of these is set (the system roots).
 func (cfg ClientConfig) tlsConfig() (*tls.Config, error) {
+	conf, _, err := cfg.tlsConfigCert()
+	return conf, err
+}
+
+// dialTLSConfig is the client's TLS for its WebSocket dials: tlsConfig
+// with a session cache of its own, held for the client's life (the
+// dialer's config is built once per Client), so every reconnect offers
+// the last session's ticket and a server that knows its key (termserver
+// keeps them across restarts) resumes it: no certificate chain to
+// verify here, no signature to make there. A TLSConfig that brings its
+// own ClientSessionCache keeps it; one with its own GetClientCertificate
+// gets none (the client cannot tell when that certificate changes, and a
+// resumed session carries the certificate of the handshake that made
+// it).
+func (cfg ClientConfig) dialTLSConfig() (*tls.Config, error) {
+	conf, cc, err := cfg.tlsConfigCert()
+	if err != nil {
+		return nil, err
+	}
+	if conf == nil {
+		conf = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if conf.ClientSessionCache != nil || (cc == nil && conf.GetClientCertificate != nil) {
+		return conf, nil
+	}
+	conf.ClientSessionCache = &sessionCache{lru: tls.NewLRUClientSessionCache(1 + len(cfg.Fallbacks)), cert: cc}
+	return conf, nil
+}
+
+// sessionCache is the client's TLS session cache. With a client
+// certificate (CertFile), a session is kept under the certificate it was
+// made with, read again at each dial: a renewed certificate misses the
+// old sessions, so the next dial is a full handshake that sends it (a
+// resumed session would present the old one to the server until it
+// expired).
+//
+// crypto/tls drops a session whose resumption failed, for any reason: a
+// timeout or a reset too. In a reconnect storm that turns every
+// handshake the busy server did not finish in time into a full one,
+// which costs it more and makes more time out. A dropped session is
+// kept aside and offered again, at most keptRetries times in a row (a
+// session the server refuses for itself, a corrupted one, then goes); a
+// new session replaces it.
+type sessionCache struct {
+	lru  tls.ClientSessionCache
+	cert *clientCert // nil: no client certificate
+
+	mu    sync.Mutex
+	aside map[string]*keptSession // by cache key
+}
+
+type keptSession struct {
+	cs    *tls.ClientSessionState
+	tries int
+}
+
+const keptRetries = 3
+
+func (s *sessionCache) Get(key string) (*tls.ClientSessionState, bool) {
+	if s.cert != nil {
+		_, _ = s.cert.load() // at each dial; when the files do not load, the last good one
+	}
+	key = s.key(key)
+	if cs, _ := s.lru.Get(key); cs != nil { // Put(key, nil) of a key it lacks stores a nil
+		return cs, true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.aside[key]
+	if k == nil {
+		return nil, false
+	}
+	if k.tries++; k.tries >= keptRetries {
+		delete(s.aside, key)
+	}
+	return k.cs, true
+}
+
+func (s *sessionCache) Put(key string, cs *tls.ClientSessionState) {
+	key = s.key(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cs != nil {
+		delete(s.aside, key)
+	} else if old, ok := s.lru.Get(key); ok && old != nil {
+		if s.aside == nil {
+			s.aside = map[string]*keptSession{}
+		}
+		s.aside[key] = &keptSession{cs: old}
+	}
+	s.lru.Put(key, cs)
+}
+
+func (s *sessionCache) key(key string) string {
+	if s.cert == nil {
+		return key
+	}
+	s.cert.mu.Lock()
+	defer s.cert.mu.Unlock()
+	if s.cert.last == nil || len(s.cert.last.Certificate) == 0 {
+		return key
+	}
+	return fmt.Sprintf("%s\x00%x", key, sha256.Sum256(s.cert.last.Certificate[0]))
+}
+
+func (cfg ClientConfig) tlsConfigCert() (*tls.Config, *clientCert, error) {
 	var conf *tls.Config
+	var cc *clientCert
 	if cfg.TLSConfig != nil {
 		conf = cfg.TLSConfig.Clone()
 	}
@@ -29,27 +137,27 @@ func (cfg ClientConfig) tlsConfig() (*tls.Config, error) {
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("link: reading CA file: %w", err)
+			return nil, nil, fmt.Errorf("link: reading CA file: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("link: CA file %s holds no PEM certificate", cfg.CAFile)
+			return nil, nil, fmt.Errorf("link: CA file %s holds no PEM certificate", cfg.CAFile)
 		}
 		base()
 		conf.RootCAs = pool
 	}
 	if cfg.CertFile != "" || cfg.KeyFile != "" {
 		if cfg.CertFile == "" || cfg.KeyFile == "" {
-			return nil, errors.New("link: a client certificate needs both CertFile and KeyFile")
+			return nil, nil, errors.New("link: a client certificate needs both CertFile and KeyFile")
 		}
-		cc := &clientCert{certFile: cfg.CertFile, keyFile: cfg.KeyFile}
+		cc = &clientCert{certFile: cfg.CertFile, keyFile: cfg.KeyFile}
 		if _, err := cc.load(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		base()
 		conf.GetClientCertificate = cc.get
 	}
-	return conf, nil
+	return conf, cc, nil
 }
 
 // clientCert reads the client certificate at each handshake, so a renewed

@@ -150,7 +150,7 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 			_ = s.closers.unwind()
 		}
 	}()
-	if s.tls, err = tlsconf.Load(cfg); err != nil {
+	if s.tls, err = tlsconf.Load(cfg, log); err != nil {
 		return nil, err
 	}
 	maxRuns := cfg.MaxConcurrentRuns
@@ -196,6 +196,7 @@ func New(cfg *config.Config, opt Options) (_ *Server, err error) {
 	s.closers.push(rt.Records.Close)
 	rt.Records.Metrics(&rt.Metrics.Reg)
 	fds.Export(&rt.Metrics.Reg)
+	s.tls.Metrics(&rt.Metrics.Reg)
 	s.openEventFeed(opt.EventsPerChannel) // cluster mode: the channels' events go to the cluster's stream (events.go)
 
 	built := map[string]agent.Runner{}

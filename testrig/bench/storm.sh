@@ -11,7 +11,9 @@
 # (from the restarted server's first /healthz answer, and from the kill),
 # the server's CPU from that answer to the last device back (utime+stime
 # of /proc/PID/stat), /healthz polled every 100 ms (a new TLS connection
-# each: worst and p99 latency, failures), and the failed reconnect
+# each: worst and p99 latency, failures), the restarted server's TLS
+# handshakes by whether they resumed a session (termlink_tls_handshakes_total,
+# counted since the restart, the polls' included), and the failed reconnect
 # attempts per device by class (termrig load --report-reconnects: 503
 # over maxConnections, 503 of ConnGuard, TLS, connect refused, reset,
 # timeout), split into those met before the server answered /healthz
@@ -192,6 +194,10 @@ storm() {
 	[ -z "$profpid" ] || wait $profpid || true
 	python3 "$tmp/analyze.py" "$tmp/rec.jsonl" "$off" "$N" "$t_kill" "$t_health" "$t_done" "$tmp/polls" \
 		$(( (c1 - c0) * 1000 / hz )) $(( (l1 - l0) * 1000 / hz )) "SIG$sig" | tee -a "$tmp/results"
+	# Since the restart (the /healthz polls' own are full handshakes); a
+	# build without the metric prints nothing.
+	curl -s --cacert "$tmp/ca.pem" -m 5 "https://127.0.0.1:$port/metrics" | grep '^termlink_tls_handshakes_total' |
+		sed 's/^termlink_tls_handshakes_total//' | tr '\n' ' ' | sed 's/^./  TLS handshakes since the restart: &/; s/$/\n/' || true
 	echo "  load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
