@@ -24,7 +24,10 @@
 # the server was down, reported late).
 # PROFILE=DIR keeps a 10 s CPU profile of the server from each storm's
 # first /healthz answer (termserver --debug-addr; go tool pprof).
-# TERMSERVER=path measures another build. KEEP=1 keeps the scratch dir
+# Before each kill the links stay up STABLE seconds (default 61: link's
+# StableAfter, after which a device's backoff starts again from its first
+# wait), as a fleet's links have when its server restarts after a quiet
+# while. TERMSERVER=path measures another build. KEEP=1 keeps the scratch dir
 # (the reconnect log rec.jsonl, the /healthz polls, the server's log).
 #
 # Both processes need N descriptors and more: the script raises the soft
@@ -33,6 +36,7 @@
 set -euo pipefail
 N=${1:-10000}
 RUNS=${2:-3}
+STABLE=${STABLE:-61} # seconds the links stay up before each kill (link.DefaultStableAfter + 1)
 cd "$(dirname "$0")/../.."
 want=$((N + 10000))
 if [ "$(ulimit -Hn)" != unlimited ] && [ "$(ulimit -Hn)" -lt $want ]; then
@@ -80,6 +84,9 @@ healthy() {
 	now
 }
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # clock ticks
+# overflows: the kernel's count of connections dropped because a listen
+# queue was full (TcpExtListenOverflows in /proc/net/netstat).
+overflows() { awk '/^TcpExt:/ { if (!h) { for (i = 1; i <= NF; i++) if ($i == "ListenOverflows") c = i; h = 1 } else print $c }' /proc/net/netstat; }
 hz=$(getconf CLK_TCK)
 
 # The /healthz poller: one line per poll, "start_ns http_code seconds".
@@ -170,8 +177,15 @@ PY
 # storm SIGNAL: kills the server with SIGNAL, starts it again at once and
 # waits until every device is back (at most 120 s).
 storm() {
-	local sig=$1 off t_kill t_health t_done c0 c1 l0 l1 up prof= profpid=
+	local sig=$1 off t_kill t_health t_done c0 c1 l0 l1 up prof= profpid= ov0 ov1
+	# A device's backoff starts again from RetryInitial only once its link
+	# has stayed up StableAfter (link.DefaultStableAfter, 60 s): a storm
+	# right after the last one would meet devices still backing off from
+	# it (first attempts 4-24 s after the kill, not 0.5-1.5 s), which a
+	# fleet restarted after a quiet day does not.
+	sleep "$STABLE"
 	off=$(stat -c %s "$tmp/rec.jsonl")
+	ov0=$(overflows)
 	t_kill=$(now)
 	kill -"$sig" $SPID
 	wait $SPID 2>/dev/null || true
@@ -190,6 +204,7 @@ storm() {
 	done
 	t_done=$(now)
 	c1=$(cpu $SPID) l1=$(cpu $LPID)
+	ov1=$(overflows)
 	sleep 2 # /healthz polls after the storm
 	[ -z "$profpid" ] || wait $profpid || true
 	python3 "$tmp/analyze.py" "$tmp/rec.jsonl" "$off" "$N" "$t_kill" "$t_health" "$t_done" "$tmp/polls" \
@@ -198,6 +213,7 @@ storm() {
 	# build without the metric prints nothing.
 	curl -s --cacert "$tmp/ca.pem" -m 5 "https://127.0.0.1:$port/metrics" | grep '^termlink_tls_handshakes_total' |
 		sed 's/^termlink_tls_handshakes_total//' | tr '\n' ' ' | sed 's/^./  TLS handshakes since the restart: &/; s/$/\n/' || true
+	echo "  listen queue overflows (TcpExtListenOverflows, the whole machine) from the kill to the last device back: $((ov1 - ov0)) (a dropped handshake is retried by the device's kernel after 1 s, then 2 s more, ...)"
 	echo "  load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
