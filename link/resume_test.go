@@ -61,14 +61,7 @@ func TestClientResumesAfterRestart(t *testing.T) {
 	cfg := link.ClientConfig{URL: "wss://" + ts.addr + "/api/channels/terminal-dev/ws", CAFile: ca.File}
 	fastRetry(&cfg)
 	d := newDevice(t, cfg)
-	d.waitState(link.StateConnected, time.Time{}, 20*time.Second)
-
-	restarted := time.Now()
-	ts.restart()
-	d.waitState(link.StateConnected, restarted, 20*time.Second)
-	if n := handshakes(t, ts, ca, true); n != 1 {
-		t.Fatalf("the restarted server resumed %d sessions, want the device's one", n)
-	}
+	reconnectResumed(t, d, ts, ca)
 	id := d.send("resumed")
 	d.waitReplies([]string{id}, 20*time.Second)
 }
@@ -88,20 +81,13 @@ func TestClientResumesWithItsCertificate(t *testing.T) {
 		CertFile: kiosk.CertFile, KeyFile: kiosk.KeyFile}
 	fastRetry(&cfg)
 	d := newDevice(t, cfg)
-	d.waitState(link.StateConnected, time.Time{}, 20*time.Second)
-
-	restarted := time.Now()
-	ts.restart()
-	d.waitState(link.StateConnected, restarted, 20*time.Second)
-	if n := handshakes(t, ts, ca, true); n != 1 {
-		t.Fatalf("the restarted server resumed %d sessions, want the device's one", n)
-	}
+	reconnectResumed(t, d, ts, ca)
 
 	renewed := devCA.Client(t, "kiosk-1", "kiosk-1", "termlink:peer/kiosk-1") // same files, new certificate
 	ch := ts.cfg.Channels["terminal-dev"]
 	ch.Config.DenyCerts = []config.Fingerprint{config.FingerprintOf(kiosk.Cert)}
 	ts.cfg.Channels["terminal-dev"] = ch
-	restarted = time.Now()
+	restarted := time.Now()
 	ts.restart()
 	d.waitState(link.StateConnected, restarted, 20*time.Second)
 	if n := handshakes(t, ts, ca, true); n != 0 {
@@ -121,5 +107,18 @@ func TestClientResumesWithItsCertificate(t *testing.T) {
 	})
 	if n := handshakes(t, ts, ca, true); n < 1 {
 		t.Fatalf("the refused reconnects resumed %d sessions, want at least one (the channel refused a resumed session)", n)
+	}
+}
+
+// reconnectResumed waits for d to connect, restarts ts and checks that
+// d's reconnect to it resumed its session (the only resumption there).
+func reconnectResumed(t *testing.T, d *device, ts *testServer, ca *testpki.CA) {
+	t.Helper()
+	d.waitState(link.StateConnected, time.Time{}, 20*time.Second)
+	restarted := time.Now()
+	ts.restart()
+	d.waitState(link.StateConnected, restarted, 20*time.Second)
+	if n := handshakes(t, ts, ca, true); n != 1 {
+		t.Fatalf("the restarted server resumed %d sessions, want the device's one", n)
 	}
 }
