@@ -153,6 +153,11 @@ func readTicketKeys(path string) ([]ticketKey, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseTicketKeys(b)
+}
+
+// parseTicketKeys reads a key file's text (encodeTicketKeys's format).
+func parseTicketKeys(b []byte) ([]ticketKey, error) {
 	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 	if lines[0] != ticketKeysHeader {
 		return nil, fmt.Errorf("first line %.40q, want %q", lines[0], ticketKeysHeader)
@@ -187,17 +192,23 @@ func writeTicketKeys(path string, keys []ticketKey) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	buf.WriteString(ticketKeysHeader + "\n")
-	for _, k := range keys {
-		fmt.Fprintf(&buf, "%d %s\n", k.created.Unix(), hex.EncodeToString(k.key[:]))
-	}
 	err := durable.WriteFile(path, func(w *bufio.Writer) error {
-		_, err := w.Write(buf.Bytes())
+		_, err := w.Write(encodeTicketKeys(keys))
 		return err
 	}, false)
 	if err == nil {
 		err = os.Chmod(path, 0o600)
 	}
 	return err
+}
+
+// encodeTicketKeys is the key file's text: the header, then a line per
+// key, "<unix seconds> <64 hex digits>", newest first.
+func encodeTicketKeys(keys []ticketKey) []byte {
+	var buf bytes.Buffer
+	buf.WriteString(ticketKeysHeader + "\n")
+	for _, k := range keys {
+		fmt.Fprintf(&buf, "%d %s\n", k.created.Unix(), hex.EncodeToString(k.key[:]))
+	}
+	return buf.Bytes()
 }

@@ -1,7 +1,6 @@
 package tlsconf
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"termlink/internal/syncbuf"
 	"termlink/internal/testpki"
 	"termlink/internal/testwait"
 	"termlink/server/config"
@@ -40,25 +40,8 @@ func (p *pki) config(ws string) *config.Config {
 	return cfg
 }
 
-// logBuf is a logger whose lines a test reads.
-type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuf) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+// logTo is a logger whose lines a test reads from b.
+func logTo(b *syncbuf.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
 
 // serveTLS serves tc's config on a loopback port: each connection is
 // handshaken, answered with one byte (so the client reads the ticket
@@ -217,8 +200,8 @@ func TestTicketKeysBadFile(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			var log logBuf
-			tc2 := mustLoad(t, p.config(ws), log.logger(), time.Now)
+			var log syncbuf.Buffer
+			tc2 := mustLoad(t, p.config(ws), logTo(&log), time.Now)
 			out := log.String()
 			if !strings.Contains(out, "TLS session ticket keys not loaded") || !strings.Contains(out, path) || !strings.Contains(out, tc.want) {
 				t.Fatalf("log %q, want the file %s and %q", out, path, tc.want)
@@ -258,8 +241,8 @@ func TestTicketKeysUnwritable(t *testing.T) {
 		"under a file":       {filepath.Join(file, "ws"), []string{"TLS session ticket keys kept in memory only", "not a directory"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var log logBuf
-			tc2 := mustLoad(t, p.config(tc.ws), log.logger(), time.Now)
+			var log syncbuf.Buffer
+			tc2 := mustLoad(t, p.config(tc.ws), logTo(&log), time.Now)
 			out := log.String()
 			for _, w := range append(tc.want, filepath.Join(tc.ws, TicketKeysFile)) {
 				if !strings.Contains(out, w) {
@@ -463,4 +446,32 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// FuzzParseTicketKeys: any file text either fails with an error or gives
+// keys that encode back to text parsing to the same keys.
+func FuzzParseTicketKeys(f *testing.F) {
+	k := newTicketKey(time.Unix(1_790_000_000, 0))
+	f.Add(encodeTicketKeys([]ticketKey{k, newTicketKey(time.Unix(1_789_900_000, 0))}))
+	f.Add([]byte(ticketKeysHeader + "\n"))
+	f.Add([]byte(ticketKeysHeader + "\n-1 " + strings.Repeat("ab", 32) + "\n"))
+	f.Add([]byte("garbage"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		keys, err := parseTicketKeys(b)
+		if err != nil {
+			if len(keys) != 0 {
+				t.Fatalf("error %v with %d keys", err, len(keys))
+			}
+			return
+		}
+		again, err := parseTicketKeys(encodeTicketKeys(keys))
+		if err != nil || len(again) != len(keys) {
+			t.Fatalf("re-encoded: %d keys, %v; want %d", len(again), err, len(keys))
+		}
+		for i := range keys {
+			if again[i].key != keys[i].key || !again[i].created.Equal(keys[i].created) {
+				t.Fatalf("key %d changed in the round trip", i)
+			}
+		}
+	})
 }
