@@ -156,7 +156,7 @@ func TestCheckCommandsMissingDevices(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			if tt.needs != "" && exists(tt.needs) {
-				t.Skipf("%s exists here", tt.needs)
+				t.Skipf("%s exists on this machine (real hardware): this case checks the error a board without it gets", tt.needs)
 			}
 			code, stdout, stderr := runTermrig(t, tt.args...)
 			if code != 1 || !strings.Contains(stdout, tt.want) || stderr != "" {
