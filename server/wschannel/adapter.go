@@ -42,6 +42,11 @@ const (
 	// accepts no byte) before the connection is dropped as too slow.
 	defaultWriteStall = 10 * time.Second
 	closeGrace        = 2 * time.Second // wait for the peer's close frame
+	// shutdownGrace is how long Close waits, in all, for the devices to
+	// answer its going-away close before it cuts the rest off: a restart
+	// waits for its slowest devices this long at most, not closeGrace
+	// after each of thousands of close frames is written.
+	shutdownGrace = time.Second
 	readBufferBytes   = 512             // per connection (gorilla takes it if > 256); larger frames are read past it
 	maxRoutes         = 256             // message ids a connection remembers the session of (cancel)
 	maxOwed           = 1024            // replies a connection remembers it could not queue
@@ -210,6 +215,8 @@ type terminalAdapter struct {
 	steps      stepper             // reads and handles frames for the connections
 	writers    *warm.Pool[*wsConn] // run the connections' writers
 	writeStall time.Duration       // defaultWriteStall unless Options say
+	closeGrace time.Duration       // a peer's time to answer a close frame (closeGrace; tests set it)
+	shutdown   time.Duration       // Close's time for all of them together (shutdownGrace; tests set it)
 
 	clientAuth atomic.Pointer[identity.ClientAuth] // mutual TLS (identity.go); nil: none
 
@@ -244,6 +251,7 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 		heartbeat: time.Duration(cfg.Config.HeartbeatSeconds) * time.Second,
 		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: opt.WriteStall,
 		steps: newStepper(), writers: newWriters(), capLists: intern.NewLists(maxCapLists),
+		closeGrace: closeGrace, shutdown: shutdownGrace,
 	}
 	if a.writeStall <= 0 {
 		a.writeStall = defaultWriteStall
@@ -437,11 +445,37 @@ func (a *terminalAdapter) Close() {
 	for _, c := range conns {
 		c.closeWith(websocket.CloseGoingAway, "server shutting down; reconnect later")
 	}
+	a.waitConns(a.shutdown)
 	a.wg.Wait()
 	a.stopReadiness()
 	a.steps.Stop()
 	a.writers.Stop()
 	a.events.Add(events.Event{Event: events.AdapterStopped})
+}
+
+// waitConns waits until every connection has ended or d has passed,
+// then closes the sockets of those still open: a device that has not
+// answered its close frame by then is cut off (its link reconnects all
+// the same; what it had not had acked it sends again).
+func (a *terminalAdapter) waitConns(d time.Duration) {
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	a.mu.Lock()
+	late := make([]*wsConn, 0, len(a.conns))
+	for c := range a.conns {
+		late = append(late, c)
+	}
+	a.mu.Unlock()
+	for _, c := range late {
+		c.closeSocket()
+	}
 }
 
 // register makes c the live connection of its peer; it reports whether c

@@ -424,7 +424,7 @@ func (c *wsConn) setReadDeadline() {
 	switch {
 	case c.readClosing && !c.graceSet:
 		// Our close frame is out or due: the peer has a moment to answer.
-		c.setReadBy(time.Now().Add(closeGrace))
+		c.setReadBy(time.Now().Add(c.a.closeGrace))
 		c.graceSet = true
 	case c.readClosing:
 	case c.peerID == "" && time.Now().Add(idle).After(connectBy):
@@ -573,7 +573,7 @@ func (c *wsConn) finish(reason string) {
 		close(readerDone)
 	}
 	if running {
-		t := time.NewTimer(closeGrace)
+		t := time.NewTimer(a.closeGrace)
 		select {
 		case <-done:
 		case <-t.C:
@@ -798,7 +798,7 @@ func (c *wsConn) writePump() {
 			readerDone := c.readerDone // nil: the reader has stopped
 			c.mu.Unlock()
 			if readerDone != nil {
-				t := time.NewTimer(closeGrace)
+				t := time.NewTimer(c.a.closeGrace)
 				select {
 				case <-readerDone:
 				case <-t.C:
