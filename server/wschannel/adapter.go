@@ -42,15 +42,16 @@ const (
 	// accepts no byte) before the connection is dropped as too slow.
 	defaultWriteStall = 10 * time.Second
 	closeGrace        = 2 * time.Second // wait for the peer's close frame
-	// shutdownGrace is how long Close waits, in all, for the devices to
-	// answer its going-away close before it cuts the rest off: a restart
-	// waits for its slowest devices this long at most, not closeGrace
-	// after each of thousands of close frames is written.
-	shutdownGrace = time.Second
 	readBufferBytes   = 512             // per connection (gorilla takes it if > 256); larger frames are read past it
 	maxRoutes         = 256             // message ids a connection remembers the session of (cancel)
 	maxOwed           = 1024            // replies a connection remembers it could not queue
 )
+
+// shutdownGrace is how long Close waits, in all, for the devices to
+// answer its going-away close before it cuts the rest off: a restart
+// waits for its slowest devices this long at most, not closeGrace after
+// each of thousands of close frames is written.
+const shutdownGrace = time.Second
 
 // ValidID reports whether s may be a peer_id or thread_id: they become
 // part of the session id (':'-separated) and of the session log's file
