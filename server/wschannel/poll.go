@@ -74,13 +74,17 @@ func (c *wsConn) pollInit() bool {
 	if p == nil {
 		return false
 	}
-	fd, isTLS, ok := socketFD(c.nc.Conn)
-	if !ok {
-		return false
-	}
-	h, err := p.Register(fd, c.readable)
-	if err != nil {
-		return false
+	h, isTLS, ok := c.detachSocket(p)
+	if !ok { // the socket stays in Go's poller too
+		fd, tlsIn, ok := socketFD(c.nc.Conn)
+		if !ok {
+			return false
+		}
+		var err error
+		if h, err = p.Register(fd, c.readable); err != nil {
+			return false
+		}
+		isTLS = tlsIn
 	}
 	c.ph, c.tlsIn, c.lookFirst = h, isTLS, true
 	if isTLS {
@@ -88,6 +92,51 @@ func (c *wsConn) pollInit() bool {
 	}
 	w.Init(&c.dl, c.deadlinePassed)
 	return true
+}
+
+// detachSocket takes the connection's TCP socket out of Go's poller
+// (readiness.Detach): the wrapper that holds it then holds a
+// readiness.Conn, read and written through the poller, and an idle
+// connection keeps no netFD, addresses or poll descriptor. It reports
+// false where the socket cannot be detached (a tls.Conn holds it
+// directly, a descriptor cannot be duplicated): the caller registers the
+// socket as it is.
+func (c *wsConn) detachSocket(p *readiness.Poller) (h *readiness.Handle, isTLS, ok bool) {
+	slot, tcp, isTLS := socketSlot(c.nc)
+	if slot == nil {
+		return nil, false, false
+	}
+	rc, err := readiness.Detach(tcp, p, c.readable)
+	if err != nil {
+		return nil, false, false
+	}
+	*slot = rc
+	return rc.Handle(), isTLS, true
+}
+
+// socketSlot finds the *net.TCPConn under nc's wrappers and the field
+// that holds it; a nil slot when there is none or a tls.Conn holds it
+// (its field cannot be set). Nothing else may use the connection
+// meanwhile (before the reader and the writer start).
+func socketSlot(nc *flushConn) (slot *net.Conn, tcp *net.TCPConn, isTLS bool) {
+	cur, slot := nc.Conn, &nc.Conn
+	for {
+		switch x := cur.(type) {
+		case *tls.Conn:
+			cur, slot, isTLS = x.NetConn(), nil, true
+		case *stallConn:
+			cur, slot = x.Conn, &x.Conn
+		case *guardedConn:
+			cur, slot = x.Conn, &x.Conn
+		case *net.TCPConn:
+			if slot == nil {
+				return nil, nil, isTLS
+			}
+			return slot, x, isTLS
+		default:
+			return nil, nil, isTLS
+		}
+	}
 }
 
 // socketFD finds the socket's descriptor under nc's wrappers, and whether
