@@ -210,6 +210,14 @@ func (h *Handle) Wait(write bool, deadline time.Time) error {
 	return nil
 }
 
+// Waiting reports whether a goroutine is blocked in Wait to read, and
+// one to write. It lets a test know a read or write is parked.
+func (h *Handle) Waiting() (read, write bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.waitR != nil, h.waitW != nil
+}
+
 // Wake wakes the goroutines blocked in Wait (their deadline moved: they
 // look again).
 func (h *Handle) Wake() {

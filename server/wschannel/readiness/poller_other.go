@@ -37,3 +37,4 @@ func (h *Handle) Kick() bool                            { return false }
 func (h *Handle) Remove() bool                          { return false }
 func (h *Handle) Wait(bool, time.Time) error            { return ErrUnsupported }
 func (h *Handle) Wake()                                 {}
+func (h *Handle) Waiting() (read, write bool)           { return false, false }
