@@ -12,4 +12,3 @@ func Detach(*net.TCPConn, *Poller, func()) (*Conn, error) { return nil, ErrUnsup
 
 // Handle is nil here.
 func (c *Conn) Handle() *Handle { return nil }
-
