@@ -188,7 +188,7 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 				defer r.a.mu.Unlock()
 				for c := range r.a.conns {
 					c.mu.Lock()
-					busy := c.writing || c.q != nil || c.space != nil || c.readerDone != nil || c.rate != nil
+					busy := c.writing || c.q != nil || c.rare != nil || c.rate != nil
 					c.mu.Unlock()
 					if busy {
 						return false
