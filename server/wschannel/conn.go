@@ -125,14 +125,14 @@ type wsConn struct {
 	// q is made when something is queued and let go when the writer has
 	// written it all (writerStoppedLocked), space and readerDone when
 	// someone waits on them.
-	mu         sync.Mutex
-	state      connState
-	writing    bool          // a writer runs (on the adapter's writers)
-	readerEnd  bool          // the reader has stopped (finish)
-	q          *outQueue     // what waits to be written; nil: nothing
-	deltaNext  int64         // UnixNano: deltas may be written again from then (deltaGap after the last batch)
-	noticeSeq  uint64        // the last notice queued here (notices.go)
-	rare       *connRare     // made when first needed: an idle connection has none
+	mu        sync.Mutex
+	state     connState
+	writing   bool      // a writer runs (on the adapter's writers)
+	readerEnd bool      // the reader has stopped (finish)
+	q         *outQueue // what waits to be written; nil: nothing
+	deltaNext int64     // UnixNano: deltas may be written again from then (deltaGap after the last batch)
+	noticeSeq uint64    // the last notice queued here (notices.go)
+	rare      *connRare // made when first needed: an idle connection has none
 }
 
 // connRare is what a connection needs only while it waits on its other

@@ -165,7 +165,7 @@ func TestDetachedFlushConnStall(t *testing.T) {
 		}
 		t.Cleanup(p.Close)
 		client, server := tcpPair(t)
-		rc, err := readiness.Detach(server, p, func() {})
+		rc, err := readiness.Detach(server, p, readiness.Func(func() {}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -81,7 +81,7 @@ func (c *wsConn) pollInit() bool {
 			return false
 		}
 		var err error
-		if h, err = p.Register(fd, c.readable); err != nil {
+		if h, err = p.Register(fd, c); err != nil {
 			return false
 		}
 		isTLS = tlsIn
@@ -90,7 +90,7 @@ func (c *wsConn) pollInit() bool {
 	if isTLS {
 		c.tc, _ = c.nc.Conn.(*tls.Conn)
 	}
-	w.Init(&c.dl, c.deadlinePassed)
+	w.Init(&c.dl, c)
 	return true
 }
 
@@ -106,7 +106,7 @@ func (c *wsConn) detachSocket(p *readiness.Poller) (h *readiness.Handle, isTLS, 
 	if slot == nil {
 		return nil, false, false
 	}
-	rc, err := readiness.Detach(tcp, p, c.readable)
+	rc, err := readiness.Detach(tcp, p, c)
 	if err != nil {
 		return nil, false, false
 	}
@@ -166,13 +166,13 @@ func socketFD(nc net.Conn) (fd int, isTLS, ok bool) {
 	}
 }
 
-// readable is the poller's call (on its loop: it must not block).
-func (c *wsConn) readable() { c.a.steps.Run(c) }
+// Readable is the poller's call (on its loop: it must not block).
+func (c *wsConn) Readable() { c.a.steps.Run(c) }
 
-// deadlinePassed is the wheel's call (on its goroutine: it must not
+// Expired is the wheel's call (on its goroutine: it must not
 // block): a connection waiting in the poller past its deadline is
 // stepped, and its read times out as the socket's would have.
-func (c *wsConn) deadlinePassed() {
+func (c *wsConn) Expired() {
 	if by := c.readBy.Load(); time.Now().UnixNano() < by { // moved meanwhile
 		c.dl.Reset(time.Unix(0, by))
 		return

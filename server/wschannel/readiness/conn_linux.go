@@ -27,8 +27,7 @@ import (
 // os.ErrDeadlineExceeded (a timeout), net.ErrClosed, or the system
 // call's; io.EOF at the end of the stream.
 type Conn struct {
-	fd int
-	h  *Handle
+	h Handle // its descriptor's, in the poller
 
 	// mu is held (read) around each read or write system call and by
 	// Close around closing fd: a read or write never reaches a closed
@@ -43,7 +42,7 @@ type Conn struct {
 // registers the duplicate with f (see Register), and closes tc (its
 // descriptor, its place in Go's poller). On an error tc is untouched.
 // Nothing may use tc meanwhile.
-func Detach(tc *net.TCPConn, p *Poller, f func()) (*Conn, error) {
+func Detach(tc *net.TCPConn, p *Poller, f Readable) (*Conn, error) {
 	raw, err := tc.SyscallConn()
 	if err != nil {
 		return nil, fmt.Errorf("readiness: detach: %w", err)
@@ -62,17 +61,20 @@ func Detach(tc *net.TCPConn, p *Poller, f func()) (*Conn, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("readiness: detach: %w", err)
 	}
-	h, err := p.Register(fd, f)
-	if err != nil {
+	c := new(Conn)
+	if err := p.register(&c.h, fd, f); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
 	_ = tc.Close() // the socket stays open through fd
-	return &Conn{fd: fd, h: h}, nil
+	return c, nil
 }
 
 // Handle is the Conn's handle in its poller.
-func (c *Conn) Handle() *Handle { return c.h }
+func (c *Conn) Handle() *Handle { return &c.h }
+
+// fd is the socket's descriptor.
+func (c *Conn) fd() int { return int(c.h.fd) }
 
 func opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Err: err}
@@ -99,7 +101,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 			c.mu.RUnlock()
 			return 0, opError("read", net.ErrClosed)
 		}
-		n, err := syscall.Read(c.fd, p) // syscall's, not unix's: the race detector's order of socket I/O (a write before any later read) is syscall's
+		n, err := syscall.Read(c.fd(), p) // syscall's, not unix's: the race detector's order of socket I/O (a write before any later read) is syscall's
 		c.mu.RUnlock()
 		switch {
 		case err == nil && n > 0:
@@ -129,7 +131,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			c.mu.RUnlock()
 			return done, opError("write", net.ErrClosed)
 		}
-		n, err := syscall.Write(c.fd, p[done:])
+		n, err := syscall.Write(c.fd(), p[done:])
 		c.mu.RUnlock()
 		if n > 0 {
 			done += n
@@ -170,7 +172,7 @@ func (c *Conn) Close() error {
 	}
 	c.closed = true
 	c.h.Remove() // wakes a read or write waiting: it sees c closed
-	if err := unix.Close(c.fd); err != nil {
+	if err := unix.Close(c.fd()); err != nil {
 		return opError("close", os.NewSyscallError("close", err))
 	}
 	return nil
@@ -183,7 +185,7 @@ func (c *Conn) CloseWrite() error {
 	if c.closed {
 		return opError("close", net.ErrClosed)
 	}
-	return unix.Shutdown(c.fd, unix.SHUT_WR)
+	return unix.Shutdown(c.fd(), unix.SHUT_WR)
 }
 
 func (c *Conn) addr(get func(int) (unix.Sockaddr, error)) net.Addr {
@@ -193,7 +195,7 @@ func (c *Conn) addr(get func(int) (unix.Sockaddr, error)) net.Addr {
 	if c.closed {
 		return a
 	}
-	switch sa, _ := get(c.fd); sa := sa.(type) {
+	switch sa, _ := get(c.fd()); sa := sa.(type) {
 	case *unix.SockaddrInet4:
 		a.IP, a.Port = net.IP(sa.Addr[:]).To16(), sa.Port
 	case *unix.SockaddrInet6:

@@ -8,8 +8,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"reflect"
 	"testing"
 	"time"
+	"unsafe"
 
 	"termlink/internal/testwait"
 )
@@ -24,7 +26,7 @@ func detached(t *testing.T) (client *net.TCPConn, c *Conn, fired chan struct{}) 
 	t.Cleanup(p.Close)
 	client, server := tcpPair(t)
 	fired = make(chan struct{}, 10)
-	c, err = Detach(server, p, func() { fired <- struct{}{} })
+	c, err = Detach(server, p, Func(func() { fired <- struct{}{} }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +46,7 @@ func TestDetachMovesTheSocket(t *testing.T) {
 	defer p.Close()
 	client, server := tcpPair(t)
 	fired := make(chan struct{}, 10)
-	c, err := Detach(server, p, func() { fired <- struct{}{} })
+	c, err := Detach(server, p, Func(func() { fired <- struct{}{} }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,5 +191,35 @@ func TestConnReadAndWriteWaitTogether(t *testing.T) {
 	buf := make([]byte, 1)
 	if _, err := c.Read(buf); err != nil || buf[0] != 'r' {
 		t.Fatalf("read %q, %v", buf, err)
+	}
+}
+
+// A detached socket is one object in the 112-byte size class: the Conn
+// holds its Handle (not a pointer to a second object), and the Handle
+// calls its owner through an interface (no closure per socket).
+func TestConnIsOneObject(t *testing.T) {
+	if s := unsafe.Sizeof(Conn{}); s > 112 {
+		t.Fatalf("a Conn is %d bytes, want at most 112", s)
+	}
+	if k := reflect.TypeFor[Conn]().Field(0).Type; k != reflect.TypeFor[Handle]() {
+		t.Fatalf("a Conn's first field is a %v, want its Handle", k)
+	}
+	p, err := NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var c Conn
+	var owner struct{ Func }
+	owner.Func = func() {}
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := p.register(&c.h, 0, owner); err != nil {
+			t.Fatal(err)
+		}
+		c.h.Remove()
+		c.h = Handle{}
+	})
+	if allocs > 0 {
+		t.Fatalf("registering a Conn's handle allocates %.1f times, want none", allocs)
 	}
 }

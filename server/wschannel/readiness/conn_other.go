@@ -8,7 +8,7 @@ import "net"
 type Conn struct{ net.Conn }
 
 // Detach reports ErrUnsupported: there is no poller here.
-func Detach(*net.TCPConn, *Poller, func()) (*Conn, error) { return nil, ErrUnsupported }
+func Detach(*net.TCPConn, *Poller, Readable) (*Conn, error) { return nil, ErrUnsupported }
 
 // Handle is nil here.
 func (c *Conn) Handle() *Handle { return nil }

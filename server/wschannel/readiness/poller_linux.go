@@ -39,8 +39,8 @@ type Poller struct {
 type Handle struct {
 	p  *Poller
 	id uint32
-	fd int
-	f  func()
+	fd int32
+	f  Readable
 
 	mu    sync.Mutex
 	gen   uint32 // bumped by each Arm and Kick: an event of an older arm is stale
@@ -81,14 +81,23 @@ func NewPoller() (*Poller, error) {
 // ErrClosed is Register's error after Close.
 var ErrClosed = errors.New("readiness: poller closed")
 
-// Register makes a handle for socket descriptor fd; f runs (on the
-// loop's goroutine) once per Arm when fd has data to read, has been hung
-// up or has failed. fd is not watched before the first Arm.
-func (p *Poller) Register(fd int, f func()) (*Handle, error) {
+// Register makes a handle for socket descriptor fd; f.Readable runs (on
+// the loop's goroutine) once per Arm when fd has data to read, has been
+// hung up or has failed. fd is not watched before the first Arm.
+func (p *Poller) Register(fd int, f Readable) (*Handle, error) {
+	h := new(Handle)
+	if err := p.register(h, fd, f); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// register is Register into h (a Conn's own).
+func (p *Poller) register(h *Handle, fd int, f Readable) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	for {
 		p.nextID++
@@ -96,9 +105,9 @@ func (p *Poller) Register(fd int, f func()) (*Handle, error) {
 			break
 		}
 	}
-	h := &Handle{p: p, id: p.nextID, fd: fd, f: f}
+	h.p, h.id, h.fd, h.f = p, p.nextID, int32(fd), f
 	p.handles[h.id] = h
-	return h, nil
+	return nil
 }
 
 // Arm watches the socket until it is readable (then f runs once). It
@@ -140,7 +149,7 @@ func (h *Handle) ctlLocked() error {
 		op = unix.EPOLL_CTL_ADD
 	}
 	ev := unix.EpollEvent{Events: events | unix.EPOLLONESHOT, Fd: int32(h.id), Pad: int32(h.gen)}
-	if err := h.p.epollCtl(op, h.fd, &ev); err != nil {
+	if err := h.p.epollCtl(op, int(h.fd), &ev); err != nil {
 		return err
 	}
 	h.added = true
@@ -314,7 +323,7 @@ func (h *Handle) Remove() (wasArmed bool) {
 	h.gone, h.armed = true, false
 	h.wakeLocked(true, true)
 	if h.added {
-		_ = h.p.epollCtl(unix.EPOLL_CTL_DEL, h.fd, nil)
+		_ = h.p.epollCtl(unix.EPOLL_CTL_DEL, int(h.fd), nil)
 	}
 	h.mu.Unlock()
 	h.p.mu.Lock()
@@ -356,7 +365,7 @@ func (p *Poller) loop() {
 			h := p.handles[id]
 			p.mu.Unlock()
 			if h != nil && h.fire(uint32(ev.Pad), ev.Events) {
-				h.f()
+				h.f.Readable()
 			}
 		}
 	}

@@ -26,15 +26,15 @@ type Poller struct{}
 // Handle is not available here.
 type Handle struct{}
 
-func NewPoller() (*Poller, error)                       { return nil, ErrUnsupported }
-func (p *Poller) Register(int, func()) (*Handle, error) { return nil, ErrUnsupported }
-func (p *Poller) Close()                                {}
-func (p *Poller) Len() int                              { return 0 }
-func (h *Handle) Arm() bool                             { return false }
-func (h *Handle) Armed() bool                           { return false }
-func (h *Handle) IfArmed(func()) bool                   { return false }
-func (h *Handle) Kick() bool                            { return false }
-func (h *Handle) Remove() bool                          { return false }
-func (h *Handle) Wait(bool, time.Time) error            { return ErrUnsupported }
-func (h *Handle) Wake()                                 {}
-func (h *Handle) Waiting() (read, write bool)           { return false, false }
+func NewPoller() (*Poller, error)                         { return nil, ErrUnsupported }
+func (p *Poller) Register(int, Readable) (*Handle, error) { return nil, ErrUnsupported }
+func (p *Poller) Close()                                  {}
+func (p *Poller) Len() int                                { return 0 }
+func (h *Handle) Arm() bool                               { return false }
+func (h *Handle) Armed() bool                             { return false }
+func (h *Handle) IfArmed(func()) bool                     { return false }
+func (h *Handle) Kick() bool                              { return false }
+func (h *Handle) Remove() bool                            { return false }
+func (h *Handle) Wait(bool, time.Time) error              { return ErrUnsupported }
+func (h *Handle) Wake()                                   {}
+func (h *Handle) Waiting() (read, write bool)             { return false, false }
