@@ -483,6 +483,28 @@ func (cs *channelState) markLocked(peer string, what uint8) {
 	cs.dirty[peer] = max(cs.dirty[peer], what)
 }
 
+// smallDirty is how many entries a flushed set may have had and still be
+// cleared for reuse; a larger one is let go.
+const smallDirty = 64
+
+// resetDirtyLocked empties what changed since the last flush (written
+// now). A cleared map keeps its table: one that grew in a burst (a fleet
+// connecting at once, 10,000 devices after a restart: about 30 bytes a
+// device) would be kept by the idle fleet for good, so a large one is
+// let go and a new one made.
+func (cs *channelState) resetDirtyLocked() {
+	if len(cs.dirty) > smallDirty {
+		cs.dirty = map[string]uint8{}
+	} else {
+		clear(cs.dirty)
+	}
+	if len(cs.deleted) > smallDirty {
+		cs.deleted = map[string]struct{}{}
+	} else {
+		clear(cs.deleted)
+	}
+}
+
 // addLocked puts a new entry in the channel (r.mu held).
 func (cs *channelState) addLocked(e *entry) {
 	cs.peers[e.dev.PeerID] = e

@@ -182,8 +182,7 @@ func (r *Registry) load() error {
 	r.wl = wl
 	r.sinceSnap = replayed
 	for _, cs := range r.channels { // what was read is on disk
-		clear(cs.dirty)
-		clear(cs.deleted)
+		cs.resetDirtyLocked()
 	}
 	if len(legacy) > 0 {
 		if err := r.snapshot(); err != nil {
@@ -413,8 +412,7 @@ func (r *Registry) flush(all bool) error {
 				}
 			}
 		}
-		clear(cs.dirty)
-		clear(cs.deleted)
+		cs.resetDirtyLocked()
 	}
 	r.mu.Unlock()
 	if len(cur.Del)+len(cur.Put)+len(cur.Seen) > 0 {

@@ -54,28 +54,31 @@ func NewConnGuard(fds *fdbudget.Pool) *ConnGuard {
 	return &ConnGuard{fds: fds, idle: list.New()}
 }
 
-// guardedConn is a counted connection; Close uncounts it once.
+// guardedConn is a counted connection; Close uncounts it once. It lives
+// as long as its device's WebSocket: 48 bytes (closed under g.mu, not a
+// sync.Once of its own).
 type guardedConn struct {
 	net.Conn
 	g      *ConnGuard
-	once   sync.Once
 	elem   *list.Element // in g.idle while not in a request; guarded by g.mu
 	closed bool          // Close has uncounted it; guarded by g.mu
 }
 
 func (c *guardedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() {
-		c.g.mu.Lock()
-		c.g.open--
-		c.closed = true
-		if c.elem != nil {
-			c.g.idle.Remove(c.elem)
-			c.elem = nil
-		}
+	c.g.mu.Lock()
+	if c.closed {
 		c.g.mu.Unlock()
-		c.g.fds.Release(1)
-	})
+		return err
+	}
+	c.g.open--
+	c.closed = true
+	if c.elem != nil {
+		c.g.idle.Remove(c.elem)
+		c.elem = nil
+	}
+	c.g.mu.Unlock()
+	c.g.fds.Release(1)
 	return err
 }
 

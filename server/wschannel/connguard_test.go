@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"termlink/internal/testwait"
 	"termlink/server/fdbudget"
@@ -311,4 +312,12 @@ func TestConnGuardShedsLongestWaitingFirst(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// A guarded connection lives as long as its device's WebSocket: it stays
+// in the 48-byte size class.
+func TestGuardedConnSize(t *testing.T) {
+	if s := unsafe.Sizeof(guardedConn{}); s > 48 {
+		t.Fatalf("a guardedConn is %d bytes, want at most 48", s)
+	}
 }

@@ -45,7 +45,13 @@
 // readiness: one epoll instance and one goroutine for every connection),
 // which hands it to a stepper worker when its socket is readable; its
 // idle, connect and close-grace deadlines are timers on one shared wheel,
-// not read deadlines on the socket. Elsewhere (a build without epoll) or
+// not read deadlines on the socket. Its socket is taken out of Go's own
+// poller after the upgrade (readiness.Detach: the wrapper that held the
+// net.TCPConn holds a readiness.Conn, a duplicated descriptor read and
+// written without blocking, whose reads and writes that find it not
+// ready wait through the loop, with their deadlines), so an idle
+// connection keeps no netFD, addresses or runtime poll descriptor; a
+// socket a tls.Conn holds directly stays as it is. Elsewhere (a build without epoll) or
 // for a socket without a descriptor, a connection keeps a goroutine of
 // its own that waits for data (serve), as before. Close stops the loop
 // and the wheel once every connection has ended.

@@ -74,20 +74,69 @@ func (c *wsConn) pollInit() bool {
 	if p == nil {
 		return false
 	}
-	fd, isTLS, ok := socketFD(c.nc.Conn)
-	if !ok {
-		return false
-	}
-	h, err := p.Register(fd, c.readable)
-	if err != nil {
-		return false
+	h, isTLS, ok := c.detachSocket(p)
+	if !ok { // the socket stays in Go's poller too
+		fd, tlsIn, ok := socketFD(c.nc.Conn)
+		if !ok {
+			return false
+		}
+		var err error
+		if h, err = p.Register(fd, c); err != nil {
+			return false
+		}
+		isTLS = tlsIn
 	}
 	c.ph, c.tlsIn, c.lookFirst = h, isTLS, true
 	if isTLS {
 		c.tc, _ = c.nc.Conn.(*tls.Conn)
 	}
-	w.Init(&c.dl, c.deadlinePassed)
+	w.Init(&c.dl, c)
 	return true
+}
+
+// detachSocket takes the connection's TCP socket out of Go's poller
+// (readiness.Detach): the wrapper that holds it then holds a
+// readiness.Conn, read and written through the poller, and an idle
+// connection keeps no netFD, addresses or poll descriptor. It reports
+// false where the socket cannot be detached (a tls.Conn holds it
+// directly, a descriptor cannot be duplicated): the caller registers the
+// socket as it is.
+func (c *wsConn) detachSocket(p *readiness.Poller) (h *readiness.Handle, isTLS, ok bool) {
+	slot, tcp, isTLS := socketSlot(c.nc)
+	if slot == nil {
+		return nil, false, false
+	}
+	rc, err := readiness.Detach(tcp, p, c)
+	if err != nil {
+		return nil, false, false
+	}
+	*slot = rc
+	return rc.Handle(), isTLS, true
+}
+
+// socketSlot finds the *net.TCPConn under nc's wrappers and the field
+// that holds it; a nil slot when there is none or a tls.Conn holds it
+// (its field cannot be set). Nothing else may use the connection
+// meanwhile (before the reader and the writer start).
+func socketSlot(nc *flushConn) (slot *net.Conn, tcp *net.TCPConn, isTLS bool) {
+	cur, slot := nc.Conn, &nc.Conn
+	for {
+		switch x := cur.(type) {
+		case *tls.Conn:
+			cur, slot, isTLS = x.NetConn(), nil, true
+		case *stallConn:
+			cur, slot = x.Conn, &x.Conn
+		case *guardedConn:
+			cur, slot = x.Conn, &x.Conn
+		case *net.TCPConn:
+			if slot == nil {
+				return nil, nil, isTLS
+			}
+			return slot, x, isTLS
+		default:
+			return nil, nil, isTLS
+		}
+	}
 }
 
 // socketFD finds the socket's descriptor under nc's wrappers, and whether
@@ -117,13 +166,13 @@ func socketFD(nc net.Conn) (fd int, isTLS, ok bool) {
 	}
 }
 
-// readable is the poller's call (on its loop: it must not block).
-func (c *wsConn) readable() { c.a.steps.Run(c) }
+// Readable is the poller's call (on its loop: it must not block).
+func (c *wsConn) Readable() { c.a.steps.Run(c) }
 
-// deadlinePassed is the wheel's call (on its goroutine: it must not
+// Expired is the wheel's call (on its goroutine: it must not
 // block): a connection waiting in the poller past its deadline is
 // stepped, and its read times out as the socket's would have.
-func (c *wsConn) deadlinePassed() {
+func (c *wsConn) Expired() {
 	if by := c.readBy.Load(); time.Now().UnixNano() < by { // moved meanwhile
 		c.dl.Reset(time.Unix(0, by))
 		return

@@ -39,6 +39,14 @@ type pollRig struct {
 
 func newPollRig(t *testing.T, overTLS bool, mutate func(*config.Channel)) *pollRig {
 	t.Helper()
+	return newShapedRig(t, overTLS, false, mutate)
+}
+
+// newShapedRig is newPollRig; guarded serves through termserver's
+// listener (a ConnGuard's over the TCP listener, and over TLS,
+// tlsconf's: tls, then the guard, then a StallListener).
+func newShapedRig(t *testing.T, overTLS, guarded bool, mutate func(*config.Channel)) *pollRig {
+	t.Helper()
 	d := &deps{}
 	r := &pollRig{t: t, ev: events.NewLog(1000)}
 	gate := throttle.New(slog.New(slog.NewTextHandler(io.Discard, nil)), throttle.Options{Burst: 100, Every: time.Hour})
@@ -53,6 +61,15 @@ func newPollRig(t *testing.T, overTLS bool, mutate func(*config.Channel)) *pollR
 		Metrics:    testMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, Options{})
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.a.ServeUpgrade(w, req, 100000) }))
+	if guarded {
+		g := NewConnGuard(socketsOnly(100))
+		hs.Config.ConnState = g.ConnState
+		ln := hs.Listener
+		if overTLS {
+			ln = StallListener(ln)
+		}
+		hs.Listener = g.Listener(ln)
+	}
 	if overTLS {
 		hs.StartTLS()
 		r.tls = hs.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
@@ -171,7 +188,7 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 				defer r.a.mu.Unlock()
 				for c := range r.a.conns {
 					c.mu.Lock()
-					busy := c.writing || c.q != nil || c.space != nil || c.readerDone != nil || c.rate != nil
+					busy := c.writing || c.q != nil || c.rare != nil || c.rate != nil
 					c.mu.Unlock()
 					if busy {
 						return false

@@ -41,15 +41,22 @@ type Book struct {
 	mu   sync.Mutex
 	held map[peer]map[string]string // device -> session -> refused message id
 	// conn: the device's live connection (Connected), numbered by seq;
-	// absent: none known (a caller that tells no connections).
-	conn map[peer]uint64
+	// absent: none known (a caller that tells no connections). Per
+	// channel, by peer id: an entry for each online device, keyed by its
+	// id alone (a 24-byte slot, not 40 with the channel's name in it).
+	conn map[string]map[string]uint64
 	seq  uint64
 }
 
 type peer struct{ channel, id string }
 
 // New makes an empty book.
-func New() *Book { return &Book{held: map[peer]map[string]string{}, conn: map[peer]uint64{}} }
+func New() *Book {
+	return &Book{held: map[peer]map[string]string{}, conn: map[string]map[string]uint64{}}
+}
+
+// connOf is the number of p's live connection (0: none known; b.mu held).
+func (b *Book) connOf(p peer) uint64 { return b.conn[p.channel][p.id] }
 
 // Accept takes in through s (record.Store.Accept with perSession), unless
 // an earlier message of its session was refused and is not taken yet:
@@ -88,7 +95,7 @@ func (b *Book) ahead(in bus.Inbound) (first string, conn uint64) {
 	if id := b.held[p][in.SessionKey]; id != in.MessageID {
 		first = id
 	}
-	return first, b.conn[p]
+	return first, b.connOf(p)
 }
 
 // settled records the outcome of the accept of in, which nothing held
@@ -101,7 +108,7 @@ func (b *Book) settled(in bus.Inbound, err error, conn uint64) {
 	defer b.mu.Unlock()
 	sessions := b.held[p]
 	switch {
-	case err != nil && b.conn[p] != conn:
+	case err != nil && b.connOf(p) != conn:
 		// Its connection went (or was replaced) meanwhile.
 	case err != nil:
 		if sessions == nil {
@@ -125,7 +132,12 @@ func (b *Book) Connected(channel, peerID string) {
 	defer b.mu.Unlock()
 	p := peer{channel, peerID}
 	b.seq++
-	b.conn[p] = b.seq
+	peers := b.conn[channel]
+	if peers == nil {
+		peers = map[string]uint64{}
+		b.conn[channel] = peers
+	}
+	peers[peerID] = b.seq
 	delete(b.held, p)
 }
 
@@ -136,7 +148,12 @@ func (b *Book) Disconnected(channel, peerID string) {
 	defer b.mu.Unlock()
 	p := peer{channel, peerID}
 	delete(b.held, p)
-	delete(b.conn, p)
+	if peers := b.conn[channel]; peers != nil {
+		delete(peers, peerID)
+		if len(peers) == 0 {
+			delete(b.conn, channel)
+		}
+	}
 }
 
 // Len is the number of sessions held back.

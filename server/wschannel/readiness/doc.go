@@ -5,6 +5,11 @@
 // timers) calls a timer's function once its deadline has passed, to a
 // tick's precision.
 //
+// Detach moves a TCP socket out of Go's own poller into a Poller: the
+// Conn it returns reads and writes the descriptor without blocking and
+// waits (Handle.Wait, a parked goroutine) for readiness and its
+// deadlines, as a net.Conn does.
+//
 // Both are owned by their creator, which stops them with Close or Stop:
 // each then waits for its goroutine to return.
 //

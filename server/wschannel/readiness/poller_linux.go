@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,14 +39,19 @@ type Poller struct {
 type Handle struct {
 	p  *Poller
 	id uint32
-	fd int
-	f  func()
+	fd int32
+	f  Readable
 
 	mu    sync.Mutex
 	gen   uint32 // bumped by each Arm and Kick: an event of an older arm is stale
 	armed bool   // an event or a Kick runs f once
 	added bool   // fd is in the epoll set
 	gone  bool   // removed: never armed again
+
+	// A goroutine blocked in Wait (at most one reader and one writer):
+	// closed when the socket is ready that way, or removed. Nil while
+	// nobody waits, as for an idle socket.
+	waitR, waitW chan struct{}
 }
 
 const wakeID = 0
@@ -75,14 +81,23 @@ func NewPoller() (*Poller, error) {
 // ErrClosed is Register's error after Close.
 var ErrClosed = errors.New("readiness: poller closed")
 
-// Register makes a handle for socket descriptor fd; f runs (on the
-// loop's goroutine) once per Arm when fd has data to read, has been hung
-// up or has failed. fd is not watched before the first Arm.
-func (p *Poller) Register(fd int, f func()) (*Handle, error) {
+// Register makes a handle for socket descriptor fd; f.Readable runs (on
+// the loop's goroutine) once per Arm when fd has data to read, has been
+// hung up or has failed. fd is not watched before the first Arm.
+func (p *Poller) Register(fd int, f Readable) (*Handle, error) {
+	h := new(Handle)
+	if err := p.register(h, fd, f); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// register is Register into h (a Conn's own).
+func (p *Poller) register(h *Handle, fd int, f Readable) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	for {
 		p.nextID++
@@ -90,9 +105,9 @@ func (p *Poller) Register(fd int, f func()) (*Handle, error) {
 			break
 		}
 	}
-	h := &Handle{p: p, id: p.nextID, fd: fd, f: f}
+	h.p, h.id, h.fd, h.f = p, p.nextID, int32(fd), f
 	p.handles[h.id] = h
-	return h, nil
+	return nil
 }
 
 // Arm watches the socket until it is readable (then f runs once). It
@@ -105,27 +120,150 @@ func (h *Handle) Arm() bool {
 		return false
 	}
 	h.gen++
+	h.armed = true
+	if h.ctlLocked() != nil {
+		h.armed = false
+		return false
+	}
+	return true
+}
+
+// ctlLocked watches the socket for what its owner waits for (h.mu
+// held): readable while armed or a reader waits, writable while a writer
+// waits, once (EPOLLONESHOT: the loop watches it again for what is still
+// waited for after an event). Nothing waited for: nothing to do (after
+// an event the socket is not watched).
+func (h *Handle) ctlLocked() error {
+	var events uint32
+	if h.armed || h.waitR != nil {
+		events |= unix.EPOLLIN | unix.EPOLLRDHUP
+	}
+	if h.waitW != nil {
+		events |= unix.EPOLLOUT
+	}
+	if events == 0 {
+		return nil
+	}
 	op := unix.EPOLL_CTL_MOD
 	if !h.added {
 		op = unix.EPOLL_CTL_ADD
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(h.id), Pad: int32(h.gen)}
-	if err := h.p.epollCtl(op, h.fd, &ev); err != nil {
-		return false
+	ev := unix.EpollEvent{Events: events | unix.EPOLLONESHOT, Fd: int32(h.id), Pad: int32(h.gen)}
+	if err := h.p.epollCtl(op, int(h.fd), &ev); err != nil {
+		return err
 	}
-	h.added, h.armed = true, true
-	return true
+	h.added = true
+	return nil
 }
 
-// fire claims an armed handle for the event of arm gen.
-func (h *Handle) fire(gen uint32) bool {
+// ErrRemoved is Wait's error once the handle is removed (its socket is
+// being closed).
+var ErrRemoved = errors.New("readiness: socket removed from the poller")
+
+// ErrTimeout is Wait's error when its deadline passes first.
+var ErrTimeout = errors.New("readiness: deadline passed")
+
+// Wait blocks until the socket is writable (write) or readable, the
+// deadline passes (ErrTimeout; zero: none) or the handle is removed
+// (ErrRemoved). It is for a socket read or written without blocking,
+// after its read or write found it not ready (EAGAIN): the goroutine
+// parks on a channel, not in a system call. At most one goroutine
+// waits each way at a time; waiting does not disturb Arm's (an idle
+// socket's) single call of f. A wake-up may be spurious: the caller
+// tries its read or write again.
+func (h *Handle) Wait(write bool, deadline time.Time) error {
+	var timer *time.Timer
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		d := time.Until(deadline)
+		if d <= 0 {
+			return ErrTimeout
+		}
+		timer = time.NewTimer(d)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	h.mu.Lock()
+	if h.gone {
+		h.mu.Unlock()
+		return ErrRemoved
+	}
+	ch := make(chan struct{})
+	slot := &h.waitR
+	if write {
+		slot = &h.waitW
+	}
+	*slot = ch
+	if err := h.ctlLocked(); err != nil {
+		*slot = nil
+		h.mu.Unlock()
+		return fmt.Errorf("readiness: watch the socket: %w", err)
+	}
+	h.mu.Unlock()
+	select {
+	case <-ch:
+	case <-expired:
+		h.mu.Lock()
+		if *slot == ch {
+			*slot = nil
+		}
+		h.mu.Unlock()
+		return ErrTimeout
+	}
+	h.mu.Lock()
+	gone := h.gone
+	h.mu.Unlock()
+	if gone {
+		return ErrRemoved
+	}
+	return nil
+}
+
+// Waiting reports whether a goroutine is blocked in Wait to read, and
+// one to write. It lets a test know a read or write is parked.
+func (h *Handle) Waiting() (read, write bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.armed || h.gen != gen {
-		return false
+	return h.waitR != nil, h.waitW != nil
+}
+
+// Wake wakes the goroutines blocked in Wait (their deadline moved: they
+// look again).
+func (h *Handle) Wake() {
+	h.mu.Lock()
+	h.wakeLocked(true, true)
+	h.mu.Unlock()
+}
+
+func (h *Handle) wakeLocked(read, write bool) {
+	if read && h.waitR != nil {
+		close(h.waitR)
+		h.waitR = nil
 	}
-	h.armed = false
-	return true
+	if write && h.waitW != nil {
+		close(h.waitW)
+		h.waitW = nil
+	}
+}
+
+// fire wakes the waiters the event (events, of arm gen) is for, and
+// claims an armed handle for a readable socket's event of its arm;
+// whatever is still waited for is watched again.
+func (h *Handle) fire(gen, events uint32) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	const failed = unix.EPOLLHUP | unix.EPOLLERR
+	in := events&(unix.EPOLLIN|unix.EPOLLRDHUP|failed) != 0
+	out := events&(unix.EPOLLOUT|failed) != 0
+	h.wakeLocked(in, out)
+	run := in && h.armed && h.gen == gen
+	if run {
+		h.armed = false
+	}
+	if !h.gone {
+		_ = h.ctlLocked() // an error: what waits times out, or is kicked
+	}
+	return run
 }
 
 // Kick claims an armed handle as an event would (its caller then runs
@@ -183,8 +321,9 @@ func (h *Handle) Remove() (wasArmed bool) {
 	}
 	wasArmed = h.armed
 	h.gone, h.armed = true, false
+	h.wakeLocked(true, true)
 	if h.added {
-		_ = h.p.epollCtl(unix.EPOLL_CTL_DEL, h.fd, nil)
+		_ = h.p.epollCtl(unix.EPOLL_CTL_DEL, int(h.fd), nil)
 	}
 	h.mu.Unlock()
 	h.p.mu.Lock()
@@ -225,8 +364,8 @@ func (p *Poller) loop() {
 			p.mu.Lock()
 			h := p.handles[id]
 			p.mu.Unlock()
-			if h != nil && h.fire(uint32(ev.Pad)) {
-				h.f()
+			if h != nil && h.fire(uint32(ev.Pad), ev.Events) {
+				h.f.Readable()
 			}
 		}
 	}

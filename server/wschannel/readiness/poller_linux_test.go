@@ -48,7 +48,7 @@ func TestPollerArmKickRemove(t *testing.T) {
 	}
 	client, server := tcpPair(t)
 	fired := make(chan struct{}, 10)
-	h, err := p.Register(fdOf(t, server), func() { fired <- struct{}{} })
+	h, err := p.Register(fdOf(t, server), Func(func() { fired <- struct{}{} }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestPollerArmKickRemove(t *testing.T) {
 	}
 	p.Close()
 	p.Close()
-	if _, err := p.Register(0, func() {}); err != ErrClosed {
+	if _, err := p.Register(0, Func(func() {})); err != ErrClosed {
 		t.Fatalf("Register after Close: %v", err)
 	}
 	select {

@@ -30,7 +30,7 @@ const wheelSlots = 512
 // Wheel.Init.
 type Timer struct {
 	w    *Wheel
-	f    func()
+	f    Expired
 	when atomic.Int64 // UnixNano; 0: stopped
 
 	filed      atomic.Int64 // the tick it is filed under; 0: none
@@ -45,9 +45,9 @@ func NewWheel(tick time.Duration) *Wheel {
 	return w
 }
 
-// Init sets t up to run f (on the wheel's goroutine: it must not block)
-// once a deadline set with Reset has passed.
-func (w *Wheel) Init(t *Timer, f func()) { t.w, t.f = w, f }
+// Init sets t up to call f.Expired (on the wheel's goroutine: it must
+// not block) once a deadline set with Reset has passed.
+func (w *Wheel) Init(t *Timer, f Expired) { t.w, t.f = w, f }
 
 // tickOf is the first tick at or after when.
 func (w *Wheel) tickOf(when int64) int64 {
@@ -161,7 +161,7 @@ func (w *Wheel) run() {
 		w.done = max(w.done, upTo)
 		w.mu.Unlock()
 		for i, t := range due {
-			t.f()
+			t.f.Expired()
 			due[i] = nil
 		}
 		due = due[:0]

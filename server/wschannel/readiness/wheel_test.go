@@ -20,7 +20,7 @@ func TestWheelDeadlines(t *testing.T) {
 		mk := func() (*Timer, *rec) {
 			r := &rec{}
 			tm := &Timer{}
-			w.Init(tm, func() { r.at.Store(int64(time.Since(start))) })
+			w.Init(tm, Func(func() { r.at.Store(int64(time.Since(start))) }))
 			return tm, r
 		}
 		a, ra := mk()
@@ -70,10 +70,10 @@ func TestWheelManyResets(t *testing.T) {
 		timers := make([]Timer, n)
 		dl := make([]time.Time, n)
 		for i := range timers {
-			w.Init(&timers[i], func() {
+			w.Init(&timers[i], Func(func() {
 				runs[i].Add(1)
 				late[i].Store(int64(time.Since(dl[i])))
-			})
+			}))
 			dl[i] = start.Add(time.Duration(i%97) * 37 * time.Millisecond)
 			timers[i].Reset(dl[i])
 		}
