@@ -28,33 +28,11 @@ type Poller struct {
 	ctl     sync.RWMutex
 	ctlDone bool // epfd is closed (ctl)
 
-	mu     sync.Mutex
-	nextID uint32
-	closed bool
-	done   chan struct{}
-
-	// The handles by id, in parts with a lock each: a restart closing
-	// thousands of sockets at once removes them in parallel (one lock
-	// made them queue, handed from one goroutine to the next).
-	handles [handleShards]handleShard
-}
-
-const handleShards = 64
-
-type handleShard struct {
-	mu sync.Mutex
-	m  map[uint32]*Handle
-}
-
-func (p *Poller) shard(id uint32) *handleShard { return &p.handles[id%handleShards] }
-
-// handle is the handle of id; nil if none.
-func (p *Poller) handle(id uint32) *Handle {
-	sh := p.shard(id)
-	sh.mu.Lock()
-	h := sh.m[id]
-	sh.mu.Unlock()
-	return h
+	mu      sync.Mutex
+	handles map[uint32]*Handle
+	nextID  uint32
+	closed  bool
+	done    chan struct{}
 }
 
 // Handle is one socket in the Poller.
@@ -95,10 +73,7 @@ func NewPoller() (*Poller, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("readiness: epoll_ctl(eventfd): %w", err)
 	}
-	p := &Poller{epfd: epfd, wake: wake, done: make(chan struct{})}
-	for i := range p.handles {
-		p.handles[i].m = map[uint32]*Handle{}
-	}
+	p := &Poller{epfd: epfd, wake: wake, handles: map[uint32]*Handle{}, done: make(chan struct{})}
 	go p.loop()
 	return p, nil
 }
@@ -126,15 +101,12 @@ func (p *Poller) register(h *Handle, fd int, f Readable) error {
 	}
 	for {
 		p.nextID++
-		if p.nextID != wakeID && p.handle(p.nextID) == nil {
+		if _, used := p.handles[p.nextID]; p.nextID != wakeID && !used {
 			break
 		}
 	}
 	h.p, h.id, h.fd, h.f = p, p.nextID, int32(fd), f
-	sh := p.shard(h.id)
-	sh.mu.Lock()
-	sh.m[h.id] = h
-	sh.mu.Unlock()
+	p.handles[h.id] = h
 	return nil
 }
 
@@ -354,23 +326,17 @@ func (h *Handle) Remove() (wasArmed bool) {
 		_ = h.p.epollCtl(unix.EPOLL_CTL_DEL, int(h.fd), nil)
 	}
 	h.mu.Unlock()
-	sh := h.p.shard(h.id)
-	sh.mu.Lock()
-	delete(sh.m, h.id)
-	sh.mu.Unlock()
+	h.p.mu.Lock()
+	delete(h.p.handles, h.id)
+	h.p.mu.Unlock()
 	return wasArmed
 }
 
 // Len is how many handles are registered.
 func (p *Poller) Len() int {
-	n := 0
-	for i := range p.handles {
-		sh := &p.handles[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
-	return n
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.handles)
 }
 
 func (p *Poller) loop() {
@@ -395,7 +361,9 @@ func (p *Poller) loop() {
 				}
 				continue
 			}
-			h := p.handle(id)
+			p.mu.Lock()
+			h := p.handles[id]
+			p.mu.Unlock()
 			if h != nil && h.fire(uint32(ev.Pad), ev.Events) {
 				h.f.Readable()
 			}

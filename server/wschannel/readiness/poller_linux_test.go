@@ -103,28 +103,3 @@ func TestPollerArmKickRemove(t *testing.T) {
 	default:
 	}
 }
-
-// Handles registered and removed from many goroutines at once, as a
-// restart closing thousands of connections does (the handles' map is in
-// parts: one lock made the removals queue).
-func BenchmarkRegisterRemoveParallel(b *testing.B) {
-	p, err := NewPoller()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	b.SetParallelism(64)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			h, err := p.Register(-1, Func(func() {}))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			h.Remove()
-		}
-	})
-	if n := p.Len(); n != 0 {
-		b.Fatalf("%d handles left", n)
-	}
-}
