@@ -206,12 +206,34 @@ func (j *journal) replay(recs []walRecord) error {
 // them as not written.
 func (j *journal) append(ctx context.Context, key string, recs []session.Record) error {
 	// One buffer: the log's record is the key and the lines, the session
-	// file gets the lines.
-	payload, err := session.EncodeRecordsAfter(key+"\n", recs)
+	// file gets the lines. Both copy them (the log into its batch, the
+	// session store into its pending lines), so the buffer is reused.
+	bp := payloads.Get().(*[]byte)
+	payload := append(append((*bp)[:0], key...), '\n')
+	payload, err := session.AppendRecordLines(payload, recs)
 	if err != nil {
+		payloads.Put(bp)
 		return fmt.Errorf("session: append %s: %w", key, err)
 	}
-	lines := payload[len(key)+1:]
+	err = j.appendPayload(ctx, key, payload, len(recs))
+	if err == nil && cap(payload) <= maxPooledPayload {
+		// An error may leave the bytes with a session store writer that
+		// gave up waiting (ctx): then they are not reused.
+		*bp = payload[:0]
+		payloads.Put(bp)
+	}
+	return err
+}
+
+// payloads are append's buffers (*[]byte): the key and the encoded lines
+// of one append, kept for the next unless over maxPooledPayload.
+var payloads = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledPayload = 64 << 10
+
+// appendPayload logs payload (the key, a newline and n records' lines)
+// and hands the lines to the session store.
+func (j *journal) appendPayload(ctx context.Context, key string, payload []byte, n int) error {
 	j.mu.RLock()
 	defer j.mu.RUnlock()
 	if j.broken != nil {
@@ -225,7 +247,7 @@ func (j *journal) append(ctx context.Context, key string, recs []session.Record)
 		}
 		return err
 	}
-	return j.store.AppendEncoded(ctx, key, lines, len(recs))
+	return j.store.AppendEncoded(ctx, key, payload[len(key)+1:], n)
 }
 
 // begin registers an append in flight: the checkpointer releases nothing

@@ -112,3 +112,39 @@ func TestJournalReplayFillsSessionFiles(t *testing.T) {
 		t.Errorf("open after a clean close changed the file:\n%s\nwas\n%s", after, before)
 	}
 }
+
+// An append (the write-ahead log, then the session store's pending
+// lines) reuses its encoding buffer: at most the log's batch (its struct
+// and done channel: one batch per append here, as nothing else appends)
+// is allocated per append once the session's buffers have grown.
+func TestJournalAppendAllocs(t *testing.T) {
+	dir := t.TempDir()
+	store, err := session.Open(filepath.Join(dir, "sessions"), session.Options{NoSync: true, SyncLater: true, WriteBehind: true, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	j, err := openJournal(filepath.Join(dir, "wal"), wal.Options{NoSync: true}, store, quietLog(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.close()
+	const key = "terminal-dev:local:allocs"
+	recs := []session.Record{{Role: "user", Content: "hello", MessageID: "m1", RunID: "run-1", Timestamp: "2026-01-02T03:04:05.000000"}}
+	for range 200 { // the pending buffer and the log's batch buffers grow
+		if err := j.append(context.Background(), key, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.Sync(); err != nil { // the pending buffer back to the free list
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		if err := j.append(context.Background(), key, recs); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 2 {
+		t.Fatalf("%.1f allocations per append, want at most 2 (the log's batch)", allocs)
+	}
+}
