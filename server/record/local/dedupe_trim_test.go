@@ -19,8 +19,8 @@ func TestDedupeTrimKeepsPendingAndOrder(t *testing.T) {
 	}
 	claim := func(id string) {
 		t.Helper()
-		if _, fresh, err := d.claim(key, id, "r-"+id); err != nil || !fresh {
-			t.Fatalf("claim %s: fresh=%v err=%v", id, fresh, err)
+		if _, claimed, err := d.claim(key, id, "r-"+id); err != nil || claimed == nil {
+			t.Fatalf("claim %s: claimed=%v err=%v", id, claimed != nil, err)
 		}
 	}
 	check := func(want ...string) {
@@ -62,11 +62,11 @@ func TestDedupeTrimKeepsPendingAndOrder(t *testing.T) {
 	check("p1", "m5", "m6", "m8")
 	d.finish(key, "m6", reply("m6"))
 	check("p1", "m5", "m6", "m8")
-	if prior, fresh, _ := d.claim(key, "m6", "r"); fresh || prior.reply == nil || prior.reply.Text != "am6" {
-		t.Fatalf("a kept id: fresh=%v prior=%+v, want its reply", fresh, prior)
+	if prior, claimed, _ := d.claim(key, "m6", "r"); claimed != nil || prior.reply == nil || prior.reply.Text != "am6" {
+		t.Fatalf("a kept id: claimed=%v prior=%+v, want its reply", claimed != nil, prior)
 	}
 	for _, id := range []string{"m4", "m7"} {
-		if _, fresh, _ := d.claim(key, id, "r"); !fresh {
+		if _, claimed, _ := d.claim(key, id, "r"); claimed == nil {
 			t.Fatalf("dropped id %s is still a duplicate", id)
 		}
 	}
