@@ -149,6 +149,7 @@ func (s *Store) Accept(ctx context.Context, in bus.Inbound, perSession int, ack 
 		s.dedupe.premark(claimed)
 	}
 	ack(record.Accepted{RunID: in.RunID})
+	in.Ref = claimed // Start and Finish reach its entry without a lookup
 	if err := s.queue.Put(ctx, in); err != nil {
 		s.queue.Release(in.SessionKey)
 		// It is in the session log: the next start runs it.
@@ -227,20 +228,27 @@ func (s *Store) Finish(ctx context.Context, in bus.Inbound, reply *link.Message,
 	// A re-run records run_interrupted itself (Start); a message not
 	// pending (never accepted here) has its start recorded by Start.
 	if next != nil && next.SessionKey == in.SessionKey && !s.isRerun(*next) &&
-		s.dedupe.premarkPending(next.SessionKey, next.MessageID) {
+		s.dedupe.premarkPending(next.SessionKey, next.MessageID, entryOf(*next)) {
 		premarked = true
 		recs = append(recs, startRecord(*next, false))
 	}
 	if err := s.appendLogRetrying(ctx, in.SessionKey, recs...); err != nil {
 		if premarked {
-			s.dedupe.setPremark(next.SessionKey, next.MessageID, false)
+			s.dedupe.setPremark(next.SessionKey, next.MessageID, entryOf(*next), false)
 		}
 		s.log.Error("reply not written to the session log; not sent, the next start runs the message again",
 			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
 		return false
 	}
-	s.dedupe.finish(in.SessionKey, in.MessageID, reply) // its mark goes too (answered without starting: cancelled)
+	s.dedupe.finish(in.SessionKey, in.MessageID, reply, entryOf(in)) // its mark goes too (answered without starting: cancelled)
 	return true
+}
+
+// entryOf is in's dedupe entry if its Accept here set it (nil: looked up
+// by its session key and id).
+func entryOf(in bus.Inbound) *dedupeEntry {
+	e, _ := in.Ref.(*dedupeEntry)
+	return e
 }
 
 // isRerun reports whether in is a recovered message whose earlier run a
@@ -259,7 +267,7 @@ func (s *Store) isRerun(in bus.Inbound) bool {
 // run_interrupted record. It is written under stopCtx: a cancel answers
 // the run but does not undo its start.
 func (s *Store) Start(_, stopCtx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
-	if s.dedupe.takePremark(in.SessionKey, in.MessageID) {
+	if s.dedupe.takePremark(in.SessionKey, in.MessageID, entryOf(in)) {
 		return nil, true // recorded with the message (Accept) or the reply before it (Finish)
 	}
 	rerun := s.isRerun(in)
