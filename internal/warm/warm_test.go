@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -65,4 +66,77 @@ func TestIdleGoroutinesExit(t *testing.T) {
 	p.Run(struct{}{})
 	<-done
 	p.wg.Wait() // the goroutine has returned without Stop
+}
+
+// liveCount is the number of the pool's goroutines running.
+func (p *Pool[T]) liveCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.live
+}
+
+// A goroutine idle for a whole period of idleFor exits by the end of the
+// next one; one given a job within every period stays, and a pool with
+// no goroutine left arms its timer again for the next one it starts.
+func TestIdleExitAfterAWholePeriod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		done := make(chan struct{})
+		p := New(4, time.Minute, func(struct{}) { done <- struct{}{} })
+		defer p.Stop()
+		for range 10 { // a job every 50 s: never idle for a whole minute
+			p.Run(struct{}{})
+			<-done
+			time.Sleep(50 * time.Second)
+			synctest.Wait()
+			if n := p.liveCount(); n != 1 {
+				t.Fatalf("%d goroutines live while given a job every 50 s, want 1", n)
+			}
+		}
+		if s := p.Started(); s != 1 {
+			t.Fatalf("%d goroutines started for jobs 50 s apart, want 1 kept", s)
+		}
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		if n := p.liveCount(); n != 0 {
+			t.Fatalf("%d goroutines live after 2 idle minutes, want 0", n)
+		}
+		p.Run(struct{}{})
+		<-done
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		if n := p.liveCount(); n != 0 {
+			t.Fatalf("%d goroutines live 2 idle minutes after a restart of the pool, want 0", n)
+		}
+		if s := p.Started(); s != 2 {
+			t.Fatalf("%d goroutines started, want 2", s)
+		}
+	})
+}
+
+// Of several idle goroutines, those that stayed idle throughout a period
+// exit, and those that took a job during it stay.
+func TestReapOnlyTheIdleThroughout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		p := New(8, time.Minute, func(struct{}) { <-release })
+		defer p.Stop()
+		for range 3 { // three goroutines at once
+			p.Run(struct{}{})
+		}
+		synctest.Wait()
+		for range 3 {
+			release <- struct{}{}
+		}
+		synctest.Wait() // 3 idle
+		time.Sleep(90 * time.Second)
+		// A job during the second period: one goroutine is busy for a while.
+		p.Run(struct{}{})
+		synctest.Wait()
+		time.Sleep(40 * time.Second) // the reap at 2 minutes: 2 were idle throughout
+		synctest.Wait()
+		if n := p.liveCount(); n != 1 {
+			t.Fatalf("%d goroutines live, want the busy one alone", n)
+		}
+		release <- struct{}{}
+	})
 }

@@ -42,6 +42,12 @@ type Inbound struct {
 	// dedupe, and the router hands it to the run that asked instead of
 	// starting one. Text is then AnswerText's.
 	Answer *AnswerRef `json:",omitempty"`
+	// Ref is the store of record's own handle on the message's state, set
+	// by its Accept before the message goes to the router, which carries
+	// it to the store's Start and Finish: they need not look the message
+	// up again (record/local: its dedupe entry). nil: they look it up.
+	// Only the store that set it reads it; never serialized.
+	Ref any `json:"-"`
 }
 
 // AnswerRef is the question and option an answer message names.

@@ -202,7 +202,7 @@ func (r *Router) takeAnswerLocked(in bus.Inbound, a bus.AnswerRef) {
 		res = agent.Result{Text: "question " + a.QuestionID + " was never asked of this device", FinishReason: link.CodeQuestionUnknown}
 	}
 	r.wg.Add(1)
-	r.goroutines.Run(func() {
+	r.goroutines.Run(job{f: func() {
 		defer r.wg.Done()
 		answer, ok := r.host.Start(r.runCtx, r.runCtx, in)
 		if !ok {
@@ -213,7 +213,7 @@ func (r *Router) takeAnswerLocked(in bus.Inbound, a bus.AnswerRef) {
 		}
 		r.host.Started(in)
 		r.host.Finished(r.runCtx, in, res, 0, nil)
-	})
+	}})
 }
 
 // OpenQuestions lists the questions open in the sessions of the peer

@@ -41,13 +41,18 @@ type Router struct {
 	// goroutines: a session of one device sending one message at a time
 	// empties its queue after each, and a cold goroutine per message
 	// grew its stack anew each time.
-	goroutines *warm.Pool[func()]
+	goroutines *warm.Pool[job]
 
 	mu      sync.Mutex
 	stopped bool       // stop has begun: no new workers
 	cond    *sync.Cond // on mu: an injection settled
 	queues  map[string]*sessionQueue
-	wg      sync.WaitGroup
+	// spare are queues of sessions whose work ended, kept (with their
+	// waiting slices) for the next sessions that get work: a session of
+	// a device with one message at a time gets and loses a queue per
+	// message.
+	spare []*sessionQueue
+	wg    sync.WaitGroup
 	// precancelled holds cancels for messages that were accepted (acked)
 	// but had not reached the router yet (between the ack and Put; in a
 	// cluster, in the inbound stream), or are offered to a running turn:
@@ -63,16 +68,38 @@ type Router struct {
 
 type cancelKey struct{ session, messageID string }
 
+// job is what a warm goroutine of the router runs: a session's worker
+// (worker set: no closure to allocate for the commonest job) or f.
+type job struct {
+	worker *sessionQueue
+	r      *Router
+	f      func()
+}
+
+func (j job) run() {
+	if j.worker != nil {
+		j.r.work(j.worker.key, j.worker)
+		return
+	}
+	j.f()
+}
+
 // The warm goroutines kept for session workers and injections: idle
 // ones beyond maxIdleSessionWorkers exit, and each exits after
-// sessionWorkerIdle without work.
+// sessionWorkerIdle without work. As many spare queues are kept, each
+// with a waiting slice of at most maxSpareWaiting places.
 const (
 	maxIdleSessionWorkers = 128
 	sessionWorkerIdle     = 30 * time.Second
+	maxSpareWaiting       = 16
 )
 
 type sessionQueue struct {
+	key     string // the session's
 	waiting []bus.Inbound
+	// taken is the worker's next message (taken at a reply, its start
+	// recorded with it); kept here, not allocated per message.
+	taken   bus.Inbound
 	running string // message id of the run in progress
 	cancel  context.CancelFunc
 	// Messages injected into the run in progress (agent.Injector): its
@@ -126,7 +153,7 @@ type Host interface {
 func New(host Host, admission *Admission, runners map[string]agent.Runner, workspace string, maxRuns int) *Router {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Router{host: host, admission: admission, runners: runners, workspace: workspace, slots: make(chan struct{}, maxRuns),
-		runCtx: ctx, cancelRun: cancel, goroutines: warm.New(maxIdleSessionWorkers, sessionWorkerIdle, func(f func()) { f() }), queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{},
+		runCtx: ctx, cancelRun: cancel, goroutines: warm.New(maxIdleSessionWorkers, sessionWorkerIdle, func(j job) { j.run() }), queues: map[string]*sessionQueue{}, precancelled: map[cancelKey]bool{},
 		questions: map[string]*openQuestion{}}
 	r.cond = sync.NewCond(&r.mu)
 	return r
@@ -162,6 +189,11 @@ func (r *Router) Joins(channelID string) bool {
 func (r *Router) Put(in bus.Inbound) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.putLocked(in)
+}
+
+// putLocked is Put with r.mu held.
+func (r *Router) putLocked(in bus.Inbound) {
 	if r.stopped {
 		r.admission.Release(in.SessionKey, 1)
 		return // in the session log, unanswered: the next start runs it
@@ -177,10 +209,12 @@ func (r *Router) Put(in bus.Inbound) {
 	}
 	q := r.queues[in.SessionKey]
 	if q == nil {
-		q = &sessionQueue{}
-		r.queues[in.SessionKey] = q
+		q = r.newQueue()
+		key := in.SessionKey // the closure takes the key, not in (which would live on the heap)
+		r.queues[key] = q
 		r.wg.Add(1)
-		r.goroutines.Run(func() { r.work(in.SessionKey, q) })
+		q.key = key
+		r.goroutines.Run(job{worker: q, r: r})
 		q.waiting = append(q.waiting, in)
 		return
 	}
@@ -191,10 +225,49 @@ func (r *Router) Put(in bus.Inbound) {
 		q.injecting = true
 		r.wg.Add(1)
 		gen := q.gen
-		r.goroutines.Run(func() { r.inject(inj, q, in, gen) })
+		offered := new(bus.Inbound) // on the heap here only, not on every Put
+		*offered = in
+		r.goroutines.Run(job{f: func() { r.inject(inj, q, *offered, gen) }})
 		return
 	}
 	q.waiting = append(q.waiting, in)
+}
+
+// newQueue is a spare queue or a new one; r.mu is held.
+func (r *Router) newQueue() *sessionQueue {
+	if n := len(r.spare); n > 0 {
+		q := r.spare[n-1]
+		r.spare[n-1] = nil
+		r.spare = r.spare[:n-1]
+		return q
+	}
+	return &sessionQueue{}
+}
+
+// keepQueue keeps the queue of a session whose worker has ended, if
+// nothing refers to it any more (no injection in flight); r.mu is held.
+func (r *Router) keepQueue(q *sessionQueue) {
+	if q.injecting || len(r.spare) >= maxIdleSessionWorkers {
+		return
+	}
+	waiting := q.waiting[:0]
+	if cap(waiting) > maxSpareWaiting {
+		waiting = nil
+	}
+	clear(waiting[:cap(waiting)])
+	*q = sessionQueue{waiting: waiting}
+	r.spare = append(r.spare, q)
+}
+
+// popWaiting removes the first waiting message of q and returns it; the
+// rest move up, so the slice keeps its room for the next ones (re-slicing
+// from the front gave it up: every later append allocated). r.mu is held.
+func popWaiting(q *sessionQueue) bus.Inbound {
+	in := q.waiting[0]
+	n := copy(q.waiting, q.waiting[1:])
+	q.waiting[n] = bus.Inbound{}
+	q.waiting = q.waiting[:n]
+	return in
 }
 
 // inject offers in to the running turn of its session (generation gen).
@@ -202,7 +275,7 @@ func (r *Router) Put(in bus.Inbound) {
 // the next turn.
 func (r *Router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen uint64) {
 	defer r.wg.Done()
-	taken := inj.Inject(r.runCtx, r.request(r.runCtx, in))
+	taken := inj.Inject(r.runCtx, r.request(r.runCtx, &in))
 	if taken {
 		r.admission.Release(in.SessionKey, 1) // running now, in the turn it joined
 		r.host.Started(in)
@@ -225,11 +298,10 @@ func (r *Router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen
 		// it to the same turn now, in order, rather than leave it for
 		// the next turn.
 		if len(q.waiting) > 0 && !q.waiting[0].Recovered && !r.stopped {
-			next := q.waiting[0]
-			q.waiting = q.waiting[1:]
+			next := popWaiting(q)
 			q.injecting = true
 			r.wg.Add(1)
-			r.goroutines.Run(func() { r.inject(inj, q, next, gen) })
+			r.goroutines.Run(job{f: func() { r.inject(inj, q, next, gen) }})
 		}
 		r.mu.Unlock()
 	case cancelled && !taken && !r.stopped:
@@ -249,7 +321,9 @@ func (r *Router) inject(inj agent.Injector, q *sessionQueue, in bus.Inbound, gen
 	}
 }
 
-func (r *Router) request(ctx context.Context, in bus.Inbound) agent.Request {
+// request is in's agent.Request; its callbacks hold in (a copy of the
+// message of its own: the caller's for the run).
+func (r *Router) request(ctx context.Context, in *bus.Inbound) agent.Request {
 	h := r.host
 	return agent.Request{ChannelID: in.ChannelID, SessionKey: in.SessionKey, ChatID: in.ChatID(), PeerID: in.PeerID,
 		MessageID: in.MessageID, RunID: in.RunID, Text: in.Text, Media: in.Media, Workspace: r.workspace,
@@ -257,7 +331,7 @@ func (r *Router) request(ctx context.Context, in bus.Inbound) agent.Request {
 		UpdateMeta: func(ctx context.Context, update func(map[string]any)) error {
 			return h.UpdateMeta(ctx, in.SessionKey, update)
 		},
-		Event: func(name, detail string) { h.Event(in, name, detail) },
+		Event: func(name, detail string) { h.Event(*in, name, detail) },
 	}
 }
 
@@ -287,7 +361,7 @@ func (r *Router) work(key string, q *sessionQueue) {
 		)
 		if next != nil {
 			in, ctx, cancel, haveSlot = *next, nextCtx, nextStop, nextSlot
-			next = nil
+			next, q.taken = nil, bus.Inbound{}
 		} else {
 			r.mu.Lock()
 			for len(q.waiting) == 0 && q.injecting {
@@ -297,6 +371,9 @@ func (r *Router) work(key string, q *sessionQueue) {
 				// Stopping leaves waiting messages in the session log,
 				// unanswered: the next start runs them.
 				delete(r.queues, key)
+				if len(q.waiting) == 0 {
+					r.keepQueue(q)
+				}
 				r.mu.Unlock()
 				return
 			}
@@ -314,10 +391,10 @@ func (r *Router) work(key string, q *sessionQueue) {
 		q.running, q.cancel, q.joined = "", nil, nil
 		q.lastGen, q.lastRes = q.gen, res
 		if ok && !r.stopped && r.runCtx.Err() == nil && len(q.waiting) > 0 && !q.injecting {
-			n := r.take(key, q)
-			next = &n
+			q.taken = r.take(key, q)
+			next = &q.taken
 			nextCtx, nextStop = context.WithCancel(r.runCtx)
-			q.running, q.cancel = n.MessageID, nextStop
+			q.running, q.cancel = q.taken.MessageID, nextStop
 			select {
 			case r.slots <- struct{}{}:
 				nextSlot = true
@@ -341,9 +418,7 @@ func (r *Router) work(key string, q *sessionQueue) {
 // take removes the first waiting message of q, which starts now; r.mu is
 // held.
 func (r *Router) take(key string, q *sessionQueue) bus.Inbound {
-	in := q.waiting[0]
-	q.waiting[0] = bus.Inbound{}
-	q.waiting = q.waiting[1:]
+	in := popWaiting(q)
 	r.admission.Release(key, 1)
 	q.gen++
 	return in
@@ -353,6 +428,13 @@ func (r *Router) take(key string, q *sessionQueue) bus.Inbound {
 // false when nothing is to be recorded (a hard stop interrupted it: the
 // next start runs it again).
 func (r *Router) runOne(ctx context.Context, in bus.Inbound, haveSlot bool) (res agent.Result, took time.Duration, ok bool) {
+	if !haveSlot {
+		select {
+		case r.slots <- struct{}{}:
+			haveSlot = true
+		default: // ctx.Done() only when waiting: it makes the context's channel
+		}
+	}
 	if !haveSlot {
 		select {
 		case r.slots <- struct{}{}:
@@ -378,7 +460,7 @@ func (r *Router) runOne(ctx context.Context, in bus.Inbound, haveSlot bool) (res
 		return *answer, 0, true
 	}
 	r.host.Started(in)
-	req := r.request(ctx, in)
+	req := r.request(ctx, &in) // in is this run's copy (on the heap: the callbacks hold it)
 	var stream *agent.Stream
 	if slices.Contains(in.Capabilities, link.CapStream) {
 		stream = agent.NewStream(agent.MaxStreamChars, func(text string) { r.host.Delta(ctx, in, text) })
@@ -466,11 +548,11 @@ func (r *Router) cancelInFlight(key, messageID string) bool {
 func (r *Router) answerCancelled(in bus.Inbound) {
 	r.admission.Release(in.SessionKey, 1)
 	r.wg.Add(1)
-	r.goroutines.Run(func() {
+	r.goroutines.Run(job{f: func() {
 		defer r.wg.Done()
 		r.host.Started(in)
 		r.host.Finished(r.runCtx, in, record.CancelledBeforeStart, 0, nil)
-	})
+	}})
 }
 
 // stop waits for the runs in progress until ctx ends, then cancels them.

@@ -362,6 +362,12 @@ func EncodeRecordsAfter(prefix string, recs []Record) ([]byte, error) {
 	return appendRecords(append(dst, prefix...), recs, MaxLineSize)
 }
 
+// AppendRecordLines is EncodeRecordsAfter appending to dst (a caller's
+// reused buffer, holding the prefix): recs are left as they are.
+func AppendRecordLines(dst []byte, recs []Record) ([]byte, error) {
+	return appendRecords(dst, recs, MaxLineSize)
+}
+
 // AppendEncodeRecords is EncodeRecords appending to dst (grown at most
 // once, to the usual size of the lines).
 func AppendEncodeRecords(dst []byte, recs []Record) ([]byte, error) {

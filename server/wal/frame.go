@@ -21,13 +21,16 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // appendFrame appends the frame of one record to buf. pcrc is the
 // payload's CRC-32C (computed by the caller outside any lock).
 func appendFrame(buf []byte, lsn LSN, batchOff uint32, pcrc uint32, payload []byte) []byte {
-	var h [headerSize]byte
+	// The header is written in place: a local array would escape to the
+	// heap through crc32.Checksum (one allocation per record).
+	off := len(buf)
+	buf = append(buf, endMarker[:]...) // headerSize zero bytes, overwritten
+	h := buf[off : off+headerSize]
 	binary.LittleEndian.PutUint32(h[0:4], uint32(len(payload)))
 	binary.LittleEndian.PutUint64(h[4:12], uint64(lsn))
 	binary.LittleEndian.PutUint32(h[12:16], batchOff)
 	binary.LittleEndian.PutUint32(h[16:20], pcrc)
 	binary.LittleEndian.PutUint32(h[20:24], crc32.Checksum(h[0:20], castagnoli))
-	buf = append(buf, h[:]...)
 	return append(buf, payload...)
 }
 

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"termlink/server/bus"
 	"termlink/server/record"
@@ -46,6 +47,10 @@ type Book struct {
 	// id alone (a 24-byte slot, not 40 with the channel's name in it).
 	conn map[string]map[string]uint64
 	seq  uint64
+	// nheld is the number of sessions held back (written under mu): an
+	// accept that succeeds while it is 0 has nothing to let go, and
+	// settles without the lock.
+	nheld atomic.Int64
 }
 
 type peer struct{ channel, id string }
@@ -103,6 +108,11 @@ func (b *Book) ahead(in bus.Inbound) (first string, conn uint64) {
 // later messages back until in is accepted, unless that connection is no
 // longer the device's live one.
 func (b *Book) settled(in bus.Inbound, err error, conn uint64) {
+	if err == nil && b.nheld.Load() == 0 {
+		// Nothing held: in was not (its own earlier failure would be,
+		// until in is accepted or its device's connection goes).
+		return
+	}
 	p := peer{in.ChannelID, in.PeerID}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -115,11 +125,17 @@ func (b *Book) settled(in bus.Inbound, err error, conn uint64) {
 			sessions = map[string]string{}
 			b.held[p] = sessions
 		}
+		if _, ok := sessions[in.SessionKey]; !ok {
+			b.nheld.Add(1)
+		}
 		sessions[in.SessionKey] = in.MessageID
-	case sessions[in.SessionKey] == in.MessageID:
-		delete(sessions, in.SessionKey)
-		if len(sessions) == 0 {
-			delete(b.held, p)
+	default:
+		if id, ok := sessions[in.SessionKey]; ok && id == in.MessageID {
+			delete(sessions, in.SessionKey)
+			b.nheld.Add(-1)
+			if len(sessions) == 0 {
+				delete(b.held, p)
+			}
 		}
 	}
 }
@@ -138,6 +154,12 @@ func (b *Book) Connected(channel, peerID string) {
 		b.conn[channel] = peers
 	}
 	peers[peerID] = b.seq
+	b.forgetLocked(p)
+}
+
+// forgetLocked drops what p holds back; mu is held.
+func (b *Book) forgetLocked(p peer) {
+	b.nheld.Add(-int64(len(b.held[p])))
 	delete(b.held, p)
 }
 
@@ -147,7 +169,7 @@ func (b *Book) Disconnected(channel, peerID string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := peer{channel, peerID}
-	delete(b.held, p)
+	b.forgetLocked(p)
 	if peers := b.conn[channel]; peers != nil {
 		delete(peers, peerID)
 		if len(peers) == 0 {
@@ -157,12 +179,4 @@ func (b *Book) Disconnected(channel, peerID string) {
 }
 
 // Len is the number of sessions held back.
-func (b *Book) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, sessions := range b.held {
-		n += len(sessions)
-	}
-	return n
-}
+func (b *Book) Len() int { return int(b.nheld.Load()) }

@@ -130,12 +130,12 @@ func TestDisconnectClearsTheHold(t *testing.T) {
 			t.Fatalf("%s with no room: %s", in.MessageID, got)
 		}
 	}
-	if b.Len() != 3 {
-		t.Fatalf("Len %d, want 3", b.Len())
+	if b.Len() != 3 || heldInMap(b) != 3 {
+		t.Fatalf("Len %d (%d in the map), want 3", b.Len(), heldInMap(b))
 	}
 	b.Disconnected("c", "p")
-	if b.Len() != 1 {
-		t.Fatalf("Len %d after p left, want 1 (q's)", b.Len())
+	if b.Len() != 1 || heldInMap(b) != 1 {
+		t.Fatalf("Len %d (%d in the map) after p left, want 1 (q's)", b.Len(), heldInMap(b))
 	}
 	s.room = true
 	if got := accept(b, s, msg("p", "s", "B")); got != "ack" {
@@ -211,4 +211,16 @@ func TestFailureOfAConnectionGoneHoldsNothing(t *testing.T) {
 	if got := accept(b, s, msg("p", "s", "B")); !strings.Contains(got, "resend A first") {
 		t.Errorf("same connection: B after A failed: %s", got)
 	}
+}
+
+// heldInMap counts the sessions held back in the book's map, which Len's
+// counter must match.
+func heldInMap(b *Book) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, sessions := range b.held {
+		n += len(sessions)
+	}
+	return n
 }

@@ -56,6 +56,16 @@ type sessionIDs struct {
 type dedupeEntry struct {
 	runID string
 	reply *link.Message // nil while pending
+	// premarked: the start of the message's run was recorded with it
+	// (Accept, a message of an idle session that starts at once) or with
+	// the reply before it (Finish with next); Start writes nothing then.
+	// Only a pending entry is premarked (it is never trimmed or dropped).
+	premarked bool
+	// sess is the entry's session while it is pending (nil once
+	// answered): a pending entry and its session stay in the table, so
+	// the entry claim returned reaches both without a lookup (the
+	// message's bus.Inbound.Ref).
+	sess *sessionIDs
 }
 
 // Accounted sizes: the strings plus a rough per-item overhead of the maps,
@@ -138,27 +148,58 @@ func (d *dedupe) insert(key string, recs []session.Record) *sessionIDs {
 
 // claim records messageID as pending under runID, unless it is known: then
 // it returns the earlier entry and fresh=false. A session not in memory is
-// read from the log first; err is that read's failure.
-func (d *dedupe) claim(sessionKey, messageID, runID string) (prior dedupeEntry, fresh bool, err error) {
+// read from the log first; err is that read's failure. A fresh claim
+// returns its entry (claimed), which stays in the table while it is
+// pending: premark marks it without a lookup.
+func (d *dedupe) claim(sessionKey, messageID, runID string) (prior dedupeEntry, claimed *dedupeEntry, err error) {
 	s, err := d.session(sessionKey)
 	defer d.mu.Unlock()
 	if err != nil {
-		return dedupeEntry{}, false, err
+		return dedupeEntry{}, nil, err
 	}
 	if e := s.entries[messageID]; e != nil {
-		return *e, false, nil
+		return *e, nil, nil
 	}
 	if s.partial {
 		if s, err = d.complete(s); err != nil {
-			return dedupeEntry{}, false, err
+			return dedupeEntry{}, nil, err
 		}
 		if e := s.entries[messageID]; e != nil {
-			return *e, false, nil
+			return *e, nil, nil
 		}
 	}
-	d.addPending(s, messageID, runID)
+	e := d.addPending(s, messageID, runID)
 	d.trim(s)
-	return dedupeEntry{}, true, nil
+	return dedupeEntry{}, e, nil
+}
+
+// premark marks a pending entry claim returned: its start is recorded.
+func (d *dedupe) premark(e *dedupeEntry) {
+	d.mu.Lock()
+	if e.reply == nil {
+		e.premarked = true
+	}
+	d.mu.Unlock()
+}
+
+// takePremark reports whether messageID's start was recorded with it or
+// with the reply before it, and clears the mark (the run starts now).
+// ref is its entry, as for finish.
+func (d *dedupe) takePremark(sessionKey, messageID string, ref *dedupeEntry) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ref != nil {
+		on := ref.premarked && ref.sess != nil
+		ref.premarked = false
+		return on
+	}
+	if s := d.sessions[sessionKey]; s != nil {
+		if e := s.entries[messageID]; e != nil && e.premarked {
+			e.premarked = false
+			return true
+		}
+	}
+	return false
 }
 
 // complete reads the last perSession messages of a partial session from
@@ -201,12 +242,13 @@ func (d *dedupe) complete(s *sessionIDs) (*sessionIDs, error) {
 }
 
 // addPending adds messageID, not yet known in s, as pending; mu is held.
-func (d *dedupe) addPending(s *sessionIDs, messageID, runID string) {
-	e := &dedupeEntry{runID: runID}
+func (d *dedupe) addPending(s *sessionIDs, messageID, runID string) *dedupeEntry {
+	e := &dedupeEntry{runID: runID, sess: s}
 	s.entries[messageID] = e
 	s.order = append(s.order, messageID)
 	s.pending++
 	d.grow(s, entryBytes(messageID, e))
+	return e
 }
 
 func (d *dedupe) grow(s *sessionIDs, n int64) {
@@ -227,8 +269,16 @@ func (d *dedupe) setReply(s *sessionIDs, messageID string, reply *link.Message) 
 			s.pending--
 		}
 	}
+	d.answer(s, messageID, e, reply)
+}
+
+// answer stores reply in e, the entry of messageID in s (pending, or
+// new); mu is held.
+func (d *dedupe) answer(s *sessionIDs, messageID string, e *dedupeEntry, reply *link.Message) {
 	e.runID = reply.RunID
 	e.reply = reply
+	e.premarked = false // answered (a message cancelled before its start)
+	e.sess = nil
 	d.grow(s, entryBytes(messageID, e))
 	d.trim(s)
 }
@@ -271,13 +321,48 @@ func (d *dedupe) trim(s *sessionIDs) {
 }
 
 // finish stores the reply of messageID. A session that is not in memory is
-// left to the log (the reply is there: it was written first).
-func (d *dedupe) finish(sessionKey, messageID string, reply *link.Message) {
+// left to the log (the reply is there: it was written first). ref is
+// the message's entry if its Accept here claimed it (bus.Inbound.Ref;
+// nil: looked up).
+func (d *dedupe) finish(sessionKey, messageID string, reply *link.Message, ref *dedupeEntry) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if e := ref; e != nil && e.sess != nil && e.reply == nil {
+		d.grow(e.sess, -entryBytes(messageID, e))
+		e.sess.pending--
+		d.answer(e.sess, messageID, e, reply)
+		return
+	}
 	if s := d.sessions[sessionKey]; s != nil {
 		d.setReply(s, messageID, reply)
 	}
+}
+
+// premarkPending marks messageID's start as recorded if it is pending
+// (accepted, not answered), and reports whether it was; setPremark(false)
+// takes the mark back (the record was not written after all). ref is
+// its entry, as for finish.
+func (d *dedupe) premarkPending(sessionKey, messageID string, ref *dedupeEntry) bool {
+	return d.setPremark(sessionKey, messageID, ref, true)
+}
+
+func (d *dedupe) setPremark(sessionKey, messageID string, ref *dedupeEntry, on bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ref != nil {
+		if ref.reply != nil || ref.sess == nil {
+			return false
+		}
+		ref.premarked = on
+		return true
+	}
+	if s := d.sessions[sessionKey]; s != nil {
+		if e := s.entries[messageID]; e != nil && e.reply == nil {
+			e.premarked = on
+			return true
+		}
+	}
+	return false
 }
 
 // forget removes a claim whose message could not be accepted after all.
@@ -295,6 +380,8 @@ func (d *dedupe) forget(sessionKey, messageID string) {
 	if e.reply == nil {
 		s.pending--
 	}
+	e.sess = nil // a Ref to it finds nothing pending
+	e.premarked = false
 	d.grow(s, -entryBytes(messageID, e))
 	delete(s.entries, messageID)
 	for i, id := range s.order {

@@ -31,17 +31,17 @@ func TestDedupeCompletesPartialSession(t *testing.T) {
 	s := d.insert(key, log[len(log)-20:]) // the last 10 messages
 	s.partial = true
 	d.mu.Unlock()
-	if _, fresh, err := d.claim(key, "m-195", "run-x"); err != nil || fresh || loads != 0 {
-		t.Fatalf("known id: fresh=%v err=%v loads=%d, want a duplicate without a load", fresh, err, loads)
+	if _, claimed, err := d.claim(key, "m-195", "run-x"); err != nil || claimed != nil || loads != 0 {
+		t.Fatalf("known id: claimed=%v err=%v loads=%d, want a duplicate without a load", claimed != nil, err, loads)
 	}
-	prior, fresh, err := d.claim(key, "m-60", "run-x")
-	if err != nil || fresh || prior.reply == nil || prior.reply.Text != "am-60" || loads != 1 {
-		t.Fatalf("older id of a partial session: fresh=%v prior=%+v err=%v loads=%d, want its reply after one load", fresh, prior, err, loads)
+	prior, claimed, err := d.claim(key, "m-60", "run-x")
+	if err != nil || claimed != nil || prior.reply == nil || prior.reply.Text != "am-60" || loads != 1 {
+		t.Fatalf("older id of a partial session: claimed=%v prior=%+v err=%v loads=%d, want its reply after one load", claimed != nil, prior, err, loads)
 	}
-	if _, fresh, _ := d.claim(key, "m-10", "run-x"); !fresh || loads != 1 {
-		t.Fatalf("id older than the bound: fresh=%v loads=%d, want fresh, no second load", fresh, loads)
+	if _, claimed, _ := d.claim(key, "m-10", "run-x"); claimed == nil || loads != 1 {
+		t.Fatalf("id older than the bound: claimed=%v loads=%d, want fresh, no second load", claimed != nil, loads)
 	}
-	if _, fresh, _ := d.claim(key, "new", "run-y"); !fresh {
+	if _, claimed, _ := d.claim(key, "new", "run-y"); claimed == nil {
 		t.Fatal("a new id is not fresh")
 	}
 	if n := len(d.sessions[key].order); n > 150+2 {

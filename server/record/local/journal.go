@@ -58,9 +58,13 @@ type journal struct {
 
 	prior wal.Stats // counts of the logs a reopen replaced (under mu)
 
-	fmu    sync.Mutex
-	floors map[uint64]wal.LSN // appends in flight: the log's Next when each began
-	seq    uint64
+	fmu sync.Mutex
+	// flights are the appends in flight, in the order they began: the
+	// log's Next when each began (never decreasing along the slice), from
+	// flights[off]; seq numbers flights[off] (begin's id).
+	flights []flight
+	off     int
+	seq     uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -77,7 +81,7 @@ func openJournal(dir string, opt wal.Options, store *session.Store, log *slog.Lo
 	if onSyncFail == nil {
 		onSyncFail = func() {}
 	}
-	j := &journal{dir: dir, opt: opt, store: store, log: log, floors: map[uint64]wal.LSN{},
+	j := &journal{dir: dir, opt: opt, store: store, log: log,
 		onSyncFail: onSyncFail, stop: make(chan struct{}), done: make(chan struct{})}
 	wl, err := j.open(true)
 	if err != nil {
@@ -206,12 +210,34 @@ func (j *journal) replay(recs []walRecord) error {
 // them as not written.
 func (j *journal) append(ctx context.Context, key string, recs []session.Record) error {
 	// One buffer: the log's record is the key and the lines, the session
-	// file gets the lines.
-	payload, err := session.EncodeRecordsAfter(key+"\n", recs)
+	// file gets the lines. Both copy them (the log into its batch, the
+	// session store into its pending lines), so the buffer is reused.
+	bp := payloads.Get().(*[]byte)
+	payload := append(append((*bp)[:0], key...), '\n')
+	payload, err := session.AppendRecordLines(payload, recs)
 	if err != nil {
+		payloads.Put(bp)
 		return fmt.Errorf("session: append %s: %w", key, err)
 	}
-	lines := payload[len(key)+1:]
+	err = j.appendPayload(ctx, key, payload, len(recs))
+	if err == nil && cap(payload) <= maxPooledPayload {
+		// An error may leave the bytes with a session store writer that
+		// gave up waiting (ctx): then they are not reused.
+		*bp = payload[:0]
+		payloads.Put(bp)
+	}
+	return err
+}
+
+// payloads are append's buffers (*[]byte): the key and the encoded lines
+// of one append, kept for the next unless over maxPooledPayload.
+var payloads = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledPayload = 64 << 10
+
+// appendPayload logs payload (the key, a newline and n records' lines)
+// and hands the lines to the session store.
+func (j *journal) appendPayload(ctx context.Context, key string, payload []byte, n int) error {
 	j.mu.RLock()
 	defer j.mu.RUnlock()
 	if j.broken != nil {
@@ -225,7 +251,7 @@ func (j *journal) append(ctx context.Context, key string, recs []session.Record)
 		}
 		return err
 	}
-	return j.store.AppendEncoded(ctx, key, lines, len(recs))
+	return j.store.AppendEncoded(ctx, key, payload[len(key)+1:], n)
 }
 
 // begin registers an append in flight: the checkpointer releases nothing
@@ -233,15 +259,42 @@ func (j *journal) append(ctx context.Context, key string, recs []session.Record)
 func (j *journal) begin() uint64 {
 	j.fmu.Lock()
 	defer j.fmu.Unlock()
-	j.seq++
-	j.floors[j.seq] = j.wl.Next()
-	return j.seq
+	j.flights = append(j.flights, flight{floor: j.wl.Next()})
+	return j.seq + uint64(len(j.flights)-1-j.off)
 }
 
+// flight is an append in flight (begin), done once it ended.
+type flight struct {
+	floor wal.LSN
+	done  bool
+}
+
+// end ends the append begin numbered id. The oldest append in flight
+// holds the lowest floor; those ended before it wait behind it.
 func (j *journal) end(id uint64) {
 	j.fmu.Lock()
-	delete(j.floors, id)
-	j.fmu.Unlock()
+	defer j.fmu.Unlock()
+	j.flights[j.off+int(id-j.seq)].done = true
+	for j.off < len(j.flights) && j.flights[j.off].done {
+		j.off++
+		j.seq++
+	}
+	switch {
+	case j.off == len(j.flights):
+		j.flights, j.off = j.flights[:0], 0
+	case j.off >= 256 && 2*j.off >= len(j.flights):
+		n := copy(j.flights, j.flights[j.off:])
+		j.flights, j.off = j.flights[:n], 0
+	}
+}
+
+// floor is the log's Next when the oldest append in flight began (ok
+// false: none is); fmu is held.
+func (j *journal) floor() (lsn wal.LSN, ok bool) {
+	if j.off == len(j.flights) {
+		return 0, false
+	}
+	return j.flights[j.off].floor, true
 }
 
 // checkpoint syncs the session files and releases the log up to the last
@@ -254,7 +307,7 @@ func (j *journal) checkpoint() error {
 	}
 	j.fmu.Lock()
 	upTo := j.wl.Next() - 1
-	for _, f := range j.floors {
+	if f, ok := j.floor(); ok {
 		upTo = min(upTo, f-1)
 	}
 	j.fmu.Unlock()

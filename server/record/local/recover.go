@@ -179,7 +179,7 @@ func (s *Store) markInterrupted(ctx context.Context, sessions []interruptedRuns)
 		for _, m := range ir.marks {
 			if m.Role == "assistant" {
 				s.dedupe.finish(ir.key, m.MessageID, &link.Message{Role: link.RoleAssistant, MessageID: m.MessageID,
-					RunID: m.RunID, Text: m.Content, FinishReason: m.FinishReason})
+					RunID: m.RunID, Text: m.Content, FinishReason: m.FinishReason}, nil)
 			}
 		}
 		again = append(again, ir.again...)

@@ -69,14 +69,15 @@ type Store struct {
 	// unwritable is the last session-log write failure, nil once a write
 	// succeeds again; /healthz reports it.
 	unwritable atomic.Pointer[string]
-	// premarked: messages whose start was recorded with them (Accept, a
-	// message of an idle session that starts at once) or with the reply
-	// before them (Finish with next): session key + "\x00" + message id.
-	// Start writes nothing for them.
-	premarked sync.Map
+	// The messages whose start was recorded with them (Accept, a message
+	// of an idle session that starts at once) or with the reply before
+	// them (Finish with next) are marked in their dedupe entries
+	// (dedupeEntry.premarked): Start writes nothing for them.
+
 	// reruns holds the messages Recover found started and cut short once
 	// (session key + "\x00" + message id): their next start is recorded
-	// run_interrupted instead of run_started (Start).
+	// run_interrupted instead of run_started (Start). Only a recovered
+	// message (bus.Inbound.Recovered) is looked up.
 	reruns sync.Map
 }
 
@@ -113,11 +114,11 @@ func Open(walDir string, sessions *session.Store, queue record.Queue, opt Option
 // starts at once, its start) in one durable append, then ack, then the
 // run queue.
 func (s *Store) Accept(ctx context.Context, in bus.Inbound, perSession int, ack func(record.Accepted)) error {
-	prior, fresh, err := s.dedupe.claim(in.SessionKey, in.MessageID, in.RunID)
+	prior, claimed, err := s.dedupe.claim(in.SessionKey, in.MessageID, in.RunID)
 	if err != nil {
 		return fmt.Errorf("reading the session log for duplicates: %w", err)
 	}
-	if !fresh {
+	if claimed == nil {
 		res := record.Accepted{RunID: prior.runID, Duplicate: true, Reply: prior.reply, Pending: prior.reply == nil,
 			Detail: "done: cached reply sent"}
 		if res.Pending {
@@ -135,21 +136,20 @@ func (s *Store) Accept(ctx context.Context, in bus.Inbound, perSession int, ack 
 		Timestamp: in.Received.Format(session.TimeLayout)}}
 	// A message that starts at once gets its start recorded with it: one
 	// log append (one group commit) instead of a second before its run.
-	var premarked string
-	if first && s.queue.StartsAtOnce(in.SessionKey) {
+	premarked := first && s.queue.StartsAtOnce(in.SessionKey)
+	if premarked {
 		recs = append(recs, startRecord(in, false))
-		premarked = in.SessionKey + "\x00" + in.MessageID
-		s.premarked.Store(premarked, true)
 	}
 	if err := s.appendLog(ctx, in.SessionKey, recs...); err != nil {
-		if premarked != "" {
-			s.premarked.Delete(premarked)
-		}
 		s.queue.Release(in.SessionKey)
 		s.dedupe.forget(in.SessionKey, in.MessageID)
 		return fmt.Errorf("recording message: %w", err)
 	}
+	if premarked { // before Put: its Start comes after
+		s.dedupe.premark(claimed)
+	}
 	ack(record.Accepted{RunID: in.RunID})
+	in.Ref = claimed // Start and Finish reach its entry without a lookup
 	if err := s.queue.Put(ctx, in); err != nil {
 		s.queue.Release(in.SessionKey)
 		// It is in the session log: the next start runs it.
@@ -224,26 +224,41 @@ func (s *Store) Health() (ok bool, reason string) {
 func (s *Store) Finish(ctx context.Context, in bus.Inbound, reply *link.Message, media []string, next *bus.Inbound) bool {
 	recs := []session.Record{{Role: "assistant", Content: reply.Text, MessageID: in.MessageID, RunID: in.RunID,
 		FinishReason: reply.FinishReason, Media: media}}
-	var nextKey string
-	if next != nil && next.SessionKey == in.SessionKey {
-		_, rerun := s.reruns.Load(next.SessionKey + "\x00" + next.MessageID)
-		if !rerun || !next.Recovered { // a re-run records run_interrupted itself (Start)
-			nextKey = next.SessionKey + "\x00" + next.MessageID
-			recs = append(recs, startRecord(*next, false))
-			s.premarked.Store(nextKey, true)
-		}
+	premarked := false
+	// A re-run records run_interrupted itself (Start); a message not
+	// pending (never accepted here) has its start recorded by Start.
+	if next != nil && next.SessionKey == in.SessionKey && !s.isRerun(*next) &&
+		s.dedupe.premarkPending(next.SessionKey, next.MessageID, entryOf(*next)) {
+		premarked = true
+		recs = append(recs, startRecord(*next, false))
 	}
 	if err := s.appendLogRetrying(ctx, in.SessionKey, recs...); err != nil {
-		if nextKey != "" {
-			s.premarked.Delete(nextKey)
+		if premarked {
+			s.dedupe.setPremark(next.SessionKey, next.MessageID, entryOf(*next), false)
 		}
 		s.log.Error("reply not written to the session log; not sent, the next start runs the message again",
 			"session", in.SessionKey, "message_id", in.MessageID, "err", err)
 		return false
 	}
-	s.dedupe.finish(in.SessionKey, in.MessageID, reply)
-	s.premarked.Delete(in.SessionKey + "\x00" + in.MessageID) // answered without starting (cancelled)
+	s.dedupe.finish(in.SessionKey, in.MessageID, reply, entryOf(in)) // its mark goes too (answered without starting: cancelled)
 	return true
+}
+
+// entryOf is in's dedupe entry if its Accept here set it (nil: looked up
+// by its session key and id).
+func entryOf(in bus.Inbound) *dedupeEntry {
+	e, _ := in.Ref.(*dedupeEntry)
+	return e
+}
+
+// isRerun reports whether in is a recovered message whose earlier run a
+// restart cut short (Recover: reruns).
+func (s *Store) isRerun(in bus.Inbound) bool {
+	if !in.Recovered {
+		return false
+	}
+	_, ok := s.reruns.Load(in.SessionKey + "\x00" + in.MessageID)
+	return ok
 }
 
 // Start implements record.Store: the start is made durable before the
@@ -252,12 +267,10 @@ func (s *Store) Finish(ctx context.Context, in bus.Inbound, reply *link.Message,
 // run_interrupted record. It is written under stopCtx: a cancel answers
 // the run but does not undo its start.
 func (s *Store) Start(_, stopCtx context.Context, in bus.Inbound) (answer *agent.Result, ok bool) {
-	key := in.SessionKey + "\x00" + in.MessageID
-	if _, ok := s.premarked.LoadAndDelete(key); ok {
+	if s.dedupe.takePremark(in.SessionKey, in.MessageID, entryOf(in)) {
 		return nil, true // recorded with the message (Accept) or the reply before it (Finish)
 	}
-	_, rerun := s.reruns.Load(key)
-	rerun = rerun && in.Recovered
+	rerun := s.isRerun(in)
 	if err := s.appendLog(stopCtx, in.SessionKey, startRecord(in, rerun)); err != nil {
 		// Not recorded, not run: the next start finds it unanswered.
 		s.log.Error("cannot record the start of a run; not run now",
@@ -265,7 +278,7 @@ func (s *Store) Start(_, stopCtx context.Context, in bus.Inbound) (answer *agent
 		return nil, false
 	}
 	if rerun {
-		s.reruns.Delete(key)
+		s.reruns.Delete(in.SessionKey + "\x00" + in.MessageID)
 	}
 	return nil, true
 }
