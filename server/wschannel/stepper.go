@@ -27,7 +27,8 @@ import (
 //
 // Both start goroutines as needed (a step may wait for the session log's
 // fsync, a write for a slow peer); one that finds maxIdle others idle, or
-// stays idle for workerIdle, exits.
+// stays idle for a whole period of workerIdle (between once and twice
+// workerIdle: internal/warm), exits.
 const (
 	maxIdleSteppers = 128
 	maxIdleWriters  = 128
