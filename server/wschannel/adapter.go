@@ -437,10 +437,7 @@ func (a *terminalAdapter) Close() {
 		return
 	}
 	a.stopped = true
-	conns := make([]*wsConn, 0, len(a.conns))
-	for c := range a.conns {
-		conns = append(conns, c)
-	}
+	conns := a.connsLocked()
 	a.mu.Unlock()
 	a.stopAccept()
 	for _, c := range conns {
@@ -469,14 +466,20 @@ func (a *terminalAdapter) waitConns(d time.Duration) {
 	case <-t.C:
 	}
 	a.mu.Lock()
-	late := make([]*wsConn, 0, len(a.conns))
-	for c := range a.conns {
-		late = append(late, c)
-	}
+	late := a.connsLocked()
 	a.mu.Unlock()
 	for _, c := range late {
 		c.closeSocket()
 	}
+}
+
+// connsLocked lists the open connections (a.mu held).
+func (a *terminalAdapter) connsLocked() []*wsConn {
+	conns := make([]*wsConn, 0, len(a.conns))
+	for c := range a.conns {
+		conns = append(conns, c)
+	}
+	return conns
 }
 
 // register makes c the live connection of its peer; it reports whether c
@@ -506,10 +509,7 @@ func (a *terminalAdapter) ReplaceElsewhere(peerID, edge string) {
 // CloseDevices implements Adapter.
 func (a *terminalAdapter) CloseDevices(code int, reason string) {
 	a.mu.Lock()
-	conns := make([]*wsConn, 0, len(a.conns))
-	for c := range a.conns {
-		conns = append(conns, c)
-	}
+	conns := a.connsLocked()
 	a.mu.Unlock()
 	for _, c := range conns {
 		c.closeWith(code, reason)

@@ -102,6 +102,16 @@ func testMetrics() *Metrics {
 	}
 }
 
+// depsAdapter is channel terminal-dev's adapter on d's fakes alone.
+func depsAdapter(d *deps, ev *events.Log, m *Metrics) *terminalAdapter {
+	cfg := config.Default().Channels[config.DefaultChannelID]
+	return newTerminalAdapter("terminal-dev", cfg, Deps{
+		Accept: accepter{d}, Records: records{d}, Presence: records{d}, Registry: devices{d}, Notices: mailboxes{}, Events: ev,
+		SessionKey: func(ch, acct, peer, thread string) string { return strings.Join([]string{ch, acct, peer, thread}, "/") },
+		Metrics:    m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, Options{})
+}
+
 // An adapter built from its Deps alone, with no server around it: the
 // connect handshake reaches the store and the registry before connected,
 // a message goes to the accept path and is acked, a reply is sent, and
@@ -110,12 +120,7 @@ func TestAdapterOnItsDeps(t *testing.T) {
 	d := &deps{}
 	ev := events.NewLog(100)
 	m := testMetrics()
-	cfg := config.Default().Channels[config.DefaultChannelID]
-	a := New("terminal-dev", cfg, Deps{
-		Accept: accepter{d}, Records: records{d}, Presence: records{d}, Registry: devices{d}, Notices: mailboxes{}, Events: ev,
-		SessionKey: func(ch, acct, peer, thread string) string { return strings.Join([]string{ch, acct, peer, thread}, "/") },
-		Metrics:    m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, Options{})
+	a := depsAdapter(d, ev, m)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { a.ServeUpgrade(w, r, 10) }))
 	defer hs.Close()
 	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(hs.URL, "http"), nil)

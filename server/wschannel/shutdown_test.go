@@ -2,8 +2,6 @@ package wschannel
 
 import (
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"termlink/link"
-	"termlink/server/config"
 	"termlink/server/events"
 )
 
@@ -23,13 +20,7 @@ import (
 // answers, and Close still returns, each device having had its 1001
 // first and its socket closed after.
 func TestCloseCutsOffDevicesThatDoNotAnswer(t *testing.T) {
-	d := &deps{}
-	cfg := config.Default().Channels[config.DefaultChannelID]
-	a := newTerminalAdapter("terminal-dev", cfg, Deps{
-		Accept: accepter{d}, Records: records{d}, Presence: records{d}, Registry: devices{d}, Notices: mailboxes{}, Events: events.NewLog(100),
-		SessionKey: func(ch, acct, peer, thread string) string { return strings.Join([]string{ch, acct, peer, thread}, "/") },
-		Metrics:    testMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, Options{})
+	a := depsAdapter(&deps{}, events.NewLog(100), testMetrics())
 	a.closeGrace, a.shutdown = time.Hour, 50*time.Millisecond
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { a.ServeUpgrade(w, r, 10) }))
 	defer hs.Close()

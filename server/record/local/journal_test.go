@@ -114,22 +114,30 @@ func TestJournalReplayFillsSessionFiles(t *testing.T) {
 	}
 }
 
-// An append (the write-ahead log, then the session store's pending
-// lines) reuses its encoding buffer: at most the log's batch (its struct
-// and done channel: one batch per append here, as nothing else appends)
-// is allocated per append once the session's buffers have grown.
-func TestJournalAppendAllocs(t *testing.T) {
+// openTestJournal opens a journal (no fsync) over a write-behind session
+// store in a temporary directory; both close with the test.
+func openTestJournal(t *testing.T) (*journal, *session.Store) {
+	t.Helper()
 	dir := t.TempDir()
 	store, err := session.Open(filepath.Join(dir, "sessions"), session.Options{NoSync: true, SyncLater: true, WriteBehind: true, Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	t.Cleanup(func() { store.Close() })
 	j, err := openJournal(filepath.Join(dir, "wal"), wal.Options{NoSync: true}, store, quietLog(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer j.close()
+	t.Cleanup(func() { j.close() })
+	return j, store
+}
+
+// An append (the write-ahead log, then the session store's pending
+// lines) reuses its encoding buffer: at most the log's batch (its struct
+// and done channel: one batch per append here, as nothing else appends)
+// is allocated per append once the session's buffers have grown.
+func TestJournalAppendAllocs(t *testing.T) {
+	j, store := openTestJournal(t)
 	const key = "terminal-dev:local:allocs"
 	recs := []session.Record{{Role: "user", Content: "hello", MessageID: "m1", RunID: "run-1", Timestamp: "2026-01-02T03:04:05.000000"}}
 	for range 200 { // the pending buffer and the log's batch buffers grow
@@ -155,17 +163,7 @@ func TestJournalAppendAllocs(t *testing.T) {
 // the appends in flight (what the journal kept before) over appends that
 // begin and end out of order, the log's Next moving between them.
 func TestJournalFloorIsOldestInFlight(t *testing.T) {
-	dir := t.TempDir()
-	store, err := session.Open(filepath.Join(dir, "sessions"), session.Options{NoSync: true, SyncLater: true, WriteBehind: true, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	j, err := openJournal(filepath.Join(dir, "wal"), wal.Options{NoSync: true}, store, quietLog(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.close()
+	j, _ := openTestJournal(t)
 	model := map[uint64]wal.LSN{}
 	var ids []uint64
 	rng := rand.New(rand.NewPCG(1, 2))
