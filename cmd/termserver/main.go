@@ -28,6 +28,7 @@ import (
 	"termlink/internal/buildinfo"
 	"termlink/internal/debugserver"
 	"termlink/internal/memtrim"
+	"termlink/internal/sdlisten"
 	"termlink/link/discover"
 	"termlink/server"
 	"termlink/server/config"
@@ -101,10 +102,14 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, passed, err := openListener(cfg.Listen, *listen != "")
 	if err != nil {
 		_ = srv.Shutdown(context.Background())
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return err
+	}
+	if passed {
+		log.Info("serving the socket the service manager passed (socket activation: devices that dial while termserver restarts wait for it)",
+			"addr", ln.Addr().String(), "config_listen_ignored", cfg.Listen)
 	}
 	ctx, stop := stopOnSignal(log)
 	defer stop()
@@ -141,6 +146,34 @@ func run(args []string) error {
 	err = srv.Serve(ctx, ln, *grace)
 	log.Info("termserver stopped")
 	return err
+}
+
+// openListener is the server's listening socket: the one the service manager
+// passed (systemd's termserver.socket, package sdlisten; passed is true)
+// or a new one on addr. A passed socket and a --listen flag (flagged) are
+// two answers to one question: an error says to drop one.
+func openListener(addr string, flagged bool) (ln net.Listener, passed bool, err error) {
+	lns, err := sdlisten.Listeners()
+	if err != nil {
+		return nil, false, err
+	}
+	switch {
+	case len(lns) == 1 && flagged:
+		lns[0].Close()
+		return nil, false, fmt.Errorf("--listen %s and a socket passed by the service manager (LISTEN_FDS): give one; with termserver.socket, drop --listen", addr)
+	case len(lns) == 1:
+		return lns[0].Listener, true, nil
+	case len(lns) > 1:
+		for _, l := range lns {
+			l.Close()
+		}
+		return nil, false, fmt.Errorf("socket activation passed %d sockets; termserver serves one (one ListenStream= in termserver.socket)", len(lns))
+	}
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		return nil, false, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return ln, false, nil
 }
 
 // stopOnSignal returns a context that ends at the first SIGINT or

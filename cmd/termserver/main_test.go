@@ -76,7 +76,12 @@ var listenRE = regexp.MustCompile(`termserver listening"? addr=(\S+)`)
 // and waits until it listens.
 func start(t *testing.T, cfg string, extra ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"--config", cfg, "--listen", "127.0.0.1:0"}, extra...)...)
+	return startCmd(t, exec.Command(binary, append([]string{"--config", cfg, "--listen", "127.0.0.1:0"}, extra...)...))
+}
+
+// startCmd runs cmd, a termserver command line, and waits until it listens.
+func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -87,10 +87,24 @@ func TestServiceUnits(t *testing.T) {
 			t.Errorf("termserver.service %s (%v): %v\n%s", key, args[1:], err, out)
 		}
 	}
+	// The socket unit: one listening stream socket (termserver serves
+	// one, and refuses Accept=yes's connections), on the example's port.
+	sk := unitKeys(t, "termserver.socket")
+	if ls := sk["ListenStream"]; len(ls) != 1 || !strings.HasSuffix(ls[0], ":8080") {
+		t.Errorf("termserver.socket: ListenStream=%v, want one on the example's port 8080", ls)
+	}
+	if a := sk["Accept"]; len(a) != 0 && a[0] != "no" {
+		t.Errorf("termserver.socket: Accept=%v; termserver takes the listening socket", a)
+	}
+	if !strings.Contains(string(ex), `"listen": "0.0.0.0:8080"`) {
+		t.Errorf("examples/termserver.json does not listen where termserver.socket does")
+	}
 	// systemd's own check where systemd-analyze is installed.
 	sa := needtool.Path(t, "systemd-analyze", "systemd's own check of the units; apt-get install systemd")
 	dir := t.TempDir()
-	for _, unit := range []string{"termserver.service", "../termd/termd.service"} {
+	// termserver.service is written before termserver.socket, whose check
+	// needs the service beside it.
+	for _, unit := range []string{"termserver.service", "termserver.socket", "../termd/termd.service"} {
 		b, _ := os.ReadFile(unit)
 		// Point ExecStart at a program that exists here.
 		s := strings.NewReplacer("/usr/local/bin/termserver", binary, "/usr/local/bin/termd", binary).Replace(string(b))
