@@ -30,12 +30,35 @@
 # while. TERMSERVER=path measures another build. KEEP=1 keeps the scratch dir
 # (the reconnect log rec.jsonl, the /healthz polls, the server's log).
 #
+# HOLD=1 holds the listening socket across the restarts, as systemd's
+# termserver.socket does (socket activation, README): the script runs
+# under a parent that listens (backlog 4096) and passes the socket to
+# each termserver as descriptor 3 with LISTEN_FDS/LISTEN_PID, so a device
+# that dials while no termserver runs waits in the queue instead of
+# being refused. The build must take a passed socket (internal/sdlisten).
+#
 # Both processes need N descriptors and more: the script raises the soft
 # and hard `ulimit -n` to N+10000 (raising the hard limit needs root or
 # CAP_SYS_RESOURCE; without it, it stops and says so).
 set -euo pipefail
 N=${1:-10000}
 RUNS=${2:-3}
+if [ -n "${HOLD:-}" ] && [ -z "${STORM_HELD_PORT:-}" ]; then
+	# Re-run this script under a parent holding the socket at descriptor 3.
+	exec python3 -c '
+import os, socket, sys
+port = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", port))
+s.listen(4096)
+if s.fileno() != 3:
+    os.dup2(s.fileno(), 3)
+os.set_inheritable(3, True)
+os.environ["STORM_HELD_PORT"] = str(port)
+os.execvp("bash", ["bash"] + sys.argv[2:])
+' $((20000 + RANDOM % 12000)) "$0" "$@"
+fi
 STABLE=${STABLE:-61} # seconds the links stay up before each kill (link.DefaultStableAfter + 1)
 cd "$(dirname "$0")/../.."
 want=$((N + 10000))
@@ -65,7 +88,7 @@ ec="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
 	chmod 600 ./*-key.pem
 ) 2>"$tmp/openssl.log" || { cat "$tmp/openssl.log" >&2; exit 1; }
 
-port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-)
+port=${STORM_HELD_PORT:-$((20000 + RANDOM % 12000))} # below the ephemeral range (32768-)
 dport=$((port + 1))
 health=https://127.0.0.1:$port/healthz
 cat >"$tmp/cfg.json" <<JSON
@@ -75,7 +98,11 @@ JSON
 
 now() { date +%s%N; }
 serve() {
-	"$TERMSERVER" --config "$tmp/cfg.json" --listen 127.0.0.1:$port --debug-addr 127.0.0.1:$dport 2>>"$tmp/server.log" &
+	if [ -n "${STORM_HELD_PORT:-}" ]; then # the held socket is descriptor 3
+		LISTEN_FDS=1 sh -c 'LISTEN_PID=$$ exec "$0" "$@"' "$TERMSERVER" --config "$tmp/cfg.json" --debug-addr 127.0.0.1:$dport 2>>"$tmp/server.log" &
+	else
+		"$TERMSERVER" --config "$tmp/cfg.json" --listen 127.0.0.1:$port --debug-addr 127.0.0.1:$dport 2>>"$tmp/server.log" 3<&- &
+	fi
 	SPID=$!
 }
 # healthy: waits for the first /healthz answer (every 10 ms) and prints its time.
@@ -91,6 +118,7 @@ hz=$(getconf CLK_TCK)
 
 # The /healthz poller: one line per poll, "start_ns http_code seconds".
 poll() {
+	exec 3<&- # not the held socket's holder
 	while :; do
 		t=$(now)
 		r=$(curl -s --cacert "$tmp/ca.pem" -m 5 -o /dev/null -w '%{http_code} %{time_total}' "$health" || true)
@@ -217,6 +245,8 @@ storm() {
 	echo "  load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
+held="opened by each termserver"
+[ -z "${STORM_HELD_PORT:-}" ] || held="held across restarts (HOLD=1)"
 for run in $(seq 1 "$RUNS"); do
 	rm -rf "$tmp/ws"
 	: >"$tmp/rec.jsonl"
@@ -225,11 +255,11 @@ for run in $(seq 1 "$RUNS"); do
 	poll >"$tmp/polls" &
 	PPID_=$!
 	"$tmp/termrig" load --server "wss://127.0.0.1:$port" --ca-file "$tmp/ca.pem" --client --hold --devices "$N" \
-		--connect-rate 300 --report-reconnects "$tmp/rec.jsonl" --json >"$tmp/rep.json" 2>"$tmp/load.err" &
+		--connect-rate 300 --report-reconnects "$tmp/rec.jsonl" --json >"$tmp/rep.json" 2>"$tmp/load.err" 3<&- &
 	LPID=$!
 	for _ in $(seq 1 300); do grep -q "connected [0-9]* devices" "$tmp/load.err" && break; sleep 1; done
 	grep -q "connected $N devices" "$tmp/load.err" || { echo "devices did not all connect:" >&2; tail -5 "$tmp/load.err" >&2; exit 1; }
-	echo "run $run: $N devices connected over wss:// (server fds $(ls /proc/$SPID/fd | wc -l), ulimit -n $(ulimit -n))"
+	echo "run $run: $N devices connected over wss:// (listening socket $held; server fds $(ls /proc/$SPID/fd | wc -l), ulimit -n $(ulimit -n))"
 	storm TERM
 	storm KILL
 	kill -INT $LPID; wait $LPID 2>/dev/null || true
