@@ -132,12 +132,18 @@ func tcpListenerFile(t *testing.T) (*os.File, string) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	f, err := ln.(*net.TCPListener).File()
+	return fileOf(t, ln.(*net.TCPListener)), ln.Addr().String()
+}
+
+// fileOf is a duplicate of a socket's descriptor, closed at the test's end.
+func fileOf(t *testing.T, s interface{ File() (*os.File, error) }) *os.File {
+	t.Helper()
+	f, err := s.File()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	return f, ln.Addr().String()
+	return f
 }
 
 // A passed listening socket is served by the child, which takes it and
@@ -182,23 +188,14 @@ func TestListenersRefusesWhatIsNotAListeningSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer udp.Close()
-	uf, err := udp.(*net.UDPConn).File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer uf.Close()
-	lf, addr := tcpListenerFile(t)
-	_ = lf
+	uf := fileOf(t, udp.(*net.UDPConn))
+	_, addr := tcpListenerFile(t)
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	cf, err := conn.(*net.TCPConn).File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cf.Close()
+	cf := fileOf(t, conn.(*net.TCPConn))
 	regular, err := os.CreateTemp(t.TempDir(), "file")
 	if err != nil {
 		t.Fatal(err)
