@@ -129,7 +129,8 @@ poll() {
 
 cat >"$tmp/analyze.py" <<'PY'
 import json, sys
-log, off, n, t_kill, t_health, t_done, polls, cpu_ms, load_ms, kind = sys.argv[1:11]
+log, off, n, t_kill, t_health, t_done, polls, cpu_ms, load_ms, kind, t_listen = sys.argv[1:12]
+t_listen = int(t_listen)
 off, n, t_kill, t_health, t_done = int(off), int(n), int(t_kill), int(t_health), int(t_done)
 with open(log, 'rb') as f:
     f.seek(off)
@@ -173,7 +174,7 @@ def pct(vals):
 lat, bad, seen = [], 0, 0
 for line in open(polls):
     p = line.split()
-    if len(p) != 3 or not (t_health <= int(p[0]) <= t_done):
+    if len(p) != 3 or not (t_kill <= int(p[0]) <= t_done):
         continue
     seen += 1
     if p[1] != '200':
@@ -185,16 +186,16 @@ p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else float('nan')
 worst = lat[-1] if lat else float('nan')
 t50, t99, t100 = at(0.5), at(0.99), at(1.0)
 storm_s = ((t100 or t_done) - t_health) / 1e9
-print('%s: back %d/%d; from /healthz 50%% %ss 99%% %ss 100%% %ss; from the kill 50%% %ss 99%% %ss 100%% %ss; server down %.2fs'
+print('%s: back %d/%d; from /healthz 50%% %ss 99%% %ss 100%% %ss; from the kill 50%% %ss 99%% %ss 100%% %ss; server down %.2fs (listening again %.2fs after the kill)'
       % (kind, len(up), n, s(t50, t_health), s(t99, t_health), s(t100, t_health),
-         s(t50, t_kill), s(t99, t_kill), s(t100, t_kill), (t_health - t_kill) / 1e9))
+         s(t50, t_kill), s(t99, t_kill), s(t100, t_kill), (t_health - t_kill) / 1e9, (t_listen - t_kill) / 1e9))
 print('  link lost after the kill: %s; first attempt after the kill: %s; last attempt to connected: %s; attempts per device: %s'
       % (pct([t - t_kill for t in down.values()]), pct([t - t_kill for t in first_dial.values()]),
          pct([up[d] - last_dial[d] for d in up if d in last_dial]), dist(dials)))
 share = lambda v: 100 * float(v) / 1000 / storm_s if storm_s > 0 else 0
 print('  CPU from /healthz to the last device back (%.2fs): server %s ms (%.0f%% of one core, %.2f ms a device), termrig load %s ms (%.0f%%, %.2f ms a device)'
       % (storm_s, cpu_ms, share(cpu_ms), float(cpu_ms) / n, load_ms, share(load_ms), float(load_ms) / n))
-print('  /healthz polls during the storm: %d, failed %d, latency p99 %.0f ms, worst %.0f ms' % (seen, bad, p99, worst))
+print('  /healthz polls from the kill to the last device back: %d, failed %d, latency p99 %.0f ms, worst %.0f ms (each waits up to 5 s)' % (seen, bad, p99, worst))
 print('  failed attempts per device while down (count:devices): %s; by class %s' % (dist(fails_before), classes_before or '{}'))
 print('  failed attempts per device after /healthz answered (count:devices): %s; by class %s; devices refused more than once: %d'
       % (dist(fails_after), classes_after or '{}', sum(1 for v in fails_after.values() if v > 1)))
@@ -205,7 +206,7 @@ PY
 # storm SIGNAL: kills the server with SIGNAL, starts it again at once and
 # waits until every device is back (at most 120 s).
 storm() {
-	local sig=$1 off t_kill t_health t_done c0 c1 l0 l1 up prof= profpid= ov0 ov1
+	local sig=$1 off t_kill t_listen before t_health t_done c0 c1 l0 l1 up prof= profpid= ov0 ov1
 	# A device's backoff starts again from RetryInitial only once its link
 	# has stayed up StableAfter (link.DefaultStableAfter, 60 s): a storm
 	# right after the last one would meet devices still backing off from
@@ -217,7 +218,11 @@ storm() {
 	t_kill=$(now)
 	kill -"$sig" $SPID
 	wait $SPID 2>/dev/null || true
+	before=$(grep -c "termserver listening" "$tmp/server.log" || true)
 	serve
+	# The new process is listening (its log says so; every 10 ms).
+	until [ "$(grep -c "termserver listening" "$tmp/server.log" || true)" -gt "$before" ]; do sleep 0.01; done
+	t_listen=$(now)
 	t_health=$(healthy)
 	c0=$(cpu $SPID) l0=$(cpu $LPID)
 	if [ -n "${PROFILE:-}" ]; then
@@ -236,7 +241,7 @@ storm() {
 	sleep 2 # /healthz polls after the storm
 	[ -z "$profpid" ] || wait $profpid || true
 	python3 "$tmp/analyze.py" "$tmp/rec.jsonl" "$off" "$N" "$t_kill" "$t_health" "$t_done" "$tmp/polls" \
-		$(( (c1 - c0) * 1000 / hz )) $(( (l1 - l0) * 1000 / hz )) "SIG$sig" | tee -a "$tmp/results"
+		$(( (c1 - c0) * 1000 / hz )) $(( (l1 - l0) * 1000 / hz )) "SIG$sig" "$t_listen" | tee -a "$tmp/results"
 	# Since the restart (the /healthz polls' own are full handshakes); a
 	# build without the metric prints nothing.
 	curl -s --cacert "$tmp/ca.pem" -m 5 "https://127.0.0.1:$port/metrics" | grep '^termlink_tls_handshakes_total' |
