@@ -34,7 +34,10 @@ import (
 // (still one at a time, never two: writing says one runs), so an idle
 // connection costs no goroutine (one without the readiness loop) and no
 // buffers, and a busy one does not
-// start a goroutine (and grow its stack) per batch. Acks, errors and
+// start a goroutine (and grow its stack) per batch. When no writer runs,
+// the reader writes the frames it queues itself (enqueue: a message's
+// ack, a pong, connected), as the writer for that one batch, instead of
+// waking a worker for it. Acks, errors and
 // replies are encoded into pooled buffers that go back once written.
 //
 // A message a full waiting bound refuses (router.Admission: the session's
