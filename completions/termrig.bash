@@ -78,8 +78,8 @@ _termrig_complete() {
 		values="--channel --peer-id --pings --server --timeout --token"
 		;;
 	"load")
-		words="--ca-file --channel --client --connect-rate --connect-timeout --devices --drain --duration --hold --json --move --outbox --peer-prefix --rate --report-reconnects --server --server-pid --stream --text --token --v"
-		files="--ca-file --report-reconnects"
+		words="--ca-file --channel --client --connect-rate --connect-timeout --devices --drain --duration --hold --json --latency-log --move --outbox --peer-prefix --rate --report-reconnects --server --server-pid --stream --text --token --v"
+		files="--ca-file --latency-log --report-reconnects"
 		values="--channel --connect-rate --connect-timeout --devices --drain --duration --move --outbox --peer-prefix --rate --server --server-pid --text --token"
 		;;
 	"release")

@@ -82,6 +82,7 @@ func (a *app) load(ctx context.Context, args []string) error {
 	fs.Var(intFlag{&opt.ServerPID}, "server-pid", "report the CPU time process `PID` (the server, on this machine) spent sending and draining, per reply")
 	fs.StringVar(&opt.CAFile, "ca-file", "", "trust the CA certificates of PEM `file` for wss:// (instead of the system roots)")
 	reconnects := fs.String("report-reconnects", "", "with --client: write each device's link losses, failed attempts to get it back and reconnects to `file` (JSON lines)")
+	latencies := fs.String("latency-log", "", "write one line per message to `file` at the end: send time (Unix ns), ack and reply delay (µs, -1: none), message id")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("v", false, "log per-device errors to stderr")
 	if err := parse(fs, usage, args); err != nil {
@@ -154,6 +155,14 @@ func (a *app) load(ctx context.Context, args []string) error {
 		}
 		defer f.Close()
 		opt.Reconnects = f
+	}
+	if *latencies != "" {
+		f, err := os.Create(*latencies)
+		if err != nil {
+			return usagef("--latency-log: %v", err)
+		}
+		defer f.Close()
+		opt.Latencies = f // buffered by the writer
 	}
 	rep, err := load.Run(ctx, opt)
 	if err != nil {

@@ -89,6 +89,7 @@ func TestLoadReconnectFlags(t *testing.T) {
 		{[]string{"--report-reconnects", filepath.Join(dir, "r.jsonl")}, "--report-reconnects follows link.Client's reconnects: add --client"},
 		{[]string{"--client", "--report-reconnects", filepath.Join(dir, "no", "such", "r.jsonl")}, "--report-reconnects: open "},
 		{[]string{"--ca-file", filepath.Join(dir, "missing.pem")}, "CA file: open "},
+		{[]string{"--latency-log", filepath.Join(dir, "no", "such", "lat.txt")}, "--latency-log: open "},
 	} {
 		code, stdout, stderr := runTermrig(t, append([]string{"load", "--server", "ws://127.0.0.1:1"}, tt.args...)...)
 		if code != 2 || !strings.Contains(stderr, tt.want) || stdout != "" {

@@ -34,7 +34,10 @@ import (
 // (still one at a time, never two: writing says one runs), so an idle
 // connection costs no goroutine (one without the readiness loop) and no
 // buffers, and a busy one does not
-// start a goroutine (and grow its stack) per batch. Acks, errors and
+// start a goroutine (and grow its stack) per batch. When no writer runs,
+// the reader writes the frames it queues itself (enqueue: a message's
+// ack, a pong, connected), as the writer for that one batch, instead of
+// waking a worker for it. Acks, errors and
 // replies are encoded into pooled buffers that go back once written.
 //
 // A message a full waiting bound refuses (router.Admission: the session's
@@ -624,6 +627,10 @@ func (c *wsConn) finish(reason string) {
 
 // enqueue hands the writer a frame from the reader, waiting while the
 // queue is full: the reader stops reading until the writer catches up.
+// When no writer runs, the reader is the writer for this one batch: it
+// takes what waits (the frame, and anything queued before it) and writes
+// it itself (writeInline), instead of waking a writer worker for it: a
+// message's ack then costs no goroutine hand-off, and is never delayed.
 func (c *wsConn) enqueue(f outFrame) bool {
 	for paused := false; ; paused = true {
 		c.mu.Lock()
@@ -634,8 +641,17 @@ func (c *wsConn) enqueue(f outFrame) bool {
 		case c.q == nil || len(c.q.frames) < c.maxFrames():
 			q := c.busy()
 			q.frames = append(q.frames, f)
-			c.startWriterLocked()
+			if c.writing { // it takes the frame
+				c.mu.Unlock()
+				return true
+			}
+			// Open or greeted (not closing: no close frame is due, so
+			// the batch never waits for the reader's own end).
+			c.writing = true
+			var b batch
+			c.take(&b)
 			c.mu.Unlock()
+			c.writeInline(&b)
 			return true
 		}
 		r := c.rareLocked()
@@ -836,6 +852,25 @@ func (c *wsConn) writePump() {
 			return
 		}
 	}
+}
+
+// writeInline writes b, taken by the caller as the connection's writer
+// (c.writing set by it, under the same hold of c.mu as the take), then
+// hands the writer's part on to a worker if more waits by then (a reply
+// that came meanwhile), or stops being the writer.
+func (c *wsConn) writeInline(b *batch) {
+	if err := c.writeBatch(b); err != nil {
+		c.fail(err)
+		return
+	}
+	b.release()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.q != nil && !c.q.idle() && c.state != connClosed {
+		c.a.writers.Run(c) // writing stays set: the worker's writePump takes it
+		return
+	}
+	c.writerStoppedLocked()
 }
 
 // take moves what waits into b (c.mu held): the reader's frames, then,

@@ -11,12 +11,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
 	"termlink/internal/testwait"
+	"termlink/internal/warm"
 	"termlink/link"
 	"termlink/server/bus"
 	"termlink/server/config"
@@ -191,11 +193,11 @@ func TestAckAndReadyReplyShareAWrite(t *testing.T) {
 	dev, wire := dial("dev")
 	c := peerConn(a, "dev")
 
-	// The writer is busy: the pong of a ping waits at the socket.
+	// The writer is busy: an earlier reply waits at the socket. (Not a
+	// pong: the reader writes that itself when no writer runs, and would
+	// then wait at the socket instead of reading m1.)
 	blocked, release := wire.holdNext()
-	if err := dev.ws.WriteControl(websocket.PingMessage, []byte("p"), time.Now().Add(10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	a.Send(final("dev", "m0", "an earlier reply"))
 	<-blocked
 	dev.send(&link.Message{MessageID: "m1", Text: "hello"})
 	testwait.Until(t, "the ack and the reply queued", func() bool {
@@ -205,18 +207,21 @@ func TestAckAndReadyReplyShareAWrite(t *testing.T) {
 	})
 	n := wire.count()
 	release()
+	if f := dev.read(); !isReply(f, "m0") {
+		t.Fatalf("first frame %#v, want m0's reply", f)
+	}
 	if f := dev.read(); !isAck(f, "m1") {
-		t.Fatalf("first frame %#v, want m1's ack", f)
+		t.Fatalf("second frame %#v, want m1's ack", f)
 	}
 	if f := dev.read(); !isReply(f, "m1") {
-		t.Fatalf("second frame %#v, want m1's reply", f)
+		t.Fatalf("third frame %#v, want m1's reply", f)
 	}
 	w := wire.since(n)
-	if len(w) != 2 { // the pong's, then the ack's and the reply's
-		t.Fatalf("%d writes after the pong's was let go, want the pong's and one more: %q", len(w), w)
+	if len(w) != 2 { // m0's reply, then the ack's and the reply's
+		t.Fatalf("%d writes after m0's reply was let go, want its own and one more: %q", len(w), w)
 	}
 	if !bytes.Contains(w[1], []byte(`"type":"ack"`)) || !bytes.Contains(w[1], []byte("reply to m1")) {
-		t.Fatalf("the batch after the pong wrote %q, want the ack and the reply in one write", w[1])
+		t.Fatalf("the batch after m0's reply wrote %q, want the ack and the reply in one write", w[1])
 	}
 }
 
@@ -297,4 +302,48 @@ func isAck(f link.Frame, id string) bool {
 func isReply(f link.Frame, id string) bool {
 	m, ok := f.(*link.Message)
 	return ok && m.MessageID == id && m.IsReply()
+}
+
+// With no writer running, the reader writes the frames it queues itself
+// (the connected frame, a message's ack, a pong): no writer worker is
+// woken for them, and the ack goes out in one write before the reader
+// reads on. A reply (queued by a run, not the reader) still goes through
+// a writer worker; after each, the connection holds no writer and no
+// queue.
+func TestReaderWritesItsFramesWhenTheWriterIsIdle(t *testing.T) {
+	h := &hotAccepter{}
+	a, dial := newWireRig(t, h, true)
+	var runs atomic.Int64
+	a.writers = warm.New(maxIdleWriters, workerIdle, func(c *wsConn) { runs.Add(1); c.writePump() })
+	dev, wire := dial("dev")
+	c := peerConn(a, "dev")
+	idle := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return !c.writing && c.q == nil
+	}
+	testwait.Until(t, "the writer done after connected", idle)
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("%d writer workers woken for the connected frame, want none", n)
+	}
+	n := wire.count()
+	dev.send(&link.Message{MessageID: "m1", Text: "hello"})
+	if f := dev.read(); !isAck(f, "m1") {
+		t.Fatalf("got %#v, want m1's ack", f)
+	}
+	if w := wire.since(n); len(w) != 1 || !bytes.Contains(w[0], []byte(`"type":"ack"`)) {
+		t.Fatalf("writes %q, want the ack alone in one", w)
+	}
+	testwait.Until(t, "the writer done after the ack", idle)
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("%d writer workers woken for an ack, want none", n)
+	}
+	a.Send(final("dev", "m1", "the reply"))
+	if f := dev.read(); !isReply(f, "m1") {
+		t.Fatalf("got %#v, want m1's reply", f)
+	}
+	testwait.Until(t, "the writer done after the reply", idle)
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("%d writer workers woken for a reply, want one", n)
+	}
 }

@@ -23,7 +23,9 @@ import (
 //
 // The writers run a connection's writePump while it has something to
 // write; the connection says a writer runs (wsConn.writing), so never two
-// write one connection, and an idle connection holds none.
+// write one connection, and an idle connection holds none. The reader's
+// own frames (acks, pongs) are written by the reader when no writer runs
+// (wsConn.enqueue): no worker is woken for them.
 //
 // Both start goroutines as needed (a step may wait for the session log's
 // fsync, a write for a slow peer); one that finds maxIdle others idle, or

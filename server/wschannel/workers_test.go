@@ -1,6 +1,7 @@
 package wschannel
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -9,7 +10,7 @@ import (
 	"termlink/link"
 )
 
-// A connection that writes batch after batch (each ping's pong is one)
+// A connection that writes batch after batch (each reply is one)
 // runs its writer on a warm worker each time, not on a goroutine started
 // per batch; between batches the connection holds no writer.
 func TestWritersAreWarm(t *testing.T) {
@@ -34,10 +35,17 @@ func TestWritersAreWarm(t *testing.T) {
 	if _, ok := roundTrip(&link.Connect{PeerID: "dev-1"}).(*link.Connected); !ok {
 		t.Fatal("no connected")
 	}
+	// Replies: a pong the reader writes itself when no writer runs.
 	const n = 400
 	for i := range n {
-		if _, ok := roundTrip(&link.Ping{}).(*link.Pong); !ok {
-			t.Fatalf("ping %d: no pong", i)
+		id := "m-" + strconv.Itoa(i)
+		a.Send(final("dev-1", id, "reply"))
+		_, data, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f, err := link.Decode(data); err != nil || !isReply(f, id) {
+			t.Fatalf("reply %d: got %s (%v)", i, data, err)
 		}
 	}
 	if s := a.writers.Started(); s > 4 {

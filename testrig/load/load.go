@@ -319,6 +319,11 @@ func (r *runner) run(ctx context.Context) *Report {
 	}
 
 	rep := r.report(start, sendStart, sendEnd, ctx.Err() != nil)
+	if r.opt.Latencies != nil {
+		if err := r.track.writeLatencies(r.opt.Latencies); err != nil {
+			r.log.Warn("writing the latencies", "err", err)
+		}
+	}
 	cpu.fill(rep)
 	if err := r.reconnLog.flush(); err != nil {
 		r.log.Warn("writing the reconnect log", "err", err)

@@ -112,6 +112,12 @@ type Options struct {
 	// in Unix nanoseconds, for measuring a reconnect storm after a
 	// server restart (testrig/bench/storm.sh). Client mode only.
 	Reconnects io.Writer
+	// Latencies, when set, receives one line per message sent, written
+	// once the run is over: the send time (Unix nanoseconds), then the
+	// ack's and the final reply's delay after it in microseconds (-1:
+	// none came), then the message id. A time series of the round trips
+	// (which moments the slow ones share) beside a server's own traces.
+	Latencies io.Writer
 	// Status receives progress lines meant for a person, such as
 	// "connected N devices" in Hold mode (nil: discarded).
 	Status io.Writer

@@ -1,7 +1,11 @@
 package load
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -69,6 +73,8 @@ func (c *counter) counts() []Count {
 // sendState is what is known about one sent message.
 type sendState struct {
 	sent    time.Time
+	ackAt   time.Time
+	replyAt time.Time
 	acked   bool
 	replied bool
 	// Streaming (Options.Stream): the deltas received, the last seq on
@@ -171,6 +177,7 @@ func (t *tracker) ack(a *link.Ack, at time.Time) {
 	}
 	if !s.acked {
 		s.acked = true
+		s.ackAt = at
 		t.acked++
 		t.ackLat = append(t.ackLat, at.Sub(s.sent))
 	}
@@ -241,6 +248,7 @@ func (t *tracker) replyLocked(s *sendState, m *link.Message, at time.Time) {
 		s.streamed = ""
 	}
 	s.replied = true
+	s.replyAt = at
 	t.replied++
 	t.open--
 	t.rtt = append(t.rtt, at.Sub(s.sent))
@@ -305,4 +313,29 @@ func (t *tracker) repliedCount() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.replied
+}
+
+// writeLatencies writes one line per message sent (Options.Latencies):
+// the send time (UnixNano), the ack's and the reply's delay after it in
+// microseconds (-1: none), and the message id, in the order sent.
+func (t *tracker) writeLatencies(w io.Writer) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := make([]string, 0, len(t.msgs))
+	for id := range t.msgs {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return t.msgs[ids[i]].sent.Before(t.msgs[ids[j]].sent) })
+	us := func(s *sendState, at time.Time) int64 {
+		if at.IsZero() {
+			return -1
+		}
+		return at.Sub(s.sent).Microseconds()
+	}
+	bw := bufio.NewWriter(w)
+	for _, id := range ids {
+		s := t.msgs[id]
+		fmt.Fprintf(bw, "%d %d %d %s\n", s.sent.UnixNano(), us(s, s.ackAt), us(s, s.replyAt), id)
+	}
+	return bw.Flush()
 }
