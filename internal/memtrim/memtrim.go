@@ -8,18 +8,15 @@
 // Trimmer looks at the heap every period and, when the process is quiet
 // (it allocated less than half its live heap in the period: a collection
 // would not come on its own for two periods more) and the heap holds
-// more than MinSpare and an eighth of what is live beyond it (dead
+// more than MinSpare and a quarter of what is live beyond it (dead
 // objects, free pages), collects and returns the free pages at once
 // (debug.FreeOSMemory).
 //
 // The cost is a collection that would have come later and page faults
 // when the heap grows back: at most one full mark of the live heap a
-// period, in practice one each time the quiet process's garbage reaches
-// an eighth of its live heap (at 10,000 idle devices, about every 5 to
-// 10 s: tens of ms of CPU each). An eighth, not a quarter: the garbage
-// and free pages held between trims are an RSS every idle connection
-// pays for (issue 41), and a trim of a 20 MiB live heap costs about as
-// much CPU as the heartbeats of a few seconds. A busy process (allocating its live heap every
+// period, in practice one each time the quiet process's garbage reaches a
+// quarter of its live heap (at 10,000 idle devices, about every 10 s:
+// tens of ms of CPU each). A busy process (allocating its live heap every
 // two periods or faster) is left to the runtime, so the hot path pays
 // nothing; a small process (a server with 100 devices) rarely has
 // MinSpare to give back.
@@ -47,8 +44,8 @@ type Heap struct {
 type Trimmer struct {
 	// Every is the period (default 5 s): at most one trim per period.
 	Every time.Duration
-	// MinSpare is the least spare heap worth a trim (default 2 MiB); the
-	// spare must also exceed an eighth of the live heap.
+	// MinSpare is the least spare heap worth a trim (default 4 MiB); the
+	// spare must also exceed a quarter of the live heap.
 	MinSpare uint64
 	// Read and Free default to the runtime's metrics and
 	// debug.FreeOSMemory; tests inject theirs.
@@ -90,7 +87,7 @@ func (t *Trimmer) Run(ctx context.Context) {
 func (t *Trimmer) due(last, h Heap) bool {
 	minSpare := t.MinSpare
 	if minSpare == 0 {
-		minSpare = 2 << 20
+		minSpare = 4 << 20
 	}
 	if h.Allocs-last.Allocs >= h.Live/2 {
 		return false // busy: the runtime collects soon enough
@@ -99,7 +96,7 @@ func (t *Trimmer) due(last, h Heap) bool {
 		return false
 	}
 	spare := h.Held - h.Live
-	return spare > minSpare && spare > h.Live/8
+	return spare > minSpare && spare > h.Live/4
 }
 
 var names = []string{

@@ -43,11 +43,10 @@ func TestTrimmer(t *testing.T) {
 		want      int    // trims after three periods
 	}{
 		{"quiet with a burst's pages: trimmed once, then nothing is spare", 20 * mib, 60 * mib, 0, 1},
-		{"quiet, heartbeats' garbage: trimmed each period it passes an eighth of the live heap", 20 * mib, 20 * mib, 3 * mib, 3},
-		{"quiet, an eighth of the live heap spare (free pages): trimmed", 20 * mib, 23 * mib, 0, 1},
+		{"quiet, heartbeats' garbage: trimmed when it passes a quarter of the live heap", 20 * mib, 20 * mib, 3 * mib, 1},
 		{"busy: left to the runtime", 20 * mib, 60 * mib, 10 * mib, 0},
-		{"small process: never MinSpare enough", 2 * mib, 3*mib + mib/2, 0, 0},
-		{"nothing spare", 20 * mib, 22 * mib, 0, 0},
+		{"small process: never Spare enough", 2 * mib, 5 * mib, 0, 0},
+		{"nothing spare", 20 * mib, 24 * mib, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
