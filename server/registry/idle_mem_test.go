@@ -16,8 +16,8 @@ import (
 // busy frame, a screen or a health report makes the extra state; a
 // disconnect keeps only what is kept across connections.
 func TestIdleEntryHoldsNoExtra(t *testing.T) {
-	if s := unsafe.Sizeof(entry{}); s > 288 {
-		t.Fatalf("an entry is %d bytes, want at most 288 (the size class an idle device's entry fits)", s)
+	if s := unsafe.Sizeof(entry{}); s > 256 {
+		t.Fatalf("an entry is %d bytes, want at most 256 (the size class an idle device's entry fits)", s)
 	}
 	r := open(t, t.TempDir(), &clock{time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)})
 	defer r.Close()
@@ -153,5 +153,48 @@ func TestFlushLetsGoOfTheBurstsSet(t *testing.T) {
 	t.Logf("heap %d -> %d bytes after the flush: %d bytes per device let go", before, after, freed)
 	if freed < 10 {
 		t.Fatalf("the flush let go of %d bytes per device, want the burst's set (at least 10)", freed)
+	}
+}
+
+// An entry keeps one time for connected_since (online) and last_seen
+// (offline): a message from an online device leaves its connected_since
+// alone, a disconnect and a message after it move last_seen, and a
+// reconnect starts connected_since anew; reconnects are counted through
+// the entry's pointer.
+func TestEntrySinceIsConnectedSinceOrLastSeen(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	c := &clock{t0}
+	r := open(t, t.TempDir(), c)
+	defer r.Close()
+	at := func(d time.Duration) string { return formatTime(t0.Add(d)) }
+	gen, _, err := r.Connected(dev("p1", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.t = t0.Add(time.Minute)
+	r.MessageAccepted("ch", "p1")
+	p, _ := r.Get("ch", "p1")
+	if p.ConnectedSince == nil || *p.ConnectedSince != at(0) || p.LastSeen != at(time.Minute) {
+		t.Fatalf("online after a message: connected_since %v last_seen %s, want %s and %s", p.ConnectedSince, p.LastSeen, at(0), at(time.Minute))
+	}
+	if p.LastMessageAt == nil || *p.LastMessageAt != at(time.Minute) || p.ReconnectsLastHour != 0 {
+		t.Fatalf("last message %v reconnects %d", p.LastMessageAt, p.ReconnectsLastHour)
+	}
+	c.t = t0.Add(2 * time.Minute)
+	r.Disconnected("ch", "p1", gen)
+	c.t = t0.Add(3 * time.Minute)
+	if p, _ = r.Get("ch", "p1"); p.ConnectedSince != nil || p.LastSeen != at(2*time.Minute) {
+		t.Fatalf("offline: connected_since %v last_seen %s, want none and %s", p.ConnectedSince, p.LastSeen, at(2*time.Minute))
+	}
+	r.MessageAccepted("ch", "p1") // a message accepted as the connection ended
+	if p, _ = r.Get("ch", "p1"); p.LastSeen != at(3*time.Minute) {
+		t.Fatalf("offline after a message: last_seen %s, want %s", p.LastSeen, at(3*time.Minute))
+	}
+	c.t = t0.Add(4 * time.Minute)
+	if _, _, err := r.Connected(dev("p1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ = r.Get("ch", "p1"); p.ConnectedSince == nil || *p.ConnectedSince != at(4*time.Minute) || p.ReconnectsLastHour != 1 {
+		t.Fatalf("reconnected: connected_since %v reconnects %d, want %s and 1", p.ConnectedSince, p.ReconnectsLastHour, at(4*time.Minute))
 	}
 }

@@ -168,10 +168,12 @@ type Device struct {
 	Authenticated bool
 	// Shared is the glob ("kiosk-*") whose shared token the device
 	// connected with; "" for its own credential or none. SharedMax is
-	// how many peers that token may have in the channel (0: no bound).
+	// how many peers that token may have in the channel (0: no bound);
+	// an int32 next to Authenticated, so that the two share a word and
+	// an idle device's entry fits 256 bytes (TestIdleEntryHoldsNoExtra).
 	// An anonymous connect keeps what the device had.
+	SharedMax int32
 	Shared    string
-	SharedMax int
 
 	// BinarySHA256 is the running binary's SHA-256 the connect said
 	// (issue 43: a rollout sends a patch made from it); "" unless 64
@@ -297,15 +299,50 @@ func (e *SharedCapError) Error() string {
 // what an idle device never has is in x, so an entry fits the 288-byte
 // size class (TestIdleEntryHoldsNoExtra).
 type entry struct {
-	dev            Device // Authenticated: ever
-	gen            uint64 // of the live connection
-	bytes          int32  // accounted in the channel's budget (one device: a few KiB)
-	online         bool
-	connectedSince stamp
-	lastSeen       stamp
-	lastMessage    stamp
-	reconnects     []minuteCount // connects after the first, per minute, the last hour
-	x              *entryExtra
+	dev    Device // Authenticated: ever
+	gen    uint64 // of the live connection
+	bytes  int32  // accounted in the channel's budget (one device: a few KiB)
+	online bool
+	// since is when the live connection came while online, and when the
+	// device was last seen while offline (a view of an online device
+	// shows now as its last_seen): one field for the two.
+	since       stamp
+	lastMessage stamp
+	// rc is the connects after the first, per minute, the last hour; nil
+	// for none (an idle device that connected once). A pointer, not the
+	// slice: 16 bytes less in every entry (TestIdleEntryHoldsNoExtra).
+	rc *[]minuteCount
+	x  *entryExtra
+}
+
+// reconnects is the entry's connects after the first, per minute, the
+// last hour (nil: none).
+func (e *entry) reconnects() []minuteCount {
+	if e.rc == nil {
+		return nil
+	}
+	return *e.rc
+}
+
+// setReconnects keeps rc (addReconnect's new slice, or a stored one).
+func (e *entry) setReconnects(rc []minuteCount) {
+	switch {
+	case len(rc) == 0:
+		e.rc = nil
+	case e.rc == nil:
+		e.rc = &rc
+	default:
+		*e.rc = rc
+	}
+}
+
+// lastSeen is when the device was last seen; while it is online, that is
+// now, and the caller uses its own now.
+func (e *entry) lastSeen() stamp {
+	if e.online {
+		return 0
+	}
+	return e.since
 }
 
 // stamp is a time as Unix nanoseconds; 0 is the zero time.
@@ -592,8 +629,8 @@ func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error)
 	defer r.mu.Unlock()
 	cs := r.channel(d.ChannelID)
 	e := cs.peers[d.PeerID]
-	if d.Shared != "" && d.SharedMax > 0 && (e == nil || e.dev.Shared != d.Shared) && cs.shared[d.Shared] >= d.SharedMax {
-		return 0, ignored, &SharedCapError{ChannelID: d.ChannelID, Glob: d.Shared, Max: d.SharedMax}
+	if d.Shared != "" && d.SharedMax > 0 && (e == nil || e.dev.Shared != d.Shared) && cs.shared[d.Shared] >= int(d.SharedMax) {
+		return 0, ignored, &SharedCapError{ChannelID: d.ChannelID, Glob: d.Shared, Max: int(d.SharedMax)}
 	}
 	if e == nil {
 		if err := r.makeRoom(cs, d, size); err != nil {
@@ -609,13 +646,13 @@ func (r *Registry) Connected(d Device) (gen uint64, ignored []string, err error)
 		}
 		cs.countShared(e.dev.Shared, -1)
 		cs.countShared(d.Shared, 1)
-		e.reconnects = addReconnect(e.reconnects, now)
+		e.setReconnects(addReconnect(e.reconnects(), now))
 	}
 	r.gen++
 	e.dev, e.online, e.gen = d, true, r.gen
 	cs.resizeLocked(e)
-	e.connectedSince, e.lastSeen = stampOf(now), stampOf(now)
-	e.clearBusy() // said again by the new connection, and the screen: what it showed before is not what it shows now
+	e.since = stampOf(now) // connected since (online)
+	e.clearBusy()          // said again by the new connection, and the screen: what it showed before is not what it shows now
 	cs.markLocked(d.PeerID, dirtyFull)
 	r.publishLocked(cs, e)
 	return e.gen, ignored, nil
@@ -633,7 +670,7 @@ func (r *Registry) Disconnected(channelID, peerID string, gen uint64) {
 		return
 	}
 	e := cs.peers[peerID]
-	e.online, e.lastSeen = false, stampOf(now)
+	e.online, e.since = false, stampOf(now) // last seen (offline)
 	e.clearBusy()
 	cs.markLocked(peerID, dirtySeen)
 	r.publishLocked(cs, e)
@@ -648,7 +685,10 @@ func (r *Registry) MessageAccepted(channelID, peerID string) {
 	defer r.mu.Unlock()
 	if cs := r.channels[channelID]; cs != nil {
 		if e := cs.peers[peerID]; e != nil {
-			e.lastMessage, e.lastSeen = stampOf(now), stampOf(now)
+			e.lastMessage = stampOf(now)
+			if !e.online { // an online device's last_seen is now; since is its connect
+				e.since = stampOf(now)
+			}
 		}
 	}
 }
@@ -998,7 +1038,7 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 	d, x := e.dev, e.ex()
 	p := Peer{PeerID: d.PeerID, ChannelID: d.ChannelID, SessionID: d.SessionID, DeviceName: d.DeviceName,
 		Board: d.Board, Version: d.Version, Capabilities: d.Capabilities, Tags: d.Tags, Authenticated: d.Authenticated,
-		Online: e.online, LastSeen: formatTime(e.lastSeen.time()), RemoteAddr: d.RemoteAddr, Screen: x.screen,
+		Online: e.online, LastSeen: formatTime(e.since.time()), RemoteAddr: d.RemoteAddr, Screen: x.screen,
 		Platform: d.Platform, Update: x.update, SettingsVersion: d.SettingsVersion, SettingsError: x.settingsError, Busy: x.busy, Health: x.health,
 		BinarySHA256: d.BinarySHA256}
 	if p.Capabilities == nil {
@@ -1009,11 +1049,11 @@ func (r *Registry) peerLocked(e *entry, now time.Time) Peer {
 	}
 	if e.online {
 		p.LastSeen = formatTime(now) // the connection is alive (the server drops silent ones)
-		p.ConnectedSince = optTime(e.connectedSince.time())
+		p.ConnectedSince = optTime(e.since.time())
 	}
 	p.LastMessageAt = optTime(e.lastMessage.time())
-	p.Reconnects = e.reconnects
-	p.ReconnectsLastHour = reconnectsLastHour(e.reconnects, now)
+	p.Reconnects = e.reconnects()
+	p.ReconnectsLastHour = reconnectsLastHour(p.Reconnects, now)
 	p.NoticesPending = r.noticesLocked(d.ChannelID, d.PeerID)
 	return p
 }
@@ -1062,7 +1102,7 @@ func (r *Registry) makeRoom(cs *channelState, d Device, size int) error {
 				"channel", d.ChannelID, "peer_id", d.PeerID, "why", why)
 			return nil
 		}
-		at := cs.peers[id].lastSeen.time()
+		at := cs.peers[id].since.time() // offline: last seen
 		cs.removeLocked(id)
 		if r.opt.Forgot != nil {
 			r.opt.Forgot(d.ChannelID, id)
@@ -1126,7 +1166,7 @@ func (r *Registry) evictable(cs *channelState, maxRank int) string {
 			switch {
 			case rk > bestRank:
 				continue
-			case rk == bestRank && e.lastSeen >= bestE.lastSeen:
+			case rk == bestRank && e.since >= bestE.since: // offline: last seen
 				continue
 			}
 		}

@@ -14,7 +14,7 @@ import (
 
 // shared is d on the glob token glob, which may have max peers.
 func shared(d Device, glob string, max int) Device {
-	d.Authenticated, d.Shared, d.SharedMax = true, glob, max
+	d.Authenticated, d.Shared, d.SharedMax = true, glob, int32(max)
 	return d
 }
 

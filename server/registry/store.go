@@ -100,7 +100,7 @@ func storedOf(e *entry, seen time.Time) stored {
 	d := e.dev
 	return stored{Channel: d.ChannelID, PeerID: d.PeerID, SessionID: d.SessionID, DeviceName: d.DeviceName, Board: d.Board,
 		Version: d.Version, Platform: d.Platform, Settings: d.SettingsVersion, BinarySHA256: d.BinarySHA256, Capabilities: d.Capabilities, Tags: d.Tags, RemoteAddr: d.RemoteAddr, Authenticated: d.Authenticated,
-		Shared: d.Shared, LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage.time()), Reconnects: e.reconnects,
+		Shared: d.Shared, LastSeen: unixOrZero(seen), LastMessageAt: unixOrZero(e.lastMessage.time()), Reconnects: e.reconnects(),
 		Update: e.ex().update, SettingsError: e.ex().settingsError, Health: e.ex().health}
 }
 
@@ -113,7 +113,8 @@ func (r *Registry) putLocked(s stored) {
 	d, _ := sanitize(Device{ChannelID: s.Channel, PeerID: s.PeerID, SessionID: s.SessionID, DeviceName: s.DeviceName,
 		Board: s.Board, Version: s.Version, Platform: s.Platform, SettingsVersion: s.Settings, BinarySHA256: s.BinarySHA256, Capabilities: s.Capabilities, Tags: s.Tags, RemoteAddr: s.RemoteAddr,
 		Authenticated: s.Authenticated, Shared: s.Shared})
-	e := &entry{dev: d, lastSeen: stampOf(timeOf(s.LastSeen)), lastMessage: stampOf(timeOf(s.LastMessageAt)), reconnects: s.Reconnects}
+	e := &entry{dev: d, since: stampOf(timeOf(s.LastSeen)), lastMessage: stampOf(timeOf(s.LastMessageAt))}
+	e.setReconnects(s.Reconnects)
 	if r := boundReason(s.SettingsError); r != "" {
 		e.extra().settingsError = r
 	}
@@ -144,7 +145,7 @@ func (r *Registry) applyLocked(rec *logRecord) {
 	for _, s := range rec.Seen {
 		if cs := r.channels[s.Channel]; cs != nil {
 			if e := cs.peers[s.PeerID]; e != nil {
-				e.lastSeen, e.lastMessage = stampOf(timeOf(s.LastSeen)), stampOf(timeOf(s.LastMessageAt))
+				e.since, e.lastMessage = stampOf(timeOf(s.LastSeen)), stampOf(timeOf(s.LastMessageAt)) // loaded: offline
 			}
 		}
 	}
@@ -392,7 +393,7 @@ func (r *Registry) flush(all bool) error {
 			if e == nil {
 				continue
 			}
-			seen := e.lastSeen.time()
+			seen := e.since.time() // offline: last seen
 			if e.online {
 				seen = now
 			}
@@ -488,7 +489,7 @@ func (r *Registry) snapshot() error {
 				cs := r.channels[ch]
 				for _, id := range chunk {
 					if e := cs.peers[id]; e != nil {
-						seen := e.lastSeen.time()
+						seen := e.since.time() // offline: last seen
 						if e.online {
 							seen = now
 						}

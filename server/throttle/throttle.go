@@ -69,7 +69,8 @@ type Gate struct {
 	kinds   map[string]*bucket   // all sources of a kind
 	held    map[string]*heldKind // by kind
 	timer   *time.Timer
-	pruned  time.Time // the last pruneLocked
+	pruner  *time.Timer // pruneTick's, while buckets are kept
+	pruned  time.Time   // the last pruneLocked
 	closed  bool
 }
 
@@ -144,6 +145,7 @@ func (g *Gate) Allow(kind, source, detail string) bool {
 		if b == nil {
 			b = &bucket{tokens: float64(g.opt.Burst), at: now}
 			g.buckets[k] = b
+			g.schedulePruneLocked()
 		}
 	}
 	b.refill(now, float64(g.opt.Burst), float64(g.opt.Burst)/float64(g.opt.Every))
@@ -183,13 +185,45 @@ func (b *bucket) refill(now time.Time, max, perNs float64) {
 }
 
 // pruneLocked forgets the buckets that are full again (they behave as
-// new ones would).
+// new ones would). A map emptied is replaced: a map keeps its table
+// after deletes, and a gate that saw 10,000 devices connect would
+// otherwise hold the table of its MaxSources buckets for good.
 func (g *Gate) pruneLocked(now time.Time) {
 	g.pruned = now
 	for k, b := range g.buckets {
 		if b.tokens+float64(now.Sub(b.at))*float64(g.opt.Burst)/float64(g.opt.Every) >= float64(g.opt.Burst) {
 			delete(g.buckets, k)
 		}
+	}
+	if len(g.buckets) == 0 {
+		g.buckets = map[key]*bucket{}
+	}
+}
+
+// refillOne is how long a bucket takes to get one token back.
+func (g *Gate) refillOne() time.Duration { return g.opt.Every / time.Duration(g.opt.Burst) }
+
+// schedulePruneLocked has the buckets pruned once the newest can be full
+// again, and then every refillOne while any is kept: a quiet gate holds
+// none (g.mu held). An idle fleet's connects leave the "device connected"
+// line's buckets, MaxSources of them, otherwise kept until more sources
+// than that came (issue 41: tens of bytes per idle device at 10,000).
+func (g *Gate) schedulePruneLocked() {
+	if g.pruner == nil && !g.closed {
+		g.pruner = time.AfterFunc(g.refillOne(), g.pruneTick)
+	}
+}
+
+func (g *Gate) pruneTick() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pruner = nil
+	if g.closed {
+		return
+	}
+	g.pruneLocked(g.opt.Now())
+	if len(g.buckets) > 0 {
+		g.schedulePruneLocked()
 	}
 }
 
@@ -318,6 +352,10 @@ func (g *Gate) Close() {
 	}
 	g.mu.Lock()
 	g.closed = true
+	if g.pruner != nil {
+		g.pruner.Stop()
+		g.pruner = nil
+	}
 	g.mu.Unlock()
 	g.Flush()
 }

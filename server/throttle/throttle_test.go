@@ -177,3 +177,40 @@ func BenchmarkAllowHeld(b *testing.B) {
 		g.Allow("kind", "source", "detail")
 	}
 }
+
+// A quiet gate forgets its buckets once they are full again (a device
+// that logged one line: Every/Burst later; one that used its whole
+// burst: Every later), and lets go of the map's table: an idle fleet's
+// connect lines hold nothing.
+func TestQuietGateForgetsItsBuckets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := New(nil, Options{Burst: 10, Every: time.Minute, Summary: func(Summary) {}})
+		defer g.Close()
+		for i := range 1000 {
+			g.Allow("device connected", fmt.Sprintf("peer-%d", i), "")
+		}
+		for range 10 {
+			g.Allow("reply queue full", "noisy", "")
+		}
+		buckets := func() int { g.mu.Lock(); defer g.mu.Unlock(); return len(g.buckets) }
+		if n := buckets(); n != 1001 {
+			t.Fatalf("%d buckets after 1001 sources, want 1001", n)
+		}
+		time.Sleep(time.Minute/10 + time.Millisecond)
+		synctest.Wait()
+		if n := buckets(); n != 1 {
+			t.Fatalf("%d buckets a refill later, want 1 (the source that used its burst)", n)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		g.mu.Lock()
+		n, pruner := len(g.buckets), g.pruner
+		g.mu.Unlock()
+		if n != 0 || pruner != nil {
+			t.Fatalf("%d buckets and a pruner %v a minute later, want none", n, pruner)
+		}
+		if !g.Allow("device connected", "peer-1", "") {
+			t.Fatal("a pruned source is refused, want a full bucket")
+		}
+	})
+}

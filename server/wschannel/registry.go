@@ -1,6 +1,7 @@
 package wschannel
 
 import (
+	"math"
 	"strings"
 
 	"termlink/link"
@@ -29,7 +30,7 @@ func (c *wsConn) registryConnected(f *link.Connect) (uint64, error) {
 	shared, sharedMax := c.sharedCredential(f) // a glob token's peers are counted (identity.go)
 	gen, ignored, err := a.registry.Connected(registry.Device{ChannelID: a.id, PeerID: c.peerID, SessionID: c.sessionKey,
 		DeviceName: f.DeviceName, Board: f.Board, Version: f.Version, Platform: f.Platform, SettingsVersion: f.SettingsVersion, BinarySHA256: f.BinarySHA256, Capabilities: f.Capabilities, Tags: f.Tags,
-		RemoteAddr: c.remote, Authenticated: authed, Shared: shared, SharedMax: sharedMax})
+		RemoteAddr: c.remote, Authenticated: authed, Shared: shared, SharedMax: int32(min(sharedMax, math.MaxInt32))})
 	if err != nil {
 		return 0, err
 	}

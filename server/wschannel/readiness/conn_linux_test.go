@@ -194,12 +194,12 @@ func TestConnReadAndWriteWaitTogether(t *testing.T) {
 	}
 }
 
-// A detached socket is one object in the 112-byte size class: the Conn
+// A detached socket is one object in the 96-byte size class: the Conn
 // holds its Handle (not a pointer to a second object), and the Handle
 // calls its owner through an interface (no closure per socket).
 func TestConnIsOneObject(t *testing.T) {
-	if s := unsafe.Sizeof(Conn{}); s > 112 {
-		t.Fatalf("a Conn is %d bytes, want at most 112", s)
+	if s := unsafe.Sizeof(Conn{}); s > 96 {
+		t.Fatalf("a Conn is %d bytes, want at most 96", s)
 	}
 	if k := reflect.TypeFor[Conn]().Field(0).Type; k != reflect.TypeFor[Handle]() {
 		t.Fatalf("a Conn's first field is a %v, want its Handle", k)
@@ -221,5 +221,57 @@ func TestConnIsOneObject(t *testing.T) {
 	})
 	if allocs > 0 {
 		t.Fatalf("registering a Conn's handle allocates %.1f times, want none", allocs)
+	}
+}
+
+// Close while a read, a write (one each way: Wait's rule) and address
+// lookups are under way on other goroutines: each ends with net.ErrClosed (or what it did before the
+// close), Close returns once, a second Close says ErrClosed, and the
+// peer sees the end of the stream (the race detector checks that no
+// call reached the descriptor after it was closed).
+func TestConnCloseWhileInUse(t *testing.T) {
+	client, c, _ := detached(t)
+	const users = 8
+	started := make(chan struct{}, users)
+	done := make(chan error, users)
+	for i := range users {
+		go func() {
+			buf := make([]byte, 64)
+			started <- struct{}{}
+			for {
+				var err error
+				switch i {
+				case 0:
+					_, err = c.Read(buf)
+				case 1:
+					_, err = c.Write(buf)
+				default:
+					_ = c.RemoteAddr()
+					err = c.CloseWrite()
+				}
+				if errors.Is(err, net.ErrClosed) {
+					done <- nil
+					return
+				}
+			}
+		}()
+	}
+	go func() { _, _ = io.Copy(io.Discard, client) }() // room for the writers
+	for range users {
+		<-started
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for range users {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("a second Close: %v, want net.ErrClosed", err)
+	}
+	if a := c.RemoteAddr().String(); a != (&net.TCPAddr{}).String() {
+		t.Fatalf("a closed Conn's RemoteAddr is %s, want the empty address", a)
 	}
 }
