@@ -1,14 +1,11 @@
 package tlsconf
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,9 +18,7 @@ import (
 	"termlink/internal/testpki"
 	"termlink/internal/testwait"
 	"termlink/server/config"
-	"termlink/server/fdbudget"
 	"termlink/server/metrics"
-	"termlink/server/wschannel"
 )
 
 // pki is a CA and a server certificate for 127.0.0.1.
@@ -479,109 +474,4 @@ func FuzzParseTicketKeys(f *testing.F) {
 			}
 		}
 	})
-}
-
-// Every kind of handshake through the server's listener gives its turn
-// back (wschannel.HandshakeGate): full and resumed TLS 1.3, TLS 1.2, a
-// client that is refused (no TLS 1.3 or 1.2 in common), one that hangs
-// up after its ClientHello, and one that speaks plain HTTP, many at once
-// with one turn for all. A turn kept would stop every later handshake.
-func TestHandshakesGiveTheirTurnBack(t *testing.T) {
-	p := newPKI(t)
-	tc := mustLoad(t, p.config(t.TempDir()), nil, time.Now)
-	tc.gate = wschannel.NewHandshakeGate(1, time.Minute)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	guard := wschannel.NewConnGuard(fdbudget.New(1024).Pool(fdbudget.Sockets))
-	tln := tc.Listener(&http.Server{}, ln, guard)
-	var served sync.WaitGroup
-	go func() {
-		for {
-			c, err := tln.Accept()
-			if err != nil {
-				return
-			}
-			served.Add(1)
-			go func() {
-				defer served.Done()
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(time.Minute))
-				if c.(*tls.Conn).Handshake() == nil {
-					_, _ = c.Write([]byte("x"))
-				}
-			}()
-		}
-	}()
-	addr := ln.Addr().String()
-	conf13, conf12 := p.client(tls.VersionTLS13), p.client(tls.VersionTLS12)
-	tlsDial := func(conf *tls.Config) error {
-		c, err := tls.Dial("tcp", addr, conf)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = io.ReadFull(c, make([]byte, 1))
-		return err
-	}
-	var clients sync.WaitGroup
-	for i := range 40 {
-		clients.Add(1)
-		go func() {
-			defer clients.Done()
-			switch i % 5 {
-			case 0: // full, then resumed
-				if err := tlsDial(conf13); err != nil {
-					t.Errorf("TLS 1.3: %v", err)
-				}
-				if err := tlsDial(conf13); err != nil {
-					t.Errorf("TLS 1.3 resumed: %v", err)
-				}
-			case 1:
-				if err := tlsDial(conf12); err != nil {
-					t.Errorf("TLS 1.2: %v", err)
-				}
-			case 2: // refused: TLS 1.1 only
-				old := p.client(tls.VersionTLS11)
-				old.MinVersion = tls.VersionTLS10
-				if err := tlsDial(old); err == nil {
-					t.Errorf("a TLS 1.1 client was served")
-				}
-			case 3: // a ClientHello, then gone
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				tc := tls.Client(c, conf13.Clone())
-				ctx, cancel := context.WithCancel(context.Background())
-				cancel() // HandshakeContext writes its hello, then gives up
-				_ = tc.HandshakeContext(ctx)
-				c.Close()
-			case 4: // not TLS at all
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
-				io.Copy(io.Discard, c)
-				c.Close()
-			}
-		}()
-	}
-	clients.Wait()
-	testwait.UntilOK(t, "every handshake gave its turn back", func() error {
-		if n := tc.gate.Held(); n != 0 {
-			return fmt.Errorf("%d turns held", n)
-		}
-		return nil
-	})
-	if err := tlsDial(conf13); err != nil { // and the gate still admits
-		t.Fatalf("after the others: %v", err)
-	}
-	ln.Close()
-	served.Wait()
 }

@@ -48,7 +48,6 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -69,13 +68,7 @@ type TLS struct {
 	clients           map[string]*identity.ClientAuth // by channel id; only mutual TLS channels
 	tickets           *tickets
 	handshakes        atomic.Pointer[metrics.CounterVec] // by resumed; nil until Metrics
-	gate              *wschannel.HandshakeGate           // the server's share of a handshake, a few at a time
 }
-
-// gateWait is how long a handshake waits at most for its turn
-// (HandshakeGate): a device's connect timeout (link.Client's 10 s) has
-// passed by then, and it closed the connection or will find it closed.
-const gateWait = 10 * time.Second
 
 // Load loads what cfg.TLS and the channels' clientCA name; nil when TLS
 // is off. The session ticket keys come from the workspace (TicketKeysFile;
@@ -109,8 +102,7 @@ func load(cfg *config.Config, log *slog.Logger, now func() time.Time) (*TLS, err
 	if cfg.TLS.KeyFile == "" {
 		return nil, errors.New("tls: a certificate file is given but no key file (tls.keyFile or --tls-key)")
 	}
-	t := &TLS{certFile: cfg.TLS.CertFile, keyFile: cfg.TLS.KeyFile, clients: clients,
-		gate: wschannel.NewHandshakeGate(runtime.GOMAXPROCS(0), gateWait)}
+	t := &TLS{certFile: cfg.TLS.CertFile, keyFile: cfg.TLS.KeyFile, clients: clients}
 	cert, err := config.LoadKeyPair(t.certFile, t.keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("tls: %w", err)
@@ -152,11 +144,6 @@ func load(cfg *config.Config, log *slog.Logger, now func() time.Time) (*TLS, err
 // client that offers only TLS 1.2. It also rotates the ticket keys when
 // they are due (an atomic load until then).
 func (t *TLS) configFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-	// The server's work for this handshake starts now: in turn, as many
-	// at a time as there are CPUs (a reconnect storm; HandshakeGate).
-	if err := t.gate.Enter(hello.Context(), hello.Conn); err != nil {
-		return nil, err
-	}
 	t.tickets.maybeRotate()
 	if slices.Contains(hello.SupportedVersions, tls.VersionTLS13) {
 		return nil, nil
@@ -171,12 +158,6 @@ func (t *TLS) Metrics(reg *metrics.Registry) {
 	}
 	t.handshakes.Store(reg.NewCounterVec("termlink_tls_handshakes_total",
 		"TLS handshakes completed, by whether they resumed a session (a ticket: no certificate sent or checked, no signature made).", "resumed"))
-	reg.NewCounterFunc("termlink_tls_handshake_waits_total",
-		"TLS handshakes that waited for a turn (at most one per CPU does the server's work at a time: a reconnect storm is served in turn).",
-		func() float64 { w, _, _ := t.gate.Stats(); return float64(w) })
-	reg.NewCounterFunc("termlink_tls_handshakes_dropped_total",
-		"TLS handshakes dropped before any work: the device closed the connection while waiting for a turn, or no turn came within 10 s.",
-		func() float64 { _, d, o := t.gate.Stats(); return float64(d + o) })
 }
 
 func (t *TLS) countHandshake(cs tls.ConnectionState) error {

@@ -35,11 +35,6 @@ type stallConn struct {
 	span time.Duration // of the last write deadline; <= 0: none
 }
 
-func (c *stallConn) Close() error {
-	releaseTurn(c)
-	return c.Conn.Close()
-}
-
 func (c *stallConn) SetWriteDeadline(t time.Time) error {
 	c.setSpan(t)
 	return c.Conn.SetWriteDeadline(t)
@@ -60,9 +55,6 @@ func (c *stallConn) setSpan(t time.Time) {
 }
 
 func (c *stallConn) Write(p []byte) (int, error) {
-	// The first write of a gated handshake (its first flight) ends its
-	// turn (HandshakeGate).
-	defer releaseTurn(c)
 	c.mu.Lock()
 	span := c.span
 	c.mu.Unlock()
