@@ -231,14 +231,7 @@ func TestLoneAckNotHeldForAReply(t *testing.T) {
 	h := &hotAccepter{}
 	a, dial := newWireRig(t, h, true)
 	dev, wire := dial("dev")
-	n := wire.count()
-	dev.send(&link.Message{MessageID: "m1", Text: "hello"})
-	if f := dev.read(); !isAck(f, "m1") {
-		t.Fatalf("got %#v, want m1's ack", f)
-	}
-	if w := wire.since(n); len(w) != 1 || !bytes.Contains(w[0], []byte(`"type":"ack"`)) {
-		t.Fatalf("writes %q, want the ack alone in one", w)
-	}
+	ackAlone(t, dev, wire, "m1")
 	c := peerConn(a, "dev")
 	testwait.Until(t, "the writer done", func() bool {
 		c.mu.Lock()
@@ -326,14 +319,7 @@ func TestReaderWritesItsFramesWhenTheWriterIsIdle(t *testing.T) {
 	if n := runs.Load(); n != 0 {
 		t.Fatalf("%d writer workers woken for the connected frame, want none", n)
 	}
-	n := wire.count()
-	dev.send(&link.Message{MessageID: "m1", Text: "hello"})
-	if f := dev.read(); !isAck(f, "m1") {
-		t.Fatalf("got %#v, want m1's ack", f)
-	}
-	if w := wire.since(n); len(w) != 1 || !bytes.Contains(w[0], []byte(`"type":"ack"`)) {
-		t.Fatalf("writes %q, want the ack alone in one", w)
-	}
+	ackAlone(t, dev, wire, "m1")
 	testwait.Until(t, "the writer done after the ack", idle)
 	if n := runs.Load(); n != 0 {
 		t.Fatalf("%d writer workers woken for an ack, want none", n)
@@ -345,5 +331,19 @@ func TestReaderWritesItsFramesWhenTheWriterIsIdle(t *testing.T) {
 	testwait.Until(t, "the writer done after the reply", idle)
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("%d writer workers woken for a reply, want one", n)
+	}
+}
+
+// ackAlone sends message id and reads its ack, which must have been
+// written alone, in one write.
+func ackAlone(t *testing.T, dev *device, wire *wireConn, id string) {
+	t.Helper()
+	n := wire.count()
+	dev.send(&link.Message{MessageID: id, Text: "hello"})
+	if f := dev.read(); !isAck(f, id) {
+		t.Fatalf("got %#v, want %s's ack", f, id)
+	}
+	if w := wire.since(n); len(w) != 1 || !bytes.Contains(w[0], []byte(`"type":"ack"`)) {
+		t.Fatalf("writes %q, want the ack alone in one", w)
 	}
 }
