@@ -28,7 +28,9 @@ JetStream; export-sessions writes it as nanobot JSONL session files:
 	termserver --config edge-1.json export-sessions ./sessions
 
 Example configs (each one checked by the tests): cmd/termserver/examples/
-in the termlink source; a hardened systemd unit: cmd/termserver/termserver.service.
+in the termlink source; a hardened systemd unit: cmd/termserver/termserver.service,
+and cmd/termserver/termserver.socket to keep the port open across restarts
+(systemd socket activation: the passed socket replaces "listen").
 
 Usage: termserver [--config FILE] [flags]
        termserver --config FILE export-sessions DIR
