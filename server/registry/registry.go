@@ -296,7 +296,7 @@ func (e *SharedCapError) Error() string {
 //
 // An entry is what each known device costs, 10,000 of them online and idle
 // on a big server: its times are stamps (8 bytes, not time.Time's 24) and
-// what an idle device never has is in x, so an entry fits the 288-byte
+// what an idle device never has is in x, so an entry fits the 256-byte
 // size class (TestIdleEntryHoldsNoExtra).
 type entry struct {
 	dev    Device // Authenticated: ever
