@@ -11,12 +11,27 @@
 # dialled per second) and WAIT (seconds for all to connect) override the
 # mode's defaults (plain 2000 and 120, tls 500 and 600). PROFILE=path
 # saves a heap profile (after a collection) with the devices connected,
-# for `go tool pprof -sample_index=inuse_space`.
+# for `go tool pprof -sample_index=inuse_space`. CIPHER (tls only) is the
+# AEAD the devices negotiate: aes (default) is what a Go device with AES
+# instructions offers first (x86, a Raspberry Pi 5); chacha20 is what one
+# without them offers first (Raspberry Pi Zero 2, 3 and 4: their cores
+# lack the ARMv8 crypto extensions), emulated by starting termrig with
+# GODEBUG=cpu.aes=off. termserver honours the device's choice, and the
+# two keep different per-connection state (an AES-GCM key schedule and
+# GHASH table per direction against a 32-byte ChaCha20 key).
 set -euo pipefail
 N=${1:-10000}
 HB=${2:-5}
 MODE=${3:-plain}
 case $MODE in plain | tls) ;; *) echo "mode is plain or tls, not $MODE" >&2; exit 2 ;; esac
+CIPHER=${CIPHER:-aes}
+loadenv=()
+case $CIPHER in
+aes) ;;
+chacha20) loadenv=(GODEBUG=cpu.aes=off) ;;
+*) echo "CIPHER is aes or chacha20, not $CIPHER" >&2; exit 2 ;;
+esac
+[ "$MODE" = plain ] && CIPHER=none
 # TLS handshakes cost CPU on both sides: dial slower, wait longer.
 if [ "$MODE" = tls ]; then RATE=${RATE:-500} WAIT=${WAIT:-600}; else RATE=${RATE:-2000} WAIT=${WAIT:-120}; fi
 cd "$(dirname "$0")/../.."
@@ -52,7 +67,7 @@ until curl -sf "${curlca[@]}" -o /dev/null $scheme://127.0.0.1:$port/healthz; do
 	sleep 0.05
 done
 base=$(awk '/VmRSS/{print $2}' /proc/$SPID/status)
-SSL_CERT_FILE="$tmp/ca.pem" "$tmp/termrig" load --server $wsscheme://127.0.0.1:$port/api/channels/terminal-dev/ws --devices "$N" --rate 0 --hold --connect-rate "$RATE" >"$tmp/load.out" 2>&1 &
+env SSL_CERT_FILE="$tmp/ca.pem" "${loadenv[@]}" "$tmp/termrig" load --server $wsscheme://127.0.0.1:$port/api/channels/terminal-dev/ws --devices "$N" --rate 0 --hold --connect-rate "$RATE" >"$tmp/load.out" 2>&1 &
 LPID=$!
 for _ in $(seq 1 "$WAIT"); do sleep 1; grep -q "connected $N devices" "$tmp/load.out" && break; done
 grep -q "connected $N devices" "$tmp/load.out" || { echo "devices did not all connect:"; cat "$tmp/load.out"; exit 1; }
@@ -64,4 +79,4 @@ rss=$(awk '/VmRSS/{print $2}' /proc/$SPID/status)
 threads=$(awk '/Threads/{print $2}' /proc/$SPID/status)
 [ -n "${PROFILE:-}" ] && curl -sf -o "$PROFILE" "http://127.0.0.1:$((port + 1))/debug/pprof/heap?gc=1" # after reading the RSS: the collection changes it
 peers=$(curl -s "${curlca[@]}" $scheme://127.0.0.1:$port/api/status | python3 -c 'import json,sys; print(json.load(sys.stdin)["connected_peers"])')
-echo "mode=$MODE devices=$N connected_peers=$peers heartbeat=${HB}s threads=$threads rss_start=${base}KiB rss_with_devices=${rss}KiB per_connection=$(((rss - base) * 1024 / N))B idle_cpu=${idlecpu}ms/s loadavg=$(cut -d' ' -f1-3 /proc/loadavg)"
+echo "mode=$MODE cipher=$CIPHER devices=$N connected_peers=$peers heartbeat=${HB}s threads=$threads rss_start=${base}KiB rss_with_devices=${rss}KiB per_connection=$(((rss - base) * 1024 / N))B idle_cpu=${idlecpu}ms/s loadavg=$(cut -d' ' -f1-3 /proc/loadavg)"
