@@ -369,13 +369,30 @@ func stateRank(s string) int {
 // merge is remote with local's changes since base: a device local
 // changed (and remote did not, or earlier) is local's; the state local
 // changed, when remote did not or local's ranks higher; the furthest
-// wave; the later update time.
+// wave; the later update time. A base whose devices do not line up
+// with local's (none: the record was never read back, as when a
+// node's watch brings its own first write before the write returns)
+// cannot say which side changed a device: each device is then the
+// side that changed it last, remote's on a tie. Taking remote's
+// devices whole there would keep local's furthest wave without the
+// devices local released in it, which no node would then send.
 func merge(base, local, remote *Rollout) Rollout {
 	out := cloneRollout(remote)
-	if len(base.Devices) == len(local.Devices) && len(local.Devices) == len(remote.Devices) {
+	if len(local.Devices) == len(remote.Devices) {
+		aligned := len(base.Devices) == len(local.Devices)
 		for i := range local.Devices {
-			l, b, r := &local.Devices[i], &base.Devices[i], &remote.Devices[i]
-			if l.PeerID != r.PeerID || sameDevice(l, b) {
+			l, r := &local.Devices[i], &remote.Devices[i]
+			if l.PeerID != r.PeerID {
+				continue
+			}
+			if !aligned {
+				if l.Since.After(r.Since) {
+					out.Devices[i] = *l
+				}
+				continue
+			}
+			b := &base.Devices[i]
+			if l.PeerID != b.PeerID || sameDevice(l, b) {
 				continue
 			}
 			if sameDevice(r, b) || !l.Since.Before(r.Since) {
@@ -453,6 +470,9 @@ func (m *Manager) flush() error {
 	m.mu.Lock()
 	ids := make([]string, 0, len(m.dirty)+len(m.gone))
 	for id := range m.dirty {
+		if e := m.byID[id]; e != nil && e.rev == 0 {
+			continue // being created: Create writes it (and drops it if that fails)
+		}
 		ids = append(ids, id)
 	}
 	for id := range m.gone {
@@ -558,8 +578,8 @@ func (m *Manager) tick() {
 	for _, id := range m.order {
 		e := m.byID[id]
 		r := &e.r
-		if r.State != Running {
-			continue
+		if r.State != Running || e.rev == 0 {
+			continue // nothing is done for a rollout before its record is stored (Create)
 		}
 		if m.info.Shared {
 			m.sweepLocked(e)
@@ -601,7 +621,7 @@ func (m *Manager) tick() {
 // longer) their frame.
 func (m *Manager) sweepLocked(e *entry) {
 	r := &e.r
-	if r.State != Running || !m.info.Shared {
+	if r.State != Running || !m.info.Shared || e.rev == 0 {
 		return
 	}
 	for i := range r.Devices {

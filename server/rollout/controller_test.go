@@ -2,12 +2,15 @@ package rollout_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"termlink/internal/testwait"
 	"termlink/server/rollout"
 	"termlink/server/rollout/rollouttest"
 )
@@ -195,6 +198,122 @@ func TestPauseAfterAnAbortElsewhereRefused(t *testing.T) {
 			if got, _ := m.Get(rollouttest.Channel, r.ID); got.State != rollout.Aborted || got.Note != "aborted by ida" {
 				t.Errorf("node %s: %s (%s); want aborted by ida", name, got.State, got.Note)
 			}
+		}
+	})
+}
+
+// heldCreate is a node's handle whose next create of a record (a Put at
+// revision 0), once armed, waits until released, as a NATS write
+// waiting out an election does; it counts the lease reads (one a tick).
+type heldCreate struct {
+	rollout.Storage
+	armed            atomic.Bool
+	writing, release chan struct{}
+	leases           atomic.Int64
+}
+
+func (h *heldCreate) Put(ctx context.Context, id string, value []byte, rev uint64) (uint64, error) {
+	if rev == 0 && h.armed.CompareAndSwap(true, false) {
+		close(h.writing)
+		<-h.release
+	}
+	return h.Storage.Put(ctx, id, value, rev)
+}
+
+func (h *heldCreate) Lease(ctx context.Context) (string, uint64, error) {
+	h.leases.Add(1)
+	return h.Storage.Lease(ctx)
+}
+
+// Nothing is sent for a rollout before its record is stored, however
+// long the write takes: the controller's ticks leave a rollout being
+// created alone. They used to release its waves meanwhile; when the
+// node's watch then brought the first write back before the write
+// returned, the merge kept the released wave without its devices' new
+// states, and a device connected to another node was never sent its
+// frame (TestRolloutsContract on NATS, 2 runs in 20 under stress-ng).
+func TestNothingSentBeforeTheRecordIsStored(t *testing.T) {
+	mem, f := rollouttest.NewMem(), rollouttest.NewFleet()
+	f.Connect("d1", "a", "v1")
+	f.Connect("d2", "b", "v1")
+	h := &heldCreate{Storage: mem.Handle(), writing: make(chan struct{}), release: make(chan struct{})}
+	open := func(st rollout.Storage, node string) *rollout.Manager {
+		opt := f.Options(node)
+		opt.Tick, opt.Lease, opt.NoSync = 20*time.Millisecond, 300*time.Millisecond, true
+		m, err := rollout.New(context.Background(), st, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close() })
+		return m
+	}
+	a := open(h, "a")
+	testwait.Until(t, "node a controls", a.Controlling)
+	open(mem.Handle(), "b") // d2 is connected to it
+	h.armed.Store(true)
+	type created struct {
+		r   rollout.Rollout
+		err error
+	}
+	done := make(chan created, 1)
+	go func() {
+		r, err := a.Create(rollouttest.Channel, rollout.Request{Version: "v2", Target: rollout.Target{All: true}}, "otto")
+		done <- created{r, err}
+	}()
+	<-h.writing
+	n := h.leases.Load()
+	testwait.Until(t, "three ticks of node a while the record is written (or a frame sent)", func() bool {
+		return h.leases.Load() >= n+3 || len(f.Sent("a", "d1")) != 0
+	})
+	if s := f.Sent("a", "d1"); len(s) != 0 {
+		close(h.release)
+		t.Fatalf("d1 was sent %d frames before the rollout's record was stored", len(s))
+	}
+	close(h.release)
+	c := <-done
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	for _, d := range []struct{ node, peer string }{{"a", "d1"}, {"b", "d2"}} {
+		testwait.UntilOK(t, d.peer+" sent its frame through node "+d.node, func() error {
+			if s := f.Sent(d.node, d.peer); len(s) != 1 || s[0].UpdateID != c.r.ID+".1" {
+				return fmt.Errorf("sent %d frames", len(s))
+			}
+			return nil
+		})
+	}
+}
+
+// A device still pending in a wave already released (a release that
+// never reached the record, as the merge above once lost it) is
+// released by the controller: it would otherwise never be sent.
+func TestPendingInAReleasedWaveIsReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, f := rollouttest.NewMem(), rollouttest.NewFleet()
+		f.Connect("d1", "a", "v1")
+		at := time.Now().UTC()
+		r := rollout.Rollout{ID: "ro-0000000000f1", ChannelID: rollouttest.Channel, Version: "v2", Target: rollout.Target{All: true},
+			Percent: 100, State: rollout.Running, Wave: 1, Waves: 2, CreatedBy: "otto", CreatedAt: at, UpdatedAt: at,
+			Devices: []rollout.Device{{PeerID: "d1", Platform: "linux/arm/6", Wave: 1, State: rollout.Pending, Since: at, Running: "v1"}}}
+		data, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rollout.Parse(data, 0); err != nil {
+			t.Fatalf("the record of the test: %v", err)
+		}
+		if _, err := mem.Handle().Put(context.Background(), r.ID, data, 0); err != nil {
+			t.Fatal(err)
+		}
+		a := openNode(t, mem.Handle(), f, "a")
+		defer a.Close()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if s := f.Sent("a", "d1"); len(s) != 1 || s[0].UpdateID != r.ID+".1" {
+			t.Fatalf("d1, pending in released wave 1: sent %+v; want its frame", s)
+		}
+		if got, _ := a.Get(rollouttest.Channel, r.ID); got.Devices[0].State != rollout.Sent {
+			t.Fatalf("d1: %s, want sent", got.Devices[0].State)
 		}
 	})
 }

@@ -371,11 +371,21 @@ func settledLocked(r *Rollout, w int) bool {
 }
 
 // advanceLocked releases the next waves as the ones before settle, and
-// ends the rollout once every device is final.
+// ends the rollout once every device is final. Nothing is released
+// before the rollout's record is stored (Create writes it first). A
+// device still pending in a wave already released (a release that
+// never reached the record) is released now.
 func (m *Manager) advanceLocked(e *entry) {
 	r := &e.r
-	if r.State != Running || !m.control {
+	if r.State != Running || !m.control || e.rev == 0 {
 		return
+	}
+	for i := range r.Devices {
+		if d := &r.Devices[i]; d.State == Pending && d.Wave >= 0 && d.Wave <= r.Wave {
+			m.opt.Log.Warn("rollout: a device of a released wave was still pending: released now",
+				"rollout", r.ID, "peer_id", d.PeerID, "wave", d.Wave)
+			m.sendLocked(e, d)
+		}
 	}
 	for (r.Wave < 0 || settledLocked(r, r.Wave)) && r.Wave+1 < r.Waves {
 		r.Wave++
@@ -673,6 +683,7 @@ func (m *Manager) act(channelID, id string, f func(*entry) error) (Rollout, erro
 		}
 		start := cloneRollout(&e.r)
 		c := newEntry(cloneRollout(&e.r))
+		c.rev = e.rev // the copy is of the stored record (0: still being created, so nothing is released)
 		if err := f(c); err != nil {
 			m.mu.Unlock()
 			m.saveMu.Unlock()

@@ -41,3 +41,32 @@ func TestMergeKeepsBothSides(t *testing.T) {
 		t.Errorf("a pause here, waves there: %s %+v wave %d", got.State, got.Paused, got.Wave)
 	}
 }
+
+// A base that does not line up with the devices (none: the record was
+// never read back, as when a node's watch brings its own first write
+// before the write returns) cannot say which side changed a device:
+// each device is the side that changed it last, the record's on a tie.
+// The devices released here used to be dropped for the record's
+// pending ones while the released wave was kept.
+func TestMergeOverABaseThatDoesNotLineUp(t *testing.T) {
+	t0 := time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)
+	dev := func(id, state string, at int) Device {
+		return Device{PeerID: id, Platform: "linux/arm/6", Wave: 1, State: state, Since: t0.Add(time.Duration(at) * time.Second)}
+	}
+	remote := Rollout{ID: "ro-0000000000e2", State: Running, Wave: -1, Waves: 2, UpdatedAt: t0,
+		Devices: []Device{dev("d1", Pending, 0), dev("d2", Pending, 0), dev("d3", Pending, 0)}}
+	local := cloneRollout(&remote)
+	local.Wave = 1
+	local.Devices[0] = dev("d1", Sent, 1)
+	local.Devices[1] = dev("d2", Offline, 1)
+	local.Devices[2] = dev("d3", Skipped, 0) // same time: the record's
+	got := merge(&Rollout{}, &local, &remote)
+	for i, want := range []string{Sent, Offline, Pending} {
+		if got.Devices[i].State != want {
+			t.Errorf("%s: %s, want %s", got.Devices[i].PeerID, got.Devices[i].State, want)
+		}
+	}
+	if got.Wave != 1 {
+		t.Errorf("wave %d, want 1", got.Wave)
+	}
+}

@@ -195,9 +195,16 @@ func testRollout(t *testing.T, handle func() rollout.Storage) {
 		t.Fatal(err)
 	}
 	for _, d := range []struct{ peer, node string }{{"d1", "a"}, {"d2", nodeB}} {
-		testwait.Until(t, fmt.Sprintf("%s sent v2 through node %s", d.peer, d.node), func() bool {
+		testwait.UntilOK(t, fmt.Sprintf("%s sent v2 through node %s", d.peer, d.node), func() error {
 			s := f.Sent(d.node, d.peer)
-			return len(s) == 1 && s[0].Version == "v2" && s[0].UpdateID == r.ID+".1"
+			if len(s) == 1 && s[0].Version == "v2" && s[0].UpdateID == r.ID+".1" {
+				return nil
+			}
+			var sent []string
+			for _, u := range s {
+				sent = append(sent, u.UpdateID+" "+u.Version)
+			}
+			return fmt.Errorf("frames sent %q; %s on node a: %s; on node b: %s", sent, d.peer, deviceView(a, r.ID, d.peer), deviceView(b, r.ID, d.peer))
 		})
 	}
 	if shared && len(f.Sent("a", "d2")) != 0 {
@@ -229,4 +236,19 @@ func testRollout(t *testing.T, handle func() rollout.Storage) {
 	if err != nil || got.State != rollout.Done || !slices.ContainsFunc(got.Devices, func(d rollout.Device) bool { return d.PeerID == "d2" && d.State == rollout.Installed }) {
 		t.Fatalf("opened again: %+v, %v", got, err)
 	}
+}
+
+// deviceView says where rollout id and its device peer are in m's view,
+// for a test's failure.
+func deviceView(m *rollout.Manager, id, peer string) string {
+	got, err := m.Get(Channel, id)
+	if err != nil {
+		return err.Error()
+	}
+	i := slices.IndexFunc(got.Devices, func(d rollout.Device) bool { return d.PeerID == peer })
+	if i < 0 {
+		return fmt.Sprintf("rollout %s wave %d, no device %s", got.State, got.Wave, peer)
+	}
+	d := got.Devices[i]
+	return fmt.Sprintf("rollout %s wave %d, device wave %d %s (was %q, attempt %d, %q); controlling %v", got.State, got.Wave, d.Wave, d.State, d.Was, d.Attempt, d.Reason, m.Controlling())
 }
