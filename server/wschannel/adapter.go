@@ -234,7 +234,7 @@ type terminalAdapter struct {
 	wheel      *readiness.Wheel  // their deadlines
 	noPoll     bool              // no poller here, or the adapter has stopped
 
-	lentReadBuffers atomic.Int64 // idle polled connections' read buffers, lent back (poll.go)
+	parked atomic.Int64 // connections that gave their box back (box.go): idle ones
 }
 
 // New builds the adapter of channel id (cfg its config).
@@ -261,15 +261,7 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 		a.clientAuth.Store(d.ClientAuth)
 	}
 	a.stopCtx, a.stopAccept = context.WithCancel(context.Background())
-	a.upgrader = websocket.Upgrader{
-		// ReadBufferSize 0: gorilla reads through hijackWrapper's buffer.
-		WriteBufferPool: writeBufferPool,
-		// Terminals are not browsers; any Origin (or none) is fine.
-		CheckOrigin: func(*http.Request) bool { return true },
-		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
-			http.Error(w, "websocket upgrade failed: "+reason.Error(), status)
-		},
-	}
+	a.upgrader = newUpgrader()
 	return a
 }
 
@@ -341,12 +333,13 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 		open.Add("", -1)
 		return // the upgrader answered with the reason
 	}
-	if hw.br == nil { // cannot happen: gorilla refuses a connection with buffered data
+	if hw.box == nil { // cannot happen: gorilla refuses a connection with buffered data
 		ws.Close()
 		open.Add("", -1)
 		return
 	}
-	c := newWSConn(a, ws, hw.conn, hw.br, r.RemoteAddr, headerToken, cert)
+	hw.box.setConn(ws)
+	c := newWSConn(a, hw.box, r.RemoteAddr, headerToken, cert)
 	polled := c.pollInit() // before c is published: the writer's closeSocket reads c.ph
 	a.mu.Lock()
 	if a.stopped {
@@ -668,7 +661,8 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 		case link.CapStream:
 			c.stream = true
 		case link.CapDiag: // a diag_result carries up to link.MaxDiagBytes
-			c.ws.SetReadLimit(max(link.ReadLimit(a.cfg.Config.MaxMessageChars), link.DiagReadLimit))
+			c.diag = true
+			c.ws().SetReadLimit(c.readLimit())
 		}
 	}
 	// Registered first, so /api/status counts the peer by the time the

@@ -1,7 +1,6 @@
 package wschannel
 
 import (
-	"bufio"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -89,7 +88,7 @@ import (
 // progress for the write timeout.
 type wsConn struct {
 	a           *terminalAdapter
-	ws          *websocket.Conn
+	box         *wsBox // the Conn frames are read and written with (box.go); nil while idle; guarded by mu, used by its holders
 	nc          *flushConn
 	remote      string
 	bearer      *string       // the Authorization header's token until the connect frame is accepted (reader-only); nil: none
@@ -105,20 +104,19 @@ type wsConn struct {
 	// Reader-only (the connection's goroutine and its steps, in turn).
 	// Fields are ordered so the struct has little padding: an idle
 	// connection is this struct and little else.
-	br          *bufio.Reader // gorilla's read buffer
-	waitErr     error         // why waiting for data failed
-	stepDone    chan bool     // where the running step reports
-	rate        *tokenBucket  // the message rate (messageRate), made at the first message
-	answers     *tokenBucket  // the rate of answer frames (fleet.go), made at the first
-	routes      *routeMemory  // made at the first message sent to another thread
-	held        *heldMessage  // a message waiting for room; the device is not read meanwhile
-	readClosing bool          // the connection was closing when the read deadline was set
-	graceSet    bool          // the read deadline is the close grace
-	lookFirst   bool          // pollRead looks for buffered data before it steps (the first time)
+	waitErr     error        // why waiting for data failed
+	stepDone    chan bool    // where the running step reports
+	rate        *tokenBucket // the message rate (messageRate), made at the first message
+	answers     *tokenBucket // the rate of answer frames (fleet.go), made at the first
+	routes      *routeMemory // made at the first message sent to another thread
+	held        *heldMessage // a message waiting for room; the device is not read meanwhile
+	readClosing bool         // the connection was closing when the read deadline was set
+	graceSet    bool         // the read deadline is the close grace
+	lookFirst   bool         // pollRead looks for buffered data before it steps (the first time)
+	diag        bool         // the device listed diag: its frames may be larger (readLimit)
 
 	// Polled connections (poll.go): nil ph means a goroutine of its own.
 	tlsIn  bool // TLS: plaintext may wait inside the tls.Conn
-	brOut  bool // br's buffer is lent to the pool while idle (poll.go)
 	ph     *readiness.Handle
 	tc     *tls.Conn       // that tls.Conn (nil: plain, or not at the top)
 	dl     readiness.Timer // the deadline of the next read, on the adapter's wheel
@@ -128,14 +126,15 @@ type wsConn struct {
 	// q is made when something is queued and let go when the writer has
 	// written it all (writerStoppedLocked), space and readerDone when
 	// someone waits on them.
-	mu        sync.Mutex
-	state     connState
-	writing   bool      // a writer runs (on the adapter's writers)
-	readerEnd bool      // the reader has stopped (finish)
-	q         *outQueue // what waits to be written; nil: nothing
-	deltaNext int64     // UnixNano: deltas may be written again from then (deltaGap after the last batch)
-	noticeSeq uint64    // the last notice queued here (notices.go)
-	rare      *connRare // made when first needed: an idle connection has none
+	mu          sync.Mutex
+	state       connState
+	writing     bool      // a writer runs (on the adapter's writers)
+	readerHolds bool      // the reader holds the box (box.go): it steps, or serve waits for data
+	readerEnd   bool      // the reader has stopped (finish)
+	q           *outQueue // what waits to be written; nil: nothing
+	deltaNext   int64     // UnixNano: deltas may be written again from then (deltaGap after the last batch)
+	noticeSeq   uint64    // the last notice queued here (notices.go)
+	rare        *connRare // made when first needed: an idle connection has none
 }
 
 // connRare is what a connection needs only while it waits on its other
@@ -317,8 +316,9 @@ func (f *outFrame) recycle() {
 	f.buf, f.data = nil, nil
 }
 
-func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, br *bufio.Reader, remote, headerToken string, cert certIdentity) *wsConn {
-	c := &wsConn{a: a, ws: ws, nc: nc, br: br, remote: remote, openedNanos: time.Now().UnixNano()}
+func newWSConn(a *terminalAdapter, box *wsBox, remote, headerToken string, cert certIdentity) *wsConn {
+	c := &wsConn{a: a, box: box, nc: box.nc, readerHolds: true, remote: remote, openedNanos: time.Now().UnixNano()}
+	box.owner = c
 	if headerToken != "" {
 		c.bearer = &headerToken
 	}
@@ -366,24 +366,29 @@ func (c *wsConn) messageRate() *tokenBucket {
 	return c.rate
 }
 
+// readLimit is the largest frame the device may send.
+func (c *wsConn) readLimit() int64 {
+	l := link.ReadLimit(c.a.cfg.Config.MaxMessageChars)
+	if c.diag { // a diag_result carries up to link.MaxDiagBytes
+		l = max(l, link.DiagReadLimit)
+	}
+	return l
+}
+
 // start sets the connection up for reading; it runs before serve.
 func (c *wsConn) start() {
-	a := c.a
-	c.ws.SetReadLimit(link.ReadLimit(a.cfg.Config.MaxMessageChars))
-	// WebSocket-level pings and closes are answered by the writer too.
-	c.ws.SetPingHandler(func(data string) error {
-		c.enqueue(outFrame{data: []byte(data), kind: pongControl})
-		return nil
-	})
-	c.ws.SetCloseHandler(func(code int, _ string) error {
-		c.mu.Lock()
-		if c.closeLocked() { // echo the peer's close (RFC 6455 5.5.1)
-			c.busy().closeFrame = websocket.FormatCloseMessage(code, "")
-		}
-		c.mu.Unlock()
-		return nil
-	})
+	c.ws().SetReadLimit(c.readLimit())
 	c.setReadDeadline()
+}
+
+// peerClosed is the Conn's close handler (box.go): the reader read the
+// peer's close frame.
+func (c *wsConn) peerClosed(code int) {
+	c.mu.Lock()
+	if c.closeLocked() { // echo the peer's close (RFC 6455 5.5.1)
+		c.busy().closeFrame = websocket.FormatCloseMessage(code, "")
+	}
+	c.mu.Unlock()
 }
 
 // serve is the connection's own goroutine: it waits until the device
@@ -397,8 +402,8 @@ func (c *wsConn) serve() {
 		switch {
 		case c.held != nil:
 			c.awaitRoom() // not reading: the device's sends back up through TCP
-		case c.br.Buffered() == 0:
-			_, c.waitErr = c.br.Peek(1) // gorilla reads what this buffers
+		case c.box.br.Buffered() == 0:
+			_, c.waitErr = c.box.br.Peek(1) // gorilla reads what this buffers
 		}
 		if !c.a.steps.run(c) {
 			return
@@ -474,7 +479,7 @@ func (c *wsConn) step() bool {
 		err = errUnexpectedEOF
 	}
 	if err == nil {
-		kind, buf, err = readMessage(c.ws)
+		kind, buf, err = readMessage(c.ws())
 	}
 	if err != nil {
 		idle := a.idleTimeout()
@@ -647,7 +652,7 @@ func (c *wsConn) enqueue(f outFrame) bool {
 			}
 			// Open or greeted (not closing: no close frame is due, so
 			// the batch never waits for the reader's own end).
-			c.writing = true
+			c.writing = true // the reader holds the box
 			var b batch
 			c.take(&b)
 			c.mu.Unlock()
@@ -681,6 +686,7 @@ func (c *wsConn) startWriterLocked() {
 		return
 	}
 	c.writing = true
+	c.bindLocked()
 	c.a.writers.Run(c)
 }
 
@@ -691,6 +697,7 @@ func (c *wsConn) writerStoppedLocked() {
 	if c.q != nil && c.q.idle() {
 		c.dropQueueLocked()
 	}
+	c.unbindLocked()
 	if r := c.rare; r != nil && r.writerIdle != nil {
 		close(r.writerIdle)
 		r.writerIdle = nil
@@ -935,9 +942,9 @@ func (c *wsConn) writeBatch(b *batch) error {
 	for _, f := range b.frames {
 		var err error
 		if f.kind == pongControl {
-			err = c.ws.WriteControl(websocket.PongMessage, f.data, time.Now().Add(time.Minute))
+			err = c.ws().WriteControl(websocket.PongMessage, f.data, time.Now().Add(time.Minute))
 		} else {
-			err = c.ws.WriteMessage(websocket.TextMessage, f.data)
+			err = c.ws().WriteMessage(websocket.TextMessage, f.data)
 		}
 		if err != nil {
 			return err
@@ -949,29 +956,29 @@ func (c *wsConn) writeBatch(b *batch) error {
 		}
 	}
 	for _, n := range b.notices {
-		if err := c.ws.WriteMessage(websocket.TextMessage, n); err != nil {
+		if err := c.ws().WriteMessage(websocket.TextMessage, n); err != nil {
 			return err
 		}
 	}
 	for _, f := range b.fleet {
-		if err := c.ws.WriteMessage(websocket.TextMessage, f); err != nil {
+		if err := c.ws().WriteMessage(websocket.TextMessage, f); err != nil {
 			return err
 		}
 	}
 	for _, r := range b.replies {
-		if err := c.ws.WriteMessage(websocket.TextMessage, r.data); err != nil {
+		if err := c.ws().WriteMessage(websocket.TextMessage, r.data); err != nil {
 			return err
 		}
 	}
 	for _, id := range b.owed {
 		e := &link.Error{MessageID: id, Code: link.CodeBusy,
 			Error: "the reply to message " + id + " is ready, but this connection's reply queue was full: send the message again to get it"}
-		if err := c.ws.WriteMessage(websocket.TextMessage, link.MustEncode(e)); err != nil {
+		if err := c.ws().WriteMessage(websocket.TextMessage, link.MustEncode(e)); err != nil {
 			return err
 		}
 	}
 	for _, p := range b.progress {
-		if err := c.ws.WriteMessage(websocket.TextMessage, p); err != nil {
+		if err := c.ws().WriteMessage(websocket.TextMessage, p); err != nil {
 			return err
 		}
 	}
@@ -979,7 +986,7 @@ func (c *wsConn) writeBatch(b *batch) error {
 		return err
 	}
 	if b.closeFrame != nil {
-		return c.ws.WriteControl(websocket.CloseMessage, b.closeFrame, time.Now().Add(time.Minute))
+		return c.ws().WriteControl(websocket.CloseMessage, b.closeFrame, time.Now().Add(time.Minute))
 	}
 	return nil
 }
@@ -999,7 +1006,7 @@ func (c *wsConn) writeDeltas(ds []link.Delta) error {
 			return err
 		}
 		*bp = b
-		if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+		if err := c.ws().WriteMessage(websocket.TextMessage, b); err != nil {
 			return err
 		}
 	}

@@ -127,19 +127,19 @@ func (c *flushConn) flushLocked() error {
 	return err
 }
 
-// hijackWrapper hands gorilla's Upgrader a flushConn instead of the raw
-// connection, and clears the deadlines the HTTP server set on it (its
-// read and write timeouts are for plain requests; after the upgrade the
-// connection's reader and writer own its deadlines). It also hands it the
-// connection's read buffer, readBufferBytes, in place of net/http's 4 KiB
-// one: gorilla reads through it (with Upgrader.ReadBufferSize 0 it takes
-// the hijacked reader when that holds more than 256 bytes), and the
-// connection's goroutine waits for data through it (wsConn.serve).
+// hijackWrapper hands gorilla's Upgrader a box (box.go) over a flushConn
+// instead of the raw connection, and clears the deadlines the HTTP
+// server set on it (its read and write timeouts are for plain requests;
+// after the upgrade the connection's reader and writer own its
+// deadlines). The box's read buffer, readBufferBytes, takes the place of
+// net/http's 4 KiB one: gorilla reads through it (with
+// Upgrader.ReadBufferSize 0 it takes the hijacked reader when that holds
+// more than 256 bytes), and the connection's goroutine waits for data
+// through it (wsConn.serve).
 type hijackWrapper struct {
 	http.ResponseWriter
 	stall time.Duration
-	conn  *flushConn
-	br    *bufio.Reader
+	box   *wsBox
 }
 
 func (w *hijackWrapper) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -152,10 +152,12 @@ func (w *hijackWrapper) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	_ = nc.SetDeadline(time.Time{})
-	w.conn = newFlushConn(nc, w.stall)
-	if brw.Reader.Buffered() == 0 { // else gorilla refuses the upgrade
-		w.br = bufio.NewReaderSize(w.conn, readBufferBytes)
-		brw = bufio.NewReadWriter(w.br, brw.Writer)
+	fc := newFlushConn(nc, w.stall)
+	if brw.Reader.Buffered() != 0 { // gorilla refuses the upgrade
+		return fc, brw, nil
 	}
-	return w.conn, brw, nil
+	b := &wsBox{nc: fc}
+	b.br = *bufio.NewReaderSize(b, readBufferBytes)
+	w.box = b
+	return b, bufio.NewReadWriter(&b.br, brw.Writer), nil
 }

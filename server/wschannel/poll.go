@@ -1,13 +1,11 @@
 package wschannel
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"errors"
 	"net"
 	"reflect"
-	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -185,7 +183,7 @@ func (c *wsConn) Expired() {
 // setReadBy sets the deadline of the reader's next read.
 func (c *wsConn) setReadBy(t time.Time) {
 	if c.ph == nil {
-		_ = c.ws.SetReadDeadline(t)
+		_ = c.nc.SetReadDeadline(t)
 		return
 	}
 	c.readBy.Store(t.UnixNano())
@@ -197,17 +195,22 @@ var pastDeadline = time.Unix(1, 0)
 
 // pollRead runs on a stepper worker: it steps the connection while it
 // has data, then has it wait in the poller (or a held message wait on a
-// goroutine of its own), until the connection ends.
+// goroutine of its own), until the connection ends. The reader holds a
+// box (box.go) from here until it arms the poller.
 func (c *wsConn) pollRead() {
 	step := !c.lookFirst
 	c.lookFirst = false
+	c.mu.Lock()
+	c.readerHolds = true
+	c.bindLocked()
+	c.mu.Unlock()
+	br := &c.box.br
 	for {
 		if step {
-			c.takeReadBuffer()
-			if c.held == nil && c.br.Buffered() == 0 && c.waitErr == nil {
+			if c.held == nil && br.Buffered() == 0 && c.waitErr == nil {
 				// The socket's read deadline bounds this step's reads only.
 				_ = c.nc.SetReadDeadline(time.Unix(0, c.readBy.Load()))
-				_, c.waitErr = c.br.Peek(1)
+				_, c.waitErr = br.Peek(1)
 			}
 			if !c.step() {
 				c.pollEnd()
@@ -216,19 +219,27 @@ func (c *wsConn) pollRead() {
 		}
 		step = true
 		if c.held != nil {
-			go c.hold()
+			go c.hold() // the box stays: the device's next frames may be buffered
 			return
 		}
-		if c.br.Buffered() > 0 || c.plaintextWaits() {
+		if br.Buffered() > 0 || c.plaintextWaits() {
 			continue
 		}
 		_ = c.nc.SetReadDeadline(time.Time{}) // no runtime timer while idle
-		c.lendReadBuffer()
 		releaseTLSInput(c.tc)
+		c.mu.Lock()
+		c.readerHolds = false
+		c.unbindLocked()
+		c.mu.Unlock()
 		if c.ph.Arm() {
 			return // c is the poller's (or the wheel's, or the writer's) now
 		}
 		// Removed (the socket is closing) or refused: read now.
+		c.mu.Lock()
+		c.readerHolds = true
+		c.bindLocked()
+		c.mu.Unlock()
+		br = &c.box.br
 	}
 }
 
@@ -240,9 +251,8 @@ func (c *wsConn) plaintextWaits() bool {
 	if !c.tlsIn {
 		return false
 	}
-	c.takeReadBuffer()
 	_ = c.nc.SetReadDeadline(pastDeadline)
-	_, err := c.br.Peek(1)
+	_, err := c.box.br.Peek(1)
 	var ne net.Error
 	switch {
 	case err == nil:
@@ -252,45 +262,6 @@ func (c *wsConn) plaintextWaits() bool {
 	}
 	c.waitErr = err
 	return true
-}
-
-// An idle polled connection lends its read buffer (readBufferBytes) back:
-// the bufio.Reader gorilla reads through is set to its zero value, which
-// holds no buffer, while the connection waits in the poller, and gets a
-// pooled one again before the next read. Readers are copied whole
-// (bufio.Reader holds no lock and no pointer to itself); a husk is a
-// Reader value without its buffer, kept for the next lend.
-var (
-	idleReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufferBytes) }}
-	readerHusks = sync.Pool{New: func() any { return new(bufio.Reader) }}
-)
-
-// lendReadBuffer gives c's read buffer to the pool; nothing is buffered.
-func (c *wsConn) lendReadBuffer() {
-	if c.brOut || c.br.Buffered() != 0 {
-		return
-	}
-	h := readerHusks.Get().(*bufio.Reader)
-	*h = *c.br
-	h.Reset(nil)
-	*c.br = bufio.Reader{}
-	idleReaders.Put(h)
-	c.brOut = true
-	c.a.lentReadBuffers.Add(1)
-}
-
-// takeReadBuffer gives c a read buffer again, before it reads.
-func (c *wsConn) takeReadBuffer() {
-	if !c.brOut {
-		return
-	}
-	h := idleReaders.Get().(*bufio.Reader)
-	h.Reset(c.nc)
-	*c.br = *h
-	*h = bufio.Reader{}
-	readerHusks.Put(h)
-	c.brOut = false
-	c.a.lentReadBuffers.Add(-1)
 }
 
 // hold waits for the held message's room on a goroutine of its own, then
@@ -319,7 +290,7 @@ func (c *wsConn) closeSocket() {
 	if c.tc != nil {
 		_ = c.tc.NetConn().Close()
 	} else {
-		c.ws.Close()
+		c.nc.Close()
 	}
 	if kick {
 		c.a.steps.Run(c)

@@ -196,8 +196,8 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 				}
 				return true
 			})
-			if lent := r.a.lentReadBuffers.Load(); lent != n {
-				t.Fatalf("%d idle connections lent %d read buffers back, want all", n, lent)
+			if lent := r.a.parked.Load(); lent != n {
+				t.Fatalf("%d idle connections: %d gave their box (Conn and read buffer) back, want all", n, lent)
 			}
 			if overTLS { // nor the buffers its TLS handshake was read into
 				held := 0
