@@ -211,7 +211,6 @@ type terminalAdapter struct {
 	keyOf      func(channelID, accountID, peerID, threadID string) string
 	m          *Metrics
 	log        *slog.Logger
-	upgrader   websocket.Upgrader
 	capLists   *intern.Lists       // the connects' capability lists, one copy of each (an idle device holds none of its own)
 	steps      stepper             // reads and handles frames for the connections
 	writers    *warm.Pool[*wsConn] // run the connections' writers
@@ -261,7 +260,6 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 		a.clientAuth.Store(d.ClientAuth)
 	}
 	a.stopCtx, a.stopAccept = context.WithCancel(context.Background())
-	a.upgrader = newUpgrader()
 	return a
 }
 
@@ -327,19 +325,12 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 			http.StatusServiceUnavailable)
 		return
 	}
-	hw := &hijackWrapper{ResponseWriter: w, stall: a.writeStall}
-	ws, err := a.upgrader.Upgrade(hw, r, nil)
+	box, err := a.upgrade(w, r)
 	if err != nil {
 		open.Add("", -1)
-		return // the upgrader answered with the reason
+		return // upgrade answered with the reason
 	}
-	if hw.box == nil { // cannot happen: gorilla refuses a connection with buffered data
-		ws.Close()
-		open.Add("", -1)
-		return
-	}
-	hw.box.setConn(ws)
-	c := newWSConn(a, hw.box, r.RemoteAddr, headerToken, cert)
+	c := newWSConn(a, box, r.RemoteAddr, headerToken, cert)
 	polled := c.pollInit() // before c is published: the writer's closeSocket reads c.ph
 	a.mu.Lock()
 	if a.stopped {

@@ -28,9 +28,9 @@ import (
 // connection: it keeps its box to the end). Its read limit is the one
 // setting that differs between connections; bind sets it.
 //
-// The first box of a connection comes from its upgrade; more are made by
-// an upgrade of no connection (newBox), when boxes is empty. A connection
-// without a poller (serve) keeps its box.
+// A connection takes its first box at its upgrade (upgrade.go); boxes
+// are made by an upgrade of no connection (newBox) when boxes is empty. A
+// connection without a poller (serve) keeps its box.
 type wsBox struct {
 	ws    *websocket.Conn
 	nc    *flushConn // the connection served; nil: none (writes are discarded)
@@ -49,9 +49,7 @@ func getBox() *wsBox {
 	return newBox()
 }
 
-// newBox makes a box by an upgrade of no connection: the Conn gorilla
-// makes for it has the settings of a device's (boxUpgrader is the
-// adapters' upgrader's settings).
+// newBox makes a box by an upgrade of no connection (boxUpgrader).
 func newBox() *wsBox {
 	b := &wsBox{}
 	b.br = *bufio.NewReaderSize(b, readBufferBytes)
@@ -78,21 +76,11 @@ func (b *wsBox) setConn(ws *websocket.Conn) {
 	})
 }
 
-// newUpgrader is the upgrader of the adapters and of newBox.
-func newUpgrader() websocket.Upgrader {
-	return websocket.Upgrader{
-		// ReadBufferSize 0: gorilla reads through the box's buffer.
-		WriteBufferPool: writeBufferPool,
-		// Terminals are not browsers; any Origin (or none) is fine.
-		CheckOrigin: func(*http.Request) bool { return true },
-		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
-			http.Error(w, "websocket upgrade failed: "+reason.Error(), status)
-		},
-	}
-}
-
+// boxUpgrader makes newBox's Conns with the settings a device's has
+// (upgrade.go): no subprotocol, no compression, reads through the box's
+// buffer (ReadBufferSize 0), writes through writeBufferPool.
 var (
-	boxUpgrader = newUpgrader()
+	boxUpgrader = websocket.Upgrader{WriteBufferPool: writeBufferPool, CheckOrigin: func(*http.Request) bool { return true }}
 	// boxRequest is a valid upgrade request (only read by gorilla).
 	boxRequest = &http.Request{Method: http.MethodGet, Header: http.Header{
 		"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"},

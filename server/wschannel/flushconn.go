@@ -1,11 +1,9 @@
 package wschannel
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sync"
 	"time"
 )
@@ -125,39 +123,4 @@ func (c *flushConn) flushLocked() error {
 		corkPool.Put(b)
 	}
 	return err
-}
-
-// hijackWrapper hands gorilla's Upgrader a box (box.go) over a flushConn
-// instead of the raw connection, and clears the deadlines the HTTP
-// server set on it (its read and write timeouts are for plain requests;
-// after the upgrade the connection's reader and writer own its
-// deadlines). The box's read buffer, readBufferBytes, takes the place of
-// net/http's 4 KiB one: gorilla reads through it (with
-// Upgrader.ReadBufferSize 0 it takes the hijacked reader when that holds
-// more than 256 bytes), and the connection's goroutine waits for data
-// through it (wsConn.serve).
-type hijackWrapper struct {
-	http.ResponseWriter
-	stall time.Duration
-	box   *wsBox
-}
-
-func (w *hijackWrapper) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	h, ok := w.ResponseWriter.(http.Hijacker)
-	if !ok {
-		return nil, nil, errors.New("the HTTP connection cannot be taken over for a WebSocket")
-	}
-	nc, brw, err := h.Hijack()
-	if err != nil {
-		return nil, nil, err
-	}
-	_ = nc.SetDeadline(time.Time{})
-	fc := newFlushConn(nc, w.stall)
-	if brw.Reader.Buffered() != 0 { // gorilla refuses the upgrade
-		return fc, brw, nil
-	}
-	b := &wsBox{nc: fc}
-	b.br = *bufio.NewReaderSize(b, readBufferBytes)
-	w.box = b
-	return b, bufio.NewReadWriter(&b.br, brw.Writer), nil
 }
