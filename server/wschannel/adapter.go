@@ -325,12 +325,12 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 			http.StatusServiceUnavailable)
 		return
 	}
-	box, err := a.upgrade(w, r)
+	c, err := a.upgrade(w, r)
 	if err != nil {
 		open.Add("", -1)
 		return // upgrade answered with the reason
 	}
-	c := newWSConn(a, box, r.RemoteAddr, headerToken, cert)
+	c.init(r.RemoteAddr, headerToken, cert)
 	polled := c.pollInit() // before c is published: the writer's closeSocket reads c.ph
 	a.mu.Lock()
 	if a.stopped {

@@ -165,7 +165,7 @@ func (c *wsConn) bindLocked() {
 		return
 	}
 	b := getBox()
-	b.nc, b.owner = c.nc, c
+	b.nc, b.owner = &c.nc, c
 	b.br.Reset(b)
 	b.ws.SetReadLimit(c.readLimit())
 	c.box = b

@@ -89,7 +89,6 @@ import (
 type wsConn struct {
 	a           *terminalAdapter
 	box         *wsBox // the Conn frames are read and written with (box.go); nil while idle; guarded by mu, used by its holders
-	nc          *flushConn
 	remote      string
 	bearer      *string       // the Authorization header's token until the connect frame is accepted (reader-only); nil: none
 	certID      *certIdentity // what the client certificate proved (identity.go); nil without mutual TLS; never changed
@@ -135,6 +134,13 @@ type wsConn struct {
 	deltaNext   int64     // UnixNano: deltas may be written again from then (deltaGap after the last batch)
 	noticeSeq   uint64    // the last notice queued here (notices.go)
 	rare        *connRare // made when first needed: an idle connection has none
+
+	// The connection's socket, in the same object (one allocation,
+	// nothing between them): the flushConn the box reads and writes
+	// (upgrade.go), and the detached socket under it (poll.go: unused
+	// where the socket stays in Go's poller).
+	nc   flushConn
+	sock readiness.Conn
 }
 
 // connRare is what a connection needs only while it waits on its other
@@ -316,16 +322,16 @@ func (f *outFrame) recycle() {
 	f.buf, f.data = nil, nil
 }
 
-func newWSConn(a *terminalAdapter, box *wsBox, remote, headerToken string, cert certIdentity) *wsConn {
-	c := &wsConn{a: a, box: box, nc: box.nc, readerHolds: true, remote: remote, openedNanos: time.Now().UnixNano()}
-	box.owner = c
+// init sets up c, made by upgrade with its socket and box, for the
+// reader (which holds the box).
+func (c *wsConn) init(remote, headerToken string, cert certIdentity) {
+	c.readerHolds, c.remote, c.openedNanos = true, remote, time.Now().UnixNano()
 	if headerToken != "" {
 		c.bearer = &headerToken
 	}
 	if cert != (certIdentity{}) {
 		c.certID = &cert
 	}
-	return c
 }
 
 // opened is when the connection opened.

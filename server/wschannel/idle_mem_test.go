@@ -137,12 +137,26 @@ func TestHeaderTokenLetGoAfterConnect(t *testing.T) {
 	}
 }
 
-// An idle connection is its wsConn and little else: the struct stays in
-// the 384-byte size class (what only the connect, mutual TLS, a wait on
-// the other half or the end needs is behind pointers, its open time a
-// UnixNano).
+// An idle connection is its wsConn and little else: one object, the
+// struct with its flushConn and its detached socket in it, in the
+// 512-byte size class (the largest without a malloc header; what only
+// the connect, mutual TLS, a wait on the other half or the end needs is
+// behind pointers, its open time a UnixNano), and neither of those is an
+// object of its own (they were 48 and 96 bytes more).
 func TestConnStructSize(t *testing.T) {
-	if s := unsafe.Sizeof(wsConn{}); s > 384 {
-		t.Fatalf("a wsConn is %d bytes, want at most 384 (the size class an idle connection's struct fits)", s)
+	if s := unsafe.Sizeof(wsConn{}); s > 512 {
+		t.Fatalf("a wsConn is %d bytes, want at most 512 (the size class an idle connection's struct fits)", s)
+	}
+	r := newPollRig(t, false, nil)
+	connected(t, r, "dev-one")
+	testwait.Until(t, "the connection waiting in the poller", func() bool { return polledArmed(r.a) })
+	c := onlyConn(t, r.a)
+	start, end := uintptr(unsafe.Pointer(c)), uintptr(unsafe.Pointer(c))+unsafe.Sizeof(*c)
+	inside := func(p unsafe.Pointer) bool { return uintptr(p) >= start && uintptr(p) < end }
+	if !inside(unsafe.Pointer(c.ph)) {
+		t.Fatal("the connection's poller handle is not in its wsConn: its detached socket is an object of its own")
+	}
+	if slot, _, _ := socketSlot(&c.nc); slot != nil {
+		t.Fatal("the connection still holds a net.TCPConn")
 	}
 }

@@ -100,16 +100,15 @@ func (c *wsConn) pollInit() bool {
 // directly, a descriptor cannot be duplicated): the caller registers the
 // socket as it is.
 func (c *wsConn) detachSocket(p *readiness.Poller) (h *readiness.Handle, isTLS, ok bool) {
-	slot, tcp, isTLS := socketSlot(c.nc)
+	slot, tcp, isTLS := socketSlot(&c.nc)
 	if slot == nil {
 		return nil, false, false
 	}
-	rc, err := readiness.Detach(tcp, p, c)
-	if err != nil {
+	if err := readiness.DetachInto(&c.sock, tcp, p, c); err != nil {
 		return nil, false, false
 	}
-	*slot = rc
-	return rc.Handle(), isTLS, true
+	*slot = &c.sock
+	return c.sock.Handle(), isTLS, true
 }
 
 // socketSlot finds the *net.TCPConn under nc's wrappers and the field

@@ -17,7 +17,7 @@ import (
 // leave interleaved with the connections' long-lived memory. The box
 // reads from and writes to the hijacked connection's flushConn, whose
 // read buffer takes the place of net/http's 4 KiB one.
-func (a *terminalAdapter) upgrade(w http.ResponseWriter, r *http.Request) (*wsBox, error) {
+func (a *terminalAdapter) upgrade(w http.ResponseWriter, r *http.Request) (*wsConn, error) {
 	const badHandshake = "websocket: the client is not using the websocket protocol: "
 	switch {
 	case !tokenListContainsValue(r.Header, "Connection", "upgrade"):
@@ -49,19 +49,21 @@ func (a *terminalAdapter) upgrade(w http.ResponseWriter, r *http.Request) (*wsBo
 	// after the upgrade the connection's reader and writer own its
 	// deadlines.
 	_ = nc.SetDeadline(time.Time{})
-	fc := newFlushConn(nc, a.writeStall)
+	c := &wsConn{a: a}
+	c.nc.Conn, c.nc.stall = nc, a.writeStall
 	var buf [160]byte
 	p := append(buf[:0], "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
 	p = appendAcceptKey(p, key)
 	p = append(p, "\r\n\r\n"...)
-	if _, err := fc.Write(p); err != nil {
-		fc.Close()
+	if _, err := c.nc.Write(p); err != nil {
+		c.nc.Close()
 		return nil, err
 	}
 	b := getBox()
-	b.nc = fc
+	b.nc, b.owner = &c.nc, c
 	b.br.Reset(b)
-	return b, nil
+	c.box = b
+	return c, nil
 }
 
 // upgradeError answers a refused handshake as the adapters' upgrader
