@@ -18,7 +18,7 @@ func boxless(a *terminalAdapter) (all bool, n int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	all = len(a.conns) > 0
-	for c := range a.conns {
+	for _, c := range a.conns {
 		c.mu.Lock()
 		if c.box == nil {
 			n++

@@ -97,6 +97,7 @@ type wsConn struct {
 	// Set by the reader at connect, before register publishes c.
 	peerID, threadID, userID, deviceName, sessionKey string
 	progress, cancel, notice, stream                 bool
+	slot                                             int32 // in a.conns (guarded by a.mu); -1: not there
 	caps                                             []string
 	regGen                                           uint64 // the registry's generation of this connection
 

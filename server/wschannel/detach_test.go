@@ -48,7 +48,7 @@ func onlyConn(t *testing.T, a *terminalAdapter) *wsConn {
 	if len(a.conns) != 1 {
 		t.Fatalf("%d connections, want 1", len(a.conns))
 	}
-	for c := range a.conns {
+	for _, c := range a.conns {
 		return c
 	}
 	return nil

@@ -160,3 +160,47 @@ func TestConnStructSize(t *testing.T) {
 		t.Fatal("the connection still holds a net.TCPConn")
 	}
 }
+
+// The open connections are a slice, each connection its index in it: a
+// connection's place costs 8 bytes, not a map slot's 30 or so. Removing
+// one moves the last into its place; removing one twice, or one never
+// listed, changes nothing.
+func TestConnsListed(t *testing.T) {
+	a := &terminalAdapter{peers: map[string]*wsConn{}}
+	cs := make([]*wsConn, 5)
+	for i := range cs {
+		cs[i] = &wsConn{a: a}
+		a.addConnLocked(cs[i])
+	}
+	check := func(want ...*wsConn) {
+		t.Helper()
+		if len(a.conns) != len(want) {
+			t.Fatalf("%d connections listed, want %d", len(a.conns), len(want))
+		}
+		for i, c := range a.conns {
+			if c.slot != int32(i) {
+				t.Fatalf("connection at %d says it is at %d", i, c.slot)
+			}
+		}
+		for _, w := range want {
+			if a.conns[w.slot] != w {
+				t.Fatal("a connection is not where it says")
+			}
+		}
+	}
+	a.unregister(cs[1]) // the last (4) moves to 1
+	check(cs[0], cs[4], cs[2], cs[3])
+	a.unregister(cs[1])         // again: nothing
+	a.unregister(&wsConn{a: a}) // never listed (slot 0): nothing
+	a.unregister(cs[3])         // the last itself
+	check(cs[0], cs[4], cs[2])
+	for _, c := range []*wsConn{cs[0], cs[4], cs[2]} {
+		a.unregister(c)
+	}
+	check()
+	for _, c := range a.conns[:cap(a.conns)] {
+		if c != nil {
+			t.Fatal("a removed connection is still referenced by the list's array")
+		}
+	}
+}

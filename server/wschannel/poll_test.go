@@ -186,7 +186,7 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 			testwait.Until(t, "every writer done", func() bool {
 				r.a.mu.Lock()
 				defer r.a.mu.Unlock()
-				for c := range r.a.conns {
+				for _, c := range r.a.conns {
 					c.mu.Lock()
 					busy := c.writing || c.q != nil || c.rare != nil || c.rate != nil
 					c.mu.Unlock()
@@ -202,7 +202,7 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 			if overTLS { // nor the buffers its TLS handshake was read into
 				held := 0
 				r.a.mu.Lock()
-				for c := range r.a.conns {
+				for _, c := range r.a.conns {
 					c.ph.IfArmed(func() {
 						base := unsafe.Pointer(c.tc)
 						raw := (*bytes.Buffer)(unsafe.Add(base, tlsInput.rawInput))
@@ -389,7 +389,7 @@ func polledArmed(a *terminalAdapter) bool {
 	if len(a.conns) == 0 {
 		return false
 	}
-	for c := range a.conns {
+	for _, c := range a.conns {
 		if c.ph == nil || !c.ph.Armed() {
 			return false
 		}
