@@ -633,14 +633,15 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 			return
 		}
 	}
-	c.peerID, c.threadID, c.userID, c.deviceName = f.PeerID, f.ThreadID, f.UserID, f.DeviceName
+	c.peerID = f.PeerID
+	c.setNames(f.ThreadID, f.UserID)
 	c.sessionKey = a.keyOf(a.id, a.cfg.AccountID, f.PeerID, f.ThreadID)
 	connected.SessionID = c.sessionKey
 	// The registry first: a new anonymous device past its bounds is
 	// refused before it is registered anywhere.
 	gen, err := c.registryConnected(f)
 	if err != nil {
-		c.peerID, c.threadID, c.userID, c.deviceName, c.sessionKey = "", "", "", "", ""
+		c.peerID, c.sessionKey, c.names = "", "", nil
 		a.m.Rejected.Inc(a.id)
 		a.refused(c.remote, events.Event{Event: events.TerminalRefused, PeerID: f.PeerID, Detail: "connect refused: " + err.Error()})
 		c.sendError("", link.CodeRegistryFull, "connect refused for peer_id "+f.PeerID+": "+err.Error())
@@ -711,9 +712,9 @@ func (c *wsConn) handleMessage(f *link.Message) {
 		c.reject("", link.CodeBadMessage, "message_id is longer than 256 bytes")
 		return
 	}
-	thread := c.threadID
+	thread := c.threadID()
 	key := c.sessionKey
-	if f.ThreadID != "" && f.ThreadID != c.threadID {
+	if f.ThreadID != "" && f.ThreadID != thread {
 		if !ValidID(f.ThreadID) {
 			c.reject(f.MessageID, link.CodeBadMessage, fmt.Sprintf("message %s: thread_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + -", f.MessageID, f.ThreadID))
 			return
@@ -726,7 +727,7 @@ func (c *wsConn) handleMessage(f *link.Message) {
 			f.MessageID, c.peerID, a.cfg.Config.RatePerPeer, a.cfg.Config.RateBurst))
 		return
 	}
-	user := c.userID
+	user := c.userID()
 	if f.UserID != "" {
 		user = f.UserID
 	}

@@ -95,11 +95,12 @@ type wsConn struct {
 	openedNanos int64         // when the connection opened (UnixNano)
 
 	// Set by the reader at connect, before register publishes c.
-	peerID, threadID, userID, deviceName, sessionKey string
-	progress, cancel, notice, stream                 bool
-	slot                                             int32 // in a.conns (guarded by a.mu); -1: not there
-	caps                                             []string
-	regGen                                           uint64 // the registry's generation of this connection
+	peerID, sessionKey               string
+	names                            *connNames // the connect's thread_id and user_id; nil: neither (the common case)
+	progress, cancel, notice, stream bool
+	slot                             int32 // in a.conns (guarded by a.mu); -1: not there
+	caps                             []string
+	regGen                           uint64 // the registry's generation of this connection
 
 	// Reader-only (the connection's goroutine and its steps, in turn).
 	// Fields are ordered so the struct has little padding: an idle
@@ -140,8 +141,38 @@ type wsConn struct {
 	// nothing between them): the flushConn the box reads and writes
 	// (upgrade.go), and the detached socket under it (poll.go: unused
 	// where the socket stays in Go's poller).
-	nc   flushConn
-	sock readiness.Conn
+	nc    flushConn
+	sock  readiness.Conn
+	guard guardedConn // the ConnGuard's count of the socket, moved in at the detach (adopt); zero where there is none
+}
+
+// connNames are a connect's thread_id and user_id, behind a pointer
+// made only for a connect that gave either: most devices give neither,
+// and an idle connection's struct is 24 bytes smaller.
+type connNames struct{ threadID, userID string }
+
+// setNames keeps the connect's thread and user ids.
+func (c *wsConn) setNames(threadID, userID string) {
+	c.names = nil
+	if threadID != "" || userID != "" {
+		c.names = &connNames{threadID: threadID, userID: userID}
+	}
+}
+
+// threadID is the connect's thread_id ("" for none).
+func (c *wsConn) threadID() string {
+	if c.names == nil {
+		return ""
+	}
+	return c.names.threadID
+}
+
+// userID is the connect's user_id ("" for none).
+func (c *wsConn) userID() string {
+	if c.names == nil {
+		return ""
+	}
+	return c.names.userID
 }
 
 // connRare is what a connection needs only while it waits on its other

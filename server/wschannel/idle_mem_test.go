@@ -161,6 +161,30 @@ func TestConnStructSize(t *testing.T) {
 	}
 }
 
+// Behind termserver's listener a connection's count in the ConnGuard is
+// in its wsConn too (the guard's wrapper object goes at the detach),
+// and its end gives the descriptor back once.
+func TestGuardAdopted(t *testing.T) {
+	r := newShapedRig(t, false, true, nil)
+	ws, _ := connected(t, r, "dev-guarded")
+	testwait.Until(t, "the connection waiting in the poller", func() bool { return polledArmed(r.a) })
+	c := onlyConn(t, r.a)
+	if c.nc.Conn != net.Conn(&c.guard) || c.guard.Conn != net.Conn(&c.sock) || c.guard.g != r.g {
+		t.Fatalf("the socket's wrappers are %T over %T, want the wsConn's own guard over its socket", c.nc.Conn, c.guard.Conn)
+	}
+	if open, _, _, _ := r.g.stats(); open != 1 {
+		t.Fatalf("the guard counts %d open connections, want 1", open)
+	}
+	ws.Close()
+	testwait.Until(t, "the connection's end given back to the guard", func() bool { open, _, _, _ := r.g.stats(); return open == 0 })
+	if err := c.guard.Close(); err == nil { // a second close: the socket is closed, the count stays
+		t.Fatal("closing a closed connection again reported no error")
+	}
+	if open, _, _, _ := r.g.stats(); open != 0 {
+		t.Fatalf("the guard counts %d open connections after a second close, want 0", open)
+	}
+}
+
 // The open connections are a slice, each connection its index in it: a
 // connection's place costs 8 bytes, not a map slot's 30 or so. Removing
 // one moves the last into its place; removing one twice, or one never

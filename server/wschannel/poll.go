@@ -108,6 +108,9 @@ func (c *wsConn) detachSocket(p *readiness.Poller) (h *readiness.Handle, isTLS, 
 		return nil, false, false
 	}
 	*slot = &c.sock
+	if gc, ok := c.nc.Conn.(*guardedConn); ok && c.guard.adopt(gc) {
+		c.nc.Conn = &c.guard // the guard's 48-byte wrapper goes
+	}
 	return c.sock.Handle(), isTLS, true
 }
 

@@ -35,6 +35,7 @@ type pollRig struct {
 	ev  *events.Log
 	url string
 	tls *tls.Config // the client's, when served over TLS
+	g   *ConnGuard  // the listener's (newShapedRig's guarded), else nil
 }
 
 func newPollRig(t *testing.T, overTLS bool, mutate func(*config.Channel)) *pollRig {
@@ -63,6 +64,7 @@ func newShapedRig(t *testing.T, overTLS, guarded bool, mutate func(*config.Chann
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.a.ServeUpgrade(w, req, 100000) }))
 	if guarded {
 		g := NewConnGuard(socketsOnly(100))
+		r.g = g
 		hs.Config.ConnState = g.ConnState
 		ln := hs.Listener
 		if overTLS {
