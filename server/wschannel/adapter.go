@@ -42,7 +42,7 @@ const (
 	// accepts no byte) before the connection is dropped as too slow.
 	defaultWriteStall = 10 * time.Second
 	closeGrace        = 2 * time.Second // wait for the peer's close frame
-	readBufferBytes   = 512             // per box (box.go; gorilla takes it if > 256); larger frames are read past it
+	readBufferBytes   = 448             // per box (box.go; gorilla takes it if > 256); larger frames are read past it
 	maxRoutes         = 256             // message ids a connection remembers the session of (cancel)
 	maxOwed           = 1024            // replies a connection remembers it could not queue
 )

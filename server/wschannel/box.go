@@ -28,6 +28,12 @@ import (
 // connection: it keeps its box to the end). Its read limit is the one
 // setting that differs between connections; bind sets it.
 //
+// A box's read buffer is readBufferBytes (448): the 448-byte size class,
+// not 512's, where each connection's wsConn is (TestConnStructSize). The
+// boxes come and go with the pool (a collection drops the ones not
+// used), and buffers of the wsConns' class would leave holes among them
+// that keep their pages resident (TestBoxSizeClasses).
+//
 // A connection takes its first box at its upgrade (upgrade.go); boxes
 // are made by an upgrade of no connection (newBox) when boxes is empty. A
 // connection without a poller (serve) keeps its box.

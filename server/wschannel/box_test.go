@@ -2,6 +2,7 @@ package wschannel
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +133,40 @@ func TestNewBoxServesNoConnection(t *testing.T) {
 	}
 	if n, err := b.Read(make([]byte, 1)); n != 0 || err == nil {
 		t.Fatalf("a box without a connection read %d, %v; want an error", n, err)
+	}
+}
+
+// sizeClassOf is the size class alloc's objects take: the class whose
+// count of allocations grew by n while alloc ran n times.
+func sizeClassOf(t *testing.T, n int, alloc func() any) uint32 {
+	t.Helper()
+	keep := make([]any, 0, n)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		keep = append(keep, alloc())
+	}
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(keep)
+	for i := range after.BySize {
+		if after.BySize[i].Mallocs-before.BySize[i].Mallocs >= uint64(n) {
+			return after.BySize[i].Size
+		}
+	}
+	t.Fatal("no size class took the allocations")
+	return 0
+}
+
+// A box's read buffer is not in the wsConns' size class: boxes come and
+// go (a collection drops those the pool does not use), and their buffers
+// would leave holes among the wsConns, each keeping its span's pages.
+func TestBoxSizeClasses(t *testing.T) {
+	buf := sizeClassOf(t, 1000, func() any { b := make([]byte, readBufferBytes); return &b[0] })
+	conn := sizeClassOf(t, 1000, func() any { return new(wsConn) })
+	if buf == conn {
+		t.Fatalf("a box's %d-byte read buffer and a wsConn share the %d-byte size class", readBufferBytes, conn)
+	}
+	if readBufferBytes <= 256 {
+		t.Fatalf("readBufferBytes %d: gorilla reads through a buffer only if it holds more than 256", readBufferBytes)
 	}
 }
