@@ -29,7 +29,7 @@ import (
 // setting that differs between connections; bind sets it.
 //
 // A box's read buffer is readBufferBytes (448): the 448-byte size class,
-// not 512's, where each connection's wsConn is (TestConnStructSize). The
+// not the one each connection's wsConn is in (TestConnStructSize). The
 // boxes come and go with the pool (a collection drops the ones not
 // used), and buffers of the wsConns' class would leave holes among them
 // that keep their pages resident (TestBoxSizeClasses).

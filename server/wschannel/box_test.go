@@ -2,6 +2,7 @@ package wschannel
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -169,4 +170,39 @@ func TestBoxSizeClasses(t *testing.T) {
 	if readBufferBytes <= 256 {
 		t.Fatalf("readBufferBytes %d: gorilla reads through a buffer only if it holds more than 256", readBufferBytes)
 	}
+}
+
+// Without a poller a connection has a goroutine of its own (serve) and
+// keeps its box: it reads, is answered and ends as a polled one.
+func TestServeWithoutPoller(t *testing.T) {
+	r := newPollRig(t, false, nil)
+	r.a.mu.Lock()
+	r.a.noPoll = true
+	r.a.mu.Unlock()
+	ws, _ := connected(t, r, "dev-served")
+	c := onlyConn(t, r.a)
+	if c.ph != nil || c.served == nil {
+		t.Fatal("the connection is polled, want a goroutine of its own")
+	}
+	for i := range 3 {
+		id := fmt.Sprintf("m-%d", i)
+		if err := ws.WriteMessage(websocket.TextMessage, link.MustEncode(&link.Message{MessageID: id, Text: "hi"})); err != nil {
+			t.Fatal(err)
+		}
+		if f, ok := readFrame(t, ws).(*link.Ack); !ok || f.MessageID != id {
+			t.Fatalf("got %+v, want the ack of %s", f, id)
+		}
+	}
+	c.mu.Lock()
+	kept := c.box != nil
+	c.mu.Unlock()
+	if !kept {
+		t.Fatal("a served connection gave its box back")
+	}
+	ws.Close()
+	testwait.Until(t, "the served connection ended", func() bool {
+		r.a.mu.Lock()
+		defer r.a.mu.Unlock()
+		return len(r.a.conns) == 0
+	})
 }

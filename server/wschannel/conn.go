@@ -1,7 +1,6 @@
 package wschannel
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -105,8 +104,7 @@ type wsConn struct {
 	// Reader-only (the connection's goroutine and its steps, in turn).
 	// Fields are ordered so the struct has little padding: an idle
 	// connection is this struct and little else.
-	waitErr     error        // why waiting for data failed
-	stepDone    chan bool    // where the running step reports
+	served      *servedStep  // a connection with a goroutine of its own (serve): its step's hand-over; nil when polled
 	rate        *tokenBucket // the message rate (messageRate), made at the first message
 	answers     *tokenBucket // the rate of answer frames (fleet.go), made at the first
 	routes      *routeMemory // made at the first message sent to another thread
@@ -119,7 +117,6 @@ type wsConn struct {
 	// Polled connections (poll.go): nil ph means a goroutine of its own.
 	tlsIn  bool // TLS: plaintext may wait inside the tls.Conn
 	ph     *readiness.Handle
-	tc     *tls.Conn       // that tls.Conn (nil: plain, or not at the top)
 	dl     readiness.Timer // the deadline of the next read, on the adapter's wheel
 	readBy atomic.Int64    // that deadline (UnixNano)
 
@@ -436,17 +433,26 @@ func (c *wsConn) peerClosed(code int) {
 func (c *wsConn) serve() {
 	defer c.a.wg.Done()
 	defer c.a.m.WebSockets.Add("", -1)
+	c.served = new(servedStep)
 	for {
+		var waitErr error
 		switch {
 		case c.held != nil:
 			c.awaitRoom() // not reading: the device's sends back up through TCP
 		case c.box.br.Buffered() == 0:
-			_, c.waitErr = c.box.br.Peek(1) // gorilla reads what this buffers
+			_, waitErr = c.box.br.Peek(1) // gorilla reads what this buffers
 		}
-		if !c.a.steps.run(c) {
+		if !c.a.steps.run(c, waitErr) {
 			return
 		}
 	}
+}
+
+// servedStep hands a step of a connection with a goroutine of its own
+// (serve) to a stepper worker and back.
+type servedStep struct {
+	waitErr error     // why waiting for data failed
+	done    chan bool // where the running step reports
 }
 
 // awaitRoom waits until the held message has a place, its hold runs out
@@ -501,7 +507,8 @@ var errUnexpectedEOF = &websocket.CloseError{Code: websocket.CloseAbnormalClosur
 
 // step reads and handles one frame, and sets the deadline of the next
 // read; false means the connection has ended (and is taken down).
-func (c *wsConn) step() bool {
+// waitErr is why waiting for data failed (nil: it did not).
+func (c *wsConn) step(waitErr error) bool {
 	a := c.a
 	if c.held != nil {
 		c.resumeHeld()
@@ -511,7 +518,7 @@ func (c *wsConn) step() bool {
 	var (
 		kind int
 		buf  *[]byte
-		err  = c.waitErr
+		err  = waitErr
 	)
 	if err == io.EOF {
 		err = errUnexpectedEOF

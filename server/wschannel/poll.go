@@ -85,9 +85,6 @@ func (c *wsConn) pollInit() bool {
 		isTLS = tlsIn
 	}
 	c.ph, c.tlsIn, c.lookFirst = h, isTLS, true
-	if isTLS {
-		c.tc, _ = c.nc.Conn.(*tls.Conn)
-	}
 	w.Init(&c.dl, c)
 	return true
 }
@@ -207,14 +204,15 @@ func (c *wsConn) pollRead() {
 	c.bindLocked()
 	c.mu.Unlock()
 	br := &c.box.br
+	var waitErr error // why waiting for data failed
 	for {
 		if step {
-			if c.held == nil && br.Buffered() == 0 && c.waitErr == nil {
+			if c.held == nil && br.Buffered() == 0 && waitErr == nil {
 				// The socket's read deadline bounds this step's reads only.
 				_ = c.nc.SetReadDeadline(time.Unix(0, c.readBy.Load()))
-				_, c.waitErr = br.Peek(1)
+				_, waitErr = br.Peek(1)
 			}
-			if !c.step() {
+			if !c.step(waitErr) {
 				c.pollEnd()
 				return
 			}
@@ -224,11 +222,15 @@ func (c *wsConn) pollRead() {
 			go c.hold() // the box stays: the device's next frames may be buffered
 			return
 		}
-		if br.Buffered() > 0 || c.plaintextWaits() {
+		if br.Buffered() > 0 {
+			continue
+		}
+		if waits, err := c.plaintextWaits(); waits {
+			waitErr = err
 			continue
 		}
 		_ = c.nc.SetReadDeadline(time.Time{}) // no runtime timer while idle
-		releaseTLSInput(c.tc)
+		releaseTLSInput(c.tlsConn())
 		c.mu.Lock()
 		c.readerHolds = false
 		c.unbindLocked()
@@ -248,22 +250,31 @@ func (c *wsConn) pollRead() {
 // plaintextWaits reports whether a TLS connection holds decrypted or
 // whole records the socket's readiness will not show, with a read that
 // cannot wait (a past deadline; a timeout is not sticky for tls.Conn).
-// A read error other than a timeout is kept for the next step.
-func (c *wsConn) plaintextWaits() bool {
+// A read error other than a timeout is returned for the next step.
+func (c *wsConn) plaintextWaits() (bool, error) {
 	if !c.tlsIn {
-		return false
+		return false, nil
 	}
 	_ = c.nc.SetReadDeadline(pastDeadline)
 	_, err := c.box.br.Peek(1)
 	var ne net.Error
 	switch {
 	case err == nil:
-		return true
+		return true, nil
 	case errors.As(err, &ne) && ne.Timeout():
-		return false
+		return false, nil
 	}
-	c.waitErr = err
-	return true
+	return true, err
+}
+
+// tlsConn is the tls.Conn at the top of the connection's socket (nil:
+// plain, or TLS below a wrapper).
+func (c *wsConn) tlsConn() *tls.Conn {
+	if !c.tlsIn {
+		return nil
+	}
+	tc, _ := c.nc.Conn.(*tls.Conn)
+	return tc
 }
 
 // hold waits for the held message's room on a goroutine of its own, then
@@ -289,8 +300,8 @@ func (c *wsConn) pollEnd() {
 // WebSocket close frame, or its absence, is what ends the session).
 func (c *wsConn) closeSocket() {
 	kick := c.ph != nil && c.ph.Remove()
-	if c.tc != nil {
-		_ = c.tc.NetConn().Close()
+	if tc := c.tlsConn(); tc != nil {
+		_ = tc.NetConn().Close()
 	} else {
 		c.nc.Close()
 	}

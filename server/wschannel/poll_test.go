@@ -206,7 +206,7 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 				r.a.mu.Lock()
 				for _, c := range r.a.conns {
 					c.ph.IfArmed(func() {
-						base := unsafe.Pointer(c.tc)
+						base := unsafe.Pointer(c.tlsConn())
 						raw := (*bytes.Buffer)(unsafe.Add(base, tlsInput.rawInput))
 						hand := (*bytes.Buffer)(unsafe.Add(base, tlsInput.hand))
 						held += raw.Cap() + hand.Cap()
