@@ -42,7 +42,7 @@ const (
 	// accepts no byte) before the connection is dropped as too slow.
 	defaultWriteStall = 10 * time.Second
 	closeGrace        = 2 * time.Second // wait for the peer's close frame
-	readBufferBytes   = 512             // per connection (gorilla takes it if > 256); larger frames are read past it
+	readBufferBytes   = 448             // per box (box.go; gorilla takes it if > 256); larger frames are read past it
 	maxRoutes         = 256             // message ids a connection remembers the session of (cancel)
 	maxOwed           = 1024            // replies a connection remembers it could not queue
 )
@@ -211,7 +211,6 @@ type terminalAdapter struct {
 	keyOf      func(channelID, accountID, peerID, threadID string) string
 	m          *Metrics
 	log        *slog.Logger
-	upgrader   websocket.Upgrader
 	capLists   *intern.Lists       // the connects' capability lists, one copy of each (an idle device holds none of its own)
 	steps      stepper             // reads and handles frames for the connections
 	writers    *warm.Pool[*wsConn] // run the connections' writers
@@ -222,10 +221,10 @@ type terminalAdapter struct {
 	clientAuth atomic.Pointer[identity.ClientAuth] // mutual TLS (identity.go); nil: none
 
 	mu         sync.Mutex
-	peers      map[string]*wsConn   // connected peers
-	streams    openStreams          // the peers' open streams' text so far (stream.go)
-	questions  openQuestions        // the peers' open questions (questions.go)
-	conns      map[*wsConn]struct{} // every open connection
+	peers      map[string]*wsConn // connected peers
+	streams    openStreams        // the peers' open streams' text so far (stream.go)
+	questions  openQuestions      // the peers' open questions (questions.go)
+	conns      []*wsConn          // every open connection (wsConn.slot: its index; a slice, not a map: 8 bytes a connection, not about 30)
 	stopped    bool
 	stopCtx    context.Context // accepting messages ends with the adapter
 	stopAccept context.CancelFunc
@@ -234,7 +233,7 @@ type terminalAdapter struct {
 	wheel      *readiness.Wheel  // their deadlines
 	noPoll     bool              // no poller here, or the adapter has stopped
 
-	lentReadBuffers atomic.Int64 // idle polled connections' read buffers, lent back (poll.go)
+	parked atomic.Int64 // connections that gave their box back (box.go): idle ones
 }
 
 // New builds the adapter of channel id (cfg its config).
@@ -250,7 +249,7 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 		id: id, cfg: cfg, accept: d.Accept, records: d.Records, presence: d.Presence, registry: d.Registry, notices: d.Notices, fleet: d.Fleet, frames: frameRoutes(d.Frames), outside: d.Outside,
 		creds: d.Bindings, events: d.Events, keyOf: d.SessionKey, m: d.Metrics, log: d.Log.With("channel", id),
 		heartbeat: time.Duration(cfg.Config.HeartbeatSeconds) * time.Second,
-		peers:     map[string]*wsConn{}, conns: map[*wsConn]struct{}{}, writeStall: opt.WriteStall,
+		peers:     map[string]*wsConn{}, writeStall: opt.WriteStall,
 		steps: newStepper(), writers: newWriters(), capLists: intern.NewLists(maxCapLists),
 		closeGrace: closeGrace, shutdown: shutdownGrace,
 	}
@@ -261,15 +260,6 @@ func newTerminalAdapter(id string, cfg config.Channel, d Deps, opt Options) *ter
 		a.clientAuth.Store(d.ClientAuth)
 	}
 	a.stopCtx, a.stopAccept = context.WithCancel(context.Background())
-	a.upgrader = websocket.Upgrader{
-		// ReadBufferSize 0: gorilla reads through hijackWrapper's buffer.
-		WriteBufferPool: writeBufferPool,
-		// Terminals are not browsers; any Origin (or none) is fine.
-		CheckOrigin: func(*http.Request) bool { return true },
-		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
-			http.Error(w, "websocket upgrade failed: "+reason.Error(), status)
-		},
-	}
 	return a
 }
 
@@ -335,18 +325,12 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 			http.StatusServiceUnavailable)
 		return
 	}
-	hw := &hijackWrapper{ResponseWriter: w, stall: a.writeStall}
-	ws, err := a.upgrader.Upgrade(hw, r, nil)
+	c, err := a.upgrade(w, r)
 	if err != nil {
 		open.Add("", -1)
-		return // the upgrader answered with the reason
+		return // upgrade answered with the reason
 	}
-	if hw.br == nil { // cannot happen: gorilla refuses a connection with buffered data
-		ws.Close()
-		open.Add("", -1)
-		return
-	}
-	c := newWSConn(a, ws, hw.conn, hw.br, r.RemoteAddr, headerToken, cert)
+	c.init(r.RemoteAddr, headerToken, cert)
 	polled := c.pollInit() // before c is published: the writer's closeSocket reads c.ph
 	a.mu.Lock()
 	if a.stopped {
@@ -355,7 +339,7 @@ func (a *terminalAdapter) ServeUpgrade(w http.ResponseWriter, r *http.Request, m
 		open.Add("", -1)
 		return
 	}
-	a.conns[c] = struct{}{}
+	a.addConnLocked(c)
 	a.wg.Add(1)
 	a.mu.Unlock()
 	// The connection waits in the readiness loop (or gets a goroutine of
@@ -475,11 +459,7 @@ func (a *terminalAdapter) waitConns(d time.Duration) {
 
 // connsLocked lists the open connections (a.mu held).
 func (a *terminalAdapter) connsLocked() []*wsConn {
-	conns := make([]*wsConn, 0, len(a.conns))
-	for c := range a.conns {
-		conns = append(conns, c)
-	}
-	return conns
+	return append([]*wsConn(nil), a.conns...)
 }
 
 // register makes c the live connection of its peer; it reports whether c
@@ -516,11 +496,24 @@ func (a *terminalAdapter) CloseDevices(code int, reason string) {
 	}
 }
 
+// addConnLocked lists c among the open connections (a.mu held).
+func (a *terminalAdapter) addConnLocked(c *wsConn) {
+	c.slot = int32(len(a.conns))
+	a.conns = append(a.conns, c)
+}
+
 // unregister forgets c; it reports whether c was its peer's live connection.
 func (a *terminalAdapter) unregister(c *wsConn) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.conns, c)
+	if i := c.slot; i >= 0 && int(i) < len(a.conns) && a.conns[i] == c {
+		last := len(a.conns) - 1
+		moved := a.conns[last]
+		a.conns[i], moved.slot = moved, i
+		a.conns[last] = nil
+		a.conns = a.conns[:last]
+		c.slot = -1
+	}
 	if c.peerID != "" && a.peers[c.peerID] == c {
 		delete(a.peers, c.peerID)
 		return true
@@ -640,14 +633,15 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 			return
 		}
 	}
-	c.peerID, c.threadID, c.userID, c.deviceName = f.PeerID, f.ThreadID, f.UserID, f.DeviceName
+	c.peerID = f.PeerID
+	c.setNames(f.ThreadID, f.UserID)
 	c.sessionKey = a.keyOf(a.id, a.cfg.AccountID, f.PeerID, f.ThreadID)
 	connected.SessionID = c.sessionKey
 	// The registry first: a new anonymous device past its bounds is
 	// refused before it is registered anywhere.
 	gen, err := c.registryConnected(f)
 	if err != nil {
-		c.peerID, c.threadID, c.userID, c.deviceName, c.sessionKey = "", "", "", "", ""
+		c.peerID, c.sessionKey, c.names = "", "", nil
 		a.m.Rejected.Inc(a.id)
 		a.refused(c.remote, events.Event{Event: events.TerminalRefused, PeerID: f.PeerID, Detail: "connect refused: " + err.Error()})
 		c.sendError("", link.CodeRegistryFull, "connect refused for peer_id "+f.PeerID+": "+err.Error())
@@ -668,7 +662,8 @@ func (c *wsConn) handleConnect(f *link.Connect) {
 		case link.CapStream:
 			c.stream = true
 		case link.CapDiag: // a diag_result carries up to link.MaxDiagBytes
-			c.ws.SetReadLimit(max(link.ReadLimit(a.cfg.Config.MaxMessageChars), link.DiagReadLimit))
+			c.diag = true
+			c.ws().SetReadLimit(c.readLimit())
 		}
 	}
 	// Registered first, so /api/status counts the peer by the time the
@@ -717,9 +712,9 @@ func (c *wsConn) handleMessage(f *link.Message) {
 		c.reject("", link.CodeBadMessage, "message_id is longer than 256 bytes")
 		return
 	}
-	thread := c.threadID
+	thread := c.threadID()
 	key := c.sessionKey
-	if f.ThreadID != "" && f.ThreadID != c.threadID {
+	if f.ThreadID != "" && f.ThreadID != thread {
 		if !ValidID(f.ThreadID) {
 			c.reject(f.MessageID, link.CodeBadMessage, fmt.Sprintf("message %s: thread_id %q must be 1-128 characters of A-Z a-z 0-9 . _ @ + -", f.MessageID, f.ThreadID))
 			return
@@ -732,7 +727,7 @@ func (c *wsConn) handleMessage(f *link.Message) {
 			f.MessageID, c.peerID, a.cfg.Config.RatePerPeer, a.cfg.Config.RateBurst))
 		return
 	}
-	user := c.userID
+	user := c.userID()
 	if f.UserID != "" {
 		user = f.UserID
 	}

@@ -1,8 +1,6 @@
 package wschannel
 
 import (
-	"bufio"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -89,38 +87,36 @@ import (
 // progress for the write timeout.
 type wsConn struct {
 	a           *terminalAdapter
-	ws          *websocket.Conn
-	nc          *flushConn
+	box         *wsBox // the Conn frames are read and written with (box.go); nil while idle; guarded by mu, used by its holders
 	remote      string
 	bearer      *string       // the Authorization header's token until the connect frame is accepted (reader-only); nil: none
 	certID      *certIdentity // what the client certificate proved (identity.go); nil without mutual TLS; never changed
 	openedNanos int64         // when the connection opened (UnixNano)
 
 	// Set by the reader at connect, before register publishes c.
-	peerID, threadID, userID, deviceName, sessionKey string
-	progress, cancel, notice, stream                 bool
-	caps                                             []string
-	regGen                                           uint64 // the registry's generation of this connection
+	peerID, sessionKey               string
+	names                            *connNames // the connect's thread_id and user_id; nil: neither (the common case)
+	progress, cancel, notice, stream bool
+	slot                             int32 // in a.conns (guarded by a.mu); -1: not there
+	caps                             []string
+	regGen                           uint64 // the registry's generation of this connection
 
 	// Reader-only (the connection's goroutine and its steps, in turn).
 	// Fields are ordered so the struct has little padding: an idle
 	// connection is this struct and little else.
-	br          *bufio.Reader // gorilla's read buffer
-	waitErr     error         // why waiting for data failed
-	stepDone    chan bool     // where the running step reports
-	rate        *tokenBucket  // the message rate (messageRate), made at the first message
-	answers     *tokenBucket  // the rate of answer frames (fleet.go), made at the first
-	routes      *routeMemory  // made at the first message sent to another thread
-	held        *heldMessage  // a message waiting for room; the device is not read meanwhile
-	readClosing bool          // the connection was closing when the read deadline was set
-	graceSet    bool          // the read deadline is the close grace
-	lookFirst   bool          // pollRead looks for buffered data before it steps (the first time)
+	served      *servedStep  // a connection with a goroutine of its own (serve): its step's hand-over; nil when polled
+	rate        *tokenBucket // the message rate (messageRate), made at the first message
+	answers     *tokenBucket // the rate of answer frames (fleet.go), made at the first
+	routes      *routeMemory // made at the first message sent to another thread
+	held        *heldMessage // a message waiting for room; the device is not read meanwhile
+	readClosing bool         // the connection was closing when the read deadline was set
+	graceSet    bool         // the read deadline is the close grace
+	lookFirst   bool         // pollRead looks for buffered data before it steps (the first time)
+	diag        bool         // the device listed diag: its frames may be larger (readLimit)
 
 	// Polled connections (poll.go): nil ph means a goroutine of its own.
 	tlsIn  bool // TLS: plaintext may wait inside the tls.Conn
-	brOut  bool // br's buffer is lent to the pool while idle (poll.go)
 	ph     *readiness.Handle
-	tc     *tls.Conn       // that tls.Conn (nil: plain, or not at the top)
 	dl     readiness.Timer // the deadline of the next read, on the adapter's wheel
 	readBy atomic.Int64    // that deadline (UnixNano)
 
@@ -128,14 +124,52 @@ type wsConn struct {
 	// q is made when something is queued and let go when the writer has
 	// written it all (writerStoppedLocked), space and readerDone when
 	// someone waits on them.
-	mu        sync.Mutex
-	state     connState
-	writing   bool      // a writer runs (on the adapter's writers)
-	readerEnd bool      // the reader has stopped (finish)
-	q         *outQueue // what waits to be written; nil: nothing
-	deltaNext int64     // UnixNano: deltas may be written again from then (deltaGap after the last batch)
-	noticeSeq uint64    // the last notice queued here (notices.go)
-	rare      *connRare // made when first needed: an idle connection has none
+	mu          sync.Mutex
+	state       connState
+	writing     bool      // a writer runs (on the adapter's writers)
+	readerHolds bool      // the reader holds the box (box.go): it steps, or serve waits for data
+	readerEnd   bool      // the reader has stopped (finish)
+	q           *outQueue // what waits to be written; nil: nothing
+	deltaNext   int64     // UnixNano: deltas may be written again from then (deltaGap after the last batch)
+	noticeSeq   uint64    // the last notice queued here (notices.go)
+	rare        *connRare // made when first needed: an idle connection has none
+
+	// The connection's socket, in the same object (one allocation,
+	// nothing between them): the flushConn the box reads and writes
+	// (upgrade.go), and the detached socket under it (poll.go: unused
+	// where the socket stays in Go's poller).
+	nc    flushConn
+	sock  readiness.Conn
+	guard guardedConn // the ConnGuard's count of the socket, moved in at the detach (adopt); zero where there is none
+}
+
+// connNames are a connect's thread_id and user_id, behind a pointer
+// made only for a connect that gave either: most devices give neither,
+// and an idle connection's struct is 24 bytes smaller.
+type connNames struct{ threadID, userID string }
+
+// setNames keeps the connect's thread and user ids.
+func (c *wsConn) setNames(threadID, userID string) {
+	c.names = nil
+	if threadID != "" || userID != "" {
+		c.names = &connNames{threadID: threadID, userID: userID}
+	}
+}
+
+// threadID is the connect's thread_id ("" for none).
+func (c *wsConn) threadID() string {
+	if c.names == nil {
+		return ""
+	}
+	return c.names.threadID
+}
+
+// userID is the connect's user_id ("" for none).
+func (c *wsConn) userID() string {
+	if c.names == nil {
+		return ""
+	}
+	return c.names.userID
 }
 
 // connRare is what a connection needs only while it waits on its other
@@ -317,15 +351,16 @@ func (f *outFrame) recycle() {
 	f.buf, f.data = nil, nil
 }
 
-func newWSConn(a *terminalAdapter, ws *websocket.Conn, nc *flushConn, br *bufio.Reader, remote, headerToken string, cert certIdentity) *wsConn {
-	c := &wsConn{a: a, ws: ws, nc: nc, br: br, remote: remote, openedNanos: time.Now().UnixNano()}
+// init sets up c, made by upgrade with its socket and box, for the
+// reader (which holds the box).
+func (c *wsConn) init(remote, headerToken string, cert certIdentity) {
+	c.readerHolds, c.remote, c.openedNanos = true, remote, time.Now().UnixNano()
 	if headerToken != "" {
 		c.bearer = &headerToken
 	}
 	if cert != (certIdentity{}) {
 		c.certID = &cert
 	}
-	return c
 }
 
 // opened is when the connection opened.
@@ -366,24 +401,29 @@ func (c *wsConn) messageRate() *tokenBucket {
 	return c.rate
 }
 
+// readLimit is the largest frame the device may send.
+func (c *wsConn) readLimit() int64 {
+	l := link.ReadLimit(c.a.cfg.Config.MaxMessageChars)
+	if c.diag { // a diag_result carries up to link.MaxDiagBytes
+		l = max(l, link.DiagReadLimit)
+	}
+	return l
+}
+
 // start sets the connection up for reading; it runs before serve.
 func (c *wsConn) start() {
-	a := c.a
-	c.ws.SetReadLimit(link.ReadLimit(a.cfg.Config.MaxMessageChars))
-	// WebSocket-level pings and closes are answered by the writer too.
-	c.ws.SetPingHandler(func(data string) error {
-		c.enqueue(outFrame{data: []byte(data), kind: pongControl})
-		return nil
-	})
-	c.ws.SetCloseHandler(func(code int, _ string) error {
-		c.mu.Lock()
-		if c.closeLocked() { // echo the peer's close (RFC 6455 5.5.1)
-			c.busy().closeFrame = websocket.FormatCloseMessage(code, "")
-		}
-		c.mu.Unlock()
-		return nil
-	})
+	c.ws().SetReadLimit(c.readLimit())
 	c.setReadDeadline()
+}
+
+// peerClosed is the Conn's close handler (box.go): the reader read the
+// peer's close frame.
+func (c *wsConn) peerClosed(code int) {
+	c.mu.Lock()
+	if c.closeLocked() { // echo the peer's close (RFC 6455 5.5.1)
+		c.busy().closeFrame = websocket.FormatCloseMessage(code, "")
+	}
+	c.mu.Unlock()
 }
 
 // serve is the connection's own goroutine: it waits until the device
@@ -393,17 +433,26 @@ func (c *wsConn) start() {
 func (c *wsConn) serve() {
 	defer c.a.wg.Done()
 	defer c.a.m.WebSockets.Add("", -1)
+	c.served = new(servedStep)
 	for {
+		var waitErr error
 		switch {
 		case c.held != nil:
 			c.awaitRoom() // not reading: the device's sends back up through TCP
-		case c.br.Buffered() == 0:
-			_, c.waitErr = c.br.Peek(1) // gorilla reads what this buffers
+		case c.box.br.Buffered() == 0:
+			_, waitErr = c.box.br.Peek(1) // gorilla reads what this buffers
 		}
-		if !c.a.steps.run(c) {
+		if !c.a.steps.run(c, waitErr) {
 			return
 		}
 	}
+}
+
+// servedStep hands a step of a connection with a goroutine of its own
+// (serve) to a stepper worker and back.
+type servedStep struct {
+	waitErr error     // why waiting for data failed
+	done    chan bool // where the running step reports
 }
 
 // awaitRoom waits until the held message has a place, its hold runs out
@@ -458,7 +507,8 @@ var errUnexpectedEOF = &websocket.CloseError{Code: websocket.CloseAbnormalClosur
 
 // step reads and handles one frame, and sets the deadline of the next
 // read; false means the connection has ended (and is taken down).
-func (c *wsConn) step() bool {
+// waitErr is why waiting for data failed (nil: it did not).
+func (c *wsConn) step(waitErr error) bool {
 	a := c.a
 	if c.held != nil {
 		c.resumeHeld()
@@ -468,13 +518,13 @@ func (c *wsConn) step() bool {
 	var (
 		kind int
 		buf  *[]byte
-		err  = c.waitErr
+		err  = waitErr
 	)
 	if err == io.EOF {
 		err = errUnexpectedEOF
 	}
 	if err == nil {
-		kind, buf, err = readMessage(c.ws)
+		kind, buf, err = readMessage(c.ws())
 	}
 	if err != nil {
 		idle := a.idleTimeout()
@@ -647,7 +697,7 @@ func (c *wsConn) enqueue(f outFrame) bool {
 			}
 			// Open or greeted (not closing: no close frame is due, so
 			// the batch never waits for the reader's own end).
-			c.writing = true
+			c.writing = true // the reader holds the box
 			var b batch
 			c.take(&b)
 			c.mu.Unlock()
@@ -681,6 +731,7 @@ func (c *wsConn) startWriterLocked() {
 		return
 	}
 	c.writing = true
+	c.bindLocked()
 	c.a.writers.Run(c)
 }
 
@@ -691,6 +742,7 @@ func (c *wsConn) writerStoppedLocked() {
 	if c.q != nil && c.q.idle() {
 		c.dropQueueLocked()
 	}
+	c.unbindLocked()
 	if r := c.rare; r != nil && r.writerIdle != nil {
 		close(r.writerIdle)
 		r.writerIdle = nil
@@ -935,9 +987,9 @@ func (c *wsConn) writeBatch(b *batch) error {
 	for _, f := range b.frames {
 		var err error
 		if f.kind == pongControl {
-			err = c.ws.WriteControl(websocket.PongMessage, f.data, time.Now().Add(time.Minute))
+			err = c.ws().WriteControl(websocket.PongMessage, f.data, time.Now().Add(time.Minute))
 		} else {
-			err = c.ws.WriteMessage(websocket.TextMessage, f.data)
+			err = c.ws().WriteMessage(websocket.TextMessage, f.data)
 		}
 		if err != nil {
 			return err
@@ -949,29 +1001,29 @@ func (c *wsConn) writeBatch(b *batch) error {
 		}
 	}
 	for _, n := range b.notices {
-		if err := c.ws.WriteMessage(websocket.TextMessage, n); err != nil {
+		if err := c.ws().WriteMessage(websocket.TextMessage, n); err != nil {
 			return err
 		}
 	}
 	for _, f := range b.fleet {
-		if err := c.ws.WriteMessage(websocket.TextMessage, f); err != nil {
+		if err := c.ws().WriteMessage(websocket.TextMessage, f); err != nil {
 			return err
 		}
 	}
 	for _, r := range b.replies {
-		if err := c.ws.WriteMessage(websocket.TextMessage, r.data); err != nil {
+		if err := c.ws().WriteMessage(websocket.TextMessage, r.data); err != nil {
 			return err
 		}
 	}
 	for _, id := range b.owed {
 		e := &link.Error{MessageID: id, Code: link.CodeBusy,
 			Error: "the reply to message " + id + " is ready, but this connection's reply queue was full: send the message again to get it"}
-		if err := c.ws.WriteMessage(websocket.TextMessage, link.MustEncode(e)); err != nil {
+		if err := c.ws().WriteMessage(websocket.TextMessage, link.MustEncode(e)); err != nil {
 			return err
 		}
 	}
 	for _, p := range b.progress {
-		if err := c.ws.WriteMessage(websocket.TextMessage, p); err != nil {
+		if err := c.ws().WriteMessage(websocket.TextMessage, p); err != nil {
 			return err
 		}
 	}
@@ -979,7 +1031,7 @@ func (c *wsConn) writeBatch(b *batch) error {
 		return err
 	}
 	if b.closeFrame != nil {
-		return c.ws.WriteControl(websocket.CloseMessage, b.closeFrame, time.Now().Add(time.Minute))
+		return c.ws().WriteControl(websocket.CloseMessage, b.closeFrame, time.Now().Add(time.Minute))
 	}
 	return nil
 }
@@ -999,7 +1051,7 @@ func (c *wsConn) writeDeltas(ds []link.Delta) error {
 			return err
 		}
 		*bp = b
-		if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+		if err := c.ws().WriteMessage(websocket.TextMessage, b); err != nil {
 			return err
 		}
 	}

@@ -82,6 +82,25 @@ func (c *guardedConn) Close() error {
 	return err
 }
 
+// adopt takes over gc's count (into c, a zero guardedConn inside the
+// connection's own struct), so that a device's WebSocket keeps no
+// wrapper object of its own: after the hijack nothing but the WebSocket
+// holds gc (net/http forgets a hijacked connection, and the guard's
+// list holds only connections not in a request). gc is left counted
+// as closed: its Close would uncount nothing. False (nothing done) if
+// gc is closed or listed.
+func (c *guardedConn) adopt(gc *guardedConn) bool {
+	g := gc.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gc.closed || gc.elem != nil {
+		return false
+	}
+	c.Conn, c.g = gc.Conn, g
+	gc.closed = true
+	return true
+}
+
 // Listener wraps ln so that every accepted connection is counted.
 func (g *ConnGuard) Listener(ln net.Listener) net.Listener {
 	return &guardedListener{Listener: ln, g: g}

@@ -48,7 +48,7 @@ func onlyConn(t *testing.T, a *terminalAdapter) *wsConn {
 	if len(a.conns) != 1 {
 		t.Fatalf("%d connections, want 1", len(a.conns))
 	}
-	for c := range a.conns {
+	for _, c := range a.conns {
 		return c
 	}
 	return nil
@@ -85,7 +85,7 @@ func TestIdleConnHoldsNoNetFD(t *testing.T) {
 			r := newShapedRig(t, s.overTLS, s.guarded, nil)
 			ws, _ := connected(t, r, "dev-fd")
 			testwait.Until(t, "the connection waiting in the poller", func() bool { return polledArmed(r.a) })
-			if c := onlyConn(t, r.a); heldTCPConn(c.nc) {
+			if c := onlyConn(t, r.a); heldTCPConn(&c.nc) {
 				t.Fatal("an idle connection still holds a net.TCPConn (its netFD, addresses and poll descriptor)")
 			}
 			if err := ws.WriteMessage(websocket.TextMessage, link.MustEncode(&link.Message{MessageID: "m-1", Text: "hi"})); err != nil {

@@ -39,9 +39,11 @@
 // and writers run on warm pooled workers (stepper.go), not on goroutines
 // started per frame or batch.
 //
-// An idle connection holds no goroutine and no read or write buffer (its
-// 512-byte read buffer is lent back, and over TLS the tls.Conn's empty
-// input buffers are let go; poll.go): on Linux it waits in the adapter's readiness loop (package
+// An idle connection holds no goroutine, no read or write buffer and no
+// *websocket.Conn (its box, the gorilla Conn with its 512-byte read
+// buffer, goes back to a pool and the next wake or write takes one:
+// box.go; over TLS the tls.Conn's empty input buffers are let go;
+// poll.go): on Linux it waits in the adapter's readiness loop (package
 // readiness: one epoll instance and one goroutine for every connection),
 // which hands it to a stepper worker when its socket is readable; its
 // idle, connect and close-grace deadlines are timers on one shared wheel,

@@ -1,11 +1,9 @@
 package wschannel
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sync"
 	"time"
 )
@@ -125,37 +123,4 @@ func (c *flushConn) flushLocked() error {
 		corkPool.Put(b)
 	}
 	return err
-}
-
-// hijackWrapper hands gorilla's Upgrader a flushConn instead of the raw
-// connection, and clears the deadlines the HTTP server set on it (its
-// read and write timeouts are for plain requests; after the upgrade the
-// connection's reader and writer own its deadlines). It also hands it the
-// connection's read buffer, readBufferBytes, in place of net/http's 4 KiB
-// one: gorilla reads through it (with Upgrader.ReadBufferSize 0 it takes
-// the hijacked reader when that holds more than 256 bytes), and the
-// connection's goroutine waits for data through it (wsConn.serve).
-type hijackWrapper struct {
-	http.ResponseWriter
-	stall time.Duration
-	conn  *flushConn
-	br    *bufio.Reader
-}
-
-func (w *hijackWrapper) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	h, ok := w.ResponseWriter.(http.Hijacker)
-	if !ok {
-		return nil, nil, errors.New("the HTTP connection cannot be taken over for a WebSocket")
-	}
-	nc, brw, err := h.Hijack()
-	if err != nil {
-		return nil, nil, err
-	}
-	_ = nc.SetDeadline(time.Time{})
-	w.conn = newFlushConn(nc, w.stall)
-	if brw.Reader.Buffered() == 0 { // else gorilla refuses the upgrade
-		w.br = bufio.NewReaderSize(w.conn, readBufferBytes)
-		brw = bufio.NewReadWriter(w.br, brw.Writer)
-	}
-	return w.conn, brw, nil
 }

@@ -114,7 +114,7 @@ func (a *terminalAdapter) ReloadClientAuth(ca *identity.ClientAuth) {
 func (a *terminalAdapter) closeDenied(ca *identity.ClientAuth) {
 	var denied []*wsConn
 	a.mu.Lock()
-	for c := range a.conns {
+	for _, c := range a.conns {
 		if c.cert().peer != "" && ca.Denies(c.cert().fp) {
 			denied = append(denied, c)
 		}

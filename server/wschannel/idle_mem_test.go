@@ -137,12 +137,95 @@ func TestHeaderTokenLetGoAfterConnect(t *testing.T) {
 	}
 }
 
-// An idle connection is its wsConn and little else: the struct stays in
-// the 384-byte size class (what only the connect, mutual TLS, a wait on
-// the other half or the end needs is behind pointers, its open time a
-// UnixNano).
+// An idle connection is its wsConn and little else: one object, the
+// struct with its flushConn, its detached socket and its ConnGuard count
+// in it, in the 480-byte size class (what only the connect, mutual TLS,
+// a connection with a goroutine of its own, a wait on the other half or
+// the end needs is behind pointers, its open time a UnixNano), and
+// none of those is an object of its own (they were 48, 96 and 48 bytes
+// more).
 func TestConnStructSize(t *testing.T) {
-	if s := unsafe.Sizeof(wsConn{}); s > 384 {
-		t.Fatalf("a wsConn is %d bytes, want at most 384 (the size class an idle connection's struct fits)", s)
+	if s := unsafe.Sizeof(wsConn{}); s > 480 {
+		t.Fatalf("a wsConn is %d bytes, want at most 480 (the size class an idle connection's struct fits)", s)
+	}
+	r := newPollRig(t, false, nil)
+	connected(t, r, "dev-one")
+	testwait.Until(t, "the connection waiting in the poller", func() bool { return polledArmed(r.a) })
+	c := onlyConn(t, r.a)
+	start, end := uintptr(unsafe.Pointer(c)), uintptr(unsafe.Pointer(c))+unsafe.Sizeof(*c)
+	inside := func(p unsafe.Pointer) bool { return uintptr(p) >= start && uintptr(p) < end }
+	if !inside(unsafe.Pointer(c.ph)) {
+		t.Fatal("the connection's poller handle is not in its wsConn: its detached socket is an object of its own")
+	}
+	if slot, _, _ := socketSlot(&c.nc); slot != nil {
+		t.Fatal("the connection still holds a net.TCPConn")
+	}
+}
+
+// Behind termserver's listener a connection's count in the ConnGuard is
+// in its wsConn too (the guard's wrapper object goes at the detach),
+// and its end gives the descriptor back once.
+func TestGuardAdopted(t *testing.T) {
+	r := newShapedRig(t, false, true, nil)
+	ws, _ := connected(t, r, "dev-guarded")
+	testwait.Until(t, "the connection waiting in the poller", func() bool { return polledArmed(r.a) })
+	c := onlyConn(t, r.a)
+	if c.nc.Conn != net.Conn(&c.guard) || c.guard.Conn != net.Conn(&c.sock) || c.guard.g != r.g {
+		t.Fatalf("the socket's wrappers are %T over %T, want the wsConn's own guard over its socket", c.nc.Conn, c.guard.Conn)
+	}
+	if open, _, _, _ := r.g.stats(); open != 1 {
+		t.Fatalf("the guard counts %d open connections, want 1", open)
+	}
+	ws.Close()
+	testwait.Until(t, "the connection's end given back to the guard", func() bool { open, _, _, _ := r.g.stats(); return open == 0 })
+	if err := c.guard.Close(); err == nil { // a second close: the socket is closed, the count stays
+		t.Fatal("closing a closed connection again reported no error")
+	}
+	if open, _, _, _ := r.g.stats(); open != 0 {
+		t.Fatalf("the guard counts %d open connections after a second close, want 0", open)
+	}
+}
+
+// The open connections are a slice, each connection its index in it: a
+// connection's place costs 8 bytes, not a map slot's 30 or so. Removing
+// one moves the last into its place; removing one twice, or one never
+// listed, changes nothing.
+func TestConnsListed(t *testing.T) {
+	a := &terminalAdapter{peers: map[string]*wsConn{}}
+	cs := make([]*wsConn, 5)
+	for i := range cs {
+		cs[i] = &wsConn{a: a}
+		a.addConnLocked(cs[i])
+	}
+	check := func(want ...*wsConn) {
+		t.Helper()
+		if len(a.conns) != len(want) {
+			t.Fatalf("%d connections listed, want %d", len(a.conns), len(want))
+		}
+		for i, c := range a.conns {
+			if c.slot != int32(i) {
+				t.Fatalf("connection at %d says it is at %d", i, c.slot)
+			}
+		}
+		for _, w := range want {
+			if a.conns[w.slot] != w {
+				t.Fatal("a connection is not where it says")
+			}
+		}
+	}
+	a.unregister(cs[1]) // the last (4) moves to 1
+	check(cs[0], cs[4], cs[2], cs[3])
+	a.unregister(cs[1])         // again: nothing
+	a.unregister(&wsConn{a: a}) // never listed (slot 0): nothing
+	a.unregister(cs[3])         // the last itself
+	check(cs[0], cs[4], cs[2])
+	for _, c := range []*wsConn{cs[0], cs[4], cs[2]} {
+		a.unregister(c)
+	}
+	check()
+	for _, c := range a.conns[:cap(a.conns)] {
+		if c != nil {
+			t.Fatal("a removed connection is still referenced by the list's array")
+		}
 	}
 }

@@ -1,13 +1,11 @@
 package wschannel
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"errors"
 	"net"
 	"reflect"
-	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -87,9 +85,6 @@ func (c *wsConn) pollInit() bool {
 		isTLS = tlsIn
 	}
 	c.ph, c.tlsIn, c.lookFirst = h, isTLS, true
-	if isTLS {
-		c.tc, _ = c.nc.Conn.(*tls.Conn)
-	}
 	w.Init(&c.dl, c)
 	return true
 }
@@ -102,16 +97,18 @@ func (c *wsConn) pollInit() bool {
 // directly, a descriptor cannot be duplicated): the caller registers the
 // socket as it is.
 func (c *wsConn) detachSocket(p *readiness.Poller) (h *readiness.Handle, isTLS, ok bool) {
-	slot, tcp, isTLS := socketSlot(c.nc)
+	slot, tcp, isTLS := socketSlot(&c.nc)
 	if slot == nil {
 		return nil, false, false
 	}
-	rc, err := readiness.Detach(tcp, p, c)
-	if err != nil {
+	if err := readiness.DetachInto(&c.sock, tcp, p, c); err != nil {
 		return nil, false, false
 	}
-	*slot = rc
-	return rc.Handle(), isTLS, true
+	*slot = &c.sock
+	if gc, ok := c.nc.Conn.(*guardedConn); ok && c.guard.adopt(gc) {
+		c.nc.Conn = &c.guard // the guard's 48-byte wrapper goes
+	}
+	return c.sock.Handle(), isTLS, true
 }
 
 // socketSlot finds the *net.TCPConn under nc's wrappers and the field
@@ -185,7 +182,7 @@ func (c *wsConn) Expired() {
 // setReadBy sets the deadline of the reader's next read.
 func (c *wsConn) setReadBy(t time.Time) {
 	if c.ph == nil {
-		_ = c.ws.SetReadDeadline(t)
+		_ = c.nc.SetReadDeadline(t)
 		return
 	}
 	c.readBy.Store(t.UnixNano())
@@ -197,100 +194,87 @@ var pastDeadline = time.Unix(1, 0)
 
 // pollRead runs on a stepper worker: it steps the connection while it
 // has data, then has it wait in the poller (or a held message wait on a
-// goroutine of its own), until the connection ends.
+// goroutine of its own), until the connection ends. The reader holds a
+// box (box.go) from here until it arms the poller.
 func (c *wsConn) pollRead() {
 	step := !c.lookFirst
 	c.lookFirst = false
+	c.mu.Lock()
+	c.readerHolds = true
+	c.bindLocked()
+	c.mu.Unlock()
+	br := &c.box.br
+	var waitErr error // why waiting for data failed
 	for {
 		if step {
-			c.takeReadBuffer()
-			if c.held == nil && c.br.Buffered() == 0 && c.waitErr == nil {
+			if c.held == nil && br.Buffered() == 0 && waitErr == nil {
 				// The socket's read deadline bounds this step's reads only.
 				_ = c.nc.SetReadDeadline(time.Unix(0, c.readBy.Load()))
-				_, c.waitErr = c.br.Peek(1)
+				_, waitErr = br.Peek(1)
 			}
-			if !c.step() {
+			if !c.step(waitErr) {
 				c.pollEnd()
 				return
 			}
 		}
 		step = true
 		if c.held != nil {
-			go c.hold()
+			go c.hold() // the box stays: the device's next frames may be buffered
 			return
 		}
-		if c.br.Buffered() > 0 || c.plaintextWaits() {
+		if br.Buffered() > 0 {
+			continue
+		}
+		if waits, err := c.plaintextWaits(); waits {
+			waitErr = err
 			continue
 		}
 		_ = c.nc.SetReadDeadline(time.Time{}) // no runtime timer while idle
-		c.lendReadBuffer()
-		releaseTLSInput(c.tc)
+		releaseTLSInput(c.tlsConn())
+		c.mu.Lock()
+		c.readerHolds = false
+		c.unbindLocked()
+		c.mu.Unlock()
 		if c.ph.Arm() {
 			return // c is the poller's (or the wheel's, or the writer's) now
 		}
 		// Removed (the socket is closing) or refused: read now.
+		c.mu.Lock()
+		c.readerHolds = true
+		c.bindLocked()
+		c.mu.Unlock()
+		br = &c.box.br
 	}
 }
 
 // plaintextWaits reports whether a TLS connection holds decrypted or
 // whole records the socket's readiness will not show, with a read that
 // cannot wait (a past deadline; a timeout is not sticky for tls.Conn).
-// A read error other than a timeout is kept for the next step.
-func (c *wsConn) plaintextWaits() bool {
+// A read error other than a timeout is returned for the next step.
+func (c *wsConn) plaintextWaits() (bool, error) {
 	if !c.tlsIn {
-		return false
+		return false, nil
 	}
-	c.takeReadBuffer()
 	_ = c.nc.SetReadDeadline(pastDeadline)
-	_, err := c.br.Peek(1)
+	_, err := c.box.br.Peek(1)
 	var ne net.Error
 	switch {
 	case err == nil:
-		return true
+		return true, nil
 	case errors.As(err, &ne) && ne.Timeout():
-		return false
+		return false, nil
 	}
-	c.waitErr = err
-	return true
+	return true, err
 }
 
-// An idle polled connection lends its read buffer (readBufferBytes) back:
-// the bufio.Reader gorilla reads through is set to its zero value, which
-// holds no buffer, while the connection waits in the poller, and gets a
-// pooled one again before the next read. Readers are copied whole
-// (bufio.Reader holds no lock and no pointer to itself); a husk is a
-// Reader value without its buffer, kept for the next lend.
-var (
-	idleReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufferBytes) }}
-	readerHusks = sync.Pool{New: func() any { return new(bufio.Reader) }}
-)
-
-// lendReadBuffer gives c's read buffer to the pool; nothing is buffered.
-func (c *wsConn) lendReadBuffer() {
-	if c.brOut || c.br.Buffered() != 0 {
-		return
+// tlsConn is the tls.Conn at the top of the connection's socket (nil:
+// plain, or TLS below a wrapper).
+func (c *wsConn) tlsConn() *tls.Conn {
+	if !c.tlsIn {
+		return nil
 	}
-	h := readerHusks.Get().(*bufio.Reader)
-	*h = *c.br
-	h.Reset(nil)
-	*c.br = bufio.Reader{}
-	idleReaders.Put(h)
-	c.brOut = true
-	c.a.lentReadBuffers.Add(1)
-}
-
-// takeReadBuffer gives c a read buffer again, before it reads.
-func (c *wsConn) takeReadBuffer() {
-	if !c.brOut {
-		return
-	}
-	h := idleReaders.Get().(*bufio.Reader)
-	h.Reset(c.nc)
-	*c.br = *h
-	*h = bufio.Reader{}
-	readerHusks.Put(h)
-	c.brOut = false
-	c.a.lentReadBuffers.Add(-1)
+	tc, _ := c.nc.Conn.(*tls.Conn)
+	return tc
 }
 
 // hold waits for the held message's room on a goroutine of its own, then
@@ -316,10 +300,10 @@ func (c *wsConn) pollEnd() {
 // WebSocket close frame, or its absence, is what ends the session).
 func (c *wsConn) closeSocket() {
 	kick := c.ph != nil && c.ph.Remove()
-	if c.tc != nil {
-		_ = c.tc.NetConn().Close()
+	if tc := c.tlsConn(); tc != nil {
+		_ = tc.NetConn().Close()
 	} else {
-		c.ws.Close()
+		c.nc.Close()
 	}
 	if kick {
 		c.a.steps.Run(c)

@@ -35,6 +35,7 @@ type pollRig struct {
 	ev  *events.Log
 	url string
 	tls *tls.Config // the client's, when served over TLS
+	g   *ConnGuard  // the listener's (newShapedRig's guarded), else nil
 }
 
 func newPollRig(t *testing.T, overTLS bool, mutate func(*config.Channel)) *pollRig {
@@ -63,6 +64,7 @@ func newShapedRig(t *testing.T, overTLS, guarded bool, mutate func(*config.Chann
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.a.ServeUpgrade(w, req, 100000) }))
 	if guarded {
 		g := NewConnGuard(socketsOnly(100))
+		r.g = g
 		hs.Config.ConnState = g.ConnState
 		ln := hs.Listener
 		if overTLS {
@@ -186,7 +188,7 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 			testwait.Until(t, "every writer done", func() bool {
 				r.a.mu.Lock()
 				defer r.a.mu.Unlock()
-				for c := range r.a.conns {
+				for _, c := range r.a.conns {
 					c.mu.Lock()
 					busy := c.writing || c.q != nil || c.rare != nil || c.rate != nil
 					c.mu.Unlock()
@@ -196,15 +198,15 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 				}
 				return true
 			})
-			if lent := r.a.lentReadBuffers.Load(); lent != n {
-				t.Fatalf("%d idle connections lent %d read buffers back, want all", n, lent)
+			if lent := r.a.parked.Load(); lent != n {
+				t.Fatalf("%d idle connections: %d gave their box (Conn and read buffer) back, want all", n, lent)
 			}
 			if overTLS { // nor the buffers its TLS handshake was read into
 				held := 0
 				r.a.mu.Lock()
-				for c := range r.a.conns {
+				for _, c := range r.a.conns {
 					c.ph.IfArmed(func() {
-						base := unsafe.Pointer(c.tc)
+						base := unsafe.Pointer(c.tlsConn())
 						raw := (*bytes.Buffer)(unsafe.Add(base, tlsInput.rawInput))
 						hand := (*bytes.Buffer)(unsafe.Add(base, tlsInput.hand))
 						held += raw.Cap() + hand.Cap()
@@ -389,7 +391,7 @@ func polledArmed(a *terminalAdapter) bool {
 	if len(a.conns) == 0 {
 		return false
 	}
-	for c := range a.conns {
+	for _, c := range a.conns {
 		if c.ph == nil || !c.ph.Armed() {
 			return false
 		}

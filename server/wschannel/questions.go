@@ -276,8 +276,8 @@ func (c *wsConn) handleAnswer(f *link.Answer) {
 	if !ok {
 		key = c.sessionKey // not asked here: the router of the device's own session tells
 	}
-	in := bus.Inbound{ChannelID: a.id, AccountID: a.cfg.AccountID, PeerID: c.peerID, ThreadID: threadOf(key, c.sessionKey, c.threadID),
-		UserID: c.userID, SessionKey: key, MessageID: f.MessageID, Received: time.Now(), Capabilities: c.caps,
+	in := bus.Inbound{ChannelID: a.id, AccountID: a.cfg.AccountID, PeerID: c.peerID, ThreadID: threadOf(key, c.sessionKey, c.threadID()),
+		UserID: c.userID(), SessionKey: key, MessageID: f.MessageID, Received: time.Now(), Capabilities: c.caps,
 		Answer: &bus.AnswerRef{QuestionID: f.QuestionID, OptionID: f.OptionID}}
 	c.acceptMessage(in, time.Time{})
 }

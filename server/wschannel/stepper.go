@@ -50,16 +50,18 @@ func newStepper() stepper {
 			c.pollRead()
 			return
 		}
-		c.stepDone <- c.step()
+		c.served.done <- c.step(c.served.waitErr)
 	})}
 }
 
-// run runs c.step on a worker and returns its result.
-func (s stepper) run(c *wsConn) bool {
+// run runs c.step on a worker and returns its result (serve's: c.served
+// is set); waitErr is why waiting for data failed.
+func (s stepper) run(c *wsConn, waitErr error) bool {
 	done := doneChans.Get().(chan bool)
-	c.stepDone = done
+	c.served.waitErr, c.served.done = waitErr, done
 	s.Run(c)
 	more := <-done
+	c.served.waitErr, c.served.done = nil, nil
 	doneChans.Put(done)
 	return more
 }

@@ -53,7 +53,7 @@ func TestWritersAreWarm(t *testing.T) {
 	}
 	a.mu.Lock()
 	var c *wsConn
-	for c = range a.conns {
+	for _, c = range a.conns {
 	}
 	a.mu.Unlock()
 	// The last batch is read: its writer is returning or gone.

@@ -62,31 +62,41 @@ func (c *Conn) exit() { c.use.Add(-1) }
 // descriptor, its place in Go's poller). On an error tc is untouched.
 // Nothing may use tc meanwhile.
 func Detach(tc *net.TCPConn, p *Poller, f Readable) (*Conn, error) {
+	c := new(Conn)
+	if err := DetachInto(c, tc, p, f); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// DetachInto is Detach into c, a zero Conn the caller holds (a field of
+// its own per-connection struct: one object less per connection). c
+// must not move or be used otherwise until Close.
+func DetachInto(c *Conn, tc *net.TCPConn, p *Poller, f Readable) error {
 	raw, err := tc.SyscallConn()
 	if err != nil {
-		return nil, fmt.Errorf("readiness: detach: %w", err)
+		return fmt.Errorf("readiness: detach: %w", err)
 	}
 	fd := -1
 	var dupErr error
 	if err := raw.Control(func(s uintptr) {
 		fd, dupErr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0)
 	}); err != nil {
-		return nil, fmt.Errorf("readiness: detach: %w", err)
+		return fmt.Errorf("readiness: detach: %w", err)
 	}
 	if dupErr != nil {
-		return nil, fmt.Errorf("readiness: detach: duplicate the socket's descriptor: %w", dupErr)
+		return fmt.Errorf("readiness: detach: duplicate the socket's descriptor: %w", dupErr)
 	}
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("readiness: detach: %w", err)
+		return fmt.Errorf("readiness: detach: %w", err)
 	}
-	c := new(Conn)
 	if err := p.register(&c.h, fd, f); err != nil {
 		unix.Close(fd)
-		return nil, err
+		return err
 	}
 	_ = tc.Close() // the socket stays open through fd
-	return c, nil
+	return nil
 }
 
 // Handle is the Conn's handle in its poller.

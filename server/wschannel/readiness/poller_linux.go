@@ -28,9 +28,17 @@ type Poller struct {
 	ctl     sync.RWMutex
 	ctlDone bool // epfd is closed (ctl)
 
+	// handles are the registered handles by id (an event's Fd): a slice
+	// with a list of the free ids, not a map (8 bytes a socket, not about
+	// 26; slot 0 is wakeID's). An id is used again once free; an event
+	// for the handle that had it is stale by its arm generation (Pad):
+	// each handle's generations start where the one registered before
+	// started, plus genSpacing.
 	mu      sync.Mutex
-	handles map[uint32]*Handle
-	nextID  uint32
+	handles []*Handle
+	free    []uint32
+	n       int    // registered
+	genBase uint32 // the next handle's first generation
 	closed  bool
 	done    chan struct{}
 }
@@ -73,7 +81,7 @@ func NewPoller() (*Poller, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("readiness: epoll_ctl(eventfd): %w", err)
 	}
-	p := &Poller{epfd: epfd, wake: wake, handles: map[uint32]*Handle{}, done: make(chan struct{})}
+	p := &Poller{epfd: epfd, wake: wake, handles: make([]*Handle, 1), done: make(chan struct{})}
 	go p.loop()
 	return p, nil
 }
@@ -99,16 +107,26 @@ func (p *Poller) register(h *Handle, fd int, f Readable) error {
 	if p.closed {
 		return ErrClosed
 	}
-	for {
-		p.nextID++
-		if _, used := p.handles[p.nextID]; p.nextID != wakeID && !used {
-			break
-		}
+	var id uint32
+	if k := len(p.free); k > 0 {
+		id, p.free = p.free[k-1], p.free[:k-1]
+	} else {
+		id = uint32(len(p.handles))
+		p.handles = append(p.handles, nil)
 	}
-	h.p, h.id, h.fd, h.f = p, p.nextID, int32(fd), f
-	p.handles[h.id] = h
+	h.p, h.id, h.fd, h.f, h.gen = p, id, int32(fd), f, p.genBase
+	p.genBase += genSpacing
+	p.handles[id] = h
+	p.n++
 	return nil
 }
+
+// genSpacing is how far apart the first arm generations of handles
+// registered one after the other are: a stale event (of a handle
+// removed while the loop held its event) matches the handle that took
+// its id only if the two arm generations meet, which takes about a
+// million arms of one of them and 4,096 registrations between them.
+const genSpacing = 1 << 20
 
 // Arm watches the socket until it is readable (then f runs once). It
 // reports false if the handle was removed or epoll refused: the caller
@@ -326,9 +344,14 @@ func (h *Handle) Remove() (wasArmed bool) {
 		_ = h.p.epollCtl(unix.EPOLL_CTL_DEL, int(h.fd), nil)
 	}
 	h.mu.Unlock()
-	h.p.mu.Lock()
-	delete(h.p.handles, h.id)
-	h.p.mu.Unlock()
+	p := h.p
+	p.mu.Lock()
+	if int(h.id) < len(p.handles) && p.handles[h.id] == h {
+		p.handles[h.id] = nil
+		p.free = append(p.free, h.id)
+		p.n--
+	}
+	p.mu.Unlock()
 	return wasArmed
 }
 
@@ -336,7 +359,7 @@ func (h *Handle) Remove() (wasArmed bool) {
 func (p *Poller) Len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.handles)
+	return p.n
 }
 
 func (p *Poller) loop() {
@@ -361,8 +384,11 @@ func (p *Poller) loop() {
 				}
 				continue
 			}
+			var h *Handle
 			p.mu.Lock()
-			h := p.handles[id]
+			if int(id) < len(p.handles) {
+				h = p.handles[id]
+			}
 			p.mu.Unlock()
 			if h != nil && h.fire(uint32(ev.Pad), ev.Events) {
 				h.f.Readable()

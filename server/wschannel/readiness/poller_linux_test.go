@@ -103,3 +103,45 @@ func TestPollerArmKickRemove(t *testing.T) {
 	default:
 	}
 }
+
+// Handles are kept by id in a slice, a freed id taken again: a socket's
+// place costs a pointer, not a map slot. The handle that takes a freed
+// id arms with generations far from those of the one that had it, so an
+// event of the old handle (held by the loop while it was removed) does
+// not run the new one's function.
+func TestHandleIDsReused(t *testing.T) {
+	p, err := NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	noop := Func(func() {})
+	h1, _ := p.Register(0, noop)
+	h2, _ := p.Register(0, noop)
+	if h1.id == wakeID || h2.id == wakeID || h1.id == h2.id {
+		t.Fatalf("ids %d and %d (wake's is %d)", h1.id, h2.id, wakeID)
+	}
+	old, oldGen := h1.id, h1.gen
+	h1.Remove()
+	h3, _ := p.Register(0, noop)
+	if h3.id != old {
+		t.Fatalf("a new handle took id %d, want the freed %d", h3.id, old)
+	}
+	if p.Len() != 2 || len(p.handles) != 3 {
+		t.Fatalf("%d handles registered in %d places, want 2 in 3 (the wake's and two)", p.Len(), len(p.handles))
+	}
+	h3.mu.Lock()
+	h3.armed = true // as Arm, without a socket
+	h3.mu.Unlock()
+	if h3.fire(oldGen, 1) { // EPOLLIN of the old handle's arm
+		t.Fatal("a stale event of the id's old handle ran the new handle's function")
+	}
+	if !h3.fire(h3.gen, 1) {
+		t.Fatal("the new handle's own event did not run its function")
+	}
+	h2.Remove()
+	h3.Remove()
+	if p.Len() != 0 {
+		t.Fatalf("%d handles after removing all", p.Len())
+	}
+}
