@@ -320,6 +320,16 @@ func (c *wsConn) closeSocket() {
 // read grows the raw input again. The fields are found by name and type
 // once (tlsInput); on a Go whose tls.Conn does not have them so, nothing
 // is released (TestTLSInputFieldsFound says so).
+//
+// A server's tls.Conn also keeps, once its handshake is done, what only
+// two things use: the exporter secret in the closure behind
+// ConnectionState().ExportKeyingMaterial (ekm), and the resumption
+// secret, which a TCP server uses only to make the session tickets it
+// sends during the handshake. termserver uses neither afterwards, so
+// releaseTLSInput also puts noKeyingMaterial (which says so) in ekm's
+// place and drops the resumption secret: about 200 bytes of a TLS
+// connection's heap. Found the same way (tlsSecrets); key updates keep
+// working (they use the traffic secrets, kept).
 var tlsInput = func() (f struct {
 	rawInput, input, hand uintptr
 	ok                    bool
@@ -337,13 +347,51 @@ var tlsInput = func() (f struct {
 	return f
 }()
 
-// releaseTLSInput lets go of tc's empty input buffers (see tlsInput); tc
-// may be nil. Only the connection's reader calls it, between reads.
+// ekmFunc is the type of tls.Conn's ekm field.
+type ekmFunc = func(label string, context []byte, length int) ([]byte, error)
+
+// errNoKeyingMaterial is what ExportKeyingMaterial says once
+// releaseTLSInput has let the exporter secret go.
+var errNoKeyingMaterial = errors.New("wschannel: termserver does not keep TLS keying material after the handshake")
+
+// noKeyingMaterial takes ekm's place (one func value for every
+// connection: nothing is allocated).
+var noKeyingMaterial ekmFunc = func(string, []byte, int) ([]byte, error) { return nil, errNoKeyingMaterial }
+
+var tlsSecrets = func() (f struct {
+	ekm, resumption uintptr
+	ok              bool
+}) {
+	t := reflect.TypeFor[tls.Conn]()
+	ekm, ok1 := t.FieldByName("ekm")
+	res, ok2 := t.FieldByName("resumptionSecret")
+	if !ok1 || !ok2 || ekm.Type != reflect.TypeFor[ekmFunc]() || res.Type != reflect.TypeFor[[]byte]() ||
+		len(ekm.Index) != 1 || len(res.Index) != 1 {
+		return f
+	}
+	f.ekm, f.resumption, f.ok = ekm.Offset, res.Offset, true
+	return f
+}()
+
+// releaseTLSInput lets go of tc's empty input buffers and its
+// after-handshake secrets (see tlsInput); tc may be nil. Only the
+// connection's reader calls it, between reads (the handshake is done:
+// net/http completes it before the upgrade).
 func releaseTLSInput(tc *tls.Conn) {
-	if tc == nil || !tlsInput.ok {
+	if tc == nil {
 		return
 	}
 	base := unsafe.Pointer(tc)
+	if tlsSecrets.ok {
+		ekm := (*ekmFunc)(unsafe.Add(base, tlsSecrets.ekm))
+		if *ekm != nil {
+			*ekm = noKeyingMaterial
+		}
+		*(*[]byte)(unsafe.Add(base, tlsSecrets.resumption)) = nil
+	}
+	if !tlsInput.ok {
+		return
+	}
 	raw := (*bytes.Buffer)(unsafe.Add(base, tlsInput.rawInput))
 	in := (*bytes.Reader)(unsafe.Add(base, tlsInput.input))
 	hand := (*bytes.Buffer)(unsafe.Add(base, tlsInput.hand))

@@ -210,11 +210,16 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 						raw := (*bytes.Buffer)(unsafe.Add(base, tlsInput.rawInput))
 						hand := (*bytes.Buffer)(unsafe.Add(base, tlsInput.hand))
 						held += raw.Cap() + hand.Cap()
+						held += len(*(*[]byte)(unsafe.Add(base, tlsSecrets.resumption)))
+						cs := c.tlsConn().ConnectionState()
+						if _, err := cs.ExportKeyingMaterial("EXPORTER-test", nil, 32); !errors.Is(err, errNoKeyingMaterial) {
+							t.Errorf("an idle TLS connection's keying material: %v, want it let go (%v)", err, errNoKeyingMaterial)
+						}
 					})
 				}
 				r.a.mu.Unlock()
 				if held != 0 {
-					t.Fatalf("%d idle TLS connections hold %d bytes of TLS input buffers, want none", n, held)
+					t.Fatalf("%d idle TLS connections hold %d bytes of TLS input buffers and resumption secrets, want none", n, held)
 				}
 			}
 			// The warm pools keep at most their maxIdle workers.
@@ -499,5 +504,8 @@ func TestTLSReadTimeoutNotSticky(t *testing.T) {
 func TestTLSInputFieldsFound(t *testing.T) {
 	if !tlsInput.ok {
 		t.Fatal("tls.Conn has no rawInput, input and hand fields of the expected types: idle TLS connections keep their input buffers")
+	}
+	if !tlsSecrets.ok {
+		t.Fatal("tls.Conn has no ekm and resumptionSecret fields of the expected types: idle TLS connections keep their exporter and resumption secrets")
 	}
 }
