@@ -14,8 +14,8 @@
 # for `go tool pprof -sample_index=inuse_space`. CIPHER (tls only) is the
 # AEAD the devices negotiate: aes (default) is what a Go device with AES
 # instructions offers first (x86, a Raspberry Pi 5); chacha20 is what one
-# without them offers first (Raspberry Pi Zero 2, 3 and 4: their cores
-# lack the ARMv8 crypto extensions), emulated by starting termrig with
+# without them offers first (every Raspberry Pi before the 5: their
+# cores lack the ARMv8 crypto extensions), emulated by starting termrig with
 # GODEBUG=cpu.aes=off. termserver honours the device's choice, and the
 # two keep different per-connection state (an AES-GCM key schedule and
 # GHASH table per direction against a 32-byte ChaCha20 key).
