@@ -40,10 +40,10 @@
 // started per frame or batch.
 //
 // An idle connection holds no goroutine, no read or write buffer and no
-// *websocket.Conn (its box, the gorilla Conn with its 512-byte read
+// *websocket.Conn (its box, the gorilla Conn with its 448-byte read
 // buffer, goes back to a pool and the next wake or write takes one:
-// box.go; over TLS the tls.Conn's empty input buffers are let go;
-// poll.go): on Linux it waits in the adapter's readiness loop (package
+// box.go; over TLS the tls.Conn's empty input buffers and its exporter
+// and resumption secrets are let go: poll.go): on Linux it waits in the adapter's readiness loop (package
 // readiness: one epoll instance and one goroutine for every connection),
 // which hands it to a stepper worker when its socket is readable; its
 // idle, connect and close-grace deadlines are timers on one shared wheel,
